@@ -1,0 +1,3 @@
+"""A distributed correctness harness for LLM inference engines (see README.md, DESIGN.md)."""
+
+__version__ = "0.1.0"

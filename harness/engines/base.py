@@ -1,0 +1,52 @@
+"""What an engine plugin is, seen from the harness.
+
+An engine turns a RunSpec into processes: it says how many ranks to start and the
+command line of each; the launcher starts and watches them; the processes write
+EngineOutputs into spec.output_dir. The engine also says which settings it can run,
+so a scenario it cannot run ends as `unsupported` with a reason, never silently.
+"""
+
+from __future__ import annotations
+
+import sys
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+
+from harness.runspec import RunSpec
+
+
+@dataclass
+class LaunchPlan:
+    """The processes of one engine run. The launcher adds the torchrun-style
+    variables (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR,
+    MASTER_PORT) to each rank's environment."""
+
+    world_size: int
+    argv: list[str]  # the same command line for every rank
+    env: dict[str, str] = field(default_factory=dict)
+
+
+class Engine(ABC):
+    name: str = ""
+    #: axis name -> the values this engine can run, or None for "any value"
+    axes: dict[str, tuple | None] = {}
+
+    def unsupported_reason(self, settings: dict) -> str | None:
+        """Why this engine cannot run these settings, or None when it can."""
+        for axis, value in settings.items():
+            if axis not in self.axes:
+                return f"engine '{self.name}' has no axis '{axis}' (it has: {', '.join(sorted(self.axes))})"
+            allowed = self.axes[axis]
+            if allowed is not None and value not in allowed:
+                return f"engine '{self.name}' does not support {axis}={value!r} (supported: {list(allowed)})"
+        return None
+
+    @abstractmethod
+    def launch_plan(self, spec: RunSpec, spec_path: str) -> LaunchPlan:
+        """The processes that run `spec` (already saved at `spec_path`)."""
+
+    def versions(self) -> dict[str, str]:
+        """Versions that go into golden manifests and reports."""
+        import torch
+
+        return {"engine": self.name, "torch": torch.__version__, "python": sys.version.split()[0]}

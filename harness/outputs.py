@@ -1,0 +1,62 @@
+"""Engine outputs: the one format every engine writes and every comparison reads.
+
+A run's output directory holds:
+  outputs.safetensors  tensors, named "<workload>.<field>"
+  outputs.json         metadata: engine, versions, settings, timings, per-workload kind
+
+Fields per workload kind (K = the workload's top_k):
+  logprobs: topk_ids [T, K] int64, topk_logprobs [T, K] float32, offsets [P+1] int64
+            (T = total prompt tokens; prompt p owns rows offsets[p]:offsets[p+1];
+            row i of a prompt is the next-token distribution after token i)
+  greedy:   tokens [P, N] int64 (N = max_new_tokens), topk_ids [P, N, K] int64,
+            topk_logprobs [P, N, K] float32 (the distribution each token was chosen from)
+
+Never pickle: tensors go through safetensors, everything else through JSON.
+Engine-side code may import this module (torch, safetensors, stdlib only).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+
+TENSORS_FILE = "outputs.safetensors"
+META_FILE = "outputs.json"
+
+
+@dataclass
+class EngineOutputs:
+    tensors: dict[str, torch.Tensor] = field(default_factory=dict)
+    meta: dict = field(default_factory=dict)
+
+    def workload(self, name: str) -> dict[str, torch.Tensor]:
+        """The tensors of one workload, keyed by field name."""
+        prefix = name + "."
+        return {k[len(prefix):]: v for k, v in self.tensors.items() if k.startswith(prefix)}
+
+    def put(self, workload: str, **fields: torch.Tensor) -> None:
+        for key, value in fields.items():
+            self.tensors[f"{workload}.{key}"] = value.detach().to("cpu").contiguous()
+
+    def save(self, directory: str | Path) -> None:
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        save_file(self.tensors, str(directory / TENSORS_FILE))
+        (directory / META_FILE).write_text(json.dumps(self.meta, indent=1, sort_keys=True))
+
+    @classmethod
+    def load(cls, directory: str | Path) -> "EngineOutputs":
+        directory = Path(directory)
+        missing = [f for f in (TENSORS_FILE, META_FILE) if not (directory / f).exists()]
+        if missing:
+            raise FileNotFoundError(f"{directory} has no engine outputs (missing {', '.join(missing)})")
+        return cls(load_file(str(directory / TENSORS_FILE)), json.loads((directory / META_FILE).read_text()))
+
+    @staticmethod
+    def exists(directory: str | Path) -> bool:
+        directory = Path(directory)
+        return (directory / TENSORS_FILE).exists() and (directory / META_FILE).exists()
