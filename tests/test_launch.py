@@ -1,0 +1,239 @@
+"""The launcher, with real processes and real torch.distributed (gloo).
+
+Every case checks afterwards that no process of the run survives: the ranks write
+their pids and the pid of a grandchild (`sleep 600`) they spawn into $PID_DIR.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import harness.launch as launch
+from harness.engines.base import LaunchPlan
+from harness.launch import LaunchOutcome, parse_stack_dump, run_ranks
+
+RANKS = Path(__file__).parent / "ranks"
+ALLREDUCE = RANKS / "allreduce.py"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            state = f.read().rsplit(")", 1)[1].split()[0]
+        return state not in ("Z", "X")  # a zombie has finished; only its exit status is left
+    except FileNotFoundError:
+        return False
+    except OSError:
+        try:
+            os.kill(pid, 0)
+            return True
+        except ProcessLookupError:
+            return False
+
+
+def _pids(pid_dir: Path, prefix: str = "") -> list[int]:
+    return [int(p.read_text()) for p in pid_dir.glob(f"{prefix}*.pid")]
+
+
+def assert_no_survivors(pid_dir: Path, world_size: int) -> None:
+    ranks, grands = _pids(pid_dir, "rank"), _pids(pid_dir, "grand")
+    assert len(ranks) >= world_size and len(grands) >= world_size, sorted(os.listdir(pid_dir))
+    survivors = [pid for pid in ranks + grands if _alive(pid)]
+    assert not survivors, f"processes survived the run: {survivors}"
+
+
+@pytest.fixture
+def dirs(tmp_path):
+    logs, pids = tmp_path / "logs", tmp_path / "pids"
+    pids.mkdir()
+    return logs, pids
+
+
+def launch_case(dirs, mode: str, world_size: int = 2, timeout_s: float = 60, env=None, **plan_env) -> LaunchOutcome:
+    logs, pids = dirs
+    plan = LaunchPlan(
+        world_size=world_size,
+        argv=[sys.executable, str(ALLREDUCE)],
+        env={"RANK_MODE": mode, "PID_DIR": str(pids), **plan_env},
+    )
+    out = run_ranks(plan, logs, timeout_s=timeout_s, env=env)
+    assert_no_survivors(pids, world_size)
+    assert out.logs == {r: str(logs / f"rank{r}.log") for r in range(world_size)}
+    return out
+
+
+def test_all_ok(dirs):
+    out = launch_case(dirs, "ok")
+    assert out.status == "ok", out
+    assert out.failure is None and out.stacks == {} and out.stuck_at == {}
+    assert out.port > 0 and out.duration_s > 0
+    for r in range(2):
+        assert "all_reduce ok (3.0)" in Path(out.logs[r]).read_text()
+
+
+@pytest.mark.parametrize("world_size", [2, 4])
+def test_rank_raises(dirs, world_size):
+    out = launch_case(dirs, "raise", world_size=world_size)
+    assert out.status == "crash", out
+    f = out.failure
+    # the other ranks die too ("Connection closed by peer"), but rank 1 is the cause
+    assert f.rank == 1, f
+    assert f.exitcode == 1 and f.signal is None
+    assert "KeyError" in f.exception and "residual" in f.exception
+    assert "Traceback" in f.traceback and 'raise KeyError("residual")' in f.traceback
+    assert f.log == out.logs[1]
+
+
+def test_rank_sigkilled(dirs):
+    out = launch_case(dirs, "sigkill")
+    assert out.status == "crash", out
+    f = out.failure
+    assert (f.rank, f.exitcode, f.signal, f.exception) == (1, None, "SIGKILL", None)
+    assert "all_reduce ok" in f.traceback  # no error record: the tail of the log instead
+
+
+def test_rank_exits_nonzero_without_record(dirs):
+    out = launch_case(dirs, "exit3")
+    assert out.status == "crash", out
+    assert (out.failure.rank, out.failure.exitcode, out.failure.signal) == (1, 3, None)
+
+
+def test_hang_dumps_every_rank(dirs):
+    out = launch_case(dirs, "hang", timeout_s=10)
+    assert out.status == "hang", out
+    assert out.failure is None
+    assert set(out.stacks) == {0, 1} and set(out.stuck_at) == {0, 1}
+    for r in (0, 1):
+        assert "(most recent call first)" in out.stacks[r]
+        assert "allreduce.py" in out.stacks[r]
+    assert out.stuck_at[1].endswith("in hang_forever") and "allreduce.py:" in out.stuck_at[1]
+    assert out.stuck_at[0].endswith("in barrier"), out.stuck_at
+    assert 10 <= out.duration_s < 30
+
+
+def test_env_reaches_every_rank(dirs):
+    _, pids = dirs
+    out = launch_case(
+        dirs,
+        "ok",
+        env={"HARNESS_TEST_TOKEN": "from-harness", "CUDA_VISIBLE_DEVICES": ""},
+        ECHO_ENV="HARNESS_TEST_TOKEN",
+    )
+    assert out.status == "ok", out
+    for r in range(2):
+        assert (pids / f"rank{r}.env").read_text() == "from-harness"
+
+
+def test_plan_env_wins_over_harness_env(dirs):
+    _, pids = dirs
+    out = launch_case(dirs, "ok", env={"HARNESS_TEST_TOKEN": "harness"}, ECHO_ENV="HARNESS_TEST_TOKEN",
+                      HARNESS_TEST_TOKEN="plan")
+    assert out.status == "ok", out
+    assert (pids / "rank0.env").read_text() == "plan"
+
+
+def test_port_in_use_is_retried(dirs, monkeypatch):
+    busy = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    busy.bind(("", 0))
+    busy.listen(16)
+    busy_port = busy.getsockname()[1]
+    real_free_port = launch.free_port
+    handed = []
+
+    def fake_free_port():
+        port = busy_port if not handed else real_free_port()
+        handed.append(port)
+        return port
+
+    monkeypatch.setattr(launch, "free_port", fake_free_port)
+    try:
+        out = launch_case(dirs, "ok")
+    finally:
+        busy.close()
+    assert out.status == "ok", out
+    assert handed[0] == busy_port and len(handed) == 2
+    assert out.port == handed[1] != busy_port
+
+
+def test_launcher_exception_leaves_nothing(dirs, monkeypatch):
+    logs, pids = dirs
+    real_poll = launch._Attempt.poll
+
+    def broken_poll(self):
+        if len(list(pids.glob("ready*"))) == 2:
+            raise RuntimeError("bug in the launcher")
+        return real_poll(self)
+
+    monkeypatch.setattr(launch._Attempt, "poll", broken_poll)
+    plan = LaunchPlan(2, [sys.executable, str(ALLREDUCE)], {"RANK_MODE": "hang", "PID_DIR": str(pids)})
+    with pytest.raises(RuntimeError, match="bug in the launcher"):
+        run_ranks(plan, logs, timeout_s=60)
+    assert_no_survivors(pids, 2)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_interrupt_leaves_nothing(dirs, sig):
+    logs, pids = dirs
+    env = {**os.environ, "RANK_MODE": "hang", "PID_DIR": str(pids)}
+    driver = subprocess.Popen(
+        [sys.executable, str(RANKS / "driver.py"), str(logs)], env=env, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while len(list(pids.glob("ready*"))) < 2:
+            assert driver.poll() is None, "driver ended early"
+            assert time.monotonic() < deadline, "ranks never got ready"
+            time.sleep(0.1)
+        driver.send_signal(sig)
+        stdout, _ = driver.communicate(timeout=30)
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+            driver.wait()
+    assert driver.returncode == 130, stdout
+    assert json.loads(stdout.strip().splitlines()[-1]) == {"status": "interrupted", "raised": "LaunchInterrupted"}
+    assert_no_survivors(pids, 2)
+
+
+# --- pure functions -----------------------------------------------------------------
+
+DUMP = """\
+some earlier output
+Thread 0x00007f0000000002 (most recent call first):
+  File "/usr/lib/python3.11/threading.py", line 320 in wait
+  File "/usr/lib/python3.11/threading.py", line 1002 in _bootstrap
+
+Current thread 0x00007f0000000001 (most recent call first):
+  File "/work/engine.py", line 42 in forward
+  File "/work/engine.py", line 7 in <module>
+later output
+"""
+
+
+def test_parse_stack_dump_main_thread_is_last():
+    dump, stuck = parse_stack_dump(DUMP)
+    assert dump.startswith("Thread 0x00007f0000000002") and dump.endswith("line 7 in <module>")
+    assert "later output" not in dump and "earlier" not in dump
+    assert stuck == "/work/engine.py:42 in forward"
+    assert parse_stack_dump("no dump here\n") == ("", None)
+
+
+def test_pick_first_prefers_real_exception_over_peer_error():
+    from harness.launch import _Exit, _pick_first
+
+    peer = _Exit(0, 1, None, 1.0, {"exception_type": "RuntimeError", "message": "Connection closed by peer", "time": 10.0})
+    real = _Exit(1, 1, None, 1.0, {"exception_type": "KeyError", "message": "'residual'", "time": 10.5})
+    killed = _Exit(2, None, "SIGKILL", 1.0)
+    assert _pick_first([peer, real]).rank == 1
+    assert _pick_first([peer, killed]).rank == 2
+    early = _Exit(3, 1, None, 1.0, {"exception_type": "ValueError", "message": "x", "time": 9.0})
+    assert _pick_first([real, early]).rank == 3
