@@ -1,0 +1,163 @@
+"""The command line: `harness list | run | golden | report`."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from harness.scenario import ScenarioError, load_scenarios, select
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_REPORTS = PROJECT_ROOT / "reports"
+
+
+def _key_value(text: str) -> tuple[str, str]:
+    if "=" not in text:
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got '{text}'")
+    key, value = text.split("=", 1)
+    return key, value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="harness", description="Distributed correctness harness for LLM inference engines.")
+    p.add_argument("--scenarios", type=Path, action="append", help="scenario file or directory (default: scenarios/)")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    ls = sub.add_parser("list", help="list scenarios")
+    ls.add_argument("ids", nargs="*", help="ids or glob patterns, or suite names")
+    ls.add_argument("--gate", help="only scenarios of this gate (pr, nightly)")
+    ls.add_argument("--ids-only", action="store_true", help="print bare ids (for scripts and make)")
+
+    run = sub.add_parser("run", help="run scenarios and write a report")
+    run.add_argument("ids", nargs="*", help="ids or glob patterns, or suite names")
+    run.add_argument("--gate", help="run this gate's scenarios (pr, nightly)")
+    run.add_argument("--timeout", type=float, help="per-scenario timeout in seconds (overrides the scenario file)")
+    run.add_argument("--fault", action="append", default=[], help="switch on an engine fault (repeatable)")
+    run.add_argument("--env", type=_key_value, action="append", default=[], help="KEY=VALUE for every rank (repeatable)")
+    run.add_argument("--device", choices=["cpu", "cuda"], default=os.environ.get("HARNESS_DEVICE", "cpu"))
+    run.add_argument("--report-dir", type=Path, default=Path(os.environ.get("HARNESS_REPORTS_DIR", DEFAULT_REPORTS)))
+    run.add_argument("--run-id", help="name of the run directory (default: time and gate)")
+
+    gold = sub.add_parser("golden", help="(re)make the goldens of suites")
+    gold.add_argument("suites", nargs="*", help="suite names (default: every suite)")
+    gold.add_argument("--device", choices=["cpu", "cuda"], default=os.environ.get("HARNESS_DEVICE", "cpu"))
+    gold.add_argument("--work-dir", type=Path, default=DEFAULT_REPORTS / "golden-runs")
+
+    rep = sub.add_parser("report", help="rebuild the report of a run directory")
+    rep.add_argument("run_dir", type=Path)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        scenarios = load_scenarios(args.scenarios)
+        if args.command == "list":
+            return cmd_list(args, scenarios)
+        if args.command == "run":
+            return cmd_run(args, scenarios)
+        if args.command == "golden":
+            return cmd_golden(args, scenarios)
+        if args.command == "report":
+            return cmd_report(args)
+    except ScenarioError as exc:
+        print(f"harness: {exc}", file=sys.stderr)
+        return 2
+    return 2
+
+
+def cmd_list(args, scenarios) -> int:
+    chosen = select(scenarios, args.ids, args.gate)
+    for s in chosen:
+        if args.ids_only:
+            print(s.id)
+        else:
+            notes = f"  (expected failure: {s.expected_failure})" if s.expected_failure else ""
+            print(f"{s.id:40s} gates={','.join(sorted(s.gates)) or '-'}{notes}")
+    return 0
+
+
+def harness_versions() -> dict:
+    import torch
+
+    versions = {"torch": torch.__version__, "python": sys.version.split()[0]}
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=5)
+        if commit.returncode == 0:
+            versions["harness_commit"] = commit.stdout.strip()
+    except (OSError, subprocess.TimeoutExpired):
+        pass
+    return versions
+
+
+def cmd_run(args, scenarios) -> int:
+    from harness.report import write_report
+    from harness.runner import RunOptions, run_scenario
+
+    chosen = select(scenarios, args.ids, args.gate)
+    if not chosen:
+        print("harness: nothing to run (no scenario matches)", file=sys.stderr)
+        return 2
+    run_id = args.run_id or time.strftime("%Y%m%d-%H%M%S") + (f"-{args.gate}" if args.gate else "")
+    run_dir = args.report_dir / run_id
+    run_dir.mkdir(parents=True, exist_ok=True)
+    opts = RunOptions(timeout_s=args.timeout, faults=args.fault, env=dict(args.env), device=args.device)
+    meta = {"run_id": run_id, "gate": args.gate, "scenarios": [s.id for s in chosen], "faults": args.fault, "versions": harness_versions(), "started": time.time()}
+    write_report(run_dir, meta)
+    print(f"harness: running {len(chosen)} scenarios -> {run_dir}", flush=True)
+    interrupted = False
+    try:
+        for i, scenario in enumerate(chosen, 1):
+            print(f"[{i}/{len(chosen)}] {scenario.id} ...", flush=True)
+            verdict = run_scenario(scenario, run_dir, opts)
+            mark = "" if verdict.as_expected else "  <-- NOT AS EXPECTED"
+            print(f"[{i}/{len(chosen)}] {verdict.headline()} ({verdict.duration_s:.1f}s){mark}", flush=True)
+    except KeyboardInterrupt:
+        interrupted = True
+        print("\nharness: interrupted; ranks stopped, writing the report of what finished", file=sys.stderr)
+    meta = write_report(run_dir, {"interrupted": interrupted, "finished": time.time()})
+    print(f"harness: {', '.join(f'{n} {k}' for k, n in sorted(meta['counts'].items()))}; report: {run_dir / 'summary.md'}")
+    if interrupted:
+        return 130
+    if meta["not_as_expected"]:
+        print("harness: not as expected: " + ", ".join(meta["not_as_expected"]), file=sys.stderr)
+        return 1
+    return 0
+
+
+def cmd_golden(args, scenarios) -> int:
+    from harness.runner import RunOptions, make_golden
+
+    suites: dict = {}
+    for s in scenarios:
+        suites.setdefault(s.suite.suite, s)
+    names = args.suites or sorted(suites)
+    unknown = [n for n in names if n not in suites]
+    if unknown:
+        print(f"harness: unknown suites {unknown} (known: {', '.join(sorted(suites))})", file=sys.stderr)
+        return 2
+    for name in names:
+        start = time.monotonic()
+        try:
+            path = make_golden(suites[name], args.work_dir, RunOptions(device=args.device))
+        except RuntimeError as exc:  # engine missing, golden run crashed: say so, no traceback
+            print(f"harness: golden {name} failed: {exc}", file=sys.stderr)
+            return 1
+        print(f"golden {name}: {path} ({time.monotonic() - start:.1f}s)", flush=True)
+    return 0
+
+
+def cmd_report(args) -> int:
+    from harness.report import write_report
+
+    meta = write_report(args.run_dir)
+    print((args.run_dir / "summary.md").read_text())
+    return 1 if meta["not_as_expected"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,114 @@
+"""pytest as a way in: every scenario of a scenario file is one test item.
+
+    pytest scenarios/                      every scenario
+    pytest scenarios/ -m pr -n 2           the PR gate, two scenarios at a time (pytest-xdist)
+    pytest "scenarios/llama-tiny.yaml::tp2-pp2-sp"
+
+Items run through the same runner as the CLI and write into one run directory
+(reports/pytest-<id>/), shared by all xdist workers; each scenario has its own
+subdirectory and picks its own free port, so concurrent scenarios never share
+files or ports. The controller writes junit.xml and summary.md at the end.
+Gates become markers; an expected failure is an xfail, an unsupported scenario a skip.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from harness.scenario import ScenarioError, expand, load_suite
+
+RUN_ID_ENV = "HARNESS_PYTEST_RUN_ID"
+
+
+def pytest_addoption(parser):
+    group = parser.getgroup("harness")
+    group.addoption("--harness-timeout", type=float, default=None, help="per-scenario timeout in seconds")
+    group.addoption("--harness-fault", action="append", default=[], help="switch on an engine fault (repeatable)")
+    group.addoption("--harness-report-dir", default=None, help="where the run directory goes (default: reports/)")
+
+
+def pytest_configure(config):
+    for gate in ("pr", "nightly"):
+        config.addinivalue_line("markers", f"{gate}: scenario is in the {gate} gate")
+    # The controller names the run; xdist workers inherit the variable, so all
+    # write into the same run directory.
+    if not hasattr(config, "workerinput") and RUN_ID_ENV not in os.environ:
+        os.environ[RUN_ID_ENV] = "pytest-" + time.strftime("%Y%m%d-%H%M%S")
+
+
+def _run_dir(config) -> Path:
+    from harness.cli import DEFAULT_REPORTS
+
+    base = config.getoption("--harness-report-dir") or os.environ.get("HARNESS_REPORTS_DIR") or DEFAULT_REPORTS
+    return Path(base) / os.environ[RUN_ID_ENV]
+
+
+def pytest_collect_file(parent, file_path: Path):
+    if file_path.suffix in (".yaml", ".yml") and file_path.parent.name == "scenarios":
+        return ScenarioFile.from_parent(parent, path=file_path)
+    return None
+
+
+class ScenarioFile(pytest.File):
+    def collect(self):
+        try:
+            scenarios = expand(load_suite(self.path), self.path)
+        except ScenarioError as exc:
+            raise self.CollectError(str(exc)) from None
+        for scenario in scenarios:
+            item = ScenarioItem.from_parent(self, name=scenario.name, scenario=scenario)
+            for gate in sorted(scenario.gates):
+                item.add_marker(gate)
+            yield item
+
+
+class ScenarioFailed(Exception):
+    pass
+
+
+class ScenarioItem(pytest.Item):
+    def __init__(self, *, scenario, **kwargs):
+        super().__init__(**kwargs)
+        self.scenario = scenario
+
+    def runtest(self):
+        from harness.runner import RunOptions, run_scenario
+
+        opts = RunOptions(timeout_s=self.config.getoption("--harness-timeout"), faults=self.config.getoption("--harness-fault"))
+        verdict = run_scenario(self.scenario, _run_dir(self.config), opts)
+        self.user_properties.append(("verdict", verdict.verdict))
+        if verdict.verdict == "unsupported":
+            pytest.skip(f"unsupported: {verdict.reason}")
+        if verdict.verdict == "expected-failure":
+            pytest.xfail(verdict.reason)
+        if not verdict.as_expected:
+            raise ScenarioFailed(verdict)
+
+    def repr_failure(self, excinfo):
+        if isinstance(excinfo.value, ScenarioFailed):
+            return excinfo.value.args[0].explain()
+        return super().repr_failure(excinfo)
+
+    def reportinfo(self):
+        return self.path, None, f"scenario {self.scenario.id}"
+
+
+def pytest_sessionfinish(session, exitstatus):
+    if hasattr(session.config, "workerinput"):
+        return  # workers: the controller writes the report once
+    run_dir = _run_dir(session.config)
+    if (run_dir / "scenarios").exists():
+        from harness.report import write_report
+
+        write_report(run_dir, {"run_id": run_dir.name, "via": "pytest"})
+        session.config._harness_report = run_dir
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    run_dir = getattr(config, "_harness_report", None)
+    if run_dir:
+        terminalreporter.write_line(f"harness report: {run_dir / 'summary.md'}")

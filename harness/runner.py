@@ -1,0 +1,184 @@
+"""One scenario, start to verdict: prepare -> launch -> compare -> verdict.
+
+This is the flow of DESIGN.md in one place; the CLI, pytest and the golden
+command all come through here, so the three ways in cannot drift apart.
+"""
+
+from __future__ import annotations
+
+import time
+import traceback
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from harness import golden as goldens
+from harness import workloads as wl
+from harness import zoo
+from harness.compare import compare_outputs, tolerance_for
+from harness.engines import EngineUnavailable, get_engine
+from harness.launch import LaunchOutcome, run_ranks
+from harness.outputs import EngineOutputs
+from harness.runspec import RunSpec
+from harness.scenario import Scenario
+from harness.verdict import FAILED, Verdict
+
+
+@dataclass
+class RunOptions:
+    """What the command line may override for every scenario of a run."""
+
+    timeout_s: float | None = None
+    faults: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
+    device: str = "cpu"
+
+
+@dataclass
+class Prepared:
+    engine: object
+    spec: RunSpec
+    manifest: dict  # what a golden for this suite must have been made from
+
+
+def scenario_dir(run_dir: Path, scenario_id: str) -> Path:
+    return run_dir / "scenarios" / scenario_id.replace("/", "__")
+
+
+def reproduce_command(scenario: Scenario, opts: RunOptions) -> str:
+    extra = "".join(f" --fault {f}" for f in opts.faults)
+    return f"make {scenario.id}" if not extra else f"harness run {scenario.id}{extra}"
+
+
+def prepare(scenario: Scenario, settings: dict, out_dir: Path, opts: RunOptions) -> Prepared:
+    suite = scenario.suite
+    engine = get_engine(suite.engine)
+    model_dir = zoo.model_dir(suite.model)
+    resolved = wl.resolve(suite.workloads, model_dir)
+    spec = RunSpec(
+        scenario_id=scenario.id,
+        engine=suite.engine,
+        model_dir=str(model_dir),
+        dtype=suite.dtype,
+        settings=settings,
+        workloads=resolved,
+        output_dir=str(out_dir / "outputs"),
+        faults=list(scenario.faults) + list(opts.faults),
+        device=opts.device,
+    )
+    manifest = goldens.make_manifest(
+        suite=suite.suite,
+        model=suite.model,
+        model_sha256=zoo.get_spec(suite.model).sha256,
+        workload_sha256=wl.checksum(resolved),
+        engine=suite.engine,
+        dtype=suite.dtype,
+        settings=dict(suite.golden),
+        versions=engine.versions(),
+    )
+    return Prepared(engine, spec, manifest)
+
+
+def launch(prepared: Prepared, out_dir: Path, scenario: Scenario, opts: RunOptions) -> LaunchOutcome:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    spec_path = out_dir / "spec.json"
+    prepared.spec.save(spec_path)
+    plan = prepared.engine.launch_plan(prepared.spec, str(spec_path))
+    timeout = opts.timeout_s or scenario.suite.timeout_s
+    return run_ranks(plan, out_dir / "logs", timeout, env={**scenario.extra_env, **opts.env})
+
+
+def run_scenario(scenario: Scenario, run_dir: Path, opts: RunOptions | None = None) -> Verdict:
+    """Run one scenario and write its verdict.json; never raises except on Ctrl-C."""
+    opts = opts or RunOptions()
+    out_dir = scenario_dir(run_dir, scenario.id)
+    start = time.monotonic()
+    try:
+        verdict = _run(scenario, out_dir, opts)
+    except KeyboardInterrupt:
+        raise
+    except Exception as exc:  # noqa: BLE001 - a harness fault must become an `error` verdict
+        verdict = Verdict(
+            scenario.id,
+            "error",
+            f"harness error: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}",
+            error={"exception": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()},
+        )
+    verdict.settings = scenario.settings
+    verdict.duration_s = round(time.monotonic() - start, 2)
+    verdict.expected_failure = scenario.expected_failure
+    verdict.reproduce = reproduce_command(scenario, opts)
+    verdict = _apply_expectation(verdict)
+    verdict.save(out_dir / "verdict.json")
+    return verdict
+
+
+def _run(scenario: Scenario, out_dir: Path, opts: RunOptions) -> Verdict:
+    try:
+        prepared = prepare(scenario, scenario.settings, out_dir, opts)
+    except EngineUnavailable as exc:
+        return Verdict(scenario.id, "error", str(exc), error={"exception": str(exc)})
+    reason = prepared.engine.unsupported_reason(scenario.settings)
+    if reason:
+        return Verdict(scenario.id, "unsupported", reason)
+    try:  # check the golden before spending a launch on a run we cannot judge
+        golden, manifest = goldens.load_golden(prepared.manifest)
+    except goldens.GoldenError as exc:
+        return Verdict(scenario.id, "error", str(exc).splitlines()[0], error={"exception": str(exc)})
+    outcome = launch(prepared, out_dir, scenario, opts)
+    verdict = _from_outcome(scenario, outcome, golden, prepared)
+    verdict.golden = {"dir": str(goldens.golden_dir(scenario.suite.suite)), "version_drift": goldens.version_drift(manifest, prepared.manifest["versions"])}
+    return verdict
+
+
+def _from_outcome(scenario: Scenario, outcome: LaunchOutcome, golden: EngineOutputs, prepared: Prepared) -> Verdict:
+    logs = {str(r): p for r, p in outcome.logs.items()}
+    if outcome.status == "crash":
+        f = outcome.failure
+        what = f.exception or (f"killed by {f.signal}" if f.signal else f"exit code {f.exitcode}")
+        return Verdict(scenario.id, "crash", f"rank {f.rank} crashed: {what}", crash=asdict(f), logs=logs)
+    if outcome.status == "hang":
+        where = "; ".join(f"rank {r} at {loc}" for r, loc in sorted(outcome.stuck_at.items()))
+        return Verdict(
+            scenario.id,
+            "hang",
+            f"no result after {outcome.duration_s:.0f}s: {where or 'no stack dump'}",
+            hang={"stuck_at": outcome.stuck_at, "stacks": outcome.stacks},
+            logs=logs,
+        )
+    if outcome.status != "ok":
+        return Verdict(scenario.id, "error", f"launcher ended with status '{outcome.status}'", logs=logs)
+    outputs = EngineOutputs.load(prepared.spec.output_dir)
+    tol = tolerance_for(scenario.suite.dtype, scenario.suite.tolerances.model_dump())
+    checks = compare_outputs(golden, outputs, prepared.spec.workloads, tol)
+    failed = [c for c in checks if not c.passed]
+    reason = "; ".join(f"{c.name}: {c.summary}" for c in (failed or checks))
+    return Verdict(
+        scenario.id,
+        "fail" if failed else "pass",
+        reason,
+        tolerance=tol.describe(),
+        checks=[asdict(c) for c in checks],
+        logs=logs,
+    )
+
+
+def _apply_expectation(verdict: Verdict) -> Verdict:
+    if verdict.expected_failure and verdict.verdict in FAILED:
+        verdict.observed = verdict.verdict
+        verdict.verdict = "expected-failure"
+        verdict.reason = f"{verdict.observed} as expected ({verdict.expected_failure}): {verdict.reason}"
+    return verdict
+
+
+def make_golden(scenario_for_golden: Scenario, work_dir: Path, opts: RunOptions | None = None) -> Path:
+    """Run the suite's golden setting and store it. Raises on any failure."""
+    opts = opts or RunOptions()
+    suite = scenario_for_golden.suite
+    out_dir = work_dir / "golden" / suite.suite
+    prepared = prepare(scenario_for_golden, dict(suite.golden), out_dir, opts)
+    prepared.spec.faults = []  # a golden is made by the clean engine, whatever the run injects
+    outcome = launch(prepared, out_dir, scenario_for_golden, opts)
+    if outcome.status != "ok":
+        detail = outcome.failure.exception if outcome.failure else outcome.status
+        raise RuntimeError(f"golden run of '{suite.suite}' ended as {outcome.status}: {detail}; logs in {out_dir / 'logs'}")
+    return goldens.store_golden(Path(prepared.spec.output_dir), prepared.manifest)

@@ -1,0 +1,254 @@
+"""Scenario files: schema, validation and matrix expansion.
+
+A scenario file (scenarios/*.yaml) declares one suite: a model, an engine, its
+workloads, the golden's settings and a matrix of parallel settings. Expansion
+turns it into Scenario objects with stable ids `<suite>/<axis-values>`, e.g.
+`llama-tiny/tp2-pp2-sp-compile`, usable as pytest node ids and make targets.
+
+Every problem with a file is a ScenarioError naming the file, the field and what
+is wrong, because a user editing YAML needs to know where to look.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import itertools
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal, Union
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+ID_PART = re.compile(r"^[a-z0-9][a-z0-9.-]*$")
+AXIS_NAME = re.compile(r"^[a-z][a-z0-9]*$")
+AxisValue = Union[bool, int, str]  # bool first: YAML `true` must stay a bool
+DEFAULT_SCENARIO_DIR = Path(__file__).resolve().parent.parent / "scenarios"
+
+
+class ScenarioError(ValueError):
+    """A scenario file that cannot be used, with the file and field at fault."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class WorkloadDef(_Strict):
+    name: str
+    kind: Literal["logprobs", "greedy"]
+    # A named prompt set shipped with the harness ("gsm8k-test") or literal prompts.
+    prompts: Union[str, list[str]] = "gsm8k-test"
+    num_prompts: int = Field(4, ge=1)
+    max_prompt_tokens: int = Field(96, ge=2)
+    max_new_tokens: int = Field(16, ge=1)
+    top_k: int = Field(20, ge=1)
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if not re.fullmatch(r"[a-z][a-z0-9_]*", v):
+            raise ValueError("workload names are lower-case letters, digits and '_'")
+        return v
+
+
+class ExpectedFailure(_Strict):
+    match: dict[str, AxisValue]
+    reason: str = Field(min_length=1)
+    # The verdict the harness gave when the failure was confirmed (crash, fail, hang...).
+    verdict: str | None = None
+
+
+class ToleranceOverride(_Strict):
+    logprob_atol: float | None = Field(None, gt=0)
+    kl_max: float | None = Field(None, gt=0)
+    top1_min: float | None = Field(None, gt=0, le=1)
+    near_tie: float | None = Field(None, ge=0)
+
+
+class SuiteFile(_Strict):
+    suite: str
+    description: str = ""
+    engine: str = "reference"
+    model: str
+    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    timeout_s: float = Field(600, gt=0)
+    workloads: list[WorkloadDef] = Field(min_length=1)
+    golden: dict[str, AxisValue]
+    matrix: dict[str, list[AxisValue]] = Field(min_length=1)
+    exclude: list[dict[str, AxisValue]] = []
+    gates: dict[str, list[str]] = {}
+    expected_failures: list[ExpectedFailure] = []
+    env: dict[str, str] = {}
+    faults: list[str] = []
+    tolerances: ToleranceOverride = ToleranceOverride()
+
+    @field_validator("suite")
+    @classmethod
+    def _suite(cls, v: str) -> str:
+        if not ID_PART.match(v):
+            raise ValueError(f"'{v}' is not a valid suite name (use [a-z0-9.-], starting with a letter or digit)")
+        return v
+
+    @field_validator("matrix")
+    @classmethod
+    def _matrix(cls, matrix: dict) -> dict:
+        for axis, values in matrix.items():
+            if not AXIS_NAME.match(axis):
+                raise ValueError(f"axis '{axis}' must be lower-case letters and digits")
+            if not values:
+                raise ValueError(f"axis '{axis}' has no values")
+            if len(set(map(repr, values))) != len(values):
+                raise ValueError(f"axis '{axis}' repeats a value: {values}")
+            for v in values:
+                if isinstance(v, str) and not ID_PART.match(v):
+                    raise ValueError(f"axis '{axis}' value '{v}' must use [a-z0-9.-] (it becomes part of the id)")
+        return matrix
+
+    @field_validator("workloads")
+    @classmethod
+    def _unique_workloads(cls, workloads: list) -> list:
+        names = [w.name for w in workloads]
+        if len(set(names)) != len(names):
+            raise ValueError(f"workload names repeat: {names}")
+        return workloads
+
+    @model_validator(mode="after")
+    def _axes_known(self) -> "SuiteFile":
+        axes = set(self.matrix)
+        for where, selector in [("golden", self.golden)] + [
+            (f"exclude[{i}]", e) for i, e in enumerate(self.exclude)
+        ] + [(f"expected_failures[{i}].match", x.match) for i, x in enumerate(self.expected_failures)]:
+            unknown = set(selector) - axes
+            if unknown:
+                raise ValueError(f"{where} names axes not in the matrix: {sorted(unknown)} (matrix axes: {sorted(axes)})")
+        if set(self.golden) != axes:
+            raise ValueError(f"golden must set every matrix axis; missing: {sorted(axes - set(self.golden))}")
+        return self
+
+
+@dataclass(frozen=True)
+class Scenario:
+    id: str
+    suite: SuiteFile
+    source: Path
+    settings: dict
+    gates: frozenset[str]
+    expected_failure: str | None = None
+    faults: tuple[str, ...] = ()
+    extra_env: dict = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        """The axis part of the id (`tp2-pp2-sp`)."""
+        return self.id.split("/", 1)[1]
+
+    @property
+    def is_golden_setting(self) -> bool:
+        return self.settings == dict(self.suite.golden)
+
+
+def settings_label(settings: dict, axes: list[str]) -> str:
+    """`tp2-pp2-sp-compile`: ints as <axis><n>, true bools by name, false bools omitted."""
+    parts = []
+    for axis in axes:
+        value = settings[axis]
+        if isinstance(value, bool):
+            if value:
+                parts.append(axis)
+        elif isinstance(value, int):
+            parts.append(f"{axis}{value}")
+        else:
+            parts.append(f"{axis}-{value}")
+    return "-".join(parts) or "default"
+
+
+def _matches(settings: dict, selector: dict) -> bool:
+    return all(settings.get(k) == v for k, v in selector.items())
+
+
+def expand(suite: SuiteFile, source: Path) -> list[Scenario]:
+    axes = list(suite.matrix)
+    scenarios = []
+    for combo in itertools.product(*(suite.matrix[a] for a in axes)):
+        settings = dict(zip(axes, combo))
+        if any(_matches(settings, ex) for ex in suite.exclude):
+            continue
+        label = settings_label(settings, axes)
+        gates = {"nightly"} if "nightly" not in suite.gates else set()
+        gates |= {g for g, patterns in suite.gates.items() if any(fnmatch.fnmatch(label, p) for p in patterns)}
+        xfail = next((x.reason for x in suite.expected_failures if _matches(settings, x.match)), None)
+        scenarios.append(
+            Scenario(
+                id=f"{suite.suite}/{label}",
+                suite=suite,
+                source=source,
+                settings=settings,
+                gates=frozenset(gates),
+                expected_failure=xfail,
+                faults=tuple(suite.faults),
+                extra_env=dict(suite.env),
+            )
+        )
+    ids = [s.id for s in scenarios]
+    if len(set(ids)) != len(ids):
+        raise ScenarioError(f"{source}: matrix expansion gives duplicate ids: {sorted(i for i in ids if ids.count(i) > 1)}")
+    return scenarios
+
+
+def load_suite(path: Path) -> SuiteFile:
+    path = Path(path)
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        raise ScenarioError(f"{path}: not valid YAML: {exc}") from None
+    except OSError as exc:
+        raise ScenarioError(f"{path}: cannot read: {exc.strerror}") from None
+    if not isinstance(raw, dict):
+        raise ScenarioError(f"{path}: a scenario file is a mapping (suite:, model:, matrix: ...), got {type(raw).__name__}")
+    try:
+        return SuiteFile.model_validate(raw)
+    except ValidationError as exc:
+        problems = []
+        for err in exc.errors():
+            where = ".".join(str(p) for p in err["loc"]) or "(top level)"
+            problems.append(f"  {where}: {err['msg']}")
+        raise ScenarioError(f"{path}: invalid scenario file:\n" + "\n".join(problems)) from None
+
+
+def load_scenarios(paths: list[Path] | None = None) -> list[Scenario]:
+    """Every scenario of the given files or directories (default: scenarios/)."""
+    files: list[Path] = []
+    for p in paths or [DEFAULT_SCENARIO_DIR]:
+        p = Path(p)
+        if p.is_dir():
+            files += sorted(p.glob("*.yaml")) + sorted(p.glob("*.yml"))
+        else:
+            files.append(p)
+    scenarios: list[Scenario] = []
+    suites: dict[str, Path] = {}
+    for f in files:
+        suite = load_suite(f)
+        if suite.suite in suites:
+            raise ScenarioError(f"{f}: suite '{suite.suite}' is already defined in {suites[suite.suite]}")
+        suites[suite.suite] = f
+        scenarios += expand(suite, f)
+    return scenarios
+
+
+def select(scenarios: list[Scenario], ids: list[str] | None = None, gate: str | None = None) -> list[Scenario]:
+    """Scenarios by id (glob patterns allowed, a bare suite name means the whole suite) and/or gate."""
+    chosen = scenarios
+    if gate:
+        chosen = [s for s in chosen if gate in s.gates]
+    if ids:
+        picked = []
+        for pattern in ids:
+            hits = [s for s in chosen if fnmatch.fnmatch(s.id, pattern) or s.suite.suite == pattern]
+            if not hits:
+                known = ", ".join(s.id for s in scenarios[:8])
+                raise ScenarioError(f"no scenario matches '{pattern}' (try `harness list`; e.g. {known})")
+            picked += [s for s in hits if s not in picked]
+        chosen = picked
+    return chosen

@@ -1,0 +1,97 @@
+"""The verdict: how every scenario ends, in exactly one of seven ways.
+
+  pass              the checks held against the golden
+  fail              a numeric check broke: the metric, its bound, where it first diverged
+  crash             a rank died: which rank, its exception and traceback
+  hang              the run outlived its timeout: where each rank was stuck
+  unsupported       the engine cannot run these settings, and says why
+  expected-failure  failed as the scenario file says it should (a known engine bug)
+  error             the harness itself (or its inputs: golden, scenario file) is at fault
+
+`error` is kept apart from the engine's verdicts so a harness bug never looks
+like an engine bug.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+VERDICTS = ("pass", "fail", "crash", "hang", "unsupported", "expected-failure", "error")
+FAILED = ("fail", "crash", "hang")
+
+
+@dataclass
+class Verdict:
+    scenario: str
+    verdict: str
+    reason: str  # one line, the first thing a reader sees
+    settings: dict = field(default_factory=dict)
+    duration_s: float = 0.0
+    # The scenario file's expected-failure reason, if any.
+    expected_failure: str | None = None
+    # Under expected-failure: the verdict actually observed (fail/crash/hang).
+    observed: str | None = None
+    tolerance: str = ""
+    checks: list[dict] = field(default_factory=list)
+    crash: dict | None = None
+    hang: dict | None = None
+    error: dict | None = None
+    logs: dict = field(default_factory=dict)
+    golden: dict = field(default_factory=dict)
+    reproduce: str = ""
+
+    def __post_init__(self) -> None:
+        if self.verdict not in VERDICTS:
+            raise ValueError(f"unknown verdict '{self.verdict}'")
+
+    @property
+    def as_expected(self) -> bool:
+        """False for anything a gate must stop on: failures, harness errors, and an
+        expected failure that now passes (a fixed bug should be noticed too)."""
+        if self.verdict in ("expected-failure", "unsupported"):
+            return True
+        if self.verdict == "pass":
+            return self.expected_failure is None
+        return False
+
+    @property
+    def unexpected_pass(self) -> bool:
+        return self.verdict == "pass" and self.expected_failure is not None
+
+    def headline(self) -> str:
+        tag = "pass (UNEXPECTED: marked as expected failure)" if self.unexpected_pass else self.verdict
+        return f"{self.scenario}: {tag} - {self.reason}"
+
+    def explain(self) -> str:
+        """The full text a failing CI job or test shows: checks, rank, traceback, how to reproduce."""
+        lines = [self.headline()]
+        if self.tolerance:
+            lines.append(f"tolerance: {self.tolerance}")
+        for c in self.checks:
+            lines.append(f"  [{'ok' if c['passed'] else 'FAIL'}] {c['name']} ({c['kind']}): {c['summary']}")
+        if self.crash:
+            lines += [f"rank {self.crash['rank']} log: {self.crash['log']}", self.crash.get("traceback") or ""]
+        if self.hang:
+            lines += [f"rank {r} stuck at {loc}" for r, loc in sorted(self.hang["stuck_at"].items())]
+        if self.error:
+            lines.append(self.error.get("traceback") or self.error.get("exception", ""))
+        if self.reproduce:
+            lines.append(f"reproduce: {self.reproduce}")
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["as_expected"] = self.as_expected
+        return d
+
+    def save(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(self.to_dict(), indent=1))
+
+    @classmethod
+    def load(cls, path: Path) -> "Verdict":
+        d = json.loads(Path(path).read_text())
+        d.pop("as_expected", None)
+        return cls(**d)

@@ -1,0 +1,101 @@
+"""Scenario files: expansion into stable ids, gates, expected failures, and errors
+that name the file and the field."""
+
+from pathlib import Path
+
+import pytest
+
+from harness.scenario import ScenarioError, load_scenarios, load_suite, select, settings_label
+
+BASE = """
+suite: demo
+model: tiny-llama
+workloads: [{name: logits, kind: logprobs}]
+golden: {tp: 1, pp: 1, sp: false, compile: false}
+matrix: {tp: [1, 2], pp: [1, 2], sp: [false, true], compile: [false, true]}
+exclude: [{tp: 1, sp: true}]
+gates: {pr: [tp1-pp1, "tp2-pp2*"]}
+expected_failures:
+  - match: {tp: 2, pp: 2, sp: true, compile: true}
+    reason: engine bug 123
+"""
+
+
+def write(tmp_path: Path, text: str, name: str = "demo.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def test_expansion_ids_gates_and_expected_failures(tmp_path):
+    scenarios = load_scenarios([write(tmp_path, BASE)])
+    ids = [s.id for s in scenarios]
+    assert len(ids) == 12  # tp1: 2 pp x 2 compile; tp2: 2 pp x 2 sp x 2 compile
+    assert "demo/tp2-pp2-sp-compile" in ids and "demo/tp1-pp1" in ids
+    assert not any(s.settings["tp"] == 1 and s.settings["sp"] for s in scenarios)
+    pr = [s.id for s in select(scenarios, gate="pr")]
+    assert pr == ["demo/tp1-pp1", "demo/tp2-pp2", "demo/tp2-pp2-compile", "demo/tp2-pp2-sp", "demo/tp2-pp2-sp-compile"]
+    assert all("nightly" in s.gates for s in scenarios)  # nightly defaults to everything
+    xfail = [s for s in scenarios if s.expected_failure]
+    assert [s.id for s in xfail] == ["demo/tp2-pp2-sp-compile"] and xfail[0].expected_failure == "engine bug 123"
+
+
+def test_ids_are_valid_make_targets_and_node_ids(tmp_path):
+    for s in load_scenarios([write(tmp_path, BASE)]):
+        assert all(c.isalnum() and c.islower() or c.isdigit() or c in "./-" for c in s.id), s.id
+
+
+def test_settings_label():
+    assert settings_label({"tp": 2, "pp": 1, "sp": True, "compile": False}, ["tp", "pp", "sp", "compile"]) == "tp2-pp1-sp"
+    assert settings_label({"kv": "fp8"}, ["kv"]) == "kv-fp8"
+
+
+def test_select_by_suite_glob_and_unknown(tmp_path):
+    scenarios = load_scenarios([write(tmp_path, BASE)])
+    assert len(select(scenarios, ["demo"])) == 12
+    assert [s.id for s in select(scenarios, ["demo/tp1-*"])] == ["demo/tp1-pp1", "demo/tp1-pp1-compile", "demo/tp1-pp2", "demo/tp1-pp2-compile"]
+    with pytest.raises(ScenarioError, match="no scenario matches 'demo/tp9'"):
+        select(scenarios, ["demo/tp9"])
+
+
+@pytest.mark.parametrize(
+    "change, expected",
+    [
+        (("golden: {tp: 1, pp: 1, sp: false, compile: false}", "golden: {tp: 1, pp: 1, sp: false, compile: false, ep: 2}"), "golden names axes not in the matrix: ['ep']"),
+        (("golden: {tp: 1, pp: 1, sp: false, compile: false}", "golden: {tp: 1}"), "golden must set every matrix axis"),
+        (("kind: logprobs", "kind: logits"), "workloads.0.kind"),
+        (("model: tiny-llama", "model: tiny-llama\ncolour: blue"), "colour: Extra inputs are not permitted"),
+        (("suite: demo", "suite: Demo_Suite"), "suite: Value error, 'Demo_Suite' is not a valid suite name"),
+        (("tp: [1, 2]", "tp: []"), "axis 'tp' has no values"),
+        (("reason: engine bug 123", "reason: ''"), "expected_failures.0.reason"),
+    ],
+)
+def test_validation_names_file_and_field(tmp_path, change, expected):
+    path = write(tmp_path, BASE.replace(*change))
+    with pytest.raises(ScenarioError) as err:
+        load_suite(path)
+    assert str(path) in str(err.value) and expected in str(err.value)
+
+
+def test_bad_yaml_and_non_mapping(tmp_path):
+    with pytest.raises(ScenarioError, match="not valid YAML"):
+        load_suite(write(tmp_path, "suite: [unclosed"))
+    with pytest.raises(ScenarioError, match="a scenario file is a mapping"):
+        load_suite(write(tmp_path, "- just a list"))
+    with pytest.raises(ScenarioError, match="cannot read"):
+        load_suite(tmp_path / "missing.yaml")
+
+
+def test_duplicate_suite_names_across_files(tmp_path):
+    a, b = write(tmp_path, BASE, "a.yaml"), write(tmp_path, BASE, "b.yaml")
+    with pytest.raises(ScenarioError, match="suite 'demo' is already defined"):
+        load_scenarios([a, b])
+
+
+def test_shipped_scenarios_are_valid_and_cover_the_pr_gate():
+    scenarios = load_scenarios()
+    pr = {s.id for s in select(scenarios, gate="pr")}
+    assert len(pr) >= 6
+    assert "llama-tiny/tp2-pp2" in pr
+    assert any(s.settings.get("sp") for s in scenarios if s.id in pr)
+    assert any(s.settings.get("compile") for s in scenarios if s.id in pr)
