@@ -117,7 +117,7 @@ def _run(scenario: Scenario, out_dir: Path, opts: RunOptions) -> Verdict:
         prepared = prepare(scenario, scenario.settings, out_dir, opts)
     except EngineUnavailable as exc:
         return Verdict(scenario.id, "error", str(exc), error={"exception": str(exc)})
-    reason = prepared.engine.unsupported_reason(scenario.settings)
+    reason = prepared.engine.unsupported_reason(scenario.settings, prepared.spec.model_dir)
     if reason:
         return Verdict(scenario.id, "unsupported", reason)
     try:  # check the golden before spending a launch on a run we cannot judge

@@ -31,8 +31,8 @@ class Engine(ABC):
     #: axis name -> the values this engine can run, or None for "any value"
     axes: dict[str, tuple | None] = {}
 
-    def unsupported_reason(self, settings: dict) -> str | None:
-        """Why this engine cannot run these settings, or None when it can."""
+    def unsupported_reason(self, settings: dict, model_dir: str | None = None) -> str | None:
+        """Why this engine cannot run these settings (on this model), or None when it can."""
         for axis, value in settings.items():
             if axis not in self.axes:
                 return f"engine '{self.name}' has no axis '{axis}' (it has: {', '.join(sorted(self.axes))})"

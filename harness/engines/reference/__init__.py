@@ -1,0 +1,64 @@
+"""The built-in `reference` engine: a small Llama-style inference engine in plain PyTorch,
+launched rank by rank with torch.distributed (gloo on CPU, NCCL on CUDA).
+
+    model.py     the model math of one pipeline stage, no parallelism in it
+    parallel.py  process groups, collectives, TP layers, parallelize()
+    loader.py    reads only this rank's layers and weight slices from safetensors
+    pipeline.py  KV cache, one step across PP stages, warm-up/compile, workloads
+    worker.py    the rank entry point (python -m harness.engines.reference.worker SPEC)
+    faults.py    named fault switches (spec.faults)
+
+This module stays import-light (no torch) because the CLI imports the engine registry.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+from harness.engines.base import Engine, LaunchPlan
+from harness.runspec import RunSpec
+
+
+class ReferenceEngine(Engine):
+    name = "reference"
+    axes = {"tp": None, "pp": None, "sp": (False, True), "compile": (False, True)}
+
+    def unsupported_reason(self, settings: dict, model_dir: str | Path | None = None) -> str | None:
+        """Base axis checks, the positivity / SP rules, and (given model_dir) the model's
+        divisibility by tp and layer count vs pp."""
+        reason = super().unsupported_reason(settings)
+        if reason:
+            return reason
+        tp, pp = int(settings.get("tp", 1)), int(settings.get("pp", 1))
+        if tp < 1 or pp < 1:
+            return f"tp and pp must be >= 1 (got tp={tp}, pp={pp})"
+        if settings.get("sp", False) and tp < 2:
+            return "sp (sequence parallelism) needs tp >= 2"
+        if model_dir is None:
+            return None
+        cfg = json.loads((Path(model_dir) / "config.json").read_text())
+        heads = cfg["num_attention_heads"]
+        for key, value in (("num_attention_heads", heads),
+                           ("num_key_value_heads", cfg.get("num_key_value_heads") or heads),
+                           ("intermediate_size", cfg["intermediate_size"]),
+                           ("vocab_size", cfg["vocab_size"])):
+            if value % tp:
+                return f"{key}={value} is not divisible by tp={tp}"
+        if pp > cfg["num_hidden_layers"]:
+            return f"pp={pp} exceeds num_hidden_layers={cfg['num_hidden_layers']}"
+        return None
+
+    def launch_plan(self, spec: RunSpec, spec_path: str) -> LaunchPlan:
+        world_size = spec.tp * spec.pp
+        env = {"TORCHINDUCTOR_COMPILE_THREADS": "1"}
+        if spec.device == "cpu" and "OMP_NUM_THREADS" not in os.environ:
+            # Ranks share the host's cores; without this each rank spawns a full pool.
+            env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // world_size))
+        return LaunchPlan(
+            world_size=world_size,
+            argv=[sys.executable, "-m", "harness.engines.reference.worker", spec_path],
+            env=env,
+        )

@@ -1,0 +1,83 @@
+"""Named fault switches of the reference engine.
+
+A scenario turns a fault on by listing it in RunSpec.faults as "name" or "name@param"
+(e.g. "rank-raise@1": raise on global rank 1). Each fault is registered here with a
+description; engine code asks `active(faults, name)` at the spot where the fault acts.
+Later bug-class faults (a dropped intermediate key, a wrong SP residual slice, ...)
+join the registry the same way and are checked where the bug would live.
+
+Stdlib only.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Fault:
+    name: str
+    description: str
+    takes_param: bool = False
+
+
+FAULTS: dict[str, Fault] = {}
+
+
+def register(name: str, description: str, takes_param: bool = False) -> Fault:
+    fault = Fault(name, description, takes_param)
+    FAULTS[name] = fault
+    return fault
+
+
+register("rank-raise", "raise RuntimeError on global rank N during the first forward (@N)", takes_param=True)
+register("rank-exit", "SIGKILL global rank N during the first forward, like an OOM kill (@N)", takes_param=True)
+register("rank-hang", "global rank N sleeps forever during the first forward (@N)", takes_param=True)
+
+
+def parse(faults: list[str]) -> dict[str, str | None]:
+    """name -> param (None when the fault takes none). Unknown or malformed names are an
+    error that lists the known ones, so a typo never silently runs a clean engine."""
+    parsed: dict[str, str | None] = {}
+    for item in faults:
+        name, _, param = item.partition("@")
+        if name not in FAULTS:
+            known = ", ".join(f"{f.name}{'@N' if f.takes_param else ''}" for f in FAULTS.values())
+            raise ValueError(f"unknown fault {item!r}; the reference engine knows: {known}")
+        if FAULTS[name].takes_param and not param:
+            raise ValueError(f"fault {name!r} needs a parameter: {name}@N")
+        if not FAULTS[name].takes_param and param:
+            raise ValueError(f"fault {name!r} takes no parameter, got {item!r}")
+        parsed[name] = param or None
+    return parsed
+
+
+def active(faults, name: str) -> str | bool:
+    """The fault's parameter if `name` is switched on (True for a parameterless one),
+    else False. `faults` is a RunSpec or its list of fault strings."""
+    faults = getattr(faults, "faults", faults)
+    if name not in FAULTS:
+        raise KeyError(f"no fault named {name!r} is registered")
+    parsed = parse(faults)
+    if name not in parsed:
+        return False
+    return parsed[name] if parsed[name] is not None else True
+
+
+def _on_rank(faults: list[str], name: str, rank: int) -> bool:
+    param = active(faults, name)
+    return param is not False and int(param) == rank
+
+
+def fire_rank_faults(faults: list[str], rank: int) -> None:
+    """The process-level faults, fired at the first forward of the run."""
+    if _on_rank(faults, "rank-raise", rank):
+        raise RuntimeError(f"fault rank-raise: injected failure on rank {rank}")
+    if _on_rank(faults, "rank-exit", rank):
+        os.kill(os.getpid(), signal.SIGKILL)
+    if _on_rank(faults, "rank-hang", rank):
+        while True:
+            time.sleep(3600)

@@ -1,0 +1,258 @@
+"""Everything that splits the model over ranks: process groups, collectives, the
+tensor-parallel layers, and parallelize() that swaps them into a plain LlamaStage.
+
+Rank layout (as vLLM): global rank = pp_rank * tp + tp_rank, so the TP ranks of one
+stage are neighbours and TP rank r of stage i talks to TP rank r of stage i+1.
+
+Every collective is wrapped in torch.compiler.disable: under torch.compile they become
+graph breaks and run eagerly, so gloo (which inductor cannot trace) works and the
+compiled graphs hold only local math.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch import nn
+
+
+@dataclass
+class ParallelContext:
+    rank: int
+    world_size: int
+    tp: int
+    pp: int
+    sp: bool
+    device: torch.device
+    backend: str
+    tp_group: object = field(default=None, repr=False)
+
+    @property
+    def tp_rank(self) -> int:
+        return self.rank % self.tp
+
+    @property
+    def pp_rank(self) -> int:
+        return self.rank // self.tp
+
+    @property
+    def is_first_stage(self) -> bool:
+        return self.pp_rank == 0
+
+    @property
+    def is_last_stage(self) -> bool:
+        return self.pp_rank == self.pp - 1
+
+    def global_rank(self, pp_rank: int, tp_rank: int) -> int:
+        return pp_rank * self.tp + tp_rank
+
+    @property
+    def prev_stage_peer(self) -> int:
+        return self.global_rank(self.pp_rank - 1, self.tp_rank)
+
+    @property
+    def next_stage_peer(self) -> int:
+        return self.global_rank(self.pp_rank + 1, self.tp_rank)
+
+    @property
+    def driver_rank(self) -> int:
+        """The rank that samples and writes outputs: TP rank 0 of the last stage."""
+        return self.global_rank(self.pp - 1, 0)
+
+    def token_shard(self, num_tokens: int) -> slice:
+        """This rank's own SP token slice [r*n/tp, (r+1)*n/tp) of a padded batch."""
+        n = num_tokens // self.tp
+        return slice(self.tp_rank * n, (self.tp_rank + 1) * n)
+
+
+def init_parallel(tp: int, pp: int, sp: bool, device_kind: str) -> ParallelContext:
+    """Join the process group (torchrun env vars, env:// init) and make the TP groups."""
+    import datetime
+    import os
+
+    rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    if world_size != tp * pp:
+        raise RuntimeError(f"WORLD_SIZE={world_size} but tp*pp={tp * pp}")
+    if device_kind == "cuda":
+        local_rank = int(os.environ.get("LOCAL_RANK", rank))
+        torch.cuda.set_device(local_rank)
+        device, backend = torch.device("cuda", local_rank), "nccl"
+    elif device_kind == "cpu":
+        device, backend = torch.device("cpu"), "gloo"
+    else:
+        raise ValueError(f"unknown device {device_kind!r} (cpu or cuda)")
+    # A long timeout: the harness's own watchdog decides when a run hangs.
+    dist.init_process_group(backend, init_method="env://", rank=rank, world_size=world_size,
+                            timeout=datetime.timedelta(minutes=30))
+    ctx = ParallelContext(rank, world_size, tp, pp, sp, device, backend)
+    # new_group is collective over the world: every rank creates every group, in order.
+    for stage in range(pp):
+        ranks = [ctx.global_rank(stage, r) for r in range(tp)]
+        group = dist.new_group(ranks)
+        if stage == ctx.pp_rank:
+            ctx.tp_group = group
+    return ctx
+
+
+# --- collectives -----------------------------------------------------------------------
+# The module-level context the TP layers use; set by parallelize().
+_CTX: ParallelContext | None = None
+
+
+@torch.compiler.disable
+def tp_all_reduce(x: torch.Tensor) -> torch.Tensor:
+    if _CTX.tp == 1:
+        return x
+    x = x.contiguous()
+    dist.all_reduce(x, group=_CTX.tp_group)
+    return x
+
+
+@torch.compiler.disable
+def tp_all_gather(x: torch.Tensor, dim: int) -> torch.Tensor:
+    if _CTX.tp == 1:
+        return x
+    x = x.contiguous()
+    parts = [torch.empty_like(x) for _ in range(_CTX.tp)]
+    dist.all_gather(parts, x, group=_CTX.tp_group)
+    return torch.cat(parts, dim=dim)
+
+
+@torch.compiler.disable
+def tp_reduce_scatter_tokens(x: torch.Tensor) -> torch.Tensor:
+    """Sum over TP ranks, keeping only this rank's token shard (dim 0). NCCL has a real
+    reduce-scatter; gloo does not everywhere, so there we all-reduce and slice (same
+    result, more traffic). This is the one place that choice is made."""
+    if _CTX.tp == 1:
+        return x
+    x = x.contiguous()
+    if _CTX.backend == "nccl":
+        out = torch.empty((x.shape[0] // _CTX.tp, *x.shape[1:]), dtype=x.dtype, device=x.device)
+        dist.reduce_scatter_tensor(out, x, group=_CTX.tp_group)
+        return out
+    dist.all_reduce(x, group=_CTX.tp_group)
+    return x[_CTX.token_shard(x.shape[0])].contiguous()
+
+
+def send_tensor_dict(tensors: dict[str, torch.Tensor], dst: int) -> None:
+    """Send a stage's intermediate tensors, key by key in sorted order (the receiver
+    walks its buffer in the same order)."""
+    for key in sorted(tensors):
+        dist.send(tensors[key].contiguous(), dst=dst)
+
+
+def recv_tensor_dict(buffers: dict[str, torch.Tensor], src: int) -> dict[str, torch.Tensor]:
+    """Receive into buffers allocated from the model's declaration, in sorted key order."""
+    for key in sorted(buffers):
+        dist.recv(buffers[key], src=src)
+    return buffers
+
+
+def broadcast_from(x: torch.Tensor, src: int) -> torch.Tensor:
+    """Broadcast over the whole world (e.g. sampled tokens from the driver rank)."""
+    if _CTX.world_size > 1:
+        dist.broadcast(x, src=src)
+    return x
+
+
+# --- tensor-parallel layers ------------------------------------------------------------
+
+class ColumnParallelLinear(nn.Module):
+    """Output features split over TP ranks (weight [out/tp, in]); no communication after.
+    Under SP the input is a token shard, so it is all-gathered along tokens first."""
+
+    def __init__(self, in_features: int, out_features_local: int, sp: bool):
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(out_features_local, in_features), requires_grad=False)
+        self.sp = sp
+
+    def forward(self, x):
+        if self.sp:
+            x = tp_all_gather(x, dim=0)
+        return F.linear(x, self.weight)
+
+
+class RowParallelLinear(nn.Module):
+    """Input features split over TP ranks (weight [out, in/tp]); partial sums are
+    all-reduced, or under SP reduce-scattered along tokens so each rank keeps its shard."""
+
+    def __init__(self, in_features_local: int, out_features: int, sp: bool):
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(out_features, in_features_local), requires_grad=False)
+        self.sp = sp
+
+    def forward(self, x):
+        y = F.linear(x, self.weight)
+        return tp_reduce_scatter_tokens(y) if self.sp else tp_all_reduce(y)
+
+
+class VocabParallelEmbedding(nn.Module):
+    """Rows [start, end) of the embedding; ids outside look up zeros, and the partial
+    embeddings are summed over TP ranks (reduce-scattered along tokens under SP)."""
+
+    def __init__(self, vocab_start: int, vocab_end: int, hidden: int, sp: bool):
+        super().__init__()
+        self.vocab_start, self.vocab_end = vocab_start, vocab_end
+        self.weight = nn.Parameter(torch.empty(vocab_end - vocab_start, hidden), requires_grad=False)
+        self.sp = sp
+
+    def forward(self, ids):
+        outside = (ids < self.vocab_start) | (ids >= self.vocab_end)
+        local = (ids - self.vocab_start).masked_fill(outside, 0)
+        out = F.embedding(local, self.weight).masked_fill(outside[:, None], 0)
+        return tp_reduce_scatter_tokens(out) if self.sp else tp_all_reduce(out)
+
+
+class VocabParallelLMHead(nn.Module):
+    """Rows [start, end) of lm_head; the local logits are all-gathered along the vocab so
+    every rank of the last stage holds the full logits. Under SP the token shards are
+    gathered first."""
+
+    def __init__(self, vocab_start: int, vocab_end: int, hidden: int, sp: bool):
+        super().__init__()
+        self.vocab_start, self.vocab_end = vocab_start, vocab_end
+        self.weight = nn.Parameter(torch.empty(vocab_end - vocab_start, hidden), requires_grad=False)
+        self.sp = sp
+
+    def forward(self, x):
+        if self.sp:
+            x = tp_all_gather(x, dim=0)
+        return tp_all_gather(F.linear(x, self.weight), dim=-1)
+
+
+def shard_range(total: int, rank: int, size: int) -> tuple[int, int]:
+    """[start, end) of an even split (total must divide by size)."""
+    if total % size:
+        raise ValueError(f"{total} does not divide by tp={size}")
+    n = total // size
+    return rank * n, (rank + 1) * n
+
+
+def parallelize(stage: nn.Module, ctx: ParallelContext) -> nn.Module:
+    """Swap the plain modules of a (meta-device) LlamaStage for TP ones with local
+    shapes, and divide its local head / intermediate counts. Weights are loaded after."""
+    global _CTX
+    _CTX = ctx
+    cfg, tp, sp = stage.cfg, ctx.tp, ctx.sp
+    hidden, d = cfg.hidden_size, cfg.head_dim
+    for name in ("num_attention_heads", "num_key_value_heads", "intermediate_size", "vocab_size"):
+        if getattr(cfg, name) % tp:
+            raise ValueError(f"{name}={getattr(cfg, name)} does not divide by tp={tp}")
+    with torch.device("meta"):
+        if stage.embed_tokens is not None:
+            stage.embed_tokens = VocabParallelEmbedding(*shard_range(cfg.vocab_size, ctx.tp_rank, tp), hidden, sp)
+        if stage.lm_head is not None:
+            stage.lm_head = VocabParallelLMHead(*shard_range(cfg.vocab_size, ctx.tp_rank, tp), hidden, sp)
+        for layer in stage.layers:
+            attn, mlp = layer.self_attn, layer.mlp
+            attn.num_heads //= tp
+            attn.num_kv_heads //= tp
+            attn.qkv_proj = ColumnParallelLinear(hidden, (attn.num_heads + 2 * attn.num_kv_heads) * d, sp)
+            attn.o_proj = RowParallelLinear(attn.num_heads * d, hidden, sp)
+            mlp.intermediate_size //= tp
+            mlp.gate_up_proj = ColumnParallelLinear(hidden, 2 * mlp.intermediate_size, sp)
+            mlp.down_proj = RowParallelLinear(mlp.intermediate_size, hidden, sp)
+    return stage

@@ -1,0 +1,240 @@
+"""The reference engine against HF transformers, and every parallel setting against TP1 eager.
+
+Multi-rank runs are real processes started by a small local spawner (torchrun-style env
+vars, a free port, a timeout, kill on failure), independent of harness.launch.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from harness.engines.reference import ReferenceEngine
+from harness.outputs import EngineOutputs
+from harness.runspec import RunSpec
+
+REPO = Path(__file__).resolve().parents[1]
+VOCAB = 512
+PROMPT_LENS = (5, 9, 3, 12)
+MAX_NEW = 6
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory) -> Path:
+    transformers = pytest.importorskip("transformers")
+    cfg = transformers.LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=4,
+                                   num_attention_heads=4, num_key_value_heads=2, vocab_size=VOCAB,
+                                   tie_word_embeddings=False)
+    torch.manual_seed(0)
+    model = transformers.LlamaForCausalLM(cfg)
+    path = tmp_path_factory.mktemp("tiny-llama")
+    model.save_pretrained(path, safe_serialization=True)
+    return path
+
+
+def prompts() -> list[list[int]]:
+    g = torch.Generator().manual_seed(1)
+    return [torch.randint(0, VOCAB, (n,), generator=g).tolist() for n in PROMPT_LENS]
+
+
+def make_spec(model_dir: Path, out: Path, dtype="float32", faults=(), **settings) -> RunSpec:
+    settings = {"tp": 1, "pp": 1, "sp": False, "compile": False, **settings}
+    workloads = [
+        {"name": "logits", "kind": "logprobs", "prompts": prompts(), "top_k": 8},
+        {"name": "greedy", "kind": "greedy", "prompts": prompts(), "max_new_tokens": MAX_NEW, "top_k": 5},
+    ]
+    return RunSpec("test/ref", "reference", str(model_dir), dtype, settings, workloads, str(out), list(faults))
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def spawn_ranks(spec: RunSpec, workdir: Path, timeout: float = 150) -> list[int]:
+    """Start every rank of the spec's launch plan as a real process; return exit codes.
+    Kills all ranks when one fails or the timeout passes."""
+    spec_path = workdir / "spec.json"
+    spec.save(spec_path)
+    plan = ReferenceEngine().launch_plan(spec, str(spec_path))
+    port = free_port()
+    procs = []
+    for rank in range(plan.world_size):
+        env = {**os.environ, **plan.env, "RANK": str(rank), "WORLD_SIZE": str(plan.world_size),
+               "LOCAL_RANK": str(rank), "LOCAL_WORLD_SIZE": str(plan.world_size),
+               "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
+               "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+        log = open(workdir / f"rank{rank}.log", "w")
+        procs.append(subprocess.Popen(plan.argv, env=env, cwd=REPO, stdout=log, stderr=subprocess.STDOUT))
+    deadline = time.monotonic() + timeout
+    try:
+        while any(p.poll() is None for p in procs):
+            if time.monotonic() > deadline or any(p.poll() not in (None, 0) for p in procs):
+                break
+            time.sleep(0.1)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+            p.wait()
+    return [p.returncode for p in procs]
+
+
+def run_setting(model_dir: Path, tmp_path: Path, **settings) -> EngineOutputs:
+    spec = make_spec(model_dir, tmp_path / "out", **settings)
+    codes = spawn_ranks(spec, tmp_path)
+    if codes != [0] * len(codes):
+        logs = "\n".join(f"--- {f.name}\n{f.read_text()[-3000:]}" for f in sorted(tmp_path.glob("rank*.log")))
+        pytest.fail(f"ranks exited {codes}\n{logs}")
+    return EngineOutputs.load(tmp_path / "out")
+
+
+def run_in_process(spec: RunSpec) -> EngineOutputs:
+    """World size 1 in this process (no spawn), through the same worker entry."""
+    from harness.engines.reference.worker import run
+
+    env = {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1",
+           "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())}
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        run(spec)
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    return EngineOutputs.load(spec.output_dir)
+
+
+@pytest.fixture(scope="module")
+def eager_tp1(tiny_model, tmp_path_factory) -> EngineOutputs:
+    return run_in_process(make_spec(tiny_model, tmp_path_factory.mktemp("tp1") / "out"))
+
+
+def max_logprob_delta(a: EngineOutputs, b: EngineOutputs) -> float:
+    """max |delta| over a's top-k ids, looked up in b's top-k (ids must match as sets)."""
+    wa, wb = a.workload("logits"), b.workload("logits")
+    assert torch.equal(wa["offsets"], wb["offsets"])
+    ids_a, ids_b = wa["topk_ids"], wb["topk_ids"]
+    # Sort each row by id so near-tied orderings do not count as differences.
+    sa, ia = ids_a.sort(dim=-1)
+    sb, ib = ids_b.sort(dim=-1)
+    assert torch.equal(sa, sb), "top-k id sets differ"
+    return (wa["topk_logprobs"].gather(1, ia) - wb["topk_logprobs"].gather(1, ib)).abs().max().item()
+
+
+def test_tp1_matches_transformers(tiny_model, eager_tp1):
+    transformers = pytest.importorskip("transformers")
+    hf = transformers.LlamaForCausalLM.from_pretrained(tiny_model, dtype=torch.float32,
+                                                       attn_implementation="eager").eval()
+    w = eager_tp1.workload("logits")
+    offsets, worst = w["offsets"], 0.0
+    for i, prompt in enumerate(prompts()):
+        with torch.no_grad():
+            ref = torch.log_softmax(hf(torch.tensor([prompt])).logits[0].float(), dim=-1)
+        rows = slice(offsets[i], offsets[i + 1])
+        ids = w["topk_ids"][rows]
+        assert torch.equal(ids[:, 0], ref.argmax(-1))
+        worst = max(worst, (ref.gather(1, ids) - w["topk_logprobs"][rows]).abs().max().item())
+        # greedy: HF's own generate, no EOS stop
+        with torch.no_grad():
+            gen = hf.generate(torch.tensor([prompt]), max_new_tokens=MAX_NEW, min_new_tokens=MAX_NEW,
+                              do_sample=False)
+        assert gen[0, len(prompt):].tolist() == eager_tp1.workload("greedy")["tokens"][i].tolist()
+    print(f"max |delta logprob| vs HF: {worst:.3g}")
+    assert worst <= 1e-5
+
+
+def test_output_format(eager_tp1):
+    n, p, k = sum(PROMPT_LENS), len(PROMPT_LENS), 8
+    w, g = eager_tp1.workload("logits"), eager_tp1.workload("greedy")
+    assert w["topk_ids"].shape == (n, k) and w["topk_ids"].dtype == torch.int64
+    assert w["topk_logprobs"].shape == (n, k) and w["topk_logprobs"].dtype == torch.float32
+    assert w["offsets"].tolist() == [0, 5, 14, 17, 29]
+    assert g["tokens"].shape == (p, MAX_NEW) and g["topk_ids"].shape == (p, MAX_NEW, 5)
+    assert torch.equal(g["tokens"], g["topk_ids"][..., 0])
+    meta = eager_tp1.meta
+    assert meta["engine"] == "reference" and set(meta["timings"]) == {"load_s", "warmup_s", "run_s"}
+    assert meta["stage_io"][0]["sent"] == {} and meta["stage_io"][0]["received"] == {}
+
+
+SETTINGS = {
+    "tp2": dict(tp=2),
+    "pp2": dict(pp=2),
+    "tp2-pp2": dict(tp=2, pp=2),
+    "tp2-sp": dict(tp=2, sp=True),
+    "tp2-pp2-sp": dict(tp=2, pp=2, sp=True),
+    "compile": dict(compile=True),
+    "tp2-compile": dict(tp=2, compile=True),
+}
+
+
+@pytest.mark.parametrize("name", list(SETTINGS))
+def test_setting_matches_tp1_eager(name, tiny_model, eager_tp1, tmp_path):
+    settings = SETTINGS[name]
+    out = run_setting(tiny_model, tmp_path, **settings)
+    delta = max_logprob_delta(eager_tp1, out)
+    print(f"{name}: max |delta logprob| vs tp1 eager: {delta:.3g}")
+    assert delta <= 1e-4
+    assert torch.equal(out.workload("greedy")["tokens"], eager_tp1.workload("greedy")["tokens"])
+    meta = out.meta
+    assert meta["settings"]["tp"] == settings.get("tp", 1)
+    if settings.get("pp", 1) > 1:
+        io = meta["stage_io"]
+        tp = settings.get("tp", 1)
+        for rank in range(tp):  # stage 0 TP rank r sends exactly what stage 1 TP rank r allocates
+            assert io[rank]["sent"] == io[tp + rank]["received"]
+            assert set(io[rank]["sent"]) == {"hidden_states", "residual"}
+    if settings.get("compile"):
+        # graphs were captured at warm-up, and real requests reused them
+        assert meta["compile"]["after_warmup"]["unique_graphs"] > 0, meta["compile"]
+        assert meta["compile"]["graphs_compiled_during_run"] == 0, meta["compile"]
+
+
+def test_unsupported_reasons(tiny_model):
+    eng = ReferenceEngine()
+    assert eng.unsupported_reason({"tp": 1, "sp": True}) is not None
+    assert eng.unsupported_reason({"tp": 2, "pp": 2, "sp": True}) is None
+    assert "num_attention_heads" in eng.unsupported_reason({"tp": 3}, model_dir=tiny_model)
+    assert "pp=5" in eng.unsupported_reason({"pp": 5}, model_dir=tiny_model)
+    assert eng.unsupported_reason({"tp": 2, "pp": 4}, model_dir=tiny_model) is None
+    assert "no axis" in eng.unsupported_reason({"ep": 2})
+
+
+def test_faults_registry():
+    from harness.engines.reference import faults
+
+    assert faults.active(["rank-raise@1"], "rank-raise") == "1"
+    assert faults.active([], "rank-raise") is False
+    assert faults.active(make_spec(Path("m"), Path("o"), faults=["rank-hang@0"]), "rank-hang") == "0"
+    with pytest.raises(ValueError, match="knows: rank-raise@N"):
+        faults.parse(["rank-explode@1"])
+
+
+def test_rank_raise_fault_fails_only_that_rank(tiny_model, tmp_path):
+    spec = make_spec(tiny_model, tmp_path / "out", faults=["rank-raise@1"], pp=2)
+    codes = spawn_ranks(spec, tmp_path, timeout=60)
+    assert codes[1] == 1
+    assert "fault rank-raise" in (tmp_path / "rank1.log").read_text()
+    assert not EngineOutputs.exists(tmp_path / "out")
+
+
+def test_layer_split_and_batch_groups():
+    from harness.engines.reference.model import pp_layer_split
+    from harness.engines.reference.pipeline import MAX_SEQS_PER_BATCH, batch_groups
+
+    assert pp_layer_split(5, 3) == [range(0, 2), range(2, 4), range(4, 5)]
+    assert pp_layer_split(4, 2) == [range(0, 2), range(2, 4)]
+    groups = batch_groups([[1, 2]] * (MAX_SEQS_PER_BATCH + 3))
+    assert [len(g) for g in groups] == [MAX_SEQS_PER_BATCH, 3]
+    assert batch_groups([]) == []
