@@ -1,0 +1,48 @@
+# Entry points for people and CI. `make help` lists them.
+PYTHON ?= python3
+HARNESS := $(PYTHON) -m harness
+PYTEST := $(PYTHON) -m pytest
+JOBS ?= 2
+# One target per scenario id (`make llama-tiny/tp2-pp2-sp`), read from the scenario files.
+SCENARIOS := $(shell $(HARNESS) list --ids-only 2>/dev/null)
+
+.PHONY: help install test test-fast golden pr-gate nightly list bench $(SCENARIOS)
+
+help:
+	@echo "make install    install the harness and its test tools (torch 2.13.0 CPU first)"
+	@echo "make test       the harness's own tests (unit + end-to-end with real ranks)"
+	@echo "make pr-gate    install, then run the PR-gate scenarios and write reports/<run-id>/"
+	@echo "make nightly    run every scenario"
+	@echo "make golden     regenerate every suite's golden (eager, single process)"
+	@echo "make list       list scenarios; 'make <scenario-id>' runs one, e.g. make llama-tiny/tp2-pp2"
+	@echo "make bench      the PR-gate benchmark (docs/BENCHMARKS.md)"
+
+# torch first and pinned: any other torch (or a package asking for a newer one)
+# pulls several GB of CUDA wheels on a CPU machine.
+install:
+	$(PYTHON) -m pip install -q torch==2.13.0
+	$(PYTHON) -m pip install -q -e ".[test]"
+
+test:
+	$(PYTEST) tests -n $(JOBS) -rs
+
+test-fast:
+	$(PYTEST) tests -m "not e2e" -rs
+
+pr-gate: install
+	$(HARNESS) run --gate pr
+
+nightly:
+	$(HARNESS) run --gate nightly
+
+golden:
+	$(HARNESS) golden
+
+list:
+	@$(HARNESS) list
+
+bench:
+	$(PYTHON) bench/pr_gate.py
+
+$(SCENARIOS):
+	$(HARNESS) run $@

@@ -1,0 +1,213 @@
+"""End to end, as a user drives it: the `harness` CLI and pytest over a small scenario
+file, real rank processes on the reference engine, real gloo. Each test checks the
+verdict, the report, the exit code, and that no process of the run is left behind."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.e2e
+ROOT = Path(__file__).resolve().parent.parent
+
+DEMO = """
+suite: demo
+model: tiny-llama
+timeout_s: 120
+workloads:
+  - {name: logits, kind: logprobs, num_prompts: 3, max_prompt_tokens: 40, top_k: 10}
+  - {name: greedy, kind: greedy, num_prompts: 2, max_prompt_tokens: 30, max_new_tokens: 6, top_k: 10}
+golden: {tp: 1, pp: 1, sp: false}
+matrix: {tp: [1, 2], pp: [1, 2], sp: [false, true]}
+exclude: [{tp: 1, sp: true}]
+gates: {pr: [tp2-pp2]}
+"""
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory):
+    """A scenario dir with the demo suite and its golden, made by `harness golden`."""
+    root = tmp_path_factory.mktemp("demo")
+    (root / "scenarios").mkdir()
+    (root / "scenarios" / "demo.yaml").write_text(DEMO)
+    env = {**os.environ, "HARNESS_GOLDEN_DIR": str(root / "golden")}
+    result = harness(root, env, "golden", "demo", "--work-dir", str(root / "golden-runs"))
+    assert result.returncode == 0, result.stderr
+    assert (root / "golden" / "demo" / "manifest.json").exists()
+    return root, env
+
+
+def harness(root: Path, env: dict, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "harness", "--scenarios", str(root / "scenarios"), *args]
+    return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def run(root: Path, env: dict, run_id: str, *args: str) -> tuple[subprocess.CompletedProcess, Path]:
+    result = harness(root, env, "run", "--report-dir", str(root / "reports"), "--run-id", run_id, *args)
+    return result, root / "reports" / run_id
+
+
+def verdict_of(run_dir: Path, scenario: str) -> dict:
+    return json.loads((run_dir / "scenarios" / scenario.replace("/", "__") / "verdict.json").read_text())
+
+
+def survivors(marker: Path) -> list[str]:
+    """Live processes whose command line mentions `marker` (every rank's does: its spec path)."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if str(marker) in cmdline and state != "Z":
+            found.append(f"{pid}: {cmdline}")
+    return found
+
+
+def test_matrix_passes_against_the_golden(demo):
+    root, env = demo
+    result, run_dir = run(root, env, "clean", "demo")
+    assert result.returncode == 0, result.stdout + result.stderr
+    for sid in ("demo/tp1-pp1", "demo/tp2-pp1", "demo/tp1-pp2", "demo/tp2-pp2", "demo/tp2-pp1-sp", "demo/tp2-pp2-sp"):
+        v = verdict_of(run_dir, sid)
+        assert v["verdict"] == "pass", v["reason"]
+        assert {c["name"] for c in v["checks"]} == {"logits", "greedy"}
+    assert "**OK**" in (run_dir / "summary.md").read_text()
+    assert (run_dir / "junit.xml").exists()
+    assert len(list((run_dir / "scenarios" / "demo__tp2-pp2" / "logs").glob("rank*.log"))) == 4
+    assert not survivors(run_dir)
+
+
+def test_rank_that_raises_is_a_crash_naming_the_rank(demo):
+    root, env = demo
+    result, run_dir = run(root, env, "raise", "demo/tp2-pp2", "--fault", "rank-raise@3")
+    assert result.returncode == 1
+    v = verdict_of(run_dir, "demo/tp2-pp2")
+    assert v["verdict"] == "crash" and v["crash"]["rank"] == 3, v["reason"]
+    assert "RuntimeError" in v["crash"]["exception"] and "injected failure on rank 3" in v["crash"]["traceback"]
+    assert "rank 3 crashed" in (run_dir / "summary.md").read_text()
+    assert "harness run demo/tp2-pp2 --fault rank-raise@3" in v["reproduce"]
+    assert not survivors(run_dir)
+
+
+def test_rank_that_is_killed_is_a_crash_naming_rank_and_signal(demo):
+    root, env = demo
+    result, run_dir = run(root, env, "kill", "demo/tp2-pp1", "--fault", "rank-exit@1")
+    assert result.returncode == 1
+    v = verdict_of(run_dir, "demo/tp2-pp1")
+    assert v["verdict"] == "crash" and v["crash"]["rank"] == 1 and v["crash"]["signal"] == "SIGKILL", v["reason"]
+    assert not survivors(run_dir)
+
+
+def test_rank_that_hangs_is_a_hang_with_every_rank_located(demo):
+    root, env = demo
+    result, run_dir = run(root, env, "hang", "demo/tp2-pp1", "--fault", "rank-hang@1", "--timeout", "25")
+    assert result.returncode == 1
+    v = verdict_of(run_dir, "demo/tp2-pp1")
+    assert v["verdict"] == "hang", v["reason"]
+    assert set(v["hang"]["stuck_at"]) == {"0", "1"}
+    assert "faults.py" in v["hang"]["stuck_at"]["1"]  # the hung rank, at the injected sleep
+    assert "faults.py" not in v["hang"]["stuck_at"]["0"]  # its peer, waiting in a collective
+    assert not survivors(run_dir)
+
+
+def test_ctrl_c_stops_the_ranks_and_still_writes_the_report(demo):
+    root, env = demo
+    run_dir = root / "reports" / "interrupt"
+    cmd = [sys.executable, "-m", "harness", "--scenarios", str(root / "scenarios"), "run", "demo/tp1-pp1", "demo/tp2-pp2",
+           "--report-dir", str(root / "reports"), "--run-id", "interrupt", "--fault", "rank-hang@0"]
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    log = run_dir / "scenarios" / "demo__tp1-pp1" / "logs" / "rank0.log"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not (log.exists() and survivors(run_dir)):
+        time.sleep(0.2)
+    time.sleep(2)
+    assert survivors(run_dir), "the rank never started"
+    proc.send_signal(signal.SIGINT)
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 130, out
+    meta = json.loads((run_dir / "run.json").read_text())
+    assert meta["interrupted"] is True
+    assert "interrupted" in (run_dir / "summary.md").read_text()
+    assert not survivors(run_dir)
+
+
+def test_missing_golden_is_an_error_that_says_how_to_make_it(demo, tmp_path):
+    root, env = demo
+    result, run_dir = run(root, {**env, "HARNESS_GOLDEN_DIR": str(tmp_path / "none")}, "nogolden", "demo/tp1-pp1")
+    assert result.returncode == 1
+    v = verdict_of(run_dir, "demo/tp1-pp1")
+    assert v["verdict"] == "error" and "harness golden demo" in v["reason"]
+    assert not (run_dir / "scenarios" / "demo__tp1-pp1" / "logs").exists()  # no launch without a golden
+
+
+def test_stale_golden_names_what_differs(demo, tmp_path):
+    root, env = demo
+    import shutil
+
+    stale = tmp_path / "golden"
+    shutil.copytree(root / "golden", stale)
+    manifest = json.loads((stale / "demo" / "manifest.json").read_text())
+    manifest["workload_sha256"] = "0" * 64
+    (stale / "demo" / "manifest.json").write_text(json.dumps(manifest))
+    result, run_dir = run(root, {**env, "HARNESS_GOLDEN_DIR": str(stale)}, "stale", "demo/tp1-pp1")
+    assert result.returncode == 1
+    v = verdict_of(run_dir, "demo/tp1-pp1")
+    assert v["verdict"] == "error" and "workload_sha256: golden has '000" in v["error"]["exception"]
+
+
+def test_expected_failure_and_unexpected_pass(demo, tmp_path):
+    root, env = demo
+    scen = tmp_path / "scenarios"
+    scen.mkdir()
+    (scen / "demo.yaml").write_text(
+        DEMO
+        + "faults: [rank-raise@1]\n"
+        + "expected_failures:\n  - {match: {tp: 2, pp: 1, sp: false}, reason: 'known bug: rank 1 raises'}\n"
+        + "  - {match: {tp: 1, pp: 1}, reason: 'marked broken, but it is fixed'}\n"
+    )
+    result = harness(tmp_path, env, "run", "demo/tp2-pp1", "demo/tp1-pp1", "--report-dir", str(tmp_path / "r"), "--run-id", "x")
+    run_dir = tmp_path / "r" / "x"
+    xfail, fixed = verdict_of(run_dir, "demo/tp2-pp1"), verdict_of(run_dir, "demo/tp1-pp1")
+    assert xfail["verdict"] == "expected-failure" and xfail["observed"] == "crash" and xfail["as_expected"]
+    assert fixed["verdict"] == "pass" and not fixed["as_expected"]  # a fixed bug is noticed
+    assert result.returncode == 1 and "demo/tp1-pp1" in result.stderr
+
+
+# The demo scenarios live outside the project, where its conftest.py does not reach.
+PLUGIN = ["-p", "harness.pytest_plugin", "-p", "no:cacheprovider"]
+
+
+def test_pytest_collects_one_item_per_scenario_and_runs_under_xdist(demo, tmp_path):
+    root, env = demo
+    collect = subprocess.run(
+        [sys.executable, "-m", "pytest", str(root / "scenarios"), "--collect-only", "-q", "-m", "pr", *PLUGIN],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
+    )
+    assert "demo.yaml::tp2-pp2" in collect.stdout and "1/6 tests collected" in collect.stdout, collect.stdout
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", str(root / "scenarios" / "demo.yaml") + "::tp1-pp1", str(root / "scenarios" / "demo.yaml") + "::tp2-pp1",
+         "-n", "2", *PLUGIN, "--harness-report-dir", str(tmp_path)],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
+    )
+    assert result.returncode == 0, result.stdout[-3000:]
+    assert "2 passed" in result.stdout
+    (run_dir,) = tmp_path.glob("pytest-*")  # both xdist workers wrote into one run directory
+    assert len(list(run_dir.glob("scenarios/*/verdict.json"))) == 2 and (run_dir / "summary.md").exists()
+
+
+def test_bad_scenario_file_is_reported_with_file_and_field(tmp_path):
+    (tmp_path / "scenarios").mkdir()
+    bad = tmp_path / "scenarios" / "bad.yaml"
+    bad.write_text(DEMO.replace("golden: {tp: 1, pp: 1, sp: false}", "golden: {tp: 1, pp: 1, sp: false, ep: 4}"))
+    result = harness(tmp_path, dict(os.environ), "list")
+    assert result.returncode == 2
+    assert str(bad) in result.stderr and "golden names axes not in the matrix: ['ep']" in result.stderr
