@@ -96,7 +96,8 @@ def harness_versions() -> dict:
 
 def cmd_run(args, scenarios) -> int:
     from harness.report import write_report
-    from harness.runner import RunOptions, run_scenario
+    from harness.runner import RunOptions
+    from harness.session import run_session
 
     chosen = select(scenarios, args.ids, args.gate)
     if not chosen:
@@ -108,14 +109,9 @@ def cmd_run(args, scenarios) -> int:
     opts = RunOptions(timeout_s=args.timeout, faults=args.fault, env=dict(args.env), device=args.device)
     meta = {"run_id": run_id, "gate": args.gate, "scenarios": [s.id for s in chosen], "faults": args.fault, "versions": harness_versions(), "started": time.time()}
     write_report(run_dir, meta)
-    print(f"harness: running {len(chosen)} scenarios -> {run_dir}", flush=True)
     interrupted = False
     try:
-        for i, scenario in enumerate(chosen, 1):
-            print(f"[{i}/{len(chosen)}] {scenario.id} ...", flush=True)
-            verdict = run_scenario(scenario, run_dir, opts)
-            mark = "" if verdict.as_expected else "  <-- NOT AS EXPECTED"
-            print(f"[{i}/{len(chosen)}] {verdict.headline()} ({verdict.duration_s:.1f}s){mark}", flush=True)
+        run_session(chosen, run_dir, opts)
     except KeyboardInterrupt:
         interrupted = True
         print("\nharness: interrupted; ranks stopped, writing the report of what finished", file=sys.stderr)

@@ -14,6 +14,12 @@ A workload is a plain dict so engines can pass through fields they do not know:
      "max_new_tokens": 16, "top_k": 20}
         greedy generation of exactly max_new_tokens per prompt (no EOS stop), with
         the top-k logprobs of every generated step (used by the near-tie rule).
+
+Image inputs (models with a vision encoder): a workload may carry
+    "images": [null | "/abs/path/to/image.png", ...]   one entry per prompt
+PNG files written by the harness; a prompt with an image holds the model's image
+placeholder token(s) where the image goes. Text-only prompts have null. Engines
+read the PNG themselves (Pillow is allowed on the engine side for this).
 """
 
 from __future__ import annotations
