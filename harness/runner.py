@@ -133,7 +133,7 @@ def _run(scenario: Scenario, out_dir: Path, opts: RunOptions) -> Verdict:
 def _from_outcome(scenario: Scenario, outcome: LaunchOutcome, golden: EngineOutputs, prepared: Prepared) -> Verdict:
     logs = {str(r): p for r, p in outcome.logs.items()}
     if outcome.status == "crash":
-        f = outcome.failure
+        f = prepared.engine.refine_crash(outcome.failure, _read(outcome.failure.log))
         what = f.exception or (f"killed by {f.signal}" if f.signal else f"exit code {f.exitcode}")
         return Verdict(scenario.id, "crash", f"rank {f.rank} crashed: {what}", crash=asdict(f), logs=logs)
     if outcome.status == "hang":
@@ -160,6 +160,13 @@ def _from_outcome(scenario: Scenario, outcome: LaunchOutcome, golden: EngineOutp
         checks=[asdict(c) for c in checks],
         logs=logs,
     )
+
+
+def _read(path: str) -> str:
+    try:
+        return Path(path).read_text(errors="replace")
+    except OSError:
+        return ""
 
 
 def _apply_expectation(verdict: Verdict) -> Verdict:

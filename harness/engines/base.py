@@ -45,6 +45,13 @@ class Engine(ABC):
     def launch_plan(self, spec: RunSpec, spec_path: str) -> LaunchPlan:
         """The processes that run `spec` (already saved at `spec_path`)."""
 
+    def refine_crash(self, failure, log_text: str):
+        """Engines that run their own worker processes (vLLM) see a crash as a generic
+        engine-dead error in the launched process; they override this to return the
+        RankFailure of the worker that really died (its rank/name, root-cause exception
+        and traceback, parsed from `log_text`). Default: the launcher's view is right."""
+        return failure
+
     def versions(self) -> dict[str, str]:
         """Versions that go into golden manifests and reports."""
         import torch
