@@ -643,22 +643,23 @@ class _Attempt:
 
 def run_ranks(
     plan: LaunchPlan, log_dir: Path, timeout_s: float, env: dict[str, str] | None = None,
-    cluster: Cluster | None = None,
+    cluster: Cluster | None = None, cancel: threading.Event | None = None,
 ) -> LaunchOutcome:
     """Run `plan` to its end (on `cluster`'s nodes if given); see the module docstring
-    for what each outcome means."""
+    for what each outcome means. Setting `cancel` (from another thread) acts as Ctrl-C
+    does: this matters where run_ranks runs in a worker thread, which signals never reach."""
     log_dir = Path(log_dir)
     log_dir.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
     for attempt_no in range(PORT_ATTEMPTS):
-        outcome, attempt = _run_attempt(plan, log_dir, timeout_s, env, t0, cluster)
+        outcome, attempt = _run_attempt(plan, log_dir, timeout_s, env, t0, cluster, cancel)
         if outcome.status == "crash" and attempt.addr_in_use() and attempt_no + 1 < PORT_ATTEMPTS:
             continue  # MASTER_PORT was taken between free_port() and bind(): new port
         return outcome
     raise AssertionError("unreachable")  # pragma: no cover
 
 
-def _run_attempt(plan, log_dir, timeout_s, env, t0, cluster) -> tuple[LaunchOutcome, _Attempt]:
+def _run_attempt(plan, log_dir, timeout_s, env, t0, cluster, cancel) -> tuple[LaunchOutcome, _Attempt]:
     attempt = _Attempt(plan, log_dir, free_port(), env, cluster)
     outcome = LaunchOutcome(
         status="interrupted",
@@ -674,6 +675,8 @@ def _run_attempt(plan, log_dir, timeout_s, env, t0, cluster) -> tuple[LaunchOutc
             attempt.start()
             deadline = time.monotonic() + timeout_s
             while True:
+                if cancel is not None and cancel.is_set():
+                    raise KeyboardInterrupt("cancelled")
                 new = attempt.poll()
                 failed = [e for e in new if e.failed]
                 if failed:
