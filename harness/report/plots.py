@@ -86,9 +86,11 @@ def heatmap(verdicts: list[Verdict], new_failures: set[str]) -> str | None:
         return None
     row_axis, col_axis, panel_axes = _grid_axes(verdicts)
     rows, cols = _values(verdicts, row_axis), _values(verdicts, col_axis)
-    combos = list(itertools.product(*[_values(verdicts, a) for a in panel_axes]))
+    # Panels that hold at least one scenario (an excluded combination gets none).
+    combos = sorted({tuple(v.settings.get(a) for a in panel_axes) for v in verdicts}, key=str)
     by_settings = {tuple(sorted(v.settings.items(), key=lambda kv: kv[0])): v for v in verdicts}
     fig = Figure(figsize=(max(3.2 * len(combos), 4), 1.1 * len(rows) + 1.4))
+    fig.subplots_adjust(wspace=0.35)
     cmap = ListedColormap([COLORS[c] for c in CATEGORIES])
     for i, combo in enumerate(combos):
         ax = fig.add_subplot(1, len(combos), i + 1)
@@ -110,7 +112,7 @@ def heatmap(verdicts: list[Verdict], new_failures: set[str]) -> str | None:
                 ax.text(c, r - 0.36, "NEW", ha="center", va="center", fontsize=7, fontweight="bold")
         ax.imshow(codes, cmap=cmap, vmin=0, vmax=len(CATEGORIES) - 1, aspect="auto")
         ax.set_xticks(range(len(cols)), [f"{col_axis}={c}" if col_axis else "" for c in cols])
-        ax.set_yticks(range(len(rows)), [f"{row_axis}={r}" if row_axis else "" for r in rows])
+        ax.set_yticks(range(len(rows)), [f"{row_axis}={r}" if row_axis and i == 0 else "" for r in rows])
         ax.set_title(_panel_title(panel_axes, combo), fontsize=10)
     shown = sorted({verdict_label(v) for v in verdicts}, key=CATEGORIES.index)
     fig.legend(handles=[Patch(color=COLORS[c], label=c) for c in shown], loc="lower center", ncol=len(shown), fontsize=8, bbox_to_anchor=(0.5, -0.08))
