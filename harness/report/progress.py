@@ -90,20 +90,24 @@ class LiveProgress(Progress):
         self._live = None
 
     def _render(self):
+        # Text objects, not markup strings: rich re-renders the display with the options
+        # of the last print, and those lines are printed with markup off.
+        from rich.console import Group
         from rich.progress_bar import ProgressBar
         from rich.table import Table
+        from rich.text import Text
 
         with self._lock:  # a snapshot; rich draws it outside the lock
             s = self._state
             running = sorted(s.running.items(), key=lambda kv: kv[1])
             total, done, elapsed, failures = s.total, s.done, s.elapsed(), len(s.failures)
-        grid = Table.grid(padding=(0, 1))
-        grid.add_row(ProgressBar(total=max(total, 1), completed=done, width=30), f"{done}/{total} scenarios", f"elapsed {elapsed}",
-                     f"[{'bold red' if failures else 'green'}]{failures} not as expected")
+        header = Table.grid(padding=(0, 1))
+        header.add_row(ProgressBar(total=max(total, 1), completed=done, width=24), Text(f"{done}/{total} done, elapsed {elapsed},"),
+                       Text(f"{failures} not as expected", style="bold red" if failures else "green"))
         now = time.monotonic()
-        for scenario, since in running:
-            grid.add_row("", f"[cyan]running[/] {scenario}", _clock(now - since), "")
-        return grid
+        lines = [Text.assemble(("  running ", "cyan"), scenario, f"  {_clock(now - since)}", no_wrap=True, overflow="ellipsis")
+                 for scenario, since in running]
+        return Group(header, *lines)
 
     def start(self, total: int, run_dir: Path) -> None:
         from rich.live import Live
