@@ -119,7 +119,7 @@ def cmd_run(args, scenarios) -> int:
     write_report(run_dir, meta, history)
     interrupted = False
     try:
-        run_session(chosen, run_dir, opts, choose_progress())
+        run_session(chosen, run_dir, opts, progress=choose_progress())
     except KeyboardInterrupt:
         interrupted = True
         print("\nharness: interrupted; ranks stopped, writing the report of what finished", file=sys.stderr)
