@@ -105,7 +105,9 @@ def pytest_sessionfinish(session, exitstatus):
         from harness.report import write_report
         from harness.report.history import history_dir
 
-        write_report(run_dir, {"run_id": run_dir.name, "via": "pytest"}, history_dir(run_dir.parent))
+        gate = session.config.getoption("markexpr") if session.config.getoption("markexpr") in ("pr", "nightly") else None
+        # `-m pr` is the PR gate: its history and comparison are the CLI's `--gate pr` ones.
+        write_report(run_dir, {"run_id": run_dir.name, "via": "pytest", "gate": gate}, history_dir(run_dir.parent))
         session.config._harness_report = run_dir
 
 

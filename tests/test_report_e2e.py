@@ -91,6 +91,23 @@ def test_two_real_shards_merge_into_the_report_of_the_unsharded_run(runs):
     assert merged_meta["scenarios"] == clean_meta["scenarios"] and merged_meta["merged_from"] == ["shard0", "shard1"]
 
 
+def test_a_pytest_session_of_the_pr_gate_compares_with_the_cli_runs(runs):
+    root, reports, _ = runs
+    env = {**os.environ, "HARNESS_GOLDEN_DIR": str(root / "golden")}
+    env.pop("HARNESS_HISTORY_DIR", None)
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", str(root / "scenarios"), "-m", "pr", "-p", "harness.pytest_plugin", "-p", "no:cacheprovider",
+         "--harness-report-dir", str(reports)],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,
+    )
+    assert result.returncode == 0, result.stdout[-3000:]
+    (run_dir,) = reports.glob("pytest-*")
+    meta = json.loads((run_dir / "run.json").read_text())
+    assert meta["gate"] == "pr" and meta["changes"]["previous_run"] == "faulty"
+    assert meta["changes"]["fixed"] == ["rdemo/tp2-pp1"] and meta["changes"]["new_failures"] == []
+    assert "report.html" in result.stdout
+
+
 def _chromium(profile: Path, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run([CHROMIUM, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", *args], capture_output=True, text=True, timeout=180)
 
