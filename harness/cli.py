@@ -43,6 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--device", choices=["cpu", "cuda"], default=os.environ.get("HARNESS_DEVICE", "cpu"))
     run.add_argument("--report-dir", type=Path, default=Path(os.environ.get("HARNESS_REPORTS_DIR", DEFAULT_REPORTS)))
     run.add_argument("--run-id", help="name of the run directory (default: time and gate)")
+    run.add_argument("--history", type=Path, help="history store (default: $HARNESS_HISTORY_DIR or <report-dir>/history)")
     run.add_argument("--jobs", type=int, default=None, help="scenarios at once, packed onto the devices (default: $HARNESS_JOBS or 1)")
     run.add_argument("--devices", type=int, help="device slots of this machine (default: $HARNESS_DEVICES, else the GPU count on cuda, a CPU-based count on cpu)")
     run.add_argument("--nodes", type=Path, help="nodes file for scenarios bigger than this machine (default: $HARNESS_NODES)")
@@ -60,8 +61,12 @@ def build_parser() -> argparse.ArgumentParser:
     gold.add_argument("--device", choices=["cpu", "cuda"], default=os.environ.get("HARNESS_DEVICE", "cpu"))
     gold.add_argument("--work-dir", type=Path, default=DEFAULT_REPORTS / "golden-runs")
 
-    rep = sub.add_parser("report", help="rebuild the report of a run directory")
-    rep.add_argument("run_dir", type=Path)
+    rep = sub.add_parser("report", help="rebuild a run's report, merge shard runs into one, or diff two runs")
+    rep.add_argument("run_dir", type=Path, nargs="?", help="the run directory whose report to rebuild")
+    rep.add_argument("--merge", type=Path, nargs="+", metavar="DIR", help="run directories (shards of one run) to merge into -o OUT")
+    rep.add_argument("-o", "--out", type=Path, help="the new run directory of --merge")
+    rep.add_argument("--diff", type=Path, nargs=2, metavar=("OLD", "NEW"), help="what changed from run OLD to run NEW")
+    rep.add_argument("--history", type=Path, help="history store (default: $HARNESS_HISTORY_DIR or history/ beside the run directory)")
     return p
 
 
@@ -112,6 +117,8 @@ def harness_versions() -> dict:
 def cmd_run(args, scenarios) -> int:
     from harness.planning import default_jobs, plan_run
     from harness.report import write_report
+    from harness.report.history import history_dir
+    from harness.report.progress import choose_progress
     from harness.runner import RunOptions
     from harness.session import run_session
 
@@ -128,15 +135,16 @@ def cmd_run(args, scenarios) -> int:
     opts = RunOptions(timeout_s=args.timeout, faults=args.fault, env=dict(args.env), device=args.device,
                       devices=plan.devices, cluster=plan.cluster)
     meta = {"run_id": run_id, "gate": args.gate, "scenarios": [s.id for s in chosen], "faults": args.fault, "versions": harness_versions(), "started": time.time(), **plan.meta}
-    write_report(run_dir, meta)
+    history = history_dir(args.report_dir, args.history)
+    write_report(run_dir, meta, history)
     interrupted = False
     try:
-        run_session(chosen, run_dir, opts, jobs=args.jobs, cost=plan.cost)
+        run_session(chosen, run_dir, opts, progress=choose_progress(), jobs=args.jobs, cost=plan.cost)
     except KeyboardInterrupt:
         interrupted = True
         print("\nharness: interrupted; ranks stopped, writing the report of what finished", file=sys.stderr)
-    meta = write_report(run_dir, {"interrupted": interrupted, "finished": time.time()})
-    print(f"harness: {', '.join(f'{n} {k}' for k, n in sorted(meta['counts'].items()))}; report: {run_dir / 'summary.md'}")
+    meta = write_report(run_dir, {"interrupted": interrupted, "finished": time.time()}, history)
+    print(f"harness: {', '.join(f'{n} {k}' for k, n in sorted(meta['counts'].items()))}; report: {run_dir / 'report.html'}")
     if interrupted:
         return 130
     if meta["not_as_expected"]:
@@ -177,10 +185,35 @@ def cmd_durations(args) -> int:
 
 
 def cmd_report(args) -> int:
+    """Rebuild (RUN_DIR), merge (--merge DIR... -o OUT) or diff (--diff OLD NEW);
+    exits 1 when the report shows scenarios not as expected (diff: new regressions)."""
     from harness.report import write_report
+    from harness.report.history import history_dir
+    from harness.report.merge import ReportError, diff_runs, merge_runs, read_run
 
-    meta = write_report(args.run_dir)
-    print((args.run_dir / "summary.md").read_text())
+    modes = sum(x is not None for x in (args.run_dir, args.merge, args.diff))
+    if modes != 1:
+        print("harness report: give exactly one of RUN_DIR, --merge DIR... -o OUT, --diff OLD NEW", file=sys.stderr)
+        return 2
+    try:
+        if args.diff:
+            text, regressed = diff_runs(*args.diff)
+            print(text)
+            return 1 if regressed else 0
+        if args.merge:
+            if args.out is None:
+                raise ReportError("--merge needs -o OUT, the new run directory")
+            merge_runs(args.merge, args.out)
+            run_dir = args.out
+        else:
+            run_dir = args.run_dir
+            read_run(run_dir)  # a clear error for a directory that is not a run
+    except ReportError as exc:
+        print(f"harness report: {exc}", file=sys.stderr)
+        return 2
+    meta = write_report(run_dir, history_dir=history_dir(run_dir.resolve().parent, args.history))
+    print((run_dir / "summary.md").read_text())
+    print(f"harness: report: {run_dir / 'report.html'}")
     return 1 if meta["not_as_expected"] else 0
 
 

@@ -14,6 +14,7 @@ may be overridden per scenario file; every result prints the ones it used.
 
 from __future__ import annotations
 
+import re
 from dataclasses import asdict, dataclass, field
 
 import torch
@@ -33,6 +34,13 @@ class Tolerance:
             f"|dlogprob|<={self.logprob_atol:g}, KL<={self.kl_max:g}, "
             f"top1>={self.top1_min:g}, near-tie<={self.near_tie:g}"
         )
+
+    @classmethod
+    def parse(cls, text: str) -> "Tolerance | None":
+        """The inverse of describe(): reports read the bounds back from verdict files.
+        None when `text` is not a description (an older or foreign verdict)."""
+        found = re.fullmatch(r"\|dlogprob\|<=(\S+), KL<=(\S+), top1>=(\S+), near-tie<=(\S+)", text.strip())
+        return cls(*(float(x) for x in found.groups())) if found else None
 
 
 # float32: the noise floor measured across tp/pp/sp/compile is ~1e-5 (docs/TOLERANCES.md);

@@ -147,12 +147,15 @@ def pytest_sessionfinish(session, exitstatus):
     run_dir = _run_dir(session.config)
     if (run_dir / "scenarios").exists():
         from harness.report import write_report
+        from harness.report.history import history_dir
 
-        write_report(run_dir, {"run_id": run_dir.name, "via": "pytest"})
+        gate = session.config.getoption("markexpr") if session.config.getoption("markexpr") in ("pr", "nightly") else None
+        # `-m pr` is the PR gate: its history and comparison are the CLI's `--gate pr` ones.
+        write_report(run_dir, {"run_id": run_dir.name, "via": "pytest", "gate": gate}, history_dir(run_dir.parent))
         session.config._harness_report = run_dir
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
     run_dir = getattr(config, "_harness_report", None)
     if run_dir:
-        terminalreporter.write_line(f"harness report: {run_dir / 'summary.md'}")
+        terminalreporter.write_line(f"harness report: {run_dir / 'summary.md'} and {run_dir / 'report.html'}")

@@ -170,6 +170,7 @@ def _run(scenario: Scenario, out_dir: Path, opts: RunOptions, lease: Lease | Non
         outcome = launch(prepared, out_dir, scenario, opts, device_env, cluster)
     verdict = _from_outcome(scenario, outcome, golden, prepared)
     verdict.golden = {"dir": str(goldens.golden_dir(scenario.suite.suite)), "version_drift": goldens.version_drift(manifest, prepared.manifest["versions"])}
+    verdict.versions = prepared.manifest["versions"]
     return verdict
 
 

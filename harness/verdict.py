@@ -41,6 +41,8 @@ class Verdict:
     logs: dict = field(default_factory=dict)
     golden: dict = field(default_factory=dict)
     reproduce: str = ""
+    # The engine that produced it: its name and versions (history rows, reports).
+    versions: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.verdict not in VERDICTS:

@@ -43,3 +43,67 @@ def test_all_passing_run_is_ok(tmp_path):
     save(tmp_path, Verdict("s/tp1", "pass", "ok"))
     meta = write_report(tmp_path)
     assert meta["not_as_expected"] == [] and "**OK**" in (tmp_path / "summary.md").read_text()
+
+
+# --- the PR comment and the HTML page ------------------------------------------------
+
+from report_helpers import crashed, failing, make_run, passing  # noqa: E402
+
+from harness.report.html import scenario_section, write_html  # noqa: E402
+from harness.report.run import build_report  # noqa: E402
+
+
+def test_pr_comment_puts_regressions_first_with_how_to_reproduce(tmp_path):
+    history = tmp_path / "history"
+    write_report(make_run(tmp_path, "r1", [passing("s/tp1-pp1"), passing("s/tp2-pp1"), failing("s/tp2-pp2")], started=1000), history_dir=history)
+    run = make_run(tmp_path, "r2", [passing("s/tp1-pp1"), crashed("s/tp2-pp1"), failing("s/tp2-pp2")], started=2000)
+    write_report(run, history_dir=history)
+    comment = (run / "pr-comment.md").read_text().splitlines()
+    assert comment[0] == "### Harness run `r2` (gate pr)"
+    assert "**FAILED**: 1 crash, 1 fail, 1 pass of 3 scenarios" in comment
+    new = comment.index("**New failures (regressions): 1**")
+    still = comment.index("**Still failing: 1**")
+    assert new < still  # regressions first
+    assert "`s/tp2-pp1` crash (was pass in `r1`)" in comment[new + 2] and comment[new + 2].endswith("`harness run s/tp2-pp1 --fault rank-raise@1`")
+    assert comment[still + 2].endswith("`make s/tp2-pp2`")
+    assert len(comment) < 20
+
+
+def test_pr_comment_without_history_lists_every_failing_scenario(tmp_path):
+    run = make_run(tmp_path, "r1", [passing("s/tp1-pp1"), failing("s/tp2-pp2")])
+    write_report(run)  # no history store: nothing to compare with, failures still listed
+    comment = (run / "pr-comment.md").read_text()
+    assert "**Failing: 1**" in comment and "`s/tp2-pp2` fail" in comment and "`make s/tp2-pp2`" in comment
+
+
+def test_html_is_self_contained_and_drills_down(tmp_path):
+    history = tmp_path / "history"
+    write_report(make_run(tmp_path, "r1", [passing("s/tp1-pp1"), passing("s/tp2-pp1"), passing("s/tp2-pp2")], started=1000), history_dir=history)
+    accuracy = {"name": "gsm8k", "kind": "accuracy", "passed": False, "summary": "2 items flipped", "metrics": {"accuracy": 0.4},
+                "flipped": [{"item": 3, "golden": "correct", "scenario": "wrong"}, {"item": 9, "golden": "correct", "scenario": "wrong"}]}
+    acc = failing("s/tp2-pp2")
+    acc.checks.append(accuracy)
+    hang = Verdict("s/tp1-pp2", "hang", "no result after 30s", settings={"tp": 1, "pp": 2, "sp": False},
+                   hang={"stuck_at": {"0": "pipeline.py:88 in recv", "1": "faults.py:80 in fire"}, "stacks": {"0": "Thread 0x1 ...recv"}})
+    run = make_run(tmp_path, "r2", [passing("s/tp1-pp1"), crashed("s/tp2-pp1"), acc, hang], started=2000)
+    write_report(run, history_dir=history)
+    html = (run / "report.html").read_text()
+
+    assert "http://" not in html and "https://" not in html and "<script" not in html  # opens from disk, nothing fetched
+    top = html[: html.index("<h2>Matrix</h2>")]
+    assert "Regressed since <code>r1</code>: 2 new failure(s)" in top and "s/tp2-pp1" in top and "s/tp2-pp2" in top
+    assert html.count('src="data:image/png;base64,') >= 4  # heat map, divergence plots, trends
+    assert "RuntimeError: injected failure on rank 1" in html  # the crashing rank's traceback
+    assert "pipeline.py:88 in recv" in html and "Thread 0x1 ...recv" in html  # where the hung ranks were
+    assert "gsm8k: flipped (2)" in html and "<td>9</td>" in html  # accuracy items, rendered generically
+    assert "harness run s/tp2-pp1 --fault rank-raise@1" in html
+
+
+def test_html_shows_a_localization_when_a_verdict_has_one(tmp_path):
+    run = make_run(tmp_path, "r1", [failing("s/tp2-pp2")])
+    report = build_report(run, {"run_id": "r1", "started": 1.0}, None)
+    report.verdicts[0].localization = {"first_diverging_layer": 3, "rank": 1, "tensor": "residual"}
+    section = scenario_section(report, report.verdicts[0])
+    assert "first_diverging_layer" in section["localization"] and "residual" in section["localization"]
+    write_html(run / "report.html", report)
+    assert "Localization (first diverging layer)" in (run / "report.html").read_text()

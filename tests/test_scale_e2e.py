@@ -102,6 +102,10 @@ def test_shards_are_disjoint_run_directories_that_record_the_shard(tmp_path, env
     result = harness(env, "durations", "--report-dir", str(tmp_path / "reports"), "--out", str(tmp_path / "measured.json"))
     assert result.returncode == 0, result.stderr
     assert set(json.loads((tmp_path / "measured.json").read_text())) == set(ids)
+    merged = tmp_path / "merged"
+    result = harness(env, "report", "--merge", str(runs["1/2"]), str(runs["2/2"]), "-o", str(merged))
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    assert verdicts(merged) == {sid: "pass" for sid in ids}
 
 
 def test_ctrl_c_with_two_jobs_stops_both_runs_and_frees_the_slots(tmp_path, env):

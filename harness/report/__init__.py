@@ -1,13 +1,18 @@
 """Run reports: what a run leaves in reports/<run-id>/.
 
-  run.json                     the run's metadata (gate, ids, versions, timings, verdict counts)
+  run.json                     the run's metadata (gate, ids, versions, timings, verdict counts,
+                               and what changed since the previous run of its gate)
   scenarios/<id>/verdict.json  one verdict per scenario (written by the runner as it goes)
   scenarios/<id>/logs/         the rank logs
   junit.xml                    for CI systems
-  summary.md                   for people: one row per scenario, failures explained below
+  summary.md                   for people: what regressed, one row per scenario, failures explained
+  report.html                  the same and more, self-contained: heat map, plots, trends
+  pr-comment.md                short, for a PR comment: counts, regressions first, how to reproduce
 
 Reports are rebuilt from the verdict files alone, so a partial run (Ctrl-C, a
-crashed harness) still gets a report of whatever finished.
+crashed harness) still gets a report of whatever finished. Given a history
+directory (harness/report/history.py), a report also records the run's rows there
+and compares the run with the previous one of its gate (regressions.py).
 """
 
 from __future__ import annotations
@@ -17,24 +22,32 @@ from collections import Counter
 from pathlib import Path
 
 from harness.report.junit import write_junit
-from harness.report.markdown import write_markdown
-from harness.verdict import Verdict
+from harness.report.markdown import write_markdown, write_pr_comment
+from harness.report.run import build_report, collect_verdicts, run_started
+
+__all__ = ["collect_verdicts", "write_report"]
 
 
-def collect_verdicts(run_dir: Path) -> list[Verdict]:
-    return [Verdict.load(p) for p in sorted((run_dir / "scenarios").glob("*/verdict.json"))]
+def write_report(run_dir: Path, meta: dict | None = None, history_dir: Path | None = None) -> dict:
+    """(Re)write run.json, junit.xml, summary.md, pr-comment.md and report.html from the
+    verdicts in run_dir. With `history_dir`, also record the run in the history and
+    say what changed since the previous run of its gate."""
+    from harness.report.html import write_html  # matplotlib: only once a report is drawn
 
-
-def write_report(run_dir: Path, meta: dict | None = None) -> dict:
-    """(Re)write junit.xml, summary.md and run.json from the verdicts in run_dir."""
     run_dir = Path(run_dir)
-    verdicts = collect_verdicts(run_dir)
     meta_path = run_dir / "run.json"
     old = json.loads(meta_path.read_text()) if meta_path.exists() else {}
     meta = {**old, **(meta or {})}
-    meta["counts"] = dict(Counter(v.verdict for v in verdicts))
-    meta["not_as_expected"] = [v.scenario for v in verdicts if not v.as_expected]
+    meta.setdefault("run_id", run_dir.name)
+    meta["started"] = run_started(run_dir, meta)
+    report = build_report(run_dir, meta, history_dir)
+    meta["counts"] = dict(Counter(v.verdict for v in report.verdicts))
+    meta["not_as_expected"] = [v.scenario for v in report.failing]
+    if report.comparison is not None:
+        meta["changes"] = report.comparison.to_dict()
     meta_path.write_text(json.dumps(meta, indent=1))
-    write_junit(run_dir / "junit.xml", verdicts, meta)
-    write_markdown(run_dir / "summary.md", verdicts, meta)
+    write_junit(run_dir / "junit.xml", report.verdicts, meta)
+    write_markdown(run_dir / "summary.md", report)
+    write_pr_comment(run_dir / "pr-comment.md", report)
+    write_html(run_dir / "report.html", report)
     return meta

@@ -1,12 +1,15 @@
-"""summary.md: the table a person reads first, then one section per problem."""
+"""The Markdown reports: summary.md (what regressed, the table, then one section per
+problem), pr-comment.md (short, for a PR comment) and the text of `harness report --diff`."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from harness.report.regressions import Change, Comparison, Drift
 from harness.verdict import Verdict
 
 ICON = {"pass": "✅", "fail": "❌", "crash": "💥", "hang": "⏳", "unsupported": "➖", "expected-failure": "☑️", "error": "⚠️"}
+PR_COMMENT_MAX_LINES = 15  # per list: a PR comment is read, not scrolled
 
 
 def key_metric(v: Verdict) -> str:
@@ -33,17 +36,54 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
-def write_markdown(path: Path, verdicts: list[Verdict], meta: dict) -> None:
-    counts = meta.get("counts", {})
-    bad = [v for v in verdicts if not v.as_expected]
-    lines = [
-        f"# Harness run {meta.get('run_id', '')}",
-        "",
-        f"{'**FAILED**' if bad else '**OK**'}: " + ", ".join(f"{n} {k}" for k, n in sorted(counts.items())) + f" of {len(verdicts)} scenarios",
-        "",
+def counts_line(report) -> str:
+    counts = report.meta.get("counts", {})
+    status = "**FAILED**" if report.failing else "**OK**"
+    return f"{status}: " + ", ".join(f"{n} {k}" for k, n in sorted(counts.items())) + f" of {len(report.verdicts)} scenarios"
+
+
+def _change_line(c: Change, reproduce: dict[str, str]) -> str:
+    was = f" (was {c.before} in `{c.before_run}`)" if c.before else ""
+    how = f" — `{reproduce[c.scenario]}`" if reproduce.get(c.scenario) else ""
+    return f"- {ICON.get(c.verdict.split()[0], '')} `{c.scenario}` {c.verdict}{was}: {_cell(c.reason)[:200]}{how}"
+
+
+def _drift_line(d: Drift) -> str:
+    return (f"- `{d.scenario}` {d.metric} = {d.value:.3g} (was {d.before:.3g}; band {d.band.low:.3g} .. {d.band.high:.3g} "
+            f"from {d.band.samples} passing runs)")
+
+
+def changes_lines(comparison: Comparison | None, verdicts: list[Verdict], limit: int | None = None) -> list[str]:
+    """What changed since the previous run of the gate, regressions first."""
+    if comparison is None:
+        return []
+    if comparison.previous_run is None:
+        return ["No earlier run of this gate in the history: nothing to compare with yet.", ""]
+    reproduce = {v.scenario: v.reproduce for v in verdicts}
+    lines = [f"Compared with the previous run `{comparison.previous_run}`:", ""]
+    groups = [
+        ("New failures (regressions)", [_change_line(c, reproduce) for c in comparison.new_failures]),
+        ("Drifted beyond the noise band (still passing)", [_drift_line(d) for d in comparison.drifted]),
+        ("Still failing", [_change_line(c, reproduce) for c in comparison.still_failing]),
+        ("Failing, no earlier result", [_change_line(c, reproduce) for c in comparison.first_seen]),
+        ("Fixed", [_change_line(c, {}) for c in comparison.fixed]),
     ]
+    if not any(items for _, items in groups):
+        return lines + ["No change: no new failures, nothing fixed, no metric left its noise band.", ""]
+    for title, items in groups:
+        if items:
+            shown = items[:limit] if limit else items
+            more = [f"- … and {len(items) - len(shown)} more (see summary.md)"] if len(shown) < len(items) else []
+            lines += [f"**{title}: {len(items)}**", "", *shown, *more, ""]
+    return lines
+
+
+def write_markdown(path: Path, report) -> None:
+    meta, verdicts = report.meta, report.verdicts
+    lines = [f"# Harness run {meta.get('run_id', '')}", "", counts_line(report), ""]
     if meta.get("interrupted"):
         lines += ["**The run was interrupted; this report covers the scenarios that finished.**", ""]
+    lines += changes_lines(report.comparison, verdicts)
     versions = meta.get("versions")
     if versions:
         lines += ["Versions: " + ", ".join(f"{k} {v}" for k, v in sorted(versions.items())), ""]
@@ -51,7 +91,7 @@ def write_markdown(path: Path, verdicts: list[Verdict], meta: dict) -> None:
     for v in verdicts:
         tag = "pass (unexpected)" if v.unexpected_pass else v.verdict
         lines.append(f"| `{v.scenario}` | {ICON.get(v.verdict, '')} {tag} | {key_metric(v)} | {_cell(where_diverged(v))} | {v.duration_s:.1f}s |")
-    for v in bad + [v for v in verdicts if v.verdict in ("expected-failure", "unsupported")]:
+    for v in report.failing + [v for v in verdicts if v.verdict in ("expected-failure", "unsupported")]:
         lines += ["", f"## `{v.scenario}`: {v.verdict}", "", _cell(v.reason), ""]
         if v.tolerance:
             lines.append(f"Tolerance: {v.tolerance}")
@@ -65,3 +105,31 @@ def write_markdown(path: Path, verdicts: list[Verdict], meta: dict) -> None:
             lines += ["", "```", (v.error.get("traceback") or v.error.get("exception", "")).rstrip()[-3000:], "```"]
         lines.append(f"\nReproduce: `{v.reproduce}`")
     path.write_text("\n".join(lines) + "\n")
+
+
+def write_pr_comment(path: Path, report) -> None:
+    """Short, for a PR comment: counts, regressions first, one line per failing scenario
+    with the command that reproduces it locally."""
+    meta = report.meta
+    gate = f" (gate {meta['gate']})" if meta.get("gate") else ""
+    lines = [f"### Harness run `{meta.get('run_id', '')}`{gate}", "", counts_line(report), ""]
+    if meta.get("interrupted"):
+        lines += ["⚠️ The run was interrupted: this covers only the scenarios that finished.", ""]
+    lines += changes_lines(report.comparison, report.verdicts, limit=PR_COMMENT_MAX_LINES)
+    compared = report.comparison is not None and report.comparison.previous_run is not None
+    listed = {c.scenario for c in report.comparison.new_failures + report.comparison.still_failing + report.comparison.first_seen} if compared else set()
+    others = [v for v in report.failing if v.scenario not in listed]
+    if others:
+        lines += [f"**Failing: {len(report.failing)}**", ""]
+        lines += [f"- {ICON.get(v.verdict, '')} `{v.scenario}` {'pass (unexpected)' if v.unexpected_pass else v.verdict}: {_cell(v.reason)[:200]} — `{v.reproduce}`"
+                  for v in others[:PR_COMMENT_MAX_LINES]]
+        lines.append("")
+    lines.append("Full report: `report.html` and `summary.md` in the run directory.")
+    path.write_text("\n".join(lines) + "\n")
+
+
+def diff_markdown(old_meta: dict, new_meta: dict, comparison: Comparison, verdicts: list[Verdict]) -> str:
+    """`harness report --diff OLD NEW`: what changed from one run to the other."""
+    lines = [f"# Harness diff: `{old_meta.get('run_id')}` -> `{new_meta.get('run_id')}`", ""]
+    lines += changes_lines(comparison, verdicts)
+    return "\n".join(lines)

@@ -1,0 +1,147 @@
+"""The history store: one row per (run, scenario), kept across runs, mergeable.
+
+Layout of a history directory (default reports/history/, see `history_dir`):
+
+  runs/<run-id>.parquet   the rows of one run (rewritten when its report is rebuilt)
+  history.csv             every row, an export for spreadsheets (rewritten on record)
+
+One Parquet file per run means concurrent runs never write the same file, and
+merging the histories of several machines is copying their directories together:
+`load_history` reads every *.parquet below the directory (subdirectories too, e.g.
+history/machine-b/runs/...), and keeps one row per (run_id, scenario), the most
+recently recorded. A merged run (`harness report --merge`) names the shard runs it
+replaces in `merged_from`; their rows are dropped on load, so a nightly counts once.
+
+Columns: run_id, gate, started (UTC), recorded (UTC), harness_commit, torch, python,
+engine, engine_versions, faults, merged_from, scenario, verdict, as_expected,
+reason, duration_s, and one `metric.<check>.<name>` column per numeric check metric.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+
+import pandas as pd
+
+from harness.verdict import Verdict
+
+METRIC_PREFIX = "metric."
+KEY = ["run_id", "scenario"]
+
+
+def history_dir(report_dir: Path, override: str | Path | None = None) -> Path:
+    """Where the history lives: an explicit path, else $HARNESS_HISTORY_DIR, else <report-dir>/history."""
+    chosen = override or os.environ.get("HARNESS_HISTORY_DIR")
+    return Path(chosen) if chosen else Path(report_dir) / "history"
+
+
+def gate_of(meta: dict) -> str:
+    """The gate a run belongs to; runs of hand-picked scenarios form their own group."""
+    return meta.get("gate") or "adhoc"
+
+
+def metric_columns(frame: pd.DataFrame) -> list[str]:
+    return [c for c in frame.columns if c.startswith(METRIC_PREFIX)]
+
+
+def verdict_metrics(v: Verdict) -> dict[str, float]:
+    """Every numeric metric of every check, as `metric.<check>.<name>`."""
+    found = {}
+    for check in v.checks:
+        for name, value in (check.get("metrics") or {}).items():
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                found[f"{METRIC_PREFIX}{check['name']}.{name}"] = float(value)
+    return found
+
+
+def _engine_of(run_dir: Path, v: Verdict) -> str:
+    if v.versions.get("engine"):
+        return v.versions["engine"]
+    spec = run_dir / "scenarios" / v.scenario.replace("/", "__") / "spec.json"
+    try:
+        return json.loads(spec.read_text()).get("engine", "")
+    except (OSError, ValueError):
+        return ""
+
+
+def run_rows(run_dir: Path, meta: dict, verdicts: list[Verdict]) -> pd.DataFrame:
+    """The history rows of one run."""
+    versions = meta.get("versions") or {}
+    started = pd.Timestamp(meta["started"], unit="s", tz="UTC")
+    rows = []
+    for v in verdicts:
+        rows.append({
+            "run_id": meta["run_id"],
+            "gate": gate_of(meta),
+            "started": started,
+            "harness_commit": versions.get("harness_commit", ""),
+            "torch": v.versions.get("torch") or versions.get("torch", ""),
+            "python": versions.get("python", ""),
+            "engine": _engine_of(run_dir, v),
+            "engine_versions": json.dumps(v.versions, sort_keys=True) if v.versions else "",
+            "faults": ",".join(meta.get("faults") or []),
+            "merged_from": ",".join(meta.get("merged_from") or []),
+            "scenario": v.scenario,
+            "verdict": v.verdict,
+            "as_expected": v.as_expected,
+            "reason": v.reason.splitlines()[0] if v.reason else "",
+            "duration_s": float(v.duration_s),
+            **verdict_metrics(v),
+        })
+    return pd.DataFrame(rows)
+
+
+def _write_atomically(path: Path, write) -> None:
+    """Write through a temporary file and rename, so a reader (or a second run
+    recording at the same time) never sees half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    os.close(fd)
+    try:
+        write(tmp)
+        os.chmod(tmp, 0o644)  # mkstemp makes it private; history is shared like the reports
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def record(history: Path, rows: pd.DataFrame) -> None:
+    """Store one run's rows (replacing what an earlier build of its report stored) and
+    refresh the CSV export."""
+    if rows.empty:
+        return
+    rows = rows.assign(recorded=pd.Timestamp.now(tz="UTC"))
+    (run_id,) = rows["run_id"].unique()
+    _write_atomically(Path(history) / "runs" / f"{run_id}.parquet", lambda tmp: rows.to_parquet(tmp, index=False))
+    everything = load_history(history)
+    _write_atomically(Path(history) / "history.csv", lambda tmp: everything.to_csv(tmp, index=False))
+
+
+def load_history(history: Path) -> pd.DataFrame:
+    """Every row below `history`, one per (run_id, scenario), shard runs that a merged
+    run replaces left out. Empty (no columns) when there is no history yet."""
+    files = sorted(Path(history).glob("**/*.parquet")) if Path(history).exists() else []
+    frames = [pd.read_parquet(f) for f in files]
+    frames = [f for f in frames if not f.empty]
+    if not frames:
+        return pd.DataFrame()
+    rows = pd.concat(frames, ignore_index=True)
+    rows = rows.sort_values("recorded").drop_duplicates(KEY, keep="last")
+    replaced = {rid for merged in rows["merged_from"].dropna() for rid in merged.split(",") if rid}
+    rows = rows[~rows["run_id"].isin(replaced)]
+    return rows.sort_values(["started", "run_id", "scenario"]).reset_index(drop=True)
+
+
+def earlier_rows(history: pd.DataFrame, meta: dict) -> pd.DataFrame:
+    """The rows of earlier runs of the same gate as `meta`'s run (never its own, nor
+    the shards it was merged from)."""
+    if history.empty:
+        return history
+    started = pd.Timestamp(meta["started"], unit="s", tz="UTC")
+    own = {meta["run_id"], *(meta.get("merged_from") or [])}
+    keep = (history["gate"] == gate_of(meta)) & (history["started"] < started) & ~history["run_id"].isin(own)
+    return history[keep]

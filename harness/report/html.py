@@ -1,0 +1,156 @@
+"""report.html: one self-contained page per run (no server, images inlined).
+
+Top to bottom: what regressed since the previous run of the gate; the matrix as a
+heat map per suite; the scenario table; one section per scenario (open for the ones
+that need a look) with its checks, divergence plot, localization, crash traceback,
+hang stacks, accuracy items; and the trend of every metric over the gate's runs.
+Verdict fields this page does not know yet (added by later engines or checks) are
+rendered generically: dicts as key/value tables, lists of dicts as tables.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import jinja2
+import pandas as pd
+
+from harness.compare import Tolerance
+from harness.report import plots
+from harness.report.history import metric_columns
+from harness.report.markdown import key_metric, where_diverged
+from harness.verdict import Verdict
+
+TEMPLATES = Path(__file__).parent / "templates"
+MAX_ITEM_ROWS = 50  # rows of an item table (flipped accuracy items, ...) shown inline
+# Check fields the page renders itself; every other field is shown generically.
+KNOWN_CHECK_FIELDS = {"name", "kind", "passed", "summary", "metrics", "tolerance", "first_divergence", "per_position"}
+
+
+def anchor(scenario: str) -> str:
+    return "s-" + scenario.replace("/", "__")
+
+
+def _table(frame: pd.DataFrame) -> str:
+    return frame.to_html(index=False, border=0, classes="tbl", escape=True, na_rep="")
+
+
+def _key_values(d: dict) -> str:
+    rows = [{"key": k, "value": v if isinstance(v, (str, int, float, bool)) or v is None else json.dumps(v)} for k, v in d.items()]
+    return _table(pd.DataFrame(rows))
+
+
+def _check_extras(check: dict) -> list[tuple[str, str]]:
+    """Tables for check fields this page has no special view of (e.g. an accuracy
+    check's flipped items)."""
+    extras = []
+    for key, value in check.items():
+        if key in KNOWN_CHECK_FIELDS or not value:
+            continue
+        if isinstance(value, list) and all(isinstance(x, dict) for x in value):
+            more = f" (first {MAX_ITEM_ROWS} of {len(value)})" if len(value) > MAX_ITEM_ROWS else f" ({len(value)})"
+            extras.append((f"{check['name']}: {key}{more}", _table(pd.DataFrame(value[:MAX_ITEM_ROWS]))))
+        elif isinstance(value, dict):
+            extras.append((f"{check['name']}: {key}", _key_values(value)))
+        else:
+            extras.append((f"{check['name']}: {key}", _key_values({key: value})))
+    return extras
+
+
+def _checks_table(v: Verdict) -> str:
+    if not v.checks:
+        return ""
+    rows = [{"check": c["name"], "kind": c["kind"], "result": "ok" if c["passed"] else "FAIL", "summary": c["summary"]} for c in v.checks]
+    return _table(pd.DataFrame(rows))
+
+
+def _metrics_table(v: Verdict) -> str:
+    rows = [{"check": c["name"], **c.get("metrics", {})} for c in v.checks if c.get("metrics")]
+    return _table(pd.DataFrame(rows)) if rows else ""
+
+
+def _divergence_plots(v: Verdict) -> list[str]:
+    found = []
+    for c in v.checks:
+        if c["kind"] == "logprobs" and c.get("per_position"):
+            tol = Tolerance.parse(c.get("tolerance", ""))
+            uri = plots.divergence_plot(c, tol.logprob_atol if tol else None)
+            if uri:
+                found.append(uri)
+    return found
+
+
+def _drift_plots(report, scenario: str) -> list[tuple[str, str]]:
+    drifts = [d for d in (report.comparison.drifted if report.comparison else []) if d.scenario == scenario]
+    rows = report.trend_rows()
+    found = []
+    for d in drifts:
+        mine = rows[rows["scenario"] == scenario]
+        uri = plots.trend_plot(mine, "metric." + d.metric, report.meta["run_id"], d.band)
+        if uri:
+            found.append((d.metric, uri))
+    return found
+
+
+def scenario_section(report, v: Verdict) -> dict:
+    drifted = {d.scenario for d in report.comparison.drifted} if report.comparison else set()
+    return {
+        "v": v,
+        "anchor": anchor(v.scenario),
+        "label": plots.verdict_label(v),
+        "color": plots.COLORS[plots.verdict_label(v)],
+        "open": (not v.as_expected) or v.scenario in drifted or v.verdict == "expected-failure",
+        "new": v.scenario in report.new_failure_ids,
+        "checks": _checks_table(v),
+        "metrics": _metrics_table(v),
+        "divergence": _divergence_plots(v) if v.verdict in ("pass", "fail", "expected-failure") else [],
+        "first_divergences": [(c["name"], c["first_divergence"]) for c in v.checks if c.get("first_divergence")],
+        "extras": [x for c in v.checks for x in _check_extras(c)],
+        "localization": _key_values(v.localization) if getattr(v, "localization", None) else "",
+        "drift_plots": _drift_plots(report, v.scenario),
+    }
+
+
+def trend_section(report) -> tuple[list[tuple[str, str]], list[str]]:
+    """One trend plot per metric that moved over the gate's runs; the constant ones by name."""
+    rows = report.trend_rows()
+    if rows.empty or rows["run_id"].nunique() < 2:
+        return [], []
+    trends, constant = [], []
+    for column in sorted(metric_columns(rows)):
+        values = rows[column].dropna()
+        if values.nunique() <= 1:
+            constant.append(f"{column.split('.', 1)[1]} = {values.iloc[0]:g}" if len(values) else column)
+            continue
+        uri = plots.trend_plot(rows, column, report.meta["run_id"])
+        if uri:
+            trends.append((column.split(".", 1)[1], uri))
+    return trends, constant
+
+
+def _environment() -> jinja2.Environment:
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=True, trim_blocks=True, lstrip_blocks=True)
+    env.filters["anchor"] = anchor
+    return env
+
+
+def write_html(path: Path, report) -> None:
+    suites: dict[str, list[Verdict]] = {}
+    for v in report.verdicts:
+        suites.setdefault(v.scenario.split("/", 1)[0], []).append(v)
+    heatmaps = [(suite, plots.heatmap(items, report.new_failure_ids)) for suite, items in sorted(suites.items())]
+    trends, constant = trend_section(report)
+    html = _environment().get_template("report.html.j2").render(
+        meta=report.meta,
+        report=report,
+        counts=sorted(report.meta.get("counts", {}).items()),
+        colors=plots.COLORS,
+        comparison=report.comparison,
+        heatmaps=[(s, uri) for s, uri in heatmaps if uri],
+        rows=[{"v": v, "label": plots.verdict_label(v), "metric": key_metric(v).replace("\\", ""), "where": where_diverged(v)} for v in report.verdicts],
+        sections=[scenario_section(report, v) for v in report.verdicts],
+        trends=trends,
+        constant=constant,
+    )
+    path.write_text(html)

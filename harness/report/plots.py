@@ -1,0 +1,168 @@
+"""The report's pictures, as PNG data URIs so the HTML needs nothing beside it.
+
+Figures are built as matplotlib `Figure` objects (Agg), never through pyplot's global
+state, so reports can be drawn from several threads.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import itertools
+
+import matplotlib
+
+matplotlib.use("Agg")
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+from matplotlib.colors import ListedColormap  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
+from matplotlib.patches import Patch, Rectangle  # noqa: E402
+
+from harness.verdict import Verdict  # noqa: E402
+
+COLORS = {
+    "pass": "#4caf50",
+    "fail": "#e53935",
+    "crash": "#8e24aa",
+    "hang": "#fb8c00",
+    "error": "#795548",
+    "unsupported": "#bdbdbd",
+    "expected-failure": "#90caf9",
+    "pass (unexpected)": "#fdd835",
+    "not run": "#f5f5f5",
+}
+CATEGORIES = list(COLORS)
+
+
+def to_data_uri(fig: Figure) -> str:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=100, bbox_inches="tight")
+    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
+
+
+def verdict_label(v: Verdict) -> str:
+    return "pass (unexpected)" if v.unexpected_pass else v.verdict
+
+
+def cell_note(v: Verdict) -> str:
+    """The key number a heat-map cell shows under its verdict."""
+    if v.crash:
+        return f"rank {v.crash['rank']}"
+    if v.hang:
+        return "ranks " + ",".join(sorted(v.hang.get("stuck_at", {})))
+    for c in v.checks:
+        if c["kind"] == "logprobs" and "max_abs_dlogprob" in c.get("metrics", {}):
+            return f"{c['metrics']['max_abs_dlogprob']:.1e}"
+    return ""
+
+
+def _grid_axes(verdicts: list[Verdict]) -> tuple[str | None, str | None, list[str]]:
+    """Rows and columns: the first two non-boolean axes (tp, pp); panels: the rest (sp, compile)."""
+    axes = list(verdicts[0].settings)
+    numeric = [a for a in axes if not all(isinstance(v.settings.get(a), bool) for v in verdicts)]
+    rows = numeric[0] if numeric else None
+    cols = numeric[1] if len(numeric) > 1 else None
+    return rows, cols, [a for a in axes if a not in (rows, cols)]
+
+
+def _values(verdicts: list[Verdict], axis: str | None) -> list:
+    if axis is None:
+        return [None]
+    return sorted({v.settings.get(axis) for v in verdicts}, key=lambda x: (str(type(x)), x))
+
+
+def _panel_title(panel_axes: list[str], combo: tuple) -> str:
+    if not panel_axes:
+        return ""
+    return ", ".join(f"{a}={'on' if val is True else 'off' if val is False else val}" for a, val in zip(panel_axes, combo))
+
+
+def heatmap(verdicts: list[Verdict], new_failures: set[str]) -> str | None:
+    """One suite's matrix: rows x columns (tp x pp) per panel (sp/compile), each cell
+    coloured by verdict and annotated with its key number; new failures framed in black."""
+    verdicts = [v for v in verdicts if v.settings]
+    if not verdicts:
+        return None
+    row_axis, col_axis, panel_axes = _grid_axes(verdicts)
+    rows, cols = _values(verdicts, row_axis), _values(verdicts, col_axis)
+    # Panels that hold at least one scenario (an excluded combination gets none).
+    combos = sorted({tuple(v.settings.get(a) for a in panel_axes) for v in verdicts}, key=str)
+    by_settings = {tuple(sorted(v.settings.items(), key=lambda kv: kv[0])): v for v in verdicts}
+    fig = Figure(figsize=(max(3.2 * len(combos), 4), 1.1 * len(rows) + 1.4))
+    fig.subplots_adjust(wspace=0.35)
+    cmap = ListedColormap([COLORS[c] for c in CATEGORIES])
+    for i, combo in enumerate(combos):
+        ax = fig.add_subplot(1, len(combos), i + 1)
+        codes = np.full((len(rows), len(cols)), CATEGORIES.index("not run"))
+        for r, c in itertools.product(range(len(rows)), range(len(cols))):
+            settings = dict(zip(panel_axes, combo))
+            if row_axis:
+                settings[row_axis] = rows[r]
+            if col_axis:
+                settings[col_axis] = cols[c]
+            v = by_settings.get(tuple(sorted(settings.items(), key=lambda kv: kv[0])))
+            if v is None:
+                ax.text(c, r, "not run", ha="center", va="center", fontsize=8, color="#9e9e9e")
+                continue
+            codes[r, c] = CATEGORIES.index(verdict_label(v))
+            ax.text(c, r, f"{verdict_label(v)}\n{cell_note(v)}", ha="center", va="center", fontsize=8)
+            if v.scenario in new_failures:
+                ax.add_patch(Rectangle((c - 0.48, r - 0.48), 0.96, 0.96, fill=False, linewidth=3, edgecolor="black"))
+                ax.text(c, r - 0.36, "NEW", ha="center", va="center", fontsize=7, fontweight="bold")
+        ax.imshow(codes, cmap=cmap, vmin=0, vmax=len(CATEGORIES) - 1, aspect="auto")
+        ax.set_xticks(range(len(cols)), [f"{col_axis}={c}" if col_axis else "" for c in cols])
+        ax.set_yticks(range(len(rows)), [f"{row_axis}={r}" if row_axis and i == 0 else "" for r in rows])
+        ax.set_title(_panel_title(panel_axes, combo), fontsize=10)
+    shown = sorted({verdict_label(v) for v in verdicts}, key=CATEGORIES.index)
+    fig.legend(handles=[Patch(color=COLORS[c], label=c) for c in shown], loc="lower center", ncol=len(shown), fontsize=8, bbox_to_anchor=(0.5, -0.08))
+    return to_data_uri(fig)
+
+
+def divergence_plot(check: dict, bound: float | None) -> str | None:
+    """Per-position |delta logprob| of a logprobs check against its tolerance."""
+    values = np.asarray(check.get("per_position") or [], dtype=float)
+    if values.size == 0:
+        return None
+    floor = 1e-9  # exact zeros on a log axis
+    shown = np.maximum(values, floor)
+    fig = Figure(figsize=(8, 2.6))
+    ax = fig.add_subplot()
+    ax.plot(np.arange(values.size), shown, linewidth=0.8, color="#1e88e5", label="|delta logprob|")
+    if bound is not None:
+        ax.axhline(bound, color="#e53935", linestyle="--", linewidth=1, label=f"tolerance {bound:g}")
+        over = values > bound
+        ax.scatter(np.flatnonzero(over), shown[over], s=8, color="#e53935", zorder=3, label="beyond tolerance")
+    ax.set_yscale("log")
+    ax.set_xlabel("position (all prompts, concatenated)")
+    ax.set_ylabel("|delta logprob|")
+    ax.set_title(f"{check['name']}: per-position |delta logprob| vs golden", fontsize=10)
+    ax.legend(fontsize=7, loc="upper left")
+    return to_data_uri(fig)
+
+
+def trend_plot(rows: pd.DataFrame, column: str, current_run: str, band=None) -> str | None:
+    """A metric over past runs, one line per scenario; the current run marked, and
+    (for one scenario) its noise band shaded."""
+    data = rows.dropna(subset=[column])
+    if data.empty:
+        return None
+    fig = Figure(figsize=(8, 2.8))
+    ax = fig.add_subplot()
+    runs = list(dict.fromkeys(data.sort_values("started")["run_id"]))
+    position = {run: i for i, run in enumerate(runs)}
+    for scenario, group in data.groupby("scenario"):
+        ax.plot([position[r] for r in group["run_id"]], group[column], marker="o", markersize=3, linewidth=1, label=scenario)
+    if band is not None:
+        ax.axhspan(band.low, band.high, color="#90caf9", alpha=0.35, label="noise band")
+    if current_run in position:
+        ax.axvline(position[current_run], color="#757575", linestyle=":", linewidth=1)
+    values = data[column].astype(float)
+    if (values > 0).all() and values.max() / values.min() > 100:
+        ax.set_yscale("log")
+    step = max(1, len(runs) // 12)
+    ax.set_xticks(range(0, len(runs), step), [runs[i] for i in range(0, len(runs), step)], rotation=30, ha="right", fontsize=7)
+    ax.set_title(column.split(".", 1)[1], fontsize=10)
+    if data["scenario"].nunique() <= 16:
+        ax.legend(fontsize=6, loc="center left", bbox_to_anchor=(1.01, 0.5))
+    return to_data_uri(fig)

@@ -1,0 +1,156 @@
+"""What a run shows while it runs: a live display at a terminal, plain lines in CI logs.
+
+Both track the same things (scenarios done of total, the ones running now, elapsed
+time, failures so far) and are thread-safe: scenarios may finish on several threads
+at once (`--jobs`), so every change of state happens under one lock.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+
+from harness.session import Progress
+
+
+class _State:
+    """Counts and running scenarios; callers hold the owner's lock."""
+
+    def __init__(self) -> None:
+        self.total = self.done = 0
+        self.started = time.monotonic()
+        self.running: dict[str, float] = {}  # scenario id -> when it started
+        self.failures: list[str] = []
+
+    def elapsed(self) -> str:
+        return _clock(time.monotonic() - self.started)
+
+
+def _clock(seconds: float) -> str:
+    minutes, secs = divmod(int(seconds), 60)
+    return f"{minutes}:{secs:02d}"
+
+
+def _finished_line(state: _State, verdict) -> str:
+    mark = "" if verdict.as_expected else "  <-- NOT AS EXPECTED"
+    return f"[{state.done}/{state.total} {state.elapsed()}] {verdict.headline()} ({verdict.duration_s:.1f}s){mark}"
+
+
+class LineProgress(Progress):
+    """Plain lines, one per start and one per end, for logs (CI, pipes)."""
+
+    def __init__(self, stream=None) -> None:
+        self._lock = threading.Lock()
+        self._stream = stream or sys.stdout
+        self._state = _State()
+
+    def _print(self, line: str) -> None:
+        print(line, file=self._stream, flush=True)
+
+    def start(self, total: int, run_dir: Path) -> None:
+        with self._lock:
+            self._state = _State()
+            self._state.total = total
+            self._print(f"harness: running {total} scenarios -> {run_dir}")
+
+    def scenario_started(self, scenario) -> None:
+        with self._lock:
+            self._state.running[scenario.id] = time.monotonic()
+            self._print(f"[{self._state.done}/{self._state.total} {self._state.elapsed()}] start {scenario.id}")
+
+    def scenario_finished(self, verdict) -> None:
+        with self._lock:
+            state = self._state
+            state.running.pop(verdict.scenario, None)
+            state.done += 1
+            if not verdict.as_expected:
+                state.failures.append(verdict.scenario)
+            self._print(_finished_line(state, verdict) + f"  (failures so far: {len(state.failures)})")
+
+    def close(self) -> None:
+        with self._lock:
+            s = self._state
+            self._print(f"harness: {s.done}/{s.total} scenarios in {s.elapsed()}, {len(s.failures)} not as expected")
+
+
+class LiveProgress(Progress):
+    """A live rich display for a terminal: a bar of done/total, elapsed, failures so
+    far, and the scenarios running now with their own elapsed time. Finished
+    scenarios print as lines above it, so the scrollback keeps the whole run."""
+
+    def __init__(self, console=None) -> None:
+        from rich.console import Console
+
+        self._lock = threading.Lock()
+        self._console = console or Console()
+        self._state = _State()
+        self._live = None
+
+    def _render(self):
+        # Text objects, not markup strings: rich re-renders the display with the options
+        # of the last print, and those lines are printed with markup off.
+        from rich.console import Group
+        from rich.progress_bar import ProgressBar
+        from rich.table import Table
+        from rich.text import Text
+
+        with self._lock:  # a snapshot; rich draws it outside the lock
+            s = self._state
+            running = sorted(s.running.items(), key=lambda kv: kv[1])
+            total, done, elapsed, failures = s.total, s.done, s.elapsed(), len(s.failures)
+        header = Table.grid(padding=(0, 1))
+        header.add_row(ProgressBar(total=max(total, 1), completed=done, width=24), Text(f"{done}/{total} done, elapsed {elapsed},"),
+                       Text(f"{failures} not as expected", style="bold red" if failures else "green"))
+        now = time.monotonic()
+        lines = [Text.assemble(("  running ", "cyan"), scenario, f"  {_clock(now - since)}", no_wrap=True, overflow="ellipsis")
+                 for scenario, since in running]
+        return Group(header, *lines)
+
+    def start(self, total: int, run_dir: Path) -> None:
+        from rich.live import Live
+
+        with self._lock:
+            self._state = _State()
+            self._state.total = total
+        self._console.print(f"harness: running {total} scenarios -> {run_dir}")
+        self._live = Live(get_renderable=self._render, console=self._console, refresh_per_second=2, transient=True)
+        self._live.start()
+
+    def scenario_started(self, scenario) -> None:
+        with self._lock:
+            self._state.running[scenario.id] = time.monotonic()
+
+    def scenario_finished(self, verdict) -> None:
+        with self._lock:
+            state = self._state
+            state.running.pop(verdict.scenario, None)
+            state.done += 1
+            if not verdict.as_expected:
+                state.failures.append(verdict.scenario)
+            line = _finished_line(state, verdict)
+        # Printed outside our lock: rich takes its own, and its refresh thread takes ours.
+        self._console.print(line, style=None if verdict.as_expected else "bold red", markup=False, highlight=False)
+
+    def close(self) -> None:
+        if self._live is not None:
+            self._live.stop()
+            self._live = None
+        with self._lock:
+            s = self._state
+            line = f"harness: {s.done}/{s.total} scenarios in {s.elapsed()}, {len(s.failures)} not as expected"
+        self._console.print(line, markup=False, highlight=False)
+
+
+def in_ci() -> bool:
+    return os.environ.get("CI", "").strip().lower() in ("1", "true", "yes")
+
+
+def choose_progress(stream=None) -> Progress:
+    """The live display for a person at a terminal; plain lines for CI and pipes."""
+    stream = stream or sys.stdout
+    if in_ci() or not stream.isatty():
+        return LineProgress(stream)
+    return LiveProgress()

@@ -1,0 +1,63 @@
+"""Everything a report of one run is made from: its metadata, its verdicts, and
+(when a history store is given) its history rows and what changed since the last run."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+from harness.report import history as hist
+from harness.report.regressions import Comparison, compare_with_history
+from harness.verdict import Verdict
+
+
+def collect_verdicts(run_dir: Path) -> list[Verdict]:
+    return [Verdict.load(p) for p in sorted((Path(run_dir) / "scenarios").glob("*/verdict.json"))]
+
+
+def run_started(run_dir: Path, meta: dict) -> float:
+    """The run's start time (epoch seconds): run.json's, else its oldest verdict file's
+    (a run directory written by something that did not record it)."""
+    if meta.get("started"):
+        return float(meta["started"])
+    stamps = [p.stat().st_mtime for p in Path(run_dir).glob("scenarios/*/verdict.json")]
+    return min(stamps) if stamps else Path(run_dir).stat().st_mtime
+
+
+@dataclass
+class RunReport:
+    run_dir: Path
+    meta: dict
+    verdicts: list[Verdict]
+    comparison: Comparison | None = None  # None: no history store was given
+    rows: pd.DataFrame = field(default_factory=pd.DataFrame)  # this run's history rows
+    earlier: pd.DataFrame = field(default_factory=pd.DataFrame)  # earlier runs of its gate
+
+    @property
+    def failing(self) -> list[Verdict]:
+        return [v for v in self.verdicts if not v.as_expected]
+
+    @property
+    def new_failure_ids(self) -> set[str]:
+        return {c.scenario for c in self.comparison.new_failures} if self.comparison else set()
+
+    def trend_rows(self) -> pd.DataFrame:
+        """The gate's history including this run, for trend plots."""
+        frames = [f for f in (self.earlier, self.rows) if not f.empty]
+        return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+def build_report(run_dir: Path, meta: dict, history_dir: Path | None) -> RunReport:
+    """Read the verdicts; with a history directory, compare with earlier runs of the
+    gate and record this run's rows (idempotent: a rebuild replaces them)."""
+    verdicts = collect_verdicts(run_dir)
+    report = RunReport(Path(run_dir), meta, verdicts)
+    if history_dir is None:
+        return report
+    report.rows = hist.run_rows(run_dir, meta, verdicts)
+    report.earlier = hist.earlier_rows(hist.load_history(history_dir), meta)
+    report.comparison = compare_with_history(report.rows, report.earlier)
+    hist.record(history_dir, report.rows)
+    return report

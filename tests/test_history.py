@@ -1,0 +1,132 @@
+"""The history store and what a run says changed since the previous run of its gate."""
+
+import json
+import shutil
+
+import pandas as pd
+import pytest
+from report_helpers import crashed, failing, make_run, passing
+
+from harness.report import write_report
+from harness.report.history import load_history
+from harness.report.regressions import BAND_ABS_FLOOR, noise_band
+
+
+def report(run_dir, history):
+    return write_report(run_dir, history_dir=history)
+
+
+def test_every_run_appends_its_rows_and_a_rebuild_replaces_them(tmp_path):
+    history = tmp_path / "history"
+    first = make_run(tmp_path, "r1", [passing("s/tp1-pp1"), failing("s/tp2-pp1")], started=1000)
+    report(first, history)
+    report(first, history)  # rebuilding the same run's report does not add rows
+    report(make_run(tmp_path, "r2", [passing("s/tp1-pp1"), passing("s/tp2-pp1")], started=2000), history)
+
+    rows = load_history(history)
+    assert sorted(zip(rows["run_id"], rows["scenario"], rows["verdict"])) == [
+        ("r1", "s/tp1-pp1", "pass"), ("r1", "s/tp2-pp1", "fail"), ("r2", "s/tp1-pp1", "pass"), ("r2", "s/tp2-pp1", "pass")]
+    assert rows.loc[rows["verdict"] == "fail", "metric.logits.max_abs_dlogprob"].item() == pytest.approx(0.3)
+    assert set(rows["torch"]) == {"2.13.0"} and set(rows["harness_commit"]) == {"abc1234"} and set(rows["gate"]) == {"pr"}
+    assert rows["started"].dt.tz is not None
+    csv = pd.read_csv(history / "history.csv")
+    assert len(csv) == 4 and "metric.logits.max_abs_dlogprob" in csv.columns
+    assert sorted(p.name for p in (history / "runs").iterdir()) == ["r1.parquet", "r2.parquet"]
+
+
+def test_new_failure_fixed_and_still_failing(tmp_path):
+    history = tmp_path / "history"
+    report(make_run(tmp_path, "r1", [passing("s/tp1-pp1"), passing("s/tp2-pp1"), failing("s/tp1-pp2"), failing("s/tp2-pp2")], started=1000), history)
+    second = make_run(tmp_path, "r2", [passing("s/tp1-pp1"), crashed("s/tp2-pp1"), passing("s/tp1-pp2"), failing("s/tp2-pp2")], started=2000)
+    meta = report(second, history)
+
+    changes = meta["changes"]
+    assert changes["previous_run"] == "r1"
+    assert changes["new_failures"] == ["s/tp2-pp1"]
+    assert changes["fixed"] == ["s/tp1-pp2"]
+    assert changes["still_failing"] == ["s/tp2-pp2"]
+    summary = (second / "summary.md").read_text()
+    top = summary[: summary.index("| scenario |")]  # the regressions come before the table
+    assert "New failures (regressions): 1" in top
+    assert "`s/tp2-pp1` crash (was pass in `r1`)" in top and "harness run s/tp2-pp1 --fault rank-raise@1" in top
+    assert "Fixed: 1" in top and "Still failing: 1" in top
+
+
+def test_first_run_of_a_gate_has_nothing_to_compare_with(tmp_path):
+    meta = report(make_run(tmp_path, "r1", [failing("s/tp2-pp1")]), tmp_path / "history")
+    assert meta["changes"]["previous_run"] is None
+    assert "No earlier run of this gate" in (tmp_path / "r1" / "summary.md").read_text()
+
+
+def test_previous_run_is_the_latest_earlier_run_of_the_same_gate(tmp_path):
+    history = tmp_path / "history"
+    report(make_run(tmp_path, "pr-old", [passing("s/tp2-pp1")], gate="pr", started=1000), history)
+    report(make_run(tmp_path, "nightly", [failing("s/tp2-pp1")], gate="nightly", started=1500), history)
+    report(make_run(tmp_path, "pr-later", [failing("s/tp2-pp1")], gate="pr", started=3000), history)
+    # Rebuilt after a later run exists, a run still compares with what came before it.
+    meta = report(make_run(tmp_path, "pr-new", [failing("s/tp2-pp1")], gate="pr", started=2000), history)
+    assert meta["changes"]["previous_run"] == "pr-old"
+    assert meta["changes"]["new_failures"] == ["s/tp2-pp1"]
+
+
+def test_a_scenario_missing_from_the_previous_run_compares_with_its_last_result(tmp_path):
+    history = tmp_path / "history"
+    report(make_run(tmp_path, "r1", [passing("s/tp1-pp1"), passing("s/tp2-pp1")], started=1000), history)
+    report(make_run(tmp_path, "r2", [passing("s/tp1-pp1")], started=2000), history)  # a shard without tp2-pp1
+    meta = report(make_run(tmp_path, "r3", [passing("s/tp1-pp1"), crashed("s/tp2-pp1")], started=3000), history)
+    assert meta["changes"]["previous_run"] == "r2" and meta["changes"]["new_failures"] == ["s/tp2-pp1"]
+
+
+def test_metric_that_leaves_its_noise_band_while_passing_is_drift(tmp_path):
+    history = tmp_path / "history"
+    for i, value in enumerate([1.0e-5, 1.1e-5, 0.9e-5, 1.0e-5]):
+        report(make_run(tmp_path, f"r{i}", [passing("s/tp2-pp1", value), passing("s/tp1-pp1", 0.0)], started=1000 + i), history)
+    steady = report(make_run(tmp_path, "steady", [passing("s/tp2-pp1", 1.05e-5), passing("s/tp1-pp1", 0.0)], started=2000), history)
+    assert steady["changes"]["drifted"] == []
+
+    moved = report(make_run(tmp_path, "moved", [passing("s/tp2-pp1", 9e-5), passing("s/tp1-pp1", 0.0)], started=3000), history)
+    (drift,) = moved["changes"]["drifted"]
+    assert drift["scenario"] == "s/tp2-pp1" and drift["metric"] == "logits.max_abs_dlogprob" and drift["value"] == pytest.approx(9e-5)
+    low, high = drift["band"]
+    assert low < 1e-5 < high < 9e-5 and drift["samples"] == 5
+    assert "Drifted beyond the noise band (still passing): 1" in (tmp_path / "moved" / "summary.md").read_text()
+
+
+def test_failing_runs_do_not_widen_the_band_and_failures_are_not_drift(tmp_path):
+    history = tmp_path / "history"
+    report(make_run(tmp_path, "r1", [passing("s/tp2-pp1", 1e-5)], started=1000), history)
+    report(make_run(tmp_path, "r2", [failing("s/tp2-pp1", 0.5)], started=2000), history)
+    meta = report(make_run(tmp_path, "r3", [passing("s/tp2-pp1", 5e-5)], started=3000), history)
+    assert meta["changes"]["fixed"] == ["s/tp2-pp1"]
+    assert [d["metric"] for d in meta["changes"]["drifted"]] == ["logits.max_abs_dlogprob"]  # band from r1 only
+
+
+def test_noise_band_is_robust_with_floors():
+    band = noise_band(pd.Series([1.0, 1.0, 1.0, 1.0, 50.0]))  # one outlier does not widen it
+    assert band.center == 1.0 and band.half_width == pytest.approx(0.1)  # the relative floor
+    zero = noise_band(pd.Series([0.0, 0.0]))
+    assert zero.half_width == BAND_ABS_FLOOR and zero.contains(5e-7) and not zero.contains(2e-6)
+    spread = noise_band(pd.Series([1.0, 2.0, 3.0, 4.0, 5.0]))
+    assert spread.half_width == pytest.approx(4 * 1.4826 * 1.0)
+
+
+def test_histories_of_several_machines_merge_by_copying(tmp_path):
+    a, b = tmp_path / "a" / "history", tmp_path / "b" / "history"
+    report(make_run(tmp_path / "a", "night-1", [passing("s/tp1-pp1")], gate="nightly", started=1000), a)
+    report(make_run(tmp_path / "b", "night-2", [passing("s/tp1-pp1")], gate="nightly", started=2000), b)
+    report(make_run(tmp_path / "b", "night-1", [passing("s/tp1-pp1")], gate="nightly", started=1000), b)  # the same run seen twice
+    shutil.copytree(b, a / "machine-b")
+    rows = load_history(a)
+    assert sorted(rows["run_id"]) == ["night-1", "night-2"]
+
+
+def test_a_merged_run_replaces_its_shards_in_the_history(tmp_path):
+    history = tmp_path / "history"
+    report(make_run(tmp_path, "shard0", [passing("s/tp1-pp1")], gate="nightly", started=1000), history)
+    report(make_run(tmp_path, "shard1", [failing("s/tp2-pp1")], gate="nightly", started=1001), history)
+    merged = make_run(tmp_path, "merged", [passing("s/tp1-pp1"), failing("s/tp2-pp1")], gate="nightly", started=1000,
+                      merged_from=["shard0", "shard1"])
+    meta = report(merged, history)
+    assert meta["changes"]["previous_run"] is None  # its own shards are not its past
+    assert sorted(load_history(history)["run_id"]) == ["merged", "merged"]
+    assert json.loads((merged / "run.json").read_text())["changes"]["first_seen_failing"] == ["s/tp2-pp1"]

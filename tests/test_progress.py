@@ -1,0 +1,65 @@
+"""Progress while a run runs: plain lines for logs, a live display for a terminal."""
+
+import io
+import threading
+from pathlib import Path
+from types import SimpleNamespace
+
+from rich.console import Console
+
+from harness.report.progress import LineProgress, LiveProgress, choose_progress
+from harness.verdict import Verdict
+
+
+def finish_from_threads(progress, n: int) -> None:
+    """n scenarios start and finish on n threads at once (as under --jobs)."""
+    progress.start(n, Path("reports/x"))
+    barrier = threading.Barrier(n)
+
+    def one(i: int) -> None:
+        scenario = SimpleNamespace(id=f"s/tp{i}")
+        progress.scenario_started(scenario)
+        barrier.wait()
+        progress.scenario_finished(Verdict(scenario.id, "fail" if i % 4 == 0 else "pass", "r"))
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    progress.close()
+
+
+def test_plain_lines_count_done_and_failures_under_threads():
+    out = io.StringIO()
+    finish_from_threads(LineProgress(out), 16)
+    lines = out.getvalue().splitlines()
+    assert lines[0] == "harness: running 16 scenarios -> reports/x"
+    finished = [line for line in lines if "failures so far" in line]
+    assert len(finished) == 16
+    assert sorted(int(line[1:].split("/")[0]) for line in finished) == list(range(1, 17))  # no count lost or repeated
+    assert sum("NOT AS EXPECTED" in line for line in finished) == 4
+    assert lines[-1].startswith("harness: 16/16 scenarios in ") and lines[-1].endswith(", 4 not as expected")
+
+
+def test_live_display_prints_every_finished_scenario_and_a_summary():
+    out = io.StringIO()
+    console = Console(file=out, force_terminal=True, width=200)
+    finish_from_threads(LiveProgress(console), 8)
+    text = out.getvalue()
+    for i in range(8):
+        assert f"s/tp{i}: " in text
+    assert "harness: 8/8 scenarios in " in text and "2 not as expected" in text
+
+
+class FakeTerminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_live_display_only_for_a_person_at_a_terminal(monkeypatch):
+    monkeypatch.delenv("CI", raising=False)
+    assert isinstance(choose_progress(io.StringIO()), LineProgress)  # a pipe or a log file
+    assert isinstance(choose_progress(FakeTerminal()), LiveProgress)
+    monkeypatch.setenv("CI", "true")
+    assert isinstance(choose_progress(FakeTerminal()), LineProgress)
