@@ -3,10 +3,14 @@ PYTHON ?= python3
 HARNESS := $(PYTHON) -m harness
 PYTEST := $(PYTHON) -m pytest
 JOBS ?= 2
+# Extra `harness run` options for the gates, e.g. CI:
+#   make pr-gate HARNESS_ARGS="--changed-since origin/main --jobs 2"
+#   make nightly HARNESS_ARGS="--shard 2/4 --durations ci/durations.json --jobs 4"
+HARNESS_ARGS ?=
 # One target per scenario id (`make llama-tiny/tp2-pp2-sp`), read from the scenario files.
 SCENARIOS := $(shell $(HARNESS) list --ids-only 2>/dev/null)
 
-.PHONY: help install test test-fast golden pr-gate nightly list bench $(SCENARIOS)
+.PHONY: help install test test-fast golden pr-gate nightly list bench bench-packing $(SCENARIOS)
 
 help:
 	@echo "make install    install the harness and its test tools (torch 2.13.0 CPU first)"
@@ -16,6 +20,7 @@ help:
 	@echo "make golden     regenerate every suite's golden (eager, single process)"
 	@echo "make list       list scenarios; 'make <scenario-id>' runs one, e.g. make llama-tiny/tp2-pp2"
 	@echo "make bench      the PR-gate benchmark (docs/BENCHMARKS.md)"
+	@echo "make bench-packing  makespan of largest-first packing and shard balance (docs/BENCHMARKS.md)"
 
 # torch first and pinned: any other torch (or a package asking for a newer one)
 # pulls several GB of CUDA wheels on a CPU machine.
@@ -30,10 +35,10 @@ test-fast:
 	$(PYTEST) tests -m "not e2e" -rs
 
 pr-gate: install
-	$(HARNESS) run --gate pr
+	$(HARNESS) run --gate pr $(HARNESS_ARGS)
 
 nightly:
-	$(HARNESS) run --gate nightly
+	$(HARNESS) run --gate nightly $(HARNESS_ARGS)
 
 golden:
 	$(HARNESS) golden
@@ -43,6 +48,9 @@ list:
 
 bench:
 	$(PYTHON) bench/pr_gate.py
+
+bench-packing:
+	$(PYTHON) bench/packing.py
 
 $(SCENARIOS):
 	$(HARNESS) run $@

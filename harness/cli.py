@@ -9,6 +9,8 @@ import sys
 import time
 from pathlib import Path
 
+from harness.devices import DeviceError
+from harness.nodes import NodesError
 from harness.scenario import ScenarioError, load_scenarios, select
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -42,6 +44,17 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--report-dir", type=Path, default=Path(os.environ.get("HARNESS_REPORTS_DIR", DEFAULT_REPORTS)))
     run.add_argument("--run-id", help="name of the run directory (default: time and gate)")
     run.add_argument("--history", type=Path, help="history store (default: $HARNESS_HISTORY_DIR or <report-dir>/history)")
+    run.add_argument("--jobs", type=int, default=None, help="scenarios at once, packed onto the devices (default: $HARNESS_JOBS or 1)")
+    run.add_argument("--devices", type=int, help="device slots of this machine (default: $HARNESS_DEVICES, else the GPU count on cuda, a CPU-based count on cpu)")
+    run.add_argument("--nodes", type=Path, help="nodes file for scenarios bigger than this machine (default: $HARNESS_NODES)")
+    run.add_argument("--shard", help="run shard I of N (I/N, 1-based), balanced by recorded durations")
+    run.add_argument("--durations", type=Path, help="JSON {scenario id: seconds} to balance shards and pack by (default: past verdicts under --report-dir)")
+    run.add_argument("--changed-files", type=Path, help="with --gate pr: run what these files (one per line) can break, plus the smoke set")
+    run.add_argument("--changed-since", metavar="BASE", help="with --gate pr: as --changed-files, with the files of `git diff --name-only BASE...HEAD`")
+
+    dur = sub.add_parser("durations", help="write the recorded duration of every scenario (for --durations)")
+    dur.add_argument("--report-dir", type=Path, default=Path(os.environ.get("HARNESS_REPORTS_DIR", DEFAULT_REPORTS)))
+    dur.add_argument("--out", type=Path, required=True)
 
     gold = sub.add_parser("golden", help="(re)make the goldens of suites")
     gold.add_argument("suites", nargs="*", help="suite names (default: every suite)")
@@ -69,7 +82,9 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_golden(args, scenarios)
         if args.command == "report":
             return cmd_report(args)
-    except ScenarioError as exc:
+        if args.command == "durations":
+            return cmd_durations(args)
+    except (ScenarioError, DeviceError, NodesError) as exc:
         print(f"harness: {exc}", file=sys.stderr)
         return 2
     return 2
@@ -100,26 +115,31 @@ def harness_versions() -> dict:
 
 
 def cmd_run(args, scenarios) -> int:
+    from harness.planning import default_jobs, plan_run
     from harness.report import write_report
     from harness.report.history import history_dir
     from harness.report.progress import choose_progress
     from harness.runner import RunOptions
     from harness.session import run_session
 
-    chosen = select(scenarios, args.ids, args.gate)
+    args.jobs = args.jobs or default_jobs()
+    plan = plan_run(args, scenarios, select(scenarios, args.ids, args.gate), PROJECT_ROOT)
+    chosen = plan.scenarios
     if not chosen:
         print("harness: nothing to run (no scenario matches)", file=sys.stderr)
         return 2
-    run_id = args.run_id or time.strftime("%Y%m%d-%H%M%S") + (f"-{args.gate}" if args.gate else "")
+    shard = f"-shard{plan.meta['shard']['index']}of{plan.meta['shard']['count']}" if "shard" in plan.meta else ""
+    run_id = args.run_id or time.strftime("%Y%m%d-%H%M%S") + (f"-{args.gate}" if args.gate else "") + shard
     run_dir = args.report_dir / run_id
     run_dir.mkdir(parents=True, exist_ok=True)
-    opts = RunOptions(timeout_s=args.timeout, faults=args.fault, env=dict(args.env), device=args.device)
-    meta = {"run_id": run_id, "gate": args.gate, "scenarios": [s.id for s in chosen], "faults": args.fault, "versions": harness_versions(), "started": time.time()}
+    opts = RunOptions(timeout_s=args.timeout, faults=args.fault, env=dict(args.env), device=args.device,
+                      devices=plan.devices, cluster=plan.cluster)
+    meta = {"run_id": run_id, "gate": args.gate, "scenarios": [s.id for s in chosen], "faults": args.fault, "versions": harness_versions(), "started": time.time(), **plan.meta}
     history = history_dir(args.report_dir, args.history)
     write_report(run_dir, meta, history)
     interrupted = False
     try:
-        run_session(chosen, run_dir, opts, progress=choose_progress())
+        run_session(chosen, run_dir, opts, progress=choose_progress(), jobs=args.jobs, cost=plan.cost)
     except KeyboardInterrupt:
         interrupted = True
         print("\nharness: interrupted; ranks stopped, writing the report of what finished", file=sys.stderr)
@@ -152,6 +172,15 @@ def cmd_golden(args, scenarios) -> int:
             print(f"harness: golden {name} failed: {exc}", file=sys.stderr)
             return 1
         print(f"golden {name}: {path} ({time.monotonic() - start:.1f}s)", flush=True)
+    return 0
+
+
+def cmd_durations(args) -> int:
+    from harness.schedule import recorded_durations, write_durations
+
+    durations = recorded_durations(args.report_dir)
+    write_durations(args.out, durations)
+    print(f"harness: {len(durations)} scenario durations from {args.report_dir} -> {args.out}")
     return 0
 
 

@@ -7,7 +7,10 @@
 Items run through the same runner as the CLI and write into one run directory
 (reports/pytest-<id>/), shared by all xdist workers; each scenario has its own
 subdirectory and picks its own free port, so concurrent scenarios never share
-files or ports. The controller writes junit.xml and summary.md at the end.
+files or ports. Each item leases its devices (harness/devices: lock files shared
+by every xdist worker; --harness-devices or $HARNESS_DEVICES slots) and items are
+collected largest-first, so xdist starts the big ones first. The controller writes
+junit.xml and summary.md at the end.
 Gates become markers; an expected failure is an xfail, an unsupported scenario a skip.
 """
 
@@ -29,6 +32,7 @@ def pytest_addoption(parser):
     group.addoption("--harness-timeout", type=float, default=None, help="per-scenario timeout in seconds")
     group.addoption("--harness-fault", action="append", default=[], help="switch on an engine fault (repeatable)")
     group.addoption("--harness-report-dir", default=None, help="where the run directory goes (default: reports/)")
+    group.addoption("--harness-devices", type=int, default=None, help="device slots of this machine (default: $HARNESS_DEVICES)")
 
 
 def pytest_configure(config):
@@ -78,7 +82,13 @@ class ScenarioItem(pytest.Item):
     def runtest(self):
         from harness.runner import RunOptions, run_scenario
 
-        opts = RunOptions(timeout_s=self.config.getoption("--harness-timeout"), faults=self.config.getoption("--harness-fault"))
+        from harness.devices import DevicePool, configured_count
+        from harness.nodes import cluster_from_env
+
+        device = os.environ.get("HARNESS_DEVICE", "cpu")
+        opts = RunOptions(timeout_s=self.config.getoption("--harness-timeout"), faults=self.config.getoption("--harness-fault"),
+                          device=device, devices=DevicePool(configured_count(device, self.config.getoption("--harness-devices")), device),
+                          cluster=cluster_from_env(None))
         verdict = run_scenario(self.scenario, _run_dir(self.config), opts)
         self.user_properties.append(("verdict", verdict.verdict))
         if verdict.verdict == "unsupported":
@@ -95,6 +105,40 @@ class ScenarioItem(pytest.Item):
 
     def reportinfo(self):
         return self.path, None, f"scenario {self.scenario.id}"
+
+
+def pytest_collection_modifyitems(session, config, items):
+    """Scenario items largest-first (device-seconds, from past runs); other items keep
+    their places."""
+    from harness.schedule import costs, largest_first
+
+    slots = [i for i, item in enumerate(items) if isinstance(item, ScenarioItem)]
+    if len(slots) < 2:
+        return
+    scenario_items = {items[i].scenario.id: items[i] for i in slots}
+    scenarios = [items[i].scenario for i in slots]
+    ordered = largest_first(scenarios, costs(scenarios, _durations(config)))
+    for i, scenario in zip(slots, ordered):
+        items[i] = scenario_items[scenario.id]
+
+
+def _durations(config) -> dict[str, float]:
+    """Read once, by the controller: xdist workers must collect in the same order, so
+    they take the controller's numbers (a run finishing meanwhile could change them)."""
+    from harness.schedule import recorded_durations
+
+    worker_input = getattr(config, "workerinput", None)
+    if worker_input is not None and "harness_durations" in worker_input:
+        return worker_input["harness_durations"]
+    if not hasattr(config, "_harness_durations"):
+        config._harness_durations = recorded_durations(_run_dir(config).parent)
+    return config._harness_durations
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node):
+    """xdist: hand the controller's durations to each worker."""
+    node.workerinput["harness_durations"] = _durations(node.config)
 
 
 def pytest_sessionfinish(session, exitstatus):

@@ -6,8 +6,10 @@ command all come through here, so the three ways in cannot drift apart.
 
 from __future__ import annotations
 
+import threading
 import time
 import traceback
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -16,7 +18,8 @@ from harness import workloads as wl
 from harness import zoo
 from harness.compare import compare_outputs, tolerance_for
 from harness.engines import EngineUnavailable, get_engine
-from harness.launch import LaunchOutcome, run_ranks
+from harness.devices import DevicePool, Lease
+from harness.launch import Cluster, LaunchOutcome, run_ranks
 from harness.outputs import EngineOutputs
 from harness.runspec import RunSpec
 from harness.scenario import Scenario
@@ -31,6 +34,12 @@ class RunOptions:
     faults: list[str] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)
     device: str = "cpu"
+    # The device slots of this machine; None: no leasing (one run at a time, golden runs).
+    devices: DevicePool | None = None
+    # Machines for scenarios that need more devices than `devices` has (--nodes).
+    cluster: Cluster | None = None
+    # Set by a session to stop every running launch (Ctrl-C with --jobs).
+    cancel: threading.Event | None = None
 
 
 @dataclass
@@ -78,22 +87,54 @@ def prepare(scenario: Scenario, settings: dict, out_dir: Path, opts: RunOptions)
     return Prepared(engine, spec, manifest)
 
 
-def launch(prepared: Prepared, out_dir: Path, scenario: Scenario, opts: RunOptions) -> LaunchOutcome:
+def launch(prepared: Prepared, out_dir: Path, scenario: Scenario, opts: RunOptions,
+           device_env: dict[str, str] | None = None, cluster: Cluster | None = None) -> LaunchOutcome:
     out_dir.mkdir(parents=True, exist_ok=True)
     spec_path = out_dir / "spec.json"
     prepared.spec.save(spec_path)
     plan = prepared.engine.launch_plan(prepared.spec, str(spec_path))
     timeout = opts.timeout_s or scenario.suite.timeout_s
-    return run_ranks(plan, out_dir / "logs", timeout, env={**scenario.extra_env, **opts.env})
+    env = {**scenario.extra_env, **opts.env, **(device_env or {})}  # the lease wins: no shared devices
+    return run_ranks(plan, out_dir / "logs", timeout, env=env, cluster=cluster, cancel=opts.cancel)
 
 
-def run_scenario(scenario: Scenario, run_dir: Path, opts: RunOptions | None = None) -> Verdict:
+def devices_problem(need: int, opts: RunOptions) -> str | None:
+    """Why a scenario needing `need` devices cannot run here (an `unsupported` reason)."""
+    if opts.devices is None or need <= opts.devices.count:
+        return None
+    if opts.cluster is not None and need <= opts.cluster.ranks:
+        return None
+    where = (f"; the nodes of the nodes file hold {opts.cluster.ranks}" if opts.cluster
+             else "; a bigger scenario needs more machines (--nodes FILE)")
+    return f"needs {need} devices, this machine has {opts.devices.count} (--devices / HARNESS_DEVICES){where}"
+
+
+@contextmanager
+def _devices_for(scenario: Scenario, need: int, opts: RunOptions, lease: Lease | None):
+    """(rank env, cluster or None) while the scenario holds its devices. A lease given by
+    the caller (a session that packs scenarios) is used as is and released by the caller."""
+    if opts.devices is None:
+        yield {}, None
+    elif need > opts.devices.count:  # multi-node: the whole node set, waited for
+        from harness.nodes import cluster_pool
+
+        pool = cluster_pool(opts.cluster)
+        with pool.lease(pool.count, scenario.id):
+            yield {}, opts.cluster
+    elif lease is not None:
+        yield lease.env(), None
+    else:
+        with opts.devices.lease(need, scenario.id) as own:
+            yield own.env(), None
+
+
+def run_scenario(scenario: Scenario, run_dir: Path, opts: RunOptions | None = None, lease: Lease | None = None) -> Verdict:
     """Run one scenario and write its verdict.json; never raises except on Ctrl-C."""
     opts = opts or RunOptions()
     out_dir = scenario_dir(run_dir, scenario.id)
     start = time.monotonic()
     try:
-        verdict = _run(scenario, out_dir, opts)
+        verdict = _run(scenario, out_dir, opts, lease)
     except KeyboardInterrupt:
         raise
     except Exception as exc:  # noqa: BLE001 - a harness fault must become an `error` verdict
@@ -112,19 +153,21 @@ def run_scenario(scenario: Scenario, run_dir: Path, opts: RunOptions | None = No
     return verdict
 
 
-def _run(scenario: Scenario, out_dir: Path, opts: RunOptions) -> Verdict:
+def _run(scenario: Scenario, out_dir: Path, opts: RunOptions, lease: Lease | None) -> Verdict:
     try:
         prepared = prepare(scenario, scenario.settings, out_dir, opts)
     except EngineUnavailable as exc:
         return Verdict(scenario.id, "error", str(exc), error={"exception": str(exc)})
-    reason = prepared.engine.unsupported_reason(scenario.settings, prepared.spec.model_dir)
+    need = prepared.engine.devices_needed(scenario.settings)
+    reason = prepared.engine.unsupported_reason(scenario.settings, prepared.spec.model_dir) or devices_problem(need, opts)
     if reason:
         return Verdict(scenario.id, "unsupported", reason)
     try:  # check the golden before spending a launch on a run we cannot judge
         golden, manifest = goldens.load_golden(prepared.manifest)
     except goldens.GoldenError as exc:
         return Verdict(scenario.id, "error", str(exc).splitlines()[0], error={"exception": str(exc)})
-    outcome = launch(prepared, out_dir, scenario, opts)
+    with _devices_for(scenario, need, opts, lease) as (device_env, cluster):
+        outcome = launch(prepared, out_dir, scenario, opts, device_env, cluster)
     verdict = _from_outcome(scenario, outcome, golden, prepared)
     verdict.golden = {"dir": str(goldens.golden_dir(scenario.suite.suite)), "version_drift": goldens.version_drift(manifest, prepared.manifest["versions"])}
     verdict.versions = prepared.manifest["versions"]

@@ -67,6 +67,28 @@ class ToleranceOverride(_Strict):
     near_tie: float | None = Field(None, ge=0)
 
 
+class ChangeRule(_Strict):
+    # fnmatch globs over paths relative to the repository root (`*` also crosses `/`)
+    paths: list[str] = Field(min_length=1)
+    # patterns over the axis part of the ids; [] = a change there can break nothing here
+    scenarios: list[str]
+
+    @field_validator("paths")
+    @classmethod
+    def _relative(cls, paths: list[str]) -> list[str]:
+        for p in paths:
+            if not p or p.startswith("/"):
+                raise ValueError(f"path glob '{p}' must be relative to the repository root, like harness/zoo/*.py")
+        return paths
+
+
+class ChangeMap(_Strict):
+    """What `harness run --gate pr --changed-files F` runs for this suite."""
+
+    smoke: list[str] = Field(min_length=1)  # always run, whatever changed
+    rules: list[ChangeRule] = []
+
+
 class SuiteFile(_Strict):
     suite: str
     description: str = ""
@@ -83,6 +105,7 @@ class SuiteFile(_Strict):
     env: dict[str, str] = {}
     faults: list[str] = []
     tolerances: ToleranceOverride = ToleranceOverride()
+    changes: ChangeMap | None = None
 
     @field_validator("suite")
     @classmethod
@@ -194,7 +217,21 @@ def expand(suite: SuiteFile, source: Path) -> list[Scenario]:
     ids = [s.id for s in scenarios]
     if len(set(ids)) != len(ids):
         raise ScenarioError(f"{source}: matrix expansion gives duplicate ids: {sorted(i for i in ids if ids.count(i) > 1)}")
+    _check_change_patterns(suite, source, [s.name for s in scenarios])
     return scenarios
+
+
+def _check_change_patterns(suite: SuiteFile, source: Path, names: list[str]) -> None:
+    """A pattern that picks nothing is a typo that would silently drop scenarios from a gate."""
+    if suite.changes is None:
+        return
+    fields = [("changes.smoke", suite.changes.smoke)]
+    fields += [(f"changes.rules.{i}.scenarios", r.scenarios) for i, r in enumerate(suite.changes.rules)]
+    for where, patterns in fields:
+        for pattern in patterns:
+            if not any(fnmatch.fnmatch(n, pattern) for n in names):
+                raise ScenarioError(f"{source}: invalid scenario file:\n  {where}: pattern '{pattern}' matches no "
+                                    f"scenario of suite '{suite.suite}' (they are: {', '.join(names)})")
 
 
 def load_suite(path: Path) -> SuiteFile:

@@ -3,14 +3,24 @@
 The CLI builds a session from the chosen scenarios; pytest runs items one by one
 through the runner instead. Progress goes through the Progress interface so a live
 terminal display and plain CI log lines are interchangeable.
+
+With jobs > 1 the session packs scenarios onto the device slots (harness/devices):
+it goes down the list largest-first and starts every scenario whose devices are free
+right now, up to `jobs` at once, each in a worker thread; the others wait for a
+release. Progress hooks are called from the session's own thread.
 """
 
 from __future__ import annotations
 
+import threading
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from pathlib import Path
 
+from harness.devices import POLL_S, Lease
+from harness.launch import _SigtermAsInterrupt
 from harness.runner import RunOptions, run_scenario
 from harness.scenario import Scenario
+from harness.schedule import Cost, costs, largest_first
 from harness.verdict import Verdict
 
 
@@ -33,19 +43,85 @@ class Progress:
         pass
 
 
-def run_session(scenarios: list[Scenario], run_dir: Path, opts: RunOptions, progress: Progress | None = None) -> list[Verdict]:
-    """Run every scenario, one at a time, in order. Ctrl-C propagates (as
-    KeyboardInterrupt) after the running scenario's ranks are stopped; the verdicts
-    written so far stay on disk for the report."""
+def run_session(scenarios: list[Scenario], run_dir: Path, opts: RunOptions, progress: Progress | None = None,
+                jobs: int = 1, cost: dict[str, Cost] | None = None) -> list[Verdict]:
+    """Run every scenario: one at a time in order, or (jobs > 1, device slots given)
+    packed largest-first by `cost`. Ctrl-C propagates (as KeyboardInterrupt) after
+    every running scenario's ranks are stopped; the verdicts written so far stay on
+    disk for the report."""
     progress = progress or Progress()
     progress.start(len(scenarios), run_dir)
-    verdicts = []
     try:
+        if jobs > 1 and opts.devices is not None:
+            return _run_packed(scenarios, run_dir, opts, progress, jobs, cost or costs(scenarios, {}))
+        verdicts = []
         for scenario in scenarios:
             progress.scenario_started(scenario)
             verdict = run_scenario(scenario, run_dir, opts)
             verdicts.append(verdict)
             progress.scenario_finished(verdict)
+        return verdicts
     finally:
         progress.close()
+
+
+def _run_packed(scenarios, run_dir, opts: RunOptions, progress: Progress, jobs: int, cost: dict[str, Cost],
+                run=run_scenario) -> list[Verdict]:
+    opts.cancel = opts.cancel or threading.Event()
+    pending = largest_first(scenarios, cost)
+    running: dict[Future, Lease | None] = {}
+    verdicts: list[Verdict] = []
+    with ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="scenario") as pool, _SigtermAsInterrupt():
+        try:
+            while pending or running:
+                for scenario, lease in _startable(pending, running, jobs, opts, cost):
+                    progress.scenario_started(scenario)
+                    running[pool.submit(run, scenario, run_dir, opts, lease)] = lease
+                done, _ = wait(list(running), timeout=POLL_S, return_when=FIRST_COMPLETED)
+                for future in done:
+                    _finish(future, running, verdicts, progress)
+        except BaseException:
+            opts.cancel.set()  # every launch stops its ranks (LaunchInterrupted in its thread)
+            _drain(running)
+            raise
     return verdicts
+
+
+def _startable(pending: list[Scenario], running: dict, jobs: int, opts: RunOptions, cost: dict[str, Cost]):
+    """Take from `pending`, in order, every scenario whose devices can be leased now,
+    with its lease, while fewer than `jobs` run (the caller adds each to `running`)."""
+    for scenario in list(pending):
+        if len(running) >= jobs:
+            return
+        need = cost[scenario.id].devices
+        if need > opts.devices.count:
+            lease = None  # cannot run here: the runner says why (or runs it on --nodes)
+        else:
+            lease = opts.devices.try_lease(need, scenario.id)
+            if lease is None:
+                continue
+        pending.remove(scenario)
+        yield scenario, lease
+
+
+def _finish(future: Future, running: dict, verdicts: list[Verdict], progress: Progress) -> None:
+    lease = running.pop(future)
+    if lease is not None:
+        lease.release()
+    verdict = future.result()  # run_scenario never raises but for Ctrl-C
+    verdicts.append(verdict)
+    progress.scenario_finished(verdict)
+
+
+def _drain(running: dict) -> None:
+    """Wait for every cancelled scenario to stop its ranks, then free its devices; a
+    second Ctrl-C does not cut this short (the ranks would outlive the harness)."""
+    while running:
+        try:
+            wait(list(running))
+        except KeyboardInterrupt:
+            continue
+        for future, lease in list(running.items()):
+            if lease is not None:
+                lease.release()
+            del running[future]

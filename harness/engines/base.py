@@ -41,6 +41,11 @@ class Engine(ABC):
                 return f"engine '{self.name}' does not support {axis}={value!r} (supported: {list(allowed)})"
         return None
 
+    def devices_needed(self, settings: dict) -> int:
+        """Devices one run of these settings occupies (what the harness leases for it):
+        tp*pp, one device per rank, whether the engine starts the ranks or we do."""
+        return int(settings.get("tp", 1)) * int(settings.get("pp", 1))
+
     @abstractmethod
     def launch_plan(self, spec: RunSpec, spec_path: str) -> LaunchPlan:
         """The processes that run `spec` (already saved at `spec_path`)."""

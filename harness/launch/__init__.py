@@ -43,6 +43,18 @@ of a cgroup can catch that case). Note PDEATHSIG fires when the *thread* that st
 the rank exits: call run_ranks from a thread that outlives the run (the main thread,
 or a worker that blocks in run_ranks, as it does).
 
+Nodes. A run bigger than one machine is spread over `nodes` (a Cluster): each node is
+an exec prefix that runs a command there (`ip netns exec h1`, `ssh -T host`, `srun ...`)
+and a number of ranks; ranks fill the nodes in order, so TP groups stay inside a node and
+PP crosses nodes. Behind the prefix runs a small node agent (nodeside.py) that starts
+the rank in a process group of its own on the node and does there what the process
+group does here: it kills the rank's group when the rank exits, on SIGTERM, and on
+end-of-file of its stdin, a pipe from this launcher (the control channel), which comes
+when the launcher stops the run, dies, or loses the connection; "dump" on the channel
+becomes SIGUSR1 to the rank (an exec prefix like ssh forwards no signals). So the crash,
+hang and no-survivor guarantees hold on every node. The run directory and the harness must be at the same paths on every node
+(a shared filesystem), as outputs and error records are written there.
+
 Standard library only; this module must not import torch.
 """
 
@@ -51,9 +63,11 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import signal
 import socket
 import subprocess
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -66,6 +80,8 @@ __all__ = [
     "RankFailure",
     "LaunchOutcome",
     "LaunchInterrupted",
+    "Node",
+    "Cluster",
     "run_ranks",
     "free_port",
     "parse_stack_dump",
@@ -77,6 +93,8 @@ TERM_GRACE_S = 3.0  # SIGTERM -> SIGKILL
 DUMP_WAIT_S = 2.0  # how long to wait for SIGUSR1 stack dumps to land in the logs
 SETTLE_S = 1.0  # after a death that looks secondary, how long to look for the real cause
 PORT_ATTEMPTS = 3
+NODE_STOP_S = 5.0  # how long node agents get to stop their ranks before the prefixes are killed
+_NODE_AGENT = Path(__file__).with_name("nodeside.py")
 LOG_TAIL_CHARS = 6000
 
 # torchrun / torchelastic variables that must not leak from a harness that itself runs
@@ -104,6 +122,36 @@ class LaunchOutcome:
     stuck_at: dict[int, str] = field(default_factory=dict)  # hang: "file:line in func" of main thread
     logs: dict[int, str] = field(default_factory=dict)  # rank -> log path
     port: int = 0
+
+
+@dataclass(frozen=True)
+class Node:
+    """One machine of a multi-node run."""
+
+    name: str
+    exec_prefix: tuple[str, ...]  # runs a command on the node; () is this machine
+    ranks: int  # how many ranks it takes (its devices)
+    env: dict = field(default_factory=dict)  # e.g. GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME of the node
+    shell: bool = False  # the prefix hands its arguments to a shell (ssh): pass one quoted string
+
+
+@dataclass(frozen=True)
+class Cluster:
+    nodes: tuple[Node, ...]
+    master_addr: str  # where every node reaches rank 0 (the first node)
+
+    @property
+    def ranks(self) -> int:
+        return sum(n.ranks for n in self.nodes)
+
+    def place(self, world_size: int) -> list[tuple[Node, int]]:
+        """(node, local rank) of every global rank: nodes are filled in order."""
+        if world_size > self.ranks:
+            raise ValueError(f"{world_size} ranks do not fit on nodes with {self.ranks} devices in all")
+        placement = []
+        for node in self.nodes:
+            placement += [(node, local) for local in range(node.ranks)]
+        return placement[:world_size]
 
 
 class LaunchInterrupted(KeyboardInterrupt):
@@ -403,8 +451,11 @@ class _SigtermAsInterrupt:
 
 
 class _Attempt:
-    def __init__(self, plan: LaunchPlan, log_dir: Path, port: int, extra_env: dict[str, str] | None):
+    def __init__(self, plan: LaunchPlan, log_dir: Path, port: int, extra_env: dict[str, str] | None,
+                 cluster: Cluster | None = None):
         self.plan = plan
+        self.placement = cluster.place(plan.world_size) if cluster else None
+        self.master_addr = cluster.master_addr if cluster else "127.0.0.1"
         self.log_dir = log_dir
         self.port = port
         self.extra_env = extra_env or {}
@@ -415,27 +466,63 @@ class _Attempt:
         self.exits: dict[int, _Exit] = {}
         self.death_order: list[_Exit] = []
 
+    def rank_vars(self, rank: int) -> dict[str, str]:
+        """What the launcher sets for a rank, on top of the environment it inherits."""
+        env = {**self.extra_env, **self.plan.env}
+        local_rank, local_size = rank, self.plan.world_size
+        if self.placement:
+            node, local_rank = self.placement[rank]
+            local_size = sum(1 for n, _ in self.placement if n is node)
+            env.update(node.env)
+        else:
+            # a pid means nothing on another machine: node ranks have their agent instead
+            env[LAUNCHER_PID_ENV] = str(os.getpid())
+        env.update(
+            RANK=str(rank),
+            WORLD_SIZE=str(self.plan.world_size),
+            LOCAL_RANK=str(local_rank),
+            LOCAL_WORLD_SIZE=str(local_size),
+            MASTER_ADDR=self.master_addr,
+            MASTER_PORT=str(self.port),
+            PYTHONUNBUFFERED="1",
+        )
+        env[ERROR_FILE_ENV] = str(self.errs[rank])
+        return env
+
     def rank_env(self, rank: int) -> dict[str, str]:
         env = {
             k: v
             for k, v in os.environ.items()
             if k not in _STRIP_ENV and not k.startswith(_STRIP_ENV_PREFIXES)
         }
-        env.update(self.extra_env)
-        env.update(self.plan.env)
-        ws = self.plan.world_size
-        env.update(
-            RANK=str(rank),
-            WORLD_SIZE=str(ws),
-            LOCAL_RANK=str(rank),
-            LOCAL_WORLD_SIZE=str(ws),
-            MASTER_ADDR="127.0.0.1",
-            MASTER_PORT=str(self.port),
-            PYTHONUNBUFFERED="1",
-        )
-        env[ERROR_FILE_ENV] = str(self.errs[rank])
-        env[LAUNCHER_PID_ENV] = str(os.getpid())
+        env.update(self.rank_vars(rank))
         return env
+
+    def command(self, rank: int) -> list[str]:
+        """The rank's command line; on a node, behind its exec prefix and the node agent,
+        with the launcher's variables passed through `env` (ssh does not carry them)."""
+        if not self.placement:
+            return list(self.plan.argv)
+        node = self.placement[rank][0]
+        env_args = [f"{k}={v}" for k, v in sorted(self.rank_vars(rank).items())]
+        agent = [sys.executable, str(_NODE_AGENT), "--cwd", os.getcwd(), "--"]
+        inner = ["env", *env_args, *agent, *self.plan.argv]
+        return [*node.exec_prefix, shlex.join(inner)] if node.shell else [*node.exec_prefix, *inner]
+
+    def stop(self, grace_s: float) -> None:
+        """Stop every rank of the attempt. Node ranks first: end-of-file on their control
+        channels makes each node agent stop its rank's group and exit, and the launcher
+        sees that through the exec prefix's exit; then the local process group goes."""
+        if self.placement:
+            for p in self.procs:
+                try:
+                    p.stdin.close()
+                except OSError:
+                    pass
+            deadline = time.monotonic() + NODE_STOP_S
+            while time.monotonic() < deadline and any(_peek_exit(p) is None for p in self.procs):
+                time.sleep(0.05)
+        _stop_group(self.pgid, self.procs, grace_s)
 
     def start(self) -> None:
         for r in range(self.plan.world_size):
@@ -444,9 +531,9 @@ class _Attempt:
         for r in range(self.plan.world_size):
             with open(self.logs[r], "wb") as log:
                 proc = subprocess.Popen(
-                    list(self.plan.argv),
+                    self.command(r),
                     env=self.rank_env(r),
-                    stdin=subprocess.DEVNULL,
+                    stdin=subprocess.PIPE if self.placement else subprocess.DEVNULL,
                     stdout=log,
                     stderr=subprocess.STDOUT,
                     process_group=0 if self.pgid is None else self.pgid,
@@ -495,6 +582,19 @@ class _Attempt:
             text = _log_tail(self.logs[0])
         return bool(_ADDR_IN_USE.search(text))
 
+    def ask_for_stack_dump(self, rank: int) -> None:
+        from harness.launch.nodeside import DUMP_COMMAND
+
+        proc = self.procs[rank]
+        try:
+            if proc.stdin is not None:  # a node rank: its agent passes it on
+                proc.stdin.write(DUMP_COMMAND)
+                proc.stdin.flush()
+            else:
+                os.kill(proc.pid, DUMP_SIGNAL)
+        except (ProcessLookupError, BrokenPipeError):
+            pass
+
     def dump_stacks(self) -> tuple[dict[int, str], dict[int, str]]:
         live = [r for r, p in enumerate(self.procs) if r not in self.exits and _peek_exit(p) is None]
         offsets = {}
@@ -503,10 +603,7 @@ class _Attempt:
                 offsets[r] = self.logs[r].stat().st_size
             except OSError:
                 offsets[r] = 0
-            try:
-                os.kill(self.procs[r].pid, DUMP_SIGNAL)
-            except ProcessLookupError:
-                pass
+            self.ask_for_stack_dump(r)
         stacks: dict[int, str] = {}
         stuck: dict[int, str] = {}
         deadline = time.monotonic() + DUMP_WAIT_S
@@ -545,22 +642,25 @@ class _Attempt:
 
 
 def run_ranks(
-    plan: LaunchPlan, log_dir: Path, timeout_s: float, env: dict[str, str] | None = None
+    plan: LaunchPlan, log_dir: Path, timeout_s: float, env: dict[str, str] | None = None,
+    cluster: Cluster | None = None, cancel: threading.Event | None = None,
 ) -> LaunchOutcome:
-    """Run `plan` to its end; see the module docstring for what each outcome means."""
+    """Run `plan` to its end (on `cluster`'s nodes if given); see the module docstring
+    for what each outcome means. Setting `cancel` (from another thread) acts as Ctrl-C
+    does: this matters where run_ranks runs in a worker thread, which signals never reach."""
     log_dir = Path(log_dir)
     log_dir.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
     for attempt_no in range(PORT_ATTEMPTS):
-        outcome, attempt = _run_attempt(plan, log_dir, timeout_s, env, t0)
+        outcome, attempt = _run_attempt(plan, log_dir, timeout_s, env, t0, cluster, cancel)
         if outcome.status == "crash" and attempt.addr_in_use() and attempt_no + 1 < PORT_ATTEMPTS:
             continue  # MASTER_PORT was taken between free_port() and bind(): new port
         return outcome
     raise AssertionError("unreachable")  # pragma: no cover
 
 
-def _run_attempt(plan, log_dir, timeout_s, env, t0) -> tuple[LaunchOutcome, _Attempt]:
-    attempt = _Attempt(plan, log_dir, free_port(), env)
+def _run_attempt(plan, log_dir, timeout_s, env, t0, cluster, cancel) -> tuple[LaunchOutcome, _Attempt]:
+    attempt = _Attempt(plan, log_dir, free_port(), env, cluster)
     outcome = LaunchOutcome(
         status="interrupted",
         duration_s=0.0,
@@ -575,6 +675,8 @@ def _run_attempt(plan, log_dir, timeout_s, env, t0) -> tuple[LaunchOutcome, _Att
             attempt.start()
             deadline = time.monotonic() + timeout_s
             while True:
+                if cancel is not None and cancel.is_set():
+                    raise KeyboardInterrupt("cancelled")
                 new = attempt.poll()
                 failed = [e for e in new if e.failed]
                 if failed:
@@ -600,14 +702,13 @@ def _run_attempt(plan, log_dir, timeout_s, env, t0) -> tuple[LaunchOutcome, _Att
                 time.sleep(POLL_S)
         except KeyboardInterrupt as exc:
             with _BlockSignals():
-                _stop_group(attempt.pgid, attempt.procs, TERM_GRACE_S)
+                attempt.stop(TERM_GRACE_S)
             outcome.status = "interrupted"
             outcome.duration_s = time.monotonic() - t0
             raise LaunchInterrupted(outcome) from exc
         finally:
             # every path: nothing of this run may outlive it
             with _BlockSignals():
-                grace = 0.0 if outcome.status == "hang" else TERM_GRACE_S
-                _stop_group(attempt.pgid, attempt.procs, grace)
+                attempt.stop(0.0 if outcome.status == "hang" else TERM_GRACE_S)
     outcome.duration_s = time.monotonic() - t0
     return outcome, attempt

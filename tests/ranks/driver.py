@@ -2,20 +2,30 @@
 
 usage: driver.py LOG_DIR   (the rank behaviour comes from the environment)
 Prints one JSON line with the outcome and exits 130 on an interrupt.
+With $DRIVER_NODE_PREFIX (a shell-quoted exec prefix), each rank runs on its own "node"
+behind that prefix.
 """
 
 import json
+import os
+import shlex
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from harness.engines.base import LaunchPlan  # noqa: E402
-from harness.launch import LaunchInterrupted, run_ranks  # noqa: E402
+from harness.launch import Cluster, LaunchInterrupted, Node, run_ranks  # noqa: E402
+
+prefix = os.environ.get("DRIVER_NODE_PREFIX")
+cluster = None
+if prefix is not None:
+    nodes = tuple(Node(f"n{i}", tuple(shlex.split(prefix)), 1) for i in range(2))
+    cluster = Cluster(nodes, "127.0.0.1")
 
 plan = LaunchPlan(world_size=2, argv=[sys.executable, str(Path(__file__).with_name("allreduce.py"))])
 try:
-    out = run_ranks(plan, Path(sys.argv[1]), timeout_s=120)
+    out = run_ranks(plan, Path(sys.argv[1]), timeout_s=120, cluster=cluster)
 except LaunchInterrupted as exc:
     print(json.dumps({"status": exc.outcome.status, "raised": "LaunchInterrupted"}), flush=True)
     sys.exit(130)

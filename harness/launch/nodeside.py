@@ -1,0 +1,91 @@
+"""The node agent: what the launcher runs behind a node's exec prefix, around one rank.
+
+    python harness/launch/nodeside.py --cwd DIR -- RANK COMMAND...
+
+On a machine of its own the launcher's process group does not reach, so this agent
+does there what the launcher does at home. It starts the rank in a new process group
+on the node and:
+  * serves the control channel on its stdin, a pipe from the launcher through the
+    exec prefix: "dump" -> SIGUSR1 to the rank (the rank's stack dump, see rankside);
+    end-of-file (the launcher stopped the run, died, or lost the connection) -> the
+    rank's group is stopped;
+  * on SIGTERM/SIGINT stops the rank's group (SIGTERM, a short grace, SIGKILL);
+  * when the rank exits, kills whatever it left in its group, then exits the way the
+    rank did (same code, or the same signal), so the launcher's crash verdict names it.
+
+Run as a script by path (no package on sys.path needed before it starts); standard
+library only, like the rest of the launcher.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from harness.launch import _group_alive, _killpg, _peek_exit  # noqa: E402
+
+DUMP_COMMAND = b"dump\n"
+STOP_GRACE_S = 1.5  # shorter than the launcher's TERM_GRACE_S, so the agent finishes its cleanup first
+
+
+def stop_group(pgid: int, grace_s: float) -> None:
+    if _group_alive(pgid):
+        _killpg(pgid, signal.SIGTERM)
+        deadline = time.monotonic() + grace_s
+        while _group_alive(pgid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+    _killpg(pgid, signal.SIGKILL)
+
+
+def serve_channel(rank: subprocess.Popen) -> None:
+    # raw reads of fd 0: a thread blocked in a buffered stdin would stop the interpreter's exit
+    for line in os.fdopen(0, "rb", buffering=0, closefd=False):
+        if line == DUMP_COMMAND:
+            try:
+                os.kill(rank.pid, signal.SIGUSR1)
+            except ProcessLookupError:
+                pass
+    stop_group(rank.pid, STOP_GRACE_S)  # end-of-file: the run is over, or nobody watches it any more
+
+
+def exit_like(rank: subprocess.Popen) -> None:
+    code, sig = _peek_exit(rank) or (1, None)
+    rank.wait()
+    if sig is not None:
+        signum = getattr(signal, sig, signal.SIGKILL)
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+    os._exit(code)  # the channel thread may still be blocked in a read
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--cwd", required=True)
+    parser.add_argument("command", nargs=argparse.REMAINDER)
+    args = parser.parse_args()
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    os.chdir(args.cwd)
+    rank = subprocess.Popen(command, stdin=subprocess.DEVNULL, process_group=0)
+
+    def on_stop(signum, frame):
+        stop_group(rank.pid, STOP_GRACE_S)
+
+    signal.signal(signal.SIGTERM, on_stop)
+    signal.signal(signal.SIGINT, on_stop)
+    threading.Thread(target=serve_channel, args=(rank,), daemon=True).start()
+    while _peek_exit(rank) is None:  # WNOWAIT: the group id stays ours until we reap
+        time.sleep(0.1)
+    stop_group(rank.pid, 0.0)  # leftovers of a finished rank
+    exit_like(rank)
+
+
+if __name__ == "__main__":
+    main()

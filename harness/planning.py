@@ -1,0 +1,82 @@
+"""What a `harness run` runs and where: change-based selection, the shard of this CI
+agent, the device slots and nodes, and the cost estimates that order it all.
+
+The CLI calls plan_run() once; everything it decides goes into run.json, so a run
+directory says which shard it is and why each scenario was picked.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from harness.changes import changed_files_from, changed_files_since, select_for_changes
+from harness.devices import DevicePool, configured_count
+from harness.launch import Cluster
+from harness.nodes import cluster_from_env
+from harness.scenario import Scenario, ScenarioError
+from harness.schedule import Cost, costs, load_durations, parse_shard, recorded_durations, split_shards
+
+JOBS_ENV = "HARNESS_JOBS"
+
+
+@dataclass
+class RunPlan:
+    scenarios: list[Scenario]
+    devices: DevicePool
+    cluster: Cluster | None
+    cost: dict[str, Cost]
+    meta: dict = field(default_factory=dict)  # what run.json records about these choices
+
+
+def default_jobs() -> int:
+    raw = os.environ.get(JOBS_ENV, "1")
+    if not raw.isdigit() or int(raw) < 1:
+        raise ScenarioError(f"{JOBS_ENV}={raw!r}: the number of jobs is an integer >= 1")
+    return int(raw)
+
+
+def plan_run(args, all_scenarios: list[Scenario], chosen: list[Scenario], repo: Path) -> RunPlan:
+    meta: dict = {}
+    changed = _changed_files(args, repo)
+    if changed is not None:
+        if args.gate != "pr":
+            raise ScenarioError("--changed-files / --changed-since choose the pr gate's scenarios: add --gate pr")
+        picks = select_for_changes(all_scenarios, changed)
+        chosen = [s for s in all_scenarios if s.id in picks]
+        meta["selection"] = {"changed_files": changed, "picked": picks}
+        _print_picks(picks, changed)
+    durations = load_durations(args.durations) if args.durations else recorded_durations(args.report_dir)
+    cost = costs(chosen, durations)
+    if args.shard:
+        index, count = parse_shard(args.shard)
+        shard = split_shards(chosen, count, cost)[index - 1]
+        meta["shard"] = {"index": index, "count": count, "of": len(chosen),
+                         "device_seconds": round(sum(cost[s.id].device_seconds for s in shard), 1),
+                         "durations_from": str(args.durations) if args.durations else f"verdicts under {args.report_dir}"}
+        print(f"harness: shard {index}/{count}: {len(shard)} of {len(chosen)} scenarios "
+              f"(~{meta['shard']['device_seconds']:.0f} device-seconds)", flush=True)
+        chosen = shard
+    devices = DevicePool(configured_count(args.device, args.devices), kind=args.device)
+    meta["devices"] = {"kind": args.device, "count": devices.count, "jobs": args.jobs}
+    cluster = cluster_from_env(args.nodes)
+    if cluster is not None:
+        meta["nodes"] = [n.name for n in cluster.nodes]
+    return RunPlan(chosen, devices, cluster, {s.id: cost[s.id] for s in chosen}, meta)
+
+
+def _changed_files(args, repo: Path) -> list[str] | None:
+    if args.changed_files and args.changed_since:
+        raise ScenarioError("give --changed-files or --changed-since, not both")
+    if args.changed_files:
+        return changed_files_from(args.changed_files)
+    if args.changed_since:
+        return changed_files_since(args.changed_since, repo)
+    return None
+
+
+def _print_picks(picks: dict[str, list[str]], changed: list[str]) -> None:
+    print(f"harness: {len(changed)} changed files -> {len(picks)} scenarios:", flush=True)
+    for sid, reasons in picks.items():
+        print(f"  {sid:40s} {'; '.join(reasons)}", flush=True)

@@ -1,0 +1,132 @@
+"""At scale, end to end with real ranks on the llama-tiny suite and its stored golden:
+`harness run --jobs 2` and `pytest scenarios/ -n 2` lease disjoint device slots (the
+lease log proves it), the PR gate picks by changed files and says why, shards are
+disjoint run directories that record the shard, and Ctrl-C with --jobs leaves nothing."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from harness.devices import overlapping_leases, read_lease_log
+from tests.test_e2e import survivors
+
+pytestmark = pytest.mark.e2e
+ROOT = Path(__file__).resolve().parent.parent
+CHEAP = ["llama-tiny/tp1-pp1", "llama-tiny/tp2-pp1", "llama-tiny/tp1-pp2", "llama-tiny/tp2-pp2"]
+
+
+@pytest.fixture
+def env(tmp_path):
+    return {**os.environ, "HARNESS_DEVICE_LOCK_DIR": str(tmp_path / "locks"), "HARNESS_LEASE_LOG": str(tmp_path / "leases.jsonl")}
+
+
+def harness(env, *args, timeout=600) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "harness", *args], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def verdicts(run_dir: Path) -> dict[str, str]:
+    found = (json.loads(p.read_text()) for p in run_dir.glob("scenarios/*/verdict.json"))
+    return {v["scenario"]: v["verdict"] for v in found}
+
+
+def leases_by_scenario(tmp_path) -> dict[str, dict]:
+    records = read_lease_log(tmp_path / "leases.jsonl")
+    assert overlapping_leases(records) == [], "two scenarios held one device slot at once"
+    by: dict[str, dict] = {}
+    for r in records:
+        entry = by.setdefault(r["scenario"], {"slots": set(), "acquired": r["acquired"], "released": r["released"]})
+        entry["slots"].add(r["slot"])
+    return by
+
+
+def test_pr_gate_by_changed_files_packs_two_jobs_on_disjoint_slots(tmp_path, env):
+    changed = tmp_path / "changed.txt"
+    changed.write_text("harness/launch/__init__.py\n")
+    result = harness(env, "run", "--gate", "pr", "--changed-files", str(changed), "--jobs", "2", "--devices", "4",
+                     "--report-dir", str(tmp_path), "--run-id", "gate")
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "1 changed files -> 4 scenarios" in result.stdout
+    assert "llama-tiny/tp2-pp2" in result.stdout and "smoke set; harness/launch/__init__.py (changes.rules.3" in result.stdout
+    assert verdicts(tmp_path / "gate") == {sid: "pass" for sid in CHEAP}
+    meta = json.loads((tmp_path / "gate" / "run.json").read_text())
+    assert meta["selection"]["changed_files"] == ["harness/launch/__init__.py"]
+    assert meta["devices"] == {"kind": "cpu", "count": 4, "jobs": 2}
+    leases = leases_by_scenario(tmp_path)
+    assert {sid: len(lease["slots"]) for sid, lease in leases.items()} == {
+        "llama-tiny/tp1-pp1": 1, "llama-tiny/tp2-pp1": 2, "llama-tiny/tp1-pp2": 2, "llama-tiny/tp2-pp2": 4}
+    # the two 2-slot scenarios were started together once tp2-pp2 (largest, first) gave its slots back
+    a, b = leases["llama-tiny/tp2-pp1"], leases["llama-tiny/tp1-pp2"]
+    assert a["slots"].isdisjoint(b["slots"]) and a["acquired"] < b["released"] and b["acquired"] < a["released"]
+    assert min(a["acquired"], b["acquired"]) >= leases["llama-tiny/tp2-pp2"]["released"]
+    assert not survivors(tmp_path / "gate")
+
+
+def test_pytest_under_xdist_leases_disjoint_slots(tmp_path, env):
+    items = [f"scenarios/llama-tiny.yaml::{sid.split('/')[1]}" for sid in CHEAP]
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", *items, "-n", "2", "-p", "no:cacheprovider", "--harness-devices", "4",
+         "--harness-report-dir", str(tmp_path / "reports")],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,
+    )
+    assert result.returncode == 0, result.stdout[-3000:]
+    assert "4 passed" in result.stdout
+    leases = leases_by_scenario(tmp_path)
+    assert set(leases) == set(CHEAP)
+    assert len({r["pid"] for r in read_lease_log(tmp_path / "leases.jsonl")}) == 2  # both xdist workers leased
+
+
+def test_shards_are_disjoint_run_directories_that_record_the_shard(tmp_path, env):
+    durations = tmp_path / "durations.json"
+    durations.write_text(json.dumps({"llama-tiny/tp1-pp1": 2.0, "llama-tiny/tp2-pp1": 2.5, "llama-tiny/tp1-pp2": 2.3}))
+    ids = CHEAP[:3]
+    runs = {}
+    for shard in ("1/2", "2/2"):
+        result = harness(env, "run", *ids, "--shard", shard, "--durations", str(durations), "--devices", "4",
+                         "--report-dir", str(tmp_path / "reports"), "--run-id", "shard" + shard[0])
+        assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+        runs[shard] = tmp_path / "reports" / ("shard" + shard[0])
+    # device-seconds 5.0 | 4.6 + 2.0: the biggest alone, the other two together
+    assert verdicts(runs["1/2"]) == {"llama-tiny/tp2-pp1": "pass"}
+    assert verdicts(runs["2/2"]) == {"llama-tiny/tp1-pp2": "pass", "llama-tiny/tp1-pp1": "pass"}
+    shard = json.loads((runs["2/2"] / "run.json").read_text())["shard"]
+    assert (shard["index"], shard["count"], shard["of"], shard["device_seconds"]) == (2, 2, 3, 6.6)
+    result = harness(env, "durations", "--report-dir", str(tmp_path / "reports"), "--out", str(tmp_path / "measured.json"))
+    assert result.returncode == 0, result.stderr
+    assert set(json.loads((tmp_path / "measured.json").read_text())) == set(ids)
+    merged = tmp_path / "merged"
+    result = harness(env, "report", "--merge", str(runs["1/2"]), str(runs["2/2"]), "-o", str(merged))
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    assert verdicts(merged) == {sid: "pass" for sid in ids}
+
+
+def test_ctrl_c_with_two_jobs_stops_both_runs_and_frees_the_slots(tmp_path, env):
+    run_dir = tmp_path / "r" / "int"
+    cmd = [sys.executable, "-m", "harness", "run", "llama-tiny/tp1-pp1", "llama-tiny/tp2-pp1", "--jobs", "2",
+           "--devices", "4", "--fault", "rank-hang@0", "--report-dir", str(tmp_path / "r"), "--run-id", "int"]
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        logs = [run_dir / "scenarios" / d / "logs" / "rank0.log" for d in ("llama-tiny__tp1-pp1", "llama-tiny__tp2-pp1")]
+        deadline = time.monotonic() + 120
+        while not (all(log.exists() for log in logs) and len(survivors(run_dir)) >= 3):
+            assert proc.poll() is None, proc.stdout.read()
+            assert time.monotonic() < deadline, "the ranks of both scenarios never started"
+            time.sleep(0.2)
+        proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130, out
+    assert json.loads((run_dir / "run.json").read_text())["interrupted"] is True
+    assert not survivors(run_dir)
+    assert set(leases_by_scenario(tmp_path)) == {"llama-tiny/tp1-pp1", "llama-tiny/tp2-pp1"}  # both released
