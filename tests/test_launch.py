@@ -108,7 +108,9 @@ def test_rank_exits_nonzero_without_record(dirs):
 
 
 def test_hang_dumps_every_rank(dirs):
-    out = launch_case(dirs, "hang", timeout_s=10)
+    # The deadline must outlast torch's import and the rendezvous on a loaded machine,
+    # or the dump catches the ranks before they reach their hang point.
+    out = launch_case(dirs, "hang", timeout_s=30)
     assert out.status == "hang", out
     assert out.failure is None
     assert set(out.stacks) == {0, 1} and set(out.stuck_at) == {0, 1}
@@ -117,7 +119,7 @@ def test_hang_dumps_every_rank(dirs):
         assert "allreduce.py" in out.stacks[r]
     assert out.stuck_at[1].endswith("in hang_forever") and "allreduce.py:" in out.stuck_at[1]
     assert out.stuck_at[0].endswith("in barrier"), out.stuck_at
-    assert 10 <= out.duration_s < 30
+    assert out.duration_s >= 30
 
 
 def test_env_reaches_every_rank(dirs):
