@@ -11,6 +11,7 @@ compiled graphs hold only local math.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 
 import torch
@@ -29,6 +30,7 @@ class ParallelContext:
     device: torch.device
     backend: str
     tp_group: object = field(default=None, repr=False)
+    faults: tuple[str, ...] = ()  # fault switches that act in the parallel code
 
     @property
     def tp_rank(self) -> int:
@@ -151,6 +153,36 @@ def recv_tensor_dict(buffers: dict[str, torch.Tensor], src: int) -> dict[str, to
     return buffers
 
 
+def send_json(obj, dst: int) -> None:
+    """Send a JSON-able object (the non-tensor fields of an inter-stage message)."""
+    data = torch.frombuffer(bytearray(json.dumps(obj).encode()), dtype=torch.uint8)
+    dist.send(torch.tensor([data.numel()], dtype=torch.int64, device=_CTX.device), dst=dst)
+    dist.send(data.to(_CTX.device), dst=dst)
+
+
+def recv_json(src: int):
+    size = torch.empty(1, dtype=torch.int64, device=_CTX.device)
+    dist.recv(size, src=src)
+    data = torch.empty(int(size), dtype=torch.uint8, device=_CTX.device)
+    dist.recv(data, src=src)
+    return json.loads(bytes(data.cpu().tolist()).decode())
+
+
+def broadcast_json(obj, src: int):
+    """The JSON-able `obj` of rank `src`, on every rank of the world."""
+    if _CTX.world_size == 1:
+        return obj
+    size = torch.zeros(1, dtype=torch.int64, device=_CTX.device)
+    if _CTX.rank == src:
+        data = torch.frombuffer(bytearray(json.dumps(obj).encode()), dtype=torch.uint8).to(_CTX.device)
+        size[0] = data.numel()
+    dist.broadcast(size, src=src)
+    if _CTX.rank != src:
+        data = torch.empty(int(size), dtype=torch.uint8, device=_CTX.device)
+    dist.broadcast(data, src=src)
+    return json.loads(bytes(data.cpu().tolist()).decode())
+
+
 def broadcast_from(x: torch.Tensor, src: int) -> torch.Tensor:
     """Broadcast over the whole world (e.g. sampled tokens from the driver rank)."""
     if _CTX.world_size > 1:
@@ -191,19 +223,19 @@ class RowParallelLinear(nn.Module):
 
 class VocabParallelEmbedding(nn.Module):
     """Rows [start, end) of the embedding; ids outside look up zeros, and the partial
-    embeddings are summed over TP ranks (reduce-scattered along tokens under SP)."""
+    embeddings are summed over TP ranks. Under SP the stage slices the full result into
+    token shards itself (LlamaStage._first_stage_inputs), as vLLM slices the residual."""
 
-    def __init__(self, vocab_start: int, vocab_end: int, hidden: int, sp: bool):
+    def __init__(self, vocab_start: int, vocab_end: int, hidden: int):
         super().__init__()
         self.vocab_start, self.vocab_end = vocab_start, vocab_end
         self.weight = nn.Parameter(torch.empty(vocab_end - vocab_start, hidden), requires_grad=False)
-        self.sp = sp
 
     def forward(self, ids):
         outside = (ids < self.vocab_start) | (ids >= self.vocab_end)
         local = (ids - self.vocab_start).masked_fill(outside, 0)
         out = F.embedding(local, self.weight).masked_fill(outside[:, None], 0)
-        return tp_reduce_scatter_tokens(out) if self.sp else tp_all_reduce(out)
+        return tp_all_reduce(out)
 
 
 class VocabParallelLMHead(nn.Module):
@@ -221,6 +253,19 @@ class VocabParallelLMHead(nn.Module):
         if self.sp:
             x = tp_all_gather(x, dim=0)
         return tp_all_gather(F.linear(x, self.weight), dim=-1)
+
+
+def sp_shard_tokens(x: torch.Tensor, dim: int = 0) -> torch.Tensor:
+    """This TP rank's own SP token shard of a full-token tensor."""
+    shard = _CTX.token_shard(x.shape[dim])
+    return x[shard] if dim == 0 else x[(slice(None),) * dim + (shard,)]
+
+
+def sp_shard_residual(x: torch.Tensor) -> torch.Tensor:
+    """This TP rank's shard of the full residual stream."""
+    if "sp-residual-first-shard" in _CTX.faults:
+        return x[: x.shape[0] // _CTX.tp]  # vLLM PR 33322: every rank took residual[0:n/tp]
+    return sp_shard_tokens(x)
 
 
 def shard_range(total: int, rank: int, size: int) -> tuple[int, int]:
@@ -242,8 +287,11 @@ def parallelize(stage: nn.Module, ctx: ParallelContext) -> nn.Module:
         if getattr(cfg, name) % tp:
             raise ValueError(f"{name}={getattr(cfg, name)} does not divide by tp={tp}")
     with torch.device("meta"):
+        vocab_rows = shard_range(cfg.vocab_size, ctx.tp_rank, tp)
         if stage.embed_tokens is not None:
-            stage.embed_tokens = VocabParallelEmbedding(*shard_range(cfg.vocab_size, ctx.tp_rank, tp), hidden, sp)
+            stage.embed_tokens = VocabParallelEmbedding(*vocab_rows, hidden)
+        if stage.embed_per_layer is not None:
+            stage.embed_per_layer = VocabParallelEmbedding(*vocab_rows, stage.embed_per_layer.embedding_dim)
         if stage.lm_head is not None:
             stage.lm_head = VocabParallelLMHead(*shard_range(cfg.vocab_size, ctx.tp_rank, tp), hidden, sp)
         for layer in stage.layers:
@@ -255,4 +303,6 @@ def parallelize(stage: nn.Module, ctx: ParallelContext) -> nn.Module:
             mlp.intermediate_size //= tp
             mlp.gate_up_proj = ColumnParallelLinear(hidden, 2 * mlp.intermediate_size, sp)
             mlp.down_proj = RowParallelLinear(mlp.intermediate_size, hidden, sp)
+    if sp:
+        stage.shard_tokens, stage.shard_residual = sp_shard_tokens, sp_shard_residual
     return stage
