@@ -41,6 +41,8 @@ class Verdict:
     logs: dict = field(default_factory=dict)
     golden: dict = field(default_factory=dict)
     reproduce: str = ""
+    # fail: the first diverging layer / pp stage / SP tp rank, where the engine captured them
+    localization: dict | None = None
 
     def __post_init__(self) -> None:
         if self.verdict not in VERDICTS:

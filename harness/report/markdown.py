@@ -21,6 +21,10 @@ def where_diverged(v: Verdict) -> str:
         return f"rank {v.crash['rank']}"
     if v.hang:
         return ", ".join(f"rank {r}" for r in sorted(v.hang["stuck_at"]))
+    if v.localization and v.localization.get("layer") is not None:
+        loc = v.localization
+        where = f"layer {loc['layer']}, pp stage {loc['pp_stage']}"
+        return where + (f", tp rank {loc['tp_rank']}" if "tp_rank" in loc else "")
     for c in v.checks:
         fd = c.get("first_divergence")
         if fd:
