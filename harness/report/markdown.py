@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from harness.report.axes import explaining_settings
 from harness.verdict import Verdict
 
 ICON = {"pass": "✅", "fail": "❌", "crash": "💥", "hang": "⏳", "unsupported": "➖", "expected-failure": "☑️", "error": "⚠️"}
@@ -46,6 +47,9 @@ def write_markdown(path: Path, verdicts: list[Verdict], meta: dict) -> None:
         f"{'**FAILED**' if bad else '**OK**'}: " + ", ".join(f"{n} {k}" for k, n in sorted(counts.items())) + f" of {len(verdicts)} scenarios",
         "",
     ]
+    explained = explaining_settings(verdicts)
+    if explained:
+        lines += [explained, ""]
     if meta.get("interrupted"):
         lines += ["**The run was interrupted; this report covers the scenarios that finished.**", ""]
     versions = meta.get("versions")

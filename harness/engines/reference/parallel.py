@@ -4,9 +4,8 @@ tensor-parallel layers, and parallelize() that swaps them into a plain LlamaStag
 Rank layout (as vLLM): global rank = pp_rank * tp + tp_rank, so the TP ranks of one
 stage are neighbours and TP rank r of stage i talks to TP rank r of stage i+1.
 
-Every collective is wrapped in torch.compiler.disable: under torch.compile they become
-graph breaks and run eagerly, so gloo (which inductor cannot trace) works and the
-compiled graphs hold only local math.
+The TP collectives are torch custom ops (as vLLM's): torch.compile keeps each as one
+opaque node that runs the real gloo/NCCL call, so a stage compiles to a single graph.
 """
 
 from __future__ import annotations
@@ -104,39 +103,65 @@ def init_parallel(tp: int, pp: int, sp: bool, device_kind: str) -> ParallelConte
 _CTX: ParallelContext | None = None
 
 
-@torch.compiler.disable
-def tp_all_reduce(x: torch.Tensor) -> torch.Tensor:
-    if _CTX.tp == 1:
-        return x
-    x = x.contiguous()
-    dist.all_reduce(x, group=_CTX.tp_group)
-    return x
+# The collectives are custom ops, as in vLLM: torch.compile traces each as one opaque
+# node (its fake function gives the output shape), so a stage forward compiles to one
+# graph with no breaks, and the op runs the real gloo/NCCL call at run time.
+
+@torch.library.custom_op("harness_reference::all_reduce", mutates_args=())
+def _all_reduce(x: torch.Tensor) -> torch.Tensor:
+    out = x.contiguous().clone()
+    dist.all_reduce(out, group=_CTX.tp_group)
+    return out
 
 
-@torch.compiler.disable
-def tp_all_gather(x: torch.Tensor, dim: int) -> torch.Tensor:
-    if _CTX.tp == 1:
-        return x
+@_all_reduce.register_fake
+def _(x):
+    return torch.empty_like(x)
+
+
+@torch.library.custom_op("harness_reference::all_gather", mutates_args=())
+def _all_gather(x: torch.Tensor, dim: int) -> torch.Tensor:
     x = x.contiguous()
     parts = [torch.empty_like(x) for _ in range(_CTX.tp)]
     dist.all_gather(parts, x, group=_CTX.tp_group)
     return torch.cat(parts, dim=dim)
 
 
-@torch.compiler.disable
-def tp_reduce_scatter_tokens(x: torch.Tensor) -> torch.Tensor:
-    """Sum over TP ranks, keeping only this rank's token shard (dim 0). NCCL has a real
-    reduce-scatter; gloo does not everywhere, so there we all-reduce and slice (same
-    result, more traffic). This is the one place that choice is made."""
-    if _CTX.tp == 1:
-        return x
+@_all_gather.register_fake
+def _(x, dim):
+    return torch.cat([x] * _CTX.tp, dim=dim)
+
+
+@torch.library.custom_op("harness_reference::reduce_scatter_tokens", mutates_args=())
+def _reduce_scatter_tokens(x: torch.Tensor) -> torch.Tensor:
+    """NCCL has a real reduce-scatter; gloo does not everywhere, so there we all-reduce
+    and slice (same result, more traffic). This is the one place that choice is made."""
     x = x.contiguous()
     if _CTX.backend == "nccl":
         out = torch.empty((x.shape[0] // _CTX.tp, *x.shape[1:]), dtype=x.dtype, device=x.device)
         dist.reduce_scatter_tensor(out, x, group=_CTX.tp_group)
         return out
-    dist.all_reduce(x, group=_CTX.tp_group)
-    return x[_CTX.token_shard(x.shape[0])].contiguous()
+    full = x.clone()
+    dist.all_reduce(full, group=_CTX.tp_group)
+    return full[_CTX.token_shard(x.shape[0])].contiguous()
+
+
+@_reduce_scatter_tokens.register_fake
+def _(x):
+    return x.new_empty((x.shape[0] // _CTX.tp, *x.shape[1:]))
+
+
+def tp_all_reduce(x: torch.Tensor) -> torch.Tensor:
+    return x if _CTX.tp == 1 else _all_reduce(x)
+
+
+def tp_all_gather(x: torch.Tensor, dim: int) -> torch.Tensor:
+    return x if _CTX.tp == 1 else _all_gather(x, dim)
+
+
+def tp_reduce_scatter_tokens(x: torch.Tensor) -> torch.Tensor:
+    """Sum over TP ranks, keeping only this rank's token shard (dim 0)."""
+    return x if _CTX.tp == 1 else _reduce_scatter_tokens(x)
 
 
 def send_tensor_dict(tensors: dict[str, torch.Tensor], dst: int) -> None:

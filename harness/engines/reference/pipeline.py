@@ -93,9 +93,8 @@ def _keep_guards_except_multimodal(entries) -> list[bool]:
     return [e.name.split("[")[0] not in MULTIMODAL_INPUTS for e in entries]
 
 
-#: the multimodal inputs: the forward's `mm` argument, and its deepstack tensor where it
-#: lives on as a local of a frame resumed after a graph break
-MULTIMODAL_INPUTS = ("mm", "deepstack")
+#: the forward's multimodal argument (guards name it `mm`, its entries `mm['deepstack']`)
+MULTIMODAL_INPUTS = ("mm",)
 
 
 class ModelRunner:
@@ -107,7 +106,9 @@ class ModelRunner:
         self.compile = compile
         slots, self.max_len = cache_shape_for(workloads)
         self.trash_slot = slots  # padding tokens write here, never into a real sequence
-        self.kv_caches = self._allocate_kv_cache(slots + 1, self.max_len)
+        # One spare position: a step's key slice [:kv_len] then never spans the whole cache,
+        # which would specialise the captured graph and recompile during the run.
+        self.kv_caches = self._allocate_kv_cache(slots + 1, self.max_len + 1)
         self.stage_io: dict | None = None  # filled at the first real (post warm-up) step
         self._record_io = False
         self._fired = False
@@ -118,11 +119,11 @@ class ModelRunner:
 
     @staticmethod
     def _compiled(fn):
-        """Capture at warm-up and reuse the graphs for real requests. vLLM compiles one
-        graph and runs it without guards, so a request never recompiles; here the model
-        has graph breaks (the collectives), whose frames need their shape guards, so only
-        the guards on the multimodal inputs are dropped: a text/image switch reuses the
-        warm-up's capture instead of recompiling, exactly where vLLM PR 43617 bit."""
+        """Capture at warm-up and reuse the graph for real requests. vLLM compiles one
+        graph and runs it without guards, so a request never recompiles. Here the shape
+        guards stay (they cost nothing: warm-up covers the shapes) and the guards on the
+        multimodal inputs are dropped, so a text/image switch reuses the warm-up's
+        capture instead of recompiling, exactly where vLLM PR 43617 bit."""
         return torch.compile(fn, dynamic=True, options={"guard_filter_fn": _keep_guards_except_multimodal})
 
     def _allocate_kv_cache(self, slots: int, max_len: int):
@@ -246,7 +247,12 @@ class ModelRunner:
             self.connector_wait_steps += 1
             self.step([0], [0], [self.trash_slot])
         if self.scheduler.missing(ops):
-            raise self.scheduler.stall_error(ops)
+            # The driver's scheduler is the one of record (vLLM has one scheduler): it
+            # names the stall; the other ranks' copies wait for its word, which never
+            # comes, and stop when the driver's exit closes their connections.
+            if self.ctx.rank == self.ctx.driver_rank:
+                raise self.scheduler.stall_error(ops)
+            broadcast_json(None, src=self.ctx.driver_rank)
 
     def load_stored_prefixes(self, prompts: list[list[int]]) -> list[int]:
         """Load the stored prefix of each prompt the store holds into its slot; returns
