@@ -1,8 +1,8 @@
 """Where a numeric failure starts: the first layer whose hidden states leave the golden's.
 
 Engines that capture per-layer hidden states on request (workload `capture_hidden`,
-fields `hidden_states` [layers, tokens, H] and `hidden_owner` [tokens], the TP rank
-whose SP shard held each token) let a failing verdict name the first diverging layer,
+fields `hidden_states` [layers, rows, H] of sampled token rows, `hidden_rows` [rows]
+their index in the batch, `hidden_owner` [rows] the TP rank whose SP shard held each) let a failing verdict name the first diverging layer,
 the pipeline stage that runs it (from the engine's `stage_io`), and under SP the TP
 rank whose shard diverged first. The bound is relative to each layer's scale and far
 above float noise: it only locates a failure the logprob checks already found.
@@ -40,8 +40,9 @@ def first_divergence(golden: EngineOutputs, scenario: EngineOutputs, workloads: 
                             "(final norm / lm_head) or outside the captured batch"}
         layer = int(bad.any(dim=1).nonzero()[0, 0])
         row = int(bad[layer].nonzero()[0, 0])
+        token_row = int(s["hidden_rows"][row]) if "hidden_rows" in s else row
         found = {"workload": w["name"], "layer": layer, "pp_stage": _stage_of(layer, scenario.meta.get("stage_io")),
-                 "token_row": row, "max_abs_delta": delta[layer].max().item()}
+                 "token_row": token_row, "max_abs_delta": delta[layer].max().item()}
         if scenario.meta.get("settings", {}).get("sp") and "hidden_owner" in s:
             owners = s["hidden_owner"][bad[layer].nonzero().flatten()].unique().tolist()
             found["tp_rank"] = int(s["hidden_owner"][row])

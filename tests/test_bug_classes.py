@@ -93,3 +93,12 @@ def test_fault_is_caught_only_where_its_code_runs(fault, tmp_path):
     summary = (tmp_path / "run" / "summary.md").read_text()
     if fault is not None:  # the run summary names the setting behind the failures
         assert "Failures explained by" in summary, summary
+    else:  # the clean runs really took the paths the faults break
+        meta = outputs_meta(tmp_path / "run", "llama-kvc/tp1-pp2-kvc")
+        assert meta["kv_connector"]["loaded"] == 4 and meta["kv_connector"]["wait_steps"] == 0, meta["kv_connector"]
+        meta = outputs_meta(tmp_path / "run", "llama-vl/tp1-pp1-compile")
+        assert meta["compile"]["graphs_compiled_during_run"] == 0, meta["compile"]  # the warm-up capture served images
+
+
+def outputs_meta(run_dir: Path, sid: str) -> dict:
+    return json.loads((run_dir / "scenarios" / sid.replace("/", "__") / "outputs" / "outputs.json").read_text())

@@ -43,6 +43,8 @@ SIDE_CHANNEL = "kv_connector_output"
 #: which bounds the KV cache and the attention's key gather. The grouping depends only
 #: on the workload, so every setting sees the same batches.
 MAX_SEQS_PER_BATCH = 16
+#: at most this many token rows of a batch are kept by a per-layer capture (evenly spaced)
+CAPTURE_ROWS = 64
 MAX_TOKENS_PER_BATCH = 1024
 
 
@@ -207,13 +209,16 @@ class ModelRunner:
         return self.stage.embed_images(images or [], ids_t)
 
     def _capture(self, layer_states: torch.Tensor, n: int, pad: int) -> None:
-        """Keep this rank's rows of the per-layer stream (its token shard under SP)."""
-        rows = self.ctx.token_shard(n + pad) if self.ctx.sp else slice(0, n + pad)
-        stop = min(rows.stop, n)
-        keep = max(0, stop - rows.start)
+        """Keep this rank's sampled rows of the per-layer stream (its token shard under SP).
+        Every `stride`-th token row of the batch is kept, so a capture stays small and
+        still covers every SP shard."""
+        own = self.ctx.token_shard(n + pad) if self.ctx.sp else slice(0, n + pad)
+        stride = -(-n // CAPTURE_ROWS)
+        rows = [r for r in range(own.start, min(own.stop, n)) if r % stride == 0]
+        local = torch.tensor([r - own.start for r in rows], dtype=torch.int64, device=layer_states.device)
         self.captured.append({"pp_rank": self.ctx.pp_rank, "tp_rank": self.ctx.tp_rank,
-                              "layers": list(self.stage.layer_ids), "rows": [rows.start, rows.start + keep],
-                              "states": layer_states[:, :keep].float().cpu().tolist()})
+                              "layers": list(self.stage.layer_ids), "rows": rows,
+                              "states": layer_states[:, local].float().cpu().tolist()})
 
     def _record_stage_io(self, n: int, pad: int, intermediate, expects, message) -> None:
         ctx, side = self.ctx, {"kind": "object"}

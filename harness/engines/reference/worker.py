@@ -50,22 +50,23 @@ def run_workloads(runner, workloads: list[dict]):
 
 
 def assemble_hidden_states(captures: list[list[dict]], num_layers: int) -> dict[str, torch.Tensor]:
-    """Every rank's captured per-layer stream -> hidden_states [layers, tokens, H] of
-    the captured step, and hidden_owner [tokens]: the TP rank whose shard held each
-    token row (all 0 without SP, where every TP rank holds every row)."""
+    """Every rank's captured per-layer stream -> hidden_states [layers, rows, H] of the
+    captured step's sampled token rows, hidden_rows [rows] (their index in the batch),
+    and hidden_owner [rows]: the TP rank whose SP shard held each row (all 0 without SP,
+    where every TP rank holds every row)."""
     import torch
 
-    pieces = [c for rank_captures in captures for c in rank_captures]
-    tokens = max(c["rows"][1] for c in pieces)
-    hidden = len(pieces[0]["states"][0][0]) if pieces[0]["states"][0] else 0
-    states = torch.zeros(num_layers, tokens, hidden)
-    owner = torch.zeros(tokens, dtype=torch.int64)
+    pieces = [c for rank_captures in captures for c in rank_captures if c["rows"]]
+    rows = sorted({r for c in pieces for r in c["rows"]})
+    index = {r: i for i, r in enumerate(rows)}
+    hidden = len(pieces[0]["states"][0][0])
+    states = torch.zeros(num_layers, len(rows), hidden)
+    owner = torch.zeros(len(rows), dtype=torch.int64)
     for c in sorted(pieces, key=lambda c: -c["tp_rank"]):  # TP rank 0 written last where rows overlap
-        start, stop = c["rows"]
-        if stop > start:
-            states[c["layers"], start:stop] = torch.tensor(c["states"])
-            owner[start:stop] = c["tp_rank"]
-    return {"hidden_states": states, "hidden_owner": owner}
+        at = torch.tensor([index[r] for r in c["rows"]])
+        states[torch.tensor(c["layers"])[:, None], at[None, :]] = torch.tensor(c["states"])
+        owner[at] = c["tp_rank"]
+    return {"hidden_states": states, "hidden_rows": torch.tensor(rows, dtype=torch.int64), "hidden_owner": owner}
 
 
 def _compile_stats() -> dict:
