@@ -363,12 +363,13 @@ class LlamaStage(nn.Module):
             has_residual = "residual" in INTERMEDIATE_KEYS[self.cfg.model_type]
             residual = intermediate["residual"] if has_residual else None
             pli = intermediate.get("per_layer_inputs")
-            if "pp-drop-per-layer-inputs" in self.faults:
-                pli = None  # vLLM PR 40786: per-layer inputs only passed on the first stage
+        # vLLM PR 40786: the layers got the per-layer inputs only on the first stage
+        # (they are still handed on, so a deeper pipeline does not crash on them)
+        layers_get_pli = self.is_first or "pp-drop-per-layer-inputs" not in self.faults
         states = []
         for layer, kv_cache in zip(self.layers, kv_caches):
             layer_pli = None
-            if pli is not None:
+            if pli is not None and layers_get_pli:
                 width = self.cfg.per_layer_input_size
                 layer_pli = pli[:, layer.layer_id * width:(layer.layer_id + 1) * width]
             hidden, residual = layer(hidden, residual, positions, seq_slots, kv_cache, kv_len, layer_pli)

@@ -161,14 +161,7 @@ class ModelRunner:
         pos_t = torch.tensor(positions + [0] * pad, dtype=torch.int64, device=dev)
         slot_t = torch.tensor(slots + [self.trash_slot] * pad, dtype=torch.int64, device=dev)
         kv_len = max(positions) + 1
-        intermediate, reports, expects = None, [], None
-        if not ctx.is_first_stage:
-            local = (n + pad) // ctx.tp if ctx.sp else n + pad
-            expects = _describe_spec(self.stage.intermediate_spec(local, self.dtype))
-            intermediate = self.stage.make_empty_intermediate_tensors(local, self.dtype, dev)
-            recv_tensor_dict(intermediate, src=ctx.prev_stage_peer)
-            if self.connector:
-                reports = recv_json(src=ctx.prev_stage_peer).get(SIDE_CHANNEL) or []
+        intermediate, reports = self._receive((n + pad) // ctx.tp if ctx.sp else n + pad)
         if not self._fired:
             self._fired = True
             fault_switches.fire_rank_faults(self.faults, ctx.rank)
@@ -183,7 +176,25 @@ class ModelRunner:
         message = self._message(out, reports)
         if self._record_io:
             self._record_io = False
-            self._record_stage_io(n, pad, intermediate, expects, message)
+            self._record_stage_io(n, pad, intermediate, message)
+        self._hand_on(message)
+        return out[:n] if ctx.is_last_stage else None
+
+    def _receive(self, local_tokens: int) -> tuple[dict | None, list]:
+        """(the previous stage's intermediate tensors, its connector reports); nothing on
+        the first stage. The buffer comes from the model's declaration."""
+        ctx = self.ctx
+        if ctx.is_first_stage:
+            return None, []
+        intermediate = self.stage.make_empty_intermediate_tensors(local_tokens, self.dtype, ctx.device)
+        recv_tensor_dict(intermediate, src=ctx.prev_stage_peer)
+        reports = (recv_json(src=ctx.prev_stage_peer).get(SIDE_CHANNEL) or []) if self.connector else []
+        return intermediate, reports
+
+    def _hand_on(self, message: dict) -> None:
+        """Send the message to the next stage; with the connector, the driver then sends
+        the merged reports of every stage back to every rank's scheduler."""
+        ctx = self.ctx
         if not ctx.is_last_stage:
             send_tensor_dict(message["tensors"], dst=ctx.next_stage_peer)
             if self.connector:
@@ -191,7 +202,6 @@ class ModelRunner:
         if self.connector:
             merged = message.get(SIDE_CHANNEL, []) if ctx.is_last_stage else None
             self.scheduler.record(broadcast_json(merged, src=ctx.driver_rank))
-        return out[:n] if ctx.is_last_stage else None
 
     def _message(self, out, received_reports: list) -> dict:
         """What this stage hands on: its tensors plus, with the connector, the reports of
@@ -220,9 +230,15 @@ class ModelRunner:
                               "layers": list(self.stage.layer_ids), "rows": rows,
                               "states": layer_states[:, local].float().cpu().tolist()})
 
-    def _record_stage_io(self, n: int, pad: int, intermediate, expects, message) -> None:
+    def _record_stage_io(self, n: int, pad: int, intermediate, message) -> None:
+        """What this stage expects (its model's declaration), allocated and received, and
+        sent, for the harness's PP contract check."""
         ctx, side = self.ctx, {"kind": "object"}
         received = _describe(intermediate) if intermediate is not None else {}
+        expects = None
+        if intermediate is not None:
+            local = next(iter(intermediate.values())).shape[0]
+            expects = _describe_spec(self.stage.intermediate_spec(local, self.dtype))
         if expects is not None and self.connector:
             expects[SIDE_CHANNEL] = side
             received[SIDE_CHANNEL] = side
