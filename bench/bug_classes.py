@@ -28,7 +28,7 @@ FAULTS = [None, "pp-buffer-missing-key", "pp-drop-kv-connector-output", "pp-drop
 
 def cause(v: Verdict) -> str:
     if v.crash:
-        return f"rank {v.crash['rank']}: {v.crash['exception'][:110]}"
+        return f"rank {v.crash['rank']}: {(v.crash['exception'] or v.reason)[:110]}"
     if v.verdict == "fail":
         bad = ", ".join(c["name"] for c in v.checks if not c["passed"])
         return f"{where_diverged(v)} (failed: {bad})"
@@ -40,10 +40,11 @@ def main() -> int:
     p.add_argument("--ids", nargs="*", default=[])
     p.add_argument("--gate", default="pr")
     p.add_argument("--report-dir", type=Path, default=ROOT / "reports" / "bug-classes")
+    p.add_argument("--faults", nargs="*", help="only these (default: none, then each bug-class fault)")
     args = p.parse_args()
     selection = args.ids or ["--gate", args.gate]
     print("| fault | scenario | verdict | where / cause |\n|---|---|---|---|")
-    for fault in FAULTS:
+    for fault in [f or None for f in args.faults] if args.faults else FAULTS:
         run_id = f"{time.strftime('%Y%m%d-%H%M%S')}-{fault or 'no-fault'}"
         cmd = [sys.executable, "-m", "harness", "run", *selection, "--report-dir", str(args.report_dir), "--run-id", run_id]
         subprocess.run(cmd + (["--fault", fault] if fault else []), cwd=ROOT, capture_output=True, text=True)

@@ -165,15 +165,19 @@ def tp_reduce_scatter_tokens(x: torch.Tensor) -> torch.Tensor:
 
 
 def send_tensor_dict(tensors: dict[str, torch.Tensor], dst: int) -> None:
-    """Send a stage's intermediate tensors, key by key in sorted order (the receiver
-    walks its buffer in the same order)."""
-    for key in sorted(tensors):
+    """Send a stage's intermediate tensors: first their keys, then each tensor in that
+    order. The receiver is told what comes, as vLLM's send_tensor_dict tells it, so a
+    buffer that lacks a key fails on that key instead of desynchronising the stream."""
+    keys = sorted(tensors)
+    send_json(keys, dst=dst)
+    for key in keys:
         dist.send(tensors[key].contiguous(), dst=dst)
 
 
 def recv_tensor_dict(buffers: dict[str, torch.Tensor], src: int) -> dict[str, torch.Tensor]:
-    """Receive into buffers allocated from the model's declaration, in sorted key order."""
-    for key in sorted(buffers):
+    """Receive, key by key as the sender announced them, into buffers allocated from the
+    model's declaration."""
+    for key in recv_json(src=src):
         dist.recv(buffers[key], src=src)
     return buffers
 
