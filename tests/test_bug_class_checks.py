@@ -93,8 +93,10 @@ def test_the_setting_behind_the_failures_is_named():
             verdict("tiny/c", "pass", compile=True)]
     assert "`compile=true, suite=vl`" in explaining_settings(pair)
     assert explaining_settings(runs[2:4]) is None  # nothing failed
-    mixed = [verdict("a/x", "fail", tp=1), verdict("a/y", "pass", tp=1)]
-    assert explaining_settings(mixed).startswith("No single setting")
+    mixed = [verdict("a/x", "fail", tp=2, pp=2), verdict("a/w", "fail", tp=1, pp=1),
+             verdict("a/y", "pass", tp=2, pp=1), verdict("a/z", "pass", tp=1, pp=2)]
+    assert explaining_settings(mixed) == ("No single setting or pair separates the failures: all 2 have `suite=a`, "
+                                          "but so do 2 that pass: a/y, a/z.")
 
 
 def test_image_workloads_put_placeholders_after_bos_and_hash_pixels_not_paths(tmp_path, monkeypatch):
