@@ -17,6 +17,8 @@ from harness import golden as goldens
 from harness import workloads as wl
 from harness import zoo
 from harness.compare import compare_outputs, tolerance_for
+from harness.contracts import check_pp_contract
+from harness.localize import describe, first_divergence
 from harness.engines import EngineUnavailable, get_engine
 from harness.devices import DevicePool, Lease
 from harness.launch import Cluster, LaunchOutcome, run_ranks
@@ -194,8 +196,13 @@ def _from_outcome(scenario: Scenario, outcome: LaunchOutcome, golden: EngineOutp
     outputs = EngineOutputs.load(prepared.spec.output_dir)
     tol = tolerance_for(scenario.suite.dtype, scenario.suite.tolerances.model_dump())
     checks = compare_outputs(golden, outputs, prepared.spec.workloads, tol)
+    contract = check_pp_contract(outputs.meta.get("stage_io"))
+    checks += [contract] if contract else []
     failed = [c for c in checks if not c.passed]
     reason = "; ".join(f"{c.name}: {c.summary}" for c in (failed or checks))
+    localization = first_divergence(golden, outputs, prepared.spec.workloads) if failed else None
+    if localization:
+        reason = f"{describe(localization)}; {reason}"
     return Verdict(
         scenario.id,
         "fail" if failed else "pass",
@@ -203,6 +210,7 @@ def _from_outcome(scenario: Scenario, outcome: LaunchOutcome, golden: EngineOutp
         tolerance=tol.describe(),
         checks=[asdict(c) for c in checks],
         logs=logs,
+        localization=localization,
     )
 
 

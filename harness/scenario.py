@@ -44,6 +44,19 @@ class WorkloadDef(_Strict):
     max_prompt_tokens: int = Field(96, ge=2)
     max_new_tokens: int = Field(16, ge=1)
     top_k: int = Field(20, ge=1)
+    # Prompts 0..images-1 carry a generated image (vision models only).
+    images: int = Field(0, ge=0)
+    # Record the per-layer hidden states of the first batch (logprobs workloads), which
+    # lets a numeric failure name the first diverging layer, stage and SP shard.
+    capture_hidden: bool = False
+
+    @model_validator(mode="after")
+    def _options_fit(self) -> "WorkloadDef":
+        if self.images > self.num_prompts:
+            raise ValueError(f"images={self.images} exceeds num_prompts={self.num_prompts}")
+        if self.capture_hidden and self.kind != "logprobs":
+            raise ValueError("capture_hidden is for logprobs workloads (teacher-forced prefill)")
+        return self
 
     @field_validator("name")
     @classmethod

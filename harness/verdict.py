@@ -43,6 +43,8 @@ class Verdict:
     reproduce: str = ""
     # The engine that produced it: its name and versions (history rows, reports).
     versions: dict = field(default_factory=dict)
+    # fail: the first diverging layer / pp stage / SP tp rank, where the engine captured them
+    localization: dict | None = None
 
     def __post_init__(self) -> None:
         if self.verdict not in VERDICTS:

@@ -7,8 +7,9 @@ import pytest
 from harness import zoo
 
 
-def test_build_is_deterministic_and_matches_recorded_checksum(tmp_path):
-    spec = zoo.get_spec("tiny-llama")
+@pytest.mark.parametrize("name", sorted(zoo.ZOO))
+def test_build_is_deterministic_and_matches_recorded_checksum(name, tmp_path):
+    spec = zoo.get_spec(name)
     zoo.build(spec, tmp_path / "a")
     assert zoo.checkpoint_sha256(tmp_path / "a") == spec.sha256
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from harness.report.axes import explaining_settings
 from harness.report.regressions import Change, Comparison, Drift
 from harness.verdict import Verdict
 
@@ -24,6 +25,10 @@ def where_diverged(v: Verdict) -> str:
         return f"rank {v.crash['rank']}"
     if v.hang:
         return ", ".join(f"rank {r}" for r in sorted(v.hang["stuck_at"]))
+    if v.localization and v.localization.get("layer") is not None:
+        loc = v.localization
+        where = f"layer {loc['layer']}, pp stage {loc['pp_stage']}"
+        return where + (f", tp rank {loc['tp_rank']}" if "tp_rank" in loc else "")
     for c in v.checks:
         fd = c.get("first_divergence")
         if fd:
@@ -81,6 +86,9 @@ def changes_lines(comparison: Comparison | None, verdicts: list[Verdict], limit:
 def write_markdown(path: Path, report) -> None:
     meta, verdicts = report.meta, report.verdicts
     lines = [f"# Harness run {meta.get('run_id', '')}", "", counts_line(report), ""]
+    explained = explaining_settings(verdicts)
+    if explained:
+        lines += [explained, ""]
     if meta.get("interrupted"):
         lines += ["**The run was interrupted; this report covers the scenarios that finished.**", ""]
     lines += changes_lines(report.comparison, verdicts)

@@ -160,3 +160,4 @@ def load_tokenizer(directory: Path):
 
 # Model families register their models on import (one module per family).
 from harness.zoo import llama  # noqa: E402,F401
+from harness.zoo import variants  # noqa: E402,F401

@@ -5,6 +5,7 @@ launched rank by rank with torch.distributed (gloo on CPU, NCCL on CUDA).
     parallel.py  process groups, collectives, TP layers, parallelize()
     loader.py    reads only this rank's layers and weight slices from safetensors
     pipeline.py  KV cache, one step across PP stages, warm-up/compile, workloads
+    kv_connector.py  prefix KV in an external store, reports carried between stages
     worker.py    the rank entry point (python -m harness.engines.reference.worker SPEC)
     faults.py    named fault switches (spec.faults)
 
@@ -24,7 +25,8 @@ from harness.runspec import RunSpec
 
 class ReferenceEngine(Engine):
     name = "reference"
-    axes = {"tp": None, "pp": None, "sp": (False, True), "compile": (False, True)}
+    # kvc: the KV connector (prefix KV saved to / loaded from an external store)
+    axes = {"tp": None, "pp": None, "sp": (False, True), "compile": (False, True), "kvc": (False, True)}
 
     def unsupported_reason(self, settings: dict, model_dir: str | Path | None = None) -> str | None:
         """Base axis checks, the positivity / SP rules, and (given model_dir) the model's

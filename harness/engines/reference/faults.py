@@ -3,8 +3,8 @@
 A scenario turns a fault on by listing it in RunSpec.faults as "name" or "name@param"
 (e.g. "rank-raise@1": raise on global rank 1). Each fault is registered here with a
 description; engine code asks `active(faults, name)` at the spot where the fault acts.
-Later bug-class faults (a dropped intermediate key, a wrong SP residual slice, ...)
-join the registry the same way and are checked where the bug would live.
+The bug-class faults re-create real vLLM bugs (docs/BUG_CLASSES.md) and are checked
+where the bug lived: model.py, parallel.py, pipeline.py.
 
 Stdlib only.
 """
@@ -36,6 +36,17 @@ def register(name: str, description: str, takes_param: bool = False) -> Fault:
 register("rank-raise", "raise RuntimeError on global rank N during the first forward (@N)", takes_param=True)
 register("rank-exit", "SIGKILL global rank N during the first forward, like an OOM kill (@N)", takes_param=True)
 register("rank-hang", "global rank N sleeps forever during the first forward (@N)", takes_param=True)
+# The five bug classes of DESIGN.md, one switch each.
+register("pp-buffer-missing-key",
+         "vLLM PR 37622: a non-first stage's empty intermediate-tensor buffer lacks 'residual'")
+register("pp-drop-kv-connector-output",
+         "vLLM PR 38031: rebuilding the inter-stage object drops the KV-connector reports")
+register("pp-drop-per-layer-inputs",
+         "vLLM PR 40786: per-layer inputs are not passed to the layers past the first stage")
+register("sp-residual-first-shard",
+         "vLLM PR 33322: under SP every TP rank takes residual[0:n/tp] instead of its own shard")
+register("compile-warmup-without-images",
+         "vLLM PR 43617: warm-up (the compile capture) passes None for the deepstack image inputs")
 
 
 def parse(faults: list[str]) -> dict[str, str | None]:

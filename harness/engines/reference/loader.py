@@ -1,4 +1,4 @@
-"""Load this rank's share of an HF Llama safetensors checkpoint into a parallelised stage.
+"""Load this rank's share of an HF Llama (or zoo variant) safetensors checkpoint into a parallelised stage.
 
 A rank reads only what it keeps: its stage's layers (PP) and, of each tensor, its own
 rows or columns (TP), through safe_open(...).get_slice, so no rank ever holds the full
@@ -68,6 +68,12 @@ def load_stage(stage: nn.Module, model_dir: str | Path, ctx: ParallelContext, dt
     vocab_rows = shard_range(cfg.vocab_size, r, tp)
     if stage.embed_tokens is not None:
         _assign(stage.embed_tokens, ckpt.read("model.embed_tokens.weight", rows=vocab_rows), dtype, dev)
+    if stage.embed_per_layer is not None:
+        _assign(stage.embed_per_layer, ckpt.read("model.embed_per_layer.weight", rows=vocab_rows), dtype, dev)
+    if stage.visual is not None:  # replicated on every TP rank
+        _assign(stage.visual.patch_embed, ckpt.read("visual.patch_embed.weight"), dtype, dev)
+        for j, proj in enumerate(stage.visual.deepstack):
+            _assign(proj, ckpt.read(f"visual.deepstack.{j}.weight"), dtype, dev)
     if stage.lm_head is not None:
         # Tied embeddings (or a checkpoint that omits lm_head) reuse the embedding rows.
         name = "lm_head.weight"
@@ -92,6 +98,8 @@ def load_stage(stage: nn.Module, model_dir: str | Path, ctx: ParallelContext, dt
         _assign(layer.mlp.down_proj, ckpt.read(p + "mlp.down_proj.weight", cols=ff_rows), dtype, dev)
         _assign(layer.input_layernorm, ckpt.read(p + "input_layernorm.weight"), dtype, dev)
         _assign(layer.post_attention_layernorm, ckpt.read(p + "post_attention_layernorm.weight"), dtype, dev)
+        if layer.per_layer_proj is not None:
+            _assign(layer.per_layer_proj, ckpt.read(p + "per_layer_proj.weight"), dtype, dev)
     left = [n for n, t in list(stage.named_parameters()) + list(stage.named_buffers()) if t.is_meta]
     if left:
         raise RuntimeError(f"loader left tensors unloaded: {left}")

@@ -14,6 +14,14 @@ Structure mirrors vLLM, because later fault switches re-create vLLM bugs here:
     shapes are declared in ONE place, `LlamaStage.intermediate_spec`;
   * one attention path serves prefill and decode over a flat token dimension with
     per-token (sequence slot, position) and a per-layer KV cache.
+
+Two model variants add what real models add at the PP boundary (harness/zoo/variants.py):
+  * per-layer inputs (Gemma 3n / Gemma4): a second embedding of the token ids, made on
+    the first stage and read by every layer, so it crosses every PP boundary; these
+    models fold the residual into the hidden states at a boundary (no `residual` key);
+  * images (Qwen3-VL): a small vision encoder whose patch embeddings replace the image
+    placeholder tokens and whose "deepstack" projections are added to the hidden states
+    after the first few layers. Text-only batches carry zero tensors, never None.
 """
 
 from __future__ import annotations
@@ -26,8 +34,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-#: the keys a non-last stage sends and a non-first stage receives (see intermediate_spec)
-INTERMEDIATE_KEYS = ("hidden_states", "residual")
+#: model_type -> the keys a non-last stage sends and a non-first stage receives
+INTERMEDIATE_KEYS = {
+    "llama": ("hidden_states", "residual"),
+    "llama-pli": ("hidden_states", "per_layer_inputs"),
+    "llama-vl": ("hidden_states", "residual"),
+}
 
 
 @dataclass(frozen=True)
@@ -42,6 +54,16 @@ class ModelConfig:
     rms_norm_eps: float
     rope_theta: float
     tie_word_embeddings: bool
+    model_type: str = "llama"
+    per_layer_input_size: int = 0  # llama-pli: width of each layer's own input
+    image_token_id: int = -1  # llama-vl: the placeholder token an image's patches replace
+    image_size: int = 0
+    patch_size: int = 0
+    deepstack_layers: int = 0  # llama-vl: layers 0..n-1 get the image's deepstack embeddings
+
+    @property
+    def num_patches(self) -> int:
+        return (self.image_size // self.patch_size) ** 2 if self.patch_size else 0
 
     @classmethod
     def from_model_dir(cls, model_dir: str | Path) -> "ModelConfig":
@@ -49,9 +71,9 @@ class ModelConfig:
 
     @classmethod
     def from_dict(cls, cfg: dict) -> "ModelConfig":
-        archs = cfg.get("architectures") or []
-        if cfg.get("model_type", "llama") != "llama" and "LlamaForCausalLM" not in archs:
-            raise ValueError(f"reference engine only runs Llama models, got model_type={cfg.get('model_type')!r}")
+        model_type = cfg.get("model_type", "llama")
+        if model_type not in INTERMEDIATE_KEYS:
+            raise ValueError(f"reference engine runs {', '.join(INTERMEDIATE_KEYS)} models, got model_type={model_type!r}")
         for flag in ("attention_bias", "mlp_bias"):
             if cfg.get(flag, False):
                 raise ValueError(f"reference engine does not implement {flag}=true")
@@ -69,6 +91,12 @@ class ModelConfig:
             rms_norm_eps=cfg.get("rms_norm_eps", 1e-6),
             rope_theta=_rope_theta(cfg),
             tie_word_embeddings=cfg.get("tie_word_embeddings", False),
+            model_type=model_type,
+            per_layer_input_size=cfg.get("per_layer_input_size", 0),
+            image_token_id=cfg.get("image_token_id", -1),
+            image_size=cfg.get("vision_image_size", 0),
+            patch_size=cfg.get("vision_patch_size", 0),
+            deepstack_layers=cfg.get("deepstack_layers", 0),
         )
 
 
@@ -210,8 +238,10 @@ class DecoderLayer(nn.Module):
         self.self_attn = Attention(cfg)
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.mlp = MLP(cfg)
+        pli = cfg.per_layer_input_size
+        self.per_layer_proj = nn.Linear(pli, cfg.hidden_size, bias=False) if pli else None
 
-    def forward(self, hidden, residual, positions, seq_slots, kv_cache, kv_len: int):
+    def forward(self, hidden, residual, positions, seq_slots, kv_cache, kv_len: int, per_layer_input=None):
         if residual is None:
             residual = hidden
             hidden = self.input_layernorm(hidden)
@@ -219,12 +249,37 @@ class DecoderLayer(nn.Module):
             hidden, residual = self.input_layernorm(hidden, residual)
         hidden = self.self_attn(hidden, positions, seq_slots, kv_cache, kv_len)
         hidden, residual = self.post_attention_layernorm(hidden, residual)
-        return self.mlp(hidden), residual
+        hidden = self.mlp(hidden)
+        if per_layer_input is not None:  # None only when a stage lost them (the 40786 fault)
+            hidden = hidden + self.per_layer_proj(per_layer_input)
+        return hidden, residual
+
+
+class VisionEncoder(nn.Module):
+    """Image -> one embedding per patch (they replace the placeholder tokens), plus one
+    deepstack projection of them per early decoder layer. Runs on the first stage,
+    outside the compiled forward, replicated on every TP rank (it is tiny)."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.patch_size = cfg.patch_size
+        self.patch_embed = nn.Linear(3 * cfg.patch_size**2, cfg.hidden_size, bias=False)
+        self.deepstack = nn.ModuleList(nn.Linear(cfg.hidden_size, cfg.hidden_size, bias=False)
+                                       for _ in range(cfg.deepstack_layers))
+
+    def forward(self, pixels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """pixels [3, S, S] in [0, 1] -> (embeds [patches, H], deepstack [layers, patches, H])."""
+        p = self.patch_size
+        c, s, _ = pixels.shape
+        patches = pixels.reshape(c, s // p, p, s // p, p).permute(1, 3, 0, 2, 4).reshape(-1, c * p * p)
+        embeds = self.patch_embed(patches.to(self.patch_embed.weight.dtype))
+        return embeds, torch.stack([proj(embeds) for proj in self.deepstack])
 
 
 class LlamaStage(nn.Module):
-    """The layers `layer_ids` of a Llama model, plus the embedding on the first stage
-    and the final norm + lm_head on the last one."""
+    """The layers `layer_ids` of a Llama model (or a variant), plus the embedding (and
+    the variants' extra inputs) on the first stage and the final norm + lm_head on the
+    last one."""
 
     def __init__(self, cfg: ModelConfig, layer_ids: range, is_first: bool, is_last: bool):
         super().__init__()
@@ -232,35 +287,100 @@ class LlamaStage(nn.Module):
         self.is_first, self.is_last = is_first, is_last
         self.layer_ids = layer_ids
         self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size) if is_first else None
+        pli_width = cfg.num_hidden_layers * cfg.per_layer_input_size
+        self.embed_per_layer = nn.Embedding(cfg.vocab_size, pli_width) if is_first and pli_width else None
+        self.visual = VisionEncoder(cfg) if is_first and cfg.model_type == "llama-vl" else None
         self.layers = nn.ModuleList(DecoderLayer(cfg, i) for i in layer_ids)
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps) if is_last else None
         self.lm_head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False) if is_last else None
+        # Set by parallelize() under SP: token sharding of the stream at the first stage.
+        self.shard_tokens = None  # (x, dim) -> this rank's token shard
+        self.shard_residual = None  # x -> this rank's shard of the residual stream
+        self.faults: frozenset[str] = frozenset()  # fault switches that act in the model
 
     def intermediate_spec(self, num_tokens: int, dtype: torch.dtype) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:
         """THE declaration of what crosses a stage boundary for `num_tokens` local tokens:
         key -> (shape, dtype). A non-last stage sends exactly this; a non-first stage
         allocates its receive buffer from it (make_empty_intermediate_tensors)."""
-        shape = (num_tokens, self.cfg.hidden_size)
-        return {key: (shape, dtype) for key in INTERMEDIATE_KEYS}
+        widths = {"hidden_states": self.cfg.hidden_size, "residual": self.cfg.hidden_size,
+                  "per_layer_inputs": self.cfg.num_hidden_layers * self.cfg.per_layer_input_size}
+        return {key: ((num_tokens, widths[key]), dtype) for key in INTERMEDIATE_KEYS[self.cfg.model_type]}
 
     def make_empty_intermediate_tensors(self, num_tokens: int, dtype: torch.dtype, device) -> dict[str, torch.Tensor]:
         """Receive buffer for the previous stage's intermediate tensors (vLLM's
         make_empty_intermediate_tensors)."""
-        return {
-            key: torch.empty(shape, dtype=dt, device=device)
-            for key, (shape, dt) in self.intermediate_spec(num_tokens, dtype).items()
-        }
+        spec = self.intermediate_spec(num_tokens, dtype)
+        if "pp-buffer-missing-key" in self.faults:
+            spec.pop("residual", None)  # vLLM PR 37622: the buffer forgot a key the forward reads
+        return {key: torch.empty(shape, dtype=dt, device=device) for key, (shape, dt) in spec.items()}
 
-    def forward(self, input_ids, positions, seq_slots, kv_caches, kv_len: int, intermediate=None):
-        """First stage reads input_ids, later stages read `intermediate`. Returns the
-        intermediate dict on a non-last stage and the logits on the last one."""
+    def embed_images(self, pixels: list[torch.Tensor], input_ids: torch.Tensor) -> dict[str, torch.Tensor]:
+        """The multimodal inputs of one batch (llama-vl, first stage): image embeddings
+        scattered onto the placeholder tokens (zero rows elsewhere), the placeholder mask,
+        and the deepstack embeddings [layers, T, H]. Always tensors, also for text-only
+        batches: a captured graph must keep the branch that adds them (vLLM PR 43617)."""
+        cfg, t = self.cfg, input_ids.shape[0]
+        weight = self.visual.patch_embed.weight
+        embeds = torch.zeros(t, cfg.hidden_size, dtype=weight.dtype, device=weight.device)
+        deepstack = torch.zeros(cfg.deepstack_layers, t, cfg.hidden_size, dtype=weight.dtype, device=weight.device)
+        mask = torch.zeros(t, 1, dtype=weight.dtype, device=weight.device)
+        if pixels:  # without images a generated placeholder id is just a token
+            rows = (input_ids == cfg.image_token_id).nonzero().flatten()
+            if len(rows) != cfg.num_patches * len(pixels):
+                raise ValueError(f"batch has {len(rows)} image placeholder tokens for {len(pixels)} images "
+                                 f"of {cfg.num_patches} patches each")
+            images = [self.visual(px.to(weight.device)) for px in pixels]
+            embeds[rows] = torch.cat([e for e, _ in images])
+            deepstack[:, rows] = torch.cat([d for _, d in images], dim=1)
+            mask[rows] = 1
+        return {"image_embeds": embeds, "image_mask": mask, "deepstack": deepstack}
+
+    def _first_stage_inputs(self, input_ids, mm):
+        """(hidden, residual, per_layer_inputs, deepstack) at the start of the first stage."""
+        stream = self.embed_tokens(input_ids)
+        if mm is not None:
+            stream = stream * (1 - mm["image_mask"]) + mm["image_embeds"]
+        deepstack = mm.get("deepstack") if mm is not None else None
+        pli = self.embed_per_layer(input_ids) if self.embed_per_layer is not None else None
+        if self.shard_tokens is None:
+            return stream, None, pli, deepstack
+        # SP: the stream enters as this rank's residual shard plus a zero update, so the
+        # first fused add+norm sees exactly the shard (the slice vLLM PR 33322 got wrong).
+        residual = self.shard_residual(stream)
+        pli = self.shard_tokens(pli, 0) if pli is not None else None
+        deepstack = self.shard_tokens(deepstack, 1) if deepstack is not None else None
+        return torch.zeros_like(residual), residual, pli, deepstack
+
+    def forward(self, input_ids, positions, seq_slots, kv_caches, kv_len: int, intermediate=None, mm=None):
+        """First stage reads input_ids (and `mm`, the multimodal inputs of llama-vl),
+        later stages read `intermediate`. Returns (the intermediate dict on a non-last
+        stage or the logits on the last one, the stream after each layer [layers, T, H])."""
+        deepstack = None
         if self.is_first:
-            hidden, residual = self.embed_tokens(input_ids), None
+            hidden, residual, pli, deepstack = self._first_stage_inputs(input_ids, mm)
         else:
-            hidden, residual = intermediate["hidden_states"], intermediate["residual"]
+            hidden = intermediate["hidden_states"]
+            has_residual = "residual" in INTERMEDIATE_KEYS[self.cfg.model_type]
+            residual = intermediate["residual"] if has_residual else None
+            pli = intermediate.get("per_layer_inputs")
+        # vLLM PR 40786: the layers got the per-layer inputs only on the first stage
+        # (they are still handed on, so a deeper pipeline does not crash on them)
+        layers_get_pli = self.is_first or "pp-drop-per-layer-inputs" not in self.faults
+        states = []
         for layer, kv_cache in zip(self.layers, kv_caches):
-            hidden, residual = layer(hidden, residual, positions, seq_slots, kv_cache, kv_len)
+            layer_pli = None
+            if pli is not None and layers_get_pli:
+                width = self.cfg.per_layer_input_size
+                layer_pli = pli[:, layer.layer_id * width:(layer.layer_id + 1) * width]
+            hidden, residual = layer(hidden, residual, positions, seq_slots, kv_cache, kv_len, layer_pli)
+            if deepstack is not None and layer.layer_id < deepstack.shape[0]:
+                hidden = hidden + deepstack[layer.layer_id]
+            states.append(hidden + residual)
+        layer_states = torch.stack(states)
         if not self.is_last:
-            return {"hidden_states": hidden, "residual": residual}
+            if "residual" not in INTERMEDIATE_KEYS[self.cfg.model_type]:
+                # these models hand over one stream (no residual key), as Gemma does
+                return {"hidden_states": hidden + residual, "per_layer_inputs": pli}, layer_states
+            return {"hidden_states": hidden, "residual": residual}, layer_states
         hidden = self.norm(hidden, residual)[0]
-        return self.lm_head(hidden)
+        return self.lm_head(hidden), layer_states

@@ -4,13 +4,13 @@ tensor-parallel layers, and parallelize() that swaps them into a plain LlamaStag
 Rank layout (as vLLM): global rank = pp_rank * tp + tp_rank, so the TP ranks of one
 stage are neighbours and TP rank r of stage i talks to TP rank r of stage i+1.
 
-Every collective is wrapped in torch.compiler.disable: under torch.compile they become
-graph breaks and run eagerly, so gloo (which inductor cannot trace) works and the
-compiled graphs hold only local math.
+The TP collectives are torch custom ops (as vLLM's): torch.compile keeps each as one
+opaque node that runs the real gloo/NCCL call, so a stage compiles to a single graph.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 
 import torch
@@ -29,6 +29,7 @@ class ParallelContext:
     device: torch.device
     backend: str
     tp_group: object = field(default=None, repr=False)
+    faults: tuple[str, ...] = ()  # fault switches that act in the parallel code
 
     @property
     def tp_rank(self) -> int:
@@ -102,53 +103,113 @@ def init_parallel(tp: int, pp: int, sp: bool, device_kind: str) -> ParallelConte
 _CTX: ParallelContext | None = None
 
 
-@torch.compiler.disable
-def tp_all_reduce(x: torch.Tensor) -> torch.Tensor:
-    if _CTX.tp == 1:
-        return x
-    x = x.contiguous()
-    dist.all_reduce(x, group=_CTX.tp_group)
-    return x
+# The collectives are custom ops, as in vLLM: torch.compile traces each as one opaque
+# node (its fake function gives the output shape), so a stage forward compiles to one
+# graph with no breaks, and the op runs the real gloo/NCCL call at run time.
+
+@torch.library.custom_op("harness_reference::all_reduce", mutates_args=())
+def _all_reduce(x: torch.Tensor) -> torch.Tensor:
+    out = x.contiguous().clone()
+    dist.all_reduce(out, group=_CTX.tp_group)
+    return out
 
 
-@torch.compiler.disable
-def tp_all_gather(x: torch.Tensor, dim: int) -> torch.Tensor:
-    if _CTX.tp == 1:
-        return x
+@_all_reduce.register_fake
+def _(x):
+    return torch.empty_like(x)
+
+
+@torch.library.custom_op("harness_reference::all_gather", mutates_args=())
+def _all_gather(x: torch.Tensor, dim: int) -> torch.Tensor:
     x = x.contiguous()
     parts = [torch.empty_like(x) for _ in range(_CTX.tp)]
     dist.all_gather(parts, x, group=_CTX.tp_group)
     return torch.cat(parts, dim=dim)
 
 
-@torch.compiler.disable
-def tp_reduce_scatter_tokens(x: torch.Tensor) -> torch.Tensor:
-    """Sum over TP ranks, keeping only this rank's token shard (dim 0). NCCL has a real
-    reduce-scatter; gloo does not everywhere, so there we all-reduce and slice (same
-    result, more traffic). This is the one place that choice is made."""
-    if _CTX.tp == 1:
-        return x
+@_all_gather.register_fake
+def _(x, dim):
+    return torch.cat([x] * _CTX.tp, dim=dim)
+
+
+@torch.library.custom_op("harness_reference::reduce_scatter_tokens", mutates_args=())
+def _reduce_scatter_tokens(x: torch.Tensor) -> torch.Tensor:
+    """NCCL has a real reduce-scatter; gloo does not everywhere, so there we all-reduce
+    and slice (same result, more traffic). This is the one place that choice is made."""
     x = x.contiguous()
     if _CTX.backend == "nccl":
         out = torch.empty((x.shape[0] // _CTX.tp, *x.shape[1:]), dtype=x.dtype, device=x.device)
         dist.reduce_scatter_tensor(out, x, group=_CTX.tp_group)
         return out
-    dist.all_reduce(x, group=_CTX.tp_group)
-    return x[_CTX.token_shard(x.shape[0])].contiguous()
+    full = x.clone()
+    dist.all_reduce(full, group=_CTX.tp_group)
+    return full[_CTX.token_shard(x.shape[0])].contiguous()
+
+
+@_reduce_scatter_tokens.register_fake
+def _(x):
+    return x.new_empty((x.shape[0] // _CTX.tp, *x.shape[1:]))
+
+
+def tp_all_reduce(x: torch.Tensor) -> torch.Tensor:
+    return x if _CTX.tp == 1 else _all_reduce(x)
+
+
+def tp_all_gather(x: torch.Tensor, dim: int) -> torch.Tensor:
+    return x if _CTX.tp == 1 else _all_gather(x, dim)
+
+
+def tp_reduce_scatter_tokens(x: torch.Tensor) -> torch.Tensor:
+    """Sum over TP ranks, keeping only this rank's token shard (dim 0)."""
+    return x if _CTX.tp == 1 else _reduce_scatter_tokens(x)
 
 
 def send_tensor_dict(tensors: dict[str, torch.Tensor], dst: int) -> None:
-    """Send a stage's intermediate tensors, key by key in sorted order (the receiver
-    walks its buffer in the same order)."""
-    for key in sorted(tensors):
+    """Send a stage's intermediate tensors: first their keys, then each tensor in that
+    order. The receiver is told what comes, as vLLM's send_tensor_dict tells it, so a
+    buffer that lacks a key fails on that key instead of desynchronising the stream."""
+    keys = sorted(tensors)
+    send_json(keys, dst=dst)
+    for key in keys:
         dist.send(tensors[key].contiguous(), dst=dst)
 
 
 def recv_tensor_dict(buffers: dict[str, torch.Tensor], src: int) -> dict[str, torch.Tensor]:
-    """Receive into buffers allocated from the model's declaration, in sorted key order."""
-    for key in sorted(buffers):
+    """Receive, key by key as the sender announced them, into buffers allocated from the
+    model's declaration."""
+    for key in recv_json(src=src):
         dist.recv(buffers[key], src=src)
     return buffers
+
+
+def send_json(obj, dst: int) -> None:
+    """Send a JSON-able object (the non-tensor fields of an inter-stage message)."""
+    data = torch.frombuffer(bytearray(json.dumps(obj).encode()), dtype=torch.uint8)
+    dist.send(torch.tensor([data.numel()], dtype=torch.int64, device=_CTX.device), dst=dst)
+    dist.send(data.to(_CTX.device), dst=dst)
+
+
+def recv_json(src: int):
+    size = torch.empty(1, dtype=torch.int64, device=_CTX.device)
+    dist.recv(size, src=src)
+    data = torch.empty(int(size), dtype=torch.uint8, device=_CTX.device)
+    dist.recv(data, src=src)
+    return json.loads(bytes(data.cpu().tolist()).decode())
+
+
+def broadcast_json(obj, src: int):
+    """The JSON-able `obj` of rank `src`, on every rank of the world."""
+    if _CTX.world_size == 1:
+        return obj
+    size = torch.zeros(1, dtype=torch.int64, device=_CTX.device)
+    if _CTX.rank == src:
+        data = torch.frombuffer(bytearray(json.dumps(obj).encode()), dtype=torch.uint8).to(_CTX.device)
+        size[0] = data.numel()
+    dist.broadcast(size, src=src)
+    if _CTX.rank != src:
+        data = torch.empty(int(size), dtype=torch.uint8, device=_CTX.device)
+    dist.broadcast(data, src=src)
+    return json.loads(bytes(data.cpu().tolist()).decode())
 
 
 def broadcast_from(x: torch.Tensor, src: int) -> torch.Tensor:
@@ -191,19 +252,19 @@ class RowParallelLinear(nn.Module):
 
 class VocabParallelEmbedding(nn.Module):
     """Rows [start, end) of the embedding; ids outside look up zeros, and the partial
-    embeddings are summed over TP ranks (reduce-scattered along tokens under SP)."""
+    embeddings are summed over TP ranks. Under SP the stage slices the full result into
+    token shards itself (LlamaStage._first_stage_inputs), as vLLM slices the residual."""
 
-    def __init__(self, vocab_start: int, vocab_end: int, hidden: int, sp: bool):
+    def __init__(self, vocab_start: int, vocab_end: int, hidden: int):
         super().__init__()
         self.vocab_start, self.vocab_end = vocab_start, vocab_end
         self.weight = nn.Parameter(torch.empty(vocab_end - vocab_start, hidden), requires_grad=False)
-        self.sp = sp
 
     def forward(self, ids):
         outside = (ids < self.vocab_start) | (ids >= self.vocab_end)
         local = (ids - self.vocab_start).masked_fill(outside, 0)
         out = F.embedding(local, self.weight).masked_fill(outside[:, None], 0)
-        return tp_reduce_scatter_tokens(out) if self.sp else tp_all_reduce(out)
+        return tp_all_reduce(out)
 
 
 class VocabParallelLMHead(nn.Module):
@@ -221,6 +282,19 @@ class VocabParallelLMHead(nn.Module):
         if self.sp:
             x = tp_all_gather(x, dim=0)
         return tp_all_gather(F.linear(x, self.weight), dim=-1)
+
+
+def sp_shard_tokens(x: torch.Tensor, dim: int = 0) -> torch.Tensor:
+    """This TP rank's own SP token shard of a full-token tensor."""
+    shard = _CTX.token_shard(x.shape[dim])
+    return x[shard] if dim == 0 else x[(slice(None),) * dim + (shard,)]
+
+
+def sp_shard_residual(x: torch.Tensor) -> torch.Tensor:
+    """This TP rank's shard of the full residual stream."""
+    if "sp-residual-first-shard" in _CTX.faults:
+        return x[: x.shape[0] // _CTX.tp]  # vLLM PR 33322: every rank took residual[0:n/tp]
+    return sp_shard_tokens(x)
 
 
 def shard_range(total: int, rank: int, size: int) -> tuple[int, int]:
@@ -242,8 +316,11 @@ def parallelize(stage: nn.Module, ctx: ParallelContext) -> nn.Module:
         if getattr(cfg, name) % tp:
             raise ValueError(f"{name}={getattr(cfg, name)} does not divide by tp={tp}")
     with torch.device("meta"):
+        vocab_rows = shard_range(cfg.vocab_size, ctx.tp_rank, tp)
         if stage.embed_tokens is not None:
-            stage.embed_tokens = VocabParallelEmbedding(*shard_range(cfg.vocab_size, ctx.tp_rank, tp), hidden, sp)
+            stage.embed_tokens = VocabParallelEmbedding(*vocab_rows, hidden)
+        if stage.embed_per_layer is not None:
+            stage.embed_per_layer = VocabParallelEmbedding(*vocab_rows, stage.embed_per_layer.embedding_dim)
         if stage.lm_head is not None:
             stage.lm_head = VocabParallelLMHead(*shard_range(cfg.vocab_size, ctx.tp_rank, tp), hidden, sp)
         for layer in stage.layers:
@@ -255,4 +332,6 @@ def parallelize(stage: nn.Module, ctx: ParallelContext) -> nn.Module:
             mlp.intermediate_size //= tp
             mlp.gate_up_proj = ColumnParallelLinear(hidden, 2 * mlp.intermediate_size, sp)
             mlp.down_proj = RowParallelLinear(mlp.intermediate_size, hidden, sp)
+    if sp:
+        stage.shard_tokens, stage.shard_residual = sp_shard_tokens, sp_shard_residual
     return stage

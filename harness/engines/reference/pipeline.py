@@ -8,6 +8,10 @@ Every rank runs the same sequence of steps in lockstep. One step:
 Sampling happens on the last stage and the chosen tokens are broadcast to every rank
 from the driver rank (TP rank 0 of the last stage), so all stages feed the same tokens
 to the next step.
+
+With the KV connector on (setting kvc), each message between stages also carries the
+connector's completion reports (`kv_connector_output`, see kv_connector.py), and the
+driver broadcasts the merged reports back to every rank's scheduler after each step.
 """
 
 from __future__ import annotations
@@ -15,22 +19,51 @@ from __future__ import annotations
 import torch
 
 from harness.engines.reference import faults as fault_switches
+from harness.engines.reference.kv_connector import (
+    WAIT_STEPS,
+    ConnectorScheduler,
+    KVConnector,
+    prefix_key,
+    prefix_len,
+)
 from harness.engines.reference.parallel import (
     ParallelContext,
     broadcast_from,
+    broadcast_json,
+    recv_json,
     recv_tensor_dict,
+    send_json,
     send_tensor_dict,
 )
+
+#: the inter-stage message field that carries the KV connector's reports
+SIDE_CHANNEL = "kv_connector_output"
 
 #: prompts of a workload run in groups of at most this many sequences / prompt tokens,
 #: which bounds the KV cache and the attention's key gather. The grouping depends only
 #: on the workload, so every setting sees the same batches.
 MAX_SEQS_PER_BATCH = 16
+#: at most this many token rows of a batch are kept by a per-layer capture (evenly spaced)
+CAPTURE_ROWS = 64
 MAX_TOKENS_PER_BATCH = 1024
 
 
 def _describe(tensors: dict[str, torch.Tensor]) -> dict[str, dict]:
     return {k: {"shape": list(t.shape), "dtype": str(t.dtype).removeprefix("torch.")} for k, t in tensors.items()}
+
+
+def _describe_spec(spec: dict) -> dict[str, dict]:
+    return {k: {"shape": list(shape), "dtype": str(dt).removeprefix("torch.")} for k, (shape, dt) in spec.items()}
+
+
+def load_image(path: str) -> torch.Tensor:
+    """A PNG written by the harness -> [3, S, S] float in [0, 1]."""
+    import numpy as np
+    from PIL import Image
+
+    with Image.open(path) as img:
+        pixels = np.asarray(img.convert("RGB"), dtype=np.float32) / 255.0
+    return torch.from_numpy(pixels).permute(2, 0, 1).contiguous()
 
 
 def batch_groups(prompts: list[list[int]]) -> list[range]:
@@ -58,19 +91,42 @@ def cache_shape_for(workloads: list[dict]) -> tuple[int, int]:
     return slots, max_len
 
 
+def _keep_guards_except_multimodal(entries) -> list[bool]:
+    return [e.name.split("[")[0] not in MULTIMODAL_INPUTS for e in entries]
+
+
+#: the forward's multimodal argument (guards name it `mm`, its entries `mm['deepstack']`)
+MULTIMODAL_INPUTS = ("mm",)
+
+
 class ModelRunner:
     def __init__(self, stage, ctx: ParallelContext, dtype: torch.dtype, workloads: list[dict],
-                 compile: bool, faults: list[str]):
+                 compile: bool, faults: list[str], kv_store: str | None = None):
         self.stage, self.ctx, self.dtype = stage, ctx, dtype
         self.faults = faults
-        self.forward_fn = torch.compile(stage.forward, dynamic=True) if compile else stage.forward
+        self.forward_fn = self._compiled(stage.forward) if compile else stage.forward
         self.compile = compile
         slots, self.max_len = cache_shape_for(workloads)
         self.trash_slot = slots  # padding tokens write here, never into a real sequence
-        self.kv_caches = self._allocate_kv_cache(slots + 1, self.max_len)
+        # One spare position: a step's key slice [:kv_len] then never spans the whole cache,
+        # which would specialise the captured graph and recompile during the run.
+        self.kv_caches = self._allocate_kv_cache(slots + 1, self.max_len + 1)
         self.stage_io: dict | None = None  # filled at the first real (post warm-up) step
         self._record_io = False
         self._fired = False
+        self.captured: list[dict] = []  # per-layer stream of the steps asked for (capture=True)
+        self.connector = KVConnector(kv_store, ctx.rank, ctx.pp_rank, stage.layer_ids) if kv_store else None
+        self.scheduler = ConnectorScheduler(ctx.pp)
+        self.connector_wait_steps = 0
+
+    @staticmethod
+    def _compiled(fn):
+        """Capture at warm-up and reuse the graph for real requests. vLLM compiles one
+        graph and runs it without guards, so a request never recompiles. Here the shape
+        guards stay (they cost nothing: warm-up covers the shapes) and the guards on the
+        multimodal inputs are dropped, so a text/image switch reuses the warm-up's
+        capture instead of recompiling, exactly where vLLM PR 43617 bit."""
+        return torch.compile(fn, dynamic=True, options={"guard_filter_fn": _keep_guards_except_multimodal})
 
     def _allocate_kv_cache(self, slots: int, max_len: int):
         cfg = self.stage.cfg
@@ -90,8 +146,12 @@ class ModelRunner:
         tp = self.ctx.tp
         return max(-(-n // tp) * tp, 2 * tp)
 
-    def step(self, ids: list[int], positions: list[int], slots: list[int]) -> torch.Tensor | None:
-        """One forward over a flat batch. Returns the [n, vocab] logits on the last stage."""
+    def step(self, ids: list[int], positions: list[int], slots: list[int], images: list | None = None,
+             kv_ops: dict | None = None, capture: bool = False) -> torch.Tensor | None:
+        """One forward over a flat batch. Returns the [n, vocab] logits on the last stage.
+        `images`: pixel tensors of the batch's images in token order (llama-vl);
+        `kv_ops`: {"load": [(slot, prompt)], "save": [(slot, prompt)]} for the connector;
+        `capture`: keep the per-layer stream of this step's real tokens."""
         ctx, n = self.ctx, len(ids)
         if n == 0 or max(positions) >= self.max_len:
             raise ValueError(f"bad step: {n} tokens, max position {max(positions, default=-1)}, cache {self.max_len}")
@@ -101,26 +161,94 @@ class ModelRunner:
         pos_t = torch.tensor(positions + [0] * pad, dtype=torch.int64, device=dev)
         slot_t = torch.tensor(slots + [self.trash_slot] * pad, dtype=torch.int64, device=dev)
         kv_len = max(positions) + 1
-        intermediate = None
-        if not ctx.is_first_stage:
-            local = (n + pad) // ctx.tp if ctx.sp else n + pad
-            intermediate = self.stage.make_empty_intermediate_tensors(local, self.dtype, dev)
-            recv_tensor_dict(intermediate, src=ctx.prev_stage_peer)
+        intermediate, reports = self._receive((n + pad) // ctx.tp if ctx.sp else n + pad)
         if not self._fired:
             self._fired = True
             fault_switches.fire_rank_faults(self.faults, ctx.rank)
-        out = self.forward_fn(ids_t, pos_t, slot_t, self.kv_caches, kv_len, intermediate)
+        for slot, prompt in (kv_ops or {}).get("load", []):
+            self.connector.load(self.kv_caches, slot, prompt)
+        mm = self._multimodal_inputs(ids_t, images)
+        out, layer_states = self.forward_fn(ids_t, pos_t, slot_t, self.kv_caches, kv_len, intermediate, mm)
+        for slot, prompt in (kv_ops or {}).get("save", []):
+            self.connector.save(self.kv_caches, slot, prompt)
+        if capture:
+            self._capture(layer_states, n, pad)
+        message = self._message(out, reports)
         if self._record_io:
             self._record_io = False
-            self.stage_io = {"rank": ctx.rank, "pp_rank": ctx.pp_rank, "tp_rank": ctx.tp_rank,
-                             "layers": [self.stage.layer_ids.start, self.stage.layer_ids.stop],
-                             "num_tokens": n, "padded_tokens": n + pad,
-                             "received": _describe(intermediate) if intermediate is not None else {},
-                             "sent": _describe(out) if not ctx.is_last_stage else {}}
+            self._record_stage_io(n, pad, intermediate, message)
+        self._hand_on(message)
+        return out[:n] if ctx.is_last_stage else None
+
+    def _receive(self, local_tokens: int) -> tuple[dict | None, list]:
+        """(the previous stage's intermediate tensors, its connector reports); nothing on
+        the first stage. The buffer comes from the model's declaration."""
+        ctx = self.ctx
+        if ctx.is_first_stage:
+            return None, []
+        intermediate = self.stage.make_empty_intermediate_tensors(local_tokens, self.dtype, ctx.device)
+        recv_tensor_dict(intermediate, src=ctx.prev_stage_peer)
+        reports = (recv_json(src=ctx.prev_stage_peer).get(SIDE_CHANNEL) or []) if self.connector else []
+        return intermediate, reports
+
+    def _hand_on(self, message: dict) -> None:
+        """Send the message to the next stage; with the connector, the driver then sends
+        the merged reports of every stage back to every rank's scheduler."""
+        ctx = self.ctx
         if not ctx.is_last_stage:
-            send_tensor_dict(out, dst=ctx.next_stage_peer)
+            send_tensor_dict(message["tensors"], dst=ctx.next_stage_peer)
+            if self.connector:
+                send_json({k: v for k, v in message.items() if k != "tensors"}, dst=ctx.next_stage_peer)
+        if self.connector:
+            merged = message.get(SIDE_CHANNEL, []) if ctx.is_last_stage else None
+            self.scheduler.record(broadcast_json(merged, src=ctx.driver_rank))
+
+    def _message(self, out, received_reports: list) -> dict:
+        """What this stage hands on: its tensors plus, with the connector, the reports of
+        every stage so far (received ones and its own)."""
+        message = {"tensors": out if not self.ctx.is_last_stage else {}}
+        if self.connector:
+            message[SIDE_CHANNEL] = received_reports + [self.connector.take_report()]
+            if fault_switches.active(self.faults, "pp-drop-kv-connector-output") and not self.ctx.is_last_stage:
+                message = {"tensors": message["tensors"]}  # vLLM PR 38031: rebuilt without the side channel
+        return message
+
+    def _multimodal_inputs(self, ids_t: torch.Tensor, images: list | None) -> dict | None:
+        if self.stage.visual is None:
             return None
-        return out[:n]
+        return self.stage.embed_images(images or [], ids_t)
+
+    def _capture(self, layer_states: torch.Tensor, n: int, pad: int) -> None:
+        """Keep this rank's sampled rows of the per-layer stream (its token shard under SP).
+        Every `stride`-th token row of the batch is kept, so a capture stays small and
+        still covers every SP shard."""
+        own = self.ctx.token_shard(n + pad) if self.ctx.sp else slice(0, n + pad)
+        stride = -(-n // CAPTURE_ROWS)
+        rows = [r for r in range(own.start, min(own.stop, n)) if r % stride == 0]
+        local = torch.tensor([r - own.start for r in rows], dtype=torch.int64, device=layer_states.device)
+        self.captured.append({"pp_rank": self.ctx.pp_rank, "tp_rank": self.ctx.tp_rank,
+                              "layers": list(self.stage.layer_ids), "rows": rows,
+                              "states": layer_states[:, local].float().cpu().tolist()})
+
+    def _record_stage_io(self, n: int, pad: int, intermediate, message) -> None:
+        """What this stage expects (its model's declaration), allocated and received, and
+        sent, for the harness's PP contract check."""
+        ctx, side = self.ctx, {"kind": "object"}
+        received = _describe(intermediate) if intermediate is not None else {}
+        expects = None
+        if intermediate is not None:
+            local = next(iter(intermediate.values())).shape[0]
+            expects = _describe_spec(self.stage.intermediate_spec(local, self.dtype))
+        if expects is not None and self.connector:
+            expects[SIDE_CHANNEL] = side
+            received[SIDE_CHANNEL] = side
+        sent = _describe(message["tensors"]) if not ctx.is_last_stage else {}
+        if not ctx.is_last_stage and SIDE_CHANNEL in message:
+            sent[SIDE_CHANNEL] = side
+        self.stage_io = {"rank": ctx.rank, "pp_rank": ctx.pp_rank, "tp_rank": ctx.tp_rank,
+                         "layers": [self.stage.layer_ids.start, self.stage.layer_ids.stop],
+                         "num_tokens": n, "padded_tokens": n + pad,
+                         "expects": expects or {}, "received": received, "sent": sent}
 
     def share_tokens(self, tokens: torch.Tensor | None, count: int) -> list[int]:
         """Tokens chosen on the driver rank, broadcast to every rank."""
@@ -128,6 +256,41 @@ class ModelRunner:
         if self.ctx.rank == self.ctx.driver_rank:
             buf.copy_(tokens)
         return broadcast_from(buf, src=self.ctx.driver_rank).tolist()
+
+    # --- the KV connector's scheduling -------------------------------------------------
+
+    def wait_for_connector(self, ops: list[tuple[str, str]]) -> None:
+        """Hold the batch until every stage reported `ops` [(op, key)]: empty steps carry
+        late reports; after WAIT_STEPS of them the missing reports are a stall."""
+        for _ in range(WAIT_STEPS):
+            if not self.scheduler.missing(ops):
+                return
+            self.connector_wait_steps += 1
+            self.step([0], [0], [self.trash_slot])
+        if self.scheduler.missing(ops):
+            # The driver's scheduler is the one of record (vLLM has one scheduler): it
+            # names the stall; the other ranks' copies wait for its word, which never
+            # comes, and stop when the driver's exit closes their connections.
+            if self.ctx.rank == self.ctx.driver_rank:
+                raise self.scheduler.stall_error(ops)
+            broadcast_json(None, src=self.ctx.driver_rank)
+
+    def load_stored_prefixes(self, prompts: list[list[int]]) -> list[int]:
+        """Load the stored prefix of each prompt the store holds into its slot; returns
+        how many leading tokens of each prompt are now in the KV cache."""
+        if not self.connector:
+            return [0] * len(prompts)
+        hits = [i for i, p in enumerate(prompts) if prefix_len(p) and self.scheduler.complete("saved", prefix_key(p))]
+        if hits:
+            self.step([0], [0], [self.trash_slot], kv_ops={"load": [(i, prompts[i]) for i in hits]})
+            self.wait_for_connector([("loaded", prefix_key(prompts[i])) for i in hits])
+        return [prefix_len(p) if i in hits else 0 for i, p in enumerate(prompts)]
+
+    def save_prefixes(self, prompts: list[list[int]]) -> dict:
+        """kv_ops that save the whole-block prefix of each prompt after this step."""
+        if not self.connector:
+            return {}
+        return {"save": [(slot, p) for slot, p in enumerate(prompts) if prefix_len(p)]}
 
     # --- warm-up and workloads ---------------------------------------------------------
 
@@ -140,18 +303,35 @@ class ModelRunner:
         ids = [i % self.stage.cfg.vocab_size for i in range(sum(lens))]
         positions = [p for n in lens for p in range(n)]
         slots = [s for s, n in enumerate(lens) for _ in range(n)]
-        self.step(ids, positions, slots)
+        if fault_switches.active(self.faults, "compile-warmup-without-images") and self.stage.visual is not None:
+            self._warmup_without_deepstack(ids, positions, slots)
+        else:
+            self.step(ids, positions, slots)
         self.step([1, 2], [n for n in lens], [0, 1])
         self._record_io = True
 
-    def run_logprobs(self, prompts: list[list[int]], top_k: int) -> dict[str, torch.Tensor] | None:
+    def _warmup_without_deepstack(self, ids, positions, slots) -> None:
+        """vLLM PR 43617: the capture run passes None for the deepstack inputs. Under
+        compile the captured graph has no deepstack branch, and (no guards) keeps it."""
+        embed_images = self.stage.embed_images
+        self.stage.embed_images = lambda images, ids_t: {**embed_images(images, ids_t), "deepstack": None}
+        try:
+            self.step(ids, positions, slots)
+        finally:
+            self.stage.embed_images = embed_images
+
+    def run_logprobs(self, prompts: list[list[int]], top_k: int, images: list | None = None,
+                     capture: bool = False) -> dict[str, torch.Tensor] | None:
         """Teacher-forced top-k logprobs at every position of every prompt."""
         ids_parts, lp_parts = [], []
-        for group in batch_groups(prompts):
+        for g, group in enumerate(batch_groups(prompts)):
             ids = [t for i in group for t in prompts[i]]
             positions = [p for i in group for p in range(len(prompts[i]))]
             slots = [s for s, i in enumerate(group) for _ in prompts[i]]
-            logits = self.step(ids, positions, slots)
+            kv_ops = self.save_prefixes([prompts[i] for i in group])
+            logits = self.step(ids, positions, slots, self._group_images(images, group), kv_ops,
+                               capture=capture and g == 0)
+            self.wait_for_connector([("saved", prefix_key(p)) for _, p in kv_ops.get("save", [])])
             if logits is not None:
                 lp, tk = torch.log_softmax(logits.float(), dim=-1).topk(top_k, dim=-1)
                 ids_parts.append(tk.cpu())
@@ -163,22 +343,33 @@ class ModelRunner:
         offsets = torch.tensor([0] + [len(p) for p in prompts], dtype=torch.int64).cumsum(0)
         return {"topk_ids": torch.cat(ids_parts), "topk_logprobs": torch.cat(lp_parts), "offsets": offsets}
 
-    def run_greedy(self, prompts: list[list[int]], max_new_tokens: int, top_k: int) -> dict[str, torch.Tensor] | None:
+    @staticmethod
+    def _group_images(images: list | None, group: range) -> list | None:
+        """The pixels of a batch's images, in token order (None entries are text-only)."""
+        if images is None:
+            return None
+        return [load_image(images[i]) for i in group if images[i] is not None]
+
+    def run_greedy(self, prompts: list[list[int]], max_new_tokens: int, top_k: int,
+                   images: list | None = None) -> dict[str, torch.Tensor] | None:
         """Prefill, then decode until each prompt has exactly max_new_tokens argmax tokens
-        (no EOS stop); the top-k of each chosen step is kept."""
+        (no EOS stop); the top-k of each chosen step is kept. Prefixes the KV connector
+        holds are loaded, not recomputed."""
         out_tokens, out_ids, out_lps = [], [], []
         for group in batch_groups(prompts):
             lens = [len(prompts[i]) for i in group]
+            cached = self.load_stored_prefixes([prompts[i] for i in group])
             tokens, step_ids, step_lps = [], [], []
-            # prefill: all prompt tokens, then read each prompt's last row
-            ids = [t for i in group for t in prompts[i]]
-            positions = [p for n in lens for p in range(n)]
-            slots = [s for s, n in enumerate(lens) for _ in range(n)]
-            last_rows = torch.tensor(lens).cumsum(0) - 1
+            # prefill: the prompt tokens not loaded from the store, then each prompt's last row
+            ids = [t for i, c in zip(group, cached) for t in prompts[i][c:]]
+            positions = [p for n, c in zip(lens, cached) for p in range(c, n)]
+            slots = [s for s, (n, c) in enumerate(zip(lens, cached)) for _ in range(c, n)]
+            last_rows = torch.tensor([n - c for n, c in zip(lens, cached)]).cumsum(0) - 1
             for step in range(max_new_tokens):
+                pixels = self._group_images(images, group) if step == 0 else None
                 if step > 0:  # decode: the previous token of each sequence, at its next position
                     ids, positions, slots = tokens[-1], [n + step - 1 for n in lens], list(range(len(lens)))
-                logits = self.step(ids, positions, slots)
+                logits = self.step(ids, positions, slots, pixels)
                 chosen = None
                 if logits is not None:
                     rows = logits[last_rows.to(logits.device)] if step == 0 else logits

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import sys
 import time
+from pathlib import Path
 
 DTYPES = {"float32": "float32", "bfloat16": "bfloat16", "float16": "float16"}
 
@@ -26,6 +27,7 @@ def build_stage(spec, ctx):
     layer_ids = pp_layer_split(cfg.num_hidden_layers, ctx.pp)[ctx.pp_rank]
     with torch.device("meta"):
         stage = LlamaStage(cfg, layer_ids, ctx.is_first_stage, ctx.is_last_stage)
+    stage.faults = frozenset(ctx.faults)
     parallelize(stage, ctx)
     load_stage(stage, spec.model_dir, ctx, getattr(torch, DTYPES[spec.dtype]))
     return stage.eval()
@@ -37,13 +39,34 @@ def run_workloads(runner, workloads: list[dict]):
     results = {}
     for w in workloads:
         top_k = min(int(w.get("top_k", 20)), runner.stage.cfg.vocab_size)
+        images = w.get("images")
         if w["kind"] == "logprobs":
-            results[w["name"]] = runner.run_logprobs(w["prompts"], top_k)
+            results[w["name"]] = runner.run_logprobs(w["prompts"], top_k, images, bool(w.get("capture_hidden")))
         elif w["kind"] == "greedy":
-            results[w["name"]] = runner.run_greedy(w["prompts"], int(w["max_new_tokens"]), top_k)
+            results[w["name"]] = runner.run_greedy(w["prompts"], int(w["max_new_tokens"]), top_k, images)
         else:
             raise ValueError(f"unknown workload kind {w['kind']!r} in workload {w['name']!r}")
     return results
+
+
+def assemble_hidden_states(captures: list[list[dict]], num_layers: int) -> dict[str, torch.Tensor]:
+    """Every rank's captured per-layer stream -> hidden_states [layers, rows, H] of the
+    captured step's sampled token rows, hidden_rows [rows] (their index in the batch),
+    and hidden_owner [rows]: the TP rank whose SP shard held each row (all 0 without SP,
+    where every TP rank holds every row)."""
+    import torch
+
+    pieces = [c for rank_captures in captures for c in rank_captures if c["rows"]]
+    rows = sorted({r for c in pieces for r in c["rows"]})
+    index = {r: i for i, r in enumerate(rows)}
+    hidden = len(pieces[0]["states"][0][0])
+    states = torch.zeros(num_layers, len(rows), hidden)
+    owner = torch.zeros(len(rows), dtype=torch.int64)
+    for c in sorted(pieces, key=lambda c: -c["tp_rank"]):  # TP rank 0 written last where rows overlap
+        at = torch.tensor([index[r] for r in c["rows"]])
+        states[torch.tensor(c["layers"])[:, None], at[None, :]] = torch.tensor(c["states"])
+        owner[at] = c["tp_rank"]
+    return {"hidden_states": states, "hidden_rows": torch.tensor(rows, dtype=torch.int64), "hidden_owner": owner}
 
 
 def _compile_stats() -> dict:
@@ -69,16 +92,27 @@ def run(spec) -> None:
         raise ValueError("sp needs tp >= 2")
     faults.parse(spec.faults)  # unknown fault names fail here, on every rank
     ctx = init_parallel(spec.tp, spec.pp, spec.sp, spec.device)
+    ctx.faults = tuple(spec.faults)
+    kv_store = str(Path(spec.output_dir).parent / "kv-store") if spec.settings.get("kvc") else None
     try:
         with torch.inference_mode():
             t0 = time.perf_counter()
             stage = build_stage(spec, ctx)
-            runner = ModelRunner(stage, ctx, getattr(torch, spec.dtype), spec.workloads, spec.compile, spec.faults)
+            runner = ModelRunner(stage, ctx, getattr(torch, spec.dtype), spec.workloads, spec.compile, spec.faults,
+                                 kv_store)
             t1 = time.perf_counter()
             runner.warmup()
             after_warmup = _compile_stats()
             t2 = time.perf_counter()
-            results = run_workloads(runner, spec.workloads)
+            results = {}
+            for w in spec.workloads:  # captures are per workload: gathered after each one
+                runner.captured = []
+                results.update(run_workloads(runner, [w]))
+                if w.get("capture_hidden"):
+                    captures = [None] * ctx.world_size
+                    dist.all_gather_object(captures, runner.captured)
+                    if results[w["name"]] is not None:
+                        results[w["name"]].update(assemble_hidden_states(captures, stage.cfg.num_hidden_layers))
             t3 = time.perf_counter()
             after_run = _compile_stats()
         # Each rank's stage I/O, collected so the driver can record all stages.
@@ -101,6 +135,8 @@ def run(spec) -> None:
                 "workloads": {w["name"]: {"kind": w["kind"]} for w in spec.workloads},
                 "timings": {"load_s": t1 - t0, "warmup_s": t2 - t1, "run_s": t3 - t2},
                 "stage_io": stage_io,
+                "kv_connector": None if runner.connector is None else
+                {**runner.connector.counts, "wait_steps": runner.connector_wait_steps},
                 "compile": {"enabled": spec.compile, "after_warmup": after_warmup, "after_run": after_run,
                             "graphs_compiled_during_run": after_run["unique_graphs"] - after_warmup["unique_graphs"]},
             }

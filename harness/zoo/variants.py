@@ -1,0 +1,76 @@
+"""Llama variants that add what real models add at the pipeline-parallel boundary.
+
+  tiny-llama-pli  per-layer inputs, as Gemma 3n / Gemma4: a second embedding of the
+                  token ids ([vocab, layers * width]) computed on the first stage; layer
+                  i adds a projection of its own slice, so every stage needs them.
+  tiny-llama-vl   images, as Qwen3-VL: an 8x8 RGB image becomes four 4x4 patches whose
+                  embeddings replace four placeholder tokens (id 511), and whose
+                  "deepstack" projections are added after decoder layers 0 and 1.
+
+Both are the tiny-llama architecture plus those weights (harness/zoo/llama.py), built
+the same way: seeded numpy weights, recorded checksums.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from harness.zoo import ModelSpec, register
+from harness.zoo.llama import _llama_config, _llama_weight_shapes
+
+IMAGE_TOKEN_ID = 511  # the last BPE merge: verified absent from the prompt sets (workloads.py)
+
+
+def _extra_weight_shapes(config: dict):
+    """(name, shape, std) of the variant's own weights, after the Llama ones."""
+    hidden = config["hidden_size"]
+    width = config.get("per_layer_input_size", 0)
+    if width:
+        yield "model.embed_per_layer.weight", (config["vocab_size"], config["num_hidden_layers"] * width), 1.0
+        for i in range(config["num_hidden_layers"]):
+            yield f"model.layers.{i}.per_layer_proj.weight", (hidden, width), width**-0.5
+    if config["model_type"] == "llama-vl":
+        patch_dim = 3 * config["vision_patch_size"] ** 2
+        yield "visual.patch_embed.weight", (hidden, patch_dim), patch_dim**-0.5
+        for j in range(config["deepstack_layers"]):
+            yield f"visual.deepstack.{j}.weight", (hidden, hidden), hidden**-0.5
+
+
+def write_variant_weights(spec: ModelSpec, path: Path) -> None:
+    import numpy as np
+    import torch
+    from safetensors.torch import save_file
+
+    rng = np.random.default_rng(spec.seed)
+    tensors = {}
+    shapes = list(_llama_weight_shapes(spec.config, spec.head_scale)) + list(_extra_weight_shapes(spec.config))
+    for name, shape, std in shapes:
+        values = 1.0 + 0.1 * rng.standard_normal(shape) if std is None else std * rng.standard_normal(shape)
+        tensors[name] = torch.from_numpy(values.astype(np.float32))
+    save_file(tensors, str(path), metadata={"format": "pt"})
+
+
+register(
+    ModelSpec(
+        name="tiny-llama-pli",
+        config=_llama_config(architectures=["LlamaPerLayerInputsForCausalLM"], model_type="llama-pli",
+                             per_layer_input_size=8),
+        seed=1,
+        sha256="5c5826d312764f650d1cf008f9ba840eb3b6ce141b485691f862a2fcaab9b40e",
+        write_weights=write_variant_weights,
+        notes="tiny-llama + per-layer inputs (width 8 per layer); no residual key at a PP boundary",
+    )
+)
+
+register(
+    ModelSpec(
+        name="tiny-llama-vl",
+        config=_llama_config(architectures=["LlamaVisionForCausalLM"], model_type="llama-vl",
+                             image_token_id=IMAGE_TOKEN_ID, vision_image_size=8, vision_patch_size=4,
+                             deepstack_layers=2),
+        seed=2,
+        sha256="48d54e2692fd324fb3f8f72d3ec0c01b009e5ff3943acc65ddbaef80834bd95e",
+        write_weights=write_variant_weights,
+        notes="tiny-llama + 8x8 images as 4 patch tokens (id 511), deepstack into layers 0 and 1",
+    )
+)
