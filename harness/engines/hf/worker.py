@@ -44,9 +44,11 @@ class Prompter:
         count = int(pixels["image_grid_thw"].prod()) // (merge * merge)
         pad = self.config.image_token_id
         at = ids.index(pad)
-        expanded = ids[:at] + [pad] * count + ids[at + 1:]
-        return {"input_ids": torch.tensor([expanded]), "pixel_values": pixels["pixel_values"],
-                "image_grid_thw": pixels["image_grid_thw"]}
+        expanded = torch.tensor([ids[:at] + [pad] * count + ids[at + 1:]])
+        # 1 marks image tokens: without it transformers silently falls back to 1-D text
+        # positions instead of the 3-D (t, h, w) rope positions of the image tokens
+        return {"input_ids": expanded, "pixel_values": pixels["pixel_values"],
+                "image_grid_thw": pixels["image_grid_thw"], "mm_token_type_ids": (expanded == pad).int()}
 
 
 def next_logprobs(model, inputs: dict):
