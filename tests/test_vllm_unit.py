@@ -131,3 +131,14 @@ def test_hf_built_models_match_their_recorded_checksum(name, tmp_path):
     code = f"from harness import zoo; from pathlib import Path; zoo.build(zoo.get_spec({name!r}), Path({str(tmp_path)!r}))"
     subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True, capture_output=True)
     assert zoo.checkpoint_sha256(tmp_path) == zoo.get_spec(name).sha256
+
+
+def test_scenario_without_vllm_installed_is_an_error_verdict(monkeypatch, tmp_path):
+    from harness.runner import run_scenario
+    from harness.scenario import load_scenarios, select
+
+    monkeypatch.setenv("HARNESS_VLLM_PYTHON", str(tmp_path / "no-python"))
+    (scenario,) = select(load_scenarios([ROOT / "scenarios" / "vllm-llama.yaml"]), ["vllm-llama/tp1-pp1"])
+    v = run_scenario(scenario, tmp_path / "run")
+    assert v.verdict == "error" and "make install-vllm" in v.reason, v.reason
+    assert not (tmp_path / "run" / "scenarios" / "vllm-llama__tp1-pp1" / "logs").exists()  # nothing launched
