@@ -43,7 +43,8 @@ def survivors(run_dir: Path) -> list[int]:
 
 def test_worker_crash_names_the_pp1_worker_and_its_root_cause(tmp_path):
     """A KeyError raised inside the model's forward on the PP rank 1 worker only (the
-    pp-drop-residual fault, loaded in vLLM's workers by harness/engines/vllm/faults.py)."""
+    pp-drop-residual fault, loaded in vLLM's workers by harness/engines/vllm/faults.py).
+    With compile: eager PP crashes earlier on this vLLM for a reason of its own (docs/VLLM.md)."""
     scenarios = tmp_path / "scenarios"
     scenarios.mkdir()
     text = (ROOT / "scenarios" / "vllm-llama.yaml").read_text()
@@ -52,9 +53,11 @@ def test_worker_crash_names_the_pp1_worker_and_its_root_cause(tmp_path):
     v = verdict(run_dir, "vllm-llama/tp1-pp2-compile")
     assert v["verdict"] == "crash", v["reason"]
     assert v["crash"]["rank"].startswith("Worker_PP1 (vLLM worker: PP rank 1"), v["reason"]
-    assert v["crash"]["exception"] == "KeyError: 'residual'", v["reason"]
-    assert "vllm/model_executor/models/llama.py" in v["crash"]["traceback"]  # the model's own frame
-    assert "EngineDeadError" in v["crash"]["traceback"]  # what the driver saw, kept as context
+    # compile is on, so the KeyError surfaces through Dynamo's tracing of the forward
+    assert "KeyError" in v["crash"]["exception"] and "residual" in v["crash"]["exception"], v["reason"]
+    assert 'vllm/model_executor/models/llama.py' in v["crash"]["traceback"]  # the model's own frame
+    assert 'intermediate_tensors["residual"]' in v["crash"]["traceback"]
+    assert "the driver, launcher rank 0, saw:" in v["crash"]["traceback"]  # its generic error, as context
     assert result.returncode == 1
     assert not survivors(run_dir)
 
