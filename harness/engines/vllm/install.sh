@@ -12,6 +12,11 @@ VLLM_VERSION=${VLLM_VERSION:-0.32.0}
 TORCHVISION=0.28.0
 
 [ -x "$VENV/bin/python" ] || "$BASE_PYTHON" -m venv "$VENV"
+# Already done (a re-run): pip would otherwise pull the CUDA torchvision & co back in.
+if "$VENV/bin/python" -c "import vllm, torchvision, sys; sys.exit(vllm.__version__ != '$VLLM_VERSION')" 2>/dev/null; then
+  echo "vllm $VLLM_VERSION already installed in $VENV"
+  exit 0
+fi
 PIP="$VENV/bin/python -m pip"
 if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
   $PIP install -q "vllm==$VLLM_VERSION"
