@@ -175,7 +175,7 @@ def main() -> None:
 
     spec = RunSpec.load(sys.argv[1])
     faults.parse(spec.faults)  # a typo fails here, before an engine start
-    os.environ.setdefault("HARNESS_VLLM_FAULTS", ",".join(spec.faults))
+    os.environ[faults.FAULTS_ENV] = ",".join(spec.faults)  # read by faults.py in each worker
     run(spec)
 
 
