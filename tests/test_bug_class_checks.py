@@ -105,7 +105,7 @@ def test_image_workloads_put_placeholders_after_bos_and_hash_pixels_not_paths(tm
     from harness.scenario import WorkloadDef
 
     model = zoo.model_dir("tiny-llama-vl")
-    w = [WorkloadDef(name="images", kind="logprobs", num_prompts=3, images=2, max_prompt_tokens=20)]
+    w = [WorkloadDef(name="images", kind="logprobs", num_prompts=3, images=["noise-8x8", "gradient-8x8", None], max_prompt_tokens=20)]
     first = wl.resolve(w, model)
     monkeypatch.setenv("HARNESS_CACHE", str(tmp_path / "elsewhere"))  # images written anew, other paths
     second = wl.resolve(w, model)

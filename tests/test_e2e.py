@@ -110,7 +110,7 @@ def test_rank_that_is_killed_is_a_crash_naming_rank_and_signal(demo):
 
 def test_rank_that_hangs_is_a_hang_with_every_rank_located(demo):
     root, env = demo
-    result, run_dir = run(root, env, "hang", "demo/tp2-pp1", "--fault", "rank-hang@1", "--timeout", "25")
+    result, run_dir = run(root, env, "hang", "demo/tp2-pp1", "--fault", "rank-hang@1", "--timeout", "45")
     assert result.returncode == 1
     v = verdict_of(run_dir, "demo/tp2-pp1")
     assert v["verdict"] == "hang", v["reason"]

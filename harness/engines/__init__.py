@@ -14,6 +14,8 @@ from harness.engines.base import Engine, LaunchPlan
 # name -> (module, class, how to install it)
 REGISTRY: dict[str, tuple[str, str, str]] = {
     "reference": ("harness.engines.reference", "ReferenceEngine", "built in: `make install`"),
+    "vllm": ("harness.engines.vllm", "VllmEngine", "`make install-vllm`"),
+    "hf": ("harness.engines.hf", "HfEngine", "`make install` (transformers)"),
 }
 
 

@@ -31,6 +31,14 @@ class Engine(ABC):
     #: axis name -> the values this engine can run, or None for "any value"
     axes: dict[str, tuple | None] = {}
 
+    def __init__(self) -> None:
+        self.options: dict = {}
+
+    def configure(self, options: dict) -> None:
+        """Engine settings from the scenario file (`engine_options:`), e.g. the vllm
+        engine's interpreter. Called before anything else is asked of the engine."""
+        self.options = dict(options)
+
     def unsupported_reason(self, settings: dict, model_dir: str | None = None) -> str | None:
         """Why this engine cannot run these settings (on this model), or None when it can."""
         for axis, value in settings.items():

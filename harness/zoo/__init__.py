@@ -39,6 +39,9 @@ class ModelSpec:
     # from near-ties, which random tiny models are otherwise full of.
     head_scale: float = 4.0
     notes: str = ""
+    # Special tokens beyond SPECIAL_TOKENS (e.g. a vision model's image placeholders);
+    # they get the ids right after SPECIAL_TOKENS.
+    extra_special_tokens: tuple[str, ...] = ()
 
 
 ZOO: dict[str, ModelSpec] = {}
@@ -111,7 +114,8 @@ def build(spec: ModelSpec, directory: Path) -> None:
     directory.mkdir(parents=True, exist_ok=True)
     (directory / "config.json").write_text(json.dumps(spec.config, indent=1, sort_keys=True))
     spec.write_weights(spec, directory / "model.safetensors")
-    _write_tokenizer(spec.config["vocab_size"], directory)
+    vocab = spec.config.get("vocab_size") or spec.config["text_config"]["vocab_size"]
+    _write_tokenizer(vocab, directory, spec.extra_special_tokens)
 
 
 def tokenizer_corpus() -> list[str]:
@@ -124,7 +128,7 @@ def tokenizer_corpus() -> list[str]:
     return lines
 
 
-def _write_tokenizer(vocab_size: int, directory: Path) -> None:
+def _write_tokenizer(vocab_size: int, directory: Path, extra_special: tuple[str, ...] = ()) -> None:
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
     tokenizer = Tokenizer(models.BPE())
@@ -132,7 +136,7 @@ def _write_tokenizer(vocab_size: int, directory: Path) -> None:
     tokenizer.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,
-        special_tokens=SPECIAL_TOKENS,
+        special_tokens=SPECIAL_TOKENS + list(extra_special),
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
@@ -159,5 +163,4 @@ def load_tokenizer(directory: Path):
 
 
 # Model families register their models on import (one module per family).
-from harness.zoo import llama  # noqa: E402,F401
-from harness.zoo import variants  # noqa: E402,F401
+from harness.zoo import hf_families, llama, variants  # noqa: E402,F401

@@ -1,0 +1,41 @@
+"""The `hf` engine: Hugging Face transformers, eager, one process, no parallelism.
+
+An independent golden: it shares no model code with vLLM or the reference engine,
+so agreement with it says the golden itself is right (tests/test_vllm.py holds
+vLLM's TP1 eager golden to it). Greedy decoding recomputes the whole sequence each
+step (no KV cache): slow, but nothing cached can be wrong.
+
+The interpreter: `engine_options: {python: PATH}`, else $HARNESS_HF_PYTHON, else the
+harness's own Python (transformers is a test dependency of the harness).
+This module stays import-light (stdlib only).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+from harness.engines.base import Engine, LaunchPlan
+from harness.runspec import RunSpec
+
+PROJECT_ROOT = Path(__file__).resolve().parents[3]
+PYTHON_ENV = "HARNESS_HF_PYTHON"
+
+
+class HfEngine(Engine):
+    name = "hf"
+    axes = {"tp": (1,), "pp": (1,), "sp": (False,), "compile": (False,)}
+
+    def python(self) -> str:
+        chosen = self.options.get("python") or os.environ.get(PYTHON_ENV) or sys.executable
+        path = Path(chosen)
+        return str(path if path.is_absolute() else PROJECT_ROOT / path)
+
+    def launch_plan(self, spec: RunSpec, spec_path: str) -> LaunchPlan:
+        env = {
+            "PYTHONPATH": os.pathsep.join(filter(None, [str(PROJECT_ROOT), os.environ.get("PYTHONPATH")])),
+            "HF_HUB_OFFLINE": "1",
+            "TRANSFORMERS_OFFLINE": "1",
+        }
+        return LaunchPlan(world_size=1, argv=[self.python(), "-m", "harness.engines.hf.worker", spec_path], env=env)

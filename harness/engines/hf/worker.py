@@ -1,0 +1,130 @@
+"""The hf engine's one process: `python -m harness.engines.hf.worker SPEC.json`.
+
+Imports only stdlib, torch, transformers (and PIL for images). Writes the
+EngineOutputs contract: for a prompt with an image, the single image placeholder
+is expanded to the image's feature size first, as vLLM does, so rows line up.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+
+
+def load_model(spec):
+    import torch
+    import transformers
+
+    config = transformers.AutoConfig.from_pretrained(spec.model_dir)
+    model_cls = getattr(transformers, config.architectures[0])
+    model = model_cls.from_pretrained(spec.model_dir, dtype=getattr(torch, spec.dtype), attn_implementation="eager")
+    return model.eval(), config
+
+
+class Prompter:
+    """Turns a run-spec prompt (+ optional image) into model inputs."""
+
+    def __init__(self, spec, config):
+        self.config = config
+        self.processor = None
+        if getattr(config, "image_token_id", None) is not None:
+            from transformers import AutoImageProcessor
+
+            self.processor = AutoImageProcessor.from_pretrained(spec.model_dir)
+
+    def inputs(self, ids: list[int], image: str | None) -> dict:
+        import torch
+
+        if not image:
+            return {"input_ids": torch.tensor([ids])}
+        from PIL import Image
+
+        pixels = self.processor(images=[Image.open(image).convert("RGB")], return_tensors="pt")
+        merge = self.processor.merge_size
+        count = int(pixels["image_grid_thw"].prod()) // (merge * merge)
+        pad = self.config.image_token_id
+        at = ids.index(pad)
+        expanded = torch.tensor([ids[:at] + [pad] * count + ids[at + 1:]])
+        # 1 marks image tokens: without it transformers silently falls back to 1-D text
+        # positions instead of the 3-D (t, h, w) rope positions of the image tokens
+        return {"input_ids": expanded, "pixel_values": pixels["pixel_values"],
+                "image_grid_thw": pixels["image_grid_thw"], "mm_token_type_ids": (expanded == pad).int()}
+
+
+def next_logprobs(model, inputs: dict):
+    """[L, V] float32 next-token logprobs of every position."""
+    import torch
+
+    with torch.no_grad():
+        logits = model(**inputs).logits[0]
+    return torch.log_softmax(logits.float(), dim=-1)
+
+
+def run_logprobs(model, prompter, w: dict) -> dict:
+    import torch
+
+    k, images = int(w["top_k"]), w.get("images") or [None] * len(w["prompts"])
+    ids, lps, offsets = [], [], [0]
+    for prompt, image in zip(w["prompts"], images):
+        top = next_logprobs(model, prompter.inputs(list(prompt), image)).topk(k, dim=-1)
+        ids.append(top.indices)
+        lps.append(top.values)
+        offsets.append(offsets[-1] + top.indices.shape[0])
+    return {"topk_ids": torch.cat(ids).long(), "topk_logprobs": torch.cat(lps).float(), "offsets": torch.tensor(offsets)}
+
+
+def run_greedy(model, prompter, w: dict) -> dict:
+    import torch
+
+    k, n = int(w["top_k"]), int(w["max_new_tokens"])
+    images = w.get("images") or [None] * len(w["prompts"])
+    tokens, ids, lps = [], [], []
+    for prompt, image in zip(w["prompts"], images):
+        seq, p_ids, p_lps = list(prompt), [], []
+        for _ in range(n):
+            top = next_logprobs(model, prompter.inputs(seq, image))[-1].topk(k)
+            p_ids.append(top.indices)
+            p_lps.append(top.values)
+            seq.append(int(top.indices[0]))
+        tokens.append(seq[len(prompt):])
+        ids.append(torch.stack(p_ids))
+        lps.append(torch.stack(p_lps))
+    return {"tokens": torch.tensor(tokens), "topk_ids": torch.stack(ids).long(), "topk_logprobs": torch.stack(lps).float()}
+
+
+def run(spec) -> None:
+    import torch
+    import transformers
+
+    from harness.outputs import EngineOutputs
+
+    if spec.tp != 1 or spec.pp != 1 or spec.sp or spec.compile:
+        raise ValueError(f"the hf engine runs one process, eager (got settings {spec.settings})")
+    t0 = time.perf_counter()
+    model, config = load_model(spec)
+    prompter = Prompter(spec, config)
+    runners = {"logprobs": run_logprobs, "greedy": run_greedy}
+    out = EngineOutputs()
+    for w in spec.workloads:
+        out.put(w["name"], **runners[w["kind"]](model, prompter, w))
+    out.meta = {
+        "engine": "hf", "transformers": transformers.__version__, "torch": torch.__version__,
+        "python": sys.version.split()[0], "scenario_id": spec.scenario_id, "settings": dict(spec.settings),
+        "dtype": spec.dtype, "workloads": {w["name"]: {"kind": w["kind"]} for w in spec.workloads},
+        "timings": {"run_s": time.perf_counter() - t0},
+    }
+    out.save(spec.output_dir)
+
+
+def main() -> None:
+    from harness.runspec import RunSpec
+
+    if len(sys.argv) != 2:
+        raise SystemExit("usage: python -m harness.engines.hf.worker SPEC.json")
+    run(RunSpec.load(sys.argv[1]))
+
+
+if __name__ == "__main__":
+    from harness.launch.rankside import run_rank
+
+    run_rank(main)

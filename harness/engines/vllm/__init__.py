@@ -1,0 +1,154 @@
+"""The `vllm` engine: real vLLM through its offline `LLM` API, in vLLM's own interpreter.
+
+    driver.py  the one process the launcher starts (vLLM starts its engine core and
+               workers from it, in the same process group)
+    probe.py   asks the installed vLLM what it supports (cached per interpreter)
+    crash.py   finds the worker that really failed in the driver's log
+    faults.py  fault switches loaded inside vLLM's workers (harness self-tests)
+
+The interpreter: `engine_options: {python: PATH}` in the scenario file, else
+$HARNESS_VLLM_PYTHON, else `.venv-vllm/bin/python` of the project (`make install-vllm`).
+vLLM's pins (torch, transformers) need not match the harness's own environment; the
+harness package reaches the driver through PYTHONPATH.
+
+This module stays import-light (stdlib only): the CLI imports the engine registry.
+"""
+
+from __future__ import annotations
+
+import glob
+import hashlib
+import json
+import os
+import subprocess
+from pathlib import Path
+
+from harness.engines.base import Engine, LaunchPlan
+from harness.engines.vllm.crash import root_cause
+from harness.runspec import RunSpec
+
+PROJECT_ROOT = Path(__file__).resolve().parents[3]
+DEFAULT_PYTHON = PROJECT_ROOT / ".venv-vllm" / "bin" / "python"
+PYTHON_ENV = "HARNESS_VLLM_PYTHON"
+INSTALL_HINT = "run `make install-vllm` (or point engine_options.python / $HARNESS_VLLM_PYTHON at a Python with vllm)"
+PROBE_TIMEOUT_S = 300
+_PROBES: dict[str, dict] = {}  # per process: cache key -> probe result
+
+
+class VllmEngine(Engine):
+    name = "vllm"
+    axes = {"tp": None, "pp": None, "sp": (False, True), "compile": (False, True)}
+
+    def python(self) -> Path:
+        chosen = self.options.get("python") or os.environ.get(PYTHON_ENV) or str(DEFAULT_PYTHON)
+        path = Path(chosen)
+        return path if path.is_absolute() else PROJECT_ROOT / path
+
+    def probe(self) -> dict:
+        """The installed vLLM's versions and capabilities (probe.py), cached on disk."""
+        from harness.engines import EngineUnavailable
+
+        python = self.python()
+        if not os.access(python, os.X_OK):
+            raise EngineUnavailable(f"engine 'vllm': no Python interpreter at {python}; {INSTALL_HINT}")
+        key = _probe_key(python)
+        if key not in _PROBES:
+            _PROBES[key] = _cached_probe(python, key)
+        return _PROBES[key]
+
+    def unsupported_reason(self, settings: dict, model_dir: str | Path | None = None) -> str | None:
+        reason = super().unsupported_reason(settings)
+        if reason:
+            return reason
+        tp, pp = int(settings.get("tp", 1)), int(settings.get("pp", 1))
+        if tp < 1 or pp < 1:
+            return f"tp and pp must be >= 1 (got tp={tp}, pp={pp})"
+        probe = self.probe()
+        for axis in ("sp", "compile"):
+            if settings.get(axis) and "reason" in probe[axis]:
+                return f"{axis}: {probe[axis]['reason']}"
+        return _model_reason(model_dir, tp, pp) if model_dir else None
+
+    def launch_plan(self, spec: RunSpec, spec_path: str) -> LaunchPlan:
+        env = {
+            "PYTHONPATH": os.pathsep.join(filter(None, [str(PROJECT_ROOT), os.environ.get("PYTHONPATH")])),
+            # nothing may come from a hub; a missing local file must fail, not download
+            "HF_HUB_OFFLINE": "1",
+            "TRANSFORMERS_OFFLINE": "1",
+            "VLLM_NO_USAGE_STATS": "1",
+            "TORCHINDUCTOR_COMPILE_THREADS": "1",
+        }
+        if spec.device == "cpu":
+            env["VLLM_CPU_OMP_THREADS_BIND"] = cpu_binding(spec.tp * spec.pp, os.cpu_count() or 1)
+        return LaunchPlan(world_size=1, argv=[str(self.python()), "-m", "harness.engines.vllm.driver", spec_path], env=env)
+
+    def refine_crash(self, failure, log_text: str):
+        """The vLLM process that really failed (worker first), from the driver's log, which
+        every vLLM process writes to; the driver's generic EngineDeadError is kept as context."""
+        from harness.launch import RankFailure
+
+        cause = root_cause(log_text)
+        if cause is None:
+            return failure
+        context = f"\n\n(the driver, launcher rank {failure.rank}, saw: {failure.exception or 'no exception record'})"
+        return RankFailure(cause.describe(), failure.exitcode, failure.signal, cause.exception, cause.traceback + context, failure.log)
+
+    def versions(self) -> dict[str, str]:
+        probe = self.probe()
+        return {"engine": self.name, **{k: probe[k] for k in ("vllm", "torch", "transformers", "python")}}
+
+
+def cpu_binding(ranks: int, cores: int) -> str:
+    """VLLM_CPU_OMP_THREADS_BIND: `auto` for one rank; else rank i on core i mod cores
+    (`auto` with more than one rank fails on a machine with one NUMA node)."""
+    if ranks == 1:
+        return "auto"
+    return "|".join(str(r % cores) for r in range(ranks))
+
+
+def _model_reason(model_dir: str | Path, tp: int, pp: int) -> str | None:
+    cfg = json.loads((Path(model_dir) / "config.json").read_text())
+    text = cfg.get("text_config", cfg)
+    if text["num_attention_heads"] % tp:
+        return f"num_attention_heads={text['num_attention_heads']} is not divisible by tp={tp}"
+    if pp > text["num_hidden_layers"]:
+        return f"pp={pp} exceeds num_hidden_layers={text['num_hidden_layers']}"
+    return None
+
+
+def _probe_key(python: Path) -> str:
+    """Changes when the interpreter, its installed packages or the probe change."""
+    parts = [str(python), str(python.stat().st_mtime_ns), (Path(__file__).parent / "probe.py").read_text()]
+    for site in sorted(glob.glob(str(python.parent.parent / "lib" / "python*" / "site-packages"))):
+        parts.append(f"{site}:{os.stat(site).st_mtime_ns}")
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
+
+
+def _cached_probe(python: Path, key: str) -> dict:
+    from harness.zoo import cache_root
+
+    cache = cache_root().parent / "engine-probes" / f"vllm-{key}.json"
+    if cache.exists():
+        return json.loads(cache.read_text())
+    result = _run_probe(python)
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    tmp = cache.with_name(f".{cache.name}.{os.getpid()}")
+    tmp.write_text(json.dumps(result, indent=1))
+    os.replace(tmp, cache)
+    return result
+
+
+def _run_probe(python: Path) -> dict:
+    from harness.engines import EngineUnavailable
+
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(PROJECT_ROOT), os.environ.get("PYTHONPATH")]))}
+    try:
+        done = subprocess.run([str(python), "-m", "harness.engines.vllm.probe"], env=env, capture_output=True,
+                              text=True, timeout=PROBE_TIMEOUT_S, cwd=PROJECT_ROOT)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise EngineUnavailable(f"engine 'vllm': cannot run {python} ({exc}); {INSTALL_HINT}") from None
+    lines = [ln for ln in done.stdout.splitlines() if ln.startswith("HARNESS-PROBE ")]
+    if done.returncode != 0 or not lines:
+        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        raise EngineUnavailable(f"engine 'vllm': vllm does not import in {python} ({last}); {INSTALL_HINT}")
+    return json.loads(lines[-1][len("HARNESS-PROBE "):])

@@ -1,0 +1,185 @@
+"""The vLLM driver process: `python -m harness.engines.vllm.driver SPEC.json`.
+
+Runs inside vLLM's own interpreter (imports only stdlib, torch, safetensors, vllm and
+the light harness modules). One engine start per scenario: it builds `vllm.LLM` from
+the spec's settings, runs every workload, and writes EngineOutputs. vLLM starts its
+own engine-core and worker processes; they inherit this process's process group, so
+the launcher's group kill reaches them.
+
+Positions: vLLM's prompt logprobs give, for prompt token i >= 1, the distribution it
+was drawn from (i.e. the next-token distribution after token i-1). The distribution
+after the last prompt token comes from one generated step. Together they are the T
+rows of the EngineOutputs contract (row i = next-token distribution after token i).
+A prompt with an image is expanded by vLLM to the image's feature size; the rows then
+cover the expanded prompt (the golden is made the same way).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+# The harness's names for the vLLM interpreter's defaults that matter for a correctness run.
+KV_CACHE_BYTES = 128 << 20  # small: the models are tiny and the machine is shared
+MAX_MODEL_LEN = 512
+MAX_NUM_SEQS = 8
+
+
+def engine_kwargs(spec) -> dict:
+    """vllm.LLM(...) arguments for this scenario's settings."""
+    kwargs = dict(
+        model=spec.model_dir,
+        tokenizer=spec.model_dir,
+        dtype=spec.dtype,  # explicit: "auto" downcasts float32 checkpoints to bf16 on CPU
+        seed=spec.seed,
+        tensor_parallel_size=spec.tp,
+        pipeline_parallel_size=spec.pp,
+        max_model_len=MAX_MODEL_LEN,
+        max_num_seqs=MAX_NUM_SEQS,
+        kv_cache_memory_bytes=KV_CACHE_BYTES,
+        # the logits and greedy workloads share prompts: a prefix-cache hit would skip
+        # the prefill the logits workload is meant to test
+        enable_prefix_caching=False,
+        max_logprobs=max(int(w.get("top_k", 20)) for w in spec.workloads),
+        enforce_eager=not spec.compile,
+    )
+    if spec.tp * spec.pp > 1:
+        kwargs["distributed_executor_backend"] = "mp"
+    if spec.compile:
+        from vllm.config import CompilationMode
+
+        kwargs["compilation_config"] = {"mode": int(CompilationMode.VLLM_COMPILE)}
+    if spec.sp:  # the harness only gets here when the probe found a switch for it
+        from harness.engines.vllm.probe import sp_support
+
+        field = sp_support()["field"]
+        kwargs.setdefault("compilation_config", {})["pass_config"] = {field: True}
+    if any(any(w.get("images") or []) for w in spec.workloads):
+        kwargs["limit_mm_per_prompt"] = {"image": 1}
+    if spec.faults:
+        # Imported in every worker process before the model loads (vLLM's own hook):
+        # the fault switches patch the worker from there.
+        kwargs["worker_extension_cls"] = "harness.engines.vllm.faults.FaultExtension"
+    return kwargs
+
+
+def prompt_inputs(workload: dict) -> list[dict]:
+    images = workload.get("images") or [None] * len(workload["prompts"])
+    inputs = []
+    for ids, image in zip(workload["prompts"], images):
+        item = {"prompt_token_ids": list(ids)}
+        if image:
+            from PIL import Image
+
+            item["multi_modal_data"] = {"image": Image.open(image).convert("RGB")}
+        inputs.append(item)
+    return inputs
+
+
+def topk_row(position: dict, k: int) -> tuple[list[int], list[float]]:
+    """The top-k (ids, logprobs) of one position's {token_id: Logprob}, best first.
+    vLLM adds the prompt/sampled token when it is outside the top-k: rank > k drops it."""
+    ranked = sorted(((lp.rank, tid, lp.logprob) for tid, lp in position.items() if lp.rank is not None and lp.rank <= k))
+    if len(ranked) != k:
+        raise RuntimeError(f"vLLM returned {len(ranked)} of the top-{k} logprobs at a position")
+    return [tid for _, tid, _ in ranked], [lp for _, _, lp in ranked]
+
+
+def run_logprobs(llm, workload: dict) -> dict:
+    import torch
+    from vllm import SamplingParams
+
+    k = int(workload["top_k"])
+    params = SamplingParams(temperature=0.0, max_tokens=1, logprobs=k, prompt_logprobs=k, ignore_eos=True)
+    outputs = llm.generate(prompt_inputs(workload), params, use_tqdm=False)
+    ids, lps, offsets = [], [], [0]
+    for out in outputs:
+        rows = [p for p in out.prompt_logprobs if p is not None]  # position 0 has none
+        rows.append(out.outputs[0].logprobs[0])
+        if len(rows) != len(out.prompt_token_ids):
+            raise RuntimeError(f"prompt of {len(out.prompt_token_ids)} tokens gave {len(rows)} logprob rows")
+        for row in rows:
+            i, lp = topk_row(row, k)
+            ids.append(i)
+            lps.append(lp)
+        offsets.append(offsets[-1] + len(rows))
+    return {"topk_ids": torch.tensor(ids, dtype=torch.int64), "topk_logprobs": torch.tensor(lps, dtype=torch.float32),
+            "offsets": torch.tensor(offsets, dtype=torch.int64)}
+
+
+def run_greedy(llm, workload: dict) -> dict:
+    import torch
+    from vllm import SamplingParams
+
+    k, n = int(workload["top_k"]), int(workload["max_new_tokens"])
+    params = SamplingParams(temperature=0.0, max_tokens=n, min_tokens=n, logprobs=k, ignore_eos=True)
+    outputs = llm.generate(prompt_inputs(workload), params, use_tqdm=False)
+    tokens, ids, lps = [], [], []
+    for out in outputs:
+        gen = out.outputs[0]
+        if len(gen.token_ids) != n:
+            raise RuntimeError(f"asked for {n} greedy tokens, vLLM generated {len(gen.token_ids)}")
+        tokens.append(list(gen.token_ids))
+        rows = [topk_row(step, k) for step in gen.logprobs]
+        ids.append([r[0] for r in rows])
+        lps.append([r[1] for r in rows])
+    return {"tokens": torch.tensor(tokens, dtype=torch.int64), "topk_ids": torch.tensor(ids, dtype=torch.int64),
+            "topk_logprobs": torch.tensor(lps, dtype=torch.float32)}
+
+
+RUNNERS = {"logprobs": run_logprobs, "greedy": run_greedy}
+
+
+def run(spec) -> None:
+    import torch
+    import vllm
+
+    from harness.outputs import EngineOutputs
+
+    t0 = time.perf_counter()
+    llm = vllm.LLM(**engine_kwargs(spec))
+    t1 = time.perf_counter()
+    out = EngineOutputs()
+    for w in spec.workloads:
+        if w["kind"] not in RUNNERS:
+            raise ValueError(f"unknown workload kind {w['kind']!r} in workload {w['name']!r}")
+        out.put(w["name"], **RUNNERS[w["kind"]](llm, w))
+    t2 = time.perf_counter()
+    out.meta = {
+        "engine": "vllm",
+        "vllm": vllm.__version__,
+        "torch": torch.__version__,
+        "python": sys.version.split()[0],
+        "scenario_id": spec.scenario_id,
+        "settings": dict(spec.settings),
+        "dtype": spec.dtype,
+        "device": spec.device,
+        "faults": list(spec.faults),
+        "engine_kwargs": {k: v for k, v in engine_kwargs(spec).items() if k not in ("model", "tokenizer")},
+        "workloads": {w["name"]: {"kind": w["kind"]} for w in spec.workloads},
+        "timings": {"engine_start_s": t1 - t0, "run_s": t2 - t1},
+    }
+    out.save(spec.output_dir)
+    # Shut the engine down here, while the interpreter is whole: its worker
+    # processes exit cleanly instead of being killed by the launcher.
+    llm.llm_engine.engine_core.shutdown()
+
+
+def main() -> None:
+    from harness.runspec import RunSpec
+
+    if len(sys.argv) != 2:
+        raise SystemExit("usage: python -m harness.engines.vllm.driver SPEC.json")
+    from harness.engines.vllm import faults
+
+    spec = RunSpec.load(sys.argv[1])
+    faults.parse(spec.faults)  # a typo fails here, before an engine start
+    os.environ[faults.FAULTS_ENV] = ",".join(spec.faults)  # read by faults.py in each worker
+    run(spec)
+
+
+if __name__ == "__main__":
+    from harness.launch.rankside import run_rank
+
+    run_rank(main)

