@@ -21,6 +21,8 @@ from tests.test_e2e import survivors
 pytestmark = pytest.mark.e2e
 ROOT = Path(__file__).resolve().parent.parent
 CHEAP = ["llama-tiny/tp1-pp1", "llama-tiny/tp2-pp1", "llama-tiny/tp1-pp2", "llama-tiny/tp2-pp2"]
+# every other suite's smoke set (scenarios/*.yaml `changes.smoke`): always picked
+SMOKE = ["llama-kvc/tp1-pp2-kvc", "llama-pli/tp1-pp2", "llama-vl/tp1-pp2"]
 
 
 @pytest.fixture
@@ -54,19 +56,23 @@ def test_pr_gate_by_changed_files_packs_two_jobs_on_disjoint_slots(tmp_path, env
     result = harness(env, "run", "--gate", "pr", "--changed-files", str(changed), "--jobs", "2", "--devices", "4",
                      "--report-dir", str(tmp_path), "--run-id", "gate")
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    assert "1 changed files -> 4 scenarios" in result.stdout
+    assert "1 changed files -> 7 scenarios" in result.stdout
     assert "llama-tiny/tp2-pp2" in result.stdout and "smoke set; harness/launch/__init__.py (changes.rules.3" in result.stdout
-    assert verdicts(tmp_path / "gate") == {sid: "pass" for sid in CHEAP}
+    assert verdicts(tmp_path / "gate") == {sid: "pass" for sid in CHEAP + SMOKE}
     meta = json.loads((tmp_path / "gate" / "run.json").read_text())
     assert meta["selection"]["changed_files"] == ["harness/launch/__init__.py"]
     assert meta["devices"] == {"kind": "cpu", "count": 4, "jobs": 2}
     leases = leases_by_scenario(tmp_path)
     assert {sid: len(lease["slots"]) for sid, lease in leases.items()} == {
-        "llama-tiny/tp1-pp1": 1, "llama-tiny/tp2-pp1": 2, "llama-tiny/tp1-pp2": 2, "llama-tiny/tp2-pp2": 4}
-    # the two 2-slot scenarios were started together once tp2-pp2 (largest, first) gave its slots back
-    a, b = leases["llama-tiny/tp2-pp1"], leases["llama-tiny/tp1-pp2"]
-    assert a["slots"].isdisjoint(b["slots"]) and a["acquired"] < b["released"] and b["acquired"] < a["released"]
-    assert min(a["acquired"], b["acquired"]) >= leases["llama-tiny/tp2-pp2"]["released"]
+        "llama-tiny/tp1-pp1": 1, "llama-tiny/tp2-pp1": 2, "llama-tiny/tp1-pp2": 2, "llama-tiny/tp2-pp2": 4,
+        "llama-kvc/tp1-pp2-kvc": 2, "llama-pli/tp1-pp2": 2, "llama-vl/tp1-pp2": 2}
+    # largest first: every 2-slot scenario started after tp2-pp2 gave its 4 slots back ...
+    pairs = [lease for lease in leases.values() if len(lease["slots"]) == 2]
+    assert min(p["acquired"] for p in pairs) >= leases["llama-tiny/tp2-pp2"]["released"]
+    # ... and two of them then ran side by side, on disjoint slots
+    together = [(a, b) for i, a in enumerate(pairs) for b in pairs[i + 1:]
+                if a["acquired"] < b["released"] and b["acquired"] < a["released"]]
+    assert together and all(a["slots"].isdisjoint(b["slots"]) for a, b in together)
     assert not survivors(tmp_path / "gate")
 
 
