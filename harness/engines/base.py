@@ -47,6 +47,9 @@ class Engine(ABC):
             allowed = self.axes[axis]
             if allowed is not None and value not in allowed:
                 return f"engine '{self.name}' does not support {axis}={value!r} (supported: {list(allowed)})"
+        tp, pp = int(settings.get("tp", 1)), int(settings.get("pp", 1))
+        if tp < 1 or pp < 1:  # a parallel size is a count of ranks, for every engine
+            return f"tp and pp must be >= 1 (got tp={tp}, pp={pp})"
         return None
 
     def devices_needed(self, settings: dict) -> int:

@@ -35,8 +35,6 @@ class ReferenceEngine(Engine):
         if reason:
             return reason
         tp, pp = int(settings.get("tp", 1)), int(settings.get("pp", 1))
-        if tp < 1 or pp < 1:
-            return f"tp and pp must be >= 1 (got tp={tp}, pp={pp})"
         if settings.get("sp", False) and tp < 2:
             return "sp (sequence parallelism) needs tp >= 2"
         if model_dir is None:

@@ -61,8 +61,6 @@ class VllmEngine(Engine):
         if reason:
             return reason
         tp, pp = int(settings.get("tp", 1)), int(settings.get("pp", 1))
-        if tp < 1 or pp < 1:
-            return f"tp and pp must be >= 1 (got tp={tp}, pp={pp})"
         probe = self.probe()
         for axis in ("sp", "compile"):
             if settings.get(axis) and "reason" in probe[axis]:
