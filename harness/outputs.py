@@ -56,6 +56,24 @@ class EngineOutputs:
             raise FileNotFoundError(f"{directory} has no engine outputs (missing {', '.join(missing)})")
         return cls(load_file(str(directory / TENSORS_FILE)), json.loads((directory / META_FILE).read_text()))
 
+    def describe_run(self, spec, engine: str, **extra) -> None:
+        """The meta every engine records: what ran (spec) and with which versions;
+        `extra` adds the engine's own fields (its version, timings, stage I/O...)."""
+        import sys
+
+        self.meta = {
+            "engine": engine,
+            "torch": torch.__version__,
+            "python": sys.version.split()[0],
+            "scenario_id": spec.scenario_id,
+            "settings": dict(spec.settings),
+            "dtype": spec.dtype,
+            "device": spec.device,
+            "faults": list(spec.faults),
+            "workloads": {w["name"]: {"kind": w["kind"]} for w in spec.workloads},
+            **extra,
+        }
+
     @staticmethod
     def exists(directory: str | Path) -> bool:
         directory = Path(directory)

@@ -28,6 +28,12 @@ class _State:
     def elapsed(self) -> str:
         return _clock(time.monotonic() - self.started)
 
+    def finish(self, verdict) -> None:
+        self.running.pop(verdict.scenario, None)
+        self.done += 1
+        if not verdict.as_expected:
+            self.failures.append(verdict.scenario)
+
 
 def _clock(seconds: float) -> str:
     minutes, secs = divmod(int(seconds), 60)
@@ -64,10 +70,7 @@ class LineProgress(Progress):
     def scenario_finished(self, verdict) -> None:
         with self._lock:
             state = self._state
-            state.running.pop(verdict.scenario, None)
-            state.done += 1
-            if not verdict.as_expected:
-                state.failures.append(verdict.scenario)
+            state.finish(verdict)
             self._print(_finished_line(state, verdict) + f"  (failures so far: {len(state.failures)})")
 
     def close(self) -> None:
@@ -126,10 +129,7 @@ class LiveProgress(Progress):
     def scenario_finished(self, verdict) -> None:
         with self._lock:
             state = self._state
-            state.running.pop(verdict.scenario, None)
-            state.done += 1
-            if not verdict.as_expected:
-                state.failures.append(verdict.scenario)
+            state.finish(verdict)
             line = _finished_line(state, verdict)
         # Printed outside our lock: rich takes its own, and its refresh thread takes ours.
         self._console.print(line, style=None if verdict.as_expected else "bold red", markup=False, highlight=False)

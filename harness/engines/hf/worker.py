@@ -93,7 +93,6 @@ def run_greedy(model, prompter, w: dict) -> dict:
 
 
 def run(spec) -> None:
-    import torch
     import transformers
 
     from harness.outputs import EngineOutputs
@@ -107,12 +106,7 @@ def run(spec) -> None:
     out = EngineOutputs()
     for w in spec.workloads:
         out.put(w["name"], **runners[w["kind"]](model, prompter, w))
-    out.meta = {
-        "engine": "hf", "transformers": transformers.__version__, "torch": torch.__version__,
-        "python": sys.version.split()[0], "scenario_id": spec.scenario_id, "settings": dict(spec.settings),
-        "dtype": spec.dtype, "workloads": {w["name"]: {"kind": w["kind"]} for w in spec.workloads},
-        "timings": {"run_s": time.perf_counter() - t0},
-    }
+    out.describe_run(spec, "hf", transformers=transformers.__version__, timings={"run_s": time.perf_counter() - t0})
     out.save(spec.output_dir)
 
 

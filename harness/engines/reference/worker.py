@@ -122,24 +122,16 @@ def run(spec) -> None:
             out = EngineOutputs()
             for name, fields in results.items():
                 out.put(name, **fields)
-            out.meta = {
-                "engine": "reference",
-                "torch": torch.__version__,
-                "python": sys.version.split()[0],
-                "scenario_id": spec.scenario_id,
-                "settings": dict(spec.settings),
-                "dtype": spec.dtype,
-                "device": spec.device,
-                "world_size": ctx.world_size,
-                "faults": list(spec.faults),
-                "workloads": {w["name"]: {"kind": w["kind"]} for w in spec.workloads},
-                "timings": {"load_s": t1 - t0, "warmup_s": t2 - t1, "run_s": t3 - t2},
-                "stage_io": stage_io,
-                "kv_connector": None if runner.connector is None else
+            out.describe_run(
+                spec, "reference",
+                world_size=ctx.world_size,
+                timings={"load_s": t1 - t0, "warmup_s": t2 - t1, "run_s": t3 - t2},
+                stage_io=stage_io,
+                kv_connector=None if runner.connector is None else
                 {**runner.connector.counts, "wait_steps": runner.connector_wait_steps},
-                "compile": {"enabled": spec.compile, "after_warmup": after_warmup, "after_run": after_run,
-                            "graphs_compiled_during_run": after_run["unique_graphs"] - after_warmup["unique_graphs"]},
-            }
+                compile={"enabled": spec.compile, "after_warmup": after_warmup, "after_run": after_run,
+                         "graphs_compiled_during_run": after_run["unique_graphs"] - after_warmup["unique_graphs"]},
+            )
             out.save(spec.output_dir)
         dist.barrier()
     finally:

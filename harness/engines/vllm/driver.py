@@ -132,7 +132,6 @@ RUNNERS = {"logprobs": run_logprobs, "greedy": run_greedy}
 
 
 def run(spec) -> None:
-    import torch
     import vllm
 
     from harness.outputs import EngineOutputs
@@ -146,20 +145,12 @@ def run(spec) -> None:
             raise ValueError(f"unknown workload kind {w['kind']!r} in workload {w['name']!r}")
         out.put(w["name"], **RUNNERS[w["kind"]](llm, w))
     t2 = time.perf_counter()
-    out.meta = {
-        "engine": "vllm",
-        "vllm": vllm.__version__,
-        "torch": torch.__version__,
-        "python": sys.version.split()[0],
-        "scenario_id": spec.scenario_id,
-        "settings": dict(spec.settings),
-        "dtype": spec.dtype,
-        "device": spec.device,
-        "faults": list(spec.faults),
-        "engine_kwargs": {k: v for k, v in engine_kwargs(spec).items() if k not in ("model", "tokenizer")},
-        "workloads": {w["name"]: {"kind": w["kind"]} for w in spec.workloads},
-        "timings": {"engine_start_s": t1 - t0, "run_s": t2 - t1},
-    }
+    out.describe_run(
+        spec, "vllm",
+        vllm=vllm.__version__,
+        engine_kwargs={k: v for k, v in engine_kwargs(spec).items() if k not in ("model", "tokenizer")},
+        timings={"engine_start_s": t1 - t0, "run_s": t2 - t1},
+    )
     out.save(spec.output_dir)
     # Shut the engine down here, while the interpreter is whole: its worker
     # processes exit cleanly instead of being killed by the launcher.
