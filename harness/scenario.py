@@ -77,6 +77,40 @@ class WorkloadDef(_Strict):
         return v
 
 
+class EvalDef(_Strict):
+    """A task score checked per scenario against the golden, item by item (harness/evals)."""
+
+    name: str
+    # A task of the harness's registry (harness/evals/tasks.py): gsm8k (the vendored
+    # GSM8K), gsm8k-arith (generated arithmetic in GSM8K format), geo3k-synth (generated
+    # diagrams in Geo3K format), geo3k (a hiyouga/geometry3k parquet given as `data`).
+    task: str
+    data: str | None = None  # a file the task reads instead of its shipped data
+    items: int | None = Field(None, ge=1)  # the first N items of the test split; None: all
+    pr_items: int | None = Field(None, ge=1)  # items when the run's gate is `pr` (a slice)
+    num_fewshot: int | None = Field(None, ge=0)  # None: the task's own (5 for gsm8k)
+    max_new_tokens: int | None = Field(None, ge=1)  # None: the task's max_gen_toks
+    # The filter whose per-item correctness the check judges; every filter is reported.
+    filter: Literal["strict-match", "flexible-extract"] = "flexible-extract"
+    # Fail when the score is lower than the golden's by more than max_drop AND the exact
+    # McNemar test on the flipped items rejects "no difference" at level alpha.
+    max_drop: float = Field(0.0, ge=0, le=1)
+    alpha: float = Field(0.05, gt=0, lt=1)
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if not re.fullmatch(r"[a-z][a-z0-9_]*", v):
+            raise ValueError("eval names are lower-case letters, digits and '_'")
+        return v
+
+    def item_count(self, gate: str | None) -> int | None:
+        """How many items a run in `gate` scores (None: all of the task's test split)."""
+        if gate == "pr" and self.pr_items is not None:
+            return self.pr_items if self.items is None else min(self.pr_items, self.items)
+        return self.items
+
+
 class ExpectedFailure(_Strict):
     match: dict[str, AxisValue]
     reason: str = Field(min_length=1)
@@ -122,7 +156,8 @@ class SuiteFile(_Strict):
     model: str
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
     timeout_s: float = Field(600, gt=0)
-    workloads: list[WorkloadDef] = Field(min_length=1)
+    workloads: list[WorkloadDef] = []
+    evals: list[EvalDef] = []
     golden: dict[str, AxisValue]
     matrix: dict[str, list[AxisValue]] = Field(min_length=1)
     exclude: list[dict[str, AxisValue]] = []
@@ -162,6 +197,20 @@ class SuiteFile(_Strict):
         if len(set(names)) != len(names):
             raise ValueError(f"workload names repeat: {names}")
         return workloads
+
+    @field_validator("evals")
+    @classmethod
+    def _unique_evals(cls, evals: list) -> list:
+        names = [e.name for e in evals]
+        if len(set(names)) != len(names):
+            raise ValueError(f"eval names repeat: {names}")
+        return evals
+
+    @model_validator(mode="after")
+    def _something_to_check(self) -> "SuiteFile":
+        if not self.workloads and not self.evals:
+            raise ValueError("a suite needs at least one workload or eval (nothing would be checked)")
+        return self
 
     @model_validator(mode="after")
     def _axes_known(self) -> "SuiteFile":

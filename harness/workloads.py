@@ -15,6 +15,8 @@ from harness.scenario import WorkloadDef
 from harness.zoo import DATA_DIR, load_tokenizer
 
 BOS_ID = 0  # every zoo tokenizer puts <s> first (zoo.SPECIAL_TOKENS)
+EOS_ID = 1
+IMAGE_MARK = "<image>"  # where an image goes in a prompt text (Geo3K's own marker)
 
 
 def prompt_texts(prompts: str | list[str], count: int) -> list[str]:
@@ -50,6 +52,25 @@ def resolve(workloads: list[WorkloadDef], model_dir: Path) -> list[dict]:
             item["capture_hidden"] = True
         resolved.append(item)
     return resolved
+
+
+def encode_text(text: str, tokenizer, config: dict) -> list[int]:
+    """BOS + the ids of `text`, each IMAGE_MARK replaced by the model's image placeholder
+    ids (one image per mark). Evals and the training script both encode through here, so
+    a trained model sees at test time exactly the layout it was trained on."""
+    pieces = text.split(IMAGE_MARK)
+    if len(pieces) > 1 and "image_token_id" not in config:
+        raise ValueError(f"prompt has {IMAGE_MARK} but model_type '{config.get('model_type')}' has no vision encoder")
+    ids = [BOS_ID]
+    for i, piece in enumerate(pieces):
+        if i:
+            ids += _placeholder(config)
+        if piece:
+            piece_ids = tokenizer.encode(piece).ids
+            if "image_token_id" in config and config["image_token_id"] in piece_ids:
+                raise ValueError(f"text {piece[:40]!r} tokenizes to the image placeholder id {config['image_token_id']}")
+            ids += piece_ids
+    return ids
 
 
 def _refuse_placeholder_in_text(prompts: list[list[int]], token: int, workload: str) -> None:
