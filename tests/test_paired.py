@@ -1,0 +1,61 @@
+"""The paired accuracy comparison (harness/evals/paired.py)."""
+
+import pytest
+
+from harness.evals.paired import (PairingError, compare_paired, mcnemar_exact_p, min_flips_for_significance,
+                                  paired_delta_ci, smallest_detectable_drop)
+
+
+def items(correct: list[int], sha: str = "s") -> list[dict]:
+    return [{"doc_id": i, "prompt_sha256": sha, "correct": {"flexible-extract": c, "strict-match": c}}
+            for i, c in enumerate(correct)]
+
+
+def test_mcnemar_matches_the_binomial_test():
+    scipy_stats = pytest.importorskip("scipy.stats", reason="scipy is the independent reference (comes with lm-eval)")
+    for b, c in [(0, 6), (1, 9), (3, 4), (10, 2), (0, 0), (7, 7)]:
+        expected = 1.0 if b + c == 0 else scipy_stats.binomtest(b, b + c, 0.5).pvalue
+        assert mcnemar_exact_p(b, c) == pytest.approx(expected, rel=1e-9)
+
+
+def test_six_one_way_flips_are_the_least_significant_count_at_5_percent():
+    assert min_flips_for_significance(0.05) == 6
+    assert mcnemar_exact_p(5, 0) > 0.05 > mcnemar_exact_p(6, 0)
+    assert smallest_detectable_drop(100, 0.05) == pytest.approx(0.06)
+    assert smallest_detectable_drop(100, 0.05, max_drop=0.1) == pytest.approx(0.11)
+    assert smallest_detectable_drop(4, 0.05) is None  # 4 items can never be significant
+
+
+def test_ci_contains_the_delta_and_is_symmetric_without_flips():
+    lo, hi = paired_delta_ci(100, 0, 0)
+    assert lo == pytest.approx(-hi) and 0 < hi < 0.03
+    lo, hi = paired_delta_ci(100, 20, 2)
+    assert lo < -0.18 < hi < 0
+
+
+def test_a_significant_drop_fails_and_names_the_flipped_items():
+    golden = items([1] * 30 + [0] * 10)
+    scenario = items([0] * 8 + [1] * 22 + [1] + [0] * 9)  # 8 right->wrong, 1 wrong->right
+    r = compare_paired("geo", golden, scenario, "flexible-extract")
+    assert not r.passed
+    assert r.flipped_to_wrong == list(range(8)) and r.flipped_to_right == [30]
+    assert r.delta == pytest.approx(-7 / 40) and r.p_value < 0.05
+    assert "8 flipped to wrong / 1 to right" in r.summary()
+
+
+def test_noise_sized_drops_and_tolerated_drops_pass():
+    golden = items([1] * 20)
+    assert compare_paired("t", golden, items([0] * 3 + [1] * 17), "strict-match").passed  # p = 0.25
+    big = compare_paired("t", items([1] * 100), items([0] * 8 + [1] * 92), "strict-match", max_drop=0.1)
+    assert big.p_value < 0.05 and big.passed  # significant, but within the configured bound
+    better = compare_paired("t", items([0] * 20), items([1] * 20), "strict-match")
+    assert better.passed and better.delta == 1.0
+
+
+def test_items_must_pair_with_the_golden():
+    with pytest.raises(PairingError, match="not in the golden"):
+        compare_paired("t", items([1] * 3), items([1] * 5), "strict-match")
+    with pytest.raises(PairingError, match="another prompt"):
+        compare_paired("t", items([1] * 3), items([1] * 3, sha="other"), "strict-match")
+    subset = compare_paired("t", items([1] * 10), items([1] * 4), "strict-match")  # a PR slice of a nightly golden
+    assert subset.n == 4 and subset.passed
