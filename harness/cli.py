@@ -133,7 +133,7 @@ def cmd_run(args, scenarios) -> int:
     run_dir = args.report_dir / run_id
     run_dir.mkdir(parents=True, exist_ok=True)
     opts = RunOptions(timeout_s=args.timeout, faults=args.fault, env=dict(args.env), device=args.device,
-                      devices=plan.devices, cluster=plan.cluster)
+                      devices=plan.devices, cluster=plan.cluster, gate=args.gate)
     meta = {"run_id": run_id, "gate": args.gate, "scenarios": [s.id for s in chosen], "faults": args.fault, "versions": harness_versions(), "started": time.time(), **plan.meta}
     history = history_dir(args.report_dir, args.history)
     write_report(run_dir, meta, history)

@@ -81,15 +81,22 @@ def version_drift(manifest: dict, versions: dict) -> dict:
     return {k: {"golden": old.get(k), "now": v} for k, v in versions.items() if old.get(k) != v}
 
 
-def store_golden(outputs_dir: Path, manifest: dict) -> Path:
-    """Install a finished golden run as the suite's golden (replacing the old one whole)."""
+def store_golden(outputs_dir: Path, manifest: dict, evals: dict | None = None, drop: list[str] = ()) -> Path:
+    """Install a finished golden run as the suite's golden (replacing the old one whole).
+    `evals`: the per-item eval results (evals.json); `drop`: workloads whose tensors are
+    not kept (eval generations: their per-item results are what the golden holds)."""
+    from harness.evals.check import save_golden_evals
+
     target = golden_dir(manifest["suite"])
     staging = target.with_name(f".{target.name}.new")
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)
     outputs = EngineOutputs.load(outputs_dir)
     outputs.meta.pop("timings", None)  # keep the stored golden stable across regenerations
+    outputs.tensors = {k: v for k, v in outputs.tensors.items() if k.split(".", 1)[0] not in drop}
     outputs.save(staging)
+    if evals:
+        save_golden_evals(staging, evals)
     (staging / MANIFEST).write_text(json.dumps({**manifest, "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}, indent=1, sort_keys=True))
     shutil.rmtree(target, ignore_errors=True)
     os.replace(staging, target)

@@ -88,7 +88,7 @@ class ScenarioItem(pytest.Item):
         device = os.environ.get("HARNESS_DEVICE", "cpu")
         opts = RunOptions(timeout_s=self.config.getoption("--harness-timeout"), faults=self.config.getoption("--harness-fault"),
                           device=device, devices=DevicePool(configured_count(device, self.config.getoption("--harness-devices")), device),
-                          cluster=cluster_from_env(None))
+                          cluster=cluster_from_env(None), gate=_gate(self.config))
         verdict = run_scenario(self.scenario, _run_dir(self.config), opts)
         self.user_properties.append(("verdict", verdict.verdict))
         if verdict.verdict == "unsupported":
@@ -149,7 +149,7 @@ def pytest_sessionfinish(session, exitstatus):
         from harness.report import write_report
         from harness.report.history import history_dir
 
-        gate = session.config.getoption("markexpr") if session.config.getoption("markexpr") in ("pr", "nightly") else None
+        gate = _gate(session.config)
         # `-m pr` is the PR gate: its history and comparison are the CLI's `--gate pr` ones.
         write_report(run_dir, {"run_id": run_dir.name, "via": "pytest", "gate": gate}, history_dir(run_dir.parent))
         session.config._harness_report = run_dir
@@ -159,3 +159,9 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     run_dir = getattr(config, "_harness_report", None)
     if run_dir:
         terminalreporter.write_line(f"harness report: {run_dir / 'summary.md'} and {run_dir / 'report.html'}")
+
+
+def _gate(config) -> str | None:
+    """`-m pr` is the PR gate (eval slices, history, comparison), as the CLI's `--gate pr`."""
+    expr = config.getoption("markexpr")
+    return expr if expr in ("pr", "nightly", "vllm") else None

@@ -17,6 +17,7 @@ from harness import golden as goldens
 from harness import workloads as wl
 from harness import zoo
 from harness.compare import compare_outputs, tolerance_for
+from harness.evals import check as evals
 from harness.contracts import check_pp_contract
 from harness.localize import describe, first_divergence
 from harness.engines import EngineUnavailable, get_engine
@@ -42,6 +43,8 @@ class RunOptions:
     cluster: Cluster | None = None
     # Set by a session to stop every running launch (Ctrl-C with --jobs).
     cancel: threading.Event | None = None
+    # The gate being run: evals score their `pr_items` slice under `pr` (scenario.EvalDef).
+    gate: str | None = None
 
 
 @dataclass
@@ -49,6 +52,7 @@ class Prepared:
     engine: object
     spec: RunSpec
     manifest: dict  # what a golden for this suite must have been made from
+    evals: list = field(default_factory=list)  # lm.PreparedEval per eval of the suite
 
 
 def scenario_dir(run_dir: Path, scenario_id: str) -> Path:
@@ -60,19 +64,22 @@ def reproduce_command(scenario: Scenario, opts: RunOptions) -> str:
     return f"make {scenario.id}" if not extra else f"harness run {scenario.id}{extra}"
 
 
-def prepare(scenario: Scenario, settings: dict, out_dir: Path, opts: RunOptions) -> Prepared:
+def prepare(scenario: Scenario, settings: dict, out_dir: Path, opts: RunOptions, gate: str | None = None) -> Prepared:
     suite = scenario.suite
     engine = get_engine(suite.engine)
     engine.configure(suite.engine_options)
     model_dir = zoo.model_dir(suite.model)
     resolved = wl.resolve(suite.workloads, model_dir)
+    # Eval requests come last: the suite's own workloads keep their place (text before
+    # images: the compile-structure check depends on the order).
+    prepared_evals = evals.prepare_evals(suite.evals, model_dir, out_dir, gate)
     spec = RunSpec(
         scenario_id=scenario.id,
         engine=suite.engine,
         model_dir=str(model_dir),
         dtype=suite.dtype,
         settings=settings,
-        workloads=resolved,
+        workloads=resolved + [e.workload for e in prepared_evals],
         output_dir=str(out_dir / "outputs"),
         faults=list(scenario.faults) + list(opts.faults),
         device=opts.device,
@@ -81,13 +88,13 @@ def prepare(scenario: Scenario, settings: dict, out_dir: Path, opts: RunOptions)
         suite=suite.suite,
         model=suite.model,
         model_sha256=zoo.get_spec(suite.model).sha256,
-        workload_sha256=wl.checksum(resolved),
+        workload_sha256=wl.checksum(resolved),  # eval items are paired by prompt hash instead
         engine=suite.engine,
         dtype=suite.dtype,
         settings=dict(suite.golden),
         versions=engine.versions(),
     )
-    return Prepared(engine, spec, manifest)
+    return Prepared(engine, spec, manifest, prepared_evals)
 
 
 def launch(prepared: Prepared, out_dir: Path, scenario: Scenario, opts: RunOptions,
@@ -158,7 +165,7 @@ def run_scenario(scenario: Scenario, run_dir: Path, opts: RunOptions | None = No
 
 def _run(scenario: Scenario, out_dir: Path, opts: RunOptions, lease: Lease | None) -> Verdict:
     try:
-        prepared = prepare(scenario, scenario.settings, out_dir, opts)
+        prepared = prepare(scenario, scenario.settings, out_dir, opts, opts.gate)
     except EngineUnavailable as exc:
         return Verdict(scenario.id, "error", str(exc), error={"exception": str(exc)})
     need = prepared.engine.devices_needed(scenario.settings)
@@ -167,17 +174,19 @@ def _run(scenario: Scenario, out_dir: Path, opts: RunOptions, lease: Lease | Non
         return Verdict(scenario.id, "unsupported", reason)
     try:  # check the golden before spending a launch on a run we cannot judge
         golden, manifest = goldens.load_golden(prepared.manifest)
+        golden_evals = evals.load_golden_evals(goldens.golden_dir(scenario.suite.suite), scenario.suite.evals, scenario.suite.suite)
     except goldens.GoldenError as exc:
         return Verdict(scenario.id, "error", str(exc).splitlines()[0], error={"exception": str(exc)})
     with _devices_for(scenario, need, opts, lease) as (device_env, cluster):
         outcome = launch(prepared, out_dir, scenario, opts, device_env, cluster)
-    verdict = _from_outcome(scenario, outcome, golden, prepared)
+    verdict = _from_outcome(scenario, outcome, golden, golden_evals, prepared)
     verdict.golden = {"dir": str(goldens.golden_dir(scenario.suite.suite)), "version_drift": goldens.version_drift(manifest, prepared.manifest["versions"])}
     verdict.versions = prepared.manifest["versions"]
     return verdict
 
 
-def _from_outcome(scenario: Scenario, outcome: LaunchOutcome, golden: EngineOutputs, prepared: Prepared) -> Verdict:
+def _from_outcome(scenario: Scenario, outcome: LaunchOutcome, golden: EngineOutputs, golden_evals: dict,
+                  prepared: Prepared) -> Verdict:
     logs = {str(r): p for r, p in outcome.logs.items()}
     if outcome.status == "crash":
         f = prepared.engine.refine_crash(outcome.failure, _read(outcome.failure.log))
@@ -198,10 +207,19 @@ def _from_outcome(scenario: Scenario, outcome: LaunchOutcome, golden: EngineOutp
     tol = tolerance_for(scenario.suite.dtype, scenario.suite.tolerances.model_dump())
     checks = compare_outputs(golden, outputs, prepared.spec.workloads, tol)
     contract = check_pp_contract(outputs.meta.get("stage_io"))
-    checks += [contract] if contract else []
-    failed = [c for c in checks if not c.passed]
-    reason = "; ".join(f"{c.name}: {c.summary}" for c in (failed or checks))
-    localization = first_divergence(golden, outputs, prepared.spec.workloads) if failed else None
+    checks = [asdict(c) for c in checks + ([contract] if contract else [])]
+    numeric_failed = any(not c["passed"] for c in checks)
+    if prepared.evals:
+        results = evals.score_evals(prepared.evals, outputs, Path(prepared.spec.model_dir))
+        try:
+            checks += evals.accuracy_checks(scenario.suite.evals, golden_evals, results)
+        except evals.PairingError as exc:
+            hint = goldens.regenerate_hint(scenario.suite.suite)
+            return Verdict(scenario.id, "error", f"eval items do not pair with the golden: {exc}; {hint}",
+                           error={"exception": str(exc)}, logs=logs)
+    failed = [c for c in checks if not c["passed"]]
+    reason = "; ".join(f"{c['name']}: {c['summary']}" for c in (failed or checks))
+    localization = first_divergence(golden, outputs, prepared.spec.workloads) if numeric_failed else None
     if localization:
         reason = f"{describe(localization)}; {reason}"
     return Verdict(
@@ -209,7 +227,7 @@ def _from_outcome(scenario: Scenario, outcome: LaunchOutcome, golden: EngineOutp
         "fail" if failed else "pass",
         reason,
         tolerance=tol.describe(),
-        checks=[asdict(c) for c in checks],
+        checks=checks,
         logs=logs,
         localization=localization,
     )
@@ -235,10 +253,15 @@ def make_golden(scenario_for_golden: Scenario, work_dir: Path, opts: RunOptions 
     opts = opts or RunOptions()
     suite = scenario_for_golden.suite
     out_dir = work_dir / "golden" / suite.suite
-    prepared = prepare(scenario_for_golden, dict(suite.golden), out_dir, opts)
+    # gate None: every eval scores its full item count, so any gate's slice pairs with it
+    prepared = prepare(scenario_for_golden, dict(suite.golden), out_dir, opts, gate=None)
     prepared.spec.faults = []  # a golden is made by the clean engine, whatever the run injects
     outcome = launch(prepared, out_dir, scenario_for_golden, opts)
     if outcome.status != "ok":
         detail = outcome.failure.exception if outcome.failure else outcome.status
         raise RuntimeError(f"golden run of '{suite.suite}' ended as {outcome.status}: {detail}; logs in {out_dir / 'logs'}")
-    return goldens.store_golden(Path(prepared.spec.output_dir), prepared.manifest)
+    results = None
+    if prepared.evals:
+        results = evals.score_evals(prepared.evals, EngineOutputs.load(prepared.spec.output_dir), Path(prepared.spec.model_dir))
+    eval_workloads = [e.workload["name"] for e in prepared.evals]
+    return goldens.store_golden(Path(prepared.spec.output_dir), prepared.manifest, evals=results, drop=eval_workloads)

@@ -79,8 +79,9 @@ def test_pr_comment_without_history_lists_every_failing_scenario(tmp_path):
 def test_html_is_self_contained_and_drills_down(tmp_path):
     history = tmp_path / "history"
     write_report(make_run(tmp_path, "r1", [passing("s/tp1-pp1"), passing("s/tp2-pp1"), passing("s/tp2-pp2")], started=1000), history_dir=history)
-    accuracy = {"name": "gsm8k", "kind": "accuracy", "passed": False, "summary": "2 items flipped", "metrics": {"accuracy": 0.4},
-                "flipped": [{"item": 3, "golden": "correct", "scenario": "wrong"}, {"item": 9, "golden": "correct", "scenario": "wrong"}]}
+    accuracy = {"name": "eval:gsm8k", "kind": "accuracy", "passed": False, "summary": "2 items flipped",
+                "metrics": {"score": 0.4, "golden_score": 0.6, "p_value": 0.5},
+                "flipped": [{"doc_id": 3, "flipped": "to wrong"}, {"doc_id": 9, "flipped": "to wrong"}]}
     acc = failing("s/tp2-pp2")
     acc.checks.append(accuracy)
     hang = Verdict("s/tp1-pp2", "hang", "no result after 30s", settings={"tp": 1, "pp": 2, "sp": False},
@@ -95,7 +96,9 @@ def test_html_is_self_contained_and_drills_down(tmp_path):
     assert html.count('src="data:image/png;base64,') >= 4  # heat map, divergence plots, trends
     assert "RuntimeError: injected failure on rank 1" in html  # the crashing rank's traceback
     assert "pipeline.py:88 in recv" in html and "Thread 0x1 ...recv" in html  # where the hung ranks were
-    assert "gsm8k: flipped (2)" in html and "<td>9</td>" in html  # accuracy items, rendered generically
+    assert "eval:gsm8k: flipped (2)" in html and "<td>9</td>" in html  # accuracy items, rendered generically
+    summary = (run / "summary.md").read_text()
+    assert "gsm8k 0.400 (golden 0.600, p=0.5)" in summary and "eval:gsm8k: items 3, 9 flipped to wrong" in summary
     assert "harness run s/tp2-pp1 --fault rank-raise@1" in html
 
 

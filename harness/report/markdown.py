@@ -14,10 +14,17 @@ PR_COMMENT_MAX_LINES = 15  # per list: a PR comment is read, not scrolled
 
 
 def key_metric(v: Verdict) -> str:
+    """The numeric metric first, then every eval's score next to the golden's."""
+    parts = []
     for c in v.checks:
-        if c["kind"] == "logprobs":
-            return f"max\\|dlogprob\\| {c['metrics'].get('max_abs_dlogprob', float('nan')):.1e}"
-    return ""
+        if c["kind"] == "logprobs" and not parts:
+            parts.append(f"max\\|dlogprob\\| {c['metrics'].get('max_abs_dlogprob', float('nan')):.1e}")
+    for c in v.checks:
+        if c["kind"] == "accuracy":
+            m = c["metrics"]
+            parts.append(f"{c['name'].removeprefix('eval:')} {m['score']:.3f} (golden {m['golden_score']:.3f}, "
+                         f"p={m['p_value']:.2g})")
+    return "; ".join(parts)
 
 
 def where_diverged(v: Verdict) -> str:
@@ -29,6 +36,11 @@ def where_diverged(v: Verdict) -> str:
         loc = v.localization
         where = f"layer {loc['layer']}, pp stage {loc['pp_stage']}"
         return where + (f", tp rank {loc['tp_rank']}" if "tp_rank" in loc else "")
+    from harness.evals.check import failure_reason
+
+    accuracy = failure_reason(v.checks)
+    if accuracy:
+        return accuracy
     for c in v.checks:
         fd = c.get("first_divergence")
         if fd:

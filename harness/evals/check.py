@@ -1,0 +1,109 @@
+"""The evals of one scenario, as the runner sees them: prepare, score, judge, store.
+
+  prepare_evals   lm-eval's requests of every eval of the suite -> `generate` workloads
+  score_evals     the engine's tokens -> per-item correctness (lm-eval's filters + metric)
+  accuracy_checks golden vs scenario, paired per item (paired.py) -> one check per eval
+  save / load     the golden's per-item results live in <golden>/evals.json
+
+lm-eval itself is only touched through lm.py, and only in the harness process.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from harness.evals.paired import PairingError, compare_paired  # noqa: F401 - PairingError: the runner catches it
+
+EVALS_FILE = "evals.json"
+MAX_FLIPPED_ROWS = 200  # flipped items kept in a verdict (all are counted)
+
+
+def prepare_evals(eval_defs, model_dir: Path, work_dir: Path, gate: str | None) -> list:
+    if not eval_defs:
+        return []  # suites without evals never import lm-eval (it is heavy)
+    from harness.evals import lm
+
+    return [lm.collect(e, Path(model_dir), Path(work_dir) / "evals" / e.name, gate) for e in eval_defs]
+
+
+def score_evals(prepared: list, outputs, model_dir: Path) -> dict[str, dict]:
+    """{eval name: EvalResult dict} from the engine outputs of the eval workloads."""
+    from harness.evals import lm
+    from harness.zoo import load_tokenizer
+
+    tokenizer = load_tokenizer(Path(model_dir))
+    results = {}
+    for p in prepared:
+        fields = outputs.workload(p.workload["name"])
+        if "tokens" not in fields:
+            raise RuntimeError(f"the engine wrote no tokens for eval workload '{p.workload['name']}'")
+        results[p.workload["name"].removeprefix("eval_")] = lm.score(p, fields["tokens"], tokenizer).to_dict()
+    return results
+
+
+def accuracy_checks(eval_defs, golden: dict[str, dict], results: dict[str, dict]) -> list[dict]:
+    """One `accuracy` check per eval (a PairingError propagates: the golden is stale)."""
+    checks = []
+    for e in eval_defs:
+        g, r = golden[e.name], results[e.name]
+        cmp = compare_paired(e.name, g["items"], r["items"], e.filter, e.max_drop, e.alpha)
+        other = {f"score_{f}": s for f, s in r["scores"].items()}
+        other.update({f"golden_score_{f}": s for f, s in g["scores"].items()})
+        checks.append({
+            "name": f"eval:{e.name}",
+            "kind": "accuracy",
+            "passed": cmp.passed,
+            "summary": f"{e.task}: " + cmp.summary(),
+            "metrics": {
+                "score": cmp.score, "golden_score": cmp.golden_score, "delta": cmp.delta,
+                "ci95_low": cmp.ci95[0], "ci95_high": cmp.ci95[1], "p_value": cmp.p_value, "n": cmp.n,
+                "flipped_to_wrong": len(cmp.flipped_to_wrong), "flipped_to_right": len(cmp.flipped_to_right),
+                "smallest_detectable_drop": cmp.smallest_detectable_drop, **other,
+            },
+            "tolerance": f"fail when drop > {e.max_drop:g} and McNemar p < {e.alpha:g} ({e.filter})",
+            "flipped": _flipped_rows(cmp, g["items"], r["items"], e.filter),
+        })
+    return checks
+
+
+def _flipped_rows(cmp, golden_items: list[dict], items: list[dict], filter: str) -> list[dict]:
+    """The flipped items with what each side answered: where an accuracy failure is."""
+    gold = {it["doc_id"]: it for it in golden_items}
+    here = {it["doc_id"]: it for it in items}
+    rows = [(d, "to wrong") for d in cmp.flipped_to_wrong] + [(d, "to right") for d in cmp.flipped_to_right]
+    return [{"doc_id": d, "flipped": way, "target": here[d].get("target"),
+             "golden_answer": gold[d].get("answers", {}).get(filter), "answer": here[d].get("answers", {}).get(filter),
+             "response": (here[d].get("response") or "")[:200]}
+            for d, way in rows[:MAX_FLIPPED_ROWS]]
+
+
+def failure_reason(checks: list[dict]) -> str | None:
+    """`eval geo flipped items 3, 7, 12 to wrong` for the report's where column."""
+    for c in checks:
+        if c["kind"] == "accuracy" and not c["passed"]:
+            ids = [r["doc_id"] for r in c.get("flipped", []) if r["flipped"] == "to wrong"]
+            more = "..." if len(ids) > 8 else ""
+            return f"{c['name']}: items {', '.join(map(str, ids[:8]))}{more} flipped to wrong"
+    return None
+
+
+def save_golden_evals(directory: Path, results: dict[str, dict]) -> None:
+    (Path(directory) / EVALS_FILE).write_text(json.dumps(results, indent=1, sort_keys=True))
+
+
+def load_golden_evals(directory: Path, eval_defs, suite: str) -> dict[str, dict]:
+    """The golden's per-item eval results; a GoldenError when any eval is missing."""
+    from harness.golden import GoldenError, regenerate_hint
+
+    path = Path(directory) / EVALS_FILE
+    stored = json.loads(path.read_text()) if path.exists() else {}
+    missing = [e.name for e in eval_defs if e.name not in stored]
+    if missing:
+        raise GoldenError(f"the golden of suite '{suite}' has no results for eval(s) {', '.join(missing)} "
+                          f"({path}); {regenerate_hint(suite)}")
+    for e in eval_defs:
+        if stored[e.name].get("task") not in (None, e.task):
+            raise GoldenError(f"the golden of suite '{suite}' scored eval '{e.name}' on task "
+                              f"'{stored[e.name]['task']}', the suite now says '{e.task}'; {regenerate_hint(suite)}")
+    return stored
