@@ -175,8 +175,12 @@ def _run(scenario: Scenario, out_dir: Path, opts: RunOptions, lease: Lease | Non
     try:  # check the golden before spending a launch on a run we cannot judge
         golden, manifest = goldens.load_golden(prepared.manifest)
         golden_evals = evals.load_golden_evals(goldens.golden_dir(scenario.suite.suite), scenario.suite.evals, scenario.suite.suite)
+        evals.check_pairing(prepared.evals, golden_evals)
     except goldens.GoldenError as exc:
         return Verdict(scenario.id, "error", str(exc).splitlines()[0], error={"exception": str(exc)})
+    except evals.PairingError as exc:
+        hint = goldens.regenerate_hint(scenario.suite.suite)
+        return Verdict(scenario.id, "error", f"eval items do not pair with the golden: {exc}; {hint}", error={"exception": str(exc)})
     with _devices_for(scenario, need, opts, lease) as (device_env, cluster):
         outcome = launch(prepared, out_dir, scenario, opts, device_env, cluster)
     verdict = _from_outcome(scenario, outcome, golden, golden_evals, prepared)

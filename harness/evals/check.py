@@ -88,6 +88,21 @@ def failure_reason(checks: list[dict]) -> str | None:
     return None
 
 
+def check_pairing(prepared: list, golden: dict[str, dict]) -> None:
+    """Before launching: every item about to be scored must be in the golden with the
+    same prompt (raises PairingError), so a stale golden costs no engine start."""
+    from harness.evals.paired import pair_items
+
+    for p in prepared:
+        name = p.workload["name"].removeprefix("eval_")
+        items = [{"doc_id": _get(it, "doc_id"), "prompt_sha256": _get(it, "prompt_sha256")} for it in p.items]
+        pair_items(golden[name]["items"], items)
+
+
+def _get(item, key: str):
+    return item[key] if isinstance(item, dict) else getattr(item, key)
+
+
 def save_golden_evals(directory: Path, results: dict[str, dict]) -> None:
     (Path(directory) / EVALS_FILE).write_text(json.dumps(results, indent=1, sort_keys=True))
 

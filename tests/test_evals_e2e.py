@@ -1,0 +1,69 @@
+"""Task evals end to end: real ranks of the reference engine, lm-eval scoring in this
+process, the repository's llama-evals suite and its committed golden.
+
+The accuracy half of the compile bug class (vLLM PR 43617): with the compile capture
+made without images, the Geo3K-format score drops under compile only, the paired test
+flags it and names the flipped items, and the GSM8K-format score does not move."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from harness.runner import RunOptions, run_scenario
+from harness.scenario import load_scenarios
+
+pytestmark = pytest.mark.e2e
+ROOT = Path(__file__).resolve().parent.parent
+FAULT = "compile-warmup-without-images"
+
+
+def scenario(sid: str):
+    suite = sid.split("/")[0]
+    return next(s for s in load_scenarios([ROOT / "scenarios" / f"{suite}.yaml"]) if s.id == sid)
+
+
+def checks(v) -> dict[str, dict]:
+    return {c["name"]: c for c in v.checks}
+
+
+def test_compile_capture_without_images_drops_the_image_task_only(tmp_path):
+    v = run_scenario(scenario("llama-evals/tp1-pp1-compile"), tmp_path / "run", RunOptions(faults=[FAULT], gate="pr"))
+    assert v.verdict == "fail", v.reason
+    geo, arith = checks(v)["eval:geo"], checks(v)["eval:arith"]
+    assert not geo["passed"] and geo["metrics"]["p_value"] < 0.05, geo["summary"]
+    assert geo["metrics"]["delta"] < 0 and geo["metrics"]["flipped_to_wrong"] > geo["metrics"]["flipped_to_right"]
+    assert geo["metrics"]["n"] == scenario("llama-evals/tp1-pp1").suite.evals[1].pr_items  # the PR slice
+    assert {r["flipped"] for r in geo["flipped"]} >= {"to wrong"} and "eval:geo: items" in _where(tmp_path, v)
+    assert arith["passed"] and arith["metrics"]["delta"] == 0 and arith["metrics"]["flipped_to_wrong"] == 0, arith["summary"]
+
+
+def test_eager_serves_the_same_fault_correctly(tmp_path):
+    v = run_scenario(scenario("llama-evals/tp1-pp1"), tmp_path / "run", RunOptions(faults=[FAULT], gate="pr"))
+    assert v.verdict == "pass", v.reason
+    for name in ("eval:geo", "eval:arith"):
+        m = checks(v)[name]["metrics"]
+        assert m["flipped_to_wrong"] == m["flipped_to_right"] == 0 and m["score"] == m["golden_score"]
+    # the models score well above chance (random weights would pass this check vacuously)
+    assert checks(v)["eval:geo"]["metrics"]["score"] > 0.5 and checks(v)["eval:arith"]["metrics"]["score"] > 0.3
+
+
+def test_items_that_no_longer_pair_with_the_golden_are_an_error_not_a_verdict(tmp_path, monkeypatch):
+    golden = tmp_path / "golden"
+    shutil.copytree(ROOT / "golden" / "llama-evals", golden / "llama-evals")
+    evals_file = golden / "llama-evals" / "evals.json"
+    stored = json.loads(evals_file.read_text())
+    stored["arith"]["items"][0]["prompt_sha256"] = "0" * 64  # as if the few-shot examples had changed
+    evals_file.write_text(json.dumps(stored))
+    monkeypatch.setenv("HARNESS_GOLDEN_DIR", str(golden))
+    v = run_scenario(scenario("llama-evals/tp1-pp1"), tmp_path / "run", RunOptions(gate="pr"))
+    assert v.verdict == "error" and "another prompt than in the golden" in v.reason and "harness golden llama-evals" in v.reason
+
+
+def _where(tmp_path: Path, v) -> str:
+    from harness.report.markdown import where_diverged
+
+    return where_diverged(v)
