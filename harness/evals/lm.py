@@ -25,7 +25,9 @@ from harness.workloads import EOS_ID, IMAGE_MARK, encode_text
 FEWSHOT_SEED = 1234  # lm-eval's default fewshot_random_seed (simple_evaluate)
 DEFAULT_MAX_GEN_TOKS = 256  # lm-eval's default when a task sets no max_gen_toks
 
-_TASKS: dict[tuple, Any] = {}  # built lm-eval tasks, per process (several scenarios per process)
+# Built lm-eval tasks with the task's own num_fewshot, per process (several scenarios per
+# process): building reads the data and the few-shot pool, which is the expensive part.
+_TASKS: dict[tuple, tuple[Any, int]] = {}
 
 
 @dataclass
@@ -61,8 +63,8 @@ def collect(eval_def, model_dir: Path, work_dir: Path, gate: str | None) -> Prep
     """lm-eval's requests for the first eval_def.item_count(gate) test docs, as a workload."""
     from harness.zoo import load_tokenizer
 
-    task = _task(eval_def.task, eval_def.data)
-    num_fewshot = _num_fewshot(task, eval_def)
+    task, task_shots = _task(eval_def.task, eval_def.data)
+    num_fewshot = _num_fewshot(task, task_shots, eval_def)
     recorder = _lm_classes()[0]()
     _evaluate(task, recorder, eval_def.item_count(gate), num_fewshot)
     requests = recorder.requests
@@ -188,7 +190,7 @@ def _task(name: str, data: str | None):
         cfg = task_registry.lm_eval_config(name, data)
         from lm_eval.api.task import ConfigurableTask
 
-        _TASKS[key] = ConfigurableTask(config=cfg)
+        _TASKS[key] = (ConfigurableTask(config=cfg), int(cfg.get("num_fewshot") or 0))
     return _TASKS[key]
 
 
@@ -200,8 +202,8 @@ def _stamp(path: Path) -> tuple:
         return ()
 
 
-def _num_fewshot(task, eval_def) -> int:
-    n = eval_def.num_fewshot if eval_def.num_fewshot is not None else task.config.num_fewshot or 0
+def _num_fewshot(task, task_shots: int, eval_def) -> int:
+    n = eval_def.num_fewshot if eval_def.num_fewshot is not None else task_shots
     if n > 0 and not hasattr(task, "sampler"):
         raise ValueError(f"eval '{eval_def.name}': task {eval_def.task} has no few-shot split; "
                          f"num_fewshot must be 0 (got {n})")
