@@ -90,7 +90,7 @@ def test_gsm8k_requests_are_lm_evals_own(text_model, tmp_path):
     ref.set_fewshot_seed(seed=1234)  # simple_evaluate's default fewshot_random_seed
     ref.build_all_requests(limit=4)
     assert [i.args[0] for i in ref.instances] == prepared.contexts
-    assert [i.args[1] for i in ref.instances][0] == prepared.gen_kwargs
+    assert all(i.args[1] == prepared.gen_kwargs for i in ref.instances)
 
     ctx = prepared.contexts[0]
     assert ctx.count("Question: ") == 6 and ctx.count("\nAnswer:") == 6  # 5 shots + the doc

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import threading
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,9 @@ DEFAULT_MAX_GEN_TOKS = 256  # lm-eval's default when a task sets no max_gen_toks
 # Built lm-eval tasks with the task's own num_fewshot, per process (several scenarios per
 # process): building reads the data and the few-shot pool, which is the expensive part.
 _TASKS: dict[tuple, tuple[Any, int]] = {}
+# A cached task holds the requests of its latest evaluation: one evaluation at a time
+# (`harness run --jobs N` runs scenarios in threads of one process).
+_LOCK = threading.RLock()
 
 
 @dataclass
@@ -55,7 +59,7 @@ class EvalResult:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, d: dict) -> "EvalResult":
+    def from_dict(cls, d: dict) -> EvalResult:
         return cls(**d)
 
 
@@ -186,11 +190,15 @@ def _task(name: str, data: str | None):
     on the files' identity, so changed data rebuilds)."""
     files = task_registry.data_files(name, data)
     key = (name, tuple(sorted((s, str(p), _stamp(p)) for s, p in files.items())))
-    if key not in _TASKS:
-        cfg = task_registry.lm_eval_config(name, data)
-        from lm_eval.api.task import ConfigurableTask
+    with _LOCK:
+        return _TASKS[key] if key in _TASKS else _build(key, name, data)
 
-        _TASKS[key] = (ConfigurableTask(config=cfg), int(cfg.get("num_fewshot") or 0))
+
+def _build(key: tuple, name: str, data: str | None):
+    cfg = task_registry.lm_eval_config(name, data)
+    from lm_eval.api.task import ConfigurableTask
+
+    _TASKS[key] = (ConfigurableTask(config=cfg), int(cfg.get("num_fewshot") or 0))
     return _TASKS[key]
 
 
@@ -219,10 +227,11 @@ def _evaluate(task, lm, limit: int | None, num_fewshot: int) -> dict:
     """lm-eval's evaluation loop on one task, as simple_evaluate would set it up."""
     from lm_eval.evaluator import evaluate
 
-    task.set_config(key="num_fewshot", value=num_fewshot)
-    task.set_fewshot_seed(seed=FEWSHOT_SEED)
-    task_dict = {"tasks": {task.config.task: task}, "groups": {}}
-    return evaluate(lm=lm, task_dict=task_dict, limit=limit, bootstrap_iters=0, log_samples=True)
+    with _LOCK:
+        task.set_config(key="num_fewshot", value=num_fewshot)
+        task.set_fewshot_seed(seed=FEWSHOT_SEED)
+        task_dict = {"tasks": {task.config.task: task}, "groups": {}}
+        return evaluate(lm=lm, task_dict=task_dict, limit=limit, bootstrap_iters=0, log_samples=True)
 
 
 def _png_bytes(image) -> bytes:
