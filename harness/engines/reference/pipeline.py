@@ -199,7 +199,8 @@ class ModelRunner:
         for slot, prompt in (kv_ops or {}).get("load", []):
             self.connector.load(self.kv_caches, slot, prompt)
         mm = self._multimodal_inputs(ids_t, images)
-        out, layer_states = self.forward_fn(ids_t, pos_t, slot_t, self.kv_caches, kv_len, intermediate, mm)
+        one_seq = len(set(slots)) == 1  # warm-up captures both attention paths
+        out, layer_states = self.forward_fn(ids_t, pos_t, slot_t, self.kv_caches, kv_len, intermediate, mm, one_seq)
         for slot, prompt in (kv_ops or {}).get("save", []):
             self.connector.save(self.kv_caches, slot, prompt)
         if capture:
@@ -326,7 +327,7 @@ class ModelRunner:
     # --- warm-up and workloads ---------------------------------------------------------
 
     def warmup(self) -> None:
-        """A dummy prefill (two sequences of different lengths) and a decode step, run
+        """Dummy prefills (two sequences of different lengths, then one) and a decode step, run
         before any real request: torch.compile captures here, with the same argument
         structure real requests use (all tensors, never None), and the first forward's
         faults fire here."""
@@ -334,10 +335,12 @@ class ModelRunner:
         ids = [i % self.stage.cfg.vocab_size for i in range(sum(lens))]
         positions = [p for n in lens for p in range(n)]
         slots = [s for s, n in enumerate(lens) for _ in range(n)]
-        if fault_switches.active(self.faults, "compile-warmup-without-images") and self.stage.visual is not None:
-            self._warmup_without_deepstack(ids, positions, slots)
-        else:
-            self.step(ids, positions, slots)
+        # a batch of two sequences, then one (attention's one-sequence path), then a decode
+        for n in (len(ids), lens[0]):
+            if fault_switches.active(self.faults, "compile-warmup-without-images") and self.stage.visual is not None:
+                self._warmup_without_deepstack(ids[:n], positions[:n], slots[:n])
+            else:
+                self.step(ids[:n], positions[:n], slots[:n])
         self.step([1, 2], [n for n in lens], [0, 1])
         self._record_io = True
 
