@@ -8,7 +8,8 @@ Two checks, one per workload kind (DESIGN.md, Comparison):
             tolerated only at a near-tie (the golden's logprobs of the two candidate
             tokens within the near-tie bound); the logprobs of every step up to the
             divergence must also agree, which covers the decode path and KV cache.
-Tolerances come from the dtype (the measured noise floor, docs/TOLERANCES.md) and
+`generate` workloads (task evals) are not compared here: the evals score them item by
+item (harness/evals). Tolerances come from the dtype (the measured noise floor, docs/TOLERANCES.md) and
 may be overridden per scenario file; every result prints the ones it used.
 """
 
@@ -74,6 +75,8 @@ class CheckResult:
 def compare_outputs(golden: EngineOutputs, scenario: EngineOutputs, workloads: list[dict], tol: Tolerance) -> list[CheckResult]:
     results = []
     for w in workloads:
+        if w["kind"] not in _FIELDS:  # generate: judged by the evals, not by these checks
+            continue
         g, s = golden.workload(w["name"]), scenario.workload(w["name"])
         missing = [k for k in _FIELDS[w["kind"]] if k not in s]
         if missing:

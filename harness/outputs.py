@@ -10,6 +10,9 @@ Fields per workload kind (K = the workload's top_k):
             row i of a prompt is the next-token distribution after token i)
   greedy:   tokens [P, N] int64 (N = max_new_tokens), topk_ids [P, N, K] int64,
             topk_logprobs [P, N, K] float32 (the distribution each token was chosen from)
+  generate: tokens [P, N] int64 (N = max_new_tokens; -1 after a sequence stopped),
+            lengths [P] int64 (generated tokens kept, stop/EOS tokens included);
+            generate_fields() builds both
 
 Never pickle: tensors go through safetensors, everything else through JSON.
 Engine-side code may import this module (torch, safetensors, stdlib only).
@@ -73,6 +76,16 @@ class EngineOutputs:
             "workloads": {w["name"]: {"kind": w["kind"]} for w in spec.workloads},
             **extra,
         }
+
+    @staticmethod
+    def generate_fields(sequences: list[list[int]], max_new_tokens: int) -> dict[str, torch.Tensor]:
+        """A `generate` workload's fields from each prompt's kept tokens."""
+        tokens = torch.full((len(sequences), max_new_tokens), -1, dtype=torch.int64)
+        for p, seq in enumerate(sequences):
+            if len(seq) > max_new_tokens:
+                raise ValueError(f"prompt {p}: {len(seq)} tokens generated, at most {max_new_tokens} asked")
+            tokens[p, :len(seq)] = torch.tensor(seq, dtype=torch.int64)
+        return {"tokens": tokens, "lengths": torch.tensor([len(s) for s in sequences], dtype=torch.int64)}
 
     @staticmethod
     def exists(directory: str | Path) -> bool:

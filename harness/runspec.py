@@ -14,6 +14,17 @@ A workload is a plain dict so engines can pass through fields they do not know:
      "max_new_tokens": 16, "top_k": 20}
         greedy generation of exactly max_new_tokens per prompt (no EOS stop), with
         the top-k logprobs of every generated step (used by the near-tie rule).
+    {"name": "eval_gsm8k", "kind": "generate", "prompts": [[...], ...],
+     "max_new_tokens": 256, "stop": [[13, 13], ...], "eos_token_id": 1}
+        what a task eval asks (harness/evals): greedy (argmax) generation, batched
+        however the engine likes. A sequence stops after it emits eos_token_id (kept;
+        null: no EOS stop), after its generated tokens END with one of the `stop` id
+        sequences (kept; only generated tokens count, never the prompt's; empty
+        sequences are ignored), or at max_new_tokens tokens. `stop_reached` below
+        is the rule every engine applies. "stop" may be absent (none) and
+        "eos_token_id" null (no EOS stop). No logprobs are asked; the comparison
+        checks skip this kind (the evals score it). Outputs: tokens [P, N] padded
+        with -1 after the stop, lengths [P] (harness/outputs.py).
 
 Image inputs (models with a vision encoder): a workload may carry
     "images": [null | "/abs/path/to/image.png", ...]   one entry per prompt
@@ -28,7 +39,43 @@ import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-WORKLOAD_KINDS = ("logprobs", "greedy")
+WORKLOAD_KINDS = ("logprobs", "greedy", "generate")
+
+
+def stop_reached(generated: list[int], stop: list[list[int]], eos_token_id: int | None,
+                 end: int | None = None) -> bool:
+    """The `generate` stop rule: whether a sequence whose generated tokens are
+    generated[:end] (all of them by default) stops there: its last token is EOS, or
+    its generated tokens end with one of the stop sequences."""
+    end = len(generated) if end is None else end
+    if end <= 0:
+        return False
+    if eos_token_id is not None and generated[end - 1] == eos_token_id:
+        return True
+    for seq in stop:
+        n = len(seq)
+        if 0 < n <= end and generated[end - n:end] == list(seq):
+            return True
+    return False
+
+
+def cut_generation(tokens: list[int], stop: list[list[int]], eos_token_id: int | None,
+                   max_new_tokens: int) -> list[int]:
+    """tokens generated past the stop (an engine that cannot stop on a sequence of
+    ids) -> the tokens a `generate` workload keeps: up to and including the first
+    place the stop rule fires, at most max_new_tokens."""
+    tokens = list(tokens)[:max_new_tokens]
+    for end in range(1, len(tokens) + 1):
+        if stop_reached(tokens, stop, eos_token_id, end):
+            return tokens[:end]
+    return tokens
+
+
+def generate_params(workload: dict) -> tuple[int, list[list[int]], int | None]:
+    """(max_new_tokens, stop sequences, eos_token_id) of a `generate` workload."""
+    eos = workload.get("eos_token_id")
+    stop = [list(map(int, s)) for s in workload.get("stop") or [] if len(s)]
+    return int(workload["max_new_tokens"]), stop, None if eos is None else int(eos)
 
 
 @dataclass

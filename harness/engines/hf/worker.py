@@ -92,6 +92,34 @@ def run_greedy(model, prompter, w: dict) -> dict:
     return {"tokens": torch.tensor(tokens), "topk_ids": torch.stack(ids).long(), "topk_logprobs": torch.stack(lps).float()}
 
 
+def run_generate(model, prompter, w: dict) -> dict:
+    """Greedy generation with the `generate` stop rule (harness/runspec.py), one prompt
+    at a time: text prompts decode through the model's KV cache (past_key_values);
+    prompts with an image re-run the whole sequence each step, as run_greedy does."""
+    import torch
+
+    from harness.outputs import EngineOutputs
+    from harness.runspec import generate_params, stop_reached
+
+    n, stop, eos = generate_params(w)
+    images = w.get("images") or [None] * len(w["prompts"])
+    seqs = []
+    for prompt, image in zip(w["prompts"], images):
+        gen, past = [], None
+        inputs = prompter.inputs(list(prompt), image)
+        while len(gen) < n and not stop_reached(gen, stop, eos):
+            with torch.no_grad():
+                if image:
+                    logits = model(**prompter.inputs(list(prompt) + gen, image)).logits[0, -1]
+                else:
+                    out = model(**inputs, past_key_values=past, use_cache=True)
+                    logits, past = out.logits[0, -1], out.past_key_values
+            gen.append(int(torch.log_softmax(logits.float(), dim=-1).argmax()))
+            inputs = {"input_ids": torch.tensor([[gen[-1]]])}
+        seqs.append(gen)
+    return EngineOutputs.generate_fields(seqs, n)
+
+
 def run(spec) -> None:
     import transformers
 
@@ -102,7 +130,7 @@ def run(spec) -> None:
     t0 = time.perf_counter()
     model, config = load_model(spec)
     prompter = Prompter(spec, config)
-    runners = {"logprobs": run_logprobs, "greedy": run_greedy}
+    runners = {"logprobs": run_logprobs, "greedy": run_greedy, "generate": run_generate}
     out = EngineOutputs()
     for w in spec.workloads:
         out.put(w["name"], **runners[w["kind"]](model, prompter, w))

@@ -163,7 +163,7 @@ def apply_rope(x: torch.Tensor, positions: torch.Tensor, inv_freq: torch.Tensor)
     return x * cos + rotated * sin
 
 
-def paged_attention(q, k, v, kv_cache, positions, seq_slots, kv_len: int, scale: float):
+def paged_attention(q, k, v, kv_cache, positions, seq_slots, kv_len: int, scale: float, one_seq: bool = False):
     """Attention over a flat batch of tokens, the same code for prefill and decode.
 
     q [T, hq, d], k/v [T, hkv, d]; kv_cache = (k_cache, v_cache), each
@@ -172,21 +172,30 @@ def paged_attention(q, k, v, kv_cache, positions, seq_slots, kv_len: int, scale:
     `kv_len` (a host int, max position + 1 in the batch) bounds the keys looked at.
     Padding tokens use the trash slot (the last one) at position 0, so they never
     touch a real sequence and never produce NaN.
+    `one_seq` (a host bool): every real token is in the slot of the first one (a
+    prefill of one prompt), so the keys are read once for all tokens instead of once
+    per token (T x L x hkv x d); padding tokens then read that slot's key 0 (finite,
+    discarded).
     """
     k_cache, v_cache = kv_cache
     k_cache.index_put_((seq_slots, positions), k)
     v_cache.index_put_((seq_slots, positions), v)
-    keys = k_cache[:, :kv_len][seq_slots]  # [T, L, hkv, d]
-    values = v_cache[:, :kv_len][seq_slots]
     t, hq, d = q.shape
     hkv = k.shape[1]
     qg = q.view(t, hkv, hq // hkv, d)  # GQA: query head h reads kv head h // group
-    scores = torch.einsum("tkgd,tlkd->tkgl", qg, keys) * scale
+    if one_seq:
+        keys = k_cache.index_select(0, seq_slots[:1])[0, :kv_len]  # [L, hkv, d]
+        values = v_cache.index_select(0, seq_slots[:1])[0, :kv_len]
+        scores = torch.einsum("tkgd,lkd->tkgl", qg, keys) * scale
+    else:
+        keys = k_cache[:, :kv_len][seq_slots]  # [T, L, hkv, d]
+        values = v_cache[:, :kv_len][seq_slots]
+        scores = torch.einsum("tkgd,tlkd->tkgl", qg, keys) * scale
     key_pos = torch.arange(kv_len, device=q.device)
     visible = key_pos[None, :] <= positions[:, None]  # [T, L]
     scores = scores.masked_fill(~visible[:, None, None, :], float("-inf"))
     probs = torch.softmax(scores.to(torch.float32), dim=-1).to(q.dtype)
-    out = torch.einsum("tkgl,tlkd->tkgd", probs, values)
+    out = torch.einsum("tkgl,lkd->tkgd" if one_seq else "tkgl,tlkd->tkgd", probs, values)
     return out.reshape(t, hq * d)
 
 
@@ -205,7 +214,7 @@ class Attention(nn.Module):
         self.o_proj = nn.Linear(cfg.num_attention_heads * cfg.head_dim, cfg.hidden_size, bias=False)
         self.register_buffer("inv_freq", rope_inv_freq(cfg.head_dim, cfg.rope_theta), persistent=False)
 
-    def forward(self, x, positions, seq_slots, kv_cache, kv_len: int):
+    def forward(self, x, positions, seq_slots, kv_cache, kv_len: int, one_seq: bool = False):
         qkv = self.qkv_proj(x)
         d = self.head_dim
         q, k, v = qkv.split([self.num_heads * d, self.num_kv_heads * d, self.num_kv_heads * d], dim=-1)
@@ -213,7 +222,7 @@ class Attention(nn.Module):
         q = apply_rope(q.view(t, self.num_heads, d), positions, self.inv_freq)
         k = apply_rope(k.view(t, self.num_kv_heads, d), positions, self.inv_freq)
         v = v.view(t, self.num_kv_heads, d)
-        out = paged_attention(q, k, v, kv_cache, positions, seq_slots, kv_len, self.scale)
+        out = paged_attention(q, k, v, kv_cache, positions, seq_slots, kv_len, self.scale, one_seq)
         return self.o_proj(out)
 
 
@@ -241,13 +250,14 @@ class DecoderLayer(nn.Module):
         pli = cfg.per_layer_input_size
         self.per_layer_proj = nn.Linear(pli, cfg.hidden_size, bias=False) if pli else None
 
-    def forward(self, hidden, residual, positions, seq_slots, kv_cache, kv_len: int, per_layer_input=None):
+    def forward(self, hidden, residual, positions, seq_slots, kv_cache, kv_len: int, per_layer_input=None,
+                one_seq: bool = False):
         if residual is None:
             residual = hidden
             hidden = self.input_layernorm(hidden)
         else:
             hidden, residual = self.input_layernorm(hidden, residual)
-        hidden = self.self_attn(hidden, positions, seq_slots, kv_cache, kv_len)
+        hidden = self.self_attn(hidden, positions, seq_slots, kv_cache, kv_len, one_seq)
         hidden, residual = self.post_attention_layernorm(hidden, residual)
         hidden = self.mlp(hidden)
         if per_layer_input is not None:  # None only when a stage lost them (the 40786 fault)
@@ -351,9 +361,11 @@ class LlamaStage(nn.Module):
         deepstack = self.shard_tokens(deepstack, 1) if deepstack is not None else None
         return torch.zeros_like(residual), residual, pli, deepstack
 
-    def forward(self, input_ids, positions, seq_slots, kv_caches, kv_len: int, intermediate=None, mm=None):
+    def forward(self, input_ids, positions, seq_slots, kv_caches, kv_len: int, intermediate=None, mm=None,
+                one_seq: bool = False):
         """First stage reads input_ids (and `mm`, the multimodal inputs of llama-vl),
-        later stages read `intermediate`. Returns (the intermediate dict on a non-last
+        later stages read `intermediate`; `one_seq`: every real token is in one sequence
+        slot (paged_attention). Returns (the intermediate dict on a non-last
         stage or the logits on the last one, the stream after each layer [layers, T, H])."""
         deepstack = None
         if self.is_first:
@@ -372,7 +384,7 @@ class LlamaStage(nn.Module):
             if pli is not None and layers_get_pli:
                 width = self.cfg.per_layer_input_size
                 layer_pli = pli[:, layer.layer_id * width:(layer.layer_id + 1) * width]
-            hidden, residual = layer(hidden, residual, positions, seq_slots, kv_cache, kv_len, layer_pli)
+            hidden, residual = layer(hidden, residual, positions, seq_slots, kv_cache, kv_len, layer_pli, one_seq)
             if deepstack is not None and layer.layer_id < deepstack.shape[0]:
                 hidden = hidden + deepstack[layer.layer_id]
             states.append(hidden + residual)

@@ -35,6 +35,8 @@ from harness.engines.reference.parallel import (
     send_json,
     send_tensor_dict,
 )
+from harness.outputs import EngineOutputs
+from harness.runspec import stop_reached
 
 #: the inter-stage message field that carries the KV connector's reports
 SIDE_CHANNEL = "kv_connector_output"
@@ -46,6 +48,12 @@ MAX_SEQS_PER_BATCH = 16
 #: at most this many token rows of a batch are kept by a per-layer capture (evenly spaced)
 CAPTURE_ROWS = 64
 MAX_TOKENS_PER_BATCH = 1024
+#: a `generate` workload (task evals: many long prompts, up to hundreds of new tokens)
+#: decodes up to this many sequences at once; its prefill runs in chunks of whole
+#: prompts within MAX_TOKENS_PER_BATCH (batch_groups of the group), and a group's KV
+#: cache (sequences x (longest prompt + max_new_tokens)) stays within the token budget.
+MAX_GEN_SEQS_PER_BATCH = 64
+MAX_GEN_CACHE_TOKENS = 64 * 2048
 
 
 def _describe(tensors: dict[str, torch.Tensor]) -> dict[str, dict]:
@@ -79,13 +87,36 @@ def batch_groups(prompts: list[list[int]]) -> list[range]:
     return groups
 
 
+def generate_groups(prompts: list[list[int]], max_new_tokens: int) -> list[range]:
+    """Consecutive prompt index ranges decoded together by a `generate` workload: at
+    most MAX_GEN_SEQS_PER_BATCH sequences whose KV cache (sequences x the longest
+    prompt + max_new_tokens) fits MAX_GEN_CACHE_TOKENS (at least one prompt)."""
+    groups, start, longest = [], 0, 0
+    for i, p in enumerate(prompts):
+        grown = max(longest, len(p) + max_new_tokens)
+        if i > start and (i - start >= MAX_GEN_SEQS_PER_BATCH or grown * (i - start + 1) > MAX_GEN_CACHE_TOKENS):
+            groups.append(range(start, i))
+            start, grown = i, len(p) + max_new_tokens
+        longest = grown
+    if prompts:
+        groups.append(range(start, len(prompts)))
+    return groups
+
+
+def workload_groups(w: dict) -> list[range]:
+    """The prompt groups a workload's sequences are decoded in (one KV slot each)."""
+    if w["kind"] == "generate":
+        return generate_groups(w["prompts"], int(w["max_new_tokens"]))
+    return batch_groups(w["prompts"])
+
+
 def cache_shape_for(workloads: list[dict]) -> tuple[int, int]:
     """(sequence slots, max length) the KV cache needs for all workloads (and the warm-up)."""
     slots, max_len = 2, 8
     for w in workloads:
         prompts = w["prompts"]
-        extra = int(w.get("max_new_tokens", 0)) if w["kind"] == "greedy" else 0
-        for g in batch_groups(prompts):
+        extra = int(w.get("max_new_tokens", 0)) if w["kind"] in ("greedy", "generate") else 0
+        for g in workload_groups(w):
             slots = max(slots, len(g))
         max_len = max(max_len, max((len(p) for p in prompts), default=0) + extra)
     return slots, max_len
@@ -168,7 +199,8 @@ class ModelRunner:
         for slot, prompt in (kv_ops or {}).get("load", []):
             self.connector.load(self.kv_caches, slot, prompt)
         mm = self._multimodal_inputs(ids_t, images)
-        out, layer_states = self.forward_fn(ids_t, pos_t, slot_t, self.kv_caches, kv_len, intermediate, mm)
+        one_seq = len(set(slots)) == 1  # warm-up captures both attention paths
+        out, layer_states = self.forward_fn(ids_t, pos_t, slot_t, self.kv_caches, kv_len, intermediate, mm, one_seq)
         for slot, prompt in (kv_ops or {}).get("save", []):
             self.connector.save(self.kv_caches, slot, prompt)
         if capture:
@@ -295,7 +327,7 @@ class ModelRunner:
     # --- warm-up and workloads ---------------------------------------------------------
 
     def warmup(self) -> None:
-        """A dummy prefill (two sequences of different lengths) and a decode step, run
+        """Dummy prefills (two sequences of different lengths, then one) and a decode step, run
         before any real request: torch.compile captures here, with the same argument
         structure real requests use (all tensors, never None), and the first forward's
         faults fire here."""
@@ -303,10 +335,12 @@ class ModelRunner:
         ids = [i % self.stage.cfg.vocab_size for i in range(sum(lens))]
         positions = [p for n in lens for p in range(n)]
         slots = [s for s, n in enumerate(lens) for _ in range(n)]
-        if fault_switches.active(self.faults, "compile-warmup-without-images") and self.stage.visual is not None:
-            self._warmup_without_deepstack(ids, positions, slots)
-        else:
-            self.step(ids, positions, slots)
+        # a batch of two sequences, then one (attention's one-sequence path), then a decode
+        for n in (len(ids), lens[0]):
+            if fault_switches.active(self.faults, "compile-warmup-without-images") and self.stage.visual is not None:
+                self._warmup_without_deepstack(ids[:n], positions[:n], slots[:n])
+            else:
+                self.step(ids[:n], positions[:n], slots[:n])
         self.step([1, 2], [n for n in lens], [0, 1])
         self._record_io = True
 
@@ -391,3 +425,46 @@ class ModelRunner:
                     "topk_ids": torch.empty(0, max_new_tokens, top_k, dtype=torch.int64),
                     "topk_logprobs": torch.empty(0, max_new_tokens, top_k)}
         return {"tokens": torch.cat(out_tokens), "topk_ids": torch.cat(out_ids), "topk_logprobs": torch.cat(out_lps)}
+
+    def run_generate(self, prompts: list[list[int]], max_new_tokens: int, stop: list[list[int]],
+                     eos_token_id: int | None, images: list | None = None) -> dict[str, torch.Tensor] | None:
+        """Greedy generation with the `generate` stop rule (harness/runspec.py), batched
+        for evals: groups of up to MAX_GEN_SEQS_PER_BATCH sequences (generate_groups),
+        each prefilled in chunks of whole prompts (batch_groups), then decoded while any
+        of its sequences runs; a stopped sequence leaves the decode batch. Every rank
+        holds the shared tokens (share_tokens), so every rank takes the same stop
+        decisions and runs the same steps. The KV connector is not used here."""
+        seqs: list[list[int]] = [[] for _ in prompts]
+
+        def running(i: int) -> bool:
+            return len(seqs[i]) < max_new_tokens and not stop_reached(seqs[i], stop, eos_token_id)
+
+        for group in generate_groups(prompts, max_new_tokens) if max_new_tokens > 0 else []:
+            slot_of = {i: s for s, i in enumerate(group)}
+            for chunk in batch_groups([prompts[i] for i in group]):
+                members = [group[j] for j in chunk]
+                ids = [t for i in members for t in prompts[i]]
+                positions = [p for i in members for p in range(len(prompts[i]))]
+                slots = [slot_of[i] for i in members for _ in prompts[i]]
+                last_rows = torch.tensor([len(prompts[i]) for i in members]).cumsum(0) - 1
+                logits = self.step(ids, positions, slots, self._group_images(images, members))
+                chosen = None if logits is None else self._argmax(logits[last_rows.to(logits.device)])
+                for i, t in zip(members, self.share_tokens(chosen, len(members))):
+                    seqs[i].append(t)
+            active = [i for i in group if running(i)]
+            while active:
+                ids = [seqs[i][-1] for i in active]
+                positions = [len(prompts[i]) + len(seqs[i]) - 1 for i in active]
+                logits = self.step(ids, positions, [slot_of[i] for i in active])
+                chosen = None if logits is None else self._argmax(logits)
+                for i, t in zip(active, self.share_tokens(chosen, len(active))):
+                    seqs[i].append(t)
+                active = [i for i in active if running(i)]
+        if not self.ctx.is_last_stage:
+            return None
+        return EngineOutputs.generate_fields(seqs, max_new_tokens)
+
+    @staticmethod
+    def _argmax(logits: torch.Tensor) -> torch.Tensor:
+        """The greedy choice, as run_greedy takes it (argmax of the float32 logprobs)."""
+        return torch.log_softmax(logits.float(), dim=-1).argmax(dim=-1)

@@ -36,6 +36,8 @@ def build_stage(spec, ctx):
 def run_workloads(runner, workloads: list[dict]):
     """All workloads, in order, every rank in lockstep. Returns {name: fields} on the
     last stage (None entries elsewhere)."""
+    from harness.runspec import generate_params
+
     results = {}
     for w in workloads:
         top_k = min(int(w.get("top_k", 20)), runner.stage.cfg.vocab_size)
@@ -44,6 +46,8 @@ def run_workloads(runner, workloads: list[dict]):
             results[w["name"]] = runner.run_logprobs(w["prompts"], top_k, images, bool(w.get("capture_hidden")))
         elif w["kind"] == "greedy":
             results[w["name"]] = runner.run_greedy(w["prompts"], int(w["max_new_tokens"]), top_k, images)
+        elif w["kind"] == "generate":
+            results[w["name"]] = runner.run_generate(w["prompts"], *generate_params(w), images)
         else:
             raise ValueError(f"unknown workload kind {w['kind']!r} in workload {w['name']!r}")
     return results

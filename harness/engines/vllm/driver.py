@@ -26,6 +26,14 @@ MAX_MODEL_LEN = 512
 MAX_NUM_SEQS = 8
 
 
+def max_model_len(workloads: list[dict]) -> int:
+    """MAX_MODEL_LEN, or more where a generate workload (task evals: few-shot prompts)
+    needs its longest prompt plus max_new_tokens."""
+    need = [max(map(len, w["prompts"]), default=0) + int(w["max_new_tokens"])
+            for w in workloads if w["kind"] == "generate"]
+    return max([MAX_MODEL_LEN, *need])
+
+
 def engine_kwargs(spec) -> dict:
     """vllm.LLM(...) arguments for this scenario's settings."""
     kwargs = dict(
@@ -35,7 +43,7 @@ def engine_kwargs(spec) -> dict:
         seed=spec.seed,
         tensor_parallel_size=spec.tp,
         pipeline_parallel_size=spec.pp,
-        max_model_len=MAX_MODEL_LEN,
+        max_model_len=max_model_len(spec.workloads),
         max_num_seqs=MAX_NUM_SEQS,
         kv_cache_memory_bytes=KV_CACHE_BYTES,
         # the logits and greedy workloads share prompts: a prefix-cache hit would skip
@@ -128,7 +136,27 @@ def run_greedy(llm, workload: dict) -> dict:
             "topk_logprobs": torch.tensor(lps, dtype=torch.float32)}
 
 
-RUNNERS = {"logprobs": run_logprobs, "greedy": run_greedy}
+def run_generate(llm, workload: dict) -> dict:
+    """Greedy generation with the `generate` stop rule (harness/runspec.py): vLLM stops
+    at EOS (stop_token_ids: the workload's EOS, kept in token_ids; ignore_eos so the
+    model's own generation config adds no other stop); the stop sequences of ids are
+    applied to the returned tokens (cut after the first complete one)."""
+    from vllm import SamplingParams
+
+    from harness.outputs import EngineOutputs
+    from harness.runspec import cut_generation, generate_params
+
+    n, stop, eos = generate_params(workload)
+    if n == 0:
+        return EngineOutputs.generate_fields([[] for _ in workload["prompts"]], 0)
+    params = SamplingParams(temperature=0.0, max_tokens=n, ignore_eos=True,
+                            stop_token_ids=[eos] if eos is not None else None)
+    outputs = llm.generate(prompt_inputs(workload), params, use_tqdm=False)
+    seqs = [cut_generation(list(out.outputs[0].token_ids), stop, eos, n) for out in outputs]
+    return EngineOutputs.generate_fields(seqs, n)
+
+
+RUNNERS = {"logprobs": run_logprobs, "greedy": run_greedy, "generate": run_generate}
 
 
 def run(spec) -> None:
