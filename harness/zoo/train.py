@@ -370,6 +370,7 @@ def main(argv=None) -> None:
     parser.add_argument("--lr", type=float, default=3e-3)
     parser.add_argument("--out", type=Path, default=WEIGHTS)
     parser.add_argument("--eval-only", action="store_true", help="measure the weights at --out")
+    parser.add_argument("--no-eval", action="store_true", help="train and save only")
     parser.add_argument("--log-every", type=int, default=50)
     args = parser.parse_args(argv)
 
@@ -404,6 +405,9 @@ def main(argv=None) -> None:
                       f"{time.time() - t0:6.0f}s", flush=True)
         save(model, args.out)
     train_s = time.time() - t0
+    if args.no_eval:
+        print(f"trained in {train_s:.0f}s, wrote {args.out}")
+        return
     result = evaluate(model, tokenizer, config)
     result.update(train_seconds=round(train_s), eval_seconds=round(time.time() - t0 - train_s),
                   torch=torch.__version__, threads=THREADS, steps=args.steps)
