@@ -115,7 +115,7 @@ def draw_figure(kind: str, rng: np.random.Generator, top: int, height: int) -> n
     return np.asarray(img, dtype=np.uint8).copy()
 
 
-def make_item(rng: np.random.Generator) -> dict:
+def make_item(rng: np.random.Generator, png: bool = True) -> dict:
     """{"png": bytes, "pixels": [S, S, 3] uint8, "problem", "answer", "target", "kind", "label"}.
     `target` is the answer text the model is trained to produce."""
     kind = KIND_NAMES[int(rng.integers(len(KIND_NAMES)))]
@@ -134,18 +134,20 @@ def make_item(rng: np.random.Generator) -> dict:
 
     value = label * mult
     target = f"#### {value}" if mult == 1 else f"{mult} * {label} = {value}\n#### {value}"
-    return {"png": encode_png(rgb), "pixels": rgb, "problem": problem, "answer": str(value),
+    return {"png": encode_png(rgb) if png else None, "pixels": rgb, "problem": problem, "answer": str(value),
             "target": target, "kind": kind, "label": label}
 
 
 def item_key(item: dict) -> str:
-    return hashlib.sha256(item["problem"].encode() + item["png"]).hexdigest()
+    """Identity of an item: its problem text and image pixels."""
+    return hashlib.sha256(item["problem"].encode() + item["pixels"].tobytes()).hexdigest()
 
 
-def stream(seed: int, exclude: set[str] | frozenset = frozenset()) -> Iterator[dict]:
+def stream(seed: int, exclude: set[str] | frozenset = frozenset(), png: bool = True) -> Iterator[dict]:
+    """An endless stream of items, those whose item_key is in `exclude` skipped."""
     rng = np.random.default_rng(seed)
     while True:
-        item = make_item(rng)
+        item = make_item(rng, png)
         if item_key(item) not in exclude:
             yield item
 
