@@ -163,4 +163,4 @@ def load_tokenizer(directory: Path):
 
 
 # Model families register their models on import (one module per family).
-from harness.zoo import hf_families, llama, variants  # noqa: E402,F401
+from harness.zoo import hf_families, llama, trained, variants  # noqa: E402,F401
