@@ -198,6 +198,8 @@ def _build(key: tuple, name: str, data: str | None):
     cfg = task_registry.lm_eval_config(name, data)
     from lm_eval.api.task import ConfigurableTask
 
+    _quiet_lm_eval()
+
     _TASKS[key] = (ConfigurableTask(config=cfg), int(cfg.get("num_fewshot") or 0))
     return _TASKS[key]
 
@@ -232,6 +234,22 @@ def _evaluate(task, lm, limit: int | None, num_fewshot: int) -> dict:
         task.set_fewshot_seed(seed=FEWSHOT_SEED)
         task_dict = {"tasks": {task.config.task: task}, "groups": {}}
         return evaluate(lm=lm, task_dict=task_dict, limit=limit, bootstrap_iters=0, log_samples=True)
+
+
+def _quiet_lm_eval() -> None:
+    """lm-eval's per-task progress bar and notices (custom dataset, metadata...) would
+    drown the harness's own progress: errors only. The harness's output says what ran."""
+    import functools
+    import logging
+
+    import lm_eval.api.task as lm_task
+    from tqdm import tqdm
+
+    for name in ("lm_eval", "lm-eval", "datasets"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+    # task.py builds requests under a bare tqdm (no switch to turn it off)
+    if getattr(lm_task, "tqdm", None) is tqdm:
+        lm_task.tqdm = functools.partial(tqdm, disable=True)
 
 
 def _png_bytes(image) -> bytes:
