@@ -16,7 +16,6 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-import torch
 from safetensors.torch import load_file, save_file
 
 BLOCK = 16  # tokens per stored KV block

@@ -11,6 +11,10 @@ from __future__ import annotations
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # ranks import torch lazily, after the launcher set their env
+    import torch
 
 DTYPES = {"float32": "float32", "bfloat16": "bfloat16", "float16": "float16"}
 
