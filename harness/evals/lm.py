@@ -88,31 +88,10 @@ def collect(eval_def, model_dir: Path, work_dir: Path, gate: str | None) -> Prep
     until = _until(gen_kwargs)
     max_new = eval_def.max_new_tokens or int(gen_kwargs.get("max_gen_toks", DEFAULT_MAX_GEN_TOKS))
 
-    prompts, images, items = [], [], []
-    for r in requests:
-        doc_id, context, visuals = r["doc_id"], r["context"], r["images"]
-        marks = context.count(IMAGE_MARK)
-        if len(visuals) > 1:
-            raise ValueError(f"eval '{eval_def.name}': item {doc_id} has {len(visuals)} images; the harness "
-                             "takes one image per item")
-        if visuals and marks != 1:
-            raise ValueError(f"eval '{eval_def.name}': item {doc_id} has an image but its prompt has "
-                             f"{marks} '{IMAGE_MARK}' marks (one is needed, where the image goes)")
-        if marks and not visuals:
-            raise ValueError(f"eval '{eval_def.name}': item {doc_id}'s prompt has '{IMAGE_MARK}' but no image")
-        ids = encode_text(context, tokenizer, config)
-        digest = hashlib.sha256(json.dumps(ids).encode())
-        path = None
-        if visuals:
-            path = work_dir / f"{eval_def.name}-{doc_id:05d}.png"
-            png = _png_bytes(visuals[0])
-            if not path.exists() or path.read_bytes() != png:
-                path.write_bytes(png)
-            digest.update(png)
-        prompts.append(ids)
-        images.append(str(path) if path else None)
-        items.append({"doc_id": doc_id, "target": str(task.doc_to_target(r["doc"])), "prompt_sha256": digest.hexdigest(),
-                      "image": str(path) if path else None})
+    encoded = [_encode_request(eval_def.name, r, task, tokenizer, config, work_dir) for r in requests]
+    prompts = [ids for ids, _ in encoded]
+    items = [item for _, item in encoded]
+    images = [item["image"] for item in items]
 
     workload = {
         "name": f"eval_{eval_def.name}",
@@ -127,6 +106,36 @@ def collect(eval_def, model_dir: Path, work_dir: Path, gate: str | None) -> Prep
     return PreparedEval(eval_def=eval_def, task_name=eval_def.task, workload=workload, items=items,
                         contexts=[r["context"] for r in requests], gen_kwargs=gen_kwargs,
                         num_fewshot=num_fewshot, task=task)
+
+
+def _encode_request(name: str, r: dict, task, tokenizer, config: dict, work_dir: Path) -> tuple[list[int], dict]:
+    """One lm-eval request -> (prompt ids, item record). The item's image is written as a
+    PNG next to the run and hashed with the ids: the pairing key of golden and scenario."""
+    doc_id, context, visuals = r["doc_id"], r["context"], r["images"]
+    _check_image_marks(name, doc_id, context, visuals)
+    ids = encode_text(context, tokenizer, config)
+    digest = hashlib.sha256(json.dumps(ids).encode())
+    path = None
+    if visuals:
+        path = work_dir / f"{name}-{doc_id:05d}.png"
+        png = _png_bytes(visuals[0])
+        if not path.exists() or path.read_bytes() != png:
+            path.write_bytes(png)
+        digest.update(png)
+    item = {"doc_id": doc_id, "target": str(task.doc_to_target(r["doc"])), "prompt_sha256": digest.hexdigest(),
+            "image": str(path) if path else None}
+    return ids, item
+
+
+def _check_image_marks(name: str, doc_id: int, context: str, visuals: list) -> None:
+    marks = context.count(IMAGE_MARK)
+    if len(visuals) > 1:
+        raise ValueError(f"eval '{name}': item {doc_id} has {len(visuals)} images; the harness takes one image per item")
+    if visuals and marks != 1:
+        raise ValueError(f"eval '{name}': item {doc_id} has an image but its prompt has "
+                         f"{marks} '{IMAGE_MARK}' marks (one is needed, where the image goes)")
+    if marks and not visuals:
+        raise ValueError(f"eval '{name}': item {doc_id}'s prompt has '{IMAGE_MARK}' but no image")
 
 
 def decode_responses(tokens, tokenizer, until: list[str]) -> list[str]:
