@@ -25,7 +25,7 @@ def _stage_of(layer: int, stage_io: list) -> int | None:
 def first_divergence(golden: EngineOutputs, scenario: EngineOutputs, workloads: list[dict]) -> dict | None:
     """The first diverging layer of the first captured workload, or None if nothing was captured."""
     for w in workloads:
-        if w["kind"] == "generate":  # eval generations capture nothing; the evals judge them
+        if w.get("kind") == "generate":  # eval generations capture nothing; the evals judge them
             continue
         g, s = golden.workload(w["name"]), scenario.workload(w["name"])
         if "hidden_states" not in g or "hidden_states" not in s:
