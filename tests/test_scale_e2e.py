@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -53,8 +54,13 @@ def leases_by_scenario(tmp_path) -> dict[str, dict]:
 def test_pr_gate_by_changed_files_packs_two_jobs_on_disjoint_slots(tmp_path, env):
     changed = tmp_path / "changed.txt"
     changed.write_text("harness/launch/__init__.py\n")
-    result = harness(env, "run", "--gate", "pr", "--changed-files", str(changed), "--jobs", "2", "--devices", "4",
-                     "--report-dir", str(tmp_path), "--run-id", "gate")
+    # the suites with cheap smoke sets: the eval suites' smoke scenarios take a minute each
+    suites = tmp_path / "scenarios"
+    suites.mkdir()
+    for name in ("llama-tiny", "llama-kvc", "llama-pli", "llama-vl"):
+        shutil.copy(ROOT / "scenarios" / f"{name}.yaml", suites)
+    result = harness(env, "--scenarios", str(suites), "run", "--gate", "pr", "--changed-files", str(changed),
+                     "--jobs", "2", "--devices", "4", "--report-dir", str(tmp_path), "--run-id", "gate")
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "1 changed files -> 7 scenarios" in result.stdout
     assert "llama-tiny/tp2-pp2" in result.stdout and "smoke set; harness/launch/__init__.py (changes.rules.3" in result.stdout
