@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+from interrupts import sigint_as_from_a_terminal
 
 pytestmark = pytest.mark.e2e
 ROOT = Path(__file__).resolve().parent.parent
@@ -125,7 +126,8 @@ def test_ctrl_c_stops_the_ranks_and_still_writes_the_report(demo):
     run_dir = root / "reports" / "interrupt"
     cmd = [sys.executable, "-m", "harness", "--scenarios", str(root / "scenarios"), "run", "demo/tp1-pp1", "demo/tp2-pp2",
            "--report-dir", str(root / "reports"), "--run-id", "interrupt", "--fault", "rank-hang@0"]
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            preexec_fn=sigint_as_from_a_terminal)
     log = run_dir / "scenarios" / "demo__tp1-pp1" / "logs" / "rank0.log"
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and not (log.exists() and survivors(run_dir)):

@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
+from interrupts import sigint_as_from_a_terminal
 
 import harness.launch as launch
 from harness.engines.base import LaunchPlan
@@ -187,7 +188,8 @@ def test_interrupt_leaves_nothing(dirs, sig):
     logs, pids = dirs
     env = {**os.environ, "RANK_MODE": "hang", "PID_DIR": str(pids)}
     driver = subprocess.Popen(
-        [sys.executable, str(RANKS / "driver.py"), str(logs)], env=env, stdout=subprocess.PIPE, text=True
+        [sys.executable, str(RANKS / "driver.py"), str(logs)], env=env, stdout=subprocess.PIPE, text=True,
+        preexec_fn=sigint_as_from_a_terminal,
     )
     try:
         deadline = time.monotonic() + 60

@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
+from interrupts import sigint_as_from_a_terminal
 
 from harness.devices import overlapping_leases, read_lease_log
 from tests.test_e2e import survivors
@@ -124,7 +125,8 @@ def test_ctrl_c_with_two_jobs_stops_both_runs_and_frees_the_slots(tmp_path, env)
     run_dir = tmp_path / "r" / "int"
     cmd = [sys.executable, "-m", "harness", "run", "llama-tiny/tp1-pp1", "llama-tiny/tp2-pp1", "--jobs", "2",
            "--devices", "4", "--fault", "rank-hang@0", "--report-dir", str(tmp_path / "r"), "--run-id", "int"]
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            preexec_fn=sigint_as_from_a_terminal)
     try:
         logs = [run_dir / "scenarios" / d / "logs" / "rank0.log" for d in ("llama-tiny__tp1-pp1", "llama-tiny__tp2-pp1")]
         deadline = time.monotonic() + 120
