@@ -35,6 +35,13 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+def _snake_name(v: str, what: str) -> str:
+    """Workload and eval names become output keys and check names: one spelling rule."""
+    if not re.fullmatch(r"[a-z][a-z0-9_]*", v):
+        raise ValueError(f"{what} names are lower-case letters, digits and '_'")
+    return v
+
+
 class WorkloadDef(_Strict):
     name: str
     kind: Literal["logprobs", "greedy"]
@@ -69,12 +76,7 @@ class WorkloadDef(_Strict):
             raise ValueError("capture_hidden is for logprobs workloads (teacher-forced prefill)")
         return self
 
-    @field_validator("name")
-    @classmethod
-    def _name(cls, v: str) -> str:
-        if not re.fullmatch(r"[a-z][a-z0-9_]*", v):
-            raise ValueError("workload names are lower-case letters, digits and '_'")
-        return v
+    _name = field_validator("name")(lambda v: _snake_name(v, "workload"))
 
 
 class EvalDef(_Strict):
@@ -97,12 +99,7 @@ class EvalDef(_Strict):
     max_drop: float = Field(0.0, ge=0, le=1)
     alpha: float = Field(0.05, gt=0, lt=1)
 
-    @field_validator("name")
-    @classmethod
-    def _name(cls, v: str) -> str:
-        if not re.fullmatch(r"[a-z][a-z0-9_]*", v):
-            raise ValueError("eval names are lower-case letters, digits and '_'")
-        return v
+    _name = field_validator("name")(lambda v: _snake_name(v, "eval"))
 
     def item_count(self, gate: str | None) -> int | None:
         """How many items a run in `gate` scores (None: all of the task's test split)."""
@@ -190,21 +187,13 @@ class SuiteFile(_Strict):
                     raise ValueError(f"axis '{axis}' value '{v}' must use [a-z0-9.-] (it becomes part of the id)")
         return matrix
 
-    @field_validator("workloads")
+    @field_validator("workloads", "evals")
     @classmethod
-    def _unique_workloads(cls, workloads: list) -> list:
-        names = [w.name for w in workloads]
+    def _unique_names(cls, entries: list, info) -> list:
+        names = [e.name for e in entries]
         if len(set(names)) != len(names):
-            raise ValueError(f"workload names repeat: {names}")
-        return workloads
-
-    @field_validator("evals")
-    @classmethod
-    def _unique_evals(cls, evals: list) -> list:
-        names = [e.name for e in evals]
-        if len(set(names)) != len(names):
-            raise ValueError(f"eval names repeat: {names}")
-        return evals
+            raise ValueError(f"{info.field_name} names repeat: {names}")
+        return entries
 
     @model_validator(mode="after")
     def _something_to_check(self) -> "SuiteFile":
