@@ -49,8 +49,11 @@ def select_for_changes(scenarios: list[Scenario], changed: list[str]) -> dict[st
         if reason not in reasons:
             reasons.append(reason)
 
+    in_pr_gate = {s.suite.suite for s in scenarios if "pr" in s.gates}
     mapped: set[str] = set()
     for s in scenarios:
+        if s.suite.suite not in in_pr_gate:
+            continue
         changes = s.suite.changes
         if changes is None:
             if "pr" in s.gates:

@@ -182,6 +182,14 @@ def test_an_unmapped_change_runs_the_whole_pr_gate(tmp_path):
     assert picks["big/tp2-pp2"] == ["src/unknown.py is mapped by no scenario file: the whole pr gate"]
 
 
+def test_a_suite_outside_the_pr_gate_is_not_enlisted_by_its_change_map(tmp_path):
+    other = MAPPED.replace("suite: big", "suite: other")
+    other = other[:other.index("gates:")] + "gates: {vllm: [tp1-pp1]}\n" + other[other.index("changes:"):]
+    sc = scenarios(tmp_path, MAPPED) + scenarios(tmp_path, other, "other.yaml")
+    picks = select_for_changes(sc, ["src/pipeline.py"])
+    assert picks and not any(sid.startswith("other/") for sid in picks)  # neither its smoke set nor its rules
+
+
 def test_a_suite_without_a_change_map_keeps_its_pr_gate(tmp_path):
     sc = scenarios(tmp_path, MAPPED) + scenarios(tmp_path, SUITE.replace("suite: big", "suite: other"), "other.yaml")
     picks = select_for_changes(sc, ["docs/a.md"])
