@@ -67,3 +67,31 @@ def _where(tmp_path: Path, v) -> str:
     from harness.report.markdown import where_diverged
 
     return where_diverged(v)
+
+
+def test_a_golden_made_with_evals_stores_per_item_results_and_scenarios_pair_with_it(tmp_path, monkeypatch):
+    from harness.outputs import EngineOutputs
+    from harness.runner import make_golden
+    from harness.scenario import load_suite
+
+    suite_file = tmp_path / "mini.yaml"
+    suite_file.write_text("""
+suite: mini-evals
+model: tiny-llama-arith
+evals:
+  - {name: arith, task: gsm8k-arith, items: 6, pr_items: 3, max_new_tokens: 24}
+golden: {tp: 1, pp: 1}
+matrix: {tp: [1, 2], pp: [1]}
+""")
+    monkeypatch.setenv("HARNESS_GOLDEN_DIR", str(tmp_path / "golden"))
+    by_id = {s.id: s for s in load_scenarios([suite_file])}
+    golden = make_golden(by_id["mini-evals/tp1-pp1"], tmp_path / "work")
+    stored = json.loads((golden / "evals.json").read_text())["arith"]
+    assert stored["task"] == "gsm8k-arith" and stored["n"] == 6  # all items, whatever the gate
+    assert all(set(it) >= {"doc_id", "prompt_sha256", "correct", "response"} for it in stored["items"])
+    assert not any(k.startswith("eval_") for k in EngineOutputs.load(golden).tensors)  # results kept, not tokens
+    assert load_suite(suite_file).evals[0].pr_items == 3
+    v = run_scenario(by_id["mini-evals/tp2-pp1"], tmp_path / "run", RunOptions(gate="pr"))
+    assert v.verdict == "pass", v.reason
+    m = checks(v)["eval:arith"]["metrics"]
+    assert m["n"] == 3 and m["score"] == m["golden_score"] > 0  # the PR slice, paired with the full golden
