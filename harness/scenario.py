@@ -19,7 +19,14 @@ from pathlib import Path
 from typing import Literal, Union
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 ID_PART = re.compile(r"^[a-z0-9][a-z0-9.-]*$")
 AXIS_NAME = re.compile(r"^[a-z][a-z0-9]*$")
