@@ -48,8 +48,8 @@ def run_reference(workload: dict, out: Path) -> dict:
     import torch
 
     from harness.engines.reference.worker import run
-    from harness.outputs import EngineOutputs
-    from harness.runspec import RunSpec
+    from harness.contract.outputs import EngineOutputs
+    from harness.contract.runspec import RunSpec
 
     torch.manual_seed(0)
     with socket.socket() as s:

@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
-from harness.outputs import EngineOutputs
+from harness.contract.outputs import EngineOutputs
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """Goldens: the eager single-device outputs every scenario of a suite is held to.
 
-A golden is an engine-outputs directory (harness/outputs.py) plus manifest.json,
+A golden is an engine-outputs directory (harness/contract/outputs.py) plus manifest.json,
 the record of what made it. Before a scenario is compared, the manifest is checked
 against what is being tested; a golden made from another model, other workloads,
 another dtype or other settings is an error that names each difference and the
@@ -17,7 +17,7 @@ import shutil
 import time
 from pathlib import Path
 
-from harness.outputs import EngineOutputs
+from harness.contract.outputs import EngineOutputs
 
 DEFAULT_GOLDEN_DIR = Path(__file__).resolve().parent.parent / "golden"
 MANIFEST = "manifest.json"

@@ -10,7 +10,7 @@ above float noise: it only locates a failure the logprob checks already found.
 
 from __future__ import annotations
 
-from harness.outputs import EngineOutputs
+from harness.contract.outputs import EngineOutputs
 
 HIDDEN_RTOL = 1e-3  # |delta| / max |golden| of the layer; float32 TP/compile noise is ~1e-6
 

@@ -23,8 +23,8 @@ from harness.engines import EngineUnavailable, get_engine
 from harness.evals import check as evals
 from harness.launch import Cluster, LaunchOutcome, run_ranks
 from harness.localize import describe, first_divergence
-from harness.outputs import EngineOutputs
-from harness.runspec import RunSpec
+from harness.contract.outputs import EngineOutputs
+from harness.contract.runspec import RunSpec
 from harness.scenario import Scenario
 from harness.verdict import FAILED, Verdict
 

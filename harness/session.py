@@ -17,7 +17,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from pathlib import Path
 
 from harness.devices import POLL_S, Lease
-from harness.launch import _SigtermAsInterrupt
+from harness.launch import SigtermAsInterrupt
 from harness.runner import RunOptions, run_scenario
 from harness.scenario import Scenario
 from harness.schedule import Cost, costs, largest_first
@@ -71,7 +71,7 @@ def _run_packed(scenarios, run_dir, opts: RunOptions, progress: Progress, jobs: 
     pending = largest_first(scenarios, cost)
     running: dict[Future, Lease | None] = {}
     verdicts: list[Verdict] = []
-    with ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="scenario") as pool, _SigtermAsInterrupt():
+    with ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="scenario") as pool, SigtermAsInterrupt():
         try:
             while pending or running:
                 for scenario, lease in _startable(pending, running, jobs, opts, cost):

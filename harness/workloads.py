@@ -34,7 +34,7 @@ def prompt_texts(prompts: str | list[str], count: int) -> list[str]:
 
 
 def resolve(workloads: list[WorkloadDef], model_dir: Path) -> list[dict]:
-    """Workload dicts of the run-spec contract (harness/runspec.py), with token ids."""
+    """Workload dicts of the run-spec contract (harness/contract/runspec.py), with token ids."""
     tokenizer = load_tokenizer(model_dir)
     resolved = []
     for w in workloads:

@@ -11,7 +11,7 @@ import torch
 
 from harness.contracts import check_pp_contract
 from harness.localize import describe, first_divergence
-from harness.outputs import EngineOutputs
+from harness.contract.outputs import EngineOutputs
 from harness.report.axes import explaining_settings
 from harness.verdict import Verdict
 

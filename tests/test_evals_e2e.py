@@ -70,7 +70,7 @@ def _where(tmp_path: Path, v) -> str:
 
 
 def test_a_golden_made_with_evals_stores_per_item_results_and_scenarios_pair_with_it(tmp_path, monkeypatch):
-    from harness.outputs import EngineOutputs
+    from harness.contract.outputs import EngineOutputs
     from harness.runner import make_golden
     from harness.scenario import load_suite
 

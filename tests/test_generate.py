@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from harness.outputs import EngineOutputs
-from harness.runspec import RunSpec, cut_generation, generate_params, stop_reached
+from harness.contract.outputs import EngineOutputs
+from harness.contract.runspec import RunSpec, cut_generation, generate_params, stop_reached
 
 # --- the stop rule -----------------------------------------------------------------
 

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from harness import golden as goldens
-from harness.outputs import EngineOutputs
+from harness.contract.outputs import EngineOutputs
 
 
 def manifest(**overrides):

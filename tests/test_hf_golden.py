@@ -19,8 +19,8 @@ from harness import zoo
 from harness.compare import compare_outputs, tolerance_for
 from harness.engines import get_engine
 from harness.launch import run_ranks
-from harness.outputs import EngineOutputs
-from harness.runspec import RunSpec
+from harness.contract.outputs import EngineOutputs
+from harness.contract.runspec import RunSpec
 from harness.scenario import DEFAULT_SCENARIO_DIR, load_suite
 
 pytest.importorskip("transformers")

@@ -19,7 +19,7 @@ import pytest
 from interrupts import sigint_as_from_a_terminal
 
 import harness.launch as launch
-from harness.engines.base import LaunchPlan
+from harness.contract.launchplan import LaunchPlan
 from harness.launch import LaunchOutcome, parse_stack_dump, run_ranks
 
 RANKS = Path(__file__).parent / "ranks"
@@ -169,14 +169,14 @@ def test_port_in_use_is_retried(dirs, monkeypatch):
 
 def test_launcher_exception_leaves_nothing(dirs, monkeypatch):
     logs, pids = dirs
-    real_poll = launch._Attempt.poll
+    real_poll = launch.Attempt.poll
 
     def broken_poll(self):
         if len(list(pids.glob("ready*"))) == 2:
             raise RuntimeError("bug in the launcher")
         return real_poll(self)
 
-    monkeypatch.setattr(launch._Attempt, "poll", broken_poll)
+    monkeypatch.setattr(launch.Attempt, "poll", broken_poll)
     plan = LaunchPlan(2, [sys.executable, str(ALLREDUCE)], {"RANK_MODE": "hang", "PID_DIR": str(pids)})
     with pytest.raises(RuntimeError, match="bug in the launcher"):
         run_ranks(plan, logs, timeout_s=60)
@@ -232,12 +232,12 @@ def test_parse_stack_dump_main_thread_is_last():
 
 
 def test_pick_first_prefers_real_exception_over_peer_error():
-    from harness.launch import _Exit, _pick_first
+    from harness.launch.blame import RankExit, pick_first
 
-    peer = _Exit(0, 1, None, 1.0, {"exception_type": "RuntimeError", "message": "Connection closed by peer", "time": 10.0})
-    real = _Exit(1, 1, None, 1.0, {"exception_type": "KeyError", "message": "'residual'", "time": 10.5})
-    killed = _Exit(2, None, "SIGKILL", 1.0)
-    assert _pick_first([peer, real]).rank == 1
-    assert _pick_first([peer, killed]).rank == 2
-    early = _Exit(3, 1, None, 1.0, {"exception_type": "ValueError", "message": "x", "time": 9.0})
-    assert _pick_first([real, early]).rank == 3
+    peer = RankExit(0, 1, None, 1.0, {"exception_type": "RuntimeError", "message": "Connection closed by peer", "time": 10.0})
+    real = RankExit(1, 1, None, 1.0, {"exception_type": "KeyError", "message": "'residual'", "time": 10.5})
+    killed = RankExit(2, None, "SIGKILL", 1.0)
+    assert pick_first([peer, real]).rank == 1
+    assert pick_first([peer, killed]).rank == 2
+    early = RankExit(3, 1, None, 1.0, {"exception_type": "ValueError", "message": "x", "time": 9.0})
+    assert pick_first([real, early]).rank == 3

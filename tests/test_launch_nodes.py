@@ -19,7 +19,7 @@ import time
 
 import pytest
 
-from harness.engines.base import LaunchPlan
+from harness.contract.launchplan import LaunchPlan
 from harness.launch import Cluster, Node, run_ranks
 from tests.test_launch import ALLREDUCE, RANKS, _alive, assert_no_survivors
 

@@ -17,7 +17,7 @@ import pytest
 import torch
 import yaml
 
-from harness.outputs import EngineOutputs
+from harness.contract.outputs import EngineOutputs
 from tests.test_e2e import survivors
 
 pytestmark = [

@@ -16,8 +16,8 @@ import pytest
 import torch
 
 from harness.engines.reference import ReferenceEngine
-from harness.outputs import EngineOutputs
-from harness.runspec import RunSpec
+from harness.contract.outputs import EngineOutputs
+from harness.contract.runspec import RunSpec
 
 REPO = Path(__file__).resolve().parents[1]
 VOCAB = 512

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from harness import zoo
-from harness.runspec import RunSpec
+from harness.contract.runspec import RunSpec
 from harness.zoo import train
 from harness.zoo.trained import WEIGHTS
 

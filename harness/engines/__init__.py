@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import importlib
 
-from harness.engines.base import Engine, LaunchPlan
+from harness.contract.launchplan import LaunchPlan
+from harness.engines.base import Engine
 
 # name -> (module, class, how to install it)
 REGISTRY: dict[str, tuple[str, str, str]] = {

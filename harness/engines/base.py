@@ -10,20 +10,9 @@ from __future__ import annotations
 
 import sys
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field
 
-from harness.runspec import RunSpec
-
-
-@dataclass
-class LaunchPlan:
-    """The processes of one engine run. The launcher adds the torchrun-style
-    variables (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR,
-    MASTER_PORT) to each rank's environment."""
-
-    world_size: int
-    argv: list[str]  # the same command line for every rank
-    env: dict[str, str] = field(default_factory=dict)
+from harness.contract.launchplan import LaunchPlan
+from harness.contract.runspec import RunSpec
 
 
 class Engine(ABC):

@@ -30,19 +30,20 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from harness.launch import _group_alive, _killpg, _peek_exit  # noqa: E402
+from harness.launch.blame import peek_exit  # noqa: E402
+from harness.launch.procgroup import group_alive, killpg  # noqa: E402
 
 DUMP_COMMAND = b"dump\n"
 STOP_GRACE_S = 1.5  # shorter than the launcher's TERM_GRACE_S, so the agent finishes its cleanup first
 
 
 def stop_group(pgid: int, grace_s: float) -> None:
-    if _group_alive(pgid):
-        _killpg(pgid, signal.SIGTERM)
+    if group_alive(pgid):
+        killpg(pgid, signal.SIGTERM)
         deadline = time.monotonic() + grace_s
-        while _group_alive(pgid) and time.monotonic() < deadline:
+        while group_alive(pgid) and time.monotonic() < deadline:
             time.sleep(0.05)
-    _killpg(pgid, signal.SIGKILL)
+    killpg(pgid, signal.SIGKILL)
 
 
 def serve_channel(rank: subprocess.Popen) -> None:
@@ -57,7 +58,7 @@ def serve_channel(rank: subprocess.Popen) -> None:
 
 
 def exit_like(rank: subprocess.Popen) -> None:
-    code, sig = _peek_exit(rank) or (1, None)
+    code, sig = peek_exit(rank) or (1, None)
     rank.wait()
     if sig is not None:
         signum = getattr(signal, sig, signal.SIGKILL)
@@ -81,7 +82,7 @@ def main() -> None:
     signal.signal(signal.SIGTERM, on_stop)
     signal.signal(signal.SIGINT, on_stop)
     threading.Thread(target=serve_channel, args=(rank,), daemon=True).start()
-    while _peek_exit(rank) is None:  # WNOWAIT: the group id stays ours until we reap
+    while peek_exit(rank) is None:  # WNOWAIT: the group id stays ours until we reap
         time.sleep(0.1)
     stop_group(rank.pid, 0.0)  # leftovers of a finished rank
     exit_like(rank)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from harness.engines.base import LaunchPlan  # noqa: E402
+from harness.contract.launchplan import LaunchPlan  # noqa: E402
 from harness.launch import Cluster, LaunchInterrupted, Node, run_ranks  # noqa: E402
 
 prefix = os.environ.get("DRIVER_NODE_PREFIX")

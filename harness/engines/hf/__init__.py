@@ -16,8 +16,9 @@ import os
 import sys
 from pathlib import Path
 
-from harness.engines.base import Engine, LaunchPlan
-from harness.runspec import RunSpec
+from harness.contract.launchplan import LaunchPlan
+from harness.engines.base import Engine
+from harness.contract.runspec import RunSpec
 
 PROJECT_ROOT = Path(__file__).resolve().parents[3]
 PYTHON_ENV = "HARNESS_HF_PYTHON"

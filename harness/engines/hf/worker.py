@@ -93,13 +93,13 @@ def run_greedy(model, prompter, w: dict) -> dict:
 
 
 def run_generate(model, prompter, w: dict) -> dict:
-    """Greedy generation with the `generate` stop rule (harness/runspec.py), one prompt
+    """Greedy generation with the `generate` stop rule (harness/contract/runspec.py), one prompt
     at a time: text prompts decode through the model's KV cache (past_key_values);
     prompts with an image re-run the whole sequence each step, as run_greedy does."""
     import torch
 
-    from harness.outputs import EngineOutputs
-    from harness.runspec import generate_params, stop_reached
+    from harness.contract.outputs import EngineOutputs
+    from harness.contract.runspec import generate_params, stop_reached
 
     n, stop, eos = generate_params(w)
     images = w.get("images") or [None] * len(w["prompts"])
@@ -123,7 +123,7 @@ def run_generate(model, prompter, w: dict) -> dict:
 def run(spec) -> None:
     import transformers
 
-    from harness.outputs import EngineOutputs
+    from harness.contract.outputs import EngineOutputs
 
     if spec.tp != 1 or spec.pp != 1 or spec.sp or spec.compile:
         raise ValueError(f"the hf engine runs one process, eager (got settings {spec.settings})")
@@ -139,7 +139,7 @@ def run(spec) -> None:
 
 
 def main() -> None:
-    from harness.runspec import RunSpec
+    from harness.contract.runspec import RunSpec
 
     if len(sys.argv) != 2:
         raise SystemExit("usage: python -m harness.engines.hf.worker SPEC.json")

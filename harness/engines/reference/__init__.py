@@ -19,8 +19,9 @@ import os
 import sys
 from pathlib import Path
 
-from harness.engines.base import Engine, LaunchPlan
-from harness.runspec import RunSpec
+from harness.contract.launchplan import LaunchPlan
+from harness.engines.base import Engine
+from harness.contract.runspec import RunSpec
 
 
 class ReferenceEngine(Engine):

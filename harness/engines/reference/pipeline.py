@@ -35,8 +35,8 @@ from harness.engines.reference.parallel import (
     send_json,
     send_tensor_dict,
 )
-from harness.outputs import EngineOutputs
-from harness.runspec import stop_reached
+from harness.contract.outputs import EngineOutputs
+from harness.contract.runspec import stop_reached
 
 #: the inter-stage message field that carries the KV connector's reports
 SIDE_CHANNEL = "kv_connector_output"
@@ -428,7 +428,7 @@ class ModelRunner:
 
     def run_generate(self, prompts: list[list[int]], max_new_tokens: int, stop: list[list[int]],
                      eos_token_id: int | None, images: list | None = None) -> dict[str, torch.Tensor] | None:
-        """Greedy generation with the `generate` stop rule (harness/runspec.py), batched
+        """Greedy generation with the `generate` stop rule (harness/contract/runspec.py), batched
         for evals: groups of up to MAX_GEN_SEQS_PER_BATCH sequences (generate_groups),
         each prefilled in chunks of whole prompts (batch_groups), then decoded while any
         of its sequences runs; a stopped sequence leaves the decode batch. Every rank

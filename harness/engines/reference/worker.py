@@ -40,7 +40,7 @@ def build_stage(spec, ctx):
 def run_workloads(runner, workloads: list[dict]):
     """All workloads, in order, every rank in lockstep. Returns {name: fields} on the
     last stage (None entries elsewhere)."""
-    from harness.runspec import generate_params
+    from harness.contract.runspec import generate_params
 
     results = {}
     for w in workloads:
@@ -92,7 +92,7 @@ def run(spec) -> None:
     from harness.engines.reference import faults
     from harness.engines.reference.parallel import init_parallel
     from harness.engines.reference.pipeline import ModelRunner
-    from harness.outputs import EngineOutputs
+    from harness.contract.outputs import EngineOutputs
 
     if spec.dtype not in DTYPES:
         raise ValueError(f"unknown dtype {spec.dtype!r} (known: {', '.join(DTYPES)})")
@@ -147,7 +147,7 @@ def run(spec) -> None:
 
 
 def main() -> None:
-    from harness.runspec import RunSpec
+    from harness.contract.runspec import RunSpec
 
     if len(sys.argv) != 2:
         raise SystemExit("usage: python -m harness.engines.reference.worker SPEC.json")

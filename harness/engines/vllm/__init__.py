@@ -23,9 +23,10 @@ import os
 import subprocess
 from pathlib import Path
 
-from harness.engines.base import Engine, LaunchPlan
+from harness.contract.launchplan import LaunchPlan
+from harness.engines.base import Engine
 from harness.engines.vllm.crash import root_cause
-from harness.runspec import RunSpec
+from harness.contract.runspec import RunSpec
 
 PROJECT_ROOT = Path(__file__).resolve().parents[3]
 DEFAULT_PYTHON = PROJECT_ROOT / ".venv-vllm" / "bin" / "python"

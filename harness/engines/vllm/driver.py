@@ -137,14 +137,14 @@ def run_greedy(llm, workload: dict) -> dict:
 
 
 def run_generate(llm, workload: dict) -> dict:
-    """Greedy generation with the `generate` stop rule (harness/runspec.py): vLLM stops
+    """Greedy generation with the `generate` stop rule (harness/contract/runspec.py): vLLM stops
     at EOS (stop_token_ids: the workload's EOS, kept in token_ids; ignore_eos so the
     model's own generation config adds no other stop); the stop sequences of ids are
     applied to the returned tokens (cut after the first complete one)."""
     from vllm import SamplingParams
 
-    from harness.outputs import EngineOutputs
-    from harness.runspec import cut_generation, generate_params
+    from harness.contract.outputs import EngineOutputs
+    from harness.contract.runspec import cut_generation, generate_params
 
     n, stop, eos = generate_params(workload)
     if n == 0:
@@ -162,7 +162,7 @@ RUNNERS = {"logprobs": run_logprobs, "greedy": run_greedy, "generate": run_gener
 def run(spec) -> None:
     import vllm
 
-    from harness.outputs import EngineOutputs
+    from harness.contract.outputs import EngineOutputs
 
     t0 = time.perf_counter()
     llm = vllm.LLM(**engine_kwargs(spec))
@@ -186,7 +186,7 @@ def run(spec) -> None:
 
 
 def main() -> None:
-    from harness.runspec import RunSpec
+    from harness.contract.runspec import RunSpec
 
     if len(sys.argv) != 2:
         raise SystemExit("usage: python -m harness.engines.vllm.driver SPEC.json")

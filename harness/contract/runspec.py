@@ -24,7 +24,7 @@ A workload is a plain dict so engines can pass through fields they do not know:
         is the rule every engine applies. "stop" may be absent (none) and
         "eos_token_id" null (no EOS stop). No logprobs are asked; the comparison
         checks skip this kind (the evals score it). Outputs: tokens [P, N] padded
-        with -1 after the stop, lengths [P] (harness/outputs.py).
+        with -1 after the stop, lengths [P] (harness/contract/outputs.py).
 
 Image inputs (models with a vision encoder): a workload may carry
     "images": [null | "/abs/path/to/image.png", ...]   one entry per prompt

@@ -1,0 +1,34 @@
+"""What a launch ends in: the outcome the runner turns into a verdict."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class RankFailure:
+    rank: int
+    exitcode: int | None  # None if killed by a signal
+    signal: str | None  # e.g. "SIGKILL"
+    exception: str | None  # "KeyError: 'residual'" from the rank's error record, else None
+    traceback: str | None  # from the error record; else the tail of the rank's log
+    log: str  # path of the rank's log file
+
+
+@dataclass
+class LaunchOutcome:
+    status: str  # "ok" | "crash" | "hang" | "interrupted"
+    duration_s: float
+    failure: RankFailure | None = None  # the FIRST rank that died (crash)
+    stacks: dict[int, str] = field(default_factory=dict)  # hang: per-rank faulthandler dump
+    stuck_at: dict[int, str] = field(default_factory=dict)  # hang: "file:line in func" of main thread
+    logs: dict[int, str] = field(default_factory=dict)  # rank -> log path
+    port: int = 0
+
+
+class LaunchInterrupted(KeyboardInterrupt):
+    """Raised by run_ranks after Ctrl-C / SIGTERM, once every rank is gone."""
+
+    def __init__(self, outcome: LaunchOutcome):
+        super().__init__("launch interrupted")
+        self.outcome = outcome
