@@ -58,9 +58,9 @@ def encode_png(rgb) -> bytes:
 
 def image_path(name: str) -> Path:
     """The PNG of `name` in the cache, written on first use (atomically: concurrent runs)."""
-    from harness.zoo import cache_root
+    from harness.roots import cache_dir
 
-    target = cache_root().parent / "images" / f"{name}.png"
+    target = cache_dir("images") / f"{name}.png"
     if not target.exists():
         target.parent.mkdir(parents=True, exist_ok=True)
         tmp = target.with_name(f".{target.name}.{os.getpid()}")

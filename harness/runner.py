@@ -17,14 +17,14 @@ from harness import golden as goldens
 from harness import workloads as wl
 from harness import zoo
 from harness.compare import compare_outputs, tolerance_for
+from harness.contract.outputs import EngineOutputs
+from harness.contract.runspec import RunSpec
 from harness.contracts import check_pp_contract
 from harness.devices import DevicePool, Lease
 from harness.engines import EngineUnavailable, get_engine
 from harness.evals import check as evals
 from harness.launch import Cluster, LaunchOutcome, run_ranks
 from harness.localize import describe, first_divergence
-from harness.contract.outputs import EngineOutputs
-from harness.contract.runspec import RunSpec
 from harness.scenario import Scenario
 from harness.verdict import FAILED, Verdict
 

@@ -11,8 +11,9 @@ import hashlib
 import json
 from pathlib import Path
 
+from harness.roots import DATA_DIR
 from harness.scenario import WorkloadDef
-from harness.zoo import DATA_DIR, load_tokenizer
+from harness.zoo import load_tokenizer
 
 BOS_ID = 0  # every zoo tokenizer puts <s> first (zoo.SPECIAL_TOKENS)
 EOS_ID = 1

@@ -22,7 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-DATA_DIR = Path(__file__).resolve().parent.parent / "data"
+from harness.roots import DATA_DIR, cache_dir
+
 CHECKPOINT_FILES = ("config.json", "model.safetensors", "tokenizer.json")
 SPECIAL_TOKENS = ["<s>", "</s>", "<pad>"]
 
@@ -55,7 +56,7 @@ def register(spec: ModelSpec) -> ModelSpec:
 
 
 def cache_root() -> Path:
-    return Path(os.environ.get("HARNESS_CACHE", Path.home() / ".cache" / "harness")) / "models"
+    return cache_dir("models")
 
 
 def get_spec(name: str) -> ModelSpec:

@@ -17,8 +17,8 @@ import sys
 from pathlib import Path
 
 from harness.contract.launchplan import LaunchPlan
-from harness.engines.base import Engine
 from harness.contract.runspec import RunSpec
+from harness.engines.base import Engine
 
 PROJECT_ROOT = Path(__file__).resolve().parents[3]
 PYTHON_ENV = "HARNESS_HF_PYTHON"

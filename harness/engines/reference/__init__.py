@@ -20,8 +20,8 @@ import sys
 from pathlib import Path
 
 from harness.contract.launchplan import LaunchPlan
-from harness.engines.base import Engine
 from harness.contract.runspec import RunSpec
+from harness.engines.base import Engine
 
 
 class ReferenceEngine(Engine):

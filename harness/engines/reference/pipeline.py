@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import torch
 
+from harness.contract.outputs import EngineOutputs
+from harness.contract.runspec import stop_reached
 from harness.engines.reference import faults as fault_switches
 from harness.engines.reference.kv_connector import (
     WAIT_STEPS,
@@ -35,8 +37,6 @@ from harness.engines.reference.parallel import (
     send_json,
     send_tensor_dict,
 )
-from harness.contract.outputs import EngineOutputs
-from harness.contract.runspec import stop_reached
 
 #: the inter-stage message field that carries the KV connector's reports
 SIDE_CHANNEL = "kv_connector_output"

@@ -89,10 +89,10 @@ def run(spec) -> None:
     import torch
     import torch.distributed as dist
 
+    from harness.contract.outputs import EngineOutputs
     from harness.engines.reference import faults
     from harness.engines.reference.parallel import init_parallel
     from harness.engines.reference.pipeline import ModelRunner
-    from harness.contract.outputs import EngineOutputs
 
     if spec.dtype not in DTYPES:
         raise ValueError(f"unknown dtype {spec.dtype!r} (known: {', '.join(DTYPES)})")

@@ -24,9 +24,9 @@ import subprocess
 from pathlib import Path
 
 from harness.contract.launchplan import LaunchPlan
+from harness.contract.runspec import RunSpec
 from harness.engines.base import Engine
 from harness.engines.vllm.crash import root_cause
-from harness.contract.runspec import RunSpec
 
 PROJECT_ROOT = Path(__file__).resolve().parents[3]
 DEFAULT_PYTHON = PROJECT_ROOT / ".venv-vllm" / "bin" / "python"
@@ -124,9 +124,9 @@ def _probe_key(python: Path) -> str:
 
 
 def _cached_probe(python: Path, key: str) -> dict:
-    from harness.zoo import cache_root
+    from harness.roots import cache_dir
 
-    cache = cache_root().parent / "engine-probes" / f"vllm-{key}.json"
+    cache = cache_dir("engine-probes") / f"vllm-{key}.json"
     if cache.exists():
         return json.loads(cache.read_text())
     result = _run_probe(python)
