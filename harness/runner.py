@@ -14,8 +14,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from harness import golden as goldens
+from harness import models
 from harness import workloads as wl
-from harness import zoo
 from harness.compare import compare_outputs, tolerance_for
 from harness.contract.outputs import EngineOutputs
 from harness.contract.runspec import RunSpec
@@ -68,7 +68,8 @@ def prepare(scenario: Scenario, settings: dict, out_dir: Path, opts: RunOptions,
     suite = scenario.suite
     engine = get_engine(suite.engine)
     engine.configure(suite.engine_options)
-    model_dir = zoo.model_dir(suite.model)
+    model = models.resolve(suite.model, engine.python(), base_dir=scenario.source.parent)
+    model_dir = model.directory
     resolved = wl.resolve(suite.workloads, model_dir)
     # Eval requests come last: the suite's own workloads keep their place (text before
     # images: the compile-structure check depends on the order).
@@ -86,8 +87,8 @@ def prepare(scenario: Scenario, settings: dict, out_dir: Path, opts: RunOptions,
     )
     manifest = goldens.make_manifest(
         suite=suite.suite,
-        model=suite.model,
-        model_sha256=zoo.get_spec(suite.model).sha256,
+        model=model.label,
+        model_sha256=model.sha256,
         workload_sha256=wl.checksum(resolved),  # eval items are paired by prompt hash instead
         engine=suite.engine,
         dtype=suite.dtype,
@@ -166,7 +167,7 @@ def run_scenario(scenario: Scenario, run_dir: Path, opts: RunOptions | None = No
 def _run(scenario: Scenario, out_dir: Path, opts: RunOptions, lease: Lease | None) -> Verdict:
     try:
         prepared = prepare(scenario, scenario.settings, out_dir, opts, opts.gate)
-    except EngineUnavailable as exc:
+    except (EngineUnavailable, models.ModelError) as exc:  # nothing was launched
         return Verdict(scenario.id, "error", str(exc), error={"exception": str(exc)})
     need = prepared.engine.devices_needed(scenario.settings)
     reason = prepared.engine.unsupported_reason(scenario.settings, prepared.spec.model_dir) or devices_problem(need, opts)

@@ -28,6 +28,8 @@ from pydantic import (
     model_validator,
 )
 
+from harness.models import ModelRef
+
 ID_PART = re.compile(r"^[a-z0-9][a-z0-9.-]*$")
 AXIS_NAME = re.compile(r"^[a-z][a-z0-9]*$")
 AxisValue = Union[bool, int, str]  # bool first: YAML `true` must stay a bool
@@ -157,7 +159,7 @@ class SuiteFile(_Strict):
     engine: str = "reference"
     # engine settings that are not matrix axes, e.g. {python: .venv-vllm/bin/python}
     engine_options: dict[str, str] = {}
-    model: str
+    model: ModelRef  # a zoo name, or {path:}, {hub:, revision:}, {arch:} (harness/models)
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
     timeout_s: float = Field(600, gt=0)
     workloads: list[WorkloadDef] = []

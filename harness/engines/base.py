@@ -46,6 +46,11 @@ class Engine(ABC):
         tp*pp, one device per rank, whether the engine starts the ranks or we do."""
         return int(settings.get("tp", 1)) * int(settings.get("pp", 1))
 
+    def python(self) -> str:
+        """The interpreter the engine's processes run in (it also builds tiny models for
+        the engine, harness/models): the harness's own, unless the engine has its own."""
+        return sys.executable
+
     @abstractmethod
     def launch_plan(self, spec: RunSpec, spec_path: str) -> LaunchPlan:
         """The processes that run `spec` (already saved at `spec_path`)."""

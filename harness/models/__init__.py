@@ -1,0 +1,216 @@
+"""What a scenario's `model:` names, and the checkpoint directory it resolves to.
+
+    model: tiny-llama                                  a zoo model (harness/zoo): built here, checksummed
+    model: {path: /ckpt/my-llama}                      a local HF checkpoint directory
+    model: {hub: org/name, revision: 0123abcd...}      a hub model at a pinned revision (huggingface_hub cache)
+    model: {arch: Qwen3ForCausalLM, seed: 0, overrides: {num_hidden_layers: 4}}
+                                                       a tiny random checkpoint of a transformers architecture
+
+Every source resolves to a directory in HF layout (config.json, safetensors, tokenizer)
+and an identity: a label that says where it came from and the sha256 of its content
+(harness/models/identity.py), which the golden's manifest records. A tiny checkpoint is
+built by the engine's own interpreter (harness/models/tiny.py), so its config has the
+fields that engine's transformers reads, and is cached by everything that made it.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Union
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from harness.models.identity import checkpoint_digest
+from harness.roots import cache_dir
+
+TINY_BUILDER = Path(__file__).with_name("tiny.py")
+WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json")
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json")
+
+
+class ModelError(Exception):
+    """The model a scenario names cannot be had: the message says why and what to do."""
+
+
+class _Ref(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class PathModel(_Ref):
+    path: str = Field(min_length=1)
+
+    @property
+    def label(self) -> str:
+        return f"path:{self.path}"
+
+
+class HubModel(_Ref):
+    hub: str = Field(pattern=r"^[\w.-]+/[\w.-]+$")
+    revision: str = Field(min_length=1, description="a commit hash (or tag): what the golden was made on")
+
+    @property
+    def label(self) -> str:
+        return f"hub:{self.hub}@{self.revision}"
+
+
+class ArchModel(_Ref):
+    arch: str = Field(pattern=r"^[A-Za-z][A-Za-z0-9_]*$")
+    seed: int = 0
+    overrides: dict = Field(default_factory=dict)
+
+    @property
+    def label(self) -> str:
+        extra = f" {json.dumps(self.overrides, sort_keys=True)}" if self.overrides else ""
+        return f"arch:{self.arch} seed={self.seed}{extra}"
+
+
+# A zoo model is named by a plain string.
+ModelRef = Union[str, PathModel, HubModel, ArchModel]
+
+
+@dataclass(frozen=True)
+class ResolvedModel:
+    directory: Path
+    label: str  # the golden manifest's `model`
+    sha256: str  # the golden manifest's `model_sha256`
+
+
+def label_of(ref: ModelRef) -> str:
+    return ref if isinstance(ref, str) else ref.label
+
+
+def resolve(ref: ModelRef, python: str, base_dir: Path | None = None) -> ResolvedModel:
+    """The checkpoint of `ref`. `python` is the engine's interpreter (it builds tiny
+    checkpoints); `base_dir` anchors a relative `path:` (the scenario file's folder)."""
+    if isinstance(ref, str):
+        return _zoo(ref)
+    if isinstance(ref, PathModel):
+        path = Path(ref.path).expanduser()
+        directory = path if path.is_absolute() or base_dir is None else base_dir / path
+        return _checkpoint(directory.resolve(), ref.label, f"model path '{ref.path}'")
+    if isinstance(ref, HubModel):
+        from harness.models.hub import HubUnavailable, snapshot
+
+        try:
+            directory = snapshot(ref.hub, ref.revision)
+        except HubUnavailable as exc:
+            raise ModelError(str(exc)) from None
+        return _checkpoint(directory, ref.label, f"hub model '{ref.hub}@{ref.revision}'")
+    return _checkpoint(build_tiny(ref, python), ref.label, f"tiny {ref.arch}")
+
+
+def _zoo(name: str) -> ResolvedModel:
+    from harness import zoo
+
+    if name not in zoo.ZOO:
+        raise ModelError(f"unknown model '{name}': the zoo has {', '.join(sorted(zoo.ZOO))}; for any other model "
+                         "write model: {path: DIR}, {hub: ORG/NAME, revision: REV} or {arch: CLASS} (harness/models)")
+    return ResolvedModel(zoo.model_dir(name), name, zoo.get_spec(name).sha256)
+
+
+def _checkpoint(directory: Path, label: str, what: str) -> ResolvedModel:
+    problem = checkpoint_problem(directory)
+    if problem:
+        raise ModelError(f"{what}: {directory} is not a checkpoint: {problem}. A checkpoint directory holds "
+                         "config.json, model.safetensors (or its index) and a tokenizer (tokenizer.json).")
+    return ResolvedModel(directory, label, checkpoint_digest(directory))
+
+
+def checkpoint_problem(directory: Path) -> str | None:
+    if not directory.is_dir():
+        return "no such directory"
+    if not (directory / "config.json").is_file():
+        return "no config.json"
+    if not any((directory / f).is_file() for f in WEIGHT_FILES):
+        return f"no {' or '.join(WEIGHT_FILES)}"
+    if not any((directory / f).is_file() for f in TOKENIZER_FILES):
+        return f"no tokenizer ({', '.join(TOKENIZER_FILES)})"
+    return None
+
+
+# ---------------------------------------------------------------------------------
+# tiny random checkpoints
+
+
+def build_tiny(ref: ArchModel, python: str) -> Path:
+    """The cached tiny checkpoint of `ref` as `python` builds it; built on first use."""
+    key = _tiny_key(ref, python)
+    target = cache_dir("models") / "tiny" / f"{ref.arch}-{key}"
+    if checkpoint_problem(target) is None:
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with open(f"{target}.lock", "w") as lock:  # concurrent scenarios: one builds, the others wait
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if checkpoint_problem(target) is not None:
+            _run_builder(ref, python, target)
+    return target
+
+
+def _tiny_key(ref: ArchModel, python: str) -> str:
+    """Everything that decides the bytes: the request, the builder, the corpus and the
+    versions of the libraries in the interpreter that builds."""
+    parts = [ref.label, TINY_BUILDER.read_text(), _corpus_digest(), _library_versions(python)]
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
+
+
+def _library_versions(python: str) -> str:
+    code = ("import importlib.metadata as m\n"
+            "print(' '.join(f'{p}=={m.version(p)}' for p in ('torch', 'transformers', 'tokenizers')))")
+    try:
+        done = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=120)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise ModelError(f"cannot run the engine's interpreter {python} to build a tiny model ({exc})") from None
+    if done.returncode != 0:
+        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        raise ModelError(f"the engine's interpreter {python} lacks what a tiny model needs "
+                         f"(torch, transformers, tokenizers): {last}")
+    return done.stdout.strip()
+
+
+def _corpus() -> Path:
+    """The tokenizer's training text (the vendored GSM8K train set), one text a line."""
+    from harness.zoo import tokenizer_corpus
+
+    path = cache_dir("models") / "tiny" / "corpus.txt"
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".corpus.{os.getpid()}")
+        tmp.write_text("\n".join(text.replace("\n", " ") for text in tokenizer_corpus()))
+        os.replace(tmp, path)
+    return path
+
+
+def _corpus_digest() -> str:
+    return hashlib.sha256(_corpus().read_bytes()).hexdigest()
+
+
+def _run_builder(ref: ArchModel, python: str, target: Path) -> None:
+    staging = Path(tempfile.mkdtemp(prefix=f".{ref.arch}-", dir=target.parent))
+    argv = [python, str(TINY_BUILDER), "--arch", ref.arch, "--seed", str(ref.seed),
+            "--overrides", json.dumps(ref.overrides), "--corpus", str(_corpus()), "--out", str(staging)]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_HUB_DISABLE_PROGRESS_BARS": "1",
+           "TQDM_DISABLE": "1", "OMP_NUM_THREADS": "1"}
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, env=env)
+        if done.returncode != 0:
+            raise ModelError(_builder_error(ref, done))
+        shutil.rmtree(target, ignore_errors=True)
+        os.replace(staging, target)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def _builder_error(ref: ArchModel, done: subprocess.CompletedProcess) -> str:
+    said = [ln[len("tiny-model: "):] for ln in done.stderr.splitlines() if ln.startswith("tiny-model: ")]
+    if said:
+        return " ".join(said)
+    tail = "\n".join(done.stderr.strip().splitlines()[-15:])
+    return f"building a tiny {ref.arch} failed (exit {done.returncode}):\n{tail}"

@@ -1,0 +1,187 @@
+"""Build a tiny random checkpoint of any transformers architecture.
+
+    python harness/models/tiny.py --arch Qwen3ForCausalLM --seed 0 \
+        --overrides '{"num_hidden_layers": 4}' --corpus CORPUS.txt --out DIR
+
+Run by the interpreter of the engine that will serve the model (vLLM's venv has its
+own transformers pin), so the config fields written are the ones that engine reads.
+This file is a script: standard library, torch, transformers and tokenizers only, no
+harness import, because the engine's interpreter may not have the harness's
+dependencies.
+
+The config starts from the architecture's own defaults (its config class with no
+arguments) and is shrunk by SHRINK: every field that the config has (directly or
+through its attribute_map, so GPT-2's n_embd counts as hidden_size) is set to a small
+value, in the text config and in every sub-config (vision, audio towers). The user's
+overrides are applied last and win. Weights come from transformers' own init under
+torch.manual_seed(seed), so the names and shapes are what the architecture declares.
+
+Errors a user can cause exit with code 2 and one line on stderr starting with
+"tiny-model:", which the harness shows as is.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import json
+import sys
+from pathlib import Path
+
+VOCAB = 512
+SPECIAL_TOKENS = ["<s>", "</s>", "<pad>"]  # ids 0, 1, 2
+
+# field -> small value. Counts are only ever lowered (a default below the small value is
+# kept); sizes are set. head_dim 32: vLLM's CPU attention accepts 32 and up.
+SHRINK_COUNTS = {
+    "num_hidden_layers": 2,
+    "num_layers": 2,
+    "depth": 2,
+    "num_attention_heads": 4,
+    "num_heads": 4,
+    "num_key_value_heads": 2,
+    "num_experts": 4,
+    "num_local_experts": 4,
+    "n_routed_experts": 4,
+    "num_experts_per_tok": 2,
+    "n_shared_experts": 1,
+    "n_group": 1,
+    "topk_group": 1,
+    "first_k_dense_replace": 1,
+    "max_position_embeddings": 2048,
+}
+SHRINK_SIZES = {
+    "hidden_size": 128,
+    "intermediate_size": 256,
+    "head_dim": 32,
+    "moe_intermediate_size": 64,
+    "shared_expert_intermediate_size": 64,
+    "kv_lora_rank": 32,
+    "q_lora_rank": 64,
+    "qk_rope_head_dim": 16,
+    "qk_nope_head_dim": 16,
+    "v_head_dim": 32,
+}
+SUB_CONFIGS = ("text_config", "vision_config", "audio_config")
+
+
+class UserError(Exception):
+    """Bad input from the scenario file: unknown architecture, rejected overrides."""
+
+
+def model_class(arch: str):
+    import transformers
+
+    cls = getattr(transformers, arch, None)
+    if cls is None or not hasattr(cls, "config_class") or not hasattr(cls, "from_pretrained"):
+        known = [n for n in dir(transformers) if n.endswith(("ForCausalLM", "ForConditionalGeneration", "LMHeadModel"))]
+        close = difflib.get_close_matches(arch, known, n=3)
+        hint = f"; did you mean {', '.join(close)}?" if close else ""
+        raise UserError(f"unknown architecture '{arch}': not a model class of transformers "
+                        f"{transformers.__version__} in {sys.executable}{hint}")
+    return cls
+
+
+def shrink(config) -> None:
+    """Make `config` (and its sub-configs) tiny, in place."""
+    for name in SUB_CONFIGS:
+        sub = getattr(config, name, None)
+        if sub is not None and hasattr(sub, "to_dict"):
+            shrink(sub)
+    for field, small in SHRINK_COUNTS.items():
+        value = getattr(config, field, None)
+        if isinstance(value, int) and not isinstance(value, bool) and value > small:
+            setattr(config, field, small)
+    for field, small in SHRINK_SIZES.items():
+        value = getattr(config, field, None)
+        if isinstance(value, int) and not isinstance(value, bool):
+            setattr(config, field, small)
+    _fit_layer_lists(config)
+    if hasattr(config, "vocab_size"):
+        config.vocab_size = VOCAB
+
+
+def _fit_layer_lists(config) -> None:
+    """A per-layer list (layer_types: sliding / full attention) needs one entry per layer."""
+    layers = getattr(config, "num_hidden_layers", None)
+    types = getattr(config, "layer_types", None)
+    if isinstance(layers, int) and isinstance(types, list) and len(types) > layers:
+        config.layer_types = types[:layers]
+
+
+def apply_overrides(config, overrides: dict) -> None:
+    for field, value in overrides.items():
+        current = getattr(config, field, None)
+        if current is None and not hasattr(config, field):
+            raise UserError(f"override '{field}' is not a field of {type(config).__name__}")
+        if isinstance(value, dict) and hasattr(current, "to_dict"):
+            apply_overrides(current, value)
+        else:
+            setattr(config, field, value)
+
+
+def set_special_ids(config) -> None:
+    for holder in (config, getattr(config, "text_config", None)):
+        if holder is None:
+            continue
+        for field, token_id in (("bos_token_id", 0), ("eos_token_id", 1), ("pad_token_id", 2)):
+            if hasattr(holder, field):
+                setattr(holder, field, token_id)
+
+
+def build_model(arch: str, seed: int, overrides: dict):
+    import torch
+
+    cls = model_class(arch)
+    config = cls.config_class()
+    shrink(config)
+    set_special_ids(config)
+    apply_overrides(config, overrides)
+    torch.manual_seed(seed)
+    try:
+        if hasattr(config, "validate"):  # transformers 5 checks a config only when asked (or on save)
+            config.validate()
+        model = cls(config)
+    except Exception as exc:  # the config's own checks: a rejected override or shrink
+        raise UserError(f"{arch} rejects its config ({type(exc).__name__}: {exc}); "
+                        "set the fields it names under `overrides:`") from None
+    return model.eval()
+
+
+def write_tokenizer(corpus: Path, out: Path) -> None:
+    """A byte-level BPE (VOCAB ids) trained on `corpus`, with <s>, </s>, <pad>."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=VOCAB, special_tokens=SPECIAL_TOKENS,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    tokenizer.train_from_iterator(corpus.read_text().splitlines(), trainer=trainer)
+    tokenizer.save(str(out / "tokenizer.json"))
+    config = {"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "<s>", "eos_token": "</s>",
+              "pad_token": "<pad>", "model_max_length": 2048}
+    (out / "tokenizer_config.json").write_text(json.dumps(config, indent=1))
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--arch", required=True)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--overrides", default="{}", help="JSON object of config fields")
+    p.add_argument("--corpus", type=Path, required=True, help="text to train the tokenizer on, a line per text")
+    p.add_argument("--out", type=Path, required=True)
+    args = p.parse_args(argv)
+    try:
+        model = build_model(args.arch, args.seed, json.loads(args.overrides))
+    except UserError as exc:
+        print(f"tiny-model: {' '.join(str(exc).split())}", file=sys.stderr)
+        return 2
+    args.out.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(args.out, safe_serialization=True)
+    write_tokenizer(args.corpus, args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,231 @@
+"""A user's model: a local checkpoint, a hub id from an offline cache, a tiny random
+checkpoint of any transformers architecture (harness/models). Unit tests of the
+sources and their errors, then whole runs through the CLI on real ranks."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from harness import models
+from harness.models import ArchModel, HubModel, ModelError, PathModel
+from harness.scenario import ScenarioError, load_suite
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def tiny_llama() -> models.ResolvedModel:
+    """A tiny random LlamaForCausalLM built by this interpreter (cached across runs)."""
+    return models.resolve(ArchModel(arch="LlamaForCausalLM", seed=0), sys.executable)
+
+
+def test_tiny_checkpoint_is_small_complete_and_keyed_by_what_made_it(tiny_llama):
+    cfg = json.loads((tiny_llama.directory / "config.json").read_text())
+    assert cfg["architectures"] == ["LlamaForCausalLM"]
+    assert (cfg["num_hidden_layers"], cfg["hidden_size"], cfg["num_attention_heads"], cfg["vocab_size"]) == (2, 128, 4, 512)
+    assert cfg["head_dim"] == 32 and cfg["num_key_value_heads"] == 2
+    assert models.checkpoint_problem(tiny_llama.directory) is None
+    assert tiny_llama.label == "arch:LlamaForCausalLM seed=0"
+    other_seed = models._tiny_key(ArchModel(arch="LlamaForCausalLM", seed=1), sys.executable)
+    overridden = models._tiny_key(ArchModel(arch="LlamaForCausalLM", overrides={"num_hidden_layers": 4}), sys.executable)
+    same = models._tiny_key(ArchModel(arch="LlamaForCausalLM", seed=0), sys.executable)
+    assert same in tiny_llama.directory.name and len({same, other_seed, overridden}) == 3
+
+
+def test_a_built_tiny_checkpoint_is_reused_not_rebuilt(tiny_llama, monkeypatch):
+    monkeypatch.setattr(models, "_run_builder", lambda *a: pytest.fail("rebuilt a cached tiny checkpoint"))
+    again = models.resolve(ArchModel(arch="LlamaForCausalLM", seed=0), sys.executable)
+    assert again == tiny_llama
+
+
+def test_tiny_build_is_deterministic(tmp_path):
+    """Two builds in two processes give the same bytes: a golden can be remade."""
+    digests = []
+    for n in range(2):
+        out = tmp_path / f"b{n}"
+        subprocess.run([sys.executable, str(models.TINY_BUILDER), "--arch", "Qwen3ForCausalLM", "--seed", "3",
+                        "--corpus", str(models._corpus()), "--out", str(out)], check=True, capture_output=True)
+        digests.append(hashlib.sha256((out / "model.safetensors").read_bytes()).hexdigest())
+    assert digests[0] == digests[1]
+
+
+def test_an_unknown_architecture_is_refused_with_close_names():
+    with pytest.raises(ModelError, match=r"unknown architecture 'LlamaForCasualLM'.*did you mean LlamaForCausalLM"):
+        models.resolve(ArchModel(arch="LlamaForCasualLM"), sys.executable)
+
+
+@pytest.mark.parametrize("overrides, said", [
+    ({"no_such_field": 1}, "override 'no_such_field' is not a field of LlamaConfig"),
+    ({"num_attention_heads": 3}, "LlamaForCausalLM rejects its config .*not a multiple of the number of attention heads"),
+])
+def test_overrides_the_config_rejects_are_refused(overrides, said):
+    with pytest.raises(ModelError, match=said):
+        models.resolve(ArchModel(arch="LlamaForCausalLM", overrides=overrides), sys.executable)
+
+
+def test_a_directory_that_is_not_a_checkpoint_is_refused(tmp_path, tiny_llama):
+    with pytest.raises(ModelError, match="no such directory"):
+        models.resolve(PathModel(path=str(tmp_path / "missing")), sys.executable)
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ModelError, match="is not a checkpoint: no config.json"):
+        models.resolve(PathModel(path="empty"), sys.executable, base_dir=tmp_path)
+    partial = tmp_path / "partial"
+    shutil.copytree(tiny_llama.directory, partial)
+    (partial / "model.safetensors").unlink()
+    with pytest.raises(ModelError, match="no model.safetensors or model.safetensors.index.json"):
+        models.resolve(PathModel(path=str(partial)), sys.executable)
+
+
+def test_a_local_checkpoint_is_identified_by_content_and_hashed_once(tmp_path, tiny_llama, monkeypatch):
+    copy = tmp_path / "ckpt"
+    shutil.copytree(tiny_llama.directory, copy)
+    monkeypatch.setenv("HARNESS_CACHE", str(tmp_path / "cache"))
+    first = models.resolve(PathModel(path=str(copy)), sys.executable)
+    assert first.label == f"path:{copy}" and first.directory == copy
+    reads = []
+    monkeypatch.setattr(models.identity, "_file_digest", lambda p: reads.append(p) or "x")
+    assert models.resolve(PathModel(path=str(copy)), sys.executable).sha256 == first.sha256
+    assert reads == []  # the digest came from the cache
+    cfg = json.loads((copy / "config.json").read_text())
+    (copy / "config.json").write_text(json.dumps({**cfg, "rms_norm_eps": 1e-5}))
+    monkeypatch.undo()
+    monkeypatch.setenv("HARNESS_CACHE", str(tmp_path / "cache"))
+    assert models.resolve(PathModel(path=str(copy)), sys.executable).sha256 != first.sha256
+
+
+def test_a_hub_model_missing_from_an_offline_cache_says_what_to_do(tmp_path):
+    code = ("from harness import models\n"
+            "try:\n"
+            "    models.resolve(models.HubModel(hub='acme/tiny', revision='0' * 40), 'python')\n"
+            "except models.ModelError as e:\n"
+            "    print(e)\n")
+    env = {**os.environ, "HF_HUB_CACHE": str(tmp_path), "HF_HUB_OFFLINE": "1"}
+    said = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, cwd=ROOT).stdout
+    assert "hub model 'acme/tiny' at revision '0000000000000000000000000000000000000000' is not in the huggingface_hub cache" in said
+    assert "offline" in said and "hf download acme/tiny --revision" in said
+
+
+@pytest.mark.parametrize("model, said", [
+    ({"hub": "acme/tiny"}, "revision"),
+    ({"arch": "Llama ForCausalLM"}, "arch"),
+    ({"path": "x", "seed": 1}, "seed"),
+    (7, "model"),
+])
+def test_a_malformed_model_entry_is_an_error_of_the_file(tmp_path, model, said):
+    path = tmp_path / "s.yaml"
+    path.write_text(json.dumps({"suite": "s", "model": model, "golden": {"tp": 1}, "matrix": {"tp": [1]},
+                                "workloads": [{"name": "logits", "kind": "logprobs"}]}))
+    with pytest.raises(ScenarioError, match=said):
+        load_suite(path)
+
+
+def test_model_forms_load_from_a_scenario_file(tmp_path):
+    path = tmp_path / "s.yaml"
+    base = {"suite": "s", "golden": {"tp": 1}, "matrix": {"tp": [1]}, "workloads": [{"name": "logits", "kind": "logprobs"}]}
+    for model, kind in [("tiny-llama", str), ({"path": "ckpt"}, PathModel), ({"hub": "a/b", "revision": "r"}, HubModel),
+                        ({"arch": "Qwen3ForCausalLM", "seed": 2, "overrides": {"num_hidden_layers": 4}}, ArchModel)]:
+        path.write_text(json.dumps({**base, "model": model}))
+        assert isinstance(load_suite(path).model, kind)
+
+
+# ---------------------------------------------------------------------------------
+# whole runs: golden, then the matrix, through the CLI
+
+
+SUITE = """
+suite: {suite}
+engine: {engine}
+model: {model}
+timeout_s: 300
+workloads:
+  - {{name: logits, kind: logprobs, num_prompts: 2, max_prompt_tokens: 24, top_k: 5}}
+  - {{name: greedy, kind: greedy, num_prompts: 2, max_prompt_tokens: 16, max_new_tokens: 4, top_k: 5}}
+golden: {{tp: 1, pp: 1}}
+matrix: {{tp: {tps}, pp: [1]}}
+"""
+
+
+def run_suite(tmp_path: Path, suite: str, model: str, env: dict, engine: str = "reference", tps=(1, 2)) -> dict:
+    """`harness golden` then `harness run` of a one-file suite; the verdicts by id."""
+    (tmp_path / "scenarios").mkdir(exist_ok=True)
+    (tmp_path / "scenarios" / f"{suite}.yaml").write_text(
+        SUITE.format(suite=suite, engine=engine, model=model, tps=list(tps)))
+    env = {**os.environ, "HARNESS_GOLDEN_DIR": str(tmp_path / "golden"), **env}
+    base = [sys.executable, "-m", "harness", "--scenarios", str(tmp_path / "scenarios")]
+    made = subprocess.run([*base, "golden", suite, "--work-dir", str(tmp_path / "work")], cwd=ROOT, env=env,
+                          capture_output=True, text=True)
+    assert made.returncode == 0, made.stdout + made.stderr
+    ran = subprocess.run([*base, "run", suite, "--report-dir", str(tmp_path / "reports"), "--run-id", "r"],
+                         cwd=ROOT, env=env, capture_output=True, text=True)
+    verdicts = {}
+    for path in (tmp_path / "reports" / "r" / "scenarios").glob("*/verdict.json"):
+        v = json.loads(path.read_text())
+        verdicts[v["scenario"]] = v
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    return verdicts
+
+
+@pytest.mark.e2e
+def test_a_tiny_random_architecture_runs_under_tp(tmp_path):
+    verdicts = run_suite(tmp_path, "tiny-arch", "{arch: LlamaForCausalLM, seed: 0}", {})
+    assert {k: v["verdict"] for k, v in verdicts.items()} == {"tiny-arch/tp1-pp1": "pass", "tiny-arch/tp2-pp1": "pass"}
+    manifest = json.loads((tmp_path / "golden" / "tiny-arch" / "manifest.json").read_text())
+    assert manifest["model"] == "arch:LlamaForCausalLM seed=0" and len(manifest["model_sha256"]) == 64
+
+
+@pytest.mark.e2e
+def test_a_non_llama_architecture_runs_on_the_hf_engine(tmp_path):
+    verdicts = run_suite(tmp_path, "tiny-qwen3", "{arch: Qwen3ForCausalLM, seed: 1}", {}, engine="hf", tps=(1,))
+    assert [v["verdict"] for v in verdicts.values()] == ["pass"]
+
+
+@pytest.mark.e2e
+def test_a_local_checkpoint_runs_and_a_golden_of_other_weights_is_refused(tmp_path, tiny_llama):
+    ckpt = tmp_path / "my-llama"
+    shutil.copytree(tiny_llama.directory, ckpt)
+    verdicts = run_suite(tmp_path, "local", f"{{path: {ckpt}}}", {})
+    assert {v["verdict"] for v in verdicts.values()} == {"pass"}
+    # other weights in the same place: the stored golden no longer applies
+    other = models.resolve(ArchModel(arch="LlamaForCausalLM", seed=5), sys.executable)
+    shutil.copy(other.directory / "model.safetensors", ckpt / "model.safetensors")
+    env = {**os.environ, "HARNESS_GOLDEN_DIR": str(tmp_path / "golden")}
+    ran = subprocess.run([sys.executable, "-m", "harness", "--scenarios", str(tmp_path / "scenarios"), "run",
+                          "local/tp1-pp1", "--report-dir", str(tmp_path / "reports"), "--run-id", "stale"],
+                         cwd=ROOT, env=env, capture_output=True, text=True)
+    verdict = json.loads((tmp_path / "reports" / "stale" / "scenarios" / "local__tp1-pp1" / "verdict.json").read_text())
+    assert verdict["verdict"] == "error" and "model_sha256" in json.dumps(verdict), verdict
+    assert ran.returncode != 0
+
+
+def populate_hub_cache(cache: Path, repo: str, revision: str, files: Path) -> None:
+    """huggingface_hub's cache layout, as `hf download` leaves it: blobs named by content
+    hash, a snapshot of links to them, a ref. (No network here to download for real.)"""
+    repo_dir = cache / f"models--{repo.replace('/', '--')}"
+    snapshot = repo_dir / "snapshots" / revision
+    (repo_dir / "blobs").mkdir(parents=True)
+    snapshot.mkdir(parents=True)
+    for f in files.iterdir():
+        blob = repo_dir / "blobs" / hashlib.sha256(f.read_bytes()).hexdigest()
+        shutil.copy(f, blob)
+        (snapshot / f.name).symlink_to(os.path.relpath(blob, snapshot))
+    (repo_dir / "refs").mkdir()
+    (repo_dir / "refs" / "main").write_text(revision)
+
+
+@pytest.mark.e2e
+def test_a_hub_model_runs_from_an_offline_cache(tmp_path, tiny_llama):
+    revision = "1" * 40
+    populate_hub_cache(tmp_path / "hub", "acme/tiny-llama", revision, tiny_llama.directory)
+    env = {"HF_HUB_CACHE": str(tmp_path / "hub"), "HF_HUB_OFFLINE": "1"}
+    verdicts = run_suite(tmp_path, "hub", f"{{hub: acme/tiny-llama, revision: '{revision}'}}", env, tps=(2,))
+    assert [v["verdict"] for v in verdicts.values()] == ["pass"]
+    manifest = json.loads((tmp_path / "golden" / "hub" / "manifest.json").read_text())
+    assert manifest["model"] == f"hub:acme/tiny-llama@{revision}"
