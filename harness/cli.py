@@ -154,24 +154,35 @@ def cmd_run(args, scenarios) -> int:
 
 
 def cmd_golden(args, scenarios) -> int:
-    from harness.runner import RunOptions, make_golden
+    from harness.models import ModelError
+    from harness.runner import GoldenUnsupported, RunOptions, make_golden
 
-    suites: dict = {}
+    goldens: dict = {}  # golden key (suite, or suite/arch) -> a scenario of it
     for s in scenarios:
-        suites.setdefault(s.suite.suite, s)
-    names = args.suites or sorted(suites)
-    unknown = [n for n in names if n not in suites]
+        goldens.setdefault(s.golden_key, s)
+    suites = {s.suite.suite for s in goldens.values()}
+    unknown = [n for n in args.suites if n not in suites and n not in goldens]
     if unknown:
         print(f"harness: unknown suites {unknown} (known: {', '.join(sorted(suites))})", file=sys.stderr)
         return 2
-    for name in names:
+    # a suite with an arch axis has one golden per arch; `SUITE/ARCH` names one of them
+    names = [k for k in sorted(goldens) if not args.suites or k in args.suites or k.split("/")[0] in args.suites]
+    failed = []
+    for name in names:  # one failing golden (an arch the engine cannot run) does not stop the others
         start = time.monotonic()
         try:
-            path = make_golden(suites[name], args.work_dir, RunOptions(device=args.device))
-        except RuntimeError as exc:  # engine missing, golden run crashed: say so, no traceback
+            path = make_golden(goldens[name], args.work_dir, RunOptions(device=args.device))
+        except GoldenUnsupported as exc:  # not a failure: its scenarios will say `unsupported`
+            print(f"golden {name}: skipped: {exc}", flush=True)
+            continue
+        except (RuntimeError, ModelError) as exc:  # engine missing, bad model, golden run crashed: no traceback
             print(f"harness: golden {name} failed: {exc}", file=sys.stderr)
-            return 1
+            failed.append(name)
+            continue
         print(f"golden {name}: {path} ({time.monotonic() - start:.1f}s)", flush=True)
+    if failed:
+        print(f"harness: {len(failed)} of {len(names)} goldens failed: {', '.join(failed)}", file=sys.stderr)
+        return 1
     return 0
 
 

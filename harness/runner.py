@@ -68,7 +68,7 @@ def prepare(scenario: Scenario, settings: dict, out_dir: Path, opts: RunOptions,
     suite = scenario.suite
     engine = get_engine(suite.engine)
     engine.configure(suite.engine_options)
-    model = models.resolve(suite.model, engine.python(), base_dir=scenario.source.parent)
+    model = models.resolve(scenario.model, engine.python(), base_dir=scenario.source.parent)
     model_dir = model.directory
     resolved = wl.resolve(suite.workloads, model_dir)
     # Eval requests come last: the suite's own workloads keep their place (text before
@@ -86,7 +86,7 @@ def prepare(scenario: Scenario, settings: dict, out_dir: Path, opts: RunOptions,
         device=opts.device,
     )
     manifest = goldens.make_manifest(
-        suite=suite.suite,
+        suite=scenario.golden_key,
         model=model.label,
         model_sha256=model.sha256,
         workload_sha256=wl.checksum(resolved),  # eval items are paired by prompt hash instead
@@ -166,26 +166,26 @@ def run_scenario(scenario: Scenario, run_dir: Path, opts: RunOptions | None = No
 
 def _run(scenario: Scenario, out_dir: Path, opts: RunOptions, lease: Lease | None) -> Verdict:
     try:
-        prepared = prepare(scenario, scenario.settings, out_dir, opts, opts.gate)
+        prepared = prepare(scenario, scenario.engine_settings, out_dir, opts, opts.gate)
     except (EngineUnavailable, models.ModelError) as exc:  # nothing was launched
         return Verdict(scenario.id, "error", str(exc), error={"exception": str(exc)})
-    need = prepared.engine.devices_needed(scenario.settings)
-    reason = prepared.engine.unsupported_reason(scenario.settings, prepared.spec.model_dir) or devices_problem(need, opts)
+    need = prepared.engine.devices_needed(scenario.engine_settings)
+    reason = prepared.engine.unsupported_reason(scenario.engine_settings, prepared.spec.model_dir) or devices_problem(need, opts)
     if reason:
         return Verdict(scenario.id, "unsupported", reason)
     try:  # check the golden before spending a launch on a run we cannot judge
         golden, manifest = goldens.load_golden(prepared.manifest)
-        golden_evals = evals.load_golden_evals(goldens.golden_dir(scenario.suite.suite), scenario.suite.evals, scenario.suite.suite)
+        golden_evals = evals.load_golden_evals(goldens.golden_dir(scenario.golden_key), scenario.suite.evals, scenario.golden_key)
         evals.check_pairing(prepared.evals, golden_evals)
     except goldens.GoldenError as exc:
         return Verdict(scenario.id, "error", str(exc).splitlines()[0], error={"exception": str(exc)})
     except evals.PairingError as exc:
-        hint = goldens.regenerate_hint(scenario.suite.suite)
+        hint = goldens.regenerate_hint(scenario.golden_key)
         return Verdict(scenario.id, "error", f"eval items do not pair with the golden: {exc}; {hint}", error={"exception": str(exc)})
     with _devices_for(scenario, need, opts, lease) as (device_env, cluster):
         outcome = launch(prepared, out_dir, scenario, opts, device_env, cluster)
     verdict = _from_outcome(scenario, outcome, golden, golden_evals, prepared)
-    verdict.golden = {"dir": str(goldens.golden_dir(scenario.suite.suite)), "version_drift": goldens.version_drift(manifest, prepared.manifest["versions"])}
+    verdict.golden = {"dir": str(goldens.golden_dir(scenario.golden_key)), "version_drift": goldens.version_drift(manifest, prepared.manifest["versions"])}
     verdict.versions = prepared.manifest["versions"]
     return verdict
 
@@ -248,18 +248,25 @@ def _apply_expectation(verdict: Verdict) -> Verdict:
     return verdict
 
 
+class GoldenUnsupported(RuntimeError):
+    """The engine cannot run this golden's model or setting (an arch it does not serve)."""
+
+
 def make_golden(scenario_for_golden: Scenario, work_dir: Path, opts: RunOptions | None = None) -> Path:
     """Run the suite's golden setting and store it. Raises on any failure."""
     opts = opts or RunOptions()
     suite = scenario_for_golden.suite
-    out_dir = work_dir / "golden" / suite.suite
+    out_dir = work_dir / "golden" / scenario_for_golden.golden_key
     # gate None: every eval scores its full item count, so any gate's slice pairs with it
     prepared = prepare(scenario_for_golden, dict(suite.golden), out_dir, opts, gate=None)
+    reason = prepared.engine.unsupported_reason(dict(suite.golden), prepared.spec.model_dir)
+    if reason:  # its scenarios end `unsupported` with this reason; there is nothing to compare with
+        raise GoldenUnsupported(f"engine '{suite.engine}' cannot run the golden setting: {reason}")
     prepared.spec.faults = []  # a golden is made by the clean engine, whatever the run injects
     outcome = launch(prepared, out_dir, scenario_for_golden, opts)
     if outcome.status != "ok":
         detail = outcome.failure.exception if outcome.failure else outcome.status
-        raise RuntimeError(f"golden run of '{suite.suite}' ended as {outcome.status}: {detail}; logs in {out_dir / 'logs'}")
+        raise RuntimeError(f"golden run of '{scenario_for_golden.golden_key}' ended as {outcome.status}: {detail}; logs in {out_dir / 'logs'}")
     results = None
     if prepared.evals:
         results = evals.score_evals(prepared.evals, EngineOutputs.load(prepared.spec.output_dir), Path(prepared.spec.model_dir))

@@ -28,11 +28,14 @@ from pydantic import (
     model_validator,
 )
 
-from harness.models import ModelRef
+from harness.models import ArchModel, HubModel, ModelRef, PathModel
 
 ID_PART = re.compile(r"^[a-z0-9][a-z0-9.-]*$")
 AXIS_NAME = re.compile(r"^[a-z][a-z0-9]*$")
 AxisValue = Union[bool, int, str]  # bool first: YAML `true` must stay a bool
+# The model axis: its values name the entries of a suite's `archs:`, each its own model
+# with its own golden; the engine never sees it (it is not a parallel setting).
+ARCH_AXIS = "arch"
 DEFAULT_SCENARIO_DIR = Path(__file__).resolve().parent.parent / "scenarios"
 
 
@@ -159,7 +162,10 @@ class SuiteFile(_Strict):
     engine: str = "reference"
     # engine settings that are not matrix axes, e.g. {python: .venv-vllm/bin/python}
     engine_options: dict[str, str] = {}
-    model: ModelRef  # a zoo name, or {path:}, {hub:, revision:}, {arch:} (harness/models)
+    model: ModelRef | None = None  # a zoo name, or {path:}, {hub:, revision:}, {arch:} (harness/models)
+    # instead of `model:`, one model per value of the `arch` axis: an architecture class
+    # name (a tiny random checkpoint of it) or any model entry
+    archs: dict[str, Union[PathModel, HubModel, ArchModel]] = {}
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
     timeout_s: float = Field(600, gt=0)
     workloads: list[WorkloadDef] = []
@@ -173,6 +179,33 @@ class SuiteFile(_Strict):
     faults: list[str] = []
     tolerances: ToleranceOverride = ToleranceOverride()
     changes: ChangeMap | None = None
+
+    @field_validator("archs", mode="before")
+    @classmethod
+    def _arch_names(cls, archs):
+        if isinstance(archs, dict):  # `qwen3: Qwen3ForCausalLM` is short for {arch: Qwen3ForCausalLM}
+            archs = {k: {"arch": v} if isinstance(v, str) else v for k, v in archs.items()}
+        return archs
+
+    @model_validator(mode="after")
+    def _one_model_or_archs(self) -> "SuiteFile":
+        if self.archs:
+            if self.model is not None:
+                raise ValueError("give either model: or archs: (one model per value of the arch axis), not both")
+            bad = [k for k in self.archs if not ID_PART.match(k)]
+            if bad:
+                raise ValueError(f"archs names {bad} must use [a-z0-9.-] (they become part of the id)")
+            if ARCH_AXIS not in self.matrix:  # every arch, as the first axis of the id
+                self.matrix = {ARCH_AXIS: list(self.archs), **self.matrix}
+            values = self.matrix[ARCH_AXIS]
+            unknown = [v for v in values if v not in self.archs]
+            if unknown:
+                raise ValueError(f"matrix axis arch names {unknown}, which archs: does not define (it has: {list(self.archs)})")
+        elif self.model is None:
+            raise ValueError("model: is missing (or archs:, one model per value of the arch axis)")
+        elif ARCH_AXIS in self.matrix:
+            raise ValueError("matrix axis arch needs archs: (the model of each of its values)")
+        return self
 
     @field_validator("suite")
     @classmethod
@@ -219,8 +252,9 @@ class SuiteFile(_Strict):
             unknown = set(selector) - axes
             if unknown:
                 raise ValueError(f"{where} names axes not in the matrix: {sorted(unknown)} (matrix axes: {sorted(axes)})")
-        if set(self.golden) != axes:
-            raise ValueError(f"golden must set every matrix axis; missing: {sorted(axes - set(self.golden))}")
+        missing = axes - set(self.golden) - {ARCH_AXIS}  # each arch is its own golden
+        if missing:
+            raise ValueError(f"golden must set every matrix axis; missing: {sorted(missing)}")
         return self
 
 
@@ -242,7 +276,21 @@ class Scenario:
 
     @property
     def is_golden_setting(self) -> bool:
-        return self.settings == dict(self.suite.golden)
+        return self.engine_settings == dict(self.suite.golden)
+
+    @property
+    def engine_settings(self) -> dict:
+        """The parallel settings the engine runs (the arch axis picks the model instead)."""
+        return {k: v for k, v in self.settings.items() if k != ARCH_AXIS}
+
+    @property
+    def model(self) -> ModelRef:
+        return self.suite.archs[self.settings[ARCH_AXIS]] if self.suite.archs else self.suite.model
+
+    @property
+    def golden_key(self) -> str:
+        """Where its golden lives under golden/: the suite, or suite/arch (one golden per arch)."""
+        return f"{self.suite.suite}/{self.settings[ARCH_AXIS]}" if self.suite.archs else self.suite.suite
 
 
 def settings_label(settings: dict, axes: list[str]) -> str:

@@ -78,7 +78,7 @@ def devices_needed(scenario: Scenario) -> int:
     from harness.engines import EngineUnavailable, get_engine
 
     try:
-        return get_engine(scenario.suite.engine).devices_needed(scenario.settings)
+        return get_engine(scenario.suite.engine).devices_needed(scenario.engine_settings)
     except EngineUnavailable:
         return 1
 

@@ -229,3 +229,84 @@ def test_a_hub_model_runs_from_an_offline_cache(tmp_path, tiny_llama):
     assert [v["verdict"] for v in verdicts.values()] == ["pass"]
     manifest = json.loads((tmp_path / "golden" / "hub" / "manifest.json").read_text())
     assert manifest["model"] == f"hub:acme/tiny-llama@{revision}"
+
+
+# ---------------------------------------------------------------------------------
+# the arch axis: one suite, one model (and one golden) per architecture
+
+
+def arch_suite(tmp_path: Path, **fields) -> Path:
+    path = tmp_path / "archs.yaml"
+    path.write_text(json.dumps({"suite": "archs", "golden": {"tp": 1}, "matrix": {"tp": [1, 2]},
+                                "workloads": [{"name": "logits", "kind": "logprobs"}], **fields}))
+    return path
+
+
+def test_the_arch_axis_expands_to_one_model_and_golden_per_arch(tmp_path):
+    from harness.scenario import expand
+
+    path = arch_suite(tmp_path, archs={"llama": "LlamaForCausalLM", "qwen3": {"arch": "Qwen3ForCausalLM", "seed": 1}})
+    scenarios = {s.id: s for s in expand(load_suite(path), path)}
+    assert list(scenarios) == ["archs/arch-llama-tp1", "archs/arch-llama-tp2", "archs/arch-qwen3-tp1", "archs/arch-qwen3-tp2"]
+    qwen = scenarios["archs/arch-qwen3-tp2"]
+    assert qwen.model == ArchModel(arch="Qwen3ForCausalLM", seed=1)
+    assert qwen.golden_key == "archs/qwen3"
+    assert qwen.engine_settings == {"tp": 2} and qwen.settings == {"arch": "qwen3", "tp": 2}
+    assert scenarios["archs/arch-llama-tp1"].is_golden_setting
+
+
+@pytest.mark.parametrize("fields, said", [
+    ({"model": "tiny-llama", "archs": {"llama": "LlamaForCausalLM"}}, "either model: or archs:"),
+    ({"model": "tiny-llama", "matrix": {"arch": ["llama"], "tp": [1]}}, "matrix axis arch needs archs:"),
+    ({"archs": {"llama": "LlamaForCausalLM"}, "matrix": {"arch": ["llama", "qwen"], "tp": [1]}}, r"names \['qwen'\]"),
+    ({"archs": {"Llama": "LlamaForCausalLM"}}, "must use"),
+    ({}, "model: is missing"),
+])
+def test_arch_axis_mistakes_are_errors_of_the_file(tmp_path, fields, said):
+    with pytest.raises(ScenarioError, match=said):
+        load_suite(arch_suite(tmp_path, **fields))
+
+
+ARCH_SWEEP = """
+suite: sweep
+engine: reference
+archs:
+  llama: LlamaForCausalLM
+  llama-deep: {arch: LlamaForCausalLM, seed: 2, overrides: {num_hidden_layers: 4}}
+  qwen3: Qwen3ForCausalLM
+timeout_s: 300
+workloads:
+  - {name: logits, kind: logprobs, num_prompts: 2, max_prompt_tokens: 24, top_k: 5}
+golden: {tp: 1, pp: 1}
+matrix: {tp: [1, 2], pp: [1, 2]}
+exclude: [{tp: 1, pp: 1}]
+"""
+
+
+@pytest.mark.e2e
+def test_an_arch_sweep_runs_each_arch_against_its_own_golden(tmp_path):
+    """Two Llama variants pass under tp2, pp2, tp2-pp2 against their own goldens; the
+    reference engine does not serve Qwen3: its golden is skipped, its scenarios are
+    `unsupported` with the reason, and the run still succeeds."""
+    (tmp_path / "scenarios").mkdir()
+    (tmp_path / "scenarios" / "sweep.yaml").write_text(ARCH_SWEEP)
+    env = {**os.environ, "HARNESS_GOLDEN_DIR": str(tmp_path / "golden")}
+    base = [sys.executable, "-m", "harness", "--scenarios", str(tmp_path / "scenarios")]
+    made = subprocess.run([*base, "golden", "sweep", "--work-dir", str(tmp_path / "work")], cwd=ROOT, env=env,
+                          capture_output=True, text=True)
+    assert made.returncode == 0, made.stderr
+    assert "golden sweep/qwen3: skipped: engine 'reference' cannot run the golden setting" in made.stdout
+    manifests = {p.parent.name: json.loads(p.read_text()) for p in (tmp_path / "golden" / "sweep").glob("*/manifest.json")}
+    assert sorted(manifests) == ["llama", "llama-deep"]
+    assert manifests["llama"]["model_sha256"] != manifests["llama-deep"]["model_sha256"]
+    ran = subprocess.run([*base, "run", "sweep", "--report-dir", str(tmp_path / "reports"), "--run-id", "r"],
+                         cwd=ROOT, env=env, capture_output=True, text=True)
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    verdicts = {}
+    for path in (tmp_path / "reports" / "r" / "scenarios").glob("*/verdict.json"):
+        v = json.loads(path.read_text())
+        verdicts[v["scenario"]] = v
+    assert {k: v["verdict"] for k, v in verdicts.items() if "qwen3" not in k} == {
+        f"sweep/arch-{a}-{s}": "pass" for a in ("llama", "llama-deep") for s in ("tp1-pp2", "tp2-pp1", "tp2-pp2")}
+    qwen = [v for k, v in verdicts.items() if "qwen3" in k]
+    assert len(qwen) == 3 and all(v["verdict"] == "unsupported" and "model_type='qwen3'" in v["reason"] for v in qwen)

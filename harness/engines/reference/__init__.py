@@ -41,6 +41,12 @@ class ReferenceEngine(Engine):
         if model_dir is None:
             return None
         cfg = json.loads((Path(model_dir) / "config.json").read_text())
+        from harness.engines.reference.model import ModelConfig
+
+        try:  # the architectures this engine implements (a user's arch axis may name others)
+            ModelConfig.from_dict(cfg)
+        except (ValueError, KeyError) as exc:
+            return str(exc) if isinstance(exc, ValueError) else f"reference engine needs config field {exc}"
         heads = cfg["num_attention_heads"]
         for key, value in (("num_attention_heads", heads),
                            ("num_key_value_heads", cfg.get("num_key_value_heads") or heads),
