@@ -58,6 +58,13 @@ def shard_spec(text: str) -> str:
     return text
 
 
+def git_revision(text: str) -> str:
+    """A branch, tag or commit for --changed-since; never something git reads as an option."""
+    if not text or text.startswith("-"):
+        raise argparse.ArgumentTypeError(f"expected a branch, tag or commit (e.g. origin/main), got '{text}'")
+    return text
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="harness", description="Distributed correctness harness for LLM inference engines.")
     p.add_argument("--scenarios", type=Path, action="append", help="scenario file or directory (default: scenarios/)")
@@ -84,7 +91,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--shard", type=shard_spec, help="run shard I of N (I/N, 1-based), balanced by recorded durations")
     run.add_argument("--durations", type=Path, help="JSON {scenario id: seconds} to balance shards and pack by (default: past verdicts under --report-dir)")
     run.add_argument("--changed-files", type=Path, help="with --gate pr: run what these files (one per line) can break, plus the smoke set")
-    run.add_argument("--changed-since", metavar="BASE", help="with --gate pr: as --changed-files, with the files of `git diff --name-only BASE...HEAD`")
+    run.add_argument("--changed-since", metavar="BASE", type=git_revision, help="with --gate pr: as --changed-files, with the files of `git diff --name-only BASE...HEAD`")
 
     dur = sub.add_parser("durations", help="write the recorded duration of every scenario (for --durations)")
     dur.add_argument("--report-dir", type=Path, default=Path(os.environ.get("HARNESS_REPORTS_DIR", DEFAULT_REPORTS)))
