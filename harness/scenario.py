@@ -36,8 +36,45 @@ AxisValue = Union[bool, int, str]  # bool first: YAML `true` must stay a bool
 DEFAULT_SCENARIO_DIR = Path(__file__).resolve().parent.parent / "scenarios"
 
 
+# Axes whose value is a number of ranks, for every engine (engines/base.py).
+PARALLEL_SIZES = ("tp", "pp")
+
+
 class ScenarioError(ValueError):
     """A scenario file that cannot be used, with the file and field at fault."""
+
+
+def _known_axes(engine: str | None) -> tuple[dict[str, tuple | None], str]:
+    """(axis -> values the engine allows, None: any) and whose axes they are. An engine
+    that cannot be loaded here is reported when its scenarios run; its axes must still
+    be the axes of some engine."""
+    from harness.engines import declared_axes, every_engines_axes
+
+    axes = declared_axes(engine) if engine else None
+    if axes is None:
+        return every_engines_axes(), "any engine"
+    return axes, f"engine '{engine}'"
+
+
+def _axis_value_problem(axis: str, value: AxisValue, allowed: tuple | None) -> str | None:
+    """Why `value` cannot be a setting of `axis`: a parallel size counts ranks; an axis the
+    engine allows only true/false for is a switch (YAML 0/1 or "yes" would not be)."""
+    if axis in PARALLEL_SIZES:
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            return f"axis '{axis}' value {value!r}: {axis} is a parallel size, an integer >= 1"
+    elif allowed and all(isinstance(a, bool) for a in allowed) and not isinstance(value, bool):
+        return f"axis '{axis}' value {value!r}: {axis} is a switch, true or false"
+    return None
+
+
+def _check_selector(selector: dict, engine: str | None, where: str) -> None:
+    """Values of golden / exclude / expected-failure selectors; axes they name outside the
+    matrix are reported by SuiteFile._axes_known, with the matrix's axes."""
+    axes, _ = _known_axes(engine)
+    for axis, value in selector.items():
+        problem = _axis_value_problem(axis, value, axes[axis]) if axis in axes else None
+        if problem:
+            raise ValueError(f"{where}{problem}")
 
 
 class _Strict(BaseModel):
@@ -183,10 +220,17 @@ class SuiteFile(_Strict):
 
     @field_validator("matrix")
     @classmethod
-    def _matrix(cls, matrix: dict) -> dict:
+    def _matrix(cls, matrix: dict, info) -> dict:
+        known, whose = _known_axes(info.data.get("engine"))
         for axis, values in matrix.items():
             if not AXIS_NAME.match(axis):
                 raise ValueError(f"axis '{axis}' must be lower-case letters and digits")
+            if axis not in known:  # a typo would make every scenario `unsupported`: a green suite
+                raise ValueError(f"axis '{axis}' is not an axis of {whose} (known axes: {', '.join(sorted(known))})")
+            for v in values:
+                problem = _axis_value_problem(axis, v, known[axis])
+                if problem:
+                    raise ValueError(problem)
             if not values:
                 raise ValueError(f"axis '{axis}' has no values")
             if len(set(map(repr, values))) != len(values):
@@ -195,6 +239,20 @@ class SuiteFile(_Strict):
                 if isinstance(v, str) and not ID_PART.match(v):
                     raise ValueError(f"axis '{axis}' value '{v}' must use [a-z0-9.-] (it becomes part of the id)")
         return matrix
+
+    @field_validator("golden", "exclude", "expected_failures")
+    @classmethod
+    def _selector_values(cls, value, info):
+        engine = info.data.get("engine")
+        if info.field_name == "golden":
+            _check_selector(value, engine, "")
+        elif info.field_name == "exclude":
+            for i, selector in enumerate(value):
+                _check_selector(selector, engine, f"exclude[{i}]: ")
+        else:
+            for i, expected in enumerate(value):
+                _check_selector(expected.match, engine, f"expected_failures[{i}].match: ")
+        return value
 
     @field_validator("workloads", "evals")
     @classmethod
