@@ -173,6 +173,9 @@ def _run(scenario: Scenario, out_dir: Path, opts: RunOptions, lease: Lease | Non
     reason = prepared.engine.unsupported_reason(scenario.settings, prepared.spec.model_dir) or devices_problem(need, opts)
     if reason:
         return Verdict(scenario.id, "unsupported", reason)
+    faults_problem = prepared.engine.fault_problem(prepared.spec.faults, scenario.settings)
+    if faults_problem:  # before launch: a bad fault is the input's error, not a crash of the engine
+        return Verdict(scenario.id, "error", f"bad fault switch: {faults_problem}", error={"exception": faults_problem})
     try:  # check the golden before spending a launch on a run we cannot judge
         golden, manifest = goldens.load_golden(prepared.manifest)
         golden_evals = evals.load_golden_evals(goldens.golden_dir(scenario.suite.suite), scenario.suite.evals, scenario.suite.suite)

@@ -254,6 +254,22 @@ class SuiteFile(_Strict):
                 _check_selector(expected.match, engine, f"expected_failures[{i}].match: ")
         return value
 
+    @field_validator("faults")
+    @classmethod
+    def _faults(cls, faults: list[str], info) -> list[str]:
+        """Names and parameters now, by the engine that owns them; the ranks they target
+        are checked per scenario before launch (they depend on the settings)."""
+        from harness.engines import EngineUnavailable, get_engine
+
+        try:
+            engine = get_engine(info.data.get("engine", ""))
+        except EngineUnavailable:
+            return faults  # its scenarios end as `error` saying why the engine is missing
+        problem = engine.fault_problem(faults)
+        if problem:
+            raise ValueError(problem)
+        return faults
+
     @field_validator("workloads", "evals")
     @classmethod
     def _unique_names(cls, entries: list, info) -> list:
