@@ -218,6 +218,18 @@ class SuiteFile(_Strict):
             raise ValueError(f"'{v}' is not a valid suite name (use [a-z0-9.-], starting with a letter or digit)")
         return v
 
+    @field_validator("model")
+    @classmethod
+    def _model(cls, ref):
+        """A plain name is a zoo model: a typo is the file's error now, not every
+        scenario's at run time. Other sources are resolved (and checked) when run."""
+        from harness import zoo  # stdlib only until a model is built
+
+        if isinstance(ref, str) and ref not in zoo.ZOO:
+            raise ValueError(f"unknown model '{ref}': the zoo has {', '.join(sorted(zoo.ZOO))}; for any other model "
+                             "write model: {path: DIR}, {hub: ORG/NAME, revision: REV} or {arch: CLASS} (harness/models)")
+        return ref
+
     @field_validator("matrix")
     @classmethod
     def _matrix(cls, matrix: dict, info) -> dict:

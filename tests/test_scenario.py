@@ -142,3 +142,18 @@ def test_axes_of_an_engine_that_cannot_be_loaded_are_checked_against_every_engin
     text = BASE.replace("suite: demo", "suite: demo\nengine: nosuch").replace("sp:", "spp:")
     with pytest.raises(ScenarioError, match="axis 'spp' is not an axis of any engine"):
         load_suite(write(tmp_path, text))
+
+
+def test_an_unknown_model_is_an_error_of_the_file_naming_the_zoo(tmp_path):
+    """It used to load, then end every scenario as "harness error: KeyError ..."."""
+    path = write(tmp_path, BASE.replace("model: tiny-llama", "model: tiny-lama"))
+    with pytest.raises(ScenarioError) as err:
+        load_suite(path)
+    message = str(err.value)
+    assert str(path) in message and "model: Value error, unknown model 'tiny-lama'" in message
+    assert "tiny-llama" in message and "{path: DIR}" in message
+
+
+def test_a_model_that_is_not_a_zoo_name_is_left_to_its_source(tmp_path):
+    suite = load_suite(write(tmp_path, BASE.replace("model: tiny-llama", "model: {path: ckpt/my-llama}")))
+    assert suite.model.path == "ckpt/my-llama"
