@@ -198,7 +198,7 @@ class SuiteFile(_Strict):
     engine_options: dict[str, str] = {}
     model: ModelRef  # a zoo name, or {path:}, {hub:, revision:}, {arch:} (harness/models)
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
-    timeout_s: float = Field(600, gt=0)
+    timeout_s: float = Field(600, gt=0, allow_inf_nan=False)  # a run that may never end is a hang nobody reports
     workloads: list[WorkloadDef] = []
     evals: list[EvalDef] = []
     golden: dict[str, AxisValue]

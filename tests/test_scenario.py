@@ -68,6 +68,8 @@ def test_select_by_suite_glob_and_unknown(tmp_path):
         (("suite: demo", "suite: Demo_Suite"), "suite: Value error, 'Demo_Suite' is not a valid suite name"),
         (("tp: [1, 2]", "tp: []"), "axis 'tp' has no values"),
         (("reason: engine bug 123", "reason: ''"), "expected_failures.0.reason"),
+        (("model: tiny-llama", "model: tiny-llama\ntimeout_s: .inf"), "timeout_s: Input should be a finite number"),
+        (("model: tiny-llama", "model: tiny-llama\ntimeout_s: 0"), "timeout_s: Input should be greater than 0"),
     ],
 )
 def test_validation_names_file_and_field(tmp_path, change, expected):
