@@ -12,6 +12,7 @@ see harness/scenario.py). For a list of changed files the PR gate runs:
 from __future__ import annotations
 
 import fnmatch
+import re
 import subprocess
 from pathlib import Path
 
@@ -27,9 +28,23 @@ def changed_files_from(path: str | Path) -> list[str]:
     return [line.strip() for line in text.splitlines() if line.strip()]
 
 
+def resolve_commit(base: str, repo: Path) -> str:
+    """The commit id `base` names. Only this id reaches `git diff`: a value that looks
+    like an option (`--output=FILE` makes git write a file) is never an argument of its
+    own, and `--end-of-options` keeps rev-parse from reading it as one either."""
+    out = subprocess.run(["git", "rev-parse", "--verify", "--quiet", "--end-of-options", f"{base}^{{commit}}"],
+                         cwd=repo, capture_output=True, text=True)
+    commit = out.stdout.strip()
+    if out.returncode != 0 or not re.fullmatch(r"[0-9a-f]{40,64}", commit):
+        raise ScenarioError(f"--changed-since {base}: not a commit of the repository at {repo} "
+                            "(give a branch, tag or commit, e.g. origin/main; fetch it first in a shallow CI clone)")
+    return commit
+
+
 def changed_files_since(base: str, repo: Path) -> list[str]:
     """Files changed between the merge base of `base` and HEAD, plus uncommitted ones."""
-    out = subprocess.run(["git", "diff", "--name-only", f"{base}...HEAD"], cwd=repo, capture_output=True, text=True)
+    commit = resolve_commit(base, repo)
+    out = subprocess.run(["git", "diff", "--name-only", f"{commit}...HEAD"], cwd=repo, capture_output=True, text=True)
     if out.returncode != 0:
         raise ScenarioError(f"--changed-since {base}: git diff failed: {out.stderr.strip()}")
     local = subprocess.run(["git", "diff", "--name-only", "HEAD"], cwd=repo, capture_output=True, text=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import subprocess
 import sys
@@ -24,6 +25,46 @@ def _key_value(text: str) -> tuple[str, str]:
     return key, value
 
 
+def positive_seconds(text: str) -> float:
+    """A timeout: a finite number of seconds > 0 (0 or a negative one cannot be waited for)."""
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = math.nan
+    if not (math.isfinite(seconds) and seconds > 0):
+        raise argparse.ArgumentTypeError(f"expected a number of seconds > 0, got '{text}'")
+    return seconds
+
+
+def positive_int(text: str) -> int:
+    """A count of jobs or devices: an integer >= 1."""
+    try:
+        count = int(text)
+    except ValueError:
+        count = 0
+    if count < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got '{text}'")
+    return count
+
+
+def shard_spec(text: str) -> str:
+    """I/N, checked here so a bad shard is a usage error; planning parses it again."""
+    from harness.schedule import parse_shard
+
+    try:
+        parse_shard(text)
+    except ScenarioError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
+def git_revision(text: str) -> str:
+    """A branch, tag or commit for --changed-since; never something git reads as an option."""
+    if not text or text.startswith("-"):
+        raise argparse.ArgumentTypeError(f"expected a branch, tag or commit (e.g. origin/main), got '{text}'")
+    return text
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="harness", description="Distributed correctness harness for LLM inference engines.")
     p.add_argument("--scenarios", type=Path, action="append", help="scenario file or directory (default: scenarios/)")
@@ -37,20 +78,20 @@ def build_parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="run scenarios and write a report")
     run.add_argument("ids", nargs="*", help="ids or glob patterns, or suite names")
     run.add_argument("--gate", help="run this gate's scenarios (pr, nightly)")
-    run.add_argument("--timeout", type=float, help="per-scenario timeout in seconds (overrides the scenario file)")
+    run.add_argument("--timeout", type=positive_seconds, help="per-scenario timeout in seconds (overrides the scenario file)")
     run.add_argument("--fault", action="append", default=[], help="switch on an engine fault (repeatable)")
     run.add_argument("--env", type=_key_value, action="append", default=[], help="KEY=VALUE for every rank (repeatable)")
     run.add_argument("--device", choices=["cpu", "cuda"], default=os.environ.get("HARNESS_DEVICE", "cpu"))
     run.add_argument("--report-dir", type=Path, default=Path(os.environ.get("HARNESS_REPORTS_DIR", DEFAULT_REPORTS)))
     run.add_argument("--run-id", help="name of the run directory (default: time and gate)")
     run.add_argument("--history", type=Path, help="history store (default: $HARNESS_HISTORY_DIR or <report-dir>/history)")
-    run.add_argument("--jobs", type=int, default=None, help="scenarios at once, packed onto the devices (default: $HARNESS_JOBS or 1)")
-    run.add_argument("--devices", type=int, help="device slots of this machine (default: $HARNESS_DEVICES, else the GPU count on cuda, a CPU-based count on cpu)")
+    run.add_argument("--jobs", type=positive_int, default=None, help="scenarios at once, packed onto the devices (default: $HARNESS_JOBS or 1)")
+    run.add_argument("--devices", type=positive_int, help="device slots of this machine (default: $HARNESS_DEVICES, else the GPU count on cuda, a CPU-based count on cpu)")
     run.add_argument("--nodes", type=Path, help="nodes file for scenarios bigger than this machine (default: $HARNESS_NODES)")
-    run.add_argument("--shard", help="run shard I of N (I/N, 1-based), balanced by recorded durations")
+    run.add_argument("--shard", type=shard_spec, help="run shard I of N (I/N, 1-based), balanced by recorded durations")
     run.add_argument("--durations", type=Path, help="JSON {scenario id: seconds} to balance shards and pack by (default: past verdicts under --report-dir)")
     run.add_argument("--changed-files", type=Path, help="with --gate pr: run what these files (one per line) can break, plus the smoke set")
-    run.add_argument("--changed-since", metavar="BASE", help="with --gate pr: as --changed-files, with the files of `git diff --name-only BASE...HEAD`")
+    run.add_argument("--changed-since", metavar="BASE", type=git_revision, help="with --gate pr: as --changed-files, with the files of `git diff --name-only BASE...HEAD`")
 
     dur = sub.add_parser("durations", help="write the recorded duration of every scenario (for --durations)")
     dur.add_argument("--report-dir", type=Path, default=Path(os.environ.get("HARNESS_REPORTS_DIR", DEFAULT_REPORTS)))

@@ -26,7 +26,12 @@ BINDING_FIELDS = ("model", "model_sha256", "workload_sha256", "engine", "dtype",
 
 
 class GoldenError(RuntimeError):
-    """A golden that is missing or does not match what is being tested."""
+    """A golden that is missing or does not match what is being tested. `headline` is
+    the one line a verdict shows (console, summary lists): what is wrong and what to do."""
+
+    def __init__(self, message: str, headline: str | None = None):
+        super().__init__(message)
+        self.headline = headline or message.splitlines()[0]
 
 
 def golden_root() -> Path:
@@ -70,9 +75,25 @@ def load_golden(expected: dict) -> tuple[EngineOutputs, dict]:
         raise GoldenError(
             f"the golden of suite '{expected['suite']}' ({directory}) was made for something else:\n  "
             + "\n  ".join(diffs)
-            + f"\n{regenerate_hint(expected['suite'])}"
+            + f"\n{regenerate_hint(expected['suite'])}",
+            headline=_mismatch_headline(expected["suite"], manifest, expected),
         )
     return EngineOutputs.load(directory), manifest
+
+
+def _short(key: str, value) -> str:
+    """A manifest value for one line: a checksum cut to its first 8 hex digits."""
+    if key.endswith("_sha256") and isinstance(value, str) and len(value) > 16:
+        return repr(value[:8] + "..")
+    return repr(value)
+
+
+def _mismatch_headline(suite: str, manifest: dict, expected: dict) -> str:
+    """The fix, then every differing field, short: what a console line can carry (the
+    report's lists cut a verdict's line at 200 characters)."""
+    diffs = "; ".join(f"{key} golden {_short(key, manifest.get(key))} run {_short(key, expected[key])}"
+                      for key in BINDING_FIELDS if manifest.get(key) != expected[key])
+    return f"golden of '{suite}' does not match (remake: `harness golden {suite}`): {diffs}"
 
 
 def version_drift(manifest: dict, versions: dict) -> dict:

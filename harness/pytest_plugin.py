@@ -28,11 +28,13 @@ RUN_ID_ENV = "HARNESS_PYTEST_RUN_ID"
 
 
 def pytest_addoption(parser):
+    from harness.cli import positive_int, positive_seconds  # the CLI's rules: a bad value is a usage error
+
     group = parser.getgroup("harness")
-    group.addoption("--harness-timeout", type=float, default=None, help="per-scenario timeout in seconds")
+    group.addoption("--harness-timeout", type=positive_seconds, default=None, help="per-scenario timeout in seconds")
     group.addoption("--harness-fault", action="append", default=[], help="switch on an engine fault (repeatable)")
     group.addoption("--harness-report-dir", default=None, help="where the run directory goes (default: reports/)")
-    group.addoption("--harness-devices", type=int, default=None, help="device slots of this machine (default: $HARNESS_DEVICES)")
+    group.addoption("--harness-devices", type=positive_int, default=None, help="device slots of this machine (default: $HARNESS_DEVICES)")
 
 
 def pytest_configure(config):

@@ -173,12 +173,16 @@ def _run(scenario: Scenario, out_dir: Path, opts: RunOptions, lease: Lease | Non
     reason = prepared.engine.unsupported_reason(scenario.engine_settings, prepared.spec.model_dir) or devices_problem(need, opts)
     if reason:
         return Verdict(scenario.id, "unsupported", reason)
+    faults_problem = prepared.engine.fault_problem(prepared.spec.faults, scenario.settings)
+    if faults_problem:  # before launch: a bad fault is the input's error, not a crash of the engine
+        return Verdict(scenario.id, "error", f"bad fault switch: {faults_problem}", error={"exception": faults_problem})
     try:  # check the golden before spending a launch on a run we cannot judge
         golden, manifest = goldens.load_golden(prepared.manifest)
         golden_evals = evals.load_golden_evals(goldens.golden_dir(scenario.golden_key), scenario.suite.evals, scenario.golden_key)
         evals.check_pairing(prepared.evals, golden_evals)
     except goldens.GoldenError as exc:
-        return Verdict(scenario.id, "error", str(exc).splitlines()[0], error={"exception": str(exc)})
+        headline = getattr(exc, "headline", None) or str(exc).splitlines()[0]
+        return Verdict(scenario.id, "error", headline, error={"exception": str(exc)})
     except evals.PairingError as exc:
         hint = goldens.regenerate_hint(scenario.golden_key)
         return Verdict(scenario.id, "error", f"eval items do not pair with the golden: {exc}; {hint}", error={"exception": str(exc)})

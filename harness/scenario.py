@@ -39,8 +39,45 @@ ARCH_AXIS = "arch"
 DEFAULT_SCENARIO_DIR = Path(__file__).resolve().parent.parent / "scenarios"
 
 
+# Axes whose value is a number of ranks, for every engine (engines/base.py).
+PARALLEL_SIZES = ("tp", "pp")
+
+
 class ScenarioError(ValueError):
     """A scenario file that cannot be used, with the file and field at fault."""
+
+
+def _known_axes(engine: str | None) -> tuple[dict[str, tuple | None], str]:
+    """(axis -> values the engine allows, None: any) and whose axes they are. An engine
+    that cannot be loaded here is reported when its scenarios run; its axes must still
+    be the axes of some engine."""
+    from harness.engines import declared_axes, every_engines_axes
+
+    axes = declared_axes(engine) if engine else None
+    if axes is None:
+        return every_engines_axes(), "any engine"
+    return axes, f"engine '{engine}'"
+
+
+def _axis_value_problem(axis: str, value: AxisValue, allowed: tuple | None) -> str | None:
+    """Why `value` cannot be a setting of `axis`: a parallel size counts ranks; an axis the
+    engine allows only true/false for is a switch (YAML 0/1 or "yes" would not be)."""
+    if axis in PARALLEL_SIZES:
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            return f"axis '{axis}' value {value!r}: {axis} is a parallel size, an integer >= 1"
+    elif allowed and all(isinstance(a, bool) for a in allowed) and not isinstance(value, bool):
+        return f"axis '{axis}' value {value!r}: {axis} is a switch, true or false"
+    return None
+
+
+def _check_selector(selector: dict, engine: str | None, where: str) -> None:
+    """Values of golden / exclude / expected-failure selectors; axes they name outside the
+    matrix are reported by SuiteFile._axes_known, with the matrix's axes."""
+    axes, _ = _known_axes(engine)
+    for axis, value in selector.items():
+        problem = _axis_value_problem(axis, value, axes[axis]) if axis in axes else None
+        if problem:
+            raise ValueError(f"{where}{problem}")
 
 
 class _Strict(BaseModel):
@@ -167,7 +204,7 @@ class SuiteFile(_Strict):
     # name (a tiny random checkpoint of it) or any model entry
     archs: dict[str, Union[PathModel, HubModel, ArchModel]] = {}
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
-    timeout_s: float = Field(600, gt=0)
+    timeout_s: float = Field(600, gt=0, allow_inf_nan=False)  # a run that may never end is a hang nobody reports
     workloads: list[WorkloadDef] = []
     evals: list[EvalDef] = []
     golden: dict[str, AxisValue]
@@ -214,12 +251,31 @@ class SuiteFile(_Strict):
             raise ValueError(f"'{v}' is not a valid suite name (use [a-z0-9.-], starting with a letter or digit)")
         return v
 
+    @field_validator("model")
+    @classmethod
+    def _model(cls, ref):
+        """A plain name is a zoo model: a typo is the file's error now, not every
+        scenario's at run time. Other sources are resolved (and checked) when run."""
+        from harness import zoo  # stdlib only until a model is built
+
+        if isinstance(ref, str) and ref not in zoo.ZOO:
+            raise ValueError(f"unknown model '{ref}': the zoo has {', '.join(sorted(zoo.ZOO))}; for any other model "
+                             "write model: {path: DIR}, {hub: ORG/NAME, revision: REV} or {arch: CLASS} (harness/models)")
+        return ref
+
     @field_validator("matrix")
     @classmethod
-    def _matrix(cls, matrix: dict) -> dict:
+    def _matrix(cls, matrix: dict, info) -> dict:
+        known, whose = _known_axes(info.data.get("engine"))
         for axis, values in matrix.items():
             if not AXIS_NAME.match(axis):
                 raise ValueError(f"axis '{axis}' must be lower-case letters and digits")
+            if axis not in known:  # a typo would make every scenario `unsupported`: a green suite
+                raise ValueError(f"axis '{axis}' is not an axis of {whose} (known axes: {', '.join(sorted(known))})")
+            for v in values:
+                problem = _axis_value_problem(axis, v, known[axis])
+                if problem:
+                    raise ValueError(problem)
             if not values:
                 raise ValueError(f"axis '{axis}' has no values")
             if len(set(map(repr, values))) != len(values):
@@ -228,6 +284,36 @@ class SuiteFile(_Strict):
                 if isinstance(v, str) and not ID_PART.match(v):
                     raise ValueError(f"axis '{axis}' value '{v}' must use [a-z0-9.-] (it becomes part of the id)")
         return matrix
+
+    @field_validator("golden", "exclude", "expected_failures")
+    @classmethod
+    def _selector_values(cls, value, info):
+        engine = info.data.get("engine")
+        if info.field_name == "golden":
+            _check_selector(value, engine, "")
+        elif info.field_name == "exclude":
+            for i, selector in enumerate(value):
+                _check_selector(selector, engine, f"exclude[{i}]: ")
+        else:
+            for i, expected in enumerate(value):
+                _check_selector(expected.match, engine, f"expected_failures[{i}].match: ")
+        return value
+
+    @field_validator("faults")
+    @classmethod
+    def _faults(cls, faults: list[str], info) -> list[str]:
+        """Names and parameters now, by the engine that owns them; the ranks they target
+        are checked per scenario before launch (they depend on the settings)."""
+        from harness.engines import EngineUnavailable, get_engine
+
+        try:
+            engine = get_engine(info.data.get("engine", ""))
+        except EngineUnavailable:
+            return faults  # its scenarios end as `error` saying why the engine is missing
+        problem = engine.fault_problem(faults)
+        if problem:
+            raise ValueError(problem)
+        return faults
 
     @field_validator("workloads", "evals")
     @classmethod

@@ -41,7 +41,8 @@ def harness(root: Path, *args: str) -> subprocess.CompletedProcess:
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-    """A clean PR-gate run, then the same gate with rank 1 made to raise."""
+    """A clean PR-gate run, then the gate's two-rank scenario with rank 1 made to raise
+    (tp1-pp1 has no rank 1: that fault is an `error` there)."""
     root = tmp_path_factory.mktemp("reports-e2e")
     (root / "scenarios").mkdir()
     (root / "scenarios" / "rdemo.yaml").write_text(SUITE)
@@ -50,7 +51,8 @@ def runs(tmp_path_factory):
     reports = root / "reports"
     clean = harness(root, "run", "--gate", "pr", "--report-dir", str(reports), "--run-id", "clean")
     assert clean.returncode == 0, clean.stdout + clean.stderr
-    faulty = harness(root, "run", "--gate", "pr", "--report-dir", str(reports), "--run-id", "faulty", "--fault", "rank-raise@1")
+    faulty = harness(root, "run", "rdemo/tp2-pp1", "--gate", "pr", "--report-dir", str(reports), "--run-id", "faulty",
+                     "--fault", "rank-raise@1")
     return root, reports, faulty
 
 

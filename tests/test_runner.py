@@ -36,3 +36,29 @@ def test_unsupported_settings_give_the_engines_reason_without_launching(tmp_path
     v = run_scenario(by_name["tp1-sp"], tmp_path / "run")
     assert v.verdict == "unsupported" and "needs tp >= 2" in v.reason
     assert not (tmp_path / "run" / "scenarios" / "demo__tp1-sp" / "logs").exists()
+
+
+def test_a_golden_made_for_something_else_says_what_differs_and_what_to_do_in_one_line(tmp_path, monkeypatch):
+    """The verdict's one line (console, "Still failing") names each differing field and the
+    command that regenerates the golden; it used to end at "...was made for something else:"."""
+    import json
+    import shutil
+    from pathlib import Path
+
+    from harness.scenario import select
+
+    root = Path(__file__).resolve().parent.parent
+    golden = tmp_path / "golden" / "llama-tiny"
+    shutil.copytree(root / "golden" / "llama-tiny", golden)
+    manifest = json.loads((golden / "manifest.json").read_text())
+    manifest.update(model_sha256="0123456789abcdef" * 4, dtype="bfloat16")
+    (golden / "manifest.json").write_text(json.dumps(manifest))
+    monkeypatch.setenv("HARNESS_GOLDEN_DIR", str(tmp_path / "golden"))
+    scenario = select(load_scenarios(), ["llama-tiny/tp1-pp1"])[0]
+    v = run_scenario(scenario, tmp_path / "run")
+    assert v.verdict == "error" and "\n" not in v.reason
+    head = v.headline()[:200]  # what a console line and the summary's lists show
+    assert "harness golden llama-tiny" in head
+    assert "model_sha256 golden '01234567..' run " in head
+    assert "dtype golden 'bfloat16' run 'float32'" in head
+    assert not (tmp_path / "run" / "scenarios" / "llama-tiny__tp1-pp1" / "logs").exists()

@@ -68,6 +68,8 @@ def test_select_by_suite_glob_and_unknown(tmp_path):
         (("suite: demo", "suite: Demo_Suite"), "suite: Value error, 'Demo_Suite' is not a valid suite name"),
         (("tp: [1, 2]", "tp: []"), "axis 'tp' has no values"),
         (("reason: engine bug 123", "reason: ''"), "expected_failures.0.reason"),
+        (("model: tiny-llama", "model: tiny-llama\ntimeout_s: .inf"), "timeout_s: Input should be a finite number"),
+        (("model: tiny-llama", "model: tiny-llama\ntimeout_s: 0"), "timeout_s: Input should be greater than 0"),
     ],
 )
 def test_validation_names_file_and_field(tmp_path, change, expected):
@@ -99,3 +101,61 @@ def test_shipped_scenarios_are_valid_and_cover_the_pr_gate():
     assert "llama-tiny/tp2-pp2" in pr
     assert any(s.settings.get("sp") for s in scenarios if s.id in pr)
     assert any(s.settings.get("compile") for s in scenarios if s.id in pr)
+
+
+@pytest.mark.parametrize(
+    "change, expected",
+    [
+        (("tp: [1, 2]", 'tp: [1, "two"]'), "matrix: Value error, axis 'tp' value 'two': tp is a parallel size, an integer >= 1"),
+        (("tp: [1, 2]", "tp: [1, -2]"), "axis 'tp' value -2: tp is a parallel size, an integer >= 1"),
+        (("tp: [1, 2]", "tp: [1, true]"), "axis 'tp' value True: tp is a parallel size, an integer >= 1"),
+        (("pp: [1, 2]", "pp: [0, 1]"), "axis 'pp' value 0: pp is a parallel size"),
+        (("sp: [false, true]", "sp: [0, 1]"), "axis 'sp' value 0: sp is a switch, true or false"),
+        (("golden: {tp: 1,", "golden: {tp: 0,"), "golden: Value error, axis 'tp' value 0: tp is a parallel size"),
+        (("exclude: [{tp: 1, sp: true}]", "exclude: [{tp: 1, sp: yes please}]"), "exclude: Value error, exclude[0]: axis 'sp' value 'yes please'"),
+        (("match: {tp: 2,", "match: {tp: -2,"), "expected_failures: Value error, expected_failures[0].match: axis 'tp' value -2"),
+    ],
+)
+def test_axis_values_are_checked_by_type_and_range(tmp_path, change, expected):
+    """A value that cannot be a setting is an error of the file, not a traceback or an
+    `unsupported` scenario at run time."""
+    assert change[0] in BASE
+    path = write(tmp_path, BASE.replace(*change))
+    with pytest.raises(ScenarioError) as err:
+        load_suite(path)
+    assert str(path) in str(err.value) and expected in str(err.value)
+
+
+def test_an_axis_the_engine_does_not_know_is_an_error_naming_the_known_axes(tmp_path):
+    """A typo in an axis name made every scenario `unsupported`: a green suite that ran nothing."""
+    text = BASE.replace("compile: [false, true]}", "compile: [false, true], foo: [1]}").replace("compile: false}", "compile: false, foo: 1}")
+    path = write(tmp_path, text)
+    with pytest.raises(ScenarioError) as err:
+        load_suite(path)
+    message = str(err.value)
+    assert str(path) in message and "matrix: Value error, axis 'foo' is not an axis of engine 'reference'" in message
+    assert "known axes: compile, kvc, pp, sp, tp" in message
+
+
+def test_axes_of_an_engine_that_cannot_be_loaded_are_checked_against_every_engine(tmp_path):
+    """An unknown engine is reported when its scenarios run (with the known engines);
+    its axes must still be axes of some engine."""
+    assert load_suite(write(tmp_path, BASE.replace("suite: demo", "suite: demo\nengine: nosuch"))).engine == "nosuch"
+    text = BASE.replace("suite: demo", "suite: demo\nengine: nosuch").replace("sp:", "spp:")
+    with pytest.raises(ScenarioError, match="axis 'spp' is not an axis of any engine"):
+        load_suite(write(tmp_path, text))
+
+
+def test_an_unknown_model_is_an_error_of_the_file_naming_the_zoo(tmp_path):
+    """It used to load, then end every scenario as "harness error: KeyError ..."."""
+    path = write(tmp_path, BASE.replace("model: tiny-llama", "model: tiny-lama"))
+    with pytest.raises(ScenarioError) as err:
+        load_suite(path)
+    message = str(err.value)
+    assert str(path) in message and "model: Value error, unknown model 'tiny-lama'" in message
+    assert "tiny-llama" in message and "{path: DIR}" in message
+
+
+def test_a_model_that_is_not_a_zoo_name_is_left_to_its_source(tmp_path):
+    suite = load_suite(write(tmp_path, BASE.replace("model: tiny-llama", "model: {path: ckpt/my-llama}")))
+    assert suite.model.path == "ckpt/my-llama"

@@ -34,4 +34,22 @@ def get_engine(name: str) -> Engine:
         raise EngineUnavailable(f"engine '{name}' is not installed ({exc}); install it with {install}") from None
 
 
-__all__ = ["Engine", "LaunchPlan", "get_engine", "EngineUnavailable", "REGISTRY"]
+def declared_axes(name: str) -> dict[str, tuple | None] | None:
+    """The axes engine `name` declares, or None when it cannot be loaded here (unknown or
+    not installed: its scenarios say so, with the fix, when they run)."""
+    try:
+        return dict(get_engine(name).axes)
+    except EngineUnavailable:
+        return None
+
+
+def every_engines_axes() -> dict[str, tuple | None]:
+    """The axes of every engine that can be loaded here (first declaration wins)."""
+    axes: dict[str, tuple | None] = {}
+    for name in REGISTRY:
+        for axis, allowed in (declared_axes(name) or {}).items():
+            axes.setdefault(axis, allowed)
+    return axes
+
+
+__all__ = ["Engine", "LaunchPlan", "get_engine", "EngineUnavailable", "REGISTRY", "declared_axes", "every_engines_axes"]

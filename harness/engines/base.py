@@ -41,6 +41,17 @@ class Engine(ABC):
             return f"tp and pp must be >= 1 (got tp={tp}, pp={pp})"
         return None
 
+    def fault_problem(self, faults: list[str], settings: dict | None = None) -> str | None:
+        """Why these fault switches cannot act as asked (an unknown name, a malformed
+        parameter, or, given settings, a rank these settings do not have), with the
+        engine's known faults; None when they can. The harness asks before launch (and
+        at load time, without settings, for a scenario file's faults), so a typo is an
+        `error`, never a crash of the engine or a clean run that passes. An engine
+        with fault switches overrides this; by default an engine takes none."""
+        if faults:
+            return f"engine '{self.name}' has no fault switches (got {', '.join(faults)})"
+        return None
+
     def devices_needed(self, settings: dict) -> int:
         """Devices one run of these settings occupies (what the harness leases for it):
         tp*pp, one device per rank, whether the engine starts the ranks or we do."""

@@ -58,6 +58,16 @@ class ReferenceEngine(Engine):
             return f"pp={pp} exceeds num_hidden_layers={cfg['num_hidden_layers']}"
         return None
 
+    def fault_problem(self, faults: list[str], settings: dict | None = None) -> str | None:
+        from harness.engines.reference import faults as switches  # stdlib only
+
+        try:
+            switches.parse(faults)
+            problem = switches.target_problem(faults, self.devices_needed(settings)) if settings else None
+        except ValueError as exc:
+            return str(exc)
+        return f"{problem}; the reference engine knows: {switches.known()}" if problem else None
+
     def launch_plan(self, spec: RunSpec, spec_path: str) -> LaunchPlan:
         world_size = spec.tp * spec.pp
         env = {"TORCHINDUCTOR_COMPILE_THREADS": "1"}

@@ -49,6 +49,10 @@ register("compile-warmup-without-images",
          "vLLM PR 43617: warm-up (the compile capture) passes None for the deepstack image inputs")
 
 
+def known() -> str:
+    return ", ".join(f"{f.name}{'@N' if f.takes_param else ''}" for f in FAULTS.values())
+
+
 def parse(faults: list[str]) -> dict[str, str | None]:
     """name -> param (None when the fault takes none). Unknown or malformed names are an
     error that lists the known ones, so a typo never silently runs a clean engine."""
@@ -56,14 +60,25 @@ def parse(faults: list[str]) -> dict[str, str | None]:
     for item in faults:
         name, _, param = item.partition("@")
         if name not in FAULTS:
-            known = ", ".join(f"{f.name}{'@N' if f.takes_param else ''}" for f in FAULTS.values())
-            raise ValueError(f"unknown fault {item!r}; the reference engine knows: {known}")
-        if FAULTS[name].takes_param and not param:
-            raise ValueError(f"fault {name!r} needs a parameter: {name}@N")
+            raise ValueError(f"unknown fault {item!r}; the reference engine knows: {known()}")
+        # Every fault that takes a parameter takes a global rank (@N).
+        if FAULTS[name].takes_param and not param.isdigit():
+            raise ValueError(f"fault {name!r} needs a global rank: {name}@N, got {item!r}; the reference engine knows: {known()}")
         if not FAULTS[name].takes_param and param:
-            raise ValueError(f"fault {name!r} takes no parameter, got {item!r}")
+            raise ValueError(f"fault {name!r} takes no parameter, got {item!r}; the reference engine knows: {known()}")
         parsed[name] = param or None
     return parsed
+
+
+def target_problem(faults: list[str], world_size: int) -> str | None:
+    """A rank fault aimed at a rank these settings do not have would never fire: the run
+    would pass and seem to prove the harness misses the fault."""
+    for name, param in parse(faults).items():
+        if param is not None and int(param) >= world_size:
+            ranks = "rank" if world_size == 1 else "ranks"
+            return (f"fault {name}@{param} targets global rank {param}, but these settings have "
+                    f"{world_size} {ranks} (0..{world_size - 1}); it would never fire")
+    return None
 
 
 def active(faults, name: str) -> str | bool:

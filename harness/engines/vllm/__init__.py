@@ -68,6 +68,16 @@ class VllmEngine(Engine):
                 return f"{axis}: {probe[axis]['reason']}"
         return _model_reason(model_dir, tp, pp) if model_dir else None
 
+    def fault_problem(self, faults: list[str], settings: dict | None = None) -> str | None:
+        # faults.py installs nothing in this process: it acts only where $HARNESS_VLLM_FAULTS is set
+        from harness.engines.vllm import faults as switches
+
+        try:
+            switches.parse(faults)
+            return switches.target_problem(faults, int(settings.get("pp", 1))) if settings else None
+        except ValueError as exc:
+            return str(exc)
+
     def launch_plan(self, spec: RunSpec, spec_path: str) -> LaunchPlan:
         env = {
             "PYTHONPATH": os.pathsep.join(filter(None, [str(PROJECT_ROOT), os.environ.get("PYTHONPATH")])),

@@ -32,6 +32,15 @@ def parse(faults: list[str]) -> dict[str, int]:
     return parsed
 
 
+def target_problem(faults: list[str], pp: int) -> str | None:
+    """A fault aimed at a PP rank these settings do not have would never fire."""
+    for kind, rank in parse(faults).items():
+        if rank >= pp:
+            return (f"vllm fault {kind}@{rank} targets PP rank {rank}, but these settings have {pp} PP "
+                    f"rank{'s' if pp > 1 else ''}; it would never fire (known: {', '.join(k + '@<pp rank>' for k in KINDS)})")
+    return None
+
+
 def _pp_rank() -> int:
     from vllm.distributed import get_pp_group
 

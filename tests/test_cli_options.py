@@ -1,0 +1,51 @@
+"""Command-line options that cannot mean anything are usage errors (exit code 2 with
+argparse's message), never a run that ends as a misleading verdict: `--timeout -5`
+used to end as `hang`, `--timeout 0` was silently ignored, `--jobs -1` was accepted."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from harness.cli import build_parser
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.mark.parametrize("option, value, message", [
+    ("--timeout", "-5", "a number of seconds > 0"),
+    ("--timeout", "0", "a number of seconds > 0"),
+    ("--timeout", "nan", "a number of seconds > 0"),
+    ("--timeout", "inf", "a number of seconds > 0"),
+    ("--timeout", "soon", "a number of seconds > 0"),
+    ("--jobs", "-1", "an integer >= 1"),
+    ("--jobs", "0", "an integer >= 1"),
+    ("--devices", "0", "an integer >= 1"),
+    ("--devices", "two", "an integer >= 1"),
+    ("--shard", "0/4", "I/N with 1 <= I <= N"),
+    ("--shard", "5/4", "I/N with 1 <= I <= N"),
+    ("--shard", "1/0", "I/N with 1 <= I <= N"),
+])
+def test_invalid_run_options_are_usage_errors(capsys, option, value, message):
+    with pytest.raises(SystemExit) as exit_:
+        build_parser().parse_args(["run", option, value])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert f"argument {option}" in err and message in err
+
+
+def test_valid_run_options_parse_to_numbers():
+    args = build_parser().parse_args(["run", "--timeout", "2.5", "--jobs", "3", "--devices", "4", "--shard", "2/4"])
+    assert (args.timeout, args.jobs, args.devices, args.shard) == (2.5, 3, 4, "2/4")
+
+
+@pytest.mark.parametrize("option", ["--harness-timeout=-5", "--harness-timeout=0", "--harness-devices=0"])
+def test_invalid_pytest_plugin_options_are_usage_errors(option):
+    """pytest's exit code for a usage error is 4; collection never starts."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    done = subprocess.run([sys.executable, "-m", "pytest", option, "--collect-only", "-q", "scenarios/llama-tiny.yaml"],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 4, done.stdout + done.stderr
+    assert option.split("=")[0] in done.stderr
