@@ -54,9 +54,9 @@ def _known_axes(engine: str | None) -> tuple[dict[str, tuple | None], str]:
     from harness.engines import declared_axes, every_engines_axes
 
     axes = declared_axes(engine) if engine else None
-    if axes is None:
-        return every_engines_axes(), "any engine"
-    return axes, f"engine '{engine}'"
+    whose = f"engine '{engine}'" if axes is not None else "any engine"
+    # the arch axis is the harness's own (it picks the model): every engine has it
+    return {**(axes if axes is not None else every_engines_axes()), ARCH_AXIS: None}, whose
 
 
 def _axis_value_problem(axis: str, value: AxisValue, allowed: tuple | None) -> str | None:
