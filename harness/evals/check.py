@@ -105,10 +105,13 @@ def save_golden_evals(directory: Path, results: dict[str, dict]) -> None:
 
 def load_golden_evals(directory: Path, eval_defs, suite: str) -> dict[str, dict]:
     """The golden's per-item eval results; a GoldenError when any eval is missing."""
-    from harness.golden import GoldenError, regenerate_hint
+    from harness.golden import GoldenError, damage_hint, regenerate_hint
 
     path = Path(directory) / EVALS_FILE
-    stored = json.loads(path.read_text()) if path.exists() else {}
+    try:
+        stored = json.loads(path.read_text()) if path.exists() else {}
+    except ValueError as exc:  # load_golden checked its digest: damaged since, or stored broken
+        raise GoldenError(f"golden file {path} cannot be read ({exc}); {damage_hint(suite)}") from exc
     missing = [e.name for e in eval_defs if e.name not in stored]
     if missing:
         raise GoldenError(f"the golden of suite '{suite}' has no results for eval(s) {', '.join(missing)} "
