@@ -178,6 +178,8 @@ def _run(scenario: Scenario, out_dir: Path, opts: RunOptions, lease: Lease | Non
         evals.check_pairing(prepared.evals, golden_evals)
     except goldens.GoldenError as exc:
         return Verdict(scenario.id, "error", str(exc).splitlines()[0], error={"exception": str(exc)})
+    except evals.PowerlessCheckError as exc:
+        return Verdict(scenario.id, "error", str(exc), error={"exception": str(exc)})
     except evals.PairingError as exc:
         hint = goldens.regenerate_hint(scenario.suite.suite)
         return Verdict(scenario.id, "error", f"eval items do not pair with the golden: {exc}; {hint}", error={"exception": str(exc)})
