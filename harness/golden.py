@@ -7,10 +7,15 @@ another dtype or other settings is an error that names each difference and the
 command that regenerates it. Engine and torch versions are recorded and shown,
 not enforced: comparing a new engine version against an old golden is the point
 of a regression gate.
+
+The manifest also records the sha256 of every file of the golden (`files_sha256`),
+checked on every load: a damaged golden (flipped bytes, a truncated file, a bad
+merge) is an error naming the file, never a `fail` that blames the engine for it.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -23,6 +28,7 @@ DEFAULT_GOLDEN_DIR = Path(__file__).resolve().parent.parent / "golden"
 MANIFEST = "manifest.json"
 # Manifest fields that must match for a golden to apply; the rest is information.
 BINDING_FIELDS = ("model", "model_sha256", "workload_sha256", "engine", "dtype", "settings")
+DIGESTS = "files_sha256"  # manifest field: {file name: sha256} of every other file of the golden
 
 
 class GoldenError(RuntimeError):
@@ -46,6 +52,11 @@ def regenerate_hint(suite: str) -> str:
     return f"regenerate it with `harness golden {suite}` (or `make golden` for every suite)"
 
 
+def damage_hint(suite: str) -> str:
+    return (f"restore it (`git checkout golden/{suite}` for a committed golden) or "
+            f"regenerate it with `harness golden {suite}`")
+
+
 def make_manifest(*, suite: str, model: str, model_sha256: str, workload_sha256: str, engine: str, dtype: str, settings: dict, versions: dict) -> dict:
     return {
         "suite": suite,
@@ -60,12 +71,15 @@ def make_manifest(*, suite: str, model: str, model_sha256: str, workload_sha256:
 
 
 def load_golden(expected: dict) -> tuple[EngineOutputs, dict]:
-    """The golden of `expected['suite']`, after checking its manifest matches."""
-    directory = golden_dir(expected["suite"])
+    """The golden of `expected['suite']`, after checking its files are intact and its
+    manifest matches what is being tested."""
+    suite = expected["suite"]
+    directory = golden_dir(suite)
     manifest_path = directory / MANIFEST
     if not manifest_path.exists() or not EngineOutputs.exists(directory):
-        raise GoldenError(f"no golden for suite '{expected['suite']}' in {directory}; {regenerate_hint(expected['suite'])}")
-    manifest = json.loads(manifest_path.read_text())
+        raise GoldenError(f"no golden for suite '{suite}' in {directory}; {regenerate_hint(suite)}")
+    manifest = _read_manifest(manifest_path, suite)
+    verify_files(directory, manifest, suite)
     diffs = [
         f"{key}: golden has {manifest.get(key)!r}, this run has {expected[key]!r}"
         for key in BINDING_FIELDS
@@ -73,12 +87,71 @@ def load_golden(expected: dict) -> tuple[EngineOutputs, dict]:
     ]
     if diffs:
         raise GoldenError(
-            f"the golden of suite '{expected['suite']}' ({directory}) was made for something else:\n  "
+            f"the golden of suite '{suite}' ({directory}) was made for something else:\n  "
             + "\n  ".join(diffs)
-            + f"\n{regenerate_hint(expected['suite'])}",
-            headline=_mismatch_headline(expected["suite"], manifest, expected),
+            + f"\n{regenerate_hint(suite)}",
+            headline=_mismatch_headline(suite, manifest, expected),
         )
-    return EngineOutputs.load(directory), manifest
+    try:
+        return EngineOutputs.load(directory), manifest
+    except Exception as exc:  # noqa: BLE001 - digests matched, yet unreadable: still the golden's fault
+        raise GoldenError(f"the golden of suite '{suite}' cannot be read ({directory}: {type(exc).__name__}: "
+                          f"{exc}); {damage_hint(suite)}") from exc
+
+
+def _read_manifest(path: Path, suite: str) -> dict:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise GoldenError(f"the golden of suite '{suite}' has an unreadable manifest {path} "
+                          f"({type(exc).__name__}: {exc}); {damage_hint(suite)}") from exc
+
+
+def file_digests(directory: Path) -> dict[str, str]:
+    """sha256 of every file of a golden directory but its manifest (goldens are small:
+    one pass over each file, once per load)."""
+    return {p.name: _sha256(p) for p in sorted(Path(directory).iterdir())
+            if p.is_file() and p.name != MANIFEST and not p.name.startswith(".")}
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def record_digests(directory: Path) -> dict:
+    """Write the digests of a golden's files into its manifest (store_golden; also how the
+    goldens committed before digests existed got theirs, without regenerating them)."""
+    path = Path(directory) / MANIFEST
+    manifest = json.loads(path.read_text())
+    manifest[DIGESTS] = file_digests(Path(directory))
+    path.write_text(json.dumps(manifest, indent=1, sort_keys=True))
+    return manifest
+
+
+def verify_files(directory: Path, manifest: dict, suite: str) -> None:
+    """Every file the manifest lists must be there with the recorded sha256, and every
+    file the harness reads must be listed; else a GoldenError naming the file."""
+    recorded = manifest.get(DIGESTS)
+    if not isinstance(recorded, dict):
+        raise GoldenError(f"the golden of suite '{suite}' ({directory}) records no digests of its files "
+                          f"(made before goldens carried them), so damage cannot be told apart from an engine bug; "
+                          f"{regenerate_hint(suite)}")
+    present = file_digests(directory)
+    for name, digest in sorted(recorded.items()):
+        path = Path(directory) / name
+        if name not in present:
+            raise GoldenError(f"golden file {path} is missing (its manifest lists it); {damage_hint(suite)}")
+        if present[name] != digest:
+            raise GoldenError(f"golden file {path} is damaged: its sha256 is not the one its manifest recorded "
+                              f"when the golden was stored; {damage_hint(suite)}")
+    unlisted = sorted(set(present) - set(recorded))
+    if unlisted:
+        raise GoldenError(f"golden file {Path(directory) / unlisted[0]} is not in its manifest's digests "
+                          f"(added or renamed after the golden was stored); {damage_hint(suite)}")
 
 
 def _short(key: str, value) -> str:
@@ -119,6 +192,7 @@ def store_golden(outputs_dir: Path, manifest: dict, evals: dict | None = None, d
     if evals:
         save_golden_evals(staging, evals)
     (staging / MANIFEST).write_text(json.dumps({**manifest, "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}, indent=1, sort_keys=True))
+    record_digests(staging)
     shutil.rmtree(target, ignore_errors=True)
     os.replace(staging, target)
     return target

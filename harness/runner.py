@@ -173,7 +173,7 @@ def _run(scenario: Scenario, out_dir: Path, opts: RunOptions, lease: Lease | Non
     reason = prepared.engine.unsupported_reason(scenario.engine_settings, prepared.spec.model_dir) or devices_problem(need, opts)
     if reason:
         return Verdict(scenario.id, "unsupported", reason)
-    faults_problem = prepared.engine.fault_problem(prepared.spec.faults, scenario.settings)
+    faults_problem = prepared.engine.fault_problem(prepared.spec.faults, scenario.engine_settings)
     if faults_problem:  # before launch: a bad fault is the input's error, not a crash of the engine
         return Verdict(scenario.id, "error", f"bad fault switch: {faults_problem}", error={"exception": faults_problem})
     try:  # check the golden before spending a launch on a run we cannot judge
@@ -183,6 +183,8 @@ def _run(scenario: Scenario, out_dir: Path, opts: RunOptions, lease: Lease | Non
     except goldens.GoldenError as exc:
         headline = getattr(exc, "headline", None) or str(exc).splitlines()[0]
         return Verdict(scenario.id, "error", headline, error={"exception": str(exc)})
+    except evals.PowerlessCheckError as exc:
+        return Verdict(scenario.id, "error", str(exc), error={"exception": str(exc)})
     except evals.PairingError as exc:
         hint = goldens.regenerate_hint(scenario.golden_key)
         return Verdict(scenario.id, "error", f"eval items do not pair with the golden: {exc}; {hint}", error={"exception": str(exc)})

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from harness import golden as goldens
 from harness.runner import RunOptions, run_scenario
 from harness.scenario import load_scenarios
 
@@ -58,6 +59,7 @@ def test_items_that_no_longer_pair_with_the_golden_are_an_error_not_a_verdict(tm
     stored = json.loads(evals_file.read_text())
     stored["arith"]["items"][0]["prompt_sha256"] = "0" * 64  # as if the few-shot examples had changed
     evals_file.write_text(json.dumps(stored))
+    goldens.record_digests(golden / "llama-evals")  # a golden regenerated since, not a damaged one
     monkeypatch.setenv("HARNESS_GOLDEN_DIR", str(golden))
     v = run_scenario(scenario("llama-evals/tp1-pp1"), tmp_path / "run", RunOptions(gate="pr"))
     assert v.verdict == "error" and "another prompt than in the golden" in v.reason and "harness golden llama-evals" in v.reason

@@ -1,6 +1,8 @@
 """Goldens: a missing or mismatched golden is an error naming what differs and
 how to regenerate; version drift is reported, not enforced."""
 
+import json
+
 import pytest
 import torch
 
@@ -51,3 +53,42 @@ def test_stale_golden_names_every_difference(stored):
 def test_version_drift_is_information_not_an_error(stored):
     _, m = goldens.load_golden(manifest(versions={"torch": "2.14.0"}))
     assert goldens.version_drift(m, {"torch": "2.14.0"}) == {"torch": {"golden": "2.13.0", "now": "2.14.0"}}
+
+
+def test_stored_golden_records_the_digest_of_each_file(stored):
+    m = json.loads((stored / goldens.MANIFEST).read_text())
+    assert m[goldens.DIGESTS] == goldens.file_digests(stored)
+    assert set(m[goldens.DIGESTS]) == {"outputs.safetensors", "outputs.json"}
+
+
+def test_damaged_metadata_file_is_an_error_naming_it(stored):
+    (stored / "outputs.json").write_text('{"engine": "reference", "tampered": true}')
+    with pytest.raises(goldens.GoldenError, match=r"golden file .*outputs\.json is damaged.*git checkout golden/demo.*harness golden demo"):
+        goldens.load_golden(manifest())
+
+
+def test_golden_without_digests_cannot_be_trusted(stored):
+    path = stored / goldens.MANIFEST
+    m = json.loads(path.read_text())
+    del m[goldens.DIGESTS]
+    path.write_text(json.dumps(m))
+    with pytest.raises(goldens.GoldenError, match=r"records no digests.*harness golden demo"):
+        goldens.load_golden(manifest())
+
+
+def test_unreadable_manifest_is_an_error_naming_it(stored):
+    (stored / goldens.MANIFEST).write_text('{"suite": "de')
+    with pytest.raises(goldens.GoldenError, match=r"unreadable manifest .*manifest\.json"):
+        goldens.load_golden(manifest())
+
+
+def test_a_file_added_after_storing_is_not_trusted(stored):
+    (stored / "evals.json").write_text("{}")
+    with pytest.raises(goldens.GoldenError, match=r"evals\.json is not in its manifest's digests"):
+        goldens.load_golden(manifest())
+
+
+@pytest.mark.parametrize("suite", sorted(p.name for p in goldens.DEFAULT_GOLDEN_DIR.iterdir() if p.is_dir()))
+def test_every_committed_golden_carries_matching_digests(suite):
+    directory = goldens.DEFAULT_GOLDEN_DIR / suite
+    goldens.verify_files(directory, json.loads((directory / goldens.MANIFEST).read_text()), suite)

@@ -2,13 +2,16 @@
 
 import pytest
 
-from harness.evals.paired import (PairingError, compare_paired, mcnemar_exact_p, min_flips_for_significance,
-                                  paired_delta_ci, smallest_detectable_drop)
+from harness.evals.paired import (PairingError, accuracy_power_problem, compare_paired, mcnemar_exact_p,
+                                  min_flips_for_significance, paired_delta_ci, smallest_detectable_drop)
 
 
-def items(correct: list[int], sha: str = "s") -> list[dict]:
-    return [{"doc_id": i, "prompt_sha256": sha, "correct": {"flexible-extract": c, "strict-match": c}}
-            for i, c in enumerate(correct)]
+def items(correct: list[int], sha: str = "s", responses: list[str] | None = None) -> list[dict]:
+    """Items scored as `correct`; the same response text for every item unless given
+    (the score tests below isolate the McNemar logic from the response comparison)."""
+    responses = responses or [" 7 + 5 = 12\n#### 12"] * len(correct)
+    return [{"doc_id": i, "prompt_sha256": sha, "correct": {"flexible-extract": c, "strict-match": c}, "response": r}
+            for i, (c, r) in enumerate(zip(correct, responses))]
 
 
 def test_mcnemar_matches_the_binomial_test():
@@ -59,3 +62,34 @@ def test_items_must_pair_with_the_golden():
         compare_paired("t", items([1] * 3), items([1] * 3, sha="other"), "strict-match")
     subset = compare_paired("t", items([1] * 10), items([1] * 4), "strict-match")  # a PR slice of a nightly golden
     assert subset.n == 4 and subset.passed
+
+
+def test_a_differing_response_fails_the_check_even_at_the_floor():
+    # the llama-gsm8k PR slice: 16 items, the golden scores 0.000, so no score drop is possible
+    golden = items([0] * 16, responses=[f" {i}\n#### {i}" for i in range(16)])
+    same = compare_paired("gsm8k", golden, items([0] * 16, responses=[f" {i}\n#### {i}" for i in range(16)]), "strict-match")
+    assert same.passed and same.differing_responses == [] and "all 16 responses identical" in same.summary()
+    off = [f" {i}\n#### {i}" for i in range(16)]
+    off[3], off[9] = " 3\n#### 4", " nine"
+    broken = compare_paired("gsm8k", golden, items([0] * 16, responses=off), "strict-match")
+    assert broken.score == broken.golden_score == 0.0 and broken.accuracy_passed
+    assert not broken.passed and broken.differing_responses == [3, 9]
+    assert "2 of 16 responses differ from the golden's (items 3, 9; at most 0 allowed)" in broken.summary()
+    allowed = compare_paired("gsm8k", golden, items([0] * 16, responses=off), "strict-match", max_differing_responses=2)
+    assert allowed.passed
+
+
+def test_a_score_that_cannot_drop_says_so():
+    assert "floor" in accuracy_power_problem(16, 0, 0.05)  # llama-gsm8k's PR slice
+    assert "0.375" in accuracy_power_problem(16, 4, 0.05)  # 6 of 16 must flip; only 4 can
+    assert accuracy_power_problem(16, 6, 0.05) is None
+    assert accuracy_power_problem(64, 64, 0.05) is None  # at the ceiling every drop is room (llama-evals geo)
+    assert "too few" in accuracy_power_problem(4, 4, 0.05)
+    floor = compare_paired("gsm8k", items([0] * 16), items([0] * 16), "strict-match")
+    assert floor.passed and "the score cannot fail on these items" in floor.summary()
+
+
+def test_a_golden_without_responses_cannot_be_paired():
+    golden = [{k: v for k, v in it.items() if k != "response"} for it in items([1] * 3)]
+    with pytest.raises(PairingError, match="keep no response"):
+        compare_paired("t", golden, items([1] * 3), "strict-match")

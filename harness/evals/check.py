@@ -2,7 +2,9 @@
 
   prepare_evals   lm-eval's requests of every eval of the suite -> `generate` workloads
   score_evals     the engine's tokens -> per-item correctness (lm-eval's filters + metric)
-  accuracy_checks golden vs scenario, paired per item (paired.py) -> one check per eval
+  accuracy_checks golden vs scenario, paired per item (paired.py) -> one check per eval:
+                  the score (McNemar) and each item's response against the golden's
+  check_pairing   before the launch: the items pair with the golden, and the check can fail
   save / load     the golden's per-item results live in <golden>/evals.json
 
 lm-eval itself is only touched through lm.py, and only in the harness process.
@@ -13,7 +15,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from harness.evals.paired import PairingError, compare_paired  # noqa: F401 - PairingError: the runner catches it
+# PairingError, PowerlessCheckError: the runner catches them
+from harness.evals.paired import PairingError, PowerlessCheckError, compare_paired  # noqa: F401
 
 EVALS_FILE = "evals.json"
 MAX_FLIPPED_ROWS = 200  # flipped items kept in a verdict (all are counted)
@@ -48,7 +51,7 @@ def accuracy_checks(eval_defs, golden: dict[str, dict], results: dict[str, dict]
     checks = []
     for e in eval_defs:
         g, r = golden[e.name], results[e.name]
-        cmp = compare_paired(e.name, g["items"], r["items"], e.filter, e.max_drop, e.alpha)
+        cmp = compare_paired(e.name, g["items"], r["items"], e.filter, e.max_drop, e.alpha, e.max_differing_responses)
         other = {f"score_{f}": s for f, s in r["scores"].items()}
         other.update({f"golden_score_{f}": s for f, s in g["scores"].items()})
         checks.append({
@@ -60,12 +63,30 @@ def accuracy_checks(eval_defs, golden: dict[str, dict], results: dict[str, dict]
                 "score": cmp.score, "golden_score": cmp.golden_score, "delta": cmp.delta,
                 "ci95_low": cmp.ci95[0], "ci95_high": cmp.ci95[1], "p_value": cmp.p_value, "n": cmp.n,
                 "flipped_to_wrong": len(cmp.flipped_to_wrong), "flipped_to_right": len(cmp.flipped_to_right),
-                "smallest_detectable_drop": cmp.smallest_detectable_drop, **other,
+                "smallest_detectable_drop": cmp.smallest_detectable_drop,
+                "differing_responses": len(cmp.differing_responses), "max_differing_responses": e.max_differing_responses,
+                **other,
             },
-            "tolerance": f"fail when drop > {e.max_drop:g} and McNemar p < {e.alpha:g} ({e.filter})",
+            "tolerance": (f"fail when drop > {e.max_drop:g} and McNemar p < {e.alpha:g} ({e.filter}), "
+                          f"or more than {e.max_differing_responses} responses differ from the golden's"),
             "flipped": _flipped_rows(cmp, g["items"], r["items"], e.filter),
+            "differing_responses": _differing_rows(cmp, g["items"], r["items"]),
+            "warning": cmp.accuracy_powerless and f"the score cannot fail here: {cmp.accuracy_powerless}",
         })
     return checks
+
+
+def _differing_rows(cmp, golden_items: list[dict], items: list[dict]) -> list[dict]:
+    """Where the responses first part: the item, the golden's and this run's text."""
+    gold = {it["doc_id"]: it for it in golden_items}
+    here = {it["doc_id"]: it for it in items}
+    rows = []
+    for d in cmp.differing_responses[:MAX_FLIPPED_ROWS]:
+        a, b = gold[d].get("response") or "", here[d].get("response") or ""
+        at = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+        rows.append({"doc_id": d, "first_differing_char": at, "golden_response": a[max(0, at - 40):at + 80],
+                     "response": b[max(0, at - 40):at + 80]})
+    return rows
 
 
 def _flipped_rows(cmp, golden_items: list[dict], items: list[dict], filter: str) -> list[dict]:
@@ -84,8 +105,11 @@ def failure_reason(checks: list[dict]) -> str | None:
     for c in checks:
         if c["kind"] == "accuracy" and not c["passed"]:
             ids = [r["doc_id"] for r in c.get("flipped", []) if r["flipped"] == "to wrong"]
+            what = "flipped to wrong"
+            if not ids:  # the score held; the responses are what failed
+                ids, what = [r["doc_id"] for r in c.get("differing_responses", [])], "responded otherwise than the golden"
             more = "..." if len(ids) > 8 else ""
-            return f"{c['name']}: items {', '.join(map(str, ids[:8]))}{more} flipped to wrong"
+            return f"{c['name']}: items {', '.join(map(str, ids[:8]))}{more} {what}"
     return None
 
 
@@ -96,7 +120,25 @@ def check_pairing(prepared: list, golden: dict[str, dict]) -> None:
 
     for p in prepared:
         name = p.workload["name"].removeprefix("eval_")
-        pair_items(golden[name]["items"], p.items)
+        pairs = pair_items(golden[name]["items"], p.items)
+        refuse_powerless(p.eval_def, [g for g, _ in pairs])
+
+
+def refuse_powerless(eval_def, golden_items: list[dict]) -> None:
+    """A check that cannot fail is no check: when the score cannot drop detectably on
+    these items and the scenario file lets every response differ, raise
+    PowerlessCheckError (an `error` before launch) instead of a pass that proves nothing."""
+    from harness.evals.paired import accuracy_power_problem
+
+    n = len(golden_items)
+    right = sum(int(g["correct"][eval_def.filter]) for g in golden_items)
+    problem = accuracy_power_problem(n, right, eval_def.alpha, eval_def.max_drop)
+    if problem and eval_def.max_differing_responses >= n:
+        raise PowerlessCheckError(
+            f"eval '{eval_def.name}' cannot fail on these {n} items: {problem}, and the scenario file lets all of "
+            f"their responses differ (max_differing_responses: {eval_def.max_differing_responses}); lower "
+            f"max_differing_responses, give it more items or a task the model scores on, or take the scenario "
+            f"out of this gate")
 
 
 def save_golden_evals(directory: Path, results: dict[str, dict]) -> None:
@@ -105,10 +147,13 @@ def save_golden_evals(directory: Path, results: dict[str, dict]) -> None:
 
 def load_golden_evals(directory: Path, eval_defs, suite: str) -> dict[str, dict]:
     """The golden's per-item eval results; a GoldenError when any eval is missing."""
-    from harness.golden import GoldenError, regenerate_hint
+    from harness.golden import GoldenError, damage_hint, regenerate_hint
 
     path = Path(directory) / EVALS_FILE
-    stored = json.loads(path.read_text()) if path.exists() else {}
+    try:
+        stored = json.loads(path.read_text()) if path.exists() else {}
+    except ValueError as exc:  # load_golden checked its digest: damaged since, or stored broken
+        raise GoldenError(f"golden file {path} cannot be read ({exc}); {damage_hint(suite)}") from exc
     missing = [e.name for e in eval_defs if e.name not in stored]
     if missing:
         raise GoldenError(f"the golden of suite '{suite}' has no results for eval(s) {', '.join(missing)} "

@@ -17,6 +17,18 @@ other way round, over n paired items:
 The check fails when the scenario's score is lower by more than max_drop AND McNemar
 rejects "no difference" at alpha: a drop smaller than the noise of n items is not a
 regression, and a significant but tolerated drop is not either.
+
+It also fails when more responses differ from the golden's than the scenario file
+allows (`max_differing_responses`, default 0). Greedy decoding of the same prompt by a
+correct engine gives the same text, so a differing response is a flagged difference
+even when both answers are wrong: this is what lets an eval at the floor (a tiny model
+on real GSM8K) still catch a bug. Engines give no logprobs for `generate`, so a
+divergence at a near-tie cannot be told apart from a real one; a setting known to
+reorder near-ties is given an allowance in its scenario file instead.
+
+An accuracy comparison has no power when no drop it could see is possible: the golden
+scores nothing on the items (floor: no room to drop), or the smallest detectable drop
+is larger than the golden's score (the room to drop). `accuracy_power_problem` says so.
 """
 
 from __future__ import annotations
@@ -28,6 +40,10 @@ from statistics import NormalDist
 
 class PairingError(ValueError):
     """Golden and scenario items cannot be paired (another item set or other prompts)."""
+
+
+class PowerlessCheckError(ValueError):
+    """An eval check that cannot fail on the items of this run (harness/evals/check.py)."""
 
 
 def mcnemar_exact_p(b: int, c: int) -> float:
@@ -60,6 +76,21 @@ def smallest_detectable_drop(n: int, alpha: float, max_drop: float = 0.0) -> flo
     return k / n if 0 < k <= n else None
 
 
+def accuracy_power_problem(n: int, golden_right: int, alpha: float, max_drop: float = 0.0) -> str | None:
+    """Why no score drop on these n items (golden_right of them right in the golden) can
+    fail the accuracy comparison; None when some drop can."""
+    detectable = smallest_detectable_drop(n, alpha, max_drop)
+    room = golden_right / n if n else 0.0
+    if detectable is None:
+        return f"{n} items are too few for any drop to be significant at alpha {alpha:g}"
+    if golden_right == 0:
+        return f"the golden scores 0.000 on these {n} items (floor): there is no room to drop"
+    if detectable > room + 1e-12:
+        return (f"the smallest detectable drop {detectable:.3f} on {n} items is larger than the room to drop "
+                f"(the golden's score {room:.3f})")
+    return None
+
+
 @dataclass
 class PairedComparison:
     eval: str
@@ -75,16 +106,38 @@ class PairedComparison:
     smallest_detectable_drop: float | None = None
     max_drop: float = 0.0
     alpha: float = 0.05
+    differing_responses: list = field(default_factory=list)  # doc ids whose response is not the golden's
+    max_differing_responses: int = 0
+    accuracy_powerless: str | None = None  # accuracy_power_problem(...) of these items
     passed: bool = True
+
+    @property
+    def accuracy_passed(self) -> bool:
+        return not (-self.delta > self.max_drop + 1e-12 and self.p_value < self.alpha)
+
+    @property
+    def responses_passed(self) -> bool:
+        return len(self.differing_responses) <= self.max_differing_responses
 
     def summary(self) -> str:
         lo, hi = self.ci95
         mdd = f"{self.smallest_detectable_drop:.3f}" if self.smallest_detectable_drop is not None else "none (too few items)"
-        return (f"{self.filter} {self.score:.3f} vs golden {self.golden_score:.3f} on {self.n} items, "
+        text = (f"{self.filter} {self.score:.3f} vs golden {self.golden_score:.3f} on {self.n} items, "
                 f"delta {self.delta:+.3f} [95% CI {lo:+.3f}, {hi:+.3f}], "
                 f"{len(self.flipped_to_wrong)} flipped to wrong / {len(self.flipped_to_right)} to right, "
                 f"McNemar p={self.p_value:.3g}; fails when the drop > {self.max_drop:g} with p < {self.alpha:g}; "
-                f"smallest detectable drop {mdd}")
+                f"smallest detectable drop {mdd}; {self.responses_summary()}")
+        if self.accuracy_powerless:
+            text += f"; the score cannot fail on these items ({self.accuracy_powerless}): only the responses can"
+        return text
+
+    def responses_summary(self) -> str:
+        differ = len(self.differing_responses)
+        if not differ:
+            return f"all {self.n} responses identical to the golden's"
+        ids = ", ".join(map(str, self.differing_responses[:8])) + ("..." if differ > 8 else "")
+        return (f"{differ} of {self.n} responses differ from the golden's (items {ids}; "
+                f"at most {self.max_differing_responses} allowed)")
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -102,11 +155,15 @@ def pair_items(golden_items: list[dict], items: list[dict]) -> list[tuple[dict, 
     if changed:
         raise PairingError(f"{len(changed)} item(s) have another prompt than in the golden (doc ids {changed[:5]}...): "
                            "task data, few-shot examples or tokenizer changed")
+    no_response = [it["doc_id"] for it in items if "response" not in by_id[it["doc_id"]]]
+    if no_response:
+        raise PairingError(f"{len(no_response)} golden item(s) keep no response to compare with "
+                           f"(doc ids {no_response[:5]}...): the golden predates response comparison")
     return [(by_id[it["doc_id"]], it) for it in items]
 
 
 def compare_paired(name: str, golden_items: list[dict], items: list[dict], filter: str,
-                   max_drop: float = 0.0, alpha: float = 0.05) -> PairedComparison:
+                   max_drop: float = 0.0, alpha: float = 0.05, max_differing_responses: int = 0) -> PairedComparison:
     pairs = pair_items(golden_items, items)
     n = len(pairs)
     if n == 0:
@@ -117,11 +174,15 @@ def compare_paired(name: str, golden_items: list[dict], items: list[dict], filte
     to_right = [b["doc_id"] for (a, b), gi, si in zip(pairs, g, s) if si and not gi]
     delta = (len(to_right) - len(to_wrong)) / n
     p = mcnemar_exact_p(len(to_wrong), len(to_right))
-    return PairedComparison(
+    result = PairedComparison(
         eval=name, filter=filter, n=n, golden_score=sum(g) / n, score=sum(s) / n, delta=delta,
         ci95=paired_delta_ci(n, len(to_wrong), len(to_right)),
         flipped_to_wrong=to_wrong, flipped_to_right=to_right, p_value=p,
         smallest_detectable_drop=smallest_detectable_drop(n, alpha, max_drop),
         max_drop=max_drop, alpha=alpha,
-        passed=not (-delta > max_drop + 1e-12 and p < alpha),
+        differing_responses=[b["doc_id"] for a, b in pairs if a.get("response") != b.get("response")],
+        max_differing_responses=max_differing_responses,
+        accuracy_powerless=accuracy_power_problem(n, sum(g), alpha, max_drop),
     )
+    result.passed = result.accuracy_passed and result.responses_passed
+    return result

@@ -1,0 +1,64 @@
+"""A damaged golden is the golden's fault, not the engine's (issue 12, item 3).
+
+Through the real CLI: a copy of the committed llama-tiny golden with bytes flipped in
+the middle of its tensor data (header intact), or cut short, must end as `error`
+naming the file and how to restore it, before any rank is launched; the intact copy
+still passes (the committed goldens carry digests of their files)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import struct
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.e2e
+ROOT = Path(__file__).resolve().parent.parent
+SCENARIO = "llama-tiny/tp1-pp1"
+
+
+def corrupt_tensor_data(path: Path) -> None:
+    """Overwrite 8 bytes in the middle of the tensor data, leaving the header readable."""
+    blob = bytearray(path.read_bytes())
+    data_start = 8 + struct.unpack("<Q", blob[:8])[0]
+    middle = data_start + (len(blob) - data_start) // 2
+    blob[middle:middle + 8] = b"\x7f" * 8  # float32 0x7f7f7f7f: 3.4e38, the "|delta| 3.4e+38" of the issue
+    path.write_bytes(bytes(blob))
+
+
+def truncate(path: Path) -> None:
+    path.write_bytes(path.read_bytes()[:100])
+
+
+def run_against(golden: Path, tmp_path: Path) -> dict:
+    env = {**os.environ, "HARNESS_GOLDEN_DIR": str(golden)}
+    cmd = [sys.executable, "-m", "harness", "run", SCENARIO, "--report-dir", str(tmp_path / "reports"), "--run-id", "r"]
+    result = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    verdict_file = tmp_path / "reports" / "r" / "scenarios" / SCENARIO.replace("/", "__") / "verdict.json"
+    assert verdict_file.exists(), result.stdout + result.stderr
+    return json.loads(verdict_file.read_text())
+
+
+@pytest.mark.parametrize("damage", [corrupt_tensor_data, truncate], ids=["bytes-flipped", "truncated"])
+def test_a_damaged_golden_is_an_error_naming_the_file(tmp_path, damage):
+    golden = tmp_path / "golden"
+    shutil.copytree(ROOT / "golden" / "llama-tiny", golden / "llama-tiny")
+    damaged = golden / "llama-tiny" / "outputs.safetensors"
+    damage(damaged)
+    v = run_against(golden, tmp_path)
+    assert v["verdict"] == "error", v["reason"]
+    assert str(damaged) in v["reason"] and "damaged" in v["reason"], v["reason"]
+    assert "git checkout golden/llama-tiny" in v["reason"] and "harness golden llama-tiny" in v["reason"]
+    assert not (tmp_path / "reports" / "r" / "scenarios" / "llama-tiny__tp1-pp1" / "logs").exists()  # no launch
+
+
+def test_the_intact_committed_golden_still_passes(tmp_path):
+    golden = tmp_path / "golden"
+    shutil.copytree(ROOT / "golden" / "llama-tiny", golden / "llama-tiny")
+    v = run_against(golden, tmp_path)
+    assert v["verdict"] == "pass", v["reason"]
