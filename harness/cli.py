@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -104,14 +103,9 @@ def cmd_list(args, scenarios) -> int:
 def harness_versions() -> dict:
     import torch
 
-    versions = {"torch": torch.__version__, "python": sys.version.split()[0]}
-    try:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=5)
-        if commit.returncode == 0:
-            versions["harness_commit"] = commit.stdout.strip()
-    except (OSError, subprocess.TimeoutExpired):
-        pass
-    return versions
+    from harness.provenance import harness_provenance
+
+    return {"torch": torch.__version__, "python": sys.version.split()[0], **harness_provenance(PROJECT_ROOT)}
 
 
 def cmd_run(args, scenarios) -> int:
