@@ -8,8 +8,15 @@ import sys
 import time
 from pathlib import Path
 
+from harness import exit_codes
 from harness.devices import DeviceError
 from harness.nodes import NodesError
+from harness.rundir import (
+    ResultsNotWritten,
+    RunDirTaken,
+    claim_new_run_dir,
+    claim_run_dir,
+)
 from harness.scenario import ScenarioError, load_scenarios, select
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -123,12 +130,20 @@ def cmd_run(args, scenarios) -> int:
         print("harness: nothing to run (no scenario matches)", file=sys.stderr)
         return 2
     shard = f"-shard{plan.meta['shard']['index']}of{plan.meta['shard']['count']}" if "shard" in plan.meta else ""
-    run_id = args.run_id or time.strftime("%Y%m%d-%H%M%S") + (f"-{args.gate}" if args.gate else "") + shard
-    run_dir = args.report_dir / run_id
-    run_dir.mkdir(parents=True, exist_ok=True)
+    # the planned list goes on disk with the claim: a report of a killed run can then say what never ran
+    meta = {"gate": args.gate, "scenarios": [s.id for s in chosen], "faults": args.fault, "versions": harness_versions(), "started": time.time(), **plan.meta}
+    try:
+        run_dir = claim_run_dir(args.report_dir, args.run_id, meta) if args.run_id else \
+            claim_new_run_dir(args.report_dir, meta, (f"-{args.gate}" if args.gate else "") + shard)
+    except RunDirTaken as exc:
+        print(f"harness: {exc}", file=sys.stderr)
+        return exit_codes.USAGE
+    except ResultsNotWritten as exc:
+        print(f"harness: {exc}", file=sys.stderr)
+        return exit_codes.RESULTS_NOT_WRITTEN
+    meta["run_id"] = run_dir.name
     opts = RunOptions(timeout_s=args.timeout, faults=args.fault, env=dict(args.env), device=args.device,
                       devices=plan.devices, cluster=plan.cluster, gate=args.gate)
-    meta = {"run_id": run_id, "gate": args.gate, "scenarios": [s.id for s in chosen], "faults": args.fault, "versions": harness_versions(), "started": time.time(), **plan.meta}
     history = history_dir(args.report_dir, args.history)
     write_report(run_dir, meta, history)
     interrupted = False

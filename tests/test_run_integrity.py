@@ -10,12 +10,16 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
 
 import harness
-from harness.cli import harness_versions
+from harness import exit_codes
+from harness.cli import harness_versions, main
+from harness.report.history import load_history
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -54,6 +58,54 @@ def run_dirs(reports: Path) -> list[Path]:
 
 def summary(run_dir: Path) -> str:
     return (run_dir / "summary.md").read_text()
+
+
+# 1. Run directories -----------------------------------------------------------------
+
+def test_two_runs_started_in_the_same_second_get_a_directory_each(cheap, monkeypatch):
+    monkeypatch.setattr(time, "strftime", lambda *a: "20260101-000000")  # both runs start "in the same second"
+    assert main(cheap_run_args(cheap)) == exit_codes.OK
+    assert main(cheap_run_args(cheap)) == exit_codes.OK
+    first, second = run_dirs(cheap / "reports")  # two directories, not one shared
+    for run_dir in (first, second):
+        meta = json.loads((run_dir / "run.json").read_text())
+        assert meta["run_id"] == run_dir.name and meta["scenarios"] == ["cheap/tp2-pp1"]
+        assert meta["counts"] == {"unsupported": 1}
+    assert len(load_history(cheap / "reports" / "history")) == 2  # each run's row kept
+
+
+def test_a_run_refuses_the_directory_another_run_owns(cheap):
+    first = harness_cli(*cheap_run_args(cheap, "--run-id", "same"))
+    assert first.returncode == exit_codes.OK, first.stderr
+    run_dir = cheap / "reports" / "same"
+    before = {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()}
+
+    second = harness_cli(*cheap_run_args(cheap, "--run-id", "same"))
+    assert second.returncode == exit_codes.USAGE
+    assert "already in use" in second.stderr and "--run-id" in second.stderr and "Traceback" not in second.stderr
+    after = {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()}
+    assert after == before  # the first run's results are untouched
+
+
+def test_of_runs_racing_for_one_run_id_exactly_one_gets_it(tmp_path):
+    from harness.rundir import RunDirTaken, claim_run_dir
+
+    won, refused = [], []
+    start = threading.Barrier(8)
+
+    def claim(i):
+        start.wait()
+        try:
+            won.append(claim_run_dir(tmp_path, "same", {"scenarios": [f"s/{i}"]}))
+        except RunDirTaken:
+            refused.append(i)
+
+    threads = [threading.Thread(target=claim, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(won) == 1 and len(refused) == 7
 
 
 # 15. Provenance ---------------------------------------------------------------------
