@@ -117,11 +117,8 @@ def harness_versions() -> dict:
 
 def cmd_run(args, scenarios) -> int:
     from harness.planning import default_jobs, plan_run
-    from harness.report import write_report
     from harness.report.history import history_dir
-    from harness.report.progress import choose_progress
     from harness.runner import RunOptions
-    from harness.session import run_session
 
     args.jobs = args.jobs or default_jobs()
     plan = plan_run(args, scenarios, select(scenarios, args.ids, args.gate), PROJECT_ROOT)
@@ -130,6 +127,7 @@ def cmd_run(args, scenarios) -> int:
         print("harness: nothing to run (no scenario matches)", file=sys.stderr)
         return 2
     shard = f"-shard{plan.meta['shard']['index']}of{plan.meta['shard']['count']}" if "shard" in plan.meta else ""
+    history = history_dir(args.report_dir, args.history)
     # the planned list goes on disk with the claim: a report of a killed run can then say what never ran
     meta = {"gate": args.gate, "scenarios": [s.id for s in chosen], "faults": args.fault, "versions": harness_versions(), "started": time.time(), **plan.meta}
     try:
@@ -144,22 +142,27 @@ def cmd_run(args, scenarios) -> int:
     meta["run_id"] = run_dir.name
     opts = RunOptions(timeout_s=args.timeout, faults=args.fault, env=dict(args.env), device=args.device,
                       devices=plan.devices, cluster=plan.cluster, gate=args.gate)
-    history = history_dir(args.report_dir, args.history)
-    write_report(run_dir, meta, history)
+    return _run_and_report(chosen, run_dir, meta, history, opts, args.jobs, plan.cost)
+
+
+def _run_and_report(chosen, run_dir: Path, meta: dict, history: Path, opts, jobs: int, cost: dict) -> int:
+    from harness.report import write_report
+    from harness.report.markdown import counts_text
+    from harness.report.progress import choose_progress
+    from harness.session import run_session
+
     interrupted = False
     try:
-        run_session(chosen, run_dir, opts, progress=choose_progress(), jobs=args.jobs, cost=plan.cost)
+        write_report(run_dir, meta, history)
+        run_session(chosen, run_dir, opts, progress=choose_progress(), jobs=jobs, cost=cost)
     except KeyboardInterrupt:
         interrupted = True
         print("\nharness: interrupted; ranks stopped, writing the report of what finished", file=sys.stderr)
     meta = write_report(run_dir, {"interrupted": interrupted, "finished": time.time()}, history)
-    print(f"harness: {', '.join(f'{n} {k}' for k, n in sorted(meta['counts'].items()))}; report: {run_dir / 'report.html'}")
-    if interrupted:
-        return 130
+    print(f"harness: {counts_text(meta['counts'], meta['never_ran'])}; report: {run_dir / 'report.html'}")
     if meta["not_as_expected"]:
         print("harness: not as expected: " + ", ".join(meta["not_as_expected"]), file=sys.stderr)
-        return 1
-    return 0
+    return exit_codes.of_run(meta, interrupted)
 
 
 def cmd_golden(args, scenarios) -> int:
@@ -194,8 +197,8 @@ def cmd_durations(args) -> int:
 
 
 def cmd_report(args) -> int:
-    """Rebuild (RUN_DIR), merge (--merge DIR... -o OUT) or diff (--diff OLD NEW);
-    exits 1 when the report shows scenarios not as expected (diff: new regressions)."""
+    """Rebuild (RUN_DIR), merge (--merge DIR... -o OUT) or diff (--diff OLD NEW); exits
+    as `harness run` would have (harness/exit_codes.py; diff: 1 on new regressions)."""
     from harness.report import write_report
     from harness.report.history import history_dir
     from harness.report.merge import ReportError, diff_runs, merge_runs, read_run
@@ -223,7 +226,7 @@ def cmd_report(args) -> int:
     meta = write_report(run_dir, history_dir=history_dir(run_dir.resolve().parent, args.history))
     print((run_dir / "summary.md").read_text())
     print(f"harness: report: {run_dir / 'report.html'}")
-    return 1 if meta["not_as_expected"] else 0
+    return exit_codes.of_run(meta)
 
 
 if __name__ == "__main__":

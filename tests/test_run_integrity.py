@@ -8,17 +8,22 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import threading
 import time
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
+from interrupts import sigint_as_from_a_terminal
+from report_helpers import failing, make_run, passing
 
 import harness
 from harness import exit_codes
 from harness.cli import harness_versions, main
+from harness.devices import DevicePool, default_lock_dir
 from harness.report.history import load_history
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -106,6 +111,109 @@ def test_of_runs_racing_for_one_run_id_exactly_one_gets_it(tmp_path):
     for t in threads:
         t.join()
     assert len(won) == 1 and len(refused) == 7
+
+
+# 2. Runs whose scenarios did not all end --------------------------------------------
+
+def killed_run(base: Path, run_id: str, ended: list, planned: list[str], started: float) -> Path:
+    """A run directory as a SIGKILLed harness leaves it: the planned list in run.json,
+    the verdicts of the scenarios that ended, no `finished`."""
+    run_dir = make_run(base, run_id, ended, started=started, scenarios=planned)
+    meta = json.loads((run_dir / "run.json").read_text())
+    del meta["finished"]
+    (run_dir / "run.json").write_text(json.dumps(meta))
+    return run_dir
+
+
+def test_report_of_a_killed_run_names_what_never_ran_and_is_not_a_success(tmp_path, capsys):
+    run_dir = killed_run(tmp_path, "killed", [passing("s/tp1-pp1")], ["s/tp1-pp1", "s/tp2-pp1"], started=1000.0)
+    assert main(["report", str(run_dir)]) == exit_codes.INCOMPLETE
+    text = summary(run_dir)
+    assert "**INCOMPLETE**: 1 pass, 1 never ran of 2 scenarios" in text and "**OK**" not in text
+    assert "never ran" in text and "`s/tp2-pp1`" in text
+    assert "INCOMPLETE" in (run_dir / "pr-comment.md").read_text()
+    cases = {c.get("name"): [child.tag for child in c] for c in ET.parse(run_dir / "junit.xml").getroot().iter("testcase")}
+    assert cases == {"tp1-pp1": [], "tp2-pp1": ["error"]}  # CI does not read it as green
+    meta = json.loads((run_dir / "run.json").read_text())
+    assert meta["never_ran"] == ["s/tp2-pp1"] and meta["complete"] is False
+    assert "Incomplete" in (run_dir / "report.html").read_text()
+
+
+def test_an_incomplete_run_is_never_the_previous_run_of_its_gate(tmp_path):
+    both = ["s/tp1-pp1", "s/tp2-pp1"]
+    r0 = make_run(tmp_path, "r0", [failing("s/tp1-pp1"), passing("s/tp2-pp1")], started=1000.0)
+    r1 = killed_run(tmp_path, "r1", [passing("s/tp1-pp1")], both, started=2000.0)
+    r2 = make_run(tmp_path, "r2", [passing("s/tp1-pp1"), passing("s/tp2-pp1")], started=3000.0)
+    for run_dir in (r0, r1, r2):
+        main(["report", str(run_dir)])
+    changes = json.loads((r2 / "run.json").read_text())["changes"]
+    assert changes["previous_run"] == "r0"  # not the killed r1
+    history = load_history(tmp_path / "history")
+    assert set(history[history["run_id"] == "r1"]["complete"]) == {False}  # kept, marked
+    assert set(history[history["run_id"] != "r1"]["complete"]) == {True}
+
+
+@pytest.mark.e2e
+def test_a_harness_killed_after_one_scenario_leaves_an_incomplete_run(tmp_path):
+    reports, run_dir = tmp_path / "reports", tmp_path / "reports" / "killed"
+    cmd = [sys.executable, "-m", "harness", "run", "llama-tiny/tp1-pp1", "llama-tiny/tp2-pp1", "--jobs", "1",
+           "--devices", "2", "--report-dir", str(reports), "--run-id", "killed"]
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        while proc.poll() is None and len(list(run_dir.glob("scenarios/*/verdict.json"))) < 1:
+            time.sleep(0.05)
+    finally:
+        proc.kill()
+        proc.wait()
+    ended = [json.loads(p.read_text())["scenario"] for p in run_dir.glob("scenarios/*/verdict.json")]
+    assert len(ended) == 1, f"the harness was to be killed after one scenario, {ended} ended"
+    result = harness_cli("report", str(run_dir))
+    assert result.returncode == exit_codes.INCOMPLETE, result.stdout + result.stderr
+    (never,) = {"llama-tiny/tp1-pp1", "llama-tiny/tp2-pp1"} - set(ended)
+    assert "**INCOMPLETE**" in summary(run_dir) and f"`{never}`" in summary(run_dir)
+    assert set(load_history(reports / "history")["complete"]) == {False}
+
+
+# 5. Runs interrupted before their first scenario ------------------------------------
+
+def test_a_run_interrupted_before_its_first_scenario_can_be_rebuilt(tmp_path, capsys):
+    run_dir = tmp_path / "early"
+    run_dir.mkdir()  # as a run interrupted that early left it: run.json with the plan, nothing else
+    (run_dir / "run.json").write_text(json.dumps({"run_id": "early", "gate": "pr", "started": 1000.0,
+                                                 "scenarios": ["s/tp1-pp1"], "interrupted": True}))
+    assert main(["report", str(run_dir)]) == exit_codes.INCOMPLETE
+    text = summary(run_dir)
+    assert "**INCOMPLETE**: 1 never ran of 1 scenarios" in text and "`s/tp1-pp1`" in text
+
+
+@pytest.mark.e2e
+def test_ctrl_c_before_the_first_scenario_ends_says_none_ran(tmp_path):
+    """The run waits for a device this test holds, so no scenario can end before Ctrl-C."""
+    run_dir = tmp_path / "reports" / "early"
+    held = DevicePool(1, "cpu", lock_dir=default_lock_dir("cpu")).try_lease(1, "held by the test")
+    assert held is not None
+    cmd = [sys.executable, "-m", "harness", "run", "llama-tiny/tp1-pp1", "--devices", "1", "--jobs", "1",
+           "--report-dir", str(run_dir.parent), "--run-id", "early"]
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            preexec_fn=sigint_as_from_a_terminal)
+    try:
+        seen = []
+        for line in proc.stdout:  # the scenario has started: it now waits for the held device
+            seen.append(line)
+            if "start llama-tiny/tp1-pp1" in line:
+                break
+        proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=300)
+    finally:
+        held.release()
+        if proc.poll() is None:
+            proc.kill()
+    out = "".join(seen) + out
+    assert proc.returncode == exit_codes.INTERRUPTED, out
+    assert "harness: 1 never ran; report:" in out and "harness: ; report" not in out
+    text = summary(run_dir)
+    assert "**INCOMPLETE**" in text and "**OK**" not in text and "`llama-tiny/tp1-pp1`" in text
+    assert harness_cli("report", str(run_dir)).returncode == exit_codes.INCOMPLETE
 
 
 # 15. Provenance ---------------------------------------------------------------------
