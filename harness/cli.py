@@ -14,6 +14,7 @@ from harness.nodes import NodesError
 from harness.rundir import (
     ResultsNotWritten,
     RunDirTaken,
+    check_writable,
     claim_new_run_dir,
     claim_run_dir,
 )
@@ -131,6 +132,7 @@ def cmd_run(args, scenarios) -> int:
     # the planned list goes on disk with the claim: a report of a killed run can then say what never ran
     meta = {"gate": args.gate, "scenarios": [s.id for s in chosen], "faults": args.fault, "versions": harness_versions(), "started": time.time(), **plan.meta}
     try:
+        check_writable(history / "runs", "history store", "make it writable, or give --history DIR (or $HARNESS_HISTORY_DIR)")
         run_dir = claim_run_dir(args.report_dir, args.run_id, meta) if args.run_id else \
             claim_new_run_dir(args.report_dir, meta, (f"-{args.gate}" if args.gate else "") + shard)
     except RunDirTaken as exc:
@@ -142,27 +144,42 @@ def cmd_run(args, scenarios) -> int:
     meta["run_id"] = run_dir.name
     opts = RunOptions(timeout_s=args.timeout, faults=args.fault, env=dict(args.env), device=args.device,
                       devices=plan.devices, cluster=plan.cluster, gate=args.gate)
-    return _run_and_report(chosen, run_dir, meta, history, opts, args.jobs, plan.cost)
+    try:
+        return _run_and_report(chosen, run_dir, meta, history, opts, args.jobs, plan.cost)
+    except ResultsNotWritten as exc:
+        print(f"harness: {exc}", file=sys.stderr)
+        return exit_codes.RESULTS_NOT_WRITTEN
 
 
 def _run_and_report(chosen, run_dir: Path, meta: dict, history: Path, opts, jobs: int, cost: dict) -> int:
-    from harness.report import write_report
     from harness.report.markdown import counts_text
     from harness.report.progress import choose_progress
     from harness.session import run_session
 
     interrupted = False
     try:
-        write_report(run_dir, meta, history)
+        _write_report(run_dir, meta, history)
         run_session(chosen, run_dir, opts, progress=choose_progress(), jobs=jobs, cost=cost)
     except KeyboardInterrupt:
         interrupted = True
         print("\nharness: interrupted; ranks stopped, writing the report of what finished", file=sys.stderr)
-    meta = write_report(run_dir, {"interrupted": interrupted, "finished": time.time()}, history)
+    meta = _write_report(run_dir, {"interrupted": interrupted, "finished": time.time()}, history)
     print(f"harness: {counts_text(meta['counts'], meta['never_ran'])}; report: {run_dir / 'report.html'}")
+    if meta.get("history_error"):
+        print(f"harness: results not recorded: {meta['history_error']}", file=sys.stderr)
     if meta["not_as_expected"]:
         print("harness: not as expected: " + ", ".join(meta["not_as_expected"]), file=sys.stderr)
     return exit_codes.of_run(meta, interrupted)
+
+
+def _write_report(run_dir: Path, meta: dict, history: Path) -> dict:
+    from harness.report import write_report
+
+    try:
+        return write_report(run_dir, meta, history)
+    except OSError as exc:
+        raise ResultsNotWritten(f"cannot write the report in {run_dir}: {exc.strerror or exc}; "
+                                f"make it writable, then `harness report {run_dir}` rebuilds it from the verdicts") from None
 
 
 def cmd_golden(args, scenarios) -> int:
@@ -223,9 +240,15 @@ def cmd_report(args) -> int:
     except ReportError as exc:
         print(f"harness report: {exc}", file=sys.stderr)
         return 2
-    meta = write_report(run_dir, history_dir=history_dir(run_dir.resolve().parent, args.history))
+    try:
+        meta = write_report(run_dir, history_dir=history_dir(run_dir.resolve().parent, args.history))
+    except OSError as exc:
+        print(f"harness report: cannot write the report in {run_dir}: {exc.strerror or exc}; make it writable", file=sys.stderr)
+        return exit_codes.RESULTS_NOT_WRITTEN
     print((run_dir / "summary.md").read_text())
     print(f"harness: report: {run_dir / 'report.html'}")
+    if meta.get("history_error"):
+        print(f"harness report: results not recorded: {meta['history_error']}", file=sys.stderr)
     return exit_codes.of_run(meta)
 
 

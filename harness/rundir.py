@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import tempfile
 import time
 from pathlib import Path
 
@@ -69,6 +70,18 @@ def claim_run_dir(report_dir: Path, run_id: str, meta: dict) -> Path:
         json.dump({**meta, "run_id": run_id}, f, indent=1)
     (run_dir / "scenarios").mkdir()
     return run_dir
+
+
+def check_writable(directory: Path, what: str, hint: str) -> None:
+    """Fail before any scenario runs when `directory` cannot take files: an hour of
+    scenarios whose results cannot be stored is an hour lost."""
+    directory = Path(directory)
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=directory):
+            pass
+    except OSError as exc:
+        raise ResultsNotWritten(f"cannot write the {what} {directory}: {_why(exc)}; {hint}") from None
 
 
 def _why(exc: OSError) -> str:

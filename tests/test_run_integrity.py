@@ -174,6 +174,58 @@ def test_a_harness_killed_after_one_scenario_leaves_an_incomplete_run(tmp_path):
     assert set(load_history(reports / "history")["complete"]) == {False}
 
 
+# 4. Results that cannot be written --------------------------------------------------
+
+def test_a_history_that_cannot_be_written_stops_the_run_before_any_scenario(cheap):
+    not_a_dir = cheap / "history-file"
+    not_a_dir.write_text("a file, not a directory")
+    result = harness_cli(*cheap_run_args(cheap, "--history", str(not_a_dir)))
+    assert result.returncode == exit_codes.RESULTS_NOT_WRITTEN, result.stdout + result.stderr
+    assert "cannot write the history store" in result.stderr and str(not_a_dir) in result.stderr
+    assert "Traceback" not in result.stderr
+    assert not (cheap / "reports").exists() or run_dirs(cheap / "reports") == []  # no report at all, none claiming OK
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into read-only directories")
+def test_a_read_only_history_directory_stops_the_run(cheap):
+    history = cheap / "history"
+    (history / "runs").mkdir(parents=True)
+    (history / "runs").chmod(0o555)
+    result = harness_cli(*cheap_run_args(cheap, "--history", str(history)))
+    assert result.returncode == exit_codes.RESULTS_NOT_WRITTEN and "Traceback" not in result.stderr
+
+
+def test_a_report_directory_that_cannot_be_made_is_a_distinct_exit_code(cheap):
+    (cheap / "file").write_text("")
+    result = harness_cli(*cheap_run_args(cheap, "--report-dir", str(cheap / "file" / "reports")))
+    assert result.returncode == exit_codes.RESULTS_NOT_WRITTEN, result.stdout + result.stderr
+    assert "cannot" in result.stderr and str(cheap / "file") in result.stderr and "Traceback" not in result.stderr
+
+
+def test_a_report_whose_history_cannot_be_written_says_so_and_claims_no_success(tmp_path, capsys):
+    run_dir = make_run(tmp_path, "r1", [passing("s/tp1-pp1")])
+    (tmp_path / "history-file").write_text("")
+    assert main(["report", str(run_dir), "--history", str(tmp_path / "history-file")]) == exit_codes.RESULTS_NOT_WRITTEN
+    text = summary(run_dir)
+    assert "**NOT RECORDED**" in text and "**OK**" not in text and "could not be written" in text
+    assert json.loads((run_dir / "run.json").read_text())["history_error"]
+    assert main(["report", str(run_dir)]) == exit_codes.OK  # recorded once the history can be written
+    assert "**OK**" in summary(run_dir) and "history_error" not in json.loads((run_dir / "run.json").read_text())
+
+
+def test_rebuilding_a_report_where_it_cannot_be_written_is_a_distinct_exit_code(tmp_path, capsys):
+    run_dir = make_run(tmp_path, "r1", [passing("s/tp1-pp1")])
+    (run_dir / "summary.md").mkdir()  # in the way of the file (a read-only directory does not stop root)
+    assert main(["report", str(run_dir)]) == exit_codes.RESULTS_NOT_WRITTEN
+    assert "cannot write the report" in capsys.readouterr().err
+
+
+def test_every_exit_code_is_documented_in_the_readme():
+    readme = (ROOT / "README.md").read_text()
+    for name in ("OK", "NOT_AS_EXPECTED", "USAGE", "RESULTS_NOT_WRITTEN", "INCOMPLETE", "INTERRUPTED"):
+        assert f"| {getattr(exit_codes, name)} |" in readme, name
+
+
 # 5. Runs interrupted before their first scenario ------------------------------------
 
 def test_a_run_interrupted_before_its_first_scenario_can_be_rebuilt(tmp_path, capsys):

@@ -47,6 +47,9 @@ def write_report(run_dir: Path, meta: dict | None = None, history_dir: Path | No
     meta["not_as_expected"] = [v.scenario for v in report.failing]
     meta["never_ran"] = report.never_ran
     meta["complete"] = not report.never_ran
+    meta.pop("history_error", None)  # a rebuild that records the run clears an old failure
+    if report.history_error:
+        meta["history_error"] = report.history_error
     if report.comparison is not None:
         meta["changes"] = report.comparison.to_dict()
     meta_path.write_text(json.dumps(meta, indent=1))

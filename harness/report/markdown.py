@@ -62,11 +62,14 @@ def counts_text(counts: dict, never_ran: list[str]) -> str:
 
 
 def status_word(report) -> str:
-    """OK only for a run whose planned scenarios all ended as expected."""
+    """OK only for a run whose planned scenarios all ended as expected and whose
+    rows are in the history store."""
     if report.failing:
         return "FAILED"
     if report.never_ran:
         return "INCOMPLETE"
+    if report.history_error:
+        return "NOT RECORDED"
     return "OK"
 
 
@@ -76,13 +79,16 @@ def counts_line(report) -> str:
 
 
 def problems_lines(report) -> list[str]:
-    """What keeps the report from speaking for the whole run: scenarios that never ran."""
+    """What keeps the report from speaking for the whole run: scenarios that never
+    ran, results that were not stored."""
     lines = []
     if report.never_ran:
         shown = ", ".join(f"`{s}`" for s in report.never_ran[:PR_COMMENT_MAX_LINES])
         more = f" and {len(report.never_ran) - PR_COMMENT_MAX_LINES} more" if len(report.never_ran) > PR_COMMENT_MAX_LINES else ""
         lines += [(f"**Incomplete: {len(report.never_ran)} planned scenario(s) never ran** (the run ended before they did): "
                    f"{shown}{more}. Run them again: `harness run {' '.join(report.never_ran)}`"), ""]
+    if report.history_error:
+        lines += [f"**Not recorded:** {report.history_error}", ""]
     return lines
 
 
