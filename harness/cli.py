@@ -5,13 +5,20 @@ from __future__ import annotations
 import argparse
 import math
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
 
+from harness import exit_codes
 from harness.devices import DeviceError
 from harness.nodes import NodesError
+from harness.rundir import (
+    ResultsNotWritten,
+    RunDirTaken,
+    check_writable,
+    claim_new_run_dir,
+    claim_run_dir,
+)
 from harness.scenario import ScenarioError, load_scenarios, select
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -145,23 +152,15 @@ def cmd_list(args, scenarios) -> int:
 def harness_versions() -> dict:
     import torch
 
-    versions = {"torch": torch.__version__, "python": sys.version.split()[0]}
-    try:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=5)
-        if commit.returncode == 0:
-            versions["harness_commit"] = commit.stdout.strip()
-    except (OSError, subprocess.TimeoutExpired):
-        pass
-    return versions
+    from harness.provenance import harness_provenance
+
+    return {"torch": torch.__version__, "python": sys.version.split()[0], **harness_provenance(PROJECT_ROOT)}
 
 
 def cmd_run(args, scenarios) -> int:
     from harness.planning import default_jobs, plan_run
-    from harness.report import write_report
     from harness.report.history import history_dir
-    from harness.report.progress import choose_progress
     from harness.runner import RunOptions
-    from harness.session import run_session
 
     args.jobs = args.jobs or default_jobs()
     plan = plan_run(args, scenarios, select(scenarios, args.ids, args.gate), PROJECT_ROOT)
@@ -170,28 +169,58 @@ def cmd_run(args, scenarios) -> int:
         print("harness: nothing to run (no scenario matches)", file=sys.stderr)
         return 2
     shard = f"-shard{plan.meta['shard']['index']}of{plan.meta['shard']['count']}" if "shard" in plan.meta else ""
-    run_id = args.run_id or time.strftime("%Y%m%d-%H%M%S") + (f"-{args.gate}" if args.gate else "") + shard
-    run_dir = args.report_dir / run_id
-    run_dir.mkdir(parents=True, exist_ok=True)
+    history = history_dir(args.report_dir, args.history)
+    # the planned list goes on disk with the claim: a report of a killed run can then say what never ran
+    meta = {"gate": args.gate, "scenarios": [s.id for s in chosen], "faults": args.fault, "versions": harness_versions(), "started": time.time(), **plan.meta}
+    try:
+        check_writable(history / "runs", "history store", "make it writable, or give --history DIR (or $HARNESS_HISTORY_DIR)")
+        run_dir = claim_run_dir(args.report_dir, args.run_id, meta) if args.run_id else \
+            claim_new_run_dir(args.report_dir, meta, (f"-{args.gate}" if args.gate else "") + shard)
+    except RunDirTaken as exc:
+        print(f"harness: {exc}", file=sys.stderr)
+        return exit_codes.USAGE
+    except ResultsNotWritten as exc:
+        print(f"harness: {exc}", file=sys.stderr)
+        return exit_codes.RESULTS_NOT_WRITTEN
+    meta["run_id"] = run_dir.name
     opts = RunOptions(timeout_s=args.timeout, faults=args.fault, env=dict(args.env), device=args.device,
                       devices=plan.devices, cluster=plan.cluster, gate=args.gate)
-    meta = {"run_id": run_id, "gate": args.gate, "scenarios": [s.id for s in chosen], "faults": args.fault, "versions": harness_versions(), "started": time.time(), **plan.meta}
-    history = history_dir(args.report_dir, args.history)
-    write_report(run_dir, meta, history)
+    try:
+        return _run_and_report(chosen, run_dir, meta, history, opts, args.jobs, plan.cost)
+    except ResultsNotWritten as exc:
+        print(f"harness: {exc}", file=sys.stderr)
+        return exit_codes.RESULTS_NOT_WRITTEN
+
+
+def _run_and_report(chosen, run_dir: Path, meta: dict, history: Path, opts, jobs: int, cost: dict) -> int:
+    from harness.report.markdown import counts_text
+    from harness.report.progress import choose_progress
+    from harness.session import run_session
+
     interrupted = False
     try:
-        run_session(chosen, run_dir, opts, progress=choose_progress(), jobs=args.jobs, cost=plan.cost)
+        _write_report(run_dir, meta, history)
+        run_session(chosen, run_dir, opts, progress=choose_progress(), jobs=jobs, cost=cost)
     except KeyboardInterrupt:
         interrupted = True
         print("\nharness: interrupted; ranks stopped, writing the report of what finished", file=sys.stderr)
-    meta = write_report(run_dir, {"interrupted": interrupted, "finished": time.time()}, history)
-    print(f"harness: {', '.join(f'{n} {k}' for k, n in sorted(meta['counts'].items()))}; report: {run_dir / 'report.html'}")
-    if interrupted:
-        return 130
+    meta = _write_report(run_dir, {"interrupted": interrupted, "finished": time.time()}, history)
+    print(f"harness: {counts_text(meta['counts'], meta['never_ran'])}; report: {run_dir / 'report.html'}")
+    if meta.get("history_error"):
+        print(f"harness: results not recorded: {meta['history_error']}", file=sys.stderr)
     if meta["not_as_expected"]:
         print("harness: not as expected: " + ", ".join(meta["not_as_expected"]), file=sys.stderr)
-        return 1
-    return 0
+    return exit_codes.of_run(meta, interrupted)
+
+
+def _write_report(run_dir: Path, meta: dict, history: Path) -> dict:
+    from harness.report import write_report
+
+    try:
+        return write_report(run_dir, meta, history)
+    except OSError as exc:
+        raise ResultsNotWritten(f"cannot write the report in {run_dir}: {exc.strerror or exc}; "
+                                f"make it writable, then `harness report {run_dir}` rebuilds it from the verdicts") from None
 
 
 def cmd_golden(args, scenarios) -> int:
@@ -237,8 +266,8 @@ def cmd_durations(args) -> int:
 
 
 def cmd_report(args) -> int:
-    """Rebuild (RUN_DIR), merge (--merge DIR... -o OUT) or diff (--diff OLD NEW);
-    exits 1 when the report shows scenarios not as expected (diff: new regressions)."""
+    """Rebuild (RUN_DIR), merge (--merge DIR... -o OUT) or diff (--diff OLD NEW); exits
+    as `harness run` would have (harness/exit_codes.py; diff: 1 on new regressions)."""
     from harness.report import write_report
     from harness.report.history import history_dir
     from harness.report.merge import ReportError, diff_runs, merge_runs, read_run
@@ -263,10 +292,16 @@ def cmd_report(args) -> int:
     except ReportError as exc:
         print(f"harness report: {exc}", file=sys.stderr)
         return 2
-    meta = write_report(run_dir, history_dir=history_dir(run_dir.resolve().parent, args.history))
+    try:
+        meta = write_report(run_dir, history_dir=history_dir(run_dir.resolve().parent, args.history))
+    except OSError as exc:
+        print(f"harness report: cannot write the report in {run_dir}: {exc.strerror or exc}; make it writable", file=sys.stderr)
+        return exit_codes.RESULTS_NOT_WRITTEN
     print((run_dir / "summary.md").read_text())
     print(f"harness: report: {run_dir / 'report.html'}")
-    return 1 if meta["not_as_expected"] else 0
+    if meta.get("history_error"):
+        print(f"harness report: results not recorded: {meta['history_error']}", file=sys.stderr)
+    return exit_codes.of_run(meta)
 
 
 if __name__ == "__main__":

@@ -17,11 +17,11 @@ Gates become markers; an expected failure is an xfail, an unsupported scenario a
 from __future__ import annotations
 
 import os
-import time
 from pathlib import Path
 
 import pytest
 
+from harness.rundir import new_run_id
 from harness.scenario import ScenarioError, expand, load_suite
 
 RUN_ID_ENV = "HARNESS_PYTEST_RUN_ID"
@@ -43,7 +43,7 @@ def pytest_configure(config):
     # The controller names the run; xdist workers inherit the variable, so all
     # write into the same run directory.
     if not hasattr(config, "workerinput") and RUN_ID_ENV not in os.environ:
-        os.environ[RUN_ID_ENV] = "pytest-" + time.strftime("%Y%m%d-%H%M%S")
+        os.environ[RUN_ID_ENV] = new_run_id(prefix="pytest-")  # two sessions in one second: two runs
 
 
 def _run_dir(config) -> Path:

@@ -10,7 +10,9 @@
   pr-comment.md                short, for a PR comment: counts, regressions first, how to reproduce
 
 Reports are rebuilt from the verdict files alone, so a partial run (Ctrl-C, a
-crashed harness) still gets a report of whatever finished. Given a history
+crashed harness) still gets a report of whatever finished; the planned list in
+run.json (written before the first scenario starts) tells which never ran, and
+such a run's report says INCOMPLETE, never OK. Given a history
 directory (harness/report/history.py), a report also records the run's rows there
 and compares the run with the previous one of its gate (regressions.py).
 """
@@ -43,6 +45,11 @@ def write_report(run_dir: Path, meta: dict | None = None, history_dir: Path | No
     report = build_report(run_dir, meta, history_dir)
     meta["counts"] = dict(Counter(v.verdict for v in report.verdicts))
     meta["not_as_expected"] = [v.scenario for v in report.failing]
+    meta["never_ran"] = report.never_ran
+    meta["complete"] = not report.never_ran
+    meta.pop("history_error", None)  # a rebuild that records the run clears an old failure
+    if report.history_error:
+        meta["history_error"] = report.history_error
     if report.comparison is not None:
         meta["changes"] = report.comparison.to_dict()
     meta_path.write_text(json.dumps(meta, indent=1))

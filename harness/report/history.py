@@ -13,8 +13,11 @@ recently recorded. A merged run (`harness report --merge`) names the shard runs 
 replaces in `merged_from`; their rows are dropped on load, so a nightly counts once.
 
 Columns: run_id, gate, started (UTC), recorded (UTC), harness_commit, torch, python,
-engine, engine_versions, faults, merged_from, scenario, verdict, as_expected,
+engine, engine_versions, faults, merged_from, complete, scenario, verdict, as_expected,
 reason, duration_s, and one `metric.<check>.<name>` column per numeric check metric.
+`complete` is false for the rows of a run whose planned scenarios did not all end
+(killed, interrupted): they are kept, but such a run is never "the previous run of
+its gate" that later runs compare with.
 """
 
 from __future__ import annotations
@@ -67,8 +70,8 @@ def _engine_of(run_dir: Path, v: Verdict) -> str:
         return ""
 
 
-def run_rows(run_dir: Path, meta: dict, verdicts: list[Verdict]) -> pd.DataFrame:
-    """The history rows of one run."""
+def run_rows(run_dir: Path, meta: dict, verdicts: list[Verdict], complete: bool = True) -> pd.DataFrame:
+    """The history rows of one run (`complete`: every planned scenario ended)."""
     versions = meta.get("versions") or {}
     started = pd.Timestamp(meta["started"], unit="s", tz="UTC")
     rows = []
@@ -84,6 +87,7 @@ def run_rows(run_dir: Path, meta: dict, verdicts: list[Verdict]) -> pd.DataFrame
             "engine_versions": json.dumps(v.versions, sort_keys=True) if v.versions else "",
             "faults": ",".join(meta.get("faults") or []),
             "merged_from": ",".join(meta.get("merged_from") or []),
+            "complete": complete,
             "scenario": v.scenario,
             "verdict": v.verdict,
             "as_expected": v.as_expected,
@@ -144,4 +148,6 @@ def earlier_rows(history: pd.DataFrame, meta: dict) -> pd.DataFrame:
     started = pd.Timestamp(meta["started"], unit="s", tz="UTC")
     own = {meta["run_id"], *(meta.get("merged_from") or [])}
     keep = (history["gate"] == gate_of(meta)) & (history["started"] < started) & ~history["run_id"].isin(own)
+    if "complete" in history.columns:  # rows recorded before the column existed count as complete
+        keep &= history["complete"].ne(False)
     return history[keep]

@@ -3,6 +3,8 @@
 Mapping (the one pytest uses, so CI dashboards read both alike):
 pass -> passed; fail/crash/hang/unexpected pass -> <failure>; error -> <error>;
 unsupported and expected-failure -> <skipped> with the reason.
+A planned scenario that never ran (the run was killed or interrupted first) is an
+<error>: a CI dashboard must not read an incomplete run as a green one.
 """
 
 from __future__ import annotations
@@ -14,9 +16,14 @@ from pathlib import Path
 from harness.verdict import Verdict
 
 
+def _never_ran(scenario: str) -> Verdict:
+    return Verdict(scenario, "error", "never ran: the run ended (killed or interrupted) before this scenario did",
+                   reproduce=f"harness run {scenario}")
+
+
 def write_junit(path: Path, verdicts: list[Verdict], meta: dict) -> None:
     by_suite: dict[str, list[Verdict]] = defaultdict(list)
-    for v in verdicts:
+    for v in [*verdicts, *map(_never_ran, meta.get("never_ran") or [])]:
         by_suite[v.scenario.split("/", 1)[0]].append(v)
     root = ET.Element("testsuites", name=f"harness {meta.get('run_id', '')}".strip())
     for suite, items in sorted(by_suite.items()):

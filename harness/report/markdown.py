@@ -53,10 +53,43 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
+def counts_text(counts: dict, never_ran: list[str]) -> str:
+    """`1 fail, 2 pass, 1 never ran`: what every planned scenario came to."""
+    parts = [f"{n} {k}" for k, n in sorted(counts.items())]
+    if never_ran:
+        parts.append(f"{len(never_ran)} never ran")
+    return ", ".join(parts) or "no scenarios"
+
+
+def status_word(report) -> str:
+    """OK only for a run whose planned scenarios all ended as expected and whose
+    rows are in the history store."""
+    if report.failing:
+        return "FAILED"
+    if report.never_ran:
+        return "INCOMPLETE"
+    if report.history_error:
+        return "NOT RECORDED"
+    return "OK"
+
+
 def counts_line(report) -> str:
-    counts = report.meta.get("counts", {})
-    status = "**FAILED**" if report.failing else "**OK**"
-    return f"{status}: " + ", ".join(f"{n} {k}" for k, n in sorted(counts.items())) + f" of {len(report.verdicts)} scenarios"
+    total = len(report.verdicts) + len(report.never_ran)
+    return f"**{status_word(report)}**: {counts_text(report.meta.get('counts', {}), report.never_ran)} of {total} scenarios"
+
+
+def problems_lines(report) -> list[str]:
+    """What keeps the report from speaking for the whole run: scenarios that never
+    ran, results that were not stored."""
+    lines = []
+    if report.never_ran:
+        shown = ", ".join(f"`{s}`" for s in report.never_ran[:PR_COMMENT_MAX_LINES])
+        more = f" and {len(report.never_ran) - PR_COMMENT_MAX_LINES} more" if len(report.never_ran) > PR_COMMENT_MAX_LINES else ""
+        lines += [(f"**Incomplete: {len(report.never_ran)} planned scenario(s) never ran** (the run ended before they did): "
+                   f"{shown}{more}. Run them again: `harness run {' '.join(report.never_ran)}`"), ""]
+    if report.history_error:
+        lines += [f"**Not recorded:** {report.history_error}", ""]
+    return lines
 
 
 def _change_line(c: Change, reproduce: dict[str, str]) -> str:
@@ -103,6 +136,7 @@ def write_markdown(path: Path, report) -> None:
         lines += [explained, ""]
     if meta.get("interrupted"):
         lines += ["**The run was interrupted; this report covers the scenarios that finished.**", ""]
+    lines += problems_lines(report)
     lines += changes_lines(report.comparison, verdicts)
     versions = meta.get("versions")
     if versions:
@@ -135,6 +169,7 @@ def write_pr_comment(path: Path, report) -> None:
     lines = [f"### Harness run `{meta.get('run_id', '')}`{gate}", "", counts_line(report), ""]
     if meta.get("interrupted"):
         lines += ["⚠️ The run was interrupted: this covers only the scenarios that finished.", ""]
+    lines += problems_lines(report)
     lines += changes_lines(report.comparison, report.verdicts, limit=PR_COMMENT_MAX_LINES)
     compared = report.comparison is not None and report.comparison.previous_run is not None
     listed = {c.scenario for c in report.comparison.new_failures + report.comparison.still_failing + report.comparison.first_seen} if compared else set()

@@ -26,8 +26,9 @@ class ReportError(Exception):
 def read_run(run_dir: Path) -> dict:
     """run.json of a run directory (with run_id and started filled in)."""
     run_dir = Path(run_dir)
-    if not (run_dir / "scenarios").is_dir():
-        raise ReportError(f"{run_dir} is not a run directory (it has no scenarios/; run directories are reports/<run-id>/)")
+    # run.json alone is a run too: one interrupted before its first scenario started
+    if not (run_dir / "scenarios").is_dir() and not (run_dir / "run.json").is_file():
+        raise ReportError(f"{run_dir} is not a run directory (it has neither run.json nor scenarios/; run directories are reports/<run-id>/)")
     meta_path = run_dir / "run.json"
     meta = json.loads(meta_path.read_text()) if meta_path.exists() else {}
     meta.setdefault("run_id", run_dir.name)

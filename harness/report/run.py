@@ -26,18 +26,30 @@ def run_started(run_dir: Path, meta: dict) -> float:
     return min(stamps) if stamps else Path(run_dir).stat().st_mtime
 
 
+def never_ran(meta: dict, verdicts: list[Verdict]) -> list[str]:
+    """The planned scenarios (run.json's list, written before the first one starts)
+    that have no verdict: the run ended (killed, interrupted) before they did."""
+    ended = {v.scenario for v in verdicts}
+    return [s for s in meta.get("scenarios") or [] if s not in ended]
+
+
 @dataclass
 class RunReport:
     run_dir: Path
     meta: dict
     verdicts: list[Verdict]
     comparison: Comparison | None = None  # None: no history store was given
+    history_error: str = ""  # why this run's rows are not in the history store
     rows: pd.DataFrame = field(default_factory=pd.DataFrame)  # this run's history rows
     earlier: pd.DataFrame = field(default_factory=pd.DataFrame)  # earlier runs of its gate
 
     @property
     def failing(self) -> list[Verdict]:
         return [v for v in self.verdicts if not v.as_expected]
+
+    @property
+    def never_ran(self) -> list[str]:
+        return never_ran(self.meta, self.verdicts)
 
     @property
     def new_failure_ids(self) -> set[str]:
@@ -56,8 +68,12 @@ def build_report(run_dir: Path, meta: dict, history_dir: Path | None) -> RunRepo
     report = RunReport(Path(run_dir), meta, verdicts)
     if history_dir is None:
         return report
-    report.rows = hist.run_rows(run_dir, meta, verdicts)
+    report.rows = hist.run_rows(run_dir, meta, verdicts, complete=not report.never_ran)
     report.earlier = hist.earlier_rows(hist.load_history(history_dir), meta)
     report.comparison = compare_with_history(report.rows, report.earlier)
-    hist.record(history_dir, report.rows)
+    try:
+        hist.record(history_dir, report.rows)
+    except OSError as exc:  # the report files still get written, and say so
+        report.history_error = (f"the history store {history_dir} could not be written ({exc.strerror or exc}); this run is not "
+                                f"in it: make it writable (or give --history DIR), then `harness report {run_dir}` records it")
     return report

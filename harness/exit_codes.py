@@ -1,0 +1,30 @@
+"""The exit codes of the `harness` command (README.md, "Exit codes", lists them).
+
+CI tells them apart: 1 means the change under test broke something; 2, 3 and 4 mean
+the harness could not give a full answer, and say why on stderr.
+"""
+
+from __future__ import annotations
+
+OK = 0  # every planned scenario ended, each as expected
+NOT_AS_EXPECTED = 1  # a scenario ended fail/crash/hang/error or passed unexpectedly; --diff: NEW regressed
+USAGE = 2  # bad arguments or inputs, nothing ran: bad scenario file, no match, run directory taken, not a run
+RESULTS_NOT_WRITTEN = 3  # the run directory, its report or the history store could not be written
+INCOMPLETE = 4  # planned scenarios never ended (the harness was killed): no verdict on the whole run
+INTERRUPTED = 130  # Ctrl-C or SIGTERM: ranks stopped, the report covers what ended
+
+
+def of_run(meta: dict, interrupted: bool = False) -> int:
+    """The exit code of a run (or a rebuilt report of one) from its run.json.
+    Results that were not stored come first: nothing else about the run is then
+    on record. A failure found beats an incomplete run: the change is unsafe
+    whatever the scenarios that never ran would have said."""
+    if meta.get("history_error"):
+        return RESULTS_NOT_WRITTEN
+    if interrupted:
+        return INTERRUPTED
+    if meta.get("not_as_expected"):
+        return NOT_AS_EXPECTED
+    if meta.get("never_ran"):
+        return INCOMPLETE
+    return OK

@@ -1,0 +1,37 @@
+"""Which harness made a result: its version and git commit, only when they are its own.
+
+A copy of the project inside another git repository (vendored, unpacked from a
+tarball into a monorepo) has no .git of its own, and `git rev-parse HEAD` run from
+its directory answers with the enclosing repository's commit. That commit says
+nothing about the harness, so it is recorded only when the git work tree's top
+level is the project root itself; otherwise the commit is "unknown".
+"""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import harness
+
+PROJECT_ROOT = Path(harness.__file__).resolve().parent.parent
+UNKNOWN = "unknown"
+
+
+def harness_provenance(root: Path = PROJECT_ROOT) -> dict[str, str]:
+    """{"harness_version": the package's own version, "harness_commit": its commit or "unknown"}."""
+    return {"harness_version": getattr(harness, "__version__", UNKNOWN), "harness_commit": own_commit(root)}
+
+
+def own_commit(root: Path = PROJECT_ROOT) -> str:
+    """The short commit of HEAD, if `root` is the top level of its git work tree."""
+    try:
+        out = subprocess.run(["git", "rev-parse", "--show-toplevel", "--short", "HEAD"], cwd=root, check=False,
+                             capture_output=True, text=True, timeout=5)
+    except (OSError, subprocess.TimeoutExpired):
+        return UNKNOWN
+    lines = out.stdout.splitlines()
+    if out.returncode != 0 or len(lines) != 2:
+        return UNKNOWN
+    toplevel, commit = lines
+    return commit if Path(toplevel).resolve() == Path(root).resolve() else UNKNOWN

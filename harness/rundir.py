@@ -1,0 +1,88 @@
+"""The directory of one `harness run`: a unique name, claimed by exactly one run.
+
+Two runs started in the same second (or two given the same --run-id) must never
+write into one directory: their verdicts would mix and one report would speak for
+both. A run claims its directory by creating run.json exclusively (O_EXCL), which
+only one process can win; a directory that already holds anything is refused.
+The planned scenario list goes into run.json before the first scenario starts, so
+a report of a run killed half-way can say which scenarios never ran.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import tempfile
+import time
+from pathlib import Path
+
+CLAIM_ATTEMPTS = 5  # default ids carry a random part: a second clash is all but impossible
+
+
+class RunDirTaken(Exception):
+    """The run directory belongs to another run (exit code USAGE)."""
+
+
+class ResultsNotWritten(Exception):
+    """The harness cannot write where its results go (exit code RESULTS_NOT_WRITTEN)."""
+
+
+def new_run_id(suffix: str = "", prefix: str = "") -> str:
+    """Time (to the second, so ids sort by start) plus a random part that keeps two
+    runs started in the same second apart, then e.g. the gate and shard."""
+    return f"{prefix}{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}{suffix}"
+
+
+def claim_new_run_dir(report_dir: Path, meta: dict, suffix: str = "") -> Path:
+    """A fresh directory under report_dir with a new run id, claimed for this run."""
+    for attempt in range(CLAIM_ATTEMPTS):
+        try:
+            return claim_run_dir(report_dir, new_run_id(suffix), meta)
+        except RunDirTaken:
+            if attempt == CLAIM_ATTEMPTS - 1:
+                raise
+    raise AssertionError("unreachable")
+
+
+def claim_run_dir(report_dir: Path, run_id: str, meta: dict) -> Path:
+    """Create report_dir/run_id for this run, with `meta` (the planned scenarios) as
+    its run.json, or raise RunDirTaken if any run (or anything else) is already there."""
+    run_dir = Path(report_dir) / run_id
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        taken = any(run_dir.iterdir())
+    except OSError as exc:
+        raise ResultsNotWritten(f"cannot create the run directory {run_dir}: {_why(exc)}; "
+                                "make --report-dir (or $HARNESS_REPORTS_DIR) a writable directory") from None
+    if not taken:
+        try:
+            fd = os.open(run_dir / "run.json", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        except FileExistsError:
+            taken = True
+        except OSError as exc:
+            raise ResultsNotWritten(f"cannot write in the run directory {run_dir}: {_why(exc)}; "
+                                    "make --report-dir (or $HARNESS_REPORTS_DIR) writable") from None
+    if taken:
+        raise RunDirTaken(f"the run directory {run_dir} is already in use (another run's results, or other files); "
+                          "give another --run-id, or leave it out for a fresh one; remove that directory only if its run is of no use")
+    with os.fdopen(fd, "w") as f:
+        json.dump({**meta, "run_id": run_id}, f, indent=1)
+    (run_dir / "scenarios").mkdir()
+    return run_dir
+
+
+def check_writable(directory: Path, what: str, hint: str) -> None:
+    """Fail before any scenario runs when `directory` cannot take files: an hour of
+    scenarios whose results cannot be stored is an hour lost."""
+    directory = Path(directory)
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=directory):
+            pass
+    except OSError as exc:
+        raise ResultsNotWritten(f"cannot write the {what} {directory}: {_why(exc)}; {hint}") from None
+
+
+def _why(exc: OSError) -> str:
+    return exc.strerror or str(exc)
