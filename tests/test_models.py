@@ -310,3 +310,19 @@ def test_an_arch_sweep_runs_each_arch_against_its_own_golden(tmp_path):
         f"sweep/arch-{a}-{s}": "pass" for a in ("llama", "llama-deep") for s in ("tp1-pp2", "tp2-pp1", "tp2-pp2")}
     qwen = [v for k, v in verdicts.items() if "qwen3" in k]
     assert len(qwen) == 3 and all(v["verdict"] == "unsupported" and "model_type='qwen3'" in v["reason"] for v in qwen)
+
+
+@pytest.mark.parametrize("arch", ["DeepseekV32ForCausalLM", "Cohere2MoeForCausalLM", "FalconForCausalLM", "GPT2LMHeadModel"])
+def test_shrinking_fits_per_layer_lists_and_skips_derived_fields(arch):
+    """Per-layer lists follow the layer count (keeping each kind of layer); a read-only
+    derived field (Falcon's head_dim) is left to follow the others."""
+    from harness.models import tiny
+
+    model = tiny.build_model(arch, seed=0, overrides={})
+    config = model.config
+    layers = config.num_hidden_layers
+    assert layers <= 2 and config.hidden_size == 128
+    for field, values in vars(config).items():
+        if field.endswith("layer_types") and isinstance(values, list):
+            assert len(values) == layers, field
+    assert sum(p.numel() for p in model.parameters()) < 2_000_000

@@ -68,3 +68,20 @@ def test_sp_is_unsupported_with_the_installed_vllms_reason(tmp_path):
     assert v["verdict"] == "unsupported", v["reason"]
     assert "no sequence-parallel pass" in v["reason"] and "PassConfig" in v["reason"]
     assert result.returncode == 0
+
+
+def test_which_architectures_vllm_serves_and_with_pp_is_asked_of_its_registry(tmp_path):
+    """The arch axis: an architecture vLLM does not serve, or serves only for pooling,
+    is `unsupported` with vLLM's own answer; one it serves is accepted under PP."""
+    from harness.engines.vllm import VllmEngine
+
+    engine = VllmEngine()
+    for arch, said in [("NoSuchForCausalLM", "does not serve architecture NoSuchForCausalLM"),
+                       ("BertModel", "not a text-generation model"),
+                       ("Qwen3ForCausalLM", None)]:
+        ckpt = tmp_path / arch
+        ckpt.mkdir()
+        (ckpt / "config.json").write_text(json.dumps({"architectures": [arch], "num_attention_heads": 4,
+                                                      "num_hidden_layers": 2}))
+        reason = engine.unsupported_reason({"tp": 2, "pp": 2, "sp": False, "compile": False}, ckpt)
+        assert (reason is None) if said is None else (said in reason), (arch, reason)

@@ -53,6 +53,9 @@ SHRINK_COUNTS = {
 SHRINK_SIZES = {
     "hidden_size": 128,
     "intermediate_size": 256,
+    "ffn_hidden_size": 256,  # Falcon
+    "n_inner": 256,  # GPT-2 family (None by default: 4 x hidden, then left alone)
+    "ffn_dim": 256,
     "head_dim": 32,
     "moe_intermediate_size": 64,
     "shared_expert_intermediate_size": 64,
@@ -88,25 +91,43 @@ def shrink(config) -> None:
         sub = getattr(config, name, None)
         if sub is not None and hasattr(sub, "to_dict"):
             shrink(sub)
+    original_layers = getattr(config, "num_hidden_layers", None)
     for field, small in SHRINK_COUNTS.items():
         value = getattr(config, field, None)
         if isinstance(value, int) and not isinstance(value, bool) and value > small:
-            setattr(config, field, small)
+            _set(config, field, small)
     for field, small in SHRINK_SIZES.items():
         value = getattr(config, field, None)
         if isinstance(value, int) and not isinstance(value, bool):
-            setattr(config, field, small)
-    _fit_layer_lists(config)
+            _set(config, field, small)
+    _fit_layer_lists(config, original_layers)
     if hasattr(config, "vocab_size"):
         config.vocab_size = VOCAB
 
 
-def _fit_layer_lists(config) -> None:
-    """A per-layer list (layer_types: sliding / full attention) needs one entry per layer."""
+def _set(config, field: str, value) -> None:
+    try:
+        setattr(config, field, value)
+    except AttributeError:  # a derived, read-only field (Falcon's head_dim): it follows the others
+        pass
+
+
+def _fit_layer_lists(config, original_layers: int | None) -> None:
+    """A per-layer list (layer_types, mlp_layer_types, activation_sparsity_pattern: one
+    entry per layer of the default config) gets one entry per layer of the tiny one. A
+    list of kinds keeps every kind it had: a model may require each kind to appear
+    (Gemma3n looks up its first full-attention layer)."""
     layers = getattr(config, "num_hidden_layers", None)
-    types = getattr(config, "layer_types", None)
-    if isinstance(layers, int) and isinstance(types, list) and len(types) > layers:
-        config.layer_types = types[:layers]
+    if not isinstance(layers, int) or not isinstance(original_layers, int):
+        return
+    for field, values in list(vars(config).items()):
+        if not isinstance(values, list) or len(values) != original_layers or len(values) <= layers:
+            continue
+        if field.endswith("layer_types"):
+            missing = [k for k in dict.fromkeys(values) if k not in values[:layers]]
+            _set(config, field, values[: max(0, layers - len(missing))] + missing[:layers])
+        else:
+            _set(config, field, values[:layers])
 
 
 def apply_overrides(config, overrides: dict) -> None:

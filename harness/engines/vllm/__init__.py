@@ -66,7 +66,25 @@ class VllmEngine(Engine):
         for axis in ("sp", "compile"):
             if settings.get(axis) and "reason" in probe[axis]:
                 return f"{axis}: {probe[axis]['reason']}"
-        return _model_reason(model_dir, tp, pp) if model_dir else None
+        if not model_dir:
+            return None
+        return self._arch_reason(model_dir, pp) or _model_reason(model_dir, tp, pp)
+
+    def _arch_reason(self, model_dir: str | Path, pp: int) -> str | None:
+        """Whether the installed vLLM serves the checkpoint's architecture (and with PP)."""
+        archs = json.loads((Path(model_dir) / "config.json").read_text()).get("architectures") or []
+        if not archs:
+            return "config.json names no architectures: vLLM cannot tell which model class to use"
+        python = self.python()
+        key = f"{_probe_key(python)}-arch-{archs[0]}"
+        if key not in _PROBES:
+            _PROBES[key] = _cached_probe(python, key, ["--arch", archs[0]])
+        support = _PROBES[key]
+        if "reason" in support:
+            return support["reason"]
+        if pp > 1 and not support["supports_pp"]:
+            return f"vLLM's {archs[0]} does not support pipeline parallelism (it does not implement SupportsPP)"
+        return None
 
     def fault_problem(self, faults: list[str], settings: dict | None = None) -> str | None:
         # faults.py installs nothing in this process: it acts only where $HARNESS_VLLM_FAULTS is set
@@ -115,13 +133,20 @@ def cpu_binding(ranks: int, cores: int) -> str:
     return "|".join(str(r % cores) for r in range(ranks))
 
 
+# Config names of the head and layer counts (transformers' attribute_map aliases: GPT-2's n_head).
+HEAD_FIELDS = ("num_attention_heads", "n_head", "num_heads")
+LAYER_FIELDS = ("num_hidden_layers", "n_layer", "num_layers")
+
+
 def _model_reason(model_dir: str | Path, tp: int, pp: int) -> str | None:
     cfg = json.loads((Path(model_dir) / "config.json").read_text())
     text = cfg.get("text_config", cfg)
-    if text["num_attention_heads"] % tp:
-        return f"num_attention_heads={text['num_attention_heads']} is not divisible by tp={tp}"
-    if pp > text["num_hidden_layers"]:
-        return f"pp={pp} exceeds num_hidden_layers={text['num_hidden_layers']}"
+    heads = next(((f, text[f]) for f in HEAD_FIELDS if isinstance(text.get(f), int)), None)
+    layers = next(((f, text[f]) for f in LAYER_FIELDS if isinstance(text.get(f), int)), None)
+    if heads and heads[1] % tp:
+        return f"{heads[0]}={heads[1]} is not divisible by tp={tp}"
+    if layers and pp > layers[1]:
+        return f"pp={pp} exceeds {layers[0]}={layers[1]}"
     return None
 
 
@@ -133,13 +158,13 @@ def _probe_key(python: Path) -> str:
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
 
 
-def _cached_probe(python: Path, key: str) -> dict:
+def _cached_probe(python: Path, key: str, args: list[str] = ()) -> dict:
     from harness.roots import cache_dir
 
     cache = cache_dir("engine-probes") / f"vllm-{key}.json"
     if cache.exists():
         return json.loads(cache.read_text())
-    result = _run_probe(python)
+    result = _run_probe(python, args)
     cache.parent.mkdir(parents=True, exist_ok=True)
     tmp = cache.with_name(f".{cache.name}.{os.getpid()}")
     tmp.write_text(json.dumps(result, indent=1))
@@ -147,12 +172,12 @@ def _cached_probe(python: Path, key: str) -> dict:
     return result
 
 
-def _run_probe(python: Path) -> dict:
+def _run_probe(python: Path, args: list[str] = ()) -> dict:
     from harness.engines import EngineUnavailable
 
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(PROJECT_ROOT), os.environ.get("PYTHONPATH")]))}
     try:
-        done = subprocess.run([str(python), "-m", "harness.engines.vllm.probe"], env=env, capture_output=True,
+        done = subprocess.run([str(python), "-m", "harness.engines.vllm.probe", *args], env=env, capture_output=True,
                               text=True, timeout=PROBE_TIMEOUT_S, cwd=PROJECT_ROOT)
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise EngineUnavailable(f"engine 'vllm': cannot run {python} ({exc}); {INSTALL_HINT}") from None

@@ -2,8 +2,9 @@
 
 Runs in vLLM's interpreter. The harness asks this instead of keeping a list of which
 vLLM version supports which axis: an axis value the installed vLLM lacks is found by
-looking at vLLM's own config classes. The harness caches the answer per interpreter
-(harness/engines/vllm/__init__.py).
+looking at vLLM's own config classes; which architectures it serves, and which of them
+support pipeline parallelism, is asked of vLLM's model registry (`--arch NAME`). The
+harness caches each answer per interpreter (harness/engines/vllm/__init__.py).
 """
 
 from __future__ import annotations
@@ -61,5 +62,25 @@ def probe() -> dict:
     }
 
 
+def arch_support(arch: str) -> dict:
+    """What the installed vLLM says of one architecture: whether it serves it, as a text
+    generator, and with pipeline parallelism (its SupportsPP interface)."""
+    import vllm
+    from vllm.model_executor.models.registry import ModelRegistry
+
+    if arch not in ModelRegistry.get_supported_archs():
+        return {"arch": arch, "reason": f"vLLM {vllm.__version__} does not serve architecture {arch}"}
+    info = ModelRegistry._try_inspect_model_cls(arch)  # vLLM's own inspection (it caches it)
+    if info is None:
+        return {"arch": arch, "reason": f"vLLM {vllm.__version__} cannot load its {arch} implementation here"}
+    if not info.is_text_generation_model:
+        return {"arch": arch, "reason": f"vLLM's {arch} is not a text-generation model (pooling only)"}
+    return {"arch": arch, "supports_pp": bool(info.supports_pp), "multimodal": bool(info.supports_multimodal),
+            "attention_free": bool(info.is_attention_free), "hybrid": bool(info.is_hybrid)}
+
+
 if __name__ == "__main__":
-    print("HARNESS-PROBE " + json.dumps(probe()))
+    if len(sys.argv) == 3 and sys.argv[1] == "--arch":
+        print("HARNESS-PROBE " + json.dumps(arch_support(sys.argv[2])))
+    else:
+        print("HARNESS-PROBE " + json.dumps(probe()))
