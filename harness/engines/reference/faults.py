@@ -36,6 +36,9 @@ def register(name: str, description: str, takes_param: bool = False) -> Fault:
 register("rank-raise", "raise RuntimeError on global rank N during the first forward (@N)", takes_param=True)
 register("rank-exit", "SIGKILL global rank N during the first forward, like an OOM kill (@N)", takes_param=True)
 register("rank-hang", "global rank N sleeps forever during the first forward (@N)", takes_param=True)
+register("tp-allreduce-perturb",
+         "TP rank 1 adds a fixed +-EPS pattern to every all-reduce result, the embedding's first (@EPS, "
+         "e.g. @1e-4): a small numeric error whose localisation must name the embedding", takes_param=True)
 # The five bug classes of DESIGN.md, one switch each.
 register("pp-buffer-missing-key",
          "vLLM PR 37622: a non-first stage's empty intermediate-tensor buffer lacks 'residual'")
