@@ -213,6 +213,18 @@ def test_faults_registry():
         faults.parse(["rank-explode@1"])
 
 
+def test_the_all_reduce_perturbation_takes_a_positive_size():
+    from harness.engines.reference import faults
+
+    assert faults.active(["tp-allreduce-perturb@1e-4"], "tp-allreduce-perturb") == "1e-4"
+    with pytest.raises(ValueError, match="'abc' is not a valid EPS"):
+        faults.parse(["tp-allreduce-perturb@abc"])
+    with pytest.raises(ValueError, match="needs a parameter: tp-allreduce-perturb@EPS"):
+        faults.parse(["tp-allreduce-perturb"])
+    with pytest.raises(ValueError, match="tp-allreduce-perturb@EPS"):
+        faults.parse(["no-such-fault"])  # the listing names the parameter
+
+
 @pytest.mark.e2e
 def test_rank_raise_fault_fails_only_that_rank(tiny_model, tmp_path):
     spec = make_spec(tiny_model, tmp_path / "out", faults=["rank-raise@1"], pp=2)

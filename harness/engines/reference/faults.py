@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import signal
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 
@@ -22,15 +23,25 @@ class Fault:
     name: str
     description: str
     takes_param: bool = False
+    param_name: str = "N"  # how the listing and the errors name the parameter
+    check_param: Callable[[str], object] | None = None  # raises ValueError on a bad parameter
 
 
 FAULTS: dict[str, Fault] = {}
 
 
-def register(name: str, description: str, takes_param: bool = False) -> Fault:
-    fault = Fault(name, description, takes_param)
+def register(name: str, description: str, takes_param: bool = False, param_name: str = "N",
+             check_param: Callable[[str], object] | None = None) -> Fault:
+    fault = Fault(name, description, takes_param, param_name, check_param)
     FAULTS[name] = fault
     return fault
+
+
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if not 0 < value < float("inf"):
+        raise ValueError(f"{text!r} is not a positive number")
+    return value
 
 
 register("rank-raise", "raise RuntimeError on global rank N during the first forward (@N)", takes_param=True)
@@ -38,7 +49,8 @@ register("rank-exit", "SIGKILL global rank N during the first forward, like an O
 register("rank-hang", "global rank N sleeps forever during the first forward (@N)", takes_param=True)
 register("tp-allreduce-perturb",
          "TP rank 1 adds a fixed +-EPS pattern to every all-reduce result, the embedding's first (@EPS, "
-         "e.g. @1e-4): a small numeric error whose localisation must name the embedding", takes_param=True)
+         "e.g. @1e-4): a small numeric error whose localisation must name the embedding", takes_param=True,
+         param_name="EPS", check_param=_positive_float)
 # The five bug classes of DESIGN.md, one switch each.
 register("pp-buffer-missing-key",
          "vLLM PR 37622: a non-first stage's empty intermediate-tensor buffer lacks 'residual'")
@@ -59,12 +71,17 @@ def parse(faults: list[str]) -> dict[str, str | None]:
     for item in faults:
         name, _, param = item.partition("@")
         if name not in FAULTS:
-            known = ", ".join(f"{f.name}{'@N' if f.takes_param else ''}" for f in FAULTS.values())
+            known = ", ".join(f"{f.name}{'@' + f.param_name if f.takes_param else ''}" for f in FAULTS.values())
             raise ValueError(f"unknown fault {item!r}; the reference engine knows: {known}")
         if FAULTS[name].takes_param and not param:
-            raise ValueError(f"fault {name!r} needs a parameter: {name}@N")
+            raise ValueError(f"fault {name!r} needs a parameter: {name}@{FAULTS[name].param_name}")
         if not FAULTS[name].takes_param and param:
             raise ValueError(f"fault {name!r} takes no parameter, got {item!r}")
+        if param and FAULTS[name].check_param is not None:
+            try:
+                FAULTS[name].check_param(param)
+            except ValueError:
+                raise ValueError(f"fault {item!r}: {param!r} is not a valid {FAULTS[name].param_name}") from None
         parsed[name] = param or None
     return parsed
 
