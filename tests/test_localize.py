@@ -8,12 +8,12 @@ tp-allreduce-perturb fault on llama-tiny/tp2-pp1 is named at the embedding on TP
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import torch
+from timing import run_process, scaled
 
 from harness.localize import EMBEDDING, HIDDEN_RTOL, describe, first_divergence
 from harness.outputs import EngineOutputs
@@ -93,10 +93,12 @@ def test_a_golden_without_the_embedding_is_compared_layer_by_layer():
 # --- end to end ---------------------------------------------------------------------------
 
 def harness_run(run_dir: Path, ids: list[str], *args: str) -> dict[str, dict]:
+    per_scenario = scaled(300)  # the scenario file's timeout_s, scaled for this machine
     cmd = [sys.executable, "-m", "harness", "run", *ids, "--report-dir", str(run_dir.parent),
-           "--run-id", run_dir.name, "--history", str(run_dir.parent / "history"), *args]
-    # no wall-clock limit of its own: the scenario file's timeout_s bounds each scenario
-    result = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+           "--run-id", run_dir.name, "--history", str(run_dir.parent / "history"),
+           "--timeout", f"{per_scenario:.0f}", *args]
+    result = run_process(cmd, 300 * (len(ids) + 1), "harness run " + " ".join(ids), check=False, cwd=ROOT,
+                         capture_output=True, text=True)
     assert result.returncode in (0, 1), result.stdout[-3000:] + result.stderr[-3000:]
     return {sid: json.loads((run_dir / "scenarios" / sid.replace("/", "__") / "verdict.json").read_text())
             for sid in ids}
