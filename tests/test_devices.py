@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+from timing import wait_process
 
 from harness.devices import (
     DeviceError,
@@ -123,7 +124,7 @@ def test_concurrent_processes_and_threads_never_share_a_slot(tmp_path):
         t.start()
     for t in threads:
         t.join()
-    assert all(proc.wait(timeout=300) == 0 for proc in procs)
+    assert all(wait_process(proc, 300, "a lease worker process to finish") == 0 for proc in procs)
     records = read_lease_log(p.lease_log)
     assert len({r["scenario"] for r in records}) == 6 * 12  # every lease was logged
     assert overlapping_leases(records) == []

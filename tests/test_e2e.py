@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from interrupts import sigint_as_from_a_terminal
+from timing import communicate, run_process, scaled, wait_until
 
 pytestmark = pytest.mark.e2e
 ROOT = Path(__file__).resolve().parent.parent
@@ -21,7 +22,7 @@ ROOT = Path(__file__).resolve().parent.parent
 DEMO = """
 suite: demo
 model: tiny-llama
-timeout_s: 120
+timeout_s: %d
 workloads:
   - {name: logits, kind: logprobs, num_prompts: 3, max_prompt_tokens: 40, top_k: 10}
   - {name: greedy, kind: greedy, num_prompts: 2, max_prompt_tokens: 30, max_new_tokens: 6, top_k: 10}
@@ -29,7 +30,7 @@ golden: {tp: 1, pp: 1, sp: false}
 matrix: {tp: [1, 2], pp: [1, 2], sp: [false, true]}
 exclude: [{tp: 1, sp: true}]
 gates: {pr: [tp2-pp2]}
-"""
+""" % scaled(120)  # per scenario, scaled for this machine
 
 
 @pytest.fixture(scope="module")
@@ -46,8 +47,9 @@ def demo(tmp_path_factory):
 
 
 def harness(root: Path, env: dict, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    """The CLI, within scaled(timeout) seconds."""
     cmd = [sys.executable, "-m", "harness", "--scenarios", str(root / "scenarios"), *args]
-    return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+    return run_process(cmd, timeout, f"harness {' '.join(args[:3])}", cwd=ROOT, env=env, capture_output=True, text=True)
 
 
 def run(root: Path, env: dict, run_id: str, *args: str) -> tuple[subprocess.CompletedProcess, Path]:
@@ -111,7 +113,8 @@ def test_rank_that_is_killed_is_a_crash_naming_rank_and_signal(demo):
 
 def test_rank_that_hangs_is_a_hang_with_every_rank_located(demo):
     root, env = demo
-    result, run_dir = run(root, env, "hang", "demo/tp2-pp1", "--fault", "rank-hang@1", "--timeout", "45")
+    result, run_dir = run(root, env, "hang", "demo/tp2-pp1", "--fault", "rank-hang@1",
+                          "--timeout", f"{scaled(45):.0f}")  # long enough to reach the hang point
     assert result.returncode == 1
     v = verdict_of(run_dir, "demo/tp2-pp1")
     assert v["verdict"] == "hang", v["reason"]
@@ -129,13 +132,11 @@ def test_ctrl_c_stops_the_ranks_and_still_writes_the_report(demo):
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             preexec_fn=sigint_as_from_a_terminal)
     log = run_dir / "scenarios" / "demo__tp1-pp1" / "logs" / "rank0.log"
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and not (log.exists() and survivors(run_dir)):
-        time.sleep(0.2)
+    wait_until(lambda: log.exists() and bool(survivors(run_dir)), 60, "the first rank to start", poll_s=0.2)
     time.sleep(2)
     assert survivors(run_dir), "the rank never started"
     proc.send_signal(signal.SIGINT)
-    out, _ = proc.communicate(timeout=60)
+    out, _ = communicate(proc, 60, "the interrupted harness to exit")
     assert proc.returncode == 130, out
     meta = json.loads((run_dir / "run.json").read_text())
     assert meta["interrupted"] is True
@@ -191,15 +192,15 @@ PLUGIN = ["-p", "harness.pytest_plugin", "-p", "no:cacheprovider"]
 
 def test_pytest_collects_one_item_per_scenario_and_runs_under_xdist(demo, tmp_path):
     root, env = demo
-    collect = subprocess.run(
+    collect = run_process(
         [sys.executable, "-m", "pytest", str(root / "scenarios"), "--collect-only", "-q", "-m", "pr", *PLUGIN],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
+        120, "pytest --collect-only", cwd=ROOT, env=env, capture_output=True, text=True,
     )
     assert "demo.yaml::tp2-pp2" in collect.stdout and "1/6 tests collected" in collect.stdout, collect.stdout
-    result = subprocess.run(
+    result = run_process(
         [sys.executable, "-m", "pytest", str(root / "scenarios" / "demo.yaml") + "::tp1-pp1", str(root / "scenarios" / "demo.yaml") + "::tp2-pp1",
          "-n", "2", *PLUGIN, "--harness-report-dir", str(tmp_path)],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
+        300, "pytest -n 2 over two scenarios", cwd=ROOT, env=env, capture_output=True, text=True,
     )
     assert result.returncode == 0, result.stdout[-3000:]
     assert "2 passed" in result.stdout

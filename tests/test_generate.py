@@ -139,15 +139,14 @@ def _expected(stop_workload) -> list[list[int]]:
 
 
 def _run(model_dir, tmp_path, stop_workload, **settings) -> EngineOutputs:
-    from tests.test_reference_engine import spawn_ranks
+    from tests.test_reference_engine import explain, launch_ranks
 
     w = {k: v for k, v in stop_workload.items() if k != "free"}
     greedy = {"name": "greedy", "kind": "greedy", "prompts": w["prompts"][:2], "max_new_tokens": 3, "top_k": 4}
     spec = _spec(model_dir, tmp_path / "out", [greedy, w], **settings)
-    codes = spawn_ranks(spec, tmp_path, timeout=120)
-    if codes != [0] * len(codes):
-        logs = "\n".join(f"--- {f.name}\n{f.read_text()[-3000:]}" for f in sorted(tmp_path.glob("rank*.log")))
-        pytest.fail(f"ranks exited {codes}\n{logs}")
+    outcome = launch_ranks(spec, tmp_path)  # the harness's launcher, under a scaled budget
+    if outcome.status != "ok":
+        pytest.fail(explain(outcome))
     return EngineOutputs.load(tmp_path / "out")
 
 
@@ -186,7 +185,7 @@ def test_hf_engine_gives_the_same_tokens(model_dir, stop_workload, tmp_path):
 def test_vllm_engine_matches_hf(workload, tmp_path):
     """On tiny-llama-hf (vLLM's CPU attention has no head_dim 16): the stop picked from
     the hf engine's free-running tokens, vLLM against hf's tokens cut at it."""
-    import subprocess
+    from timing import run_process
 
     from harness.engines.hf.worker import run
     from harness.engines.vllm import VllmEngine
@@ -202,6 +201,6 @@ def test_vllm_engine_matches_hf(workload, tmp_path):
     plan = VllmEngine().launch_plan(spec, str(tmp_path / "spec.json"))
     root = Path(__file__).resolve().parents[1]
     env = {**os.environ, **plan.env, "PYTHONPATH": os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")]))}
-    result = subprocess.run(plan.argv, env=env, cwd=root, capture_output=True, text=True, timeout=600)
+    result = run_process(plan.argv, 600, "the vLLM engine run", env=env, cwd=root, capture_output=True, text=True)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
     _assert_generated(EngineOutputs.load(tmp_path / "out"), _expected(stop_workload))

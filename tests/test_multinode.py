@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
+from timing import run_process, scaled
 
 from harness.contract.outputs import EngineOutputs
 from tests.test_e2e import survivors
@@ -31,7 +32,7 @@ NET = "198.18.7"  # RFC 2544 benchmarking range: never routed, here only inside 
 
 
 def ip(*args: str) -> None:
-    result = subprocess.run(["ip", *args], capture_output=True, text=True, timeout=30)
+    result = run_process(["ip", *args], 30, f"ip {' '.join(args)}", capture_output=True, text=True)
     if result.returncode != 0:
         raise RuntimeError(f"ip {' '.join(args)}: {result.stderr.strip()}")
 
@@ -70,9 +71,9 @@ def two_hosts(tmp_path):
 
 def harness_run(reports: Path, run_id: str, *args: str) -> tuple[subprocess.CompletedProcess, Path]:
     cmd = [sys.executable, "-m", "harness", "run", SCENARIO, "--report-dir", str(reports), "--run-id", run_id,
-           "--timeout", "300", *args]
+           "--timeout", f"{scaled(300):.0f}", *args]
     env = {**os.environ, "HARNESS_DEVICE_LOCK_DIR": str(reports / "locks")}
-    result = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    result = run_process(cmd, 900, f"harness run {SCENARIO} ({run_id})", cwd=ROOT, env=env, capture_output=True, text=True)
     return result, reports / run_id / "scenarios" / SCENARIO.replace("/", "__")
 
 

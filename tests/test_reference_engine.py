@@ -1,23 +1,23 @@
 """The reference engine against HF transformers, and every parallel setting against TP1 eager.
 
-Multi-rank runs are real processes started by a small local spawner (torchrun-style env
-vars, a free port, a timeout, kill on failure), independent of harness.launch.
+Multi-rank runs are real processes started by the harness's own launcher
+(harness.launch.run_ranks), under a budget scaled by HARNESS_TEST_TIME_SCALE
+(tests/timing.py): a run that outlives it fails as a timeout, with every rank's stack.
 """
 
 from __future__ import annotations
 
 import os
-import socket
-import subprocess
-import time
 from pathlib import Path
 
 import pytest
 import torch
+from timing import TIME_SCALE_ENV, scaled, time_scale, timeout_message
 
-from harness.engines.reference import ReferenceEngine
 from harness.contract.outputs import EngineOutputs
 from harness.contract.runspec import RunSpec
+from harness.engines.reference import ReferenceEngine
+from harness.launch import LaunchOutcome, free_port, run_ranks
 
 REPO = Path(__file__).resolve().parents[1]
 VOCAB = 512
@@ -52,47 +52,39 @@ def make_spec(model_dir: Path, out: Path, dtype="float32", faults=(), **settings
     return RunSpec("test/ref", "reference", str(model_dir), dtype, settings, workloads, str(out), list(faults))
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+#: budget of one multi-rank run on an unloaded 2-core machine, before HARNESS_TEST_TIME_SCALE:
+#: generous, as torch.compile alone takes ~100 s there under load
+RUN_BUDGET_S = 600
 
 
-def spawn_ranks(spec: RunSpec, workdir: Path, timeout: float = 150) -> list[int]:
-    """Start every rank of the spec's launch plan as a real process; return exit codes.
-    Kills all ranks when one fails or the timeout passes."""
+def launch_ranks(spec: RunSpec, workdir: Path, budget_s: float = RUN_BUDGET_S) -> LaunchOutcome:
+    """Every rank of the spec's launch plan as a real process, through the harness's own
+    launcher: ranks are watched, a crash stops the siblings, and a run that outlives
+    scaled(budget_s) ends as "hang" with each rank's stack; nothing survives."""
     spec_path = workdir / "spec.json"
     spec.save(spec_path)
     plan = ReferenceEngine().launch_plan(spec, str(spec_path))
-    port = free_port()
-    procs = []
-    for rank in range(plan.world_size):
-        env = {**os.environ, **plan.env, "RANK": str(rank), "WORLD_SIZE": str(plan.world_size),
-               "LOCAL_RANK": str(rank), "LOCAL_WORLD_SIZE": str(plan.world_size),
-               "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
-               "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
-        log = open(workdir / f"rank{rank}.log", "w")
-        procs.append(subprocess.Popen(plan.argv, env=env, cwd=REPO, stdout=log, stderr=subprocess.STDOUT))
-    deadline = time.monotonic() + timeout
-    try:
-        while any(p.poll() is None for p in procs):
-            if time.monotonic() > deadline or any(p.poll() not in (None, 0) for p in procs):
-                break
-            time.sleep(0.1)
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-            p.wait()
-    return [p.returncode for p in procs]
+    env = {"PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+    return run_ranks(plan, workdir / "logs", timeout_s=scaled(budget_s), env=env)
 
 
-def run_setting(model_dir: Path, tmp_path: Path, **settings) -> EngineOutputs:
+def explain(outcome: LaunchOutcome) -> str:
+    """What went wrong with a run, in words: a timeout says it was one."""
+    if outcome.status == "hang":
+        where = "; ".join(f"rank {r} at {loc}" for r, loc in sorted(outcome.stuck_at.items())) or "no stack dump"
+        return f"{timeout_message('the ranks to finish', outcome.duration_s)}; {where}"
+    f = outcome.failure
+    if f is None:
+        return f"launcher ended with status {outcome.status!r}"
+    what = f.exception or (f"killed by {f.signal}" if f.signal else f"exit code {f.exitcode}")
+    return f"rank {f.rank} crashed: {what}\n{f.traceback or ''}\n(log: {f.log})"
+
+
+def run_setting(model_dir: Path, tmp_path: Path, budget_s: float = RUN_BUDGET_S, **settings) -> EngineOutputs:
     spec = make_spec(model_dir, tmp_path / "out", **settings)
-    codes = spawn_ranks(spec, tmp_path)
-    if codes != [0] * len(codes):
-        logs = "\n".join(f"--- {f.name}\n{f.read_text()[-3000:]}" for f in sorted(tmp_path.glob("rank*.log")))
-        pytest.fail(f"ranks exited {codes}\n{logs}")
+    outcome = launch_ranks(spec, tmp_path, budget_s)
+    if outcome.status != "ok":
+        pytest.fail(explain(outcome))
     return EngineOutputs.load(tmp_path / "out")
 
 
@@ -178,6 +170,7 @@ SETTINGS = {
 }
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("name", list(SETTINGS))
 def test_setting_matches_tp1_eager(name, tiny_model, eager_tp1, tmp_path):
     settings = SETTINGS[name]
@@ -220,12 +213,39 @@ def test_faults_registry():
         faults.parse(["rank-explode@1"])
 
 
+def test_the_all_reduce_perturbation_takes_a_positive_size():
+    from harness.engines.reference import faults
+
+    assert faults.active(["tp-allreduce-perturb@1e-4"], "tp-allreduce-perturb") == "1e-4"
+    with pytest.raises(ValueError, match="'abc' is not a valid EPS"):
+        faults.parse(["tp-allreduce-perturb@abc"])
+    with pytest.raises(ValueError, match="needs a parameter: tp-allreduce-perturb@EPS"):
+        faults.parse(["tp-allreduce-perturb"])
+    with pytest.raises(ValueError, match="tp-allreduce-perturb@EPS"):
+        faults.parse(["no-such-fault"])  # the listing names the parameter
+
+
+@pytest.mark.e2e
 def test_rank_raise_fault_fails_only_that_rank(tiny_model, tmp_path):
     spec = make_spec(tiny_model, tmp_path / "out", faults=["rank-raise@1"], pp=2)
-    codes = spawn_ranks(spec, tmp_path, timeout=60)
-    assert codes[1] == 1
-    assert "fault rank-raise" in (tmp_path / "rank1.log").read_text()
+    outcome = launch_ranks(spec, tmp_path)
+    assert outcome.status == "crash" and outcome.failure.rank == 1, explain(outcome)
+    assert "fault rank-raise" in outcome.failure.exception
+    assert "fault rank-raise" in Path(outcome.logs[1]).read_text()
     assert not EngineOutputs.exists(tmp_path / "out")
+
+
+@pytest.mark.e2e
+def test_a_run_past_its_budget_fails_as_a_timeout(tiny_model, tmp_path, monkeypatch):
+    """A run that outlives its (scaled) budget says it timed out, and where each rank
+    was; it is not an anonymous "ranks exited [-9, -9]"."""
+    monkeypatch.setenv(TIME_SCALE_ENV, f"{time_scale() / 20:g}")  # 600 s -> 30 s on an unloaded machine
+    with pytest.raises(pytest.fail.Exception) as failed:
+        run_setting(tiny_model, tmp_path, faults=["rank-hang@1"], tp=2)
+    message = str(failed.value)
+    assert f"timed out after {scaled(RUN_BUDGET_S):.0f}s waiting for the ranks to finish" in message, message
+    assert f"{TIME_SCALE_ENV}={time_scale():g}" in message, message
+    assert "rank 1 at" in message and "faults.py" in message, message  # the hung rank, at the injected sleep
 
 
 def test_layer_split_and_batch_groups():

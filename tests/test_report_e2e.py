@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from timing import run_process, scaled
 
 pytestmark = pytest.mark.e2e
 ROOT = Path(__file__).resolve().parent.parent
@@ -22,21 +23,21 @@ CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic
 SUITE = """
 suite: rdemo
 model: tiny-llama
-timeout_s: 120
+timeout_s: %d
 workloads:
   - {name: logits, kind: logprobs, num_prompts: 2, max_prompt_tokens: 24, top_k: 10}
   - {name: greedy, kind: greedy, num_prompts: 1, max_prompt_tokens: 16, max_new_tokens: 4, top_k: 10}
 golden: {tp: 1, pp: 1}
 matrix: {tp: [1, 2], pp: [1, 2]}
 gates: {pr: [tp1-pp1, tp2-pp1]}
-"""
+""" % scaled(120)  # per scenario, scaled for this machine
 
 
 def harness(root: Path, *args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "HARNESS_GOLDEN_DIR": str(root / "golden")}
     env.pop("HARNESS_HISTORY_DIR", None)
     cmd = [sys.executable, "-m", "harness", "--scenarios", str(root / "scenarios"), *args]
-    return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    return run_process(cmd, 600, f"harness {' '.join(args[:3])}", cwd=ROOT, env=env, capture_output=True, text=True)
 
 
 @pytest.fixture(scope="module")
@@ -97,10 +98,10 @@ def test_a_pytest_session_of_the_pr_gate_compares_with_the_cli_runs(runs):
     root, reports, _ = runs
     env = {**os.environ, "HARNESS_GOLDEN_DIR": str(root / "golden")}
     env.pop("HARNESS_HISTORY_DIR", None)
-    result = subprocess.run(
+    result = run_process(
         [sys.executable, "-m", "pytest", str(root / "scenarios"), "-m", "pr", "-p", "harness.pytest_plugin", "-p", "no:cacheprovider",
          "--harness-report-dir", str(reports)],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,
+        600, "a pytest session of the PR gate", cwd=ROOT, env=env, capture_output=True, text=True,
     )
     assert result.returncode == 0, result.stdout[-3000:]
     (run_dir,) = reports.glob("pytest-*")
@@ -111,7 +112,8 @@ def test_a_pytest_session_of_the_pr_gate_compares_with_the_cli_runs(runs):
 
 
 def _chromium(profile: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([CHROMIUM, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", *args], capture_output=True, text=True, timeout=180)
+    return run_process([CHROMIUM, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", *args], 180, "headless Chromium",
+                       capture_output=True, text=True)
 
 
 @pytest.mark.skipif(CHROMIUM is None, reason="headless Chromium is not installed (Debian: apt-get install chromium; .ci/run installs it)")

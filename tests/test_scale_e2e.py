@@ -11,11 +11,11 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 from interrupts import sigint_as_from_a_terminal
+from timing import communicate, run_process, wait_until
 
 from harness.devices import overlapping_leases, read_lease_log
 from tests.test_e2e import survivors
@@ -33,8 +33,9 @@ def env(tmp_path):
 
 
 def harness(env, *args, timeout=600) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "harness", *args], cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=timeout)
+    """The CLI, within scaled(timeout) seconds."""
+    return run_process([sys.executable, "-m", "harness", *args], timeout, f"harness {' '.join(args[:3])}", cwd=ROOT,
+                       env=env, capture_output=True, text=True)
 
 
 def verdicts(run_dir: Path) -> dict[str, str]:
@@ -85,10 +86,10 @@ def test_pr_gate_by_changed_files_packs_two_jobs_on_disjoint_slots(tmp_path, env
 
 def test_pytest_under_xdist_leases_disjoint_slots(tmp_path, env):
     items = [f"scenarios/llama-tiny.yaml::{sid.split('/')[1]}" for sid in CHEAP]
-    result = subprocess.run(
+    result = run_process(
         [sys.executable, "-m", "pytest", *items, "-n", "2", "-p", "no:cacheprovider", "--harness-devices", "4",
          "--harness-report-dir", str(tmp_path / "reports")],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,
+        600, "pytest -n 2 over four scenarios", cwd=ROOT, env=env, capture_output=True, text=True,
     )
     assert result.returncode == 0, result.stdout[-3000:]
     assert "4 passed" in result.stdout
@@ -129,13 +130,13 @@ def test_ctrl_c_with_two_jobs_stops_both_runs_and_frees_the_slots(tmp_path, env)
                             preexec_fn=sigint_as_from_a_terminal)
     try:
         logs = [run_dir / "scenarios" / d / "logs" / "rank0.log" for d in ("llama-tiny__tp1-pp1", "llama-tiny__tp2-pp1")]
-        deadline = time.monotonic() + 120
-        while not (all(log.exists() for log in logs) and len(survivors(run_dir)) >= 3):
+        def both_started() -> bool:
             assert proc.poll() is None, proc.stdout.read()
-            assert time.monotonic() < deadline, "the ranks of both scenarios never started"
-            time.sleep(0.2)
+            return all(log.exists() for log in logs) and len(survivors(run_dir)) >= 3
+
+        wait_until(both_started, 120, "the ranks of both scenarios to start", poll_s=0.2)
         proc.send_signal(signal.SIGINT)
-        out, _ = proc.communicate(timeout=120)
+        out, _ = communicate(proc, 120, "the interrupted harness to exit")
     finally:
         if proc.poll() is None:
             proc.kill()

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from timing import run_process
 
 ROOT = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.skipif(not os.environ.get("HARNESS_TEST_VLLM"), reason="real vLLM engine starts: run `make test-vllm`")
@@ -19,7 +20,7 @@ pytestmark = pytest.mark.skipif(not os.environ.get("HARNESS_TEST_VLLM"), reason=
 
 def run(tmp_path: Path, scenarios: Path, *args: str) -> tuple[subprocess.CompletedProcess, Path]:
     cmd = [sys.executable, "-m", "harness", "--scenarios", str(scenarios), "run", "--report-dir", str(tmp_path), "--run-id", "r", *args]
-    result = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=900)
+    result = run_process(cmd, 900, f"harness run {' '.join(args[:3])}", cwd=ROOT, capture_output=True, text=True)
     return result, tmp_path / "r"
 
 

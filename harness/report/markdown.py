@@ -34,7 +34,7 @@ def where_diverged(v: Verdict) -> str:
         return ", ".join(f"rank {r}" for r in sorted(v.hang["stuck_at"]))
     if v.localization and v.localization.get("layer") is not None:
         loc = v.localization
-        where = f"layer {loc['layer']}, pp stage {loc['pp_stage']}"
+        where = f"{loc.get('place', 'layer %d' % loc['layer'])}, pp stage {loc['pp_stage']}"
         return where + (f", tp rank {loc['tp_rank']}" if "tp_rank" in loc else "")
     from harness.evals.check import failure_reason
 

@@ -13,6 +13,9 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from timing import scaled  # noqa: E402
 
 from harness.contract.launchplan import LaunchPlan  # noqa: E402
 from harness.launch import Cluster, LaunchInterrupted, Node, run_ranks  # noqa: E402
@@ -25,7 +28,8 @@ if prefix is not None:
 
 plan = LaunchPlan(world_size=2, argv=[sys.executable, str(Path(__file__).with_name("allreduce.py"))])
 try:
-    out = run_ranks(plan, Path(sys.argv[1]), timeout_s=120, cluster=cluster)
+    # outlasts the test's own (scaled) wait for the ranks: the test interrupts the run first
+    out = run_ranks(plan, Path(sys.argv[1]), timeout_s=scaled(120), cluster=cluster)
 except LaunchInterrupted as exc:
     print(json.dumps({"status": exc.outcome.status, "raised": "LaunchInterrupted"}), flush=True)
     sys.exit(130)

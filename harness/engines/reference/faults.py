@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import signal
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 
@@ -22,20 +23,47 @@ class Fault:
     name: str
     description: str
     takes_param: bool = False
+    param_name: str = "N"  # how the listing and the errors name the parameter
+    param_what: str = "a global rank"  # what the parameter is, for the errors
+    check_param: Callable[[str], object] | None = None  # raises ValueError on a bad parameter
+
+    @property
+    def targets_rank(self) -> bool:
+        return self.takes_param and self.param_name == "N"
 
 
 FAULTS: dict[str, Fault] = {}
 
 
-def register(name: str, description: str, takes_param: bool = False) -> Fault:
-    fault = Fault(name, description, takes_param)
+def register(name: str, description: str, takes_param: bool = False, param_name: str = "N",
+             param_what: str = "a global rank", check_param: Callable[[str], object] | None = None) -> Fault:
+    if takes_param and param_name == "N" and check_param is None:
+        check_param = _global_rank
+    fault = Fault(name, description, takes_param, param_name, param_what, check_param)
     FAULTS[name] = fault
     return fault
+
+
+def _global_rank(text: str) -> int:
+    if not text.isdigit():
+        raise ValueError(f"{text!r} is not a rank number")
+    return int(text)
+
+
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if not 0 < value < float("inf"):
+        raise ValueError(f"{text!r} is not a positive number")
+    return value
 
 
 register("rank-raise", "raise RuntimeError on global rank N during the first forward (@N)", takes_param=True)
 register("rank-exit", "SIGKILL global rank N during the first forward, like an OOM kill (@N)", takes_param=True)
 register("rank-hang", "global rank N sleeps forever during the first forward (@N)", takes_param=True)
+register("tp-allreduce-perturb",
+         "TP rank 1 adds a fixed +-EPS pattern to every all-reduce result, the embedding's first (@EPS, "
+         "e.g. @1e-4): a small numeric error whose localisation must name the embedding", takes_param=True,
+         param_name="EPS", param_what="a positive number", check_param=_positive_float)
 # The five bug classes of DESIGN.md, one switch each.
 register("pp-buffer-missing-key",
          "vLLM PR 37622: a non-first stage's empty intermediate-tensor buffer lacks 'residual'")
@@ -50,7 +78,15 @@ register("compile-warmup-without-images",
 
 
 def known() -> str:
-    return ", ".join(f"{f.name}{'@N' if f.takes_param else ''}" for f in FAULTS.values())
+    return ", ".join(f"{f.name}{'@' + f.param_name if f.takes_param else ''}" for f in FAULTS.values())
+
+
+def _param_ok(fault: Fault, param: str) -> bool:
+    try:
+        fault.check_param(param)  # every fault that takes a parameter has a check (register)
+    except ValueError:
+        return False
+    return True
 
 
 def parse(faults: list[str]) -> dict[str, str | None]:
@@ -61,11 +97,12 @@ def parse(faults: list[str]) -> dict[str, str | None]:
         name, _, param = item.partition("@")
         if name not in FAULTS:
             raise ValueError(f"unknown fault {item!r}; the reference engine knows: {known()}")
-        # Every fault that takes a parameter takes a global rank (@N).
-        if FAULTS[name].takes_param and not param.isdigit():
-            raise ValueError(f"fault {name!r} needs a global rank: {name}@N, got {item!r}; the reference engine knows: {known()}")
-        if not FAULTS[name].takes_param and param:
+        fault = FAULTS[name]
+        if not fault.takes_param and param:
             raise ValueError(f"fault {name!r} takes no parameter, got {item!r}; the reference engine knows: {known()}")
+        if fault.takes_param and not _param_ok(fault, param):
+            raise ValueError(f"fault {name!r} needs {fault.param_what}: {name}@{fault.param_name}, got {item!r}; "
+                             f"the reference engine knows: {known()}")
         parsed[name] = param or None
     return parsed
 
@@ -74,7 +111,7 @@ def target_problem(faults: list[str], world_size: int) -> str | None:
     """A rank fault aimed at a rank these settings do not have would never fire: the run
     would pass and seem to prove the harness misses the fault."""
     for name, param in parse(faults).items():
-        if param is not None and int(param) >= world_size:
+        if FAULTS[name].targets_rank and int(param) >= world_size:
             ranks = "rank" if world_size == 1 else "ranks"
             return (f"fault {name}@{param} targets global rank {param}, but these settings have "
                     f"{world_size} {ranks} (0..{world_size - 1}); it would never fire")

@@ -366,7 +366,8 @@ class LlamaStage(nn.Module):
         """First stage reads input_ids (and `mm`, the multimodal inputs of llama-vl),
         later stages read `intermediate`; `one_seq`: every real token is in one sequence
         slot (paged_attention). Returns (the intermediate dict on a non-last
-        stage or the logits on the last one, the stream after each layer [layers, T, H])."""
+        stage or the logits on the last one, the stream at each place [places, T, H]: on the
+        first stage the embedding's output first, then the stream after each layer)."""
         deepstack = None
         if self.is_first:
             hidden, residual, pli, deepstack = self._first_stage_inputs(input_ids, mm)
@@ -378,7 +379,9 @@ class LlamaStage(nn.Module):
         # vLLM PR 40786: the layers got the per-layer inputs only on the first stage
         # (they are still handed on, so a deeper pipeline does not crash on them)
         layers_get_pli = self.is_first or "pp-drop-per-layer-inputs" not in self.faults
-        states = []
+        # The first stage also records the stream as it enters layer 0 (the embedding's
+        # output, an all-reduce under TP): a fault there is a place of its own.
+        states = [hidden if residual is None else hidden + residual] if self.is_first else []
         for layer, kv_cache in zip(self.layers, kv_caches):
             layer_pli = None
             if pli is not None and layers_get_pli:

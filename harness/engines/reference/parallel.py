@@ -18,6 +18,8 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
+from harness.engines.reference import faults
+
 
 @dataclass
 class ParallelContext:
@@ -111,7 +113,18 @@ _CTX: ParallelContext | None = None
 def _all_reduce(x: torch.Tensor) -> torch.Tensor:
     out = x.contiguous().clone()
     dist.all_reduce(out, group=_CTX.tp_group)
-    return out
+    return _perturbed(out)
+
+
+def _perturbed(out: torch.Tensor) -> torch.Tensor:
+    """Fault tp-allreduce-perturb@EPS: TP rank 1's all-reduce result gets +EPS on even
+    and -EPS on odd hidden channels. Fixed (no randomness), so a run is reproducible, and
+    the first all-reduce of a forward is the embedding's: the error starts before layer 0."""
+    eps = faults.active(_CTX.faults, "tp-allreduce-perturb")
+    if eps is False or _CTX.tp_rank != 1:
+        return out
+    signs = 1 - 2 * (torch.arange(out.shape[-1], device=out.device) % 2)
+    return out + float(eps) * signs.to(out.dtype)
 
 
 @_all_reduce.register_fake

@@ -259,8 +259,13 @@ class ModelRunner:
         rows = [r for r in range(own.start, min(own.stop, n)) if r % stride == 0]
         local = torch.tensor([r - own.start for r in rows], dtype=torch.int64, device=layer_states.device)
         self.captured.append({"pp_rank": self.ctx.pp_rank, "tp_rank": self.ctx.tp_rank,
-                              "layers": list(self.stage.layer_ids), "rows": rows,
+                              "places": self.captured_places(), "rows": rows,
                               "states": layer_states[:, local].float().cpu().tolist()})
+
+    def captured_places(self) -> list[int]:
+        """Where this stage's captured stream was taken: place 0 is the embedding's output
+        (first stage only), place l+1 the stream after layer l."""
+        return ([0] if self.ctx.is_first_stage else []) + [layer + 1 for layer in self.stage.layer_ids]
 
     def _record_stage_io(self, n: int, pad: int, intermediate, message) -> None:
         """What this stage expects (its model's declaration), allocated and received, and

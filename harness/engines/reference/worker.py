@@ -57,24 +57,32 @@ def run_workloads(runner, workloads: list[dict]):
     return results
 
 
-def assemble_hidden_states(captures: list[list[dict]], num_layers: int) -> dict[str, torch.Tensor]:
-    """Every rank's captured per-layer stream -> hidden_states [layers, rows, H] of the
-    captured step's sampled token rows, hidden_rows [rows] (their index in the batch),
-    and hidden_owner [rows]: the TP rank whose SP shard held each row (all 0 without SP,
-    where every TP rank holds every row)."""
+def assemble_hidden_states(captures: list[list[dict]], num_layers: int, sp: bool) -> dict[str, torch.Tensor]:
+    """Every rank's captured stream -> the captured step's sampled token rows at every
+    place: embed_states [rows, H] (the embedding's output, before layer 0),
+    hidden_states [layers, rows, H] (after each layer), hidden_rows [rows] (their index in
+    the batch) and hidden_owner [rows] (the TP rank whose SP shard held each row; 0
+    without SP). Without SP every TP rank holds a full replica of the stream, and a fault
+    may touch only one, so replica_states [tp, 1 + layers, rows, H] keeps each rank's."""
     import torch
 
     pieces = [c for rank_captures in captures for c in rank_captures if c["rows"]]
     rows = sorted({r for c in pieces for r in c["rows"]})
     index = {r: i for i, r in enumerate(rows)}
-    hidden = len(pieces[0]["states"][0][0])
-    states = torch.zeros(num_layers, len(rows), hidden)
+    tp = 1 + max(c["tp_rank"] for c in pieces)
+    by_tp = torch.zeros(tp, 1 + num_layers, len(rows), len(pieces[0]["states"][0][0]))
     owner = torch.zeros(len(rows), dtype=torch.int64)
-    for c in sorted(pieces, key=lambda c: -c["tp_rank"]):  # TP rank 0 written last where rows overlap
+    for c in pieces:
         at = torch.tensor([index[r] for r in c["rows"]])
-        states[torch.tensor(c["layers"])[:, None], at[None, :]] = torch.tensor(c["states"])
-        owner[at] = c["tp_rank"]
-    return {"hidden_states": states, "hidden_rows": torch.tensor(rows, dtype=torch.int64), "hidden_owner": owner}
+        by_tp[c["tp_rank"], torch.tensor(c["places"])[:, None], at[None, :]] = torch.tensor(c["states"])
+        if sp:
+            owner[at] = c["tp_rank"]
+    stream = by_tp[owner, :, torch.arange(len(rows))].transpose(0, 1)  # each row as its owner saw it
+    fields = {"embed_states": stream[0], "hidden_states": stream[1:],
+              "hidden_rows": torch.tensor(rows, dtype=torch.int64), "hidden_owner": owner}
+    if tp > 1 and not sp:
+        fields["replica_states"] = by_tp
+    return fields
 
 
 def _compile_stats() -> dict:
@@ -120,7 +128,7 @@ def run(spec) -> None:
                     captures = [None] * ctx.world_size
                     dist.all_gather_object(captures, runner.captured)
                     if results[w["name"]] is not None:
-                        results[w["name"]].update(assemble_hidden_states(captures, stage.cfg.num_hidden_layers))
+                        results[w["name"]].update(assemble_hidden_states(captures, stage.cfg.num_hidden_layers, spec.sp))
             t3 = time.perf_counter()
             after_run = _compile_stats()
         # Each rank's stage I/O, collected so the driver can record all stages.
