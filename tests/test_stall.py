@@ -229,3 +229,22 @@ def test_on_nodes_a_computing_rank_is_seen_moving_through_its_agent(tmp_path):
     out = launch_heartbeat_ranks(tmp_path, "busy", window_s=2, cluster=remote_like_nodes(), BUSY_S="8")
     assert out.status == "ok", (out.status, out.stall, out.stuck_at)
     assert (tmp_path / "logs" / "rank1.heartbeat.activity").exists()
+
+
+@pytest.mark.e2e
+def test_reference_engine_hang_is_declared_by_the_stall_detector(tmp_path):
+    """The rank-hang fault on the shipped llama-tiny suite (stored golden), with a 600 s
+    timeout: only the detector can end this run as a hang before the test's own limit."""
+    env = {**os.environ, STALL_WINDOW_ENV: "5"}
+    cmd = [sys.executable, "-m", "harness", "run", "llama-tiny/tp2-pp1", "--fault", "rank-hang@1",
+           "--timeout", "600", "--report-dir", str(tmp_path / "reports"), "--run-id", "hang"]
+    result = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=400)
+    assert result.returncode == 1, result.stdout + result.stderr
+    verdict_file = tmp_path / "reports" / "hang" / "scenarios" / "llama-tiny__tp2-pp1" / "verdict.json"
+    v = json.loads(verdict_file.read_text())
+    assert v["verdict"] == "hang", v["reason"]
+    assert "declared by the stall detector" in v["reason"] and "rank 1 idle outside one" in v["reason"], v["reason"]
+    assert v["hang"]["stall"]["idle"] == [1] and v["hang"]["stall"]["waiting"] == [0]
+    assert "faults.py" in v["hang"]["stuck_at"]["1"]  # the hung rank, at the injected sleep
+    assert "faults.py" not in v["hang"]["stuck_at"]["0"]  # its peer, waiting in a collective
+    assert all("(most recent call first)" in v["hang"]["stacks"][r] for r in ("0", "1"))
