@@ -13,6 +13,7 @@ import os
 import shutil
 import subprocess
 import sys
+from dataclasses import asdict
 from pathlib import Path
 
 import pytest
@@ -20,7 +21,13 @@ import pytest
 import harness.launch.rankside as rankside
 from harness.contract.launchplan import LaunchPlan
 from harness.launch import Cluster, LaunchOutcome, Node, run_ranks
-from harness.launch.stall import STALL_WINDOW_ENV, Stall, StallWatch, stall_window_s, tree_activity
+from harness.launch.stall import (
+    STALL_WINDOW_ENV,
+    Stall,
+    StallWatch,
+    stall_window_s,
+    tree_activity,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 HEARTBEAT_RANKS = Path(__file__).parent / "ranks" / "heartbeat.py"
@@ -134,10 +141,6 @@ def test_window_zero_switches_the_detector_off(tmp_path, monkeypatch):
 
 def test_stall_round_trips_through_the_outcome_dict():
     stall = Stall(20.0, 20.3, [0, 2], [1])
-    from dataclasses import asdict
-
-    from harness.launch.outcome import LaunchOutcome
-
     out = LaunchOutcome("hang", 21.0, stall=asdict(stall))
     assert out.hang_reason().startswith("declared by the stall detector after 20s without progress")
     assert "ranks 0, 2 waiting in a collective" in out.hang_reason()

@@ -23,7 +23,12 @@ from harness.launch.blame import (
 from harness.launch.cluster import Cluster
 from harness.launch.outcome import RankFailure
 from harness.launch.procgroup import stop_group
-from harness.launch.rankside import DUMP_SIGNAL, ERROR_FILE_ENV, HEARTBEAT_FILE_ENV, LAUNCHER_PID_ENV
+from harness.launch.rankside import (
+    DUMP_SIGNAL,
+    ERROR_FILE_ENV,
+    HEARTBEAT_FILE_ENV,
+    LAUNCHER_PID_ENV,
+)
 from harness.launch.stacks import parse_stack_dump
 from harness.launch.stall import read_activity_file, tree_activity
 
