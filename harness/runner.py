@@ -208,8 +208,8 @@ def _from_outcome(scenario: Scenario, outcome: LaunchOutcome, golden: EngineOutp
         return Verdict(
             scenario.id,
             "hang",
-            f"no result after {outcome.duration_s:.0f}s: {where or 'no stack dump'}",
-            hang={"stuck_at": outcome.stuck_at, "stacks": outcome.stacks},
+            f"{outcome.hang_reason()}: {where or 'no stack dump'}",
+            hang={"stuck_at": outcome.stuck_at, "stacks": outcome.stacks, "stall": outcome.stall},
             logs=logs,
         )
     if outcome.status != "ok":

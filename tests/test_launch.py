@@ -122,7 +122,8 @@ def test_hang_dumps_every_rank(dirs):
         assert "allreduce.py" in out.stacks[r]
     assert out.stuck_at[1].endswith("in hang_forever") and "allreduce.py:" in out.stuck_at[1]
     assert out.stuck_at[0].endswith("in barrier"), out.stuck_at
-    assert out.duration_s >= scaled(30)
+    # ranks that report no heartbeat keep the timeout: the stall detector never arms
+    assert out.stall is None and out.duration_s >= scaled(30)
 
 
 def test_env_reaches_every_rank(dirs):

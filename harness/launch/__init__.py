@@ -7,9 +7,12 @@ with the environment torchrun would give them, sends each rank's stdout+stderr t
   ok           every rank exited 0;
   crash        a rank exited non-zero or was killed by a signal: `failure` names it,
                with the exception and traceback from its error record (see rankside);
-  hang         `timeout_s` passed: every live rank is asked for a stack dump
-               (SIGUSR1 -> faulthandler, see rankside), the dumps are parsed into
-               `stacks` and `stuck_at`, then the ranks are killed;
+  hang         `timeout_s` passed, or earlier the stall detector saw every rank without
+               progress for its window while some waited in a collective (stall.py;
+               only for engines whose ranks call rankside.heartbeat, `stall` says so):
+               every live rank is asked for a stack dump (SIGUSR1 -> faulthandler,
+               see rankside), the dumps are parsed into `stacks` and `stuck_at`, then
+               the ranks are killed;
   interrupted  Ctrl-C / SIGTERM reached the harness while it waited. The ranks are
                killed and reaped, then `LaunchInterrupted` (a KeyboardInterrupt that
                carries the partial `LaunchOutcome` as `.outcome`) is raised, so a CLI
@@ -62,6 +65,7 @@ from __future__ import annotations
 
 import threading
 import time
+from dataclasses import asdict
 from pathlib import Path
 
 from harness.contract.launchplan import LaunchPlan
@@ -72,6 +76,7 @@ from harness.launch.outcome import LaunchInterrupted, LaunchOutcome, RankFailure
 from harness.launch.procgroup import BlockSignals, SigtermAsInterrupt
 from harness.launch.rankside import LAUNCHER_PID_ENV
 from harness.launch.stacks import parse_stack_dump
+from harness.launch.stall import StallWatch, stall_window_s
 
 __all__ = [
     "RankFailure",
@@ -125,6 +130,7 @@ def _run_attempt(plan, log_dir, timeout_s, env, t0, cluster, cancel) -> tuple[La
         try:
             attempt.start()
             deadline = time.monotonic() + timeout_s
+            watch = StallWatch(attempt.heartbeats, attempt.activity_of, stall_window_s())
             while True:
                 if cancel is not None and cancel.is_set():
                     raise KeyboardInterrupt("cancelled")
@@ -146,8 +152,10 @@ def _run_attempt(plan, log_dir, timeout_s, env, t0, cluster, cancel) -> tuple[La
                 if len(attempt.exits) == plan.world_size:
                     outcome.status = "ok"
                     break
-                if time.monotonic() >= deadline:
+                stall = watch.check(time.monotonic(), attempt.live_ranks())
+                if stall is not None or time.monotonic() >= deadline:
                     outcome.status = "hang"
+                    outcome.stall = asdict(stall) if stall else None
                     outcome.stacks, outcome.stuck_at = attempt.dump_stacks()
                     break
                 time.sleep(POLL_S)

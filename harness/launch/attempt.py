@@ -23,8 +23,14 @@ from harness.launch.blame import (
 from harness.launch.cluster import Cluster
 from harness.launch.outcome import RankFailure
 from harness.launch.procgroup import stop_group
-from harness.launch.rankside import DUMP_SIGNAL, ERROR_FILE_ENV, LAUNCHER_PID_ENV
+from harness.launch.rankside import (
+    DUMP_SIGNAL,
+    ERROR_FILE_ENV,
+    HEARTBEAT_FILE_ENV,
+    LAUNCHER_PID_ENV,
+)
 from harness.launch.stacks import parse_stack_dump
+from harness.launch.stall import read_activity_file, tree_activity
 
 DUMP_WAIT_S = 2.0  # how long to wait for SIGUSR1 stack dumps to land in the logs
 NODE_STOP_S = 5.0  # how long node agents get to stop their ranks before the prefixes are killed
@@ -56,6 +62,7 @@ class Attempt:
         self.pgid: int | None = None
         self.logs = {r: log_dir / f"rank{r}.log" for r in range(plan.world_size)}
         self.errs = {r: log_dir / f"rank{r}.error.json" for r in range(plan.world_size)}
+        self.heartbeats = {r: log_dir / f"rank{r}.heartbeat" for r in range(plan.world_size)}
         self.exits: dict[int, RankExit] = {}
         self.death_order: list[RankExit] = []
 
@@ -80,6 +87,7 @@ class Attempt:
             PYTHONUNBUFFERED="1",
         )
         env[ERROR_FILE_ENV] = str(self.errs[rank])
+        env[HEARTBEAT_FILE_ENV] = str(self.heartbeats[rank])
         return env
 
     def rank_env(self, rank: int) -> dict[str, str]:
@@ -119,7 +127,8 @@ class Attempt:
 
     def start(self) -> None:
         for r in range(self.plan.world_size):
-            for stale in (self.errs[r], Path(str(self.errs[r]) + ".tmp")):
+            hb = str(self.heartbeats[r])
+            for stale in (self.errs[r], Path(str(self.errs[r]) + ".tmp"), Path(hb), Path(hb + ".activity")):
                 stale.unlink(missing_ok=True)
         for r in range(self.plan.world_size):
             with open(self.logs[r], "wb") as log:
@@ -152,6 +161,17 @@ class Attempt:
             self.death_order.append(ex)
             new.append(ex)
         return new
+
+    def live_ranks(self) -> list[int]:
+        return [r for r in range(len(self.procs)) if r not in self.exits]
+
+    def activity_of(self, ranks: list[int]) -> dict[int, tuple[float, int] | None]:
+        """(CPU seconds, disk bytes) of each rank's process tree, for the stall detector:
+        from /proc here, from the file its node agent keeps for a rank on a node."""
+        if self.placement:
+            return {r: read_activity_file(Path(str(self.heartbeats[r]) + ".activity")) for r in ranks}
+        by_pid = tree_activity([self.procs[r].pid for r in ranks])
+        return {r: by_pid.get(self.procs[r].pid) for r in ranks}
 
     def failure_of(self, ex: RankExit) -> RankFailure:
         rec = ex.record or read_record(self.errs[ex.rank])

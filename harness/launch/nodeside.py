@@ -11,7 +11,10 @@ on the node and:
     rank's group is stopped;
   * on SIGTERM/SIGINT stops the rank's group (SIGTERM, a short grace, SIGKILL);
   * when the rank exits, kills whatever it left in its group, then exits the way the
-    rank did (same code, or the same signal), so the launcher's crash verdict names it.
+    rank did (same code, or the same signal), so the launcher's crash verdict names it;
+  * every second, writes the CPU and disk use of the rank's process tree beside its
+    heartbeat file (<heartbeat>.activity), which the launcher's stall detector reads
+    for a rank whose /proc it cannot see (see stall.py).
 
 Run as a script by path (no package on sys.path needed before it starts); standard
 library only, like the rest of the launcher.
@@ -32,6 +35,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from harness.launch.blame import peek_exit  # noqa: E402
 from harness.launch.procgroup import group_alive, killpg  # noqa: E402
+from harness.launch.rankside import HEARTBEAT_FILE_ENV  # noqa: E402
+from harness.launch.stall import ACTIVITY_SAMPLE_S, tree_activity, write_activity_file  # noqa: E402
 
 DUMP_COMMAND = b"dump\n"
 STOP_GRACE_S = 1.5  # shorter than the launcher's TERM_GRACE_S, so the agent finishes its cleanup first
@@ -67,6 +72,15 @@ def exit_like(rank: subprocess.Popen) -> None:
     os._exit(code)  # the channel thread may still be blocked in a read
 
 
+def report_activity(pid: int, path: Path) -> None:
+    activity = tree_activity([pid]).get(pid)
+    if activity is not None:
+        try:
+            write_activity_file(path, activity)
+        except OSError:
+            pass  # the launcher then sees no activity: at worst the timeout decides
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cwd", required=True)
@@ -82,7 +96,12 @@ def main() -> None:
     signal.signal(signal.SIGTERM, on_stop)
     signal.signal(signal.SIGINT, on_stop)
     threading.Thread(target=serve_channel, args=(rank,), daemon=True).start()
+    heartbeat = os.environ.get(HEARTBEAT_FILE_ENV)
+    next_sample = 0.0
     while peek_exit(rank) is None:  # WNOWAIT: the group id stays ours until we reap
+        if heartbeat and time.monotonic() >= next_sample:
+            next_sample = time.monotonic() + ACTIVITY_SAMPLE_S
+            report_activity(rank.pid, Path(heartbeat + ".activity"))
         time.sleep(0.1)
     stop_group(rank.pid, 0.0)  # leftovers of a finished rank
     exit_like(rank)

@@ -22,8 +22,19 @@ class LaunchOutcome:
     failure: RankFailure | None = None  # the FIRST rank that died (crash)
     stacks: dict[int, str] = field(default_factory=dict)  # hang: per-rank faulthandler dump
     stuck_at: dict[int, str] = field(default_factory=dict)  # hang: "file:line in func" of main thread
+    # hang declared by the stall detector (stall.Stall as a dict); None: by the timeout
+    stall: dict | None = None
     logs: dict[int, str] = field(default_factory=dict)  # rank -> log path
     port: int = 0
+
+
+    def hang_reason(self) -> str:
+        """Who declared a hang, in the verdict's words."""
+        if self.stall:
+            from harness.launch.stall import Stall
+
+            return Stall(**self.stall).describe()
+        return f"no result after {self.duration_s:.0f}s (the timeout)"
 
 
 class LaunchInterrupted(KeyboardInterrupt):

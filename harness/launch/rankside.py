@@ -7,7 +7,12 @@ what it needs to name a failing rank and explain a stuck one:
   * on SIGUSR1, a stack dump of every thread to stderr (the rank's log), which the
     launcher sends before it kills a hung run;
   * on Linux, death of the rank when the launcher dies (PR_SET_PDEATHSIG), so a
-    killed harness leaves no rank behind.
+    killed harness leaves no rank behind;
+  * `heartbeat(phase)` / `in_collective()`, which an engine MAY call to report progress:
+    the launcher's stall detector (harness/launch/stall.py) then declares a hang as soon
+    as no rank has moved for its stall window while some rank waits in a collective,
+    instead of at the scenario timeout. An engine that never calls them keeps the
+    timeout-only behaviour.
 
 Standard library only: this module runs inside an engine's own environment.
 """
@@ -21,12 +26,22 @@ import signal
 import sys
 import time
 import traceback
-from typing import Callable, NoReturn
+from contextlib import contextmanager
+from typing import Callable, Iterator, NoReturn
 
 ERROR_FILE_ENV = "HARNESS_RANK_ERROR_FILE"
 DUMP_SIGNAL = signal.SIGUSR1
 #: the launcher's pid: lets a rank notice that the launcher died before PDEATHSIG was armed
 LAUNCHER_PID_ENV = "HARNESS_LAUNCHER_PID"
+#: where this rank's heartbeat goes (set by the launcher; unset -> heartbeat() does nothing)
+HEARTBEAT_FILE_ENV = "HARNESS_RANK_HEARTBEAT_FILE"
+COMPUTE = "compute"  # working on its own: a silence here is not a hang by itself
+COLLECTIVE = "collective"  # waiting on its peers: a silence here with every rank idle is one
+#: one fixed-size record, rewritten in place: "<beat number> <phase>", space padded
+HEARTBEAT_RECORD_BYTES = 40
+
+_beat_fd: int | None = None  # opened on the first beat; -1 when there is no heartbeat file
+_beat_count = 0
 
 
 def die_with_parent() -> None:
@@ -69,6 +84,33 @@ def write_error_record(exc: BaseException) -> None:
     with open(tmp, "w") as f:
         json.dump(record, f, indent=1)
     os.replace(tmp, path)  # the launcher never reads a half-written record
+
+
+def heartbeat(phase: str = COMPUTE) -> None:
+    """Tell the launcher this rank moved, and whether it now computes or waits on its
+    peers. Cheap (one pwrite of a few bytes to a file in the run's log dir, no sockets),
+    so it can be called around every collective. A no-op outside a launched rank."""
+    global _beat_fd, _beat_count
+    if _beat_fd is None:
+        path = os.environ.get(HEARTBEAT_FILE_ENV)
+        _beat_fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644) if path else -1
+    if _beat_fd < 0:
+        return
+    _beat_count += 1
+    record = f"{_beat_count} {phase}".ljust(HEARTBEAT_RECORD_BYTES - 1) + "\n"
+    # same size every time, at offset 0: the file is never seen shorter or truncated
+    os.pwrite(_beat_fd, record.encode()[:HEARTBEAT_RECORD_BYTES], 0)
+
+
+@contextmanager
+def in_collective() -> Iterator[None]:
+    """Wrap a collective (all-reduce, send/recv, barrier...): a beat on entering it,
+    marked as waiting on peers, and a beat on leaving it, back to computing."""
+    heartbeat(COLLECTIVE)
+    try:
+        yield
+    finally:
+        heartbeat(COMPUTE)
 
 
 def run_rank(main: Callable[[], None]) -> NoReturn:

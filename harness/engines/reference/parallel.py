@@ -19,6 +19,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from harness.engines.reference import faults
+from harness.launch.rankside import in_collective
 
 
 @dataclass
@@ -88,13 +89,15 @@ def init_parallel(tp: int, pp: int, sp: bool, device_kind: str) -> ParallelConte
     else:
         raise ValueError(f"unknown device {device_kind!r} (cpu or cuda)")
     # A long timeout: the harness's own watchdog decides when a run hangs.
-    dist.init_process_group(backend, init_method="env://", rank=rank, world_size=world_size,
-                            timeout=datetime.timedelta(minutes=30))
+    with in_collective():  # the rendezvous: each rank waits for the others
+        dist.init_process_group(backend, init_method="env://", rank=rank, world_size=world_size,
+                                timeout=datetime.timedelta(minutes=30))
     ctx = ParallelContext(rank, world_size, tp, pp, sp, device, backend)
     # new_group is collective over the world: every rank creates every group, in order.
     for stage in range(pp):
         ranks = [ctx.global_rank(stage, r) for r in range(tp)]
-        group = dist.new_group(ranks)
+        with in_collective():
+            group = dist.new_group(ranks)
         if stage == ctx.pp_rank:
             ctx.tp_group = group
     return ctx
@@ -108,11 +111,15 @@ _CTX: ParallelContext | None = None
 # The collectives are custom ops, as in vLLM: torch.compile traces each as one opaque
 # node (its fake function gives the output shape), so a stage forward compiles to one
 # graph with no breaks, and the op runs the real gloo/NCCL call at run time.
+# Every gloo/NCCL call here runs inside rankside.in_collective(): a heartbeat marked
+# "waiting on peers" for the launcher's stall detector, which then calls a run hung
+# within its window (harness/launch/stall.py) instead of at the scenario timeout.
 
 @torch.library.custom_op("harness_reference::all_reduce", mutates_args=())
 def _all_reduce(x: torch.Tensor) -> torch.Tensor:
     out = x.contiguous().clone()
-    dist.all_reduce(out, group=_CTX.tp_group)
+    with in_collective():
+        dist.all_reduce(out, group=_CTX.tp_group)
     return _perturbed(out)
 
 
@@ -136,7 +143,8 @@ def _(x):
 def _all_gather(x: torch.Tensor, dim: int) -> torch.Tensor:
     x = x.contiguous()
     parts = [torch.empty_like(x) for _ in range(_CTX.tp)]
-    dist.all_gather(parts, x, group=_CTX.tp_group)
+    with in_collective():
+        dist.all_gather(parts, x, group=_CTX.tp_group)
     return torch.cat(parts, dim=dim)
 
 
@@ -152,10 +160,12 @@ def _reduce_scatter_tokens(x: torch.Tensor) -> torch.Tensor:
     x = x.contiguous()
     if _CTX.backend == "nccl":
         out = torch.empty((x.shape[0] // _CTX.tp, *x.shape[1:]), dtype=x.dtype, device=x.device)
-        dist.reduce_scatter_tensor(out, x, group=_CTX.tp_group)
+        with in_collective():
+            dist.reduce_scatter_tensor(out, x, group=_CTX.tp_group)
         return out
     full = x.clone()
-    dist.all_reduce(full, group=_CTX.tp_group)
+    with in_collective():
+        dist.all_reduce(full, group=_CTX.tp_group)
     return full[_CTX.token_shard(x.shape[0])].contiguous()
 
 
@@ -184,29 +194,33 @@ def send_tensor_dict(tensors: dict[str, torch.Tensor], dst: int) -> None:
     keys = sorted(tensors)
     send_json(keys, dst=dst)
     for key in keys:
-        dist.send(tensors[key].contiguous(), dst=dst)
+        with in_collective():
+            dist.send(tensors[key].contiguous(), dst=dst)
 
 
 def recv_tensor_dict(buffers: dict[str, torch.Tensor], src: int) -> dict[str, torch.Tensor]:
     """Receive, key by key as the sender announced them, into buffers allocated from the
     model's declaration."""
     for key in recv_json(src=src):
-        dist.recv(buffers[key], src=src)
+        with in_collective():
+            dist.recv(buffers[key], src=src)
     return buffers
 
 
 def send_json(obj, dst: int) -> None:
     """Send a JSON-able object (the non-tensor fields of an inter-stage message)."""
     data = torch.frombuffer(bytearray(json.dumps(obj).encode()), dtype=torch.uint8)
-    dist.send(torch.tensor([data.numel()], dtype=torch.int64, device=_CTX.device), dst=dst)
-    dist.send(data.to(_CTX.device), dst=dst)
+    with in_collective():
+        dist.send(torch.tensor([data.numel()], dtype=torch.int64, device=_CTX.device), dst=dst)
+        dist.send(data.to(_CTX.device), dst=dst)
 
 
 def recv_json(src: int):
     size = torch.empty(1, dtype=torch.int64, device=_CTX.device)
-    dist.recv(size, src=src)
-    data = torch.empty(int(size), dtype=torch.uint8, device=_CTX.device)
-    dist.recv(data, src=src)
+    with in_collective():
+        dist.recv(size, src=src)
+        data = torch.empty(int(size), dtype=torch.uint8, device=_CTX.device)
+        dist.recv(data, src=src)
     return json.loads(bytes(data.cpu().tolist()).decode())
 
 
@@ -218,17 +232,20 @@ def broadcast_json(obj, src: int):
     if _CTX.rank == src:
         data = torch.frombuffer(bytearray(json.dumps(obj).encode()), dtype=torch.uint8).to(_CTX.device)
         size[0] = data.numel()
-    dist.broadcast(size, src=src)
+    with in_collective():
+        dist.broadcast(size, src=src)
     if _CTX.rank != src:
         data = torch.empty(int(size), dtype=torch.uint8, device=_CTX.device)
-    dist.broadcast(data, src=src)
+    with in_collective():
+        dist.broadcast(data, src=src)
     return json.loads(bytes(data.cpu().tolist()).decode())
 
 
 def broadcast_from(x: torch.Tensor, src: int) -> torch.Tensor:
     """Broadcast over the whole world (e.g. sampled tokens from the driver rank)."""
     if _CTX.world_size > 1:
-        dist.broadcast(x, src=src)
+        with in_collective():
+            dist.broadcast(x, src=src)
     return x
 
 
