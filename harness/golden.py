@@ -26,6 +26,7 @@ from harness.contract.outputs import EngineOutputs
 
 DEFAULT_GOLDEN_DIR = Path(__file__).resolve().parent.parent / "golden"
 MANIFEST = "manifest.json"
+EVALS_FILE = "evals.json"  # the per-item eval results, beside the outputs
 # Manifest fields that must match for a golden to apply; the rest is information.
 BINDING_FIELDS = ("model", "model_sha256", "workload_sha256", "engine", "dtype", "settings")
 DIGESTS = "files_sha256"  # manifest field: {file name: sha256} of every other file of the golden
@@ -175,12 +176,33 @@ def version_drift(manifest: dict, versions: dict) -> dict:
     return {k: {"golden": old.get(k), "now": v} for k, v in versions.items() if old.get(k) != v}
 
 
+def save_evals(directory: Path, results: dict[str, dict]) -> None:
+    """The golden's per-item eval results (response, answers, correctness per item)."""
+    (Path(directory) / EVALS_FILE).write_text(json.dumps(results, indent=1, sort_keys=True))
+
+
+def load_evals(key: str, eval_defs) -> dict[str, dict]:
+    """The per-item eval results of the golden `key`; a GoldenError when any eval is missing."""
+    path = golden_dir(key) / EVALS_FILE
+    try:
+        stored = json.loads(path.read_text()) if path.exists() else {}
+    except ValueError as exc:  # load_golden checked its digest: damaged since, or stored broken
+        raise GoldenError(f"golden file {path} cannot be read ({exc}); {damage_hint(key)}") from exc
+    missing = [e.name for e in eval_defs if e.name not in stored]
+    if missing:
+        raise GoldenError(f"the golden of suite '{key}' has no results for eval(s) {', '.join(missing)} "
+                          f"({path}); {regenerate_hint(key)}")
+    for e in eval_defs:
+        if stored[e.name].get("task") not in (None, e.task):
+            raise GoldenError(f"the golden of suite '{key}' scored eval '{e.name}' on task "
+                              f"'{stored[e.name]['task']}', the suite now says '{e.task}'; {regenerate_hint(key)}")
+    return stored
+
+
 def store_golden(outputs_dir: Path, manifest: dict, evals: dict | None = None, drop: list[str] = ()) -> Path:
     """Install a finished golden run as the suite's golden (replacing the old one whole).
     `evals`: the per-item eval results (evals.json); `drop`: workloads whose tensors are
     not kept (eval generations: their per-item results are what the golden holds)."""
-    from harness.evals.check import save_golden_evals
-
     target = golden_dir(manifest["suite"])
     staging = target.with_name(f".{target.name}.new")
     shutil.rmtree(staging, ignore_errors=True)
@@ -190,7 +212,7 @@ def store_golden(outputs_dir: Path, manifest: dict, evals: dict | None = None, d
     outputs.tensors = {k: v for k, v in outputs.tensors.items() if k.split(".", 1)[0] not in drop}
     outputs.save(staging)
     if evals:
-        save_golden_evals(staging, evals)
+        save_evals(staging, evals)
     (staging / MANIFEST).write_text(json.dumps({**manifest, "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}, indent=1, sort_keys=True))
     record_digests(staging)
     shutil.rmtree(target, ignore_errors=True)

@@ -178,7 +178,7 @@ def _run(scenario: Scenario, out_dir: Path, opts: RunOptions, lease: Lease | Non
         return Verdict(scenario.id, "error", f"bad fault switch: {faults_problem}", error={"exception": faults_problem})
     try:  # check the golden before spending a launch on a run we cannot judge
         golden, manifest = goldens.load_golden(prepared.manifest)
-        golden_evals = evals.load_golden_evals(goldens.golden_dir(scenario.golden_key), scenario.suite.evals, scenario.golden_key)
+        golden_evals = goldens.load_evals(scenario.golden_key, scenario.suite.evals)
         evals.check_pairing(prepared.evals, golden_evals)
     except goldens.GoldenError as exc:
         headline = getattr(exc, "headline", None) or str(exc).splitlines()[0]

@@ -87,7 +87,7 @@ def test_an_eval_check_that_cannot_fail_is_refused_before_launch(tmp_path):
 
 def test_the_committed_pr_slice_of_llama_gsm8k_can_fail():
     suite = load_suite(ROOT / "scenarios" / "llama-gsm8k.yaml")
-    golden = check.load_golden_evals(ROOT / "golden" / "llama-gsm8k", suite.evals, suite.suite)
+    golden = goldens.load_evals("llama-gsm8k", suite.evals)
     for e in suite.evals:
         items = golden[e.name]["items"][: e.item_count("pr")]
         check.refuse_powerless(e, items)  # raises when the slice cannot fail

@@ -5,20 +5,17 @@
   accuracy_checks golden vs scenario, paired per item (paired.py) -> one check per eval:
                   the score (McNemar) and each item's response against the golden's
   check_pairing   before the launch: the items pair with the golden, and the check can fail
-  save / load     the golden's per-item results live in <golden>/evals.json
 
 lm-eval itself is only touched through lm.py, and only in the harness process.
 """
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 # PairingError, PowerlessCheckError: the runner catches them
 from harness.evals.paired import PairingError, PowerlessCheckError, compare_paired  # noqa: F401
 
-EVALS_FILE = "evals.json"
 MAX_FLIPPED_ROWS = 200  # flipped items kept in a verdict (all are counted)
 
 
@@ -139,27 +136,3 @@ def refuse_powerless(eval_def, golden_items: list[dict]) -> None:
             f"their responses differ (max_differing_responses: {eval_def.max_differing_responses}); lower "
             f"max_differing_responses, give it more items or a task the model scores on, or take the scenario "
             f"out of this gate")
-
-
-def save_golden_evals(directory: Path, results: dict[str, dict]) -> None:
-    (Path(directory) / EVALS_FILE).write_text(json.dumps(results, indent=1, sort_keys=True))
-
-
-def load_golden_evals(directory: Path, eval_defs, suite: str) -> dict[str, dict]:
-    """The golden's per-item eval results; a GoldenError when any eval is missing."""
-    from harness.golden import GoldenError, damage_hint, regenerate_hint
-
-    path = Path(directory) / EVALS_FILE
-    try:
-        stored = json.loads(path.read_text()) if path.exists() else {}
-    except ValueError as exc:  # load_golden checked its digest: damaged since, or stored broken
-        raise GoldenError(f"golden file {path} cannot be read ({exc}); {damage_hint(suite)}") from exc
-    missing = [e.name for e in eval_defs if e.name not in stored]
-    if missing:
-        raise GoldenError(f"the golden of suite '{suite}' has no results for eval(s) {', '.join(missing)} "
-                          f"({path}); {regenerate_hint(suite)}")
-    for e in eval_defs:
-        if stored[e.name].get("task") not in (None, e.task):
-            raise GoldenError(f"the golden of suite '{suite}' scored eval '{e.name}' on task "
-                              f"'{stored[e.name]['task']}', the suite now says '{e.task}'; {regenerate_hint(suite)}")
-    return stored
