@@ -113,3 +113,18 @@ def test_a_real_scenario_records_every_phase_in_its_verdict(tmp_path):
     assert saved.timings == v.timings
     marks = read_marks(tmp_path / "run" / "scenarios" / "llama-tiny__tp2-pp1" / "outputs")
     assert sorted(marks) == [0, 1] and all(t >= before for m in marks.values() for _, t in m)
+
+
+def test_bench_prints_the_gate_breakdown_with_the_harness_share():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "bench" / "pr_gate.py"
+    spec = importlib.util.spec_from_file_location("bench_pr_gate", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    lines = bench.breakdown_lines([_timed("s/tp1").timings, _timed("s/tp2").timings], report_s=0.5, wall_s=20.0)
+    text = "\n".join(lines)
+    assert "| warmup (engine) | 8.0 | 40.0% |" in text
+    assert "| report (harness) | 0.5 | 2.5% |" in text
+    assert "| **harness's own** | **1.5** | **7.6%** |" in text  # prepare+golden+compare+verdict x2, + report
