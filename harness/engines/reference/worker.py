@@ -80,8 +80,14 @@ def assemble_hidden_states(captures: list[list[dict]], num_layers: int) -> dict[
 def _compile_stats() -> dict:
     from torch._dynamo.utils import counters
 
+    # inductor's persistent caches (harness/engines/compile_cache.py): a warm cache shows
+    # hits and no misses, i.e. graphs loaded, not compiled
     return {"unique_graphs": int(counters["stats"]["unique_graphs"]),
-            "frames_ok": int(counters["frames"]["ok"])}
+            "frames_ok": int(counters["frames"]["ok"]),
+            "fxgraph_cache_hit": int(counters["inductor"]["fxgraph_cache_hit"]),
+            "fxgraph_cache_miss": int(counters["inductor"]["fxgraph_cache_miss"]),
+            "autograd_cache_hit": int(counters["aot_autograd"]["autograd_cache_hit"]),
+            "autograd_cache_miss": int(counters["aot_autograd"]["autograd_cache_miss"])}
 
 
 def run(spec) -> None:
