@@ -39,7 +39,8 @@ OFF_ENV = "HARNESS_COMPILE_CACHE"
 
 def torch_cache_root(torch_version: str) -> Path:
     """The compile cache of one torch version (`2.13.0+cpu` -> .../compile/torch-2.13.0-cpu)."""
-    return cache_dir("compile") / f"torch-{re.sub(r'[^A-Za-z0-9._-]', '-', torch_version)}"
+    # absolute: a relative HARNESS_CACHE (CI workspaces) must mean the same for every rank
+    return cache_dir("compile").absolute() / f"torch-{re.sub(r'[^A-Za-z0-9._-]', '-', torch_version)}"
 
 
 def installed_torch_version() -> str:
