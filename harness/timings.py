@@ -25,7 +25,7 @@ ENGINE_PHASES = (*RANK_PHASES, "exit", "launch")
 NOT_HARNESS = (*ENGINE_PHASES, "wait")
 # Short names for the report's columns, in flow order.
 COLUMNS = (
-    ("start", "start+imports"), ("rendezvous", "rendezvous"), ("load", "load"),
+    ("wait", "device wait"), ("start", "start+imports"), ("rendezvous", "rendezvous"), ("load", "load"),
     ("warmup", "warmup/compile"), ("workloads", "workloads"), ("write", "write"), ("exit", "exit"),
     ("compare", "compare"), ("evals", "evals"),
 )

@@ -85,8 +85,8 @@ def test_report_shows_the_breakdown_and_the_harness_share(tmp_path):
     meta = write_report(run)
     summary = (run / "summary.md").read_text()
     assert "## Where the time went" in summary
-    assert "| `s/tp1` | 1.5 | 0.1 | 0.3 | 4.0 | 1.0 | 0.1 | 0.3 | 0.2 |  | 0.3 | 7.8 |" in summary
-    assert "| **sum** | 3.0 |" in summary and "`s/tp4` |" not in summary.split("## Where the time went")[1]
+    assert "| `s/tp1` | 0.0 | 1.5 | 0.1 | 0.3 | 4.0 | 1.0 | 0.1 | 0.3 | 0.2 |  | 0.3 | 7.8 |" in summary
+    assert "| **sum** | 0.0 | 3.0 |" in summary and "`s/tp4` |" not in summary.split("## Where the time went")[1]
     assert "The harness's own share: 1.0s of 15.6s (6.5%)" in summary
     html = (run / "report.html").read_text()
     assert "Time: engine 7.3s (start 1.5 · rendezvous 0.1 · load 0.3 · warmup 4.0" in html

@@ -176,7 +176,7 @@ def time_lines(verdicts: list[Verdict]) -> list[str]:
     for label, t in [(f"`{v.scenario}`", v.timings) for v in timed] + [("**sum**", timings.total([v.timings for v in timed]))]:
         phases = t["phases"]
         cells = [f"{phases[name]:.1f}" if name in phases else "" for name, _ in timings.COLUMNS]
-        cells += [f"{timings.harness_other(t):.1f}", f"{t['engine_s'] + t['harness_s']:.1f}"]
+        cells += [f"{timings.harness_other(t):.1f}", f"{t['engine_s'] + t['harness_s'] + t['wait_s']:.1f}"]
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     gate = timings.total([v.timings for v in timed])
     share = gate["harness_s"] / max(gate["engine_s"] + gate["harness_s"], 1e-9)
