@@ -45,6 +45,16 @@ def test_reference_ranks_get_the_cache_only_under_compile(clean_env):
     assert "TORCHINDUCTOR_CACHE_DIR" not in ReferenceEngine().launch_plan(spec(False), "/s.json").env
 
 
+def test_vllm_gets_its_cache_root_under_ours_only_under_compile(clean_env, tmp_path):
+    from harness.engines.vllm import VllmEngine
+
+    engine = VllmEngine()
+    clean_env.setattr(engine, "probe", lambda: {"torch": "2.13.0+cpu", "vllm": "0.32.0"})
+    env = engine.launch_plan(spec(True), "/s.json").env
+    assert env["VLLM_CACHE_ROOT"] == str(tmp_path / "cache" / "compile" / "torch-2.13.0-cpu" / "vllm-0.32.0")
+    assert "VLLM_CACHE_ROOT" not in engine.launch_plan(spec(False), "/s.json").env
+
+
 def test_the_users_own_setting_wins_and_the_cache_can_be_turned_off(clean_env):
     clean_env.setenv("TORCHINDUCTOR_CACHE_DIR", "/mine")
     env = compile_cache.inductor_env("2.13.0")
