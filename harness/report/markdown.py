@@ -180,8 +180,8 @@ def time_lines(verdicts: list[Verdict]) -> list[str]:
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     gate = timings.total([v.timings for v in timed])
     share = gate["harness_s"] / max(gate["engine_s"] + gate["harness_s"], 1e-9)
-    lines += ["", f"The harness's own share: {gate['harness_s']:.1f}s of {gate['engine_s'] + gate['harness_s']:.1f}s "
-                  f"({100 * share:.1f}%); waiting for devices: {gate['wait_s']:.1f}s."]
+    lines += ["", (f"The harness's own share: {gate['harness_s']:.1f}s of {gate['engine_s'] + gate['harness_s']:.1f}s "
+                   f"({100 * share:.1f}%); waiting for devices: {gate['wait_s']:.1f}s.")]
     return lines
 
 
