@@ -8,7 +8,10 @@ golden was made; each scenario is one launch compared against the stored golden.
 Both ways run the same scenarios with the same launcher, engine, workloads and
 comparison, in one invocation, so the ratio isolates the cost of the live re-runs.
 
-    python bench/pr_gate.py [--gate pr] [--out docs/BENCHMARKS.md]
+    python bench/pr_gate.py [--gate pr] [--ids ID...] [--no-live] [--out docs/BENCHMARKS.md]
+
+It also prints where the harness way's time went: every phase summed over the gate
+(harness/timings.py), the report's writing time, and the harness's own share.
 """
 
 from __future__ import annotations
@@ -24,16 +27,36 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from harness.compare import compare_outputs, tolerance_for  # noqa: E402
 from harness.contract.outputs import EngineOutputs  # noqa: E402
+from harness import timings  # noqa: E402
 from harness.runner import RunOptions, launch, prepare, run_scenario  # noqa: E402
 from harness.scenario import load_scenarios, select  # noqa: E402
 
 
-def harness_way(scenarios, work: Path) -> tuple[float, dict]:
-    start, per = time.monotonic(), {}
+def harness_way(scenarios, work: Path) -> tuple[float, dict, list[dict], float]:
+    """(wall s, {id: (s, verdict)}, each verdict's timings, report writing s)."""
+    from harness.report import write_report
+
+    start, per, timed = time.monotonic(), {}, []
     for s in scenarios:
         v = run_scenario(s, work / "harness", RunOptions())
         per[s.id] = (v.duration_s, v.verdict)
-    return time.monotonic() - start, per
+        timed.append(v.timings)
+    report_s = write_report(work / "harness")["report_s"]
+    return time.monotonic() - start, per, timed, report_s
+
+
+def breakdown_lines(timed: list[dict], report_s: float, wall_s: float) -> list[str]:
+    """Every phase summed over the gate, and the harness's own share of its wall time
+    (everything but the engine starting and running, report writing included)."""
+    gate = timings.total(timed)
+    own = gate["harness_s"] + report_s
+    lines = ["| phase | seconds | share of wall |", "|---|---|---|"]
+    for name, seconds in [*gate["phases"].items(), ("report", report_s)]:
+        kind = "engine" if name in timings.ENGINE_PHASES else "wait" if name == "wait" else "harness"
+        lines.append(f"| {name} ({kind}) | {seconds:.1f} | {100 * seconds / wall_s:.1f}% |")
+    lines += [f"| **engine** | **{gate['engine_s']:.1f}** | {100 * gate['engine_s'] / wall_s:.1f}% |",
+              f"| **harness's own** | **{own:.1f}** | **{100 * own / wall_s:.1f}%** |", ""]
+    return lines
 
 
 def live_way(scenarios, work: Path) -> tuple[float, dict]:
@@ -57,13 +80,16 @@ def live_way(scenarios, work: Path) -> tuple[float, dict]:
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--gate", default="pr")
+    ap.add_argument("--ids", nargs="*", help="only these scenario ids (default: the whole gate)")
+    ap.add_argument("--no-live", action="store_true", help="skip the live re-run way (breakdown only)")
     ap.add_argument("--out", type=Path, help="append the result table to this Markdown file")
     args = ap.parse_args()
-    scenarios = select(load_scenarios(), gate=args.gate)
+    scenarios = select(load_scenarios(), args.ids or None, gate=None if args.ids else args.gate)
     with tempfile.TemporaryDirectory(prefix="harness-bench-") as tmp:
         work = Path(tmp)
-        live_s, live = live_way(scenarios, work)
-        harness_s, ours = harness_way(scenarios, work)
+        live_s, live = live_way(scenarios, work) if not args.no_live else (float("nan"), {})
+        harness_s, ours, timed, report_s = harness_way(scenarios, work)
+    live = {s.id: live.get(s.id, (float("nan"), "-")) for s in scenarios}
     lines = [
         f"### {args.gate} gate, {len(scenarios)} scenarios, {time.strftime('%Y-%m-%d')}, "
         f"{platform.machine()} {__import__('os').cpu_count()} cores, torch {__import__('torch').__version__}",
@@ -76,8 +102,12 @@ def main() -> int:
     lines += [
         f"| **total** | **{live_s:.1f}** | **{harness_s:.1f}** | |",
         "",
-        f"Ratio live / harness: **{live_s / harness_s:.2f}x** (the harness's PR gate takes {100 * harness_s / live_s:.0f}% of the live way's time).",
+        (f"Ratio live / harness: **{live_s / harness_s:.2f}x** (the harness's PR gate takes {100 * harness_s / live_s:.0f}% of the live way's time)."
+         if not args.no_live else "Live way not run (--no-live)."),
         "",
+        f"Where the harness way's {harness_s:.1f} s went (phases summed over the scenarios; rank phases along the slowest rank):",
+        "",
+        *breakdown_lines(timed, report_s, harness_s),
     ]
     text = "\n".join(lines)
     print(text)

@@ -6,6 +6,7 @@ command all come through here, so the three ways in cannot drift apart.
 
 from __future__ import annotations
 
+import shutil
 import threading
 import time
 import traceback
@@ -18,6 +19,7 @@ from harness import models
 from harness import workloads as wl
 from harness.compare import compare_outputs, tolerance_for
 from harness.contract.outputs import EngineOutputs
+from harness.contract.phases import PHASES_DIR
 from harness.contract.runspec import RunSpec
 from harness.contracts import check_pp_contract
 from harness.devices import DevicePool, Lease
@@ -26,6 +28,7 @@ from harness.evals import check as evals
 from harness.launch import Cluster, LaunchOutcome, run_ranks
 from harness.localize import describe, first_divergence
 from harness.scenario import Scenario
+from harness.timings import Stopwatch
 from harness.verdict import FAILED, Verdict
 
 
@@ -53,6 +56,7 @@ class Prepared:
     spec: RunSpec
     manifest: dict  # what a golden for this suite must have been made from
     evals: list = field(default_factory=list)  # lm.PreparedEval per eval of the suite
+    launched_at: float | None = None  # wall clock when the ranks were started (phase marks share it)
 
 
 def scenario_dir(run_dir: Path, scenario_id: str) -> Path:
@@ -106,6 +110,8 @@ def launch(prepared: Prepared, out_dir: Path, scenario: Scenario, opts: RunOptio
     plan = prepared.engine.launch_plan(prepared.spec, str(spec_path))
     timeout = opts.timeout_s or scenario.suite.timeout_s
     env = {**scenario.extra_env, **opts.env, **(device_env or {})}  # the lease wins: no shared devices
+    shutil.rmtree(Path(prepared.spec.output_dir) / PHASES_DIR, ignore_errors=True)  # marks of this launch only
+    prepared.launched_at = time.time()
     return run_ranks(plan, out_dir / "logs", timeout, env=env, cluster=cluster, cancel=opts.cancel)
 
 
@@ -144,8 +150,9 @@ def run_scenario(scenario: Scenario, run_dir: Path, opts: RunOptions | None = No
     opts = opts or RunOptions()
     out_dir = scenario_dir(run_dir, scenario.id)
     start = time.monotonic()
+    watch = Stopwatch()
     try:
-        verdict = _run(scenario, out_dir, opts, lease)
+        verdict = _run(scenario, out_dir, opts, lease, watch)
     except KeyboardInterrupt:
         raise
     except Exception as exc:  # noqa: BLE001 - a harness fault must become an `error` verdict
@@ -160,15 +167,18 @@ def run_scenario(scenario: Scenario, run_dir: Path, opts: RunOptions | None = No
     verdict.expected_failure = scenario.expected_failure
     verdict.reproduce = reproduce_command(scenario, opts)
     verdict = _apply_expectation(verdict)
+    watch.lap("verdict")
+    verdict.timings = watch.timings()
     verdict.save(out_dir / "verdict.json")
     return verdict
 
 
-def _run(scenario: Scenario, out_dir: Path, opts: RunOptions, lease: Lease | None) -> Verdict:
+def _run(scenario: Scenario, out_dir: Path, opts: RunOptions, lease: Lease | None, watch: Stopwatch) -> Verdict:
     try:
         prepared = prepare(scenario, scenario.engine_settings, out_dir, opts, opts.gate)
     except (EngineUnavailable, models.ModelError) as exc:  # nothing was launched
         return Verdict(scenario.id, "error", str(exc), error={"exception": str(exc)})
+    watch.lap("prepare")
     need = prepared.engine.devices_needed(scenario.engine_settings)
     reason = prepared.engine.unsupported_reason(scenario.engine_settings, prepared.spec.model_dir) or devices_problem(need, opts)
     if reason:
@@ -180,6 +190,7 @@ def _run(scenario: Scenario, out_dir: Path, opts: RunOptions, lease: Lease | Non
         golden, manifest = goldens.load_golden(prepared.manifest)
         golden_evals = goldens.load_evals(scenario.golden_key, scenario.suite.evals)
         evals.check_pairing(prepared.evals, golden_evals)
+        watch.lap("golden")
     except goldens.GoldenError as exc:
         headline = getattr(exc, "headline", None) or str(exc).splitlines()[0]
         return Verdict(scenario.id, "error", headline, error={"exception": str(exc)})
@@ -189,15 +200,19 @@ def _run(scenario: Scenario, out_dir: Path, opts: RunOptions, lease: Lease | Non
         hint = goldens.regenerate_hint(scenario.golden_key)
         return Verdict(scenario.id, "error", f"eval items do not pair with the golden: {exc}; {hint}", error={"exception": str(exc)})
     with _devices_for(scenario, need, opts, lease) as (device_env, cluster):
-        outcome = launch(prepared, out_dir, scenario, opts, device_env, cluster)
-    verdict = _from_outcome(scenario, outcome, golden, golden_evals, prepared)
+        watch.lap("wait")
+        try:
+            outcome = launch(prepared, out_dir, scenario, opts, device_env, cluster)
+        finally:  # an interrupted launch is booked too
+            watch.launch(prepared.spec.output_dir, prepared.launched_at or time.time(), time.time())
+    verdict = _from_outcome(scenario, outcome, golden, golden_evals, prepared, watch)
     verdict.golden = {"dir": str(goldens.golden_dir(scenario.golden_key)), "version_drift": goldens.version_drift(manifest, prepared.manifest["versions"])}
     verdict.versions = prepared.manifest["versions"]
     return verdict
 
 
 def _from_outcome(scenario: Scenario, outcome: LaunchOutcome, golden: EngineOutputs, golden_evals: dict,
-                  prepared: Prepared) -> Verdict:
+                  prepared: Prepared, watch: Stopwatch) -> Verdict:
     logs = {str(r): p for r, p in outcome.logs.items()}
     if outcome.status == "crash":
         f = prepared.engine.refine_crash(outcome.failure, _read(outcome.failure.log))
@@ -220,12 +235,15 @@ def _from_outcome(scenario: Scenario, outcome: LaunchOutcome, golden: EngineOutp
     contract = check_pp_contract(outputs.meta.get("stage_io"))
     checks = [asdict(c) for c in checks + ([contract] if contract else [])]
     numeric_failed = any(not c["passed"] for c in checks)
+    watch.lap("compare")
     if prepared.evals:
         results = evals.score_evals(prepared.evals, outputs, Path(prepared.spec.model_dir))
         checks += evals.accuracy_checks(scenario.suite.evals, golden_evals, results)
+        watch.lap("evals")
     failed = [c for c in checks if not c["passed"]]
     reason = "; ".join(f"{c['name']}: {c['summary']}" for c in (failed or checks))
     localization = first_divergence(golden, outputs, prepared.spec.workloads) if numeric_failed else None
+    watch.lap("compare")  # localising a divergence is comparison work too
     if localization:
         reason = f"{describe(localization)}; {reason}"
     return Verdict(

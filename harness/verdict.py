@@ -45,6 +45,8 @@ class Verdict:
     versions: dict = field(default_factory=dict)
     # fail: the first diverging layer / pp stage / SP tp rank, where the engine captured them
     localization: dict | None = None
+    # Where the time went: the runner's and the ranks' phases (harness/timings.py)
+    timings: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.verdict not in VERDICTS:

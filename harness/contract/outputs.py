@@ -3,6 +3,7 @@
 A run's output directory holds:
   outputs.safetensors  tensors, named "<workload>.<field>"
   outputs.json         metadata: engine, versions, settings, timings, per-workload kind
+  phases/rank<R>.json  optional: when each rank ended each phase (harness/contract/phases.py)
 
 Fields per workload kind (K = the workload's top_k):
   logprobs: topk_ids [T, K] int64, topk_logprobs [T, K] float32, offsets [P+1] int64

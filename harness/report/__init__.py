@@ -1,6 +1,7 @@
 """Run reports: what a run leaves in reports/<run-id>/.
 
   run.json                     the run's metadata (gate, ids, versions, timings, verdict counts,
+                               report_s: seconds this report took to write,
                                and what changed since the previous run of its gate)
   scenarios/<id>/verdict.json  one verdict per scenario (written by the runner as it goes)
   scenarios/<id>/logs/         the rank logs
@@ -20,6 +21,7 @@ and compares the run with the previous one of its gate (regressions.py).
 from __future__ import annotations
 
 import json
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -36,6 +38,7 @@ def write_report(run_dir: Path, meta: dict | None = None, history_dir: Path | No
     say what changed since the previous run of its gate."""
     from harness.report.html import write_html  # matplotlib: only once a report is drawn
 
+    started = time.monotonic()
     run_dir = Path(run_dir)
     meta_path = run_dir / "run.json"
     old = json.loads(meta_path.read_text()) if meta_path.exists() else {}
@@ -57,4 +60,6 @@ def write_report(run_dir: Path, meta: dict | None = None, history_dir: Path | No
     write_markdown(run_dir / "summary.md", report)
     write_pr_comment(run_dir / "pr-comment.md", report)
     write_html(run_dir / "report.html", report)
+    meta["report_s"] = round(time.monotonic() - started, 3)  # report writing: the last phase of a run
+    meta_path.write_text(json.dumps(meta, indent=1))
     return meta

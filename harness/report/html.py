@@ -16,6 +16,7 @@ from pathlib import Path
 import jinja2
 import pandas as pd
 
+from harness import timings
 from harness.compare import Tolerance
 from harness.report import plots
 from harness.report.history import metric_columns
@@ -109,6 +110,7 @@ def scenario_section(report, v: Verdict) -> dict:
         "extras": [x for c in v.checks for x in _check_extras(c)],
         "localization": _key_values(v.localization) if getattr(v, "localization", None) else "",
         "drift_plots": _drift_plots(report, v.scenario),
+        "time": timings.compact(v.timings),
     }
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from harness import timings
 from harness.report.axes import explaining_settings
 from harness.report.regressions import Change, Comparison, Drift
 from harness.verdict import Verdict
@@ -158,7 +159,30 @@ def write_markdown(path: Path, report) -> None:
         if v.error:
             lines += ["", "```", (v.error.get("traceback") or v.error.get("exception", "")).rstrip()[-3000:], "```"]
         lines.append(f"\nReproduce: `{v.reproduce}`")
+    lines += time_lines(verdicts)
     path.write_text("\n".join(lines) + "\n")
+
+
+def time_lines(verdicts: list[Verdict]) -> list[str]:
+    """`Where the time went`: one row per scenario that recorded its phases, the sum,
+    and the harness's own share (everything but the engine starting and running)."""
+    timed = [v for v in verdicts if v.timings.get("phases")]
+    if not timed:
+        return []
+    head = [label for _, label in timings.COLUMNS] + ["harness other", "total"]
+    lines = ["", "## Where the time went (seconds)", "",
+             "Rank phases along the slowest rank; `harness other` = prepare, golden load, verdict.", "",
+             "| scenario | " + " | ".join(head) + " |", "|---" * (len(head) + 1) + "|"]
+    for label, t in [(f"`{v.scenario}`", v.timings) for v in timed] + [("**sum**", timings.total([v.timings for v in timed]))]:
+        phases = t["phases"]
+        cells = [f"{phases[name]:.1f}" if name in phases else "" for name, _ in timings.COLUMNS]
+        cells += [f"{timings.harness_other(t):.1f}", f"{t['engine_s'] + t['harness_s'] + t['wait_s']:.1f}"]
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    gate = timings.total([v.timings for v in timed])
+    share = gate["harness_s"] / max(gate["engine_s"] + gate["harness_s"], 1e-9)
+    lines += ["", (f"The harness's own share: {gate['harness_s']:.1f}s of {gate['engine_s'] + gate['harness_s']:.1f}s "
+                   f"({100 * share:.1f}%); waiting for devices: {gate['wait_s']:.1f}s.")]
+    return lines
 
 
 def write_pr_comment(path: Path, report) -> None:

@@ -124,18 +124,24 @@ def run(spec) -> None:
     import transformers
 
     from harness.contract.outputs import EngineOutputs
+    from harness.contract.phases import PhaseMarks
 
+    phases = PhaseMarks(spec.output_dir)
+    phases.mark("start")
     if spec.tp != 1 or spec.pp != 1 or spec.sp or spec.compile:
         raise ValueError(f"the hf engine runs one process, eager (got settings {spec.settings})")
     t0 = time.perf_counter()
     model, config = load_model(spec)
     prompter = Prompter(spec, config)
+    phases.mark("load")
     runners = {"logprobs": run_logprobs, "greedy": run_greedy, "generate": run_generate}
     out = EngineOutputs()
     for w in spec.workloads:
         out.put(w["name"], **runners[w["kind"]](model, prompter, w))
+    phases.mark("workloads")
     out.describe_run(spec, "hf", transformers=transformers.__version__, timings={"run_s": time.perf_counter() - t0})
     out.save(spec.output_dir)
+    phases.mark("write")
 
 
 def main() -> None:

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from harness.contract.launchplan import LaunchPlan
 from harness.contract.runspec import RunSpec
+from harness.engines import compile_cache
 from harness.engines.base import Engine
 
 
@@ -71,6 +72,8 @@ class ReferenceEngine(Engine):
     def launch_plan(self, spec: RunSpec, spec_path: str) -> LaunchPlan:
         world_size = spec.tp * spec.pp
         env = {"TORCHINDUCTOR_COMPILE_THREADS": "1"}
+        if spec.compile:  # the ranks run in this interpreter: its torch is theirs
+            env.update(compile_cache.inductor_env(compile_cache.installed_torch_version()))
         if spec.device == "cpu" and "OMP_NUM_THREADS" not in os.environ:
             # Ranks share the host's cores; without this each rank spawns a full pool.
             env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // world_size))

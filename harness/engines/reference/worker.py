@@ -88,8 +88,14 @@ def assemble_hidden_states(captures: list[list[dict]], num_layers: int, sp: bool
 def _compile_stats() -> dict:
     from torch._dynamo.utils import counters
 
+    # inductor's persistent caches (harness/engines/compile_cache.py): a warm cache shows
+    # hits and no misses, i.e. graphs loaded, not compiled
     return {"unique_graphs": int(counters["stats"]["unique_graphs"]),
-            "frames_ok": int(counters["frames"]["ok"])}
+            "frames_ok": int(counters["frames"]["ok"]),
+            "fxgraph_cache_hit": int(counters["inductor"]["fxgraph_cache_hit"]),
+            "fxgraph_cache_miss": int(counters["inductor"]["fxgraph_cache_miss"]),
+            "autograd_cache_hit": int(counters["aot_autograd"]["autograd_cache_hit"]),
+            "autograd_cache_miss": int(counters["aot_autograd"]["autograd_cache_miss"])}
 
 
 def run(spec) -> None:
@@ -98,10 +104,13 @@ def run(spec) -> None:
     import torch.distributed as dist
 
     from harness.contract.outputs import EngineOutputs
+    from harness.contract.phases import PhaseMarks
     from harness.engines.reference import faults
     from harness.engines.reference.parallel import init_parallel
     from harness.engines.reference.pipeline import ModelRunner
 
+    phases = PhaseMarks(spec.output_dir)
+    phases.mark("start")
     if spec.dtype not in DTYPES:
         raise ValueError(f"unknown dtype {spec.dtype!r} (known: {', '.join(DTYPES)})")
     if spec.sp and spec.tp < 2:
@@ -109,6 +118,7 @@ def run(spec) -> None:
     faults.parse(spec.faults)  # unknown fault names fail here, on every rank
     ctx = init_parallel(spec.tp, spec.pp, spec.sp, spec.device)
     ctx.faults = tuple(spec.faults)
+    phases.mark("rendezvous")
     kv_store = str(Path(spec.output_dir).parent / "kv-store") if spec.settings.get("kvc") else None
     try:
         with torch.inference_mode():
@@ -117,9 +127,11 @@ def run(spec) -> None:
             runner = ModelRunner(stage, ctx, getattr(torch, spec.dtype), spec.workloads, spec.compile, spec.faults,
                                  kv_store)
             t1 = time.perf_counter()
+            phases.mark("load")
             runner.warmup()
             after_warmup = _compile_stats()
             t2 = time.perf_counter()
+            phases.mark("warmup")
             results = {}
             for w in spec.workloads:  # captures are per workload: gathered after each one
                 runner.captured = []
@@ -131,6 +143,7 @@ def run(spec) -> None:
                         results[w["name"]].update(assemble_hidden_states(captures, stage.cfg.num_hidden_layers, spec.sp))
             t3 = time.perf_counter()
             after_run = _compile_stats()
+            phases.mark("workloads")
         # Each rank's stage I/O, collected so the driver can record all stages.
         stage_io = [None] * ctx.world_size
         dist.all_gather_object(stage_io, runner.stage_io)
@@ -150,6 +163,7 @@ def run(spec) -> None:
             )
             out.save(spec.output_dir)
         dist.barrier()
+        phases.mark("write")
     finally:
         dist.destroy_process_group()
 

@@ -25,6 +25,7 @@ from pathlib import Path
 
 from harness.contract.launchplan import LaunchPlan
 from harness.contract.runspec import RunSpec
+from harness.engines import compile_cache
 from harness.engines.base import Engine
 from harness.engines.vllm.crash import root_cause
 
@@ -105,6 +106,9 @@ class VllmEngine(Engine):
             "VLLM_NO_USAGE_STATS": "1",
             "TORCHINDUCTOR_COMPILE_THREADS": "1",
         }
+        if spec.compile:
+            probe = self.probe()
+            env.update(compile_cache.vllm_env(probe["torch"], probe["vllm"]))
         if spec.device == "cpu":
             env["VLLM_CPU_OMP_THREADS_BIND"] = cpu_binding(spec.tp * spec.pp, os.cpu_count() or 1)
         return LaunchPlan(world_size=1, argv=[str(self.python()), "-m", "harness.engines.vllm.driver", spec_path], env=env)

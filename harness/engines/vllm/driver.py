@@ -163,16 +163,21 @@ def run(spec) -> None:
     import vllm
 
     from harness.contract.outputs import EngineOutputs
+    from harness.contract.phases import PhaseMarks
 
+    phases = PhaseMarks(spec.output_dir)
+    phases.mark("start")
     t0 = time.perf_counter()
-    llm = vllm.LLM(**engine_kwargs(spec))
+    llm = vllm.LLM(**engine_kwargs(spec))  # its workers' rendezvous, load and compile are inside
     t1 = time.perf_counter()
+    phases.mark("load")
     out = EngineOutputs()
     for w in spec.workloads:
         if w["kind"] not in RUNNERS:
             raise ValueError(f"unknown workload kind {w['kind']!r} in workload {w['name']!r}")
         out.put(w["name"], **RUNNERS[w["kind"]](llm, w))
     t2 = time.perf_counter()
+    phases.mark("workloads")
     out.describe_run(
         spec, "vllm",
         vllm=vllm.__version__,
@@ -180,6 +185,7 @@ def run(spec) -> None:
         timings={"engine_start_s": t1 - t0, "run_s": t2 - t1},
     )
     out.save(spec.output_dir)
+    phases.mark("write")
     # Shut the engine down here, while the interpreter is whole: its worker
     # processes exit cleanly instead of being killed by the launcher.
     llm.llm_engine.engine_core.shutdown()

@@ -1,0 +1,116 @@
+"""Compile artefacts that outlive a run (harness/engines/compile_cache.py): one directory
+per torch version under the cache root, used by the reference engine's ranks and handed
+to vLLM; a second run loads the graphs the first compiled, a changed model does not."""
+
+from pathlib import Path
+
+import pytest
+
+from harness.contract.runspec import RunSpec
+from harness.engines import compile_cache
+from harness.engines.reference import ReferenceEngine
+from harness.roots import cache_dir
+
+CACHE_VARS = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "TORCHINDUCTOR_FX_GRAPH_CACHE",
+              "TORCHINDUCTOR_AUTOGRAD_CACHE", "VLLM_CACHE_ROOT", compile_cache.OFF_ENV)
+
+
+REAL_CACHE = cache_dir("models").parent  # before any test points HARNESS_CACHE elsewhere
+
+
+@pytest.fixture
+def clean_env(monkeypatch, tmp_path):
+    for var in CACHE_VARS:
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("HARNESS_CACHE", str(tmp_path / "cache"))
+    return monkeypatch
+
+
+def spec(compile: bool) -> RunSpec:
+    return RunSpec("t/x", "reference", "/m", "float32", {"tp": 1, "pp": 1, "sp": False, "compile": compile}, [], "/o")
+
+
+def test_the_directory_is_keyed_by_torch_version(clean_env, tmp_path):
+    a, b = compile_cache.torch_cache_root("2.13.0+cpu"), compile_cache.torch_cache_root("2.14.0+cu130")
+    assert a == tmp_path / "cache" / "compile" / "torch-2.13.0-cpu" and a != b
+    assert compile_cache.vllm_env("2.13.0+cpu", "0.32.0") == {"VLLM_CACHE_ROOT": str(a / "vllm-0.32.0")}
+
+
+def test_reference_ranks_get_the_cache_only_under_compile(clean_env):
+    env = ReferenceEngine().launch_plan(spec(True), "/s.json").env
+    root = compile_cache.torch_cache_root(compile_cache.installed_torch_version())
+    assert env["TORCHINDUCTOR_CACHE_DIR"] == str(root / "inductor")
+    assert Path(env["TORCHINDUCTOR_CACHE_DIR"]).is_relative_to(cache_dir("compile"))
+    assert env["TORCHINDUCTOR_FX_GRAPH_CACHE"] == env["TORCHINDUCTOR_AUTOGRAD_CACHE"] == "1"
+    assert "TORCHINDUCTOR_CACHE_DIR" not in ReferenceEngine().launch_plan(spec(False), "/s.json").env
+
+
+def test_vllm_gets_its_cache_root_under_ours_only_under_compile(clean_env, tmp_path):
+    from harness.engines.vllm import VllmEngine
+
+    engine = VllmEngine()
+    clean_env.setattr(engine, "probe", lambda: {"torch": "2.13.0+cpu", "vllm": "0.32.0"})
+    env = engine.launch_plan(spec(True), "/s.json").env
+    assert env["VLLM_CACHE_ROOT"] == str(tmp_path / "cache" / "compile" / "torch-2.13.0-cpu" / "vllm-0.32.0")
+    assert "VLLM_CACHE_ROOT" not in engine.launch_plan(spec(False), "/s.json").env
+
+
+def test_the_users_own_setting_wins_and_the_cache_can_be_turned_off(clean_env):
+    clean_env.setenv("TORCHINDUCTOR_CACHE_DIR", "/mine")
+    env = compile_cache.inductor_env("2.13.0")
+    assert "TORCHINDUCTOR_CACHE_DIR" not in env and "TRITON_CACHE_DIR" in env  # inherited as the user set it
+    clean_env.setenv(compile_cache.OFF_ENV, "0")
+    assert compile_cache.inductor_env("2.13.0") == {} and compile_cache.vllm_env("2.13.0", "0.32.0") == {}
+
+
+def _suite(tmp_path: Path, model: str) -> Path:
+    path = tmp_path / f"cc-{model}.yaml"
+    path.write_text(f"""
+suite: cc-{model}
+engine: reference
+model: {model}
+workloads: [{{name: logits, kind: logprobs, num_prompts: 2, max_prompt_tokens: 24, top_k: 5}}]
+golden: {{tp: 1, compile: false}}
+matrix: {{tp: [1], compile: [true]}}
+""")
+    return path
+
+
+def _compile_run(tmp_path: Path, model: str, label: str) -> dict:
+    """One launch of the suite's compile scenario (no golden needed); its compile stats."""
+    from harness.contract.outputs import EngineOutputs
+    from harness.runner import RunOptions, launch, prepare
+    from harness.scenario import load_scenarios
+
+    scenario = load_scenarios([_suite(tmp_path, model)])[0]
+    out = tmp_path / label
+    prepared = prepare(scenario, scenario.engine_settings, out, RunOptions())
+    outcome = launch(prepared, out, scenario, RunOptions())
+    assert outcome.status == "ok", (outcome.status, outcome.failure)
+    return EngineOutputs.load(prepared.spec.output_dir).meta["compile"]["after_run"]
+
+
+def _entries(root: Path) -> set[str]:
+    return {str(p.relative_to(root)) for p in root.rglob("*") if p.is_file()}
+
+
+@pytest.mark.e2e
+def test_a_second_run_loads_the_compiled_graphs_and_a_changed_model_compiles_afresh(clean_env, tmp_path):
+    (tmp_path / "cache").mkdir()  # an empty compile cache; the models are not what this test is about: shared
+    for kind in ("models", "identities"):
+        (REAL_CACHE / kind).mkdir(parents=True, exist_ok=True)
+        (tmp_path / "cache" / kind).symlink_to(REAL_CACHE / kind, target_is_directory=True)
+    inductor = compile_cache.torch_cache_root(compile_cache.installed_torch_version()) / "inductor"
+
+    cold = _compile_run(tmp_path, "tiny-llama", "cold")
+    assert cold["fxgraph_cache_miss"] > 0 and cold["fxgraph_cache_hit"] == 0, cold
+    after_cold = _entries(inductor)
+    assert any(e.startswith("fxgraph/") for e in after_cold)  # the entries went to our directory
+
+    warm = _compile_run(tmp_path, "tiny-llama", "warm")
+    assert warm["fxgraph_cache_hit"] == cold["fxgraph_cache_miss"] and warm["fxgraph_cache_miss"] == 0, warm
+    assert warm["unique_graphs"] == cold["unique_graphs"]
+    assert {e for e in _entries(inductor) - after_cold if e.startswith("fxgraph/")} == set()  # nothing compiled
+
+    other = _compile_run(tmp_path, "tiny-llama-arith", "other")  # hidden 128, not 64: other graphs
+    assert other["fxgraph_cache_miss"] > 0 and other["fxgraph_cache_hit"] == 0, other
