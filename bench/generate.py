@@ -47,9 +47,9 @@ def run_reference(workload: dict, out: Path) -> dict:
     """The reference engine's worker, world size 1, in this process: outputs + meta."""
     import torch
 
-    from harness.engines.reference.worker import run
     from harness.contract.outputs import EngineOutputs
     from harness.contract.runspec import RunSpec
+    from harness.engines.reference.worker import run
 
     torch.manual_seed(0)
     with socket.socket() as s:

@@ -25,9 +25,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from harness.compare import compare_outputs, tolerance_for  # noqa: E402
-from harness.contract.outputs import EngineOutputs  # noqa: E402
 from harness import timings  # noqa: E402
+from harness.contract.outputs import EngineOutputs  # noqa: E402
+from harness.judge.compare import compare_outputs, tolerance_for  # noqa: E402
 from harness.runner import RunOptions, launch, prepare, run_scenario  # noqa: E402
 from harness.scenario import load_scenarios, select  # noqa: E402
 

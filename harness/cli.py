@@ -10,8 +10,8 @@ import time
 from pathlib import Path
 
 from harness import exit_codes
-from harness.devices import DeviceError
-from harness.nodes import NodesError
+from harness.plan.devices import DeviceError
+from harness.plan.nodes import NodesError
 from harness.rundir import (
     ResultsNotWritten,
     RunDirTaken,
@@ -56,7 +56,7 @@ def positive_int(text: str) -> int:
 
 def shard_spec(text: str) -> str:
     """I/N, checked here so a bad shard is a usage error; planning parses it again."""
-    from harness.schedule import parse_shard
+    from harness.plan.schedule import parse_shard
 
     try:
         parse_shard(text)
@@ -158,7 +158,7 @@ def harness_versions() -> dict:
 
 
 def cmd_run(args, scenarios) -> int:
-    from harness.planning import default_jobs, plan_run
+    from harness.plan.planning import default_jobs, plan_run
     from harness.report.history import history_dir
     from harness.runner import RunOptions
 
@@ -257,7 +257,7 @@ def cmd_golden(args, scenarios) -> int:
 
 
 def cmd_durations(args) -> int:
-    from harness.schedule import recorded_durations, write_durations
+    from harness.plan.schedule import recorded_durations, write_durations
 
     durations = recorded_durations(args.report_dir)
     write_durations(args.out, durations)

@@ -28,7 +28,10 @@ RUN_ID_ENV = "HARNESS_PYTEST_RUN_ID"
 
 
 def pytest_addoption(parser):
-    from harness.cli import positive_int, positive_seconds  # the CLI's rules: a bad value is a usage error
+    from harness.cli import (  # the CLI's rules: a bad value is a usage error
+        positive_int,
+        positive_seconds,
+    )
 
     group = parser.getgroup("harness")
     group.addoption("--harness-timeout", type=positive_seconds, default=None, help="per-scenario timeout in seconds")
@@ -82,10 +85,9 @@ class ScenarioItem(pytest.Item):
         self.scenario = scenario
 
     def runtest(self):
+        from harness.plan.devices import DevicePool, configured_count
+        from harness.plan.nodes import cluster_from_env
         from harness.runner import RunOptions, run_scenario
-
-        from harness.devices import DevicePool, configured_count
-        from harness.nodes import cluster_from_env
 
         device = os.environ.get("HARNESS_DEVICE", "cpu")
         opts = RunOptions(timeout_s=self.config.getoption("--harness-timeout"), faults=self.config.getoption("--harness-fault"),
@@ -112,7 +114,7 @@ class ScenarioItem(pytest.Item):
 def pytest_collection_modifyitems(session, config, items):
     """Scenario items largest-first (device-seconds, from past runs); other items keep
     their places."""
-    from harness.schedule import costs, largest_first
+    from harness.plan.schedule import costs, largest_first
 
     slots = [i for i, item in enumerate(items) if isinstance(item, ScenarioItem)]
     if len(slots) < 2:
@@ -127,7 +129,7 @@ def pytest_collection_modifyitems(session, config, items):
 def _durations(config) -> dict[str, float]:
     """Read once, by the controller: xdist workers must collect in the same order, so
     they take the controller's numbers (a run finishing meanwhile could change them)."""
-    from harness.schedule import recorded_durations
+    from harness.plan.schedule import recorded_durations
 
     worker_input = getattr(config, "workerinput", None)
     if worker_input is not None and "harness_durations" in worker_input:

@@ -17,16 +17,16 @@ from pathlib import Path
 from harness import golden as goldens
 from harness import models
 from harness import workloads as wl
-from harness.compare import compare_outputs, tolerance_for
 from harness.contract.outputs import EngineOutputs
 from harness.contract.phases import PHASES_DIR
 from harness.contract.runspec import RunSpec
-from harness.contracts import check_pp_contract
-from harness.devices import DevicePool, Lease
 from harness.engines import EngineUnavailable, get_engine
 from harness.evals import check as evals
+from harness.judge.compare import compare_outputs, tolerance_for
+from harness.judge.contracts import check_pp_contract
+from harness.judge.localize import describe, first_divergence
 from harness.launch import Cluster, LaunchOutcome, run_ranks
-from harness.localize import describe, first_divergence
+from harness.plan.devices import DevicePool, Lease
 from harness.scenario import Scenario
 from harness.timings import Stopwatch
 from harness.verdict import FAILED, Verdict
@@ -133,7 +133,7 @@ def _devices_for(scenario: Scenario, need: int, opts: RunOptions, lease: Lease |
     if opts.devices is None:
         yield {}, None
     elif need > opts.devices.count:  # multi-node: the whole node set, waited for
-        from harness.nodes import cluster_pool
+        from harness.plan.nodes import cluster_pool
 
         pool = cluster_pool(opts.cluster)
         with pool.lease(pool.count, scenario.id):

@@ -16,11 +16,11 @@ import threading
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from pathlib import Path
 
-from harness.devices import POLL_S, Lease
 from harness.launch import SigtermAsInterrupt
+from harness.plan.devices import POLL_S, Lease
+from harness.plan.schedule import Cost, costs, largest_first
 from harness.runner import RunOptions, run_scenario
 from harness.scenario import Scenario
-from harness.schedule import Cost, costs, largest_first
 from harness.verdict import Verdict
 
 

@@ -9,9 +9,9 @@ import copy
 import pytest
 import torch
 
-from harness.contracts import check_pp_contract
-from harness.localize import describe, first_divergence
 from harness.contract.outputs import EngineOutputs
+from harness.judge.contracts import check_pp_contract
+from harness.judge.localize import describe, first_divergence
 from harness.report.axes import explaining_settings
 from harness.verdict import Verdict
 

@@ -6,8 +6,8 @@ import subprocess
 
 import pytest
 
-from harness.changes import changed_files_since
 from harness.cli import build_parser
+from harness.plan.changes import changed_files_since
 from harness.scenario import ScenarioError
 
 

@@ -3,7 +3,7 @@ near-tie rule for greedy decoding, and the bound for tokens missing from a top-k
 
 import torch
 
-from harness.compare import compare_greedy, compare_logprobs, tolerance_for
+from harness.judge.compare import compare_greedy, compare_logprobs, tolerance_for
 
 TOL = tolerance_for("float32")
 K = 8

@@ -11,7 +11,12 @@ import pytest
 import torch
 
 from harness.contract.outputs import EngineOutputs
-from harness.contract.runspec import RunSpec, cut_generation, generate_params, stop_reached
+from harness.contract.runspec import (
+    RunSpec,
+    cut_generation,
+    generate_params,
+    stop_reached,
+)
 
 # --- the stop rule -----------------------------------------------------------------
 
@@ -54,8 +59,12 @@ def test_generate_fields():
 
 
 def test_generate_groups_and_cache_shape():
-    from harness.engines.reference.pipeline import (MAX_GEN_CACHE_TOKENS, MAX_GEN_SEQS_PER_BATCH,
-                                                    cache_shape_for, generate_groups)
+    from harness.engines.reference.pipeline import (
+        MAX_GEN_CACHE_TOKENS,
+        MAX_GEN_SEQS_PER_BATCH,
+        cache_shape_for,
+        generate_groups,
+    )
 
     groups = generate_groups([[1] * 10] * (MAX_GEN_SEQS_PER_BATCH + 1), 5)
     assert [len(g) for g in groups] == [MAX_GEN_SEQS_PER_BATCH, 1]
@@ -69,8 +78,8 @@ def test_generate_groups_and_cache_shape():
 
 
 def test_compare_and_localize_skip_generate():
-    from harness.compare import compare_outputs, tolerance_for
-    from harness.localize import first_divergence
+    from harness.judge.compare import compare_outputs, tolerance_for
+    from harness.judge.localize import first_divergence
 
     w = {"name": "eval_x", "kind": "generate", "prompts": [[1, 2]], "max_new_tokens": 2}
     a = EngineOutputs()

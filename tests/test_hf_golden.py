@@ -9,42 +9,59 @@ would. No vLLM needed: this runs in `make test`.
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
+from timing import scaled
 
 from harness import golden as goldens
+from harness import models
 from harness import workloads as wl
-from harness import zoo
-from harness.compare import compare_outputs, tolerance_for
-from harness.engines import get_engine
-from harness.launch import run_ranks
 from harness.contract.outputs import EngineOutputs
 from harness.contract.runspec import RunSpec
+from harness.engines import get_engine
+from harness.judge.compare import compare_outputs, tolerance_for
+from harness.launch import run_ranks
 from harness.scenario import DEFAULT_SCENARIO_DIR, load_suite
 
 pytest.importorskip("transformers")
-SUITES = sorted(p for p in DEFAULT_SCENARIO_DIR.glob("vllm-*.yaml") if load_suite(p).dtype == "float32")
 
 
-@pytest.mark.parametrize("path", SUITES, ids=[p.stem for p in SUITES])
-def test_vllm_golden_agrees_with_hf_transformers(path: Path, tmp_path):
+def vllm_goldens() -> list[tuple[Path, str]]:
+    """(scenario file, golden key) of every committed float32 vLLM golden: one per suite,
+    or one per arch of a suite with an arch axis (each arch's tiny checkpoint)."""
+    found = []
+    for path in sorted(DEFAULT_SCENARIO_DIR.glob("vllm-*.yaml")):
+        suite = load_suite(path)
+        if suite.dtype != "float32":
+            continue
+        keys = [f"{suite.suite}/{a}" for a in suite.archs] if suite.archs else [suite.suite]
+        found += [(path, k) for k in keys if (goldens.golden_dir(k) / goldens.MANIFEST).exists()]
+    return found
+
+
+GOLDENS = vllm_goldens()
+
+
+@pytest.mark.parametrize("path, key", GOLDENS, ids=[k for _, k in GOLDENS])
+def test_vllm_golden_agrees_with_hf_transformers(path: Path, key: str, tmp_path):
     suite = load_suite(path)
-    model_dir = zoo.model_dir(suite.model)
-    resolved = wl.resolve(suite.workloads, model_dir)
-    golden_dir = goldens.golden_dir(suite.suite)
+    model = models.resolve(suite.archs[key.split("/")[1]] if suite.archs else suite.model, sys.executable)
+    resolved = wl.resolve(suite.workloads, model.directory)
+    golden_dir = goldens.golden_dir(key)
     manifest = json.loads((golden_dir / goldens.MANIFEST).read_text())
-    assert manifest["workload_sha256"] == wl.checksum(resolved), f"stale golden: `harness golden {suite.suite}`"
-    assert manifest["model_sha256"] == zoo.get_spec(suite.model).sha256
+    assert manifest["workload_sha256"] == wl.checksum(resolved), f"stale golden: `harness golden {key}`"
+    assert manifest["model_sha256"] == model.sha256, f"golden made on other weights: `harness golden {key}`"
 
-    spec = RunSpec(f"{suite.suite}/hf", "hf", str(model_dir), suite.dtype, {"tp": 1, "pp": 1, "compile": False},
+    spec = RunSpec(f"{key}/hf", "hf", str(model.directory), suite.dtype, {"tp": 1, "pp": 1, "compile": False},
                    resolved, str(tmp_path / "outputs"))
     spec.save(tmp_path / "spec.json")
-    outcome = run_ranks(get_engine("hf").launch_plan(spec, str(tmp_path / "spec.json")), tmp_path / "logs", 300)
+    outcome = run_ranks(get_engine("hf").launch_plan(spec, str(tmp_path / "spec.json")), tmp_path / "logs", scaled(300))
     assert outcome.status == "ok", (outcome.failure, Path(outcome.logs[0]).read_text()[-3000:])
 
     checks = compare_outputs(EngineOutputs.load(golden_dir), EngineOutputs.load(spec.output_dir), resolved,
                              tolerance_for("float32"))
     assert [c.name for c in checks] == [w["name"] for w in resolved]
     for c in checks:
-        assert c.passed, f"{suite.suite} {c.name}: vLLM golden vs HF: {c.summary} ({c.tolerance})"
+        assert c.passed, f"{key} {c.name}: vLLM golden vs HF: {c.summary} ({c.tolerance})"

@@ -16,7 +16,7 @@ import torch
 from timing import run_process, scaled
 
 from harness.contract.outputs import EngineOutputs
-from harness.localize import EMBEDDING, HIDDEN_RTOL, describe, first_divergence
+from harness.judge.localize import EMBEDDING, HIDDEN_RTOL, describe, first_divergence
 
 ROOT = Path(__file__).resolve().parent.parent
 LAYERS, ROWS, H = 4, 6, 64

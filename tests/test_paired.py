@@ -2,8 +2,15 @@
 
 import pytest
 
-from harness.evals.paired import (PairingError, accuracy_power_problem, compare_paired, mcnemar_exact_p,
-                                  min_flips_for_significance, paired_delta_ci, smallest_detectable_drop)
+from harness.evals.paired import (
+    PairingError,
+    accuracy_power_problem,
+    compare_paired,
+    mcnemar_exact_p,
+    min_flips_for_significance,
+    paired_delta_ci,
+    smallest_detectable_drop,
+)
 
 
 def items(correct: list[int], sha: str = "s", responses: list[str] | None = None) -> list[dict]:

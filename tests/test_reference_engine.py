@@ -217,9 +217,9 @@ def test_the_all_reduce_perturbation_takes_a_positive_size():
     from harness.engines.reference import faults
 
     assert faults.active(["tp-allreduce-perturb@1e-4"], "tp-allreduce-perturb") == "1e-4"
-    with pytest.raises(ValueError, match="'abc' is not a valid EPS"):
+    with pytest.raises(ValueError, match="needs a positive number: tp-allreduce-perturb@EPS, got 'tp-allreduce-perturb@abc'"):
         faults.parse(["tp-allreduce-perturb@abc"])
-    with pytest.raises(ValueError, match="needs a parameter: tp-allreduce-perturb@EPS"):
+    with pytest.raises(ValueError, match="needs a positive number: tp-allreduce-perturb@EPS"):
         faults.parse(["tp-allreduce-perturb"])
     with pytest.raises(ValueError, match="tp-allreduce-perturb@EPS"):
         faults.parse(["no-such-fault"])  # the listing names the parameter

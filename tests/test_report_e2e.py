@@ -118,8 +118,8 @@ def _chromium(profile: Path, *args: str) -> subprocess.CompletedProcess:
 
 @pytest.mark.skipif(CHROMIUM is None, reason="headless Chromium is not installed (Debian: apt-get install chromium; .ci/run installs it)")
 def test_the_html_report_opens_in_a_browser_and_shows_the_regression_first(runs, tmp_path):
-    from matplotlib.image import imread
     import numpy as np
+    from matplotlib.image import imread
 
     _, reports, _ = runs
     page = (reports / "faulty" / "report.html").as_uri()

@@ -23,7 +23,7 @@ from report_helpers import failing, make_run, passing
 import harness
 from harness import exit_codes
 from harness.cli import harness_versions, main
-from harness.devices import DevicePool, default_lock_dir
+from harness.plan.devices import DevicePool, default_lock_dir
 from harness.report.history import load_history
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -17,7 +17,7 @@ import pytest
 from interrupts import sigint_as_from_a_terminal
 from timing import communicate, run_process, wait_until
 
-from harness.devices import overlapping_leases, read_lease_log
+from harness.plan.devices import overlapping_leases, read_lease_log
 from tests.test_e2e import survivors
 
 pytestmark = pytest.mark.e2e

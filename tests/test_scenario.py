@@ -5,7 +5,13 @@ from pathlib import Path
 
 import pytest
 
-from harness.scenario import ScenarioError, load_scenarios, load_suite, select, settings_label
+from harness.scenario import (
+    ScenarioError,
+    load_scenarios,
+    load_suite,
+    select,
+    settings_label,
+)
 
 BASE = """
 suite: demo

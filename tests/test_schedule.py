@@ -11,11 +11,9 @@ import time
 
 import pytest
 
-from harness.changes import select_for_changes
-from harness.devices import DevicePool, overlapping_leases, read_lease_log
-from harness.runner import RunOptions
-from harness.scenario import ScenarioError, load_scenarios
-from harness.schedule import (
+from harness.plan.changes import select_for_changes
+from harness.plan.devices import DevicePool, overlapping_leases, read_lease_log
+from harness.plan.schedule import (
     FALLBACK_S,
     costs,
     largest_first,
@@ -25,6 +23,8 @@ from harness.schedule import (
     recorded_durations,
     split_shards,
 )
+from harness.runner import RunOptions
+from harness.scenario import ScenarioError, load_scenarios
 from harness.session import Progress, _run_packed
 from harness.verdict import Verdict
 

@@ -36,7 +36,9 @@ def write_report(run_dir: Path, meta: dict | None = None, history_dir: Path | No
     """(Re)write run.json, junit.xml, summary.md, pr-comment.md and report.html from the
     verdicts in run_dir. With `history_dir`, also record the run in the history and
     say what changed since the previous run of its gate."""
-    from harness.report.html import write_html  # matplotlib: only once a report is drawn
+    from harness.report.html import (
+        write_html,  # matplotlib: only once a report is drawn
+    )
 
     started = time.monotonic()
     run_dir = Path(run_dir)

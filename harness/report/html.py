@@ -17,7 +17,7 @@ import jinja2
 import pandas as pd
 
 from harness import timings
-from harness.compare import Tolerance
+from harness.judge.compare import Tolerance
 from harness.report import plots
 from harness.report.history import metric_columns
 from harness.report.markdown import key_metric, where_diverged

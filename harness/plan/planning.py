@@ -11,12 +11,23 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.changes import changed_files_from, changed_files_since, select_for_changes
-from harness.devices import DevicePool, configured_count
 from harness.launch import Cluster
-from harness.nodes import cluster_from_env
+from harness.plan.changes import (
+    changed_files_from,
+    changed_files_since,
+    select_for_changes,
+)
+from harness.plan.devices import DevicePool, configured_count
+from harness.plan.nodes import cluster_from_env
+from harness.plan.schedule import (
+    Cost,
+    costs,
+    load_durations,
+    parse_shard,
+    recorded_durations,
+    split_shards,
+)
 from harness.scenario import Scenario, ScenarioError
-from harness.schedule import Cost, costs, load_durations, parse_shard, recorded_durations, split_shards
 
 JOBS_ENV = "HARNESS_JOBS"
 

@@ -28,8 +28,8 @@ from pathlib import Path
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from harness.devices import DevicePool
 from harness.launch import Cluster, Node
+from harness.plan.devices import DevicePool
 
 NODES_ENV = "HARNESS_NODES"
 
