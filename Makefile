@@ -62,7 +62,7 @@ bench-generate:
 # Bit-exact only with the same torch (2.13.0 CPU) and one thread; then update the
 # checksums in harness/zoo/trained.py and regenerate the eval goldens (make golden).
 train-models:
-	$(PYTHON) -m harness.zoo.train
+	$(PYTHON) -m tools.train_models
 
 # vLLM gets its own interpreter: its pins need not match the harness's environment.
 install-vllm:

@@ -100,3 +100,14 @@ def test_a_golden_without_responses_cannot_be_paired():
     golden = [{k: v for k, v in it.items() if k != "response"} for it in items([1] * 3)]
     with pytest.raises(PairingError, match="keep no response"):
         compare_paired("t", golden, items([1] * 3), "strict-match")
+
+
+def test_a_failed_accuracy_check_says_where_for_the_report():
+    """The report's where column reads the check's own `where` (reports read verdict fields)."""
+    from harness.evals.check import _where
+
+    base = {"name": "eval:geo", "passed": False, "differing_responses": [{"doc_id": 4}]}
+    assert _where({**base, "flipped": [{"doc_id": 3, "flipped": "to wrong"}, {"doc_id": 5, "flipped": "to right"}]}) \
+        == "eval:geo: items 3 flipped to wrong"
+    assert _where({**base, "flipped": []}) == "eval:geo: items 4 responded otherwise than the golden"
+    assert _where({**base, "passed": True, "flipped": []}) is None

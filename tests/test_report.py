@@ -81,7 +81,8 @@ def test_html_is_self_contained_and_drills_down(tmp_path):
     write_report(make_run(tmp_path, "r1", [passing("s/tp1-pp1"), passing("s/tp2-pp1"), passing("s/tp2-pp2")], started=1000), history_dir=history)
     accuracy = {"name": "eval:gsm8k", "kind": "accuracy", "passed": False, "summary": "2 items flipped",
                 "metrics": {"score": 0.4, "golden_score": 0.6, "p_value": 0.5},
-                "flipped": [{"doc_id": 3, "flipped": "to wrong"}, {"doc_id": 9, "flipped": "to wrong"}]}
+                "flipped": [{"doc_id": 3, "flipped": "to wrong"}, {"doc_id": 9, "flipped": "to wrong"}],
+                "where": "eval:gsm8k: items 3, 9 flipped to wrong"}  # written by the eval check
     acc = failing("s/tp2-pp2")
     acc.checks.append(accuracy)
     hang = Verdict("s/tp1-pp2", "hang", "no result after 30s", settings={"tp": 1, "pp": 2, "sp": False},

@@ -8,7 +8,7 @@ import torch
 
 from harness import zoo
 from harness.contract.runspec import RunSpec
-from harness.zoo import train
+from tools import train_models as train
 from harness.zoo.trained import WEIGHTS
 
 

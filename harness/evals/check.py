@@ -70,7 +70,21 @@ def accuracy_checks(eval_defs, golden: dict[str, dict], results: dict[str, dict]
             "differing_responses": _differing_rows(cmp, g["items"], r["items"]),
             "warning": cmp.accuracy_powerless and f"the score cannot fail here: {cmp.accuracy_powerless}",
         })
+        checks[-1]["where"] = _where(checks[-1])
     return checks
+
+
+def _where(check: dict) -> str | None:
+    """`eval:geo: items 3, 7, 12 flipped to wrong`: the report's where column for a failed
+    accuracy check (reports read it, they do not rebuild it)."""
+    if check["passed"]:
+        return None
+    ids = [r["doc_id"] for r in check["flipped"] if r["flipped"] == "to wrong"]
+    what = "flipped to wrong"
+    if not ids:  # the score held; the responses are what failed
+        ids, what = [r["doc_id"] for r in check["differing_responses"]], "responded otherwise than the golden"
+    more = "..." if len(ids) > 8 else ""
+    return f"{check['name']}: items {', '.join(map(str, ids[:8]))}{more} {what}"
 
 
 def _differing_rows(cmp, golden_items: list[dict], items: list[dict]) -> list[dict]:
@@ -95,19 +109,6 @@ def _flipped_rows(cmp, golden_items: list[dict], items: list[dict], filter: str)
              "golden_answer": gold[d].get("answers", {}).get(filter), "answer": here[d].get("answers", {}).get(filter),
              "response": (here[d].get("response") or "")[:200]}
             for d, way in rows[:MAX_FLIPPED_ROWS]]
-
-
-def failure_reason(checks: list[dict]) -> str | None:
-    """`eval geo flipped items 3, 7, 12 to wrong` for the report's where column."""
-    for c in checks:
-        if c["kind"] == "accuracy" and not c["passed"]:
-            ids = [r["doc_id"] for r in c.get("flipped", []) if r["flipped"] == "to wrong"]
-            what = "flipped to wrong"
-            if not ids:  # the score held; the responses are what failed
-                ids, what = [r["doc_id"] for r in c.get("differing_responses", [])], "responded otherwise than the golden"
-            more = "..." if len(ids) > 8 else ""
-            return f"{c['name']}: items {', '.join(map(str, ids[:8]))}{more} {what}"
-    return None
 
 
 def check_pairing(prepared: list, golden: dict[str, dict]) -> None:

@@ -15,7 +15,6 @@ may be overridden per scenario file; every result prints the ones it used.
 
 from __future__ import annotations
 
-import re
 from dataclasses import asdict, dataclass, field
 
 import torch
@@ -35,13 +34,6 @@ class Tolerance:
             f"|dlogprob|<={self.logprob_atol:g}, KL<={self.kl_max:g}, "
             f"top1>={self.top1_min:g}, near-tie<={self.near_tie:g}"
         )
-
-    @classmethod
-    def parse(cls, text: str) -> "Tolerance | None":
-        """The inverse of describe(): reports read the bounds back from verdict files.
-        None when `text` is not a description (an older or foreign verdict)."""
-        found = re.fullmatch(r"\|dlogprob\|<=(\S+), KL<=(\S+), top1>=(\S+), near-tie<=(\S+)", text.strip())
-        return cls(*(float(x) for x in found.groups())) if found else None
 
 
 # float32: the noise floor measured across tp/pp/sp/compile is ~1e-5 (docs/TOLERANCES.md);
@@ -68,8 +60,9 @@ class CheckResult:
     metrics: dict = field(default_factory=dict)
     tolerance: str = ""
     first_divergence: dict | None = None
-    # per-position max |delta| (logprobs) for plots and drill-down
+    # per-position max |delta| (logprobs) for plots and drill-down, and the bound it is held to
     per_position: list[float] = field(default_factory=list)
+    bound: float | None = None
 
 
 def compare_outputs(golden: EngineOutputs, scenario: EngineOutputs, workloads: list[dict], tol: Tolerance) -> list[CheckResult]:
@@ -154,7 +147,8 @@ def compare_logprobs(name: str, g: dict, s: dict, tol: Tolerance) -> CheckResult
     summary = f"max|dlogprob|={metrics['max_abs_dlogprob']:.2e} maxKL={metrics['max_kl']:.2e} top1={metrics['top1_agreement']:.3f}"
     if first:
         summary += f"; first diverged at prompt {first['prompt']} position {first['position']} (|dlogprob|={first['dlogprob']:.3g})"
-    return CheckResult(name, "logprobs", passed, summary, metrics, tol.describe(), first, [round(x, 8) for x in delta.tolist()])
+    return CheckResult(name, "logprobs", passed, summary, metrics, tol.describe(), first,
+                       [round(x, 8) for x in delta.tolist()], tol.logprob_atol)
 
 
 def compare_greedy(name: str, g: dict, s: dict, tol: Tolerance) -> CheckResult:

@@ -11,13 +11,13 @@ rendered generically: dicts as key/value tables, lists of dicts as tables.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import jinja2
 import pandas as pd
 
 from harness import timings
-from harness.judge.compare import Tolerance
 from harness.report import plots
 from harness.report.history import metric_columns
 from harness.report.markdown import key_metric, where_diverged
@@ -71,12 +71,20 @@ def _metrics_table(v: Verdict) -> str:
     return _table(pd.DataFrame(rows)) if rows else ""
 
 
+def _plotted_bound(check: dict) -> float | None:
+    """The bound the per-position deltas are held to: the check's own field; verdicts
+    written before it existed carry it only in the tolerance text."""
+    if check.get("bound") is not None:
+        return check["bound"]
+    found = re.search(r"\|dlogprob\|<=(\S+),", check.get("tolerance", ""))
+    return float(found.group(1)) if found else None
+
+
 def _divergence_plots(v: Verdict) -> list[str]:
     found = []
     for c in v.checks:
         if c["kind"] == "logprobs" and c.get("per_position"):
-            tol = Tolerance.parse(c.get("tolerance", ""))
-            uri = plots.divergence_plot(c, tol.logprob_atol if tol else None)
+            uri = plots.divergence_plot(c, _plotted_bound(c))
             if uri:
                 found.append(uri)
     return found

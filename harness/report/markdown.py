@@ -37,9 +37,7 @@ def where_diverged(v: Verdict) -> str:
         loc = v.localization
         where = f"{loc.get('place', 'layer %d' % loc['layer'])}, pp stage {loc['pp_stage']}"
         return where + (f", tp rank {loc['tp_rank']}" if "tp_rank" in loc else "")
-    from harness.evals.check import failure_reason
-
-    accuracy = failure_reason(v.checks)
+    accuracy = next((c["where"] for c in v.checks if c["kind"] == "accuracy" and c.get("where")), None)
     if accuracy:
         return accuracy
     for c in v.checks:

@@ -2,7 +2,7 @@
 
 Random-weight models score zero on any task, so a task-accuracy comparison against the
 golden would pass vacuously. These two share one set of weights, trained on CPU by
-`python -m harness.zoo.train` and shipped in harness/zoo/weights/ (float32, committed):
+`python -m tools.train_models` and shipped in harness/zoo/weights/ (float32, committed):
 
   tiny-llama-geo    llama-vl (the reference engine's vision variant): 32x32 images as
                     16 patch tokens (id 511), deepstack into layers 0 and 1; trained on
@@ -46,7 +46,7 @@ def arith_config() -> dict:
 
 def _missing() -> FileNotFoundError:
     return FileNotFoundError(f"{WEIGHTS} is missing: it ships with the harness; rebuild it with "
-                             "`python -m harness.zoo.train` (docs/EVALS.md)")
+                             "`python -m tools.train_models` (docs/EVALS.md)")
 
 
 def copy_trained_weights(spec: ModelSpec, path: Path) -> None:
@@ -72,7 +72,7 @@ register(
         seed=0,
         sha256="e9a3143686aa08a4066dead90872b17d5edeff3a0e938d18f981f69fbcb0b747",
         write_weights=copy_trained_weights,
-        notes="trained (harness/zoo/train.py): arithmetic + 32x32 diagrams, hidden 128, 4 layers, "
+        notes="trained (tools/train_models.py): arithmetic + 32x32 diagrams, hidden 128, 4 layers, "
               "head_dim 32, deepstack into layers 0 and 1",
     )
 )

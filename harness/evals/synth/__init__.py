@@ -6,5 +6,5 @@
 
 Both are deterministic for a seed (numpy PCG64); the shipped sets in harness/data/ are
 regenerated with `python -m harness.evals.synth {arith,geo3k} --out DIR`. The trained
-zoo model (harness/zoo/train.py) learns from other seed streams of the same generators.
+zoo model (tools/train_models.py) learns from other seed streams of the same generators.
 """

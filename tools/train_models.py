@@ -1,6 +1,6 @@
 """Train the zoo's one trained model, tiny-llama-geo, on CPU, deterministically.
 
-    python -m harness.zoo.train [--steps N] [--out harness/zoo/weights/tiny-llama-geo.safetensors]
+    python -m tools.train_models [--steps N] [--out harness/zoo/weights/tiny-llama-geo.safetensors]
 
 Random-weight tiny models score zero on any task, so an accuracy comparison against
 the golden would pass vacuously; this model scores well above chance on the harness's
@@ -47,6 +47,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from harness.evals.synth import arith, geo3k
+from harness.roots import DATA_DIR
 from harness.zoo.trained import WEIGHTS, geo_config
 
 THREADS = 1
@@ -249,7 +250,7 @@ def lm_loss(logits, ids, image_token_id):
     return F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]), targets.reshape(-1), ignore_index=-100)
 
 
-DATA = Path(__file__).resolve().parent.parent / "data"
+DATA = DATA_DIR
 
 
 # ---------------------------------------------------------------- greedy evaluation
@@ -363,7 +364,7 @@ def load(path: Path = WEIGHTS) -> GeoModel:
 
 
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m harness.zoo.train", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m tools.train_models", description=__doc__.split("\n\n")[0])
     parser.add_argument("--steps", type=int, default=1600)
     parser.add_argument("--arith-batch", type=int, default=12)
     parser.add_argument("--geo-batch", type=int, default=32)
