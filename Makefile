@@ -10,11 +10,13 @@ HARNESS_ARGS ?=
 # One target per scenario id (`make llama-tiny/tp2-pp2-sp`), read from the scenario files.
 SCENARIOS := $(shell $(HARNESS) list --ids-only 2>/dev/null)
 
-.PHONY: help install test test-fast golden pr-gate nightly list bench bench-packing bench-generate train-models install-vllm test-vllm $(SCENARIOS)
+.PHONY: help install lint test test-fast golden pr-gate nightly list bench bench-packing bench-generate train-models install-vllm test-vllm $(SCENARIOS)
 
 help:
 	@echo "make install    install the harness and its test tools (torch 2.13.0 CPU first)"
+	@echo "make lint       ruff (lint, import order) and mypy on the contract modules"
 	@echo "make test       the harness's own tests (unit + end-to-end with real ranks)"
+	@echo "make test-fast  the unit tier only: no rank, engine or harness subprocess (under a minute)"
 	@echo "make pr-gate    install, then run the PR-gate scenarios and write reports/<run-id>/"
 	@echo "make nightly    run every scenario"
 	@echo "make golden     regenerate every suite's golden (eager, single process)"
@@ -32,11 +34,16 @@ install:
 	$(PYTHON) -m pip install -q torch==2.13.0
 	$(PYTHON) -m pip install -q -e ".[test]"
 
+lint:
+	$(PYTHON) -m ruff check harness tests bench tools
+	$(PYTHON) -m mypy
+
 test:
 	$(PYTEST) tests -n $(JOBS) -rs
 
+# The unit tier: no process is started and no model is built (measured in docs/BENCHMARKS.md).
 test-fast:
-	$(PYTEST) tests -m "not e2e" -rs
+	$(PYTEST) tests -m "not e2e and not slow" -n $(JOBS) -rs
 
 pr-gate: install
 	$(HARNESS) run --gate pr $(HARNESS_ARGS)

@@ -289,7 +289,10 @@ def make_golden(scenario_for_golden: Scenario, work_dir: Path, opts: RunOptions 
     prepared.spec.faults = []  # a golden is made by the clean engine, whatever the run injects
     outcome = launch(prepared, out_dir, scenario_for_golden, opts)
     if outcome.status != "ok":
-        detail = outcome.failure.exception if outcome.failure else outcome.status
+        detail = outcome.status
+        if outcome.failure:  # the engine names the worker that really died (vLLM's own processes)
+            f = prepared.engine.refine_crash(outcome.failure, _read(outcome.failure.log))
+            detail = f"rank {f.rank}: {f.exception or f.signal or f'exit code {f.exitcode}'}"
         raise RuntimeError(f"golden run of '{scenario_for_golden.golden_key}' ended as {outcome.status}: {detail}; logs in {out_dir / 'logs'}")
     results = None
     if prepared.evals:

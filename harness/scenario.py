@@ -118,7 +118,7 @@ class WorkloadDef(_Strict):
         return v
 
     @model_validator(mode="after")
-    def _options_fit(self) -> "WorkloadDef":
+    def _options_fit(self) -> WorkloadDef:
         if self.images and len(self.images) != self.num_prompts:
             raise ValueError(f"images has {len(self.images)} entries for num_prompts={self.num_prompts} (one per prompt, null for none)")
         if self.capture_hidden and self.kind != "logprobs":
@@ -229,7 +229,7 @@ class SuiteFile(_Strict):
         return archs
 
     @model_validator(mode="after")
-    def _one_model_or_archs(self) -> "SuiteFile":
+    def _one_model_or_archs(self) -> SuiteFile:
         if self.archs:
             if self.model is not None:
                 raise ValueError("give either model: or archs: (one model per value of the arch axis), not both")
@@ -328,13 +328,13 @@ class SuiteFile(_Strict):
         return entries
 
     @model_validator(mode="after")
-    def _something_to_check(self) -> "SuiteFile":
+    def _something_to_check(self) -> SuiteFile:
         if not self.workloads and not self.evals:
             raise ValueError("a suite needs at least one workload or eval (nothing would be checked)")
         return self
 
     @model_validator(mode="after")
-    def _axes_known(self) -> "SuiteFile":
+    def _axes_known(self) -> SuiteFile:
         axes = set(self.matrix)
         for where, selector in [("golden", self.golden)] + [
             (f"exclude[{i}]", e) for i, e in enumerate(self.exclude)

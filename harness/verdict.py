@@ -97,7 +97,7 @@ class Verdict:
         path.write_text(json.dumps(self.to_dict(), indent=1))
 
     @classmethod
-    def load(cls, path: Path) -> "Verdict":
+    def load(cls, path: Path) -> Verdict:
         d = json.loads(Path(path).read_text())
         d.pop("as_expected", None)
         return cls(**d)

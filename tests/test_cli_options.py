@@ -42,6 +42,7 @@ def test_valid_run_options_parse_to_numbers():
 
 
 @pytest.mark.parametrize("option", ["--harness-timeout=-5", "--harness-timeout=0", "--harness-devices=0"])
+@pytest.mark.e2e
 def test_invalid_pytest_plugin_options_are_usage_errors(option):
     """pytest's exit code for a usage error is 4; collection never starts."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}

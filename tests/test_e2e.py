@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parent.parent
 DEMO = """
 suite: demo
 model: tiny-llama
-timeout_s: %d
+timeout_s: {timeout}
 workloads:
   - {name: logits, kind: logprobs, num_prompts: 3, max_prompt_tokens: 40, top_k: 10}
   - {name: greedy, kind: greedy, num_prompts: 2, max_prompt_tokens: 30, max_new_tokens: 6, top_k: 10}
@@ -30,7 +30,7 @@ golden: {tp: 1, pp: 1, sp: false}
 matrix: {tp: [1, 2], pp: [1, 2], sp: [false, true]}
 exclude: [{tp: 1, sp: true}]
 gates: {pr: [tp2-pp2]}
-""" % scaled(120)  # per scenario, scaled for this machine
+""".replace("{timeout}", str(scaled(120)))  # per scenario, scaled for this machine
 
 
 @pytest.fixture(scope="module")

@@ -25,6 +25,8 @@ from harness.judge.compare import compare_outputs, tolerance_for
 from harness.launch import run_ranks
 from harness.scenario import DEFAULT_SCENARIO_DIR, load_suite
 
+pytestmark = pytest.mark.e2e  # runs the hf engine's rank per golden
+
 pytest.importorskip("transformers")
 
 

@@ -22,6 +22,8 @@ import harness.launch as launch
 from harness.contract.launchplan import LaunchPlan
 from harness.launch import LaunchOutcome, parse_stack_dump, run_ranks
 
+pytestmark = pytest.mark.e2e  # starts real rank processes
+
 RANKS = Path(__file__).parent / "ranks"
 ALLREDUCE = RANKS / "allreduce.py"
 

@@ -25,7 +25,7 @@ from harness.launch import Cluster, Node, run_ranks
 from tests.test_launch import ALLREDUCE, RANKS, _alive, assert_no_survivors
 
 REMOTE_LIKE = ("setsid", "-f", "-w")
-pytestmark = pytest.mark.skipif(shutil.which("setsid") is None, reason="needs util-linux setsid")
+pytestmark = [pytest.mark.e2e, pytest.mark.skipif(shutil.which("setsid") is None, reason="needs util-linux setsid")]
 
 
 def cluster(prefix: tuple[str, ...], ranks_per_node: list[int], **node_env) -> Cluster:

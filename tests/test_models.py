@@ -27,6 +27,7 @@ def tiny_llama() -> models.ResolvedModel:
     return models.resolve(ArchModel(arch="LlamaForCausalLM", seed=0), sys.executable)
 
 
+@pytest.mark.e2e
 def test_tiny_checkpoint_is_small_complete_and_keyed_by_what_made_it(tiny_llama):
     cfg = json.loads((tiny_llama.directory / "config.json").read_text())
     assert cfg["architectures"] == ["LlamaForCausalLM"]
@@ -40,12 +41,14 @@ def test_tiny_checkpoint_is_small_complete_and_keyed_by_what_made_it(tiny_llama)
     assert same in tiny_llama.directory.name and len({same, other_seed, overridden}) == 3
 
 
+@pytest.mark.e2e
 def test_a_built_tiny_checkpoint_is_reused_not_rebuilt(tiny_llama, monkeypatch):
     monkeypatch.setattr(models, "_run_builder", lambda *a: pytest.fail("rebuilt a cached tiny checkpoint"))
     again = models.resolve(ArchModel(arch="LlamaForCausalLM", seed=0), sys.executable)
     assert again == tiny_llama
 
 
+@pytest.mark.e2e
 def test_tiny_build_is_deterministic(tmp_path):
     """Two builds in two processes give the same bytes: a golden can be remade."""
     digests = []
@@ -57,6 +60,7 @@ def test_tiny_build_is_deterministic(tmp_path):
     assert digests[0] == digests[1]
 
 
+@pytest.mark.e2e
 def test_an_unknown_architecture_is_refused_with_close_names():
     with pytest.raises(ModelError, match=r"unknown architecture 'LlamaForCasualLM'.*did you mean LlamaForCausalLM"):
         models.resolve(ArchModel(arch="LlamaForCasualLM"), sys.executable)
@@ -66,11 +70,13 @@ def test_an_unknown_architecture_is_refused_with_close_names():
     ({"no_such_field": 1}, "override 'no_such_field' is not a field of LlamaConfig"),
     ({"num_attention_heads": 3}, "LlamaForCausalLM rejects its config .*not a multiple of the number of attention heads"),
 ])
+@pytest.mark.e2e
 def test_overrides_the_config_rejects_are_refused(overrides, said):
     with pytest.raises(ModelError, match=said):
         models.resolve(ArchModel(arch="LlamaForCausalLM", overrides=overrides), sys.executable)
 
 
+@pytest.mark.e2e
 def test_a_directory_that_is_not_a_checkpoint_is_refused(tmp_path, tiny_llama):
     with pytest.raises(ModelError, match="no such directory"):
         models.resolve(PathModel(path=str(tmp_path / "missing")), sys.executable)
@@ -84,6 +90,7 @@ def test_a_directory_that_is_not_a_checkpoint_is_refused(tmp_path, tiny_llama):
         models.resolve(PathModel(path=str(partial)), sys.executable)
 
 
+@pytest.mark.e2e
 def test_a_local_checkpoint_is_identified_by_content_and_hashed_once(tmp_path, tiny_llama, monkeypatch):
     copy = tmp_path / "ckpt"
     shutil.copytree(tiny_llama.directory, copy)
@@ -101,6 +108,7 @@ def test_a_local_checkpoint_is_identified_by_content_and_hashed_once(tmp_path, t
     assert models.resolve(PathModel(path=str(copy)), sys.executable).sha256 != first.sha256
 
 
+@pytest.mark.e2e
 def test_a_hub_model_missing_from_an_offline_cache_says_what_to_do(tmp_path):
     code = ("from harness import models\n"
             "try:\n"
@@ -313,6 +321,7 @@ def test_an_arch_sweep_runs_each_arch_against_its_own_golden(tmp_path):
 
 
 @pytest.mark.parametrize("arch", ["DeepseekV32ForCausalLM", "Cohere2MoeForCausalLM", "FalconForCausalLM", "GPT2LMHeadModel"])
+@pytest.mark.slow
 def test_shrinking_fits_per_layer_lists_and_skips_derived_fields(arch):
     """Per-layer lists follow the layer count (keeping each kind of layer); a read-only
     derived field (Falcon's head_dim) is left to follow the others."""

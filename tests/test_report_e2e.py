@@ -23,14 +23,14 @@ CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic
 SUITE = """
 suite: rdemo
 model: tiny-llama
-timeout_s: %d
+timeout_s: {timeout}
 workloads:
   - {name: logits, kind: logprobs, num_prompts: 2, max_prompt_tokens: 24, top_k: 10}
   - {name: greedy, kind: greedy, num_prompts: 1, max_prompt_tokens: 16, max_new_tokens: 4, top_k: 10}
 golden: {tp: 1, pp: 1}
 matrix: {tp: [1, 2], pp: [1, 2]}
 gates: {pr: [tp1-pp1, tp2-pp1]}
-""" % scaled(120)  # per scenario, scaled for this machine
+""".replace("{timeout}", str(scaled(120)))  # per scenario, scaled for this machine
 
 
 def harness(root: Path, *args: str) -> subprocess.CompletedProcess:

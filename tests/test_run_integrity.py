@@ -79,6 +79,7 @@ def test_two_runs_started_in_the_same_second_get_a_directory_each(cheap, monkeyp
     assert len(load_history(cheap / "reports" / "history")) == 2  # each run's row kept
 
 
+@pytest.mark.e2e
 def test_a_run_refuses_the_directory_another_run_owns(cheap):
     first = harness_cli(*cheap_run_args(cheap, "--run-id", "same"))
     assert first.returncode == exit_codes.OK, first.stderr
@@ -176,6 +177,7 @@ def test_a_harness_killed_after_one_scenario_leaves_an_incomplete_run(tmp_path):
 
 # 4. Results that cannot be written --------------------------------------------------
 
+@pytest.mark.e2e
 def test_a_history_that_cannot_be_written_stops_the_run_before_any_scenario(cheap):
     not_a_dir = cheap / "history-file"
     not_a_dir.write_text("a file, not a directory")
@@ -195,6 +197,7 @@ def test_a_read_only_history_directory_stops_the_run(cheap):
     assert result.returncode == exit_codes.RESULTS_NOT_WRITTEN and "Traceback" not in result.stderr
 
 
+@pytest.mark.e2e
 def test_a_report_directory_that_cannot_be_made_is_a_distinct_exit_code(cheap):
     (cheap / "file").write_text("")
     result = harness_cli(*cheap_run_args(cheap, "--report-dir", str(cheap / "file" / "reports")))
@@ -275,6 +278,7 @@ def git(cwd: Path, *args: str) -> str:
                           capture_output=True, text=True).stdout.strip()
 
 
+@pytest.mark.e2e
 def test_a_copy_inside_another_git_repository_records_no_commit(tmp_path):
     outer = tmp_path / "monorepo"
     outer.mkdir()

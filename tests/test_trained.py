@@ -8,8 +8,8 @@ import torch
 
 from harness import zoo
 from harness.contract.runspec import RunSpec
-from tools import train_models as train
 from harness.zoo.trained import WEIGHTS
+from tools import train_models as train
 
 
 def test_the_weights_are_shipped():
@@ -96,6 +96,7 @@ def test_hf_text_model_matches_geo_model_on_text(cache, trained, tokenizer):
         assert (model(prompt).logits - trained(prompt)).abs().max().item() < 1e-4
 
 
+@pytest.mark.slow
 def test_scores_above_chance_and_need_deepstack(trained, tokenizer):
     """A small slice of the held-out sets (the full numbers: docs/EVALS.md)."""
     config = zoo.get_spec("tiny-llama-geo").config

@@ -126,6 +126,7 @@ def test_image_workload_puts_the_placeholder_and_checksums_content(tmp_path, mon
 
 
 @pytest.mark.parametrize("name", ["tiny-llama-hf", "tiny-qwen3", "tiny-gemma4", "tiny-qwen25vl"])
+@pytest.mark.slow
 def test_hf_built_models_match_their_recorded_checksum(name, tmp_path):
     """Built in a fresh process each time: transformers' init is reproducible per installation."""
     code = f"from harness import zoo; from pathlib import Path; zoo.build(zoo.get_spec({name!r}), Path({str(tmp_path)!r}))"

@@ -53,7 +53,7 @@ class EngineOutputs:
         (directory / META_FILE).write_text(json.dumps(self.meta, indent=1, sort_keys=True))
 
     @classmethod
-    def load(cls, directory: str | Path) -> "EngineOutputs":
+    def load(cls, directory: str | Path) -> EngineOutputs:
         directory = Path(directory)
         missing = [f for f in (TENSORS_FILE, META_FILE) if not (directory / f).exists()]
         if missing:

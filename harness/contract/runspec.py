@@ -98,7 +98,7 @@ class RunSpec:
         Path(path).write_text(json.dumps(asdict(self), indent=1))
 
     @classmethod
-    def load(cls, path: str | Path) -> "RunSpec":
+    def load(cls, path: str | Path) -> RunSpec:
         return cls(**json.loads(Path(path).read_text()))
 
     @property

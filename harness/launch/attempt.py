@@ -117,7 +117,8 @@ class Attempt:
         if self.placement:
             for p in self.procs:
                 try:
-                    p.stdin.close()
+                    if p.stdin is not None:  # node ranks are started with a control channel
+                        p.stdin.close()
                 except OSError:
                     pass
             deadline = time.monotonic() + NODE_STOP_S

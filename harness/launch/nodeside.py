@@ -69,7 +69,7 @@ def exit_like(rank: subprocess.Popen) -> None:
         signum = getattr(signal, sig, signal.SIGKILL)
         signal.signal(signum, signal.SIG_DFL)
         os.kill(os.getpid(), signum)
-    os._exit(code)  # the channel thread may still be blocked in a read
+    os._exit(1 if code is None else code)  # the channel thread may still be blocked in a read
 
 
 def report_activity(pid: int, path: Path) -> None:

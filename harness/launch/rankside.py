@@ -26,8 +26,9 @@ import signal
 import sys
 import time
 import traceback
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Callable, Iterator, NoReturn
+from typing import NoReturn
 
 ERROR_FILE_ENV = "HARNESS_RANK_ERROR_FILE"
 DUMP_SIGNAL = signal.SIGUSR1

@@ -28,9 +28,9 @@ Standard library only.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 from harness.launch.rankside import COLLECTIVE
 
@@ -54,7 +54,7 @@ def stall_window_s() -> float:
     try:
         return max(0.0, float(raw))
     except ValueError:
-        raise ValueError(f"{STALL_WINDOW_ENV}={raw!r}: expected seconds (0 switches the stall detector off)")
+        raise ValueError(f"{STALL_WINDOW_ENV}={raw!r}: expected seconds (0 switches the stall detector off)") from None
 
 
 @dataclass
@@ -80,7 +80,7 @@ class Stall:
 
 def _proc_table() -> dict[int, tuple[int, float]]:
     """pid -> (parent pid, CPU seconds) of every process, from /proc."""
-    table = {}
+    table: dict[int, tuple[int, float]] = {}
     try:
         names = os.listdir("/proc")
     except OSError:

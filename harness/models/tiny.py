@@ -57,6 +57,7 @@ SHRINK_SIZES = {
     "n_inner": 256,  # GPT-2 family (None by default: 4 x hidden, then left alone)
     "ffn_dim": 256,
     "head_dim": 32,
+    "rotary_dim": 16,  # GPT-J / CodeGen: rotary on part of each head, at most head_dim
     "moe_intermediate_size": 64,
     "shared_expert_intermediate_size": 64,
     "kv_lora_rank": 32,

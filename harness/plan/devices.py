@@ -77,7 +77,7 @@ def default_lock_dir(kind: str) -> Path:
 class Lease:
     """Slots held by one scenario; release() (or the holder's death) frees them."""
 
-    pool: "DevicePool"
+    pool: DevicePool
     scenario: str
     slots: list[int]
     acquired: float
@@ -102,7 +102,7 @@ class Lease:
         self._files = []
         self.pool.notify_released()
 
-    def __enter__(self) -> "Lease":
+    def __enter__(self) -> Lease:
         return self
 
     def __exit__(self, *exc) -> None:

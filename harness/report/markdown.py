@@ -35,7 +35,8 @@ def where_diverged(v: Verdict) -> str:
         return ", ".join(f"rank {r}" for r in sorted(v.hang["stuck_at"]))
     if v.localization and v.localization.get("layer") is not None:
         loc = v.localization
-        where = f"{loc.get('place', 'layer %d' % loc['layer'])}, pp stage {loc['pp_stage']}"
+        place = loc.get("place") or f"layer {loc['layer']}"
+        where = f"{place}, pp stage {loc['pp_stage']}"
         return where + (f", tp rank {loc['tp_rank']}" if "tp_rank" in loc else "")
     accuracy = next((c["where"] for c in v.checks if c["kind"] == "accuracy" and c.get("where")), None)
     if accuracy:

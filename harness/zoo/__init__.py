@@ -18,9 +18,9 @@ import json
 import os
 import shutil
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 from harness.roots import DATA_DIR, cache_dir
 
@@ -35,7 +35,7 @@ class ModelSpec:
     seed: int
     sha256: str  # over CHECKPOINT_FILES, see checkpoint_sha256
     # writes the weights file: (spec, path) -> None; each model family provides one
-    write_weights: Callable[["ModelSpec", Path], None]
+    write_weights: Callable[[ModelSpec, Path], None]
     # Scale of the output head: a wider logit spread keeps greedy decoding away
     # from near-ties, which random tiny models are otherwise full of.
     head_scale: float = 4.0

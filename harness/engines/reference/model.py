@@ -66,11 +66,11 @@ class ModelConfig:
         return (self.image_size // self.patch_size) ** 2 if self.patch_size else 0
 
     @classmethod
-    def from_model_dir(cls, model_dir: str | Path) -> "ModelConfig":
+    def from_model_dir(cls, model_dir: str | Path) -> ModelConfig:
         return cls.from_dict(json.loads((Path(model_dir) / "config.json").read_text()))
 
     @classmethod
-    def from_dict(cls, cfg: dict) -> "ModelConfig":
+    def from_dict(cls, cfg: dict) -> ModelConfig:
         model_type = cfg.get("model_type", "llama")
         if model_type not in INTERMEDIATE_KEYS:
             raise ValueError(f"reference engine runs {', '.join(INTERMEDIATE_KEYS)} models, got model_type={model_type!r}")

@@ -14,8 +14,8 @@ question of the test set, so no test question is ever seen in training or as a s
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import numpy as np
 

@@ -21,8 +21,8 @@ The answer text the trained model gives (also what it is trained on):
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import numpy as np
 
