@@ -335,3 +335,21 @@ def test_shrinking_fits_per_layer_lists_and_skips_derived_fields(arch):
         if field.endswith("layer_types") and isinstance(values, list):
             assert len(values) == layers, field
     assert sum(p.numel() for p in model.parameters()) < 2_000_000
+
+
+def test_the_report_reads_the_arch_axis_like_any_other():
+    """Heat map rows are the archs, and a failure confined to one arch under pp2 is
+    attributed to `arch=..., pp=2`."""
+    from harness.report import plots
+    from harness.report.axes import explaining_settings
+    from harness.verdict import Verdict
+
+    verdicts = []
+    for arch in ("llama", "falcon", "qwen3"):
+        for tp, pp in ((1, 1), (2, 1), (1, 2)):
+            bad = arch == "falcon" and pp == 2
+            verdicts.append(Verdict(f"s/arch-{arch}-tp{tp}-pp{pp}", "fail" if bad else "pass", "x",
+                                    settings={"arch": arch, "tp": tp, "pp": pp}))
+    assert "`arch=falcon, pp=2`" in explaining_settings(verdicts)
+    assert plots._grid_axes(verdicts)[0] == "arch"
+    assert plots.heatmap(verdicts, set()).startswith("data:image/png;base64,")
