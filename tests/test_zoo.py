@@ -33,3 +33,19 @@ def test_checksum_mismatch_is_a_clear_error(tmp_path, monkeypatch):
 def test_unknown_model():
     with pytest.raises(KeyError, match="unknown model 'gpt-9'"):
         zoo.get_spec("gpt-9")
+
+
+def test_the_table_lists_every_spec_the_families_define():
+    """A spec written in a family module but left out of harness/zoo/table.py would not be in the zoo."""
+    from harness.zoo import hf_families, llama, table, trained, variants
+
+    defined = {v.name for m in (llama, variants, trained, hf_families) for v in vars(m).values() if isinstance(v, zoo.ModelSpec)}
+    assert defined == {s.name for s in table.SPECS}
+    assert list(zoo.ZOO.values()) == list(table.SPECS)
+
+
+def test_a_name_listed_twice_is_an_error():
+    from harness.zoo import table
+
+    with pytest.raises(ValueError, match="model 'tiny-llama' is listed twice"):
+        table.by_name((zoo.get_spec("tiny-llama"), zoo.get_spec("tiny-llama")))

@@ -2,9 +2,10 @@
 
 Nothing may come from a model hub, so every model is built from a config, seeded
 weights and a byte-level BPE tokenizer trained on the vendored GSM8K text. A built
-checkpoint lands in the cache dir and is verified against the checksum recorded
-here, so a golden made on one machine is valid on another; a mismatch is an error
-that says so rather than a silent numeric drift.
+checkpoint lands in the cache dir and is verified against the checksum recorded in
+its spec, so a golden made on one machine is valid on another; a mismatch is an error
+that says so rather than a silent numeric drift. Every model is listed in table.py;
+each spec lives in its family's module (llama, variants, trained, hf_families).
 
 Weights come from numpy's PCG64 generator (stable across numpy versions by
 numpy's own policy), not torch's RNG, so the checksum does not move with torch.
@@ -18,41 +19,14 @@ import json
 import os
 import shutil
 import tempfile
-from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 from harness.roots import DATA_DIR, cache_dir
+from harness.zoo.spec import ModelSpec
+from harness.zoo.table import ZOO
 
 CHECKPOINT_FILES = ("config.json", "model.safetensors", "tokenizer.json")
 SPECIAL_TOKENS = ["<s>", "</s>", "<pad>"]
-
-
-@dataclass(frozen=True)
-class ModelSpec:
-    name: str
-    config: dict  # HF config.json contents
-    seed: int
-    sha256: str  # over CHECKPOINT_FILES, see checkpoint_sha256
-    # writes the weights file: (spec, path) -> None; each model family provides one
-    write_weights: Callable[[ModelSpec, Path], None]
-    # Scale of the output head: a wider logit spread keeps greedy decoding away
-    # from near-ties, which random tiny models are otherwise full of.
-    head_scale: float = 4.0
-    notes: str = ""
-    # Special tokens beyond SPECIAL_TOKENS (e.g. a vision model's image placeholders);
-    # they get the ids right after SPECIAL_TOKENS.
-    extra_special_tokens: tuple[str, ...] = ()
-
-
-ZOO: dict[str, ModelSpec] = {}
-
-
-def register(spec: ModelSpec) -> ModelSpec:
-    if spec.name in ZOO:
-        raise ValueError(f"model '{spec.name}' is registered twice")
-    ZOO[spec.name] = spec
-    return spec
 
 
 def cache_root() -> Path:
@@ -61,7 +35,7 @@ def cache_root() -> Path:
 
 def get_spec(name: str) -> ModelSpec:
     if name not in ZOO:
-        raise KeyError(f"unknown model '{name}': the zoo has {', '.join(sorted(ZOO))} (harness/zoo.py)")
+        raise KeyError(f"unknown model '{name}': the zoo has {', '.join(sorted(ZOO))} (harness/zoo/table.py)")
     return ZOO[name]
 
 
@@ -99,7 +73,7 @@ def _build_into(spec: ModelSpec, target: Path) -> None:
         if actual != spec.sha256:
             raise RuntimeError(
                 f"model '{spec.name}' built with checksum {actual[:16]}..., expected "
-                f"{spec.sha256[:16]}... (harness/zoo.py). The build is not reproducible on this "
+                f"{spec.sha256[:16]}... (its family module, listed in harness/zoo/table.py). The build is not reproducible on this "
                 "machine (different numpy/safetensors/tokenizers?); goldens made elsewhere will "
                 f"not apply. Inspect the build in {staging}, or update the recorded checksum and "
                 "regenerate goldens with `make golden`."
@@ -161,7 +135,3 @@ def load_tokenizer(directory: Path):
     from tokenizers import Tokenizer
 
     return Tokenizer.from_file(str(directory / "tokenizer.json"))
-
-
-# Model families register their models on import (one module per family).
-from harness.zoo import hf_families, llama, trained, variants  # noqa: E402,F401

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from harness.zoo import ModelSpec, register
+from harness.zoo.spec import ModelSpec
 
 
 def _llama_config(**overrides) -> dict:
@@ -74,13 +74,11 @@ def _llama_weight_shapes(config: dict, head_scale: float):
         yield "lm_head.weight", (vocab, hidden), head_scale * hidden**-0.5
 
 
-register(
-    ModelSpec(
-        name="tiny-llama",
-        config=_llama_config(),
-        seed=0,
-        sha256="beb3997011e4405844ca34ad56c1106da0284638a541365029d60f5324fdb30f",
-        write_weights=write_llama_weights,
-        notes="float32, hidden 64, 4 layers, 4 query / 2 KV heads (GQA), vocab 512",
-    )
+TINY_LLAMA = ModelSpec(
+    name="tiny-llama",
+    config=_llama_config(),
+    seed=0,
+    sha256="beb3997011e4405844ca34ad56c1106da0284638a541365029d60f5324fdb30f",
+    write_weights=write_llama_weights,
+    notes="float32, hidden 64, 4 layers, 4 query / 2 KV heads (GQA), vocab 512",
 )

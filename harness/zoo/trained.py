@@ -22,8 +22,8 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from harness.zoo import ModelSpec, register
 from harness.zoo.llama import _llama_config
+from harness.zoo.spec import ModelSpec
 
 WEIGHTS = Path(__file__).resolve().parent / "weights" / "tiny-llama-geo.safetensors"
 VISION_KEYS = ("image_token_id", "vision_image_size", "vision_patch_size", "deepstack_layers")
@@ -65,25 +65,21 @@ def write_text_weights(spec: ModelSpec, path: Path) -> None:
     save_file(tensors, str(path), metadata={"format": "pt"})
 
 
-register(
-    ModelSpec(
-        name="tiny-llama-geo",
-        config=geo_config(),
-        seed=0,
-        sha256="e9a3143686aa08a4066dead90872b17d5edeff3a0e938d18f981f69fbcb0b747",
-        write_weights=copy_trained_weights,
-        notes="trained (tools/train_models.py): arithmetic + 32x32 diagrams, hidden 128, 4 layers, "
-              "head_dim 32, deepstack into layers 0 and 1",
-    )
+TINY_LLAMA_GEO = ModelSpec(
+    name="tiny-llama-geo",
+    config=geo_config(),
+    seed=0,
+    sha256="e9a3143686aa08a4066dead90872b17d5edeff3a0e938d18f981f69fbcb0b747",
+    write_weights=copy_trained_weights,
+    notes="trained (tools/train_models.py): arithmetic + 32x32 diagrams, hidden 128, 4 layers, "
+          "head_dim 32, deepstack into layers 0 and 1",
 )
 
-register(
-    ModelSpec(
-        name="tiny-llama-arith",
-        config=arith_config(),
-        seed=0,
-        sha256="5261a485e7806773fb1e2319fab27da8824575f6bf109345fbba12fca91f686e",
-        write_weights=write_text_weights,
-        notes="tiny-llama-geo's text weights as a plain LlamaForCausalLM",
-    )
+TINY_LLAMA_ARITH = ModelSpec(
+    name="tiny-llama-arith",
+    config=arith_config(),
+    seed=0,
+    sha256="5261a485e7806773fb1e2319fab27da8824575f6bf109345fbba12fca91f686e",
+    write_weights=write_text_weights,
+    notes="tiny-llama-geo's text weights as a plain LlamaForCausalLM",
 )

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from harness.zoo import ModelSpec, register
 from harness.zoo.llama import _llama_config, _llama_weight_shapes
+from harness.zoo.spec import ModelSpec
 
 IMAGE_TOKEN_ID = 511  # the last BPE merge: verified absent from the prompt sets (workloads.py)
 
@@ -50,27 +50,23 @@ def write_variant_weights(spec: ModelSpec, path: Path) -> None:
     save_file(tensors, str(path), metadata={"format": "pt"})
 
 
-register(
-    ModelSpec(
-        name="tiny-llama-pli",
-        config=_llama_config(architectures=["LlamaPerLayerInputsForCausalLM"], model_type="llama-pli",
-                             per_layer_input_size=8),
-        seed=1,
-        sha256="5c5826d312764f650d1cf008f9ba840eb3b6ce141b485691f862a2fcaab9b40e",
-        write_weights=write_variant_weights,
-        notes="tiny-llama + per-layer inputs (width 8 per layer); no residual key at a PP boundary",
-    )
+TINY_LLAMA_PLI = ModelSpec(
+    name="tiny-llama-pli",
+    config=_llama_config(architectures=["LlamaPerLayerInputsForCausalLM"], model_type="llama-pli",
+                         per_layer_input_size=8),
+    seed=1,
+    sha256="5c5826d312764f650d1cf008f9ba840eb3b6ce141b485691f862a2fcaab9b40e",
+    write_weights=write_variant_weights,
+    notes="tiny-llama + per-layer inputs (width 8 per layer); no residual key at a PP boundary",
 )
 
-register(
-    ModelSpec(
-        name="tiny-llama-vl",
-        config=_llama_config(architectures=["LlamaVisionForCausalLM"], model_type="llama-vl",
-                             image_token_id=IMAGE_TOKEN_ID, vision_image_size=8, vision_patch_size=4,
-                             deepstack_layers=2),
-        seed=2,
-        sha256="48d54e2692fd324fb3f8f72d3ec0c01b009e5ff3943acc65ddbaef80834bd95e",
-        write_weights=write_variant_weights,
-        notes="tiny-llama + 8x8 images as 4 patch tokens (id 511), deepstack into layers 0 and 1",
-    )
+TINY_LLAMA_VL = ModelSpec(
+    name="tiny-llama-vl",
+    config=_llama_config(architectures=["LlamaVisionForCausalLM"], model_type="llama-vl",
+                         image_token_id=IMAGE_TOKEN_ID, vision_image_size=8, vision_patch_size=4,
+                         deepstack_layers=2),
+    seed=2,
+    sha256="48d54e2692fd324fb3f8f72d3ec0c01b009e5ff3943acc65ddbaef80834bd95e",
+    write_weights=write_variant_weights,
+    notes="tiny-llama + 8x8 images as 4 patch tokens (id 511), deepstack into layers 0 and 1",
 )

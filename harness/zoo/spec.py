@@ -1,0 +1,28 @@
+"""What a zoo model is: a name, a config, a seed, a recorded checksum and a weight writer.
+
+Apart from harness/zoo/__init__.py so the family modules (llama, variants, trained,
+hf_families) can build their specs without importing the package that lists them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    name: str
+    config: dict  # HF config.json contents
+    seed: int
+    sha256: str  # over CHECKPOINT_FILES, see harness.zoo.checkpoint_sha256
+    # writes the weights file: (spec, path) -> None; each model family provides one
+    write_weights: Callable[[ModelSpec, Path], None]
+    # Scale of the output head: a wider logit spread keeps greedy decoding away
+    # from near-ties, which random tiny models are otherwise full of.
+    head_scale: float = 4.0
+    notes: str = ""
+    # Special tokens beyond SPECIAL_TOKENS (e.g. a vision model's image placeholders);
+    # they get the ids right after SPECIAL_TOKENS.
+    extra_special_tokens: tuple[str, ...] = ()
