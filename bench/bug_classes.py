@@ -20,6 +20,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from harness.report.markdown import where_diverged  # noqa: E402
+from harness.rundir import run_meta_path, verdict_files  # noqa: E402
 from harness.verdict import Verdict  # noqa: E402
 
 FAULTS = [None, "pp-buffer-missing-key", "pp-drop-kv-connector-output", "pp-drop-per-layer-inputs",
@@ -49,10 +50,10 @@ def main() -> int:
         cmd = [sys.executable, "-m", "harness", "run", *selection, "--report-dir", str(args.report_dir), "--run-id", run_id]
         subprocess.run(cmd + (["--fault", fault] if fault else []), cwd=ROOT, capture_output=True, text=True)
         run_dir = args.report_dir / run_id
-        for path in sorted((run_dir / "scenarios").glob("*/verdict.json")):
+        for path in verdict_files(run_dir):
             v = Verdict.load(path)
             print(f"| {fault or '(none)'} | `{v.scenario}` | {v.verdict} | {cause(v)} |", flush=True)
-        summary = json.loads((run_dir / "run.json").read_text())
+        summary = json.loads(run_meta_path(run_dir).read_text())
         print(f"| {fault or '(none)'} | *run* | {summary['counts']} | {_explained(run_dir)} |", flush=True)
     return 0
 

@@ -28,6 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from harness import timings  # noqa: E402
 from harness.contract.outputs import EngineOutputs  # noqa: E402
 from harness.judge.compare import compare_outputs, tolerance_for  # noqa: E402
+from harness.rundir import scenario_dir_name  # noqa: E402
 from harness.runner import RunOptions, launch, prepare, run_scenario  # noqa: E402
 from harness.scenario import load_scenarios, select  # noqa: E402
 
@@ -66,7 +67,7 @@ def live_way(scenarios, work: Path) -> tuple[float, dict]:
         t0 = time.monotonic()
         runs = {}
         for label, settings in (("reference", dict(s.suite.golden)), ("setting", s.settings)):
-            out = work / "live" / s.id.replace("/", "__") / label
+            out = work / "live" / scenario_dir_name(s.id) / label
             prepared = prepare(s, settings, out, RunOptions())
             outcome = launch(prepared, out, s, RunOptions())
             if outcome.status != "ok":

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.rundir import new_run_id
+from harness.rundir import new_run_id, scenarios_root
 from harness.scenario import ScenarioError, expand, load_suite
 
 RUN_ID_ENV = "HARNESS_PYTEST_RUN_ID"
@@ -149,7 +149,7 @@ def pytest_sessionfinish(session, exitstatus):
     if hasattr(session.config, "workerinput"):
         return  # workers: the controller writes the report once
     run_dir = _run_dir(session.config)
-    if (run_dir / "scenarios").exists():
+    if scenarios_root(run_dir).exists():
         from harness.report import write_report
         from harness.report.history import history_dir
 

@@ -1,4 +1,13 @@
-"""The directory of one `harness run`: a unique name, claimed by exactly one run.
+"""The directory of one `harness run`: its layout, and a unique name claimed by exactly one run.
+
+The layout (the one place that spells it; reports/README.md describes it for readers):
+
+  <run_dir>/run.json                          the run's plan and metadata
+  <run_dir>/scenarios/<name>/                 one per scenario; <name> is its id, "/" -> "__"
+                             spec.json        the RunSpec the ranks read
+                             verdict.json     the verdict (written by the runner as it goes)
+                             outputs/         what the engine's ranks wrote
+                             logs/            the rank logs
 
 Two runs started in the same second (or two given the same --run-id) must never
 write into one directory: their verdicts would mix and one report would speak for
@@ -17,7 +26,53 @@ import tempfile
 import time
 from pathlib import Path
 
+RUN_META = "run.json"
+SCENARIOS = "scenarios"
+SPEC = "spec.json"
+VERDICT = "verdict.json"
+OUTPUTS = "outputs"
+LOGS = "logs"
+
 CLAIM_ATTEMPTS = 5  # default ids carry a random part: a second clash is all but impossible
+
+
+def scenario_dir_name(scenario_id: str) -> str:
+    """The directory name of a scenario: its id with "/" (suite/case) made "__"."""
+    return scenario_id.replace("/", "__")
+
+
+def scenarios_root(run_dir: Path) -> Path:
+    return Path(run_dir) / SCENARIOS
+
+
+def scenario_dir(run_dir: Path, scenario_id: str) -> Path:
+    """Where one scenario of a run keeps its spec, verdict, outputs and logs."""
+    return scenarios_root(run_dir) / scenario_dir_name(scenario_id)
+
+
+def verdict_path(run_dir: Path, scenario_id: str) -> Path:
+    return scenario_dir(run_dir, scenario_id) / VERDICT
+
+
+def spec_path(run_dir: Path, scenario_id: str) -> Path:
+    return scenario_dir(run_dir, scenario_id) / SPEC
+
+
+def outputs_dir(run_dir: Path, scenario_id: str) -> Path:
+    return scenario_dir(run_dir, scenario_id) / OUTPUTS
+
+
+def logs_dir(run_dir: Path, scenario_id: str) -> Path:
+    return scenario_dir(run_dir, scenario_id) / LOGS
+
+
+def run_meta_path(run_dir: Path) -> Path:
+    return Path(run_dir) / RUN_META
+
+
+def verdict_files(run_dir: Path) -> list[Path]:
+    """The verdict files of a run directory, in name order."""
+    return sorted(scenarios_root(run_dir).glob(f"*/{VERDICT}"))
 
 
 class RunDirTaken(Exception):
@@ -57,7 +112,7 @@ def claim_run_dir(report_dir: Path, run_id: str, meta: dict) -> Path:
                                 "make --report-dir (or $HARNESS_REPORTS_DIR) a writable directory") from None
     if not taken:
         try:
-            fd = os.open(run_dir / "run.json", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            fd = os.open(run_meta_path(run_dir), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         except FileExistsError:
             taken = True
         except OSError as exc:
@@ -68,7 +123,7 @@ def claim_run_dir(report_dir: Path, run_id: str, meta: dict) -> Path:
                           "give another --run-id, or leave it out for a fresh one; remove that directory only if its run is of no use")
     with os.fdopen(fd, "w") as f:
         json.dump({**meta, "run_id": run_id}, f, indent=1)
-    (run_dir / "scenarios").mkdir()
+    scenarios_root(run_dir).mkdir()
     return run_dir
 
 

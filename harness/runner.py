@@ -27,6 +27,7 @@ from harness.judge.contracts import check_pp_contract
 from harness.judge.localize import describe, first_divergence
 from harness.launch import Cluster, LaunchOutcome, run_ranks
 from harness.plan.devices import DevicePool, Lease
+from harness.rundir import LOGS, OUTPUTS, SPEC, VERDICT, scenario_dir
 from harness.scenario import Scenario
 from harness.timings import Stopwatch
 from harness.verdict import FAILED, Verdict
@@ -59,10 +60,6 @@ class Prepared:
     launched_at: float | None = None  # wall clock when the ranks were started (phase marks share it)
 
 
-def scenario_dir(run_dir: Path, scenario_id: str) -> Path:
-    return run_dir / "scenarios" / scenario_id.replace("/", "__")
-
-
 def reproduce_command(scenario: Scenario, opts: RunOptions) -> str:
     extra = "".join(f" --fault {f}" for f in opts.faults)
     return f"make {scenario.id}" if not extra else f"harness run {scenario.id}{extra}"
@@ -85,7 +82,7 @@ def prepare(scenario: Scenario, settings: dict, out_dir: Path, opts: RunOptions,
         dtype=suite.dtype,
         settings=settings,
         workloads=resolved + [e.workload for e in prepared_evals],
-        output_dir=str(out_dir / "outputs"),
+        output_dir=str(out_dir / OUTPUTS),
         faults=list(scenario.faults) + list(opts.faults),
         device=opts.device,
     )
@@ -105,14 +102,14 @@ def prepare(scenario: Scenario, settings: dict, out_dir: Path, opts: RunOptions,
 def launch(prepared: Prepared, out_dir: Path, scenario: Scenario, opts: RunOptions,
            device_env: dict[str, str] | None = None, cluster: Cluster | None = None) -> LaunchOutcome:
     out_dir.mkdir(parents=True, exist_ok=True)
-    spec_path = out_dir / "spec.json"
+    spec_path = out_dir / SPEC
     prepared.spec.save(spec_path)
     plan = prepared.engine.launch_plan(prepared.spec, str(spec_path))
     timeout = opts.timeout_s or scenario.suite.timeout_s
     env = {**scenario.extra_env, **opts.env, **(device_env or {})}  # the lease wins: no shared devices
     shutil.rmtree(Path(prepared.spec.output_dir) / PHASES_DIR, ignore_errors=True)  # marks of this launch only
     prepared.launched_at = time.time()
-    return run_ranks(plan, out_dir / "logs", timeout, env=env, cluster=cluster, cancel=opts.cancel)
+    return run_ranks(plan, out_dir / LOGS, timeout, env=env, cluster=cluster, cancel=opts.cancel)
 
 
 def devices_problem(need: int, opts: RunOptions) -> str | None:
@@ -169,7 +166,7 @@ def run_scenario(scenario: Scenario, run_dir: Path, opts: RunOptions | None = No
     verdict = _apply_expectation(verdict)
     watch.lap("verdict")
     verdict.timings = watch.timings()
-    verdict.save(out_dir / "verdict.json")
+    verdict.save(out_dir / VERDICT)
     return verdict
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from harness.rundir import scenarios_root, verdict_path
 from harness.verdict import Verdict
 
 TOL = "|dlogprob|<=0.0002, KL<=1e-06, top1>=1, near-tie<=0.001"
@@ -49,8 +50,8 @@ def crashed(scenario: str, rank: int = 1) -> Verdict:
 def make_run(base: Path, run_id: str, verdicts: list[Verdict], gate: str | None = "pr", started: float = 1000.0, **meta) -> Path:
     run_dir = Path(base) / run_id
     for v in verdicts:
-        v.save(run_dir / "scenarios" / v.scenario.replace("/", "__") / "verdict.json")
-    (run_dir / "scenarios").mkdir(parents=True, exist_ok=True)
+        v.save(verdict_path(run_dir, v.scenario))
+    scenarios_root(run_dir).mkdir(parents=True, exist_ok=True)
     info = {"run_id": run_id, "gate": gate, "started": started, "finished": started + 60,
             "scenarios": sorted(v.scenario for v in verdicts), "versions": {"torch": "2.13.0", "harness_commit": "abc1234"}, **meta}
     (run_dir / "run.json").write_text(json.dumps(info))

@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 from timing import run_process, scaled
 
+from harness.rundir import outputs_dir, verdict_path
+
 pytestmark = pytest.mark.e2e
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -84,7 +86,7 @@ def run(run_dir: Path, ids: list[str], fault: str | None) -> dict[str, dict]:
     cmd += ["--fault", fault] if fault else []
     result = run_process(cmd, 1200, f"harness run --fault {fault}", cwd=ROOT, capture_output=True, text=True)
     assert result.returncode == (0 if fault is None else 1), result.stdout[-3000:] + result.stderr[-3000:]
-    return {sid: json.loads((run_dir / "scenarios" / sid.replace("/", "__") / "verdict.json").read_text()) for sid in ids}
+    return {sid: json.loads(verdict_path(run_dir, sid).read_text()) for sid in ids}
 
 
 @pytest.mark.parametrize("fault", list(EXPECTED), ids=lambda f: f or "no-fault")
@@ -103,4 +105,4 @@ def test_fault_is_caught_only_where_its_code_runs(fault, tmp_path):
 
 
 def outputs_meta(run_dir: Path, sid: str) -> dict:
-    return json.loads((run_dir / "scenarios" / sid.replace("/", "__") / "outputs" / "outputs.json").read_text())
+    return json.loads((outputs_dir(run_dir, sid) / "outputs.json").read_text())

@@ -16,6 +16,8 @@ import pytest
 from interrupts import sigint_as_from_a_terminal
 from timing import communicate, run_process, scaled, wait_until
 
+from harness.rundir import logs_dir, verdict_files, verdict_path
+
 pytestmark = pytest.mark.e2e
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -58,7 +60,7 @@ def run(root: Path, env: dict, run_id: str, *args: str) -> tuple[subprocess.Comp
 
 
 def verdict_of(run_dir: Path, scenario: str) -> dict:
-    return json.loads((run_dir / "scenarios" / scenario.replace("/", "__") / "verdict.json").read_text())
+    return json.loads(verdict_path(run_dir, scenario).read_text())
 
 
 def survivors(marker: Path) -> list[str]:
@@ -86,7 +88,7 @@ def test_matrix_passes_against_the_golden(demo):
         assert {c["name"] for c in v["checks"]} == {"logits", "greedy"} | boundary
     assert "**OK**" in (run_dir / "summary.md").read_text()
     assert (run_dir / "junit.xml").exists()
-    assert len(list((run_dir / "scenarios" / "demo__tp2-pp2" / "logs").glob("rank*.log"))) == 4
+    assert len(list(logs_dir(run_dir, "demo/tp2-pp2").glob("rank*.log"))) == 4
     assert not survivors(run_dir)
 
 
@@ -131,7 +133,7 @@ def test_ctrl_c_stops_the_ranks_and_still_writes_the_report(demo):
            "--report-dir", str(root / "reports"), "--run-id", "interrupt", "--fault", "rank-hang@0"]
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             preexec_fn=sigint_as_from_a_terminal)
-    log = run_dir / "scenarios" / "demo__tp1-pp1" / "logs" / "rank0.log"
+    log = logs_dir(run_dir, "demo/tp1-pp1") / "rank0.log"
     wait_until(lambda: log.exists() and bool(survivors(run_dir)), 60, "the first rank to start", poll_s=0.2)
     time.sleep(2)
     assert survivors(run_dir), "the rank never started"
@@ -150,7 +152,7 @@ def test_missing_golden_is_an_error_that_says_how_to_make_it(demo, tmp_path):
     assert result.returncode == 1
     v = verdict_of(run_dir, "demo/tp1-pp1")
     assert v["verdict"] == "error" and "harness golden demo" in v["reason"]
-    assert not (run_dir / "scenarios" / "demo__tp1-pp1" / "logs").exists()  # no launch without a golden
+    assert not logs_dir(run_dir, "demo/tp1-pp1").exists()  # no launch without a golden
 
 
 def test_stale_golden_names_what_differs(demo, tmp_path):
@@ -205,7 +207,7 @@ def test_pytest_collects_one_item_per_scenario_and_runs_under_xdist(demo, tmp_pa
     assert result.returncode == 0, result.stdout[-3000:]
     assert "2 passed" in result.stdout
     (run_dir,) = tmp_path.glob("pytest-*")  # both xdist workers wrote into one run directory
-    assert len(list(run_dir.glob("scenarios/*/verdict.json"))) == 2 and (run_dir / "summary.md").exists()
+    assert len(verdict_files(run_dir)) == 2 and (run_dir / "summary.md").exists()
 
 
 def test_bad_scenario_file_is_reported_with_file_and_field(tmp_path):

@@ -20,6 +20,7 @@ import pytest
 
 from harness import golden as goldens
 from harness.evals import check
+from harness.rundir import logs_dir, verdict_path
 from harness.scenario import load_suite
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -48,7 +49,7 @@ def run_pr_gate(scenarios: Path, golden: Path, tmp_path: Path) -> tuple[dict, su
     cmd = [sys.executable, "-m", "harness", "--scenarios", str(scenarios), "run", "--gate", "pr",
            "--report-dir", str(tmp_path / "reports"), "--run-id", "r"]
     result = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
-    verdict = tmp_path / "reports" / "r" / "scenarios" / SCENARIO.replace("/", "__") / "verdict.json"
+    verdict = verdict_path(tmp_path / "reports" / "r", SCENARIO)
     assert verdict.exists(), result.stdout + result.stderr
     return json.loads(verdict.read_text()), result
 
@@ -81,7 +82,7 @@ def test_an_eval_check_that_cannot_fail_is_refused_before_launch(tmp_path):
     assert v["verdict"] == "error", v["reason"]
     assert "eval 'gsm8k' cannot fail on these 16 items" in v["reason"] and "floor" in v["reason"]
     assert "max_differing_responses" in v["reason"] and "out of this gate" in v["reason"]
-    assert not (tmp_path / "reports" / "r" / "scenarios" / "llama-gsm8k__tp1-pp1" / "logs").exists()
+    assert not logs_dir(tmp_path / "reports" / "r", "llama-gsm8k/tp1-pp1").exists()
     assert "cannot fail" in result.stdout
 
 

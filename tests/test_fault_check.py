@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from harness import rundir
 from harness.engines import get_engine
 from harness.scenario import ScenarioError, load_suite
 
@@ -76,9 +77,9 @@ def test_harness_run_with_a_bad_fault_is_an_error_before_launch(tmp_path, fault,
            "--report-dir", str(tmp_path / "reports"), "--run-id", "bad-fault"]
     done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 1, done.stdout + done.stderr
-    scenario_dir = tmp_path / "reports" / "bad-fault" / "scenarios" / "llama-tiny__tp1-pp1"
-    verdict = json.loads((scenario_dir / "verdict.json").read_text())
+    scenario_dir = rundir.scenario_dir(tmp_path / "reports" / "bad-fault", "llama-tiny/tp1-pp1")
+    verdict = json.loads((scenario_dir / rundir.VERDICT).read_text())
     assert verdict["verdict"] == "error" and problem in verdict["reason"], verdict["reason"]
     assert "the reference engine knows" in verdict["reason"]
     assert problem in done.stdout + done.stderr  # on the console too
-    assert not (scenario_dir / "logs").exists()  # no rank was started
+    assert not (scenario_dir / rundir.LOGS).exists()  # no rank was started

@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from harness.rundir import logs_dir, verdict_path
+
 pytestmark = pytest.mark.e2e
 ROOT = Path(__file__).resolve().parent.parent
 SCENARIO = "llama-tiny/tp1-pp1"
@@ -39,7 +41,7 @@ def run_against(golden: Path, tmp_path: Path) -> dict:
     env = {**os.environ, "HARNESS_GOLDEN_DIR": str(golden)}
     cmd = [sys.executable, "-m", "harness", "run", SCENARIO, "--report-dir", str(tmp_path / "reports"), "--run-id", "r"]
     result = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
-    verdict_file = tmp_path / "reports" / "r" / "scenarios" / SCENARIO.replace("/", "__") / "verdict.json"
+    verdict_file = verdict_path(tmp_path / "reports" / "r", SCENARIO)
     assert verdict_file.exists(), result.stdout + result.stderr
     return json.loads(verdict_file.read_text())
 
@@ -54,7 +56,7 @@ def test_a_damaged_golden_is_an_error_naming_the_file(tmp_path, damage):
     assert v["verdict"] == "error", v["reason"]
     assert str(damaged) in v["reason"] and "damaged" in v["reason"], v["reason"]
     assert "git checkout golden/llama-tiny" in v["reason"] and "harness golden llama-tiny" in v["reason"]
-    assert not (tmp_path / "reports" / "r" / "scenarios" / "llama-tiny__tp1-pp1" / "logs").exists()  # no launch
+    assert not logs_dir(tmp_path / "reports" / "r", "llama-tiny/tp1-pp1").exists()  # no launch
 
 
 def test_the_intact_committed_golden_still_passes(tmp_path):

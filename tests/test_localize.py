@@ -17,6 +17,7 @@ from timing import run_process, scaled
 
 from harness.contract.outputs import EngineOutputs
 from harness.judge.localize import EMBEDDING, HIDDEN_RTOL, describe, first_divergence
+from harness.rundir import outputs_dir, verdict_path
 
 ROOT = Path(__file__).resolve().parent.parent
 LAYERS, ROWS, H = 4, 6, 64
@@ -100,7 +101,7 @@ def harness_run(run_dir: Path, ids: list[str], *args: str) -> dict[str, dict]:
     result = run_process(cmd, 300 * (len(ids) + 1), "harness run " + " ".join(ids), check=False, cwd=ROOT,
                          capture_output=True, text=True)
     assert result.returncode in (0, 1), result.stdout[-3000:] + result.stderr[-3000:]
-    return {sid: json.loads((run_dir / "scenarios" / sid.replace("/", "__") / "verdict.json").read_text())
+    return {sid: json.loads(verdict_path(run_dir, sid).read_text())
             for sid in ids}
 
 
@@ -127,7 +128,7 @@ def test_clean_runs_localise_nothing(tmp_path):
     golden = EngineOutputs.load(ROOT / "golden" / "llama-tiny")
     for sid, v in verdicts.items():
         assert v["verdict"] == "pass", v["reason"]
-        outputs = EngineOutputs.load(run_dir / "scenarios" / sid.replace("/", "__") / "outputs")
+        outputs = EngineOutputs.load(outputs_dir(run_dir, sid))
         found = first_divergence(golden, outputs, WORKLOADS)
         assert found["layer"] is None, (sid, found)
         assert found["max_rel_delta"] < HIDDEN_RTOL["float32"] / 5, (sid, found)  # measured: <= 6e-7

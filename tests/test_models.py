@@ -16,6 +16,7 @@ import pytest
 
 from harness import models
 from harness.models import ArchModel, HubModel, ModelError, PathModel
+from harness.rundir import verdict_files, verdict_path
 from harness.scenario import ScenarioError, load_suite
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -174,7 +175,7 @@ def run_suite(tmp_path: Path, suite: str, model: str, env: dict, engine: str = "
     ran = subprocess.run([*base, "run", suite, "--report-dir", str(tmp_path / "reports"), "--run-id", "r"],
                          cwd=ROOT, env=env, capture_output=True, text=True)
     verdicts = {}
-    for path in (tmp_path / "reports" / "r" / "scenarios").glob("*/verdict.json"):
+    for path in verdict_files(tmp_path / "reports" / "r"):
         v = json.loads(path.read_text())
         verdicts[v["scenario"]] = v
     assert ran.returncode == 0, ran.stdout + ran.stderr
@@ -208,7 +209,7 @@ def test_a_local_checkpoint_runs_and_a_golden_of_other_weights_is_refused(tmp_pa
     ran = subprocess.run([sys.executable, "-m", "harness", "--scenarios", str(tmp_path / "scenarios"), "run",
                           "local/tp1-pp1", "--report-dir", str(tmp_path / "reports"), "--run-id", "stale"],
                          cwd=ROOT, env=env, capture_output=True, text=True)
-    verdict = json.loads((tmp_path / "reports" / "stale" / "scenarios" / "local__tp1-pp1" / "verdict.json").read_text())
+    verdict = json.loads(verdict_path(tmp_path / "reports" / "stale", "local/tp1-pp1").read_text())
     assert verdict["verdict"] == "error" and "model_sha256" in json.dumps(verdict), verdict
     assert ran.returncode != 0
 
@@ -311,7 +312,7 @@ def test_an_arch_sweep_runs_each_arch_against_its_own_golden(tmp_path):
                          cwd=ROOT, env=env, capture_output=True, text=True)
     assert ran.returncode == 0, ran.stdout + ran.stderr
     verdicts = {}
-    for path in (tmp_path / "reports" / "r" / "scenarios").glob("*/verdict.json"):
+    for path in verdict_files(tmp_path / "reports" / "r"):
         v = json.loads(path.read_text())
         verdicts[v["scenario"]] = v
     assert {k: v["verdict"] for k, v in verdicts.items() if "qwen3" not in k} == {

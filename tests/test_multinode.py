@@ -19,6 +19,7 @@ import yaml
 from timing import run_process, scaled
 
 from harness.contract.outputs import EngineOutputs
+from harness.rundir import OUTPUTS, VERDICT, scenario_dir
 from tests.test_e2e import survivors
 
 pytestmark = [
@@ -74,7 +75,7 @@ def harness_run(reports: Path, run_id: str, *args: str) -> tuple[subprocess.Comp
            "--timeout", f"{scaled(300):.0f}", *args]
     env = {**os.environ, "HARNESS_DEVICE_LOCK_DIR": str(reports / "locks")}
     result = run_process(cmd, 900, f"harness run {SCENARIO} ({run_id})", cwd=ROOT, env=env, capture_output=True, text=True)
-    return result, reports / run_id / "scenarios" / SCENARIO.replace("/", "__")
+    return result, scenario_dir(reports / run_id, SCENARIO)
 
 
 def test_tp2_pp2_over_two_namespaces_matches_the_single_node_run(two_hosts, tmp_path):
@@ -85,10 +86,10 @@ def test_tp2_pp2_over_two_namespaces_matches_the_single_node_run(two_hosts, tmp_
     single, single_dir = harness_run(tmp_path, "single", "--devices", "4")
     assert multi.returncode == 0, multi.stdout[-3000:] + multi.stderr[-3000:]
     assert single.returncode == 0, single.stdout[-3000:] + single.stderr[-3000:]
-    v_multi, v_single = (json.loads((d / "verdict.json").read_text()) for d in (multi_dir, single_dir))
+    v_multi, v_single = (json.loads((d / VERDICT).read_text()) for d in (multi_dir, single_dir))
     assert v_multi["verdict"] == v_single["verdict"] == "pass", v_multi["reason"]
     assert [c["summary"] for c in v_multi["checks"]] == [c["summary"] for c in v_single["checks"]]
-    out_multi, out_single = (EngineOutputs.load(d / "outputs") for d in (multi_dir, single_dir))
+    out_multi, out_single = (EngineOutputs.load(d / OUTPUTS) for d in (multi_dir, single_dir))
     assert out_multi.tensors.keys() == out_single.tensors.keys() and out_single.tensors
     for key, tensor in out_single.tensors.items():  # gloo sums two shards: bit-identical, not just close
         assert tensor.dtype == out_multi.tensors[key].dtype and torch.equal(tensor, out_multi.tensors[key]), key
@@ -99,7 +100,7 @@ def test_tp2_pp2_over_two_namespaces_matches_the_single_node_run(two_hosts, tmp_
 def test_a_crash_on_the_second_host_names_the_rank_and_leaves_nothing(two_hosts, tmp_path):
     result, run_dir = harness_run(tmp_path, "crash", "--devices", "2", "--nodes", str(two_hosts), "--fault", "rank-raise@3")
     assert result.returncode == 1, result.stdout[-3000:] + result.stderr[-3000:]
-    v = json.loads((run_dir / "verdict.json").read_text())
+    v = json.loads((run_dir / VERDICT).read_text())
     assert v["verdict"] == "crash" and v["crash"]["rank"] == 3, v["reason"]
     assert "injected failure on rank 3" in v["crash"]["traceback"]
     assert not survivors(tmp_path / "crash")
@@ -108,7 +109,7 @@ def test_a_crash_on_the_second_host_names_the_rank_and_leaves_nothing(two_hosts,
 def test_without_nodes_a_scenario_bigger_than_the_machine_is_unsupported(tmp_path):
     result, run_dir = harness_run(tmp_path, "small", "--devices", "2")
     assert result.returncode == 0, result.stderr
-    v = json.loads((run_dir / "verdict.json").read_text())
+    v = json.loads((run_dir / VERDICT).read_text())
     assert v["verdict"] == "unsupported"
     assert "needs 4 devices, this machine has 2" in v["reason"] and "--nodes" in v["reason"]
 

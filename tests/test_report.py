@@ -8,7 +8,7 @@ from harness.verdict import Verdict
 
 
 def save(run_dir, v: Verdict):
-    v.save(run_dir / "scenarios" / v.scenario.replace("/", "__") / "verdict.json")
+    v.save(verdict_path(run_dir, v.scenario))
 
 
 def test_report_files_and_expectations(tmp_path):
@@ -51,6 +51,7 @@ from report_helpers import crashed, failing, make_run, passing  # noqa: E402
 
 from harness.report.html import scenario_section, write_html  # noqa: E402
 from harness.report.run import build_report  # noqa: E402
+from harness.rundir import verdict_path  # noqa: E402
 
 
 def test_pr_comment_puts_regressions_first_with_how_to_reproduce(tmp_path):

@@ -7,6 +7,7 @@ import pytest
 from report_helpers import crashed, failing, make_run, passing
 
 from harness.cli import main
+from harness.rundir import verdict_files
 
 UNSHARDED = [passing("s/tp1-pp1"), failing("s/tp2-pp1"), passing("s/tp1-pp2"), crashed("s/tp2-pp2")]
 
@@ -14,7 +15,7 @@ UNSHARDED = [passing("s/tp1-pp1"), failing("s/tp2-pp1"), passing("s/tp1-pp2"), c
 def verdict_rows(run_dir):
     """Every verdict, without what depends on where the run directory lives."""
     rows = {}
-    for path in sorted((run_dir / "scenarios").glob("*/verdict.json")):
+    for path in verdict_files(run_dir):
         v = json.loads(path.read_text())
         v.pop("logs", None)
         rows[v["scenario"]] = v

@@ -14,6 +14,8 @@ from pathlib import Path
 import pytest
 from timing import run_process, scaled
 
+from harness.rundir import verdict_files
+
 pytestmark = pytest.mark.e2e
 ROOT = Path(__file__).resolve().parent.parent
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -83,7 +85,7 @@ def test_two_real_shards_merge_into_the_report_of_the_unsharded_run(runs):
 
     def rows(run_dir: Path) -> dict:
         found = {}
-        for path in (run_dir / "scenarios").glob("*/verdict.json"):
+        for path in verdict_files(run_dir):
             v = json.loads(path.read_text())
             found[v["scenario"]] = (v["verdict"], v["as_expected"], [(c["name"], c["passed"], c["metrics"]) for c in v["checks"]])
         return found

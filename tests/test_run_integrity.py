@@ -21,10 +21,11 @@ from interrupts import sigint_as_from_a_terminal
 from report_helpers import failing, make_run, passing
 
 import harness
-from harness import exit_codes
+from harness import exit_codes, rundir
 from harness.cli import harness_versions, main
 from harness.plan.devices import DevicePool, default_lock_dir
 from harness.report.history import load_history
+from harness.rundir import verdict_files
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -91,6 +92,21 @@ def test_a_run_refuses_the_directory_another_run_owns(cheap):
     assert "already in use" in second.stderr and "--run-id" in second.stderr and "Traceback" not in second.stderr
     after = {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()}
     assert after == before  # the first run's results are untouched
+
+
+def test_the_layout_of_a_run_directory(tmp_path):
+    """harness/rundir.py spells the layout; everything else (runner, reports, tests) asks it."""
+    run_dir = rundir.claim_run_dir(tmp_path, "r", {"scenarios": ["suite/tp1-pp2"]})
+    assert rundir.run_meta_path(run_dir) == run_dir / "run.json" and rundir.run_meta_path(run_dir).is_file()
+    assert rundir.scenarios_root(run_dir).is_dir()
+    where = run_dir / "scenarios" / "suite__tp1-pp2"
+    assert rundir.scenario_dir(run_dir, "suite/tp1-pp2") == where
+    assert (rundir.verdict_path(run_dir, "suite/tp1-pp2"), rundir.spec_path(run_dir, "suite/tp1-pp2"),
+            rundir.outputs_dir(run_dir, "suite/tp1-pp2"), rundir.logs_dir(run_dir, "suite/tp1-pp2")) == (
+        where / "verdict.json", where / "spec.json", where / "outputs", where / "logs")
+    rundir.verdict_path(run_dir, "suite/tp1-pp2").parent.mkdir()
+    rundir.verdict_path(run_dir, "suite/tp1-pp2").write_text("{}")
+    assert rundir.verdict_files(run_dir) == [where / "verdict.json"]
 
 
 def test_of_runs_racing_for_one_run_id_exactly_one_gets_it(tmp_path):
@@ -161,12 +177,12 @@ def test_a_harness_killed_after_one_scenario_leaves_an_incomplete_run(tmp_path):
            "--devices", "2", "--report-dir", str(reports), "--run-id", "killed"]
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        while proc.poll() is None and len(list(run_dir.glob("scenarios/*/verdict.json"))) < 1:
+        while proc.poll() is None and len(verdict_files(run_dir)) < 1:
             time.sleep(0.05)
     finally:
         proc.kill()
         proc.wait()
-    ended = [json.loads(p.read_text())["scenario"] for p in run_dir.glob("scenarios/*/verdict.json")]
+    ended = [json.loads(p.read_text())["scenario"] for p in verdict_files(run_dir)]
     assert len(ended) == 1, f"the harness was to be killed after one scenario, {ended} ended"
     result = harness_cli("report", str(run_dir))
     assert result.returncode == exit_codes.INCOMPLETE, result.stdout + result.stderr

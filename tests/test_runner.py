@@ -2,6 +2,7 @@
 installed is a harness `error` that says how to install it; settings the engine cannot
 run are `unsupported` with the engine's reason, never silently skipped."""
 
+from harness.rundir import logs_dir, verdict_path
 from harness.runner import run_scenario
 from harness.scenario import load_scenarios
 
@@ -25,7 +26,7 @@ def test_unknown_engine_is_an_error_naming_the_known_ones(tmp_path):
     v = run_scenario(scenarios(tmp_path, engine="nosuch")["tp1"], tmp_path / "run")
     assert v.verdict == "error" and not v.as_expected
     assert "unknown engine 'nosuch'" in v.reason and "reference" in v.reason
-    assert (tmp_path / "run" / "scenarios" / "demo__tp1" / "verdict.json").exists()
+    assert verdict_path(tmp_path / "run", "demo/tp1").exists()
 
 
 def test_unsupported_settings_give_the_engines_reason_without_launching(tmp_path):
@@ -35,7 +36,7 @@ def test_unsupported_settings_give_the_engines_reason_without_launching(tmp_path
     assert "num_attention_heads=4 is not divisible by tp=3" in v.reason
     v = run_scenario(by_name["tp1-sp"], tmp_path / "run")
     assert v.verdict == "unsupported" and "needs tp >= 2" in v.reason
-    assert not (tmp_path / "run" / "scenarios" / "demo__tp1-sp" / "logs").exists()
+    assert not logs_dir(tmp_path / "run", "demo/tp1-sp").exists()
 
 
 def test_a_golden_made_for_something_else_says_what_differs_and_what_to_do_in_one_line(tmp_path, monkeypatch):
@@ -61,4 +62,4 @@ def test_a_golden_made_for_something_else_says_what_differs_and_what_to_do_in_on
     assert "harness golden llama-tiny" in head
     assert "model_sha256 golden '01234567..' run " in head
     assert "dtype golden 'bfloat16' run 'float32'" in head
-    assert not (tmp_path / "run" / "scenarios" / "llama-tiny__tp1-pp1" / "logs").exists()
+    assert not logs_dir(tmp_path / "run", "llama-tiny/tp1-pp1").exists()

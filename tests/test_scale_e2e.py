@@ -18,6 +18,7 @@ from interrupts import sigint_as_from_a_terminal
 from timing import communicate, run_process, wait_until
 
 from harness.plan.devices import overlapping_leases, read_lease_log
+from harness.rundir import logs_dir, verdict_files
 from tests.test_e2e import survivors
 
 pytestmark = pytest.mark.e2e
@@ -39,7 +40,7 @@ def harness(env, *args, timeout=600) -> subprocess.CompletedProcess:
 
 
 def verdicts(run_dir: Path) -> dict[str, str]:
-    found = (json.loads(p.read_text()) for p in run_dir.glob("scenarios/*/verdict.json"))
+    found = (json.loads(p.read_text()) for p in verdict_files(run_dir))
     return {v["scenario"]: v["verdict"] for v in found}
 
 
@@ -129,7 +130,7 @@ def test_ctrl_c_with_two_jobs_stops_both_runs_and_frees_the_slots(tmp_path, env)
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             preexec_fn=sigint_as_from_a_terminal)
     try:
-        logs = [run_dir / "scenarios" / d / "logs" / "rank0.log" for d in ("llama-tiny__tp1-pp1", "llama-tiny__tp2-pp1")]
+        logs = [logs_dir(run_dir, sid) / "rank0.log" for sid in ("llama-tiny/tp1-pp1", "llama-tiny/tp2-pp1")]
         def both_started() -> bool:
             assert proc.poll() is None, proc.stdout.read()
             return all(log.exists() for log in logs) and len(survivors(run_dir)) >= 3

@@ -23,6 +23,7 @@ from harness.plan.schedule import (
     recorded_durations,
     split_shards,
 )
+from harness.rundir import VERDICT, scenarios_root, verdict_path
 from harness.runner import RunOptions
 from harness.scenario import ScenarioError, load_scenarios
 from harness.session import Progress, _run_packed
@@ -55,11 +56,11 @@ def test_cost_is_devices_times_recorded_or_fallback_duration(tmp_path):
 
 def test_recorded_durations_take_the_newest_verdict(tmp_path):
     for run, seconds, mtime in (("old", 9.0, 1000), ("new", 4.0, 2000)):
-        path = tmp_path / run / "scenarios" / "big__tp1-pp1" / "verdict.json"
+        path = verdict_path(tmp_path / run, "big/tp1-pp1")
         path.parent.mkdir(parents=True)
         path.write_text(json.dumps({"scenario": "big/tp1-pp1", "duration_s": seconds}))
         os.utime(path, (mtime, mtime))
-    broken = tmp_path / "x" / "scenarios" / "y" / "verdict.json"
+    broken = scenarios_root(tmp_path / "x") / "y" / VERDICT
     broken.parent.mkdir(parents=True)
     broken.write_text("{not json")
     assert recorded_durations(tmp_path) == {"big/tp1-pp1": 4.0}

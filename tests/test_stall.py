@@ -28,6 +28,7 @@ from harness.launch.stall import (
     stall_window_s,
     tree_activity,
 )
+from harness.rundir import verdict_path
 
 ROOT = Path(__file__).resolve().parent.parent
 HEARTBEAT_RANKS = Path(__file__).parent / "ranks" / "heartbeat.py"
@@ -243,7 +244,7 @@ def test_reference_engine_hang_is_declared_by_the_stall_detector(tmp_path):
            "--timeout", "600", "--report-dir", str(tmp_path / "reports"), "--run-id", "hang"]
     result = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=400)
     assert result.returncode == 1, result.stdout + result.stderr
-    verdict_file = tmp_path / "reports" / "hang" / "scenarios" / "llama-tiny__tp2-pp1" / "verdict.json"
+    verdict_file = verdict_path(tmp_path / "reports" / "hang", "llama-tiny/tp2-pp1")
     v = json.loads(verdict_file.read_text())
     assert v["verdict"] == "hang", v["reason"]
     assert "declared by the stall detector" in v["reason"] and "rank 1 idle outside one" in v["reason"], v["reason"]

@@ -9,6 +9,7 @@ import pytest
 from harness import timings
 from harness.contract.phases import PhaseMarks, rank_breakdown, read_marks
 from harness.report import write_report
+from harness.rundir import outputs_dir, verdict_path
 from harness.verdict import Verdict
 from tests.report_helpers import make_run, passing
 
@@ -109,9 +110,9 @@ def test_a_real_scenario_records_every_phase_in_its_verdict(tmp_path):
     # the phases partition the scenario: together no longer than its wall time
     assert sum(phases.values()) <= v.duration_s + 0.05
     assert v.timings["engine_s"] == pytest.approx(sum(phases[p] for p in timings.ENGINE_PHASES if p in phases), abs=1e-2)
-    saved = Verdict.load(tmp_path / "run" / "scenarios" / "llama-tiny__tp2-pp1" / "verdict.json")
+    saved = Verdict.load(verdict_path(tmp_path / "run", "llama-tiny/tp2-pp1"))
     assert saved.timings == v.timings
-    marks = read_marks(tmp_path / "run" / "scenarios" / "llama-tiny__tp2-pp1" / "outputs")
+    marks = read_marks(outputs_dir(tmp_path / "run", "llama-tiny/tp2-pp1"))
     assert sorted(marks) == [0, 1] and all(t >= before for m in marks.values() for _, t in m)
 
 

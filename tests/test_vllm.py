@@ -14,6 +14,8 @@ from pathlib import Path
 import pytest
 from timing import run_process
 
+from harness.rundir import verdict_path
+
 ROOT = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.skipif(not os.environ.get("HARNESS_TEST_VLLM"), reason="real vLLM engine starts: run `make test-vllm`")
 
@@ -25,7 +27,7 @@ def run(tmp_path: Path, scenarios: Path, *args: str) -> tuple[subprocess.Complet
 
 
 def verdict(run_dir: Path, sid: str) -> dict:
-    return json.loads((run_dir / "scenarios" / sid.replace("/", "__") / "verdict.json").read_text())
+    return json.loads(verdict_path(run_dir, sid).read_text())
 
 
 def survivors(run_dir: Path) -> list[int]:

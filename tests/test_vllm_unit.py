@@ -17,6 +17,7 @@ from harness.engines import EngineUnavailable, get_engine
 from harness.engines.vllm import cpu_binding
 from harness.engines.vllm.crash import root_cause
 from harness.launch import RankFailure
+from harness.rundir import logs_dir
 
 ROOT = Path(__file__).resolve().parent.parent
 W1 = "(Worker_PP1 pid=27010) ERROR 11-21 06:11:21 [multiproc_executor.py:1063] "
@@ -142,4 +143,4 @@ def test_scenario_without_vllm_installed_is_an_error_verdict(monkeypatch, tmp_pa
     (scenario,) = select(load_scenarios([ROOT / "scenarios" / "vllm-llama.yaml"]), ["vllm-llama/tp1-pp1"])
     v = run_scenario(scenario, tmp_path / "run")
     assert v.verdict == "error" and "make install-vllm" in v.reason, v.reason
-    assert not (tmp_path / "run" / "scenarios" / "vllm-llama__tp1-pp1" / "logs").exists()  # nothing launched
+    assert not logs_dir(tmp_path / "run", "vllm-llama/tp1-pp1").exists()  # nothing launched

@@ -22,6 +22,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness.rundir import SCENARIOS, VERDICT
 from harness.scenario import Scenario, ScenarioError
 
 FALLBACK_S = 10.0  # the duration of a scenario never measured
@@ -31,7 +32,7 @@ SHARD = re.compile(r"^(\d+)/(\d+)$")
 def recorded_durations(reports_dir: Path) -> dict[str, float]:
     """The newest measured duration of every scenario that has a verdict under reports_dir."""
     newest: dict[str, tuple[float, float]] = {}  # id -> (mtime, seconds)
-    for path in Path(reports_dir).glob("*/scenarios/*/verdict.json"):
+    for path in Path(reports_dir).glob(f"*/{SCENARIOS}/*/{VERDICT}"):
         try:
             verdict = json.loads(path.read_text())
             mtime = path.stat().st_mtime

@@ -28,6 +28,7 @@ from pathlib import Path
 from harness.report.junit import write_junit
 from harness.report.markdown import write_markdown, write_pr_comment
 from harness.report.run import build_report, collect_verdicts, run_started
+from harness.rundir import run_meta_path
 
 __all__ = ["collect_verdicts", "write_report"]
 
@@ -42,7 +43,7 @@ def write_report(run_dir: Path, meta: dict | None = None, history_dir: Path | No
 
     started = time.monotonic()
     run_dir = Path(run_dir)
-    meta_path = run_dir / "run.json"
+    meta_path = run_meta_path(run_dir)
     old = json.loads(meta_path.read_text()) if meta_path.exists() else {}
     meta = {**old, **(meta or {})}
     meta.setdefault("run_id", run_dir.name)

@@ -29,6 +29,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from harness.rundir import spec_path
 from harness.verdict import Verdict
 
 METRIC_PREFIX = "metric."
@@ -63,7 +64,7 @@ def verdict_metrics(v: Verdict) -> dict[str, float]:
 def _engine_of(run_dir: Path, v: Verdict) -> str:
     if v.versions.get("engine"):
         return v.versions["engine"]
-    spec = run_dir / "scenarios" / v.scenario.replace("/", "__") / "spec.json"
+    spec = spec_path(run_dir, v.scenario)
     try:
         return json.loads(spec.read_text()).get("engine", "")
     except (OSError, ValueError):

@@ -17,6 +17,7 @@ from harness.report.history import run_rows
 from harness.report.markdown import diff_markdown
 from harness.report.regressions import compare_with_history
 from harness.report.run import collect_verdicts, run_started
+from harness.rundir import OUTPUTS, run_meta_path, scenarios_root, verdict_files
 
 
 class ReportError(Exception):
@@ -27,9 +28,9 @@ def read_run(run_dir: Path) -> dict:
     """run.json of a run directory (with run_id and started filled in)."""
     run_dir = Path(run_dir)
     # run.json alone is a run too: one interrupted before its first scenario started
-    if not (run_dir / "scenarios").is_dir() and not (run_dir / "run.json").is_file():
+    if not scenarios_root(run_dir).is_dir() and not run_meta_path(run_dir).is_file():
         raise ReportError(f"{run_dir} is not a run directory (it has neither run.json nor scenarios/; run directories are reports/<run-id>/)")
-    meta_path = run_dir / "run.json"
+    meta_path = run_meta_path(run_dir)
     meta = json.loads(meta_path.read_text()) if meta_path.exists() else {}
     meta.setdefault("run_id", run_dir.name)
     meta["started"] = run_started(run_dir, meta)
@@ -65,19 +66,19 @@ def merge_runs(sources: list[Path], out: Path) -> dict:
         raise ReportError("--merge needs at least two run directories")
     metas = [read_run(s) for s in sources]
     out = Path(out)
-    if (out / "scenarios").exists():
+    if scenarios_root(out).exists():
         raise ReportError(f"{out} already holds a run; merge into a new directory")
     owner: dict[str, Path] = {}
     for source in sources:
-        for scenario in sorted(Path(source).glob("scenarios/*/verdict.json")):
+        for scenario in verdict_files(source):
             name = scenario.parent.name
             if name in owner:
                 raise ReportError(f"scenario {name.replace('__', '/')} is in both {owner[name]} and {source}; shards of one run never overlap")
             owner[name] = Path(source)
     for name, source in owner.items():
-        shutil.copytree(source / "scenarios" / name, out / "scenarios" / name, ignore=shutil.ignore_patterns("outputs"))
+        shutil.copytree(scenarios_root(source) / name, scenarios_root(out) / name, ignore=shutil.ignore_patterns(OUTPUTS))
     meta = merged_meta(metas, out.name)
-    (out / "run.json").write_text(json.dumps(meta, indent=1))
+    run_meta_path(out).write_text(json.dumps(meta, indent=1))
     return meta
 
 

@@ -10,11 +10,12 @@ import pandas as pd
 
 from harness.report import history as hist
 from harness.report.regressions import Comparison, compare_with_history
+from harness.rundir import verdict_files
 from harness.verdict import Verdict
 
 
 def collect_verdicts(run_dir: Path) -> list[Verdict]:
-    return [Verdict.load(p) for p in sorted((Path(run_dir) / "scenarios").glob("*/verdict.json"))]
+    return [Verdict.load(p) for p in verdict_files(run_dir)]
 
 
 def run_started(run_dir: Path, meta: dict) -> float:
@@ -22,7 +23,7 @@ def run_started(run_dir: Path, meta: dict) -> float:
     (a run directory written by something that did not record it)."""
     if meta.get("started"):
         return float(meta["started"])
-    stamps = [p.stat().st_mtime for p in Path(run_dir).glob("scenarios/*/verdict.json")]
+    stamps = [p.stat().st_mtime for p in verdict_files(run_dir)]
     return min(stamps) if stamps else Path(run_dir).stat().st_mtime
 
 
