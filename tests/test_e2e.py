@@ -171,19 +171,22 @@ def test_stale_golden_names_what_differs(demo, tmp_path):
 
 
 def test_expected_failure_and_unexpected_pass(demo, tmp_path):
+    """The fault goes on the command line of the run that needs it: a suite-wide rank
+    fault aimed at a rank a one-rank scenario lacks is refused as an input error."""
     root, env = demo
     scen = tmp_path / "scenarios"
     scen.mkdir()
     (scen / "demo.yaml").write_text(
         DEMO
-        + "faults: [rank-raise@1]\n"
         + "expected_failures:\n  - {match: {tp: 2, pp: 1, sp: false}, reason: 'known bug: rank 1 raises'}\n"
         + "  - {match: {tp: 1, pp: 1}, reason: 'marked broken, but it is fixed'}\n"
     )
-    result = harness(tmp_path, env, "run", "demo/tp2-pp1", "demo/tp1-pp1", "--report-dir", str(tmp_path / "r"), "--run-id", "x")
-    run_dir = tmp_path / "r" / "x"
-    xfail, fixed = verdict_of(run_dir, "demo/tp2-pp1"), verdict_of(run_dir, "demo/tp1-pp1")
+    broken = harness(tmp_path, env, "run", "demo/tp2-pp1", "--fault", "rank-raise@1",
+                     "--report-dir", str(tmp_path / "r"), "--run-id", "x")
+    result = harness(tmp_path, env, "run", "demo/tp1-pp1", "--report-dir", str(tmp_path / "r"), "--run-id", "y")
+    xfail, fixed = verdict_of(tmp_path / "r" / "x", "demo/tp2-pp1"), verdict_of(tmp_path / "r" / "y", "demo/tp1-pp1")
     assert xfail["verdict"] == "expected-failure" and xfail["observed"] == "crash" and xfail["as_expected"]
+    assert broken.returncode == 0, broken.stdout + broken.stderr
     assert fixed["verdict"] == "pass" and not fixed["as_expected"]  # a fixed bug is noticed
     assert result.returncode == 1 and "demo/tp1-pp1" in result.stderr
 
