@@ -24,13 +24,14 @@ from harness.engines import EngineUnavailable, get_engine
 from harness.evals import check as evals
 from harness.judge.compare import compare_outputs, tolerance_for
 from harness.judge.contracts import check_pp_contract
+from harness.judge.expectations import judge as expectations_judge
 from harness.judge.localize import describe, first_divergence
 from harness.launch import Cluster, LaunchOutcome, run_ranks
 from harness.plan.devices import DevicePool, Lease
 from harness.rundir import LOGS, OUTPUTS, SPEC, VERDICT, scenario_dir
 from harness.scenario import Scenario
 from harness.timings import Stopwatch
-from harness.verdict import FAILED, Verdict
+from harness.verdict import Verdict
 
 
 @dataclass
@@ -163,7 +164,7 @@ def run_scenario(scenario: Scenario, run_dir: Path, opts: RunOptions | None = No
     verdict.duration_s = round(time.monotonic() - start, 2)
     verdict.expected_failure = scenario.expected_failure
     verdict.reproduce = reproduce_command(scenario, opts)
-    verdict = _apply_expectation(verdict)
+    verdict = _apply_expectation(verdict, scenario.expectations)
     watch.lap("verdict")
     verdict.timings = watch.timings()
     verdict.save(out_dir / VERDICT)
@@ -261,12 +262,10 @@ def _read(path: str) -> str:
         return ""
 
 
-def _apply_expectation(verdict: Verdict) -> Verdict:
-    if verdict.expected_failure and verdict.verdict in FAILED:
-        verdict.observed = verdict.verdict
-        verdict.verdict = "expected-failure"
-        verdict.reason = f"{verdict.observed} as expected ({verdict.expected_failure}): {verdict.reason}"
-    return verdict
+def _apply_expectation(verdict: Verdict, expectations: tuple = ()) -> Verdict:
+    """expected-failure only for the failure the scenario file describes, on the engine
+    versions it names (harness/judge/expectations.py)."""
+    return expectations_judge(verdict, expectations)
 
 
 class GoldenUnsupported(RuntimeError):
