@@ -215,7 +215,8 @@ def _from_outcome(scenario: Scenario, outcome: LaunchOutcome, golden: EngineOutp
     if outcome.status == "crash":
         f = prepared.engine.refine_crash(outcome.failure, _read(outcome.failure.log))
         what = f.exception or (f"killed by {f.signal}" if f.signal else f"exit code {f.exitcode}")
-        return Verdict(scenario.id, "crash", f"rank {f.rank} crashed: {what}", crash=asdict(f), logs=logs)
+        where = f" at {_short_frame(f.frame)}" if getattr(f, "frame", None) else ""
+        return Verdict(scenario.id, "crash", f"rank {f.rank} crashed: {what}{where}", crash=asdict(f), logs=logs)
     if outcome.status == "hang":
         where = "; ".join(f"rank {r} at {loc}" for r, loc in sorted(outcome.stuck_at.items()))
         return Verdict(
@@ -253,6 +254,12 @@ def _from_outcome(scenario: Scenario, outcome: LaunchOutcome, golden: EngineOutp
         logs=logs,
         localization=localization,
     )
+
+
+def _short_frame(frame: str) -> str:
+    """`engines/reference/model.py:323 in forward`: a frame's last three path parts."""
+    path, sep, rest = frame.rpartition(":")
+    return "/".join(Path(path).parts[-3:]) + sep + rest if sep else frame
 
 
 def _read(path: str) -> str:
