@@ -223,3 +223,17 @@ def test_reference_engine_crash_under_compile_names_the_key_and_the_line(tmp_pat
     assert v["crash"]["exception"] == "KeyError: 'residual'", v["reason"]
     assert v["crash"]["frame"] == f"{root}/harness/engines/reference/parallel.py:{line} in recv_tensor_dict", v["crash"]
     assert v["reason"].endswith(f"at engines/reference/parallel.py:{line} in recv_tensor_dict"), v["reason"]
+
+
+def test_vllm_log_a_wrapped_worker_error_keeps_its_place_before_a_later_workers_error():
+    w0 = "(Worker_PP0 pid=27009) ERROR 11-21 06:11:22 [multiproc_executor.py:1063] "
+    log = "\n".join([
+        W1 + "Traceback (most recent call last):",
+        W1 + f'  File "{TORCH}/_dynamo/eval_frame.py", line 1177, in compile_wrapper',
+        *(W1 + line for line in UNSUPPORTED_213.replace("Observed exception", "torch._dynamo.exc.Unsupported: Observed exception", 1).splitlines()),
+        w0 + "Traceback (most recent call last):",
+        w0 + '  File "/venv/vllm/distributed/parallel_state.py", line 900, in recv',
+        w0 + "RuntimeError: Connection closed by peer",
+    ])
+    cause = root_cause(log)
+    assert cause.process == "Worker_PP1" and cause.exception == "KeyError: 'residual'"

@@ -69,7 +69,8 @@ def _tracebacks(log_text: str) -> list[ProcessError]:
     found: dict[str, ProcessError] = {}
     open_blocks: dict[str, list[str]] = {}
     wrapped: dict[str, tuple[int, str, int]] = {}  # proc -> (pid, wrapper line, lines read since)
-    for proc, pid, msg in _prefixed_lines(log_text):
+    order: dict[str, int] = {}  # proc -> where its exception line was: log order, also for a wrapper read on
+    for index, (proc, pid, msg) in enumerate(_prefixed_lines(log_text)):
         if proc in found:
             continue
         if proc in wrapped:
@@ -93,6 +94,7 @@ def _tracebacks(log_text: str) -> list[ProcessError]:
         block.append(msg)
         m = EXCEPTION_LINE.match(msg) or WRAPPER_LINE.match(msg)
         if m and not msg.startswith(" "):
+            order[proc] = index
             if WRAPPER_LINE.match(msg.strip()):
                 wrapped[proc] = (pid, msg.strip(), 0)
                 continue
@@ -100,7 +102,7 @@ def _tracebacks(log_text: str) -> list[ProcessError]:
             del open_blocks[proc]
     for proc, (pid, line, _) in wrapped.items():  # the log ended inside a wrapper's message
         found.setdefault(proc, _error(proc, pid, line, open_blocks[proc]))
-    return list(found.values())
+    return sorted(found.values(), key=lambda e: order[e.process])
 
 
 def _error(proc: str, pid: int, exception_line: str, block: list[str]) -> ProcessError:
