@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 from harness import exit_codes
+from harness.judge.expectations import describe as describe_expectation
 from harness.plan.devices import DeviceError
 from harness.plan.nodes import NodesError
 from harness.rundir import (
@@ -144,7 +145,9 @@ def cmd_list(args, scenarios) -> int:
         if args.ids_only:
             print(s.id)
         else:
-            notes = f"  (expected failure: {s.expected_failure})" if s.expected_failure else ""
+            notes = "".join(f"  (expected failure: {describe_expectation(x)}: {x.reason})" for x in s.expectations)
+            if s.expected_failure and not s.expectations:
+                notes = f"  (expected failure: {s.expected_failure})"
             print(f"{s.id:40s} gates={','.join(sorted(s.gates)) or '-'}{notes}")
     return 0
 

@@ -24,13 +24,14 @@ from harness.engines import EngineUnavailable, get_engine
 from harness.evals import check as evals
 from harness.judge.compare import compare_outputs, tolerance_for
 from harness.judge.contracts import check_pp_contract
+from harness.judge.expectations import judge as expectations_judge
 from harness.judge.localize import describe, first_divergence
 from harness.launch import Cluster, LaunchOutcome, run_ranks
 from harness.plan.devices import DevicePool, Lease
 from harness.rundir import LOGS, OUTPUTS, SPEC, VERDICT, scenario_dir
 from harness.scenario import Scenario
 from harness.timings import Stopwatch
-from harness.verdict import FAILED, Verdict
+from harness.verdict import Verdict
 
 
 @dataclass
@@ -163,7 +164,7 @@ def run_scenario(scenario: Scenario, run_dir: Path, opts: RunOptions | None = No
     verdict.duration_s = round(time.monotonic() - start, 2)
     verdict.expected_failure = scenario.expected_failure
     verdict.reproduce = reproduce_command(scenario, opts)
-    verdict = _apply_expectation(verdict)
+    verdict = _apply_expectation(verdict, scenario.expectations)
     watch.lap("verdict")
     verdict.timings = watch.timings()
     verdict.save(out_dir / VERDICT)
@@ -214,7 +215,8 @@ def _from_outcome(scenario: Scenario, outcome: LaunchOutcome, golden: EngineOutp
     if outcome.status == "crash":
         f = prepared.engine.refine_crash(outcome.failure, _read(outcome.failure.log))
         what = f.exception or (f"killed by {f.signal}" if f.signal else f"exit code {f.exitcode}")
-        return Verdict(scenario.id, "crash", f"rank {f.rank} crashed: {what}", crash=asdict(f), logs=logs)
+        where = f" at {_short_frame(f.frame)}" if getattr(f, "frame", None) else ""
+        return Verdict(scenario.id, "crash", f"rank {f.rank} crashed: {what}{where}", crash=asdict(f), logs=logs)
     if outcome.status == "hang":
         where = "; ".join(f"rank {r} at {loc}" for r, loc in sorted(outcome.stuck_at.items()))
         return Verdict(
@@ -254,6 +256,12 @@ def _from_outcome(scenario: Scenario, outcome: LaunchOutcome, golden: EngineOutp
     )
 
 
+def _short_frame(frame: str) -> str:
+    """`engines/reference/model.py:323 in forward`: a frame's last three path parts."""
+    path, sep, rest = frame.rpartition(":")
+    return "/".join(Path(path).parts[-3:]) + sep + rest if sep else frame
+
+
 def _read(path: str) -> str:
     try:
         return Path(path).read_text(errors="replace")
@@ -261,12 +269,10 @@ def _read(path: str) -> str:
         return ""
 
 
-def _apply_expectation(verdict: Verdict) -> Verdict:
-    if verdict.expected_failure and verdict.verdict in FAILED:
-        verdict.observed = verdict.verdict
-        verdict.verdict = "expected-failure"
-        verdict.reason = f"{verdict.observed} as expected ({verdict.expected_failure}): {verdict.reason}"
-    return verdict
+def _apply_expectation(verdict: Verdict, expectations: tuple = ()) -> Verdict:
+    """expected-failure only for the failure the scenario file describes, on the engine
+    versions it names (harness/judge/expectations.py)."""
+    return expectations_judge(verdict, expectations)
 
 
 class GoldenUnsupported(RuntimeError):

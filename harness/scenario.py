@@ -162,10 +162,85 @@ class EvalDef(_Strict):
 
 
 class ExpectedFailure(_Strict):
+    """A confirmed engine bug: where it shows (`match`), on which engine versions, and
+    what it looks like, so that only THAT failure is expected (harness/judge/expectations.py).
+    An entry that names only `match` and `reason` expects any failure (the old form)."""
+
     match: dict[str, AxisValue]
     reason: str = Field(min_length=1)
-    # The verdict the harness gave when the failure was confirmed (crash, fail, hang...).
-    verdict: str | None = None
+    # The verdict the bug gives; named crash / numeric fields imply it.
+    verdict: Literal["fail", "crash", "hang"] | None = None
+    # Engine versions it is for (PEP 440): `engine_version: "vllm>=0.30,<0.33"` and/or
+    # `versions: {vllm: "==0.32.*", torch: ">=2.9"}`, keys as the engine's versions() names
+    # them. Outside them the expectation does not apply and the scenario is judged normally.
+    engine_version: str | None = None
+    versions: dict[str, str] = {}
+    # crash: the exception type ("KeyError", or dotted), a regex searched in its message and
+    # in the traceback, and the failing rank (an int) or worker (a regex: "Worker_PP1").
+    exception: str | None = None
+    message: str | None = None
+    traceback: str | None = None
+    rank: int | str | None = None
+    # fail: a failed check (name or glob) and conditions on its metrics ({max_abs_dlogprob: ">=0.1"}).
+    check: str | None = None
+    metric: dict[str, str] = {}
+
+    @field_validator("engine_version")
+    @classmethod
+    def _requirement(cls, v: str | None) -> str | None:
+        if v is not None:
+            from harness.judge.expectations import parse_requirement
+
+            parse_requirement(v)  # raises ValueError with the problem
+        return v
+
+    @field_validator("versions")
+    @classmethod
+    def _specifiers(cls, v: dict[str, str]) -> dict[str, str]:
+        from harness.judge.expectations import parse_specifier
+
+        for name, spec in v.items():
+            parse_specifier(name, spec)
+        return v
+
+    @field_validator("message", "traceback")
+    @classmethod
+    def _regex(cls, v: str | None) -> str | None:
+        if v is not None:
+            try:
+                re.compile(v)
+            except re.error as exc:
+                raise ValueError(f"not a regular expression ({exc}): {v!r}") from None
+        return v
+
+    @field_validator("rank")
+    @classmethod
+    def _rank(cls, v: int | str | None) -> int | str | None:
+        if isinstance(v, str):
+            cls._regex(v)
+        return v
+
+    @field_validator("metric")
+    @classmethod
+    def _conditions(cls, v: dict[str, str]) -> dict[str, str]:
+        from harness.judge.expectations import parse_condition
+
+        for name, cond in v.items():
+            parse_condition(name, cond)
+        return v
+
+    @model_validator(mode="after")
+    def _kind_fits(self) -> ExpectedFailure:
+        crash_fields = [f for f in ("exception", "message", "traceback", "rank") if getattr(self, f) is not None]
+        fail_fields = [f for f in ("check", "metric") if getattr(self, f)]
+        if crash_fields and fail_fields:
+            raise ValueError(f"{crash_fields + fail_fields}: a crash's fields and a numeric failure's fields in one expectation")
+        implied = "crash" if crash_fields else "fail" if fail_fields else None
+        if implied and self.verdict not in (None, implied):
+            raise ValueError(f"{crash_fields or fail_fields} describe a {implied}, but verdict is '{self.verdict}'")
+        if implied and self.verdict is None:
+            self.verdict = implied  # type: ignore[assignment]
+        return self
 
 
 class ToleranceOverride(_Strict):
@@ -356,6 +431,8 @@ class Scenario:
     settings: dict
     gates: frozenset[str]
     expected_failure: str | None = None
+    # every expected_failures entry whose `match` selects this scenario, in file order
+    expectations: tuple[ExpectedFailure, ...] = ()
     faults: tuple[str, ...] = ()
     extra_env: dict = field(default_factory=dict)
 
@@ -412,7 +489,7 @@ def expand(suite: SuiteFile, source: Path) -> list[Scenario]:
         label = settings_label(settings, axes)
         gates = {"nightly"} if "nightly" not in suite.gates else set()
         gates |= {g for g, patterns in suite.gates.items() if any(fnmatch.fnmatch(label, p) for p in patterns)}
-        xfail = next((x.reason for x in suite.expected_failures if _matches(settings, x.match)), None)
+        expectations = tuple(x for x in suite.expected_failures if _matches(settings, x.match))
         scenarios.append(
             Scenario(
                 id=f"{suite.suite}/{label}",
@@ -420,7 +497,8 @@ def expand(suite: SuiteFile, source: Path) -> list[Scenario]:
                 source=source,
                 settings=settings,
                 gates=frozenset(gates),
-                expected_failure=xfail,
+                expected_failure=expectations[0].reason if expectations else None,
+                expectations=expectations,
                 faults=tuple(suite.faults),
                 extra_env=dict(suite.env),
             )

@@ -33,6 +33,9 @@ class Verdict:
     expected_failure: str | None = None
     # Under expected-failure: the verdict actually observed (fail/crash/hang).
     observed: str | None = None
+    # The scenario file's expectation beside what happened (harness/judge/expectations.py):
+    # status matched | mismatch | not-applicable | not-fired, reason, expected, why, happened, ran_on
+    expectation: dict | None = None
     tolerance: str = ""
     checks: list[dict] = field(default_factory=list)
     crash: dict | None = None

@@ -112,3 +112,23 @@ def test_html_shows_a_localization_when_a_verdict_has_one(tmp_path):
     assert "first_diverging_layer" in section["localization"] and "residual" in section["localization"]
     write_html(run / "report.html", report)
     assert "Localization (first diverging layer)" in (run / "report.html").read_text()
+
+
+def test_report_shows_what_was_expected_beside_what_happened(tmp_path):
+    from harness.judge.expectations import judge
+    from harness.scenario import ExpectedFailure
+
+    x = ExpectedFailure(match={"pp": 2}, engine_version="vllm==0.32.*", exception="AssertionError", rank="Worker_PP1",
+                        reason="PP buffer never allocated")
+    v = Verdict("s/pp2", "crash", "rank Worker_PP1 crashed: AttributeError: no get",
+                versions={"engine": "vllm", "vllm": "0.32.0", "torch": "2.13.0"},
+                crash={"rank": "Worker_PP1 (vLLM worker)", "exception": "AttributeError: no get", "traceback": "tb", "log": "l",
+                       "frame": "vllm/model_executor/models/gemma4.py:812 in forward", "wrapper": None})
+    save(tmp_path, judge(v, (x,)))
+    write_report(tmp_path, {"run_id": "r1"})
+    md = (tmp_path / "summary.md").read_text()
+    assert "- expected (mismatch): crash AssertionError on /Worker_PP1/ (vllm==0.32.*): PP buffer never allocated" in md, md
+    assert "- happened on vllm 0.32.0 (torch 2.13.0): crash AttributeError: no get on rank Worker_PP1 (vLLM worker)" in md
+    assert "Raised at `vllm/model_executor/models/gemma4.py:812 in forward`" in md
+    html = (tmp_path / "report.html").read_text()
+    assert "expected (mismatch)" in html and "happened on vllm 0.32.0" in html and "gemma4.py:812 in forward" in html

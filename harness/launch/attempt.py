@@ -176,15 +176,16 @@ class Attempt:
 
     def failure_of(self, ex: RankExit) -> RankFailure:
         rec = ex.record or read_record(self.errs[ex.rank])
-        exception = traceback = None
+        exception = traceback = frame = wrapper = None
         if rec:
             etype = str(rec.get("exception_type") or "Exception")
             msg = str(rec.get("message") or "")
             exception = f"{etype}: {msg}" if msg else etype
             traceback = rec.get("traceback") or None
+            frame, wrapper = rec.get("frame") or None, rec.get("wrapper") or None
         if traceback is None:
             traceback = log_tail(self.logs[ex.rank]) or None
-        return RankFailure(ex.rank, ex.exitcode, ex.signal, exception, traceback, str(self.logs[ex.rank]))
+        return RankFailure(ex.rank, ex.exitcode, ex.signal, exception, traceback, str(self.logs[ex.rank]), frame, wrapper)
 
     def addr_in_use(self) -> bool:
         """Did rank 0 (the TCPStore host) fail because MASTER_PORT was taken?"""

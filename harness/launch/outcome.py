@@ -13,6 +13,8 @@ class RankFailure:
     exception: str | None  # "KeyError: 'residual'" from the rank's error record, else None
     traceback: str | None  # from the error record; else the tail of the rank's log
     log: str  # path of the rank's log file
+    frame: str | None = None  # "model.py:412 in forward": where the exception was raised, outside torch
+    wrapper: str | None = None  # the torch.compile wrapper it surfaced as ("torch._dynamo.exc....: ...")
 
 
 @dataclass

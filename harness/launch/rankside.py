@@ -2,8 +2,9 @@
 
 Engine processes call `run_rank(main)` as their entry point. It gives the launcher
 what it needs to name a failing rank and explain a stuck one:
-  * on an exception, a JSON error record (exception type, message, traceback, time)
-    written to $HARNESS_RANK_ERROR_FILE, then exit code 1;
+  * on an exception, a JSON error record (exception type, message, frame, traceback, time)
+    written to $HARNESS_RANK_ERROR_FILE, then exit code 1; under torch.compile the type,
+    message and frame are the model's own exception's, under Dynamo's wrappers (rootcause.py);
   * on SIGUSR1, a stack dump of every thread to stderr (the rank's log), which the
     launcher sends before it kills a hung run;
   * on Linux, death of the rank when the launcher dies (PR_SET_PDEATHSIG), so a
@@ -29,6 +30,8 @@ import traceback
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import NoReturn
+
+from harness.launch.rootcause import RootCause, root_of
 
 ERROR_FILE_ENV = "HARNESS_RANK_ERROR_FILE"
 DUMP_SIGNAL = signal.SIGUSR1
@@ -73,12 +76,18 @@ def write_error_record(exc: BaseException) -> None:
     path = os.environ.get(ERROR_FILE_ENV)
     if not path:
         return
+    try:  # under torch.compile: the model's own exception, not Dynamo's wrapper of it
+        root = root_of(exc)
+    except Exception:  # noqa: BLE001 - the record must be written whatever unwrapping meets
+        root = RootCause(type(exc).__name__, str(exc), None, None)
     record = {
         "rank": int(os.environ.get("RANK", "0")),
         "pid": os.getpid(),
-        "exception_type": type(exc).__name__,
-        "message": str(exc),
-        "traceback": "".join(traceback.format_exception(exc)),
+        "exception_type": root.exception_type,
+        "message": root.message,
+        "frame": root.frame,  # "model.py:412 in forward": the innermost frame outside torch
+        "wrapper": root.wrapper,  # "torch._dynamo.exc.Unsupported: ..." when unwrapped, else None
+        "traceback": "".join(traceback.format_exception(exc)),  # the whole chain, wrappers included
         "time": time.time(),
     }
     tmp = path + ".tmp"

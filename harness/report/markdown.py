@@ -147,10 +147,13 @@ def write_markdown(path: Path, report) -> None:
         lines.append(f"| `{v.scenario}` | {ICON.get(v.verdict, '')} {tag} | {key_metric(v)} | {_cell(where_diverged(v))} | {v.duration_s:.1f}s |")
     for v in report.failing + [v for v in verdicts if v.verdict in ("expected-failure", "unsupported")]:
         lines += ["", f"## `{v.scenario}`: {v.verdict}", "", _cell(v.reason), ""]
+        lines += expectation_lines(v)
         if v.tolerance:
             lines.append(f"Tolerance: {v.tolerance}")
         for c in v.checks:
             lines.append(f"- {'ok' if c['passed'] else '**FAIL**'} `{c['name']}` ({c['kind']}): {c['summary']}")
+        if v.crash and v.crash.get("frame"):
+            lines.append(f"Raised at `{v.crash['frame']}`" + (f" (surfaced as `{_cell(v.crash['wrapper'])}`)" if v.crash.get("wrapper") else ""))
         if v.crash and v.crash.get("traceback"):
             lines += ["", f"Rank {v.crash['rank']} traceback (log: `{v.crash['log']}`):", "```", v.crash["traceback"].rstrip()[-3000:], "```"]
         if v.hang:
@@ -160,6 +163,18 @@ def write_markdown(path: Path, report) -> None:
         lines.append(f"\nReproduce: `{v.reproduce}`")
     lines += time_lines(verdicts)
     path.write_text("\n".join(lines) + "\n")
+
+
+def expectation_lines(v: Verdict) -> list[str]:
+    """What the scenario file expected beside what happened (harness/judge/expectations.py)."""
+    x = v.expectation
+    if not x:
+        return []
+    lines = [f"- expected ({x['status']}): {_cell(x['expected'])}: {_cell(x['reason'])}",
+             f"- happened on {x['ran_on']}: {_cell(x['happened'])[:300]}"]
+    if x.get("why"):
+        lines.append(f"- why it is not expected: {_cell(x['why'])}")
+    return lines + [""]
 
 
 def time_lines(verdicts: list[Verdict]) -> list[str]:

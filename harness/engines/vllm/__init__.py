@@ -122,7 +122,8 @@ class VllmEngine(Engine):
         if cause is None:
             return failure
         context = f"\n\n(the driver, launcher rank {failure.rank}, saw: {failure.exception or 'no exception record'})"
-        return RankFailure(cause.describe(), failure.exitcode, failure.signal, cause.exception, cause.traceback + context, failure.log)
+        return RankFailure(cause.describe(), failure.exitcode, failure.signal, cause.exception, cause.traceback + context, failure.log,
+                           cause.frame, cause.wrapper)
 
     def versions(self) -> dict[str, str]:
         probe = self.probe()

@@ -20,12 +20,16 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from harness.launch.rootcause import WRAPPER_LINE, root_of_text
+
 PREFIX = re.compile(r"^\((?P<proc>[A-Za-z0-9_]+) pid=(?P<pid>\d+)\) (?P<rest>.*)$")
 # vLLM's log format after the prefix: "ERROR 11-21 06:11:21 [file.py:123] message"
 LOG_HEADER = re.compile(r"^(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d \[[^\]]+\] ?")
 EXCEPTION_LINE = re.compile(r"^(?P<type>[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Warning)|AssertionError|KeyError|StopIteration)(?::\s?(?P<msg>.*))?$")
 DIED = re.compile(r"Worker proc (?P<name>\S+) died unexpectedly(?: \(exit code: (?P<code>-?\d+)\))?")
 ROLE = re.compile(r"_(DP|PP|PCP|TP|DCP|EP)(\d+)")
+# How far past a torch.compile wrapper's exception line its message is read
+WRAPPER_MESSAGE_LINES = 80
 
 
 @dataclass
@@ -34,6 +38,8 @@ class ProcessError:
     pid: int | None
     exception: str  # "KeyError: 'residual'" or "died unexpectedly (exit code 3)"
     traceback: str
+    frame: str | None = None  # "/venv/vllm/model_executor/models/llama.py:412 in forward"
+    wrapper: str | None = None  # the torch.compile wrapper it surfaced as, when unwrapped
 
     @property
     def is_worker(self) -> bool:
@@ -56,11 +62,28 @@ def _prefixed_lines(log_text: str):
 
 
 def _tracebacks(log_text: str) -> list[ProcessError]:
-    """The first complete traceback each process logged, in log order."""
+    """The first complete traceback each process logged, in log order. A torch.compile
+    wrapper (`torch._dynamo.exc.Unsupported: Observed exception`) is not the end: its
+    message (Dynamo's "Developer debug context", "from user code:") and the exceptions
+    chained to it are read on to the model's own exception (rootcause.py)."""
     found: dict[str, ProcessError] = {}
     open_blocks: dict[str, list[str]] = {}
-    for proc, pid, msg in _prefixed_lines(log_text):
+    wrapped: dict[str, tuple[int, str, int]] = {}  # proc -> (pid, wrapper line, lines read since)
+    order: dict[str, int] = {}  # proc -> where its exception line was: log order, also for a wrapper read on
+    for index, (proc, pid, msg) in enumerate(_prefixed_lines(log_text)):
         if proc in found:
+            continue
+        if proc in wrapped:
+            block = open_blocks[proc]
+            wpid, line, since = wrapped[proc]
+            m = EXCEPTION_LINE.match(msg)
+            closing = since >= WRAPPER_MESSAGE_LINES or (m and not msg.startswith(" ") and not WRAPPER_LINE.match(msg.strip()))
+            if not closing:
+                block.append(msg)
+                wrapped[proc] = (wpid, line, since + 1)
+                continue
+            found[proc] = _error(proc, wpid, line, block)
+            del open_blocks[proc], wrapped[proc]
             continue
         if msg.startswith("Traceback (most recent call last):"):
             open_blocks[proc] = [msg]
@@ -69,11 +92,23 @@ def _tracebacks(log_text: str) -> list[ProcessError]:
         if block is None:
             continue
         block.append(msg)
-        m = EXCEPTION_LINE.match(msg)
+        m = EXCEPTION_LINE.match(msg) or WRAPPER_LINE.match(msg)
         if m and not msg.startswith(" "):
-            found[proc] = ProcessError(proc, pid, msg.strip(), "\n".join(block))
+            order[proc] = index
+            if WRAPPER_LINE.match(msg.strip()):
+                wrapped[proc] = (pid, msg.strip(), 0)
+                continue
+            found[proc] = _error(proc, pid, msg.strip(), block)
             del open_blocks[proc]
-    return list(found.values())
+    for proc, (pid, line, _) in wrapped.items():  # the log ended inside a wrapper's message
+        found.setdefault(proc, _error(proc, pid, line, open_blocks[proc]))
+    return sorted(found.values(), key=lambda e: order[e.process])
+
+
+def _error(proc: str, pid: int, exception_line: str, block: list[str]) -> ProcessError:
+    text = "\n".join(block)
+    root = root_of_text(text, exception_line)
+    return ProcessError(proc, pid, root.exception, text, root.frame, root.wrapper)
 
 
 def _deaths(log_text: str) -> list[ProcessError]:

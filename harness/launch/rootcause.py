@@ -1,0 +1,178 @@
+"""The user's own exception under torch.compile's wrappers.
+
+Under torch.compile a model's own error reaches the rank wrapped by Dynamo or Inductor:
+`torch._dynamo.exc.Unsupported: Observed exception ... raised exception KeyError('residual')`
+(torch 2.13, fullgraph), `torch._dynamo.exc.ObservedKeyError: raised exception
+ExceptionVariable(<class 'KeyError'>)` (torch 2.11), `TorchRuntimeError`,
+`BackendCompilerFailed`, `InternalTorchDynamoError`. The verdict should name the model's
+exception, its message and the model's frame (file and line), and keep the wrapper as
+context. Two ways in:
+
+  * `root_of(exc)`: a live exception (the rank's error record, rankside.py): follow the
+    wrappers' `inner_exception`, `__cause__` and `__context__` to the innermost exception
+    that is not torch's; when Dynamo only kept a description of it (an "observed"
+    exception has no real inner exception), read its type, message and user frame from
+    Dynamo's own attributes and text (`real_stack`, "Developer debug context", "from user
+    code:").
+  * `root_of_text(block)`: a traceback as text (a vLLM worker's log, engines/vllm/crash.py).
+
+Standard library only: this module runs inside an engine's own environment.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import re
+import traceback
+from dataclasses import dataclass
+
+# Modules whose exceptions wrap another one (the compile stack), never a model's own error.
+WRAPPER_MODULES = ("torch._dynamo", "torch._inductor", "torch._functorch", "torch.fx", "torch._subclasses")
+DEBUG_CONTEXT = re.compile(r"raised exception (?P<type>[A-Za-z_][\w.]*)\((?P<args>.*)\)\s*$", re.M)
+OBSERVED = re.compile(r"(?:^|[\s.])Observed(?P<type>[A-Za-z]*(?:Error|Iteration|Exit|Exception))\b(?::\s*(?P<msg>.*))?$", re.M)
+CONSTANT = re.compile(r"ConstantVariable\((?:\w+): (?P<value>.*)\)\s*$")
+EXCEPTION_CLASS = re.compile(r"ExceptionVariable\(<class '(?P<type>[\w.]+)'>\)")
+FILE_LINE = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>\S+)')
+WRAPPER_LINE = re.compile(r"^(?P<type>torch\.(?:_dynamo|_inductor|_functorch|fx|_subclasses)[\w.]*)(?::\s?(?P<msg>.*))?$")
+
+
+@dataclass
+class RootCause:
+    exception_type: str  # "KeyError"
+    message: str  # "'residual'" (str() of the exception)
+    frame: str | None  # "/path/model.py:412 in forward": the innermost frame outside torch
+    wrapper: str | None  # "torch._dynamo.exc.Unsupported: Observed exception" when unwrapped
+
+    @property
+    def exception(self) -> str:
+        return f"{self.exception_type}: {self.message}" if self.message else self.exception_type
+
+
+def is_wrapper(exc: BaseException) -> bool:
+    return type(exc).__module__.startswith(WRAPPER_MODULES)
+
+
+def is_torch_file(path: str) -> bool:
+    """Frames of torch itself and of code it generated (`<eval_with_key>.3`)."""
+    return path.startswith("<") or f"{os.sep}torch{os.sep}" in path
+
+
+def _frame_text(filename: str, lineno: int | None, name: str) -> str:
+    return f"{filename}:{lineno} in {name}"
+
+
+def user_frame(tb) -> str | None:
+    """The innermost traceback frame outside torch."""
+    found = None
+    for fs in traceback.extract_tb(tb):
+        if not is_torch_file(fs.filename):
+            found = _frame_text(fs.filename, fs.lineno, fs.name)
+    return found
+
+
+def _first_line(text: str) -> str:
+    return text.strip().splitlines()[0] if text.strip() else ""
+
+
+def _qualname(exc: BaseException) -> str:
+    return f"{type(exc).__module__}.{type(exc).__qualname__}"
+
+
+def _unquote(etype: str, value: str) -> str:
+    """str() of the exception from the repr Dynamo printed: KeyError keeps the key's repr
+    (str(KeyError('x')) is "'x'"); a single string argument of any other type is unquoted."""
+    value = value.strip()
+    if etype.rsplit(".", 1)[-1] == "KeyError":
+        return value
+    try:
+        parsed = ast.literal_eval(value)
+    except (ValueError, SyntaxError):
+        return value
+    return parsed if isinstance(parsed, str) else value
+
+
+def described(text: str) -> tuple[str, str] | None:
+    """(type, message) of the user's exception as Dynamo describes it in `text`."""
+    for m in DEBUG_CONTEXT.finditer(text):
+        if m["type"].endswith("Variable"):  # Dynamo's own value, not the exception: ExceptionVariable(<class ...>)
+            continue
+        args = m["args"].strip()
+        return m["type"], _unquote(m["type"], args.rstrip(",")) if args else ""
+    for m in OBSERVED.finditer(text):
+        etype = {"UserStopIteration": "StopIteration", "Exception": ""}.get(m["type"], m["type"])
+        msg = (m["msg"] or "").strip()
+        cls = EXCEPTION_CLASS.search(msg)
+        if cls:
+            return cls["type"].rsplit(".", 1)[-1], ""
+        const = CONSTANT.search(msg)
+        if etype:
+            return etype, _unquote(etype, const["value"]) if const else ""
+    cls = EXCEPTION_CLASS.search(text)
+    return (cls["type"].rsplit(".", 1)[-1], "") if cls else None
+
+
+def user_code_frame(text: str) -> str | None:
+    """The innermost frame of Dynamo's "from user code:" section of an error message."""
+    lines = text.splitlines()
+    for i in range(len(lines) - 1, -1, -1):
+        if lines[i].strip() == "from user code:":
+            found = None
+            for line in lines[i + 1:]:
+                if line.strip() and not line[:1].isspace():
+                    break
+                m = FILE_LINE.match(line)
+                if m:
+                    found = _frame_text(m["file"], int(m["line"]), m["func"])
+            return found
+    return None
+
+
+def root_of(exc: BaseException) -> RootCause:
+    """The innermost non-torch exception under `exc`'s compile wrappers (see the module doc)."""
+    wrappers: list[BaseException] = []
+    cur: BaseException | None = exc
+    seen: set[int] = set()
+    while cur is not None and is_wrapper(cur) and id(cur) not in seen:
+        seen.add(id(cur))
+        wrappers.append(cur)
+        inner = getattr(cur, "inner_exception", None)
+        cur = inner if isinstance(inner, BaseException) else (cur.__cause__ or cur.__context__)
+    wrapper = f"{_qualname(exc)}: {_first_line(str(exc))}" if wrappers else None
+    if cur is not None and not is_wrapper(cur):
+        frame = user_frame(cur.__traceback__) or _dynamo_frame(wrappers) or user_frame(exc.__traceback__)
+        return RootCause(type(cur).__name__, str(cur), frame, wrapper)
+    if not wrappers:  # defensive: a cycle of non-wrappers cannot happen
+        return RootCause(type(exc).__name__, str(exc), user_frame(exc.__traceback__), None)
+    text = "\n".join(f"{_qualname(w)}: {w}" for w in wrappers)
+    found = described(text)
+    frame = _dynamo_frame(wrappers) or user_code_frame(text) or user_frame(exc.__traceback__)
+    if found is None:  # a wrapper of nothing we can read: it is the error
+        return RootCause(type(exc).__name__, str(exc), frame, None)
+    return RootCause(found[0], found[1], frame, wrapper)
+
+
+def _dynamo_frame(wrappers: list[BaseException]) -> str | None:
+    """Dynamo keeps the user frames it was tracing: `innermost_user_frame_summary`, `real_stack`."""
+    for w in wrappers:
+        fs = getattr(w, "innermost_user_frame_summary", None)
+        if fs is None:
+            stack = getattr(w, "real_stack", None)
+            fs = stack[-1] if stack else None
+        if fs is not None and getattr(fs, "filename", None):
+            return _frame_text(fs.filename, fs.lineno, fs.name)
+    return None
+
+
+def root_of_text(block: str, exception_line: str) -> RootCause:
+    """The same from a logged traceback `block` whose final exception line is `exception_line`."""
+    m = WRAPPER_LINE.match(exception_line.strip())
+    frames = [FILE_LINE.match(line) for line in block.splitlines()]
+    user = [f for f in frames if f and not is_torch_file(f["file"])]
+    plain_frame = _frame_text(user[-1]["file"], int(user[-1]["line"]), user[-1]["func"]) if user else None
+    if m:
+        found = described(block)
+        if found:
+            return RootCause(found[0], found[1], user_code_frame(block) or plain_frame, exception_line.strip())
+    etype, _, msg = exception_line.strip().partition(":")
+    return RootCause(etype.strip(), msg.strip(), plain_frame, None)
