@@ -72,6 +72,8 @@ def explain(outcome: LaunchOutcome) -> str:
     """What went wrong with a run, in words: a timeout says it was one."""
     if outcome.status == "hang":
         where = "; ".join(f"rank {r} at {loc}" for r, loc in sorted(outcome.stuck_at.items())) or "no stack dump"
+        if outcome.stall:  # the launcher saw no progress: not this test's budget
+            return f"hang {outcome.hang_reason()}; {where}"
         return f"{timeout_message('the ranks to finish', outcome.duration_s)}; {where}"
     f = outcome.failure
     if f is None:
@@ -240,6 +242,7 @@ def test_a_run_past_its_budget_fails_as_a_timeout(tiny_model, tmp_path, monkeypa
     """A run that outlives its (scaled) budget says it timed out, and where each rank
     was; it is not an anonymous "ranks exited [-9, -9]"."""
     monkeypatch.setenv(TIME_SCALE_ENV, f"{time_scale() / 20:g}")  # 600 s -> 30 s on an unloaded machine
+    monkeypatch.setenv("HARNESS_STALL_WINDOW_S", "0")  # this is about the budget, not the stall detector
     with pytest.raises(pytest.fail.Exception) as failed:
         run_setting(tiny_model, tmp_path, faults=["rank-hang@1"], tp=2)
     message = str(failed.value)
