@@ -10,13 +10,15 @@ import threading
 import time
 
 
-def _group_members(pgid: int) -> list[int] | None:
-    """Live (non-zombie) pids in process group `pgid`; None where /proc is unavailable."""
+def proc_stats() -> dict[int, list[str]] | None:
+    """pid -> the fields of /proc/<pid>/stat after the command name (state, ppid, pgrp,
+    session, ..., utime, stime, ...) of every process; None where /proc is unavailable.
+    The name is skipped by its closing parenthesis: a name may hold spaces."""
     try:
         entries = os.listdir("/proc")
     except OSError:
         return None
-    members = []
+    stats = {}
     for name in entries:
         if not name.isdigit():
             continue
@@ -24,12 +26,17 @@ def _group_members(pgid: int) -> list[int] | None:
             with open(f"/proc/{name}/stat", "rb") as f:
                 stat = f.read().decode("ascii", "replace")
         except OSError:
-            continue
-        rest = stat[stat.rfind(")") + 2 :].split()
-        # rest: state ppid pgrp session ...
-        if len(rest) >= 3 and rest[2] == str(pgid) and rest[0] not in ("Z", "X"):
-            members.append(int(name))
-    return members
+            continue  # gone since the listing
+        stats[int(name)] = stat[stat.rfind(")") + 2 :].split()
+    return stats
+
+
+def _group_members(pgid: int) -> list[int] | None:
+    """Live (non-zombie) pids in process group `pgid`; None where /proc is unavailable."""
+    stats = proc_stats()
+    if stats is None:
+        return None
+    return [pid for pid, rest in stats.items() if len(rest) >= 3 and rest[2] == str(pgid) and rest[0] not in ("Z", "X")]
 
 
 def group_alive(pgid: int) -> bool:

@@ -32,6 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from harness.launch.procgroup import proc_stats
 from harness.launch.rankside import COLLECTIVE
 
 #: how long every rank may stay without progress, some waiting in a collective, before
@@ -79,25 +80,9 @@ class Stall:
 # --- a rank's activity: CPU seconds and disk bytes of its process tree -------------------
 
 def _proc_table() -> dict[int, tuple[int, float]]:
-    """pid -> (parent pid, CPU seconds) of every process, from /proc."""
-    table: dict[int, tuple[int, float]] = {}
-    try:
-        names = os.listdir("/proc")
-    except OSError:
-        return table
-    for name in names:
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat", "rb") as f:
-                stat = f.read().decode("ascii", "replace")
-        except OSError:
-            continue
-        rest = stat[stat.rfind(")") + 2:].split()
-        # rest: state ppid pgrp session tty tpgid flags minflt cminflt majflt cmajflt utime stime
-        if len(rest) >= 13:
-            table[int(name)] = (int(rest[1]), (int(rest[11]) + int(rest[12])) / _TICKS)
-    return table
+    """pid -> (parent pid, CPU seconds: utime + stime) of every process, from /proc."""
+    return {pid: (int(rest[1]), (int(rest[11]) + int(rest[12])) / _TICKS)
+            for pid, rest in (proc_stats() or {}).items() if len(rest) >= 13}
 
 
 def _disk_bytes(pid: int) -> int:
