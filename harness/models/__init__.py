@@ -16,6 +16,7 @@ fields that engine's transformers reads, and is cached by everything that made i
 from __future__ import annotations
 
 import fcntl
+import functools
 import hashlib
 import json
 import os
@@ -81,10 +82,6 @@ class ResolvedModel:
     directory: Path
     label: str  # the golden manifest's `model`
     sha256: str  # the golden manifest's `model_sha256`
-
-
-def label_of(ref: ModelRef) -> str:
-    return ref if isinstance(ref, str) else ref.label
 
 
 def resolve(ref: ModelRef, python: str, base_dir: Path | None = None) -> ResolvedModel:
@@ -161,6 +158,7 @@ def _tiny_key(ref: ArchModel, python: str) -> str:
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
 
 
+@functools.cache  # once per interpreter per harness process, not per scenario
 def _library_versions(python: str) -> str:
     code = ("import importlib.metadata as m\n"
             "print(' '.join(f'{p}=={m.version(p)}' for p in ('torch', 'transformers', 'tokenizers')))")
@@ -188,6 +186,7 @@ def _corpus() -> Path:
     return path
 
 
+@functools.cache  # the shipped corpus does not change under a running harness
 def _corpus_digest() -> str:
     return hashlib.sha256(_corpus().read_bytes()).hexdigest()
 
