@@ -171,6 +171,10 @@ def cmd_run(args, scenarios) -> int:
     if not chosen:
         print("harness: nothing to run (no scenario matches)", file=sys.stderr)
         return 2
+    problem = unknown_faults(args.fault, chosen)
+    if problem:
+        print(f"harness: {problem}", file=sys.stderr)
+        return exit_codes.USAGE
     shard = f"-shard{plan.meta['shard']['index']}of{plan.meta['shard']['count']}" if "shard" in plan.meta else ""
     history = history_dir(args.report_dir, args.history)
     # the planned list goes on disk with the claim: a report of a killed run can then say what never ran
@@ -193,6 +197,25 @@ def cmd_run(args, scenarios) -> int:
     except ResultsNotWritten as exc:
         print(f"harness: {exc}", file=sys.stderr)
         return exit_codes.RESULTS_NOT_WRITTEN
+
+
+def unknown_faults(faults: list[str], chosen) -> str | None:
+    """A --fault no engine of the chosen scenarios knows (a typo) is a usage error before
+    anything runs, not one `error` verdict per scenario. A fault that only some of the
+    engines know is left to each scenario (the others end `error`, naming their faults)."""
+    from harness.engines import get_engine
+
+    if not faults:
+        return None
+    problems = {}
+    for name in sorted({s.suite.engine for s in chosen}):
+        try:
+            problems[name] = get_engine(name).fault_problem(list(faults))
+        except Exception:  # noqa: BLE001 - an engine that does not load says so in its scenarios
+            return None
+    if problems and all(problems.values()):
+        return "; ".join(f"--fault for engine '{name}': {p}" for name, p in problems.items())
+    return None
 
 
 def _run_and_report(chosen, run_dir: Path, meta: dict, history: Path, opts, jobs: int, cost: dict) -> int:

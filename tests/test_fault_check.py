@@ -68,12 +68,27 @@ def test_faults_of_a_scenario_file_are_checked_at_load_time(tmp_path):
 @pytest.mark.parametrize("fault, problem", [
     ("nosuch", "unknown fault 'nosuch'"),
     ("rank-raise@x", "needs a global rank"),
-    ("rank-raise@9", "targets global rank 9, but these settings have 1 rank"),
 ])
-def test_harness_run_with_a_bad_fault_is_an_error_before_launch(tmp_path, fault, problem):
-    """Through the real CLI, on a shipped scenario and its golden."""
+def test_harness_run_with_a_fault_no_engine_knows_is_a_usage_error(tmp_path, fault, problem):
+    """A --fault typo stops the run before anything starts (exit 2), with one message, not
+    one `error` verdict per scenario."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
-    cmd = [sys.executable, "-m", "harness", "run", "llama-tiny/tp1-pp1", "--fault", fault,
+    cmd = [sys.executable, "-m", "harness", "run", "llama-tiny", "--fault", fault,
+           "--report-dir", str(tmp_path / "reports"), "--run-id", "bad-fault"]
+    done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert problem in done.stderr and "the reference engine knows" in done.stderr
+    assert done.stderr.count(problem) == 1
+    assert not (tmp_path / "reports" / "bad-fault").exists()  # nothing ran, no run directory
+
+
+@pytest.mark.e2e
+def test_harness_run_with_a_fault_aimed_at_a_missing_rank_is_an_error_before_launch(tmp_path):
+    """Through the real CLI, on a shipped scenario and its golden: the rank exists in
+    some settings, so the scenarios without it end `error`, with no rank started."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    problem = "targets global rank 9, but these settings have 1 rank"
+    cmd = [sys.executable, "-m", "harness", "run", "llama-tiny/tp1-pp1", "--fault", "rank-raise@9",
            "--report-dir", str(tmp_path / "reports"), "--run-id", "bad-fault"]
     done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 1, done.stdout + done.stderr
