@@ -22,6 +22,7 @@ from harness.contract.phases import PHASES_DIR
 from harness.contract.runspec import RunSpec
 from harness.engines import EngineUnavailable, get_engine
 from harness.evals import check as evals
+from harness.judge.applied import evidence_table, unapplied_reason
 from harness.judge.compare import compare_outputs, tolerance_for
 from harness.judge.contracts import check_pp_contract
 from harness.judge.expectations import judge as expectations_judge
@@ -245,14 +246,22 @@ def _from_outcome(scenario: Scenario, outcome: LaunchOutcome, golden: EngineOutp
     watch.lap("compare")  # localising a divergence is comparison work too
     if localization:
         reason = f"{describe(localization)}; {reason}"
+    applied = evidence_table(scenario.engine_settings, dict(scenario.suite.golden), outputs.meta.get("applied"))
+    unapplied = unapplied_reason(applied)
+    if unapplied and not failed:  # a divergence is reported whatever ran; a pass of another setting is not
+        kind, reason = "unsupported", unapplied
+    else:
+        kind = "fail" if failed else "pass"
+        reason = f"{reason}; {unapplied}" if unapplied else reason
     return Verdict(
         scenario.id,
-        "fail" if failed else "pass",
+        kind,
         reason,
         tolerance=tol.describe(),
         checks=checks,
         logs=logs,
         localization=localization,
+        applied=applied,
     )
 
 

@@ -50,6 +50,8 @@ class Verdict:
     localization: dict | None = None
     # Where the time went: the runner's and the ranks' phases (harness/timings.py)
     timings: dict = field(default_factory=dict)
+    # Each tested axis: did the engine really apply it, and its evidence (harness/judge/applied.py)
+    applied: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.verdict not in VERDICTS:
@@ -80,6 +82,9 @@ class Verdict:
             lines.append(f"tolerance: {self.tolerance}")
         for c in self.checks:
             lines.append(f"  [{'ok' if c['passed'] else 'FAIL'}] {c['name']} ({c['kind']}): {c['summary']}")
+        for axis, a in self.applied.items():
+            state = {True: "applied", False: "NOT APPLIED", None: "?"}[a["applied"]]
+            lines.append(f"  [{state}] {axis}={a['value']!r}: {a['evidence']}")
         if self.crash:
             lines += [f"rank {self.crash['rank']} log: {self.crash['log']}", self.crash.get("traceback") or ""]
         if self.hang:

@@ -65,6 +65,21 @@ def test_worker_crash_names_the_pp1_worker_and_its_root_cause(tmp_path):
     assert not survivors(run_dir)
 
 
+def test_what_vllm_applied_is_measured_in_its_workers(tmp_path):
+    """A setting vLLM accepted is not proof it ran (issue 16): the driver asks every worker
+    what it holds and compiled (harness/engines/vllm/evidence.py), and the verdict shows it."""
+    ids = ["vllm-llama/tp1-pp2-compile", "vllm-llama/tp2-pp1"]
+    result, run_dir = run(tmp_path, ROOT / "scenarios", *ids)
+    pp_compile, tp = verdict(run_dir, ids[0]), verdict(run_dir, ids[1])
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert pp_compile["verdict"] == "pass" and tp["verdict"] == "pass", (pp_compile["reason"], tp["reason"])
+    assert pp_compile["applied"]["pp"] == {"value": 2, "applied": True, "evidence": "stage 0: layers 0-1; stage 1: layers 2-3"}
+    assert pp_compile["applied"]["compile"]["applied"] is True, pp_compile["applied"]
+    assert "compilation counter" in pp_compile["applied"]["compile"]["evidence"]
+    assert tp["applied"]["tp"] == {"value": 2, "applied": True,
+                                   "evidence": "TP group size 2 on 2 workers; each attention layer holds 2 of 4 heads"}
+
+
 def test_sp_is_unsupported_with_the_installed_vllms_reason(tmp_path):
     result, run_dir = run(tmp_path, ROOT / "scenarios", "vllm-llama/tp2-pp1-sp")
     v = verdict(run_dir, "vllm-llama/tp2-pp1-sp")

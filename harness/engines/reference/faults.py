@@ -75,6 +75,10 @@ register("sp-residual-first-shard",
          "vLLM PR 33322: under SP every TP rank takes residual[0:n/tp] instead of its own shard")
 register("compile-warmup-without-images",
          "vLLM PR 43617: warm-up (the compile capture) passes None for the deepstack image inputs")
+# Settings accepted but not applied (issue 16): the run must not pass as the setting it skipped.
+register("sp-switched-off",
+         "accept sp=True but run without SP, as vLLM 0.20.2 did for a small hidden size (its SP threshold heuristic)")
+register("compile-switched-off", "accept compile=True but run eagerly")
 
 
 def known() -> str:

@@ -11,6 +11,7 @@ opaque node that runs the real gloo/NCCL call, so a stage compiles to a single g
 from __future__ import annotations
 
 import json
+from collections import Counter
 from dataclasses import dataclass, field
 
 import torch
@@ -106,6 +107,10 @@ def init_parallel(tp: int, pp: int, sp: bool, device_kind: str) -> ParallelConte
 # --- collectives -----------------------------------------------------------------------
 # The module-level context the TP layers use; set by parallelize().
 _CTX: ParallelContext | None = None
+# TP collectives this rank really ran, by kind: the evidence that TP (all-reduce) or SP
+# (token reduce-scatter, all-gather) took effect (evidence.py). Counted in the ops' real
+# bodies, so compiled graphs count too.
+COLLECTIVES: Counter[str] = Counter()
 
 
 # The collectives are custom ops, as in vLLM: torch.compile traces each as one opaque
@@ -118,6 +123,7 @@ _CTX: ParallelContext | None = None
 @torch.library.custom_op("harness_reference::all_reduce", mutates_args=())
 def _all_reduce(x: torch.Tensor) -> torch.Tensor:
     out = x.contiguous().clone()
+    COLLECTIVES["all_reduce"] += 1
     with in_collective():
         dist.all_reduce(out, group=_CTX.tp_group)
     return _perturbed(out)
@@ -143,6 +149,7 @@ def _(x):
 def _all_gather(x: torch.Tensor, dim: int) -> torch.Tensor:
     x = x.contiguous()
     parts = [torch.empty_like(x) for _ in range(_CTX.tp)]
+    COLLECTIVES["all_gather"] += 1
     with in_collective():
         dist.all_gather(parts, x, group=_CTX.tp_group)
     return torch.cat(parts, dim=dim)
@@ -158,6 +165,7 @@ def _reduce_scatter_tokens(x: torch.Tensor) -> torch.Tensor:
     """NCCL has a real reduce-scatter; gloo does not everywhere, so there we all-reduce
     and slice (same result, more traffic). This is the one place that choice is made."""
     x = x.contiguous()
+    COLLECTIVES["reduce_scatter_tokens"] += 1
     if _CTX.backend == "nccl":
         out = torch.empty((x.shape[0] // _CTX.tp, *x.shape[1:]), dtype=x.dtype, device=x.device)
         with in_collective():

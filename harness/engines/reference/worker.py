@@ -105,8 +105,8 @@ def run(spec) -> None:
 
     from harness.contract.outputs import EngineOutputs
     from harness.contract.phases import PhaseMarks
-    from harness.engines.reference import faults
-    from harness.engines.reference.parallel import init_parallel
+    from harness.engines.reference import evidence, faults
+    from harness.engines.reference.parallel import COLLECTIVES, init_parallel
     from harness.engines.reference.pipeline import ModelRunner
 
     phases = PhaseMarks(spec.output_dir)
@@ -116,7 +116,9 @@ def run(spec) -> None:
     if spec.sp and spec.tp < 2:
         raise ValueError("sp needs tp >= 2")
     faults.parse(spec.faults)  # unknown fault names fail here, on every rank
-    ctx = init_parallel(spec.tp, spec.pp, spec.sp, spec.device)
+    sp = spec.sp and not faults.active(spec, "sp-switched-off")
+    compile_on = spec.compile and not faults.active(spec, "compile-switched-off")
+    ctx = init_parallel(spec.tp, spec.pp, sp, spec.device)
     ctx.faults = tuple(spec.faults)
     phases.mark("rendezvous")
     kv_store = str(Path(spec.output_dir).parent / "kv-store") if spec.settings.get("kvc") else None
@@ -124,7 +126,7 @@ def run(spec) -> None:
         with torch.inference_mode():
             t0 = time.perf_counter()
             stage = build_stage(spec, ctx)
-            runner = ModelRunner(stage, ctx, getattr(torch, spec.dtype), spec.workloads, spec.compile, spec.faults,
+            runner = ModelRunner(stage, ctx, getattr(torch, spec.dtype), spec.workloads, compile_on, spec.faults,
                                  kv_store)
             t1 = time.perf_counter()
             phases.mark("load")
@@ -140,13 +142,14 @@ def run(spec) -> None:
                     captures = [None] * ctx.world_size
                     dist.all_gather_object(captures, runner.captured)
                     if results[w["name"]] is not None:
-                        results[w["name"]].update(assemble_hidden_states(captures, stage.cfg.num_hidden_layers, spec.sp))
+                        results[w["name"]].update(assemble_hidden_states(captures, stage.cfg.num_hidden_layers, sp))
             t3 = time.perf_counter()
             after_run = _compile_stats()
             phases.mark("workloads")
-        # Each rank's stage I/O, collected so the driver can record all stages.
-        stage_io = [None] * ctx.world_size
-        dist.all_gather_object(stage_io, runner.stage_io)
+        # Each rank's stage I/O and evidence of what it applied, collected so the driver can record all stages.
+        gathered = [None] * ctx.world_size
+        dist.all_gather_object(gathered, (runner.stage_io, evidence.rank_evidence(ctx, stage, after_warmup, COLLECTIVES)))
+        stage_io = [io for io, _ in gathered]
         if ctx.rank == ctx.driver_rank:
             out = EngineOutputs()
             for name, fields in results.items():
@@ -158,7 +161,8 @@ def run(spec) -> None:
                 stage_io=stage_io,
                 kv_connector=None if runner.connector is None else
                 {**runner.connector.counts, "wait_steps": runner.connector_wait_steps},
-                compile={"enabled": spec.compile, "after_warmup": after_warmup, "after_run": after_run,
+                applied=evidence.summarize(spec.settings, [e for _, e in gathered]),
+                compile={"enabled": compile_on, "after_warmup": after_warmup, "after_run": after_run,
                          "graphs_compiled_during_run": after_run["unique_graphs"] - after_warmup["unique_graphs"]},
             )
             out.save(spec.output_dir)

@@ -61,14 +61,18 @@ def engine_kwargs(spec) -> dict:
     if spec.sp:  # the harness only gets here when the probe found a switch for it
         from harness.engines.vllm.probe import sp_support
 
-        field = sp_support()["field"]
-        kwargs.setdefault("compilation_config", {})["pass_config"] = {field: True}
+        support = sp_support()
+        pass_config = {support["field"]: True}
+        if "threshold_field" in support:  # force it: a tiny model is below vLLM's size heuristic
+            pass_config[support["threshold_field"]] = 1
+        kwargs.setdefault("compilation_config", {})["pass_config"] = pass_config
     if any(any(w.get("images") or []) for w in spec.workloads):
         kwargs["limit_mm_per_prompt"] = {"image": 1}
-    if spec.faults:
-        # Imported in every worker process before the model loads (vLLM's own hook):
-        # the fault switches patch the worker from there.
-        kwargs["worker_extension_cls"] = "harness.engines.vllm.faults.FaultExtension"
+    # Imported in every worker process before the model loads (vLLM's own hook): it adds
+    # the method the driver asks for evidence of what was applied (evidence.py), and the
+    # fault switches, when asked for, patch the worker from there.
+    kwargs["worker_extension_cls"] = ("harness.engines.vllm.faults.FaultExtension" if spec.faults
+                                      else "harness.engines.vllm.evidence.EvidenceExtension")
     return kwargs
 
 
@@ -156,6 +160,19 @@ def run_generate(llm, workload: dict) -> dict:
     return EngineOutputs.generate_fields(seqs, n)
 
 
+def applied_evidence(llm, spec) -> dict:
+    """What every worker really applied, per axis (evidence.py). A vLLM without the
+    extension hook or the RPC reports nothing: the verdict then says "not reported"."""
+    from harness.engines.vllm.evidence import summarize
+
+    try:
+        workers = llm.collective_rpc("harness_evidence", timeout=120)
+    except Exception as exc:  # noqa: BLE001 - any failure here only loses the evidence
+        print(f"harness: no evidence of the applied settings from vLLM's workers ({type(exc).__name__}: {exc})", file=sys.stderr)
+        return {}
+    return summarize(spec.settings, workers)
+
+
 RUNNERS = {"logprobs": run_logprobs, "greedy": run_greedy, "generate": run_generate}
 
 
@@ -181,6 +198,7 @@ def run(spec) -> None:
     out.describe_run(
         spec, "vllm",
         vllm=vllm.__version__,
+        applied=applied_evidence(llm, spec),
         engine_kwargs={k: v for k, v in engine_kwargs(spec).items() if k not in ("model", "tokenizer")},
         timings={"engine_start_s": t1 - t0, "run_s": t2 - t1},
     )

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import os
 
+from harness.engines.vllm.evidence import EvidenceExtension
+
 FAULTS_ENV = "HARNESS_VLLM_FAULTS"
 KINDS = ("pp-drop-residual", "worker-exit")
 
@@ -62,8 +64,9 @@ def _install(faults: dict[str, int]) -> None:
     IntermediateTensors.__getitem__ = getitem
 
 
-class FaultExtension:
-    """vLLM mixes this class into its worker class; the faults are installed on import."""
+class FaultExtension(EvidenceExtension):
+    """vLLM mixes this class into its worker class; the faults are installed on import.
+    It is the evidence extension too (vLLM takes one extension class)."""
 
 
 _FAULTS = parse([f for f in os.environ.get(FAULTS_ENV, "").split(",") if f])

@@ -15,6 +15,9 @@ import sys
 
 # Names vLLM has used for its sequence-parallelism pass switch (PassConfig field).
 SP_FIELDS = ("enable_sp", "enable_sequence_parallelism")
+# The size threshold below which vLLM switches SP off by itself (PassConfig field): set
+# to 1 token so a tiny model is really run with SP (0.20.2 disabled it for a small hidden size).
+SP_THRESHOLD_FIELD = "sp_min_token_num"
 
 
 def _fields(cls) -> list[str]:
@@ -24,14 +27,15 @@ def _fields(cls) -> list[str]:
 
 
 def sp_support() -> dict:
-    """{"field": name} when PassConfig has a sequence-parallel switch, else {"reason": ...}."""
+    """{"field": name} when PassConfig has a sequence-parallel switch (with "threshold_field"
+    when it also has the size threshold that can switch SP off), else {"reason": ...}."""
     import vllm
     from vllm.config import PassConfig
 
     fields = _fields(PassConfig)
     for name in SP_FIELDS:
         if name in fields:
-            return {"field": name}
+            return {"field": name, **({"threshold_field": SP_THRESHOLD_FIELD} if SP_THRESHOLD_FIELD in fields else {})}
     return {"reason": f"vLLM {vllm.__version__} has no sequence-parallel pass: its PassConfig has none of "
                       f"{', '.join(SP_FIELDS)} (fields: {', '.join(fields)})"}
 

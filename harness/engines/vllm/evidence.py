@@ -1,0 +1,122 @@
+"""What vLLM really applied, per axis, with the evidence (harness/judge/applied.py).
+
+vLLM may accept a setting and run another: 0.20.2 switched sequence parallelism off for
+a small hidden size and said so only in its log. So the driver asks every worker, after
+the workloads, what it holds and did (`llm.collective_rpc("harness_evidence")`: the
+method below, mixed into vLLM's worker class through `worker_extension_cls`) and
+summarizes it per axis:
+
+  tp       the worker's TP group has tp ranks and its attention layers hold 1/tp of the heads
+  pp       the model's layer list is split over pp workers (the rest are PPMissingLayer)
+  sp       the SP switch is still on in the worker's effective compilation config
+  compile  vLLM's compilation counter saw (or loaded from its cache) graphs of the model
+
+Runs in vLLM's interpreter; imports vllm only inside the worker method.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+SP_FIELDS = ("enable_sp", "enable_sequence_parallelism")  # as probe.py
+
+
+class EvidenceExtension:
+    """vLLM mixes this class into its worker class (`worker_extension_cls`)."""
+
+    def harness_evidence(self) -> dict:
+        from vllm.compilation.counter import compilation_counter
+        from vllm.distributed import get_pp_group, get_tp_group
+
+        model = self.get_model()
+        layers = _layer_list(model)
+        held = [i for i, layer in enumerate(layers) if type(layer).__name__ != "PPMissingLayer"]
+        attn = next((m for m in model.modules() if type(m).__name__ == "Attention" and hasattr(m, "num_heads")), None)
+        pass_config = self.vllm_config.compilation_config.pass_config
+        return {
+            "tp_rank": get_tp_group().rank_in_group, "tp_size": get_tp_group().world_size,
+            "pp_rank": get_pp_group().rank_in_group, "pp_size": get_pp_group().world_size,
+            "layers": held, "num_layers": len(layers),
+            "heads": getattr(attn, "num_heads", None),
+            "total_heads": _total_heads(self.vllm_config.model_config.hf_config),
+            "compile": dataclasses.asdict(compilation_counter),
+            "compile_mode": _name(getattr(self.vllm_config.compilation_config, "mode", None)),
+            "sp": next((bool(getattr(pass_config, f)) for f in SP_FIELDS if hasattr(pass_config, f)), None),
+        }
+
+
+def _layer_list(model) -> list:
+    """The longest ModuleList named `layers` or `h` (the decoder stack; GPT-2 calls it h)."""
+    import torch
+
+    lists = [m for name, m in model.named_modules()
+             if isinstance(m, torch.nn.ModuleList) and name.rsplit(".", 1)[-1] in ("layers", "h")]
+    return list(max(lists, key=len)) if lists else []
+
+
+def _name(mode) -> str:
+    return str(getattr(mode, "name", mode))
+
+
+def _total_heads(hf_config) -> int | None:
+    text = getattr(hf_config, "text_config", None) or hf_config
+    for name in ("num_attention_heads", "n_head", "num_heads"):
+        if isinstance(getattr(text, name, None), int):
+            return getattr(text, name)
+    return None
+
+
+def summarize(settings: dict, workers: list[dict]) -> dict:
+    out = {}
+    if "tp" in settings:
+        out["tp"] = _tp(int(settings["tp"]), workers)
+    if "pp" in settings:
+        out["pp"] = _pp(int(settings["pp"]), workers)
+    if "sp" in settings and settings["sp"]:
+        out["sp"] = _sp(workers)
+    if "compile" in settings:
+        out["compile"] = _compile(workers)
+    return out
+
+
+def _tp(tp: int, workers: list[dict]) -> dict:
+    sizes = sorted({w["tp_size"] for w in workers})
+    heads = sorted({(w["heads"], w["total_heads"]) for w in workers}, key=str)
+    split = all(h is None or t is None or h * tp == t for h, t in heads)
+    layout = ", ".join(f"{h} of {t} heads" for h, t in heads)
+    return {"applied": sizes == [tp] and split,
+            "evidence": f"TP group size {'/'.join(map(str, sizes))} on {len(workers)} workers; each attention layer holds {layout}"}
+
+
+def _pp(pp: int, workers: list[dict]) -> dict:
+    stages: dict[int, list[int]] = {}
+    for w in workers:
+        stages.setdefault(w["pp_rank"], w["layers"])
+    held = [layer for ls in stages.values() for layer in ls]
+    ranges = [f"stage {s}: layers {ls[0]}-{ls[-1]}" if ls else f"stage {s}: no layers" for s, ls in sorted(stages.items())]
+    applied = len(stages) == pp and all(stages.values()) and len(held) == len(set(held))
+    return {"applied": applied, "evidence": "; ".join(ranges)}
+
+
+def _sp(workers: list[dict]) -> dict:
+    states = {w["sp"] for w in workers}
+    if states == {True}:
+        return {"applied": True, "evidence": "the SP pass is on in every worker's effective compilation config"}
+    return {"applied": False, "evidence": "vLLM switched the SP pass off in its effective compilation config "
+                                          "(see its log, e.g. its SP threshold heuristic)"}
+
+
+# Counters that only move when vLLM traced or compiled the model, or loaded it compiled
+# (on CPU, vLLM 0.32 turns VLLM_COMPILE into DYNAMO_TRACE_ONCE: AOT compiles, no graphs_seen).
+COMPILED = ("num_graphs_seen", "num_backend_compilations", "num_inductor_compiles", "num_aot_compiles",
+            "num_compiled_artifacts_loaded", "num_aot_artifacts_loaded", "stock_torch_compile_count")
+
+
+def _compile(workers: list[dict]) -> dict:
+    def moved(w: dict) -> int:
+        return sum(int(w["compile"].get(k, 0)) for k in COMPILED)
+
+    c = workers[0]["compile"]
+    detail = ", ".join(f"{k.removeprefix('num_')} {v}" for k, v in c.items() if v and isinstance(v, int)) or "every counter 0"
+    return {"applied": min(moved(w) for w in workers) > 0,
+            "evidence": f"vLLM's compilation counter on worker 0: {detail} (mode {workers[0]['compile_mode']})"}
