@@ -82,6 +82,9 @@ def build_parser() -> argparse.ArgumentParser:
     ls.add_argument("ids", nargs="*", help="ids or glob patterns, or suite names")
     ls.add_argument("--gate", help="only scenarios of this gate (pr, nightly)")
     ls.add_argument("--ids-only", action="store_true", help="print bare ids (for scripts and make)")
+    ls.add_argument("--engines", action="store_true", help="list the engines instead: built in or from installed packages, "
+                    "whether each can run here, its axes")
+    ls.add_argument("--models", action="store_true", help="list the zoo's models instead: built in or from installed packages")
 
     run = sub.add_parser("run", help="run scenarios and write a report")
     run.add_argument("ids", nargs="*", help="ids or glob patterns, or suite names")
@@ -121,6 +124,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    # needs (and may not fail on) no scenario file
+    if args.command == "list" and (args.engines or args.models):
+        return cmd_list_plugins(args)
     try:
         scenarios = load_scenarios(args.scenarios)
         if args.command == "list":
@@ -149,6 +155,24 @@ def cmd_list(args, scenarios) -> int:
             if s.expected_failure and not s.expectations:
                 notes = f"  (expected failure: {s.expected_failure})"
             print(f"{s.id:40s} gates={','.join(sorted(s.gates)) or '-'}{notes}")
+    return 0
+
+
+def cmd_list_plugins(args) -> int:
+    """`harness list --engines` / `--models`: one line each, where it comes from and whether it can be used here."""
+    if args.engines:
+        from harness.engines import axes_text, inventory
+
+        for e in inventory():
+            axes = f"  axes: {axes_text(e.axes)}" if e.axes is not None else ""
+            where = f" [{e.path}]" if e.path and not e.origin.startswith("built-in") else ""
+            detail = f"  -- {e.detail}" if e.detail else ""
+            print(f"{e.name:12s} {e.status:13s} {e.origin}{where}{axes}{detail}")
+    if args.models:
+        from harness import zoo
+
+        for name, origin, status, detail in zoo.inventory():
+            print(f"{name:20s} {status:13s} {origin}{'  ' + detail if detail else ''}")
     return 0
 
 
