@@ -27,7 +27,7 @@ LAYERS = {
     "evals": 5,
     # orchestration and output
     "runner": 6,
-    "session": 7,
+    "session": 7, "conformance": 7,  # the kit runs single scenarios through the runner
     "report": 8,
     "cli": 9,
     "pytest_plugin": 10, "__main__": 10,
