@@ -364,7 +364,10 @@ class Kit:
         verdict = self._run(name, settings)
         if verdict.verdict != "pass":
             return CheckResult(name, "fail", f"against its tp1 golden: {self._verdict_text(verdict)}")
-        return CheckResult(name, "pass", f"against its tp1 golden: {verdict.reason}")
+        # what the engine says it applied (outputs meta `applied`): a note, as the harness treats it
+        evidence = "; ".join(f"{axis}={a['value']!r} {'applied' if a['applied'] else 'evidence'}: {a['evidence']}"
+                             for axis, a in verdict.applied.items())
+        return CheckResult(name, "pass", f"against its tp1 golden: {verdict.reason}" + (f" ({evidence})" if evidence else ""))
 
     def check_crash(self) -> CheckResult:
         target = self._fault_target()
