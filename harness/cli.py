@@ -23,6 +23,8 @@ from harness.rundir import (
 from harness.scenario import ScenarioError, load_scenarios, select
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
+# the conformance kit's checks (harness/conformance.py CHECKS), here so the parser needs no import
+CONFORMANCE_CHECKS = ("load", "versions", "unsupported", "outputs", "matches-reference", "parallel", "crash", "hang")
 DEFAULT_REPORTS = PROJECT_ROOT / "reports"
 
 
@@ -82,6 +84,22 @@ def build_parser() -> argparse.ArgumentParser:
     ls.add_argument("ids", nargs="*", help="ids or glob patterns, or suite names")
     ls.add_argument("--gate", help="only scenarios of this gate (pr, nightly)")
     ls.add_argument("--ids-only", action="store_true", help="print bare ids (for scripts and make)")
+    ls.add_argument("--engines", action="store_true", help="list the engines instead: built in or from installed packages, "
+                    "whether each can run here, its axes")
+    ls.add_argument("--models", action="store_true", help="list the zoo's models instead: built in or from installed packages")
+
+    conf = sub.add_parser("conformance", help="check that an engine plugin keeps the engine contract (docs/ENGINES.md)")
+    conf.add_argument("engine", help="the engine's registered name (`harness list --engines`)")
+    conf.add_argument("--check", action="append", choices=CONFORMANCE_CHECKS, help="run only this check (repeatable; default: all)")
+    conf.add_argument("--model", default="tiny-llama", help="zoo model the runs use (default: tiny-llama)")
+    conf.add_argument("--parallel", nargs="*", metavar="SETTINGS", help="settings of the parallel checks, as in scenario ids "
+                      "(default: tp2; e.g. --parallel tp2 pp2 tp2-pp2)")
+    conf.add_argument("--device", choices=["cpu", "cuda"], default=os.environ.get("HARNESS_DEVICE", "cpu"))
+    conf.add_argument("--engine-option", type=_key_value, action="append", default=[], metavar="KEY=VALUE",
+                      help="as a scenario file's engine_options: (repeatable), e.g. python=/venv/bin/python")
+    conf.add_argument("--timeout", type=positive_seconds, default=300.0, help="per run, seconds (default 300)")
+    conf.add_argument("--hang-timeout", type=positive_seconds, default=90.0, help="the hang check's run, seconds (default 90)")
+    conf.add_argument("--work-dir", type=Path, help="where runs, logs and the kit's goldens go (default: a new temporary directory)")
 
     run = sub.add_parser("run", help="run scenarios and write a report")
     run.add_argument("ids", nargs="*", help="ids or glob patterns, or suite names")
@@ -121,6 +139,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    # neither needs (nor may fail on) the scenario files
+    if args.command == "conformance":
+        from harness.conformance import main as conformance_main
+
+        return conformance_main(args)
+    if args.command == "list" and (args.engines or args.models):
+        return cmd_list_plugins(args)
     try:
         scenarios = load_scenarios(args.scenarios)
         if args.command == "list":
@@ -149,6 +174,24 @@ def cmd_list(args, scenarios) -> int:
             if s.expected_failure and not s.expectations:
                 notes = f"  (expected failure: {s.expected_failure})"
             print(f"{s.id:40s} gates={','.join(sorted(s.gates)) or '-'}{notes}")
+    return 0
+
+
+def cmd_list_plugins(args) -> int:
+    """`harness list --engines` / `--models`: one line each, where it comes from and whether it can be used here."""
+    if args.engines:
+        from harness.engines import axes_text, inventory
+
+        for e in inventory():
+            axes = f"  axes: {axes_text(e.axes)}" if e.axes is not None else ""
+            where = f" [{e.path}]" if e.path and not e.origin.startswith("built-in") else ""
+            detail = f"  -- {e.detail}" if e.detail else ""
+            print(f"{e.name:12s} {e.status:13s} {e.origin}{where}{axes}{detail}")
+    if args.models:
+        from harness import zoo
+
+        for name, origin, status, detail in zoo.inventory():
+            print(f"{name:20s} {status:13s} {origin}{'  ' + detail if detail else ''}")
     return 0
 
 

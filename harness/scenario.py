@@ -337,8 +337,8 @@ class SuiteFile(_Strict):
         scenario's at run time. Other sources are resolved (and checked) when run."""
         from harness import zoo  # stdlib only until a model is built
 
-        if isinstance(ref, str) and ref not in zoo.ZOO:
-            raise ValueError(f"unknown model '{ref}': the zoo has {', '.join(sorted(zoo.ZOO))}; for any other model "
+        if isinstance(ref, str) and not zoo.has_model(ref):  # the table, or a package's entry point
+            raise ValueError(f"unknown model '{ref}': the zoo has {', '.join(zoo.model_names())}; for any other model "
                              "write model: {path: DIR}, {hub: ORG/NAME, revision: REV} or {arch: CLASS} (harness/models)")
         return ref
 

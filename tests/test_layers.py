@@ -18,6 +18,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "harness"
 LAYERS = {
     # the light contract and plain facts: import nothing of the harness
     "contract": 0, "roots": 0, "exit_codes": 0, "provenance": 0, "verdict": 0, "data": 0,
+    "plugins": 0,  # entry-point discovery (engines, models of installed packages)
     # parts that stand on the contract alone
     "launch": 1, "images": 1, "zoo": 1, "timings": 1, "golden": 1, "judge": 1, "rundir": 1,
     "models": 2, "engines": 2,
@@ -26,7 +27,7 @@ LAYERS = {
     "evals": 5,
     # orchestration and output
     "runner": 6,
-    "session": 7,
+    "session": 7, "conformance": 7,  # the kit runs single scenarios through the runner
     "report": 8,
     "cli": 9,
     "pytest_plugin": 10, "__main__": 10,

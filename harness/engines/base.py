@@ -52,6 +52,12 @@ class Engine(ABC):
             return f"engine '{self.name}' has no fault switches (got {', '.join(faults)})"
         return None
 
+    def unavailable_reason(self) -> str | None:
+        """Why this engine cannot run on this machine at all (its interpreter or package is
+        missing), with how to install it; None when it looks ready. Cheap: it must not
+        start the engine (`harness list --engines` asks every engine). Default: ready."""
+        return None
+
     def devices_needed(self, settings: dict) -> int:
         """Devices one run of these settings occupies (what the harness leases for it):
         tp*pp, one device per rank, whether the engine starts the ranks or we do."""

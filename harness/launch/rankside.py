@@ -13,7 +13,11 @@ what it needs to name a failing rank and explain a stuck one:
     the launcher's stall detector (harness/launch/stall.py) then declares a hang as soon
     as no rank has moved for its stall window while some rank waits in a collective,
     instead of at the scenario timeout. An engine that never calls them keeps the
-    timeout-only behaviour.
+    timeout-only behaviour;
+  * $HARNESS_RANK_FAULT, a fault any engine's ranks take without fault switches of their
+    own: `raise@R` makes global rank R raise as `run_rank` starts it, `hang@R` makes it
+    sleep there forever (the conformance kit's crash and hang checks use it for engines
+    that have no `rank-raise@N` / `rank-hang@N` switches; `harness run --env` sets it).
 
 Standard library only: this module runs inside an engine's own environment.
 """
@@ -43,6 +47,10 @@ COMPUTE = "compute"  # working on its own: a silence here is not a hang by itsel
 COLLECTIVE = "collective"  # waiting on its peers: a silence here with every rank idle is one
 #: one fixed-size record, rewritten in place: "<beat number> <phase>", space padded
 HEARTBEAT_RECORD_BYTES = 40
+
+#: "raise@R" | "hang@R": a fault injected into global rank R of any engine (see the docstring)
+RANK_FAULT_ENV = "HARNESS_RANK_FAULT"
+RANK_FAULT_KINDS = ("raise", "hang")
 
 _beat_fd: int | None = None  # opened on the first beat; -1 when there is no heartbeat file
 _beat_count = 0
@@ -123,12 +131,37 @@ def in_collective() -> Iterator[None]:
         heartbeat(COMPUTE)
 
 
+def parse_rank_fault(value: str) -> tuple[str, int]:
+    """`raise@1` -> ("raise", 1); anything else is a ValueError that shows the form."""
+    kind, _, rank = value.strip().partition("@")
+    if kind not in RANK_FAULT_KINDS or not rank.isdigit():
+        raise ValueError(f"${RANK_FAULT_ENV}={value!r}: expected one of "
+                         f"{', '.join(k + '@<global rank>' for k in RANK_FAULT_KINDS)}")
+    return kind, int(rank)
+
+
+def fire_rank_fault() -> None:
+    """Act on $HARNESS_RANK_FAULT if it names this rank (a malformed value fails every rank)."""
+    value = os.environ.get(RANK_FAULT_ENV)
+    if not value:
+        return
+    kind, target = parse_rank_fault(value)
+    rank = int(os.environ.get("RANK", "0"))
+    if target != rank:
+        return
+    if kind == "raise":
+        raise RuntimeError(f"{RANK_FAULT_ENV}: injected failure on rank {rank}")
+    while True:  # hang: stuck where a stack dump can show it
+        time.sleep(3600)
+
+
 def run_rank(main: Callable[[], None]) -> NoReturn:
     """Run `main` as a watched rank: exit 0 on success, 1 with an error record on failure."""
     die_with_parent()
     faulthandler.enable(file=sys.stderr, all_threads=True)
     faulthandler.register(DUMP_SIGNAL, file=sys.stderr, all_threads=True, chain=False)
     try:
+        fire_rank_fault()
         main()
     except BaseException as exc:  # noqa: BLE001 - every failure must reach the launcher
         write_error_record(exc)

@@ -107,10 +107,13 @@ def resolve(ref: ModelRef, python: str, base_dir: Path | None = None) -> Resolve
 def _zoo(name: str) -> ResolvedModel:
     from harness import zoo
 
-    if name not in zoo.ZOO:
-        raise ModelError(f"unknown model '{name}': the zoo has {', '.join(sorted(zoo.ZOO))}; for any other model "
+    if not zoo.has_model(name):
+        raise ModelError(f"unknown model '{name}': the zoo has {', '.join(zoo.model_names())}; for any other model "
                          "write model: {path: DIR}, {hub: ORG/NAME, revision: REV} or {arch: CLASS} (harness/models)")
-    return ResolvedModel(zoo.model_dir(name), name, zoo.get_spec(name).sha256)
+    try:
+        return ResolvedModel(zoo.model_dir(name), name, zoo.get_spec(name).sha256)
+    except zoo.ModelUnavailable as exc:  # a package's model that does not load
+        raise ModelError(str(exc)) from None
 
 
 def _checkpoint(directory: Path, label: str, what: str) -> ResolvedModel:

@@ -21,6 +21,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from harness import plugins
 from harness.roots import DATA_DIR, cache_dir
 from harness.zoo.spec import ModelSpec
 from harness.zoo.table import ZOO
@@ -33,10 +34,83 @@ def cache_root() -> Path:
     return cache_dir("models")
 
 
+class ModelUnavailable(KeyError):
+    """A model an installed package registers that cannot be had: its message names the
+    package and the error."""
+
+    def __str__(self) -> str:  # KeyError would print the repr of the message
+        return str(self.args[0]) if self.args else ""
+
+
+def _plugins() -> dict[str, list[plugins.Plugin]]:
+    """Models of installed packages (entry point group `harness.models`), by name; a
+    name the zoo's own table has is the zoo's (the table wins)."""
+    return {n: found for n, found in plugins.discover(plugins.MODELS_GROUP).items() if n not in ZOO}
+
+
+def model_names() -> list[str]:
+    """Every model name a scenario's `model:` may use here: the table's, then the
+    installed packages'. Reads metadata only: nothing is imported or built."""
+    return list(ZOO) + sorted(_plugins())
+
+
+def has_model(name: str) -> bool:
+    return name in ZOO or name in _plugins()
+
+
+_loaded: dict[plugins.Plugin, ModelSpec] = {}
+
+
 def get_spec(name: str) -> ModelSpec:
-    if name not in ZOO:
-        raise KeyError(f"unknown model '{name}': the zoo has {', '.join(sorted(ZOO))} (harness/zoo/table.py)")
-    return ZOO[name]
+    if name in ZOO:
+        return ZOO[name]
+    found = _plugins().get(name)
+    if not found:
+        raise KeyError(f"unknown model '{name}': the zoo has {', '.join(model_names())} (harness/zoo/table.py, "
+                       "and the `harness.models` entry points of installed packages)")
+    if len(found) > 1:
+        raise ModelUnavailable(f"model {plugins.ambiguity(name, found)}")
+    plugin = found[0]
+    if plugin not in _loaded:
+        _loaded[plugin] = _plugin_spec(plugin)
+    return _loaded[plugin]
+
+
+def _plugin_spec(plugin: plugins.Plugin) -> ModelSpec:
+    """The ModelSpec an entry point names: the spec itself, or a callable that returns it."""
+    try:
+        obj = plugin.load()
+        if callable(obj) and not isinstance(obj, ModelSpec):
+            obj = obj()
+    except plugins.PluginError as exc:
+        raise ModelUnavailable(f"model {exc}") from None
+    except Exception as exc:  # noqa: BLE001 - a third party's factory may raise anything
+        raise ModelUnavailable(f"model '{plugin.name}' of package {plugin.origin()}: its factory raised "
+                               f"{type(exc).__name__}: {exc}") from None
+    if not isinstance(obj, ModelSpec):
+        raise ModelUnavailable(f"model '{plugin.name}' of package {plugin.origin()} is {obj!r}, not a "
+                               "harness.zoo.spec.ModelSpec (or a callable returning one)")
+    if obj.name != plugin.name:
+        raise ModelUnavailable(f"model '{plugin.name}' of package {plugin.origin()} is a spec named '{obj.name}': "
+                               "the entry point's name and the spec's name must be the same")
+    return obj
+
+
+def inventory() -> list[tuple[str, str, str, str]]:
+    """(name, where from, status, detail) of every model registered here: "ready",
+    "does not load" (with why), or "shadowed" (a package's model the table's own hides).
+    Imports the packages' modules; builds nothing."""
+    rows = [(name, "built-in (harness/zoo/table.py)", "ready", spec.notes) for name, spec in ZOO.items()]
+    for name, found in sorted(plugins.discover(plugins.MODELS_GROUP).items()):
+        if name in ZOO:
+            rows += [(name, p.origin(), "shadowed", f"ignored: '{name}' is a built-in zoo model, which wins")
+                     for p in found]
+            continue
+        try:
+            rows.append((name, found[0].origin() if len(found) == 1 else "several packages", "ready", get_spec(name).notes))
+        except KeyError as exc:
+            rows += [(name, p.origin(), "does not load", str(exc)) for p in found]
+    return rows
 
 
 def checkpoint_sha256(directory: Path) -> str:

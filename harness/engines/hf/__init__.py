@@ -33,6 +33,16 @@ class HfEngine(Engine):
         path = Path(chosen)
         return str(path if path.is_absolute() else PROJECT_ROOT / path)
 
+    def unavailable_reason(self) -> str | None:
+        python = self.python()
+        if python != sys.executable:
+            return None if os.access(python, os.X_OK) else f"no Python interpreter at {python} (${PYTHON_ENV})"
+        import importlib.util
+
+        if importlib.util.find_spec("transformers") is None:
+            return "transformers is not installed in this Python; install it with `make install` (or `pip install transformers`)"
+        return None
+
     def launch_plan(self, spec: RunSpec, spec_path: str) -> LaunchPlan:
         env = {
             "PYTHONPATH": os.pathsep.join(filter(None, [str(PROJECT_ROOT), os.environ.get("PYTHONPATH")])),

@@ -46,6 +46,12 @@ class VllmEngine(Engine):
         path = Path(chosen)
         return path if path.is_absolute() else PROJECT_ROOT / path
 
+    def unavailable_reason(self) -> str | None:
+        python = self.python()
+        if not os.access(python, os.X_OK):
+            return f"no Python interpreter at {python}; {INSTALL_HINT}"
+        return None
+
     def probe(self) -> dict:
         """The installed vLLM's versions and capabilities (probe.py), cached on disk."""
         from harness.engines import EngineUnavailable

@@ -1,0 +1,511 @@
+"""The conformance kit: does an engine plugin keep the engine contract (docs/ENGINES.md)?
+
+    python -m harness conformance ENGINE [--check NAME ...] [--work-dir DIR]
+
+or, from an engine author's pytest:
+
+    from harness.conformance import assert_conforms
+
+    @pytest.mark.timeout(900)
+    def test_my_engine_keeps_the_harness_contract(tmp_path):
+        assert_conforms("tp-plan", tmp_path)
+
+It runs the engine for real, as `harness run` would: a small suite on a tiny zoo model
+(tiny-llama, float32, a few prompts), every run through the harness's own runner and
+launcher (harness/runner.py, harness/launch), on CPU with gloo unless told otherwise.
+Each check ends in one line, PASS, FAIL or SKIP with the reason:
+
+  load               the registry loads it (built in, or through its `harness.engines`
+                     entry point), its `name` is the registered one, it declares the tp
+                     axis, and it is ready here (unavailable_reason() is None)
+  versions           versions() names the engine and its versions (strings)
+  unsupported        settings it cannot run by its own declaration (an axis it does not
+                     declare, a value outside an axis's declared values, tp=0) give a
+                     reason string and end `unsupported`, never a crash
+  outputs            its golden (tp1: `harness golden`) and a tp1 scenario run: the
+                     harness reads its EngineOutputs and the run passes against it
+                     (a note when outputs.json does not name the engine)
+  matches-reference  its tp1 outputs agree with the reference engine's within the
+                     float32 bounds every scenario is held to
+  parallel-<s>       each parallel setting (default tp2) passes against its tp1 golden,
+                     or is skipped with the engine's unsupported reason
+  crash              one rank fails: the verdict is `crash`, naming that rank, with its
+                     exception and traceback from the rank's error record
+  hang               one rank hangs: the verdict is `hang`, with a stack dump of every
+                     rank and where the hung one was stuck
+
+The crash and hang checks use the engine's own `rank-raise@N` / `rank-hang@N` fault
+switches when it has them (they fire mid-run, in the engine's forward), else
+$HARNESS_RANK_FAULT (harness/launch/rankside.py), which `run_rank` honours in any
+engine's ranks as they start. An engine whose processes do not run under `run_rank`
+cannot have its crashes blamed or its hangs explained: the check fails saying so.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from harness import golden as goldens
+from harness import models
+from harness.contract.outputs import EngineOutputs
+from harness.contract.runspec import RunSpec
+from harness.engines import BUILTIN, Engine, EngineUnavailable, axes_text, get_engine
+from harness.judge.compare import compare_outputs, tolerance_for
+from harness.launch.rankside import RANK_FAULT_ENV
+from harness.rundir import OUTPUTS, scenario_dir
+from harness.runner import GoldenUnsupported, RunOptions, make_golden, prepare, run_scenario
+from harness.scenario import PARALLEL_SIZES, Scenario, SuiteFile, settings_label
+from harness.verdict import Verdict
+
+CHECKS = ("load", "versions", "unsupported", "outputs", "matches-reference", "parallel", "crash", "hang")
+REFERENCE_ENGINE = "reference"
+NO_SUCH_AXIS = "nosuchaxis"
+DUMP_MISSING = "(no stack dump received"  # what the launcher writes for a rank that did not answer SIGUSR1
+
+# small: a few prompts of different lengths, a few greedy steps through the KV cache
+WORKLOADS = [
+    {"name": "logits", "kind": "logprobs", "prompts": "gsm8k-test", "num_prompts": 3, "max_prompt_tokens": 48, "top_k": 10},
+    {"name": "greedy", "kind": "greedy", "prompts": "gsm8k-test", "num_prompts": 2, "max_new_tokens": 8, "top_k": 10},
+]
+
+
+@dataclass
+class KitOptions:
+    model: str = "tiny-llama"  # a zoo model name (the table's, or a package's)
+    device: str = "cpu"
+    timeout_s: float = 300.0  # per run
+    hang_timeout_s: float = 90.0  # the hang check's run: a hang is declared by then at the latest
+    parallel: list[dict] = field(default_factory=lambda: [{"tp": 2}])  # settings of the parallel-<s> checks
+    checks: list[str] | None = None  # None: every check
+    engine_options: dict[str, str] = field(default_factory=dict)  # as a scenario file's engine_options:
+    reference: str = REFERENCE_ENGINE
+
+
+@dataclass
+class CheckResult:
+    name: str
+    status: str  # "pass" | "fail" | "skip"
+    detail: str
+
+    def line(self) -> str:
+        return f"  {self.status.upper():4s}  {self.name:18s} {self.detail}"
+
+
+def passed(results: list[CheckResult]) -> bool:
+    """No check failed (a skip says why it could not apply, and is not a failure)."""
+    return all(r.status != "fail" for r in results)
+
+
+def summary(results: list[CheckResult]) -> str:
+    counts = {s: sum(r.status == s for r in results) for s in ("pass", "fail", "skip")}
+    return f"{len(results)} checks: {counts['pass']} pass, {counts['fail']} fail, {counts['skip']} skip"
+
+
+def assert_conforms(engine: str, work_dir: Path, options: KitOptions | None = None) -> list[CheckResult]:
+    """Run the kit; an AssertionError listing every check's line if any check failed."""
+    results = run_kit(engine, work_dir, options)
+    if not passed(results):
+        raise AssertionError(f"engine '{engine}' does not conform ({summary(results)}):\n"
+                             + "\n".join(r.line() for r in results))
+    return results
+
+
+def parse_settings(label: str) -> dict:
+    """`tp2-pp2` -> {"tp": 2, "pp": 2}; `tp2-sp` -> {"tp": 2, "sp": True} (scenario id spelling)."""
+    settings: dict = {}
+    for part in filter(None, label.split("-")):
+        m = re.fullmatch(r"([a-z]+)(\d+)?", part)
+        if not m:
+            raise ValueError(f"'{label}': expected settings like tp2, pp2, tp2-pp2 or tp2-sp")
+        settings[m[1]] = int(m[2]) if m[2] else True
+    return settings
+
+
+def impossible_settings(axes: dict, golden: dict) -> list[tuple[str, dict]]:
+    """(what, settings) an engine with these axes cannot run by its own declaration."""
+    cases = [(f"an axis it does not declare ({NO_SUCH_AXIS}=true)", {**golden, NO_SUCH_AXIS: True})]
+    for axis, allowed in axes.items():
+        if allowed is None or not allowed:
+            continue
+        if all(isinstance(v, bool) for v in allowed):
+            outside = [v for v in (False, True) if v not in allowed]
+            if not outside:
+                continue
+            value: object = outside[0]
+        elif all(isinstance(v, int) for v in allowed):
+            value = max(allowed) + 1
+        else:
+            value = "nosuchvalue"
+        cases.append((f"{axis}={value!r}, outside its declared values {list(allowed)}", {**golden, axis: value}))
+    if "tp" in axes:
+        cases.append(("tp=0 (a parallel size counts ranks)", {**golden, "tp": 0}))
+    return cases
+
+
+@contextmanager
+def _golden_root(path: Path) -> Iterator[None]:
+    """The kit's goldens live in its work dir, never among the project's."""
+    before = os.environ.get("HARNESS_GOLDEN_DIR")
+    os.environ["HARNESS_GOLDEN_DIR"] = str(path)
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("HARNESS_GOLDEN_DIR", None)
+        else:
+            os.environ["HARNESS_GOLDEN_DIR"] = before
+
+
+def _slug(name: str) -> str:
+    return re.sub(r"[^a-z0-9.-]+", "-", name.lower()).strip("-.") or "engine"
+
+
+class Kit:
+    """One engine's conformance run; `run()` yields each check's result as it ends."""
+
+    def __init__(self, engine: str, work_dir: Path, options: KitOptions):
+        self.name = engine
+        self.work = Path(work_dir)
+        self.opts = options
+        self.engine: Engine | None = None
+        self.axes: dict = {}
+        self.golden_settings: dict = {}
+        self.suite: SuiteFile | None = None
+        self.model_dir: str | None = None
+        self.golden_problem: str | None = "not made yet"
+        self.outputs = EngineOutputs()  # the engine's tp1 golden, once made
+        self.workloads: list[dict] = []
+
+    # -- helpers -------------------------------------------------------------------
+
+    def _suite(self, engine: str) -> SuiteFile:
+        return SuiteFile.model_validate({
+            "suite": f"conformance-{_slug(engine)}", "engine": engine, "model": self.opts.model, "dtype": "float32",
+            "timeout_s": self.opts.timeout_s, "workloads": WORKLOADS, "golden": self.golden_settings,
+            "matrix": {a: [v] for a, v in self.golden_settings.items()},
+            "engine_options": self.opts.engine_options if engine == self.name else {},
+        })
+
+    def _scenario(self, settings: dict, suite: SuiteFile | None = None) -> Scenario:
+        suite = suite or self.suite
+        assert suite is not None
+        label = settings_label(settings, list(settings)) if settings else "default"
+        return Scenario(id=f"{suite.suite}/{label}", suite=suite, source=self.work / "conformance.yaml",
+                        settings=dict(settings), gates=frozenset())
+
+    def _run(self, check: str, settings: dict, **options) -> Verdict:
+        run_opts = RunOptions(device=self.opts.device, timeout_s=options.pop("timeout_s", None), **options)
+        return run_scenario(self._scenario(settings), self.work / "runs" / check, run_opts)
+
+    def _unsupported(self, settings: dict) -> str | None:
+        assert self.engine is not None
+        return self.engine.unsupported_reason(settings, self.model_dir)
+
+    def _ensure_golden(self, suite: SuiteFile) -> tuple[EngineOutputs, list[dict]]:
+        """The suite's tp1 golden in the kit's golden root (reused when it still applies,
+        else made, as `harness golden` makes it) and the resolved workloads it ran."""
+        scenario = self._scenario(dict(suite.golden), suite)
+        opts = RunOptions(device=self.opts.device)
+        prepared = prepare(scenario, dict(suite.golden), self.work / "prepare", opts)
+        try:
+            return goldens.load_golden(prepared.manifest)[0], prepared.spec.workloads
+        except goldens.GoldenError:
+            pass
+        make_golden(scenario, self.work / "golden-runs", opts)
+        return goldens.load_golden(prepared.manifest)[0], prepared.spec.workloads
+
+    def _fault_target(self) -> tuple[dict, int] | None:
+        """The settings of the crash and hang runs (the most ranks among tp2, pp2, tp1 that
+        the engine runs) and the last launched rank, which the faults target."""
+        assert self.engine is not None
+        for extra in ({"tp": 2}, {"pp": 2}, {}):
+            settings = {**self.golden_settings, **extra}
+            if set(settings) - set(self.axes) or self._unsupported(settings):
+                continue
+            spec = RunSpec(f"conformance/{settings_label(settings, list(settings))}", self.name, str(self.model_dir),
+                           "float32", settings, [], str(self.work / "probe-outputs"), device=self.opts.device)
+            plan = self.engine.launch_plan(spec, str(self.work / "probe-spec.json"))
+            return settings, plan.world_size - 1
+        return None
+
+    def _fault(self, kind: str, settings: dict, rank: int) -> tuple[dict, str]:
+        """RunOptions fields that make `rank` raise / hang, and how (for the check's line)."""
+        assert self.engine is not None
+        native = f"rank-{kind}@{rank}"
+        if self.engine.fault_problem([native], settings) is None:
+            return {"faults": [native]}, f"the engine's fault switch {native}"
+        injected = f"{kind}@{rank}"
+        return {"env": {RANK_FAULT_ENV: injected}}, f"${RANK_FAULT_ENV}={injected} (the engine has no {native} switch)"
+
+    # -- checks --------------------------------------------------------------------
+
+    def check_load(self) -> CheckResult:
+        try:
+            engine = get_engine(self.name)
+        except EngineUnavailable as exc:
+            return CheckResult("load", "fail", str(exc))
+        engine.configure(self.opts.engine_options)
+        self.engine = engine
+        from harness import plugins
+
+        found = plugins.discover(plugins.ENGINES_GROUP).get(self.name) or []
+        origin = "built-in" if self.name in BUILTIN else (found[0].origin() if found else "?")
+        self.axes = dict(engine.axes)
+        problems = []
+        if engine.name != self.name:
+            problems.append(f"its class says name = {engine.name!r} but it is registered as {self.name!r}: "
+                            "outputs, versions and reports would disagree")
+        self.golden_settings = {a: 1 for a in PARALLEL_SIZES if a in self.axes}
+        if not self.golden_settings:
+            problems.append("it declares neither a 'tp' nor a 'pp' axis (declare them, e.g. axes = {'tp': (1,), "
+                            "'pp': (1,)}, even for one rank)")
+        reason = engine.unavailable_reason()
+        if reason:
+            problems.append(f"it cannot run here: {reason}")
+        if problems:
+            if reason or not self.golden_settings:  # nothing can be run
+                self.engine = None
+            return CheckResult("load", "fail", f"loads from {origin}, but " + "; ".join(problems))
+        return CheckResult("load", "pass", f"from {origin}; ready here; axes {axes_text(self.axes)}")
+
+    def check_versions(self) -> CheckResult:
+        assert self.engine is not None
+        try:
+            versions = self.engine.versions()
+        except Exception as exc:  # noqa: BLE001 - the kit reports what the engine raised
+            return CheckResult("versions", "fail", f"versions() raised {type(exc).__name__}: {exc}")
+        problems = []
+        if not isinstance(versions, dict):
+            return CheckResult("versions", "fail", f"versions() returned {type(versions).__name__}, not a dict")
+        if versions.get("engine") != self.name:
+            problems.append(f"versions()['engine'] is {versions.get('engine')!r}, not {self.name!r}")
+        bad = [k for k, v in versions.items() if not (isinstance(k, str) and isinstance(v, str) and v)]
+        if bad:
+            problems.append(f"not a non-empty string: {bad}")
+        if len(versions) < 2:
+            problems.append("it names no version (e.g. the engine's own, torch's)")
+        if problems:
+            return CheckResult("versions", "fail", f"{versions}: " + "; ".join(problems))
+        return CheckResult("versions", "pass", str(versions))
+
+    def check_unsupported(self) -> CheckResult:
+        said = []
+        for what, settings in impossible_settings(self.axes, self.golden_settings):
+            try:
+                reason = self._unsupported(settings)
+            except Exception as exc:  # noqa: BLE001 - a crash here is what the check is for
+                return CheckResult("unsupported", "fail", f"{what}: unsupported_reason raised {type(exc).__name__}: {exc} "
+                                   "instead of returning a reason (a harness `error`, not `unsupported`)")
+            if not (isinstance(reason, str) and reason.strip()):
+                return CheckResult("unsupported", "fail", f"{what}: unsupported_reason returned {reason!r}, not a reason; "
+                                   "the harness would launch settings the engine says it cannot run")
+            verdict = self._run("unsupported", settings)
+            if verdict.verdict != "unsupported":
+                return CheckResult("unsupported", "fail", f"{what}: the scenario ended {verdict.verdict}: {verdict.reason}")
+            said.append(f"{what}: \"{reason}\"")
+        return CheckResult("unsupported", "pass", f"{len(said)} impossible settings, each `unsupported` with a reason: "
+                           + "; ".join(said))
+
+    def check_outputs(self) -> CheckResult:
+        assert self.suite is not None
+        try:
+            self.outputs, self.workloads = self._ensure_golden(self.suite)
+        except Exception as exc:  # noqa: BLE001 - whatever stopped the golden run is the check's result
+            kind = "cannot run the tp1 golden setting" if isinstance(exc, GoldenUnsupported) else "its golden run failed"
+            self.golden_problem = f"{kind}: {(str(exc).splitlines() or [type(exc).__name__])[0]}"
+            return CheckResult("outputs", "fail", f"{self.golden_problem} (`harness golden` would fail the same way)")
+        self.golden_problem = None
+        verdict = self._run("outputs", self.golden_settings)
+        if verdict.verdict != "pass":
+            return CheckResult("outputs", "fail", f"tp1 run against its tp1 golden: {self._verdict_text(verdict)}")
+        scenario = self._scenario(self.golden_settings)
+        meta = EngineOutputs.load(scenario_dir(self.work / "runs" / "outputs", scenario.id) / OUTPUTS).meta
+        note = ""
+        if meta.get("engine") != self.name:  # information for whoever reads the outputs; the harness does not need it
+            note = (f" (note: outputs.json names engine {meta.get('engine')!r}, not {self.name!r}; "
+                    "EngineOutputs.describe_run(spec, name) writes it)")
+        return CheckResult("outputs", "pass", f"golden made and a tp1 run read and passed: {verdict.reason}{note}")
+
+    def check_matches_reference(self) -> CheckResult:
+        if self.name == self.opts.reference:
+            return CheckResult("matches-reference", "skip", "this is the reference engine")
+        if self.golden_problem:
+            return CheckResult("matches-reference", "skip", f"no outputs of the engine to compare ({self.golden_problem})")
+        try:
+            reference, _ = self._ensure_golden(self._suite(self.opts.reference))
+        except Exception as exc:  # noqa: BLE001 - the reference's trouble is not the engine's
+            return CheckResult("matches-reference", "skip", f"the {self.opts.reference} engine's outputs could not be made: {exc}")
+        tol = tolerance_for("float32")
+        try:
+            checks = compare_outputs(reference, self.outputs, self.workloads, tol)
+        except Exception as exc:  # noqa: BLE001 - outputs the comparison cannot read are the engine's
+            return CheckResult("matches-reference", "fail", f"its outputs cannot be compared: {type(exc).__name__}: {exc}")
+        text = "; ".join(f"{c.name}: {c.summary}" for c in checks)
+        status = "pass" if all(c.passed for c in checks) else "fail"
+        return CheckResult("matches-reference", status, f"tp1 vs the {self.opts.reference} engine ({tol.describe()}): {text}")
+
+    def check_parallel(self, extra: dict) -> CheckResult:
+        settings = {**self.golden_settings, **extra}
+        name = f"parallel-{settings_label(extra, list(extra))}"
+        undeclared = sorted(set(settings) - set(self.axes))
+        if undeclared:
+            return CheckResult(name, "skip", f"the engine declares no {', '.join(undeclared)} axis")
+        reason = self._unsupported(settings)
+        if reason:
+            return CheckResult(name, "skip", f"unsupported: {reason}")
+        if self.golden_problem:
+            return CheckResult(name, "skip", f"no golden to compare with ({self.golden_problem})")
+        verdict = self._run(name, settings)
+        if verdict.verdict != "pass":
+            return CheckResult(name, "fail", f"against its tp1 golden: {self._verdict_text(verdict)}")
+        # what the engine says it applied (outputs meta `applied`): a note, as the harness treats it
+        evidence = "; ".join(f"{axis}={a['value']!r} {'applied' if a['applied'] else 'evidence'}: {a['evidence']}"
+                             for axis, a in verdict.applied.items())
+        return CheckResult(name, "pass", f"against its tp1 golden: {verdict.reason}" + (f" ({evidence})" if evidence else ""))
+
+    def check_crash(self) -> CheckResult:
+        target = self._fault_target()
+        if target is None:
+            return CheckResult("crash", "skip", "the engine supports none of tp2, pp2, tp1 here")
+        if self.golden_problem:
+            return CheckResult("crash", "skip", f"a run needs its golden ({self.golden_problem})")
+        settings, rank = target
+        fault, how = self._fault("raise", settings, rank)
+        verdict = self._run("crash", settings, **fault)
+        label = settings_label(settings, list(settings))
+        if verdict.verdict != "crash":
+            return CheckResult("crash", "fail", f"{label}, rank {rank} made to raise by {how}: ended "
+                               f"{self._verdict_text(verdict)}{self._not_fired(verdict)}")
+        crash = verdict.crash or {}
+        problems = []
+        if str(crash.get("rank")) != str(rank):
+            problems.append(f"it blames rank {crash.get('rank')}, not rank {rank}")
+        if not crash.get("exception"):
+            problems.append("no exception from the rank's error record (does the rank run under "
+                            "harness.launch.rankside.run_rank?)")
+        if not crash.get("traceback"):
+            problems.append("no traceback")
+        if problems:
+            return CheckResult("crash", "fail", f"{verdict.reason}: " + "; ".join(problems))
+        return CheckResult("crash", "pass", f"{label}, by {how}: {verdict.reason}")
+
+    def check_hang(self) -> CheckResult:
+        target = self._fault_target()
+        if target is None:
+            return CheckResult("hang", "skip", "the engine supports none of tp2, pp2, tp1 here")
+        if self.golden_problem:
+            return CheckResult("hang", "skip", f"a run needs its golden ({self.golden_problem})")
+        settings, rank = target
+        fault, how = self._fault("hang", settings, rank)
+        verdict = self._run("hang", settings, timeout_s=self.opts.hang_timeout_s, **fault)
+        label = settings_label(settings, list(settings))
+        if verdict.verdict != "hang":
+            return CheckResult("hang", "fail", f"{label}, rank {rank} made to hang by {how}: ended "
+                               f"{self._verdict_text(verdict)}{self._not_fired(verdict)}")
+        hang = verdict.hang or {}
+        stacks, stuck = hang.get("stacks") or {}, hang.get("stuck_at") or {}
+        missing = sorted(r for r, dump in stacks.items() if not dump or dump.startswith(DUMP_MISSING))
+        problems = []
+        if not stacks or missing:
+            problems.append(f"no stack dump from rank(s) {missing or 'any'} (ranks must run under "
+                            "harness.launch.rankside.run_rank, which dumps every thread's stack on SIGUSR1)")
+        if rank not in stuck and str(rank) not in stuck:
+            problems.append(f"no place where rank {rank} was stuck")
+        if problems:
+            return CheckResult("hang", "fail", f"{verdict.reason}: " + "; ".join(problems))
+        return CheckResult("hang", "pass", f"{label}, by {how}: stacks of rank(s) {sorted(stacks)}; {verdict.reason}")
+
+    @staticmethod
+    def _verdict_text(verdict: Verdict) -> str:
+        logs = f" (logs: {', '.join(str(p) for p in verdict.logs.values())})" if verdict.logs else ""
+        return f"{verdict.verdict}: {verdict.reason}{logs}"
+
+    @staticmethod
+    def _not_fired(verdict: Verdict) -> str:
+        if verdict.verdict == "pass":
+            return ("; the fault never fired: the engine's processes do not honour it (are they started under "
+                    "harness.launch.rankside.run_rank, and does the switch fire on that rank?)")
+        return ""
+
+    # -- the run -------------------------------------------------------------------
+
+    def wanted(self, name: str) -> bool:
+        return self.opts.checks is None or name in self.opts.checks
+
+    def run(self) -> Iterator[CheckResult]:
+        with _golden_root(self.work / "golden"):
+            load = self.check_load()
+            yield load
+            later = [c for c in CHECKS if c != "load" and self.wanted(c)]
+            if self.engine is None:
+                for name in later:
+                    yield CheckResult(name, "skip", "the engine does not load or cannot run here (see load)")
+                return
+            if self.wanted("versions"):
+                yield self.check_versions()
+            try:
+                self.suite = self._suite(self.name)
+                self.model_dir = str(models.resolve(self.suite.model, self.engine.python()).directory)  # type: ignore[arg-type]
+            except (ValueError, models.ModelError) as exc:
+                for name in later:
+                    if name != "versions":
+                        yield CheckResult(name, "fail" if name == "outputs" else "skip",
+                                          f"the kit's suite for model {self.opts.model} cannot be made: {exc}")
+                return
+            if self.wanted("unsupported"):
+                yield self.check_unsupported()
+            if any(self.wanted(c) for c in ("outputs", "matches-reference", "parallel", "crash", "hang")):
+                outputs = self.check_outputs()  # the golden every later run is held to
+                if self.wanted("outputs"):
+                    yield outputs
+            if self.wanted("matches-reference"):
+                yield self.check_matches_reference()
+            if self.wanted("parallel"):
+                for extra in self.opts.parallel:
+                    yield self.check_parallel(extra)
+            if self.wanted("crash"):
+                yield self.check_crash()
+            if self.wanted("hang"):
+                yield self.check_hang()
+
+
+def run_kit(engine: str, work_dir: Path, options: KitOptions | None = None,
+            echo: Callable[[str], None] | None = None) -> list[CheckResult]:
+    """Every check's result (each also passed to `echo` as a line as soon as it ends)."""
+    options = options or KitOptions()
+    unknown = [c for c in options.checks or [] if c not in CHECKS]
+    if unknown:
+        raise ValueError(f"unknown checks {unknown} (the kit has: {', '.join(CHECKS)})")
+    results = []
+    for result in Kit(engine, work_dir, options).run():
+        results.append(result)
+        if echo:
+            echo(result.line())
+    return results
+
+
+def main(args) -> int:
+    """`harness conformance ENGINE`: print each check's line; exit 0 when none failed."""
+    import tempfile
+
+    work = args.work_dir or Path(tempfile.mkdtemp(prefix=f"harness-conformance-{_slug(args.engine)}-"))
+    work.mkdir(parents=True, exist_ok=True)
+    options = KitOptions(model=args.model, device=args.device, checks=args.check or None,
+                         engine_options=dict(args.engine_option), timeout_s=args.timeout, hang_timeout_s=args.hang_timeout)
+    if args.parallel is not None:
+        options.parallel = [parse_settings(s) for s in args.parallel]
+    print(f"conformance of engine '{args.engine}' (model {options.model}, device {options.device}); work dir {work}",
+          flush=True)
+    results = run_kit(args.engine, work, options, echo=lambda line: print(line, flush=True))
+    print(summary(results) + ("" if passed(results) else "; see docs/ENGINES.md for the contract"), flush=True)
+    return 0 if passed(results) else 1
+
+
+if __name__ == "__main__":  # pragma: no cover - `python -m harness conformance` is the way in
+    sys.exit("use: python -m harness conformance ENGINE")
