@@ -29,13 +29,15 @@ help:
 	@echo "make test-vllm  the vLLM engine's tests and the vllm gate (real vLLM engine starts)"
 
 # torch first and pinned: any other torch (or a package asking for a newer one)
-# pulls several GB of CUDA wheels on a CPU machine.
+# pulls several GB of CUDA wheels on a CPU machine. Then the example out-of-tree engine
+# (examples/engine-tp-plan, tests/test_example_engine.py): its ranges keep this torch.
 install:
 	$(PYTHON) -m pip install -q torch==2.13.0
 	$(PYTHON) -m pip install -q -e ".[test]"
+	$(PYTHON) -m pip install -q -e examples/engine-tp-plan
 
 lint:
-	$(PYTHON) -m ruff check harness tests bench tools
+	$(PYTHON) -m ruff check harness tests bench tools examples
 	$(PYTHON) -m mypy
 
 test:

@@ -1,0 +1,104 @@
+"""The `tp-plan` engine: Hugging Face transformers' own tensor parallelism, as a harness plugin.
+
+An example of an engine that lives outside the harness: an installable package that
+declares itself under the `harness.engines` entry-point group (pyproject.toml), so a
+scenario file names it (`engine: tp-plan`) without the harness being edited.
+
+What it runs is a second, independent implementation of tensor parallelism: each of
+the tp ranks loads the checkpoint with
+`from_pretrained(path, distributed_config=DistributedConfig(tp_size=tp))`, which shards
+the weights as DTensors by the model's own `base_model_tp_plan` (colwise q/k/v, gate and
+up projections, rowwise o and down projections, a gathered lm_head) and all-reduces
+over torch.distributed: gloo on CPU, NCCL on CUDA. tp=1 is a plain single-process
+`from_pretrained`, the golden. Pipeline and sequence parallelism are not offered.
+
+    worker.py  the rank entry point: python -m harness_tp_plan.worker SPEC.json
+
+This module stays import-light (stdlib and the harness's plugin API): the harness
+imports it to list axes and build launch plans; torch and transformers load in the ranks.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+from harness.contract.launchplan import LaunchPlan
+from harness.contract.runspec import RunSpec
+from harness.engines import compile_cache
+from harness.engines.base import Engine
+
+__version__ = "0.1.0"
+__all__ = ["TpPlanEngine", "__version__"]
+
+# Config fields a column/row split must divide (a head is never cut in two: transformers
+# would not refuse it, the attention would silently mix half-heads), with their aliases.
+DIVISIBLE_FIELDS = {
+    "num_attention_heads": ("num_attention_heads", "n_head", "num_heads"),
+    "num_key_value_heads": ("num_key_value_heads",),
+    "intermediate_size": ("intermediate_size", "ffn_dim", "n_inner"),
+    "vocab_size": ("vocab_size",),  # the lm_head is split by rows and gathered
+}
+
+
+class TpPlanEngine(Engine):
+    name = "tp-plan"
+    axes = {"tp": None, "pp": (1,), "sp": (False,), "compile": (False, True)}
+
+    def unsupported_reason(self, settings: dict, model_dir: str | Path | None = None) -> str | None:
+        """The base axis checks, then (given the model) whether its heads and widths split
+        into tp equal parts and whether transformers has a TP plan for its architecture."""
+        reason = super().unsupported_reason(settings)
+        if reason or model_dir is None:
+            return reason
+        tp = int(settings.get("tp", 1))
+        if tp == 1:
+            return None
+        config = json.loads((Path(model_dir) / "config.json").read_text())
+        config = config.get("text_config") or config
+        for name, aliases in DIVISIBLE_FIELDS.items():
+            value = next((config[a] for a in aliases if config.get(a) is not None), None)
+            if name == "num_key_value_heads" and value is None:
+                continue  # no GQA: the attention heads were checked
+            if value is not None and value % tp:
+                return f"{name}={value} is not divisible by tp={tp}"
+        return _tp_plan_problem(model_dir)
+
+    def launch_plan(self, spec: RunSpec, spec_path: str) -> LaunchPlan:
+        env = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TORCHINDUCTOR_COMPILE_THREADS": "1"}
+        if spec.compile:  # the harness's compile cache: a second run loads the graphs
+            env.update(compile_cache.inductor_env(compile_cache.installed_torch_version()))
+        if spec.device == "cpu":
+            # transformers builds its device mesh on whatever accelerator it sees: on CPU, none
+            env["CUDA_VISIBLE_DEVICES"] = ""
+            if "OMP_NUM_THREADS" not in os.environ:  # ranks share the cores
+                env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // spec.tp))
+        return LaunchPlan(world_size=spec.tp, argv=[sys.executable, "-m", "harness_tp_plan.worker", spec_path], env=env)
+
+    def versions(self) -> dict[str, str]:
+        from importlib.metadata import PackageNotFoundError, version
+
+        found = {}
+        for package in ("torch", "transformers"):
+            try:
+                found[package] = version(package)
+            except PackageNotFoundError:
+                found[package] = "not installed"
+        return {"engine": self.name, "harness-tp-plan": __version__, **found, "python": sys.version.split()[0]}
+
+
+def _tp_plan_problem(model_dir: str | Path) -> str | None:
+    """Why transformers cannot split this model (no TP plan for its architecture), or None.
+    Without a plan every rank would hold the whole model and tp>1 would pass for nothing."""
+    try:
+        from transformers import AutoConfig
+    except ImportError as exc:
+        return f"the tp-plan engine needs transformers ({exc})"
+    config = AutoConfig.from_pretrained(str(model_dir))
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    if not getattr(text, "base_model_tp_plan", None):
+        arch = (config.architectures or [type(config).__name__])[0]
+        return f"transformers has no tensor-parallel plan (base_model_tp_plan) for {arch}"
+    return None
