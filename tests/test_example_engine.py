@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from timing import run_process, scaled
 
-from harness.engines import EngineUnavailable, get_engine
+from harness.engines import get_engine
 from harness.engines.base import Engine
 from harness.rundir import outputs_dir, verdict_files
 
@@ -31,32 +31,8 @@ pytestmark = pytest.mark.skipif(
     importlib.util.find_spec("harness_tp_plan") is None,
     reason="the example engine is not installed: pip install -e examples/engine-tp-plan (make install)")
 
-# Until the harness's registry reads the `harness.engines` entry points itself, the CLI
-# runs behind this shim, which puts the installed entry points into the registry first
-# (test only: nothing in the harness is changed). Once the registry resolves `tp-plan`
-# on its own, the test runs plain `python -m harness` and the shim is unused.
-SHIM = """
-import sys
-from importlib.metadata import entry_points
-import harness.engines as engines
-for ep in entry_points(group="harness.engines"):
-    module, _, cls = ep.value.partition(":")
-    engines.REGISTRY.setdefault(ep.name, (module, cls, "pip install -e examples/engine-tp-plan"))
-from harness.cli import main
-sys.exit(main(sys.argv[1:]))
-"""
-
-
-def registry_resolves_entry_points() -> bool:
-    try:
-        get_engine("tp-plan")
-    except EngineUnavailable:
-        return False
-    return True
-
-
 def harness_cli() -> list[str]:
-    return [sys.executable, "-m", "harness"] if registry_resolves_entry_points() else [sys.executable, "-c", SHIM]
+    return [sys.executable, "-m", "harness"]
 
 
 def the_engine() -> Engine:
@@ -69,6 +45,7 @@ def test_the_package_declares_its_engine_as_an_entry_point():
     assert found.get("tp-plan") == "harness_tp_plan:TpPlanEngine", found
     engine = the_engine()
     assert isinstance(engine, Engine) and engine.name == "tp-plan"
+    assert type(get_engine("tp-plan")) is type(engine)  # the harness's registry finds it through the entry point
     assert engine.axes == {"tp": None, "pp": (1,), "sp": (False,), "compile": (False, True)}
 
 
@@ -122,3 +99,15 @@ def test_the_suite_passes_through_the_entry_point(tmp_path):
     meta = json.loads((outputs_dir(tmp_path / "r", "tp-plan/tp2") / "outputs.json").read_text())
     placements = meta["sharding"]["parameters_by_placement"]
     assert placements.get("(Shard(dim=0),)", 0) > 0 and placements.get("(Shard(dim=1),)", 0) > 0, placements
+    assert verdicts["tp-plan/tp2"]["applied"]["tp"]["applied"] is True, verdicts["tp-plan/tp2"]["applied"]
+
+
+@pytest.mark.e2e
+def test_the_example_engine_passes_the_conformance_kit(tmp_path):
+    """The kit an engine author runs (harness/conformance.py), through the entry point:
+    outputs format and numerics against the reference engine, tp2, unsupported reasons,
+    crash blame and hang stacks of its real ranks, versions."""
+    cmd = [*harness_cli(), "conformance", "tp-plan", "--work-dir", str(tmp_path)]
+    ran = run_process(cmd, scaled(900), "harness conformance tp-plan", cwd=ROOT, capture_output=True, text=True)
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    assert "FAIL" not in ran.stdout, ran.stdout

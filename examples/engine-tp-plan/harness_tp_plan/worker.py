@@ -161,6 +161,19 @@ def run_generate(forward, w: dict, device) -> dict:
     return EngineOutputs.generate_fields(sequences, n)
 
 
+def applied_evidence(spec, sharding: dict, after_warmup: dict) -> dict:
+    """Per axis, what this run really applied (EngineOutputs meta `applied`; docs/ENGINES.md):
+    the harness calls a tested setting that did not take effect `unsupported`, never `pass`."""
+    split = {k: n for k, n in sharding["parameters_by_placement"].items() if k != "local"}
+    applied = {"tp": {"applied": spec.tp == 1 or bool(split),
+                      "evidence": f"{sum(split.values())} parameters sharded ({', '.join(f'{n} {k}' for k, n in split.items()) or 'none'}) "
+                                  f"over {spec.tp} ranks"}}
+    if spec.compile:
+        graphs = after_warmup["unique_graphs"]
+        applied["compile"] = {"applied": graphs > 0, "evidence": f"Dynamo captured {graphs} graph(s) at warm-up"}
+    return applied
+
+
 def compile_stats() -> dict:
     """Dynamo's counts so far: graphs captured and frames compiled (a report shows whether
     the workloads ran what warm-up compiled, or compiled more: decode steps with a KV cache)."""
@@ -226,7 +239,7 @@ def run(spec) -> None:
             for name, fields in results.items():
                 out.put(name, **fields)
             out.describe_run(spec, "tp-plan", transformers=transformers.__version__, world_size=spec.tp,
-                             sharding=sharding,
+                             sharding=sharding, applied=applied_evidence(spec, sharding, after_warmup),
                              compile={"enabled": spec.compile, "after_warmup": after_warmup, "after_run": after_run},
                              timings={"load_s": t1 - t0, "warmup_s": t2 - t1, "run_s": t3 - t2})
             out.save(spec.output_dir)
