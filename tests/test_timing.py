@@ -1,5 +1,5 @@
 """The tests' own wall-clock budgets: scaled by HARNESS_TEST_TIME_SCALE, and running out
-of one says it was a timeout (tests/timing.py)."""
+of one says it was a timeout (tests/kit/timing.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ import subprocess
 import sys
 
 import pytest
-from timing import TIME_SCALE_ENV, communicate, run_process, scaled, wait_until
+
+from tests.kit.timing import TIME_SCALE_ENV, communicate, run_process, scaled, wait_until
 
 
 def test_budgets_scale_with_the_documented_factor(monkeypatch):

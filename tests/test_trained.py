@@ -64,7 +64,7 @@ def _prompts(tokenizer, config, tmp_path):
 
 def test_reference_engine_reproduces_training_model(geo_dir, trained, tokenizer, tmp_path):
     from harness.engines.reference.pipeline import load_image
-    from tests.test_reference_engine import run_in_process
+    from tests.kit.ranks import run_in_process
 
     config = zoo.get_spec("tiny-llama-geo").config
     arith_prompt, geo_prompt, png = _prompts(tokenizer, config, tmp_path)
