@@ -59,29 +59,37 @@ def demo(pytester, monkeypatch):
     """pytester's directory with scenarios/demo.yaml; the outer session's run id left out,
     so the inner session names a run of its own."""
     monkeypatch.delenv(RUN_ID_ENV, raising=False)
+    monkeypatch.setenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")  # the plugin under test, not every one installed
     pytester.makeini("[pytest]\n")  # the rootdir: node ids start at scenarios/
     (pytester.path / "scenarios").mkdir()
     (pytester.path / "scenarios" / "demo.yaml").write_text(DEMO)
     return pytester
 
 
-@pytest.fixture
-def verdict_for(monkeypatch):
-    """The runner, replaced: each scenario ends with the verdict given for its name
-    (written where the runner writes it, so the report sees it); what the plugin passed
-    in is kept."""
-    given: dict[str, Verdict] = {}
-    calls: list[tuple] = []
+class StandIn:
+    """The runner, replaced: each scenario ends with the verdict given for its name; what
+    the plugin passed in is kept. With `write_verdicts`, the verdicts go where the runner
+    writes them, and the session's end writes the report (a second or two)."""
 
-    def run_scenario(scenario, run_dir, opts, lease=None):
-        calls.append((scenario.id, run_dir, opts))
-        v = given[scenario.name]
+    def __init__(self):
+        self.given: dict[str, Verdict] = {}
+        self.calls: list[tuple] = []
+        self.write_verdicts = False
+
+    def run_scenario(self, scenario, run_dir, opts, lease=None):
+        self.calls.append((scenario.id, run_dir, opts))
+        v = self.given[scenario.name]
         v.scenario, v.expected_failure = scenario.id, scenario.expected_failure
-        v.save(run_dir / "scenarios" / scenario_dir_name(scenario.id) / "verdict.json")
+        if self.write_verdicts:
+            v.save(run_dir / "scenarios" / scenario_dir_name(scenario.id) / "verdict.json")
         return v
 
-    monkeypatch.setattr("harness.runner.run_scenario", run_scenario)
-    return given, calls
+
+@pytest.fixture
+def runner(monkeypatch) -> StandIn:
+    stand_in = StandIn()
+    monkeypatch.setattr("harness.runner.run_scenario", stand_in.run_scenario)
+    return stand_in
 
 
 def test_a_scenario_file_collects_one_item_per_scenario_largest_first_with_its_gates(demo, tmp_path):
@@ -108,8 +116,8 @@ def test_a_bad_scenario_file_is_a_collection_error_naming_file_and_field(demo, t
     result.stdout.fnmatch_lines(["*ERROR collecting scenarios/bad.yaml*", "*bad.yaml: invalid scenario file:", "*golden names axes not in the matrix: ?'ep'?*"])
 
 
-def test_each_verdict_becomes_its_pytest_outcome(demo, verdict_for, tmp_path):
-    given, _ = verdict_for
+def test_each_verdict_becomes_its_pytest_outcome(demo, runner, tmp_path):
+    given = runner.given
     given["tp1-pp1"] = Verdict("", "pass", "logits: max|dlogprob|=1.00e-06")
     given["tp2-pp1"] = Verdict("", "fail", "first diverging layer 1 (pp stage 0); logits: max|dlogprob|=3.00e-01",
                                tolerance=TOL, checks=[logits_check(0.3, passed=False)], reproduce="make demo/tp2-pp1")
@@ -130,8 +138,8 @@ def test_each_verdict_becomes_its_pytest_outcome(demo, verdict_for, tmp_path):
     assert "Traceback" not in result.stdout.str()
 
 
-def test_a_pass_marked_as_expected_failure_and_a_harness_error_fail_the_session(demo, verdict_for, tmp_path):
-    given, _ = verdict_for
+def test_a_pass_marked_as_expected_failure_and_a_harness_error_fail_the_session(demo, runner, tmp_path):
+    given = runner.given
     given["tp1-pp2"] = Verdict("", "pass", "logits ok")  # marked as a known bug in the file: the fix is noticed
     given["tp1-pp1"] = Verdict("", "error", "no golden for suite 'demo'; regenerate it with `harness golden demo`")
     result = demo.runpytest_inprocess(*PLUGIN, "scenarios/demo.yaml::tp1-pp2", "scenarios/demo.yaml::tp1-pp1",
@@ -141,8 +149,9 @@ def test_a_pass_marked_as_expected_failure_and_a_harness_error_fail_the_session(
     result.stdout.fnmatch_lines(["demo/tp1-pp1: error - no golden for suite 'demo'*harness golden demo*"])
 
 
-def test_the_plugins_options_reach_the_runner(demo, verdict_for, tmp_path):
-    given, calls = verdict_for
+def test_the_plugins_options_reach_the_runner(demo, runner, tmp_path):
+    given, calls = runner.given, runner.calls
+    runner.write_verdicts = True
     given["tp1-pp1"] = Verdict("", "pass", "ok")
     given["tp2-pp1"] = Verdict("", "pass", "ok")
     result = demo.runpytest_inprocess(*PLUGIN, "-m", "pr", "--harness-timeout", "7.5", "--harness-fault", "rank-raise@1",

@@ -75,6 +75,7 @@ def max_logprob_delta(a: EngineOutputs, b: EngineOutputs) -> float:
     return (wa["topk_logprobs"].gather(1, ia) - wb["topk_logprobs"].gather(1, ib)).abs().max().item()
 
 
+@pytest.mark.slow  # builds a transformers Llama (and runs it)
 def test_tp1_matches_transformers(tiny_model, eager_tp1):
     transformers = pytest.importorskip("transformers")
     hf = transformers.LlamaForCausalLM.from_pretrained(tiny_model, dtype=torch.float32,
@@ -97,6 +98,7 @@ def test_tp1_matches_transformers(tiny_model, eager_tp1):
     assert worst <= 1e-5
 
 
+@pytest.mark.slow  # builds a transformers Llama (and runs it)
 def test_output_format(eager_tp1):
     n, p, k = sum(PROMPT_LENS), len(PROMPT_LENS), 8
     w, g = eager_tp1.workload("logits"), eager_tp1.workload("greedy")
@@ -144,6 +146,7 @@ def test_setting_matches_tp1_eager(name, tiny_model, eager_tp1, tmp_path):
         assert meta["compile"]["graphs_compiled_during_run"] == 0, meta["compile"]
 
 
+@pytest.mark.slow  # builds a transformers Llama (and runs it)
 def test_unsupported_reasons(tiny_model):
     eng = ReferenceEngine()
     assert eng.unsupported_reason({"tp": 1, "sp": True}) is not None

@@ -191,6 +191,7 @@ def test_a_history_that_cannot_be_written_stops_the_run_before_any_scenario(chea
     assert not (cheap / "reports").exists() or run_dirs(cheap / "reports") == []  # no report at all, none claiming OK
 
 
+@pytest.mark.e2e  # the harness CLI in a process of its own
 @pytest.mark.skipif(os.geteuid() == 0, reason="root writes into read-only directories")
 def test_a_read_only_history_directory_stops_the_run(cheap):
     history = cheap / "history"

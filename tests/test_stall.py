@@ -169,6 +169,7 @@ def test_heartbeat_without_a_launcher_does_nothing(monkeypatch):
     assert rankside._beat_fd == -1
 
 
+@pytest.mark.e2e  # starts a process that burns CPU
 def test_tree_activity_counts_children():
     burn = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.5: pass\nprint(flush=True)\ninput()"
     child = subprocess.Popen([sys.executable, "-c", burn], stdin=subprocess.PIPE, stdout=subprocess.PIPE)

@@ -21,6 +21,7 @@ def test_budgets_scale_with_the_documented_factor(monkeypatch):
         scaled(60)
 
 
+@pytest.mark.e2e  # starts sleeper processes
 def test_running_out_of_a_budget_says_it_was_a_timeout(monkeypatch):
     monkeypatch.setenv(TIME_SCALE_ENV, "0.01")
     with pytest.raises(pytest.fail.Exception, match=r"timed out after 1s waiting for the flag \(HARNESS_TEST_TIME_SCALE=0.01;"):
