@@ -86,7 +86,7 @@ class SettingRun:
     directory: Path  # spec.json, outputs/, logs/ (rank<N>.log)
     workloads: list[dict]  # as the engine got them (token ids): what a comparison goes over
     dtype: str
-    tolerances: dict = field(default_factory=dict)  # overrides given to run_setting (None: the dtype's)
+    tolerances: dict = field(default_factory=dict)  # overrides given to run_setting ({}: the dtype's bounds)
 
 
 Outputs = Union[EngineOutputs, SettingRun, str, os.PathLike]
