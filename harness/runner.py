@@ -22,11 +22,10 @@ from harness.contract.phases import PHASES_DIR
 from harness.contract.runspec import RunSpec
 from harness.engines import EngineUnavailable, get_engine
 from harness.evals import check as evals
-from harness.judge.applied import evidence_table, unapplied_reason
-from harness.judge.compare import compare_outputs, tolerance_for
-from harness.judge.contracts import check_pp_contract
+from harness.judge.applied import evidence_table
+from harness.judge.compare import tolerance_for
 from harness.judge.expectations import judge as expectations_judge
-from harness.judge.localize import describe, first_divergence
+from harness.judge.outputs import localize, numeric_checks, verdict_of_checks
 from harness.launch import Cluster, LaunchOutcome, run_ranks
 from harness.plan.devices import DevicePool, Lease
 from harness.rundir import LOGS, OUTPUTS, SPEC, VERDICT, scenario_dir
@@ -126,7 +125,7 @@ def devices_problem(need: int, opts: RunOptions) -> str | None:
 
 
 @contextmanager
-def _devices_for(scenario: Scenario, need: int, opts: RunOptions, lease: Lease | None):
+def holding_devices(scenario: Scenario, need: int, opts: RunOptions, lease: Lease | None):
     """(rank env, cluster or None) while the scenario holds its devices. A lease given by
     the caller (a session that packs scenarios) is used as is and released by the caller."""
     if opts.devices is None:
@@ -198,7 +197,7 @@ def _run(scenario: Scenario, out_dir: Path, opts: RunOptions, lease: Lease | Non
     except evals.PairingError as exc:
         hint = goldens.regenerate_hint(scenario.golden_key)
         return Verdict(scenario.id, "error", f"eval items do not pair with the golden: {exc}; {hint}", error={"exception": str(exc)})
-    with _devices_for(scenario, need, opts, lease) as (device_env, cluster):
+    with holding_devices(scenario, need, opts, lease) as (device_env, cluster):
         watch.lap("wait")
         try:
             outcome = launch(prepared, out_dir, scenario, opts, device_env, cluster)
@@ -212,57 +211,44 @@ def _run(scenario: Scenario, out_dir: Path, opts: RunOptions, lease: Lease | Non
 
 def _from_outcome(scenario: Scenario, outcome: LaunchOutcome, golden: EngineOutputs, golden_evals: dict,
                   prepared: Prepared, watch: Stopwatch) -> Verdict:
+    ended = launch_verdict(scenario.id, outcome, prepared)
+    if ended is not None:
+        return ended
+    outputs = EngineOutputs.load(prepared.spec.output_dir)
+    tol = tolerance_for(scenario.suite.dtype, scenario.suite.tolerances.model_dump())
+    checks = numeric_checks(golden, outputs, prepared.spec.workloads, tol)
+    watch.lap("compare")
+    if prepared.evals:
+        results = evals.score_evals(prepared.evals, outputs, Path(prepared.spec.model_dir))
+        checks += evals.accuracy_checks(scenario.suite.evals, golden_evals, results)
+        watch.lap("evals")
+    localization = localize(golden, outputs, prepared.spec.workloads, checks)
+    watch.lap("compare")  # localising a divergence is comparison work too
+    applied = evidence_table(scenario.engine_settings, dict(scenario.suite.golden), outputs.meta.get("applied"))
+    return verdict_of_checks(scenario.id, checks, tol, localization, {str(r): p for r, p in outcome.logs.items()}, applied)
+
+
+def launch_verdict(name: str, outcome: LaunchOutcome, prepared: Prepared) -> Verdict | None:
+    """The verdict of a launch that did not end with every rank done (crash: the rank
+    that died first, as the engine tells it; hang: where each rank was stuck), or None."""
     logs = {str(r): p for r, p in outcome.logs.items()}
     if outcome.status == "crash":
         f = prepared.engine.refine_crash(outcome.failure, _read(outcome.failure.log))
         what = f.exception or (f"killed by {f.signal}" if f.signal else f"exit code {f.exitcode}")
         where = f" at {_short_frame(f.frame)}" if getattr(f, "frame", None) else ""
-        return Verdict(scenario.id, "crash", f"rank {f.rank} crashed: {what}{where}", crash=asdict(f), logs=logs)
+        return Verdict(name, "crash", f"rank {f.rank} crashed: {what}{where}", crash=asdict(f), logs=logs)
     if outcome.status == "hang":
         where = "; ".join(f"rank {r} at {loc}" for r, loc in sorted(outcome.stuck_at.items()))
         return Verdict(
-            scenario.id,
+            name,
             "hang",
             f"{outcome.hang_reason()}: {where or 'no stack dump'}",
             hang={"stuck_at": outcome.stuck_at, "stacks": outcome.stacks, "stall": outcome.stall},
             logs=logs,
         )
     if outcome.status != "ok":
-        return Verdict(scenario.id, "error", f"launcher ended with status '{outcome.status}'", logs=logs)
-    outputs = EngineOutputs.load(prepared.spec.output_dir)
-    tol = tolerance_for(scenario.suite.dtype, scenario.suite.tolerances.model_dump())
-    checks = compare_outputs(golden, outputs, prepared.spec.workloads, tol)
-    contract = check_pp_contract(outputs.meta.get("stage_io"))
-    checks = [asdict(c) for c in checks + ([contract] if contract else [])]
-    numeric_failed = any(not c["passed"] for c in checks)
-    watch.lap("compare")
-    if prepared.evals:
-        results = evals.score_evals(prepared.evals, outputs, Path(prepared.spec.model_dir))
-        checks += evals.accuracy_checks(scenario.suite.evals, golden_evals, results)
-        watch.lap("evals")
-    failed = [c for c in checks if not c["passed"]]
-    reason = "; ".join(f"{c['name']}: {c['summary']}" for c in (failed or checks))
-    localization = first_divergence(golden, outputs, prepared.spec.workloads) if numeric_failed else None
-    watch.lap("compare")  # localising a divergence is comparison work too
-    if localization:
-        reason = f"{describe(localization)}; {reason}"
-    applied = evidence_table(scenario.engine_settings, dict(scenario.suite.golden), outputs.meta.get("applied"))
-    unapplied = unapplied_reason(applied)
-    if unapplied and not failed:  # a divergence is reported whatever ran; a pass of another setting is not
-        kind, reason = "unsupported", unapplied
-    else:
-        kind = "fail" if failed else "pass"
-        reason = f"{reason}; {unapplied}" if unapplied else reason
-    return Verdict(
-        scenario.id,
-        kind,
-        reason,
-        tolerance=tol.describe(),
-        checks=checks,
-        logs=logs,
-        localization=localization,
-        applied=applied,
-    )
+        return Verdict(name, "error", f"launcher ended with status '{outcome.status}'", logs=logs)
+    return None
 
 
 def _short_frame(frame: str) -> str:

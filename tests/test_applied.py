@@ -11,9 +11,6 @@ the main before this change both scenarios below ended `pass`.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
@@ -21,8 +18,8 @@ from harness import rundir
 from harness.engines.reference import evidence
 from harness.judge.applied import NOT_REPORTED, axes_under_test, evidence_table, unapplied_reason
 from harness.verdict import Verdict
+from tests.kit import harness_cli
 
-ROOT = Path(__file__).resolve().parent.parent
 GOLDEN = {"tp": 1, "pp": 1, "sp": False, "compile": False}
 
 
@@ -95,10 +92,10 @@ def test_vllm_evidence_reads_the_workers_layers_heads_counters_and_sp_switch():
 @pytest.mark.e2e
 def test_settings_the_engine_skipped_are_unsupported_and_applied_ones_pass(tmp_path):
     ids = ["llama-tiny/tp2-pp1-sp", "llama-tiny/tp1-pp1-compile"]
-    common = [sys.executable, "-m", "harness", "run", *ids, "--report-dir", str(tmp_path)]
-    clean = subprocess.run([*common, "--run-id", "clean"], cwd=ROOT, capture_output=True, text=True, timeout=1200)
-    skipped = subprocess.run([*common, "--run-id", "skipped", "--fault", "sp-switched-off", "--fault", "compile-switched-off"],
-                             cwd=ROOT, capture_output=True, text=True, timeout=1200)
+    common = ["run", *ids, "--report-dir", str(tmp_path)]
+    clean = harness_cli(*common, "--run-id", "clean", timeout=1200)
+    skipped = harness_cli(*common, "--run-id", "skipped", "--fault", "sp-switched-off", "--fault", "compile-switched-off",
+                          timeout=1200)
     assert clean.returncode == 0, clean.stdout + clean.stderr
     assert skipped.returncode == 0, skipped.stdout + skipped.stderr  # unsupported is not a gate failure
 

@@ -6,17 +6,13 @@ The table in docs/BUG_CLASSES.md is this suite's expectations, measured."""
 
 from __future__ import annotations
 
-import json
-import sys
 from pathlib import Path
 
 import pytest
-from timing import run_process, scaled
 
-from harness.rundir import outputs_dir, verdict_path
+from tests.kit import harness_cli, outputs_meta, scaled, summary, verdict_of
 
 pytestmark = pytest.mark.e2e
-ROOT = Path(__file__).resolve().parent.parent
 
 
 def passes(v: dict) -> None:
@@ -81,12 +77,12 @@ EXPECTED = {
 
 
 def run(run_dir: Path, ids: list[str], fault: str | None) -> dict[str, dict]:
-    cmd = [sys.executable, "-m", "harness", "run", *ids, "--report-dir", str(run_dir.parent), "--run-id", run_dir.name,
-           "--timeout", f"{scaled(300):.0f}"]  # the scenario files' timeout_s, scaled for this machine
-    cmd += ["--fault", fault] if fault else []
-    result = run_process(cmd, 1200, f"harness run --fault {fault}", cwd=ROOT, capture_output=True, text=True)
+    args = ["run", *ids, "--report-dir", str(run_dir.parent), "--run-id", run_dir.name,
+            "--timeout", f"{scaled(300):.0f}"]  # the scenario files' timeout_s, scaled for this machine
+    args += ["--fault", fault] if fault else []
+    result = harness_cli(*args, timeout=1200, what=f"harness run --fault {fault}")
     assert result.returncode == (0 if fault is None else 1), result.stdout[-3000:] + result.stderr[-3000:]
-    return {sid: json.loads(verdict_path(run_dir, sid).read_text()) for sid in ids}
+    return {sid: verdict_of(run_dir, sid) for sid in ids}
 
 
 @pytest.mark.parametrize("fault", list(EXPECTED), ids=lambda f: f or "no-fault")
@@ -94,15 +90,12 @@ def test_fault_is_caught_only_where_its_code_runs(fault, tmp_path):
     verdicts = run(tmp_path / "run", list(EXPECTED[fault]), fault)
     for sid, expect in EXPECTED[fault].items():
         expect(verdicts[sid])
-    summary = (tmp_path / "run" / "summary.md").read_text()
+    text = summary(tmp_path / "run")
     if fault is not None:  # the run summary names the setting behind the failures
-        assert "Failures explained by" in summary, summary
+        assert "Failures explained by" in text, text
     else:  # the clean runs really took the paths the faults break
         meta = outputs_meta(tmp_path / "run", "llama-kvc/tp1-pp2-kvc")
         assert meta["kv_connector"]["loaded"] == 4 and meta["kv_connector"]["wait_steps"] == 0, meta["kv_connector"]
         meta = outputs_meta(tmp_path / "run", "llama-vl/tp1-pp1-compile")
         assert meta["compile"]["graphs_compiled_during_run"] == 0, meta["compile"]  # the warm-up capture served images
 
-
-def outputs_meta(run_dir: Path, sid: str) -> dict:
-    return json.loads((outputs_dir(run_dir, sid) / "outputs.json").read_text())

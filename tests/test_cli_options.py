@@ -2,16 +2,11 @@
 argparse's message), never a run that ends as a misleading verdict: `--timeout -5`
 used to end as `hang`, `--timeout 0` was silently ignored, `--jobs -1` was accepted."""
 
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
 from harness.cli import build_parser
-
-ROOT = Path(__file__).resolve().parent.parent
+from tests.kit import pytest_cli
 
 
 @pytest.mark.parametrize("option, value, message", [
@@ -45,8 +40,6 @@ def test_valid_run_options_parse_to_numbers():
 @pytest.mark.e2e
 def test_invalid_pytest_plugin_options_are_usage_errors(option):
     """pytest's exit code for a usage error is 4; collection never starts."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
-    done = subprocess.run([sys.executable, "-m", "pytest", option, "--collect-only", "-q", "scenarios/llama-tiny.yaml"],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    done = pytest_cli(option, "--collect-only", "-q", "scenarios/llama-tiny.yaml", timeout=120)
     assert done.returncode == 4, done.stdout + done.stderr
     assert option.split("=")[0] in done.stderr

@@ -15,10 +15,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from test_plugins import Site
-from timing import scaled
 
 from harness.conformance import KitOptions, run_kit
+from tests.kit import scaled
+from tests.kit.plugins import Site
 
 pytestmark = pytest.mark.e2e  # starts engine ranks
 

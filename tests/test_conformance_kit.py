@@ -4,11 +4,11 @@ rank fault any engine honours, its command line (tests/test_conformance.py runs 
 from __future__ import annotations
 
 import pytest
-from test_plugins import Site
 
 from harness import cli
 from harness.conformance import impossible_settings, parse_settings
 from harness.launch import rankside
+from tests.kit.plugins import Site
 
 
 @pytest.fixture

@@ -8,10 +8,8 @@ import subprocess
 import sys
 import threading
 import time
-from pathlib import Path
 
 import pytest
-from timing import wait_process
 
 from harness.plan.devices import (
     DeviceError,
@@ -20,8 +18,7 @@ from harness.plan.devices import (
     overlapping_leases,
     read_lease_log,
 )
-
-ROOT = Path(__file__).resolve().parent.parent
+from tests.kit import ROOT, wait_process
 
 
 def pool(tmp_path, count=4, kind="cpu", log=True) -> DevicePool:

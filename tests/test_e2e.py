@@ -8,18 +8,25 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
-from interrupts import sigint_as_from_a_terminal
-from timing import communicate, run_process, scaled, wait_until
 
-from harness.rundir import logs_dir, verdict_files, verdict_path
+from harness.rundir import logs_dir, verdict_files
+from tests.kit import (
+    communicate,
+    harness_cli,
+    pytest_cli,
+    run_meta,
+    scaled,
+    start_harness,
+    survivors,
+    verdict_of,
+    wait_until,
+)
 
 pytestmark = pytest.mark.e2e
-ROOT = Path(__file__).resolve().parent.parent
 
 DEMO = """
 suite: demo
@@ -49,32 +56,13 @@ def demo(tmp_path_factory):
 
 
 def harness(root: Path, env: dict, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    """The CLI, within scaled(timeout) seconds."""
-    cmd = [sys.executable, "-m", "harness", "--scenarios", str(root / "scenarios"), *args]
-    return run_process(cmd, timeout, f"harness {' '.join(args[:3])}", cwd=ROOT, env=env, capture_output=True, text=True)
+    """The CLI on the scenario files under `root`, within scaled(timeout) seconds."""
+    return harness_cli(*args, scenarios=root / "scenarios", env=env, timeout=timeout)
 
 
 def run(root: Path, env: dict, run_id: str, *args: str) -> tuple[subprocess.CompletedProcess, Path]:
     result = harness(root, env, "run", "--report-dir", str(root / "reports"), "--run-id", run_id, *args)
     return result, root / "reports" / run_id
-
-
-def verdict_of(run_dir: Path, scenario: str) -> dict:
-    return json.loads(verdict_path(run_dir, scenario).read_text())
-
-
-def survivors(marker: Path) -> list[str]:
-    """Live processes whose command line mentions `marker` (every rank's does: its spec path)."""
-    found = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
-            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            continue
-        if str(marker) in cmdline and state != "Z":
-            found.append(f"{pid}: {cmdline}")
-    return found
 
 
 def test_matrix_passes_against_the_golden(demo):
@@ -129,19 +117,16 @@ def test_rank_that_hangs_is_a_hang_with_every_rank_located(demo):
 def test_ctrl_c_stops_the_ranks_and_still_writes_the_report(demo):
     root, env = demo
     run_dir = root / "reports" / "interrupt"
-    cmd = [sys.executable, "-m", "harness", "--scenarios", str(root / "scenarios"), "run", "demo/tp1-pp1", "demo/tp2-pp2",
-           "--report-dir", str(root / "reports"), "--run-id", "interrupt", "--fault", "rank-hang@0"]
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            preexec_fn=sigint_as_from_a_terminal)
+    proc = start_harness("run", "demo/tp1-pp1", "demo/tp2-pp2", "--report-dir", str(root / "reports"),
+                         "--run-id", "interrupt", "--fault", "rank-hang@0", scenarios=root / "scenarios", env=env)
     log = logs_dir(run_dir, "demo/tp1-pp1") / "rank0.log"
-    wait_until(lambda: log.exists() and bool(survivors(run_dir)), 60, "the first rank to start", poll_s=0.2)
+    wait_until(lambda: log.exists() and bool(survivors(run_dir)), 60, "the first rank to start", poll_s=0.2, proc=proc)
     time.sleep(2)
     assert survivors(run_dir), "the rank never started"
     proc.send_signal(signal.SIGINT)
     out, _ = communicate(proc, 60, "the interrupted harness to exit")
     assert proc.returncode == 130, out
-    meta = json.loads((run_dir / "run.json").read_text())
-    assert meta["interrupted"] is True
+    assert run_meta(run_dir)["interrupted"] is True
     assert "interrupted" in (run_dir / "summary.md").read_text()
     assert not survivors(run_dir)
 
@@ -197,16 +182,12 @@ PLUGIN = ["-p", "harness.pytest_plugin", "-p", "no:cacheprovider"]
 
 def test_pytest_collects_one_item_per_scenario_and_runs_under_xdist(demo, tmp_path):
     root, env = demo
-    collect = run_process(
-        [sys.executable, "-m", "pytest", str(root / "scenarios"), "--collect-only", "-q", "-m", "pr", *PLUGIN],
-        120, "pytest --collect-only", cwd=ROOT, env=env, capture_output=True, text=True,
-    )
+    collect = pytest_cli(str(root / "scenarios"), "--collect-only", "-q", "-m", "pr", *PLUGIN, env=env, timeout=120,
+                         what="pytest --collect-only")
     assert "demo.yaml::tp2-pp2" in collect.stdout and "1/6 tests collected" in collect.stdout, collect.stdout
-    result = run_process(
-        [sys.executable, "-m", "pytest", str(root / "scenarios" / "demo.yaml") + "::tp1-pp1", str(root / "scenarios" / "demo.yaml") + "::tp2-pp1",
-         "-n", "2", *PLUGIN, "--harness-report-dir", str(tmp_path)],
-        300, "pytest -n 2 over two scenarios", cwd=ROOT, env=env, capture_output=True, text=True,
-    )
+    result = pytest_cli(str(root / "scenarios" / "demo.yaml") + "::tp1-pp1", str(root / "scenarios" / "demo.yaml") + "::tp2-pp1",
+                        "-n", "2", *PLUGIN, "--harness-report-dir", str(tmp_path), env=env, timeout=300,
+                        what="pytest -n 2 over two scenarios")
     assert result.returncode == 0, result.stdout[-3000:]
     assert "2 passed" in result.stdout
     (run_dir,) = tmp_path.glob("pytest-*")  # both xdist workers wrote into one run directory

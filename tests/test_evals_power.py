@@ -9,11 +9,9 @@ golden, with a 2-item PR slice to stay cheap."""
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -22,8 +20,8 @@ from harness import golden as goldens
 from harness.evals import check
 from harness.rundir import logs_dir, verdict_path
 from harness.scenario import load_suite
+from tests.kit import ROOT, harness_cli, verdict_of
 
-ROOT = Path(__file__).resolve().parent.parent
 SCENARIO = "llama-gsm8k/tp1-pp1"
 
 
@@ -45,13 +43,10 @@ def gsm8k_suite(tmp_path: Path, **eval_fields) -> Path:
 
 
 def run_pr_gate(scenarios: Path, golden: Path, tmp_path: Path) -> tuple[dict, subprocess.CompletedProcess]:
-    env = {**os.environ, "HARNESS_GOLDEN_DIR": str(golden)}
-    cmd = [sys.executable, "-m", "harness", "--scenarios", str(scenarios), "run", "--gate", "pr",
-           "--report-dir", str(tmp_path / "reports"), "--run-id", "r"]
-    result = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
-    verdict = verdict_path(tmp_path / "reports" / "r", SCENARIO)
-    assert verdict.exists(), result.stdout + result.stderr
-    return json.loads(verdict.read_text()), result
+    result = harness_cli("run", "--gate", "pr", "--report-dir", str(tmp_path / "reports"), "--run-id", "r",
+                         scenarios=scenarios, env={"HARNESS_GOLDEN_DIR": str(golden)}, timeout=900)
+    assert verdict_path(tmp_path / "reports" / "r", SCENARIO).exists(), result.stdout + result.stderr
+    return verdict_of(tmp_path / "reports" / "r", SCENARIO), result
 
 
 @pytest.mark.e2e

@@ -17,11 +17,11 @@ from importlib.metadata import entry_points
 from pathlib import Path
 
 import pytest
-from timing import run_process, scaled
 
 from harness.engines import get_engine
 from harness.engines.base import Engine
 from harness.rundir import outputs_dir, verdict_files
+from tests.kit import run_process, scaled
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "engine-tp-plan"

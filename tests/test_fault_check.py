@@ -6,18 +6,14 @@ name, a malformed parameter (`rank-raise@x`) or a rank the scenario does not hav
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
 from harness import rundir
 from harness.engines import get_engine
 from harness.scenario import ScenarioError, load_suite
+from tests.kit import harness_cli
 
-ROOT = Path(__file__).resolve().parent.parent
 ONE_RANK = {"tp": 1, "pp": 1, "sp": False, "compile": False}
 FOUR_RANKS = {"tp": 2, "pp": 2, "sp": False, "compile": False}
 
@@ -72,10 +68,7 @@ def test_faults_of_a_scenario_file_are_checked_at_load_time(tmp_path):
 def test_harness_run_with_a_fault_no_engine_knows_is_a_usage_error(tmp_path, fault, problem):
     """A --fault typo stops the run before anything starts (exit 2), with one message, not
     one `error` verdict per scenario."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
-    cmd = [sys.executable, "-m", "harness", "run", "llama-tiny", "--fault", fault,
-           "--report-dir", str(tmp_path / "reports"), "--run-id", "bad-fault"]
-    done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    done = harness_cli("run", "llama-tiny", "--fault", fault, "--report-dir", str(tmp_path / "reports"), "--run-id", "bad-fault")
     assert done.returncode == 2, done.stdout + done.stderr
     assert problem in done.stderr and "the reference engine knows" in done.stderr
     assert done.stderr.count(problem) == 1
@@ -86,11 +79,9 @@ def test_harness_run_with_a_fault_no_engine_knows_is_a_usage_error(tmp_path, fau
 def test_harness_run_with_a_fault_aimed_at_a_missing_rank_is_an_error_before_launch(tmp_path):
     """Through the real CLI, on a shipped scenario and its golden: the rank exists in
     some settings, so the scenarios without it end `error`, with no rank started."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
     problem = "targets global rank 9, but these settings have 1 rank"
-    cmd = [sys.executable, "-m", "harness", "run", "llama-tiny/tp1-pp1", "--fault", "rank-raise@9",
-           "--report-dir", str(tmp_path / "reports"), "--run-id", "bad-fault"]
-    done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    done = harness_cli("run", "llama-tiny/tp1-pp1", "--fault", "rank-raise@9", "--report-dir", str(tmp_path / "reports"),
+                       "--run-id", "bad-fault")
     assert done.returncode == 1, done.stdout + done.stderr
     scenario_dir = rundir.scenario_dir(tmp_path / "reports" / "bad-fault", "llama-tiny/tp1-pp1")
     verdict = json.loads((scenario_dir / rundir.VERDICT).read_text())

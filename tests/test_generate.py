@@ -135,7 +135,7 @@ def _with_stop(workload: dict, free: list[list[int]]) -> dict:
 
 @pytest.fixture(scope="module")
 def stop_workload(model_dir, workload, tmp_path_factory) -> dict:
-    from tests.test_reference_engine import run_in_process
+    from tests.kit.ranks import run_in_process
 
     free = {**workload, "stop": [], "eos_token_id": None}
     out = run_in_process(_spec(model_dir, tmp_path_factory.mktemp("free") / "out", [free]))
@@ -148,7 +148,7 @@ def _expected(stop_workload) -> list[list[int]]:
 
 
 def _run(model_dir, tmp_path, stop_workload, **settings) -> EngineOutputs:
-    from tests.test_reference_engine import explain, launch_ranks
+    from tests.kit.ranks import explain, launch_ranks
 
     w = {k: v for k, v in stop_workload.items() if k != "free"}
     greedy = {"name": "greedy", "kind": "greedy", "prompts": w["prompts"][:2], "max_new_tokens": 3, "top_k": 4}
@@ -194,11 +194,10 @@ def test_hf_engine_gives_the_same_tokens(model_dir, stop_workload, tmp_path):
 def test_vllm_engine_matches_hf(workload, tmp_path):
     """On tiny-llama-hf (vLLM's CPU attention has no head_dim 16): the stop picked from
     the hf engine's free-running tokens, vLLM against hf's tokens cut at it."""
-    from timing import run_process
-
     from harness.engines.hf.worker import run
     from harness.engines.vllm import VllmEngine
     from harness.zoo import model_dir
+    from tests.kit import run_process
 
     hf_model = model_dir("tiny-llama-hf")
     free = {**workload, "stop": [], "eos_token_id": None}

@@ -7,20 +7,16 @@ still passes (the committed goldens carry digests of their files)."""
 
 from __future__ import annotations
 
-import json
-import os
 import shutil
 import struct
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from harness.rundir import logs_dir, verdict_path
+from tests.kit import ROOT, harness_cli, verdict_of
 
 pytestmark = pytest.mark.e2e
-ROOT = Path(__file__).resolve().parent.parent
 SCENARIO = "llama-tiny/tp1-pp1"
 
 
@@ -38,12 +34,10 @@ def truncate(path: Path) -> None:
 
 
 def run_against(golden: Path, tmp_path: Path) -> dict:
-    env = {**os.environ, "HARNESS_GOLDEN_DIR": str(golden)}
-    cmd = [sys.executable, "-m", "harness", "run", SCENARIO, "--report-dir", str(tmp_path / "reports"), "--run-id", "r"]
-    result = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
-    verdict_file = verdict_path(tmp_path / "reports" / "r", SCENARIO)
-    assert verdict_file.exists(), result.stdout + result.stderr
-    return json.loads(verdict_file.read_text())
+    result = harness_cli("run", SCENARIO, "--report-dir", str(tmp_path / "reports"), "--run-id", "r",
+                         env={"HARNESS_GOLDEN_DIR": str(golden)})
+    assert verdict_path(tmp_path / "reports" / "r", SCENARIO).exists(), result.stdout + result.stderr
+    return verdict_of(tmp_path / "reports" / "r", SCENARIO)
 
 
 @pytest.mark.parametrize("damage", [corrupt_tensor_data, truncate], ids=["bytes-flipped", "truncated"])

@@ -13,7 +13,6 @@ import sys
 from pathlib import Path
 
 import pytest
-from timing import scaled
 
 from harness import golden as goldens
 from harness import models
@@ -24,6 +23,7 @@ from harness.engines import get_engine
 from harness.judge.compare import compare_outputs, tolerance_for
 from harness.launch import run_ranks
 from harness.scenario import DEFAULT_SCENARIO_DIR, load_suite
+from tests.kit import scaled
 
 pytestmark = pytest.mark.e2e  # runs the hf engine's rank per golden
 

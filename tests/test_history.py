@@ -5,11 +5,11 @@ import shutil
 
 import pandas as pd
 import pytest
-from report_helpers import crashed, failing, make_run, passing
 
 from harness.report import write_report
 from harness.report.history import load_history
 from harness.report.regressions import BAND_ABS_FLOOR, noise_band
+from tests.kit.handmade import crashed, failing, make_run, passing
 
 
 def report(run_dir, history):

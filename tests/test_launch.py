@@ -15,43 +15,22 @@ import sys
 from pathlib import Path
 
 import pytest
-from interrupts import sigint_as_from_a_terminal
-from timing import communicate, scaled, timeout_message, wait_until
 
 import harness.launch as launch
 from harness.contract.launchplan import LaunchPlan
 from harness.launch import LaunchOutcome, parse_stack_dump, run_ranks
+from tests.kit import (
+    assert_no_survivors,
+    communicate,
+    ranks_ready,
+    scaled,
+    sigint_as_from_a_terminal,
+    timeout_message,
+    wait_until,
+)
+from tests.kit.ranks import ALLREDUCE, RANKS
 
 pytestmark = pytest.mark.e2e  # starts real rank processes
-
-RANKS = Path(__file__).parent / "ranks"
-ALLREDUCE = RANKS / "allreduce.py"
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            state = f.read().rsplit(")", 1)[1].split()[0]
-        return state not in ("Z", "X")  # a zombie has finished; only its exit status is left
-    except FileNotFoundError:
-        return False
-    except OSError:
-        try:
-            os.kill(pid, 0)
-            return True
-        except ProcessLookupError:
-            return False
-
-
-def _pids(pid_dir: Path, prefix: str = "") -> list[int]:
-    return [int(p.read_text()) for p in pid_dir.glob(f"{prefix}*.pid")]
-
-
-def assert_no_survivors(pid_dir: Path, world_size: int) -> None:
-    ranks, grands = _pids(pid_dir, "rank"), _pids(pid_dir, "grand")
-    assert len(ranks) >= world_size and len(grands) >= world_size, sorted(os.listdir(pid_dir))
-    survivors = [pid for pid in ranks + grands if _alive(pid)]
-    assert not survivors, f"processes survived the run: {survivors}"
 
 
 @pytest.fixture
@@ -197,11 +176,7 @@ def test_interrupt_leaves_nothing(dirs, sig):
         preexec_fn=sigint_as_from_a_terminal,
     )
     try:
-        def ranks_ready() -> bool:
-            assert driver.poll() is None, "driver ended early"
-            return len(list(pids.glob("ready*"))) >= 2
-
-        wait_until(ranks_ready, 60, "the ranks to get ready")
+        wait_until(lambda: ranks_ready(pids, 2), 60, "the ranks to get ready", proc=driver)
         driver.send_signal(sig)
         stdout, _ = communicate(driver, 30, "the interrupted driver to exit")
     finally:

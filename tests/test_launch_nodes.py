@@ -15,14 +15,14 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
-from timing import scaled, timeout_message, wait_process, wait_until
 
 from harness.contract.launchplan import LaunchPlan
 from harness.launch import Cluster, Node, run_ranks
-from tests.test_launch import ALLREDUCE, RANKS, _alive, assert_no_survivors
+from tests.kit import alive, assert_no_survivors, ranks_ready, scaled, timeout_message, wait_process, wait_until
+from tests.kit.procs import pids_in
+from tests.kit.ranks import ALLREDUCE, RANKS
 
 REMOTE_LIKE = ("setsid", "-f", "-w")
 pytestmark = [pytest.mark.e2e, pytest.mark.skipif(shutil.which("setsid") is None, reason="needs util-linux setsid")]
@@ -83,19 +83,14 @@ def test_sigkilled_launcher_leaves_no_rank_on_remote_like_nodes(tmp_path):
     env = {**os.environ, "RANK_MODE": "hang", "PID_DIR": str(pids), "DRIVER_NODE_PREFIX": " ".join(REMOTE_LIKE)}
     driver = subprocess.Popen([sys.executable, str(RANKS / "driver.py"), str(logs)], env=env, stdout=subprocess.PIPE)
     try:
-        def ranks_ready() -> bool:
-            assert driver.poll() is None, "driver ended early"
-            return len(list(pids.glob("ready*"))) >= 2
-
-        wait_until(ranks_ready, 60, "the ranks to get ready")
+        wait_until(lambda: ranks_ready(pids, 2), 60, "the ranks to get ready", proc=driver)
         driver.send_signal(signal.SIGKILL)
         wait_process(driver, 30, "the SIGKILLed driver to be reaped")
     finally:
         if driver.poll() is None:
             driver.kill()
             driver.wait()
-    pid_files = [int(p.read_text()) for p in pids.glob("*.pid")]
-    deadline = time.monotonic() + scaled(30)  # the kernel closes the channel at once; allow a slow machine
-    while any(_alive(p) for p in pid_files) and time.monotonic() < deadline:
-        time.sleep(0.2)
+    started = pids_in(pids)
+    # the kernel closes the channel at once; allow a slow machine
+    wait_until(lambda: not any(alive(p) for p in started), 30, "the ranks to end after their channel closed", poll_s=0.2)
     assert_no_survivors(pids, 2)

@@ -31,6 +31,8 @@ LAYERS = {
     "report": 8,
     "cli": 9,
     "pytest_plugin": 10, "__main__": 10,
+    # the Python API for engine developers' tests: runs and comparisons through the runner and judge
+    "api": 10,
 }
 
 

@@ -7,19 +7,16 @@ tp-allreduce-perturb fault on llama-tiny/tp2-pp1 is named at the embedding on TP
 
 from __future__ import annotations
 
-import json
-import sys
 from pathlib import Path
 
 import pytest
 import torch
-from timing import run_process, scaled
 
 from harness.contract.outputs import EngineOutputs
 from harness.judge.localize import EMBEDDING, HIDDEN_RTOL, describe, first_divergence
-from harness.rundir import outputs_dir, verdict_path
+from harness.rundir import outputs_dir
+from tests.kit import ROOT, harness_cli, scaled, verdict_of
 
-ROOT = Path(__file__).resolve().parent.parent
 LAYERS, ROWS, H = 4, 6, 64
 WORKLOADS = [{"name": "logits", "kind": "logprobs"}]
 
@@ -95,14 +92,11 @@ def test_a_golden_without_the_embedding_is_compared_layer_by_layer():
 
 def harness_run(run_dir: Path, ids: list[str], *args: str) -> dict[str, dict]:
     per_scenario = scaled(300)  # the scenario file's timeout_s, scaled for this machine
-    cmd = [sys.executable, "-m", "harness", "run", *ids, "--report-dir", str(run_dir.parent),
-           "--run-id", run_dir.name, "--history", str(run_dir.parent / "history"),
-           "--timeout", f"{per_scenario:.0f}", *args]
-    result = run_process(cmd, 300 * (len(ids) + 1), "harness run " + " ".join(ids), check=False, cwd=ROOT,
-                         capture_output=True, text=True)
+    result = harness_cli("run", *ids, "--report-dir", str(run_dir.parent), "--run-id", run_dir.name,
+                         "--history", str(run_dir.parent / "history"), "--timeout", f"{per_scenario:.0f}", *args,
+                         timeout=300 * (len(ids) + 1), what="harness run " + " ".join(ids))
     assert result.returncode in (0, 1), result.stdout[-3000:] + result.stderr[-3000:]
-    return {sid: json.loads(verdict_path(run_dir, sid).read_text())
-            for sid in ids}
+    return {sid: verdict_of(run_dir, sid) for sid in ids}
 
 
 @pytest.mark.e2e

@@ -16,10 +16,8 @@ import pytest
 
 from harness import models
 from harness.models import ArchModel, HubModel, ModelError, PathModel
-from harness.rundir import verdict_files, verdict_path
 from harness.scenario import ScenarioError, load_suite
-
-ROOT = Path(__file__).resolve().parent.parent
+from tests.kit import ROOT, harness_cli, verdict_of, verdicts
 
 
 @pytest.fixture(scope="module")
@@ -167,19 +165,14 @@ def run_suite(tmp_path: Path, suite: str, model: str, env: dict, engine: str = "
     (tmp_path / "scenarios").mkdir(exist_ok=True)
     (tmp_path / "scenarios" / f"{suite}.yaml").write_text(
         SUITE.format(suite=suite, engine=engine, model=model, tps=list(tps)))
-    env = {**os.environ, "HARNESS_GOLDEN_DIR": str(tmp_path / "golden"), **env}
-    base = [sys.executable, "-m", "harness", "--scenarios", str(tmp_path / "scenarios")]
-    made = subprocess.run([*base, "golden", suite, "--work-dir", str(tmp_path / "work")], cwd=ROOT, env=env,
-                          capture_output=True, text=True)
+    env = {"HARNESS_GOLDEN_DIR": str(tmp_path / "golden"), **env}
+    made = harness_cli("golden", suite, "--work-dir", str(tmp_path / "work"), scenarios=tmp_path / "scenarios", env=env)
     assert made.returncode == 0, made.stdout + made.stderr
-    ran = subprocess.run([*base, "run", suite, "--report-dir", str(tmp_path / "reports"), "--run-id", "r"],
-                         cwd=ROOT, env=env, capture_output=True, text=True)
-    verdicts = {}
-    for path in verdict_files(tmp_path / "reports" / "r"):
-        v = json.loads(path.read_text())
-        verdicts[v["scenario"]] = v
+    ran = harness_cli("run", suite, "--report-dir", str(tmp_path / "reports"), "--run-id", "r",
+                      scenarios=tmp_path / "scenarios", env=env)
+    found = verdicts(tmp_path / "reports" / "r")
     assert ran.returncode == 0, ran.stdout + ran.stderr
-    return verdicts
+    return found
 
 
 @pytest.mark.e2e
@@ -205,11 +198,9 @@ def test_a_local_checkpoint_runs_and_a_golden_of_other_weights_is_refused(tmp_pa
     # other weights in the same place: the stored golden no longer applies
     other = models.resolve(ArchModel(arch="LlamaForCausalLM", seed=5), sys.executable)
     shutil.copy(other.directory / "model.safetensors", ckpt / "model.safetensors")
-    env = {**os.environ, "HARNESS_GOLDEN_DIR": str(tmp_path / "golden")}
-    ran = subprocess.run([sys.executable, "-m", "harness", "--scenarios", str(tmp_path / "scenarios"), "run",
-                          "local/tp1-pp1", "--report-dir", str(tmp_path / "reports"), "--run-id", "stale"],
-                         cwd=ROOT, env=env, capture_output=True, text=True)
-    verdict = json.loads(verdict_path(tmp_path / "reports" / "stale", "local/tp1-pp1").read_text())
+    ran = harness_cli("run", "local/tp1-pp1", "--report-dir", str(tmp_path / "reports"), "--run-id", "stale",
+                      scenarios=tmp_path / "scenarios", env={"HARNESS_GOLDEN_DIR": str(tmp_path / "golden")})
+    verdict = verdict_of(tmp_path / "reports" / "stale", "local/tp1-pp1")
     assert verdict["verdict"] == "error" and "model_sha256" in json.dumps(verdict), verdict
     assert ran.returncode != 0
 
@@ -299,25 +290,20 @@ def test_an_arch_sweep_runs_each_arch_against_its_own_golden(tmp_path):
     `unsupported` with the reason, and the run still succeeds."""
     (tmp_path / "scenarios").mkdir()
     (tmp_path / "scenarios" / "sweep.yaml").write_text(ARCH_SWEEP)
-    env = {**os.environ, "HARNESS_GOLDEN_DIR": str(tmp_path / "golden")}
-    base = [sys.executable, "-m", "harness", "--scenarios", str(tmp_path / "scenarios")]
-    made = subprocess.run([*base, "golden", "sweep", "--work-dir", str(tmp_path / "work")], cwd=ROOT, env=env,
-                          capture_output=True, text=True)
+    env = {"HARNESS_GOLDEN_DIR": str(tmp_path / "golden")}
+    made = harness_cli("golden", "sweep", "--work-dir", str(tmp_path / "work"), scenarios=tmp_path / "scenarios", env=env)
     assert made.returncode == 0, made.stderr
     assert "golden sweep/qwen3: skipped: engine 'reference' cannot run the golden setting" in made.stdout
     manifests = {p.parent.name: json.loads(p.read_text()) for p in (tmp_path / "golden" / "sweep").glob("*/manifest.json")}
     assert sorted(manifests) == ["llama", "llama-deep"]
     assert manifests["llama"]["model_sha256"] != manifests["llama-deep"]["model_sha256"]
-    ran = subprocess.run([*base, "run", "sweep", "--report-dir", str(tmp_path / "reports"), "--run-id", "r"],
-                         cwd=ROOT, env=env, capture_output=True, text=True)
+    ran = harness_cli("run", "sweep", "--report-dir", str(tmp_path / "reports"), "--run-id", "r",
+                      scenarios=tmp_path / "scenarios", env=env)
     assert ran.returncode == 0, ran.stdout + ran.stderr
-    verdicts = {}
-    for path in verdict_files(tmp_path / "reports" / "r"):
-        v = json.loads(path.read_text())
-        verdicts[v["scenario"]] = v
-    assert {k: v["verdict"] for k, v in verdicts.items() if "qwen3" not in k} == {
+    found = verdicts(tmp_path / "reports" / "r")
+    assert {k: v["verdict"] for k, v in found.items() if "qwen3" not in k} == {
         f"sweep/arch-{a}-{s}": "pass" for a in ("llama", "llama-deep") for s in ("tp1-pp2", "tp2-pp1", "tp2-pp2")}
-    qwen = [v for k, v in verdicts.items() if "qwen3" in k]
+    qwen = [v for k, v in found.items() if "qwen3" in k]
     assert len(qwen) == 3 and all(v["verdict"] == "unsupported" and "model_type='qwen3'" in v["reason"] for v in qwen)
 
 

@@ -10,24 +10,21 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 import yaml
-from timing import run_process, scaled
 
 from harness.contract.outputs import EngineOutputs
 from harness.rundir import OUTPUTS, VERDICT, scenario_dir
-from tests.test_e2e import survivors
+from tests.kit import harness_cli, run_meta, run_process, scaled, survivors
 
 pytestmark = [
     pytest.mark.e2e,
     pytest.mark.skipif(shutil.which("ip") is None, reason="needs iproute2 (`ip`) for network namespaces"),
     pytest.mark.skipif(os.geteuid() != 0, reason="network namespaces need root"),
 ]
-ROOT = Path(__file__).resolve().parent.parent
 SCENARIO = "llama-tiny/tp2-pp2"
 NET = "198.18.7"  # RFC 2544 benchmarking range: never routed, here only inside the namespaces
 
@@ -71,10 +68,9 @@ def two_hosts(tmp_path):
 
 
 def harness_run(reports: Path, run_id: str, *args: str) -> tuple[subprocess.CompletedProcess, Path]:
-    cmd = [sys.executable, "-m", "harness", "run", SCENARIO, "--report-dir", str(reports), "--run-id", run_id,
-           "--timeout", f"{scaled(300):.0f}", *args]
-    env = {**os.environ, "HARNESS_DEVICE_LOCK_DIR": str(reports / "locks")}
-    result = run_process(cmd, 900, f"harness run {SCENARIO} ({run_id})", cwd=ROOT, env=env, capture_output=True, text=True)
+    result = harness_cli("run", SCENARIO, "--report-dir", str(reports), "--run-id", run_id, "--timeout", f"{scaled(300):.0f}",
+                         *args, env={"HARNESS_DEVICE_LOCK_DIR": str(reports / "locks")}, timeout=900,
+                         what=f"harness run {SCENARIO} ({run_id})")
     return result, scenario_dir(reports / run_id, SCENARIO)
 
 
@@ -93,7 +89,7 @@ def test_tp2_pp2_over_two_namespaces_matches_the_single_node_run(two_hosts, tmp_
     assert out_multi.tensors.keys() == out_single.tensors.keys() and out_single.tensors
     for key, tensor in out_single.tensors.items():  # gloo sums two shards: bit-identical, not just close
         assert tensor.dtype == out_multi.tensors[key].dtype and torch.equal(tensor, out_multi.tensors[key]), key
-    assert json.loads((tmp_path / "multi" / "run.json").read_text())["nodes"] == _node_names(two_hosts)
+    assert run_meta(tmp_path / "multi")["nodes"] == _node_names(two_hosts)
     assert not survivors(tmp_path / "multi")
 
 

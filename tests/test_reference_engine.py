@@ -2,24 +2,22 @@
 
 Multi-rank runs are real processes started by the harness's own launcher
 (harness.launch.run_ranks), under a budget scaled by HARNESS_TEST_TIME_SCALE
-(tests/timing.py): a run that outlives it fails as a timeout, with every rank's stack.
+(tests/kit/timing.py): a run that outlives it fails as a timeout, with every rank's stack.
 """
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
 import torch
-from timing import TIME_SCALE_ENV, scaled, time_scale, timeout_message
 
 from harness.contract.outputs import EngineOutputs
 from harness.contract.runspec import RunSpec
 from harness.engines.reference import ReferenceEngine
-from harness.launch import LaunchOutcome, free_port, run_ranks
+from tests.kit import TIME_SCALE_ENV, scaled, time_scale
+from tests.kit.ranks import RUN_BUDGET_S, explain, launch_ranks, run_in_process
 
-REPO = Path(__file__).resolve().parents[1]
 VOCAB = 512
 PROMPT_LENS = (5, 9, 3, 12)
 MAX_NEW = 6
@@ -52,61 +50,12 @@ def make_spec(model_dir: Path, out: Path, dtype="float32", faults=(), **settings
     return RunSpec("test/ref", "reference", str(model_dir), dtype, settings, workloads, str(out), list(faults))
 
 
-#: budget of one multi-rank run on an unloaded 2-core machine, before HARNESS_TEST_TIME_SCALE:
-#: generous, as torch.compile alone takes ~100 s there under load
-RUN_BUDGET_S = 600
-
-
-def launch_ranks(spec: RunSpec, workdir: Path, budget_s: float = RUN_BUDGET_S) -> LaunchOutcome:
-    """Every rank of the spec's launch plan as a real process, through the harness's own
-    launcher: ranks are watched, a crash stops the siblings, and a run that outlives
-    scaled(budget_s) ends as "hang" with each rank's stack; nothing survives."""
-    spec_path = workdir / "spec.json"
-    spec.save(spec_path)
-    plan = ReferenceEngine().launch_plan(spec, str(spec_path))
-    env = {"PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
-    return run_ranks(plan, workdir / "logs", timeout_s=scaled(budget_s), env=env)
-
-
-def explain(outcome: LaunchOutcome) -> str:
-    """What went wrong with a run, in words: a timeout says it was one."""
-    if outcome.status == "hang":
-        where = "; ".join(f"rank {r} at {loc}" for r, loc in sorted(outcome.stuck_at.items())) or "no stack dump"
-        if outcome.stall:  # the launcher saw no progress: not this test's budget
-            return f"hang {outcome.hang_reason()}; {where}"
-        return f"{timeout_message('the ranks to finish', outcome.duration_s)}; {where}"
-    f = outcome.failure
-    if f is None:
-        return f"launcher ended with status {outcome.status!r}"
-    what = f.exception or (f"killed by {f.signal}" if f.signal else f"exit code {f.exitcode}")
-    return f"rank {f.rank} crashed: {what}\n{f.traceback or ''}\n(log: {f.log})"
-
-
 def run_setting(model_dir: Path, tmp_path: Path, budget_s: float = RUN_BUDGET_S, **settings) -> EngineOutputs:
     spec = make_spec(model_dir, tmp_path / "out", **settings)
     outcome = launch_ranks(spec, tmp_path, budget_s)
     if outcome.status != "ok":
         pytest.fail(explain(outcome))
     return EngineOutputs.load(tmp_path / "out")
-
-
-def run_in_process(spec: RunSpec) -> EngineOutputs:
-    """World size 1 in this process (no spawn), through the same worker entry."""
-    from harness.engines.reference.worker import run
-
-    env = {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1",
-           "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())}
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    try:
-        run(spec)
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-    return EngineOutputs.load(spec.output_dir)
 
 
 @pytest.fixture(scope="module")
@@ -126,6 +75,7 @@ def max_logprob_delta(a: EngineOutputs, b: EngineOutputs) -> float:
     return (wa["topk_logprobs"].gather(1, ia) - wb["topk_logprobs"].gather(1, ib)).abs().max().item()
 
 
+@pytest.mark.slow  # builds a transformers Llama (and runs it)
 def test_tp1_matches_transformers(tiny_model, eager_tp1):
     transformers = pytest.importorskip("transformers")
     hf = transformers.LlamaForCausalLM.from_pretrained(tiny_model, dtype=torch.float32,
@@ -148,6 +98,7 @@ def test_tp1_matches_transformers(tiny_model, eager_tp1):
     assert worst <= 1e-5
 
 
+@pytest.mark.slow  # builds a transformers Llama (and runs it)
 def test_output_format(eager_tp1):
     n, p, k = sum(PROMPT_LENS), len(PROMPT_LENS), 8
     w, g = eager_tp1.workload("logits"), eager_tp1.workload("greedy")
@@ -195,6 +146,7 @@ def test_setting_matches_tp1_eager(name, tiny_model, eager_tp1, tmp_path):
         assert meta["compile"]["graphs_compiled_during_run"] == 0, meta["compile"]
 
 
+@pytest.mark.slow  # builds a transformers Llama (and runs it)
 def test_unsupported_reasons(tiny_model):
     eng = ReferenceEngine()
     assert eng.unsupported_reason({"tp": 1, "sp": True}) is not None

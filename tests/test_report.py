@@ -47,11 +47,10 @@ def test_all_passing_run_is_ok(tmp_path):
 
 # --- the PR comment and the HTML page ------------------------------------------------
 
-from report_helpers import crashed, failing, make_run, passing  # noqa: E402
-
 from harness.report.html import scenario_section, write_html  # noqa: E402
 from harness.report.run import build_report  # noqa: E402
 from harness.rundir import verdict_path  # noqa: E402
+from tests.kit.handmade import crashed, failing, make_run, passing  # noqa: E402
 
 
 def test_pr_comment_puts_regressions_first_with_how_to_reproduce(tmp_path):

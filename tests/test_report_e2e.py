@@ -4,20 +4,15 @@ and the HTML opened in headless Chromium."""
 
 from __future__ import annotations
 
-import json
-import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from timing import run_process, scaled
 
-from harness.rundir import verdict_files
+from tests.kit import harness_cli, pytest_cli, run_meta, run_process, scaled, verdicts
 
 pytestmark = pytest.mark.e2e
-ROOT = Path(__file__).resolve().parent.parent
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
                   "--disable-component-update", "--disable-sync"]
@@ -35,11 +30,13 @@ gates: {pr: [tp1-pp1, tp2-pp1]}
 """.replace("{timeout}", str(scaled(120)))  # per scenario, scaled for this machine
 
 
+def env_of(root: Path) -> dict:
+    """The suite's own golden; the history beside each report directory."""
+    return {"HARNESS_GOLDEN_DIR": str(root / "golden"), "HARNESS_HISTORY_DIR": None}
+
+
 def harness(root: Path, *args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "HARNESS_GOLDEN_DIR": str(root / "golden")}
-    env.pop("HARNESS_HISTORY_DIR", None)
-    cmd = [sys.executable, "-m", "harness", "--scenarios", str(root / "scenarios"), *args]
-    return run_process(cmd, 600, f"harness {' '.join(args[:3])}", cwd=ROOT, env=env, capture_output=True, text=True)
+    return harness_cli(*args, scenarios=root / "scenarios", env=env_of(root))
 
 
 @pytest.fixture(scope="module")
@@ -63,7 +60,7 @@ def test_a_fault_in_the_second_run_is_reported_as_a_new_regression(runs):
     root, reports, faulty = runs
     assert faulty.returncode == 1, faulty.stdout + faulty.stderr
     assert "failures so far: 1" in faulty.stdout  # plain progress lines: not a terminal
-    meta = json.loads((reports / "faulty" / "run.json").read_text())
+    meta = run_meta(reports / "faulty")
     assert meta["changes"]["previous_run"] == "clean"
     assert meta["changes"]["new_failures"] == ["rdemo/tp2-pp1"]
     assert meta["changes"]["fixed"] == [] and meta["changes"]["still_failing"] == []
@@ -84,30 +81,22 @@ def test_two_real_shards_merge_into_the_report_of_the_unsharded_run(runs):
     assert merged.returncode == 0, merged.stdout + merged.stderr
 
     def rows(run_dir: Path) -> dict:
-        found = {}
-        for path in verdict_files(run_dir):
-            v = json.loads(path.read_text())
-            found[v["scenario"]] = (v["verdict"], v["as_expected"], [(c["name"], c["passed"], c["metrics"]) for c in v["checks"]])
-        return found
+        return {sid: (v["verdict"], v["as_expected"], [(c["name"], c["passed"], c["metrics"]) for c in v["checks"]])
+                for sid, v in verdicts(run_dir).items()}
 
     assert rows(out) == rows(reports / "clean")  # the reference engine on CPU is deterministic
-    merged_meta, clean_meta = (json.loads((d / "run.json").read_text()) for d in (out, reports / "clean"))
+    merged_meta, clean_meta = run_meta(out), run_meta(reports / "clean")
     assert merged_meta["counts"] == clean_meta["counts"] == {"pass": 2}
     assert merged_meta["scenarios"] == clean_meta["scenarios"] and merged_meta["merged_from"] == ["shard0", "shard1"]
 
 
 def test_a_pytest_session_of_the_pr_gate_compares_with_the_cli_runs(runs):
     root, reports, _ = runs
-    env = {**os.environ, "HARNESS_GOLDEN_DIR": str(root / "golden")}
-    env.pop("HARNESS_HISTORY_DIR", None)
-    result = run_process(
-        [sys.executable, "-m", "pytest", str(root / "scenarios"), "-m", "pr", "-p", "harness.pytest_plugin", "-p", "no:cacheprovider",
-         "--harness-report-dir", str(reports)],
-        600, "a pytest session of the PR gate", cwd=ROOT, env=env, capture_output=True, text=True,
-    )
+    result = pytest_cli(str(root / "scenarios"), "-m", "pr", "-p", "harness.pytest_plugin", "-p", "no:cacheprovider",
+                        "--harness-report-dir", str(reports), env=env_of(root), what="a pytest session of the PR gate")
     assert result.returncode == 0, result.stdout[-3000:]
     (run_dir,) = reports.glob("pytest-*")
-    meta = json.loads((run_dir / "run.json").read_text())
+    meta = run_meta(run_dir)
     assert meta["gate"] == "pr" and meta["changes"]["previous_run"] == "faulty"
     assert meta["changes"]["fixed"] == ["rdemo/tp2-pp1"] and meta["changes"]["new_failures"] == []
     assert "report.html" in result.stdout

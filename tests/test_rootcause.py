@@ -204,21 +204,15 @@ def test_vllm_log_of_torch_2_11_wrapper_and_of_a_plain_exception():
 def test_reference_engine_crash_under_compile_names_the_key_and_the_line(tmp_path):
     """pp-buffer-missing-key on llama-tiny/tp1-pp2-compile: the verdict names KeyError
     'residual', PP rank 1 and the engine's line that read the missing key."""
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    from timing import scaled
-
-    root = Path(__file__).resolve().parent.parent
+    from tests.kit import ROOT as root
+    from tests.kit import harness_cli, scaled, verdict_of
     source = (root / "harness/engines/reference/parallel.py").read_text().splitlines()
     line = next(i for i, text in enumerate(source, 1) if "dist.recv(buffers[key]" in text)
     sid = "llama-tiny/tp1-pp2-compile"
-    cmd = [sys.executable, "-m", "harness", "run", sid, "--fault", "pp-buffer-missing-key",
-           "--report-dir", str(tmp_path), "--run-id", "r", "--timeout", f"{scaled(300):.0f}"]
-    done = subprocess.run(cmd, cwd=root, capture_output=True, text=True, timeout=scaled(900))
+    done = harness_cli("run", sid, "--fault", "pp-buffer-missing-key", "--report-dir", str(tmp_path), "--run-id", "r",
+                       "--timeout", f"{scaled(300):.0f}", timeout=900)
     assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-3000:]
-    v = json.loads((tmp_path / "r" / "scenarios" / sid.replace("/", "__") / "verdict.json").read_text())
+    v = verdict_of(tmp_path / "r", sid)
     assert v["verdict"] == "crash" and v["crash"]["rank"] == 1, v["reason"]
     assert v["crash"]["exception"] == "KeyError: 'residual'", v["reason"]
     assert v["crash"]["frame"] == f"{root}/harness/engines/reference/parallel.py:{line} in recv_tensor_dict", v["crash"]

@@ -17,8 +17,6 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
-from interrupts import sigint_as_from_a_terminal
-from report_helpers import failing, make_run, passing
 
 import harness
 from harness import exit_codes, rundir
@@ -26,8 +24,8 @@ from harness.cli import harness_versions, main
 from harness.plan.devices import DevicePool, default_lock_dir
 from harness.report.history import load_history
 from harness.rundir import verdict_files
-
-ROOT = Path(__file__).resolve().parent.parent
+from tests.kit import ROOT, communicate, harness_cli, start_harness, summary, wait_until
+from tests.kit.handmade import failing, make_run, passing
 
 # A scenario that needs 2 devices, run with --devices 1: it ends `unsupported` (as
 # expected) without launching a rank, so a whole `harness run` costs seconds.
@@ -53,17 +51,8 @@ def cheap_run_args(root: Path, *extra: str) -> list[str]:
             "--report-dir", str(root / "reports"), *extra]
 
 
-def harness_cli(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
-    """The real `harness` command, in a process of its own."""
-    return subprocess.run([sys.executable, "-m", "harness", *args], check=False, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
-
-
 def run_dirs(reports: Path) -> list[Path]:
     return sorted(p for p in reports.iterdir() if p.name != "history")
-
-
-def summary(run_dir: Path) -> str:
-    return (run_dir / "summary.md").read_text()
 
 
 # 1. Run directories -----------------------------------------------------------------
@@ -173,12 +162,10 @@ def test_an_incomplete_run_is_never_the_previous_run_of_its_gate(tmp_path):
 @pytest.mark.e2e
 def test_a_harness_killed_after_one_scenario_leaves_an_incomplete_run(tmp_path):
     reports, run_dir = tmp_path / "reports", tmp_path / "reports" / "killed"
-    cmd = [sys.executable, "-m", "harness", "run", "llama-tiny/tp1-pp1", "llama-tiny/tp2-pp1", "--jobs", "1",
-           "--devices", "2", "--report-dir", str(reports), "--run-id", "killed"]
-    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = start_harness("run", "llama-tiny/tp1-pp1", "llama-tiny/tp2-pp1", "--jobs", "1", "--devices", "2",
+                         "--report-dir", str(reports), "--run-id", "killed", stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        while proc.poll() is None and len(verdict_files(run_dir)) < 1:
-            time.sleep(0.05)
+        wait_until(lambda: len(verdict_files(run_dir)) >= 1, 600, "the first scenario to end", poll_s=0.05, proc=proc)
     finally:
         proc.kill()
         proc.wait()
@@ -204,6 +191,7 @@ def test_a_history_that_cannot_be_written_stops_the_run_before_any_scenario(chea
     assert not (cheap / "reports").exists() or run_dirs(cheap / "reports") == []  # no report at all, none claiming OK
 
 
+@pytest.mark.e2e  # the harness CLI in a process of its own
 @pytest.mark.skipif(os.geteuid() == 0, reason="root writes into read-only directories")
 def test_a_read_only_history_directory_stops_the_run(cheap):
     history = cheap / "history"
@@ -263,10 +251,8 @@ def test_ctrl_c_before_the_first_scenario_ends_says_none_ran(tmp_path):
     run_dir = tmp_path / "reports" / "early"
     held = DevicePool(1, "cpu", lock_dir=default_lock_dir("cpu")).try_lease(1, "held by the test")
     assert held is not None
-    cmd = [sys.executable, "-m", "harness", "run", "llama-tiny/tp1-pp1", "--devices", "1", "--jobs", "1",
-           "--report-dir", str(run_dir.parent), "--run-id", "early"]
-    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            preexec_fn=sigint_as_from_a_terminal)
+    proc = start_harness("run", "llama-tiny/tp1-pp1", "--devices", "1", "--jobs", "1", "--report-dir", str(run_dir.parent),
+                         "--run-id", "early")
     try:
         seen = []
         for line in proc.stdout:  # the scenario has started: it now waits for the held device
@@ -274,7 +260,7 @@ def test_ctrl_c_before_the_first_scenario_ends_says_none_ran(tmp_path):
             if "start llama-tiny/tp1-pp1" in line:
                 break
         proc.send_signal(signal.SIGINT)
-        out, _ = proc.communicate(timeout=300)
+        out, _ = communicate(proc, 300, "the interrupted harness to exit")
     finally:
         held.release()
         if proc.poll() is None:

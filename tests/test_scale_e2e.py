@@ -6,23 +6,26 @@ disjoint run directories that record the shard, and Ctrl-C with --jobs leaves no
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import signal
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
-from interrupts import sigint_as_from_a_terminal
-from timing import communicate, run_process, wait_until
 
 from harness.plan.devices import overlapping_leases, read_lease_log
-from harness.rundir import logs_dir, verdict_files
-from tests.test_e2e import survivors
+from harness.rundir import logs_dir
+from tests.kit import (
+    ROOT,
+    communicate,
+    harness_cli,
+    outcomes,
+    pytest_cli,
+    run_meta,
+    start_harness,
+    survivors,
+    wait_until,
+)
 
 pytestmark = pytest.mark.e2e
-ROOT = Path(__file__).resolve().parent.parent
 CHEAP = ["llama-tiny/tp1-pp1", "llama-tiny/tp2-pp1", "llama-tiny/tp1-pp2", "llama-tiny/tp2-pp2"]
 # every other suite's smoke set (scenarios/*.yaml `changes.smoke`): always picked
 SMOKE = ["llama-kvc/tp1-pp2-kvc", "llama-pli/tp1-pp2", "llama-vl/tp1-pp2"]
@@ -30,18 +33,7 @@ SMOKE = ["llama-kvc/tp1-pp2-kvc", "llama-pli/tp1-pp2", "llama-vl/tp1-pp2"]
 
 @pytest.fixture
 def env(tmp_path):
-    return {**os.environ, "HARNESS_DEVICE_LOCK_DIR": str(tmp_path / "locks"), "HARNESS_LEASE_LOG": str(tmp_path / "leases.jsonl")}
-
-
-def harness(env, *args, timeout=600) -> subprocess.CompletedProcess:
-    """The CLI, within scaled(timeout) seconds."""
-    return run_process([sys.executable, "-m", "harness", *args], timeout, f"harness {' '.join(args[:3])}", cwd=ROOT,
-                       env=env, capture_output=True, text=True)
-
-
-def verdicts(run_dir: Path) -> dict[str, str]:
-    found = (json.loads(p.read_text()) for p in verdict_files(run_dir))
-    return {v["scenario"]: v["verdict"] for v in found}
+    return {"HARNESS_DEVICE_LOCK_DIR": str(tmp_path / "locks"), "HARNESS_LEASE_LOG": str(tmp_path / "leases.jsonl")}
 
 
 def leases_by_scenario(tmp_path) -> dict[str, dict]:
@@ -62,13 +54,14 @@ def test_pr_gate_by_changed_files_packs_two_jobs_on_disjoint_slots(tmp_path, env
     suites.mkdir()
     for name in ("llama-tiny", "llama-kvc", "llama-pli", "llama-vl"):
         shutil.copy(ROOT / "scenarios" / f"{name}.yaml", suites)
-    result = harness(env, "--scenarios", str(suites), "run", "--gate", "pr", "--changed-files", str(changed),
-                     "--jobs", "2", "--devices", "4", "--report-dir", str(tmp_path), "--run-id", "gate")
+    result = harness_cli("run", "--gate", "pr", "--changed-files", str(changed),
+                         "--jobs", "2", "--devices", "4", "--report-dir", str(tmp_path), "--run-id", "gate",
+                         scenarios=suites, env=env)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "1 changed files -> 7 scenarios" in result.stdout
     assert "llama-tiny/tp2-pp2" in result.stdout and "smoke set; harness/launch/__init__.py (changes.rules.3" in result.stdout
-    assert verdicts(tmp_path / "gate") == {sid: "pass" for sid in CHEAP + SMOKE}
-    meta = json.loads((tmp_path / "gate" / "run.json").read_text())
+    assert outcomes(tmp_path / "gate") == {sid: "pass" for sid in CHEAP + SMOKE}
+    meta = run_meta(tmp_path / "gate")
     assert meta["selection"]["changed_files"] == ["harness/launch/__init__.py"]
     assert meta["devices"] == {"kind": "cpu", "count": 4, "jobs": 2}
     leases = leases_by_scenario(tmp_path)
@@ -87,11 +80,8 @@ def test_pr_gate_by_changed_files_packs_two_jobs_on_disjoint_slots(tmp_path, env
 
 def test_pytest_under_xdist_leases_disjoint_slots(tmp_path, env):
     items = [f"scenarios/llama-tiny.yaml::{sid.split('/')[1]}" for sid in CHEAP]
-    result = run_process(
-        [sys.executable, "-m", "pytest", *items, "-n", "2", "-p", "no:cacheprovider", "--harness-devices", "4",
-         "--harness-report-dir", str(tmp_path / "reports")],
-        600, "pytest -n 2 over four scenarios", cwd=ROOT, env=env, capture_output=True, text=True,
-    )
+    result = pytest_cli(*items, "-n", "2", "-p", "no:cacheprovider", "--harness-devices", "4",
+                        "--harness-report-dir", str(tmp_path / "reports"), env=env, what="pytest -n 2 over four scenarios")
     assert result.returncode == 0, result.stdout[-3000:]
     assert "4 passed" in result.stdout
     leases = leases_by_scenario(tmp_path)
@@ -105,37 +95,32 @@ def test_shards_are_disjoint_run_directories_that_record_the_shard(tmp_path, env
     ids = CHEAP[:3]
     runs = {}
     for shard in ("1/2", "2/2"):
-        result = harness(env, "run", *ids, "--shard", shard, "--durations", str(durations), "--devices", "4",
-                         "--report-dir", str(tmp_path / "reports"), "--run-id", "shard" + shard[0])
+        result = harness_cli("run", *ids, "--shard", shard, "--durations", str(durations), "--devices", "4",
+                             "--report-dir", str(tmp_path / "reports"), "--run-id", "shard" + shard[0], env=env)
         assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
         runs[shard] = tmp_path / "reports" / ("shard" + shard[0])
     # device-seconds 5.0 | 4.6 + 2.0: the biggest alone, the other two together
-    assert verdicts(runs["1/2"]) == {"llama-tiny/tp2-pp1": "pass"}
-    assert verdicts(runs["2/2"]) == {"llama-tiny/tp1-pp2": "pass", "llama-tiny/tp1-pp1": "pass"}
-    shard = json.loads((runs["2/2"] / "run.json").read_text())["shard"]
+    assert outcomes(runs["1/2"]) == {"llama-tiny/tp2-pp1": "pass"}
+    assert outcomes(runs["2/2"]) == {"llama-tiny/tp1-pp2": "pass", "llama-tiny/tp1-pp1": "pass"}
+    shard = run_meta(runs["2/2"])["shard"]
     assert (shard["index"], shard["count"], shard["of"], shard["device_seconds"]) == (2, 2, 3, 6.6)
-    result = harness(env, "durations", "--report-dir", str(tmp_path / "reports"), "--out", str(tmp_path / "measured.json"))
+    result = harness_cli("durations", "--report-dir", str(tmp_path / "reports"), "--out", str(tmp_path / "measured.json"), env=env)
     assert result.returncode == 0, result.stderr
     assert set(json.loads((tmp_path / "measured.json").read_text())) == set(ids)
     merged = tmp_path / "merged"
-    result = harness(env, "report", "--merge", str(runs["1/2"]), str(runs["2/2"]), "-o", str(merged))
+    result = harness_cli("report", "--merge", str(runs["1/2"]), str(runs["2/2"]), "-o", str(merged), env=env)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
-    assert verdicts(merged) == {sid: "pass" for sid in ids}
+    assert outcomes(merged) == {sid: "pass" for sid in ids}
 
 
 def test_ctrl_c_with_two_jobs_stops_both_runs_and_frees_the_slots(tmp_path, env):
     run_dir = tmp_path / "r" / "int"
-    cmd = [sys.executable, "-m", "harness", "run", "llama-tiny/tp1-pp1", "llama-tiny/tp2-pp1", "--jobs", "2",
-           "--devices", "4", "--fault", "rank-hang@0", "--report-dir", str(tmp_path / "r"), "--run-id", "int"]
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            preexec_fn=sigint_as_from_a_terminal)
+    proc = start_harness("run", "llama-tiny/tp1-pp1", "llama-tiny/tp2-pp1", "--jobs", "2", "--devices", "4",
+                         "--fault", "rank-hang@0", "--report-dir", str(tmp_path / "r"), "--run-id", "int", env=env)
     try:
         logs = [logs_dir(run_dir, sid) / "rank0.log" for sid in ("llama-tiny/tp1-pp1", "llama-tiny/tp2-pp1")]
-        def both_started() -> bool:
-            assert proc.poll() is None, proc.stdout.read()
-            return all(log.exists() for log in logs) and len(survivors(run_dir)) >= 3
-
-        wait_until(both_started, 120, "the ranks of both scenarios to start", poll_s=0.2)
+        wait_until(lambda: all(log.exists() for log in logs) and len(survivors(run_dir)) >= 3, 120,
+                   "the ranks of both scenarios to start", poll_s=0.2, proc=proc)
         proc.send_signal(signal.SIGINT)
         out, _ = communicate(proc, 120, "the interrupted harness to exit")
     finally:
@@ -143,6 +128,6 @@ def test_ctrl_c_with_two_jobs_stops_both_runs_and_frees_the_slots(tmp_path, env)
             proc.kill()
             proc.wait()
     assert proc.returncode == 130, out
-    assert json.loads((run_dir / "run.json").read_text())["interrupted"] is True
+    assert run_meta(run_dir)["interrupted"] is True
     assert not survivors(run_dir)
     assert set(leases_by_scenario(tmp_path)) == {"llama-tiny/tp1-pp1", "llama-tiny/tp2-pp1"}  # both released

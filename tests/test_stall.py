@@ -8,7 +8,6 @@ the detector. No test asserts a wall-clock time."""
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
@@ -28,10 +27,10 @@ from harness.launch.stall import (
     stall_window_s,
     tree_activity,
 )
-from harness.rundir import verdict_path
+from tests.kit import harness_cli, verdict_of
+from tests.kit.ranks import RANKS
 
-ROOT = Path(__file__).resolve().parent.parent
-HEARTBEAT_RANKS = Path(__file__).parent / "ranks" / "heartbeat.py"
+HEARTBEAT_RANKS = RANKS / "heartbeat.py"
 WINDOW = 20.0
 
 
@@ -170,6 +169,7 @@ def test_heartbeat_without_a_launcher_does_nothing(monkeypatch):
     assert rankside._beat_fd == -1
 
 
+@pytest.mark.e2e  # starts a process that burns CPU
 def test_tree_activity_counts_children():
     burn = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.5: pass\nprint(flush=True)\ninput()"
     child = subprocess.Popen([sys.executable, "-c", burn], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
@@ -239,13 +239,10 @@ def test_on_nodes_a_computing_rank_is_seen_moving_through_its_agent(tmp_path):
 def test_reference_engine_hang_is_declared_by_the_stall_detector(tmp_path):
     """The rank-hang fault on the shipped llama-tiny suite (stored golden), with a 600 s
     timeout: only the detector can end this run as a hang before the test's own limit."""
-    env = {**os.environ, STALL_WINDOW_ENV: "5"}
-    cmd = [sys.executable, "-m", "harness", "run", "llama-tiny/tp2-pp1", "--fault", "rank-hang@1",
-           "--timeout", "600", "--report-dir", str(tmp_path / "reports"), "--run-id", "hang"]
-    result = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=400)
+    result = harness_cli("run", "llama-tiny/tp2-pp1", "--fault", "rank-hang@1", "--timeout", "600",
+                         "--report-dir", str(tmp_path / "reports"), "--run-id", "hang", env={STALL_WINDOW_ENV: "5"}, timeout=400)
     assert result.returncode == 1, result.stdout + result.stderr
-    verdict_file = verdict_path(tmp_path / "reports" / "hang", "llama-tiny/tp2-pp1")
-    v = json.loads(verdict_file.read_text())
+    v = verdict_of(tmp_path / "reports" / "hang", "llama-tiny/tp2-pp1")
     assert v["verdict"] == "hang", v["reason"]
     assert "declared by the stall detector" in v["reason"] and "rank 1 idle outside one" in v["reason"], v["reason"]
     assert v["hang"]["stall"]["idle"] == [1] and v["hang"]["stall"]["waiting"] == [0]

@@ -1,5 +1,5 @@
 """The tests' own wall-clock budgets: scaled by HARNESS_TEST_TIME_SCALE, and running out
-of one says it was a timeout (tests/timing.py)."""
+of one says it was a timeout (tests/kit/timing.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ import subprocess
 import sys
 
 import pytest
-from timing import TIME_SCALE_ENV, communicate, run_process, scaled, wait_until
+
+from tests.kit.timing import TIME_SCALE_ENV, communicate, run_process, scaled, wait_until
 
 
 def test_budgets_scale_with_the_documented_factor(monkeypatch):
@@ -20,6 +21,7 @@ def test_budgets_scale_with_the_documented_factor(monkeypatch):
         scaled(60)
 
 
+@pytest.mark.e2e  # starts sleeper processes
 def test_running_out_of_a_budget_says_it_was_a_timeout(monkeypatch):
     monkeypatch.setenv(TIME_SCALE_ENV, "0.01")
     with pytest.raises(pytest.fail.Exception, match=r"timed out after 1s waiting for the flag \(HARNESS_TEST_TIME_SCALE=0.01;"):

@@ -11,7 +11,7 @@ from harness.contract.phases import PhaseMarks, rank_breakdown, read_marks
 from harness.report import write_report
 from harness.rundir import outputs_dir, verdict_path
 from harness.verdict import Verdict
-from tests.report_helpers import make_run, passing
+from tests.kit.handmade import make_run, passing
 
 
 def test_marks_are_written_as_the_rank_passes_them(tmp_path):

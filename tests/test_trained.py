@@ -40,6 +40,7 @@ def tokenizer(geo_dir):
     return zoo.load_tokenizer(geo_dir)
 
 
+@pytest.mark.slow  # builds the trained models
 def test_both_models_build_and_verify(cache):
     from safetensors.torch import load_file
 
@@ -62,9 +63,10 @@ def _prompts(tokenizer, config, tmp_path):
     return arith_prompt, geo_prompt, png
 
 
+@pytest.mark.slow  # builds the trained models
 def test_reference_engine_reproduces_training_model(geo_dir, trained, tokenizer, tmp_path):
     from harness.engines.reference.pipeline import load_image
-    from tests.test_reference_engine import run_in_process
+    from tests.kit.ranks import run_in_process
 
     config = zoo.get_spec("tiny-llama-geo").config
     arith_prompt, geo_prompt, png = _prompts(tokenizer, config, tmp_path)
@@ -86,6 +88,7 @@ def test_reference_engine_reproduces_training_model(geo_dir, trained, tokenizer,
         assert torch.equal(got["topk_ids"][:, 0], logprobs.argmax(-1)), name
 
 
+@pytest.mark.slow  # builds the trained models
 def test_hf_text_model_matches_geo_model_on_text(cache, trained, tokenizer):
     transformers = pytest.importorskip("transformers")
 

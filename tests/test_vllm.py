@@ -8,40 +8,19 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from timing import run_process
 
-from harness.rundir import verdict_path
+from tests.kit import ROOT, harness_cli, survivors, verdict_of
 
-ROOT = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.skipif(not os.environ.get("HARNESS_TEST_VLLM"), reason="real vLLM engine starts: run `make test-vllm`")
 
 
 def run(tmp_path: Path, scenarios: Path, *args: str) -> tuple[subprocess.CompletedProcess, Path]:
-    cmd = [sys.executable, "-m", "harness", "--scenarios", str(scenarios), "run", "--report-dir", str(tmp_path), "--run-id", "r", *args]
-    result = run_process(cmd, 900, f"harness run {' '.join(args[:3])}", cwd=ROOT, capture_output=True, text=True)
+    result = harness_cli("run", "--report-dir", str(tmp_path), "--run-id", "r", *args, scenarios=scenarios, timeout=900,
+                         what=f"harness run {' '.join(args[:3])}")
     return result, tmp_path / "r"
-
-
-def verdict(run_dir: Path, sid: str) -> dict:
-    return json.loads(verdict_path(run_dir, sid).read_text())
-
-
-def survivors(run_dir: Path) -> list[int]:
-    """Live processes of the run: every vLLM process inherits the run's error-file path."""
-    found = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            env = Path(f"/proc/{pid}/environ").read_bytes()
-            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            continue
-        if str(run_dir).encode() in env and state != "Z":
-            found.append(int(pid))
-    return found
 
 
 def test_worker_crash_names_the_pp1_worker_and_its_root_cause(tmp_path):
@@ -53,7 +32,7 @@ def test_worker_crash_names_the_pp1_worker_and_its_root_cause(tmp_path):
     text = (ROOT / "scenarios" / "vllm-llama.yaml").read_text()
     (scenarios / "vllm-llama.yaml").write_text(text + "faults: [pp-drop-residual@1]\n")
     result, run_dir = run(tmp_path, scenarios, "vllm-llama/tp1-pp2-compile")
-    v = verdict(run_dir, "vllm-llama/tp1-pp2-compile")
+    v = verdict_of(run_dir, "vllm-llama/tp1-pp2-compile")
     assert v["verdict"] == "crash", v["reason"]
     assert v["crash"]["rank"].startswith("Worker_PP1 (vLLM worker: PP rank 1"), v["reason"]
     # compile is on, so the KeyError surfaces through Dynamo's tracing of the forward
@@ -70,7 +49,7 @@ def test_what_vllm_applied_is_measured_in_its_workers(tmp_path):
     what it holds and compiled (harness/engines/vllm/evidence.py), and the verdict shows it."""
     ids = ["vllm-llama/tp1-pp2-compile", "vllm-llama/tp2-pp1"]
     result, run_dir = run(tmp_path, ROOT / "scenarios", *ids)
-    pp_compile, tp = verdict(run_dir, ids[0]), verdict(run_dir, ids[1])
+    pp_compile, tp = verdict_of(run_dir, ids[0]), verdict_of(run_dir, ids[1])
     assert result.returncode == 0, result.stdout + result.stderr
     assert pp_compile["verdict"] == "pass" and tp["verdict"] == "pass", (pp_compile["reason"], tp["reason"])
     assert pp_compile["applied"]["pp"] == {"value": 2, "applied": True, "evidence": "stage 0: layers 0-1; stage 1: layers 2-3"}
@@ -82,7 +61,7 @@ def test_what_vllm_applied_is_measured_in_its_workers(tmp_path):
 
 def test_sp_is_unsupported_with_the_installed_vllms_reason(tmp_path):
     result, run_dir = run(tmp_path, ROOT / "scenarios", "vllm-llama/tp2-pp1-sp")
-    v = verdict(run_dir, "vllm-llama/tp2-pp1-sp")
+    v = verdict_of(run_dir, "vllm-llama/tp2-pp1-sp")
     assert v["verdict"] == "unsupported", v["reason"]
     assert "no sequence-parallel pass" in v["reason"] and "PassConfig" in v["reason"]
     assert result.returncode == 0

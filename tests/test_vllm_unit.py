@@ -79,6 +79,7 @@ def test_missing_interpreter_says_to_run_make_install_vllm(monkeypatch, tmp_path
         get_engine("vllm").versions()
 
 
+@pytest.mark.e2e  # starts interpreters: the probe and `import vllm`
 def test_interpreter_without_vllm_says_to_run_make_install_vllm(monkeypatch):
     monkeypatch.setenv("HARNESS_VLLM_PYTHON", sys.executable)  # the harness's Python: no vllm
     monkeypatch.setenv("HARNESS_CACHE", "/nonexistent-never-written")  # no cached probe
@@ -108,6 +109,7 @@ def test_png_is_deterministic_and_valid(tmp_path, monkeypatch):
         images.parse("cat.png")
 
 
+@pytest.mark.slow  # builds tiny-qwen25vl twice, in fresh caches
 def test_image_workload_puts_the_placeholder_and_checksums_content(tmp_path, monkeypatch):
     from harness import workloads as wl
     from harness.scenario import WorkloadDef

@@ -7,6 +7,7 @@ import pytest
 from harness import zoo
 
 
+@pytest.mark.slow  # builds a zoo model from scratch (transformers for the hf families)
 @pytest.mark.parametrize("name", sorted(zoo.ZOO))
 def test_build_is_deterministic_and_matches_recorded_checksum(name, tmp_path):
     spec = zoo.get_spec(name)
@@ -14,6 +15,7 @@ def test_build_is_deterministic_and_matches_recorded_checksum(name, tmp_path):
     assert zoo.checkpoint_sha256(tmp_path / "a") == spec.sha256
 
 
+@pytest.mark.slow  # builds a zoo model from scratch (transformers for the hf families)
 def test_cached_model_dir_is_verified(tmp_path, monkeypatch):
     monkeypatch.setenv("HARNESS_CACHE", str(tmp_path))
     path = zoo.model_dir("tiny-llama")
@@ -21,6 +23,7 @@ def test_cached_model_dir_is_verified(tmp_path, monkeypatch):
     assert zoo.model_dir("tiny-llama") == path  # second call reuses the cache
 
 
+@pytest.mark.slow  # builds a zoo model from scratch (transformers for the hf families)
 def test_checksum_mismatch_is_a_clear_error(tmp_path, monkeypatch):
     monkeypatch.setenv("HARNESS_CACHE", str(tmp_path))
     bad = dataclasses.replace(zoo.get_spec("tiny-llama"), name="tiny-drift", seed=1)

@@ -160,7 +160,8 @@ def write_markdown(path: Path, report) -> None:
             lines += [""] + [f"- rank {r} stuck at `{loc}`" for r, loc in sorted(v.hang["stuck_at"].items())]
         if v.error:
             lines += ["", "```", (v.error.get("traceback") or v.error.get("exception", "")).rstrip()[-3000:], "```"]
-        lines.append(f"\nReproduce: `{v.reproduce}`")
+        if v.reproduce:  # verdicts of the Python API on outputs in hand have no command
+            lines.append(f"\nReproduce: `{v.reproduce}`")
     lines += time_lines(verdicts)
     path.write_text("\n".join(lines) + "\n")
 

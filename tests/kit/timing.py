@@ -41,11 +41,17 @@ def timeout_message(what: str, budget_s: float) -> str:
             f"({TIME_SCALE_ENV}={time_scale():g}; raise it on a slow or loaded machine)")
 
 
-def wait_until(ready: Callable[[], bool], seconds: float, what: str, poll_s: float = 0.1) -> None:
-    """Poll `ready` until it holds; fail as a timeout after scaled(seconds)."""
+def wait_until(ready: Callable[[], bool], seconds: float, what: str, poll_s: float = 0.1,
+               proc: subprocess.Popen | None = None) -> None:
+    """The readiness wait: poll `ready` until it holds; fail as a timeout after
+    scaled(seconds). With `proc` (the process that is to make `ready` hold), its
+    ending first fails the wait at once, with its exit code and output."""
     budget = scaled(seconds)
     deadline = time.monotonic() + budget
     while not ready():
+        if proc is not None and proc.poll() is not None:
+            out = proc.stdout.read() if proc.stdout is not None else ""
+            pytest.fail(f"the process ended (exit code {proc.returncode}) before {what}\n--- output\n{_tail(out)}")
         if time.monotonic() > deadline:
             pytest.fail(timeout_message(what, budget))
         time.sleep(poll_s)

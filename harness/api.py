@@ -1,0 +1,418 @@
+"""The harness as a Python API, for an engine developer's own pytest tests.
+
+One call runs a setting (or takes outputs the test already has) and holds it to a
+golden or to another setting, with the harness's tolerances, its localisation of the
+first diverging layer / stage / TP rank, and, if asked, its report:
+
+    from harness.api import assert_settings_agree
+
+    def test_tp2_agrees_with_tp1(tmp_path):
+        assert_settings_agree("tiny-llama", a={"tp": 1}, b={"tp": 2}, work_dir=tmp_path)
+
+  compare_outputs        outputs you have (EngineOutputs, an outputs directory, a golden
+                         directory, a SettingRun) against a reference: the Verdict
+  assert_outputs_match   the same, raising CheckFailed (an AssertionError) unless it passes
+  run_setting            one setting of an engine on a model, run for real through the
+                         harness's launcher: a SettingRun (its outputs, where they are)
+  assert_settings_agree  setting b against setting a (the reference, run clean), in one call
+  assert_matches_golden  a scenario of the scenario files against its stored golden
+  save_report            verdicts into a run directory with the harness's report
+
+Nothing here compares or launches by itself: runs go through harness/runner.py (prepare,
+launch, the crash/hang verdicts), comparison through harness/judge/ (the checks, the
+tolerances of docs/TOLERANCES.md, the localisation). docs/API.md has the long form.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Union
+
+from harness import runner
+from harness.contract.outputs import EngineOutputs
+from harness.judge.compare import Tolerance, tolerance_for
+from harness.judge.outputs import localize, numeric_checks, verdict_of_checks
+from harness.rundir import claim_new_run_dir, scenario_dir_name, verdict_path
+from harness.scenario import ID_PART, Scenario, ScenarioError, SuiteFile, ToleranceOverride, expand, load_scenarios, select
+from harness.verdict import Verdict
+
+# What run_setting asks the engine when the test names no workloads: teacher-forced top-k
+# logprobs with per-layer hidden states (so a failure names its first diverging layer,
+# stage and TP rank), and greedy decoding through the KV cache. Fields as in a scenario
+# file's `workloads:` (harness/scenario.py, WorkloadDef).
+DEFAULT_WORKLOADS: tuple[dict, ...] = (
+    {"name": "logits", "kind": "logprobs", "num_prompts": 4, "max_prompt_tokens": 48, "top_k": 20, "capture_hidden": True},
+    {"name": "greedy", "kind": "greedy", "num_prompts": 2, "max_prompt_tokens": 32, "max_new_tokens": 8, "top_k": 20},
+)
+DEFAULT_TIMEOUT_S = 600.0
+
+
+class CheckFailed(AssertionError):
+    """A run or a comparison that did not end as it should: `verdict` is the harness's
+    verdict (fail: which check, its bound, what was measured, where it first diverged;
+    crash: which rank and its traceback; hang: where each rank was stuck)."""
+
+    def __init__(self, verdict: Verdict, headline: str, report: Path | None = None):
+        self.verdict = verdict
+        self.report = report
+        text = f"{headline}\n{verdict.explain()}"
+        if report is not None:
+            text += f"\nreport: {report / 'summary.md'} and {report / 'report.html'}"
+        super().__init__(text)
+
+
+class SettingUnsupported(Exception):
+    """The engine cannot run this setting here (its reason, or too few devices); a
+    test usually skips on it: `except SettingUnsupported as e: pytest.skip(str(e))`."""
+
+    def __init__(self, verdict: Verdict):
+        self.verdict = verdict
+        super().__init__(f"{verdict.scenario}: unsupported - {verdict.reason}")
+
+
+@dataclass
+class SettingRun:
+    """One setting, run to the end: what the engine wrote and where."""
+
+    label: str  # "<model>/<settings>", e.g. "tiny-llama/tp2-pp1": names its verdicts
+    settings: dict
+    outputs: EngineOutputs
+    directory: Path  # spec.json, outputs/, logs/ (rank<N>.log)
+    workloads: list[dict]  # as the engine got them (token ids): what a comparison goes over
+    dtype: str
+    tolerances: dict = field(default_factory=dict)  # overrides given to run_setting ({}: the dtype's bounds)
+
+
+Outputs = Union[EngineOutputs, SettingRun, str, os.PathLike]
+
+
+# --- comparing outputs ---------------------------------------------------------------
+
+def compare_outputs(candidate: Outputs, reference: Outputs, *, workloads: Sequence[str | Mapping] | None = None,
+                    dtype: str | None = None, tolerances: Mapping | Tolerance | None = None,
+                    name: str | None = None) -> Verdict:
+    """Hold `candidate` to `reference` with the harness's checks and return the verdict,
+    `pass` or `fail` (never raises on a mismatch).
+
+    candidate, reference: EngineOutputs, a SettingRun, or a directory holding
+      outputs.safetensors + outputs.json (a scenario's outputs/, a golden under golden/).
+    workloads: the workload names (or {name, kind} dicts) to compare; default: every
+      workload of the reference (its outputs.json, else what its tensors show).
+    dtype: picks the tolerances (docs/TOLERANCES.md); default: the candidate's dtype.
+    tolerances: overrides of the dtype's bounds, as a scenario file's `tolerances:`
+      ({logprob_atol, kl_max, top1_min, near_tie}), or a whole judge.compare.Tolerance.
+    name: the verdict's name; default: the candidate's label or scenario id.
+    """
+    cand, ref = _load(candidate), _load(reference)
+    chosen = _workloads(reference, ref, workloads)
+    tol = _tolerance(dtype or _dtype(candidate, cand) or _dtype(reference, ref) or "float32", tolerances,
+                     candidate if isinstance(candidate, SettingRun) else None)
+    checks = numeric_checks(ref, cand, chosen, tol)
+    if not checks:
+        raise ValueError(f"nothing to compare: no logprobs or greedy workload among {[w['name'] for w in chosen]}")
+    verdict = verdict_of_checks(name or _label(candidate, cand), checks, tol, localize(ref, cand, chosen, checks))
+    verdict.settings = dict(candidate.settings if isinstance(candidate, SettingRun) else cand.meta.get("settings", {}))
+    verdict.versions = {k: v for k, v in cand.meta.items() if k in ("engine", "torch", "vllm", "transformers")}
+    verdict.golden = {"reference": _label(reference, ref)}
+    if not isinstance(reference, (EngineOutputs, SettingRun)):
+        verdict.golden["dir"] = str(reference)
+    return verdict
+
+
+def assert_outputs_match(candidate: Outputs, reference: Outputs, *, workloads: Sequence[str | Mapping] | None = None,
+                         dtype: str | None = None, tolerances: Mapping | Tolerance | None = None,
+                         name: str | None = None, report_dir: str | os.PathLike | None = None) -> Verdict:
+    """compare_outputs, raising CheckFailed unless the verdict is `pass`. With
+    `report_dir`, the harness's report of the verdict is written there either way."""
+    verdict = compare_outputs(candidate, reference, workloads=workloads, dtype=dtype, tolerances=tolerances, name=name)
+    report = save_report([verdict], report_dir) if report_dir is not None else None
+    if verdict.verdict != "pass":
+        raise CheckFailed(verdict, f"{verdict.scenario} does not match {verdict.golden['reference']}:", report)
+    return verdict
+
+
+# --- running settings ----------------------------------------------------------------
+
+def run_setting(model: str | Mapping | os.PathLike, settings: Mapping | None = None, *, engine: str = "reference",
+                workloads: Sequence[Mapping] | None = None, dtype: str = "float32", faults: Sequence[str] = (),
+                tolerances: Mapping | None = None, env: Mapping[str, str] | None = None,
+                timeout_s: float = DEFAULT_TIMEOUT_S, work_dir: str | os.PathLike | None = None,
+                device: str | None = None, engine_options: Mapping[str, str] | None = None) -> SettingRun:
+    """Run one setting of `engine` on `model` for real, through the harness's launcher
+    (one process per rank for the reference engine; the engine's own launcher else),
+    and return what it wrote.
+
+    model: a zoo name ("tiny-llama"), a checkpoint directory (a Path), or a scenario
+      file's model entry ({"path": DIR}, {"hub": ORG/NAME, "revision": REV}, {"arch": CLASS}).
+    settings: the engine's axes, e.g. {"tp": 2, "pp": 2, "sp": True, "compile": True};
+      axes left out keep the engine's defaults.
+    workloads: a scenario file's `workloads:` entries; default DEFAULT_WORKLOADS.
+    faults: engine fault switches ("rank-raise@1", "tp-allreduce-perturb@1e-3"; the
+      reference engine lists its own in harness/engines/reference/faults.py).
+    work_dir: where the run's directory goes (default: a new temporary directory).
+    device: "cpu" or "cuda" (default: $HARNESS_DEVICE, else cpu).
+
+    Raises CheckFailed when the run crashed or hung (the verdict names the rank and its
+    traceback, or where each rank was stuck), SettingUnsupported when the engine cannot
+    run the setting here, ValueError for a bad setting, model entry or fault switch.
+    """
+    return _run(_plan(model, settings or {}, engine=engine, workloads=workloads, dtype=dtype, faults=faults,
+                      tolerances=tolerances, env=env, timeout_s=timeout_s, work_dir=work_dir, device=device,
+                      engine_options=engine_options))
+
+
+@dataclass
+class _Planned:
+    """A setting checked and prepared, its directory reserved: ready to launch."""
+
+    scenario: Scenario
+    opts: runner.RunOptions
+    out_dir: Path
+    prepared: runner.Prepared
+    need: int
+    dtype: str
+    tolerances: dict
+
+
+def _plan(model, settings: Mapping, *, engine: str, workloads, dtype: str, faults: Sequence[str], tolerances, env,
+          timeout_s: float, work_dir, device: str | None, engine_options) -> _Planned:
+    """Everything that can refuse a setting, before any rank starts: the settings and
+    model (as a scenario file's), the engine's reason, the devices, the fault switches."""
+    scenario = _scenario(model, settings, engine, workloads, dtype, tolerances, env, engine_options, timeout_s)
+    opts = _options(faults, timeout_s, device)
+    out_dir = _fresh(Path(work_dir) if work_dir is not None else Path(tempfile.mkdtemp(prefix="harness-api-")),
+                     scenario_dir_name(scenario.id))
+    prepared = runner.prepare(scenario, scenario.engine_settings, out_dir, opts)
+    need = prepared.engine.devices_needed(scenario.engine_settings)
+    reason = (prepared.engine.unsupported_reason(scenario.engine_settings, prepared.spec.model_dir)
+              or runner.devices_problem(need, opts))
+    if reason:
+        raise SettingUnsupported(Verdict(scenario.id, "unsupported", reason, settings=scenario.engine_settings))
+    problem = prepared.engine.fault_problem(prepared.spec.faults, scenario.engine_settings)
+    if problem:
+        raise ValueError(f"bad fault switch: {problem}")
+    return _Planned(scenario, opts, out_dir, prepared, need, dtype, dict(tolerances or {}))
+
+
+def _run(planned: _Planned) -> SettingRun:
+    """Launch a planned setting through the runner; CheckFailed unless every rank finished."""
+    scenario, prepared = planned.scenario, planned.prepared
+    with runner.holding_devices(scenario, planned.need, planned.opts, None) as (device_env, cluster):
+        outcome = runner.launch(prepared, planned.out_dir, scenario, planned.opts, device_env, cluster)
+    ended = runner.launch_verdict(scenario.id, outcome, prepared)
+    if ended is not None:
+        ended.settings = scenario.engine_settings
+        raise CheckFailed(ended, f"{scenario.id} did not run to its end (run directory {planned.out_dir}):")
+    return SettingRun(scenario.id, scenario.engine_settings, EngineOutputs.load(prepared.spec.output_dir), planned.out_dir,
+                      prepared.spec.workloads, planned.dtype, planned.tolerances)
+
+
+def assert_settings_agree(model: str | Mapping | os.PathLike, a: Mapping, b: Mapping, *, engine: str = "reference",
+                          workloads: Sequence[Mapping] | None = None, dtype: str = "float32",
+                          faults: Sequence[str] = (), tolerances: Mapping | None = None,
+                          env: Mapping[str, str] | None = None, timeout_s: float = DEFAULT_TIMEOUT_S,
+                          work_dir: str | os.PathLike | None = None, device: str | None = None,
+                          engine_options: Mapping[str, str] | None = None,
+                          report_dir: str | os.PathLike | None = None) -> Verdict:
+    """Run setting `a` (the reference: run clean, as a golden is) and setting `b` (with
+    `faults`, if any) on the same model and workloads, and hold b to a with the
+    harness's checks. Returns the passing verdict; raises CheckFailed when b fails or
+    either run crashed or hung, SettingUnsupported when either cannot run here.
+    The other arguments are run_setting's; `report_dir` writes the harness's report."""
+    common = {"engine": engine, "workloads": workloads, "dtype": dtype, "tolerances": tolerances, "env": env,
+              "timeout_s": timeout_s, "work_dir": work_dir, "device": device, "engine_options": engine_options}
+    planned = _plan(model, a, faults=(), **common), _plan(model, b, faults=faults, **common)  # both checked first
+    reference, candidate = _run(planned[0]), _run(planned[1])
+    name = candidate.label if candidate.label != reference.label else f"{candidate.label}-candidate"
+    verdict = compare_outputs(candidate, reference, name=name)
+    verdict.reproduce = _call("assert_settings_agree", model, a=dict(a), b=dict(b), engine=engine, faults=list(faults))
+    report = save_report([verdict], report_dir) if report_dir is not None else None
+    if verdict.verdict != "pass":
+        raise CheckFailed(verdict, f"{name} does not agree with {reference.label} (the reference):", report)
+    return verdict
+
+
+def assert_matches_golden(scenario_id: str, *, scenarios: str | os.PathLike | None = None, faults: Sequence[str] = (),
+                          timeout_s: float | None = None, device: str | None = None,
+                          work_dir: str | os.PathLike | None = None,
+                          report_dir: str | os.PathLike | None = None) -> Verdict:
+    """Run one scenario of the scenario files ("llama-tiny/tp2-pp2"; `scenarios`: a file
+    or directory, default scenarios/) against its stored golden, exactly as `harness run`
+    does (evals, expected failures and all). Returns the verdict when it is as expected
+    (pass, expected-failure, or unsupported: check `verdict.verdict`); raises CheckFailed
+    otherwise. With `report_dir` the run directory and its report go there."""
+    try:
+        chosen = select(load_scenarios([Path(scenarios)] if scenarios is not None else None), [scenario_id])
+    except ScenarioError as exc:
+        raise ValueError(str(exc)) from None
+    if len(chosen) != 1:
+        raise ValueError(f"'{scenario_id}' names {len(chosen)} scenarios ({', '.join(s.id for s in chosen[:6])}...): give one id")
+    scenario = chosen[0]
+    meta = {"scenarios": [scenario.id], "via": "api", "gate": None, "faults": list(faults), "started": time.time()}
+    if report_dir is not None:
+        run_dir = claim_new_run_dir(Path(report_dir), meta, "-api")
+    else:
+        run_dir = Path(work_dir) if work_dir is not None else Path(tempfile.mkdtemp(prefix="harness-api-"))
+    verdict = runner.run_scenario(scenario, run_dir, _options(faults, timeout_s, device))
+    report = None
+    if report_dir is not None:
+        from harness.report import write_report
+
+        write_report(run_dir, {"finished": time.time()})
+        report = run_dir
+    if not verdict.as_expected:
+        raise CheckFailed(verdict, f"{scenario.id} did not end as expected against its golden:", report)
+    return verdict
+
+
+def save_report(verdicts: Sequence[Verdict], report_dir: str | os.PathLike) -> Path:
+    """A new run directory under `report_dir` holding `verdicts`, with the harness's report
+    (summary.md, report.html, junit.xml, pr-comment.md; no history store). Returns it."""
+    from harness.report import write_report
+
+    now = time.time()
+    meta = {"scenarios": [v.scenario for v in verdicts], "via": "api", "gate": None, "started": now}
+    run_dir = claim_new_run_dir(Path(report_dir), meta, "-api")
+    for v in verdicts:
+        v.save(verdict_path(run_dir, v.scenario))
+    write_report(run_dir, {"finished": now})
+    return run_dir
+
+
+# --- the parts -----------------------------------------------------------------------
+
+def _call(function: str, *args, **kwargs) -> str:
+    """The API call that reproduces a verdict (its `reproduce`), defaults left out."""
+    defaults = {"engine": "reference", "faults": []}
+    shown = [repr(a) for a in args] + [f"{k}={v!r}" for k, v in kwargs.items() if defaults.get(k, object()) != v]
+    return f"harness.api.{function}({', '.join(shown)})"
+
+
+def _load(outputs: Outputs) -> EngineOutputs:
+    if isinstance(outputs, EngineOutputs):
+        return outputs
+    if isinstance(outputs, SettingRun):
+        return outputs.outputs
+    return EngineOutputs.load(Path(outputs))
+
+
+def _label(given: Outputs, outputs: EngineOutputs) -> str:
+    if isinstance(given, SettingRun):
+        return given.label
+    if not isinstance(given, EngineOutputs):
+        return str(given)
+    return outputs.meta.get("scenario_id") or "outputs"
+
+
+def _dtype(given: Outputs, outputs: EngineOutputs) -> str | None:
+    return given.dtype if isinstance(given, SettingRun) else outputs.meta.get("dtype")
+
+
+# A workload's kind from the fields an engine wrote (harness/contract/outputs.py), for
+# outputs whose outputs.json does not say it.
+def _kind_of(fields: set[str]) -> str:
+    if "offsets" in fields:
+        return "logprobs"
+    if "lengths" in fields:
+        return "generate"
+    return "greedy" if "tokens" in fields else "unknown"
+
+
+def _workloads(given: Outputs, outputs: EngineOutputs, chosen: Sequence[str | Mapping] | None) -> list[dict]:
+    if isinstance(given, SettingRun):
+        known = {w["name"]: dict(w) for w in given.workloads}
+    elif outputs.meta.get("workloads"):
+        known = {name: {"name": name, **info} for name, info in outputs.meta["workloads"].items()}
+    else:
+        names = sorted({key.split(".", 1)[0] for key in outputs.tensors})
+        known = {n: {"name": n, "kind": _kind_of(set(outputs.workload(n)))} for n in names}
+    if chosen is None:
+        return list(known.values())
+    picked = []
+    for w in chosen:
+        if isinstance(w, Mapping):
+            picked.append(dict(w))
+        elif w in known:
+            picked.append(known[w])
+        else:
+            raise ValueError(f"the reference has no workload '{w}' (it has: {', '.join(known) or 'none'})")
+    return picked
+
+
+def _tolerance(dtype: str, tolerances: Mapping | Tolerance | None, run: SettingRun | None) -> Tolerance:
+    if isinstance(tolerances, Tolerance):
+        return tolerances
+    overrides = dict(run.tolerances) if run is not None and tolerances is None else dict(tolerances or {})
+    try:
+        checked = ToleranceOverride.model_validate(overrides)
+    except ValueError as exc:
+        raise ValueError(f"bad tolerances {overrides}: {exc}") from None
+    try:
+        return tolerance_for(dtype, checked.model_dump())
+    except KeyError:
+        raise ValueError(f"no tolerances for dtype '{dtype}' (known: float32, bfloat16, float16)") from None
+
+
+def _model_entry(model: str | Mapping | os.PathLike) -> str | dict:
+    if isinstance(model, os.PathLike):
+        return {"path": str(Path(model).resolve())}
+    return dict(model) if isinstance(model, Mapping) else model
+
+
+def _suite_name(model: str | Mapping | os.PathLike) -> str:
+    """The first part of the runs' labels: the zoo name, the checkpoint's or arch's name."""
+    if isinstance(model, os.PathLike):
+        text = Path(model).name
+    elif isinstance(model, Mapping):
+        text = str(model.get("arch") or model.get("hub") or Path(str(model.get("path", "model"))).name)
+    else:
+        text = model
+    name = re.sub(r"[^a-z0-9.-]+", "-", text.lower()).strip(".-")
+    return name if ID_PART.match(name or "") else "model"
+
+
+def _scenario(model, settings: Mapping, engine: str, workloads, dtype: str, tolerances, env, engine_options,
+              timeout_s: float) -> Scenario:
+    """The one scenario of an in-memory suite: the scenario file a user would write for
+    this setting, checked by the same rules (axes the engine has, values, model entry)."""
+    raw = {
+        "suite": _suite_name(model), "engine": engine, "model": _model_entry(model), "dtype": dtype,
+        "timeout_s": timeout_s, "workloads": [dict(w) for w in (workloads if workloads is not None else DEFAULT_WORKLOADS)],
+        "golden": dict(settings), "matrix": {axis: [value] for axis, value in settings.items()} or {"tp": [1]},
+        "env": dict(env or {}), "engine_options": dict(engine_options or {}), "tolerances": dict(tolerances or {}),
+    }
+    if not settings:
+        raw["golden"] = {"tp": 1}
+    try:
+        suite = SuiteFile.model_validate(raw)
+    except ValueError as exc:
+        raise ValueError(f"cannot run {dict(settings)} of {engine} on {model!r}: {exc}") from None
+    return expand(suite, Path.cwd() / "harness-api")[0]
+
+
+def _options(faults: Sequence[str], timeout_s: float | None, device: str | None) -> runner.RunOptions:
+    from harness.plan.devices import DevicePool, configured_count
+
+    device = device or os.environ.get("HARNESS_DEVICE", "cpu")
+    return runner.RunOptions(timeout_s=timeout_s, faults=list(faults), device=device,
+                             devices=DevicePool(configured_count(device), device))
+
+
+def _fresh(parent: Path, name: str) -> Path:
+    """parent/name, or parent/name-2, -3 ... when a run of the same label is already there;
+    made now, so the next run of the label gets the next name."""
+    parent.mkdir(parents=True, exist_ok=True)
+    for n in range(1, 10_000):
+        path = parent / (name if n == 1 else f"{name}-{n}")
+        try:
+            path.mkdir()
+            return path
+        except FileExistsError:
+            continue
+    raise RuntimeError(f"no free directory for {name} in {parent}")

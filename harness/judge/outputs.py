@@ -1,0 +1,53 @@
+"""One run's outputs held to a reference (a golden, or another setting's outputs): the
+numeric checks and the verdict they give, with the first diverging place when a
+numeric check failed. The runner judges every scenario through here, and so does the
+Python API (harness/api.py), so a check means the same whichever way it was asked for.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+
+from harness.contract.outputs import EngineOutputs
+from harness.judge.applied import unapplied_reason
+from harness.judge.compare import Tolerance, compare_outputs
+from harness.judge.contracts import check_pp_contract
+from harness.judge.localize import describe, first_divergence
+from harness.verdict import Verdict
+
+ACCURACY = "accuracy"  # the kind of the eval checks (harness/evals): paired items, not numbers
+
+
+def numeric_checks(reference: EngineOutputs, candidate: EngineOutputs, workloads: list[dict], tol: Tolerance) -> list[dict]:
+    """Every logprobs and greedy workload compared (harness/judge/compare.py), and the
+    pipeline-parallel boundary contract where the candidate reports its stage I/O."""
+    checks = compare_outputs(reference, candidate, workloads, tol)
+    contract = check_pp_contract(candidate.meta.get("stage_io"))
+    return [asdict(c) for c in checks + ([contract] if contract else [])]
+
+
+def localize(reference: EngineOutputs, candidate: EngineOutputs, workloads: list[dict], checks: list[dict]) -> dict | None:
+    """Where the candidate first diverged, when a numeric check failed (None otherwise,
+    or when the engine captured no hidden states)."""
+    if not any(not c["passed"] and c["kind"] != ACCURACY for c in checks):
+        return None
+    return first_divergence(reference, candidate, workloads)
+
+
+def verdict_of_checks(name: str, checks: list[dict], tol: Tolerance, localization: dict | None = None,
+                      logs: dict | None = None, applied: dict | None = None) -> Verdict:
+    """pass when every check held, else fail; the reason names the failed checks (all of
+    them when none failed), after the first diverging place when it is known. `applied`
+    (harness/judge/applied.py): a tested setting the engine did not apply turns a pass
+    into `unsupported` with the evidence (a run of another setting proves nothing about
+    this one); a failure stays a failure, with the evidence added."""
+    failed = [c for c in checks if not c["passed"]]
+    reason = "; ".join(f"{c['name']}: {c['summary']}" for c in (failed or checks))
+    if localization:
+        reason = f"{describe(localization)}; {reason}"
+    kind = "fail" if failed else "pass"
+    unapplied = unapplied_reason(applied or {})
+    if unapplied:
+        kind, reason = ("fail", f"{reason}; {unapplied}") if failed else ("unsupported", unapplied)
+    return Verdict(name, kind, reason, tolerance=tol.describe(), checks=checks,
+                   logs=logs or {}, localization=localization, applied=applied or {})

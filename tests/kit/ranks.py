@@ -1,0 +1,73 @@
+"""Ranks without the whole harness: a RunSpec's ranks through the harness's own launcher
+(or in this process, world size 1), and the rank programs of the launcher tests.
+
+Multi-rank runs are real processes started by harness.launch.run_ranks under a budget
+scaled by HARNESS_TEST_TIME_SCALE (tests/kit/timing.py): a run that outlives it ends as
+"hang" with every rank's stack, and `explain` says it was the test's timeout.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from harness.contract.outputs import EngineOutputs
+from harness.contract.runspec import RunSpec
+from harness.launch import LaunchOutcome, free_port, run_ranks
+from tests.kit.cli import ROOT
+from tests.kit.timing import scaled, timeout_message
+
+# tests/ranks/: small rank programs for the launcher (allreduce.py: modes ok, raise, hang...;
+# driver.py: run_ranks in a process of its own, for the signal tests)
+RANKS = ROOT / "tests" / "ranks"
+ALLREDUCE = RANKS / "allreduce.py"
+
+#: budget of one multi-rank run on an unloaded 2-core machine, before HARNESS_TEST_TIME_SCALE:
+#: generous, as torch.compile alone takes ~100 s there under load
+RUN_BUDGET_S = 600
+
+
+def launch_ranks(spec: RunSpec, workdir: Path, budget_s: float = RUN_BUDGET_S) -> LaunchOutcome:
+    """Every rank of the spec's launch plan (reference engine) as a real process, through
+    the harness's own launcher: ranks are watched, a crash stops the siblings, and a run
+    that outlives scaled(budget_s) ends as "hang" with each rank's stack; nothing survives."""
+    from harness.engines.reference import ReferenceEngine
+
+    spec_path = workdir / "spec.json"
+    spec.save(spec_path)
+    plan = ReferenceEngine().launch_plan(spec, str(spec_path))
+    env = {"PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    return run_ranks(plan, workdir / "logs", timeout_s=scaled(budget_s), env=env)
+
+
+def explain(outcome: LaunchOutcome) -> str:
+    """What went wrong with a run, in words: a timeout says it was one."""
+    if outcome.status == "hang":
+        where = "; ".join(f"rank {r} at {loc}" for r, loc in sorted(outcome.stuck_at.items())) or "no stack dump"
+        if outcome.stall:  # the launcher saw no progress: not this test's budget
+            return f"hang {outcome.hang_reason()}; {where}"
+        return f"{timeout_message('the ranks to finish', outcome.duration_s)}; {where}"
+    f = outcome.failure
+    if f is None:
+        return f"launcher ended with status {outcome.status!r}"
+    what = f.exception or (f"killed by {f.signal}" if f.signal else f"exit code {f.exitcode}")
+    return f"rank {f.rank} crashed: {what}\n{f.traceback or ''}\n(log: {f.log})"
+
+
+def run_in_process(spec: RunSpec) -> EngineOutputs:
+    """World size 1 in this process (no spawn), through the reference engine's worker entry."""
+    from harness.engines.reference.worker import run
+
+    env = {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1",
+           "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())}
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        run(spec)
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    return EngineOutputs.load(spec.output_dir)
