@@ -18,6 +18,8 @@ import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from harness.rundir import write_json
+
 VERDICTS = ("pass", "fail", "crash", "hang", "unsupported", "expected-failure", "error")
 FAILED = ("fail", "crash", "hang")
 
@@ -97,7 +99,7 @@ class Verdict:
 
     def save(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(self.to_dict(), indent=1))
+        write_json(path, self.to_dict())  # whole or not at all: a killed harness leaves no half verdict
 
     @classmethod
     def load(cls, path: Path) -> Verdict:
