@@ -353,14 +353,20 @@ def one_kill_run(i: int, target: str, sig_name: str, rng: random.Random, args, r
 
     # (c) as the harness left it: run.json, the verdicts, the report
     run_dir = reports / run_id
-    try:
-        meta = json.loads(run_meta_path(run_dir).read_text())
-    except (OSError, ValueError) as exc:
-        meta = {}
-        problems.append(f"run.json unreadable (half-written?): {exc}")
+    claimed = run_meta_path(run_dir).exists() or scenarios_root(run_dir).is_dir()
+    rec["claimed"] = claimed  # a directory made but not yet claimed (killed in between) holds no report
+    meta: dict = {}
+    if claimed:
+        try:
+            meta = json.loads(run_meta_path(run_dir).read_text())
+        except (OSError, ValueError) as exc:
+            problems.append(f"run.json unreadable (half-written?): {exc}")
+    elif sent is None or target != "harness":
+        problems.append("the harness claimed no run directory")
+    # else: stopped while it started (imports, planning): no run directory, so no report to claim anything
     planned = meta.get("scenarios") or list(args.ids)
     verdicts = read_verdicts(run_dir, problems)
-    never = [s for s in planned if s not in verdicts]
+    never = [s for s in planned if s not in verdicts] if claimed else []  # unclaimed: nothing planned on disk
     left_word = summary_word(run_dir)
     rec.update(ended=len(verdicts), never_ran=never, summary_left=left_word,
                verdicts={s: d["verdict"] for s, d in sorted(verdicts.items())})
@@ -369,7 +375,11 @@ def one_kill_run(i: int, target: str, sig_name: str, rng: random.Random, args, r
         problems.append(f"false success: summary.md says OK with {never} never ended")
     if rc == exit_codes.OK and never:
         problems.append(f"false success: exit 0 with {never} never ended")
-    if target == "harness" and sig == signal.SIGINT and landed and rc != exit_codes.INTERRUPTED:
+    # Ctrl-C before the run directory is claimed ends the harness by SIGINT itself (Python's
+    # default), which a shell reports as 130 too; after that the harness stops its ranks,
+    # writes the report and exits 130
+    if target == "harness" and sig == signal.SIGINT and landed and rc != exit_codes.INTERRUPTED \
+            and not (rc == -signal.SIGINT and not claimed):
         problems.append(f"a harness given SIGINT exited {rc}, not {exit_codes.INTERRUPTED}")
     if target == "rank" and landed:
         hit = next((d for s, d in verdicts.items() if s.replace("/", "__") == sent.get("scenario_dir")), None)
@@ -465,7 +475,7 @@ def main(argv: list[str] | None = None) -> int:
     g.add_argument("--count", type=int, default=20)
     g.add_argument("--jobs", type=int, default=2)
     g.add_argument("--gate", default="pr")
-    g.add_argument("--out", default="reports/soak-gates", help="where the run directories, logs and gates.json go")
+    g.add_argument("--out", help="where the run directories, logs and gates.json go (default: reports/soak-gates-<time>)")
     k = sub.add_parser("kill", help="runs killed (SIGKILL / SIGINT, harness or a rank) at random; count orphans, bad rows, false successes")
     k.add_argument("--runs", type=int, default=32)
     k.add_argument("--seed", type=int, default=1)
@@ -475,8 +485,10 @@ def main(argv: list[str] | None = None) -> int:
                    help="the harness gets its signal this many seconds after its start, uniform (default 0.5,20)")
     k.add_argument("--rank-window", type=window, default=(1.0, 12.0), metavar="LO,HI",
                    help="a rank alive this many seconds after the start gets the signal (default 1,12)")
-    k.add_argument("--out", default="reports/soak-kill", help="where the run directories, logs and kill.json go")
+    k.add_argument("--out", help="where the run directories, logs and kill.json go (default: reports/soak-kill-<time>)")
     args = p.parse_args(argv)
+    # a directory per soak: run ids repeat from one soak to the next, and a run refuses a directory in use
+    args.out = args.out or str(ROOT / "reports" / f"soak-{args.command}-{time.strftime('%Y%m%d-%H%M%S')}")
     return cmd_gates(args) if args.command == "gates" else cmd_kill(args)
 
 
