@@ -58,6 +58,7 @@ KINDS = [("harness", "SIGKILL"), ("harness", "SIGINT"), ("rank", "SIGKILL"), ("r
 RUN_LIMIT_S = 900  # a harness still running this long after its start is itself a finding
 ORPHAN_GRACE_S = 15.0  # a killed harness's ranks die by PDEATHSIG: give their exit this long on a loaded machine
 POLL_S = 0.1
+LOAD_SAMPLE_S = 5.0
 
 
 def machine() -> dict:
@@ -108,15 +109,22 @@ def cmd_gates(args) -> int:
     reports = out / "reports"
     reports.mkdir(parents=True, exist_ok=True)
     results = []
-    print(f"{'gate':>4} {'exit':>4} {'wall_s':>7} {'load1':>6}  {'pass':>4} {'fail':>4} {'error':>5} {'crash':>5} {'hang':>4} "
+    print(f"{'gate':>4} {'exit':>4} {'wall_s':>7} {'load1':>6} {'mean':>5} {'max':>5}  {'pass':>4} {'fail':>4} {'error':>5} {'crash':>5} {'hang':>4} "
           f"{'unsup':>5} {'xfail':>5}  false alarm", flush=True)
     for i in range(1, args.count + 1):
         run_id = f"soak-gate-{i}"
         cmd = [sys.executable, "-m", "harness", "run", "--gate", args.gate, "--jobs", str(args.jobs),
                "--report-dir", str(reports), "--run-id", run_id]
-        load_before, start = load1(), time.monotonic()
+        load_before, start, loads = load1(), time.monotonic(), []
         with open(out / f"{run_id}.log", "w") as log:
-            rc = subprocess.run(cmd, cwd=ROOT, env=child_env(), stdout=log, stderr=subprocess.STDOUT, check=False).returncode
+            proc = subprocess.Popen(cmd, cwd=ROOT, env=child_env(), stdout=log, stderr=subprocess.STDOUT)
+            while proc.poll() is None:  # the machine's load while the gate runs, every few seconds
+                loads.append(load1())
+                try:
+                    proc.wait(timeout=LOAD_SAMPLE_S)
+                except subprocess.TimeoutExpired:
+                    pass
+            rc = proc.returncode
         wall = round(time.monotonic() - start, 1)
         run_dir = reports / run_id
         try:
@@ -125,10 +133,11 @@ def cmd_gates(args) -> int:
             counts, unexpected, never = Counter(), [f"run directory unreadable: {exc}"], []
         alarms = ([f"exit {rc}"] if rc != exit_codes.OK else []) + unexpected + [f"{s}: never ran" for s in never]
         row = {"gate": i, "run_id": run_id, "exit": rc, "wall_s": wall, "load1_start": load_before, "load1_end": load1(),
+               "load1_mean": round(sum(loads) / len(loads), 2) if loads else load_before, "load1_max": max(loads, default=load_before),
                "counts": dict(counts), "false_alarms": alarms}
         results.append(row)
         c = counts
-        print(f"{i:>4} {rc:>4} {wall:>7} {load_before:>6}  {c['pass']:>4} {c['fail']:>4} {c['error']:>5} {c['crash']:>5} "
+        print(f"{i:>4} {rc:>4} {wall:>7} {load_before:>6} {row['load1_mean']:>5} {row['load1_max']:>5}  {c['pass']:>4} {c['fail']:>4} {c['error']:>5} {c['crash']:>5} "
               f"{c['hang']:>4} {c['unsupported']:>5} {c['expected-failure']:>5}  {'; '.join(alarms) or '-'}", flush=True)
         _write_json(out / "gates.json", {"kind": "gates", "machine": machine(), "command": cmd, "runs": results})
     clean = sum(1 for r in results if not r["false_alarms"])
