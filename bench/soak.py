@@ -355,7 +355,8 @@ def one_kill_run(i: int, target: str, sig_name: str, rng: random.Random, args, r
                         os.killpg(proc.pid, sig)  # as a terminal's Ctrl-C: the harness's whole group
                     else:
                         os.kill(proc.pid, sig)
-                    sent = {"at_s": round(now, 2), "pid": proc.pid}
+                    sent = {"at_s": round(now, 2), "pid": proc.pid, "live_ranks": len(watch.live_ranks(stats)),
+                            "ended_before": len(verdict_files(reports / run_id))}
             else:
                 live = watch.live_ranks(stats)
                 if live:
