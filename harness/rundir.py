@@ -15,6 +15,10 @@ both. A run claims its directory by creating run.json exclusively (O_EXCL), whic
 only one process can win; a directory that already holds anything is refused.
 The planned scenario list goes into run.json before the first scenario starts, so
 a report of a run killed half-way can say which scenarios never ran.
+
+run.json and verdict.json are written whole or not at all (`write_json`: a temporary
+file, then a rename), so a harness killed while writing one leaves the old file or the
+new one, never half of one that no report could read.
 """
 
 from __future__ import annotations
@@ -111,20 +115,50 @@ def claim_run_dir(report_dir: Path, run_id: str, meta: dict) -> Path:
         raise ResultsNotWritten(f"cannot create the run directory {run_dir}: {_why(exc)}; "
                                 "make --report-dir (or $HARNESS_REPORTS_DIR) a writable directory") from None
     if not taken:
+        # the claim is a hard link of a whole run.json: exclusive as O_EXCL is (link() fails
+        # when the name exists), and never an empty or half-written run.json if killed
         try:
-            fd = os.open(run_meta_path(run_dir), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-        except FileExistsError:
-            taken = True
+            tmp = _write_temp(run_meta_path(run_dir), {**meta, "run_id": run_id})
         except OSError as exc:
             raise ResultsNotWritten(f"cannot write in the run directory {run_dir}: {_why(exc)}; "
                                     "make --report-dir (or $HARNESS_REPORTS_DIR) writable") from None
+        try:
+            os.link(tmp, run_meta_path(run_dir))
+        except FileExistsError:
+            taken = True
+        finally:
+            os.unlink(tmp)
     if taken:
         raise RunDirTaken(f"the run directory {run_dir} is already in use (another run's results, or other files); "
                           "give another --run-id, or leave it out for a fresh one; remove that directory only if its run is of no use")
-    with os.fdopen(fd, "w") as f:
-        json.dump({**meta, "run_id": run_id}, f, indent=1)
     scenarios_root(run_dir).mkdir()
     return run_dir
+
+
+def write_json(path: Path, data: object) -> None:
+    """Write `data` as JSON to `path` whole or not at all: a temporary file beside it,
+    then a rename over it. A reader, or a harness killed half-way, sees the old file or
+    the new one."""
+    tmp = _write_temp(Path(path), data)
+    try:
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def _write_temp(path: Path, data: object) -> str:
+    """`data` as JSON in a new temporary file beside `path` (named .<name>.<random>, which
+    no reader of a run directory looks at); its name."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(data, f, indent=1)
+        os.chmod(tmp, 0o644)  # mkstemp makes it private; run directories are shared
+    except BaseException:
+        os.unlink(tmp)
+        raise
+    return tmp
 
 
 def check_writable(directory: Path, what: str, hint: str) -> None:

@@ -15,6 +15,8 @@ like an engine bug.
 from __future__ import annotations
 
 import json
+import os
+import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -101,8 +103,19 @@ class Verdict:
         return d
 
     def save(self, path: Path) -> None:
+        """Whole or not at all (a temporary file, then a rename; as rundir.write_json, which
+        this layer cannot import): a harness killed mid-write leaves no half verdict."""
+        path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(self.to_dict(), indent=1))
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+        try:
+            with os.fdopen(fd, "w") as f:
+                json.dump(self.to_dict(), f, indent=1)
+            os.chmod(tmp, 0o644)  # mkstemp makes it private; run directories are shared
+            os.replace(tmp, path)
+        finally:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
 
     @classmethod
     def load(cls, path: Path) -> Verdict:

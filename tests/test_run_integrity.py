@@ -24,7 +24,7 @@ from harness.cli import harness_versions, main
 from harness.plan.devices import DevicePool, default_lock_dir
 from harness.report.history import load_history
 from harness.rundir import verdict_files
-from tests.kit import ROOT, communicate, harness_cli, start_harness, summary, wait_until
+from tests.kit import ROOT, communicate, harness_cli, scaled, start_harness, summary, timeout_message, wait_until
 from tests.kit.handmade import failing, make_run, passing
 
 # A scenario that needs 2 devices, run with --devices 1: it ends `unsupported` (as
@@ -307,3 +307,49 @@ def test_the_projects_own_checkout_records_its_commit_and_version():
     versions = harness_versions()
     assert versions["harness_commit"] == git(ROOT, "rev-parse", "--short", "HEAD")
     assert versions["harness_version"] == harness.__version__
+
+
+# 14. A harness killed while it writes a file (found by reading the code beside the soak, docs/RELIABILITY.md) -----
+
+BIG = 48 * 2**20  # a file that takes many pages to write: the kill lands while it is written
+
+WRITERS = {
+    # the runner's last act for a scenario
+    "verdict": ("from harness.verdict import Verdict; "
+                "Verdict('s/tp1-pp1', 'pass', 'x' * {big}).save(run_dir / 'scenarios' / 's__tp1-pp1' / 'verdict.json')"),
+    # the report at the start and the end of every run (and every `harness report`)
+    "run.json": "from harness.report import write_report; write_report(run_dir, {{'pad': 'x' * {big}}})",
+}
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("what", sorted(WRITERS))
+def test_a_harness_killed_while_writing_a_run_file_leaves_the_old_file_or_the_whole_new_one(tmp_path, what):
+    """A SIGKILL mid-write must not leave half a verdict.json or run.json: `harness report`
+    could not read the run any more, and a half verdict is a scenario that ran but
+    cannot be reported."""
+    run_dir = make_run(tmp_path, "r1", [], scenarios=["s/tp1-pp1"])
+    (run_dir / "scenarios" / "s__tp1-pp1").mkdir(parents=True)
+    before = (run_dir / "run.json").read_text()
+    code = f"import sys; from pathlib import Path; run_dir = Path(sys.argv[1]); {WRITERS[what].format(big=BIG)}"
+    child = subprocess.Popen([sys.executable, "-c", code, str(run_dir)], cwd=ROOT)
+    deadline = time.monotonic() + scaled(120)
+    try:
+        while time.monotonic() < deadline and child.poll() is None:
+            sizes = [p.stat().st_size for p in run_dir.rglob("*") if p.is_file()]
+            if max(sizes, default=0) > 2**20:  # the big file is being written
+                child.send_signal(signal.SIGKILL)
+                break
+        else:
+            pytest.fail(timeout_message(f"the child to start writing {what}", scaled(120)) if child.poll() is None
+                        else f"the child ended ({child.returncode}) before it could be killed mid-write")
+    finally:
+        child.kill()
+        child.wait()
+    assert child.returncode == -signal.SIGKILL
+    written = max((p.stat().st_size for p in run_dir.rglob("*") if p.is_file()), default=0)
+    assert written < BIG, "the write ended before the kill: make BIG bigger"
+    meta = json.loads((run_dir / "run.json").read_text())  # whole: the old one, or the new one
+    assert meta == json.loads(before) or meta.get("pad") == "x" * BIG
+    for path in verdict_files(run_dir):  # none, or a whole one
+        assert json.loads(path.read_text())["reason"] == "x" * BIG

@@ -28,7 +28,7 @@ from pathlib import Path
 from harness.report.junit import write_junit
 from harness.report.markdown import write_markdown, write_pr_comment
 from harness.report.run import build_report, collect_verdicts, run_started
-from harness.rundir import run_meta_path
+from harness.rundir import run_meta_path, write_json
 
 __all__ = ["collect_verdicts", "write_report"]
 
@@ -58,11 +58,11 @@ def write_report(run_dir: Path, meta: dict | None = None, history_dir: Path | No
         meta["history_error"] = report.history_error
     if report.comparison is not None:
         meta["changes"] = report.comparison.to_dict()
-    meta_path.write_text(json.dumps(meta, indent=1))
+    write_json(meta_path, meta)
     write_junit(run_dir / "junit.xml", report.verdicts, meta)
     write_markdown(run_dir / "summary.md", report)
     write_pr_comment(run_dir / "pr-comment.md", report)
     write_html(run_dir / "report.html", report)
     meta["report_s"] = round(time.monotonic() - started, 3)  # report writing: the last phase of a run
-    meta_path.write_text(json.dumps(meta, indent=1))
+    write_json(meta_path, meta)
     return meta

@@ -17,7 +17,7 @@ from harness.report.history import run_rows
 from harness.report.markdown import diff_markdown
 from harness.report.regressions import compare_with_history
 from harness.report.run import collect_verdicts, run_started
-from harness.rundir import OUTPUTS, run_meta_path, scenarios_root, verdict_files
+from harness.rundir import OUTPUTS, run_meta_path, scenarios_root, verdict_files, write_json
 
 
 class ReportError(Exception):
@@ -78,7 +78,7 @@ def merge_runs(sources: list[Path], out: Path) -> dict:
     for name, source in owner.items():
         shutil.copytree(scenarios_root(source) / name, scenarios_root(out) / name, ignore=shutil.ignore_patterns(OUTPUTS))
     meta = merged_meta(metas, out.name)
-    run_meta_path(out).write_text(json.dumps(meta, indent=1))
+    write_json(run_meta_path(out), meta)
     return meta
 
 
