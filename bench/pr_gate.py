@@ -25,8 +25,8 @@ import platform
 import sys
 import tempfile
 import time
-from contextlib import contextmanager
 from pathlib import Path
+from unittest import mock
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -87,22 +87,12 @@ def live_way(scenarios, work: Path) -> tuple[float, dict]:
 COLD_BASELINE_S = 408.0
 
 
-@contextmanager
 def compile_cache(root: Path):
     """Every rank's compile cache (inductor, triton, vLLM) under `root`: a fresh root is a
     cold cache, the same root again a warm one. Set in this process's environment, which
     the ranks inherit (harness/engines/compile_cache.py leaves variables a user set alone)."""
-    names = {"TORCHINDUCTOR_CACHE_DIR": root / "inductor", "TRITON_CACHE_DIR": root / "triton", "VLLM_CACHE_ROOT": root / "vllm"}
-    saved = {k: os.environ.get(k) for k in names}
-    os.environ.update({k: str(v) for k, v in names.items()})
-    try:
-        yield
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+    return mock.patch.dict(os.environ, {"TORCHINDUCTOR_CACHE_DIR": str(root / "inductor"),
+                                        "TRITON_CACHE_DIR": str(root / "triton"), "VLLM_CACHE_ROOT": str(root / "vllm")})
 
 
 def measure(scenarios, work: Path, live: bool) -> dict:

@@ -369,12 +369,19 @@ class Kit:
                              for axis, a in verdict.applied.items())
         return CheckResult(name, "pass", f"against its tp1 golden: {verdict.reason}" + (f" ({evidence})" if evidence else ""))
 
-    def check_crash(self) -> CheckResult:
+    def _fault_target_or_skip(self, name: str) -> tuple[dict, int] | CheckResult:
+        """The setting and rank a fault check aims at, or the skip that says why it cannot run."""
         target = self._fault_target()
         if target is None:
-            return CheckResult("crash", "skip", "the engine supports none of tp2, pp2, tp1 here")
+            return CheckResult(name, "skip", "the engine supports none of tp2, pp2, tp1 here")
         if self.golden_problem:
-            return CheckResult("crash", "skip", f"a run needs its golden ({self.golden_problem})")
+            return CheckResult(name, "skip", f"a run needs its golden ({self.golden_problem})")
+        return target
+
+    def check_crash(self) -> CheckResult:
+        target = self._fault_target_or_skip("crash")
+        if isinstance(target, CheckResult):
+            return target
         settings, rank = target
         fault, how = self._fault("raise", settings, rank)
         verdict = self._run("crash", settings, **fault)
@@ -396,11 +403,9 @@ class Kit:
         return CheckResult("crash", "pass", f"{label}, by {how}: {verdict.reason}")
 
     def check_hang(self) -> CheckResult:
-        target = self._fault_target()
-        if target is None:
-            return CheckResult("hang", "skip", "the engine supports none of tp2, pp2, tp1 here")
-        if self.golden_problem:
-            return CheckResult("hang", "skip", f"a run needs its golden ({self.golden_problem})")
+        target = self._fault_target_or_skip("hang")
+        if isinstance(target, CheckResult):
+            return target
         settings, rank = target
         fault, how = self._fault("hang", settings, rank)
         verdict = self._run("hang", settings, timeout_s=self.opts.hang_timeout_s, **fault)

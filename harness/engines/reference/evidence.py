@@ -13,6 +13,8 @@ gathers them and says, per axis, whether the setting took effect (summarize):
 
 from __future__ import annotations
 
+from harness.contract.applied import pp_layout, stage_layers
+
 
 def rank_evidence(ctx, stage, compile_stats: dict, collectives: dict) -> dict:
     heads = stage.layers[0].self_attn.num_heads if len(stage.layers) else 0
@@ -27,7 +29,7 @@ def summarize(settings: dict, ranks: list[dict]) -> dict:
     if "tp" in settings:
         out["tp"] = _tp(int(settings["tp"]), ranks)
     if "pp" in settings:
-        out["pp"] = _pp(int(settings["pp"]), ranks)
+        out["pp"] = pp_layout(int(settings["pp"]), stage_layers(ranks))
     if "sp" in settings:
         out["sp"] = _sp(ranks)
     if "compile" in settings:
@@ -46,16 +48,6 @@ def _tp(tp: int, ranks: list[dict]) -> dict:
     split = all(h * tp == t for h, t in heads)
     applied = split and (tp == 1 or reductions > 0)
     return {"applied": applied, "evidence": f"each rank holds {layout}; {reductions} TP reductions ran over {len(ranks)} ranks"}
-
-
-def _pp(pp: int, ranks: list[dict]) -> dict:
-    stages: dict[int, list[int]] = {}
-    for r in ranks:
-        stages.setdefault(r["pp_rank"], r["layers"])
-    ranges = [f"stage {s}: layers {ls[0]}-{ls[-1]}" if ls else f"stage {s}: no layers" for s, ls in sorted(stages.items())]
-    held = [layer for ls in stages.values() for layer in ls]
-    applied = len(stages) == pp and all(stages.values()) and len(held) == len(set(held))
-    return {"applied": applied, "evidence": "; ".join(ranges)}
 
 
 def _sp(ranks: list[dict]) -> dict:

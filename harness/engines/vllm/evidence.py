@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import dataclasses
 
-SP_FIELDS = ("enable_sp", "enable_sequence_parallelism")  # as probe.py
+from harness.contract.applied import pp_layout, stage_layers
+from harness.engines.vllm.probe import SP_FIELDS
 
 
 class EvidenceExtension:
@@ -71,7 +72,7 @@ def summarize(settings: dict, workers: list[dict]) -> dict:
     if "tp" in settings:
         out["tp"] = _tp(int(settings["tp"]), workers)
     if "pp" in settings:
-        out["pp"] = _pp(int(settings["pp"]), workers)
+        out["pp"] = pp_layout(int(settings["pp"]), stage_layers(workers))
     if "sp" in settings and settings["sp"]:
         out["sp"] = _sp(workers)
     if "compile" in settings:
@@ -86,16 +87,6 @@ def _tp(tp: int, workers: list[dict]) -> dict:
     layout = ", ".join(f"{h} of {t} heads" for h, t in heads)
     return {"applied": sizes == [tp] and split,
             "evidence": f"TP group size {'/'.join(map(str, sizes))} on {len(workers)} workers; each attention layer holds {layout}"}
-
-
-def _pp(pp: int, workers: list[dict]) -> dict:
-    stages: dict[int, list[int]] = {}
-    for w in workers:
-        stages.setdefault(w["pp_rank"], w["layers"])
-    held = [layer for ls in stages.values() for layer in ls]
-    ranges = [f"stage {s}: layers {ls[0]}-{ls[-1]}" if ls else f"stage {s}: no layers" for s, ls in sorted(stages.items())]
-    applied = len(stages) == pp and all(stages.values()) and len(held) == len(set(held))
-    return {"applied": applied, "evidence": "; ".join(ranges)}
 
 
 def _sp(workers: list[dict]) -> dict:
