@@ -45,6 +45,27 @@ def vllm_goldens() -> list[tuple[Path, str]]:
 
 GOLDENS = vllm_goldens()
 
+# Goldens whose disagreement with transformers is a known vLLM bug: golden key -> (an upper
+# bound on the logprob differences it explains, the bug). The checks may fail only by
+# logprobs that differ less than that, with the same top-1 tokens and the same greedy text;
+# anything else is a new disagreement, and agreement means the bug was fixed.
+KNOWN_VLLM_BUGS = {
+    "vllm-archs/apertus": (
+        1e-3,
+        "vLLM's apertus.py:109 builds XIELU() in its default bfloat16 (layers/activation.py:695) whatever "
+        "the model's dtype; transformers builds it in config.dtype. Rounding the activation's alpha_p, "
+        "alpha_n, beta, eps to bf16 in transformers' own model moves its logprobs by 3.3e-4",
+    ),
+}
+
+
+def within_known_bug(check, bound: float) -> bool:
+    """A failed check that only the known bug's small logprob shift explains."""
+    m = check.metrics
+    if check.kind == "logprobs":
+        return m["max_abs_dlogprob"] < bound and m["top1_agreement"] == 1.0
+    return m["exact"] == m["prompts"] and m["max_step_dlogprob"] < bound
+
 
 @pytest.mark.parametrize("path, key", GOLDENS, ids=[k for _, k in GOLDENS])
 def test_vllm_golden_agrees_with_hf_transformers(path: Path, key: str, tmp_path):
@@ -65,5 +86,11 @@ def test_vllm_golden_agrees_with_hf_transformers(path: Path, key: str, tmp_path)
     checks = compare_outputs(EngineOutputs.load(golden_dir), EngineOutputs.load(spec.output_dir), resolved,
                              tolerance_for("float32"))
     assert [c.name for c in checks] == [w["name"] for w in resolved]
+    if key not in KNOWN_VLLM_BUGS:
+        for c in checks:
+            assert c.passed, f"{key} {c.name}: vLLM golden vs HF: {c.summary} ({c.tolerance})"
+        return
+    bound, bug = KNOWN_VLLM_BUGS[key]
+    assert not all(c.passed for c in checks), f"{key} now agrees with transformers: is this vLLM bug fixed? {bug}"
     for c in checks:
-        assert c.passed, f"{key} {c.name}: vLLM golden vs HF: {c.summary} ({c.tolerance})"
+        assert c.passed or within_known_bug(c, bound), f"{key} {c.name}: {c.summary}: more than the known bug explains ({bug})"
