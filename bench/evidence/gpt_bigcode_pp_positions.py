@@ -25,7 +25,7 @@ def logprobs(model, prompts, positions_twice: bool) -> torch.Tensor:
         ids, pos = torch.tensor([prompt]), torch.arange(len(prompt))[None]
         hook = None
         if positions_twice:  # what PP rank 1 does to rank 0's hidden states
-            def add_positions(module, args, kwargs):
+            def add_positions(module, args, kwargs, pos=pos):
                 if args:
                     return (args[0] + model.transformer.wpe(pos),) + args[1:], kwargs
                 return args, {**kwargs, "hidden_states": kwargs["hidden_states"] + model.transformer.wpe(pos)}
