@@ -38,7 +38,7 @@ DEFAULT_REPORTS = PROJECT_ROOT / "reports"
 SCRIPT, REPORT, MODEL, IMAGES = "repro.py", "BUG.md", "model", "images"
 # A harness-built checkpoint up to this size is copied beside the script; a bigger one is pointed at.
 COPY_LIMIT_BYTES = 256 << 20
-TRACEBACK_LINES = 20  # of a crash's traceback, in BUG.md
+TRACEBACK_LINES = 20  # the last lines of a crash's traceback, in BUG.md
 
 
 class ReproError(Exception):
@@ -307,7 +307,7 @@ def _symptom(verdict: Verdict | None, verdict_file: Path | None) -> list[str]:
             lines.append(f"- surfaced as: `{c['wrapper']}`")
         tb = [ln for ln in (c.get("traceback") or "").splitlines() if ln.strip()]
         if tb:
-            lines += ["", "```", *tb[:TRACEBACK_LINES] + (["..."] if len(tb) > TRACEBACK_LINES else []), "```"]
+            lines += ["", "```", *(["..."] if len(tb) > TRACEBACK_LINES else []) + tb[-TRACEBACK_LINES:], "```"]
     elif verdict.hang:
         lines += [f"- rank {r} stuck at {loc}" for r, loc in sorted(verdict.hang.get("stuck_at", {}).items())]
     for check in verdict.checks:
@@ -322,7 +322,7 @@ def _symptom(verdict: Verdict | None, verdict_file: Path | None) -> list[str]:
             lines.append(f"  - first diverged: {check['first_divergence']}")
         if check.get("per_position"):
             worst = max(range(len(check["per_position"])), key=check["per_position"].__getitem__)
-            lines.append(f"  - worst row {worst}: |dlogprob| {check['per_position'][worst]:.3g}")
+            lines.append(f"  - worst position: row {worst} of {len(check['per_position'])}, |dlogprob| {check['per_position'][worst]:.3g}")
     if verdict.localization:
         lines.append(f"- {describe_place(verdict.localization)}")
     if verdict.tolerance:

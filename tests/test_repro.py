@@ -167,7 +167,7 @@ def test_bug_report_of_a_numeric_failure_names_the_check_and_the_first_diverging
     bug = repro.report.read_text()
     assert "**fail**" in bug and "check `logits` (logprobs): max|dlogprob|=1.55e+00" in bug
     assert "max_abs_dlogprob=1.55" in bug and "first diverged: {'prompt': 0, 'position': 0" in bug
-    assert "worst row 1: |dlogprob| 1.55" in bug
+    assert "worst position: row 1 of 3, |dlogprob| 1.55" in bug
     assert "first diverging layer 2 (pp stage 1)" in bug
     assert "Worker_PP1" not in bug  # not the older run's crash
 
