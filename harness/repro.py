@@ -29,7 +29,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.rundir import scenario_dir_name, scenarios_root, verdict_path
+from harness.rundir import SCENARIOS, VERDICT, scenario_dir_name, verdict_path
 from harness.scenario import Scenario, load_scenarios, settings_label
 from harness.verdict import Verdict
 
@@ -80,7 +80,7 @@ def latest_verdict(scenario_id: str, run_dir: Path | None = None, report_dir: Pa
         if not path.is_file():
             raise ReproError(f"run {run_dir} has no verdict of '{scenario_id}' (no {path})")
         return path
-    found = list(reports_dir(report_dir).glob(f"*/{scenarios_root(Path()).name}/{scenario_dir_name(scenario_id)}/verdict.json"))
+    found = list(reports_dir(report_dir).glob(f"*/{SCENARIOS}/{scenario_dir_name(scenario_id)}/{VERDICT}"))
     return max(found, key=lambda p: p.stat().st_mtime) if found else None
 
 
@@ -114,7 +114,7 @@ def write_repro(scenario: Scenario | str, out_dir: Path | None = None, *, run_di
     case = _case(scenario, model_dir, out)
     try:
         text = engine.repro_script(case)
-    except ValueError as exc:
+    except (ValueError, EngineUnavailable) as exc:
         raise ReproError(f"engine '{suite.engine}' cannot reproduce '{scenario.id}': {exc}") from None
     if text is None:
         raise ReproError(f"engine '{suite.engine}' cannot write a reproduction")

@@ -206,6 +206,26 @@ def test_unknown_id_engine_without_hook_and_missing_checkpoint_are_clear_errors(
     assert "harness repro: no scenario 'demo/nope'" in capsys.readouterr().err
 
 
+def test_sp_needs_the_installed_vllms_switch(tmp_path):
+    checkpoint(tmp_path / "scenarios" / "ckpt")
+    scenarios = suite_file(tmp_path)
+    text = (scenarios / "demo.yaml").read_text().replace("golden: {tp: 1, pp: 1, compile: false}", "golden: {tp: 1, pp: 1, compile: false, sp: false}")
+    (scenarios / "demo.yaml").write_text(text.replace("matrix: {tp: [1]", "matrix: {sp: [false, true], tp: [2]"))
+    with pytest.raises(ReproError, match=r"setting sp-tp2-pp1 has sp on, and the installed vLLM cannot be asked .*/nonexistent/python"):
+        write_repro("demo/sp-tp2-pp1", tmp_path / "out", scenarios=load_scenarios([scenarios]))
+    from harness.engines.vllm.repro import render
+
+    case = case_of(write_repro("demo/tp2-pp1", tmp_path / "out", scenarios=load_scenarios([scenarios])).script)
+    case["settings"] = {"tp1-pp1": {"tp": 1, "pp": 1}, "tp2-pp1-sp": {"tp": 2, "pp": 1, "sp": True}}
+    written = render(case, sp_support=lambda: {"field": "enable_sp", "threshold_field": "sp_min_token_num"})
+    assert case_of_text(written)["settings"]["tp2-pp1-sp"]["pass_config"] == {"enable_sp": True, "sp_min_token_num": 1}
+
+
+def case_of_text(text: str) -> dict:
+    tree = ast.parse(text)
+    return ast.literal_eval(next(n.value for n in tree.body if isinstance(n, ast.AnnAssign) and getattr(n.target, "id", "") == "CASE"))
+
+
 def test_fault_injection_scenarios_are_refused(tmp_path):
     checkpoint(tmp_path / "scenarios" / "ckpt")
     scenarios = load_scenarios([suite_file(tmp_path, extra="faults: [pp-drop-residual@1]\n")])

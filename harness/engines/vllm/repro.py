@@ -36,7 +36,11 @@ def render(case: dict, sp_support=None) -> str:
         entry = {"axes": axes, "engine_args": args, "compile": bool(axes.get("compile")),
                  "ranks": int(axes.get("tp", 1)) * int(axes.get("pp", 1))}
         if axes.get("sp"):
-            support = sp_support() if sp_support else {"reason": "the installed vLLM was not asked"}
+            try:
+                support = sp_support() if sp_support else {"reason": "the installed vLLM was not asked"}
+            except Exception as exc:  # noqa: BLE001 - no vLLM here to ask (EngineUnavailable), or its probe failed
+                raise CannotReproduce(f"setting {name} has sp on, and the installed vLLM cannot be asked for its "
+                                      f"SP switch: {exc}") from None
             if "reason" in support:
                 raise CannotReproduce(f"setting {name} has sp on, which vLLM cannot run here: {support['reason']}")
             entry["pass_config"] = sp_pass_config(support)
