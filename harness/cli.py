@@ -1,4 +1,4 @@
-"""The command line: `harness list | run | golden | report`."""
+"""The command line: `harness list | run | golden | report | repro`."""
 
 from __future__ import annotations
 
@@ -119,6 +119,12 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--changed-files", type=Path, help="with --gate pr: run what these files (one per line) can break, plus the smoke set")
     run.add_argument("--changed-since", metavar="BASE", type=git_revision, help="with --gate pr: as --changed-files, with the files of `git diff --name-only BASE...HEAD`")
 
+    rep_ = sub.add_parser("repro", help="write a standalone script and a bug report that reproduce one scenario on the engine alone")
+    rep_.add_argument("id", help="the scenario id, e.g. vllm-llama/tp1-pp2")
+    rep_.add_argument("--out", type=Path, help="the directory to write (default: <report-dir>/repro/<id, '/' as '__'>)")
+    rep_.add_argument("--run", type=Path, metavar="RUN_DIR", help="take the symptom from this run (default: the newest run of the scenario)")
+    rep_.add_argument("--report-dir", type=Path, default=Path(os.environ.get("HARNESS_REPORTS_DIR", DEFAULT_REPORTS)))
+
     dur = sub.add_parser("durations", help="write the recorded duration of every scenario (for --durations)")
     dur.add_argument("--report-dir", type=Path, default=Path(os.environ.get("HARNESS_REPORTS_DIR", DEFAULT_REPORTS)))
     dur.add_argument("--out", type=Path, required=True)
@@ -158,6 +164,8 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_report(args)
         if args.command == "durations":
             return cmd_durations(args)
+        if args.command == "repro":
+            return cmd_repro(args, scenarios)
     except (ScenarioError, DeviceError, NodesError) as exc:
         print(f"harness: {exc}", file=sys.stderr)
         return 2
@@ -332,6 +340,23 @@ def cmd_durations(args) -> int:
     write_durations(args.out, durations)
     print(f"harness: {len(durations)} scenario durations from {args.report_dir} -> {args.out}")
     return 0
+
+
+def cmd_repro(args, scenarios) -> int:
+    """`harness repro ID`: repro.py, BUG.md and the checkpoint in one directory (harness/repro.py)."""
+    from harness.repro import ReproError, write_repro
+
+    try:
+        repro = write_repro(args.id, args.out, run_dir=args.run, report_dir=args.report_dir, scenarios=scenarios)
+    except ReproError as exc:
+        print(f"harness repro: {exc}", file=sys.stderr)
+        return exit_codes.USAGE
+    print(f"harness repro: wrote {repro.directory}: {repro.script.name}, {repro.report.name}"
+          + (", model/ (the checkpoint)" if repro.model_copied else " (the script points at the checkpoint)"))
+    print(f"harness repro: symptom from {repro.verdict}" if repro.verdict else
+          "harness repro: no run of this scenario found: BUG.md has no symptom (give --run RUN_DIR)")
+    print(f"run it: python {repro.script} [--python /path/to/venv/bin/python]")
+    return exit_codes.OK
 
 
 def cmd_report(args) -> int:

@@ -25,6 +25,7 @@ LAYERS = {
     "scenario": 3,
     "workloads": 4, "plan": 4,
     "evals": 5,
+    "repro": 5,  # `harness repro`: a scenario as a standalone script (below what runs or bisects)
     # orchestration and output
     "runner": 6,
     "session": 7, "conformance": 7,  # the kit runs single scenarios through the runner

@@ -84,3 +84,15 @@ class Engine(ABC):
         import torch
 
         return {"engine": self.name, "torch": torch.__version__, "python": sys.version.split()[0]}
+
+    def repro_script(self, case: dict) -> str | None:
+        """The text of a standalone script that reproduces one scenario on the engine's own
+        public API (`harness repro ID`, harness/repro.py, docs/REPRO.md): it must import
+        nothing of the harness, run case["reference"] and case["failing"] (keys of
+        case["settings"], each an axis dict) on the checkpoint case["model"] (relative to
+        the script's directory, or absolute) with the token-id prompts of case["workloads"],
+        compare them with case["tolerance"] (Tolerance fields), and exit 0 when they agree,
+        1 when they differ or the failing setting crashes or hangs, 2 when the reference
+        does not run. Raise ValueError with the reason for a scenario it cannot write.
+        Default: None, this engine cannot write a reproduction."""
+        return None

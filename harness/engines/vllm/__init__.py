@@ -131,6 +131,12 @@ class VllmEngine(Engine):
         return RankFailure(cause.describe(), failure.exitcode, failure.signal, cause.exception, cause.traceback + context, failure.log,
                            cause.frame, cause.wrapper)
 
+    def repro_script(self, case: dict) -> str:
+        """repro.py: vllm.LLM with the arguments the driver would pass, one process per setting."""
+        from harness.engines.vllm.repro import render
+
+        return render(case, sp_support=lambda: self.probe()["sp"])
+
     def versions(self) -> dict[str, str]:
         probe = self.probe()
         return {"engine": self.name, **{k: probe[k] for k in ("vllm", "torch", "transformers", "python")}}
