@@ -117,6 +117,10 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--shard", type=shard_spec, help="run shard I of N (I/N, 1-based), balanced by recorded durations")
     run.add_argument("--durations", type=Path, help="JSON {scenario id: seconds} to balance shards and pack by (default: past verdicts under --report-dir)")
     run.add_argument("--changed-files", type=Path, help="with --gate pr: run what these files (one per line) can break, plus the smoke set")
+    run.add_argument("--engine-env", action="append", default=[], metavar="SPEC",
+                     help="run every chosen scenario in this engine environment (repeatable: once per environment, the "
+                          "engine version in the id): a Python interpreter or venv path, or a release ENGINE==VERSION "
+                          "that the harness installs once into a cached venv (docs/ENGINE_VERSIONS.md)")
     run.add_argument("--changed-since", metavar="BASE", type=git_revision, help="with --gate pr: as --changed-files, with the files of `git diff --name-only BASE...HEAD`")
 
     dur = sub.add_parser("durations", help="write the recorded duration of every scenario (for --durations)")
@@ -209,7 +213,19 @@ def cmd_run(args, scenarios) -> int:
     from harness.runner import RunOptions
 
     args.jobs = args.jobs or default_jobs()
-    plan = plan_run(args, scenarios, select(scenarios, args.ids, args.gate), PROJECT_ROOT)
+    selected = select(scenarios, args.ids, args.gate)
+    if args.engine_env:
+        from harness import envs
+
+        if args.changed_files or args.changed_since:
+            print("harness: --engine-env does not go with --changed-files / --changed-since", file=sys.stderr)
+            return exit_codes.USAGE
+        try:
+            selected = envs.expand(selected, args.engine_env)
+        except envs.EnvError as exc:
+            print(f"harness: {exc}", file=sys.stderr)
+            return exit_codes.USAGE
+    plan = plan_run(args, scenarios, selected, PROJECT_ROOT)
     chosen = plan.scenarios
     if not chosen:
         print("harness: nothing to run (no scenario matches)", file=sys.stderr)
@@ -274,12 +290,26 @@ def _run_and_report(chosen, run_dir: Path, meta: dict, history: Path, opts, jobs
         interrupted = True
         print("\nharness: interrupted; ranks stopped, writing the report of what finished", file=sys.stderr)
     meta = _write_report(run_dir, {"interrupted": interrupted, "finished": time.time()}, history)
+    from harness.report.versions import versions_text
+
+    table = versions_text(collect_for_table(run_dir))
+    if table:
+        print(table)
     print(f"harness: {counts_text(meta['counts'], meta['never_ran'])}; report: {run_dir / 'report.html'}")
     if meta.get("history_error"):
         print(f"harness: results not recorded: {meta['history_error']}", file=sys.stderr)
     if meta["not_as_expected"]:
         print("harness: not as expected: " + ", ".join(meta["not_as_expected"]), file=sys.stderr)
     return exit_codes.of_run(meta, interrupted)
+
+
+def collect_for_table(run_dir: Path) -> list:
+    from harness.report import collect_verdicts
+
+    try:
+        return collect_verdicts(run_dir)
+    except (OSError, ValueError):
+        return []
 
 
 def _write_report(run_dir: Path, meta: dict, history: Path) -> dict:

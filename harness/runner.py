@@ -63,6 +63,8 @@ class Prepared:
 
 def reproduce_command(scenario: Scenario, opts: RunOptions) -> str:
     extra = "".join(f" --fault {f}" for f in opts.faults)
+    if scenario.engine_env:  # one engine version of several (harness/envs.py)
+        return f"harness run {scenario.base_id} --engine-env {scenario.engine_env}{extra}"
     return f"make {scenario.id}" if not extra else f"harness run {scenario.id}{extra}"
 
 
