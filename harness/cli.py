@@ -123,6 +123,28 @@ def build_parser() -> argparse.ArgumentParser:
                           "that the harness installs once into a cached venv (docs/ENGINE_VERSIONS.md)")
     run.add_argument("--changed-since", metavar="BASE", type=git_revision, help="with --gate pr: as --changed-files, with the files of `git diff --name-only BASE...HEAD`")
 
+    bis = sub.add_parser("bisect", help="find the first engine release or commit where a scenario's verdict changes")
+    bis.add_argument("scenario", help="one scenario id, e.g. vllm-llama/tp1-pp2")
+    bis.add_argument("--good", required=True, help="a release (or with --git a commit) where it has the old verdict")
+    bis.add_argument("--bad", required=True, help="a later release (or commit) where it has another verdict")
+    bis.add_argument("--engine", help="the engine whose releases to bisect (default: the scenario's)")
+    bis.add_argument("--git", type=Path, metavar="DIR", help="bisect commits of this engine checkout instead "
+                     "(git bisect run; the checkout first on PYTHONPATH, as an editable install)")
+    bis.add_argument("--install", metavar="CMD", help="with --git: a shell command run in DIR before each step (a build)")
+    bis.add_argument("--device", choices=["cpu", "cuda"], default=os.environ.get("HARNESS_DEVICE", "cpu"))
+    bis.add_argument("--timeout", type=positive_seconds, help="per-step scenario timeout in seconds (overrides the scenario file)")
+    bis.add_argument("--work-dir", type=Path, help="where the steps' runs go (default: <report-dir>/bisect/<time>-<scenario>)")
+    bis.add_argument("--report-dir", type=Path, default=Path(os.environ.get("HARNESS_REPORTS_DIR", DEFAULT_REPORTS)))
+
+    step = sub.add_parser("bisect-step")  # git bisect run's step: harness/bisect.py run_step
+    step.add_argument("scenario")
+    step.add_argument("--git", type=Path, required=True)
+    step.add_argument("--work-dir", type=Path, required=True)
+    step.add_argument("--good-verdict")
+    step.add_argument("--install")
+    step.add_argument("--device", default="cpu")
+    step.add_argument("--timeout", type=positive_seconds)
+
     dur = sub.add_parser("durations", help="write the recorded duration of every scenario (for --durations)")
     dur.add_argument("--report-dir", type=Path, default=Path(os.environ.get("HARNESS_REPORTS_DIR", DEFAULT_REPORTS)))
     dur.add_argument("--out", type=Path, required=True)
@@ -162,6 +184,10 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_report(args)
         if args.command == "durations":
             return cmd_durations(args)
+        if args.command == "bisect":
+            return cmd_bisect(args, scenarios)
+        if args.command == "bisect-step":
+            return cmd_bisect_step(args, scenarios)
     except (ScenarioError, DeviceError, NodesError) as exc:
         print(f"harness: {exc}", file=sys.stderr)
         return 2
@@ -353,6 +379,62 @@ def cmd_golden(args, scenarios) -> int:
         print(f"harness: {len(failed)} of {len(names)} goldens failed: {', '.join(failed)}", file=sys.stderr)
         return 1
     return 0
+
+
+def one_scenario(scenarios, scenario_id: str):
+    """The scenario with exactly this id (a trailing @<engine>-<version> tag ignored)."""
+    base = scenario_id.split("@", 1)[0]
+    found = [s for s in scenarios if s.id == base]
+    if not found:
+        raise ScenarioError(f"no scenario '{base}' (give one id exactly; `harness list` shows them)")
+    return found[0]
+
+
+def cmd_bisect(args, scenarios) -> int:
+    """`harness bisect SCENARIO --good V1 --bad V2` over releases, or `--git DIR` over commits."""
+    from harness.bisect import BisectError, bisect_git, bisect_releases, default_work_dir, repro_hook, scenario_args_of
+    from harness.runner import RunOptions
+
+    scenario = one_scenario(scenarios, args.scenario)
+    if args.install and not args.git:
+        print("harness bisect: --install goes with --git DIR", file=sys.stderr)
+        return exit_codes.USAGE
+    work_dir = (args.work_dir or default_work_dir(args.report_dir, scenario)).absolute()
+    opts = RunOptions(timeout_s=args.timeout, device=args.device)
+    try:
+        if args.git:
+            if args.engine and args.engine != scenario.suite.engine:
+                raise BisectError(f"{scenario.id} runs on engine '{scenario.suite.engine}', not '{args.engine}'")
+            result = bisect_git(scenario, scenario_args_of(args.scenarios), args.git, args.good, args.bad, work_dir, opts, args.install)
+        else:
+            result = bisect_releases(scenario, args.good, args.bad, work_dir, opts, args.engine)
+    except BisectError as exc:
+        print(f"harness bisect: {exc}", file=sys.stderr)
+        return exit_codes.USAGE
+    except KeyboardInterrupt:
+        print("\nharness bisect: interrupted (the checkout is reset)", file=sys.stderr)
+        return 130
+    print(result.text())
+    print(f"bisect: the steps' runs are in {work_dir}")
+    repro_hook(result.scenario or scenario, result.run_dir)  # item 6 (harness repro) at the first bad step
+    return 0
+
+
+def cmd_bisect_step(args, scenarios) -> int:
+    """One step of `git bisect run` (harness/bisect.py run_step): exit 0 good, 1 bad,
+    125 skip, 128 the step could not run (git bisect stops)."""
+    from harness.bisect import ABORT, run_step
+    from harness.runner import RunOptions
+
+    try:
+        scenario = one_scenario(scenarios, args.scenario)
+        return run_step(scenario, args.git.absolute(), args.work_dir, RunOptions(timeout_s=args.timeout, device=args.device),
+                        args.good_verdict, args.install)
+    except KeyboardInterrupt:
+        raise
+    except Exception as exc:  # noqa: BLE001 - exit 1 would read as "bad": a harness fault stops the bisect instead
+        print(f"bisect: step could not run: {type(exc).__name__}: {exc}", flush=True)
+        return ABORT
 
 
 def cmd_durations(args) -> int:
