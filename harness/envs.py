@@ -256,10 +256,26 @@ def check_release(engine, engine_name: str, version: str) -> None:
 
 def versioned(scenario, env: EngineEnv):
     """The scenario run in `env`: its id tagged with the env's label, its engine's
-    interpreter the env's (engine_options.python)."""
+    interpreter the env's (engine_options.python). A tiny {arch: ...} checkpoint is still
+    built by the default environment's interpreter (where it exists): another
+    transformers would build other weights, and the run would not meet its golden."""
     options = {**scenario.suite.engine_options, "python": str(env.python)}
     suite = scenario.suite.model_copy(update={"engine_options": options})
-    return dataclasses.replace(scenario, id=f"{scenario.id}{VERSION_SEP}{env.label}", suite=suite, engine_env=env.spec)
+    return dataclasses.replace(scenario, id=f"{scenario.id}{VERSION_SEP}{env.label}", suite=suite, engine_env=env.spec,
+                               model_python=default_python(scenario))
+
+
+def default_python(scenario) -> str | None:
+    """The interpreter the scenario's engine runs in without --engine-env, if it exists."""
+    from harness.engines import EngineUnavailable, get_engine
+
+    try:
+        engine = get_engine(scenario.suite.engine)
+    except EngineUnavailable:
+        return None
+    engine.configure(scenario.suite.engine_options)
+    python = str(engine.python())
+    return python if os.access(python, os.X_OK) else None
 
 
 def split_id(scenario_id: str) -> tuple[str, str]:

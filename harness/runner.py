@@ -72,7 +72,7 @@ def prepare(scenario: Scenario, settings: dict, out_dir: Path, opts: RunOptions,
     suite = scenario.suite
     engine = get_engine(suite.engine)
     engine.configure(suite.engine_options)
-    model = models.resolve(scenario.model, engine.python(), base_dir=scenario.source.parent)
+    model = models.resolve(scenario.model, scenario.model_python or engine.python(), base_dir=scenario.source.parent)
     model_dir = model.directory
     resolved = wl.resolve(suite.workloads, model_dir)
     # Eval requests come last: the suite's own workloads keep their place (text before

@@ -437,6 +437,9 @@ class Scenario:
     extra_env: dict = field(default_factory=dict)
     # --engine-env SPEC this scenario runs in (harness/envs.py; its id then ends @<engine>-<version>)
     engine_env: str | None = None
+    # The interpreter that builds its tiny {arch: ...} checkpoint, when not the engine's:
+    # a versioned run uses the default environment's, so its weights are the golden's.
+    model_python: str | None = None
 
     @property
     def base_id(self) -> str:

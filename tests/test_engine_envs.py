@@ -103,7 +103,8 @@ def test_the_label_is_the_engine_and_its_own_version():
     assert envs.label_of(engine, {"engine": "fake", "fake": "0.28.0"}) == "fake-0.28.0"
 
 
-def test_a_versioned_scenario_carries_the_version_in_its_id_and_runs_in_its_env():
+def test_a_versioned_scenario_carries_the_version_in_its_id_and_runs_in_its_env(monkeypatch):
+    monkeypatch.setenv("HARNESS_VLLM_PYTHON", sys.executable)  # the default environment
     (s,) = select(load_scenarios([ROOT / "scenarios" / "vllm-llama.yaml"]), ["vllm-llama/tp1-pp2"])
     env = envs.EngineEnv("vllm==0.28.0", "vllm", Path("/envs/vllm-0.28.0/bin/python"), {"vllm": "0.28.0"}, "vllm-0.28.0")
     v = envs.versioned(s, env)
@@ -111,6 +112,7 @@ def test_a_versioned_scenario_carries_the_version_in_its_id_and_runs_in_its_env(
     assert v.suite.engine_options["python"] == "/envs/vllm-0.28.0/bin/python"
     assert "python" not in s.suite.engine_options  # the original is untouched
     assert v.golden_key == s.golden_key and v.expectations == s.expectations  # same golden, same expectations
+    assert v.model_python == sys.executable  # tiny checkpoints: built as the golden's were
     assert reproduce_command(v, RunOptions()) == "harness run vllm-llama/tp1-pp2 --engine-env vllm==0.28.0"
     assert envs.split_id(v.id) == ("vllm-llama/tp1-pp2", "vllm-0.28.0") and envs.split_id(s.id) == (s.id, "")
 
