@@ -19,7 +19,8 @@ Both first run the scenario at good and at bad to learn the two verdicts (refusi
 they are the same). A step's outcome is its verdict, an expected failure counted as what
 was observed (crash, fail, hang): the same as at good -> good; another engine verdict ->
 bad (the verdict changed); `error` or `unsupported` -> skip (the step says nothing of the
-engine; exit 125 for git). Each step prints its commit or version, verdict and seconds;
+engine; exit 125 for git). With --count-unsupported, `unsupported` is a verdict like the
+others: when did the engine stop (or start) supporting a setting. Each step prints its commit or version, verdict and seconds;
 the end names the first bad one, its verdict and the one before it, then reproduces it
 (`repro_hook`, item 6: `harness repro`).
 """
@@ -49,9 +50,13 @@ class BisectError(RuntimeError):
     """Bisect cannot start or go on; the message says why (nothing is left bisected)."""
 
 
-def outcome(v: Verdict) -> str | None:
+def outcome(v: Verdict, count_unsupported: bool = False) -> str | None:
     """What a step's verdict says of the engine: `pass`, `fail`, `crash`, `hang` (an
-    expected failure counts as what it observed), or None (error, unsupported: nothing)."""
+    expected failure counts as what it observed), or None (error, unsupported: nothing).
+    count_unsupported: `unsupported` is a verdict too (when did a setting stop, or start,
+    being supported: the engine says so itself)."""
+    if v.verdict == "unsupported" and count_unsupported:
+        return "unsupported"
     if v.verdict in SKIP_VERDICTS:
         return None
     if v.verdict == "expected-failure":
@@ -134,7 +139,7 @@ def repro_hook(scenario: Scenario, run_dir: Path | None, say=print) -> None:
 # --- over releases ---------------------------------------------------------------------
 
 def bisect_releases(scenario: Scenario, good: str, bad: str, work_dir: Path, opts: RunOptions,
-                    engine_name: str | None = None, say=print) -> Result:
+                    engine_name: str | None = None, count_unsupported: bool = False, say=print) -> Result:
     from harness.engines import EngineUnavailable, get_engine
 
     engine_name = engine_name or scenario.suite.engine
@@ -164,10 +169,10 @@ def bisect_releases(scenario: Scenario, good: str, bad: str, work_dir: Path, opt
         run_dir = work_dir / env.label
         return run_scenario(versioned, run_dir, opts), versioned, run_dir
 
-    return _search(releases, run, say, scenario)
+    return _search(releases, run, say, count_unsupported)
 
 
-def _search(points: list[str], run, say, scenario: Scenario) -> Result:
+def _search(points: list[str], run, say, count_unsupported: bool = False) -> Result:
     """Bisect points[0] (good) .. points[-1] (bad) with `run(point) -> (verdict, scenario, run dir)`."""
     start = time.monotonic()
     steps: list[Step] = []
@@ -177,14 +182,14 @@ def _search(points: list[str], run, say, scenario: Scenario) -> Result:
         t = time.monotonic()
         seen[i] = run(points[i])
         v = seen[i][0]
-        decision = decision_of(outcome(v)) if decision_of else ("good" if i == 0 else "bad")
+        decision = decision_of(outcome(v, count_unsupported)) if decision_of else ("good" if i == 0 else "bad")
         steps.append(Step(points[i], v, time.monotonic() - t, decision))
         say(step_line(points[i], v, steps[-1].seconds, decision))
         return decision
 
     probe(0)
     probe(len(points) - 1)
-    at_good, at_bad = outcome(seen[0][0]), outcome(seen[len(points) - 1][0])
+    at_good, at_bad = outcome(seen[0][0], count_unsupported), outcome(seen[len(points) - 1][0], count_unsupported)
     for name, i, o in (("good", 0, at_good), ("bad", len(points) - 1, at_bad)):
         if o is None:
             v = seen[i][0]
@@ -244,9 +249,11 @@ def check_checkout(repo: Path, good: str, bad: str) -> tuple[str, str]:
 
 
 def step_command(scenario: Scenario, scenario_args: list[str], repo: Path, at_good: str | None, work_dir: Path,
-                 install: str | None, opts: RunOptions) -> list[str]:
+                 install: str | None, opts: RunOptions, count_unsupported: bool = False) -> list[str]:
     cmd = [sys.executable, "-m", "harness", *scenario_args, "bisect-step", scenario.id, "--git", str(repo),
            "--work-dir", str(work_dir), "--device", opts.device]
+    if count_unsupported:
+        cmd.append("--count-unsupported")
     if at_good:
         cmd += ["--good-verdict", at_good]
     if install:
@@ -263,7 +270,7 @@ def step_env(repo: Path) -> dict[str, str]:
 
 
 def bisect_git(scenario: Scenario, scenario_args: list[str], repo: Path, good: str, bad: str, work_dir: Path,
-               opts: RunOptions, install: str | None = None, say=print) -> Result:
+               opts: RunOptions, install: str | None = None, count_unsupported: bool = False, say=print) -> Result:
     repo = repo.absolute()
     good_sha, bad_sha = check_checkout(repo, good, bad)
     count = int(git(repo, "rev-list", "--count", f"{good_sha}..{bad_sha}"))
@@ -277,22 +284,23 @@ def bisect_git(scenario: Scenario, scenario_args: list[str], repo: Path, good: s
         for name, sha in (("good", good_sha), ("bad", bad_sha)):
             git(repo, "checkout", "-q", "--detach", sha)
             t = time.monotonic()
-            done = subprocess.run(step_command(scenario, scenario_args, repo, None, work_dir, install, opts),
+            done = subprocess.run(step_command(scenario, scenario_args, repo, None, work_dir, install, opts, count_unsupported),
                                   env=env, capture_output=True, text=True)
             v = _step_verdict(work_dir, sha, done)
             steps.append(Step(sha[:10], v, time.monotonic() - t, name))
             say(step_line(sha[:10], v, steps[-1].seconds, name))
-            if outcome(v) is None:
+            if outcome(v, count_unsupported) is None:
                 raise BisectError(f"at {name} ({sha[:10]}) the verdict is {v.verdict}: {v.reason.splitlines()[0]}; "
                                   "it says nothing of the engine, so there is nothing to bisect from")
             known[name] = v
-        at_good, at_bad = outcome(known["good"]), outcome(known["bad"])
+        at_good, at_bad = outcome(known["good"], count_unsupported), outcome(known["bad"], count_unsupported)
         if at_good == at_bad:
             raise BisectError(f"the verdict is the same at good ({good_sha[:10]}) and bad ({bad_sha[:10]}): {at_good}; "
                               "nothing changed between them to bisect")
         git(repo, "bisect", "bad", bad_sha)
         git(repo, "bisect", "good", good_sha)
-        first_bad, shown = _run_bisect(repo, step_command(scenario, scenario_args, repo, at_good, work_dir, install, opts), env, say)
+        step = step_command(scenario, scenario_args, repo, at_good, work_dir, install, opts, count_unsupported)
+        first_bad, shown = _run_bisect(repo, step, env, say)
         steps += _git_steps(work_dir, shown)
     finally:
         reset = subprocess.run(["git", "-C", str(repo), "bisect", "reset"], capture_output=True, text=True)
@@ -369,7 +377,7 @@ def _git_steps(work_dir: Path, shown: list[str]) -> list[Step]:
 
 
 def run_step(scenario: Scenario, repo: Path, work_dir: Path, opts: RunOptions, at_good: str | None,
-             install: str | None) -> int:
+             install: str | None, count_unsupported: bool = False) -> int:
     """One commit of a git bisect (`harness bisect-step`, run by `git bisect run` with the
     checkout first on PYTHONPATH): install if asked, run the scenario, print one line,
     exit GOOD / BAD / SKIP."""
@@ -383,7 +391,7 @@ def run_step(scenario: Scenario, repo: Path, work_dir: Path, opts: RunOptions, a
             return SKIP
     t = time.monotonic()
     v = run_scenario(scenario, work_dir / sha[:12], opts)
-    decision = decide(outcome(v), at_good) if at_good else "-"
+    decision = decide(outcome(v, count_unsupported), at_good) if at_good else "-"
     print(step_line(f"{sha[:10]}", v, time.monotonic() - t, decision) + f"  [{subject[:60]}]", flush=True)
     return {"good": GOOD, "bad": BAD, "skip": SKIP}.get(decision, GOOD)
 

@@ -131,6 +131,8 @@ def build_parser() -> argparse.ArgumentParser:
     bis.add_argument("--git", type=Path, metavar="DIR", help="bisect commits of this engine checkout instead "
                      "(git bisect run; the checkout first on PYTHONPATH, as an editable install)")
     bis.add_argument("--install", metavar="CMD", help="with --git: a shell command run in DIR before each step (a build)")
+    bis.add_argument("--count-unsupported", action="store_true", help="count `unsupported` as a verdict (when did a setting "
+                     "stop or start being supported), not as a step to skip")
     bis.add_argument("--device", choices=["cpu", "cuda"], default=os.environ.get("HARNESS_DEVICE", "cpu"))
     bis.add_argument("--timeout", type=positive_seconds, help="per-step scenario timeout in seconds (overrides the scenario file)")
     bis.add_argument("--work-dir", type=Path, help="where the steps' runs go (default: <report-dir>/bisect/<time>-<scenario>)")
@@ -142,6 +144,7 @@ def build_parser() -> argparse.ArgumentParser:
     step.add_argument("--work-dir", type=Path, required=True)
     step.add_argument("--good-verdict")
     step.add_argument("--install")
+    step.add_argument("--count-unsupported", action="store_true")
     step.add_argument("--device", default="cpu")
     step.add_argument("--timeout", type=positive_seconds)
 
@@ -405,9 +408,10 @@ def cmd_bisect(args, scenarios) -> int:
         if args.git:
             if args.engine and args.engine != scenario.suite.engine:
                 raise BisectError(f"{scenario.id} runs on engine '{scenario.suite.engine}', not '{args.engine}'")
-            result = bisect_git(scenario, scenario_args_of(args.scenarios), args.git, args.good, args.bad, work_dir, opts, args.install)
+            result = bisect_git(scenario, scenario_args_of(args.scenarios), args.git, args.good, args.bad, work_dir, opts,
+                                args.install, args.count_unsupported)
         else:
-            result = bisect_releases(scenario, args.good, args.bad, work_dir, opts, args.engine)
+            result = bisect_releases(scenario, args.good, args.bad, work_dir, opts, args.engine, args.count_unsupported)
     except BisectError as exc:
         print(f"harness bisect: {exc}", file=sys.stderr)
         return exit_codes.USAGE
@@ -429,7 +433,7 @@ def cmd_bisect_step(args, scenarios) -> int:
     try:
         scenario = one_scenario(scenarios, args.scenario)
         return run_step(scenario, args.git.absolute(), args.work_dir, RunOptions(timeout_s=args.timeout, device=args.device),
-                        args.good_verdict, args.install)
+                        args.good_verdict, args.install, args.count_unsupported)
     except KeyboardInterrupt:
         raise
     except Exception as exc:  # noqa: BLE001 - exit 1 would read as "bad": a harness fault stops the bisect instead

@@ -22,6 +22,11 @@ def test_what_a_step_says_of_the_engine(verdict, observed, expected):
     assert outcome(Verdict("s/x", verdict, "r", observed=observed)) == expected
 
 
+def test_unsupported_counts_as_a_verdict_when_asked():
+    assert outcome(Verdict("s/x", "unsupported", "r"), count_unsupported=True) == "unsupported"
+    assert outcome(Verdict("s/x", "error", "r"), count_unsupported=True) is None
+
+
 def test_the_same_as_at_good_is_good_any_other_engine_verdict_is_bad():
     assert decide("pass", "pass") == "good"
     assert decide("crash", "pass") == "bad" and decide("fail", "pass") == "bad"
@@ -92,3 +97,37 @@ def test_releases_not_on_the_index_are_refused(tmp_path, capsys, monkeypatch):
     err = capsys.readouterr().err
     assert "0.0.998, 0.0.999: not on the package index" in err, err
     assert not (tmp_path / "cache" / "envs").exists()
+
+
+def search_over(verdicts: dict[str, str], count_unsupported: bool = False):
+    from harness.bisect import _search
+
+    ran = []
+
+    def run(point):
+        ran.append(point)
+        verdict = verdicts[point]
+        return Verdict("s/x", verdict, f"{verdict} at {point}"), None, Path("/runs") / point
+
+    points = list(verdicts)
+    return _search(points, run, lambda line: None, count_unsupported), ran
+
+
+def test_a_release_search_ends_at_the_boundary_and_skips_what_says_nothing():
+    result, ran = search_over({"0.27.0": "pass", "0.27.1": "pass", "0.28.0": "error", "0.29.0": "crash",
+                               "0.30.0": "crash", "0.31.0": "crash", "0.32.0": "crash"})
+    assert (result.first_bad, result.last_good) == ("0.29.0", "0.27.1")
+    assert result.skipped_between == ["0.28.0"] and "could not judge 0.28.0" in result.text()
+    assert ran[:2] == ["0.27.0", "0.32.0"] and len(ran) == len(set(ran))
+    assert "first bad: 0.29.0, verdict crash" in result.text() and "the previous one 0.27.1: pass" in result.text()
+
+
+def test_a_search_refuses_equal_ends_and_ends_that_say_nothing():
+    from harness.bisect import BisectError
+
+    with pytest.raises(BisectError, match="the same at good .* crash"):
+        search_over({"1": "crash", "2": "pass", "3": "crash"})
+    with pytest.raises(BisectError, match="at bad .* unsupported"):
+        search_over({"1": "pass", "2": "unsupported"})
+    result, _ = search_over({"1": "pass", "2": "pass", "3": "unsupported"}, count_unsupported=True)
+    assert result.first_bad == "3"
