@@ -100,6 +100,7 @@ class Result:
     seconds: float = 0.0
     run_dir: Path | None = None  # the first bad step's run directory
     scenario: Scenario | None = None  # as it ran at the first bad step (releases: in that version's environment)
+    checkout: str = ""  # over git: how to put the engine at the first bad commit again
 
     def text(self) -> str:
         bad, good = self.bad_verdict, self.good_verdict
@@ -118,12 +119,15 @@ def step_line(point: str, v: Verdict, seconds: float, decision: str) -> str:
     return f"bisect: {point:<14} {v.verdict + _observed(v):<26} {seconds:6.0f}s  -> {decision:<4}  {v.reason.splitlines()[0][:140]}"
 
 
-def repro_hook(scenario: Scenario, run_dir: Path | None, say=print) -> None:
+def repro_hook(scenario: Scenario, run_dir: Path | None, say=print, checkout: str = "") -> None:
     """Item 6 at the end of a bisect: the reproduction of the first bad step. Calls
     harness.repro.write_repro when this harness has it (branch `repro`), else prints the
-    command that makes it."""
+    command that makes it. `checkout`: over git, where the engine must be checked out
+    for the reproduction to show the bug (the bisect has reset the checkout)."""
     where = f" --run {run_dir}" if run_dir else ""
     command = f"harness repro {scenario.base_id}{' --engine-env ' + scenario.engine_env if scenario.engine_env else ''}{where}"
+    if checkout:
+        say(f"the engine at the first bad commit: {checkout}")
     try:
         from harness.repro import write_repro  # type: ignore[import-not-found]
     except ImportError:
@@ -313,8 +317,9 @@ def bisect_git(scenario: Scenario, scenario_args: list[str], repo: Path, good: s
     parent = git(repo, "rev-parse", f"{sha}^")
     good_v = known["good"] if parent == good_sha else (_saved_verdict(work_dir, parent) or known["good"])
     subject = git(repo, "log", "-1", "--format=%h %s", sha)
+    checkout = f"git -C {repo} checkout {sha[:10]} && PYTHONPATH={repo}:$PYTHONPATH"
     return Result(subject, git(repo, "log", "-1", "--format=%h %s", parent), bad_v or known["bad"], good_v, steps, skipped,
-                  time.monotonic() - start, work_dir / sha[:12])
+                  time.monotonic() - start, work_dir / sha[:12], checkout=checkout)
 
 
 def _run_bisect(repo: Path, step: list[str], env: dict, say) -> tuple[tuple[str, list[str]] | None, list[str]]:

@@ -420,7 +420,7 @@ def cmd_bisect(args, scenarios) -> int:
         return 130
     print(result.text())
     print(f"bisect: the steps' runs are in {work_dir}")
-    repro_hook(result.scenario or scenario, result.run_dir)  # item 6 (harness repro) at the first bad step
+    repro_hook(result.scenario or scenario, result.run_dir, checkout=result.checkout)  # item 6 (harness repro) at the first bad step
     return 0
 
 
