@@ -28,7 +28,6 @@ the end names the first bad one, its verdict and the one before it, then reprodu
 from __future__ import annotations
 
 import os
-import shlex
 import subprocess
 import sys
 import time
@@ -157,6 +156,8 @@ def bisect_releases(scenario: Scenario, good: str, bad: str, work_dir: Path, opt
     if distribution is None:
         raise BisectError(f"engine '{engine_name}' cannot install releases (no install_env hook); bisect a git range "
                           "of its checkout instead (--git DIR)")
+    if good == bad:
+        raise BisectError(f"--good and --bad are the same release ({good})")
     available = envs.available_releases(distribution)
     missing = [v for v in (good, bad) if v not in available]
     if missing:
@@ -168,7 +169,10 @@ def bisect_releases(scenario: Scenario, good: str, bad: str, work_dir: Path, opt
     say(f"bisect: {scenario.id} over {len(releases)} releases of {distribution}: {', '.join(releases)}")
 
     def run(version: str) -> tuple[Verdict, Scenario, Path]:
-        env = envs.resolve(envs.EnvSpec(f"{engine_name}=={version}", engine=engine_name, version=version), engine_name, say)
+        try:
+            env = envs.resolve(envs.EnvSpec(f"{engine_name}=={version}", engine=engine_name, version=version), engine_name, say)
+        except envs.EnvError as exc:  # a release that does not install: the step says nothing of the engine (skip)
+            return Verdict(scenario.id, "error", f"environment of {engine_name} {version}: {exc}"), scenario, work_dir
         versioned = envs.versioned(scenario, env)
         run_dir = work_dir / env.label
         return run_scenario(versioned, run_dir, opts), versioned, run_dir
@@ -408,7 +412,3 @@ def scenario_args_of(paths: list[Path] | None) -> list[str]:
 def default_work_dir(report_dir: Path, scenario: Scenario) -> Path:
     stamp = time.strftime("%Y%m%d-%H%M%S")
     return report_dir / "bisect" / f"{stamp}-{scenario.base_id.replace('/', '__')}"
-
-
-def quote(cmd: list[str]) -> str:
-    return " ".join(shlex.quote(c) for c in cmd)
