@@ -92,7 +92,7 @@ install-vllm:
 	BASE_PYTHON=$(PYTHON) bash harness/engines/vllm/install.sh .venv-vllm
 
 test-vllm:
-	HARNESS_TEST_VLLM=1 $(PYTEST) tests/test_vllm.py -rs
+	HARNESS_TEST_VLLM=1 $(PYTEST) tests/test_vllm.py tests/test_vllm_repro.py -rs
 	$(HARNESS) run --gate vllm
 
 $(SCENARIOS):

@@ -1,4 +1,4 @@
-"""The command line: `harness list | run | golden | report`."""
+"""The command line: `harness list | run | golden | report | repro`."""
 
 from __future__ import annotations
 
@@ -117,7 +117,42 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--shard", type=shard_spec, help="run shard I of N (I/N, 1-based), balanced by recorded durations")
     run.add_argument("--durations", type=Path, help="JSON {scenario id: seconds} to balance shards and pack by (default: past verdicts under --report-dir)")
     run.add_argument("--changed-files", type=Path, help="with --gate pr: run what these files (one per line) can break, plus the smoke set")
+    run.add_argument("--engine-env", action="append", default=[], metavar="SPEC",
+                     help="run every chosen scenario in this engine environment (repeatable: once per environment, the "
+                          "engine version in the id): a Python interpreter or venv path, or a release ENGINE==VERSION "
+                          "that the harness installs once into a cached venv (docs/ENGINE_VERSIONS.md)")
     run.add_argument("--changed-since", metavar="BASE", type=git_revision, help="with --gate pr: as --changed-files, with the files of `git diff --name-only BASE...HEAD`")
+
+    rep_ = sub.add_parser("repro", help="write a standalone script and a bug report that reproduce one scenario on the engine alone")
+    rep_.add_argument("id", help="the scenario id, e.g. vllm-llama/tp1-pp2")
+    rep_.add_argument("--out", type=Path, help="the directory to write (default: <report-dir>/repro/<id, '/' as '__'>)")
+    rep_.add_argument("--run", type=Path, metavar="RUN_DIR", help="take the symptom from this run (default: the newest run of the scenario)")
+    rep_.add_argument("--report-dir", type=Path, default=Path(os.environ.get("HARNESS_REPORTS_DIR", DEFAULT_REPORTS)))
+
+    bis = sub.add_parser("bisect", help="find the first engine release or commit where a scenario's verdict changes")
+    bis.add_argument("scenario", help="one scenario id, e.g. vllm-llama/tp1-pp2")
+    bis.add_argument("--good", required=True, help="a release (or with --git a commit) where it has the old verdict")
+    bis.add_argument("--bad", required=True, help="a later release (or commit) where it has another verdict")
+    bis.add_argument("--engine", help="the engine whose releases to bisect (default: the scenario's)")
+    bis.add_argument("--git", type=Path, metavar="DIR", help="bisect commits of this engine checkout instead "
+                     "(git bisect run; the checkout first on PYTHONPATH, as an editable install)")
+    bis.add_argument("--install", metavar="CMD", help="with --git: a shell command run in DIR before each step (a build)")
+    bis.add_argument("--count-unsupported", action="store_true", help="count `unsupported` as a verdict (when did a setting "
+                     "stop or start being supported), not as a step to skip")
+    bis.add_argument("--device", choices=["cpu", "cuda"], default=os.environ.get("HARNESS_DEVICE", "cpu"))
+    bis.add_argument("--timeout", type=positive_seconds, help="per-step scenario timeout in seconds (overrides the scenario file)")
+    bis.add_argument("--work-dir", type=Path, help="where the steps' runs go (default: <report-dir>/bisect/<time>-<scenario>)")
+    bis.add_argument("--report-dir", type=Path, default=Path(os.environ.get("HARNESS_REPORTS_DIR", DEFAULT_REPORTS)))
+
+    step = sub.add_parser("bisect-step")  # git bisect run's step: harness/bisect.py run_step
+    step.add_argument("scenario")
+    step.add_argument("--git", type=Path, required=True)
+    step.add_argument("--work-dir", type=Path, required=True)
+    step.add_argument("--good-verdict")
+    step.add_argument("--install")
+    step.add_argument("--count-unsupported", action="store_true")
+    step.add_argument("--device", default="cpu")
+    step.add_argument("--timeout", type=positive_seconds)
 
     dur = sub.add_parser("durations", help="write the recorded duration of every scenario (for --durations)")
     dur.add_argument("--report-dir", type=Path, default=Path(os.environ.get("HARNESS_REPORTS_DIR", DEFAULT_REPORTS)))
@@ -158,6 +193,12 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_report(args)
         if args.command == "durations":
             return cmd_durations(args)
+        if args.command == "repro":
+            return cmd_repro(args, scenarios)
+        if args.command == "bisect":
+            return cmd_bisect(args, scenarios)
+        if args.command == "bisect-step":
+            return cmd_bisect_step(args, scenarios)
     except (ScenarioError, DeviceError, NodesError) as exc:
         print(f"harness: {exc}", file=sys.stderr)
         return 2
@@ -209,7 +250,19 @@ def cmd_run(args, scenarios) -> int:
     from harness.runner import RunOptions
 
     args.jobs = args.jobs or default_jobs()
-    plan = plan_run(args, scenarios, select(scenarios, args.ids, args.gate), PROJECT_ROOT)
+    selected = select(scenarios, args.ids, args.gate)
+    if args.engine_env:
+        from harness import envs
+
+        if args.changed_files or args.changed_since:
+            print("harness: --engine-env does not go with --changed-files / --changed-since", file=sys.stderr)
+            return exit_codes.USAGE
+        try:
+            selected = envs.expand(selected, args.engine_env)
+        except envs.EnvError as exc:
+            print(f"harness: {exc}", file=sys.stderr)
+            return exit_codes.USAGE
+    plan = plan_run(args, scenarios, selected, PROJECT_ROOT)
     chosen = plan.scenarios
     if not chosen:
         print("harness: nothing to run (no scenario matches)", file=sys.stderr)
@@ -274,12 +327,26 @@ def _run_and_report(chosen, run_dir: Path, meta: dict, history: Path, opts, jobs
         interrupted = True
         print("\nharness: interrupted; ranks stopped, writing the report of what finished", file=sys.stderr)
     meta = _write_report(run_dir, {"interrupted": interrupted, "finished": time.time()}, history)
+    from harness.report.versions import versions_text
+
+    table = versions_text(collect_for_table(run_dir))
+    if table:
+        print(table)
     print(f"harness: {counts_text(meta['counts'], meta['never_ran'])}; report: {run_dir / 'report.html'}")
     if meta.get("history_error"):
         print(f"harness: results not recorded: {meta['history_error']}", file=sys.stderr)
     if meta["not_as_expected"]:
         print("harness: not as expected: " + ", ".join(meta["not_as_expected"]), file=sys.stderr)
     return exit_codes.of_run(meta, interrupted)
+
+
+def collect_for_table(run_dir: Path) -> list:
+    from harness.report import collect_verdicts
+
+    try:
+        return collect_verdicts(run_dir)
+    except (OSError, ValueError):
+        return []
 
 
 def _write_report(run_dir: Path, meta: dict, history: Path) -> dict:
@@ -325,6 +392,63 @@ def cmd_golden(args, scenarios) -> int:
     return 0
 
 
+def one_scenario(scenarios, scenario_id: str):
+    """The scenario with exactly this id (a trailing @<engine>-<version> tag ignored)."""
+    base = scenario_id.split("@", 1)[0]
+    found = [s for s in scenarios if s.id == base]
+    if not found:
+        raise ScenarioError(f"no scenario '{base}' (give one id exactly; `harness list` shows them)")
+    return found[0]
+
+
+def cmd_bisect(args, scenarios) -> int:
+    """`harness bisect SCENARIO --good V1 --bad V2` over releases, or `--git DIR` over commits."""
+    from harness.bisect import BisectError, bisect_git, bisect_releases, default_work_dir, repro_hook, scenario_args_of
+    from harness.runner import RunOptions
+
+    scenario = one_scenario(scenarios, args.scenario)
+    if args.install and not args.git:
+        print("harness bisect: --install goes with --git DIR", file=sys.stderr)
+        return exit_codes.USAGE
+    work_dir = (args.work_dir or default_work_dir(args.report_dir, scenario)).absolute()
+    opts = RunOptions(timeout_s=args.timeout, device=args.device)
+    try:
+        if args.git:
+            if args.engine and args.engine != scenario.suite.engine:
+                raise BisectError(f"{scenario.id} runs on engine '{scenario.suite.engine}', not '{args.engine}'")
+            result = bisect_git(scenario, scenario_args_of(args.scenarios), args.git, args.good, args.bad, work_dir, opts,
+                                args.install, args.count_unsupported)
+        else:
+            result = bisect_releases(scenario, args.good, args.bad, work_dir, opts, args.engine, args.count_unsupported)
+    except BisectError as exc:
+        print(f"harness bisect: {exc}", file=sys.stderr)
+        return exit_codes.USAGE
+    except KeyboardInterrupt:
+        print("\nharness bisect: interrupted (the checkout is reset)", file=sys.stderr)
+        return 130
+    print(result.text())
+    print(f"bisect: the steps' runs are in {work_dir}")
+    repro_hook(result.scenario or scenario, result.run_dir, checkout=result.checkout)  # item 6 (harness repro) at the first bad step
+    return 0
+
+
+def cmd_bisect_step(args, scenarios) -> int:
+    """One step of `git bisect run` (harness/bisect.py run_step): exit 0 good, 1 bad,
+    125 skip, 128 the step could not run (git bisect stops)."""
+    from harness.bisect import ABORT, run_step
+    from harness.runner import RunOptions
+
+    try:
+        scenario = one_scenario(scenarios, args.scenario)
+        return run_step(scenario, args.git.absolute(), args.work_dir, RunOptions(timeout_s=args.timeout, device=args.device),
+                        args.good_verdict, args.install, args.count_unsupported)
+    except KeyboardInterrupt:
+        raise
+    except Exception as exc:  # noqa: BLE001 - exit 1 would read as "bad": a harness fault stops the bisect instead
+        print(f"bisect: step could not run: {type(exc).__name__}: {exc}", flush=True)
+        return ABORT
+
+
 def cmd_durations(args) -> int:
     from harness.plan.schedule import recorded_durations, write_durations
 
@@ -332,6 +456,23 @@ def cmd_durations(args) -> int:
     write_durations(args.out, durations)
     print(f"harness: {len(durations)} scenario durations from {args.report_dir} -> {args.out}")
     return 0
+
+
+def cmd_repro(args, scenarios) -> int:
+    """`harness repro ID`: repro.py, BUG.md and the checkpoint in one directory (harness/repro.py)."""
+    from harness.repro import ReproError, write_repro
+
+    try:
+        repro = write_repro(args.id, args.out, run_dir=args.run, report_dir=args.report_dir, scenarios=scenarios)
+    except ReproError as exc:
+        print(f"harness repro: {exc}", file=sys.stderr)
+        return exit_codes.USAGE
+    print(f"harness repro: wrote {repro.directory}: {repro.script.name}, {repro.report.name}"
+          + (", model/ (the checkpoint)" if repro.model_copied else " (the script points at the checkpoint)"))
+    print(f"harness repro: symptom from {repro.verdict}" if repro.verdict else
+          "harness repro: no run of this scenario found: BUG.md has no symptom (give --run RUN_DIR)")
+    print(f"run it: python {repro.script} [--python /path/to/venv/bin/python]")
+    return exit_codes.OK
 
 
 def cmd_report(args) -> int:

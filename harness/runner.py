@@ -63,6 +63,8 @@ class Prepared:
 
 def reproduce_command(scenario: Scenario, opts: RunOptions) -> str:
     extra = "".join(f" --fault {f}" for f in opts.faults)
+    if scenario.engine_env:  # one engine version of several (harness/envs.py)
+        return f"harness run {scenario.base_id} --engine-env {scenario.engine_env}{extra}"
     return f"make {scenario.id}" if not extra else f"harness run {scenario.id}{extra}"
 
 
@@ -70,7 +72,7 @@ def prepare(scenario: Scenario, settings: dict, out_dir: Path, opts: RunOptions,
     suite = scenario.suite
     engine = get_engine(suite.engine)
     engine.configure(suite.engine_options)
-    model = models.resolve(scenario.model, engine.python(), base_dir=scenario.source.parent)
+    model = models.resolve(scenario.model, scenario.model_python or engine.python(), base_dir=scenario.source.parent)
     model_dir = model.directory
     resolved = wl.resolve(suite.workloads, model_dir)
     # Eval requests come last: the suite's own workloads keep their place (text before

@@ -435,11 +435,21 @@ class Scenario:
     expectations: tuple[ExpectedFailure, ...] = ()
     faults: tuple[str, ...] = ()
     extra_env: dict = field(default_factory=dict)
+    # --engine-env SPEC this scenario runs in (harness/envs.py; its id then ends @<engine>-<version>)
+    engine_env: str | None = None
+    # The interpreter that builds its tiny {arch: ...} checkpoint, when not the engine's:
+    # a versioned run uses the default environment's, so its weights are the golden's.
+    model_python: str | None = None
+
+    @property
+    def base_id(self) -> str:
+        """The id without the engine-version tag: `vllm-llama/tp1-pp2`."""
+        return self.id.split("@", 1)[0]
 
     @property
     def name(self) -> str:
-        """The axis part of the id (`tp2-pp2-sp`)."""
-        return self.id.split("/", 1)[1]
+        """The axis part of the id (`tp2-pp2-sp`), without an engine-version tag."""
+        return self.base_id.split("/", 1)[1]
 
     @property
     def is_golden_setting(self) -> bool:

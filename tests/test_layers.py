@@ -23,11 +23,14 @@ LAYERS = {
     "launch": 1, "images": 1, "zoo": 1, "timings": 1, "golden": 1, "judge": 1, "rundir": 1,
     "models": 2, "engines": 2,
     "scenario": 3,
+    "envs": 3,  # engine environments (--engine-env): asks the engines, installs releases
     "workloads": 4, "plan": 4,
     "evals": 5,
+    "repro": 5,  # `harness repro`: a scenario as a standalone script (below what runs or bisects)
     # orchestration and output
     "runner": 6,
     "session": 7, "conformance": 7,  # the kit runs single scenarios through the runner
+    "bisect": 7,  # runs one scenario per step through the runner
     "report": 8,
     "cli": 9,
     "pytest_plugin": 10, "__main__": 10,

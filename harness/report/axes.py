@@ -14,7 +14,9 @@ from harness.verdict import FAILED, Verdict
 
 
 def _features(v: Verdict) -> set[tuple[str, object]]:
-    return {("suite", v.scenario.split("/", 1)[0])} | {(k, val) for k, val in v.settings.items()}
+    base, _, label = v.scenario.partition("@")  # an engine version is a setting too (harness/envs.py)
+    found = {("suite", base.split("/", 1)[0])} | {(k, val) for k, val in v.settings.items()}
+    return found | {("engine", label)} if label else found
 
 
 def _failed(v: Verdict) -> bool:

@@ -13,7 +13,7 @@ recently recorded. A merged run (`harness report --merge`) names the shard runs 
 replaces in `merged_from`; their rows are dropped on load, so a nightly counts once.
 
 Columns: run_id, gate, started (UTC), recorded (UTC), harness_commit, torch, python,
-engine, engine_versions, faults, merged_from, complete, scenario, verdict, as_expected,
+engine, engine_versions, engine_env (the `@vllm-0.28.0` label of a --engine-env run), faults, merged_from, complete, scenario, verdict, as_expected,
 reason, duration_s, and one `metric.<check>.<name>` column per numeric check metric.
 `complete` is false for the rows of a run whose planned scenarios did not all end
 (killed, interrupted): they are kept, but such a run is never "the previous run of
@@ -86,6 +86,7 @@ def run_rows(run_dir: Path, meta: dict, verdicts: list[Verdict], complete: bool 
             "python": versions.get("python", ""),
             "engine": _engine_of(run_dir, v),
             "engine_versions": json.dumps(v.versions, sort_keys=True) if v.versions else "",
+            "engine_env": v.scenario.partition("@")[2],  # `vllm-0.28.0` of a --engine-env run, else ""
             "faults": ",".join(meta.get("faults") or []),
             "merged_from": ",".join(meta.get("merged_from") or []),
             "complete": complete,

@@ -18,9 +18,11 @@ import jinja2
 import pandas as pd
 
 from harness import timings
+from harness.envs import split_id
 from harness.report import plots
 from harness.report.history import metric_columns
 from harness.report.markdown import key_metric, where_diverged
+from harness.report.versions import cell, version_matrix
 from harness.verdict import Verdict
 
 TEMPLATES = Path(__file__).parent / "templates"
@@ -139,6 +141,22 @@ def trend_section(report) -> tuple[list[tuple[str, str]], list[str]]:
     return trends, constant
 
 
+def _versions_table(verdicts: list[Verdict]) -> dict | None:
+    """Scenario x engine version -> verdict, coloured as the heat maps (None: one version)."""
+    labels, rows = version_matrix(verdicts)
+    if not labels:
+        return None
+    shown = []
+    for base, by_label in rows:
+        cells = []
+        for label in labels:
+            v = by_label.get(label)
+            cells.append({"text": cell(v), "color": plots.COLORS[plots.verdict_label(v)] if v else "#eeeeee",
+                          "anchor": anchor(v.scenario) if v else ""})
+        shown.append((base, cells))
+    return {"labels": labels, "rows": shown}
+
+
 def _environment() -> jinja2.Environment:
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=True, trim_blocks=True, lstrip_blocks=True)
     env.filters["anchor"] = anchor
@@ -147,8 +165,9 @@ def _environment() -> jinja2.Environment:
 
 def write_html(path: Path, report) -> None:
     suites: dict[str, list[Verdict]] = {}
-    for v in report.verdicts:
-        suites.setdefault(v.scenario.split("/", 1)[0], []).append(v)
+    for v in report.verdicts:  # one heat map per suite, and per engine version (harness/envs.py)
+        base, label = split_id(v.scenario)
+        suites.setdefault(base.split("/", 1)[0] + (f" @ {label}" if label else ""), []).append(v)
     heatmaps = [(suite, plots.heatmap(items, report.new_failure_ids)) for suite, items in sorted(suites.items())]
     trends, constant = trend_section(report)
     html = _environment().get_template("report.html.j2").render(
@@ -162,5 +181,6 @@ def write_html(path: Path, report) -> None:
         sections=[scenario_section(report, v) for v in report.verdicts],
         trends=trends,
         constant=constant,
+        versions_table=_versions_table(report.verdicts),
     )
     path.write_text(html)

@@ -8,6 +8,7 @@ from pathlib import Path
 from harness import timings
 from harness.report.axes import explaining_settings
 from harness.report.regressions import Change, Comparison, Drift
+from harness.report.versions import versions_lines
 from harness.verdict import Verdict
 
 ICON = {"pass": "✅", "fail": "❌", "crash": "💥", "hang": "⏳", "unsupported": "➖", "expected-failure": "☑️", "error": "⚠️"}
@@ -141,6 +142,7 @@ def write_markdown(path: Path, report) -> None:
     versions = meta.get("versions")
     if versions:
         lines += ["Versions: " + ", ".join(f"{k} {v}" for k, v in sorted(versions.items())), ""]
+    lines += versions_lines(verdicts)
     lines += ["| scenario | verdict | key metric | where | time |", "|---|---|---|---|---|"]
     for v in verdicts:
         tag = "pass (unexpected)" if v.unexpected_pass else v.verdict

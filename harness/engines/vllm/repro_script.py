@@ -1,0 +1,348 @@
+#!/usr/bin/env python3
+"""A reproduction of one harness scenario on vLLM's public API, written by `harness repro`.
+
+It starts vLLM twice, each time in a process of its own (vLLM does not tear down cleanly
+within one process): the REFERENCE setting (the scenario's golden setting) and the
+FAILING one, with the same checkpoint, the same prompts (token ids, so no tokenizer is
+involved) and the same engine arguments the harness used. It compares the two the way
+the harness does (teacher-forced top-k prompt logprobs; greedy tokens with near-tie
+tolerance) with the harness's tolerance for that scenario, inlined below.
+
+    python repro.py                                    # vLLM of this interpreter
+    python repro.py --python /other/venv/bin/python    # the same check on another vLLM release
+
+Exit status: 0 the failing setting matches the reference (the bug is absent); 1 it
+differs, crashes or hangs (the bug is present); 2 the reference setting itself did not
+run, so nothing can be judged.
+
+This process needs only the standard library; the setting processes import vllm (and
+PIL for prompts with images). Nothing of the harness is imported.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+CASE: dict = {}  # the scenario, written in by `harness repro`
+
+# ---------------------------------------------------------------------------------
+# one setting, in its own process: vllm.LLM, the workloads, results as JSON
+
+
+def engine_args(setting: dict) -> dict:
+    """vllm.LLM(...) keyword arguments of a setting, as the harness passed them."""
+    args = dict(setting["engine_args"])
+    model = Path(CASE["model"])
+    model = model if model.is_absolute() else HERE / model
+    args["model"] = args["tokenizer"] = str(model)
+    if setting.get("compile"):
+        from vllm.config import CompilationMode
+
+        args["compilation_config"] = {"mode": int(CompilationMode.VLLM_COMPILE)}
+    if setting.get("pass_config"):
+        args.setdefault("compilation_config", {})["pass_config"] = dict(setting["pass_config"])
+    return args
+
+
+def prompt_inputs(workload: dict) -> list[dict]:
+    images = workload.get("images") or [None] * len(workload["prompts"])
+    inputs = []
+    for ids, image in zip(workload["prompts"], images):
+        item: dict = {"prompt_token_ids": list(ids)}
+        if image:
+            from PIL import Image
+
+            item["multi_modal_data"] = {"image": Image.open(HERE / image).convert("RGB")}
+        inputs.append(item)
+    return inputs
+
+
+def topk_row(position: dict, k: int) -> tuple[list[int], list[float]]:
+    """The top-k (ids, logprobs) of one position, best first (vLLM adds the prompt token
+    when it is outside the top-k: rank > k drops it)."""
+    ranked = sorted((lp.rank, tid, lp.logprob) for tid, lp in position.items() if lp.rank is not None and lp.rank <= k)
+    if len(ranked) != k:
+        raise RuntimeError(f"vLLM returned {len(ranked)} of the top-{k} logprobs at a position")
+    return [tid for _, tid, _ in ranked], [lp for _, _, lp in ranked]
+
+
+def run_logprobs(llm, workload: dict) -> dict:
+    """Row i of a prompt = the next-token distribution after its token i: vLLM's prompt
+    logprobs of tokens 1.., then one generated step for the last one."""
+    from vllm import SamplingParams
+
+    k = int(workload["top_k"])
+    params = SamplingParams(temperature=0.0, max_tokens=1, logprobs=k, prompt_logprobs=k, ignore_eos=True)
+    ids, lps, offsets = [], [], [0]
+    for out in llm.generate(prompt_inputs(workload), params, use_tqdm=False):
+        rows = [p for p in out.prompt_logprobs if p is not None] + [out.outputs[0].logprobs[0]]
+        for row in rows:
+            i, lp = topk_row(row, k)
+            ids.append(i)
+            lps.append(lp)
+        offsets.append(offsets[-1] + len(rows))
+    return {"ids": ids, "logprobs": lps, "offsets": offsets}
+
+
+def run_greedy(llm, workload: dict) -> dict:
+    from vllm import SamplingParams
+
+    k, n = int(workload["top_k"]), int(workload["max_new_tokens"])
+    params = SamplingParams(temperature=0.0, max_tokens=n, min_tokens=n, logprobs=k, ignore_eos=True)
+    tokens, ids, lps = [], [], []
+    for out in llm.generate(prompt_inputs(workload), params, use_tqdm=False):
+        gen = out.outputs[0]
+        rows = [topk_row(step, k) for step in gen.logprobs]
+        tokens.append(list(gen.token_ids))
+        ids.append([r[0] for r in rows])
+        lps.append([r[1] for r in rows])
+    return {"tokens": tokens, "ids": ids, "logprobs": lps}
+
+
+def run_setting(name: str, out: Path) -> None:
+    import torch
+    import vllm
+
+    setting = CASE["settings"][name]
+    args = engine_args(setting)
+    print(f"[{name}] vllm {vllm.__version__}, torch {torch.__version__}: vllm.LLM({args})", flush=True)
+    start = time.monotonic()
+    llm = vllm.LLM(**args)
+    started = time.monotonic() - start
+    results = {}
+    for w in CASE["workloads"]:
+        results[w["name"]] = (run_logprobs if w["kind"] == "logprobs" else run_greedy)(llm, w)
+    versions = {"vllm": vllm.__version__, "torch": torch.__version__}
+    out.write_text(json.dumps({"versions": versions, "engine_start_s": round(started, 1),
+                               "run_s": round(time.monotonic() - start - started, 1), "results": results}))
+    print(f"[{name}] done: engine start {started:.1f} s", flush=True)
+
+
+# ---------------------------------------------------------------------------------
+# the comparison: the harness's checks (harness/judge/compare.py), in plain Python
+
+
+def _row_delta(g_ids, g_lp, s_ids, s_lp, k: int) -> float:
+    """Max over the reference's first k tokens of |lp - reference lp|; a token missing
+    from the other's top-K is bounded by the gap to its K-th logprob."""
+    where = {t: i for i, t in enumerate(s_ids)}
+    worst = 0.0
+    for t, lp in zip(g_ids[:k], g_lp[:k]):
+        d = abs(s_lp[where[t]] - lp) if t in where else max(lp - s_lp[-1], 0.0)
+        worst = max(worst, d)
+    return worst
+
+
+def _row_kl(g_ids, g_lp, s_ids, s_lp) -> float:
+    """KL(reference || other) over the reference's top-K plus one lumped tail bin."""
+    where = {t: i for i, t in enumerate(s_ids)}
+    s_at = [s_lp[where[t]] if t in where else s_lp[-1] for t in g_ids]
+    p = [math.exp(x) for x in g_lp]
+    q = [math.exp(x) for x in s_at]
+    p_tail, q_tail = max(1 - sum(p), 1e-12), max(1 - sum(q), 1e-12)
+    kl = sum(pi * (a - b) for pi, a, b in zip(p, g_lp, s_at)) + p_tail * (math.log(p_tail) - math.log(q_tail))
+    return max(kl, 0.0)
+
+
+def compare_logprobs(ref: dict, got: dict, tol: dict) -> dict:
+    if ref["offsets"] != got["offsets"]:
+        return {"passed": False, "summary": "a different number of scored positions than the reference"}
+    k = max(1, min(len(ref["ids"][0]), len(got["ids"][0])) // 2)
+    deltas, kls, agree, bad = [], [], [], []
+    decisive_agree = []
+    for g_ids, g_lp, s_ids, s_lp in zip(ref["ids"], ref["logprobs"], got["ids"], got["logprobs"]):
+        d, kl = _row_delta(g_ids, g_lp, s_ids, s_lp, k), _row_kl(g_ids, g_lp, s_ids, s_lp)
+        same = g_ids[0] == s_ids[0]
+        decisive = not (len(g_lp) > 1 and g_lp[0] - g_lp[1] <= tol["near_tie"])
+        deltas.append(d)
+        kls.append(kl)
+        agree.append(same)
+        if decisive:
+            decisive_agree.append(same)
+        bad.append(d > tol["logprob_atol"] or kl > tol["kl_max"] or (decisive and not same))
+    top1 = sum(decisive_agree) / len(decisive_agree) if decisive_agree else 1.0
+    metrics = {"max_abs_dlogprob": max(deltas), "max_kl": max(kls), "top1_agreement": sum(agree) / len(agree),
+               "top1_agreement_decisive": top1, "positions": len(deltas), "bad_positions": sum(bad)}
+    summary = (f"max|dlogprob|={metrics['max_abs_dlogprob']:.2e} maxKL={metrics['max_kl']:.2e} "
+               f"top1={metrics['top1_agreement']:.3f}, {metrics['bad_positions']}/{len(deltas)} positions out of bounds")
+    worst = max(range(len(deltas)), key=deltas.__getitem__)
+    where = _position(ref["offsets"], worst)
+    summary += f"; worst at prompt {where[0]} position {where[1]} (|dlogprob|={deltas[worst]:.3g})"
+    if any(bad):
+        row = bad.index(True)
+        p, pos = _position(ref["offsets"], row)
+        summary += (f"; first out of bounds at prompt {p} position {pos} (|dlogprob|={deltas[row]:.3g}, "
+                    f"KL={kls[row]:.3g}, top-1 {ref['ids'][row][0]} vs {got['ids'][row][0]})")
+    return {"passed": not any(bad) and top1 >= tol["top1_min"], "summary": summary, "metrics": metrics}
+
+
+def _position(offsets: list[int], row: int) -> tuple[int, int]:
+    prompt = max(i for i in range(len(offsets) - 1) if offsets[i] <= row)
+    return prompt, row - offsets[prompt]
+
+
+def compare_greedy(ref: dict, got: dict, tol: dict) -> dict:
+    shape = (len(ref["tokens"]), len(ref["tokens"][0]))
+    if (len(got["tokens"]), len(got["tokens"][0]) if got["tokens"] else 0) != shape:
+        return {"passed": False, "summary": f"generated {len(got['tokens'])} sequences, not {shape[0]} of {shape[1]} tokens"}
+    k = max(1, min(len(ref["ids"][0][0]), len(got["ids"][0][0])) // 2)
+    exact = ties = 0
+    worst = 0.0
+    first = None
+    for p, (gt, st) in enumerate(zip(ref["tokens"], got["tokens"])):
+        upto = next((i for i, (a, b) in enumerate(zip(gt, st)) if a != b), len(gt))
+        for step in range(min(upto + 1, len(gt))):  # these steps saw the same prefix
+            d = _row_delta(ref["ids"][p][step], ref["logprobs"][p][step], got["ids"][p][step], got["logprobs"][p][step], k)
+            worst = max(worst, d)
+            if d > tol["logprob_atol"] and first is None:
+                first = f"prompt {p} step {step}: step logprobs differ by {d:.3g}"
+        if upto == len(gt):
+            exact += 1
+            continue
+        ids, lps = ref["ids"][p][upto], ref["logprobs"][p][upto]
+        gap = lps[ids.index(gt[upto])] - lps[ids.index(st[upto])] if st[upto] in ids else None
+        if gap is not None and gap <= tol["near_tie"]:
+            ties += 1
+        elif first is None:
+            said = f"{gap:.3g}" if gap is not None else "unknown: outside its top-k"
+            first = f"prompt {p} step {upto}: token {st[upto]} instead of {gt[upto]}, not a near-tie (reference logprob gap {said})"
+    summary = f"{exact}/{shape[0]} identical, {ties} near-tie divergences, max step |dlogprob|={worst:.2e}"
+    return {"passed": first is None, "summary": summary + (f"; {first}" if first else ""),
+            "metrics": {"exact": exact, "near_tie_divergences": ties, "max_step_dlogprob": worst}}
+
+
+def compare(ref: dict, got: dict) -> list[tuple[str, dict]]:
+    tol = CASE["tolerance"]
+    checks = []
+    for w in CASE["workloads"]:
+        check = compare_logprobs if w["kind"] == "logprobs" else compare_greedy
+        checks.append((f"{w['name']} ({w['kind']})", check(ref[w["name"]], got[w["name"]], tol)))
+    return checks
+
+
+# ---------------------------------------------------------------------------------
+# the driver: a process per setting, its log, the crash's worker, the verdict
+
+PREFIX = re.compile(r"^\((?P<proc>[A-Za-z0-9_]+) pid=(?P<pid>\d+)\) (?P<rest>.*)$")
+LOG_HEADER = re.compile(r"^(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d \[[^\]]+\] ?")
+EXCEPTION = re.compile(r"^[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt)(?::.*)?$")
+FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>\S+)')
+
+
+def crash_of(log: str) -> tuple[str, list[str]] | None:
+    """(`Worker_PP1 (pid 7155): AssertionError at .../gpu_model_runner.py:3174 in f`, its
+    traceback): the first vLLM worker that logged a traceback (vLLM prefixes each
+    process's lines with `(<name> pid=N)`), else the first process that did."""
+    blocks: dict[str, list[str]] = {}
+    done: list[tuple[str, str, list[str]]] = []
+    for line in log.splitlines():
+        m = PREFIX.match(line)
+        proc, pid, text = (m["proc"], m["pid"], LOG_HEADER.sub("", m["rest"], count=1)) if m else ("main", "", line)
+        key = f"{proc} (pid {pid})" if pid else proc
+        if text.startswith("Traceback (most recent call last):"):
+            blocks[key] = []
+        elif key in blocks:
+            blocks[key].append(text)
+            if EXCEPTION.match(text):
+                done.append((key, text.strip(), blocks.pop(key)))
+    if not done:
+        return None
+    key, exc, block = next((d for d in done if d[0].startswith(("Worker", "VllmWorker"))), done[0])
+    frames = [f for f in map(FRAME.match, block) if f]
+    where = f" at {'/'.join(Path(frames[-1]['file']).parts[-3:])}:{frames[-1]['line']} in {frames[-1]['func']}" if frames else ""
+    return f"{key}: {exc}{where}", block
+
+
+def spawn(name: str, python: str, work: Path, timeout: float) -> tuple[dict | None, str]:
+    """Run one setting in a fresh process (its own process group: vLLM's workers go with
+    it); (its results or None, what went wrong)."""
+    out, log = work / f"{name}.json", work / f"{name}.log"
+    env = {**os.environ, **CASE["env"]}
+    print(f"== {name}: {python} {Path(__file__).name} --setting {name}  (log: {log})", flush=True)
+    with open(log, "w") as f:
+        proc = subprocess.Popen([python, str(Path(__file__).resolve()), "--setting", name, "--out", str(out)],
+                                stdout=f, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        try:
+            code = proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            code = None
+        finally:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)  # a hang, or workers left behind
+            except ProcessLookupError:
+                pass
+            proc.wait()
+    text = log.read_text(errors="replace")
+    tail = "\n".join("    " + line for line in text.splitlines()[-15:])
+    if code is None:
+        return None, f"hang: no result after {timeout:g} s; the log ends:\n{tail}"
+    if code != 0 or not out.exists():
+        cause = crash_of(text)
+        if cause is None:
+            return None, f"crash: exit code {code}\n  the log's last lines:\n{tail}"
+        trace = "\n".join("    " + line for line in cause[1][-12:])
+        return None, f"crash: {cause[0]}\n  its traceback ends:\n{trace}\n  the log's last lines:\n{tail}"
+    done = json.loads(out.read_text())
+    print(f"   {name}: vllm {done['versions']['vllm']} (torch {done['versions']['torch']}), "
+          f"engine start {done['engine_start_s']} s, workloads {done['run_s']} s", flush=True)
+    for w in CASE["workloads"]:
+        r = done["results"][w["name"]]
+        shown = [row[0] for row in r["ids"][:12]] if w["kind"] == "logprobs" else r["tokens"][0]
+        print(f"   {w['name']}: {'top-1 of the first rows' if w['kind'] == 'logprobs' else 'greedy tokens of prompt 0'}: {shown}")
+    return done, ""
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=f"Reproduce {CASE['scenario']}: {CASE['failing']} against {CASE['reference']} on vLLM.")
+    p.add_argument("--python", default=sys.executable, help="the interpreter (with vllm) that runs each setting (default: this one)")
+    p.add_argument("--timeout", type=float, default=CASE["timeout_s"], help="seconds per setting before it counts as a hang")
+    p.add_argument("--work-dir", type=Path, help="where the settings' logs and results go (default: a new temporary directory)")
+    p.add_argument("--setting", choices=sorted(CASE["settings"]), help=argparse.SUPPRESS)
+    p.add_argument("--out", type=Path, help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.setting:  # a child: one engine start
+        os.environ.update(CASE["env"])
+        ranks, cores = CASE["settings"][args.setting]["ranks"], os.cpu_count() or 1
+        # vLLM on CPU: `auto` for one rank; else rank i on core i mod cores (`auto` fails with
+        # more ranks than NUMA nodes). Ignored on GPUs; a value already set wins.
+        os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "auto" if ranks == 1 else "|".join(str(r % cores) for r in range(ranks)))
+        run_setting(args.setting, args.out)
+        return 0
+    work = args.work_dir or Path(tempfile.mkdtemp(prefix="repro-"))
+    work.mkdir(parents=True, exist_ok=True)
+    failing, reference = CASE["failing"], CASE["reference"]
+    print(f"{CASE['scenario']}: {failing} against the reference {reference}; tolerance ({CASE['tolerance_name']}): "
+          f"|dlogprob|<={CASE['tolerance']['logprob_atol']:g}, KL<={CASE['tolerance']['kl_max']:g}, "
+          f"top1>={CASE['tolerance']['top1_min']:g}, near-tie<={CASE['tolerance']['near_tie']:g}", flush=True)
+    got, problem = spawn(failing, args.python, work, args.timeout)
+    if got is None:  # a crash or hang needs no reference
+        print(f"RESULT: bug present: {failing} {problem}")
+        return 1
+    ref, problem = spawn(reference, args.python, work, args.timeout)
+    if ref is None:
+        print(f"RESULT: cannot judge: the reference setting {reference} did not run: {problem}")
+        return 2
+    checks = compare(ref["results"], got["results"])
+    for name, c in checks:
+        print(f"  [{'ok' if c['passed'] else 'FAIL'}] {name}: {c['summary']}")
+    if all(c["passed"] for _, c in checks):
+        print(f"RESULT: bug absent: {failing} matches {reference} within the tolerance (vllm {got['versions']['vllm']})")
+        return 0
+    print(f"RESULT: bug present: {failing} differs from {reference} (vllm {got['versions']['vllm']}): "
+          + "; ".join(name for name, c in checks if not c["passed"]))
+    return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

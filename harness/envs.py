@@ -1,0 +1,304 @@
+"""Engine environments: the engine version as an axis (`harness run --engine-env SPEC`).
+
+An environment is the Python interpreter an engine runs in, and so the engine version
+it runs. SPEC is one of
+
+  a path       to an interpreter (`/venvs/vllm-0.28/bin/python`) or a virtual
+               environment (`/venvs/vllm-0.28`): used as it is;
+  a release    `ENGINE==VERSION` (`vllm==0.28.0`): the harness installs it once into
+               the cached environment `<cache root>/envs/<engine>-<version>`
+               (harness/roots.py) through the engine's `install_env` hook, and reuses it.
+
+The environment reaches the engine as `engine_options: {python: PATH}` (the vllm and
+hf engines take it); an engine that runs in the harness's own interpreter cannot take
+one and says so. Every chosen scenario runs once per environment, with the engine's
+version in its id: `vllm-llama/tp1-pp2@vllm-0.28.0`, read from what the engine
+reports (`Engine.versions()`, vLLM's probe), never from the SPEC. The golden is the
+suite's committed one: a versioned run shows which version departs from it.
+
+Installing is concurrency-safe: one lock file per environment (fcntl), and an
+environment counts as installed only once its marker file is written, last.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import fcntl
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.version import InvalidVersion, Version
+
+from harness.roots import cache_dir
+
+MARKER = ".harness-env.json"  # written last: the environment is complete
+VERSION_SEP = "@"  # scenario id @ engine label
+
+
+class EnvError(ValueError):
+    """A --engine-env that cannot be used; the message says why and what to give instead."""
+
+
+@dataclass(frozen=True)
+class EnvSpec:
+    text: str  # as given on the command line
+    python: Path | None = None  # a path SPEC: the interpreter
+    engine: str | None = None  # a release SPEC: the engine (or its distribution) name
+    version: str | None = None  # a release SPEC: the exact version
+
+    @property
+    def is_release(self) -> bool:
+        return self.version is not None
+
+
+SPEC_HELP = ("a path to a Python interpreter or virtual environment (/venvs/vllm-0.28/bin/python), "
+             "or a release ENGINE==VERSION (vllm==0.28.0)")
+
+
+def parse_env_spec(text: str) -> EnvSpec:
+    """A --engine-env value; EnvError says what is wrong. A path must exist now."""
+    text = text.strip()
+    if not text:
+        raise EnvError(f"--engine-env: empty; expected {SPEC_HELP}")
+    if "/" in text or text.startswith(("~", ".")) or os.sep in text:
+        return EnvSpec(text, python=interpreter_of(Path(text).expanduser()))
+    try:
+        req = Requirement(text)
+    except InvalidRequirement:
+        raise EnvError(f"--engine-env {text!r}: not a path (no such file here) nor a release; expected {SPEC_HELP}") from None
+    specs = list(req.specifier)
+    if req.extras or req.marker or req.url or len(specs) != 1 or specs[0].operator not in ("==", "===") or "*" in specs[0].version:
+        raise EnvError(f"--engine-env {text!r}: a release names one exact version, ENGINE==VERSION (e.g. {req.name}==0.28.0)")
+    try:
+        version = str(Version(specs[0].version))
+    except InvalidVersion:
+        raise EnvError(f"--engine-env {text!r}: {specs[0].version!r} is not a PEP 440 version") from None
+    return EnvSpec(text, engine=req.name.lower(), version=version)
+
+
+def interpreter_of(path: Path) -> Path:
+    """The interpreter a path names: itself, or a virtual environment's bin/python."""
+    path = path.absolute()
+    if path.is_dir():
+        candidate = path / "bin" / "python"
+        if not os.access(candidate, os.X_OK):
+            raise EnvError(f"--engine-env {path}: a directory without bin/python (not a virtual environment); expected {SPEC_HELP}")
+        return candidate
+    if not path.exists():
+        raise EnvError(f"--engine-env {path}: no such file or directory; expected {SPEC_HELP}")
+    if not os.access(path, os.X_OK):
+        raise EnvError(f"--engine-env {path}: not an executable Python interpreter")
+    return path
+
+
+def env_dir(engine: str, version: str) -> Path:
+    """`<cache root>/envs/<engine>-<version>`: where a release is installed once."""
+    return cache_dir("envs") / f"{engine}-{version}"
+
+
+def installed_python(engine: str, version: str) -> Path | None:
+    """The interpreter of an installed release, or None when it is not (completely) there."""
+    venv = env_dir(engine, version)
+    return venv / "bin" / "python" if (venv / MARKER).exists() else None
+
+
+def available_releases(distribution: str, python: str | None = None) -> list[str]:
+    """The releases of `distribution` on the package index, oldest first (PEP 440),
+    from pip's own index query (`pip index versions`), so pip's configuration (index
+    URLs, find-links) is the one that installing will use."""
+    done = subprocess.run([python or sys.executable, "-m", "pip", "index", "versions", distribution],
+                          capture_output=True, text=True, timeout=300)
+    return parse_index_versions(done.stdout, distribution)
+
+
+def parse_index_versions(text: str, distribution: str = "") -> list[str]:
+    """The `Available versions: a, b, ...` line of `pip index versions`, sorted oldest first."""
+    for line in text.splitlines():
+        if line.strip().startswith("Available versions:"):
+            found = [v.strip() for v in line.split(":", 1)[1].split(",") if v.strip()]
+            return sort_versions(found)
+    return []
+
+
+def sort_versions(versions: list[str]) -> list[str]:
+    good = []
+    for v in versions:
+        try:
+            good.append((Version(v), v))
+        except InvalidVersion:
+            continue
+    return [v for _, v in sorted(good)]
+
+
+def releases_between(available: list[str], low: str, high: str) -> list[str]:
+    """The releases from `low` to `high` inclusive, oldest first (PEP 440 order; a
+    pre-release or post-release in between counts like any other release)."""
+    lo, hi = Version(low), Version(high)
+    if lo > hi:
+        lo, hi = hi, lo
+    return [v for v in sort_versions(available) if lo <= Version(v) <= hi]
+
+
+def ensure_installed(engine, engine_name: str, version: str, say=print) -> Path:
+    """The interpreter of `engine_name==version`, installed first if it is not: under a
+    lock (two harnesses asking at once install once), into env_dir, marker last."""
+    python = installed_python(engine_name, version)
+    if python is not None:
+        return python
+    venv = env_dir(engine_name, version)
+    venv.parent.mkdir(parents=True, exist_ok=True)
+    log = venv.parent / f"{venv.name}.install.log"
+    with open(venv.parent / f".{venv.name}.lock", "w") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            say(f"harness: waiting for another harness installing {engine_name} {version} into {venv} ...")
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        python = installed_python(engine_name, version)
+        if python is not None:
+            return python
+        say(f"harness: installing {engine_name} {version} into {venv} (once; this takes minutes; log: {log})")
+        start = time.monotonic()
+        with open(log, "w") as out:
+            engine.install_env(version, venv, out)
+        python = venv / "bin" / "python"
+        if not os.access(python, os.X_OK):
+            raise EnvError(f"installing {engine_name} {version} left no interpreter at {python}; see {log}")
+        marker = {"engine": engine_name, "version": version, "installed": time.time(),
+                  "seconds": round(time.monotonic() - start, 1)}
+        (venv / MARKER).write_text(json.dumps(marker, indent=1))
+        say(f"harness: installed {engine_name} {version} in {marker['seconds']:.0f}s")
+    return python
+
+
+@dataclass(frozen=True)
+class EngineEnv:
+    """One resolved environment: its interpreter, the engine's versions in it and the
+    label that goes into scenario ids (`vllm-0.28.0`)."""
+
+    spec: str
+    engine: str
+    python: Path
+    versions: dict
+    label: str
+
+
+def label_of(engine, versions: dict) -> str:
+    """`vllm-0.28.0`: the engine's name and its own version as it reports it."""
+    own = engine.own_version(versions)
+    text = f"{engine.name}-{own}" if own else engine.name
+    return re.sub(r"[^a-z0-9.-]+", "-", text.lower())
+
+
+def resolve(spec: EnvSpec, engine_name: str, say=print) -> EngineEnv:
+    """Check that the engine can run in the environment (installing a release first)
+    and read its versions. EnvError: it cannot, and why."""
+    from harness.engines import EngineUnavailable, get_engine
+
+    try:
+        engine = get_engine(engine_name)
+    except EngineUnavailable as exc:
+        raise EnvError(str(exc)) from None
+    if spec.is_release:
+        if spec.engine not in {engine_name, (engine.distribution() or "").lower()}:
+            raise EnvError(f"--engine-env {spec.text} is a release of '{spec.engine}'; the chosen scenarios run on engine "
+                           f"'{engine_name}' (give {engine_name}==VERSION)")
+        python = installed_python(engine_name, spec.version)
+        if python is None:
+            check_release(engine, engine_name, spec.version)
+            try:
+                python = ensure_installed(engine, engine_name, spec.version, say)
+            except (RuntimeError, OSError) as exc:  # NotImplementedError is a RuntimeError
+                raise EnvError(f"--engine-env {spec.text}: {exc}") from None
+    else:
+        python = spec.python
+    if not takes_python(engine):
+        raise EnvError(f"--engine-env {spec.text}: engine '{engine_name}' runs in the harness's own interpreter and takes "
+                       "no other environment (engines that do: vllm, hf; engine_options.python)")
+    engine.configure({"python": str(python)})
+    try:
+        versions = engine.versions()
+    except EngineUnavailable as exc:
+        raise EnvError(f"--engine-env {spec.text}: {exc}") from None
+    return EngineEnv(spec.text, engine_name, Path(python), versions, label_of(engine, versions))
+
+
+def takes_python(engine) -> bool:
+    """Whether the engine runs in the interpreter engine_options.python names (vllm, hf),
+    not in the harness's own (reference, most plugins)."""
+    sentinel = "/harness-envs-check/bin/python"
+    engine.configure({"python": sentinel})
+    try:
+        return str(engine.python()) == sentinel
+    finally:
+        engine.configure({})
+
+
+def check_release(engine, engine_name: str, version: str) -> None:
+    """Before installing: the engine can install releases, and this one is on the index."""
+    distribution = engine.distribution()
+    if distribution is None:
+        raise EnvError(f"engine '{engine_name}' cannot install releases (it has no install_env hook); give --engine-env "
+                       "a path to a Python interpreter with the version installed")
+    available = available_releases(distribution)
+    if version not in available:
+        near = ", ".join(available[-8:]) or "none found (is the index reachable?)"
+        raise EnvError(f"{distribution} {version} is not on the package index (`pip index versions {distribution}`; "
+                       f"newest: {near})")
+
+
+def versioned(scenario, env: EngineEnv):
+    """The scenario run in `env`: its id tagged with the env's label, its engine's
+    interpreter the env's (engine_options.python). A tiny {arch: ...} checkpoint is still
+    built by the default environment's interpreter (where it exists): another
+    transformers would build other weights, and the run would not meet its golden."""
+    options = {**scenario.suite.engine_options, "python": str(env.python)}
+    suite = scenario.suite.model_copy(update={"engine_options": options})
+    return dataclasses.replace(scenario, id=f"{scenario.id}{VERSION_SEP}{env.label}", suite=suite, engine_env=env.spec,
+                               model_python=default_python(scenario))
+
+
+def default_python(scenario) -> str | None:
+    """The interpreter the scenario's engine runs in without --engine-env, if it exists."""
+    from harness.engines import EngineUnavailable, get_engine
+
+    try:
+        engine = get_engine(scenario.suite.engine)
+    except EngineUnavailable:
+        return None
+    engine.configure(scenario.suite.engine_options)
+    python = str(engine.python())
+    return python if os.access(python, os.X_OK) else None
+
+
+def split_id(scenario_id: str) -> tuple[str, str]:
+    """`vllm-llama/tp1-pp2@vllm-0.28.0` -> ("vllm-llama/tp1-pp2", "vllm-0.28.0"); no tag: (id, "")."""
+    base, _, label = scenario_id.partition(VERSION_SEP)
+    return base, label
+
+
+def expand(scenarios: list, specs: list[str], say=print) -> list:
+    """Every scenario once per environment (environments in the order given). EnvError
+    before anything runs when a SPEC cannot be used."""
+    parsed = [parse_env_spec(s) for s in specs]
+    engines = sorted({s.suite.engine for s in scenarios})
+    envs: dict[str, list[EngineEnv]] = {}
+    for name in engines:
+        resolved = [resolve(p, name, say) for p in parsed]
+        labels = [e.label for e in resolved]
+        dupes = sorted({lab for lab in labels if labels.count(lab) > 1})
+        if dupes:
+            same = [e.spec for e in resolved if e.label in dupes]
+            raise EnvError(f"--engine-env {', '.join(same)}: the same engine version ({', '.join(dupes)}) twice")
+        envs[name] = resolved
+    for resolved in envs.values():
+        for e in resolved:
+            say(f"harness: engine environment {e.label}: {e.python}")
+    return [versioned(s, e) for s in scenarios for e in envs[s.suite.engine]]

