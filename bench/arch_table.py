@@ -43,9 +43,9 @@ def cell(verdict: dict | None) -> str:
     return f"{verdict['verdict']} ({metric}{verdict.get('duration_s', 0):.0f}s)"
 
 
-def table(found: dict[tuple[str, str], dict]) -> str:
-    archs = list(dict.fromkeys(arch for arch, _ in found))
-    settings = [s for s in SETTINGS if any((a, s) in found for a in archs)]
+def table(found: dict[tuple[str, str], dict], only: list[str] | None = None) -> str:
+    archs = sorted({arch for arch, _ in found})
+    settings = [s for s in (only or SETTINGS) if any((a, s) in found for a in archs)]
     lines = ["| arch | " + " | ".join(settings) + " |", "|---" * (len(settings) + 1) + "|"]
     lines += [f"| {a} | " + " | ".join(cell(found.get((a, s))) for s in settings) + " |" for a in archs]
     return "\n".join(lines)
@@ -67,12 +67,15 @@ def non_passes(found: dict[tuple[str, str], dict]) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("run_dirs", nargs="+", type=Path)
+    p.add_argument("--settings", help=f"comma-separated columns (default: those found of {','.join(SETTINGS)})")
     args = p.parse_args(argv)
     found = load_verdicts(args.run_dirs)
+    if args.settings:
+        found = {k: v for k, v in found.items() if k[1] in args.settings.split(",")}
     counts: dict[str, int] = {}
     for v in found.values():
         counts[v["verdict"]] = counts.get(v["verdict"], 0) + 1
-    print(table(found))
+    print(table(found, args.settings.split(",") if args.settings else None))
     print(f"\n{len(found)} verdicts: " + ", ".join(f"{n} {k}" for k, n in sorted(counts.items())))
     print("\n".join(non_passes(found)))
     return 0

@@ -26,7 +26,7 @@ from harness.judge.applied import evidence_table
 from harness.judge.compare import tolerance_for
 from harness.judge.expectations import judge as expectations_judge
 from harness.judge.outputs import localize, numeric_checks, verdict_of_checks
-from harness.launch import Cluster, LaunchOutcome, run_ranks
+from harness.launch import Cluster, LaunchOutcome, RankFailure, run_ranks
 from harness.plan.devices import DevicePool, Lease
 from harness.rundir import LOGS, OUTPUTS, SPEC, VERDICT, scenario_dir
 from harness.scenario import Scenario
@@ -241,16 +241,30 @@ def launch_verdict(name: str, outcome: LaunchOutcome, prepared: Prepared) -> Ver
         return Verdict(name, "crash", f"rank {f.rank} crashed: {what}{where}", crash=asdict(f), logs=logs)
     if outcome.status == "hang":
         where = "; ".join(f"rank {r} at {loc}" for r, loc in sorted(outcome.stuck_at.items()))
-        return Verdict(
-            name,
-            "hang",
-            f"{outcome.hang_reason()}: {where or 'no stack dump'}",
-            hang={"stuck_at": outcome.stuck_at, "stacks": outcome.stacks, "stall": outcome.stall},
-            logs=logs,
-        )
+        hang = {"stuck_at": outcome.stuck_at, "stacks": outcome.stacks, "stall": outcome.stall}
+        raised = _raised_before_hang(outcome, prepared)
+        if raised is not None:  # the root cause is that exception; the hang only followed it
+            f = raised
+            at = f" at {_short_frame(f.frame)}" if getattr(f, "frame", None) else ""
+            return Verdict(name, "crash", f"rank {f.rank} crashed: {f.exception}{at}; the engine then made no "
+                           f"progress ({outcome.hang_reason()})", crash=asdict(f), hang=hang, logs=logs)
+        return Verdict(name, "hang", f"{outcome.hang_reason()}: {where or 'no stack dump'}", hang=hang, logs=logs)
     if outcome.status != "ok":
         return Verdict(name, "error", f"launcher ended with status '{outcome.status}'", logs=logs)
     return None
+
+
+def _raised_before_hang(outcome: LaunchOutcome, prepared: Prepared):
+    """An engine whose own worker raised but did not exit (vLLM on CPU: a non-last PP
+    stage raises, its peer waits for its tensors forever) hangs instead of crashing. The
+    engine's refine_crash finds that worker's exception in the launched process's log;
+    None when it finds none (a real hang)."""
+    if 0 not in outcome.logs:
+        return None
+    log = str(outcome.logs[0])
+    seen = RankFailure(0, None, None, None, None, log)
+    refined = prepared.engine.refine_crash(seen, _read(log))
+    return None if refined is seen or not refined.exception else refined
 
 
 def _short_frame(frame: str) -> str:

@@ -67,6 +67,25 @@ def test_refine_crash_keeps_the_drivers_view_as_context():
     assert get_engine("vllm").refine_crash(driver, "no vLLM lines") is driver
 
 
+def test_a_hang_after_a_worker_raised_is_that_workers_crash(tmp_path):
+    """vLLM on CPU: a non-last PP stage raises, logs its traceback and stays up; its peer
+    waits for the stage's tensors forever. The verdict names the exception, not a hang."""
+    from harness.launch import LaunchOutcome
+    from harness.runner import Prepared, launch_verdict
+
+    prepared = Prepared.__new__(Prepared)
+    prepared.engine = get_engine("vllm")
+    worker_log = tmp_path / "rank0.log"
+    worker_log.write_text("\n".join(line for line in LOG.splitlines() if line.startswith("(Worker")))
+    outcome = LaunchOutcome("hang", 600.0, stuck_at={0: "core_client.py:996 in get_output"}, logs={0: str(worker_log)})
+    v = launch_verdict("s/x", outcome, prepared)
+    assert v.verdict == "crash" and v.crash["exception"] == "KeyError: 'residual'"
+    assert v.reason.startswith("rank Worker_PP1 (vLLM worker: PP rank 1, pid 27010) crashed: KeyError: 'residual'")
+    assert "no result after 600s (the timeout)" in v.reason and v.hang["stuck_at"]
+    worker_log.write_text("(EngineCore pid=5) INFO 11-21 06:11:20 [core.py:99] waiting")  # nobody raised: a hang
+    assert launch_verdict("s/x", outcome, prepared).verdict == "hang"
+
+
 def test_cpu_binding_one_core_per_rank_round_robin():
     assert cpu_binding(1, 2) == "auto"
     assert cpu_binding(2, 2) == "0|1"
