@@ -20,7 +20,7 @@ from harness.rundir import (
     claim_new_run_dir,
     claim_run_dir,
 )
-from harness.scenario import ScenarioError, load_scenarios, select
+from harness.scenario import ScenarioError, find_one, load_scenarios, select
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 # the conformance kit's checks (harness/conformance.py CHECKS), here so the parser needs no import
@@ -183,22 +183,14 @@ def main(argv: list[str] | None = None) -> int:
         return cmd_list_plugins(args)
     try:
         scenarios = load_scenarios(args.scenarios)
-        if args.command == "list":
-            return cmd_list(args, scenarios)
-        if args.command == "run":
-            return cmd_run(args, scenarios)
-        if args.command == "golden":
-            return cmd_golden(args, scenarios)
+        commands = {"list": cmd_list, "run": cmd_run, "golden": cmd_golden, "repro": cmd_repro,
+                    "bisect": cmd_bisect, "bisect-step": cmd_bisect_step}
+        if args.command in commands:
+            return commands[args.command](args, scenarios)
         if args.command == "report":
             return cmd_report(args)
         if args.command == "durations":
             return cmd_durations(args)
-        if args.command == "repro":
-            return cmd_repro(args, scenarios)
-        if args.command == "bisect":
-            return cmd_bisect(args, scenarios)
-        if args.command == "bisect-step":
-            return cmd_bisect_step(args, scenarios)
     except (ScenarioError, DeviceError, NodesError) as exc:
         print(f"harness: {exc}", file=sys.stderr)
         return 2
@@ -392,21 +384,12 @@ def cmd_golden(args, scenarios) -> int:
     return 0
 
 
-def one_scenario(scenarios, scenario_id: str):
-    """The scenario with exactly this id (a trailing @<engine>-<version> tag ignored)."""
-    base = scenario_id.split("@", 1)[0]
-    found = [s for s in scenarios if s.id == base]
-    if not found:
-        raise ScenarioError(f"no scenario '{base}' (give one id exactly; `harness list` shows them)")
-    return found[0]
-
-
 def cmd_bisect(args, scenarios) -> int:
     """`harness bisect SCENARIO --good V1 --bad V2` over releases, or `--git DIR` over commits."""
     from harness.bisect import BisectError, bisect_git, bisect_releases, default_work_dir, repro_hook, scenario_args_of
     from harness.runner import RunOptions
 
-    scenario = one_scenario(scenarios, args.scenario)
+    scenario = find_one(scenarios, args.scenario)
     if args.install and not args.git:
         print("harness bisect: --install goes with --git DIR", file=sys.stderr)
         return exit_codes.USAGE
@@ -439,7 +422,7 @@ def cmd_bisect_step(args, scenarios) -> int:
     from harness.runner import RunOptions
 
     try:
-        scenario = one_scenario(scenarios, args.scenario)
+        scenario = find_one(scenarios, args.scenario)
         return run_step(scenario, args.git.absolute(), args.work_dir, RunOptions(timeout_s=args.timeout, device=args.device),
                         args.good_verdict, args.install, args.count_unsupported)
     except KeyboardInterrupt:

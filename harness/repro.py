@@ -21,7 +21,6 @@ workloads are. `write_repro` is what the CLI and `harness bisect` call.
 
 from __future__ import annotations
 
-import difflib
 import os
 import shlex
 import shutil
@@ -30,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.rundir import SCENARIOS, VERDICT, scenario_dir_name, verdict_path
-from harness.scenario import Scenario, load_scenarios, settings_label
+from harness.scenario import Scenario, ScenarioError, find_one, load_scenarios, settings_label
 from harness.verdict import Verdict
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -62,16 +61,6 @@ def reports_dir(report_dir: Path | None = None) -> Path:
     return Path(report_dir or os.environ.get("HARNESS_REPORTS_DIR") or DEFAULT_REPORTS)
 
 
-def find_scenario(scenario_id: str, scenarios: list[Scenario]) -> Scenario:
-    """The scenario of exactly this id (no patterns: a repro is of one scenario)."""
-    for s in scenarios:
-        if s.id == scenario_id:
-            return s
-    close = difflib.get_close_matches(scenario_id, [s.id for s in scenarios], n=4, cutoff=0.6)
-    hint = f"; did you mean {', '.join(close)}?" if close else "; `harness list` shows the ids"
-    raise ReproError(f"no scenario '{scenario_id}'{hint}")
-
-
 def latest_verdict(scenario_id: str, run_dir: Path | None = None, report_dir: Path | None = None) -> Path | None:
     """The verdict file of the scenario in `run_dir`, else the newest one of any run under
     the reports directory (None when it never ran there)."""
@@ -93,7 +82,10 @@ def write_repro(scenario: Scenario | str, out_dir: Path | None = None, *, run_di
     from harness.engines.base import Engine
 
     if isinstance(scenario, str):
-        scenario = find_scenario(scenario, scenarios if scenarios is not None else load_scenarios())
+        try:
+            scenario = find_one(scenarios if scenarios is not None else load_scenarios(), scenario)
+        except ScenarioError as exc:
+            raise ReproError(str(exc)) from None
     suite = scenario.suite
     try:
         engine = get_engine(suite.engine)

@@ -11,6 +11,7 @@ is wrong, because a user editing YAML needs to know where to look.
 
 from __future__ import annotations
 
+import difflib
 import fnmatch
 import itertools
 import re
@@ -571,6 +572,18 @@ def load_scenarios(paths: list[Path] | None = None) -> list[Scenario]:
         suites[suite.suite] = f
         scenarios += expand(suite, f)
     return scenarios
+
+
+def find_one(scenarios: list[Scenario], scenario_id: str) -> Scenario:
+    """The scenario with exactly this id, no patterns (a repro or a bisect is of one
+    scenario); a trailing @<engine>-<version> tag of a versioned run is ignored."""
+    base = scenario_id.split("@", 1)[0]
+    for s in scenarios:
+        if s.id == base:
+            return s
+    close = difflib.get_close_matches(base, [s.id for s in scenarios], n=4, cutoff=0.6)
+    hint = f"; did you mean {', '.join(close)}?" if close else "; `harness list` shows the ids"
+    raise ScenarioError(f"no scenario '{base}'{hint}")
 
 
 def select(scenarios: list[Scenario], ids: list[str] | None = None, gate: str | None = None) -> list[Scenario]:
