@@ -13,6 +13,7 @@ from harness import exit_codes
 from harness.judge.expectations import describe as describe_expectation
 from harness.plan.devices import DeviceError
 from harness.plan.nodes import NodesError
+from harness.roots import DEFAULT_REPORTS, reports_dir
 from harness.rundir import (
     ResultsNotWritten,
     RunDirTaken,
@@ -25,7 +26,6 @@ from harness.scenario import ScenarioError, find_one, load_scenarios, select
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 # the conformance kit's checks (harness/conformance.py CHECKS), here so the parser needs no import
 CONFORMANCE_CHECKS = ("load", "versions", "unsupported", "outputs", "matches-reference", "parallel", "crash", "hang")
-DEFAULT_REPORTS = PROJECT_ROOT / "reports"
 
 
 def _key_value(text: str) -> tuple[str, str]:
@@ -108,7 +108,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--fault", action="append", default=[], help="switch on an engine fault (repeatable)")
     run.add_argument("--env", type=_key_value, action="append", default=[], help="KEY=VALUE for every rank (repeatable)")
     run.add_argument("--device", choices=["cpu", "cuda"], default=os.environ.get("HARNESS_DEVICE", "cpu"))
-    run.add_argument("--report-dir", type=Path, default=Path(os.environ.get("HARNESS_REPORTS_DIR", DEFAULT_REPORTS)))
+    run.add_argument("--report-dir", type=Path, default=reports_dir())
     run.add_argument("--run-id", help="name of the run directory (default: time and gate)")
     run.add_argument("--history", type=Path, help="history store (default: $HARNESS_HISTORY_DIR or <report-dir>/history)")
     run.add_argument("--jobs", type=positive_int, default=None, help="scenarios at once, packed onto the devices (default: $HARNESS_JOBS or 1)")
@@ -127,7 +127,7 @@ def build_parser() -> argparse.ArgumentParser:
     rep_.add_argument("id", help="the scenario id, e.g. vllm-llama/tp1-pp2")
     rep_.add_argument("--out", type=Path, help="the directory to write (default: <report-dir>/repro/<id, '/' as '__'>)")
     rep_.add_argument("--run", type=Path, metavar="RUN_DIR", help="take the symptom from this run (default: the newest run of the scenario)")
-    rep_.add_argument("--report-dir", type=Path, default=Path(os.environ.get("HARNESS_REPORTS_DIR", DEFAULT_REPORTS)))
+    rep_.add_argument("--report-dir", type=Path, default=reports_dir())
 
     bis = sub.add_parser("bisect", help="find the first engine release or commit where a scenario's verdict changes")
     bis.add_argument("scenario", help="one scenario id, e.g. vllm-llama/tp1-pp2")
@@ -142,7 +142,7 @@ def build_parser() -> argparse.ArgumentParser:
     bis.add_argument("--device", choices=["cpu", "cuda"], default=os.environ.get("HARNESS_DEVICE", "cpu"))
     bis.add_argument("--timeout", type=positive_seconds, help="per-step scenario timeout in seconds (overrides the scenario file)")
     bis.add_argument("--work-dir", type=Path, help="where the steps' runs go (default: <report-dir>/bisect/<time>-<scenario>)")
-    bis.add_argument("--report-dir", type=Path, default=Path(os.environ.get("HARNESS_REPORTS_DIR", DEFAULT_REPORTS)))
+    bis.add_argument("--report-dir", type=Path, default=reports_dir())
 
     step = sub.add_parser("bisect-step")  # git bisect run's step: harness/bisect.py run_step
     step.add_argument("scenario")
@@ -155,7 +155,7 @@ def build_parser() -> argparse.ArgumentParser:
     step.add_argument("--timeout", type=positive_seconds)
 
     dur = sub.add_parser("durations", help="write the recorded duration of every scenario (for --durations)")
-    dur.add_argument("--report-dir", type=Path, default=Path(os.environ.get("HARNESS_REPORTS_DIR", DEFAULT_REPORTS)))
+    dur.add_argument("--report-dir", type=Path, default=reports_dir())
     dur.add_argument("--out", type=Path, required=True)
 
     gold = sub.add_parser("golden", help="(re)make the goldens of suites")

@@ -50,9 +50,9 @@ def pytest_configure(config):
 
 
 def _run_dir(config) -> Path:
-    from harness.cli import DEFAULT_REPORTS
+    from harness.roots import reports_dir
 
-    base = config.getoption("--harness-report-dir") or os.environ.get("HARNESS_REPORTS_DIR") or DEFAULT_REPORTS
+    base = reports_dir(config.getoption("--harness-report-dir"))
     return Path(base) / os.environ[RUN_ID_ENV]
 
 

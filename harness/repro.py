@@ -21,19 +21,18 @@ workloads are. `write_repro` is what the CLI and `harness bisect` call.
 
 from __future__ import annotations
 
-import os
 import shlex
 import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness.roots import reports_dir
 from harness.rundir import SCENARIOS, VERDICT, scenario_dir_name, verdict_path
 from harness.scenario import Scenario, ScenarioError, find_one, load_scenarios, settings_label
 from harness.verdict import Verdict
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_REPORTS = PROJECT_ROOT / "reports"
 SCRIPT, REPORT, MODEL, IMAGES = "repro.py", "BUG.md", "model", "images"
 # A harness-built checkpoint up to this size is copied beside the script; a bigger one is pointed at.
 COPY_LIMIT_BYTES = 256 << 20
@@ -55,10 +54,6 @@ class Repro:
 
 def default_out_dir(scenario_id: str, report_dir: Path | None = None) -> Path:
     return reports_dir(report_dir) / "repro" / scenario_dir_name(scenario_id)
-
-
-def reports_dir(report_dir: Path | None = None) -> Path:
-    return Path(report_dir or os.environ.get("HARNESS_REPORTS_DIR") or DEFAULT_REPORTS)
 
 
 def latest_verdict(scenario_id: str, run_dir: Path | None = None, report_dir: Path | None = None) -> Path | None:

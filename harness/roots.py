@@ -13,6 +13,13 @@ import os
 from pathlib import Path
 
 DATA_DIR = Path(__file__).resolve().parent / "data"
+DEFAULT_REPORTS = Path(__file__).resolve().parent.parent / "reports"
+
+
+def reports_dir(given: Path | str | None = None) -> Path:
+    """Where runs are written: the given directory, else $HARNESS_REPORTS_DIR, else the
+    project's reports/."""
+    return Path(given or os.environ.get("HARNESS_REPORTS_DIR") or DEFAULT_REPORTS)
 
 
 def cache_dir(kind: str) -> Path:
