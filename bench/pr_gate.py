@@ -6,8 +6,9 @@ reference and the setting). The harness's way: the reference ran once, when the
 golden was made; each scenario is one launch compared against the stored golden.
 
 Both ways run the same scenarios (the whole PR gate, every suite) with the same
-launcher, engine, workloads and comparison, in one invocation, so the ratio isolates
-the cost of the live re-runs. Each way runs twice: with an empty compile cache (cold,
+launcher, engine, workloads and comparison, in one invocation. The harness way forks
+its ranks from the rank pool (harness/launch/pool.py), emptied before each measured
+gate; the live way starts every process fresh, as engine CI does. Each way runs twice: with an empty compile cache (cold,
 as on a fresh CI agent without a carried cache) and right after with the cache that
 run filled (warm); each way has its own cache, so neither warms the other's.
 
@@ -33,15 +34,18 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from harness import timings  # noqa: E402
 from harness.contract.outputs import EngineOutputs  # noqa: E402
 from harness.judge.compare import compare_outputs, tolerance_for  # noqa: E402
+from harness.launch import pool  # noqa: E402
 from harness.rundir import scenario_dir_name  # noqa: E402
 from harness.runner import RunOptions, launch, prepare, run_scenario  # noqa: E402
 from harness.scenario import load_scenarios, select  # noqa: E402
 
 
 def harness_way(scenarios, work: Path) -> tuple[float, dict, list[dict], float]:
-    """(wall s, {id: (s, verdict)}, each verdict's timings, report writing s)."""
+    """(wall s, {id: (s, verdict)}, each verdict's timings, report writing s). The rank
+    pool starts empty, as in a new `harness run`: its zygotes' imports are counted."""
     from harness.report import write_report
 
+    pool.close_all()
     start, per, timed = time.monotonic(), {}, []
     for s in scenarios:
         v = run_scenario(s, work, RunOptions(gate="pr"))
@@ -66,7 +70,14 @@ def breakdown_lines(timed: list[dict], report_s: float, wall_s: float) -> list[s
 
 
 def live_way(scenarios, work: Path) -> tuple[float, dict]:
-    """Each setting next to a fresh run of the reference setting, compared live."""
+    """Each setting next to a fresh run of the reference setting, compared live. Every
+    launch starts its processes fresh (no rank pool), as engine CI's two-settings
+    comparisons start a server per setting: the pool is part of the harness's way."""
+    with mock.patch.dict(os.environ, {pool.OFF_ENV: "0"}):
+        return _live_way(scenarios, work)
+
+
+def _live_way(scenarios, work: Path) -> tuple[float, dict]:
     start, per = time.monotonic(), {}
     for s in scenarios:
         t0 = time.monotonic()

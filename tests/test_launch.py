@@ -28,7 +28,7 @@ from tests.kit import (
     timeout_message,
     wait_until,
 )
-from tests.kit.ranks import ALLREDUCE, RANKS
+from tests.kit.ranks import ALLREDUCE, POOL_PRELOAD, RANKS
 
 pytestmark = pytest.mark.e2e  # starts real rank processes
 
@@ -40,23 +40,41 @@ def dirs(tmp_path):
     return logs, pids
 
 
-def launch_case(dirs, mode: str, world_size: int = 2, timeout_s: float = 60, env=None, **plan_env) -> LaunchOutcome:
+# How a rank process comes to be: started fresh (python SCRIPT), or forked from the
+# rank pool's zygote (python -m MODULE with preload modules, harness/launch/pool.py).
+# The launcher's promises (verdicts, blame, stacks, no survivors) hold for both.
+WAYS = ("fresh", "pool")
+
+
+def rank_command(way: str) -> dict:
+    if way == "pool":
+        return {"argv": [sys.executable, "-m", "tests.ranks.allreduce"], "preload": list(POOL_PRELOAD)}
+    return {"argv": [sys.executable, str(ALLREDUCE)]}
+
+
+def launch_case(dirs, mode: str, world_size: int = 2, timeout_s: float = 60, env=None, way: str = "fresh",
+                **plan_env) -> LaunchOutcome:
     logs, pids = dirs
     plan = LaunchPlan(
         world_size=world_size,
-        argv=[sys.executable, str(ALLREDUCE)],
         env={"RANK_MODE": mode, "PID_DIR": str(pids), **plan_env},
+        **rank_command(way),
     )
     out = run_ranks(plan, logs, timeout_s=scaled(timeout_s), env=env)
     assert_no_survivors(pids, world_size)
+    parents = {int((pids / f"parent{r}").read_text()) for r in range(world_size) if (pids / f"parent{r}").exists()}
+    assert parents, sorted(os.listdir(pids))
+    # the way under test, not a silent fall back to the other
+    assert (os.getpid() in parents) == (way == "fresh"), (way, parents)
     if out.status == "hang" and mode != "hang":  # a slow machine, not the case under test
         pytest.fail(timeout_message(f"the {mode!r} ranks to end", out.duration_s))
     assert out.logs == {r: str(logs / f"rank{r}.log") for r in range(world_size)}
     return out
 
 
-def test_all_ok(dirs):
-    out = launch_case(dirs, "ok")
+@pytest.mark.parametrize("way", WAYS)
+def test_all_ok(dirs, way):
+    out = launch_case(dirs, "ok", way=way)
     assert out.status == "ok", out
     assert out.failure is None and out.stacks == {} and out.stuck_at == {}
     assert out.port > 0 and out.duration_s > 0
@@ -64,9 +82,9 @@ def test_all_ok(dirs):
         assert "all_reduce ok (3.0)" in Path(out.logs[r]).read_text()
 
 
-@pytest.mark.parametrize("world_size", [2, 4])
-def test_rank_raises(dirs, world_size):
-    out = launch_case(dirs, "raise", world_size=world_size)
+@pytest.mark.parametrize(("world_size", "way"), [(2, "fresh"), (4, "fresh"), (4, "pool")])
+def test_rank_raises(dirs, world_size, way):
+    out = launch_case(dirs, "raise", world_size=world_size, way=way)
     assert out.status == "crash", out
     f = out.failure
     # the other ranks die too ("Connection closed by peer"), but rank 1 is the cause
@@ -77,24 +95,27 @@ def test_rank_raises(dirs, world_size):
     assert f.log == out.logs[1]
 
 
-def test_rank_sigkilled(dirs):
-    out = launch_case(dirs, "sigkill")
+@pytest.mark.parametrize("way", WAYS)
+def test_rank_sigkilled(dirs, way):
+    out = launch_case(dirs, "sigkill", way=way)
     assert out.status == "crash", out
     f = out.failure
     assert (f.rank, f.exitcode, f.signal, f.exception) == (1, None, "SIGKILL", None)
     assert "all_reduce ok" in f.traceback  # no error record: the tail of the log instead
 
 
-def test_rank_exits_nonzero_without_record(dirs):
-    out = launch_case(dirs, "exit3")
+@pytest.mark.parametrize("way", WAYS)
+def test_rank_exits_nonzero_without_record(dirs, way):
+    out = launch_case(dirs, "exit3", way=way)
     assert out.status == "crash", out
     assert (out.failure.rank, out.failure.exitcode, out.failure.signal) == (1, 3, None)
 
 
-def test_hang_dumps_every_rank(dirs):
+@pytest.mark.parametrize("way", WAYS)
+def test_hang_dumps_every_rank(dirs, way):
     # The deadline must outlast torch's import and the rendezvous on a loaded machine,
     # or the dump catches the ranks before they reach their hang point.
-    out = launch_case(dirs, "hang", timeout_s=30)
+    out = launch_case(dirs, "hang", timeout_s=30, way=way)
     assert out.status == "hang", out
     assert out.failure is None
     assert set(out.stacks) == {0, 1} and set(out.stuck_at) == {0, 1}
@@ -107,11 +128,13 @@ def test_hang_dumps_every_rank(dirs):
     assert out.stall is None and out.duration_s >= scaled(30)
 
 
-def test_env_reaches_every_rank(dirs):
+@pytest.mark.parametrize("way", WAYS)
+def test_env_reaches_every_rank(dirs, way):
     _, pids = dirs
     out = launch_case(
         dirs,
         "ok",
+        way=way,
         env={"HARNESS_TEST_TOKEN": "from-harness", "CUDA_VISIBLE_DEVICES": ""},
         ECHO_ENV="HARNESS_TEST_TOKEN",
     )
@@ -167,10 +190,10 @@ def test_launcher_exception_leaves_nothing(dirs, monkeypatch):
     assert_no_survivors(pids, 2)
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
-def test_interrupt_leaves_nothing(dirs, sig):
+@pytest.mark.parametrize(("sig", "way"), [(signal.SIGINT, "fresh"), (signal.SIGTERM, "fresh"), (signal.SIGINT, "pool")])
+def test_interrupt_leaves_nothing(dirs, sig, way):
     logs, pids = dirs
-    env = {**os.environ, "RANK_MODE": "hang", "PID_DIR": str(pids)}
+    env = {**os.environ, "RANK_MODE": "hang", "PID_DIR": str(pids), "DRIVER_RANK_WAY": way}
     driver = subprocess.Popen(
         [sys.executable, str(RANKS / "driver.py"), str(logs)], env=env, stdout=subprocess.PIPE, text=True,
         preexec_fn=sigint_as_from_a_terminal,

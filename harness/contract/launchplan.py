@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+#: what a rank is told of its run's device lease: its slots, "0,3" (harness/plan/devices.py)
+DEVICE_SLOTS_ENV = "HARNESS_DEVICE_SLOTS"
+
 
 @dataclass
 class LaunchPlan:
@@ -14,3 +17,8 @@ class LaunchPlan:
     world_size: int
     argv: list[str]  # the same command line for every rank
     env: dict[str, str] = field(default_factory=dict)
+    # Modules every rank imports, for `PYTHON -m MODULE` commands: the launcher then
+    # forks ranks from a process that imported them once (harness/launch/pool.py).
+    # Only modules whose import starts no thread and does not touch CUDA; empty: every
+    # rank starts as a fresh process.
+    preload: list[str] = field(default_factory=list)

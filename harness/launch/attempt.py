@@ -22,6 +22,7 @@ from harness.launch.blame import (
 )
 from harness.launch.cluster import Cluster
 from harness.launch.outcome import RankFailure
+from harness.launch.pool import spawn_rank
 from harness.launch.procgroup import stop_group
 from harness.launch.rankside import (
     DUMP_SIGNAL,
@@ -132,18 +133,26 @@ class Attempt:
             for stale in (self.errs[r], Path(str(self.errs[r]) + ".tmp"), Path(hb), Path(hb + ".activity")):
                 stale.unlink(missing_ok=True)
         for r in range(self.plan.world_size):
-            with open(self.logs[r], "wb") as log:
-                proc = subprocess.Popen(
-                    self.command(r),
-                    env=self.rank_env(r),
-                    stdin=subprocess.PIPE if self.placement else subprocess.DEVNULL,
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    process_group=0 if self.pgid is None else self.pgid,
-                )
+            proc = self._start_rank(r, 0 if self.pgid is None else self.pgid)
             self.procs.append(proc)
             if self.pgid is None:
                 self.pgid = proc.pid
+
+    def _start_rank(self, rank: int, pgid: int):
+        """Forked from the rank pool where it serves (pool.py), else a fresh process."""
+        if not self.placement:
+            forked = spawn_rank(self.plan.argv, self.plan.preload, self.rank_env(rank), self.logs[rank], pgid)
+            if forked is not None:
+                return forked
+        with open(self.logs[rank], "wb") as log:
+            return subprocess.Popen(
+                self.command(rank),
+                env=self.rank_env(rank),
+                stdin=subprocess.PIPE if self.placement else subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                process_group=pgid,
+            )
 
     def poll(self) -> list[RankExit]:
         """Ranks that exited since the last poll."""

@@ -40,6 +40,8 @@ def signal_name(num: int) -> str:
 
 def peek_exit(proc: subprocess.Popen) -> tuple[int | None, str | None] | None:
     """(exitcode, signal) of an exited rank without reaping it; None while it runs."""
+    if not isinstance(proc, subprocess.Popen):  # a rank forked by the rank pool (pool.ForkedRank)
+        return proc.peek_exit()
     if hasattr(os, "waitid"):
         try:
             info = os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)

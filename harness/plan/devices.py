@@ -27,10 +27,12 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from harness.contract.launchplan import DEVICE_SLOTS_ENV
+
 DEVICES_ENV = "HARNESS_DEVICES"  # how many slots this machine has
 LOCK_DIR_ENV = "HARNESS_DEVICE_LOCK_DIR"  # where the slot files live (one dir per machine)
 LEASE_LOG_ENV = "HARNESS_LEASE_LOG"  # append every lease here (JSON lines)
-SLOTS_ENV = "HARNESS_DEVICE_SLOTS"  # what a rank is told: its run's slots, "0,3"
+SLOTS_ENV = DEVICE_SLOTS_ENV  # what a rank is told: its run's slots, "0,3"
 POLL_S = 0.2  # how often a waiting lease looks again (other processes release silently)
 
 

@@ -37,7 +37,8 @@ def alive(pid: int) -> bool:
 
 def survivors(run_dir: Path) -> list[str]:
     """Live processes of a run ("pid: command line"): every process, but this one,
-    whose command line or environment mentions `run_dir`."""
+    whose command line, environment or stdout mentions `run_dir`. (A rank forked from
+    the rank pool has the zygote's environment in /proc; its stdout is its log.)"""
     marker = str(run_dir).encode()
     found = []
     for pid in filter(str.isdigit, os.listdir("/proc")):
@@ -46,10 +47,11 @@ def survivors(run_dir: Path) -> list[str]:
         try:
             cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
             environ = Path(f"/proc/{pid}/environ").read_bytes()
+            stdout = os.readlink(f"/proc/{pid}/fd/1").encode() if Path(f"/proc/{pid}/fd/1").exists() else b""
             state = _state(pid)
         except OSError:  # ended meanwhile, or not ours to read
             continue
-        if (marker in cmdline or marker in environ) and state not in ("Z", "X"):
+        if (marker in cmdline or marker in environ or marker in stdout) and state not in ("Z", "X"):
             command = cmdline.replace(b"\0", b" ").decode(errors="replace").strip()
             found.append(f"{pid}: {command}")
     return found

@@ -22,6 +22,8 @@ from tests.kit.timing import scaled, timeout_message
 # driver.py: run_ranks in a process of its own, for the signal tests)
 RANKS = ROOT / "tests" / "ranks"
 ALLREDUCE = RANKS / "allreduce.py"
+# what tests/ranks/allreduce.py imports, for ranks forked from the rank pool
+POOL_PRELOAD = ("torch", "torch.distributed", "harness.launch.rankside")
 
 #: budget of one multi-rank run on an unloaded 2-core machine, before HARNESS_TEST_TIME_SCALE:
 #: generous, as torch.compile alone takes ~100 s there under load

@@ -10,6 +10,8 @@ the sum, then behaves as $RANK_MODE says on rank $RANK_TARGET (default 1):
 With $PID_DIR set, each rank writes rank{r}-{pid}.pid there, and the pid of a
 grandchild it spawns (`sleep`) to grand{r}-{pid}.pid, so a test can check that
 nothing survives the run; after the all-reduce it writes ready{r}.
+Each also writes its parent's pid to parent{r}: the launcher's when started fresh, a
+zygote's when forked from the rank pool.
 With $ECHO_ENV=NAME, each rank writes the value of $NAME to $PID_DIR/rank{r}.env.
 """
 
@@ -41,6 +43,7 @@ def main():
         # one file per process (a port retry starts the ranks again)
         Path(pid_dir, f"grand{rank}-{grand.pid}.pid").write_text(str(grand.pid))
         Path(pid_dir, f"rank{rank}-{os.getpid()}.pid").write_text(str(os.getpid()))
+        Path(pid_dir, f"parent{rank}").write_text(str(os.getppid()))  # the launcher, or the rank pool's zygote
         if os.environ.get("ECHO_ENV"):
             Path(pid_dir, f"rank{rank}.env").write_text(os.environ.get(os.environ["ECHO_ENV"], "<unset>"))
 

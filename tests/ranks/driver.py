@@ -3,7 +3,7 @@
 usage: driver.py LOG_DIR   (the rank behaviour comes from the environment)
 Prints one JSON line with the outcome and exits 130 on an interrupt.
 With $DRIVER_NODE_PREFIX (a shell-quoted exec prefix), each rank runs on its own "node"
-behind that prefix.
+behind that prefix. With $DRIVER_RANK_WAY=pool, the ranks are forked from the rank pool.
 """
 
 import json
@@ -24,7 +24,12 @@ if prefix is not None:
     nodes = tuple(Node(f"n{i}", tuple(shlex.split(prefix)), 1) for i in range(2))
     cluster = Cluster(nodes, "127.0.0.1")
 
-plan = LaunchPlan(world_size=2, argv=[sys.executable, str(Path(__file__).with_name("allreduce.py"))])
+if os.environ.get("DRIVER_RANK_WAY") == "pool":  # ranks forked from the rank pool's zygote
+    from tests.kit.ranks import POOL_PRELOAD
+
+    plan = LaunchPlan(2, [sys.executable, "-m", "tests.ranks.allreduce"], preload=list(POOL_PRELOAD))
+else:
+    plan = LaunchPlan(world_size=2, argv=[sys.executable, str(Path(__file__).with_name("allreduce.py"))])
 try:
     # outlasts the test's own (scaled) wait for the ranks: the test interrupts the run first
     out = run_ranks(plan, Path(sys.argv[1]), timeout_s=scaled(120), cluster=cluster)

@@ -8,6 +8,7 @@ rank (TP rank 0 of the last stage) writes EngineOutputs to spec.output_dir.
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from pathlib import Path
@@ -111,6 +112,11 @@ def run(spec) -> None:
 
     phases = PhaseMarks(spec.output_dir)
     phases.mark("start")
+    if spec.device == "cpu" and "OMP_NUM_THREADS" not in os.environ:
+        # Ranks share the host's cores; without this each rank runs a full pool. Set
+        # here, not as OMP_NUM_THREADS in the launch plan: the environment then is the
+        # same for runs of every size, and one rank-pool zygote serves them all.
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // (spec.tp * spec.pp)))
     if spec.dtype not in DTYPES:
         raise ValueError(f"unknown dtype {spec.dtype!r} (known: {', '.join(DTYPES)})")
     if spec.sp and spec.tp < 2:

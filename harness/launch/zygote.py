@@ -1,0 +1,217 @@
+"""The rank pool's zygote: one process that imports an engine's heavy modules once and
+forks ranks from that state, so a rank does not spend its first seconds importing torch.
+
+    python harness/launch/zygote.py MODULE...    (started by harness/launch/pool.py)
+
+It imports MODULE... (the engine's `LaunchPlan.preload`), checks that the fork will
+be safe, then serves the launcher over its stdin/stdout, one JSON object per line:
+
+  -> {"ready": true} | {"unsafe": why} | {"error": traceback}   once, after the imports
+  <- {"spawn": [module, arg...], "command": [python, "-m", module, arg...], "env": {...},
+      "cwd": dir, "log": path, "pgid": 0 | N}
+  -> {"pid": N} | {"error": why}                                  the answer to a spawn
+  -> {"exited": N, "code": c | null, "signal": name | null}       when a rank exits
+  <- {"reap": N}                                                  the launcher is done with it
+  end-of-file on stdin: every rank still alive is killed with its process group, and
+  the zygote exits.
+
+Why a fork here is safe, also on CUDA machines: the zygote only imports. It never runs
+a tensor operation (no OpenMP pool exists to be lost in the child), never initialises
+CUDA (the child does, after its CUDA_VISIBLE_DEVICES is set), and it refuses to serve
+when its imports left a second thread or an initialised CUDA context behind; the
+launcher then starts ranks the usual way.
+
+A forked rank is what `python -m MODULE ARG...` would be: its own environment (set
+before the module runs), working directory, process group (the run's, set by both the
+zygote and the child, so there is no race), stdin from /dev/null and stdout+stderr to
+its log. The zygote reports exits without reaping (waitid WNOWAIT) and reaps a rank
+only when the launcher says so, so a dead rank 0 keeps its pid, and with it the run's
+process group id, until the run's cleanup, as a rank the launcher started itself does.
+
+Environment read at import time (OMP_NUM_THREADS, TORCHINDUCTOR_* switches) is the
+zygote's own: the launcher keeps one zygote per (python, preload, environment), so
+a rank only ever comes from a zygote whose environment equals its own but for the
+per-rank variables (RANK, MASTER_PORT, ...).
+
+Run as a script by path; standard library only until it imports MODULE....
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import runpy
+import select
+import signal
+import sys
+import traceback
+
+POLL_S = 0.02  # how often live ranks are checked for an exit
+
+
+def thread_count() -> int:
+    try:
+        return len(os.listdir("/proc/self/task"))
+    except OSError:
+        return 1  # no /proc: the CUDA check still holds
+
+
+def unsafe_reason(allowed_threads: int) -> str | None:
+    """Why forking this process would not be safe, or None. `allowed_threads`: what
+    `import torch` itself leaves (its OpenMP workers, which the child's OpenMP runtime
+    recreates: PyTorch supports a fork after import, its DataLoader workers rely on it)."""
+    threads = thread_count()
+    if threads > allowed_threads:
+        return (f"the preloaded modules left {threads - allowed_threads} thread(s) running beyond torch's "
+                "own (a fork keeps only the calling thread)")
+    torch = sys.modules.get("torch")
+    if torch is not None and hasattr(torch, "cuda") and torch.cuda.is_initialized():
+        return "the preloaded modules initialised CUDA (a forked child could not use it)"
+    return None
+
+
+def send(out, message: dict) -> None:
+    out.write(json.dumps(message) + "\n")
+    out.flush()
+
+
+def become_rank(request: dict) -> None:
+    """In the forked child: turn into `python -m MODULE ARG...` with the request's
+    environment, directory, process group and log, then run the module. Never returns."""
+    code = 1
+    try:
+        show_command(request["command"])  # before the environment changes: it shares argv's memory
+        os.setpgid(0, request["pgid"])
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # as in any python process
+        os.chdir(request["cwd"])
+        sys.path[0] = request["cwd"]  # what `python -m` puts first
+        os.environ.clear()
+        os.environ.update(request["env"])
+        log = os.open(request["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)
+        os.dup2(log, 1)
+        os.dup2(log, 2)
+        os.close(log)
+        os.close(null)
+        module, *args = request["spawn"]
+        sys.argv = [module, *args]
+        runpy.run_module(module, run_name="__main__", alter_sys=True)
+        code = 0
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    except BaseException:  # noqa: BLE001 - the rank's log is where a failure must show
+        traceback.print_exc()
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+
+
+def show_command(command: list[str]) -> None:
+    """What ps, top and /proc/<pid>/cmdline show for this rank: its own command line
+    rather than the zygote's (an engine interpreter without setproctitle keeps the
+    zygote's; the rank's log and its process group still say which run it belongs to)."""
+    try:
+        from setproctitle import setproctitle
+    except ImportError:
+        return
+    setproctitle(" ".join(command))
+
+
+def spawn(request: dict) -> int:
+    pid = os.fork()
+    if pid == 0:
+        become_rank(request)
+    try:  # the parent sets the group too: it exists before the next rank asks to join it
+        os.setpgid(pid, request["pgid"])
+    except OSError:
+        pass  # the child already did it (and may have moved on to exec-like state)
+    return pid
+
+
+def exit_of(pid: int) -> tuple[int | None, str | None] | None:
+    """(exit code, signal name) of an exited child, without reaping it; None while it runs."""
+    info = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+    if info is None or info.si_pid == 0:
+        return None
+    if info.si_code == os.CLD_EXITED:
+        return info.si_status, None
+    try:
+        return None, signal.Signals(info.si_status).name
+    except ValueError:
+        return None, f"signal {info.si_status}"
+
+
+def serve(out) -> None:
+    running: set[int] = set()  # forked and not yet reported as exited
+    exited: set[int] = set()  # reported, waiting for the launcher's "reap"
+    pending = b""
+    stdin = sys.stdin.fileno()
+    while True:
+        ready, _, _ = select.select([stdin], [], [], POLL_S)
+        if ready:
+            chunk = os.read(stdin, 65536)
+            if not chunk:
+                break  # the launcher is gone or done
+            pending += chunk
+            while b"\n" in pending:
+                line, pending = pending.split(b"\n", 1)
+                request = json.loads(line)
+                if "spawn" in request:
+                    try:
+                        pid = spawn(request)
+                    except OSError as exc:
+                        send(out, {"error": f"fork failed: {exc}"})
+                    else:
+                        running.add(pid)
+                        send(out, {"pid": pid})
+                elif "reap" in request and request["reap"] in exited:
+                    os.waitpid(request["reap"], 0)
+                    exited.discard(request["reap"])
+        for pid in list(running):
+            status = exit_of(pid)
+            if status is not None:
+                running.discard(pid)
+                exited.add(pid)
+                send(out, {"exited": pid, "code": status[0], "signal": status[1]})
+    # End-of-file: nothing forked here may outlive the launcher, nor what a rank started
+    # itself (it shares the rank's process group: the run's).
+    for pid in running:
+        try:
+            os.killpg(os.getpgid(pid), signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def main() -> None:
+    # The protocol owns the original stdout; fd 1 goes to stderr so that a preloaded
+    # module that prints cannot corrupt it.
+    out = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)
+    sys.path[0] = os.getcwd()  # not this script's directory: harness/launch/ must not shadow anything
+    allowed_threads = 1
+    try:
+        for module in sys.argv[1:]:
+            importlib.import_module(module)
+            if module == "torch":
+                allowed_threads = thread_count()
+    except BaseException:  # noqa: BLE001 - reported to the launcher, which falls back
+        send(out, {"error": traceback.format_exc()})
+        return
+    why = unsafe_reason(allowed_threads)
+    if why:
+        send(out, {"unsafe": why})
+        return
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the launcher decides when we stop
+    send(out, {"ready": True})
+    serve(out)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,132 @@
+"""The rank pool (harness/launch/pool.py, zygote.py): ranks forked from a process that
+imported the engine once. tests/test_launch.py runs the launcher's crash, hang, env and
+Ctrl-C cases both ways (fresh and pooled); these are the pool's own promises: one zygote
+per import-time environment and reused, a refusal that falls back to fresh ranks and
+says why, exits seen without reaping, and nothing left behind when the pool closes."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import sys
+from pathlib import Path
+
+import pytest
+
+from harness.contract.launchplan import LaunchPlan
+from harness.launch import pool, run_ranks
+from harness.launch.pool import module_argv, spawn_rank
+from tests.kit import assert_no_survivors, scaled, wait_until
+from tests.kit.procs import alive, pids_in
+from tests.kit.ranks import POOL_PRELOAD
+
+pytestmark = pytest.mark.e2e  # starts real zygotes and ranks
+
+MODULE = [sys.executable, "-m", "tests.ranks.allreduce"]
+
+
+@pytest.fixture(autouse=True)
+def fresh_pool():
+    """Each test starts with no zygote and leaves none behind."""
+    pool.close_all()
+    pool._refused.clear()
+    yield
+    pool.close_all()
+
+
+def run_ok(tmp_path: Path, name: str, preload=POOL_PRELOAD, **env) -> set[int]:
+    """A world-2 run that must pass; returns the pids of its ranks' parents. Every run
+    uses the same PID_DIR (emptied first): the environment is what selects a zygote."""
+    pids = tmp_path / "pids"
+    shutil.rmtree(pids, ignore_errors=True)
+    pids.mkdir()
+    plan = LaunchPlan(2, MODULE, {"RANK_MODE": "ok", "PID_DIR": str(pids), **env}, preload=list(preload))
+    out = run_ranks(plan, tmp_path / f"{name}-logs", timeout_s=scaled(60))
+    assert out.status == "ok", out
+    assert_no_survivors(pids, 2)
+    return {int((pids / f"parent{r}").read_text()) for r in range(2)}
+
+
+def test_one_zygote_serves_every_run_of_an_environment(tmp_path):
+    first = run_ok(tmp_path, "a")
+    second = run_ok(tmp_path, "b")
+    assert len(first) == 1 and first == second and os.getpid() not in first  # one zygote, both runs
+    assert len(pool._zygotes) == 1
+    other = run_ok(tmp_path, "c", OMP_NUM_THREADS="1")  # read at import: another zygote
+    assert other != first and len(pool._zygotes) == 2
+
+
+def test_a_zygote_left_with_a_thread_refuses_and_ranks_start_fresh(tmp_path, capfd):
+    parents = run_ok(tmp_path, "a", preload=(*POOL_PRELOAD, "tests.ranks.starts_a_thread"))
+    assert parents == {os.getpid()}  # started fresh by the launcher
+    assert "ranks start fresh, not from the rank pool" in capfd.readouterr().err
+    assert "thread(s) running beyond torch's own" in next(iter(pool._refused.values()))
+
+
+def test_a_preload_that_fails_to_import_refuses_and_ranks_start_fresh(tmp_path, capfd):
+    parents = run_ok(tmp_path, "a", preload=("no_such_module_anywhere",))
+    assert parents == {os.getpid()}
+    assert "No module named 'no_such_module_anywhere'" in capfd.readouterr().err
+
+
+def test_pool_off_starts_ranks_fresh(tmp_path, monkeypatch):
+    monkeypatch.setenv(pool.OFF_ENV, "0")
+    assert run_ok(tmp_path, "a") == {os.getpid()} and not pool._zygotes
+
+
+def spawn_hanging(tmp_path: Path, mode: str = "hang"):
+    """One world-1 rank forked from the pool, alone in a new process group."""
+    pids = tmp_path / "hanging"
+    pids.mkdir(exist_ok=True)
+    env = {**os.environ, "RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "0",
+           "RANK_MODE": mode, "RANK_TARGET": "0", "PID_DIR": str(pids)}
+    rank = spawn_rank(MODULE, list(POOL_PRELOAD), env, tmp_path / "rank0.log", 0)
+    assert rank is not None
+    return rank, pids
+
+
+def wait_gone(pid_dir: Path) -> None:
+    """A SIGKILL is delivered asynchronously: wait until every process in pid_dir ended."""
+    wait_until(lambda: not any(alive(pid) for pid in pids_in(pid_dir)), scaled(10), "the killed processes to end")
+
+
+def test_an_exit_is_seen_without_reaping(tmp_path):
+    rank, _ = spawn_hanging(tmp_path, "exit3")
+    wait_until(lambda: rank.peek_exit() is not None, scaled(60), "the forked rank to exit")
+    assert rank.peek_exit() == (3, None)
+    assert Path(f"/proc/{rank.pid}").exists() and not alive(rank.pid)  # a zombie: its pid is still held
+    assert os.getpgid(rank.pid) == rank.pid  # its own group, as asked (pgid 0)
+    os.killpg(rank.pid, signal.SIGKILL)  # the `sleep` it started (the launcher's cleanup, here by hand)
+    assert rank.wait(scaled(10)) == 3 and rank.returncode == 3
+    wait_gone(tmp_path / "hanging")
+    wait_until(lambda: not Path(f"/proc/{rank.pid}").exists(), scaled(10), "the zygote to reap the rank")
+
+
+def test_closing_the_pool_leaves_nothing(tmp_path):
+    rank, pids = spawn_hanging(tmp_path)
+    wait_until(lambda: (pids / "ready0").exists(), scaled(60), "the forked rank to get ready")
+    # ps shows the rank's own command, not the zygote's
+    assert Path(f"/proc/{rank.pid}/cmdline").read_bytes().startswith(" ".join(MODULE).encode())
+    zygote = next(iter(pool._zygotes.values())).proc
+    pool.close_all()
+    assert zygote.poll() is not None
+    assert_no_survivors(pids, 1)
+
+
+def test_only_python_module_commands_are_pooled():
+    assert module_argv(["/py", "-m", "pkg.mod", "spec.json"]) == ("/py", ["pkg.mod", "spec.json"])
+    assert module_argv(["/py", "script.py"]) is None and module_argv(["vllm", "serve"]) is None
+
+
+def test_a_zygote_with_a_running_rank_is_never_closed_to_make_room(tmp_path, monkeypatch):
+    monkeypatch.setattr(pool, "MAX_ZYGOTES", 1)
+    rank, pids = spawn_hanging(tmp_path)
+    wait_until(lambda: (pids / "ready0").exists(), scaled(60), "the forked rank to get ready")
+    run_ok(tmp_path, "other", OMP_NUM_THREADS="1")  # a second zygote, over the limit
+    assert len(pool._zygotes) == 2 and rank.peek_exit() is None  # the busy one stayed, its rank runs
+    os.killpg(rank.pid, signal.SIGKILL)  # the rank and the `sleep` it started
+    assert rank.wait(scaled(10)) == -signal.SIGKILL
+    wait_gone(pids)
+    run_ok(tmp_path, "third", OMP_NUM_THREADS="3")  # now the idle ones make room
+    assert len(pool._zygotes) == 1
