@@ -44,11 +44,13 @@ def harness_way(scenarios, work: Path) -> tuple[float, dict, list[dict], float]:
     """(wall s, {id: (s, verdict)}, each verdict's timings, report writing s). The rank
     pool starts empty, as in a new `harness run`: its zygotes' imports are counted."""
     from harness.report import write_report
+    from harness.report.html import draw_ahead
 
     pool.close_all()
     start, per, timed = time.monotonic(), {}, []
     for s in scenarios:
         v = run_scenario(s, work, RunOptions(gate="pr"))
+        draw_ahead(v)  # as `harness run`'s progress display does
         per[s.id] = (v.duration_s, v.verdict)
         timed.append(v.timings)
     report_s = write_report(work)["report_s"]

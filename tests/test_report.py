@@ -131,3 +131,23 @@ def test_report_shows_what_was_expected_beside_what_happened(tmp_path):
     assert "Raised at `vllm/model_executor/models/gemma4.py:812 in forward`" in md
     html = (tmp_path / "report.html").read_text()
     assert "expected (mismatch)" in html and "happened on vllm 0.32.0" in html and "gemma4.py:812 in forward" in html
+
+
+def test_plots_drawn_ahead_are_not_drawn_again(tmp_path, monkeypatch):
+    """A finished scenario's divergence plot is drawn in the background while the next
+    one runs (the progress display calls draw_ahead); writing the report reuses it."""
+    from harness.report import html, plots
+
+    drawn = []
+    real = plots.divergence_plot
+    monkeypatch.setattr(plots, "divergence_plot", lambda c, b: drawn.append(c["name"]) or real(c, b))
+    check = {"name": "logits", "kind": "logprobs", "passed": True, "summary": "ok", "metrics": {"max_abs_dlogprob": 1e-6},
+             "tolerance": "|dlogprob|<=0.0002, ", "per_position": [1e-6, 3e-6, 2e-6]}
+    v = Verdict("ahead/tp2", "pass", "ok", checks=[check])
+    save(tmp_path, v)
+    html.draw_ahead(v)
+    html._drawer.submit(lambda: None).result()  # the drawer has finished what was queued before
+    assert drawn == ["logits"]
+    write_report(tmp_path, {"run_id": "r1"})
+    assert drawn == ["logits"]  # not drawn a second time
+    assert "data:image/png;base64," in (tmp_path / "report.html").read_text()

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import json
 import re
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import jinja2
@@ -82,14 +84,39 @@ def _plotted_bound(check: dict) -> float | None:
     return float(found.group(1)) if found else None
 
 
+# Drawn plots by (scenario, check, bound, values): a plot drawn ahead, while the next
+# scenario ran (draw_ahead), is not drawn again when the report is written.
+_drawn: dict[tuple, str | None] = {}
+_drawn_lock = threading.Lock()
+_drawer: ThreadPoolExecutor | None = None
+
+
 def _divergence_plots(v: Verdict) -> list[str]:
     found = []
     for c in v.checks:
         if c["kind"] == "logprobs" and c.get("per_position"):
-            uri = plots.divergence_plot(c, _plotted_bound(c))
+            bound = _plotted_bound(c)
+            key = (v.scenario, c["name"], bound, tuple(c["per_position"]))
+            with _drawn_lock:
+                uri = _drawn.get(key)
+            if uri is None:
+                uri = plots.divergence_plot(c, bound)
+                with _drawn_lock:
+                    _drawn[key] = uri
             if uri:
                 found.append(uri)
     return found
+
+
+def draw_ahead(v: Verdict) -> None:
+    """Draw a finished scenario's plots in a background thread, while the next scenario
+    runs (its engine is other processes): most of a report's writing time is these
+    plots, drawn then off the run's critical path. write_html finds them drawn."""
+    global _drawer
+    with _drawn_lock:
+        if _drawer is None:
+            _drawer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="report-plots")
+    _drawer.submit(_divergence_plots, v)
 
 
 def _drift_plots(report, scenario: str) -> list[tuple[str, str]]:

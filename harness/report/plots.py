@@ -35,9 +35,11 @@ COLORS = {
 CATEGORIES = list(COLORS)
 
 
-def to_data_uri(fig: Figure) -> str:
+def to_data_uri(fig: Figure, tight: bool = True) -> str:
+    """`tight`: crop to what was drawn (legends outside the axes need it), at the price
+    of drawing the figure twice; a figure with fixed margins passes False."""
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=100, bbox_inches="tight")
+    fig.savefig(buf, format="png", dpi=100, bbox_inches="tight" if tight else None)
     return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
 
 
@@ -127,6 +129,9 @@ def divergence_plot(check: dict, bound: float | None) -> str | None:
     floor = 1e-9  # exact zeros on a log axis
     shown = np.maximum(values, floor)
     fig = Figure(figsize=(8, 2.6))
+    # fixed margins instead of a tight crop: one draw instead of two, and this plot is
+    # drawn for every logprobs check of every scenario (most of a report's writing time)
+    fig.subplots_adjust(left=0.09, right=0.98, bottom=0.17, top=0.89)
     ax = fig.add_subplot()
     ax.plot(np.arange(values.size), shown, linewidth=0.8, color="#1e88e5", label="|delta logprob|")
     if bound is not None:
@@ -138,7 +143,7 @@ def divergence_plot(check: dict, bound: float | None) -> str | None:
     ax.set_ylabel("|delta logprob|")
     ax.set_title(f"{check['name']}: per-position |delta logprob| vs golden", fontsize=10)
     ax.legend(fontsize=7, loc="upper left")
-    return to_data_uri(fig)
+    return to_data_uri(fig, tight=False)
 
 
 def trend_plot(rows: pd.DataFrame, column: str, current_run: str, band=None) -> str | None:

@@ -13,6 +13,7 @@ import threading
 import time
 from pathlib import Path
 
+from harness.report.html import draw_ahead
 from harness.session import Progress
 
 
@@ -68,6 +69,7 @@ class LineProgress(Progress):
             self._print(f"[{self._state.done}/{self._state.total} {self._state.elapsed()}] start {scenario.id}")
 
     def scenario_finished(self, verdict) -> None:
+        draw_ahead(verdict)
         with self._lock:
             state = self._state
             state.finish(verdict)
@@ -127,6 +129,7 @@ class LiveProgress(Progress):
             self._state.running[scenario.id] = time.monotonic()
 
     def scenario_finished(self, verdict) -> None:
+        draw_ahead(verdict)
         with self._lock:
             state = self._state
             state.finish(verdict)
