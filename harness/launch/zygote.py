@@ -120,9 +120,10 @@ def show_command(command: list[str]) -> None:
     setproctitle(" ".join(command))
 
 
-def spawn(request: dict) -> int:
+def spawn(request: dict, protocol_fd: int) -> int:
     pid = os.fork()
     if pid == 0:
+        os.close(protocol_fd)  # the launcher's pipe is the zygote's: its end-of-file must not wait for ranks
         become_rank(request)
     try:  # the parent sets the group too: it exists before the next rank asks to join it
         os.setpgid(pid, request["pgid"])
@@ -161,7 +162,7 @@ def serve(out) -> None:
                 request = json.loads(line)
                 if "spawn" in request:
                     try:
-                        pid = spawn(request)
+                        pid = spawn(request, out.fileno())
                     except OSError as exc:
                         send(out, {"error": f"fork failed: {exc}"})
                     else:
