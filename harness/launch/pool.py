@@ -154,6 +154,7 @@ class Zygote:
 
     def reap(self, pid: int) -> None:
         with self._lock:
+            self._ranks.pop(pid, None)  # its exit is recorded; a later rank may get its pid
             try:
                 self._send({"reap": pid})
             except (BrokenPipeError, ValueError):
