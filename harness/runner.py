@@ -236,22 +236,24 @@ def launch_verdict(name: str, outcome: LaunchOutcome, prepared: Prepared) -> Ver
     logs = {str(r): p for r, p in outcome.logs.items()}
     if outcome.status == "crash":
         f = prepared.engine.refine_crash(outcome.failure, _read(outcome.failure.log))
-        what = f.exception or (f"killed by {f.signal}" if f.signal else f"exit code {f.exitcode}")
-        where = f" at {_short_frame(f.frame)}" if getattr(f, "frame", None) else ""
-        return Verdict(name, "crash", f"rank {f.rank} crashed: {what}{where}", crash=asdict(f), logs=logs)
+        return Verdict(name, "crash", _crash_reason(f), crash=asdict(f), logs=logs)
     if outcome.status == "hang":
         where = "; ".join(f"rank {r} at {loc}" for r, loc in sorted(outcome.stuck_at.items()))
         hang = {"stuck_at": outcome.stuck_at, "stacks": outcome.stacks, "stall": outcome.stall}
         raised = _raised_before_hang(outcome, prepared)
         if raised is not None:  # the root cause is that exception; the hang only followed it
-            f = raised
-            at = f" at {_short_frame(f.frame)}" if getattr(f, "frame", None) else ""
-            return Verdict(name, "crash", f"rank {f.rank} crashed: {f.exception}{at}; the engine then made no "
-                           f"progress ({outcome.hang_reason()})", crash=asdict(f), hang=hang, logs=logs)
+            return Verdict(name, "crash", f"{_crash_reason(raised)}; the engine then made no progress "
+                           f"({outcome.hang_reason()})", crash=asdict(raised), hang=hang, logs=logs)
         return Verdict(name, "hang", f"{outcome.hang_reason()}: {where or 'no stack dump'}", hang=hang, logs=logs)
     if outcome.status != "ok":
         return Verdict(name, "error", f"launcher ended with status '{outcome.status}'", logs=logs)
     return None
+
+
+def _crash_reason(f: RankFailure) -> str:
+    what = f.exception or (f"killed by {f.signal}" if f.signal else f"exit code {f.exitcode}")
+    where = f" at {_short_frame(f.frame)}" if f.frame else ""
+    return f"rank {f.rank} crashed: {what}{where}"
 
 
 def _raised_before_hang(outcome: LaunchOutcome, prepared: Prepared):

@@ -130,3 +130,21 @@ def test_a_zygote_with_a_running_rank_is_never_closed_to_make_room(tmp_path, mon
     wait_gone(pids)
     run_ok(tmp_path, "third", OMP_NUM_THREADS="3")  # now the idle ones make room
     assert len(pool._zygotes) == 1
+
+
+def test_the_reference_engines_ranks_are_pooled_on_cpu_only():
+    """The built-in engine's gain (docs/BENCHMARKS.md, "The rank pool") holds only while
+    its preload list is set and a zygote accepts it: a torch upgrade whose imports start
+    a thread would otherwise turn the pool off with nothing but a line on stderr."""
+    from harness.contract.runspec import RunSpec
+    from harness.engines.reference import ReferenceEngine
+
+    def plan(device):
+        spec = RunSpec("t/x", "reference", "/m", "float32", {"tp": 2, "pp": 1}, [], "/o", device=device)
+        return ReferenceEngine().launch_plan(spec, "/s.json")
+
+    cpu = plan("cpu")
+    assert module_argv(cpu.argv) is not None and "torch" in cpu.preload
+    assert plan("cuda").preload == []  # CUDA ranks start fresh (docs/ENGINES.md section 3)
+    zygote = pool.Zygote(sys.executable, tuple(cpu.preload), {**os.environ, **cpu.env})  # refuses by raising
+    zygote.close()

@@ -140,14 +140,15 @@ class Attempt:
 
     def _start_rank(self, rank: int, pgid: int):
         """Forked from the rank pool where it serves (pool.py), else a fresh process."""
+        env = self.rank_env(rank)
         if not self.placement:
-            forked = spawn_rank(self.plan.argv, self.plan.preload, self.rank_env(rank), self.logs[rank], pgid)
+            forked = spawn_rank(self.plan.argv, self.plan.preload, env, self.logs[rank], pgid)
             if forked is not None:
                 return forked
         with open(self.logs[rank], "wb") as log:
             return subprocess.Popen(
                 self.command(rank),
-                env=self.rank_env(rank),
+                env=env,
                 stdin=subprocess.PIPE if self.placement else subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,

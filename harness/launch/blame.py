@@ -38,23 +38,27 @@ def signal_name(num: int) -> str:
         return f"signal {num}"
 
 
+def child_exit(pid: int) -> tuple[int | None, str | None] | None:
+    """(exitcode, signal) of an exited child `pid` without reaping it (waitid WNOWAIT: its
+    pid stays held); None while it runs. ChildProcessError if it is no child of ours."""
+    info = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+    if info is None or info.si_pid == 0:
+        return None
+    if info.si_code == os.CLD_EXITED:
+        return info.si_status, None
+    return None, signal_name(info.si_status)
+
+
 def peek_exit(proc: subprocess.Popen) -> tuple[int | None, str | None] | None:
     """(exitcode, signal) of an exited rank without reaping it; None while it runs."""
     if not isinstance(proc, subprocess.Popen):  # a rank forked by the rank pool (pool.ForkedRank)
         return proc.peek_exit()
     if hasattr(os, "waitid"):
         try:
-            info = os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+            return child_exit(proc.pid)
         except ChildProcessError:  # already reaped (should not happen): fall back
-            info = None
             if proc.returncode is None:
                 return None
-        else:
-            if info is None or info.si_pid == 0:
-                return None
-            if info.si_code == os.CLD_EXITED:
-                return info.si_status, None
-            return None, signal_name(info.si_status)
     rc = proc.poll()
     if rc is None:
         return None

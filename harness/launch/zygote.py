@@ -33,7 +33,8 @@ zygote's own: the launcher keeps one zygote per (python, preload, environment), 
 a rank only ever comes from a zygote whose environment equals its own but for the
 per-rank variables (RANK, MASTER_PORT, ...).
 
-Run as a script by path; standard library only until it imports MODULE....
+Run as a script by path; standard library and the launcher's blame.py only, until it
+imports MODULE....
 """
 
 from __future__ import annotations
@@ -46,6 +47,13 @@ import select
 import signal
 import sys
 import traceback
+from pathlib import Path
+
+# Run by path: the repository root instead of this script's directory (harness/launch/
+# must not shadow anything), for the launcher's own helpers (stdlib only, like nodeside.py).
+sys.path[0] = str(Path(__file__).resolve().parents[2])
+
+from harness.launch.blame import child_exit  # noqa: E402
 
 POLL_S = 0.02  # how often live ranks are checked for an exit
 
@@ -132,19 +140,6 @@ def spawn(request: dict, protocol_fd: int) -> int:
     return pid
 
 
-def exit_of(pid: int) -> tuple[int | None, str | None] | None:
-    """(exit code, signal name) of an exited child, without reaping it; None while it runs."""
-    info = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
-    if info is None or info.si_pid == 0:
-        return None
-    if info.si_code == os.CLD_EXITED:
-        return info.si_status, None
-    try:
-        return None, signal.Signals(info.si_status).name
-    except ValueError:
-        return None, f"signal {info.si_status}"
-
-
 def serve(out) -> None:
     running: set[int] = set()  # forked and not yet reported as exited
     exited: set[int] = set()  # reported, waiting for the launcher's "reap"
@@ -172,7 +167,7 @@ def serve(out) -> None:
                     os.waitpid(request["reap"], 0)
                     exited.discard(request["reap"])
         for pid in list(running):
-            status = exit_of(pid)
+            status = child_exit(pid)
             if status is not None:
                 running.discard(pid)
                 exited.add(pid)
@@ -195,7 +190,7 @@ def main() -> None:
     # module that prints cannot corrupt it.
     out = os.fdopen(os.dup(1), "w")
     os.dup2(2, 1)
-    sys.path[0] = os.getcwd()  # not this script's directory: harness/launch/ must not shadow anything
+    sys.path[0] = os.getcwd()  # the preloads import as under `python -m`, from the working directory
     allowed_threads = 1
     try:
         for module in sys.argv[1:]:
