@@ -11,6 +11,7 @@ from pathlib import Path
 
 from harness import exit_codes
 from harness.judge.expectations import describe as describe_expectation
+from harness.launch import DeferInterrupts, SigtermAsInterrupt
 from harness.plan.devices import DeviceError
 from harness.plan.nodes import NodesError
 from harness.roots import DEFAULT_REPORTS, reports_dir
@@ -173,6 +174,19 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The `harness` command. SIGTERM acts as Ctrl-C from its first line to its last
+    (README, "Exit codes": 130, and a run's report covers what ended), not only while
+    ranks run: a CI job cancelled while the harness plans, judges or reports still gets
+    an interrupt report, never SIGTERM's silent default death (143)."""
+    with SigtermAsInterrupt():
+        try:
+            return _main(argv)
+        except KeyboardInterrupt:
+            print("\nharness: interrupted", file=sys.stderr)
+            return exit_codes.INTERRUPTED
+
+
+def _main(argv: list[str] | None) -> int:
     args = build_parser().parse_args(argv)
     # neither needs (nor may fail on) the scenario files
     if args.command == "conformance":
@@ -267,6 +281,8 @@ def cmd_run(args, scenarios) -> int:
     history = history_dir(args.report_dir, args.history)
     # the planned list goes on disk with the claim: a report of a killed run can then say what never ran
     meta = {"gate": args.gate, "scenarios": [s.id for s in chosen], "faults": args.fault, "versions": harness_versions(), "started": time.time(), **plan.meta}
+    opts = RunOptions(timeout_s=args.timeout, faults=args.fault, env=dict(args.env), device=args.device,
+                      devices=plan.devices, cluster=plan.cluster, gate=args.gate)
     try:
         check_writable(history / "runs", "history store", "make it writable, or give --history DIR (or $HARNESS_HISTORY_DIR)")
         run_dir = claim_run_dir(args.report_dir, args.run_id, meta) if args.run_id else \
@@ -278,9 +294,7 @@ def cmd_run(args, scenarios) -> int:
         print(f"harness: {exc}", file=sys.stderr)
         return exit_codes.RESULTS_NOT_WRITTEN
     meta["run_id"] = run_dir.name
-    opts = RunOptions(timeout_s=args.timeout, faults=args.fault, env=dict(args.env), device=args.device,
-                      devices=plan.devices, cluster=plan.cluster, gate=args.gate)
-    try:
+    try:  # from the claim on, an interrupt ends in the report of what ended (_run_and_report)
         return _run_and_report(chosen, run_dir, meta, history, opts, args.jobs, plan.cost)
     except ResultsNotWritten as exc:
         print(f"harness: {exc}", file=sys.stderr)
@@ -318,7 +332,11 @@ def _run_and_report(chosen, run_dir: Path, meta: dict, history: Path, opts, jobs
     except KeyboardInterrupt:
         interrupted = True
         print("\nharness: interrupted; ranks stopped, writing the report of what finished", file=sys.stderr)
-    meta = _write_report(run_dir, {"interrupted": interrupted, "finished": time.time()}, history)
+    try:
+        with DeferInterrupts():  # the last report is written whole, whatever signal comes meanwhile
+            meta = _write_report(run_dir, {"interrupted": interrupted, "finished": time.time()}, history)
+    except KeyboardInterrupt:
+        interrupted = True  # stopped while reporting: the report is whole, the exit code says it was stopped
     from harness.report.versions import versions_text
 
     table = versions_text(collect_for_table(run_dir))

@@ -79,7 +79,7 @@ from harness.launch.attempt import Attempt, free_port
 from harness.launch.blame import looks_secondary, pick_first
 from harness.launch.cluster import Cluster, Node
 from harness.launch.outcome import LaunchInterrupted, LaunchOutcome, RankFailure
-from harness.launch.procgroup import BlockSignals, SigtermAsInterrupt
+from harness.launch.procgroup import BlockSignals, DeferInterrupts, SigtermAsInterrupt
 from harness.launch.rankside import LAUNCHER_PID_ENV
 from harness.launch.stacks import parse_stack_dump
 from harness.launch.stall import StallWatch, stall_window_s
@@ -94,6 +94,7 @@ __all__ = [
     "free_port",
     "parse_stack_dump",
     "SigtermAsInterrupt",
+    "DeferInterrupts",
     "LAUNCHER_PID_ENV",
 ]
 

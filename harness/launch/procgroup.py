@@ -126,3 +126,31 @@ class SigtermAsInterrupt:
         if self.installed:
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
         return False
+
+
+class DeferInterrupts:
+    """Hold Ctrl-C / SIGTERM while a short piece of work must finish whole (the final
+    report): a signal that comes meanwhile is remembered and raised as KeyboardInterrupt
+    once the work is done. A handler, not a signal mask: Python runs its handlers in the
+    main thread whichever thread the kernel hands the signal to, and a mask covers only
+    the thread that set it (the report's plot thread would still take SIGTERM's default)."""
+
+    SIGS = (signal.SIGINT, signal.SIGTERM)
+
+    def __enter__(self):
+        self.caught: int | None = None
+        self.old: dict = {}
+        if threading.current_thread() is threading.main_thread():
+            for sig in self.SIGS:
+                self.old[sig] = signal.signal(sig, self._remember)
+        return self
+
+    def _remember(self, signum, frame):
+        self.caught = signum
+
+    def __exit__(self, exc_type, *rest):
+        for sig, handler in self.old.items():
+            signal.signal(sig, handler)
+        if self.caught is not None and exc_type is None:
+            raise KeyboardInterrupt(signal.Signals(self.caught).name)
+        return False
