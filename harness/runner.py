@@ -234,6 +234,9 @@ def launch_verdict(name: str, outcome: LaunchOutcome, prepared: Prepared) -> Ver
     """The verdict of a launch that did not end with every rank done (crash: the rank
     that died first, as the engine tells it; hang: where each rank was stuck), or None."""
     logs = {str(r): p for r, p in outcome.logs.items()}
+    if outcome.status == "crash" and outcome.failure.harness_fault:  # the harness's helper died, not the engine
+        why = outcome.failure.harness_fault
+        return Verdict(name, "error", f"harness error: {why}", error={"exception": why}, crash=asdict(outcome.failure), logs=logs)
     if outcome.status == "crash":
         f = prepared.engine.refine_crash(outcome.failure, _read(outcome.failure.log))
         return Verdict(name, "crash", _crash_reason(f), crash=asdict(f), logs=logs)
@@ -308,7 +311,7 @@ def make_golden(scenario_for_golden: Scenario, work_dir: Path, opts: RunOptions 
         detail = outcome.status
         if outcome.failure:  # the engine names the worker that really died (vLLM's own processes)
             f = prepared.engine.refine_crash(outcome.failure, _read(outcome.failure.log))
-            detail = f"rank {f.rank}: {f.exception or f.signal or f'exit code {f.exitcode}'}"
+            detail = f.harness_fault or f"rank {f.rank}: {f.exception or f.signal or f'exit code {f.exitcode}'}"
         raise RuntimeError(f"golden run of '{scenario_for_golden.golden_key}' ended as {outcome.status}: {detail}; logs in {out_dir / 'logs'}")
     results = None
     if prepared.evals:

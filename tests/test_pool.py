@@ -14,10 +14,11 @@ from pathlib import Path
 
 import pytest
 
+from harness import exit_codes
 from harness.contract.launchplan import LaunchPlan
 from harness.launch import pool, run_ranks
 from harness.launch.pool import module_argv, spawn_rank
-from tests.kit import assert_no_survivors, scaled, wait_until
+from tests.kit import assert_no_survivors, communicate, scaled, start_harness, survivors, verdict_of, wait_until
 from tests.kit.procs import alive, pids_in
 from tests.kit.ranks import POOL_PRELOAD
 
@@ -148,3 +149,40 @@ def test_the_reference_engines_ranks_are_pooled_on_cpu_only():
     assert plan("cuda").preload == []  # CUDA ranks start fresh (docs/ENGINES.md section 3)
     zygote = pool.Zygote(sys.executable, tuple(cpu.preload), {**os.environ, **cpu.env})  # refuses by raising
     zygote.close()
+
+
+def zygote_with_a_rank(harness_pid: int) -> int | None:
+    """The pid of the harness's zygote once it has forked a rank (a child of its own)."""
+    children = {int(c) for c in Path(f"/proc/{harness_pid}/task/{harness_pid}/children").read_text().split()}
+    for pid in children:
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+            forked = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+        except OSError:
+            continue
+        if b"zygote.py" in cmdline and forked:
+            return pid
+    return None
+
+
+def test_a_zygote_killed_mid_scenario_is_the_harnesss_error_not_an_engine_crash(tmp_path):
+    """Issue 25 item 9: the rank dies with the zygote (PDEATHSIG); that is the harness's
+    own helper failing, so the verdict is `error` naming the zygote, never `crash` of rank 0."""
+    reports = tmp_path / "reports"
+    proc = start_harness("run", "llama-tiny/tp1-pp1", "--jobs", "1", "--report-dir", str(reports), "--run-id", "r",
+                         "--env", "HARNESS_RANK_FAULT=hang@0", "--timeout", "3600")  # the rank waits to be killed
+    try:
+        wait_until(lambda: zygote_with_a_rank(proc.pid) is not None, 120, "the zygote to fork the scenario's rank", proc=proc)
+        zygote = zygote_with_a_rank(proc.pid)  # the same one: its rank waits to be killed
+        assert zygote is not None
+        os.kill(zygote, signal.SIGKILL)
+        out, _ = communicate(proc, 300, "the harness to end the scenario")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == exit_codes.NOT_AS_EXPECTED, out
+    verdict = verdict_of(reports / "r", "llama-tiny/tp1-pp1")
+    assert verdict["verdict"] == "error", verdict["reason"]
+    assert verdict["reason"] == (f"harness error: the rank pool's zygote (pid {zygote}) was killed by SIGKILL, "
+                                 "and its ranks died with it")
+    assert not survivors(reports / "r")

@@ -22,7 +22,7 @@ from harness.launch.blame import (
 )
 from harness.launch.cluster import Cluster
 from harness.launch.outcome import RankFailure
-from harness.launch.pool import spawn_rank
+from harness.launch.pool import ForkedRank, spawn_rank
 from harness.launch.procgroup import stop_group
 from harness.launch.rankside import (
     DUMP_SIGNAL,
@@ -165,7 +165,7 @@ class Attempt:
             st = peek_exit(p)
             if st is None:
                 continue
-            ex = RankExit(r, st[0], st[1], now)
+            ex = RankExit(r, st[0], st[1], now, lost=p.lost if isinstance(p, ForkedRank) else None)
             if ex.failed:
                 ex.record = read_record(self.errs[r])
             self.exits[r] = ex
@@ -195,7 +195,8 @@ class Attempt:
             frame, wrapper = rec.get("frame") or None, rec.get("wrapper") or None
         if traceback is None:
             traceback = log_tail(self.logs[ex.rank]) or None
-        return RankFailure(ex.rank, ex.exitcode, ex.signal, exception, traceback, str(self.logs[ex.rank]), frame, wrapper)
+        return RankFailure(ex.rank, ex.exitcode, ex.signal, exception, traceback, str(self.logs[ex.rank]), frame, wrapper,
+                           harness_fault=ex.lost)
 
     def addr_in_use(self) -> bool:
         """Did rank 0 (the TCPStore host) fail because MASTER_PORT was taken?"""

@@ -25,6 +25,7 @@ class RankExit:
     signal: str | None
     observed: float  # monotonic time we noticed it
     record: dict | None = None  # the rank's error record, if it wrote one
+    lost: str | None = None  # it died with a helper of the harness's own (the rank pool's zygote): why
 
     @property
     def failed(self) -> bool:

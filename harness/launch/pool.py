@@ -64,6 +64,9 @@ class ForkedRank:
         self._exit: tuple[int | None, str | None] | None = None
         self._exited = threading.Event()
         self._reaped = False
+        # Set when the rank died because the zygote did: the harness's own helper failed,
+        # not the engine (the runner makes that an `error` verdict, never a `crash`).
+        self.lost: str | None = None
 
     def exited(self, code: int | None, sig: str | None) -> None:
         self._exit = (code, sig)
@@ -131,8 +134,11 @@ class Zygote:
             else:
                 self._answers.put(ZygoteUnavailable(message.get("error", "unexpected answer")))
         # The zygote is gone, and with it every rank it forked (PDEATHSIG, rankside).
-        for rank in self._ranks.values():
-            if rank.peek_exit() is None:
+        lost = [rank for rank in self._ranks.values() if rank.peek_exit() is None]
+        if lost:
+            why = f"the rank pool's zygote (pid {self.proc.pid}) {_ended(self.proc.wait())}, and its ranks died with it"
+            for rank in lost:
+                rank.lost = why
                 rank.exited(None, "SIGKILL")
         self._answers.put(ZygoteUnavailable("the zygote exited"))
 
@@ -178,6 +184,16 @@ class Zygote:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
+
+
+def _ended(returncode: int) -> str:
+    """How a process ended, from its Popen return code, in a verdict's words."""
+    if returncode < 0:
+        try:
+            return f"was killed by {signal.Signals(-returncode).name}"
+        except ValueError:
+            return f"was killed by signal {-returncode}"
+    return f"exited with code {returncode}"
 
 
 _zygotes: OrderedDict[tuple, Zygote] = OrderedDict()
