@@ -345,6 +345,9 @@ def _run_and_report(chosen, run_dir: Path, meta: dict, history: Path, opts, jobs
     print(f"harness: {counts_text(meta['counts'], meta['never_ran'])}; report: {run_dir / 'report.html'}")
     if meta.get("history_error"):
         print(f"harness: results not recorded: {meta['history_error']}", file=sys.stderr)
+    if meta.get("results_not_written"):
+        print("harness: results not written (a disk fault, not the engine): " + ", ".join(meta["results_not_written"]),
+              file=sys.stderr)
     if meta["not_as_expected"]:
         print("harness: not as expected: " + ", ".join(meta["not_as_expected"]), file=sys.stderr)
     return exit_codes.of_run(meta, interrupted)

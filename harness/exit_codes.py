@@ -9,7 +9,7 @@ from __future__ import annotations
 OK = 0  # every planned scenario ended, each as expected
 NOT_AS_EXPECTED = 1  # a scenario ended fail/crash/hang/error or passed unexpectedly; --diff: NEW regressed
 USAGE = 2  # bad arguments or inputs, nothing ran: bad scenario file, no match, run directory taken, not a run
-RESULTS_NOT_WRITTEN = 3  # the run directory, its report or the history store could not be written
+RESULTS_NOT_WRITTEN = 3  # the run directory, its report, the history store or a scenario's files could not be written
 INCOMPLETE = 4  # planned scenarios never ended (the harness was killed): no verdict on the whole run
 INTERRUPTED = 130  # Ctrl-C or SIGTERM: ranks stopped, the report covers what ended
 
@@ -19,7 +19,7 @@ def of_run(meta: dict, interrupted: bool = False) -> int:
     Results that were not stored come first: nothing else about the run is then
     on record. A failure found beats an incomplete run: the change is unsafe
     whatever the scenarios that never ran would have said."""
-    if meta.get("history_error"):
+    if meta.get("history_error") or meta.get("results_not_written"):  # the latter: a disk fault in a scenario
         return RESULTS_NOT_WRITTEN
     if interrupted:
         return INTERRUPTED

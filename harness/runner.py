@@ -20,6 +20,8 @@ from harness import workloads as wl
 from harness.contract.outputs import EngineOutputs
 from harness.contract.phases import PHASES_DIR
 from harness.contract.runspec import RunSpec
+from harness.contract.storage import describe as describe_storage
+from harness.contract.storage import storage_fault
 from harness.engines import EngineUnavailable, get_engine
 from harness.evals import check as evals
 from harness.judge.applied import evidence_table
@@ -28,7 +30,7 @@ from harness.judge.expectations import judge as expectations_judge
 from harness.judge.outputs import localize, numeric_checks, verdict_of_checks
 from harness.launch import Cluster, LaunchOutcome, RankFailure, run_ranks
 from harness.plan.devices import DevicePool, Lease
-from harness.rundir import LOGS, OUTPUTS, SPEC, VERDICT, scenario_dir
+from harness.rundir import LOGS, OUTPUTS, SPEC, VERDICT, ResultsNotWritten, scenario_dir
 from harness.scenario import Scenario
 from harness.timings import Stopwatch
 from harness.verdict import Verdict
@@ -146,7 +148,8 @@ def holding_devices(scenario: Scenario, need: int, opts: RunOptions, lease: Leas
 
 
 def run_scenario(scenario: Scenario, run_dir: Path, opts: RunOptions | None = None, lease: Lease | None = None) -> Verdict:
-    """Run one scenario and write its verdict.json; never raises except on Ctrl-C."""
+    """Run one scenario and write its verdict.json; never raises except on Ctrl-C and
+    ResultsNotWritten (the verdict itself could not be stored)."""
     opts = opts or RunOptions()
     out_dir = scenario_dir(run_dir, scenario.id)
     start = time.monotonic()
@@ -156,7 +159,8 @@ def run_scenario(scenario: Scenario, run_dir: Path, opts: RunOptions | None = No
     except KeyboardInterrupt:
         raise
     except Exception as exc:  # noqa: BLE001 - a harness fault must become an `error` verdict
-        verdict = Verdict(
+        fault = storage_fault(exc)
+        verdict = storage_verdict(scenario.id, fault, "the harness") if fault else Verdict(
             scenario.id,
             "error",
             f"harness error: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}",
@@ -169,8 +173,19 @@ def run_scenario(scenario: Scenario, run_dir: Path, opts: RunOptions | None = No
     verdict = _apply_expectation(verdict, scenario.expectations)
     watch.lap("verdict")
     verdict.timings = watch.timings()
-    verdict.save(out_dir / VERDICT)
+    try:
+        verdict.save(out_dir / VERDICT)
+    except OSError as exc:  # the run cannot be recorded: the caller stops it (exit 3), not a verdict
+        raise ResultsNotWritten(f"cannot write the verdict of {scenario.id} in {out_dir}: {exc.strerror or exc}; "
+                                "free space or make the report directory writable, then run again") from None
     return verdict
+
+
+def storage_verdict(name: str, fault: dict, who: str, **extra) -> Verdict:
+    """A full, read-only or over-quota disk under the harness's own files: `error` (the
+    machine's fault, exit code 3), naming the path, never an engine `crash`."""
+    reason = f"machine fault: {who} {describe_storage(fault)}; free space or make it writable, then run again"
+    return Verdict(name, "error", reason, error={"exception": describe_storage(fault), "storage": fault}, **extra)
 
 
 def _run(scenario: Scenario, out_dir: Path, opts: RunOptions, lease: Lease | None, watch: Stopwatch) -> Verdict:
@@ -234,6 +249,9 @@ def launch_verdict(name: str, outcome: LaunchOutcome, prepared: Prepared) -> Ver
     """The verdict of a launch that did not end with every rank done (crash: the rank
     that died first, as the engine tells it; hang: where each rank was stuck), or None."""
     logs = {str(r): p for r, p in outcome.logs.items()}
+    if outcome.status == "crash" and outcome.failure.storage:  # the disk is full, not the engine wrong
+        return storage_verdict(name, outcome.failure.storage, f"rank {outcome.failure.rank}", crash=asdict(outcome.failure),
+                               logs=logs)
     if outcome.status == "crash" and outcome.failure.harness_fault:  # the harness's helper died, not the engine
         why = outcome.failure.harness_fault
         return Verdict(name, "error", f"harness error: {why}", error={"exception": why}, crash=asdict(outcome.failure), logs=logs)

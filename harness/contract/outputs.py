@@ -28,8 +28,24 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
+from harness.contract.storage import storage_error
+
 TENSORS_FILE = "outputs.safetensors"
 META_FILE = "outputs.json"
+
+
+def _writing(path: Path, write) -> None:
+    """write(path); on a failure, no half file is left to pass for outputs, and a full or
+    read-only disk is raised as an OSError naming `path` (safetensors' own error names
+    neither: harness/contract/storage.py), which the launcher reports as the machine's fault."""
+    try:
+        write(path)
+    except Exception as exc:
+        path.unlink(missing_ok=True)
+        fault = storage_error(exc, path)
+        if fault is not None:
+            raise fault from exc
+        raise
 
 
 @dataclass
@@ -49,8 +65,8 @@ class EngineOutputs:
     def save(self, directory: str | Path) -> None:
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
-        save_file(self.tensors, str(directory / TENSORS_FILE))
-        (directory / META_FILE).write_text(json.dumps(self.meta, indent=1, sort_keys=True))
+        _writing(directory / TENSORS_FILE, lambda path: save_file(self.tensors, str(path)))
+        _writing(directory / META_FILE, lambda path: path.write_text(json.dumps(self.meta, indent=1, sort_keys=True)))
 
     @classmethod
     def load(cls, directory: str | Path) -> EngineOutputs:

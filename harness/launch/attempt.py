@@ -186,17 +186,18 @@ class Attempt:
 
     def failure_of(self, ex: RankExit) -> RankFailure:
         rec = ex.record or read_record(self.errs[ex.rank])
-        exception = traceback = frame = wrapper = None
+        exception = traceback = frame = wrapper = storage = None
         if rec:
             etype = str(rec.get("exception_type") or "Exception")
             msg = str(rec.get("message") or "")
             exception = f"{etype}: {msg}" if msg else etype
             traceback = rec.get("traceback") or None
             frame, wrapper = rec.get("frame") or None, rec.get("wrapper") or None
+            storage = rec.get("storage") if isinstance(rec.get("storage"), dict) else None
         if traceback is None:
             traceback = log_tail(self.logs[ex.rank]) or None
         return RankFailure(ex.rank, ex.exitcode, ex.signal, exception, traceback, str(self.logs[ex.rank]), frame, wrapper,
-                           harness_fault=ex.lost)
+                           harness_fault=ex.lost, storage=storage)
 
     def addr_in_use(self) -> bool:
         """Did rank 0 (the TCPStore host) fail because MASTER_PORT was taken?"""

@@ -18,6 +18,9 @@ class RankFailure:
     # The harness's own fault, not the engine's: the helper process the rank depended on
     # died (the rank pool's zygote), and why. The runner's verdict is then `error`.
     harness_fault: str | None = None
+    # A disk fault (contract/storage.py: errno, strerror, path) the rank met writing the
+    # harness's files: the machine's fault, not the engine's. The verdict is then `error`.
+    storage: dict | None = None
 
 
 @dataclass

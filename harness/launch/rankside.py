@@ -35,6 +35,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import NoReturn
 
+from harness.contract.storage import storage_fault
 from harness.launch.rootcause import RootCause, root_of
 
 ERROR_FILE_ENV = "HARNESS_RANK_ERROR_FILE"
@@ -96,6 +97,7 @@ def write_error_record(exc: BaseException) -> None:
         "frame": root.frame,  # "model.py:412 in forward": the innermost frame outside torch
         "wrapper": root.wrapper,  # "torch._dynamo.exc.Unsupported: ..." when unwrapped, else None
         "traceback": "".join(traceback.format_exception(exc)),  # the whole chain, wrappers included
+        "storage": storage_fault(exc),  # a full or read-only disk: the machine's fault, not the engine's
         "time": time.time(),
     }
     tmp = path + ".tmp"

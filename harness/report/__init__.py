@@ -53,6 +53,8 @@ def write_report(run_dir: Path, meta: dict | None = None, history_dir: Path | No
     meta["not_as_expected"] = [v.scenario for v in report.failing]
     meta["never_ran"] = report.never_ran
     meta["complete"] = not report.never_ran
+    # scenarios whose files a full or read-only disk stopped (runner.storage_verdict): exit code 3
+    meta["results_not_written"] = [v.scenario for v in report.verdicts if v.error and v.error.get("storage")]
     meta.pop("history_error", None)  # a rebuild that records the run clears an old failure
     if report.history_error:
         meta["history_error"] = report.history_error
