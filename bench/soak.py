@@ -6,8 +6,8 @@
          else is a false alarm.
 
   kill   run a small selection of scenarios with ranks (tp2 / pp2) N times, and at a
-         seeded random moment send SIGKILL or SIGINT to the harness or to one of its
-         rank processes. After each run check:
+         seeded random moment send SIGKILL, SIGINT or SIGTERM to the harness or to one of
+         its rank processes. After each run check:
            orphans        no process of the run is alive once the harness has exited
                           (found by a marker in the environment, HARNESS_SOAK_MARK, by the
                           ranks' process groups and as descendants of the harness);
@@ -18,7 +18,8 @@
                           `harness report RUN_DIR`) says OK, and no exit code is 0, for a
                           run whose planned scenarios did not all end; a scenario whose
                           rank was killed never ends `pass`; a harness given SIGINT
-                          exits 130.
+                          or SIGTERM exits 130, with a report that counts every
+                          verdict written (not the start-of-run one).
          Prints each count by kind (target x signal) and exits 1 naming every violation.
 
     python bench/soak.py gates --count 20 [--jobs 2] [--out DIR]
@@ -55,7 +56,8 @@ from harness.verdict import VERDICTS  # noqa: E402
 
 MARK_ENV = "HARNESS_SOAK_MARK"
 KILL_IDS = ["llama-tiny/tp1-pp2", "llama-tiny/tp2-pp1", "llama-tiny/tp2-pp2"]  # 2, 2 and 4 ranks, ~20 s in all
-KINDS = [("harness", "SIGKILL"), ("harness", "SIGINT"), ("rank", "SIGKILL"), ("rank", "SIGINT")]
+SIGNALS = ("SIGKILL", "SIGINT", "SIGTERM")  # SIGTERM: how CI systems and `timeout` cancel a job
+KINDS = [(target, sig) for target in ("harness", "rank") for sig in SIGNALS]
 RUN_LIMIT_S = 900  # a harness still running this long after its start is itself a finding
 ORPHAN_GRACE_S = 15.0  # a killed harness's ranks die by PDEATHSIG: give their exit this long on a loaded machine
 POLL_S = 0.1
@@ -407,12 +409,15 @@ def one_kill_run(i: int, target: str, sig_name: str, rng: random.Random, args, r
         problems.append(f"false success: summary.md says OK with {never} never ended")
     if rc == exit_codes.OK and never:
         problems.append(f"false success: exit 0 with {never} never ended")
-    # Ctrl-C before the run directory is claimed ends the harness by SIGINT itself (Python's
-    # default), which a shell reports as 130 too; after that the harness stops its ranks,
-    # writes the report and exits 130
-    if target == "harness" and sig == signal.SIGINT and landed and rc != exit_codes.INTERRUPTED \
-            and not (rc == -signal.SIGINT and not claimed):
-        problems.append(f"a harness given SIGINT exited {rc}, not {exit_codes.INTERRUPTED}")
+    # A signal before `main` runs (Python's imports) ends the harness by that signal (a shell
+    # reports SIGINT's as 130 too); from main's first line on, SIGINT and SIGTERM alike end
+    # in exit 130, and once the run directory is claimed in a report of what ended
+    stopped = target == "harness" and sig in (signal.SIGINT, signal.SIGTERM) and landed
+    if stopped and rc != exit_codes.INTERRUPTED and not (rc == -sig and not claimed):
+        problems.append(f"a harness given {sig_name} exited {rc}, not {exit_codes.INTERRUPTED}")
+    if stopped and rc == exit_codes.INTERRUPTED and claimed and sum((meta.get("counts") or {}).values()) != len(verdicts):
+        problems.append(f"the report left counts {meta.get('counts')} but {len(verdicts)} verdicts were written "
+                        "(the start-of-run report, not the interrupt report)")
     if target == "rank" and landed:
         hit = next((d for s, d in verdicts.items() if s.replace("/", "__") == sent.get("scenario_dir")), None)
         rec["hit_verdict"] = hit["verdict"] if hit else None
@@ -458,7 +463,8 @@ def cmd_kill(args) -> int:
     reports = out / "reports"
     reports.mkdir(parents=True, exist_ok=True)
     rng = random.Random(args.seed)
-    kinds = [KINDS[i % len(KINDS)] for i in range(args.runs)]
+    chosen = [k for k in KINDS if k[1] in args.signals]
+    kinds = [chosen[i % len(chosen)] for i in range(args.runs)]
     rng.shuffle(kinds)
     results = []
     print(f"{'run':>3} {'target':>7} {'signal':>7} {'delay':>6} {'sent_at':>7} {'exit':>4} {'wall_s':>6} {'load1':>5}  "
@@ -476,7 +482,7 @@ def cmd_kill(args) -> int:
                                         "jobs": args.jobs, "runs": results})
     print(f"\n{'target':>7} {'signal':>7} {'runs':>4} {'landed':>6} {'swallowed':>9} {'orphans':>7} {'bad_rows':>8} {'false_ok':>8} {'other':>5}")
     totals: Counter = Counter()
-    for target, sig_name in KINDS:
+    for target, sig_name in chosen:
         mine = [r for r in results if r["target"] == target and r["signal"] == sig_name]
         c = Counter()
         for r in mine:
@@ -520,11 +526,14 @@ def main(argv: list[str] | None = None) -> int:
     g.add_argument("--jobs", type=int, default=2)
     g.add_argument("--gate", default="pr")
     g.add_argument("--out", help="where the run directories, logs and gates.json go (default: reports/soak-gates-<time>)")
-    k = sub.add_parser("kill", help="runs killed (SIGKILL / SIGINT, harness or a rank) at random; count orphans, bad rows, false successes")
+    k = sub.add_parser("kill", help="runs killed (SIGKILL / SIGINT / SIGTERM, harness or a rank) at random; count orphans, bad rows, "
+                       "false successes")
     k.add_argument("--runs", type=int, default=32)
     k.add_argument("--seed", type=int, default=1)
     k.add_argument("--ids", nargs="+", default=KILL_IDS, help=f"the scenarios of each run (default: {' '.join(KILL_IDS)})")
     k.add_argument("--jobs", type=int, default=2)
+    k.add_argument("--signals", nargs="+", choices=SIGNALS, default=list(SIGNALS),
+                   help="the signals sent, in equal numbers (default: all three)")
     k.add_argument("--harness-window", type=window, default=(0.5, 20.0), metavar="LO,HI",
                    help="the harness gets its signal this many seconds after its start, uniform (default 0.5,20)")
     k.add_argument("--rank-window", type=window, default=(1.0, 12.0), metavar="LO,HI",
