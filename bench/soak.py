@@ -37,6 +37,7 @@ import json
 import os
 import platform
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -55,6 +56,7 @@ from harness.rundir import run_meta_path, scenarios_root, verdict_files  # noqa:
 from harness.verdict import VERDICTS  # noqa: E402
 
 MARK_ENV = "HARNESS_SOAK_MARK"
+RANK_LOG = re.compile(r"/scenarios/(?P<dir>[^/]+)/logs/rank(?P<rank>\d+)\.log$")
 KILL_IDS = ["llama-tiny/tp1-pp2", "llama-tiny/tp2-pp1", "llama-tiny/tp2-pp2"]  # 2, 2 and 4 ranks, ~20 s in all
 SIGNALS = ("SIGKILL", "SIGINT", "SIGTERM")  # SIGTERM: how CI systems and `timeout` cancel a job
 KINDS = [(target, sig) for target in ("harness", "rank") for sig in SIGNALS]
@@ -192,6 +194,25 @@ def exit_status_of(ident: tuple[int, str], into: dict) -> None:
         time.sleep(0.005)
 
 
+def _stdout(pid: int) -> str | None:
+    try:
+        return os.readlink(f"/proc/{pid}/fd/1")
+    except OSError:
+        return None
+
+
+def _rank_of(pid: int, ppid: int) -> dict | None:
+    """{rank, scenario_dir} of a rank process, found by its stdout: its log,
+    <run>/scenarios/<dir>/logs/rank<R>.log. Not by its environment: /proc shows a rank
+    forked from the rank pool with its zygote's, which has no RANK. What a rank starts
+    writes to the same log; the rank is the one whose parent does not."""
+    out = _stdout(pid)
+    found = RANK_LOG.search(out or "")
+    if found is None or _stdout(ppid) == out:
+        return None
+    return {"rank": int(found["rank"]), "scenario_dir": found["dir"]}
+
+
 class Watch:
     """Every process of one run seen so far: those carrying the run's marker, and the
     harness's descendants; with the process groups of its ranks."""
@@ -214,15 +235,14 @@ class Watch:
             if pid not in family:
                 family.add(pid)
                 todo += children.get(pid, [])
-        for pid in family:  # the ranks are the harness's children; what they start, its grandchildren
+        for pid in family:  # the ranks: the harness's children, or its zygote's; what they start, below them
             ident = _identity(stats, pid)
             if ident is None or ident in self.ranks:
                 continue
             self.seen.setdefault(ident, "harness" if pid == self.harness_pid else "process")
-            env = _environ(pid) if pid != self.harness_pid else None  # a rank's environment is final once it exec'd
-            if env and "RANK" in env and env.get(MARK_ENV) == self.mark:
-                err = env.get("HARNESS_RANK_ERROR_FILE", "")
-                self.ranks[ident] = {"rank": int(env["RANK"]), "scenario_dir": Path(err).parent.parent.name if err else "?"}
+            rank = _rank_of(pid, int(stats[pid][1])) if pid != self.harness_pid else None
+            if rank is not None:
+                self.ranks[ident] = rank
                 self.seen[ident] = "rank"
                 self.pgids.add(int(stats[pid][2]))
         return stats
@@ -534,10 +554,11 @@ def main(argv: list[str] | None = None) -> int:
     k.add_argument("--jobs", type=int, default=2)
     k.add_argument("--signals", nargs="+", choices=SIGNALS, default=list(SIGNALS),
                    help="the signals sent, in equal numbers (default: all three)")
-    k.add_argument("--harness-window", type=window, default=(0.5, 20.0), metavar="LO,HI",
-                   help="the harness gets its signal this many seconds after its start, uniform (default 0.5,20)")
-    k.add_argument("--rank-window", type=window, default=(1.0, 12.0), metavar="LO,HI",
-                   help="a rank alive this many seconds after the start gets the signal (default 1,12)")
+    # with the rank pool a run takes ~10 s on an idle 2-core machine (20 s before it)
+    k.add_argument("--harness-window", type=window, default=(0.5, 9.0), metavar="LO,HI",
+                   help="the harness gets its signal this many seconds after its start, uniform (default 0.5,9)")
+    k.add_argument("--rank-window", type=window, default=(1.0, 6.0), metavar="LO,HI",
+                   help="a rank alive this many seconds after the start gets the signal (default 1,6)")
     k.add_argument("--out", help="where the run directories, logs and kill.json go (default: reports/soak-kill-<time>)")
     args = p.parse_args(argv)
     # a directory per soak: run ids repeat from one soak to the next, and a run refuses a directory in use
