@@ -26,7 +26,7 @@ pytestmark = pytest.mark.e2e  # the harness CLI with real ranks
 # Sends SIGTERM to this process when the function named by MOMENT runs (the Nth call),
 # then runs `harness ARGS...`.
 DRIVER = """
-import os, signal, sys
+import atexit, os, runpy, signal, sys
 import harness.plan.planning, harness.report, harness.runner, harness.session
 
 def sigterm_on_call(module, name, nth=1, after=False):
@@ -50,8 +50,10 @@ elif moment == "after-verdict":  # the first scenario's verdict is on disk, the 
     sigterm_on_call(harness.session, "run_scenario", after=True)
 elif moment == "reporting":   # every scenario ended; the final report is being written
     sigterm_on_call(harness.report, "write_markdown", nth=2)
-from harness.cli import main
-sys.exit(main(sys.argv[2:]))
+elif moment == "exiting":     # main returned; the interpreter shuts down (atexit: the rank pool)
+    atexit.register(os.kill, os.getpid(), signal.SIGTERM)
+sys.argv = ["harness", *sys.argv[2:]]
+runpy.run_module("harness", run_name="__main__")  # `python -m harness ARGS`
 """
 
 TWO = ["llama-tiny/tp1-pp1", "llama-tiny/tp1-pp2"]
@@ -97,6 +99,13 @@ def test_sigterm_while_the_final_report_is_written_leaves_it_whole(tmp_path):
     assert run_meta(run_dir)["counts"] == {"pass": 1}  # the final report, not the start-of-run one
     assert "never ran" not in summary(run_dir)
     assert (run_dir / "report.html").read_text().rstrip().endswith("</html>")
+
+
+def test_sigterm_while_the_harness_exits_after_its_report_is_130(tmp_path):
+    result, run_dir = run_with_sigterm(tmp_path, "exiting", TWO[:1])
+    assert result.returncode == exit_codes.INTERRUPTED, result.stderr
+    assert "Traceback" not in result.stderr
+    assert run_meta(run_dir)["counts"] == {"pass": 1}
 
 
 def test_a_signal_held_while_a_report_is_written_comes_after_it():
