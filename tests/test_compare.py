@@ -4,6 +4,7 @@ near-tie rule for greedy decoding, and the bound for tokens missing from a top-k
 import torch
 
 from harness.judge.compare import compare_greedy, compare_logprobs, tolerance_for
+from tests.kit.logprobs import decisive_flips
 
 TOL = tolerance_for("float32")
 K = 8
@@ -109,3 +110,23 @@ def test_greedy_same_tokens_but_drifting_step_logprobs_fail():
 def test_tolerances_by_dtype_and_override():
     assert tolerance_for("bfloat16").logprob_atol > tolerance_for("float32").logprob_atol
     assert tolerance_for("float32", {"logprob_atol": 0.5, "kl_max": None}).logprob_atol == 0.5
+
+
+def test_top1_min_is_the_share_of_decisive_flips_a_suite_tolerates():
+    """Issue 24 item 3: before, every decisive flip was a bad position, so top1_min could
+    not change a verdict. Now the flips fail the check only below top1_min."""
+    golden, scenario = decisive_flips(rows=20, flipped=1)  # 19/20 decisive positions agree
+    bf16 = tolerance_for("bfloat16")  # top1_min 0.9
+    tolerant = compare_logprobs("x", golden, scenario, bf16)
+    assert tolerant.passed, tolerant.summary
+    assert tolerant.metrics["decisive_top1_flips"] == 1 and tolerant.metrics["max_abs_dlogprob"] < bf16.logprob_atol
+    assert "1 decisive top-1 flips: 0.950 agree, 0.9 needed" in tolerant.summary
+    strict = compare_logprobs("x", golden, scenario, tolerance_for("bfloat16", {"top1_min": 0.97}))
+    assert not strict.passed and strict.first_divergence["position"] == 0
+    assert strict.metrics["bad_positions"] == 1
+    assert not compare_logprobs("x", *decisive_flips(rows=20, flipped=3), bf16).passed  # 0.85 < 0.9
+
+
+def test_float32_tolerates_no_decisive_flip():
+    golden, scenario = decisive_flips(rows=20, flipped=1)
+    assert not compare_logprobs("x", golden, scenario, TOL).passed

@@ -28,6 +28,7 @@ from harness.scenario import load_scenarios
 from harness.verdict import Verdict
 from tests.kit import ROOT
 from tests.kit.handmade import make_run
+from tests.kit.logprobs import decisive_flips
 
 PROMPTS = ["two apples and three pears", "a train leaves at noon", "how many eggs are left"]
 CRASH_TRACE = ("Traceback (most recent call last):\n  File \"/venv/vllm/v1/worker/gpu_model_runner.py\", line 3174, in "
@@ -329,3 +330,16 @@ def test_written_script_runs_each_setting_and_exits_by_the_verdict(demo, tmp_pat
     if mode == "shift":
         assert "[FAIL] logits (logprobs)" in done.stdout and "[ok] greedy (greedy)" in done.stdout
         assert "first out of bounds at prompt 0 position 2" in done.stdout
+
+
+@pytest.mark.parametrize("top1_min", [0.9, 0.97])
+def test_script_tolerates_decisive_flips_as_the_harness_does(top1_min):
+    """One decisive flip in 20 positions, within bf16's logprob bound: the script's verdict
+    follows top1_min as the harness's does (issue 24 item 3)."""
+    golden, scenario = decisive_flips(rows=20, flipped=1)
+    tol = tolerance_for("bfloat16", {"top1_min": top1_min})
+    harness = compare_logprobs("logits", golden, scenario, tol)
+    as_lists = [{"ids": o["topk_ids"].tolist(), "logprobs": o["topk_logprobs"].tolist(), "offsets": o["offsets"].tolist()}
+                for o in (golden, scenario)]
+    script = repro_script.compare_logprobs(*as_lists, tol.__dict__)
+    assert script["passed"] == harness.passed == (top1_min == 0.9)

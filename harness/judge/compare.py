@@ -26,7 +26,7 @@ from harness.contract.outputs import EngineOutputs
 class Tolerance:
     logprob_atol: float  # max |delta logprob| over the golden's top-k
     kl_max: float  # max per-position KL(golden || scenario) over the golden's top-k + tail
-    top1_min: float  # min top-1 agreement among positions that are not near-ties
+    top1_min: float  # min top-1 agreement among positions that are not near-ties (below it, each flip is a bad position)
     near_tie: float  # a logprob gap this small between two candidates is a tie
 
     def describe(self) -> str:
@@ -120,7 +120,11 @@ def compare_logprobs(name: str, g: dict, s: dict, tol: Tolerance) -> CheckResult
     tie = (g_lp[:, 0] - g_lp[:, 1]) <= tol.near_tie if g_lp.shape[1] > 1 else torch.zeros_like(agree)
     decisive = ~tie
     top1 = agree[decisive].float().mean().item() if decisive.any() else 1.0
-    bad = (delta > tol.logprob_atol) | (kl > tol.kl_max) | (decisive & ~agree)
+    flips = decisive & ~agree
+    # A decisive top-1 flip fails the check only when flips pass the share top1_min allows:
+    # a bf16 suite may tolerate a few while every position stays within the logprob bound.
+    # float32 (top1_min 1.0) tolerates none; its bound is below any decisive flip anyway.
+    bad = (delta > tol.logprob_atol) | (kl > tol.kl_max) | (flips if top1 < tol.top1_min else torch.zeros_like(flips))
     metrics = {
         "max_abs_dlogprob": delta.max().item(),
         "mean_abs_dlogprob": delta.mean().item(),
@@ -129,6 +133,7 @@ def compare_logprobs(name: str, g: dict, s: dict, tol: Tolerance) -> CheckResult
         "top1_agreement_decisive": top1,
         "positions": int(delta.numel()),
         "bad_positions": int(bad.sum()),
+        "decisive_top1_flips": int(flips.sum()),
         "compared_top_k": k,
     }
     first = None
@@ -143,8 +148,10 @@ def compare_logprobs(name: str, g: dict, s: dict, tol: Tolerance) -> CheckResult
             "golden_top1": int(g_ids[row, 0]),
             "scenario_top1": int(s_ids[row, 0]),
         }
-    passed = first is None and top1 >= tol.top1_min
+    passed = first is None
     summary = f"max|dlogprob|={metrics['max_abs_dlogprob']:.2e} maxKL={metrics['max_kl']:.2e} top1={metrics['top1_agreement']:.3f}"
+    if flips.any():
+        summary += f" ({int(flips.sum())} decisive top-1 flips: {top1:.3f} agree, {tol.top1_min:g} needed)"
     if first:
         summary += f"; first diverged at prompt {first['prompt']} position {first['position']} (|dlogprob|={first['dlogprob']:.3g})"
     return CheckResult(name, "logprobs", passed, summary, metrics, tol.describe(), first,

@@ -9,6 +9,7 @@
                          from a terminal
   tests/kit/ranks.py     a RunSpec's ranks through the launcher, or in this process
   tests/kit/handmade.py  run directories of hand-written verdicts (report tests, no ranks)
+  tests/kit/logprobs.py  hand-made logprob outputs for the comparison rules
 
 Tests import from here, never from another test file. The most used names are
 re-exported: `from tests.kit import harness_cli, verdict_of, survivors, wait_until`.

@@ -160,7 +160,7 @@ def compare_logprobs(ref: dict, got: dict, tol: dict) -> dict:
         return {"passed": False, "summary": "a different number of scored positions than the reference"}
     k = max(1, min(len(ref["ids"][0]), len(got["ids"][0])) // 2)
     deltas, kls, agree, bad = [], [], [], []
-    decisive_agree = []
+    decisive_agree, flips = [], []
     for g_ids, g_lp, s_ids, s_lp in zip(ref["ids"], ref["logprobs"], got["ids"], got["logprobs"]):
         d, kl = _row_delta(g_ids, g_lp, s_ids, s_lp, k), _row_kl(g_ids, g_lp, s_ids, s_lp)
         same = g_ids[0] == s_ids[0]
@@ -170,8 +170,11 @@ def compare_logprobs(ref: dict, got: dict, tol: dict) -> dict:
         agree.append(same)
         if decisive:
             decisive_agree.append(same)
-        bad.append(d > tol["logprob_atol"] or kl > tol["kl_max"] or (decisive and not same))
+        bad.append(d > tol["logprob_atol"] or kl > tol["kl_max"])
+        flips.append(decisive and not same)
     top1 = sum(decisive_agree) / len(decisive_agree) if decisive_agree else 1.0
+    if top1 < tol["top1_min"]:  # as the harness judges: flips count only beyond the share top1_min allows
+        bad = [b or f for b, f in zip(bad, flips)]
     metrics = {"max_abs_dlogprob": max(deltas), "max_kl": max(kls), "top1_agreement": sum(agree) / len(agree),
                "top1_agreement_decisive": top1, "positions": len(deltas), "bad_positions": sum(bad)}
     summary = (f"max|dlogprob|={metrics['max_abs_dlogprob']:.2e} maxKL={metrics['max_kl']:.2e} "
@@ -184,7 +187,7 @@ def compare_logprobs(ref: dict, got: dict, tol: dict) -> dict:
         p, pos = _position(ref["offsets"], row)
         summary += (f"; first out of bounds at prompt {p} position {pos} (|dlogprob|={deltas[row]:.3g}, "
                     f"KL={kls[row]:.3g}, top-1 {ref['ids'][row][0]} vs {got['ids'][row][0]})")
-    return {"passed": not any(bad) and top1 >= tol["top1_min"], "summary": summary, "metrics": metrics}
+    return {"passed": not any(bad), "summary": summary, "metrics": metrics}
 
 
 def _position(offsets: list[int], row: int) -> tuple[int, int]:
