@@ -170,7 +170,7 @@ class ExpectedFailure(_Strict):
     match: dict[str, AxisValue]
     reason: str = Field(min_length=1)
     # The verdict the bug gives; named crash / numeric fields imply it.
-    verdict: Literal["fail", "crash", "hang"] | None = None
+    verdict: Literal["fail", "crash", "hang", "unsupported"] | None = None
     # Engine versions it is for (PEP 440): `engine_version: "vllm>=0.30,<0.33"` and/or
     # `versions: {vllm: "==0.32.*", torch: ">=2.9"}`, keys as the engine's versions() names
     # them. Outside them the expectation does not apply and the scenario is judged normally.
@@ -232,6 +232,11 @@ class ExpectedFailure(_Strict):
 
     @model_validator(mode="after")
     def _kind_fits(self) -> ExpectedFailure:
+        if self.verdict == "unsupported":  # the engine version does not apply the setting: `message` matches its evidence
+            extra = [f for f in ("exception", "traceback", "rank", "check", "metric") if getattr(self, f)]
+            if extra:
+                raise ValueError(f"{extra}: an expected `unsupported` is matched on the engine's reason (`message`) only")
+            return self
         crash_fields = [f for f in ("exception", "message", "traceback", "rank") if getattr(self, f) is not None]
         fail_fields = [f for f in ("check", "metric") if getattr(self, f)]
         if crash_fields and fail_fields:

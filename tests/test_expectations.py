@@ -155,3 +155,36 @@ def test_the_shipped_vllm_suites_name_their_bugs():
         for x in load_suite(path).expected_failures:
             assert x.engine_version or x.versions, (path.name, x.reason)
             assert x.exception or x.check, (path.name, x.reason)
+
+
+SP_REMOVED = ExpectedFailure(match={"sp": True}, verdict="unsupported", engine_version="vllm>=0.32",
+                             message="SequenceParallelismPass|sp", reason="vLLM 0.32 removed its SP pass on CPU")
+
+
+def unsupported(versions=VLLM_032, reason="the engine accepted but did not apply sp=True (0 SP passes ran)") -> Verdict:
+    return Verdict("vllm-llama/tp2-pp1-sp", "unsupported", reason, versions=dict(versions))
+
+
+def test_an_unsupported_declared_for_the_engine_version_is_matched():
+    """Issue 24 item 2: what keeps a lost setting from being 'coverage lost' is an
+    expectation scoped to the engine version that declares it unsupported."""
+    from harness.judge.expectations import declares_unsupported
+
+    v = _apply_expectation(unsupported(), (SP_REMOVED,))
+    assert v.verdict == "unsupported" and v.as_expected and v.expectation["status"] == "matched"
+    assert declares_unsupported(v)
+    other_version = _apply_expectation(unsupported(versions=VLLM_020), (SP_REMOVED,))
+    assert not declares_unsupported(other_version) and other_version.expectation["status"] == "not-applicable"
+    other_reason = _apply_expectation(unsupported(reason="needs 4 devices, this machine has 2"), (SP_REMOVED,))
+    assert not declares_unsupported(other_reason) and "expected a reason matching" in other_reason.expectation["why"]
+    assert not declares_unsupported(_apply_expectation(unsupported(), (PP_ASSERT,)))  # an expected crash declares nothing
+
+
+def test_a_setting_declared_unsupported_that_passes_is_noticed():
+    v = _apply_expectation(Verdict("vllm-llama/tp2-pp1-sp", "pass", "all held", versions=dict(VLLM_032)), (SP_REMOVED,))
+    assert v.unexpected_pass and not v.as_expected
+
+
+def test_an_expected_unsupported_takes_only_a_message():
+    with pytest.raises(ValueError, match="matched on the engine's reason"):
+        ExpectedFailure(match={"sp": True}, verdict="unsupported", exception="KeyError", reason="r")

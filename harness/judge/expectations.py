@@ -134,6 +134,8 @@ def mismatch(x: Any, v: Verdict) -> str | None:
     """Why the failure in `v` is not the one `x` describes; None when it is."""
     if x.verdict and x.verdict != v.verdict:
         return f"expected a {x.verdict}, this is a {v.verdict}"
+    if v.verdict == "unsupported" and x.message is not None and not re.search(x.message, v.reason):
+        return f"expected a reason matching /{x.message}/, got {v.reason!r}"
     if v.verdict == "crash":
         crash = v.crash or {}
         etype, msg = split_exception(crash.get("exception"))
@@ -212,6 +214,25 @@ def _record(x: Any, status: str, why: str | None, v: Verdict) -> dict:
             "happened": happened(v), "ran_on": engine_label(v.versions)}
 
 
+def _declared_unsupported(v: Verdict, applicable: list) -> None:
+    """An `unsupported` that an expectation for this engine version declares (`verdict:
+    unsupported`, its `message` matching the engine's reason) is recorded as matched: the
+    setting is known not to apply there, so it is no lost coverage (report/regressions.py)."""
+    declared = [x for x in applicable if x.verdict == "unsupported"]
+    for x in declared:
+        why = mismatch(x, v)
+        if why is None:
+            v.expectation = _record(x, "matched", None, v)
+            return
+    if declared:
+        v.expectation = _record(declared[0], "mismatch", mismatch(declared[0], v), v)
+
+
+def declares_unsupported(v: Verdict) -> bool:
+    """Is `v` an `unsupported` its scenario file declares for the engine version it ran on?"""
+    return v.verdict == "unsupported" and bool(v.expectation) and v.expectation.get("status") == "matched"
+
+
 def judge(v: Verdict, expectations: tuple | list) -> Verdict:
     """Apply a scenario's expectations to its verdict (see the module docstring).
 
@@ -251,6 +272,9 @@ def judge(v: Verdict, expectations: tuple | list) -> Verdict:
         x, why = misses[0]
         v.expectation = _record(x, "mismatch", why, v)
         v.reason = (f"{v.reason} (NOT the expected failure: '{x.reason}' expects {describe(x)}; {why})")
+        return v
+    if v.verdict == "unsupported":
+        _declared_unsupported(v, [x for x, _ in applicable])
         return v
     if v.verdict == "pass":
         v.expectation = _record(first, "not-fired", f"it passed on {engine_label(v.versions)}", v)
