@@ -350,6 +350,9 @@ def _run_and_report(chosen, run_dir: Path, meta: dict, history: Path, opts, jobs
               file=sys.stderr)
     if meta["not_as_expected"]:
         print("harness: not as expected: " + ", ".join(meta["not_as_expected"]), file=sys.stderr)
+    if meta.get("coverage_lost"):
+        print("harness: coverage lost (passed in the previous run of the gate, not tested now): "
+              + ", ".join(meta["coverage_lost"]), file=sys.stderr)
     return exit_codes.of_run(meta, interrupted)
 
 

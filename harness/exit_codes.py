@@ -7,7 +7,7 @@ the harness could not give a full answer, and say why on stderr.
 from __future__ import annotations
 
 OK = 0  # every planned scenario ended, each as expected
-NOT_AS_EXPECTED = 1  # a scenario ended fail/crash/hang/error or passed unexpectedly; --diff: NEW regressed
+NOT_AS_EXPECTED = 1  # a scenario ended fail/crash/hang/error, passed unexpectedly or lost coverage; --diff: NEW regressed
 USAGE = 2  # bad arguments or inputs, nothing ran: bad scenario file, no match, run directory taken, not a run
 RESULTS_NOT_WRITTEN = 3  # the run directory, its report, the history store or a scenario's files could not be written
 INCOMPLETE = 4  # planned scenarios never ended (the harness was killed): no verdict on the whole run
@@ -23,7 +23,7 @@ def of_run(meta: dict, interrupted: bool = False) -> int:
         return RESULTS_NOT_WRITTEN
     if interrupted:
         return INTERRUPTED
-    if meta.get("not_as_expected"):
+    if meta.get("not_as_expected") or meta.get("coverage_lost"):
         return NOT_AS_EXPECTED
     if meta.get("never_ran"):
         return INCOMPLETE

@@ -51,6 +51,7 @@ def write_report(run_dir: Path, meta: dict | None = None, history_dir: Path | No
     report = build_report(run_dir, meta, history_dir)
     meta["counts"] = dict(Counter(v.verdict for v in report.verdicts))
     meta["not_as_expected"] = [v.scenario for v in report.failing]
+    meta["coverage_lost"] = report.coverage_lost_ids  # passed before, untested now: exit 1 too
     meta["never_ran"] = report.never_ran
     meta["complete"] = not report.never_ran
     # scenarios whose files a full or read-only disk stopped (runner.storage_verdict): exit code 3

@@ -14,7 +14,8 @@ replaces in `merged_from`; their rows are dropped on load, so a nightly counts o
 
 Columns: run_id, gate, started (UTC), recorded (UTC), harness_commit, torch, python,
 engine, engine_versions, engine_env (the `@vllm-0.28.0` label of a --engine-env run), faults, merged_from, complete, scenario, verdict, as_expected,
-reason, duration_s, and one `metric.<check>.<name>` column per numeric check metric.
+reason, declared_unsupported (an `unsupported` its scenario file declares for this engine
+version), duration_s, and one `metric.<check>.<name>` column per numeric check metric.
 `complete` is false for the rows of a run whose planned scenarios did not all end
 (killed, interrupted): they are kept, but such a run is never "the previous run of
 its gate" that later runs compare with.
@@ -29,6 +30,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from harness.judge.expectations import declares_unsupported
 from harness.rundir import spec_path
 from harness.verdict import Verdict
 
@@ -94,6 +96,7 @@ def run_rows(run_dir: Path, meta: dict, verdicts: list[Verdict], complete: bool 
             "verdict": v.verdict,
             "as_expected": v.as_expected,
             "reason": v.reason.splitlines()[0] if v.reason else "",
+            "declared_unsupported": declares_unsupported(v),
             "duration_s": float(v.duration_s),
             **verdict_metrics(v),
         })

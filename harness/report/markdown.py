@@ -67,6 +67,8 @@ def status_word(report) -> str:
     rows are in the history store."""
     if report.failing:
         return "FAILED"
+    if report.coverage_lost_ids:
+        return "COVERAGE LOST"
     if report.never_ran:
         return "INCOMPLETE"
     if report.history_error:
@@ -113,6 +115,8 @@ def changes_lines(comparison: Comparison | None, verdicts: list[Verdict], limit:
     reproduce = {v.scenario: v.reproduce for v in verdicts}
     lines = [f"Compared with the previous run `{comparison.previous_run}`:", ""]
     groups = [
+        ("Coverage lost (passed before, the engine no longer applies the setting; its evidence)",
+         [_change_line(c, reproduce) for c in comparison.coverage_lost]),
         ("New failures (regressions)", [_change_line(c, reproduce) for c in comparison.new_failures]),
         ("Drifted beyond the noise band (still passing)", [_drift_line(d) for d in comparison.drifted]),
         ("Still failing", [_change_line(c, reproduce) for c in comparison.still_failing]),

@@ -10,6 +10,10 @@ skipped it, the last run that had it):
   fixed           failing then, not failing now
   still failing   failing both times
   first seen      failing now with no earlier result to compare with
+  coverage lost   passed then, `unsupported` now (the engine stopped applying the
+                  setting), and no expectation for this engine version declares it
+                  unsupported: nothing fails, but the setting is no longer tested, so
+                  the run stops as for a new failure (exit 1)
 
 Drift: a passing scenario's metric that left its noise band. The band is built from
 the same scenario's and metric's values in earlier *passing* runs of the gate (the
@@ -86,10 +90,11 @@ class Comparison:
     still_failing: list[Change] = field(default_factory=list)
     first_seen: list[Change] = field(default_factory=list)
     drifted: list[Drift] = field(default_factory=list)
+    coverage_lost: list[Change] = field(default_factory=list)
 
     @property
     def regressed(self) -> bool:
-        return bool(self.new_failures or self.drifted)
+        return bool(self.new_failures or self.drifted or self.coverage_lost)
 
     def to_dict(self) -> dict:
         """As run.json keeps it: ids only; the report files have the details."""
@@ -99,6 +104,7 @@ class Comparison:
             "fixed": [c.scenario for c in self.fixed],
             "still_failing": [c.scenario for c in self.still_failing],
             "first_seen_failing": [c.scenario for c in self.first_seen],
+            "coverage_lost": [c.scenario for c in self.coverage_lost],
             "drifted": [
                 {"scenario": d.scenario, "metric": d.metric, "value": d.value, "band": [d.band.low, d.band.high], "samples": d.band.samples}
                 for d in self.drifted
@@ -133,6 +139,9 @@ def _classify(result: Comparison, now, before) -> None:
             result.first_seen.append(Change(now["scenario"], _verdict_text(now), now["reason"]))
         return
     change = Change(now["scenario"], _verdict_text(now), now["reason"], _verdict_text(before), str(before["run_id"]))
+    if _lost_coverage(now, before):
+        result.coverage_lost.append(change)
+        return
     failing_before = not before["as_expected"]
     if failing_now and not failing_before:
         result.new_failures.append(change)
@@ -140,6 +149,13 @@ def _classify(result: Comparison, now, before) -> None:
         result.still_failing.append(change)
     elif failing_before:
         result.fixed.append(change)
+
+
+def _lost_coverage(now, before) -> bool:
+    """Passed before, not tested now, and not declared unsupported for this engine version."""
+    passed_before = before["verdict"] == "pass" and bool(before["as_expected"])
+    declared = bool(now.get("declared_unsupported", False))
+    return passed_before and now["verdict"] == "unsupported" and not declared
 
 
 def _drifts(now, past_passing: pd.DataFrame) -> list[Drift]:

@@ -53,6 +53,10 @@ class RunReport:
         return never_ran(self.meta, self.verdicts)
 
     @property
+    def coverage_lost_ids(self) -> list[str]:
+        return [c.scenario for c in self.comparison.coverage_lost] if self.comparison else []
+
+    @property
     def new_failure_ids(self) -> set[str]:
         return {c.scenario for c in self.comparison.new_failures} if self.comparison else set()
 
