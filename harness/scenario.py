@@ -48,6 +48,21 @@ class ScenarioError(ValueError):
     """A scenario file that cannot be used, with the file and field at fault."""
 
 
+def env_problem(name: str, value: str) -> str | None:
+    """Why the OS would refuse NAME=VALUE in a process's environment, or None. Checked
+    where the user gives one (--env, a suite's env:): a rank given it dies before it
+    can open its log, and says nothing."""
+    if not name:
+        return "the name is empty"
+    if "=" in name:
+        return f"the name {name!r} contains '='"
+    if "\0" in name:
+        return f"the name {name!r} contains a NUL byte"
+    if "\0" in value:
+        return f"the value of {name} contains a NUL byte"
+    return None
+
+
 def _known_axes(engine: str | None) -> tuple[dict[str, tuple | None], str]:
     """(axis -> values the engine allows, None: any) and whose axes they are. An engine
     that cannot be loaded here is reported when its scenarios run; its axes must still
@@ -323,6 +338,15 @@ class SuiteFile(_Strict):
         elif ARCH_AXIS in self.matrix:
             raise ValueError("matrix axis arch needs archs: (the model of each of its values)")
         return self
+
+    @field_validator("env")
+    @classmethod
+    def _env(cls, env: dict[str, str]) -> dict[str, str]:
+        for name, value in env.items():
+            problem = env_problem(name, value)
+            if problem:
+                raise ValueError(f"{problem} (env: sets environment variables of every rank)")
+        return env
 
     @field_validator("suite")
     @classmethod

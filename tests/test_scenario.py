@@ -76,6 +76,9 @@ def test_select_by_suite_glob_and_unknown(tmp_path):
         (("reason: engine bug 123", "reason: ''"), "expected_failures.0.reason"),
         (("model: tiny-llama", "model: tiny-llama\ntimeout_s: .inf"), "timeout_s: Input should be a finite number"),
         (("model: tiny-llama", "model: tiny-llama\ntimeout_s: 0"), "timeout_s: Input should be greater than 0"),
+        # what the OS refuses in an environment: a rank given it died before its log opened
+        (("model: tiny-llama", 'model: tiny-llama\nenv: {"": x}'), "env: Value error, the name is empty"),
+        (("model: tiny-llama", 'model: tiny-llama\nenv: {"A=B": x}'), "env: Value error, the name 'A=B' contains '='"),
     ],
 )
 def test_validation_names_file_and_field(tmp_path, change, expected):

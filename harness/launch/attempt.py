@@ -195,7 +195,10 @@ class Attempt:
             frame, wrapper = rec.get("frame") or None, rec.get("wrapper") or None
         if traceback is None:
             traceback = log_tail(self.logs[ex.rank]) or None
-        return RankFailure(ex.rank, ex.exitcode, ex.signal, exception, traceback, str(self.logs[ex.rank]), frame, wrapper)
+        silent = rec is None and traceback is None
+        command = shlex.join(self.plan.argv) if silent else None
+        return RankFailure(ex.rank, ex.exitcode, ex.signal, exception, traceback, str(self.logs[ex.rank]), frame, wrapper,
+                           command)
 
     def addr_in_use(self) -> bool:
         """Did rank 0 (the TCPStore host) fail because MASTER_PORT was taken?"""
