@@ -31,8 +31,10 @@ from pydantic import (
 
 from harness.models import ArchModel, HubModel, ModelRef, PathModel
 
-ID_PART = re.compile(r"^[a-z0-9][a-z0-9.-]*$")
-AXIS_NAME = re.compile(r"^[a-z][a-z0-9]*$")
+# Checked with fullmatch: `$` also matches before a final newline, and an id part ending
+# in one splits summary rows, make lines and run directory names.
+ID_PART = re.compile(r"[a-z0-9][a-z0-9.-]*")
+AXIS_NAME = re.compile(r"[a-z][a-z0-9]*")
 AxisValue = Union[bool, int, str]  # bool first: YAML `true` must stay a bool
 # The model axis: its values name the entries of a suite's `archs:`, each its own model
 # with its own golden; the engine never sees it (it is not a parallel setting).
@@ -324,7 +326,7 @@ class SuiteFile(_Strict):
         if self.archs:
             if self.model is not None:
                 raise ValueError("give either model: or archs: (one model per value of the arch axis), not both")
-            bad = [k for k in self.archs if not ID_PART.match(k)]
+            bad = [k for k in self.archs if not ID_PART.fullmatch(k)]
             if bad:
                 raise ValueError(f"archs names {bad} must use [a-z0-9.-] (they become part of the id)")
             if ARCH_AXIS not in self.matrix:  # every arch, as the first axis of the id
@@ -351,8 +353,8 @@ class SuiteFile(_Strict):
     @field_validator("suite")
     @classmethod
     def _suite(cls, v: str) -> str:
-        if not ID_PART.match(v):
-            raise ValueError(f"'{v}' is not a valid suite name (use [a-z0-9.-], starting with a letter or digit)")
+        if not ID_PART.fullmatch(v):
+            raise ValueError(f"{v!r} is not a valid suite name (use [a-z0-9.-], starting with a letter or digit)")
         return v
 
     @field_validator("model")
@@ -372,8 +374,8 @@ class SuiteFile(_Strict):
     def _matrix(cls, matrix: dict, info) -> dict:
         known, whose = _known_axes(info.data.get("engine"))
         for axis, values in matrix.items():
-            if not AXIS_NAME.match(axis):
-                raise ValueError(f"axis '{axis}' must be lower-case letters and digits")
+            if not AXIS_NAME.fullmatch(axis):
+                raise ValueError(f"axis {axis!r} must be lower-case letters and digits")
             if axis not in known:  # a typo would make every scenario `unsupported`: a green suite
                 raise ValueError(f"axis '{axis}' is not an axis of {whose} (known axes: {', '.join(sorted(known))})")
             for v in values:
@@ -385,8 +387,8 @@ class SuiteFile(_Strict):
             if len(set(map(repr, values))) != len(values):
                 raise ValueError(f"axis '{axis}' repeats a value: {values}")
             for v in values:
-                if isinstance(v, str) and not ID_PART.match(v):
-                    raise ValueError(f"axis '{axis}' value '{v}' must use [a-z0-9.-] (it becomes part of the id)")
+                if isinstance(v, str) and not ID_PART.fullmatch(v):
+                    raise ValueError(f"axis '{axis}' value {v!r} must use [a-z0-9.-] (it becomes part of the id)")
         return matrix
 
     @field_validator("golden", "exclude", "expected_failures")
