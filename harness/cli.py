@@ -20,6 +20,7 @@ from harness.rundir import (
     check_writable,
     claim_new_run_dir,
     claim_run_dir,
+    run_id_problem,
 )
 from harness.scenario import ScenarioError, env_problem, find_one, load_scenarios, select
 
@@ -42,6 +43,14 @@ def env_assignment(text: str) -> tuple[str, str]:
     if problem:
         raise argparse.ArgumentTypeError(f"{problem}: {text!r} (expected NAME=VALUE, an environment variable)")
     return name, value
+
+
+def run_id(text: str) -> str:
+    """--run-id: one directory under --report-dir, never a path that leads out of it."""
+    problem = run_id_problem(text)
+    if problem:
+        raise argparse.ArgumentTypeError(problem)
+    return text
 
 
 def positive_seconds(text: str) -> float:
@@ -118,7 +127,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--env", type=env_assignment, action="append", default=[], help="KEY=VALUE for every rank (repeatable)")
     run.add_argument("--device", choices=["cpu", "cuda"], default=os.environ.get("HARNESS_DEVICE", "cpu"))
     run.add_argument("--report-dir", type=Path, default=reports_dir())
-    run.add_argument("--run-id", help="name of the run directory (default: time and gate)")
+    run.add_argument("--run-id", type=run_id, help="name of the run directory (default: time and gate)")
     run.add_argument("--history", type=Path, help="history store (default: $HARNESS_HISTORY_DIR or <report-dir>/history)")
     run.add_argument("--jobs", type=positive_int, default=None, help="scenarios at once, packed onto the devices (default: $HARNESS_JOBS or 1)")
     run.add_argument("--devices", type=positive_int, help="device slots of this machine (default: $HARNESS_DEVICES, else the GPU count on cuda, a CPU-based count on cpu)")

@@ -341,6 +341,14 @@ class SuiteFile(_Strict):
             raise ValueError("matrix axis arch needs archs: (the model of each of its values)")
         return self
 
+    @field_validator("gates")
+    @classmethod
+    def _gate_names(cls, gates: dict) -> dict:
+        for name in gates:  # a gate ends the default run id (a directory) and is a pytest marker
+            if not ID_PART.fullmatch(name):
+                raise ValueError(f"gate name {name!r} must use [a-z0-9.-], starting with a letter or digit")
+        return gates
+
     @field_validator("env")
     @classmethod
     def _env(cls, env: dict[str, str]) -> dict[str, str]:

@@ -80,6 +80,8 @@ def test_select_by_suite_glob_and_unknown(tmp_path):
         # `$` matches before a trailing newline: an id part ending in one split summary rows and make lines
         (("suite: demo", 'suite: "demo\\n"'), "suite: Value error, 'demo\\n' is not a valid suite name"),
         (("model: tiny-llama", 'archs: {"tiny\\n": LlamaForCausalLM}'), "archs names ['tiny\\n'] must use [a-z0-9.-]"),
+        # a gate's name ends the default run id, a directory name
+        (("gates: {pr:", 'gates: {"pr/x":'), "gates: Value error, gate name 'pr/x' must use [a-z0-9.-]"),
         # what the OS refuses in an environment: a rank given it died before its log opened
         (("model: tiny-llama", 'model: tiny-llama\nenv: {"": x}'), "env: Value error, the name is empty"),
         (("model: tiny-llama", 'model: tiny-llama\nenv: {"A=B": x}'), "env: Value error, the name 'A=B' contains '='"),
