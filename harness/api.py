@@ -374,7 +374,7 @@ def _suite_name(model: str | Mapping | os.PathLike) -> str:
     else:
         text = model
     name = re.sub(r"[^a-z0-9.-]+", "-", text.lower()).strip(".-")
-    return name if ID_PART.match(name or "") else "model"
+    return name if ID_PART.fullmatch(name) else "model"
 
 
 def _scenario(model, settings: Mapping, engine: str, workloads, dtype: str, tolerances, env, engine_options,

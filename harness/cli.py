@@ -21,8 +21,9 @@ from harness.rundir import (
     check_writable,
     claim_new_run_dir,
     claim_run_dir,
+    run_id_problem,
 )
-from harness.scenario import ScenarioError, find_one, load_scenarios, select
+from harness.scenario import ScenarioError, env_problem, find_one, load_scenarios, select
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 # the conformance kit's checks (harness/conformance.py CHECKS), here so the parser needs no import
@@ -34,6 +35,23 @@ def _key_value(text: str) -> tuple[str, str]:
         raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got '{text}'")
     key, value = text.split("=", 1)
     return key, value
+
+
+def env_assignment(text: str) -> tuple[str, str]:
+    """--env NAME=VALUE: one the OS takes into a process's environment."""
+    name, value = _key_value(text)
+    problem = env_problem(name, value)
+    if problem:
+        raise argparse.ArgumentTypeError(f"{problem}: {text!r} (expected NAME=VALUE, an environment variable)")
+    return name, value
+
+
+def run_id(text: str) -> str:
+    """--run-id: one directory under --report-dir, never a path that leads out of it."""
+    problem = run_id_problem(text)
+    if problem:
+        raise argparse.ArgumentTypeError(problem)
+    return text
 
 
 def positive_seconds(text: str) -> float:
@@ -107,10 +125,10 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--gate", help="run this gate's scenarios (pr, nightly)")
     run.add_argument("--timeout", type=positive_seconds, help="per-scenario timeout in seconds (overrides the scenario file)")
     run.add_argument("--fault", action="append", default=[], help="switch on an engine fault (repeatable)")
-    run.add_argument("--env", type=_key_value, action="append", default=[], help="KEY=VALUE for every rank (repeatable)")
+    run.add_argument("--env", type=env_assignment, action="append", default=[], help="KEY=VALUE for every rank (repeatable)")
     run.add_argument("--device", choices=["cpu", "cuda"], default=os.environ.get("HARNESS_DEVICE", "cpu"))
     run.add_argument("--report-dir", type=Path, default=reports_dir())
-    run.add_argument("--run-id", help="name of the run directory (default: time and gate)")
+    run.add_argument("--run-id", type=run_id, help="name of the run directory (default: time and gate)")
     run.add_argument("--history", type=Path, help="history store (default: $HARNESS_HISTORY_DIR or <report-dir>/history)")
     run.add_argument("--jobs", type=positive_int, default=None, help="scenarios at once, packed onto the devices (default: $HARNESS_JOBS or 1)")
     run.add_argument("--devices", type=positive_int, help="device slots of this machine (default: $HARNESS_DEVICES, else the GPU count on cuda, a CPU-based count on cpu)")

@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 
 from harness.contract.outputs import EngineOutputs
+from harness.jsonfile import read_json
 
 DEFAULT_GOLDEN_DIR = Path(__file__).resolve().parent.parent / "golden"
 MANIFEST = "manifest.json"
@@ -102,10 +103,10 @@ def load_golden(expected: dict) -> tuple[EngineOutputs, dict]:
 
 def _read_manifest(path: Path, suite: str) -> dict:
     try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
-        raise GoldenError(f"the golden of suite '{suite}' has an unreadable manifest {path} "
-                          f"({type(exc).__name__}: {exc}); {damage_hint(suite)}") from exc
+        return read_json(path)
+    except (OSError, ValueError) as exc:  # the ValueError names the file and what it holds
+        detail = str(exc) if isinstance(exc, ValueError) else f"{path} ({exc.strerror or exc})"
+        raise GoldenError(f"the golden of suite '{suite}' has an unreadable manifest: {detail}; {damage_hint(suite)}") from exc
 
 
 def file_digests(directory: Path) -> dict[str, str]:
@@ -185,9 +186,9 @@ def load_evals(key: str, eval_defs) -> dict[str, dict]:
     """The per-item eval results of the golden `key`; a GoldenError when any eval is missing."""
     path = golden_dir(key) / EVALS_FILE
     try:
-        stored = json.loads(path.read_text()) if path.exists() else {}
+        stored = read_json(path) if path.exists() else {}
     except ValueError as exc:  # load_golden checked its digest: damaged since, or stored broken
-        raise GoldenError(f"golden file {path} cannot be read ({exc}); {damage_hint(key)}") from exc
+        raise GoldenError(f"golden file {exc}; {damage_hint(key)}") from exc
     missing = [e.name for e in eval_defs if e.name not in stored]
     if missing:
         raise GoldenError(f"the golden of suite '{key}' has no results for eval(s) {', '.join(missing)} "

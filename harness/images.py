@@ -19,13 +19,13 @@ import struct
 import zlib
 from pathlib import Path
 
-NAME = re.compile(r"^(noise|gradient)-(\d+)x(\d+)$")
+NAME = re.compile(r"(noise|gradient)-(\d+)x(\d+)")  # fullmatch: `$` lets a final newline in
 
 
 def parse(name: str) -> tuple[str, int, int]:
-    m = NAME.match(name)
+    m = NAME.fullmatch(name)
     if not m:
-        raise ValueError(f"image name '{name}' is not <noise|gradient>-<W>x<H> (e.g. noise-56x84)")
+        raise ValueError(f"image name {name!r} is not <noise|gradient>-<W>x<H> (e.g. noise-56x84)")
     return m[1], int(m[2]), int(m[3])
 
 

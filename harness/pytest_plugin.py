@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.rundir import new_run_id, scenarios_root
+from harness.rundir import new_run_id, run_id_problem, scenarios_root
 from harness.scenario import ScenarioError, expand, load_suite
 
 RUN_ID_ENV = "HARNESS_PYTEST_RUN_ID"
@@ -47,6 +47,9 @@ def pytest_configure(config):
     # write into the same run directory.
     if not hasattr(config, "workerinput") and RUN_ID_ENV not in os.environ:
         os.environ[RUN_ID_ENV] = new_run_id(prefix="pytest-")  # two sessions in one second: two runs
+    problem = run_id_problem(os.environ[RUN_ID_ENV])
+    if problem:  # set from outside: a path would put the run outside --harness-report-dir
+        raise pytest.UsageError(f"${RUN_ID_ENV}: {problem}")
 
 
 def _run_dir(config) -> Path:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
 import tempfile
 import time
@@ -38,6 +39,9 @@ OUTPUTS = "outputs"
 LOGS = "logs"
 
 CLAIM_ATTEMPTS = 5  # default ids carry a random part: a second clash is all but impossible
+# One directory name under the report directory: never `/`, `..` or a leading `.`, that
+# would put a run elsewhere or hide it (checked with fullmatch: `$` lets a final newline in)
+RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 
 
 def scenario_dir_name(scenario_id: str) -> str:
@@ -87,6 +91,14 @@ class ResultsNotWritten(Exception):
     """The harness cannot write where its results go (exit code RESULTS_NOT_WRITTEN)."""
 
 
+def run_id_problem(run_id: str) -> str | None:
+    """Why `run_id` cannot name a run directory, or None."""
+    if RUN_ID.fullmatch(run_id):
+        return None
+    return (f"{run_id!r} is not a run id: use letters, digits, '.', '_' and '-', starting with a letter or digit "
+            "(it names one directory under the report directory)")
+
+
 def new_run_id(suffix: str = "", prefix: str = "") -> str:
     """Time (to the second, so ids sort by start) plus a random part that keeps two
     runs started in the same second apart, then e.g. the gate and shard."""
@@ -107,6 +119,9 @@ def claim_new_run_dir(report_dir: Path, meta: dict, suffix: str = "") -> Path:
 def claim_run_dir(report_dir: Path, run_id: str, meta: dict) -> Path:
     """Create report_dir/run_id for this run, with `meta` (the planned scenarios) as
     its run.json, or raise RunDirTaken if any run (or anything else) is already there."""
+    problem = run_id_problem(run_id)
+    if problem:  # the CLI and the pytest plugin check theirs first: a caller's bug
+        raise ValueError(problem)
     run_dir = Path(report_dir) / run_id
     try:
         run_dir.mkdir(parents=True, exist_ok=True)

@@ -273,6 +273,8 @@ def launch_verdict(name: str, outcome: LaunchOutcome, prepared: Prepared) -> Ver
 
 def _crash_reason(f: RankFailure) -> str:
     what = f.exception or (f"killed by {f.signal}" if f.signal else f"exit code {f.exitcode}")
+    if f.command is not None:  # no log to see: what it ran is all there is to go on
+        return f"rank {f.rank} died before writing anything to its log ({what}); its command: {f.command}"
     where = f" at {_short_frame(f.frame)}" if f.frame else ""
     return f"rank {f.rank} crashed: {what}{where}"
 
@@ -329,7 +331,7 @@ def make_golden(scenario_for_golden: Scenario, work_dir: Path, opts: RunOptions 
         detail = outcome.status
         if outcome.failure:  # the engine names the worker that really died (vLLM's own processes)
             f = prepared.engine.refine_crash(outcome.failure, _read(outcome.failure.log))
-            detail = f.harness_fault or f"rank {f.rank}: {f.exception or f.signal or f'exit code {f.exitcode}'}"
+            detail = f.harness_fault or _crash_reason(f)
         raise RuntimeError(f"golden run of '{scenario_for_golden.golden_key}' ended as {outcome.status}: {detail}; logs in {out_dir / 'logs'}")
     results = None
     if prepared.evals:

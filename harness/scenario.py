@@ -31,8 +31,10 @@ from pydantic import (
 
 from harness.models import ArchModel, HubModel, ModelRef, PathModel
 
-ID_PART = re.compile(r"^[a-z0-9][a-z0-9.-]*$")
-AXIS_NAME = re.compile(r"^[a-z][a-z0-9]*$")
+# Checked with fullmatch: `$` also matches before a final newline, and an id part ending
+# in one splits summary rows, make lines and run directory names.
+ID_PART = re.compile(r"[a-z0-9][a-z0-9.-]*")
+AXIS_NAME = re.compile(r"[a-z][a-z0-9]*")
 AxisValue = Union[bool, int, str]  # bool first: YAML `true` must stay a bool
 # The model axis: its values name the entries of a suite's `archs:`, each its own model
 # with its own golden; the engine never sees it (it is not a parallel setting).
@@ -46,6 +48,21 @@ PARALLEL_SIZES = ("tp", "pp")
 
 class ScenarioError(ValueError):
     """A scenario file that cannot be used, with the file and field at fault."""
+
+
+def env_problem(name: str, value: str) -> str | None:
+    """Why the OS would refuse NAME=VALUE in a process's environment, or None. Checked
+    where the user gives one (--env, a suite's env:): a rank given it dies before it
+    can open its log, and says nothing."""
+    if not name:
+        return "the name is empty"
+    if "=" in name:
+        return f"the name {name!r} contains '='"
+    if "\0" in name:
+        return f"the name {name!r} contains a NUL byte"
+    if "\0" in value:
+        return f"the value of {name} contains a NUL byte"
+    return None
 
 
 def _known_axes(engine: str | None) -> tuple[dict[str, tuple | None], str]:
@@ -314,7 +331,7 @@ class SuiteFile(_Strict):
         if self.archs:
             if self.model is not None:
                 raise ValueError("give either model: or archs: (one model per value of the arch axis), not both")
-            bad = [k for k in self.archs if not ID_PART.match(k)]
+            bad = [k for k in self.archs if not ID_PART.fullmatch(k)]
             if bad:
                 raise ValueError(f"archs names {bad} must use [a-z0-9.-] (they become part of the id)")
             if ARCH_AXIS not in self.matrix:  # every arch, as the first axis of the id
@@ -329,11 +346,28 @@ class SuiteFile(_Strict):
             raise ValueError("matrix axis arch needs archs: (the model of each of its values)")
         return self
 
+    @field_validator("gates")
+    @classmethod
+    def _gate_names(cls, gates: dict) -> dict:
+        for name in gates:  # a gate ends the default run id (a directory) and is a pytest marker
+            if not ID_PART.fullmatch(name):
+                raise ValueError(f"gate name {name!r} must use [a-z0-9.-], starting with a letter or digit")
+        return gates
+
+    @field_validator("env")
+    @classmethod
+    def _env(cls, env: dict[str, str]) -> dict[str, str]:
+        for name, value in env.items():
+            problem = env_problem(name, value)
+            if problem:
+                raise ValueError(f"{problem} (env: sets environment variables of every rank)")
+        return env
+
     @field_validator("suite")
     @classmethod
     def _suite(cls, v: str) -> str:
-        if not ID_PART.match(v):
-            raise ValueError(f"'{v}' is not a valid suite name (use [a-z0-9.-], starting with a letter or digit)")
+        if not ID_PART.fullmatch(v):
+            raise ValueError(f"{v!r} is not a valid suite name (use [a-z0-9.-], starting with a letter or digit)")
         return v
 
     @field_validator("model")
@@ -353,8 +387,8 @@ class SuiteFile(_Strict):
     def _matrix(cls, matrix: dict, info) -> dict:
         known, whose = _known_axes(info.data.get("engine"))
         for axis, values in matrix.items():
-            if not AXIS_NAME.match(axis):
-                raise ValueError(f"axis '{axis}' must be lower-case letters and digits")
+            if not AXIS_NAME.fullmatch(axis):
+                raise ValueError(f"axis {axis!r} must be lower-case letters and digits")
             if axis not in known:  # a typo would make every scenario `unsupported`: a green suite
                 raise ValueError(f"axis '{axis}' is not an axis of {whose} (known axes: {', '.join(sorted(known))})")
             for v in values:
@@ -366,8 +400,8 @@ class SuiteFile(_Strict):
             if len(set(map(repr, values))) != len(values):
                 raise ValueError(f"axis '{axis}' repeats a value: {values}")
             for v in values:
-                if isinstance(v, str) and not ID_PART.match(v):
-                    raise ValueError(f"axis '{axis}' value '{v}' must use [a-z0-9.-] (it becomes part of the id)")
+                if isinstance(v, str) and not ID_PART.fullmatch(v):
+                    raise ValueError(f"axis '{axis}' value {v!r} must use [a-z0-9.-] (it becomes part of the id)")
         return matrix
 
     @field_validator("golden", "exclude", "expected_failures")

@@ -20,6 +20,8 @@ import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from harness.jsonfile import from_fields, read_json
+
 VERDICTS = ("pass", "fail", "crash", "hang", "unsupported", "expected-failure", "error")
 FAILED = ("fail", "crash", "hang")
 
@@ -119,6 +121,6 @@ class Verdict:
 
     @classmethod
     def load(cls, path: Path) -> Verdict:
-        d = json.loads(Path(path).read_text())
-        d.pop("as_expected", None)
-        return cls(**d)
+        d = read_json(path)
+        d.pop("as_expected", None)  # derived: to_dict writes it for readers of the file
+        return from_fields(cls, d, f"{path} is not a verdict")

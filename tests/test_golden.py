@@ -78,8 +78,18 @@ def test_golden_without_digests_cannot_be_trusted(stored):
 
 def test_unreadable_manifest_is_an_error_naming_it(stored):
     (stored / goldens.MANIFEST).write_text('{"suite": "de')
-    with pytest.raises(goldens.GoldenError, match=r"unreadable manifest .*manifest\.json"):
+    with pytest.raises(goldens.GoldenError, match=r"unreadable manifest: .*manifest\.json is not JSON"):
         goldens.load_golden(manifest())
+
+
+@pytest.mark.parametrize("text, found", [("[]", "a JSON array"), ("null", "JSON null"), ('"x"', "a JSON string")])
+def test_a_manifest_that_is_json_but_not_an_object_is_an_error_naming_it(stored, text, found):
+    path = stored / goldens.MANIFEST
+    path.write_text(text)
+    with pytest.raises(goldens.GoldenError) as err:
+        goldens.load_golden(manifest())
+    assert f"unreadable manifest: {path} holds {found} where a JSON object" in str(err.value)
+    assert "git checkout golden/demo" in str(err.value)
 
 
 def test_a_file_added_after_storing_is_not_trusted(stored):

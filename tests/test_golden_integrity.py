@@ -58,3 +58,16 @@ def test_the_intact_committed_golden_still_passes(tmp_path):
     shutil.copytree(ROOT / "golden" / "llama-tiny", golden / "llama-tiny")
     v = run_against(golden, tmp_path)
     assert v["verdict"] == "pass", v["reason"]
+
+
+def test_a_manifest_that_is_json_but_not_an_object_is_an_error_naming_it(tmp_path):
+    """It used to end the whole run: "harness error: AttributeError: 'list' object has no
+    attribute 'get'", without the file's name."""
+    golden = tmp_path / "golden"
+    shutil.copytree(ROOT / "golden" / "llama-tiny", golden / "llama-tiny")
+    manifest = golden / "llama-tiny" / "manifest.json"
+    manifest.write_text("[]")
+    v = run_against(golden, tmp_path)
+    assert v["verdict"] == "error", v["reason"]
+    assert str(manifest) in v["reason"] and "a JSON object" in v["reason"], v["reason"]
+    assert "git checkout golden/llama-tiny" in v["reason"]

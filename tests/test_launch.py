@@ -112,6 +112,35 @@ def test_rank_exits_nonzero_without_record(dirs, way):
 
 
 @pytest.mark.parametrize("way", WAYS)
+def test_a_rank_that_dies_before_writing_its_log_says_so(dirs, tmp_path, way):
+    """A rank that never got to run its program leaves nothing to see in its log: fresh,
+    an interpreter shim that fails at once (a broken venv); forked from the rank pool, an
+    environment the OS refuses (the child dies before it opens its log). The verdict says
+    so, with the exit and the command, not "crashed: exit code 1" beside a log with nothing."""
+    from harness.engines import get_engine
+    from harness.runner import Prepared, launch_verdict
+
+    logs, _ = dirs
+    if way == "fresh":
+        shim = tmp_path / "python"
+        shim.write_text("#!/bin/sh\nexit 1\n")
+        shim.chmod(0o755)
+        plan, env = LaunchPlan(1, [str(shim), "-m", "tests.ranks.allreduce"]), None
+    else:
+        plan = LaunchPlan(1, **rank_command("pool"))
+        env = {"": "an empty name"}  # the CLI and scenario files refuse it; the launcher is the last line
+    out = run_ranks(plan, logs, timeout_s=scaled(60), env=env)
+    assert out.status == "crash" and out.failure.exitcode == 1, out
+    assert not Path(out.logs[0]).exists() if way == "pool" else Path(out.logs[0]).read_text() == ""
+    prepared = Prepared.__new__(Prepared)
+    prepared.engine = get_engine("reference")
+    v = launch_verdict("s/x", out, prepared)
+    assert v.verdict == "crash"
+    assert v.reason.startswith("rank 0 died before writing anything to its log (exit code 1)"), v.reason
+    assert "-m tests.ranks.allreduce" in v.reason, v.reason
+
+
+@pytest.mark.parametrize("way", WAYS)
 def test_hang_dumps_every_rank(dirs, way):
     # The deadline must outlast torch's import and the rendezvous on a loaded machine,
     # or the dump catches the ranks before they reach their hang point.

@@ -98,6 +98,36 @@ def test_the_layout_of_a_run_directory(tmp_path):
     assert rundir.verdict_files(run_dir) == [where / "verdict.json"]
 
 
+@pytest.mark.parametrize("what, text, found", [
+    *((what, "[]", "holds a JSON array where a JSON object") for what in ("verdict.json", "spec.json", "outputs.json")),
+    *((what, "null", "holds JSON null where a JSON object") for what in ("verdict.json", "spec.json", "outputs.json")),
+    ("verdict.json", '{"colour": "blue"}', "is not a verdict: unexpected field 'colour'"),
+    ("spec.json", '{"colour": "blue"}', "is not a run spec: unexpected field 'colour'"),
+])
+def test_a_run_file_that_is_json_but_not_what_it_should_be_is_an_error_naming_it(tmp_path, what, text, found):
+    """A file a user can damage by hand (a bad merge, an edit) used to end in a bare
+    AttributeError or TypeError that named neither the file nor what it should hold."""
+    from harness.contract.outputs import EngineOutputs
+    from harness.contract.runspec import RunSpec
+    from harness.verdict import Verdict
+
+    EngineOutputs(meta={"engine": "reference"}).save(tmp_path)
+    path = tmp_path / what
+    path.write_text(text)
+    load = {"verdict.json": Verdict.load, "spec.json": RunSpec.load, "outputs.json": lambda _: EngineOutputs.load(tmp_path)}
+    with pytest.raises(ValueError) as err:
+        load[what](path)
+    assert str(path) in str(err.value) and found in str(err.value), err.value
+
+
+def test_rebuilding_the_report_of_a_run_whose_run_json_is_not_an_object_names_it(tmp_path, capsys):
+    run_dir = make_run(tmp_path, "r", [passing("s/tp1-pp1")])
+    (run_dir / "run.json").write_text("[]")
+    assert main(["report", str(run_dir)]) == exit_codes.USAGE
+    err = capsys.readouterr().err
+    assert f"{run_dir / 'run.json'} holds a JSON array where a JSON object" in err, err
+
+
 def test_of_runs_racing_for_one_run_id_exactly_one_gets_it(tmp_path):
     from harness.rundir import RunDirTaken, claim_run_dir
 

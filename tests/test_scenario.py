@@ -12,6 +12,7 @@ from harness.scenario import (
     select,
     settings_label,
 )
+from tests.kit import harness_cli
 
 BASE = """
 suite: demo
@@ -76,6 +77,14 @@ def test_select_by_suite_glob_and_unknown(tmp_path):
         (("reason: engine bug 123", "reason: ''"), "expected_failures.0.reason"),
         (("model: tiny-llama", "model: tiny-llama\ntimeout_s: .inf"), "timeout_s: Input should be a finite number"),
         (("model: tiny-llama", "model: tiny-llama\ntimeout_s: 0"), "timeout_s: Input should be greater than 0"),
+        # `$` matches before a trailing newline: an id part ending in one split summary rows and make lines
+        (("suite: demo", 'suite: "demo\\n"'), "suite: Value error, 'demo\\n' is not a valid suite name"),
+        (("model: tiny-llama", 'archs: {"tiny\\n": LlamaForCausalLM}'), "archs names ['tiny\\n'] must use [a-z0-9.-]"),
+        # a gate's name ends the default run id, a directory name
+        (("gates: {pr:", 'gates: {"pr/x":'), "gates: Value error, gate name 'pr/x' must use [a-z0-9.-]"),
+        # what the OS refuses in an environment: a rank given it died before its log opened
+        (("model: tiny-llama", 'model: tiny-llama\nenv: {"": x}'), "env: Value error, the name is empty"),
+        (("model: tiny-llama", 'model: tiny-llama\nenv: {"A=B": x}'), "env: Value error, the name 'A=B' contains '='"),
     ],
 )
 def test_validation_names_file_and_field(tmp_path, change, expected):
@@ -165,3 +174,18 @@ def test_an_unknown_model_is_an_error_of_the_file_naming_the_zoo(tmp_path):
 def test_a_model_that_is_not_a_zoo_name_is_left_to_its_source(tmp_path):
     suite = load_suite(write(tmp_path, BASE.replace("model: tiny-llama", "model: {path: ckpt/my-llama}")))
     assert suite.model.path == "ckpt/my-llama"
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("change, problem", [
+    (("suite: demo", 'suite: "demo\\n"'), "'demo\\n' is not a valid suite name"),
+    (("model: tiny-llama", 'archs: {"tiny\\n": LlamaForCausalLM}'), "archs names ['tiny\\n'] must use [a-z0-9.-]"),
+])
+def test_a_name_ending_in_a_newline_is_a_usage_error_of_the_cli(tmp_path, change, problem):
+    """It used to pass (`$` matches before a final newline): `harness list --ids-only` printed
+    ids split over two lines, and the run directories and make lines split with them."""
+    (tmp_path / "scenarios").mkdir()
+    write(tmp_path / "scenarios", BASE.replace(*change))
+    done = harness_cli("list", "--ids-only", scenarios=tmp_path / "scenarios", timeout=120)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert problem in done.stderr and done.stdout == ""

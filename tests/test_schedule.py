@@ -63,6 +63,9 @@ def test_recorded_durations_take_the_newest_verdict(tmp_path):
     broken = scenarios_root(tmp_path / "x") / "y" / VERDICT
     broken.parent.mkdir(parents=True)
     broken.write_text("{not json")
+    not_an_object = scenarios_root(tmp_path / "x") / "z" / VERDICT  # JSON, but no verdict
+    not_an_object.parent.mkdir(parents=True)
+    not_an_object.write_text("[]")
     assert recorded_durations(tmp_path) == {"big/tp1-pp1": 4.0}
 
 

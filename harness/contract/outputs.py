@@ -29,6 +29,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from harness.contract.storage import storage_error
+from harness.jsonfile import read_json
 
 TENSORS_FILE = "outputs.safetensors"
 META_FILE = "outputs.json"
@@ -74,7 +75,7 @@ class EngineOutputs:
         missing = [f for f in (TENSORS_FILE, META_FILE) if not (directory / f).exists()]
         if missing:
             raise FileNotFoundError(f"{directory} has no engine outputs (missing {', '.join(missing)})")
-        return cls(load_file(str(directory / TENSORS_FILE)), json.loads((directory / META_FILE).read_text()))
+        return cls(load_file(str(directory / TENSORS_FILE)), read_json(directory / META_FILE))
 
     def describe_run(self, spec, engine: str, **extra) -> None:
         """The meta every engine records: what ran (spec) and with which versions;

@@ -39,6 +39,8 @@ import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from harness.jsonfile import from_fields, read_json
+
 WORKLOAD_KINDS = ("logprobs", "greedy", "generate")
 
 
@@ -99,7 +101,7 @@ class RunSpec:
 
     @classmethod
     def load(cls, path: str | Path) -> RunSpec:
-        return cls(**json.loads(Path(path).read_text()))
+        return from_fields(cls, read_json(path), f"{path} is not a run spec")
 
     @property
     def tp(self) -> int:

@@ -196,8 +196,10 @@ class Attempt:
             storage = rec.get("storage") if isinstance(rec.get("storage"), dict) else None
         if traceback is None:
             traceback = log_tail(self.logs[ex.rank]) or None
+        silent = rec is None and traceback is None
+        command = shlex.join(self.plan.argv) if silent else None
         return RankFailure(ex.rank, ex.exitcode, ex.signal, exception, traceback, str(self.logs[ex.rank]), frame, wrapper,
-                           harness_fault=ex.lost, storage=storage)
+                           command, harness_fault=ex.lost, storage=storage)
 
     def addr_in_use(self) -> bool:
         """Did rank 0 (the TCPStore host) fail because MASTER_PORT was taken?"""

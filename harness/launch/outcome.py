@@ -15,6 +15,9 @@ class RankFailure:
     log: str  # path of the rank's log file
     frame: str | None = None  # "model.py:412 in forward": where the exception was raised, outside torch
     wrapper: str | None = None  # the torch.compile wrapper it surfaced as ("torch._dynamo.exc....: ...")
+    # the rank's command line, kept only when its log is missing or empty (it died before
+    # its program wrote anything, or never started): then it is all there is to go on
+    command: str | None = None
     # The harness's own fault, not the engine's: the helper process the rank depended on
     # died (the rank pool's zygote), and why. The runner's verdict is then `error`.
     harness_fault: str | None = None

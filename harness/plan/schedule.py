@@ -22,6 +22,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness.jsonfile import read_json
 from harness.rundir import SCENARIOS, VERDICT
 from harness.scenario import Scenario, ScenarioError
 
@@ -34,7 +35,7 @@ def recorded_durations(reports_dir: Path) -> dict[str, float]:
     newest: dict[str, tuple[float, float]] = {}  # id -> (mtime, seconds)
     for path in Path(reports_dir).glob(f"*/{SCENARIOS}/*/{VERDICT}"):
         try:
-            verdict = json.loads(path.read_text())
+            verdict = read_json(path)
             mtime = path.stat().st_mtime
         except (OSError, ValueError):
             continue  # a half-written or foreign file is no measurement

@@ -20,11 +20,11 @@ and compares the run with the previous one of its gate (regressions.py).
 
 from __future__ import annotations
 
-import json
 import time
 from collections import Counter
 from pathlib import Path
 
+from harness.jsonfile import read_json
 from harness.report.junit import write_junit
 from harness.report.markdown import write_markdown, write_pr_comment
 from harness.report.run import build_report, collect_verdicts, run_started
@@ -44,7 +44,7 @@ def write_report(run_dir: Path, meta: dict | None = None, history_dir: Path | No
     started = time.monotonic()
     run_dir = Path(run_dir)
     meta_path = run_meta_path(run_dir)
-    old = json.loads(meta_path.read_text()) if meta_path.exists() else {}
+    old = read_json(meta_path) if meta_path.exists() else {}
     meta = {**old, **(meta or {})}
     meta.setdefault("run_id", run_dir.name)
     meta["started"] = run_started(run_dir, meta)

@@ -30,6 +30,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from harness.jsonfile import read_json
 from harness.judge.expectations import declares_unsupported
 from harness.rundir import spec_path
 from harness.verdict import Verdict
@@ -68,7 +69,7 @@ def _engine_of(run_dir: Path, v: Verdict) -> str:
         return v.versions["engine"]
     spec = spec_path(run_dir, v.scenario)
     try:
-        return json.loads(spec.read_text()).get("engine", "")
+        return read_json(spec).get("engine", "")
     except (OSError, ValueError):
         return ""
 

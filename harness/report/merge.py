@@ -9,10 +9,10 @@ shards of one run never overlap, so an overlap means the wrong directories were 
 
 from __future__ import annotations
 
-import json
 import shutil
 from pathlib import Path
 
+from harness.jsonfile import read_json
 from harness.report.history import run_rows
 from harness.report.markdown import diff_markdown
 from harness.report.regressions import compare_with_history
@@ -31,7 +31,10 @@ def read_run(run_dir: Path) -> dict:
     if not scenarios_root(run_dir).is_dir() and not run_meta_path(run_dir).is_file():
         raise ReportError(f"{run_dir} is not a run directory (it has neither run.json nor scenarios/; run directories are reports/<run-id>/)")
     meta_path = run_meta_path(run_dir)
-    meta = json.loads(meta_path.read_text()) if meta_path.exists() else {}
+    try:
+        meta = read_json(meta_path) if meta_path.exists() else {}
+    except ValueError as exc:  # names the file and what it holds
+        raise ReportError(str(exc)) from None
     meta.setdefault("run_id", run_dir.name)
     meta["started"] = run_started(run_dir, meta)
     return meta
