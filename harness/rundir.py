@@ -16,9 +16,10 @@ only one process can win; a directory that already holds anything is refused.
 The planned scenario list goes into run.json before the first scenario starts, so
 a report of a run killed half-way can say which scenarios never ran.
 
-run.json and verdict.json are written whole or not at all (`write_json`: a temporary
-file, then a rename), so a harness killed while writing one leaves the old file or the
-new one, never half of one that no report could read.
+run.json, verdict.json and the report files are written whole or not at all
+(`write_json`, `write_files`: temporary files, then renames), so a harness killed, or a
+disk that fills up, while writing them leaves the old files or the new ones, never half
+of one that no report could read.
 """
 
 from __future__ import annotations
@@ -133,7 +134,7 @@ def claim_run_dir(report_dir: Path, run_id: str, meta: dict) -> Path:
         # the claim is a hard link of a whole run.json: exclusive as O_EXCL is (link() fails
         # when the name exists), and never an empty or half-written run.json if killed
         try:
-            tmp = _write_temp(run_meta_path(run_dir), {**meta, "run_id": run_id})
+            tmp = _write_temp(run_meta_path(run_dir), json_text({**meta, "run_id": run_id}))
         except OSError as exc:
             raise ResultsNotWritten(f"cannot write in the run directory {run_dir}: {_why(exc)}; "
                                     "make --report-dir (or $HARNESS_REPORTS_DIR) writable") from None
@@ -154,21 +155,38 @@ def write_json(path: Path, data: object) -> None:
     """Write `data` as JSON to `path` whole or not at all: a temporary file beside it,
     then a rename over it. A reader, or a harness killed half-way, sees the old file or
     the new one."""
-    tmp = _write_temp(Path(path), data)
+    write_files({Path(path): json_text(data)})
+
+
+def json_text(data: object) -> str:
+    return json.dumps(data, indent=1)
+
+
+def write_files(files: dict[Path, str]) -> None:
+    """Write several files of a run directory all or none, in the order given: each
+    goes to a temporary file beside it, and only once every one is whole are they
+    renamed over the old ones. A disk that fills up half-way (or a harness killed)
+    leaves the previous set of files as it was: never a cut-off report.html beside a
+    summary.md that speaks for a run it could not finish writing."""
+    staged: list[tuple[str, Path]] = []
     try:
-        os.replace(tmp, path)
+        for path, text in files.items():
+            staged.append((_write_temp(Path(path), text), Path(path)))
+        for tmp, path in staged:
+            os.replace(tmp, path)
     finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+        for tmp, _ in staged:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
 
 
-def _write_temp(path: Path, data: object) -> str:
-    """`data` as JSON in a new temporary file beside `path` (named .<name>.<random>, which
-    no reader of a run directory looks at); its name."""
+def _write_temp(path: Path, text: str) -> str:
+    """`text` in a new temporary file beside `path` (named .<name>.<random>, which no
+    reader of a run directory looks at); its name."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(data, f, indent=1)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
         os.chmod(tmp, 0o644)  # mkstemp makes it private; run directories are shared
     except BaseException:
         os.unlink(tmp)

@@ -8,6 +8,8 @@ namespace of the test's own (no privileges needed where user namespaces are allo
 from __future__ import annotations
 
 import errno
+import io
+import json
 import os
 import shlex
 import shutil
@@ -103,3 +105,71 @@ def test_the_harness_meeting_a_full_disk_in_a_scenario_is_a_machine_fault(tmp_pa
     assert verdict.verdict == "error" and verdict.error["storage"]["path"] == "/reports/r/spec.json"
     assert verdict.reason.startswith("machine fault: the harness cannot write /reports/r/spec.json")
     assert describe(verdict.error["storage"]) in verdict.reason
+
+
+REPORT_FILES = ("run.json", "junit.xml", "summary.md", "pr-comment.md", "report.html")
+
+
+def test_a_report_the_disk_cannot_take_whole_leaves_the_previous_report_as_it_was(tmp_path, monkeypatch):
+    """Issue 25 item 2: the report files are written all or none. The disk fills up while
+    report.html is written: the start-of-run report (INCOMPLETE) stays, whole, and no
+    file says OK for a run whose report could not be written."""
+    from harness import rundir
+    from harness.report import write_report
+    from tests.kit.handmade import make_run, passing
+
+    run_dir = make_run(tmp_path, "r", [])
+    meta = run_meta(run_dir)
+    meta["scenarios"] = ["s/tp1-pp1"]
+    (run_dir / "run.json").write_text(json.dumps(meta))
+    write_report(run_dir)  # the start-of-run report: the planned scenario has not ended
+    before = {name: (run_dir / name).read_bytes() for name in REPORT_FILES}
+    assert "**INCOMPLETE**" in summary(run_dir)
+    passing("s/tp1-pp1").save(rundir.verdict_path(run_dir, "s/tp1-pp1"))
+
+    class DiskFullHalfWay(io.TextIOWrapper):
+        def write(self, text):
+            super().write(text[: len(text) // 2])  # half of it reaches the disk, then ENOSPC
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    def fdopen(fd, mode, **kwargs):
+        if ".report.html." in os.readlink(f"/proc/self/fd/{fd}"):
+            return DiskFullHalfWay(open(fd, "wb"), **kwargs)
+        return open(fd, mode, **kwargs)
+
+    monkeypatch.setattr(rundir.os, "fdopen", fdopen)
+    with pytest.raises(OSError, match="No space left"):
+        write_report(run_dir)
+    assert {name: (run_dir / name).read_bytes() for name in REPORT_FILES} == before
+    assert sorted(p.name for p in run_dir.iterdir()) == sorted([*REPORT_FILES, "scenarios"])  # no temporary file left
+    assert "**OK**" not in summary(run_dir) and "**OK**" not in (run_dir / "pr-comment.md").read_text()
+    assert 'errors="1"' in (run_dir / "junit.xml").read_text()  # the never-ended scenario, not a green suite
+    assert (run_dir / "report.html").read_text().rstrip().endswith("</html>")
+
+    monkeypatch.undo()  # space again: `harness report` rebuilds it
+    write_report(run_dir)
+    assert "**OK**" in summary(run_dir)
+
+
+@pytest.mark.e2e
+@pytest.mark.skipif(not can_mount_a_tmpfs(), reason="needs `unshare -Urm` (user namespaces) to mount a small tmpfs as a full disk")
+def test_a_run_whose_report_meets_a_full_disk_exits_3_and_no_report_file_says_ok(tmp_path):
+    """The issue's reproduction: a tmpfs that takes the scenario's outputs and verdict (about
+    260 KB) but not the final report beside the start-of-run one. Used to exit 3 with
+    summary.md and pr-comment.md saying OK, junit.xml green and report.html cut off."""
+    reports, history = tmp_path / "reports", tmp_path / "history"
+    reports.mkdir()
+    run = shlex.join(harness_command("run", "llama-tiny/tp1-pp1", "--jobs", "1", "--report-dir", str(reports),
+                                     "--history", str(history), "--run-id", "r"))
+    script = (f"mount -t tmpfs -o size=288k tmpfs {shlex.quote(str(reports))} && {run}; code=$?; "
+              f"cp -r {shlex.quote(str(reports / 'r'))} {shlex.quote(str(tmp_path / 'r'))}; exit $code")
+    result = run_process(["unshare", "-Urm", "sh", "-c", script], 600, "harness run with a report on a full disk", cwd=ROOT,
+                         env=environment(), capture_output=True, text=True)
+    run_dir = tmp_path / "r"
+    assert result.returncode == exit_codes.RESULTS_NOT_WRITTEN, result.stdout + result.stderr
+    assert f"harness: cannot write the report in {reports / 'r'}: No space left on device" in result.stderr
+    assert verdict_of(run_dir, "llama-tiny/tp1-pp1")["verdict"] == "pass"  # the result itself is on disk
+    assert "**OK**" not in summary(run_dir) and "**OK**" not in (run_dir / "pr-comment.md").read_text()
+    assert 'errors="0"' not in (run_dir / "junit.xml").read_text()
+    assert (run_dir / "report.html").read_text().rstrip().endswith("</html>")
+    assert not [p.name for p in run_dir.iterdir() if p.name.startswith(".")]  # no temporary file left

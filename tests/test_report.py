@@ -47,7 +47,7 @@ def test_all_passing_run_is_ok(tmp_path):
 
 # --- the PR comment and the HTML page ------------------------------------------------
 
-from harness.report.html import scenario_section, write_html  # noqa: E402
+from harness.report.html import report_html, scenario_section  # noqa: E402
 from harness.report.run import build_report  # noqa: E402
 from harness.rundir import verdict_path  # noqa: E402
 from tests.kit.handmade import crashed, failing, make_run, passing  # noqa: E402
@@ -109,8 +109,7 @@ def test_html_shows_a_localization_when_a_verdict_has_one(tmp_path):
     report.verdicts[0].localization = {"first_diverging_layer": 3, "rank": 1, "tensor": "residual"}
     section = scenario_section(report, report.verdicts[0])
     assert "first_diverging_layer" in section["localization"] and "residual" in section["localization"]
-    write_html(run / "report.html", report)
-    assert "Localization (first diverging layer)" in (run / "report.html").read_text()
+    assert "Localization (first diverging layer)" in report_html(report)
 
 
 def test_report_shows_what_was_expected_beside_what_happened(tmp_path):

@@ -25,20 +25,21 @@ from collections import Counter
 from pathlib import Path
 
 from harness.jsonfile import read_json
-from harness.report.junit import write_junit
-from harness.report.markdown import write_markdown, write_pr_comment
+from harness.report.junit import junit_xml
+from harness.report.markdown import pr_comment_markdown, summary_markdown
 from harness.report.run import build_report, collect_verdicts, run_started
-from harness.rundir import run_meta_path, write_json
+from harness.rundir import json_text, run_meta_path, write_files
 
 __all__ = ["collect_verdicts", "write_report"]
 
 
 def write_report(run_dir: Path, meta: dict | None = None, history_dir: Path | None = None) -> dict:
     """(Re)write run.json, junit.xml, summary.md, pr-comment.md and report.html from the
-    verdicts in run_dir. With `history_dir`, also record the run in the history and
-    say what changed since the previous run of its gate."""
+    verdicts in run_dir, all of them or none (a full disk leaves the previous report
+    whole, never one file that says OK beside a cut-off one). With `history_dir`, also
+    record the run in the history and say what changed since the previous run of its gate."""
     from harness.report.html import (
-        write_html,  # matplotlib: only once a report is drawn
+        report_html,  # matplotlib: only once a report is drawn
     )
 
     started = time.monotonic()
@@ -61,11 +62,12 @@ def write_report(run_dir: Path, meta: dict | None = None, history_dir: Path | No
         meta["history_error"] = report.history_error
     if report.comparison is not None:
         meta["changes"] = report.comparison.to_dict()
-    write_json(meta_path, meta)
-    write_junit(run_dir / "junit.xml", report.verdicts, meta)
-    write_markdown(run_dir / "summary.md", report)
-    write_pr_comment(run_dir / "pr-comment.md", report)
-    write_html(run_dir / "report.html", report)
+    files = {
+        run_dir / "junit.xml": junit_xml(report.verdicts, meta),
+        run_dir / "summary.md": summary_markdown(report),
+        run_dir / "pr-comment.md": pr_comment_markdown(report),
+        run_dir / "report.html": report_html(report),
+    }
     meta["report_s"] = round(time.monotonic() - started, 3)  # report writing: the last phase of a run
-    write_json(meta_path, meta)
+    write_files({**files, meta_path: json_text(meta)})  # run.json last: its counts match the files beside it
     return meta

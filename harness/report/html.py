@@ -111,7 +111,7 @@ def _divergence_plots(v: Verdict) -> list[str]:
 def draw_ahead(v: Verdict) -> None:
     """Draw a finished scenario's plots in a background thread, while the next scenario
     runs (its engine is other processes): most of a report's writing time is these
-    plots, drawn then off the run's critical path. write_html finds them drawn."""
+    plots, drawn then off the run's critical path. report_html finds them drawn."""
     global _drawer
     with _drawn_lock:
         if _drawer is None:
@@ -190,14 +190,14 @@ def _environment() -> jinja2.Environment:
     return env
 
 
-def write_html(path: Path, report) -> None:
+def report_html(report) -> str:
     suites: dict[str, list[Verdict]] = {}
     for v in report.verdicts:  # one heat map per suite, and per engine version (harness/envs.py)
         base, label = split_id(v.scenario)
         suites.setdefault(base.split("/", 1)[0] + (f" @ {label}" if label else ""), []).append(v)
     heatmaps = [(suite, plots.heatmap(items, report.new_failure_ids)) for suite, items in sorted(suites.items())]
     trends, constant = trend_section(report)
-    html = _environment().get_template("report.html.j2").render(
+    return _environment().get_template("report.html.j2").render(
         meta=report.meta,
         report=report,
         counts=sorted(report.meta.get("counts", {}).items()),
@@ -210,4 +210,3 @@ def write_html(path: Path, report) -> None:
         constant=constant,
         versions_table=_versions_table(report.verdicts),
     )
-    path.write_text(html)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import xml.etree.ElementTree as ET
 from collections import defaultdict
-from pathlib import Path
 
 from harness.verdict import Verdict
 
@@ -21,7 +20,7 @@ def _never_ran(scenario: str) -> Verdict:
                    reproduce=f"harness run {scenario}")
 
 
-def write_junit(path: Path, verdicts: list[Verdict], meta: dict) -> None:
+def junit_xml(verdicts: list[Verdict], meta: dict) -> str:
     by_suite: dict[str, list[Verdict]] = defaultdict(list)
     for v in [*verdicts, *map(_never_ran, meta.get("never_ran") or [])]:
         by_suite[v.scenario.split("/", 1)[0]].append(v)
@@ -43,4 +42,4 @@ def write_junit(path: Path, verdicts: list[Verdict], meta: dict) -> None:
         for k, n in counts.items():
             node.set(k, str(n))
     ET.indent(root)
-    ET.ElementTree(root).write(path, encoding="utf-8", xml_declaration=True)
+    return ET.tostring(root, encoding="unicode", xml_declaration=True) + "\n"

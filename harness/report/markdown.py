@@ -3,8 +3,6 @@ problem), pr-comment.md (short, for a PR comment) and the text of `harness repor
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from harness import timings
 from harness.report.axes import explaining_settings
 from harness.report.regressions import Change, Comparison, Drift
@@ -133,7 +131,7 @@ def changes_lines(comparison: Comparison | None, verdicts: list[Verdict], limit:
     return lines
 
 
-def write_markdown(path: Path, report) -> None:
+def summary_markdown(report) -> str:
     meta, verdicts = report.meta, report.verdicts
     lines = [f"# Harness run {meta.get('run_id', '')}", "", counts_line(report), ""]
     explained = explaining_settings(verdicts)
@@ -169,7 +167,7 @@ def write_markdown(path: Path, report) -> None:
         if v.reproduce:  # verdicts of the Python API on outputs in hand have no command
             lines.append(f"\nReproduce: `{v.reproduce}`")
     lines += time_lines(verdicts)
-    path.write_text("\n".join(lines) + "\n")
+    return "\n".join(lines) + "\n"
 
 
 def expectation_lines(v: Verdict) -> list[str]:
@@ -206,7 +204,7 @@ def time_lines(verdicts: list[Verdict]) -> list[str]:
     return lines
 
 
-def write_pr_comment(path: Path, report) -> None:
+def pr_comment_markdown(report) -> str:
     """Short, for a PR comment: counts, regressions first, one line per failing scenario
     with the command that reproduces it locally."""
     meta = report.meta
@@ -225,7 +223,7 @@ def write_pr_comment(path: Path, report) -> None:
                   for v in others[:PR_COMMENT_MAX_LINES]]
         lines.append("")
     lines.append("Full report: `report.html` and `summary.md` in the run directory.")
-    path.write_text("\n".join(lines) + "\n")
+    return "\n".join(lines) + "\n"
 
 
 def diff_markdown(old_meta: dict, new_meta: dict, comparison: Comparison, verdicts: list[Verdict]) -> str:
