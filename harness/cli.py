@@ -361,6 +361,7 @@ def _run_and_report(chosen, run_dir: Path, meta: dict, history: Path, opts, jobs
     if table:
         print(table)
     print(f"harness: {counts_text(meta['counts'], meta['never_ran'])}; report: {run_dir / 'report.html'}")
+    warn_history_unreadable(meta, "harness")
     if meta.get("history_error"):
         print(f"harness: results not recorded: {meta['history_error']}", file=sys.stderr)
     if meta.get("results_not_written"):
@@ -372,6 +373,12 @@ def _run_and_report(chosen, run_dir: Path, meta: dict, history: Path, opts, jobs
         print("harness: coverage lost (passed in the previous run of the gate, not tested now): "
               + ", ".join(meta["coverage_lost"]), file=sys.stderr)
     return exit_codes.of_run(meta, interrupted)
+
+
+def warn_history_unreadable(meta: dict, who: str) -> None:
+    for problem in meta.get("history_unreadable") or []:
+        print(f"{who}: warning: history file skipped, unreadable: {problem}; the comparison with earlier runs is partial",
+              file=sys.stderr)
 
 
 def collect_for_table(run_dir: Path) -> list:
@@ -532,8 +539,12 @@ def cmd_report(args) -> int:
     except OSError as exc:
         print(f"harness report: cannot write the report in {run_dir}: {exc.strerror or exc}; make it writable", file=sys.stderr)
         return exit_codes.RESULTS_NOT_WRITTEN
+    except ValueError as exc:  # a damaged verdict.json or run.json (harness/jsonfile.py names it)
+        print(f"harness report: {exc}", file=sys.stderr)
+        return exit_codes.USAGE
     print((run_dir / "summary.md").read_text())
     print(f"harness: report: {run_dir / 'report.html'}")
+    warn_history_unreadable(meta, "harness report")
     if meta.get("history_error"):
         print(f"harness report: results not recorded: {meta['history_error']}", file=sys.stderr)
     return exit_codes.of_run(meta)

@@ -9,6 +9,7 @@ import pytest
 from harness.report import write_report
 from harness.report.history import load_history
 from harness.report.regressions import BAND_ABS_FLOOR, noise_band
+from tests.kit import harness_cli, summary
 from tests.kit.handmade import crashed, failing, make_run, passing
 
 
@@ -130,3 +131,55 @@ def test_a_merged_run_replaces_its_shards_in_the_history(tmp_path):
     assert meta["changes"]["previous_run"] is None  # its own shards are not its past
     assert sorted(load_history(history)["run_id"]) == ["merged", "merged"]
     assert json.loads((merged / "run.json").read_text())["changes"]["first_seen_failing"] == ["s/tp2-pp1"]
+
+
+def test_an_unreadable_history_file_is_skipped_and_named_and_the_comparison_says_it_is_partial(tmp_path):
+    """Issue 25 item 1: a half-copied file (histories merge by copying directories) used
+    to stop every run with pyarrow's ArrowInvalid traceback before any scenario ran."""
+    history = tmp_path / "history"
+    report(make_run(tmp_path, "r1", [passing("s/tp1-pp1")], started=1000), history)
+    runs = history / "runs"
+    whole = (runs / "r1.parquet").read_bytes()
+    (runs / "truncated-copy.parquet").write_bytes(whole[: len(whole) // 2])
+    (runs / "empty.parquet").write_bytes(b"")
+    pd.DataFrame({"x": [1]}).to_parquet(runs / "foreign.parquet")  # Parquet, but not the history's
+
+    meta = report(make_run(tmp_path, "r2", [failing("s/tp1-pp1")], started=2000), history)
+    skipped = sorted(meta["history_unreadable"])
+    assert [s.split(" (")[0] for s in skipped] == [str(runs / n) for n in ("empty.parquet", "foreign.parquet", "truncated-copy.parquet")]
+    assert "not a history file: no column run_id" in skipped[1]
+    assert "Parquet" in skipped[2]  # pyarrow's own words on what is wrong with it
+    assert meta["changes"]["previous_run"] == "r1"  # the readable runs are still compared with
+    assert meta["changes"]["new_failures"] == ["s/tp1-pp1"]
+    text = (tmp_path / "r2" / "summary.md").read_text()
+    assert "**History comparison partial:** 3 file(s)" in text and "truncated-copy.parquet" in text
+    assert "History comparison partial" in (tmp_path / "r2" / "pr-comment.md").read_text()
+    assert 'id="history-partial"' in (tmp_path / "r2" / "report.html").read_text()
+    assert sorted(load_history(history)["run_id"]) == ["r1", "r2"]  # r2 was recorded beside the bad files
+
+
+def test_a_history_that_reads_whole_says_nothing_of_a_partial_comparison(tmp_path):
+    history = tmp_path / "history"
+    report(make_run(tmp_path, "r1", [passing("s/tp1-pp1")], started=1000), history)
+    meta = report(make_run(tmp_path, "r2", [passing("s/tp1-pp1")], started=2000), history)
+    assert meta["history_unreadable"] == []
+    assert "partial" not in (tmp_path / "r2" / "summary.md").read_text()
+
+
+@pytest.mark.e2e
+def test_a_run_and_a_rebuilt_report_go_on_past_a_half_copied_history_file(tmp_path):
+    """The issue's reproduction with the real command: a cut-off copy of a run's rows in
+    the history store; `harness run` and `harness report` used to stop with ArrowInvalid."""
+    first = harness_cli("run", "llama-tiny/tp1-pp1", "--report-dir", str(tmp_path), "--run-id", "first")
+    assert first.returncode == 0, first.stdout + first.stderr
+    runs = tmp_path / "history" / "runs"
+    bad = runs / "truncated-copy.parquet"
+    bad.write_bytes((runs / "first.parquet").read_bytes()[:1000])
+    second = harness_cli("run", "llama-tiny/tp1-pp1", "--report-dir", str(tmp_path), "--run-id", "second")
+    assert second.returncode == 0, second.stdout + second.stderr
+    assert f"harness: warning: history file skipped, unreadable: {bad} (" in second.stderr
+    assert "**History comparison partial:** 1 file(s)" in summary(tmp_path / "second")
+    rebuilt = harness_cli("report", str(tmp_path / "second"))
+    assert rebuilt.returncode == 0, rebuilt.stdout + rebuilt.stderr
+    assert f"harness report: warning: history file skipped, unreadable: {bad} (" in rebuilt.stderr
+    assert sorted(set(load_history(tmp_path / "history")["run_id"])) == ["first", "second"]

@@ -94,3 +94,13 @@ def test_diff_lists_what_changed_between_two_runs(tmp_path, capsys):
     clean = make_run(tmp_path, "clean", [passing("s/tp1-pp1")])
     assert main(["report", "--diff", str(clean), str(clean)]) == 0
     assert "No change" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("damage", ["{not json", "[]"])
+def test_a_damaged_verdict_is_named_by_report_not_a_traceback(tmp_path, capsys, damage):
+    run = make_run(tmp_path, "r", [passing("s/tp1-pp1"), failing("s/tp2-pp1")])
+    broken = verdict_files(run)[0]
+    broken.write_text(damage)
+    assert main(["report", str(run)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"harness report: {broken} ") and "Traceback" not in err

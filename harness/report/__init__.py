@@ -60,6 +60,7 @@ def write_report(run_dir: Path, meta: dict | None = None, history_dir: Path | No
     meta.pop("history_error", None)  # a rebuild that records the run clears an old failure
     if report.history_error:
         meta["history_error"] = report.history_error
+    meta["history_unreadable"] = report.history_unreadable  # skipped, named: the comparison is partial
     if report.comparison is not None:
         meta["changes"] = report.comparison.to_dict()
     files = {

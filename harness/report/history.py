@@ -9,7 +9,8 @@ One Parquet file per run means concurrent runs never write the same file, and
 merging the histories of several machines is copying their directories together:
 `load_history` reads every *.parquet below the directory (subdirectories too, e.g.
 history/machine-b/runs/...), and keeps one row per (run_id, scenario), the most
-recently recorded. A merged run (`harness report --merge`) names the shard runs it
+recently recorded (a file that cannot be read, such as a half-finished copy, is
+skipped and named: the report says its comparison is partial). A merged run (`harness report --merge`) names the shard runs it
 replaces in `merged_from`; their rows are dropped on load, so a nightly counts once.
 
 Columns: run_id, gate, started (UTC), recorded (UTC), harness_commit, torch, python,
@@ -29,6 +30,7 @@ import tempfile
 from pathlib import Path
 
 import pandas as pd
+import pyarrow
 
 from harness.jsonfile import read_json
 from harness.judge.expectations import declares_unsupported
@@ -132,18 +134,45 @@ def record(history: Path, rows: pd.DataFrame) -> None:
 
 
 def load_history(history: Path) -> pd.DataFrame:
+    """Every readable row below `history` (read_history, its unreadable files left out)."""
+    return read_history(history)[0]
+
+
+def read_history(history: Path) -> tuple[pd.DataFrame, list[str]]:
     """Every row below `history`, one per (run_id, scenario), shard runs that a merged
-    run replaces left out. Empty (no columns) when there is no history yet."""
+    run replaces left out (empty, no columns, when there is no history yet); and one line
+    per file that could not be read, which is skipped: histories are merged by copying
+    directories, so a half-copied file is a normal event and must not stop every run."""
     files = sorted(Path(history).glob("**/*.parquet")) if Path(history).exists() else []
-    frames = [pd.read_parquet(f) for f in files]
-    frames = [f for f in frames if not f.empty]
+    frames, unreadable = [], []
+    for f in files:
+        frame, problem = _read_run_file(f)
+        if problem:
+            unreadable.append(f"{f} ({problem})")
+        elif not frame.empty:
+            frames.append(frame)
     if not frames:
-        return pd.DataFrame()
+        return pd.DataFrame(), unreadable
     rows = pd.concat(frames, ignore_index=True)
     rows = rows.sort_values("recorded").drop_duplicates(KEY, keep="last")
     replaced = {rid for merged in rows["merged_from"].dropna() for rid in merged.split(",") if rid}
     rows = rows[~rows["run_id"].isin(replaced)]
-    return rows.sort_values(["started", "run_id", "scenario"]).reset_index(drop=True)
+    return rows.sort_values(["started", "run_id", "scenario"]).reset_index(drop=True), unreadable
+
+
+REQUIRED = [*KEY, "gate", "started", "recorded", "merged_from", "verdict"]
+
+
+def _read_run_file(path: Path) -> tuple[pd.DataFrame, str]:
+    """One run's rows, or why they cannot be used (cut off, not Parquet, not a history file)."""
+    try:
+        frame = pd.read_parquet(path)
+    except (OSError, ValueError, pyarrow.ArrowException) as exc:  # ArrowInvalid is a ValueError
+        return pd.DataFrame(), str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    missing = [c for c in REQUIRED if c not in frame.columns]
+    if missing and not frame.empty:
+        return pd.DataFrame(), f"not a history file: no column {', '.join(missing)}"
+    return frame, ""
 
 
 def earlier_rows(history: pd.DataFrame, meta: dict) -> pd.DataFrame:

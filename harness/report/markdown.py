@@ -90,7 +90,15 @@ def problems_lines(report) -> list[str]:
                    f"{shown}{more}. Run them again: `harness run {' '.join(report.never_ran)}`"), ""]
     if report.history_error:
         lines += [f"**Not recorded:** {report.history_error}", ""]
+    if report.history_unreadable:
+        lines += [history_partial_text(report.history_unreadable), ""]
     return lines
+
+
+def history_partial_text(unreadable: list[str]) -> str:
+    files = "; ".join(unreadable)
+    return (f"**History comparison partial:** {len(unreadable)} file(s) of the history store could not be read and were "
+            f"skipped, so the runs they hold are left out of what changed: {files}. Copy them again or remove them.")
 
 
 def _change_line(c: Change, reproduce: dict[str, str]) -> str:

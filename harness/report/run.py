@@ -41,6 +41,7 @@ class RunReport:
     verdicts: list[Verdict]
     comparison: Comparison | None = None  # None: no history store was given
     history_error: str = ""  # why this run's rows are not in the history store
+    history_unreadable: list[str] = field(default_factory=list)  # history files skipped: the comparison is partial
     rows: pd.DataFrame = field(default_factory=pd.DataFrame)  # this run's history rows
     earlier: pd.DataFrame = field(default_factory=pd.DataFrame)  # earlier runs of its gate
 
@@ -74,7 +75,8 @@ def build_report(run_dir: Path, meta: dict, history_dir: Path | None) -> RunRepo
     if history_dir is None:
         return report
     report.rows = hist.run_rows(run_dir, meta, verdicts, complete=not report.never_ran)
-    report.earlier = hist.earlier_rows(hist.load_history(history_dir), meta)
+    history, report.history_unreadable = hist.read_history(history_dir)
+    report.earlier = hist.earlier_rows(history, meta)
     report.comparison = compare_with_history(report.rows, report.earlier)
     try:
         hist.record(history_dir, report.rows)
