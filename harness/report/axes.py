@@ -30,6 +30,8 @@ def _label(features: tuple) -> str:
 def explaining_settings(verdicts: list[Verdict]) -> str | None:
     """One sentence naming the smallest setting(s) that separate failures from passes, or
     the closest one and its exceptions; None when nothing failed or everything did."""
+    from harness.report.markdown import code  # it imports this module
+
     judged = [v for v in verdicts if v.verdict not in ("unsupported", "error")]
     failed = {v.scenario for v in judged if _failed(v)}
     if not failed or len(failed) == len(judged):
@@ -42,17 +44,19 @@ def explaining_settings(verdicts: list[Verdict]) -> str | None:
             if having == failed:
                 hits.append(_label(combo))
         if hits:
-            return (f"Failures explained by `{hits[0]}`: every scenario with it failed ({len(failed)}), "
-                    "none without it did" + (f" (equally: {'; '.join(f'`{h}`' for h in hits[1:4])})" if len(hits) > 1 else "") + ".")
+            return (f"Failures explained by {code(hits[0])}: every scenario with it failed ({len(failed)}), "
+                    "none without it did" + (f" (equally: {'; '.join(code(h) for h in hits[1:4])})" if len(hits) > 1 else "") + ".")
     return _closest(judged, failed)
 
 
 def _closest(judged: list[Verdict], failed: set[str]) -> str:
     """No exact explanation: the setting every failure shares with the fewest passes."""
+    from harness.report.markdown import code, text  # it imports this module
+
     common = set.intersection(*(_features(v) for v in judged if v.scenario in failed))
     if not common:
         return f"No setting is shared by all {len(failed)} failing scenarios."
     passing = {f: sorted(v.scenario for v in judged if f in _features(v) and v.scenario not in failed) for f in common}
     best = min(sorted(common, key=repr), key=lambda f: len(passing[f]))
-    return (f"No single setting or pair separates the failures: all {len(failed)} have `{_label((best,))}`, "
-            f"but so do {len(passing[best])} that pass: {', '.join(passing[best][:5])}.")
+    return (f"No single setting or pair separates the failures: all {len(failed)} have {code(_label((best,)))}, "
+            f"but so do {len(passing[best])} that pass: {text(', '.join(passing[best][:5]))}.")

@@ -204,7 +204,7 @@ def report_html(report) -> str:
         colors=plots.COLORS,
         comparison=report.comparison,
         heatmaps=[(s, uri) for s, uri in heatmaps if uri],
-        rows=[{"v": v, "label": plots.verdict_label(v), "metric": key_metric(v).replace("\\", ""), "where": where_diverged(v)} for v in report.verdicts],
+        rows=[{"v": v, "label": plots.verdict_label(v), "metric": key_metric(v), "where": where_diverged(v)} for v in report.verdicts],
         sections=[scenario_section(report, v) for v in report.verdicts],
         trends=trends,
         constant=constant,

@@ -1,7 +1,15 @@
 """The Markdown reports: summary.md (what regressed, the table, then one section per
-problem), pr-comment.md (short, for a PR comment) and the text of `harness report --diff`."""
+problem), pr-comment.md (short, for a PR comment) and the text of `harness report --diff`.
+
+CI systems render HTML in Markdown, so every text taken from scenario files, engines or
+tracebacks goes through one of `text` (prose), `code` (an inline code span) or `block`
+(a fenced code block): none of it can become a tag, close its code span or block, or
+split a table cell (report.html and junit.xml escape on their own).
+"""
 
 from __future__ import annotations
+
+import re
 
 from harness import timings
 from harness.report.axes import explaining_settings
@@ -18,7 +26,7 @@ def key_metric(v: Verdict) -> str:
     parts = []
     for c in v.checks:
         if c["kind"] == "logprobs" and not parts:
-            parts.append(f"max\\|dlogprob\\| {c['metrics'].get('max_abs_dlogprob', float('nan')):.1e}")
+            parts.append(f"max|dlogprob| {c['metrics'].get('max_abs_dlogprob', float('nan')):.1e}")
     for c in v.checks:
         if c["kind"] == "accuracy":
             m = c["metrics"]
@@ -48,8 +56,34 @@ def where_diverged(v: Verdict) -> str:
     return ""
 
 
-def _cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
+def text(s: object) -> str:
+    """Prose: one line, HTML escaped (GitHub shows `&lt;` as `<`); backslashes, backticks
+    and pipes too, so it opens no code span (one would end inside a `code` span further on,
+    letting its text out) and splits no table cell."""
+    s = " ".join(str(s).splitlines())
+    for c in "\\`|":
+        s = s.replace(c, "\\" + c)
+    return s.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def code(s: object, cell: bool = False) -> str:
+    """An inline code span of s as is (CommonMark: a fence longer than any backtick run
+    inside, padded with a space where s starts or ends with a backtick or a space); `cell`:
+    inside a table row, where a `|` would end the cell even in a code span."""
+    s = " ".join(str(s).splitlines())
+    if cell:
+        s = s.replace("|", "\\|")
+    if not s.strip(" "):  # spaces only are kept as they are; `` would be no code span at all
+        return f"`{s or ' '}`"
+    fence = "`" * (max(map(len, re.findall("`+", s)), default=0) + 1)
+    pad = " " if s[0] in "` " or s[-1] in "` " else ""
+    return f"{fence}{pad}{s}{pad}{fence}"
+
+
+def block(s: str) -> str:
+    """A fenced code block of s (a traceback): its fence longer than any backtick run inside."""
+    fence = "`" * max(3, max(map(len, re.findall("`+", s)), default=0) + 1)
+    return f"{fence}\n{s}\n{fence}"
 
 
 def counts_text(counts: dict, never_ran: list[str]) -> str:
@@ -76,7 +110,7 @@ def status_word(report) -> str:
 
 def counts_line(report) -> str:
     total = len(report.verdicts) + len(report.never_ran)
-    return f"**{status_word(report)}**: {counts_text(report.meta.get('counts', {}), report.never_ran)} of {total} scenarios"
+    return f"**{status_word(report)}**: {text(counts_text(report.meta.get('counts', {}), report.never_ran))} of {total} scenarios"
 
 
 def problems_lines(report) -> list[str]:
@@ -84,31 +118,31 @@ def problems_lines(report) -> list[str]:
     ran, results that were not stored."""
     lines = []
     if report.never_ran:
-        shown = ", ".join(f"`{s}`" for s in report.never_ran[:PR_COMMENT_MAX_LINES])
+        shown = ", ".join(code(s) for s in report.never_ran[:PR_COMMENT_MAX_LINES])
         more = f" and {len(report.never_ran) - PR_COMMENT_MAX_LINES} more" if len(report.never_ran) > PR_COMMENT_MAX_LINES else ""
         lines += [(f"**Incomplete: {len(report.never_ran)} planned scenario(s) never ran** (the run ended before they did): "
-                   f"{shown}{more}. Run them again: `harness run {' '.join(report.never_ran)}`"), ""]
+                   f"{shown}{more}. Run them again: {code('harness run ' + ' '.join(report.never_ran))}"), ""]
     if report.history_error:
-        lines += [f"**Not recorded:** {report.history_error}", ""]
+        lines += [f"**Not recorded:** {text(report.history_error)}", ""]
     if report.history_unreadable:
         lines += [history_partial_text(report.history_unreadable), ""]
     return lines
 
 
 def history_partial_text(unreadable: list[str]) -> str:
-    files = "; ".join(unreadable)
+    files = text("; ".join(unreadable))
     return (f"**History comparison partial:** {len(unreadable)} file(s) of the history store could not be read and were "
             f"skipped, so the runs they hold are left out of what changed: {files}. Copy them again or remove them.")
 
 
 def _change_line(c: Change, reproduce: dict[str, str]) -> str:
-    was = f" (was {c.before} in `{c.before_run}`)" if c.before else ""
-    how = f" — `{reproduce[c.scenario]}`" if reproduce.get(c.scenario) else ""
-    return f"- {ICON.get(c.verdict.split()[0], '')} `{c.scenario}` {c.verdict}{was}: {_cell(c.reason)[:200]}{how}"
+    was = f" (was {text(c.before)} in {code(c.before_run)})" if c.before else ""
+    how = f" — {code(reproduce[c.scenario])}" if reproduce.get(c.scenario) else ""
+    return f"- {ICON.get(c.verdict.split()[0], '')} {code(c.scenario)} {text(c.verdict)}{was}: {text(c.reason[:200])}{how}"
 
 
 def _drift_line(d: Drift) -> str:
-    return (f"- `{d.scenario}` {d.metric} = {d.value:.3g} (was {d.before:.3g}; band {d.band.low:.3g} .. {d.band.high:.3g} "
+    return (f"- {code(d.scenario)} {text(d.metric)} = {d.value:.3g} (was {d.before:.3g}; band {d.band.low:.3g} .. {d.band.high:.3g} "
             f"from {d.band.samples} passing runs)")
 
 
@@ -119,7 +153,7 @@ def changes_lines(comparison: Comparison | None, verdicts: list[Verdict], limit:
     if comparison.previous_run is None:
         return ["No earlier run of this gate in the history: nothing to compare with yet.", ""]
     reproduce = {v.scenario: v.reproduce for v in verdicts}
-    lines = [f"Compared with the previous run `{comparison.previous_run}`:", ""]
+    lines = [f"Compared with the previous run {code(comparison.previous_run)}:", ""]
     groups = [
         ("Coverage lost (passed before, the engine no longer applies the setting; its evidence)",
          [_change_line(c, reproduce) for c in comparison.coverage_lost]),
@@ -141,7 +175,7 @@ def changes_lines(comparison: Comparison | None, verdicts: list[Verdict], limit:
 
 def summary_markdown(report) -> str:
     meta, verdicts = report.meta, report.verdicts
-    lines = [f"# Harness run {meta.get('run_id', '')}", "", counts_line(report), ""]
+    lines = [f"# Harness run {text(meta.get('run_id', ''))}", "", counts_line(report), ""]
     explained = explaining_settings(verdicts)
     if explained:
         lines += [explained, ""]
@@ -151,29 +185,30 @@ def summary_markdown(report) -> str:
     lines += changes_lines(report.comparison, verdicts)
     versions = meta.get("versions")
     if versions:
-        lines += ["Versions: " + ", ".join(f"{k} {v}" for k, v in sorted(versions.items())), ""]
+        lines += ["Versions: " + ", ".join(f"{text(k)} {text(v)}" for k, v in sorted(versions.items())), ""]
     lines += versions_lines(verdicts)
     lines += ["| scenario | verdict | key metric | where | time |", "|---|---|---|---|---|"]
     for v in verdicts:
         tag = "pass (unexpected)" if v.unexpected_pass else v.verdict
-        lines.append(f"| `{v.scenario}` | {ICON.get(v.verdict, '')} {tag} | {key_metric(v)} | {_cell(where_diverged(v))} | {v.duration_s:.1f}s |")
+        lines.append(f"| {code(v.scenario, cell=True)} | {ICON.get(v.verdict, '')} {tag} | {text(key_metric(v))} | {text(where_diverged(v))} "
+                     f"| {v.duration_s:.1f}s |")
     for v in report.failing + [v for v in verdicts if v.verdict in ("expected-failure", "unsupported")]:
-        lines += ["", f"## `{v.scenario}`: {v.verdict}", "", _cell(v.reason), ""]
+        lines += ["", f"## {code(v.scenario)}: {v.verdict}", "", text(v.reason), ""]
         lines += expectation_lines(v)
         if v.tolerance:
-            lines.append(f"Tolerance: {v.tolerance}")
+            lines.append(f"Tolerance: {text(v.tolerance)}")
         for c in v.checks:
-            lines.append(f"- {'ok' if c['passed'] else '**FAIL**'} `{c['name']}` ({c['kind']}): {c['summary']}")
+            lines.append(f"- {'ok' if c['passed'] else '**FAIL**'} {code(c['name'])} ({text(c['kind'])}): {text(c['summary'])}")
         if v.crash and v.crash.get("frame"):
-            lines.append(f"Raised at `{v.crash['frame']}`" + (f" (surfaced as `{_cell(v.crash['wrapper'])}`)" if v.crash.get("wrapper") else ""))
+            lines.append(f"Raised at {code(v.crash['frame'])}" + (f" (surfaced as {code(v.crash['wrapper'])})" if v.crash.get("wrapper") else ""))
         if v.crash and v.crash.get("traceback"):
-            lines += ["", f"Rank {v.crash['rank']} traceback (log: `{v.crash['log']}`):", "```", v.crash["traceback"].rstrip()[-3000:], "```"]
+            lines += ["", f"Rank {text(v.crash['rank'])} traceback (log: {code(v.crash['log'])}):", block(v.crash["traceback"].rstrip()[-3000:])]
         if v.hang:
-            lines += [""] + [f"- rank {r} stuck at `{loc}`" for r, loc in sorted(v.hang["stuck_at"].items())]
+            lines += [""] + [f"- rank {text(r)} stuck at {code(loc)}" for r, loc in sorted(v.hang["stuck_at"].items())]
         if v.error:
-            lines += ["", "```", (v.error.get("traceback") or v.error.get("exception", "")).rstrip()[-3000:], "```"]
+            lines += ["", block((v.error.get("traceback") or v.error.get("exception", "")).rstrip()[-3000:])]
         if v.reproduce:  # verdicts of the Python API on outputs in hand have no command
-            lines.append(f"\nReproduce: `{v.reproduce}`")
+            lines.append(f"\nReproduce: {code(v.reproduce)}")
     lines += time_lines(verdicts)
     return "\n".join(lines) + "\n"
 
@@ -183,10 +218,10 @@ def expectation_lines(v: Verdict) -> list[str]:
     x = v.expectation
     if not x:
         return []
-    lines = [f"- expected ({x['status']}): {_cell(x['expected'])}: {_cell(x['reason'])}",
-             f"- happened on {x['ran_on']}: {_cell(x['happened'])[:300]}"]
+    lines = [f"- expected ({text(x['status'])}): {text(x['expected'])}: {text(x['reason'])}",
+             f"- happened on {text(x['ran_on'])}: {text(x['happened'][:300])}"]
     if x.get("why"):
-        lines.append(f"- why it is not expected: {_cell(x['why'])}")
+        lines.append(f"- why it is not expected: {text(x['why'])}")
     return lines + [""]
 
 
@@ -200,7 +235,7 @@ def time_lines(verdicts: list[Verdict]) -> list[str]:
     lines = ["", "## Where the time went (seconds)", "",
              "Rank phases along the slowest rank; `harness other` = prepare, golden load, verdict.", "",
              "| scenario | " + " | ".join(head) + " |", "|---" * (len(head) + 1) + "|"]
-    for label, t in [(f"`{v.scenario}`", v.timings) for v in timed] + [("**sum**", timings.total([v.timings for v in timed]))]:
+    for label, t in [(code(v.scenario, cell=True), v.timings) for v in timed] + [("**sum**", timings.total([v.timings for v in timed]))]:
         phases = t["phases"]
         cells = [f"{phases[name]:.1f}" if name in phases else "" for name, _ in timings.COLUMNS]
         cells += [f"{timings.harness_other(t):.1f}", f"{t['engine_s'] + t['harness_s'] + t['wait_s']:.1f}"]
@@ -216,8 +251,8 @@ def pr_comment_markdown(report) -> str:
     """Short, for a PR comment: counts, regressions first, one line per failing scenario
     with the command that reproduces it locally."""
     meta = report.meta
-    gate = f" (gate {meta['gate']})" if meta.get("gate") else ""
-    lines = [f"### Harness run `{meta.get('run_id', '')}`{gate}", "", counts_line(report), ""]
+    gate = f" (gate {text(meta['gate'])})" if meta.get("gate") else ""
+    lines = [f"### Harness run {code(meta.get('run_id', ''))}{gate}", "", counts_line(report), ""]
     if meta.get("interrupted"):
         lines += ["⚠️ The run was interrupted: this covers only the scenarios that finished.", ""]
     lines += problems_lines(report)
@@ -227,7 +262,8 @@ def pr_comment_markdown(report) -> str:
     others = [v for v in report.failing if v.scenario not in listed]
     if others:
         lines += [f"**Failing: {len(report.failing)}**", ""]
-        lines += [f"- {ICON.get(v.verdict, '')} `{v.scenario}` {'pass (unexpected)' if v.unexpected_pass else v.verdict}: {_cell(v.reason)[:200]} — `{v.reproduce}`"
+        lines += [f"- {ICON.get(v.verdict, '')} {code(v.scenario)} {'pass (unexpected)' if v.unexpected_pass else v.verdict}: "
+                  f"{text(v.reason[:200])} — {code(v.reproduce)}"
                   for v in others[:PR_COMMENT_MAX_LINES]]
         lines.append("")
     lines.append("Full report: `report.html` and `summary.md` in the run directory.")
@@ -236,6 +272,6 @@ def pr_comment_markdown(report) -> str:
 
 def diff_markdown(old_meta: dict, new_meta: dict, comparison: Comparison, verdicts: list[Verdict]) -> str:
     """`harness report --diff OLD NEW`: what changed from one run to the other."""
-    lines = [f"# Harness diff: `{old_meta.get('run_id')}` -> `{new_meta.get('run_id')}`", ""]
+    lines = [f"# Harness diff: {code(old_meta.get('run_id'))} -> {code(new_meta.get('run_id'))}", ""]
     lines += changes_lines(comparison, verdicts)
     return "\n".join(lines)

@@ -51,13 +51,15 @@ def cell(v: Verdict | None) -> str:
 
 def versions_lines(verdicts: list[Verdict]) -> list[str]:
     """A Markdown table scenario x engine version -> verdict (no lines without versions)."""
+    from harness.report.markdown import code, text  # it imports this module
+
     labels, rows = version_matrix(verdicts)
     if not labels:
         return []
     lines = ["## Engine versions side by side", "",
-             "| scenario | " + " | ".join(f"`{lab}`" for lab in labels) + " |", "|---" * (len(labels) + 1) + "|"]
+             "| scenario | " + " | ".join(code(lab, cell=True) for lab in labels) + " |", "|---" * (len(labels) + 1) + "|"]
     for base, by_label in rows:
-        lines.append(f"| `{base}` | " + " | ".join(cell(by_label.get(lab)) for lab in labels) + " |")
+        lines.append(f"| {code(base, cell=True)} | " + " | ".join(text(cell(by_label.get(lab))) for lab in labels) + " |")
     return lines + [""]
 
 
