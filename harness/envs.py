@@ -37,9 +37,9 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.version import InvalidVersion, Version
 
 from harness.roots import cache_dir
+from harness.scenario import VERSION_SEP
 
 MARKER = ".harness-env.json"  # written last: the environment is complete
-VERSION_SEP = "@"  # scenario id @ engine label
 
 
 class EnvError(ValueError):
@@ -276,12 +276,6 @@ def default_python(scenario) -> str | None:
     engine.configure(scenario.suite.engine_options)
     python = str(engine.python())
     return python if os.access(python, os.X_OK) else None
-
-
-def split_id(scenario_id: str) -> tuple[str, str]:
-    """`vllm-llama/tp1-pp2@vllm-0.28.0` -> ("vllm-llama/tp1-pp2", "vllm-0.28.0"); no tag: (id, "")."""
-    base, _, label = scenario_id.partition(VERSION_SEP)
-    return base, label
 
 
 def expand(scenarios: list, specs: list[str], say=print) -> list:

@@ -484,7 +484,7 @@ class Scenario:
     @property
     def base_id(self) -> str:
         """The id without the engine-version tag: `vllm-llama/tp1-pp2`."""
-        return self.id.split("@", 1)[0]
+        return split_id(self.id)[0]
 
     @property
     def name(self) -> str:
@@ -613,10 +613,20 @@ def load_scenarios(paths: list[Path] | None = None) -> list[Scenario]:
     return scenarios
 
 
+VERSION_SEP = "@"  # scenario id @ engine label: `vllm-llama/tp1-pp2@vllm-0.28.0` (harness/envs.py)
+
+
+def split_id(scenario_id: str) -> tuple[str, str]:
+    """`vllm-llama/tp1-pp2@vllm-0.28.0` -> ("vllm-llama/tp1-pp2", "vllm-0.28.0"); no tag: (id, "").
+    The one place that parses an id's engine-version tag."""
+    base, _, label = scenario_id.partition(VERSION_SEP)
+    return base, label
+
+
 def find_one(scenarios: list[Scenario], scenario_id: str) -> Scenario:
     """The scenario with exactly this id, no patterns (a repro or a bisect is of one
     scenario); a trailing @<engine>-<version> tag of a versioned run is ignored."""
-    base = scenario_id.split("@", 1)[0]
+    base = split_id(scenario_id)[0]
     for s in scenarios:
         if s.id == base:
             return s

@@ -18,7 +18,7 @@ from harness.report import write_report
 from harness.report.versions import version_matrix, versions_text
 from harness.rundir import verdict_path
 from harness.runner import RunOptions, reproduce_command
-from harness.scenario import load_scenarios, select
+from harness.scenario import load_scenarios, select, split_id
 from harness.verdict import Verdict
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -114,7 +114,7 @@ def test_a_versioned_scenario_carries_the_version_in_its_id_and_runs_in_its_env(
     assert v.golden_key == s.golden_key and v.expectations == s.expectations  # same golden, same expectations
     assert v.model_python == sys.executable  # tiny checkpoints: built as the golden's were
     assert reproduce_command(v, RunOptions()) == "harness run vllm-llama/tp1-pp2 --engine-env vllm==0.28.0"
-    assert envs.split_id(v.id) == ("vllm-llama/tp1-pp2", "vllm-0.28.0") and envs.split_id(s.id) == (s.id, "")
+    assert split_id(v.id) == ("vllm-llama/tp1-pp2", "vllm-0.28.0") and split_id(s.id) == (s.id, "")
 
 
 def test_a_release_is_installed_once_into_the_cache(tmp_path, monkeypatch):

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import itertools
 
+from harness.scenario import split_id
 from harness.verdict import FAILED, Verdict
 
 
 def _features(v: Verdict) -> set[tuple[str, object]]:
-    base, _, label = v.scenario.partition("@")  # an engine version is a setting too (harness/envs.py)
+    base, label = split_id(v.scenario)  # an engine version is a setting too (harness/envs.py)
     found = {("suite", base.split("/", 1)[0])} | {(k, val) for k, val in v.settings.items()}
     return found | {("engine", label)} if label else found
 

@@ -35,6 +35,7 @@ import pyarrow
 from harness.jsonfile import read_json
 from harness.judge.expectations import declares_unsupported
 from harness.rundir import spec_path
+from harness.scenario import split_id
 from harness.verdict import Verdict
 
 METRIC_PREFIX = "metric."
@@ -91,7 +92,7 @@ def run_rows(run_dir: Path, meta: dict, verdicts: list[Verdict], complete: bool 
             "python": versions.get("python", ""),
             "engine": _engine_of(run_dir, v),
             "engine_versions": json.dumps(v.versions, sort_keys=True) if v.versions else "",
-            "engine_env": v.scenario.partition("@")[2],  # `vllm-0.28.0` of a --engine-env run, else ""
+            "engine_env": split_id(v.scenario)[1],  # `vllm-0.28.0` of a --engine-env run, else ""
             "faults": ",".join(meta.get("faults") or []),
             "merged_from": ",".join(meta.get("merged_from") or []),
             "complete": complete,

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from harness.envs import split_id
+from harness.scenario import split_id
 from harness.verdict import Verdict
 
 
