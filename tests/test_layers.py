@@ -16,14 +16,16 @@ PACKAGE = Path(__file__).resolve().parent.parent / "harness"
 
 # bottom (0) to top: what a room may import is below it
 LAYERS = {
-    # the light contract and plain facts: import nothing of the harness
+    # reading back the JSON files the harness writes, their shapes checked (stdlib only)
+    "jsonfile": -1,
+    # the light contract and plain facts: import nothing of the harness but the above
     "contract": 0, "roots": 0, "exit_codes": 0, "provenance": 0, "verdict": 0, "data": 0,
     "plugins": 0,  # entry-point discovery (engines, models of installed packages)
     # parts that stand on the contract alone
     "launch": 1, "images": 1, "zoo": 1, "timings": 1, "golden": 1, "judge": 1, "rundir": 1,
     "models": 2, "engines": 2,
     "scenario": 3,
-    "envs": 3,  # engine environments (--engine-env): asks the engines, installs releases
+    "envs": 4,  # engine environments (--engine-env): asks the engines, installs releases, versions scenarios
     "workloads": 4, "plan": 4,
     "evals": 5,
     "repro": 5,  # `harness repro`: a scenario as a standalone script (below what runs or bisects)
