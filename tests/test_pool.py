@@ -10,6 +10,7 @@ import os
 import shutil
 import signal
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -152,15 +153,21 @@ def test_the_reference_engines_ranks_are_pooled_on_cpu_only():
 
 
 def zygote_with_a_rank(harness_pid: int) -> int | None:
-    """The pid of the harness's zygote once it has forked a rank (a child of its own)."""
+    """The pid of the harness's zygote once a rank it forked runs the rank's program:
+    retitled with its own command (zygote.show_command) and asleep in its injected hang.
+    A zygote killed between its fork and telling the harness the rank's pid would leave
+    the harness nothing to lose: it starts the rank fresh instead, which then hangs as
+    told (seen once under CI load when this waited only for the fork)."""
     children = {int(c) for c in Path(f"/proc/{harness_pid}/task/{harness_pid}/children").read_text().split()}
     for pid in children:
         try:
             cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
             forked = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+            running = [c for c in forked if b"zygote.py" not in Path(f"/proc/{c}/cmdline").read_bytes()
+                       and Path(f"/proc/{c}/stat").read_text().rsplit(")", 1)[1].split()[0] == "S"]
         except OSError:
             continue
-        if b"zygote.py" in cmdline and forked:
+        if b"zygote.py" in cmdline and running:
             return pid
     return None
 
@@ -173,6 +180,7 @@ def test_a_zygote_killed_mid_scenario_is_the_harnesss_error_not_an_engine_crash(
                          "--env", "HARNESS_RANK_FAULT=hang@0", "--timeout", "3600")  # the rank waits to be killed
     try:
         wait_until(lambda: zygote_with_a_rank(proc.pid) is not None, 120, "the zygote to fork the scenario's rank", proc=proc)
+        time.sleep(0.5)  # margin for the zygote's answer to reach the harness (it is sent right after the fork)
         zygote = zygote_with_a_rank(proc.pid)  # the same one: its rank waits to be killed
         assert zygote is not None
         os.kill(zygote, signal.SIGKILL)
