@@ -65,21 +65,29 @@ def can_mount_a_tmpfs() -> bool:
     return probe.returncode == 0
 
 
+def run_on_a_tmpfs(tmp_path, size: str, what: str):
+    """`harness run llama-tiny/tp1-pp1 --run-id r` with its --report-dir on a tmpfs of
+    `size`, mounted in a user and mount namespace of its own; the result, and a copy of
+    the run directory (the tmpfs is gone with its namespace)."""
+    reports, history = tmp_path / "reports", tmp_path / "history"
+    reports.mkdir()
+    run = shlex.join(harness_command("run", "llama-tiny/tp1-pp1", "--jobs", "1", "--report-dir", str(reports),
+                                     "--history", str(history), "--run-id", "r"))
+    script = (f"mount -t tmpfs -o size={size} tmpfs {shlex.quote(str(reports))} && {run}; code=$?; "
+              f"cp -r {shlex.quote(str(reports / 'r'))} {shlex.quote(str(tmp_path / 'r'))}; exit $code")
+    result = run_process(["unshare", "-Urm", "sh", "-c", script], 600, what, cwd=ROOT,
+                         env=environment(), capture_output=True, text=True)
+    return result, tmp_path / "r"
+
+
 @pytest.mark.e2e
 @pytest.mark.skipif(not can_mount_a_tmpfs(), reason="needs `unshare -Urm` (user namespaces) to mount a small tmpfs as a full disk")
 def test_a_rank_whose_outputs_meet_a_full_disk_is_a_machine_fault_with_exit_code_3(tmp_path):
     """The real thing: the run directory on a 160 KiB tmpfs, which takes the run's spec,
     logs and verdict but not llama-tiny's 220 KB of outputs. The engine's rank meets the
     full disk (safetensors' error, which names no path), the harness names the path."""
-    reports, history = tmp_path / "reports", tmp_path / "history"
-    reports.mkdir()
-    run = shlex.join(harness_command("run", "llama-tiny/tp1-pp1", "--jobs", "1", "--report-dir", str(reports),
-                                     "--history", str(history), "--run-id", "r"))
-    script = (f"mount -t tmpfs -o size=160k tmpfs {shlex.quote(str(reports))} && {run}; code=$?; "
-              f"cp -r {shlex.quote(str(reports / 'r'))} {shlex.quote(str(tmp_path / 'r'))}; exit $code")
-    result = run_process(["unshare", "-Urm", "sh", "-c", script], 600, "harness run on a full disk", cwd=ROOT,
-                         env=environment(), capture_output=True, text=True)
-    run_dir = tmp_path / "r"  # the tmpfs is gone with its namespace: the test reads the copy
+    result, run_dir = run_on_a_tmpfs(tmp_path, "160k", "harness run on a full disk")
+    reports = tmp_path / "reports"
     assert result.returncode == exit_codes.RESULTS_NOT_WRITTEN, result.stdout + result.stderr
     outputs = reports / "r" / "scenarios" / "llama-tiny__tp1-pp1" / "outputs" / TENSORS_FILE
     verdict = verdict_of(run_dir, "llama-tiny/tp1-pp1")
@@ -157,15 +165,8 @@ def test_a_run_whose_report_meets_a_full_disk_exits_3_and_no_report_file_says_ok
     """The issue's reproduction: a tmpfs that takes the scenario's outputs and verdict (about
     260 KB) but not the final report beside the start-of-run one. Used to exit 3 with
     summary.md and pr-comment.md saying OK, junit.xml green and report.html cut off."""
-    reports, history = tmp_path / "reports", tmp_path / "history"
-    reports.mkdir()
-    run = shlex.join(harness_command("run", "llama-tiny/tp1-pp1", "--jobs", "1", "--report-dir", str(reports),
-                                     "--history", str(history), "--run-id", "r"))
-    script = (f"mount -t tmpfs -o size=288k tmpfs {shlex.quote(str(reports))} && {run}; code=$?; "
-              f"cp -r {shlex.quote(str(reports / 'r'))} {shlex.quote(str(tmp_path / 'r'))}; exit $code")
-    result = run_process(["unshare", "-Urm", "sh", "-c", script], 600, "harness run with a report on a full disk", cwd=ROOT,
-                         env=environment(), capture_output=True, text=True)
-    run_dir = tmp_path / "r"
+    result, run_dir = run_on_a_tmpfs(tmp_path, "288k", "harness run with a report on a full disk")
+    reports = tmp_path / "reports"
     assert result.returncode == exit_codes.RESULTS_NOT_WRITTEN, result.stdout + result.stderr
     assert f"harness: cannot write the report in {reports / 'r'}: No space left on device" in result.stderr
     assert verdict_of(run_dir, "llama-tiny/tp1-pp1")["verdict"] == "pass"  # the result itself is on disk
