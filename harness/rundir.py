@@ -162,7 +162,7 @@ def json_text(data: object) -> str:
     return json.dumps(data, indent=1)
 
 
-def write_files(files: dict[Path, str]) -> None:
+def write_files(files: dict[Path, str | bytes]) -> None:
     """Write several files of a run directory all or none, in the order given: each
     goes to a temporary file beside it, and only once every one is whole are they
     renamed over the old ones. A disk that fills up half-way (or a harness killed)
@@ -180,13 +180,17 @@ def write_files(files: dict[Path, str]) -> None:
                 os.unlink(tmp)
 
 
-def _write_temp(path: Path, text: str) -> str:
-    """`text` in a new temporary file beside `path` (named .<name>.<random>, which no
+def _write_temp(path: Path, content: str | bytes) -> str:
+    """`content` in a new temporary file beside `path` (named .<name>.<random>, which no
     reader of a run directory looks at); its name."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
+        if isinstance(content, bytes):
+            with os.fdopen(fd, "wb") as binary:
+                binary.write(content)
+        else:
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                f.write(content)
         os.chmod(tmp, 0o644)  # mkstemp makes it private; run directories are shared
     except BaseException:
         os.unlink(tmp)

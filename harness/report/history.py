@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from pathlib import Path
 
 import pandas as pd
@@ -34,7 +33,7 @@ import pyarrow
 
 from harness.jsonfile import read_json
 from harness.judge.expectations import declares_unsupported
-from harness.rundir import spec_path
+from harness.rundir import spec_path, write_files
 from harness.scenario import split_id
 from harness.verdict import Verdict
 
@@ -107,21 +106,6 @@ def run_rows(run_dir: Path, meta: dict, verdicts: list[Verdict], complete: bool 
     return pd.DataFrame(rows)
 
 
-def _write_atomically(path: Path, write) -> None:
-    """Write through a temporary file and rename, so a reader (or a second run
-    recording at the same time) never sees half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    os.close(fd)
-    try:
-        write(tmp)
-        os.chmod(tmp, 0o644)  # mkstemp makes it private; history is shared like the reports
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-
-
 def record(history: Path, rows: pd.DataFrame) -> None:
     """Store one run's rows (replacing what an earlier build of its report stored) and
     refresh the CSV export."""
@@ -129,9 +113,10 @@ def record(history: Path, rows: pd.DataFrame) -> None:
         return
     rows = rows.assign(recorded=pd.Timestamp.now(tz="UTC"))
     (run_id,) = rows["run_id"].unique()
-    _write_atomically(Path(history) / "runs" / f"{run_id}.parquet", lambda tmp: rows.to_parquet(tmp, index=False))
-    everything = load_history(history)
-    _write_atomically(Path(history) / "history.csv", lambda tmp: everything.to_csv(tmp, index=False))
+    runs = Path(history) / "runs"
+    runs.mkdir(parents=True, exist_ok=True)
+    write_files({runs / f"{run_id}.parquet": rows.to_parquet(index=False)})  # whole or not at all, as a run's files
+    write_files({Path(history) / "history.csv": load_history(history).to_csv(index=False)})
 
 
 def load_history(history: Path) -> pd.DataFrame:
