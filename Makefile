@@ -36,10 +36,15 @@ help:
 # torch first and pinned: any other torch (or a package asking for a newer one)
 # pulls several GB of CUDA wheels on a CPU machine. Then the example out-of-tree engine
 # (examples/engine-tp-plan, tests/test_example_engine.py): its ranges keep this torch.
+# torchvision's Python parts, as in vLLM's venv (harness/engines/vllm/install.sh): the
+# video processors of tiny multimodal checkpoints need them, and a checkpoint built here
+# for the transformers cross-check must be byte for byte the one vLLM's venv builds.
 install:
 	$(PYTHON) -m pip install -q torch==2.13.0
 	$(PYTHON) -m pip install -q -e ".[test]"
 	$(PYTHON) -m pip install -q -e examples/engine-tp-plan
+	$(PYTHON) -m pip install -q --no-deps torchvision==0.28.0
+	$(PYTHON) harness/engines/vllm/guard_torchvision.py
 
 lint:
 	$(PYTHON) -m ruff check harness tests bench tools examples

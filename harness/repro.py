@@ -158,7 +158,8 @@ def _case(scenario: Scenario, model_dir: str, out: Path) -> dict:
     for w in resolved:
         w.pop("capture_hidden", None)  # the harness's own hidden-state capture: no public API
         if w.get("images"):
-            w["images"] = [_copy_image(p, out) if p else None for p in w["images"]]
+            w["images"] = [[_copy_image(p, out) for p in e] if isinstance(e, list) else _copy_image(e, out) if e else None
+                           for e in w["images"]]
     overrides = {k: v for k, v in suite.tolerances.model_dump().items() if v is not None}
     tol = tolerance_for(suite.dtype, overrides)
     axes = list(suite.matrix)

@@ -119,8 +119,9 @@ class WorkloadDef(_Strict):
     max_new_tokens: int = Field(16, ge=1)
     top_k: int = Field(20, ge=1)
     # One entry per prompt (vision models): a synthetic image name (harness/images.py,
-    # e.g. noise-56x84) or null for a text-only prompt. Empty: every prompt is text.
-    images: list[Union[str, None]] = []
+    # e.g. noise-56x84), a list of them (several images in one prompt) or null for a
+    # text-only prompt. Empty: every prompt is text.
+    images: list[Union[str, list[str], None]] = []
     # Record the per-layer hidden states of the first batch (logprobs workloads), which
     # lets a numeric failure name the first diverging layer, stage and SP shard.
     capture_hidden: bool = False
@@ -130,10 +131,15 @@ class WorkloadDef(_Strict):
     def _images(cls, v: list) -> list:
         from harness.images import parse
 
-        for name in v:
-            if name is not None:
+        for entry in v:
+            for name in entry if isinstance(entry, list) else [entry] if entry else []:
                 parse(name)
         return v
+
+    def images_of(self, prompt: int) -> list[str]:
+        """The image names of one prompt (none for a text-only prompt)."""
+        entry = self.images[prompt] if prompt < len(self.images) else None
+        return entry if isinstance(entry, list) else [entry] if entry else []
 
     @model_validator(mode="after")
     def _options_fit(self) -> WorkloadDef:

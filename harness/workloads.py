@@ -11,6 +11,8 @@ import hashlib
 import json
 from pathlib import Path
 
+from harness import chat
+from harness.images import image_path
 from harness.roots import DATA_DIR
 from harness.scenario import WorkloadDef
 from harness.zoo import load_tokenizer
@@ -35,18 +37,28 @@ def prompt_texts(prompts: str | list[str], count: int) -> list[str]:
 
 
 def resolve(workloads: list[WorkloadDef], model_dir: Path) -> list[dict]:
-    """Workload dicts of the run-spec contract (harness/contract/runspec.py), with token ids."""
+    """Workload dicts of the run-spec contract (harness/contract/runspec.py), with token ids.
+    A checkpoint with a chat template (a multimodal model's processor) has its prompts
+    written by that template; the others are BOS + the text."""
     tokenizer = load_tokenizer(model_dir)
+    config = json.loads((Path(model_dir) / "config.json").read_text())
+    template = chat.template_of(Path(model_dir))
     resolved = []
     for w in workloads:
         texts = prompt_texts(w.prompts, w.num_prompts)
-        ids = [([BOS_ID] + tokenizer.encode(t).ids)[: w.max_prompt_tokens] for t in texts]
-        item = {"name": w.name, "kind": w.kind, "prompts": ids, "top_k": w.top_k}
-        config = json.loads((Path(model_dir) / "config.json").read_text())
-        if "image_token_id" in config:
-            _refuse_placeholder_in_text(ids, config["image_token_id"], w.name)
-        if w.images:
-            item["prompts"], item["images"] = _with_images(ids, w.images, config, w.name)
+        item = {"name": w.name, "kind": w.kind, "top_k": w.top_k}
+        if template is not None:
+            item["prompts"] = [template.encode(t, len(w.images_of(i)), w.max_prompt_tokens - 1, tokenizer)
+                               for i, t in enumerate(texts)]
+            if w.images:
+                item["images"] = [[str(image_path(n)) for n in w.images_of(i)] or None for i in range(len(texts))]
+        else:
+            ids = [([BOS_ID] + tokenizer.encode(t).ids)[: w.max_prompt_tokens] for t in texts]
+            if "image_token_id" in config:
+                _refuse_placeholder_in_text(ids, config["image_token_id"], w.name)
+            item["prompts"] = ids
+            if w.images:
+                item["prompts"], item["images"] = _with_images(ids, w.images, config, w.name)
         if w.kind == "greedy":
             item["max_new_tokens"] = w.max_new_tokens
         if w.capture_hidden:
@@ -95,13 +107,14 @@ def _placeholder(config: dict) -> list[int]:
 def _with_images(prompts: list[list[int]], names: list, config: dict, workload: str) -> tuple[list[list[int]], list]:
     """Prompts with the model's image placeholder after BOS where a prompt has an image,
     and the PNG path per prompt (the run-spec contract)."""
-    from harness.images import image_path
-
     if "image_token_id" not in config:
         raise ValueError(f"workload '{workload}' has images but model_type '{config.get('model_type')}' has no vision encoder")
     placeholder = _placeholder(config)
     out_prompts, paths = [], []
     for ids, name in zip(prompts, names):
+        if isinstance(name, list):
+            raise ValueError(f"workload '{workload}': a prompt with several images needs a model with a chat template "
+                             "(a multimodal checkpoint built with its processor: model: {arch: ...})")
         out_prompts.append(ids[:1] + placeholder + ids[1:] if name else ids)
         paths.append(str(image_path(name)) if name else None)
     return out_prompts, paths
@@ -111,5 +124,10 @@ def checksum(resolved: list[dict]) -> str:
     """Over token ids and image *contents* (paths differ between machines)."""
     from harness.images import file_sha256
 
-    portable = [{**w, "images": [file_sha256(p) if p else None for p in w["images"]]} if "images" in w else w for w in resolved]
+    def digest(entry):
+        if isinstance(entry, list):
+            return [file_sha256(p) for p in entry]
+        return file_sha256(entry) if entry else None
+
+    portable = [{**w, "images": [digest(e) for e in w["images"]]} if "images" in w else w for w in resolved]
     return hashlib.sha256(json.dumps(portable, sort_keys=True).encode()).hexdigest()

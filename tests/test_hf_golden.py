@@ -46,12 +46,20 @@ def vllm_goldens() -> list[tuple[Path, str]]:
 GOLDENS = vllm_goldens()
 
 # Goldens whose disagreement with transformers is a known vLLM bug: golden key -> (an upper
-# bound on the logprob differences it explains, the bug). The checks may fail only by
-# logprobs that differ less than that, with the same top-1 tokens and the same greedy text;
-# anything else is a new disagreement, and agreement means the bug was fixed.
+# bound on the logprob differences it explains, the least top-1 agreement it leaves, the
+# bug). The checks may fail only by logprobs that differ less than that, with at least that
+# top-1 agreement and the same greedy text; anything else is a new disagreement, and
+# agreement means the bug was fixed.
+_CPU_MM_PREFIX = ("vLLM's CPU platform picks CPU_ATTN without asking whether the model needs bidirectional "
+                  "attention within an image (platforms/cpu.py:143-179 ignores attn_selector_config.use_mm_prefix; "
+                  "CPU_ATTN's supports_mm_prefix() is False, v1/attention/backend.py:175): image tokens attend "
+                  "causally. transformers with the image tokens' token_type_ids zeroed (causal) agrees with the "
+                  "golden to 1e-6 (docs/ARCHITECTURES.md)")
 KNOWN_VLLM_BUGS = {
+    "vllm-mm-archs/gemma3": (0.1, 0.99, _CPU_MM_PREFIX),
     "vllm-archs/apertus": (
         1e-3,
+        1.0,
         "vLLM's apertus.py:109 builds XIELU() in its default bfloat16 (layers/activation.py:695) whatever "
         "the model's dtype; transformers builds it in config.dtype. Rounding the activation's alpha_p, "
         "alpha_n, beta, eps to bf16 in transformers' own model moves its logprobs by 3.3e-4",
@@ -59,11 +67,11 @@ KNOWN_VLLM_BUGS = {
 }
 
 
-def within_known_bug(check, bound: float) -> bool:
-    """A failed check that only the known bug's small logprob shift explains."""
+def within_known_bug(check, bound: float, top1_min: float) -> bool:
+    """A failed check that only the known bug's logprob shift explains."""
     m = check.metrics
     if check.kind == "logprobs":
-        return m["max_abs_dlogprob"] < bound and m["top1_agreement"] == 1.0
+        return m["max_abs_dlogprob"] < bound and m["top1_agreement"] >= top1_min
     return m["exact"] == m["prompts"] and m["max_step_dlogprob"] < bound
 
 
@@ -90,7 +98,7 @@ def test_vllm_golden_agrees_with_hf_transformers(path: Path, key: str, tmp_path)
         for c in checks:
             assert c.passed, f"{key} {c.name}: vLLM golden vs HF: {c.summary} ({c.tolerance})"
         return
-    bound, bug = KNOWN_VLLM_BUGS[key]
+    bound, top1_min, bug = KNOWN_VLLM_BUGS[key]
     assert not all(c.passed for c in checks), f"{key} now agrees with transformers: is this vLLM bug fixed? {bug}"
     for c in checks:
-        assert c.passed or within_known_bug(c, bound), f"{key} {c.name}: {c.summary}: more than the known bug explains ({bug})"
+        assert c.passed or within_known_bug(c, bound, top1_min), f"{key} {c.name}: {c.summary}: more than the known bug explains ({bug})"

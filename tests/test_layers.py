@@ -22,7 +22,7 @@ LAYERS = {
     "contract": 0, "roots": 0, "exit_codes": 0, "provenance": 0, "verdict": 0, "data": 0,
     "plugins": 0,  # entry-point discovery (engines, models of installed packages)
     # parts that stand on the contract alone
-    "launch": 1, "images": 1, "zoo": 1, "timings": 1, "golden": 1, "judge": 1, "rundir": 1,
+    "launch": 1, "images": 1, "chat": 1, "zoo": 1, "timings": 1, "golden": 1, "judge": 1, "rundir": 1,
     "models": 2, "engines": 2,
     "scenario": 3,
     "envs": 4,  # engine environments (--engine-env): asks the engines, installs releases, versions scenarios

@@ -82,3 +82,30 @@ def test_which_architectures_vllm_serves_and_with_pp_is_asked_of_its_registry(tm
                                                       "num_hidden_layers": 2}))
         reason = engine.unsupported_reason({"tp": 2, "pp": 2, "sp": False, "compile": False}, ckpt)
         assert (reason is None) if said is None else (said in reason), (arch, reason)
+
+
+def test_every_tiny_multimodal_prompt_marks_its_images_as_vllm_expects():
+    """The chat template of each tiny multimodal checkpoint (harness/models/tiny_mm.py:
+    a table, so every interpreter writes the same bytes) puts an image where vLLM's own
+    model class says a prompt marks one (get_placeholder_str), for every arch of the
+    multimodal sweep."""
+    from harness import chat, models
+    from harness.engines.vllm import DEFAULT_PYTHON
+    from harness.scenario import load_suite
+
+    suite = load_suite(ROOT / "scenarios" / "vllm-mm-archs.yaml")
+    archs = {a.arch: models.resolve(a, str(DEFAULT_PYTHON)).directory for a in suite.archs.values()}
+    ask = ("import json, sys\n"
+           "from vllm.model_executor.models.registry import ModelRegistry\n"
+           "print(json.dumps({a: ModelRegistry._try_load_model_cls(a).get_placeholder_str('image', 1) for a in sys.argv[1:]}))")
+    done = subprocess.run([str(DEFAULT_PYTHON), "-c", ask, *archs], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    vllm_marks = json.loads(done.stdout.strip().splitlines()[-1])
+    for arch, directory in archs.items():
+        rendered = chat.template_of(directory).render("TEXT", 1)
+        mark = rendered[rendered.index("<s>") + 3: rendered.index("TEXT")]
+        expected = vllm_marks[arch]
+        if expected is None:  # vLLM leaves the mark to the model's chat template: the processor's own, or none
+            assert mark in ("", json.loads((directory / "processor_config.json").read_text()).get("image_token", "")), arch
+        else:
+            assert mark == expected, (arch, mark, expected)

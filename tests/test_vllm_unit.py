@@ -165,3 +165,21 @@ def test_scenario_without_vllm_installed_is_an_error_verdict(monkeypatch, tmp_pa
     v = run_scenario(scenario, tmp_path / "run")
     assert v.verdict == "error" and "make install-vllm" in v.reason, v.reason
     assert not logs_dir(tmp_path / "run", "vllm-llama/tp1-pp1").exists()  # nothing launched
+
+
+def test_a_prompt_with_two_images_reaches_vllm_as_a_list_and_raises_its_per_prompt_limit(tmp_path):
+    """The run-spec's images entry is null, a path, or a list of paths; vLLM gets one PIL
+    image or a list, and limit_mm_per_prompt is the most images any prompt has."""
+    from harness.engines.vllm.driver import plain_kwargs, prompt_inputs
+
+    one, two = str(images.image_path("noise-56x84")), str(images.image_path("gradient-84x56"))
+    workload = {"name": "w", "kind": "logprobs", "top_k": 5, "prompts": [[0, 3, 9], [0, 9], [0, 3, 3, 9]],
+                "images": [one, None, [one, two]]}
+    inputs = prompt_inputs(workload)
+    assert "multi_modal_data" not in inputs[1]
+    assert inputs[0]["multi_modal_data"]["image"].size == (56, 84)
+    assert [im.size for im in inputs[2]["multi_modal_data"]["image"]] == [(56, 84), (84, 56)]
+    kwargs = plain_kwargs(str(tmp_path), "float32", 0, {"tp": 1, "pp": 1, "compile": False}, [workload])
+    assert kwargs["limit_mm_per_prompt"] == {"image": 2}
+    text_only = {**workload, "images": [None, None, None]}
+    assert "limit_mm_per_prompt" not in plain_kwargs(str(tmp_path), "float32", 0, {"tp": 1}, [text_only])

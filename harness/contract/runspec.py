@@ -27,9 +27,10 @@ A workload is a plain dict so engines can pass through fields they do not know:
         with -1 after the stop, lengths [P] (harness/contract/outputs.py).
 
 Image inputs (models with a vision encoder): a workload may carry
-    "images": [null | "/abs/path/to/image.png", ...]   one entry per prompt
+    "images": [null | "/abs/path/to/image.png" | ["/abs/a.png", "/abs/b.png"], ...]
+                                                         one entry per prompt
 PNG files written by the harness; a prompt with an image holds the model's image
-placeholder token(s) where the image goes. Text-only prompts have null. Engines
+placeholder token(s) where each image goes, in order. Text-only prompts have null. Engines
 read the PNG themselves (Pillow is allowed on the engine side for this).
 """
 

@@ -33,6 +33,7 @@ from harness.models.identity import checkpoint_digest
 from harness.roots import cache_dir
 
 TINY_BUILDER = Path(__file__).with_name("tiny.py")
+TINY_BUILDER_FILES = (TINY_BUILDER, Path(__file__).with_name("tiny_mm.py"))  # what the build runs
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json")
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json")
 
@@ -162,7 +163,7 @@ def build_tiny(ref: ArchModel, python: str) -> Path:
 def _tiny_key(ref: ArchModel, python: str) -> str:
     """Everything that decides the bytes: the request, the builder, the corpus and the
     versions of the libraries in the interpreter that builds."""
-    parts = [ref.label, TINY_BUILDER.read_text(), _corpus_digest(), _library_versions(python)]
+    parts = [ref.label, *(f.read_text() for f in TINY_BUILDER_FILES), _corpus_digest(), _library_versions(python)]
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
 
 

@@ -29,6 +29,11 @@ import json
 import sys
 from pathlib import Path
 
+try:  # run as a script (the engine's interpreter): its folder is on sys.path
+    import tiny_mm
+except ImportError:  # imported by the harness's own tests
+    from harness.models import tiny_mm
+
 VOCAB = 512
 SPECIAL_TOKENS = ["<s>", "</s>", "<pad>"]  # ids 0, 1, 2
 
@@ -145,8 +150,12 @@ def apply_overrides(config, overrides: dict) -> None:
 
 def check_extra_config(config, extra: dict) -> None:
     """Extra keys are for what the config class does not declare; a declared field
-    belongs under `overrides:`, where the config's own checks see it."""
-    declared = [k for k in extra if hasattr(config, k) or k in getattr(config, "attribute_map", {})]
+    belongs under `overrides:`, where the config's own checks see it. A sub-config's
+    extra keys go under its name ({text_config: {norm_topk_prob: true}})."""
+    for name in SUB_CONFIGS:
+        if isinstance(extra.get(name), dict) and hasattr(getattr(config, name, None), "to_dict"):
+            check_extra_config(getattr(config, name), extra[name])
+    declared = [k for k in extra if k not in SUB_CONFIGS and (hasattr(config, k) or k in getattr(config, "attribute_map", {}))]
     if declared:
         raise UserError(f"extra_config {declared} are fields of {type(config).__name__}: set them under `overrides:`")
 
@@ -156,7 +165,11 @@ def write_extra_config(out: Path, extra: dict) -> None:
         return
     path = out / "config.json"
     config = json.loads(path.read_text())
-    config.update(extra)
+    for key, value in extra.items():
+        if key in SUB_CONFIGS and isinstance(value, dict) and isinstance(config.get(key), dict):
+            config[key].update(value)
+        else:
+            config[key] = value
     path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
 
 
@@ -176,6 +189,9 @@ def build_model(arch: str, seed: int, overrides: dict, extra_config: dict | None
     config = cls.config_class()
     shrink(config)
     set_special_ids(config)
+    if tiny_mm.is_multimodal(config):
+        tiny_mm.shrink_towers(config)
+        tiny_mm.set_token_ids(config, tiny_mm.token_ids(tiny_mm.named_tokens(config.model_type), len(SPECIAL_TOKENS)))
     apply_overrides(config, overrides)
     check_extra_config(config, extra_config or {})
     torch.manual_seed(seed)
@@ -189,19 +205,29 @@ def build_model(arch: str, seed: int, overrides: dict, extra_config: dict | None
     return model.eval()
 
 
-def write_tokenizer(corpus: Path, out: Path) -> None:
-    """A byte-level BPE (VOCAB ids) trained on `corpus`, with <s>, </s>, <pad>."""
+def write_tokenizer(corpus: Path, out: Path, named: dict[str, str] | None = None, added: list[str] | None = None,
+                    fields: dict | None = None) -> None:
+    """A byte-level BPE (VOCAB ids) trained on `corpus`, with <s>, </s>, <pad>, then
+    the `named` special tokens of a multimodal family (tokenizer.image_token and such)
+    and its `added` plain tokens."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
     tokenizer = Tokenizer(models.BPE())
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tokenizer.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=VOCAB, special_tokens=SPECIAL_TOKENS,
+    trainer = trainers.BpeTrainer(vocab_size=VOCAB - len(added or []), special_tokens=SPECIAL_TOKENS + list(dict.fromkeys((named or {}).values())),
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
     tokenizer.train_from_iterator(corpus.read_text().splitlines(), trainer=trainer)
+    if added:
+        from tokenizers import AddedToken
+
+        tokenizer.add_tokens([AddedToken(t, normalized=False) for t in added])
     tokenizer.save(str(out / "tokenizer.json"))
     config = {"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "<s>", "eos_token": "</s>",
               "pad_token": "<pad>", "model_max_length": 2048}
+    if named:
+        config["extra_special_tokens"] = named
+    config.update(fields or {})
     (out / "tokenizer_config.json").write_text(json.dumps(config, indent=1))
 
 
@@ -223,8 +249,30 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(args.out, safe_serialization=True)
     write_extra_config(args.out, extra)
-    write_tokenizer(args.corpus, args.out)
+    multimodal = tiny_mm.is_multimodal(model.config)
+    model_type = model.config.model_type
+    write_tokenizer(args.corpus, args.out, tiny_mm.named_tokens(model_type) if multimodal else {},
+                    tiny_mm.added_tokens(model_type) if multimodal else [],
+                    tiny_mm.tokenizer_fields(model_type) if multimodal else {})
+    if multimodal:
+        tiny_mm.write_hub_layout(model, args.out)
+        try:
+            write_processor(args.arch, model.config, args.out)
+        except UserError as exc:
+            print(f"tiny-model: {' '.join(str(exc).split())}", file=sys.stderr)
+            return 2
     return 0
+
+
+def write_processor(arch: str, config, out: Path) -> None:
+    from transformers import PreTrainedTokenizerFast
+
+    tokenizer = PreTrainedTokenizerFast.from_pretrained(out)
+    try:
+        tiny_mm.write_processor(config, tokenizer, out)
+    except Exception as exc:  # the processor's own checks: what the generic sizing got wrong
+        raise UserError(f"{arch}: its processor rejects the tiny model ({type(exc).__name__}: {exc}); "
+                        "set the fields it names under `overrides:`") from None
 
 
 if __name__ == "__main__":

@@ -22,25 +22,53 @@ def load_model(spec):
 
 
 class Prompter:
-    """Turns a run-spec prompt (+ optional image) into model inputs."""
+    """Turns a run-spec prompt (+ its images) into model inputs.
+
+    A checkpoint with its processor (processor_config.json: the tiny multimodal models
+    of harness/models/tiny_mm.py, published multimodal models) goes through that
+    processor, which expands each placeholder to the image's feature tokens as vLLM
+    does. The zoo's hand-made Qwen2.5-VL has an image processor only; its one image pad
+    is expanded here by the image's grid."""
 
     def __init__(self, spec, config):
+        from pathlib import Path
+
         self.config = config
-        self.processor = None
-        if getattr(config, "image_token_id", None) is not None:
+        self.processor = self.image_processor = None
+        if (Path(spec.model_dir) / "processor_config.json").is_file():
+            from transformers import AutoProcessor
+
+            self.processor = AutoProcessor.from_pretrained(spec.model_dir)
+        elif getattr(config, "image_token_id", None) is not None:
             from transformers import AutoImageProcessor
 
-            self.processor = AutoImageProcessor.from_pretrained(spec.model_dir)
+            self.image_processor = AutoImageProcessor.from_pretrained(spec.model_dir)
 
-    def inputs(self, ids: list[int], image: str | None) -> dict:
+    def inputs(self, ids: list[int], images, generated: list[int] = ()) -> dict:
+        """Inputs of the prompt `ids` followed by `generated` tokens. The generated ones
+        are appended as ids after the image expansion: decoding them to text and
+        tokenizing again could merge them differently."""
         import torch
 
-        if not image:
-            return {"input_ids": torch.tensor([ids])}
+        paths = images if isinstance(images, list) else [images] if images else []
+        if not paths:
+            return {"input_ids": torch.tensor([list(ids) + list(generated)])}
         from PIL import Image
 
-        pixels = self.processor(images=[Image.open(image).convert("RGB")], return_tensors="pt")
-        merge = self.processor.merge_size
+        loaded = [Image.open(path).convert("RGB") for path in paths]
+        if self.processor is not None:
+            # the prompt's own text, placeholders and all: the processor expands them
+            text = self.processor.tokenizer.decode(ids)
+            inputs = dict(self.processor(text=text, images=loaded, return_tensors="pt"))
+        else:
+            inputs = self._qwen_inputs(ids, loaded[0])
+        return _extended(inputs, list(generated))
+
+    def _qwen_inputs(self, ids: list[int], image) -> dict:
+        import torch
+
+        pixels = self.image_processor(images=[image], return_tensors="pt")
+        merge = self.image_processor.merge_size
         count = int(pixels["image_grid_thw"].prod()) // (merge * merge)
         pad = self.config.image_token_id
         at = ids.index(pad)
@@ -49,6 +77,23 @@ class Prompter:
         # positions instead of the 3-D (t, h, w) rope positions of the image tokens
         return {"input_ids": expanded, "pixel_values": pixels["pixel_values"],
                 "image_grid_thw": pixels["image_grid_thw"], "mm_token_type_ids": (expanded == pad).int()}
+
+
+def _extended(inputs: dict, generated: list[int]) -> dict:
+    """`inputs` with text tokens appended: every per-token tensor grows (the attention
+    mask by ones, token-type markers by zeros: text)."""
+    import torch
+
+    if not generated:
+        return inputs
+    ids = inputs["input_ids"]
+    out = {}
+    for key, value in inputs.items():
+        if torch.is_tensor(value) and value.shape == ids.shape:
+            tail = torch.tensor([generated]) if key == "input_ids" else torch.full((1, len(generated)), int(key == "attention_mask"))
+            value = torch.cat([value, tail.to(value.dtype)], dim=1)
+        out[key] = value
+    return out
 
 
 def next_logprobs(model, inputs: dict):
@@ -80,13 +125,13 @@ def run_greedy(model, prompter, w: dict) -> dict:
     images = w.get("images") or [None] * len(w["prompts"])
     tokens, ids, lps = [], [], []
     for prompt, image in zip(w["prompts"], images):
-        seq, p_ids, p_lps = list(prompt), [], []
+        gen, p_ids, p_lps = [], [], []
         for _ in range(n):
-            top = next_logprobs(model, prompter.inputs(seq, image))[-1].topk(k)
+            top = next_logprobs(model, prompter.inputs(list(prompt), image, gen))[-1].topk(k)
             p_ids.append(top.indices)
             p_lps.append(top.values)
-            seq.append(int(top.indices[0]))
-        tokens.append(seq[len(prompt):])
+            gen.append(int(top.indices[0]))
+        tokens.append(gen)
         ids.append(torch.stack(p_ids))
         lps.append(torch.stack(p_lps))
     return {"tokens": torch.tensor(tokens), "topk_ids": torch.stack(ids).long(), "topk_logprobs": torch.stack(lps).float()}
@@ -110,7 +155,7 @@ def run_generate(model, prompter, w: dict) -> dict:
         while len(gen) < n and not stop_reached(gen, stop, eos):
             with torch.no_grad():
                 if image:
-                    logits = model(**prompter.inputs(list(prompt) + gen, image)).logits[0, -1]
+                    logits = model(**prompter.inputs(list(prompt), image, gen)).logits[0, -1]
                 else:
                     out = model(**inputs, past_key_values=past, use_cache=True)
                     logits, past = out.logits[0, -1], out.past_key_values

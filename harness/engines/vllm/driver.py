@@ -57,8 +57,9 @@ def plain_kwargs(model_dir: str, dtype: str, seed: int, settings: dict, workload
     )
     if tp * pp > 1:
         kwargs["distributed_executor_backend"] = "mp"
-    if any(any(w.get("images") or []) for w in workloads):
-        kwargs["limit_mm_per_prompt"] = {"image": 1}
+    most = max((len(_image_list(e)) for w in workloads for e in w.get("images") or []), default=0)
+    if most:
+        kwargs["limit_mm_per_prompt"] = {"image": most}
     return kwargs
 
 
@@ -92,14 +93,20 @@ def sp_pass_config(support: dict) -> dict:
 def prompt_inputs(workload: dict) -> list[dict]:
     images = workload.get("images") or [None] * len(workload["prompts"])
     inputs = []
-    for ids, image in zip(workload["prompts"], images):
+    for ids, entry in zip(workload["prompts"], images):
         item = {"prompt_token_ids": list(ids)}
-        if image:
+        if entry:
             from PIL import Image
 
-            item["multi_modal_data"] = {"image": Image.open(image).convert("RGB")}
+            loaded = [Image.open(path).convert("RGB") for path in _image_list(entry)]
+            item["multi_modal_data"] = {"image": loaded if isinstance(entry, list) else loaded[0]}
         inputs.append(item)
     return inputs
+
+
+def _image_list(entry) -> list[str]:
+    """A prompt's images entry (null, a path, or a list of paths: the run-spec contract) as a list."""
+    return entry if isinstance(entry, list) else [entry] if entry else []
 
 
 def topk_row(position: dict, k: int) -> tuple[list[int], list[float]]:

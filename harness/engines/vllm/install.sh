@@ -9,11 +9,13 @@ VENV=${1:-.venv-vllm}
 BASE_PYTHON=${BASE_PYTHON:-python3}
 TORCH=2.13.0
 VLLM_VERSION=${VLLM_VERSION:-0.32.0}
-TORCHVISION=0.28.0
+TORCHVISION=0.28.0  # also in the Makefile's install: both venvs build the same tiny checkpoints
+# What some multimodal processors import that vLLM does not pull in (SmolVLM's: num2words)
+PROCESSOR_DEPS="num2words==0.5.14"
 
 [ -x "$VENV/bin/python" ] || "$BASE_PYTHON" -m venv "$VENV"
 # Already done (a re-run): pip would otherwise pull the CUDA torchvision & co back in.
-if "$VENV/bin/python" -c "import vllm, torchvision, sys; sys.exit(vllm.__version__ != '$VLLM_VERSION')" 2>/dev/null; then
+if "$VENV/bin/python" -c "import vllm, torchvision, num2words, sys; sys.exit(vllm.__version__ != '$VLLM_VERSION')" 2>/dev/null; then
   echo "vllm $VLLM_VERSION already installed in $VENV"
   exit 0
 fi
@@ -27,4 +29,5 @@ else
   $PIP install -q --no-deps "torchvision==$TORCHVISION"
   "$VENV/bin/python" "$(dirname "$0")/guard_torchvision.py"
 fi
+$PIP install -q $PROCESSOR_DEPS
 "$VENV/bin/python" -c "import vllm, torchvision; print('vllm', vllm.__version__, 'in', '$VENV')"

@@ -58,12 +58,14 @@ def engine_args(setting: dict) -> dict:
 def prompt_inputs(workload: dict) -> list[dict]:
     images = workload.get("images") or [None] * len(workload["prompts"])
     inputs = []
-    for ids, image in zip(workload["prompts"], images):
+    for ids, entry in zip(workload["prompts"], images):
         item: dict = {"prompt_token_ids": list(ids)}
-        if image:
+        if entry:
             from PIL import Image
 
-            item["multi_modal_data"] = {"image": Image.open(HERE / image).convert("RGB")}
+            paths = entry if isinstance(entry, list) else [entry]  # several images, or one
+            loaded = [Image.open(HERE / path).convert("RGB") for path in paths]
+            item["multi_modal_data"] = {"image": loaded if isinstance(entry, list) else loaded[0]}
         inputs.append(item)
     return inputs
 

@@ -1,0 +1,449 @@
+"""The multimodal half of the tiny-checkpoint builder (harness/models/tiny.py).
+
+A `*ForConditionalGeneration` checkpoint is more than weights: vLLM and transformers
+both read the model's processor (image processor, video processor or audio feature
+extractor) and expand a prompt's placeholder tokens by it, so a tiny model needs a
+processor whose sizes agree with its shrunk towers, a tokenizer holding every special
+token the config names, and a chat template that says where an image goes. This module
+builds those, generically where the library allows and by a small table per family
+where it does not (the token strings a family's processor reads from its tokenizer).
+
+Like tiny.py it is run by the engine's interpreter and imports only the standard
+library, torch, transformers and tokenizers, and must write the same bytes in any
+interpreter with the same versions of those.
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+from pathlib import Path
+from typing import Any
+
+TOWERS = ("vision_config", "audio_config")
+# Every width of a tower is the text width (tiny.SHRINK_SIZES' hidden_size), so the
+# projector between them needs no per-family rule.
+TOWER_SIZES = {"embed_dim": 128, "out_hidden_size": 128, "projection_dim": 128, "d_model": 128,
+               "encoder_ffn_dim": 256, "output_dim": 128, "vision_output_dim": 128, "projector_input_dim": 128,
+               "projector_output_dim": 128}
+# The projector's own widths, in the top config (Command A Vision's alignment MLP)
+PROJECTOR_SIZES = {"alignment_intermediate_size": 256, "projector_hidden_size": 128, "projection_dim": 128}
+TOWER_COUNTS = {"encoder_layers": 2, "encoder_attention_heads": 4, "num_mel_bins": 128}
+PATCHES_PER_SIDE = 4  # a fixed-size vision tower sees a 4x4 grid of patches
+# A tower's layer list whose point is that only some layers are special: the last one
+# keeps its kind, the others keep the common kind (Qwen2.5-VL: window attention).
+LAYER_INDEXES = {"fullatt_block_indexes": lambda depth: [depth - 1]}
+
+# The special tokens a family's processor reads from its tokenizer (tokenizer.boi_token
+# and the like) and that its config names by id (boi_token_index): the real strings, so
+# vLLM's processors, which match some of them by text, find them.
+_QWEN_VL = {"image_token": "<|image_pad|>", "video_token": "<|video_pad|>",
+            "vision_start_token": "<|vision_start|>", "vision_end_token": "<|vision_end|>"}
+_GLM = {"image_token": "<|image|>", "video_token": "<|video|>", "image_start_token": "<|begin_of_image|>",
+        "image_end_token": "<|end_of_image|>", "video_start_token": "<|begin_of_video|>", "video_end_token": "<|end_of_video|>"}
+# Idefics3 / SmolVLM: a tile's position is a token of its own (up to 6 x 6 tiles)
+_IDEFICS = {"fake_image_token": "<fake_token_around_image>", "image_token": "<image>", "video_token": "<video>",
+            "end_of_utterance_token": "<end_of_utterance>", "global_image_token": "<global-img>",
+            **{f"row_{r}_col_{c}_token": f"<row_{r}_col_{c}>" for r in range(1, 7) for c in range(1, 7)}}
+NAMED_TOKENS: dict[str, dict[str, str]] = {
+    "qwen2_vl": _QWEN_VL, "qwen2_5_vl": _QWEN_VL, "qwen3_vl": _QWEN_VL, "qwen3_vl_moe": _QWEN_VL,
+    "qwen3_5": _QWEN_VL, "qwen3_5_moe": _QWEN_VL, "minicpm_v4_6": {"image_token": "<|image_pad|>", "video_token": "<|video_pad|>"},
+    "exaone4_5": {"image_token": "<|image_pad|>", "video_token": "<|video_pad|>", "vision_start_token": "<vision>",
+                  "vision_end_token": "</vision>"},
+    "paddleocr_vl": {"image_token": "<|IMAGE_PLACEHOLDER|>", "image_start_token": "<|IMAGE_START|>",
+                     "image_end_token": "<|IMAGE_END|>"},
+    "gemma3": {"image_token": "<image_soft_token>", "boi_token": "<start_of_image>", "eoi_token": "<end_of_image>"},
+    "paligemma": {"image_token": "<image>"},
+    "glm4v": _GLM, "glm4v_moe": _GLM, "idefics3": _IDEFICS, "smolvlm": _IDEFICS,
+    "lfm2_vl": {"image_token": "<image>", "image_start_token": "<|image_start|>", "image_end_token": "<|image_end|>",
+                "image_thumbnail_token": "<|img_thumbnail|>",
+                **{f"img_row_{r}_col_{c}_token": f"<|img_row_{r}_col_{c}|>" for r in range(1, 7) for c in range(1, 7)}},
+    "aria": {"image_token": "<|img|>", "fim_prefix_token": "<|fim_prefix|>", "fim_suffix_token": "<|fim_suffix|>"},
+    "cohere2_vision": {"image_token": "<|IMG_PATCH|>", "boi_token": "<|START_OF_IMG|>", "eoi_token": "<|END_OF_IMG|>",
+                       "img_line_break_token": "<|IMG_LINE_BREAK|>"},
+    "internvl": {"start_image_token": "<img>", "end_image_token": "</img>", "context_image_token": "<IMG_CONTEXT>",
+                 "image_token": "<IMG_CONTEXT>", "video_token": "<video>"},
+}
+# Plain (not special) tokens a family's vLLM processor looks up by text in the vocabulary:
+# Gemma's SentencePiece vocabulary has runs of newlines as single tokens, and vLLM's
+# Gemma 3 processor merges the newlines around an image into them (gemma3_mm.py).
+ADDED_TOKENS = {"gemma3": ["\n", "\n\n", "\n\n\n", "\n\n\n\n"], "paligemma": ["\n"]}
+# tokenizer_config.json fields a family's vLLM processor insists on
+TOKENIZER_FIELDS = {"paligemma": {"add_bos_token": True}}
+# A family's multimodal rope as its published config.json has it (for a full-size head)
+_QWEN3_MROPE: dict[str, Any] = {"mrope_section": [24, 20, 20], "mrope_interleaved": True}
+_QWEN35_MROPE: dict[str, Any] = {"mrope_section": [11, 11, 10], "mrope_interleaved": True, "partial_rotary_factor": 0.25}
+MROPE: dict[str, dict[str, Any]] = {"qwen2_vl": {"mrope_section": [16, 24, 24]}, "qwen2_5_vl": {"mrope_section": [16, 24, 24]},
+         "qwen3_vl": _QWEN3_MROPE, "qwen3_vl_moe": _QWEN3_MROPE,
+         "qwen3_5": _QWEN35_MROPE, "qwen3_5_moe": _QWEN35_MROPE, "paddleocr_vl": {"mrope_section": [16, 24, 24]},
+         # GLM-4.1V / 4.5V rotate half of each head (vLLM assumes it; their config.json files say it)
+         "glm4v": {"mrope_section": [8, 12, 12], "partial_rotary_factor": 0.5},
+         "glm4v_moe": {"mrope_section": [8, 12, 12], "partial_rotary_factor": 0.5}}
+# What a family's chat template writes for an image / video where that is more than the
+# processor's image token (vLLM's get_placeholder_str says the same); "" where the
+# processor inserts the image tokens itself, before the text (PaliGemma).
+MODALITIES = ("image", "video", "audio")
+_QWEN_MARKS = {"image": "<|vision_start|><|image_pad|><|vision_end|>", "video": "<|vision_start|><|video_pad|><|vision_end|>"}
+_GLM_MARKS = {"image": "<|begin_of_image|><|image|><|end_of_image|>", "video": "<|begin_of_video|><|video|><|end_of_video|>"}
+PROMPT_MARKS = {
+    "qwen2_vl": _QWEN_MARKS, "qwen2_5_vl": _QWEN_MARKS, "qwen3_vl": _QWEN_MARKS, "qwen3_vl_moe": _QWEN_MARKS,
+    "qwen3_5": _QWEN_MARKS, "qwen3_5_moe": _QWEN_MARKS,
+    "exaone4_5": {"image": "<vision><|image_pad|></vision>", "video": "<vision><|video_pad|></vision>"},
+    "paddleocr_vl": {"image": "<|IMAGE_START|><|IMAGE_PLACEHOLDER|><|IMAGE_END|>"},
+    "glm4v": _GLM_MARKS, "glm4v_moe": _GLM_MARKS,
+    "gemma3": {"image": "<start_of_image>"},
+    "aria": {"image": "<|fim_prefix|><|img|><|fim_suffix|>"},
+    "paligemma": {"image": ""},
+}
+# the config field that holds a named token's id: image_token -> image_token_id / _index
+ID_SUFFIXES = ("_id", "_index")
+
+
+def is_multimodal(config) -> bool:
+    return any(getattr(config, tower, None) is not None for tower in TOWERS)
+
+
+def shrink_towers(config) -> None:
+    """The tower fields tiny.shrink does not know, made small in every tower."""
+    for tower in TOWERS:
+        sub = getattr(config, tower, None)
+        if sub is None:
+            continue
+        for field, value in TOWER_SIZES.items():
+            _set_int(sub, field, value)
+        for field, value in TOWER_COUNTS.items():
+            current = getattr(sub, field, None)
+            if isinstance(current, int) and current > value:
+                _set_int(sub, field, value)
+        _fit_layer_indexes(sub)
+        patch = _side(getattr(sub, "patch_size", None))
+        image_size = getattr(sub, "image_size", None)
+        if _side(image_size) is not None and patch is not None:
+            side = patch * PATCHES_PER_SIDE  # InternVL writes both as [height, width]
+            sub.image_size = [side, side] if isinstance(image_size, (list, tuple)) else side
+    for field, value in PROJECTOR_SIZES.items():
+        _set_int(config, field, value)
+    fit_family(config)
+
+
+def _fit_layer_indexes(tower) -> None:
+    """A list of the tower's layers (Qwen3-VL's deepstack_visual_indexes, Qwen2.5-VL's
+    fullatt_block_indexes) made to point into the shrunk tower: as many of its last
+    layers as the list had entries (at most all of them), or the family's own choice
+    (LAYER_INDEXES)."""
+    depth = next((getattr(tower, f) for f in ("depth", "num_hidden_layers") if isinstance(getattr(tower, f, None), int)), None)
+    if depth is None:
+        return
+    for field, values in list(vars(tower).items()):
+        if not field.endswith(("_indexes", "_indices")) or not isinstance(values, (list, tuple)) or not values:
+            continue
+        if all(isinstance(v, int) and 0 <= v < depth for v in values):
+            continue
+        chosen = LAYER_INDEXES.get(field)
+        setattr(tower, field, chosen(depth) if chosen else list(range(depth - min(len(values), depth), depth)))
+
+
+def _side(size) -> int | None:
+    """A square size given as an int or as [height, width]."""
+    if isinstance(size, (list, tuple)) and len(size) == 2 and size[0] == size[1]:
+        size = size[0]
+    return size if isinstance(size, int) and not isinstance(size, bool) else None
+
+
+def _set_int(config, field: str, value: int) -> None:
+    if isinstance(getattr(config, field, None), int) and not isinstance(getattr(config, field), bool):
+        setattr(config, field, value)
+
+
+def fit_family(config) -> None:
+    """Counts a family derives from its tower's size, recomputed for the tiny tower."""
+    vision = getattr(config, "vision_config", None)
+    patches = PATCHES_PER_SIDE * PATCHES_PER_SIDE
+    fit_mrope(config)
+    if hasattr(config, "mm_tokens_per_image"):  # Gemma 3 pools the patch grid to this many tokens
+        config.mm_tokens_per_image = patches // 4
+    side = _side(getattr(vision, "image_size", None))
+    if getattr(config, "image_grid_pinpoints", None) and side is not None:  # LLaVA-NeXT's any-resolution grids
+        config.image_grid_pinpoints = grid_pinpoints(side)
+    if hasattr(config, "image_seq_length") and vision is not None:  # LLaVA: one token per patch
+        full = getattr(config, "vision_feature_select_strategy", "default") == "full"
+        shuffle = getattr(config, "downsample_ratio", None)  # InternVL's pixel shuffle merges patches
+        config.image_seq_length = int(patches * shuffle**2) if isinstance(shuffle, float) else patches + (1 if full else 0)
+
+
+def fit_mrope(config) -> None:
+    """Multimodal rope (Qwen-VL, GLM-4V) splits each head's rotary half into temporal,
+    height and width sections. Published config.json files carry the split, which
+    transformers' model code otherwise defaults to a full-size head's; the tiny head
+    gets the family's split scaled to its own rotary half, written into the config so
+    vLLM and transformers read the same one."""
+    family: dict[str, Any] | None = MROPE.get(config.model_type)
+    text = getattr(config, "text_config", None)
+    if family is None or text is None:
+        return
+    rope = dict(getattr(text, "rope_parameters", None) or {})
+    head_dim = getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads
+    factor = family.get("partial_rotary_factor", rope.get("partial_rotary_factor", getattr(text, "partial_rotary_factor", 1.0)))
+    half = int(head_dim * factor) // 2
+    sections = family["mrope_section"]
+    scaled = [s * half // sum(sections) for s in sections]
+    scaled[0] += half - sum(scaled)
+    rope.update({**family, "mrope_section": scaled})
+    text.rope_parameters = rope
+
+
+def grid_pinpoints(image_size: int) -> list[list[int]]:
+    """LLaVA-NeXT's any-resolution grids for the tiny tower: up to 2 x 2 tiles (the
+    published ones go to 6 x 6 tiles of 384 pixels)."""
+    return [[image_size * h, image_size * w] for h in (1, 2) for w in (1, 2)]
+
+
+def named_tokens(model_type: str) -> dict[str, str]:
+    """The special tokens of a family's tokenizer, by name: the processor's own defaults
+    (its `image_token="<image>"` arguments), then the family's table."""
+    found = {}
+    cls = processor_class(model_type)
+    if cls is not None:
+        for name, param in inspect.signature(cls.__init__).parameters.items():
+            if name.endswith("_token") and isinstance(param.default, str):
+                found[name] = param.default
+    return {**found, **NAMED_TOKENS.get(model_type, {})}
+
+
+def tokenizer_fields(model_type: str) -> dict:
+    return dict(TOKENIZER_FIELDS.get(model_type, {}))
+
+
+def processor_class(model_type: str):
+    import transformers
+    from transformers.models.auto import processing_auto
+
+    name = processing_auto.PROCESSOR_MAPPING_NAMES.get(model_type)
+    return getattr(transformers, name, None) if name else None
+
+
+def added_tokens(model_type: str) -> list[str]:
+    return list(ADDED_TOKENS.get(model_type, []))
+
+
+def token_ids(named: dict[str, str], first_id: int) -> dict[str, int]:
+    """The id each named token gets: the tokenizer holds them, in order, right after
+    its own special tokens (ids from `first_id`)."""
+    order = list(dict.fromkeys(named.values()))
+    return {name: first_id + order.index(text) for name, text in named.items()}
+
+
+def set_token_ids(config, ids: dict[str, int]) -> None:
+    """Point every config field that names a special token's id at the tokenizer's id:
+    `image_token` -> image_token_id or image_token_index, in the config and its text config."""
+    for holder in (config, getattr(config, "text_config", None)):
+        if holder is None:
+            continue
+        for name, token_id in ids.items():
+            for suffix in ID_SUFFIXES:
+                if hasattr(holder, name + suffix):
+                    setattr(holder, name + suffix, token_id)
+
+
+def _class_name(mapping: dict, model_type: str) -> str | None:
+    """A processor part's class name from transformers' auto mapping; the PIL backend
+    where there is one (vLLM's venv may carry a torchvision without its C++ ops)."""
+    found = mapping.get(model_type)
+    if isinstance(found, dict):
+        found = found.get("pil") or next(iter(found.values()), None)
+    if isinstance(found, (tuple, list)):
+        found = next((name for name in found if name), None)
+    return found
+
+
+def build_processor(config, tokenizer, chat_template: str | None = None):
+    """The model's own processor class with a tokenizer of the tiny vocabulary and its
+    parts sized to the tiny towers."""
+    import transformers
+    from transformers.models.auto import feature_extraction_auto, image_processing_auto, video_processing_auto
+
+    cls = processor_class(config.model_type)
+    if cls is None:
+        raise LookupError(f"transformers {transformers.__version__} has no processor for model_type '{config.model_type}'")
+    # A model type may have no parts of its own but its processor's family's (qwen3_vl_moe: qwen3_vl's).
+    home = cls.__module__.split(".")[-2]
+    accepts = inspect.signature(cls.__init__).parameters
+    parts = {}
+    for part, mapping in (("image_processor", image_processing_auto.IMAGE_PROCESSOR_MAPPING_NAMES),
+                          ("video_processor", video_processing_auto.VIDEO_PROCESSOR_MAPPING_NAMES),
+                          ("feature_extractor", feature_extraction_auto.FEATURE_EXTRACTOR_MAPPING_NAMES)):
+        part_name = _class_name(mapping, config.model_type) or _class_name(mapping, home)
+        if part_name and part in accepts:
+            parts[part] = _sized(getattr(transformers, part_name)(), config)
+    kwargs = {k: v for k, v in _processor_kwargs(config).items() if k in accepts}
+    if chat_template is not None:
+        kwargs["chat_template"] = chat_template
+    return cls(tokenizer=tokenizer, **parts, **kwargs)
+
+
+def _sized(part, config):
+    """`part` (an image or video processor) again, with the sizes its tower was shrunk
+    to: patch, merge and temporal patch size, and a fixed-size tower's image size."""
+    vision = getattr(config, "vision_config", None)
+    if vision is None:
+        return part
+    wanted = {"patch_size": _side(getattr(vision, "patch_size", None)),
+              "merge_size": getattr(vision, "spatial_merge_size", None),
+              "temporal_patch_size": getattr(vision, "temporal_patch_size", None)}
+    kwargs: dict[str, Any] = {k: v for k, v in wanted.items() if isinstance(v, int) and isinstance(getattr(part, k, None), int)}
+    patch = wanted["patch_size"]
+    if isinstance(getattr(part, "patch_size", None), dict) and patch:  # Pixtral: {height, width}
+        kwargs["patch_size"] = {"height": patch, "width": patch}
+    if hasattr(part, "image_seq_length") and _patches(vision):  # PaliGemma's processor reads it here
+        kwargs["image_seq_length"] = _patches(vision)
+    image_size = _side(getattr(vision, "image_size", None))
+    if isinstance(image_size, int) and getattr(part, "image_grid_pinpoints", None):
+        kwargs["image_grid_pinpoints"] = grid_pinpoints(image_size)
+    if isinstance(image_size, int):
+        for field in ("size", "crop_size"):
+            current = getattr(part, field, None)
+            current = current if isinstance(current, dict) else vars(current) if hasattr(current, "__dict__") else {}
+            current = {k: v for k, v in current.items() if v is not None}  # a SizeDict names every edge
+            if "height" in current:
+                kwargs[field] = {"height": image_size, "width": image_size}
+            elif "shortest_edge" in current and "longest_edge" not in current:
+                kwargs[field] = {"shortest_edge": image_size}
+            elif "longest_edge" in current and "shortest_edge" not in current:  # Idefics3: tiles of image_size
+                kwargs[field] = {"longest_edge": 2 * image_size}
+        if isinstance(getattr(part, "max_image_size", None), dict) and part.max_image_size.get("longest_edge"):
+            kwargs["max_image_size"] = {"longest_edge": image_size}
+    return type(part)(**kwargs) if kwargs else part
+
+
+def _processor_kwargs(config) -> dict:
+    """What a processor repeats of its config (LLaVA's patch size and feature strategy,
+    Gemma 3's tokens per image): copied from the tiny config so the two agree."""
+    vision = getattr(config, "vision_config", None)
+    patches = _patches(vision)
+    scale = getattr(config, "scale_factor", None)
+    found = {"patch_size": _side(getattr(vision, "patch_size", None)),
+             "vision_feature_select_strategy": getattr(config, "vision_feature_select_strategy", None),
+             "spatial_merge_size": getattr(config, "spatial_merge_size", None),  # Mistral 3's patch merger
+             "image_seq_length": getattr(config, "mm_tokens_per_image", None) or getattr(config, "image_seq_length", None),
+             "num_image_tokens": patches,
+             # Idefics3 / SmolVLM: a tile's patches after the pixel shuffle of scale_factor
+             "image_seq_len": patches // scale**2 if patches and isinstance(scale, int) else None,
+             # a CLIP tower's class token counts in the features (LLaVA's `default` strategy drops it again)
+             "num_additional_image_tokens": 1 if getattr(vision, "model_type", "") == "clip_vision_model" else None}
+    return {k: v for k, v in found.items() if v is not None}
+
+
+def _patches(vision) -> int | None:
+    """The patch count of a fixed-size tower's image."""
+    size, patch = _side(getattr(vision, "image_size", None)), _side(getattr(vision, "patch_size", None))
+    return (size // patch) ** 2 if isinstance(size, int) and isinstance(patch, int) else None
+
+
+def placeholders(model_type: str, processor) -> dict[str, str]:
+    """What stands for one image / video / audio clip in a prompt's text, by modality:
+    the family's chat template mark (PROMPT_MARKS), else the processor's own token.
+    A table, not a question to vLLM: every interpreter (vLLM's, the harness's own for
+    the transformers cross-check) must write the same bytes. tests/test_vllm_unit.py
+    holds the table to vLLM's own get_placeholder_str."""
+    own = {m: getattr(processor, f"{m}_token") for m in MODALITIES if isinstance(getattr(processor, f"{m}_token", None), str)}
+    return {**own, **PROMPT_MARKS.get(model_type, {})}
+
+
+def check_marks(marks: dict[str, str], tokenizer, model_type: str) -> None:
+    """Every mark must be made of the tokenizer's special tokens: a mark spelled out in
+    plain BPE pieces would reach the engines as text, and no image would be placed."""
+    special = set(tokenizer.all_special_ids) | {i for i, t in tokenizer.added_tokens_decoder.items() if t.special}
+    for modality, mark in marks.items():
+        ids = tokenizer(mark, add_special_tokens=False)["input_ids"]
+        if any(i not in special for i in ids):
+            raise LookupError(f"the {modality} mark {mark!r} of model_type '{model_type}' is not made of the tokenizer's "
+                              "special tokens: name its tokens in harness/models/tiny_mm.py NAMED_TOKENS")
+
+
+def chat_template(marks: dict[str, str]) -> str:
+    """A chat template that writes each content item of the user's messages: text as
+    it is, an image / video / audio item as its placeholder. BOS first, no role markers
+    (the tiny vocabulary has none)."""
+    branches = "".join(f"{{% elif item['type'] == '{m}' %}}{text}" for m, text in sorted(marks.items()))
+    return ("{{ bos_token }}{% for message in messages %}{% if message['content'] is string %}{{ message['content'] }}"
+            "{% else %}{% for item in message['content'] %}{% if item['type'] == 'text' %}{{ item['text'] }}"
+            f"{branches}{{% endif %}}{{% endfor %}}{{% endif %}}{{% endfor %}}")
+
+
+def write_processor(config, tokenizer, out: Path) -> None:
+    """The processor and its chat template, beside the weights (preprocessor_config.json,
+    processor_config.json, chat_template.jinja)."""
+    processor = build_processor(config, tokenizer)
+    marks = placeholders(config.model_type, processor)
+    check_marks(marks, tokenizer, config.model_type)
+    processor = build_processor(config, tokenizer, chat_template(marks))
+    processor.save_pretrained(out)
+
+
+def write_hub_layout(model, out: Path) -> None:
+    """Weight names and layouts as checkpoints on the hub have them. transformers 5
+    converts published checkpoints on load and does not undo every conversion on save:
+    it drops a wrapper level of some towers (CLIP's and SigLIP's `vision_model.`) and
+    puts it back only at the top of a model, so a LLaVA it saves has
+    `vision_tower.embeddings` where every published LLaVA, and vLLM's loader, have
+    `vision_tower.vision_model.embeddings`; and it transposes fused expert weights
+    (Qwen3-VL-MoE's `experts.gate_up_proj`) only when their shape says so, which on
+    save it never does. Both are undone here."""
+    renames = _dropped_levels(model)
+    transposes = _transposed_on_load(model)
+    if not renames and not transposes:
+        return
+    from safetensors.torch import load_file, save_file
+
+    path = out / "model.safetensors"
+    weights = load_file(path)
+    renamed = {}
+    for key, tensor in weights.items():
+        for pattern, (dim0, dim1) in transposes:
+            if re.search(pattern, key):
+                if tensor.shape[dim0] == tensor.shape[dim1]:
+                    raise LookupError(f"{key} is square {tuple(tensor.shape)}: its layout cannot be told apart from "
+                                      "transformers' own; give the experts an intermediate size with 2 x it != hidden_size")
+                tensor = tensor.transpose(dim0, dim1).contiguous()
+        for tower_keys, level in renames:
+            prefix = _saved_prefix(key, tower_keys)
+            if prefix is not None:
+                key = f"{prefix}{level}.{key[len(prefix):]}"
+                break
+        renamed[key] = tensor
+    save_file(renamed, path, metadata={"format": "pt"})
+
+
+def _transposed_on_load(model) -> list[tuple[str, tuple[int, int]]]:
+    """(weight name pattern, dims) of the shape-checked transposes transformers applies
+    when it loads a published checkpoint of this model type."""
+    from transformers.conversion_mapping import get_checkpoint_conversion_mapping
+
+    found = []
+    for rule in get_checkpoint_conversion_mapping(model.config.model_type) or []:
+        for op in getattr(rule, "operations", None) or []:
+            if type(op).__name__ == "Transpose" and getattr(op, "check_dims", False):
+                found += [(pattern, (op.dim0, op.dim1)) for pattern in rule.source_patterns]
+    return found
+
+
+def _dropped_levels(model) -> list[tuple[set[str], str]]:
+    """(the tower's own weight names, the level transformers drops) of each nested tower."""
+    from transformers.conversion_mapping import get_checkpoint_conversion_mapping
+
+    found = []
+    for name, module in model.named_modules():
+        if not name:
+            continue
+        for rule in get_checkpoint_conversion_mapping(type(module).__name__) or []:
+            level = getattr(rule, "prefix_to_remove", None)
+            if level and not getattr(rule, "model_prefix", ""):
+                found.append((set(module.state_dict()), level))
+    return found
+
+
+def _saved_prefix(key: str, tower_keys: set[str]) -> str | None:
+    for own in tower_keys:
+        if key.endswith("." + own):
+            return key[: -len(own)]
+    return None

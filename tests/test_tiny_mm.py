@@ -1,0 +1,142 @@
+"""Tiny multimodal checkpoints (harness/models/tiny_mm.py) and prompts written by their
+chat template (harness/chat.py): built by this interpreter's transformers, then read
+back by transformers' own AutoProcessor and model, as an engine would read them."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+
+from harness import chat, models
+from harness.models import ArchModel
+from harness.zoo import load_tokenizer
+
+pytestmark = pytest.mark.e2e  # runs the builder script in a subprocess
+
+
+@pytest.fixture(scope="module")
+def llava():
+    return models.resolve(ArchModel(arch="LlavaForConditionalGeneration"), sys.executable).directory
+
+
+@pytest.fixture(scope="module")
+def gemma3():
+    return models.resolve(ArchModel(arch="Gemma3ForConditionalGeneration"), sys.executable).directory
+
+
+def _image():
+    from PIL import Image
+
+    from harness.images import image_path
+
+    return Image.open(image_path("gradient-84x56")).convert("RGB")
+
+
+def test_a_tiny_llava_is_read_by_transformers_with_its_processor_as_published_llavas_are(llava):
+    """The weights carry the tower's `vision_model.` level (as every published LLaVA and
+    vLLM's loader have them), the processor's image size and patch size are the tiny
+    tower's, and the prompt the chat template writes expands to one token per patch."""
+    import torch
+    from safetensors import safe_open
+    from transformers import AutoProcessor, LlavaForConditionalGeneration
+
+    with safe_open(llava / "model.safetensors", "pt") as f:
+        names = set(f.keys())
+    assert "vision_tower.vision_model.embeddings.patch_embedding.weight" in names
+    assert not any(n.startswith("vision_tower.embeddings.") for n in names)
+
+    config = json.loads((llava / "config.json").read_text())
+    vision = config["vision_config"]
+    assert vision["image_size"] == 4 * vision["patch_size"] and config["image_seq_length"] == 16
+    processor = AutoProcessor.from_pretrained(llava)
+    ids = chat.template_of(llava).encode("How many apples?", 1, 20, load_tokenizer(llava))
+    assert ids.count(config["image_token_index"]) == 1 and ids[0] == 0  # BOS, one unexpanded placeholder
+    text = processor.tokenizer.decode(ids)
+    inputs = processor(text=text, images=[_image()], return_tensors="pt")
+    assert int((inputs["input_ids"] == config["image_token_index"]).sum()) == 16
+
+    model, loading = LlavaForConditionalGeneration.from_pretrained(llava, output_loading_info=True)
+    assert not loading["missing_keys"] and not loading["unexpected_keys"], loading
+    with torch.no_grad():
+        logits = model.eval()(**inputs).logits
+    assert logits.shape[1] == inputs["input_ids"].shape[1] and torch.isfinite(logits).all()
+
+
+def test_a_tiny_gemma3_has_every_token_its_config_and_processor_name(gemma3):
+    """boi / eoi / image soft token ids point at the tokenizer's tokens, vLLM's newline
+    tokens are in the vocabulary and inside the config's vocab_size, and two images in
+    one prompt expand to mm_tokens_per_image tokens each."""
+    from transformers import AutoProcessor
+
+    config = json.loads((gemma3 / "config.json").read_text())
+    processor = AutoProcessor.from_pretrained(gemma3)
+    vocab = processor.tokenizer.get_vocab()
+    assert vocab["<start_of_image>"] == config["boi_token_index"]
+    assert vocab["<end_of_image>"] == config["eoi_token_index"]
+    assert vocab["<image_soft_token>"] == config["image_token_index"]
+    assert all(vocab[n] < config["text_config"]["vocab_size"] for n in ("\n", "\n\n", "\n\n\n", "\n\n\n\n"))
+
+    template = chat.template_of(gemma3)
+    ids = template.encode("Two pictures.", 2, 20, load_tokenizer(gemma3))
+    assert ids.count(config["boi_token_index"]) == 2
+    inputs = processor(text=processor.tokenizer.decode(ids), images=[_image(), _image()], return_tensors="pt")
+    assert int((inputs["input_ids"] == config["image_token_index"]).sum()) == 2 * config["mm_tokens_per_image"]
+
+
+def test_a_chat_template_prompt_keeps_the_template_and_cuts_the_text(llava):
+    """The text budget cuts the question, never the template's own tokens; a text that
+    holds a special token (an image placeholder in the text) is refused."""
+    template, tokenizer = chat.template_of(llava), load_tokenizer(llava)
+    long = "Natalia sold clips to 48 of her friends in April, and then she sold half as many clips in May."
+    full = template.encode(long, 1, 1000, tokenizer)
+    cut = template.encode(long, 1, 5, tokenizer)
+    assert len(cut) == 1 + 1 + 5 and cut == full[:7]  # BOS, <image>, five tokens of text
+    assert template.encode(long, 0, 5, tokenizer) == [cut[0]] + cut[2:]
+    with pytest.raises(ValueError, match="special token"):
+        template.encode("look: <image> here", 1, 20, tokenizer)
+
+
+def test_a_text_model_has_no_chat_template(tmp_path):
+    assert chat.template_of(tmp_path) is None
+
+
+def test_fused_experts_are_saved_in_the_published_layout_and_read_back_the_same():
+    """transformers keeps Qwen3-VL-MoE's fused experts transposed from the published
+    layout and does not transpose them back on save; the builder does. The checkpoint
+    then has the published shapes ([experts, hidden, 2 x intermediate] for gate_up), and
+    transformers reading it computes exactly what the model it was saved from computes."""
+    import torch
+    from safetensors import safe_open
+    from transformers import Qwen3VLMoeForConditionalGeneration
+
+    from harness.models import tiny
+
+    ref = ArchModel(arch="Qwen3VLMoeForConditionalGeneration", overrides={"text_config": {"moe_intermediate_size": 32}},
+                    extra_config={"text_config": {"norm_topk_prob": True}})
+    directory = models.resolve(ref, sys.executable).directory
+    with safe_open(directory / "model.safetensors", "pt") as f:
+        shapes = {k: f.get_slice(k).get_shape() for k in f.keys() if "layers.0.mlp.experts" in k}
+    assert shapes == {"model.language_model.layers.0.mlp.experts.gate_up_proj": [4, 128, 64],
+                      "model.language_model.layers.0.mlp.experts.down_proj": [4, 32, 128]}
+
+    built = tiny.build_model(ref.arch, ref.seed, ref.overrides, ref.extra_config)
+    read = Qwen3VLMoeForConditionalGeneration.from_pretrained(directory).eval()
+    ids = torch.tensor([[0, 17, 240, 33, 101, 7]])
+    with torch.no_grad():
+        assert torch.equal(built(input_ids=ids).logits, read(input_ids=ids).logits)
+
+
+def test_multimodal_rope_sections_fit_the_tiny_head():
+    """Qwen-VL's and GLM-4V's rope split (temporal, height, width) is written into the
+    config, scaled to the tiny head's rotary half, so vLLM and transformers read one split."""
+    from harness.models import tiny
+
+    for arch, expected in [("Qwen2VLForConditionalGeneration", [4, 6, 6]), ("Qwen3VLForConditionalGeneration", [6, 5, 5]),
+                           ("Glm4vForConditionalGeneration", [2, 3, 3])]:
+        text = tiny.build_model(arch, 0, {}).config.text_config
+        assert text.rope_parameters["mrope_section"] == expected, arch
+        head_dim = getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads
+        rotary = head_dim * text.rope_parameters.get("partial_rotary_factor", 1.0)
+        assert sum(expected) * 2 == rotary, arch
