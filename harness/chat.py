@@ -19,23 +19,35 @@ _TEXT = "\x00TEXT\x00"  # stands for the prompt's text while the template is ren
 
 
 @dataclass(frozen=True)
+class Media:
+    """How many images, videos and audio clips a prompt has (they come before its text)."""
+
+    images: int = 0
+    videos: int = 0
+    audios: int = 0
+
+
+@dataclass(frozen=True)
 class ChatTemplate:
     source: str
     bos_token: str
 
-    def render(self, text: str, images: int) -> str:
+    def render(self, text: str, media: Media | int) -> str:
         from jinja2.sandbox import ImmutableSandboxedEnvironment  # templates come with checkpoints
 
-        content = [{"type": "image"}] * images + [{"type": "text", "text": text}]
+        media = media if isinstance(media, Media) else Media(images=media)
+        content = ([{"type": "image"}] * media.images + [{"type": "video"}] * media.videos
+                   + [{"type": "audio"}] * media.audios + [{"type": "text", "text": text}])
         template = ImmutableSandboxedEnvironment().from_string(self.source)
         return template.render(messages=[{"role": "user", "content": content}], bos_token=self.bos_token,
                                add_generation_prompt=True)
 
-    def encode(self, text: str, images: int, max_text_tokens: int, tokenizer) -> list[int]:
-        """Token ids of the prompt: the template's own tokens around at most
-        `max_text_tokens` tokens of `text`. The text may not hold a special token (an
+    def encode(self, text: str, media: Media | int, max_text_tokens: int, tokenizer) -> list[int]:
+        """Token ids of the prompt: the template's own tokens (the media's marks
+        among them) around at most `max_text_tokens` tokens of `text`. An int
+        `media` is a number of images. The text may not hold a special token (an
         image placeholder in the text would take an image the prompt does not have)."""
-        before, after = self.render(_TEXT, images).split(_TEXT)
+        before, after = self.render(_TEXT, media).split(_TEXT)
         text_ids = tokenizer.encode(text, add_special_tokens=False).ids[:max_text_tokens]
         special = {t.content for t in tokenizer.get_added_tokens_decoder().values() if t.special}
         held = [t for t in special if t in text]

@@ -12,7 +12,7 @@ writes DIR (default `reports/repro/<id with "/" as "__">/`):
              latest verdict, the scenario file's expectation, the command to run
   model/     a copy of the checkpoint when it is one the harness built (zoo, tiny arch)
              and small; a user's own checkpoint or a hub snapshot is pointed at instead
-  images/    the prompts' images, when the workloads have any
+  images/    the prompts' images, videos and audio clips, when the workloads have any
 
 The prompts are token ids in the script (the tokenizer is no part of the repro). The
 evals of a suite are not reproduced (they need the harness's scoring); the numeric
@@ -157,9 +157,10 @@ def _case(scenario: Scenario, model_dir: str, out: Path) -> dict:
     resolved = wl.resolve(numeric, model_path)
     for w in resolved:
         w.pop("capture_hidden", None)  # the harness's own hidden-state capture: no public API
-        if w.get("images"):
-            w["images"] = [[_copy_image(p, out) for p in e] if isinstance(e, list) else _copy_image(e, out) if e else None
-                           for e in w["images"]]
+        for field in ("images", "videos", "audios"):
+            if w.get(field):
+                w[field] = [[_copy_media(p, out) for p in e] if isinstance(e, list) else _copy_media(e, out) if e else None
+                            for e in w[field]]
     overrides = {k: v for k, v in suite.tolerances.model_dump().items() if v is not None}
     tol = tolerance_for(suite.dtype, overrides)
     axes = list(suite.matrix)
@@ -185,7 +186,7 @@ def _case(scenario: Scenario, model_dir: str, out: Path) -> dict:
     }
 
 
-def _copy_image(path: str, out: Path) -> str:
+def _copy_media(path: str, out: Path) -> str:
     (out / IMAGES).mkdir(exist_ok=True)
     shutil.copy2(path, out / IMAGES / Path(path).name)
     return f"{IMAGES}/{Path(path).name}"

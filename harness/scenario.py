@@ -109,6 +109,11 @@ def _snake_name(v: str, what: str) -> str:
     return v
 
 
+def _names(entry) -> list[str]:
+    """A media entry of one prompt (null, a name, or a list of names) as a list."""
+    return entry if isinstance(entry, list) else [entry] if entry else []
+
+
 class WorkloadDef(_Strict):
     name: str
     kind: Literal["logprobs", "greedy"]
@@ -122,6 +127,10 @@ class WorkloadDef(_Strict):
     # e.g. noise-56x84), a list of them (several images in one prompt) or null for a
     # text-only prompt. Empty: every prompt is text.
     images: list[Union[str, list[str], None]] = []
+    # The same for videos (harness/media.py, e.g. gradient-56x56x4: 4 frames) and audio
+    # clips (e.g. tone-500ms), for models that take them.
+    videos: list[Union[str, list[str], None]] = []
+    audios: list[Union[str, list[str], None]] = []
     # Record the per-layer hidden states of the first batch (logprobs workloads), which
     # lets a numeric failure name the first diverging layer, stage and SP shard.
     capture_hidden: bool = False
@@ -132,19 +141,47 @@ class WorkloadDef(_Strict):
         from harness.images import parse
 
         for entry in v:
-            for name in entry if isinstance(entry, list) else [entry] if entry else []:
+            for name in _names(entry):
                 parse(name)
+        return v
+
+    @field_validator("videos")
+    @classmethod
+    def _videos(cls, v: list) -> list:
+        from harness.media import parse_video
+
+        for entry in v:
+            for name in _names(entry):
+                parse_video(name)
+        return v
+
+    @field_validator("audios")
+    @classmethod
+    def _audios(cls, v: list) -> list:
+        from harness.media import parse_audio
+
+        for entry in v:
+            for name in _names(entry):
+                parse_audio(name)
         return v
 
     def images_of(self, prompt: int) -> list[str]:
         """The image names of one prompt (none for a text-only prompt)."""
-        entry = self.images[prompt] if prompt < len(self.images) else None
-        return entry if isinstance(entry, list) else [entry] if entry else []
+        return _names(self.images[prompt] if prompt < len(self.images) else None)
+
+    def videos_of(self, prompt: int) -> list[str]:
+        return _names(self.videos[prompt] if prompt < len(self.videos) else None)
+
+    def audios_of(self, prompt: int) -> list[str]:
+        return _names(self.audios[prompt] if prompt < len(self.audios) else None)
 
     @model_validator(mode="after")
     def _options_fit(self) -> WorkloadDef:
-        if self.images and len(self.images) != self.num_prompts:
-            raise ValueError(f"images has {len(self.images)} entries for num_prompts={self.num_prompts} (one per prompt, null for none)")
+        for kind in ("images", "videos", "audios"):
+            entries = getattr(self, kind)
+            if entries and len(entries) != self.num_prompts:
+                raise ValueError(f"{kind} has {len(entries)} entries for num_prompts={self.num_prompts} "
+                                 "(one per prompt, null for none)")
         if self.capture_hidden and self.kind != "logprobs":
             raise ValueError("capture_hidden is for logprobs workloads (teacher-forced prefill)")
         return self

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from harness import chat
 from harness.images import image_path
+from harness.media import audio_path, video_path
 from harness.roots import DATA_DIR
 from harness.scenario import WorkloadDef
 from harness.zoo import load_tokenizer
@@ -48,11 +49,16 @@ def resolve(workloads: list[WorkloadDef], model_dir: Path) -> list[dict]:
         texts = prompt_texts(w.prompts, w.num_prompts)
         item = {"name": w.name, "kind": w.kind, "top_k": w.top_k}
         if template is not None:
-            item["prompts"] = [template.encode(t, len(w.images_of(i)), w.max_prompt_tokens - 1, tokenizer)
-                               for i, t in enumerate(texts)]
-            if w.images:
-                item["images"] = [[str(image_path(n)) for n in w.images_of(i)] or None for i in range(len(texts))]
+            counts = [chat.Media(len(w.images_of(i)), len(w.videos_of(i)), len(w.audios_of(i))) for i in range(len(texts))]
+            item["prompts"] = [template.encode(t, counts[i], w.max_prompt_tokens - 1, tokenizer) for i, t in enumerate(texts)]
+            for field, names_of, path_of in (("images", w.images_of, image_path), ("videos", w.videos_of, video_path),
+                                             ("audios", w.audios_of, audio_path)):
+                if getattr(w, field):
+                    item[field] = [[str(path_of(n)) for n in names_of(i)] or None for i in range(len(texts))]
         else:
+            if w.videos or w.audios:
+                raise ValueError(f"workload '{w.name}': videos and audios need a model with a chat template "
+                                 "(a multimodal checkpoint built with its processor: model: {arch: ...})")
             ids = [([BOS_ID] + tokenizer.encode(t).ids)[: w.max_prompt_tokens] for t in texts]
             if "image_token_id" in config:
                 _refuse_placeholder_in_text(ids, config["image_token_id"], w.name)
@@ -121,7 +127,7 @@ def _with_images(prompts: list[list[int]], names: list, config: dict, workload: 
 
 
 def checksum(resolved: list[dict]) -> str:
-    """Over token ids and image *contents* (paths differ between machines)."""
+    """Over token ids and image / video / audio *contents* (paths differ between machines)."""
     from harness.images import file_sha256
 
     def digest(entry):
@@ -129,5 +135,6 @@ def checksum(resolved: list[dict]) -> str:
             return [file_sha256(p) for p in entry]
         return file_sha256(entry) if entry else None
 
-    portable = [{**w, "images": [digest(e) for e in w["images"]]} if "images" in w else w for w in resolved]
+    media = ("images", "videos", "audios")
+    portable = [{**w, **{f: [digest(e) for e in w[f]] for f in media if f in w}} for w in resolved]
     return hashlib.sha256(json.dumps(portable, sort_keys=True).encode()).hexdigest()

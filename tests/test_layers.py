@@ -24,6 +24,7 @@ LAYERS = {
     # parts that stand on the contract alone
     "launch": 1, "images": 1, "chat": 1, "zoo": 1, "timings": 1, "golden": 1, "judge": 1, "rundir": 1,
     "models": 2, "engines": 2,
+    "media": 2,  # videos and audio clips (their frames are images' patterns)
     "scenario": 3,
     "envs": 4,  # engine environments (--engine-env): asks the engines, installs releases, versions scenarios
     "workloads": 4, "plan": 4,

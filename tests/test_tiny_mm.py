@@ -140,3 +140,46 @@ def test_multimodal_rope_sections_fit_the_tiny_head():
         head_dim = getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads
         rotary = head_dim * text.rope_parameters.get("partial_rotary_factor", 1.0)
         assert sum(expected) * 2 == rotary, arch
+
+
+def test_synthetic_videos_and_audio_clips_are_deterministic_and_shaped_as_named(tmp_path, monkeypatch):
+    import numpy as np
+
+    from harness import media
+
+    monkeypatch.setenv("HARNESS_CACHE", str(tmp_path))
+    frames = np.load(media.video_path("gradient-56x28x4"))
+    assert frames.shape == (4, 28, 56, 3) and frames.dtype == np.uint8
+    assert np.array_equal(np.roll(frames[0], 4, axis=1), frames[1])  # each frame moves 4 px
+    clip = np.load(media.audio_path("tone-250ms"))
+    assert clip.shape == (media.AUDIO_RATE // 4,) and clip.dtype == np.float32 and np.abs(clip).max() <= 0.5
+    assert np.array_equal(media.audio_samples("noise-100ms"), media.audio_samples("noise-100ms"))
+    for bad in ("gradient-56x28", "gradient-56x28x0"):
+        with pytest.raises(ValueError, match="video name"):
+            media.parse_video(bad)
+    with pytest.raises(ValueError, match="audio name"):
+        media.parse_audio("tone-1s")
+
+
+def test_an_audio_prompt_reads_through_transformers_own_processor_and_model():
+    """Qwen2-Audio: the chat template marks the clip with its bos / audio / eos tokens,
+    transformers' processor expands the audio token to the clip's length, and the model
+    takes exactly that many audio features."""
+    import numpy as np
+    import torch
+    from transformers import AutoProcessor, Qwen2AudioForConditionalGeneration
+
+    from harness import media
+
+    directory = models.resolve(ArchModel(arch="Qwen2AudioForConditionalGeneration"), sys.executable).directory
+    config = json.loads((directory / "config.json").read_text())
+    ids = chat.template_of(directory).encode("What is this sound?", chat.Media(audios=1), 20, load_tokenizer(directory))
+    assert ids.count(config["audio_token_index"]) == 1
+    processor = AutoProcessor.from_pretrained(directory)
+    inputs = processor(text=processor.tokenizer.decode(ids), audio=[np.load(media.audio_path("tone-500ms"))],
+                       sampling_rate=media.AUDIO_RATE, return_tensors="pt")
+    expanded = int((inputs["input_ids"] == config["audio_token_index"]).sum())
+    assert 1 < expanded < 100  # half a second: a handful of audio positions, not 30 s of padding
+    model = Qwen2AudioForConditionalGeneration.from_pretrained(directory).eval()
+    with torch.no_grad():
+        assert torch.isfinite(model(**inputs).logits).all()

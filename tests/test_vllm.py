@@ -109,3 +109,22 @@ def test_every_tiny_multimodal_prompt_marks_its_images_as_vllm_expects():
             assert mark in ("", json.loads((directory / "processor_config.json").read_text()).get("image_token", "")), arch
         else:
             assert mark == expected, (arch, mark, expected)
+
+
+def test_a_pp_stage_that_receives_zeros_besides_the_hidden_states_fails_on_numbers(tmp_path):
+    """The silent form of the PP-boundary bug class (vLLM PRs 37622, 40786): the PP rank 1
+    worker gets every tensor but the hidden states as zeros (pp-zero-aux@1). No exception
+    anywhere; the multimodal archs under pp2 must still fail, on their logits."""
+    scenarios = tmp_path / "scenarios"
+    scenarios.mkdir()
+    text = (ROOT / "scenarios" / "vllm-mm-archs.yaml").read_text()
+    (scenarios / "vllm-mm-archs.yaml").write_text(text + "faults: [pp-zero-aux@1]\n")
+    ids = ["vllm-mm-archs/arch-qwen3-vl-tp1-pp2-compile", "vllm-mm-archs/arch-llava-tp1-pp2-compile"]
+    result, run_dir = run(tmp_path, scenarios, *ids)
+    assert result.returncode == 1, result.stdout + result.stderr
+    for scenario in ids:
+        v = verdict_of(run_dir, scenario)
+        assert v["verdict"] == "fail", (scenario, v["reason"])
+        logits = next(c for c in v["checks"] if c["name"] == "logits")
+        assert not logits["passed"] and logits["metrics"]["max_abs_dlogprob"] > 0.05, (scenario, logits["summary"])
+    assert not survivors(run_dir)

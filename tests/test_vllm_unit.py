@@ -183,3 +183,48 @@ def test_a_prompt_with_two_images_reaches_vllm_as_a_list_and_raises_its_per_prom
     assert kwargs["limit_mm_per_prompt"] == {"image": 2}
     text_only = {**workload, "images": [None, None, None]}
     assert "limit_mm_per_prompt" not in plain_kwargs(str(tmp_path), "float32", 0, {"tp": 1}, [text_only])
+
+
+def test_the_pp_evidence_reads_the_decoder_not_a_vision_tower():
+    """A multimodal model has two `layers` lists as long as each other in a tiny model:
+    the vision tower's, which every PP rank holds whole, and the decoder's, which PP
+    splits. The PP evidence must read the decoder's (it read the tower's: Gemma 3 under
+    pp2 was called `pp not applied`)."""
+    import torch
+
+    from harness.engines.vllm.evidence import _layer_list
+
+    class PPMissingLayer(torch.nn.Identity):
+        pass
+
+    def model(decoder: list) -> torch.nn.Module:
+        root = torch.nn.Module()
+        root.vision_tower = torch.nn.Module()
+        root.vision_tower.encoder = torch.nn.Module()
+        root.vision_tower.encoder.layers = torch.nn.ModuleList([torch.nn.Linear(2, 2), torch.nn.Linear(2, 2)])
+        root.language_model = torch.nn.Module()
+        root.language_model.layers = torch.nn.ModuleList(decoder)
+        return root
+
+    stage1 = model([PPMissingLayer(), torch.nn.Linear(2, 2)])
+    assert [type(m).__name__ for m in _layer_list(stage1)] == ["PPMissingLayer", "Linear"]
+    whole = model([torch.nn.Linear(2, 2), torch.nn.Linear(2, 2)])
+    assert _layer_list(whole) == list(whole.language_model.layers)
+
+
+def test_videos_and_audio_clips_reach_vllm_as_arrays_with_their_limits(tmp_path, monkeypatch):
+    """A video is its [T, H, W, 3] frames, an audio clip (samples, 16 kHz); each modality's
+    per-prompt limit is the most that any prompt has."""
+    from harness import media
+    from harness.engines.vllm.driver import plain_kwargs, prompt_inputs
+
+    monkeypatch.setenv("HARNESS_CACHE", str(tmp_path))
+    video, clip = str(media.video_path("gradient-56x56x4")), str(media.audio_path("tone-250ms"))
+    workload = {"name": "w", "kind": "logprobs", "top_k": 5, "prompts": [[0, 3, 9], [0, 4, 4, 9]],
+                "videos": [video, None], "audios": [None, [clip, clip]]}
+    first, second = prompt_inputs(workload)
+    assert first["multi_modal_data"]["video"].shape == (4, 56, 56, 3) and "audio" not in first["multi_modal_data"]
+    samples, rate = second["multi_modal_data"]["audio"][1]
+    assert rate == media.AUDIO_RATE and samples.shape == (4000,)
+    kwargs = plain_kwargs(str(tmp_path), "float32", 0, {"tp": 1, "pp": 1, "compile": False}, [workload])
+    assert kwargs["limit_mm_per_prompt"] == {"video": 1, "audio": 2}

@@ -32,6 +32,10 @@ Image inputs (models with a vision encoder): a workload may carry
 PNG files written by the harness; a prompt with an image holds the model's image
 placeholder token(s) where each image goes, in order. Text-only prompts have null. Engines
 read the PNG themselves (Pillow is allowed on the engine side for this).
+Videos and audio clips likewise, for models that take them:
+    "videos": [null | "/abs/v.npy" | [...], ...]   [T, H, W, 3] uint8 frames (numpy .npy)
+    "audios": [null | "/abs/a.npy" | [...], ...]   [N] float32 mono samples at 16000 Hz
+In a prompt's text the images' marks come first, then the videos', then the audios'.
 """
 
 from __future__ import annotations
@@ -43,6 +47,7 @@ from pathlib import Path
 from harness.jsonfile import from_fields, read_json
 
 WORKLOAD_KINDS = ("logprobs", "greedy", "generate")
+AUDIO_RATE = 16000  # Hz of every audio clip a run spec names
 
 
 def stop_reached(generated: list[int], stop: list[list[int]], eos_token_id: int | None,

@@ -54,6 +54,7 @@ NAMED_TOKENS: dict[str, dict[str, str]] = {
                      "image_end_token": "<|IMAGE_END|>"},
     "gemma3": {"image_token": "<image_soft_token>", "boi_token": "<start_of_image>", "eoi_token": "<end_of_image>"},
     "paligemma": {"image_token": "<image>"},
+    "qwen2_audio": {"audio_token": "<|AUDIO|>", "audio_bos_token": "<|audio_bos|>", "audio_eos_token": "<|audio_eos|>"},
     "glm4v": _GLM, "glm4v_moe": _GLM, "idefics3": _IDEFICS, "smolvlm": _IDEFICS,
     "lfm2_vl": {"image_token": "<image>", "image_start_token": "<|image_start|>", "image_end_token": "<|image_end|>",
                 "image_thumbnail_token": "<|img_thumbnail|>",
@@ -94,6 +95,7 @@ PROMPT_MARKS = {
     "gemma3": {"image": "<start_of_image>"},
     "aria": {"image": "<|fim_prefix|><|img|><|fim_suffix|>"},
     "paligemma": {"image": ""},
+    "qwen2_audio": {"audio": "<|audio_bos|><|AUDIO|><|audio_eos|>"},  # vLLM adds "Audio 1: " before it, as text
 }
 # the config field that holds a named token's id: image_token -> image_token_id / _index
 ID_SUFFIXES = ("_id", "_index")
@@ -282,8 +284,13 @@ def build_processor(config, tokenizer, chat_template: str | None = None):
 
 
 def _sized(part, config):
-    """`part` (an image or video processor) again, with the sizes its tower was shrunk
-    to: patch, merge and temporal patch size, and a fixed-size tower's image size."""
+    """`part` (an image or video processor, an audio feature extractor) again, with the
+    sizes its tower was shrunk to: patch, merge and temporal patch size, a fixed-size
+    tower's image size, the audio tower's mel bins."""
+    audio = getattr(config, "audio_config", None)
+    mels = getattr(audio, "num_mel_bins", None)
+    if isinstance(mels, int) and isinstance(getattr(part, "feature_size", None), int) and part.feature_size != mels:
+        return type(part)(feature_size=mels)  # Whisper's extractor: as many mel bins as the tower takes
     vision = getattr(config, "vision_config", None)
     if vision is None:
         return part

@@ -1,6 +1,6 @@
 """The hf engine's one process: `python -m harness.engines.hf.worker SPEC.json`.
 
-Imports only stdlib, torch, transformers (and PIL for images). Writes the
+Imports only stdlib, torch, transformers (and PIL, numpy for media). Writes the
 EngineOutputs contract: for a prompt with an image, the single image placeholder
 is expanded to the image's feature size first, as vLLM does, so rows line up.
 """
@@ -44,24 +44,20 @@ class Prompter:
 
             self.image_processor = AutoImageProcessor.from_pretrained(spec.model_dir)
 
-    def inputs(self, ids: list[int], images, generated: list[int] = ()) -> dict:
-        """Inputs of the prompt `ids` followed by `generated` tokens. The generated ones
-        are appended as ids after the image expansion: decoding them to text and
-        tokenizing again could merge them differently."""
+    def inputs(self, ids: list[int], media: dict, generated: list[int] = ()) -> dict:
+        """Inputs of the prompt `ids` (with its `media`: prompt_media's answer) followed by
+        `generated` tokens. The generated ones are appended as ids after the expansion:
+        decoding them to text and tokenizing again could merge them differently."""
         import torch
 
-        paths = images if isinstance(images, list) else [images] if images else []
-        if not paths:
+        if not any(media.values()):
             return {"input_ids": torch.tensor([list(ids) + list(generated)])}
-        from PIL import Image
-
-        loaded = [Image.open(path).convert("RGB") for path in paths]
         if self.processor is not None:
             # the prompt's own text, placeholders and all: the processor expands them
             text = self.processor.tokenizer.decode(ids)
-            inputs = dict(self.processor(text=text, images=loaded, return_tensors="pt"))
+            inputs = dict(self.processor(text=text, return_tensors="pt", **_processor_media(media)))
         else:
-            inputs = self._qwen_inputs(ids, loaded[0])
+            inputs = self._qwen_inputs(ids, _image(media["images"][0]))
         return _extended(inputs, list(generated))
 
     def _qwen_inputs(self, ids: list[int], image) -> dict:
@@ -77,6 +73,38 @@ class Prompter:
         # positions instead of the 3-D (t, h, w) rope positions of the image tokens
         return {"input_ids": expanded, "pixel_values": pixels["pixel_values"],
                 "image_grid_thw": pixels["image_grid_thw"], "mm_token_type_ids": (expanded == pad).int()}
+
+
+def prompt_media(w: dict, i: int) -> dict[str, list[str]]:
+    """Prompt i's media paths by run-spec field (each a list, empty for none)."""
+    found = {}
+    for field in ("images", "videos", "audios"):
+        entry = (w.get(field) or [None] * len(w["prompts"]))[i]
+        found[field] = entry if isinstance(entry, list) else [entry] if entry else []
+    return found
+
+
+def _image(path: str):
+    from PIL import Image
+
+    return Image.open(path).convert("RGB")
+
+
+def _processor_media(media: dict) -> dict:
+    """The processor's keyword arguments for a prompt's media."""
+    import numpy as np
+
+    kwargs: dict = {}
+    if media["images"]:
+        kwargs["images"] = [_image(p) for p in media["images"]]
+    if media["videos"]:
+        kwargs["videos"] = [np.load(p, allow_pickle=False) for p in media["videos"]]
+    if media["audios"]:
+        kwargs["audio"] = [np.load(p, allow_pickle=False) for p in media["audios"]]
+        from harness.contract.runspec import AUDIO_RATE
+
+        kwargs["sampling_rate"] = AUDIO_RATE
+    return kwargs
 
 
 def _extended(inputs: dict, generated: list[int]) -> dict:
@@ -108,10 +136,10 @@ def next_logprobs(model, inputs: dict):
 def run_logprobs(model, prompter, w: dict) -> dict:
     import torch
 
-    k, images = int(w["top_k"]), w.get("images") or [None] * len(w["prompts"])
+    k = int(w["top_k"])
     ids, lps, offsets = [], [], [0]
-    for prompt, image in zip(w["prompts"], images):
-        top = next_logprobs(model, prompter.inputs(list(prompt), image)).topk(k, dim=-1)
+    for i, prompt in enumerate(w["prompts"]):
+        top = next_logprobs(model, prompter.inputs(list(prompt), prompt_media(w, i))).topk(k, dim=-1)
         ids.append(top.indices)
         lps.append(top.values)
         offsets.append(offsets[-1] + top.indices.shape[0])
@@ -122,12 +150,11 @@ def run_greedy(model, prompter, w: dict) -> dict:
     import torch
 
     k, n = int(w["top_k"]), int(w["max_new_tokens"])
-    images = w.get("images") or [None] * len(w["prompts"])
     tokens, ids, lps = [], [], []
-    for prompt, image in zip(w["prompts"], images):
+    for i, prompt in enumerate(w["prompts"]):
         gen, p_ids, p_lps = [], [], []
         for _ in range(n):
-            top = next_logprobs(model, prompter.inputs(list(prompt), image, gen))[-1].topk(k)
+            top = next_logprobs(model, prompter.inputs(list(prompt), prompt_media(w, i), gen))[-1].topk(k)
             p_ids.append(top.indices)
             p_lps.append(top.values)
             gen.append(int(top.indices[0]))
@@ -140,22 +167,21 @@ def run_greedy(model, prompter, w: dict) -> dict:
 def run_generate(model, prompter, w: dict) -> dict:
     """Greedy generation with the `generate` stop rule (harness/contract/runspec.py), one prompt
     at a time: text prompts decode through the model's KV cache (past_key_values);
-    prompts with an image re-run the whole sequence each step, as run_greedy does."""
+    prompts with media re-run the whole sequence each step, as run_greedy does."""
     import torch
 
     from harness.contract.outputs import EngineOutputs
     from harness.contract.runspec import generate_params, stop_reached
 
     n, stop, eos = generate_params(w)
-    images = w.get("images") or [None] * len(w["prompts"])
     seqs = []
-    for prompt, image in zip(w["prompts"], images):
-        gen, past = [], None
-        inputs = prompter.inputs(list(prompt), image)
+    for i, prompt in enumerate(w["prompts"]):
+        gen, past, media = [], None, prompt_media(w, i)
+        inputs = prompter.inputs(list(prompt), media)
         while len(gen) < n and not stop_reached(gen, stop, eos):
             with torch.no_grad():
-                if image:
-                    logits = model(**prompter.inputs(list(prompt), image, gen)).logits[0, -1]
+                if any(media.values()):
+                    logits = model(**prompter.inputs(list(prompt), media, gen)).logits[0, -1]
                 else:
                     out = model(**inputs, past_key_values=past, use_cache=True)
                     logits, past = out.logits[0, -1], out.past_key_values

@@ -57,9 +57,10 @@ def plain_kwargs(model_dir: str, dtype: str, seed: int, settings: dict, workload
     )
     if tp * pp > 1:
         kwargs["distributed_executor_backend"] = "mp"
-    most = max((len(_image_list(e)) for w in workloads for e in w.get("images") or []), default=0)
-    if most:
-        kwargs["limit_mm_per_prompt"] = {"image": most}
+    limits = {key: max((len(_media_list(e)) for w in workloads for e in w.get(field) or []), default=0)
+              for field, key in MODALITIES.items()}
+    if any(limits.values()):
+        kwargs["limit_mm_per_prompt"] = {key: n for key, n in limits.items() if n}
     return kwargs
 
 
@@ -90,22 +91,44 @@ def sp_pass_config(support: dict) -> dict:
     return pass_config
 
 
-def prompt_inputs(workload: dict) -> list[dict]:
-    images = workload.get("images") or [None] * len(workload["prompts"])
-    inputs = []
-    for ids, entry in zip(workload["prompts"], images):
-        item = {"prompt_token_ids": list(ids)}
-        if entry:
-            from PIL import Image
+# run-spec media field -> vLLM's multi_modal_data key
+MODALITIES = {"images": "image", "videos": "video", "audios": "audio"}
 
-            loaded = [Image.open(path).convert("RGB") for path in _image_list(entry)]
-            item["multi_modal_data"] = {"image": loaded if isinstance(entry, list) else loaded[0]}
+
+def prompt_inputs(workload: dict) -> list[dict]:
+    """vLLM prompts: token ids, and the prompt's images (PIL), videos ([T, H, W, 3] uint8
+    frames) and audio clips ((samples, rate)); one item, or a list where the run spec
+    gives a list."""
+    inputs = []
+    for i, ids in enumerate(workload["prompts"]):
+        item: dict = {"prompt_token_ids": list(ids)}
+        data = {}
+        for field, key in MODALITIES.items():
+            entry = (workload.get(field) or [None] * len(workload["prompts"]))[i]
+            if entry:
+                loaded = [_load(field, path) for path in _media_list(entry)]
+                data[key] = loaded if isinstance(entry, list) else loaded[0]
+        if data:
+            item["multi_modal_data"] = data
         inputs.append(item)
     return inputs
 
 
-def _image_list(entry) -> list[str]:
-    """A prompt's images entry (null, a path, or a list of paths: the run-spec contract) as a list."""
+def _load(field: str, path: str):
+    if field == "images":
+        from PIL import Image
+
+        return Image.open(path).convert("RGB")
+    import numpy as np
+
+    from harness.contract.runspec import AUDIO_RATE
+
+    array = np.load(path, allow_pickle=False)
+    return (array, AUDIO_RATE) if field == "audios" else array
+
+
+def _media_list(entry) -> list[str]:
+    """A prompt's media entry (null, a path, or a list of paths: the run-spec contract) as a list."""
     return entry if isinstance(entry, list) else [entry] if entry else []
 
 

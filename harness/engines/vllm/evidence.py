@@ -46,13 +46,27 @@ class EvidenceExtension:
         }
 
 
+TOWERS = ("vision", "visual", "audio", "encoder", "tower")  # a multimodal model's encoders: every PP rank holds them whole
+
+
 def _layer_list(model) -> list:
-    """The longest ModuleList named `layers` or `h` (the decoder stack; GPT-2 calls it h)."""
+    """The decoder stack: a ModuleList named `layers` or `h` (GPT-2's), the one that PP
+    split (it holds PPMissingLayer placeholders) first, then one outside the multimodal
+    encoders (a vision tower has `layers` too, as long as a tiny decoder's), then the longest."""
     import torch
 
-    lists = [m for name, m in model.named_modules()
+    lists = [(name, m) for name, m in model.named_modules()
              if isinstance(m, torch.nn.ModuleList) and name.rsplit(".", 1)[-1] in ("layers", "h")]
-    return list(max(lists, key=len)) if lists else []
+    if not lists:
+        return []
+
+    def rank(item) -> tuple:
+        name, layers = item
+        split = any(type(layer).__name__ == "PPMissingLayer" for layer in layers)
+        in_tower = any(part in name.lower() for part in TOWERS)
+        return (split, not in_tower, len(layers))
+
+    return list(max(lists, key=rank)[1])
 
 
 def _name(mode) -> str:

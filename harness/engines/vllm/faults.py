@@ -11,6 +11,10 @@ Nothing here runs unless a fault is asked for.
                       a KeyError raised inside the model's forward, on that worker only
   worker-exit@R       the PP rank R worker process exits (code 3) in the same place,
                       without a Python exception: a hard worker death
+  pp-zero-aux@R       the PP rank R worker's stage receives every tensor but the hidden
+                      states as zeros (the residual, and what a model sends besides): the
+                      silent form of the same bug class (vLLM PRs 37622, 40786), caught by
+                      the numbers only
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ import os
 from harness.engines.vllm.evidence import EvidenceExtension
 
 FAULTS_ENV = "HARNESS_VLLM_FAULTS"
-KINDS = ("pp-drop-residual", "worker-exit")
+KINDS = ("pp-drop-residual", "worker-exit", "pp-zero-aux")
 
 
 def parse(faults: list[str]) -> dict[str, int]:
@@ -59,6 +63,10 @@ def _install(faults: dict[str, int]) -> None:
             raise KeyError("residual")
         if _pp_rank() == faults.get("worker-exit"):
             os._exit(3)
+        if key != "hidden_states" and _pp_rank() == faults.get("pp-zero-aux"):
+            import torch
+
+            return torch.zeros_like(original(self, key))
         return original(self, key)
 
     IntermediateTensors.__getitem__ = getitem

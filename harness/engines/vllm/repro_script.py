@@ -56,18 +56,31 @@ def engine_args(setting: dict) -> dict:
 
 
 def prompt_inputs(workload: dict) -> list[dict]:
-    images = workload.get("images") or [None] * len(workload["prompts"])
     inputs = []
-    for ids, entry in zip(workload["prompts"], images):
+    for i, ids in enumerate(workload["prompts"]):
         item: dict = {"prompt_token_ids": list(ids)}
-        if entry:
-            from PIL import Image
-
-            paths = entry if isinstance(entry, list) else [entry]  # several images, or one
-            loaded = [Image.open(HERE / path).convert("RGB") for path in paths]
-            item["multi_modal_data"] = {"image": loaded if isinstance(entry, list) else loaded[0]}
+        data = {}
+        for field, key in (("images", "image"), ("videos", "video"), ("audios", "audio")):
+            entry = (workload.get(field) or [None] * len(workload["prompts"]))[i]
+            if entry:
+                paths = entry if isinstance(entry, list) else [entry]  # several, or one
+                loaded = [load_media(field, HERE / path) for path in paths]
+                data[key] = loaded if isinstance(entry, list) else loaded[0]
+        if data:
+            item["multi_modal_data"] = data
         inputs.append(item)
     return inputs
+
+
+def load_media(field: str, path):
+    if field == "images":
+        from PIL import Image
+
+        return Image.open(path).convert("RGB")
+    import numpy as np
+
+    array = np.load(path, allow_pickle=False)
+    return (array, 16000) if field == "audios" else array  # audio clips are 16 kHz mono
 
 
 def topk_row(position: dict, k: int) -> tuple[list[int], list[float]]:
