@@ -213,7 +213,8 @@ def test_the_pp_evidence_reads_the_decoder_not_a_vision_tower():
 
 
 def test_videos_and_audio_clips_reach_vllm_as_arrays_with_their_limits(tmp_path, monkeypatch):
-    """A video is its [T, H, W, 3] frames, an audio clip (samples, 16 kHz); each modality's
+    """A video is its [T, H, W, 3] frames with what vLLM is told of them (every frame, at
+    the contract's rate), an audio clip (samples, 16 kHz); each modality's
     per-prompt limit is the most that any prompt has."""
     from harness import media
     from harness.engines.vllm.driver import plain_kwargs, prompt_inputs
@@ -223,7 +224,9 @@ def test_videos_and_audio_clips_reach_vllm_as_arrays_with_their_limits(tmp_path,
     workload = {"name": "w", "kind": "logprobs", "top_k": 5, "prompts": [[0, 3, 9], [0, 4, 4, 9]],
                 "videos": [video, None], "audios": [None, [clip, clip]]}
     first, second = prompt_inputs(workload)
-    assert first["multi_modal_data"]["video"].shape == (4, 56, 56, 3) and "audio" not in first["multi_modal_data"]
+    frames, told = first["multi_modal_data"]["video"]
+    assert frames.shape == (4, 56, 56, 3) and "audio" not in first["multi_modal_data"]
+    assert told["total_num_frames"] == 4 and told["do_sample_frames"] is False
     samples, rate = second["multi_modal_data"]["audio"][1]
     assert rate == media.AUDIO_RATE and samples.shape == (4000,)
     kwargs = plain_kwargs(str(tmp_path), "float32", 0, {"tp": 1, "pp": 1, "compile": False}, [workload])

@@ -33,7 +33,8 @@ PNG files written by the harness; a prompt with an image holds the model's image
 placeholder token(s) where each image goes, in order. Text-only prompts have null. Engines
 read the PNG themselves (Pillow is allowed on the engine side for this).
 Videos and audio clips likewise, for models that take them:
-    "videos": [null | "/abs/v.npy" | [...], ...]   [T, H, W, 3] uint8 frames (numpy .npy)
+    "videos": [null | "/abs/v.npy" | [...], ...]   [T, H, W, 3] uint8 frames (numpy .npy) at
+                                                   VIDEO_FPS, every frame used (video_metadata)
     "audios": [null | "/abs/a.npy" | [...], ...]   [N] float32 mono samples at 16000 Hz
 In a prompt's text the images' marks come first, then the videos', then the audios'.
 """
@@ -48,6 +49,14 @@ from harness.jsonfile import from_fields, read_json
 
 WORKLOAD_KINDS = ("logprobs", "greedy", "generate")
 AUDIO_RATE = 16000  # Hz of every audio clip a run spec names
+VIDEO_FPS = 2.0  # frames per second of every video a run spec names (all its frames are used)
+
+
+def video_metadata(frames: int) -> dict:
+    """What a video processor is told of a run spec's video: its rate, every frame taken
+    as it is (no sampling), in the form vLLM builds for its own dummy videos."""
+    return {"fps": VIDEO_FPS, "duration": frames / VIDEO_FPS, "total_num_frames": frames,
+            "frames_indices": list(range(frames)), "video_backend": "opencv", "do_sample_frames": False}
 
 
 def stop_reached(generated: list[int], stop: list[list[int]], eos_token_id: int | None,

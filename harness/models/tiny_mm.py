@@ -395,10 +395,13 @@ def write_hub_layout(model, out: Path) -> None:
     `vision_tower.embeddings` where every published LLaVA, and vLLM's loader, have
     `vision_tower.vision_model.embeddings`; and it transposes fused expert weights
     (Qwen3-VL-MoE's `experts.gate_up_proj`) only when their shape says so, which on
-    save it never does. Both are undone here."""
+    save it never does; and it saves Qwen2-Audio's decoder one `model.` level too deep.
+    All three are undone here."""
     renames = _dropped_levels(model)
     transposes = _transposed_on_load(model)
-    if not renames and not transposes:
+    # Qwen2-Audio: its reverse rename doubles a level (`language_model.model.model.layers`)
+    doubled = not any(_DOUBLED.search(name) for name in model.state_dict())
+    if not renames and not transposes and not doubled:
         return
     from safetensors.torch import load_file, save_file
 
@@ -412,6 +415,8 @@ def write_hub_layout(model, out: Path) -> None:
                     raise LookupError(f"{key} is square {tuple(tensor.shape)}: its layout cannot be told apart from "
                                       "transformers' own; give the experts an intermediate size with 2 x it != hidden_size")
                 tensor = tensor.transpose(dim0, dim1).contiguous()
+        if doubled:
+            key = _DOUBLED.sub(r"\1model.", key)
         for tower_keys, level in renames:
             prefix = _saved_prefix(key, tower_keys)
             if prefix is not None:
@@ -419,6 +424,9 @@ def write_hub_layout(model, out: Path) -> None:
                 break
         renamed[key] = tensor
     save_file(renamed, path, metadata={"format": "pt"})
+
+
+_DOUBLED = re.compile(r"(^|\.)model\.model\.")  # two `model` levels in a row, as whole names
 
 
 def _transposed_on_load(model) -> list[tuple[str, tuple[int, int]]]:

@@ -98,7 +98,14 @@ def _processor_media(media: dict) -> dict:
     if media["images"]:
         kwargs["images"] = [_image(p) for p in media["images"]]
     if media["videos"]:
+        from transformers.video_utils import VideoMetadata
+
+        from harness.contract.runspec import video_metadata
+
         kwargs["videos"] = [np.load(p, allow_pickle=False) for p in media["videos"]]
+        told = [video_metadata(len(frames)) for frames in kwargs["videos"]]
+        kwargs["video_metadata"] = [VideoMetadata(**{k: v for k, v in m.items() if k != "do_sample_frames"}) for m in told]
+        kwargs["do_sample_frames"] = False
     if media["audios"]:
         kwargs["audio"] = [np.load(p, allow_pickle=False) for p in media["audios"]]
         from harness.contract.runspec import AUDIO_RATE

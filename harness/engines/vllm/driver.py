@@ -121,10 +121,10 @@ def _load(field: str, path: str):
         return Image.open(path).convert("RGB")
     import numpy as np
 
-    from harness.contract.runspec import AUDIO_RATE
+    from harness.contract.runspec import AUDIO_RATE, video_metadata
 
     array = np.load(path, allow_pickle=False)
-    return (array, AUDIO_RATE) if field == "audios" else array
+    return (array, AUDIO_RATE) if field == "audios" else (array, video_metadata(len(array)))
 
 
 def _media_list(entry) -> list[str]:
