@@ -92,7 +92,8 @@ def case_of(script: Path) -> dict:
     imported += [n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module]
     assert not [m for m in imported if m.split(".")[0] == "harness"], imported
     assert {m.split(".")[0] for m in imported} <= {"__future__", "argparse", "json", "math", "os", "re", "signal",
-                                                   "subprocess", "sys", "tempfile", "time", "pathlib", "vllm", "torch", "PIL"}
+                                                   "subprocess", "sys", "tempfile", "time", "pathlib", "vllm", "torch", "PIL",
+                                                   "numpy"}  # numpy: videos and audio clips (vLLM depends on it)
     cases = [n.value for n in tree.body if isinstance(n, ast.AnnAssign) and getattr(n.target, "id", "") == "CASE"]
     assert len(cases) == 1
     return ast.literal_eval(cases[0])

@@ -16,7 +16,7 @@ differs, crashes or hangs (the bug is present); 2 the reference setting itself d
 run, so nothing can be judged.
 
 This process needs only the standard library; the setting processes import vllm (and
-PIL for prompts with images). Nothing of the harness is imported.
+PIL for prompts with images, numpy for videos and audio clips). Nothing of the harness is imported.
 """
 
 from __future__ import annotations
