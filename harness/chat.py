@@ -32,20 +32,18 @@ class ChatTemplate:
     source: str
     bos_token: str
 
-    def render(self, text: str, media: Media | int) -> str:
+    def render(self, text: str, media: Media) -> str:
         from jinja2.sandbox import ImmutableSandboxedEnvironment  # templates come with checkpoints
 
-        media = media if isinstance(media, Media) else Media(images=media)
         content = ([{"type": "image"}] * media.images + [{"type": "video"}] * media.videos
                    + [{"type": "audio"}] * media.audios + [{"type": "text", "text": text}])
         template = ImmutableSandboxedEnvironment().from_string(self.source)
         return template.render(messages=[{"role": "user", "content": content}], bos_token=self.bos_token,
                                add_generation_prompt=True)
 
-    def encode(self, text: str, media: Media | int, max_text_tokens: int, tokenizer) -> list[int]:
+    def encode(self, text: str, media: Media, max_text_tokens: int, tokenizer) -> list[int]:
         """Token ids of the prompt: the template's own tokens (the media's marks
-        among them) around at most `max_text_tokens` tokens of `text`. An int
-        `media` is a number of images. The text may not hold a special token (an
+        among them) around at most `max_text_tokens` tokens of `text`. The text may not hold a special token (an
         image placeholder in the text would take an image the prompt does not have)."""
         before, after = self.render(_TEXT, media).split(_TEXT)
         text_ids = tokenizer.encode(text, add_special_tokens=False).ids[:max_text_tokens]

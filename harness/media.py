@@ -13,7 +13,6 @@ engine reads the same numbers and a golden made on one machine applies on anothe
 from __future__ import annotations
 
 import hashlib
-import os
 import re
 from pathlib import Path
 
@@ -71,14 +70,17 @@ def audio_path(name: str) -> Path:
 
 def _cached(kind: str, name: str, make) -> Path:
     """The .npy of `name` in the cache, written on first use (atomically: concurrent runs)."""
+    import io
+
     import numpy as np
 
     from harness.roots import cache_dir
+    from harness.rundir import write_files
 
     target = cache_dir(kind) / f"{name}.npy"
     if not target.exists():
         target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = target.with_name(f".{target.stem}.{os.getpid()}.npy")
-        np.save(tmp, make(), allow_pickle=False)
-        os.replace(tmp, target)
+        buffer = io.BytesIO()
+        np.save(buffer, make(), allow_pickle=False)
+        write_files({target: buffer.getvalue()})
     return target

@@ -27,6 +27,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness.contract.runspec import MEDIA
 from harness.roots import reports_dir
 from harness.rundir import SCENARIOS, VERDICT, scenario_dir_name, verdict_path
 from harness.scenario import Scenario, ScenarioError, find_one, load_scenarios, settings_label
@@ -157,7 +158,7 @@ def _case(scenario: Scenario, model_dir: str, out: Path) -> dict:
     resolved = wl.resolve(numeric, model_path)
     for w in resolved:
         w.pop("capture_hidden", None)  # the harness's own hidden-state capture: no public API
-        for field in ("images", "videos", "audios"):
+        for field in MEDIA:
             if w.get(field):
                 w[field] = [[_copy_media(p, out) for p in e] if isinstance(e, list) else _copy_media(e, out) if e else None
                             for e in w[field]]

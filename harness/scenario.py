@@ -29,6 +29,7 @@ from pydantic import (
     model_validator,
 )
 
+from harness.contract.runspec import MEDIA, entry_list
 from harness.models import ArchModel, HubModel, ModelRef, PathModel
 
 # Checked with fullmatch: `$` also matches before a final newline, and an id part ending
@@ -109,11 +110,6 @@ def _snake_name(v: str, what: str) -> str:
     return v
 
 
-def _names(entry) -> list[str]:
-    """A media entry of one prompt (null, a name, or a list of names) as a list."""
-    return entry if isinstance(entry, list) else [entry] if entry else []
-
-
 class WorkloadDef(_Strict):
     name: str
     kind: Literal["logprobs", "greedy"]
@@ -135,49 +131,26 @@ class WorkloadDef(_Strict):
     # lets a numeric failure name the first diverging layer, stage and SP shard.
     capture_hidden: bool = False
 
-    @field_validator("images")
+    @field_validator("images", "videos", "audios")
     @classmethod
-    def _images(cls, v: list) -> list:
+    def _media_names(cls, v: list, info) -> list:
         from harness.images import parse
+        from harness.media import parse_audio, parse_video
 
+        check = {"images": parse, "videos": parse_video, "audios": parse_audio}[info.field_name]
         for entry in v:
-            for name in _names(entry):
-                parse(name)
+            for name in entry_list(entry):
+                check(name)
         return v
 
-    @field_validator("videos")
-    @classmethod
-    def _videos(cls, v: list) -> list:
-        from harness.media import parse_video
-
-        for entry in v:
-            for name in _names(entry):
-                parse_video(name)
-        return v
-
-    @field_validator("audios")
-    @classmethod
-    def _audios(cls, v: list) -> list:
-        from harness.media import parse_audio
-
-        for entry in v:
-            for name in _names(entry):
-                parse_audio(name)
-        return v
-
-    def images_of(self, prompt: int) -> list[str]:
-        """The image names of one prompt (none for a text-only prompt)."""
-        return _names(self.images[prompt] if prompt < len(self.images) else None)
-
-    def videos_of(self, prompt: int) -> list[str]:
-        return _names(self.videos[prompt] if prompt < len(self.videos) else None)
-
-    def audios_of(self, prompt: int) -> list[str]:
-        return _names(self.audios[prompt] if prompt < len(self.audios) else None)
+    def media_of(self, field: str, prompt: int) -> list[str]:
+        """The names of one prompt's images, videos or audios (`field`): none for a text-only prompt."""
+        entries = getattr(self, field)
+        return entry_list(entries[prompt] if prompt < len(entries) else None)
 
     @model_validator(mode="after")
     def _options_fit(self) -> WorkloadDef:
-        for kind in ("images", "videos", "audios"):
+        for kind in MEDIA:
             entries = getattr(self, kind)
             if entries and len(entries) != self.num_prompts:
                 raise ValueError(f"{kind} has {len(entries)} entries for num_prompts={self.num_prompts} "

@@ -12,6 +12,7 @@ import json
 from pathlib import Path
 
 from harness import chat
+from harness.contract.runspec import MEDIA, entry_list
 from harness.images import image_path
 from harness.media import audio_path, video_path
 from harness.roots import DATA_DIR
@@ -20,6 +21,7 @@ from harness.zoo import load_tokenizer
 
 BOS_ID = 0  # every zoo tokenizer puts <s> first (zoo.SPECIAL_TOKENS)
 EOS_ID = 1
+MEDIA_FILES = {"images": image_path, "videos": video_path, "audios": audio_path}  # name -> file in the cache
 IMAGE_MARK = "<image>"  # where an image goes in a prompt text (Geo3K's own marker)
 
 
@@ -49,12 +51,11 @@ def resolve(workloads: list[WorkloadDef], model_dir: Path) -> list[dict]:
         texts = prompt_texts(w.prompts, w.num_prompts)
         item = {"name": w.name, "kind": w.kind, "top_k": w.top_k}
         if template is not None:
-            counts = [chat.Media(len(w.images_of(i)), len(w.videos_of(i)), len(w.audios_of(i))) for i in range(len(texts))]
+            counts = [chat.Media(*(len(w.media_of(f, i)) for f in MEDIA)) for i in range(len(texts))]
             item["prompts"] = [template.encode(t, counts[i], w.max_prompt_tokens - 1, tokenizer) for i, t in enumerate(texts)]
-            for field, names_of, path_of in (("images", w.images_of, image_path), ("videos", w.videos_of, video_path),
-                                             ("audios", w.audios_of, audio_path)):
+            for field, path_of in MEDIA_FILES.items():
                 if getattr(w, field):
-                    item[field] = [[str(path_of(n)) for n in names_of(i)] or None for i in range(len(texts))]
+                    item[field] = [[str(path_of(n)) for n in w.media_of(field, i)] or None for i in range(len(texts))]
         else:
             if w.videos or w.audios:
                 raise ValueError(f"workload '{w.name}': videos and audios need a model with a chat template "
@@ -131,10 +132,8 @@ def checksum(resolved: list[dict]) -> str:
     from harness.images import file_sha256
 
     def digest(entry):
-        if isinstance(entry, list):
-            return [file_sha256(p) for p in entry]
-        return file_sha256(entry) if entry else None
+        digests = [file_sha256(p) for p in entry_list(entry)]
+        return digests if isinstance(entry, list) else digests[0] if digests else None
 
-    media = ("images", "videos", "audios")
-    portable = [{**w, **{f: [digest(e) for e in w[f]] for f in media if f in w}} for w in resolved]
+    portable = [{**w, **{f: [digest(e) for e in w[f]] for f in MEDIA if f in w}} for w in resolved]
     return hashlib.sha256(json.dumps(portable, sort_keys=True).encode()).hexdigest()

@@ -51,7 +51,7 @@ def test_a_tiny_llava_is_read_by_transformers_with_its_processor_as_published_ll
     vision = config["vision_config"]
     assert vision["image_size"] == 4 * vision["patch_size"] and config["image_seq_length"] == 16
     processor = AutoProcessor.from_pretrained(llava)
-    ids = chat.template_of(llava).encode("How many apples?", 1, 20, load_tokenizer(llava))
+    ids = chat.template_of(llava).encode("How many apples?", chat.Media(images=1), 20, load_tokenizer(llava))
     assert ids.count(config["image_token_index"]) == 1 and ids[0] == 0  # BOS, one unexpanded placeholder
     text = processor.tokenizer.decode(ids)
     inputs = processor(text=text, images=[_image()], return_tensors="pt")
@@ -79,7 +79,7 @@ def test_a_tiny_gemma3_has_every_token_its_config_and_processor_name(gemma3):
     assert all(vocab[n] < config["text_config"]["vocab_size"] for n in ("\n", "\n\n", "\n\n\n", "\n\n\n\n"))
 
     template = chat.template_of(gemma3)
-    ids = template.encode("Two pictures.", 2, 20, load_tokenizer(gemma3))
+    ids = template.encode("Two pictures.", chat.Media(images=2), 20, load_tokenizer(gemma3))
     assert ids.count(config["boi_token_index"]) == 2
     inputs = processor(text=processor.tokenizer.decode(ids), images=[_image(), _image()], return_tensors="pt")
     assert int((inputs["input_ids"] == config["image_token_index"]).sum()) == 2 * config["mm_tokens_per_image"]
@@ -90,12 +90,13 @@ def test_a_chat_template_prompt_keeps_the_template_and_cuts_the_text(llava):
     holds a special token (an image placeholder in the text) is refused."""
     template, tokenizer = chat.template_of(llava), load_tokenizer(llava)
     long = "Natalia sold clips to 48 of her friends in April, and then she sold half as many clips in May."
-    full = template.encode(long, 1, 1000, tokenizer)
-    cut = template.encode(long, 1, 5, tokenizer)
+    one = chat.Media(images=1)
+    full = template.encode(long, one, 1000, tokenizer)
+    cut = template.encode(long, one, 5, tokenizer)
     assert len(cut) == 1 + 1 + 5 and cut == full[:7]  # BOS, <image>, five tokens of text
-    assert template.encode(long, 0, 5, tokenizer) == [cut[0]] + cut[2:]
+    assert template.encode(long, chat.Media(), 5, tokenizer) == [cut[0]] + cut[2:]
     with pytest.raises(ValueError, match="special token"):
-        template.encode("look: <image> here", 1, 20, tokenizer)
+        template.encode("look: <image> here", one, 20, tokenizer)
 
 
 def test_a_text_model_has_no_chat_template(tmp_path):
@@ -183,3 +184,28 @@ def test_an_audio_prompt_reads_through_transformers_own_processor_and_model():
     model = Qwen2AudioForConditionalGeneration.from_pretrained(directory).eval()
     with torch.no_grad():
         assert torch.isfinite(model(**inputs).logits).all()
+
+
+def test_a_workload_checks_each_media_name_by_its_kind_and_counts_one_entry_per_prompt():
+    from harness.scenario import WorkloadDef
+
+    ok = WorkloadDef(name="w", kind="logprobs", num_prompts=2, images=[None, ["noise-56x84", "gradient-84x56"]],
+                     videos=["gradient-56x56x4", None], audios=[None, "tone-500ms"])
+    assert ok.media_of("images", 1) == ["noise-56x84", "gradient-84x56"] and ok.media_of("images", 0) == []
+    assert ok.media_of("videos", 0) == ["gradient-56x56x4"] and ok.media_of("audios", 1) == ["tone-500ms"]
+    for bad, said in [({"videos": ["gradient-56x56", None]}, "video name"), ({"audios": ["noise-56x84", None]}, "audio name"),
+                      ({"images": ["tone-500ms", None]}, "image name"), ({"audios": ["tone-500ms"]}, "audios has 1 entries")]:
+        with pytest.raises(ValueError, match=said):
+            WorkloadDef(name="w", kind="logprobs", num_prompts=2, **bad)
+
+
+def test_a_chat_template_mark_must_be_made_of_special_tokens(llava):
+    """A mark spelled in plain BPE pieces would reach the engines as text: the builder refuses it."""
+    from transformers import AutoTokenizer
+
+    from harness.models import tiny_mm
+
+    tokenizer = AutoTokenizer.from_pretrained(llava)
+    tiny_mm.check_marks({"image": "<image>"}, tokenizer, "llava")
+    with pytest.raises(LookupError, match="not made of the tokenizer's special tokens"):
+        tiny_mm.check_marks({"image": "<|begin_of_image|><image>"}, tokenizer, "llava")

@@ -102,7 +102,7 @@ def test_every_tiny_multimodal_prompt_marks_its_images_as_vllm_expects():
     assert done.returncode == 0, done.stderr[-2000:]
     vllm_marks = json.loads(done.stdout.strip().splitlines()[-1])
     for arch, directory in archs.items():
-        rendered = chat.template_of(directory).render("\x00", 1)  # a text no mark can contain
+        rendered = chat.template_of(directory).render("\x00", chat.Media(images=1))  # a text no mark can contain
         mark = rendered[rendered.index("<s>") + 3: rendered.index("\x00")]
         expected = vllm_marks[arch]
         if expected is None:  # vLLM leaves the mark to the model's chat template: the processor's own, or none

@@ -48,8 +48,20 @@ from pathlib import Path
 from harness.jsonfile import from_fields, read_json
 
 WORKLOAD_KINDS = ("logprobs", "greedy", "generate")
+# A workload's media fields and the modality each holds (vLLM's multi_modal_data keys)
+MEDIA = {"images": "image", "videos": "video", "audios": "audio"}
 AUDIO_RATE = 16000  # Hz of every audio clip a run spec names
 VIDEO_FPS = 2.0  # frames per second of every video a run spec names (all its frames are used)
+
+
+def entry_list(entry) -> list:
+    """One prompt's entry of a media field (null, one item, or a list of them) as a list."""
+    return entry if isinstance(entry, list) else [entry] if entry else []
+
+
+def prompt_media(workload: dict, prompt: int) -> dict[str, list]:
+    """The media of one prompt, by field (MEDIA), each a list: empty where it has none."""
+    return {field: entry_list((workload.get(field) or [None] * (prompt + 1))[prompt]) for field in MEDIA}
 
 
 def video_metadata(frames: int) -> dict:

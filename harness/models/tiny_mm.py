@@ -258,7 +258,7 @@ def _class_name(mapping: dict, model_type: str) -> str | None:
     return found
 
 
-def build_processor(config, tokenizer, chat_template: str | None = None):
+def build_processor(config, tokenizer):
     """The model's own processor class with a tokenizer of the tiny vocabulary and its
     parts sized to the tiny towers."""
     import transformers
@@ -278,8 +278,6 @@ def build_processor(config, tokenizer, chat_template: str | None = None):
         if part_name and part in accepts:
             parts[part] = _sized(getattr(transformers, part_name)(), config)
     kwargs = {k: v for k, v in _processor_kwargs(config).items() if k in accepts}
-    if chat_template is not None:
-        kwargs["chat_template"] = chat_template
     return cls(tokenizer=tokenizer, **parts, **kwargs)
 
 
@@ -383,7 +381,7 @@ def write_processor(config, tokenizer, out: Path) -> None:
     processor = build_processor(config, tokenizer)
     marks = placeholders(config.model_type, processor)
     check_marks(marks, tokenizer, config.model_type)
-    processor = build_processor(config, tokenizer, chat_template(marks))
+    processor.chat_template = chat_template(marks)  # its marks come from the processor itself
     processor.save_pretrained(out)
 
 

@@ -45,7 +45,7 @@ class Prompter:
             self.image_processor = AutoImageProcessor.from_pretrained(spec.model_dir)
 
     def inputs(self, ids: list[int], media: dict, generated: list[int] = ()) -> dict:
-        """Inputs of the prompt `ids` (with its `media`: prompt_media's answer) followed by
+        """Inputs of the prompt `ids` (with its `media`: runspec.prompt_media's answer) followed by
         `generated` tokens. The generated ones are appended as ids after the expansion:
         decoding them to text and tokenizing again could merge them differently."""
         import torch
@@ -73,15 +73,6 @@ class Prompter:
         # positions instead of the 3-D (t, h, w) rope positions of the image tokens
         return {"input_ids": expanded, "pixel_values": pixels["pixel_values"],
                 "image_grid_thw": pixels["image_grid_thw"], "mm_token_type_ids": (expanded == pad).int()}
-
-
-def prompt_media(w: dict, i: int) -> dict[str, list[str]]:
-    """Prompt i's media paths by run-spec field (each a list, empty for none)."""
-    found = {}
-    for field in ("images", "videos", "audios"):
-        entry = (w.get(field) or [None] * len(w["prompts"]))[i]
-        found[field] = entry if isinstance(entry, list) else [entry] if entry else []
-    return found
 
 
 def _image(path: str):
@@ -143,6 +134,8 @@ def next_logprobs(model, inputs: dict):
 def run_logprobs(model, prompter, w: dict) -> dict:
     import torch
 
+    from harness.contract.runspec import prompt_media
+
     k = int(w["top_k"])
     ids, lps, offsets = [], [], [0]
     for i, prompt in enumerate(w["prompts"]):
@@ -155,6 +148,8 @@ def run_logprobs(model, prompter, w: dict) -> dict:
 
 def run_greedy(model, prompter, w: dict) -> dict:
     import torch
+
+    from harness.contract.runspec import prompt_media
 
     k, n = int(w["top_k"]), int(w["max_new_tokens"])
     tokens, ids, lps = [], [], []
@@ -178,7 +173,7 @@ def run_generate(model, prompter, w: dict) -> dict:
     import torch
 
     from harness.contract.outputs import EngineOutputs
-    from harness.contract.runspec import generate_params, stop_reached
+    from harness.contract.runspec import generate_params, prompt_media, stop_reached
 
     n, stop, eos = generate_params(w)
     seqs = []

@@ -57,8 +57,10 @@ def plain_kwargs(model_dir: str, dtype: str, seed: int, settings: dict, workload
     )
     if tp * pp > 1:
         kwargs["distributed_executor_backend"] = "mp"
-    limits = {key: max((len(_media_list(e)) for w in workloads for e in w.get(field) or []), default=0)
-              for field, key in MODALITIES.items()}
+    from harness.contract.runspec import MEDIA, entry_list
+
+    limits = {key: max((len(entry_list(e)) for w in workloads for e in w.get(field) or []), default=0)
+              for field, key in MEDIA.items()}
     if any(limits.values()):
         kwargs["limit_mm_per_prompt"] = {key: n for key, n in limits.items() if n}
     return kwargs
@@ -91,23 +93,20 @@ def sp_pass_config(support: dict) -> dict:
     return pass_config
 
 
-# run-spec media field -> vLLM's multi_modal_data key
-MODALITIES = {"images": "image", "videos": "video", "audios": "audio"}
-
-
 def prompt_inputs(workload: dict) -> list[dict]:
     """vLLM prompts: token ids, and the prompt's images (PIL), videos ([T, H, W, 3] uint8
     frames) and audio clips ((samples, rate)); one item, or a list where the run spec
     gives a list."""
+    from harness.contract.runspec import MEDIA, prompt_media
+
     inputs = []
     for i, ids in enumerate(workload["prompts"]):
         item: dict = {"prompt_token_ids": list(ids)}
         data = {}
-        for field, key in MODALITIES.items():
-            entry = (workload.get(field) or [None] * len(workload["prompts"]))[i]
-            if entry:
-                loaded = [_load(field, path) for path in _media_list(entry)]
-                data[key] = loaded if isinstance(entry, list) else loaded[0]
+        for field, paths in prompt_media(workload, i).items():
+            if paths:
+                loaded = [_load(field, path) for path in paths]
+                data[MEDIA[field]] = loaded if isinstance(workload[field][i], list) else loaded[0]
         if data:
             item["multi_modal_data"] = data
         inputs.append(item)
@@ -125,11 +124,6 @@ def _load(field: str, path: str):
 
     array = np.load(path, allow_pickle=False)
     return (array, AUDIO_RATE) if field == "audios" else (array, video_metadata(len(array)))
-
-
-def _media_list(entry) -> list[str]:
-    """A prompt's media entry (null, a path, or a list of paths: the run-spec contract) as a list."""
-    return entry if isinstance(entry, list) else [entry] if entry else []
 
 
 def topk_row(position: dict, k: int) -> tuple[list[int], list[float]]:

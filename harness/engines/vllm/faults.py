@@ -54,6 +54,7 @@ def _pp_rank() -> int:
 
 
 def _install(faults: dict[str, int]) -> None:
+    import torch
     from vllm.sequence import IntermediateTensors
 
     original = IntermediateTensors.__getitem__
@@ -64,8 +65,6 @@ def _install(faults: dict[str, int]) -> None:
         if _pp_rank() == faults.get("worker-exit"):
             os._exit(3)
         if key != "hidden_states" and _pp_rank() == faults.get("pp-zero-aux"):
-            import torch
-
             return torch.zeros_like(original(self, key))
         return original(self, key)
 
