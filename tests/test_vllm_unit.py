@@ -231,3 +231,34 @@ def test_videos_and_audio_clips_reach_vllm_as_arrays_with_their_limits(tmp_path,
     assert rate == media.AUDIO_RATE and samples.shape == (4000,)
     kwargs = plain_kwargs(str(tmp_path), "float32", 0, {"tp": 1, "pp": 1, "compile": False}, [workload])
     assert kwargs["limit_mm_per_prompt"] == {"video": 1, "audio": 2}
+
+
+def test_vllm_faults_parse_with_and_without_a_pp_rank():
+    """compile-drop-deepstack acts on every rank (it names none); the PP faults name one, and
+    one aimed at a PP rank the settings lack is refused, as is any unknown name."""
+    from harness.engines.vllm import faults
+
+    assert faults.parse(["compile-drop-deepstack", "pp-zero-aux@1"]) == {"compile-drop-deepstack": None, "pp-zero-aux": 1}
+    assert faults.target_problem(["compile-drop-deepstack"], pp=1) is None
+    assert "would never fire" in faults.target_problem(["pp-zero-aux@1"], pp=1)
+    for bad in (["compile-drop-deepstack@0"], ["pp-zero-aux"], ["no-such-fault"]):
+        with pytest.raises(ValueError, match="unknown vllm fault .*compile-drop-deepstack"):
+            faults.parse(bad)
+
+
+def test_a_run_with_faults_keeps_out_of_vllms_compile_cache(tmp_path, monkeypatch):
+    """A fault can change the graph Dynamo traces; its artifacts must not be stored where a
+    clean run would load them, even under a VLLM_CACHE_ROOT the user set."""
+    from harness.contract.runspec import RunSpec
+
+    engine = get_engine("vllm")
+    monkeypatch.setattr(type(engine), "probe", lambda self: {"torch": "2.13.0+cpu", "vllm": "0.32.0"})
+    settings = {"tp": 1, "pp": 1, "compile": True}
+    clean = RunSpec("s", "vllm", str(tmp_path), "float32", settings, [], str(tmp_path / "o"))
+    faulty = RunSpec("s", "vllm", str(tmp_path), "float32", settings, [], str(tmp_path / "o"), faults=["compile-drop-deepstack"])
+    monkeypatch.delenv("VLLM_CACHE_ROOT", raising=False)
+    clean_root = engine.launch_plan(clean, "spec.json").env["VLLM_CACHE_ROOT"]
+    monkeypatch.setenv("VLLM_CACHE_ROOT", clean_root)  # the user's own, even
+    fault_root = engine.launch_plan(faulty, "spec.json").env["VLLM_CACHE_ROOT"]
+    assert fault_root != clean_root and "compile-drop-deepstack" in fault_root
+    assert not fault_root.startswith(clean_root + "/")

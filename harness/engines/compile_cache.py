@@ -67,8 +67,15 @@ def inductor_env(torch_version: str) -> dict[str, str]:
     })
 
 
-def vllm_env(torch_version: str, vllm_version: str) -> dict[str, str]:
+def vllm_env(torch_version: str, vllm_version: str, faults: list[str] | None = None) -> dict[str, str]:
     """vLLM puts its inductor and triton caches under VLLM_CACHE_ROOT itself
-    (torch_compile_cache/<hash>/inductor_cache): the root is all it needs."""
+    (torch_compile_cache/<hash>/inductor_cache): the root is all it needs.
+
+    A run with fault switches gets a root of its own per set of faults, always (a user's
+    VLLM_CACHE_ROOT included): a fault can change the graph Dynamo traces
+    (compile-drop-deepstack), and vLLM's cache key covers its config and the model's
+    code, not a patched forward, so a clean run must never find those artifacts."""
     root = torch_cache_root(torch_version) / f"vllm-{re.sub(r'[^A-Za-z0-9._-]', '-', vllm_version)}"
+    if faults:
+        return {"VLLM_CACHE_ROOT": str(root.parent / f"{root.name}-faults-{re.sub(r'[^A-Za-z0-9._-]', '-', '+'.join(sorted(faults)))}")}
     return _unless_set({"VLLM_CACHE_ROOT": str(root)})

@@ -114,7 +114,7 @@ class VllmEngine(Engine):
         }
         if spec.compile:
             probe = self.probe()
-            env.update(compile_cache.vllm_env(probe["torch"], probe["vllm"]))
+            env.update(compile_cache.vllm_env(probe["torch"], probe["vllm"], spec.faults))
         if spec.device == "cpu":
             env["VLLM_CPU_OMP_THREADS_BIND"] = cpu_binding(spec.tp * spec.pp, os.cpu_count() or 1)
         return LaunchPlan(world_size=1, argv=[str(self.python()), "-m", "harness.engines.vllm.driver", spec_path], env=env)

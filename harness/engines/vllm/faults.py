@@ -15,6 +15,15 @@ Nothing here runs unless a fault is asked for.
                       states as zeros (the residual, and what a model sends besides): the
                       silent form of the same bug class (vLLM PRs 37622, 40786), caught by
                       the numbers only
+  compile-drop-deepstack
+                      Qwen3-VL's language model loses its deepstack inputs (the vision
+                      features added after its first text layers) in the graph torch.compile
+                      traces, and keeps them when it runs eagerly: the bug class of vLLM PR
+                      43617 (deepstack missing on the compiled path; an image task's score
+                      collapses under compile only). Every rank, no PP rank to name.
+
+The compile fault changes what Dynamo traces, so a run with faults never shares vLLM's
+compile cache with clean runs (harness/engines/compile_cache.py gives it a root of its own).
 """
 
 from __future__ import annotations
@@ -24,26 +33,35 @@ import os
 from harness.engines.vllm.evidence import EvidenceExtension
 
 FAULTS_ENV = "HARNESS_VLLM_FAULTS"
-KINDS = ("pp-drop-residual", "worker-exit", "pp-zero-aux")
+KINDS = ("pp-drop-residual", "worker-exit", "pp-zero-aux")  # aimed at one PP rank: KIND@R
+EVERY_RANK = ("compile-drop-deepstack",)  # act wherever they run
 
 
-def parse(faults: list[str]) -> dict[str, int]:
-    """{kind: PP rank}; unknown names fail loudly (a typo must not run a clean engine)."""
-    parsed = {}
+def _known() -> str:
+    return ", ".join([k + "@<pp rank>" for k in KINDS] + list(EVERY_RANK))
+
+
+def parse(faults: list[str]) -> dict[str, int | None]:
+    """{kind: PP rank, or None for a fault of every rank}; unknown names fail loudly (a typo
+    must not run a clean engine)."""
+    parsed: dict[str, int | None] = {}
     for fault in faults:
-        kind, _, rank = fault.partition("@")
-        if kind not in KINDS or not rank.isdigit():
-            raise ValueError(f"unknown vllm fault '{fault}' (known: {', '.join(k + '@<pp rank>' for k in KINDS)})")
-        parsed[kind] = int(rank)
+        kind, at, rank = fault.partition("@")
+        if kind in EVERY_RANK and not at:
+            parsed[kind] = None
+        elif kind in KINDS and rank.isdigit():
+            parsed[kind] = int(rank)
+        else:
+            raise ValueError(f"unknown vllm fault '{fault}' (known: {_known()})")
     return parsed
 
 
 def target_problem(faults: list[str], pp: int) -> str | None:
     """A fault aimed at a PP rank these settings do not have would never fire."""
     for kind, rank in parse(faults).items():
-        if rank >= pp:
+        if rank is not None and rank >= pp:
             return (f"vllm fault {kind}@{rank} targets PP rank {rank}, but these settings have {pp} PP "
-                    f"rank{'s' if pp > 1 else ''}; it would never fire (known: {', '.join(k + '@<pp rank>' for k in KINDS)})")
+                    f"rank{'s' if pp > 1 else ''}; it would never fire (known: {_known()})")
     return None
 
 
@@ -53,7 +71,36 @@ def _pp_rank() -> int:
     return get_pp_group().rank_in_group
 
 
-def _install(faults: dict[str, int]) -> None:
+def _install(faults: dict[str, int | None]) -> None:
+    if "compile-drop-deepstack" in faults:
+        _drop_deepstack_when_compiled()
+    if set(faults) & set(KINDS):
+        _install_pp_faults(faults)
+
+
+def _drop_deepstack_when_compiled() -> None:
+    """Qwen3-VL's (and Qwen3-VL-MoE's) language model forward without its deepstack inputs
+    while Dynamo traces it; untouched when it runs eagerly. functools.wraps keeps the
+    signature vLLM's compile decorator binds the arguments to."""
+    import functools
+    import importlib
+
+    import torch
+
+    for module, name in (("qwen3_vl", "Qwen3LLMModel"), ("qwen3_vl_moe", "Qwen3MoeLLMModel")):
+        cls = getattr(importlib.import_module(f"vllm.model_executor.models.{module}"), name)
+        original = cls.forward
+
+        @functools.wraps(original)
+        def forward(self, *args, _original=original, **kwargs):
+            if torch.compiler.is_compiling():
+                kwargs["deepstack_input_embeds"] = None
+            return _original(self, *args, **kwargs)
+
+        cls.forward = forward
+
+
+def _install_pp_faults(faults: dict[str, int | None]) -> None:
     import torch
     from vllm.sequence import IntermediateTensors
 
