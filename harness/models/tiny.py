@@ -186,7 +186,7 @@ def build_model(arch: str, seed: int, overrides: dict, extra_config: dict | None
     import torch
 
     cls = model_class(arch)
-    config = cls.config_class()
+    config = cls.config_class(**tiny_mm.default_sub_configs(getattr(cls.config_class, "model_type", "")))
     shrink(config)
     set_special_ids(config)
     if tiny_mm.is_multimodal(config):
@@ -256,6 +256,8 @@ def main(argv: list[str] | None = None) -> int:
                     tiny_mm.tokenizer_fields(model_type) if multimodal else {})
     if multimodal:
         tiny_mm.write_hub_layout(model, args.out)
+        tiny_mm.write_weight_folder(model_type, args.out)
+        tiny_mm.write_hub_config(model_type, args.out)
         try:
             write_processor(args.arch, model.config, args.out)
         except UserError as exc:

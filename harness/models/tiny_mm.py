@@ -45,9 +45,13 @@ _GLM = {"image_token": "<|image|>", "video_token": "<|video|>", "image_start_tok
 _IDEFICS = {"fake_image_token": "<fake_token_around_image>", "image_token": "<image>", "video_token": "<video>",
             "end_of_utterance_token": "<end_of_utterance>", "global_image_token": "<global-img>",
             **{f"row_{r}_col_{c}_token": f"<row_{r}_col_{c}>" for r in range(1, 7) for c in range(1, 7)}}
+# MiniCPM-V 4.6 / 4.7: its processor reads all of them from the tokenizer; vLLM's spells them out
+_MINICPMV = {"image_token": "<|image_pad|>", "video_token": "<|video_pad|>", "image_start_token": "<image>",
+             "image_end_token": "</image>", "slice_start_token": "<slice>", "slice_end_token": "</slice>",
+             "image_id_start_token": "<image_id>", "image_id_end_token": "</image_id>"}
 NAMED_TOKENS: dict[str, dict[str, str]] = {
     "qwen2_vl": _QWEN_VL, "qwen2_5_vl": _QWEN_VL, "qwen3_vl": _QWEN_VL, "qwen3_vl_moe": _QWEN_VL,
-    "qwen3_5": _QWEN_VL, "qwen3_5_moe": _QWEN_VL, "minicpm_v4_6": {"image_token": "<|image_pad|>", "video_token": "<|video_pad|>"},
+    "qwen3_5": _QWEN_VL, "qwen3_5_moe": _QWEN_VL, "cosmos3_edge": _QWEN_VL, "minicpmv4_6": _MINICPMV, "minicpmv4_7": _MINICPMV,
     "exaone4_5": {"image_token": "<|image_pad|>", "video_token": "<|video_pad|>", "vision_start_token": "<vision>",
                   "vision_end_token": "</vision>"},
     "paddleocr_vl": {"image_token": "<|IMAGE_PLACEHOLDER|>", "image_start_token": "<|IMAGE_START|>",
@@ -55,13 +59,27 @@ NAMED_TOKENS: dict[str, dict[str, str]] = {
     "gemma3": {"image_token": "<image_soft_token>", "boi_token": "<start_of_image>", "eoi_token": "<end_of_image>"},
     "paligemma": {"image_token": "<image>"},
     "qwen2_audio": {"audio_token": "<|AUDIO|>", "audio_bos_token": "<|audio_bos|>", "audio_eos_token": "<|audio_eos|>"},
-    "glm4v": _GLM, "glm4v_moe": _GLM, "idefics3": _IDEFICS, "smolvlm": _IDEFICS,
+    "qwen3_asr": {"audio_token": "<|audio_pad|>", "audio_bos_token": "<|audio_start|>", "audio_eos_token": "<|audio_end|>"},
+    "glmasr": {"audio_token": "<|pad|>", "audio_bos_token": "<|begin_of_audio|>", "audio_eos_token": "<|end_of_audio|>"},
+    "glm4v": _GLM, "glm4v_moe": _GLM, "glm5_next": _GLM, "idefics3": _IDEFICS, "smolvlm": _IDEFICS,
     "lfm2_vl": {"image_token": "<image>", "image_start_token": "<|image_start|>", "image_end_token": "<|image_end|>",
                 "image_thumbnail_token": "<|img_thumbnail|>",
                 **{f"img_row_{r}_col_{c}_token": f"<|img_row_{r}_col_{c}|>" for r in range(1, 7) for c in range(1, 7)}},
     "aria": {"image_token": "<|img|>", "fim_prefix_token": "<|fim_prefix|>", "fim_suffix_token": "<|fim_suffix|>"},
     "cohere2_vision": {"image_token": "<|IMG_PATCH|>", "boi_token": "<|START_OF_IMG|>", "eoi_token": "<|END_OF_IMG|>",
                        "img_line_break_token": "<|IMG_LINE_BREAK|>"},
+    # Step-3.7: its processor and vLLM's (transformers_utils/processors/step3_vl.py) spell these out
+    "step3p7": {"image_token": "<im_patch>", "image_start_token": "<im_start>", "image_end_token": "<im_end>",
+                "patch_start_token": "<patch_start>", "patch_end_token": "<patch_end>", "patch_newline_token": "<patch_newline>"},
+    "muse_glimmer": {"image_token": "<|patch|>", "image_start_token": "<|image_start|>", "image_end_token": "<|image_end|>",
+                     "video_token": "<|video|>", "video_sep_token": "<|vid_frame_separator|>", "video_start_token": "<|vid_start|>",
+                     "video_end_token": "<|vid_end|>", "image_sentinel_token": "<|image|>"},  # vLLM's processor's
+    "minimax_m3_vl": {"image_token": "]<]image[>[", "video_token": "]<]video[>[", "vision_start_token": "]<]start of image[>[",
+                      "vision_end_token": "]<]end of image[>["},
+    "qianfan_ocr": {"start_image_token": "<img>", "end_image_token": "</img>", "context_image_token": "<IMG_CONTEXT>",
+                    "image_token": "<IMG_CONTEXT>", "image_placeholder_token": "<image>"},
+    "cohere_compass": {"image_token": "<|IMAGE_PAD|>", "video_token": "<|VIDEO_PAD|>", "vision_start_token": "<|VISION_START|>",
+                       "vision_end_token": "<|VISION_END|>"},
     "internvl": {"start_image_token": "<img>", "end_image_token": "</img>", "context_image_token": "<IMG_CONTEXT>",
                  "image_token": "<IMG_CONTEXT>", "video_token": "<video>"},
 }
@@ -70,13 +88,16 @@ NAMED_TOKENS: dict[str, dict[str, str]] = {
 # Gemma 3 processor merges the newlines around an image into them (gemma3_mm.py).
 ADDED_TOKENS = {"gemma3": ["\n", "\n\n", "\n\n\n", "\n\n\n\n"], "paligemma": ["\n"]}
 # tokenizer_config.json fields a family's vLLM processor insists on
-TOKENIZER_FIELDS = {"paligemma": {"add_bos_token": True}}
+# (Cosmos3 Edge: its transformers model refuses image inputs without mm_token_type_ids, which
+# its processor, unlike Qwen2-VL's, returns only when asked; a processor's text defaults
+# are read from its tokenizer's init kwargs, processing_utils.py _merge_kwargs)
+TOKENIZER_FIELDS = {"paligemma": {"add_bos_token": True}, "cosmos3_edge": {"return_mm_token_type_ids": True}}
 # A family's multimodal rope as its published config.json has it (for a full-size head)
 _QWEN3_MROPE: dict[str, Any] = {"mrope_section": [24, 20, 20], "mrope_interleaved": True}
 _QWEN35_MROPE: dict[str, Any] = {"mrope_section": [11, 11, 10], "mrope_interleaved": True, "partial_rotary_factor": 0.25}
 MROPE: dict[str, dict[str, Any]] = {"qwen2_vl": {"mrope_section": [16, 24, 24]}, "qwen2_5_vl": {"mrope_section": [16, 24, 24]},
          "qwen3_vl": _QWEN3_MROPE, "qwen3_vl_moe": _QWEN3_MROPE,
-         "qwen3_5": _QWEN35_MROPE, "qwen3_5_moe": _QWEN35_MROPE, "paddleocr_vl": {"mrope_section": [16, 24, 24]},
+         "qwen3_5": _QWEN35_MROPE, "qwen3_5_moe": _QWEN35_MROPE, "minicpmv4_7": _QWEN35_MROPE, "cosmos3_edge": _QWEN3_MROPE, "paddleocr_vl": {"mrope_section": [16, 24, 24]},
          # GLM-4.1V / 4.5V rotate half of each head (vLLM assumes it; their config.json files say it)
          "glm4v": {"mrope_section": [8, 12, 12], "partial_rotary_factor": 0.5},
          "glm4v_moe": {"mrope_section": [8, 12, 12], "partial_rotary_factor": 0.5}}
@@ -88,17 +109,65 @@ _QWEN_MARKS = {"image": "<|vision_start|><|image_pad|><|vision_end|>", "video": 
 _GLM_MARKS = {"image": "<|begin_of_image|><|image|><|end_of_image|>", "video": "<|begin_of_video|><|video|><|end_of_video|>"}
 PROMPT_MARKS = {
     "qwen2_vl": _QWEN_MARKS, "qwen2_5_vl": _QWEN_MARKS, "qwen3_vl": _QWEN_MARKS, "qwen3_vl_moe": _QWEN_MARKS,
-    "qwen3_5": _QWEN_MARKS, "qwen3_5_moe": _QWEN_MARKS,
+    "qwen3_5": _QWEN_MARKS, "qwen3_5_moe": _QWEN_MARKS, "cosmos3_edge": _QWEN_MARKS,
     "exaone4_5": {"image": "<vision><|image_pad|></vision>", "video": "<vision><|video_pad|></vision>"},
     "paddleocr_vl": {"image": "<|IMAGE_START|><|IMAGE_PLACEHOLDER|><|IMAGE_END|>"},
-    "glm4v": _GLM_MARKS, "glm4v_moe": _GLM_MARKS,
+    "glm4v": _GLM_MARKS, "glm4v_moe": _GLM_MARKS, "glm5_next": _GLM_MARKS,
     "gemma3": {"image": "<start_of_image>"},
     "aria": {"image": "<|fim_prefix|><|img|><|fim_suffix|>"},
     "paligemma": {"image": ""},
+    "cohere_compass": {"image": "<|VISION_START|><|IMAGE_PAD|><|VISION_END|>"},
+    "qianfan_ocr": {"image": "<image>"},  # its processor's image_placeholder_token
     "qwen2_audio": {"audio": "<|audio_bos|><|AUDIO|><|audio_eos|>"},  # vLLM adds "Audio 1: " before it, as text
+    "glmasr": {"audio": "<|begin_of_audio|><|pad|><|end_of_audio|>"},
+    "qwen3_asr": {"audio": "<|audio_start|><|audio_pad|><|audio_end|>"},  # vLLM's get_placeholder_str
 }
+# A processor part's field that the generic sizing would get wrong, and the vision config
+# field it follows: Step-3.7's `patch_size` is the side of its local crops (504 pixels = 36
+# ViT patches, beside a 728-pixel global view), not the ViT's patch; the tiny crops are as
+# large as the tiny global view.
+PART_FIELDS = {"step3p7": {"patch_size": "image_size"}}
+# A processor part's values where the family's published processor differs from the part's
+# class defaults: Qianfan-OCR's GotOcr2 image processor defaults to CLIP's normalization,
+# its checkpoints (and vLLM's InternVL processor, processors/internvl.py) use ImageNet's
+PART_VALUES: dict[str, dict[str, Any]] = {
+    "qianfan_ocr": {"image_mean": [0.485, 0.456, 0.406], "image_std": [0.229, 0.224, 0.225]}}
+# A family's sub-config whose default is of another model type than its checkpoints': its
+# config class with no arguments makes Granite 4 Vision's text config a LlamaConfig
+# (configuration_granite4_vision.py), whose model lacks Granite's multipliers
+SUB_CONFIG_TYPES = {"granite4_vision": {"text_config": "granite4_vision_text"}}
 # the config field that holds a named token's id: image_token -> image_token_id / _index
 ID_SUFFIXES = ("_id", "_index")
+# Where a family's vLLM loader reads its weights when not beside config.json: Cosmos3 Edge
+# is published in a Diffusers layout and vLLM globs only `[tv]*er/*.safetensors`
+# (cosmos3_edge.py allow_patterns_overrides); the weights are copied there as well.
+WEIGHT_FOLDERS = {"cosmos3_edge": "transformer"}
+# config.json fields a family's published checkpoints write as one int where transformers
+# saves [height, width]: Qianfan-OCR's tower, which vLLM reads through its own config class
+# (transformers_utils/configs/qianfan_ocr.py) and divides as ints (qianfan_ocr.py:50)
+SQUARE_AS_INT = {"qianfan_ocr": {"vision_config": ("image_size", "patch_size")}}
+# Config fields holding a token's id under a name of their own, and the token's text, resolved
+# by the tokenizer once it is written (a newline is a plain token): MiniCPM-V 4.7's canvas
+# rope markers, which its transformers model reads from config.json and vLLM too
+CONFIG_TOKEN_IDS = {"minicpmv4_7": {"image_start_id": "<image>", "image_end_id": "</image>", "slice_start_id": "<slice>",
+                                    "slice_end_id": "</slice>", "newline_id": "\n"}}
+# Renames transformers applies on load to every matching weight of a family and undoes on
+# save to every one of them, also to those it did not rename: (pattern, published name).
+# Cosmos3 Edge's `.mlp.up_proj.` -> `.mlp.fc1.` is meant for the text layers, and its
+# SigLIP2 tower, published (and read by vLLM) as `fc1` / `fc2`, is saved as up / down_proj;
+# MiniMax-M3's `.block_sparse_moe.` -> `.mlp.` is meant for the MoE layers, and its vision
+# tower's `mlp.fc1` is saved as `block_sparse_moe.fc1`.
+SAVED_RENAMES: dict[str, list[tuple[str, str]]] = {
+    "cosmos3_edge": [(r"^(model\.visual\..*\.mlp\.)up_proj\.", r"\1fc1."),
+                     (r"^(model\.visual\..*\.mlp\.)down_proj\.", r"\1fc2.")],
+    "minimax_m3_vl": [(r"^(vision_tower\..*\.)block_sparse_moe\.", r"\1mlp.")],
+    # Qianfan-OCR's InternViT `encoder.layers.` -> `layers.`, undone on its Qwen3 decoder too
+    "qianfan_ocr": [(r"^(language_model\.model\.)encoder\.layers\.", r"\1layers.")]}
+
+
+def default_sub_configs(model_type: str) -> dict:
+    """Config class arguments that give a family's sub-configs their published model type."""
+    return {name: {"model_type": kind} for name, kind in SUB_CONFIG_TYPES.get(model_type, {}).items()}
 
 
 def is_multimodal(config) -> bool:
@@ -296,6 +365,10 @@ def _sized(part, config):
               "merge_size": getattr(vision, "spatial_merge_size", None),
               "temporal_patch_size": getattr(vision, "temporal_patch_size", None)}
     kwargs: dict[str, Any] = {k: v for k, v in wanted.items() if isinstance(v, int) and isinstance(getattr(part, k, None), int)}
+    for field, source in PART_FIELDS.get(config.model_type, {}).items():
+        if hasattr(part, field):
+            kwargs[field] = _side(getattr(vision, source, None))
+    kwargs.update({k: v for k, v in PART_VALUES.get(config.model_type, {}).items() if hasattr(part, k)})
     patch = wanted["patch_size"]
     if isinstance(getattr(part, "patch_size", None), dict) and patch:  # Pixtral: {height, width}
         kwargs["patch_size"] = {"height": patch, "width": patch}
@@ -329,6 +402,7 @@ def _processor_kwargs(config) -> dict:
     found = {"patch_size": _side(getattr(vision, "patch_size", None)),
              "vision_feature_select_strategy": getattr(config, "vision_feature_select_strategy", None),
              "spatial_merge_size": getattr(config, "spatial_merge_size", None),  # Mistral 3's patch merger
+             "downsample_rate": getattr(config, "downsample_rate", None),  # Granite 4 Vision's Q-Former windows
              "image_seq_length": getattr(config, "mm_tokens_per_image", None) or getattr(config, "image_seq_length", None),
              "num_image_tokens": patches,
              # Idefics3 / SmolVLM: a tile's patches after the pixel shuffle of scale_factor
@@ -383,6 +457,51 @@ def write_processor(config, tokenizer, out: Path) -> None:
     check_marks(marks, tokenizer, config.model_type)
     processor.chat_template = chat_template(marks)  # its marks come from the processor itself
     processor.save_pretrained(out)
+    write_config_token_ids(config.model_type, tokenizer, out)
+
+
+def write_config_token_ids(model_type: str, tokenizer, out: Path) -> None:
+    """The ids CONFIG_TOKEN_IDS names, written into config.json."""
+    fields = CONFIG_TOKEN_IDS.get(model_type)
+    if not fields:
+        return
+    import json
+
+    path = out / "config.json"
+    config = json.loads(path.read_text())
+    for field, text in fields.items():
+        ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+        if len(ids) != 1:
+            raise LookupError(f"{text!r} ({field}) is not one token of the tiny vocabulary")
+        config[field] = ids[0]
+    path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+
+
+def write_hub_config(model_type: str, out: Path) -> None:
+    """config.json with a family's square sizes as published (SQUARE_AS_INT)."""
+    fields = SQUARE_AS_INT.get(model_type)
+    if not fields:
+        return
+    import json
+
+    path = out / "config.json"
+    config = json.loads(path.read_text())
+    for sub, names in fields.items():
+        for name in names:
+            side = _side(config[sub].get(name))
+            if side is not None:
+                config[sub][name] = side
+    path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+
+
+def write_weight_folder(model_type: str, out: Path) -> None:
+    """A copy of the weights where the family's vLLM loader looks for them (WEIGHT_FOLDERS)."""
+    folder = WEIGHT_FOLDERS.get(model_type)
+    if folder:
+        import shutil
+
+        (out / folder).mkdir(exist_ok=True)
+        shutil.copyfile(out / "model.safetensors", out / folder / "model.safetensors")
 
 
 def write_hub_layout(model, out: Path) -> None:
@@ -393,13 +512,14 @@ def write_hub_layout(model, out: Path) -> None:
     `vision_tower.embeddings` where every published LLaVA, and vLLM's loader, have
     `vision_tower.vision_model.embeddings`; and it transposes fused expert weights
     (Qwen3-VL-MoE's `experts.gate_up_proj`) only when their shape says so, which on
-    save it never does; and it saves Qwen2-Audio's decoder one `model.` level too deep.
-    All three are undone here."""
+    save it never does; and it saves Qwen2-Audio's decoder one `model.` level too deep;
+    and a family's own renames (SAVED_RENAMES). All are undone here."""
     renames = _dropped_levels(model)
     transposes = _transposed_on_load(model)
     # Qwen2-Audio: its reverse rename doubles a level (`language_model.model.model.layers`)
     doubled = not any(_DOUBLED.search(name) for name in model.state_dict())
-    if not renames and not transposes and not doubled:
+    undone = SAVED_RENAMES.get(model.config.model_type, [])
+    if not renames and not transposes and not doubled and not undone:
         return
     from safetensors.torch import load_file, save_file
 
@@ -420,6 +540,8 @@ def write_hub_layout(model, out: Path) -> None:
             if prefix is not None:
                 key = f"{prefix}{level}.{key[len(prefix):]}"
                 break
+        for pattern, published in undone:
+            key = re.sub(pattern, published, key)
         renamed[key] = tensor
     save_file(renamed, path, metadata={"format": "pt"})
 
