@@ -403,6 +403,7 @@ def _write_report(run_dir: Path, meta: dict, history: Path) -> dict:
 def cmd_golden(args, scenarios) -> int:
     from harness.models import ModelError
     from harness.runner import GoldenUnsupported, RunOptions, make_golden
+    from harness.workloads import WorkloadError
 
     goldens: dict = {}  # golden key (suite, or suite/arch) -> a scenario of it
     for s in scenarios:
@@ -422,7 +423,7 @@ def cmd_golden(args, scenarios) -> int:
         except GoldenUnsupported as exc:  # not a failure: its scenarios will say `unsupported`
             print(f"golden {name}: skipped: {exc}", flush=True)
             continue
-        except (RuntimeError, ModelError) as exc:  # engine missing, bad model, golden run crashed: no traceback
+        except (RuntimeError, ModelError, WorkloadError) as exc:  # engine missing, bad model or workload, golden run crashed: no traceback
             print(f"harness: golden {name} failed: {exc}", file=sys.stderr)
             failed.append(name)
             continue

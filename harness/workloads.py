@@ -25,6 +25,10 @@ MEDIA_FILES = {"images": image_path, "videos": video_path, "audios": audio_path}
 IMAGE_MARK = "<image>"  # where an image goes in a prompt text (Geo3K's own marker)
 
 
+class WorkloadError(ValueError):
+    """A workload this model cannot be given (a scenario file's problem, not the harness's)."""
+
+
 def prompt_texts(prompts: str | list[str], count: int) -> list[str]:
     if isinstance(prompts, list):
         return prompts[:count]
@@ -36,7 +40,7 @@ def prompt_texts(prompts: str | list[str], count: int) -> list[str]:
                 if len(texts) == count:
                     break
         return texts
-    raise ValueError(f"unknown prompt set '{prompts}' (known: gsm8k-test, or a list of strings)")
+    raise WorkloadError(f"unknown prompt set '{prompts}' (known: gsm8k-test, or a list of strings)")
 
 
 def resolve(workloads: list[WorkloadDef], model_dir: Path) -> list[dict]:
@@ -58,7 +62,7 @@ def resolve(workloads: list[WorkloadDef], model_dir: Path) -> list[dict]:
                     item[field] = [[str(path_of(n)) for n in w.media_of(field, i)] or None for i in range(len(texts))]
         else:
             if w.videos or w.audios:
-                raise ValueError(f"workload '{w.name}': videos and audios need a model with a chat template "
+                raise WorkloadError(f"workload '{w.name}': videos and audios need a model with a chat template "
                                  "(a multimodal checkpoint built with its processor: model: {arch: ...})")
             ids = [([BOS_ID] + tokenizer.encode(t).ids)[: w.max_prompt_tokens] for t in texts]
             if "image_token_id" in config:
@@ -80,7 +84,7 @@ def encode_text(text: str, tokenizer, config: dict) -> list[int]:
     a trained model sees at test time exactly the layout it was trained on."""
     pieces = text.split(IMAGE_MARK)
     if len(pieces) > 1 and "image_token_id" not in config:
-        raise ValueError(f"prompt has {IMAGE_MARK} but model_type '{config.get('model_type')}' has no vision encoder")
+        raise WorkloadError(f"prompt has {IMAGE_MARK} but model_type '{config.get('model_type')}' has no vision encoder")
     ids = [BOS_ID]
     for i, piece in enumerate(pieces):
         if i:
@@ -88,7 +92,7 @@ def encode_text(text: str, tokenizer, config: dict) -> list[int]:
         if piece:
             piece_ids = tokenizer.encode(piece).ids
             if "image_token_id" in config and config["image_token_id"] in piece_ids:
-                raise ValueError(f"text {piece[:40]!r} tokenizes to the image placeholder id {config['image_token_id']}")
+                raise WorkloadError(f"text {piece[:40]!r} tokenizes to the image placeholder id {config['image_token_id']}")
             ids += piece_ids
     return ids
 
@@ -96,7 +100,7 @@ def encode_text(text: str, tokenizer, config: dict) -> list[int]:
 def _refuse_placeholder_in_text(prompts: list[list[int]], token: int, workload: str) -> None:
     for i, p in enumerate(prompts):
         if token in p:
-            raise ValueError(f"workload '{workload}': text of prompt {i} tokenizes to the image placeholder "
+            raise WorkloadError(f"workload '{workload}': text of prompt {i} tokenizes to the image placeholder "
                              f"id {token}; pick other prompts")
 
 
@@ -115,12 +119,12 @@ def _with_images(prompts: list[list[int]], names: list, config: dict, workload: 
     """Prompts with the model's image placeholder after BOS where a prompt has an image,
     and the PNG path per prompt (the run-spec contract)."""
     if "image_token_id" not in config:
-        raise ValueError(f"workload '{workload}' has images but model_type '{config.get('model_type')}' has no vision encoder")
+        raise WorkloadError(f"workload '{workload}' has images but model_type '{config.get('model_type')}' has no vision encoder")
     placeholder = _placeholder(config)
     out_prompts, paths = [], []
     for ids, name in zip(prompts, names):
         if isinstance(name, list):
-            raise ValueError(f"workload '{workload}': a prompt with several images needs a model with a chat template "
+            raise WorkloadError(f"workload '{workload}': a prompt with several images needs a model with a chat template "
                              "(a multimodal checkpoint built with its processor: model: {arch: ...})")
         out_prompts.append(ids[:1] + placeholder + ids[1:] if name else ids)
         paths.append(str(image_path(name)) if name else None)

@@ -350,3 +350,19 @@ def test_the_report_reads_the_arch_axis_like_any_other():
     assert "`arch=falcon, pp=2`" in explaining_settings(verdicts)
     assert plots._grid_axes(verdicts)[0] == "arch"
     assert plots.heatmap(verdicts, set()).startswith("data:image/png;base64,")
+
+
+def test_a_workload_the_model_cannot_take_stops_its_golden_with_one_line(tmp_path):
+    """A scenario file's mistake (audio clips for a text-only checkpoint, which has no chat
+    template to place them) is a message naming the workload, not a harness traceback;
+    the other goldens of the run are still made."""
+    (tmp_path / "scenarios").mkdir()
+    (tmp_path / "scenarios" / "clips.yaml").write_text(
+        "suite: clips\nengine: reference\nmodel: tiny-llama\n"
+        "workloads:\n  - {name: heard, kind: logprobs, num_prompts: 2, max_prompt_tokens: 24, top_k: 5, audios: [tone-500ms, null]}\n"
+        "golden: {tp: 1}\nmatrix: {tp: [1]}\n")
+    made = harness_cli("golden", "--work-dir", str(tmp_path / "work"), scenarios=tmp_path / "scenarios",
+                       env={"HARNESS_GOLDEN_DIR": str(tmp_path / "golden")})
+    assert made.returncode == 1, made.stdout + made.stderr
+    assert "Traceback" not in made.stderr, made.stderr
+    assert "harness: golden clips failed: workload 'heard': videos and audios need a model with a chat template" in made.stderr
