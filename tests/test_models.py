@@ -366,3 +366,41 @@ def test_a_workload_the_model_cannot_take_stops_its_golden_with_one_line(tmp_pat
     assert made.returncode == 1, made.stdout + made.stderr
     assert "Traceback" not in made.stderr, made.stderr
     assert "harness: golden clips failed: workload 'heard': videos and audios need a model with a chat template" in made.stderr
+
+
+def test_scenarios_resolving_one_checkpoint_at_once_both_record_its_identity(tmp_path, monkeypatch):
+    """`harness run --jobs 2` resolves a model in two threads of one process at once (two
+    settings of one arch). Each writes the digest's cache file through a temporary file of
+    its own: with one per process, the second rename found the first's gone
+    (FileNotFoundError: an `error` verdict in the multimodal nightly of 2026-11-26)."""
+    import threading
+
+    from harness.models import identity
+
+    monkeypatch.setenv("HARNESS_CACHE", str(tmp_path / "cache"))
+    checkpoint = tmp_path / "ckpt"
+    checkpoint.mkdir()
+    (checkpoint / "config.json").write_text("{}")
+    both_ready = threading.Barrier(2, timeout=10)
+    real_replace = os.replace
+
+    def replace_together(src, dst):  # both threads hold their temporary file before either renames
+        both_ready.wait()
+        real_replace(src, dst)
+
+    monkeypatch.setattr(os, "replace", replace_together)
+    results, errors = [], []
+
+    def resolve():
+        try:
+            results.append(identity.checkpoint_digest(checkpoint))
+        except Exception as exc:  # noqa: BLE001 - the assertion below shows it
+            errors.append(exc)
+
+    threads = [threading.Thread(target=resolve) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    assert len(results) == 2 and results[0] == results[1]

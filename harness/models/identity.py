@@ -18,6 +18,7 @@ import os
 from pathlib import Path
 
 from harness.roots import cache_dir
+from harness.rundir import write_files
 
 # What makes a checkpoint what it is; README, .gitattributes and the like do not count.
 IDENTITY_SUFFIXES = (".json", ".safetensors", ".model", ".txt", ".jinja", ".tiktoken")
@@ -40,7 +41,10 @@ def checkpoint_digest(directory: Path) -> str:
     for path in files:
         digest.update(f"{path.name}\0{_file_digest(path)}\n".encode())
     value = digest.hexdigest()
-    _write_atomic(cached, json.dumps({"directory": str(directory), "sha256": value}))
+    # a temporary file of its own (rundir.write_files): scenarios of one harness run resolve
+    # the same checkpoint at once, in threads of one process
+    cached.parent.mkdir(parents=True, exist_ok=True)
+    write_files({cached: json.dumps({"directory": str(directory), "sha256": value})})
     return value
 
 
@@ -62,10 +66,3 @@ def _file_digest(path: Path) -> str:
         while chunk := f.read(CHUNK):
             digest.update(chunk)
     return digest.hexdigest()
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}")
-    tmp.write_text(text)
-    os.replace(tmp, path)
