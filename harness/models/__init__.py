@@ -33,7 +33,7 @@ from harness.models.identity import checkpoint_digest
 from harness.roots import cache_dir
 
 TINY_BUILDER = Path(__file__).with_name("tiny.py")
-TINY_BUILDER_FILES = (TINY_BUILDER, Path(__file__).with_name("tiny_mm.py"))  # what the build runs
+TINY_BUILDER_FILES = (TINY_BUILDER, *(Path(__file__).with_name(f) for f in ("tiny_mm.py", "tiny_vllm.py")))  # what the build runs
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json")
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json")
 

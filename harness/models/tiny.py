@@ -31,8 +31,9 @@ from pathlib import Path
 
 try:  # run as a script (the engine's interpreter): its folder is on sys.path
     import tiny_mm
+    import tiny_vllm
 except ImportError:  # imported by the harness's own tests
-    from harness.models import tiny_mm
+    from harness.models import tiny_mm, tiny_vllm
 
 VOCAB = 512
 SPECIAL_TOKENS = ["<s>", "</s>", "<pad>"]  # ids 0, 1, 2
@@ -240,6 +241,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--corpus", type=Path, required=True, help="text to train the tokenizer on, a line per text")
     p.add_argument("--out", type=Path, required=True)
     args = p.parse_args(argv)
+    if tiny_vllm.builds(args.arch):
+        return write_vllm_only(args)
     try:
         extra = json.loads(args.extra_config)
         model = build_model(args.arch, args.seed, json.loads(args.overrides), extra)
@@ -263,6 +266,29 @@ def main(argv: list[str] | None = None) -> int:
         except UserError as exc:
             print(f"tiny-model: {' '.join(str(exc).split())}", file=sys.stderr)
             return 2
+    return 0
+
+
+def write_vllm_only(args) -> int:
+    """An architecture only vLLM defines: its config class and weight names from vLLM
+    (tiny_vllm.py), shrunk by the same rules; no transformers model in the loop."""
+    from safetensors.torch import save_file
+
+    extra = json.loads(args.extra_config)
+    config = tiny_vllm.config_of(args.arch)
+    shrink(config)
+    set_special_ids(config)
+    try:
+        apply_overrides(config, json.loads(args.overrides))
+        check_extra_config(config, extra)
+    except UserError as exc:
+        print(f"tiny-model: {' '.join(str(exc).split())}", file=sys.stderr)
+        return 2
+    args.out.mkdir(parents=True, exist_ok=True)
+    config.save_pretrained(args.out)
+    save_file(tiny_vllm.weights(args.arch, config, args.seed), args.out / "model.safetensors", metadata={"format": "pt"})
+    write_extra_config(args.out, extra)
+    write_tokenizer(args.corpus, args.out)
     return 0
 
 
