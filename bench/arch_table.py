@@ -1,6 +1,6 @@
 """The architecture x setting table of docs/ARCHITECTURES.md, from the runs' verdicts.
 
-    python bench/arch_table.py reports/RUN [reports/RUN2 ...]
+    python bench/arch_table.py reports/RUN [reports/RUN2 ...] [--suites A,B] [--settings S1,S2]
 
 Reads every `scenarios/*/verdict.json` of the given run directories whose settings have
 an `arch` (a suite with an arch axis, e.g. vllm-archs); where several runs judged the
@@ -23,13 +23,15 @@ def setting_name(settings: dict) -> str:
     return name + ("-compile" if settings.get("compile") else "")
 
 
-def load_verdicts(run_dirs: list[Path]) -> dict[tuple[str, str], dict]:
+def load_verdicts(run_dirs: list[Path], suites: list[str] | None = None) -> dict[tuple[str, str], dict]:
+    """(arch, setting) -> verdict; with `suites`, of those suites only (one arch can be in
+    several: Qwen2-VL with images and with video)."""
     found: dict[tuple[str, str], dict] = {}
     for run_dir in run_dirs:
         for path in sorted(run_dir.glob("scenarios/*/verdict.json")):
             verdict = json.loads(path.read_text())
             arch = verdict.get("settings", {}).get("arch")
-            if arch:
+            if arch and (not suites or verdict["scenario"].split("/")[0] in suites):
                 found[(arch, setting_name(verdict["settings"]))] = verdict
     return found
 
@@ -68,8 +70,9 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("run_dirs", nargs="+", type=Path)
     p.add_argument("--settings", help=f"comma-separated columns (default: those found of {','.join(SETTINGS)})")
+    p.add_argument("--suites", help="comma-separated suite names (default: every suite with an arch axis)")
     args = p.parse_args(argv)
-    found = load_verdicts(args.run_dirs)
+    found = load_verdicts(args.run_dirs, args.suites.split(",") if args.suites else None)
     if args.settings:
         found = {k: v for k, v in found.items() if k[1] in args.settings.split(",")}
     counts: dict[str, int] = {}
