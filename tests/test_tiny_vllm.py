@@ -40,13 +40,8 @@ def test_step3_shapes_follow_the_config_as_its_vllm_loader_reads_them():
 
 def test_weights_are_seeded_and_norms_are_ones():
     pytest.importorskip("torch")
-    config = step3_config()
-    tiny_vllm.LAYOUTS["Test"] = ("step3_text", tiny_vllm.step3_text)
-    try:
-        a, b = tiny_vllm.weights("Test", config, seed=0), tiny_vllm.weights("Test", config, seed=0)
-        c = tiny_vllm.weights("Test", config, seed=1)
-    finally:
-        del tiny_vllm.LAYOUTS["Test"]
+    shapes = tiny_vllm.step3_text(step3_config())
+    a, b, c = (tiny_vllm.weights(shapes, seed) for seed in (0, 0, 1))
     assert all((a[k] == b[k]).all() for k in a) and not (a["lm_head.weight"] == c["lm_head.weight"]).all()
     assert (a["model.norm.weight"] == 1).all() and (a["model.layers.0.self_attn.inter_norm.weight"] == 1).all()
     assert 0.01 < float(a["model.embed_tokens.weight"].std()) < 0.03

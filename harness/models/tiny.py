@@ -80,6 +80,12 @@ class UserError(Exception):
     """Bad input from the scenario file: unknown architecture, rejected overrides."""
 
 
+def refused(exc: UserError) -> int:
+    """The one line the harness shows for a build the user's scenario file caused; exit 2."""
+    print(f"tiny-model: {' '.join(str(exc).split())}", file=sys.stderr)
+    return 2
+
+
 def model_class(arch: str):
     import transformers
 
@@ -164,14 +170,15 @@ def check_extra_config(config, extra: dict) -> None:
 def write_extra_config(out: Path, extra: dict) -> None:
     if not extra:  # leave transformers' own bytes alone: goldens hold the checkpoint's digest
         return
-    path = out / "config.json"
-    config = json.loads(path.read_text())
-    for key, value in extra.items():
-        if key in SUB_CONFIGS and isinstance(value, dict) and isinstance(config.get(key), dict):
-            config[key].update(value)
-        else:
-            config[key] = value
-    path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+
+    def add(config: dict) -> None:
+        for key, value in extra.items():
+            if key in SUB_CONFIGS and isinstance(value, dict) and isinstance(config.get(key), dict):
+                config[key].update(value)
+            else:
+                config[key] = value
+
+    tiny_mm.edit_config_json(out, add)
 
 
 def set_special_ids(config) -> None:
@@ -247,8 +254,7 @@ def main(argv: list[str] | None = None) -> int:
         extra = json.loads(args.extra_config)
         model = build_model(args.arch, args.seed, json.loads(args.overrides), extra)
     except UserError as exc:
-        print(f"tiny-model: {' '.join(str(exc).split())}", file=sys.stderr)
-        return 2
+        return refused(exc)
     args.out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(args.out, safe_serialization=True)
     write_extra_config(args.out, extra)
@@ -264,8 +270,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             write_processor(args.arch, model.config, args.out)
         except UserError as exc:
-            print(f"tiny-model: {' '.join(str(exc).split())}", file=sys.stderr)
-            return 2
+            return refused(exc)
     return 0
 
 
@@ -282,11 +287,11 @@ def write_vllm_only(args) -> int:
         apply_overrides(config, json.loads(args.overrides))
         check_extra_config(config, extra)
     except UserError as exc:
-        print(f"tiny-model: {' '.join(str(exc).split())}", file=sys.stderr)
-        return 2
+        return refused(exc)
     args.out.mkdir(parents=True, exist_ok=True)
     config.save_pretrained(args.out)
-    save_file(tiny_vllm.weights(args.arch, config, args.seed), args.out / "model.safetensors", metadata={"format": "pt"})
+    shapes = tiny_vllm.LAYOUTS[args.arch][1](config)
+    save_file(tiny_vllm.weights(shapes, args.seed), args.out / "model.safetensors", metadata={"format": "pt"})
     write_extra_config(args.out, extra)
     write_tokenizer(args.corpus, args.out)
     return 0

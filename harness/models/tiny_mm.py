@@ -460,21 +460,31 @@ def write_processor(config, tokenizer, out: Path) -> None:
     write_config_token_ids(config.model_type, tokenizer, out)
 
 
+def edit_config_json(out: Path, edit) -> None:
+    """config.json of the checkpoint in `out`, read, changed in place by `edit(dict)`,
+    written back in the builder's one layout (sorted keys, 2-space indent)."""
+    import json
+
+    path = out / "config.json"
+    config = json.loads(path.read_text())
+    edit(config)
+    path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+
+
 def write_config_token_ids(model_type: str, tokenizer, out: Path) -> None:
     """The ids CONFIG_TOKEN_IDS names, written into config.json."""
     fields = CONFIG_TOKEN_IDS.get(model_type)
     if not fields:
         return
-    import json
 
-    path = out / "config.json"
-    config = json.loads(path.read_text())
-    for field, text in fields.items():
-        ids = tokenizer(text, add_special_tokens=False)["input_ids"]
-        if len(ids) != 1:
-            raise LookupError(f"{text!r} ({field}) is not one token of the tiny vocabulary")
-        config[field] = ids[0]
-    path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+    def set_ids(config: dict) -> None:
+        for field, text in fields.items():
+            ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+            if len(ids) != 1:
+                raise LookupError(f"{text!r} ({field}) is not one token of the tiny vocabulary")
+            config[field] = ids[0]
+
+    edit_config_json(out, set_ids)
 
 
 def write_hub_config(model_type: str, out: Path) -> None:
@@ -482,16 +492,15 @@ def write_hub_config(model_type: str, out: Path) -> None:
     fields = SQUARE_AS_INT.get(model_type)
     if not fields:
         return
-    import json
 
-    path = out / "config.json"
-    config = json.loads(path.read_text())
-    for sub, names in fields.items():
-        for name in names:
-            side = _side(config[sub].get(name))
-            if side is not None:
-                config[sub][name] = side
-    path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+    def square_as_int(config: dict) -> None:
+        for sub, names in fields.items():
+            for name in names:
+                side = _side(config[sub].get(name))
+                if side is not None:
+                    config[sub][name] = side
+
+    edit_config_json(out, square_as_int)
 
 
 def write_weight_folder(model_type: str, out: Path) -> None:
