@@ -1,2 +1,2 @@
-# Scenario files collect as pytest items (`pytest scenarios/ -m pr -n 2`): see harness/pytest_plugin.py.
-pytest_plugins = ["harness.pytest_plugin"]
+# Here so pytest puts the checkout's root on sys.path (tests import tests.kit). The scenario
+# items come from the harness's pytest plugin, which its install registers (pytest11).

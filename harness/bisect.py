@@ -35,11 +35,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness import envs
+from harness.roots import import_root
 from harness.runner import RunOptions, run_scenario
 from harness.scenario import Scenario
 from harness.verdict import Verdict
 
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
 SKIP_VERDICTS = ("error", "unsupported")
 GOOD, BAD, SKIP = 0, 1, 125  # git bisect run's exit codes
 ABORT = 128  # the step could not run at all (a harness fault): git bisect run stops
@@ -271,7 +271,7 @@ def step_command(scenario: Scenario, scenario_args: list[str], repo: Path, at_go
 
 def step_env(repo: Path) -> dict[str, str]:
     """The checkout first on PYTHONPATH (before the harness and any installed copy)."""
-    path = [str(repo.resolve()), str(PROJECT_ROOT), os.environ.get("PYTHONPATH", "")]
+    path = [str(repo.resolve()), str(import_root()), os.environ.get("PYTHONPATH", "")]
     return {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in path if p)}
 
 

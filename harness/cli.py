@@ -14,7 +14,7 @@ from harness.judge.expectations import describe as describe_expectation
 from harness.launch import DeferInterrupts, SigtermAsInterrupt
 from harness.plan.devices import DeviceError
 from harness.plan.nodes import NodesError
-from harness.roots import DEFAULT_REPORTS, reports_dir
+from harness.roots import ProjectConfigError, export_to_children, project, reports_dir
 from harness.rundir import (
     ResultsNotWritten,
     RunDirTaken,
@@ -25,7 +25,6 @@ from harness.rundir import (
 )
 from harness.scenario import ScenarioError, env_problem, find_one, load_scenarios, select
 
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
 # the conformance kit's checks (harness/conformance.py CHECKS), here so the parser needs no import
 CONFORMANCE_CHECKS = ("load", "versions", "unsupported", "outputs", "matches-reference", "parallel", "crash", "hang")
 
@@ -96,8 +95,16 @@ def git_revision(text: str) -> str:
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="harness", description="Distributed correctness harness for LLM inference engines.")
-    p.add_argument("--scenarios", type=Path, action="append", help="scenario file or directory (default: scenarios/)")
+    p.add_argument("--scenarios", type=Path, action="append",
+                   help="scenario file or directory (default: the project's, from its harness config, and the built-in suites)")
     sub = p.add_subparsers(dest="command", required=True)
+
+    init = sub.add_parser("init", help="make this directory a harness project: its config and a first scenario file")
+    init.add_argument("--model", required=True, help="a checkpoint directory, arch:CLASS (tiny random), ORG/NAME@REVISION "
+                      "(hub) or a zoo model (`harness list --models`)")
+    init.add_argument("--engine", default="reference", help="the engine the scenarios run on (default: reference)")
+    init.add_argument("--suite", help="the suite's name, the first part of every scenario id (default: from the model)")
+    init.add_argument("--dir", type=Path, default=Path("."), help="the project's directory (default: here)")
 
     ls = sub.add_parser("list", help="list scenarios")
     ls.add_argument("ids", nargs="*", help="ids or glob patterns, or suite names")
@@ -180,7 +187,7 @@ def build_parser() -> argparse.ArgumentParser:
     gold = sub.add_parser("golden", help="(re)make the goldens of suites")
     gold.add_argument("suites", nargs="*", help="suite names (default: every suite)")
     gold.add_argument("--device", choices=["cpu", "cuda"], default=os.environ.get("HARNESS_DEVICE", "cpu"))
-    gold.add_argument("--work-dir", type=Path, default=DEFAULT_REPORTS / "golden-runs")
+    gold.add_argument("--work-dir", type=Path, default=None, help="where the golden runs go (default: <report-dir>/golden-runs)")
 
     rep = sub.add_parser("report", help="rebuild a run's report, merge shard runs into one, or diff two runs")
     rep.add_argument("run_dir", type=Path, nargs="?", help="the run directory whose report to rebuild")
@@ -205,8 +212,15 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _main(argv: list[str] | None) -> int:
-    args = build_parser().parse_args(argv)
-    # neither needs (nor may fail on) the scenario files
+    try:
+        args = build_parser().parse_args(argv)  # the defaults read the project config
+        export_to_children()
+    except ProjectConfigError as exc:
+        print(f"harness: {exc}", file=sys.stderr)
+        return 2
+    # none of these needs (nor may fail on) the scenario files
+    if args.command == "init":
+        return cmd_init(args)
     if args.command == "conformance":
         from harness.conformance import main as conformance_main
 
@@ -227,6 +241,22 @@ def _main(argv: list[str] | None) -> int:
         print(f"harness: {exc}", file=sys.stderr)
         return 2
     return 2
+
+
+def cmd_init(args) -> int:
+    from harness.project_init import InitError, init_project
+
+    try:
+        done = init_project(args.dir, args.model, args.engine, args.suite)
+    except (InitError, ProjectConfigError) as exc:
+        print(f"harness init: {exc}", file=sys.stderr)
+        return 2
+    if done.config:
+        print(f"wrote the project config: {done.config}")
+    print(f"wrote {done.scenario_file}")
+    print(f"next: `harness golden {done.suite}` (commit golden/{done.suite}), then `harness run {done.suite}` "
+          f"or `pytest {done.scenario_file.parent.name}/`")
+    return 0
 
 
 def cmd_list(args, scenarios) -> int:
@@ -265,7 +295,7 @@ def harness_versions() -> dict:
 
     from harness.provenance import harness_provenance
 
-    return {"torch": torch.__version__, "python": sys.version.split()[0], **harness_provenance(PROJECT_ROOT)}
+    return {"torch": torch.__version__, "python": sys.version.split()[0], **harness_provenance()}
 
 
 def cmd_run(args, scenarios) -> int:
@@ -286,7 +316,7 @@ def cmd_run(args, scenarios) -> int:
         except envs.EnvError as exc:
             print(f"harness: {exc}", file=sys.stderr)
             return exit_codes.USAGE
-    plan = plan_run(args, scenarios, selected, PROJECT_ROOT)
+    plan = plan_run(args, scenarios, selected, project().root)
     chosen = plan.scenarios
     if not chosen:
         print("harness: nothing to run (no scenario matches)", file=sys.stderr)
@@ -419,7 +449,7 @@ def cmd_golden(args, scenarios) -> int:
     for name in names:  # one failing golden (an arch the engine cannot run) does not stop the others
         start = time.monotonic()
         try:
-            path = make_golden(goldens[name], args.work_dir, RunOptions(device=args.device))
+            path = make_golden(goldens[name], args.work_dir or reports_dir() / "golden-runs", RunOptions(device=args.device))
         except GoldenUnsupported as exc:  # not a failure: its scenarios will say `unsupported`
             print(f"golden {name}: skipped: {exc}", flush=True)
             continue

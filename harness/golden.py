@@ -24,8 +24,8 @@ from pathlib import Path
 
 from harness.contract.outputs import EngineOutputs
 from harness.jsonfile import read_json
+from harness.roots import golden_dir, golden_root
 
-DEFAULT_GOLDEN_DIR = Path(__file__).resolve().parent.parent / "golden"
 MANIFEST = "manifest.json"
 EVALS_FILE = "evals.json"  # the per-item eval results, beside the outputs
 # Manifest fields that must match for a golden to apply; the rest is information.
@@ -40,14 +40,6 @@ class GoldenError(RuntimeError):
     def __init__(self, message: str, headline: str | None = None):
         super().__init__(message)
         self.headline = headline or message.splitlines()[0]
-
-
-def golden_root() -> Path:
-    return Path(os.environ.get("HARNESS_GOLDEN_DIR", DEFAULT_GOLDEN_DIR))
-
-
-def golden_dir(suite: str) -> Path:
-    return golden_root() / suite
 
 
 def regenerate_hint(suite: str) -> str:
@@ -204,7 +196,7 @@ def store_golden(outputs_dir: Path, manifest: dict, evals: dict | None = None, d
     """Install a finished golden run as the suite's golden (replacing the old one whole).
     `evals`: the per-item eval results (evals.json); `drop`: workloads whose tensors are
     not kept (eval generations: their per-item results are what the golden holds)."""
-    target = golden_dir(manifest["suite"])
+    target = golden_root() / manifest["suite"]  # the project's, never the shipped suites' (read-only)
     staging = target.with_name(f".{target.name}.new")
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)

@@ -1,5 +1,8 @@
 """pytest as a way in: every scenario of a scenario file is one test item.
 
+Registered through the `pytest11` entry point: `pytest` in any project with the harness
+installed collects that project's scenario files (its harness config, harness/roots.py).
+
     pytest scenarios/                      every scenario
     pytest scenarios/ -m pr -n 2           the PR gate, two scenarios at a time (pytest-xdist)
     pytest "scenarios/llama-tiny.yaml::tp2-pp2-sp"
@@ -60,9 +63,24 @@ def _run_dir(config) -> Path:
 
 
 def pytest_collect_file(parent, file_path: Path):
-    if file_path.suffix in (".yaml", ".yml") and file_path.parent.name == "scenarios":
+    if file_path.suffix in (".yaml", ".yml") and _is_scenario_file(parent.config, file_path):
         return ScenarioFile.from_parent(parent, path=file_path)
     return None
+
+
+def _is_scenario_file(config, path: Path) -> bool:
+    """A YAML file in a directory named scenarios/, or among the scenario files and
+    directories of the project's harness config (harness/roots.py). The plugin is loaded
+    in every pytest session of an environment the harness is installed in, so it takes
+    no other YAML file for a scenario file."""
+    if path.parent.name == "scenarios":
+        return True
+    if not hasattr(config, "_harness_scenario_paths"):
+        from harness.roots import project
+
+        config._harness_scenario_paths = {p.resolve() for p in project(config.invocation_params.dir).scenarios}
+    chosen = config._harness_scenario_paths
+    return path.resolve() in chosen or path.parent.resolve() in chosen
 
 
 class ScenarioFile(pytest.File):

@@ -28,12 +28,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.contract.runspec import MEDIA
-from harness.roots import reports_dir
+from harness.roots import project, reports_dir
 from harness.rundir import SCENARIOS, VERDICT, scenario_dir_name, verdict_path
 from harness.scenario import Scenario, ScenarioError, find_one, load_scenarios, settings_label
 from harness.verdict import Verdict
 
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
 SCRIPT, REPORT, MODEL, IMAGES = "repro.py", "BUG.md", "model", "images"
 # A harness-built checkpoint up to this size is copied beside the script; a bigger one is pointed at.
 COPY_LIMIT_BYTES = 256 << 20
@@ -249,7 +248,7 @@ def bug_report(scenario: Scenario, case: dict, verdict: Verdict | None, verdict_
 
 def _relative(path: Path) -> str:
     try:
-        return str(Path(path).resolve().relative_to(PROJECT_ROOT))
+        return str(Path(path).resolve().relative_to(project().root))
     except ValueError:
         return str(path)
 

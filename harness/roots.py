@@ -1,27 +1,211 @@
-"""Where the harness keeps what it ships and what it builds.
+"""Where the harness finds what it ships, what a project keeps, and what it builds.
 
-`DATA_DIR` is the package's own data (vendored GSM8K, generated eval sets); the cache
-root ($HARNESS_CACHE, default ~/.cache/harness) holds what is built on demand and safe
-to delete: model checkpoints, checkpoint digests, engine probes, image files. Every
-entry under it is content-addressed or keyed by what made it, so concurrent runs and
-ranks may share it.
+Three kinds of place:
+- **shipped** with the harness: `DATA_DIR` (vendored GSM8K, eval sets) and the built-in
+  suites (`builtin_scenarios()`, `builtin_golden()`): inside the installed package
+  (harness/builtin/, copied there when the wheel is built: setup.py), or this source
+  checkout's scenarios/ and golden/ when the harness runs from its checkout.
+- **the project's**: an engine team keeps its own scenario files, goldens and reports in
+  its own repository. The project is found as pytest finds its rootdir: the nearest
+  directory, from the working directory upward, holding a `harness.toml` or a
+  `pyproject.toml` with a `[tool.harness]` table (`harness init` writes one). Paths in
+  it are relative to that directory; flags and $HARNESS_* variables override them.
+  Without a config the project root is the working directory. Nothing is ever written
+  into the installed package.
+- **the cache** ($HARNESS_CACHE, the project's `cache`, else ~/.cache/harness): what is
+  built on demand and safe to delete: model checkpoints, digests, engine probes, images.
+  Every entry is content-addressed or keyed by what made it, so concurrent runs and
+  ranks may share it.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
+import tomllib
+from dataclasses import dataclass
 from pathlib import Path
 
-DATA_DIR = Path(__file__).resolve().parent / "data"
-DEFAULT_REPORTS = Path(__file__).resolve().parent.parent / "reports"
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+PACKAGE_DIR = Path(__file__).resolve().parent
+DATA_DIR = PACKAGE_DIR / "data"
+CONFIG_FILE = "harness.toml"
+PYPROJECT = "pyproject.toml"
+BUILTIN_DIR = PACKAGE_DIR / "builtin"  # the wheel's copy of the built-in suites (setup.py)
+
+
+def source_checkout() -> Path | None:
+    """The source checkout this harness runs from (its scenarios/ beside the package),
+    or None for an installed wheel."""
+    root = PACKAGE_DIR.parent
+    return root if (root / PYPROJECT).is_file() and (root / "scenarios").is_dir() and not BUILTIN_DIR.is_dir() else None
+
+
+def _shipped(name: str) -> Path:
+    checkout = source_checkout()
+    return checkout / name if checkout else BUILTIN_DIR / name
+
+
+def builtin_scenarios() -> Path:
+    """The directory of the built-in scenario files (llama-tiny, the vllm suites ...)."""
+    return _shipped("scenarios")
+
+
+def builtin_golden() -> Path:
+    """The goldens of the built-in suites."""
+    return _shipped("golden")
+
+
+class ProjectConfigError(ValueError):
+    """A harness.toml or [tool.harness] table that cannot be used, with the file and key."""
+
+
+class _Config(BaseModel):
+    """The keys of a project config; every one optional."""
+
+    model_config = ConfigDict(extra="forbid")
+    scenarios: list[str] | str = "scenarios"  # scenario files or directories
+    golden: str = "golden"
+    reports: str = "reports"
+    cache: str | None = None
+    builtin_suites: bool = True  # list and run the harness's own suites beside the project's
+
+
+@dataclass(frozen=True)
+class Project:
+    root: Path  # the config's directory, else the working directory
+    config_file: Path | None  # None: no config found
+    scenarios: tuple[Path, ...]  # the project's own scenario files and directories
+    golden: Path
+    reports: Path
+    cache: Path | None
+    builtin_suites: bool = True
+
+
+def find_config(start: Path | None = None) -> tuple[Path, dict] | None:
+    """(config file, its harness table) of the nearest project at or above `start`."""
+    here = (start or Path.cwd()).resolve()
+    for directory in (here, *here.parents):
+        own = directory / CONFIG_FILE
+        if own.is_file():
+            return own, _read_toml(own)
+        pyproject = directory / PYPROJECT
+        if pyproject.is_file():
+            table = _read_toml(pyproject).get("tool", {}).get("harness")
+            if table is not None:
+                return pyproject, table
+    return None
+
+
+def _read_toml(path: Path) -> dict:
+    try:
+        return tomllib.loads(path.read_text())
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise ProjectConfigError(f"{path}: cannot read the project config: {exc}") from None
+
+
+def project(start: Path | None = None) -> Project:
+    """The project the working directory (or `start`) belongs to."""
+    found = find_config(start)
+    if found is None:
+        root, config_file, raw = (start or Path.cwd()).resolve(), None, {}
+    else:
+        config_file, raw = found
+        root = config_file.parent
+    try:
+        config = _Config.model_validate(raw)
+    except ValidationError as exc:
+        where = f"{config_file}" + ("" if config_file and config_file.name == CONFIG_FILE else " [tool.harness]")
+        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or '(table)'}: {e['msg']}" for e in exc.errors())
+        raise ProjectConfigError(f"{where}: {problems} (keys: {', '.join(_Config.model_fields)})") from None
+    scenarios = [config.scenarios] if isinstance(config.scenarios, str) else config.scenarios
+    return Project(root=root, config_file=config_file, scenarios=tuple(_under(root, p) for p in scenarios),
+                   golden=_under(root, config.golden), reports=_under(root, config.reports),
+                   cache=_under(root, config.cache) if config.cache else None, builtin_suites=config.builtin_suites)
+
+
+def _under(root: Path, path: str) -> Path:
+    given = Path(path).expanduser()
+    return given if given.is_absolute() else root / given
+
+
+def scenario_paths() -> list[Path]:
+    """Where `harness list/run` and the pytest plugin read scenario files by default: the
+    project's (those that exist), then the built-in suites unless the project turned them
+    off; a directory named twice (this checkout is both) is read once."""
+    here = project()
+    paths = [p for p in here.scenarios if p.exists()]
+    if here.builtin_suites:
+        paths.append(builtin_scenarios())
+    unique: dict[Path, Path] = {}
+    for p in paths:
+        unique.setdefault(p.resolve(), p)
+    return list(unique.values())
+
+
+def golden_root() -> Path:
+    """Where goldens are written: $HARNESS_GOLDEN_DIR, else the project's golden dir."""
+    given = os.environ.get("HARNESS_GOLDEN_DIR")
+    return Path(given) if given else project().golden
+
+
+def golden_dir(suite: str) -> Path:
+    """Where the golden of `suite` is read from: the project's, else a built-in suite's
+    shipped golden (unless $HARNESS_GOLDEN_DIR names the only place to look)."""
+    own = golden_root() / suite
+    if own.exists() or os.environ.get("HARNESS_GOLDEN_DIR"):
+        return own
+    shipped = builtin_golden() / suite
+    return shipped if shipped.exists() else own
 
 
 def reports_dir(given: Path | str | None = None) -> Path:
     """Where runs are written: the given directory, else $HARNESS_REPORTS_DIR, else the
-    project's reports/."""
-    return Path(given or os.environ.get("HARNESS_REPORTS_DIR") or DEFAULT_REPORTS)
+    project's reports directory."""
+    return Path(given or os.environ.get("HARNESS_REPORTS_DIR") or project().reports)
+
+
+def cache_root() -> Path:
+    given = os.environ.get("HARNESS_CACHE")
+    if given:
+        return Path(given)
+    return project().cache or Path.home() / ".cache" / "harness"
 
 
 def cache_dir(kind: str) -> Path:
     """`<cache root>/<kind>`, e.g. cache_dir("models")."""
-    return Path(os.environ.get("HARNESS_CACHE", Path.home() / ".cache" / "harness")) / kind
+    return cache_root() / kind
+
+
+def export_to_children() -> None:
+    """Put the project's cache into the environment, so that ranks and engine processes,
+    whatever their working directory, share the harness process's cache."""
+    os.environ.setdefault("HARNESS_CACHE", str(cache_root()))
+
+
+def project_path(path: str | Path) -> Path:
+    """A path a user wrote in a scenario or option (an interpreter, a checkpoint),
+    relative to the project root."""
+    given = Path(path).expanduser()
+    return given if given.is_absolute() else project().root / given
+
+
+def import_root() -> Path:
+    """A directory on which `import harness` finds this harness and nothing else: what an
+    engine's own interpreter (vLLM's venv, transformers') gets on PYTHONPATH. The
+    checkout's root is one; site-packages is not (it would shadow the engine's own torch),
+    so an installed harness gets a directory in the cache holding a link to the package."""
+    checkout = source_checkout()
+    if checkout:
+        return checkout
+    key = hashlib.sha256(str(PACKAGE_DIR).encode()).hexdigest()[:12]
+    root = cache_dir("import") / key
+    link = root / "harness"
+    if not link.exists():
+        root.mkdir(parents=True, exist_ok=True)
+        tmp = root / f".harness.{os.getpid()}"
+        tmp.unlink(missing_ok=True)
+        tmp.symlink_to(PACKAGE_DIR, target_is_directory=True)
+        os.replace(tmp, link)
+    return root

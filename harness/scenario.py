@@ -40,7 +40,6 @@ AxisValue = Union[bool, int, str]  # bool first: YAML `true` must stay a bool
 # The model axis: its values name the entries of a suite's `archs:`, each its own model
 # with its own golden; the engine never sees it (it is not a parallel setting).
 ARCH_AXIS = "arch"
-DEFAULT_SCENARIO_DIR = Path(__file__).resolve().parent.parent / "scenarios"
 
 
 # Axes whose value is a number of ranks, for every engine (engines/base.py).
@@ -610,9 +609,12 @@ def load_suite(path: Path) -> SuiteFile:
 
 
 def load_scenarios(paths: list[Path] | None = None) -> list[Scenario]:
-    """Every scenario of the given files or directories (default: scenarios/)."""
+    """Every scenario of the given files or directories (default: the project's scenario
+    files and the built-in suites, harness/roots.py)."""
+    from harness.roots import scenario_paths
+
     files: list[Path] = []
-    for p in paths or [DEFAULT_SCENARIO_DIR]:
+    for p in paths or scenario_paths():
         p = Path(p)
         if p.is_dir():
             files += sorted(p.glob("*.yaml")) + sorted(p.glob("*.yml"))

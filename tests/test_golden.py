@@ -8,6 +8,7 @@ import torch
 
 from harness import golden as goldens
 from harness.contract.outputs import EngineOutputs
+from harness.roots import builtin_golden
 
 
 def manifest(**overrides):
@@ -98,11 +99,11 @@ def test_a_file_added_after_storing_is_not_trusted(stored):
         goldens.load_golden(manifest())
 
 
-COMMITTED = sorted(str(p.parent.relative_to(goldens.DEFAULT_GOLDEN_DIR))
-                   for p in goldens.DEFAULT_GOLDEN_DIR.glob(f"**/{goldens.MANIFEST}"))
+COMMITTED = sorted(str(p.parent.relative_to(builtin_golden()))
+                   for p in builtin_golden().glob(f"**/{goldens.MANIFEST}"))
 
 
 @pytest.mark.parametrize("key", COMMITTED)  # a suite, or suite/arch for a suite with an arch axis
 def test_every_committed_golden_carries_matching_digests(key):
-    directory = goldens.DEFAULT_GOLDEN_DIR / key
+    directory = builtin_golden() / key
     goldens.verify_files(directory, json.loads((directory / goldens.MANIFEST).read_text()), key)

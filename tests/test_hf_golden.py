@@ -23,7 +23,8 @@ from harness.engines import get_engine
 from harness.judge.compare import compare_outputs, tolerance_for
 from harness.launch import run_ranks
 from harness.models import tiny_vllm
-from harness.scenario import DEFAULT_SCENARIO_DIR, load_suite
+from harness.roots import builtin_scenarios
+from harness.scenario import load_suite
 from tests.kit import scaled
 
 pytestmark = pytest.mark.e2e  # runs the hf engine's rank per golden
@@ -37,7 +38,7 @@ def vllm_goldens() -> list[tuple[Path, str]]:
     architecture only vLLM defines (harness/models/tiny_vllm.py) has no transformers model
     to check against: its golden is vLLM's own, and scenarios/vllm-native-archs.yaml says so."""
     found = []
-    for path in sorted(DEFAULT_SCENARIO_DIR.glob("vllm-*.yaml")):
+    for path in sorted(builtin_scenarios().glob("vllm-*.yaml")):
         suite = load_suite(path)
         if suite.dtype != "float32" or not suite.workloads:  # an evals-only golden holds answers, not logits
             continue

@@ -28,6 +28,7 @@ LAYERS = {
     "scenario": 3,
     "envs": 4,  # engine environments (--engine-env): asks the engines, installs releases, versions scenarios
     "workloads": 4, "plan": 4,
+    "project_init": 4,  # `harness init`: a project's config and first scenario file, checked as any scenario file
     "evals": 5,
     "repro": 5,  # `harness repro`: a scenario as a standalone script (below what runs or bisects)
     # orchestration and output

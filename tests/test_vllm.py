@@ -90,15 +90,15 @@ def test_every_tiny_multimodal_prompt_marks_its_images_as_vllm_expects():
     model class says a prompt marks one (get_placeholder_str), for every arch of the
     multimodal sweep."""
     from harness import chat, models
-    from harness.engines.vllm import DEFAULT_PYTHON
+    from harness.engines.vllm import default_python
     from harness.scenario import load_suite
 
     suite = load_suite(ROOT / "scenarios" / "vllm-mm-archs.yaml")
-    archs = {a.arch: models.resolve(a, str(DEFAULT_PYTHON)).directory for a in suite.archs.values()}
+    archs = {a.arch: models.resolve(a, str(default_python())).directory for a in suite.archs.values()}
     ask = ("import json, sys\n"
            "from vllm.model_executor.models.registry import ModelRegistry\n"
            "print(json.dumps({a: ModelRegistry._try_load_model_cls(a).get_placeholder_str('image', 1) for a in sys.argv[1:]}))")
-    done = subprocess.run([str(DEFAULT_PYTHON), "-c", ask, *archs], capture_output=True, text=True, timeout=600)
+    done = subprocess.run([str(default_python()), "-c", ask, *archs], capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     vllm_marks = json.loads(done.stdout.strip().splitlines()[-1])
     for arch, directory in archs.items():

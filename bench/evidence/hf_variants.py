@@ -42,7 +42,8 @@ from harness.contract.outputs import EngineOutputs
 from harness.contract.runspec import RunSpec
 from harness.engines.hf import worker
 from harness.judge.compare import compare_logprobs, tolerance_for
-from harness.scenario import DEFAULT_SCENARIO_DIR, load_suite
+from harness.roots import builtin_scenarios
+from harness.scenario import load_suite
 
 
 def typed(value: int):
@@ -103,7 +104,7 @@ VARIANTS = {  # name -> (labelled Prompter classes, a patch of transformers appl
 
 def compare(key: str, variant: str) -> None:
     suite_name, arch = key.split("/")
-    suite = load_suite(DEFAULT_SCENARIO_DIR / f"{suite_name}.yaml")
+    suite = load_suite(builtin_scenarios() / f"{suite_name}.yaml")
     model = models.resolve(suite.archs[arch], sys.executable)
     resolved = wl.resolve(suite.workloads, model.directory)
     golden = EngineOutputs.load(goldens.golden_dir(key))

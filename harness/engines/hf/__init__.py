@@ -14,13 +14,12 @@ from __future__ import annotations
 
 import os
 import sys
-from pathlib import Path
 
+from harness import roots
 from harness.contract.launchplan import LaunchPlan
 from harness.contract.runspec import RunSpec
 from harness.engines.base import Engine
 
-PROJECT_ROOT = Path(__file__).resolve().parents[3]
 PYTHON_ENV = "HARNESS_HF_PYTHON"
 
 
@@ -30,8 +29,7 @@ class HfEngine(Engine):
 
     def python(self) -> str:
         chosen = self.options.get("python") or os.environ.get(PYTHON_ENV) or sys.executable
-        path = Path(chosen)
-        return str(path if path.is_absolute() else PROJECT_ROOT / path)
+        return str(roots.project_path(chosen))
 
     def unavailable_reason(self) -> str | None:
         python = self.python()
@@ -45,7 +43,7 @@ class HfEngine(Engine):
 
     def launch_plan(self, spec: RunSpec, spec_path: str) -> LaunchPlan:
         env = {
-            "PYTHONPATH": os.pathsep.join(filter(None, [str(PROJECT_ROOT), os.environ.get("PYTHONPATH")])),
+            "PYTHONPATH": os.pathsep.join(filter(None, [str(roots.import_root()), os.environ.get("PYTHONPATH")])),
             "HF_HUB_OFFLINE": "1",
             "TRANSFORMERS_OFFLINE": "1",
         }

@@ -23,14 +23,14 @@ import os
 import subprocess
 from pathlib import Path
 
+from harness import roots
 from harness.contract.launchplan import LaunchPlan
 from harness.contract.runspec import RunSpec
 from harness.engines import compile_cache
 from harness.engines.base import Engine
 from harness.engines.vllm.crash import root_cause
 
-PROJECT_ROOT = Path(__file__).resolve().parents[3]
-DEFAULT_PYTHON = PROJECT_ROOT / ".venv-vllm" / "bin" / "python"
+VENV_PYTHON = Path(".venv-vllm") / "bin" / "python"  # where `make install-vllm` puts vLLM's interpreter
 PYTHON_ENV = "HARNESS_VLLM_PYTHON"
 INSTALL_HINT = "run `make install-vllm` (or point engine_options.python / $HARNESS_VLLM_PYTHON at a Python with vllm)"
 PROBE_TIMEOUT_S = 300
@@ -42,9 +42,8 @@ class VllmEngine(Engine):
     axes = {"tp": None, "pp": None, "sp": (False, True), "compile": (False, True)}
 
     def python(self) -> Path:
-        chosen = self.options.get("python") or os.environ.get(PYTHON_ENV) or str(DEFAULT_PYTHON)
-        path = Path(chosen)
-        return path if path.is_absolute() else PROJECT_ROOT / path
+        chosen = self.options.get("python") or os.environ.get(PYTHON_ENV)
+        return roots.project_path(chosen) if chosen else default_python()
 
     def unavailable_reason(self) -> str | None:
         python = self.python()
@@ -105,7 +104,7 @@ class VllmEngine(Engine):
 
     def launch_plan(self, spec: RunSpec, spec_path: str) -> LaunchPlan:
         env = {
-            "PYTHONPATH": os.pathsep.join(filter(None, [str(PROJECT_ROOT), os.environ.get("PYTHONPATH")])),
+            "PYTHONPATH": os.pathsep.join(filter(None, [str(roots.import_root()), os.environ.get("PYTHONPATH")])),
             # nothing may come from a hub; a missing local file must fail, not download
             "HF_HUB_OFFLINE": "1",
             "TRANSFORMERS_OFFLINE": "1",
@@ -146,13 +145,20 @@ class VllmEngine(Engine):
         torchvision swap), into venv_dir."""
         env = {**os.environ, "VLLM_VERSION": version}
         done = subprocess.run(["bash", str(Path(__file__).parent / "install.sh"), str(venv_dir)], env=env,
-                              stdout=log, stderr=subprocess.STDOUT, cwd=PROJECT_ROOT)
+                              stdout=log, stderr=subprocess.STDOUT)
         if done.returncode != 0:
             raise RuntimeError(f"installing vllm {version} failed (exit {done.returncode}); see {getattr(log, 'name', 'the log')}")
 
     def versions(self) -> dict[str, str]:
         probe = self.probe()
         return {"engine": self.name, **{k: probe[k] for k in ("vllm", "torch", "transformers", "python")}}
+
+
+def default_python() -> Path:
+    """The project's .venv-vllm, else the one of the checkout this harness runs from."""
+    places = [roots.project().root, roots.source_checkout()]
+    found = [root / VENV_PYTHON for root in places if root and (root / VENV_PYTHON).exists()]
+    return found[0] if found else roots.project().root / VENV_PYTHON
 
 
 def _has_nvidia_gpu() -> bool:
@@ -213,10 +219,10 @@ def _cached_probe(python: Path, key: str, args: list[str] = ()) -> dict:
 def _run_probe(python: Path, args: list[str] = ()) -> dict:
     from harness.engines import EngineUnavailable
 
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(PROJECT_ROOT), os.environ.get("PYTHONPATH")]))}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(roots.import_root()), os.environ.get("PYTHONPATH")]))}
     try:
         done = subprocess.run([str(python), "-m", "harness.engines.vllm.probe", *args], env=env, capture_output=True,
-                              text=True, timeout=PROBE_TIMEOUT_S, cwd=PROJECT_ROOT)
+                              text=True, timeout=PROBE_TIMEOUT_S)
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise EngineUnavailable(f"engine 'vllm': cannot run {python} ({exc}); {INSTALL_HINT}") from None
     lines = [ln for ln in done.stdout.splitlines() if ln.startswith("HARNESS-PROBE ")]

@@ -1,0 +1,155 @@
+"""`harness init`: make a directory (an engine's repository) a harness project.
+
+Writes the project config (a `[tool.harness]` table appended to an existing
+pyproject.toml, else a harness.toml) and a first scenario file for the user's own model,
+checked by the same rules as any scenario file before it is written. Nothing existing is
+overwritten: a config already there is kept, a scenario file already there is an error.
+"""
+
+from __future__ import annotations
+
+import re
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from harness.roots import CONFIG_FILE, PYPROJECT, find_config
+from harness.scenario import ID_PART, ScenarioError, expand, load_suite
+
+CONFIG_TABLE = """\
+# The harness's project config (harness/roots.py of the harness): paths are relative to this file.
+scenarios = ["scenarios"]   # scenario files or directories: `harness list`, `harness run`, `pytest`
+golden = "golden"           # goldens (`harness golden SUITE`): commit them
+reports = "reports"         # run directories: summary.md, report.html, junit.xml
+builtin_suites = true       # list and run the harness's own suites (llama-tiny, vllm-*) too
+"""
+
+# Two workloads every engine serves: teacher-forced logprobs (a failure names its layer)
+# and greedy decoding through the KV cache.
+WORKLOADS = [
+    {"name": "logits", "kind": "logprobs", "prompts": "gsm8k-test", "num_prompts": 4, "top_k": 20, "capture_hidden": True},
+    {"name": "greedy", "kind": "greedy", "prompts": "gsm8k-test", "num_prompts": 4, "max_new_tokens": 16, "top_k": 20},
+]
+
+
+class InitError(ValueError):
+    """What `harness init` cannot do, and what to give it instead."""
+
+
+@dataclass
+class Written:
+    config: Path | None  # None: the directory already had a config, kept as it was
+    scenario_file: Path
+    suite: str
+
+
+def model_entry(model: str) -> str | dict:
+    """The scenario file's `model:` for what the user typed: an existing checkpoint
+    directory, `arch:CLASS` (a tiny random checkpoint), `ORG/NAME@REVISION` (a hub model
+    at a pinned revision) or a zoo name."""
+    if model.startswith("arch:"):
+        return {"arch": model.removeprefix("arch:"), "seed": 0}
+    path = Path(model).expanduser()
+    if path.is_dir():
+        if not (path / "config.json").is_file():
+            raise InitError(f"{path} has no config.json: give a Hugging Face checkpoint directory")
+        return {"path": str(path.resolve())}
+    hub = model.removeprefix("hub:")
+    if re.fullmatch(r"[\w.-]+/[\w.-]+(@\S+)?", hub):
+        name, _, revision = hub.partition("@")
+        if not revision:
+            raise InitError(f"pin the hub model's revision, so the golden stays what it was made on: {name}@<commit>")
+        return {"hub": name, "revision": revision}
+    from harness import zoo
+
+    if zoo.has_model(model):
+        return model
+    raise InitError(f"'{model}' is no checkpoint directory, arch:CLASS, ORG/NAME@REVISION or zoo model "
+                    f"({', '.join(zoo.model_names())})")
+
+
+def suite_name(model: str) -> str:
+    text = model.removeprefix("arch:").removeprefix("hub:").split("@")[0].rstrip("/")
+    name = re.sub(r"[^a-z0-9.-]+", "-", Path(text).name.lower()).strip(".-")
+    return name if ID_PART.fullmatch(name) else "my-model"
+
+
+def suite_raw(suite: str, model: str | dict, engine: str, axes: dict[str, tuple | None]) -> dict:
+    """A first scenario file: the golden is the engine unparallelised and eager; the
+    matrix is tp and pp at 1 and 2 (as far as the engine allows) and every boolean
+    switch the engine declares (compile, sp)."""
+    matrix: dict[str, list] = {}
+    for axis in ("tp", "pp"):
+        allowed = axes.get(axis)
+        matrix[axis] = [v for v in (1, 2) if allowed is None or v in allowed]
+    for axis, allowed in axes.items():
+        if axis not in matrix and allowed is not None and set(allowed) == {False, True}:
+            matrix[axis] = [False, True]
+    raw = {
+        "suite": suite,
+        "description": f"{suite} on {engine}: parallel settings against the engine unparallelised (written by harness init)",
+        "engine": engine, "model": model, "dtype": "float32", "timeout_s": 600,
+        "workloads": WORKLOADS, "golden": {axis: values[0] for axis, values in matrix.items()}, "matrix": matrix,
+    }
+    if len(matrix.get("sp", [])) > 1 and 2 in matrix["tp"]:
+        raw["exclude"] = [{"tp": 1, "sp": True}]  # sequence parallelism shards over TP ranks
+    return raw
+
+
+def _gates(raw: dict, where: Path) -> dict:
+    """The PR gate: the golden's own setting and each setting that changes one axis from
+    it; the nightly: every setting."""
+    scenarios = _check(raw, where)
+    golden = raw["golden"]
+    one_change = [s.name for s in scenarios if sum(s.settings.get(a) != v for a, v in golden.items()) <= 1]
+    return {"pr": one_change, "nightly": ["*"]}
+
+
+def init_project(directory: Path, model: str, engine: str = "reference", suite: str | None = None) -> Written:
+    from harness.engines import declared_axes
+
+    directory = directory.resolve()
+    axes = declared_axes(engine)
+    if axes is None:
+        raise InitError(f"engine '{engine}' cannot be loaded here (`harness list --engines` shows the engines)")
+    suite = suite or suite_name(model)
+    if not ID_PART.fullmatch(suite):
+        raise InitError(f"suite name '{suite}': lower-case letters, digits, '.' and '-' (it starts every scenario id)")
+    scenario_file = directory / "scenarios" / f"{suite}.yaml"
+    if scenario_file.exists():
+        raise InitError(f"{scenario_file} exists; give another --suite name (nothing was written)")
+    raw = suite_raw(suite, model_entry(model), engine, axes)
+    raw["gates"] = _gates(raw, scenario_file)
+    _check(raw, scenario_file)
+    text = yaml.safe_dump(raw, sort_keys=False, default_flow_style=None, width=120)
+    config = _write_config(directory)
+    scenario_file.parent.mkdir(parents=True, exist_ok=True)
+    scenario_file.write_text(text)
+    return Written(config, scenario_file, suite)
+
+
+def _check(raw: dict, where: Path) -> list:
+    """The file is held to the rules of any scenario file before it is written."""
+    with tempfile.TemporaryDirectory() as tmp:
+        probe = Path(tmp) / where.name
+        probe.write_text(yaml.safe_dump(raw, sort_keys=False))
+        try:
+            return expand(load_suite(probe), where)
+        except ScenarioError as exc:
+            raise InitError(f"the scenario file would not be valid: {exc}") from None
+
+
+def _write_config(directory: Path) -> Path | None:
+    found = find_config(directory)
+    if found and found[0].parent == directory:
+        return None
+    pyproject = directory / PYPROJECT
+    if pyproject.is_file():
+        with pyproject.open("a") as f:
+            f.write("\n[tool.harness]\n" + CONFIG_TABLE)
+        return pyproject
+    config = directory / CONFIG_FILE
+    config.write_text(CONFIG_TABLE)
+    return config

@@ -1,0 +1,116 @@
+"""The project config (harness/roots.py) and `harness init` (harness/project_init.py),
+in-process: a config is found upward from the working directory as pytest finds its
+rootdir, its paths are relative to it, $HARNESS_* overrides it, a bad key is an error
+naming the file and the keys there are, the built-in suites' goldens are read but never
+written, and `harness init` writes a config and a valid first scenario file without
+overwriting anything. tests/test_wheel.py runs all of it from an installed wheel."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from harness import roots
+from harness.project_init import InitError, init_project, model_entry
+from harness.scenario import expand, load_scenarios, load_suite
+
+
+@pytest.fixture(autouse=True)
+def no_overrides(monkeypatch):
+    for name in ("HARNESS_GOLDEN_DIR", "HARNESS_REPORTS_DIR", "HARNESS_CACHE"):
+        monkeypatch.delenv(name, raising=False)
+
+
+def test_config_is_found_upward_and_its_paths_are_relative_to_it(tmp_path, monkeypatch):
+    (tmp_path / "pyproject.toml").write_text('[project]\nname = "engine"\n\n[tool.harness]\nscenarios = ["tests/harness"]\n'
+                                            'golden = "tests/golden"\ncache = "cache"\nbuiltin_suites = false\n')
+    deep = tmp_path / "src" / "engine"
+    deep.mkdir(parents=True)
+    monkeypatch.chdir(deep)
+    here = roots.project()
+    assert here.root == tmp_path and here.config_file == tmp_path / "pyproject.toml"
+    assert here.scenarios == (tmp_path / "tests" / "harness",)
+    assert roots.golden_root() == tmp_path / "tests" / "golden"
+    assert roots.reports_dir() == tmp_path / "reports"  # the default, under the project root
+    assert roots.cache_dir("models") == tmp_path / "cache" / "models"
+    assert roots.scenario_paths() == []  # its scenario dir does not exist yet; no built-in suites
+
+
+def test_environment_overrides_the_config(tmp_path, monkeypatch):
+    (tmp_path / "harness.toml").write_text('golden = "g"\nreports = "r"\n')
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HARNESS_GOLDEN_DIR", str(tmp_path / "elsewhere"))
+    monkeypatch.setenv("HARNESS_REPORTS_DIR", str(tmp_path / "runs"))
+    assert roots.golden_root() == tmp_path / "elsewhere"
+    assert roots.reports_dir() == tmp_path / "runs"
+    assert roots.reports_dir(tmp_path / "flag") == tmp_path / "flag"  # a flag beats both
+
+
+def test_a_pyproject_without_a_harness_table_is_not_a_project(tmp_path, monkeypatch):
+    (tmp_path / "pyproject.toml").write_text('[project]\nname = "x"\n')
+    inner = tmp_path / "inner"
+    inner.mkdir()
+    (inner / "pyproject.toml").write_text('[project]\nname = "y"\n')
+    monkeypatch.chdir(inner)
+    here = roots.project()
+    assert here.config_file is None and here.root == inner  # no config: the working directory is the root
+
+
+def test_a_bad_key_names_the_file_and_the_keys(tmp_path, monkeypatch):
+    (tmp_path / "harness.toml").write_text('scenario = "typo"\n')
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(roots.ProjectConfigError, match=r"harness.toml: scenario: .*keys: scenarios, golden"):
+        roots.project()
+
+
+def test_builtin_goldens_are_read_but_written_to_the_project(tmp_path, monkeypatch):
+    (tmp_path / "harness.toml").write_text("")
+    monkeypatch.chdir(tmp_path)
+    assert roots.golden_dir("llama-tiny") == roots.builtin_golden() / "llama-tiny"
+    assert roots.golden_root() == tmp_path / "golden"  # where `harness golden llama-tiny` would write
+    (tmp_path / "golden" / "llama-tiny").mkdir(parents=True)
+    assert roots.golden_dir("llama-tiny") == tmp_path / "golden" / "llama-tiny"  # the project's own wins
+    suites = {s.suite.suite for s in load_scenarios()}
+    assert "llama-tiny" in suites  # the built-in suites are listed in any project by default
+
+
+def test_import_root_holds_only_the_harness():
+    root = roots.import_root()
+    assert (root / "harness" / "__init__.py").is_file()
+    assert not (root / "torch").exists()  # never site-packages: it would shadow an engine's own torch
+
+
+def test_init_writes_a_config_and_a_valid_scenario_file(tmp_path):
+    done = init_project(tmp_path, "tiny-llama", suite="mine")
+    assert done.config == tmp_path / "harness.toml"
+    suite = load_suite(done.scenario_file)
+    scenarios = {s.name: s for s in expand(suite, done.scenario_file)}
+    assert suite.model == "tiny-llama" and suite.engine == "reference"
+    assert {"tp1-pp1", "tp2-pp1", "tp1-pp2", "tp2-pp2-sp"} <= set(scenarios)
+    pr = yaml.safe_load(done.scenario_file.read_text())["gates"]["pr"]
+    assert "tp1-pp1" in pr and "tp2-pp1" in pr and "tp2-pp2" not in pr  # one change from the golden at a time
+    with pytest.raises(InitError, match="exists"):
+        init_project(tmp_path, "tiny-llama", suite="mine")
+    again = init_project(tmp_path, "tiny-qwen3")
+    assert again.config is None  # the config already there is kept as it was
+
+
+def test_init_appends_to_an_existing_pyproject(tmp_path):
+    (tmp_path / "pyproject.toml").write_text('[project]\nname = "engine"\n')
+    done = init_project(tmp_path, "arch:Qwen3ForCausalLM", engine="hf")
+    assert done.config == tmp_path / "pyproject.toml"
+    assert roots.find_config(tmp_path)[0] == tmp_path / "pyproject.toml"
+    assert yaml.safe_load(done.scenario_file.read_text())["matrix"] == {"tp": [1], "pp": [1]}  # what hf allows
+
+
+def test_model_entries(tmp_path):
+    (tmp_path / "config.json").write_text("{}")
+    assert model_entry(str(tmp_path)) == {"path": str(tmp_path.resolve())}
+    assert model_entry("arch:LlamaForCausalLM") == {"arch": "LlamaForCausalLM", "seed": 0}
+    assert model_entry("org/name@abc123") == {"hub": "org/name", "revision": "abc123"}
+    with pytest.raises(InitError, match="pin the hub model's revision"):
+        model_entry("org/name")
+    with pytest.raises(InitError, match="no config.json"):
+        model_entry(str(tmp_path / ".."))
+    with pytest.raises(InitError, match="zoo model"):
+        model_entry("nonsense")

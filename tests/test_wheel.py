@@ -1,0 +1,100 @@
+"""The harness as an engine's repository uses it: built as a wheel, installed into a
+fresh venv, and run in an empty project that is not this checkout.
+
+`harness init` writes the project config and a first scenario file; `harness golden`,
+`harness run` and `pytest` (the plugin registered through pytest11, no conftest.py)
+then work there, the built-in suites run against their shipped goldens, and the
+installed package is left exactly as it was installed (nothing is written into
+site-packages).
+
+The venv sees the system's site-packages (torch and the other dependencies are
+installed there by `make install`; a second copy of torch is several hundred MB), so
+the test checks that `import harness` in it is the wheel's copy, not this checkout.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from harness.plan.devices import LOCK_DIR_ENV
+from tests.kit import ROOT, run_process
+
+pytestmark = pytest.mark.e2e
+
+
+def _source_copy(dest: Path) -> Path:
+    """The checkout's files as git sees them (tracked and new, not ignored): what a
+    clean clone would build, without this checkout's build/ or reports/."""
+    files = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z"], cwd=ROOT,
+                           capture_output=True, check=True).stdout.decode().split("\0")
+    for name in filter(None, files):
+        src = ROOT / name
+        if src.is_file():
+            (dest / name).parent.mkdir(parents=True, exist_ok=True)
+            (dest / name).write_bytes(src.read_bytes())
+    return dest
+
+
+def _package_files(site: Path) -> dict[str, int]:
+    return {str(p.relative_to(site)): p.stat().st_mtime_ns for p in (site / "harness").rglob("*")
+            if "__pycache__" not in p.parts}
+
+
+@pytest.fixture(scope="module")
+def venv(tmp_path_factory) -> Path:
+    work = tmp_path_factory.mktemp("wheel")
+    src = _source_copy(work / "src")
+    run_process([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(work / "dist"), str(src)],
+                600, "pip wheel of the harness", capture_output=True, text=True, check=True)
+    (wheel,) = (work / "dist").glob("harness-*.whl")
+    venv = work / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True)
+    run_process([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--no-deps", str(wheel)], 600,
+                "pip install of the wheel", capture_output=True, text=True, check=True)
+    return venv
+
+
+def _in_project(venv: Path, project: Path, *cmd: str, timeout: float = 600) -> subprocess.CompletedProcess:
+    """A command of the venv, run in the project as its user would: nothing of this
+    checkout on PYTHONPATH, no HARNESS_* setting of the test session but its device
+    lock directory (tests/conftest.py)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HARNESS_") and k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    env.update(PATH=f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}", **{LOCK_DIR_ENV: os.environ.get(LOCK_DIR_ENV, "")})
+    env["HARNESS_CACHE"] = os.environ.get("HARNESS_CACHE", str(Path.home() / ".cache" / "harness"))  # the built models, shared
+    done = run_process(list(cmd), timeout, " ".join(cmd[:3]), cwd=project, env={k: v for k, v in env.items() if v},
+                       capture_output=True, text=True)
+    assert done.returncode == 0, f"{' '.join(cmd)} exited {done.returncode}:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    return done
+
+
+def test_installed_wheel_works_in_an_empty_project(venv, tmp_path):
+    python = str(venv / "bin" / "python")
+    project = tmp_path / "engine-repo"
+    project.mkdir()
+    where = _in_project(venv, project, python, "-c", "import harness, sysconfig; print(harness.__file__); print(sysconfig.get_paths()['purelib'])")
+    package, site = where.stdout.split()
+    assert Path(package).is_relative_to(venv), f"the venv imports {package}, not the wheel"
+    installed = _package_files(Path(site))
+
+    init = _in_project(venv, project, "harness", "init", "--model", "tiny-llama", "--suite", "mine")
+    assert (project / "harness.toml").is_file() and (project / "scenarios" / "mine.yaml").is_file(), init.stdout
+    _in_project(venv, project, "harness", "golden", "mine")
+    assert (project / "golden" / "mine" / "manifest.json").is_file()
+
+    _in_project(venv, project, "harness", "run", "mine/tp1-pp1", "mine/tp2-pp1", "llama-tiny/tp1-pp1", "--run-id", "first")
+    run = project / "reports" / "first"
+    verdicts = {json.loads(p.read_text())["scenario"]: json.loads(p.read_text())["verdict"] for p in run.glob("scenarios/*/verdict.json")}
+    # the project's own suite against its new golden; a built-in suite against its shipped golden
+    assert verdicts == {"mine/tp1-pp1": "pass", "mine/tp2-pp1": "pass", "llama-tiny/tp1-pp1": "pass"}, verdicts
+
+    session = _in_project(venv, project, python, "-m", "pytest", "-p", "no:cacheprovider", "-k", "tp2-pp2 and not sp and not compile and not kvc")
+    assert "1 passed" in session.stdout, session.stdout[-2000:]
+    assert list((project / "reports").glob("pytest-*/summary.md")), "the pytest session wrote no report"
+
+    assert _package_files(Path(site)) == installed, "a run wrote into the installed package"
