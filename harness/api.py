@@ -32,7 +32,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Union
+from typing import Any, Union
 
 from harness import runner
 from harness.contract.outputs import EngineOutputs
@@ -225,8 +225,8 @@ def assert_settings_agree(model: str | Mapping | os.PathLike, a: Mapping, b: Map
     harness's checks. Returns the passing verdict; raises CheckFailed when b fails or
     either run crashed or hung, SettingUnsupported when either cannot run here.
     The other arguments are run_setting's; `report_dir` writes the harness's report."""
-    common = {"engine": engine, "workloads": workloads, "dtype": dtype, "tolerances": tolerances, "env": env,
-              "timeout_s": timeout_s, "work_dir": work_dir, "device": device, "engine_options": engine_options}
+    common: dict[str, Any] = {"engine": engine, "workloads": workloads, "dtype": dtype, "tolerances": tolerances, "env": env,
+                              "timeout_s": timeout_s, "work_dir": work_dir, "device": device, "engine_options": engine_options}
     planned = _plan(model, a, faults=(), **common), _plan(model, b, faults=faults, **common)  # both checked first
     reference, candidate = _run(planned[0]), _run(planned[1])
     name = candidate.label if candidate.label != reference.label else f"{candidate.label}-candidate"

@@ -151,8 +151,8 @@ def bisect_releases(scenario: Scenario, good: str, bad: str, work_dir: Path, opt
     except EngineUnavailable as exc:
         raise BisectError(str(exc)) from None
     distribution = engine.distribution()
-    if distribution is None:
-        raise BisectError(f"engine '{engine_name}' cannot install releases (no install_env hook); bisect a git range "
+    if not envs.installs_releases(engine) or distribution is None:
+        raise BisectError(f"engine '{engine_name}' cannot install releases (it does not declare installs-releases); bisect a git range "
                           "of its checkout instead (--git DIR)")
     if good == bad:
         raise BisectError(f"--good and --bad are the same release ({good})")

@@ -56,6 +56,7 @@ from harness import models
 from harness.contract.outputs import EngineOutputs
 from harness.contract.runspec import RunSpec
 from harness.engines import BUILTIN, Engine, EngineUnavailable, axes_text, get_engine
+from harness.engines.base import Capability
 from harness.judge.compare import compare_outputs, tolerance_for
 from harness.launch.rankside import RANK_FAULT_ENV
 from harness.rundir import OUTPUTS, scenario_dir
@@ -73,6 +74,26 @@ WORKLOADS = [
     {"name": "logits", "kind": "logprobs", "prompts": "gsm8k-test", "num_prompts": 3, "max_prompt_tokens": 48, "top_k": 10},
     {"name": "greedy", "kind": "greedy", "prompts": "gsm8k-test", "num_prompts": 2, "max_new_tokens": 8, "top_k": 10},
 ]
+
+
+def capability_problems(engine: Engine) -> list[str]:
+    """A declared capability (engines/base.py Capability) the engine does not implement:
+    the harness trusts the declaration, so the kit checks it."""
+    problems = []
+    caps = engine.capabilities
+    if Capability.INSTALLS_RELEASES in caps and (engine.distribution() is None or type(engine).install_env is Engine.install_env):
+        problems.append("it declares installs-releases but has no distribution() and install_env()")
+    if Capability.REPRO_SCRIPTS in caps and type(engine).repro_script is Engine.repro_script:
+        problems.append("it declares repro-scripts but has no repro_script()")
+    if Capability.OWN_PYTHON in caps:
+        before = dict(engine.options)
+        probe = "/conformance-check/bin/python"
+        engine.configure({**before, "python": probe})
+        took = str(engine.python()) == probe
+        engine.configure(before)
+        if not took:
+            problems.append("it declares own-python but python() ignores engine_options.python")
+    return problems
 
 
 @dataclass
@@ -265,6 +286,7 @@ class Kit:
         if not self.golden_settings:
             problems.append("it declares neither a 'tp' nor a 'pp' axis (declare them, e.g. axes = {'tp': (1,), "
                             "'pp': (1,)}, even for one rank)")
+        problems += capability_problems(engine)
         reason = engine.unavailable_reason()
         if reason:
             problems.append(f"it cannot run here: {reason}")
@@ -455,8 +477,9 @@ class Kit:
             if self.wanted("versions"):
                 yield self.check_versions()
             try:
-                self.suite = self._suite(self.name)
-                self.model_dir = str(models.resolve(self.suite.model, self.engine.python()).directory)  # type: ignore[arg-type]
+                self.suite = suite = self._suite(self.name)
+                assert suite.model is not None  # the kit's suite names one model (KitOptions.model), never archs
+                self.model_dir = str(models.resolve(suite.model, str(self.engine.python())).directory)
             except (ValueError, models.ModelError) as exc:
                 for name in later:
                     if name != "versions":

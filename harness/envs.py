@@ -232,21 +232,24 @@ def resolve(spec: EnvSpec, engine_name: str, say=print) -> EngineEnv:
 
 def takes_python(engine) -> bool:
     """Whether the engine runs in the interpreter engine_options.python names (vllm, hf),
-    not in the harness's own (reference, most plugins)."""
-    sentinel = "/harness-envs-check/bin/python"
-    engine.configure({"python": sentinel})
-    try:
-        return str(engine.python()) == sentinel
-    finally:
-        engine.configure({})
+    not in the harness's own (reference, most plugins): it declares so."""
+    from harness.engines.base import Capability
+
+    return Capability.OWN_PYTHON in engine.capabilities
+
+
+def installs_releases(engine) -> bool:
+    from harness.engines.base import Capability
+
+    return Capability.INSTALLS_RELEASES in engine.capabilities
 
 
 def check_release(engine, engine_name: str, version: str) -> None:
     """Before installing: the engine can install releases, and this one is on the index."""
     distribution = engine.distribution()
-    if distribution is None:
-        raise EnvError(f"engine '{engine_name}' cannot install releases (it has no install_env hook); give --engine-env "
-                       "a path to a Python interpreter with the version installed")
+    if not installs_releases(engine) or distribution is None:
+        raise EnvError(f"engine '{engine_name}' cannot install releases (it does not declare installs-releases); give "
+                       "--engine-env a path to a Python interpreter with the version installed")
     available = available_releases(distribution)
     if version not in available:
         near = ", ".join(available[-8:]) or "none found (is the index reachable?)"

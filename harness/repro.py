@@ -74,7 +74,7 @@ def write_repro(scenario: Scenario | str, out_dir: Path | None = None, *, run_di
     ReproError with the reason when it cannot. `run_dir`: take the symptom from that run
     (default: the newest run of the scenario under the reports directory)."""
     from harness.engines import EngineUnavailable, get_engine
-    from harness.engines.base import Engine
+    from harness.engines.base import Capability
 
     if isinstance(scenario, str):
         try:
@@ -86,7 +86,7 @@ def write_repro(scenario: Scenario | str, out_dir: Path | None = None, *, run_di
         engine = get_engine(suite.engine)
     except EngineUnavailable as exc:
         raise ReproError(str(exc)) from None
-    if type(engine).repro_script is Engine.repro_script:
+    if Capability.REPRO_SCRIPTS not in engine.capabilities:
         raise ReproError(f"engine '{suite.engine}' cannot write a reproduction (its plugin has no repro_script; "
                          f"docs/ENGINES.md); `harness run {scenario.id}` is the way to re-run it")
     if scenario.faults:

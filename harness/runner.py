@@ -11,7 +11,7 @@ import threading
 import time
 import traceback
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from harness import golden as goldens
@@ -22,7 +22,7 @@ from harness.contract.phases import PHASES_DIR
 from harness.contract.runspec import RunSpec
 from harness.contract.storage import describe as describe_storage
 from harness.contract.storage import storage_fault
-from harness.engines import EngineUnavailable, get_engine
+from harness.engines import Engine, EngineUnavailable, get_engine
 from harness.evals import check as evals
 from harness.judge.applied import evidence_table
 from harness.judge.compare import tolerance_for
@@ -56,7 +56,7 @@ class RunOptions:
 
 @dataclass
 class Prepared:
-    engine: object
+    engine: Engine
     spec: RunSpec
     manifest: dict  # what a golden for this suite must have been made from
     evals: list = field(default_factory=list)  # lm.PreparedEval per eval of the suite
@@ -74,7 +74,7 @@ def prepare(scenario: Scenario, settings: dict, out_dir: Path, opts: RunOptions,
     suite = scenario.suite
     engine = get_engine(suite.engine)
     engine.configure(suite.engine_options)
-    model = models.resolve(scenario.model, scenario.model_python or engine.python(), base_dir=scenario.source.parent)
+    model = models.resolve(scenario.model, scenario.model_python or str(engine.python()), base_dir=scenario.source.parent)
     model_dir = model.directory
     resolved = wl.resolve(suite.workloads, model_dir)
     # Eval requests come last: the suite's own workloads keep their place (text before
@@ -256,7 +256,7 @@ def launch_verdict(name: str, outcome: LaunchOutcome, prepared: Prepared) -> Ver
         why = outcome.failure.harness_fault
         return Verdict(name, "error", f"harness error: {why}", error={"exception": why}, crash=asdict(outcome.failure), logs=logs)
     if outcome.status == "crash":
-        f = prepared.engine.refine_crash(outcome.failure, _read(outcome.failure.log))
+        f = _engine_view(prepared.engine, outcome.failure)
         return Verdict(name, "crash", _crash_reason(f), crash=asdict(f), logs=logs)
     if outcome.status == "hang":
         where = "; ".join(f"rank {r} at {loc}" for r, loc in sorted(outcome.stuck_at.items()))
@@ -282,14 +282,25 @@ def _crash_reason(f: RankFailure) -> str:
 def _raised_before_hang(outcome: LaunchOutcome, prepared: Prepared):
     """An engine whose own worker raised but did not exit (vLLM on CPU: a non-last PP
     stage raises, its peer waits for its tensors forever) hangs instead of crashing. The
-    engine's refine_crash finds that worker's exception in the launched process's log;
+    engine's root_cause finds that worker's exception in the launched process's log;
     None when it finds none (a real hang)."""
     if 0 not in outcome.logs:
         return None
     log = str(outcome.logs[0])
-    seen = RankFailure(0, None, None, None, None, log)
-    refined = prepared.engine.refine_crash(seen, _read(log))
-    return None if refined is seen or not refined.exception else refined
+    cause = prepared.engine.root_cause(_read(log))
+    return replace(cause, log=log) if cause is not None and cause.exception else None
+
+
+def _engine_view(engine, failure: RankFailure) -> RankFailure:
+    """The crash as the engine tells it (root_cause: the process of its own that really
+    died), keeping the launcher's exit code, signal and log, and what the launched
+    process saw as context; the launcher's view when the engine names nothing."""
+    cause = engine.root_cause(_read(failure.log))
+    if cause is None:
+        return failure
+    context = f"\n\n(the process the harness launched, launcher rank {failure.rank}, saw: {failure.exception or 'no exception record'})"
+    return replace(cause, exitcode=failure.exitcode, signal=failure.signal, log=failure.log,
+                   traceback=(cause.traceback or "") + context)
 
 
 def _short_frame(frame: str) -> str:
@@ -330,7 +341,7 @@ def make_golden(scenario_for_golden: Scenario, work_dir: Path, opts: RunOptions 
     if outcome.status != "ok":
         detail = outcome.status
         if outcome.failure:  # the engine names the worker that really died (vLLM's own processes)
-            f = prepared.engine.refine_crash(outcome.failure, _read(outcome.failure.log))
+            f = _engine_view(prepared.engine, outcome.failure)
             detail = f.harness_fault or _crash_reason(f)
         raise RuntimeError(f"golden run of '{scenario_for_golden.golden_key}' ended as {outcome.status}: {detail}; logs in {out_dir / 'logs'}")
     results = None

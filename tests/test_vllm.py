@@ -39,7 +39,7 @@ def test_worker_crash_names_the_pp1_worker_and_its_root_cause(tmp_path):
     assert "KeyError" in v["crash"]["exception"] and "residual" in v["crash"]["exception"], v["reason"]
     assert 'vllm/model_executor/models/llama.py' in v["crash"]["traceback"]  # the model's own frame
     assert 'intermediate_tensors["residual"]' in v["crash"]["traceback"]
-    assert "the driver, launcher rank 0, saw:" in v["crash"]["traceback"]  # its generic error, as context
+    assert "the process the harness launched, launcher rank 0, saw:" in v["crash"]["traceback"]  # its generic error, as context
     assert result.returncode == 1
     assert not survivors(run_dir)
 

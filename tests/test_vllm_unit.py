@@ -59,12 +59,25 @@ def test_engine_core_traceback_when_no_worker_failed():
     assert root_cause("plain text, no vLLM process lines") is None
 
 
-def test_refine_crash_keeps_the_drivers_view_as_context():
-    driver = RankFailure(0, 1, None, "EngineDeadError: EngineCore encountered an issue.", "tb", "/logs/rank0.log")
-    refined = get_engine("vllm").refine_crash(driver, LOG)
-    assert refined.rank.startswith("Worker_PP1") and refined.exception == "KeyError: 'residual'"
-    assert "EngineDeadError" in refined.traceback and refined.log == "/logs/rank0.log"
-    assert get_engine("vllm").refine_crash(driver, "no vLLM lines") is driver
+def test_root_cause_names_the_worker_and_the_crash_keeps_the_drivers_view_as_context(tmp_path):
+    from harness.launch import LaunchOutcome
+    from harness.runner import Prepared, launch_verdict
+
+    engine = get_engine("vllm")
+    cause = engine.root_cause(LOG)
+    assert cause is not None and cause.rank.startswith("Worker_PP1") and cause.exception == "KeyError: 'residual'"
+    assert engine.root_cause("no vLLM lines") is None
+
+    prepared = Prepared.__new__(Prepared)
+    prepared.engine = engine
+    log = tmp_path / "rank0.log"
+    log.write_text(LOG)
+    driver = RankFailure(0, 1, None, "EngineDeadError: EngineCore encountered an issue.", "tb", str(log))
+    v = launch_verdict("s/x", LaunchOutcome("crash", 5.0, failure=driver, logs={0: str(log)}), prepared)
+    assert v.crash["rank"].startswith("Worker_PP1") and v.crash["exception"] == "KeyError: 'residual'"
+    assert "EngineDeadError" in v.crash["traceback"] and v.crash["log"] == str(log) and v.crash["exitcode"] == 1
+    log.write_text("no vLLM lines")
+    assert launch_verdict("s/x", LaunchOutcome("crash", 5.0, failure=driver, logs={0: str(log)}), prepared).crash["rank"] == 0
 
 
 def test_a_hang_after_a_worker_raised_is_that_workers_crash(tmp_path):

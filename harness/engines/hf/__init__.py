@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import os
 import sys
+from pathlib import Path
 
 from harness import roots
 from harness.contract.launchplan import LaunchPlan
 from harness.contract.runspec import RunSpec
-from harness.engines.base import Engine
+from harness.engines.base import Capability, Engine
 
 PYTHON_ENV = "HARNESS_HF_PYTHON"
 
@@ -26,14 +27,15 @@ PYTHON_ENV = "HARNESS_HF_PYTHON"
 class HfEngine(Engine):
     name = "hf"
     axes = {"tp": (1,), "pp": (1,), "sp": (False,), "compile": (False,)}
+    capabilities = frozenset({Capability.OWN_PYTHON})
 
-    def python(self) -> str:
+    def python(self) -> Path:
         chosen = self.options.get("python") or os.environ.get(PYTHON_ENV) or sys.executable
-        return str(roots.project_path(chosen))
+        return roots.project_path(chosen)
 
     def unavailable_reason(self) -> str | None:
         python = self.python()
-        if python != sys.executable:
+        if str(python) != sys.executable:
             return None if os.access(python, os.X_OK) else f"no Python interpreter at {python} (${PYTHON_ENV})"
         import importlib.util
 
@@ -47,4 +49,4 @@ class HfEngine(Engine):
             "HF_HUB_OFFLINE": "1",
             "TRANSFORMERS_OFFLINE": "1",
         }
-        return LaunchPlan(world_size=1, argv=[self.python(), "-m", "harness.engines.hf.worker", spec_path], env=env)
+        return LaunchPlan(world_size=1, argv=[str(self.python()), "-m", "harness.engines.hf.worker", spec_path], env=env)

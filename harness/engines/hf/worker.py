@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Sequence
+from typing import Any
 
 
 def load_model(spec):
@@ -34,7 +36,8 @@ class Prompter:
         from pathlib import Path
 
         self.config = config
-        self.processor = self.image_processor = None
+        self.processor: Any = None  # transformers' processor classes: no types to check against
+        self.image_processor: Any = None
         if (Path(spec.model_dir) / "processor_config.json").is_file():
             from transformers import AutoProcessor
 
@@ -44,7 +47,7 @@ class Prompter:
 
             self.image_processor = AutoImageProcessor.from_pretrained(spec.model_dir)
 
-    def inputs(self, ids: list[int], media: dict, generated: list[int] = ()) -> dict:
+    def inputs(self, ids: list[int], media: dict, generated: Sequence[int] = ()) -> dict:
         """Inputs of the prompt `ids` (with its `media`: runspec.prompt_media's answer) followed by
         `generated` tokens. The generated ones are appended as ids after the expansion:
         decoding them to text and tokenizing again could merge them differently."""
@@ -154,7 +157,8 @@ def run_greedy(model, prompter, w: dict) -> dict:
     k, n = int(w["top_k"]), int(w["max_new_tokens"])
     tokens, ids, lps = [], [], []
     for i, prompt in enumerate(w["prompts"]):
-        gen, p_ids, p_lps = [], [], []
+        gen: list[int] = []
+        p_ids, p_lps = [], []
         for _ in range(n):
             top = next_logprobs(model, prompter.inputs(list(prompt), prompt_media(w, i), gen))[-1].topk(k)
             p_ids.append(top.indices)
@@ -178,7 +182,8 @@ def run_generate(model, prompter, w: dict) -> dict:
     n, stop, eos = generate_params(w)
     seqs = []
     for i, prompt in enumerate(w["prompts"]):
-        gen, past, media = [], None, prompt_media(w, i)
+        gen: list[int] = []
+        past, media = None, prompt_media(w, i)
         inputs = prompter.inputs(list(prompt), media)
         while len(gen) < n and not stop_reached(gen, stop, eos):
             with torch.no_grad():

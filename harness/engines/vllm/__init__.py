@@ -21,14 +21,16 @@ import hashlib
 import json
 import os
 import subprocess
+from collections.abc import Sequence
 from pathlib import Path
 
 from harness import roots
 from harness.contract.launchplan import LaunchPlan
 from harness.contract.runspec import RunSpec
 from harness.engines import compile_cache
-from harness.engines.base import Engine
+from harness.engines.base import Capability, Engine
 from harness.engines.vllm.crash import root_cause
+from harness.launch.outcome import RankFailure
 
 VENV_PYTHON = Path(".venv-vllm") / "bin" / "python"  # where `make install-vllm` puts vLLM's interpreter
 PYTHON_ENV = "HARNESS_VLLM_PYTHON"
@@ -40,6 +42,7 @@ _PROBES: dict[str, dict] = {}  # per process: cache key -> probe result
 class VllmEngine(Engine):
     name = "vllm"
     axes = {"tp": None, "pp": None, "sp": (False, True), "compile": (False, True)}
+    capabilities = frozenset({Capability.OWN_PYTHON, Capability.INSTALLS_RELEASES, Capability.REPRO_SCRIPTS})
 
     def python(self) -> Path:
         chosen = self.options.get("python") or os.environ.get(PYTHON_ENV)
@@ -118,17 +121,13 @@ class VllmEngine(Engine):
             env["VLLM_CPU_OMP_THREADS_BIND"] = cpu_binding(spec.tp * spec.pp, os.cpu_count() or 1)
         return LaunchPlan(world_size=1, argv=[str(self.python()), "-m", "harness.engines.vllm.driver", spec_path], env=env)
 
-    def refine_crash(self, failure, log_text: str):
+    def root_cause(self, log_text: str) -> RankFailure | None:
         """The vLLM process that really failed (worker first), from the driver's log, which
-        every vLLM process writes to; the driver's generic EngineDeadError is kept as context."""
-        from harness.launch import RankFailure
-
+        every vLLM process writes to; None when no vLLM process logged an error."""
         cause = root_cause(log_text)
         if cause is None:
-            return failure
-        context = f"\n\n(the driver, launcher rank {failure.rank}, saw: {failure.exception or 'no exception record'})"
-        return RankFailure(cause.describe(), failure.exitcode, failure.signal, cause.exception, cause.traceback + context, failure.log,
-                           cause.frame, cause.wrapper)
+            return None
+        return RankFailure(cause.describe(), None, None, cause.exception, cause.traceback, "", cause.frame, cause.wrapper)
 
     def repro_script(self, case: dict) -> str:
         """repro.py: vllm.LLM with the arguments the driver would pass, one process per setting."""
@@ -202,7 +201,7 @@ def _probe_key(python: Path) -> str:
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
 
 
-def _cached_probe(python: Path, key: str, args: list[str] = ()) -> dict:
+def _cached_probe(python: Path, key: str, args: Sequence[str] = ()) -> dict:
     from harness.roots import cache_dir
 
     cache = cache_dir("engine-probes") / f"vllm-{key}.json"
@@ -216,7 +215,7 @@ def _cached_probe(python: Path, key: str, args: list[str] = ()) -> dict:
     return result
 
 
-def _run_probe(python: Path, args: list[str] = ()) -> dict:
+def _run_probe(python: Path, args: Sequence[str] = ()) -> dict:
     from harness.engines import EngineUnavailable
 
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(roots.import_root()), os.environ.get("PYTHONPATH")]))}

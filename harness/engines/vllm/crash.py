@@ -88,17 +88,17 @@ def _tracebacks(log_text: str) -> list[ProcessError]:
         if msg.startswith("Traceback (most recent call last):"):
             open_blocks[proc] = [msg]
             continue
-        block = open_blocks.get(proc)
-        if block is None:
+        current = open_blocks.get(proc)
+        if current is None:
             continue
-        block.append(msg)
+        current.append(msg)
         m = EXCEPTION_LINE.match(msg) or WRAPPER_LINE.match(msg)
         if m and not msg.startswith(" "):
             order[proc] = index
             if WRAPPER_LINE.match(msg.strip()):
                 wrapped[proc] = (pid, msg.strip(), 0)
                 continue
-            found[proc] = _error(proc, pid, msg.strip(), block)
+            found[proc] = _error(proc, pid, msg.strip(), current)
             del open_blocks[proc]
     for proc, (pid, line, _) in wrapped.items():  # the log ended inside a wrapper's message
         found.setdefault(proc, _error(proc, pid, line, open_blocks[proc]))

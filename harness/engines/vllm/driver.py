@@ -87,7 +87,7 @@ def engine_kwargs(spec) -> dict:
 
 def sp_pass_config(support: dict) -> dict:
     """The PassConfig entries that switch SP on, from the probe's sp_support() answer."""
-    pass_config = {support["field"]: True}
+    pass_config: dict[str, bool | int] = {support["field"]: True}
     if "threshold_field" in support:  # force it: a tiny model is below vLLM's size heuristic
         pass_config[support["threshold_field"]] = 1
     return pass_config

@@ -17,6 +17,7 @@ Runs in vLLM's interpreter; imports vllm only inside the worker method.
 from __future__ import annotations
 
 import dataclasses
+from typing import TYPE_CHECKING, Any
 
 from harness.contract.applied import pp_layout, stage_layers
 from harness.engines.vllm.probe import SP_FIELDS
@@ -24,6 +25,11 @@ from harness.engines.vllm.probe import SP_FIELDS
 
 class EvidenceExtension:
     """vLLM mixes this class into its worker class (`worker_extension_cls`)."""
+
+    if TYPE_CHECKING:  # what the worker class it is mixed into provides (never defined here: it would shadow them)
+        vllm_config: Any
+
+        def get_model(self) -> Any: ...
 
     def harness_evidence(self) -> dict:
         from vllm.compilation.counter import compilation_counter
