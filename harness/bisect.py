@@ -132,7 +132,7 @@ def repro_hook(scenario: Scenario, run_dir: Path | None, say=print, checkout: st
     except ReproError as exc:  # a reproduction that cannot be made must not hide the result
         say(f"reproduction not written: {exc}")
         return
-    python = scenario.suite.engine_options.get("python")
+    python = scenario.engine_options.get("python")
     say(f"reproduction: {made.directory} (BUG.md, repro.py)")
     say(f"run it: python3 {made.script}{f' --python {python}' if python else ''}")
 

@@ -22,7 +22,6 @@ environment counts as installed only once its marker file is written, last.
 
 from __future__ import annotations
 
-import dataclasses
 import fcntl
 import json
 import os
@@ -37,7 +36,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.version import InvalidVersion, Version
 
 from harness.roots import cache_dir
-from harness.scenario import VERSION_SEP
+from harness.scenario import EngineVersion, Scenario
 
 MARKER = ".harness-env.json"  # written last: the environment is complete
 
@@ -257,15 +256,12 @@ def check_release(engine, engine_name: str, version: str) -> None:
                        f"newest: {near})")
 
 
-def versioned(scenario, env: EngineEnv):
+def versioned(scenario: Scenario, env: EngineEnv) -> Scenario:
     """The scenario run in `env`: its id tagged with the env's label, its engine's
-    interpreter the env's (engine_options.python). A tiny {arch: ...} checkpoint is still
-    built by the default environment's interpreter (where it exists): another
-    transformers would build other weights, and the run would not meet its golden."""
-    options = {**scenario.suite.engine_options, "python": str(env.python)}
-    suite = scenario.suite.model_copy(update={"engine_options": options})
-    return dataclasses.replace(scenario, id=f"{scenario.id}{VERSION_SEP}{env.label}", suite=suite, engine_env=env.spec,
-                               model_python=default_python(scenario))
+    interpreter the env's. A tiny {arch: ...} checkpoint is still built by the default
+    environment's interpreter (where it exists): another transformers would build other
+    weights, and the run would not meet its golden."""
+    return scenario.with_version(EngineVersion(env.spec, env.label, str(env.python), default_python(scenario)))
 
 
 def default_python(scenario) -> str | None:
@@ -276,7 +272,7 @@ def default_python(scenario) -> str | None:
         engine = get_engine(scenario.suite.engine)
     except EngineUnavailable:
         return None
-    engine.configure(scenario.suite.engine_options)
+    engine.configure(scenario.suite.engine_options)  # the suite's own: the default environment
     python = str(engine.python())
     return python if os.access(python, os.X_OK) else None
 

@@ -92,7 +92,7 @@ def write_repro(scenario: Scenario | str, out_dir: Path | None = None, *, run_di
     if scenario.faults:
         raise ReproError(f"'{scenario.id}' switches on the harness's fault injection ({', '.join(scenario.faults)}): "
                          "a self-test of the harness, not an engine bug; a repro uses the engine's public API only")
-    engine.configure(suite.engine_options)
+    engine.configure(scenario.engine_options)
     found = latest_verdict(scenario.id, run_dir, report_dir)
     verdict = Verdict.load(found) if found else None
     out = Path(out_dir) if out_dir is not None else default_out_dir(scenario.id, report_dir)

@@ -65,16 +65,18 @@ class Prepared:
 
 def reproduce_command(scenario: Scenario, opts: RunOptions) -> str:
     extra = "".join(f" --fault {f}" for f in opts.faults)
-    if scenario.engine_env:  # one engine version of several (harness/envs.py)
-        return f"harness run {scenario.base_id} --engine-env {scenario.engine_env}{extra}"
+    if scenario.engine_version:  # one engine version of several (harness/envs.py)
+        return f"harness run {scenario.base_id} --engine-env {scenario.engine_version.spec}{extra}"
     return f"make {scenario.id}" if not extra else f"harness run {scenario.id}{extra}"
 
 
 def prepare(scenario: Scenario, settings: dict, out_dir: Path, opts: RunOptions, gate: str | None = None) -> Prepared:
     suite = scenario.suite
     engine = get_engine(suite.engine)
-    engine.configure(suite.engine_options)
-    model = models.resolve(scenario.model, scenario.model_python or str(engine.python()), base_dir=scenario.source.parent)
+    engine.configure(scenario.engine_options)
+    version = scenario.engine_version
+    builder = (version.model_python if version else None) or str(engine.python())
+    model = models.resolve(scenario.model, builder, base_dir=scenario.source.parent)
     model_dir = model.directory
     resolved = wl.resolve(suite.workloads, model_dir)
     # Eval requests come last: the suite's own workloads keep their place (text before

@@ -11,6 +11,7 @@ is wrong, because a user editing YAML needs to know where to look.
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import fnmatch
 import itertools
@@ -479,6 +480,19 @@ class SuiteFile(_Strict):
 
 
 @dataclass(frozen=True)
+class EngineVersion:
+    """One engine version of several (`harness run --engine-env SPEC`, harness/envs.py):
+    the one value a versioned scenario carries. Its id is `<base id>@<label>`."""
+
+    spec: str  # as given to --engine-env: `vllm==0.28.0`, or an interpreter path
+    label: str  # `vllm-0.28.0`: the engine and its own version, as it reports them
+    python: str  # the interpreter the engine runs in
+    # The interpreter that builds a tiny {arch: ...} checkpoint: the default
+    # environment's (where it exists), so the weights are the golden's.
+    model_python: str | None = None
+
+
+@dataclass(frozen=True)
 class Scenario:
     id: str
     suite: SuiteFile
@@ -490,11 +504,21 @@ class Scenario:
     expectations: tuple[ExpectedFailure, ...] = ()
     faults: tuple[str, ...] = ()
     extra_env: dict = field(default_factory=dict)
-    # --engine-env SPEC this scenario runs in (harness/envs.py; its id then ends @<engine>-<version>)
-    engine_env: str | None = None
-    # The interpreter that builds its tiny {arch: ...} checkpoint, when not the engine's:
-    # a versioned run uses the default environment's, so its weights are the golden's.
-    model_python: str | None = None
+    engine_version: EngineVersion | None = None  # None: the engine as the suite configures it
+
+    def with_version(self, version: EngineVersion) -> Scenario:
+        """This scenario run by another engine version: same suite, golden and
+        expectations; its id tagged `@<label>`."""
+        return dataclasses.replace(self, id=f"{self.base_id}{VERSION_SEP}{version.label}", engine_version=version)
+
+    @property
+    def engine_options(self) -> dict:
+        """What the engine is configured with: the suite's engine_options, with the
+        engine version's interpreter."""
+        options = dict(self.suite.engine_options)
+        if self.engine_version is not None:
+            options["python"] = self.engine_version.python
+        return options
 
     @property
     def base_id(self) -> str:

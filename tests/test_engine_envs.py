@@ -109,10 +109,10 @@ def test_a_versioned_scenario_carries_the_version_in_its_id_and_runs_in_its_env(
     env = envs.EngineEnv("vllm==0.28.0", "vllm", Path("/envs/vllm-0.28.0/bin/python"), {"vllm": "0.28.0"}, "vllm-0.28.0")
     v = envs.versioned(s, env)
     assert v.id == "vllm-llama/tp1-pp2@vllm-0.28.0" and v.base_id == "vllm-llama/tp1-pp2" and v.name == "tp1-pp2"
-    assert v.suite.engine_options["python"] == "/envs/vllm-0.28.0/bin/python"
-    assert "python" not in s.suite.engine_options  # the original is untouched
+    assert v.engine_options["python"] == "/envs/vllm-0.28.0/bin/python"
+    assert "python" not in s.engine_options and v.suite is s.suite  # the suite is untouched: one value carries the version
     assert v.golden_key == s.golden_key and v.expectations == s.expectations  # same golden, same expectations
-    assert v.model_python == sys.executable  # tiny checkpoints: built as the golden's were
+    assert v.engine_version.model_python == sys.executable  # tiny checkpoints: built as the golden's were
     assert reproduce_command(v, RunOptions()) == "harness run vllm-llama/tp1-pp2 --engine-env vllm==0.28.0"
     assert split_id(v.id) == ("vllm-llama/tp1-pp2", "vllm-0.28.0") and split_id(s.id) == (s.id, "")
 

@@ -80,9 +80,11 @@ def devices_needed(scenario: Scenario) -> int:
     from harness.engines import EngineUnavailable, get_engine
 
     try:
-        return get_engine(scenario.suite.engine).devices_needed(scenario.engine_settings)
+        engine = get_engine(scenario.suite.engine)
     except EngineUnavailable:
         return 1
+    engine.configure(scenario.engine_options)  # as the runner configures it: its answer may depend on them
+    return engine.devices_needed(scenario.engine_settings)
 
 
 def costs(scenarios: list[Scenario], durations: dict[str, float]) -> dict[str, Cost]:
