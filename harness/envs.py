@@ -108,6 +108,20 @@ def installed_python(engine: str, version: str) -> Path | None:
     return venv / "bin" / "python" if (venv / MARKER).exists() else None
 
 
+def installed_pythons(engine: str) -> list[Path]:
+    """The interpreters of every release of `engine` installed in the cache, by version."""
+    root = cache_dir("envs")
+    found = [(d.name.removeprefix(f"{engine}-"), d / "bin" / "python") for d in root.glob(f"{engine}-*") if (d / MARKER).exists()]
+    return [python for _, python in sorted(found, key=lambda vp: _version_key(vp[0]))]
+
+
+def _version_key(text: str):
+    try:
+        return (0, Version(text))
+    except InvalidVersion:
+        return (1, text)
+
+
 def available_releases(distribution: str, python: str | None = None) -> list[str]:
     """The releases of `distribution` on the package index, oldest first (PEP 440),
     from pip's own index query (`pip index versions`), so pip's configuration (index

@@ -155,3 +155,63 @@ def test_deepstack_missing_from_the_compiled_graph_drops_the_image_score_under_c
     assert v["verdict"] == "pass", v["reason"]
     assert m["flipped_to_wrong"] == m["flipped_to_right"] == 0 and m["score"] == m["golden_score"] > 0.5, geo["summary"]
     assert not survivors(run_dir)
+
+
+# What vLLM does in each worker it starts: resolve the fault extension class by name
+# (worker_extension_cls), then run the model, which reads IntermediateTensors.
+FAULTS_CHILD = '''
+import multiprocessing, sys
+
+def worker(queue):
+    import importlib
+    importlib.import_module("harness.engines.vllm.faults").FaultExtension
+    from vllm.sequence import IntermediateTensors
+    queue.put(IntermediateTensors.__getitem__.__qualname__)
+
+if __name__ == "__main__":
+    from harness.engines.vllm import driver
+    driver.arm_faults(["pp-drop-residual@1"])  # what the driver does before vllm.LLM()
+    ctx = multiprocessing.get_context(sys.argv[1])
+    queue = ctx.Queue()
+    child = ctx.Process(target=worker, args=(queue,))
+    child.start()
+    print("WORKER-SEES", queue.get(timeout=300))
+    child.join()
+'''
+
+
+@pytest.mark.parametrize("method", ["fork", "spawn"])
+def test_fault_switches_reach_a_worker_started_by(method, tmp_path):
+    """vLLM forks its workers on GPUs and spawns them on CPU (its CPU platform forces
+    spawn): a forked worker never imports faults.py again, so the switches must already
+    be installed in the driver it is forked from; a spawned one imports it afresh."""
+    from harness.engines.vllm import default_python
+    from harness.roots import import_root
+
+    script = tmp_path / "start_worker.py"
+    script.write_text(FAULTS_CHILD)
+    env = {**os.environ, "PYTHONPATH": str(import_root())}
+    done = subprocess.run([str(default_python()), str(script), method], capture_output=True, text=True, timeout=600, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "WORKER-SEES _install_pp_faults.<locals>.getitem" in done.stdout, (done.stdout, done.stderr[-2000:])
+
+
+def test_every_installed_vllm_release_has_the_engine_shutdown_the_driver_uses():
+    """driver.shutdown: vLLM's LLM has no public shutdown up to 0.32, so the driver stops
+    the engine through its engine client; every installed release must have that path
+    (or a public LLM.shutdown), else its runs end by the group kill."""
+    from harness.engines.vllm import default_python
+    from harness.envs import installed_pythons
+
+    ask = ("import inspect, vllm\n"
+           "from vllm import LLM\n"
+           "from vllm.v1.engine.llm_engine import LLMEngine\n"
+           "from vllm.v1.engine.core_client import EngineCoreClient\n"
+           "public = callable(getattr(LLM, 'shutdown', None))\n"
+           "private = 'self.llm_engine' in inspect.getsource(LLM.__init__) and 'self.engine_core' in inspect.getsource(LLMEngine.__init__) "
+           "and callable(getattr(EngineCoreClient, 'shutdown', None))\n"
+           "print(vllm.__version__, public or private)\n")
+    pythons = [default_python(), *installed_pythons("vllm")]
+    answers = [subprocess.run([str(p), "-c", ask], capture_output=True, text=True, timeout=300) for p in pythons]
+    for python, done in zip(pythons, answers):
+        assert done.returncode == 0 and done.stdout.split()[-1] == "True", (python, done.stdout, done.stderr[-2000:])

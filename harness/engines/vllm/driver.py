@@ -20,6 +20,10 @@ import os
 import sys
 import time
 
+# The fault switches a run asks for, comma-separated: faults.py installs them when it is
+# imported where this is set (harness/engines/vllm/faults.py).
+FAULTS_ENV = "HARNESS_VLLM_FAULTS"
+
 # The harness's names for the vLLM interpreter's defaults that matter for a correctness run.
 KV_CACHE_BYTES = 128 << 20  # small: the models are tiny and the machine is shared
 MAX_MODEL_LEN = 512
@@ -222,7 +226,8 @@ def run(spec) -> None:
     phases = PhaseMarks(spec.output_dir)
     phases.mark("start")
     t0 = time.perf_counter()
-    llm = vllm.LLM(**engine_kwargs(spec))  # its workers' rendezvous, load and compile are inside
+    kwargs = engine_kwargs(spec)  # once: what vLLM is given is what the outputs record
+    llm = vllm.LLM(**kwargs)  # its workers' rendezvous, load and compile are inside
     t1 = time.perf_counter()
     phases.mark("load")
     out = EngineOutputs()
@@ -236,14 +241,41 @@ def run(spec) -> None:
         spec, "vllm",
         vllm=vllm.__version__,
         applied=applied_evidence(llm, spec),
-        engine_kwargs={k: v for k, v in engine_kwargs(spec).items() if k not in ("model", "tokenizer")},
+        engine_kwargs={k: v for k, v in kwargs.items() if k not in ("model", "tokenizer")},
         timings={"engine_start_s": t1 - t0, "run_s": t2 - t1},
     )
     out.save(spec.output_dir)
     phases.mark("write")
-    # Shut the engine down here, while the interpreter is whole: its worker
-    # processes exit cleanly instead of being killed by the launcher.
-    llm.llm_engine.engine_core.shutdown()
+    shutdown(llm)
+
+
+def shutdown(llm) -> None:
+    """Stop vLLM's engine core and workers here, while the interpreter is whole, so they
+    exit cleanly instead of being killed with the run's process group. vLLM's LLM has no
+    public shutdown up to 0.32 (one is used if a release adds it); its engine client's
+    shutdown() is then the way, on every release the harness installs (tests/test_vllm.py
+    checks each installed one). A release with neither is left to the group kill, said."""
+    stop = getattr(llm, "shutdown", None)
+    if not callable(stop):
+        stop = getattr(getattr(getattr(llm, "llm_engine", None), "engine_core", None), "shutdown", None)
+    if callable(stop):
+        stop()
+    else:
+        print("harness: this vLLM offers no engine shutdown the harness knows; its processes end with the run's "
+              "process group", file=sys.stderr)
+
+
+def arm_faults(faults: list[str]) -> None:
+    """Switch the fault switches on for this process and every process vLLM starts from
+    it. The variable is set before faults.py is first imported, and importing it installs
+    them: here, so a worker vLLM forks inherits them installed (a forked worker does not
+    import the module again); a worker vLLM spawns imports it afresh, with the variable
+    inherited. A typo fails here, before an engine start."""
+    os.environ[FAULTS_ENV] = ",".join(faults)
+    if faults:
+        from harness.engines.vllm import faults as switches
+
+        switches.parse(faults)
 
 
 def main() -> None:
@@ -251,11 +283,8 @@ def main() -> None:
 
     if len(sys.argv) != 2:
         raise SystemExit("usage: python -m harness.engines.vllm.driver SPEC.json")
-    from harness.engines.vllm import faults
-
     spec = RunSpec.load(sys.argv[1])
-    faults.parse(spec.faults)  # a typo fails here, before an engine start
-    os.environ[faults.FAULTS_ENV] = ",".join(spec.faults)  # read by faults.py in each worker
+    arm_faults(spec.faults)
     run(spec)
 
 

@@ -2,9 +2,12 @@
 worker death with the worker's name and its root-cause exception.
 
 The driver names this module's FaultExtension as vLLM's `worker_extension_cls`
-whenever a scenario has faults: vLLM imports it in every worker process before the
-model is built, and importing it installs the faults listed in $HARNESS_VLLM_FAULTS.
-Nothing here runs unless a fault is asked for.
+whenever a scenario has faults. Importing this module installs the faults listed in
+$HARNESS_VLLM_FAULTS, and the driver imports it itself once the variable is set
+(driver.arm_faults): a worker vLLM forks (its default on GPUs) inherits them installed,
+a worker it spawns (vLLM on CPU) imports the module afresh. The switches decide at call
+time, by the PP rank of the process they run in. Nothing here runs unless a fault is
+asked for.
 
   pp-drop-residual@R  the PP rank R worker's stage cannot find `residual` in the
                       intermediate tensors it received (the bug class of vLLM PR 37622):
@@ -30,9 +33,9 @@ from __future__ import annotations
 
 import os
 
+from harness.engines.vllm.driver import FAULTS_ENV
 from harness.engines.vllm.evidence import EvidenceExtension
 
-FAULTS_ENV = "HARNESS_VLLM_FAULTS"
 KINDS = ("pp-drop-residual", "worker-exit", "pp-zero-aux")  # aimed at one PP rank: KIND@R
 EVERY_RANK = ("compile-drop-deepstack",)  # act wherever they run
 
