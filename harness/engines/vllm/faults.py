@@ -32,12 +32,15 @@ compile cache with clean runs (harness/engines/compile_cache.py gives it a root 
 from __future__ import annotations
 
 import os
+import sys
 
 from harness.engines.vllm.driver import FAULTS_ENV
 from harness.engines.vllm.evidence import EvidenceExtension
 
 KINDS = ("pp-drop-residual", "worker-exit", "pp-zero-aux")  # aimed at one PP rank: KIND@R
 EVERY_RANK = ("compile-drop-deepstack",)  # act wherever they run
+# pp-zero-aux logs each tensor it zeroes, once per worker: which archs send such tensors
+ZEROED_MARK = "harness fault pp-zero-aux: received as zeros:"
 
 
 def _known() -> str:
@@ -108,6 +111,7 @@ def _install_pp_faults(faults: dict[str, int | None]) -> None:
     from vllm.sequence import IntermediateTensors
 
     original = IntermediateTensors.__getitem__
+    zeroed: set[str] = set()
 
     def getitem(self, key):
         if key == "residual" and _pp_rank() == faults.get("pp-drop-residual"):
@@ -115,6 +119,9 @@ def _install_pp_faults(faults: dict[str, int | None]) -> None:
         if _pp_rank() == faults.get("worker-exit"):
             os._exit(3)
         if key != "hidden_states" and _pp_rank() == faults.get("pp-zero-aux"):
+            if key not in zeroed:  # what the stage receives besides the hidden states: the fault's own evidence
+                zeroed.add(key)
+                print(f"{ZEROED_MARK} {key}", file=sys.stderr, flush=True)
             return torch.zeros_like(original(self, key))
         return original(self, key)
 
