@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from harness.engines.vllm.faults import ZEROED_MARK
 from tests.kit import ROOT, harness_cli, survivors, verdict_of
 
 pytestmark = pytest.mark.skipif(not os.environ.get("HARNESS_TEST_VLLM"), reason="real vLLM engine starts: run `make test-vllm`")
@@ -127,6 +128,8 @@ def test_a_pp_stage_that_receives_zeros_besides_the_hidden_states_fails_on_numbe
         assert v["verdict"] == "fail", (scenario, v["reason"])
         logits = next(c for c in v["checks"] if c["name"] == "logits")
         assert not logits["passed"] and logits["metrics"]["max_abs_dlogprob"] > 0.05, (scenario, logits["summary"])
+        # the fault's own evidence: what the stage received besides the hidden states, zeroed
+        assert f"{ZEROED_MARK} residual" in Path(v["logs"]["0"]).read_text(), scenario
     assert not survivors(run_dir)
 
 
