@@ -188,16 +188,13 @@ def _plan(model, settings: Mapping, *, engine: str, workloads, dtype: str, fault
     opts = _options(faults, timeout_s, device)
     out_dir = _fresh(Path(work_dir) if work_dir is not None else Path(tempfile.mkdtemp(prefix="harness-api-")),
                      scenario_dir_name(scenario.id))
-    prepared = runner.prepare(scenario, scenario.engine_settings, out_dir, opts)
-    need = prepared.engine.devices_needed(scenario.engine_settings)
-    reason = (prepared.engine.unsupported_reason(scenario.engine_settings, prepared.spec.model_dir)
-              or runner.devices_problem(need, opts))
-    if reason:
-        raise SettingUnsupported(Verdict(scenario.id, "unsupported", reason, settings=scenario.engine_settings))
-    problem = prepared.engine.fault_problem(prepared.spec.faults, scenario.engine_settings)
-    if problem:
-        raise ValueError(f"bad fault switch: {problem}")
-    return _Planned(scenario, opts, out_dir, prepared, need, dtype, dict(tolerances or {}))
+    admitted = runner.admit(scenario, scenario.engine_settings, out_dir, opts)
+    if isinstance(admitted, Verdict):
+        admitted.settings = scenario.engine_settings
+        if admitted.verdict == "unsupported":
+            raise SettingUnsupported(admitted)
+        raise ValueError(admitted.reason)  # the engine is not installed, the model or a fault switch is bad
+    return _Planned(scenario, opts, out_dir, admitted.prepared, admitted.need, dtype, dict(tolerances or {}))
 
 
 def _run(planned: _Planned) -> SettingRun:

@@ -106,6 +106,37 @@ def prepare(scenario: Scenario, settings: dict, out_dir: Path, opts: RunOptions,
     return Prepared(engine, spec, manifest, prepared_evals)
 
 
+@dataclass
+class Admitted:
+    """A setting of a scenario that nothing refuses: prepared, ready to launch."""
+
+    prepared: Prepared
+    need: int  # devices one run holds: asked once, of the configured engine
+
+
+def admit(scenario: Scenario, settings: dict, out_dir: Path, opts: RunOptions, gate: str | None = None,
+          faults: bool = True) -> Admitted | Verdict:
+    """The first stage of every run of a setting (the CLI's and pytest's scenarios, the
+    API's settings, goldens, the conformance kit): everything that can refuse it before a
+    rank starts, in one place. A Verdict when refused: `error` (engine not installed, model
+    not resolvable, a bad fault switch: the input's fault) or `unsupported` (the engine's
+    reason, too few devices). `faults=False`: the clean engine (a golden is made so)."""
+    try:
+        prepared = prepare(scenario, settings, out_dir, opts, gate)
+    except (EngineUnavailable, models.ModelError) as exc:  # nothing was launched
+        return Verdict(scenario.id, "error", str(exc), error={"exception": str(exc)})
+    if not faults:
+        prepared.spec.faults = []
+    need = prepared.engine.devices_needed(settings)
+    reason = prepared.engine.unsupported_reason(settings, prepared.spec.model_dir) or devices_problem(need, opts)
+    if reason:
+        return Verdict(scenario.id, "unsupported", reason)
+    problem = prepared.engine.fault_problem(prepared.spec.faults, settings)
+    if problem:  # before launch: a bad fault is the input's error, not a crash of the engine
+        return Verdict(scenario.id, "error", f"bad fault switch: {problem}", error={"exception": problem})
+    return Admitted(prepared, need)
+
+
 def launch(prepared: Prepared, out_dir: Path, scenario: Scenario, opts: RunOptions,
            device_env: dict[str, str] | None = None, cluster: Cluster | None = None) -> LaunchOutcome:
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -191,18 +222,11 @@ def storage_verdict(name: str, fault: dict, who: str, **extra) -> Verdict:
 
 
 def _run(scenario: Scenario, out_dir: Path, opts: RunOptions, lease: Lease | None, watch: Stopwatch) -> Verdict:
-    try:
-        prepared = prepare(scenario, scenario.engine_settings, out_dir, opts, opts.gate)
-    except (EngineUnavailable, models.ModelError) as exc:  # nothing was launched
-        return Verdict(scenario.id, "error", str(exc), error={"exception": str(exc)})
+    admitted = admit(scenario, scenario.engine_settings, out_dir, opts, opts.gate)
     watch.lap("prepare")
-    need = prepared.engine.devices_needed(scenario.engine_settings)
-    reason = prepared.engine.unsupported_reason(scenario.engine_settings, prepared.spec.model_dir) or devices_problem(need, opts)
-    if reason:
-        return Verdict(scenario.id, "unsupported", reason)
-    faults_problem = prepared.engine.fault_problem(prepared.spec.faults, scenario.engine_settings)
-    if faults_problem:  # before launch: a bad fault is the input's error, not a crash of the engine
-        return Verdict(scenario.id, "error", f"bad fault switch: {faults_problem}", error={"exception": faults_problem})
+    if isinstance(admitted, Verdict):
+        return admitted
+    prepared, need = admitted.prepared, admitted.need
     try:  # check the golden before spending a launch on a run we cannot judge
         golden, manifest = goldens.load_golden(prepared.manifest)
         golden_evals = goldens.load_evals(scenario.golden_key, scenario.suite.evals)
@@ -333,12 +357,15 @@ def make_golden(scenario_for_golden: Scenario, work_dir: Path, opts: RunOptions 
     opts = opts or RunOptions()
     suite = scenario_for_golden.suite
     out_dir = work_dir / "golden" / scenario_for_golden.golden_key
-    # gate None: every eval scores its full item count, so any gate's slice pairs with it
-    prepared = prepare(scenario_for_golden, dict(suite.golden), out_dir, opts, gate=None)
-    reason = prepared.engine.unsupported_reason(dict(suite.golden), prepared.spec.model_dir)
-    if reason:  # its scenarios end `unsupported` with this reason; there is nothing to compare with
-        raise GoldenUnsupported(f"engine '{suite.engine}' cannot run the golden setting: {reason}")
-    prepared.spec.faults = []  # a golden is made by the clean engine, whatever the run injects
+    # gate None: every eval scores its full item count, so any gate's slice pairs with it;
+    # a golden is made by the clean engine, whatever the runs inject
+    admitted = admit(scenario_for_golden, dict(suite.golden), out_dir, opts, gate=None, faults=False)
+    if isinstance(admitted, Verdict) and admitted.verdict == "unsupported":
+        # its scenarios end `unsupported` with this reason; there is nothing to compare with
+        raise GoldenUnsupported(f"engine '{suite.engine}' cannot run the golden setting: {admitted.reason}")
+    if isinstance(admitted, Verdict):
+        raise RuntimeError(f"golden of '{scenario_for_golden.golden_key}': {admitted.reason}")
+    prepared = admitted.prepared
     outcome = launch(prepared, out_dir, scenario_for_golden, opts)
     if outcome.status != "ok":
         detail = outcome.status
