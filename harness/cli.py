@@ -209,6 +209,9 @@ def main(argv: list[str] | None = None) -> int:
         except KeyboardInterrupt:
             print("\nharness: interrupted", file=sys.stderr)
             return exit_codes.INTERRUPTED
+        except BrokenPipeError:  # the reader left early (`harness list | head`): nothing went wrong here
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit's flush
+            return 0
 
 
 def _main(argv: list[str] | None) -> int:
