@@ -14,13 +14,14 @@ SOAK_GATES ?= 20
 # One target per scenario id (`make llama-tiny/tp2-pp2-sp`), read from the scenario files.
 SCENARIOS := $(shell $(HARNESS) list --ids-only 2>/dev/null)
 
-.PHONY: help install lint test test-fast golden pr-gate nightly list bench bench-packing bench-generate soak soak-kill soak-gates train-models install-vllm test-vllm $(SCENARIOS)
+.PHONY: help install lint test test-fast test-nightly golden pr-gate nightly list bench bench-packing bench-generate soak soak-kill soak-gates train-models install-vllm test-vllm $(SCENARIOS)
 
 help:
 	@echo "make install    install the harness and its test tools (torch 2.13.0 CPU first)"
 	@echo "make lint       ruff (lint, import order) and mypy on the contract modules"
 	@echo "make test       the harness's own tests (unit + end-to-end with real ranks)"
 	@echo "make test-fast  the unit tier only: no rank, engine or harness subprocess (under a minute)"
+	@echo "make test-nightly  the nightly's share of the harness's own tests (every arch golden against transformers)"
 	@echo "make pr-gate    install, then run the PR-gate scenarios and write reports/<run-id>/"
 	@echo "make nightly    run every scenario"
 	@echo "make golden     regenerate every suite's golden (eager, single process)"
@@ -51,7 +52,12 @@ lint:
 	$(PYTHON) -m mypy
 
 test:
-	$(PYTEST) tests -n $(JOBS) -rs
+	$(PYTEST) tests -m "not nightly_only" -n $(JOBS) -rs
+
+# What only the nightly needs of the harness's own tests: the transformers cross-check of every
+# arch golden beyond the first of each suite (make test checks those; docs/BENCHMARKS.md).
+test-nightly:
+	$(PYTEST) tests -m nightly_only -n $(JOBS) -rs
 
 # The unit tier: no process is started and no model is built (measured in docs/BENCHMARKS.md).
 test-fast:
