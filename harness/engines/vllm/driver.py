@@ -211,6 +211,11 @@ def applied_evidence(llm, spec) -> dict:
     except Exception as exc:  # noqa: BLE001 - any failure here only loses the evidence
         print(f"harness: no evidence of the applied settings from vLLM's workers ({type(exc).__name__}: {exc})", file=sys.stderr)
         return {}
+    zeroed = sorted({key for w in workers for key in w.get("zeroed", [])})
+    if zeroed:  # a fault switch's own record (faults.py), for whoever reads the log
+        from harness.engines.vllm.faults import ZEROED_MARK
+
+        print(f"{ZEROED_MARK} {', '.join(zeroed)}", file=sys.stderr, flush=True)
     return summarize(spec.settings, workers)
 
 

@@ -32,15 +32,16 @@ compile cache with clean runs (harness/engines/compile_cache.py gives it a root 
 from __future__ import annotations
 
 import os
-import sys
 
 from harness.engines.vllm.driver import FAULTS_ENV
 from harness.engines.vllm.evidence import EvidenceExtension
 
 KINDS = ("pp-drop-residual", "worker-exit", "pp-zero-aux")  # aimed at one PP rank: KIND@R
 EVERY_RANK = ("compile-drop-deepstack",)  # act wherever they run
-# pp-zero-aux logs each tensor it zeroes, once per worker: which archs send such tensors
+# pp-zero-aux records each tensor it zeroes, in the worker; the driver logs them after this
+# mark (which archs send tensors besides the hidden states)
 ZEROED_MARK = "harness fault pp-zero-aux: received as zeros:"
+ZEROED: list[str] = []
 
 
 def _known() -> str:
@@ -111,7 +112,6 @@ def _install_pp_faults(faults: dict[str, int | None]) -> None:
     from vllm.sequence import IntermediateTensors
 
     original = IntermediateTensors.__getitem__
-    zeroed: set[str] = set()
 
     def getitem(self, key):
         if key == "residual" and _pp_rank() == faults.get("pp-drop-residual"):
@@ -119,9 +119,8 @@ def _install_pp_faults(faults: dict[str, int | None]) -> None:
         if _pp_rank() == faults.get("worker-exit"):
             os._exit(3)
         if key != "hidden_states" and _pp_rank() == faults.get("pp-zero-aux"):
-            if key not in zeroed:  # what the stage receives besides the hidden states: the fault's own evidence
-                zeroed.add(key)
-                print(f"{ZEROED_MARK} {key}", file=sys.stderr, flush=True)
+            if key not in ZEROED:  # the fault's own evidence; a list: Dynamo replays its mutation (print it cannot trace)
+                ZEROED.append(key)
             return torch.zeros_like(original(self, key))
         return original(self, key)
 
@@ -130,7 +129,11 @@ def _install_pp_faults(faults: dict[str, int | None]) -> None:
 
 class FaultExtension(EvidenceExtension):
     """vLLM mixes this class into its worker class; the faults are installed on import.
-    It is the evidence extension too (vLLM takes one extension class)."""
+    It is the evidence extension too (vLLM takes one extension class), and adds what the
+    faults did in this worker."""
+
+    def harness_evidence(self) -> dict:
+        return {**super().harness_evidence(), "zeroed": list(ZEROED)}
 
 
 _FAULTS = parse([f for f in os.environ.get(FAULTS_ENV, "").split(",") if f])
