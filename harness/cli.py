@@ -150,7 +150,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--changed-since", metavar="BASE", type=git_revision, help="with --gate pr: as --changed-files, with the files of `git diff --name-only BASE...HEAD`")
 
     rep_ = sub.add_parser("repro", help="write a standalone script and a bug report that reproduce one scenario on the engine alone")
-    rep_.add_argument("id", help="the scenario id, e.g. vllm-llama/tp1-pp2")
+    rep_.add_argument("id", help="the scenario id, e.g. vllm-llama/tp1-pp2, or a versioned run's vllm-llama/tp1-pp2@vllm-0.21.0")
+    rep_.add_argument("--engine-env", metavar="SPEC", help="the engine environment to reproduce in (as harness run --engine-env; "
+                      "default for an id@<engine>-<version>: that release)")
     rep_.add_argument("--out", type=Path, help="the directory to write (default: <report-dir>/repro/<id, '/' as '__'>)")
     rep_.add_argument("--run", type=Path, metavar="RUN_DIR", help="take the symptom from this run (default: the newest run of the scenario)")
     rep_.add_argument("--report-dir", type=Path, default=reports_dir())
@@ -526,18 +528,21 @@ def cmd_durations(args) -> int:
 
 def cmd_repro(args, scenarios) -> int:
     """`harness repro ID`: repro.py, BUG.md and the checkpoint in one directory (harness/repro.py)."""
+    from harness import envs
     from harness.repro import ReproError, write_repro
 
     try:
-        repro = write_repro(args.id, args.out, run_dir=args.run, report_dir=args.report_dir, scenarios=scenarios)
-    except ReproError as exc:
+        scenario = envs.in_environment(find_one(scenarios, args.id), args.id, args.engine_env)
+        repro = write_repro(scenario, args.out, run_dir=args.run, report_dir=args.report_dir)
+    except (ReproError, envs.EnvError) as exc:
         print(f"harness repro: {exc}", file=sys.stderr)
         return exit_codes.USAGE
     print(f"harness repro: wrote {repro.directory}: {repro.script.name}, {repro.report.name}"
           + (", model/ (the checkpoint)" if repro.model_copied else " (the script points at the checkpoint)"))
     print(f"harness repro: symptom from {repro.verdict}" if repro.verdict else
           "harness repro: no run of this scenario found: BUG.md has no symptom (give --run RUN_DIR)")
-    print(f"run it: python {repro.script} [--python /path/to/venv/bin/python]")
+    python = scenario.engine_options.get("python")
+    print(f"run it: python {repro.script} " + (f"--python {python}" if python else "[--python /path/to/venv/bin/python]"))
     return exit_codes.OK
 
 

@@ -22,23 +22,21 @@ environment counts as installed only once its marker file is written, last.
 
 from __future__ import annotations
 
-import fcntl
-import json
 import os
 import re
 import subprocess
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.version import InvalidVersion, Version
 
+from harness.engines import envdir
 from harness.roots import cache_dir
-from harness.scenario import EngineVersion, Scenario
+from harness.scenario import EngineVersion, Scenario, split_id
 
-MARKER = ".harness-env.json"  # written last: the environment is complete
+MARKER = envdir.MARKER  # written last: the environment is complete
 
 
 class EnvError(ValueError):
@@ -160,34 +158,22 @@ def releases_between(available: list[str], low: str, high: str) -> list[str]:
 
 
 def ensure_installed(engine, engine_name: str, version: str, say=print) -> Path:
-    """The interpreter of `engine_name==version`, installed first if it is not: under a
-    lock (two harnesses asking at once install once), into env_dir, marker last."""
+    """The interpreter of `engine_name==version`, installed first if it is not, once
+    (harness/engines/envdir.py: a lock, the marker last, nothing but the log kept of a
+    failed install). EnvError: the install failed, with its log."""
     python = installed_python(engine_name, version)
     if python is not None:
         return python
     venv = env_dir(engine_name, version)
-    venv.parent.mkdir(parents=True, exist_ok=True)
-    log = venv.parent / f"{venv.name}.install.log"
-    with open(venv.parent / f".{venv.name}.lock", "w") as lock:
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            say(f"harness: waiting for another harness installing {engine_name} {version} into {venv} ...")
-            fcntl.flock(lock, fcntl.LOCK_EX)
-        python = installed_python(engine_name, version)
-        if python is not None:
-            return python
-        say(f"harness: installing {engine_name} {version} into {venv} (once; this takes minutes; log: {log})")
-        start = time.monotonic()
-        with open(log, "w") as out:
-            engine.install_env(version, venv, out)
-        python = venv / "bin" / "python"
-        if not os.access(python, os.X_OK):
-            raise EnvError(f"installing {engine_name} {version} left no interpreter at {python}; see {log}")
-        marker = {"engine": engine_name, "version": version, "installed": time.time(),
-                  "seconds": round(time.monotonic() - start, 1)}
-        (venv / MARKER).write_text(json.dumps(marker, indent=1))
-        say(f"harness: installed {engine_name} {version} in {marker['seconds']:.0f}s")
+    try:
+        envdir.build_once(venv, f"{engine_name} {version}", lambda d, log: engine.install_env(version, d, log), say,
+                          engine=engine_name, version=version)
+    except envdir.BuildFailed as exc:
+        raise EnvError(f"install failed: {exc}") from None
+    python = venv / "bin" / "python"
+    if not os.access(python, os.X_OK):
+        raise EnvError(f"install failed: installing {engine_name} {version} left no interpreter at {python}; see "
+                       f"{envdir.log_of(venv)}")
     return python
 
 
@@ -276,6 +262,26 @@ def versioned(scenario: Scenario, env: EngineEnv) -> Scenario:
     environment's interpreter (where it exists): another transformers would build other
     weights, and the run would not meet its golden."""
     return scenario.with_version(EngineVersion(env.spec, env.label, str(env.python), default_python(scenario)))
+
+
+def in_environment(scenario: Scenario, asked_id: str, spec: str | None, say=print) -> Scenario:
+    """The scenario as `harness repro` reproduces it: in the environment `spec` names, or
+    for an id tagged `@<engine>-<version>` (a versioned run's) in that release, installed
+    if it is not; the plain scenario when neither is given. EnvError: the environment
+    cannot be had, or it is another version than the id's."""
+    label = split_id(asked_id)[1]
+    if spec is None and not label:
+        return scenario
+    engine = scenario.suite.engine
+    if spec is None:
+        version = label.removeprefix(f"{engine}-")
+        if version == label:
+            raise EnvError(f"'{asked_id}': the tag @{label} names no release of engine '{engine}'; give --engine-env SPEC")
+        spec = f"{engine}=={version}"
+    (versioned,) = expand([scenario], [spec], say)
+    if label and versioned.id != asked_id:
+        raise EnvError(f"--engine-env {spec} runs {versioned.id}, not {asked_id}")
+    return versioned
 
 
 def default_python(scenario) -> str | None:

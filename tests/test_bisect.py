@@ -131,3 +131,23 @@ def test_a_search_refuses_equal_ends_and_ends_that_say_nothing():
         search_over({"1": "pass", "2": "unsupported"})
     result, _ = search_over({"1": "pass", "2": "pass", "3": "unsupported"}, count_unsupported=True)
     assert result.first_bad == "3"
+
+
+def test_a_release_that_does_not_install_is_named_so_and_an_end_that_does_not_stops_at_once():
+    from harness.bisect import BisectError, _search, step_line
+
+    def run(point):
+        if point.startswith("broken"):
+            return Verdict("s/x", "error", f"vllm {point}: install failed: pip said no",
+                           error={"install_failed": True}), None, Path("/runs")
+        return Verdict("s/x", "crash" if point == "3" else "pass", point), None, Path("/runs") / point
+
+    lines: list[str] = []
+    with pytest.raises(BisectError, match=r"at good \(broken-1\) the install failed: .*nothing to bisect from"):
+        _search(["broken-1", "2", "3"], run, lines.append)
+    assert len(lines) == 1 and "install failed" in lines[0] and "-> stop" in lines[0]  # the bad end never ran
+    lines.clear()
+    result = _search(["1", "broken-2", "3"], run, lines.append)
+    assert result.skipped_between == ["broken-2"]
+    assert any("broken-2" in line and "install failed" in line and "-> skip" in line for line in lines), lines
+    assert "install failed" in step_line("x", Verdict("s/x", "error", "r", error={"install_failed": True}), 1.0, "skip")

@@ -207,3 +207,27 @@ def test_history_rows_carry_the_engine_version(tmp_path):
     by = dict(zip(rows["scenario"], rows["engine_env"]))
     assert by["vllm-llama/tp1-pp2@vllm-0.28.0"] == "vllm-0.28.0"
     assert os.path.exists(tmp_path / "history" / "history.csv")
+
+
+def test_repro_of_a_versioned_id_runs_in_that_release(monkeypatch):
+    """`harness repro ID@vllm-0.21.0` reproduces in vllm 0.21.0 (installed if it is not);
+    --engine-env names another environment; a tag of another version is refused."""
+    (s,) = select(load_scenarios([ROOT / "scenarios" / "vllm-llama.yaml"]), ["vllm-llama/tp1-pp2"])
+    asked = []
+
+    def expand(scenarios, specs, say=print):
+        asked.append(specs)
+        version = specs[0].split("==")[-1] if "==" in specs[0] else "0.32.0"
+        return [envs.versioned(scenarios[0], envs.EngineEnv(specs[0], "vllm", Path(f"/envs/vllm-{version}/bin/python"),
+                                                             {"vllm": version}, f"vllm-{version}"))]
+
+    monkeypatch.setattr(envs, "expand", expand)
+    monkeypatch.setattr(envs, "default_python", lambda scenario: None)
+    assert envs.in_environment(s, "vllm-llama/tp1-pp2", None) is s and not asked
+    v = envs.in_environment(s, "vllm-llama/tp1-pp2@vllm-0.21.0", None)
+    assert asked[-1] == ["vllm==0.21.0"] and v.id == "vllm-llama/tp1-pp2@vllm-0.21.0"
+    assert v.engine_options["python"] == "/envs/vllm-0.21.0/bin/python"
+    with pytest.raises(envs.EnvError, match="runs vllm-llama/tp1-pp2@vllm-0.32.0, not vllm-llama/tp1-pp2@vllm-0.21.0"):
+        envs.in_environment(s, "vllm-llama/tp1-pp2@vllm-0.21.0", "/some/venv/bin/python")
+    with pytest.raises(envs.EnvError, match="names no release of engine 'vllm'"):
+        envs.in_environment(s, "vllm-llama/tp1-pp2@sglang-1.0", None)

