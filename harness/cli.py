@@ -534,7 +534,7 @@ def cmd_repro(args, scenarios) -> int:
     try:
         scenario = envs.in_environment(find_one(scenarios, args.id), args.id, args.engine_env)
         repro = write_repro(scenario, args.out, run_dir=args.run, report_dir=args.report_dir)
-    except (ReproError, envs.EnvError) as exc:
+    except (ReproError, envs.EnvError, ScenarioError) as exc:
         print(f"harness repro: {exc}", file=sys.stderr)
         return exit_codes.USAGE
     print(f"harness repro: wrote {repro.directory}: {repro.script.name}, {repro.report.name}"
