@@ -121,8 +121,14 @@ def test_a_pp_stage_that_receives_zeros_besides_the_hidden_states_fails_on_numbe
     text = (ROOT / "scenarios" / "vllm-mm-archs.yaml").read_text()
     (scenarios / "vllm-mm-archs.yaml").write_text(text + "faults: [pp-zero-aux@1]\n")
     ids = ["vllm-mm-archs/arch-qwen3-vl-tp1-pp2-compile", "vllm-mm-archs/arch-llava-tp1-pp2-compile"]
-    result, run_dir = run(tmp_path, scenarios, *ids)
+    # ... and only where the stage reads what was zeroed: Cohere Compass's layers start with
+    # `residual = hidden_states` (vLLM's cohere_compass.py), so the zeroed residual changes nothing
+    unread = "vllm-mm-archs/arch-cohere-compass-tp1-pp2-compile"
+    result, run_dir = run(tmp_path, scenarios, *ids, unread)
     assert result.returncode == 1, result.stdout + result.stderr
+    v = verdict_of(run_dir, unread)
+    assert v["verdict"] == "pass", v["reason"]
+    assert any(ZEROED_MARK in line and "residual" in line for line in Path(v["logs"]["0"]).read_text().splitlines())
     for scenario in ids:
         v = verdict_of(run_dir, scenario)
         assert v["verdict"] == "fail", (scenario, v["reason"])
