@@ -437,9 +437,14 @@ def _write_report(run_dir: Path, meta: dict, history: Path) -> dict:
 
 def cmd_golden(args, scenarios) -> int:
     from harness.models import ModelError
+    from harness.roots import shipped_only
     from harness.runner import GoldenUnsupported, RunOptions, make_golden
     from harness.workloads import WorkloadError
 
+    if not args.suites and not args.scenarios:
+        # `harness golden` in an engine's project makes its own goldens; the built-in suites'
+        # ship with the harness (named, one is regenerated into the project's golden dir)
+        scenarios = [s for s in scenarios if not shipped_only(s.source)]
     goldens: dict = {}  # golden key (suite, or suite/arch) -> a scenario of it
     for s in scenarios:
         goldens.setdefault(s.golden_key, s)

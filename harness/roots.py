@@ -144,6 +144,14 @@ def scenario_paths() -> list[Path]:
     return list(unique.values())
 
 
+def shipped_only(path: Path) -> bool:
+    """Whether a scenario file is one of the built-in suites and not also the project's
+    own (in this checkout they are both)."""
+    shipped = builtin_scenarios().resolve()
+    own = {p.resolve() for p in project().scenarios}
+    return shipped not in own and Path(path).resolve().is_relative_to(shipped)
+
+
 def golden_root() -> Path:
     """Where goldens are written: $HARNESS_GOLDEN_DIR, else the project's golden dir."""
     given = os.environ.get("HARNESS_GOLDEN_DIR")

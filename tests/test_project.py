@@ -114,3 +114,18 @@ def test_model_entries(tmp_path):
         model_entry(str(tmp_path / ".."))
     with pytest.raises(InitError, match="zoo model"):
         model_entry("nonsense")
+
+
+def test_harness_golden_makes_the_projects_own_goldens_only(tmp_path, monkeypatch, capsys):
+    """`harness golden` in an engine's project: its own suites, never every built-in suite
+    (those ship with their goldens); a built-in suite named is regenerated into the project."""
+    from harness.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    init_project(tmp_path, "tiny-llama", suite="mine")
+    made = []
+    monkeypatch.setattr("harness.runner.make_golden", lambda scenario, work_dir, opts: made.append(scenario.golden_key) or tmp_path)
+    assert main(["golden"]) == 0
+    assert made == ["mine"]
+    assert not roots.shipped_only(tmp_path / "scenarios" / "mine.yaml")
+    assert roots.shipped_only(roots.builtin_scenarios() / "llama-tiny.yaml")
