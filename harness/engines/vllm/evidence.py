@@ -49,7 +49,24 @@ class EvidenceExtension:
             "compile": dataclasses.asdict(compilation_counter),
             "compile_mode": _name(getattr(self.vllm_config.compilation_config, "mode", None)),
             "sp": next((bool(getattr(pass_config, f)) for f in SP_FIELDS if hasattr(pass_config, f)), None),
+            "sp_pass": _sp_pass_loaded(),
         }
+
+
+def _sp_pass_loaded() -> bool | None:
+    """Whether this worker's vLLM has its sequence-parallelism pass at all: its pass manager
+    imports SequenceParallelismPass on CUDA-like platforms only (vLLM 0.20-0.26,
+    compilation/passes/pass_manager.py), so on CPU the flag has nothing to switch on. None:
+    no pass manager module where the harness knows to look."""
+    import importlib
+
+    for name in ("vllm.compilation.passes.pass_manager", "vllm.compilation.pass_manager"):
+        try:
+            module = importlib.import_module(name)
+        except ImportError:
+            continue
+        return hasattr(module, "SequenceParallelismPass")
+    return None
 
 
 TOWERS = ("vision", "visual", "audio", "encoder", "tower")  # a multimodal model's encoders: every PP rank holds them whole
@@ -109,12 +126,25 @@ def _tp(tp: int, workers: list[dict]) -> dict:
             "evidence": f"TP group size {'/'.join(map(str, sizes))} on {len(workers)} workers; each attention layer holds {layout}"}
 
 
+# The only mode in which vLLM runs its own post-grad passes (SP among them).
+SP_MODE = "VLLM_COMPILE"
+
+
 def _sp(workers: list[dict]) -> dict:
-    states = {w["sp"] for w in workers}
-    if states == {True}:
-        return {"applied": True, "evidence": "the SP pass is on in every worker's effective compilation config"}
-    return {"applied": False, "evidence": "vLLM switched the SP pass off in its effective compilation config "
-                                          "(see its log, e.g. its SP threshold heuristic)"}
+    """SP took effect only where the flag is on, vLLM compiles with its own backend (the
+    pass runs there only: eager or stock-inductor modes never run it, vLLM warns "running
+    in wrong vllm compile mode") and the worker's vLLM has the pass at all."""
+    if {w["sp"] for w in workers} != {True}:
+        return {"applied": False, "evidence": "vLLM switched the SP pass off in its effective compilation config "
+                                              "(see its log, e.g. its SP threshold heuristic)"}
+    modes = sorted({str(w.get("compile_mode")) for w in workers})
+    if modes != [SP_MODE]:
+        return {"applied": False, "evidence": f"the SP flag is on, but vLLM ran in compile mode {'/'.join(modes)}: its SP pass "
+                                              f"runs only under {SP_MODE} (vLLM logs 'running in wrong vllm compile mode')"}
+    if any(w.get("sp_pass") is False for w in workers):
+        return {"applied": False, "evidence": "the SP flag is on, but the workers' vLLM has no SequenceParallelismPass on this "
+                                              "platform (its pass manager imports it on CUDA-like platforms only)"}
+    return {"applied": True, "evidence": f"the SP pass is on in every worker's effective compilation config, under {SP_MODE}"}
 
 
 # Counters that only move when vLLM traced or compiled the model, or loaded it compiled
