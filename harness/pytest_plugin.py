@@ -44,6 +44,9 @@ def pytest_addoption(parser):
 
 
 def pytest_configure(config):
+    from harness.roots import export_to_children
+
+    export_to_children()  # the project's cache, read once, for every rank and xdist worker (as the CLI does)
     for gate in ("pr", "nightly", "vllm"):
         config.addinivalue_line("markers", f"{gate}: scenario is in the {gate} gate")
     # The controller names the run; xdist workers inherit the variable, so all
