@@ -38,6 +38,27 @@ def test_an_axis_reported_as_not_applied_is_named_with_its_evidence():
     assert "tp=" not in reason
 
 
+def test_a_run_of_another_setting_is_unsupported_even_when_its_numbers_fail():
+    """vLLM 0.20.2 on CPU ran no SP in its SP scenarios, and its numbers failed (the SP flag
+    padded batches and its CPU attention wrote the pad into a live cached row): that run says
+    nothing about SP. unsupported, the failed checks kept in the record and the reason."""
+    from harness.judge.compare import Tolerance
+    from harness.judge.outputs import verdict_of_checks
+
+    checks = [{"name": "greedy", "kind": "greedy", "passed": False, "summary": "2/3 identical"},
+              {"name": "logits", "kind": "logprobs", "passed": True, "summary": "max diff 0"}]
+    table = evidence_table({"tp": 2, "sp": True}, GOLDEN, {
+        "tp": {"applied": True, "evidence": "2 of 4 heads"},
+        "sp": {"applied": False, "evidence": "compile mode NONE"}})
+    v = verdict_of_checks("x", checks, Tolerance(0.01, 0.01, 0.9, 0.01), applied=table)
+    assert v.verdict == "unsupported"
+    assert v.reason.startswith("the engine accepted but did not apply sp=True (compile mode NONE)")
+    assert "its outputs also differ from the reference: greedy: 2/3 identical" in v.reason
+    assert v.checks == checks
+    table["sp"]["applied"] = True
+    assert verdict_of_checks("x", checks, Tolerance(0.01, 0.01, 0.9, 0.01), applied=table).verdict == "fail"
+
+
 def test_an_engine_that_reports_nothing_is_shown_as_not_reported_and_not_blamed():
     table = evidence_table({"tp": 2}, GOLDEN, None)
     assert table == {"tp": {"value": 2, "applied": None, "evidence": NOT_REPORTED}}

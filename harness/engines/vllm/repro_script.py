@@ -89,11 +89,15 @@ def load_media(field: str, path):
 
 
 def topk_row(position: dict, k: int) -> tuple[list[int], list[float]]:
-    """The top-k (ids, logprobs) of one position, best first (vLLM adds the prompt token
-    when it is outside the top-k: rank > k drops it)."""
-    ranked = sorted((lp.rank, tid, lp.logprob) for tid, lp in position.items() if lp.rank is not None and lp.rank <= k)
-    if len(ranked) != k:
-        raise RuntimeError(f"vLLM returned {len(ranked)} of the top-{k} logprobs at a position")
+    """The top-k (ids, logprobs) of one position's {token_id: Logprob}, best first.
+    vLLM lists the sampled (or prompt) token first, then its top-k ranked 1..k; the
+    first is outside the top-k when there are k + 1 (its rank is past k, or 0 for a NaN)."""
+    entries = list(position.items())
+    if len(entries) > k:
+        entries = entries[-k:]  # the sampled token, outside the top-k, comes first
+    ranked = sorted((lp.rank, tid, lp.logprob) for tid, lp in entries if lp.rank is not None)
+    if [r for r, _, _ in ranked] != list(range(1, k + 1)):
+        raise RuntimeError(f"vLLM returned ranks {[r for r, _, _ in ranked]} for the top-{k} logprobs at a position")
     return [tid for _, tid, _ in ranked], [lp for _, _, lp in ranked]
 
 
