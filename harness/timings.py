@@ -13,6 +13,8 @@ A verdict's `timings`:
   engine_s   the launch: the engine starting and running (start .. exit)
   harness_s  everything else but `wait`: the harness's own share
   wait_s     device wait (a packing cost, neither the engine's nor the harness's work)
+  engine_start  where the engine's own start went, when it says ({phase: seconds}, vLLM:
+             harness/engines/vllm/startup.py): a breakdown of `load`
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ class Stopwatch:
 
     def __init__(self) -> None:
         self.phases: dict[str, float] = {}
+        self.engine_start: dict[str, float] = {}
         self._last = time.monotonic()
 
     def lap(self, name: str) -> None:
@@ -52,7 +55,10 @@ class Stopwatch:
         self._last = time.monotonic()
 
     def timings(self) -> dict:
-        return summarise(self.phases)
+        summary = summarise(self.phases)
+        if self.engine_start:
+            summary["engine_start"] = dict(self.engine_start)
+        return summary
 
 
 def summarise(phases: dict[str, float]) -> dict:

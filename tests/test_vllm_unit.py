@@ -335,8 +335,80 @@ def test_the_top_k_row_is_vllms_top_k_whatever_the_sampled_tokens_rank():
     top = {7: _Logprob(-0.1, 1), 3: _Logprob(-0.5, 2), 9: _Logprob(-0.9, 3)}
     for row in (top, {7: _Logprob(-0.1, 1), **{t: lp for t, lp in top.items() if t != 7}},  # sampled = best
                 {5: _Logprob(-4.0, 12), **top},  # sampled outside the top-k
-                {5: _Logprob(float("nan"), 0), **top}):  # NaN: >= holds for none
+                {5: _Logprob(float("nan"), 0), **top},  # NaN: >= holds for none
+                {5: _Logprob(-0.9, 3), **top}):  # a tie with the k-th
         assert topk_row(row, 3) == ([7, 3, 9], [-0.1, -0.5, -0.9])
         assert repro_script.topk_row(row, 3) == ([7, 3, 9], [-0.1, -0.5, -0.9])
-    with pytest.raises(RuntimeError, match=r"ranks \[1, 3\]"):
+    with pytest.raises(RuntimeError, match=r"ranks \[1\] for the top-2"):
         topk_row({7: _Logprob(-0.1, 1), 9: _Logprob(-0.9, 3)}, 2)
+
+
+def test_the_engine_start_is_split_along_the_slowest_worker():
+    """vllm.LLM(...) is one call of 10-40 s on CPU: the workers' own steps say where it went
+    (issue 26). A phase ends when its last worker ends it; the parts add up to the call."""
+    from harness.engines.vllm.startup import breakdown
+
+    def worker(imported, **steps):
+        return {"imported": imported, "steps": steps}
+
+    workers = [worker(104.0, init_device=[104.0, 105.0], load_model=[105.0, 106.0], compile_or_warm_up_model=[107.0, 111.0]),
+               worker(104.5, init_device=[104.5, 105.2], load_model=[105.2, 106.5], compile_or_warm_up_model=[107.0, 112.0])]
+    parts = breakdown(100.0, 113.0, workers)
+    assert parts == {"worker start + import": 4.5, "device + process groups": 0.7, "model build + load": 1.3,
+                     "compile + warm-up": 5.5, "engine ready": 1.0}
+    assert sum(parts.values()) == pytest.approx(13.0)
+    assert breakdown(100.0, 113.0, [{}, {}]) == {}
+
+
+def test_a_start_up_step_is_timed_once_through_super_calls():
+    from harness.engines.vllm import startup
+
+    class Base:
+        def load_model(self):
+            return "loaded"
+
+    class CPUish(Base):
+        def load_model(self):
+            return super().load_model()
+
+    startup.TIMELINE.pop("load_model", None)
+    startup._time_steps(CPUish)
+    startup._time_steps(CPUish)  # a second worker of the same class: no second wrapper
+    assert CPUish().load_model() == "loaded"
+    start, end = startup.TIMELINE["load_model"]
+    assert start <= end
+    assert not getattr(CPUish.load_model.__wrapped__, "_harness_timed", False)
+    startup.TIMELINE.pop("load_model", None)
+
+
+def test_a_loaded_stock_inductor_artifact_gets_the_finalize_vllm_asks_for(monkeypatch):
+    """vLLM 0.32 on CPU calls compiled_fn.finalize_loading on every AOT cache load; a stock
+    inductor artifact is a plain function without it, so every load failed and recompiled
+    (issue 26). The harness's wrap adds a no-op one there and leaves vLLM's own class alone."""
+    import types
+
+    import torch
+
+    from harness.engines.vllm import aot_cache
+
+    def stock():
+        return "ran"
+
+    class VllmSerializable:
+        def finalize_loading(self, config):
+            return "vllm's own"
+
+    own = VllmSerializable()
+    artifacts = {"stock": stock, "vllm": own}
+    monkeypatch.setattr(torch.compiler, "load_compiled_function",
+                        lambda f, f_globals=None: types.SimpleNamespace(_artifacts=types.SimpleNamespace(compiled_fn=artifacts[f])),
+                        raising=False)
+    monkeypatch.setenv(aot_cache.OFF_ENV, "0")
+    aot_cache.install()
+    assert not hasattr(torch.compiler.load_compiled_function("stock")._artifacts.compiled_fn, "finalize_loading")
+    monkeypatch.delenv(aot_cache.OFF_ENV)
+    aot_cache.install()
+    aot_cache.install()  # once
+    loaded = torch.compiler.load_compiled_function("stock", f_globals={})
+    assert loaded._artifacts.compiled_fn.finalize_loading(object()) is None and loaded._artifacts.compiled_fn() == "ran"
+    assert torch.compiler.load_compiled_function("vllm")._artifacts.compiled_fn.finalize_loading(None) == "vllm's own"

@@ -136,11 +136,11 @@ def topk_row(position: dict, k: int) -> tuple[list[int], list[float]]:
     position (vllm/logprobs.py append_logprobs_for_next_position); the first entry's own
     rank counts the logprobs >= its own, so it is past k outside the top-k, and 0 when its
     logprob is NaN (a corrupted row: vLLM 0.20.2's CPU attention with SP padding). The
-    top-k are the entries ranked 1..k that follow it."""
-    entries = list(position.items())
-    if len(entries) > k:
-        entries = entries[-k:]  # the sampled token, outside the top-k, comes first
-    ranked = sorted((lp.rank, tid, lp.logprob) for tid, lp in entries if lp.rank is not None)
+    top-k are the entries ranked 1..k after it."""
+    entries = [(tid, lp) for tid, lp in position.items() if lp.rank is not None and 1 <= lp.rank <= k]
+    if len(entries) > k:  # the sampled token, outside the top-k yet ranked within it: it comes first
+        entries = [(tid, lp) for tid, lp in entries if tid != next(iter(position))]
+    ranked = sorted((lp.rank, tid, lp.logprob) for tid, lp in entries)
     if [r for r, _, _ in ranked] != list(range(1, k + 1)):
         raise RuntimeError(f"vLLM returned ranks {[r for r, _, _ in ranked]} for the top-{k} logprobs at a position")
     return [tid for _, tid, _ in ranked], [lp for _, _, lp in ranked]
@@ -208,22 +208,21 @@ def run_generate(llm, workload: dict) -> dict:
     return EngineOutputs.generate_fields(seqs, n)
 
 
-def applied_evidence(llm, spec) -> dict:
-    """What every worker really applied, per axis (evidence.py). A vLLM without the
-    extension hook or the RPC reports nothing: the verdict then says "not reported"."""
-    from harness.engines.vllm.evidence import summarize
-
+def worker_evidence(llm) -> list[dict]:
+    """Every worker's record (evidence.py: what it applied, how its start went). A vLLM
+    without the extension hook or the RPC reports nothing: the verdict then says "not
+    reported"."""
     try:
         workers = llm.collective_rpc("harness_evidence", timeout=120)
     except Exception as exc:  # noqa: BLE001 - any failure here only loses the evidence
         print(f"harness: no evidence of the applied settings from vLLM's workers ({type(exc).__name__}: {exc})", file=sys.stderr)
-        return {}
+        return []
     zeroed = sorted({key for w in workers for key in w.get("zeroed", [])})
     if zeroed:  # a fault switch's own record (faults.py), for whoever reads the log
         from harness.engines.vllm.faults import ZEROED_MARK
 
         print(f"{ZEROED_MARK} {', '.join(zeroed)}", file=sys.stderr, flush=True)
-    return summarize(spec.settings, workers)
+    return list(workers)
 
 
 RUNNERS = {"logprobs": run_logprobs, "greedy": run_greedy, "generate": run_generate}
@@ -234,29 +233,35 @@ def run(spec) -> None:
 
     from harness.contract.outputs import EngineOutputs
     from harness.contract.phases import PhaseMarks
+    from harness.engines.vllm import aot_cache, startup
+    from harness.engines.vllm.evidence import summarize
 
     phases = PhaseMarks(spec.output_dir)
     phases.mark("start")
-    t0 = time.perf_counter()
+    startup.install()  # a worker in this process (one rank) or forked from it is timed too
+    aot_cache.install()  # and loads its AOT compile cache
     if spec.sp:
         count_sp_pass()
     kwargs = engine_kwargs(spec)  # once: what vLLM is given is what the outputs record
+    called = time.time()
     llm = vllm.LLM(**kwargs)  # its workers' rendezvous, load and compile are inside
-    t1 = time.perf_counter()
+    ready = time.time()
     phases.mark("load")
     out = EngineOutputs()
     for w in spec.workloads:
         if w["kind"] not in RUNNERS:
             raise ValueError(f"unknown workload kind {w['kind']!r} in workload {w['name']!r}")
         out.put(w["name"], **RUNNERS[w["kind"]](llm, w))
-    t2 = time.perf_counter()
+    done = time.time()
     phases.mark("workloads")
+    workers = worker_evidence(llm)
     out.describe_run(
         spec, "vllm",
         vllm=vllm.__version__,
-        applied=applied_evidence(llm, spec),
+        applied=summarize(spec.settings, workers) if workers else {},
         engine_kwargs={k: v for k, v in kwargs.items() if k not in ("model", "tokenizer")},
-        timings={"engine_start_s": t1 - t0, "run_s": t2 - t1},
+        timings={"engine_start_s": ready - called, "run_s": done - ready,
+                 "engine_start": startup.breakdown(called, ready, [w.get("startup") or {} for w in workers])},
     )
     out.save(spec.output_dir)
     phases.mark("write")

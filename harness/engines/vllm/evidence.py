@@ -23,6 +23,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from harness.contract.applied import pp_layout, stage_layers
+from harness.engines.vllm import aot_cache, startup
 from harness.engines.vllm.probe import SP_FIELDS
 
 
@@ -54,6 +55,7 @@ class EvidenceExtension:
             "sp": next((bool(getattr(pass_config, f)) for f in SP_FIELDS if hasattr(pass_config, f)), None),
             "sp_pass": (_sp_pass_class() is not None if _pass_manager() else None) if os.environ.get(SP_COUNT_ENV) else None,
             "sp_runs": SP_RUNS["runs"], "sp_matched": SP_RUNS["matched"],
+            "startup": startup.record(),
         }
 
 
@@ -104,9 +106,13 @@ def count_sp_pass_runs(pass_class=None) -> None:
     pass_class.__call__ = counted
 
 
-# a vLLM worker of an SP scenario importing its extension (never the harness's own process)
-if "vllm" in sys.modules and os.environ.get(SP_COUNT_ENV):
-    count_sp_pass_runs()
+# a vLLM worker importing its extension (never the harness's own process): time its start-up
+# steps, let it load its AOT compile cache (aot_cache.py), and count the SP pass's runs in an SP scenario
+if "vllm" in sys.modules:
+    startup.install()
+    aot_cache.install()
+    if os.environ.get(SP_COUNT_ENV):
+        count_sp_pass_runs()
 
 
 TOWERS = ("vision", "visual", "audio", "encoder", "tower")  # a multimodal model's encoders: every PP rank holds them whole

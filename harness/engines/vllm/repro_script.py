@@ -92,10 +92,10 @@ def topk_row(position: dict, k: int) -> tuple[list[int], list[float]]:
     """The top-k (ids, logprobs) of one position's {token_id: Logprob}, best first.
     vLLM lists the sampled (or prompt) token first, then its top-k ranked 1..k; the
     first is outside the top-k when there are k + 1 (its rank is past k, or 0 for a NaN)."""
-    entries = list(position.items())
-    if len(entries) > k:
-        entries = entries[-k:]  # the sampled token, outside the top-k, comes first
-    ranked = sorted((lp.rank, tid, lp.logprob) for tid, lp in entries if lp.rank is not None)
+    entries = [(tid, lp) for tid, lp in position.items() if lp.rank is not None and 1 <= lp.rank <= k]
+    if len(entries) > k:  # the sampled token, outside the top-k yet ranked within it: it comes first
+        entries = [(tid, lp) for tid, lp in entries if tid != next(iter(position))]
+    ranked = sorted((lp.rank, tid, lp.logprob) for tid, lp in entries)
     if [r for r, _, _ in ranked] != list(range(1, k + 1)):
         raise RuntimeError(f"vLLM returned ranks {[r for r, _, _ in ranked]} for the top-{k} logprobs at a position")
     return [tid for _, tid, _ in ranked], [lp for _, _, lp in ranked]

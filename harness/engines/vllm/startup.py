@@ -1,0 +1,114 @@
+"""Where a vLLM engine start goes, measured inside its workers (issue 26).
+
+`vllm.LLM(...)` is one opaque call of 10-40 s on CPU. Its parts happen in the workers, in
+this order, each a method of vLLM's worker class: the worker process starts and imports
+vLLM (until it imports the harness's worker extension: `imported`), then
+
+  init_device                 the device and the distributed groups (TP/PP rendezvous)
+  load_model                  the model built and its weights loaded
+  determine_available_memory  the profile run that sizes the KV cache
+  initialize_from_config      the KV cache allocated
+  compile_or_warm_up_model    torch.compile and warm-up (CUDA graphs on GPUs)
+
+`install()` makes every worker vLLM constructs time those methods (wrapped on its class
+when WorkerBase.__init__ runs, so a worker class loaded after the install is timed too;
+once per class, a nested super() call not counted twice) and records when each ran in
+this process; the evidence call hands the record to the driver (evidence.py), which turns
+it into seconds per phase, along the slowest worker (`breakdown`), for the outputs' timings.
+
+Runs in vLLM's interpreter; nothing here imports vLLM at module import.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+
+STEPS = ("init_device", "load_model", "determine_available_memory", "initialize_from_config", "compile_or_warm_up_model")
+# Names in the breakdown, in flow order (docs/BENCHMARKS.md uses them).
+NAMES = {
+    "imported": "worker start + import",  # until vLLM constructs its worker object
+    "init_device": "device + process groups",
+    "load_model": "model build + load",
+    "determine_available_memory": "KV cache sizing",
+    "initialize_from_config": "KV cache allocation",
+    "compile_or_warm_up_model": "compile + warm-up",
+}
+
+TIMELINE: dict[str, list[float]] = {}  # step -> [start, end] of its first call in this process
+CONSTRUCTED: list[float] = []  # when this process's worker was constructed: its process up, vLLM imported
+_running: set[str] = set()
+
+
+def install() -> None:
+    """Time the start-up of every vLLM worker constructed in this process from now on.
+    vLLM's LLM class imports WorkerBase already: this costs nothing."""
+    from vllm.v1.worker.worker_base import WorkerBase
+
+    init = WorkerBase.__init__
+    if getattr(init, "_harness_timed", False):
+        return
+
+    @functools.wraps(init)
+    def constructed(self, *args, **kwargs):
+        if not CONSTRUCTED:
+            CONSTRUCTED.append(time.time())
+        _time_steps(type(self))
+        return init(self, *args, **kwargs)
+
+    constructed._harness_timed = True  # type: ignore[attr-defined]
+    WorkerBase.__init__ = constructed  # type: ignore[method-assign]
+
+
+def _time_steps(cls) -> None:
+    for c in cls.__mro__:
+        for name in STEPS:
+            method = c.__dict__.get(name)
+            if callable(method) and not getattr(method, "_harness_timed", False):
+                setattr(c, name, _timed(name, method))
+
+
+def _timed(name: str, method):
+    @functools.wraps(method)
+    def timed(*args, **kwargs):
+        if name in _running or name in TIMELINE:  # a super() call inside it, or a second call
+            return method(*args, **kwargs)
+        _running.add(name)
+        start = time.time()
+        try:
+            return method(*args, **kwargs)
+        finally:
+            _running.discard(name)
+            TIMELINE[name] = [start, time.time()]
+
+    timed._harness_timed = True  # type: ignore[attr-defined]
+    return timed
+
+
+def record() -> dict:
+    """This worker's start-up: when it was constructed, and each step's [start, end]; {}
+    where no worker was constructed after the install."""
+    return {"imported": CONSTRUCTED[0], "steps": dict(TIMELINE)} if CONSTRUCTED else {}
+
+
+def breakdown(called: float, ready: float, workers: list[dict]) -> dict[str, float]:
+    """Seconds per start-up phase from the driver's `vllm.LLM(...)` call to its return, along
+    the slowest worker: a phase ends when its last worker ends it (they wait for each other
+    in every collective). The engine core's own start is in `worker start + import`; the
+    rest after the last step (the engine core's handshake, the tokenizer) is `engine ready`.
+    The values add up to ready - called; {} when no worker reported."""
+    records = [w for w in workers if w and "imported" in w]
+    if not records:
+        return {}
+    ends = {"imported": max(w["imported"] for w in records)}
+    for step in STEPS:
+        seen = [w["steps"][step][1] for w in records if step in w.get("steps", {})]
+        if seen:
+            ends[step] = max(seen)
+    out, previous = {}, called
+    for step in sorted(ends, key=lambda s: ends[s]):
+        end = min(max(ends[step], previous), ready)
+        out[NAMES[step]] = round(end - previous, 3)
+        previous = end
+    out["engine ready"] = round(max(ready - previous, 0.0), 3)
+    return out
