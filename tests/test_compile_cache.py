@@ -46,14 +46,16 @@ def test_reference_ranks_get_the_cache(clean_env):
     assert ReferenceEngine().launch_plan(spec(False), "/s.json").env == env
 
 
-def test_vllm_gets_its_cache_root_under_ours_only_under_compile(clean_env, tmp_path):
-    from harness.engines.vllm import VllmEngine
+def test_vllm_gets_its_cache_root_under_ours_and_one_environment_eager_or_compiled(clean_env, tmp_path):
+    from harness.engines.vllm import DRIVER_IMPORTS, VllmEngine
 
     engine = VllmEngine()
     clean_env.setattr(engine, "probe", lambda: {"torch": "2.13.0+cpu", "vllm": "0.32.0"})
-    env = engine.launch_plan(spec(True), "/s.json").env
-    assert env["VLLM_CACHE_ROOT"] == str(tmp_path / "cache" / "compile" / "torch-2.13.0-cpu" / "vllm-0.32.0")
-    assert "VLLM_CACHE_ROOT" not in engine.launch_plan(spec(False), "/s.json").env
+    plan = engine.launch_plan(spec(True), "/s.json")
+    assert plan.env["VLLM_CACHE_ROOT"] == str(tmp_path / "cache" / "compile" / "torch-2.13.0-cpu" / "vllm-0.32.0")
+    # eager runs too: one environment, so the driver's rank-pool zygote (vLLM imported) serves both
+    eager = engine.launch_plan(spec(False), "/s.json")
+    assert eager.env == plan.env and eager.preload == plan.preload == list(DRIVER_IMPORTS)
 
 
 def test_the_users_own_setting_wins_and_the_cache_can_be_turned_off(clean_env):

@@ -63,7 +63,7 @@ def test_a_zygote_left_with_a_thread_refuses_and_ranks_start_fresh(tmp_path, cap
     parents = run_ok(tmp_path, "a", preload=(*POOL_PRELOAD, "tests.ranks.starts_a_thread"))
     assert parents == {os.getpid()}  # started fresh by the launcher
     assert "ranks start fresh, not from the rank pool" in capfd.readouterr().err
-    assert "thread(s) running beyond torch's own" in next(iter(pool._refused.values()))
+    assert "thread(s) running beyond the math libraries' own pools" in next(iter(pool._refused.values()))
 
 
 def test_a_preload_that_fails_to_import_refuses_and_ranks_start_fresh(tmp_path, capfd):

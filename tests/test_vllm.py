@@ -60,6 +60,26 @@ def test_what_vllm_applied_is_measured_in_its_workers(tmp_path):
                                    "evidence": "TP group size 2 on 2 workers; each attention layer holds 2 of 4 heads"}
 
 
+def test_drivers_from_the_pool_give_what_fresh_drivers_give_bit_for_bit(tmp_path):
+    """The driver forks from a rank-pool zygote that imported vLLM (issue 26): two different
+    models in a row, from one zygote, against the same two started fresh (HARNESS_RANK_POOL=0):
+    every output tensor equal, nothing left running either way."""
+    from harness.contract.outputs import EngineOutputs
+    from harness.rundir import scenario_dir
+
+    ids = ["vllm-llama/tp1-pp1", "vllm-archs/arch-qwen3-tp1-pp1"]
+    pooled, pooled_dir = run(tmp_path / "pooled", ROOT / "scenarios", *ids)
+    fresh = harness_cli("run", "--report-dir", str(tmp_path / "fresh"), "--run-id", "r", *ids, timeout=900,
+                        env={"HARNESS_RANK_POOL": "0"}, what="harness run, drivers started fresh")
+    fresh_dir = tmp_path / "fresh" / "r"
+    assert pooled.returncode == 0 and fresh.returncode == 0, pooled.stdout + fresh.stdout
+    for sid in ids:
+        a, b = (EngineOutputs.load(scenario_dir(d, sid) / "outputs") for d in (pooled_dir, fresh_dir))
+        assert (a.meta["driver_preimported"], b.meta["driver_preimported"]) == (True, False), sid
+        assert a.tensors.keys() == b.tensors.keys() and all(a.tensors[k].equal(b.tensors[k]) for k in a.tensors), sid
+    assert not survivors(pooled_dir) and not survivors(fresh_dir)
+
+
 def test_sp_is_unsupported_with_the_installed_vllms_reason(tmp_path):
     result, run_dir = run(tmp_path, ROOT / "scenarios", "vllm-llama/tp2-pp1-sp")
     v = verdict_of(run_dir, "vllm-llama/tp2-pp1-sp")

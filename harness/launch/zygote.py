@@ -56,6 +56,12 @@ sys.path[0] = str(Path(__file__).resolve().parents[2])
 from harness.launch.blame import child_exit  # noqa: E402
 
 POLL_S = 0.02  # how often live ranks are checked for an exit
+# Modules whose import starts a math library's thread pool that survives a fork: torch
+# (OpenMP, and numpy's OpenBLAS) and OpenCV (its own OpenBLAS, which vLLM's multimodal code
+# imports). OpenBLAS stops its pool before a fork (pthread_atfork) and the child starts a
+# new one when it needs it, as OpenMP does. Their threads are allowed when a preload list
+# names the module; any other thread still makes the zygote refuse.
+THREAD_POOL_MODULES = ("torch", "cv2")
 
 
 def thread_count() -> int:
@@ -67,12 +73,12 @@ def thread_count() -> int:
 
 def unsafe_reason(allowed_threads: int) -> str | None:
     """Why forking this process would not be safe, or None. `allowed_threads`: what
-    `import torch` itself leaves (its OpenMP workers, which the child's OpenMP runtime
-    recreates: PyTorch supports a fork after import, its DataLoader workers rely on it)."""
+    the THREAD_POOL_MODULES left (e.g. torch's OpenMP workers, which the child's OpenMP
+    runtime recreates: PyTorch supports a fork after import, its DataLoader workers rely on it)."""
     threads = thread_count()
     if threads > allowed_threads:
-        return (f"the preloaded modules left {threads - allowed_threads} thread(s) running beyond torch's "
-                "own (a fork keeps only the calling thread)")
+        return (f"the preloaded modules left {threads - allowed_threads} thread(s) running beyond the math "
+                "libraries' own pools (a fork keeps only the calling thread)")
     torch = sys.modules.get("torch")
     if torch is not None and hasattr(torch, "cuda") and torch.cuda.is_initialized():
         return "the preloaded modules initialised CUDA (a forked child could not use it)"
@@ -195,7 +201,7 @@ def main() -> None:
     try:
         for module in sys.argv[1:]:
             importlib.import_module(module)
-            if module == "torch":
+            if module in THREAD_POOL_MODULES:
                 allowed_threads = thread_count()
     except BaseException:  # noqa: BLE001 - reported to the launcher, which falls back
         send(out, {"error": traceback.format_exc()})

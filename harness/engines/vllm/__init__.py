@@ -34,6 +34,9 @@ from harness.launch.outcome import RankFailure
 
 VENV_PYTHON = Path(".venv-vllm") / "bin" / "python"  # where `make install-vllm` puts vLLM's interpreter
 PYTHON_ENV = "HARNESS_VLLM_PYTHON"
+# What the driver imports before it starts vLLM: `vllm.LLM` and what it pulls in. torch
+# and cv2 first: the zygote allows the thread pools their imports start (zygote.py).
+DRIVER_IMPORTS = ("torch", "cv2", "vllm", "vllm.entrypoints.llm", "harness.engines.vllm.driver")
 INSTALL_HINT = "run `make install-vllm` (or point engine_options.python / $HARNESS_VLLM_PYTHON at a Python with vllm)"
 PROBE_TIMEOUT_S = 300
 _PROBES: dict[str, dict] = {}  # per process: cache key -> probe result
@@ -114,12 +117,18 @@ class VllmEngine(Engine):
             "VLLM_NO_USAGE_STATS": "1",
             "TORCHINDUCTOR_COMPILE_THREADS": "1",
         }
-        if spec.compile:
-            probe = self.probe()
-            env.update(compile_cache.vllm_env(probe["torch"], probe["vllm"], spec.faults))
+        # Eager runs too: vLLM reads the root only to compile, and one environment for both
+        # lets them share the driver's rank-pool zygote (below).
+        probe = self.probe()
+        env.update(compile_cache.vllm_env(probe["torch"], probe["vllm"], spec.faults))
         if spec.device == "cpu":
             env["VLLM_CPU_OMP_THREADS_BIND"] = cpu_binding(spec.tp * spec.pp, os.cpu_count() or 1)
-        return LaunchPlan(world_size=1, argv=[str(self.python()), "-m", "harness.engines.vllm.driver", spec_path], env=env)
+        # The driver forks from a rank-pool zygote that imported vLLM already (7-10 s a
+        # scenario on CPU: docs/BENCHMARKS.md), CPU only: on CUDA, importing vLLM may query
+        # the driver, after which a forked child could not use CUDA. vLLM spawns its
+        # engine core and workers itself, afresh: they share nothing with the zygote.
+        return LaunchPlan(world_size=1, argv=[str(self.python()), "-m", "harness.engines.vllm.driver", spec_path], env=env,
+                          preload=list(DRIVER_IMPORTS) if spec.device == "cpu" else [])
 
     def root_cause(self, log_text: str) -> RankFailure | None:
         """The vLLM process that really failed (worker first), from the driver's log, which

@@ -20,6 +20,10 @@ import os
 import sys
 import time
 
+# Whether this driver came from a rank-pool zygote that had imported vLLM (pool.py; the
+# engine's launch plan preloads it on CPU): recorded in the outputs, so a test can tell.
+PREIMPORTED = "vllm" in sys.modules
+
 # The fault switches a run asks for, comma-separated: faults.py installs them when it is
 # imported where this is set (harness/engines/vllm/faults.py).
 FAULTS_ENV = "HARNESS_VLLM_FAULTS"
@@ -258,6 +262,7 @@ def run(spec) -> None:
     out.describe_run(
         spec, "vllm",
         vllm=vllm.__version__,
+        driver_preimported=PREIMPORTED,
         applied=summarize(spec.settings, workers) if workers else {},
         engine_kwargs={k: v for k, v in kwargs.items() if k not in ("model", "tokenizer")},
         timings={"engine_start_s": ready - called, "run_s": done - ready,
