@@ -58,6 +58,10 @@ def test_what_vllm_applied_is_measured_in_its_workers(tmp_path):
     assert "compilation counter" in pp_compile["applied"]["compile"]["evidence"]
     assert tp["applied"]["tp"] == {"value": 2, "applied": True,
                                    "evidence": "TP group size 2 on 2 workers; each attention layer holds 2 of 4 heads"}
+    # the engine start split by what the workers did (startup.py), adding up to `load`
+    start = pp_compile["timings"]["engine_start"]
+    assert {"worker start + import", "model build + load", "KV cache sizing", "engine ready"} <= set(start), start
+    assert sum(start.values()) <= pp_compile["timings"]["phases"]["load"] + 0.5, (start, pp_compile["timings"])
 
 
 def test_drivers_from_the_pool_give_what_fresh_drivers_give_bit_for_bit(tmp_path):

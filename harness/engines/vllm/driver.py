@@ -20,6 +20,8 @@ import os
 import sys
 import time
 
+from harness.engines.vllm.repro_script import topk_row  # vLLM's top-k read one way, here and in `harness repro`'s script
+
 # Whether this driver came from a rank-pool zygote that had imported vLLM (pool.py; the
 # engine's launch plan preloads it on CPU): recorded in the outputs, so a test can tell.
 PREIMPORTED = "vllm" in sys.modules
@@ -134,22 +136,6 @@ def _load(field: str, path: str):
     return (array, AUDIO_RATE) if field == "audios" else (array, video_metadata(len(array)))
 
 
-def topk_row(position: dict, k: int) -> tuple[list[int], list[float]]:
-    """The top-k (ids, logprobs) of one position's {token_id: Logprob}, best first.
-    vLLM lists the sampled (or prompt) token first, then its top-k with ranks 1..k by
-    position (vllm/logprobs.py append_logprobs_for_next_position); the first entry's own
-    rank counts the logprobs >= its own, so it is past k outside the top-k, and 0 when its
-    logprob is NaN (a corrupted row: vLLM 0.20.2's CPU attention with SP padding). The
-    top-k are the entries ranked 1..k after it."""
-    entries = [(tid, lp) for tid, lp in position.items() if lp.rank is not None and 1 <= lp.rank <= k]
-    if len(entries) > k:  # the sampled token, outside the top-k yet ranked within it: it comes first
-        entries = [(tid, lp) for tid, lp in entries if tid != next(iter(position))]
-    ranked = sorted((lp.rank, tid, lp.logprob) for tid, lp in entries)
-    if [r for r, _, _ in ranked] != list(range(1, k + 1)):
-        raise RuntimeError(f"vLLM returned ranks {[r for r, _, _ in ranked]} for the top-{k} logprobs at a position")
-    return [tid for _, tid, _ in ranked], [lp for _, _, lp in ranked]
-
-
 def run_logprobs(llm, workload: dict) -> dict:
     import torch
     from vllm import SamplingParams
@@ -237,15 +223,13 @@ def run(spec) -> None:
 
     from harness.contract.outputs import EngineOutputs
     from harness.contract.phases import PhaseMarks
-    from harness.engines.vllm import aot_cache, startup
-    from harness.engines.vllm.evidence import summarize
+    from harness.engines.vllm import evidence, startup
 
     phases = PhaseMarks(spec.output_dir)
     phases.mark("start")
-    startup.install()  # a worker in this process (one rank) or forked from it is timed too
-    aot_cache.install()  # and loads its AOT compile cache
-    if spec.sp:
-        count_sp_pass()
+    if spec.sp:  # count the SP pass's runs, here and in every worker vLLM spawns
+        os.environ[evidence.SP_COUNT_ENV] = "1"
+    evidence.install()  # for a worker in this process (one rank) or forked from it
     kwargs = engine_kwargs(spec)  # once: what vLLM is given is what the outputs record
     called = time.time()
     llm = vllm.LLM(**kwargs)  # its workers' rendezvous, load and compile are inside
@@ -263,7 +247,7 @@ def run(spec) -> None:
         spec, "vllm",
         vllm=vllm.__version__,
         driver_preimported=PREIMPORTED,
-        applied=summarize(spec.settings, workers) if workers else {},
+        applied=evidence.summarize(spec.settings, workers) if workers else {},
         engine_kwargs={k: v for k, v in kwargs.items() if k not in ("model", "tokenizer")},
         timings={"engine_start_s": ready - called, "run_s": done - ready,
                  "engine_start": startup.breakdown(called, ready, [w.get("startup") or {} for w in workers])},
@@ -287,16 +271,6 @@ def shutdown(llm) -> None:
     else:
         print("harness: this vLLM offers no engine shutdown the harness knows; its processes end with the run's "
               "process group", file=sys.stderr)
-
-
-def count_sp_pass() -> None:
-    """Count the runs of vLLM's SP pass in every worker (the SP evidence, evidence.py): here,
-    for a worker in this process or forked from it, and through the variable for a worker
-    vLLM spawns, which imports the evidence module afresh."""
-    from harness.engines.vllm import evidence
-
-    os.environ[evidence.SP_COUNT_ENV] = "1"
-    evidence.count_sp_pass_runs()
 
 
 def arm_faults(faults: list[str]) -> None:

@@ -53,7 +53,7 @@ class EvidenceExtension:
             "compile": dataclasses.asdict(compilation_counter),
             "compile_mode": _name(getattr(self.vllm_config.compilation_config, "mode", None)),
             "sp": next((bool(getattr(pass_config, f)) for f in SP_FIELDS if hasattr(pass_config, f)), None),
-            "sp_pass": (_sp_pass_class() is not None if _pass_manager() else None) if os.environ.get(SP_COUNT_ENV) else None,
+            "sp_pass": _sp_pass_present(),
             "sp_runs": SP_RUNS["runs"], "sp_matched": SP_RUNS["matched"],
             "startup": startup.record(),
         }
@@ -86,11 +86,16 @@ def _sp_pass_class():
     return getattr(_pass_manager(), "SequenceParallelismPass", None)
 
 
+def _sp_pass_present() -> bool | None:
+    """Whether this worker's vLLM has the SP pass; None outside SP scenarios (the pass
+    manager is not imported for nothing) or where the harness knows no pass manager."""
+    if not os.environ.get(SP_COUNT_ENV) or _pass_manager() is None:
+        return None
+    return _sp_pass_class() is not None
+
+
 def count_sp_pass_runs(pass_class=None) -> None:
-    """Count every run of the SP pass in this process (SP_RUNS), once per class. Called where
-    vLLM's workers run: on this module's import in a process that has vLLM (a spawned
-    worker imports the extension afresh) and by the driver (a worker in its process, or
-    forked from it, has the class already wrapped)."""
+    """Count every run of the SP pass in this process (SP_RUNS), wrapping its class once."""
     pass_class = pass_class or _sp_pass_class()
     if pass_class is None or getattr(pass_class.__call__, "_harness_counted", False):
         return
@@ -106,13 +111,20 @@ def count_sp_pass_runs(pass_class=None) -> None:
     pass_class.__call__ = counted
 
 
-# a vLLM worker importing its extension (never the harness's own process): time its start-up
-# steps, let it load its AOT compile cache (aot_cache.py), and count the SP pass's runs in an SP scenario
-if "vllm" in sys.modules:
+def install() -> None:
+    """What the harness adds to a process where vLLM workers run: their start-up steps
+    timed (startup.py), their AOT compile cache loadable (aot_cache.py) and, in an SP
+    scenario, the SP pass's runs counted. Each part installs once. Called on this module's
+    import in a vLLM process (a spawned worker imports the extension afresh) and by the
+    driver (a worker in its process, or forked from it)."""
     startup.install()
     aot_cache.install()
     if os.environ.get(SP_COUNT_ENV):
         count_sp_pass_runs()
+
+
+if "vllm" in sys.modules:  # a vLLM worker importing its extension (never the harness's own process)
+    install()
 
 
 TOWERS = ("vision", "visual", "audio", "encoder", "tower")  # a multimodal model's encoders: every PP rank holds them whole

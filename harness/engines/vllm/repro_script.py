@@ -89,9 +89,13 @@ def load_media(field: str, path):
 
 
 def topk_row(position: dict, k: int) -> tuple[list[int], list[float]]:
-    """The top-k (ids, logprobs) of one position's {token_id: Logprob}, best first.
-    vLLM lists the sampled (or prompt) token first, then its top-k ranked 1..k; the
-    first is outside the top-k when there are k + 1 (its rank is past k, or 0 for a NaN)."""
+    """The top-k (ids, logprobs) of one position's {token_id: Logprob}, best first (the
+    harness's vLLM driver reads its outputs with this function too).
+    vLLM lists the sampled (or prompt) token first, then its top-k with ranks 1..k by
+    position (vllm/logprobs.py append_logprobs_for_next_position); the first entry's own
+    rank counts the logprobs >= its own, so it is past k outside the top-k, and 0 when its
+    logprob is NaN (a corrupted row: vLLM 0.20.2's CPU attention with SP padding). The
+    top-k are the entries ranked 1..k after it."""
     entries = [(tid, lp) for tid, lp in position.items() if lp.rank is not None and 1 <= lp.rank <= k]
     if len(entries) > k:  # the sampled token, outside the top-k yet ranked within it: it comes first
         entries = [(tid, lp) for tid, lp in entries if tid != next(iter(position))]

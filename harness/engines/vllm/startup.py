@@ -2,7 +2,7 @@
 
 `vllm.LLM(...)` is one opaque call of 10-40 s on CPU. Its parts happen in the workers, in
 this order, each a method of vLLM's worker class: the worker process starts and imports
-vLLM (until it imports the harness's worker extension: `imported`), then
+vLLM (until vLLM constructs its worker object: `constructed`), then
 
   init_device                 the device and the distributed groups (TP/PP rendezvous)
   load_model                  the model built and its weights loaded
@@ -12,7 +12,7 @@ vLLM (until it imports the harness's worker extension: `imported`), then
 
 `install()` makes every worker vLLM constructs time those methods (wrapped on its class
 when WorkerBase.__init__ runs, so a worker class loaded after the install is timed too;
-once per class, a nested super() call not counted twice) and records when each ran in
+once per class; the outermost call of a step is what counts) and records when each ran in
 this process; the evidence call hands the record to the driver (evidence.py), which turns
 it into seconds per phase, along the slowest worker (`breakdown`), for the outputs' timings.
 
@@ -24,10 +24,10 @@ from __future__ import annotations
 import functools
 import time
 
-STEPS = ("init_device", "load_model", "determine_available_memory", "initialize_from_config", "compile_or_warm_up_model")
-# Names in the breakdown, in flow order (docs/BENCHMARKS.md uses them).
+# Names in the breakdown, in flow order (docs/BENCHMARKS.md uses them): the worker's
+# construction, then its start-up steps (methods of vLLM's worker class).
 NAMES = {
-    "imported": "worker start + import",  # until vLLM constructs its worker object
+    "constructed": "worker start + import",
     "init_device": "device + process groups",
     "load_model": "model build + load",
     "determine_available_memory": "KV cache sizing",
@@ -35,9 +35,9 @@ NAMES = {
     "compile_or_warm_up_model": "compile + warm-up",
 }
 
+STEPS = tuple(NAMES)[1:]
 TIMELINE: dict[str, list[float]] = {}  # step -> [start, end] of its first call in this process
 CONSTRUCTED: list[float] = []  # when this process's worker was constructed: its process up, vLLM imported
-_running: set[str] = set()
 
 
 def install() -> None:
@@ -69,16 +69,16 @@ def _time_steps(cls) -> None:
 
 
 def _timed(name: str, method):
+    """Record the first call's [start, end]. A super() call inside it records first and is
+    then overwritten by the outer call that ends after it; a later call is not recorded."""
     @functools.wraps(method)
     def timed(*args, **kwargs):
-        if name in _running or name in TIMELINE:  # a super() call inside it, or a second call
+        if name in TIMELINE:
             return method(*args, **kwargs)
-        _running.add(name)
         start = time.time()
         try:
             return method(*args, **kwargs)
         finally:
-            _running.discard(name)
             TIMELINE[name] = [start, time.time()]
 
     timed._harness_timed = True  # type: ignore[attr-defined]
@@ -88,7 +88,7 @@ def _timed(name: str, method):
 def record() -> dict:
     """This worker's start-up: when it was constructed, and each step's [start, end]; {}
     where no worker was constructed after the install."""
-    return {"imported": CONSTRUCTED[0], "steps": dict(TIMELINE)} if CONSTRUCTED else {}
+    return {"constructed": CONSTRUCTED[0], "steps": dict(TIMELINE)} if CONSTRUCTED else {}
 
 
 def breakdown(called: float, ready: float, workers: list[dict]) -> dict[str, float]:
@@ -97,10 +97,10 @@ def breakdown(called: float, ready: float, workers: list[dict]) -> dict[str, flo
     in every collective). The engine core's own start is in `worker start + import`; the
     rest after the last step (the engine core's handshake, the tokenizer) is `engine ready`.
     The values add up to ready - called; {} when no worker reported."""
-    records = [w for w in workers if w and "imported" in w]
+    records = [w for w in workers if w and "constructed" in w]
     if not records:
         return {}
-    ends = {"imported": max(w["imported"] for w in records)}
+    ends = {"constructed": max(w["constructed"] for w in records)}
     for step in STEPS:
         seen = [w["steps"][step][1] for w in records if step in w.get("steps", {})]
         if seen:
