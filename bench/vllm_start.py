@@ -30,7 +30,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from harness import rundir  # noqa: E402
+from harness.contract.outputs import EngineOutputs  # noqa: E402
 from harness.engines.vllm.startup import NAMES  # noqa: E402
+
+RUN_ID = "bench"
 
 IDS = ["vllm-llama/tp1-pp1", "vllm-llama/tp1-pp1-compile", "vllm-llama/tp1-pp2-compile", "vllm-llama/tp2-pp1"]
 # The flow of a scenario, in order: the harness's phases, with the engine start split out of `load`.
@@ -40,7 +44,7 @@ AFTER_LOAD = ("workloads", "write", "exit", "compare", "verdict")
 
 def run(ids: list[str], report_dir: Path, cache: Path, engine_env: str | None, stock_aot: bool) -> float:
     """One `harness run` of every id, one at a time (no two vLLM engines at once on 2 cores)."""
-    cmd = [sys.executable, "-m", "harness", "run", *ids, "--report-dir", str(report_dir), "--run-id", "bench"]
+    cmd = [sys.executable, "-m", "harness", "run", *ids, "--report-dir", str(report_dir), "--run-id", RUN_ID]
     if engine_env:
         cmd += ["--engine-env", engine_env]
     start = time.monotonic()
@@ -51,20 +55,15 @@ def run(ids: list[str], report_dir: Path, cache: Path, engine_env: str | None, s
     return time.monotonic() - start
 
 
-def verdicts(report_dir: Path) -> dict[str, dict]:
-    found = {}
-    for path in (report_dir / "bench" / "scenarios").glob("*/verdict.json"):
-        v = json.loads(path.read_text())
-        found[v["scenario"]] = v
-    return found
+def verdicts(report_dir: Path, ids: list[str]) -> dict[str, dict]:
+    """The verdict of every id that wrote one in the run `run()` made under report_dir."""
+    paths = {i: rundir.verdict_path(report_dir / RUN_ID, i) for i in ids}
+    return {i: json.loads(p.read_text()) for i, p in paths.items() if p.exists()}
 
 
 def same_outputs(cold: Path, warm: Path, scenario_id: str) -> bool:
     """Every output tensor of the warm run equal, bit for bit, to the cold run's."""
-    from harness.contract.outputs import EngineOutputs
-    from harness.rundir import scenario_dir_name
-
-    a, b = (EngineOutputs.load(d / "bench" / "scenarios" / scenario_dir_name(scenario_id) / "outputs") for d in (cold, warm))
+    a, b = (EngineOutputs.load(rundir.scenario_dir(d / RUN_ID, scenario_id) / "outputs") for d in (cold, warm))
     return a.tensors.keys() == b.tensors.keys() and all(a.tensors[k].equal(b.tensors[k]) for k in a.tensors)
 
 
@@ -108,7 +107,7 @@ def main() -> None:
         runs, wall = {}, {}
         for when in ("cold", "warm"):
             wall[when] = run(args.ids, work / when, cache, args.engine_env, args.stock_aot)
-            runs[when] = verdicts(work / when)
+            runs[when] = verdicts(work / when, args.ids)
         differ = [i for i in args.ids if not same_outputs(work / "cold", work / "warm", i)]
     load = os.getloadavg()
     print(f"### vllm-llama, cold and warm vLLM compile cache, {time.strftime('%Y-%m-%d')}, {platform.machine()} "
