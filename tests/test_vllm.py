@@ -65,21 +65,26 @@ def test_what_vllm_applied_is_measured_in_its_workers(tmp_path):
 
 
 def test_drivers_from_the_pool_give_what_fresh_drivers_give_bit_for_bit(tmp_path):
-    """The driver forks from a rank-pool zygote that imported vLLM (issue 26): two different
-    models in a row, from one zygote, against the same two started fresh (HARNESS_RANK_POOL=0):
-    every output tensor equal, nothing left running either way."""
+    """Nothing is imported twice (issue 26): the driver forks from a rank-pool zygote that
+    imported vLLM, and vLLM's engine core and workers fork from the driver (forking.py). Two
+    different models in a row, one of them under TP, from one zygote, against the same two
+    started as vLLM starts them on CPU by itself: fresh drivers (HARNESS_RANK_POOL=0) that
+    spawn their processes (HARNESS_VLLM_FORK=0). Every output tensor equal, nothing left
+    running either way."""
     from harness.contract.outputs import EngineOutputs
     from harness.rundir import scenario_dir
 
-    ids = ["vllm-llama/tp1-pp1", "vllm-archs/arch-qwen3-tp1-pp1"]
+    ids = ["vllm-llama/tp1-pp1", "vllm-archs/arch-qwen3-tp2-pp1"]
     pooled, pooled_dir = run(tmp_path / "pooled", ROOT / "scenarios", *ids)
     fresh = harness_cli("run", "--report-dir", str(tmp_path / "fresh"), "--run-id", "r", *ids, timeout=900,
-                        env={"HARNESS_RANK_POOL": "0"}, what="harness run, drivers started fresh")
+                        env={"HARNESS_RANK_POOL": "0", "HARNESS_VLLM_FORK": "0"}, what="harness run, drivers started fresh")
     fresh_dir = tmp_path / "fresh" / "r"
     assert pooled.returncode == 0 and fresh.returncode == 0, pooled.stdout + fresh.stdout
     for sid in ids:
         a, b = (EngineOutputs.load(scenario_dir(d, sid) / "outputs") for d in (pooled_dir, fresh_dir))
         assert (a.meta["driver_preimported"], b.meta["driver_preimported"]) == (True, False), sid
+        assert a.meta["started_by"] == {"engine_core": "fork", "workers": ["fork"]}, (sid, a.meta["started_by"])
+        assert b.meta["started_by"] == {"engine_core": "spawn", "workers": ["spawn"]}, (sid, b.meta["started_by"])
         assert a.tensors.keys() == b.tensors.keys() and all(a.tensors[k].equal(b.tensors[k]) for k in a.tensors), sid
     assert not survivors(pooled_dir) and not survivors(fresh_dir)
 

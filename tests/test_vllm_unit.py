@@ -14,8 +14,8 @@ import pytest
 
 from harness import images, zoo
 from harness.engines import EngineUnavailable, get_engine
-from harness.engines.vllm import cpu_binding
 from harness.engines.vllm.crash import root_cause
+from harness.engines.vllm.repro_script import cpu_binding
 from harness.launch import RankFailure
 from harness.rundir import logs_dir
 
@@ -423,3 +423,26 @@ def test_a_loaded_stock_inductor_artifact_gets_the_finalize_vllm_asks_for(monkey
     loaded = torch.compiler.load_compiled_function("stock", f_globals={})
     assert loaded._artifacts.compiled_fn.finalize_loading(object()) is None and loaded._artifacts.compiled_fn() == "ran"
     assert torch.compiler.load_compiled_function("vllm")._artifacts.compiled_fn.finalize_loading(None) == "vllm's own"
+
+
+FORK_RULE = """
+import torch
+from harness.engines.vllm import forking
+forking._IMPORT_THREADS.update(tid for tid, _ in forking._threads())  # what install() records, after the imports
+print("IMPORTED", forking.unsafe_to_fork())
+torch.set_num_threads(2)
+x = torch.randn(256, 256)
+(x @ x).sum()  # starts OpenMP's pool: a child forked now would hang at its first parallel region
+print("RAN", forking.unsafe_to_fork())
+"""
+
+
+@pytest.mark.e2e  # a fresh interpreter: pytest's own may have started pools already
+def test_vllm_processes_are_forked_only_before_a_thread_pool_runs():
+    """forking.py lets vLLM fork its engine core and workers on CPU only while no pool the
+    imports did not leave is running (after a tensor operation OpenMP's is)."""
+    done = subprocess.run([sys.executable, "-c", FORK_RULE], capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = dict(line.split(" ", 1) for line in done.stdout.splitlines() if line.startswith(("IMPORTED", "RAN")))
+    assert lines["IMPORTED"] == "None", done.stdout
+    assert "native thread(s) beyond Python's and ZeroMQ's are running" in lines["RAN"], done.stdout

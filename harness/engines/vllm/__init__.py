@@ -121,12 +121,11 @@ class VllmEngine(Engine):
         # lets them share the driver's rank-pool zygote (below).
         probe = self.probe()
         env.update(compile_cache.vllm_env(probe["torch"], probe["vllm"], spec.faults))
-        if spec.device == "cpu":
-            env["VLLM_CPU_OMP_THREADS_BIND"] = cpu_binding(spec.tp * spec.pp, os.cpu_count() or 1)
         # The driver forks from a rank-pool zygote that imported vLLM already (7-10 s a
         # scenario on CPU: docs/BENCHMARKS.md), CPU only: on CUDA, importing vLLM may query
-        # the driver, after which a forked child could not use CUDA. vLLM spawns its
-        # engine core and workers itself, afresh: they share nothing with the zygote.
+        # the driver, after which a forked child could not use CUDA. vLLM's engine core and
+        # workers are then forked from the driver (forking.py). The driver binds its ranks to
+        # cores itself (VLLM_CPU_OMP_THREADS_BIND), so runs of every size share one zygote.
         return LaunchPlan(world_size=1, argv=[str(self.python()), "-m", "harness.engines.vllm.driver", spec_path], env=env,
                           preload=list(DRIVER_IMPORTS) if spec.device == "cpu" else [])
 
@@ -186,14 +185,6 @@ def _has_nvidia_gpu() -> bool:
         return subprocess.run(["nvidia-smi", "-L"], capture_output=True, timeout=30).returncode == 0
     except (OSError, subprocess.TimeoutExpired):
         return False
-
-
-def cpu_binding(ranks: int, cores: int) -> str:
-    """VLLM_CPU_OMP_THREADS_BIND: `auto` for one rank; else rank i on core i mod cores
-    (`auto` with more than one rank fails on a machine with one NUMA node)."""
-    if ranks == 1:
-        return "auto"
-    return "|".join(str(r % cores) for r in range(ranks))
 
 
 # Config names of the head and layer counts (transformers' attribute_map aliases: GPT-2's n_head).

@@ -20,7 +20,8 @@ import os
 import sys
 import time
 
-from harness.engines.vllm.repro_script import topk_row  # vLLM's top-k read one way, here and in `harness repro`'s script
+# vLLM's top-k read one way, and its ranks bound to cores one way, here and in `harness repro`'s script
+from harness.engines.vllm.repro_script import cpu_binding, topk_row
 
 # Whether this driver came from a rank-pool zygote that had imported vLLM (pool.py; the
 # engine's launch plan preloads it on CPU): recorded in the outputs, so a test can tell.
@@ -223,13 +224,16 @@ def run(spec) -> None:
 
     from harness.contract.outputs import EngineOutputs
     from harness.contract.phases import PhaseMarks
-    from harness.engines.vllm import evidence, startup
+    from harness.engines.vllm import evidence, forking, startup
 
     phases = PhaseMarks(spec.output_dir)
     phases.mark("start")
-    if spec.sp:  # count the SP pass's runs, here and in every worker vLLM spawns
+    if spec.sp:  # count the SP pass's runs, here and in every worker vLLM starts
         os.environ[evidence.SP_COUNT_ENV] = "1"
+    if spec.device == "cpu":  # here, not in the launch environment: drivers of every world size share one zygote
+        os.environ["VLLM_CPU_OMP_THREADS_BIND"] = cpu_binding(spec.tp * spec.pp, os.cpu_count() or 1)
     evidence.install()  # for a worker in this process (one rank) or forked from it
+    forking.install()  # vLLM's engine core and workers forked from here, not spawned afresh (CPU)
     kwargs = engine_kwargs(spec)  # once: what vLLM is given is what the outputs record
     called = time.time()
     llm = vllm.LLM(**kwargs)  # its workers' rendezvous, load and compile are inside
@@ -247,6 +251,7 @@ def run(spec) -> None:
         spec, "vllm",
         vllm=vllm.__version__,
         driver_preimported=PREIMPORTED,
+        started_by=forking.started_by(workers),
         applied=evidence.summarize(spec.settings, workers) if workers else {},
         engine_kwargs={k: v for k, v in kwargs.items() if k not in ("model", "tokenizer")},
         timings={"engine_start_s": ready - called, "run_s": done - ready,

@@ -23,7 +23,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from harness.contract.applied import pp_layout, stage_layers
-from harness.engines.vllm import aot_cache, startup
+from harness.engines.vllm import aot_cache, forking, startup
 from harness.engines.vllm.probe import SP_FIELDS
 
 
@@ -56,6 +56,7 @@ class EvidenceExtension:
             "sp_pass": _sp_pass_present(),
             "sp_runs": SP_RUNS["runs"], "sp_matched": SP_RUNS["matched"],
             "startup": startup.record(),
+            "started_by": forking.STARTED["by"],
         }
 
 

@@ -4,8 +4,8 @@ worker death with the worker's name and its root-cause exception.
 The driver names this module's FaultExtension as vLLM's `worker_extension_cls`
 whenever a scenario has faults. Importing this module installs the faults listed in
 $HARNESS_VLLM_FAULTS, and the driver imports it itself once the variable is set
-(driver.arm_faults): a worker vLLM forks (its default on GPUs) inherits them installed,
-a worker it spawns (vLLM on CPU) imports the module afresh. The switches decide at call
+(driver.arm_faults): a worker vLLM forks (its default on GPUs, and on CPU through forking.py) inherits them installed,
+a worker it spawns (HARNESS_VLLM_FORK=0 on CPU) imports the module afresh. The switches decide at call
 time, by the PP rank of the process they run in. Nothing here runs unless a fault is
 asked for.
 

@@ -88,6 +88,15 @@ def load_media(field: str, path):
                     "frames_indices": list(range(frames)), "video_backend": "opencv", "do_sample_frames": False})
 
 
+def cpu_binding(ranks: int, cores: int) -> str:
+    """VLLM_CPU_OMP_THREADS_BIND on CPU: `auto` for one rank; else rank i on core i mod cores
+    (`auto` with more than one rank fails on a machine with one NUMA node). The harness's
+    driver binds its ranks the same way."""
+    if ranks == 1:
+        return "auto"
+    return "|".join(str(r % cores) for r in range(ranks))
+
+
 def topk_row(position: dict, k: int) -> tuple[list[int], list[float]]:
     """The top-k (ids, logprobs) of one position's {token_id: Logprob}, best first (the
     harness's vLLM driver reads its outputs with this function too).
@@ -344,10 +353,8 @@ def main() -> int:
     args = p.parse_args()
     if args.setting:  # a child: one engine start
         os.environ.update(CASE["env"])
-        ranks, cores = CASE["settings"][args.setting]["ranks"], os.cpu_count() or 1
-        # vLLM on CPU: `auto` for one rank; else rank i on core i mod cores (`auto` fails with
-        # more ranks than NUMA nodes). Ignored on GPUs; a value already set wins.
-        os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "auto" if ranks == 1 else "|".join(str(r % cores) for r in range(ranks)))
+        # Ignored on GPUs; a value already set wins.
+        os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", cpu_binding(CASE["settings"][args.setting]["ranks"], os.cpu_count() or 1))
         run_setting(args.setting, args.out)
         return 0
     work = args.work_dir or Path(tempfile.mkdtemp(prefix="repro-"))

@@ -1,0 +1,120 @@
+"""vLLM's engine core and workers forked from the driver, which has imported vLLM already.
+
+vLLM starts its engine core, and its workers, through one helper
+(`vllm.utils.system_utils.get_mp_context`): by `fork` unless a reason forces `spawn`. Its CPU
+platform always forces spawn (it sets VLLM_WORKER_MULTIPROC_METHOD=spawn when it checks the
+config), so on CPU each of those processes was a fresh interpreter importing torch and vLLM
+again, one after the other: 14-16 s of `worker start + import` in a tiny scenario, against
+under 2 s forked (docs/BENCHMARKS.md). On GPUs vLLM forks by default.
+
+Here the driver lets vLLM fork on CPU too, as it does on GPUs. vLLM's own reasons for spawn
+still hold (CUDA or XPU initialised, a Ray actor, NUMA binding), and so does what makes a fork
+safe on CPU: no thread pool started by running something. A child keeps a pool's state but
+not its threads, and OpenMP then hangs at the child's first parallel region (torch after one
+tensor operation in the parent: measured). The rule is the rank pool zygote's
+(harness/launch/zygote.py): the threads allowed at a fork are those the imports left (the
+BLAS pools of numpy and OpenCV, which stop before a fork and restart in the child), Python's
+own and ZeroMQ's background threads (vLLM's sockets; the child makes its own). Any other
+native thread makes that process spawn instead, said in the log. In practice none runs: the
+driver builds only the config and tokenizer before vLLM starts its engine core, which starts
+its workers before it runs anything.
+
+A forked engine core or worker is what a spawned one is but for the imports it inherits: the
+same environment, the driver's log as stdout and stderr, the run's process group (the
+launcher's group kill reaches it), vLLM's log prefix naming it, the harness's worker hooks
+(evidence.py, faults.py) installed. HARNESS_VLLM_FORK=0 leaves vLLM's choice (spawn on CPU);
+tests/test_vllm.py compares the two bit for bit.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+
+FORK_ENV = "HARNESS_VLLM_FORK"
+METHOD_ENV = "VLLM_WORKER_MULTIPROC_METHOD"
+# libzmq names its I/O and reaper threads; a child never uses its parent's ZeroMQ context
+# (vLLM makes new sockets in each process), as on GPUs, where vLLM forks with them running.
+SAFE_NATIVE_THREADS = ("ZMQbg/",)
+# How this process was started: set in a child vLLM forked from a process where the harness
+# installed the switch below; a spawned engine core or worker imports this module afresh.
+STARTED = {"by": "spawn"}
+# The threads running when the switch was installed, after the imports: their pools.
+_IMPORT_THREADS: set[int] = set()
+
+
+def _threads() -> list[tuple[int, str]]:
+    """(thread id, name) of each of this process's threads (Linux /proc; none elsewhere)."""
+    found = []
+    try:
+        tids = os.listdir("/proc/self/task")
+    except OSError:
+        return []
+    for tid in tids:
+        try:
+            with open(f"/proc/self/task/{tid}/comm") as f:
+                found.append((int(tid), f.read().strip()))
+        except OSError:
+            pass  # it ended meanwhile
+    return found
+
+
+def pool_threads() -> list[str]:
+    """Native threads that a fork would leave broken in the child: neither this main thread,
+    nor one the imports left, nor one Python started, nor ZeroMQ's."""
+    known = _IMPORT_THREADS | {os.getpid()} | {t.native_id for t in threading.enumerate() if t is not threading.main_thread()}
+    return [name for tid, name in _threads() if tid not in known and not name.startswith(SAFE_NATIVE_THREADS)]
+
+
+def unsafe_to_fork() -> str | None:
+    """Why this process must not fork now, or None."""
+    pools = pool_threads()
+    if pools:
+        time.sleep(0.05)  # a thread ZeroMQ has just started names itself at once: look again
+        pools = pool_threads()
+    if pools:
+        return f"{len(pools)} native thread(s) beyond Python's and ZeroMQ's are running ({', '.join(sorted(set(pools)))})"
+    return None
+
+
+def install() -> None:
+    """Let vLLM fork its processes on CPU where vLLM itself would not force spawn, in this
+    process and in every process forked from it. Nothing on other platforms, or with
+    HARNESS_VLLM_FORK=0. Called after the imports, before anything runs."""
+    if os.environ.get(FORK_ENV, "1") == "0":
+        return
+    from vllm.platforms import current_platform
+    from vllm.utils import system_utils
+
+    if not current_platform.is_cpu() or getattr(system_utils._maybe_force_spawn, "harness", False):
+        return
+    vllm_decides = system_utils._maybe_force_spawn
+
+    def decide() -> None:
+        os.environ[METHOD_ENV] = "fork"  # vLLM's own reasons still set spawn; its CPU platform's blanket one no longer
+        vllm_decides()
+        why = os.environ[METHOD_ENV] == "fork" and unsafe_to_fork()
+        if why:
+            os.environ[METHOD_ENV] = "spawn"
+            print(f"harness: vLLM's next process is spawned, not forked: {why}", file=sys.stderr, flush=True)
+
+    _IMPORT_THREADS.update(tid for tid, _ in _threads())
+    decide.harness = True  # type: ignore[attr-defined]
+    system_utils._maybe_force_spawn = decide  # get_mp_context looks it up at each call
+    os.register_at_fork(after_in_child=_forked)
+
+
+def _forked() -> None:
+    STARTED["by"] = "fork"
+    _IMPORT_THREADS.clear()  # a forked child has one thread: whatever starts in it later is its own
+
+
+def started_by(workers: list[dict]) -> dict:
+    """How vLLM started its engine core (the driver's last decision) and its workers (each
+    worker's own answer, evidence.py), for the outputs' meta."""
+    import vllm.envs
+
+    return {"engine_core": vllm.envs.VLLM_WORKER_MULTIPROC_METHOD,
+            "workers": sorted({str(w.get("started_by")) for w in workers})}
