@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from harness.engines.vllm.driver import SHM_REMOVED_MARK
 from harness.engines.vllm.faults import ZEROED_MARK
 from tests.kit import ROOT, harness_cli, survivors, verdict_of
 
@@ -87,6 +88,12 @@ def test_drivers_from_the_pool_give_what_fresh_drivers_give_bit_for_bit(tmp_path
         assert b.meta["started_by"] == {"engine_core": "spawn", "workers": ["spawn"]}, (sid, b.meta["started_by"])
         assert a.tensors.keys() == b.tensors.keys() and all(a.tensors[k].equal(b.tensors[k]) for k in a.tensors), sid
     assert not survivors(pooled_dir) and not survivors(fresh_dir)
+    # a forked worker ends without the destructor that unlinks its communicator's shared
+    # memory (a spawned one runs it): the driver removes what the TP workers left
+    log = (scenario_dir(pooled_dir, ids[1]) / "logs" / "rank0.log").read_text()
+    removed = [line.split(SHM_REMOVED_MARK, 1)[1].split() for line in log.splitlines() if SHM_REMOVED_MARK in line]
+    assert removed and any("cpushm" in path for path in removed[0]), log[-3000:]
+    assert not any(Path(path).exists() for path in removed[0]), removed
 
 
 def test_sp_is_unsupported_with_the_installed_vllms_reason(tmp_path):

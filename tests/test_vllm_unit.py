@@ -446,3 +446,19 @@ def test_vllm_processes_are_forked_only_before_a_thread_pool_runs():
     lines = dict(line.split(" ", 1) for line in done.stdout.splitlines() if line.startswith(("IMPORTED", "RAN")))
     assert lines["IMPORTED"] == "None", done.stdout
     assert "native thread(s) beyond Python's and ZeroMQ's are running" in lines["RAN"], done.stdout
+
+
+def test_the_shared_memory_vllms_cpu_workers_leave_is_removed_and_only_theirs(tmp_path):
+    """A forked vLLM CPU worker leaves its communicator's segments behind: the driver
+    removes those named after its own workers' identifier, and nothing of a run beside it."""
+    from harness.engines.vllm.driver import remove_shared_memory
+
+    shm = tmp_path / "shm"
+    shm.mkdir()
+    ours = [shm / "vllm_dist_aa-tp:0-[0-1]-cpushm_0", shm / "vllm_dist_aa-tp:0-[0-1]-cpushm_1"]
+    theirs = shm / "vllm_dist_bb-tp:0-[0-1]-cpushm_0"
+    for path in [*ours, theirs]:
+        path.write_bytes(b"x")
+    removed = remove_shared_memory(["vllm_dist_aa", "vllm_dist_aa", None, "../x"], shm_dir=str(shm))
+    assert sorted(removed) == sorted(map(str, ours))
+    assert theirs.exists() and not any(p.exists() for p in ours)

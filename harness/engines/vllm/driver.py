@@ -31,6 +31,9 @@ PREIMPORTED = "vllm" in sys.modules
 # imported where this is set (harness/engines/vllm/faults.py).
 FAULTS_ENV = "HARNESS_VLLM_FAULTS"
 
+# The driver's log line naming the shared-memory files vLLM's workers left and it removed.
+SHM_REMOVED_MARK = "harness: removed what vLLM's workers left in shared memory:"
+
 # The harness's names for the vLLM interpreter's defaults that matter for a correctness run.
 KV_CACHE_BYTES = 128 << 20  # small: the models are tiny and the machine is shared
 MAX_MODEL_LEN = 512
@@ -260,6 +263,9 @@ def run(spec) -> None:
     out.save(spec.output_dir)
     phases.mark("write")
     shutdown(llm)
+    removed = remove_shared_memory([w.get("dist_ident") for w in workers])
+    if removed:
+        print(f"{SHM_REMOVED_MARK} {' '.join(removed)}", file=sys.stderr, flush=True)
 
 
 def shutdown(llm) -> None:
@@ -276,6 +282,28 @@ def shutdown(llm) -> None:
     else:
         print("harness: this vLLM offers no engine shutdown the harness knows; its processes end with the run's "
               "process group", file=sys.stderr)
+
+
+def remove_shared_memory(idents: list, shm_dir: str = "/dev/shm") -> list[str]:
+    """Remove what vLLM's CPU workers leave behind once they are gone: their communicator's
+    shared memory (`<ident>-<group>-[<ranks>]-cpushm_<rank>`, 8 MiB each) and their
+    rendezvous file (`<tmp>/<ident>`). A spawned worker's normal exit runs the C++ destructor
+    that unlinks them; a forked one (forking.py) ends with os._exit, as multiprocessing ends
+    every forked child, and leaves them: two segments per TP or PP group per scenario, which
+    over a nightly would fill /dev/shm, which is memory. Only names with a worker's own
+    identifier, so a run beside this one keeps its files. Returns what went."""
+    import glob
+    import tempfile
+
+    removed = []
+    for ident in {i for i in idents if i and "/" not in i}:
+        for path in [*glob.glob(os.path.join(shm_dir, glob.escape(ident) + "-*")), os.path.join(tempfile.gettempdir(), ident)]:
+            try:
+                os.unlink(path)
+                removed.append(path)
+            except FileNotFoundError:
+                pass
+    return removed
 
 
 def arm_faults(faults: list[str]) -> None:

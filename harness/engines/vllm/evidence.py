@@ -57,6 +57,8 @@ class EvidenceExtension:
             "sp_runs": SP_RUNS["runs"], "sp_matched": SP_RUNS["matched"],
             "startup": startup.record(),
             "started_by": forking.STARTED["by"],
+            # the name vLLM's CPU worker gives its shared-memory segments (cpu_worker.py): the driver removes them
+            "dist_ident": os.environ.get("VLLM_DIST_IDENT"),
         }
 
 
