@@ -6,10 +6,12 @@ agent), then again with the cache that run filled (warm). Each scenario's verdic
 holds its phases (harness/timings.py) and, inside `load`, the engine start split by
 vLLM's workers (harness/engines/vllm/startup.py); this prints them as one table.
 
-    python bench/vllm_start.py [--ids ID...] [--engine-env SPEC] [--keep DIR] [--stock-aot]
+    python bench/vllm_start.py [--ids ID...] [--engine-env SPEC] [--keep DIR] [--stock-aot] [--spawn]
 
 --stock-aot leaves vLLM's AOT cache loading as vLLM ships it (on CPU every load fails and
-recompiles: harness/engines/vllm/aot_cache.py), the "before" of the table. The warm run's
+recompiles: harness/engines/vllm/aot_cache.py); --spawn leaves vLLM's spawn start method on
+CPU (its engine core and workers import vLLM afresh: harness/engines/vllm/forking.py): the
+"before" tables. The warm run's
 outputs must be bit-identical to the cold run's: a difference is printed and fails the run.
 
 Numbers for this machine are in docs/BENCHMARKS.md ("A real-vLLM scenario's time").
@@ -42,13 +44,13 @@ BEFORE_LOAD = ("prepare", "golden", "wait", "start")
 AFTER_LOAD = ("workloads", "write", "exit", "compare", "verdict")
 
 
-def run(ids: list[str], report_dir: Path, cache: Path, engine_env: str | None, stock_aot: bool) -> float:
+def run(ids: list[str], report_dir: Path, cache: Path, engine_env: str | None, before: dict[str, str]) -> float:
     """One `harness run` of every id, one at a time (no two vLLM engines at once on 2 cores)."""
     cmd = [sys.executable, "-m", "harness", "run", *ids, "--report-dir", str(report_dir), "--run-id", RUN_ID]
     if engine_env:
         cmd += ["--engine-env", engine_env]
     start = time.monotonic()
-    env = {**os.environ, "VLLM_CACHE_ROOT": str(cache), **({"HARNESS_VLLM_AOT_LOAD": "0"} if stock_aot else {})}
+    env = {**os.environ, "VLLM_CACHE_ROOT": str(cache), **before}
     done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
     if done.returncode not in (0, 1):
         sys.exit(f"harness run failed ({done.returncode}):\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
@@ -99,14 +101,16 @@ def main() -> None:
     parser.add_argument("--ids", nargs="+", default=IDS)
     parser.add_argument("--engine-env", help="as `harness run --engine-env` (default: the project's .venv-vllm)")
     parser.add_argument("--keep", type=Path, help="keep the report directories here")
-    parser.add_argument("--stock-aot", action="store_true", help="vLLM's own AOT cache loading (the before)")
+    parser.add_argument("--stock-aot", action="store_true", help="vLLM's own AOT cache loading (a before)")
+    parser.add_argument("--spawn", action="store_true", help="vLLM's own spawn start method on CPU (a before)")
     args = parser.parse_args()
+    before = {**({"HARNESS_VLLM_AOT_LOAD": "0"} if args.stock_aot else {}), **({"HARNESS_VLLM_FORK": "0"} if args.spawn else {})}
     with tempfile.TemporaryDirectory(prefix="bench-vllm-") as tmp:
         work = args.keep or Path(tmp)
         cache = Path(tmp) / "vllm-cache"  # empty: the cold run fills it, the warm run reads it
         runs, wall = {}, {}
         for when in ("cold", "warm"):
-            wall[when] = run(args.ids, work / when, cache, args.engine_env, args.stock_aot)
+            wall[when] = run(args.ids, work / when, cache, args.engine_env, before)
             runs[when] = verdicts(work / when, args.ids)
         differ = [i for i in args.ids if not same_outputs(work / "cold", work / "warm", i)]
     load = os.getloadavg()
@@ -114,7 +118,7 @@ def main() -> None:
           f"{os.cpu_count()} cores (load average after: {load[0]:.1f} {load[1]:.1f} {load[2]:.1f})\n")
     print("\n".join(table(runs, args.ids)))
     print(f"\nwall: cold {wall['cold']:.0f} s, warm {wall['warm']:.0f} s (harness run, {len(args.ids)} scenarios each); "
-          f"{'stock' if args.stock_aot else 'harness'} AOT cache loading")
+          f"{'stock' if args.stock_aot else 'harness'} AOT cache loading; vLLM's processes {'spawned' if args.spawn else 'forked'}")
     if differ:
         sys.exit(f"warm outputs differ from cold ones: {', '.join(differ)}")
     print("warm outputs bit-identical to cold ones: " + ", ".join(args.ids))
