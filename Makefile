@@ -21,7 +21,7 @@ help:
 	@echo "make lint       ruff (lint, import order) and mypy on the contract modules"
 	@echo "make test       the harness's own tests (unit + end-to-end with real ranks)"
 	@echo "make test-fast  the unit tier only: no rank, engine or harness subprocess (under a minute)"
-	@echo "make test-nightly  the nightly's share of the harness's own tests (every arch golden against transformers)"
+	@echo "make test-nightly  the nightly's share of the harness's own tests (every arch golden against transformers, the conformance kit on the hf and example engines)"
 	@echo "make pr-gate    install, then run the PR-gate scenarios and write reports/<run-id>/"
 	@echo "make nightly    run every scenario"
 	@echo "make golden     regenerate every suite's golden (eager, single process)"
@@ -56,8 +56,9 @@ lint:
 test:
 	$(PYTEST) tests -m "not nightly_only" -n $(JOBS) -rs
 
-# What only the nightly needs of the harness's own tests: the transformers cross-check of every
-# arch golden beyond the first of each suite (make test checks those; docs/BENCHMARKS.md).
+# What only the nightly needs of the harness's own tests: the rest of a family whose representative
+# make test runs: the transformers cross-check of every arch golden beyond the first of each suite,
+# the conformance kit on the hf and example engines (make test runs it on the reference engine).
 test-nightly:
 	$(PYTEST) tests -m nightly_only -n $(JOBS) -rs
 

@@ -49,6 +49,7 @@ def test_the_reference_engine_passes_every_check(work):
     assert "rank-hang@1" in results["hang"].detail and "stacks of rank(s) [0, 1]" in results["hang"].detail
 
 
+@pytest.mark.nightly_only  # the kit's representative in make test is the reference engine's run above (74 s here)
 def test_the_hf_engine_passes_or_skips_each_check_with_its_reason(work):
     pytest.importorskip("transformers")
     results = by_name(run_kit("hf", work, options()))
