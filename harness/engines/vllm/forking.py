@@ -86,9 +86,13 @@ def install() -> None:
     if os.environ.get(FORK_ENV, "1") == "0":
         return
     from vllm.platforms import current_platform
-    from vllm.utils import system_utils
 
-    if not current_platform.is_cpu() or getattr(system_utils._maybe_force_spawn, "harness", False):
+    try:
+        from vllm.utils import system_utils
+    except ImportError:  # a release without this layout: vLLM's own choice stands
+        return
+    if (not current_platform.is_cpu() or not callable(getattr(system_utils, "_maybe_force_spawn", None))
+            or getattr(system_utils._maybe_force_spawn, "harness", False)):
         return
     vllm_decides = system_utils._maybe_force_spawn
 
