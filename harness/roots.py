@@ -20,6 +20,7 @@ Three kinds of place:
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import os
 import tomllib
@@ -98,11 +99,21 @@ def find_config(start: Path | None = None) -> tuple[Path, dict] | None:
     return None
 
 
+# Parsed config files by path, with the (mtime, size) they were read at: project() is asked
+# for on every path the harness resolves, and the file changes only when someone edits it.
+_parsed: dict[Path, tuple[tuple[int, int], dict]] = {}
+
+
 def _read_toml(path: Path) -> dict:
     try:
-        return tomllib.loads(path.read_text())
+        stat = path.stat()
+        seen = (stat.st_mtime_ns, stat.st_size)
+        cached = _parsed.get(path)
+        if cached is None or cached[0] != seen:
+            cached = _parsed[path] = (seen, tomllib.loads(path.read_text()))
     except (OSError, tomllib.TOMLDecodeError) as exc:
         raise ProjectConfigError(f"{path}: cannot read the project config: {exc}") from None
+    return copy.deepcopy(cached[1])  # the caller's own: nobody edits the cached table
 
 
 def project(start: Path | None = None) -> Project:

@@ -36,6 +36,23 @@ def test_config_is_found_upward_and_its_paths_are_relative_to_it(tmp_path, monke
     assert roots.scenario_paths() == []  # its scenario dir does not exist yet; no built-in suites
 
 
+def test_the_config_is_parsed_once_and_again_after_an_edit(tmp_path, monkeypatch):
+    """project() is asked for on every path the harness resolves: the file is parsed once,
+    and again only when it changed (its size or modification time)."""
+    import tomllib
+
+    parsed = []
+    real_loads = tomllib.loads
+    monkeypatch.setattr(tomllib, "loads", lambda text: parsed.append(text) or real_loads(text))
+    config = tmp_path / "harness.toml"
+    config.write_text('golden = "g"\n')
+    monkeypatch.chdir(tmp_path)
+    assert [roots.project().golden for _ in range(3)] == [tmp_path / "g"] * 3
+    assert len(parsed) == 1
+    config.write_text('golden = "other"\n')
+    assert roots.project().golden == tmp_path / "other" and len(parsed) == 2
+
+
 def test_environment_overrides_the_config(tmp_path, monkeypatch):
     (tmp_path / "harness.toml").write_text('golden = "g"\nreports = "r"\n')
     monkeypatch.chdir(tmp_path)
