@@ -9,14 +9,13 @@ overwritten: a config already there is kept, a scenario file already there is an
 from __future__ import annotations
 
 import re
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
 
 from harness.roots import CONFIG_FILE, PYPROJECT, find_config
-from harness.scenario import ID_PART, ScenarioError, expand, load_suite
+from harness.scenario import ID_PART, ScenarioError, expand, parse_suite
 
 CONFIG_TABLE = """\
 # The harness's project config (harness/roots.py of the harness): paths are relative to this file.
@@ -131,14 +130,12 @@ def init_project(directory: Path, model: str, engine: str = "reference", suite: 
 
 
 def _check(raw: dict, where: Path) -> list:
-    """The file is held to the rules of any scenario file before it is written."""
-    with tempfile.TemporaryDirectory() as tmp:
-        probe = Path(tmp) / where.name
-        probe.write_text(yaml.safe_dump(raw, sort_keys=False))
-        try:
-            return expand(load_suite(probe), where)
-        except ScenarioError as exc:
-            raise InitError(f"the scenario file would not be valid: {exc}") from None
+    """The file is held to the rules of any scenario file before it is written: the YAML it
+    would hold, read back as the harness reads a scenario file."""
+    try:
+        return expand(parse_suite(yaml.safe_load(yaml.safe_dump(raw, sort_keys=False)), where), where)
+    except ScenarioError as exc:
+        raise InitError(f"the scenario file would not be valid: {exc}") from None
 
 
 def _write_config(directory: Path) -> Path | None:

@@ -620,6 +620,11 @@ def load_suite(path: Path) -> SuiteFile:
         raise ScenarioError(f"{path}: not valid YAML: {exc}") from None
     except OSError as exc:
         raise ScenarioError(f"{path}: cannot read: {exc.strerror}") from None
+    return parse_suite(raw, path)
+
+
+def parse_suite(raw, path: Path) -> SuiteFile:
+    """A scenario file's parsed YAML, validated; `path` names it in the errors."""
     if not isinstance(raw, dict):
         raise ScenarioError(f"{path}: a scenario file is a mapping (suite:, model:, matrix: ...), got {type(raw).__name__}")
     try:
