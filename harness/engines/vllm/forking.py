@@ -22,7 +22,10 @@ its workers before it runs anything.
 A forked engine core or worker is what a spawned one is but for the imports it inherits: the
 same environment, the driver's log as stdout and stderr, the run's process group (the
 launcher's group kill reaches it), vLLM's log prefix naming it, the harness's worker hooks
-(evidence.py, faults.py) installed. HARNESS_VLLM_FORK=0 leaves vLLM's choice (spawn on CPU);
+(evidence.py, faults.py) installed. One difference is at its end: multiprocessing ends a
+forked child with os._exit, so no C++ destructor runs, and the one that unlinks vLLM's CPU
+communicator's shared memory is among them: the driver removes those files
+(driver.remove_shared_memory). HARNESS_VLLM_FORK=0 leaves vLLM's choice (spawn on CPU);
 tests/test_vllm.py compares the two bit for bit.
 """
 
