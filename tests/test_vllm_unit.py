@@ -451,7 +451,7 @@ def test_vllm_processes_are_forked_only_before_a_thread_pool_runs():
 def test_the_shared_memory_vllms_cpu_workers_leave_is_removed_and_only_theirs(tmp_path):
     """A forked vLLM CPU worker leaves its communicator's segments behind: the driver
     removes those named after its own workers' identifier, and nothing of a run beside it."""
-    from harness.engines.vllm.driver import remove_shared_memory
+    from harness.engines.vllm.forking import remove_shared_memory
 
     shm = tmp_path / "shm"
     shm.mkdir()

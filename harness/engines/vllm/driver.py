@@ -34,6 +34,10 @@ FAULTS_ENV = "HARNESS_VLLM_FAULTS"
 # The driver's log line naming the shared-memory files vLLM's workers left and it removed.
 SHM_REMOVED_MARK = "harness: removed what vLLM's workers left in shared memory:"
 
+# How long a failed driver waits for vLLM's processes to end before it exits (and the
+# launcher kills what is left): a worker takes 1-3 s to stop.
+DRAIN_S = 10.0
+
 # The harness's names for the vLLM interpreter's defaults that matter for a correctness run.
 KV_CACHE_BYTES = 128 << 20  # small: the models are tiny and the machine is shared
 MAX_MODEL_LEN = 512
@@ -255,6 +259,7 @@ def run(spec) -> None:
         vllm=vllm.__version__,
         driver_preimported=PREIMPORTED,
         started_by=forking.started_by(workers),
+        shared_memory=sorted({w["dist_ident"] for w in workers if w.get("dist_ident")}),  # vLLM's names, checked gone by a test
         applied=evidence.summarize(spec.settings, workers) if workers else {},
         engine_kwargs={k: v for k, v in kwargs.items() if k not in ("model", "tokenizer")},
         timings={"engine_start_s": ready - called, "run_s": done - ready,
@@ -263,7 +268,8 @@ def run(spec) -> None:
     out.save(spec.output_dir)
     phases.mark("write")
     shutdown(llm)
-    removed = remove_shared_memory([w.get("dist_ident") for w in workers])
+    # forked workers remove their shared memory as they exit (forking.py); what a killed one left goes here
+    removed = forking.remove_shared_memory([w.get("dist_ident") for w in workers])
     if removed:
         print(f"{SHM_REMOVED_MARK} {' '.join(removed)}", file=sys.stderr, flush=True)
 
@@ -284,28 +290,6 @@ def shutdown(llm) -> None:
               "process group", file=sys.stderr)
 
 
-def remove_shared_memory(idents: list, shm_dir: str = "/dev/shm") -> list[str]:
-    """Remove what vLLM's CPU workers leave behind once they are gone: their communicator's
-    shared memory (`<ident>-<group>-[<ranks>]-cpushm_<rank>`, 8 MiB each) and their
-    rendezvous file (`<tmp>/<ident>`). A spawned worker's normal exit runs the C++ destructor
-    that unlinks them; a forked one (forking.py) ends with os._exit, as multiprocessing ends
-    every forked child, and leaves them: two segments per TP or PP group per scenario, which
-    over a nightly would fill /dev/shm, which is memory. Only names with a worker's own
-    identifier, so a run beside this one keeps its files. Returns what went."""
-    import glob
-    import tempfile
-
-    removed = []
-    for ident in {i for i in idents if i and "/" not in i}:
-        for path in [*glob.glob(os.path.join(shm_dir, glob.escape(ident) + "-*")), os.path.join(tempfile.gettempdir(), ident)]:
-            try:
-                os.unlink(path)
-                removed.append(path)
-            except FileNotFoundError:
-                pass
-    return removed
-
-
 def arm_faults(faults: list[str]) -> None:
     """Switch the fault switches on for this process and every process vLLM starts from
     it. The variable is set before faults.py is first imported, and importing it installs
@@ -321,12 +305,20 @@ def arm_faults(faults: list[str]) -> None:
 
 def main() -> None:
     from harness.contract.runspec import RunSpec
+    from harness.engines.vllm import forking
 
     if len(sys.argv) != 2:
         raise SystemExit("usage: python -m harness.engines.vllm.driver SPEC.json")
     spec = RunSpec.load(sys.argv[1])
     arm_faults(spec.faults)
-    run(spec)
+    try:
+        run(spec)
+    except BaseException:
+        # vLLM failed (an engine start or a workload): its engine core and workers are ending
+        # on their own. Let them, so a forked worker's exit removes its shared memory
+        # (forking.py), before this exit has the launcher kill the run's process group.
+        forking.wait_for_group(os.getpgid(0), DRAIN_S)
+        raise
 
 
 if __name__ == "__main__":

@@ -24,8 +24,9 @@ same environment, the driver's log as stdout and stderr, the run's process group
 launcher's group kill reaches it), vLLM's log prefix naming it, the harness's worker hooks
 (evidence.py, faults.py) installed. One difference is at its end: multiprocessing ends a
 forked child with os._exit, so no C++ destructor runs, and the one that unlinks vLLM's CPU
-communicator's shared memory is among them: the driver removes those files
-(driver.remove_shared_memory). HARNESS_VLLM_FORK=0 leaves vLLM's choice (spawn on CPU);
+communicator's shared memory is among them (two 8 MiB files in /dev/shm per TP or PP group).
+A forked worker removes them itself as it exits, normally or by an exception or SIGTERM
+(multiprocessing runs its finalizers then), and the driver removes what a killed one left. HARNESS_VLLM_FORK=0 leaves vLLM's choice (spawn on CPU);
 tests/test_vllm.py compares the two bit for bit.
 """
 
@@ -111,11 +112,56 @@ def install() -> None:
     decide.harness = True  # type: ignore[attr-defined]
     system_utils._maybe_force_spawn = decide  # get_mp_context looks it up at each call
     os.register_at_fork(after_in_child=_forked)
+    from multiprocessing import util
+
+    util.register_after_fork(_AFTER_FORK, _remove_at_exit)
 
 
 def _forked() -> None:
     STARTED["by"] = "fork"
     _IMPORT_THREADS.clear()  # a forked child has one thread: whatever starts in it later is its own
+
+
+class _AfterFork:
+    """What multiprocessing's after-fork callbacks hang on (it holds a weak reference)."""
+
+
+_AFTER_FORK = _AfterFork()
+
+
+def _remove_at_exit(_marker: _AfterFork) -> None:
+    """In a child multiprocessing forked, once it has cleared its parent's finalizers: one
+    that multiprocessing runs as this child ends, normally, by an exception or by SIGTERM
+    (not by SIGKILL). vLLM's CPU worker has set VLLM_DIST_IDENT by then."""
+    from multiprocessing import util
+
+    util.Finalize(None, _remove_own_shared_memory, exitpriority=0)
+
+
+def _remove_own_shared_memory() -> None:
+    # not the rendezvous file: a peer may still be ending its process groups through it
+    remove_shared_memory([os.environ.get("VLLM_DIST_IDENT")], rendezvous=False)
+
+
+def remove_shared_memory(idents: list, shm_dir: str = "/dev/shm", rendezvous: bool = True) -> list[str]:
+    """Remove vLLM CPU workers' communicator segments (`<ident>-<group>-[<ranks>]-cpushm_<rank>`)
+    and, with `rendezvous`, their rendezvous file (`<tmp>/<ident>`), for these identifiers
+    (VLLM_DIST_IDENT, each worker's). Unlinking a name leaves the memory mapped for a peer
+    still using it. Only names with a worker's own identifier, so a run beside this one keeps
+    its files. Returns what went."""
+    import glob
+    import tempfile
+
+    removed = []
+    for ident in {i for i in idents if i and "/" not in i}:
+        store = [os.path.join(tempfile.gettempdir(), ident)] if rendezvous else []
+        for path in [*glob.glob(os.path.join(shm_dir, glob.escape(ident) + "-*")), *store]:
+            try:
+                os.unlink(path)
+                removed.append(path)
+            except FileNotFoundError:
+                pass
+    return removed
 
 
 def started_by(workers: list[dict]) -> dict:
@@ -125,3 +171,25 @@ def started_by(workers: list[dict]) -> dict:
 
     return {"engine_core": vllm.envs.VLLM_WORKER_MULTIPROC_METHOD,
             "workers": sorted({str(w.get("started_by")) for w in workers})}
+
+
+def wait_for_group(pgid: int, timeout_s: float) -> None:
+    """Until this process is the last of process group `pgid` (Linux /proc), or timeout_s."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and _group_members(pgid) - {os.getpid()}:
+        time.sleep(0.1)
+
+
+def _group_members(pgid: int) -> set[int]:
+    members = set()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()  # after the command name, which may hold spaces
+        except OSError:
+            continue  # it ended meanwhile
+        if int(fields[2]) == pgid and fields[0] != "Z":  # the 5th field: process group; a zombie has ended
+            members.add(int(entry))
+    return members
