@@ -428,7 +428,7 @@ def test_a_loaded_stock_inductor_artifact_gets_the_finalize_vllm_asks_for(monkey
 FORK_RULE = """
 import torch
 from harness.engines.vllm import forking
-forking._IMPORT_THREADS.update(tid for tid, _ in forking._threads())  # what install() records, after the imports
+forking.remember_import_threads()  # what install() does, after the imports
 print("IMPORTED", forking.unsafe_to_fork())
 torch.set_num_threads(2)
 x = torch.randn(256, 256)

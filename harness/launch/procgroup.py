@@ -31,7 +31,7 @@ def proc_stats() -> dict[int, list[str]] | None:
     return stats
 
 
-def _group_members(pgid: int) -> list[int] | None:
+def group_members(pgid: int) -> list[int] | None:
     """Live (non-zombie) pids in process group `pgid`; None where /proc is unavailable."""
     stats = proc_stats()
     if stats is None:
@@ -40,7 +40,7 @@ def _group_members(pgid: int) -> list[int] | None:
 
 
 def group_alive(pgid: int) -> bool:
-    members = _group_members(pgid)
+    members = group_members(pgid)
     if members is not None:
         return bool(members)
     try:

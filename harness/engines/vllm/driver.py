@@ -254,12 +254,13 @@ def run(spec) -> None:
     done = time.time()
     phases.mark("workloads")
     workers = worker_evidence(llm)
+    idents = sorted({w["dist_ident"] for w in workers if w.get("dist_ident")})
     out.describe_run(
         spec, "vllm",
         vllm=vllm.__version__,
         driver_preimported=PREIMPORTED,
         started_by=forking.started_by(workers),
-        shared_memory=sorted({w["dist_ident"] for w in workers if w.get("dist_ident")}),  # vLLM's names, checked gone by a test
+        shared_memory=idents,  # vLLM's names for its workers' shared memory, checked gone by a test
         applied=evidence.summarize(spec.settings, workers) if workers else {},
         engine_kwargs={k: v for k, v in kwargs.items() if k not in ("model", "tokenizer")},
         timings={"engine_start_s": ready - called, "run_s": done - ready,
@@ -269,7 +270,7 @@ def run(spec) -> None:
     phases.mark("write")
     shutdown(llm)
     # forked workers remove their shared memory as they exit (forking.py); what a killed one left goes here
-    removed = forking.remove_shared_memory([w.get("dist_ident") for w in workers])
+    removed = forking.remove_shared_memory(idents)
     if removed:
         print(f"{SHM_REMOVED_MARK} {' '.join(removed)}", file=sys.stderr, flush=True)
 
@@ -305,7 +306,6 @@ def arm_faults(faults: list[str]) -> None:
 
 def main() -> None:
     from harness.contract.runspec import RunSpec
-    from harness.engines.vllm import forking
 
     if len(sys.argv) != 2:
         raise SystemExit("usage: python -m harness.engines.vllm.driver SPEC.json")
@@ -317,8 +317,17 @@ def main() -> None:
         # vLLM failed (an engine start or a workload): its engine core and workers are ending
         # on their own. Let them, so a forked worker's exit removes its shared memory
         # (forking.py), before this exit has the launcher kill the run's process group.
-        forking.wait_for_group(os.getpgid(0), DRAIN_S)
+        wait_for_group_but_me(DRAIN_S)
         raise
+
+
+def wait_for_group_but_me(timeout_s: float) -> None:
+    """Until this process is the last of its process group (the run's), or timeout_s."""
+    from harness.launch.procgroup import group_members
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and set(group_members(os.getpgid(0)) or []) - {os.getpid()}:
+        time.sleep(0.1)
 
 
 if __name__ == "__main__":

@@ -57,7 +57,7 @@ class EvidenceExtension:
             "sp_runs": SP_RUNS["runs"], "sp_matched": SP_RUNS["matched"],
             "startup": startup.record(),
             "started_by": forking.STARTED["by"],
-            # the name vLLM's CPU worker gives its shared-memory segments (cpu_worker.py): the driver removes them
+            # the name vLLM's CPU worker gives its shared-memory segments (cpu_worker.py): the driver removes what is left
             "dist_ident": os.environ.get("VLLM_DIST_IDENT"),
         }
 

@@ -72,6 +72,11 @@ def pool_threads() -> list[str]:
     return [name for tid, name in _threads() if tid not in known and not name.startswith(SAFE_NATIVE_THREADS)]
 
 
+def remember_import_threads() -> None:
+    """Record the threads running now, after the imports and before anything runs, as allowed at a fork."""
+    _IMPORT_THREADS.update(tid for tid, _ in _threads())
+
+
 def unsafe_to_fork() -> str | None:
     """Why this process must not fork now, or None."""
     pools = pool_threads()
@@ -108,7 +113,7 @@ def install() -> None:
             os.environ[METHOD_ENV] = "spawn"
             print(f"harness: vLLM's next process is spawned, not forked: {why}", file=sys.stderr, flush=True)
 
-    _IMPORT_THREADS.update(tid for tid, _ in _threads())
+    remember_import_threads()
     decide.harness = True  # type: ignore[attr-defined]
     system_utils._maybe_force_spawn = decide  # get_mp_context looks it up at each call
     os.register_at_fork(after_in_child=_forked)
@@ -172,24 +177,3 @@ def started_by(workers: list[dict]) -> dict:
     return {"engine_core": vllm.envs.VLLM_WORKER_MULTIPROC_METHOD,
             "workers": sorted({str(w.get("started_by")) for w in workers})}
 
-
-def wait_for_group(pgid: int, timeout_s: float) -> None:
-    """Until this process is the last of process group `pgid` (Linux /proc), or timeout_s."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline and _group_members(pgid) - {os.getpid()}:
-        time.sleep(0.1)
-
-
-def _group_members(pgid: int) -> set[int]:
-    members = set()
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()  # after the command name, which may hold spaces
-        except OSError:
-            continue  # it ended meanwhile
-        if int(fields[2]) == pgid and fields[0] != "Z":  # the 5th field: process group; a zombie has ended
-            members.add(int(entry))
-    return members
