@@ -36,8 +36,10 @@ from harness.contract.outputs import EngineOutputs  # noqa: E402
 from harness.judge.compare import compare_outputs, tolerance_for  # noqa: E402
 from harness.launch import pool  # noqa: E402
 from harness.rundir import scenario_dir_name  # noqa: E402
-from harness.runner import RunOptions, launch, prepare, run_scenario  # noqa: E402
+from harness.runner import RunOptions, run_scenario  # noqa: E402
 from harness.scenario import load_scenarios, select  # noqa: E402
+from harness.stages.admit import Admitted, admit  # noqa: E402
+from harness.stages.launch import launch  # noqa: E402
 
 
 def harness_way(scenarios, work: Path) -> tuple[float, dict, list[dict], float]:
@@ -86,8 +88,10 @@ def _live_way(scenarios, work: Path) -> tuple[float, dict]:
         runs = {}
         for label, settings in (("reference", dict(s.suite.golden)), ("setting", s.settings)):
             out = work / scenario_dir_name(s.id) / label
-            prepared = prepare(s, settings, out, RunOptions(gate="pr"), gate="pr")
-            outcome = launch(prepared, out, s, RunOptions())
+            admitted = admit(s, settings, out, RunOptions(gate="pr"), gate="pr", golden=False)
+            assert isinstance(admitted, Admitted), admitted
+            prepared = admitted.prepared
+            outcome = launch(admitted, out, s, RunOptions())
             if outcome.status != "ok":
                 raise RuntimeError(f"{s.id} {label}: {outcome.status}")
             runs[label] = (EngineOutputs.load(prepared.spec.output_dir), prepared.spec.workloads)

@@ -18,8 +18,8 @@ first diverging layer / stage / TP rank, and, if asked, its report:
   assert_matches_golden  a scenario of the scenario files against its stored golden
   save_report            verdicts into a run directory with the harness's report
 
-Nothing here compares or launches by itself: runs go through harness/runner.py (prepare,
-launch, the crash/hang verdicts), comparison through harness/judge/ (the checks, the
+Nothing here compares or launches by itself: runs go through the stages of harness/stages/
+(admit, launch, the crash/hang verdicts), comparison through harness/judge/ (the checks, the
 tolerances of docs/TOLERANCES.md, the localisation). docs/API.md has the long form.
 """
 
@@ -34,12 +34,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Union
 
-from harness import runner
 from harness.contract.outputs import EngineOutputs
 from harness.judge.compare import Tolerance, tolerance_for
-from harness.judge.outputs import localize, numeric_checks, verdict_of_checks
+from harness.judge.outputs import judge_outputs
 from harness.rundir import claim_new_run_dir, scenario_dir_name, verdict_path
+from harness.runner import run_scenario
 from harness.scenario import ID_PART, Scenario, ScenarioError, SuiteFile, ToleranceOverride, expand, load_scenarios, select
+from harness.stages.admit import Admitted, RunOptions, admit
+from harness.stages.ended import launch_verdict
+from harness.stages.launch import launch
 from harness.verdict import Verdict
 
 # What run_setting asks the engine when the test names no workloads: teacher-forced top-k
@@ -113,10 +116,9 @@ def compare_outputs(candidate: Outputs, reference: Outputs, *, workloads: Sequen
     chosen = _workloads(reference, ref, workloads)
     tol = _tolerance(dtype or _dtype(candidate, cand) or _dtype(reference, ref) or "float32", tolerances,
                      candidate if isinstance(candidate, SettingRun) else None)
-    checks = numeric_checks(ref, cand, chosen, tol)
-    if not checks:
+    verdict = judge_outputs(name or _label(candidate, cand), ref, cand, chosen, tol)
+    if not verdict.checks:
         raise ValueError(f"nothing to compare: no logprobs or greedy workload among {[w['name'] for w in chosen]}")
-    verdict = verdict_of_checks(name or _label(candidate, cand), checks, tol, localize(ref, cand, chosen, checks))
     verdict.settings = dict(candidate.settings if isinstance(candidate, SettingRun) else cand.meta.get("settings", {}))
     verdict.versions = {k: v for k, v in cand.meta.items() if k in ("engine", "torch", "vllm", "transformers")}
     verdict.golden = {"reference": _label(reference, ref)}
@@ -172,10 +174,9 @@ class _Planned:
     """A setting checked and prepared, its directory reserved: ready to launch."""
 
     scenario: Scenario
-    opts: runner.RunOptions
+    opts: RunOptions
     out_dir: Path
-    prepared: runner.Prepared
-    need: int
+    admitted: Admitted
     dtype: str
     tolerances: dict
 
@@ -188,21 +189,20 @@ def _plan(model, settings: Mapping, *, engine: str, workloads, dtype: str, fault
     opts = _options(faults, timeout_s, device)
     out_dir = _fresh(Path(work_dir) if work_dir is not None else Path(tempfile.mkdtemp(prefix="harness-api-")),
                      scenario_dir_name(scenario.id))
-    admitted = runner.admit(scenario, scenario.engine_settings, out_dir, opts)
+    admitted = admit(scenario, scenario.engine_settings, out_dir, opts, golden=False)
     if isinstance(admitted, Verdict):
         admitted.settings = scenario.engine_settings
         if admitted.verdict == "unsupported":
             raise SettingUnsupported(admitted)
         raise ValueError(admitted.reason)  # the engine is not installed, the model or a fault switch is bad
-    return _Planned(scenario, opts, out_dir, admitted.prepared, admitted.need, dtype, dict(tolerances or {}))
+    return _Planned(scenario, opts, out_dir, admitted, dtype, dict(tolerances or {}))
 
 
 def _run(planned: _Planned) -> SettingRun:
     """Launch a planned setting through the runner; CheckFailed unless every rank finished."""
-    scenario, prepared = planned.scenario, planned.prepared
-    with runner.holding_devices(scenario, planned.need, planned.opts, None) as (device_env, cluster):
-        outcome = runner.launch(prepared, planned.out_dir, scenario, planned.opts, device_env, cluster)
-    ended = runner.launch_verdict(scenario.id, outcome, prepared)
+    scenario, prepared = planned.scenario, planned.admitted.prepared
+    outcome = launch(planned.admitted, planned.out_dir, scenario, planned.opts)
+    ended = launch_verdict(scenario.id, outcome, prepared.engine)
     if ended is not None:
         ended.settings = scenario.engine_settings
         raise CheckFailed(ended, f"{scenario.id} did not run to its end (run directory {planned.out_dir}):")
@@ -256,7 +256,7 @@ def assert_matches_golden(scenario_id: str, *, scenarios: str | os.PathLike | No
         run_dir = claim_new_run_dir(Path(report_dir), meta, "-api")
     else:
         run_dir = Path(work_dir) if work_dir is not None else Path(tempfile.mkdtemp(prefix="harness-api-"))
-    verdict = runner.run_scenario(scenario, run_dir, _options(faults, timeout_s, device))
+    verdict = run_scenario(scenario, run_dir, _options(faults, timeout_s, device))
     report = None
     if report_dir is not None:
         from harness.report import write_report
@@ -393,11 +393,11 @@ def _scenario(model, settings: Mapping, engine: str, workloads, dtype: str, tole
     return expand(suite, Path.cwd() / "harness-api")[0]
 
 
-def _options(faults: Sequence[str], timeout_s: float | None, device: str | None) -> runner.RunOptions:
+def _options(faults: Sequence[str], timeout_s: float | None, device: str | None) -> RunOptions:
     from harness.plan.devices import DevicePool, configured_count
 
     device = device or os.environ.get("HARNESS_DEVICE", "cpu")
-    return runner.RunOptions(timeout_s=timeout_s, faults=list(faults), device=device,
+    return RunOptions(timeout_s=timeout_s, faults=list(faults), device=device,
                              devices=DevicePool(configured_count(device), device))
 
 

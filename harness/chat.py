@@ -41,7 +41,7 @@ class ChatTemplate:
         return template.render(messages=[{"role": "user", "content": content}], bos_token=self.bos_token,
                                add_generation_prompt=True)
 
-    def encode(self, text: str, media: Media, max_text_tokens: int, tokenizer) -> list[int]:
+    def prompt_ids(self, text: str, media: Media, max_text_tokens: int, tokenizer) -> list[int]:
         """Token ids of the prompt: the template's own tokens (the media's marks
         among them) around at most `max_text_tokens` tokens of `text`. The text may not hold a special token (an
         image placeholder in the text would take an image the prompt does not have)."""

@@ -60,8 +60,9 @@ from harness.engines.base import Capability
 from harness.judge.compare import compare_outputs, tolerance_for
 from harness.launch.rankside import RANK_FAULT_ENV
 from harness.rundir import OUTPUTS, scenario_dir
-from harness.runner import GoldenUnsupported, RunOptions, make_golden, prepare, run_scenario
+from harness.runner import GoldenUnsupported, RunOptions, make_golden, run_scenario
 from harness.scenario import PARALLEL_SIZES, Scenario, SuiteFile, settings_label
+from harness.stages.admit import admit
 from harness.verdict import Verdict
 
 CHECKS = ("load", "versions", "unsupported", "outputs", "matches-reference", "parallel", "crash", "hang")
@@ -233,13 +234,17 @@ class Kit:
         else made, as `harness golden` makes it) and the resolved workloads it ran."""
         scenario = self._scenario(dict(suite.golden), suite)
         opts = RunOptions(device=self.opts.device)
-        prepared = prepare(scenario, dict(suite.golden), self.work / "prepare", opts)
+        admitted = admit(scenario, dict(suite.golden), self.work / "prepare", opts, faults=False, golden=False)
+        if isinstance(admitted, Verdict):  # as make_golden refuses it
+            refused = GoldenUnsupported if admitted.verdict == "unsupported" else RuntimeError
+            raise refused(f"the golden setting of '{scenario.golden_key}' cannot run: {admitted.reason}")
+        prepared = admitted.prepared
         try:
-            return goldens.load_golden(prepared.manifest)[0], prepared.spec.workloads
+            return goldens.load_reference(prepared.manifest).outputs, prepared.spec.workloads
         except goldens.GoldenError:
             pass
         make_golden(scenario, self.work / "golden-runs", opts)
-        return goldens.load_golden(prepared.manifest)[0], prepared.spec.workloads
+        return goldens.load_reference(prepared.manifest).outputs, prepared.spec.workloads
 
     def _fault_target(self) -> tuple[dict, int] | None:
         """The settings of the crash and hang runs (the most ranks among tp2, pp2, tp1 that

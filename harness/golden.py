@@ -20,9 +20,11 @@ import json
 import os
 import shutil
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from harness.contract.outputs import EngineOutputs
+from harness.contract.runspec import MEDIA, entry_list
 from harness.jsonfile import read_json
 from harness.roots import golden_dir, golden_root
 
@@ -64,21 +66,65 @@ def make_manifest(*, suite: str, model: str, model_sha256: str, workload_sha256:
     }
 
 
-def load_golden(expected: dict) -> tuple[EngineOutputs, dict]:
-    """The golden of `expected['suite']`, after checking its files are intact and its
-    manifest matches what is being tested."""
+def workload_checksum(workloads: list[dict]) -> str:
+    """The manifest's `workload_sha256`: over the tokenized workloads (harness/workloads.py)
+    with each image / video / audio file as its *contents'* digest (paths differ between
+    machines)."""
+    def digest(entry):
+        digests = [_sha256(Path(p)) for p in entry_list(entry)]
+        return digests if isinstance(entry, list) else digests[0] if digests else None
+
+    portable = [{**w, **{f: [digest(e) for e in w[f]] for f in MEDIA if f in w}} for w in workloads]
+    return hashlib.sha256(json.dumps(portable, sort_keys=True).encode()).hexdigest()
+
+
+@dataclass
+class Reference:
+    """What a run is held to: a golden's outputs and per-item eval results, where it lives,
+    and the versions that differ between the golden and this run (shown, not enforced)."""
+
+    directory: Path
+    manifest: dict
+    outputs: EngineOutputs
+    evals: dict[str, dict]
+    version_drift: dict
+
+
+def load_reference(expected: dict, eval_defs=()) -> Reference:
+    """The golden of `expected['suite']`, after checking that its files are intact, that its
+    manifest matches what is being tested and that it scored every eval of `eval_defs`;
+    else a GoldenError that says what is wrong and how to mend it."""
     suite = expected["suite"]
     directory = golden_dir(suite)
-    manifest_path = directory / MANIFEST
-    if not manifest_path.exists() or not EngineOutputs.exists(directory):
+    if not (directory / MANIFEST).exists():
         raise GoldenError(f"no golden for suite '{suite}' in {directory}; {regenerate_hint(suite)}")
-    manifest = _read_manifest(manifest_path, suite)
+    try:
+        manifest = read_json(directory / MANIFEST)
+    except (OSError, ValueError) as exc:  # the ValueError names the file and what it holds
+        detail = str(exc) if isinstance(exc, ValueError) else f"{directory / MANIFEST} ({exc.strerror or exc})"
+        raise GoldenError(f"the golden of suite '{suite}' has an unreadable manifest: {detail}; {damage_hint(suite)}") from exc
+    try:
+        evals = read_json(directory / EVALS_FILE) if eval_defs and (directory / EVALS_FILE).exists() else {}
+    except ValueError as exc:  # damaged since it was stored (verify_files would name it too), or stored broken
+        raise GoldenError(f"golden file {exc}; {damage_hint(suite)}") from exc
     verify_files(directory, manifest, suite)
-    diffs = [
-        f"{key}: golden has {manifest.get(key)!r}, this run has {expected[key]!r}"
-        for key in BINDING_FIELDS
-        if manifest.get(key) != expected[key]
-    ]
+    check_manifest(directory, manifest, expected)
+    check_evals(directory / EVALS_FILE, evals, suite, eval_defs)
+    drift = version_drift(manifest, expected["versions"])
+    try:
+        outputs = EngineOutputs.load(directory)
+    except Exception as exc:  # noqa: BLE001 - digests matched, yet unreadable: still the golden's fault
+        raise GoldenError(f"the golden of suite '{suite}' cannot be read ({directory}: {type(exc).__name__}: "
+                          f"{exc}); {damage_hint(suite)}") from exc
+    return Reference(directory, manifest, outputs, evals, drift)
+
+
+def check_manifest(directory: Path, manifest: dict, expected: dict) -> None:
+    """A golden made for something else (another model, workloads, dtype, settings) is a
+    GoldenError naming each difference."""
+    suite = expected["suite"]
+    diffs = [f"{key}: golden has {manifest.get(key)!r}, this run has {expected[key]!r}"
+             for key in BINDING_FIELDS if manifest.get(key) != expected[key]]
     if diffs:
         raise GoldenError(
             f"the golden of suite '{suite}' ({directory}) was made for something else:\n  "
@@ -86,19 +132,6 @@ def load_golden(expected: dict) -> tuple[EngineOutputs, dict]:
             + f"\n{regenerate_hint(suite)}",
             headline=_mismatch_headline(suite, manifest, expected),
         )
-    try:
-        return EngineOutputs.load(directory), manifest
-    except Exception as exc:  # noqa: BLE001 - digests matched, yet unreadable: still the golden's fault
-        raise GoldenError(f"the golden of suite '{suite}' cannot be read ({directory}: {type(exc).__name__}: "
-                          f"{exc}); {damage_hint(suite)}") from exc
-
-
-def _read_manifest(path: Path, suite: str) -> dict:
-    try:
-        return read_json(path)
-    except (OSError, ValueError) as exc:  # the ValueError names the file and what it holds
-        detail = str(exc) if isinstance(exc, ValueError) else f"{path} ({exc.strerror or exc})"
-        raise GoldenError(f"the golden of suite '{suite}' has an unreadable manifest: {detail}; {damage_hint(suite)}") from exc
 
 
 def file_digests(directory: Path) -> dict[str, str]:
@@ -174,13 +207,9 @@ def save_evals(directory: Path, results: dict[str, dict]) -> None:
     (Path(directory) / EVALS_FILE).write_text(json.dumps(results, indent=1, sort_keys=True))
 
 
-def load_evals(key: str, eval_defs) -> dict[str, dict]:
-    """The per-item eval results of the golden `key`; a GoldenError when any eval is missing."""
-    path = golden_dir(key) / EVALS_FILE
-    try:
-        stored = read_json(path) if path.exists() else {}
-    except ValueError as exc:  # load_golden checked its digest: damaged since, or stored broken
-        raise GoldenError(f"golden file {exc}; {damage_hint(key)}") from exc
+def check_evals(path: Path, stored: dict, key: str, eval_defs) -> None:
+    """The golden's per-item eval results (`stored`, read from `path`) must hold every eval
+    of `eval_defs`, scored on the task the suite names; else a GoldenError."""
     missing = [e.name for e in eval_defs if e.name not in stored]
     if missing:
         raise GoldenError(f"the golden of suite '{key}' has no results for eval(s) {', '.join(missing)} "
@@ -189,7 +218,6 @@ def load_evals(key: str, eval_defs) -> dict[str, dict]:
         if stored[e.name].get("task") not in (None, e.task):
             raise GoldenError(f"the golden of suite '{key}' scored eval '{e.name}' on task "
                               f"'{stored[e.name]['task']}', the suite now says '{e.task}'; {regenerate_hint(key)}")
-    return stored
 
 
 def store_golden(outputs_dir: Path, manifest: dict, evals: dict | None = None, drop: list[str] = ()) -> Path:

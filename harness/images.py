@@ -3,7 +3,8 @@
 A workload names its images (`noise-56x84`: a pattern and WIDTHxHEIGHT); the harness
 renders each into the cache as a PNG (standard library only: zlib + struct), so every
 engine reads the same bytes and a golden made on one machine applies on another. The
-workload checksum covers each image's content hash, not its machine-specific path.
+workload checksum (golden.workload_checksum) covers each image's content hash, not its
+machine-specific path.
 
 Patterns:
   noise     seeded uniform RGB noise (numpy PCG64, seeded by the name)
@@ -67,7 +68,3 @@ def image_path(name: str) -> Path:
         tmp.write_bytes(encode_png(pixels(name)))
         os.replace(tmp, target)
     return target
-
-
-def file_sha256(path: str | Path) -> str:
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()

@@ -148,13 +148,14 @@ def _case(scenario: Scenario, model_dir: str, out: Path) -> dict:
     """The engine-neutral description the engine's repro_script renders (engines/base.py)."""
     from harness import workloads as wl
     from harness.judge.compare import tolerance_for
+    from harness.zoo import load_tokenizer
 
     suite = scenario.suite
     model_path = Path(model_dir) if Path(model_dir).is_absolute() else out / model_dir
     numeric = [w for w in suite.workloads if w.kind in ("logprobs", "greedy")]
     if not numeric:
         raise ReproError(f"'{scenario.id}' has no logprobs or greedy workload (only evals): nothing the script can compare")
-    resolved = wl.resolve(numeric, model_path)
+    resolved = wl.tokenize(numeric, model_path, load_tokenizer(model_path))
     for w in resolved:
         w.pop("capture_hidden", None)  # the harness's own hidden-state capture: no public API
         for field in MEDIA:

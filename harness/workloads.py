@@ -2,22 +2,20 @@
 
 The harness tokenizes here, once, so every engine (and the golden) sees the very
 same token ids, and the engine side needs no tokenizer. The resolved workloads are
-hashed into the workload checksum that goldens are keyed on.
+hashed into the workload checksum that goldens are keyed on (golden.workload_checksum).
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 from pathlib import Path
 
 from harness import chat
-from harness.contract.runspec import MEDIA, entry_list
+from harness.contract.runspec import MEDIA
 from harness.images import image_path
 from harness.media import audio_path, video_path
 from harness.roots import DATA_DIR
 from harness.scenario import WorkloadDef
-from harness.zoo import load_tokenizer
 
 BOS_ID = 0  # every zoo tokenizer puts <s> first (zoo.SPECIAL_TOKENS)
 EOS_ID = 1
@@ -43,39 +41,53 @@ def prompt_texts(prompts: str | list[str], count: int) -> list[str]:
     raise WorkloadError(f"unknown prompt set '{prompts}' (known: gsm8k-test, or a list of strings)")
 
 
-def resolve(workloads: list[WorkloadDef], model_dir: Path) -> list[dict]:
-    """Workload dicts of the run-spec contract (harness/contract/runspec.py), with token ids.
-    A checkpoint with a chat template (a multimodal model's processor) has its prompts
-    written by that template; the others are BOS + the text."""
-    tokenizer = load_tokenizer(model_dir)
-    config = json.loads((Path(model_dir) / "config.json").read_text())
-    template = chat.template_of(Path(model_dir))
+def tokenize(workloads: list[WorkloadDef], model_dir: Path, tokenizer) -> list[dict]:
+    """Workload dicts of the run-spec contract (harness/contract/runspec.py), with token ids
+    of the model's `tokenizer` (zoo.load_tokenizer). A checkpoint with a chat template (a
+    multimodal model's processor) has its prompts written by that template; the others
+    are BOS + the text."""
+    model_dir = Path(model_dir)
+    config = json.loads((model_dir / "config.json").read_text())
+    has_template = (model_dir / chat.TEMPLATE_FILE).is_file()
     resolved = []
     for w in workloads:
         texts = prompt_texts(w.prompts, w.num_prompts)
         item = {"name": w.name, "kind": w.kind, "top_k": w.top_k}
-        if template is not None:
-            counts = [chat.Media(*(len(w.media_of(f, i)) for f in MEDIA)) for i in range(len(texts))]
-            item["prompts"] = [template.encode(t, counts[i], w.max_prompt_tokens - 1, tokenizer) for i, t in enumerate(texts)]
-            for field, path_of in MEDIA_FILES.items():
-                if getattr(w, field):
-                    item[field] = [[str(path_of(n)) for n in w.media_of(field, i)] or None for i in range(len(texts))]
+        if not has_template:
+            item.update(_text_prompts(w, texts, tokenizer, config))
         else:
-            if w.videos or w.audios:
-                raise WorkloadError(f"workload '{w.name}': videos and audios need a model with a chat template "
-                                 "(a multimodal checkpoint built with its processor: model: {arch: ...})")
-            ids = [([BOS_ID] + tokenizer.encode(t).ids)[: w.max_prompt_tokens] for t in texts]
-            if "image_token_id" in config:
-                _refuse_placeholder_in_text(ids, config["image_token_id"], w.name)
-            item["prompts"] = ids
-            if w.images:
-                item["prompts"], item["images"] = _with_images(ids, w.images, config, w.name)
+            item.update(_chat_prompts(w, texts, tokenizer, model_dir))
         if w.kind == "greedy":
             item["max_new_tokens"] = w.max_new_tokens
         if w.capture_hidden:
             item["capture_hidden"] = True
         resolved.append(item)
     return resolved
+
+
+def _text_prompts(w: WorkloadDef, texts: list[str], tokenizer, config: dict) -> dict:
+    """BOS + each text, an image's placeholder after BOS where a prompt has an image."""
+    if w.videos or w.audios:
+        raise WorkloadError(f"workload '{w.name}': videos and audios need a model with a chat template "
+                            "(a multimodal checkpoint built with its processor: model: {arch: ...})")
+    ids = [([BOS_ID] + tokenizer.encode(t).ids)[: w.max_prompt_tokens] for t in texts]
+    if "image_token_id" in config:
+        _refuse_placeholder_in_text(ids, config["image_token_id"], w.name)
+    if not w.images:
+        return {"prompts": ids}
+    prompts, images = _with_images(ids, w.images, config, w.name)
+    return {"prompts": prompts, "images": images}
+
+
+def _chat_prompts(w: WorkloadDef, texts: list[str], tokenizer, model_dir: Path) -> dict:
+    """Each prompt as the checkpoint's chat template writes it, and its media files."""
+    template = chat.template_of(model_dir)
+    assert template is not None  # tokenize saw its file
+    counts = [chat.Media(*(len(w.media_of(f, i)) for f in MEDIA)) for i in range(len(texts))]
+    fields = {f: [[str(path_of(n)) for n in w.media_of(f, i)] or None for i in range(len(texts))]
+              for f, path_of in MEDIA_FILES.items() if getattr(w, f)}
+    return {"prompts": [template.prompt_ids(t, counts[i], w.max_prompt_tokens - 1, tokenizer)
+                        for i, t in enumerate(texts)], **fields}
 
 
 def encode_text(text: str, tokenizer, config: dict) -> list[int]:
@@ -129,15 +141,3 @@ def _with_images(prompts: list[list[int]], names: list, config: dict, workload: 
         out_prompts.append(ids[:1] + placeholder + ids[1:] if name else ids)
         paths.append(str(image_path(name)) if name else None)
     return out_prompts, paths
-
-
-def checksum(resolved: list[dict]) -> str:
-    """Over token ids and image / video / audio *contents* (paths differ between machines)."""
-    from harness.images import file_sha256
-
-    def digest(entry):
-        digests = [file_sha256(p) for p in entry_list(entry)]
-        return digests if isinstance(entry, list) else digests[0] if digests else None
-
-    portable = [{**w, **{f: [digest(e) for e in w[f]] for f in MEDIA if f in w}} for w in resolved]
-    return hashlib.sha256(json.dumps(portable, sort_keys=True).encode()).hexdigest()

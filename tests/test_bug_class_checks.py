@@ -100,21 +100,23 @@ def test_the_setting_behind_the_failures_is_named():
 
 
 def test_image_workloads_put_placeholders_after_bos_and_hash_pixels_not_paths(tmp_path, monkeypatch):
+    from harness import golden as goldens
     from harness import workloads as wl
     from harness import zoo
     from harness.scenario import WorkloadDef
 
     model = zoo.model_dir("tiny-llama-vl")
     w = [WorkloadDef(name="images", kind="logprobs", num_prompts=3, images=["noise-8x8", "gradient-8x8", None], max_prompt_tokens=20)]
-    first = wl.resolve(w, model)
+    first = wl.tokenize(w, model, zoo.load_tokenizer(model))
     monkeypatch.setenv("HARNESS_CACHE", str(tmp_path / "elsewhere"))  # images written anew, other paths
-    second = wl.resolve(w, model)
+    second = wl.tokenize(w, model, zoo.load_tokenizer(model))
     assert first[0]["images"][0] != second[0]["images"][0] and second[0]["images"][2] is None
-    assert wl.checksum(first) == wl.checksum(second)
+    assert goldens.workload_checksum(first) == goldens.workload_checksum(second)
     prompt = second[0]["prompts"][0]
     assert prompt[:5] == [wl.BOS_ID] + [511] * 4 and 511 not in second[0]["prompts"][2]
     with pytest.raises(ValueError, match="has no vision encoder"):
-        wl.resolve(w, zoo.model_dir("tiny-llama"))
+        text_only = zoo.model_dir("tiny-llama")
+        wl.tokenize(w, text_only, zoo.load_tokenizer(text_only))
 
 
 def test_every_bug_class_has_a_fault_switch():

@@ -78,7 +78,7 @@ def test_gsm8k_requests_are_lm_evals_own(text_model, tmp_path):
     what lm-eval's own gsm8k task builds when pointed at the same local files."""
     from lm_eval.api.task import ConfigurableTask
 
-    prepared = lm.collect(EvalDef(name="gsm", task="gsm8k", items=4), text_model, tmp_path / "work", None)
+    prepared = lm.collect(EvalDef(name="gsm", task="gsm8k", items=4), text_model, tmp_path / "work", None, load_tokenizer(text_model))
 
     cfg = lm_eval_gsm8k_yaml()
     cfg.pop("tag", None)
@@ -124,10 +124,10 @@ def test_task_configs_are_derived_from_lm_eval():
 
 def test_overrides_num_fewshot_and_max_new_tokens(text_model, tmp_path):
     p = lm.collect(EvalDef(name="gsm", task="gsm8k", items=2, num_fewshot=0, max_new_tokens=32),
-                   text_model, tmp_path, None)
+                   text_model, tmp_path, None, load_tokenizer(text_model))
     assert p.contexts[0] == f"Question: {json.loads((DATA_DIR / 'gsm8k' / 'test.jsonl').open().readline())['question']}\nAnswer:"
     assert p.workload["max_new_tokens"] == 32
-    p5 = lm.collect(EvalDef(name="gsm", task="gsm8k", items=2), text_model, tmp_path, None)
+    p5 = lm.collect(EvalDef(name="gsm", task="gsm8k", items=2), text_model, tmp_path, None, load_tokenizer(text_model))
     assert p5.contexts[0].count("Question: ") == 6  # the cached task is not left at 0 shots
 
 
@@ -136,7 +136,7 @@ def test_overrides_num_fewshot_and_max_new_tokens(text_model, tmp_path):
 
 def test_score_filters_and_exact_match(text_model, tmp_path):
     tok = load_tokenizer(text_model)
-    p = lm.collect(EvalDef(name="gsm", task="gsm8k", items=1, num_fewshot=0), text_model, tmp_path, None)
+    p = lm.collect(EvalDef(name="gsm", task="gsm8k", items=1, num_fewshot=0), text_model, tmp_path, None, load_tokenizer(text_model))
 
     def one(text_or_ids):
         return lm.score(p, tokens_of([text_or_ids], tok), tok).items[0]
@@ -163,7 +163,7 @@ def test_score_filters_and_exact_match(text_model, tmp_path):
 
 def test_score_refuses_wrong_row_count(text_model, tmp_path):
     tok = load_tokenizer(text_model)
-    p = lm.collect(EvalDef(name="gsm", task="gsm8k", items=2), text_model, tmp_path, None)
+    p = lm.collect(EvalDef(name="gsm", task="gsm8k", items=2), text_model, tmp_path, None, load_tokenizer(text_model))
     with pytest.raises(ValueError, match="1 generations for 2 prompts"):
         lm.score(p, tokens_of(["#### 1"], tok), tok)
 
@@ -175,8 +175,8 @@ def test_arith_fixture_and_item_count(text_model, tmp_path):
     d = write_arith(tmp_path / "arith")
     e = EvalDef(name="arith", task="gsm8k-arith", data=str(d), pr_items=2)
     assert e.item_count("pr") == 2 and e.item_count("nightly") is None and e.item_count(None) is None
-    pr = lm.collect(e, text_model, tmp_path / "w", "pr")
-    full = lm.collect(e, text_model, tmp_path / "w", None)
+    pr = lm.collect(e, text_model, tmp_path / "w", "pr", load_tokenizer(text_model))
+    full = lm.collect(e, text_model, tmp_path / "w", None, load_tokenizer(text_model))
     assert len(pr.items) == 2 and len(full.items) == 3 and len(full.workload["prompts"]) == 3
     assert full.contexts[:2] == pr.contexts  # a slice is a prefix of the full run
     assert full.contexts[0].count("Question: Sam has") == 6
@@ -194,7 +194,7 @@ def test_collect_is_offline(text_model, tmp_path, monkeypatch):
     monkeypatch.setattr(socket.socket, "connect", refuse)
     monkeypatch.setattr(lm, "_TASKS", {})  # build the task afresh, under the guard
     p = lm.collect(EvalDef(name="arith", task="gsm8k-arith", data=str(write_arith(tmp_path / "a"))),
-                   text_model, tmp_path / "w", None)
+                   text_model, tmp_path / "w", None, load_tokenizer(text_model))
     assert len(p.items) == 3
     for key in ("HF_DATASETS_OFFLINE", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_EVALUATE_OFFLINE"):
         assert os.environ[key] == "1"
@@ -210,7 +210,7 @@ def test_importing_harness_does_not_import_lm_eval():
 
 def test_geo3k_parquet_images_and_placeholders(vl_model, tmp_path):
     parquet = write_geo3k(tmp_path / "g" / "test.parquet")
-    p = lm.collect(EvalDef(name="geo", task="geo3k", data=str(parquet)), vl_model, tmp_path / "w", None)
+    p = lm.collect(EvalDef(name="geo", task="geo3k", data=str(parquet)), vl_model, tmp_path / "w", None, load_tokenizer(vl_model))
     assert p.contexts == ["Question: <image>Find x.\nAnswer:", "Question: <image>Find y.\nAnswer:",
                           "Question: <image>Find the value of z.\nAnswer:"]
     w = p.workload
@@ -227,7 +227,7 @@ def test_geo3k_parquet_images_and_placeholders(vl_model, tmp_path):
     assert [i["correct"]["flexible-extract"] for i in res.items] == [1, 1, 0]
     # same text, other pixels: same token ids, another prompt hash
     other = write_geo3k(tmp_path / "g2" / "test.parquet", colors=((201, 0, 0), (0, 200, 0), (0, 0, 200)))
-    q = lm.collect(EvalDef(name="geo", task="geo3k", data=str(other)), vl_model, tmp_path / "w2", None)
+    q = lm.collect(EvalDef(name="geo", task="geo3k", data=str(other)), vl_model, tmp_path / "w2", None, load_tokenizer(vl_model))
     assert q.workload["prompts"] == w["prompts"]
     assert q.items[0]["prompt_sha256"] != p.items[0]["prompt_sha256"]
     assert q.items[1]["prompt_sha256"] == p.items[1]["prompt_sha256"]
@@ -235,23 +235,23 @@ def test_geo3k_parquet_images_and_placeholders(vl_model, tmp_path):
 
 def test_geo3k_synth_reads_a_given_parquet(vl_model, tmp_path):
     parquet = write_geo3k(tmp_path / "s.parquet")
-    p = lm.collect(EvalDef(name="geo", task="geo3k-synth", data=str(parquet), pr_items=1), vl_model, tmp_path, "pr")
+    p = lm.collect(EvalDef(name="geo", task="geo3k-synth", data=str(parquet), pr_items=1), vl_model, tmp_path, "pr", load_tokenizer(vl_model))
     assert len(p.items) == 1 and len(p.workload["images"]) == 1
 
 
 def test_geo3k_refuses_two_images(vl_model, tmp_path):
     parquet = write_geo3k(tmp_path / "two.parquet", images_per_item=2)
     with pytest.raises(ValueError, match="2 images; the harness takes one image per item"):
-        lm.collect(EvalDef(name="geo", task="geo3k", data=str(parquet)), vl_model, tmp_path, None)
+        lm.collect(EvalDef(name="geo", task="geo3k", data=str(parquet)), vl_model, tmp_path, None, load_tokenizer(vl_model))
 
 
 def test_geo3k_missing_or_bad_parquet(vl_model, tmp_path):
     missing = tmp_path / "nope.parquet"
     with pytest.raises(FileNotFoundError, match=r"nope\.parquet does not exist.*`images`.*`problem`.*`answer`"):
-        lm.collect(EvalDef(name="geo", task="geo3k", data=str(missing)), vl_model, tmp_path, None)
+        lm.collect(EvalDef(name="geo", task="geo3k", data=str(missing)), vl_model, tmp_path, None, load_tokenizer(vl_model))
     bad = tmp_path / "bad.parquet"
     bad.write_text("not a parquet")
     with pytest.raises(ValueError, match=r"bad\.parquet cannot be read"):
-        lm.collect(EvalDef(name="geo", task="geo3k", data=str(bad)), vl_model, tmp_path, None)
+        lm.collect(EvalDef(name="geo", task="geo3k", data=str(bad)), vl_model, tmp_path, None, load_tokenizer(vl_model))
     with pytest.raises(ValueError, match="set `data`"):
-        lm.collect(EvalDef(name="geo", task="geo3k"), vl_model, tmp_path, None)
+        lm.collect(EvalDef(name="geo", task="geo3k"), vl_model, tmp_path, None, load_tokenizer(vl_model))

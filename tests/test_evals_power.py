@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 
 from harness import golden as goldens
-from harness.evals import check
+from harness.evals import paired
+from harness.jsonfile import read_json
 from harness.rundir import logs_dir, verdict_path
 from harness.scenario import load_suite
 from tests.kit import ROOT, harness_cli, verdict_of
@@ -83,10 +84,10 @@ def test_an_eval_check_that_cannot_fail_is_refused_before_launch(tmp_path):
 
 def test_the_committed_pr_slice_of_llama_gsm8k_can_fail():
     suite = load_suite(ROOT / "scenarios" / "llama-gsm8k.yaml")
-    golden = goldens.load_evals("llama-gsm8k", suite.evals)
+    golden = read_json(goldens.golden_dir("llama-gsm8k") / goldens.EVALS_FILE)
     for e in suite.evals:
         items = golden[e.name]["items"][: e.item_count("pr")]
-        check.refuse_powerless(e, items)  # raises when the slice cannot fail
+        paired.refuse_powerless(e, items)  # raises when the slice cannot fail
         assert e.max_differing_responses < len(items)
 
 
@@ -94,8 +95,8 @@ def test_refusal_needs_both_the_score_and_the_responses_to_be_powerless():
     suite = load_suite(ROOT / "scenarios" / "llama-gsm8k.yaml")
     e = suite.evals[0]
     at_floor = [{"correct": {e.filter: 0}}] * 16
-    check.refuse_powerless(e, at_floor)  # the responses can still fail it
-    with pytest.raises(check.PowerlessCheckError, match="cannot fail on these 16 items"):
-        check.refuse_powerless(e.model_copy(update={"max_differing_responses": 16}), at_floor)
+    paired.refuse_powerless(e, at_floor)  # the responses can still fail it
+    with pytest.raises(paired.PowerlessCheckError, match="cannot fail on these 16 items"):
+        paired.refuse_powerless(e.model_copy(update={"max_differing_responses": 16}), at_floor)
     scoring = [{"correct": {e.filter: 1}}] * 16
-    check.refuse_powerless(e.model_copy(update={"max_differing_responses": 16}), scoring)  # the score can drop
+    paired.refuse_powerless(e.model_copy(update={"max_differing_responses": 16}), scoring)  # the score can drop

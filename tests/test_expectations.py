@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.runner import _apply_expectation
+from harness.judge.expectations import judge as _apply_expectation
 from harness.scenario import ExpectedFailure, ScenarioError, load_scenarios, load_suite
 from harness.verdict import Verdict
 
@@ -100,7 +100,7 @@ def test_an_expectation_without_details_still_matches_any_failure():
     v = _apply_expectation(crash("RuntimeError: boom", versions={}), (x,))
     assert v.verdict == "expected-failure" and v.reason.startswith("crash as expected (known bug)")
     legacy = Verdict("s/x", "crash", "boom", expected_failure="known bug")  # no entries: the old rule
-    assert _apply_expectation(legacy).verdict == "expected-failure"
+    assert _apply_expectation(legacy, ()).verdict == "expected-failure"
 
 
 SUITE = """suite: demo

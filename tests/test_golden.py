@@ -33,18 +33,19 @@ def stored(tmp_path, monkeypatch):
 def test_missing_golden_says_how_to_make_it(tmp_path, monkeypatch):
     monkeypatch.setenv("HARNESS_GOLDEN_DIR", str(tmp_path))
     with pytest.raises(goldens.GoldenError, match=r"no golden for suite 'demo'.*harness golden demo"):
-        goldens.load_golden(manifest())
+        goldens.load_reference(manifest())
 
 
 def test_roundtrip_and_timings_not_stored(stored):
-    outputs, m = goldens.load_golden(manifest())
+    reference = goldens.load_reference(manifest())
+    outputs, m = reference.outputs, reference.manifest
     assert torch.equal(outputs.workload("logits")["topk_ids"], torch.arange(6).reshape(3, 2))
     assert "timings" not in outputs.meta and "created" in m
 
 
 def test_stale_golden_names_every_difference(stored):
     with pytest.raises(goldens.GoldenError) as err:
-        goldens.load_golden(manifest(model_sha256="cc", dtype="bfloat16"))
+        goldens.load_reference(manifest(model_sha256="cc", dtype="bfloat16"))
     text = str(err.value)
     assert "model_sha256: golden has 'aa', this run has 'cc'" in text
     assert "dtype: golden has 'float32', this run has 'bfloat16'" in text
@@ -52,8 +53,8 @@ def test_stale_golden_names_every_difference(stored):
 
 
 def test_version_drift_is_information_not_an_error(stored):
-    _, m = goldens.load_golden(manifest(versions={"torch": "2.14.0"}))
-    assert goldens.version_drift(m, {"torch": "2.14.0"}) == {"torch": {"golden": "2.13.0", "now": "2.14.0"}}
+    reference = goldens.load_reference(manifest(versions={"torch": "2.14.0"}))
+    assert reference.version_drift == {"torch": {"golden": "2.13.0", "now": "2.14.0"}}
 
 
 def test_stored_golden_records_the_digest_of_each_file(stored):
@@ -65,7 +66,7 @@ def test_stored_golden_records_the_digest_of_each_file(stored):
 def test_damaged_metadata_file_is_an_error_naming_it(stored):
     (stored / "outputs.json").write_text('{"engine": "reference", "tampered": true}')
     with pytest.raises(goldens.GoldenError, match=r"golden file .*outputs\.json is damaged.*git checkout golden/demo.*harness golden demo"):
-        goldens.load_golden(manifest())
+        goldens.load_reference(manifest())
 
 
 def test_golden_without_digests_cannot_be_trusted(stored):
@@ -74,13 +75,13 @@ def test_golden_without_digests_cannot_be_trusted(stored):
     del m[goldens.DIGESTS]
     path.write_text(json.dumps(m))
     with pytest.raises(goldens.GoldenError, match=r"records no digests.*harness golden demo"):
-        goldens.load_golden(manifest())
+        goldens.load_reference(manifest())
 
 
 def test_unreadable_manifest_is_an_error_naming_it(stored):
     (stored / goldens.MANIFEST).write_text('{"suite": "de')
     with pytest.raises(goldens.GoldenError, match=r"unreadable manifest: .*manifest\.json is not JSON"):
-        goldens.load_golden(manifest())
+        goldens.load_reference(manifest())
 
 
 @pytest.mark.parametrize("text, found", [("[]", "a JSON array"), ("null", "JSON null"), ('"x"', "a JSON string")])
@@ -88,7 +89,7 @@ def test_a_manifest_that_is_json_but_not_an_object_is_an_error_naming_it(stored,
     path = stored / goldens.MANIFEST
     path.write_text(text)
     with pytest.raises(goldens.GoldenError) as err:
-        goldens.load_golden(manifest())
+        goldens.load_reference(manifest())
     assert f"unreadable manifest: {path} holds {found} where a JSON object" in str(err.value)
     assert "git checkout golden/demo" in str(err.value)
 
@@ -96,7 +97,7 @@ def test_a_manifest_that_is_json_but_not_an_object_is_an_error_naming_it(stored,
 def test_a_file_added_after_storing_is_not_trusted(stored):
     (stored / "evals.json").write_text("{}")
     with pytest.raises(goldens.GoldenError, match=r"evals\.json is not in its manifest's digests"):
-        goldens.load_golden(manifest())
+        goldens.load_reference(manifest())
 
 
 COMMITTED = sorted(str(p.parent.relative_to(builtin_golden()))

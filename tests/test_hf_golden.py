@@ -25,6 +25,7 @@ from harness.launch import run_ranks
 from harness.models import tiny_vllm
 from harness.roots import builtin_scenarios
 from harness.scenario import load_suite
+from harness.zoo import load_tokenizer
 from tests.kit import scaled
 
 pytestmark = pytest.mark.e2e  # runs the hf engine's rank per golden
@@ -118,10 +119,10 @@ def _cases() -> list:
 def test_vllm_golden_agrees_with_hf_transformers(path: Path, key: str, tmp_path):
     suite = load_suite(path)
     model = models.resolve(suite.archs[key.split("/")[1]] if suite.archs else suite.model, sys.executable)
-    resolved = wl.resolve(suite.workloads, model.directory)
+    resolved = wl.tokenize(suite.workloads, model.directory, load_tokenizer(model.directory))
     golden_dir = goldens.golden_dir(key)
     manifest = json.loads((golden_dir / goldens.MANIFEST).read_text())
-    assert manifest["workload_sha256"] == wl.checksum(resolved), f"stale golden: `harness golden {key}`"
+    assert manifest["workload_sha256"] == goldens.workload_checksum(resolved), f"stale golden: `harness golden {key}`"
     assert manifest["model_sha256"] == model.sha256, f"golden made on other weights: `harness golden {key}`"
 
     spec = RunSpec(f"{key}/hf", "hf", str(model.directory), suite.dtype, {"tp": 1, "pp": 1, "compile": False},

@@ -27,7 +27,7 @@ pytestmark = pytest.mark.e2e  # the harness CLI with real ranks
 # then runs `harness ARGS...`.
 DRIVER = """
 import atexit, os, runpy, signal, sys
-import harness.plan.planning, harness.report, harness.runner, harness.session
+import harness.plan.planning, harness.report, harness.session, harness.stages.judge
 
 def sigterm_on_call(module, name, nth=1, after=False):
     original, calls = getattr(module, name), []
@@ -45,7 +45,7 @@ moment = sys.argv[1]
 if moment == "planning":      # before the run directory exists
     sigterm_on_call(harness.plan.planning, "plan_run")
 elif moment == "judging":     # the ranks exited; the harness compares their outputs
-    sigterm_on_call(harness.runner, "numeric_checks")
+    sigterm_on_call(harness.stages.judge, "judge_outputs")
 elif moment == "after-verdict":  # the first scenario's verdict is on disk, the second not started
     sigterm_on_call(harness.session, "run_scenario", after=True)
 elif moment == "reporting":   # every scenario ended; the final report is being written

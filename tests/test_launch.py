@@ -118,7 +118,7 @@ def test_a_rank_that_dies_before_writing_its_log_says_so(dirs, tmp_path, way):
     environment the OS refuses (the child dies before it opens its log). The verdict says
     so, with the exit and the command, not "crashed: exit code 1" beside a log with nothing."""
     from harness.engines import get_engine
-    from harness.runner import Prepared, launch_verdict
+    from harness.stages.ended import launch_verdict
 
     logs, _ = dirs
     if way == "fresh":
@@ -132,9 +132,8 @@ def test_a_rank_that_dies_before_writing_its_log_says_so(dirs, tmp_path, way):
     out = run_ranks(plan, logs, timeout_s=scaled(60), env=env)
     assert out.status == "crash" and out.failure.exitcode == 1, out
     assert not Path(out.logs[0]).exists() if way == "pool" else Path(out.logs[0]).read_text() == ""
-    prepared = Prepared.__new__(Prepared)
-    prepared.engine = get_engine("reference")
-    v = launch_verdict("s/x", out, prepared)
+    engine = get_engine("reference")
+    v = launch_verdict("s/x", out, engine)
     assert v.verdict == "crash"
     assert v.reason.startswith("rank 0 died before writing anything to its log (exit code 1)"), v.reason
     assert "-m tests.ranks.allreduce" in v.reason, v.reason

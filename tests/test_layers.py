@@ -31,6 +31,8 @@ LAYERS = {
     "project_init": 4,  # `harness init`: a project's config and first scenario file, checked as any scenario file
     "evals": 5,
     "repro": 5,  # `harness repro`: a scenario as a standalone script (below what runs or bisects)
+    # the stages of one run: admit -> launch -> judge (harness/stages/)
+    "stages": 5.5,
     # orchestration and output
     "runner": 6,
     "session": 7, "conformance": 7,  # the kit runs single scenarios through the runner

@@ -26,6 +26,7 @@ from harness.judge.compare import Tolerance, compare_greedy, compare_logprobs, t
 from harness.repro import ReproError, write_repro
 from harness.scenario import load_scenarios
 from harness.verdict import Verdict
+from harness.zoo import load_tokenizer
 from tests.kit import ROOT
 from tests.kit.handmade import make_run
 from tests.kit.logprobs import decisive_flips
@@ -119,7 +120,8 @@ def test_script_uses_no_harness_and_inlines_prompts_settings_and_tolerance(demo,
     assert tolerance_for("float32", {"logprob_atol": 0.003}) == Tolerance(**case["tolerance"])
     assert "logprob_atol" in case["tolerance_name"] and "float32" in case["tolerance_name"]
     scenario = next(s for s in demo if s.id == "demo/tp1-pp2")
-    assert [w["prompts"] for w in case["workloads"]] == [w["prompts"] for w in wl.resolve(scenario.suite.workloads, tmp_path / "scenarios/ckpt")]
+    ckpt = tmp_path / "scenarios/ckpt"
+    assert [w["prompts"] for w in case["workloads"]] == [w["prompts"] for w in wl.tokenize(scenario.suite.workloads, ckpt, load_tokenizer(ckpt))]
     args = case["settings"]["tp1-pp2"]["engine_args"]
     assert args["pipeline_parallel_size"] == 2 and args["enforce_eager"] is True and args["distributed_executor_backend"] == "mp"
     assert args["dtype"] == "float32" and args["enable_prefix_caching"] is False and "model" not in args

@@ -51,7 +51,7 @@ def test_a_tiny_llava_is_read_by_transformers_with_its_processor_as_published_ll
     vision = config["vision_config"]
     assert vision["image_size"] == 4 * vision["patch_size"] and config["image_seq_length"] == 16
     processor = AutoProcessor.from_pretrained(llava)
-    ids = chat.template_of(llava).encode("How many apples?", chat.Media(images=1), 20, load_tokenizer(llava))
+    ids = chat.template_of(llava).prompt_ids("How many apples?", chat.Media(images=1), 20, load_tokenizer(llava))
     assert ids.count(config["image_token_index"]) == 1 and ids[0] == 0  # BOS, one unexpanded placeholder
     text = processor.tokenizer.decode(ids)
     inputs = processor(text=text, images=[_image()], return_tensors="pt")
@@ -79,7 +79,7 @@ def test_a_tiny_gemma3_has_every_token_its_config_and_processor_name(gemma3):
     assert all(vocab[n] < config["text_config"]["vocab_size"] for n in ("\n", "\n\n", "\n\n\n", "\n\n\n\n"))
 
     template = chat.template_of(gemma3)
-    ids = template.encode("Two pictures.", chat.Media(images=2), 20, load_tokenizer(gemma3))
+    ids = template.prompt_ids("Two pictures.", chat.Media(images=2), 20, load_tokenizer(gemma3))
     assert ids.count(config["boi_token_index"]) == 2
     inputs = processor(text=processor.tokenizer.decode(ids), images=[_image(), _image()], return_tensors="pt")
     assert int((inputs["input_ids"] == config["image_token_index"]).sum()) == 2 * config["mm_tokens_per_image"]
@@ -91,12 +91,12 @@ def test_a_chat_template_prompt_keeps_the_template_and_cuts_the_text(llava):
     template, tokenizer = chat.template_of(llava), load_tokenizer(llava)
     long = "Natalia sold clips to 48 of her friends in April, and then she sold half as many clips in May."
     one = chat.Media(images=1)
-    full = template.encode(long, one, 1000, tokenizer)
-    cut = template.encode(long, one, 5, tokenizer)
+    full = template.prompt_ids(long, one, 1000, tokenizer)
+    cut = template.prompt_ids(long, one, 5, tokenizer)
     assert len(cut) == 1 + 1 + 5 and cut == full[:7]  # BOS, <image>, five tokens of text
-    assert template.encode(long, chat.Media(), 5, tokenizer) == [cut[0]] + cut[2:]
+    assert template.prompt_ids(long, chat.Media(), 5, tokenizer) == [cut[0]] + cut[2:]
     with pytest.raises(ValueError, match="special token"):
-        template.encode("look: <image> here", one, 20, tokenizer)
+        template.prompt_ids("look: <image> here", one, 20, tokenizer)
 
 
 def test_a_text_model_has_no_chat_template(tmp_path):
@@ -174,7 +174,7 @@ def test_an_audio_prompt_reads_through_transformers_own_processor_and_model():
 
     directory = models.resolve(ArchModel(arch="Qwen2AudioForConditionalGeneration"), sys.executable).directory
     config = json.loads((directory / "config.json").read_text())
-    ids = chat.template_of(directory).encode("What is this sound?", chat.Media(audios=1), 20, load_tokenizer(directory))
+    ids = chat.template_of(directory).prompt_ids("What is this sound?", chat.Media(audios=1), 20, load_tokenizer(directory))
     assert ids.count(config["audio_token_index"]) == 1
     processor = AutoProcessor.from_pretrained(directory)
     inputs = processor(text=processor.tokenizer.decode(ids), audio=[np.load(media.audio_path("tone-500ms"))],

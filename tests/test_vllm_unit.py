@@ -61,42 +61,39 @@ def test_engine_core_traceback_when_no_worker_failed():
 
 def test_root_cause_names_the_worker_and_the_crash_keeps_the_drivers_view_as_context(tmp_path):
     from harness.launch import LaunchOutcome
-    from harness.runner import Prepared, launch_verdict
+    from harness.stages.ended import launch_verdict
 
     engine = get_engine("vllm")
     cause = engine.root_cause(LOG)
     assert cause is not None and cause.rank.startswith("Worker_PP1") and cause.exception == "KeyError: 'residual'"
     assert engine.root_cause("no vLLM lines") is None
 
-    prepared = Prepared.__new__(Prepared)
-    prepared.engine = engine
     log = tmp_path / "rank0.log"
     log.write_text(LOG)
     driver = RankFailure(0, 1, None, "EngineDeadError: EngineCore encountered an issue.", "tb", str(log))
-    v = launch_verdict("s/x", LaunchOutcome("crash", 5.0, failure=driver, logs={0: str(log)}), prepared)
+    v = launch_verdict("s/x", LaunchOutcome("crash", 5.0, failure=driver, logs={0: str(log)}), engine)
     assert v.crash["rank"].startswith("Worker_PP1") and v.crash["exception"] == "KeyError: 'residual'"
     assert "EngineDeadError" in v.crash["traceback"] and v.crash["log"] == str(log) and v.crash["exitcode"] == 1
     log.write_text("no vLLM lines")
-    assert launch_verdict("s/x", LaunchOutcome("crash", 5.0, failure=driver, logs={0: str(log)}), prepared).crash["rank"] == 0
+    assert launch_verdict("s/x", LaunchOutcome("crash", 5.0, failure=driver, logs={0: str(log)}), engine).crash["rank"] == 0
 
 
 def test_a_hang_after_a_worker_raised_is_that_workers_crash(tmp_path):
     """vLLM on CPU: a non-last PP stage raises, logs its traceback and stays up; its peer
     waits for the stage's tensors forever. The verdict names the exception, not a hang."""
     from harness.launch import LaunchOutcome
-    from harness.runner import Prepared, launch_verdict
+    from harness.stages.ended import launch_verdict
 
-    prepared = Prepared.__new__(Prepared)
-    prepared.engine = get_engine("vllm")
+    engine = get_engine("vllm")
     worker_log = tmp_path / "rank0.log"
     worker_log.write_text("\n".join(line for line in LOG.splitlines() if line.startswith("(Worker")))
     outcome = LaunchOutcome("hang", 600.0, stuck_at={0: "core_client.py:996 in get_output"}, logs={0: str(worker_log)})
-    v = launch_verdict("s/x", outcome, prepared)
+    v = launch_verdict("s/x", outcome, engine)
     assert v.verdict == "crash" and v.crash["exception"] == "KeyError: 'residual'"
     assert v.reason.startswith("rank Worker_PP1 (vLLM worker: PP rank 1, pid 27010) crashed: KeyError: 'residual'")
     assert "no result after 600s (the timeout)" in v.reason and v.hang["stuck_at"]
     worker_log.write_text("(EngineCore pid=5) INFO 11-21 06:11:20 [core.py:99] waiting")  # nobody raised: a hang
-    assert launch_verdict("s/x", outcome, prepared).verdict == "hang"
+    assert launch_verdict("s/x", outcome, engine).verdict == "hang"
 
 
 def test_cpu_binding_one_core_per_rank_round_robin():
@@ -143,6 +140,7 @@ def test_png_is_deterministic_and_valid(tmp_path, monkeypatch):
 
 @pytest.mark.slow  # builds tiny-qwen25vl twice, in fresh caches
 def test_image_workload_puts_the_placeholder_and_checksums_content(tmp_path, monkeypatch):
+    from harness import golden as goldens
     from harness import workloads as wl
     from harness.scenario import WorkloadDef
 
@@ -150,14 +148,14 @@ def test_image_workload_puts_the_placeholder_and_checksums_content(tmp_path, mon
     model = zoo.model_dir("tiny-qwen25vl")
     cfg = json.loads((model / "config.json").read_text())
     w = WorkloadDef(name="vl", kind="logprobs", num_prompts=2, images=["gradient-84x56", None])
-    (first, second), = [wl.resolve([w], model)[0]["prompts"]]
+    (first, second), = [wl.tokenize([w], model, zoo.load_tokenizer(model))[0]["prompts"]]
     assert first[1:4] == [cfg["vision_start_token_id"], cfg["image_token_id"], cfg["vision_end_token_id"]]
     assert cfg["image_token_id"] not in second
-    resolved = wl.resolve([w], model)
+    resolved = wl.tokenize([w], model, zoo.load_tokenizer(model))
     monkeypatch.setenv("HARNESS_CACHE", str(tmp_path / "b"))  # other paths, same bytes
-    moved = wl.resolve([w], zoo.model_dir("tiny-qwen25vl"))
+    moved = wl.tokenize([w], zoo.model_dir("tiny-qwen25vl"), zoo.load_tokenizer(model))  # the same model, built anew
     assert resolved[0]["images"][0] != moved[0]["images"][0]
-    assert wl.checksum(resolved) == wl.checksum(moved)
+    assert goldens.workload_checksum(resolved) == goldens.workload_checksum(moved)
 
 
 @pytest.mark.parametrize("name", ["tiny-llama-hf", "tiny-qwen3", "tiny-gemma4", "tiny-qwen25vl"])

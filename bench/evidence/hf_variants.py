@@ -44,6 +44,7 @@ from harness.engines.hf import worker
 from harness.judge.compare import compare_logprobs, tolerance_for
 from harness.roots import builtin_scenarios
 from harness.scenario import load_suite
+from harness.zoo import load_tokenizer
 
 
 def typed(value: int):
@@ -106,7 +107,7 @@ def compare(key: str, variant: str) -> None:
     suite_name, arch = key.split("/")
     suite = load_suite(builtin_scenarios() / f"{suite_name}.yaml")
     model = models.resolve(suite.archs[arch], sys.executable)
-    resolved = wl.resolve(suite.workloads, model.directory)
+    resolved = wl.tokenize(suite.workloads, model.directory, load_tokenizer(model.directory))
     golden = EngineOutputs.load(goldens.golden_dir(key))
     changed, patch = VARIANTS[variant]
     with tempfile.TemporaryDirectory() as tmp:

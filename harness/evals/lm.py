@@ -9,6 +9,9 @@ built from harness/evals/tasks.py, with a stand-in LM:
   score    a Replayer LM answers the same requests (rebuilt by lm-eval with the same
            few-shot seed, and checked to be identical) with the engine's decoded responses;
            lm-eval applies the task's filters and metric and logs every item.
+
+prepare_evals and score_evals do the same for every eval of a suite (the admit and
+judge stages, harness/stages/). lm-eval is imported only when a task is built.
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ class PreparedEval:
     gen_kwargs: dict  # lm-eval's generation kwargs (the same for every item)
     num_fewshot: int
     task: Any = field(repr=False, default=None)  # the lm-eval task object (in-process only)
+    tokenizer: Any = field(repr=False, default=None)  # the model's, which scoring decodes with (in-process only)
 
 
 @dataclass
@@ -63,10 +67,9 @@ class EvalResult:
         return cls(**d)
 
 
-def collect(eval_def, model_dir: Path, work_dir: Path, gate: str | None) -> PreparedEval:
-    """lm-eval's requests for the first eval_def.item_count(gate) test docs, as a workload."""
-    from harness.zoo import load_tokenizer
-
+def collect(eval_def, model_dir: Path, work_dir: Path, gate: str | None, tokenizer) -> PreparedEval:
+    """lm-eval's requests for the first eval_def.item_count(gate) test docs, as a workload
+    (prompts encoded by the model's `tokenizer`, which its responses are decoded with)."""
     task, task_shots = _task(eval_def.task, eval_def.data)
     num_fewshot = _num_fewshot(task, task_shots, eval_def)
     recorder = _lm_classes()[0]()
@@ -78,7 +81,6 @@ def collect(eval_def, model_dir: Path, work_dir: Path, gate: str | None) -> Prep
     model_dir, work_dir = Path(model_dir), Path(work_dir)
     work_dir.mkdir(parents=True, exist_ok=True)
     config = json.loads((model_dir / "config.json").read_text())
-    tokenizer = load_tokenizer(model_dir)
 
     gen_kwargs = requests[0]["gen_kwargs"]
     for r in requests:
@@ -105,7 +107,25 @@ def collect(eval_def, model_dir: Path, work_dir: Path, gate: str | None) -> Prep
         workload["images"] = images
     return PreparedEval(eval_def=eval_def, task_name=eval_def.task, workload=workload, items=items,
                         contexts=[r["context"] for r in requests], gen_kwargs=gen_kwargs,
-                        num_fewshot=num_fewshot, task=task)
+                        num_fewshot=num_fewshot, task=task, tokenizer=tokenizer)
+
+
+def prepare_evals(eval_defs, model_dir: Path, tokenizer, work_dir: Path, gate: str | None) -> list[PreparedEval]:
+    """The requests of every eval of a suite, each as one `generate` workload (collect)."""
+    if not eval_defs:
+        return []
+    return [collect(e, Path(model_dir), Path(work_dir) / "evals" / e.name, gate, tokenizer) for e in eval_defs]
+
+
+def score_evals(prepared: list[PreparedEval], outputs) -> dict[str, dict]:
+    """{eval name: EvalResult dict} from the engine outputs of the eval workloads."""
+    results = {}
+    for p in prepared:
+        fields = outputs.workload(p.workload["name"])
+        if "tokens" not in fields:
+            raise RuntimeError(f"the engine wrote no tokens for eval workload '{p.workload['name']}'")
+        results[p.workload["name"].removeprefix("eval_")] = score(p, fields["tokens"], p.tokenizer).to_dict()
+    return results
 
 
 def _encode_request(name: str, r: dict, task, tokenizer, config: dict, work_dir: Path) -> tuple[list[int], dict]:

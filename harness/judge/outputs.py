@@ -9,13 +9,26 @@ from __future__ import annotations
 from dataclasses import asdict
 
 from harness.contract.outputs import EngineOutputs
-from harness.judge.applied import unapplied_reason
+from harness.judge.applied import evidence_table, unapplied_reason
 from harness.judge.compare import Tolerance, compare_outputs
 from harness.judge.contracts import check_pp_contract
 from harness.judge.localize import describe, first_divergence
 from harness.verdict import Verdict
 
 ACCURACY = "accuracy"  # the kind of the eval checks (harness/evals): paired items, not numbers
+
+
+def judge_outputs(name: str, reference: EngineOutputs, candidate: EngineOutputs, workloads: list[dict], tol: Tolerance,
+                  *, also: list[dict] = (), logs: dict | None = None, settings: dict | None = None,
+                  golden_settings: dict | None = None) -> Verdict:
+    """The verdict of `candidate`'s outputs held to `reference`'s: the numeric checks,
+    `also` (the eval checks, judged by harness/evals), the first diverging place when a
+    numeric check failed, and, given the run's `settings` and the `golden_settings`, the
+    applied table of the axes under test (the engine's evidence in candidate.meta)."""
+    checks = numeric_checks(reference, candidate, workloads, tol) + list(also)
+    localization = localize(reference, candidate, workloads, checks)
+    applied = evidence_table(settings, golden_settings or {}, candidate.meta.get("applied")) if settings is not None else None
+    return verdict_of_checks(name, checks, tol, localization, logs, applied)
 
 
 def numeric_checks(reference: EngineOutputs, candidate: EngineOutputs, workloads: list[dict], tol: Tolerance) -> list[dict]:

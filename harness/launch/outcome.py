@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from pathlib import Path
 
 
 @dataclass
@@ -26,6 +27,30 @@ class RankFailure:
     # A disk fault (contract/storage.py: errno, strerror, path) the rank met writing the
     # harness's files: the machine's fault, not the engine's. The verdict is then `error`.
     storage: dict | None = None
+
+    def describe(self) -> str:
+        """The crash in one line: `rank 1 crashed: KeyError: 'residual' at reference/model.py:323 in forward`."""
+        what = self.exception or (f"killed by {self.signal}" if self.signal else f"exit code {self.exitcode}")
+        if self.command is not None:  # no log to see: what it ran is all there is to go on
+            return f"rank {self.rank} died before writing anything to its log ({what}); its command: {self.command}"
+        return f"rank {self.rank} crashed: {what}" + (f" at {_short_frame(self.frame)}" if self.frame else "")
+
+    def as_told_by(self, cause: RankFailure | None) -> RankFailure:
+        """The crash as the engine tells it (its root_cause: the process of its own that
+        really died), keeping this launcher view's exit code, signal and log, and what the
+        launched process saw as context; this view when the engine names nothing."""
+        if cause is None:
+            return self
+        context = (f"\n\n(the process the harness launched, launcher rank {self.rank}, saw: "
+                   f"{self.exception or 'no exception record'})")
+        return replace(cause, exitcode=self.exitcode, signal=self.signal, log=self.log,
+                       traceback=(cause.traceback or "") + context)
+
+
+def _short_frame(frame: str) -> str:
+    """`engines/reference/model.py:323 in forward`: a frame's last three path parts."""
+    path, sep, rest = frame.rpartition(":")
+    return "/".join(Path(path).parts[-3:]) + sep + rest if sep else frame
 
 
 @dataclass

@@ -192,6 +192,18 @@ class DevicePool:
             os.close(fd)
 
 
+def devices_problem(need: int, pool: DevicePool | None, cluster=None) -> str | None:
+    """Why a run needing `need` devices cannot run here (an `unsupported` reason), or None.
+    `pool` None: no leasing; `cluster`: the nodes of --nodes, for runs bigger than a machine."""
+    if pool is None or need <= pool.count:
+        return None
+    if cluster is not None and need <= cluster.ranks:
+        return None
+    where = (f"; the nodes of the nodes file hold {cluster.ranks}" if cluster
+             else "; a bigger scenario needs more machines (--nodes FILE)")
+    return f"needs {need} devices, this machine has {pool.count} (--devices / HARNESS_DEVICES){where}"
+
+
 def read_lease_log(path: Path) -> list[dict]:
     return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
 

@@ -1,0 +1,71 @@
+"""The verdict of a run that left nothing to compare: a rank crashed (the rank that died
+first, as the engine tells it), the ranks hung (where each was stuck), or the harness
+or the machine failed under it (`error`: never blamed on the engine).
+"""
+
+from __future__ import annotations
+
+import traceback
+from dataclasses import asdict, replace
+from pathlib import Path
+
+from harness.contract.storage import describe as describe_storage
+from harness.contract.storage import storage_fault
+from harness.launch import LaunchOutcome
+from harness.verdict import Verdict
+
+
+def launch_verdict(name: str, outcome: LaunchOutcome, engine) -> Verdict | None:
+    """The verdict of a launch that did not end with every rank done, or None."""
+    if outcome.status == "ok":
+        return None
+    logs = {str(r): p for r, p in outcome.logs.items()}
+    failure = outcome.failure
+    if outcome.status == "crash" and failure.storage:  # the disk is full, not the engine wrong
+        return storage_verdict(name, failure.storage, f"rank {failure.rank}", crash=asdict(failure), logs=logs)
+    if outcome.status == "crash" and failure.harness_fault:  # the harness's helper died, not the engine
+        why = failure.harness_fault
+        return Verdict(name, "error", f"harness error: {why}", error={"exception": why}, crash=asdict(failure), logs=logs)
+    if outcome.status not in ("crash", "hang"):
+        return Verdict(name, "error", f"launcher ended with status '{outcome.status}'", logs=logs)
+    # The engine's root_cause reads the launched process's log: for a crash, the process of
+    # its own that really died; for a hang, an exception its worker raised without exiting
+    # (vLLM on CPU: a non-last PP stage raises, its peer waits for its tensors forever).
+    log = failure.log if outcome.status == "crash" else str(outcome.logs.get(0, ""))
+    text = _read(log)
+    cause = engine.root_cause(text) if text else None
+    if outcome.status == "crash":
+        told = failure.as_told_by(cause)
+        return Verdict(name, "crash", told.describe(), crash=asdict(told), logs=logs)
+    where = "; ".join(f"rank {r} at {loc}" for r, loc in sorted(outcome.stuck_at.items()))
+    hang = {"stuck_at": outcome.stuck_at, "stacks": outcome.stacks, "stall": outcome.stall}
+    if cause is not None and cause.exception:  # the root cause is that exception; the hang only followed it
+        raised = replace(cause, log=log)
+        return Verdict(name, "crash", f"{raised.describe()}; the engine then made no progress "
+                       f"({outcome.hang_reason()})", crash=asdict(raised), hang=hang, logs=logs)
+    return Verdict(name, "hang", f"{outcome.hang_reason()}: {where or 'no stack dump'}", hang=hang, logs=logs)
+
+
+def harness_error(name: str, exc: BaseException) -> Verdict:
+    """The verdict of a run whose harness raised: the machine's fault when the disk under
+    the harness's own files failed, else a harness error with its traceback."""
+    fault = storage_fault(exc)
+    if fault:
+        return storage_verdict(name, fault, "the harness")
+    first = str(exc).splitlines()[0] if str(exc) else ""
+    return Verdict(name, "error", f"harness error: {type(exc).__name__}: {first}",
+                   error={"exception": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()})
+
+
+def storage_verdict(name: str, fault: dict, who: str, **extra) -> Verdict:
+    """A full, read-only or over-quota disk under the harness's own files: `error` (the
+    machine's fault, exit code 3), naming the path, never an engine `crash`."""
+    reason = f"machine fault: {who} {describe_storage(fault)}; free space or make it writable, then run again"
+    return Verdict(name, "error", reason, error={"exception": describe_storage(fault), "storage": fault}, **extra)
+
+
+def _read(path: str) -> str:
+    try:
+        return Path(path).read_text(errors="replace") if path else ""
+    except OSError:
+        return ""

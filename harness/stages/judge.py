@@ -1,0 +1,45 @@
+"""Judge: what a launched run left, held to its reference -> Verdict.
+
+A run whose ranks did not all finish is judged by how it ended (ended.py). Otherwise its
+outputs are held to the golden's (harness/judge/: the numeric checks, where they first
+diverge, whether the engine applied the axes under test) and its eval answers to the
+golden's per-item results (harness/evals/).
+"""
+
+from __future__ import annotations
+
+from harness.contract.outputs import EngineOutputs
+from harness.evals import lm
+from harness.evals.paired import accuracy_checks
+from harness.judge.compare import tolerance_for
+from harness.judge.outputs import judge_outputs
+from harness.launch import LaunchOutcome
+from harness.scenario import Scenario
+from harness.stages.admit import Admitted
+from harness.stages.ended import launch_verdict
+from harness.timings import Stopwatch
+from harness.verdict import Verdict
+
+
+def judge(scenario: Scenario, admitted: Admitted, outcome: LaunchOutcome, watch: Stopwatch | None = None) -> Verdict:
+    """The verdict of one launch of an admitted setting held to its golden (admitted.reference).
+    `watch` books the `evals` and `compare` phases and the engine's own start."""
+    watch = watch or Stopwatch()
+    prepared, reference = admitted.prepared, admitted.reference
+    verdict = launch_verdict(scenario.id, outcome, prepared.engine)
+    if verdict is None:
+        outputs = EngineOutputs.load(prepared.spec.output_dir)
+        watch.engine_start = (outputs.meta.get("timings") or {}).get("engine_start") or {}
+        eval_checks = []
+        if prepared.evals:
+            results = lm.score_evals(prepared.evals, outputs)
+            eval_checks = accuracy_checks(scenario.suite.evals, reference.evals, results)
+            watch.lap("evals")
+        verdict = judge_outputs(scenario.id, reference.outputs, outputs, prepared.spec.workloads,
+                                tolerance_for(scenario.suite.dtype, scenario.suite.tolerances.model_dump()),
+                                also=eval_checks, logs={str(r): p for r, p in outcome.logs.items()},
+                                settings=scenario.engine_settings, golden_settings=dict(scenario.suite.golden))
+        watch.lap("compare")
+    verdict.golden = {"dir": str(reference.directory), "version_drift": reference.version_drift}
+    verdict.versions = prepared.manifest["versions"]
+    return verdict
