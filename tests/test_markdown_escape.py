@@ -139,7 +139,7 @@ def test_prose_and_code_spans_mixed_on_one_line_keep_to_their_own_text():
     newlines) in prose and code spans side by side, in a paragraph and in a table row."""
     import random
 
-    from harness.report.markdown import code, text
+    from harness.report.escape import code, text
 
     pieces = [IMG, "`", "``", "```", "\\", "|", "\n", " ", "a", "&lt;", "*", "[x](y)"]
     rng = random.Random(25)

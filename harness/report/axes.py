@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 
+from harness.report.escape import code, text
 from harness.scenario import split_id
 from harness.verdict import FAILED, Verdict
 
@@ -31,7 +32,6 @@ def _label(features: tuple) -> str:
 def explaining_settings(verdicts: list[Verdict]) -> str | None:
     """One sentence naming the smallest setting(s) that separate failures from passes, or
     the closest one and its exceptions; None when nothing failed or everything did."""
-    from harness.report.markdown import code  # it imports this module
 
     judged = [v for v in verdicts if v.verdict not in ("unsupported", "error")]
     failed = {v.scenario for v in judged if _failed(v)}
@@ -52,7 +52,6 @@ def explaining_settings(verdicts: list[Verdict]) -> str | None:
 
 def _closest(judged: list[Verdict], failed: set[str]) -> str:
     """No exact explanation: the setting every failure shares with the fewest passes."""
-    from harness.report.markdown import code, text  # it imports this module
 
     common = set.intersection(*(_features(v) for v in judged if v.scenario in failed))
     if not common:

@@ -9,10 +9,9 @@ split a table cell (report.html and junit.xml escape on their own).
 
 from __future__ import annotations
 
-import re
-
 from harness import timings
 from harness.report.axes import explaining_settings
+from harness.report.escape import block, code, text
 from harness.report.regressions import Change, Comparison, Drift
 from harness.report.versions import versions_lines
 from harness.verdict import Verdict
@@ -54,36 +53,6 @@ def where_diverged(v: Verdict) -> str:
             pos = f"position {fd['position']}" if "position" in fd else f"step {fd['step']}"
             return f"{c['name']}: prompt {fd['prompt']} {pos}"
     return ""
-
-
-def text(s: object) -> str:
-    """Prose: one line, HTML escaped (GitHub shows `&lt;` as `<`); backslashes, backticks
-    and pipes too, so it opens no code span (one would end inside a `code` span further on,
-    letting its text out) and splits no table cell."""
-    s = " ".join(str(s).splitlines())
-    for c in "\\`|":
-        s = s.replace(c, "\\" + c)
-    return s.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-
-
-def code(s: object, cell: bool = False) -> str:
-    """An inline code span of s as is (CommonMark: a fence longer than any backtick run
-    inside, padded with a space where s starts or ends with a backtick or a space); `cell`:
-    inside a table row, where a `|` would end the cell even in a code span."""
-    s = " ".join(str(s).splitlines())
-    if cell:
-        s = s.replace("|", "\\|")
-    if not s.strip(" "):  # spaces only are kept as they are; `` would be no code span at all
-        return f"`{s or ' '}`"
-    fence = "`" * (max(map(len, re.findall("`+", s)), default=0) + 1)
-    pad = " " if s[0] in "` " or s[-1] in "` " else ""
-    return f"{fence}{pad}{s}{pad}{fence}"
-
-
-def block(s: str) -> str:
-    """A fenced code block of s (a traceback): its fence longer than any backtick run inside."""
-    fence = "`" * max(3, max(map(len, re.findall("`+", s)), default=0) + 1)
-    return f"{fence}\n{s}\n{fence}"
 
 
 def counts_text(counts: dict, never_ran: list[str]) -> str:

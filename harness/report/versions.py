@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from harness.report.escape import code, text
 from harness.scenario import split_id
 from harness.verdict import Verdict
 
@@ -51,7 +52,6 @@ def cell(v: Verdict | None) -> str:
 
 def versions_lines(verdicts: list[Verdict]) -> list[str]:
     """A Markdown table scenario x engine version -> verdict (no lines without versions)."""
-    from harness.report.markdown import code, text  # it imports this module
 
     labels, rows = version_matrix(verdicts)
     if not labels:
