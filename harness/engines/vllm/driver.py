@@ -27,10 +27,6 @@ from harness.engines.vllm.repro_script import cpu_binding, topk_row
 # engine's launch plan preloads it on CPU): recorded in the outputs, so a test can tell.
 PREIMPORTED = "vllm" in sys.modules
 
-# The fault switches a run asks for, comma-separated: faults.py installs them when it is
-# imported where this is set (harness/engines/vllm/faults.py).
-FAULTS_ENV = "HARNESS_VLLM_FAULTS"
-
 # The driver's log line naming the shared-memory files vLLM's workers left and it removed.
 SHM_REMOVED_MARK = "harness: removed what vLLM's workers left in shared memory:"
 
@@ -292,16 +288,11 @@ def shutdown(llm) -> None:
 
 
 def arm_faults(faults: list[str]) -> None:
-    """Switch the fault switches on for this process and every process vLLM starts from
-    it. The variable is set before faults.py is first imported, and importing it installs
-    them: here, so a worker vLLM forks inherits them installed (a forked worker does not
-    import the module again); a worker vLLM spawns imports it afresh, with the variable
-    inherited. A typo fails here, before an engine start."""
-    os.environ[FAULTS_ENV] = ",".join(faults)
-    if faults:
-        from harness.engines.vllm import faults as switches
+    """Switch the run's fault switches on here and in every process vLLM starts from this
+    one (faults.arm), or make sure none is on; a typo fails here, before an engine start."""
+    from harness.engines.vllm import faults as switches
 
-        switches.parse(faults)
+    switches.arm(faults)
 
 
 def main() -> None:

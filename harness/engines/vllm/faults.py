@@ -2,12 +2,12 @@
 worker death with the worker's name and its root-cause exception.
 
 The driver names this module's FaultExtension as vLLM's `worker_extension_cls`
-whenever a scenario has faults. Importing this module installs the faults listed in
-$HARNESS_VLLM_FAULTS, and the driver imports it itself once the variable is set
-(driver.arm_faults): a worker vLLM forks (its default on GPUs, and on CPU through forking.py) inherits them installed,
-a worker it spawns (HARNESS_VLLM_FORK=0 on CPU) imports the module afresh. The switches decide at call
-time, by the PP rank of the process they run in. Nothing here runs unless a fault is
-asked for.
+whenever a scenario has faults, and switches them on in its own process first (`arm`,
+which also sets $HARNESS_VLLM_FAULTS): a worker vLLM forks (its default on GPUs, and on
+CPU through forking.py) inherits them installed; a worker it spawns (HARNESS_VLLM_FORK=0
+on CPU) imports this module afresh, and importing it installs the faults the variable
+lists. The switches decide at call time, by the faults switched on and the PP rank of
+the process they run in. Nothing here runs unless a fault is asked for.
 
   pp-drop-residual@R  the PP rank R worker's stage cannot find `residual` in the
                       intermediate tensors it received (the bug class of vLLM PR 37622):
@@ -33,8 +33,11 @@ from __future__ import annotations
 
 import os
 
-from harness.engines.vllm.driver import FAULTS_ENV
 from harness.engines.vllm.evidence import EvidenceExtension
+
+# The fault switches of a run, comma-separated: what a worker vLLM spawns switches on
+# when it imports this module.
+FAULTS_ENV = "HARNESS_VLLM_FAULTS"
 
 KINDS = ("pp-drop-residual", "worker-exit", "pp-zero-aux")  # aimed at one PP rank: KIND@R
 EVERY_RANK = ("compile-drop-deepstack",)  # act wherever they run
@@ -78,11 +81,29 @@ def _pp_rank() -> int:
     return get_pp_group().rank_in_group
 
 
-def _install(faults: dict[str, int | None]) -> None:
-    if "compile-drop-deepstack" in faults:
+# The faults switched on in this process: the installed switches read it at call time.
+_ON: dict[str, int | None] = {}
+_INSTALLED: set[str] = set()  # what is patched into vLLM here: "deepstack", "pp"
+
+
+def arm(faults: list[str]) -> None:
+    """Switch `faults` on in this process and in every process vLLM starts from it: the
+    variable for a worker it spawns, the switches installed here for a worker it forks
+    (a forked worker does not import this module again). A typo fails here, before an
+    engine start."""
+    os.environ[FAULTS_ENV] = ",".join(faults)
+    _switch_on(parse(faults))
+
+
+def _switch_on(faults: dict[str, int | None]) -> None:
+    _ON.clear()
+    _ON.update(faults)
+    if "compile-drop-deepstack" in faults and "deepstack" not in _INSTALLED:
         _drop_deepstack_when_compiled()
-    if set(faults) & set(KINDS):
-        _install_pp_faults(faults)
+        _INSTALLED.add("deepstack")
+    if set(faults) & set(KINDS) and "pp" not in _INSTALLED:
+        _install_pp_faults(_ON)
+        _INSTALLED.add("pp")
 
 
 def _drop_deepstack_when_compiled() -> None:
@@ -100,7 +121,7 @@ def _drop_deepstack_when_compiled() -> None:
 
         @functools.wraps(original)
         def forward(self, *args, _original=original, **kwargs):
-            if torch.compiler.is_compiling():
+            if "compile-drop-deepstack" in _ON and torch.compiler.is_compiling():
                 kwargs["deepstack_input_embeds"] = None
             return _original(self, *args, **kwargs)
 
@@ -136,6 +157,4 @@ class FaultExtension(EvidenceExtension):
         return {**super().harness_evidence(), "zeroed": list(ZEROED)}
 
 
-_FAULTS = parse([f for f in os.environ.get(FAULTS_ENV, "").split(",") if f])
-if _FAULTS:
-    _install(_FAULTS)
+_switch_on(parse([f for f in os.environ.get(FAULTS_ENV, "").split(",") if f]))
