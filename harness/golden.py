@@ -20,6 +20,7 @@ import json
 import os
 import shutil
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -220,7 +221,7 @@ def check_evals(path: Path, stored: dict, key: str, eval_defs) -> None:
                               f"'{stored[e.name]['task']}', the suite now says '{e.task}'; {regenerate_hint(key)}")
 
 
-def store_golden(outputs_dir: Path, manifest: dict, evals: dict | None = None, drop: list[str] = ()) -> Path:
+def store_golden(outputs_dir: Path, manifest: dict, evals: dict | None = None, drop: Sequence[str] = ()) -> Path:
     """Install a finished golden run as the suite's golden (replacing the old one whole).
     `evals`: the per-item eval results (evals.json); `drop`: workloads whose tensors are
     not kept (eval generations: their per-item results are what the golden holds)."""

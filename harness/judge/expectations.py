@@ -230,7 +230,7 @@ def _declared_unsupported(v: Verdict, applicable: list) -> None:
 
 def declares_unsupported(v: Verdict) -> bool:
     """Is `v` an `unsupported` its scenario file declares for the engine version it ran on?"""
-    return v.verdict == "unsupported" and bool(v.expectation) and v.expectation.get("status") == "matched"
+    return v.verdict == "unsupported" and (v.expectation or {}).get("status") == "matched"
 
 
 def judge(v: Verdict, expectations: tuple | list) -> Verdict:
@@ -245,7 +245,8 @@ def judge(v: Verdict, expectations: tuple | list) -> Verdict:
             v.verdict = "expected-failure"
             v.reason = f"{v.observed} as expected ({v.expected_failure}): {v.reason}"
         return v
-    applicable, excluded = [], []
+    applicable: list = []
+    excluded: list = []
     for x in expectations:
         problem = version_problem(x, v.versions)
         (excluded if problem else applicable).append((x, problem))

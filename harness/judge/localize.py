@@ -33,7 +33,7 @@ HIDDEN_RTOL = {"float32": 1e-5, "bfloat16": 7.5e-3, "float16": 1.5e-3}
 EMBEDDING = "the embedding (before layer 0)"
 
 
-def _stage_of(layer: int, stage_io: list) -> int | None:
+def _stage_of(layer: int, stage_io: list | None) -> int | None:
     layer = max(layer, 0)  # the embedding runs on the stage of layer 0
     for s in stage_io or []:
         if s and s["layers"][0] <= layer < s["layers"][1]:
@@ -68,7 +68,7 @@ def first_divergence(golden: EngineOutputs, scenario: EngineOutputs, workloads: 
                      rtol: float | None = None) -> dict | None:
     """The first diverging place of the first captured workload, or None if nothing was
     captured. `rtol`: the bound (default: HIDDEN_RTOL of the scenario's dtype)."""
-    rtol = rtol if rtol is not None else HIDDEN_RTOL.get(scenario.meta.get("dtype"), HIDDEN_RTOL["float32"])
+    rtol = rtol if rtol is not None else HIDDEN_RTOL.get(scenario.meta.get("dtype", ""), HIDDEN_RTOL["float32"])
     for w in workloads:
         if w.get("kind") == "generate":  # eval generations capture nothing; the evals judge them
             continue

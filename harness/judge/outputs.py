@@ -6,6 +6,7 @@ Python API (harness/api.py), so a check means the same whichever way it was aske
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict
 
 from harness.contract.outputs import EngineOutputs
@@ -19,7 +20,7 @@ ACCURACY = "accuracy"  # the kind of the eval checks (harness/evals): paired ite
 
 
 def judge_outputs(name: str, reference: EngineOutputs, candidate: EngineOutputs, workloads: list[dict], tol: Tolerance,
-                  *, also: list[dict] = (), logs: dict | None = None, settings: dict | None = None,
+                  *, also: Sequence[dict] = (), logs: dict | None = None, settings: dict | None = None,
                   golden_settings: dict | None = None) -> Verdict:
     """The verdict of `candidate`'s outputs held to `reference`'s: the numeric checks,
     `also` (the eval checks, judged by harness/evals), the first diverging place when a

@@ -20,10 +20,12 @@ def launch_verdict(name: str, outcome: LaunchOutcome, engine) -> Verdict | None:
     if outcome.status == "ok":
         return None
     logs = {str(r): p for r, p in outcome.logs.items()}
-    failure = outcome.failure
-    if outcome.status == "crash" and failure.storage:  # the disk is full, not the engine wrong
+    failure = outcome.failure if outcome.status == "crash" else None
+    if outcome.status == "crash" and failure is None:
+        raise ValueError("a crash outcome names the rank that died (LaunchOutcome.failure)")
+    if failure is not None and failure.storage:  # the disk is full, not the engine wrong
         return storage_verdict(name, failure.storage, f"rank {failure.rank}", crash=asdict(failure), logs=logs)
-    if outcome.status == "crash" and failure.harness_fault:  # the harness's helper died, not the engine
+    if failure is not None and failure.harness_fault:  # the harness's helper died, not the engine
         why = failure.harness_fault
         return Verdict(name, "error", f"harness error: {why}", error={"exception": why}, crash=asdict(failure), logs=logs)
     if outcome.status not in ("crash", "hang"):
@@ -31,10 +33,10 @@ def launch_verdict(name: str, outcome: LaunchOutcome, engine) -> Verdict | None:
     # The engine's root_cause reads the launched process's log: for a crash, the process of
     # its own that really died; for a hang, an exception its worker raised without exiting
     # (vLLM on CPU: a non-last PP stage raises, its peer waits for its tensors forever).
-    log = failure.log if outcome.status == "crash" else str(outcome.logs.get(0, ""))
+    log = failure.log if failure is not None else str(outcome.logs.get(0, ""))
     text = _read(log)
     cause = engine.root_cause(text) if text else None
-    if outcome.status == "crash":
+    if failure is not None:
         told = failure.as_told_by(cause)
         return Verdict(name, "crash", told.describe(), crash=asdict(told), logs=logs)
     where = "; ".join(f"rank {r} at {loc}" for r, loc in sorted(outcome.stuck_at.items()))

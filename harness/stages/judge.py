@@ -26,6 +26,8 @@ def judge(scenario: Scenario, admitted: Admitted, outcome: LaunchOutcome, watch:
     `watch` books the `evals` and `compare` phases and the engine's own start."""
     watch = watch or Stopwatch()
     prepared, reference = admitted.prepared, admitted.reference
+    if reference is None:  # admit(golden=False): a golden run, or the API's, judged otherwise
+        raise ValueError(f"{scenario.id} was admitted without its golden: nothing to judge it by")
     verdict = launch_verdict(scenario.id, outcome, prepared.engine)
     if verdict is None:
         outputs = EngineOutputs.load(prepared.spec.output_dir)
