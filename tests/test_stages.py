@@ -75,3 +75,13 @@ def test_a_missing_or_mismatched_golden_is_refused_with_the_command_that_makes_i
     refused = admit(scenario, scenario.engine_settings, tmp_path / "run", RunOptions())
     assert isinstance(refused, Verdict) and refused.verdict == "error"
     assert "does not match" in refused.reason and "dtype golden 'bfloat16' run 'float32'" in refused.reason
+
+
+def test_a_workload_the_model_cannot_take_is_the_scenario_files_error_not_the_harnesss(tmp_path):
+    suite = tmp_path / "clips.yaml"
+    suite.write_text("suite: clips\nengine: reference\nmodel: tiny-llama\ngolden: {tp: 1}\nmatrix: {tp: [1]}\n"
+                     "workloads: [{name: clip, kind: logprobs, num_prompts: 1, videos: [[noise-8x8x2]]}]\n")
+    scenario = load_scenarios([suite])[0]
+    refused = admit(scenario, scenario.engine_settings, tmp_path / "run", RunOptions())
+    assert isinstance(refused, Verdict) and refused.verdict == "error"
+    assert not refused.reason.startswith("harness error") and "videos and audios need a model with a chat template" in refused.reason

@@ -3,8 +3,8 @@
 A setting of a scenario is prepared (engine configured, model built or found, workloads
 tokenized, eval requests collected, the manifest a golden for it must match) and then
 refused, or admitted with its reference:
-  error        the engine is not installed, the model cannot be resolved, a fault switch
-               is bad, the golden is missing, damaged or made for something else, the eval
+  error        the engine is not installed, the model cannot be resolved, a workload
+               cannot be given to this model, a fault switch is bad, the golden is missing, damaged or made for something else, the eval
                items do not pair with the golden's: the input's fault
   unsupported  the engine's reason, or too few devices here
 """
@@ -77,7 +77,7 @@ def admit(scenario: Scenario, settings: dict, out_dir: Path, opts: RunOptions, g
     watch = watch or Stopwatch()
     try:
         prepared = prepare(scenario, settings, out_dir, opts, gate)
-    except (EngineUnavailable, models.ModelError) as exc:  # nothing was launched
+    except (EngineUnavailable, models.ModelError, wl.WorkloadError) as exc:  # the input's fault; nothing was launched
         return Verdict(scenario.id, "error", str(exc), error={"exception": str(exc)})
     finally:
         watch.lap("prepare")
