@@ -89,7 +89,7 @@ def make_golden(scenario_for_golden: Scenario, work_dir: Path, opts: RunOptions 
         # its scenarios end `unsupported` with this reason; there is nothing to compare with
         raise GoldenUnsupported(f"engine '{suite.engine}' cannot run the golden setting: {admitted.reason}")
     if isinstance(admitted, Verdict):
-        raise RuntimeError(f"golden of '{scenario_for_golden.golden_key}': {admitted.reason}")
+        raise RuntimeError(admitted.reason)  # the input's error: the caller names the golden
     prepared = admitted.prepared
     outcome = launch(admitted, out_dir, scenario_for_golden, opts)
     ended = launch_verdict(scenario_for_golden.id, outcome, prepared.engine)
