@@ -51,7 +51,6 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness import golden as goldens
 from harness import models
 from harness.contract.outputs import EngineOutputs
 from harness.contract.runspec import RunSpec
@@ -234,17 +233,14 @@ class Kit:
         else made, as `harness golden` makes it) and the resolved workloads it ran."""
         scenario = self._scenario(dict(suite.golden), suite)
         opts = RunOptions(device=self.opts.device)
-        admitted = admit(scenario, dict(suite.golden), self.work / "prepare", opts, faults=False, golden=False)
-        if isinstance(admitted, Verdict):  # as make_golden refuses it
-            refused = GoldenUnsupported if admitted.verdict == "unsupported" else RuntimeError
-            raise refused(f"the golden setting of '{scenario.golden_key}' cannot run: {admitted.reason}")
-        prepared = admitted.prepared
-        try:
-            return goldens.load_reference(prepared.manifest).outputs, prepared.spec.workloads
-        except goldens.GoldenError:
-            pass
-        make_golden(scenario, self.work / "golden-runs", opts)
-        return goldens.load_reference(prepared.manifest).outputs, prepared.spec.workloads
+        admitted = admit(scenario, dict(suite.golden), self.work / "prepare", opts, faults=False)
+        if isinstance(admitted, Verdict):  # no golden that applies yet: make it (make_golden says what cannot run)
+            make_golden(scenario, self.work / "golden-runs", opts)
+            admitted = admit(scenario, dict(suite.golden), self.work / "prepare", opts, faults=False)
+        if isinstance(admitted, Verdict):
+            raise RuntimeError(f"the golden of '{scenario.golden_key}' was made but is refused: {admitted.reason}")
+        assert admitted.reference is not None  # admitted with its golden
+        return admitted.reference.outputs, admitted.prepared.spec.workloads
 
     def _fault_target(self) -> tuple[dict, int] | None:
         """The settings of the crash and hang runs (the most ranks among tp2, pp2, tp1 that

@@ -48,15 +48,15 @@ def tokenize(workloads: list[WorkloadDef], model_dir: Path, tokenizer) -> list[d
     are BOS + the text."""
     model_dir = Path(model_dir)
     config = json.loads((model_dir / "config.json").read_text())
-    has_template = (model_dir / chat.TEMPLATE_FILE).is_file()
+    template = chat.template_of(model_dir)
     resolved = []
     for w in workloads:
         texts = prompt_texts(w.prompts, w.num_prompts)
         item = {"name": w.name, "kind": w.kind, "top_k": w.top_k}
-        if not has_template:
+        if template is None:
             item.update(_text_prompts(w, texts, tokenizer, config))
         else:
-            item.update(_chat_prompts(w, texts, tokenizer, model_dir))
+            item.update(_chat_prompts(w, texts, tokenizer, template))
         if w.kind == "greedy":
             item["max_new_tokens"] = w.max_new_tokens
         if w.capture_hidden:
@@ -79,10 +79,8 @@ def _text_prompts(w: WorkloadDef, texts: list[str], tokenizer, config: dict) -> 
     return {"prompts": prompts, "images": images}
 
 
-def _chat_prompts(w: WorkloadDef, texts: list[str], tokenizer, model_dir: Path) -> dict:
+def _chat_prompts(w: WorkloadDef, texts: list[str], tokenizer, template: chat.ChatTemplate) -> dict:
     """Each prompt as the checkpoint's chat template writes it, and its media files."""
-    template = chat.template_of(model_dir)
-    assert template is not None  # tokenize saw its file
     counts = [chat.Media(*(len(w.media_of(f, i)) for f in MEDIA)) for i in range(len(texts))]
     fields = {f: [[str(path_of(n)) for n in w.media_of(f, i)] or None for i in range(len(texts))]
               for f, path_of in MEDIA_FILES.items() if getattr(w, f)}

@@ -112,8 +112,6 @@ def collect(eval_def, model_dir: Path, work_dir: Path, gate: str | None, tokeniz
 
 def prepare_evals(eval_defs, model_dir: Path, tokenizer, work_dir: Path, gate: str | None) -> list[PreparedEval]:
     """The requests of every eval of a suite, each as one `generate` workload (collect)."""
-    if not eval_defs:
-        return []
     return [collect(e, Path(model_dir), Path(work_dir) / "evals" / e.name, gate, tokenizer) for e in eval_defs]
 
 

@@ -66,6 +66,10 @@ class LaunchOutcome:
     port: int = 0
 
 
+    def log_record(self) -> dict[str, str]:
+        """The rank logs as a verdict records them: {"0": path, ...}."""
+        return {str(r): p for r, p in self.logs.items()}
+
     def hang_reason(self) -> str:
         """Who declared a hang, in the verdict's words."""
         if self.stall:

@@ -19,7 +19,7 @@ def launch_verdict(name: str, outcome: LaunchOutcome, engine) -> Verdict | None:
     """The verdict of a launch that did not end with every rank done, or None."""
     if outcome.status == "ok":
         return None
-    logs = {str(r): p for r, p in outcome.logs.items()}
+    logs = outcome.log_record()
     failure = outcome.failure if outcome.status == "crash" else None
     if outcome.status == "crash" and failure is None:
         raise ValueError("a crash outcome names the rank that died (LaunchOutcome.failure)")

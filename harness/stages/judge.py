@@ -39,7 +39,7 @@ def judge(scenario: Scenario, admitted: Admitted, outcome: LaunchOutcome, watch:
             watch.lap("evals")
         verdict = judge_outputs(scenario.id, reference.outputs, outputs, prepared.spec.workloads,
                                 tolerance_for(scenario.suite.dtype, scenario.suite.tolerances.model_dump()),
-                                also=eval_checks, logs={str(r): p for r, p in outcome.logs.items()},
+                                also=eval_checks, logs=outcome.log_record(),
                                 settings=scenario.engine_settings, golden_settings=dict(scenario.suite.golden))
         watch.lap("compare")
     verdict.golden = {"dir": str(reference.directory), "version_drift": reference.version_drift}

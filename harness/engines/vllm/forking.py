@@ -26,8 +26,9 @@ launcher's group kill reaches it), vLLM's log prefix naming it, the harness's wo
 forked child with os._exit, so no C++ destructor runs, and the one that unlinks vLLM's CPU
 communicator's shared memory is among them (two 8 MiB files in /dev/shm per TP or PP group).
 A forked worker removes them itself as it exits, normally or by an exception or SIGTERM
-(multiprocessing runs its finalizers then), and the driver removes what a killed one left. HARNESS_VLLM_FORK=0 leaves vLLM's choice (spawn on CPU);
-tests/test_vllm.py compares the two bit for bit.
+(multiprocessing runs its finalizers then), and the driver removes what a killed one left.
+HARNESS_VLLM_FORK=0 leaves vLLM's choice (spawn on CPU); tests/test_vllm.py compares the two
+bit for bit.
 """
 
 from __future__ import annotations
@@ -176,4 +177,3 @@ def started_by(workers: list[dict]) -> dict:
 
     return {"engine_core": vllm.envs.VLLM_WORKER_MULTIPROC_METHOD,
             "workers": sorted({str(w.get("started_by")) for w in workers})}
-
