@@ -255,6 +255,34 @@ def test_fault_switches_reach_a_worker_started_by(method, tmp_path):
     assert "WORKER-SEES _install_pp_faults.<locals>.getitem" in done.stdout, (done.stdout, done.stderr[-2000:])
 
 
+ARM_AFTER_A_STALE_VARIABLE = '''
+import os
+os.environ["HARNESS_VLLM_FAULTS"] = "pp-zero-aux@0"  # left from elsewhere: importing installs it
+from harness.engines.vllm import faults
+from vllm.sequence import IntermediateTensors
+patched = IntermediateTensors.__getitem__
+assert faults._ON == {"pp-zero-aux": 0}, faults._ON
+faults.arm(["pp-drop-residual@1"])  # the run's own faults replace it, the switch is not patched twice
+assert faults._ON == {"pp-drop-residual": 1} and os.environ["HARNESS_VLLM_FAULTS"] == "pp-drop-residual@1", faults._ON
+assert IntermediateTensors.__getitem__ is patched
+faults.arm([])  # a clean run: nothing on, for this process and what it starts
+assert faults._ON == {} and os.environ["HARNESS_VLLM_FAULTS"] == ""
+print("ARMED-AS-ASKED")
+'''
+
+
+def test_arm_replaces_faults_a_stale_variable_installed_and_patches_once():
+    """The installed switches read what is on at call time: arming the run's faults after an
+    import that met a stale $HARNESS_VLLM_FAULTS leaves exactly the run's faults on."""
+    from harness.engines.vllm import default_python
+    from harness.roots import import_root
+
+    env = {**os.environ, "PYTHONPATH": str(import_root())}
+    done = subprocess.run([str(default_python()), "-c", ARM_AFTER_A_STALE_VARIABLE], capture_output=True, text=True,
+                          timeout=600, env=env)
+    assert done.returncode == 0 and "ARMED-AS-ASKED" in done.stdout, done.stderr[-3000:]
+
+
 def test_every_installed_vllm_release_has_the_engine_shutdown_the_driver_uses():
     """driver.shutdown: vLLM's LLM has no public shutdown up to 0.32, so the driver stops
     the engine through its engine client; every installed release must have that path
