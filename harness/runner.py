@@ -1,8 +1,8 @@
 """One scenario, start to verdict: admit -> launch -> judge -> Verdict.save.
 
-The stages live in harness/stages/; this is the flow of DESIGN.md in one place. The
-CLI, pytest and the golden command all come through here, so the ways in cannot drift
-apart.
+The stages live in harness/stages/; this is the flow of docs/DESIGN.md ("The flow of one
+scenario") in one place. The CLI, pytest and the golden command all come through here,
+so the ways in cannot drift apart.
 """
 
 from __future__ import annotations

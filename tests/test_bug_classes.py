@@ -1,8 +1,8 @@
-"""The mutation suite: each bug-class fault of the reference engine (DESIGN.md, five vLLM
-bugs) is caught in the scenarios that run its code path, with a verdict that points at
-the cause, and every scenario that does not run that path still passes. With no fault,
-all of them pass. Real ranks, the repository's scenario files and goldens, the CLI.
-The table in docs/BUG_CLASSES.md is this suite's expectations, measured."""
+"""The mutation suite: each bug-class fault of the reference engine (docs/DESIGN.md,
+five vLLM bugs) is caught in the scenarios that run its code path, with a verdict that
+points at the cause, and every scenario that does not run that path still passes. With
+no fault, all of them pass. Real ranks, the repository's scenario files and goldens, the
+CLI. The table in docs/BUG_CLASSES.md is this suite's expectations, measured."""
 
 from __future__ import annotations
 

@@ -1,9 +1,9 @@
 """Paired comparison of one eval's per-item correctness: golden vs scenario.
 
-The same items are scored in the golden and in the scenario, so the comparison is
-paired (DESIGN.md, Comparison): what matters is which items flipped, not the two
-marginal scores. With b items right in the golden and wrong in the scenario and c the
-other way round, over n paired items:
+The same items are scored in the golden and in the scenario, so the comparison is paired
+(docs/DESIGN.md, Contracts: comparison): what matters is which items flipped, not the
+two marginal scores. With b items right in the golden and wrong in the scenario and c
+the other way round, over n paired items:
 
   delta     (c - b) / n, the scenario's score minus the golden's
   CI        a Wald interval for a paired difference of proportions, with the

@@ -1,6 +1,6 @@
 """Comparison of a scenario's outputs against its golden.
 
-Two checks, one per workload kind (DESIGN.md, Comparison):
+Two checks, one per workload kind (docs/DESIGN.md, Contracts: comparison):
   logprobs  teacher-forced top-k logprobs of the same token sequence, so one
             divergence cannot cascade: max |delta logprob| over the golden's top-k,
             KL of the golden's top-k distribution (tail lumped), top-1 agreement.
