@@ -1,4 +1,5 @@
-"""Soak tests of the harness itself (issue 12, item 14; figures in docs/RELIABILITY.md).
+"""Soak tests of the harness itself: no orphan, lost history row, false success or false
+alarm over many runs (figures in docs/RELIABILITY.md).
 
   gates  run the PR gate N times in a row (`harness run --gate pr --jobs 2`), each into
          a run directory of its own, and count per run its exit code and verdicts. On

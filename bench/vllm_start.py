@@ -1,4 +1,5 @@
-"""Benchmark: where a real-vLLM scenario's time goes, cold and warm (issue 26).
+"""Benchmark: where a real-vLLM scenario's time goes, cold and warm (almost all of it is the
+engine start, so that is what is broken down).
 
 Runs a few vllm-llama scenarios (eager, compile, PP2 compile, TP2) through `harness run`,
 as a user would, twice each: first with an empty vLLM compile cache (cold: a fresh CI

@@ -22,7 +22,7 @@ bad (the verdict changed); `error` or `unsupported` -> skip (the step says nothi
 engine; exit 125 for git). With --count-unsupported, `unsupported` is a verdict like the
 others: when did the engine stop (or start) supporting a setting. Each step prints its commit or version, verdict and seconds;
 the end names the first bad one, its verdict and the one before it, then reproduces it
-(`repro_hook`, item 6: `harness repro`).
+(`repro_hook`: `harness repro`).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""A setting the engine accepted is not proof that it was applied (issue 16 item 3).
+"""A setting the engine accepted is not proof that it was applied.
 
 vLLM 0.20.2 switched SP off itself for a small hidden size and its SP scenarios passed
 as plain TP2. The engine now reports, per axis, what it applied and the evidence; a

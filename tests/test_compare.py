@@ -113,8 +113,8 @@ def test_tolerances_by_dtype_and_override():
 
 
 def test_top1_min_is_the_share_of_decisive_flips_a_suite_tolerates():
-    """Issue 24 item 3: before, every decisive flip was a bad position, so top1_min could
-    not change a verdict. Now the flips fail the check only below top1_min."""
+    """top1_min must be able to change a verdict: it once could not, as every decisive
+    flip counted as a bad position. Now the flips fail the check only below top1_min."""
     golden, scenario = decisive_flips(rows=20, flipped=1)  # 19/20 decisive positions agree
     bf16 = tolerance_for("bfloat16")  # top1_min 0.9
     tolerant = compare_logprobs("x", golden, scenario, bf16)

@@ -1,11 +1,11 @@
-"""Lost coverage is a regression (issue 24, item 2). vLLM 0.32 removed its SP pass and
-the vllm gate stayed green: the SP scenarios went from `pass` to `unsupported`, which is
-as expected, so nobody was told. Now a scenario that passed in the previous run of its
-gate and ends `unsupported` is listed first as "coverage lost" in every report, with the
-engine's evidence, and the run exits 1, unless an expectation for the engine version
-declares the setting unsupported. Real ranks, the real CLI: a gate run, then the same
-gate with the reference engine's `sp-switched-off` fault (it accepts sp=True, runs
-without SP, and says so in its evidence)."""
+"""Lost coverage is a regression: a setting no longer tested must not go unnoticed. vLLM
+0.32 removed its SP pass and the vllm gate stayed green: the SP scenarios went from `pass`
+to `unsupported`, which is as expected, so nobody was told. Now a scenario that passed in
+the previous run of its gate and ends `unsupported` is listed first as "coverage lost" in
+every report, with the engine's evidence, and the run exits 1, unless an expectation for
+the engine version declares the setting unsupported. Real ranks, the real CLI: a gate run,
+then the same gate with the reference engine's `sp-switched-off` fault (it accepts
+sp=True, runs without SP, and says so in its evidence)."""
 
 from __future__ import annotations
 

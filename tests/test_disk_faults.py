@@ -1,6 +1,6 @@
 """A full, read-only or over-quota disk under the harness's own files is the machine's
-fault (issue 25, item 3): `error` naming the path, exit code 3, never an engine `crash`
-("SafetensorError ... No space left on device" used to be judged a crash of rank 0).
+fault: `error` naming the path, exit code 3, never an engine `crash` ("SafetensorError ...
+No space left on device" used to be judged a crash of rank 0).
 
 The full disk is a tmpfs too small for the run's outputs, mounted in a user and mount
 namespace of the test's own (no privileges needed where user namespaces are allowed)."""
@@ -119,7 +119,7 @@ REPORT_FILES = ("run.json", "junit.xml", "summary.md", "pr-comment.md", "report.
 
 
 def test_a_report_the_disk_cannot_take_whole_leaves_the_previous_report_as_it_was(tmp_path, monkeypatch):
-    """Issue 25 item 2: the report files are written all or none. The disk fills up while
+    """The report files are written all or none. The disk fills up while
     report.html is written: the start-of-run report (INCOMPLETE) stays, whole, and no
     file says OK for a run whose report could not be written."""
     from harness import rundir
@@ -162,7 +162,7 @@ def test_a_report_the_disk_cannot_take_whole_leaves_the_previous_report_as_it_wa
 @pytest.mark.e2e
 @pytest.mark.skipif(not can_mount_a_tmpfs(), reason="needs `unshare -Urm` (user namespaces) to mount a small tmpfs as a full disk")
 def test_a_run_whose_report_meets_a_full_disk_exits_3_and_no_report_file_says_ok(tmp_path):
-    """The issue's reproduction: a tmpfs that takes the scenario's outputs and verdict (about
+    """The failure as first seen: a tmpfs that takes the scenario's outputs and verdict (about
     260 KB) but not the final report beside the start-of-run one. Used to exit 3 with
     summary.md and pr-comment.md saying OK, junit.xml green and report.html cut off."""
     result, run_dir = run_on_a_tmpfs(tmp_path, "288k", "harness run with a report on a full disk")

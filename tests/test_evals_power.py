@@ -1,4 +1,4 @@
-"""An eval check must be able to fail (issue 12, item 11).
+"""An eval check must be able to fail, or it proves nothing when it passes.
 
 The llama-gsm8k PR slice scored 0.000 against a golden of 0.000 on 16 items: no score
 drop was possible, so it could only pass. Each item's response is now compared with
@@ -72,7 +72,7 @@ def test_a_response_that_differs_from_the_golden_fails_the_gsm8k_slice(tmp_path)
 
 @pytest.mark.e2e
 def test_an_eval_check_that_cannot_fail_is_refused_before_launch(tmp_path):
-    # the slice of the issue (16 items, golden 0.000: no room to drop) with every response allowed to differ
+    # that PR slice (16 items, golden 0.000: no room to drop) with every response allowed to differ
     scenarios = gsm8k_suite(tmp_path, max_differing_responses=16)
     v, result = run_pr_gate(scenarios, ROOT / "golden", tmp_path)
     assert v["verdict"] == "error", v["reason"]

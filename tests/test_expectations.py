@@ -1,5 +1,6 @@
-"""Expected failures name their bug (issue 16, item 1): an expectation is for the engine
-versions it names, and only the failure it describes is expected. No engine is started."""
+"""Expected failures name their bug, so a new bug never hides behind an old marker: an
+expectation is for the engine versions it names, and only the failure it describes is
+expected. No engine is started."""
 
 from __future__ import annotations
 
@@ -167,7 +168,7 @@ def unsupported(versions=VLLM_032, reason="the engine accepted but did not apply
 
 
 def test_an_unsupported_declared_for_the_engine_version_is_matched():
-    """Issue 24 item 2: what keeps a lost setting from being 'coverage lost' is an
+    """What keeps a lost setting from being 'coverage lost' is an
     expectation scoped to the engine version that declares it unsupported."""
     from harness.judge.expectations import declares_unsupported
 

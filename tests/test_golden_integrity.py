@@ -1,4 +1,4 @@
-"""A damaged golden is the golden's fault, not the engine's (issue 12, item 3).
+"""A damaged golden is the golden's fault, not the engine's: never an engine `fail`.
 
 Through the real CLI: a copy of the committed llama-tiny golden with bytes flipped in
 the middle of its tensor data (header intact), or cut short, must end as `error`
@@ -25,7 +25,7 @@ def corrupt_tensor_data(path: Path) -> None:
     blob = bytearray(path.read_bytes())
     data_start = 8 + struct.unpack("<Q", blob[:8])[0]
     middle = data_start + (len(blob) - data_start) // 2
-    blob[middle:middle + 8] = b"\x7f" * 8  # float32 0x7f7f7f7f: 3.4e38, the "|delta| 3.4e+38" of the issue
+    blob[middle:middle + 8] = b"\x7f" * 8  # float32 0x7f7f7f7f: 3.4e38, read as "|delta| 3.4e+38" before goldens had digests
     path.write_bytes(bytes(blob))
 
 

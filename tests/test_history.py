@@ -134,8 +134,9 @@ def test_a_merged_run_replaces_its_shards_in_the_history(tmp_path):
 
 
 def test_an_unreadable_history_file_is_skipped_and_named_and_the_comparison_says_it_is_partial(tmp_path):
-    """Issue 25 item 1: a half-copied file (histories merge by copying directories) used
-    to stop every run with pyarrow's ArrowInvalid traceback before any scenario ran."""
+    """One bad history file must not stop a run: a half-copied file (histories merge by copying
+    directories) used to stop every run with pyarrow's ArrowInvalid traceback before any
+    scenario ran."""
     history = tmp_path / "history"
     report(make_run(tmp_path, "r1", [passing("s/tp1-pp1")], started=1000), history)
     runs = history / "runs"
@@ -168,7 +169,7 @@ def test_a_history_that_reads_whole_says_nothing_of_a_partial_comparison(tmp_pat
 
 @pytest.mark.e2e
 def test_a_run_and_a_rebuilt_report_go_on_past_a_half_copied_history_file(tmp_path):
-    """The issue's reproduction with the real command: a cut-off copy of a run's rows in
+    """The same failure with the real command: a cut-off copy of a run's rows in
     the history store; `harness run` and `harness report` used to stop with ArrowInvalid."""
     first = harness_cli("run", "llama-tiny/tp1-pp1", "--report-dir", str(tmp_path), "--run-id", "first")
     assert first.returncode == 0, first.stdout + first.stderr

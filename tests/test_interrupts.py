@@ -1,8 +1,7 @@
-"""SIGTERM is Ctrl-C at every moment of `harness run`, not only while ranks run (issue 25,
-item 5): exit 130, and the report covers what ended. A CI system cancels a job with
-SIGTERM; before this, one that landed while the harness planned, judged or reported
-killed it silently (exit 143) and left the start-of-run summary ("N never ran") even
-where a scenario had passed.
+"""SIGTERM is Ctrl-C at every moment of `harness run`, not only while ranks run: exit 130,
+and the report covers what ended. A CI system cancels a job with SIGTERM; before this, one
+that landed while the harness planned, judged or reported killed it silently (exit 143)
+and left the start-of-run summary ("N never ran") even where a scenario had passed.
 
 Each test runs the real CLI in a process of its own and sends that process a real
 SIGTERM at one chosen moment: a wrapper around the function that marks the moment

@@ -1,6 +1,7 @@
 """The Markdown a CI system renders (summary.md, pr-comment.md, `harness report --diff`)
 shows text from scenario files, engines and tracebacks as text: never as HTML, never
-closing its code span or block, never splitting a table cell (issue 25 item 10)."""
+closing its code span or block, never splitting a table cell: what a report quotes must
+not change the report's shape."""
 
 import html
 import re
@@ -119,7 +120,7 @@ def test_the_closest_setting_and_the_passes_that_share_it_are_escaped(p):
 
 
 def test_an_expected_failure_reason_from_a_scenario_file_is_escaped_in_the_files_written(tmp_path):
-    """The issue's example, through write_report: a scenario file's expected-failure reason."""
+    """The case first seen, through write_report: a scenario file's expected-failure reason."""
     from harness.judge.expectations import judge
     from harness.scenario import ExpectedFailure
 

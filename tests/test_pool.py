@@ -173,7 +173,7 @@ def zygote_with_a_rank(harness_pid: int) -> int | None:
 
 
 def test_a_zygote_killed_mid_scenario_is_the_harnesss_error_not_an_engine_crash(tmp_path):
-    """Issue 25 item 9: the rank dies with the zygote (PDEATHSIG); that is the harness's
+    """A zygote killed mid-scenario takes its rank along (PDEATHSIG); that is the harness's
     own helper failing, so the verdict is `error` naming the zygote, never `crash` of rank 0."""
     reports = tmp_path / "reports"
     proc = start_harness("run", "llama-tiny/tp1-pp1", "--jobs", "1", "--report-dir", str(reports), "--run-id", "r",

@@ -338,7 +338,8 @@ def test_written_script_runs_each_setting_and_exits_by_the_verdict(demo, tmp_pat
 @pytest.mark.parametrize("top1_min", [0.9, 0.97])
 def test_script_tolerates_decisive_flips_as_the_harness_does(top1_min):
     """One decisive flip in 20 positions, within bf16's logprob bound: the script's verdict
-    follows top1_min as the harness's does (issue 24 item 3)."""
+    follows top1_min as the harness's does, so a repro never contradicts the verdict it
+    reproduces."""
     golden, scenario = decisive_flips(rows=20, flipped=1)
     tol = tolerance_for("bfloat16", {"top1_min": top1_min})
     harness = compare_logprobs("logits", golden, scenario, tol)

@@ -1,6 +1,7 @@
-"""Root causes through torch.compile (issue 16, item 2): a model's own exception, message
-and frame under Dynamo / Inductor's wrappers, from a live exception chain (the rank's error
-record) and from a vLLM worker's log text. Constructed chains, one real torch.compile."""
+"""Root causes through torch.compile, so a verdict names the model's bug, not the compiler's
+wrapper: a model's own exception, message and frame under Dynamo / Inductor's wrappers,
+from a live exception chain (the rank's error record) and from a vLLM worker's log text.
+Constructed chains, one real torch.compile."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """A run's results are its own, complete or said to be incomplete, and stored or said
 not to be: run directories no two runs share, reports of killed and interrupted runs
 that name what never ran, exit codes CI can tell apart, provenance that is really the
-harness's own (issue 12, items 1, 2, 4, 5 and 15)."""
+harness's own. A CI job must never read a run as more than it was."""
 
 from __future__ import annotations
 

@@ -60,7 +60,7 @@ def test_worker_crash_names_the_pp1_worker_and_its_root_cause(tmp_path):
 
 
 def test_what_vllm_applied_is_measured_in_its_workers(tmp_path):
-    """A setting vLLM accepted is not proof it ran (issue 16): the driver asks every worker
+    """A setting vLLM accepted is not proof it ran: the driver asks every worker
     what it holds and compiled (harness/engines/vllm/evidence.py), and the verdict shows it."""
     ids = ["vllm-llama/tp1-pp2-compile", "vllm-llama/tp2-pp1"]
     result, run_dir = run(tmp_path, ROOT / "scenarios", *ids)
@@ -79,12 +79,12 @@ def test_what_vllm_applied_is_measured_in_its_workers(tmp_path):
 
 
 def test_drivers_from_the_pool_give_what_fresh_drivers_give_bit_for_bit(tmp_path):
-    """Nothing is imported twice (issue 26): the driver forks from a rank-pool zygote that
-    imported vLLM, and vLLM's engine core and workers fork from the driver (forking.py). Two
-    different models in a row, one of them under TP, from one zygote, against the same two
-    started as vLLM starts them on CPU by itself: fresh drivers (HARNESS_RANK_POOL=0) that
-    spawn their processes (HARNESS_VLLM_FORK=0). Every output tensor equal, nothing left
-    running either way."""
+    """Nothing is imported twice, to keep a real-engine start short: the driver forks from a
+    rank-pool zygote that imported vLLM, and vLLM's engine core and workers fork from the
+    driver (forking.py). Two different models in a row, one of them under TP, from one zygote,
+    against the same two started as vLLM starts them on CPU by itself: fresh drivers
+    (HARNESS_RANK_POOL=0) that spawn their processes (HARNESS_VLLM_FORK=0). Every output
+    tensor equal, nothing left running either way."""
     from harness.contract.outputs import EngineOutputs
     from harness.rundir import scenario_dir
 

@@ -341,7 +341,8 @@ def test_the_top_k_row_is_vllms_top_k_whatever_the_sampled_tokens_rank():
 
 def test_the_engine_start_is_split_along_the_slowest_worker():
     """vllm.LLM(...) is one call of 10-40 s on CPU: the workers' own steps say where it went
-    (issue 26). A phase ends when its last worker ends it; the parts add up to the call."""
+    and so what a faster start must cut. A phase ends when its last worker ends it; the
+    parts add up to the call."""
     from harness.engines.vllm.startup import breakdown
 
     def worker(constructed, **steps):
@@ -393,7 +394,8 @@ def test_a_start_up_step_is_timed_over_its_outermost_call_once():
 def test_a_loaded_stock_inductor_artifact_gets_the_finalize_vllm_asks_for(monkeypatch):
     """vLLM 0.32 on CPU calls compiled_fn.finalize_loading on every AOT cache load; a stock
     inductor artifact is a plain function without it, so every load failed and recompiled
-    (issue 26). The harness's wrap adds a no-op one there and leaves vLLM's own class alone."""
+    and a warm cache saved nothing. The harness's wrap adds a no-op one there and leaves
+    vLLM's own class alone."""
     import types
 
     import torch

@@ -1,4 +1,4 @@
-"""Tiny checkpoints of architectures that only vLLM defines (issue 22 item 6).
+"""Tiny checkpoints of architectures that only vLLM defines.
 
 Some architectures vLLM serves have no model class in transformers: vLLM brings their
 config class itself (vllm/transformers_utils/configs, found through its config

@@ -64,7 +64,7 @@ register("tp-allreduce-perturb",
          "TP rank 1 adds a fixed +-EPS pattern to every all-reduce result, the embedding's first (@EPS, "
          "e.g. @1e-4): a small numeric error whose localisation must name the embedding", takes_param=True,
          param_name="EPS", param_what="a positive number", check_param=_positive_float)
-# The five bug classes of DESIGN.md, one switch each.
+# The five vLLM bug classes of docs/DESIGN.md ("The bugs it exists to catch"), one switch each.
 register("pp-buffer-missing-key",
          "vLLM PR 37622: a non-first stage's empty intermediate-tensor buffer lacks 'residual'")
 register("pp-drop-kv-connector-output",
@@ -75,7 +75,8 @@ register("sp-residual-first-shard",
          "vLLM PR 33322: under SP every TP rank takes residual[0:n/tp] instead of its own shard")
 register("compile-warmup-without-images",
          "vLLM PR 43617: warm-up (the compile capture) passes None for the deepstack image inputs")
-# Settings accepted but not applied (issue 16): the run must not pass as the setting it skipped.
+# Settings accepted but not applied: the run must not pass as the setting it skipped
+# (harness/judge/applied.py turns it into `unsupported`).
 register("sp-switched-off",
          "accept sp=True but run without SP, as vLLM 0.20.2 did for a small hidden size (its SP threshold heuristic)")
 register("compile-switched-off", "accept compile=True but run eagerly")
