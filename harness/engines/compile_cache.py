@@ -5,7 +5,7 @@
     <cache root>/compile/torch-<version>/vllm-<v>   VLLM_CACHE_ROOT (vLLM's own compile cache)
 
 Without this, inductor writes to /tmp/torchinductor_<user>: lost with the machine, so
-every fresh CI agent paid for every compile (issue 14). With it, a second run loads
+every fresh CI agent paid for every compile. With it, a second run loads
 the compiled graphs (inductor's FX graph cache and AOT-autograd cache, both on by
 default in torch 2.13; set explicitly here so a torch default change cannot turn
 them off silently) and CI can carry the directory between runs (ci-examples/).

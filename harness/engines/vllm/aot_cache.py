@@ -1,4 +1,4 @@
-"""vLLM's AOT compile cache, made loadable on CPU (issue 26 item 3).
+"""vLLM's AOT compile cache, made loadable on CPU, so a warm start does not compile again.
 
 vLLM 0.32 saves each compiled model (`torch.compiler` AOT precompile) under
 VLLM_CACHE_ROOT and, on the next start, loads it in `_try_load_aot_compiled_fn`
