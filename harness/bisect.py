@@ -125,10 +125,10 @@ def step_line(point: str, v: Verdict, seconds: float, decision: str) -> str:
 
 
 def repro_hook(scenario: Scenario, run_dir: Path | None, say=print, checkout: str = "") -> None:
-    """Item 6 at the end of a bisect: the reproduction of the first bad step (harness
-    repro), run with the first bad release's interpreter. `checkout`: over git, where the
-    engine must be checked out for the reproduction to show the bug (the bisect has reset
-    the checkout)."""
+    """At the end of a bisect, the reproduction of the first bad step (`harness repro`),
+    so the bug can be handed on as a script; run with the first bad release's
+    interpreter. `checkout`: over git, where the engine must be checked out for the
+    reproduction to show the bug (the bisect has reset the checkout)."""
     from harness.repro import ReproError, write_repro
 
     if checkout:
