@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Union
 
+from harness.config.env import DEVICE
 from harness.contract.outputs import EngineOutputs
 from harness.judge.compare import Tolerance, tolerance_for
 from harness.judge.outputs import judge_outputs
@@ -396,7 +397,7 @@ def _scenario(model, settings: Mapping, engine: str, workloads, dtype: str, tole
 def _options(faults: Sequence[str], timeout_s: float | None, device: str | None) -> RunOptions:
     from harness.plan.devices import DevicePool, configured_count
 
-    device = device or os.environ.get("HARNESS_DEVICE", "cpu")
+    device = device or DEVICE.text() or "cpu"
     return RunOptions(timeout_s=timeout_s, faults=list(faults), device=device,
                              devices=DevicePool(configured_count(device), device))
 

@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 from harness import exit_codes
+from harness.config.env import DEVICE
 from harness.judge.expectations import describe as describe_expectation
 from harness.launch import DeferInterrupts, SigtermAsInterrupt
 from harness.plan.devices import DeviceError
@@ -120,7 +121,7 @@ def build_parser() -> argparse.ArgumentParser:
     conf.add_argument("--model", default="tiny-llama", help="zoo model the runs use (default: tiny-llama)")
     conf.add_argument("--parallel", nargs="*", metavar="SETTINGS", help="settings of the parallel checks, as in scenario ids "
                       "(default: tp2; e.g. --parallel tp2 pp2 tp2-pp2)")
-    conf.add_argument("--device", choices=["cpu", "cuda"], default=os.environ.get("HARNESS_DEVICE", "cpu"))
+    conf.add_argument("--device", choices=["cpu", "cuda"], default=DEVICE.text())
     conf.add_argument("--engine-option", type=_key_value, action="append", default=[], metavar="KEY=VALUE",
                       help="as a scenario file's engine_options: (repeatable), e.g. python=/venv/bin/python")
     conf.add_argument("--timeout", type=positive_seconds, default=300.0, help="per run, seconds (default 300)")
@@ -133,7 +134,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--timeout", type=positive_seconds, help="per-scenario timeout in seconds (overrides the scenario file)")
     run.add_argument("--fault", action="append", default=[], help="switch on an engine fault (repeatable)")
     run.add_argument("--env", type=env_assignment, action="append", default=[], help="KEY=VALUE for every rank (repeatable)")
-    run.add_argument("--device", choices=["cpu", "cuda"], default=os.environ.get("HARNESS_DEVICE", "cpu"))
+    run.add_argument("--device", choices=["cpu", "cuda"], default=DEVICE.text())
     run.add_argument("--report-dir", type=Path, default=reports_dir())
     run.add_argument("--run-id", type=run_id, help="name of the run directory (default: time and gate)")
     run.add_argument("--history", type=Path, help="history store (default: $HARNESS_HISTORY_DIR or <report-dir>/history)")
@@ -167,7 +168,7 @@ def build_parser() -> argparse.ArgumentParser:
     bis.add_argument("--install", metavar="CMD", help="with --git: a shell command run in DIR before each step (a build)")
     bis.add_argument("--count-unsupported", action="store_true", help="count `unsupported` as a verdict (when did a setting "
                      "stop or start being supported), not as a step to skip")
-    bis.add_argument("--device", choices=["cpu", "cuda"], default=os.environ.get("HARNESS_DEVICE", "cpu"))
+    bis.add_argument("--device", choices=["cpu", "cuda"], default=DEVICE.text())
     bis.add_argument("--timeout", type=positive_seconds, help="per-step scenario timeout in seconds (overrides the scenario file)")
     bis.add_argument("--work-dir", type=Path, help="where the steps' runs go (default: <report-dir>/bisect/<time>-<scenario>)")
     bis.add_argument("--report-dir", type=Path, default=reports_dir())
@@ -188,7 +189,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     gold = sub.add_parser("golden", help="(re)make the goldens of suites")
     gold.add_argument("suites", nargs="*", help="suite names (default: every suite)")
-    gold.add_argument("--device", choices=["cpu", "cuda"], default=os.environ.get("HARNESS_DEVICE", "cpu"))
+    gold.add_argument("--device", choices=["cpu", "cuda"], default=DEVICE.text())
     gold.add_argument("--work-dir", type=Path, default=None, help="where the golden runs go (default: <report-dir>/golden-runs)")
 
     rep = sub.add_parser("report", help="rebuild a run's report, merge shard runs into one, or diff two runs")

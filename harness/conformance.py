@@ -43,11 +43,9 @@ cannot have its crashes blamed or its hangs explained: the check fails saying so
 
 from __future__ import annotations
 
-import os
 import re
 import sys
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -58,6 +56,7 @@ from harness.engines import BUILTIN, Engine, EngineUnavailable, axes_text, get_e
 from harness.engines.base import Capability
 from harness.judge.compare import compare_outputs, tolerance_for
 from harness.launch.rankside import RANK_FAULT_ENV
+from harness.roots import goldens_in
 from harness.rundir import OUTPUTS, scenario_dir
 from harness.runner import GoldenUnsupported, RunOptions, make_golden, run_scenario
 from harness.scenario import PARALLEL_SIZES, Scenario, SuiteFile, settings_label
@@ -167,20 +166,6 @@ def impossible_settings(axes: dict, golden: dict) -> list[tuple[str, dict]]:
     if "tp" in axes:
         cases.append(("tp=0 (a parallel size counts ranks)", {**golden, "tp": 0}))
     return cases
-
-
-@contextmanager
-def _golden_root(path: Path) -> Iterator[None]:
-    """The kit's goldens live in its work dir, never among the project's."""
-    before = os.environ.get("HARNESS_GOLDEN_DIR")
-    os.environ["HARNESS_GOLDEN_DIR"] = str(path)
-    try:
-        yield
-    finally:
-        if before is None:
-            os.environ.pop("HARNESS_GOLDEN_DIR", None)
-        else:
-            os.environ["HARNESS_GOLDEN_DIR"] = before
 
 
 def _slug(name: str) -> str:
@@ -467,7 +452,7 @@ class Kit:
         return self.opts.checks is None or name in self.opts.checks
 
     def run(self) -> Iterator[CheckResult]:
-        with _golden_root(self.work / "golden"):
+        with goldens_in(self.work / "golden"):  # the kit's goldens, never among the project's
             load = self.check_load()
             yield load
             later = [c for c in CHECKS if c != "load" and self.wanted(c)]

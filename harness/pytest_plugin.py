@@ -19,15 +19,15 @@ Gates become markers; an expected failure is an xfail, an unsupported scenario a
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
 
+from harness.config.env import DEVICE, PYTEST_RUN_ID
 from harness.rundir import new_run_id, run_id_problem, scenarios_root
 from harness.scenario import ScenarioError, expand, load_suite
 
-RUN_ID_ENV = "HARNESS_PYTEST_RUN_ID"
+RUN_ID_ENV = PYTEST_RUN_ID.name
 
 
 def pytest_addoption(parser):
@@ -51,9 +51,10 @@ def pytest_configure(config):
         config.addinivalue_line("markers", f"{gate}: scenario is in the {gate} gate")
     # The controller names the run; xdist workers inherit the variable, so all
     # write into the same run directory.
-    if not hasattr(config, "workerinput") and RUN_ID_ENV not in os.environ:
-        os.environ[RUN_ID_ENV] = new_run_id(prefix="pytest-")  # two sessions in one second: two runs
-    problem = run_id_problem(os.environ[RUN_ID_ENV])
+    if not hasattr(config, "workerinput") and PYTEST_RUN_ID.raw() is None:
+        PYTEST_RUN_ID.set(new_run_id(prefix="pytest-"))  # two sessions in one second: two runs
+    run_id = PYTEST_RUN_ID.raw() or ""
+    problem = run_id_problem(run_id)
     if problem:  # set from outside: a path would put the run outside --harness-report-dir
         raise pytest.UsageError(f"${RUN_ID_ENV}: {problem}")
 
@@ -62,7 +63,7 @@ def _run_dir(config) -> Path:
     from harness.roots import reports_dir
 
     base = reports_dir(config.getoption("--harness-report-dir"))
-    return Path(base) / os.environ[RUN_ID_ENV]
+    return Path(base) / (PYTEST_RUN_ID.raw() or "")
 
 
 def pytest_collect_file(parent, file_path: Path):
@@ -113,7 +114,7 @@ class ScenarioItem(pytest.Item):
         from harness.plan.nodes import cluster_from_env
         from harness.runner import RunOptions, run_scenario
 
-        device = os.environ.get("HARNESS_DEVICE", "cpu")
+        device = DEVICE.text() or "cpu"
         opts = RunOptions(timeout_s=self.config.getoption("--harness-timeout"), faults=self.config.getoption("--harness-fault"),
                           device=device, devices=DevicePool(configured_count(device, self.config.getoption("--harness-devices")), device),
                           cluster=cluster_from_env(None), gate=_gate(self.config))

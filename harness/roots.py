@@ -24,10 +24,14 @@ import copy
 import hashlib
 import os
 import tomllib
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, ValidationError
+
+from harness.config.env import CACHE, GOLDEN_DIR, REPORTS_DIR
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 DATA_DIR = PACKAGE_DIR / "data"
@@ -163,17 +167,36 @@ def shipped_only(path: Path) -> bool:
     return shipped not in own and Path(path).resolve().is_relative_to(shipped)
 
 
+# A caller's own golden root for what it runs in this process (the conformance kit keeps
+# its goldens in its work dir): it wins over $HARNESS_GOLDEN_DIR and the project's.
+# Process-wide (not a ContextVar): the runner's worker threads must see it too.
+_golden_override: list[Path] = []
+
+
+@contextmanager
+def goldens_in(path: Path) -> Iterator[None]:
+    """Read and write every golden under `path` while the block runs."""
+    _golden_override.append(Path(path))
+    try:
+        yield
+    finally:
+        _golden_override.pop()
+
+
+def _overridden_golden_root() -> Path | None:
+    return _golden_override[-1] if _golden_override else None
+
+
 def golden_root() -> Path:
-    """Where goldens are written: $HARNESS_GOLDEN_DIR, else the project's golden dir."""
-    given = os.environ.get("HARNESS_GOLDEN_DIR")
-    return Path(given) if given else project().golden
+    """Where goldens are written: goldens_in()'s, else $HARNESS_GOLDEN_DIR, else the project's golden dir."""
+    return _overridden_golden_root() or GOLDEN_DIR.path() or project().golden
 
 
 def golden_dir(suite: str) -> Path:
     """Where the golden of `suite` is read from: the project's, else a built-in suite's
     shipped golden (unless $HARNESS_GOLDEN_DIR names the only place to look)."""
     own = golden_root() / suite
-    if own.exists() or os.environ.get("HARNESS_GOLDEN_DIR"):
+    if own.exists() or _overridden_golden_root() or GOLDEN_DIR.raw():
         return own
     shipped = builtin_golden() / suite
     return shipped if shipped.exists() else own
@@ -182,14 +205,11 @@ def golden_dir(suite: str) -> Path:
 def reports_dir(given: Path | str | None = None) -> Path:
     """Where runs are written: the given directory, else $HARNESS_REPORTS_DIR, else the
     project's reports directory."""
-    return Path(given or os.environ.get("HARNESS_REPORTS_DIR") or project().reports)
+    return Path(given or REPORTS_DIR.raw() or project().reports)
 
 
 def cache_root() -> Path:
-    given = os.environ.get("HARNESS_CACHE")
-    if given:
-        return Path(given)
-    return project().cache or Path.home() / ".cache" / "harness"
+    return CACHE.path() or project().cache or Path.home() / ".cache" / "harness"
 
 
 def cache_dir(kind: str) -> Path:
@@ -200,7 +220,7 @@ def cache_dir(kind: str) -> Path:
 def export_to_children() -> None:
     """Put the project's cache into the environment, so that ranks and engine processes,
     whatever their working directory, share the harness process's cache."""
-    os.environ.setdefault("HARNESS_CACHE", str(cache_root()))
+    CACHE.set_default(str(cache_root()))
 
 
 def project_path(path: str | Path) -> Path:

@@ -16,6 +16,8 @@ PACKAGE = Path(__file__).resolve().parent.parent / "harness"
 
 # bottom (0) to top: what a room may import is below it
 LAYERS = {
+    # the HARNESS_* variables (harness/config/env.py, stdlib only: ranks read it in an engine's interpreter)
+    "config.env": -2,
     # reading back the JSON files the harness writes, their shapes checked (stdlib only)
     "jsonfile": -1,
     # the light contract and plain facts: import nothing of the harness but the above
@@ -26,6 +28,8 @@ LAYERS = {
     "models": 2, "engines": 2,
     "media": 2,  # videos and audio clips (their frames are images' patterns)
     "scenario": 3,
+    # scenario files: schema, loading, binding to the engines (harness/config/; its env.py sits at the bottom)
+    "config": 3,
     "envs": 4,  # engine environments (--engine-env): asks the engines, installs releases, versions scenarios
     "workloads": 4, "plan": 4,
     "project_init": 4,  # `harness init`: a project's config and first scenario file, checked as any scenario file
@@ -45,9 +49,16 @@ LAYERS = {
 }
 
 
+def _room(parts: list[str]) -> str:
+    """A folder's module that has a layer of its own (config.env) is its own room."""
+    if len(parts) > 1 and f"{parts[0]}.{parts[1]}" in LAYERS:
+        return f"{parts[0]}.{parts[1]}"
+    return parts[0]
+
+
 def room_of(path: Path) -> str:
-    first = path.relative_to(PACKAGE).parts[0]
-    return first.removesuffix(".py")
+    parts = list(path.relative_to(PACKAGE).with_suffix("").parts)
+    return _room(parts)
 
 
 def imports_of(path: Path) -> list[tuple[str, int]]:
@@ -59,7 +70,7 @@ def imports_of(path: Path) -> list[tuple[str, int]]:
             names = [a.name for a in node.names]
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             names = [f"{node.module}.{a.name}" if node.module == "harness" else node.module for a in node.names]
-        found += [(n.split(".")[1], node.lineno) for n in names if n.startswith("harness.")]
+        found += [(_room(n.split(".")[1:]), node.lineno) for n in names if n.startswith("harness.")]
     return found
 
 

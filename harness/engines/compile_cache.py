@@ -32,9 +32,10 @@ import os
 import re
 from pathlib import Path
 
+from harness.config.env import COMPILE_CACHE
 from harness.roots import cache_dir
 
-OFF_ENV = "HARNESS_COMPILE_CACHE"
+OFF_ENV = COMPILE_CACHE.name
 
 
 def torch_cache_root(torch_version: str) -> Path:
@@ -51,7 +52,7 @@ def installed_torch_version() -> str:
 
 
 def _unless_set(env: dict[str, str]) -> dict[str, str]:
-    if os.environ.get(OFF_ENV, "1") == "0":
+    if not COMPILE_CACHE.on():
         return {}
     return {k: v for k, v in env.items() if k not in os.environ}
 

@@ -33,9 +33,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from harness.config.env import RANK_HEARTBEAT_FILE  # noqa: E402
 from harness.launch.blame import peek_exit  # noqa: E402
 from harness.launch.procgroup import group_alive, killpg  # noqa: E402
-from harness.launch.rankside import HEARTBEAT_FILE_ENV  # noqa: E402
 from harness.launch.stall import ACTIVITY_SAMPLE_S, tree_activity, write_activity_file  # noqa: E402
 
 DUMP_COMMAND = b"dump\n"
@@ -96,7 +96,7 @@ def main() -> None:
     signal.signal(signal.SIGTERM, on_stop)
     signal.signal(signal.SIGINT, on_stop)
     threading.Thread(target=serve_channel, args=(rank,), daemon=True).start()
-    heartbeat = os.environ.get(HEARTBEAT_FILE_ENV)
+    heartbeat = RANK_HEARTBEAT_FILE.raw()
     next_sample = 0.0
     while peek_exit(rank) is None:  # WNOWAIT: the group id stays ours until we reap
         if heartbeat and time.monotonic() >= next_sample:

@@ -36,10 +36,11 @@ import threading
 from collections import OrderedDict
 from pathlib import Path
 
+from harness.config.env import RANK_POOL
 from harness.contract.launchplan import DEVICE_SLOTS_ENV
 from harness.launch.rankside import ERROR_FILE_ENV, HEARTBEAT_FILE_ENV, LAUNCHER_PID_ENV
 
-OFF_ENV = "HARNESS_RANK_POOL"
+OFF_ENV = RANK_POOL.name
 MAX_ZYGOTES = 4
 _ZYGOTE_SCRIPT = Path(__file__).with_name("zygote.py")
 # What differs between the ranks of one run and between runs of one engine, and is read
@@ -233,7 +234,7 @@ def spawn_rank(argv: list[str], preload: list[str], env: dict[str, str], log: Pa
     environment, its output in `log`, in process group `pgid` (0: a new group, its own);
     None where the pool does not serve (see the module docstring): start it as usual."""
     command = module_argv(argv)
-    if command is None or not preload or os.environ.get(OFF_ENV, "1") == "0":
+    if command is None or not preload or not RANK_POOL.on():
         return None
     python, rest = command
     base = {k: v for k, v in env.items() if k not in PER_RANK_ENV}

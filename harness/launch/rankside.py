@@ -35,22 +35,23 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import NoReturn
 
+from harness.config.env import LAUNCHER_PID, RANK_ERROR_FILE, RANK_FAULT, RANK_HEARTBEAT_FILE
 from harness.contract.storage import storage_fault
 from harness.launch.rootcause import RootCause, root_of
 
-ERROR_FILE_ENV = "HARNESS_RANK_ERROR_FILE"
+ERROR_FILE_ENV = RANK_ERROR_FILE.name
 DUMP_SIGNAL = signal.SIGUSR1
 #: the launcher's pid: lets a rank notice that the launcher died before PDEATHSIG was armed
-LAUNCHER_PID_ENV = "HARNESS_LAUNCHER_PID"
+LAUNCHER_PID_ENV = LAUNCHER_PID.name
 #: where this rank's heartbeat goes (set by the launcher; unset -> heartbeat() does nothing)
-HEARTBEAT_FILE_ENV = "HARNESS_RANK_HEARTBEAT_FILE"
+HEARTBEAT_FILE_ENV = RANK_HEARTBEAT_FILE.name
 COMPUTE = "compute"  # working on its own: a silence here is not a hang by itself
 COLLECTIVE = "collective"  # waiting on its peers: a silence here with every rank idle is one
 #: one fixed-size record, rewritten in place: "<beat number> <phase>", space padded
 HEARTBEAT_RECORD_BYTES = 40
 
 #: "raise@R" | "hang@R": a fault injected into global rank R of any engine (see the docstring)
-RANK_FAULT_ENV = "HARNESS_RANK_FAULT"
+RANK_FAULT_ENV = RANK_FAULT.name
 RANK_FAULT_KINDS = ("raise", "hang")
 
 _beat_fd: int | None = None  # opened on the first beat; -1 when there is no heartbeat file
@@ -71,7 +72,7 @@ def die_with_parent() -> None:
         return  # no prctl: the launcher's process-group kill still covers us
     # The launcher may have died between fork and prctl: then we were already
     # re-parented and PDEATHSIG will never fire. Check that it is still there.
-    launcher = os.environ.get(LAUNCHER_PID_ENV, "")
+    launcher = (LAUNCHER_PID.raw() or "")
     if launcher.isdigit():
         try:
             os.kill(int(launcher), 0)
@@ -82,7 +83,7 @@ def die_with_parent() -> None:
 
 
 def write_error_record(exc: BaseException) -> None:
-    path = os.environ.get(ERROR_FILE_ENV)
+    path = RANK_ERROR_FILE.raw()
     if not path:
         return
     try:  # under torch.compile: the model's own exception, not Dynamo's wrapper of it
@@ -112,7 +113,7 @@ def heartbeat(phase: str = COMPUTE) -> None:
     so it can be called around every collective. A no-op outside a launched rank."""
     global _beat_fd, _beat_count
     if _beat_fd is None:
-        path = os.environ.get(HEARTBEAT_FILE_ENV)
+        path = RANK_HEARTBEAT_FILE.raw()
         _beat_fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644) if path else -1
     if _beat_fd < 0:
         return
@@ -144,7 +145,7 @@ def parse_rank_fault(value: str) -> tuple[str, int]:
 
 def fire_rank_fault() -> None:
     """Act on $HARNESS_RANK_FAULT if it names this rank (a malformed value fails every rank)."""
-    value = os.environ.get(RANK_FAULT_ENV)
+    value = RANK_FAULT.raw()
     if not value:
         return
     kind, target = parse_rank_fault(value)

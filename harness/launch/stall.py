@@ -32,6 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from harness.config.env import STALL_WINDOW_S as STALL_WINDOW_S_VAR
 from harness.launch.procgroup import proc_stats
 from harness.launch.rankside import COLLECTIVE
 
@@ -40,7 +41,7 @@ from harness.launch.rankside import COLLECTIVE
 #: that computes is active, so this only bounds the gap between activity samples and
 #: scheduling noise), and well under the 30 s target for a hang verdict.
 STALL_WINDOW_S = 20.0
-STALL_WINDOW_ENV = "HARNESS_STALL_WINDOW_S"  # seconds; 0 switches the detector off
+STALL_WINDOW_ENV = STALL_WINDOW_S_VAR.name  # seconds; 0 switches the detector off
 ACTIVITY_SAMPLE_S = 1.0  # how often a computing rank's CPU / I/O is sampled
 #: a computing rank that used at least this share of one core between two samples is
 #: moving (an idle torch process uses well under 1%: its gloo/NCCL threads sleep)
@@ -49,7 +50,7 @@ _TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
 def stall_window_s() -> float:
-    raw = os.environ.get(STALL_WINDOW_ENV, "").strip()
+    raw = (STALL_WINDOW_S_VAR.raw() or "").strip()
     if not raw:
         return STALL_WINDOW_S
     try:

@@ -27,11 +27,12 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from harness.config.env import DEVICE_LOCK_DIR, DEVICES, LEASE_LOG
 from harness.contract.launchplan import DEVICE_SLOTS_ENV
 
-DEVICES_ENV = "HARNESS_DEVICES"  # how many slots this machine has
-LOCK_DIR_ENV = "HARNESS_DEVICE_LOCK_DIR"  # where the slot files live (one dir per machine)
-LEASE_LOG_ENV = "HARNESS_LEASE_LOG"  # append every lease here (JSON lines)
+DEVICES_ENV = DEVICES.name  # how many slots this machine has
+LOCK_DIR_ENV = DEVICE_LOCK_DIR.name  # where the slot files live (one dir per machine)
+LEASE_LOG_ENV = LEASE_LOG.name  # append every lease here (JSON lines)
 SLOTS_ENV = DEVICE_SLOTS_ENV  # what a rank is told: its run's slots, "0,3"
 POLL_S = 0.2  # how often a waiting lease looks again (other processes release silently)
 
@@ -56,7 +57,7 @@ def default_count(kind: str) -> int:
 
 def configured_count(kind: str, cli_value: int | None = None) -> int:
     """--devices, else $HARNESS_DEVICES, else default_count(kind)."""
-    raw = cli_value if cli_value is not None else os.environ.get(DEVICES_ENV)
+    raw = cli_value if cli_value is not None else DEVICES.raw()
     if raw is None or raw == "":
         return default_count(kind)
     try:
@@ -71,7 +72,7 @@ def configured_count(kind: str, cli_value: int | None = None) -> int:
 def default_lock_dir(kind: str) -> Path:
     """One directory per machine, user and device kind, so every harness process on
     the machine sees the same slots."""
-    root = os.environ.get(LOCK_DIR_ENV) or Path(tempfile.gettempdir()) / f"harness-devices-{os.getuid()}"
+    root = DEVICE_LOCK_DIR.raw() or Path(tempfile.gettempdir()) / f"harness-devices-{os.getuid()}"
     return Path(root) / kind
 
 
@@ -121,7 +122,7 @@ class DevicePool:
         self.kind = kind
         self.lock_dir = Path(lock_dir) if lock_dir else default_lock_dir(kind)
         self.lock_dir.mkdir(parents=True, exist_ok=True)
-        log = lease_log or os.environ.get(LEASE_LOG_ENV)
+        log = lease_log or LEASE_LOG.raw()
         self.lease_log = Path(log) if log else None
         self._released = threading.Condition()
 

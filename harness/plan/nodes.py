@@ -22,16 +22,16 @@ share it; see harness/launch for how ranks are watched there.
 from __future__ import annotations
 
 import hashlib
-import os
 from pathlib import Path
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from harness.config.env import NODES
 from harness.launch import Cluster, Node
 from harness.plan.devices import DevicePool
 
-NODES_ENV = "HARNESS_NODES"
+NODES_ENV = NODES.name
 
 
 class NodesError(ValueError):
@@ -78,7 +78,7 @@ def load_cluster(path: Path | str) -> Cluster:
 
 
 def cluster_from_env(cli_path: Path | None) -> Cluster | None:
-    path = cli_path or os.environ.get(NODES_ENV)
+    path = cli_path or NODES.raw()
     return load_cluster(path) if path else None
 
 

@@ -7,10 +7,10 @@ directory says which shard it is and why each scenario was picked.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from harness.config.env import JOBS, EnvValueError
 from harness.launch import Cluster
 from harness.plan.changes import (
     changed_files_from,
@@ -29,8 +29,6 @@ from harness.plan.schedule import (
 )
 from harness.scenario import Scenario, ScenarioError
 
-JOBS_ENV = "HARNESS_JOBS"
-
 
 @dataclass
 class RunPlan:
@@ -42,10 +40,10 @@ class RunPlan:
 
 
 def default_jobs() -> int:
-    raw = os.environ.get(JOBS_ENV, "1")
-    if not raw.isdigit() or int(raw) < 1:
-        raise ScenarioError(f"{JOBS_ENV}={raw!r}: the number of jobs is an integer >= 1")
-    return int(raw)
+    try:
+        return JOBS.integer() or 1
+    except EnvValueError as exc:
+        raise ScenarioError(str(exc)) from None
 
 
 def plan_run(args, all_scenarios: list[Scenario], chosen: list[Scenario], repo: Path) -> RunPlan:

@@ -25,12 +25,12 @@ its gate" that later runs compare with.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pandas as pd
 import pyarrow
 
+from harness.config.env import HISTORY_DIR
 from harness.jsonfile import read_json
 from harness.judge.expectations import declares_unsupported
 from harness.rundir import spec_path, write_files
@@ -43,7 +43,7 @@ KEY = ["run_id", "scenario"]
 
 def history_dir(report_dir: Path, override: str | Path | None = None) -> Path:
     """Where the history lives: an explicit path, else $HARNESS_HISTORY_DIR, else <report-dir>/history."""
-    chosen = override or os.environ.get("HARNESS_HISTORY_DIR")
+    chosen = override or HISTORY_DIR.raw()
     return Path(chosen) if chosen else Path(report_dir) / "history"
 
 

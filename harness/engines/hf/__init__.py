@@ -17,11 +17,12 @@ import sys
 from pathlib import Path
 
 from harness import roots
+from harness.config.env import HF_PYTHON
 from harness.contract.launchplan import LaunchPlan
 from harness.contract.runspec import RunSpec
 from harness.engines.base import Capability, Engine
 
-PYTHON_ENV = "HARNESS_HF_PYTHON"
+PYTHON_ENV = HF_PYTHON.name
 
 
 class HfEngine(Engine):
@@ -30,7 +31,7 @@ class HfEngine(Engine):
     capabilities = frozenset({Capability.OWN_PYTHON})
 
     def python(self) -> Path:
-        chosen = self.options.get("python") or os.environ.get(PYTHON_ENV) or sys.executable
+        chosen = self.options.get("python") or HF_PYTHON.raw() or sys.executable
         return roots.project_path(chosen)
 
     def unavailable_reason(self) -> str | None:

@@ -25,6 +25,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from harness import roots
+from harness.config.env import VLLM_PYTHON
 from harness.contract.launchplan import LaunchPlan
 from harness.contract.runspec import RunSpec
 from harness.engines import compile_cache
@@ -33,7 +34,7 @@ from harness.engines.vllm.crash import root_cause
 from harness.launch.outcome import RankFailure
 
 VENV_PYTHON = Path(".venv-vllm") / "bin" / "python"  # where `make install-vllm` puts vLLM's interpreter
-PYTHON_ENV = "HARNESS_VLLM_PYTHON"
+PYTHON_ENV = VLLM_PYTHON.name
 # What the driver imports before it starts vLLM: `vllm.LLM` and what it pulls in. torch
 # and cv2 first: the zygote allows the thread pools their imports start (zygote.py).
 DRIVER_IMPORTS = ("torch", "cv2", "vllm", "vllm.entrypoints.llm", "harness.engines.vllm.driver")
@@ -48,7 +49,7 @@ class VllmEngine(Engine):
     capabilities = frozenset({Capability.OWN_PYTHON, Capability.INSTALLS_RELEASES, Capability.REPRO_SCRIPTS})
 
     def python(self) -> Path:
-        chosen = self.options.get("python") or os.environ.get(PYTHON_ENV)
+        chosen = self.options.get("python") or VLLM_PYTHON.raw()
         return roots.project_path(chosen) if chosen else default_python()
 
     def unavailable_reason(self) -> str | None:

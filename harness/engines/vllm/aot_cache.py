@@ -24,9 +24,10 @@ HARNESS_VLLM_AOT_LOAD=0 leaves vLLM's own behaviour (bench/vllm_start.py --stock
 from __future__ import annotations
 
 import functools
-import os
 
-OFF_ENV = "HARNESS_VLLM_AOT_LOAD"
+from harness.config.env import VLLM_AOT_LOAD
+
+OFF_ENV = VLLM_AOT_LOAD.name
 
 
 def _nothing_to_finalize(*_args, **_kwargs) -> None:
@@ -34,7 +35,7 @@ def _nothing_to_finalize(*_args, **_kwargs) -> None:
 
 
 def install() -> None:
-    if os.environ.get(OFF_ENV, "1") == "0":
+    if not VLLM_AOT_LOAD.on():
         return
     import torch
 

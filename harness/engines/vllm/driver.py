@@ -21,6 +21,7 @@ import sys
 import time
 
 # vLLM's top-k read one way, and its ranks bound to cores one way, here and in `harness repro`'s script
+from harness.config.env import VLLM_COUNT_SP
 from harness.engines.vllm.repro_script import cpu_binding, topk_row
 
 # Whether this driver came from a rank-pool zygote that had imported vLLM (pool.py; the
@@ -232,7 +233,7 @@ def run(spec) -> None:
     phases = PhaseMarks(spec.output_dir)
     phases.mark("start")
     if spec.sp:  # count the SP pass's runs, here and in every worker vLLM starts
-        os.environ[evidence.SP_COUNT_ENV] = "1"
+        VLLM_COUNT_SP.set("1")
     if spec.device == "cpu":  # here, not in the launch environment: drivers of every world size share one zygote
         os.environ["VLLM_CPU_OMP_THREADS_BIND"] = cpu_binding(spec.tp * spec.pp, os.cpu_count() or 1)
     evidence.install()  # for a worker in this process (one rank) or forked from it

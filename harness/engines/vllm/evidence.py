@@ -22,6 +22,7 @@ import os
 import sys
 from typing import TYPE_CHECKING, Any
 
+from harness.config.env import VLLM_COUNT_SP
 from harness.contract.applied import pp_layout, stage_layers
 from harness.engines.vllm import aot_cache, forking, startup
 from harness.engines.vllm.probe import SP_FIELDS
@@ -67,7 +68,7 @@ class EvidenceExtension:
 SP_RUNS = {"runs": 0, "matched": 0}
 PASS_MANAGERS = ("vllm.compilation.passes.pass_manager", "vllm.compilation.pass_manager")
 # Set by the driver for an SP scenario only: importing the pass manager costs seconds.
-SP_COUNT_ENV = "HARNESS_VLLM_COUNT_SP"
+SP_COUNT_ENV = VLLM_COUNT_SP.name
 
 
 def _pass_manager():
@@ -92,7 +93,7 @@ def _sp_pass_class():
 def _sp_pass_present() -> bool | None:
     """Whether this worker's vLLM has the SP pass; None outside SP scenarios (the pass
     manager is not imported for nothing) or where the harness knows no pass manager."""
-    if not os.environ.get(SP_COUNT_ENV) or _pass_manager() is None:
+    if not VLLM_COUNT_SP.raw() or _pass_manager() is None:
         return None
     return _sp_pass_class() is not None
 
@@ -122,7 +123,7 @@ def install() -> None:
     driver (a worker in its process, or forked from it)."""
     startup.install()
     aot_cache.install()
-    if os.environ.get(SP_COUNT_ENV):
+    if VLLM_COUNT_SP.raw():
         count_sp_pass_runs()
 
 

@@ -33,11 +33,12 @@ from __future__ import annotations
 
 import os
 
+from harness.config.env import VLLM_FAULTS
 from harness.engines.vllm.evidence import EvidenceExtension
 
 # The fault switches of a run, comma-separated: what a worker vLLM spawns switches on
 # when it imports this module.
-FAULTS_ENV = "HARNESS_VLLM_FAULTS"
+FAULTS_ENV = VLLM_FAULTS.name
 
 KINDS = ("pp-drop-residual", "worker-exit", "pp-zero-aux")  # aimed at one PP rank: KIND@R
 EVERY_RANK = ("compile-drop-deepstack",)  # act wherever they run
@@ -91,7 +92,7 @@ def arm(faults: list[str]) -> None:
     variable for a worker it spawns, the switches installed here for a worker it forks
     (a forked worker does not import this module again). A typo fails here, before an
     engine start."""
-    os.environ[FAULTS_ENV] = ",".join(faults)
+    VLLM_FAULTS.set(",".join(faults))
     _switch_on(parse(faults))
 
 
@@ -157,4 +158,4 @@ class FaultExtension(EvidenceExtension):
         return {**super().harness_evidence(), "zeroed": list(ZEROED)}
 
 
-_switch_on(parse([f for f in os.environ.get(FAULTS_ENV, "").split(",") if f]))
+_switch_on(parse([f for f in (VLLM_FAULTS.raw() or "").split(",") if f]))

@@ -38,7 +38,9 @@ import sys
 import threading
 import time
 
-FORK_ENV = "HARNESS_VLLM_FORK"
+from harness.config.env import VLLM_FORK
+
+FORK_ENV = VLLM_FORK.name
 METHOD_ENV = "VLLM_WORKER_MULTIPROC_METHOD"
 # libzmq names its I/O and reaper threads; a child never uses its parent's ZeroMQ context
 # (vLLM makes new sockets in each process), as on GPUs, where vLLM forks with them running.
@@ -93,7 +95,7 @@ def install() -> None:
     """Let vLLM fork its processes on CPU where vLLM itself would not force spawn, in this
     process and in every process forked from it. Nothing on other platforms, or with
     HARNESS_VLLM_FORK=0. Called after the imports, before anything runs."""
-    if os.environ.get(FORK_ENV, "1") == "0":
+    if not VLLM_FORK.on():
         return
     from vllm.platforms import current_platform
 

@@ -1,0 +1,138 @@
+"""Every `HARNESS_*` environment variable: name, type, default and what it does.
+
+This is the one place the harness reads them: a module that needs one asks its entry
+(`GOLDEN_DIR.path()`, `JOBS.integer()`), so `harness env` can list them all and a
+typo in a name is an AttributeError here, not a variable silently never read.
+
+Values are read when asked, never cached at import: tests and the harness itself set
+some of them for child processes, and ranks read theirs in the engine's interpreter.
+Standard library only: rank-side code imports this module in an engine's environment.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+
+class EnvValueError(ValueError):
+    """A variable set to a value of the wrong kind; the message names it and what it takes."""
+
+
+@dataclass(frozen=True)
+class Variable:
+    name: str
+    kind: str  # what its value is: path, int, number, switch (0 turns it off), text, spec
+    default: str | None  # as the user would write it; None: unset means "not given"
+    doc: str
+    who: str = "user"  # user: set by people and CI; internal: the harness sets it for its children; tests
+
+    def raw(self) -> str | None:
+        """The value as set, or None when unset (an empty value counts as unset)."""
+        value = os.environ.get(self.name)
+        return value if value else None
+
+    def text(self) -> str | None:
+        return self.raw() if self.raw() is not None else self.default
+
+    def path(self) -> Path | None:
+        value = self.text()
+        return Path(value) if value else None
+
+    def on(self) -> bool:
+        """A switch that is on unless set to 0."""
+        return (self.raw() or self.default or "1").strip() != "0"
+
+    def integer(self, minimum: int = 1) -> int | None:
+        value = self.text()
+        if value is None:
+            return None
+        if not value.strip().isdigit() or int(value) < minimum:
+            raise EnvValueError(f"{self.name}={value!r}: expected an integer >= {minimum}")
+        return int(value)
+
+    def number(self) -> float | None:
+        value = (self.text() or "").strip()
+        if not value:
+            return None
+        try:
+            return float(value)
+        except ValueError:
+            raise EnvValueError(f"{self.name}={value!r}: expected a number") from None
+
+    def set(self, value: str) -> None:
+        """For the children of this process (ranks, engine processes) to read."""
+        os.environ[self.name] = value
+
+    def set_default(self, value: str) -> None:
+        os.environ.setdefault(self.name, value)
+
+    def unset(self) -> None:
+        os.environ.pop(self.name, None)
+
+
+VARIABLES: dict[str, Variable] = {}
+
+
+def _declare(name: str, kind: str, default: str | None, doc: str, who: str = "user") -> Variable:
+    variable = Variable(name, kind, default, doc, who)
+    VARIABLES[name] = variable
+    return variable
+
+
+# where things are
+GOLDEN_DIR = _declare("HARNESS_GOLDEN_DIR", "path", None,
+                      "where goldens are read and written (default: the project's golden/, then the built-in suites')")
+REPORTS_DIR = _declare("HARNESS_REPORTS_DIR", "path", None, "where runs are written (default: the project's reports/)")
+HISTORY_DIR = _declare("HARNESS_HISTORY_DIR", "path", None, "the history store (default: <reports>/history)")
+CACHE = _declare("HARNESS_CACHE", "path", None,
+                 "built models, engine environments, probes (default: the project's cache, else ~/.cache/harness)")
+# how a run uses the machine
+DEVICE = _declare("HARNESS_DEVICE", "text", "cpu", "the default of --device: cpu or cuda")
+DEVICES = _declare("HARNESS_DEVICES", "int", None,
+                   "device slots of this machine (default: the GPU count on cuda, a CPU-based count on cpu)")
+JOBS = _declare("HARNESS_JOBS", "int", "1", "scenarios at once, packed onto the devices (the default of --jobs)")
+NODES = _declare("HARNESS_NODES", "path", None, "the nodes file for scenarios bigger than this machine (--nodes)")
+DEVICE_LOCK_DIR = _declare("HARNESS_DEVICE_LOCK_DIR", "path", None,
+                           "where the device slots' lock files live, one directory per machine (default: the temp dir)")
+LEASE_LOG = _declare("HARNESS_LEASE_LOG", "path", None, "append every device lease here, as JSON lines (for tests and audits)")
+STALL_WINDOW_S = _declare("HARNESS_STALL_WINDOW_S", "number", None,
+                          "seconds without progress on any rank before a run is a hang (0: the detector is off)")
+RANK_POOL = _declare("HARNESS_RANK_POOL", "switch", "1", "0: start every rank afresh instead of forking a pre-imported one")
+COMPILE_CACHE = _declare("HARNESS_COMPILE_CACHE", "switch", "1", "0: do not share torch.compile's caches between runs")
+# engines
+VLLM_PYTHON = _declare("HARNESS_VLLM_PYTHON", "path", None,
+                       "the interpreter vLLM runs in (default: the project's .venv-vllm, see `make install-vllm`)")
+HF_PYTHON = _declare("HARNESS_HF_PYTHON", "path", None, "the interpreter the transformers engine runs in (default: this one)")
+VLLM_FORK = _declare("HARNESS_VLLM_FORK", "switch", "1", "0: vLLM's engine core and workers start with its own spawn")
+VLLM_AOT_LOAD = _declare("HARNESS_VLLM_AOT_LOAD", "switch", "1", "0: do not load vLLM's ahead-of-time compile cache")
+# set by the harness for the processes it starts
+PYTEST_RUN_ID = _declare("HARNESS_PYTEST_RUN_ID", "text", None,
+                         "the run directory of a pytest session (shared by its xdist workers)", "internal")
+DEVICE_SLOTS = _declare("HARNESS_DEVICE_SLOTS", "text", None, "a rank's run's device slots, e.g. 0,3", "internal")
+RANK_ERROR_FILE = _declare("HARNESS_RANK_ERROR_FILE", "path", None, "where a rank writes its exception", "internal")
+RANK_HEARTBEAT_FILE = _declare("HARNESS_RANK_HEARTBEAT_FILE", "path", None, "a rank's heartbeat file", "internal")
+LAUNCHER_PID = _declare("HARNESS_LAUNCHER_PID", "int", None, "the launcher a rank dies with", "internal")
+RANK_FAULT = _declare("HARNESS_RANK_FAULT", "spec", None,
+                      "inject a failure into a rank, e.g. raise@1, hang@0 (the conformance kit's engine-agnostic fault)")
+VLLM_FAULTS = _declare("HARNESS_VLLM_FAULTS", "text", None, "the vLLM fault switches a driver arms, comma-separated", "internal")
+VLLM_COUNT_SP = _declare("HARNESS_VLLM_COUNT_SP", "switch", None,
+                         "vLLM workers count what the sequence-parallel pass rewrote", "internal")
+# the harness's own tests (tests/)
+TEST_VLLM = _declare("HARNESS_TEST_VLLM", "switch", None, "1: run the tests that start real vLLM (make test-vllm)", "tests")
+TEST_TIME_SCALE = _declare("HARNESS_TEST_TIME_SCALE", "number", "1", "multiply the tests' wall-clock budgets", "tests")
+TEST_TOKEN = _declare("HARNESS_TEST_TOKEN", "text", None, "a marker the tests' probe scenarios pass to ranks", "tests")
+SOAK_MARK = _declare("HARNESS_SOAK_MARK", "text", None, "tags the kill soak's processes, to find leftovers", "tests")
+
+
+def listing(who: tuple[str, ...] = ("user",)) -> str:
+    """One line per variable (for `harness env`): name, whether set, kind, default, doc."""
+    lines = []
+    for v in VARIABLES.values():
+        if v.who not in who:
+            continue
+        now = v.raw()
+        state = f"= {now}" if now is not None else f"(default {v.default})" if v.default is not None else "(unset)"
+        lines.append(f"{v.name:28s} {v.kind:7s} {state}\n    {v.doc}")
+    return "\n".join(lines)
