@@ -5,8 +5,9 @@ both read the model's processor (image processor, video processor or audio featu
 extractor) and expand a prompt's placeholder tokens by it, so a tiny model needs a
 processor whose sizes agree with its shrunk towers, a tokenizer holding every special
 token the config names, and a chat template that says where an image goes. This module
-builds those, generically where the library allows and by a small table per family
-where it does not (the token strings a family's processor reads from its tokenizer).
+builds those, generically where the library allows and by one entry per family (a
+Family in FAMILIES) where it does not: the token strings a family's processor reads from
+its tokenizer, its prompt marks, its rope split, the fixes its published layout needs.
 
 Like tiny.py it is run by the engine's interpreter and imports only the standard
 library, torch, transformers and tokenizers, and must write the same bytes in any
@@ -15,6 +16,7 @@ interpreter with the same versions of those.
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import re
 from pathlib import Path
@@ -34,140 +36,199 @@ PATCHES_PER_SIDE = 4  # a fixed-size vision tower sees a 4x4 grid of patches
 # keeps its kind, the others keep the common kind (Qwen2.5-VL: window attention).
 LAYER_INDEXES = {"fullatt_block_indexes": lambda depth: [depth - 1]}
 
-# The special tokens a family's processor reads from its tokenizer (tokenizer.boi_token
-# and the like) and that its config names by id (boi_token_index): the real strings, so
-# vLLM's processors, which match some of them by text, find them.
+MODALITIES = ("image", "video", "audio")
+# the config field that holds a named token's id: image_token -> image_token_id / _index
+ID_SUFFIXES = ("_id", "_index")
+
+
+@dataclasses.dataclass(frozen=True)
+class Family:
+    """What the generic builder cannot learn from transformers about one multimodal family
+    (one model_type), all in one entry of FAMILIES; every fact is empty where the family
+    needs none. Why a family needs a fact is said beside it, in its entry."""
+
+    # The special tokens its processor reads from its tokenizer (tokenizer.boi_token and the
+    # like) and that its config names by id (boi_token_index): the real strings, so vLLM's
+    # processors, which match some of them by text, find them.
+    named_tokens: dict[str, str] = dataclasses.field(default_factory=dict)
+    # Plain (not special) tokens its vLLM processor looks up by text in the vocabulary
+    added_tokens: list[str] = dataclasses.field(default_factory=list)
+    # tokenizer_config.json fields its vLLM processor insists on
+    tokenizer_fields: dict[str, Any] = dataclasses.field(default_factory=dict)
+    # Its multimodal rope as its published config.json has it (for a full-size head; fit_mrope)
+    mrope: dict[str, Any] = dataclasses.field(default_factory=dict)
+    # What its chat template writes for an image / video / audio clip where that is more than
+    # the processor's own token (vLLM's get_placeholder_str says the same); "" where the
+    # processor inserts the image tokens itself, before the text
+    prompt_marks: dict[str, str] = dataclasses.field(default_factory=dict)
+    # A processor part's field that the generic sizing would get wrong -> the vision config
+    # field it follows
+    part_fields: dict[str, str] = dataclasses.field(default_factory=dict)
+    # A processor part's values where its published processor differs from the part's class defaults
+    part_values: dict[str, Any] = dataclasses.field(default_factory=dict)
+    # A sub-config whose default is of another model type than its checkpoints' -> their model type
+    sub_config_types: dict[str, str] = dataclasses.field(default_factory=dict)
+    # Where its vLLM loader reads its weights when not beside config.json: the weights are
+    # copied there as well
+    weight_folder: str = ""
+    # config.json fields its published checkpoints write as one int where transformers saves
+    # [height, width]: sub-config -> its field names
+    square_as_int: dict[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)
+    # Config fields holding a token's id under a name of their own -> the token's text, resolved
+    # by the tokenizer once it is written (a newline is a plain token)
+    config_token_ids: dict[str, str] = dataclasses.field(default_factory=dict)
+    # Renames transformers applies on load to every matching weight of the family and undoes on
+    # save to every one of them, also to those it did not rename: (pattern, published name)
+    saved_renames: list[tuple[str, str]] = dataclasses.field(default_factory=list)
+
+
+# Pieces several families share
 _QWEN_VL = {"image_token": "<|image_pad|>", "video_token": "<|video_pad|>",
             "vision_start_token": "<|vision_start|>", "vision_end_token": "<|vision_end|>"}
+_QWEN_MARKS = {"image": "<|vision_start|><|image_pad|><|vision_end|>", "video": "<|vision_start|><|video_pad|><|vision_end|>"}
+_QWEN2_MROPE: dict[str, Any] = {"mrope_section": [16, 24, 24]}
+_QWEN3_MROPE: dict[str, Any] = {"mrope_section": [24, 20, 20], "mrope_interleaved": True}
+_QWEN35_MROPE: dict[str, Any] = {"mrope_section": [11, 11, 10], "mrope_interleaved": True, "partial_rotary_factor": 0.25}
 _GLM = {"image_token": "<|image|>", "video_token": "<|video|>", "image_start_token": "<|begin_of_image|>",
         "image_end_token": "<|end_of_image|>", "video_start_token": "<|begin_of_video|>", "video_end_token": "<|end_of_video|>"}
+_GLM_MARKS = {"image": "<|begin_of_image|><|image|><|end_of_image|>", "video": "<|begin_of_video|><|video|><|end_of_video|>"}
 # Idefics3 / SmolVLM: a tile's position is a token of its own (up to 6 x 6 tiles)
-_IDEFICS = {"fake_image_token": "<fake_token_around_image>", "image_token": "<image>", "video_token": "<video>",
-            "end_of_utterance_token": "<end_of_utterance>", "global_image_token": "<global-img>",
-            **{f"row_{r}_col_{c}_token": f"<row_{r}_col_{c}>" for r in range(1, 7) for c in range(1, 7)}}
+_IDEFICS3 = Family(named_tokens={
+    "fake_image_token": "<fake_token_around_image>", "image_token": "<image>", "video_token": "<video>",
+    "end_of_utterance_token": "<end_of_utterance>", "global_image_token": "<global-img>",
+    **{f"row_{r}_col_{c}_token": f"<row_{r}_col_{c}>" for r in range(1, 7) for c in range(1, 7)}})
 # MiniCPM-V 4.6 / 4.7: its processor reads all of them from the tokenizer; vLLM's spells them out
 _MINICPMV = {"image_token": "<|image_pad|>", "video_token": "<|video_pad|>", "image_start_token": "<image>",
              "image_end_token": "</image>", "slice_start_token": "<slice>", "slice_end_token": "</slice>",
              "image_id_start_token": "<image_id>", "image_id_end_token": "</image_id>"}
-NAMED_TOKENS: dict[str, dict[str, str]] = {
-    "qwen2_vl": _QWEN_VL, "qwen2_5_vl": _QWEN_VL, "qwen3_vl": _QWEN_VL, "qwen3_vl_moe": _QWEN_VL,
-    "qwen3_5": _QWEN_VL, "qwen3_5_moe": _QWEN_VL, "cosmos3_edge": _QWEN_VL, "minicpmv4_6": _MINICPMV, "minicpmv4_7": _MINICPMV,
-    "exaone4_5": {"image_token": "<|image_pad|>", "video_token": "<|video_pad|>", "vision_start_token": "<vision>",
-                  "vision_end_token": "</vision>"},
-    "paddleocr_vl": {"image_token": "<|IMAGE_PLACEHOLDER|>", "image_start_token": "<|IMAGE_START|>",
-                     "image_end_token": "<|IMAGE_END|>"},
-    "gemma3": {"image_token": "<image_soft_token>", "boi_token": "<start_of_image>", "eoi_token": "<end_of_image>"},
-    "paligemma": {"image_token": "<image>"},
-    "qwen2_audio": {"audio_token": "<|AUDIO|>", "audio_bos_token": "<|audio_bos|>", "audio_eos_token": "<|audio_eos|>"},
-    "qwen3_asr": {"audio_token": "<|audio_pad|>", "audio_bos_token": "<|audio_start|>", "audio_eos_token": "<|audio_end|>"},
-    "glmasr": {"audio_token": "<|pad|>", "audio_bos_token": "<|begin_of_audio|>", "audio_eos_token": "<|end_of_audio|>"},
-    "glm4v": _GLM, "glm4v_moe": _GLM, "glm5_next": _GLM, "idefics3": _IDEFICS, "smolvlm": _IDEFICS,
-    "lfm2_vl": {"image_token": "<image>", "image_start_token": "<|image_start|>", "image_end_token": "<|image_end|>",
-                "image_thumbnail_token": "<|img_thumbnail|>",
-                **{f"img_row_{r}_col_{c}_token": f"<|img_row_{r}_col_{c}|>" for r in range(1, 7) for c in range(1, 7)}},
-    "aria": {"image_token": "<|img|>", "fim_prefix_token": "<|fim_prefix|>", "fim_suffix_token": "<|fim_suffix|>"},
-    "cohere2_vision": {"image_token": "<|IMG_PATCH|>", "boi_token": "<|START_OF_IMG|>", "eoi_token": "<|END_OF_IMG|>",
-                       "img_line_break_token": "<|IMG_LINE_BREAK|>"},
-    # Step-3.7: its processor and vLLM's (transformers_utils/processors/step3_vl.py) spell these out
-    "step3p7": {"image_token": "<im_patch>", "image_start_token": "<im_start>", "image_end_token": "<im_end>",
-                "patch_start_token": "<patch_start>", "patch_end_token": "<patch_end>", "patch_newline_token": "<patch_newline>"},
-    "muse_glimmer": {"image_token": "<|patch|>", "image_start_token": "<|image_start|>", "image_end_token": "<|image_end|>",
-                     "video_token": "<|video|>", "video_sep_token": "<|vid_frame_separator|>", "video_start_token": "<|vid_start|>",
-                     "video_end_token": "<|vid_end|>", "image_sentinel_token": "<|image|>"},  # vLLM's processor's
-    "minimax_m3_vl": {"image_token": "]<]image[>[", "video_token": "]<]video[>[", "vision_start_token": "]<]start of image[>[",
+_QWEN2_VL = Family(named_tokens=_QWEN_VL, prompt_marks=_QWEN_MARKS, mrope=_QWEN2_MROPE)
+_QWEN3_VL = Family(named_tokens=_QWEN_VL, prompt_marks=_QWEN_MARKS, mrope=_QWEN3_MROPE)
+_QWEN3_5 = Family(named_tokens=_QWEN_VL, prompt_marks=_QWEN_MARKS, mrope=_QWEN35_MROPE)
+_GLM4V = Family(
+    named_tokens=_GLM, prompt_marks=_GLM_MARKS,
+    # GLM-4.1V / 4.5V rotate half of each head (vLLM assumes it; their config.json files say it)
+    mrope={"mrope_section": [8, 12, 12], "partial_rotary_factor": 0.5})
+
+# Every multimodal family that needs more than the generic builder, by model_type: adding
+# a family is adding its entry here.
+FAMILIES: dict[str, Family] = {
+    "qwen2_vl": _QWEN2_VL, "qwen2_5_vl": _QWEN2_VL,
+    "qwen3_vl": _QWEN3_VL, "qwen3_vl_moe": _QWEN3_VL,
+    "qwen3_5": _QWEN3_5, "qwen3_5_moe": _QWEN3_5,
+    "cosmos3_edge": Family(
+        named_tokens=_QWEN_VL, prompt_marks=_QWEN_MARKS, mrope=_QWEN3_MROPE,
+        # its transformers model refuses image inputs without mm_token_type_ids, which its
+        # processor, unlike Qwen2-VL's, returns only when asked; a processor's text defaults
+        # are read from its tokenizer's init kwargs (processing_utils.py _merge_kwargs)
+        tokenizer_fields={"return_mm_token_type_ids": True},
+        # published in a Diffusers layout, and vLLM globs only `[tv]*er/*.safetensors`
+        # (cosmos3_edge.py allow_patterns_overrides)
+        weight_folder="transformer",
+        # transformers' `.mlp.up_proj.` -> `.mlp.fc1.` is meant for the text layers, and its
+        # SigLIP2 tower, published (and read by vLLM) as `fc1` / `fc2`, is saved as up / down_proj
+        saved_renames=[(r"^(model\.visual\..*\.mlp\.)up_proj\.", r"\1fc1."),
+                       (r"^(model\.visual\..*\.mlp\.)down_proj\.", r"\1fc2.")]),
+    "minicpmv4_6": Family(named_tokens=_MINICPMV),
+    "minicpmv4_7": Family(
+        named_tokens=_MINICPMV, mrope=_QWEN35_MROPE,
+        # its canvas rope markers, which its transformers model reads from config.json and vLLM too
+        config_token_ids={"image_start_id": "<image>", "image_end_id": "</image>", "slice_start_id": "<slice>",
+                          "slice_end_id": "</slice>", "newline_id": "\n"}),
+    "exaone4_5": Family(
+        named_tokens={"image_token": "<|image_pad|>", "video_token": "<|video_pad|>", "vision_start_token": "<vision>",
+                      "vision_end_token": "</vision>"},
+        prompt_marks={"image": "<vision><|image_pad|></vision>", "video": "<vision><|video_pad|></vision>"}),
+    "paddleocr_vl": Family(
+        named_tokens={"image_token": "<|IMAGE_PLACEHOLDER|>", "image_start_token": "<|IMAGE_START|>",
+                      "image_end_token": "<|IMAGE_END|>"},
+        prompt_marks={"image": "<|IMAGE_START|><|IMAGE_PLACEHOLDER|><|IMAGE_END|>"},
+        mrope=_QWEN2_MROPE),
+    "gemma3": Family(
+        named_tokens={"image_token": "<image_soft_token>", "boi_token": "<start_of_image>", "eoi_token": "<end_of_image>"},
+        # Gemma's SentencePiece vocabulary has runs of newlines as single tokens, and vLLM's
+        # Gemma 3 processor merges the newlines around an image into them (gemma3_mm.py)
+        added_tokens=["\n", "\n\n", "\n\n\n", "\n\n\n\n"],
+        prompt_marks={"image": "<start_of_image>"}),
+    "paligemma": Family(
+        named_tokens={"image_token": "<image>"},
+        added_tokens=["\n"],
+        tokenizer_fields={"add_bos_token": True},
+        prompt_marks={"image": ""}),  # its processor inserts the image tokens itself, before the text
+    "qwen2_audio": Family(
+        named_tokens={"audio_token": "<|AUDIO|>", "audio_bos_token": "<|audio_bos|>", "audio_eos_token": "<|audio_eos|>"},
+        prompt_marks={"audio": "<|audio_bos|><|AUDIO|><|audio_eos|>"}),  # vLLM adds "Audio 1: " before it, as text
+    "qwen3_asr": Family(
+        named_tokens={"audio_token": "<|audio_pad|>", "audio_bos_token": "<|audio_start|>",
+                      "audio_eos_token": "<|audio_end|>"},
+        prompt_marks={"audio": "<|audio_start|><|audio_pad|><|audio_end|>"}),  # vLLM's get_placeholder_str
+    "glmasr": Family(
+        named_tokens={"audio_token": "<|pad|>", "audio_bos_token": "<|begin_of_audio|>", "audio_eos_token": "<|end_of_audio|>"},
+        prompt_marks={"audio": "<|begin_of_audio|><|pad|><|end_of_audio|>"}),
+    "glm4v": _GLM4V, "glm4v_moe": _GLM4V,
+    "glm5_next": Family(named_tokens=_GLM, prompt_marks=_GLM_MARKS),
+    "idefics3": _IDEFICS3, "smolvlm": _IDEFICS3,
+    "lfm2_vl": Family(named_tokens={
+        "image_token": "<image>", "image_start_token": "<|image_start|>", "image_end_token": "<|image_end|>",
+        "image_thumbnail_token": "<|img_thumbnail|>",
+        **{f"img_row_{r}_col_{c}_token": f"<|img_row_{r}_col_{c}|>" for r in range(1, 7) for c in range(1, 7)}}),
+    "aria": Family(
+        named_tokens={"image_token": "<|img|>", "fim_prefix_token": "<|fim_prefix|>", "fim_suffix_token": "<|fim_suffix|>"},
+        prompt_marks={"image": "<|fim_prefix|><|img|><|fim_suffix|>"}),
+    "cohere2_vision": Family(named_tokens={
+        "image_token": "<|IMG_PATCH|>", "boi_token": "<|START_OF_IMG|>", "eoi_token": "<|END_OF_IMG|>",
+        "img_line_break_token": "<|IMG_LINE_BREAK|>"}),
+    "step3p7": Family(
+        # its processor and vLLM's (transformers_utils/processors/step3_vl.py) spell these out
+        named_tokens={"image_token": "<im_patch>", "image_start_token": "<im_start>", "image_end_token": "<im_end>",
+                      "patch_start_token": "<patch_start>", "patch_end_token": "<patch_end>",
+                      "patch_newline_token": "<patch_newline>"},
+        # its `patch_size` is the side of its local crops (504 pixels = 36 ViT patches, beside a
+        # 728-pixel global view), not the ViT's patch; the tiny crops are as large as the tiny global view
+        part_fields={"patch_size": "image_size"}),
+    "muse_glimmer": Family(named_tokens={  # vLLM's processor's
+        "image_token": "<|patch|>", "image_start_token": "<|image_start|>", "image_end_token": "<|image_end|>",
+        "video_token": "<|video|>", "video_sep_token": "<|vid_frame_separator|>", "video_start_token": "<|vid_start|>",
+        "video_end_token": "<|vid_end|>", "image_sentinel_token": "<|image|>"}),
+    "minimax_m3_vl": Family(
+        named_tokens={"image_token": "]<]image[>[", "video_token": "]<]video[>[", "vision_start_token": "]<]start of image[>[",
                       "vision_end_token": "]<]end of image[>["},
-    "qianfan_ocr": {"start_image_token": "<img>", "end_image_token": "</img>", "context_image_token": "<IMG_CONTEXT>",
-                    "image_token": "<IMG_CONTEXT>", "image_placeholder_token": "<image>"},
-    "cohere_compass": {"image_token": "<|IMAGE_PAD|>", "video_token": "<|VIDEO_PAD|>", "vision_start_token": "<|VISION_START|>",
-                       "vision_end_token": "<|VISION_END|>"},
-    "internvl": {"start_image_token": "<img>", "end_image_token": "</img>", "context_image_token": "<IMG_CONTEXT>",
-                 "image_token": "<IMG_CONTEXT>", "video_token": "<video>"},
+        # transformers' `.block_sparse_moe.` -> `.mlp.` is meant for the MoE layers, and its vision
+        # tower's `mlp.fc1` is saved as `block_sparse_moe.fc1`
+        saved_renames=[(r"^(vision_tower\..*\.)block_sparse_moe\.", r"\1mlp.")]),
+    "qianfan_ocr": Family(
+        named_tokens={"start_image_token": "<img>", "end_image_token": "</img>", "context_image_token": "<IMG_CONTEXT>",
+                      "image_token": "<IMG_CONTEXT>", "image_placeholder_token": "<image>"},
+        prompt_marks={"image": "<image>"},  # its processor's image_placeholder_token
+        # its GotOcr2 image processor defaults to CLIP's normalization, its checkpoints (and
+        # vLLM's InternVL processor, processors/internvl.py) use ImageNet's
+        part_values={"image_mean": [0.485, 0.456, 0.406], "image_std": [0.229, 0.224, 0.225]},
+        # its tower's sizes, which vLLM reads through its own config class
+        # (transformers_utils/configs/qianfan_ocr.py) and divides as ints (qianfan_ocr.py:50)
+        square_as_int={"vision_config": ("image_size", "patch_size")},
+        # transformers' InternViT `encoder.layers.` -> `layers.`, undone on its Qwen3 decoder too
+        saved_renames=[(r"^(language_model\.model\.)encoder\.layers\.", r"\1layers.")]),
+    "cohere_compass": Family(
+        named_tokens={"image_token": "<|IMAGE_PAD|>", "video_token": "<|VIDEO_PAD|>", "vision_start_token": "<|VISION_START|>",
+                      "vision_end_token": "<|VISION_END|>"},
+        prompt_marks={"image": "<|VISION_START|><|IMAGE_PAD|><|VISION_END|>"}),
+    "internvl": Family(named_tokens={
+        "start_image_token": "<img>", "end_image_token": "</img>", "context_image_token": "<IMG_CONTEXT>",
+        "image_token": "<IMG_CONTEXT>", "video_token": "<video>"}),
+    # its config class with no arguments makes the text config a LlamaConfig
+    # (configuration_granite4_vision.py), whose model lacks Granite's multipliers
+    "granite4_vision": Family(sub_config_types={"text_config": "granite4_vision_text"}),
 }
-# Plain (not special) tokens a family's vLLM processor looks up by text in the vocabulary:
-# Gemma's SentencePiece vocabulary has runs of newlines as single tokens, and vLLM's
-# Gemma 3 processor merges the newlines around an image into them (gemma3_mm.py).
-ADDED_TOKENS = {"gemma3": ["\n", "\n\n", "\n\n\n", "\n\n\n\n"], "paligemma": ["\n"]}
-# tokenizer_config.json fields a family's vLLM processor insists on
-# (Cosmos3 Edge: its transformers model refuses image inputs without mm_token_type_ids, which
-# its processor, unlike Qwen2-VL's, returns only when asked; a processor's text defaults
-# are read from its tokenizer's init kwargs, processing_utils.py _merge_kwargs)
-TOKENIZER_FIELDS = {"paligemma": {"add_bos_token": True}, "cosmos3_edge": {"return_mm_token_type_ids": True}}
-# A family's multimodal rope as its published config.json has it (for a full-size head)
-_QWEN3_MROPE: dict[str, Any] = {"mrope_section": [24, 20, 20], "mrope_interleaved": True}
-_QWEN35_MROPE: dict[str, Any] = {"mrope_section": [11, 11, 10], "mrope_interleaved": True, "partial_rotary_factor": 0.25}
-MROPE: dict[str, dict[str, Any]] = {"qwen2_vl": {"mrope_section": [16, 24, 24]}, "qwen2_5_vl": {"mrope_section": [16, 24, 24]},
-         "qwen3_vl": _QWEN3_MROPE, "qwen3_vl_moe": _QWEN3_MROPE,
-         "qwen3_5": _QWEN35_MROPE, "qwen3_5_moe": _QWEN35_MROPE, "minicpmv4_7": _QWEN35_MROPE, "cosmos3_edge": _QWEN3_MROPE, "paddleocr_vl": {"mrope_section": [16, 24, 24]},
-         # GLM-4.1V / 4.5V rotate half of each head (vLLM assumes it; their config.json files say it)
-         "glm4v": {"mrope_section": [8, 12, 12], "partial_rotary_factor": 0.5},
-         "glm4v_moe": {"mrope_section": [8, 12, 12], "partial_rotary_factor": 0.5}}
-# What a family's chat template writes for an image / video where that is more than the
-# processor's image token (vLLM's get_placeholder_str says the same); "" where the
-# processor inserts the image tokens itself, before the text (PaliGemma).
-MODALITIES = ("image", "video", "audio")
-_QWEN_MARKS = {"image": "<|vision_start|><|image_pad|><|vision_end|>", "video": "<|vision_start|><|video_pad|><|vision_end|>"}
-_GLM_MARKS = {"image": "<|begin_of_image|><|image|><|end_of_image|>", "video": "<|begin_of_video|><|video|><|end_of_video|>"}
-PROMPT_MARKS = {
-    "qwen2_vl": _QWEN_MARKS, "qwen2_5_vl": _QWEN_MARKS, "qwen3_vl": _QWEN_MARKS, "qwen3_vl_moe": _QWEN_MARKS,
-    "qwen3_5": _QWEN_MARKS, "qwen3_5_moe": _QWEN_MARKS, "cosmos3_edge": _QWEN_MARKS,
-    "exaone4_5": {"image": "<vision><|image_pad|></vision>", "video": "<vision><|video_pad|></vision>"},
-    "paddleocr_vl": {"image": "<|IMAGE_START|><|IMAGE_PLACEHOLDER|><|IMAGE_END|>"},
-    "glm4v": _GLM_MARKS, "glm4v_moe": _GLM_MARKS, "glm5_next": _GLM_MARKS,
-    "gemma3": {"image": "<start_of_image>"},
-    "aria": {"image": "<|fim_prefix|><|img|><|fim_suffix|>"},
-    "paligemma": {"image": ""},
-    "cohere_compass": {"image": "<|VISION_START|><|IMAGE_PAD|><|VISION_END|>"},
-    "qianfan_ocr": {"image": "<image>"},  # its processor's image_placeholder_token
-    "qwen2_audio": {"audio": "<|audio_bos|><|AUDIO|><|audio_eos|>"},  # vLLM adds "Audio 1: " before it, as text
-    "glmasr": {"audio": "<|begin_of_audio|><|pad|><|end_of_audio|>"},
-    "qwen3_asr": {"audio": "<|audio_start|><|audio_pad|><|audio_end|>"},  # vLLM's get_placeholder_str
-}
-# A processor part's field that the generic sizing would get wrong, and the vision config
-# field it follows: Step-3.7's `patch_size` is the side of its local crops (504 pixels = 36
-# ViT patches, beside a 728-pixel global view), not the ViT's patch; the tiny crops are as
-# large as the tiny global view.
-PART_FIELDS = {"step3p7": {"patch_size": "image_size"}}
-# A processor part's values where the family's published processor differs from the part's
-# class defaults: Qianfan-OCR's GotOcr2 image processor defaults to CLIP's normalization,
-# its checkpoints (and vLLM's InternVL processor, processors/internvl.py) use ImageNet's
-PART_VALUES: dict[str, dict[str, Any]] = {
-    "qianfan_ocr": {"image_mean": [0.485, 0.456, 0.406], "image_std": [0.229, 0.224, 0.225]}}
-# A family's sub-config whose default is of another model type than its checkpoints': its
-# config class with no arguments makes Granite 4 Vision's text config a LlamaConfig
-# (configuration_granite4_vision.py), whose model lacks Granite's multipliers
-SUB_CONFIG_TYPES = {"granite4_vision": {"text_config": "granite4_vision_text"}}
-# the config field that holds a named token's id: image_token -> image_token_id / _index
-ID_SUFFIXES = ("_id", "_index")
-# Where a family's vLLM loader reads its weights when not beside config.json: Cosmos3 Edge
-# is published in a Diffusers layout and vLLM globs only `[tv]*er/*.safetensors`
-# (cosmos3_edge.py allow_patterns_overrides); the weights are copied there as well.
-WEIGHT_FOLDERS = {"cosmos3_edge": "transformer"}
-# config.json fields a family's published checkpoints write as one int where transformers
-# saves [height, width]: Qianfan-OCR's tower, which vLLM reads through its own config class
-# (transformers_utils/configs/qianfan_ocr.py) and divides as ints (qianfan_ocr.py:50)
-SQUARE_AS_INT = {"qianfan_ocr": {"vision_config": ("image_size", "patch_size")}}
-# Config fields holding a token's id under a name of their own, and the token's text, resolved
-# by the tokenizer once it is written (a newline is a plain token): MiniCPM-V 4.7's canvas
-# rope markers, which its transformers model reads from config.json and vLLM too
-CONFIG_TOKEN_IDS = {"minicpmv4_7": {"image_start_id": "<image>", "image_end_id": "</image>", "slice_start_id": "<slice>",
-                                    "slice_end_id": "</slice>", "newline_id": "\n"}}
-# Renames transformers applies on load to every matching weight of a family and undoes on
-# save to every one of them, also to those it did not rename: (pattern, published name).
-# Cosmos3 Edge's `.mlp.up_proj.` -> `.mlp.fc1.` is meant for the text layers, and its
-# SigLIP2 tower, published (and read by vLLM) as `fc1` / `fc2`, is saved as up / down_proj;
-# MiniMax-M3's `.block_sparse_moe.` -> `.mlp.` is meant for the MoE layers, and its vision
-# tower's `mlp.fc1` is saved as `block_sparse_moe.fc1`.
-SAVED_RENAMES: dict[str, list[tuple[str, str]]] = {
-    "cosmos3_edge": [(r"^(model\.visual\..*\.mlp\.)up_proj\.", r"\1fc1."),
-                     (r"^(model\.visual\..*\.mlp\.)down_proj\.", r"\1fc2.")],
-    "minimax_m3_vl": [(r"^(vision_tower\..*\.)block_sparse_moe\.", r"\1mlp.")],
-    # Qianfan-OCR's InternViT `encoder.layers.` -> `layers.`, undone on its Qwen3 decoder too
-    "qianfan_ocr": [(r"^(language_model\.model\.)encoder\.layers\.", r"\1layers.")]}
+
+
+def family(model_type: str) -> Family:
+    """The family's entry; a model type without one gets the empty Family (nothing beyond
+    the generic builder)."""
+    return FAMILIES[model_type] if model_type in FAMILIES else Family()
 
 
 def default_sub_configs(model_type: str) -> dict:
     """Config class arguments that give a family's sub-configs their published model type."""
-    return {name: {"model_type": kind} for name, kind in SUB_CONFIG_TYPES.get(model_type, {}).items()}
+    return {name: {"model_type": kind} for name, kind in family(model_type).sub_config_types.items()}
 
 
 def is_multimodal(config) -> bool:
@@ -248,18 +309,18 @@ def fit_mrope(config) -> None:
     transformers' model code otherwise defaults to a full-size head's; the tiny head
     gets the family's split scaled to its own rotary half, written into the config so
     vLLM and transformers read the same one."""
-    family: dict[str, Any] | None = MROPE.get(config.model_type)
+    mrope = family(config.model_type).mrope
     text = getattr(config, "text_config", None)
-    if family is None or text is None:
+    if not mrope or text is None:
         return
     rope = dict(getattr(text, "rope_parameters", None) or {})
     head_dim = getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads
-    factor = family.get("partial_rotary_factor", rope.get("partial_rotary_factor", getattr(text, "partial_rotary_factor", 1.0)))
+    factor = mrope.get("partial_rotary_factor", rope.get("partial_rotary_factor", getattr(text, "partial_rotary_factor", 1.0)))
     half = int(head_dim * factor) // 2
-    sections = family["mrope_section"]
+    sections = mrope["mrope_section"]
     scaled = [s * half // sum(sections) for s in sections]
     scaled[0] += half - sum(scaled)
-    rope.update({**family, "mrope_section": scaled})
+    rope.update({**mrope, "mrope_section": scaled})
     text.rope_parameters = rope
 
 
@@ -271,18 +332,18 @@ def grid_pinpoints(image_size: int) -> list[list[int]]:
 
 def named_tokens(model_type: str) -> dict[str, str]:
     """The special tokens of a family's tokenizer, by name: the processor's own defaults
-    (its `image_token="<image>"` arguments), then the family's table."""
+    (its `image_token="<image>"` arguments), then the family's entry (Family.named_tokens)."""
     found = {}
     cls = processor_class(model_type)
     if cls is not None:
         for name, param in inspect.signature(cls.__init__).parameters.items():
             if name.endswith("_token") and isinstance(param.default, str):
                 found[name] = param.default
-    return {**found, **NAMED_TOKENS.get(model_type, {})}
+    return {**found, **family(model_type).named_tokens}
 
 
 def tokenizer_fields(model_type: str) -> dict:
-    return dict(TOKENIZER_FIELDS.get(model_type, {}))
+    return dict(family(model_type).tokenizer_fields)
 
 
 def processor_class(model_type: str):
@@ -294,7 +355,7 @@ def processor_class(model_type: str):
 
 
 def added_tokens(model_type: str) -> list[str]:
-    return list(ADDED_TOKENS.get(model_type, []))
+    return list(family(model_type).added_tokens)
 
 
 def token_ids(named: dict[str, str], first_id: int) -> dict[str, int]:
@@ -365,10 +426,10 @@ def _sized(part, config):
               "merge_size": getattr(vision, "spatial_merge_size", None),
               "temporal_patch_size": getattr(vision, "temporal_patch_size", None)}
     kwargs: dict[str, Any] = {k: v for k, v in wanted.items() if isinstance(v, int) and isinstance(getattr(part, k, None), int)}
-    for field, source in PART_FIELDS.get(config.model_type, {}).items():
+    for field, source in family(config.model_type).part_fields.items():
         if hasattr(part, field):
             kwargs[field] = _side(getattr(vision, source, None))
-    kwargs.update({k: v for k, v in PART_VALUES.get(config.model_type, {}).items() if hasattr(part, k)})
+    kwargs.update({k: v for k, v in family(config.model_type).part_values.items() if hasattr(part, k)})
     patch = wanted["patch_size"]
     if isinstance(getattr(part, "patch_size", None), dict) and patch:  # Pixtral: {height, width}
         kwargs["patch_size"] = {"height": patch, "width": patch}
@@ -420,12 +481,12 @@ def _patches(vision) -> int | None:
 
 def placeholders(model_type: str, processor) -> dict[str, str]:
     """What stands for one image / video / audio clip in a prompt's text, by modality:
-    the family's chat template mark (PROMPT_MARKS), else the processor's own token.
+    the family's chat template mark (Family.prompt_marks), else the processor's own token.
     A table, not a question to vLLM: every interpreter (vLLM's, the harness's own for
     the transformers cross-check) must write the same bytes. tests/test_vllm_unit.py
     holds the table to vLLM's own get_placeholder_str."""
     own = {m: getattr(processor, f"{m}_token") for m in MODALITIES if isinstance(getattr(processor, f"{m}_token", None), str)}
-    return {**own, **PROMPT_MARKS.get(model_type, {})}
+    return {**own, **family(model_type).prompt_marks}
 
 
 def check_marks(marks: dict[str, str], tokenizer, model_type: str) -> None:
@@ -436,7 +497,7 @@ def check_marks(marks: dict[str, str], tokenizer, model_type: str) -> None:
         ids = tokenizer(mark, add_special_tokens=False)["input_ids"]
         if any(i not in special for i in ids):
             raise LookupError(f"the {modality} mark {mark!r} of model_type '{model_type}' is not made of the tokenizer's "
-                              "special tokens: name its tokens in harness/models/tiny_mm.py NAMED_TOKENS")
+                              "special tokens: name its tokens in its harness/models/tiny_mm.py FAMILIES entry (named_tokens)")
 
 
 def chat_template(marks: dict[str, str]) -> str:
@@ -472,8 +533,8 @@ def edit_config_json(out: Path, edit) -> None:
 
 
 def write_config_token_ids(model_type: str, tokenizer, out: Path) -> None:
-    """The ids CONFIG_TOKEN_IDS names, written into config.json."""
-    fields = CONFIG_TOKEN_IDS.get(model_type)
+    """The ids the family's config_token_ids names, written into config.json."""
+    fields = family(model_type).config_token_ids
     if not fields:
         return
 
@@ -488,8 +549,8 @@ def write_config_token_ids(model_type: str, tokenizer, out: Path) -> None:
 
 
 def write_hub_config(model_type: str, out: Path) -> None:
-    """config.json with a family's square sizes as published (SQUARE_AS_INT)."""
-    fields = SQUARE_AS_INT.get(model_type)
+    """config.json with a family's square sizes as published (Family.square_as_int)."""
+    fields = family(model_type).square_as_int
     if not fields:
         return
 
@@ -504,8 +565,8 @@ def write_hub_config(model_type: str, out: Path) -> None:
 
 
 def write_weight_folder(model_type: str, out: Path) -> None:
-    """A copy of the weights where the family's vLLM loader looks for them (WEIGHT_FOLDERS)."""
-    folder = WEIGHT_FOLDERS.get(model_type)
+    """A copy of the weights where the family's vLLM loader looks for them (Family.weight_folder)."""
+    folder = family(model_type).weight_folder
     if folder:
         import shutil
 
@@ -522,12 +583,12 @@ def write_hub_layout(model, out: Path) -> None:
     `vision_tower.vision_model.embeddings`; and it transposes fused expert weights
     (Qwen3-VL-MoE's `experts.gate_up_proj`) only when their shape says so, which on
     save it never does; and it saves Qwen2-Audio's decoder one `model.` level too deep;
-    and a family's own renames (SAVED_RENAMES). All are undone here."""
+    and a family's own renames (Family.saved_renames). All are undone here."""
     renames = _dropped_levels(model)
     transposes = _transposed_on_load(model)
     # Qwen2-Audio: its reverse rename doubles a level (`language_model.model.model.layers`)
     doubled = not any(_DOUBLED.search(name) for name in model.state_dict())
-    undone = SAVED_RENAMES.get(model.config.model_type, [])
+    undone = family(model.config.model_type).saved_renames
     if not renames and not transposes and not doubled and not undone:
         return
     from safetensors.torch import load_file, save_file
