@@ -12,7 +12,9 @@ SOAK_RUNS ?= 36
 SOAK_SEED ?= 1
 SOAK_GATES ?= 20
 # One target per scenario id (`make llama-tiny/tp2-pp2-sp`), read from the scenario files.
-SCENARIOS := $(shell $(HARNESS) list --ids-only 2>/dev/null)
+# A broken scenario file is said on stderr (its suite has no targets, the others keep theirs);
+# before `make install` there is no harness to ask, and nothing to say.
+SCENARIOS := $(shell $(PYTHON) -c "import harness.config.loading" 2>/dev/null && $(HARNESS) list --ids-only)
 
 .PHONY: help install lint test test-fast test-nightly golden pr-gate nightly list bench bench-packing bench-generate bench-vllm soak soak-kill soak-gates train-models install-vllm test-vllm test-old-vllm $(SCENARIOS)
 

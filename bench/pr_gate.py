@@ -32,14 +32,15 @@ from unittest import mock
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from harness import timings  # noqa: E402
+from harness.compare.numeric import check_workloads, tolerance_for  # noqa: E402
+from harness.config.loading import load_scenarios
+from harness.config.scenario import select
 from harness.contract.outputs import EngineOutputs  # noqa: E402
-from harness.judge.compare import compare_outputs, tolerance_for  # noqa: E402
 from harness.launch import pool  # noqa: E402
 from harness.rundir import scenario_dir_name  # noqa: E402
 from harness.runner import RunOptions, run_scenario  # noqa: E402
-from harness.scenario import load_scenarios, select  # noqa: E402
 from harness.stages.admit import Admitted, admit  # noqa: E402
-from harness.stages.launch import launch  # noqa: E402
+from harness.stages.execute import execute  # noqa: E402
 
 
 def harness_way(scenarios, work: Path) -> tuple[float, dict, list[dict], float]:
@@ -91,11 +92,11 @@ def _live_way(scenarios, work: Path) -> tuple[float, dict]:
             admitted = admit(s, settings, out, RunOptions(gate="pr"), gate="pr", golden=False)
             assert isinstance(admitted, Admitted), admitted
             prepared = admitted.prepared
-            outcome = launch(admitted, out, s, RunOptions())
+            outcome = execute(admitted, out, s, RunOptions())
             if outcome.status != "ok":
                 raise RuntimeError(f"{s.id} {label}: {outcome.status}")
             runs[label] = (EngineOutputs.load(prepared.spec.output_dir), prepared.spec.workloads)
-        checks = compare_outputs(runs["reference"][0], runs["setting"][0], runs["setting"][1], tolerance_for(s.suite.dtype))
+        checks = check_workloads(runs["reference"][0], runs["setting"][0], runs["setting"][1], tolerance_for(s.suite.dtype))
         per[s.id] = (time.monotonic() - t0, "pass" if all(c.passed for c in checks) else "fail")
     return time.monotonic() - start, per
 

@@ -19,7 +19,7 @@ first diverging layer / stage / TP rank, and, if asked, its report:
   save_report            verdicts into a run directory with the harness's report
 
 Nothing here compares or launches by itself: runs go through the stages of harness/stages/
-(admit, launch, the crash/hang verdicts), comparison through harness/judge/ (the checks, the
+(admit, launch, the crash/hang verdicts), comparison through harness/compare/ (the checks, the
 tolerances of docs/TOLERANCES.md, the localisation). docs/API.md has the long form.
 """
 
@@ -34,22 +34,24 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Union
 
+from harness.compare.numeric import Tolerance, tolerance_for
+from harness.compare.outputs import judge_outputs
 from harness.config.env import DEVICE
+from harness.config.loading import load_scenarios, parse_suite
+from harness.config.scenario import Scenario, expand, select
+from harness.config.schema import ID_PART, ScenarioError, ToleranceOverride
 from harness.contract.outputs import EngineOutputs
-from harness.judge.compare import Tolerance, tolerance_for
-from harness.judge.outputs import judge_outputs
 from harness.rundir import claim_new_run_dir, scenario_dir_name, verdict_path
 from harness.runner import run_scenario
-from harness.scenario import ID_PART, Scenario, ScenarioError, SuiteFile, ToleranceOverride, expand, load_scenarios, select
 from harness.stages.admit import Admitted, RunOptions, admit
 from harness.stages.ended import launch_verdict
-from harness.stages.launch import launch
+from harness.stages.execute import execute
 from harness.verdict import Verdict
 
 # What run_setting asks the engine when the test names no workloads: teacher-forced top-k
 # logprobs with per-layer hidden states (so a failure names its first diverging layer,
 # stage and TP rank), and greedy decoding through the KV cache. Fields as in a scenario
-# file's `workloads:` (harness/scenario.py, WorkloadDef).
+# file's `workloads:` (harness/config/schema.py, WorkloadDef).
 DEFAULT_WORKLOADS: tuple[dict, ...] = (
     {"name": "logits", "kind": "logprobs", "num_prompts": 4, "max_prompt_tokens": 48, "top_k": 20, "capture_hidden": True},
     {"name": "greedy", "kind": "greedy", "num_prompts": 2, "max_prompt_tokens": 32, "max_new_tokens": 8, "top_k": 20},
@@ -202,7 +204,7 @@ def _plan(model, settings: Mapping, *, engine: str, workloads, dtype: str, fault
 def _run(planned: _Planned) -> SettingRun:
     """Launch a planned setting through the runner; CheckFailed unless every rank finished."""
     scenario, prepared = planned.scenario, planned.admitted.prepared
-    outcome = launch(planned.admitted, planned.out_dir, scenario, planned.opts)
+    outcome = execute(planned.admitted, planned.out_dir, scenario, planned.opts)
     ended = launch_verdict(scenario.id, outcome, prepared.engine)
     if ended is not None:
         ended.settings = scenario.engine_settings
@@ -388,7 +390,7 @@ def _scenario(model, settings: Mapping, engine: str, workloads, dtype: str, tole
     if not settings:
         raw["golden"] = {"tp": 1}
     try:
-        suite = SuiteFile.model_validate(raw)
+        suite = parse_suite(raw, Path.cwd() / "harness-api")
     except ValueError as exc:
         raise ValueError(f"cannot run {dict(settings)} of {engine} on {model!r}: {exc}") from None
     return expand(suite, Path.cwd() / "harness-api")[0]

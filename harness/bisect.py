@@ -35,9 +35,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness import envs
+from harness.config.scenario import Scenario
 from harness.roots import import_root
 from harness.runner import RunOptions, run_scenario
-from harness.scenario import Scenario
 from harness.verdict import Verdict
 
 SKIP_VERDICTS = ("error", "unsupported")

@@ -44,22 +44,22 @@ cannot have its crashes blamed or its hangs explained: the check fails saying so
 from __future__ import annotations
 
 import re
-import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness import models
+from harness.compare.numeric import check_workloads, tolerance_for
+from harness.config.scenario import Scenario, settings_label
+from harness.config.schema import PARALLEL_SIZES, SuiteFile
 from harness.contract.outputs import EngineOutputs
 from harness.contract.runspec import RunSpec
 from harness.engines import BUILTIN, Engine, EngineUnavailable, axes_text, get_engine
 from harness.engines.base import Capability
-from harness.judge.compare import compare_outputs, tolerance_for
 from harness.launch.rankside import RANK_FAULT_ENV
 from harness.roots import goldens_in
 from harness.rundir import OUTPUTS, scenario_dir
 from harness.runner import GoldenUnsupported, RunOptions, make_golden, run_scenario
-from harness.scenario import PARALLEL_SIZES, Scenario, SuiteFile, settings_label
 from harness.stages.admit import admit
 from harness.verdict import Verdict
 
@@ -108,7 +108,7 @@ class KitOptions:
 
 
 @dataclass
-class CheckResult:
+class KitResult:
     name: str
     status: str  # "pass" | "fail" | "skip"
     detail: str
@@ -117,17 +117,17 @@ class CheckResult:
         return f"  {self.status.upper():4s}  {self.name:18s} {self.detail}"
 
 
-def passed(results: list[CheckResult]) -> bool:
+def passed(results: list[KitResult]) -> bool:
     """No check failed (a skip says why it could not apply, and is not a failure)."""
     return all(r.status != "fail" for r in results)
 
 
-def summary(results: list[CheckResult]) -> str:
+def summary(results: list[KitResult]) -> str:
     counts = {s: sum(r.status == s for r in results) for s in ("pass", "fail", "skip")}
     return f"{len(results)} checks: {counts['pass']} pass, {counts['fail']} fail, {counts['skip']} skip"
 
 
-def assert_conforms(engine: str, work_dir: Path, options: KitOptions | None = None) -> list[CheckResult]:
+def assert_conforms(engine: str, work_dir: Path, options: KitOptions | None = None) -> list[KitResult]:
     """Run the kit; an AssertionError listing every check's line if any check failed."""
     results = run_kit(engine, work_dir, options)
     if not passed(results):
@@ -168,7 +168,7 @@ def impossible_settings(axes: dict, golden: dict) -> list[tuple[str, dict]]:
     return cases
 
 
-def _slug(name: str) -> str:
+def work_dir_name(name: str) -> str:
     return re.sub(r"[^a-z0-9.-]+", "-", name.lower()).strip("-.") or "engine"
 
 
@@ -192,7 +192,7 @@ class Kit:
 
     def _suite(self, engine: str) -> SuiteFile:
         return SuiteFile.model_validate({
-            "suite": f"conformance-{_slug(engine)}", "engine": engine, "model": self.opts.model, "dtype": "float32",
+            "suite": f"conformance-{work_dir_name(engine)}", "engine": engine, "model": self.opts.model, "dtype": "float32",
             "timeout_s": self.opts.timeout_s, "workloads": WORKLOADS, "golden": self.golden_settings,
             "matrix": {a: [v] for a, v in self.golden_settings.items()},
             "engine_options": self.opts.engine_options if engine == self.name else {},
@@ -252,11 +252,11 @@ class Kit:
 
     # -- checks --------------------------------------------------------------------
 
-    def check_load(self) -> CheckResult:
+    def check_load(self) -> KitResult:
         try:
             engine = get_engine(self.name)
         except EngineUnavailable as exc:
-            return CheckResult("load", "fail", str(exc))
+            return KitResult("load", "fail", str(exc))
         engine.configure(self.opts.engine_options)
         self.engine = engine
         from harness import plugins
@@ -279,18 +279,18 @@ class Kit:
         if problems:
             if reason or not self.golden_settings:  # nothing can be run
                 self.engine = None
-            return CheckResult("load", "fail", f"loads from {origin}, but " + "; ".join(problems))
-        return CheckResult("load", "pass", f"from {origin}; ready here; axes {axes_text(self.axes)}")
+            return KitResult("load", "fail", f"loads from {origin}, but " + "; ".join(problems))
+        return KitResult("load", "pass", f"from {origin}; ready here; axes {axes_text(self.axes)}")
 
-    def check_versions(self) -> CheckResult:
+    def check_versions(self) -> KitResult:
         assert self.engine is not None
         try:
             versions = self.engine.versions()
         except Exception as exc:  # noqa: BLE001 - the kit reports what the engine raised
-            return CheckResult("versions", "fail", f"versions() raised {type(exc).__name__}: {exc}")
+            return KitResult("versions", "fail", f"versions() raised {type(exc).__name__}: {exc}")
         problems = []
         if not isinstance(versions, dict):
-            return CheckResult("versions", "fail", f"versions() returned {type(versions).__name__}, not a dict")
+            return KitResult("versions", "fail", f"versions() returned {type(versions).__name__}, not a dict")
         if versions.get("engine") != self.name:
             problems.append(f"versions()['engine'] is {versions.get('engine')!r}, not {self.name!r}")
         bad = [k for k, v in versions.items() if not (isinstance(k, str) and isinstance(v, str) and v)]
@@ -299,103 +299,103 @@ class Kit:
         if len(versions) < 2:
             problems.append("it names no version (e.g. the engine's own, torch's)")
         if problems:
-            return CheckResult("versions", "fail", f"{versions}: " + "; ".join(problems))
-        return CheckResult("versions", "pass", str(versions))
+            return KitResult("versions", "fail", f"{versions}: " + "; ".join(problems))
+        return KitResult("versions", "pass", str(versions))
 
-    def check_unsupported(self) -> CheckResult:
+    def check_unsupported(self) -> KitResult:
         said = []
         for what, settings in impossible_settings(self.axes, self.golden_settings):
             try:
                 reason = self._unsupported(settings)
             except Exception as exc:  # noqa: BLE001 - a crash here is what the check is for
-                return CheckResult("unsupported", "fail", f"{what}: unsupported_reason raised {type(exc).__name__}: {exc} "
+                return KitResult("unsupported", "fail", f"{what}: unsupported_reason raised {type(exc).__name__}: {exc} "
                                    "instead of returning a reason (a harness `error`, not `unsupported`)")
             if not (isinstance(reason, str) and reason.strip()):
-                return CheckResult("unsupported", "fail", f"{what}: unsupported_reason returned {reason!r}, not a reason; "
+                return KitResult("unsupported", "fail", f"{what}: unsupported_reason returned {reason!r}, not a reason; "
                                    "the harness would launch settings the engine says it cannot run")
             verdict = self._run("unsupported", settings)
             if verdict.verdict != "unsupported":
-                return CheckResult("unsupported", "fail", f"{what}: the scenario ended {verdict.verdict}: {verdict.reason}")
+                return KitResult("unsupported", "fail", f"{what}: the scenario ended {verdict.verdict}: {verdict.reason}")
             said.append(f"{what}: \"{reason}\"")
-        return CheckResult("unsupported", "pass", f"{len(said)} impossible settings, each `unsupported` with a reason: "
+        return KitResult("unsupported", "pass", f"{len(said)} impossible settings, each `unsupported` with a reason: "
                            + "; ".join(said))
 
-    def check_outputs(self) -> CheckResult:
+    def check_outputs(self) -> KitResult:
         assert self.suite is not None
         try:
             self.outputs, self.workloads = self._ensure_golden(self.suite)
         except Exception as exc:  # noqa: BLE001 - whatever stopped the golden run is the check's result
             kind = "cannot run the tp1 golden setting" if isinstance(exc, GoldenUnsupported) else "its golden run failed"
             self.golden_problem = f"{kind}: {(str(exc).splitlines() or [type(exc).__name__])[0]}"
-            return CheckResult("outputs", "fail", f"{self.golden_problem} (`harness golden` would fail the same way)")
+            return KitResult("outputs", "fail", f"{self.golden_problem} (`harness golden` would fail the same way)")
         self.golden_problem = None
         verdict = self._run("outputs", self.golden_settings)
         if verdict.verdict != "pass":
-            return CheckResult("outputs", "fail", f"tp1 run against its tp1 golden: {self._verdict_text(verdict)}")
+            return KitResult("outputs", "fail", f"tp1 run against its tp1 golden: {self._verdict_text(verdict)}")
         scenario = self._scenario(self.golden_settings)
         meta = EngineOutputs.load(scenario_dir(self.work / "runs" / "outputs", scenario.id) / OUTPUTS).meta
         note = ""
         if meta.get("engine") != self.name:  # information for whoever reads the outputs; the harness does not need it
             note = (f" (note: outputs.json names engine {meta.get('engine')!r}, not {self.name!r}; "
                     "EngineOutputs.describe_run(spec, name) writes it)")
-        return CheckResult("outputs", "pass", f"golden made and a tp1 run read and passed: {verdict.reason}{note}")
+        return KitResult("outputs", "pass", f"golden made and a tp1 run read and passed: {verdict.reason}{note}")
 
-    def check_matches_reference(self) -> CheckResult:
+    def check_matches_reference(self) -> KitResult:
         if self.name == self.opts.reference:
-            return CheckResult("matches-reference", "skip", "this is the reference engine")
+            return KitResult("matches-reference", "skip", "this is the reference engine")
         if self.golden_problem:
-            return CheckResult("matches-reference", "skip", f"no outputs of the engine to compare ({self.golden_problem})")
+            return KitResult("matches-reference", "skip", f"no outputs of the engine to compare ({self.golden_problem})")
         try:
             reference, _ = self._ensure_golden(self._suite(self.opts.reference))
         except Exception as exc:  # noqa: BLE001 - the reference's trouble is not the engine's
-            return CheckResult("matches-reference", "skip", f"the {self.opts.reference} engine's outputs could not be made: {exc}")
+            return KitResult("matches-reference", "skip", f"the {self.opts.reference} engine's outputs could not be made: {exc}")
         tol = tolerance_for("float32")
         try:
-            checks = compare_outputs(reference, self.outputs, self.workloads, tol)
+            checks = check_workloads(reference, self.outputs, self.workloads, tol)
         except Exception as exc:  # noqa: BLE001 - outputs the comparison cannot read are the engine's
-            return CheckResult("matches-reference", "fail", f"its outputs cannot be compared: {type(exc).__name__}: {exc}")
+            return KitResult("matches-reference", "fail", f"its outputs cannot be compared: {type(exc).__name__}: {exc}")
         text = "; ".join(f"{c.name}: {c.summary}" for c in checks)
         status = "pass" if all(c.passed for c in checks) else "fail"
-        return CheckResult("matches-reference", status, f"tp1 vs the {self.opts.reference} engine ({tol.describe()}): {text}")
+        return KitResult("matches-reference", status, f"tp1 vs the {self.opts.reference} engine ({tol.describe()}): {text}")
 
-    def check_parallel(self, extra: dict) -> CheckResult:
+    def check_parallel(self, extra: dict) -> KitResult:
         settings = {**self.golden_settings, **extra}
         name = f"parallel-{settings_label(extra, list(extra))}"
         undeclared = sorted(set(settings) - set(self.axes))
         if undeclared:
-            return CheckResult(name, "skip", f"the engine declares no {', '.join(undeclared)} axis")
+            return KitResult(name, "skip", f"the engine declares no {', '.join(undeclared)} axis")
         reason = self._unsupported(settings)
         if reason:
-            return CheckResult(name, "skip", f"unsupported: {reason}")
+            return KitResult(name, "skip", f"unsupported: {reason}")
         if self.golden_problem:
-            return CheckResult(name, "skip", f"no golden to compare with ({self.golden_problem})")
+            return KitResult(name, "skip", f"no golden to compare with ({self.golden_problem})")
         verdict = self._run(name, settings)
         if verdict.verdict != "pass":
-            return CheckResult(name, "fail", f"against its tp1 golden: {self._verdict_text(verdict)}")
+            return KitResult(name, "fail", f"against its tp1 golden: {self._verdict_text(verdict)}")
         # what the engine says it applied (outputs meta `applied`): a note, as the harness treats it
         evidence = "; ".join(f"{axis}={a['value']!r} {'applied' if a['applied'] else 'evidence'}: {a['evidence']}"
                              for axis, a in verdict.applied.items())
-        return CheckResult(name, "pass", f"against its tp1 golden: {verdict.reason}" + (f" ({evidence})" if evidence else ""))
+        return KitResult(name, "pass", f"against its tp1 golden: {verdict.reason}" + (f" ({evidence})" if evidence else ""))
 
-    def _fault_target_or_skip(self, name: str) -> tuple[dict, int] | CheckResult:
+    def _fault_target_or_skip(self, name: str) -> tuple[dict, int] | KitResult:
         """The setting and rank a fault check aims at, or the skip that says why it cannot run."""
         target = self._fault_target()
         if target is None:
-            return CheckResult(name, "skip", "the engine supports none of tp2, pp2, tp1 here")
+            return KitResult(name, "skip", "the engine supports none of tp2, pp2, tp1 here")
         if self.golden_problem:
-            return CheckResult(name, "skip", f"a run needs its golden ({self.golden_problem})")
+            return KitResult(name, "skip", f"a run needs its golden ({self.golden_problem})")
         return target
 
-    def check_crash(self) -> CheckResult:
+    def check_crash(self) -> KitResult:
         target = self._fault_target_or_skip("crash")
-        if isinstance(target, CheckResult):
+        if isinstance(target, KitResult):
             return target
         settings, rank = target
         fault, how = self._fault("raise", settings, rank)
         verdict = self._run("crash", settings, **fault)
         label = settings_label(settings, list(settings))
         if verdict.verdict != "crash":
-            return CheckResult("crash", "fail", f"{label}, rank {rank} made to raise by {how}: ended "
+            return KitResult("crash", "fail", f"{label}, rank {rank} made to raise by {how}: ended "
                                f"{self._verdict_text(verdict)}{self._not_fired(verdict)}")
         crash = verdict.crash or {}
         problems = []
@@ -407,19 +407,19 @@ class Kit:
         if not crash.get("traceback"):
             problems.append("no traceback")
         if problems:
-            return CheckResult("crash", "fail", f"{verdict.reason}: " + "; ".join(problems))
-        return CheckResult("crash", "pass", f"{label}, by {how}: {verdict.reason}")
+            return KitResult("crash", "fail", f"{verdict.reason}: " + "; ".join(problems))
+        return KitResult("crash", "pass", f"{label}, by {how}: {verdict.reason}")
 
-    def check_hang(self) -> CheckResult:
+    def check_hang(self) -> KitResult:
         target = self._fault_target_or_skip("hang")
-        if isinstance(target, CheckResult):
+        if isinstance(target, KitResult):
             return target
         settings, rank = target
         fault, how = self._fault("hang", settings, rank)
         verdict = self._run("hang", settings, timeout_s=self.opts.hang_timeout_s, **fault)
         label = settings_label(settings, list(settings))
         if verdict.verdict != "hang":
-            return CheckResult("hang", "fail", f"{label}, rank {rank} made to hang by {how}: ended "
+            return KitResult("hang", "fail", f"{label}, rank {rank} made to hang by {how}: ended "
                                f"{self._verdict_text(verdict)}{self._not_fired(verdict)}")
         hang = verdict.hang or {}
         stacks, stuck = hang.get("stacks") or {}, hang.get("stuck_at") or {}
@@ -431,8 +431,8 @@ class Kit:
         if rank not in stuck and str(rank) not in stuck:
             problems.append(f"no place where rank {rank} was stuck")
         if problems:
-            return CheckResult("hang", "fail", f"{verdict.reason}: " + "; ".join(problems))
-        return CheckResult("hang", "pass", f"{label}, by {how}: stacks of rank(s) {sorted(stacks)}; {verdict.reason}")
+            return KitResult("hang", "fail", f"{verdict.reason}: " + "; ".join(problems))
+        return KitResult("hang", "pass", f"{label}, by {how}: stacks of rank(s) {sorted(stacks)}; {verdict.reason}")
 
     @staticmethod
     def _verdict_text(verdict: Verdict) -> str:
@@ -451,14 +451,14 @@ class Kit:
     def wanted(self, name: str) -> bool:
         return self.opts.checks is None or name in self.opts.checks
 
-    def run(self) -> Iterator[CheckResult]:
+    def run(self) -> Iterator[KitResult]:
         with goldens_in(self.work / "golden"):  # the kit's goldens, never among the project's
             load = self.check_load()
             yield load
             later = [c for c in CHECKS if c != "load" and self.wanted(c)]
             if self.engine is None:
                 for name in later:
-                    yield CheckResult(name, "skip", "the engine does not load or cannot run here (see load)")
+                    yield KitResult(name, "skip", "the engine does not load or cannot run here (see load)")
                 return
             if self.wanted("versions"):
                 yield self.check_versions()
@@ -469,7 +469,7 @@ class Kit:
             except (ValueError, models.ModelError) as exc:
                 for name in later:
                     if name != "versions":
-                        yield CheckResult(name, "fail" if name == "outputs" else "skip",
+                        yield KitResult(name, "fail" if name == "outputs" else "skip",
                                           f"the kit's suite for model {self.opts.model} cannot be made: {exc}")
                 return
             if self.wanted("unsupported"):
@@ -490,7 +490,7 @@ class Kit:
 
 
 def run_kit(engine: str, work_dir: Path, options: KitOptions | None = None,
-            echo: Callable[[str], None] | None = None) -> list[CheckResult]:
+            echo: Callable[[str], None] | None = None) -> list[KitResult]:
     """Every check's result (each also passed to `echo` as a line as soon as it ends)."""
     options = options or KitOptions()
     unknown = [c for c in options.checks or [] if c not in CHECKS]
@@ -502,24 +502,3 @@ def run_kit(engine: str, work_dir: Path, options: KitOptions | None = None,
         if echo:
             echo(result.line())
     return results
-
-
-def main(args) -> int:
-    """`harness conformance ENGINE`: print each check's line; exit 0 when none failed."""
-    import tempfile
-
-    work = args.work_dir or Path(tempfile.mkdtemp(prefix=f"harness-conformance-{_slug(args.engine)}-"))
-    work.mkdir(parents=True, exist_ok=True)
-    options = KitOptions(model=args.model, device=args.device, checks=args.check or None,
-                         engine_options=dict(args.engine_option), timeout_s=args.timeout, hang_timeout_s=args.hang_timeout)
-    if args.parallel is not None:
-        options.parallel = [parse_settings(s) for s in args.parallel]
-    print(f"conformance of engine '{args.engine}' (model {options.model}, device {options.device}); work dir {work}",
-          flush=True)
-    results = run_kit(args.engine, work, options, echo=lambda line: print(line, flush=True))
-    print(summary(results) + ("" if passed(results) else "; see docs/ENGINES.md for the contract"), flush=True)
-    return 0 if passed(results) else 1
-
-
-if __name__ == "__main__":  # pragma: no cover - `python -m harness conformance` is the way in
-    sys.exit("use: python -m harness conformance ENGINE")

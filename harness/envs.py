@@ -32,9 +32,9 @@ from pathlib import Path
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.version import InvalidVersion, Version
 
+from harness.config.scenario import EngineVersion, Scenario, split_id
 from harness.engines import envdir
 from harness.roots import cache_dir
-from harness.scenario import EngineVersion, Scenario, split_id
 
 
 class EnvError(ValueError):

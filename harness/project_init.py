@@ -14,8 +14,10 @@ from pathlib import Path
 
 import yaml
 
+from harness.config.loading import parse_suite
+from harness.config.scenario import expand
+from harness.config.schema import ID_PART, ScenarioError
 from harness.roots import CONFIG_FILE, PYPROJECT, find_config
-from harness.scenario import ID_PART, ScenarioError, expand, parse_suite
 
 CONFIG_TABLE = """\
 # The harness's project config (harness/roots.py of the harness): paths are relative to this file.

@@ -24,14 +24,16 @@ from pathlib import Path
 import pytest
 
 from harness.config.env import DEVICE, PYTEST_RUN_ID
+from harness.config.loading import load_suite
+from harness.config.scenario import expand
+from harness.config.schema import ScenarioError
 from harness.rundir import new_run_id, run_id_problem, scenarios_root
-from harness.scenario import ScenarioError, expand, load_suite
 
 RUN_ID_ENV = PYTEST_RUN_ID.name
 
 
 def pytest_addoption(parser):
-    from harness.cli import (  # the CLI's rules: a bad value is a usage error
+    from harness.cli.options import (  # the CLI's rules: a bad value is a usage error
         positive_int,
         positive_seconds,
     )

@@ -27,10 +27,12 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness.config.loading import load_scenarios
+from harness.config.scenario import Scenario, find_one, settings_label
+from harness.config.schema import ScenarioError
 from harness.contract.runspec import MEDIA
 from harness.roots import project, reports_dir
 from harness.rundir import SCENARIOS, VERDICT, scenario_dir_name, verdict_path
-from harness.scenario import Scenario, ScenarioError, find_one, load_scenarios, settings_label
 from harness.verdict import Verdict
 
 SCRIPT, REPORT, MODEL, IMAGES = "repro.py", "BUG.md", "model", "images"
@@ -147,7 +149,7 @@ def _checkpoint(scenario: Scenario, engine, out: Path) -> tuple[str, bool, str]:
 def _case(scenario: Scenario, model_dir: str, out: Path) -> dict:
     """The engine-neutral description the engine's repro_script renders (engines/base.py)."""
     from harness import workloads as wl
-    from harness.judge.compare import tolerance_for
+    from harness.compare.numeric import tolerance_for
     from harness.zoo import load_tokenizer
 
     suite = scenario.suite
@@ -180,7 +182,7 @@ def _case(scenario: Scenario, model_dir: str, out: Path) -> dict:
         "settings": {reference: golden, failing: scenario.engine_settings},
         "workloads": resolved,
         "tolerance": {"logprob_atol": tol.logprob_atol, "kl_max": tol.kl_max, "top1_min": tol.top1_min, "near_tie": tol.near_tie},
-        "tolerance_name": f"{suite.dtype} bounds of harness/judge/compare.py"
+        "tolerance_name": f"{suite.dtype} bounds of harness/compare/numeric.py"
                           + (f" with the scenario file's tolerances: {overrides}" if overrides else ""),
         "env": dict(suite.env),
         "timeout_s": suite.timeout_s,
@@ -207,7 +209,7 @@ def _installed_versions(engine) -> dict:
 
 def bug_report(scenario: Scenario, case: dict, verdict: Verdict | None, verdict_file: Path | None,
                versions: dict, model_note: str, out: Path) -> str:
-    from harness.judge.expectations import describe as describe_expectation
+    from harness.compare.expectations import describe as describe_expectation
 
     ref, failing = case["reference"], case["failing"]
     script = out / SCRIPT
@@ -279,7 +281,7 @@ def _workloads_text(case: dict) -> str:
 
 
 def _symptom(verdict: Verdict | None, verdict_file: Path | None) -> list[str]:
-    from harness.judge.localize import describe as describe_place
+    from harness.compare.localize import describe as describe_place
 
     if verdict is None:
         return ["No run of this scenario was found (give `--run RUN_DIR`, or `harness run` it first): the symptom "

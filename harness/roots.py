@@ -86,6 +86,7 @@ class Project:
     reports: Path
     cache: Path | None
     builtin_suites: bool = True
+    scenarios_configured: bool = False  # the config names them (else the default, which may not exist yet)
 
 
 def find_config(start: Path | None = None) -> tuple[Path, dict] | None:
@@ -137,7 +138,8 @@ def project(start: Path | None = None) -> Project:
     scenarios = [config.scenarios] if isinstance(config.scenarios, str) else config.scenarios
     return Project(root=root, config_file=config_file, scenarios=tuple(_under(root, p) for p in scenarios),
                    golden=_under(root, config.golden), reports=_under(root, config.reports),
-                   cache=_under(root, config.cache) if config.cache else None, builtin_suites=config.builtin_suites)
+                   cache=_under(root, config.cache) if config.cache else None, builtin_suites=config.builtin_suites,
+                   scenarios_configured="scenarios" in config.model_fields_set)
 
 
 def _under(root: Path, path: str) -> Path:
@@ -150,13 +152,28 @@ def scenario_paths() -> list[Path]:
     project's (those that exist), then the built-in suites unless the project turned them
     off; a directory named twice (this checkout is both) is read once."""
     here = project()
-    paths = [p for p in here.scenarios if p.exists()]
+    paths = [p for p in here.scenarios if _readable(p, here)]
     if here.builtin_suites:
         paths.append(builtin_scenarios())
     unique: dict[Path, Path] = {}
     for p in paths:
         unique.setdefault(p.resolve(), p)
     return list(unique.values())
+
+
+def _readable(path: Path, here: Project) -> bool:
+    """Whether a scenarios entry can be read. One the config names must be: a typo there
+    would silently drop its suites from every gate (a green run that tested nothing)."""
+    try:
+        os.stat(path)
+        if path.is_dir():
+            os.listdir(path)
+        return True
+    except OSError as exc:
+        if not here.scenarios_configured:
+            return False  # the default scenarios/ of a project that has none yet
+        raise ProjectConfigError(f"{here.config_file}: scenarios entry '{path}' cannot be read: "
+                                 f"{exc.strerror or exc}; fix the path (relative to {here.root})") from None
 
 
 def shipped_only(path: Path) -> bool:

@@ -1,4 +1,4 @@
-"""One scenario, start to verdict: admit -> launch -> judge -> Verdict.save.
+"""One scenario, start to verdict: admit -> execute -> judge -> Verdict.save.
 
 The stages live in harness/stages/; this is the flow of docs/DESIGN.md ("The flow of one
 scenario") in one place. The CLI, pytest and the golden command all come through here,
@@ -11,16 +11,16 @@ import time
 from pathlib import Path
 
 from harness import golden as goldens
+from harness.compare.expectations import apply_expectations
+from harness.config.scenario import Scenario
 from harness.contract.outputs import EngineOutputs
 from harness.evals import lm
-from harness.judge.expectations import judge as expectations_judge
 from harness.plan.devices import Lease
 from harness.rundir import VERDICT, ResultsNotWritten, scenario_dir
-from harness.scenario import Scenario
 from harness.stages.admit import RunOptions, admit
 from harness.stages.ended import harness_error, launch_verdict
+from harness.stages.execute import execute
 from harness.stages.judge import judge
-from harness.stages.launch import launch
 from harness.timings import Stopwatch
 from harness.verdict import Verdict
 
@@ -53,8 +53,8 @@ def run_scenario(scenario: Scenario, run_dir: Path, opts: RunOptions | None = No
     verdict.expected_failure = scenario.expected_failure
     verdict.reproduce = reproduce
     # expected-failure only for the failure the scenario file describes, on the engine
-    # versions it names (harness/judge/expectations.py)
-    verdict = expectations_judge(verdict, scenario.expectations)
+    # versions it names (harness/compare/expectations.py)
+    verdict = apply_expectations(verdict, scenario.expectations)
     watch.lap("verdict")
     verdict.timings = watch.timings()
     try:
@@ -69,7 +69,7 @@ def _run(scenario: Scenario, out_dir: Path, opts: RunOptions, lease: Lease | Non
     admitted = admit(scenario, scenario.engine_settings, out_dir, opts, opts.gate, watch=watch)
     if isinstance(admitted, Verdict):
         return admitted
-    outcome = launch(admitted, out_dir, scenario, opts, lease, watch)
+    outcome = execute(admitted, out_dir, scenario, opts, lease, watch)
     return judge(scenario, admitted, outcome, watch)
 
 
@@ -91,7 +91,7 @@ def make_golden(scenario_for_golden: Scenario, work_dir: Path, opts: RunOptions 
     if isinstance(admitted, Verdict):
         raise RuntimeError(admitted.reason)  # the input's error: the caller names the golden
     prepared = admitted.prepared
-    outcome = launch(admitted, out_dir, scenario_for_golden, opts)
+    outcome = execute(admitted, out_dir, scenario_for_golden, opts)
     ended = launch_verdict(scenario_for_golden.id, outcome, prepared.engine)
     if ended is not None:  # the engine names the worker that really died (vLLM's own processes)
         raise RuntimeError(f"golden run of '{scenario_for_golden.golden_key}' ended as {outcome.status}: {ended.reason}; "

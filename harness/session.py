@@ -12,15 +12,16 @@ release. Progress hooks are called from the session's own thread.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from pathlib import Path
 
+from harness.config.scenario import Scenario
 from harness.launch import SigtermAsInterrupt
 from harness.plan.devices import POLL_S, Lease
 from harness.plan.schedule import Cost, costs, largest_first
 from harness.runner import RunOptions, run_scenario
-from harness.scenario import Scenario
 from harness.verdict import Verdict
 
 
@@ -67,7 +68,10 @@ def run_session(scenarios: list[Scenario], run_dir: Path, opts: RunOptions, prog
 
 def _run_packed(scenarios, run_dir, opts: RunOptions, progress: Progress, jobs: int, cost: dict[str, Cost],
                 run=run_scenario) -> list[Verdict]:
-    opts.cancel = opts.cancel or threading.Event()
+    if opts.cancel is None:  # the session's own stop switch, on a copy: the caller's options stay as given
+        opts = dataclasses.replace(opts, cancel=threading.Event())
+    cancel = opts.cancel
+    assert cancel is not None
     pending = largest_first(scenarios, cost)
     running: dict[Future, Lease | None] = {}
     verdicts: list[Verdict] = []
@@ -81,7 +85,7 @@ def _run_packed(scenarios, run_dir, opts: RunOptions, progress: Progress, jobs: 
                 for future in done:
                     _finish(future, running, verdicts, progress)
         except BaseException:
-            opts.cancel.set()  # every launch stops its ranks (LaunchInterrupted in its thread)
+            cancel.set()  # every launch stops its ranks (LaunchInterrupted in its thread)
             _drain(running)
             raise
     return verdicts

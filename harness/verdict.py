@@ -37,7 +37,7 @@ class Verdict:
     expected_failure: str | None = None
     # Under expected-failure: the verdict actually observed (fail/crash/hang).
     observed: str | None = None
-    # The scenario file's expectation beside what happened (harness/judge/expectations.py):
+    # The scenario file's expectation beside what happened (harness/compare/expectations.py):
     # status matched | mismatch | not-applicable | not-fired, reason, expected, why, happened, ran_on
     expectation: dict | None = None
     tolerance: str = ""
@@ -54,7 +54,7 @@ class Verdict:
     localization: dict | None = None
     # Where the time went: the runner's and the ranks' phases (harness/timings.py)
     timings: dict = field(default_factory=dict)
-    # Each tested axis: did the engine really apply it, and its evidence (harness/judge/applied.py)
+    # Each tested axis: did the engine really apply it, and its evidence (harness/compare/applied.py)
     applied: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:

@@ -11,11 +11,11 @@ import json
 from pathlib import Path
 
 from harness import chat
+from harness.config.schema import WorkloadDef
 from harness.contract.runspec import MEDIA
 from harness.images import image_path
 from harness.media import audio_path, video_path
 from harness.roots import DATA_DIR
-from harness.scenario import WorkloadDef
 
 BOS_ID = 0  # every zoo tokenizer puts <s> first (zoo.SPECIAL_TOKENS)
 EOS_ID = 1

@@ -15,8 +15,8 @@ import json
 import pytest
 
 from harness import rundir
+from harness.compare.applied import NOT_REPORTED, axes_under_test, evidence_table, unapplied_reason
 from harness.engines.reference import evidence
-from harness.judge.applied import NOT_REPORTED, axes_under_test, evidence_table, unapplied_reason
 from harness.verdict import Verdict
 from tests.kit import harness_cli
 
@@ -42,8 +42,8 @@ def test_a_run_of_another_setting_is_unsupported_even_when_its_numbers_fail():
     """vLLM 0.20.2 on CPU ran no SP in its SP scenarios, and its numbers failed (the SP flag
     padded batches and its CPU attention wrote the pad into a live cached row): that run says
     nothing about SP. unsupported, the failed checks kept in the record and the reason."""
-    from harness.judge.compare import Tolerance
-    from harness.judge.outputs import verdict_of_checks
+    from harness.compare.numeric import Tolerance
+    from harness.compare.outputs import verdict_of_checks
 
     checks = [{"name": "greedy", "kind": "greedy", "passed": False, "summary": "2/3 identical"},
               {"name": "logits", "kind": "logprobs", "passed": True, "summary": "max diff 0"}]

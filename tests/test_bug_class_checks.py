@@ -9,9 +9,9 @@ import copy
 import pytest
 import torch
 
+from harness.compare.contracts import check_pp_contract
+from harness.compare.localize import describe, first_divergence
 from harness.contract.outputs import EngineOutputs
-from harness.judge.contracts import check_pp_contract
-from harness.judge.localize import describe, first_divergence
 from harness.report.axes import explaining_settings
 from harness.verdict import Verdict
 
@@ -103,7 +103,7 @@ def test_image_workloads_put_placeholders_after_bos_and_hash_pixels_not_paths(tm
     from harness import golden as goldens
     from harness import workloads as wl
     from harness import zoo
-    from harness.scenario import WorkloadDef
+    from harness.config.schema import WorkloadDef
 
     model = zoo.model_dir("tiny-llama-vl")
     w = [WorkloadDef(name="images", kind="logprobs", num_prompts=3, images=["noise-8x8", "gradient-8x8", None], max_prompt_tokens=20)]

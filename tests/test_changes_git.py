@@ -7,8 +7,8 @@ import subprocess
 import pytest
 
 from harness.cli import build_parser
+from harness.config.schema import ScenarioError
 from harness.plan.changes import changed_files_since
-from harness.scenario import ScenarioError
 
 
 def git(repo, *args):

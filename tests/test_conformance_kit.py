@@ -44,9 +44,9 @@ def test_the_settings_no_engine_can_run_by_its_own_declaration():
 
 
 def test_conformance_rejects_an_unknown_check(capsys):
-    with pytest.raises(SystemExit) as err:
-        cli.main(["conformance", "reference", "--check", "speed"])
-    assert err.value.code == 2 and "invalid choice: 'speed'" in capsys.readouterr().err
+    assert cli.main(["conformance", "reference", "--check", "speed"]) == 2
+    err = capsys.readouterr().err
+    assert "unknown checks ['speed'] (the kit has: load, versions," in err
 
 
 def test_conformance_of_an_engine_that_does_not_load_fails_its_first_check(site, tmp_path, capsys):

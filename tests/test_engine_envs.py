@@ -13,13 +13,14 @@ import pytest
 
 from harness import envs
 from harness.cli import main
+from harness.config.loading import load_scenarios
+from harness.config.scenario import select, split_id
 from harness.engines import envdir
 from harness.engines.base import Engine
 from harness.report import write_report
 from harness.report.versions import version_matrix, versions_text
 from harness.rundir import verdict_path
 from harness.runner import RunOptions, reproduce_command
-from harness.scenario import load_scenarios, select, split_id
 from harness.verdict import Verdict
 
 ROOT = Path(__file__).resolve().parent.parent

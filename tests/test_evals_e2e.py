@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from harness import golden as goldens
+from harness.config.loading import load_scenarios
 from harness.runner import RunOptions, run_scenario
-from harness.scenario import load_scenarios
 
 pytestmark = pytest.mark.e2e
 ROOT = Path(__file__).resolve().parent.parent
@@ -72,9 +72,9 @@ def _where(tmp_path: Path, v) -> str:
 
 
 def test_a_golden_made_with_evals_stores_per_item_results_and_scenarios_pair_with_it(tmp_path, monkeypatch):
+    from harness.config.loading import load_suite
     from harness.contract.outputs import EngineOutputs
     from harness.runner import make_golden
-    from harness.scenario import load_suite
 
     suite_file = tmp_path / "mini.yaml"
     suite_file.write_text("""

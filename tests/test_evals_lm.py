@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from harness.config.schema import EvalDef
 from harness.evals import lm, tasks
-from harness.scenario import EvalDef
 from harness.workloads import BOS_ID, EOS_ID, encode_text
 from harness.zoo import DATA_DIR, load_tokenizer, model_dir
 

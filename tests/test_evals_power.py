@@ -17,10 +17,10 @@ from pathlib import Path
 import pytest
 
 from harness import golden as goldens
+from harness.config.loading import load_suite
 from harness.evals import paired
 from harness.jsonfile import read_json
 from harness.rundir import logs_dir, verdict_path
-from harness.scenario import load_suite
 from tests.kit import ROOT, harness_cli, verdict_of
 
 SCENARIO = "llama-gsm8k/tp1-pp1"

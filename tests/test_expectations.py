@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from harness.judge.expectations import judge as _apply_expectation
-from harness.scenario import ExpectedFailure, ScenarioError, load_scenarios, load_suite
+from harness.compare.expectations import apply_expectations as _apply_expectation
+from harness.config.loading import load_scenarios, load_suite
+from harness.config.schema import ExpectedFailure, ScenarioError
 from harness.verdict import Verdict
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -170,7 +171,7 @@ def unsupported(versions=VLLM_032, reason="the engine accepted but did not apply
 def test_an_unsupported_declared_for_the_engine_version_is_matched():
     """What keeps a lost setting from being 'coverage lost' is an
     expectation scoped to the engine version that declares it unsupported."""
-    from harness.judge.expectations import declares_unsupported
+    from harness.compare.expectations import declares_unsupported
 
     v = _apply_expectation(unsupported(), (SP_REMOVED,))
     assert v.verdict == "unsupported" and v.as_expected and v.expectation["status"] == "matched"

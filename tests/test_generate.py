@@ -78,15 +78,15 @@ def test_generate_groups_and_cache_shape():
 
 
 def test_compare_and_localize_skip_generate():
-    from harness.judge.compare import compare_outputs, tolerance_for
-    from harness.judge.localize import first_divergence
+    from harness.compare.localize import first_divergence
+    from harness.compare.numeric import check_workloads, tolerance_for
 
     w = {"name": "eval_x", "kind": "generate", "prompts": [[1, 2]], "max_new_tokens": 2}
     a = EngineOutputs()
     a.put("eval_x", **EngineOutputs.generate_fields([[3]], 2))
     b = EngineOutputs()
     b.put("eval_x", **EngineOutputs.generate_fields([[4, 5]], 2))
-    assert compare_outputs(a, b, [w], tolerance_for("float32")) == []
+    assert check_workloads(a, b, [w], tolerance_for("float32")) == []
     assert first_divergence(a, b, [w]) is None
 
 

@@ -17,14 +17,14 @@ import pytest
 from harness import golden as goldens
 from harness import models
 from harness import workloads as wl
+from harness.compare.numeric import check_workloads, tolerance_for
+from harness.config.loading import load_suite
 from harness.contract.outputs import EngineOutputs
 from harness.contract.runspec import RunSpec
 from harness.engines import get_engine
-from harness.judge.compare import compare_outputs, tolerance_for
 from harness.launch import run_ranks
 from harness.models import tiny_vllm
 from harness.roots import builtin_scenarios
-from harness.scenario import load_suite
 from harness.zoo import load_tokenizer
 from tests.kit import scaled
 
@@ -131,7 +131,7 @@ def test_vllm_golden_agrees_with_hf_transformers(path: Path, key: str, tmp_path)
     outcome = run_ranks(get_engine("hf").launch_plan(spec, str(tmp_path / "spec.json")), tmp_path / "logs", scaled(300))
     assert outcome.status == "ok", (outcome.failure, Path(outcome.logs[0]).read_text()[-3000:])
 
-    checks = compare_outputs(EngineOutputs.load(golden_dir), EngineOutputs.load(spec.output_dir), resolved,
+    checks = check_workloads(EngineOutputs.load(golden_dir), EngineOutputs.load(spec.output_dir), resolved,
                              tolerance_for("float32"))
     assert [c.name for c in checks] == [w["name"] for w in resolved]
     if key not in KNOWN_DISAGREEMENTS:

@@ -24,10 +24,9 @@ LAYERS = {
     "contract": 0, "roots": 0, "exit_codes": 0, "provenance": 0, "verdict": 0, "data": 0,
     "plugins": 0,  # entry-point discovery (engines, models of installed packages)
     # parts that stand on the contract alone
-    "launch": 1, "images": 1, "chat": 1, "zoo": 1, "timings": 1, "golden": 1, "judge": 1, "rundir": 1,
+    "launch": 1, "images": 1, "chat": 1, "zoo": 1, "timings": 1, "golden": 1, "compare": 1, "rundir": 1,
     "models": 2, "engines": 2,
     "media": 2,  # videos and audio clips (their frames are images' patterns)
-    "scenario": 3,
     # scenario files: schema, loading, binding to the engines (harness/config/; its env.py sits at the bottom)
     "config": 3,
     "envs": 4,  # engine environments (--engine-env): asks the engines, installs releases, versions scenarios
@@ -35,7 +34,7 @@ LAYERS = {
     "project_init": 4,  # `harness init`: a project's config and first scenario file, checked as any scenario file
     "evals": 5,
     "repro": 5,  # `harness repro`: a scenario as a standalone script (below what runs or bisects)
-    # the stages of one run: admit -> launch -> judge (harness/stages/)
+    # the stages of one run: admit -> execute -> judge (harness/stages/)
     "stages": 5.5,
     # orchestration and output
     "runner": 6,

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from harness.compare.localize import EMBEDDING, HIDDEN_RTOL, describe, first_divergence
 from harness.contract.outputs import EngineOutputs
-from harness.judge.localize import EMBEDDING, HIDDEN_RTOL, describe, first_divergence
 from harness.rundir import outputs_dir
 from tests.kit import ROOT, harness_cli, scaled, verdict_of
 

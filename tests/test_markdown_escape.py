@@ -121,13 +121,13 @@ def test_the_closest_setting_and_the_passes_that_share_it_are_escaped(p):
 
 def test_an_expected_failure_reason_from_a_scenario_file_is_escaped_in_the_files_written(tmp_path):
     """The case first seen, through write_report: a scenario file's expected-failure reason."""
-    from harness.judge.expectations import judge
-    from harness.scenario import ExpectedFailure
+    from harness.compare.expectations import apply_expectations
+    from harness.config.schema import ExpectedFailure
 
     x = ExpectedFailure(match={"pp": 2}, exception="AssertionError", reason=IMG)
     v = Verdict("s/pp2", "crash", f"rank 1 crashed: AttributeError: {IMG}", reproduce="make s/pp2",
                 crash={"rank": 1, "exception": f"AttributeError: {IMG}", "traceback": f"tb\n```\n{IMG}", "log": "l", "frame": IMG})
-    judged = judge(v, (x,))
+    judged = apply_expectations(v, (x,))
     judged.save(verdict_path(tmp_path, judged.scenario))
     write_report(tmp_path, {"run_id": "r1"})
     for name in ("summary.md", "pr-comment.md"):

@@ -15,8 +15,9 @@ from pathlib import Path
 import pytest
 
 from harness import models
+from harness.config.loading import load_suite
+from harness.config.schema import ScenarioError
 from harness.models import ArchModel, HubModel, ModelError, PathModel
-from harness.scenario import ScenarioError, load_suite
 from tests.kit import ROOT, harness_cli, verdict_of, verdicts
 
 
@@ -253,7 +254,7 @@ def arch_suite(tmp_path: Path, **fields) -> Path:
 
 
 def test_the_arch_axis_expands_to_one_model_and_golden_per_arch(tmp_path):
-    from harness.scenario import expand
+    from harness.config.scenario import expand
 
     path = arch_suite(tmp_path, archs={"llama": "LlamaForCausalLM", "qwen3": {"arch": "Qwen3ForCausalLM", "seed": 1}})
     scenarios = {s.id: s for s in expand(load_suite(path), path)}

@@ -12,8 +12,9 @@ import sys
 import pytest
 
 from harness import cli, plugins, zoo
+from harness.config.loading import load_suite
+from harness.config.schema import ScenarioError
 from harness.engines import EngineUnavailable, declared_axes, engine_names, get_engine, inventory
-from harness.scenario import ScenarioError, load_suite
 from tests.kit.plugins import Site
 
 

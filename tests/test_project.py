@@ -11,8 +11,9 @@ import pytest
 import yaml
 
 from harness import roots
+from harness.config.loading import load_scenarios, load_suite
+from harness.config.scenario import expand
 from harness.project_init import InitError, init_project, model_entry
-from harness.scenario import expand, load_scenarios, load_suite
 
 
 @pytest.fixture(autouse=True)
@@ -33,7 +34,10 @@ def test_config_is_found_upward_and_its_paths_are_relative_to_it(tmp_path, monke
     assert roots.golden_root() == tmp_path / "tests" / "golden"
     assert roots.reports_dir() == tmp_path / "reports"  # the default, under the project root
     assert roots.cache_dir("models") == tmp_path / "cache" / "models"
-    assert roots.scenario_paths() == []  # its scenario dir does not exist yet; no built-in suites
+    with pytest.raises(roots.ProjectConfigError, match="harness' cannot be read"):  # configured, so it must exist
+        roots.scenario_paths()
+    (tmp_path / "tests" / "harness").mkdir(parents=True)
+    assert roots.scenario_paths() == [tmp_path / "tests" / "harness"]  # no built-in suites
 
 
 def test_the_config_is_parsed_once_and_again_after_an_edit(tmp_path, monkeypatch):

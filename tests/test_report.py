@@ -113,8 +113,8 @@ def test_html_shows_a_localization_when_a_verdict_has_one(tmp_path):
 
 
 def test_report_shows_what_was_expected_beside_what_happened(tmp_path):
-    from harness.judge.expectations import judge
-    from harness.scenario import ExpectedFailure
+    from harness.compare.expectations import apply_expectations
+    from harness.config.schema import ExpectedFailure
 
     x = ExpectedFailure(match={"pp": 2}, engine_version="vllm==0.32.*", exception="AssertionError", rank="Worker_PP1",
                         reason="PP buffer never allocated")
@@ -122,7 +122,7 @@ def test_report_shows_what_was_expected_beside_what_happened(tmp_path):
                 versions={"engine": "vllm", "vllm": "0.32.0", "torch": "2.13.0"},
                 crash={"rank": "Worker_PP1 (vLLM worker)", "exception": "AttributeError: no get", "traceback": "tb", "log": "l",
                        "frame": "vllm/model_executor/models/gemma4.py:812 in forward", "wrapper": None})
-    save(tmp_path, judge(v, (x,)))
+    save(tmp_path, apply_expectations(v, (x,)))
     write_report(tmp_path, {"run_id": "r1"})
     md = (tmp_path / "summary.md").read_text()
     assert "- expected (mismatch): crash AssertionError on /Worker_PP1/ (vllm==0.32.*): PP buffer never allocated" in md, md

@@ -20,7 +20,8 @@ import pytest
 
 import harness
 from harness import exit_codes, rundir
-from harness.cli import harness_versions, main
+from harness.cli import main
+from harness.cli.run import harness_versions
 from harness.plan.devices import DevicePool, default_lock_dir
 from harness.report.history import load_history
 from harness.rundir import verdict_files
@@ -322,7 +323,7 @@ def test_a_copy_inside_another_git_repository_records_no_commit(tmp_path):
     copy = outer / "vendor" / "harness-copy"  # the project copied in, no .git of its own
     shutil.copytree(ROOT / "harness", copy / "harness", ignore=shutil.ignore_patterns("__pycache__", "data"))
     shutil.copy(ROOT / "pyproject.toml", copy)
-    code = "import json; from harness.cli import harness_versions; print(json.dumps(harness_versions()))"
+    code = "import json; from harness.cli.run import harness_versions; print(json.dumps(harness_versions()))"
     result = subprocess.run([sys.executable, "-c", code], cwd=copy, capture_output=True, text=True,
                             env={**os.environ, "PYTHONPATH": str(copy)}, check=True)
     versions = json.loads(result.stdout)

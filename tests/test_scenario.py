@@ -5,13 +5,9 @@ from pathlib import Path
 
 import pytest
 
-from harness.scenario import (
-    ScenarioError,
-    load_scenarios,
-    load_suite,
-    select,
-    settings_label,
-)
+from harness.config.loading import load_scenarios, load_suite
+from harness.config.scenario import select, settings_label
+from harness.config.schema import ScenarioError
 from tests.kit import harness_cli
 
 BASE = """
@@ -72,19 +68,19 @@ def test_select_by_suite_glob_and_unknown(tmp_path):
         (("golden: {tp: 1, pp: 1, sp: false, compile: false}", "golden: {tp: 1}"), "golden must set every matrix axis"),
         (("kind: logprobs", "kind: logits"), "workloads.0.kind"),
         (("model: tiny-llama", "model: tiny-llama\ncolour: blue"), "colour: Extra inputs are not permitted"),
-        (("suite: demo", "suite: Demo_Suite"), "suite: Value error, 'Demo_Suite' is not a valid suite name"),
+        (("suite: demo", "suite: Demo_Suite"), "suite: 'Demo_Suite' is not a valid suite name"),
         (("tp: [1, 2]", "tp: []"), "axis 'tp' has no values"),
         (("reason: engine bug 123", "reason: ''"), "expected_failures.0.reason"),
         (("model: tiny-llama", "model: tiny-llama\ntimeout_s: .inf"), "timeout_s: Input should be a finite number"),
         (("model: tiny-llama", "model: tiny-llama\ntimeout_s: 0"), "timeout_s: Input should be greater than 0"),
         # `$` matches before a trailing newline: an id part ending in one split summary rows and make lines
-        (("suite: demo", 'suite: "demo\\n"'), "suite: Value error, 'demo\\n' is not a valid suite name"),
+        (("suite: demo", 'suite: "demo\\n"'), "suite: 'demo\\n' is not a valid suite name"),
         (("model: tiny-llama", 'archs: {"tiny\\n": LlamaForCausalLM}'), "archs names ['tiny\\n'] must use [a-z0-9.-]"),
         # a gate's name ends the default run id, a directory name
-        (("gates: {pr:", 'gates: {"pr/x":'), "gates: Value error, gate name 'pr/x' must use [a-z0-9.-]"),
+        (("gates: {pr:", 'gates: {"pr/x":'), "gates: gate name 'pr/x' must use [a-z0-9.-]"),
         # what the OS refuses in an environment: a rank given it died before its log opened
-        (("model: tiny-llama", 'model: tiny-llama\nenv: {"": x}'), "env: Value error, the name is empty"),
-        (("model: tiny-llama", 'model: tiny-llama\nenv: {"A=B": x}'), "env: Value error, the name 'A=B' contains '='"),
+        (("model: tiny-llama", 'model: tiny-llama\nenv: {"": x}'), "env: the name is empty"),
+        (("model: tiny-llama", 'model: tiny-llama\nenv: {"A=B": x}'), "env: the name 'A=B' contains '='"),
     ],
 )
 def test_validation_names_file_and_field(tmp_path, change, expected):
@@ -121,14 +117,14 @@ def test_shipped_scenarios_are_valid_and_cover_the_pr_gate():
 @pytest.mark.parametrize(
     "change, expected",
     [
-        (("tp: [1, 2]", 'tp: [1, "two"]'), "matrix: Value error, axis 'tp' value 'two': tp is a parallel size, an integer >= 1"),
+        (("tp: [1, 2]", 'tp: [1, "two"]'), "matrix: axis 'tp' value 'two': tp is a parallel size, an integer >= 1"),
         (("tp: [1, 2]", "tp: [1, -2]"), "axis 'tp' value -2: tp is a parallel size, an integer >= 1"),
         (("tp: [1, 2]", "tp: [1, true]"), "axis 'tp' value True: tp is a parallel size, an integer >= 1"),
         (("pp: [1, 2]", "pp: [0, 1]"), "axis 'pp' value 0: pp is a parallel size"),
         (("sp: [false, true]", "sp: [0, 1]"), "axis 'sp' value 0: sp is a switch, true or false"),
-        (("golden: {tp: 1,", "golden: {tp: 0,"), "golden: Value error, axis 'tp' value 0: tp is a parallel size"),
-        (("exclude: [{tp: 1, sp: true}]", "exclude: [{tp: 1, sp: yes please}]"), "exclude: Value error, exclude[0]: axis 'sp' value 'yes please'"),
-        (("match: {tp: 2,", "match: {tp: -2,"), "expected_failures: Value error, expected_failures[0].match: axis 'tp' value -2"),
+        (("golden: {tp: 1,", "golden: {tp: 0,"), "golden: axis 'tp' value 0: tp is a parallel size"),
+        (("exclude: [{tp: 1, sp: true}]", "exclude: [{tp: 1, sp: yes please}]"), "exclude.0: axis 'sp' value 'yes please'"),
+        (("match: {tp: 2,", "match: {tp: -2,"), "expected_failures.0.match: axis 'tp' value -2"),
     ],
 )
 def test_axis_values_are_checked_by_type_and_range(tmp_path, change, expected):
@@ -148,7 +144,7 @@ def test_an_axis_the_engine_does_not_know_is_an_error_naming_the_known_axes(tmp_
     with pytest.raises(ScenarioError) as err:
         load_suite(path)
     message = str(err.value)
-    assert str(path) in message and "matrix: Value error, axis 'foo' is not an axis of engine 'reference'" in message
+    assert str(path) in message and "matrix: axis 'foo' is not an axis of engine 'reference'" in message
     assert "known axes: arch, compile, kvc, pp, sp, tp" in message
 
 
@@ -167,7 +163,7 @@ def test_an_unknown_model_is_an_error_of_the_file_naming_the_zoo(tmp_path):
     with pytest.raises(ScenarioError) as err:
         load_suite(path)
     message = str(err.value)
-    assert str(path) in message and "model: Value error, unknown model 'tiny-lama'" in message
+    assert str(path) in message and "model: unknown model 'tiny-lama'" in message
     assert "tiny-llama" in message and "{path: DIR}" in message
 
 

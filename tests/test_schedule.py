@@ -11,6 +11,8 @@ import time
 
 import pytest
 
+from harness.config.loading import load_scenarios
+from harness.config.schema import ScenarioError
 from harness.plan.changes import select_for_changes
 from harness.plan.devices import DevicePool, overlapping_leases, read_lease_log
 from harness.plan.schedule import (
@@ -25,7 +27,6 @@ from harness.plan.schedule import (
 )
 from harness.rundir import VERDICT, scenarios_root, verdict_path
 from harness.runner import RunOptions
-from harness.scenario import ScenarioError, load_scenarios
 from harness.session import Progress, _run_packed
 from harness.verdict import Verdict
 

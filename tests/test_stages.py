@@ -9,10 +9,11 @@ import json
 import shutil
 from pathlib import Path
 
+from harness.config.loading import load_scenarios
+from harness.config.scenario import select
 from harness.contract.outputs import EngineOutputs
 from harness.golden import Reference
 from harness.plan.devices import DevicePool
-from harness.scenario import load_scenarios, select
 from harness.stages.admit import Admitted, RunOptions, admit
 from harness.verdict import Verdict
 

@@ -187,7 +187,7 @@ def test_an_audio_prompt_reads_through_transformers_own_processor_and_model():
 
 
 def test_a_workload_checks_each_media_name_by_its_kind_and_counts_one_entry_per_prompt():
-    from harness.scenario import WorkloadDef
+    from harness.config.schema import WorkloadDef
 
     ok = WorkloadDef(name="w", kind="logprobs", num_prompts=2, images=[None, ["noise-56x84", "gradient-84x56"]],
                      videos=["gradient-56x56x4", None], audios=[None, "tone-500ms"])

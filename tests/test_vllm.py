@@ -140,8 +140,8 @@ def test_every_tiny_multimodal_prompt_marks_its_images_as_vllm_expects():
     model class says a prompt marks one (get_placeholder_str), for every arch of the
     multimodal sweep."""
     from harness import chat, models
+    from harness.config.loading import load_suite
     from harness.engines.vllm import default_python
-    from harness.scenario import load_suite
 
     suite = load_suite(ROOT / "scenarios" / "vllm-mm-archs.yaml")
     archs = {a.arch: models.resolve(a, str(default_python())).directory for a in suite.archs.values()}

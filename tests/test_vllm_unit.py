@@ -142,7 +142,7 @@ def test_png_is_deterministic_and_valid(tmp_path, monkeypatch):
 def test_image_workload_puts_the_placeholder_and_checksums_content(tmp_path, monkeypatch):
     from harness import golden as goldens
     from harness import workloads as wl
-    from harness.scenario import WorkloadDef
+    from harness.config.schema import WorkloadDef
 
     monkeypatch.setenv("HARNESS_CACHE", str(tmp_path / "a"))
     model = zoo.model_dir("tiny-qwen25vl")
@@ -168,8 +168,9 @@ def test_hf_built_models_match_their_recorded_checksum(name, tmp_path):
 
 
 def test_scenario_without_vllm_installed_is_an_error_verdict(monkeypatch, tmp_path):
+    from harness.config.loading import load_scenarios
+    from harness.config.scenario import select
     from harness.runner import run_scenario
-    from harness.scenario import load_scenarios, select
 
     monkeypatch.setenv("HARNESS_VLLM_PYTHON", str(tmp_path / "no-python"))
     (scenario,) = select(load_scenarios([ROOT / "scenarios" / "vllm-llama.yaml"]), ["vllm-llama/tp1-pp1"])

@@ -38,12 +38,12 @@ import torch
 from harness import golden as goldens
 from harness import models
 from harness import workloads as wl
+from harness.compare.numeric import compare_logprobs, tolerance_for
+from harness.config.loading import load_suite
 from harness.contract.outputs import EngineOutputs
 from harness.contract.runspec import RunSpec
 from harness.engines.hf import worker
-from harness.judge.compare import compare_logprobs, tolerance_for
 from harness.roots import builtin_scenarios
-from harness.scenario import load_suite
 from harness.zoo import load_tokenizer
 
 

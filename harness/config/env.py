@@ -88,6 +88,8 @@ REPORTS_DIR = _declare("HARNESS_REPORTS_DIR", "path", None, "where runs are writ
 HISTORY_DIR = _declare("HARNESS_HISTORY_DIR", "path", None, "the history store (default: <reports>/history)")
 CACHE = _declare("HARNESS_CACHE", "path", None,
                  "built models, engine environments, probes (default: the project's cache, else ~/.cache/harness)")
+MAX_SCENARIOS = _declare("HARNESS_MAX_SCENARIOS", "int", "10000",
+                         "the most scenarios one suite's matrix may expand to (larger ones are refused)")
 # how a run uses the machine
 DEVICE = _declare("HARNESS_DEVICE", "text", "cpu", "the default of --device: cpu or cuda")
 DEVICES = _declare("HARNESS_DEVICES", "int", None,

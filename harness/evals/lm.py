@@ -39,7 +39,7 @@ _LOCK = threading.RLock()
 
 @dataclass
 class PreparedEval:
-    eval_def: Any  # harness.scenario.EvalDef
+    eval_def: Any  # harness.config.schema.EvalDef
     task_name: str
     workload: dict  # run-spec workload of kind "generate"
     items: list[dict]  # per doc: doc_id, target, prompt_sha256, image
@@ -276,7 +276,7 @@ def _quiet_lm_eval() -> None:
         logging.getLogger(name).setLevel(logging.ERROR)
     # task.py builds requests under a bare tqdm (no switch to turn it off)
     if getattr(lm_task, "tqdm", None) is tqdm:
-        lm_task.tqdm = functools.partial(tqdm, disable=True)
+        lm_task.tqdm = functools.partial(tqdm, disable=True)  # type: ignore[arg-type, misc]  # tqdm is not None here
 
 
 def _png_bytes(image) -> bytes:

@@ -75,7 +75,7 @@ def data_files(name: str, data: str | None = None) -> dict[str, Path]:
         what = GEO3K_LAYOUT if s["data"]["loader"] == "geo3k-parquet" else "a JSONL test split"
         raise ValueError(f"eval task '{name}' reads a file the scenario names: set `data` in the eval "
                          f"entry to the path of {what}")
-    return {split: p.resolve() for split, p in files.items()}
+    return {split: p.resolve() for split, p in files.items() if p is not None}
 
 
 def lm_eval_config(name: str, data: str | None = None) -> dict:

@@ -11,6 +11,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.config.env import JOBS, EnvValueError
+from harness.config.request import RunRequest
+from harness.config.scenario import Scenario
+from harness.config.schema import ScenarioError
 from harness.launch import Cluster
 from harness.plan.changes import (
     changed_files_from,
@@ -27,7 +30,6 @@ from harness.plan.schedule import (
     recorded_durations,
     split_shards,
 )
-from harness.scenario import Scenario, ScenarioError
 
 
 @dataclass
@@ -46,7 +48,7 @@ def default_jobs() -> int:
         raise ScenarioError(str(exc)) from None
 
 
-def plan_run(args, all_scenarios: list[Scenario], chosen: list[Scenario], repo: Path) -> RunPlan:
+def plan_run(args: RunRequest, all_scenarios: list[Scenario], chosen: list[Scenario], repo: Path) -> RunPlan:
     meta: dict = {}
     changed = _changed_files(args, repo)
     if changed is not None:
@@ -75,7 +77,7 @@ def plan_run(args, all_scenarios: list[Scenario], chosen: list[Scenario], repo: 
     return RunPlan(chosen, devices, cluster, {s.id: cost[s.id] for s in chosen}, meta)
 
 
-def _changed_files(args, repo: Path) -> list[str] | None:
+def _changed_files(args: RunRequest, repo: Path) -> list[str] | None:
     if args.changed_files and args.changed_since:
         raise ScenarioError("give --changed-files or --changed-since, not both")
     if args.changed_files:

@@ -22,9 +22,10 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness.config.scenario import Scenario
+from harness.config.schema import ScenarioError
 from harness.jsonfile import read_json
 from harness.rundir import SCENARIOS, VERDICT
-from harness.scenario import Scenario, ScenarioError
 
 FALLBACK_S = 10.0  # the duration of a scenario never measured
 SHARD = re.compile(r"^(\d+)/(\d+)$")

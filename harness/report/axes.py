@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import itertools
 
+from harness.config.scenario import split_id
 from harness.report.escape import code, text
-from harness.scenario import split_id
 from harness.verdict import FAILED, Verdict
 
 

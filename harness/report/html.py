@@ -20,11 +20,11 @@ import jinja2
 import pandas as pd
 
 from harness import timings
+from harness.config.scenario import split_id
 from harness.report import plots
 from harness.report.history import metric_columns
 from harness.report.markdown import key_metric, where_diverged
 from harness.report.versions import cell, version_matrix
-from harness.scenario import split_id
 from harness.verdict import Verdict
 
 TEMPLATES = Path(__file__).parent / "templates"

@@ -183,7 +183,7 @@ def summary_markdown(report) -> str:
 
 
 def expectation_lines(v: Verdict) -> list[str]:
-    """What the scenario file expected beside what happened (harness/judge/expectations.py)."""
+    """What the scenario file expected beside what happened (harness/compare/expectations.py)."""
     x = v.expectation
     if not x:
         return []

@@ -3,8 +3,8 @@
 
 from __future__ import annotations
 
+from harness.config.scenario import split_id
 from harness.report.escape import code, text
-from harness.scenario import split_id
 from harness.verdict import Verdict
 
 

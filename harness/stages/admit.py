@@ -18,6 +18,7 @@ from pathlib import Path
 from harness import golden as goldens
 from harness import models
 from harness import workloads as wl
+from harness.config.scenario import Scenario
 from harness.contract.runspec import RunSpec
 from harness.engines import Engine, EngineUnavailable, get_engine
 from harness.evals import lm
@@ -25,7 +26,6 @@ from harness.evals.paired import PairingError, PowerlessCheckError, check_pairin
 from harness.launch import Cluster
 from harness.plan.devices import DevicePool, devices_problem
 from harness.rundir import OUTPUTS
-from harness.scenario import Scenario
 from harness.timings import Stopwatch
 from harness.verdict import Verdict
 from harness.zoo import load_tokenizer

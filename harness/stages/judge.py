@@ -1,20 +1,20 @@
 """Judge: what a launched run left, held to its reference -> Verdict.
 
 A run whose ranks did not all finish is judged by how it ended (ended.py). Otherwise its
-outputs are held to the golden's (harness/judge/: the numeric checks, where they first
+outputs are held to the golden's (harness/compare/: the numeric checks, where they first
 diverge, whether the engine applied the axes under test) and its eval answers to the
 golden's per-item results (harness/evals/).
 """
 
 from __future__ import annotations
 
+from harness.compare.numeric import tolerance_for
+from harness.compare.outputs import judge_outputs
+from harness.config.scenario import Scenario
 from harness.contract.outputs import EngineOutputs
 from harness.evals import lm
 from harness.evals.paired import accuracy_checks
-from harness.judge.compare import tolerance_for
-from harness.judge.outputs import judge_outputs
 from harness.launch import LaunchOutcome
-from harness.scenario import Scenario
 from harness.stages.admit import Admitted
 from harness.stages.ended import launch_verdict
 from harness.timings import Stopwatch

@@ -76,7 +76,7 @@ register("sp-residual-first-shard",
 register("compile-warmup-without-images",
          "vLLM PR 43617: warm-up (the compile capture) passes None for the deepstack image inputs")
 # Settings accepted but not applied: the run must not pass as the setting it skipped
-# (harness/judge/applied.py turns it into `unsupported`).
+# (harness/compare/applied.py turns it into `unsupported`).
 register("sp-switched-off",
          "accept sp=True but run without SP, as vLLM 0.20.2 did for a small hidden size (its SP threshold heuristic)")
 register("compile-switched-off", "accept compile=True but run eagerly")

@@ -167,7 +167,7 @@ def run_setting(name: str, out: Path) -> None:
 
 
 # ---------------------------------------------------------------------------------
-# the comparison: the harness's checks (harness/judge/compare.py), in plain Python
+# the comparison: the harness's checks (harness/compare/numeric.py), in plain Python
 
 
 def _row_delta(g_ids, g_lp, s_ids, s_lp, k: int) -> float:

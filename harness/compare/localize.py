@@ -64,18 +64,18 @@ def relative_deltas(golden: torch.Tensor, views: torch.Tensor) -> torch.Tensor:
     return (views - golden).norm(dim=-1) / torch.maximum(norms, floor)
 
 
-def first_divergence(golden: EngineOutputs, scenario: EngineOutputs, workloads: list[dict],
+def first_divergence(golden: EngineOutputs, candidate: EngineOutputs, workloads: list[dict],
                      rtol: float | None = None) -> dict | None:
     """The first diverging place of the first captured workload, or None if nothing was
-    captured. `rtol`: the bound (default: HIDDEN_RTOL of the scenario's dtype)."""
-    rtol = rtol if rtol is not None else HIDDEN_RTOL.get(scenario.meta.get("dtype", ""), HIDDEN_RTOL["float32"])
+    captured. `rtol`: the bound (default: HIDDEN_RTOL of the candidate run's dtype)."""
+    rtol = rtol if rtol is not None else HIDDEN_RTOL.get(candidate.meta.get("dtype", ""), HIDDEN_RTOL["float32"])
     for w in workloads:
         if w.get("kind") == "generate":  # eval generations capture nothing; the evals judge them
             continue
-        g, s = golden.workload(w["name"]), scenario.workload(w["name"])
+        g, s = golden.workload(w["name"]), candidate.workload(w["name"])
         if "hidden_states" not in g or "hidden_states" not in s:
             continue
-        return _locate(g, s, w["name"], scenario.meta, rtol)
+        return _locate(g, s, w["name"], candidate.meta, rtol)
     return None
 
 

@@ -65,12 +65,13 @@ class CheckResult:
     bound: float | None = None
 
 
-def compare_outputs(golden: EngineOutputs, scenario: EngineOutputs, workloads: list[dict], tol: Tolerance) -> list[CheckResult]:
+def check_workloads(golden: EngineOutputs, candidate: EngineOutputs, workloads: list[dict], tol: Tolerance) -> list[CheckResult]:
+    """One check per logprobs or greedy workload: the candidate run's outputs against the golden's."""
     results = []
     for w in workloads:
         if w["kind"] not in _FIELDS:  # generate: judged by the evals, not by these checks
             continue
-        g, s = golden.workload(w["name"]), scenario.workload(w["name"])
+        g, s = golden.workload(w["name"]), candidate.workload(w["name"])
         missing = [k for k in _FIELDS[w["kind"]] if k not in s]
         if missing:
             results.append(

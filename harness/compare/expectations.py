@@ -6,7 +6,7 @@ versions the engine reports: `vllm==0.32.*`), which verdict it gives, and what i
 like: for a crash the exception type, a message / traceback pattern and the failing rank
 or worker; for a numeric failure the failed check and conditions on its metrics.
 
-`judge(verdict, expectations)` turns a verdict into `expected-failure` only when an
+`apply_expectations(verdict, expectations)` turns a verdict into `expected-failure` only when an
 expectation that applies to the engine version it ran on describes the failure seen.
 Anything else stays what it was, and its reason says which expectation was near and why
 it did not match: a new engine bug never hides behind an old marker. An expectation whose
@@ -233,7 +233,7 @@ def declares_unsupported(v: Verdict) -> bool:
     return v.verdict == "unsupported" and (v.expectation or {}).get("status") == "matched"
 
 
-def judge(v: Verdict, expectations: tuple | list) -> Verdict:
+def apply_expectations(v: Verdict, expectations: tuple | list) -> Verdict:
     """Apply a scenario's expectations to its verdict (see the module docstring).
 
     `expectations` are the scenario file's entries that select the scenario. A verdict

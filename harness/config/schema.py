@@ -1,9 +1,10 @@
-"""Scenario files: schema, validation and matrix expansion.
+"""The schema of a scenario file: what a suite may say, checked without any engine.
 
 A scenario file (scenarios/*.yaml) declares one suite: a model, an engine, its
-workloads, the golden's settings and a matrix of parallel settings. Expansion
-turns it into Scenario objects with stable ids `<suite>/<axis-values>`, e.g.
-`llama-tiny/tp2-pp2-sp-compile`, usable as pytest node ids and make targets.
+workloads, the golden's settings and a matrix of parallel settings. This module
+checks the file's own shape (fields, names, types, cross-field rules); whether its
+axes, values and faults are the engine's is binding.py's, and expansion into
+scenarios is scenario.py's.
 
 Every problem with a file is a ScenarioError naming the file, the field and what
 is wrong, because a user editing YAML needs to know where to look.
@@ -11,21 +12,13 @@ is wrong, because a user editing YAML needs to know where to look.
 
 from __future__ import annotations
 
-import dataclasses
-import difflib
-import fnmatch
-import itertools
 import re
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Literal, Union
 
-import yaml
 from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
-    ValidationError,
     field_validator,
     model_validator,
 )
@@ -64,39 +57,6 @@ def env_problem(name: str, value: str) -> str | None:
     if "\0" in value:
         return f"the value of {name} contains a NUL byte"
     return None
-
-
-def _known_axes(engine: str | None) -> tuple[dict[str, tuple | None], str]:
-    """(axis -> values the engine allows, None: any) and whose axes they are. An engine
-    that cannot be loaded here is reported when its scenarios run; its axes must still
-    be the axes of some engine."""
-    from harness.engines import declared_axes, every_engines_axes
-
-    axes = declared_axes(engine) if engine else None
-    whose = f"engine '{engine}'" if axes is not None else "any engine"
-    # the arch axis is the harness's own (it picks the model): every engine has it
-    return {**(axes if axes is not None else every_engines_axes()), ARCH_AXIS: None}, whose
-
-
-def _axis_value_problem(axis: str, value: AxisValue, allowed: tuple | None) -> str | None:
-    """Why `value` cannot be a setting of `axis`: a parallel size counts ranks; an axis the
-    engine allows only true/false for is a switch (YAML 0/1 or "yes" would not be)."""
-    if axis in PARALLEL_SIZES:
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            return f"axis '{axis}' value {value!r}: {axis} is a parallel size, an integer >= 1"
-    elif allowed and all(isinstance(a, bool) for a in allowed) and not isinstance(value, bool):
-        return f"axis '{axis}' value {value!r}: {axis} is a switch, true or false"
-    return None
-
-
-def _check_selector(selector: dict, engine: str | None, where: str) -> None:
-    """Values of golden / exclude / expected-failure selectors; axes they name outside the
-    matrix are reported by SuiteFile._axes_known, with the matrix's axes."""
-    axes, _ = _known_axes(engine)
-    for axis, value in selector.items():
-        problem = _axis_value_problem(axis, value, axes[axis]) if axis in axes else None
-        if problem:
-            raise ValueError(f"{where}{problem}")
 
 
 class _Strict(BaseModel):
@@ -197,7 +157,7 @@ class EvalDef(_Strict):
 
 class ExpectedFailure(_Strict):
     """A confirmed engine bug: where it shows (`match`), on which engine versions, and
-    what it looks like, so that only THAT failure is expected (harness/judge/expectations.py).
+    what it looks like, so that only THAT failure is expected (harness/compare/expectations.py).
     An entry that names only `match` and `reason` expects any failure (the old form)."""
 
     match: dict[str, AxisValue]
@@ -223,7 +183,7 @@ class ExpectedFailure(_Strict):
     @classmethod
     def _requirement(cls, v: str | None) -> str | None:
         if v is not None:
-            from harness.judge.expectations import parse_requirement
+            from harness.compare.expectations import parse_requirement
 
             parse_requirement(v)  # raises ValueError with the problem
         return v
@@ -231,7 +191,7 @@ class ExpectedFailure(_Strict):
     @field_validator("versions")
     @classmethod
     def _specifiers(cls, v: dict[str, str]) -> dict[str, str]:
-        from harness.judge.expectations import parse_specifier
+        from harness.compare.expectations import parse_specifier
 
         for name, spec in v.items():
             parse_specifier(name, spec)
@@ -257,7 +217,7 @@ class ExpectedFailure(_Strict):
     @field_validator("metric")
     @classmethod
     def _conditions(cls, v: dict[str, str]) -> dict[str, str]:
-        from harness.judge.expectations import parse_condition
+        from harness.compare.expectations import parse_condition
 
         for name, cond in v.items():
             parse_condition(name, cond)
@@ -283,10 +243,10 @@ class ExpectedFailure(_Strict):
 
 
 class ToleranceOverride(_Strict):
-    logprob_atol: float | None = Field(None, gt=0)
-    kl_max: float | None = Field(None, gt=0)
-    top1_min: float | None = Field(None, gt=0, le=1)
-    near_tie: float | None = Field(None, ge=0)
+    logprob_atol: float | None = Field(default=None, gt=0)
+    kl_max: float | None = Field(default=None, gt=0)
+    top1_min: float | None = Field(default=None, gt=0, le=1)
+    near_tie: float | None = Field(default=None, ge=0)
 
 
 class ChangeRule(_Strict):
@@ -400,17 +360,11 @@ class SuiteFile(_Strict):
 
     @field_validator("matrix")
     @classmethod
-    def _matrix(cls, matrix: dict, info) -> dict:
-        known, whose = _known_axes(info.data.get("engine"))
+    def _matrix(cls, matrix: dict) -> dict:
+        """The matrix's shape; whether its axes and values are the engine's is binding.py's."""
         for axis, values in matrix.items():
             if not AXIS_NAME.fullmatch(axis):
                 raise ValueError(f"axis {axis!r} must be lower-case letters and digits")
-            if axis not in known:  # a typo would make every scenario `unsupported`: a green suite
-                raise ValueError(f"axis '{axis}' is not an axis of {whose} (known axes: {', '.join(sorted(known))})")
-            for v in values:
-                problem = _axis_value_problem(axis, v, known[axis])
-                if problem:
-                    raise ValueError(problem)
             if not values:
                 raise ValueError(f"axis '{axis}' has no values")
             if len(set(map(repr, values))) != len(values):
@@ -419,36 +373,6 @@ class SuiteFile(_Strict):
                 if isinstance(v, str) and not ID_PART.fullmatch(v):
                     raise ValueError(f"axis '{axis}' value {v!r} must use [a-z0-9.-] (it becomes part of the id)")
         return matrix
-
-    @field_validator("golden", "exclude", "expected_failures")
-    @classmethod
-    def _selector_values(cls, value, info):
-        engine = info.data.get("engine")
-        if info.field_name == "golden":
-            _check_selector(value, engine, "")
-        elif info.field_name == "exclude":
-            for i, selector in enumerate(value):
-                _check_selector(selector, engine, f"exclude[{i}]: ")
-        else:
-            for i, expected in enumerate(value):
-                _check_selector(expected.match, engine, f"expected_failures[{i}].match: ")
-        return value
-
-    @field_validator("faults")
-    @classmethod
-    def _faults(cls, faults: list[str], info) -> list[str]:
-        """Names and parameters now, by the engine that owns them; the ranks they target
-        are checked per scenario before launch (they depend on the settings)."""
-        from harness.engines import EngineUnavailable, get_engine
-
-        try:
-            engine = get_engine(info.data.get("engine", ""))
-        except EngineUnavailable:
-            return faults  # its scenarios end as `error` saying why the engine is missing
-        problem = engine.fault_problem(faults)
-        if problem:
-            raise ValueError(problem)
-        return faults
 
     @field_validator("workloads", "evals")
     @classmethod
@@ -477,223 +401,3 @@ class SuiteFile(_Strict):
         if missing:
             raise ValueError(f"golden must set every matrix axis; missing: {sorted(missing)}")
         return self
-
-
-@dataclass(frozen=True)
-class EngineVersion:
-    """One engine version of several (`harness run --engine-env SPEC`, harness/envs.py):
-    the one value a versioned scenario carries. Its id is `<base id>@<label>`."""
-
-    spec: str  # as given to --engine-env: `vllm==0.28.0`, or an interpreter path
-    label: str  # `vllm-0.28.0`: the engine and its own version, as it reports them
-    python: str  # the interpreter the engine runs in
-    # The interpreter that builds a tiny {arch: ...} checkpoint: the default
-    # environment's (where it exists), so the weights are the golden's.
-    model_python: str | None = None
-
-
-@dataclass(frozen=True)
-class Scenario:
-    id: str
-    suite: SuiteFile
-    source: Path
-    settings: dict
-    gates: frozenset[str]
-    expected_failure: str | None = None
-    # every expected_failures entry whose `match` selects this scenario, in file order
-    expectations: tuple[ExpectedFailure, ...] = ()
-    faults: tuple[str, ...] = ()
-    extra_env: dict = field(default_factory=dict)
-    engine_version: EngineVersion | None = None  # None: the engine as the suite configures it
-
-    def with_version(self, version: EngineVersion) -> Scenario:
-        """This scenario run by another engine version: same suite, golden and
-        expectations; its id tagged `@<label>`."""
-        return dataclasses.replace(self, id=f"{self.base_id}{VERSION_SEP}{version.label}", engine_version=version)
-
-    @property
-    def engine_options(self) -> dict:
-        """What the engine is configured with: the suite's engine_options, with the
-        engine version's interpreter."""
-        options = dict(self.suite.engine_options)
-        if self.engine_version is not None:
-            options["python"] = self.engine_version.python
-        return options
-
-    @property
-    def base_id(self) -> str:
-        """The id without the engine-version tag: `vllm-llama/tp1-pp2`."""
-        return split_id(self.id)[0]
-
-    @property
-    def name(self) -> str:
-        """The axis part of the id (`tp2-pp2-sp`), without an engine-version tag."""
-        return self.base_id.split("/", 1)[1]
-
-    @property
-    def is_golden_setting(self) -> bool:
-        return self.engine_settings == dict(self.suite.golden)
-
-    @property
-    def engine_settings(self) -> dict:
-        """The parallel settings the engine runs (the arch axis picks the model instead)."""
-        return {k: v for k, v in self.settings.items() if k != ARCH_AXIS}
-
-    @property
-    def model(self) -> ModelRef:
-        return self.suite.archs[self.settings[ARCH_AXIS]] if self.suite.archs else self.suite.model
-
-    @property
-    def golden_key(self) -> str:
-        """Where its golden lives under golden/: the suite, or suite/arch (one golden per arch)."""
-        return f"{self.suite.suite}/{self.settings[ARCH_AXIS]}" if self.suite.archs else self.suite.suite
-
-
-def settings_label(settings: dict, axes: list[str]) -> str:
-    """`tp2-pp2-sp-compile`: ints as <axis><n>, true bools by name, false bools omitted."""
-    parts = []
-    for axis in axes:
-        value = settings[axis]
-        if isinstance(value, bool):
-            if value:
-                parts.append(axis)
-        elif isinstance(value, int):
-            parts.append(f"{axis}{value}")
-        else:
-            parts.append(f"{axis}-{value}")
-    return "-".join(parts) or "default"
-
-
-def _matches(settings: dict, selector: dict) -> bool:
-    return all(settings.get(k) == v for k, v in selector.items())
-
-
-def expand(suite: SuiteFile, source: Path) -> list[Scenario]:
-    axes = list(suite.matrix)
-    scenarios = []
-    for combo in itertools.product(*(suite.matrix[a] for a in axes)):
-        settings = dict(zip(axes, combo))
-        if any(_matches(settings, ex) for ex in suite.exclude):
-            continue
-        label = settings_label(settings, axes)
-        gates = {"nightly"} if "nightly" not in suite.gates else set()
-        gates |= {g for g, patterns in suite.gates.items() if any(fnmatch.fnmatch(label, p) for p in patterns)}
-        expectations = tuple(x for x in suite.expected_failures if _matches(settings, x.match))
-        scenarios.append(
-            Scenario(
-                id=f"{suite.suite}/{label}",
-                suite=suite,
-                source=source,
-                settings=settings,
-                gates=frozenset(gates),
-                expected_failure=expectations[0].reason if expectations else None,
-                expectations=expectations,
-                faults=tuple(suite.faults),
-                extra_env=dict(suite.env),
-            )
-        )
-    ids = [s.id for s in scenarios]
-    if len(set(ids)) != len(ids):
-        raise ScenarioError(f"{source}: matrix expansion gives duplicate ids: {sorted(i for i in ids if ids.count(i) > 1)}")
-    _check_change_patterns(suite, source, [s.name for s in scenarios])
-    return scenarios
-
-
-def _check_change_patterns(suite: SuiteFile, source: Path, names: list[str]) -> None:
-    """A pattern that picks nothing is a typo that would silently drop scenarios from a gate."""
-    if suite.changes is None:
-        return
-    fields = [("changes.smoke", suite.changes.smoke)]
-    fields += [(f"changes.rules.{i}.scenarios", r.scenarios) for i, r in enumerate(suite.changes.rules)]
-    for where, patterns in fields:
-        for pattern in patterns:
-            if not any(fnmatch.fnmatch(n, pattern) for n in names):
-                raise ScenarioError(f"{source}: invalid scenario file:\n  {where}: pattern '{pattern}' matches no "
-                                    f"scenario of suite '{suite.suite}' (they are: {', '.join(names)})")
-
-
-def load_suite(path: Path) -> SuiteFile:
-    path = Path(path)
-    try:
-        raw = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as exc:
-        raise ScenarioError(f"{path}: not valid YAML: {exc}") from None
-    except OSError as exc:
-        raise ScenarioError(f"{path}: cannot read: {exc.strerror}") from None
-    return parse_suite(raw, path)
-
-
-def parse_suite(raw, path: Path) -> SuiteFile:
-    """A scenario file's parsed YAML, validated; `path` names it in the errors."""
-    if not isinstance(raw, dict):
-        raise ScenarioError(f"{path}: a scenario file is a mapping (suite:, model:, matrix: ...), got {type(raw).__name__}")
-    try:
-        return SuiteFile.model_validate(raw)
-    except ValidationError as exc:
-        problems = []
-        for err in exc.errors():
-            where = ".".join(str(p) for p in err["loc"]) or "(top level)"
-            problems.append(f"  {where}: {err['msg']}")
-        raise ScenarioError(f"{path}: invalid scenario file:\n" + "\n".join(problems)) from None
-
-
-def load_scenarios(paths: list[Path] | None = None) -> list[Scenario]:
-    """Every scenario of the given files or directories (default: the project's scenario
-    files and the built-in suites, harness/roots.py)."""
-    from harness.roots import scenario_paths
-
-    files: list[Path] = []
-    for p in paths or scenario_paths():
-        p = Path(p)
-        if p.is_dir():
-            files += sorted(p.glob("*.yaml")) + sorted(p.glob("*.yml"))
-        else:
-            files.append(p)
-    scenarios: list[Scenario] = []
-    suites: dict[str, Path] = {}
-    for f in files:
-        suite = load_suite(f)
-        if suite.suite in suites:
-            raise ScenarioError(f"{f}: suite '{suite.suite}' is already defined in {suites[suite.suite]}")
-        suites[suite.suite] = f
-        scenarios += expand(suite, f)
-    return scenarios
-
-
-VERSION_SEP = "@"  # scenario id @ engine label: `vllm-llama/tp1-pp2@vllm-0.28.0` (harness/envs.py)
-
-
-def split_id(scenario_id: str) -> tuple[str, str]:
-    """`vllm-llama/tp1-pp2@vllm-0.28.0` -> ("vllm-llama/tp1-pp2", "vllm-0.28.0"); no tag: (id, "").
-    The one place that parses an id's engine-version tag."""
-    base, _, label = scenario_id.partition(VERSION_SEP)
-    return base, label
-
-
-def find_one(scenarios: list[Scenario], scenario_id: str) -> Scenario:
-    """The scenario with exactly this id, no patterns (a repro or a bisect is of one
-    scenario); a trailing @<engine>-<version> tag of a versioned run is ignored."""
-    base = split_id(scenario_id)[0]
-    for s in scenarios:
-        if s.id == base:
-            return s
-    close = difflib.get_close_matches(base, [s.id for s in scenarios], n=4, cutoff=0.6)
-    hint = f"; did you mean {', '.join(close)}?" if close else "; `harness list` shows the ids"
-    raise ScenarioError(f"no scenario '{base}'{hint}")
-
-
-def select(scenarios: list[Scenario], ids: list[str] | None = None, gate: str | None = None) -> list[Scenario]:
-    """Scenarios by id (glob patterns allowed, a bare suite name means the whole suite) and/or gate."""
-    chosen = scenarios
-    if gate:
-        chosen = [s for s in chosen if gate in s.gates]
-    if ids:
-        picked = []
-        for pattern in ids:
-            hits = [s for s in chosen if fnmatch.fnmatch(s.id, pattern) or s.suite.suite == pattern]
-            if not hits:
-                known = ", ".join(s.id for s in scenarios[:8])
-                raise ScenarioError(f"no scenario matches '{pattern}' (try `harness list`; e.g. {known})")
-            picked += [s for s in hits if s not in picked]
-        chosen = picked
-    return chosen

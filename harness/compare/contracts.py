@@ -11,7 +11,7 @@ even where the mistake happens not to crash or change the numbers.
 
 from __future__ import annotations
 
-from harness.judge.compare import CheckResult
+from harness.compare.numeric import CheckResult
 
 CHECK_NAME = "pp_contract"
 

@@ -1,4 +1,4 @@
-"""Launch: an admitted run's ranks, started on the devices the run holds.
+"""Execute: an admitted run's ranks, started on the devices the run holds (by the launcher, harness/launch/).
 
 The run spec is written where the ranks read it, the engine's launch plan is asked for,
 and the launcher (harness/launch/) starts and watches the ranks; the devices are held
@@ -13,17 +13,17 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
+from harness.config.scenario import Scenario
 from harness.contract.phases import PHASES_DIR
 from harness.launch import LaunchOutcome, run_ranks
 from harness.plan.devices import DevicePool, Lease
 from harness.rundir import LOGS, SPEC
-from harness.scenario import Scenario
 from harness.stages.admit import Admitted, RunOptions
 from harness.timings import Stopwatch
 
 
-def launch(admitted: Admitted, out_dir: Path, scenario: Scenario, opts: RunOptions, lease: Lease | None = None,
-           watch: Stopwatch | None = None) -> LaunchOutcome:
+def execute(admitted: Admitted, out_dir: Path, scenario: Scenario, opts: RunOptions, lease: Lease | None = None,
+            watch: Stopwatch | None = None) -> LaunchOutcome:
     """Run the admitted setting's ranks to their end. `lease`: devices the caller already
     holds for it (a session packing scenarios); `watch` books the device wait and the
     launch by the ranks' phases."""

@@ -9,11 +9,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import asdict
 
+from harness.compare.applied import evidence_table, unapplied_reason
+from harness.compare.contracts import check_pp_contract
+from harness.compare.localize import describe, first_divergence
+from harness.compare.numeric import Tolerance, check_workloads
 from harness.contract.outputs import EngineOutputs
-from harness.judge.applied import evidence_table, unapplied_reason
-from harness.judge.compare import Tolerance, compare_outputs
-from harness.judge.contracts import check_pp_contract
-from harness.judge.localize import describe, first_divergence
 from harness.verdict import Verdict
 
 ACCURACY = "accuracy"  # the kind of the eval checks (harness/evals): paired items, not numbers
@@ -33,9 +33,9 @@ def judge_outputs(name: str, reference: EngineOutputs, candidate: EngineOutputs,
 
 
 def numeric_checks(reference: EngineOutputs, candidate: EngineOutputs, workloads: list[dict], tol: Tolerance) -> list[dict]:
-    """Every logprobs and greedy workload compared (harness/judge/compare.py), and the
+    """Every logprobs and greedy workload compared (harness/compare/numeric.py), and the
     pipeline-parallel boundary contract where the candidate reports its stage I/O."""
-    checks = compare_outputs(reference, candidate, workloads, tol)
+    checks = check_workloads(reference, candidate, workloads, tol)
     contract = check_pp_contract(candidate.meta.get("stage_io"))
     return [asdict(c) for c in checks + ([contract] if contract else [])]
 
@@ -52,7 +52,7 @@ def verdict_of_checks(name: str, checks: list[dict], tol: Tolerance, localizatio
                       logs: dict | None = None, applied: dict | None = None) -> Verdict:
     """pass when every check held, else fail; the reason names the failed checks (all of
     them when none failed), after the first diverging place when it is known. `applied`
-    (harness/judge/applied.py): a tested setting the engine did not apply makes the run
+    (harness/compare/applied.py): a tested setting the engine did not apply makes the run
     `unsupported` with the evidence, whatever its numbers (a run of another setting proves
     nothing about this one, for or against); failed checks stay in the record and in the
     reason, after the evidence: vLLM 0.20.2 on CPU ran no SP, yet its SP flag padded

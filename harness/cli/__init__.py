@@ -1,0 +1,70 @@
+"""The command line: `harness init | list | run | golden | report | repro | bisect | ...`.
+
+One module per subcommand, each with HELP, add_arguments(parser) and run(args) -> exit
+code (harness/exit_codes.py); options several of them take are declared once, in
+options.py. The scenario files are read by the subcommands that need them (suites.py),
+each file on its own: one broken file never ends a command about the others.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from harness import exit_codes
+from harness.cli import bisect, conformance, durations, env, golden, init, listing, report, repro, run
+from harness.config.env import EnvValueError
+from harness.config.schema import ScenarioError
+from harness.launch import SigtermAsInterrupt
+from harness.plan.devices import DeviceError
+from harness.plan.nodes import NodesError
+from harness.roots import ProjectConfigError, export_to_children
+
+# name -> the subcommand's module, in the order `harness --help` lists them
+COMMANDS = {"init": init, "list": listing, "run": run, "golden": golden, "report": report, "repro": repro,
+            "bisect": bisect, "conformance": conformance, "durations": durations, "env": env}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="harness", description="Distributed correctness harness for LLM inference engines.")
+    p.add_argument("--scenarios", type=Path, action="append",
+                   help="scenario file or directory (default: the project's, from its harness config, and the built-in suites)")
+    sub = p.add_subparsers(dest="command", required=True)
+    for name, command in COMMANDS.items():
+        command.add_arguments(sub.add_parser(name, help=command.HELP, description=command.HELP))
+    bisect.add_step_arguments(sub.add_parser("bisect-step"))  # git bisect run's step: harness/bisect.py run_step
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The `harness` command. SIGTERM acts as Ctrl-C from its first line to its last
+    (README, "Exit codes": 130, and a run's report covers what ended), not only while
+    ranks run: a CI job cancelled while the harness plans, judges or reports still gets
+    an interrupt report, never SIGTERM's silent default death (143)."""
+    with SigtermAsInterrupt():
+        try:
+            return _main(argv)
+        except KeyboardInterrupt:
+            print("\nharness: interrupted", file=sys.stderr)
+            return exit_codes.INTERRUPTED
+        except BrokenPipeError:  # the reader left early (`harness list | head`): nothing went wrong here
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit's flush
+            return exit_codes.OK
+
+
+def _main(argv: list[str] | None) -> int:
+    try:
+        args = build_parser().parse_args(argv)  # the defaults read the project config
+        export_to_children()
+    except ProjectConfigError as exc:
+        print(f"harness: {exc}", file=sys.stderr)
+        return exit_codes.USAGE
+    try:
+        if args.command == "bisect-step":
+            return bisect.run_step(args)
+        return COMMANDS[args.command].run(args)
+    except (ScenarioError, DeviceError, NodesError, EnvValueError, ProjectConfigError) as exc:
+        print(f"harness: {exc}", file=sys.stderr)
+        return exit_codes.USAGE

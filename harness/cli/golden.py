@@ -1,0 +1,62 @@
+"""`harness golden`: (re)make the goldens of suites."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from harness import exit_codes
+from harness.cli import suites
+from harness.cli.options import add_device
+
+HELP = "(re)make the goldens of suites"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("suites", nargs="*", help="suite names (default: every suite)")
+    add_device(p)
+    p.add_argument("--work-dir", type=Path, default=None, help="where the golden runs go (default: <report-dir>/golden-runs)")
+
+
+def run(args) -> int:
+    from harness.models import ModelError
+    from harness.roots import reports_dir, shipped_only
+    from harness.runner import GoldenUnsupported, RunOptions, make_golden
+    from harness.workloads import WorkloadError
+
+    catalog = suites.load(args)
+    scenarios = catalog.scenarios
+    if not args.suites and not args.scenarios:
+        # `harness golden` in an engine's project makes its own goldens; the built-in suites'
+        # ship with the harness (named, one is regenerated into the project's golden dir)
+        scenarios = [s for s in scenarios if not shipped_only(s.source)]
+    goldens: dict = {}  # golden key (suite, or suite/arch) -> a scenario of it
+    for s in scenarios:
+        goldens.setdefault(s.golden_key, s)
+    known = {s.suite.suite for s in goldens.values()}
+    broken = [b for b in catalog.broken if not args.suites or b.suite in args.suites]  # goldens it could not make
+    unknown = [n for n in args.suites if n not in known and n not in goldens and n not in {b.suite for b in broken}]
+    if unknown:
+        print(f"harness: unknown suites {unknown} (known: {', '.join(sorted(known))})", file=sys.stderr)
+        return exit_codes.USAGE
+    # a suite with an arch axis has one golden per arch; `SUITE/ARCH` names one of them
+    names = [k for k in sorted(goldens) if not args.suites or k in args.suites or k.split("/")[0] in args.suites]
+    failed = [f"{b.suite} (its scenario file)" for b in broken]
+    for name in names:  # one failing golden (an arch the engine cannot run) does not stop the others
+        start = time.monotonic()
+        try:
+            path = make_golden(goldens[name], args.work_dir or reports_dir() / "golden-runs", RunOptions(device=args.device))
+        except GoldenUnsupported as exc:  # not a failure: its scenarios will say `unsupported`
+            print(f"golden {name}: skipped: {exc}", flush=True)
+            continue
+        except (RuntimeError, ModelError, WorkloadError) as exc:  # engine missing, bad model or workload, golden run crashed: no traceback
+            print(f"harness: golden {name} failed: {exc}", file=sys.stderr)
+            failed.append(name)
+            continue
+        print(f"golden {name}: {path} ({time.monotonic() - start:.1f}s)", flush=True)
+    if failed:
+        print(f"harness: {len(failed)} of {len(names) + len(broken)} goldens failed: {', '.join(failed)}", file=sys.stderr)
+        return exit_codes.NOT_AS_EXPECTED
+    return exit_codes.OK

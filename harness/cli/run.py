@@ -1,0 +1,208 @@
+"""`harness run`: plan the chosen scenarios, run them, write the report, exit as they ended."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from harness import exit_codes
+from harness.cli import suites
+from harness.cli.options import (
+    add_device,
+    add_history,
+    add_report_dir,
+    add_selection,
+    add_timeout,
+    env_assignment,
+    git_revision,
+    positive_int,
+    run_id,
+    shard_spec,
+)
+from harness.config.loading import BrokenSuite
+from harness.launch import DeferInterrupts
+from harness.roots import project
+from harness.rundir import ResultsNotWritten, RunDirTaken, check_writable, claim_new_run_dir, claim_run_dir, verdict_path
+
+HELP = "run scenarios and write a report"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    add_selection(p)
+    add_timeout(p, "per-scenario")
+    p.add_argument("--fault", action="append", default=[], help="switch on an engine fault (repeatable)")
+    p.add_argument("--env", type=env_assignment, action="append", default=[], help="KEY=VALUE for every rank (repeatable)")
+    add_device(p)
+    add_report_dir(p)
+    p.add_argument("--run-id", type=run_id, help="name of the run directory (default: time and gate)")
+    add_history(p, "<report-dir>/history")
+    p.add_argument("--jobs", type=positive_int, default=None, help="scenarios at once, packed onto the devices (default: $HARNESS_JOBS or 1)")
+    p.add_argument("--devices", type=positive_int, help="device slots of this machine (default: $HARNESS_DEVICES, else the GPU count on cuda, a CPU-based count on cpu)")
+    p.add_argument("--nodes", type=Path, help="nodes file for scenarios bigger than this machine (default: $HARNESS_NODES)")
+    p.add_argument("--shard", type=shard_spec, help="run shard I of N (I/N, 1-based), balanced by recorded durations")
+    p.add_argument("--durations", type=Path, help="JSON {scenario id: seconds} to balance shards and pack by (default: past verdicts under --report-dir)")
+    p.add_argument("--changed-files", type=Path, help="with --gate pr: run what these files (one per line) can break, plus the smoke set")
+    p.add_argument("--engine-env", action="append", default=[], metavar="SPEC",
+                   help="run every chosen scenario in this engine environment (repeatable: once per environment, the "
+                        "engine version in the id): a Python interpreter or venv path, or a release ENGINE==VERSION "
+                        "that the harness installs once into a cached venv (docs/ENGINE_VERSIONS.md)")
+    p.add_argument("--changed-since", metavar="BASE", type=git_revision, help="with --gate pr: as --changed-files, with the files of `git diff --name-only BASE...HEAD`")
+
+
+def harness_versions() -> dict:
+    import torch
+
+    from harness.provenance import harness_provenance
+
+    return {"torch": torch.__version__, "python": sys.version.split()[0], **harness_provenance()}
+
+
+def run(args) -> int:
+    from harness.config.request import RunRequest
+    from harness.plan.planning import default_jobs, plan_run
+    from harness.report.history import history_dir
+    from harness.runner import RunOptions
+
+    catalog = suites.load(args)
+    used = suites.where_from(args)
+    print(f"harness: project config {used['config'] or '(none)'}; scenario files from {', '.join(used['scenarios'])}",
+          flush=True)
+    selected, broken = catalog.pick(args.ids, args.gate)
+    if args.engine_env:
+        from harness import envs
+
+        if args.changed_files or args.changed_since:
+            print("harness: --engine-env does not go with --changed-files / --changed-since", file=sys.stderr)
+            return exit_codes.USAGE
+        try:
+            selected = envs.expand(selected, args.engine_env)
+        except envs.EnvError as exc:
+            print(f"harness: {exc}", file=sys.stderr)
+            return exit_codes.USAGE
+    request = RunRequest(gate=args.gate, changed_files=args.changed_files, changed_since=args.changed_since,
+                         shard=args.shard, durations=args.durations, report_dir=args.report_dir, jobs=args.jobs or default_jobs(),
+                         devices=args.devices, nodes=args.nodes, device=args.device)
+    plan = plan_run(request, catalog.scenarios, selected, project().root)
+    chosen = plan.scenarios
+    if not chosen and not broken:
+        print("harness: nothing to run (no scenario matches)", file=sys.stderr)
+        return exit_codes.USAGE
+    problem = unknown_faults(args.fault, chosen)
+    if problem:
+        print(f"harness: {problem}", file=sys.stderr)
+        return exit_codes.USAGE
+    shard = f"-shard{plan.meta['shard']['index']}of{plan.meta['shard']['count']}" if "shard" in plan.meta else ""
+    history = history_dir(args.report_dir, args.history)
+    # the planned list goes on disk with the claim: a report of a killed run can then say what never ran
+    meta = {"gate": args.gate, "scenarios": [s.id for s in chosen] + [b.error_id for b in broken], "faults": args.fault,
+            "versions": harness_versions(), "started": time.time(), "project": used, **plan.meta}
+    opts = RunOptions(timeout_s=args.timeout, faults=args.fault, env=dict(args.env), device=args.device,
+                      devices=plan.devices, cluster=plan.cluster, gate=args.gate)
+    try:
+        check_writable(history / "runs", "history store", "make it writable, or give --history DIR (or $HARNESS_HISTORY_DIR)")
+        run_dir = claim_run_dir(args.report_dir, args.run_id, meta) if args.run_id else \
+            claim_new_run_dir(args.report_dir, meta, (f"-{args.gate}" if args.gate else "") + shard)
+    except RunDirTaken as exc:
+        print(f"harness: {exc}", file=sys.stderr)
+        return exit_codes.USAGE
+    except ResultsNotWritten as exc:
+        print(f"harness: {exc}", file=sys.stderr)
+        return exit_codes.RESULTS_NOT_WRITTEN
+    meta["run_id"] = run_dir.name
+    _record_broken(run_dir, broken)
+    try:  # from the claim on, an interrupt ends in the report of what ended (_run_and_report)
+        return _run_and_report(chosen, run_dir, meta, history, opts, request.jobs, plan.cost)
+    except ResultsNotWritten as exc:
+        print(f"harness: {exc}", file=sys.stderr)
+        return exit_codes.RESULTS_NOT_WRITTEN
+
+
+def _record_broken(run_dir: Path, broken: list[BrokenSuite]) -> None:
+    """A suite whose file could not be used, in a run that could have picked it: `error`,
+    in the report beside the scenarios that ran (its own could not even be listed)."""
+    from harness.verdict import Verdict
+
+    for b in broken:
+        lines = [line.strip() for line in b.problem.splitlines() if line.strip()]
+        said = " ".join(lines[:2]) + (f" (and {len(lines) - 2} more lines)" if len(lines) > 2 else "")
+        Verdict(scenario=b.error_id, verdict="error",
+                reason=f"scenario file cannot be used, its scenarios did not run: {said}",
+                error={"kind": "scenario-file", "file": str(b.path), "message": b.problem},
+                reproduce=f"harness list {b.suite}").save(verdict_path(run_dir, b.error_id))
+
+
+def unknown_faults(faults: list[str], chosen) -> str | None:
+    """A --fault no engine of the chosen scenarios knows (a typo) is a usage error before
+    anything runs, not one `error` verdict per scenario. A fault that only some of the
+    engines know is left to each scenario (the others end `error`, naming their faults)."""
+    from harness.engines import get_engine
+
+    if not faults:
+        return None
+    problems = {}
+    for name in sorted({s.suite.engine for s in chosen}):
+        try:
+            problems[name] = get_engine(name).fault_problem(list(faults))
+        except Exception:  # noqa: BLE001 - an engine that does not load says so in its scenarios
+            return None
+    if problems and all(problems.values()):
+        return "; ".join(f"--fault for engine '{name}': {p}" for name, p in problems.items())
+    return None
+
+
+def _run_and_report(chosen, run_dir: Path, meta: dict, history: Path, opts, jobs: int, cost: dict) -> int:
+    from harness.cli.report import say_what_was_not_recorded
+    from harness.report.markdown import counts_text
+    from harness.report.progress import choose_progress
+    from harness.session import run_session
+
+    interrupted = False
+    try:
+        _write_report(run_dir, meta, history)
+        if chosen:
+            run_session(chosen, run_dir, opts, progress=choose_progress(), jobs=jobs, cost=cost)
+    except KeyboardInterrupt:
+        interrupted = True
+        print("\nharness: interrupted; ranks stopped, writing the report of what finished", file=sys.stderr)
+    try:
+        with DeferInterrupts():  # the last report is written whole, whatever signal comes meanwhile
+            meta = _write_report(run_dir, {"interrupted": interrupted, "finished": time.time()}, history)
+    except KeyboardInterrupt:
+        interrupted = True  # stopped while reporting: the report is whole, the exit code says it was stopped
+    from harness.report.versions import versions_text
+
+    table = versions_text(_collect_for_table(run_dir))
+    if table:
+        print(table)
+    print(f"harness: {counts_text(meta['counts'], meta['never_ran'])}; report: {run_dir / 'report.html'}")
+    say_what_was_not_recorded(meta, "harness")
+    if meta.get("results_not_written"):
+        print("harness: results not written (a disk fault, not the engine): " + ", ".join(meta["results_not_written"]),
+              file=sys.stderr)
+    if meta["not_as_expected"]:
+        print("harness: not as expected: " + ", ".join(meta["not_as_expected"]), file=sys.stderr)
+    if meta.get("coverage_lost"):
+        print("harness: coverage lost (passed in the previous run of the gate, not tested now): "
+              + ", ".join(meta["coverage_lost"]), file=sys.stderr)
+    return exit_codes.of_run(meta, interrupted)
+
+
+def _collect_for_table(run_dir: Path) -> list:
+    from harness.report import collect_verdicts
+
+    try:
+        return collect_verdicts(run_dir)
+    except (OSError, ValueError):
+        return []
+
+
+def _write_report(run_dir: Path, meta: dict, history: Path) -> dict:
+    from harness.report import write_report
+
+    try:
+        return write_report(run_dir, meta, history)
+    except OSError as exc:
+        raise ResultsNotWritten(f"cannot write the report in {run_dir}: {exc.strerror or exc}; "
+                                f"make it writable, then `harness report {run_dir}` rebuilds it from the verdicts") from None

@@ -1,0 +1,93 @@
+"""A suite bound to its engine: the axes, values and fault names of a scenario file
+checked against what the engine declares (harness/engines).
+
+Kept apart from the schema so that reading a scenario file needs no engine, and so
+that one suite whose engine disagrees fails alone (loading.py collects it per file).
+"""
+
+from __future__ import annotations
+
+from harness.config.schema import ARCH_AXIS, AXIS_NAME, PARALLEL_SIZES, AxisValue, SuiteFile
+
+
+def _known_axes(engine: str | None) -> tuple[dict[str, tuple | None], str]:
+    """(axis -> values the engine allows, None: any) and whose axes they are. An engine
+    that cannot be loaded here is reported when its scenarios run; its axes must still
+    be the axes of some engine."""
+    from harness.engines import declared_axes, every_engines_axes
+
+    axes = declared_axes(engine) if engine else None
+    whose = f"engine '{engine}'" if axes is not None else "any engine"
+    # the arch axis is the harness's own (it picks the model): every engine has it
+    return {**(axes if axes is not None else every_engines_axes()), ARCH_AXIS: None}, whose
+
+
+def _axis_value_problem(axis: str, value: AxisValue, allowed: tuple | None) -> str | None:
+    """Why `value` cannot be a setting of `axis`: a parallel size counts ranks; an axis the
+    engine allows only true/false for is a switch (YAML 0/1 or "yes" would not be)."""
+    if axis in PARALLEL_SIZES:
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            return f"axis '{axis}' value {value!r}: {axis} is a parallel size, an integer >= 1"
+    elif allowed and all(isinstance(a, bool) for a in allowed) and not isinstance(value, bool):
+        return f"axis '{axis}' value {value!r}: {axis} is a switch, true or false"
+    return None
+
+
+def _check_selector(selector: dict, engine: str | None, where: str) -> None:
+    """Values of golden / exclude / expected-failure selectors; axes they name outside the
+    matrix are reported by SuiteFile._axes_known, with the matrix's axes."""
+    axes, _ = _known_axes(engine)
+    for axis, value in selector.items():
+        problem = _axis_value_problem(axis, value, axes[axis]) if axis in axes else None
+        if problem:
+            raise ValueError(f"{where}{problem}")
+
+
+def binding_problems(suite: SuiteFile) -> list[str]:
+    """What in `suite` its engine does not have, as `field: problem` lines (none: it binds)."""
+    problems = matrix_problems(suite.engine, suite.matrix)
+    selectors = [("golden", suite.golden)] + [(f"exclude.{i}", e) for i, e in enumerate(suite.exclude)]
+    selectors += [(f"expected_failures.{i}.match", x.match) for i, x in enumerate(suite.expected_failures)]
+    for where, selector in selectors:
+        try:
+            _check_selector(selector, suite.engine, "")
+        except ValueError as exc:
+            problems.append(f"{where}: {exc}")
+    fault = _fault_problem(suite)
+    if fault:
+        problems.append(f"faults: {fault}")
+    return problems
+
+
+def matrix_problems(engine: object, matrix: object) -> list[str]:
+    """The matrix's axes and values against the engine's. Also asked of a file's raw YAML
+    before the schema: an unknown axis is the cause, a golden missing it the consequence."""
+    if not isinstance(engine, str) or not isinstance(matrix, dict):
+        return []  # the schema says what is wrong
+    known, whose = _known_axes(engine)
+    problems = []
+    for axis, values in matrix.items():
+        if not isinstance(axis, str) or not AXIS_NAME.fullmatch(axis) or not isinstance(values, list):
+            continue  # the schema says so
+        if axis not in known:  # a typo would make every scenario `unsupported`: a green suite
+            problems.append(f"matrix: axis '{axis}' is not an axis of {whose} (known axes: {', '.join(sorted(known))})")
+            continue
+        for v in values:
+            problem = _axis_value_problem(axis, v, known[axis])
+            if problem:
+                problems.append(f"matrix: {problem}")
+    return problems
+
+
+def _fault_problem(suite: SuiteFile) -> str | None:
+    """Fault names and parameters, by the engine that owns them; the ranks they target are
+    checked per scenario before launch (they depend on the settings)."""
+    from harness.engines import EngineUnavailable, get_engine
+
+    if not suite.faults:
+        return None
+    try:
+        engine = get_engine(suite.engine)
+    except EngineUnavailable:
+        return None  # its scenarios end as `error` saying why the engine is missing
+    return engine.fault_problem(list(suite.faults))

@@ -1,0 +1,169 @@
+"""Reading scenario files: each file parsed, checked and bound on its own.
+
+A file that cannot be used (bad YAML, a field the schema refuses, an axis its engine
+does not have, a suite name defined twice) fails alone: the Catalog holds every good
+suite's scenarios and, beside them, each broken file with what is wrong. Commands
+then list and run the good ones, say what is wrong with the others, and count a
+broken suite as `error` wherever a request could have picked it.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from harness.config.binding import binding_problems, matrix_problems
+from harness.config.scenario import Scenario, expand, select
+from harness.config.schema import ID_PART, ScenarioError, SuiteFile
+from harness.config.yamlfile import YamlFileError, load_bounded
+
+
+@dataclass(frozen=True)
+class BrokenSuite:
+    """A scenario file that could not be used, and what the request side needs of it."""
+
+    path: Path
+    suite: str  # the name its `suite:` gives, else the file's name without .yaml
+    problem: str  # the whole message: file, fields, what is wrong
+    gates: frozenset[str] | None = None  # the gates it names; None: unknown (the file did not parse)
+
+    @property
+    def error_id(self) -> str:
+        """Stands for the suite's scenarios in a run's report (they could not be expanded)."""
+        return f"{self.suite}/scenario-file"
+
+    def could_be_in(self, patterns: list[str] | None, gate: str | None) -> bool:
+        """Whether a request for these ids / this gate could have picked one of its scenarios."""
+        if gate and self.gates is not None and gate != "nightly" and gate not in self.gates:
+            return False
+        return not patterns or any(self._could_match(p) for p in patterns)
+
+    def _could_match(self, pattern: str) -> bool:
+        if pattern == self.suite:
+            return True
+        head, slash, _ = pattern.partition("/")
+        if slash:  # the suite part of an id or a pattern
+            return fnmatch.fnmatchcase(self.suite, head)
+        literal = re.split(r"[*?\[]", pattern, maxsplit=1)[0]  # a glob over whole ids: up to its first wildcard
+        return literal != pattern and (literal.startswith(f"{self.suite}/") or f"{self.suite}/".startswith(literal))
+
+
+@dataclass
+class Catalog:
+    """Every scenario of the good suites, and the suites that could not be loaded."""
+
+    scenarios: list[Scenario] = field(default_factory=list)
+    broken: list[BrokenSuite] = field(default_factory=list)
+
+    def broken_for(self, patterns: list[str] | None, gate: str | None) -> list[BrokenSuite]:
+        return [b for b in self.broken if b.could_be_in(patterns, gate)]
+
+    def pick(self, patterns: list[str] | None, gate: str | None) -> tuple[list[Scenario], list[BrokenSuite]]:
+        """The good scenarios a request picks, and the broken suites it could have picked. A
+        pattern that reaches only broken suites picks nothing here (it is not a typo)."""
+        broken = self.broken_for(patterns, gate)
+        if not patterns:
+            return select(self.scenarios, None, gate), broken
+        live = [p for p in patterns if not any(b._could_match(p) for b in broken) or _picks_any(self.scenarios, p)]
+        return (select(self.scenarios, live, gate) if live else []), broken
+
+    def problems_text(self) -> str:
+        return "\n".join(f"harness: scenario file skipped: {b.problem}" for b in self.broken)
+
+
+def _picks_any(scenarios: list[Scenario], pattern: str) -> bool:
+    return any(fnmatch.fnmatch(s.id, pattern) or s.suite.suite == pattern for s in scenarios)
+
+
+def read_yaml(path: Path):
+    """A scenario file's YAML, within bounds (size, nesting, aliases: yamlfile.py)."""
+    try:
+        return load_bounded(Path(path))
+    except YamlFileError as exc:
+        raise ScenarioError(str(exc)) from None
+
+
+def load_suite(path: Path) -> SuiteFile:
+    path = Path(path)
+    return parse_suite(read_yaml(path), path)
+
+
+def parse_suite(raw, path: Path) -> SuiteFile:
+    """A scenario file's parsed YAML, validated and bound to its engine; `path` names it in the errors."""
+    if not isinstance(raw, dict):
+        raise ScenarioError(f"{path}: a scenario file is a mapping (suite:, model:, matrix: ...), got {type(raw).__name__}")
+    axes = matrix_problems(raw.get("engine", SuiteFile.model_fields["engine"].default), raw.get("matrix"))
+    try:
+        suite = SuiteFile.model_validate(raw)
+    except ValidationError as exc:
+        problems = [f"  {p}" for p in axes]
+        for err in exc.errors():
+            if axes and not err["loc"]:
+                continue  # a whole-file rule (golden sets every axis) broken by the unknown axis above
+            where = ".".join(str(p) for p in err["loc"]) or "(top level)"
+            problems.append(f"  {where}: {err['msg'].removeprefix('Value error, ')}")  # pydantic's prefix says nothing
+        raise ScenarioError(f"{path}: invalid scenario file:\n" + "\n".join(problems)) from None
+    bound = binding_problems(suite)
+    if bound:
+        raise ScenarioError(f"{path}: invalid scenario file:\n" + "\n".join(f"  {p}" for p in bound))
+    return suite
+
+
+def suite_files(paths: list[Path] | None = None) -> list[Path]:
+    """The scenario files of the given files or directories (default: the project's
+    scenario files and the built-in suites, harness/roots.py)."""
+    from harness.roots import scenario_paths
+
+    files: list[Path] = []
+    for p in paths or scenario_paths():
+        p = Path(p)
+        if p.is_dir():
+            files += sorted(p.glob("*.yaml")) + sorted(p.glob("*.yml"))
+        else:
+            files.append(p)
+    return files
+
+
+def load_catalog(paths: list[Path] | None = None) -> Catalog:
+    """Every suite of the files, each loaded alone: a broken one is set aside with its problem."""
+    catalog = Catalog()
+    suites: dict[str, Path] = {}
+    for f in suite_files(paths):
+        try:
+            suite = load_suite(f)
+            if suite.suite in suites:
+                raise ScenarioError(f"{f}: suite '{suite.suite}' is already defined in {suites[suite.suite]}")
+            scenarios = expand(suite, f)
+        except ScenarioError as exc:
+            catalog.broken.append(_broken(f, str(exc)))
+            continue
+        suites[suite.suite] = f
+        catalog.scenarios += scenarios
+    return catalog
+
+
+def load_scenarios(paths: list[Path] | None = None) -> list[Scenario]:
+    """Every scenario of the files, or the first broken file's ScenarioError (for callers
+    that need all of them: the API, a bisect step)."""
+    catalog = load_catalog(paths)
+    if catalog.broken:
+        raise ScenarioError(catalog.broken[0].problem)
+    return catalog.scenarios
+
+
+def _broken(path: Path, problem: str) -> BrokenSuite:
+    """What can still be read of a broken file: its suite's name and gates, if it parses."""
+    try:
+        raw = load_bounded(path)
+    except YamlFileError:
+        raw = None
+    name = raw.get("suite") if isinstance(raw, dict) else None
+    if not (isinstance(name, str) and ID_PART.fullmatch(name)):
+        name = path.stem.lower()
+    gates = raw.get("gates") if isinstance(raw, dict) else None
+    known = frozenset(str(g) for g in gates) if isinstance(gates, dict) else None
+    return BrokenSuite(path=path, suite=name, problem=problem, gates=known)

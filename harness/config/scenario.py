@@ -1,0 +1,205 @@
+"""Scenarios: a suite's matrix expanded into runs with stable ids, and picking them.
+
+Expansion turns a suite into Scenario objects with ids `<suite>/<axis-values>`, e.g.
+`llama-tiny/tp2-pp2-sp-compile`, usable as pytest node ids and make targets.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import fnmatch
+import itertools
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from harness.config.env import MAX_SCENARIOS
+from harness.config.schema import ARCH_AXIS, ExpectedFailure, ScenarioError, SuiteFile
+from harness.models import ModelRef
+
+
+@dataclass(frozen=True)
+class EngineVersion:
+    """One engine version of several (`harness run --engine-env SPEC`, harness/envs.py):
+    the one value a versioned scenario carries. Its id is `<base id>@<label>`."""
+
+    spec: str  # as given to --engine-env: `vllm==0.28.0`, or an interpreter path
+    label: str  # `vllm-0.28.0`: the engine and its own version, as it reports them
+    python: str  # the interpreter the engine runs in
+    # The interpreter that builds a tiny {arch: ...} checkpoint: the default
+    # environment's (where it exists), so the weights are the golden's.
+    model_python: str | None = None
+
+
+@dataclass(frozen=True)
+class Scenario:
+    id: str
+    suite: SuiteFile
+    source: Path
+    settings: dict
+    gates: frozenset[str]
+    expected_failure: str | None = None
+    # every expected_failures entry whose `match` selects this scenario, in file order
+    expectations: tuple[ExpectedFailure, ...] = ()
+    faults: tuple[str, ...] = ()
+    extra_env: dict = field(default_factory=dict)
+    engine_version: EngineVersion | None = None  # None: the engine as the suite configures it
+
+    def with_version(self, version: EngineVersion) -> Scenario:
+        """This scenario run by another engine version: same suite, golden and
+        expectations; its id tagged `@<label>`."""
+        return dataclasses.replace(self, id=f"{self.base_id}{VERSION_SEP}{version.label}", engine_version=version)
+
+    @property
+    def engine_options(self) -> dict:
+        """What the engine is configured with: the suite's engine_options, with the
+        engine version's interpreter."""
+        options = dict(self.suite.engine_options)
+        if self.engine_version is not None:
+            options["python"] = self.engine_version.python
+        return options
+
+    @property
+    def base_id(self) -> str:
+        """The id without the engine-version tag: `vllm-llama/tp1-pp2`."""
+        return split_id(self.id)[0]
+
+    @property
+    def name(self) -> str:
+        """The axis part of the id (`tp2-pp2-sp`), without an engine-version tag."""
+        return self.base_id.split("/", 1)[1]
+
+    @property
+    def is_golden_setting(self) -> bool:
+        return self.engine_settings == dict(self.suite.golden)
+
+    @property
+    def engine_settings(self) -> dict:
+        """The parallel settings the engine runs (the arch axis picks the model instead)."""
+        return {k: v for k, v in self.settings.items() if k != ARCH_AXIS}
+
+    @property
+    def model(self) -> ModelRef:
+        if self.suite.archs:
+            return self.suite.archs[self.settings[ARCH_AXIS]]
+        assert self.suite.model is not None  # the schema: model: or archs:
+        return self.suite.model
+
+    @property
+    def golden_key(self) -> str:
+        """Where its golden lives under golden/: the suite, or suite/arch (one golden per arch)."""
+        return f"{self.suite.suite}/{self.settings[ARCH_AXIS]}" if self.suite.archs else self.suite.suite
+
+
+def settings_label(settings: dict, axes: list[str]) -> str:
+    """`tp2-pp2-sp-compile`: ints as <axis><n>, true bools by name, false bools omitted."""
+    parts = []
+    for axis in axes:
+        value = settings[axis]
+        if isinstance(value, bool):
+            if value:
+                parts.append(axis)
+        elif isinstance(value, int):
+            parts.append(f"{axis}{value}")
+        else:
+            parts.append(f"{axis}-{value}")
+    return "-".join(parts) or "default"
+
+
+def _matches(settings: dict, selector: dict) -> bool:
+    return all(settings.get(k) == v for k, v in selector.items())
+
+
+def expand(suite: SuiteFile, source: Path) -> list[Scenario]:
+    axes = list(suite.matrix)
+    _check_size(suite, source)
+    scenarios = []
+    for combo in itertools.product(*(suite.matrix[a] for a in axes)):
+        settings = dict(zip(axes, combo))
+        if any(_matches(settings, ex) for ex in suite.exclude):
+            continue
+        label = settings_label(settings, axes)
+        gates = {"nightly"} if "nightly" not in suite.gates else set()
+        gates |= {g for g, patterns in suite.gates.items() if any(fnmatch.fnmatch(label, p) for p in patterns)}
+        expectations = tuple(x for x in suite.expected_failures if _matches(settings, x.match))
+        scenarios.append(
+            Scenario(
+                id=f"{suite.suite}/{label}",
+                suite=suite,
+                source=source,
+                settings=settings,
+                gates=frozenset(gates),
+                expected_failure=expectations[0].reason if expectations else None,
+                expectations=expectations,
+                faults=tuple(suite.faults),
+                extra_env=dict(suite.env),
+            )
+        )
+    ids = [s.id for s in scenarios]
+    if len(set(ids)) != len(ids):
+        raise ScenarioError(f"{source}: matrix expansion gives duplicate ids: {sorted(i for i in ids if ids.count(i) > 1)}")
+    _check_change_patterns(suite, source, [s.name for s in scenarios])
+    return scenarios
+
+
+def _check_size(suite: SuiteFile, source: Path) -> None:
+    """A matrix is refused from its axes' lengths, before one combination is made: 10^8 of
+    them would take minutes and gigabytes to list."""
+    limit = MAX_SCENARIOS.integer() or 1
+    combinations = math.prod(len(values) for values in suite.matrix.values())
+    if combinations > limit:
+        raise ScenarioError(f"{source}: the matrix has {combinations} combinations, more than {limit} "
+                            f"(${MAX_SCENARIOS.name} raises the limit): split the suite or use exclude:")
+
+
+def _check_change_patterns(suite: SuiteFile, source: Path, names: list[str]) -> None:
+    """A pattern that picks nothing is a typo that would silently drop scenarios from a gate."""
+    if suite.changes is None:
+        return
+    fields = [("changes.smoke", suite.changes.smoke)]
+    fields += [(f"changes.rules.{i}.scenarios", r.scenarios) for i, r in enumerate(suite.changes.rules)]
+    for where, patterns in fields:
+        for pattern in patterns:
+            if not any(fnmatch.fnmatch(n, pattern) for n in names):
+                raise ScenarioError(f"{source}: invalid scenario file:\n  {where}: pattern '{pattern}' matches no "
+                                    f"scenario of suite '{suite.suite}' (they are: {', '.join(names)})")
+
+
+VERSION_SEP = "@"  # scenario id @ engine label: `vllm-llama/tp1-pp2@vllm-0.28.0` (harness/envs.py)
+
+
+def split_id(scenario_id: str) -> tuple[str, str]:
+    """`vllm-llama/tp1-pp2@vllm-0.28.0` -> ("vllm-llama/tp1-pp2", "vllm-0.28.0"); no tag: (id, "").
+    The one place that parses an id's engine-version tag."""
+    base, _, label = scenario_id.partition(VERSION_SEP)
+    return base, label
+
+
+def find_one(scenarios: list[Scenario], scenario_id: str) -> Scenario:
+    """The scenario with exactly this id, no patterns (a repro or a bisect is of one
+    scenario); a trailing @<engine>-<version> tag of a versioned run is ignored."""
+    base = split_id(scenario_id)[0]
+    for s in scenarios:
+        if s.id == base:
+            return s
+    close = difflib.get_close_matches(base, [s.id for s in scenarios], n=4, cutoff=0.6)
+    hint = f"; did you mean {', '.join(close)}?" if close else "; `harness list` shows the ids"
+    raise ScenarioError(f"no scenario '{base}'{hint}")
+
+
+def select(scenarios: list[Scenario], ids: list[str] | None = None, gate: str | None = None) -> list[Scenario]:
+    """Scenarios by id (glob patterns allowed, a bare suite name means the whole suite) and/or gate."""
+    chosen = scenarios
+    if gate:
+        chosen = [s for s in chosen if gate in s.gates]
+    if ids:
+        picked = []
+        for pattern in ids:
+            hits = [s for s in chosen if fnmatch.fnmatch(s.id, pattern) or s.suite.suite == pattern]
+            if not hits:
+                known = ", ".join(s.id for s in scenarios[:8])
+                raise ScenarioError(f"no scenario matches '{pattern}' (try `harness list`; e.g. {known})")
+            picked += [s for s in hits if s not in picked]
+        chosen = picked
+    return chosen
