@@ -15,9 +15,9 @@ from pathlib import Path
 import yaml
 
 from harness.config.loading import parse_suite
+from harness.config.project import CONFIG_FILE, PYPROJECT, find_config
 from harness.config.scenario import expand
 from harness.config.schema import ID_PART, ScenarioError
-from harness.roots import CONFIG_FILE, PYPROJECT, find_config
 
 CONFIG_TABLE = """\
 # The harness's project config (harness/roots.py of the harness): paths are relative to this file.
@@ -111,6 +111,8 @@ def _gates(raw: dict, where: Path) -> dict:
 def init_project(directory: Path, model: str, engine: str = "reference", suite: str | None = None) -> Written:
     from harness.engines import declared_axes
 
+    if not directory.is_dir():
+        raise InitError(f"{directory} is not a directory: create it first (`mkdir -p {directory}`), or give --dir DIR")
     directory = directory.resolve()
     axes = declared_axes(engine)
     if axes is None:
@@ -118,6 +120,10 @@ def init_project(directory: Path, model: str, engine: str = "reference", suite: 
     suite = suite or suite_name(model)
     if not ID_PART.fullmatch(suite):
         raise InitError(f"suite name '{suite}': lower-case letters, digits, '.' and '-' (it starts every scenario id)")
+    builtin = _builtin_suite_names()
+    if suite in builtin:  # the project's file would be refused beside the built-in one of that name
+        raise InitError(f"'{suite}' is the name of a built-in suite ({', '.join(sorted(builtin))}); "
+                        "give another --suite name (nothing was written)")
     scenario_file = directory / "scenarios" / f"{suite}.yaml"
     if scenario_file.exists():
         raise InitError(f"{scenario_file} exists; give another --suite name (nothing was written)")
@@ -129,6 +135,13 @@ def init_project(directory: Path, model: str, engine: str = "reference", suite: 
     scenario_file.parent.mkdir(parents=True, exist_ok=True)
     scenario_file.write_text(text)
     return Written(config, scenario_file, suite)
+
+
+def _builtin_suite_names() -> set[str]:
+    from harness.config.loading import load_catalog
+    from harness.roots import builtin_scenarios
+
+    return {s.suite.suite for s in load_catalog([builtin_scenarios()]).scenarios}
 
 
 def _check(raw: dict, where: Path) -> list:

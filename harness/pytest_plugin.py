@@ -82,7 +82,7 @@ def _is_scenario_file(config, path: Path) -> bool:
     if path.parent.name == "scenarios":
         return True
     if not hasattr(config, "_harness_scenario_paths"):
-        from harness.roots import project
+        from harness.config.project import project
 
         config._harness_scenario_paths = {p.resolve() for p in project(config.invocation_params.dir).scenarios}
     chosen = config._harness_scenario_paths

@@ -28,10 +28,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.config.loading import load_scenarios
+from harness.config.project import project
 from harness.config.scenario import Scenario, find_one, settings_label
 from harness.config.schema import ScenarioError
 from harness.contract.runspec import MEDIA
-from harness.roots import project, reports_dir
+from harness.roots import reports_dir
 from harness.rundir import SCENARIOS, VERDICT, scenario_dir_name, verdict_path
 from harness.verdict import Verdict
 

@@ -9,6 +9,7 @@ import pytest
 
 from harness import roots
 from harness.cli import main
+from harness.config.project import ProjectConfigError
 
 
 @pytest.fixture(autouse=True)
@@ -22,7 +23,7 @@ def test_a_misspelt_scenarios_directory_is_an_error_naming_it(tmp_path, monkeypa
     (tmp_path / "scenarios").mkdir()
     (tmp_path / "harness.toml").write_text(f'scenarios = ["scenarios", "scenario-gpu"]\nbuiltin_suites = {builtin}\n')
     monkeypatch.chdir(tmp_path)
-    with pytest.raises(roots.ProjectConfigError, match="scenarios entry '.*scenario-gpu' cannot be read: No such file"):
+    with pytest.raises(ProjectConfigError, match="scenarios entry '.*scenario-gpu' cannot be read: No such file"):
         roots.scenario_paths()
     assert main(["run", "--gate", "pr"]) == 2
     err = capsys.readouterr().err
@@ -33,7 +34,7 @@ def test_a_symlink_loop_is_an_error_too(tmp_path, monkeypatch):
     (tmp_path / "loop").symlink_to(tmp_path / "loop")
     (tmp_path / "harness.toml").write_text('scenarios = "loop"\n')
     monkeypatch.chdir(tmp_path)
-    with pytest.raises(roots.ProjectConfigError, match="'.*loop' cannot be read: Too many levels of symbolic links"):
+    with pytest.raises(ProjectConfigError, match="'.*loop' cannot be read: Too many levels of symbolic links"):
         roots.scenario_paths()
 
 

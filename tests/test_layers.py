@@ -18,6 +18,8 @@ PACKAGE = Path(__file__).resolve().parent.parent / "harness"
 LAYERS = {
     # the HARNESS_* variables (harness/config/env.py, stdlib only: ranks read it in an engine's interpreter)
     "config.env": -2,
+    # the project config (harness.toml / [tool.harness]), read by roots.py
+    "config.project": -2,
     # reading back the JSON files the harness writes, their shapes checked (stdlib only)
     "jsonfile": -1,
     # the light contract and plain facts: import nothing of the harness but the above

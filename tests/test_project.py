@@ -12,6 +12,7 @@ import yaml
 
 from harness import roots
 from harness.config.loading import load_scenarios, load_suite
+from harness.config.project import ProjectConfigError, find_config, project
 from harness.config.scenario import expand
 from harness.project_init import InitError, init_project, model_entry
 
@@ -28,13 +29,13 @@ def test_config_is_found_upward_and_its_paths_are_relative_to_it(tmp_path, monke
     deep = tmp_path / "src" / "engine"
     deep.mkdir(parents=True)
     monkeypatch.chdir(deep)
-    here = roots.project()
+    here = project()
     assert here.root == tmp_path and here.config_file == tmp_path / "pyproject.toml"
     assert here.scenarios == (tmp_path / "tests" / "harness",)
     assert roots.golden_root() == tmp_path / "tests" / "golden"
     assert roots.reports_dir() == tmp_path / "reports"  # the default, under the project root
     assert roots.cache_dir("models") == tmp_path / "cache" / "models"
-    with pytest.raises(roots.ProjectConfigError, match="harness' cannot be read"):  # configured, so it must exist
+    with pytest.raises(ProjectConfigError, match="harness' cannot be read"):  # configured, so it must exist
         roots.scenario_paths()
     (tmp_path / "tests" / "harness").mkdir(parents=True)
     assert roots.scenario_paths() == [tmp_path / "tests" / "harness"]  # no built-in suites
@@ -51,10 +52,10 @@ def test_the_config_is_parsed_once_and_again_after_an_edit(tmp_path, monkeypatch
     config = tmp_path / "harness.toml"
     config.write_text('golden = "g"\n')
     monkeypatch.chdir(tmp_path)
-    assert [roots.project().golden for _ in range(3)] == [tmp_path / "g"] * 3
+    assert [project().golden for _ in range(3)] == [tmp_path / "g"] * 3
     assert len(parsed) == 1
     config.write_text('golden = "other"\n')
-    assert roots.project().golden == tmp_path / "other" and len(parsed) == 2
+    assert project().golden == tmp_path / "other" and len(parsed) == 2
 
 
 def test_environment_overrides_the_config(tmp_path, monkeypatch):
@@ -73,15 +74,15 @@ def test_a_pyproject_without_a_harness_table_is_not_a_project(tmp_path, monkeypa
     inner.mkdir()
     (inner / "pyproject.toml").write_text('[project]\nname = "y"\n')
     monkeypatch.chdir(inner)
-    here = roots.project()
+    here = project()
     assert here.config_file is None and here.root == inner  # no config: the working directory is the root
 
 
 def test_a_bad_key_names_the_file_and_the_keys(tmp_path, monkeypatch):
     (tmp_path / "harness.toml").write_text('scenario = "typo"\n')
     monkeypatch.chdir(tmp_path)
-    with pytest.raises(roots.ProjectConfigError, match=r"harness.toml: scenario: .*keys: scenarios, golden"):
-        roots.project()
+    with pytest.raises(ProjectConfigError, match=r"harness.toml: scenario: .*keys: scenarios, golden"):
+        project()
 
 
 def test_builtin_goldens_are_read_but_written_to_the_project(tmp_path, monkeypatch):
@@ -120,7 +121,7 @@ def test_init_appends_to_an_existing_pyproject(tmp_path):
     (tmp_path / "pyproject.toml").write_text('[project]\nname = "engine"\n')
     done = init_project(tmp_path, "arch:Qwen3ForCausalLM", engine="hf")
     assert done.config == tmp_path / "pyproject.toml"
-    assert roots.find_config(tmp_path)[0] == tmp_path / "pyproject.toml"
+    assert find_config(tmp_path)[0] == tmp_path / "pyproject.toml"
     assert yaml.safe_load(done.scenario_file.read_text())["matrix"] == {"tp": [1], "pp": [1]}  # what hf allows
 
 

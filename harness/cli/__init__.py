@@ -16,11 +16,12 @@ from pathlib import Path
 from harness import exit_codes
 from harness.cli import bisect, conformance, durations, env, golden, init, listing, report, repro, run
 from harness.config.env import EnvValueError
+from harness.config.project import ProjectConfigError
 from harness.config.schema import ScenarioError
 from harness.launch import SigtermAsInterrupt
 from harness.plan.devices import DeviceError
 from harness.plan.nodes import NodesError
-from harness.roots import ProjectConfigError, export_to_children
+from harness.roots import export_to_children
 
 # name -> the subcommand's module, in the order `harness --help` lists them
 COMMANDS = {"init": init, "list": listing, "run": run, "golden": golden, "report": report, "repro": repro,

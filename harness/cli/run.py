@@ -22,8 +22,8 @@ from harness.cli.options import (
     shard_spec,
 )
 from harness.config.loading import BrokenSuite
+from harness.config.project import project
 from harness.launch import DeferInterrupts
-from harness.roots import project
 from harness.rundir import ResultsNotWritten, RunDirTaken, check_writable, claim_new_run_dir, claim_run_dir, verdict_path
 
 HELP = "run scenarios and write a report"
@@ -81,7 +81,7 @@ def run(args) -> int:
         except envs.EnvError as exc:
             print(f"harness: {exc}", file=sys.stderr)
             return exit_codes.USAGE
-    request = RunRequest(gate=args.gate, changed_files=args.changed_files, changed_since=args.changed_since,
+    request = RunRequest(gate=args.gate, ids=tuple(args.ids), changed_files=args.changed_files, changed_since=args.changed_since,
                          shard=args.shard, durations=args.durations, report_dir=args.report_dir, jobs=args.jobs or default_jobs(),
                          devices=args.devices, nodes=args.nodes, device=args.device)
     plan = plan_run(request, catalog.scenarios, selected, project().root)

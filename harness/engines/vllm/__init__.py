@@ -26,6 +26,7 @@ from pathlib import Path
 
 from harness import roots
 from harness.config.env import VLLM_PYTHON
+from harness.config.project import project
 from harness.contract.launchplan import LaunchPlan
 from harness.contract.runspec import RunSpec
 from harness.engines import compile_cache
@@ -175,9 +176,9 @@ class VllmEngine(Engine):
 
 def default_python() -> Path:
     """The project's .venv-vllm, else the one of the checkout this harness runs from."""
-    places = [roots.project().root, roots.source_checkout()]
+    places = [project().root, roots.source_checkout()]
     found = [root / VENV_PYTHON for root in places if root and (root / VENV_PYTHON).exists()]
-    return found[0] if found else roots.project().root / VENV_PYTHON
+    return found[0] if found else project().root / VENV_PYTHON
 
 
 def _has_nvidia_gpu() -> bool:
@@ -227,6 +228,18 @@ def _cached_probe(python: Path, key: str, args: Sequence[str] = ()) -> dict:
     return result
 
 
+def _fix_for(python: Path) -> str:
+    """What to do about an interpreter without a working vLLM: an environment the harness
+    built (its marker is there) was damaged after it was made, and is made again once removed."""
+    from harness.engines import envdir
+
+    venv = Path(python).parent.parent
+    if envdir.is_built(venv):
+        return (f"the harness built {venv} (its marker {envdir.MARKER} is there), but it no longer holds a working "
+                f"vLLM: remove {venv} and run again, and the harness installs it afresh")
+    return INSTALL_HINT
+
+
 def _run_probe(python: Path, args: Sequence[str] = ()) -> dict:
     from harness.engines import EngineUnavailable
 
@@ -239,5 +252,5 @@ def _run_probe(python: Path, args: Sequence[str] = ()) -> dict:
     lines = [ln for ln in done.stdout.splitlines() if ln.startswith("HARNESS-PROBE ")]
     if done.returncode != 0 or not lines:
         last = (done.stderr.strip().splitlines() or ["no output"])[-1]
-        raise EngineUnavailable(f"engine 'vllm': vllm does not import in {python} ({last}); {INSTALL_HINT}")
+        raise EngineUnavailable(f"engine 'vllm': vllm does not import in {python} ({last}); {_fix_for(python)}")
     return json.loads(lines[-1][len("HARNESS-PROBE "):])
