@@ -14,6 +14,7 @@ like an engine bug.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import tempfile
@@ -102,6 +103,7 @@ class Verdict:
     def to_dict(self) -> dict:
         d = asdict(self)
         d["as_expected"] = self.as_expected
+        d["digest"] = record_digest(asdict(self))
         return d
 
     def save(self, path: Path) -> None:
@@ -121,6 +123,42 @@ class Verdict:
 
     @classmethod
     def load(cls, path: Path) -> Verdict:
+        """The verdict a file holds; one edited after the harness wrote it (its digest no longer
+        matches, or it says pass beside a failed check) is read as `error`, TAMPERED, never as
+        what it now claims: a report must not turn a failure into an OK."""
         d = read_json(path)
         d.pop("as_expected", None)  # derived: to_dict writes it for readers of the file
-        return from_fields(cls, d, f"{path} is not a verdict")
+        digest = d.pop("digest", None)  # absent in files written before verdicts carried one
+        verdict = from_fields(cls, d, f"{path} is not a verdict")
+        problem = contradiction(verdict)
+        if digest is not None and digest != record_digest(d):
+            problem = "its digest does not match its content" + (f" ({problem})" if problem else "")
+        return verdict.tampered(path, problem) if problem else verdict
+
+    def tampered(self, path: Path, problem: str) -> Verdict:
+        return Verdict(scenario=self.scenario, verdict="error", settings=self.settings, duration_s=self.duration_s,
+                       reason=f"TAMPERED: {path} was changed after the harness wrote it: {problem}; "
+                              f"it now says '{self.verdict}: {self.reason}'. Run the scenario again",
+                       error={"kind": "tampered", "file": str(path), "problem": problem, "claimed": self.verdict},
+                       checks=self.checks, versions=self.versions, reproduce=self.reproduce)
+
+
+def record_digest(record: dict) -> str:
+    """sha256 of a verdict's fields as JSON (keys sorted, after one JSON round trip so that
+    int keys read back as strings give the same text)."""
+    canonical = json.dumps(json.loads(json.dumps(record)), sort_keys=True)
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def contradiction(v: Verdict) -> str | None:
+    """What in a verdict contradicts its class: a pass cannot have a failed check, a crash,
+    a hang or an error (the others may carry what led to them)."""
+    if v.verdict != "pass":
+        return None
+    failed = [c.get("name", "?") for c in v.checks if not c.get("passed")]
+    if failed:
+        return f"it says pass but its checks {', '.join(failed)} failed"
+    for what in ("crash", "hang", "error"):
+        if getattr(v, what):
+            return f"it says pass but records a {what}"
+    return None
