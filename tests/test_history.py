@@ -159,6 +159,21 @@ def test_an_unreadable_history_file_is_skipped_and_named_and_the_comparison_says
     assert sorted(load_history(history)["run_id"]) == ["r1", "r2"]  # r2 was recorded beside the bad files
 
 
+def test_a_history_file_of_another_schema_is_skipped_and_named(tmp_path):
+    """A file with every column but `started` a string (written by another tool, or by hand)
+    used to end every run and report on that store in a TypeError traceback from earlier_rows."""
+    history = tmp_path / "history"
+    report(make_run(tmp_path, "r1", [passing("s/tp1-pp1")], started=1000), history)
+    runs = history / "runs"
+    rows = pd.read_parquet(runs / "r1.parquet").assign(run_id="hand-made", started="2026-11-01 10:00")
+    rows.to_parquet(runs / "hand-made.parquet", index=False)
+    meta = report(make_run(tmp_path, "r2", [failing("s/tp1-pp1")], started=2000), history)
+    (skipped,) = meta["history_unreadable"]
+    assert skipped.startswith(f"{runs / 'hand-made.parquet'} (not the history's schema: started is ")
+    assert skipped.endswith(", not a timestamp)")
+    assert meta["changes"]["previous_run"] == "r1" and meta["changes"]["new_failures"] == ["s/tp1-pp1"]
+
+
 def test_a_history_that_reads_whole_says_nothing_of_a_partial_comparison(tmp_path):
     history = tmp_path / "history"
     report(make_run(tmp_path, "r1", [passing("s/tp1-pp1")], started=1000), history)

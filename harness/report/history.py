@@ -147,6 +147,7 @@ def read_history(history: Path) -> tuple[pd.DataFrame, list[str]]:
 
 
 REQUIRED = [*KEY, "gate", "started", "recorded", "merged_from", "verdict"]
+TIMESTAMPS = ("started", "recorded")
 
 
 def _read_run_file(path: Path) -> tuple[pd.DataFrame, str]:
@@ -158,6 +159,10 @@ def _read_run_file(path: Path) -> tuple[pd.DataFrame, str]:
     missing = [c for c in REQUIRED if c not in frame.columns]
     if missing and not frame.empty:
         return pd.DataFrame(), f"not a history file: no column {', '.join(missing)}"
+    wrong = [f"{c} is {frame[c].dtype}, not a timestamp" for c in TIMESTAMPS
+             if c in frame.columns and not frame.empty and not pd.api.types.is_datetime64_any_dtype(frame[c])]
+    if wrong:  # compared with the run's own start: a string there would stop every later run and report
+        return pd.DataFrame(), f"not the history's schema: {'; '.join(wrong)}"
     return frame, ""
 
 
