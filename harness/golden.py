@@ -49,6 +49,46 @@ def regenerate_hint(suite: str) -> str:
     return f"regenerate it with `harness golden {suite}` (or `make golden` for every suite)"
 
 
+def leftover_hint(directory: Path) -> str | None:
+    """What a `harness golden` stopped between its two renames left beside the golden's place:
+    the finished new golden (.NAME.new) and/or the one it replaces (.NAME.old)."""
+    new, old = _staging(directory), _previous(directory)
+    if (new / MANIFEST).exists():
+        return (f"a golden run finished but was not put in place: {new} holds it whole "
+                f"(`mv {new} {directory}` installs it, or run `harness golden` again)")
+    if (old / MANIFEST).exists():
+        return f"the previous golden is in {old} (`mv {old} {directory}` puts it back)"
+    return None
+
+
+def _staging(target: Path) -> Path:
+    return target.with_name(f".{target.name}.new")
+
+
+def _previous(target: Path) -> Path:
+    return target.with_name(f".{target.name}.old")
+
+
+def golden_place(key: str) -> Path:
+    """Where the golden of `key` (a suite, or suite/arch) will be written, checked before its run
+    so that a golden that cannot be stored is said before the run, not after: a symlinked
+    golden is followed (its target is replaced, the link kept); the place must be writable."""
+    target = golden_root() / key
+    if target.is_symlink():
+        resolved = target.resolve()
+        if resolved.exists() and not resolved.is_dir():
+            raise GoldenError(f"{target} is a symlink to {resolved}, which is not a directory: "
+                              "remove the link, or point it at a directory")
+        target = resolved
+    existing = next(p for p in (target.parent, *target.parent.parents) if p.exists())
+    if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
+        raise GoldenError(f"cannot write the golden of '{key}': {existing} is not a writable directory "
+                          "(make it writable, or set $HARNESS_GOLDEN_DIR to a writable place)")
+    if target.exists() and not os.access(target, os.W_OK | os.X_OK):
+        raise GoldenError(f"cannot replace the golden of '{key}': {target} is read-only (make it writable)")
+    return target
+
+
 def damage_hint(suite: str) -> str:
     return (f"restore it (`git checkout golden/{suite}` for a committed golden) or "
             f"regenerate it with `harness golden {suite}`")
@@ -98,7 +138,7 @@ def load_reference(expected: dict, eval_defs=()) -> Reference:
     suite = expected["suite"]
     directory = golden_dir(suite)
     if not (directory / MANIFEST).exists():
-        raise GoldenError(f"no golden for suite '{suite}' in {directory}; {regenerate_hint(suite)}")
+        raise GoldenError(f"no golden for suite '{suite}' in {directory}; {leftover_hint(directory) or regenerate_hint(suite)}")
     try:
         manifest = read_json(directory / MANIFEST)
     except (OSError, ValueError) as exc:  # the ValueError names the file and what it holds
@@ -225,8 +265,8 @@ def store_golden(outputs_dir: Path, manifest: dict, evals: dict | None = None, d
     """Install a finished golden run as the suite's golden (replacing the old one whole).
     `evals`: the per-item eval results (evals.json); `drop`: workloads whose tensors are
     not kept (eval generations: their per-item results are what the golden holds)."""
-    target = golden_root() / manifest["suite"]  # the project's, never the shipped suites' (read-only)
-    staging = target.with_name(f".{target.name}.new")
+    target = golden_place(manifest["suite"])  # the project's, never the shipped suites' (read-only)
+    staging = _staging(target)
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)
     outputs = EngineOutputs.load(outputs_dir)
@@ -237,6 +277,16 @@ def store_golden(outputs_dir: Path, manifest: dict, evals: dict | None = None, d
         save_evals(staging, evals)
     (staging / MANIFEST).write_text(json.dumps({**manifest, "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}, indent=1, sort_keys=True))
     record_digests(staging)
-    shutil.rmtree(target, ignore_errors=True)
-    os.replace(staging, target)
+    _swap_in(staging, target)
     return target
+
+
+def _swap_in(staging: Path, target: Path) -> None:
+    """The old golden stays whole until the new one is in place: old -> .old, new -> target,
+    then the old is removed. A kill between the renames leaves both, named by leftover_hint."""
+    previous = _previous(target)
+    shutil.rmtree(previous, ignore_errors=True)
+    if target.exists():
+        os.replace(target, previous)
+    os.replace(staging, target)
+    shutil.rmtree(previous, ignore_errors=True)

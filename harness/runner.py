@@ -91,6 +91,7 @@ def make_golden(scenario_for_golden: Scenario, work_dir: Path, opts: RunOptions 
     if isinstance(admitted, Verdict):
         raise RuntimeError(admitted.reason)  # the input's error: the caller names the golden
     prepared = admitted.prepared
+    goldens.golden_place(scenario_for_golden.golden_key)  # a golden that cannot be stored is said before its run
     outcome = execute(admitted, out_dir, scenario_for_golden, opts)
     ended = launch_verdict(scenario_for_golden.id, outcome, prepared.engine)
     if ended is not None:  # the engine names the worker that really died (vLLM's own processes)
