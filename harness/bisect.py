@@ -63,6 +63,28 @@ def outcome(v: Verdict, count_unsupported: bool = False) -> str | None:
     return v.verdict
 
 
+def root_cause(v: Verdict) -> str:
+    """A crash's exception type (`CppCompileError`, `ValueError`), else "": two crashes
+    with unrelated causes are two different verdicts, not "the same verdict"."""
+    crash = v.crash or {}
+    exception = crash.get("exception") or ""
+    head = exception.split(":", 1)[0].strip()
+    inner = crash.get("wrapper") or ""  # the compile wrapper names the inner error as `...: InnerType: message`
+    if head and inner:
+        parts = [p.strip() for p in exception.split(":")]
+        head = next((p for p in parts[1:] if p.isidentifier() and p[:1].isupper()), head)
+    return head.rsplit(".", 1)[-1]
+
+
+def signature(v: Verdict, count_unsupported: bool = False) -> str | None:
+    """What a bisect compares: the verdict's class (outcome) and, for a crash, its root cause."""
+    kind = outcome(v, count_unsupported)
+    if kind == "crash":
+        cause = root_cause(v)
+        return f"crash ({cause})" if cause else kind
+    return kind
+
+
 def decide(step: str | None, at_good: str) -> str:
     """good (same as at good), bad (the verdict changed) or skip."""
     if step is None:
@@ -100,11 +122,16 @@ class Result:
     run_dir: Path | None = None  # the first bad step's run directory
     scenario: Scenario | None = None  # as it ran at the first bad step (releases: in that version's environment)
     checkout: str = ""  # over git: how to put the engine at the first bad commit again
+    newest_first: bool = False  # bisecting for a fix: the good end is the newer release
 
     def text(self) -> str:
         bad, good = self.bad_verdict, self.good_verdict
-        line = (f"first bad: {self.first_bad}, verdict {bad.verdict}{_observed(bad)} ({bad.reason.splitlines()[0][:160]}); "
-                f"the previous one {self.last_good}: {good.verdict}{_observed(good)}")
+        said = f"verdict {bad.verdict}{_observed(bad)} ({bad.reason.splitlines()[0][:160]})"
+        if self.newest_first:  # in time: ... first_bad (the last with the bug), last_good (the first without)
+            line = (f"last bad: {self.first_bad}, {said}; the next one, {self.last_good}: {good.verdict}{_observed(good)} "
+                    f"(the change is in {self.last_good})")
+        else:
+            line = f"first bad: {self.first_bad}, {said}; the one before it, {self.last_good}: {good.verdict}{_observed(good)}"
         if self.skipped_between:
             line += f"\n(could not judge {', '.join(self.skipped_between)}: the first bad is one of them or {self.first_bad})"
         return line + f"\nbisect: {len(self.steps)} steps in {self.seconds:.0f}s"
@@ -168,7 +195,8 @@ def bisect_releases(scenario: Scenario, good: str, bad: str, work_dir: Path, opt
         raise BisectError(f"{distribution} {', '.join(missing)}: not on the package index (`pip index versions {distribution}`; "
                           f"newest: {', '.join(available[-8:]) or 'none found'})")
     releases = envs.releases_between(available, good, bad)
-    if releases[0] != good:
+    newest_first = releases[0] != good
+    if newest_first:
         releases.reverse()  # bisecting for a fix: good is the newer one
     say(f"bisect: {scenario.id} over {len(releases)} releases of {distribution}: {', '.join(releases)}")
 
@@ -182,7 +210,9 @@ def bisect_releases(scenario: Scenario, good: str, bad: str, work_dir: Path, opt
         run_dir = work_dir / env.label
         return run_scenario(versioned, run_dir, opts), versioned, run_dir
 
-    return _search(releases, run, say, count_unsupported)
+    result = _search(releases, run, say, count_unsupported)
+    result.newest_first = newest_first
+    return result
 
 
 def _search(points: list[str], run, say, count_unsupported: bool = False) -> Result:
@@ -196,7 +226,7 @@ def _search(points: list[str], run, say, count_unsupported: bool = False) -> Res
         seen[i] = run(points[i])
         v = seen[i][0]
         if decision_of:
-            decision = decision_of(outcome(v, count_unsupported))
+            decision = decision_of(signature(v, count_unsupported))
         else:  # an end: what it is called, unless it says nothing of the engine
             decision = ("good" if i == 0 else "bad") if outcome(v, count_unsupported) is not None else "stop"
         steps.append(Step(points[i], v, time.monotonic() - t, decision))
@@ -210,7 +240,7 @@ def _search(points: list[str], run, say, count_unsupported: bool = False) -> Res
             what = "the install failed" if install_failed(v) else f"the verdict is {v.verdict}"
             raise BisectError(f"at {name} ({points[i]}) {what}: {v.reason.splitlines()[0]}; "
                               "it says nothing of the engine, so there is nothing to bisect from")
-    at_good, at_bad = outcome(seen[0][0], count_unsupported), outcome(seen[len(points) - 1][0], count_unsupported)
+    at_good, at_bad = signature(seen[0][0], count_unsupported), signature(seen[len(points) - 1][0], count_unsupported)
     if at_good == at_bad:
         raise BisectError(f"the verdict is the same at good ({points[0]}) and bad ({points[-1]}): {at_good}; "
                           "nothing changed between them to bisect")
@@ -309,7 +339,7 @@ def bisect_git(scenario: Scenario, scenario_args: list[str], repo: Path, good: s
                 raise BisectError(f"at {name} ({sha[:10]}) the verdict is {v.verdict}: {v.reason.splitlines()[0]}; "
                                   "it says nothing of the engine, so there is nothing to bisect from")
             known[name] = v
-        at_good, at_bad = outcome(known["good"], count_unsupported), outcome(known["bad"], count_unsupported)
+        at_good, at_bad = signature(known["good"], count_unsupported), signature(known["bad"], count_unsupported)
         if at_good == at_bad:
             raise BisectError(f"the verdict is the same at good ({good_sha[:10]}) and bad ({bad_sha[:10]}): {at_good}; "
                               "nothing changed between them to bisect")
@@ -408,7 +438,7 @@ def run_step(scenario: Scenario, repo: Path, work_dir: Path, opts: RunOptions, a
             return SKIP
     t = time.monotonic()
     v = run_scenario(scenario, work_dir / sha[:12], opts)
-    decision = decide(outcome(v, count_unsupported), at_good) if at_good else "-"
+    decision = decide(signature(v, count_unsupported), at_good) if at_good else "-"
     print(step_line(f"{sha[:10]}", v, time.monotonic() - t, decision) + f"  [{subject[:60]}]", flush=True)
     return {"good": GOOD, "bad": BAD, "skip": SKIP}.get(decision, GOOD)
 

@@ -119,7 +119,35 @@ def test_a_release_search_ends_at_the_boundary_and_skips_what_says_nothing():
     assert (result.first_bad, result.last_good) == ("0.29.0", "0.27.1")
     assert result.skipped_between == ["0.28.0"] and "could not judge 0.28.0" in result.text()
     assert ran[:2] == ["0.27.0", "0.32.0"] and len(ran) == len(set(ran))
-    assert "first bad: 0.29.0, verdict crash" in result.text() and "the previous one 0.27.1: pass" in result.text()
+    assert "first bad: 0.29.0, verdict crash" in result.text() and "the one before it, 0.27.1: pass" in result.text()
+
+
+def _crash(exception: str, wrapper: str | None = None) -> Verdict:
+    return Verdict("s/x", "crash", f"rank 0 crashed: {exception}",
+                   crash={"rank": 0, "exception": exception, "wrapper": wrapper, "log": "rank0.log"})
+
+
+def test_two_crashes_of_unrelated_causes_are_two_verdicts():
+    """A CppCompileError at one end and a processor ValueError at the other used to be called
+    "the same verdict: nothing to bisect"; a middle step is good only with the good end's cause."""
+    from harness.bisect import _search, root_cause, signature
+
+    inductor = _crash("torch._inductor.exc.InductorError: CppCompileError: C++ compile error",
+                      wrapper="torch._inductor.exc.InductorError")
+    assert root_cause(inductor) == "CppCompileError" and signature(inductor) == "crash (CppCompileError)"
+    assert signature(_crash("ValueError: Found 1 <|image_pad|> tokens")) == "crash (ValueError)"
+    by_point = {"1": inductor, "2": inductor, "3": _crash("ValueError: no images"), "4": _crash("ValueError: no images")}
+    result = _search(list(by_point), lambda p: (by_point[p], None, Path("/runs") / p), lambda line: None)
+    assert (result.first_bad, result.last_good) == ("3", "2")
+
+
+def test_a_search_for_a_fix_names_the_releases_in_time_order():
+    from harness.bisect import _search
+
+    verdicts = {"0.32.0": "pass", "0.31.0": "pass", "0.30.0": "crash", "0.29.0": "crash"}  # good (newer) first
+    result = _search(list(verdicts), lambda p: (Verdict("s/x", verdicts[p], p), None, Path("/runs") / p), lambda line: None)
+    result.newest_first = True
+    assert "last bad: 0.30.0" in result.text() and "the next one, 0.31.0: pass (the change is in 0.31.0)" in result.text()
 
 
 def test_a_search_refuses_equal_ends_and_ends_that_say_nothing():
