@@ -225,6 +225,10 @@ def assert_settings_agree(model: str | Mapping | os.PathLike, a: Mapping, b: Map
     harness's checks. Returns the passing verdict; raises CheckFailed when b fails or
     either run crashed or hung, SettingUnsupported when either cannot run here.
     The other arguments are run_setting's; `report_dir` writes the harness's report."""
+    for label, settings in (("a", a), ("b", b)):
+        if not isinstance(settings, Mapping):  # a programming error of the caller, said as such
+            raise ValueError(f"assert_settings_agree: {label} must be a mapping of settings like {{'tp': 2}}, "
+                             f"got {type(settings).__name__}")
     common: dict[str, Any] = {"engine": engine, "workloads": workloads, "dtype": dtype, "tolerances": tolerances, "env": env,
                               "timeout_s": timeout_s, "work_dir": work_dir, "device": device, "engine_options": engine_options}
     planned = _plan(model, a, faults=(), **common), _plan(model, b, faults=faults, **common)  # both checked first

@@ -7,15 +7,17 @@ then work there, the built-in suites run against their shipped goldens, and the
 installed package is left exactly as it was installed (nothing is written into
 site-packages).
 
-The venv sees the system's site-packages (torch and the other dependencies are
-installed there by `make install`; a second copy of torch is several hundred MB), so
-the test checks that `import harness` in it is the wheel's copy, not this checkout.
+The venv sees the site-packages of the interpreter running the tests (torch and the other
+dependencies are installed there by `make install`, in a virtualenv or not; a second copy
+of torch is several hundred MB), so the test checks that `import harness` in it is the
+wheel's copy, not this checkout.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import site
 import subprocess
 import sys
 from pathlib import Path
@@ -55,9 +57,21 @@ def venv(tmp_path_factory) -> Path:
     (wheel,) = (work / "dist").glob("harness-*.whl")
     venv = work / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True)
+    _see_this_environment(venv)
     run_process([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--no-deps", str(wheel)], 600,
                 "pip install of the wheel", capture_output=True, text=True, check=True)
     return venv
+
+
+def _see_this_environment(venv: Path) -> None:
+    """The dependencies of the interpreter running the tests, visible in the new venv. Its
+    --system-site-packages are the BASE interpreter's: when the tests themselves run in a
+    virtualenv (the README's install in a fresh venv), torch is not there. Plain path lines
+    in a .pth file: the directories' own .pth files (an editable install of this checkout)
+    stay unprocessed, so `import harness` is still the wheel's."""
+    purelib = subprocess.run([str(venv / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                             capture_output=True, text=True, check=True).stdout.strip()
+    (Path(purelib) / "test-session-env.pth").write_text("\n".join(site.getsitepackages()) + "\n")
 
 
 def _in_project(venv: Path, project: Path, *cmd: str, timeout: float = 600) -> subprocess.CompletedProcess:

@@ -11,6 +11,7 @@ from pathlib import Path
 class RunRequest:
     report_dir: Path  # where runs (and the verdicts whose durations plan shards) live
     gate: str | None = None
+    ids: tuple[str, ...] = ()  # ids or patterns the user named: they run whatever else picks scenarios
     changed_files: Path | None = None  # a file listing changed paths, one per line (pr gate)
     changed_since: str | None = None  # a git revision to diff against (pr gate)
     shard: str | None = None  # I/N

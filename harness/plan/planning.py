@@ -55,9 +55,12 @@ def plan_run(args: RunRequest, all_scenarios: list[Scenario], chosen: list[Scena
         if args.gate != "pr":
             raise ScenarioError("--changed-files / --changed-since choose the pr gate's scenarios: add --gate pr")
         picks = select_for_changes(all_scenarios, changed)
-        chosen = [s for s in all_scenarios if s.id in picks]
-        meta["selection"] = {"changed_files": changed, "picked": picks}
+        named = [s for s in chosen if s.id not in picks] if args.ids else []  # asked for by id: never dropped
+        chosen = [s for s in all_scenarios if s.id in picks] + named
+        meta["selection"] = {"changed_files": changed, "picked": picks, "named": [s.id for s in named]}
         _print_picks(picks, changed)
+        if named:
+            print(f"harness: and {len(named)} scenarios named on the command line: {', '.join(s.id for s in named)}", flush=True)
     durations = load_durations(args.durations) if args.durations else recorded_durations(args.report_dir)
     cost = costs(chosen, durations)
     if args.shard:
