@@ -22,6 +22,8 @@ environment counts as installed only once its marker file is written, last.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import re
 import subprocess
@@ -180,11 +182,32 @@ class EngineEnv:
     label: str
 
 
-def label_of(engine, versions: dict) -> str:
-    """`vllm-0.28.0`: the engine's name and its own version as it reports it."""
+OWN_ENV = "own"  # the label's mark of an environment the harness did not build: `vllm-0.22.1-own-3f9a1c`
+
+
+def label_of(engine, versions: dict, built_by_harness: bool = True) -> str:
+    """`vllm-0.28.0`: the engine's name and its own version as it reports it, for the
+    environment the harness builds for that release. Any other environment of it (a venv
+    given by path, another transformers put in by hand) is another identity with its own
+    label, `vllm-0.28.0-own-<digest of its versions>`: two such runs never share an id, a
+    history line or a repro."""
     own = engine.own_version(versions)
     text = f"{engine.name}-{own}" if own else engine.name
+    if not built_by_harness:
+        text += f"-{OWN_ENV}-{identity_digest(versions)}"
     return re.sub(r"[^a-z0-9.-]+", "-", text.lower())
+
+
+def identity_digest(versions: dict) -> str:
+    """Six hex digits of what makes an environment what it is: every version it reports
+    (the engine's, torch, transformers, Python), not where it lives."""
+    text = json.dumps({k: v for k, v in versions.items() if k != "engine"}, sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:6]
+
+
+def built_by_harness(spec: EnvSpec, python: Path) -> bool:
+    """A release the harness installed, or a path into an environment it built (its marker)."""
+    return spec.is_release or envdir.is_built(Path(python).absolute().parent.parent)
 
 
 def resolve(spec: EnvSpec, engine_name: str, say=print) -> EngineEnv:
@@ -217,7 +240,8 @@ def resolve(spec: EnvSpec, engine_name: str, say=print) -> EngineEnv:
         versions = engine.versions()
     except EngineUnavailable as exc:
         raise EnvError(f"--engine-env {spec.text}: {exc}") from None
-    return EngineEnv(spec.text, engine_name, Path(python), versions, label_of(engine, versions))
+    return EngineEnv(spec.text, engine_name, Path(python), versions,
+                     label_of(engine, versions, built_by_harness(spec, Path(python))))
 
 
 def takes_python(engine) -> bool:
@@ -265,6 +289,10 @@ def in_environment(scenario: Scenario, asked_id: str, spec: str | None, say=prin
         return scenario
     engine = scenario.suite.engine
     if spec is None:
+        if f"-{OWN_ENV}-" in label:
+            raise EnvError(f"'{asked_id}' ran in an environment the harness did not build (@{label}: its versions differ "
+                           "from the release's own environment, or it was given by path); give --engine-env PATH of that "
+                           "environment to reproduce in it (its label must come out the same)")
         version = label.removeprefix(f"{engine}-")
         if version == label:
             raise EnvError(f"'{asked_id}': the tag @{label} names no release of engine '{engine}'; give --engine-env SPEC")

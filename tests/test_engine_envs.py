@@ -105,6 +105,29 @@ def test_the_label_is_the_engine_and_its_own_version():
     assert envs.label_of(engine, {"engine": "fake", "fake": "0.28.0"}) == "fake-0.28.0"
 
 
+def test_an_environment_the_harness_did_not_build_has_its_own_identity(tmp_path, monkeypatch):
+    """A release's environment changed by hand (another transformers) and the harness's own
+    environment of that release used to share one id, one history line and one repro."""
+    monkeypatch.setenv("HARNESS_CACHE", str(tmp_path))
+    engine = FakeEngine()
+    own = {"engine": "fake", "fake": "0.22.1", "torch": "2.9.0", "transformers": "4.57.1"}
+    by_hand = {**own, "transformers": "4.56.0"}
+    assert envs.label_of(engine, own) == "fake-0.22.1"  # the harness's own environment of the release
+    assert envs.label_of(engine, own, built_by_harness=False) != envs.label_of(engine, by_hand, built_by_harness=False)
+    assert envs.label_of(engine, by_hand, built_by_harness=False).startswith("fake-0.22.1-own-")
+    # a path into an environment the harness built (its marker) is that environment; any other path is not
+    python = envs.ensure_installed(engine, "fake", "0.22.1")
+    assert envs.built_by_harness(envs.parse_env_spec(str(python)), python)
+    elsewhere = tmp_path / "venv" / "bin"
+    elsewhere.mkdir(parents=True)
+    (elsewhere / "python").symlink_to(sys.executable)
+    assert not envs.built_by_harness(envs.parse_env_spec(str(elsewhere / "python")), elsewhere / "python")
+    # repro cannot guess such an environment from the id: it says so and asks for its path
+    (s,) = select(load_scenarios([ROOT / "scenarios" / "vllm-llama.yaml"]), ["vllm-llama/tp1-pp2"])
+    with pytest.raises(envs.EnvError, match="ran in an environment the harness did not build .* give --engine-env PATH"):
+        envs.in_environment(s, "vllm-llama/tp1-pp2@vllm-0.22.1-own-3f9a1c", None)
+
+
 def test_a_versioned_scenario_carries_the_version_in_its_id_and_runs_in_its_env(monkeypatch):
     monkeypatch.setenv("HARNESS_VLLM_PYTHON", sys.executable)  # the default environment
     (s,) = select(load_scenarios([ROOT / "scenarios" / "vllm-llama.yaml"]), ["vllm-llama/tp1-pp2"])
