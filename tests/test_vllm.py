@@ -99,6 +99,7 @@ def test_drivers_from_the_pool_give_what_fresh_drivers_give_bit_for_bit(tmp_path
         assert (a.meta["driver_preimported"], b.meta["driver_preimported"]) == (True, False), sid
         assert a.meta["started_by"] == {"engine_core": "fork", "workers": ["fork"]}, (sid, a.meta["started_by"])
         assert b.meta["started_by"] == {"engine_core": "spawn", "workers": ["spawn"]}, (sid, b.meta["started_by"])
+        assert a.meta["kv_cache"] == {"via": "kv_cache_memory_bytes", "bytes": 128 << 20}, a.meta["kv_cache"]  # 0.32 reads the argument
         assert a.tensors.keys() == b.tensors.keys() and all(a.tensors[k].equal(b.tensors[k]) for k in a.tensors), sid
     assert not survivors(pooled_dir) and not survivors(fresh_dir)
     # a forked worker ends without the destructor that unlinks its communicator's shared

