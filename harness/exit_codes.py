@@ -11,6 +11,7 @@ NOT_AS_EXPECTED = 1  # a scenario ended fail/crash/hang/error, passed unexpected
 USAGE = 2  # bad arguments or inputs, nothing ran: bad scenario file, no match, run directory taken, not a run
 RESULTS_NOT_WRITTEN = 3  # the run directory, its report, the history store or a scenario's files could not be written
 INCOMPLETE = 4  # planned scenarios never ended (the harness was killed): no verdict on the whole run
+NOTHING_TESTED = 5  # every scenario ended unsupported (or every golden was skipped): green would test nothing (pytest's 5)
 INTERRUPTED = 130  # Ctrl-C or SIGTERM: ranks stopped, the report covers what ended
 
 
@@ -27,4 +28,6 @@ def of_run(meta: dict, interrupted: bool = False) -> int:
         return NOT_AS_EXPECTED
     if meta.get("never_ran"):
         return INCOMPLETE
+    if meta.get("nothing_tested") and not meta.get("allow_empty"):
+        return NOTHING_TESTED
     return OK

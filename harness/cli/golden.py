@@ -17,6 +17,8 @@ HELP = "(re)make the goldens of suites"
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("suites", nargs="*", help="suite names (default: every suite)")
     add_device(p)
+    p.add_argument("--allow-empty", action="store_true", help="exit 0 even when every golden was skipped (the engine "
+                   "cannot run any golden setting; by default exit 5: nothing could be made)")
     p.add_argument("--work-dir", type=Path, default=None, help="where the golden runs go (default: <report-dir>/golden-runs)")
 
 
@@ -44,12 +46,14 @@ def run(args) -> int:
     # a suite with an arch axis has one golden per arch; `SUITE/ARCH` names one of them
     names = [k for k in sorted(goldens) if not args.suites or k in args.suites or k.split("/")[0] in args.suites]
     failed = [f"{b.suite} (its scenario file)" for b in broken]
+    skipped = []
     for name in names:  # one failing golden (an arch the engine cannot run) does not stop the others
         start = time.monotonic()
         try:
             path = make_golden(goldens[name], args.work_dir or reports_dir() / "golden-runs", RunOptions(device=args.device))
         except GoldenUnsupported as exc:  # not a failure: its scenarios will say `unsupported`
             print(f"golden {name}: skipped: {exc}", flush=True)
+            skipped.append(name)
             continue
         except (RuntimeError, ModelError, WorkloadError) as exc:  # engine missing, bad model or workload, golden run crashed: no traceback
             print(f"harness: golden {name} failed: {exc}", file=sys.stderr)
@@ -59,4 +63,8 @@ def run(args) -> int:
     if failed:
         print(f"harness: {len(failed)} of {len(names) + len(broken)} goldens failed: {', '.join(failed)}", file=sys.stderr)
         return exit_codes.NOT_AS_EXPECTED
+    if names and len(skipped) == len(names) and not args.allow_empty:
+        print(f"harness: NOTHING MADE: every golden ({len(names)}) was skipped, its engine cannot run it; exit 5. "
+              "`harness list --engines` shows what each engine runs; --allow-empty accepts this", file=sys.stderr)
+        return exit_codes.NOTHING_TESTED
     return exit_codes.OK

@@ -48,6 +48,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="run every chosen scenario in this engine environment (repeatable: once per environment, the "
                         "engine version in the id): a Python interpreter or venv path, or a release ENGINE==VERSION "
                         "that the harness installs once into a cached venv (docs/ENGINE_VERSIONS.md)")
+    p.add_argument("--allow-empty", action="store_true", help="exit 0 even when every scenario ended unsupported "
+                   "(nothing was tested; by default that is exit 5, as pytest's when it collects nothing)")
     p.add_argument("--changed-since", metavar="BASE", type=git_revision, help="with --gate pr: as --changed-files, with the files of `git diff --name-only BASE...HEAD`")
 
 
@@ -97,7 +99,8 @@ def run(args) -> int:
     history = history_dir(args.report_dir, args.history)
     # the planned list goes on disk with the claim: a report of a killed run can then say what never ran
     meta = {"gate": args.gate, "scenarios": [s.id for s in chosen] + [b.error_id for b in broken], "faults": args.fault,
-            "versions": harness_versions(), "started": time.time(), "project": used, **plan.meta}
+            "versions": harness_versions(), "started": time.time(), "project": used, "allow_empty": args.allow_empty,
+            **plan.meta}
     opts = RunOptions(timeout_s=args.timeout, faults=args.fault, env=dict(args.env), device=args.device,
                       devices=plan.devices, cluster=plan.cluster, gate=args.gate)
     try:
@@ -176,6 +179,10 @@ def _run_and_report(chosen, run_dir: Path, meta: dict, history: Path, opts, jobs
     table = versions_text(_collect_for_table(run_dir))
     if table:
         print(table)
+    if meta.get("nothing_tested") and not meta.get("allow_empty"):
+        print(f"harness: NOTHING TESTED: all {len(meta['scenarios'])} scenarios ended unsupported (the reasons are in "
+              "the report); exit 5. `harness list --engines` shows what each engine runs; --allow-empty accepts this",
+              file=sys.stderr)
     print(f"harness: {counts_text(meta['counts'], meta['never_ran'])}; report: {run_dir / 'report.html'}")
     say_what_was_not_recorded(meta, "harness")
     if meta.get("results_not_written"):

@@ -74,6 +74,8 @@ def status_word(report) -> str:
         return "INCOMPLETE"
     if report.history_error:
         return "NOT RECORDED"
+    if report.meta.get("nothing_tested") and not report.meta.get("allow_empty"):
+        return "NOTHING TESTED"
     return "OK"
 
 
@@ -93,6 +95,10 @@ def problems_lines(report) -> list[str]:
                    f"{shown}{more}. Run them again: {code('harness run ' + ' '.join(report.never_ran))}"), ""]
     if report.history_error:
         lines += [f"**Not recorded:** {text(report.history_error)}", ""]
+    if report.meta.get("nothing_tested") and not report.meta.get("allow_empty"):
+        lines += [("**Nothing was tested:** every scenario ended `unsupported` (each says why below): the engine "
+                   "cannot run these settings or this model. `harness list --engines` shows what each engine runs; "
+                   "`--allow-empty` accepts such a run."), ""]
     if report.history_unreadable:
         lines += [history_partial_text(report.history_unreadable), ""]
     return lines

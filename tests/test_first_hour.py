@@ -1,0 +1,66 @@
+"""What a newcomer meets first: nothing passes that tested nothing (exit 5, said first),
+typos get the nearest ids and the gates that exist, and reproduce lines name a command
+that works where the user is."""
+
+from __future__ import annotations
+
+import pytest
+
+from harness import exit_codes
+from harness.cli import main
+from harness.config.loading import load_catalog
+from harness.config.scenario import nearest_hint, select
+from harness.config.schema import ScenarioError
+from harness.roots import builtin_scenarios
+from harness.runner import RunOptions, reproduce_command
+from harness.verdict import Verdict
+from tests.kit.handmade import make_run, passing
+
+IDS = [s.id for s in load_catalog([builtin_scenarios() / "llama-tiny.yaml"]).scenarios]
+
+
+def test_a_run_where_every_scenario_was_unsupported_is_nothing_tested(tmp_path, capsys):
+    """A suite for an engine that cannot run its model used to pass forever: "OK: 24 unsupported of 24"."""
+    run_dir = make_run(tmp_path, "r1", [Verdict("s/tp2", "unsupported", "the engine runs llama-family models only"),
+                                        Verdict("s/tp1", "unsupported", "the engine runs llama-family models only")])
+    assert main(["report", str(run_dir)]) == exit_codes.NOTHING_TESTED == 5
+    summary = (run_dir / "summary.md").read_text()
+    assert summary.splitlines()[2].startswith("**NOTHING TESTED**") and "**Nothing was tested:**" in summary
+    allowed = make_run(tmp_path, "r2", [Verdict("s/tp2", "unsupported", "no")], allow_empty=True)
+    assert main(["report", str(allowed)]) == exit_codes.OK
+    some = make_run(tmp_path, "r3", [Verdict("s/tp2", "unsupported", "no"), passing("s/tp1")])
+    assert main(["report", str(some)]) == exit_codes.OK  # one tested scenario is a test
+
+
+def test_an_id_typo_gets_the_nearest_ids_and_a_reordered_spelling_its_id():
+    assert nearest_hint("tiny-lama/tp1-pp1", IDS).startswith("; did you mean llama-tiny/tp1-pp1")
+    assert nearest_hint("llama-tiny/pp2-tp1", IDS).startswith("; did you mean llama-tiny/tp1-pp2")
+    assert "the axes go in the suite's order" in nearest_hint("llama-tiny/pp2-tp1", IDS)
+    assert nearest_hint("zzz/qqq", IDS) == "; `harness list` shows the ids"
+
+
+def test_an_unknown_gate_names_the_gates(capsys):
+    scenarios = load_catalog([builtin_scenarios() / "llama-tiny.yaml"]).scenarios
+    with pytest.raises(ScenarioError, match="no gate 'pr-gate': the scenario files define nightly, pr"):
+        select(scenarios, None, "pr-gate")
+    assert main(["list", "--gate", "pr-gate"]) == 2
+    assert "no gate 'pr-gate'" in capsys.readouterr().err
+
+
+def test_the_reproduce_line_works_where_the_user_is(tmp_path, monkeypatch):
+    (scenario,) = [s for s in load_catalog([builtin_scenarios() / "llama-tiny.yaml"]).scenarios if s.id == "llama-tiny/tp2-pp1"]
+    assert reproduce_command(scenario, RunOptions()) == "make llama-tiny/tp2-pp1"  # in the harness's checkout
+    monkeypatch.chdir(tmp_path)  # an engine's repository: no Makefile target per id there
+    assert reproduce_command(scenario, RunOptions()) == "harness run llama-tiny/tp2-pp1"
+
+
+def test_a_missing_library_is_named_with_the_range_the_harness_is_tested_with():
+    import tomllib
+
+    from harness.provenance import tested_requirement
+    from tests.kit import ROOT
+
+    declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]["engine-repo"]
+    (transformers,) = [r for r in declared if r.startswith("transformers")]
+    assert tested_requirement("transformers").replace(",", "") in {"transformers<5.20>=4.45", "transformers>=4.45<5.20"}
+    assert transformers.split()[0].startswith("transformers>=4.45,<5.20")
