@@ -31,7 +31,19 @@ def reproduce_command(scenario: Scenario, opts: RunOptions) -> str:
     extra = "".join(f" --fault {f}" for f in opts.faults)
     if scenario.engine_version:  # one engine version of several (harness/envs.py)
         return f"harness run {scenario.base_id} --engine-env {scenario.engine_version.spec}{extra}"
-    return f"make {scenario.id}" if not extra else f"harness run {scenario.id}{extra}"
+    if not extra and _in_the_harness_checkout():  # its Makefile has a target per scenario id
+        return f"make {scenario.id}"
+    return f"harness run {scenario.id}{extra}"
+
+
+def _in_the_harness_checkout() -> bool:
+    """`make <id>` works only in the harness's own checkout; in an engine's repository (the
+    wheel installed there) the reproduce line is the command that works there."""
+    from harness.config.project import project
+    from harness.roots import source_checkout
+
+    checkout = source_checkout()
+    return checkout is not None and project().root.resolve() == checkout.resolve()
 
 
 def run_scenario(scenario: Scenario, run_dir: Path, opts: RunOptions | None = None, lease: Lease | None = None) -> Verdict:

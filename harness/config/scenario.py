@@ -176,6 +176,32 @@ def split_id(scenario_id: str) -> tuple[str, str]:
     return base, label
 
 
+def nearest_hint(asked: str, ids: list[str]) -> str:
+    """"; did you mean ..." with the ids nearest to a typo (`tiny-lama/tp1-pp1`) or to an id
+    whose axes were written in another order (`pp2-tp1` for `tp1-pp2`)."""
+    suite, _, name = asked.partition("/")
+    parts = sorted(name.split("-"))
+    reordered = [i for i in ids if i.partition("/")[2] != name and sorted(i.partition("/")[2].split("-")) == parts
+                 and (i.partition("/")[0] == suite or not suite)]
+    in_suites = [f"{s}/{name}" for s in _nearest_suites(suite, ids) if f"{s}/{name}" in ids]
+    close = difflib.get_close_matches(asked, ids, n=4, cutoff=0.6)
+    near = list(dict.fromkeys(reordered + in_suites + close))[:4]
+    if near:
+        order = " (the axes go in the suite's order)" if reordered else ""
+        return f"; did you mean {', '.join(near)}?{order}"
+    return "; `harness list` shows the ids"
+
+
+def _nearest_suites(suite: str, ids: list[str]) -> list[str]:
+    """Suites whose name is the asked one misspelt, its words in any order (`tiny-lama`: llama-tiny)."""
+    def words(name: str) -> str:
+        return "-".join(sorted(name.split("-")))
+
+    suites = sorted({i.partition("/")[0] for i in ids} - {suite})
+    scored = [(difflib.SequenceMatcher(None, words(suite), words(s)).ratio(), s) for s in suites]
+    return [s for score, s in sorted(scored, reverse=True)[:2] if score >= 0.8]
+
+
 def find_one(scenarios: list[Scenario], scenario_id: str) -> Scenario:
     """The scenario with exactly this id, no patterns (a repro or a bisect is of one
     scenario); a trailing @<engine>-<version> tag of a versioned run is ignored."""
@@ -183,23 +209,23 @@ def find_one(scenarios: list[Scenario], scenario_id: str) -> Scenario:
     for s in scenarios:
         if s.id == base:
             return s
-    close = difflib.get_close_matches(base, [s.id for s in scenarios], n=4, cutoff=0.6)
-    hint = f"; did you mean {', '.join(close)}?" if close else "; `harness list` shows the ids"
-    raise ScenarioError(f"no scenario '{base}'{hint}")
+    raise ScenarioError(f"no scenario '{base}'{nearest_hint(base, [s.id for s in scenarios])}")
 
 
 def select(scenarios: list[Scenario], ids: list[str] | None = None, gate: str | None = None) -> list[Scenario]:
     """Scenarios by id (glob patterns allowed, a bare suite name means the whole suite) and/or gate."""
     chosen = scenarios
     if gate:
+        gates = sorted({g for s in scenarios for g in s.gates})
+        if scenarios and gate not in gates:
+            raise ScenarioError(f"no gate '{gate}': the scenario files define {', '.join(gates)}")
         chosen = [s for s in chosen if gate in s.gates]
     if ids:
         picked = []
         for pattern in ids:
             hits = [s for s in chosen if fnmatch.fnmatch(s.id, pattern) or s.suite.suite == pattern]
             if not hits:
-                known = ", ".join(s.id for s in scenarios[:8])
-                raise ScenarioError(f"no scenario matches '{pattern}' (try `harness list`; e.g. {known})")
+                raise ScenarioError(f"no scenario matches '{pattern}'{nearest_hint(pattern, [s.id for s in scenarios])}")
             picked += [s for s in hits if s not in picked]
         chosen = picked
     return chosen
