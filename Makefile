@@ -56,17 +56,17 @@ lint:
 	$(PYTHON) -m mypy
 
 test:
-	$(PYTEST) tests -m "not nightly_only" -n $(JOBS) -rs
+	$(PYTEST) tests -m "not nightly_only" -n $(JOBS) -rfEs
 
 # What only the nightly needs of the harness's own tests: the rest of a family whose representative
 # make test runs: the transformers cross-check of every arch golden beyond the first of each suite,
 # the conformance kit on the hf and example engines (make test runs it on the reference engine).
 test-nightly:
-	$(PYTEST) tests -m nightly_only -n $(JOBS) -rs
+	$(PYTEST) tests -m nightly_only -n $(JOBS) -rfEs
 
 # The unit tier: no process is started and no model is built (measured in docs/BENCHMARKS.md).
 test-fast:
-	$(PYTEST) tests -m "not e2e and not slow" -n $(JOBS) -rs
+	$(PYTEST) tests -m "not e2e and not slow" -n $(JOBS) -rfEs
 
 pr-gate: install
 	$(HARNESS) run --gate pr $(HARNESS_ARGS)

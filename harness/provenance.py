@@ -35,3 +35,21 @@ def own_commit(root: Path = PROJECT_ROOT) -> str:
         return UNKNOWN
     toplevel, commit = lines
     return commit if Path(toplevel).resolve() == Path(root).resolve() else UNKNOWN
+
+
+def tested_requirement(package: str) -> str:
+    """The range of `package` the harness is tested with, as its own metadata declares it
+    (the engine-repo extra, pyproject.toml): one place for the numbers."""
+    from importlib.metadata import PackageNotFoundError, requires
+
+    from packaging.requirements import Requirement
+
+    try:
+        declared = requires("harness") or []
+    except PackageNotFoundError:  # run from a checkout that was never installed
+        return package
+    for line in declared:
+        req = Requirement(line)
+        if req.name == package:
+            return f"{req.name}{req.specifier}"
+    return package

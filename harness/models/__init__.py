@@ -30,6 +30,7 @@ from typing import Union
 from pydantic import BaseModel, ConfigDict, Field
 
 from harness.models.identity import checkpoint_digest
+from harness.provenance import tested_requirement
 from harness.roots import cache_dir
 
 TINY_BUILDER = Path(__file__).with_name("tiny.py")
@@ -178,7 +179,8 @@ def _library_versions(python: str) -> str:
     if done.returncode != 0:
         last = (done.stderr.strip().splitlines() or ["no output"])[-1]
         raise ModelError(f"the engine's interpreter {python} lacks what a tiny model needs "
-                         f"(torch, transformers, tokenizers): {last}")
+                         f"(torch, transformers, tokenizers): {last}; install them there: "
+                         f"`{python} -m pip install '{tested_requirement('transformers')}' tokenizers`")
     return done.stdout.strip()
 
 

@@ -41,7 +41,10 @@ class HfEngine(Engine):
         import importlib.util
 
         if importlib.util.find_spec("transformers") is None:
-            return "transformers is not installed in this Python; install it with `make install` (or `pip install transformers`)"
+            from harness.provenance import tested_requirement
+
+            return (f"transformers is not installed in this Python; install it: `pip install '{tested_requirement('transformers')}'` "
+                    "(or the harness's extra: `pip install 'harness[engine-repo]'`)")
         return None
 
     def launch_plan(self, spec: RunSpec, spec_path: str) -> LaunchPlan:
