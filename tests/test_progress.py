@@ -63,3 +63,26 @@ def test_live_display_only_for_a_person_at_a_terminal(monkeypatch):
     assert isinstance(choose_progress(FakeTerminal()), LiveProgress)
     monkeypatch.setenv("CI", "true")
     assert isinstance(choose_progress(FakeTerminal()), LineProgress)
+
+
+def test_a_long_scenario_prints_what_it_is_doing_in_a_log(tmp_path):
+    """A compile scenario ran 3-4 minutes with nothing printed when the output was a pipe:
+    now a line at least every beat names it, its time so far and its phase."""
+    import json
+
+    from tests.kit.timing import wait_until
+
+    out = io.StringIO()
+    progress = LineProgress(out, beat_s=0.05)
+    progress.start(1, tmp_path)
+    progress.scenario_started(SimpleNamespace(id="s/tp2-compile"))
+    wait_until(lambda: "still running s/tp2-compile" in out.getvalue(), 30, "the first beat line")
+    assert "preparing: building the model" in out.getvalue()
+    marks = tmp_path / "scenarios" / "s__tp2-compile" / "outputs" / "phases"
+    marks.mkdir(parents=True)
+    (marks / "rank0.json").write_text(json.dumps({"rank": 0, "marks": [["start", 1.0], ["rendezvous", 2.0], ["load", 3.0]]}))
+    wait_until(lambda: "warming up / compiling" in out.getvalue(), 30, "a beat line with the phase")
+    progress.scenario_finished(Verdict("s/tp2-compile", "pass", "ok"))
+    progress.close()
+    after_close = out.getvalue()
+    assert after_close.rstrip().endswith("0 not as expected")  # no beat after the end

@@ -46,13 +46,43 @@ def _finished_line(state: _State, verdict) -> str:
     return f"[{state.done}/{state.total} {state.elapsed()}] {verdict.headline()} ({verdict.duration_s:.1f}s){mark}"
 
 
-class LineProgress(Progress):
-    """Plain lines, one per start and one per end, for logs (CI, pipes)."""
+BEAT_S = 30.0  # a CI log shows a line at least this often while a scenario runs
 
-    def __init__(self, stream=None) -> None:
+# what a rank is doing after it marked the end of a phase (contract/phases.py RANK_PHASES)
+_DOING_AFTER = {None: "preparing: building the model, waiting for devices or starting its ranks",
+                "start": "joining the process group", "rendezvous": "loading the model (vLLM: starting the engine)",
+                "load": "warming up / compiling", "warmup": "running its workloads", "workloads": "writing its outputs",
+                "write": "ending its ranks"}
+
+
+def doing_now(run_dir: Path, scenario_id: str) -> str:
+    """What a running scenario is doing, from the phase marks its ranks have written so far."""
+    from harness.contract.phases import RANK_PHASES, read_marks
+    from harness.rundir import outputs_dir
+
+    try:
+        marks = read_marks(outputs_dir(run_dir, scenario_id))
+    except (OSError, ValueError):
+        marks = {}
+    done = [name for rank_marks in marks.values() for name, _ in rank_marks if name in RANK_PHASES]
+    last = max(done, key=RANK_PHASES.index) if done else None
+    return _DOING_AFTER.get(last, "running")
+
+
+class LineProgress(Progress):
+    """Plain lines, one per start and one per end, for logs (CI, pipes), and one at least
+    every BEAT_S for each scenario still running, saying what it is doing: a 3-minute
+    compile must not look like a hung job."""
+
+    def __init__(self, stream=None, beat_s: float = BEAT_S) -> None:
         self._lock = threading.Lock()
         self._stream = stream or sys.stdout
         self._state = _State()
+        self._beat_s = beat_s
+        self._run_dir: Path | None = None
+        self._said: dict[str, float] = {}  # scenario id -> when a line last named it
+        self._stop = threading.Event()
+        self._beater: threading.Thread | None = None
 
     def _print(self, line: str) -> None:
         print(line, file=self._stream, flush=True)
@@ -61,11 +91,26 @@ class LineProgress(Progress):
         with self._lock:
             self._state = _State()
             self._state.total = total
+            self._run_dir = Path(run_dir)
             self._print(f"harness: running {total} scenarios -> {run_dir}")
+        self._stop.clear()
+        self._beater = threading.Thread(target=self._beat, name="progress-beat", daemon=True)
+        self._beater.start()
+
+    def _beat(self) -> None:
+        while not self._stop.wait(min(self._beat_s, 5.0)):
+            now = time.monotonic()
+            with self._lock:
+                state, due = self._state, [sid for sid in self._state.running if now - self._said.get(sid, 0) >= self._beat_s]
+                for sid in due:
+                    doing = doing_now(self._run_dir, sid) if self._run_dir else "running"
+                    self._print(f"[{state.done}/{state.total} {state.elapsed()}] still running {sid} "
+                                f"({_clock(now - state.running[sid])}): {doing}")
+                    self._said[sid] = now
 
     def scenario_started(self, scenario) -> None:
         with self._lock:
-            self._state.running[scenario.id] = time.monotonic()
+            self._state.running[scenario.id] = self._said[scenario.id] = time.monotonic()
             self._print(f"[{self._state.done}/{self._state.total} {self._state.elapsed()}] start {scenario.id}")
 
     def scenario_finished(self, verdict) -> None:
@@ -76,6 +121,10 @@ class LineProgress(Progress):
             self._print(_finished_line(state, verdict) + f"  (failures so far: {len(state.failures)})")
 
     def close(self) -> None:
+        self._stop.set()
+        if self._beater is not None:
+            self._beater.join()
+            self._beater = None
         with self._lock:
             s = self._state
             self._print(f"harness: {s.done}/{s.total} scenarios in {s.elapsed()}, {len(s.failures)} not as expected")
