@@ -127,7 +127,9 @@ def init_project(directory: Path, model: str, engine: str = "reference", suite: 
     scenario_file = directory / "scenarios" / f"{suite}.yaml"
     if scenario_file.exists():
         raise InitError(f"{scenario_file} exists; give another --suite name (nothing was written)")
-    raw = suite_raw(suite, model_entry(model), engine, axes)
+    entry = model_entry(model)
+    _check_engine_runs(engine, entry, model)
+    raw = suite_raw(suite, entry, engine, axes)
     raw["gates"] = _gates(raw, scenario_file)
     _check(raw, scenario_file)
     text = yaml.safe_dump(raw, sort_keys=False, default_flow_style=None, width=120)
@@ -135,6 +137,28 @@ def init_project(directory: Path, model: str, engine: str = "reference", suite: 
     scenario_file.parent.mkdir(parents=True, exist_ok=True)
     scenario_file.write_text(text)
     return Written(config, scenario_file, suite)
+
+
+def _check_engine_runs(engine_name: str, entry: str | dict, model: str) -> None:
+    """A suite for an engine that cannot run its model would end every scenario
+    `unsupported` and pass forever: refused before anything is written, naming the engines
+    that can (from what each declares; engines that decide per model are named as such)."""
+    from pydantic import TypeAdapter, ValidationError
+
+    from harness.engines import engines_text, get_engine
+    from harness.models import ModelRef, model_type_of
+
+    kinds = get_engine(engine_name).model_types()
+    if kinds is None:
+        return
+    try:
+        kind = model_type_of(TypeAdapter(ModelRef).validate_python(entry))
+    except ValidationError:
+        return  # the scenario file's own check says what is wrong with the entry
+    if kind is not None and kind not in kinds:
+        raise InitError(f"engine '{engine_name}' runs {', '.join(sorted(kinds))} models, not {kind} ({model}): every "
+                        f"scenario would be unsupported, a suite that tests nothing. Engines for {kind}: "
+                        f"{engines_text(kind)}; give --engine NAME (nothing was written)")
 
 
 def _builtin_suite_names() -> set[str]:

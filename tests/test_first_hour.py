@@ -64,3 +64,16 @@ def test_a_missing_library_is_named_with_the_range_the_harness_is_tested_with():
     (transformers,) = [r for r in declared if r.startswith("transformers")]
     assert tested_requirement("transformers").replace(",", "") in {"transformers<5.20>=4.45", "transformers>=4.45<5.20"}
     assert transformers.split()[0].startswith("transformers>=4.45,<5.20")
+
+
+def test_init_refuses_a_model_its_engine_cannot_run_and_names_the_engines(tmp_path, capsys):
+    """`harness init --model arch:Qwen3ForCausalLM` (default engine: reference, llama models
+    only) wrote a 24-scenario suite that ended 24 unsupported of 24 and passed."""
+    assert main(["init", "--model", "arch:Qwen3ForCausalLM", "--dir", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "engine 'reference' runs llama, llama-pli, llama-vl models, not qwen3" in err
+    assert "Engines for qwen3: maybe vllm, hf" in err and "give --engine NAME" in err
+    assert not list(tmp_path.iterdir())
+    assert main(["list", "--engines"]) == 0
+    listed = capsys.readouterr().out
+    assert "models: llama, llama-pli, llama-vl" in listed and "models: any its library builds" in listed

@@ -113,7 +113,7 @@ def test_init_writes_a_config_and_a_valid_scenario_file(tmp_path):
     assert "tp1-pp1" in pr and "tp2-pp1" in pr and "tp2-pp2" not in pr  # one change from the golden at a time
     with pytest.raises(InitError, match="exists"):
         init_project(tmp_path, "tiny-llama", suite="mine")
-    again = init_project(tmp_path, "tiny-qwen3")
+    again = init_project(tmp_path, "tiny-qwen3", engine="hf")  # the reference engine runs llama models only
     assert again.config is None  # the config already there is kept as it was
 
 

@@ -45,12 +45,17 @@ def _plugins(args) -> int:
 
         for e in inventory():
             axes = f"  axes: {axes_text(e.axes)}" if e.axes is not None else ""
+            runs = f"  models: {e.models_text()}" if e.status in ("ready", "not ready") else ""
             where = f" [{e.path}]" if e.path and not e.origin.startswith("built-in") else ""
             detail = f"  -- {e.detail}" if e.detail else ""
-            print(f"{e.name:12s} {e.status:13s} {e.origin}{where}{axes}{detail}")
+            print(f"{e.name:12s} {e.status:13s} {e.origin}{where}{axes}{runs}{detail}")
     if args.models:
         from harness import zoo
+        from harness.engines import engines_text
+        from harness.models import model_type_of
 
         for name, origin, status, detail in zoo.inventory():
-            print(f"{name:20s} {status:13s} {origin}{'  ' + detail if detail else ''}")
+            kind = model_type_of(name) if status == "ready" else None
+            said = f"  ({kind}; engines: {engines_text(kind)})" if kind else ""
+            print(f"{name:20s} {status:13s} {origin}{said}{'  ' + detail if detail else ''}")
     return exit_codes.OK

@@ -116,6 +116,19 @@ class EngineInfo:
     detail: str = ""  # why not, and how to fix it; for a shadowed plugin, by what
     axes: dict | None = None
     path: str = ""  # the file the engine class lives in (when it loads)
+    model_types: frozenset[str] | None = None  # the model types it runs; None: any its library builds
+
+    def runs(self, model_type: str | None) -> bool | None:
+        """Whether it runs a model of this type: True, False, or None when it cannot be told
+        before the model is built (an engine that decides per model, or an unknown type)."""
+        if self.status not in ("ready", "not ready"):
+            return False
+        if self.model_types is None or model_type is None:
+            return None
+        return model_type in self.model_types
+
+    def models_text(self) -> str:
+        return ", ".join(sorted(self.model_types)) if self.model_types is not None else "any its library builds"
 
     @property
     def usable(self) -> bool:
@@ -137,7 +150,11 @@ def _loaded_info(name: str, origin: str) -> EngineInfo:
         return EngineInfo(name, origin, "does not load", str(exc))
     status, detail = _status_of(engine)
     module = sys.modules.get(type(engine).__module__)
-    return EngineInfo(name, origin, status, detail, dict(engine.axes), getattr(module, "__file__", "") or "")
+    try:
+        kinds = engine.model_types()
+    except Exception:  # noqa: BLE001 - a listing never dies of one engine
+        kinds = None
+    return EngineInfo(name, origin, status, detail, dict(engine.axes), getattr(module, "__file__", "") or "", kinds)
 
 
 def inventory() -> list[EngineInfo]:
@@ -157,5 +174,21 @@ def inventory() -> list[EngineInfo]:
     return rows
 
 
-__all__ = ["Engine", "LaunchPlan", "get_engine", "EngineUnavailable", "BUILTIN", "REGISTRY", "declared_axes",
+def engines_for(model_type: str | None) -> tuple[list[EngineInfo], list[EngineInfo]]:
+    """(the registered engines that run a model of this type, those that decide per model
+    when it runs), ready here or not."""
+    rows = inventory()
+    return [e for e in rows if e.runs(model_type) is True], [e for e in rows if e.runs(model_type) is None]
+
+
+def engines_text(model_type: str | None) -> str:
+    """`reference; maybe vllm, hf (they decide per model when it runs)` for messages and listings."""
+    sure, maybe = engines_for(model_type)
+    parts = [", ".join(e.name + ("" if e.usable else " (not ready here)") for e in sure)] if sure else []
+    if maybe:
+        parts.append(f"maybe {', '.join(e.name for e in maybe)} (they decide per model when it runs)")
+    return "; ".join(parts) or "none registered"
+
+
+__all__ = ["engines_for", "engines_text", "Engine", "LaunchPlan", "get_engine", "EngineUnavailable", "BUILTIN", "REGISTRY", "declared_axes",
            "every_engines_axes", "engine_names", "inventory", "EngineInfo", "axes_text"]

@@ -43,6 +43,12 @@ class Engine(ABC):
         engine's interpreter. Called before anything else is asked of the engine."""
         self.options = dict(options)
 
+    def model_types(self) -> frozenset[str] | None:
+        """The config.json model types this engine runs, or None for any its library builds
+        (then a model it cannot run is said per scenario, by unsupported_reason). Asked by
+        `harness init` and `harness list --engines / --models`, before any model is built."""
+        return None
+
     def unsupported_reason(self, settings: dict, model_dir: str | None = None) -> str | None:
         """Why this engine cannot run these settings (on this model), or None when it can."""
         for axis, value in settings.items():

@@ -84,6 +84,42 @@ class ArchModel(_Ref):
 ModelRef = Union[str, PathModel, HubModel, ArchModel]
 
 
+def model_type_of(ref: ModelRef) -> str | None:
+    """The config.json model type a model entry names, as far as it can be told without
+    building or downloading anything: a zoo model's config, a checkpoint's config.json,
+    an architecture class through transformers' own tables; None when it cannot (a hub
+    model, transformers not installed, a class it does not list)."""
+    if isinstance(ref, str):
+        from harness import zoo
+
+        try:
+            return str(zoo.get_spec(ref).config.get("model_type", "llama"))
+        except KeyError:
+            return None
+    if isinstance(ref, PathModel):
+        try:
+            return json.loads((Path(ref.path) / "config.json").read_text()).get("model_type")
+        except (OSError, ValueError, AttributeError):
+            return None
+    if isinstance(ref, ArchModel):
+        return _arch_model_type(ref.arch)
+    return None
+
+
+def _arch_model_type(arch: str) -> str | None:
+    try:
+        from transformers.models.auto import modeling_auto
+    except ImportError:
+        return None
+    for name in dir(modeling_auto):
+        table = getattr(modeling_auto, name)
+        if name.endswith("_MAPPING_NAMES") and isinstance(table, dict):
+            for model_type, classes in table.items():
+                if arch == classes or (isinstance(classes, (tuple, list)) and arch in classes):
+                    return str(model_type)
+    return None
+
+
 @dataclass(frozen=True)
 class ResolvedModel:
     directory: Path

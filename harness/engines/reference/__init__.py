@@ -38,6 +38,11 @@ class ReferenceEngine(Engine):
     # kvc: the KV connector (prefix KV saved to / loaded from an external store)
     axes = {"tp": None, "pp": None, "sp": (False, True), "compile": (False, True), "kvc": (False, True)}
 
+    def model_types(self) -> frozenset[str] | None:
+        from harness.engines.reference.model import INTERMEDIATE_KEYS  # the families model.py implements
+
+        return frozenset(INTERMEDIATE_KEYS)
+
     def unsupported_reason(self, settings: dict, model_dir: str | Path | None = None) -> str | None:
         """Base axis checks, the positivity / SP rules, and (given model_dir) the model's
         divisibility by tp and layer count vs pp."""
