@@ -44,11 +44,17 @@ help:
 # torchvision's Python parts, as in vLLM's venv (harness/engines/vllm/install.sh): the
 # video processors of tiny multimodal checkpoints need them, and a checkpoint built here
 # for the transformers cross-check must be byte for byte the one vLLM's venv builds.
+# Not -q: pip names each package it collects and downloads (with its size), so a first install
+# of several minutes shows what it is doing; "already satisfied" lines are left out.
+PIP_SAYS := $(PYTHON) -m pip install --progress-bar off --disable-pip-version-check
 install:
-	$(PYTHON) -m pip install -q torch==2.13.0
-	$(PYTHON) -m pip install -q -e ".[test]"
-	$(PYTHON) -m pip install -q -e examples/engine-tp-plan
-	$(PYTHON) -m pip install -q --no-deps torchvision==0.28.0
+	@echo "install: torch 2.13.0 (CPU) first"
+	$(PIP_SAYS) torch==2.13.0 | grep -v "^Requirement already satisfied" || true
+	@echo "install: the harness and its test tools"
+	$(PIP_SAYS) -e ".[test]" | grep -v "^Requirement already satisfied" || true
+	$(PYTHON) -c "import torch, harness.cli, pytest, xdist"  # the installs above are checked here, not by grep's exit
+	$(PIP_SAYS) -q -e examples/engine-tp-plan
+	$(PIP_SAYS) -q --no-deps torchvision==0.28.0
 	$(PYTHON) harness/engines/vllm/guard_torchvision.py
 
 lint:
@@ -112,7 +118,7 @@ train-models:
 
 # vLLM gets its own interpreter: its pins need not match the harness's environment.
 install-vllm:
-	BASE_PYTHON=$(PYTHON) bash harness/engines/vllm/install.sh .venv-vllm
+	$(HARNESS) install vllm
 
 test-vllm:
 	HARNESS_TEST_VLLM=1 $(PYTEST) tests/test_vllm.py tests/test_vllm_repro.py -rs

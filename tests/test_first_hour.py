@@ -77,3 +77,25 @@ def test_init_refuses_a_model_its_engine_cannot_run_and_names_the_engines(tmp_pa
     assert main(["list", "--engines"]) == 0
     listed = capsys.readouterr().out
     assert "models: llama, llama-pli, llama-vl" in listed and "models: any its library builds" in listed
+
+
+def test_an_install_says_its_steps_and_sizes_as_they_come(capsys):
+    """`make pr-gate` installed for about 6 minutes with pip -q and nothing printed: an
+    install's own steps and pip's packages are said with the time so far; on failure the
+    tail of its output too."""
+    import os
+    import sys
+
+    from harness.engines.envdir import stream_command
+
+    said: list[str] = []
+    script = ("print('install: torch 2.13.0 (CPU)'); print('  Downloading torch-2.13.0-cp311.whl (190.2 MB)');"
+              "print('noise'); import sys; sys.exit(3)")
+    assert stream_command([sys.executable, "-c", script], dict(os.environ), said.append) == 3
+    assert said[0] == "[0:00] install: torch 2.13.0 (CPU)" and said[1].endswith("Downloading torch-2.13.0-cp311.whl (190.2 MB)")
+    assert "noise" not in " ".join(said[:2]) and "  | noise" in said  # the tail, only because it failed
+
+
+def test_harness_install_names_what_has_nothing_to_install(capsys):
+    assert main(["install", "reference"]) == 2
+    assert "runs in the harness's own Python: nothing to install" in capsys.readouterr().err

@@ -71,10 +71,10 @@ def test_assert_settings_agree_without_settings_is_a_value_error():
         api.assert_settings_agree("tiny-llama", a=None, b={"tp": 2})  # type: ignore[arg-type]
 
 
-def test_a_built_environment_without_vllm_says_to_remove_it_not_to_make_install_vllm(tmp_path):
+def test_a_built_environment_without_vllm_says_to_remove_it_not_to_install_vllm(tmp_path):
     venv = tmp_path / "envs" / "vllm-0.22.1"
     (venv / "bin").mkdir(parents=True)
     (venv / envdir.MARKER).write_text("{}")
     said = _fix_for(venv / "bin" / "python")
-    assert f"remove {venv} and run again" in said and "make install-vllm" not in said
-    assert "make install-vllm" in _fix_for(tmp_path / "elsewhere" / "bin" / "python")
+    assert f"remove {venv} and run again" in said and "install vllm" not in said
+    assert "harness install vllm" in _fix_for(tmp_path / "elsewhere" / "bin" / "python")

@@ -105,7 +105,7 @@ def test_cpu_binding_one_core_per_rank_round_robin():
 
 def test_missing_interpreter_says_to_run_make_install_vllm(monkeypatch, tmp_path):
     monkeypatch.setenv("HARNESS_VLLM_PYTHON", str(tmp_path / "no-python"))
-    with pytest.raises(EngineUnavailable, match="make install-vllm"):
+    with pytest.raises(EngineUnavailable, match="harness install vllm"):
         get_engine("vllm").versions()
 
 
@@ -116,7 +116,7 @@ def test_interpreter_without_vllm_says_to_run_make_install_vllm(monkeypatch):
     engine = get_engine("vllm")
     if subprocess.run([sys.executable, "-c", "import vllm"], capture_output=True).returncode == 0:
         pytest.skip("this Python has vllm installed")
-    with pytest.raises(EngineUnavailable, match="vllm does not import .*make install-vllm"):
+    with pytest.raises(EngineUnavailable, match="vllm does not import .*harness install vllm"):
         engine.versions()
 
 
@@ -176,7 +176,7 @@ def test_scenario_without_vllm_installed_is_an_error_verdict(monkeypatch, tmp_pa
     monkeypatch.setenv("HARNESS_VLLM_PYTHON", str(tmp_path / "no-python"))
     (scenario,) = select(load_scenarios([ROOT / "scenarios" / "vllm-llama.yaml"]), ["vllm-llama/tp1-pp1"])
     v = run_scenario(scenario, tmp_path / "run")
-    assert v.verdict == "error" and "make install-vllm" in v.reason, v.reason
+    assert v.verdict == "error" and "harness install vllm" in v.reason, v.reason
     assert not logs_dir(tmp_path / "run", "vllm-llama/tp1-pp1").exists()  # nothing launched
 
 

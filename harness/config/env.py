@@ -105,7 +105,7 @@ RANK_POOL = _declare("HARNESS_RANK_POOL", "switch", "1", "0: start every rank af
 COMPILE_CACHE = _declare("HARNESS_COMPILE_CACHE", "switch", "1", "0: do not share torch.compile's caches between runs")
 # engines
 VLLM_PYTHON = _declare("HARNESS_VLLM_PYTHON", "path", None,
-                       "the interpreter vLLM runs in (default: the project's .venv-vllm, see `make install-vllm`)")
+                       "the interpreter vLLM runs in (default: the project's .venv-vllm, see `harness install vllm`)")
 HF_PYTHON = _declare("HARNESS_HF_PYTHON", "path", None, "the interpreter the transformers engine runs in (default: this one)")
 VLLM_FORK = _declare("HARNESS_VLLM_FORK", "switch", "1", "0: vLLM's engine core and workers start with its own spawn")
 VLLM_AOT_LOAD = _declare("HARNESS_VLLM_AOT_LOAD", "switch", "1", "0: do not load vLLM's ahead-of-time compile cache")

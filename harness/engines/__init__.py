@@ -26,7 +26,7 @@ from harness.engines.base import Engine
 # name -> (module, class, how to install it)
 BUILTIN: dict[str, tuple[str, str, str]] = {
     "reference": ("harness.engines.reference", "ReferenceEngine", "built in: `make install`"),
-    "vllm": ("harness.engines.vllm", "VllmEngine", "`make install-vllm`"),
+    "vllm": ("harness.engines.vllm", "VllmEngine", "`harness install vllm`"),
     "hf": ("harness.engines.hf", "HfEngine", "`make install` (transformers)"),
 }
 REGISTRY = BUILTIN  # the name older code knows the built-in table by

@@ -115,6 +115,12 @@ class Engine(ABC):
         raise NotImplementedError(f"engine '{self.name}' cannot install releases; give --engine-env a path to a "
                                   "Python interpreter with the version installed")
 
+    def install_default(self, say) -> Path:
+        """Install the engine where it runs by default (`harness install ENGINE`: the vllm
+        engine's project venv .venv-vllm), saying what it does through `say`; return its
+        interpreter. Engines that run in the harness's own interpreter have nothing to install."""
+        raise NotImplementedError(f"engine '{self.name}' runs in the harness's own Python: nothing to install")
+
     def own_version(self, versions: dict) -> str | None:
         """The engine's own version among what versions() reports (the id label of an
         engine environment: `vllm-0.28.0`): its name's entry, else its distribution's."""

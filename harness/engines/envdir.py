@@ -12,6 +12,7 @@ from __future__ import annotations
 import fcntl
 import json
 import shutil
+import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -25,6 +26,29 @@ class BuildFailed(RuntimeError):
     def __init__(self, what: str, cause: BaseException, log: Path):
         self.log = log
         super().__init__(f"installing {what} failed: {cause}; nothing of it is kept but its log: {log}")
+
+
+# the lines of an install worth showing in a log: its own steps, and pip's packages and sizes
+_SHOWN = ("install:", "Collecting ", "Downloading ", "Installing collected", "Successfully installed", "ERROR", "vllm ")
+
+
+def stream_command(cmd: list[str], env: dict, say) -> int:
+    """Run an install command, saying its steps and pip's downloads (package, size) as they
+    come, each with the time so far: minutes of silence read as a hung job. Returns its exit
+    code; on failure the tail of everything it printed is said too."""
+    started, tail = time.monotonic(), []
+    with subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as proc:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            line = line.rstrip()
+            tail = (tail + [line])[-30:]
+            if line.lstrip().startswith(_SHOWN):
+                minutes, seconds = divmod(int(time.monotonic() - started), 60)
+                say(f"[{minutes}:{seconds:02d}] {line.strip()}")
+    if proc.returncode != 0:
+        for line in tail:
+            say(f"  | {line}")
+    return proc.returncode
 
 
 def is_built(directory: Path) -> bool:

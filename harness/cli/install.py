@@ -1,0 +1,47 @@
+"""`harness install ENGINE[==VERSION]`: an engine's environment, from anywhere (the harness's
+checkout or an engine's repository), saying what it does as it goes."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from harness import exit_codes
+
+HELP = "install an engine: ENGINE (its default environment, e.g. vllm into .venv-vllm) or ENGINE==VERSION (a release, cached)"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("spec", metavar="ENGINE[==VERSION]", help="e.g. vllm, or vllm==0.22.1 (installed once into the "
+                   "harness's cache, as --engine-env installs releases)")
+
+
+def run(args) -> int:
+    from harness import envs
+    from harness.engines import EngineUnavailable, get_engine
+
+    name, _, version = args.spec.partition("==")
+    try:
+        engine = get_engine(name.strip())
+    except EngineUnavailable as exc:
+        print(f"harness install: {exc}", file=sys.stderr)
+        return exit_codes.USAGE
+    try:
+        if version:
+            env = envs.resolve(envs.parse_env_spec(args.spec), engine.name, say=_say)
+            python = env.python
+            print(f"harness install: {env.label} in {python}; run with --engine-env {args.spec}")
+        else:
+            python = engine.install_default(_say)
+            print(f"harness install: {engine.name} in {python}")
+    except NotImplementedError as exc:
+        print(f"harness install: {exc}", file=sys.stderr)
+        return exit_codes.USAGE
+    except (envs.EnvError, RuntimeError, OSError) as exc:
+        print(f"harness install: {exc}", file=sys.stderr)
+        return exit_codes.NOT_AS_EXPECTED
+    return exit_codes.OK
+
+
+def _say(line: str) -> None:
+    print(line, flush=True)
