@@ -91,7 +91,7 @@ def write_repro(scenario: Scenario | str, out_dir: Path | None = None, *, run_di
         raise ReproError(str(exc)) from None
     if Capability.REPRO_SCRIPTS not in engine.capabilities:
         raise ReproError(f"engine '{suite.engine}' cannot write a reproduction (its plugin has no repro_script; "
-                         f"docs/ENGINES.md); `harness run {scenario.id}` is the way to re-run it")
+                         f"`harness docs engines`); `harness run {scenario.id}` is the way to re-run it")
     if scenario.faults:
         raise ReproError(f"'{scenario.id}' switches on the harness's fault injection ({', '.join(scenario.faults)}): "
                          "a self-test of the harness, not an engine bug; a repro uses the engine's public API only")

@@ -56,6 +56,14 @@ def builtin_golden() -> Path:
     return _shipped("golden")
 
 
+def shipped_docs() -> dict[str, Path]:
+    """`harness docs TOPIC`'s pages: topic (`engines`, `readme`) -> the Markdown file,
+    from the checkout or the wheel's copy."""
+    pages = {p.stem.lower().replace("_", "-"): p for p in sorted(_shipped("docs").glob("*.md"))}
+    readme = _shipped("README.md")
+    return {"readme": readme, **pages} if readme.is_file() else pages
+
+
 def scenario_paths() -> list[Path]:
     """Where `harness list/run` and the pytest plugin read scenario files by default: the
     project's (those that exist), then the built-in suites unless the project turned them

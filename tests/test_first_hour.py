@@ -99,3 +99,12 @@ def test_an_install_says_its_steps_and_sizes_as_they_come(capsys):
 def test_harness_install_names_what_has_nothing_to_install(capsys):
     assert main(["install", "reference"]) == 2
     assert "runs in the harness's own Python: nothing to install" in capsys.readouterr().err
+
+
+def test_the_docs_are_reachable_from_the_command(capsys):
+    """--help and messages point at pages; from an installed wheel docs/ was not there."""
+    assert main(["docs"]) == 0
+    topics = capsys.readouterr().out
+    assert "readme" in topics and "engines" in topics and "engine-versions" in topics
+    assert main(["docs", "ENGINE_VERSIONS.md"]) == 0 and "--engine-env" in capsys.readouterr().out
+    assert main(["docs", "engnes"]) == 2 and "did you mean engines?" in capsys.readouterr().err

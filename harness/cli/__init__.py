@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 from harness import exit_codes
-from harness.cli import bisect, conformance, durations, env, golden, init, install, listing, report, repro, run
+from harness.cli import bisect, conformance, docs, durations, env, golden, init, install, listing, report, repro, run
 from harness.config.env import EnvValueError
 from harness.config.project import ProjectConfigError
 from harness.config.schema import ScenarioError
@@ -25,7 +25,7 @@ from harness.roots import export_to_children
 
 # name -> the subcommand's module, in the order `harness --help` lists them
 COMMANDS = {"init": init, "install": install, "list": listing, "run": run, "golden": golden, "report": report,
-            "repro": repro, "bisect": bisect, "conformance": conformance, "durations": durations, "env": env}
+            "repro": repro, "bisect": bisect, "conformance": conformance, "durations": durations, "env": env, "docs": docs}
 
 
 def build_parser() -> argparse.ArgumentParser:

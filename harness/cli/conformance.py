@@ -10,7 +10,7 @@ from pathlib import Path
 from harness import exit_codes
 from harness.cli.options import add_device, key_value, positive_seconds
 
-HELP = "check that an engine plugin keeps the engine contract (docs/ENGINES.md)"
+HELP = "check that an engine plugin keeps the engine contract (`harness docs engines`)"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -45,5 +45,5 @@ def run(args) -> int:
     print(f"conformance of engine '{args.engine}' (model {options.model}, device {options.device}); work dir {work}",
           flush=True)
     results = run_kit(args.engine, work, options, echo=lambda line: print(line, flush=True))
-    print(summary(results) + ("" if passed(results) else "; see docs/ENGINES.md for the contract"), flush=True)
+    print(summary(results) + ("" if passed(results) else "; the contract: `harness docs engines`"), flush=True)
     return exit_codes.OK if passed(results) else exit_codes.NOT_AS_EXPECTED

@@ -47,7 +47,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--engine-env", action="append", default=[], metavar="SPEC",
                    help="run every chosen scenario in this engine environment (repeatable: once per environment, the "
                         "engine version in the id): a Python interpreter or venv path, or a release ENGINE==VERSION "
-                        "that the harness installs once into a cached venv (docs/ENGINE_VERSIONS.md)")
+                        "that the harness installs once into a cached venv (`harness docs engine-versions`)")
     p.add_argument("--allow-empty", action="store_true", help="exit 0 even when every scenario ended unsupported "
                    "(nothing was tested; by default that is exit 5, as pytest's when it collects nothing)")
     p.add_argument("--changed-since", metavar="BASE", type=git_revision, help="with --gate pr: as --changed-files, with the files of `git diff --name-only BASE...HEAD`")

@@ -56,7 +56,7 @@ def get_engine(name: str) -> Engine:
     found = _plugins().get(name)
     if not found:
         raise EngineUnavailable(f"unknown engine '{name}' (known: {', '.join(engine_names())}); an engine of "
-                                f"another package is found once that package is installed (docs/ENGINES.md)")
+                                f"another package is found once that package is installed (`harness docs engines`)")
     if len(found) > 1:
         raise EngineUnavailable(f"engine {plugins.ambiguity(name, found)}")
     return _instantiate(found[0])
