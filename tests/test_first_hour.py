@@ -108,3 +108,16 @@ def test_the_docs_are_reachable_from_the_command(capsys):
     assert "readme" in topics and "engines" in topics and "engine-versions" in topics
     assert main(["docs", "ENGINE_VERSIONS.md"]) == 0 and "--engine-env" in capsys.readouterr().out
     assert main(["docs", "engnes"]) == 2 and "did you mean engines?" in capsys.readouterr().err
+
+
+def test_a_check_that_could_not_fail_is_said_in_summary_and_pr_comment(tmp_path):
+    """llama-gsm8k showed "pass, gsm8k 0.000 (golden 0.000)" while the warning that its score
+    cannot fail there sat only in a collapsed section of report.html."""
+    check = {"name": "eval:gsm8k", "kind": "accuracy", "passed": True, "summary": "gsm8k 0.000 (golden 0.000)",
+             "metrics": {"score": 0.0, "golden_score": 0.0, "p_value": 1.0},
+             "warning": "the score cannot fail here: the golden got 0 of 8 right"}
+    run_dir = make_run(tmp_path, "r1", [Verdict("llama-gsm8k/tp2", "pass", "ok", checks=[check]), passing("s/tp1")])
+    assert main(["report", str(run_dir)]) == exit_codes.OK
+    for name in ("summary.md", "pr-comment.md"):
+        said = (run_dir / name).read_text()
+        assert "**Checks that could not fail: 1**" in said and "the golden got 0 of 8 right" in said, name

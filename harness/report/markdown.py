@@ -104,6 +104,21 @@ def problems_lines(report) -> list[str]:
     return lines
 
 
+def powerless_lines(verdicts: list[Verdict], limit: int | None = None) -> list[str]:
+    """Checks that passed where they could not have failed (an eval whose score cannot drop
+    detectably on its items): said beside the counts, not only in a collapsed section, so
+    a pass there is not read as evidence."""
+    found = [(v.scenario, c) for v in verdicts for c in v.checks if c.get("warning") and c.get("passed")]
+    if not found:
+        return []
+    shown = found[:limit] if limit else found
+    lines = [f"**Checks that could not fail: {len(found)}** (their pass says nothing of the score)", ""]
+    lines += [f"- {code(sid)} {code(c['name'])}: {text(c['warning'])}" for sid, c in shown]
+    if len(shown) < len(found):
+        lines.append(f"- … and {len(found) - len(shown)} more (see summary.md)")
+    return [*lines, ""]
+
+
 def history_partial_text(unreadable: list[str]) -> str:
     files = text("; ".join(unreadable))
     return (f"**History comparison partial:** {len(unreadable)} file(s) of the history store could not be read and were "
@@ -157,6 +172,7 @@ def summary_markdown(report) -> str:
     if meta.get("interrupted"):
         lines += ["**The run was interrupted; this report covers the scenarios that finished.**", ""]
     lines += problems_lines(report)
+    lines += powerless_lines(verdicts)
     lines += changes_lines(report.comparison, verdicts)
     versions = meta.get("versions")
     if versions:
@@ -231,6 +247,7 @@ def pr_comment_markdown(report) -> str:
     if meta.get("interrupted"):
         lines += ["⚠️ The run was interrupted: this covers only the scenarios that finished.", ""]
     lines += problems_lines(report)
+    lines += powerless_lines(report.verdicts, limit=PR_COMMENT_MAX_LINES)
     lines += changes_lines(report.comparison, report.verdicts, limit=PR_COMMENT_MAX_LINES)
     compared = report.comparison is not None and report.comparison.previous_run is not None
     listed = {c.scenario for c in report.comparison.new_failures + report.comparison.still_failing + report.comparison.first_seen} if compared else set()
