@@ -36,13 +36,13 @@ from typing import Any, Union
 
 from harness.compare.numeric import Tolerance, tolerance_for
 from harness.compare.outputs import judge_outputs
-from harness.config.env import DEVICE
 from harness.config.loading import load_scenarios, parse_suite
 from harness.config.scenario import Scenario, expand, select
 from harness.config.schema import ID_PART, ScenarioError, ToleranceOverride
 from harness.contract.outputs import EngineOutputs
 from harness.rundir import claim_new_run_dir, scenario_dir_name, verdict_path
 from harness.runner import run_scenario
+from harness.settings.env import DEVICE
 from harness.stages.admit import Admitted, RunOptions, admit
 from harness.stages.ended import launch_verdict
 from harness.stages.execute import execute

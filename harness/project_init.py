@@ -15,9 +15,9 @@ from pathlib import Path
 import yaml
 
 from harness.config.loading import parse_suite
-from harness.config.project import CONFIG_FILE, PYPROJECT, find_config
 from harness.config.scenario import expand
 from harness.config.schema import ID_PART, ScenarioError
+from harness.settings.project import CONFIG_FILE, PYPROJECT, find_config
 
 CONFIG_TABLE = """\
 # The harness's project config (harness/roots.py of the harness): paths are relative to this file.

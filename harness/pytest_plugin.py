@@ -23,11 +23,11 @@ from pathlib import Path
 
 import pytest
 
-from harness.config.env import DEVICE, PYTEST_RUN_ID
 from harness.config.loading import load_suite
 from harness.config.scenario import expand
 from harness.config.schema import ScenarioError
 from harness.rundir import new_run_id, run_id_problem, scenarios_root
+from harness.settings.env import DEVICE, PYTEST_RUN_ID
 
 RUN_ID_ENV = PYTEST_RUN_ID.name
 
@@ -82,7 +82,7 @@ def _is_scenario_file(config, path: Path) -> bool:
     if path.parent.name == "scenarios":
         return True
     if not hasattr(config, "_harness_scenario_paths"):
-        from harness.config.project import project
+        from harness.settings.project import project
 
         config._harness_scenario_paths = {p.resolve() for p in project(config.invocation_params.dir).scenarios}
     chosen = config._harness_scenario_paths

@@ -28,12 +28,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.config.loading import load_scenarios
-from harness.config.project import project
 from harness.config.scenario import Scenario, find_one, settings_label
 from harness.config.schema import ScenarioError
 from harness.contract.runspec import MEDIA
 from harness.roots import reports_dir
 from harness.rundir import SCENARIOS, VERDICT, scenario_dir_name, verdict_path
+from harness.settings.project import project
 from harness.verdict import Verdict
 
 SCRIPT, REPORT, MODEL, IMAGES = "repro.py", "BUG.md", "model", "images"

@@ -26,8 +26,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from harness.config.env import CACHE, GOLDEN_DIR, REPORTS_DIR
-from harness.config.project import PYPROJECT, Project, ProjectConfigError, project
+from harness.settings.env import CACHE, GOLDEN_DIR, REPORTS_DIR
+from harness.settings.project import PYPROJECT, Project, ProjectConfigError, project
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 DATA_DIR = PACKAGE_DIR / "data"

@@ -39,8 +39,8 @@ def reproduce_command(scenario: Scenario, opts: RunOptions) -> str:
 def _in_the_harness_checkout() -> bool:
     """`make <id>` works only in the harness's own checkout; in an engine's repository (the
     wheel installed there) the reproduce line is the command that works there."""
-    from harness.config.project import project
     from harness.roots import source_checkout
+    from harness.settings.project import project
 
     checkout = source_checkout()
     return checkout is not None and project().root.resolve() == checkout.resolve()

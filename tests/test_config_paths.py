@@ -9,7 +9,7 @@ import pytest
 
 from harness import roots
 from harness.cli import main
-from harness.config.project import ProjectConfigError
+from harness.settings.project import ProjectConfigError
 
 
 @pytest.fixture(autouse=True)

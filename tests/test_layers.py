@@ -16,10 +16,9 @@ PACKAGE = Path(__file__).resolve().parent.parent / "harness"
 
 # bottom (0) to top: what a room may import is below it
 LAYERS = {
-    # the HARNESS_* variables (harness/config/env.py, stdlib only: ranks read it in an engine's interpreter)
-    "config.env": -2,
-    # the project config (harness.toml / [tool.harness]), read by roots.py
-    "config.project": -2,
+    # the harness's own settings: every HARNESS_* variable (env.py, stdlib only: ranks read it in an
+    # engine's interpreter) and the project config (project.py), at the bottom: everything reads them
+    "settings": -2,
     # reading back the JSON files the harness writes, their shapes checked (stdlib only)
     "jsonfile": -1,
     # the light contract and plain facts: import nothing of the harness but the above
@@ -29,7 +28,7 @@ LAYERS = {
     "launch": 1, "images": 1, "chat": 1, "zoo": 1, "timings": 1, "golden": 1, "compare": 1, "rundir": 1,
     "models": 2, "engines": 2,
     "media": 2,  # videos and audio clips (their frames are images' patterns)
-    # scenario files: schema, loading, binding to the engines (harness/config/; its env.py sits at the bottom)
+    # what to run: scenario files read, checked, bound to the engines and expanded; a run's request
     "config": 3,
     "envs": 4,  # engine environments (--engine-env): asks the engines, installs releases, versions scenarios
     "workloads": 4, "plan": 4,
@@ -50,16 +49,9 @@ LAYERS = {
 }
 
 
-def _room(parts: list[str]) -> str:
-    """A folder's module that has a layer of its own (config.env) is its own room."""
-    if len(parts) > 1 and f"{parts[0]}.{parts[1]}" in LAYERS:
-        return f"{parts[0]}.{parts[1]}"
-    return parts[0]
-
-
 def room_of(path: Path) -> str:
-    parts = list(path.relative_to(PACKAGE).with_suffix("").parts)
-    return _room(parts)
+    first = path.relative_to(PACKAGE).parts[0]
+    return first.removesuffix(".py")
 
 
 def imports_of(path: Path) -> list[tuple[str, int]]:
@@ -71,7 +63,7 @@ def imports_of(path: Path) -> list[tuple[str, int]]:
             names = [a.name for a in node.names]
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             names = [f"{node.module}.{a.name}" if node.module == "harness" else node.module for a in node.names]
-        found += [(_room(n.split(".")[1:]), node.lineno) for n in names if n.startswith("harness.")]
+        found += [(n.split(".")[1], node.lineno) for n in names if n.startswith("harness.")]
     return found
 
 

@@ -12,9 +12,9 @@ import yaml
 
 from harness import roots
 from harness.config.loading import load_scenarios, load_suite
-from harness.config.project import ProjectConfigError, find_config, project
 from harness.config.scenario import expand
 from harness.project_init import InitError, init_project, model_entry
+from harness.settings.project import ProjectConfigError, find_config, project
 
 
 @pytest.fixture(autouse=True)

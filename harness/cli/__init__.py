@@ -15,13 +15,13 @@ from pathlib import Path
 
 from harness import exit_codes
 from harness.cli import bisect, conformance, docs, durations, env, golden, init, install, listing, report, repro, run
-from harness.config.env import EnvValueError
-from harness.config.project import ProjectConfigError
 from harness.config.schema import ScenarioError
 from harness.launch import SigtermAsInterrupt
 from harness.plan.devices import DeviceError
 from harness.plan.nodes import NodesError
 from harness.roots import export_to_children
+from harness.settings.env import EnvValueError
+from harness.settings.project import ProjectConfigError
 
 # name -> the subcommand's module, in the order `harness --help` lists them
 COMMANDS = {"init": init, "install": install, "list": listing, "run": run, "golden": golden, "report": report,

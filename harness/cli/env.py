@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from harness import exit_codes
-from harness.config.env import listing
+from harness.settings.env import listing
 
 HELP = "list the HARNESS_* environment variables: value here, default, what each does"
 

@@ -20,8 +20,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args) -> int:
-    from harness.config.project import ProjectConfigError
     from harness.project_init import InitError, init_project
+    from harness.settings.project import ProjectConfigError
 
     try:
         done = init_project(args.dir, args.model, args.engine, args.suite)

@@ -7,10 +7,10 @@ import argparse
 import math
 from pathlib import Path
 
-from harness.config.env import DEVICE
 from harness.config.schema import ScenarioError, env_problem
 from harness.roots import reports_dir
 from harness.rundir import run_id_problem
+from harness.settings.env import DEVICE
 
 
 def key_value(text: str) -> tuple[str, str]:

@@ -22,9 +22,9 @@ from harness.cli.options import (
     shard_spec,
 )
 from harness.config.loading import BrokenSuite
-from harness.config.project import project
 from harness.launch import DeferInterrupts
 from harness.rundir import ResultsNotWritten, RunDirTaken, check_writable, claim_new_run_dir, claim_run_dir, verdict_path
+from harness.settings.project import project
 
 HELP = "run scenarios and write a report"
 

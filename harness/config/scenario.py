@@ -14,9 +14,9 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.config.env import MAX_SCENARIOS
 from harness.config.schema import ARCH_AXIS, ExpectedFailure, ScenarioError, SuiteFile
 from harness.models import ModelRef
+from harness.settings.env import MAX_SCENARIOS
 
 
 @dataclass(frozen=True)

@@ -36,9 +36,9 @@ import threading
 from collections import OrderedDict
 from pathlib import Path
 
-from harness.config.env import RANK_POOL
 from harness.contract.launchplan import DEVICE_SLOTS_ENV
 from harness.launch.rankside import ERROR_FILE_ENV, HEARTBEAT_FILE_ENV, LAUNCHER_PID_ENV
+from harness.settings.env import RANK_POOL
 
 OFF_ENV = RANK_POOL.name
 MAX_ZYGOTES = 4

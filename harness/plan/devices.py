@@ -27,8 +27,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.config.env import DEVICE_LOCK_DIR, DEVICES, LEASE_LOG
 from harness.contract.launchplan import DEVICE_SLOTS_ENV
+from harness.settings.env import DEVICE_LOCK_DIR, DEVICES, LEASE_LOG
 
 DEVICES_ENV = DEVICES.name  # how many slots this machine has
 LOCK_DIR_ENV = DEVICE_LOCK_DIR.name  # where the slot files live (one dir per machine)

@@ -10,7 +10,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.config.env import JOBS, EnvValueError
 from harness.config.request import RunRequest
 from harness.config.scenario import Scenario
 from harness.config.schema import ScenarioError
@@ -30,6 +29,7 @@ from harness.plan.schedule import (
     recorded_durations,
     split_shards,
 )
+from harness.settings.env import JOBS, EnvValueError
 
 
 @dataclass

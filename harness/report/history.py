@@ -31,10 +31,10 @@ import pandas as pd
 import pyarrow
 
 from harness.compare.expectations import declares_unsupported
-from harness.config.env import HISTORY_DIR
 from harness.config.scenario import split_id
 from harness.jsonfile import read_json
 from harness.rundir import spec_path, write_files
+from harness.settings.env import HISTORY_DIR
 from harness.verdict import Verdict
 
 METRIC_PREFIX = "metric."

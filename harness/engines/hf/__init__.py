@@ -17,10 +17,10 @@ import sys
 from pathlib import Path
 
 from harness import roots
-from harness.config.env import HF_PYTHON
 from harness.contract.launchplan import LaunchPlan
 from harness.contract.runspec import RunSpec
 from harness.engines.base import Capability, Engine
+from harness.settings.env import HF_PYTHON
 
 PYTHON_ENV = HF_PYTHON.name
 

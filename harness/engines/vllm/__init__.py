@@ -26,14 +26,14 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from harness import roots
-from harness.config.env import VLLM_PYTHON
-from harness.config.project import project
 from harness.contract.launchplan import LaunchPlan
 from harness.contract.runspec import RunSpec
 from harness.engines import compile_cache
 from harness.engines.base import Capability, Engine
 from harness.engines.vllm.crash import root_cause
 from harness.launch.outcome import RankFailure
+from harness.settings.env import VLLM_PYTHON
+from harness.settings.project import project
 
 VENV_PYTHON = Path(".venv-vllm") / "bin" / "python"  # where `harness install vllm` puts vLLM's interpreter
 PYTHON_ENV = VLLM_PYTHON.name

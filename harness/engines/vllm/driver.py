@@ -20,9 +20,10 @@ import os
 import sys
 import time
 
-# vLLM's top-k read one way, and its ranks bound to cores one way, here and in `harness repro`'s script
-from harness.config.env import VLLM_COUNT_SP
 from harness.engines.vllm.repro_script import cpu_binding, topk_row
+
+# vLLM's top-k read one way, and its ranks bound to cores one way, here and in `harness repro`'s script
+from harness.settings.env import VLLM_COUNT_SP
 
 # Whether this driver came from a rank-pool zygote that had imported vLLM (pool.py; the
 # engine's launch plan preloads it on CPU): recorded in the outputs, so a test can tell.

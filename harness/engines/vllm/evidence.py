@@ -22,10 +22,10 @@ import os
 import sys
 from typing import TYPE_CHECKING, Any
 
-from harness.config.env import VLLM_COUNT_SP
 from harness.contract.applied import pp_layout, stage_layers
 from harness.engines.vllm import aot_cache, forking, startup
 from harness.engines.vllm.probe import SP_FIELDS
+from harness.settings.env import VLLM_COUNT_SP
 
 
 class EvidenceExtension:
