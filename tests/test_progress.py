@@ -86,3 +86,11 @@ def test_a_long_scenario_prints_what_it_is_doing_in_a_log(tmp_path):
     progress.close()
     after_close = out.getvalue()
     assert after_close.rstrip().endswith("0 not as expected")  # no beat after the end
+
+
+def test_a_wait_for_devices_is_said_apart_from_the_scenarios_time():
+    from harness.report.progress import duration_text
+
+    waited = Verdict("s/tp2", "pass", "ok", duration_s=122.4, timings={"wait_s": 110.2})
+    assert duration_text(waited) == "122.4s, 110s of it waiting for devices"
+    assert duration_text(Verdict("s/tp2", "pass", "ok", duration_s=12.4, timings={"wait_s": 0.01})) == "12.4s"

@@ -181,8 +181,10 @@ def summary_markdown(report) -> str:
     lines += ["| scenario | verdict | key metric | where | time |", "|---|---|---|---|---|"]
     for v in verdicts:
         tag = "pass (unexpected)" if v.unexpected_pass else v.verdict
+        wait = float((v.timings or {}).get("wait_s") or 0.0)
+        waited = f" ({wait:.0f}s waiting for devices)" if wait >= 1 else ""
         lines.append(f"| {code(v.scenario, cell=True)} | {ICON.get(v.verdict, '')} {tag} | {text(key_metric(v))} | {text(where_diverged(v))} "
-                     f"| {v.duration_s:.1f}s |")
+                     f"| {v.duration_s:.1f}s{waited} |")
     for v in report.failing + [v for v in verdicts if v.verdict in ("expected-failure", "unsupported")]:
         lines += ["", f"## {code(v.scenario)}: {v.verdict}", "", text(v.reason), ""]
         lines += expectation_lines(v)

@@ -41,9 +41,16 @@ def _clock(seconds: float) -> str:
     return f"{minutes}:{secs:02d}"
 
 
+def duration_text(verdict) -> str:
+    """`12.4s`, or `122.4s, 110s of it waiting for devices`: a wait for slots other runs held
+    is not the scenario's own time."""
+    wait = float((verdict.timings or {}).get("wait_s") or 0.0)
+    return f"{verdict.duration_s:.1f}s" + (f", {wait:.0f}s of it waiting for devices" if wait >= 1 else "")
+
+
 def _finished_line(state: _State, verdict) -> str:
     mark = "" if verdict.as_expected else "  <-- NOT AS EXPECTED"
-    return f"[{state.done}/{state.total} {state.elapsed()}] {verdict.headline()} ({verdict.duration_s:.1f}s){mark}"
+    return f"[{state.done}/{state.total} {state.elapsed()}] {verdict.headline()} ({duration_text(verdict)}){mark}"
 
 
 BEAT_S = 30.0  # a CI log shows a line at least this often while a scenario runs
