@@ -74,7 +74,7 @@ def _see_this_environment(venv: Path) -> None:
     (Path(purelib) / "test-session-env.pth").write_text("\n".join(site.getsitepackages()) + "\n")
 
 
-def _in_project(venv: Path, project: Path, *cmd: str, timeout: float = 600) -> subprocess.CompletedProcess:
+def _in_project(venv: Path, project: Path, *cmd: str, timeout: float = 600, expect: int = 0) -> subprocess.CompletedProcess:
     """A command of the venv, run in the project as its user would: nothing of this
     checkout on PYTHONPATH, no HARNESS_* setting of the test session but its device
     lock directory (tests/conftest.py)."""
@@ -83,7 +83,7 @@ def _in_project(venv: Path, project: Path, *cmd: str, timeout: float = 600) -> s
     env["HARNESS_CACHE"] = os.environ.get("HARNESS_CACHE", str(Path.home() / ".cache" / "harness"))  # the built models, shared
     done = run_process(list(cmd), timeout, " ".join(cmd[:3]), cwd=project, env={k: v for k, v in env.items() if v},
                        capture_output=True, text=True)
-    assert done.returncode == 0, f"{' '.join(cmd)} exited {done.returncode}:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    assert done.returncode == expect, f"{' '.join(cmd)} exited {done.returncode}:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
     return done
 
 
@@ -110,5 +110,16 @@ def test_installed_wheel_works_in_an_empty_project(venv, tmp_path):
     session = _in_project(venv, project, python, "-m", "pytest", "-p", "no:cacheprovider", "-k", "tp2-pp2 and not sp and not compile and not kvc")
     assert "1 passed" in session.stdout, session.stdout[-2000:]
     assert list((project / "reports").glob("pytest-*/summary.md")), "the pytest session wrote no report"
+    # the README's line as written: the pr gate through the plugin, two at a time (pytest-xdist, the engine-repo extra)
+    gate = _in_project(venv, project, python, "-m", "pytest", "scenarios/", "-m", "pr", "-n", "2", "-p", "no:cacheprovider")
+    assert " passed" in gate.stdout and "failed" not in gate.stdout, gate.stdout[-2000:]
+
+    # where the user stands: a model the engine cannot run is refused naming engines; the docs are in the wheel
+    refused = _in_project(venv, project, "harness", "init", "--model", "tiny-qwen3", "--suite", "q", expect=2)
+    assert "engine 'reference' runs llama" in refused.stderr and not (project / "scenarios" / "q.yaml").exists()
+    docs = _in_project(venv, project, "harness", "docs", "engines")
+    assert "engine" in docs.stdout.lower() and len(docs.stdout) > 1000
+    reproduce = json.loads((run / "scenarios" / "mine__tp2-pp1" / "verdict.json").read_text())["reproduce"]
+    assert reproduce == "harness run mine/tp2-pp1", reproduce  # make targets exist only in the harness's checkout
 
     assert _package_files(Path(site)) == installed, "a run wrote into the installed package"
