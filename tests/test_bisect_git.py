@@ -91,8 +91,8 @@ def test_bisect_over_a_git_range_names_the_commit_that_brought_the_bug(tmp_path)
     assert steps[0].split()[1] == commits["first"][:10] and " pass " in steps[0] and "-> good" in steps[0]
     assert steps[1].split()[1] == commits["last"][:10] and " fail " in steps[1] and "-> bad" in steps[1]
     assert f"first bad: {commits['bug'][:7]}" in out and "load: scale the row-parallel shards" in out, out
-    assert "verdict fail" in out and "the previous one" in out
-    # the item-6 hook called harness repro, which declines an engine without a repro hook
+    assert "verdict fail" in out and "the one before it" in out
+    # the bisect's end calls harness repro, which declines an engine without a repro hook
     assert "reproduction not written: engine 'tp-plan' cannot write a reproduction" in out, out
     # the checkout is left as it was: on its branch, no bisect under way, nothing changed
     assert git(repo, "rev-parse", "--abbrev-ref", "HEAD") == "main"

@@ -24,6 +24,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
+from harness.compare.expectations import declares_unsupported
 from harness.jsonfile import read_json
 from harness.report.junit import junit_xml
 from harness.report.markdown import pr_comment_markdown, summary_markdown
@@ -55,8 +56,10 @@ def write_report(run_dir: Path, meta: dict | None = None, history_dir: Path | No
     meta["coverage_lost"] = report.coverage_lost_ids  # passed before, untested now: exit 1 too
     meta["never_ran"] = report.never_ran
     meta["complete"] = not report.never_ran
-    # every scenario unsupported: a suite of an engine that cannot run the model would pass forever
-    meta["nothing_tested"] = bool(report.verdicts) and all(v.verdict == "unsupported" for v in report.verdicts)
+    # every scenario unsupported, none of it declared by the scenario file for the engine version it
+    # ran on: a suite of an engine that cannot run its model would otherwise pass forever
+    meta["nothing_tested"] = bool(report.verdicts) and all(v.verdict == "unsupported" and not declares_unsupported(v)
+                                                           for v in report.verdicts)
     # scenarios whose files a full or read-only disk stopped (stages/ended.py, storage_verdict): exit code 3
     meta["results_not_written"] = [v.scenario for v in report.verdicts if v.error and v.error.get("storage")]
     meta.pop("history_error", None)  # a rebuild that records the run clears an old failure
