@@ -105,6 +105,12 @@ class LineProgress(Progress):
         self._beater.start()
 
     def _beat(self) -> None:
+        try:
+            self._beat_until_stopped()
+        except (BrokenPipeError, ValueError):  # the reader left (`| head`) or the stream closed: nothing more to say
+            return
+
+    def _beat_until_stopped(self) -> None:
         while not self._stop.wait(min(self._beat_s, 5.0)):
             now = time.monotonic()
             with self._lock:
