@@ -81,7 +81,7 @@ def test_a_long_scenario_prints_what_it_is_doing_in_a_log(tmp_path):
     marks = tmp_path / "scenarios" / "s__tp2-compile" / "outputs" / "phases"
     marks.mkdir(parents=True)
     (marks / "rank0.json").write_text(json.dumps({"rank": 0, "marks": [["start", 1.0], ["rendezvous", 2.0], ["load", 3.0]]}))
-    wait_until(lambda: "warming up / compiling" in out.getvalue(), 30, "a beat line with the phase")
+    wait_until(lambda: "warming up / compiling, or running" in out.getvalue(), 30, "a beat line with the phase")
     progress.scenario_finished(Verdict("s/tp2-compile", "pass", "ok"))
     progress.close()
     after_close = out.getvalue()

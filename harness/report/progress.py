@@ -58,7 +58,7 @@ BEAT_S = 30.0  # a CI log shows a line at least this often while a scenario runs
 # what a rank is doing after it marked the end of a phase (contract/phases.py RANK_PHASES)
 _DOING_AFTER = {None: "preparing: building the model, waiting for devices or starting its ranks",
                 "start": "joining the process group", "rendezvous": "loading the model (vLLM: starting the engine)",
-                "load": "warming up / compiling", "warmup": "running its workloads", "workloads": "writing its outputs",
+                "load": "warming up / compiling, or running its workloads", "warmup": "running its workloads", "workloads": "writing its outputs",
                 "write": "ending its ranks"}
 
 
