@@ -51,11 +51,12 @@ def _plugins(args) -> int:
             print(f"{e.name:12s} {e.status:13s} {e.origin}{where}{axes}{runs}{detail}")
     if args.models:
         from harness import zoo
-        from harness.engines import engines_text
+        from harness.engines import engines_text, inventory
         from harness.models import model_type_of
 
+        engines = inventory()  # once, not once per model: it loads every engine module
         for name, origin, status, detail in zoo.inventory():
             kind = model_type_of(name) if status == "ready" else None
-            said = f"  ({kind}; engines: {engines_text(kind)})" if kind else ""
+            said = f"  ({kind}; engines: {engines_text(kind, engines)})" if kind else ""
             print(f"{name:20s} {status:13s} {origin}{said}{'  ' + detail if detail else ''}")
     return exit_codes.OK

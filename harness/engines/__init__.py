@@ -174,16 +174,16 @@ def inventory() -> list[EngineInfo]:
     return rows
 
 
-def engines_for(model_type: str | None) -> tuple[list[EngineInfo], list[EngineInfo]]:
+def engines_for(model_type: str | None, rows: list[EngineInfo] | None = None) -> tuple[list[EngineInfo], list[EngineInfo]]:
     """(the registered engines that run a model of this type, those that decide per model
-    when it runs), ready here or not."""
-    rows = inventory()
+    when it runs), ready here or not; `rows`: an inventory() already taken."""
+    rows = inventory() if rows is None else rows
     return [e for e in rows if e.runs(model_type) is True], [e for e in rows if e.runs(model_type) is None]
 
 
-def engines_text(model_type: str | None) -> str:
+def engines_text(model_type: str | None, rows: list[EngineInfo] | None = None) -> str:
     """`reference; maybe vllm, hf (they decide per model when it runs)` for messages and listings."""
-    sure, maybe = engines_for(model_type)
+    sure, maybe = engines_for(model_type, rows)
     parts = [", ".join(e.name + ("" if e.usable else " (not ready here)") for e in sure)] if sure else []
     if maybe:
         parts.append(f"maybe {', '.join(e.name for e in maybe)} (they decide per model when it runs)")
