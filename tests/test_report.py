@@ -150,3 +150,33 @@ def test_plots_drawn_ahead_are_not_drawn_again(tmp_path, monkeypatch):
     write_report(tmp_path, {"run_id": "r1"})
     assert drawn == ["logits"]  # not drawn a second time
     assert "data:image/png;base64," in (tmp_path / "report.html").read_text()
+
+
+# --- the heat maps ---------------------------------------------------------------------
+
+def _png_size(uri: str) -> tuple[int, int]:
+    import base64
+    import struct
+
+    png = base64.b64decode(uri.split(",", 1)[1])
+    return struct.unpack(">II", png[16:24])  # the IHDR chunk: width, height
+
+
+def test_a_heat_map_is_drawn_to_its_cells_not_to_a_fixed_size():
+    from harness.report.plots import CELL_H, CELL_W, heatmap
+
+    one = _png_size(heatmap([passing("s/tp2-pp1")], set()))
+    four = _png_size(heatmap([passing(f"s/tp{t}-pp{p}") for t in (1, 2) for p in (1, 2)], set()))
+    assert one[0] < 300 and one[1] < 200, one  # a one-cell suite is one cell big, not a block
+    assert abs((four[0] - one[0]) - 100 * CELL_W) < 10 and abs((four[1] - one[1]) - 100 * CELL_H) < 10, (one, four)
+
+
+def test_a_pr_gate_heat_map_leaves_out_the_rows_and_columns_in_which_nothing_ran():
+    from harness.report.plots import heat_panels
+
+    gate = ["tp1-pp1", "tp2-pp1", "tp1-pp2", "tp2-pp2", "tp2-pp1-sp", "tp2-pp2-sp", "tp4-pp1-sp"]
+    rows, cols, panels = heat_panels([passing(f"s/{axes}") for axes in gate])
+    assert (rows, cols) == ("tp", "pp")
+    shown = {p.title: (p.rows, p.cols) for p in panels}
+    assert shown == {"sp=off": ([1, 2], [1, 2]), "sp=on": ([2, 4], [1, 2])}  # tp=1 has no sp, tp=4 only sp
+    assert sum(len(p.rows) * len(p.cols) - len(p.cells) for p in panels) == 1  # only tp4-pp2-sp not run

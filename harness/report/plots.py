@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import io
 import itertools
+from dataclasses import dataclass
 
 import matplotlib
 
@@ -80,44 +81,89 @@ def _panel_title(panel_axes: list[str], combo: tuple) -> str:
     return ", ".join(f"{a}={'on' if val is True else 'off' if val is False else val}" for a, val in zip(panel_axes, combo))
 
 
+# Inches per heat-map cell and around the cells: the figure is sized by its cells, so a
+# one-cell suite is drawn one cell big (imshow would stretch it over a fixed figure).
+CELL_W, CELL_H = 1.1, 0.62
+MARGIN_LEFT, MARGIN_RIGHT, MARGIN_TOP, MARGIN_BOTTOM, PANEL_GAP = 0.6, 0.15, 0.35, 0.35, 0.75
+
+
+@dataclass
+class Panel:
+    """One panel of a suite's heat map: a combination of the panel axes (sp, compile),
+    its rows and columns, and its verdicts by (row value, column value)."""
+
+    title: str
+    rows: list
+    cols: list
+    cells: dict
+
+
+def heat_panels(verdicts: list[Verdict]) -> tuple[str | None, str | None, list[Panel]]:
+    """The panels holding at least one scenario, each with only the rows and columns in
+    which something ran: a PR gate runs a few scenarios of a large matrix, and the full
+    grid of every panel would be mostly "not run"."""
+    row_axis, col_axis, panel_axes = _grid_axes(verdicts)
+    grouped: dict[tuple, list[Verdict]] = {}
+    for v in verdicts:
+        grouped.setdefault(tuple(v.settings.get(a) for a in panel_axes), []).append(v)
+    panels = []
+    for combo in sorted(grouped, key=str):
+        mine = grouped[combo]
+        cells = {(_setting(v, row_axis), _setting(v, col_axis)): v for v in mine}
+        panels.append(Panel(_panel_title(panel_axes, combo), _values(mine, row_axis), _values(mine, col_axis), cells))
+    return row_axis, col_axis, panels
+
+
+def _setting(v: Verdict, axis: str | None):
+    return v.settings.get(axis) if axis else None
+
+
+def _panel_figure(panels: list[Panel]) -> tuple[Figure, list]:
+    """A figure whose every cell is CELL_W x CELL_H inches, panels side by side."""
+    widths = [len(p.cols) * CELL_W for p in panels]
+    width = sum(widths) + PANEL_GAP * (len(panels) - 1) + MARGIN_LEFT + MARGIN_RIGHT
+    height = max(len(p.rows) for p in panels) * CELL_H + MARGIN_TOP + MARGIN_BOTTOM
+    fig = Figure(figsize=(width, height))
+    grid = fig.add_gridspec(1, len(panels), width_ratios=widths, left=MARGIN_LEFT / width, right=1 - MARGIN_RIGHT / width,
+                            bottom=MARGIN_BOTTOM / height, top=1 - MARGIN_TOP / height,
+                            wspace=PANEL_GAP / (sum(widths) / len(panels)))
+    return fig, [fig.add_subplot(grid[0, i]) for i in range(len(panels))]
+
+
+def _draw_panel(ax, panel: Panel, row_axis: str | None, col_axis: str | None, new_failures: set[str]) -> None:
+    codes = np.full((len(panel.rows), len(panel.cols)), CATEGORIES.index("not run"))
+    for r, c in itertools.product(range(len(panel.rows)), range(len(panel.cols))):
+        v = panel.cells.get((panel.rows[r], panel.cols[c]))
+        if v is None:
+            ax.text(c, r, "not run", ha="center", va="center", fontsize=8, color="#9e9e9e")
+            continue
+        codes[r, c] = CATEGORIES.index(verdict_label(v))
+        ax.text(c, r, f"{verdict_label(v)}\n{cell_note(v)}", ha="center", va="center", fontsize=8)
+        if v.scenario in new_failures:
+            ax.add_patch(Rectangle((c - 0.48, r - 0.48), 0.96, 0.96, fill=False, linewidth=3, edgecolor="black"))
+            ax.text(c, r - 0.36, "NEW", ha="center", va="center", fontsize=7, fontweight="bold")
+    cmap = ListedColormap([COLORS[c] for c in CATEGORIES])
+    # the aspect keeps cells their size in a panel with fewer rows than the tallest one
+    ax.imshow(codes, cmap=cmap, vmin=0, vmax=len(CATEGORIES) - 1, aspect=CELL_H / CELL_W)
+    ax.set_anchor("N")
+    ax.set_xticks(range(len(panel.cols)), [f"{col_axis}={c}" if col_axis else "" for c in panel.cols], fontsize=8)
+    ax.set_yticks(range(len(panel.rows)), [f"{row_axis}={r}" if row_axis else "" for r in panel.rows], fontsize=8)
+    ax.set_title(panel.title, fontsize=9)
+
+
 def heatmap(verdicts: list[Verdict], new_failures: set[str]) -> str | None:
     """One suite's matrix: rows x columns (tp x pp) per panel (sp/compile), each cell
     coloured by verdict and annotated with its key number; new failures framed in black."""
     verdicts = [v for v in verdicts if v.settings]
     if not verdicts:
         return None
-    row_axis, col_axis, panel_axes = _grid_axes(verdicts)
-    rows, cols = _values(verdicts, row_axis), _values(verdicts, col_axis)
-    # Panels that hold at least one scenario (an excluded combination gets none).
-    combos = sorted({tuple(v.settings.get(a) for a in panel_axes) for v in verdicts}, key=str)
-    by_settings = {tuple(sorted(v.settings.items(), key=lambda kv: kv[0])): v for v in verdicts}
-    fig = Figure(figsize=(max(3.2 * len(combos), 4), 1.1 * len(rows) + 1.4))
-    fig.subplots_adjust(wspace=0.35)
-    cmap = ListedColormap([COLORS[c] for c in CATEGORIES])
-    for i, combo in enumerate(combos):
-        ax = fig.add_subplot(1, len(combos), i + 1)
-        codes = np.full((len(rows), len(cols)), CATEGORIES.index("not run"))
-        for r, c in itertools.product(range(len(rows)), range(len(cols))):
-            settings = dict(zip(panel_axes, combo))
-            if row_axis:
-                settings[row_axis] = rows[r]
-            if col_axis:
-                settings[col_axis] = cols[c]
-            v = by_settings.get(tuple(sorted(settings.items(), key=lambda kv: kv[0])))
-            if v is None:
-                ax.text(c, r, "not run", ha="center", va="center", fontsize=8, color="#9e9e9e")
-                continue
-            codes[r, c] = CATEGORIES.index(verdict_label(v))
-            ax.text(c, r, f"{verdict_label(v)}\n{cell_note(v)}", ha="center", va="center", fontsize=8)
-            if v.scenario in new_failures:
-                ax.add_patch(Rectangle((c - 0.48, r - 0.48), 0.96, 0.96, fill=False, linewidth=3, edgecolor="black"))
-                ax.text(c, r - 0.36, "NEW", ha="center", va="center", fontsize=7, fontweight="bold")
-        ax.imshow(codes, cmap=cmap, vmin=0, vmax=len(CATEGORIES) - 1, aspect="auto")
-        ax.set_xticks(range(len(cols)), [f"{col_axis}={c}" if col_axis else "" for c in cols])
-        ax.set_yticks(range(len(rows)), [f"{row_axis}={r}" if row_axis and i == 0 else "" for r in rows])
-        ax.set_title(_panel_title(panel_axes, combo), fontsize=10)
+    row_axis, col_axis, panels = heat_panels(verdicts)
+    fig, axes = _panel_figure(panels)
+    for ax, panel in zip(axes, panels):
+        _draw_panel(ax, panel, row_axis, col_axis, new_failures)
     shown = sorted({verdict_label(v) for v in verdicts}, key=CATEGORIES.index)
-    fig.legend(handles=[Patch(color=COLORS[c], label=c) for c in shown], loc="lower center", ncol=len(shown), fontsize=8, bbox_to_anchor=(0.5, -0.08))
+    fig.legend(handles=[Patch(color=COLORS[c], label=c) for c in shown], loc="upper center", bbox_to_anchor=(0.5, 0),
+               ncol=min(len(shown), 3), fontsize=7, frameon=False)
     return to_data_uri(fig)
 
 
