@@ -165,10 +165,13 @@ def _png_size(uri: str) -> tuple[int, int]:
 def test_a_heat_map_is_drawn_to_its_cells_not_to_a_fixed_size():
     from harness.report.plots import CELL_H, CELL_W, heatmap
 
-    one = _png_size(heatmap([passing("s/tp2-pp1")], set()))
-    four = _png_size(heatmap([passing(f"s/tp{t}-pp{p}") for t in (1, 2) for p in (1, 2)], set()))
+    def size(tps, pps):
+        return _png_size(heatmap([passing(f"s/tp{t}-pp{p}") for t in tps for p in pps], set()))
+
+    one = size([2], [1])
     assert one[0] < 300 and one[1] < 200, one  # a one-cell suite is one cell big, not a block
-    assert abs((four[0] - one[0]) - 100 * CELL_W) < 10 and abs((four[1] - one[1]) - 100 * CELL_H) < 10, (one, four)
+    assert abs(size([1, 2], [1])[1] - one[1] - 100 * CELL_H) < 10  # a row more: one cell's height (100 dpi) more
+    assert abs(size([1, 2], [1, 2, 3, 4])[0] - size([1, 2], [1, 2, 3])[0] - 100 * CELL_W) < 10  # a column: its width
 
 
 def test_a_pr_gate_heat_map_leaves_out_the_rows_and_columns_in_which_nothing_ran():
@@ -180,3 +183,17 @@ def test_a_pr_gate_heat_map_leaves_out_the_rows_and_columns_in_which_nothing_ran
     shown = {p.title: (p.rows, p.cols) for p in panels}
     assert shown == {"sp=off": ([1, 2], [1, 2]), "sp=on": ([2, 4], [1, 2])}  # tp=1 has no sp, tp=4 only sp
     assert sum(len(p.rows) * len(p.cols) - len(p.cells) for p in panels) == 1  # only tp4-pp2-sp not run
+
+
+def test_the_heat_map_says_what_its_cell_numbers_are(tmp_path, monkeypatch):
+    from harness.report import plots
+
+    figures = []
+    monkeypatch.setattr(plots, "to_data_uri", lambda fig, tight=True: figures.append(fig) or "data:image/png;base64,")
+    plots.heatmap([passing("s/tp1-pp1")], set())
+    assert "max |dlogprob|" in figures[0].legends[0].get_title().get_text()  # in the picture, wherever it is pasted
+    run = make_run(tmp_path, "r1", [passing("s/tp1-pp1")])
+    write_report(run)
+    html = (run / "report.html").read_text()
+    label = html[html.index('id="heatmap-label"'):html.index("verdict heat map of s")]  # and above the heat maps
+    assert "<b>max |dlogprob|</b>" in label and "the rank that died" in label

@@ -85,6 +85,8 @@ def _panel_title(panel_axes: list[str], combo: tuple) -> str:
 # one-cell suite is drawn one cell big (imshow would stretch it over a fixed figure).
 CELL_W, CELL_H = 1.1, 0.62
 MARGIN_LEFT, MARGIN_RIGHT, MARGIN_TOP, MARGIN_BOTTOM, PANEL_GAP = 0.6, 0.15, 0.35, 0.35, 0.75
+# What a cell's number is (cell_note), in the picture itself: it travels without the page.
+CELL_LABEL = "number under the verdict: max |dlogprob| vs golden"
 
 
 @dataclass
@@ -163,7 +165,8 @@ def heatmap(verdicts: list[Verdict], new_failures: set[str]) -> str | None:
         _draw_panel(ax, panel, row_axis, col_axis, new_failures)
     shown = sorted({verdict_label(v) for v in verdicts}, key=CATEGORIES.index)
     fig.legend(handles=[Patch(color=COLORS[c], label=c) for c in shown], loc="upper center", bbox_to_anchor=(0.5, 0),
-               ncol=min(len(shown), 3), fontsize=7, frameon=False)
+               ncol=min(len(shown), 3), fontsize=7, frameon=False,
+               title=CELL_LABEL, title_fontsize=7)
     return to_data_uri(fig)
 
 
