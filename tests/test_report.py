@@ -197,3 +197,31 @@ def test_the_heat_map_says_what_its_cell_numbers_are(tmp_path, monkeypatch):
     html = (run / "report.html").read_text()
     label = html[html.index('id="heatmap-label"'):html.index("verdict heat map of s")]  # and above the heat maps
     assert "<b>max |dlogprob|</b>" in label and "the rank that died" in label
+
+
+def test_a_pr_gate_report_puts_the_scenario_table_before_the_heat_maps(tmp_path):
+    def page(gate: str) -> str:
+        run = make_run(tmp_path, gate, [passing("s/tp1-pp1"), failing("s/tp2-pp1")], gate=gate)
+        write_report(run)
+        return (run / "report.html").read_text()
+
+    pr, nightly = page("pr"), page("nightly")
+    assert pr.index("<h2>Scenarios</h2>") < pr.index("<h2>Matrix</h2>") < pr.index('alt="verdict heat map of s"')
+    assert nightly.index("<h2>Matrix</h2>") < nightly.index("<h2>Scenarios</h2>")  # the whole matrix is the news there
+
+
+def test_suites_in_which_nothing_was_tested_are_folded_into_one_line(tmp_path):
+    unsupported = [Verdict(f"vl/tp{t}-pp1", "unsupported", "no images", settings={"tp": t, "pp": 1}) for t in (1, 2)]
+    run = make_run(tmp_path, "r1", [passing("s/tp1-pp1"), *unsupported])
+    write_report(run)
+    html = (run / "report.html").read_text()
+    folded = html[html.index('<details id="untested-suites">'):]
+    folded = folded[:folded.index("</details>")]
+    assert "Nothing tested in 1 suite(s), every scenario unsupported: <b>vl</b></summary>" in " ".join(folded.split())
+    assert 'alt="verdict heat map of vl"' in folded and 'alt="verdict heat map of s"' not in folded
+    assert html.index('alt="verdict heat map of s"') < html.index('id="untested-suites"') and 'id="nothing-tested"' not in html
+
+    run = make_run(tmp_path, "r2", unsupported)
+    write_report(run)  # every scenario unsupported: said at the top, as summary.md does
+    html = (run / "report.html").read_text()
+    assert html.index('id="nothing-tested"') < html.index('id="untested-suites"') and "No scenario finished" not in html

@@ -1,7 +1,8 @@
 """report.html: one self-contained page per run (no server, images inlined).
 
 Top to bottom: what regressed since the previous run of the gate; the matrix as a
-heat map per suite; the scenario table; one section per scenario (open for the ones
+heat map per suite and the scenario table (for the PR gate the table first, and
+suites in which nothing was tested folded away); one section per scenario (open for the ones
 that need a look) with its checks, divergence plot, localization, crash traceback,
 hang stacks, accuracy items; and the trend of every metric over the gate's runs.
 Verdict fields this page does not know yet (added by later engines or checks) are
@@ -190,12 +191,24 @@ def _environment() -> jinja2.Environment:
     return env
 
 
-def report_html(report) -> str:
+def heatmap_sections(report) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
+    """One heat map per suite, and per engine version (harness/envs.py): those of the
+    suites in which something was tested, and those of the suites in which every
+    scenario was unsupported (grey blocks that would push the verdicts down the page)."""
     suites: dict[str, list[Verdict]] = {}
-    for v in report.verdicts:  # one heat map per suite, and per engine version (harness/envs.py)
+    for v in report.verdicts:
         base, label = split_id(v.scenario)
         suites.setdefault(base.split("/", 1)[0] + (f" @ {label}" if label else ""), []).append(v)
-    heatmaps = [(suite, plots.heatmap(items, report.new_failure_ids)) for suite, items in sorted(suites.items())]
+    tested, untested = [], []
+    for suite, items in sorted(suites.items()):
+        uri = plots.heatmap(items, report.new_failure_ids)
+        if uri:
+            (untested if all(v.verdict == "unsupported" for v in items) else tested).append((suite, uri))
+    return tested, untested
+
+
+def report_html(report) -> str:
+    heatmaps, untested = heatmap_sections(report)
     trends, constant = trend_section(report)
     return _environment().get_template("report.html.j2").render(
         meta=report.meta,
@@ -203,7 +216,10 @@ def report_html(report) -> str:
         counts=sorted(report.meta.get("counts", {}).items()),
         colors=plots.COLORS,
         comparison=report.comparison,
-        heatmaps=[(s, uri) for s, uri in heatmaps if uri],
+        heatmaps=heatmaps,
+        untested=untested,
+        # a PR's reader looks for the scenarios that broke: the table before the pictures
+        table_first=report.meta.get("gate") == "pr",
         rows=[{"v": v, "label": plots.verdict_label(v), "metric": key_metric(v), "where": where_diverged(v)} for v in report.verdicts],
         sections=[scenario_section(report, v) for v in report.verdicts],
         trends=trends,
