@@ -225,3 +225,20 @@ def test_suites_in_which_nothing_was_tested_are_folded_into_one_line(tmp_path):
     write_report(run)  # every scenario unsupported: said at the top, as summary.md does
     html = (run / "report.html").read_text()
     assert html.index('id="nothing-tested"') < html.index('id="untested-suites"') and "No scenario finished" not in html
+
+
+def test_every_table_of_the_page_scrolls_inside_its_own_box(tmp_path):
+    """A check with many metrics makes a table wider than the page: it scrolls in a box
+    (overflow-x: auto) instead of the page; headless Chromium measures it in test_report_e2e."""
+    import re
+
+    wide = failing("s/tp2-pp1")
+    wide.checks[0]["metrics"].update({f"a_metric_with_a_long_name_{i}": i / 7 for i in range(30)})
+    hang = Verdict("s/tp1-pp2", "hang", "stuck", settings={"tp": 1, "pp": 2, "sp": False}, hang={"stuck_at": {"0": "recv"}})
+    run = make_run(tmp_path, "r1", [passing("s/tp1-pp1"), wide, hang])
+    write_report(run)
+    html = (run / "report.html").read_text()
+    assert re.search(r"\.scroll \{ overflow-x: auto;", html)
+    tables = [m.start() for m in re.finditer("<table", html)]
+    assert len(tables) >= 5 and all(html[:at].rstrip().endswith('<div class="scroll">') for at in tables)
+    assert "a_metric_with_a_long_name_29" in html

@@ -39,7 +39,9 @@ def anchor(scenario: str) -> str:
 
 
 def _table(frame: pd.DataFrame) -> str:
-    return frame.to_html(index=False, border=0, classes="tbl", escape=True, na_rep="")
+    """In a box that scrolls sideways: a check with many metrics makes a table wider
+    than the page, which would otherwise scroll the whole page."""
+    return '<div class="scroll">' + frame.to_html(index=False, border=0, classes="tbl", escape=True, na_rep="") + "</div>"
 
 
 def _key_values(d: dict) -> str:
