@@ -102,9 +102,66 @@ def test_a_pytest_session_of_the_pr_gate_compares_with_the_cli_runs(runs):
     assert "report.html" in result.stdout
 
 
+WINDOW = "--window-size=1400,1400"  # the width the report is read at
+# Injected into a copy of a report (the report itself runs no script): opens every
+# section, as a reader digging in would, then writes into the page what it measured:
+# elements that reach past the window's width outside a box that scrolls, boxes that
+# scroll, the sections closed at load, each heat map's drawn and shown size.
+PROBE = """<script>
+addEventListener("load", () => {
+  const closed = [...document.querySelectorAll("details:not([open])")].map(d => d.id);
+  document.querySelectorAll("details").forEach(d => { d.open = true; });
+  const width = document.documentElement.clientWidth;
+  const scrolls = e => { for (let a = e.parentElement; a; a = a.parentElement) if (getComputedStyle(a).overflowX !== "visible") return true; return false; };
+  const beyond = [...document.body.querySelectorAll("*")].filter(e => e.getBoundingClientRect().right > width + 1 && !scrolls(e));
+  const heatmaps = [...document.querySelectorAll("img[alt^='verdict heat map of']")].map(
+    i => ({alt: i.alt, drawn: [i.naturalWidth, i.naturalHeight], shown: [i.width, i.height]}));
+  const out = {width, page: document.documentElement.scrollWidth, beyond: beyond.map(e => e.tagName + "." + e.className),
+               scrolling: [...document.querySelectorAll(".scroll")].filter(b => b.scrollWidth > b.clientWidth).length, closed, heatmaps};
+  document.body.insertAdjacentHTML("beforeend", "<pre id=probe>" + JSON.stringify(out) + "</pre>");
+});
+</script>"""
+
+
 def _chromium(profile: Path, *args: str) -> subprocess.CompletedProcess:
     return run_process([CHROMIUM, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", *args], 180, "headless Chromium",
                        capture_output=True, text=True)
+
+
+def _probed(report: Path, tmp_path: Path) -> tuple[str, dict]:
+    """The report's DOM at 1400 px, every section open, and what PROBE measured in it."""
+    import json
+
+    page = tmp_path / "probed.html"
+    page.write_text(report.read_text().replace("</body>", PROBE + "</body>"))
+    dom = _chromium(tmp_path / "profile-probe", WINDOW, "--dump-dom", page.as_uri())
+    assert dom.returncode == 0 and '<pre id="probe">' in dom.stdout, dom.stderr[-2000:]
+    found = dom.stdout.split('<pre id="probe">', 1)[1].split("</pre>", 1)[0]
+    return dom.stdout, json.loads(found.replace("&quot;", '"').replace("&amp;", "&"))
+
+
+def _reads_at_1400_px(probe: dict) -> None:
+    assert probe["width"] >= 1360 and probe["page"] <= probe["width"], probe  # the page itself never scrolls sideways
+    assert probe["beyond"] == [], probe["beyond"]
+
+
+def _not_run_pixels(dom: str) -> dict[str, int]:
+    """Per heat map in the page: its pixels of the 'not run' colour."""
+    import base64
+    import io
+    import re
+
+    import numpy as np
+    from matplotlib.image import imread
+
+    from harness.report.plots import COLORS
+
+    not_run = np.array([int(COLORS["not run"][i:i + 2], 16) for i in (1, 3, 5)]) / 255
+    found = {}
+    for alt, data in re.findall(r'alt="verdict heat map of ([^"]+)" src="data:image/png;base64,([^"]+)"', dom):
+        pixels = imread(io.BytesIO(base64.b64decode(data)))[..., :3]
+        found[alt] = int((np.abs(pixels - not_run).max(-1) < 0.004).sum())
+    return found
 
 
 @pytest.mark.skipif(CHROMIUM is None, reason="headless Chromium is not installed (Debian: apt-get install chromium; .ci/run installs it)")
@@ -114,18 +171,74 @@ def test_the_html_report_opens_in_a_browser_and_shows_the_regression_first(runs,
 
     _, reports, _ = runs
     page = (reports / "faulty" / "report.html").as_uri()
-    dom = _chromium(tmp_path / "profile-dom", "--dump-dom", page)
+    dom = _chromium(tmp_path / "profile-dom", WINDOW, "--dump-dom", page)
     assert dom.returncode == 0, dom.stderr[-2000:]
-    regressions = dom.stdout[dom.stdout.index('id="regressions"'):dom.stdout.index("<h2>Matrix</h2>")]
+    regressions = dom.stdout[dom.stdout.index('id="regressions"'):dom.stdout.index("<h2>Scenarios</h2>")]
     assert "Regressed since <code>clean</code>: 1 new failure(s)" in regressions
     assert "rdemo/tp2-pp1" in regressions and "rdemo/tp1-pp1" not in regressions
+    # a PR gate: the scenario table, then the heat maps and what their numbers are
+    assert dom.stdout.index("<h2>Scenarios</h2>") < dom.stdout.index('id="heatmap-label"') < dom.stdout.index('alt="verdict heat map')
+    _, probe = _probed(reports / "faulty" / "report.html", tmp_path)
+    _reads_at_1400_px(probe)
+    (one_cell,) = probe["heatmaps"]
+    assert one_cell["drawn"][0] < 300 and one_cell["drawn"][1] < 200 and one_cell["shown"] == one_cell["drawn"], one_cell
 
     shot = tmp_path / "report.png"
-    taken = _chromium(tmp_path / "profile-shot", "--window-size=1280,1400", f"--screenshot={shot}", page)
+    taken = _chromium(tmp_path / "profile-shot", WINDOW, f"--screenshot={shot}", page)
     assert taken.returncode == 0 and shot.exists(), taken.stderr[-2000:]
     pixels = imread(shot)[..., :3]
-    assert pixels.shape[0] >= 1000 and pixels.std() > 0.05  # not a blank page
+    assert pixels.shape[:2] == (1400, 1400) and pixels.std() > 0.05  # not a blank page
     banner = np.array([0xff, 0xeb, 0xee]) / 255  # the regression banner's background
-    crash = np.array([0x8e, 0x24, 0xaa]) / 255  # the crash cell of the heat map
+    crash = np.array([0x8e, 0x24, 0xaa]) / 255  # the crash cell of the table and the heat map
     for colour in (banner, crash):
         assert (np.abs(pixels - colour).max(-1) < 0.02).sum() > 500, f"no {colour} area in the screenshot"
+
+
+def _pr_gate_of_three_suites(base: Path) -> Path:
+    """A PR gate's few scenarios of a tp x pp x sp matrix (one failing, with a check of many
+    metrics), a one-scenario suite, and a suite the engine could not run at all."""
+    from harness.report import write_report
+    from harness.verdict import Verdict
+    from tests.kit.handmade import failing, make_run, passing
+
+    wide = failing("tiny/tp2-pp2")
+    wide.checks[0]["metrics"].update({f"a_metric_with_a_long_name_{i}": i / 7 for i in range(30)})
+    tiny = [passing("tiny/tp1-pp1"), passing("tiny/tp2-pp1"), passing("tiny/tp1-pp2"), wide, passing("tiny/tp2-pp2-sp")]
+    vl = [Verdict(f"vl/tp{t}-pp1", "unsupported", "the engine takes no images", settings={"tp": t, "pp": 1, "sp": False})
+          for t in (1, 2)]
+    run = make_run(base, "pr-three", [*tiny, passing("one/tp2-pp1"), *vl])
+    write_report(run)
+    return run / "report.html"
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="headless Chromium is not installed (Debian: apt-get install chromium; .ci/run installs it)")
+def test_a_pr_gate_report_reads_at_1400_px_with_every_section_open(tmp_path):
+    import numpy as np
+    from matplotlib.image import imread
+
+    report = _pr_gate_of_three_suites(tmp_path)
+    dom, probe = _probed(report, tmp_path)
+    assert dom.index("<h2>Scenarios</h2>") < dom.index("<h2>Matrix</h2>") < dom.index('alt="verdict heat map')
+    assert "<b>max |dlogprob|</b>" in dom[dom.index('id="heatmap-label"'):dom.index('alt="verdict heat map')]
+    _reads_at_1400_px(probe)
+    assert probe["scrolling"] >= 1  # the metrics table is wider than its box: it scrolls there
+    # not run: the sp=on panel shows its one scenario, not a 2 x 2 grid of three "not run";
+    # the suite that tested nothing is one line, its heat map in a closed section
+    not_run = _not_run_pixels(dom)  # a "not run" cell is thousands (the sp=on panel had 42000 before)
+    assert sorted(not_run) == ["one", "tiny", "vl"] and max(not_run.values()) < 500, not_run  # antialiased edges
+    assert "untested-suites" in probe["closed"]
+    folded = dom[dom.index('id="untested-suites"'):]
+    folded = folded[:folded.index("</details>")]
+    assert 'alt="verdict heat map of vl"' in folded and 'alt="verdict heat map of tiny"' not in folded
+    sizes = {h["alt"].rsplit(" ", 1)[1]: h for h in probe["heatmaps"]}
+    assert sizes["one"]["drawn"][1] < 200 and sizes["one"]["shown"] == sizes["one"]["drawn"]  # a one-cell suite drawn small
+    assert sizes["tiny"]["drawn"][1] < 300 and sizes["tiny"]["drawn"][0] < probe["width"]
+
+    shot = tmp_path / "report.png"
+    taken = _chromium(tmp_path / "profile-shot", WINDOW, f"--screenshot={shot}", report.as_uri())
+    assert taken.returncode == 0 and shot.exists(), taken.stderr[-2000:]
+    pixels = imread(shot)[..., :3]
+    assert pixels.shape[:2] == (1400, 1400) and pixels.std() > 0.05
+    fail = np.array([0xe5, 0x39, 0x35]) / 255  # the failing scenario: its table row and its heat-map cell
+    rows = np.flatnonzero((np.abs(pixels - fail).max(-1) < 0.02).sum(1) > 0)
+    assert rows.size and rows[0] < 700, "no failing scenario in the first screen"
