@@ -140,10 +140,12 @@ def _draw_panel(ax, panel: Panel, row_axis: str | None, col_axis: str | None, ne
             ax.text(c, r, "not run", ha="center", va="center", fontsize=8, color="#9e9e9e")
             continue
         codes[r, c] = CATEGORIES.index(verdict_label(v))
-        ax.text(c, r, f"{verdict_label(v)}\n{cell_note(v)}", ha="center", va="center", fontsize=8)
-        if v.scenario in new_failures:
+        new = v.scenario in new_failures
+        # a new failure's verdict moves down a little, clear of the NEW over it in a low cell
+        ax.text(c, r + (0.1 if new else 0), f"{verdict_label(v)}\n{cell_note(v)}", ha="center", va="center", fontsize=8)
+        if new:
             ax.add_patch(Rectangle((c - 0.48, r - 0.48), 0.96, 0.96, fill=False, linewidth=3, edgecolor="black"))
-            ax.text(c, r - 0.36, "NEW", ha="center", va="center", fontsize=7, fontweight="bold")
+            ax.text(c, r - 0.28, "NEW", ha="center", va="center", fontsize=7, fontweight="bold")
     cmap = ListedColormap([COLORS[c] for c in CATEGORIES])
     # the aspect keeps cells their size in a panel with fewer rows than the tallest one
     ax.imshow(codes, cmap=cmap, vmin=0, vmax=len(CATEGORIES) - 1, aspect=CELL_H / CELL_W)
