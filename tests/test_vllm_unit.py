@@ -480,3 +480,102 @@ def test_the_kv_cache_size_reaches_a_release_that_reads_only_its_variable(monkey
     monkeypatch.delenv(probe.KVCACHE_SPACE_ENV)
     assert driver.kv_cache_setting("cpu") == {"via": "kv_cache_memory_bytes", "bytes": driver.KV_CACHE_BYTES}
     assert probe.KVCACHE_SPACE_ENV not in os.environ  # a release that takes the argument is given only that
+
+
+class _Sched:
+    """The fields of vLLM's SchedulerOutput that steps.py reads."""
+
+    def __init__(self, new=(), cached=(), scheduled=None, drafts=None):
+        from types import SimpleNamespace
+
+        self.scheduled_new_reqs = [SimpleNamespace(req_id=r, prompt_token_ids=[0] * n, num_computed_tokens=c)
+                                   for r, n, c in new]
+        self.scheduled_cached_reqs = SimpleNamespace(req_ids=[r for r, _ in cached], num_computed_tokens=[c for _, c in cached])
+        self.num_scheduled_tokens = scheduled or {}
+        self.total_num_scheduled_tokens = sum(self.num_scheduled_tokens.values())
+        self.scheduled_spec_decode_tokens = drafts or {}
+        self.finished_req_ids = set()
+
+
+def test_the_scheduler_steps_a_worker_ran_give_hits_chunks_and_batch_sizes():
+    """steps.py reads what vLLM's scheduler handed the worker: a new request already
+    computed in part is a prefix-cache hit; a prompt whose prefill spans steps was split."""
+    from harness.engines.vllm import steps
+
+    steps.reset()
+    steps.observe(_Sched(new=[("a", 70, 0), ("b", 40, 32)], scheduled={"a": 32, "b": 8}))  # b: 32 tokens cached
+    steps.observe(_Sched(cached=[("a", 32), ("b", 40)], scheduled={"a": 32, "b": 1}))  # a's 2nd chunk, b decodes
+    steps.observe(_Sched(cached=[("a", 64)], scheduled={"a": 6}))
+    steps.observe(_Sched(scheduled={}))  # an empty step is no step
+    got = steps.record()
+    steps.reset()
+    assert got["steps"] == 3 and got["largest_step_tokens"] == 40
+    assert (got["smallest_batch"], got["largest_batch"]) == (1, 2)
+    assert (got["requests"], got["hit_requests"], got["hit_tokens"]) == (2, 1, 32)
+    assert (got["prefills"], got["prefill_chunks"], got["split_prefills"]) == (2, 4, 1)
+
+
+def _sched_worker(steps: dict, budget=4096, chunked=True, caching=False) -> dict:
+    base = {"steps": 5, "largest_step_tokens": 32, "smallest_batch": 1, "largest_batch": 1, "requests": 8,
+            "hit_requests": 0, "hit_tokens": 0, "drafts": 0, "prefills": 8, "prefill_chunks": 8, "split_prefills": 0}
+    return {"steps": {**base, **steps},
+            "scheduler": {"budget": budget, "chunked_prefill": chunked, "prefix_caching": caching, "block_size": 128}}
+
+
+def test_a_scheduler_feature_counts_as_applied_only_where_the_steps_show_it():
+    """A prefix-cache run with no hit, a chunked run that split no prompt or a `one` run
+    that batched two requests proves nothing about its setting: `applied: false`."""
+    from harness.engines.vllm.evidence import summarize
+
+    hit = summarize({"prefix_cache": True}, [_sched_worker({"hit_tokens": 512, "hit_requests": 4}, caching=True)])
+    assert hit["prefix_cache"]["applied"] is True and "512 prompt tokens of 4 of 8 requests" in hit["prefix_cache"]["evidence"]
+    assert summarize({"prefix_cache": True}, [_sched_worker({}, caching=True)])["prefix_cache"]["applied"] is False
+    off = summarize({"prefix_cache": True}, [_sched_worker({"hit_tokens": 5}, caching=False)])["prefix_cache"]
+    assert off["applied"] is False and "switched prefix caching off" in off["evidence"]
+    chunked = summarize({"chunked_prefill": 32}, [_sched_worker({"split_prefills": 4, "prefill_chunks": 28}, budget=32)])
+    assert chunked["chunked_prefill"]["applied"] is True, chunked
+    assert "4 of 8 prefills ran in chunks (28 prefill steps" in chunked["chunked_prefill"]["evidence"]
+    assert summarize({"chunked_prefill": 32}, [_sched_worker({}, budget=32)])["chunked_prefill"]["applied"] is False
+    assert summarize({"chunked_prefill": 32}, [_sched_worker({"split_prefills": 4})])["chunked_prefill"]["applied"] is False
+    assert "chunked_prefill" not in summarize({"chunked_prefill": 0}, [_sched_worker({})])  # off: not under test
+    one = summarize({"batch": "one"}, [_sched_worker({})], {"submissions": 8, "prompts": 8, "fillers": 0})["batch"]
+    assert one["applied"] is True and "8 submissions of one prompt each; steps of 1-1 requests" in one["evidence"]
+    two = summarize({"batch": "one"}, [_sched_worker({"largest_batch": 2})], {"submissions": 8})["batch"]
+    assert two["applied"] is False
+    mixed = summarize({"batch": "mixed"}, [_sched_worker({"largest_batch": 8})],
+                      {"submissions": 2, "prompts": 8, "fillers": 8})["batch"]
+    assert mixed["applied"] is True and "8 prompts shuffled among 8 filler prompts" in mixed["evidence"]
+
+
+def test_the_driver_submits_the_batches_the_batch_axis_composes_and_restores_their_order():
+    """`one`: an LLM.generate call per prompt; `mixed`: one call, shuffled among fillers;
+    the outputs come back in the workload's order either way (batching.py, shared with
+    the reference engine)."""
+    from harness.engines.vllm.driver import Submitter
+
+    class FakeLLM:
+        def __init__(self):
+            self.calls = []
+
+        def generate(self, items, params, use_tqdm=False):
+            self.calls.append([tuple(i["prompt_token_ids"]) for i in items])
+            return [tuple(i["prompt_token_ids"]) for i in items]  # an "output" that names its prompt
+
+    prompts = [[0, 5, 6, 7], [0, 8, 9], [0, 10, 11, 12, 13]]
+    workload = {"prompts": prompts}
+    for mode, calls, fillers in (("all", 1, 0), ("one", 3, 0), ("mixed", 1, 3)):
+        llm, submit = FakeLLM(), Submitter(mode)
+        assert submit.generate(llm, workload, None) == [tuple(p) for p in prompts], mode
+        assert len(llm.calls) == calls and submit.counts == {"submissions": calls, "prompts": 3, "fillers": fillers}
+    assert llm.calls[0] != [tuple(p) for p in prompts]  # mixed: not the workload's order, fillers beside
+
+
+def test_vllm_refuses_a_chunk_budget_below_max_num_seqs_and_fillers_for_media(tmp_path):
+    from harness.engines.vllm import _media_reason, _scheduling_reason
+
+    assert "below max_num_seqs=8" in _scheduling_reason({"chunked_prefill": 4})
+    assert _scheduling_reason({"chunked_prefill": 32}) is None and _scheduling_reason({"chunked_prefill": 0}) is None
+    assert "token budget" in _scheduling_reason({"chunked_prefill": True})
+    (tmp_path / "config.json").write_text(json.dumps({"vision_config": {}}))
+    assert "media placeholders" in _media_reason(tmp_path, {"batch": "mixed"})
+    assert _media_reason(tmp_path, {"batch": "one"}) is None

@@ -47,7 +47,11 @@ _PROBES: dict[str, dict] = {}  # per process: cache key -> probe result
 
 class VllmEngine(Engine):
     name = "vllm"
-    axes = {"tp": None, "pp": None, "sp": (False, True), "compile": (False, True)}
+    # prefix_cache: vLLM's automatic prefix caching; chunked_prefill: a token budget per
+    # step (0: vLLM's default, which splits no prompt); batch: how a workload's prompts are
+    # submitted (harness/contract/batching.py)
+    axes = {"tp": None, "pp": None, "sp": (False, True), "compile": (False, True),
+            "prefix_cache": (False, True), "chunked_prefill": None, "batch": ("all", "one", "mixed")}
     capabilities = frozenset({Capability.OWN_PYTHON, Capability.INSTALLS_RELEASES, Capability.REPRO_SCRIPTS})
 
     def python(self) -> Path:
@@ -76,6 +80,9 @@ class VllmEngine(Engine):
         reason = super().unsupported_reason(settings)
         if reason:
             return reason
+        scheduling = _scheduling_reason(settings)
+        if scheduling:
+            return scheduling
         tp, pp = int(settings.get("tp", 1)), int(settings.get("pp", 1))
         probe = self.probe()
         for axis in ("sp", "compile"):
@@ -83,7 +90,7 @@ class VllmEngine(Engine):
                 return f"{axis}: {probe[axis]['reason']}"
         if not model_dir:
             return None
-        return self._arch_reason(model_dir, pp) or _model_reason(model_dir, tp, pp)
+        return self._arch_reason(model_dir, pp) or _model_reason(model_dir, tp, pp) or _media_reason(model_dir, settings)
 
     def _arch_reason(self, model_dir: str | Path, pp: int) -> str | None:
         """Whether the installed vLLM serves the checkpoint's architecture (and with PP)."""
@@ -216,6 +223,33 @@ def _model_reason(model_dir: str | Path, tp: int, pp: int) -> str | None:
         return f"{heads[0]}={heads[1]} is not divisible by tp={tp}"
     if layers and pp > layers[1]:
         return f"pp={pp} exceeds {layers[0]}={layers[1]}"
+    return None
+
+
+def _scheduling_reason(settings: dict) -> str | None:
+    """What vLLM's scheduler config refuses: a budget below max_num_seqs
+    (config/scheduler.py verify_max_model_len: "max_num_batched_tokens must be greater
+    than or equal to max_num_seqs")."""
+    from harness.engines.vllm.driver import MAX_NUM_SEQS
+
+    budget = settings.get("chunked_prefill", 0)
+    if isinstance(budget, bool) or not isinstance(budget, int) or budget < 0:
+        return f"chunked_prefill is a token budget per step (0: vLLM's default), got {budget!r}"
+    if 0 < budget < MAX_NUM_SEQS:
+        return (f"chunked_prefill={budget}: vLLM refuses a token budget below max_num_seqs={MAX_NUM_SEQS} "
+                "(config/scheduler.py verify_max_model_len)")
+    return None
+
+
+MEDIA_CONFIGS = ("vision_config", "audio_config")  # a multimodal checkpoint's encoder configs
+
+
+def _media_reason(model_dir: str | Path, settings: dict) -> str | None:
+    """A filler prompt is made from a workload prompt's tokens (batching.py), its media
+    placeholders too, without the media they stand for."""
+    cfg = json.loads((Path(model_dir) / "config.json").read_text())
+    if settings.get("batch") == "mixed" and any(key in cfg for key in MEDIA_CONFIGS):
+        return "batch=mixed: filler prompts made from a prompt would carry its media placeholders without the media"
     return None
 
 

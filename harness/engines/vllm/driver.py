@@ -65,12 +65,15 @@ def plain_kwargs(model_dir: str, dtype: str, seed: int, settings: dict, workload
         max_model_len=max_model_len(workloads),
         max_num_seqs=MAX_NUM_SEQS,
         kv_cache_memory_bytes=KV_CACHE_BYTES,
-        # the logits and greedy workloads share prompts: a prefix-cache hit would skip
-        # the prefill the logits workload is meant to test
-        enable_prefix_caching=False,
+        # off unless the scenario tests it: the suites' logits and greedy workloads share
+        # prompts, and a hit would skip the prefill a suite without the axis means to test
+        enable_prefix_caching=bool(settings.get("prefix_cache", False)),
         max_logprobs=max(int(w.get("top_k", 20)) for w in workloads),
         enforce_eager=not settings.get("compile", False),
     )
+    budget = int(settings.get("chunked_prefill", 0))
+    if budget:  # 0: vLLM's default budget (4096 tokens on CPU here), which splits no prompt of max_model_len
+        kwargs.update(enable_chunked_prefill=True, max_num_batched_tokens=budget)
     if tp * pp > 1:
         kwargs["distributed_executor_backend"] = "mp"
     from harness.contract.runspec import MEDIA, entry_list
@@ -142,13 +145,37 @@ def _load(field: str, path: str):
     return (array, AUDIO_RATE) if field == "audios" else (array, video_metadata(len(array)))
 
 
-def run_logprobs(llm, workload: dict) -> dict:
+class Submitter:
+    """Hands a workload's prompts to vLLM as the `batch` axis composes them
+    (harness/contract/batching.py, shared with the reference engine) and puts the
+    outputs back in the workload's order; counts what it submitted, for the evidence."""
+
+    def __init__(self, mode: str) -> None:
+        self.mode = mode
+        self.counts = {"submissions": 0, "prompts": 0, "fillers": 0}
+
+    def generate(self, llm, workload: dict, params) -> list:
+        from harness.contract.batching import compose, restore
+
+        inputs = prompt_inputs(workload)
+        submissions = compose([list(p) for p in workload["prompts"]], self.mode)
+        results = []
+        for sub in submissions:
+            items = [inputs[i] if i is not None else {"prompt_token_ids": p} for p, i in zip(sub.prompts, sub.origin)]
+            results.append(llm.generate(items, params, use_tqdm=False))
+            self.counts["submissions"] += 1
+            self.counts["prompts"] += sum(i is not None for i in sub.origin)
+            self.counts["fillers"] += sum(i is None for i in sub.origin)
+        return restore(results, submissions, len(inputs))
+
+
+def run_logprobs(llm, workload: dict, submit: Submitter) -> dict:
     import torch
     from vllm import SamplingParams
 
     k = int(workload["top_k"])
     params = SamplingParams(temperature=0.0, max_tokens=1, logprobs=k, prompt_logprobs=k, ignore_eos=True)
-    outputs = llm.generate(prompt_inputs(workload), params, use_tqdm=False)
+    outputs = submit.generate(llm, workload, params)
     ids, lps, offsets = [], [], [0]
     for out in outputs:
         rows = [p for p in out.prompt_logprobs if p is not None]  # position 0 has none
@@ -164,13 +191,13 @@ def run_logprobs(llm, workload: dict) -> dict:
             "offsets": torch.tensor(offsets, dtype=torch.int64)}
 
 
-def run_greedy(llm, workload: dict) -> dict:
+def run_greedy(llm, workload: dict, submit: Submitter) -> dict:
     import torch
     from vllm import SamplingParams
 
     k, n = int(workload["top_k"]), int(workload["max_new_tokens"])
     params = SamplingParams(temperature=0.0, max_tokens=n, min_tokens=n, logprobs=k, ignore_eos=True)
-    outputs = llm.generate(prompt_inputs(workload), params, use_tqdm=False)
+    outputs = submit.generate(llm, workload, params)
     tokens, ids, lps = [], [], []
     for out in outputs:
         gen = out.outputs[0]
@@ -184,7 +211,7 @@ def run_greedy(llm, workload: dict) -> dict:
             "topk_logprobs": torch.tensor(lps, dtype=torch.float32)}
 
 
-def run_generate(llm, workload: dict) -> dict:
+def run_generate(llm, workload: dict, submit: Submitter) -> dict:
     """Greedy generation with the `generate` stop rule (harness/contract/runspec.py): vLLM stops
     at EOS (stop_token_ids: the workload's EOS, kept in token_ids; ignore_eos so the
     model's own generation config adds no other stop); the stop sequences of ids are
@@ -199,7 +226,7 @@ def run_generate(llm, workload: dict) -> dict:
         return EngineOutputs.generate_fields([[] for _ in workload["prompts"]], 0)
     params = SamplingParams(temperature=0.0, max_tokens=n, ignore_eos=True,
                             stop_token_ids=[eos] if eos is not None else None)
-    outputs = llm.generate(prompt_inputs(workload), params, use_tqdm=False)
+    outputs = submit.generate(llm, workload, params)
     seqs = [cut_generation(list(out.outputs[0].token_ids), stop, eos, n) for out in outputs]
     return EngineOutputs.generate_fields(seqs, n)
 
@@ -246,10 +273,11 @@ def run(spec) -> None:
     ready = time.time()
     phases.mark("load")
     out = EngineOutputs()
+    submit = Submitter(str(spec.settings.get("batch", "all")))
     for w in spec.workloads:
         if w["kind"] not in RUNNERS:
             raise ValueError(f"unknown workload kind {w['kind']!r} in workload {w['name']!r}")
-        out.put(w["name"], **RUNNERS[w["kind"]](llm, w))
+        out.put(w["name"], **RUNNERS[w["kind"]](llm, w, submit))
     done = time.time()
     phases.mark("workloads")
     workers = worker_evidence(llm)
@@ -260,7 +288,8 @@ def run(spec) -> None:
         driver_preimported=PREIMPORTED,
         started_by=forking.started_by(workers),
         shared_memory=idents,  # vLLM's names for its workers' shared memory, checked gone by a test
-        applied=evidence.summarize(spec.settings, workers) if workers else {},
+        applied=evidence.summarize(spec.settings, workers, submit.counts) if workers else {},
+        submitted=submit.counts,
         engine_kwargs={k: v for k, v in kwargs.items() if k not in ("model", "tokenizer")},
         kv_cache=kv_cache,
         timings={"engine_start_s": ready - called, "run_s": done - ready,

@@ -11,6 +11,10 @@ summarizes it per axis:
   sp       vLLM's SequenceParallelismPass ran in the worker and rewrote the graph (its runs
            and pattern matches, counted around the pass: count_sp_pass_runs)
   compile  vLLM's compilation counter saw (or loaded from its cache) graphs of the model
+  prefix_cache     prompts were scheduled with tokens already computed: prefix-cache hits
+  chunked_prefill  a prefill ran over several steps, none over the token budget
+  batch    the steps ran the batch sizes the mode makes (steps.py counts the scheduler's
+           output each worker executed; the driver says what it submitted)
 
 Runs in vLLM's interpreter; imports vllm only inside the worker method.
 """
@@ -23,7 +27,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from harness.contract.applied import pp_layout, stage_layers
-from harness.engines.vllm import aot_cache, forking, startup
+from harness.engines.vllm import aot_cache, forking, startup, steps
 from harness.engines.vllm.probe import SP_FIELDS
 from harness.settings.env import VLLM_COUNT_SP
 
@@ -57,6 +61,8 @@ class EvidenceExtension:
             "sp_pass": _sp_pass_present(),
             "sp_runs": SP_RUNS["runs"], "sp_matched": SP_RUNS["matched"],
             "startup": startup.record(),
+            "steps": steps.record(),
+            "scheduler": _scheduler(self.vllm_config),
             "started_by": forking.STARTED["by"],
             # the name vLLM's CPU worker gives its shared-memory segments (cpu_worker.py): the driver removes what is left
             "dist_ident": os.environ.get("VLLM_DIST_IDENT"),
@@ -123,6 +129,7 @@ def install() -> None:
     driver (a worker in its process, or forked from it)."""
     startup.install()
     aot_cache.install()
+    steps.install()
     if VLLM_COUNT_SP.raw():
         count_sp_pass_runs()
 
@@ -154,6 +161,13 @@ def _layer_list(model) -> list:
     return list(max(lists, key=rank)[1])
 
 
+def _scheduler(vllm_config) -> dict:
+    """The scheduler and cache settings vLLM ended up with (it may change what it was given)."""
+    sched, cache = vllm_config.scheduler_config, vllm_config.cache_config
+    return {"budget": int(sched.max_num_batched_tokens), "chunked_prefill": bool(sched.enable_chunked_prefill),
+            "prefix_caching": bool(cache.enable_prefix_caching), "block_size": int(cache.block_size or 0)}
+
+
 def _name(mode) -> str:
     return str(getattr(mode, "name", mode))
 
@@ -166,7 +180,9 @@ def _total_heads(hf_config) -> int | None:
     return None
 
 
-def summarize(settings: dict, workers: list[dict]) -> dict:
+def summarize(settings: dict, workers: list[dict], submitted: dict | None = None) -> dict:
+    """Per axis of `settings`: applied and the evidence. `submitted`: how the driver
+    submitted the prompts (submissions, prompts, fillers), for the batch axis."""
     out = {}
     if "tp" in settings:
         out["tp"] = _tp(int(settings["tp"]), workers)
@@ -176,7 +192,49 @@ def summarize(settings: dict, workers: list[dict]) -> dict:
         out["sp"] = _sp(workers)
     if "compile" in settings:
         out["compile"] = _compile(workers)
+    if settings.get("prefix_cache"):
+        out["prefix_cache"] = _prefix_cache(workers)
+    if settings.get("chunked_prefill"):
+        out["chunked_prefill"] = _chunked(int(settings["chunked_prefill"]), workers)
+    if "batch" in settings:
+        out["batch"] = _batch(str(settings["batch"]), workers, submitted or {})
     return out
+
+
+def _prefix_cache(workers: list[dict]) -> dict:
+    """Applied when vLLM kept prefix caching on and scheduled prompts with cached tokens."""
+    on = all(w["scheduler"]["prefix_caching"] for w in workers)
+    s, block = workers[0]["steps"], workers[0]["scheduler"]["block_size"]
+    detail = (f"{s['hit_tokens']} prompt tokens of {s['hit_requests']} of {s['requests']} requests came from the "
+              f"prefix cache (block size {block})")
+    if not on:
+        return {"applied": False, "evidence": f"vLLM switched prefix caching off in its cache config; {detail}"}
+    return {"applied": s["hit_tokens"] > 0, "evidence": detail}
+
+
+def _chunked(budget: int, workers: list[dict]) -> dict:
+    """Applied when vLLM kept the budget and at least one prefill ran in chunks within it."""
+    s, sched = workers[0]["steps"], workers[0]["scheduler"]
+    detail = (f"{s['split_prefills']} of {s['prefills']} prefills ran in chunks ({s['prefill_chunks']} prefill steps, "
+              f"at most {s['largest_step_tokens']} tokens a step, vLLM's budget {sched['budget']})")
+    kept = sched["chunked_prefill"] and sched["budget"] == budget
+    return {"applied": kept and s["split_prefills"] > 0 and s["largest_step_tokens"] <= budget,
+            "evidence": detail if kept else f"vLLM did not keep chunked prefill at {budget} tokens; {detail}"}
+
+
+def _batch(mode: str, workers: list[dict], submitted: dict) -> dict:
+    """`one`: every step ran one request; `mixed`: fillers went in beside the prompts."""
+    s = workers[0]["steps"]
+    sizes = f"steps of {s['smallest_batch']}-{s['largest_batch']} requests"
+    subs, fillers = submitted.get("submissions", 0), submitted.get("fillers", 0)
+    if mode == "one":
+        return {"applied": s["largest_batch"] == 1 and subs > 0,
+                "evidence": f"{subs} submissions of one prompt each; {sizes}"}
+    if mode == "mixed":
+        return {"applied": fillers > 0 and s["largest_batch"] > 1,
+                "evidence": f"{submitted.get('prompts', 0)} prompts shuffled among {fillers} filler prompts in "
+                            f"{subs} submissions; {sizes}"}
+    return {"applied": True, "evidence": f"each workload in one submission ({subs} in all); {sizes}"}
 
 
 def _tp(tp: int, workers: list[dict]) -> dict:

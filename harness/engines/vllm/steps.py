@@ -1,0 +1,91 @@
+"""What vLLM's scheduler handed this worker, step by step: the evidence of the scheduler axes.
+
+Prefix caching, chunked prefill and batch composition change how vLLM schedules a
+prompt, not what a worker holds, so their evidence is the scheduler's own output as the
+worker received it (`Worker.execute_model(scheduler_output)`, counted around the call):
+
+  prefix_cache     a new request's `num_computed_tokens` when first scheduled: the
+                   prompt tokens whose KV came from the prefix cache (hit tokens)
+  chunked_prefill  the steps over which each prompt's prefill ran (more than one: it was
+                   split) and the most tokens one step scheduled (the budget held)
+  batch            how many requests each step ran
+
+`install()` wraps vLLM's GPU worker class, which the CPU worker inherits `execute_model`
+from; `record()` is what the evidence call hands the driver. Runs in vLLM's interpreter;
+nothing here imports vLLM at module import.
+"""
+
+from __future__ import annotations
+
+import functools
+
+STATS: dict = {}  # this process's counts (reset())
+PROMPT_LEN: dict[str, int] = {}  # request id -> prompt length
+CHUNKS: dict[str, int] = {}  # request id -> the steps its prefill ran in
+
+
+def reset() -> None:
+    STATS.clear()
+    STATS.update(steps=0, largest_step_tokens=0, smallest_batch=0, largest_batch=0, requests=0,
+                 hit_requests=0, hit_tokens=0, drafts=0)
+    PROMPT_LEN.clear()
+    CHUNKS.clear()
+
+
+reset()
+
+
+def install() -> None:
+    """Count every scheduler step a vLLM worker of this process executes from now on;
+    a vLLM without the GPU worker module (or its method) is not counted."""
+    try:
+        from vllm.v1.worker.gpu_worker import Worker
+    except ImportError:
+        return
+    run = Worker.__dict__.get("execute_model")
+    if run is None or getattr(run, "_harness_counted", False):
+        return
+
+    @functools.wraps(run)
+    def counted(self, scheduler_output, *args, **kwargs):
+        try:
+            observe(scheduler_output)
+        except Exception:  # noqa: BLE001 - a count must never fail a step; the evidence then says less
+            pass
+        return run(self, scheduler_output, *args, **kwargs)
+
+    counted._harness_counted = True  # type: ignore[attr-defined]
+    Worker.execute_model = counted  # type: ignore[method-assign]
+
+
+def observe(out) -> None:
+    """One step's scheduler output into STATS."""
+    total = int(out.total_num_scheduled_tokens)
+    if total <= 0:
+        return
+    STATS["steps"] += 1
+    STATS["largest_step_tokens"] = max(STATS["largest_step_tokens"], total)
+    size = len(out.num_scheduled_tokens)
+    STATS["largest_batch"] = max(STATS["largest_batch"], size)
+    STATS["smallest_batch"] = min(STATS["smallest_batch"] or size, size)
+    STATS["drafts"] += sum(len(t) for t in (getattr(out, "scheduled_spec_decode_tokens", None) or {}).values())
+    computed = {}
+    for req in out.scheduled_new_reqs:
+        PROMPT_LEN[req.req_id] = len(req.prompt_token_ids or [])
+        STATS["requests"] += 1
+        if req.num_computed_tokens:  # KV already there at its first step: prefix-cache hits
+            STATS["hit_requests"] += 1
+            STATS["hit_tokens"] += int(req.num_computed_tokens)
+        computed[req.req_id] = int(req.num_computed_tokens)
+    cached = out.scheduled_cached_reqs
+    computed.update(zip(cached.req_ids, map(int, cached.num_computed_tokens)))
+    for req_id, done in computed.items():
+        # a step that starts before the prompt's end ran (a chunk of) its prefill
+        if done < PROMPT_LEN.get(req_id, 0) and out.num_scheduled_tokens.get(req_id, 0):
+            CHUNKS[req_id] = CHUNKS.get(req_id, 0) + 1
+
+
+def record() -> dict:
+    """STATS, with the prefills: how many ran, in how many chunks, how many were split."""
+    return {**STATS, "prefills": len(CHUNKS), "prefill_chunks": sum(CHUNKS.values()),
+            "split_prefills": sum(1 for n in CHUNKS.values() if n > 1)}
