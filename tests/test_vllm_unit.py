@@ -579,3 +579,66 @@ def test_vllm_refuses_a_chunk_budget_below_max_num_seqs_and_fillers_for_media(tm
     (tmp_path / "config.json").write_text(json.dumps({"vision_config": {}}))
     assert "media placeholders" in _media_reason(tmp_path, {"batch": "mixed"})
     assert _media_reason(tmp_path, {"batch": "one"}) is None
+
+
+def test_ep_counts_as_applied_only_where_the_workers_hold_their_own_whole_experts():
+    """Each worker reads its first MoE layer's expert_map (vLLM: global id -> local slot,
+    -1 held elsewhere; none without EP); EP is applied when the ranks' experts are disjoint,
+    together all, none holding all. TP alone holds every expert, sliced."""
+    import torch
+
+    from harness.engines.vllm.evidence import _experts, summarize
+
+    class Moe(torch.nn.Module):
+        def __init__(self, slots, width):
+            super().__init__()
+            self.local_num_experts = sum(s >= 0 for s in slots) if slots else 4
+            self.global_num_experts = 4
+            self.expert_map = torch.tensor(slots) if slots else None
+            self.w13_weight = torch.zeros(self.local_num_experts, 2 * width, 8)
+
+    model = torch.nn.Sequential(torch.nn.Linear(2, 2), Moe([-1, -1, 0, 1], 64))
+    assert _experts(model) == {"held": [2, 3], "total": 4, "local": 2, "width": 64}
+    assert _experts(torch.nn.Linear(2, 2)) is None
+
+    def worker(tp_rank, held, width=64):
+        return {"tp_rank": tp_rank, "pp_rank": 0, "experts": {"held": held, "total": 4, "local": len(held), "width": width}}
+
+    ep = summarize({"ep": True}, [worker(0, [0, 1]), worker(1, [2, 3])])["ep"]
+    assert ep == {"applied": True, "evidence": "worker tp0/pp0: experts 0-1; worker tp1/pp0: experts 2-3 (of 4, width 64 each)"}
+    tp_only = summarize({"ep": True}, [worker(0, [0, 1, 2, 3], 32), worker(1, [0, 1, 2, 3], 32)])["ep"]
+    assert tp_only["applied"] is False and "experts 0-3" in tp_only["evidence"]
+    dense = summarize({"ep": True}, [{"tp_rank": 0, "pp_rank": 0, "experts": None}])["ep"]
+    assert dense["applied"] is False and "no worker holds a MoE layer" in dense["evidence"]
+
+
+def test_vllm_refuses_ep_without_experts_to_split(tmp_path):
+    from harness.engines.vllm import _ep_reason
+
+    (tmp_path / "config.json").write_text(json.dumps({"num_experts": 4}))
+    assert _ep_reason(tmp_path, {"ep": True, "tp": 2}) is None
+    (tmp_path / "config.json").write_text(json.dumps({"hidden_size": 128}))
+    assert "no routed experts" in _ep_reason(tmp_path, {"ep": True, "tp": 2})
+    assert _ep_reason(tmp_path, {"ep": False}) is None
+
+
+def test_draft_tokens_are_counted_as_proposed_and_as_kept_by_the_sampled_tokens():
+    """A request with k drafts that gets n tokens back from its step accepted n - 1 of
+    them (the last is the bonus token); a spec run that proposed nothing is not applied."""
+    from types import SimpleNamespace
+
+    from harness.engines.vllm import steps
+    from harness.engines.vllm.evidence import summarize
+
+    steps.reset()
+    steps.observe(_Sched(cached=[("a", 70), ("b", 50)], scheduled={"a": 3, "b": 1}, drafts={"a": [5, 6], "b": []}))
+    steps.count_accepted(SimpleNamespace(req_ids=["a", "b"], sampled_token_ids=[[5, 9], [4]]))
+    steps.observe(_Sched(cached=[("a", 72)], scheduled={"a": 3}, drafts={"a": [7, 8]}))
+    steps.count_accepted(None)  # a PP stage that samples nothing
+    steps.count_accepted(SimpleNamespace(req_ids=["a"], sampled_token_ids=[[7, 8, 3]]))
+    got = steps.record()
+    steps.reset()
+    assert (got["drafts"], got["accepted"]) == (4, 3)
+    spec = summarize({"spec": "ngram"}, [_sched_worker({"drafts": 4, "accepted": 3})])["spec"]
+    assert spec == {"applied": True, "evidence": "4 draft tokens proposed and verified, 3 accepted (75%)"}
+    assert summarize({"spec": "ngram"}, [_sched_worker({})])["spec"]["applied"] is False

@@ -47,11 +47,13 @@ _PROBES: dict[str, dict] = {}  # per process: cache key -> probe result
 
 class VllmEngine(Engine):
     name = "vllm"
-    # prefix_cache: vLLM's automatic prefix caching; chunked_prefill: a token budget per
+    # ep: expert parallelism (a MoE model's experts split over the TP ranks: vLLM's
+    # enable_expert_parallel); prefix_cache: vLLM's automatic prefix caching; chunked_prefill: a token budget per
     # step (0: vLLM's default, which splits no prompt); batch: how a workload's prompts are
-    # submitted (harness/contract/batching.py)
+    # submitted (harness/contract/batching.py); spec: speculative decoding (ngram: drafts
+    # looked up in the prompt and the tokens so far, verified by the model)
     axes = {"tp": None, "pp": None, "sp": (False, True), "compile": (False, True),
-            "prefix_cache": (False, True), "chunked_prefill": None, "batch": ("all", "one", "mixed")}
+            "ep": (False, True), "prefix_cache": (False, True), "chunked_prefill": None, "batch": ("all", "one", "mixed"), "spec": (False, "ngram")}
     capabilities = frozenset({Capability.OWN_PYTHON, Capability.INSTALLS_RELEASES, Capability.REPRO_SCRIPTS})
 
     def python(self) -> Path:
@@ -84,13 +86,16 @@ class VllmEngine(Engine):
         if scheduling:
             return scheduling
         tp, pp = int(settings.get("tp", 1)), int(settings.get("pp", 1))
+        if settings.get("ep") and tp < 2:
+            return "ep: vLLM's expert-parallel group is the TP x DP ranks; with tp=1 there is nothing to split the experts over"
         probe = self.probe()
         for axis in ("sp", "compile"):
             if settings.get(axis) and "reason" in probe[axis]:
                 return f"{axis}: {probe[axis]['reason']}"
         if not model_dir:
             return None
-        return self._arch_reason(model_dir, pp) or _model_reason(model_dir, tp, pp) or _media_reason(model_dir, settings)
+        return (self._arch_reason(model_dir, pp) or _model_reason(model_dir, tp, pp) or _media_reason(model_dir, settings)
+                or _ep_reason(model_dir, settings))
 
     def _arch_reason(self, model_dir: str | Path, pp: int) -> str | None:
         """Whether the installed vLLM serves the checkpoint's architecture (and with PP)."""
@@ -251,6 +256,22 @@ def _media_reason(model_dir: str | Path, settings: dict) -> str | None:
     if settings.get("batch") == "mixed" and any(key in cfg for key in MEDIA_CONFIGS):
         return "batch=mixed: filler prompts made from a prompt would carry its media placeholders without the media"
     return None
+
+
+# Config names of a MoE model's routed-expert count (Qwen3-MoE / Mixtral / DeepSeek / Ernie).
+EXPERT_FIELDS = ("num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts")
+
+
+def _ep_reason(model_dir: str | Path, settings: dict) -> str | None:
+    """vLLM takes enable_expert_parallel on a dense model and does nothing with it."""
+    if not settings.get("ep"):
+        return None
+    cfg = json.loads((Path(model_dir) / "config.json").read_text())
+    text = cfg.get("text_config", cfg)
+    experts = next((text[f] for f in EXPERT_FIELDS if isinstance(text.get(f), int) and text[f] > 1), 0)
+    if not experts:
+        return f"ep: the model has no routed experts (config.json has none of {', '.join(EXPERT_FIELDS)} > 1)"
+    return None  # vLLM splits an uneven count itself (expert_map_manager.py: the remainder to the first ranks)
 
 
 def _probe_key(python: Path) -> str:

@@ -40,6 +40,9 @@ DRAIN_S = 10.0
 KV_CACHE_BYTES = 128 << 20  # small: the models are tiny and the machine is shared
 MAX_MODEL_LEN = 512
 MAX_NUM_SEQS = 8
+# ngram speculative decoding: 2 drafts a step, looked up from 1-3 trailing tokens (a short
+# window proposes often on a tiny random model's repetitive output)
+NGRAM = {"method": "ngram", "num_speculative_tokens": 2, "prompt_lookup_min": 1, "prompt_lookup_max": 3}
 
 
 def max_model_len(workloads: list[dict]) -> int:
@@ -74,6 +77,10 @@ def plain_kwargs(model_dir: str, dtype: str, seed: int, settings: dict, workload
     budget = int(settings.get("chunked_prefill", 0))
     if budget:  # 0: vLLM's default budget (4096 tokens on CPU here), which splits no prompt of max_model_len
         kwargs.update(enable_chunked_prefill=True, max_num_batched_tokens=budget)
+    if settings.get("ep"):
+        kwargs["enable_expert_parallel"] = True
+    if settings.get("spec") == "ngram":
+        kwargs["speculative_config"] = NGRAM
     if tp * pp > 1:
         kwargs["distributed_executor_backend"] = "mp"
     from harness.contract.runspec import MEDIA, entry_list

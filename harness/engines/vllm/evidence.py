@@ -11,6 +11,9 @@ summarizes it per axis:
   sp       vLLM's SequenceParallelismPass ran in the worker and rewrote the graph (its runs
            and pattern matches, counted around the pass: count_sp_pass_runs)
   compile  vLLM's compilation counter saw (or loaded from its cache) graphs of the model
+  ep       each EP rank's MoE layers hold their own whole experts (vLLM's expert_map),
+           together all of them
+  spec     the scheduler sent draft tokens to be verified (proposed, accepted)
   prefix_cache     prompts were scheduled with tokens already computed: prefix-cache hits
   chunked_prefill  a prefill ran over several steps, none over the token budget
   batch    the steps ran the batch sizes the mode makes (steps.py counts the scheduler's
@@ -61,6 +64,7 @@ class EvidenceExtension:
             "sp_pass": _sp_pass_present(),
             "sp_runs": SP_RUNS["runs"], "sp_matched": SP_RUNS["matched"],
             "startup": startup.record(),
+            "experts": _experts(model),
             "steps": steps.record(),
             "scheduler": _scheduler(self.vllm_config),
             "started_by": forking.STARTED["by"],
@@ -161,6 +165,25 @@ def _layer_list(model) -> list:
     return list(max(lists, key=rank)[1])
 
 
+def _experts(model) -> dict | None:
+    """The experts this worker's first MoE layer holds: the global ids its expert_map
+    gives a local slot (vLLM's RoutedExperts / FusedMoE: -1 for an expert held elsewhere;
+    no map without EP, then it holds all of them), and their width (the intermediate
+    size each expert has here: TP without EP slices every expert). None: no MoE layer."""
+    layer = next((m for m in model.modules() if isinstance(getattr(m, "local_num_experts", None), int)
+                  and hasattr(m, "w13_weight")), None)
+    if layer is None:
+        return None
+    local = int(layer.local_num_experts)
+    emap = getattr(layer, "expert_map", None)
+    if emap is not None:
+        slots = [int(x) for x in emap.tolist()]
+        held, total = [g for g, slot in enumerate(slots) if slot >= 0], len(slots)
+    else:
+        held, total = list(range(local)), int(getattr(layer, "global_num_experts", local) or local)
+    return {"held": held, "total": total, "local": local, "width": int(layer.w13_weight.shape[1]) // 2}
+
+
 def _scheduler(vllm_config) -> dict:
     """The scheduler and cache settings vLLM ended up with (it may change what it was given)."""
     sched, cache = vllm_config.scheduler_config, vllm_config.cache_config
@@ -192,13 +215,38 @@ def summarize(settings: dict, workers: list[dict], submitted: dict | None = None
         out["sp"] = _sp(workers)
     if "compile" in settings:
         out["compile"] = _compile(workers)
+    if settings.get("ep"):
+        out["ep"] = _ep(workers)
     if settings.get("prefix_cache"):
         out["prefix_cache"] = _prefix_cache(workers)
     if settings.get("chunked_prefill"):
         out["chunked_prefill"] = _chunked(int(settings["chunked_prefill"]), workers)
+    if settings.get("spec"):
+        out["spec"] = _spec(workers)
     if "batch" in settings:
         out["batch"] = _batch(str(settings["batch"]), workers, submitted or {})
     return out
+
+
+def _ep(workers: list[dict]) -> dict:
+    """Applied when, on every PP stage, the workers hold disjoint whole sets of experts
+    that together are all of them, none holding all."""
+    moe = [w for w in workers if w.get("experts")]
+    if not moe:
+        return {"applied": False, "evidence": "no worker holds a MoE layer (vLLM's FusedMoE / RoutedExperts)"}
+    total = moe[0]["experts"]["total"]
+    stages: dict[int, list[int]] = {}
+    for w in moe:
+        stages.setdefault(w["pp_rank"], []).extend(w["experts"]["held"])
+    split = all(sorted(ids) == list(range(total)) for ids in stages.values())
+    split = split and all(len(w["experts"]["held"]) < total for w in moe)
+    layout = "; ".join(f"worker tp{w['tp_rank']}/pp{w['pp_rank']}: experts {_ids(w['experts']['held'])}"
+                       for w in sorted(moe, key=lambda w: (w["pp_rank"], w["tp_rank"])))
+    return {"applied": split, "evidence": f"{layout} (of {total}, width {moe[0]['experts']['width']} each)"}
+
+
+def _ids(ids: list[int]) -> str:
+    return f"{ids[0]}-{ids[-1]}" if len(ids) > 1 and ids == list(range(ids[0], ids[-1] + 1)) else ",".join(map(str, ids))
 
 
 def _prefix_cache(workers: list[dict]) -> dict:
@@ -220,6 +268,16 @@ def _chunked(budget: int, workers: list[dict]) -> dict:
     kept = sched["chunked_prefill"] and sched["budget"] == budget
     return {"applied": kept and s["split_prefills"] > 0 and s["largest_step_tokens"] <= budget,
             "evidence": detail if kept else f"vLLM did not keep chunked prefill at {budget} tokens; {detail}"}
+
+
+def _spec(workers: list[dict]) -> dict:
+    """Applied when the scheduler sent draft tokens to be verified (a run that proposed
+    none decoded plainly); accepted are counted where the sampled tokens come back (the
+    last PP stage)."""
+    drafts = max(w["steps"]["drafts"] for w in workers)
+    accepted = max(w["steps"].get("accepted", 0) for w in workers)
+    share = f" ({accepted / drafts:.0%})" if drafts else ""
+    return {"applied": drafts > 0, "evidence": f"{drafts} draft tokens proposed and verified, {accepted} accepted{share}"}
 
 
 def _batch(mode: str, workers: list[dict], submitted: dict) -> dict:
