@@ -52,11 +52,11 @@ def tokenize(workloads: list[WorkloadDef], model_dir: Path, tokenizer) -> list[d
     resolved = []
     for w in workloads:
         texts = prompt_texts(w.prompts, w.num_prompts)
-        item = {"name": w.name, "kind": w.kind, "top_k": w.top_k}
-        if template is None:
-            item.update(_text_prompts(w, texts, tokenizer, config))
-        else:
-            item.update(_chat_prompts(w, texts, tokenizer, template))
+        item: dict = {"name": w.name, "kind": w.kind, "top_k": w.top_k}
+        prompts = _text_prompts(w, texts, tokenizer, config) if template is None else \
+            _chat_prompts(w, texts, tokenizer, template)
+        # later passes repeat the first, media and all
+        item.update({field: entries * w.passes for field, entries in prompts.items()})
         if w.kind == "greedy":
             item["max_new_tokens"] = w.max_new_tokens
         if w.capture_hidden:
@@ -70,7 +70,8 @@ def _text_prompts(w: WorkloadDef, texts: list[str], tokenizer, config: dict) -> 
     if w.videos or w.audios:
         raise WorkloadError(f"workload '{w.name}': videos and audios need a model with a chat template "
                             "(a multimodal checkpoint built with its processor: model: {arch: ...})")
-    ids = [([BOS_ID] + tokenizer.encode(t).ids)[: w.max_prompt_tokens] for t in texts]
+    prefix = shared_prefix_ids(w.shared_prefix, tokenizer)
+    ids = [([BOS_ID] + prefix + tokenizer.encode(t).ids)[: w.max_prompt_tokens] for t in texts]
     if "image_token_id" in config:
         _refuse_placeholder_in_text(ids, config["image_token_id"], w.name)
     if not w.images:
@@ -79,8 +80,24 @@ def _text_prompts(w: WorkloadDef, texts: list[str], tokenizer, config: dict) -> 
     return {"prompts": prompts, "images": images}
 
 
+def shared_prefix_ids(count: int, tokenizer) -> list[int]:
+    """`count` tokens of one fixed passage (the last GSM8K test questions, which no
+    workload's first prompts reach), the start every prompt of a `shared_prefix` workload shares."""
+    if not count:
+        return []
+    with open(DATA_DIR / "gsm8k" / "test.jsonl") as f:
+        passage = " ".join(json.loads(line)["question"] for line in f.readlines()[-8:])
+    ids = tokenizer.encode(passage).ids
+    if len(ids) < count:
+        raise WorkloadError(f"shared_prefix={count} is longer than the shared passage ({len(ids)} tokens)")
+    return ids[:count]
+
+
 def _chat_prompts(w: WorkloadDef, texts: list[str], tokenizer, template: chat.ChatTemplate) -> dict:
     """Each prompt as the checkpoint's chat template writes it, and its media files."""
+    if w.shared_prefix:
+        raise WorkloadError(f"workload '{w.name}': shared_prefix is for models without a chat template "
+                            "(the template writes the start of every prompt)")
     counts = [chat.Media(*(len(w.media_of(f, i)) for f in MEDIA)) for i in range(len(texts))]
     fields = {f: [[str(path_of(n)) for n in w.media_of(f, i)] or None for i in range(len(texts))]
               for f, path_of in MEDIA_FILES.items() if getattr(w, f)}

@@ -93,7 +93,8 @@ class Scenario:
 
 
 def settings_label(settings: dict, axes: list[str]) -> str:
-    """`tp2-pp2-sp-compile`: ints as <axis><n>, true bools by name, false bools omitted."""
+    """`tp2-pp2-sp-compile`: ints as <axis><n>, true bools by name; false bools and
+    zero ints (an axis switched off: `chunked_prefill: 0`) omitted."""
     parts = []
     for axis in axes:
         value = settings[axis]
@@ -101,7 +102,8 @@ def settings_label(settings: dict, axes: list[str]) -> str:
             if value:
                 parts.append(axis)
         elif isinstance(value, int):
-            parts.append(f"{axis}{value}")
+            if value:
+                parts.append(f"{axis}{value}")
         else:
             parts.append(f"{axis}-{value}")
     return "-".join(parts) or "default"

@@ -29,15 +29,16 @@ from harness.models import ArchModel, HubModel, ModelRef, PathModel
 # Checked with fullmatch: `$` also matches before a final newline, and an id part ending
 # in one splits summary rows, make lines and run directory names.
 ID_PART = re.compile(r"[a-z0-9][a-z0-9.-]*")
-AXIS_NAME = re.compile(r"[a-z][a-z0-9]*")
+AXIS_NAME = re.compile(r"[a-z][a-z0-9_]*")  # prefix_cache, chunked_prefill
 AxisValue = Union[bool, int, str]  # bool first: YAML `true` must stay a bool
 # The model axis: its values name the entries of a suite's `archs:`, each its own model
 # with its own golden; the engine never sees it (it is not a parallel setting).
 ARCH_AXIS = "arch"
 
 
-# Axes whose value is a number of ranks, for every engine (engines/base.py).
-PARALLEL_SIZES = ("tp", "pp")
+# Axes whose value is a number of ranks, for every engine (engines/base.py): tensor,
+# pipeline and data parallelism.
+PARALLEL_SIZES = ("tp", "pp", "dp")
 
 
 class ScenarioError(ValueError):
@@ -90,6 +91,12 @@ class WorkloadDef(_Strict):
     # Record the per-layer hidden states of the first batch (logprobs workloads), which
     # lets a numeric failure name the first diverging layer, stage and SP shard.
     capture_hidden: bool = False
+    # Prompts that share their start, for prefix caching: this many tokens of one fixed
+    # passage after BOS, before each prompt's own text (0: none). Longer than the engine's
+    # cache block, the shared blocks are what a prefix cache hits.
+    shared_prefix: int = Field(0, ge=0)
+    # The prompt list this many times over: a later pass meets a warm prefix cache.
+    passes: int = Field(1, ge=1)
 
     @field_validator("images", "videos", "audios")
     @classmethod
@@ -115,6 +122,9 @@ class WorkloadDef(_Strict):
             if entries and len(entries) != self.num_prompts:
                 raise ValueError(f"{kind} has {len(entries)} entries for num_prompts={self.num_prompts} "
                                  "(one per prompt, null for none)")
+        if self.shared_prefix and self.shared_prefix >= self.max_prompt_tokens - 1:
+            raise ValueError(f"shared_prefix={self.shared_prefix} leaves no room for a prompt's own text "
+                             f"within max_prompt_tokens={self.max_prompt_tokens}")
         if self.capture_hidden and self.kind != "logprobs":
             raise ValueError("capture_hidden is for logprobs workloads (teacher-forced prefill)")
         return self
@@ -364,7 +374,7 @@ class SuiteFile(_Strict):
         """The matrix's shape; whether its axes and values are the engine's is binding.py's."""
         for axis, values in matrix.items():
             if not AXIS_NAME.fullmatch(axis):
-                raise ValueError(f"axis {axis!r} must be lower-case letters and digits")
+                raise ValueError(f"axis {axis!r} must be lower-case letters, digits and '_'")
             if not values:
                 raise ValueError(f"axis '{axis}' has no values")
             if len(set(map(repr, values))) != len(values):
