@@ -642,3 +642,33 @@ def test_draft_tokens_are_counted_as_proposed_and_as_kept_by_the_sampled_tokens(
     spec = summarize({"spec": "ngram"}, [_sched_worker({"drafts": 4, "accepted": 3})])["spec"]
     assert spec == {"applied": True, "evidence": "4 draft tokens proposed and verified, 3 accepted (75%)"}
     assert summarize({"spec": "ngram"}, [_sched_worker({})])["spec"]["applied"] is False
+
+
+def test_a_worker_that_segfaulted_is_blamed_not_the_peer_that_lost_its_connection():
+    """vLLM 0.32 CPU under EP: TP rank 0 dies in its MoE kernel (SIGSEGV, Python's
+    faulthandler stack without vLLM's prefix), TP rank 1 then logs gloo's "Connection
+    closed by peer" traceback. The dead worker is named by its role through its pid,
+    with the fatal error and vLLM's frame that called the kernel."""
+    w1 = "(Worker_TP1_EP1 pid=5262) ERROR 11-27 07:22:31 [multiproc_executor.py:1063] "
+    log = "\n".join([
+        "(VllmWorker-0 pid=5261) INFO 11-27 07:22:21 [worker_base.py:317] Injected ...",
+        "(Worker_TP0_EP0 pid=5261) INFO 11-27 07:22:21 [cpu_model_runner.py:68] Starting to load model",
+        "Fatal Python error: Segmentation fault",
+        "",
+        "Current thread 0x00007f70ae7bfb80 (most recent call first):",
+        '  File "/venv/torch/_ops.py", line 1279 in __call__',
+        '  File "/venv/vllm/_custom_ops.py", line 4498 in cpu_fused_moe',
+        '  File "/venv/vllm/model_executor/layers/fused_moe/experts/cpu_moe.py", line 303 in apply',
+        "(EngineCore pid=5255) ERROR 11-27 07:22:31 [multiproc_executor.py:315] Worker proc VllmWorker-0 died "
+        "unexpectedly (exit code: None), shutting down executor.",
+        w1 + "Traceback (most recent call last):",
+        w1 + '  File "/venv/vllm/distributed/device_communicators/cpu_communicator.py", line 85, in all_reduce',
+        w1 + "RuntimeError: [gloo/transport/tcp/pair.cc:553] Connection closed by peer [127.0.0.1]:23773.",
+    ])
+    cause = root_cause(log)
+    assert cause.describe() == "Worker_TP0_EP0 (vLLM worker: TP rank 0, EP rank 0, pid 5261)"
+    assert cause.exception == "Fatal Python error: Segmentation fault"
+    assert cause.frame == "/venv/vllm/_custom_ops.py:4498 in cpu_fused_moe"
+    assert "cpu_moe.py" in cause.traceback
+    without_death = "\n".join(line for line in log.splitlines() if "died" not in line)
+    assert root_cause(without_death).process == "Worker_TP1_EP1"  # nothing else to blame: the peer's error stands

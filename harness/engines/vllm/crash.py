@@ -8,8 +8,11 @@ prefixes every log line of its processes with `(<process name> pid=<pid>) `, and
 worker logs "WorkerProc hit an exception." with the traceback, or the executor
 logs "Worker proc <name> died unexpectedly (exit code: N)" for a hard death.
 
-Order of preference: the first worker traceback; else the first worker that died
-without one; else the first engine-core traceback. None when the log has none of
+Order of preference: the first worker traceback that is not a lost peer; else the
+first worker that died without one (named by its role, Worker_TP0_EP0, through its pid,
+with the "Fatal Python error" stack Python's faulthandler printed, unprefixed, if any);
+else a worker's lost-peer traceback (gloo's "Connection closed by peer": the worker that
+really died is elsewhere); else the first engine-core traceback. None when the log has none of
 these (the launcher's own view of the crash stands then).
 
 Standard library only.
@@ -22,7 +25,7 @@ from dataclasses import dataclass
 
 from harness.launch.rootcause import WRAPPER_LINE, root_of_text
 
-PREFIX = re.compile(r"^\((?P<proc>[A-Za-z0-9_]+) pid=(?P<pid>\d+)\) (?P<rest>.*)$")
+PREFIX = re.compile(r"^\((?P<proc>[A-Za-z0-9_-]+) pid=(?P<pid>\d+)\) (?P<rest>.*)$")
 # vLLM's log format after the prefix: "ERROR 11-21 06:11:21 [file.py:123] message"
 LOG_HEADER = re.compile(r"^(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d \[[^\]]+\] ?")
 EXCEPTION_LINE = re.compile(r"^(?P<type>[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Warning)|AssertionError|KeyError|StopIteration)(?::\s?(?P<msg>.*))?$")
@@ -111,19 +114,53 @@ def _error(proc: str, pid: int, exception_line: str, block: list[str]) -> Proces
     return ProcessError(proc, pid, root.exception, text, root.frame, root.wrapper)
 
 
+# A collective's error in a worker whose peer died (gloo on CPU): a consequence, not the cause.
+PEER_LOST = re.compile(r"Connection closed by peer|caused by a remote worker crashing|Connection reset by peer")
+FATAL = re.compile(r"^Fatal Python error: (?P<what>.+)$")
+FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+) in (?P<func>\S+)')
+
+
 def _deaths(log_text: str) -> list[ProcessError]:
+    """Workers the executor saw die, by the name their pid logged under last (the role
+    name, Worker_TP0_EP0, where it has one), with the first fatal-error stack if any."""
+    names = {pid: proc for proc, pid, _ in _prefixed_lines(log_text)}  # the last name each pid used
+    pids = {proc: pid for proc, pid, _ in _prefixed_lines(log_text)}
+    fatal = _fatal_error(log_text)
     deaths = []
     for _proc, _pid, msg in _prefixed_lines(log_text):
         m = DIED.search(msg)
         if m:
+            pid = pids.get(m["name"])
             code = f" (exit code {m['code']})" if m["code"] is not None else ""
-            deaths.append(ProcessError(m["name"], None, f"died unexpectedly{code}", msg))
+            what, stack, frame = fatal or (f"died unexpectedly{code}", msg, None)
+            name = names.get(pid, m["name"]) if pid is not None else m["name"]
+            deaths.append(ProcessError(str(name), pid, what, stack, frame))
     return deaths
+
+
+def _fatal_error(log_text: str) -> tuple[str, str, str | None] | None:
+    """The first "Fatal Python error: ..." block (faulthandler writes it straight to
+    stderr, without vLLM's prefix): the error, its stack, and the innermost vLLM frame
+    of the thread that crashed (after "Current thread": where vLLM called the kernel)."""
+    lines = log_text.splitlines()
+    start = next((i for i, ln in enumerate(lines) if FATAL.match(ln)), None)
+    if start is None:
+        return None
+    what = lines[start].split(": ", 1)[1]
+    block = [ln for ln in lines[start:start + 200] if not PREFIX.match(ln)]
+    current = next((i for i, ln in enumerate(block) if ln.startswith("Current thread")), None)
+    frames = [f for f in (FRAME.match(ln) for ln in block[current + 1:]) if f] if current is not None else []
+    first = next((f for f in frames if "/vllm/" in f["file"]), frames[0] if frames else None)  # vLLM's call into the kernel
+    frame = f"{first['file']}:{first['line']} in {first['func']}" if first else None
+    return f"Fatal Python error: {what}", "\n".join(block), frame
 
 
 def root_cause(log_text: str) -> ProcessError | None:
     tracebacks = _tracebacks(log_text)
-    for candidates in ([t for t in tracebacks if t.is_worker], _deaths(log_text), tracebacks):
+    workers = [t for t in tracebacks if t.is_worker]
+    lost = [t for t in workers if PEER_LOST.search(t.exception)]
+    own = [t for t in workers if t not in lost]
+    for candidates in (own, _deaths(log_text), lost, tracebacks):
         if candidates:
             return candidates[0]
     return None
