@@ -1,5 +1,6 @@
-"""The mutation suite: each bug-class fault of the reference engine (docs/DESIGN.md,
-five vLLM bugs) is caught in the scenarios that run its code path, with a verdict that
+"""The mutation suite: each bug-class fault of the reference engine (docs/DESIGN.md's
+five vLLM bugs, and the bug classes of expert parallelism, chunked prefill and prefix
+caching) is caught in the scenarios that run its code path, with a verdict that
 points at the cause, and every scenario that does not run that path still passes. With
 no fault, all of them pass. Real ranks, the repository's scenario files and goldens, the
 CLI. The table in docs/BUG_CLASSES.md is this suite's expectations, measured."""
@@ -41,6 +42,16 @@ def fails_at(layer: int, stage: int, tp_rank: int | None = None, workload: str |
     return check
 
 
+def fails_in(workload: str, clean: tuple = ()):
+    """A numeric failure of `workload` (a decode: no per-layer capture to localise it);
+    the workloads in `clean` still pass inside the same scenario."""
+    def check(v: dict) -> None:
+        assert v["verdict"] == "fail", v["reason"]
+        checks = {c["name"]: c["passed"] for c in v["checks"]}
+        assert checks[workload] is False and all(checks[w] for w in clean), checks
+    return check
+
+
 # fault -> {scenario: expectation}: the scenarios that run the fault's code path, and
 # neighbours that differ in the one setting (or model) that keeps them off it.
 EXPECTED = {
@@ -48,6 +59,8 @@ EXPECTED = {
         "llama-tiny/tp1-pp1": passes, "llama-tiny/tp1-pp2": passes, "llama-tiny/tp2-pp1": passes,
         "llama-tiny/tp2-pp1-sp": passes, "llama-pli/tp1-pp2": passes, "llama-vl/tp1-pp1-compile": passes,
         "llama-kvc/tp1-pp2-kvc": passes,
+        "llama-moe/tp2-pp1-ep": passes, "llama-features/tp1-pp2-chunked_prefill32": passes,
+        "llama-features/tp1-pp2-prefix_cache": passes,
     },
     "pp-buffer-missing-key": {
         "llama-tiny/tp1-pp2": crash(1, "KeyError: 'residual'"),  # only the non-first stage reads the buffer
@@ -72,6 +85,26 @@ EXPECTED = {
     "compile-warmup-without-images": {
         "llama-vl/tp1-pp1-compile": fails_at(layer=0, stage=0, workload="images", clean=("text",)),
         "llama-vl/tp1-pp1": passes,  # eager runs what it is given
+    },
+    "ep-expert-map-ignored": {
+        # rank 1 runs experts 2-3 for the tokens routed to experts 0-1: the first MoE is layer 0's;
+        # the all-reduce hands the wrong sum to every TP replica, the first of which is named
+        "llama-moe/tp2-pp1-ep": fails_at(layer=0, stage=0, tp_rank=0),
+        "llama-moe/tp2-pp1": passes,  # every rank holds every expert: no map to skip
+    },
+    "ep-dispatch-drop-token": {
+        "llama-moe/tp2-pp1-ep": fails_at(layer=0, stage=0, tp_rank=0),
+        "llama-moe/tp2-pp1": passes,  # no dispatch without EP
+    },
+    "chunked-prefill-drops-kv": {
+        "llama-features/tp1-pp2-chunked_prefill32": fails_at(layer=0, stage=0),
+        "llama-features/tp1-pp2-prefix_cache": passes,  # every prefill in one step
+    },
+    "prefix-cache-skips-stage": {
+        # only the greedy workload reads the cache; the second stage's layers miss the prefix
+        "llama-features/tp1-pp2-prefix_cache": fails_in("greedy", clean=("logits",)),
+        "llama-features/tp1-pp1-prefix_cache": passes,  # one stage: the hit is restored
+        "llama-features/tp1-pp2-chunked_prefill32": passes,  # no prefix cache
     },
 }
 
@@ -98,4 +131,8 @@ def test_fault_is_caught_only_where_its_code_runs(fault, tmp_path):
         assert meta["kv_connector"]["loaded"] == 4 and meta["kv_connector"]["wait_steps"] == 0, meta["kv_connector"]
         meta = outputs_meta(tmp_path / "run", "llama-vl/tp1-pp1-compile")
         assert meta["compile"]["graphs_compiled_during_run"] == 0, meta["compile"]  # the warm-up capture served images
+        for sid, axis in (("llama-moe/tp2-pp1-ep", "ep"), ("llama-features/tp1-pp2-chunked_prefill32", "chunked_prefill"),
+                          ("llama-features/tp1-pp2-prefix_cache", "prefix_cache")):
+            applied = outputs_meta(tmp_path / "run", sid)["applied"][axis]
+            assert applied["applied"], (sid, applied)  # experts split, prefills chunked, cache hits
 

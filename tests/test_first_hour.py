@@ -71,12 +71,12 @@ def test_init_refuses_a_model_its_engine_cannot_run_and_names_the_engines(tmp_pa
     only) wrote a 24-scenario suite that ended 24 unsupported of 24 and passed."""
     assert main(["init", "--model", "arch:Qwen3ForCausalLM", "--dir", str(tmp_path)]) == 2
     err = capsys.readouterr().err
-    assert "engine 'reference' runs llama, llama-pli, llama-vl models, not qwen3" in err
+    assert "engine 'reference' runs llama, llama-moe, llama-pli, llama-vl models, not qwen3" in err
     assert "Engines for qwen3: maybe vllm, hf" in err and "give --engine NAME" in err
     assert not list(tmp_path.iterdir())
     assert main(["list", "--engines"]) == 0
     listed = capsys.readouterr().out
-    assert "models: llama, llama-pli, llama-vl" in listed and "models: any its library builds" in listed
+    assert "models: llama, llama-moe, llama-pli, llama-vl" in listed and "models: any its library builds" in listed
 
 
 def test_an_install_says_its_steps_and_sizes_as_they_come(capsys):

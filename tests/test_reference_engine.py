@@ -154,7 +154,7 @@ def test_unsupported_reasons(tiny_model):
     assert "num_attention_heads" in eng.unsupported_reason({"tp": 3}, model_dir=tiny_model)
     assert "pp=5" in eng.unsupported_reason({"pp": 5}, model_dir=tiny_model)
     assert eng.unsupported_reason({"tp": 2, "pp": 4}, model_dir=tiny_model) is None
-    assert "no axis" in eng.unsupported_reason({"ep": 2})
+    assert "no axis" in eng.unsupported_reason({"dp": 2})
 
 
 def test_faults_registry():

@@ -17,6 +17,7 @@ SPECS: tuple[ModelSpec, ...] = (
     llama.TINY_LLAMA,
     variants.TINY_LLAMA_PLI,
     variants.TINY_LLAMA_VL,
+    variants.TINY_LLAMA_MOE,
     # trained on the eval tasks, weights shipped in harness/zoo/weights/ (trained.py)
     trained.TINY_LLAMA_GEO,
     trained.TINY_LLAMA_ARITH,

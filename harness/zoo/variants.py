@@ -7,8 +7,12 @@
                   embeddings replace four placeholder tokens (id 511), and whose
                   "deepstack" projections are added after decoder layers 0 and 1.
 
-Both are the tiny-llama architecture plus those weights (harness/zoo/llama.py), built
-the same way: seeded numpy weights, recorded checksums.
+  tiny-llama-moe  a mixture of experts, as Mixtral / Qwen3-MoE: each layer's MLP is four
+                  SwiGLU experts behind a router, two per token; expert parallelism
+                  splits them over the TP ranks.
+
+All are the tiny-llama architecture plus (or, for the experts, instead of) those weights
+(harness/zoo/llama.py), built the same way: seeded numpy weights, recorded checksums.
 """
 
 from __future__ import annotations
@@ -36,6 +40,23 @@ def _extra_weight_shapes(config: dict):
             yield f"visual.deepstack.{j}.weight", (hidden, hidden), hidden**-0.5
 
 
+def _moe_weight_shapes(config: dict, head_scale: float):
+    """tiny-llama's (name, shape, std) with each layer's MLP replaced by a router and
+    `num_local_experts` expert MLPs, in a fixed order."""
+    hidden, inter = config["hidden_size"], config["intermediate_size"]
+    for name, shape, std in _llama_weight_shapes(config, head_scale):
+        if not name.endswith(".mlp.gate_proj.weight"):
+            if ".mlp." not in name:
+                yield name, shape, std
+            continue
+        p = name.removesuffix("gate_proj.weight")
+        yield f"{p}gate.weight", (config["num_local_experts"], hidden), hidden**-0.5
+        for e in range(config["num_local_experts"]):
+            yield f"{p}experts.{e}.gate_proj.weight", (inter, hidden), hidden**-0.5
+            yield f"{p}experts.{e}.up_proj.weight", (inter, hidden), hidden**-0.5
+            yield f"{p}experts.{e}.down_proj.weight", (hidden, inter), inter**-0.5
+
+
 def write_variant_weights(spec: ModelSpec, path: Path) -> None:
     import numpy as np
     import torch
@@ -43,7 +64,10 @@ def write_variant_weights(spec: ModelSpec, path: Path) -> None:
 
     rng = np.random.default_rng(spec.seed)
     tensors = {}
-    shapes = list(_llama_weight_shapes(spec.config, spec.head_scale)) + list(_extra_weight_shapes(spec.config))
+    if spec.config["model_type"] == "llama-moe":
+        shapes = list(_moe_weight_shapes(spec.config, spec.head_scale))
+    else:
+        shapes = list(_llama_weight_shapes(spec.config, spec.head_scale)) + list(_extra_weight_shapes(spec.config))
     for name, shape, std in shapes:
         values = 1.0 + 0.1 * rng.standard_normal(shape) if std is None else std * rng.standard_normal(shape)
         tensors[name] = torch.from_numpy(values.astype(np.float32))
@@ -69,4 +93,14 @@ TINY_LLAMA_VL = ModelSpec(
     sha256="48d54e2692fd324fb3f8f72d3ec0c01b009e5ff3943acc65ddbaef80834bd95e",
     write_weights=write_variant_weights,
     notes="tiny-llama + 8x8 images as 4 patch tokens (id 511), deepstack into layers 0 and 1",
+)
+
+TINY_LLAMA_MOE = ModelSpec(
+    name="tiny-llama-moe",
+    config=_llama_config(architectures=["LlamaMoeForCausalLM"], model_type="llama-moe", intermediate_size=64,
+                         num_local_experts=4, num_experts_per_tok=2),
+    seed=3,
+    sha256="df051e197836d2c24710f0a1461d4e943491cf05b3a41d8018a3b57f474712c1",
+    write_weights=write_variant_weights,
+    notes="tiny-llama with 4 SwiGLU experts (intermediate 64) per layer, top-2 routing; EP splits them over TP ranks",
 )

@@ -6,6 +6,7 @@ launched rank by rank with torch.distributed (gloo on CPU, NCCL on CUDA).
     loader.py    reads only this rank's layers and weight slices from safetensors
     pipeline.py  KV cache, one step across PP stages, warm-up/compile, workloads
     kv_connector.py  prefix KV in an external store, reports carried between stages
+    prefix_cache.py  automatic prefix caching: whole KV blocks of earlier prompts reused
     worker.py    the rank entry point (python -m harness.engines.reference.worker SPEC)
     faults.py    named fault switches (spec.faults)
 
@@ -35,8 +36,14 @@ RANK_IMPORTS = ("torch", "torch.distributed", "torch._dynamo", "torch._inductor.
 
 class ReferenceEngine(Engine):
     name = "reference"
-    # kvc: the KV connector (prefix KV saved to / loaded from an external store)
-    axes = {"tp": None, "pp": None, "sp": (False, True), "compile": (False, True), "kvc": (False, True)}
+    # kvc: the KV connector (prefix KV saved to / loaded from an external store);
+    # ep: expert parallelism (a mixture-of-experts model's experts split over the TP ranks);
+    # chunked_prefill: a token budget per step (0: off), prompts longer than it are
+    # prefilled in chunks; prefix_cache: whole KV blocks of earlier prompts reused;
+    # batch: how a workload's prompts are submitted (harness/contract/batching.py)
+    axes = {"tp": None, "pp": None, "sp": (False, True), "compile": (False, True), "kvc": (False, True),
+            "ep": (False, True), "chunked_prefill": None, "prefix_cache": (False, True),
+            "batch": ("all", "one", "mixed")}
 
     def model_types(self) -> frozenset[str] | None:
         from harness.engines.reference.model import INTERMEDIATE_KEYS  # the families model.py implements
@@ -52,6 +59,13 @@ class ReferenceEngine(Engine):
         tp, pp = int(settings.get("tp", 1)), int(settings.get("pp", 1))
         if settings.get("sp", False) and tp < 2:
             return "sp (sequence parallelism) needs tp >= 2"
+        if settings.get("ep", False) and tp < 2:
+            return "ep (expert parallelism) splits experts over the TP ranks: needs tp >= 2"
+        budget = settings.get("chunked_prefill", 0)
+        if isinstance(budget, bool) or not isinstance(budget, int) or budget < 0:
+            return f"chunked_prefill is a token budget per step (0: off), got {budget!r}"
+        if settings.get("prefix_cache") and settings.get("kvc"):
+            return "prefix_cache and kvc both fill the KV cache from a store: the reference engine runs one at a time"
         if model_dir is None:
             return None
         cfg = json.loads((Path(model_dir) / "config.json").read_text())
@@ -68,6 +82,15 @@ class ReferenceEngine(Engine):
                            ("vocab_size", cfg["vocab_size"])):
             if value % tp:
                 return f"{key}={value} is not divisible by tp={tp}"
+        experts = cfg.get("num_local_experts", 0) if cfg.get("model_type") == "llama-moe" else 0
+        if settings.get("chunked_prefill") and cfg.get("model_type") == "llama-vl":
+            return "chunked_prefill: the reference engine keeps an image's placeholder tokens in one step (no chunked images)"
+        if settings.get("batch") == "mixed" and cfg.get("model_type") == "llama-vl":
+            return "batch=mixed: filler prompts made from a prompt would carry its image placeholders"
+        if settings.get("ep", False) and not experts:
+            return f"ep (expert parallelism) needs a mixture-of-experts model; model_type {cfg.get('model_type')!r} has no experts"
+        if settings.get("ep", False) and experts % tp:
+            return f"num_local_experts={experts} is not divisible by tp={tp} (ep gives each rank whole experts)"
         if pp > cfg["num_hidden_layers"]:
             return f"pp={pp} exceeds num_hidden_layers={cfg['num_hidden_layers']}"
         return None

@@ -9,6 +9,10 @@ gathers them and says, per axis, whether the setting took effect (summarize):
   pp       the layers are split over pp stages, each holding a disjoint, non-empty range
   sp       token reduce-scatters ran (SP's replacement for the all-reduce)
   compile  Dynamo compiled (or loaded) graphs of the model's forward
+  ep       each TP rank of a stage holds its own whole experts, together all of them
+  chunked_prefill  a prefill longer than the budget ran as several steps, none over it
+  prefix_cache     prompts were served with leading tokens from the cache (hit tokens > 0)
+  batch    the prompts went in as the mode composes them: one a batch, or with fillers
 """
 
 from __future__ import annotations
@@ -16,12 +20,19 @@ from __future__ import annotations
 from harness.contract.applied import pp_layout, stage_layers
 
 
-def rank_evidence(ctx, stage, compile_stats: dict, collectives: dict) -> dict:
-    heads = stage.layers[0].self_attn.num_heads if len(stage.layers) else 0
+def rank_evidence(ctx, stage, compile_stats: dict, collectives: dict, runner) -> dict:
+    layer = stage.layers[0] if len(stage.layers) else None
+    heads = layer.self_attn.num_heads if layer is not None else 0
+    experts = list(getattr(layer.mlp, "expert_ids", [])) if layer is not None else []
+    cache = runner.prefix_cache.counts if runner.prefix_cache is not None else None
     return {"rank": ctx.rank, "tp_rank": ctx.tp_rank, "pp_rank": ctx.pp_rank,
             "layers": list(stage.layer_ids), "heads": heads, "total_heads": stage.cfg.num_attention_heads,
+            "experts": experts, "total_experts": stage.cfg.num_experts,
+            "expert_width": layer.mlp.intermediate_size if experts else 0,
             "collectives": dict(collectives), "graphs": compile_stats["unique_graphs"],
-            "cache_hits": compile_stats["fxgraph_cache_hit"]}
+            "cache_hits": compile_stats["fxgraph_cache_hit"],
+            "prefill": dict(runner.prefill_stats), "chunk_budget": runner.chunk_budget, "prefix_cache": cache,
+            "batch": dict(runner.batch_stats)}
 
 
 def summarize(settings: dict, ranks: list[dict]) -> dict:
@@ -34,6 +45,14 @@ def summarize(settings: dict, ranks: list[dict]) -> dict:
         out["sp"] = _sp(ranks)
     if "compile" in settings:
         out["compile"] = _compile(ranks)
+    if "ep" in settings:
+        out["ep"] = _ep(ranks)
+    if "chunked_prefill" in settings:
+        out["chunked_prefill"] = _chunked(ranks)
+    if "prefix_cache" in settings:
+        out["prefix_cache"] = _prefix_cache(ranks)
+    if "batch" in settings:
+        out["batch"] = _batch(settings["batch"], ranks[0]["batch"])
     return out
 
 
@@ -60,3 +79,52 @@ def _compile(ranks: list[dict]) -> dict:
     graphs, hits = min(r["graphs"] for r in ranks), min(r["cache_hits"] for r in ranks)
     return {"applied": graphs > 0,
             "evidence": f"Dynamo compiled {graphs} graph(s) per rank (at least; {hits} from the inductor cache)"}
+
+
+def _ep(ranks: list[dict]) -> dict:
+    """Applied when, on every stage, the TP ranks hold disjoint whole experts that
+    together are all of the layer's experts."""
+    if not any(r["total_experts"] for r in ranks):
+        return {"applied": False, "evidence": "the model has no experts"}
+    held = {r["rank"]: r["experts"] for r in ranks}
+    by_stage: dict[int, list[int]] = {}
+    for r in ranks:
+        by_stage.setdefault(r["pp_rank"], []).extend(r["experts"])
+    total = ranks[0]["total_experts"]
+    split = all(sorted(ids) == list(range(total)) for ids in by_stage.values())
+    split = split and all(len(ids) < total for ids in held.values())
+    layout = "; ".join(f"rank {rank}: experts {_span(ids)}" for rank, ids in sorted(held.items()))
+    return {"applied": split, "evidence": f"{layout} (of {total}, width {ranks[0]['expert_width']} each)"}
+
+
+def _span(ids: list[int]) -> str:
+    return f"{ids[0]}-{ids[-1]}" if len(ids) > 1 and ids == list(range(ids[0], ids[-1] + 1)) else ",".join(map(str, ids))
+
+
+def _chunked(ranks: list[dict]) -> dict:
+    stats, budget = ranks[0]["prefill"], ranks[0]["chunk_budget"]
+    applied = stats["split_prefills"] > 0 and stats["largest_step_tokens"] <= budget
+    return {"applied": applied,
+            "evidence": f"{stats['split_prefills']} of {stats['prefills']} prefills ran in chunks ({stats['chunks']} "
+                        f"chunks, at most {stats['largest_step_tokens']} tokens a step, budget {budget})"}
+
+
+def _prefix_cache(ranks: list[dict]) -> dict:
+    counts = [r["prefix_cache"] for r in ranks if r["prefix_cache"] is not None]
+    if not counts:
+        return {"applied": False, "evidence": "no rank kept a prefix cache"}
+    hits = min(c["hit_tokens"] for c in counts)
+    return {"applied": hits > 0,
+            "evidence": f"{hits} of {counts[0]['queried_tokens']} prompt tokens came from the cache "
+                        f"({counts[0]['stored_blocks']} blocks stored per rank)"}
+
+
+def _batch(mode: str, stats: dict) -> dict:
+    sizes = f"prefill batches of {stats['smallest_batch']}-{stats['largest_batch']} sequences"
+    if mode == "one":
+        return {"applied": stats["largest_batch"] == 1 and stats["submissions"] > 0,
+                "evidence": f"{stats['submissions']} submissions of one prompt; {sizes}"}
+    if mode == "mixed":
+        return {"applied": stats["fillers"] > 0,
+                "evidence": f"prompts shuffled among {stats['fillers']} filler prompts; {sizes}"}
+    return {"applied": True, "evidence": f"each workload in one submission; {sizes}"}

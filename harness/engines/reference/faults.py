@@ -75,6 +75,18 @@ register("sp-residual-first-shard",
          "vLLM PR 33322: under SP every TP rank takes residual[0:n/tp] instead of its own shard")
 register("compile-warmup-without-images",
          "vLLM PR 43617: warm-up (the compile capture) passes None for the deepstack image inputs")
+# The bug classes of the newer axes (expert parallelism, chunked prefill, prefix caching),
+# as real engines have had them.
+register("ep-expert-map-ignored",
+         "under EP a global expert id indexes the rank's local experts (the expert map is skipped): "
+         "ranks past the first run their experts for tokens routed to other ranks' experts")
+register("ep-dispatch-drop-token",
+         "under EP the dispatch drops the batch's first token on the last EP rank: its experts there never see it")
+register("chunked-prefill-drops-kv",
+         "a prefill chunk after the first attends without the KV the earlier chunks of its prompt wrote")
+register("prefix-cache-skips-stage",
+         "a prefix-cache hit restores the cached KV blocks on the first pipeline stage only; later stages "
+         "attend to empty blocks")
 # Settings accepted but not applied: the run must not pass as the setting it skipped
 # (harness/compare/applied.py turns it into `unsupported`).
 register("sp-switched-off",

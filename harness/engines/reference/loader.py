@@ -60,6 +60,31 @@ def _assign(module: nn.Module, tensor: torch.Tensor, dtype, device) -> None:
     module.weight = nn.Parameter(tensor.to(device=device, dtype=dtype), requires_grad=False)
 
 
+def _load_mlp(mlp: nn.Module, ckpt: CheckpointReader, prefix: str, ff_rows: tuple[int, int], dtype, dev) -> None:
+    """A SwiGLU MLP's rows `ff_rows` of its intermediate size (all of them: a whole MLP)."""
+    gate_up = torch.cat([ckpt.read(prefix + "gate_proj.weight", rows=ff_rows),
+                         ckpt.read(prefix + "up_proj.weight", rows=ff_rows)])
+    _assign(mlp.gate_up_proj, gate_up, dtype, dev)
+    _assign(mlp.down_proj, ckpt.read(prefix + "down_proj.weight", cols=ff_rows), dtype, dev)
+
+
+def _load_experts(moe: nn.Module, ckpt: CheckpointReader, prefix: str, intermediate: int, ctx: ParallelContext,
+                  dtype) -> None:
+    """The router (every rank) and this rank's experts, stacked: whole ones under EP,
+    this TP rank's slice of each otherwise."""
+    _assign(moe.gate, ckpt.read(prefix + "gate.weight"), dtype, ctx.device)
+    rows = (0, intermediate) if ctx.ep else shard_range(intermediate, ctx.tp_rank, ctx.tp)
+    names = [f"{prefix}experts.{e}." for e in moe.expert_ids]
+    w13 = torch.stack([torch.cat([ckpt.read(n + "gate_proj.weight", rows=rows), ckpt.read(n + "up_proj.weight", rows=rows)])
+                       for n in names])
+    w2 = torch.stack([ckpt.read(n + "down_proj.weight", cols=rows) for n in names])
+    for name, tensor in (("w13", w13), ("w2", w2)):
+        expected = tuple(getattr(moe, name).shape)
+        if tuple(tensor.shape) != expected:
+            raise ValueError(f"{prefix}{name}: weight shape {tuple(tensor.shape)} != expected local shape {expected}")
+        setattr(moe, name, nn.Parameter(tensor.to(device=ctx.device, dtype=dtype), requires_grad=False))
+
+
 def load_stage(stage: nn.Module, model_dir: str | Path, ctx: ParallelContext, dtype: torch.dtype) -> None:
     """Fill every (meta) parameter of `stage` with this rank's shard, cast to `dtype`."""
     cfg, r, tp, dev = stage.cfg, ctx.tp_rank, ctx.tp, ctx.device
@@ -91,11 +116,10 @@ def load_stage(stage: nn.Module, model_dir: str | Path, ctx: ParallelContext, dt
         _assign(layer.self_attn.qkv_proj, qkv, dtype, dev)
         o_cols = shard_range(cfg.num_attention_heads * d, r, tp)
         _assign(layer.self_attn.o_proj, ckpt.read(p + "self_attn.o_proj.weight", cols=o_cols), dtype, dev)
-        ff_rows = shard_range(cfg.intermediate_size, r, tp)
-        gate_up = torch.cat([ckpt.read(p + "mlp.gate_proj.weight", rows=ff_rows),
-                             ckpt.read(p + "mlp.up_proj.weight", rows=ff_rows)])
-        _assign(layer.mlp.gate_up_proj, gate_up, dtype, dev)
-        _assign(layer.mlp.down_proj, ckpt.read(p + "mlp.down_proj.weight", cols=ff_rows), dtype, dev)
+        if hasattr(layer.mlp, "expert_ids"):
+            _load_experts(layer.mlp, ckpt, p + "mlp.", cfg.intermediate_size, ctx, dtype)
+        else:
+            _load_mlp(layer.mlp, ckpt, p + "mlp.", shard_range(cfg.intermediate_size, r, tp), dtype, dev)
         _assign(layer.input_layernorm, ckpt.read(p + "input_layernorm.weight"), dtype, dev)
         _assign(layer.post_attention_layernorm, ckpt.read(p + "post_attention_layernorm.weight"), dtype, dev)
         if layer.per_layer_proj is not None:

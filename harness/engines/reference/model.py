@@ -22,6 +22,8 @@ Two model variants add what real models add at the PP boundary (harness/zoo/vari
   * images (Qwen3-VL): a small vision encoder whose patch embeddings replace the image
     placeholder tokens and whose "deepstack" projections are added to the hidden states
     after the first few layers. Text-only batches carry zero tensors, never None.
+A third replaces the MLP: a mixture of experts (Mixtral-style routing, SparseMoE), whose
+experts parallel.py splits over the TP ranks either each expert (TP) or whole (EP).
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ INTERMEDIATE_KEYS = {
     "llama": ("hidden_states", "residual"),
     "llama-pli": ("hidden_states", "per_layer_inputs"),
     "llama-vl": ("hidden_states", "residual"),
+    "llama-moe": ("hidden_states", "residual"),
 }
 
 
@@ -60,6 +63,8 @@ class ModelConfig:
     image_size: int = 0
     patch_size: int = 0
     deepstack_layers: int = 0  # llama-vl: layers 0..n-1 get the image's deepstack embeddings
+    num_experts: int = 0  # llama-moe: experts per layer (each a SwiGLU MLP of intermediate_size)
+    num_experts_per_tok: int = 0  # llama-moe: experts each token is routed to (top-k)
 
     @property
     def num_patches(self) -> int:
@@ -97,6 +102,8 @@ class ModelConfig:
             image_size=cfg.get("vision_image_size", 0),
             patch_size=cfg.get("vision_patch_size", 0),
             deepstack_layers=cfg.get("deepstack_layers", 0),
+            num_experts=cfg.get("num_local_experts", 0) if model_type == "llama-moe" else 0,
+            num_experts_per_tok=cfg.get("num_experts_per_tok", 0) if model_type == "llama-moe" else 0,
         )
 
 
@@ -239,6 +246,54 @@ class MLP(nn.Module):
         return self.down_proj(F.silu(gate) * up)
 
 
+class SparseMoE(nn.Module):
+    """Mixtral's sparse MLP: a router scores every expert, each token goes to its top-k,
+    and their outputs are summed with the softmax weights renormalised over the top-k.
+
+    The experts' weights are stacked, as vLLM's FusedMoE keeps them: w13 [experts,
+    2 * intermediate, hidden] (gate and up) and w2 [experts, hidden, intermediate]. Every
+    expert held here runs over every token and is weighted by that token's routing
+    weight for it (zero where not routed): three batched matmuls, no data-dependent
+    shapes, so a compiled graph is small and holds for every batch, and the model stays
+    free of dispatch code. `expert_ids` are the global ids of the experts held here (all
+    of them, until parallelize() gives this rank its share under expert parallelism);
+    `gather_tokens` and `combine` are the hooks parallelize() sets: the tokens this rank
+    routes in, and how partial outputs become the layer's output (identity on one rank)."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.top_k = cfg.num_experts_per_tok
+        self.intermediate_size = cfg.intermediate_size  # local; parallelize() divides it without EP
+        self.gate = nn.Linear(cfg.hidden_size, cfg.num_experts, bias=False)  # the router, on every rank
+        e, i, h = cfg.num_experts, cfg.intermediate_size, cfg.hidden_size
+        self.w13 = nn.Parameter(torch.empty(e, 2 * i, h), requires_grad=False)
+        self.w2 = nn.Parameter(torch.empty(e, h, i), requires_grad=False)
+        self.expert_ids = list(range(cfg.num_experts))
+        self.gather_tokens = None  # x -> the tokens routed here (SP: all of them)
+        self.combine = None  # partial output -> this rank's output of the layer
+        self.route = routing_weights  # (router logits, top_k, expert_ids) -> [T, local experts]
+
+    def forward(self, x):
+        if self.gather_tokens is not None:
+            x = self.gather_tokens(x)
+        weights = self.route(self.gate(x), self.top_k, self.expert_ids).to(x.dtype)
+        gate, up = torch.einsum("th,eoh->eto", x, self.w13).split(self.intermediate_size, dim=-1)
+        per_expert = torch.einsum("eti,ehi->eth", F.silu(gate) * up, self.w2)
+        out = torch.einsum("te,eth->th", weights, per_expert)
+        return out if self.combine is None else self.combine(out)
+
+
+def routing_weights(router_logits: torch.Tensor, top_k: int, expert_ids: list[int]) -> torch.Tensor:
+    """[T, experts] router logits -> [T, len(expert_ids)]: each token's weight for each of
+    the given (global) experts, its renormalised softmax weight where the expert is in
+    its top-k and zero elsewhere. In float32, as Mixtral routes."""
+    probs = torch.softmax(router_logits.float(), dim=-1)
+    top_w, top_i = probs.topk(top_k, dim=-1)
+    top_w = top_w / top_w.sum(dim=-1, keepdim=True)
+    ids = torch.tensor(expert_ids, device=router_logits.device)
+    return ((top_i[:, :, None] == ids[None, None, :]) * top_w[:, :, None]).sum(dim=1)
+
+
 class DecoderLayer(nn.Module):
     def __init__(self, cfg: ModelConfig, layer_id: int):
         super().__init__()
@@ -246,7 +301,7 @@ class DecoderLayer(nn.Module):
         self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.self_attn = Attention(cfg)
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
-        self.mlp = MLP(cfg)
+        self.mlp = SparseMoE(cfg) if cfg.num_experts else MLP(cfg)
         pli = cfg.per_layer_input_size
         self.per_layer_proj = nn.Linear(pli, cfg.hidden_size, bias=False) if pli else None
 

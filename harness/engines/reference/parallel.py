@@ -34,6 +34,10 @@ class ParallelContext:
     backend: str
     tp_group: object = field(default=None, repr=False)
     faults: tuple[str, ...] = ()  # fault switches that act in the parallel code
+    # Expert parallelism: a mixture-of-experts layer's experts are split over the TP
+    # ranks of a stage (whole experts each), instead of each expert over them (vLLM's
+    # enable_expert_parallel with TP: its EP group is the TP group).
+    ep: bool = False
 
     @property
     def tp_rank(self) -> int:
@@ -343,6 +347,49 @@ def shard_range(total: int, rank: int, size: int) -> tuple[int, int]:
     return rank * n, (rank + 1) * n
 
 
+def expert_share(num_experts: int, ctx: ParallelContext) -> list[int]:
+    """The global ids of the experts this rank holds: all of them without EP (each split
+    over the TP ranks), its contiguous 1/tp of them under EP (vLLM's linear expert map)."""
+    if not ctx.ep:
+        return list(range(num_experts))
+    return list(range(*shard_range(num_experts, ctx.tp_rank, ctx.tp)))
+
+
+def _ep_routing(ctx: ParallelContext):
+    """The routing of an EP rank, with the EP fault switches where they act: the expert
+    map (global expert id -> this rank's local expert) and the dispatch of tokens."""
+    from harness.engines.reference.model import routing_weights
+
+    if faults.active(ctx.faults, "ep-expert-map-ignored"):
+        # a global expert id used as a local index: rank r runs its experts for the
+        # tokens routed to experts 0..n-1, which only rank 0 holds
+        return lambda logits, top_k, ids: routing_weights(logits, top_k, list(range(len(ids))))
+    if faults.active(ctx.faults, "ep-dispatch-drop-token") and ctx.tp_rank == ctx.tp - 1:
+        def dropping(logits, top_k, ids):  # the batch's first token never reaches the last EP rank
+            weights = routing_weights(logits, top_k, ids)
+            return torch.cat([torch.zeros_like(weights[:1]), weights[1:]])
+        return dropping
+    return routing_weights
+
+
+def _parallelize_moe(moe: nn.Module, ctx: ParallelContext, hidden: int) -> None:
+    """Keep this rank's experts (EP) or this rank's slice of every expert (TP), and set
+    the hooks: under SP the layer routes all tokens (gathered), and the partial outputs
+    are summed over the TP ranks like a row-parallel linear's."""
+    tp, sp = ctx.tp, ctx.sp
+    moe.expert_ids = expert_share(len(moe.expert_ids), ctx)
+    if not ctx.ep:
+        moe.intermediate_size //= tp
+    experts, width = len(moe.expert_ids), moe.intermediate_size
+    moe.w13 = nn.Parameter(torch.empty(experts, 2 * width, hidden), requires_grad=False)
+    moe.w2 = nn.Parameter(torch.empty(experts, hidden, width), requires_grad=False)
+    if ctx.ep:
+        moe.route = _ep_routing(ctx)
+    if tp > 1:
+        moe.gather_tokens = (lambda x: tp_all_gather(x, dim=0)) if sp else None
+        moe.combine = tp_reduce_scatter_tokens if sp else tp_all_reduce
+
+
 def parallelize(stage: nn.Module, ctx: ParallelContext) -> nn.Module:
     """Swap the plain modules of a (meta-device) LlamaStage for TP ones with local
     shapes, and divide its local head / intermediate counts. Weights are loaded after."""
@@ -367,6 +414,9 @@ def parallelize(stage: nn.Module, ctx: ParallelContext) -> nn.Module:
             attn.num_kv_heads //= tp
             attn.qkv_proj = ColumnParallelLinear(hidden, (attn.num_heads + 2 * attn.num_kv_heads) * d, sp)
             attn.o_proj = RowParallelLinear(attn.num_heads * d, hidden, sp)
+            if hasattr(mlp, "expert_ids"):
+                _parallelize_moe(mlp, ctx, hidden)
+                continue
             mlp.intermediate_size //= tp
             mlp.gate_up_proj = ColumnParallelLinear(hidden, 2 * mlp.intermediate_size, sp)
             mlp.down_proj = RowParallelLinear(mlp.intermediate_size, hidden, sp)

@@ -9,6 +9,9 @@ Sampling happens on the last stage and the chosen tokens are broadcast to every 
 from the driver rank (TP rank 0 of the last stage), so all stages feed the same tokens
 to the next step.
 
+A prefill may reuse cached leading tokens (the KV connector's store or the prefix cache)
+and, under chunked prefill, run in several steps of at most the token budget.
+
 With the KV connector on (setting kvc), each message between stages also carries the
 connector's completion reports (`kv_connector_output`, see kv_connector.py), and the
 driver broadcasts the merged reports back to every rank's scheduler after each step.
@@ -37,6 +40,7 @@ from harness.engines.reference.parallel import (
     send_json,
     send_tensor_dict,
 )
+from harness.engines.reference.prefix_cache import PrefixCache
 
 #: the inter-stage message field that carries the KV connector's reports
 SIDE_CHANNEL = "kv_connector_output"
@@ -132,7 +136,8 @@ MULTIMODAL_INPUTS = ("mm",)
 
 class ModelRunner:
     def __init__(self, stage, ctx: ParallelContext, dtype: torch.dtype, workloads: list[dict],
-                 compile: bool, faults: list[str], kv_store: str | None = None):
+                 compile: bool, faults: list[str], kv_store: str | None = None, chunk_budget: int = 0,
+                 prefix_cache: bool = False):
         self.stage, self.ctx, self.dtype = stage, ctx, dtype
         self.faults = faults
         self.forward_fn = self._compiled(stage.forward) if compile else stage.forward
@@ -149,6 +154,11 @@ class ModelRunner:
         self.connector = KVConnector(kv_store, ctx.rank, ctx.pp_rank, stage.layer_ids) if kv_store else None
         self.scheduler = ConnectorScheduler(ctx.pp)
         self.connector_wait_steps = 0
+        self.chunk_budget = chunk_budget  # tokens per prefill step (0: a prompt group in one step)
+        self.prefill_stats = {"prefills": 0, "split_prefills": 0, "chunks": 0, "largest_step_tokens": 0}
+        self.prefix_cache = PrefixCache() if prefix_cache else None
+        # how the workloads were submitted (the batch axis): the largest prefill batch ran
+        self.batch_stats = {"submissions": 0, "fillers": 0, "largest_batch": 0, "smallest_batch": 0}
 
     @staticmethod
     def _compiled(fn):
@@ -178,11 +188,13 @@ class ModelRunner:
         return max(-(-n // tp) * tp, 2 * tp)
 
     def step(self, ids: list[int], positions: list[int], slots: list[int], images: list | None = None,
-             kv_ops: dict | None = None, capture: bool = False) -> torch.Tensor | None:
+             kv_ops: dict | None = None, capture: tuple[int, int] | None = None) -> torch.Tensor | None:
         """One forward over a flat batch. Returns the [n, vocab] logits on the last stage.
         `images`: pixel tensors of the batch's images in token order (llama-vl);
         `kv_ops`: {"load": [(slot, prompt)], "save": [(slot, prompt)]} for the connector;
-        `capture`: keep the per-layer stream of this step's real tokens."""
+        `capture`: (first row, rows in the whole batch): keep the per-layer stream of
+        this step's real tokens, which are those rows of a batch (a chunk of it, under
+        chunked prefill)."""
         ctx, n = self.ctx, len(ids)
         if n == 0 or max(positions) >= self.max_len:
             raise ValueError(f"bad step: {n} tokens, max position {max(positions, default=-1)}, cache {self.max_len}")
@@ -204,7 +216,7 @@ class ModelRunner:
         for slot, prompt in (kv_ops or {}).get("save", []):
             self.connector.save(self.kv_caches, slot, prompt)
         if capture:
-            self._capture(layer_states, n, pad)
+            self._capture(layer_states, n, pad, *capture)
         message = self._message(out, reports)
         if self._record_io:
             self._record_io = False
@@ -250,14 +262,16 @@ class ModelRunner:
             return None
         return self.stage.embed_images(images or [], ids_t)
 
-    def _capture(self, layer_states: torch.Tensor, n: int, pad: int) -> None:
+    def _capture(self, layer_states: torch.Tensor, n: int, pad: int, first_row: int, batch_rows: int) -> None:
         """Keep this rank's sampled rows of the per-layer stream (its token shard under SP).
         Every `stride`-th token row of the batch is kept, so a capture stays small and
-        still covers every SP shard."""
+        still covers every SP shard; the rows are numbered in the whole batch, so a
+        chunked prefill keeps the rows an unchunked one keeps."""
         own = self.ctx.token_shard(n + pad) if self.ctx.sp else slice(0, n + pad)
-        stride = -(-n // CAPTURE_ROWS)
-        rows = [r for r in range(own.start, min(own.stop, n)) if r % stride == 0]
-        local = torch.tensor([r - own.start for r in rows], dtype=torch.int64, device=layer_states.device)
+        stride = -(-batch_rows // CAPTURE_ROWS)
+        kept = [r for r in range(own.start, min(own.stop, n)) if (first_row + r) % stride == 0]
+        rows = [first_row + r for r in kept]
+        local = torch.tensor([r - own.start for r in kept], dtype=torch.int64, device=layer_states.device)
         self.captured.append({"pp_rank": self.ctx.pp_rank, "tp_rank": self.ctx.tp_rank,
                               "places": self.captured_places(), "rows": rows,
                               "states": layer_states[:, local].float().cpu().tolist()})
@@ -312,14 +326,14 @@ class ModelRunner:
                 raise self.scheduler.stall_error(ops)
             broadcast_json(None, src=self.ctx.driver_rank)
 
-    def load_stored_prefixes(self, prompts: list[list[int]]) -> list[int]:
+    def load_stored_prefixes(self, prompts: list[list[int]], slots: list[int]) -> list[int]:
         """Load the stored prefix of each prompt the store holds into its slot; returns
         how many leading tokens of each prompt are now in the KV cache."""
         if not self.connector:
             return [0] * len(prompts)
         hits = [i for i, p in enumerate(prompts) if prefix_len(p) and self.scheduler.complete("saved", prefix_key(p))]
         if hits:
-            self.step([0], [0], [self.trash_slot], kv_ops={"load": [(i, prompts[i]) for i in hits]})
+            self.step([0], [0], [self.trash_slot], kv_ops={"load": [(slots[i], prompts[i]) for i in hits]})
             self.wait_for_connector([("loaded", prefix_key(prompts[i])) for i in hits])
         return [prefix_len(p) if i in hits else 0 for i, p in enumerate(prompts)]
 
@@ -328,6 +342,74 @@ class ModelRunner:
         if not self.connector:
             return {}
         return {"save": [(slot, p) for slot, p in enumerate(prompts) if prefix_len(p)]}
+
+    # --- prefill: cached prefixes, chunks ----------------------------------------------
+
+    def reuse_prefixes(self, prompts: list[list[int]], slots: list[int]) -> list[int]:
+        """Fill each prompt's slot with the KV of its prefix the KV connector's store or
+        the prefix cache holds; returns how many leading tokens of each are there."""
+        if self.prefix_cache is None:
+            return self.load_stored_prefixes(prompts, slots)
+        skip = not self.ctx.is_first_stage and fault_switches.active(self.faults, "prefix-cache-skips-stage")
+        return [self.prefix_cache.restore(self.kv_caches, s, p, skip=bool(skip)) for s, p in zip(slots, prompts)]
+
+    def prefill(self, prompts: list[list[int]], slots: list[int], pixels: list | None = None,
+                kv_ops: dict | None = None, capture: bool = False, reuse: bool = True):
+        """Prefill `prompts` into `slots`: the tokens not already cached (`reuse`: a
+        teacher-forced workload needs logits at every position, so it reuses nothing),
+        in one step or, under chunked prefill, in steps of at most the token budget.
+        Returns (the logits of every computed row on the last stage, else None; the
+        leading tokens of each prompt that came from a cache). The prefix cache then
+        keeps the prompts' whole blocks."""
+        sizes = self.batch_stats
+        sizes["largest_batch"] = max(sizes["largest_batch"], len(prompts))
+        sizes["smallest_batch"] = min(sizes["smallest_batch"] or len(prompts), len(prompts))
+        cached = self.reuse_prefixes(prompts, slots) if reuse else [0] * len(prompts)
+        ids = [t for p, c in zip(prompts, cached) for t in p[c:]]
+        positions = [q for p, c in zip(prompts, cached) for q in range(c, len(p))]
+        rows = [s for s, p, c in zip(slots, prompts, cached) for _ in range(c, len(p))]
+        logits = self._prefill_steps(ids, positions, rows, pixels, kv_ops or {}, capture)
+        if self.prefix_cache is not None:
+            for s, p in zip(slots, prompts):
+                self.prefix_cache.store(self.kv_caches, s, p)
+        return logits, cached
+
+    def _prefill_steps(self, ids, positions, slots, pixels, kv_ops: dict, capture: bool):
+        """One step, or consecutive chunks of at most chunk_budget tokens (a chunk may end
+        inside a prompt: the next one attends to the KV it wrote). The connector loads
+        before the first chunk and saves after the last."""
+        n, budget, stats = len(ids), self.chunk_budget, self.prefill_stats
+        stats["prefills"] += 1
+        if not budget or n <= budget:
+            stats["largest_step_tokens"] = max(stats["largest_step_tokens"], n)
+            return self.step(ids, positions, slots, pixels, kv_ops, (0, n) if capture else None)
+        stats["split_prefills"] += 1
+        pieces = []
+        for start in range(0, n, budget):
+            end = min(start + budget, n)
+            if start and fault_switches.active(self.faults, "chunked-prefill-drops-kv"):
+                self._forget_earlier_chunks(slots[start:end], positions[start:end])
+            ops = {"load": kv_ops.get("load", [])} if start == 0 else {}
+            if end == n:
+                ops["save"] = kv_ops.get("save", [])
+            logits = self.step(ids[start:end], positions[start:end], slots[start:end],
+                               pixels if start == 0 else None, ops, (start, n) if capture else None)
+            stats["chunks"] += 1
+            stats["largest_step_tokens"] = max(stats["largest_step_tokens"], end - start)
+            if logits is not None:
+                pieces.append(logits)
+        return torch.cat(pieces) if pieces else None
+
+    def _forget_earlier_chunks(self, slots: list[int], positions: list[int]) -> None:
+        """The chunked-prefill-drops-kv fault: each sequence of this chunk loses the KV its
+        earlier positions wrote (its cache rows zeroed, as a fresh block would read)."""
+        first: dict[int, int] = {}
+        for slot, position in zip(slots, positions):
+            first.setdefault(slot, position)
+        for slot, position in first.items():
+            for k_cache, v_cache in self.kv_caches:
+                k_cache[slot, :position] = 0
+                v_cache[slot, :position] = 0
 
     # --- warm-up and workloads ---------------------------------------------------------
 
@@ -364,12 +446,10 @@ class ModelRunner:
         """Teacher-forced top-k logprobs at every position of every prompt."""
         ids_parts, lp_parts = [], []
         for g, group in enumerate(batch_groups(prompts)):
-            ids = [t for i in group for t in prompts[i]]
-            positions = [p for i in group for p in range(len(prompts[i]))]
-            slots = [s for s, i in enumerate(group) for _ in prompts[i]]
-            kv_ops = self.save_prefixes([prompts[i] for i in group])
-            logits = self.step(ids, positions, slots, self._group_images(images, group), kv_ops,
-                               capture=capture and g == 0)
+            group_prompts = [prompts[i] for i in group]
+            kv_ops = self.save_prefixes(group_prompts)
+            logits, _ = self.prefill(group_prompts, list(range(len(group))), self._group_images(images, group),
+                                     kv_ops, capture=capture and g == 0, reuse=False)
             self.wait_for_connector([("saved", prefix_key(p)) for _, p in kv_ops.get("save", [])])
             if logits is not None:
                 lp, tk = torch.log_softmax(logits.float(), dim=-1).topk(top_k, dim=-1)
@@ -396,19 +476,16 @@ class ModelRunner:
         holds are loaded, not recomputed."""
         out_tokens, out_ids, out_lps = [], [], []
         for group in batch_groups(prompts):
-            lens = [len(prompts[i]) for i in group]
-            cached = self.load_stored_prefixes([prompts[i] for i in group])
+            group_prompts = [prompts[i] for i in group]
+            lens = [len(p) for p in group_prompts]
             tokens, step_ids, step_lps = [], [], []
-            # prefill: the prompt tokens not loaded from the store, then each prompt's last row
-            ids = [t for i, c in zip(group, cached) for t in prompts[i][c:]]
-            positions = [p for n, c in zip(lens, cached) for p in range(c, n)]
-            slots = [s for s, (n, c) in enumerate(zip(lens, cached)) for _ in range(c, n)]
-            last_rows = torch.tensor([n - c for n, c in zip(lens, cached)]).cumsum(0) - 1
             for step in range(max_new_tokens):
-                pixels = self._group_images(images, group) if step == 0 else None
-                if step > 0:  # decode: the previous token of each sequence, at its next position
-                    ids, positions, slots = tokens[-1], [n + step - 1 for n in lens], list(range(len(lens)))
-                logits = self.step(ids, positions, slots, pixels)
+                if step == 0:  # prefill: the prompt tokens no cache holds, then each prompt's last row
+                    logits, cached = self.prefill(group_prompts, list(range(len(group))),
+                                                  self._group_images(images, group))
+                    last_rows = torch.tensor([n - c for n, c in zip(lens, cached)]).cumsum(0) - 1
+                else:  # decode: the previous token of each sequence, at its next position
+                    logits = self.step(tokens[-1], [n + step - 1 for n in lens], list(range(len(lens))))
                 chosen = None
                 if logits is not None:
                     rows = logits[last_rows.to(logits.device)] if step == 0 else logits
@@ -438,7 +515,8 @@ class ModelRunner:
         each prefilled in chunks of whole prompts (batch_groups), then decoded while any
         of its sequences runs; a stopped sequence leaves the decode batch. Every rank
         holds the shared tokens (share_tokens), so every rank takes the same stop
-        decisions and runs the same steps. The KV connector is not used here."""
+        decisions and runs the same steps. Prefixes a cache holds are reused; the KV
+        connector saves nothing here."""
         seqs: list[list[int]] = [[] for _ in prompts]
 
         def running(i: int) -> bool:
@@ -448,11 +526,10 @@ class ModelRunner:
             slot_of = {i: s for s, i in enumerate(group)}
             for chunk in batch_groups([prompts[i] for i in group]):
                 members = [group[j] for j in chunk]
-                ids = [t for i in members for t in prompts[i]]
-                positions = [p for i in members for p in range(len(prompts[i]))]
-                slots = [slot_of[i] for i in members for _ in prompts[i]]
-                last_rows = torch.tensor([len(prompts[i]) for i in members]).cumsum(0) - 1
-                logits = self.step(ids, positions, slots, self._group_images(images, members))
+                member_prompts = [prompts[i] for i in members]
+                logits, cached = self.prefill(member_prompts, [slot_of[i] for i in members],
+                                              self._group_images(images, members))
+                last_rows = torch.tensor([len(p) - c for p, c in zip(member_prompts, cached)]).cumsum(0) - 1
                 chosen = None if logits is None else self._argmax(logits[last_rows.to(logits.device)])
                 for i, t in zip(members, self.share_tokens(chosen, len(members))):
                     seqs[i].append(t)

@@ -38,24 +38,79 @@ def build_stage(spec, ctx):
     return stage.eval()
 
 
-def run_workloads(runner, workloads: list[dict]):
-    """All workloads, in order, every rank in lockstep. Returns {name: fields} on the
-    last stage (None entries elsewhere)."""
-    from harness.contract.runspec import generate_params
+def run_workloads(runner, workloads: list[dict], batch: str = "all"):
+    """All workloads, in order, every rank in lockstep, each submitted as the `batch`
+    mode composes it (harness/contract/batching.py). Returns {name: fields} on the last
+    stage (None entries elsewhere), in each workload's own prompt order."""
+    from harness.contract import batching
 
     results = {}
     for w in workloads:
-        top_k = min(int(w.get("top_k", 20)), runner.stage.cfg.vocab_size)
-        images = w.get("images")
-        if w["kind"] == "logprobs":
-            results[w["name"]] = runner.run_logprobs(w["prompts"], top_k, images, bool(w.get("capture_hidden")))
-        elif w["kind"] == "greedy":
-            results[w["name"]] = runner.run_greedy(w["prompts"], int(w["max_new_tokens"]), top_k, images)
-        elif w["kind"] == "generate":
-            results[w["name"]] = runner.run_generate(w["prompts"], *generate_params(w), images)
-        else:
+        if w["kind"] not in ("logprobs", "greedy", "generate"):
             raise ValueError(f"unknown workload kind {w['kind']!r} in workload {w['name']!r}")
+        if batch == "all" or not w["prompts"]:
+            results[w["name"]] = _run_one(runner, w)
+            continue
+        submissions = batching.compose(w["prompts"], batch)
+        runs = [_run_one(runner, _submitted(w, sub)) for sub in submissions]
+        runner.batch_stats["submissions"] += len(submissions)
+        runner.batch_stats["fillers"] += sum(i is None for sub in submissions for i in sub.origin)
+        if runs[0] is not None:  # the last stage holds outputs
+            per_prompt = [_per_prompt(w["kind"], fields) for fields in runs]
+            results[w["name"]] = _joined(w["kind"], batching.restore(per_prompt, submissions, len(w["prompts"])))
+        else:
+            results[w["name"]] = None
     return results
+
+
+def submitted_workloads(spec) -> list[dict]:
+    """The workloads as the batch axis submits them (fillers and all): what the KV cache
+    is sized for."""
+    from harness.contract import batching
+
+    mode = spec.settings.get("batch", "all")
+    return [{**w, "prompts": sub.prompts} for w in spec.workloads for sub in batching.compose(w["prompts"], mode)]
+
+
+def _run_one(runner, w: dict):
+    from harness.contract.runspec import generate_params
+
+    top_k = min(int(w.get("top_k", 20)), runner.stage.cfg.vocab_size)
+    images = w.get("images")
+    if w["kind"] == "logprobs":
+        return runner.run_logprobs(w["prompts"], top_k, images, bool(w.get("capture_hidden")))
+    if w["kind"] == "greedy":
+        return runner.run_greedy(w["prompts"], int(w["max_new_tokens"]), top_k, images)
+    return runner.run_generate(w["prompts"], *generate_params(w), images)
+
+
+def _submitted(w: dict, sub) -> dict:
+    """The workload as one submission carries it: its prompts, their images (none for a
+    filler). No per-layer capture: its rows are those of the golden's first batch, which
+    another composition does not have."""
+    images = w.get("images")
+    return {**w, "prompts": sub.prompts, "capture_hidden": False,
+            "images": None if images is None else [None if i is None else images[i] for i in sub.origin]}
+
+
+def _per_prompt(kind: str, fields: dict) -> list[dict]:
+    """A submission's output fields, split into one dict per prompt."""
+    if kind == "logprobs":
+        offsets = fields["offsets"].tolist()
+        return [{k: fields[k][a:b] for k in ("topk_ids", "topk_logprobs")} for a, b in zip(offsets, offsets[1:])]
+    count = len(next(iter(fields.values())))
+    return [{k: v[p] for k, v in fields.items()} for p in range(count)]
+
+
+def _joined(kind: str, prompts: list[dict]) -> dict:
+    """Per-prompt output fields back into a workload's fields (the inverse of _per_prompt)."""
+    import torch
+
+    if kind == "logprobs":
+        rows = torch.tensor([0] + [len(p["topk_ids"]) for p in prompts]).cumsum(0)
+        return {"topk_ids": torch.cat([p["topk_ids"] for p in prompts]),
+                "topk_logprobs": torch.cat([p["topk_logprobs"] for p in prompts]), "offsets": rows}
+    return {k: torch.stack([p[k] for p in prompts]) for k in prompts[0]}
 
 
 def assemble_hidden_states(captures: list[list[dict]], num_layers: int, sp: bool) -> dict[str, torch.Tensor]:
@@ -126,14 +181,16 @@ def run(spec) -> None:
     compile_on = spec.compile and not faults.active(spec, "compile-switched-off")
     ctx = init_parallel(spec.tp, spec.pp, sp, spec.device)
     ctx.faults = tuple(spec.faults)
+    ctx.ep = bool(spec.settings.get("ep", False))
     phases.mark("rendezvous")
     kv_store = str(Path(spec.output_dir).parent / "kv-store") if spec.settings.get("kvc") else None
     try:
         with torch.inference_mode():
             t0 = time.perf_counter()
             stage = build_stage(spec, ctx)
-            runner = ModelRunner(stage, ctx, getattr(torch, spec.dtype), spec.workloads, compile_on, spec.faults,
-                                 kv_store)
+            runner = ModelRunner(stage, ctx, getattr(torch, spec.dtype), submitted_workloads(spec), compile_on, spec.faults,
+                                 kv_store, chunk_budget=int(spec.settings.get("chunked_prefill", 0)),
+                                 prefix_cache=bool(spec.settings.get("prefix_cache", False)))
             t1 = time.perf_counter()
             phases.mark("load")
             runner.warmup()
@@ -143,7 +200,7 @@ def run(spec) -> None:
             results = {}
             for w in spec.workloads:  # captures are per workload: gathered after each one
                 runner.captured = []
-                results.update(run_workloads(runner, [w]))
+                results.update(run_workloads(runner, [w], spec.settings.get("batch", "all")))
                 if w.get("capture_hidden"):
                     captures = [None] * ctx.world_size
                     dist.all_gather_object(captures, runner.captured)
@@ -154,7 +211,8 @@ def run(spec) -> None:
             phases.mark("workloads")
         # Each rank's stage I/O and evidence of what it applied, collected so the driver can record all stages.
         gathered = [None] * ctx.world_size
-        dist.all_gather_object(gathered, (runner.stage_io, evidence.rank_evidence(ctx, stage, after_warmup, COLLECTIVES)))
+        dist.all_gather_object(gathered, (runner.stage_io, evidence.rank_evidence(ctx, stage, after_warmup, COLLECTIVES,
+                                                                                  runner)))
         stage_io = [io for io, _ in gathered]
         if ctx.rank == ctx.driver_rank:
             out = EngineOutputs()

@@ -1,0 +1,62 @@
+"""Automatic prefix caching, as vLLM's: the KV of whole blocks of earlier prompts, reused.
+
+Each rank keeps the blocks of its own layers and KV heads, keyed by the token ids from
+the prompt's start to the block's end (a block is only the same block after the same
+prefix). Every rank stores and looks up the same prompts in lockstep, so every rank
+finds the same hits and the steps stay the same size on all of them.
+
+As in vLLM, a hit never covers a whole prompt (its last token is always computed: its
+logits are the first sampled step), and a request that asks for prompt logprobs does not
+read the cache (a cached position has no logits to give); it still fills it.
+"""
+
+from __future__ import annotations
+
+import torch
+
+BLOCK = 16  # tokens per cached block
+
+
+def block_keys(prompt: list[int]) -> list[tuple[int, ...]]:
+    """The key of each whole block of `prompt`: its token ids from the start to the block's end."""
+    return [tuple(prompt[: (b + 1) * BLOCK]) for b in range(len(prompt) // BLOCK)]
+
+
+class PrefixCache:
+    """One rank's cached blocks: key -> per-layer (k, v) rows of that block."""
+
+    def __init__(self):
+        self.blocks: dict[tuple[int, ...], list[tuple[torch.Tensor, torch.Tensor]]] = {}
+        self.counts = {"hit_tokens": 0, "queried_tokens": 0, "stored_blocks": 0}
+
+    def hit_length(self, prompt: list[int]) -> int:
+        """Leading tokens of `prompt` whose blocks are cached, leaving its last token to compute."""
+        cached = 0
+        for key in block_keys(prompt[:-1]):
+            if key not in self.blocks:
+                break
+            cached += BLOCK
+        return cached
+
+    def restore(self, kv_caches, slot: int, prompt: list[int], skip: bool = False) -> int:
+        """Copy the cached blocks of `prompt` into `slot` of this rank's KV cache; returns
+        how many leading tokens are now there. `skip` (the prefix-cache-skips-stage fault):
+        the hit is taken but the blocks are left empty."""
+        n = self.hit_length(prompt)
+        self.counts["queried_tokens"] += len(prompt)
+        self.counts["hit_tokens"] += n
+        for b, key in enumerate(block_keys(prompt[:n])):
+            rows = slice(b * BLOCK, (b + 1) * BLOCK)
+            for (k_cache, v_cache), (k, v) in zip(kv_caches, self.blocks[key]):
+                k_cache[slot, rows] = 0 if skip else k
+                v_cache[slot, rows] = 0 if skip else v
+        return n
+
+    def store(self, kv_caches, slot: int, prompt: list[int]) -> None:
+        """Keep the whole blocks of `prompt` (prefilled into `slot`) that are not cached yet."""
+        for b, key in enumerate(block_keys(prompt)):
+            if key in self.blocks:
+                continue
+            rows = slice(b * BLOCK, (b + 1) * BLOCK)
+            self.blocks[key] = [(k[slot, rows].clone(), v[slot, rows].clone()) for k, v in kv_caches]
+            self.counts["stored_blocks"] += 1
