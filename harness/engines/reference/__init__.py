@@ -7,6 +7,7 @@ launched rank by rank with torch.distributed (gloo on CPU, NCCL on CUDA).
     pipeline.py  KV cache, one step across PP stages, warm-up/compile, workloads
     kv_connector.py  prefix KV in an external store, reports carried between stages
     prefix_cache.py  automatic prefix caching: whole KV blocks of earlier prompts reused
+    speculative.py   n-gram drafts and their verification (speculative decoding)
     worker.py    the rank entry point (python -m harness.engines.reference.worker SPEC)
     faults.py    named fault switches (spec.faults)
 
@@ -40,10 +41,11 @@ class ReferenceEngine(Engine):
     # ep: expert parallelism (a mixture-of-experts model's experts split over the TP ranks);
     # chunked_prefill: a token budget per step (0: off), prompts longer than it are
     # prefilled in chunks; prefix_cache: whole KV blocks of earlier prompts reused;
-    # batch: how a workload's prompts are submitted (harness/contract/batching.py)
+    # batch: how a workload's prompts are submitted (harness/contract/batching.py);
+    # spec: speculative decoding of greedy workloads (ngram drafts, speculative.py)
     axes = {"tp": None, "pp": None, "sp": (False, True), "compile": (False, True), "kvc": (False, True),
             "ep": (False, True), "chunked_prefill": None, "prefix_cache": (False, True),
-            "batch": ("all", "one", "mixed")}
+            "batch": ("all", "one", "mixed"), "spec": (False, "ngram")}
 
     def model_types(self) -> frozenset[str] | None:
         from harness.engines.reference.model import INTERMEDIATE_KEYS  # the families model.py implements

@@ -13,6 +13,7 @@ gathers them and says, per axis, whether the setting took effect (summarize):
   chunked_prefill  a prefill longer than the budget ran as several steps, none over it
   prefix_cache     prompts were served with leading tokens from the cache (hit tokens > 0)
   batch    the prompts went in as the mode composes them: one a batch, or with fillers
+  spec     drafted tokens were verified (proposed > 0), and how many were kept
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ def rank_evidence(ctx, stage, compile_stats: dict, collectives: dict, runner) ->
             "collectives": dict(collectives), "graphs": compile_stats["unique_graphs"],
             "cache_hits": compile_stats["fxgraph_cache_hit"],
             "prefill": dict(runner.prefill_stats), "chunk_budget": runner.chunk_budget, "prefix_cache": cache,
-            "batch": dict(runner.batch_stats)}
+            "batch": dict(runner.batch_stats), "spec": dict(runner.spec_stats)}
 
 
 def summarize(settings: dict, ranks: list[dict]) -> dict:
@@ -53,6 +54,8 @@ def summarize(settings: dict, ranks: list[dict]) -> dict:
         out["prefix_cache"] = _prefix_cache(ranks)
     if "batch" in settings:
         out["batch"] = _batch(settings["batch"], ranks[0]["batch"])
+    if "spec" in settings:
+        out["spec"] = _spec(ranks[0]["spec"])
     return out
 
 
@@ -128,3 +131,9 @@ def _batch(mode: str, stats: dict) -> dict:
         return {"applied": stats["fillers"] > 0,
                 "evidence": f"prompts shuffled among {stats['fillers']} filler prompts; {sizes}"}
     return {"applied": True, "evidence": f"each workload in one submission; {sizes}"}
+
+
+def _spec(stats: dict) -> dict:
+    return {"applied": stats["proposed"] > 0,
+            "evidence": f"{stats['proposed']} draft tokens proposed, {stats['accepted']} accepted, "
+                        f"in {stats['steps']} verification steps"}

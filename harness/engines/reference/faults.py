@@ -87,6 +87,8 @@ register("chunked-prefill-drops-kv",
 register("prefix-cache-skips-stage",
          "a prefix-cache hit restores the cached KV blocks on the first pipeline stage only; later stages "
          "attend to empty blocks")
+register("spec-accepts-unverified-draft",
+         "speculative decoding keeps each step's first drafted token without comparing it to the model's choice")
 # Settings accepted but not applied: the run must not pass as the setting it skipped
 # (harness/compare/applied.py turns it into `unsupported`).
 register("sp-switched-off",

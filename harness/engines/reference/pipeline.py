@@ -24,6 +24,7 @@ import torch
 from harness.contract.outputs import EngineOutputs
 from harness.contract.runspec import stop_reached
 from harness.engines.reference import faults as fault_switches
+from harness.engines.reference import speculative
 from harness.engines.reference.kv_connector import (
     WAIT_STEPS,
     ConnectorScheduler,
@@ -137,7 +138,7 @@ MULTIMODAL_INPUTS = ("mm",)
 class ModelRunner:
     def __init__(self, stage, ctx: ParallelContext, dtype: torch.dtype, workloads: list[dict],
                  compile: bool, faults: list[str], kv_store: str | None = None, chunk_budget: int = 0,
-                 prefix_cache: bool = False):
+                 prefix_cache: bool = False, speculate: bool = False):
         self.stage, self.ctx, self.dtype = stage, ctx, dtype
         self.faults = faults
         self.forward_fn = self._compiled(stage.forward) if compile else stage.forward
@@ -157,6 +158,8 @@ class ModelRunner:
         self.chunk_budget = chunk_budget  # tokens per prefill step (0: a prompt group in one step)
         self.prefill_stats = {"prefills": 0, "split_prefills": 0, "chunks": 0, "largest_step_tokens": 0}
         self.prefix_cache = PrefixCache() if prefix_cache else None
+        self.speculate = speculate  # n-gram drafts verified in each decode step of a greedy workload
+        self.spec_stats = {"steps": 0, "proposed": 0, "accepted": 0}
         # how the workloads were submitted (the batch axis): the largest prefill batch ran
         self.batch_stats = {"submissions": 0, "fillers": 0, "largest_batch": 0, "smallest_batch": 0}
 
@@ -472,41 +475,82 @@ class ModelRunner:
     def run_greedy(self, prompts: list[list[int]], max_new_tokens: int, top_k: int,
                    images: list | None = None) -> dict[str, torch.Tensor] | None:
         """Prefill, then decode until each prompt has exactly max_new_tokens argmax tokens
-        (no EOS stop); the top-k of each chosen step is kept. Prefixes the KV connector
-        holds are loaded, not recomputed."""
-        out_tokens, out_ids, out_lps = [], [], []
+        (no EOS stop); the top-k of each chosen token's step is kept. Prefixes a cache
+        holds are reused, not recomputed; with speculative decoding a step may emit
+        several tokens of a sequence (speculative.py), the same tokens."""
+        out: list[tuple[list[int], list]] = []  # per prompt: tokens, (top-k ids, logprobs) per token
         for group in batch_groups(prompts):
             group_prompts = [prompts[i] for i in group]
             lens = [len(p) for p in group_prompts]
-            tokens, step_ids, step_lps = [], [], []
-            for step in range(max_new_tokens):
-                if step == 0:  # prefill: the prompt tokens no cache holds, then each prompt's last row
-                    logits, cached = self.prefill(group_prompts, list(range(len(group))),
-                                                  self._group_images(images, group))
-                    last_rows = torch.tensor([n - c for n, c in zip(lens, cached)]).cumsum(0) - 1
-                else:  # decode: the previous token of each sequence, at its next position
-                    logits = self.step(tokens[-1], [n + step - 1 for n in lens], list(range(len(lens))))
-                chosen = None
-                if logits is not None:
-                    rows = logits[last_rows.to(logits.device)] if step == 0 else logits
-                    logprobs = torch.log_softmax(rows.float(), dim=-1)
-                    chosen = logprobs.argmax(dim=-1)
-                    lp, tk = logprobs.topk(top_k, dim=-1)
-                    step_ids.append(tk.cpu())
-                    step_lps.append(lp.cpu())
-                tokens.append(self.share_tokens(chosen, len(lens)))
-            if self.ctx.is_last_stage:
-                out_tokens.append(torch.tensor(tokens, dtype=torch.int64).reshape(max_new_tokens, len(lens)).T)
-                k = top_k
-                out_ids.append(torch.stack(step_ids, 1) if step_ids else torch.empty(len(lens), 0, k, dtype=torch.int64))
-                out_lps.append(torch.stack(step_lps, 1) if step_lps else torch.empty(len(lens), 0, k))
+            seqs: list[list[int]] = [[] for _ in group]
+            tops: list[list] = [[] for _ in group]
+            logits, cached = self.prefill(group_prompts, list(range(len(group))), self._group_images(images, group))
+            last_rows = torch.tensor([n - c for n, c in zip(lens, cached)]).cumsum(0) - 1
+            rows = None if logits is None else logits[last_rows.to(logits.device)]
+            self._take(rows, [[r] for r in range(len(group))], [[] for _ in group], seqs, tops, top_k)
+            decode = self._speculative_step if self.speculate else self._decode_step
+            while any(len(seq) < max_new_tokens for seq in seqs):
+                decode(group_prompts, seqs, tops, top_k, max_new_tokens)
+            out += list(zip(seqs, tops))
         if not self.ctx.is_last_stage:
             return None
+        shape = (len(prompts), max_new_tokens, top_k)
         if not prompts:
-            return {"tokens": torch.empty(0, max_new_tokens, dtype=torch.int64),
-                    "topk_ids": torch.empty(0, max_new_tokens, top_k, dtype=torch.int64),
-                    "topk_logprobs": torch.empty(0, max_new_tokens, top_k)}
-        return {"tokens": torch.cat(out_tokens), "topk_ids": torch.cat(out_ids), "topk_logprobs": torch.cat(out_lps)}
+            return {"tokens": torch.empty(shape[:2], dtype=torch.int64),
+                    "topk_ids": torch.empty(shape, dtype=torch.int64), "topk_logprobs": torch.empty(shape)}
+        return {"tokens": torch.tensor([seq for seq, _ in out], dtype=torch.int64),
+                "topk_ids": torch.stack([torch.stack([ids for ids, _ in top]) for _, top in out]),
+                "topk_logprobs": torch.stack([torch.stack([lps for _, lps in top]) for _, top in out])}
+
+    def _decode_step(self, prompts, seqs, tops, top_k: int, max_new_tokens: int) -> None:
+        """One plain decode step: every sequence's last token at its next position."""
+        ids = [seq[-1] for seq in seqs]
+        positions = [len(p) + len(seq) - 1 for p, seq in zip(prompts, seqs)]
+        logits = self.step(ids, positions, list(range(len(seqs))))
+        self._take(logits, [[r] for r in range(len(seqs))], [[] for _ in seqs], seqs, tops, top_k)
+
+    def _speculative_step(self, prompts, seqs, tops, top_k: int, max_new_tokens: int) -> None:
+        """One verification step: each unfinished sequence's last token and its n-gram
+        drafts (never more than it still needs), verified by the target's greedy choices."""
+        active = [i for i, seq in enumerate(seqs) if len(seq) < max_new_tokens]
+        drafts = {i: speculative.propose(prompts[i] + seqs[i])[:max_new_tokens - len(seqs[i]) - 1] for i in active}
+        ids, positions, slots, rows = [], [], [], []
+        for i in active:
+            fed = [seqs[i][-1]] + drafts[i]
+            start = len(prompts[i]) + len(seqs[i]) - 1
+            rows.append(list(range(len(ids), len(ids) + len(fed))))
+            ids += fed
+            positions += range(start, start + len(fed))
+            slots += [i] * len(fed)
+        logits = self.step(ids, positions, slots)
+        self.spec_stats["steps"] += 1
+        self.spec_stats["proposed"] += sum(len(d) for d in drafts.values())
+        taken = self._take(logits, rows, [drafts[i] for i in active], [seqs[i] for i in active],
+                           [tops[i] for i in active], top_k)
+        self.spec_stats["accepted"] += sum(n - 1 for n in taken)
+
+    def _take(self, logits, rows: list[list[int]], drafts: list[list[int]], seqs, tops, top_k: int) -> list[int]:
+        """Each sequence's tokens from its rows of the step's logits (the driver decides
+        how many drafts the target keeps, then every rank gets the tokens), appended to
+        `seqs`, and on the last stage their top-k to `tops`. Returns how many each took."""
+        width = 1 + max((len(d) for d in drafts), default=0)
+        chosen, picks = None, []
+        if logits is not None:
+            logprobs = torch.log_softmax(logits.float(), dim=-1)
+            choices = logprobs.argmax(dim=-1).tolist()
+            trust = bool(fault_switches.active(self.faults, "spec-accepts-unverified-draft"))
+            picks = [speculative.emitted(d, [choices[r] for r in rs], trust) for d, rs in zip(drafts, rows)]
+            chosen = torch.tensor([p + [-1] * (width - len(p)) for p in picks], dtype=torch.int64).flatten()
+            lp, tk = logprobs.topk(top_k, dim=-1)
+            for pick, rs, top in zip(picks, rows, tops):
+                top += [(tk[r].cpu(), lp[r].cpu()) for r in rs[:len(pick)]]
+        shared = self.share_tokens(chosen, len(seqs) * width)
+        counts = []
+        for s, seq in enumerate(seqs):
+            tokens = [t for t in shared[s * width:(s + 1) * width] if t != -1]
+            seq += tokens
+            counts.append(len(tokens))
+        return counts
 
     def run_generate(self, prompts: list[list[int]], max_new_tokens: int, stop: list[list[int]],
                      eos_token_id: int | None, images: list | None = None) -> dict[str, torch.Tensor] | None:

@@ -190,7 +190,8 @@ def run(spec) -> None:
             stage = build_stage(spec, ctx)
             runner = ModelRunner(stage, ctx, getattr(torch, spec.dtype), submitted_workloads(spec), compile_on, spec.faults,
                                  kv_store, chunk_budget=int(spec.settings.get("chunked_prefill", 0)),
-                                 prefix_cache=bool(spec.settings.get("prefix_cache", False)))
+                                 prefix_cache=bool(spec.settings.get("prefix_cache", False)),
+                                 speculate=spec.settings.get("spec", False) == "ngram")
             t1 = time.perf_counter()
             phases.mark("load")
             runner.warmup()
