@@ -24,7 +24,10 @@ from harness.rundir import run_meta_path, verdict_files  # noqa: E402
 from harness.verdict import Verdict  # noqa: E402
 
 FAULTS = [None, "pp-buffer-missing-key", "pp-drop-kv-connector-output", "pp-drop-per-layer-inputs",
-          "sp-residual-first-shard", "compile-warmup-without-images"]
+          "sp-residual-first-shard", "compile-warmup-without-images",
+          # the bug classes of expert parallelism, chunked prefill, prefix caching, speculative decoding
+          "ep-expert-map-ignored", "ep-dispatch-drop-token", "chunked-prefill-drops-kv", "prefix-cache-skips-stage",
+          "spec-accepts-unverified-draft"]
 
 
 def cause(v: Verdict) -> str:
