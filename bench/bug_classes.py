@@ -27,7 +27,7 @@ FAULTS = [None, "pp-buffer-missing-key", "pp-drop-kv-connector-output", "pp-drop
           "sp-residual-first-shard", "compile-warmup-without-images",
           # the bug classes of expert parallelism, chunked prefill, prefix caching, speculative decoding
           "ep-expert-map-ignored", "ep-dispatch-drop-token", "chunked-prefill-drops-kv", "prefix-cache-skips-stage",
-          "spec-accepts-unverified-draft"]
+          "spec-accepts-unverified-draft", "dp-merge-misorders"]
 
 
 def cause(v: Verdict) -> str:

@@ -61,6 +61,7 @@ EXPECTED = {
         "llama-kvc/tp1-pp2-kvc": passes,
         "llama-moe/tp2-pp1-ep": passes, "llama-features/tp1-pp2-chunked_prefill32": passes,
         "llama-features/tp1-pp2-prefix_cache": passes, "llama-spec/tp2-pp2-spec-ngram": passes,
+        "llama-dp/tp1-pp1-dp2": passes,
     },
     "pp-buffer-missing-key": {
         "llama-tiny/tp1-pp2": crash(1, "KeyError: 'residual'"),  # only the non-first stage reads the buffer
@@ -106,6 +107,11 @@ EXPECTED = {
         "llama-features/tp1-pp1-prefix_cache": passes,  # one stage: the hit is restored
         "llama-features/tp1-pp2-chunked_prefill32": passes,  # no prefix cache
     },
+    "dp-merge-misorders": {
+        # prompts 1 and 2 swap outputs: the greedy check names the first prompt that differs
+        "llama-dp/tp1-pp1-dp2": fails_in("greedy"),
+        "llama-tiny/tp1-pp1": passes,  # one replica: nothing to merge
+    },
     "spec-accepts-unverified-draft": {
         "llama-spec/tp2-pp2-spec-ngram": fails_in("greedy"),  # a wrong draft becomes a token
         "llama-tiny/tp2-pp2": passes,  # plain decoding drafts nothing
@@ -137,7 +143,7 @@ def test_fault_is_caught_only_where_its_code_runs(fault, tmp_path):
         assert meta["compile"]["graphs_compiled_during_run"] == 0, meta["compile"]  # the warm-up capture served images
         for sid, axis in (("llama-moe/tp2-pp1-ep", "ep"), ("llama-features/tp1-pp2-chunked_prefill32", "chunked_prefill"),
                           ("llama-features/tp1-pp2-prefix_cache", "prefix_cache"),
-                          ("llama-spec/tp2-pp2-spec-ngram", "spec")):
+                          ("llama-spec/tp2-pp2-spec-ngram", "spec"), ("llama-dp/tp1-pp1-dp2", "dp")):
             applied = outputs_meta(tmp_path / "run", sid)["applied"][axis]
             assert applied["applied"], (sid, applied)  # experts split, prefills chunked, cache hits
 

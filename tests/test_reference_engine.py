@@ -120,6 +120,7 @@ SETTINGS = {
     "tp2-pp2-sp": dict(tp=2, pp=2, sp=True),
     "compile": dict(compile=True),
     "tp2-compile": dict(tp=2, compile=True),
+    "dp2-tp2": dict(dp=2, tp=2),  # two replicas of two ranks, outputs merged in prompt order
 }
 
 
@@ -154,7 +155,7 @@ def test_unsupported_reasons(tiny_model):
     assert "num_attention_heads" in eng.unsupported_reason({"tp": 3}, model_dir=tiny_model)
     assert "pp=5" in eng.unsupported_reason({"pp": 5}, model_dir=tiny_model)
     assert eng.unsupported_reason({"tp": 2, "pp": 4}, model_dir=tiny_model) is None
-    assert "no axis" in eng.unsupported_reason({"dp": 2})
+    assert "no axis" in eng.unsupported_reason({"batch_invariant": True})
 
 
 def test_faults_registry():
@@ -212,3 +213,15 @@ def test_layer_split_and_batch_groups():
     groups = batch_groups([[1, 2]] * (MAX_SEQS_PER_BATCH + 3))
     assert [len(g) for g in groups] == [MAX_SEQS_PER_BATCH, 3]
     assert batch_groups([]) == []
+
+
+def test_data_parallel_replicas_share_the_prompts_round_robin():
+    from harness.engines.reference.worker import replica_share, replica_workloads
+
+    assert [replica_share(5, 2, r) for r in range(2)] == [[0, 2, 4], [1, 3]]
+    assert [replica_share(2, 3, r) for r in range(3)] == [[0], [1], []]  # a replica may get none
+    w = {"name": "x", "kind": "greedy", "prompts": [[0, 1], [0, 2], [0, 3]], "images": ["a", None, "c"],
+         "capture_hidden": True}
+    (cut,) = replica_workloads([w], 2, 1)
+    assert cut["prompts"] == [[0, 2]] and cut["images"] == [None] and cut["capture_hidden"] is False
+    assert replica_workloads([w], 1, 0) == [w]  # one replica: the workloads as they are

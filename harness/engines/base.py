@@ -57,9 +57,9 @@ class Engine(ABC):
             allowed = self.axes[axis]
             if allowed is not None and value not in allowed:
                 return f"engine '{self.name}' does not support {axis}={value!r} (supported: {list(allowed)})"
-        tp, pp = int(settings.get("tp", 1)), int(settings.get("pp", 1))
-        if tp < 1 or pp < 1:  # a parallel size is a count of ranks, for every engine
-            return f"tp and pp must be >= 1 (got tp={tp}, pp={pp})"
+        sizes = {axis: int(settings.get(axis, 1)) for axis in ("tp", "pp", "dp")}
+        if min(sizes.values()) < 1:  # a parallel size is a count of ranks, for every engine
+            return f"tp, pp and dp must be >= 1 (got {', '.join(f'{a}={n}' for a, n in sizes.items())})"
         return None
 
     def fault_problem(self, faults: list[str], settings: dict | None = None) -> str | None:
@@ -81,8 +81,9 @@ class Engine(ABC):
 
     def devices_needed(self, settings: dict) -> int:
         """Devices one run of these settings occupies (what the harness leases for it):
-        tp*pp, one device per rank, whether the engine starts the ranks or we do."""
-        return int(settings.get("tp", 1)) * int(settings.get("pp", 1))
+        dp*tp*pp, one device per rank (each data-parallel replica a whole tp x pp engine),
+        whether the engine starts the ranks or we do."""
+        return int(settings.get("dp", 1)) * int(settings.get("tp", 1)) * int(settings.get("pp", 1))
 
     def python(self) -> Path:
         """The interpreter the engine's processes run in (it also builds tiny models for

@@ -42,10 +42,11 @@ class ReferenceEngine(Engine):
     # chunked_prefill: a token budget per step (0: off), prompts longer than it are
     # prefilled in chunks; prefix_cache: whole KV blocks of earlier prompts reused;
     # batch: how a workload's prompts are submitted (harness/contract/batching.py);
-    # spec: speculative decoding of greedy workloads (ngram drafts, speculative.py)
+    # spec: speculative decoding of greedy workloads (ngram drafts, speculative.py);
+    # dp: data-parallel replicas, each a whole tp x pp engine serving every dp-th prompt
     axes = {"tp": None, "pp": None, "sp": (False, True), "compile": (False, True), "kvc": (False, True),
             "ep": (False, True), "chunked_prefill": None, "prefix_cache": (False, True),
-            "batch": ("all", "one", "mixed"), "spec": (False, "ngram")}
+            "batch": ("all", "one", "mixed"), "spec": (False, "ngram"), "dp": None}
 
     def model_types(self) -> frozenset[str] | None:
         from harness.engines.reference.model import INTERMEDIATE_KEYS  # the families model.py implements
@@ -66,6 +67,12 @@ class ReferenceEngine(Engine):
         budget = settings.get("chunked_prefill", 0)
         if isinstance(budget, bool) or not isinstance(budget, int) or budget < 0:
             return f"chunked_prefill is a token budget per step (0: off), got {budget!r}"
+        dp = int(settings.get("dp", 1))
+        if dp > 1 and settings.get("ep"):
+            return ("dp with ep: the reference engine's expert-parallel group is the TP group of one replica; "
+                    "experts shared across DP replicas (lockstep MoE steps) are not implemented")
+        if dp > 1 and settings.get("kvc"):
+            return "dp with kvc: the KV connector's scheduler of record is one replica's driver"
         if settings.get("prefix_cache") and settings.get("kvc"):
             return "prefix_cache and kvc both fill the KV cache from a store: the reference engine runs one at a time"
         if model_dir is None:
@@ -108,7 +115,7 @@ class ReferenceEngine(Engine):
         return f"{problem}; the reference engine knows: {switches.known()}" if problem else None
 
     def launch_plan(self, spec: RunSpec, spec_path: str) -> LaunchPlan:
-        world_size = spec.tp * spec.pp
+        world_size = self.devices_needed(spec.settings)
         # The same environment for every run, eager or compiled, of any size (the ranks'
         # thread count is set in the worker instead): one rank-pool zygote serves them all.
         # The ranks run in this interpreter: its torch is theirs.

@@ -14,6 +14,7 @@ gathers them and says, per axis, whether the setting took effect (summarize):
   prefix_cache     prompts were served with leading tokens from the cache (hit tokens > 0)
   batch    the prompts went in as the mode composes them: one a batch, or with fillers
   spec     drafted tokens were verified (proposed > 0), and how many were kept
+  dp       dp replicas formed, each of which served prompts
 """
 
 from __future__ import annotations
@@ -26,7 +27,8 @@ def rank_evidence(ctx, stage, compile_stats: dict, collectives: dict, runner) ->
     heads = layer.self_attn.num_heads if layer is not None else 0
     experts = list(getattr(layer.mlp, "expert_ids", [])) if layer is not None else []
     cache = runner.prefix_cache.counts if runner.prefix_cache is not None else None
-    return {"rank": ctx.rank, "tp_rank": ctx.tp_rank, "pp_rank": ctx.pp_rank,
+    return {"rank": ctx.rank, "tp_rank": ctx.tp_rank, "pp_rank": ctx.pp_rank, "dp_rank": ctx.dp_rank,
+            "prompts_served": runner.prompts_served,
             "layers": list(stage.layer_ids), "heads": heads, "total_heads": stage.cfg.num_attention_heads,
             "experts": experts, "total_experts": stage.cfg.num_experts,
             "expert_width": layer.mlp.intermediate_size if experts else 0,
@@ -56,6 +58,8 @@ def summarize(settings: dict, ranks: list[dict]) -> dict:
         out["batch"] = _batch(settings["batch"], ranks[0]["batch"])
     if "spec" in settings:
         out["spec"] = _spec(ranks[0]["spec"])
+    if "dp" in settings:
+        out["dp"] = _dp(int(settings["dp"]), ranks)
     return out
 
 
@@ -137,3 +141,12 @@ def _spec(stats: dict) -> dict:
     return {"applied": stats["proposed"] > 0,
             "evidence": f"{stats['proposed']} draft tokens proposed, {stats['accepted']} accepted, "
                         f"in {stats['steps']} verification steps"}
+
+
+def _dp(dp: int, ranks: list[dict]) -> dict:
+    served: dict[int, int] = {}
+    for r in ranks:
+        served.setdefault(r["dp_rank"], r["prompts_served"])
+    applied = len(served) == dp and all(served.values())
+    layout = "; ".join(f"replica {d}: {n} prompts" for d, n in sorted(served.items()))
+    return {"applied": applied, "evidence": f"{len(served)} replicas of {len(ranks) // max(len(served), 1)} ranks; {layout}"}

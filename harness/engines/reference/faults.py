@@ -87,6 +87,9 @@ register("chunked-prefill-drops-kv",
 register("prefix-cache-skips-stage",
          "a prefix-cache hit restores the cached KV blocks on the first pipeline stage only; later stages "
          "attend to empty blocks")
+register("dp-merge-misorders",
+         "the data-parallel replicas' outputs are merged as if each served a contiguous block of prompts "
+         "(each serves every dp-th): prompts get other prompts' outputs")
 register("spec-accepts-unverified-draft",
          "speculative decoding keeps each step's first drafted token without comparing it to the model's choice")
 # Settings accepted but not applied: the run must not pass as the setting it skipped

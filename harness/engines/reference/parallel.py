@@ -1,8 +1,10 @@
 """Everything that splits the model over ranks: process groups, collectives, the
 tensor-parallel layers, and parallelize() that swaps them into a plain LlamaStage.
 
-Rank layout (as vLLM): global rank = pp_rank * tp + tp_rank, so the TP ranks of one
-stage are neighbours and TP rank r of stage i talks to TP rank r of stage i+1.
+Rank layout (as vLLM): global rank = dp_rank * tp * pp + pp_rank * tp + tp_rank, so the
+TP ranks of one stage are neighbours, TP rank r of stage i talks to TP rank r of stage
+i+1, and each data-parallel replica (a whole tp x pp engine serving its share of the
+prompts) is a contiguous block of ranks.
 
 The TP collectives are torch custom ops (as vLLM's): torch.compile keeps each as one
 opaque node that runs the real gloo/NCCL call, so a stage compiles to a single graph.
@@ -33,6 +35,8 @@ class ParallelContext:
     device: torch.device
     backend: str
     tp_group: object = field(default=None, repr=False)
+    dp: int = 1  # data-parallel replicas
+    replica_group: object = field(default=None, repr=False)  # this replica's ranks (None: the world)
     faults: tuple[str, ...] = ()  # fault switches that act in the parallel code
     # Expert parallelism: a mixture-of-experts layer's experts are split over the TP
     # ranks of a stage (whole experts each), instead of each expert over them (vLLM's
@@ -40,12 +44,20 @@ class ParallelContext:
     ep: bool = False
 
     @property
+    def replica_size(self) -> int:
+        return self.tp * self.pp
+
+    @property
+    def dp_rank(self) -> int:
+        return self.rank // self.replica_size
+
+    @property
     def tp_rank(self) -> int:
         return self.rank % self.tp
 
     @property
     def pp_rank(self) -> int:
-        return self.rank // self.tp
+        return self.rank % self.replica_size // self.tp
 
     @property
     def is_first_stage(self) -> bool:
@@ -56,7 +68,8 @@ class ParallelContext:
         return self.pp_rank == self.pp - 1
 
     def global_rank(self, pp_rank: int, tp_rank: int) -> int:
-        return pp_rank * self.tp + tp_rank
+        """The rank at (pp_rank, tp_rank) of this rank's own replica."""
+        return self.dp_rank * self.replica_size + pp_rank * self.tp + tp_rank
 
     @property
     def prev_stage_peer(self) -> int:
@@ -68,8 +81,13 @@ class ParallelContext:
 
     @property
     def driver_rank(self) -> int:
-        """The rank that samples and writes outputs: TP rank 0 of the last stage."""
+        """The rank that samples for this replica: TP rank 0 of its last stage."""
         return self.global_rank(self.pp - 1, 0)
+
+    @property
+    def writer_rank(self) -> int:
+        """The rank that writes the run's outputs: the first replica's driver."""
+        return (self.pp - 1) * self.tp
 
     def token_shard(self, num_tokens: int) -> slice:
         """This rank's own SP token slice [r*n/tp, (r+1)*n/tp) of a padded batch."""
@@ -77,14 +95,15 @@ class ParallelContext:
         return slice(self.tp_rank * n, (self.tp_rank + 1) * n)
 
 
-def init_parallel(tp: int, pp: int, sp: bool, device_kind: str) -> ParallelContext:
-    """Join the process group (torchrun env vars, env:// init) and make the TP groups."""
+def init_parallel(tp: int, pp: int, sp: bool, device_kind: str, dp: int = 1) -> ParallelContext:
+    """Join the process group (torchrun env vars, env:// init) and make the TP groups
+    (and, with several data-parallel replicas, one group per replica)."""
     import datetime
     import os
 
     rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    if world_size != tp * pp:
-        raise RuntimeError(f"WORLD_SIZE={world_size} but tp*pp={tp * pp}")
+    if world_size != dp * tp * pp:
+        raise RuntimeError(f"WORLD_SIZE={world_size} but dp*tp*pp={dp * tp * pp}")
     if device_kind == "cuda":
         local_rank = int(os.environ.get("LOCAL_RANK", rank))
         torch.cuda.set_device(local_rank)
@@ -97,14 +116,21 @@ def init_parallel(tp: int, pp: int, sp: bool, device_kind: str) -> ParallelConte
     with in_collective():  # the rendezvous: each rank waits for the others
         dist.init_process_group(backend, init_method="env://", rank=rank, world_size=world_size,
                                 timeout=datetime.timedelta(minutes=30))
-    ctx = ParallelContext(rank, world_size, tp, pp, sp, device, backend)
+    ctx = ParallelContext(rank, world_size, tp, pp, sp, device, backend, dp=dp)
     # new_group is collective over the world: every rank creates every group, in order.
-    for stage in range(pp):
-        ranks = [ctx.global_rank(stage, r) for r in range(tp)]
+    size = ctx.replica_size
+    for replica in range(dp):
+        for stage in range(pp):
+            ranks = [replica * size + stage * tp + r for r in range(tp)]
+            with in_collective():
+                group = dist.new_group(ranks)
+            if (replica, stage) == (ctx.dp_rank, ctx.pp_rank):
+                ctx.tp_group = group
+    for replica in range(dp if dp > 1 else 0):
         with in_collective():
-            group = dist.new_group(ranks)
-        if stage == ctx.pp_rank:
-            ctx.tp_group = group
+            group = dist.new_group(list(range(replica * size, (replica + 1) * size)))
+        if replica == ctx.dp_rank:
+            ctx.replica_group = group
     return ctx
 
 
@@ -237,27 +263,27 @@ def recv_json(src: int):
 
 
 def broadcast_json(obj, src: int):
-    """The JSON-able `obj` of rank `src`, on every rank of the world."""
-    if _CTX.world_size == 1:
+    """The JSON-able `obj` of rank `src`, on every rank of its replica."""
+    if _CTX.replica_size == 1:
         return obj
     size = torch.zeros(1, dtype=torch.int64, device=_CTX.device)
     if _CTX.rank == src:
         data = torch.frombuffer(bytearray(json.dumps(obj).encode()), dtype=torch.uint8).to(_CTX.device)
         size[0] = data.numel()
     with in_collective():
-        dist.broadcast(size, src=src)
+        dist.broadcast(size, src=src, group=_CTX.replica_group)
     if _CTX.rank != src:
         data = torch.empty(int(size), dtype=torch.uint8, device=_CTX.device)
     with in_collective():
-        dist.broadcast(data, src=src)
+        dist.broadcast(data, src=src, group=_CTX.replica_group)
     return json.loads(bytes(data.cpu().tolist()).decode())
 
 
 def broadcast_from(x: torch.Tensor, src: int) -> torch.Tensor:
-    """Broadcast over the whole world (e.g. sampled tokens from the driver rank)."""
-    if _CTX.world_size > 1:
+    """Broadcast over this rank's replica (e.g. sampled tokens from its driver rank)."""
+    if _CTX.replica_size > 1:
         with in_collective():
-            dist.broadcast(x, src=src)
+            dist.broadcast(x, src=src, group=_CTX.replica_group)
     return x
 
 

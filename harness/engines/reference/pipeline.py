@@ -160,6 +160,7 @@ class ModelRunner:
         self.prefix_cache = PrefixCache() if prefix_cache else None
         self.speculate = speculate  # n-gram drafts verified in each decode step of a greedy workload
         self.spec_stats = {"steps": 0, "proposed": 0, "accepted": 0}
+        self.prompts_served = 0  # of every workload, by this rank's replica (the dp axis)
         # how the workloads were submitted (the batch axis): the largest prefill batch ran
         self.batch_stats = {"submissions": 0, "fillers": 0, "largest_batch": 0, "smallest_batch": 0}
 

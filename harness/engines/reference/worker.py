@@ -63,13 +63,69 @@ def run_workloads(runner, workloads: list[dict], batch: str = "all"):
     return results
 
 
-def submitted_workloads(spec) -> list[dict]:
+def submitted_workloads(workloads: list[dict], mode: str) -> list[dict]:
     """The workloads as the batch axis submits them (fillers and all): what the KV cache
     is sized for."""
     from harness.contract import batching
 
-    mode = spec.settings.get("batch", "all")
-    return [{**w, "prompts": sub.prompts} for w in spec.workloads for sub in batching.compose(w["prompts"], mode)]
+    return [{**w, "prompts": sub.prompts} for w in workloads for sub in batching.compose(w["prompts"], mode)]
+
+
+def replica_share(count: int, dp: int, dp_rank: int) -> list[int]:
+    """The prompts data-parallel replica `dp_rank` serves: every dp-th, from its own index
+    (round robin, as requests spread over DP engines)."""
+    return list(range(dp_rank, count, dp))
+
+
+def replica_workloads(workloads: list[dict], dp: int, dp_rank: int) -> list[dict]:
+    """Each workload cut to this replica's share of its prompts (and their media). Without
+    the per-layer capture under dp > 1: its rows are those of the golden's first batch,
+    which no replica's first batch is."""
+    from harness.contract.runspec import MEDIA
+
+    if dp == 1:
+        return workloads
+    out = []
+    for w in workloads:
+        share = replica_share(len(w["prompts"]), dp, dp_rank)
+        cut = {field: [w[field][i] for i in share] for field in ("prompts", *MEDIA) if w.get(field) is not None}
+        out.append({**w, **cut, "capture_hidden": False})
+    return out
+
+
+def _misordered_share(count: int, dp: int, dp_rank: int) -> list[int]:
+    """The dp-merge-misorders fault: a replica's outputs taken for a contiguous block of
+    prompts of its share's size, though it served every dp-th."""
+    start = sum(len(replica_share(count, dp, r)) for r in range(dp_rank))
+    return list(range(start, start + len(replica_share(count, dp, dp_rank))))
+
+
+def merged_replicas(ctx, results: dict, workloads: list[dict]) -> dict:
+    """Every replica driver's outputs, merged on the writer in each workload's prompt order
+    (the other ranks get {})."""
+    import torch.distributed as dist
+
+    from harness.contract import batching
+    from harness.engines.reference import faults
+
+    if ctx.dp == 1:
+        return results
+    pieces = [None] * ctx.world_size
+    dist.all_gather_object(pieces, (ctx.dp_rank, results) if ctx.rank == ctx.driver_rank else None)
+    if ctx.rank != ctx.writer_rank:
+        return {}
+    by_replica = dict(piece for piece in pieces if piece is not None)
+    share = _misordered_share if faults.active(ctx.faults, "dp-merge-misorders") else replica_share
+    merged = {}
+    for w in workloads:
+        n = len(w["prompts"])
+        if not n:
+            merged[w["name"]] = by_replica[0][w["name"]]
+            continue
+        subs = [batching.Submission([], share(n, ctx.dp, r)) for r in range(ctx.dp)]
+        per_prompt = [_per_prompt(w["kind"], by_replica[r][w["name"]]) if subs[r].origin else [] for r in range(ctx.dp)]
+        merged[w["name"]] = _joined(w["kind"], batching.restore(per_prompt, subs, n))
+    return merged
 
 
 def _run_one(runner, w: dict):
@@ -179,16 +235,20 @@ def run(spec) -> None:
     faults.parse(spec.faults)  # unknown fault names fail here, on every rank
     sp = spec.sp and not faults.active(spec, "sp-switched-off")
     compile_on = spec.compile and not faults.active(spec, "compile-switched-off")
-    ctx = init_parallel(spec.tp, spec.pp, sp, spec.device)
+    dp = int(spec.settings.get("dp", 1))
+    ctx = init_parallel(spec.tp, spec.pp, sp, spec.device, dp=dp)
     ctx.faults = tuple(spec.faults)
     ctx.ep = bool(spec.settings.get("ep", False))
     phases.mark("rendezvous")
     kv_store = str(Path(spec.output_dir).parent / "kv-store") if spec.settings.get("kvc") else None
+    workloads = replica_workloads(spec.workloads, dp, ctx.dp_rank)
+    batch = spec.settings.get("batch", "all")
     try:
         with torch.inference_mode():
             t0 = time.perf_counter()
             stage = build_stage(spec, ctx)
-            runner = ModelRunner(stage, ctx, getattr(torch, spec.dtype), submitted_workloads(spec), compile_on, spec.faults,
+            runner = ModelRunner(stage, ctx, getattr(torch, spec.dtype), submitted_workloads(workloads, batch),
+                                 compile_on, spec.faults,
                                  kv_store, chunk_budget=int(spec.settings.get("chunked_prefill", 0)),
                                  prefix_cache=bool(spec.settings.get("prefix_cache", False)),
                                  speculate=spec.settings.get("spec", False) == "ngram")
@@ -199,9 +259,9 @@ def run(spec) -> None:
             t2 = time.perf_counter()
             phases.mark("warmup")
             results = {}
-            for w in spec.workloads:  # captures are per workload: gathered after each one
+            for w in workloads:  # captures are per workload: gathered after each one
                 runner.captured = []
-                results.update(run_workloads(runner, [w], spec.settings.get("batch", "all")))
+                results.update(run_workloads(runner, [w], batch))
                 if w.get("capture_hidden"):
                     captures = [None] * ctx.world_size
                     dist.all_gather_object(captures, runner.captured)
@@ -210,12 +270,14 @@ def run(spec) -> None:
             t3 = time.perf_counter()
             after_run = _compile_stats()
             phases.mark("workloads")
+        runner.prompts_served = sum(len(w["prompts"]) for w in workloads)
+        results = merged_replicas(ctx, results, spec.workloads)
         # Each rank's stage I/O and evidence of what it applied, collected so the driver can record all stages.
         gathered = [None] * ctx.world_size
         dist.all_gather_object(gathered, (runner.stage_io, evidence.rank_evidence(ctx, stage, after_warmup, COLLECTIVES,
                                                                                   runner)))
         stage_io = [io for io, _ in gathered]
-        if ctx.rank == ctx.driver_rank:
+        if ctx.rank == ctx.writer_rank:
             out = EngineOutputs()
             for name, fields in results.items():
                 out.put(name, **fields)
