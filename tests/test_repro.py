@@ -347,3 +347,99 @@ def test_script_tolerates_decisive_flips_as_the_harness_does(top1_min):
                 for o in (golden, scenario)]
     script = repro_script.compare_logprobs(*as_lists, tol.__dict__)
     assert script["passed"] == harness.passed == (top1_min == 0.9)
+
+
+# ---------------------------------------------------------------------------------
+# the scheduler, speculative and MoE axes reach the script (issue 35)
+
+
+def axes_suite(tmp_path: Path) -> list:
+    checkpoint(tmp_path / "scenarios" / "ckpt")
+    scenarios = suite_file(tmp_path)
+    text = (scenarios / "demo.yaml").read_text()
+    text = text.replace("golden: {tp: 1, pp: 1, compile: false}",
+                        "golden: {tp: 1, pp: 1, compile: false, ep: false, prefix_cache: false, chunked_prefill: 0, "
+                        "batch: all, spec: false}")
+    text = text.replace("matrix: {tp: [1], pp: [1, 2], compile: [false, true]}",
+                        "matrix: {tp: [1, 2], pp: [1, 2], compile: [false], ep: [false, true], prefix_cache: [false, true], "
+                        "chunked_prefill: [0, 32], batch: [all, one, mixed], spec: [false, ngram]}")
+    (scenarios / "demo.yaml").write_text(text)
+    return load_scenarios([scenarios])
+
+
+def test_new_axes_are_the_engine_arguments_and_submissions_the_harness_uses(tmp_path):
+    from harness.contract.batching import compose
+    from harness.engines.vllm.driver import NGRAM
+
+    scenarios = axes_suite(tmp_path)
+
+    def failing(sid: str) -> dict:
+        case = case_of(write_repro(sid, tmp_path / "out", report_dir=tmp_path / "none", scenarios=scenarios).script)
+        assert case["reference"] == "tp1-pp1-batch-all", case["reference"]
+        assert "submissions" not in case["settings"][case["reference"]]  # every prompt in one call
+        return case["settings"][case["failing"]]
+
+    ep = failing("demo/tp2-pp1-ep-batch-all")
+    assert ep["engine_args"]["enable_expert_parallel"] is True and ep["engine_args"]["tensor_parallel_size"] == 2
+    assert ep["ranks"] == 2
+    spec = failing("demo/tp1-pp2-batch-all-spec-ngram")
+    assert spec["engine_args"]["speculative_config"] == NGRAM and spec["engine_args"]["pipeline_parallel_size"] == 2
+    assert failing("demo/tp2-pp1-prefix_cache-batch-all")["engine_args"]["enable_prefix_caching"] is True
+    chunked = failing("demo/tp1-pp2-chunked_prefill32-batch-all")["engine_args"]
+    assert (chunked["enable_chunked_prefill"], chunked["max_num_batched_tokens"]) == (True, 32)
+    for mode in ("one", "mixed"):
+        setting = failing(f"demo/tp2-pp1-batch-{mode}")
+        case = case_of(tmp_path / "out" / "repro.py")
+        for w in case["workloads"]:
+            want = [[i if i is not None else p for p, i in zip(s.prompts, s.origin)] for s in compose(w["prompts"], mode)]
+            assert setting["submissions"][w["name"]] == want
+    assert len(setting["submissions"]["logits"][0]) == 2 * 3  # mixed: each of the 3 prompts with a filler
+
+
+def test_crash_of_names_the_segfaulted_worker_not_its_peer():
+    """A worker killed by a signal logs no traceback: the executor's "died unexpectedly"
+    names it (by the role its pid logged under), faulthandler's stack says where; its
+    peer's gloo error is a consequence (vLLM 0.32 CPU, expert parallelism)."""
+    log = "\n".join([
+        "(VllmWorker-0 pid=13178) INFO 11-27 07:34:10 [parallel_state.py:1] starting",
+        "(Worker_TP0_EP0 pid=13178) INFO 11-27 07:34:20 [layer.py:1] Local/global number of experts: 2/4",
+        "(Worker_TP1_EP1 pid=13179) INFO 11-27 07:34:20 [layer.py:1] Local/global number of experts: 2/4",
+        "Fatal Python error: Segmentation fault",
+        "",
+        "Thread 0x00007f9fc4ffe6c0 (most recent call first):",
+        '  File "/v/lib/python3.11/multiprocessing/connection.py", line 395 in _recv',
+        "",
+        "Current thread 0x00007fa09802eb80 (most recent call first):",
+        '  File "/v/site-packages/torch/_ops.py", line 1279 in __call__',
+        '  File "/v/site-packages/vllm/_custom_ops.py", line 4498 in cpu_fused_moe',
+        '  File "/v/site-packages/vllm/model_executor/layers/fused_moe/experts/cpu_moe.py", line 303 in apply',
+        "(Worker_TP1_EP1 pid=13179) ERROR 11-27 07:34:30 [multiproc_executor.py:9] Traceback (most recent call last):",
+        '(Worker_TP1_EP1 pid=13179) ERROR 11-27 07:34:30 [multiproc_executor.py:9]   File "/v/torch/distributed/c10d.py", line 9, in all_reduce',
+        "(Worker_TP1_EP1 pid=13179) ERROR 11-27 07:34:30 [multiproc_executor.py:9] RuntimeError: Connection closed by peer [127.0.0.1]:1",
+        "(EngineCore pid=13172) ERROR 11-27 07:34:30 [multiproc_executor.py:315] Worker proc VllmWorker-0 died unexpectedly (exit code: -11), shutting down executor.",
+        "Traceback (most recent call last):",
+        "vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue.",
+    ])
+    said, stack = repro_script.crash_of(log)
+    assert said == ("Worker_TP0_EP0 (pid 13178): Fatal Python error: Segmentation fault (exit code -11) at site-packages/vllm/_custom_ops.py:4498 "
+                    "in cpu_fused_moe (called from fused_moe/experts/cpu_moe.py:303 in apply)"), said
+    assert stack[0].startswith("Current thread")
+    # without faulthandler's stack: the death alone
+    bare = "\n".join(line for line in log.splitlines() if line.startswith("("))
+    assert repro_script.crash_of(bare)[0] == "Worker_TP0_EP0 (pid 13178): died unexpectedly (exit code -11)"
+    # with no death: the lost peer's own traceback is all there is
+    lost = "\n".join(line for line in bare.splitlines() if "died" not in line)
+    assert repro_script.crash_of(lost)[0].startswith("Worker_TP1_EP1 (pid 13179): RuntimeError: Connection closed by peer")
+
+
+@pytest.mark.e2e
+def test_written_script_submits_a_batch_setting_as_composed_and_restores_the_order(tmp_path):
+    """On the stand-in vllm (outputs depend on the prompt alone), a `batch: mixed` setting
+    sends the fillers too and still matches the reference prompt by prompt."""
+    scenarios = axes_suite(tmp_path)
+    repro = write_repro("demo/tp2-pp1-batch-mixed", tmp_path / "out", report_dir=tmp_path / "none", scenarios=scenarios)
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "tests" / "kit" / "fake_vllm")}
+    done = subprocess.run([sys.executable, str(repro.script), "--timeout", "20", "--work-dir", str(tmp_path / "work")],
+                          capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "RESULT: bug absent: tp2-pp1-batch-mixed matches tp1-pp1-batch-all" in done.stdout, done.stdout

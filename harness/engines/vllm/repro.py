@@ -12,6 +12,7 @@ from __future__ import annotations
 import pprint
 from pathlib import Path
 
+from harness.contract.batching import compose
 from harness.engines.vllm.driver import plain_kwargs, sp_pass_config
 
 TEMPLATE = Path(__file__).with_name("repro_script.py")
@@ -25,6 +26,13 @@ class CannotReproduce(ValueError):
     """The scenario has something the script cannot do; the message says what."""
 
 
+def submissions(prompts: list[list[int]], mode: str) -> list[list]:
+    """The LLM.generate calls that carry a workload's prompts under the `batch` axis, as
+    the driver makes them (harness/contract/batching.py compose, shared with every
+    engine): per call, each entry a workload prompt's index or a filler's token ids."""
+    return [[i if i is not None else list(p) for p, i in zip(sub.prompts, sub.origin)] for sub in compose(prompts, mode)]
+
+
 def render(case: dict, sp_support=None) -> str:
     """The script's text. `case`: harness/repro.py's engine-neutral description of the
     scenario; `sp_support`: a callable giving the probe's SP answer (asked only for a
@@ -35,6 +43,9 @@ def render(case: dict, sp_support=None) -> str:
         del args["model"], args["tokenizer"]  # the script points them at its checkpoint
         entry = {"axes": axes, "engine_args": args, "compile": bool(axes.get("compile")),
                  "ranks": int(axes.get("tp", 1)) * int(axes.get("pp", 1))}
+        mode = str(axes.get("batch", "all"))
+        if mode != "all":
+            entry["submissions"] = {w["name"]: submissions(w["prompts"], mode) for w in case["workloads"]}
         if axes.get("sp"):
             try:
                 support = sp_support() if sp_support else {"reason": "the installed vLLM was not asked"}

@@ -114,7 +114,26 @@ def topk_row(position: dict, k: int) -> tuple[list[int], list[float]]:
     return [tid for _, tid, _ in ranked], [lp for _, _, lp in ranked]
 
 
-def run_logprobs(llm, workload: dict) -> dict:
+def generate(llm, workload: dict, params, setting: dict) -> list:
+    """The workload's outputs, in its prompts' order. A setting with `submissions` (the
+    harness's `batch` axis: harness/contract/batching.py) hands the prompts to vLLM as
+    the harness did: one LLM.generate call per submission, each entry a workload prompt's
+    index or a filler prompt's token ids (the fillers' outputs are dropped); without
+    it, every prompt in one call."""
+    inputs = prompt_inputs(workload)
+    plan = (setting.get("submissions") or {}).get(workload["name"])
+    if plan is None:
+        return llm.generate(inputs, params, use_tqdm=False)
+    outputs: list = [None] * len(inputs)
+    for submission in plan:
+        items = [inputs[e] if isinstance(e, int) else {"prompt_token_ids": list(e)} for e in submission]
+        for e, out in zip(submission, llm.generate(items, params, use_tqdm=False)):
+            if isinstance(e, int):
+                outputs[e] = out
+    return outputs
+
+
+def run_logprobs(llm, workload: dict, setting: dict) -> dict:
     """Row i of a prompt = the next-token distribution after its token i: vLLM's prompt
     logprobs of tokens 1.., then one generated step for the last one."""
     from vllm import SamplingParams
@@ -122,7 +141,7 @@ def run_logprobs(llm, workload: dict) -> dict:
     k = int(workload["top_k"])
     params = SamplingParams(temperature=0.0, max_tokens=1, logprobs=k, prompt_logprobs=k, ignore_eos=True)
     ids, lps, offsets = [], [], [0]
-    for out in llm.generate(prompt_inputs(workload), params, use_tqdm=False):
+    for out in generate(llm, workload, params, setting):
         rows = [p for p in out.prompt_logprobs if p is not None] + [out.outputs[0].logprobs[0]]
         for row in rows:
             i, lp = topk_row(row, k)
@@ -132,13 +151,13 @@ def run_logprobs(llm, workload: dict) -> dict:
     return {"ids": ids, "logprobs": lps, "offsets": offsets}
 
 
-def run_greedy(llm, workload: dict) -> dict:
+def run_greedy(llm, workload: dict, setting: dict) -> dict:
     from vllm import SamplingParams
 
     k, n = int(workload["top_k"]), int(workload["max_new_tokens"])
     params = SamplingParams(temperature=0.0, max_tokens=n, min_tokens=n, logprobs=k, ignore_eos=True)
     tokens, ids, lps = [], [], []
-    for out in llm.generate(prompt_inputs(workload), params, use_tqdm=False):
+    for out in generate(llm, workload, params, setting):
         gen = out.outputs[0]
         rows = [topk_row(step, k) for step in gen.logprobs]
         tokens.append(list(gen.token_ids))
@@ -159,7 +178,7 @@ def run_setting(name: str, out: Path) -> None:
     started = time.monotonic() - start
     results = {}
     for w in CASE["workloads"]:
-        results[w["name"]] = (run_logprobs if w["kind"] == "logprobs" else run_greedy)(llm, w)
+        results[w["name"]] = (run_logprobs if w["kind"] == "logprobs" else run_greedy)(llm, w, setting)
     versions = {"vllm": vllm.__version__, "torch": torch.__version__}
     out.write_text(json.dumps({"versions": versions, "engine_start_s": round(started, 1),
                                "run_s": round(time.monotonic() - start - started, 1), "results": results}))
@@ -274,21 +293,44 @@ def compare(ref: dict, got: dict) -> list[tuple[str, dict]]:
 # ---------------------------------------------------------------------------------
 # the driver: a process per setting, its log, the crash's worker, the verdict
 
-PREFIX = re.compile(r"^\((?P<proc>[A-Za-z0-9_]+) pid=(?P<pid>\d+)\) (?P<rest>.*)$")
+PREFIX = re.compile(r"^\((?P<proc>[A-Za-z0-9_-]+) pid=(?P<pid>\d+)\) (?P<rest>.*)$")
 LOG_HEADER = re.compile(r"^(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d \[[^\]]+\] ?")
 EXCEPTION = re.compile(r"^[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt)(?::.*)?$")
-FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>\S+)')
+FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+),? in (?P<func>\S+)')
+# A collective's error in a worker whose peer died (gloo on CPU): a consequence, not the cause.
+PEER_LOST = re.compile(r"Connection closed by peer|caused by a remote worker crashing|Connection reset by peer")
+DIED = re.compile(r"Worker proc (?P<name>\S+) died unexpectedly(?: \(exit code: (?P<code>-?\d+)\))?")
+FATAL = re.compile(r"^Fatal Python error: (?P<what>.+)$")
+ROLE = re.compile(r"_(?:DP|PP|PCP|TP|DCP|EP)\d")
+
+
+def _where(frames: list) -> str:
+    return f" at {'/'.join(Path(frames[-1]['file']).parts[-3:])}:{frames[-1]['line']} in {frames[-1]['func']}" if frames else ""
 
 
 def crash_of(log: str) -> tuple[str, list[str]] | None:
     """(`Worker_PP1 (pid 7155): AssertionError at .../gpu_model_runner.py:3174 in f`, its
-    traceback): the first vLLM worker that logged a traceback (vLLM prefixes each
-    process's lines with `(<name> pid=N)`), else the first process that did."""
+    traceback): the process that really failed (vLLM prefixes each process's lines with
+    `(<name> pid=N)`). In order: the first vLLM worker that logged a traceback of its own;
+    else the first worker the executor saw die ("Worker proc VllmWorker-0 died
+    unexpectedly (exit code: -11)": a segfault), named by its role (Worker_TP0_EP0) with
+    the "Fatal Python error" stack Python's faulthandler printed; else a worker whose
+    peer was lost (gloo's "Connection closed by peer"); else the first process that
+    logged a traceback."""
     blocks: dict[str, list[str]] = {}
     done: list[tuple[str, str, list[str]]] = []
+    names: dict[str, list[str]] = {}  # pid -> the names it logged under
+    pids: dict[str, str] = {}  # name -> pid
+    deaths: list[tuple[str, str]] = []  # (vLLM's worker name, exit code)
     for line in log.splitlines():
         m = PREFIX.match(line)
         proc, pid, text = (m["proc"], m["pid"], LOG_HEADER.sub("", m["rest"], count=1)) if m else ("main", "", line)
+        if pid:
+            names.setdefault(pid, []).append(proc)
+            pids[proc] = pid
+        died = DIED.search(text)
+        if died:
+            deaths.append((died["name"], died["code"] or "?"))
         key = f"{proc} (pid {pid})" if pid else proc
         if text.startswith("Traceback (most recent call last):"):
             blocks[key] = []
@@ -296,12 +338,43 @@ def crash_of(log: str) -> tuple[str, list[str]] | None:
             blocks[key].append(text)
             if EXCEPTION.match(text):
                 done.append((key, text.strip(), blocks.pop(key)))
-    if not done:
+    workers = [d for d in done if d[0].startswith(("Worker", "VllmWorker"))]
+    own = [d for d in workers if not PEER_LOST.search(d[1])]
+    if own:
+        return _said(*own[0])
+    if deaths:
+        name, code = deaths[0]
+        pid = pids.get(name)
+        role = next((n for n in reversed(names.get(pid, [])) if ROLE.search(n)), name) if pid else name
+        key = f"{role} (pid {pid})" if pid else role
+        fatal = _fatal(log)
+        if fatal is None:
+            return f"{key}: died unexpectedly (exit code {code})", [line for line in log.splitlines() if DIED.search(line)]
+        return f"{key}: {fatal[0]} (exit code {code}){fatal[1]}", fatal[2]
+    if workers or done:
+        return _said(*(workers or done)[0])
+    return None
+
+
+def _said(key: str, exc: str, block: list[str]) -> tuple[str, list[str]]:
+    return f"{key}: {exc}{_where([f for f in map(FRAME.match, block) if f])}", block
+
+
+def _fatal(log: str) -> tuple[str, str, list[str]] | None:
+    """The first "Fatal Python error: ..." (faulthandler writes it unprefixed): the error,
+    where the crashed thread was in vLLM (its innermost vLLM frame and the vLLM frame that
+    called it), and the crashed thread's stack."""
+    lines = log.splitlines()
+    start = next((i for i, line in enumerate(lines) if FATAL.match(line)), None)
+    if start is None:
         return None
-    key, exc, block = next((d for d in done if d[0].startswith(("Worker", "VllmWorker"))), done[0])
-    frames = [f for f in map(FRAME.match, block) if f]
-    where = f" at {'/'.join(Path(frames[-1]['file']).parts[-3:])}:{frames[-1]['line']} in {frames[-1]['func']}" if frames else ""
-    return f"{key}: {exc}{where}", block
+    what = lines[start].split(": ", 1)[1]
+    block = [line for line in lines[start:start + 200] if not PREFIX.match(line)]
+    current = next((i for i, line in enumerate(block) if line.startswith("Current thread")), None)
+    stack = block[current:] if current is not None else block
+    ours = [f for f in map(FRAME.match, stack) if f and "/vllm/" in f["file"]]
+    where = _where(ours[:1]) + (f" (called from {_where(ours[1:2])[4:]})" if len(ours) > 1 else "")
+    return f"Fatal Python error: {what}", where, stack
 
 
 def spawn(name: str, python: str, work: Path, timeout: float) -> tuple[dict | None, str]:
