@@ -93,6 +93,13 @@ def test_the_setting_behind_the_failures_is_named():
             verdict("tiny/c", "pass", compile=True)]
     assert "`compile=true, suite=vl`" in explaining_settings(pair)
     assert explaining_settings(runs[2:4]) is None  # nothing failed
+    # a feature left off separates them too, but the switched-on pair is the cause named
+    cache = [verdict("f/pp2-pc", "fail", pp=2, prefix_cache=True, chunked_prefill=0),
+             verdict("f/pp1-pc-cp", "pass", pp=1, prefix_cache=True, chunked_prefill=32),
+             verdict("f/pp2-cp", "pass", pp=2, prefix_cache=False, chunked_prefill=32)]
+    assert explaining_settings(cache).startswith("Failures explained by `pp=2, prefix_cache=true`")
+    off_only = [verdict("g/a", "fail", sp=False), verdict("g/b", "pass", sp=True)]
+    assert explaining_settings(off_only).startswith("Failures explained by `sp=false`")  # still said when it is all there is
     mixed = [verdict("a/x", "fail", tp=2, pp=2), verdict("a/w", "fail", tp=1, pp=1),
              verdict("a/y", "pass", tp=2, pp=1), verdict("a/z", "pass", tp=1, pp=2)]
     assert explaining_settings(mixed) == ("No single setting or pair separates the failures: all 2 have `suite=a`, "

@@ -25,6 +25,12 @@ def _failed(v: Verdict) -> bool:
     return v.verdict in FAILED or (v.verdict == "expected-failure")
 
 
+def _switched_off(feature: tuple[str, object]) -> bool:
+    """A feature left off (`sp=false`, `chunked_prefill=0`): the absence of a cause."""
+    value = feature[1]
+    return value is False or (isinstance(value, int) and not isinstance(value, bool) and value == 0)
+
+
 def _label(features: tuple) -> str:
     return ", ".join(f"{k}={str(v).lower() if isinstance(v, bool) else v}" for k, v in features)
 
@@ -38,9 +44,12 @@ def explaining_settings(verdicts: list[Verdict]) -> str | None:
     if not failed or len(failed) == len(judged):
         return None
     features = sorted(set().union(*(_features(v) for v in judged)), key=repr)
-    for size in (1, 2):
+    # A setting switched on is a cause, one left off only a coincidence of the matrix: a
+    # pair of switched-on settings explains before a single switched-off one does.
+    switched_on = [f for f in features if not _switched_off(f)]
+    for candidates, size in ((switched_on, 1), (switched_on, 2), (features, 1), (features, 2)):
         hits = []
-        for combo in itertools.combinations(features, size):
+        for combo in itertools.combinations(candidates, size):
             having = {v.scenario for v in judged if set(combo) <= _features(v)}
             if having == failed:
                 hits.append(_label(combo))
