@@ -622,6 +622,24 @@ def test_vllm_refuses_ep_without_experts_to_split(tmp_path):
     assert _ep_reason(tmp_path, {"ep": False}) is None
 
 
+def test_vllm_032_cpu_without_amx_refuses_mla_models(tmp_path):
+    """DeepSeek-V2/V3 on vLLM 0.32 CPU: the reference MLA backend's block size (16, forced by
+    platforms/cpu.py) is one its kernel refuses; an AMX CPU, a GPU, another release or a
+    model without MLA is left to run."""
+    from harness.engines.vllm import _mla_reason
+
+    cpu = {"vllm": "0.32.0", "platform": "cpu", "cpu_amx": False}
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "deepseek_v2", "kv_lora_rank": 256}))
+    assert "Unsupported block size: 16" in _mla_reason(tmp_path, cpu)
+    assert "platforms/cpu.py:273-279" in _mla_reason(tmp_path, cpu)
+    for other in ({"cpu_amx": True}, {"platform": "cuda"}, {"vllm": "0.33.0"}):
+        assert _mla_reason(tmp_path, {**cpu, **other}) is None
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "deepseek_v2", "kv_lora_rank": None}))
+    assert _mla_reason(tmp_path, cpu) is None  # DeepSeek-V2-Lite style without MLA
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "minicpm3", "kv_lora_rank": 256}))
+    assert _mla_reason(tmp_path, cpu) is None  # MiniCPM3's attention is its own, not vLLM's MLA backend
+
+
 def test_draft_tokens_are_counted_as_proposed_and_as_kept_by_the_sampled_tokens():
     """A request with k drafts that gets n tokens back from its step accepted n - 1 of
     them (the last is the bonus token); a spec run that proposed nothing is not applied."""

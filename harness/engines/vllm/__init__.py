@@ -95,7 +95,7 @@ class VllmEngine(Engine):
         if not model_dir:
             return None
         return (self._arch_reason(model_dir, pp) or _model_reason(model_dir, tp, pp) or _media_reason(model_dir, settings)
-                or _ep_reason(model_dir, settings))
+                or _ep_reason(model_dir, settings) or _mla_reason(model_dir, probe))
 
     def _arch_reason(self, model_dir: str | Path, pp: int) -> str | None:
         """Whether the installed vLLM serves the checkpoint's architecture (and with PP)."""
@@ -272,6 +272,28 @@ def _ep_reason(model_dir: str | Path, settings: dict) -> str | None:
     if not experts:
         return f"ep: the model has no routed experts (config.json has none of {', '.join(EXPERT_FIELDS)} > 1)"
     return None  # vLLM splits an uneven count itself (expert_map_manager.py: the remainder to the first ranks)
+
+
+# vLLM's DeepSeek MLA models (config/model.py use_mla: model_arch_config.is_deepseek_mla with a kv_lora_rank)
+MLA_MODEL_TYPES = ("deepseek_v2", "deepseek_v3", "deepseek_v32", "kimi_k2")
+
+
+def _mla_reason(model_dir: str | Path, probe: dict) -> str | None:
+    """vLLM 0.32's reference CPU MLA backend cannot decode: platforms/cpu.py:273-279 forces
+    block_size=16 for it ("the CPU MLA decode kernel only compiles with block_size=16"),
+    and the kernel it calls (`mla_decode_kvcache_cpu`, _custom_ops.py:158 -> _C
+    mla_decode_kvcache) raises "Unsupported block size: 16" at the first decode step
+    (measured with DeepSeek-V2, float32, 2026-11-27). A CPU with AMX tiles takes vLLM's AMX
+    MLA path instead, which has no such override; other releases are left to run."""
+    cfg = json.loads((Path(model_dir) / "config.json").read_text())
+    text = cfg.get("text_config", cfg)
+    if text.get("model_type") not in MLA_MODEL_TYPES or not text.get("kv_lora_rank"):
+        return None
+    if probe.get("platform") != "cpu" or probe.get("cpu_amx") or not str(probe.get("vllm", "")).startswith("0.32."):
+        return None
+    return (f"vLLM {probe['vllm']} CPU without AMX cannot decode an MLA model: its CPU MLA backend forces block_size=16 "
+            "(platforms/cpu.py:273-279) and the kernel it calls refuses it: RuntimeError: Unsupported block size: 16 "
+            "in mla_decode_kvcache_cpu (_custom_ops.py:158)")
 
 
 def _probe_key(python: Path) -> str:

@@ -83,6 +83,9 @@ def probe() -> dict:
         "platform": str(current_platform.device_type),
         "sp": sp_support(),
         "compile": compile_support(),
+        # vLLM's CPU platform takes its AMX MLA kernel where the CPU has AMX tiles, else the
+        # reference CPU MLA backend (platforms/cpu.py get_attn_backend_cls, check_and_update_config)
+        "cpu_amx": bool(getattr(torch.cpu, "_is_amx_tile_supported", lambda: False)()),
     }
 
 
