@@ -16,7 +16,7 @@ import yaml
 
 from harness.config.loading import parse_suite
 from harness.config.scenario import expand
-from harness.config.schema import ID_PART, ScenarioError
+from harness.config.schema import FEATURE_AXES, ID_PART, ScenarioError
 from harness.settings.project import CONFIG_FILE, PYPROJECT, find_config
 
 CONFIG_TABLE = """\
@@ -80,13 +80,14 @@ def suite_name(model: str) -> str:
 def suite_raw(suite: str, model: str | dict, engine: str, axes: dict[str, tuple | None]) -> dict:
     """A first scenario file: the golden is the engine unparallelised and eager; the
     matrix is tp and pp at 1 and 2 (as far as the engine allows) and every boolean
-    switch the engine declares (compile, sp)."""
+    switch the engine declares (compile, sp), but the feature axes (FEATURE_AXES), which
+    need a model or workloads made for them."""
     matrix: dict[str, list] = {}
     for axis in ("tp", "pp"):
         allowed = axes.get(axis)
         matrix[axis] = [v for v in (1, 2) if allowed is None or v in allowed]
     for axis, allowed in axes.items():
-        if axis not in matrix and allowed is not None and set(allowed) == {False, True}:
+        if axis not in matrix and axis not in FEATURE_AXES and allowed is not None and set(allowed) == {False, True}:
             matrix[axis] = [False, True]
     raw = {
         "suite": suite,
