@@ -81,7 +81,7 @@ class ReferenceEngine(Engine):
         from harness.engines.reference.model import ModelConfig
 
         try:  # the architectures this engine implements (a user's arch axis may name others)
-            ModelConfig.from_dict(cfg)
+            model = ModelConfig.from_dict(cfg)
         except (ValueError, KeyError) as exc:
             return str(exc) if isinstance(exc, ValueError) else f"reference engine needs config field {exc}"
         heads = cfg["num_attention_heads"]
@@ -91,13 +91,13 @@ class ReferenceEngine(Engine):
                            ("vocab_size", cfg["vocab_size"])):
             if value % tp:
                 return f"{key}={value} is not divisible by tp={tp}"
-        experts = cfg.get("num_local_experts", 0) if cfg.get("model_type") == "llama-moe" else 0
-        if settings.get("chunked_prefill") and cfg.get("model_type") == "llama-vl":
+        experts = model.num_experts  # ModelConfig reads them for the MoE model type only
+        if settings.get("chunked_prefill") and model.model_type == "llama-vl":
             return "chunked_prefill: the reference engine keeps an image's placeholder tokens in one step (no chunked images)"
-        if settings.get("batch") == "mixed" and cfg.get("model_type") == "llama-vl":
+        if settings.get("batch") == "mixed" and model.model_type == "llama-vl":
             return "batch=mixed: filler prompts made from a prompt would carry its image placeholders"
         if settings.get("ep", False) and not experts:
-            return f"ep (expert parallelism) needs a mixture-of-experts model; model_type {cfg.get('model_type')!r} has no experts"
+            return f"ep (expert parallelism) needs a mixture-of-experts model; model_type {model.model_type!r} has no experts"
         if settings.get("ep", False) and experts % tp:
             return f"num_local_experts={experts} is not divisible by tp={tp} (ep gives each rank whole experts)"
         if pp > cfg["num_hidden_layers"]:

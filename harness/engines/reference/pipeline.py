@@ -159,6 +159,8 @@ class ModelRunner:
         self.prefill_stats = {"prefills": 0, "split_prefills": 0, "chunks": 0, "largest_step_tokens": 0}
         self.prefix_cache = PrefixCache() if prefix_cache else None
         self.speculate = speculate  # n-gram drafts verified in each decode step of a greedy workload
+        # asked once, not at every decode step
+        self.trust_first_draft = bool(fault_switches.active(faults, "spec-accepts-unverified-draft"))
         self.spec_stats = {"steps": 0, "proposed": 0, "accepted": 0}
         self.prompts_served = 0  # of every workload, by this rank's replica (the dp axis)
         # how the workloads were submitted (the batch axis): the largest prefill batch ran
@@ -539,8 +541,8 @@ class ModelRunner:
         if logits is not None:
             logprobs = torch.log_softmax(logits.float(), dim=-1)
             choices = logprobs.argmax(dim=-1).tolist()
-            trust = bool(fault_switches.active(self.faults, "spec-accepts-unverified-draft"))
-            picks = [speculative.emitted(d, [choices[r] for r in rs], trust) for d, rs in zip(drafts, rows)]
+            picks = [speculative.emitted(d, [choices[r] for r in rs], self.trust_first_draft)
+                     for d, rs in zip(drafts, rows)]
             chosen = torch.tensor([p + [-1] * (width - len(p)) for p in picks], dtype=torch.int64).flatten()
             lp, tk = logprobs.topk(top_k, dim=-1)
             for pick, rs, top in zip(picks, rows, tops):
