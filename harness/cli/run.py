@@ -85,7 +85,7 @@ def run(args) -> int:
             return exit_codes.USAGE
     request = RunRequest(gate=args.gate, ids=tuple(args.ids), changed_files=args.changed_files, changed_since=args.changed_since,
                          shard=args.shard, durations=args.durations, report_dir=args.report_dir, jobs=args.jobs or default_jobs(),
-                         devices=args.devices, nodes=args.nodes, device=args.device)
+                         devices=args.devices, nodes=args.nodes, device=args.device, history=args.history)
     plan = plan_run(request, catalog.scenarios, selected, project().root)
     chosen = plan.scenarios
     if not chosen and not broken:

@@ -52,6 +52,15 @@ def changed_files_since(base: str, repo: Path) -> list[str]:
     return sorted(set(out.stdout.split()) | set(local.stdout.split()))
 
 
+RULE_REASON = "changes.rules"  # in the reason of a pick that a rule made (not the smoke set, not a whole gate)
+
+
+def picked_by_a_rule(picks: dict[str, list[str]]) -> set[str]:
+    """The scenarios of `select_for_changes`' picks that a `changes.rules` entry mapped a
+    changed path to: the ones the change itself points at, run before the smoke set."""
+    return {sid for sid, reasons in picks.items() if any(f"({RULE_REASON}." in r for r in reasons)}
+
+
 def _matches_any(name: str, patterns: list[str]) -> bool:
     return any(fnmatch.fnmatch(name, p) for p in patterns)
 
@@ -82,7 +91,7 @@ def select_for_changes(scenarios: list[Scenario], changed: list[str]) -> dict[st
                 if _matches_any(path, rule.paths):
                     mapped.add(path)
                     if _matches_any(s.name, rule.scenarios):
-                        pick(s, f"{path} (changes.rules.{i} of {s.source.name})")
+                        pick(s, f"{path} ({RULE_REASON}.{i} of {s.source.name})")
     unmapped = [p for p in changed if p not in mapped]
     for path in unmapped:
         for s in scenarios:

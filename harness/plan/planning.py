@@ -17,10 +17,12 @@ from harness.launch import Cluster
 from harness.plan.changes import (
     changed_files_from,
     changed_files_since,
+    picked_by_a_rule,
     select_for_changes,
 )
 from harness.plan.devices import DevicePool, configured_count
 from harness.plan.nodes import cluster_from_env
+from harness.plan.priority import first_failure_order, order_lines, order_meta, suspects_from_history
 from harness.plan.schedule import (
     Cost,
     costs,
@@ -72,12 +74,30 @@ def plan_run(args: RunRequest, all_scenarios: list[Scenario], chosen: list[Scena
         print(f"harness: shard {index}/{count}: {len(shard)} of {len(chosen)} scenarios "
               f"(~{meta['shard']['device_seconds']:.0f} device-seconds)", flush=True)
         chosen = shard
+    cost = {s.id: cost[s.id] for s in chosen}
+    if args.gate:  # a gate is waited on for its first failure: what failed before goes first
+        chosen, cost = _first_failure_first(args, chosen, cost, meta)
     devices = DevicePool(configured_count(args.device, args.devices), kind=args.device)
     meta["devices"] = {"kind": args.device, "count": devices.count, "jobs": args.jobs}
     cluster = cluster_from_env(args.nodes)
     if cluster is not None:
         meta["nodes"] = [n.name for n in cluster.nodes]
-    return RunPlan(chosen, devices, cluster, {s.id: cost[s.id] for s in chosen}, meta)
+    return RunPlan(chosen, devices, cluster, cost, meta)
+
+
+def _first_failure_first(args: RunRequest, chosen: list[Scenario], cost: dict[str, Cost],
+                          meta: dict) -> tuple[list[Scenario], dict[str, Cost]]:
+    """The gate's scenarios in the order of harness/plan/priority.py, said and recorded."""
+    from harness.report.history import history_dir, read_history
+
+    rows, _ = read_history(history_dir(args.report_dir, args.history))  # unreadable files: the report names them
+    suspects = suspects_from_history(rows, args.gate or "")
+    rule_picked = picked_by_a_rule(meta.get("selection", {}).get("picked", {}))
+    ordered, tiered = first_failure_order(chosen, cost, suspects, rule_picked)
+    meta["order"] = order_meta(ordered, tiered)
+    for line in order_lines(meta["order"]):
+        print(line, flush=True)
+    return ordered, tiered
 
 
 def _changed_files(args: RunRequest, repo: Path) -> list[str] | None:

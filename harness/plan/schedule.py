@@ -69,6 +69,9 @@ class Cost:
     devices: int
     seconds: float
     measured: bool
+    # The order's first key, lower first: a gate runs what is likely to fail before the
+    # rest (harness/plan/priority.py); 0 for every scenario otherwise.
+    tier: int = 0
 
     @property
     def device_seconds(self) -> float:
@@ -96,7 +99,8 @@ def costs(scenarios: list[Scenario], durations: dict[str, float]) -> dict[str, C
 
 
 def largest_first(scenarios: list[Scenario], cost: dict[str, Cost]) -> list[Scenario]:
-    return sorted(scenarios, key=lambda s: (-cost[s.id].device_seconds, -cost[s.id].devices, s.id))
+    """By tier, then largest first within a tier."""
+    return sorted(scenarios, key=lambda s: (cost[s.id].tier, -cost[s.id].device_seconds, -cost[s.id].devices, s.id))
 
 
 def parse_shard(text: str) -> tuple[int, int]:

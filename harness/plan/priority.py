@@ -1,0 +1,89 @@
+"""The first failure first: the order a gate runs its scenarios in.
+
+A gate is waited on for its first failure: one failing verdict already says the change
+is unsafe. So a gate run starts with the scenarios most likely to fail, in tiers:
+
+  0  failed before: its latest result in the history store for this gate was not as
+     expected (fail, crash, hang, error, an unexpected pass);
+  1  drifted before: its latest result passed with a metric outside its noise band
+     (harness/report/regressions.py, the same band the report uses);
+  2  picked by a change rule: `--changed-since` / `--changed-files` mapped a changed
+     path to it through a `changes.rules` entry (not only the smoke set);
+  3  the rest.
+
+Within a tier, largest first (device-seconds, harness/plan/schedule.py): the tier goes
+into each scenario's Cost, and `largest_first` sorts by it, so the packed session
+(--jobs) keeps the same order.
+
+"Latest result" includes runs that did not end whole (interrupted, or stopped by
+--exitfirst, which is the point: such a run's failure must lead the next run too).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pandas as pd
+
+from harness.config.scenario import Scenario
+from harness.plan.schedule import Cost, largest_first
+
+FAILED_BEFORE, DRIFTED_BEFORE, RULE_PICKED, THE_REST = range(4)
+TIER_NAMES = {FAILED_BEFORE: "failed before", DRIFTED_BEFORE: "drifted before", RULE_PICKED: "picked by a change rule",
+              THE_REST: "the rest"}
+
+
+@dataclasses.dataclass(frozen=True)
+class Suspects:
+    """What the history store says of a gate's scenarios."""
+
+    failed: frozenset[str] = frozenset()
+    drifted: frozenset[str] = frozenset()
+
+
+def suspects_from_history(rows: pd.DataFrame, gate: str) -> Suspects:
+    """The scenarios whose latest result in `gate`'s history failed or drifted."""
+    from harness.report.regressions import compare_with_history
+
+    if rows.empty or "gate" not in rows.columns:
+        return Suspects()
+    rows = rows[rows["gate"] == gate].sort_values(["started", "recorded"] if "recorded" in rows.columns else ["started"])
+    if rows.empty:
+        return Suspects()
+    latest = rows.drop_duplicates("scenario", keep="last")
+    earlier = rows.drop(latest.index)
+    failed = frozenset(latest.loc[~latest["as_expected"].astype(bool), "scenario"])
+    # the report's own comparison, with each scenario's latest row as "now"
+    drifted = frozenset(d.scenario for d in compare_with_history(latest, earlier).drifted)
+    return Suspects(failed, drifted - failed)
+
+
+def tier_of(scenario_id: str, suspects: Suspects, rule_picked: set[str]) -> int:
+    if scenario_id in suspects.failed:
+        return FAILED_BEFORE
+    if scenario_id in suspects.drifted:
+        return DRIFTED_BEFORE
+    if scenario_id in rule_picked:
+        return RULE_PICKED
+    return THE_REST
+
+
+def first_failure_order(scenarios: list[Scenario], cost: dict[str, Cost], suspects: Suspects,
+                        rule_picked: set[str]) -> tuple[list[Scenario], dict[str, Cost]]:
+    """The scenarios in the order to run them, and their costs with each one's tier."""
+    tiered = {s.id: dataclasses.replace(cost[s.id], tier=tier_of(s.id, suspects, rule_picked)) for s in scenarios}
+    return largest_first(scenarios, tiered), tiered
+
+
+def order_meta(ordered: list[Scenario], cost: dict[str, Cost]) -> dict[str, list[str]]:
+    """run.json's record of why the run starts where it does: the ids of each tier before the rest."""
+    by_tier: dict[str, list[str]] = {}
+    for s in ordered:
+        if cost[s.id].tier != THE_REST:
+            by_tier.setdefault(TIER_NAMES[cost[s.id].tier], []).append(s.id)
+    return by_tier
+
+
+def order_lines(by_tier: dict[str, list[str]]) -> list[str]:
+    """What the CLI prints before the run: which scenarios go first, and why."""
+    return [f"harness: first, {len(ids)} {name}: {', '.join(ids)}" for name, ids in by_tier.items()]

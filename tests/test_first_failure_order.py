@@ -1,0 +1,114 @@
+"""The order a gate runs in (harness/plan/priority.py), without launching anything: what
+failed in the history store for this gate first, then what drifted, then what a change
+rule picked, then the rest; largest first within each."""
+
+from __future__ import annotations
+
+from harness.config.loading import load_scenarios
+from harness.config.request import RunRequest
+from harness.plan.changes import picked_by_a_rule, select_for_changes
+from harness.plan.planning import plan_run
+from harness.plan.priority import (
+    DRIFTED_BEFORE,
+    FAILED_BEFORE,
+    RULE_PICKED,
+    THE_REST,
+    Suspects,
+    first_failure_order,
+    order_meta,
+    suspects_from_history,
+)
+from harness.plan.schedule import costs, largest_first
+from harness.report import write_report
+from harness.report.history import load_history
+from tests.kit.handmade import failing, make_run, passing
+
+SUITE = """
+suite: big
+model: tiny-llama
+workloads: [{name: logits, kind: logprobs, num_prompts: 1}]
+golden: {tp: 1, pp: 1}
+matrix: {tp: [1, 2, 4], pp: [1, 2]}
+gates: {pr: ["*"]}
+changes:
+  smoke: [tp1-pp1]
+  rules:
+    - {paths: [src/pp.py], scenarios: ["*-pp2"]}
+"""
+
+
+def scenarios(tmp_path):
+    path = tmp_path / "big.yaml"
+    path.write_text(SUITE)
+    return load_scenarios([path])
+
+
+def ids(ordered):
+    return [s.name for s in ordered]
+
+
+def test_failed_then_drifted_then_rule_picked_then_the_rest_largest_first_within_each(tmp_path):
+    sc = scenarios(tmp_path)
+    cost = costs(sc, {})  # unmeasured: device-seconds go by devices alone
+    suspects = Suspects(failed=frozenset({"big/tp1-pp1", "big/tp2-pp1"}), drifted=frozenset({"big/tp1-pp2"}))
+    ordered, tiered = first_failure_order(sc, cost, suspects, rule_picked={"big/tp2-pp2", "big/tp1-pp2"})
+    assert ids(ordered) == ["tp2-pp1", "tp1-pp1",  # failed before, largest first
+                            "tp1-pp2",  # drifted (also rule-picked: the higher tier wins)
+                            "tp2-pp2",  # picked by a change rule
+                            "tp4-pp2", "tp4-pp1"]  # the rest, largest first
+    assert [tiered[s.id].tier for s in ordered] == [FAILED_BEFORE] * 2 + [DRIFTED_BEFORE, RULE_PICKED] + [THE_REST] * 2
+    assert order_meta(ordered, tiered) == {"failed before": ["big/tp2-pp1", "big/tp1-pp1"], "drifted before": ["big/tp1-pp2"],
+                                           "picked by a change rule": ["big/tp2-pp2"]}
+    # the packed session sorts by the same key: it keeps the tiers (schedule.largest_first)
+    assert ids(largest_first(list(reversed(sc)), tiered)) == ids(ordered)
+
+
+def test_without_history_or_changes_the_order_is_largest_first(tmp_path):
+    sc = scenarios(tmp_path)
+    cost = costs(sc, {"big/tp1-pp1": 100.0})  # measured: one long single-device scenario
+    ordered, _ = first_failure_order(sc, cost, Suspects(), rule_picked=set())
+    assert ids(ordered) == ["tp1-pp1", "tp4-pp2", "tp2-pp2", "tp4-pp1", "tp1-pp2", "tp2-pp1"]
+
+
+def test_rule_picks_are_the_scenarios_a_rule_mapped_a_changed_path_to_not_the_smoke_set(tmp_path):
+    picks = select_for_changes(scenarios(tmp_path), ["src/pp.py"])
+    assert set(picks) == {"big/tp1-pp1", "big/tp1-pp2", "big/tp2-pp2", "big/tp4-pp2"}
+    assert picked_by_a_rule(picks) == {"big/tp1-pp2", "big/tp2-pp2", "big/tp4-pp2"}
+
+
+def record(tmp_path, run_id, verdicts, started, gate="pr", **meta):
+    write_report(make_run(tmp_path / "reports", run_id, verdicts, gate=gate, started=started, **meta),
+                 history_dir=tmp_path / "history")
+
+
+def test_suspects_are_the_latest_failures_and_drifts_of_this_gate(tmp_path):
+    for n in range(5):  # a steady band for tp1-pp1's metric
+        record(tmp_path, f"r{n}", [passing("big/tp1-pp1"), passing("big/tp2-pp1"), failing("big/tp4-pp1")], 1000.0 + n)
+    record(tmp_path, "latest", [passing("big/tp1-pp1", max_dlogprob=1e-4), failing("big/tp2-pp1"), passing("big/tp4-pp1")],
+           2000.0)
+    record(tmp_path, "other-gate", [failing("big/tp1-pp2")], 3000.0, gate="nightly")
+    suspects = suspects_from_history(load_history(tmp_path / "history"), "pr")
+    assert suspects.failed == {"big/tp2-pp1"}  # tp4-pp1 failed before, passes now: fixed, no suspect
+    assert suspects.drifted == {"big/tp1-pp1"}  # passed, 10x its band
+    assert suspects_from_history(load_history(tmp_path / "history"), "nightly").failed == {"big/tp1-pp2"}
+    assert suspects_from_history(load_history(tmp_path / "nothing"), "pr") == Suspects()
+
+
+def test_a_failure_of_a_run_stopped_early_still_goes_first(tmp_path):
+    # --exitfirst (or Ctrl-C) leaves a run incomplete: never the report's "previous run",
+    # but its failure is the best guess of what fails next
+    record(tmp_path, "whole", [passing("big/tp1-pp1"), passing("big/tp4-pp2")], 1000.0)
+    record(tmp_path, "stopped", [failing("big/tp4-pp2")], 2000.0, scenarios=["big/tp4-pp2", "big/tp1-pp1"])
+    assert suspects_from_history(load_history(tmp_path / "history"), "pr").failed == {"big/tp4-pp2"}
+
+
+def test_a_gate_run_is_planned_failures_first_and_says_so(tmp_path, capsys):
+    sc = scenarios(tmp_path)
+    record(tmp_path, "before", [passing("big/tp4-pp2"), failing("big/tp1-pp1")], 1000.0)
+    request = RunRequest(report_dir=tmp_path / "reports", gate="pr", history=tmp_path / "history", devices=8)
+    plan = plan_run(request, sc, sc, tmp_path)
+    assert ids(plan.scenarios)[0] == "tp1-pp1"
+    assert plan.meta["order"] == {"failed before": ["big/tp1-pp1"]}
+    assert "harness: first, 1 failed before: big/tp1-pp1" in capsys.readouterr().out
+    adhoc = plan_run(RunRequest(report_dir=tmp_path / "reports", history=tmp_path / "history", devices=8), sc, sc, tmp_path)
+    assert ids(adhoc.scenarios) == ids(sc) and "order" not in adhoc.meta  # hand-picked ids: as given
