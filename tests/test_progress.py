@@ -94,3 +94,34 @@ def test_a_wait_for_devices_is_said_apart_from_the_scenarios_time():
     waited = Verdict("s/tp2", "pass", "ok", duration_s=122.4, timings={"wait_s": 110.2})
     assert duration_text(waited) == "122.4s, 110s of it waiting for devices"
     assert duration_text(Verdict("s/tp2", "pass", "ok", duration_s=12.4, timings={"wait_s": 0.01})) == "12.4s"
+
+
+def failing_verdict(scenario: str, reproduce: str, engine: str = "reference") -> Verdict:
+    return Verdict(scenario, "fail", "logits: max|dlogprob|=3.1e-01", reproduce=reproduce, versions={"engine": engine})
+
+
+def test_a_failing_verdict_says_how_to_reproduce_it_the_moment_it_is_known():
+    out = io.StringIO()
+    progress = LineProgress(out)
+    progress.start(3, Path("reports/x"))
+    progress.scenario_finished(Verdict("s/tp1", "pass", "ok", reproduce="make s/tp1"))
+    progress.scenario_finished(failing_verdict("s/tp2", "make s/tp2"))
+    # the next line, not the report at the end: the gate may have minutes to go
+    assert out.getvalue().splitlines()[-1] == "    reproduce: make s/tp2"
+    assert "reproduce: make s/tp1" not in out.getvalue()  # a pass says nothing more
+    progress.scenario_finished(failing_verdict("v/tp2", "make v/tp2", engine="vllm"))
+    # an engine with repro scripts also gets `harness repro`, from this run's symptom
+    assert out.getvalue().splitlines()[-2:] == ["    reproduce: make v/tp2",
+                                                "    standalone script (engine API only): harness repro v/tp2 --run reports/x"]
+    progress.close()
+
+
+def test_no_standalone_script_for_a_run_with_a_fault_switched_on():
+    out = io.StringIO()
+    console = Console(file=out, force_terminal=False, width=300)
+    progress = LiveProgress(console)
+    progress.start(1, Path("reports/x"))
+    progress.scenario_finished(failing_verdict("v/tp2", "harness run v/tp2 --fault pp-buffer-missing-key", engine="vllm"))
+    progress.close()
+    assert "    reproduce: harness run v/tp2 --fault pp-buffer-missing-key" in out.getvalue()
+    assert "harness repro" not in out.getvalue()  # the engine's public API has no fault switches

@@ -53,6 +53,31 @@ def _finished_line(state: _State, verdict) -> str:
     return f"[{state.done}/{state.total} {state.elapsed()}] {verdict.headline()} ({duration_text(verdict)}){mark}"
 
 
+def reproduce_lines(verdict, run_dir: Path | None) -> list[str]:
+    """Printed under a failing verdict the moment it is known, not only in the report at
+    the end: whoever watches the run can start on the failure while the gate goes on."""
+    if verdict.as_expected:
+        return []
+    lines = [f"    reproduce: {verdict.reproduce}"] if verdict.reproduce else []
+    if run_dir is not None and _has_repro_script(verdict):
+        lines.append(f"    standalone script (engine API only): harness repro {verdict.scenario} --run {run_dir}")
+    return lines
+
+
+def _has_repro_script(verdict) -> bool:
+    """`harness repro` writes a script for engines that declare it, and never for a run with
+    a --fault switched on (the script uses the engine's public API, which has no faults)."""
+    from harness.engines import EngineUnavailable, get_engine
+    from harness.engines.base import Capability
+
+    if verdict.verdict == "error" or "--fault" in verdict.reproduce or not verdict.versions.get("engine"):
+        return False  # a harness error is no engine bug to hand over
+    try:
+        return Capability.REPRO_SCRIPTS in get_engine(verdict.versions["engine"]).capabilities
+    except EngineUnavailable:
+        return False
+
+
 BEAT_S = 30.0  # a CI log shows a line at least this often while a scenario runs
 
 # what a rank is doing after it marked the end of a phase (contract/phases.py RANK_PHASES)
@@ -132,6 +157,8 @@ class LineProgress(Progress):
             state = self._state
             state.finish(verdict)
             self._print(_finished_line(state, verdict) + f"  (failures so far: {len(state.failures)})")
+            for line in reproduce_lines(verdict, self._run_dir):
+                self._print(line)
 
     def close(self) -> None:
         self._stop.set()
@@ -155,6 +182,7 @@ class LiveProgress(Progress):
         self._console = console or Console()
         self._state = _State()
         self._live = None
+        self._run_dir: Path | None = None
 
     def _render(self):
         # Text objects, not markup strings: rich re-renders the display with the options
@@ -182,6 +210,7 @@ class LiveProgress(Progress):
         with self._lock:
             self._state = _State()
             self._state.total = total
+            self._run_dir = Path(run_dir)
         self._console.print(f"harness: running {total} scenarios -> {run_dir}")
         self._live = Live(get_renderable=self._render, console=self._console, refresh_per_second=2, transient=True)
         self._live.start()
@@ -198,6 +227,8 @@ class LiveProgress(Progress):
             line = _finished_line(state, verdict)
         # Printed outside our lock: rich takes its own, and its refresh thread takes ours.
         self._console.print(line, style=None if verdict.as_expected else "bold red", markup=False, highlight=False)
+        for extra in reproduce_lines(verdict, self._run_dir):
+            self._console.print(extra, markup=False, highlight=False)
 
     def close(self) -> None:
         if self._live is not None:
