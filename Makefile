@@ -50,9 +50,9 @@ PIP_SAYS := $(PYTHON) -m pip install --progress-bar off --disable-pip-version-ch
 install:
 	@echo "install: torch 2.13.0 (CPU) first"
 	$(PIP_SAYS) torch==2.13.0 | grep -v "^Requirement already satisfied" || true
-	@echo "install: the harness and its test tools"
-	$(PIP_SAYS) -e ".[test]" | grep -v "^Requirement already satisfied" || true
-	$(PYTHON) -c "import torch, harness.cli, pytest, xdist"  # the installs above are checked here, not by grep's exit
+	@echo "install: the harness, its test tools and Ray (harness run --cluster)"
+	$(PIP_SAYS) -e ".[test,ray]" | grep -v "^Requirement already satisfied" || true
+	$(PYTHON) -c "import torch, harness.cli, pytest, xdist, ray"  # the installs above are checked here, not by grep's exit
 	$(PIP_SAYS) -q -e examples/engine-tp-plan
 	$(PIP_SAYS) -q --no-deps torchvision==0.28.0
 	$(PYTHON) harness/engines/vllm/guard_torchvision.py
