@@ -45,29 +45,33 @@ class Progress:
 
 
 def run_session(scenarios: list[Scenario], run_dir: Path, opts: RunOptions, progress: Progress | None = None,
-                jobs: int = 1, cost: dict[str, Cost] | None = None) -> list[Verdict]:
+                jobs: int = 1, cost: dict[str, Cost] | None = None, exitfirst: bool = False) -> list[Verdict]:
     """Run every scenario: one at a time in order, or (jobs > 1, device slots given)
     packed largest-first by `cost`. Ctrl-C propagates (as KeyboardInterrupt) after
     every running scenario's ranks are stopped; the verdicts written so far stay on
-    disk for the report."""
+    disk for the report. `exitfirst`: start nothing after the first verdict that is not
+    as expected, and stop the running scenarios' ranks as Ctrl-C does; the others are
+    left without a verdict (the report lists them as not run)."""
     progress = progress or Progress()
     progress.start(len(scenarios), run_dir)
     try:
         if jobs > 1 and opts.devices is not None:
-            return _run_packed(scenarios, run_dir, opts, progress, jobs, cost or costs(scenarios, {}))
+            return _run_packed(scenarios, run_dir, opts, progress, jobs, cost or costs(scenarios, {}), exitfirst=exitfirst)
         verdicts = []
         for scenario in scenarios:
             progress.scenario_started(scenario)
             verdict = run_scenario(scenario, run_dir, opts)
             verdicts.append(verdict)
             progress.scenario_finished(verdict)
+            if exitfirst and not verdict.as_expected:
+                break
         return verdicts
     finally:
         progress.close()
 
 
 def _run_packed(scenarios, run_dir, opts: RunOptions, progress: Progress, jobs: int, cost: dict[str, Cost],
-                run=run_scenario) -> list[Verdict]:
+                run=run_scenario, exitfirst: bool = False) -> list[Verdict]:
     if opts.cancel is None:  # the session's own stop switch, on a copy: the caller's options stay as given
         opts = dataclasses.replace(opts, cancel=threading.Event())
     cancel = opts.cancel
@@ -77,13 +81,16 @@ def _run_packed(scenarios, run_dir, opts: RunOptions, progress: Progress, jobs: 
     verdicts: list[Verdict] = []
     with ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="scenario") as pool, SigtermAsInterrupt():
         try:
-            while pending or running:
+            while (pending or running) and not (exitfirst and any(not v.as_expected for v in verdicts)):
                 for scenario, lease in _startable(pending, running, jobs, opts, cost):
                     progress.scenario_started(scenario)
                     running[pool.submit(run, scenario, run_dir, opts, lease)] = lease
                 done, _ = wait(list(running), timeout=POLL_S, return_when=FIRST_COMPLETED)
                 for future in done:
                     _finish(future, running, verdicts, progress)
+            if running:  # --exitfirst after a failure: the running ones stop as on Ctrl-C, without a verdict
+                cancel.set()
+                _drain(running)
         except BaseException:
             cancel.set()  # every launch stops its ranks (LaunchInterrupted in its thread)
             _drain(running)

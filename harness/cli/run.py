@@ -48,6 +48,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="run every chosen scenario in this engine environment (repeatable: once per environment, the "
                         "engine version in the id): a Python interpreter or venv path, or a release ENGINE==VERSION "
                         "that the harness installs once into a cached venv (`harness docs engine-versions`)")
+    p.add_argument("-x", "--exitfirst", action="store_true", help="stop after the first scenario that ends not as expected "
+                   "(fail, crash, hang, error): start no other, stop the running ones' ranks; the report lists the rest as not run")
     p.add_argument("--allow-empty", action="store_true", help="exit 0 even when every scenario ended unsupported "
                    "(nothing was tested; by default that is exit 5, as pytest's when it collects nothing)")
     p.add_argument("--changed-since", metavar="BASE", type=git_revision, help="with --gate pr: as --changed-files, with the files of `git diff --name-only BASE...HEAD`")
@@ -116,7 +118,7 @@ def run(args) -> int:
     meta["run_id"] = run_dir.name
     _record_broken(run_dir, broken)
     try:  # from the claim on, an interrupt ends in the report of what ended (_run_and_report)
-        return _run_and_report(chosen, run_dir, meta, history, opts, request.jobs, plan.cost)
+        return _run_and_report(chosen, run_dir, meta, history, opts, request.jobs, plan.cost, args.exitfirst)
     except ResultsNotWritten as exc:
         print(f"harness: {exc}", file=sys.stderr)
         return exit_codes.RESULTS_NOT_WRITTEN
@@ -155,23 +157,26 @@ def unknown_faults(faults: list[str], chosen) -> str | None:
     return None
 
 
-def _run_and_report(chosen, run_dir: Path, meta: dict, history: Path, opts, jobs: int, cost: dict) -> int:
+def _run_and_report(chosen, run_dir: Path, meta: dict, history: Path, opts, jobs: int, cost: dict,
+                    exitfirst: bool = False) -> int:
     from harness.cli.report import say_what_was_not_recorded
     from harness.report.markdown import counts_text
     from harness.report.progress import choose_progress
     from harness.session import run_session
 
     interrupted = False
+    stopped: dict = {}
     try:
         _write_report(run_dir, meta, history)
         if chosen:
-            run_session(chosen, run_dir, opts, progress=choose_progress(), jobs=jobs, cost=cost)
+            verdicts = run_session(chosen, run_dir, opts, progress=choose_progress(), jobs=jobs, cost=cost, exitfirst=exitfirst)
+            stopped = _stopped_after(verdicts) if exitfirst else {}
     except KeyboardInterrupt:
         interrupted = True
         print("\nharness: interrupted; ranks stopped, writing the report of what finished", file=sys.stderr)
     try:
         with DeferInterrupts():  # the last report is written whole, whatever signal comes meanwhile
-            meta = _write_report(run_dir, {"interrupted": interrupted, "finished": time.time()}, history)
+            meta = _write_report(run_dir, {"interrupted": interrupted, "finished": time.time(), **stopped}, history)
     except KeyboardInterrupt:
         interrupted = True  # stopped while reporting: the report is whole, the exit code says it was stopped
     from harness.report.versions import versions_text
@@ -190,10 +195,20 @@ def _run_and_report(chosen, run_dir: Path, meta: dict, history: Path, opts, jobs
               file=sys.stderr)
     if meta["not_as_expected"]:
         print("harness: not as expected: " + ", ".join(meta["not_as_expected"]), file=sys.stderr)
+    if meta.get("stopped_after") and meta["never_ran"]:
+        print(f"harness: --exitfirst stopped the run after {meta['stopped_after']}; not run: {', '.join(meta['never_ran'])}",
+              file=sys.stderr)
     if meta.get("coverage_lost"):
         print("harness: coverage lost (passed in the previous run of the gate, not tested now): "
               + ", ".join(meta["coverage_lost"]), file=sys.stderr)
     return exit_codes.of_run(meta, interrupted)
+
+
+def _stopped_after(verdicts) -> dict:
+    """run.json's `stopped_after`: the failure --exitfirst stopped at, so the report can say
+    why the rest never ran (not killed, not interrupted)."""
+    failed = [v.scenario for v in verdicts if not v.as_expected]
+    return {"stopped_after": failed[0]} if failed else {}
 
 
 def _collect_for_table(run_dir: Path) -> list:

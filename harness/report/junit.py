@@ -15,14 +15,15 @@ from collections import defaultdict
 from harness.verdict import Verdict
 
 
-def _never_ran(scenario: str) -> Verdict:
-    return Verdict(scenario, "error", "never ran: the run ended (killed or interrupted) before this scenario did",
-                   reproduce=f"harness run {scenario}")
+def _never_ran(scenario: str, meta: dict) -> Verdict:
+    why = (f"not run: --exitfirst stopped the run after {meta['stopped_after']} failed" if meta.get("stopped_after")
+           else "never ran: the run ended (killed or interrupted) before this scenario did")
+    return Verdict(scenario, "error", why, reproduce=f"harness run {scenario}")
 
 
 def junit_xml(verdicts: list[Verdict], meta: dict) -> str:
     by_suite: dict[str, list[Verdict]] = defaultdict(list)
-    for v in [*verdicts, *map(_never_ran, meta.get("never_ran") or [])]:
+    for v in [*verdicts, *(_never_ran(s, meta) for s in meta.get("never_ran") or [])]:
         by_suite[v.scenario.split("/", 1)[0]].append(v)
     root = ET.Element("testsuites", name=f"harness {meta.get('run_id', '')}".strip())
     for suite, items in sorted(by_suite.items()):

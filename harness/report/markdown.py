@@ -91,7 +91,7 @@ def problems_lines(report) -> list[str]:
     if report.never_ran:
         shown = ", ".join(code(s) for s in report.never_ran[:PR_COMMENT_MAX_LINES])
         more = f" and {len(report.never_ran) - PR_COMMENT_MAX_LINES} more" if len(report.never_ran) > PR_COMMENT_MAX_LINES else ""
-        lines += [(f"**Incomplete: {len(report.never_ran)} planned scenario(s) never ran** (the run ended before they did): "
+        lines += [(f"**{not_run_text(report.meta, len(report.never_ran))}**{not_run_why(report.meta, code)}: "
                    f"{shown}{more}. Run them again: {code('harness run ' + ' '.join(report.never_ran))}"), ""]
     if report.history_error:
         lines += [f"**Not recorded:** {text(report.history_error)}", ""]
@@ -102,6 +102,20 @@ def problems_lines(report) -> list[str]:
     if report.history_unreadable:
         lines += [history_partial_text(report.history_unreadable), ""]
     return lines
+
+
+def not_run_text(meta: dict, count: int) -> str:
+    if meta.get("stopped_after"):
+        return f"Not run: {count} planned scenario(s)"
+    return f"Incomplete: {count} planned scenario(s) never ran"
+
+
+def not_run_why(meta: dict, quote=str) -> str:
+    """Why planned scenarios have no verdict: --exitfirst stopped the run at a failure, or
+    the run ended (killed, interrupted) before they did."""
+    if meta.get("stopped_after"):
+        return f" (--exitfirst stopped the run after {quote(meta['stopped_after'])} failed)"
+    return " (the run ended before they did)"
 
 
 def powerless_lines(verdicts: list[Verdict], limit: int | None = None) -> list[str]:
