@@ -24,7 +24,7 @@ from harness.stages.judge import judge
 from harness.timings import Stopwatch
 from harness.verdict import Verdict
 
-__all__ = ["RunOptions", "run_scenario", "make_golden", "reproduce_command", "GoldenUnsupported"]
+__all__ = ["RunOptions", "run_scenario", "record_verdict", "make_golden", "reproduce_command", "GoldenUnsupported"]
 
 
 def reproduce_command(scenario: Scenario, opts: RunOptions) -> str:
@@ -60,10 +60,20 @@ def run_scenario(scenario: Scenario, run_dir: Path, opts: RunOptions | None = No
         raise
     except Exception as exc:  # noqa: BLE001 - a harness fault must become an `error` verdict
         verdict = harness_error(scenario.id, exc)
+    return record_verdict(scenario, verdict, run_dir, opts, start, watch, reproduce)
+
+
+def record_verdict(scenario: Scenario, verdict: Verdict, run_dir: Path, opts: RunOptions, start: float,
+                   watch: Stopwatch | None = None, reproduce: str | None = None) -> Verdict:
+    """A scenario's verdict made whole (settings, duration since `start`, the scenario file's
+    expectations, the reproduce command, timings) and written; also for a verdict decided
+    without this runner (a Ray node lost under the scenario, harness/raycluster)."""
+    out_dir = scenario_dir(run_dir, scenario.id)
+    watch = watch or Stopwatch()
     verdict.settings = scenario.settings
     verdict.duration_s = round(time.monotonic() - start, 2)
     verdict.expected_failure = scenario.expected_failure
-    verdict.reproduce = reproduce
+    verdict.reproduce = reproduce if reproduce is not None else reproduce_command(scenario, opts)
     # expected-failure only for the failure the scenario file describes, on the engine
     # versions it names (harness/compare/expectations.py)
     verdict = apply_expectations(verdict, scenario.expectations)

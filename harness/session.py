@@ -55,6 +55,10 @@ def run_session(scenarios: list[Scenario], run_dir: Path, opts: RunOptions, prog
     progress = progress or Progress()
     progress.start(len(scenarios), run_dir)
     try:
+        if opts.ray is not None:  # Ray schedules, places and queues them (harness/raycluster)
+            from harness.raycluster import parse_cluster, run_on_ray
+
+            return run_on_ray(scenarios, run_dir, opts, progress, cost or costs(scenarios, {}), parse_cluster(opts.ray))
         if jobs > 1 and opts.devices is not None:
             return _run_packed(scenarios, run_dir, opts, progress, jobs, cost or costs(scenarios, {}), exitfirst=exitfirst)
         verdicts = []

@@ -39,6 +39,7 @@ LAYERS = {
     "stages": 5.5,
     # orchestration and output
     "runner": 6,
+    "raycluster": 6.5,  # scenarios as Ray work on a cluster: each through the runner on the node Ray chose
     "session": 7, "conformance": 7,  # the kit runs single scenarios through the runner
     "bisect": 7,  # runs one scenario per step through the runner
     "report": 8,

@@ -41,6 +41,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--jobs", type=positive_int, default=None, help="scenarios at once, packed onto the devices (default: $HARNESS_JOBS or 1)")
     p.add_argument("--devices", type=positive_int, help="device slots of this machine (default: $HARNESS_DEVICES, else the GPU count on cuda, a CPU-based count on cpu)")
     p.add_argument("--nodes", type=Path, help="nodes file for scenarios bigger than this machine (default: $HARNESS_NODES)")
+    p.add_argument("--cluster", metavar="RAY", help="run every scenario on a Ray cluster: ray:local (one started for the run), "
+                   "auto, ray://HOST:PORT or HOST:PORT (default: $HARNESS_CLUSTER; needs harness[ray]; docs/SCALE.md)")
     p.add_argument("--shard", type=shard_spec, help="run shard I of N (I/N, 1-based), balanced by recorded durations")
     p.add_argument("--durations", type=Path, help="JSON {scenario id: seconds} to balance shards and pack by (default: past verdicts under --report-dir)")
     p.add_argument("--changed-files", type=Path, help="with --gate pr: run what these files (one per line) can break, plus the smoke set")
@@ -66,6 +68,7 @@ def harness_versions() -> dict:
 def run(args) -> int:
     from harness.config.request import RunRequest
     from harness.plan.planning import default_jobs, plan_run
+    from harness.raycluster.connect import cluster_option
     from harness.report.history import history_dir
     from harness.runner import RunOptions
 
@@ -104,7 +107,7 @@ def run(args) -> int:
             "versions": harness_versions(), "started": time.time(), "project": used, "allow_empty": args.allow_empty,
             **plan.meta}
     opts = RunOptions(timeout_s=args.timeout, faults=args.fault, env=dict(args.env), device=args.device,
-                      devices=plan.devices, cluster=plan.cluster, gate=args.gate)
+                      devices=plan.devices, cluster=plan.cluster, gate=args.gate, ray=cluster_option(args.cluster))
     try:
         check_writable(history / "runs", "history store", "make it writable, or give --history DIR (or $HARNESS_HISTORY_DIR)")
         run_dir = claim_run_dir(args.report_dir, args.run_id, meta) if args.run_id else \

@@ -96,6 +96,7 @@ DEVICES = _declare("HARNESS_DEVICES", "int", None,
                    "device slots of this machine (default: the GPU count on cuda, a CPU-based count on cpu)")
 JOBS = _declare("HARNESS_JOBS", "int", "1", "scenarios at once, packed onto the devices (the default of --jobs)")
 NODES = _declare("HARNESS_NODES", "path", None, "the nodes file for scenarios bigger than this machine (--nodes)")
+CLUSTER = _declare("HARNESS_CLUSTER", "text", None, "run every scenario on this Ray cluster: ray:local, auto, ray://HOST:PORT (--cluster)")
 DEVICE_LOCK_DIR = _declare("HARNESS_DEVICE_LOCK_DIR", "path", None,
                            "where the device slots' lock files live, one directory per machine (default: the temp dir)")
 LEASE_LOG = _declare("HARNESS_LEASE_LOG", "path", None, "append every device lease here, as JSON lines (for tests and audits)")

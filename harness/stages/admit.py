@@ -43,6 +43,8 @@ class RunOptions:
     devices: DevicePool | None = None
     # Machines for scenarios that need more devices than `devices` has (--nodes).
     cluster: Cluster | None = None
+    # A Ray cluster every scenario runs on (--cluster; harness/raycluster): ray:local, auto, an address.
+    ray: str | None = None
     # Set by a session to stop every running launch (Ctrl-C with --jobs).
     cancel: threading.Event | None = None
     # The gate being run: evals score their `pr_items` slice under `pr` (scenario.EvalDef).

@@ -1,0 +1,23 @@
+"""Scenarios run as Ray work on a Ray cluster (`harness run --cluster ray:local | ray://ADDR | auto`).
+
+The driver (the machine that runs `harness run`) plans as usual, then hands each planned
+scenario to Ray with its device needs: a placement group of one bundle per rank (a
+`harness_device` slot on CPU, a `GPU` on CUDA; placement.py). Ray does the queueing and
+the device exclusivity; the harness's lock files stay for runs without a cluster.
+
+A scenario that fits one node runs the harness's own single-scenario entry point
+(runner.run_scenario: the launcher, rank pool, stall detector, stacks, no-survivor rule)
+inside one Ray task on the node Ray chose (nodetask.py), in a run directory of the
+node's own; its files (verdict, outputs, rank logs) come back to the driver's run
+directory as bytes through Ray (transfer.py): nothing shared but Ray. Goldens go out the
+same way; built models are built on the node (deterministic, checksummed).
+
+Ray is an extra (`pip install harness[ray]`); without it `--cluster` says how to get it.
+"""
+
+from __future__ import annotations
+
+from harness.raycluster.connect import ClusterError, ClusterSpec, parse_cluster
+from harness.raycluster.driver import run_on_ray
+
+__all__ = ["ClusterSpec", "ClusterError", "parse_cluster", "run_on_ray"]

@@ -1,0 +1,108 @@
+"""Which Ray cluster a run uses, and the connection to it.
+
+    ray:local         a one-node cluster started for this run (this machine's device slots)
+    auto | ray        the cluster this machine already belongs to (`ray start` ran here)
+    ray://HOST:PORT   a cluster through Ray Client
+    HOST:PORT         a cluster's GCS address (what `ray start --head` prints)
+
+A node offers the harness its device slots as a custom resource (`harness_device`) on
+CPU, and its GPUs on CUDA: `ray start --resources '{"harness_device": 4}'`.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+from harness.config.schema import ScenarioError
+from harness.settings.env import CLUSTER
+
+RAY_EXTRA_HINT = "pip install 'harness[ray]' (Ray 2.60 or newer; it leaves the installed torch as it is)"
+
+
+class ClusterError(ScenarioError):
+    """A --cluster the harness cannot use: a bad spec, Ray missing, or no node able to run
+    (a usage error: nothing ran)."""
+
+
+@dataclass(frozen=True)
+class ClusterSpec:
+    address: str | None  # None: a local cluster started for the run; else what ray.init() is given
+
+    @property
+    def local(self) -> bool:
+        return self.address is None
+
+    def describe(self) -> str:
+        return "a local Ray cluster started for this run" if self.local else f"the Ray cluster at {self.address}"
+
+
+def parse_cluster(text: str) -> ClusterSpec:
+    value = text.strip()
+    if value in ("ray:local", "local"):
+        return ClusterSpec(None)
+    if value in ("auto", "ray", "ray:auto"):
+        return ClusterSpec("auto")
+    if value.startswith("ray://"):
+        return ClusterSpec(value)
+    if value.startswith("ray:"):
+        value = value.removeprefix("ray:")
+    host, sep, port = value.rpartition(":")
+    if sep and host and port.isdigit():
+        return ClusterSpec(value)
+    raise ClusterError(f"--cluster {text!r}: expected ray:local, auto, ray://HOST:PORT or HOST:PORT (a Ray GCS address)")
+
+
+def cluster_option(given: str | None) -> str | None:
+    """--cluster (else $HARNESS_CLUSTER), checked before anything runs: a spec this module
+    reads, and Ray installed. None: no cluster, the run stays on this machine."""
+    text = given or CLUSTER.raw()
+    if text is None:
+        return None
+    parse_cluster(text)
+    import_ray()
+    return text
+
+
+def import_ray():
+    try:
+        import ray
+    except ImportError:
+        raise ClusterError(f"--cluster needs Ray, which is not installed here: {RAY_EXTRA_HINT}") from None
+    return ray
+
+
+@contextmanager
+def connected(spec: ClusterSpec, resource: str, local_devices: int) -> Iterator[object]:
+    """The ray module, connected to `spec`'s cluster while the block runs. A connection
+    made here is closed here (a local cluster stops with it); one the caller already
+    holds (ray.init in this process) is used as is."""
+    ray = import_ray()
+    if ray.is_initialized():
+        yield ray
+        return
+    quiet = {"log_to_driver": False, "configure_logging": False}
+    if spec.local:
+        # the harness's tasks ask for no CPU (the device slots are what they hold), so one
+        # CPU keeps Ray from starting a worker per core of a small machine
+        resources = {} if resource == "GPU" else {resource: local_devices}
+        ray.init(num_cpus=1, resources=resources, include_dashboard=False, **quiet)
+    else:
+        try:
+            ray.init(address=spec.address, **quiet)
+        except (ConnectionError, RuntimeError) as exc:
+            raise ClusterError(f"cannot reach {spec.describe()}: {exc}; is the cluster up (`ray status`)?") from None
+    try:
+        yield ray
+    finally:
+        ray.shutdown()
+
+
+def driver_env() -> dict[str, str | None]:
+    """Variables the node's ranks must see as a local run's would, because Ray sets its own
+    in its workers (OMP_NUM_THREADS=1 would change the ranks' thread count, and with it
+    the bits of a CPU reduction): None means unset here, so unset there. (CUDA_VISIBLE_DEVICES
+    is Ray's to set: it names the GPUs the task holds.)"""
+    return {"OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS")}

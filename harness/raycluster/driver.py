@@ -1,0 +1,170 @@
+"""The driver's side: every planned scenario to Ray, largest first, and its files back.
+
+Scenarios are handed to Ray in the session's largest-first order, as many at once as
+the cluster has device slots for (Ray queues the rest of what is handed over, and holds
+each placement group's slots exclusively while its scenario runs). Each result is
+unpacked into the run directory as it arrives, so a killed driver leaves every scenario
+that ended on disk for the report.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from pathlib import Path
+
+from harness.config.scenario import Scenario
+from harness.plan.schedule import Cost, largest_first
+from harness.raycluster import placement
+from harness.raycluster.connect import ClusterSpec, connected, driver_env, import_ray
+from harness.raycluster.lost import lost_verdict, note_nodes
+from harness.raycluster.nodetask import NodeResult, NodeWork, run_on_node
+from harness.raycluster.transfer import pack, unpack_scenario
+from harness.rundir import scenario_dir
+from harness.runner import RunOptions, record_verdict
+from harness.settings.project import project
+from harness.verdict import Verdict
+
+CANCEL_WAIT_S = 15.0  # how long cancelled scenarios get to stop their ranks on Ctrl-C
+
+
+@dataclasses.dataclass
+class InFlight:
+    scenario: Scenario
+    pg: object  # its placement group
+    need: int
+    submitted: float
+    nodes: list[str] = dataclasses.field(default_factory=list)  # the node of each bundle, once placed
+    addresses: dict[str, str] = dataclasses.field(default_factory=dict)
+
+
+def run_on_ray(scenarios: list[Scenario], run_dir: Path, opts: RunOptions, progress, cost: dict[str, Cost],
+               spec: ClusterSpec) -> list[Verdict]:
+    """Run `scenarios` on the Ray cluster of `spec`; the verdicts, each saved in `run_dir`."""
+    resource = placement.slot_resource(opts.device)
+    local_slots = opts.devices.count if opts.devices is not None else 4
+    with connected(spec, resource, local_slots) as ray:
+        return _Driver(ray, run_dir, opts, progress, cost, resource).run(largest_first(scenarios, cost))
+
+
+class _Driver:
+    def __init__(self, ray, run_dir: Path, opts: RunOptions, progress, cost: dict[str, Cost], resource: str):
+        self.ray, self.run_dir, self.progress, self.cost, self.resource = ray, run_dir, progress, cost, resource
+        self.opts = opts
+        self.node_opts = dataclasses.replace(opts, devices=None, cluster=None, cancel=None)
+        self.capacity = placement.capacity(ray, resource)
+        self.env = driver_env()
+        self.project_root = str(project().root)
+        self.running: dict[object, InFlight] = {}
+        self.verdicts: list[Verdict] = []
+
+    def run(self, pending: list[Scenario]) -> list[Verdict]:
+        if not self.capacity.per_node:
+            from harness.raycluster.connect import ClusterError
+
+            raise ClusterError(f"no live node of the Ray cluster offers '{self.resource}' slots: start its nodes with "
+                               f"`ray start --resources '{{\"{self.resource}\": N}}'`" if self.resource != "GPU"
+                               else "no live node of the Ray cluster has a GPU")
+        try:
+            while pending or self.running:
+                self._submit_what_fits(pending)
+                self._collect()
+        except BaseException:
+            self._cancel_all()
+            raise
+        return self.verdicts
+
+    def _submit_what_fits(self, pending: list[Scenario]) -> None:
+        busy = sum(f.need for f in self.running.values())
+        for scenario in list(pending):
+            need = self.cost[scenario.id].devices
+            problem = self.capacity.problem(need, self.resource)
+            if problem is None and need > self.capacity.largest_node:
+                problem = (f"needs {need} devices, more than any one Ray node offers ({self.capacity.largest_node}): "
+                           "ranks across Ray nodes are not supported yet; run it with --nodes")
+            if problem is not None:
+                pending.remove(scenario)
+                self.progress.scenario_started(scenario)
+                self._finished(self._unsupported(scenario, problem))
+                continue
+            if self.running and busy + need > self.capacity.total:
+                return  # Ray would only queue it: keep the order and the display honest
+            pending.remove(scenario)
+            self._submit(scenario, need)
+            busy += need
+
+    def _submit(self, scenario: Scenario, need: int) -> None:
+        from ray.util.placement_group import placement_group
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        pg = placement_group(placement.bundles(need, self.resource), strategy=placement.strategy(need, self.capacity))
+        work = NodeWork(scenario, self.node_opts, self.project_root, self._golden(scenario), self.env)
+        # the task holds bundle 0's slot; the group holds the others for its ranks. No retry: a
+        # scenario is never run twice behind the user's back (lost.py says what happened)
+        on_bundle_0 = {"num_cpus": 0, "max_retries": 0, "resources": {self.resource: 1},
+                       "scheduling_strategy": PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=0)}
+        ref = self.ray.remote(run_on_node).options(**on_bundle_0).remote(work)
+        self.progress.scenario_started(scenario)
+        self.running[ref] = InFlight(scenario, pg, need, time.monotonic())
+
+    def _golden(self, scenario: Scenario) -> bytes | None:
+        from harness.roots import golden_dir
+
+        where = golden_dir(scenario.golden_key)
+        return pack(where) if where.is_dir() else None
+
+    def _collect(self) -> None:
+        done, _ = self.ray.wait(list(self.running), num_returns=1, timeout=1.0)
+        for flight in self.running.values():
+            note_nodes(self.ray, flight)
+        for ref in done:
+            flight = self.running.pop(ref)
+            try:
+                verdict = self._arrived(flight, self.ray.get(ref))
+            except self.ray.exceptions.RayError as exc:
+                verdict = lost_verdict(self.ray, flight, exc, self.run_dir, self.opts)
+            finally:
+                self._release(flight)
+            self._finished(verdict)
+
+    def _arrived(self, flight: InFlight, result: NodeResult) -> Verdict:
+        return unpack_scenario(result.files, scenario_dir(self.run_dir, flight.scenario.id), result.node_dir)
+
+    def _unsupported(self, scenario: Scenario, reason: str) -> Verdict:
+        return record_verdict(scenario, Verdict(scenario.id, "unsupported", reason), self.run_dir, self.opts, time.monotonic())
+
+    def _finished(self, verdict: Verdict) -> None:
+        self.verdicts.append(verdict)
+        self.progress.scenario_finished(verdict)
+
+    def _release(self, flight: InFlight) -> None:
+        from ray.util import remove_placement_group
+
+        try:
+            remove_placement_group(flight.pg)
+        except Exception:  # noqa: BLE001 - a group whose node is gone is already released
+            pass
+
+    def _cancel_all(self) -> None:
+        """Ctrl-C (or a fault of the driver): this run's tasks are cancelled (a KeyboardInterrupt
+        in each, which stops its ranks), waited for a while, and their devices released; other
+        runs on the cluster are untouched."""
+        for ref in self.running:
+            try:
+                self.ray.cancel(ref, force=False)
+            except Exception:  # noqa: BLE001 - already finished
+                pass
+        deadline = time.monotonic() + CANCEL_WAIT_S
+        while self.running and time.monotonic() < deadline:
+            try:
+                done, _ = self.ray.wait(list(self.running), num_returns=len(self.running), timeout=1.0)
+            except KeyboardInterrupt:
+                continue  # a second Ctrl-C does not cut the ranks' stop short
+            if len(done) == len(self.running):
+                break
+        for flight in self.running.values():
+            self._release(flight)
+        self.running.clear()
+
+
+__all__ = ["run_on_ray", "import_ray"]

@@ -1,0 +1,98 @@
+"""What runs on the node Ray chose: one scenario through the harness's own runner.
+
+The task gets the scenario, the run's options, the driver's project root and the
+scenario's golden as bytes; it runs `run_scenario` in a run directory of the node's own
+(the launcher, rank pool, stall detector and no-survivor rule as in a local run) and
+answers with the scenario directory packed as bytes. Ray's cancel (the driver's Ctrl-C)
+arrives as KeyboardInterrupt, which the launcher turns into stopped ranks.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from harness.config.scenario import Scenario
+from harness.raycluster.transfer import pack, unpack
+from harness.rundir import scenario_dir
+from harness.runner import RunOptions, run_scenario
+
+
+@dataclass(frozen=True)
+class NodeWork:
+    """One scenario as the driver sends it."""
+
+    scenario: Scenario
+    opts: RunOptions  # no devices, cluster or cancel: Ray holds the devices and carries the cancel
+    project_root: str  # the driver's: the node works there when it has the same checkout
+    golden: bytes | None  # the scenario's golden directory, packed; None: the driver has none
+    env: dict[str, str | None]  # connect.driver_env()
+
+
+@dataclass(frozen=True)
+class NodeResult:
+    node_dir: str  # the node's scenario directory, as its files name it
+    files: bytes
+    seconds: float  # the task's own time on the node (Ray's overhead is the rest)
+
+
+def run_on_node(work: NodeWork) -> NodeResult:
+    start = time.monotonic()
+    base = Path(tempfile.mkdtemp(prefix="harness-ray-"))
+    try:
+        with _environment(work.env), _in_project(work.project_root), _golden(work, base / "golden"):
+            run_dir = base / "run"
+            run_scenario(work.scenario, run_dir, work.opts)
+        out = scenario_dir(run_dir, work.scenario.id)
+        return NodeResult(str(out), pack(out), time.monotonic() - start)
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+@contextmanager
+def _environment(values: dict[str, str | None]):
+    saved = {k: os.environ.get(k) for k in values}
+    _set(values)
+    try:
+        yield
+    finally:
+        _set(saved)
+
+
+def _set(values: dict[str, str | None]) -> None:
+    for key, value in values.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+
+
+@contextmanager
+def _in_project(root: str):
+    """The driver's project root where this node has it (the same checkout: reproduce
+    commands and project settings read as the driver's); else the node's working directory."""
+    before = os.getcwd()
+    if Path(root).is_dir():
+        os.chdir(root)
+    try:
+        yield
+    finally:
+        os.chdir(before)
+
+
+@contextmanager
+def _golden(work: NodeWork, where: Path):
+    """The scenario's golden, unpacked where the runner reads goldens for this task."""
+    if work.golden is None:
+        yield
+        return
+    from harness.roots import goldens_in
+
+    unpack(work.golden, where / work.scenario.golden_key)
+    with goldens_in(where):
+        yield

@@ -1,0 +1,207 @@
+"""`harness run --cluster`: scenarios as Ray work (harness/raycluster, issue 38).
+
+The unit tests read specs, placement and the file transfer without Ray running. The
+end-to-end test starts ONE `ray.cluster_utils.Cluster` on this machine: a head that
+offers no device slot and two simulated nodes of 2 slots each (one CPU each, no
+dashboard), and runs every cluster check against it in one test function, in order:
+the same verdicts and bit-identical metrics as a local run, a 4-rank scenario across
+both nodes, a killed driver leaving no rank, and a node whose raylet is killed ending
+its scenario `crash`. One function, not one per check: under `pytest -n 2` checks in
+separate functions would be dealt to both workers, each starting a cluster of its own
+on a 2-core machine.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from harness.raycluster.connect import ClusterError, cluster_option, parse_cluster
+from harness.raycluster.placement import Capacity, bundles, strategy
+from harness.raycluster.transfer import pack, unpack_scenario
+from harness.verdict import Verdict
+from tests.kit import communicate, harness_cli, start_harness, verdicts, wait_process, wait_until
+
+PAIRS = ["llama-tiny/tp1-pp1", "llama-tiny/tp2-pp1", "llama-tiny/tp1-pp2"]
+ACROSS_NODES = "llama-tiny/tp2-pp2"  # 4 ranks: bigger than either 2-slot node
+
+
+# --- without Ray running -------------------------------------------------------------
+
+def test_cluster_specs_read_as_documented():
+    assert parse_cluster("ray:local").local
+    assert parse_cluster("auto").address == "auto"
+    assert parse_cluster("ray://head:10001").address == "ray://head:10001"
+    assert parse_cluster("10.0.0.1:6379").address == "10.0.0.1:6379"
+    assert parse_cluster("ray:10.0.0.1:6379").address == "10.0.0.1:6379"
+    with pytest.raises(ClusterError, match="expected ray:local, auto"):
+        parse_cluster("slurm")
+
+
+def test_without_ray_the_option_says_how_to_get_it(monkeypatch):
+    monkeypatch.setitem(sys.modules, "ray", None)  # import ray -> ImportError
+    with pytest.raises(ClusterError, match=r"pip install 'harness\[ray\]'"):
+        cluster_option("ray:local")
+    assert cluster_option(None) is None  # no cluster asked for: Ray is not needed
+
+
+def test_a_scenario_packs_onto_one_node_when_it_fits():
+    cap = Capacity({"a": 2, "b": 2})
+    assert bundles(2, "harness_device") == [{"harness_device": 1}] * 2
+    assert strategy(2, cap) == "STRICT_PACK"
+    assert strategy(4, cap) == "PACK"  # spread over as few nodes as it takes
+    assert cap.problem(4, "harness_device") is None
+    assert "needs 5 devices" in cap.problem(5, "harness_device")
+
+
+def test_files_come_back_with_local_paths_and_a_valid_digest(tmp_path):
+    node_dir = tmp_path / "node" / "scenarios" / "s__tp1"
+    (node_dir / "logs").mkdir(parents=True)
+    (node_dir / "logs" / "rank0.log").write_text("hello\n")
+    (node_dir / "spec.json").write_text(json.dumps({"output_dir": str(node_dir / "outputs")}))
+    Verdict("s/tp1", "crash", "rank 0 crashed", logs={"0": str(node_dir / "logs" / "rank0.log")}).save(node_dir / "verdict.json")
+    local = tmp_path / "run" / "scenarios" / "s__tp1"
+    verdict = unpack_scenario(pack(node_dir), local, str(node_dir))
+    assert verdict.verdict == "crash" and verdict.logs["0"] == str(local / "logs" / "rank0.log")
+    assert Verdict.load(local / "verdict.json").verdict == "crash"  # digest remade over the new paths
+    assert json.loads((local / "spec.json").read_text())["output_dir"] == str(local / "outputs")
+    assert (local / "logs" / "rank0.log").read_text() == "hello\n"
+
+
+# --- one simulated two-node cluster ----------------------------------------------------
+
+@pytest.fixture(scope="module")
+def two_nodes():
+    """A head without device slots and two nodes of 2 slots: what a scenario runs on is
+    always a node this test may kill. Every process of it is gone after the module."""
+    pytest.importorskip("ray")
+    from ray.cluster_utils import Cluster
+
+    cluster = Cluster(initialize_head=True, head_node_args={
+        "num_cpus": 0, "include_dashboard": False,
+        # a killed raylet is declared dead in ~2 s instead of ~15 s
+        "_system_config": {"health_check_period_ms": 500, "health_check_failure_threshold": 3}})
+    nodes = [cluster.add_node(num_cpus=1, resources={"harness_device": 2}) for _ in range(2)]
+    pids = _cluster_pids(cluster)
+    try:
+        cluster.wait_for_nodes()
+        yield cluster, nodes
+    finally:
+        try:
+            cluster.shutdown()
+        finally:
+            for pid in pids:  # what shutdown could not reach (a node already half dead)
+                _kill(pid)
+
+
+@pytest.mark.e2e
+def test_two_node_ray_cluster(two_nodes, tmp_path):
+    cluster, nodes = two_nodes
+    address = cluster.address
+    same_verdicts_and_metrics_as_a_local_run(address, tmp_path)
+    killed_driver_leaves_no_rank(address, tmp_path)
+    lost_node_ends_its_scenario_crash(address, nodes, tmp_path)
+
+
+def same_verdicts_and_metrics_as_a_local_run(address: str, tmp_path: Path) -> None:
+    local = _run_dir(harness_cli("run", *PAIRS, "--report-dir", str(tmp_path / "local"), timeout=300))
+    on_ray = _run_dir(harness_cli("run", *PAIRS, "--cluster", address, "--report-dir", str(tmp_path / "ray"), timeout=300))
+    here, there = verdicts(local), verdicts(on_ray)
+    assert {s: v["verdict"] for s, v in there.items()} == {s: v["verdict"] for s, v in here.items()} == \
+        dict.fromkeys(PAIRS, "pass")
+    for scenario in PAIRS:  # every check's every metric, bit for bit
+        assert there[scenario]["checks"] == here[scenario]["checks"], scenario
+    logs = there["llama-tiny/tp2-pp1"]["logs"]
+    assert len(logs) == 2 and all(Path(p).is_file() and str(on_ray) in p for p in logs.values())
+
+
+def killed_driver_leaves_no_rank(address: str, tmp_path: Path) -> None:
+    driver = _start_hanging(address, "llama-tiny/tp2-pp1", tmp_path / "killed")
+    try:
+        wait_until(lambda: len(_ranks_on_ray()) >= 2, 120, "the ranks of the scenario to start on a Ray node")
+    finally:
+        driver.kill()
+        wait_process(driver, 30, "the killed driver")
+    wait_until(lambda: not _ranks_on_ray(), 60, "Ray to stop the killed driver's ranks on its node")
+
+
+def lost_node_ends_its_scenario_crash(address: str, nodes: list, tmp_path: Path) -> None:
+    driver = _start_hanging(address, "llama-tiny/tp2-pp1", tmp_path / "lost")
+    try:
+        wait_until(lambda: len(_ranks_on_ray()) >= 2, 120, "the ranks of the scenario to start on a Ray node")
+        raylet = _raylet_of(_ranks_on_ray()[0], nodes)
+        os.kill(raylet, signal.SIGKILL)
+        output, _ = communicate(driver, 120, "the driver, once the node is lost")
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+    verdict = verdicts(_run_dir_in(tmp_path / "lost"))["llama-tiny/tp2-pp1"]
+    assert verdict["verdict"] == "crash", output
+    assert "node" in verdict["reason"] and "rank" in verdict["reason"] and "lost" in verdict["reason"]
+    wait_until(lambda: not _ranks_on_ray(), 60, "the lost node's ranks to end")
+
+
+# --- helpers ---------------------------------------------------------------------------
+
+def _start_hanging(address: str, scenario: str, reports: Path):
+    """A scenario whose rank 1 hangs (no stall detector, a long timeout): it runs until
+    the test kills something."""
+    return start_harness("run", scenario, "--cluster", address, "--fault", "rank-hang@1", "--timeout", "300",
+                         "--report-dir", str(reports), env={"HARNESS_STALL_WINDOW_S": "0"})
+
+
+def _run_dir(done) -> Path:
+    assert done.returncode == 0, done.stdout + done.stderr
+    return _run_dir_in(Path(done.stdout.split("report: ")[-1].strip()).parent.parent)
+
+
+def _run_dir_in(reports: Path) -> Path:
+    runs = [p for p in reports.iterdir() if p.is_dir() and p.name != "history"]
+    assert len(runs) == 1, runs
+    return runs[0]
+
+
+def _ranks_on_ray() -> list[int]:
+    """Live processes whose stdout is a rank log in a Ray node's scenario directory."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/1")
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if "/harness-ray-" in target and target.endswith(".log") and state not in ("Z", "X"):
+            found.append(int(pid))
+    return found
+
+
+def _raylet_of(pid: int, nodes: list) -> int:
+    """The raylet of the simulated node a process runs under (its first raylet ancestor)."""
+    raylets = {_pid_of(node, "raylet") for node in nodes}
+    while pid > 1:
+        if pid in raylets:
+            return pid
+        pid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    raise AssertionError(f"no raylet of {sorted(raylets)} above the rank")
+
+
+def _pid_of(node, kind: str) -> int:
+    return node.all_processes[kind][0].process.pid
+
+
+def _cluster_pids(cluster) -> list[int]:
+    return [info.process.pid for node in cluster.list_all_nodes() for infos in node.all_processes.values() for info in infos]
+
+
+def _kill(pid: int) -> None:
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    time.sleep(0)
