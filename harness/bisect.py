@@ -15,14 +15,23 @@ pure-Python package that is the same as an editable install, and it reaches the 
 each step, for checkouts that need building. A clean work tree is required, and
 `git bisect reset` always ends it (also on an error or Ctrl-C).
 
-Both first run the scenario at good and at bad to learn the two verdicts (refusing when
-they are the same). A step's outcome is its verdict, an expected failure counted as what
-was observed (crash, fail, hang): the same as at good -> good; another engine verdict ->
-bad (the verdict changed); `error` or `unsupported` -> skip (the step says nothing of the
-engine; exit 125 for git). With --count-unsupported, `unsupported` is a verdict like the
-others: when did the engine stop (or start) supporting a setting. Each step prints its commit or version, verdict and seconds;
-the end names the first bad one, its verdict and the one before it, then reproduces it
-(`repro_hook`: `harness repro`).
+Both first run the scenario at each end, and each end must be what the user said: the
+good end `pass` (or the verdict `--good-verdict` names), the bad end another engine
+verdict. An end that is not stops the bisect at once, before any middle release or
+commit is installed or run, with both ends' verdicts and reasons (the bad end is not run
+when the good one already failed its check: nothing it says could make the bisect
+meaningful). A step's outcome is its verdict, an expected failure counted as what was
+observed, a crash told apart by its root cause (`signature`): the good end's -> good;
+the bad end's -> bad; another engine verdict -> odd (a third behaviour in the range, e.g.
+a crash of another cause where the bad end fails numerically: reported with its root
+cause and stepped over as `git bisect skip` does, since it hides whether the bug is
+there); `error` or `unsupported` -> skip (the step says nothing of the engine; exit 125
+for git). With --count-unsupported, `unsupported` is a verdict like the others: when did
+the engine stop (or start) supporting a setting. `--fixed` looks for the change that
+fixed a bug: the bad end is then the older one (it fails), the good end the newer (it
+passes). Each step prints its commit or version, verdict and seconds; the end names the
+first bad one, its verdict and the one before it (with --fixed: the last bad one and the
+first good one), then reproduces it (`repro_hook`: `harness repro`).
 """
 
 from __future__ import annotations
@@ -85,11 +94,72 @@ def signature(v: Verdict, count_unsupported: bool = False) -> str | None:
     return kind
 
 
-def decide(step: str | None, at_good: str) -> str:
-    """good (same as at good), bad (the verdict changed) or skip."""
+def decide(step: str | None, at_good: str, at_bad: str) -> str:
+    """good (the good end's signature), bad (the bad end's), odd (another engine verdict:
+    neither) or skip (the step says nothing of the engine)."""
     if step is None:
         return "skip"
-    return "good" if step == at_good else "bad"
+    if step == at_good:
+        return "good"
+    return "bad" if step == at_bad else "odd"
+
+
+def end_text(name: str, point: str, v: Verdict | None, count_unsupported: bool = False) -> str:
+    """`good 0.19.1: crash (CppCompileError): rank 0 crashed: ...`: one end, for a refusal."""
+    if v is None:
+        return f"  {name} {point}: not run"
+    what = v.verdict if install_failed(v) else (signature(v, count_unsupported) or v.verdict)  # the reason says install failed
+    return f"  {name} {point}: {what}{_observed(v)}: {v.reason.splitlines()[0][:300] if v.reason else ''}"
+
+
+def good_end_problem(v: Verdict, good_verdict: str, count_unsupported: bool = False) -> str | None:
+    """Why the good end is not what the user said it is (`good_verdict`), or None."""
+    if install_failed(v):
+        return "its release did not install"
+    kind = outcome(v, count_unsupported or good_verdict == "unsupported")
+    if kind is None:
+        return f"it ended {v.verdict}, which says nothing of the engine"
+    return None if kind == good_verdict else f"it ended {signature(v, count_unsupported) or kind}, not {good_verdict}"
+
+
+def bad_end_problem(at_good: str, v: Verdict, count_unsupported: bool = False) -> str | None:
+    """Why the bad end does not differ from the good end (signature `at_good`), or None."""
+    if install_failed(v):
+        return "its release did not install"
+    at_bad = signature(v, count_unsupported)
+    if at_bad is None:
+        return f"it ended {v.verdict}, which says nothing of the engine"
+    return f"it ended {at_bad} too" if at_bad == at_good else None
+
+
+def check_ends(good: tuple[str, Verdict], bad: tuple[str, Verdict | None], good_verdict: str = "pass",
+               count_unsupported: bool = False) -> tuple[str, str]:
+    """The signatures of the two ends, or BisectError naming the end that is not what the
+    user said, with both ends' verdicts and reasons and what to do. `bad` may be unrun
+    (None): then only the good end is checked (the bad end is not worth its install)."""
+    (good_point, good_v), (bad_point, bad_v) = good, bad
+    count = count_unsupported or good_verdict == "unsupported"
+    ends = "\n".join((end_text("good", good_point, good_v, count), end_text("bad", bad_point, bad_v, count)))
+    problem = good_end_problem(good_v, good_verdict, count)
+    if problem:
+        seen = outcome(good_v, count)
+        hint = (f"Pick a good end where the scenario ends {good_verdict}"
+                + (f", or bisect from the verdict it has there: --good-verdict {seen}." if seen and seen != good_verdict else "."))
+        raise BisectError(f"the good end ({good_point}) must end {good_verdict}, and {problem}; "
+                          f"the bisect stops before any middle step runs:\n{ends}\n{hint}")
+    at_good = signature(good_v, count)
+    assert at_good is not None  # good_end_problem let only an engine verdict through
+    if bad_v is None:
+        return at_good, ""
+    problem = bad_end_problem(at_good, bad_v, count)
+    if problem:
+        hint = ("The bad end does not show the change: pick a bad end where the scenario ends otherwise."
+                if problem.endswith(" too") else "A bad end must end fail, crash or hang (another verdict than the good end's).")
+        raise BisectError(f"the bad end ({bad_point}) must end other than the good end ({at_good}), and {problem}; "
+                          f"the bisect stops before any middle step runs:\n{ends}\n{hint}")
+    at_bad = signature(bad_v, count)
+    assert at_bad is not None
+    return at_good, at_bad
 
 
 def next_probe(good: int, bad: int, skipped: set[int]) -> int | None:
@@ -122,7 +192,8 @@ class Result:
     run_dir: Path | None = None  # the first bad step's run directory
     scenario: Scenario | None = None  # as it ran at the first bad step (releases: in that version's environment)
     checkout: str = ""  # over git: how to put the engine at the first bad commit again
-    newest_first: bool = False  # bisecting for a fix: the good end is the newer release
+    newest_first: bool = False  # bisecting for a fix (--fixed): the good end is the newer release
+    odd: list[Step] = field(default_factory=list)  # steps neither good nor bad: another behaviour in the range
 
     def text(self) -> str:
         bad, good = self.bad_verdict, self.good_verdict
@@ -134,7 +205,19 @@ class Result:
             line = f"first bad: {self.first_bad}, {said}; the one before it, {self.last_good}: {good.verdict}{_observed(good)}"
         if self.skipped_between:
             line += f"\n(could not judge {', '.join(self.skipped_between)}: the first bad is one of them or {self.first_bad})"
+        for step in self.odd:
+            line += "\n" + odd_text(step)
         return line + f"\nbisect: {len(self.steps)} steps in {self.seconds:.0f}s"
+
+
+def odd_text(step: Step) -> str:
+    """A step that was neither good nor bad, with its root cause: another bug (or
+    behaviour) in the range, which the bisect stepped over as `git bisect skip` does."""
+    v = step.verdict
+    crash = v.crash or {}
+    where = f" at {crash['frame']}" if crash.get("frame") else ""
+    return (f"neither good nor bad: {step.point} ended {signature(v, True) or v.verdict}{where} "
+            f"({v.reason.splitlines()[0][:200] if v.reason else ''}); stepped over, as git bisect skip does")
 
 
 def _observed(v: Verdict) -> str:
@@ -173,7 +256,8 @@ def repro_hook(scenario: Scenario, run_dir: Path | None, say=print, checkout: st
 # --- over releases ---------------------------------------------------------------------
 
 def bisect_releases(scenario: Scenario, good: str, bad: str, work_dir: Path, opts: RunOptions,
-                    engine_name: str | None = None, count_unsupported: bool = False, say=print) -> Result:
+                    engine_name: str | None = None, count_unsupported: bool = False, say=print,
+                    good_verdict: str = "pass", fixed: bool = False) -> Result:
     from harness.engines import EngineUnavailable, get_engine
 
     engine_name = engine_name or scenario.suite.engine
@@ -195,8 +279,8 @@ def bisect_releases(scenario: Scenario, good: str, bad: str, work_dir: Path, opt
         raise BisectError(f"{distribution} {', '.join(missing)}: not on the package index (`pip index versions {distribution}`; "
                           f"newest: {', '.join(available[-8:]) or 'none found'})")
     releases = envs.releases_between(available, good, bad)
-    newest_first = releases[0] != good
-    if newest_first:
+    check_order(good, bad, good_is_newer=releases[0] != good, fixed=fixed)
+    if fixed:
         releases.reverse()  # bisecting for a fix: good is the newer one
     say(f"bisect: {scenario.id} over {len(releases)} releases of {distribution}: {', '.join(releases)}")
 
@@ -210,43 +294,53 @@ def bisect_releases(scenario: Scenario, good: str, bad: str, work_dir: Path, opt
         run_dir = work_dir / env.label
         return run_scenario(versioned, run_dir, opts), versioned, run_dir
 
-    result = _search(releases, run, say, count_unsupported)
-    result.newest_first = newest_first
+    result = _search(releases, run, say, count_unsupported, good_verdict)
+    result.newest_first = fixed
     return result
 
 
-def _search(points: list[str], run, say, count_unsupported: bool = False) -> Result:
-    """Bisect points[0] (good) .. points[-1] (bad) with `run(point) -> (verdict, scenario, run dir)`."""
+def check_order(good: str, bad: str, good_is_newer: bool, fixed: bool) -> None:
+    """A bisect for the change that brought a bug goes from an older good end to a newer
+    bad one; with --fixed (the change that fixed it) from an older bad end to a newer
+    good one. Ends the other way round are most likely swapped by mistake: refused."""
+    if good_is_newer and not fixed:
+        raise BisectError(f"--good {good} is newer than --bad {bad}: a bisect looks for the change that brought a bug, "
+                          "from an older good end to a newer bad one; to look for the change that fixed a bug (the older "
+                          "end fails, the newer passes), add --fixed")
+    if fixed and not good_is_newer:
+        raise BisectError(f"--fixed looks for the change that fixed a bug: --bad is the older end (it fails), --good the "
+                          f"newer (it passes), but --good {good} is older than --bad {bad}; swap them, or leave out --fixed "
+                          "to look for the change that brought the bug")
+
+
+def _search(points: list[str], run, say, count_unsupported: bool = False, good_verdict: str = "pass") -> Result:
+    """Bisect points[0] (good) .. points[-1] (bad) with `run(point) -> (verdict, scenario, run dir)`.
+    Both ends run first and must be what the user said (check_ends); a middle step that is
+    neither good nor bad (odd) or says nothing (skip) is stepped over."""
     start = time.monotonic()
     steps: list[Step] = []
     seen: dict[int, tuple[Verdict, Scenario, Path]] = {}
+    count = count_unsupported or good_verdict == "unsupported"
 
-    def probe(i: int, decision_of=None) -> str:
+    def probe(i: int, decision_of) -> str:
         t = time.monotonic()
         seen[i] = run(points[i])
         v = seen[i][0]
-        if decision_of:
-            decision = decision_of(signature(v, count_unsupported))
-        else:  # an end: what it is called, unless it says nothing of the engine
-            decision = ("good" if i == 0 else "bad") if outcome(v, count_unsupported) is not None else "stop"
+        decision = decision_of(v)
         steps.append(Step(points[i], v, time.monotonic() - t, decision))
         say(step_line(points[i], v, steps[-1].seconds, decision))
         return decision
 
-    for name, i in (("good", 0), ("bad", len(points) - 1)):  # an end that says nothing stops the bisect at once
-        probe(i)
-        v = seen[i][0]
-        if outcome(v, count_unsupported) is None:
-            what = "the install failed" if install_failed(v) else f"the verdict is {v.verdict}"
-            raise BisectError(f"at {name} ({points[i]}) {what}: {v.reason.splitlines()[0]}; "
-                              "it says nothing of the engine, so there is nothing to bisect from")
-    at_good, at_bad = signature(seen[0][0], count_unsupported), signature(seen[len(points) - 1][0], count_unsupported)
-    if at_good == at_bad:
-        raise BisectError(f"the verdict is the same at good ({points[0]}) and bad ({points[-1]}): {at_good}; "
-                          "nothing changed between them to bisect")
-    good, bad, skipped = 0, len(points) - 1, set()
+    last = len(points) - 1
+    probe(0, lambda v: "stop" if good_end_problem(v, good_verdict, count) else "good")
+    if steps[-1].decision == "stop":
+        check_ends((points[0], seen[0][0]), (points[last], None), good_verdict, count)  # raises, the bad end unrun
+    at_good = signature(seen[0][0], count)
+    probe(last, lambda v: "stop" if bad_end_problem(at_good or "", v, count) else "bad")
+    at_good, at_bad = check_ends((points[0], seen[0][0]), (points[last], seen[last][0]), good_verdict, count)
+    good, bad, skipped = 0, last, set()
     while (i := next_probe(good, bad, skipped)) is not None:
-        decision = probe(i, lambda o: decide(o, at_good))
+        decision = probe(i, lambda v: decide(signature(v, count), at_good, at_bad))
         if decision == "good":
             good = i
         elif decision == "bad":
@@ -254,9 +348,9 @@ def _search(points: list[str], run, say, count_unsupported: bool = False) -> Res
         else:
             skipped.add(i)
     verdict, bad_scenario, run_dir = seen[bad]
-    result = Result(points[bad], points[good], verdict, seen[good][0], steps,
-                    [points[i] for i in sorted(skipped) if good < i < bad], time.monotonic() - start, run_dir, bad_scenario)
-    return result
+    return Result(points[bad], points[good], verdict, seen[good][0], steps,
+                  [points[i] for i in sorted(skipped) if good < i < bad], time.monotonic() - start, run_dir, bad_scenario,
+                  odd=[s for s in steps if s.decision == "odd"])
 
 
 # --- over a git range ----------------------------------------------------------------
@@ -268,7 +362,7 @@ def git(repo: Path, *args: str, check: bool = True) -> str:
     return done.stdout.strip()
 
 
-def check_checkout(repo: Path, good: str, bad: str) -> tuple[str, str]:
+def check_checkout(repo: Path, good: str, bad: str, fixed: bool = False) -> tuple[str, str]:
     """The full commits of good and bad; BisectError for anything that makes bisecting
     there unsafe or impossible."""
     if not repo.is_dir():
@@ -289,19 +383,29 @@ def check_checkout(repo: Path, good: str, bad: str) -> tuple[str, str]:
         if found.returncode != 0:
             raise BisectError(f"--{name} {rev}: no such commit in {repo}")
         commits.append(found.stdout.strip())
-    if not subprocess.run(["git", "-C", str(repo), "merge-base", "--is-ancestor", commits[0], commits[1]]).returncode == 0:
-        raise BisectError(f"--good {good} is not an ancestor of --bad {bad} in {repo}")
+    good_first, bad_first = (is_ancestor(repo, commits[0], commits[1]), is_ancestor(repo, commits[1], commits[0]))
+    if not (good_first or bad_first):
+        raise BisectError(f"--good {good} is not an ancestor of --bad {bad} in {repo}, nor the other way round")
+    check_order(good, bad, good_is_newer=not good_first, fixed=fixed)
     return commits[0], commits[1]
 
 
-def step_command(scenario: Scenario, scenario_args: list[str], repo: Path, at_good: str | None, work_dir: Path,
-                 install: str | None, opts: RunOptions, count_unsupported: bool = False) -> list[str]:
+def is_ancestor(repo: Path, older: str, newer: str) -> bool:
+    return subprocess.run(["git", "-C", str(repo), "merge-base", "--is-ancestor", older, newer]).returncode == 0
+
+
+def step_command(scenario: Scenario, scenario_args: list[str], repo: Path, at_good: str | None, at_bad: str | None,
+                 work_dir: Path, install: str | None, opts: RunOptions, count_unsupported: bool = False,
+                 fixed: bool = False) -> list[str]:
+    """The `harness bisect-step` command; an end's step (no at_good) only runs and saves its verdict."""
     cmd = [sys.executable, "-m", "harness", *scenario_args, "bisect-step", scenario.id, "--git", str(repo),
            "--work-dir", str(work_dir), "--device", opts.device]
     if count_unsupported:
         cmd.append("--count-unsupported")
     if at_good:
-        cmd += ["--good-verdict", at_good]
+        cmd += ["--good-verdict", at_good, "--bad-verdict", at_bad or ""]
+    if fixed:
+        cmd.append("--fixed")
     if install:
         cmd += ["--install", install]
     if opts.timeout_s:
@@ -315,58 +419,68 @@ def step_env(repo: Path) -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in path if p)}
 
 
+# git bisect's own terms for a search for a fix: the older state is "broken", the newer "fixed"
+FIX_TERMS = ("--term-old=broken", "--term-new=fixed")
+
+
 def bisect_git(scenario: Scenario, scenario_args: list[str], repo: Path, good: str, bad: str, work_dir: Path,
-               opts: RunOptions, install: str | None = None, count_unsupported: bool = False, say=print) -> Result:
+               opts: RunOptions, install: str | None = None, count_unsupported: bool = False, say=print,
+               good_verdict: str = "pass", fixed: bool = False) -> Result:
     repo = repo.absolute()
-    good_sha, bad_sha = check_checkout(repo, good, bad)
-    count = int(git(repo, "rev-list", "--count", f"{good_sha}..{bad_sha}"))
-    say(f"bisect: {scenario.id} over {count} commits of {repo} ({good_sha[:10]}..{bad_sha[:10]})")
+    good_sha, bad_sha = check_checkout(repo, good, bad, fixed)
+    older, newer = (bad_sha, good_sha) if fixed else (good_sha, bad_sha)
+    count = int(git(repo, "rev-list", "--count", f"{older}..{newer}"))
+    say(f"bisect: {scenario.id} over {count} commits of {repo} ({older[:10]}..{newer[:10]})")
     start = time.monotonic()
     steps: list[Step] = []
     env = step_env(repo)
-    git(repo, "bisect", "start")  # remembers where the checkout was; reset goes back there
+    count_unsupported = count_unsupported or good_verdict == "unsupported"
+    git(repo, "bisect", "start", *(FIX_TERMS if fixed else ()))  # remembers where the checkout was; reset goes back there
+    found = None
     try:
-        known = {}
-        for name, sha in (("good", good_sha), ("bad", bad_sha)):
+        def run_end(sha: str, name: str, problem_of) -> Verdict:
             git(repo, "checkout", "-q", "--detach", sha)
             t = time.monotonic()
-            done = subprocess.run(step_command(scenario, scenario_args, repo, None, work_dir, install, opts, count_unsupported),
+            done = subprocess.run(step_command(scenario, scenario_args, repo, None, None, work_dir, install, opts, count_unsupported),
                                   env=env, capture_output=True, text=True)
             v = _step_verdict(work_dir, sha, done)
-            steps.append(Step(sha[:10], v, time.monotonic() - t, name))
-            say(step_line(sha[:10], v, steps[-1].seconds, name))
-            if outcome(v, count_unsupported) is None:
-                raise BisectError(f"at {name} ({sha[:10]}) the verdict is {v.verdict}: {v.reason.splitlines()[0]}; "
-                                  "it says nothing of the engine, so there is nothing to bisect from")
-            known[name] = v
-        at_good, at_bad = signature(known["good"], count_unsupported), signature(known["bad"], count_unsupported)
-        if at_good == at_bad:
-            raise BisectError(f"the verdict is the same at good ({good_sha[:10]}) and bad ({bad_sha[:10]}): {at_good}; "
-                              "nothing changed between them to bisect")
-        git(repo, "bisect", "bad", bad_sha)
-        git(repo, "bisect", "good", good_sha)
-        step = step_command(scenario, scenario_args, repo, at_good, work_dir, install, opts, count_unsupported)
-        first_bad, shown = _run_bisect(repo, step, env, say)
+            steps.append(Step(sha[:10], v, time.monotonic() - t, "stop" if problem_of(v) else name))
+            say(step_line(sha[:10], v, steps[-1].seconds, steps[-1].decision))
+            return v
+
+        good_v = run_end(good_sha, "good", lambda v: good_end_problem(v, good_verdict, count_unsupported))
+        if steps[-1].decision == "stop":
+            check_ends((good_sha[:10], good_v), (bad_sha[:10], None), good_verdict, count_unsupported)  # raises
+        at_good = signature(good_v, count_unsupported) or ""
+        bad_v = run_end(bad_sha, "bad", lambda v: bad_end_problem(at_good, v, count_unsupported))
+        at_good, at_bad = check_ends((good_sha[:10], good_v), (bad_sha[:10], bad_v), good_verdict, count_unsupported)
+        old_term, new_term = ("broken", "fixed") if fixed else ("good", "bad")
+        git(repo, "bisect", new_term, newer)
+        git(repo, "bisect", old_term, older)
+        step = step_command(scenario, scenario_args, repo, at_good, at_bad, work_dir, install, opts, count_unsupported, fixed)
+        found, shown = _run_bisect(repo, step, env, say)
         steps += _git_steps(work_dir, shown)
     finally:
         reset = subprocess.run(["git", "-C", str(repo), "bisect", "reset"], capture_output=True, text=True)
         if reset.returncode != 0:
             say(f"harness bisect: `git -C {repo} bisect reset` failed: {reset.stderr.strip()}; run it by hand")
-    if first_bad is None:
-        raise BisectError(f"git bisect run ended without naming the first bad commit; see `git -C {repo} bisect log` output above")
-    sha, skipped = first_bad
-    bad_v = known["bad"] if sha == bad_sha else _saved_verdict(work_dir, sha)
-    parent = git(repo, "rev-parse", f"{sha}^")
-    good_v = known["good"] if parent == good_sha else (_saved_verdict(work_dir, parent) or known["good"])
-    subject = git(repo, "log", "-1", "--format=%h %s", sha)
-    checkout = f"git -C {repo} checkout {sha[:10]} && PYTHONPATH={repo}:$PYTHONPATH"
-    return Result(subject, git(repo, "log", "-1", "--format=%h %s", parent), bad_v or known["bad"], good_v, steps, skipped,
-                  time.monotonic() - start, work_dir / sha[:12], checkout=checkout)
+    if found is None:
+        raise BisectError(f"git bisect run ended without naming the first {'fixed' if fixed else 'bad'} commit; "
+                          f"see `git -C {repo} bisect log` output above")
+    first_new, skipped = found
+    parent = git(repo, "rev-parse", f"{first_new}^")
+    bad_sha_found, good_sha_found = (parent, first_new) if fixed else (first_new, parent)
+    bad_found = (bad_v if bad_sha_found == bad_sha else _saved_verdict(work_dir, bad_sha_found)) or bad_v
+    good_found = (good_v if good_sha_found == good_sha else _saved_verdict(work_dir, good_sha_found)) or good_v
+    checkout = f"git -C {repo} checkout {bad_sha_found[:10]} && PYTHONPATH={repo}:$PYTHONPATH"
+    return Result(git(repo, "log", "-1", "--format=%h %s", bad_sha_found), git(repo, "log", "-1", "--format=%h %s", good_sha_found),
+                  bad_found, good_found, steps, skipped, time.monotonic() - start, work_dir / bad_sha_found[:12],
+                  checkout=checkout, newest_first=fixed, odd=[s for s in steps if s.decision == "odd"])
 
 
 def _run_bisect(repo: Path, step: list[str], env: dict, say) -> tuple[tuple[str, list[str]] | None, list[str]]:
-    """`git bisect run STEP`, its step lines and progress shown: ((first bad sha, skipped
-    commits that hide it) or None, the step lines)."""
+    """`git bisect run STEP`, its step lines and progress shown: ((first bad sha, or with
+    --fixed the first fixed one; skipped commits that hide it) or None, the step lines)."""
     proc = subprocess.Popen(["git", "-C", str(repo), "bisect", "run", *step], env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
     found, skipped, lines, shown = None, [], [], []
@@ -378,7 +492,7 @@ def _run_bisect(repo: Path, step: list[str], env: dict, say) -> tuple[tuple[str,
             say(line)
             if line.startswith("bisect: "):
                 shown.append(line)
-        elif line.endswith(" is the first bad commit"):
+        elif line.endswith((" is the first bad commit", " is the first fixed commit")):
             found = line.split()[0]
         elif line.startswith("There are only 'skip'ped commits left"):
             say(line)
@@ -424,10 +538,11 @@ def _git_steps(work_dir: Path, shown: list[str]) -> list[Step]:
 
 
 def run_step(scenario: Scenario, repo: Path, work_dir: Path, opts: RunOptions, at_good: str | None,
-             install: str | None, count_unsupported: bool = False) -> int:
+             install: str | None, count_unsupported: bool = False, at_bad: str | None = None, fixed: bool = False) -> int:
     """One commit of a git bisect (`harness bisect-step`, run by `git bisect run` with the
     checkout first on PYTHONPATH): install if asked, run the scenario, print one line,
-    exit GOOD / BAD / SKIP."""
+    exit with git's code for good / bad (with --fixed: git's old term `broken` is our bad,
+    its new term `fixed` our good) / skip (also for odd: neither good nor bad)."""
     sha = git(repo, "rev-parse", "HEAD")
     subject = git(repo, "log", "-1", "--format=%s", "HEAD")
     if install:
@@ -438,9 +553,16 @@ def run_step(scenario: Scenario, repo: Path, work_dir: Path, opts: RunOptions, a
             return SKIP
     t = time.monotonic()
     v = run_scenario(scenario, work_dir / sha[:12], opts)
-    decision = decide(signature(v, count_unsupported), at_good) if at_good else "-"
+    decision = decide(signature(v, count_unsupported), at_good, at_bad or "") if at_good else "-"
     print(step_line(f"{sha[:10]}", v, time.monotonic() - t, decision) + f"  [{subject[:60]}]", flush=True)
-    return {"good": GOOD, "bad": BAD, "skip": SKIP}.get(decision, GOOD)
+    return git_exit_code(decision, fixed)
+
+
+def git_exit_code(decision: str, fixed: bool = False) -> int:
+    """What `git bisect run` reads from a step: 0 for its old term, 1 for its new term,
+    125 skip. The old term is good (a bug brought) or broken (--fixed: a bug fixed)."""
+    old, new = ("bad", "good") if fixed else ("good", "bad")
+    return {old: GOOD, new: BAD}.get(decision, SKIP if decision in ("skip", "odd") else GOOD)
 
 
 def scenario_args_of(paths: list[Path] | None) -> list[str]:

@@ -27,11 +27,11 @@ def test_unsupported_counts_as_a_verdict_when_asked():
     assert outcome(Verdict("s/x", "error", "r"), count_unsupported=True) is None
 
 
-def test_the_same_as_at_good_is_good_any_other_engine_verdict_is_bad():
-    assert decide("pass", "pass") == "good"
-    assert decide("crash", "pass") == "bad" and decide("fail", "pass") == "bad"
-    assert decide(None, "pass") == "skip"
-    assert decide("pass", "crash") == "bad"  # bisecting for a fix: good crashes
+def test_a_step_is_good_as_the_good_end_bad_as_the_bad_end_else_odd():
+    assert decide("pass", "pass", "fail") == "good" and decide("fail", "pass", "fail") == "bad"
+    assert decide("crash (ValueError)", "pass", "fail") == "odd"  # a third behaviour: neither
+    assert decide("crash (CppCompileError)", "pass", "crash (ValueError)") == "odd"  # another root cause
+    assert decide(None, "pass", "fail") == "skip"
 
 
 def test_next_probe_halves_and_walks_around_skipped_points():
@@ -63,16 +63,18 @@ def repo_with_two_commits(path: Path) -> Path:
     return path
 
 
-@pytest.mark.parametrize("setup, good, bad, message", [
-    (lambda p: p.mkdir() or p, "HEAD~1", "HEAD", "not a git repository"),
-    (lambda p: p, "HEAD~1", "HEAD", "no such directory"),
-    (repo_with_two_commits, "HEAD~1", "nosuch", "--bad nosuch: no such commit"),
-    (repo_with_two_commits, "HEAD", "HEAD~1", "is not an ancestor of --bad"),
-    (lambda p: (repo_with_two_commits(p), (p / "a.txt").write_text("dirty\n"))[0], "HEAD~1", "HEAD", "uncommitted changes"),
+@pytest.mark.parametrize("setup, good, bad, extra, message", [
+    (lambda p: p.mkdir() or p, "HEAD~1", "HEAD", [], "not a git repository"),
+    (lambda p: p, "HEAD~1", "HEAD", [], "no such directory"),
+    (repo_with_two_commits, "HEAD~1", "nosuch", [], "--bad nosuch: no such commit"),
+    (repo_with_two_commits, "HEAD", "HEAD~1", [], "--good HEAD is newer than --bad HEAD~1: a bisect looks for the change "
+     "that brought a bug"),  # most likely swapped; --fixed says it is meant
+    (repo_with_two_commits, "HEAD~1", "HEAD", ["--fixed"], "but --good HEAD~1 is older than --bad HEAD; swap them"),
+    (lambda p: (repo_with_two_commits(p), (p / "a.txt").write_text("dirty\n"))[0], "HEAD~1", "HEAD", [], "uncommitted changes"),
 ])
-def test_bad_git_bisects_are_refused_before_anything_runs(tmp_path, capsys, setup, good, bad, message):
+def test_bad_git_bisects_are_refused_before_anything_runs(tmp_path, capsys, setup, good, bad, extra, message):
     repo = setup(tmp_path / "engine")
-    code = main(["bisect", "llama-tiny/tp1-pp1", "--git", str(repo), "--good", good, "--bad", bad,
+    code = main(["bisect", "llama-tiny/tp1-pp1", "--git", str(repo), "--good", good, "--bad", bad, *extra,
                  "--work-dir", str(tmp_path / "work")])
     err = capsys.readouterr().err
     assert code == 2 and message in err, err
@@ -99,7 +101,7 @@ def test_releases_not_on_the_index_are_refused(tmp_path, capsys, monkeypatch):
     assert not (tmp_path / "cache" / "envs").exists()
 
 
-def search_over(verdicts: dict[str, str], count_unsupported: bool = False):
+def search_over(verdicts: dict[str, str | Verdict], count_unsupported: bool = False, good_verdict: str = "pass"):
     from harness.bisect import _search
 
     ran = []
@@ -107,10 +109,11 @@ def search_over(verdicts: dict[str, str], count_unsupported: bool = False):
     def run(point):
         ran.append(point)
         verdict = verdicts[point]
-        return Verdict("s/x", verdict, f"{verdict} at {point}"), None, Path("/runs") / point
+        v = verdict if isinstance(verdict, Verdict) else Verdict("s/x", verdict, f"{verdict} at {point}")
+        return v, None, Path("/runs") / point
 
     points = list(verdicts)
-    return _search(points, run, lambda line: None, count_unsupported), ran
+    return _search(points, run, lambda line: None, count_unsupported, good_verdict), ran
 
 
 def test_a_release_search_ends_at_the_boundary_and_skips_what_says_nothing():
@@ -122,43 +125,98 @@ def test_a_release_search_ends_at_the_boundary_and_skips_what_says_nothing():
     assert "first bad: 0.29.0, verdict crash" in result.text() and "the one before it, 0.27.1: pass" in result.text()
 
 
-def _crash(exception: str, wrapper: str | None = None) -> Verdict:
+def _crash(exception: str, wrapper: str | None = None, frame: str | None = None) -> Verdict:
     return Verdict("s/x", "crash", f"rank 0 crashed: {exception}",
-                   crash={"rank": 0, "exception": exception, "wrapper": wrapper, "log": "rank0.log"})
+                   crash={"rank": 0, "exception": exception, "wrapper": wrapper, "frame": frame, "log": "rank0.log"})
 
 
 def test_two_crashes_of_unrelated_causes_are_two_verdicts():
     """A CppCompileError at one end and a processor ValueError at the other used to be called
     "the same verdict: nothing to bisect"; a middle step is good only with the good end's cause."""
-    from harness.bisect import _search, root_cause, signature
+    from harness.bisect import root_cause, signature
 
     inductor = _crash("torch._inductor.exc.InductorError: CppCompileError: C++ compile error",
                       wrapper="torch._inductor.exc.InductorError")
     assert root_cause(inductor) == "CppCompileError" and signature(inductor) == "crash (CppCompileError)"
     assert signature(_crash("ValueError: Found 1 <|image_pad|> tokens")) == "crash (ValueError)"
-    by_point = {"1": inductor, "2": inductor, "3": _crash("ValueError: no images"), "4": _crash("ValueError: no images")}
-    result = _search(list(by_point), lambda p: (by_point[p], None, Path("/runs") / p), lambda line: None)
+    no_images = _crash("ValueError: no images")
+    result, _ = search_over({"1": inductor, "2": inductor, "3": no_images, "4": no_images}, good_verdict="crash")
     assert (result.first_bad, result.last_good) == ("3", "2")
 
 
 def test_a_search_for_a_fix_names_the_releases_in_time_order():
-    from harness.bisect import _search
-
-    verdicts = {"0.32.0": "pass", "0.31.0": "pass", "0.30.0": "crash", "0.29.0": "crash"}  # good (newer) first
-    result = _search(list(verdicts), lambda p: (Verdict("s/x", verdicts[p], p), None, Path("/runs") / p), lambda line: None)
+    result, _ = search_over({"0.32.0": "pass", "0.31.0": "pass", "0.30.0": "crash", "0.29.0": "crash"})  # good (newer) first
     result.newest_first = True
     assert "last bad: 0.30.0" in result.text() and "the next one, 0.31.0: pass (the change is in 0.31.0)" in result.text()
 
 
-def test_a_search_refuses_equal_ends_and_ends_that_say_nothing():
+def test_a_good_end_that_does_not_pass_stops_at_once_the_bad_end_unrun():
+    """The bisect of the issue: 0.19.1 crashed (CppCompileError) and was labelled good."""
     from harness.bisect import BisectError
 
-    with pytest.raises(BisectError, match="the same at good .* crash"):
-        search_over({"1": "crash", "2": "pass", "3": "crash"})
-    with pytest.raises(BisectError, match="at bad .* unsupported"):
+    inductor = _crash("torch._inductor.exc.InductorError: CppCompileError: C++ compile error",
+                      wrapper="torch._inductor.exc.InductorError")
+    with pytest.raises(BisectError) as refused:
+        search_over({"0.19.1": inductor, "0.20.2": "pass", "0.32.0": "fail"})
+    message = str(refused.value)
+    assert "the good end (0.19.1) must end pass, and it ended crash (CppCompileError), not pass" in message
+    assert "good 0.19.1: crash (CppCompileError): rank 0 crashed: torch._inductor" in message
+    assert "bad 0.32.0: not run" in message and "--good-verdict crash" in message
+    ran: list[str] = []
+    with pytest.raises(BisectError, match=r"good end \(1\) must end pass, and it ended fail, not pass"):
+        _search_recording(ran, {"1": "fail", "2": "pass", "3": "crash"})
+    assert ran == ["1"]  # neither the bad end nor a middle one ran
+
+
+def _search_recording(ran: list[str], verdicts: dict):
+    from harness.bisect import _search
+
+    def run(point):
+        ran.append(point)
+        return Verdict("s/x", verdicts[point], f"{verdicts[point]} at {point}"), None, Path("/runs") / point
+
+    return _search(list(verdicts), run, lambda line: None)
+
+
+def test_a_bad_end_that_passes_or_says_nothing_stops_with_both_verdicts():
+    from harness.bisect import BisectError
+
+    ran: list[str] = []
+    with pytest.raises(BisectError) as refused:
+        _search_recording(ran, {"1": "pass", "2": "crash", "3": "pass"})
+    message = str(refused.value)
+    assert "the bad end (3) must end other than the good end (pass), and it ended pass too" in message
+    assert "good 1: pass: pass at 1" in message and "bad 3: pass: pass at 3" in message
+    assert ran == ["1", "3"]  # the middle never ran
+    with pytest.raises(BisectError, match=r"bad end \(2\) .* it ended unsupported, which says nothing of the engine"):
         search_over({"1": "pass", "2": "unsupported"})
     result, _ = search_over({"1": "pass", "2": "pass", "3": "unsupported"}, count_unsupported=True)
     assert result.first_bad == "3"
+
+
+def test_a_good_verdict_other_than_pass_is_asked_for():
+    result, _ = search_over({"1": "crash", "2": "crash", "3": "fail", "4": "fail"}, good_verdict="crash")
+    assert (result.first_bad, result.last_good) == ("3", "2")
+    result, _ = search_over({"1": "unsupported", "2": "pass", "3": "pass"}, good_verdict="unsupported")
+    assert (result.first_bad, result.last_good) == ("2", "1")  # when did the engine start supporting it
+
+
+def test_a_middle_step_neither_good_nor_bad_is_reported_with_its_root_cause_and_stepped_over():
+    other = _crash("ValueError: Found 1 <|image_pad|> tokens in the text but no images were passed",
+                   frame="/venv/transformers/processing_utils.py:805 in _check_special_mm_tokens")
+    lines: list[str] = []
+    from harness.bisect import _search
+
+    verdicts = {"1": "pass", "2": "pass", "3": other, "4": "fail", "5": "fail"}
+    result = _search(list(verdicts), lambda p: (verdicts[p] if isinstance(verdicts[p], Verdict) else
+                                                Verdict("s/x", verdicts[p], p), None, Path("/runs") / p), lines.append)
+    assert (result.first_bad, result.last_good) == ("4", "2") and result.skipped_between == ["3"]
+    assert [s.point for s in result.odd] == ["3"]
+    assert any(line.split()[1] == "3" and "-> odd" in line for line in lines), lines
+    text = result.text()
+    assert ("neither good nor bad: 3 ended crash (ValueError) at /venv/transformers/processing_utils.py:805 "
+            "in _check_special_mm_tokens") in text, text
+    assert "could not judge 3: the first bad is one of them or 4" in text
 
 
 def test_a_release_that_does_not_install_is_named_so_and_an_end_that_does_not_stops_at_once():
@@ -171,7 +229,7 @@ def test_a_release_that_does_not_install_is_named_so_and_an_end_that_does_not_st
         return Verdict("s/x", "crash" if point == "3" else "pass", point), None, Path("/runs") / point
 
     lines: list[str] = []
-    with pytest.raises(BisectError, match=r"at good \(broken-1\) the install failed: .*nothing to bisect from"):
+    with pytest.raises(BisectError, match=r"the good end \(broken-1\) must end pass, and its release did not install"):
         _search(["broken-1", "2", "3"], run, lines.append)
     assert len(lines) == 1 and "install failed" in lines[0] and "-> stop" in lines[0]  # the bad end never ran
     lines.clear()
@@ -179,3 +237,61 @@ def test_a_release_that_does_not_install_is_named_so_and_an_end_that_does_not_st
     assert result.skipped_between == ["broken-2"]
     assert any("broken-2" in line and "install failed" in line and "-> skip" in line for line in lines), lines
     assert "install failed" in step_line("x", Verdict("s/x", "error", "r", error={"install_failed": True}), 1.0, "skip")
+
+
+def fake_releases(monkeypatch, verdicts: dict[str, str | Verdict]) -> list[str]:
+    """`harness bisect` over releases without installing any: the index lists `verdicts`'
+    releases, an install only records the release, a run ends as `verdicts` says. The
+    list returned fills with the releases installed, in order."""
+    from harness import bisect, envs
+
+    installed: list[str] = []
+
+    def resolve(spec, engine_name, say=print):
+        installed.append(spec.version)
+        return envs.EngineEnv(spec.text, engine_name, Path("/fake/bin/python"), {}, f"{engine_name}-{spec.version}")
+
+    def run_scenario(scenario, run_dir, opts):
+        verdict = verdicts[installed[-1]]
+        return verdict if isinstance(verdict, Verdict) else Verdict(scenario.id, verdict, f"{verdict} at {installed[-1]}")
+
+    monkeypatch.setattr(envs, "available_releases", lambda distribution: list(verdicts))
+    monkeypatch.setattr(envs, "resolve", resolve)
+    monkeypatch.setattr(envs, "versioned", lambda scenario, env: scenario)
+    monkeypatch.setattr(bisect, "run_scenario", run_scenario)
+    monkeypatch.setattr(bisect, "repro_hook", lambda *a, **k: None)
+    return installed
+
+
+def test_harness_bisect_whose_good_end_crashes_stops_before_any_other_release_installs(tmp_path, capsys, monkeypatch):
+    crash = _crash("torch._inductor.exc.InductorError: CppCompileError: C++ compile error",
+                   wrapper="torch._inductor.exc.InductorError")
+    installed = fake_releases(monkeypatch, {"0.19.1": crash, "0.20.2": "pass", "0.22.1": "pass", "0.32.0": "fail"})
+    code = main(["bisect", "vllm-llama/tp1-pp1", "--good", "0.19.1", "--bad", "0.32.0", "--work-dir", str(tmp_path / "w")])
+    out, err = capsys.readouterr()
+    assert code == 2, out + err
+    assert installed == ["0.19.1"]  # neither the bad end nor a middle release was installed
+    assert "bisect: 0.19.1" in out and "-> stop" in out and "-> good" not in out
+    assert "the good end (0.19.1) must end pass, and it ended crash (CppCompileError)" in err and "bad 0.32.0: not run" in err
+
+
+def test_harness_bisect_fixed_finds_the_release_that_fixed_a_bug(tmp_path, capsys, monkeypatch):
+    installed = fake_releases(monkeypatch, {"0.27.0": "crash", "0.28.0": "crash", "0.29.0": "crash", "0.30.0": "pass",
+                                            "0.31.0": "pass", "0.32.0": "pass"})
+    code = main(["bisect", "vllm-llama/tp1-pp1", "--fixed", "--bad", "0.27.0", "--good", "0.32.0",
+                 "--work-dir", str(tmp_path / "w")])
+    out, err = capsys.readouterr()
+    assert code == 0, out + err
+    assert installed[:2] == ["0.32.0", "0.27.0"]  # the good end first, then the bad one
+    assert "last bad: 0.29.0, verdict crash" in out and "the next one, 0.30.0: pass (the change is in 0.30.0)" in out, out
+    installed.clear()
+    assert main(["bisect", "vllm-llama/tp1-pp1", "--good", "0.32.0", "--bad", "0.27.0", "--work-dir", str(tmp_path / "w")]) == 2
+    assert "--good 0.32.0 is newer than --bad 0.27.0" in capsys.readouterr().err and installed == []
+
+
+def test_a_git_step_exits_with_git_bisects_terms():
+    from harness.bisect import BAD, GOOD, SKIP, git_exit_code
+
+    assert (git_exit_code("good"), git_exit_code("bad"), git_exit_code("odd"), git_exit_code("skip")) == (GOOD, BAD, SKIP, SKIP)
+    # --fixed: git bisect's old term is `broken` (our bad end, older), its new term `fixed` (our good end)
+    assert (git_exit_code("bad", fixed=True), git_exit_code("good", fixed=True)) == (GOOD, BAD)

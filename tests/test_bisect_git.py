@@ -115,5 +115,25 @@ def test_bisect_refuses_when_good_and_bad_give_the_same_verdict(tmp_path):
     done = subprocess.run([sys.executable, "-m", "harness", "bisect", "llama-tiny/tp1-pp1", "--git", str(repo), "--good", first,
                            "--bad", last, "--work-dir", str(tmp_path / "work")], env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 2, done.stdout + done.stderr
-    assert "the verdict is the same at good" in done.stderr and ": pass;" in done.stderr
+    assert "the bad end" in done.stderr and "must end other than the good end (pass), and it ended pass too" in done.stderr
     assert git(repo, "rev-parse", "--abbrev-ref", "HEAD") == "main" and not (repo / ".git" / "BISECT_LOG").exists()
+
+
+@pytest.mark.e2e
+@needs_tp_plan
+def test_bisect_fixed_over_a_git_range_names_the_commit_that_fixed_the_bug(tmp_path):
+    """The same engine with the bug taken out again two commits later: --fixed, from the
+    bug (bad, older) to the last commit (good, newer), names the commit that took it out."""
+    repo, commits = engine_repo(tmp_path)
+    worker = repo / "harness_tp_plan" / "worker.py"
+    worker.write_text(worker.read_text().replace(BUGGY_LOAD, GOOD_LOAD))
+    commits["fix"] = commit(repo, "load: the all-reduce sums the shards; do not scale them")
+    (repo / "README.md").write_text((repo / "README.md").read_text() + "\nA last note.\n")
+    commits["end"] = commit(repo, "docs: a last note")
+    done = harness("bisect", "tp-plan/tp2", "--git", str(repo), "--fixed", "--bad", commits["bug"], "--good", commits["end"],
+                   "--work-dir", str(tmp_path / "work"), cwd=tmp_path)
+    out = done.stdout
+    assert done.returncode == 0, out + done.stderr
+    assert f"the next one, {commits['fix'][:7]} load: the all-reduce sums" in out, out
+    assert f"(the change is in {commits['fix'][:7]}" in out and "last bad: " in out
+    assert git(repo, "rev-parse", "HEAD") == commits["end"] and not (repo / ".git" / "BISECT_LOG").exists()

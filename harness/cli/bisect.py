@@ -11,13 +11,21 @@ from harness import exit_codes
 from harness.cli import suites
 from harness.cli.options import add_device, add_report_dir, add_timeout, positive_seconds
 
+GOOD_VERDICTS = ("pass", "fail", "crash", "hang", "unsupported")  # what --good-verdict may name
+
 HELP = "find the first engine release or commit where a scenario's verdict changes"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("scenario", help="one scenario id, e.g. vllm-llama/tp1-pp2")
-    p.add_argument("--good", required=True, help="a release (or with --git a commit) where it has the old verdict")
-    p.add_argument("--bad", required=True, help="a later release (or commit) where it has another verdict")
+    p.add_argument("--good", required=True, help="a release (or with --git a commit) where it passes (or ends as "
+                   "--good-verdict says); it runs first, and the bisect stops at once if it does not")
+    p.add_argument("--bad", required=True, help="a later release (or commit; with --fixed an earlier one) where it "
+                   "ends otherwise (fail, crash, hang)")
+    p.add_argument("--good-verdict", choices=GOOD_VERDICTS, default="pass",
+                   help="what the scenario ends as at the good end (default: pass)")
+    p.add_argument("--fixed", action="store_true", help="look for the change that fixed a bug: --bad is the older end "
+                   "(it fails), --good the newer (it passes)")
     p.add_argument("--engine", help="the engine whose releases to bisect (default: the scenario's)")
     p.add_argument("--git", type=Path, metavar="DIR", help="bisect commits of this engine checkout instead "
                    "(git bisect run; the checkout first on PYTHONPATH, as an editable install)")
@@ -34,7 +42,9 @@ def add_step_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("scenario")
     p.add_argument("--git", type=Path, required=True)
     p.add_argument("--work-dir", type=Path, required=True)
-    p.add_argument("--good-verdict")
+    p.add_argument("--good-verdict")  # the good end's signature (harness/bisect.py signature), not a user's verdict
+    p.add_argument("--bad-verdict")
+    p.add_argument("--fixed", action="store_true")
     p.add_argument("--install")
     p.add_argument("--count-unsupported", action="store_true")
     p.add_argument("--device", default="cpu")
@@ -62,9 +72,10 @@ def run(args) -> int:
             if args.engine and args.engine != scenario.suite.engine:
                 raise BisectError(f"{scenario.id} runs on engine '{scenario.suite.engine}', not '{args.engine}'")
             result = bisect_git(scenario, scenario_args_of(args.scenarios), args.git, args.good, args.bad, work_dir, opts,
-                                args.install, args.count_unsupported)
+                                args.install, args.count_unsupported, good_verdict=args.good_verdict, fixed=args.fixed)
         else:
-            result = bisect_releases(scenario, args.good, args.bad, work_dir, opts, args.engine, args.count_unsupported)
+            result = bisect_releases(scenario, args.good, args.bad, work_dir, opts, args.engine, args.count_unsupported,
+                                     good_verdict=args.good_verdict, fixed=args.fixed)
     except BisectError as exc:
         print(f"harness bisect: {exc}", file=sys.stderr)
         return exit_codes.USAGE
@@ -86,7 +97,7 @@ def run_step(args) -> int:
     try:
         scenario = suites.find_one_in(suites.load(args, "bisect"), args.scenario)
         return run_step(scenario, args.git.absolute(), args.work_dir, RunOptions(timeout_s=args.timeout, device=args.device),
-                        args.good_verdict, args.install, args.count_unsupported)
+                        args.good_verdict, args.install, args.count_unsupported, args.bad_verdict, args.fixed)
     except KeyboardInterrupt:
         raise
     except Exception as exc:  # noqa: BLE001 - exit 1 would read as "bad": a harness fault stops the bisect instead
