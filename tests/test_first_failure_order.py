@@ -4,9 +4,13 @@ rule picked, then the rest; largest first within each."""
 
 from __future__ import annotations
 
+import dataclasses
+
+from harness import session
 from harness.config.loading import load_scenarios
 from harness.config.request import RunRequest
 from harness.plan.changes import picked_by_a_rule, select_for_changes
+from harness.plan.devices import DevicePool
 from harness.plan.planning import plan_run
 from harness.plan.priority import (
     DRIFTED_BEFORE,
@@ -21,6 +25,9 @@ from harness.plan.priority import (
 from harness.plan.schedule import costs, largest_first
 from harness.report import write_report
 from harness.report.history import load_history
+from harness.runner import RunOptions
+from harness.session import Progress, _run_packed
+from harness.verdict import Verdict
 from tests.kit.handmade import failing, make_run, passing
 
 SUITE = """
@@ -112,3 +119,42 @@ def test_a_gate_run_is_planned_failures_first_and_says_so(tmp_path, capsys):
     assert "harness: first, 1 failed before: big/tp1-pp1" in capsys.readouterr().out
     adhoc = plan_run(RunRequest(report_dir=tmp_path / "reports", history=tmp_path / "history", devices=8), sc, sc, tmp_path)
     assert ids(adhoc.scenarios) == ids(sc) and "order" not in adhoc.meta  # hand-picked ids: as given
+
+
+# --- --exitfirst in the session, with a stand-in for run_scenario (no ranks) -------------
+
+
+def test_exitfirst_starts_nothing_after_a_failure_and_stops_what_runs_beside_it(tmp_path):
+    sc = [s for s in scenarios(tmp_path) if s.name in ("tp2-pp1", "tp1-pp2", "tp1-pp1", "tp2-pp2")]
+    cost = costs(sc, {"big/tp2-pp1": 5.0, "big/tp1-pp2": 500.0})
+    stopped = []
+
+    def run(scenario, run_dir, opts, lease):
+        if scenario.name == "tp2-pp1":
+            return Verdict(scenario.id, "crash", "rank 1 crashed")
+        opts.cancel.wait(30)  # a long scenario: ends only when cancelled, as a launch does
+        stopped.append(scenario.id)
+        raise KeyboardInterrupt("cancelled")
+
+    devices = DevicePool(4, "cpu", lock_dir=tmp_path / "locks")
+    tiered = {sid: dataclasses.replace(c, tier=0 if sid == "big/tp2-pp1" else 3) for sid, c in cost.items()}
+    progress = Progress()
+    progress.start(len(sc), tmp_path)
+    verdicts = _run_packed(sc, tmp_path, RunOptions(devices=devices), progress, 2, tiered, run=run, exitfirst=True)
+    assert [v.scenario for v in verdicts] == ["big/tp2-pp1"]
+    assert stopped == ["big/tp1-pp2"]  # started beside the failure (the largest of the rest), then stopped
+    assert devices.try_lease(4, "after") is not None  # every lease was given back
+
+
+def test_exitfirst_in_order_stops_after_the_first_failure(tmp_path, monkeypatch):
+    sc = scenarios(tmp_path)[:4]
+    ran = []
+
+    def run_scenario(scenario, run_dir, opts):
+        ran.append(scenario.id)
+        return Verdict(scenario.id, "fail" if len(ran) == 2 else "pass", "r")
+
+    monkeypatch.setattr(session, "run_scenario", run_scenario)
+    verdicts = session.run_session(sc, tmp_path, RunOptions(), Progress(), exitfirst=True)
+    assert [v.verdict for v in verdicts] == ["pass", "fail"] and ran == [s.id for s in sc[:2]]
+    assert len(session.run_session(sc, tmp_path, RunOptions(), Progress())) == 4  # without it, all of them
