@@ -15,6 +15,7 @@ from harness.contract.launchplan import LaunchPlan
 from harness.launch.blame import (
     ADDR_IN_USE,
     RankExit,
+    harness_fault_of,
     log_tail,
     peek_exit,
     read_record,
@@ -199,7 +200,7 @@ class Attempt:
         silent = rec is None and traceback is None
         command = shlex.join(self.plan.argv) if silent else None
         return RankFailure(ex.rank, ex.exitcode, ex.signal, exception, traceback, str(self.logs[ex.rank]), frame, wrapper,
-                           command, harness_fault=ex.lost, storage=storage)
+                           command, harness_fault=ex.lost or harness_fault_of(rec), storage=storage)
 
     def addr_in_use(self) -> bool:
         """Did rank 0 (the TCPStore host) fail because MASTER_PORT was taken?"""

@@ -75,6 +75,13 @@ def read_record(path: Path) -> dict | None:
         return None
 
 
+def harness_fault_of(rec: dict | None) -> str | None:
+    """What the harness could not do, when the rank's error record says the exception was
+    raised in the harness's own code (rankside.harness_step), else None."""
+    fault = rec.get("harness_fault") if rec else None
+    return str(fault) if fault else None
+
+
 def log_tail(path: Path, chars: int = LOG_TAIL_CHARS) -> str:
     try:
         with open(path, "rb") as f:

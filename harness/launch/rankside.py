@@ -82,6 +82,28 @@ def die_with_parent() -> None:
             pass
 
 
+# The attribute harness_step puts on an exception raised in the harness's own code in a rank
+HARNESS_FAULT = "harness_fault"
+
+
+@contextmanager
+def harness_step(what: str) -> Iterator[None]:
+    """The harness's own code inside a rank, not the engine's (building the engine's
+    arguments, loading a prompt's media, writing the outputs): an exception raised here
+    is the harness's fault. The error record says so, and the verdict is `error: could
+    not <what>: <exception>`, never an engine `crash`. The innermost step names it."""
+    try:
+        yield
+    except Exception as exc:
+        if not getattr(exc, HARNESS_FAULT, None):
+            first = str(exc).splitlines()[0] if str(exc) else ""
+            try:
+                setattr(exc, HARNESS_FAULT, f"could not {what}: {type(exc).__name__}" + (f": {first}" if first else ""))
+            except AttributeError:  # an exception type without a __dict__: the record then says crash
+                pass
+        raise
+
+
 def write_error_record(exc: BaseException) -> None:
     path = RANK_ERROR_FILE.raw()
     if not path:
@@ -91,6 +113,7 @@ def write_error_record(exc: BaseException) -> None:
     except Exception:  # noqa: BLE001 - the record must be written whatever unwrapping meets
         root = RootCause(type(exc).__name__, str(exc), None, None)
     record = {
+        "harness_fault": getattr(exc, HARNESS_FAULT, None),  # raised in the harness's own code (harness_step)
         "rank": int(os.environ.get("RANK", "0")),
         "pid": os.getpid(),
         "exception_type": root.exception_type,

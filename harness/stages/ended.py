@@ -11,7 +11,7 @@ from pathlib import Path
 
 from harness.contract.storage import describe as describe_storage
 from harness.contract.storage import storage_fault
-from harness.launch import LaunchOutcome
+from harness.launch import LaunchOutcome, RankFailure
 from harness.verdict import Verdict
 
 
@@ -25,9 +25,8 @@ def launch_verdict(name: str, outcome: LaunchOutcome, engine) -> Verdict | None:
         raise ValueError("a crash outcome names the rank that died (LaunchOutcome.failure)")
     if failure is not None and failure.storage:  # the disk is full, not the engine wrong
         return storage_verdict(name, failure.storage, f"rank {failure.rank}", crash=asdict(failure), logs=logs)
-    if failure is not None and failure.harness_fault:  # the harness's helper died, not the engine
-        why = failure.harness_fault
-        return Verdict(name, "error", f"harness error: {why}", error={"exception": why}, crash=asdict(failure), logs=logs)
+    if failure is not None and failure.harness_fault:  # the harness's helper died, or its own code in the rank raised
+        return harness_fault_verdict(name, failure, logs)
     if outcome.status not in ("crash", "hang"):
         return Verdict(name, "error", f"launcher ended with status '{outcome.status}'", logs=logs)
     # The engine's root_cause reads the launched process's log: for a crash, the process of
@@ -38,14 +37,24 @@ def launch_verdict(name: str, outcome: LaunchOutcome, engine) -> Verdict | None:
     cause = engine.root_cause(text) if text else None
     if failure is not None:
         told = failure.as_told_by(cause)
+        if told.harness_fault:  # the engine's root_cause found the harness's doing (its environment, its input)
+            return harness_fault_verdict(name, told, logs)
         return Verdict(name, "crash", told.describe(), crash=asdict(told), logs=logs)
     where = "; ".join(f"rank {r} at {loc}" for r, loc in sorted(outcome.stuck_at.items()))
     hang = {"stuck_at": outcome.stuck_at, "stacks": outcome.stacks, "stall": outcome.stall}
     if cause is not None and cause.exception:  # the root cause is that exception; the hang only followed it
         raised = replace(cause, log=log)
+        if raised.harness_fault:
+            return harness_fault_verdict(name, raised, logs, hang=hang)
         return Verdict(name, "crash", f"{raised.describe()}; the engine then made no progress "
                        f"({outcome.hang_reason()})", crash=asdict(raised), hang=hang, logs=logs)
     return Verdict(name, "hang", f"{outcome.hang_reason()}: {where or 'no stack dump'}", hang=hang, logs=logs)
+
+
+def harness_fault_verdict(name: str, failure: RankFailure, logs: dict, **extra) -> Verdict:
+    """`error: harness error: <what the harness could not do>`, the failure kept as seen."""
+    why = failure.harness_fault or ""
+    return Verdict(name, "error", f"harness error: {why}", error={"exception": why}, crash=asdict(failure), logs=logs, **extra)
 
 
 def harness_error(name: str, exc: BaseException) -> Verdict:

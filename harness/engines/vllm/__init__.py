@@ -150,7 +150,22 @@ class VllmEngine(Engine):
         cause = root_cause(log_text)
         if cause is None:
             return None
-        return RankFailure(cause.describe(), None, None, cause.exception, cause.traceback, "", cause.frame, cause.wrapper)
+        return RankFailure(cause.describe(), None, None, cause.exception, cause.traceback, "", cause.frame, cause.wrapper,
+                           harness_fault=self._refusal(cause.exception, cause.frame))
+
+    def _refusal(self, exception: str, frame: str | None) -> str | None:
+        """An exception raised in the model's processor (transformers) refused the input
+        before the model ran: the environment's doing, so the verdict is `error`
+        (crash.py processor_refusal)."""
+        from harness.engines.vllm.crash import processor_refusal, refusal_text
+
+        if not frame or not processor_refusal(frame):
+            return None
+        try:
+            versions = self.probe()
+        except Exception:  # noqa: BLE001 - the versions only name the pair; the refusal stands without them
+            versions = {}
+        return refusal_text(str(versions.get("vllm", "?")), str(versions.get("transformers", "?")), exception, frame)
 
     def repro_script(self, case: dict) -> str:
         """repro.py: vllm.LLM with the arguments the driver would pass, one process per setting."""

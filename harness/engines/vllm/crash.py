@@ -155,6 +155,36 @@ def _fatal_error(log_text: str) -> tuple[str, str, str | None] | None:
     return f"Fatal Python error: {what}", "\n".join(block), frame
 
 
+# The model's processor in transformers (the processor, its image/video/audio parts): an
+# exception raised there refused the input vLLM built for it, before the model ran.
+PROCESSOR_FILE = re.compile(r"/transformers/(?:models/[^/]+/)?(?:processing|image_processing|video_processing|feature_extraction)"
+                            r"(?:_\w+)?\.py:")
+
+
+def processor_refusal(frame: str) -> bool:
+    """Was the exception raised in transformers' processor code (frame "file:line in func")?
+    Then vLLM and the environment's transformers do not work together (a release run with a
+    transformers it was not made for: issue 36), or the harness's prompt is wrong for the
+    processor: either way the model never ran, and the environment and the prompt are the
+    harness's doing, so the verdict is `error`, not an engine `crash`."""
+    return bool(PROCESSOR_FILE.search(frame))
+
+
+def refusal_text(vllm: str, transformers: str, exception: str, frame: str) -> str:
+    """What the harness could not do, for the verdict: `error: could not ...`."""
+    return (f"could not hand the prompt to vLLM {vllm} in this environment: the model's processor (transformers "
+            f"{transformers}) refused the input vLLM built, {exception.splitlines()[0][:300]} at {frame}; this vLLM "
+            "and this transformers do not work together (the environment's choice, not an engine crash)")
+
+
+def raised_at(tb) -> str | None:
+    """The innermost frame of a live traceback, as "file:line in func"."""
+    import traceback
+
+    frames = traceback.extract_tb(tb) if tb is not None else []
+    return f"{frames[-1].filename}:{frames[-1].lineno} in {frames[-1].name}" if frames else None
+
+
 def root_cause(log_text: str) -> ProcessError | None:
     tracebacks = _tracebacks(log_text)
     workers = [t for t in tracebacks if t.is_worker]

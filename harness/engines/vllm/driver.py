@@ -21,6 +21,7 @@ import sys
 import time
 
 from harness.engines.vllm.repro_script import cpu_binding, topk_row
+from harness.launch.rankside import HARNESS_FAULT, harness_step
 
 # vLLM's top-k read one way, and its ranks bound to cores one way, here and in `harness repro`'s script
 from harness.settings.env import VLLM_COUNT_SP
@@ -164,8 +165,9 @@ class Submitter:
     def generate(self, llm, workload: dict, params) -> list:
         from harness.contract.batching import compose, restore
 
-        inputs = prompt_inputs(workload)
-        submissions = compose([list(p) for p in workload["prompts"]], self.mode)
+        with harness_step(f"build the prompts of workload '{workload.get('name')}' (their token ids and media)"):
+            inputs = prompt_inputs(workload)
+            submissions = compose([list(p) for p in workload["prompts"]], self.mode)
         results = []
         for sub in submissions:
             items = [inputs[i] if i is not None else {"prompt_token_ids": p} for p, i in zip(sub.prompts, sub.origin)]
@@ -269,12 +271,13 @@ def run(spec) -> None:
     phases.mark("start")
     if spec.sp:  # count the SP pass's runs, here and in every worker vLLM starts
         VLLM_COUNT_SP.set("1")
-    if spec.device == "cpu":  # here, not in the launch environment: drivers of every world size share one zygote
-        os.environ["VLLM_CPU_OMP_THREADS_BIND"] = cpu_binding(spec.tp * spec.pp, os.cpu_count() or 1)
-    kv_cache = kv_cache_setting(spec.device)
-    evidence.install()  # for a worker in this process (one rank) or forked from it
-    forking.install()  # vLLM's engine core and workers forked from here, not spawned afresh (CPU)
-    kwargs = engine_kwargs(spec)  # once: what vLLM is given is what the outputs record
+    with harness_step(f"prepare vLLM {vllm.__version__}'s start (its arguments for these settings, the harness's hooks)"):
+        if spec.device == "cpu":  # here, not in the launch environment: drivers of every world size share one zygote
+            os.environ["VLLM_CPU_OMP_THREADS_BIND"] = cpu_binding(spec.tp * spec.pp, os.cpu_count() or 1)
+        kv_cache = kv_cache_setting(spec.device)
+        evidence.install()  # for a worker in this process (one rank) or forked from it
+        forking.install()  # vLLM's engine core and workers forked from here, not spawned afresh (CPU)
+        kwargs = engine_kwargs(spec)  # once: what vLLM is given is what the outputs record
     called = time.time()
     llm = vllm.LLM(**kwargs)  # its workers' rendezvous, load and compile are inside
     ready = time.time()
@@ -356,16 +359,46 @@ def main() -> None:
 
     if len(sys.argv) != 2:
         raise SystemExit("usage: python -m harness.engines.vllm.driver SPEC.json")
-    spec = RunSpec.load(sys.argv[1])
-    arm_faults(spec.faults)
+    with harness_step(f"read the run spec {sys.argv[1]} and arm its fault switches"):
+        spec = RunSpec.load(sys.argv[1])
+        arm_faults(spec.faults)
     try:
         run(spec)
-    except BaseException:
+    except BaseException as exc:
+        mark_processor_refusal(exc)
         # vLLM failed (an engine start or a workload): its engine core and workers are ending
         # on their own. Let them, so a forked worker's exit removes its shared memory
         # (forking.py), before this exit has the launcher kill the run's process group.
         wait_for_group_but_me(DRAIN_S)
         raise
+
+
+def mark_processor_refusal(exc: BaseException) -> None:
+    """An input the model's processor (transformers) refused in this process, under
+    LLM.generate: vLLM and the environment's transformers do not work together, which is
+    the environment's doing, not the engine's (crash.py processor_refusal); the error
+    record then says so and the verdict is `error`."""
+    from harness.engines.vllm.crash import processor_refusal, raised_at, refusal_text
+
+    if getattr(exc, HARNESS_FAULT, None) or not isinstance(exc, Exception):
+        return
+    for link in exception_chain(exc):
+        frame = raised_at(link.__traceback__)
+        if frame and processor_refusal(frame):
+            versions = {name: getattr(sys.modules.get(name), "__version__", "?") for name in ("vllm", "transformers")}
+            setattr(exc, HARNESS_FAULT, refusal_text(versions["vllm"], versions["transformers"],
+                                                     f"{type(link).__name__}: {link}", frame))
+            return
+
+
+def exception_chain(exc: BaseException) -> list[BaseException]:
+    """exc and the exceptions it was raised from or while handling, outermost first."""
+    chain: list[BaseException] = []
+    cur: BaseException | None = exc
+    while cur is not None and cur not in chain:
+        chain.append(cur)
+        cur = cur.__cause__ or cur.__context__
+    return chain
 
 
 def wait_for_group_but_me(timeout_s: float) -> None:
