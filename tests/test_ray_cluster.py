@@ -28,7 +28,7 @@ from harness.raycluster.transfer import pack, unpack_scenario
 from harness.verdict import Verdict
 from tests.kit import communicate, harness_cli, start_harness, verdicts, wait_process, wait_until
 
-PAIRS = ["llama-tiny/tp1-pp1", "llama-tiny/tp2-pp1", "llama-tiny/tp1-pp2"]
+PAIRS = ["llama-tiny/tp1-pp1", "llama-tiny/tp2-pp1", "llama-tiny/tp1-pp2", "llama-tiny/tp2-pp2"]
 ACROSS_NODES = "llama-tiny/tp2-pp2"  # 4 ranks: bigger than either 2-slot node
 
 
@@ -117,8 +117,10 @@ def same_verdicts_and_metrics_as_a_local_run(address: str, tmp_path: Path) -> No
         dict.fromkeys(PAIRS, "pass")
     for scenario in PAIRS:  # every check's every metric, bit for bit
         assert there[scenario]["checks"] == here[scenario]["checks"], scenario
-    logs = there["llama-tiny/tp2-pp1"]["logs"]
-    assert len(logs) == 2 and all(Path(p).is_file() and str(on_ray) in p for p in logs.values())
+    logs = there[ACROSS_NODES]["logs"]
+    assert len(logs) == 4 and all(Path(p).is_file() and str(on_ray) in p for p in logs.values())
+    remote = [r for r, p in sorted(logs.items()) if "runs on Ray node" in Path(p).read_text()]
+    assert remote == ["2", "3"], "ranks 0-1 on bundle 0's node, 2-3 through the rank host on the other"
 
 
 def killed_driver_leaves_no_rank(address: str, tmp_path: Path) -> None:

@@ -12,6 +12,11 @@ node's own; its files (verdict, outputs, rank logs) come back to the driver's ru
 directory as bytes through Ray (transfer.py): nothing shared but Ray. Goldens go out the
 same way; built models are built on the node (deterministic, checksummed).
 
+A scenario bigger than every node runs one rank per bundle across nodes (spread.py):
+the task on bundle 0's node runs the launcher's own multi-node mode, the other nodes'
+ranks reached through a Ray actor each (rankhost.py) instead of ssh, torch.distributed
+meeting at bundle 0's node.
+
 Ray is an extra (`pip install harness[ray]`); without it `--cluster` says how to get it.
 """
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+import uuid
 from pathlib import Path
 
 from harness.config.scenario import Scenario
@@ -79,9 +80,6 @@ class _Driver:
         for scenario in list(pending):
             need = self.cost[scenario.id].devices
             problem = self.capacity.problem(need, self.resource)
-            if problem is None and need > self.capacity.largest_node:
-                problem = (f"needs {need} devices, more than any one Ray node offers ({self.capacity.largest_node}): "
-                           "ranks across Ray nodes are not supported yet; run it with --nodes")
             if problem is not None:
                 pending.remove(scenario)
                 self.progress.scenario_started(scenario)
@@ -97,13 +95,20 @@ class _Driver:
         from ray.util.placement_group import placement_group
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-        pg = placement_group(placement.bundles(need, self.resource), strategy=placement.strategy(need, self.capacity))
+        group = f"harness-{uuid.uuid4().hex[:12]}"  # by name: the rank hosts of a spread scenario find it
+        pg = placement_group(placement.bundles(need, self.resource), strategy=placement.strategy(need, self.capacity),
+                             name=group)
         work = NodeWork(scenario, self.node_opts, self.project_root, self._golden(scenario), self.env)
         # the task holds bundle 0's slot; the group holds the others for its ranks. No retry: a
         # scenario is never run twice behind the user's back (lost.py says what happened)
         on_bundle_0 = {"num_cpus": 0, "max_retries": 0, "resources": {self.resource: 1},
                        "scheduling_strategy": PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=0)}
-        ref = self.ray.remote(run_on_node).options(**on_bundle_0).remote(work)
+        if need > self.capacity.largest_node:  # ranks across nodes, launched from bundle 0's
+            from harness.raycluster.spread import run_spread
+
+            ref = self.ray.remote(run_spread).options(**on_bundle_0).remote(work, group)
+        else:
+            ref = self.ray.remote(run_on_node).options(**on_bundle_0).remote(work)
         self.progress.scenario_started(scenario)
         self.running[ref] = InFlight(scenario, pg, need, time.monotonic())
 

@@ -13,6 +13,7 @@ import os
 import shutil
 import tempfile
 import time
+from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,13 +42,15 @@ class NodeResult:
     seconds: float  # the task's own time on the node (Ray's overhead is the rest)
 
 
-def run_on_node(work: NodeWork) -> NodeResult:
+def run_on_node(work: NodeWork, options_for: Callable[[Path], RunOptions] | None = None) -> NodeResult:
+    """`options_for(run_dir)`: the run's options for this node's run directory (spread.py
+    adds the nodes of a scenario bigger than one); default: the options as sent."""
     start = time.monotonic()
     base = Path(tempfile.mkdtemp(prefix="harness-ray-"))
     try:
         with _environment(work.env), _in_project(work.project_root), _golden(work, base / "golden"):
             run_dir = base / "run"
-            run_scenario(work.scenario, run_dir, work.opts)
+            run_scenario(work.scenario, run_dir, options_for(run_dir) if options_for else work.opts)
         out = scenario_dir(run_dir, work.scenario.id)
         return NodeResult(str(out), pack(out), time.monotonic() - start)
     finally:
