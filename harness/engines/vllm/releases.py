@@ -130,10 +130,12 @@ def _is_final(version: str) -> bool:
 
 
 def transformers_versions(python: str = sys.executable) -> list[str]:
-    """The transformers versions on the package index (pip's own query)."""
-    from harness.envs import available_releases
-
-    return available_releases("transformers", python)
+    """The transformers versions on the package index, from pip's own query (`pip index
+    versions`: pip's configuration is the one the install uses), as listed there."""
+    done = subprocess.run([python, "-m", "pip", "index", "versions", "transformers"], capture_output=True, text=True,
+                          timeout=METADATA_TIMEOUT_S)
+    listed = next((line.split(":", 1)[1] for line in done.stdout.splitlines() if line.strip().startswith("Available versions:")), "")
+    return [v.strip() for v in listed.split(",") if v.strip()]
 
 
 @dataclass(frozen=True)
