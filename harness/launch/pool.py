@@ -33,7 +33,9 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections import OrderedDict
+from collections.abc import Callable
 from pathlib import Path
 
 from harness.contract.launchplan import DEVICE_SLOTS_ENV
@@ -103,16 +105,55 @@ class ForkedRank:
                 pass
 
 
+class Forked:
+    """A zygote forked from this process (zygote.fork_here): what Zygote asks of its
+    subprocess.Popen (pid, poll, wait, kill), and its two pipes."""
+
+    def __init__(self, pid: int, requests_fd: int, replies_fd: int):
+        self.pid = pid
+        self.returncode: int | None = None
+        self.requests, self.replies = os.fdopen(requests_fd, "wb"), os.fdopen(replies_fd, "rb")
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            if pid:
+                self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None:
+            if deadline is not None and time.monotonic() > deadline:
+                raise subprocess.TimeoutExpired(f"zygote pid {self.pid}", timeout or 0.0)
+            time.sleep(0.01)
+        assert self.returncode is not None
+        return self.returncode
+
+    def kill(self) -> None:
+        if self.poll() is None:
+            try:
+                os.kill(self.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
 class Zygote:
     """One zygote process and the thread that reads what it says."""
 
-    def __init__(self, python: str, preload: tuple[str, ...], env: dict[str, str]):
-        self.proc = subprocess.Popen(
-            [python, str(_ZYGOTE_SCRIPT), *preload], env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL, process_group=0,  # not the terminal's group: Ctrl-C is the harness's to handle
-        )
-        assert self.proc.stdin is not None and self.proc.stdout is not None
-        self._requests, self._replies = self.proc.stdin, self.proc.stdout
+    def __init__(self, python: str, preload: tuple[str, ...], env: dict[str, str], forked: Forked | None = None):
+        """Start `python zygote.py PRELOAD...` with `env`, or take over `forked`, a zygote
+        forked from this process (fork_here)."""
+        if forked is None:
+            popen = subprocess.Popen(
+                [python, str(_ZYGOTE_SCRIPT), *preload], env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL, process_group=0,  # not the terminal's group: Ctrl-C is the harness's to handle
+            )
+            assert popen.stdin is not None and popen.stdout is not None
+            self.proc: subprocess.Popen | Forked = popen
+            self._requests, self._replies = popen.stdin, popen.stdout
+        else:
+            self.proc, self._requests, self._replies = forked, forked.requests, forked.replies
         first = self._replies.readline()
         answer = json.loads(first) if first.strip() else {"error": "the zygote exited while importing"}
         if not answer.get("ready"):
@@ -147,11 +188,15 @@ class Zygote:
         self._requests.write((json.dumps(message) + "\n").encode())
         self._requests.flush()
 
-    def spawn(self, argv: list[str], module_argv: list[str], env: dict[str, str], log: Path, pgid: int) -> ForkedRank:
+    def spawn(self, argv: list[str], module_argv: list[str], env: dict[str, str], log: Path, pgid: int,
+              stderr_log: Path | None = None, cwd: Path | None = None) -> ForkedRank:
+        """`module_argv` forked as `argv` would start, in `cwd` (default: ours), stdout (and
+        stderr, without `stderr_log`) to `log`, in process group `pgid` (0: its own)."""
+        request = {"spawn": module_argv, "command": argv, "env": env, "cwd": str(cwd or os.getcwd()), "log": str(log),
+                   "pgid": pgid, **({"stderr_log": str(stderr_log)} if stderr_log else {})}
         with self._lock:
             try:
-                self._send({"spawn": module_argv, "command": argv, "env": env, "cwd": os.getcwd(), "log": str(log),
-                            "pgid": pgid})
+                self._send(request)
             except (BrokenPipeError, ValueError) as exc:
                 raise ZygoteUnavailable("the zygote exited") from exc
             answer = self._answers.get()
@@ -200,6 +245,31 @@ def _ended(returncode: int) -> str:
 _zygotes: OrderedDict[tuple, Zygote] = OrderedDict()
 _refused: dict[tuple, str] = {}
 _lock = threading.Lock()
+# Zygotes forked from this process (fork_zygote_here), each waiting for the first rank it
+# can serve: (the modules this process had imported, the environments it accepts, zygote).
+_waiting: list[tuple[frozenset[str], Callable[[dict[str, str]], bool], Zygote]] = []
+
+
+def fork_zygote_here(accepts: Callable[[dict[str, str]], bool]) -> None:
+    """Fork a zygote from this process now; the pool hands it the first rank of this
+    interpreter whose preload modules are all imported here and whose environment (less
+    the per-rank variables) `accepts` says those imports would not have differed under.
+    For a process that is itself a fork of a pre-imported one and has started no thread
+    yet (the harness processes of the harness's own tests, tests/kit/harness_server.py):
+    its ranks then start without a python start or an import of their own."""
+    from harness.launch.zygote import fork_here
+
+    zygote = Zygote(sys.executable, (), {}, forked=Forked(*fork_here()))
+    with _lock:
+        _waiting.append((frozenset(sys.modules), accepts, zygote))
+
+
+def _adopt(python: str, preload: tuple[str, ...], env: dict[str, str]) -> Zygote | None:
+    """A waiting zygote forked here that can serve these ranks, taken off the list; or None."""
+    for i, (imported, accepts, zygote) in enumerate(_waiting):
+        if python == sys.executable and imported.issuperset(preload) and zygote.alive() and accepts(env):
+            return _waiting.pop(i)[2]
+    return None
 
 
 def module_argv(argv: list[str]) -> tuple[str, list[str]] | None:
@@ -218,7 +288,7 @@ def _zygote(key: tuple, python: str, preload: tuple[str, ...], env: dict[str, st
             _zygotes.move_to_end(key)
             return zygote
         try:
-            zygote = _zygotes[key] = Zygote(python, preload, env)
+            zygote = _zygotes[key] = _adopt(python, preload, env) or Zygote(python, preload, env)
         except ZygoteUnavailable as exc:
             _refused[key] = str(exc)
             print(f"harness: ranks start fresh, not from the rank pool: {exc}", file=sys.stderr)
@@ -253,6 +323,8 @@ def close_all() -> None:
     with _lock:
         while _zygotes:
             _zygotes.popitem()[1].close()
+        while _waiting:
+            _waiting.pop()[2].close()
 
 
 atexit.register(close_all)

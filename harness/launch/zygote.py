@@ -8,7 +8,7 @@ be safe, then serves the launcher over its stdin/stdout, one JSON object per lin
 
   -> {"ready": true} | {"unsafe": why} | {"error": traceback}   once, after the imports
   <- {"spawn": [module, arg...], "command": [python, "-m", module, arg...], "env": {...},
-      "cwd": dir, "log": path, "pgid": 0 | N}
+      "cwd": dir, "log": path, "pgid": 0 | N, "stderr_log": path (optional: stderr apart)}
   -> {"pid": N} | {"error": why}                                  the answer to a spawn
   -> {"exited": N, "code": c | null, "signal": name | null}       when a rank exits
   <- {"reap": N}                                                  the launcher is done with it
@@ -51,7 +51,9 @@ from pathlib import Path
 
 # Run by path: the repository root instead of this script's directory (harness/launch/
 # must not shadow anything), for the launcher's own helpers (stdlib only, like nodeside.py).
-sys.path[0] = str(Path(__file__).resolve().parents[2])
+# Imported as a module (pool.py's fork_zygote_here), the path is the importer's to keep.
+if __name__ == "__main__":
+    sys.path[0] = str(Path(__file__).resolve().parents[2])
 
 from harness.launch.blame import child_exit  # noqa: E402
 
@@ -102,13 +104,7 @@ def become_rank(request: dict) -> None:
         sys.path[0] = request["cwd"]  # what `python -m` puts first
         os.environ.clear()
         os.environ.update(request["env"])
-        log = os.open(request["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        null = os.open(os.devnull, os.O_RDONLY)
-        os.dup2(null, 0)
-        os.dup2(log, 1)
-        os.dup2(log, 2)
-        os.close(log)
-        os.close(null)
+        redirect_output(request["log"], request.get("stderr_log"))
         module, *args = request["spawn"]
         sys.argv = [module, *args]
         runpy.run_module(module, run_name="__main__", alter_sys=True)
@@ -121,6 +117,19 @@ def become_rank(request: dict) -> None:
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code)
+
+
+def redirect_output(log: str, stderr_log: str | None) -> None:
+    """stdin from /dev/null, stdout to `log`, stderr to `stderr_log` or, without one, to `log`
+    too (one file description: their lines interleave as written)."""
+    for fd, path, flags in ((0, os.devnull, os.O_RDONLY), (1, log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC),
+                            (2, stderr_log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)):
+        if path is None:
+            os.dup2(1, fd)
+            continue
+        opened = os.open(path, flags, 0o644)
+        os.dup2(opened, fd)
+        os.close(opened)
 
 
 def show_command(command: list[str]) -> None:
@@ -189,6 +198,34 @@ def serve(out) -> None:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
+
+
+def fork_here() -> tuple[int, int, int]:
+    """A zygote forked from this process, serving at once: (its pid, the fd to write requests
+    to, the fd to read its answers from). For a process that has imported what its ranks need
+    and runs no thread beyond the math libraries' pools (the caller's to know): the fork
+    keeps only the calling thread."""
+    requests_r, requests_w = os.pipe()
+    replies_r, replies_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            os.setpgid(0, 0)  # as a started zygote: not the terminal's group
+            os.close(requests_w)
+            os.close(replies_r)
+            os.dup2(requests_r, 0)
+            os.close(requests_r)
+            signal.signal(signal.SIGINT, signal.SIG_IGN)  # the launcher decides when we stop
+            out = os.fdopen(replies_w, "w")
+            send(out, {"ready": True})
+            serve(out)
+            code = 0
+        finally:
+            os._exit(code)
+    os.close(requests_r)
+    os.close(replies_w)
+    return pid, requests_w, replies_r
 
 
 def main() -> None:

@@ -17,8 +17,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+from tests.kit.harness_server import forked_harness
 from tests.kit.procs import sigint_as_from_a_terminal
-from tests.kit.timing import run_process
+from tests.kit.timing import run_process, scaled, timeout_message
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -42,9 +45,16 @@ def harness_command(*args: str, scenarios: Path | None = None) -> list[str]:
 
 def harness_cli(*args: str, scenarios: Path | None = None, env: dict[str, str | None] | None = None,
                 timeout: float = 600, what: str | None = None) -> subprocess.CompletedProcess:
-    """`harness ARGS` to its end, stdout and stderr captured as text, within scaled(timeout) seconds."""
-    return run_process(harness_command(*args, scenarios=scenarios), timeout, what or f"harness {' '.join(args[:3])}",
-                       cwd=ROOT, env=environment(env), capture_output=True, text=True)
+    """`harness ARGS` to its end, stdout and stderr captured as text, within scaled(timeout)
+    seconds; forked from the kit's pre-imported server where it serves (harness_server.py)."""
+    argv, merged, what = harness_command(*args, scenarios=scenarios), environment(env), what or f"harness {' '.join(args[:3])}"
+    try:
+        done = forked_harness(argv, merged, ROOT, scaled(timeout))
+    except subprocess.TimeoutExpired as exc:
+        pytest.fail(f"{timeout_message(what, scaled(timeout))}\n--- stdout\n{exc.output[-3000:]}\n--- stderr\n{exc.stderr[-3000:]}")
+    if done is not None:
+        return done
+    return run_process(argv, timeout, what, cwd=ROOT, env=merged, capture_output=True, text=True)
 
 
 def start_harness(*args: str, scenarios: Path | None = None, env: dict[str, str | None] | None = None,

@@ -1,0 +1,94 @@
+"""The test kit's pre-imported harness commands (tests/kit/harness_server.py) and the rank
+pool's zygote forked from a process that already imported what its ranks need
+(harness.launch.pool.fork_zygote_here): a command forked from the server must be what a
+fresh `python -m harness` is (exit code, stdout apart from stderr, working directory, its
+own environment), a timeout must take its process group down, and a zygote forked here
+serves only the ranks whose environment it accepts."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from tests.kit import scaled, survivors, wait_until
+from tests.kit.cli import ROOT, environment, harness_command
+from tests.kit.harness_server import COMMAND_ENV, SWITCH, forked_harness, imports_as_command
+from tests.kit.procs import alive
+from tests.kit.ranks import POOL_PRELOAD
+
+pytestmark = pytest.mark.e2e  # starts the server, harness commands and ranks
+
+
+def both_ways(*args: str, env: dict | None = None) -> tuple[subprocess.CompletedProcess, subprocess.CompletedProcess]:
+    argv, merged = harness_command(*args), environment(env)
+    forked = forked_harness(argv, merged, ROOT, scaled(120))
+    assert forked is not None, "the server did not serve a plain command"
+    fresh = subprocess.run(argv, cwd=ROOT, env=merged, capture_output=True, text=True, timeout=scaled(120))
+    return forked, fresh
+
+
+def test_a_forked_command_is_what_a_fresh_one_is():
+    forked, fresh = both_ways("list", "--ids-only", "llama-tiny")
+    assert (forked.returncode, forked.stdout, forked.stderr) == (fresh.returncode, fresh.stdout, fresh.stderr)
+    assert "llama-tiny/tp2-pp1" in forked.stdout.split()
+    usage_forked, usage_fresh = both_ways("run", "--no-such-option")  # argparse: stderr only, exit 2, prog "harness"
+    assert usage_forked.returncode == usage_fresh.returncode == 2
+    assert usage_forked.stderr == usage_fresh.stderr and usage_forked.stderr.startswith("usage: harness ")
+    assert usage_forked.stdout == ""
+
+
+def test_a_forked_command_has_its_own_environment(tmp_path):
+    forked, fresh = both_ways("env", env={"HARNESS_GOLDEN_DIR": str(tmp_path / "mine")})
+    assert str(tmp_path / "mine") in forked.stdout and forked.stdout == fresh.stdout
+
+
+def test_a_command_whose_imports_would_differ_starts_fresh():
+    assert imports_as_command(environment())
+    assert not imports_as_command(environment({"OMP_NUM_THREADS": "7"}))  # read when torch is imported
+    assert not imports_as_command({**COMMAND_ENV, "PYTHONPATH": "/elsewhere"})
+    assert forked_harness(harness_command("list"), environment({SWITCH: "0"}), ROOT, 60) is None
+
+
+def test_a_timeout_kills_the_command_and_what_it_started(tmp_path):
+    reports = tmp_path / "reports"
+    argv = harness_command("run", "llama-tiny/tp2-pp1", "--fault", "rank-hang@1", "--timeout", "600",
+                           "--report-dir", str(reports))
+    with pytest.raises(subprocess.TimeoutExpired):
+        forked_harness(argv, environment(), ROOT, 15)  # the hung rank would hold it for 600 s
+    wait_until(lambda: not survivors(reports), scaled(30), "the killed command's ranks to end")
+
+
+FORKED_POOL = """
+import importlib, json, os, sys
+from pathlib import Path
+from harness.contract.launchplan import LaunchPlan
+from harness.launch import pool, run_ranks
+for module in {preload!r}:
+    importlib.import_module(module)
+pool.fork_zygote_here(lambda env: env.get("ACCEPT") == "yes")
+forked = pool._waiting[0][2].proc.pid
+pids = Path(sys.argv[1])
+plan = LaunchPlan(2, [sys.executable, "-m", "tests.ranks.allreduce"],
+                  {{"RANK_MODE": "ok", "PID_DIR": str(pids), "ACCEPT": sys.argv[2]}}, preload=list({preload!r}))
+out = run_ranks(plan, pids / "logs", timeout_s=120)
+parents = sorted({{int((pids / f"parent{{r}}").read_text()) for r in range(2)}})
+print(json.dumps({{"status": out.status, "forked": forked, "parents": parents, "me": os.getpid()}}))
+"""
+
+
+@pytest.mark.parametrize("accept", ["yes", "no"])
+def test_a_zygote_forked_here_serves_only_the_ranks_it_accepts(tmp_path, accept):
+    pids = tmp_path / "pids"
+    pids.mkdir()
+    done = subprocess.run([sys.executable, "-c", FORKED_POOL.format(preload=POOL_PRELOAD), str(pids), accept],
+                          cwd=ROOT, env=environment(), capture_output=True, text=True, timeout=scaled(300))
+    assert done.returncode == 0, done.stderr
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    assert seen["status"] == "ok"
+    (parent,) = seen["parents"]  # both ranks from one zygote
+    assert parent != seen["me"]
+    assert (parent == seen["forked"]) == (accept == "yes")  # refused: a zygote started as usual
+    assert not alive(seen["forked"])  # closed with the process that forked it
