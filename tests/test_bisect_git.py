@@ -137,3 +137,28 @@ def test_bisect_fixed_over_a_git_range_names_the_commit_that_fixed_the_bug(tmp_p
     assert f"the next one, {commits['fix'][:7]} load: the all-reduce sums" in out, out
     assert f"(the change is in {commits['fix'][:7]}" in out and "last bad: " in out
     assert git(repo, "rev-parse", "HEAD") == commits["end"] and not (repo / ".git" / "BISECT_LOG").exists()
+
+
+@pytest.mark.e2e
+def test_a_git_bisect_whose_good_end_crashes_stops_at_once(tmp_path):
+    """The reference engine with rank 0 made to raise ($HARNESS_RANK_FAULT, inherited by the
+    steps and their ranks): the good end crashes, the bisect stops saying so, exit 2, with
+    the bad end never run and the checkout as it was."""
+    repo = tmp_path / "engine"
+    repo.mkdir()
+    git(repo, "init", "-q", "-b", "main")
+    for n in (1, 2, 3):
+        (repo / "a.txt").write_text(f"{n}\n")
+        commit(repo, str(n))
+    first, last = git(repo, "rev-list", "--max-parents=0", "HEAD"), git(repo, "rev-parse", "HEAD")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+           "HARNESS_RANK_FAULT": "raise@0"}
+    done = subprocess.run([sys.executable, "-m", "harness", "bisect", "llama-tiny/tp1-pp1", "--git", str(repo), "--good", first,
+                           "--bad", last, "--work-dir", str(tmp_path / "work")], env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert f"the good end ({first[:10]}) must end pass, and it ended crash (RuntimeError), not pass" in done.stderr, done.stderr
+    assert f"bad {last[:10]}: not run" in done.stderr and "--good-verdict crash" in done.stderr
+    steps = [line for line in done.stdout.splitlines() if line.startswith("bisect: ") and "->" in line]
+    assert len(steps) == 1 and "-> stop" in steps[0], done.stdout
+    assert [p.name for p in (tmp_path / "work").iterdir()] == [first[:12]]  # only the good end ran
+    assert git(repo, "rev-parse", "HEAD") == last and not (repo / ".git" / "BISECT_LOG").exists()
