@@ -20,11 +20,11 @@ from harness.plan.priority import (
     Suspects,
     first_failure_order,
     order_meta,
-    suspects_from_history,
 )
 from harness.plan.schedule import costs, largest_first
 from harness.report import write_report
 from harness.report.history import load_history
+from harness.report.regressions import gate_suspects, suspects_from_history
 from harness.runner import RunOptions
 from harness.session import Progress, _run_packed
 from harness.verdict import Verdict
@@ -112,12 +112,13 @@ def test_a_failure_of_a_run_stopped_early_still_goes_first(tmp_path):
 def test_a_gate_run_is_planned_failures_first_and_says_so(tmp_path, capsys):
     sc = scenarios(tmp_path)
     record(tmp_path, "before", [passing("big/tp4-pp2"), failing("big/tp1-pp1")], 1000.0)
-    request = RunRequest(report_dir=tmp_path / "reports", gate="pr", history=tmp_path / "history", devices=8)
-    plan = plan_run(request, sc, sc, tmp_path)
+    request = RunRequest(report_dir=tmp_path / "reports", gate="pr", devices=8)
+    plan = plan_run(request, sc, sc, tmp_path, gate_suspects(tmp_path / "history", "pr"))
     assert ids(plan.scenarios)[0] == "tp1-pp1"
     assert plan.meta["order"] == {"failed before": ["big/tp1-pp1"]}
     assert "harness: first, 1 failed before: big/tp1-pp1" in capsys.readouterr().out
-    adhoc = plan_run(RunRequest(report_dir=tmp_path / "reports", history=tmp_path / "history", devices=8), sc, sc, tmp_path)
+    adhoc = plan_run(RunRequest(report_dir=tmp_path / "reports", devices=8), sc, sc, tmp_path,
+                     gate_suspects(tmp_path / "history", None))
     assert ids(adhoc.scenarios) == ids(sc) and "order" not in adhoc.meta  # hand-picked ids: as given
 
 

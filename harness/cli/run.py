@@ -70,6 +70,7 @@ def run(args) -> int:
     from harness.plan.planning import default_jobs, plan_run
     from harness.raycluster.connect import cluster_option
     from harness.report.history import history_dir
+    from harness.report.regressions import gate_suspects
     from harness.runner import RunOptions
 
     catalog = suites.load(args)
@@ -90,8 +91,10 @@ def run(args) -> int:
             return exit_codes.USAGE
     request = RunRequest(gate=args.gate, ids=tuple(args.ids), changed_files=args.changed_files, changed_since=args.changed_since,
                          shard=args.shard, durations=args.durations, report_dir=args.report_dir, jobs=args.jobs or default_jobs(),
-                         devices=args.devices, nodes=args.nodes, device=args.device, history=args.history)
-    plan = plan_run(request, catalog.scenarios, selected, project().root)
+                         devices=args.devices, nodes=args.nodes, device=args.device)
+    # the gate starts with what failed or drifted in its history (harness/plan/priority.py)
+    suspects = gate_suspects(history_dir(args.report_dir, args.history), args.gate)
+    plan = plan_run(request, catalog.scenarios, selected, project().root, suspects)
     chosen = plan.scenarios
     if not chosen and not broken:
         print("harness: nothing to run (no scenario matches)", file=sys.stderr)

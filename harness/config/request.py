@@ -20,4 +20,3 @@ class RunRequest:
     devices: int | None = None  # device slots of this machine; None: configured or counted
     nodes: Path | None = None  # a nodes file for scenarios bigger than this machine
     device: str = "cpu"
-    history: Path | None = None  # the history store (--history); None: $HARNESS_HISTORY_DIR or <report_dir>/history

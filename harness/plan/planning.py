@@ -22,7 +22,7 @@ from harness.plan.changes import (
 )
 from harness.plan.devices import DevicePool, configured_count
 from harness.plan.nodes import cluster_from_env
-from harness.plan.priority import first_failure_order, order_lines, order_meta, suspects_from_history
+from harness.plan.priority import Suspects, first_failure_order, order_lines, order_meta
 from harness.plan.schedule import (
     Cost,
     costs,
@@ -50,7 +50,9 @@ def default_jobs() -> int:
         raise ScenarioError(str(exc)) from None
 
 
-def plan_run(args: RunRequest, all_scenarios: list[Scenario], chosen: list[Scenario], repo: Path) -> RunPlan:
+def plan_run(args: RunRequest, all_scenarios: list[Scenario], chosen: list[Scenario], repo: Path,
+             suspects: Suspects | None = None) -> RunPlan:
+    """`suspects`: what failed or drifted in the gate's history (report.regressions.gate_suspects)."""
     meta: dict = {}
     changed = _changed_files(args, repo)
     if changed is not None:
@@ -76,7 +78,7 @@ def plan_run(args: RunRequest, all_scenarios: list[Scenario], chosen: list[Scena
         chosen = shard
     cost = {s.id: cost[s.id] for s in chosen}
     if args.gate:  # a gate is waited on for its first failure: what failed before goes first
-        chosen, cost = _first_failure_first(args, chosen, cost, meta)
+        chosen, cost = _first_failure_first(chosen, cost, suspects or Suspects(), meta)
     devices = DevicePool(configured_count(args.device, args.devices), kind=args.device)
     meta["devices"] = {"kind": args.device, "count": devices.count, "jobs": args.jobs}
     cluster = cluster_from_env(args.nodes)
@@ -85,13 +87,9 @@ def plan_run(args: RunRequest, all_scenarios: list[Scenario], chosen: list[Scena
     return RunPlan(chosen, devices, cluster, cost, meta)
 
 
-def _first_failure_first(args: RunRequest, chosen: list[Scenario], cost: dict[str, Cost],
+def _first_failure_first(chosen: list[Scenario], cost: dict[str, Cost], suspects: Suspects,
                           meta: dict) -> tuple[list[Scenario], dict[str, Cost]]:
     """The gate's scenarios in the order of harness/plan/priority.py, said and recorded."""
-    from harness.report.history import history_dir, read_history
-
-    rows, _ = read_history(history_dir(args.report_dir, args.history))  # unreadable files: the report names them
-    suspects = suspects_from_history(rows, args.gate or "")
     rule_picked = picked_by_a_rule(meta.get("selection", {}).get("picked", {}))
     ordered, tiered = first_failure_order(chosen, cost, suspects, rule_picked)
     meta["order"] = order_meta(ordered, tiered)

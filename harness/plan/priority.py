@@ -15,15 +15,13 @@ Within a tier, largest first (device-seconds, harness/plan/schedule.py): the tie
 into each scenario's Cost, and `largest_first` sorts by it, so the packed session
 (--jobs) keeps the same order.
 
-"Latest result" includes runs that did not end whole (interrupted, or stopped by
---exitfirst, which is the point: such a run's failure must lead the next run too).
+The suspects come from the history store (harness/report/regressions.py,
+`gate_suspects`), read by the CLI and handed to plan_run: planning sits below the reports.
 """
 
 from __future__ import annotations
 
 import dataclasses
-
-import pandas as pd
 
 from harness.config.scenario import Scenario
 from harness.plan.schedule import Cost, largest_first
@@ -35,27 +33,10 @@ TIER_NAMES = {FAILED_BEFORE: "failed before", DRIFTED_BEFORE: "drifted before", 
 
 @dataclasses.dataclass(frozen=True)
 class Suspects:
-    """What the history store says of a gate's scenarios."""
+    """What the history store says of a gate's scenarios (their latest results)."""
 
     failed: frozenset[str] = frozenset()
     drifted: frozenset[str] = frozenset()
-
-
-def suspects_from_history(rows: pd.DataFrame, gate: str) -> Suspects:
-    """The scenarios whose latest result in `gate`'s history failed or drifted."""
-    from harness.report.regressions import compare_with_history
-
-    if rows.empty or "gate" not in rows.columns:
-        return Suspects()
-    rows = rows[rows["gate"] == gate].sort_values(["started", "recorded"] if "recorded" in rows.columns else ["started"])
-    if rows.empty:
-        return Suspects()
-    latest = rows.drop_duplicates("scenario", keep="last")
-    earlier = rows.drop(latest.index)
-    failed = frozenset(latest.loc[~latest["as_expected"].astype(bool), "scenario"])
-    # the report's own comparison, with each scenario's latest row as "now"
-    drifted = frozenset(d.scenario for d in compare_with_history(latest, earlier).drifted)
-    return Suspects(failed, drifted - failed)
 
 
 def tier_of(scenario_id: str, suspects: Suspects, rule_picked: set[str]) -> int:

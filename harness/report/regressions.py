@@ -27,10 +27,12 @@ from flagging a change in its last printed digit.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pandas as pd
 
-from harness.report.history import metric_columns
+from harness.plan.priority import Suspects
+from harness.report.history import metric_columns, read_history
 
 BAND_WINDOW = 20
 BAND_SIGMAS = 4.0
@@ -171,3 +173,25 @@ def _drifts(now, past_passing: pd.DataFrame) -> list[Drift]:
             found.append(Drift(now["scenario"], column.split(".", 1)[1], float(value), band, float(past.iloc[-1])))
     return found
 
+
+
+def gate_suspects(history: Path, gate: str | None) -> Suspects:
+    """What a gate run should start with (harness/plan/priority.py): from the history store,
+    whose unreadable files are skipped here (the report names them)."""
+    if not gate:
+        return Suspects()
+    return suspects_from_history(read_history(history)[0], gate)
+
+
+def suspects_from_history(rows: pd.DataFrame, gate: str) -> Suspects:
+    """The scenarios whose latest result in `gate`'s history failed or drifted. "Latest"
+    includes runs that did not end whole (interrupted, or stopped by --exitfirst: such a
+    run's failure must lead the next run too), which the report's comparison leaves out."""
+    if rows.empty or "gate" not in rows.columns:
+        return Suspects()
+    rows = rows[rows["gate"] == gate].sort_values(["started", "recorded"] if "recorded" in rows.columns else ["started"])
+    latest = rows.drop_duplicates("scenario", keep="last")
+    failed = frozenset(latest.loc[~latest["as_expected"].astype(bool), "scenario"])
+    # the report's own drift rule, with each scenario's latest row as "now"
+    drifted = frozenset(d.scenario for d in compare_with_history(latest, rows.drop(latest.index)).drifted)
+    return Suspects(failed, drifted - failed)
