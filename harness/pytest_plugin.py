@@ -27,7 +27,7 @@ from harness.config.loading import load_suite
 from harness.config.scenario import expand
 from harness.config.schema import ScenarioError
 from harness.rundir import new_run_id, run_id_problem, scenarios_root
-from harness.settings.env import DEVICE, PYTEST_RUN_ID
+from harness.settings.env import CLUSTER, DEVICE, PYTEST_RUN_ID
 
 RUN_ID_ENV = PYTEST_RUN_ID.name
 
@@ -43,6 +43,8 @@ def pytest_addoption(parser):
     group.addoption("--harness-fault", action="append", default=[], help="switch on an engine fault (repeatable)")
     group.addoption("--harness-report-dir", default=None, help="where the run directory goes (default: reports/)")
     group.addoption("--harness-devices", type=positive_int, default=None, help="device slots of this machine (default: $HARNESS_DEVICES)")
+    group.addoption("--harness-cluster", default=None, metavar="RAY",
+                    help="run each scenario on a Ray cluster: ray:local, auto, HOST:PORT (default: $HARNESS_CLUSTER; docs/SCALE.md)")
 
 
 def pytest_configure(config):
@@ -59,6 +61,19 @@ def pytest_configure(config):
     problem = run_id_problem(run_id)
     if problem:  # set from outside: a path would put the run outside --harness-report-dir
         raise pytest.UsageError(f"${RUN_ID_ENV}: {problem}")
+    _check_cluster(config)
+
+
+def _check_cluster(config) -> None:
+    """--harness-cluster (or $HARNESS_CLUSTER) readable and Ray installed, before any item runs."""
+    if config.getoption("--harness-cluster", None) is None and CLUSTER.raw() is None:
+        return
+    from harness.raycluster.connect import ClusterError, cluster_option
+
+    try:
+        cluster_option(config.getoption("--harness-cluster", None))
+    except ClusterError as exc:
+        raise pytest.UsageError(str(exc)) from None
 
 
 def _run_dir(config) -> Path:
@@ -120,7 +135,14 @@ class ScenarioItem(pytest.Item):
         opts = RunOptions(timeout_s=self.config.getoption("--harness-timeout"), faults=self.config.getoption("--harness-fault"),
                           device=device, devices=DevicePool(configured_count(device, self.config.getoption("--harness-devices")), device),
                           cluster=cluster_from_env(None), gate=_gate(self.config))
-        verdict = run_scenario(self.scenario, _run_dir(self.config), opts)
+        cluster = self.config.getoption("--harness-cluster") or CLUSTER.raw()
+        if cluster:  # Ray places it; the connection serves the session's other items too
+            from harness.raycluster.connect import parse_cluster
+            from harness.raycluster.driver import run_one_on_ray
+
+            verdict = run_one_on_ray(self.scenario, _run_dir(self.config), opts, parse_cluster(cluster))
+        else:
+            verdict = run_scenario(self.scenario, _run_dir(self.config), opts)
         self.user_properties.append(("verdict", verdict.verdict))
         if verdict.verdict == "unsupported":
             pytest.skip(f"unsupported: {verdict.reason}")

@@ -5,8 +5,8 @@ end-to-end test starts ONE `ray.cluster_utils.Cluster` on this machine: a head t
 offers no device slot and two simulated nodes of 2 slots each (one CPU each, no
 dashboard), and runs every cluster check against it in one test function, in order:
 the same verdicts and bit-identical metrics as a local run, a 4-rank scenario across
-both nodes, a killed driver leaving no rank, and a node whose raylet is killed ending
-its scenario `crash`. One function, not one per check: under `pytest -n 2` checks in
+both nodes, pytest items placed by Ray (--harness-cluster), a killed driver leaving no
+rank, and a node whose raylet is killed ending its scenario `crash`. One function, not one per check: under `pytest -n 2` checks in
 separate functions would be dealt to both workers, each starting a cluster of its own
 on a 2-core machine.
 """
@@ -26,7 +26,7 @@ from harness.raycluster.connect import ClusterError, cluster_option, parse_clust
 from harness.raycluster.placement import Capacity, bundles, strategy
 from harness.raycluster.transfer import pack, unpack_scenario
 from harness.verdict import Verdict
-from tests.kit import communicate, harness_cli, start_harness, verdicts, wait_process, wait_until
+from tests.kit import communicate, harness_cli, pytest_cli, start_harness, verdicts, wait_process, wait_until
 
 PAIRS = ["llama-tiny/tp1-pp1", "llama-tiny/tp2-pp1", "llama-tiny/tp1-pp2", "llama-tiny/tp2-pp2"]
 ACROSS_NODES = "llama-tiny/tp2-pp2"  # 4 ranks: bigger than either 2-slot node
@@ -74,6 +74,23 @@ def test_files_come_back_with_local_paths_and_a_valid_digest(tmp_path):
     assert (local / "logs" / "rank0.log").read_text() == "hello\n"
 
 
+@pytest.mark.e2e  # starts a process (a shell), no Ray
+def test_a_rank_host_without_a_shared_filesystem_sends_files_both_ways(tmp_path):
+    from harness.raycluster.rankhost import RankHost
+
+    mirror = tmp_path / "scenario"  # bundle 0's directory, as the remote node would not have it
+    spec = mirror / "spec.json"
+    write = f"cat {spec} > {mirror}/logs/rank2.error.json; echo rank output; exit 3"
+    host = RankHost(["sh", "-c", f"mkdir -p {mirror}/logs; {write}"], str(mirror), ".marker-not-here", {str(spec): b"{}"})
+    output, status, files = b"", None, {}
+    deadline = time.monotonic() + 10
+    while status is None and time.monotonic() < deadline:
+        chunk, status, changed = host.read()
+        output, files = output + chunk, {**files, **changed}
+    assert status == 3 and b"rank output" in output
+    assert files[str(mirror / "logs" / "rank2.error.json")] == b"{}"  # the spec went out, the record came back
+
+
 # --- one simulated two-node cluster ----------------------------------------------------
 
 @pytest.fixture(scope="module")
@@ -105,6 +122,7 @@ def test_two_node_ray_cluster(two_nodes, tmp_path):
     cluster, nodes = two_nodes
     address = cluster.address
     same_verdicts_and_metrics_as_a_local_run(address, tmp_path)
+    pytest_items_run_on_the_cluster(address, tmp_path)
     killed_driver_leaves_no_rank(address, tmp_path)
     lost_node_ends_its_scenario_crash(address, nodes, tmp_path)
 
@@ -121,6 +139,15 @@ def same_verdicts_and_metrics_as_a_local_run(address: str, tmp_path: Path) -> No
     assert len(logs) == 4 and all(Path(p).is_file() and str(on_ray) in p for p in logs.values())
     remote = [r for r, p in sorted(logs.items()) if "runs on Ray node" in Path(p).read_text()]
     assert remote == ["2", "3"], "ranks 0-1 on bundle 0's node, 2-3 through the rank host on the other"
+
+
+def pytest_items_run_on_the_cluster(address: str, tmp_path: Path) -> None:
+    items = [f"scenarios/llama-tiny.yaml::{case}" for case in ("tp1-pp1", "tp2-pp1")]
+    done = pytest_cli(*items, "-p", "no:cacheprovider", "--harness-cluster", address,
+                      "--harness-report-dir", str(tmp_path / "pytest"), timeout=300, what="pytest --harness-cluster")
+    assert done.returncode == 0 and "2 passed" in done.stdout, done.stdout[-3000:]
+    (run_dir,) = (tmp_path / "pytest").glob("pytest-*")
+    assert all(Path(v["logs"]["0"]).is_file() for v in verdicts(run_dir).values())
 
 
 def killed_driver_leaves_no_rank(address: str, tmp_path: Path) -> None:

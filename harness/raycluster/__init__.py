@@ -22,7 +22,15 @@ Ray is an extra (`pip install harness[ray]`); without it `--cluster` says how to
 
 from __future__ import annotations
 
-from harness.raycluster.connect import ClusterError, ClusterSpec, parse_cluster
-from harness.raycluster.driver import run_on_ray
+import importlib
 
 __all__ = ["ClusterSpec", "ClusterError", "parse_cluster", "run_on_ray"]
+_HOME = {"ClusterSpec": "connect", "ClusterError": "connect", "parse_cluster": "connect", "run_on_ray": "driver"}
+
+
+def __getattr__(name: str):
+    # loaded when a run asks for it, not when a rank host (rankhost.py, started for every
+    # remote rank) imports this package: the driver brings the runner and torch with it
+    if name not in _HOME:
+        raise AttributeError(name)
+    return getattr(importlib.import_module(f"harness.raycluster.{_HOME[name]}"), name)

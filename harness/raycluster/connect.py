@@ -11,6 +11,7 @@ CPU, and its GPUs on CUDA: `ray start --resources '{"harness_device": 4}'`.
 
 from __future__ import annotations
 
+import atexit
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -83,6 +84,25 @@ def connected(spec: ClusterSpec, resource: str, local_devices: int) -> Iterator[
     if ray.is_initialized():
         yield ray
         return
+    _init(ray, spec, resource, local_devices)
+    try:
+        yield ray
+    finally:
+        ray.shutdown()
+
+
+def stay_connected(spec: ClusterSpec, resource: str, local_devices: int):
+    """The ray module, connected to `spec`'s cluster until this process exits: for a way in
+    that asks for one scenario at a time (the pytest plugin), so Ray's workers, and the rank
+    pools in them, serve every scenario of the session."""
+    ray = import_ray()
+    if not ray.is_initialized():
+        _init(ray, spec, resource, local_devices)
+        atexit.register(ray.shutdown)
+    return ray
+
+
+def _init(ray, spec: ClusterSpec, resource: str, local_devices: int) -> None:
     quiet = {"log_to_driver": False, "configure_logging": False}
     if spec.local:
         # the harness's tasks ask for no CPU (the device slots are what they hold), so one
@@ -94,10 +114,6 @@ def connected(spec: ClusterSpec, resource: str, local_devices: int) -> Iterator[
             ray.init(address=spec.address, **quiet)
         except (ConnectionError, RuntimeError) as exc:
             raise ClusterError(f"cannot reach {spec.describe()}: {exc}; is the cluster up (`ray status`)?") from None
-    try:
-        yield ray
-    finally:
-        ray.shutdown()
 
 
 def driver_env() -> dict[str, str | None]:

@@ -17,7 +17,7 @@ from pathlib import Path
 from harness.config.scenario import Scenario
 from harness.plan.schedule import Cost, largest_first
 from harness.raycluster import placement
-from harness.raycluster.connect import ClusterSpec, connected, driver_env, import_ray
+from harness.raycluster.connect import ClusterSpec, connected, driver_env, import_ray, stay_connected
 from harness.raycluster.lost import lost_verdict, note_nodes
 from harness.raycluster.nodetask import NodeResult, NodeWork, run_on_node
 from harness.raycluster.transfer import pack, unpack_scenario
@@ -46,6 +46,25 @@ def run_on_ray(scenarios: list[Scenario], run_dir: Path, opts: RunOptions, progr
     local_slots = opts.devices.count if opts.devices is not None else 4
     with connected(spec, resource, local_slots) as ray:
         return _Driver(ray, run_dir, opts, progress, cost, resource).run(largest_first(scenarios, cost))
+
+
+def run_one_on_ray(scenario: Scenario, run_dir: Path, opts: RunOptions, spec: ClusterSpec) -> Verdict:
+    """One scenario on the Ray cluster of `spec`, the connection kept for the next (pytest items)."""
+    from harness.plan.schedule import costs
+
+    resource = placement.slot_resource(opts.device)
+    ray = stay_connected(spec, resource, opts.devices.count if opts.devices is not None else 4)
+    return _Driver(ray, run_dir, opts, _Silent(), costs([scenario], {}), resource).run([scenario])[0]
+
+
+class _Silent:
+    """No progress lines: pytest says what runs and how it ended."""
+
+    def scenario_started(self, scenario) -> None:
+        pass
+
+    def scenario_finished(self, verdict) -> None:
+        pass
 
 
 class _Driver:
@@ -172,4 +191,4 @@ class _Driver:
         self.running.clear()
 
 
-__all__ = ["run_on_ray", "import_ray"]
+__all__ = ["run_on_ray", "run_one_on_ray", "import_ray"]
