@@ -386,8 +386,11 @@ def mark_processor_refusal(exc: BaseException) -> None:
         frame = raised_at(link.__traceback__)
         if frame and processor_refusal(frame):
             versions = {name: getattr(sys.modules.get(name), "__version__", "?") for name in ("vllm", "transformers")}
-            setattr(exc, HARNESS_FAULT, refusal_text(versions["vllm"], versions["transformers"],
-                                                     f"{type(link).__name__}: {link}", frame))
+            try:
+                setattr(exc, HARNESS_FAULT, refusal_text(versions["vllm"], versions["transformers"],
+                                                         f"{type(link).__name__}: {link}", frame))
+            except AttributeError:  # an exception type without a __dict__: reading it must never hide it
+                pass
             return
 
 
