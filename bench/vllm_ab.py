@@ -18,6 +18,7 @@ once first to warm its caches (`--no-warmup`: not), then measured.
 
     python bench/vllm_ab.py [--scenarios ID...] [--all] [--no-warmup] [--out FILE]
 
+vLLM's way runs first (a setting that cannot start shows within minutes), then the harness's.
 Default: the text suites of the vllm gate (DEFAULT_SUITES); `--all` the whole gate. Prints a
 table (per scenario: each way's wall time and verdict; totals; the ratio harness / vLLM's
 way against TARGET_RATIO) and writes it, with every log, under reports/bench-vllm-ab-<time>/.
@@ -319,33 +320,46 @@ def main() -> int:
     if missing:  # before anything runs: both ways would only say `error`
         sys.exit(f"bench-vllm-ab needs vLLM: {missing}")
     scenarios, choice = chosen(load_scenarios(), args.scenarios, args.all)
-    ids = [s.id for s in scenarios]
     work = ROOT / "reports" / f"bench-vllm-ab-{time.strftime('%Y%m%d-%H%M%S')}"
     work.mkdir(parents=True)
     print(f"bench-vllm-ab: {choice}; work directory {work}", flush=True)
-    before = uptime()
-    notes = [f"before: {before}", vllm_cache_note()]
-    if not args.no_warmup:
-        warm_wall, _, _ = harness_way(ids, work, "harness-warmup")
-        notes.append(f"harness warm-up run (not counted): {warm_wall:.1f} s")
-        print(notes[-1], flush=True)
-    harness_wall, harness, waited = harness_way(ids, work, "harness")
-    print(f"harness way: {harness_wall:.1f} s", flush=True)
-    notes.append(f"the harness's scenarios waited {waited:.1f} s in all for device slots (other harness runs on the machine)")
-    notes.append(f"after the harness way: {uptime()}")
-    vllm: dict[str, Outcome] = {}
-    vllm_start = time.monotonic()
-    for s in scenarios:
-        vllm[s.id] = vllm_way(s, work / "vllm-way" / rundir.scenario_dir_name(s.id))
-        print(f"vLLM's way: {s.id}: {vllm[s.id].label()} in {vllm[s.id].seconds:.1f} s", flush=True)
-    vllm_wall = time.monotonic() - vllm_start
+    versions = VllmEngine().versions()
+    notes = [f"vLLM {versions['vllm']}, torch {versions['torch']} (vLLM's interpreter)", f"before: {uptime()}", vllm_cache_note()]
+    # vLLM's way first: a setting that cannot start shows in the first minutes, not after the harness's runs
+    vllm_wall, vllm = vllm_way_all(scenarios, work / "vllm-way")
     notes.append(f"after vLLM's way: {uptime()}")
-    rows = rows_of(ids, vllm, harness)
+    harness_wall, harness = harness_way_measured(scenarios, work, not args.no_warmup, notes)
+    notes.append(f"after the harness's way: {uptime()}")
+    rows = rows_of([s.id for s in scenarios], vllm, harness)
     text = "\n".join(report(rows, harness_wall, vllm_wall, choice, notes, warm=not args.no_warmup)) + "\n"
     print("\n" + text)
     for path in [work / "table.md", *([args.out] if args.out else [])]:
         path.write_text(text)
     return 0 if all(r.same for r in rows) else 1
+
+
+def vllm_way_all(scenarios: list[Scenario], work: Path) -> tuple[float, dict[str, Outcome]]:
+    """(wall s, {id: outcome}) of every scenario done vLLM's way, one after the other."""
+    outcomes: dict[str, Outcome] = {}
+    start = time.monotonic()
+    for s in scenarios:
+        outcomes[s.id] = vllm_way(s, work / rundir.scenario_dir_name(s.id))
+        print(f"vLLM's way: {s.id}: {outcomes[s.id].label()} in {outcomes[s.id].seconds:.1f} s", flush=True)
+    return time.monotonic() - start, outcomes
+
+
+def harness_way_measured(scenarios: list[Scenario], work: Path, warm_up: bool, notes: list[str]) -> tuple[float, dict[str, Outcome]]:
+    """The measured `harness run`, after a warm-up run of the same ids when asked; notes
+    what the warm-up took and the device-slot wait."""
+    ids = [s.id for s in scenarios]
+    if warm_up:
+        warm_wall, _, _ = harness_way(ids, work, "harness-warmup")
+        notes.append(f"harness warm-up run (not counted): {warm_wall:.1f} s")
+        print(notes[-1], flush=True)
+    wall, outcomes, waited = harness_way(ids, work, "harness")
+    print(f"harness's way: {wall:.1f} s", flush=True)
+    notes.append(f"the harness's scenarios waited {waited:.1f} s in all for device slots (other harness runs on the machine)")
+    return wall, outcomes
 
 
 def report(rows: list[Row], harness_wall: float, vllm_wall: float, choice: str, notes: list[str], warm: bool) -> list[str]:
