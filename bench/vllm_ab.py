@@ -18,7 +18,8 @@ once first to warm its caches (`--no-warmup`: not), then measured.
 
     python bench/vllm_ab.py [--scenarios ID...] [--all] [--no-warmup] [--out FILE]
 
-vLLM's way runs first (a setting that cannot start shows within minutes), then the harness's.
+The harness's way runs first (short, bounded), then vLLM's way, which rewrites partial.md in
+the work directory after every scenario (a run stopped for time keeps the ratio so far).
 Default: the text suites of the vllm gate (DEFAULT_SUITES); `--all` the whole gate. Prints a
 table (per scenario: each way's wall time and verdict; totals; the ratio harness / vLLM's
 way against TARGET_RATIO) and writes it, with every log, under reports/bench-vllm-ab-<time>/.
@@ -250,14 +251,14 @@ def ratio(harness_s: float, vllm_s: float) -> float:
     return harness_s / vllm_s if vllm_s > 0 else float("inf")
 
 
-def table(rows: list[Row], harness_wall: float, vllm_wall: float) -> list[str]:
+def table(rows: list[Row], harness_wall: float, vllm_wall: float, total: str = "total (wall)") -> list[str]:
     lines = ["| scenario | vLLM's way (s) | harness (s) | vLLM's way verdict | harness verdict | same |",
              "|---|---|---|---|---|---|"]
     for r in rows:
         lines.append(f"| `{r.scenario}` | {r.vllm_way.seconds:.1f} | {r.harness.seconds:.1f} | {r.vllm_way.label()} | "
                      f"{r.harness.label()} | {'yes' if r.same else '**NO**'} |")
     same = sum(r.same for r in rows)
-    lines.append(f"| **total (wall)** | **{vllm_wall:.1f}** | **{harness_wall:.1f}** | | | {same}/{len(rows)} |")
+    lines.append(f"| **{total}** | **{vllm_wall:.1f}** | **{harness_wall:.1f}** | | | {same}/{len(rows)} |")
     return lines
 
 
@@ -325,12 +326,18 @@ def main() -> int:
     print(f"bench-vllm-ab: {choice}; work directory {work}", flush=True)
     versions = VllmEngine().versions()
     notes = [f"vLLM {versions['vllm']}, torch {versions['torch']} (vLLM's interpreter)", f"before: {uptime()}", vllm_cache_note()]
-    # vLLM's way first: a setting that cannot start shows in the first minutes, not after the harness's runs
-    vllm_wall, vllm = vllm_way_all(scenarios, work / "vllm-way")
-    notes.append(f"after vLLM's way: {uptime()}")
+    # The harness's way first: it is short and bounded. vLLM's way then writes partial.md after
+    # every scenario, so a run stopped for time still leaves the ratio over what it finished.
     harness_wall, harness = harness_way_measured(scenarios, work, not args.no_warmup, notes)
     notes.append(f"after the harness's way: {uptime()}")
-    rows = rows_of([s.id for s in scenarios], vllm, harness)
+    ids = [s.id for s in scenarios]
+
+    def progress(done: dict[str, Outcome]) -> None:
+        (work / "partial.md").write_text("\n".join(partial(rows_of([i for i in ids if i in done], done, harness), len(ids))) + "\n")
+
+    vllm_wall, vllm = vllm_way_all(scenarios, work / "vllm-way", progress)
+    notes.append(f"after vLLM's way: {uptime()}")
+    rows = rows_of(ids, vllm, harness)
     text = "\n".join(report(rows, harness_wall, vllm_wall, choice, notes, warm=not args.no_warmup)) + "\n"
     print("\n" + text)
     for path in [work / "table.md", *([args.out] if args.out else [])]:
@@ -338,14 +345,24 @@ def main() -> int:
     return 0 if all(r.same for r in rows) else 1
 
 
-def vllm_way_all(scenarios: list[Scenario], work: Path) -> tuple[float, dict[str, Outcome]]:
-    """(wall s, {id: outcome}) of every scenario done vLLM's way, one after the other."""
+def vllm_way_all(scenarios: list[Scenario], work: Path, progress=None) -> tuple[float, dict[str, Outcome]]:
+    """(wall s, {id: outcome}) of every scenario done vLLM's way, one after the other;
+    `progress` is given the outcomes so far after each."""
     outcomes: dict[str, Outcome] = {}
     start = time.monotonic()
     for s in scenarios:
         outcomes[s.id] = vllm_way(s, work / rundir.scenario_dir_name(s.id))
         print(f"vLLM's way: {s.id}: {outcomes[s.id].label()} in {outcomes[s.id].seconds:.1f} s", flush=True)
+        if progress:
+            progress(outcomes)
     return time.monotonic() - start, outcomes
+
+
+def partial(rows: list[Row], planned: int) -> list[str]:
+    """The table over the scenarios vLLM's way has finished, totals being their scenario times."""
+    harness_s, vllm_s = sum(r.harness.seconds for r in rows), sum(r.vllm_way.seconds for r in rows)
+    return [f"partial: {len(rows)} of {planned} scenarios done vLLM's way; totals are their scenario times, not walls", "",
+            *table(rows, harness_s, vllm_s, total="total (scenario times)"), "", verdict_line(harness_s, vllm_s)]
 
 
 def harness_way_measured(scenarios: list[Scenario], work: Path, warm_up: bool, notes: list[str]) -> tuple[float, dict[str, Outcome]]:

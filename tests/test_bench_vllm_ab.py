@@ -142,3 +142,10 @@ def test_a_crash_is_told_by_vllms_log_and_meets_the_scenarios_expectation(tmp_pa
     unknown.write_text("something else went wrong\n")
     plain = ab.crash_verdict("s", VllmEngine(), -9, unknown)
     assert plain.verdict == "crash" and "exit code -9" in plain.reason
+
+
+def test_a_partial_table_covers_the_finished_scenarios_by_their_scenario_times():
+    rows = [ab.Row("s/tp2", outcome("pass", seconds=80.0), outcome("pass", seconds=10.0))]
+    text = "\n".join(ab.partial(rows, planned=12))
+    assert "1 of 12 scenarios" in text and "| **total (scenario times)** | **80.0** | **10.0** |" in text
+    assert "**0.12x**" in text
