@@ -19,6 +19,7 @@ from harness.plan.priority import (
     THE_REST,
     Suspects,
     first_failure_order,
+    order_lines,
     order_meta,
 )
 from harness.plan.schedule import costs, largest_first
@@ -159,3 +160,9 @@ def test_exitfirst_in_order_stops_after_the_first_failure(tmp_path, monkeypatch)
     verdicts = session.run_session(sc, tmp_path, RunOptions(), Progress(), exitfirst=True)
     assert [v.verdict for v in verdicts] == ["pass", "fail"] and ran == [s.id for s in sc[:2]]
     assert len(session.run_session(sc, tmp_path, RunOptions(), Progress())) == 4  # without it, all of them
+
+
+def test_a_long_tier_is_said_in_part_and_kept_whole_in_run_json():
+    many = [f"s/tp{i}" for i in range(12)]
+    assert order_lines({"failed before": many}) == [
+        "harness: first, 12 failed before: s/tp0, s/tp1, s/tp2, s/tp3, s/tp4, s/tp5, s/tp6, s/tp7 and 4 more"]

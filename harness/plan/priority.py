@@ -65,6 +65,14 @@ def order_meta(ordered: list[Scenario], cost: dict[str, Cost]) -> dict[str, list
     return by_tier
 
 
+SHOWN_IDS = 8  # a nightly may have dozens in a tier: run.json keeps them all
+
+
 def order_lines(by_tier: dict[str, list[str]]) -> list[str]:
     """What the CLI prints before the run: which scenarios go first, and why."""
-    return [f"harness: first, {len(ids)} {name}: {', '.join(ids)}" for name, ids in by_tier.items()]
+    return [f"harness: first, {len(ids)} {name}: {_some(ids)}" for name, ids in by_tier.items()]
+
+
+def _some(ids: list[str]) -> str:
+    more = f" and {len(ids) - SHOWN_IDS} more" if len(ids) > SHOWN_IDS else ""
+    return ", ".join(ids[:SHOWN_IDS]) + more
