@@ -10,6 +10,7 @@ that ended on disk for the report.
 from __future__ import annotations
 
 import dataclasses
+import json
 import time
 import uuid
 from pathlib import Path
@@ -20,12 +21,14 @@ from harness.raycluster import placement
 from harness.raycluster.connect import ClusterSpec, connected, driver_env, import_ray, stay_connected
 from harness.raycluster.lost import lost_verdict, note_nodes
 from harness.raycluster.nodetask import NodeResult, NodeWork, run_on_node
+from harness.raycluster.spread import run_spread
 from harness.raycluster.transfer import pack, unpack_scenario
 from harness.rundir import scenario_dir
 from harness.runner import RunOptions, record_verdict
 from harness.settings.project import project
 from harness.verdict import Verdict
 
+TIMINGS = "ray-timings.jsonl"
 CANCEL_WAIT_S = 15.0  # how long cancelled scenarios get to stop their ranks on Ctrl-C
 
 
@@ -77,6 +80,8 @@ class _Driver:
         self.project_root = str(project().root)
         self.running: dict[object, InFlight] = {}
         self.verdicts: list[Verdict] = []
+        # made remote once: Ray exports a function once per remote-function object
+        self.on_one_node, self.across_nodes = ray.remote(run_on_node), ray.remote(run_spread)
 
     def run(self, pending: list[Scenario]) -> list[Verdict]:
         if not self.capacity.per_node:
@@ -123,11 +128,9 @@ class _Driver:
         on_bundle_0 = {"num_cpus": 0, "max_retries": 0, "resources": {self.resource: 1},
                        "scheduling_strategy": PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=0)}
         if need > self.capacity.largest_node:  # ranks across nodes, launched from bundle 0's
-            from harness.raycluster.spread import run_spread
-
-            ref = self.ray.remote(run_spread).options(**on_bundle_0).remote(work, group)
+            ref = self.across_nodes.options(**on_bundle_0).remote(work, group)
         else:
-            ref = self.ray.remote(run_on_node).options(**on_bundle_0).remote(work)
+            ref = self.on_one_node.options(**on_bundle_0).remote(work)
         self.progress.scenario_started(scenario)
         self.running[ref] = InFlight(scenario, pg, need, time.monotonic())
 
@@ -152,7 +155,23 @@ class _Driver:
             self._finished(verdict)
 
     def _arrived(self, flight: InFlight, result: NodeResult) -> Verdict:
-        return unpack_scenario(result.files, scenario_dir(self.run_dir, flight.scenario.id), result.node_dir)
+        verdict = unpack_scenario(result.files, scenario_dir(self.run_dir, flight.scenario.id), result.node_dir)
+        self._book(flight, result)
+        return verdict
+
+    def _book(self, flight: InFlight, result: NodeResult) -> None:
+        """Where a scenario's time on Ray went, one JSON line each in <run>/ray-timings.jsonl:
+        its task's own time on the node, and the rest of the round trip (placement, worker
+        start and imports, the files' way back): Ray's overhead (docs/SCALE.md)."""
+        round_trip = time.monotonic() - flight.submitted
+        line = {"scenario": flight.scenario.id, "ranks": flight.need, "nodes": len(set(flight.nodes)) or None,
+                "round_trip_s": round(round_trip, 2), "on_node_s": round(result.seconds, 2),
+                "overhead_s": round(round_trip - result.seconds, 2), "bytes_back": len(result.files)}
+        try:
+            with open(self.run_dir / TIMINGS, "a") as f:
+                f.write(json.dumps(line) + "\n")
+        except OSError:
+            pass  # a measurement, not a result: the verdict is what must be written
 
     def _unsupported(self, scenario: Scenario, reason: str) -> Verdict:
         return record_verdict(scenario, Verdict(scenario.id, "unsupported", reason), self.run_dir, self.opts, time.monotonic())
