@@ -51,6 +51,17 @@ def test_without_ray_the_option_says_how_to_get_it(monkeypatch):
     assert cluster_option(None) is None  # no cluster asked for: Ray is not needed
 
 
+def test_the_drivers_settings_of_a_run_go_to_the_node(monkeypatch):
+    from harness.raycluster.connect import driver_env
+
+    monkeypatch.setenv("HARNESS_STALL_WINDOW_S", "0")
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setenv("HARNESS_CACHE", "/driver/only")
+    sent = driver_env()
+    assert sent["HARNESS_STALL_WINDOW_S"] == "0" and sent["OMP_NUM_THREADS"] is None  # unset here: unset there
+    assert "HARNESS_CACHE" not in sent  # a path of this machine: the node keeps its own
+
+
 def test_a_scenario_packs_onto_one_node_when_it_fits():
     cap = Capacity({"a": 2, "b": 2})
     assert bundles(2, "harness_device") == [{"harness_device": 1}] * 2

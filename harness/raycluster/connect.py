@@ -18,9 +18,22 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from harness.config.schema import ScenarioError
-from harness.settings.env import CLUSTER
+from harness.settings.env import (
+    CLUSTER,
+    COMPILE_CACHE,
+    RANK_POOL,
+    SOAK_MARK,
+    STALL_WINDOW_S,
+    TEST_TOKEN,
+    VLLM_AOT_LOAD,
+    VLLM_FORK,
+)
 
 RAY_EXTRA_HINT = "pip install 'harness[ray]' (Ray 2.60 or newer; it leaves the installed torch as it is)"
+
+
+# what the driver's environment says of how a scenario runs, sent to the node with it
+SCENARIO_SETTINGS = (STALL_WINDOW_S, RANK_POOL, COMPILE_CACHE, VLLM_FORK, VLLM_AOT_LOAD, TEST_TOKEN, SOAK_MARK)
 
 
 class ClusterError(ScenarioError):
@@ -117,8 +130,10 @@ def _init(ray, spec: ClusterSpec, resource: str, local_devices: int) -> None:
 
 
 def driver_env() -> dict[str, str | None]:
-    """Variables the node's ranks must see as a local run's would, because Ray sets its own
-    in its workers (OMP_NUM_THREADS=1 would change the ranks' thread count, and with it
-    the bits of a CPU reduction): None means unset here, so unset there. (CUDA_VISIBLE_DEVICES
-    is Ray's to set: it names the GPUs the task holds.)"""
-    return {"OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS")}
+    """Variables a scenario must run under on the node as it would here (None: unset here, so
+    unset there). OMP_NUM_THREADS, because Ray sets its own in its workers (1 would change the
+    ranks' thread count, and with it the bits of a CPU reduction); the harness's settings of
+    how a scenario runs (the stall window, the rank pool, ...), because Ray's workers have the
+    environment their node was started with, not the driver's. Paths (caches, interpreters)
+    stay the node's own; CUDA_VISIBLE_DEVICES is Ray's to set (the GPUs the task holds)."""
+    return {name: os.environ.get(name) for name in ("OMP_NUM_THREADS", *(v.name for v in SCENARIO_SETTINGS))}

@@ -32,6 +32,10 @@ TIMINGS = "ray-timings.jsonl"
 CANCEL_WAIT_S = 15.0  # how long cancelled scenarios get to stop their ranks on Ctrl-C
 
 
+class NodeLost(RuntimeError):
+    """Ray declared a node of a running scenario dead."""
+
+
 @dataclasses.dataclass
 class InFlight:
     scenario: Scenario
@@ -74,7 +78,7 @@ class _Driver:
     def __init__(self, ray, run_dir: Path, opts: RunOptions, progress, cost: dict[str, Cost], resource: str):
         self.ray, self.run_dir, self.progress, self.cost, self.resource = ray, run_dir, progress, cost, resource
         self.opts = opts
-        self.node_opts = dataclasses.replace(opts, devices=None, cluster=None, cancel=None)
+        self.node_opts = dataclasses.replace(opts, devices=None, cluster=None, cancel=None, ray=None)
         self.capacity = placement.capacity(ray, resource)
         self.env = driver_env()
         self.project_root = str(project().root)
@@ -144,6 +148,7 @@ class _Driver:
         done, _ = self.ray.wait(list(self.running), num_returns=1, timeout=1.0)
         for flight in self.running.values():
             note_nodes(self.ray, flight)
+        self._give_up_on_lost_nodes([ref for ref in self.running if ref not in done])
         for ref in done:
             flight = self.running.pop(ref)
             try:
@@ -153,6 +158,23 @@ class _Driver:
             finally:
                 self._release(flight)
             self._finished(verdict)
+
+    def _give_up_on_lost_nodes(self, refs: list) -> None:
+        """A scenario whose node Ray declared dead ends `crash` now: its task's failure may never
+        reach us (a worker can outlive its raylet, and the owner is told only when it dies)."""
+        dead = {n["NodeID"] for n in self.ray.nodes() if not n.get("Alive")}
+        for ref in refs:
+            flight = self.running[ref]
+            lost = sorted(set(flight.nodes) & dead)
+            if not lost:
+                continue
+            try:
+                self.ray.cancel(ref, force=True)
+            except Exception:  # noqa: BLE001 - its worker is gone already
+                pass
+            del self.running[ref]
+            self._release(flight)
+            self._finished(lost_verdict(self.ray, flight, NodeLost(f"Ray marked node {lost[0]} dead"), self.run_dir, self.opts))
 
     def _arrived(self, flight: InFlight, result: NodeResult) -> Verdict:
         verdict = unpack_scenario(result.files, scenario_dir(self.run_dir, flight.scenario.id), result.node_dir)

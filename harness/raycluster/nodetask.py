@@ -9,9 +9,11 @@ arrives as KeyboardInterrupt, which the launcher turns into stopped ranks.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from contextlib import contextmanager
@@ -22,6 +24,8 @@ from harness.config.scenario import Scenario
 from harness.raycluster.transfer import pack, unpack
 from harness.rundir import scenario_dir
 from harness.runner import RunOptions, run_scenario
+
+RAYLET_POLL_S = 0.5
 
 
 @dataclass(frozen=True)
@@ -48,13 +52,37 @@ def run_on_node(work: NodeWork, options_for: Callable[[Path], RunOptions] | None
     start = time.monotonic()
     base = Path(tempfile.mkdtemp(prefix="harness-ray-"))
     try:
-        with _environment(work.env), _in_project(work.project_root), _golden(work, base / "golden"):
+        with _environment(work.env), _in_project(work.project_root), _golden(work, base / "golden"), \
+                _stopped_if_the_raylet_dies() as stop:
             run_dir = base / "run"
-            run_scenario(work.scenario, run_dir, options_for(run_dir) if options_for else work.opts)
+            opts = options_for(run_dir) if options_for else work.opts
+            run_scenario(work.scenario, run_dir, dataclasses.replace(opts, cancel=stop))
         out = scenario_dir(run_dir, work.scenario.id)
         return NodeResult(str(out), pack(out), time.monotonic() - start)
     finally:
         shutil.rmtree(base, ignore_errors=True)
+
+
+@contextmanager
+def _stopped_if_the_raylet_dies():
+    """An event the launcher stops the ranks on (as on Ctrl-C) once this worker's raylet, its
+    parent process, is gone: the node is lost to Ray, and a worker may outlive its raylet
+    with the ranks it started still running. Its ranks must not survive the node's loss."""
+    stop = threading.Event()
+    raylet = os.getppid()
+    done = threading.Event()
+
+    def watch() -> None:
+        while not done.wait(RAYLET_POLL_S):
+            if os.getppid() != raylet:
+                stop.set()
+                return
+
+    threading.Thread(target=watch, daemon=True, name="raylet-watch").start()
+    try:
+        yield stop
+    finally:
+        done.set()
 
 
 @contextmanager
