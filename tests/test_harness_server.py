@@ -22,8 +22,14 @@ from tests.kit.ranks import POOL_PRELOAD
 pytestmark = pytest.mark.e2e  # starts the server, harness commands and ranks
 
 
+def as_collected(env: dict | None = None) -> dict[str, str]:
+    """The environment the server was made for (an earlier test in this process may have
+    left its own in os.environ), with `env` laid over it."""
+    return {**COMMAND_ENV, **(env or {})}
+
+
 def both_ways(*args: str, env: dict | None = None) -> tuple[subprocess.CompletedProcess, subprocess.CompletedProcess]:
-    argv, merged = harness_command(*args), environment(env)
+    argv, merged = harness_command(*args), as_collected(env)
     forked = forked_harness(argv, merged, ROOT, scaled(120))
     assert forked is not None, "the server did not serve a plain command"
     fresh = subprocess.run(argv, cwd=ROOT, env=merged, capture_output=True, text=True, timeout=scaled(120))
@@ -46,10 +52,11 @@ def test_a_forked_command_has_its_own_environment(tmp_path):
 
 
 def test_a_command_whose_imports_would_differ_starts_fresh():
-    assert imports_as_command(environment())
-    assert not imports_as_command(environment({"OMP_NUM_THREADS": "7"}))  # read when torch is imported
-    assert not imports_as_command({**COMMAND_ENV, "PYTHONPATH": "/elsewhere"})
-    assert forked_harness(harness_command("list"), environment({SWITCH: "0"}), ROOT, 60) is None
+    assert imports_as_command(as_collected())
+    assert not imports_as_command(as_collected({"OMP_NUM_THREADS": "7"}))  # read when torch is imported
+    assert not imports_as_command(as_collected({"PYTHONPATH": "/elsewhere"}))
+    assert imports_as_command(as_collected({"TORCHINDUCTOR_CACHE_DIR": "/mine"}))  # read when used
+    assert forked_harness(harness_command("list"), as_collected({SWITCH: "0"}), ROOT, 60) is None
 
 
 def test_a_timeout_kills_the_command_and_what_it_started(tmp_path):
@@ -57,7 +64,7 @@ def test_a_timeout_kills_the_command_and_what_it_started(tmp_path):
     argv = harness_command("run", "llama-tiny/tp2-pp1", "--fault", "rank-hang@1", "--timeout", "600",
                            "--report-dir", str(reports))
     with pytest.raises(subprocess.TimeoutExpired):
-        forked_harness(argv, environment(), ROOT, 15)  # the hung rank would hold it for 600 s
+        forked_harness(argv, as_collected(), ROOT, 15)  # the hung rank would hold it for 600 s
     wait_until(lambda: not survivors(reports), scaled(30), "the killed command's ranks to end")
 
 

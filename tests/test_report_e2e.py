@@ -87,7 +87,10 @@ def test_two_real_shards_merge_into_the_report_of_the_unsharded_run(runs):
     assert rows(out) == rows(reports / "clean")  # the reference engine on CPU is deterministic
     merged_meta, clean_meta = run_meta(out), run_meta(reports / "clean")
     assert merged_meta["counts"] == clean_meta["counts"] == {"pass": 2}
-    assert merged_meta["scenarios"] == clean_meta["scenarios"] and merged_meta["merged_from"] == ["shard0", "shard1"]
+    # the same scenarios; a gate run lists them in its launch order (what failed before first,
+    # harness/plan/priority.py), which shards merged from two machines cannot have
+    assert sorted(merged_meta["scenarios"]) == sorted(clean_meta["scenarios"])
+    assert merged_meta["merged_from"] == ["shard0", "shard1"]
 
 
 def test_a_pytest_session_of_the_pr_gate_compares_with_the_cli_runs(runs):

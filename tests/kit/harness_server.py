@@ -44,10 +44,12 @@ SERVER_PRELOAD = (*RANK_IMPORTS, "harness.cli", "harness.session", "harness.runn
                   "harness.report", "harness.report.html", "harness.report.plots", "harness.config.loading",
                   "harness.engines.reference", "harness.zoo", "tests.kit.harness_server")
 # Variables a module may read while it is imported (torch's and inductor's configs, the
-# OpenMP and BLAS runtimes, matplotlib, the import path); READ_WHEN_USED are read only
-# when used (torch/_inductor/runtime/cache_dir_utils.py), so a run may set its own.
+# OpenMP and BLAS runtimes, matplotlib) or the interpreter at its start (PYTHONPATH,
+# PYTHONHASHSEED, ...); READ_WHEN_USED are read only when used, so a run may set its own:
+# inductor's cache (torch/_inductor/runtime/cache_dir_utils.py) and breakpoint()'s hook
+# (which an in-process ray.init sets in the test process).
 IMPORT_TIME = ("TORCH", "PYTORCH", "OMP_", "MKL_", "KMP_", "OPENBLAS", "CUDA", "NCCL", "MPL", "PYTHON")
-READ_WHEN_USED = frozenset({"TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR"})
+READ_WHEN_USED = frozenset({"TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "PYTHONBREAKPOINT"})
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -73,9 +75,15 @@ def _import_time(env: dict[str, str]) -> dict[str, str]:
     return {k: v for k, v in env.items() if k.startswith(IMPORT_TIME) and k not in READ_WHEN_USED}
 
 
+def import_time_differences(env: dict[str, str], reference: dict[str, str]) -> dict[str, tuple]:
+    """{variable: (in env, in reference)} for each import-time variable that differs."""
+    mine, theirs = _import_time(env), _import_time(reference)
+    return {k: (mine.get(k), theirs.get(k)) for k in sorted(mine.keys() | theirs.keys()) if mine.get(k) != theirs.get(k)}
+
+
 def imports_as_command(env: dict[str, str]) -> bool:
     """In the test process: would a harness command with `env` have imported what the server did?"""
-    return _import_time(env) == _import_time(COMMAND_ENV)
+    return not import_time_differences(env, COMMAND_ENV)
 
 
 # In the server and the commands forked from it: the environment the server imported under.
