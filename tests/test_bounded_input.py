@@ -72,3 +72,40 @@ def test_the_cli_says_each_refusal_and_exits_2(tmp_path, capsys):
     assert main(["--scenarios", str(path), "list"]) == 2
     err = capsys.readouterr().err
     assert f"{path}: nested more than" in err and "Traceback" not in err
+
+
+def _outcome(parse, text):
+    try:
+        return ("ok", parse(text))
+    except (yamlfile.YamlFileError, ValueError) as exc:
+        return ("refused", str(exc))
+
+
+def _pure_python(text):
+    loader = yamlfile._BoundedLoader(text)
+    try:
+        return loader.get_single_data()
+    finally:
+        loader.dispose()
+
+
+@pytest.mark.skipif(yamlfile._FastLoader is None, reason="PyYAML without libyaml: only the pure-Python loader exists")
+@pytest.mark.parametrize("text", [
+    *(("[" * d + "]" * d) for d in (63, 64, 65)),                     # the depth bound, both sides
+    *(("a: " + "[" * (d - 1) + "x" + "]" * (d - 1)) for d in (63, 64)),  # a scalar is a node of its own
+    "a: &x [1, {b: 2}]\nc: *x\nd: 2026-11-27\ne: {1: yes}\n",        # aliases, dates, non-string keys
+    "",
+], ids=["depth63", "depth64", "depth65", "scalar63", "scalar64", "aliases", "empty"])
+def test_libyamls_parse_gives_what_the_pure_python_loader_gives(text):
+    assert _outcome(yamlfile._parse_fast, text) == _outcome(_pure_python, text)
+
+
+@pytest.mark.skipif(yamlfile._FastLoader is None, reason="PyYAML without libyaml: only the pure-Python loader exists")
+def test_every_shipped_scenario_file_parses_alike_with_libyaml():
+    from harness.roots import builtin_scenarios
+
+    files = sorted(builtin_scenarios().glob("*.yaml"))
+    assert files
+    for path in files:
+        text = path.read_text()
+        assert yamlfile._parse_fast(text) == _pure_python(text), path

@@ -57,6 +57,12 @@ def _kind(mode: int) -> str:
     return "not a regular file"
 
 
+try:
+    from yaml import CSafeLoader as _FastLoader
+except ImportError:  # PyYAML built without libyaml: the pure-Python loader then does all the work
+    _FastLoader = None  # type: ignore[assignment,misc]
+
+
 class _BoundedLoader(yaml.SafeLoader):
     """PyYAML's safe loader, refusing nesting deeper than MAX_DEPTH as it composes."""
 
@@ -88,8 +94,57 @@ def _expanded_size(node: yaml.Node, sizes: dict[int, int]) -> int:
     return sizes[id(node)]
 
 
+def _too_deep(text: str) -> int | None:
+    """The line of the first node nested deeper than MAX_DEPTH (the root is at depth 1),
+    from libyaml's event stream: its composer recurses in C, and a list nested 100 000 deep
+    would take the process down before a node tree could be checked."""
+    loader = _FastLoader(text)
+    try:
+        open_collections = 0
+        while loader.check_event():
+            event = loader.get_event()
+            if isinstance(event, (yaml.ScalarEvent, yaml.AliasEvent, yaml.CollectionStartEvent)):
+                if open_collections + 1 > MAX_DEPTH:
+                    return event.start_mark.line + 1
+                if isinstance(event, yaml.CollectionStartEvent):
+                    open_collections += 1
+            elif isinstance(event, yaml.CollectionEndEvent):
+                open_collections -= 1
+        return None
+    finally:
+        loader.dispose()
+
+
+def _parse_fast(text: str) -> Any:
+    """libyaml's parser (about 10x PyYAML's, which each command paid for every suite file):
+    the depth is checked on its events, the alias expansion on its node tree, before
+    anything is built from it. Raises
+    yaml.YAMLError for what it cannot parse; the caller then asks the pure-Python loader,
+    whose messages name the line and the bound."""
+    deep = _too_deep(text)
+    if deep is not None:
+        raise YamlFileError(f"nested more than {MAX_DEPTH} levels deep (line {deep})")
+    loader = _FastLoader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        if _expanded_size(node, {}) > MAX_NODES:
+            raise YamlFileError(f"more than {MAX_NODES} values with its aliases expanded (an alias bomb?)")
+        return loader.construct_document(node)
+    finally:
+        loader.dispose()
+
+
 def parse_bounded(text: str, path: Path) -> Any:
     """The YAML document in `text`, within the bounds; errors name `path`."""
+    if _FastLoader is not None:
+        try:
+            return _parse_fast(text)
+        except YamlFileError as exc:
+            raise YamlFileError(f"{path}: {exc}") from None
+        except yaml.YAMLError:
+            pass  # the pure-Python loader below says what is wrong, as it always has
     loader = _BoundedLoader(text)
     try:
         node = loader.get_single_node()
