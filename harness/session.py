@@ -54,6 +54,10 @@ def run_session(scenarios: list[Scenario], run_dir: Path, opts: RunOptions, prog
     left without a verdict (the report lists them as not run)."""
     progress = progress or Progress()
     progress.start(len(scenarios), run_dir)
+    if any(s.suite.evals for s in scenarios):
+        from harness.evals.tasks import settle_environment
+
+        settle_environment()
     try:
         if opts.ray is not None:  # Ray schedules, places and queues them (harness/raycluster)
             from harness.raycluster import parse_cluster, run_on_ray

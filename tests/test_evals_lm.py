@@ -255,3 +255,33 @@ def test_geo3k_missing_or_bad_parquet(vl_model, tmp_path):
         lm.collect(EvalDef(name="geo", task="geo3k", data=str(bad)), vl_model, tmp_path, None, load_tokenizer(vl_model))
     with pytest.raises(ValueError, match="set `data`"):
         lm.collect(EvalDef(name="geo", task="geo3k"), vl_model, tmp_path, None, load_tokenizer(vl_model))
+
+
+def test_a_session_with_evals_settles_the_environment_before_its_first_rank(monkeypatch, tmp_path):
+    """The ranks inherit the harness's environment, and a rank-pool zygote serves one
+    environment: the variables the evals set must be there before the first scenario of the
+    run (an eval-less one here) starts, not when the eval scenario is prepared."""
+    from harness import session
+    from harness.config.loading import load_catalog
+    from harness.config.scenario import find_one
+
+    for key in (*tasks.OFFLINE_ENV, "HF_XET_HIGH_PERFORMANCE"):
+        monkeypatch.delenv(key, raising=False)
+    catalog = load_catalog(None)
+    plain, with_evals = find_one(catalog.scenarios, "llama-tiny/tp1-pp1"), find_one(catalog.scenarios, "llama-gsm8k/tp1-pp1")
+    seen = []
+
+    def fake_run(scenario, run_dir, opts):
+        seen.append((scenario.id, {k: os.environ.get(k) for k in (*tasks.OFFLINE_ENV, "HF_XET_HIGH_PERFORMANCE")}))
+        from harness.verdict import Verdict
+        return Verdict(scenario.id, "pass", "")
+
+    monkeypatch.setattr(session, "run_scenario", fake_run)
+    session.run_session([plain, with_evals], tmp_path, session.RunOptions())
+    assert [sid for sid, _ in seen] == ["llama-tiny/tp1-pp1", "llama-gsm8k/tp1-pp1"]
+    assert seen[0][1] == seen[1][1] and all(v for v in seen[0][1].values()), seen
+    seen.clear()
+    for key in (*tasks.OFFLINE_ENV, "HF_XET_HIGH_PERFORMANCE"):
+        monkeypatch.delenv(key, raising=False)
+    session.run_session([plain], tmp_path, session.RunOptions())  # no evals: nothing is set
+    assert not any(seen[0][1].values()), seen

@@ -37,6 +37,16 @@ def offline() -> None:
     os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 
 
+def settle_environment() -> None:
+    """What the evals put in this process's environment, put there before a run's first
+    rank starts: the offline switches, and what lm-eval's import sets (HF_XET_HIGH_PERFORMANCE).
+    Ranks inherit the harness's environment, and a rank-pool zygote serves only ranks of the
+    environment it was started in: a change halfway through a run started a second zygote
+    (16 s of the vllm gate's eval scenario, which re-imported vLLM)."""
+    offline()
+    import lm_eval  # noqa: F401 - for the variables its import sets
+
+
 def spec(name: str) -> dict:
     import yaml
 
