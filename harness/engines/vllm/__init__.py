@@ -37,9 +37,13 @@ from harness.settings.project import project
 
 VENV_PYTHON = Path(".venv-vllm") / "bin" / "python"  # where `harness install vllm` puts vLLM's interpreter
 PYTHON_ENV = VLLM_PYTHON.name
-# What the driver imports before it starts vLLM: `vllm.LLM` and what it pulls in. torch
-# and cv2 first: the zygote allows the thread pools their imports start (zygote.py).
-DRIVER_IMPORTS = ("torch", "cv2", "vllm", "vllm.entrypoints.llm", "harness.engines.vllm.driver")
+# What the driver imports before it starts vLLM: `vllm.LLM` and what it pulls in, and vLLM's
+# worker class, which the harness's worker hooks patch (evidence.py, steps.py: 1.7-3 s that each
+# scenario's driver paid after its fork). Not the hooks themselves: they install in the driver,
+# after its fork (forking.py records the threads of the process it installs in). torch and cv2
+# first: the zygote allows the thread pools their imports start (zygote.py).
+DRIVER_IMPORTS = ("torch", "cv2", "vllm", "vllm.entrypoints.llm", "vllm.v1.worker.gpu_worker",
+                  "harness.engines.vllm.driver")
 INSTALL_HINT = "run `harness install vllm` (or point engine_options.python / $HARNESS_VLLM_PYTHON at a Python with vllm)"
 PROBE_TIMEOUT_S = 300
 _PROBES: dict[str, dict] = {}  # per process: cache key -> probe result
