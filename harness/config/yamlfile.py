@@ -115,16 +115,8 @@ def _too_deep(text: str) -> int | None:
         loader.dispose()
 
 
-def _parse_fast(text: str) -> Any:
-    """libyaml's parser (about 10x PyYAML's, which each command paid for every suite file):
-    the depth is checked on its events, the alias expansion on its node tree, before
-    anything is built from it. Raises
-    yaml.YAMLError for what it cannot parse; the caller then asks the pure-Python loader,
-    whose messages name the line and the bound."""
-    deep = _too_deep(text)
-    if deep is not None:
-        raise YamlFileError(f"nested more than {MAX_DEPTH} levels deep (line {deep})")
-    loader = _FastLoader(text)
+def _construct(loader: Any) -> Any:
+    """The document `loader` holds, once its size with aliases expanded is within the bound."""
     try:
         node = loader.get_single_node()
         if node is None:
@@ -134,31 +126,32 @@ def _parse_fast(text: str) -> Any:
         return loader.construct_document(node)
     finally:
         loader.dispose()
+
+
+def _parse_fast(text: str) -> Any:
+    """libyaml's parser (about 10x PyYAML's, which each command paid for every suite file):
+    the depth is checked on its events, the alias expansion on its node tree, before
+    anything is built from it. Raises yaml.YAMLError for what it cannot parse; the caller
+    then asks the pure-Python loader, whose messages name the line and the bound."""
+    deep = _too_deep(text)
+    if deep is not None:
+        raise YamlFileError(f"nested more than {MAX_DEPTH} levels deep (line {deep})")
+    return _construct(_FastLoader(text))
 
 
 def parse_bounded(text: str, path: Path) -> Any:
     """The YAML document in `text`, within the bounds; errors name `path`."""
-    if _FastLoader is not None:
-        try:
-            return _parse_fast(text)
-        except YamlFileError as exc:
-            raise YamlFileError(f"{path}: {exc}") from None
-        except yaml.YAMLError:
-            pass  # the pure-Python loader below says what is wrong, as it always has
-    loader = _BoundedLoader(text)
     try:
-        node = loader.get_single_node()
-        if node is None:
-            return None
-        if _expanded_size(node, {}) > MAX_NODES:
-            raise YamlFileError(f"more than {MAX_NODES} values with its aliases expanded (an alias bomb?)")
-        return loader.construct_document(node)
+        if _FastLoader is not None:
+            try:
+                return _parse_fast(text)
+            except yaml.YAMLError:
+                pass  # the pure-Python loader below says what is wrong, as it always has
+        return _construct(_BoundedLoader(text))
     except YamlFileError as exc:
         raise YamlFileError(f"{path}: {exc}") from None
     except yaml.YAMLError as exc:
         raise YamlFileError(f"{path}: not valid YAML: {exc}") from None
-    finally:
-        loader.dispose()
 
 
 def load_bounded(path: Path) -> Any:
