@@ -7,7 +7,6 @@ from __future__ import annotations
 import dataclasses
 
 from harness import session
-from harness.config.loading import load_scenarios
 from harness.config.request import RunRequest
 from harness.plan.changes import picked_by_a_rule, select_for_changes
 from harness.plan.devices import DevicePool
@@ -29,15 +28,9 @@ from harness.report.regressions import gate_suspects, suspects_from_history
 from harness.runner import RunOptions
 from harness.session import Progress, _run_packed
 from harness.verdict import Verdict
-from tests.kit.handmade import failing, make_run, passing
+from tests.kit.handmade import BIG_SUITE, failing, make_run, passing, suite_scenarios
 
-SUITE = """
-suite: big
-model: tiny-llama
-workloads: [{name: logits, kind: logprobs, num_prompts: 1}]
-golden: {tp: 1, pp: 1}
-matrix: {tp: [1, 2, 4], pp: [1, 2]}
-gates: {pr: ["*"]}
+SUITE = BIG_SUITE + """gates: {pr: ["*"]}
 changes:
   smoke: [tp1-pp1]
   rules:
@@ -46,9 +39,7 @@ changes:
 
 
 def scenarios(tmp_path):
-    path = tmp_path / "big.yaml"
-    path.write_text(SUITE)
-    return load_scenarios([path])
+    return suite_scenarios(tmp_path, SUITE)
 
 
 def ids(ordered):

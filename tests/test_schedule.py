@@ -11,7 +11,6 @@ import time
 
 import pytest
 
-from harness.config.loading import load_scenarios
 from harness.config.schema import ScenarioError
 from harness.plan.changes import select_for_changes
 from harness.plan.devices import DevicePool, overlapping_leases, read_lease_log
@@ -29,21 +28,13 @@ from harness.rundir import VERDICT, scenarios_root, verdict_path
 from harness.runner import RunOptions
 from harness.session import Progress, _run_packed
 from harness.verdict import Verdict
+from tests.kit.handmade import BIG_SUITE, suite_scenarios
 
-SUITE = """
-suite: big
-model: tiny-llama
-workloads: [{name: logits, kind: logprobs, num_prompts: 1}]
-golden: {tp: 1, pp: 1}
-matrix: {tp: [1, 2, 4], pp: [1, 2]}
-gates: {pr: [tp1-pp1, tp2-pp2]}
-"""
+SUITE = BIG_SUITE + "gates: {pr: [tp1-pp1, tp2-pp2]}\n"
 
 
 def scenarios(tmp_path, text=SUITE, name="big.yaml"):
-    path = tmp_path / name
-    path.write_text(text)
-    return load_scenarios([path])
+    return suite_scenarios(tmp_path, text, name)
 
 
 def test_cost_is_devices_times_recorded_or_fallback_duration(tmp_path):

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from harness.config.loading import load_scenarios
+from harness.config.scenario import Scenario
 from harness.rundir import scenarios_root, verdict_path
 from harness.verdict import Verdict
 
@@ -56,3 +58,22 @@ def make_run(base: Path, run_id: str, verdicts: list[Verdict], gate: str | None 
             "scenarios": sorted(v.scenario for v in verdicts), "versions": {"torch": "2.13.0", "harness_commit": "abc1234"}, **meta}
     (run_dir / "run.json").write_text(json.dumps(info))
     return run_dir
+
+
+# A suite of the reference engine's tiny model with six settings of different sizes (1-8
+# devices), for tests of ordering, packing and selection; `gates:` and `changes:` are the
+# test's own.
+BIG_SUITE = """
+suite: big
+model: tiny-llama
+workloads: [{name: logits, kind: logprobs, num_prompts: 1}]
+golden: {tp: 1, pp: 1}
+matrix: {tp: [1, 2, 4], pp: [1, 2]}
+"""
+
+
+def suite_scenarios(tmp_path: Path, text: str, name: str = "big.yaml") -> list[Scenario]:
+    """The scenarios of the suite file `text`, written as tmp_path/name."""
+    path = tmp_path / name
+    path.write_text(text)
+    return load_scenarios([path])
