@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import threading
 
 import pytest
 
@@ -18,6 +19,7 @@ from tests.kit.cli import ROOT, environment, harness_command
 from tests.kit.harness_server import COMMAND_ENV, SWITCH, forked_harness, imports_as_command
 from tests.kit.procs import alive
 from tests.kit.ranks import POOL_PRELOAD
+from tests.kit.timing import timeout_message
 
 pytestmark = pytest.mark.e2e  # starts the server, harness commands and ranks
 
@@ -63,8 +65,23 @@ def test_a_timeout_kills_the_command_and_what_it_started(tmp_path):
     reports = tmp_path / "reports"
     argv = harness_command("run", "llama-tiny/tp2-pp1", "--fault", "rank-hang@1", "--timeout", "600",
                            "--report-dir", str(reports))
-    with pytest.raises(subprocess.TimeoutExpired):
-        forked_harness(argv, as_collected(), ROOT, 15)  # the hung rank would hold it for 600 s
+    ranks_seen: set[str] = set()  # the ranks alive before the kill: the test must have something to kill
+    stop = threading.Event()
+
+    def watch() -> None:
+        while not stop.wait(0.2):
+            ranks_seen.update(p.split(":")[0] for p in survivors(reports) if "harness.engines.reference.worker" in p)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    try:
+        with pytest.raises(subprocess.TimeoutExpired):
+            forked_harness(argv, as_collected(), ROOT, scaled(15))  # the hung rank would hold it for 600 s
+    finally:
+        stop.set()
+        watcher.join()
+    assert len(ranks_seen) == 2, f"the ranks had not started when the command was killed: {ranks_seen}; " + \
+        timeout_message("the ranks to start", scaled(15))
     wait_until(lambda: not survivors(reports), scaled(30), "the killed command's ranks to end")
 
 
