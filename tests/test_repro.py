@@ -362,14 +362,14 @@ def axes_suite(tmp_path: Path) -> list:
                         "batch: all, spec: false}")
     text = text.replace("matrix: {tp: [1], pp: [1, 2], compile: [false, true]}",
                         "matrix: {tp: [1, 2], pp: [1, 2], compile: [false], ep: [false, true], prefix_cache: [false, true], "
-                        "chunked_prefill: [0, 32], batch: [all, one, mixed], spec: [false, ngram]}")
+                        "chunked_prefill: [0, 32], batch: [all, one, mixed], spec: [false, ngram, draft]}")
     (scenarios / "demo.yaml").write_text(text)
     return load_scenarios([scenarios])
 
 
-def test_new_axes_are_the_engine_arguments_and_submissions_the_harness_uses(tmp_path):
+def test_new_axes_are_the_engine_arguments_and_submissions_the_harness_uses(tmp_path, monkeypatch):
     from harness.contract.batching import compose
-    from harness.engines.vllm.driver import NGRAM
+    from harness.engines.vllm.driver import DRAFT_TOKENS, NGRAM
 
     scenarios = axes_suite(tmp_path)
 
@@ -384,6 +384,13 @@ def test_new_axes_are_the_engine_arguments_and_submissions_the_harness_uses(tmp_
     assert ep["ranks"] == 2
     spec = failing("demo/tp1-pp2-batch-all-spec-ngram")
     assert spec["engine_args"]["speculative_config"] == NGRAM and spec["engine_args"]["pipeline_parallel_size"] == 2
+    draft = failing("demo/tp1-pp2-batch-all-spec-draft")  # the target is its own draft: the script's checkpoint
+    assert draft["engine_args"]["speculative_config"] == {"model": "model", "num_speculative_tokens": DRAFT_TOKENS}
+    from harness.engines.vllm import repro_script
+
+    monkeypatch.setitem(repro_script.CASE, "model", "/somewhere/model")
+    args = repro_script.engine_args(draft)
+    assert args["speculative_config"]["model"] == args["model"] == "/somewhere/model"
     assert failing("demo/tp2-pp1-prefix_cache-batch-all")["engine_args"]["enable_prefix_caching"] is True
     chunked = failing("demo/tp1-pp2-chunked_prefill32-batch-all")["engine_args"]
     assert (chunked["enable_chunked_prefill"], chunked["max_num_batched_tokens"]) == (True, 32)

@@ -55,9 +55,10 @@ class VllmEngine(Engine):
     # enable_expert_parallel); prefix_cache: vLLM's automatic prefix caching; chunked_prefill: a token budget per
     # step (0: vLLM's default, which splits no prompt); batch: how a workload's prompts are
     # submitted (harness/contract/batching.py); spec: speculative decoding (ngram: drafts
-    # looked up in the prompt and the tokens so far, verified by the model)
+    # looked up in the prompt and the tokens so far, verified by the model; draft: a draft
+    # model proposes them, here the target itself)
     axes = {"tp": None, "pp": None, "sp": (False, True), "compile": (False, True),
-            "ep": (False, True), "prefix_cache": (False, True), "chunked_prefill": None, "batch": ("all", "one", "mixed"), "spec": (False, "ngram")}
+            "ep": (False, True), "prefix_cache": (False, True), "chunked_prefill": None, "batch": ("all", "one", "mixed"), "spec": (False, "ngram", "draft")}
     capabilities = frozenset({Capability.OWN_PYTHON, Capability.INSTALLS_RELEASES, Capability.REPRO_SCRIPTS})
 
     def python(self) -> Path:

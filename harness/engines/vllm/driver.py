@@ -44,6 +44,19 @@ MAX_NUM_SEQS = 8
 # ngram speculative decoding: 2 drafts a step, looked up from 1-3 trailing tokens (a short
 # window proposes often on a tiny random model's repetitive output)
 NGRAM = {"method": "ngram", "num_speculative_tokens": 2, "prompt_lookup_min": 1, "prompt_lookup_max": 3}
+# draft-model speculative decoding with the target itself as the draft: 2 drafts a step, each
+# one the token the model would choose, so every draft should be accepted; the greedy tokens
+# must be the golden's all the same (the verification path, not the drafts, decides them)
+DRAFT_TOKENS = 2
+
+
+def speculative_config(spec: str | bool, model_dir: str) -> dict | None:
+    """vLLM's speculative_config for the `spec` axis (False: none)."""
+    if spec == "ngram":
+        return dict(NGRAM)
+    if spec == "draft":
+        return {"model": model_dir, "num_speculative_tokens": DRAFT_TOKENS}
+    return None
 
 
 def max_model_len(workloads: list[dict]) -> int:
@@ -80,8 +93,9 @@ def plain_kwargs(model_dir: str, dtype: str, seed: int, settings: dict, workload
         kwargs.update(enable_chunked_prefill=True, max_num_batched_tokens=budget)
     if settings.get("ep"):
         kwargs["enable_expert_parallel"] = True
-    if settings.get("spec") == "ngram":
-        kwargs["speculative_config"] = NGRAM
+    speculative = speculative_config(settings.get("spec", False), model_dir)
+    if speculative:
+        kwargs["speculative_config"] = speculative
     if tp * pp > 1:
         kwargs["distributed_executor_backend"] = "mp"
     from harness.contract.runspec import MEDIA, entry_list

@@ -46,6 +46,9 @@ def engine_args(setting: dict) -> dict:
     model = Path(CASE["model"])
     model = model if model.is_absolute() else HERE / model
     args["model"] = args["tokenizer"] = str(model)
+    speculative = args.get("speculative_config") or {}
+    if speculative.get("model") == "model":  # the target as its own draft: the script's checkpoint too
+        args["speculative_config"] = {**speculative, "model": str(model)}
     if setting.get("compile"):
         from vllm.config import CompilationMode
 
