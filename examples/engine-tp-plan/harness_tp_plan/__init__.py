@@ -20,6 +20,7 @@ imports it to list axes and build launch plans; torch and transformers load in t
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import sys
@@ -29,6 +30,7 @@ from harness.contract.launchplan import LaunchPlan
 from harness.contract.runspec import RunSpec
 from harness.engines import compile_cache
 from harness.engines.base import Engine
+from harness.roots import cache_dir
 
 __version__ = "0.1.0"
 __all__ = ["TpPlanEngine", "__version__"]
@@ -91,7 +93,46 @@ class TpPlanEngine(Engine):
 
 def _tp_plan_problem(model_dir: str | Path) -> str | None:
     """Why transformers cannot split this model (no TP plan for its architecture), or None.
-    Without a plan every rank would hold the whole model and tp>1 would pass for nothing."""
+    Without a plan every rank would hold the whole model and tp>1 would pass for nothing.
+
+    The answer is kept in the harness cache (engine-probes/), keyed by what decides it: the
+    model's config.json, the installed transformers (version, where it is, when its files
+    last changed) and this module's own source. Reading a config class imports most of
+    transformers' modelling code (its docstrings pull in the auto model classes), several
+    seconds of CPU in the harness process of every run; the ranks import it anyway."""
+    from importlib.metadata import PackageNotFoundError, version
+    from importlib.util import find_spec
+
+    try:
+        found = find_spec("transformers")  # where it is, without importing it
+        installed = version("transformers")
+    except (ImportError, ValueError, PackageNotFoundError):
+        found = None
+    if found is None or not found.origin:
+        return _tp_plan_problem_now(model_dir)  # says transformers is missing
+    package = Path(found.origin).parent
+    key = hashlib.sha256("\n".join([
+        (Path(model_dir) / "config.json").read_text(), installed, str(package), str(package.stat().st_mtime_ns),
+        str(package.parent.stat().st_mtime_ns), Path(__file__).read_text(),
+    ]).encode()).hexdigest()[:16]
+    cache = cache_dir("engine-probes") / f"tp-plan-{key}.json"
+    try:
+        return json.loads(cache.read_text())["problem"]
+    except (OSError, ValueError, KeyError):
+        pass
+    problem = _tp_plan_problem_now(model_dir)
+    try:
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        tmp = cache.with_name(f".{cache.name}.{os.getpid()}")
+        tmp.write_text(json.dumps({"problem": problem}))
+        os.replace(tmp, cache)
+    except OSError:
+        pass  # an unwritable cache costs the next run the import, nothing else
+    return problem
+
+
+def _tp_plan_problem_now(model_dir: str | Path) -> str | None:
+    """_tp_plan_problem, asked of transformers itself."""
     try:
         from transformers import AutoConfig
     except ImportError as exc:
