@@ -45,6 +45,16 @@ DIVISIBLE_FIELDS = {
 }
 
 
+# What every rank imports before it loads a model, imported once by the rank pool's zygote
+# (harness/launch/pool.py) and forked, instead of once per rank: torch, DTensor and the
+# parts of transformers that start no thread (its modelling code imports scikit-learn and
+# SciPy, whose thread pools the zygote rightly refuses to fork). Not this package: a rank
+# runs the worker of the checkout on its PYTHONPATH (harness bisect --git).
+RANK_IMPORTS = ("torch", "torch.distributed", "torch.distributed.tensor", "transformers", "transformers.configuration_utils",
+                "transformers.cache_utils", "transformers.masking_utils", "transformers.integrations.tensor_parallel",
+                "transformers.distributed", "harness.contract.outputs", "harness.contract.phases", "harness.launch.rankside")
+
+
 class TpPlanEngine(Engine):
     name = "tp-plan"
     axes = {"tp": None, "pp": (1,), "sp": (False,), "compile": (False, True)}
@@ -77,7 +87,8 @@ class TpPlanEngine(Engine):
             env["CUDA_VISIBLE_DEVICES"] = ""
             if "OMP_NUM_THREADS" not in os.environ:  # ranks share the cores
                 env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // spec.tp))
-        return LaunchPlan(world_size=spec.tp, argv=[sys.executable, "-m", "harness_tp_plan.worker", spec_path], env=env)
+        return LaunchPlan(world_size=spec.tp, argv=[sys.executable, "-m", "harness_tp_plan.worker", spec_path], env=env,
+                          preload=list(RANK_IMPORTS) if spec.device == "cpu" else [])
 
     def versions(self) -> dict[str, str]:
         from importlib.metadata import PackageNotFoundError, version
