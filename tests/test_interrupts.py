@@ -5,7 +5,13 @@ and left the start-of-run summary ("N never ran") even where a scenario had pass
 
 Each test runs the real CLI in a process of its own and sends that process a real
 SIGTERM at one chosen moment: a wrapper around the function that marks the moment
-sends it (os.kill of its own pid), so the moment is exact, not a race with a timer."""
+sends it (os.kill of its own pid), so the moment is exact, not a race with a timer.
+
+The harness process is started fresh (it is what is signalled, to its interpreter's exit);
+its ranks are forked, as those of the test kit's commands are (tests/kit/harness_child.py),
+from a rank-pool zygote it forks from itself after importing what they import, instead
+of a zygote that imports torch, Dynamo and inductor a second time (4 of the 25 CPU-seconds
+of the after-verdict test, measured)."""
 
 from __future__ import annotations
 
@@ -19,13 +25,21 @@ import pytest
 from harness import exit_codes
 from tests.kit import ROOT, outcomes, run_meta, scaled, summary
 from tests.kit.cli import environment
+from tests.kit.harness_server import COMMAND_ENV, RANK_ENV, SERVER_ONLY_ENV
 
 pytestmark = pytest.mark.e2e  # the harness CLI with real ranks
 
 # Sends SIGTERM to this process when the function named by MOMENT runs (the Nth call),
-# then runs `harness ARGS...`.
+# then runs `harness ARGS...`. With FORK_RANKS=1 it first imports what the kit's server
+# imports and forks its ranks' zygote from itself (tests/kit/harness_server.py).
 DRIVER = """
-import atexit, os, runpy, signal, sys
+import atexit, importlib, os, runpy, signal, sys
+if os.environ.pop("FORK_RANKS", "0") == "1":
+    from tests.kit.harness_server import SERVER_PRELOAD, imports_as_rank
+    for module in SERVER_PRELOAD:
+        importlib.import_module(module)
+    from harness.launch.pool import fork_zygote_here
+    fork_zygote_here(imports_as_rank)  # before any thread starts
 import harness.plan.planning, harness.report, harness.session, harness.stages.judge
 
 def sigterm_on_call(module, name, nth=1, after=False):
@@ -56,12 +70,17 @@ runpy.run_module("harness", run_name="__main__")  # `python -m harness ARGS`
 """
 
 TWO = ["llama-tiny/tp1-pp1", "llama-tiny/tp1-pp2"]
+# The environment the kit's server imports under: the reference engine's rank variables
+# (so that its ranks' environment is the one their zygote imported under) and pyarrow
+# without a background thread (a process with one must not fork).
+FORKING_ENV = {**{k: v for k, v in RANK_ENV.items() if COMMAND_ENV.get(k) != v}, **SERVER_ONLY_ENV, "FORK_RANKS": "1"}
 
 
 def run_with_sigterm(tmp_path: Path, moment: str, ids: list[str]) -> tuple[subprocess.CompletedProcess, Path]:
     reports = tmp_path / "reports"
     cmd = [sys.executable, "-c", DRIVER, moment, "run", *ids, "--jobs", "1", "--report-dir", str(reports), "--run-id", "r"]
-    result = subprocess.run(cmd, cwd=ROOT, env=environment(), capture_output=True, text=True, timeout=scaled(600))
+    env = environment(None if moment == "planning" else FORKING_ENV)  # planning: no rank starts
+    result = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=scaled(600))
     return result, reports / "r"
 
 
