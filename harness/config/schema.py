@@ -42,7 +42,7 @@ PARALLEL_SIZES = ("tp", "pp", "dp")
 # Axes that test an engine feature on a model or workloads made for it (an MoE model,
 # shared prompt prefixes, long decodes, a KV store): a first suite (`harness init`) leaves
 # them out, a suite written for the feature sets them.
-FEATURE_AXES = ("kvc", "ep", "prefix_cache", "chunked_prefill", "batch", "spec", "dp")
+FEATURE_AXES = ("kvc", "ep", "prefix_cache", "chunked_prefill", "batch", "spec", "dp", "batch_invariant")
 
 
 class ScenarioError(ValueError):

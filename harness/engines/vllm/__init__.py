@@ -56,9 +56,11 @@ class VllmEngine(Engine):
     # step (0: vLLM's default, which splits no prompt); batch: how a workload's prompts are
     # submitted (harness/contract/batching.py); spec: speculative decoding (ngram: drafts
     # looked up in the prompt and the tokens so far, verified by the model; draft: a draft
-    # model proposes them, here the target itself)
+    # model proposes them, here the target itself); batch_invariant: vLLM's batch-invariant
+    # mode (VLLM_BATCH_INVARIANT=1), where the probe finds it can run
     axes = {"tp": None, "pp": None, "sp": (False, True), "compile": (False, True),
-            "ep": (False, True), "prefix_cache": (False, True), "chunked_prefill": None, "batch": ("all", "one", "mixed"), "spec": (False, "ngram", "draft")}
+            "ep": (False, True), "prefix_cache": (False, True), "chunked_prefill": None, "batch": ("all", "one", "mixed"), "spec": (False, "ngram", "draft"),
+            "batch_invariant": (False, True)}
     capabilities = frozenset({Capability.OWN_PYTHON, Capability.INSTALLS_RELEASES, Capability.REPRO_SCRIPTS})
 
     def python(self) -> Path:
@@ -94,7 +96,7 @@ class VllmEngine(Engine):
         if settings.get("ep") and tp < 2:
             return "ep: vLLM's expert-parallel group is the TP x DP ranks; with tp=1 there is nothing to split the experts over"
         probe = self.probe()
-        for axis in ("sp", "compile"):
+        for axis in ("sp", "compile", "batch_invariant"):
             if settings.get(axis) and "reason" in probe[axis]:
                 return f"{axis}: {probe[axis]['reason']}"
         if not model_dir:
@@ -141,6 +143,8 @@ class VllmEngine(Engine):
         # lets them share the driver's rank-pool zygote (below).
         probe = self.probe()
         env.update(compile_cache.vllm_env(probe["torch"], probe["vllm"], spec.faults))
+        if spec.settings.get("batch_invariant"):  # read by vLLM as its workers start: the launch's own variable
+            env.update(probe["batch_invariant"]["env"])
         # The driver forks from a rank-pool zygote that imported vLLM already (7-10 s a
         # scenario on CPU: docs/BENCHMARKS.md), CPU only: on CUDA, importing vLLM may query
         # the driver, after which a forked child could not use CUDA. vLLM's engine core and

