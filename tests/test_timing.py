@@ -3,6 +3,7 @@ of one says it was a timeout (tests/kit/timing.py)."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -12,8 +13,12 @@ from tests.kit.timing import TIME_SCALE_ENV, communicate, run_process, scaled, w
 
 
 def test_budgets_scale_with_the_documented_factor(monkeypatch):
-    monkeypatch.delenv(TIME_SCALE_ENV, raising=False)
+    monkeypatch.delenv(TIME_SCALE_ENV, raising=False)  # unset: the load per core, at least 1
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(os, "getloadavg", lambda: (0.5, 0.5, 0.5))
     assert scaled(60) == 60
+    monkeypatch.setattr(os, "getloadavg", lambda: (15.0, 9.0, 6.0))
+    assert scaled(60) == 450
     monkeypatch.setenv(TIME_SCALE_ENV, "2.5")
     assert scaled(60) == 150
     monkeypatch.setenv(TIME_SCALE_ENV, "-1")

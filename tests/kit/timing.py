@@ -3,7 +3,9 @@
 A test must not fail because the machine is slow or loaded. Where a test needs a
 deadline (a launcher's timeout, a wait for a process or a file), it asks for
 `scaled(seconds)`: a generous budget for an unloaded 2-core machine, multiplied by
-HARNESS_TEST_TIME_SCALE (default 1; e.g. 3 on a loaded CI agent). Running out of a
+HARNESS_TEST_TIME_SCALE (e.g. 3 on a slow CI agent). Unset, the factor follows the
+machine's load when the budget is asked for: the 1-minute load average per core, at least
+1 (a machine loaded 15 on 2 cores runs each process about 7x slower). Running out of a
 budget fails with a message that says it was a timeout, of what, and how to give more
 time, never as an anonymous kill.
 """
@@ -21,7 +23,9 @@ TIME_SCALE_ENV = "HARNESS_TEST_TIME_SCALE"
 
 
 def time_scale() -> float:
-    raw = os.environ.get(TIME_SCALE_ENV, "1")
+    raw = os.environ.get(TIME_SCALE_ENV)
+    if raw is None:
+        return load_factor()
     try:
         scale = float(raw)
     except ValueError:
@@ -31,6 +35,14 @@ def time_scale() -> float:
     return scale
 
 
+def load_factor() -> float:
+    """How much slower than an idle machine this one runs now: load per core, at least 1."""
+    try:
+        return max(1.0, os.getloadavg()[0] / (os.cpu_count() or 1))
+    except OSError:  # no load average on this platform
+        return 1.0
+
+
 def scaled(seconds: float) -> float:
     """`seconds` (the budget on an unloaded machine) times HARNESS_TEST_TIME_SCALE."""
     return seconds * time_scale()
@@ -38,7 +50,8 @@ def scaled(seconds: float) -> float:
 
 def timeout_message(what: str, budget_s: float) -> str:
     return (f"timed out after {budget_s:.0f}s waiting for {what} "
-            f"({TIME_SCALE_ENV}={time_scale():g}; raise it on a slow or loaded machine)")
+            f"({TIME_SCALE_ENV}={os.environ.get(TIME_SCALE_ENV, f'unset: x{load_factor():.1f}, the load per core')}; "
+            "set it higher on a slow machine)")
 
 
 def wait_until(ready: Callable[[], bool], seconds: float, what: str, poll_s: float = 0.1,
