@@ -109,3 +109,14 @@ def test_every_shipped_scenario_file_parses_alike_with_libyaml():
     for path in files:
         text = path.read_text()
         assert yamlfile._parse_fast(text) == _pure_python(text), path
+
+
+@pytest.mark.skipif(yamlfile._FastLoader is None, reason="PyYAML without libyaml: only the pure-Python loader exists")
+def test_a_valid_file_is_read_by_libyaml_alone(monkeypatch, tmp_path):
+    """The pure-Python loader is for what libyaml cannot parse (its messages), not the
+    common path: every command reads every suite file."""
+    def slow(text):
+        raise AssertionError("the pure-Python loader ran for a valid file")
+
+    monkeypatch.setattr(yamlfile, "_BoundedLoader", slow)
+    assert yamlfile.load_bounded(_write(tmp_path, GOOD))["suite"] == "demo"
