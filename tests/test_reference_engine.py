@@ -218,7 +218,8 @@ def test_layer_split_and_batch_groups():
 
 
 def test_data_parallel_replicas_share_the_prompts_round_robin():
-    from harness.engines.reference.worker import replica_share, replica_workloads
+    from harness.contract.replicas import replica_workloads
+    from harness.contract.replicas import share as replica_share
 
     assert [replica_share(5, 2, r) for r in range(2)] == [[0, 2, 4], [1, 3]]
     assert [replica_share(2, 3, r) for r in range(3)] == [[0], [1], []]  # a replica may get none

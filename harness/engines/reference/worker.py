@@ -14,6 +14,8 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from harness.contract import replicas
+
 if TYPE_CHECKING:  # ranks import torch lazily, after the launcher set their env
     import torch
 
@@ -56,8 +58,8 @@ def run_workloads(runner, workloads: list[dict], batch: str = "all"):
         runner.batch_stats["submissions"] += len(submissions)
         runner.batch_stats["fillers"] += sum(i is None for sub in submissions for i in sub.origin)
         if runs[0] is not None:  # the last stage holds outputs
-            per_prompt = [_per_prompt(w["kind"], fields) for fields in runs]
-            results[w["name"]] = _joined(w["kind"], batching.restore(per_prompt, submissions, len(w["prompts"])))
+            per_prompt = [replicas.per_prompt(w["kind"], fields) for fields in runs]
+            results[w["name"]] = replicas.joined(w["kind"], batching.restore(per_prompt, submissions, len(w["prompts"])))
         else:
             results[w["name"]] = None
     return results
@@ -71,33 +73,11 @@ def submitted_workloads(workloads: list[dict], mode: str) -> list[dict]:
     return [{**w, "prompts": sub.prompts} for w in workloads for sub in batching.compose(w["prompts"], mode)]
 
 
-def replica_share(count: int, dp: int, dp_rank: int) -> list[int]:
-    """The prompts data-parallel replica `dp_rank` serves: every dp-th, from its own index
-    (round robin, as requests spread over DP engines)."""
-    return list(range(dp_rank, count, dp))
-
-
-def replica_workloads(workloads: list[dict], dp: int, dp_rank: int) -> list[dict]:
-    """Each workload cut to this replica's share of its prompts (and their media). Without
-    the per-layer capture under dp > 1: its rows are those of the golden's first batch,
-    which no replica's first batch is."""
-    from harness.contract.runspec import MEDIA
-
-    if dp == 1:
-        return workloads
-    out = []
-    for w in workloads:
-        share = replica_share(len(w["prompts"]), dp, dp_rank)
-        cut = {field: [w[field][i] for i in share] for field in ("prompts", *MEDIA) if w.get(field) is not None}
-        out.append({**w, **cut, "capture_hidden": False})
-    return out
-
-
 def _misordered_share(count: int, dp: int, dp_rank: int) -> list[int]:
     """The dp-merge-misorders fault: a replica's outputs taken for a contiguous block of
     prompts of its share's size, though it served every dp-th."""
-    start = sum(len(replica_share(count, dp, r)) for r in range(dp_rank))
-    return list(range(start, start + len(replica_share(count, dp, dp_rank))))
+    start = sum(len(replicas.share(count, dp, r)) for r in range(dp_rank))
+    return list(range(start, start + len(replicas.share(count, dp, dp_rank))))
 
 
 def merged_replicas(ctx, results: dict, workloads: list[dict]) -> dict:
@@ -105,7 +85,6 @@ def merged_replicas(ctx, results: dict, workloads: list[dict]) -> dict:
     (the other ranks get {})."""
     import torch.distributed as dist
 
-    from harness.contract import batching
     from harness.engines.reference import faults
 
     if ctx.dp == 1:
@@ -115,17 +94,8 @@ def merged_replicas(ctx, results: dict, workloads: list[dict]) -> dict:
     if ctx.rank != ctx.writer_rank:
         return {}
     by_replica = dict(piece for piece in pieces if piece is not None)
-    share = _misordered_share if faults.active(ctx.faults, "dp-merge-misorders") else replica_share
-    merged = {}
-    for w in workloads:
-        n = len(w["prompts"])
-        if not n:
-            merged[w["name"]] = by_replica[0][w["name"]]
-            continue
-        subs = [batching.Submission([], share(n, ctx.dp, r)) for r in range(ctx.dp)]
-        per_prompt = [_per_prompt(w["kind"], by_replica[r][w["name"]]) if subs[r].origin else [] for r in range(ctx.dp)]
-        merged[w["name"]] = _joined(w["kind"], batching.restore(per_prompt, subs, n))
-    return merged
+    shares = _misordered_share if faults.active(ctx.faults, "dp-merge-misorders") else replicas.share
+    return replicas.merge(workloads, by_replica, ctx.dp, shares)
 
 
 def _run_one(runner, w: dict):
@@ -147,26 +117,6 @@ def _submitted(w: dict, sub) -> dict:
     images = w.get("images")
     return {**w, "prompts": sub.prompts, "capture_hidden": False,
             "images": None if images is None else [None if i is None else images[i] for i in sub.origin]}
-
-
-def _per_prompt(kind: str, fields: dict) -> list[dict]:
-    """A submission's output fields, split into one dict per prompt."""
-    if kind == "logprobs":
-        offsets = fields["offsets"].tolist()
-        return [{k: fields[k][a:b] for k in ("topk_ids", "topk_logprobs")} for a, b in zip(offsets, offsets[1:])]
-    count = len(next(iter(fields.values())))
-    return [{k: v[p] for k, v in fields.items()} for p in range(count)]
-
-
-def _joined(kind: str, prompts: list[dict]) -> dict:
-    """Per-prompt output fields back into a workload's fields (the inverse of _per_prompt)."""
-    import torch
-
-    if kind == "logprobs":
-        rows = torch.tensor([0] + [len(p["topk_ids"]) for p in prompts]).cumsum(0)
-        return {"topk_ids": torch.cat([p["topk_ids"] for p in prompts]),
-                "topk_logprobs": torch.cat([p["topk_logprobs"] for p in prompts]), "offsets": rows}
-    return {k: torch.stack([p[k] for p in prompts]) for k in prompts[0]}
 
 
 def assemble_hidden_states(captures: list[list[dict]], num_layers: int, sp: bool) -> dict[str, torch.Tensor]:
@@ -241,7 +191,7 @@ def run(spec) -> None:
     ctx.ep = bool(spec.settings.get("ep", False))
     phases.mark("rendezvous")
     kv_store = str(Path(spec.output_dir).parent / "kv-store") if spec.settings.get("kvc") else None
-    workloads = replica_workloads(spec.workloads, dp, ctx.dp_rank)
+    workloads = replicas.replica_workloads(spec.workloads, dp, ctx.dp_rank)
     batch = spec.settings.get("batch", "all")
     try:
         with torch.inference_mode():
