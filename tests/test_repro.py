@@ -93,7 +93,7 @@ def case_of(script: Path) -> dict:
     imported += [n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module]
     assert not [m for m in imported if m.split(".")[0] == "harness"], imported
     assert {m.split(".")[0] for m in imported} <= {"__future__", "argparse", "json", "math", "os", "re", "signal",
-                                                   "subprocess", "sys", "tempfile", "time", "pathlib", "vllm", "torch", "PIL",
+                                                   "socket", "subprocess", "sys", "tempfile", "time", "pathlib", "vllm", "torch", "PIL",
                                                    "numpy"}  # numpy: videos and audio clips (vLLM depends on it)
     cases = [n.value for n in tree.body if isinstance(n, ast.AnnAssign) and getattr(n.target, "id", "") == "CASE"]
     assert len(cases) == 1
@@ -450,3 +450,28 @@ def test_written_script_submits_a_batch_setting_as_composed_and_restores_the_ord
                           capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "RESULT: bug absent: tp2-pp1-batch-mixed matches tp1-pp1-batch-all" in done.stdout, done.stdout
+
+
+@pytest.mark.e2e
+def test_written_script_runs_a_dp_setting_as_one_process_per_dp_rank_and_merges_their_shares(tmp_path):
+    """A `dp: 2` setting: two processes, each with its VLLM_DP_* and every second prompt
+    (the harness's split), their results merged back in the prompts' order; on the
+    stand-in vllm (outputs depend on the prompt alone) that matches the reference."""
+    checkpoint(tmp_path / "scenarios" / "ckpt")
+    scenarios = suite_file(tmp_path)
+    text = (scenarios / "demo.yaml").read_text()
+    text = text.replace("golden: {tp: 1, pp: 1, compile: false}", "golden: {tp: 1, pp: 1, dp: 1, compile: false}")
+    text = text.replace("matrix: {tp: [1], pp: [1, 2], compile: [false, true]}", "matrix: {tp: [1], pp: [1], dp: [1, 2], compile: [false]}")
+    (scenarios / "demo.yaml").write_text(text)
+    repro = write_repro("demo/tp1-pp1-dp2", tmp_path / "out", report_dir=tmp_path / "none",
+                        scenarios=load_scenarios([scenarios]))
+    assert case_of(repro.script)["settings"]["tp1-pp1-dp2"]["dp"] == 2
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "tests" / "kit" / "fake_vllm")}
+    work = tmp_path / "work"
+    done = subprocess.run([sys.executable, str(repro.script), "--timeout", "30", "--work-dir", str(work)],
+                          capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "RESULT: bug absent: tp1-pp1-dp2 matches tp1-pp1" in done.stdout, done.stdout
+    shares = [json.loads((work / name).read_text())["results"]["logits"]["offsets"]
+              for name in ("tp1-pp1-dp2.json", "tp1-pp1-dp2.dp1.json")]
+    assert [len(o) - 1 for o in shares] == [2, 1]  # 3 prompts: DP rank 0 served two, DP rank 1 one

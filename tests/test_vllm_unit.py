@@ -758,3 +758,58 @@ def test_batch_invariant_counts_as_applied_only_where_every_worker_ran_the_mode(
     half = summarize({"batch_invariant": True}, [{"batch_invariant": True}, {"batch_invariant": None}])["batch_invariant"]
     assert half["applied"] is False and "1 of 2" in half["evidence"]
     assert "batch_invariant" not in summarize({"batch_invariant": False}, [{"batch_invariant": None}])
+
+
+def test_vllm_data_parallelism_is_refused_for_a_dense_model_as_vllm_refuses_it(tmp_path):
+    """vLLM's offline DP raises for a dense model (config/parallel.py): said before any
+    engine start. EP's group is TP x DP: dp2 alone has ranks to split the experts over."""
+    from harness.engines.vllm import VllmEngine, _dp_reason
+
+    (tmp_path / "config.json").write_text(json.dumps({"num_experts": 4}))
+    assert _dp_reason(tmp_path, {"dp": 2}) is None
+    (tmp_path / "config.json").write_text(json.dumps({"hidden_size": 128}))
+    assert "for MoE models only" in _dp_reason(tmp_path, {"dp": 2}) and "dense" in _dp_reason(tmp_path, {"dp": 2})
+    assert _dp_reason(tmp_path, {"dp": 1}) is None
+    engine = VllmEngine()
+    assert "dp" in engine.axes
+    assert "nothing to split" in engine.unsupported_reason({"tp": 1, "dp": 1, "ep": True})
+    assert engine.devices_needed({"tp": 1, "pp": 1, "dp": 2}) == 2
+
+
+def test_a_dp_driver_is_told_its_vllm_dp_rank_and_hands_its_share_to_dp_rank_0(tmp_path):
+    """Each DP driver gets vLLM's VLLM_DP_* (rank 0's address for all); the drivers meet
+    through files in the scenario's folder: DP rank 0 gets every part and removes the
+    files, the others return only once it has them all (a DP engine must not stop
+    while its group still steps)."""
+    import threading
+
+    from harness.engines.vllm.driver import ALL_DONE_FILE, REPLICA_FILE, dp_environment, exchange_replicas
+
+    assert dp_environment(2, 1, 1, "10.0.0.5", 29500) == {
+        "VLLM_DP_RANK": "1", "VLLM_DP_RANK_LOCAL": "1", "VLLM_DP_SIZE": "2",
+        "VLLM_DP_MASTER_IP": "10.0.0.5", "VLLM_DP_MASTER_PORT": "29500"}
+    assert exchange_replicas(str(tmp_path), 1, 0, {"x": 1}) == {0: {"x": 1}}  # no DP: nothing written
+    got = {}
+    other = threading.Thread(target=lambda: got.update(r1=exchange_replicas(str(tmp_path), 2, 1, {"part": 1})))
+    other.start()
+    parts = exchange_replicas(str(tmp_path), 2, 0, {"part": 0})
+    other.join(timeout=60)
+    assert parts == {0: {"part": 0}, 1: {"part": 1}} and got == {"r1": {}}
+    assert not list(tmp_path.glob(REPLICA_FILE.format(rank="*"))) and (tmp_path / ALL_DONE_FILE).exists()
+
+
+def test_dp_counts_as_applied_when_every_driver_s_vllm_took_its_own_dp_rank():
+    from harness.engines.vllm.evidence import data_parallel, summarize
+
+    workloads = [{"name": "logits", "prompts": [[1]] * 4}, {"name": "greedy", "prompts": [[1]] * 3}]
+    formed = data_parallel(2, workloads, {0: {"rank": 0, "size": 2}, 1: {"rank": 1, "size": 2}})
+    assert formed == {"applied": True, "evidence": "2 of 2 vLLM engines took their DP rank (DP group size 2/2); "
+                                                   "DP rank 0: logits prompts 0,2, greedy prompts 0,2; "
+                                                   "DP rank 1: logits prompts 1,3, greedy prompts 1"}
+    alone = data_parallel(2, workloads, {0: {"rank": 0, "size": 1}, 1: {"rank": 0, "size": 1}})
+    assert alone["applied"] is False and alone["evidence"].startswith("0 of 2")
+    # EP over DP ranks: both drivers' workers together hold every expert, named by DP rank
+    workers = [{"tp_rank": 0, "pp_rank": 0, "dp_rank": r, "dp_size": 2,
+                "experts": {"held": held, "total": 4, "local": 2, "width": 64}} for r, held in enumerate([[0, 1], [2, 3]])]
+    ep = summarize({"ep": True}, workers)["ep"]
+    assert ep["applied"] is True and "worker dp1/tp0/pp0: experts 2-3" in ep["evidence"]

@@ -93,8 +93,9 @@ class Scenario:
 
 
 def settings_label(settings: dict, axes: list[str]) -> str:
-    """`tp2-pp2-sp-compile`: ints as <axis><n>, true bools by name; false bools and
-    zero ints (an axis switched off: `chunked_prefill: 0`) omitted."""
+    """`tp2-pp2-sp-compile`: ints as <axis><n>, true bools by name; false bools, zero ints
+    (an axis switched off: `chunked_prefill: 0`) and one data-parallel replica (`dp: 1`,
+    no data parallelism) omitted, so a suite that adds dp keeps its other scenarios' ids."""
     parts = []
     for axis in axes:
         value = settings[axis]
@@ -102,7 +103,7 @@ def settings_label(settings: dict, axes: list[str]) -> str:
             if value:
                 parts.append(axis)
         elif isinstance(value, int):
-            if value:
+            if value and not (axis == "dp" and value == 1):
                 parts.append(f"{axis}{value}")
         else:
             parts.append(f"{axis}-{value}")

@@ -57,8 +57,9 @@ class VllmEngine(Engine):
     # submitted (harness/contract/batching.py); spec: speculative decoding (ngram: drafts
     # looked up in the prompt and the tokens so far, verified by the model; draft: a draft
     # model proposes them, here the target itself); batch_invariant: vLLM's batch-invariant
-    # mode (VLLM_BATCH_INVARIANT=1), where the probe finds it can run
-    axes = {"tp": None, "pp": None, "sp": (False, True), "compile": (False, True),
+    # mode (VLLM_BATCH_INVARIANT=1), where the probe finds it can run; dp: data-parallel
+    # ranks, vLLM's offline way (one driver and one LLM per DP rank, VLLM_DP_*: driver.py)
+    axes = {"tp": None, "pp": None, "dp": None, "sp": (False, True), "compile": (False, True),
             "ep": (False, True), "prefix_cache": (False, True), "chunked_prefill": None, "batch": ("all", "one", "mixed"), "spec": (False, "ngram", "draft"),
             "batch_invariant": (False, True)}
     capabilities = frozenset({Capability.OWN_PYTHON, Capability.INSTALLS_RELEASES, Capability.REPRO_SCRIPTS})
@@ -92,9 +93,9 @@ class VllmEngine(Engine):
         scheduling = _scheduling_reason(settings)
         if scheduling:
             return scheduling
-        tp, pp = int(settings.get("tp", 1)), int(settings.get("pp", 1))
-        if settings.get("ep") and tp < 2:
-            return "ep: vLLM's expert-parallel group is the TP x DP ranks; with tp=1 there is nothing to split the experts over"
+        tp, pp, dp = int(settings.get("tp", 1)), int(settings.get("pp", 1)), int(settings.get("dp", 1))
+        if settings.get("ep") and tp * dp < 2:
+            return "ep: vLLM's expert-parallel group is the TP x DP ranks; with tp=1 and dp=1 there is nothing to split the experts over"
         probe = self.probe()
         for axis in ("sp", "compile", "batch_invariant"):
             if settings.get(axis) and "reason" in probe[axis]:
@@ -102,7 +103,7 @@ class VllmEngine(Engine):
         if not model_dir:
             return None
         return (self._arch_reason(model_dir, pp) or _model_reason(model_dir, tp, pp) or _media_reason(model_dir, settings)
-                or _ep_reason(model_dir, settings) or _mla_reason(model_dir, probe))
+                or _ep_reason(model_dir, settings) or _dp_reason(model_dir, settings) or _mla_reason(model_dir, probe))
 
     def _arch_reason(self, model_dir: str | Path, pp: int) -> str | None:
         """Whether the installed vLLM serves the checkpoint's architecture (and with PP)."""
@@ -150,7 +151,8 @@ class VllmEngine(Engine):
         # the driver, after which a forked child could not use CUDA. vLLM's engine core and
         # workers are then forked from the driver (forking.py). The driver binds its ranks to
         # cores itself (VLLM_CPU_OMP_THREADS_BIND), so runs of every size share one zygote.
-        return LaunchPlan(world_size=1, argv=[str(self.python()), "-m", "harness.engines.vllm.driver", spec_path], env=env,
+        # One driver per DP rank (each its own vLLM engine), watched by the launcher as any ranks are.
+        return LaunchPlan(world_size=int(spec.settings.get("dp", 1)), argv=[str(self.python()), "-m", "harness.engines.vllm.driver", spec_path], env=env,
                           preload=list(DRIVER_IMPORTS) if spec.device == "cpu" else [])
 
     def root_cause(self, log_text: str) -> RankFailure | None:
@@ -304,16 +306,28 @@ def _media_reason(model_dir: str | Path, settings: dict) -> str | None:
 EXPERT_FIELDS = ("num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts")
 
 
-def _ep_reason(model_dir: str | Path, settings: dict) -> str | None:
-    """vLLM takes enable_expert_parallel on a dense model and does nothing with it."""
-    if not settings.get("ep"):
-        return None
+def _routed_experts(model_dir: str | Path) -> int:
+    """The checkpoint's routed-expert count (0: a dense model)."""
     cfg = json.loads((Path(model_dir) / "config.json").read_text())
     text = cfg.get("text_config", cfg)
-    experts = next((text[f] for f in EXPERT_FIELDS if isinstance(text.get(f), int) and text[f] > 1), 0)
-    if not experts:
+    return next((text[f] for f in EXPERT_FIELDS if isinstance(text.get(f), int) and text[f] > 1), 0)
+
+
+def _ep_reason(model_dir: str | Path, settings: dict) -> str | None:
+    """vLLM takes enable_expert_parallel on a dense model and does nothing with it."""
+    if settings.get("ep") and not _routed_experts(model_dir):
         return f"ep: the model has no routed experts (config.json has none of {', '.join(EXPERT_FIELDS)} > 1)"
     return None  # vLLM splits an uneven count itself (expert_map_manager.py: the remainder to the first ranks)
+
+
+def _dp_reason(model_dir: str | Path, settings: dict) -> str | None:
+    """vLLM's own refusal, said before an engine start: its offline data parallelism
+    (VLLM_DP_*) raises for a dense model (config/parallel.py, ParallelConfig's offline
+    branch: "Offline data parallel mode is not supported/useful for dense models")."""
+    if int(settings.get("dp", 1)) > 1 and not _routed_experts(model_dir):
+        return ("dp: vLLM's offline data parallelism is for MoE models only: it raises 'Offline data parallel mode is "
+                "not supported/useful for dense models' (config/parallel.py) and this model has no routed experts")
+    return None
 
 
 # vLLM's DeepSeek MLA models (config/model.py use_mla: model_arch_config.is_deepseek_mla with a kv_lora_rank)

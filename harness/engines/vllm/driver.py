@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+from pathlib import Path
 
 from harness.engines.vllm.repro_script import cpu_binding, topk_row
 from harness.launch.rankside import HARNESS_FAULT, harness_step
@@ -274,20 +275,34 @@ def worker_evidence(llm) -> list[dict]:
 RUNNERS = {"logprobs": run_logprobs, "greedy": run_greedy, "generate": run_generate}
 
 
+def dp_environment(dp: int, rank: int, local_rank: int, master_addr: str, master_port: int) -> dict[str, str]:
+    """The variables of vLLM's offline data parallelism (its data_parallel_offline example:
+    one LLM per DP rank, each told its rank and where DP rank 0 listens); read by vLLM's
+    ParallelConfig when LLM(...) is built (config/parallel.py, the "offline SPMD" branch)."""
+    return {"VLLM_DP_RANK": str(rank), "VLLM_DP_RANK_LOCAL": str(local_rank), "VLLM_DP_SIZE": str(dp),
+            "VLLM_DP_MASTER_IP": master_addr, "VLLM_DP_MASTER_PORT": str(master_port)}
+
+
 def run(spec) -> None:
     import vllm
 
+    from harness.contract import replicas
     from harness.contract.outputs import EngineOutputs
     from harness.contract.phases import PhaseMarks
     from harness.engines.vllm import evidence, forking, startup
 
     phases = PhaseMarks(spec.output_dir)
     phases.mark("start")
+    dp, dp_rank = int(spec.settings.get("dp", 1)), int(os.environ.get("RANK", "0"))
     if spec.sp:  # count the SP pass's runs, here and in every worker vLLM starts
         VLLM_COUNT_SP.set("1")
     with harness_step(f"prepare vLLM {vllm.__version__}'s start (its arguments for these settings, the harness's hooks)"):
+        if dp > 1:  # this driver is DP rank RANK of the launcher's dp ranks, which listen at its MASTER_PORT
+            os.environ.update(dp_environment(dp, dp_rank, int(os.environ.get("LOCAL_RANK", dp_rank)),
+                                             os.environ.get("MASTER_ADDR", "127.0.0.1"), int(os.environ["MASTER_PORT"])))
         if spec.device == "cpu":  # here, not in the launch environment: drivers of every world size share one zygote
-            os.environ["VLLM_CPU_OMP_THREADS_BIND"] = cpu_binding(spec.tp * spec.pp, os.cpu_count() or 1)
+            # one list for every DP rank: vLLM takes its own DP rank's slice of it (ompmultiprocessing.py)
+            os.environ["VLLM_CPU_OMP_THREADS_BIND"] = cpu_binding(dp * spec.tp * spec.pp, os.cpu_count() or 1)
         kv_cache = kv_cache_setting(spec.device)
         evidence.install()  # for a worker in this process (one rank) or forked from it
         forking.install()  # vLLM's engine core and workers forked from here, not spawned afresh (CPU)
@@ -296,24 +311,38 @@ def run(spec) -> None:
     llm = vllm.LLM(**kwargs)  # its workers' rendezvous, load and compile are inside
     ready = time.time()
     phases.mark("load")
-    out = EngineOutputs()
     submit = Submitter(str(spec.settings.get("batch", "all")))
-    for w in spec.workloads:
+    results = {}
+    for w in replicas.replica_workloads(spec.workloads, dp, dp_rank):
         if w["kind"] not in RUNNERS:
             raise ValueError(f"unknown workload kind {w['kind']!r} in workload {w['name']!r}")
-        out.put(w["name"], **RUNNERS[w["kind"]](llm, w, submit))
+        results[w["name"]] = RUNNERS[w["kind"]](llm, w, submit)
     done = time.time()
     phases.mark("workloads")
     workers = worker_evidence(llm)
     idents = sorted({w["dist_ident"] for w in workers if w.get("dist_ident")})
+    mine = {"results": results, "workers": workers, "counts": submit.counts, "vllm_dp": vllm_dp_rank(llm)}
+    replica = exchange_replicas(spec.output_dir, dp, dp_rank, mine)
+    if dp_rank != 0:  # DP rank 0 writes the run's outputs; every DP engine stops after every one ran its share
+        shutdown(llm)
+        _remove_left_shared_memory(forking, idents)
+        return
+    workers = [w for r in range(dp) for w in replica[r]["workers"]]
+    counts = {k: sum(replica[r]["counts"][k] for r in range(dp)) for k in submit.counts}
+    out = EngineOutputs()
+    for name, fields in replicas.merge(spec.workloads, {r: replica[r]["results"] for r in range(dp)}, dp).items():
+        out.put(name, **fields)
+    applied = evidence.summarize(spec.settings, workers, counts) if workers else {}
+    if dp > 1:
+        applied["dp"] = evidence.data_parallel(dp, spec.workloads, {r: replica[r]["vllm_dp"] for r in range(dp)})
     out.describe_run(
         spec, "vllm",
         vllm=vllm.__version__,
         driver_preimported=PREIMPORTED,
         started_by=forking.started_by(workers),
         shared_memory=idents,  # vLLM's names for its workers' shared memory, checked gone by a test
-        applied=evidence.summarize(spec.settings, workers, submit.counts) if workers else {},
-        submitted=submit.counts,
+        applied=applied,
+        submitted=counts,
         engine_kwargs={k: v for k, v in kwargs.items() if k not in ("model", "tokenizer")},
         kv_cache=kv_cache,
         timings={"engine_start_s": ready - called, "run_s": done - ready,
@@ -322,10 +351,65 @@ def run(spec) -> None:
     out.save(spec.output_dir)
     phases.mark("write")
     shutdown(llm)
-    # forked workers remove their shared memory as they exit (forking.py); what a killed one left goes here
+    _remove_left_shared_memory(forking, idents)
+
+
+def _remove_left_shared_memory(forking, idents: list[str]) -> None:
+    """Forked workers remove their shared memory as they exit (forking.py); what a killed
+    one left goes here."""
     removed = forking.remove_shared_memory(idents)
     if removed:
         print(f"{SHM_REMOVED_MARK} {' '.join(removed)}", file=sys.stderr, flush=True)
+
+
+def vllm_dp_rank(llm) -> dict:
+    """The DP rank and size vLLM's engine took from its config (None where this release
+    does not say)."""
+    parallel = getattr(getattr(getattr(llm, "llm_engine", None), "vllm_config", None), "parallel_config", None)
+    return {"rank": getattr(parallel, "data_parallel_rank", None), "size": getattr(parallel, "data_parallel_size", None)}
+
+
+# A DP rank's outputs and evidence, as it hands them to DP rank 0 (in the scenario's output
+# folder), and DP rank 0's word that it has them all.
+REPLICA_FILE = "dp-replica-{rank}.pt"
+ALL_DONE_FILE = "dp-ranks-done"
+REPLICA_POLL_S = 0.2
+
+
+def exchange_replicas(output_dir: str, dp: int, dp_rank: int, mine: dict) -> dict[int, dict]:
+    """DP rank 0: every DP rank's part ({dp rank: part}), once all ran their workloads; the
+    others hand theirs over and return {} once DP rank 0 has them all (a DP engine keeps
+    stepping with its group: none may stop while another still runs). Files, not a
+    process group: vLLM's DP group is its own. The waits have no clock of their own: a
+    DP rank that crashes or hangs ends the run through the launcher (its rank watch and
+    the scenario's timeout), as any rank does."""
+    if dp == 1:
+        return {0: mine}
+    import torch
+
+    folder = Path(output_dir)
+    done = folder / ALL_DONE_FILE
+    if dp_rank != 0:
+        path = folder / REPLICA_FILE.format(rank=dp_rank)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}")
+        torch.save(mine, tmp)
+        os.replace(tmp, path)  # DP rank 0 never reads half a file
+        with harness_step(f"wait for DP rank 0 to gather the {dp} DP ranks' outputs ({done})"):
+            _wait_for([done])
+        return {}
+    paths = [folder / REPLICA_FILE.format(rank=r) for r in range(1, dp)]
+    with harness_step(f"wait for the other DP ranks' outputs ({dp} DP ranks, files {REPLICA_FILE} in {folder})"):
+        _wait_for(paths)
+    parts = {0: mine, **{r: torch.load(p, weights_only=False) for r, p in enumerate(paths, start=1)}}
+    for p in paths:
+        p.unlink()  # merged into the outputs
+    done.write_text(f"{dp} DP ranks ran their workloads\n")
+    return parts
+
+
+def _wait_for(paths: list[Path]) -> None:
+    while not all(p.exists() for p in paths):
+        time.sleep(REPLICA_POLL_S)
 
 
 def kv_cache_setting(device: str) -> dict:

@@ -55,6 +55,7 @@ class EvidenceExtension:
         pass_config = self.vllm_config.compilation_config.pass_config
         return {
             "tp_rank": get_tp_group().rank_in_group, "tp_size": get_tp_group().world_size,
+            **_dp_group(),
             "pp_rank": get_pp_group().rank_in_group, "pp_size": get_pp_group().world_size,
             "layers": held, "num_layers": len(layers),
             "heads": getattr(attn, "num_heads", None),
@@ -73,6 +74,17 @@ class EvidenceExtension:
             # the name vLLM's CPU worker gives its shared-memory segments (cpu_worker.py): the driver removes what is left
             "dist_ident": os.environ.get("VLLM_DIST_IDENT"),
         }
+
+
+def _dp_group() -> dict:
+    """This worker's place in vLLM's DP group (absent on a release without one)."""
+    try:
+        from vllm.distributed.parallel_state import get_dp_group
+
+        group = get_dp_group()
+        return {"dp_rank": group.rank_in_group, "dp_size": group.world_size}
+    except (ImportError, AssertionError, AttributeError):  # no DP group was made
+        return {}
 
 
 # What vLLM's SequenceParallelismPass did in this process: how often it ran over a graph
@@ -262,9 +274,28 @@ def _ep(workers: list[dict]) -> dict:
         stages.setdefault(w["pp_rank"], []).extend(w["experts"]["held"])
     split = all(sorted(ids) == list(range(total)) for ids in stages.values())
     split = split and all(len(w["experts"]["held"]) < total for w in moe)
-    layout = "; ".join(f"worker tp{w['tp_rank']}/pp{w['pp_rank']}: experts {_ids(w['experts']['held'])}"
-                       for w in sorted(moe, key=lambda w: (w["pp_rank"], w["tp_rank"])))
+    layout = "; ".join(f"worker {_dp_name(w)}tp{w['tp_rank']}/pp{w['pp_rank']}: experts {_ids(w['experts']['held'])}"
+                       for w in sorted(moe, key=lambda w: (w["pp_rank"], w.get("dp_rank", 0), w["tp_rank"])))
     return {"applied": split, "evidence": f"{layout} (of {total}, width {moe[0]['experts']['width']} each)"}
+
+
+def data_parallel(dp: int, workloads: list[dict], engines: dict[int, dict]) -> dict:
+    """Applied when vLLM's engine in each of the dp drivers took its own DP rank of a DP
+    group of dp ({driver's dp rank: vLLM's {rank, size}}); the evidence says which
+    prompts each served (harness/contract/replicas.py)."""
+    from harness.contract.replicas import share
+
+    formed = sorted(int(e["rank"]) for e in engines.values() if e.get("size") == dp and e.get("rank") is not None)
+    served = "; ".join(
+        f"DP rank {r}: " + ", ".join(f"{w['name']} prompts {_ids(share(len(w['prompts']), dp, r))}" for w in workloads)
+        for r in range(dp))
+    sizes = "/".join(str(engines[r].get("size")) for r in sorted(engines))
+    return {"applied": formed == list(range(dp)),
+            "evidence": f"{len(formed)} of {dp} vLLM engines took their DP rank (DP group size {sizes}); {served}"}
+
+
+def _dp_name(worker: dict) -> str:
+    return f"dp{worker['dp_rank']}/" if worker.get("dp_size", 1) > 1 else ""
 
 
 def _ids(ids: list[int]) -> str:

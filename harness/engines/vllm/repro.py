@@ -42,8 +42,11 @@ def render(case: dict, sp_support=None) -> str:
         args = plain_kwargs("model", case["dtype"], case.get("seed", 0), axes, case["workloads"])
         del args["model"], args["tokenizer"]  # the script points them at its checkpoint
         entry = {"axes": axes, "engine_args": args, "compile": bool(axes.get("compile")),
-                 "ranks": int(axes.get("tp", 1)) * int(axes.get("pp", 1))}
+                 "ranks": int(axes.get("tp", 1)) * int(axes.get("pp", 1)), "dp": int(axes.get("dp", 1))}
         mode = str(axes.get("batch", "all"))
+        if mode != "all" and entry["dp"] > 1:
+            raise CannotReproduce(f"setting {name} has batch={mode} under dp={entry['dp']}: the script submits whole "
+                                  "workloads as one batch plan, not a DP rank's share of them")
         if mode != "all":
             entry["submissions"] = {w["name"]: submissions(w["prompts"], mode) for w in case["workloads"]}
         if axes.get("sp"):

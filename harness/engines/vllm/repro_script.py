@@ -34,6 +34,7 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+MEDIA_FIELDS = ("images", "videos", "audios")  # a workload's media, one entry per prompt
 CASE: dict = {}  # the scenario, written in by `harness repro`
 
 # ---------------------------------------------------------------------------------
@@ -63,7 +64,7 @@ def prompt_inputs(workload: dict) -> list[dict]:
     for i, ids in enumerate(workload["prompts"]):
         item: dict = {"prompt_token_ids": list(ids)}
         data = {}
-        for field, key in (("images", "image"), ("videos", "video"), ("audios", "audio")):
+        for field, key in zip(MEDIA_FIELDS, ("image", "video", "audio")):
             entry = (workload.get(field) or [None] * len(workload["prompts"]))[i]
             if entry:
                 paths = entry if isinstance(entry, list) else [entry]  # several, or one
@@ -169,11 +170,20 @@ def run_greedy(llm, workload: dict, setting: dict) -> dict:
     return {"tokens": tokens, "ids": ids, "logprobs": lps}
 
 
-def run_setting(name: str, out: Path) -> None:
+def dp_share(count: int, dp: int, dp_rank: int) -> list[int]:
+    """The prompts DP rank `dp_rank` serves: every dp-th (the harness's split,
+    harness/contract/replicas.py)."""
+    return list(range(dp_rank, count, dp))
+
+
+def run_setting(name: str, out: Path, dp_rank: int = 0) -> None:
+    """One setting's engine start and workloads (under dp, one DP rank's), its results
+    written to dp_out(out, dp_rank)."""
     import torch
     import vllm
 
     setting = CASE["settings"][name]
+    dp = int(setting.get("dp", 1))
     args = engine_args(setting)
     print(f"[{name}] vllm {vllm.__version__}, torch {torch.__version__}: vllm.LLM({args})", flush=True)
     start = time.monotonic()
@@ -181,11 +191,49 @@ def run_setting(name: str, out: Path) -> None:
     started = time.monotonic() - start
     results = {}
     for w in CASE["workloads"]:
+        if dp > 1:  # this DP rank's share of the prompts (a batch plan is for the whole workload: none under dp)
+            mine = dp_share(len(w["prompts"]), dp, dp_rank)
+            w = {**w, **{f: [w[f][i] for i in mine] for f in ("prompts", *MEDIA_FIELDS) if w.get(f) is not None}}
         results[w["name"]] = (run_logprobs if w["kind"] == "logprobs" else run_greedy)(llm, w, setting)
     versions = {"vllm": vllm.__version__, "torch": torch.__version__}
-    out.write_text(json.dumps({"versions": versions, "engine_start_s": round(started, 1),
-                               "run_s": round(time.monotonic() - start - started, 1), "results": results}))
+    dp_out(out, dp_rank).write_text(json.dumps({"versions": versions, "engine_start_s": round(started, 1),
+                                                "run_s": round(time.monotonic() - start - started, 1), "results": results}))
     print(f"[{name}] done: engine start {started:.1f} s", flush=True)
+    # A DP engine keeps stepping with its DP group until every DP rank is done: stop only then.
+    while dp > 1 and not all(dp_out(out, r).exists() for r in range(dp)):
+        time.sleep(0.2)
+
+
+def dp_out(out: Path, dp_rank: int) -> Path:
+    """Where DP rank `dp_rank` of a setting writes its results, beside `out` (rank 0's)."""
+    return out if dp_rank == 0 else out.with_name(f"{out.stem}.dp{dp_rank}{out.suffix}")
+
+
+def merged_dp(parts: list[dict]) -> dict:
+    """The DP ranks' results -> one result in each workload's prompt order."""
+    dp = len(parts)
+    results = {}
+    for w in CASE["workloads"]:
+        n = len(w["prompts"])
+        per_prompt: list = [None] * n
+        for r, part in enumerate(parts):
+            got = part["results"][w["name"]]
+            if w["kind"] == "logprobs":
+                o = got["offsets"]
+                rows = [{"ids": got["ids"][a:b], "logprobs": got["logprobs"][a:b]} for a, b in zip(o, o[1:])]
+            else:
+                rows = [{k: got[k][i] for k in ("tokens", "ids", "logprobs")} for i in range(len(got["tokens"]))]
+            for i, row in zip(dp_share(n, dp, r), rows):
+                per_prompt[i] = row
+        if w["kind"] == "logprobs":
+            offsets = [0]
+            for row in per_prompt:
+                offsets.append(offsets[-1] + len(row["ids"]))
+            results[w["name"]] = {"ids": [x for row in per_prompt for x in row["ids"]],
+                                  "logprobs": [x for row in per_prompt for x in row["logprobs"]], "offsets": offsets}
+        else:
+            results[w["name"]] = {k: [row[k] for row in per_prompt] for k in ("tokens", "ids", "logprobs")}
+    return {**parts[0], "results": results}
 
 
 # ---------------------------------------------------------------------------------
@@ -381,35 +429,34 @@ def _fatal(log: str) -> tuple[str, str, list[str]] | None:
 
 
 def spawn(name: str, python: str, work: Path, timeout: float) -> tuple[dict | None, str]:
-    """Run one setting in a fresh process (its own process group: vLLM's workers go with
-    it); (its results or None, what went wrong)."""
+    """Run one setting in fresh processes, one per DP rank (each in its own process
+    group: vLLM's workers go with it); (its results or None, what went wrong)."""
     out, log = work / f"{name}.json", work / f"{name}.log"
+    dp = int(CASE["settings"][name].get("dp", 1))
     env = {**os.environ, **CASE["env"]}
-    print(f"== {name}: {python} {Path(__file__).name} --setting {name}  (log: {log})", flush=True)
-    with open(log, "w") as f:
-        proc = subprocess.Popen([python, str(Path(__file__).resolve()), "--setting", name, "--out", str(out)],
-                                stdout=f, stderr=subprocess.STDOUT, env=env, start_new_session=True)
-        try:
-            code = proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            code = None
-        finally:
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)  # a hang, or workers left behind
-            except ProcessLookupError:
-                pass
-            proc.wait()
-    text = log.read_text(errors="replace")
+    print(f"== {name}: {python} {Path(__file__).name} --setting {name}  (log: {log}"
+          + (f"; {dp} DP ranks, one process each, logs {name}.dpN.log)" if dp > 1 else ")"), flush=True)
+    procs, logs = [], [log] + [dp_out(log, r) for r in range(1, dp)]
+    port = str(_free_port())
+    for r in range(dp):
+        dp_env = {"VLLM_DP_RANK": str(r), "VLLM_DP_RANK_LOCAL": str(r), "VLLM_DP_SIZE": str(dp),
+                  "VLLM_DP_MASTER_IP": "127.0.0.1", "VLLM_DP_MASTER_PORT": port} if dp > 1 else {}
+        with open(logs[r], "w") as f:
+            procs.append(subprocess.Popen([python, str(Path(__file__).resolve()), "--setting", name, "--out", str(out),
+                                           "--dp-rank", str(r)], stdout=f, stderr=subprocess.STDOUT,
+                                          env={**env, **dp_env}, start_new_session=True))
+    codes = _wait_all(procs, timeout)
+    text = "\n".join(path.read_text(errors="replace") for path in logs)
     tail = "\n".join("    " + line for line in text.splitlines()[-15:])
-    if code is None:
+    if None in codes and not any(codes):
         return None, f"hang: no result after {timeout:g} s; the log ends:\n{tail}"
-    if code != 0 or not out.exists():
+    if any(codes) or not all(dp_out(out, r).exists() for r in range(dp)):
         cause = crash_of(text)
         if cause is None:
-            return None, f"crash: exit code {code}\n  the log's last lines:\n{tail}"
+            return None, f"crash: exit code {next((c for c in codes if c), 0)}\n  the log's last lines:\n{tail}"
         trace = "\n".join("    " + line for line in cause[1][-12:])
         return None, f"crash: {cause[0]}\n  its traceback ends:\n{trace}\n  the log's last lines:\n{tail}"
-    done = json.loads(out.read_text())
+    done = merged_dp([json.loads(dp_out(out, r).read_text()) for r in range(dp)])
     print(f"   {name}: vllm {done['versions']['vllm']} (torch {done['versions']['torch']}), "
           f"engine start {done['engine_start_s']} s, workloads {done['run_s']} s", flush=True)
     for w in CASE["workloads"]:
@@ -419,6 +466,34 @@ def spawn(name: str, python: str, work: Path, timeout: float) -> tuple[dict | No
     return done, ""
 
 
+def _wait_all(procs: list, timeout: float) -> list:
+    """Each process's exit code (None: still running), once all ended, one failed (a DP
+    rank alone cannot go on: its siblings would wait for it) or the timeout passed; every
+    process group is killed then (a hang, or workers left behind)."""
+    deadline = time.monotonic() + timeout
+    try:
+        codes = [p.poll() for p in procs]
+        while time.monotonic() < deadline and None in codes and not any(codes):
+            time.sleep(0.2)
+            codes = [p.poll() for p in procs]
+        return codes
+    finally:
+        for p in procs:
+            try:
+                os.killpg(p.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            p.wait()
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=f"Reproduce {CASE['scenario']}: {CASE['failing']} against {CASE['reference']} on vLLM.")
     p.add_argument("--python", default=sys.executable, help="the interpreter (with vllm) that runs each setting (default: this one)")
@@ -426,12 +501,15 @@ def main() -> int:
     p.add_argument("--work-dir", type=Path, help="where the settings' logs and results go (default: a new temporary directory)")
     p.add_argument("--setting", choices=sorted(CASE["settings"]), help=argparse.SUPPRESS)
     p.add_argument("--out", type=Path, help=argparse.SUPPRESS)
+    p.add_argument("--dp-rank", type=int, default=0, help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.setting:  # a child: one engine start
         os.environ.update(CASE["env"])
-        # Ignored on GPUs; a value already set wins.
-        os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", cpu_binding(CASE["settings"][args.setting]["ranks"], os.cpu_count() or 1))
-        run_setting(args.setting, args.out)
+        setting = CASE["settings"][args.setting]
+        # Ignored on GPUs; a value already set wins. One list for every DP rank: vLLM takes its rank's slice.
+        ranks = int(setting.get("dp", 1)) * setting["ranks"]
+        os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", cpu_binding(ranks, os.cpu_count() or 1))
+        run_setting(args.setting, args.out, args.dp_rank)
         return 0
     work = args.work_dir or Path(tempfile.mkdtemp(prefix="repro-"))
     work.mkdir(parents=True, exist_ok=True)
