@@ -51,6 +51,10 @@ def test_ids_are_valid_make_targets_and_node_ids(tmp_path):
 def test_settings_label():
     assert settings_label({"tp": 2, "pp": 1, "sp": True, "compile": False}, ["tp", "pp", "sp", "compile"]) == "tp2-pp1-sp"
     assert settings_label({"kv": "fp8"}, ["kv"]) == "kv-fp8"
+    # one data-parallel replica is no data parallelism: a suite that adds dp keeps its other ids
+    axes = ["tp", "pp", "dp", "ep"]
+    assert settings_label({"tp": 2, "pp": 1, "dp": 1, "ep": True}, axes) == "tp2-pp1-ep"
+    assert settings_label({"tp": 1, "pp": 1, "dp": 2, "ep": True}, axes) == "tp1-pp1-dp2-ep"
 
 
 def test_select_by_suite_glob_and_unknown(tmp_path):
