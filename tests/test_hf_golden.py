@@ -8,7 +8,6 @@ would. No vLLM needed: this runs in `make test`.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -20,7 +19,6 @@ from harness import models
 from harness import workloads as wl
 from harness.compare.numeric import check_workloads, tolerance_for
 from harness.config.loading import load_suite
-from harness.contract.launchplan import LaunchPlan
 from harness.contract.outputs import EngineOutputs
 from harness.contract.runspec import RunSpec
 from harness.engines import get_engine
@@ -117,29 +115,6 @@ def _cases() -> list:
     return cases
 
 
-# What the hf engine's rank imports before its first line of work: torch and transformers'
-# modeling code, about 13 CPU-seconds in every rank, most of each check here. The engine
-# names no preload (a scenario runs one hf rank), so each check would start a fresh
-# interpreter; here its ranks come from the launcher's rank pool (harness/launch/pool.py):
-# one zygote per test process imports these once and forks each check's rank, which then
-# runs harness.engines.hf.worker as `python -m` would. The zygote forks no process with a
-# thread beyond torch's, and transformers (through scikit-learn and pandas) imports two
-# libraries that start one at import: scipy's OpenBLAS (one BLAS thread: no pool; torch's
-# BLAS is MKL, which the variable does not touch) and pyarrow's jemalloc (no background
-# thread, as tests/kit/harness_server.py does). The pool keeps a zygote per environment,
-# and pytest names the running test in PYTEST_CURRENT_TEST: the ranks get one name for all.
-# Should the pool refuse all the same, the ranks start fresh as before, only slower.
-HF_RANK_PRELOAD = ["torch", "transformers", "transformers.modeling_utils", "transformers.models.auto.modeling_auto",
-                   "transformers.models.auto.processing_auto", "harness.engines.hf.worker", "harness.contract.outputs",
-                   "harness.launch.rankside"]
-HF_RANK_FORKABLE = {"OPENBLAS_NUM_THREADS": "1", "JE_ARROW_MALLOC_CONF": "background_thread:false",
-                    "PYTEST_CURRENT_TEST": "tests/test_hf_golden.py (an hf rank)"}
-
-
-def pooled(plan: LaunchPlan) -> LaunchPlan:
-    return dataclasses.replace(plan, preload=HF_RANK_PRELOAD, env={**plan.env, **HF_RANK_FORKABLE})
-
-
 @pytest.mark.parametrize("path, key", _cases())
 def test_vllm_golden_agrees_with_hf_transformers(path: Path, key: str, tmp_path):
     suite = load_suite(path)
@@ -153,7 +128,7 @@ def test_vllm_golden_agrees_with_hf_transformers(path: Path, key: str, tmp_path)
     spec = RunSpec(f"{key}/hf", "hf", str(model.directory), suite.dtype, {"tp": 1, "pp": 1, "compile": False},
                    resolved, str(tmp_path / "outputs"))
     spec.save(tmp_path / "spec.json")
-    outcome = run_ranks(pooled(get_engine("hf").launch_plan(spec, str(tmp_path / "spec.json"))), tmp_path / "logs", scaled(300))
+    outcome = run_ranks(get_engine("hf").launch_plan(spec, str(tmp_path / "spec.json")), tmp_path / "logs", scaled(300))
     assert outcome.status == "ok", (outcome.failure, Path(outcome.logs[0]).read_text()[-3000:])
 
     checks = check_workloads(EngineOutputs.load(golden_dir), EngineOutputs.load(spec.output_dir), resolved,

@@ -152,6 +152,32 @@ def test_the_reference_engines_ranks_are_pooled_on_cpu_only():
     zygote.close()
 
 
+def test_the_hf_engines_rank_is_pooled_on_cpu_only():
+    """The hf engine's rank imports torch and transformers (13 CPU-s a rank) from its
+    zygote: transformers' own imports start SciPy's OpenBLAS and pyarrow's jemalloc threads,
+    which its launch environment keeps from starting, or the zygote would refuse."""
+    pytest.importorskip("transformers")
+    from harness.contract.runspec import RunSpec
+    from harness.engines.hf import HfEngine
+
+    def plan(device):
+        return HfEngine().launch_plan(RunSpec("t/x", "hf", "/m", "float32", {"tp": 1, "pp": 1}, [], "/o", device=device), "/s.json")
+
+    cpu = plan("cpu")
+    assert module_argv(cpu.argv) is not None and "transformers" in cpu.preload
+    assert plan("cuda").preload == []
+    zygote = pool.Zygote(sys.executable, tuple(cpu.preload), {**os.environ, **cpu.env})  # refuses by raising
+    zygote.close()
+
+
+def test_the_running_tests_name_does_not_choose_a_zygote(tmp_path):
+    """pytest names each test in PYTEST_CURRENT_TEST: a rank gets it at its fork, and the
+    zygote is chosen without it (one zygote for a whole test session, not one a test)."""
+    first = run_ok(tmp_path, "a", PYTEST_CURRENT_TEST="tests/x.py::test_one (call)")
+    second = run_ok(tmp_path, "b", PYTEST_CURRENT_TEST="tests/x.py::test_two (call)")
+    assert first == second and os.getpid() not in first and len(pool._zygotes) == 1
+
+
 def zygote_with_a_rank(harness_pid: int) -> int | None:
     """The pid of the harness's zygote once a rank it forked runs the rank's program:
     retitled with its own command (zygote.show_command) and asleep in its injected hang.

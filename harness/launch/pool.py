@@ -47,9 +47,11 @@ MAX_ZYGOTES = 4
 _ZYGOTE_SCRIPT = Path(__file__).with_name("zygote.py")
 # What differs between the ranks of one run and between runs of one engine, and is read
 # only once a rank runs (never at import): the zygote's environment is the rank's
-# without these, so runs of every size share one zygote.
+# without these, so runs of every size share one zygote. PYTEST_CURRENT_TEST: pytest names
+# the running test in it, so a harness run inside a test suite would otherwise get a
+# zygote per test.
 PER_RANK_ENV = frozenset({"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
-                          ERROR_FILE_ENV, HEARTBEAT_FILE_ENV, LAUNCHER_PID_ENV, DEVICE_SLOTS_ENV})
+                          ERROR_FILE_ENV, HEARTBEAT_FILE_ENV, LAUNCHER_PID_ENV, DEVICE_SLOTS_ENV, "PYTEST_CURRENT_TEST"})
 
 
 class ZygoteUnavailable(RuntimeError):

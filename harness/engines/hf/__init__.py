@@ -23,6 +23,17 @@ from harness.engines.base import Capability, Engine
 from harness.settings.env import HF_PYTHON
 
 PYTHON_ENV = HF_PYTHON.name
+# What the rank imports before its first line of work: torch and transformers' modeling
+# code, about 13 CPU-seconds a rank. On CPU the launcher forks the rank from a rank-pool
+# zygote that imported them once (harness/launch/pool.py).
+RANK_IMPORTS = ("torch", "transformers", "transformers.modeling_utils", "transformers.models.auto.modeling_auto",
+                "transformers.models.auto.processing_auto", "harness.engines.hf.worker", "harness.contract.outputs",
+                "harness.launch.rankside")
+# The zygote forks no process that runs a thread beyond torch's pools, and transformers
+# (through scikit-learn and pandas) imports two libraries that start one at import:
+# SciPy's OpenBLAS (one thread: no pool; torch's own BLAS does not read this variable)
+# and pyarrow's jemalloc (no background thread).
+FORKABLE_ENV = {"OPENBLAS_NUM_THREADS": "1", "JE_ARROW_MALLOC_CONF": "background_thread:false"}
 
 
 class HfEngine(Engine):
@@ -53,4 +64,7 @@ class HfEngine(Engine):
             "HF_HUB_OFFLINE": "1",
             "TRANSFORMERS_OFFLINE": "1",
         }
-        return LaunchPlan(world_size=1, argv=[str(self.python()), "-m", "harness.engines.hf.worker", spec_path], env=env)
+        if spec.device != "cpu":  # importing torch before CUDA_VISIBLE_DEVICES is set is left to a fresh rank
+            return LaunchPlan(world_size=1, argv=[str(self.python()), "-m", "harness.engines.hf.worker", spec_path], env=env)
+        return LaunchPlan(world_size=1, argv=[str(self.python()), "-m", "harness.engines.hf.worker", spec_path],
+                          env={**env, **FORKABLE_ENV}, preload=list(RANK_IMPORTS))
