@@ -11,6 +11,7 @@ from __future__ import annotations
 import ast
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -93,7 +94,7 @@ def case_of(script: Path) -> dict:
     imported += [n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module]
     assert not [m for m in imported if m.split(".")[0] == "harness"], imported
     assert {m.split(".")[0] for m in imported} <= {"__future__", "argparse", "json", "math", "os", "re", "signal",
-                                                   "socket", "subprocess", "sys", "tempfile", "time", "pathlib", "vllm", "torch", "PIL",
+                                                   "ctypes", "socket", "subprocess", "sys", "tempfile", "time", "pathlib", "vllm", "torch", "PIL",
                                                    "numpy"}  # numpy: videos and audio clips (vLLM depends on it)
     cases = [n.value for n in tree.body if isinstance(n, ast.AnnAssign) and getattr(n.target, "id", "") == "CASE"]
     assert len(cases) == 1
@@ -333,6 +334,34 @@ def test_written_script_runs_each_setting_and_exits_by_the_verdict(demo, tmp_pat
     if mode == "shift":
         assert "[FAIL] logits (logprobs)" in done.stdout and "[ok] greedy (greedy)" in done.stdout
         assert "first out of bounds at prompt 0 position 2" in done.stdout
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("how", [signal.SIGKILL, signal.SIGTERM])
+def test_a_killed_script_leaves_no_setting_process(demo, tmp_path, how):
+    """The settings run in sessions of their own (vLLM's workers go with them): killed
+    outright, the script takes them along all the same (the kernel's parent-death signal);
+    terminated, through its own cleanup."""
+    from tests.kit import wait_until
+    from tests.kit.procs import survivors
+
+    repro = write_repro("demo/tp1-pp2", tmp_path / "out", report_dir=tmp_path / "none", scenarios=demo)
+    env = {**os.environ, "FAKE_VLLM_PP": "hang", "PYTHONPATH": str(ROOT / "tests" / "kit" / "fake_vllm")}
+    work = tmp_path / "work"
+    script = subprocess.Popen([sys.executable, str(repro.script), "--timeout", "600", "--work-dir", str(work)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, cwd=tmp_path)
+    try:
+        wait_until(lambda: "fake vllm" in ((work / "tp1-pp2.log").read_text() if (work / "tp1-pp2.log").exists() else ""),
+                   60, "the setting process to import the stand-in vllm", proc=script)
+        assert survivors(work), "the setting process should be running"
+        script.send_signal(how)
+        script.wait(timeout=60)
+        wait_until(lambda: not survivors(work), 30, "the setting process to end with the script")
+    finally:
+        script.kill()
+        script.wait()
+        for left in survivors(work):  # only where the test failed
+            os.kill(int(left.split(":")[0]), signal.SIGKILL)
 
 
 @pytest.mark.parametrize("top1_min", [0.9, 0.97])

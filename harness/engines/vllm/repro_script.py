@@ -444,7 +444,7 @@ def spawn(name: str, python: str, work: Path, timeout: float) -> tuple[dict | No
         with open(logs[r], "w") as f:
             procs.append(subprocess.Popen([python, str(Path(__file__).resolve()), "--setting", name, "--out", str(out),
                                            "--dp-rank", str(r)], stdout=f, stderr=subprocess.STDOUT,
-                                          env={**env, **dp_env}, start_new_session=True))
+                                          env={**env, **dp_env}, start_new_session=True, preexec_fn=_die_with_parent))
     codes = _wait_all(procs, timeout)
     text = "\n".join(path.read_text(errors="replace") for path in logs)
     tail = "\n".join("    " + line for line in text.splitlines()[-15:])
@@ -486,6 +486,26 @@ def _wait_all(procs: list, timeout: float) -> list:
             p.wait()
 
 
+def _die_with_parent() -> None:
+    """In a setting's process, before it runs: the kernel kills it when this script dies,
+    however it dies (a SIGKILL runs no `finally`), and vLLM's engine processes, which
+    watch their parent, follow. Linux only (prctl PR_SET_PDEATHSIG); elsewhere a no-op."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # 1: PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+def _stop_on_sigterm() -> None:
+    """A SIGTERM (a CI job's timeout, `kill`) ends this script as Ctrl-C does: through the
+    `finally` that kills the settings' process groups."""
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+
+
 def _free_port() -> int:
     import socket
 
@@ -511,6 +531,7 @@ def main() -> int:
         os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", cpu_binding(ranks, os.cpu_count() or 1))
         run_setting(args.setting, args.out, args.dp_rank)
         return 0
+    _stop_on_sigterm()
     work = args.work_dir or Path(tempfile.mkdtemp(prefix="repro-"))
     work.mkdir(parents=True, exist_ok=True)
     failing, reference = CASE["failing"], CASE["reference"]
