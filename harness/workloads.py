@@ -93,11 +93,19 @@ def shared_prefix_ids(count: int, tokenizer) -> list[int]:
     return ids[:count]
 
 
+def with_shared_passage(texts: list[str], count: int, tokenizer) -> list[str]:
+    """For a chat template, which writes the start of every prompt: each text led by the
+    same passage of `count` tokens, so every prompt shares the template's start and the
+    passage (at least `count` tokens; the last may merge with the text's first word)."""
+    if not count:
+        return texts
+    passage = tokenizer.decode(shared_prefix_ids(count, tokenizer))
+    return [f"{passage} {t}" for t in texts]
+
+
 def _chat_prompts(w: WorkloadDef, texts: list[str], tokenizer, template: chat.ChatTemplate) -> dict:
     """Each prompt as the checkpoint's chat template writes it, and its media files."""
-    if w.shared_prefix:
-        raise WorkloadError(f"workload '{w.name}': shared_prefix is for models without a chat template "
-                            "(the template writes the start of every prompt)")
+    texts = with_shared_passage(texts, w.shared_prefix, tokenizer)
     counts = [chat.Media(*(len(w.media_of(f, i)) for f in MEDIA)) for i in range(len(texts))]
     fields = {f: [[str(path_of(n)) for n in w.media_of(f, i)] or None for i in range(len(texts))]
               for f, path_of in MEDIA_FILES.items() if getattr(w, f)}

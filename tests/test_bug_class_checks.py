@@ -126,6 +126,29 @@ def test_image_workloads_put_placeholders_after_bos_and_hash_pixels_not_paths(tm
         wl.tokenize(w, text_only, zoo.load_tokenizer(text_only))
 
 
+def test_a_shared_prefix_under_a_chat_template_leads_every_prompts_text(tmp_path):
+    """A chat template writes the start of every prompt: the shared passage then leads each
+    prompt's text, after the template's own start, so the prompts share both (a prefix
+    cache needs more than one KV block of it: 128 tokens on vLLM's CPU)."""
+    import shutil
+
+    from harness import chat, zoo
+    from harness import workloads as wl
+    from harness.config.schema import WorkloadDef
+
+    text_model = zoo.model_dir("tiny-llama")
+    for name in ("config.json", "tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(text_model / name, tmp_path / name)
+    (tmp_path / chat.TEMPLATE_FILE).write_text(
+        "{{ bos_token }}USER: {% for m in messages %}{% for c in m.content %}{{ c.text }}{% endfor %}{% endfor %} ASSISTANT:")
+    w = WorkloadDef(name="w", kind="logprobs", num_prompts=3, shared_prefix=150, max_prompt_tokens=220)
+    prompts = wl.tokenize([w], tmp_path, zoo.load_tokenizer(tmp_path))[0]["prompts"]
+    shared = next(i for i, column in enumerate(zip(*prompts)) if len(set(column)) > 1)
+    assert shared >= 150 and len({tuple(p) for p in prompts}) == 3
+    plain = wl.tokenize([w], text_model, zoo.load_tokenizer(text_model))[0]["prompts"]  # BOS + the passage's ids
+    assert prompts[0][:3] != plain[0][:3] and all(p[1:151] == plain[0][1:151] for p in plain)
+
+
 def test_every_bug_class_has_a_fault_switch():
     from harness.engines.reference import faults
 
