@@ -813,3 +813,16 @@ def test_dp_counts_as_applied_when_every_driver_s_vllm_took_its_own_dp_rank():
                 "experts": {"held": held, "total": 4, "local": 2, "width": 64}} for r, held in enumerate([[0, 1], [2, 3]])]
     ep = summarize({"ep": True}, workers)["ep"]
     assert ep["applied"] is True and "worker dp1/tp0/pp0: experts 2-3" in ep["evidence"]
+
+
+def test_a_draft_model_with_mrope_positions_is_refused_as_vllm_refuses_it(tmp_path):
+    """vLLM's draft-model proposer raises NotImplementedError for M-RoPE models
+    (llm_base_proposer.py _raise_if_mrope): said before an engine start; ngram drafts
+    and models without M-RoPE go on."""
+    from harness.engines.vllm import _draft_reason
+
+    (tmp_path / "config.json").write_text(json.dumps({"text_config": {"rope_parameters": {"mrope_section": [4, 6, 6]}}}))
+    assert "M-RoPE" in _draft_reason(tmp_path, {"spec": "draft"})
+    assert _draft_reason(tmp_path, {"spec": "ngram"}) is None
+    (tmp_path / "config.json").write_text(json.dumps({"rope_scaling": {"rope_type": "default"}}))
+    assert _draft_reason(tmp_path, {"spec": "draft"}) is None

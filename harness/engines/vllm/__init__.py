@@ -103,7 +103,8 @@ class VllmEngine(Engine):
         if not model_dir:
             return None
         return (self._arch_reason(model_dir, pp) or _model_reason(model_dir, tp, pp) or _media_reason(model_dir, settings)
-                or _ep_reason(model_dir, settings) or _dp_reason(model_dir, settings) or _mla_reason(model_dir, probe))
+                or _ep_reason(model_dir, settings) or _dp_reason(model_dir, settings) or _draft_reason(model_dir, settings)
+                or _mla_reason(model_dir, probe))
 
     def _arch_reason(self, model_dir: str | Path, pp: int) -> str | None:
         """Whether the installed vLLM serves the checkpoint's architecture (and with PP)."""
@@ -327,6 +328,21 @@ def _dp_reason(model_dir: str | Path, settings: dict) -> str | None:
     if int(settings.get("dp", 1)) > 1 and not _routed_experts(model_dir):
         return ("dp: vLLM's offline data parallelism is for MoE models only: it raises 'Offline data parallel mode is "
                 "not supported/useful for dense models' (config/parallel.py) and this model has no routed experts")
+    return None
+
+
+def _draft_reason(model_dir: str | Path, settings: dict) -> str | None:
+    """vLLM's own refusal, said before an engine start: its draft-model proposer raises for
+    a model with M-RoPE positions (Qwen2-VL and its successors, GLM-4V: an `mrope_section`
+    in the text config's rope parameters; transformers_utils/config.py uses_mrope)."""
+    if settings.get("spec") != "draft":
+        return None
+    cfg = json.loads((Path(model_dir) / "config.json").read_text())
+    ropes = [c.get(k) for c in (cfg, cfg.get("text_config") or {}) for k in ("rope_scaling", "rope_parameters")]
+    if any(isinstance(r, dict) and "mrope_section" in r for r in ropes):
+        return ("spec: draft: vLLM's draft-model proposer refuses M-RoPE models: NotImplementedError 'Speculative Decoding "
+                "with draft models or parallel drafting does not support M-RoPE yet' (v1/spec_decode/llm_base_proposer.py "
+                "_raise_if_mrope)")
     return None
 
 
