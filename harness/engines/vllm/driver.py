@@ -325,7 +325,7 @@ def run(spec) -> None:
     replica = exchange_replicas(spec.output_dir, dp, dp_rank, mine)
     if dp_rank != 0:  # DP rank 0 writes the run's outputs; every DP engine stops after every one ran its share
         shutdown(llm)
-        _remove_left_shared_memory(forking, idents)
+        _remove_left_shared_memory(idents)
         return
     workers = [w for r in range(dp) for w in replica[r]["workers"]]
     counts = {k: sum(replica[r]["counts"][k] for r in range(dp)) for k in submit.counts}
@@ -351,12 +351,14 @@ def run(spec) -> None:
     out.save(spec.output_dir)
     phases.mark("write")
     shutdown(llm)
-    _remove_left_shared_memory(forking, idents)
+    _remove_left_shared_memory(idents)
 
 
-def _remove_left_shared_memory(forking, idents: list[str]) -> None:
+def _remove_left_shared_memory(idents: list[str]) -> None:
     """Forked workers remove their shared memory as they exit (forking.py); what a killed
     one left goes here."""
+    from harness.engines.vllm import forking
+
     removed = forking.remove_shared_memory(idents)
     if removed:
         print(f"{SHM_REMOVED_MARK} {' '.join(removed)}", file=sys.stderr, flush=True)
