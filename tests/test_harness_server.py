@@ -14,6 +14,7 @@ import threading
 
 import pytest
 
+from harness.launch.stall import STALL_WINDOW_ENV
 from tests.kit import scaled, survivors, wait_until
 from tests.kit.cli import ROOT, environment, harness_command
 from tests.kit.harness_server import COMMAND_ENV, SWITCH, forked_harness, imports_as_command
@@ -76,7 +77,10 @@ def test_a_timeout_kills_the_command_and_what_it_started(tmp_path):
     watcher.start()
     try:
         with pytest.raises(subprocess.TimeoutExpired):
-            forked_harness(argv, as_collected(), ROOT, scaled(15))  # the hung rank would hold it for 600 s
+            # The stall detector off: on a loaded machine scaled(15) outlasts its 20 s window,
+            # and the run would end on its own as a hang before the timeout this test is about.
+            # The hung rank would then hold the command for 600 s.
+            forked_harness(argv, as_collected({STALL_WINDOW_ENV: "0"}), ROOT, scaled(15))
     finally:
         stop.set()
         watcher.join()

@@ -123,7 +123,8 @@ def test_shards_are_disjoint_run_directories_that_record_the_shard(tmp_path, env
 def test_ctrl_c_with_two_jobs_stops_both_runs_and_frees_the_slots(tmp_path, env):
     run_dir = tmp_path / "r" / "int"
     proc = start_harness("run", "llama-tiny/tp1-pp1", "llama-tiny/tp2-pp1", "--jobs", "2", "--devices", "4",
-                         "--fault", "rank-hang@0", "--report-dir", str(tmp_path / "r"), "--run-id", "int", env=env)
+                         "--fault", "rank-hang@0", "--report-dir", str(tmp_path / "r"), "--run-id", "int",
+                         env={**env, "HARNESS_STALL_WINDOW_S": "0"})  # hung until the Ctrl-C, however slow the start
     try:
         logs = [logs_dir(run_dir, sid) / "rank0.log" for sid in ("llama-tiny/tp1-pp1", "llama-tiny/tp2-pp1")]
         wait_until(lambda: all(log.exists() for log in logs) and len(survivors(run_dir)) >= 3, 120,
