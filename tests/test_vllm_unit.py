@@ -608,15 +608,14 @@ def test_the_driver_submits_the_batches_the_batch_axis_composes_and_restores_the
     assert llm.calls[0] != [tuple(p) for p in prompts]  # mixed: not the workload's order, fillers beside
 
 
-def test_vllm_refuses_a_chunk_budget_below_max_num_seqs_and_fillers_for_media(tmp_path):
+def test_vllm_refuses_a_chunk_budget_below_max_num_seqs_and_fillers_for_media():
     from harness.engines.vllm import _media_reason, _scheduling_reason
 
     assert "below max_num_seqs=8" in _scheduling_reason({"chunked_prefill": 4})
     assert _scheduling_reason({"chunked_prefill": 32}) is None and _scheduling_reason({"chunked_prefill": 0}) is None
     assert "token budget" in _scheduling_reason({"chunked_prefill": True})
-    (tmp_path / "config.json").write_text(json.dumps({"vision_config": {}}))
-    assert "media placeholders" in _media_reason(tmp_path, {"batch": "mixed"})
-    assert _media_reason(tmp_path, {"batch": "one"}) is None
+    assert "media placeholders" in _media_reason({"vision_config": {}}, {"batch": "mixed"})
+    assert _media_reason({"vision_config": {}}, {"batch": "one"}) is None
 
 
 def test_ep_counts_as_applied_only_where_the_workers_hold_their_own_whole_experts():
@@ -650,32 +649,28 @@ def test_ep_counts_as_applied_only_where_the_workers_hold_their_own_whole_expert
     assert dense["applied"] is False and "no worker holds a MoE layer" in dense["evidence"]
 
 
-def test_vllm_refuses_ep_without_experts_to_split(tmp_path):
+def test_vllm_refuses_ep_without_experts_to_split():
     from harness.engines.vllm import _ep_reason
 
-    (tmp_path / "config.json").write_text(json.dumps({"num_experts": 4}))
-    assert _ep_reason(tmp_path, {"ep": True, "tp": 2}) is None
-    (tmp_path / "config.json").write_text(json.dumps({"hidden_size": 128}))
-    assert "no routed experts" in _ep_reason(tmp_path, {"ep": True, "tp": 2})
-    assert _ep_reason(tmp_path, {"ep": False}) is None
+    assert _ep_reason({"num_experts": 4}, {"ep": True, "tp": 2}) is None
+    assert "no routed experts" in _ep_reason({"hidden_size": 128}, {"ep": True, "tp": 2})
+    assert _ep_reason({"hidden_size": 128}, {"ep": False}) is None
 
 
-def test_vllm_032_cpu_without_amx_refuses_mla_models(tmp_path):
+def test_vllm_032_cpu_without_amx_refuses_mla_models():
     """DeepSeek-V2/V3 on vLLM 0.32 CPU: the reference MLA backend's block size (16, forced by
     platforms/cpu.py) is one its kernel refuses; an AMX CPU, a GPU, another release or a
     model without MLA is left to run."""
     from harness.engines.vllm import _mla_reason
 
     cpu = {"vllm": "0.32.0", "platform": "cpu", "cpu_amx": False}
-    (tmp_path / "config.json").write_text(json.dumps({"model_type": "deepseek_v2", "kv_lora_rank": 256}))
-    assert "Unsupported block size: 16" in _mla_reason(tmp_path, cpu)
-    assert "platforms/cpu.py:273-279" in _mla_reason(tmp_path, cpu)
+    mla = {"model_type": "deepseek_v2", "kv_lora_rank": 256}
+    assert "Unsupported block size: 16" in _mla_reason(mla, cpu)
+    assert "platforms/cpu.py:273-279" in _mla_reason(mla, cpu)
     for other in ({"cpu_amx": True}, {"platform": "cuda"}, {"vllm": "0.33.0"}):
-        assert _mla_reason(tmp_path, {**cpu, **other}) is None
-    (tmp_path / "config.json").write_text(json.dumps({"model_type": "deepseek_v2", "kv_lora_rank": None}))
-    assert _mla_reason(tmp_path, cpu) is None  # DeepSeek-V2-Lite style without MLA
-    (tmp_path / "config.json").write_text(json.dumps({"model_type": "minicpm3", "kv_lora_rank": 256}))
-    assert _mla_reason(tmp_path, cpu) is None  # MiniCPM3's attention is its own, not vLLM's MLA backend
+        assert _mla_reason(mla, {**cpu, **other}) is None
+    assert _mla_reason({**mla, "kv_lora_rank": None}, cpu) is None  # DeepSeek-V2-Lite style without MLA
+    assert _mla_reason({**mla, "model_type": "minicpm3"}, cpu) is None  # MiniCPM3's attention is its own, not vLLM's MLA backend
 
 
 def test_draft_tokens_are_counted_as_proposed_and_as_kept_by_the_sampled_tokens():
@@ -760,16 +755,15 @@ def test_batch_invariant_counts_as_applied_only_where_every_worker_ran_the_mode(
     assert "batch_invariant" not in summarize({"batch_invariant": False}, [{"batch_invariant": None}])
 
 
-def test_vllm_data_parallelism_is_refused_for_a_dense_model_as_vllm_refuses_it(tmp_path):
+def test_vllm_data_parallelism_is_refused_for_a_dense_model_as_vllm_refuses_it():
     """vLLM's offline DP raises for a dense model (config/parallel.py): said before any
     engine start. EP's group is TP x DP: dp2 alone has ranks to split the experts over."""
     from harness.engines.vllm import VllmEngine, _dp_reason
 
-    (tmp_path / "config.json").write_text(json.dumps({"num_experts": 4}))
-    assert _dp_reason(tmp_path, {"dp": 2}) is None
-    (tmp_path / "config.json").write_text(json.dumps({"hidden_size": 128}))
-    assert "for MoE models only" in _dp_reason(tmp_path, {"dp": 2}) and "dense" in _dp_reason(tmp_path, {"dp": 2})
-    assert _dp_reason(tmp_path, {"dp": 1}) is None
+    dense = {"hidden_size": 128}
+    assert _dp_reason({"num_experts": 4}, {"dp": 2}) is None
+    assert "for MoE models only" in _dp_reason(dense, {"dp": 2}) and "dense" in _dp_reason(dense, {"dp": 2})
+    assert _dp_reason(dense, {"dp": 1}) is None
     engine = VllmEngine()
     assert "dp" in engine.axes
     assert "nothing to split" in engine.unsupported_reason({"tp": 1, "dp": 1, "ep": True})
@@ -815,14 +809,13 @@ def test_dp_counts_as_applied_when_every_driver_s_vllm_took_its_own_dp_rank():
     assert ep["applied"] is True and "worker dp1/tp0/pp0: experts 2-3" in ep["evidence"]
 
 
-def test_a_draft_model_with_mrope_positions_is_refused_as_vllm_refuses_it(tmp_path):
+def test_a_draft_model_with_mrope_positions_is_refused_as_vllm_refuses_it():
     """vLLM's draft-model proposer raises NotImplementedError for M-RoPE models
     (llm_base_proposer.py _raise_if_mrope): said before an engine start; ngram drafts
     and models without M-RoPE go on."""
     from harness.engines.vllm import _draft_reason
 
-    (tmp_path / "config.json").write_text(json.dumps({"text_config": {"rope_parameters": {"mrope_section": [4, 6, 6]}}}))
-    assert "M-RoPE" in _draft_reason(tmp_path, {"spec": "draft"})
-    assert _draft_reason(tmp_path, {"spec": "ngram"}) is None
-    (tmp_path / "config.json").write_text(json.dumps({"rope_scaling": {"rope_type": "default"}}))
-    assert _draft_reason(tmp_path, {"spec": "draft"}) is None
+    mrope = {"text_config": {"rope_parameters": {"mrope_section": [4, 6, 6]}}}
+    assert "M-RoPE" in _draft_reason(mrope, {"spec": "draft"})
+    assert _draft_reason(mrope, {"spec": "ngram"}) is None
+    assert _draft_reason({"rope_scaling": {"rope_type": "default"}}, {"spec": "draft"}) is None

@@ -102,13 +102,14 @@ class VllmEngine(Engine):
                 return f"{axis}: {probe[axis]['reason']}"
         if not model_dir:
             return None
-        return (self._arch_reason(model_dir, pp) or _model_reason(model_dir, tp, pp) or _media_reason(model_dir, settings)
-                or _ep_reason(model_dir, settings) or _dp_reason(model_dir, settings) or _draft_reason(model_dir, settings)
-                or _mla_reason(model_dir, probe))
+        cfg = _config(model_dir)  # read once: every rule below asks it something
+        return (self._arch_reason(cfg, pp) or _model_reason(cfg, tp, pp) or _media_reason(cfg, settings)
+                or _ep_reason(cfg, settings) or _dp_reason(cfg, settings) or _draft_reason(cfg, settings)
+                or _mla_reason(cfg, probe))
 
-    def _arch_reason(self, model_dir: str | Path, pp: int) -> str | None:
+    def _arch_reason(self, cfg: dict, pp: int) -> str | None:
         """Whether the installed vLLM serves the checkpoint's architecture (and with PP)."""
-        archs = json.loads((Path(model_dir) / "config.json").read_text()).get("architectures") or []
+        archs = cfg.get("architectures") or []
         if not archs:
             return "config.json names no architectures: vLLM cannot tell which model class to use"
         python = self.python()
@@ -264,8 +265,12 @@ HEAD_FIELDS = ("num_attention_heads", "n_head", "num_heads")
 LAYER_FIELDS = ("num_hidden_layers", "n_layer", "num_layers")
 
 
-def _model_reason(model_dir: str | Path, tp: int, pp: int) -> str | None:
-    cfg = json.loads((Path(model_dir) / "config.json").read_text())
+def _config(model_dir: str | Path) -> dict:
+    """The checkpoint's config.json, as the refusal rules below read it."""
+    return json.loads((Path(model_dir) / "config.json").read_text())
+
+
+def _model_reason(cfg: dict, tp: int, pp: int) -> str | None:
     text = cfg.get("text_config", cfg)
     heads = next(((f, text[f]) for f in HEAD_FIELDS if isinstance(text.get(f), int)), None)
     layers = next(((f, text[f]) for f in LAYER_FIELDS if isinstance(text.get(f), int)), None)
@@ -294,10 +299,9 @@ def _scheduling_reason(settings: dict) -> str | None:
 MEDIA_CONFIGS = ("vision_config", "audio_config")  # a multimodal checkpoint's encoder configs
 
 
-def _media_reason(model_dir: str | Path, settings: dict) -> str | None:
+def _media_reason(cfg: dict, settings: dict) -> str | None:
     """A filler prompt is made from a workload prompt's tokens (batching.py), its media
     placeholders too, without the media they stand for."""
-    cfg = json.loads((Path(model_dir) / "config.json").read_text())
     if settings.get("batch") == "mixed" and any(key in cfg for key in MEDIA_CONFIGS):
         return "batch=mixed: filler prompts made from a prompt would carry its media placeholders without the media"
     return None
@@ -307,37 +311,35 @@ def _media_reason(model_dir: str | Path, settings: dict) -> str | None:
 EXPERT_FIELDS = ("num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts")
 
 
-def _routed_experts(model_dir: str | Path) -> int:
+def _routed_experts(cfg: dict) -> int:
     """The checkpoint's routed-expert count (0: a dense model)."""
-    cfg = json.loads((Path(model_dir) / "config.json").read_text())
     text = cfg.get("text_config", cfg)
     return next((text[f] for f in EXPERT_FIELDS if isinstance(text.get(f), int) and text[f] > 1), 0)
 
 
-def _ep_reason(model_dir: str | Path, settings: dict) -> str | None:
+def _ep_reason(cfg: dict, settings: dict) -> str | None:
     """vLLM takes enable_expert_parallel on a dense model and does nothing with it."""
-    if settings.get("ep") and not _routed_experts(model_dir):
+    if settings.get("ep") and not _routed_experts(cfg):
         return f"ep: the model has no routed experts (config.json has none of {', '.join(EXPERT_FIELDS)} > 1)"
     return None  # vLLM splits an uneven count itself (expert_map_manager.py: the remainder to the first ranks)
 
 
-def _dp_reason(model_dir: str | Path, settings: dict) -> str | None:
+def _dp_reason(cfg: dict, settings: dict) -> str | None:
     """vLLM's own refusal, said before an engine start: its offline data parallelism
     (VLLM_DP_*) raises for a dense model (config/parallel.py, ParallelConfig's offline
     branch: "Offline data parallel mode is not supported/useful for dense models")."""
-    if int(settings.get("dp", 1)) > 1 and not _routed_experts(model_dir):
+    if int(settings.get("dp", 1)) > 1 and not _routed_experts(cfg):
         return ("dp: vLLM's offline data parallelism is for MoE models only: it raises 'Offline data parallel mode is "
                 "not supported/useful for dense models' (config/parallel.py) and this model has no routed experts")
     return None
 
 
-def _draft_reason(model_dir: str | Path, settings: dict) -> str | None:
+def _draft_reason(cfg: dict, settings: dict) -> str | None:
     """vLLM's own refusal, said before an engine start: its draft-model proposer raises for
     a model with M-RoPE positions (Qwen2-VL and its successors, GLM-4V: an `mrope_section`
     in the text config's rope parameters; transformers_utils/config.py uses_mrope)."""
     if settings.get("spec") != "draft":
         return None
-    cfg = json.loads((Path(model_dir) / "config.json").read_text())
     ropes = [c.get(k) for c in (cfg, cfg.get("text_config") or {}) for k in ("rope_scaling", "rope_parameters")]
     if any(isinstance(r, dict) and "mrope_section" in r for r in ropes):
         return ("spec: draft: vLLM's draft-model proposer refuses M-RoPE models: NotImplementedError 'Speculative Decoding "
@@ -350,14 +352,13 @@ def _draft_reason(model_dir: str | Path, settings: dict) -> str | None:
 MLA_MODEL_TYPES = ("deepseek_v2", "deepseek_v3", "deepseek_v32", "kimi_k2")
 
 
-def _mla_reason(model_dir: str | Path, probe: dict) -> str | None:
+def _mla_reason(cfg: dict, probe: dict) -> str | None:
     """vLLM 0.32's reference CPU MLA backend cannot decode: platforms/cpu.py:273-279 forces
     block_size=16 for it ("the CPU MLA decode kernel only compiles with block_size=16"),
     and the kernel it calls (`mla_decode_kvcache_cpu`, _custom_ops.py:158 -> _C
     mla_decode_kvcache) raises "Unsupported block size: 16" at the first decode step
     (measured with DeepSeek-V2, float32, 2026-11-27). A CPU with AMX tiles takes vLLM's AMX
     MLA path instead, which has no such override; other releases are left to run."""
-    cfg = json.loads((Path(model_dir) / "config.json").read_text())
     text = cfg.get("text_config", cfg)
     if text.get("model_type") not in MLA_MODEL_TYPES or not text.get("kv_lora_rank"):
         return None
