@@ -1,0 +1,103 @@
+"""The release x suite compatibility table of docs/ENGINE_VERSIONS.md, from runs.
+
+    python bench/release_table.py reports/RUN [reports/RUN2 ...]
+
+Reads every `scenarios/*/verdict.json` of the given run directories. A scenario run with
+`--engine-env vllm==V` is named `ID@vllm-V`; one run without it ran the pinned engine,
+whose release is in the verdict's `versions`. Prints one markdown row per scenario and
+one column per release (oldest first): the verdict, the logits check's max |dlogprob|
+against the golden and the scenario's time; then each release's torch and transformers
+as the runs recorded them, and every verdict that is not a pass with its reason (an
+expected failure with the cause its expectation names). Where several runs judged the
+same cell, the last directory given wins.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from packaging.version import Version
+
+
+def release_of(verdict: dict) -> tuple[str, str]:
+    """(scenario id without the engine env, the engine's release)."""
+    scenario, _, env = verdict["scenario"].partition("@")
+    versions = verdict.get("versions") or {}
+    release = env.removeprefix("vllm-") if env else versions.get("vllm") or versions.get(versions.get("engine", ""), "?")
+    return scenario, release
+
+
+def load(run_dirs: list[Path]) -> dict[tuple[str, str], dict]:
+    cells: dict[tuple[str, str], dict] = {}
+    for run_dir in run_dirs:
+        for path in sorted(run_dir.glob("scenarios/*/verdict.json")):
+            verdict = json.loads(path.read_text())
+            cells[release_of(verdict)] = verdict
+    return cells
+
+
+def max_dlogprob(verdict: dict) -> str | None:
+    values = [c["metrics"]["max_abs_dlogprob"] for c in verdict.get("checks") or []
+              if c.get("kind") == "logprobs" and "max_abs_dlogprob" in (c.get("metrics") or {})]
+    return f"{max(values):.2e}" if values else None
+
+
+def shown(verdict: dict) -> str:
+    if verdict["verdict"] == "expected-failure" and verdict.get("observed"):
+        return f"expected-failure ({verdict['observed']})"
+    return verdict["verdict"]
+
+
+def cell(verdict: dict, note: int | None) -> str:
+    parts = [shown(verdict) + (f" [{note}]" if note else "")]
+    if verdict["verdict"] == "pass" and (dl := max_dlogprob(verdict)):
+        parts.append(dl)
+    if isinstance(seconds := verdict.get("duration_s"), (int, float)):
+        parts.append(f"{seconds:.0f} s")
+    return ", ".join(parts)
+
+
+def why(verdict: dict) -> str:
+    """The verdict's reason (an expected failure's names its expectation's cause), on one line."""
+    return " ".join(str(verdict.get("reason", "")).split()).replace("|", "\\|")
+
+
+def table(cells: dict[tuple[str, str], dict]) -> list[str]:
+    scenarios = sorted({s for s, _ in cells})
+    releases = sorted({r for _, r in cells}, key=Version)
+    notes: list[str] = []
+    lines = ["| scenario | " + " | ".join(f"`{r}`" for r in releases) + " |",
+             "|---|" + "---|" * len(releases)]
+    for scenario in scenarios:
+        row = []
+        for release in releases:
+            verdict = cells.get((scenario, release))
+            note = None
+            if verdict and verdict["verdict"] != "pass":
+                text = f"`{scenario}` on {release}: {why(verdict)}"
+                notes.append(text)
+                note = len(notes)
+            row.append(cell(verdict, note) if verdict else "-")
+        lines.append(f"| `{scenario}` | " + " | ".join(row) + " |")
+    lines += ["", "| release | torch | transformers |", "|---|---|---|"]
+    for release in releases:
+        versions = next((v.get("versions") or {} for (_, r), v in cells.items() if r == release and v.get("versions")), {})
+        choice = versions.get("transformers_choice") or versions.get("transformers", "?")
+        lines.append(f"| {release} | {versions.get('torch', '?')} | {choice} |")
+    if notes:
+        lines.append("")
+        lines += [f"[{n}] {text}" for n, text in enumerate(notes, 1)]
+    return lines
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("runs", nargs="+", type=Path)
+    args = p.parse_args()
+    print("\n".join(table(load(args.runs))))
+
+
+if __name__ == "__main__":
+    main()
