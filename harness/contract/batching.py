@@ -18,6 +18,7 @@ processes import it.
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 MODES = ("all", "one", "mixed")
@@ -30,7 +31,7 @@ class Submission:
     workload prompt it is (None for a filler)."""
 
     prompts: list[list[int]]
-    origin: list[int | None]
+    origin: Sequence[int | None]  # read-only: a replica's share (list[int]) is one too
 
 
 def filler(prompt: list[int], salt: int) -> list[int]:

@@ -50,7 +50,7 @@ def merge(workloads: list[dict], by_replica: dict[int, dict], dp: int,
         if not n:
             merged[w["name"]] = by_replica[0][w["name"]]
             continue
-        subs = [batching.Submission([], list[int | None](shares(n, dp, r))) for r in range(dp)]
+        subs = [batching.Submission([], shares(n, dp, r)) for r in range(dp)]
         pieces = [per_prompt(w["kind"], by_replica[r][w["name"]]) if subs[r].origin else [] for r in range(dp)]
         merged[w["name"]] = joined(w["kind"], batching.restore(pieces, subs, n))
     return merged
