@@ -155,9 +155,13 @@ def ensure_installed(engine, engine_name: str, version: str, say=print) -> Path:
     (harness/engines/envdir.py: a lock, the marker last, nothing but the log kept of a
     failed install). EnvError: the install failed, with its log."""
     python = installed_python(engine_name, version)
-    if python is not None:
-        return python
     venv = env_dir(engine_name, version)
+    if python is not None:
+        outdated = engine.outdated_env(version, venv)
+        if not outdated:
+            return python
+        say(f"harness: the installed {engine_name} {version} is out of date: {outdated}; installing it again")
+        envdir.unmark(venv)
     try:
         envdir.build_once(venv, f"{engine_name} {version}", lambda d, log: engine.install_env(version, d, log), say,
                           engine=engine_name, version=version)

@@ -159,6 +159,22 @@ def test_a_release_is_installed_once_into_the_cache(tmp_path, monkeypatch):
     assert any("installing fake 1.0 into" in line and "takes minutes" in line for line in said)
 
 
+def test_an_installed_release_the_engine_calls_out_of_date_is_installed_again(tmp_path, monkeypatch):
+    monkeypatch.setenv("HARNESS_CACHE", str(tmp_path))
+    engine, said = FakeEngine(), []
+    envs.ensure_installed(engine, "fake", "1.0", said.append)
+    engine.outdated_env = lambda version, venv: "its widget 2 is outside the cap <2"
+    venv = tmp_path / "envs" / "fake-1.0"
+    (venv / "stale").write_text("from the first install")
+    python = envs.ensure_installed(engine, "fake", "1.0", said.append)
+    assert engine.installs == 2 and python == venv / "bin" / "python" and envdir.is_built(venv)
+    assert not (venv / "stale").exists()  # built again from nothing, not over the old one
+    assert any("out of date: its widget 2 is outside the cap <2; installing it again" in line for line in said)
+    engine.outdated_env = lambda version, venv: None
+    envs.ensure_installed(engine, "fake", "1.0", said.append)
+    assert engine.installs == 2
+
+
 # --- the command line: bad input, nothing runs -----------------------------------------
 
 @pytest.mark.parametrize("spec, ids, message", [

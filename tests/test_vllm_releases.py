@@ -123,8 +123,23 @@ def test_a_release_gets_the_newest_transformers_it_allows_under_the_harness_cap(
     assert "the harness's cap transformers<5.6" in old.describe() and "5.24.0, is left out" in old.describe()
     newest = releases.choose_transformers("0.32.0", ["transformers<5.20.0,>=5.16.1"], index)
     assert (newest.version, newest.cap) == ("5.19.0", "") and newest.describe().endswith("allows")
-    assert releases.choose_transformers("0.27.0", ["transformers>=5.5.3"], index).version == "5.24.0"  # no cap: not a pre-release
-    assert releases.choose_transformers("0.27.0", ['transformers>=9; python_version < "3"', "numpy"], index).version == "5.24.0"
+    later = releases.choose_transformers("0.27.0", ["transformers>=5.5.3"], index)  # 5.24.0 breaks LLaVA and Gemma 3
+    assert (later.version, later.newest_allowed, later.cap) == ("5.19.0", "5.24.0", "<5.20")
+    assert releases.choose_transformers("0.27.0", ['transformers>=9; python_version < "3"', "numpy"], index).version == "5.19.0"
+
+
+def test_an_environment_installed_before_a_cap_it_breaks_is_out_of_date(tmp_path):
+    """A cap added after a release was installed: its recorded transformers is outside it,
+    so the environment is installed again (harness/envs.py); inside it, it stays."""
+    venv = tmp_path / "vllm-0.27.0"
+    venv.mkdir()
+    assert "records no transformers choice" in releases.outdated_choice("0.27.0", venv)
+    (venv / releases.CHOICES_FILE).write_text(json.dumps({"transformers": {"version": "5.24.0"}}))
+    assert "transformers 5.24.0 is outside the harness's cap transformers<5.20" in releases.outdated_choice("0.27.0", venv)
+    (venv / releases.CHOICES_FILE).write_text(json.dumps({"transformers": {"version": "5.19.0"}}))
+    assert releases.outdated_choice("0.27.0", venv) is None
+    (venv / releases.CHOICES_FILE).write_text(json.dumps({"transformers": {"version": "5.5.4"}}))
+    assert releases.outdated_choice("0.22.1", venv) is None  # under 0.22.1's own cap <5.6
 
 
 def test_a_release_whose_transformers_is_not_on_the_index_cannot_be_planned():

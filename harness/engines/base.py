@@ -116,6 +116,12 @@ class Engine(ABC):
         raise NotImplementedError(f"engine '{self.name}' cannot install releases; give --engine-env a path to a "
                                   "Python interpreter with the version installed")
 
+    def outdated_env(self, version: str, venv_dir: Path) -> str | None:
+        """Why an environment install_env built earlier for release `version` is not what
+        it would build now (its recorded choices broke a rule added since), or None: it
+        is then installed again. The default: an installed release stays as it is."""
+        return None
+
     def install_default(self, say) -> Path:
         """Install the engine where it runs by default (`harness install ENGINE`: the vllm
         engine's project venv .venv-vllm), saying what it does through `say`; return its

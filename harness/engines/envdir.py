@@ -55,6 +55,11 @@ def is_built(directory: Path) -> bool:
     return (directory / MARKER).exists()
 
 
+def unmark(directory: Path) -> None:
+    """`directory` no longer counts as built: the next build_once builds it again."""
+    (directory / MARKER).unlink(missing_ok=True)
+
+
 def log_of(directory: Path) -> Path:
     return directory.parent / f"{directory.name}.install.log"
 

