@@ -819,3 +819,16 @@ def test_a_draft_model_with_mrope_positions_is_refused_as_vllm_refuses_it():
     assert "M-RoPE" in _draft_reason(mrope, {"spec": "draft"})
     assert _draft_reason(mrope, {"spec": "ngram"}) is None
     assert _draft_reason({"rope_scaling": {"rope_type": "default"}}, {"spec": "draft"}) is None
+
+
+def test_an_architecture_vllm_cannot_load_is_refused_with_its_import_error():
+    """vLLM's own inspection returns None and only logs why (a too-new transformers breaks
+    an import: 0.27.0's LLaVA under transformers 5.24); the probe's reason carries it."""
+    from types import SimpleNamespace
+
+    from harness.engines.vllm.probe import _import_error
+
+    registry = SimpleNamespace(models={"Broken": SimpleNamespace(module_name="harness.no_such_module_here"),
+                                       "Fine": SimpleNamespace(module_name="json"), "Bare": object()})
+    assert "importing harness.no_such_module_here raises ModuleNotFoundError" in _import_error(registry, "Broken")
+    assert _import_error(registry, "Fine") == "" and _import_error(registry, "Bare") == ""

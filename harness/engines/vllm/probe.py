@@ -130,11 +130,27 @@ def arch_support(arch: str) -> dict:
         return {"arch": arch, "reason": f"vLLM {vllm.__version__} does not serve architecture {arch}"}
     info = ModelRegistry._try_inspect_model_cls(arch)  # vLLM's own inspection (it caches it)
     if info is None:
-        return {"arch": arch, "reason": f"vLLM {vllm.__version__} cannot load its {arch} implementation here"}
+        return {"arch": arch, "reason": f"vLLM {vllm.__version__} cannot load its {arch} implementation here"
+                                        + _import_error(ModelRegistry, arch)}
     if not info.is_text_generation_model:
         return {"arch": arch, "reason": f"vLLM's {arch} is not a text-generation model (pooling only)"}
     return {"arch": arch, "supports_pp": bool(info.supports_pp), "multimodal": bool(info.supports_multimodal),
             "attention_free": bool(info.is_attention_free), "hybrid": bool(info.is_hybrid)}
+
+
+def _import_error(registry, arch: str) -> str:
+    """Why the module of `arch` does not import (vLLM's inspection logs it and returns
+    None): ": ImportError: ..." (an import that a too-new transformers breaks reads so), or ""."""
+    import importlib
+
+    module = getattr(registry.models.get(arch), "module_name", None)
+    if not module:
+        return ""
+    try:
+        importlib.import_module(module)
+    except Exception as exc:  # noqa: BLE001 - whatever stops the import is the reason
+        return f": importing {module} raises {type(exc).__name__}: {exc}"
+    return ""
 
 
 if __name__ == "__main__":
