@@ -65,3 +65,41 @@ def test_another_assertion_in_step3_is_not_the_moe_fallback_bug():
     v.crash = {**v.crash, "exception": "AssertionError: shapes differ", "traceback": "step3_text.py line 304"}
     v = apply_expectations(v, step3_expectations())
     assert v.verdict == "crash" and "NOT the expected failure" in v.reason
+
+
+MOE = "vllm-moe/arch-qwen3-moe-tp2-pp1"
+VIDEO = "vllm-mm-video/arch-qwen25-vl-tp1-pp1"
+
+
+def expectations_of(suite: str, scenario_id: str) -> tuple:
+    (scenario,) = [s for s in load_scenarios([ROOT / "scenarios" / f"{suite}.yaml"]) if s.id == scenario_id]
+    return scenario.expectations
+
+
+def test_every_moe_layout_meets_the_fused_moe_fallback_bug_on_the_releases_with_it():
+    """Measured on 0.22.1 and 0.23.0 (qwen3-moe tp2, 2026-11-27): Step3's crash, in vllm-moe."""
+    for release, expected in (("0.20.2", True), ("0.23.0", True), ("0.19.1", False), ("0.25.1", False)):
+        crash = step3_moe_crash(release)
+        crash.scenario = f"{MOE}@vllm-{release}"
+        v = apply_expectations(crash, expectations_of("vllm-moe", MOE))
+        assert (v.verdict == "expected-failure") == expected, (release, v.reason)
+
+
+def video_fps_fail(vllm: str, max_abs_dlogprob: float) -> Verdict:
+    """vllm-mm-video/arch-qwen25-vl-tp1-pp1 as measured on 0.23.0, 0.25.1, 0.27.0, 0.30.0."""
+    logits = {"name": "logits", "kind": "logprobs", "passed": False,
+              "metrics": {"max_abs_dlogprob": max_abs_dlogprob, "top1_agreement": 0.997}}
+    greedy = {"name": "greedy", "kind": "greedy", "passed": True, "metrics": {}}
+    return Verdict(f"{VIDEO}@vllm-{vllm}", "fail", f"logits: max|dlogprob|={max_abs_dlogprob:.2e}",
+                   versions=versions(vllm), checks=[logits, greedy])
+
+
+def test_qwen25_vl_video_fps_bug_is_expected_before_032_and_a_fail_on_032():
+    for release in ("0.19.1", "0.23.0", "0.30.0"):
+        v = apply_expectations(video_fps_fail(release, 1.06e-2), expectations_of("vllm-mm-video", VIDEO))
+        assert v.verdict == "expected-failure" and v.observed == "fail", (release, v.reason)
+        assert "24 fps" in v.reason
+    v = apply_expectations(video_fps_fail("0.32.0", 1.06e-2), expectations_of("vllm-mm-video", VIDEO))
+    assert v.verdict == "fail" and "does not apply" in v.reason  # fixed there: the same numbers would be a regression
+    v = apply_expectations(video_fps_fail("0.25.1", 2e-4), expectations_of("vllm-mm-video", VIDEO))
+    assert v.verdict == "fail", v.reason  # a drift far below the bug's size is not taken for it
