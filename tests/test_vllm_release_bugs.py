@@ -103,3 +103,19 @@ def test_qwen25_vl_video_fps_bug_is_expected_before_032_and_a_fail_on_032():
     assert v.verdict == "fail" and "does not apply" in v.reason  # fixed there: the same numbers would be a regression
     v = apply_expectations(video_fps_fail("0.25.1", 2e-4), expectations_of("vllm-mm-video", VIDEO))
     assert v.verdict == "fail", v.reason  # a drift far below the bug's size is not taken for it
+
+
+def test_llava_text_config_without_architectures_is_expected_on_019_only():
+    """vllm-mm-archs/arch-llava-tp1-pp1 on 0.19.1 (2026-11-27): the engine core's crash."""
+    llava = "vllm-mm-archs/arch-llava-tp1-pp1"
+    exception = "TypeError: 'NoneType' object is not iterable"
+    traceback = "\n".join(["Traceback (most recent call last):",
+                           '  File ".../vllm/model_executor/model_loader/utils.py", line 218, in get_model_architecture',
+                           '    tuple(getattr(model_config.hf_config, "architectures", [])),', exception])
+    for release, expected in (("0.19.1", True), ("0.20.2", False)):
+        crash = Verdict(f"{llava}@vllm-{release}", "crash", f"rank EngineCore crashed: {exception}",
+                        versions=versions(release), crash={"rank": "EngineCore (vLLM process: pid 1)", "exitcode": 1,
+                                                           "signal": None, "exception": exception,
+                                                           "traceback": traceback, "log": "rank0.log"})
+        v = apply_expectations(crash, expectations_of("vllm-mm-archs", llava))
+        assert (v.verdict == "expected-failure") == expected, (release, v.reason)
