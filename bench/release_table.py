@@ -1,6 +1,6 @@
 """The release x suite compatibility table of docs/ENGINE_VERSIONS.md, from runs.
 
-    python bench/release_table.py reports/RUN [reports/RUN2 ...]
+    python bench/release_table.py reports/RUN [reports/RUN2 ...] [--releases 0.19.1,0.20.2,...]
 
 Reads every `scenarios/*/verdict.json` of the given run directories. A scenario run with
 `--engine-env vllm==V` is named `ID@vllm-V`; one run without it ran the pinned engine,
@@ -95,8 +95,13 @@ def table(cells: dict[tuple[str, str], dict]) -> list[str]:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("runs", nargs="+", type=Path)
+    p.add_argument("--releases", help="comma-separated releases to show (default: every release in the runs)")
     args = p.parse_args()
-    print("\n".join(table(load(args.runs))))
+    cells = load(args.runs)
+    if args.releases:
+        shown = set(args.releases.split(","))
+        cells = {key: v for key, v in cells.items() if key[1] in shown}
+    print("\n".join(table(cells)))
 
 
 if __name__ == "__main__":
