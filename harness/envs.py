@@ -227,13 +227,12 @@ def resolve(spec: EnvSpec, engine_name: str, say=print) -> EngineEnv:
         if spec.engine not in {engine_name, (engine.distribution() or "").lower()}:
             raise EnvError(f"--engine-env {spec.text} is a release of '{spec.engine}'; the chosen scenarios run on engine "
                            f"'{engine_name}' (give {engine_name}==VERSION)")
-        python = installed_python(engine_name, spec.version)
-        if python is None:
+        if installed_python(engine_name, spec.version) is None:
             check_release(engine, engine_name, spec.version)
-            try:
-                python = ensure_installed(engine, engine_name, spec.version, say)
-            except (RuntimeError, OSError) as exc:  # NotImplementedError is a RuntimeError
-                raise EnvError(f"--engine-env {spec.text}: {exc}") from None
+        try:  # installed: only whether it is out of date (then installed again)
+            python = ensure_installed(engine, engine_name, spec.version, say)
+        except (RuntimeError, OSError) as exc:  # NotImplementedError is a RuntimeError
+            raise EnvError(f"--engine-env {spec.text}: {exc}") from None
     else:
         python = spec.python
     if not takes_python(engine):

@@ -175,6 +175,28 @@ def test_an_installed_release_the_engine_calls_out_of_date_is_installed_again(tm
     assert engine.installs == 2
 
 
+def test_run_with_a_release_whose_environment_is_out_of_date_installs_it_again(tmp_path, monkeypatch):
+    """`--engine-env fake==1.0` with the release installed: resolve asks whether it is out of
+    date (it used to take any installed environment as it was)."""
+    from harness.engines import base
+
+    monkeypatch.setenv("HARNESS_CACHE", str(tmp_path))
+
+    class Installs(FakeEngine):
+        capabilities = FakeEngine.capabilities | {base.Capability.OWN_PYTHON, base.Capability.INSTALLS_RELEASES}
+
+        def versions(self):
+            return {"engine": "fake", "fake": "1.0"}
+
+    engine, said = Installs(), []
+    monkeypatch.setattr("harness.engines.get_engine", lambda name: engine)
+    envs.ensure_installed(engine, "fake", "1.0")
+    engine.outdated_env = lambda version, venv: "a cap added since rules its widget out"
+    resolved = envs.resolve(envs.parse_env_spec("fake==1.0"), "fake", said.append)
+    assert engine.installs == 2 and resolved.label == "fake-1.0"
+    assert any("out of date: a cap added since" in line for line in said)
+
+
 # --- the command line: bad input, nothing runs -----------------------------------------
 
 @pytest.mark.parametrize("spec, ids, message", [
