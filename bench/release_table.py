@@ -7,8 +7,8 @@ Reads every `scenarios/*/verdict.json` of the given run directories. A scenario 
 whose release is in the verdict's `versions`. Prints one markdown row per scenario and
 one column per release (oldest first): the verdict, the logits check's max |dlogprob|
 against the golden and the scenario's time; then each release's torch and transformers
-as the runs recorded them, and every verdict that is not a pass with its reason (an
-expected failure with the cause its expectation names). Where several runs judged the
+as the runs recorded them, and a note for each cause of a verdict that is not a pass
+(an expected failure's cause as its expectation words it, shared by every cell it explains). Where several runs judged the
 same cell, the last directory given wins.
 """
 
@@ -59,26 +59,24 @@ def cell(verdict: dict, note: int | None) -> str:
     return ", ".join(parts)
 
 
-def why(verdict: dict) -> str:
-    """The verdict's reason (an expected failure's names its expectation's cause), on one line."""
-    return " ".join(str(verdict.get("reason", "")).split()).replace("|", "\\|")
+def cause(verdict: dict) -> str:
+    """What a footnote says of a non-pass: an expected failure's cause as its expectation
+    words it (one note for every cell it explains), else the verdict's own reason."""
+    text = verdict.get("expected_failure") if verdict["verdict"] == "expected-failure" else None
+    return " ".join(str(text or verdict.get("reason", "")).split()).replace("|", "\\|")
 
 
 def table(cells: dict[tuple[str, str], dict]) -> list[str]:
     scenarios = sorted({s for s, _ in cells})
     releases = sorted({r for _, r in cells}, key=Version)
-    notes: list[str] = []
+    notes: dict[str, int] = {}  # cause -> its number
     lines = ["| scenario | " + " | ".join(f"`{r}`" for r in releases) + " |",
              "|---|" + "---|" * len(releases)]
     for scenario in scenarios:
         row = []
         for release in releases:
             verdict = cells.get((scenario, release))
-            note = None
-            if verdict and verdict["verdict"] != "pass":
-                text = f"`{scenario}` on {release}: {why(verdict)}"
-                notes.append(text)
-                note = len(notes)
+            note = notes.setdefault(cause(verdict), len(notes) + 1) if verdict and verdict["verdict"] != "pass" else None
             row.append(cell(verdict, note) if verdict else "-")
         lines.append(f"| `{scenario}` | " + " | ".join(row) + " |")
     lines += ["", "| release | torch | transformers |", "|---|---|---|"]
@@ -88,7 +86,7 @@ def table(cells: dict[tuple[str, str], dict]) -> list[str]:
         lines.append(f"| {release} | {versions.get('torch', '?')} | {choice} |")
     if notes:
         lines.append("")
-        lines += [f"[{n}] {text}" for n, text in enumerate(notes, 1)]
+        lines += [f"[{n}] {text}" for text, n in notes.items()]
     return lines
 
 
