@@ -1,0 +1,41 @@
+"""bench/release_table.py: the release x suite table of docs/ENGINE_VERSIONS.md read from
+run directories (verdict.json files written here, no engine)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def release_table():
+    spec = importlib.util.spec_from_file_location("release_table", ROOT / "bench" / "release_table.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def write(run: Path, scenario: str, verdict: str, vllm: str, **extra) -> None:
+    d = run / "scenarios" / scenario.replace("/", "__")
+    d.mkdir(parents=True)
+    body = {"scenario": scenario, "verdict": verdict, "reason": extra.pop("reason", "r"), "duration_s": 12.3,
+            "versions": {"vllm": vllm, "torch": "2.11.0", "transformers": "5.5.4"}, "checks": [], **extra}
+    (d / "verdict.json").write_text(json.dumps(body))
+
+
+def test_one_column_per_release_oldest_first_and_one_note_per_cause(tmp_path):
+    rt = release_table()
+    old, new = tmp_path / "old", tmp_path / "new"
+    logits = [{"kind": "logprobs", "metrics": {"max_abs_dlogprob": 1.5e-5}}]
+    write(old, "s/a@vllm-0.9.0", "pass", "0.9.0", checks=logits)
+    bug = {"observed": "crash", "expected_failure": "vLLM's bug X (file.py:1)", "reason": "crash as expected: ..."}
+    write(old, "s/a@vllm-0.20.2", "expected-failure", "0.20.2", **bug)
+    write(old, "s/b@vllm-0.20.2", "expected-failure", "0.20.2", **bug)
+    write(new, "s/a", "fail", "0.32.0", reason="logits: max|dlogprob|=1.06e-02")  # the pinned engine: no @ in the id
+    lines = rt.table(rt.load([old, new]))
+    assert lines[0] == "| scenario | `0.9.0` | `0.20.2` | `0.32.0` |"  # PEP 440 order, not text order
+    assert lines[2] == "| `s/a` | pass, 1.50e-05, 12 s | expected-failure (crash) [1], 12 s | fail [2], 12 s |"
+    assert lines[3] == "| `s/b` | - | expected-failure (crash) [1], 12 s | - |"
+    assert "[1] vLLM's bug X (file.py:1)" in lines and "[2] logits: max\\|dlogprob\\|=1.06e-02" in lines
