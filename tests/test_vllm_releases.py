@@ -123,9 +123,10 @@ def test_a_release_gets_the_newest_transformers_it_allows_under_the_harness_cap(
     assert "the harness's cap transformers<5.6" in old.describe() and "5.24.0, is left out" in old.describe()
     newest = releases.choose_transformers("0.32.0", ["transformers<5.20.0,>=5.16.1"], index)
     assert (newest.version, newest.cap) == ("5.19.0", "") and newest.describe().endswith("allows")
-    later = releases.choose_transformers("0.27.0", ["transformers>=5.5.3"], index)  # 5.24.0 breaks LLaVA and Gemma 3
-    assert (later.version, later.newest_allowed, later.cap) == ("5.19.0", "5.24.0", "<5.20")
-    assert releases.choose_transformers("0.27.0", ['transformers>=9; python_version < "3"', "numpy"], index).version == "5.19.0"
+    later = releases.choose_transformers("0.27.0", ["transformers>=5.5.3"], index)  # 5.17+ renamed what its LLaVA imports
+    assert (later.version, later.newest_allowed, later.cap) == ("5.16.1", "5.24.0", "<5.17")
+    assert releases.choose_transformers("0.27.0", ['transformers>=9; python_version < "3"', "numpy"], index).version == "5.16.1"
+    assert releases.choose_transformers("0.33.0", [], index).version == "5.19.0"  # the harness's own tested range
 
 
 def test_an_environment_installed_before_a_cap_it_breaks_is_out_of_date(tmp_path):
@@ -135,8 +136,8 @@ def test_an_environment_installed_before_a_cap_it_breaks_is_out_of_date(tmp_path
     venv.mkdir()
     assert "records no transformers choice" in releases.outdated_choice("0.27.0", venv)
     (venv / releases.CHOICES_FILE).write_text(json.dumps({"transformers": {"version": "5.24.0"}}))
-    assert "transformers 5.24.0 is outside the harness's cap transformers<5.20" in releases.outdated_choice("0.27.0", venv)
-    (venv / releases.CHOICES_FILE).write_text(json.dumps({"transformers": {"version": "5.19.0"}}))
+    assert "transformers 5.24.0 is outside the harness's cap transformers<5.17" in releases.outdated_choice("0.27.0", venv)
+    (venv / releases.CHOICES_FILE).write_text(json.dumps({"transformers": {"version": "5.16.1"}}))
     assert releases.outdated_choice("0.27.0", venv) is None
     (venv / releases.CHOICES_FILE).write_text(json.dumps({"transformers": {"version": "5.5.4"}}))
     assert releases.outdated_choice("0.22.1", venv) is None  # under 0.22.1's own cap <5.6
