@@ -121,9 +121,10 @@ def test_llava_text_config_without_architectures_is_expected_on_019_only():
         assert (v.verdict == "expected-failure") == expected, (release, v.reason)
 
 
-def test_torch_210_inductor_vecmask_compile_error_is_expected_on_019_only():
-    """vllm-mm-evals/tp1-pp1-compile on 0.19.1 (torch 2.10, 2026-11-27): g++ rejects the
-    kernel Inductor wrote; the first release bisect's CppCompileError."""
+def test_torch_210_211_inductor_vecmask_compile_error_is_expected_before_027():
+    """vllm-mm-evals/tp1-pp1-compile on 0.19.1 (torch 2.10) and 0.20.2 (torch 2.11),
+    2026-11-27: g++ rejects the kernel Inductor wrote; the first release bisect's
+    CppCompileError. 0.27+ pin torch 2.13 (0.32.0 passes)."""
     evals = "vllm-mm-evals/tp1-pp1-compile"
     exception = "torch._inductor.exc.InductorError: CppCompileError: C++ compile error"
     traceback = "\n".join([
@@ -131,7 +132,7 @@ def test_torch_210_inductor_vecmask_compile_error_is_expected_on_019_only():
         '  File ".../torch/_inductor/cpp_builder.py", line 631, in _run_compile_cmd',
         "c3gfc.main.cpp:147:211: error: no matching function for call to "
         "'at::vec::CPU_CAPABILITY::VecMask<long int, 2>::VecMask(int&)'", exception])
-    for release, expected in (("0.19.1", True), ("0.20.2", False)):
+    for release, expected in (("0.19.1", True), ("0.20.2", True), ("0.27.0", False)):
         crash = Verdict(f"{evals}@vllm-{release}", "crash", f"rank EngineCore crashed: {exception}",
                         versions=versions(release), crash={"rank": "EngineCore (vLLM process: pid 1)", "exitcode": 1,
                                                            "signal": None, "exception": exception,
