@@ -19,14 +19,15 @@ from pathlib import Path
 LAYOUT_AXES = ("tp", "pp", "compile")  # every scenario has them: its evidence is in the verdict, not the table
 
 
-def load(run_dirs: list[Path], suites: list[str] | None) -> dict[str, dict]:
-    found: dict[str, dict] = {}
+def verdicts(run_dirs: list[Path]):
+    """Every verdict.json of the run directories, in the order given (bench/release_table.py too)."""
     for run_dir in run_dirs:
         for path in sorted(run_dir.glob("scenarios/*/verdict.json")):
-            verdict = json.loads(path.read_text())
-            if not suites or verdict["scenario"].split("/")[0] in suites:
-                found[verdict["scenario"]] = verdict
-    return found
+            yield json.loads(path.read_text())
+
+
+def load(run_dirs: list[Path], suites: list[str] | None) -> dict[str, dict]:
+    return {v["scenario"]: v for v in verdicts(run_dirs) if not suites or v["scenario"].split("/")[0] in suites}
 
 
 def max_dlogprob(verdict: dict) -> str:

@@ -15,10 +15,13 @@ same cell, the last directory given wins.
 from __future__ import annotations
 
 import argparse
-import json
+import sys
 from pathlib import Path
 
 from packaging.version import Version
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from feature_table import max_dlogprob, verdicts  # noqa: E402 - the sibling script's reader
 
 
 def release_of(verdict: dict) -> tuple[str, str]:
@@ -30,18 +33,7 @@ def release_of(verdict: dict) -> tuple[str, str]:
 
 
 def load(run_dirs: list[Path]) -> dict[tuple[str, str], dict]:
-    cells: dict[tuple[str, str], dict] = {}
-    for run_dir in run_dirs:
-        for path in sorted(run_dir.glob("scenarios/*/verdict.json")):
-            verdict = json.loads(path.read_text())
-            cells[release_of(verdict)] = verdict
-    return cells
-
-
-def max_dlogprob(verdict: dict) -> str | None:
-    values = [c["metrics"]["max_abs_dlogprob"] for c in verdict.get("checks") or []
-              if c.get("kind") == "logprobs" and "max_abs_dlogprob" in (c.get("metrics") or {})]
-    return f"{max(values):.2e}" if values else None
+    return {release_of(v): v for v in verdicts(run_dirs)}
 
 
 def shown(verdict: dict) -> str:
@@ -52,7 +44,7 @@ def shown(verdict: dict) -> str:
 
 def cell(verdict: dict, note: int | None) -> str:
     parts = [shown(verdict) + (f" [{note}]" if note else "")]
-    if verdict["verdict"] == "pass" and (dl := max_dlogprob(verdict)):
+    if verdict["verdict"] == "pass" and (dl := max_dlogprob(verdict)) != "-":
         parts.append(dl)
     if isinstance(seconds := verdict.get("duration_s"), (int, float)):
         parts.append(f"{seconds:.0f} s")
