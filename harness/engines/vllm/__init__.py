@@ -242,11 +242,10 @@ class VllmEngine(Engine):
         """The transformers the harness chose for this environment's release, and why, in
         one line ("5.5.4 (capped <5.6; newest allowed 5.24.0)"), from the record the
         install left in the venv; "" for an environment without one."""
-        from harness.engines.vllm.releases import CHOICES_FILE
+        from harness.engines.vllm.releases import recorded_choice
 
-        try:
-            chosen = json.loads((self.python().parent.parent / CHOICES_FILE).read_text())["transformers"]
-        except (OSError, ValueError, KeyError, TypeError):
+        chosen = recorded_choice(self.python().parent.parent)
+        if chosen is None:
             return ""
         if chosen.get("cap"):
             return f"{chosen['version']} (capped transformers{chosen['cap']}; newest allowed {chosen['newest_allowed']})"

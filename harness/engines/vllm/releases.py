@@ -101,16 +101,25 @@ def transformers_cap(release: str) -> tuple[str, str]:
     return "", ""
 
 
-def outdated_choice(release: str, venv: Path) -> str | None:
-    """Why the transformers recorded in `venv` (CHOICES_FILE) breaks the harness's cap
-    for `release` as it is now (a cap added after the install), or None."""
+def recorded_choice(venv: Path) -> dict | None:
+    """The transformers choice the install recorded in `venv` (TransformersChoice.record()),
+    or None for an environment without one (not built by the harness, or built before)."""
     try:
-        chosen = json.loads((venv / CHOICES_FILE).read_text())["transformers"]["version"]
+        chosen = json.loads((venv / CHOICES_FILE).read_text())["transformers"]
+        return chosen if isinstance(chosen, dict) and "version" in chosen else None
     except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def outdated_choice(release: str, venv: Path) -> str | None:
+    """Why the transformers recorded in `venv` breaks the harness's cap for `release` as
+    it is now (a cap added after the install), or None."""
+    chosen = recorded_choice(venv)
+    if chosen is None:
         return f"it records no transformers choice ({CHOICES_FILE}): built before the harness chose one per release"
     cap, why = transformers_cap(release)
-    if cap and Version(chosen) not in SpecifierSet(cap):
-        return f"its transformers {chosen} is outside the harness's cap transformers{cap} for this release ({why})"
+    if cap and Version(chosen["version"]) not in SpecifierSet(cap):
+        return f"its transformers {chosen['version']} is outside the harness's cap transformers{cap} for this release ({why})"
     return None
 
 
