@@ -4,7 +4,9 @@
 
 Reads every `scenarios/*/verdict.json` of the given run directories (where several runs
 judged the same scenario, the last directory given wins) and prints one markdown row per
-scenario: its verdict, the logits check's max |dlogprob| against the golden, its time, and
+scenario: its verdict, the logits check's max |dlogprob| against the golden, how it compared
+with its own layout without the feature (the same-layout checks, harness/stages/same_layout.py:
+bit-identical, or the largest difference; `-` where the golden is that layout), its time, and
 the evidence of the axes it tests (every applied axis but tp/pp/compile; the reason for a
 verdict that is not a pass). Then a count of verdicts per suite.
 """
@@ -36,6 +38,19 @@ def max_dlogprob(verdict: dict) -> str:
     return f"{max(values):.2e}" if values else "-"
 
 
+def vs_layout(verdict: dict) -> str:
+    """`bit-identical`, or the largest |dlogprob| of the same-layout checks (a greedy check's
+    over the steps it compared) and whether they held; `-` without such checks."""
+    checks = [c for c in verdict.get("checks") or [] if c.get("kind") == "same-layout"]
+    if not checks:
+        return "-"
+    if all((c.get("metrics") or {}).get("bit_identical") for c in checks):
+        return "bit-identical"
+    worst = max(max((c.get("metrics") or {}).get(k, 0.0) for k in ("max_abs_dlogprob", "max_step_dlogprob")) for c in checks)
+    held = "held" if all(c.get("passed") for c in checks) else "FAILED"
+    return f"{worst:.2e} ({held})"
+
+
 def tested(verdict: dict) -> str:
     if verdict["verdict"] != "pass":
         return verdict.get("reason", "").replace("|", "\\|")
@@ -48,7 +63,7 @@ def row(verdict: dict) -> str:
     shown = verdict["verdict"]
     seconds = verdict.get("duration_s")
     time = f"{seconds:.0f} s" if isinstance(seconds, (int, float)) else "-"
-    return f"| `{verdict['scenario']}` | {shown} | {max_dlogprob(verdict)} | {time} | {tested(verdict)} |"
+    return f"| `{verdict['scenario']}` | {shown} | {max_dlogprob(verdict)} | {vs_layout(verdict)} | {time} | {tested(verdict)} |"
 
 
 def main() -> None:
@@ -57,8 +72,8 @@ def main() -> None:
     p.add_argument("--suites", help="comma-separated suite names (default: every suite in the runs)")
     args = p.parse_args()
     verdicts = load(args.runs, args.suites.split(",") if args.suites else None)
-    print("| scenario | verdict | max \\|dlogprob\\| | time | evidence of the tested axes (or the reason) |")
-    print("|---|---|---|---|---|")
+    print("| scenario | verdict | max \\|dlogprob\\| | vs its layout | time | evidence of the tested axes (or the reason) |")
+    print("|---|---|---|---|---|---|")
     for scenario in sorted(verdicts):
         print(row(verdicts[scenario]))
     counts: dict[str, Counter] = {}

@@ -1,4 +1,4 @@
-"""One scenario, start to verdict: admit -> execute -> judge -> Verdict.save.
+"""One scenario, start to verdict: admit -> execute -> (same layout) -> judge -> Verdict.save.
 
 The stages live in harness/stages/; this is the flow of docs/DESIGN.md ("The flow of one
 scenario") in one place. The CLI, pytest and the golden command all come through here,
@@ -21,6 +21,7 @@ from harness.stages.admit import RunOptions, admit
 from harness.stages.ended import harness_error, launch_verdict
 from harness.stages.execute import execute
 from harness.stages.judge import judge
+from harness.stages.same_layout import layout_reference
 from harness.timings import Stopwatch
 from harness.verdict import Verdict
 
@@ -50,12 +51,11 @@ def run_scenario(scenario: Scenario, run_dir: Path, opts: RunOptions | None = No
     """Run one scenario and write its verdict.json; never raises except on Ctrl-C and
     ResultsNotWritten (the verdict itself could not be stored)."""
     opts = opts or RunOptions()
-    out_dir = scenario_dir(run_dir, scenario.id)
     start = time.monotonic()
     watch = Stopwatch()
     reproduce = reproduce_command(scenario, opts)
     try:
-        verdict = _run(scenario, out_dir, opts, lease, watch)
+        verdict = _run(scenario, run_dir, opts, lease, watch)
     except KeyboardInterrupt:
         raise
     except Exception as exc:  # noqa: BLE001 - a harness fault must become an `error` verdict
@@ -87,12 +87,16 @@ def record_verdict(scenario: Scenario, verdict: Verdict, run_dir: Path, opts: Ru
     return verdict
 
 
-def _run(scenario: Scenario, out_dir: Path, opts: RunOptions, lease: Lease | None, watch: Stopwatch) -> Verdict:
+def _run(scenario: Scenario, run_dir: Path, opts: RunOptions, lease: Lease | None, watch: Stopwatch) -> Verdict:
+    out_dir = scenario_dir(run_dir, scenario.id)
     admitted = admit(scenario, scenario.engine_settings, out_dir, opts, opts.gate, watch=watch)
     if isinstance(admitted, Verdict):
         return admitted
     outcome = execute(admitted, out_dir, scenario, opts, lease, watch)
-    return judge(scenario, admitted, outcome, watch)
+    layout = layout_reference(scenario, admitted, outcome, run_dir, opts, lease, watch)  # spec, batch: also their own layout
+    if isinstance(layout, Verdict):
+        return layout
+    return judge(scenario, admitted, outcome, watch, layout)
 
 
 class GoldenUnsupported(RuntimeError):

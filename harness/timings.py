@@ -7,10 +7,12 @@ A verdict's `timings`:
                wait       waiting for free devices (other scenarios hold them)
                start .. exit   the launch, per rank phase (harness/contract/phases.py),
                           along the slowest rank; `launch` instead when no rank marked
+               same-layout  the run of its own layout without its feature (stages/same_layout.py:
+                          a launch, or 0 when an earlier scenario of the run made it)
                compare    numeric checks and localisation against the golden
                evals      lm-eval scoring of the eval answers
                verdict    the rest: the verdict assembled
-  engine_s   the launch: the engine starting and running (start .. exit)
+  engine_s   the launch: the engine starting and running (start .. exit; same-layout too)
   harness_s  everything else but `wait`: the harness's own share
   wait_s     device wait (a packing cost, neither the engine's nor the harness's work)
   engine_start  where the engine's own start went, when it says ({phase: seconds}, vLLM:
@@ -23,14 +25,15 @@ import time
 
 from harness.contract.phases import RANK_PHASES, rank_breakdown, read_marks
 
-ENGINE_PHASES = (*RANK_PHASES, "exit", "launch")
+ENGINE_PHASES = (*RANK_PHASES, "exit", "launch", "same-layout")
 NOT_HARNESS = (*ENGINE_PHASES, "wait")
 # Short names for the report's columns, in flow order.
 COLUMNS = (
     ("wait", "device wait"), ("start", "start+imports"), ("rendezvous", "rendezvous"), ("load", "load"),
     ("warmup", "warmup/compile"), ("workloads", "workloads"), ("write", "write"), ("exit", "exit"),
-    ("compare", "compare"), ("evals", "evals"),
+    ("same-layout", "same layout"), ("compare", "compare"), ("evals", "evals"),
 )
+OCCASIONAL = ("same-layout",)  # a column only where some scenario of the table had the phase
 
 
 class Stopwatch:

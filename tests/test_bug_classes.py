@@ -52,6 +52,17 @@ def fails_in(workload: str, clean: tuple = ()):
     return check
 
 
+def and_its_layout(expect, label: str, workload: str):
+    """`expect`, and the scenario's same-layout check of `workload` (held to `label`, its own
+    layout without the feature: harness/stages/same_layout.py) fails too."""
+    def check(v: dict) -> None:
+        expect(v)
+        checks = {c["name"]: c for c in v["checks"]}
+        same = checks[f"{workload} vs {label}"]
+        assert same["kind"] == "same-layout" and not same["passed"], same
+    return check
+
+
 # fault -> {scenario: expectation}: the scenarios that run the fault's code path, and
 # neighbours that differ in the one setting (or model) that keeps them off it.
 EXPECTED = {
@@ -98,12 +109,14 @@ EXPECTED = {
         "llama-moe/tp2-pp1": passes,  # no dispatch without EP
     },
     "chunked-prefill-drops-kv": {
-        "llama-features/tp1-pp2-chunked_prefill32": fails_at(layer=0, stage=0),
+        "llama-features/tp1-pp2-chunked_prefill32": and_its_layout(fails_at(layer=0, stage=0),
+                                                                   "same layout tp1-pp2", "logits"),
         "llama-features/tp1-pp2-prefix_cache": passes,  # every prefill in one step
     },
     "prefix-cache-skips-stage": {
         # only the greedy workload reads the cache; the second stage's layers miss the prefix
-        "llama-features/tp1-pp2-prefix_cache": fails_in("greedy", clean=("logits",)),
+        "llama-features/tp1-pp2-prefix_cache": and_its_layout(fails_in("greedy", clean=("logits",)),
+                                                              "same layout tp1-pp2", "greedy"),
         "llama-features/tp1-pp1-prefix_cache": passes,  # one stage: the hit is restored
         "llama-features/tp1-pp2-chunked_prefill32": passes,  # no prefix cache
     },
@@ -113,7 +126,8 @@ EXPECTED = {
         "llama-tiny/tp1-pp1": passes,  # one replica: nothing to merge
     },
     "spec-accepts-unverified-draft": {
-        "llama-spec/tp2-pp2-spec-ngram": fails_in("greedy"),  # a wrong draft becomes a token
+        # a wrong draft becomes a token: against the golden and against plain greedy in the same layout
+        "llama-spec/tp2-pp2-spec-ngram": and_its_layout(fails_in("greedy"), "same layout tp2-pp2", "greedy"),
         "llama-tiny/tp2-pp2": passes,  # plain decoding drafts nothing
     },
 }
@@ -146,4 +160,13 @@ def test_fault_is_caught_only_where_its_code_runs(fault, tmp_path):
                           ("llama-spec/tp2-pp2-spec-ngram", "spec"), ("llama-dp/tp1-pp1-dp2", "dp")):
             applied = outputs_meta(tmp_path / "run", sid)["applied"][axis]
             assert applied["applied"], (sid, applied)  # experts split, prefills chunked, cache hits
+        # the features are held to their own layout too, each layout run once for the run
+        layouts = sorted(p.name for p in (tmp_path / "run" / "same-layout").iterdir())
+        assert layouts == ["llama-features__tp1-pp2", "llama-spec__tp2-pp2"], layouts
+        for sid, label, names in (
+                ("llama-features/tp1-pp2-chunked_prefill32", "same layout tp1-pp2", ["logits", "greedy"]),
+                ("llama-features/tp1-pp2-prefix_cache", "same layout tp1-pp2", ["logits", "greedy"]),
+                ("llama-spec/tp2-pp2-spec-ngram", "same layout tp2-pp2", ["greedy"])):
+            same = [c["name"] for c in verdicts[sid]["checks"] if c["kind"] == "same-layout"]
+            assert same == [f"{n} vs {label}" for n in names], (sid, same)
 

@@ -7,16 +7,18 @@ Python API (harness/api.py), so a check means the same whichever way it was aske
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict
+from dataclasses import asdict, replace
 
 from harness.compare.applied import evidence_table, unapplied_reason
 from harness.compare.contracts import check_pp_contract
 from harness.compare.localize import describe, first_divergence
-from harness.compare.numeric import Tolerance, check_workloads
+from harness.compare.numeric import CheckResult, Tolerance, check_workloads
 from harness.contract.outputs import EngineOutputs
 from harness.verdict import Verdict
 
 ACCURACY = "accuracy"  # the kind of the eval checks (harness/evals): paired items, not numbers
+SAME_LAYOUT = "same-layout"  # the kind of a check against the scenario's own layout without its feature
+EXACT = Tolerance(logprob_atol=0.0, kl_max=0.0, top1_min=1.0, near_tie=0.0)  # not one bit, no near-tie excuse
 
 
 def judge_outputs(name: str, reference: EngineOutputs, candidate: EngineOutputs, workloads: list[dict], tol: Tolerance,
@@ -43,7 +45,7 @@ def numeric_checks(reference: EngineOutputs, candidate: EngineOutputs, workloads
 def localize(reference: EngineOutputs, candidate: EngineOutputs, workloads: list[dict], checks: list[dict]) -> dict | None:
     """Where the candidate first diverged, when a numeric check failed (None otherwise,
     or when the engine captured no hidden states)."""
-    if not any(not c["passed"] and c["kind"] != ACCURACY for c in checks):
+    if not any(not c["passed"] and c["kind"] not in (ACCURACY, SAME_LAYOUT) for c in checks):
         return None
     return first_divergence(reference, candidate, workloads)
 
@@ -67,3 +69,28 @@ def verdict_of_checks(name: str, checks: list[dict], tol: Tolerance, localizatio
         kind, reason = "unsupported", (f"{unapplied}; its outputs also differ from the reference: {reason}" if failed else unapplied)
     return Verdict(name, kind, reason, tolerance=tol.describe(), checks=checks,
                    logs=logs or {}, localization=localization, applied=applied or {})
+
+
+def same_layout_checks(reference: EngineOutputs, label: str, candidate: EngineOutputs, workloads: list[dict],
+                       tol: Tolerance, exact: bool = False) -> list[dict]:
+    """Each logprobs and greedy workload held to the run of the candidate's own layout
+    without its feature (harness/stages/same_layout.py): with `tol` (the near-tie rule
+    included), or `exact`ly. Named `<workload> vs <label>`, kind same-layout; each says
+    whether the two were bit-identical over the compared top-k."""
+    checks = []
+    for check in check_workloads(reference, candidate, workloads, EXACT if exact else tol):
+        identical = _bit_identical(check)
+        check = replace(check, name=f"{check.name} vs {label}", kind=SAME_LAYOUT,
+                        summary=f"{'bit-identical' if identical else 'not bit-identical'}: {check.summary}",
+                        metrics={**check.metrics, "bit_identical": identical})
+        checks.append(asdict(check))
+    return checks
+
+
+def _bit_identical(check: CheckResult) -> bool:
+    m = check.metrics
+    if not check.passed and not m:  # the outputs did not even have the same shape
+        return False
+    if check.kind == "logprobs":
+        return m.get("max_abs_dlogprob") == 0.0 and m.get("top1_agreement") == 1.0
+    return m.get("max_step_dlogprob") == 0.0 and m.get("exact") == m.get("prompts")

@@ -87,6 +87,24 @@ class Scenario:
         return self.suite.model
 
     @property
+    def same_layout_settings(self) -> dict | None:
+        """Its engine settings with the suite's `same_layout` axes at the golden's values: the
+        run it is also held to. None when it sets none of them, or when that is the golden's
+        setting (the golden check is then the same-layout check)."""
+        settings = self.engine_settings
+        layout = {**settings, **{a: self.suite.golden[a] for a in self.suite.same_layout}}
+        if layout == settings or layout == dict(self.suite.golden):
+            return None
+        return layout
+
+    def same_layout_id(self) -> str:
+        """The id the same-layout run is named by (`llama-spec/tp2-pp2`): the scenario's,
+        its `same_layout` axes at the golden's values."""
+        layout = {**self.settings, **(self.same_layout_settings or {})}
+        base = f"{self.suite.suite}/{settings_label(layout, list(self.suite.matrix))}"
+        return f"{base}{VERSION_SEP}{self.engine_version.label}" if self.engine_version else base
+
+    @property
     def golden_key(self) -> str:
         """Where its golden lives under golden/: the suite, or suite/arch (one golden per arch)."""
         return f"{self.suite.suite}/{self.settings[ARCH_AXIS]}" if self.suite.archs else self.suite.suite

@@ -308,6 +308,10 @@ class SuiteFile(_Strict):
     faults: list[str] = []
     tolerances: ToleranceOverride = ToleranceOverride()
     changes: ChangeMap | None = None
+    # Axes of features that must not change what the model computes (speculative decoding,
+    # batch composition): a scenario that sets one is also held to its own layout without
+    # them (harness/stages/same_layout.py), not only to the golden's layout
+    same_layout: list[str] = []
 
     @field_validator("archs", mode="before")
     @classmethod
@@ -411,6 +415,9 @@ class SuiteFile(_Strict):
             unknown = set(selector) - axes
             if unknown:
                 raise ValueError(f"{where} names axes not in the matrix: {sorted(unknown)} (matrix axes: {sorted(axes)})")
+        unknown = set(self.same_layout) - axes
+        if unknown:
+            raise ValueError(f"same_layout names axes not in the matrix: {sorted(unknown)} (matrix axes: {sorted(axes)})")
         missing = axes - set(self.golden) - {ARCH_AXIS}  # each arch is its own golden
         if missing:
             raise ValueError(f"golden must set every matrix axis; missing: {sorted(missing)}")

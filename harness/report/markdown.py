@@ -238,13 +238,15 @@ def time_lines(verdicts: list[Verdict]) -> list[str]:
     timed = [v for v in verdicts if v.timings.get("phases")]
     if not timed:
         return []
-    head = [label for _, label in timings.COLUMNS] + ["harness other", "total"]
+    columns = [(name, label) for name, label in timings.COLUMNS
+               if name not in timings.OCCASIONAL or any(name in v.timings["phases"] for v in timed)]
+    head = [label for _, label in columns] + ["harness other", "total"]
     lines = ["", "## Where the time went (seconds)", "",
              "Rank phases along the slowest rank; `harness other` = prepare, golden load, verdict.", "",
              "| scenario | " + " | ".join(head) + " |", "|---" * (len(head) + 1) + "|"]
     for label, t in [(code(v.scenario, cell=True), v.timings) for v in timed] + [("**sum**", timings.total([v.timings for v in timed]))]:
         phases = t["phases"]
-        cells = [f"{phases[name]:.1f}" if name in phases else "" for name, _ in timings.COLUMNS]
+        cells = [f"{phases[name]:.1f}" if name in phases else "" for name, _ in columns]
         cells += [f"{timings.harness_other(t):.1f}", f"{t['engine_s'] + t['harness_s'] + t['wait_s']:.1f}"]
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     gate = timings.total([v.timings for v in timed])

@@ -9,7 +9,7 @@ golden's per-item results (harness/evals/).
 from __future__ import annotations
 
 from harness.compare.numeric import tolerance_for
-from harness.compare.outputs import judge_outputs
+from harness.compare.outputs import judge_outputs, same_layout_checks
 from harness.config.scenario import Scenario
 from harness.contract.outputs import EngineOutputs
 from harness.evals import lm
@@ -17,13 +17,16 @@ from harness.evals.paired import accuracy_checks
 from harness.launch import LaunchOutcome
 from harness.stages.admit import Admitted
 from harness.stages.ended import launch_verdict
+from harness.stages.same_layout import LayoutRun
 from harness.timings import Stopwatch
 from harness.verdict import Verdict
 
 
-def judge(scenario: Scenario, admitted: Admitted, outcome: LaunchOutcome, watch: Stopwatch | None = None) -> Verdict:
-    """The verdict of one launch of an admitted setting held to its golden (admitted.reference).
-    `watch` books the `evals` and `compare` phases and the engine's own start."""
+def judge(scenario: Scenario, admitted: Admitted, outcome: LaunchOutcome, watch: Stopwatch | None = None,
+          layout: LayoutRun | None = None) -> Verdict:
+    """The verdict of one launch of an admitted setting held to its golden (admitted.reference),
+    and to `layout`, its own layout without its speculative or batch feature, where it has one
+    (stages/same_layout.py). `watch` books the `evals` and `compare` phases and the engine's own start."""
     watch = watch or Stopwatch()
     prepared, reference = admitted.prepared, admitted.reference
     if reference is None:  # admit(golden=False): a golden run, or the API's, judged otherwise
@@ -32,14 +35,17 @@ def judge(scenario: Scenario, admitted: Admitted, outcome: LaunchOutcome, watch:
     if verdict is None:
         outputs = EngineOutputs.load(prepared.spec.output_dir)
         watch.engine_start = (outputs.meta.get("timings") or {}).get("engine_start") or {}
-        eval_checks = []
+        also = []
         if prepared.evals:
             results = lm.score_evals(prepared.evals, outputs)
-            eval_checks = accuracy_checks(scenario.suite.evals, reference.evals, results)
+            also = accuracy_checks(scenario.suite.evals, reference.evals, results)
             watch.lap("evals")
-        verdict = judge_outputs(scenario.id, reference.outputs, outputs, prepared.spec.workloads,
-                                tolerance_for(scenario.suite.dtype, scenario.suite.tolerances.model_dump()),
-                                also=eval_checks, logs=outcome.log_record(),
+        tol = tolerance_for(scenario.suite.dtype, scenario.suite.tolerances.model_dump())
+        if layout is not None:  # a batch-invariant mode promises the same bits, not only the same tokens
+            also += same_layout_checks(layout.outputs, layout.label, outputs, prepared.spec.workloads, tol,
+                                       exact=bool(scenario.engine_settings.get("batch_invariant")))
+        verdict = judge_outputs(scenario.id, reference.outputs, outputs, prepared.spec.workloads, tol,
+                                also=also, logs=outcome.log_record(),
                                 settings=scenario.engine_settings, golden_settings=dict(scenario.suite.golden))
         watch.lap("compare")
     verdict.golden = {"dir": str(reference.directory), "version_drift": reference.version_drift}

@@ -1,5 +1,6 @@
-"""bench/release_table.py: the release x suite table of docs/ENGINE_VERSIONS.md read from
-run directories (verdict.json files written here, no engine)."""
+"""The tables of the docs read from run directories (verdict.json files written here, no
+engine): bench/release_table.py (docs/ENGINE_VERSIONS.md's release x suite table) and
+bench/feature_table.py (docs/ARCHITECTURES.md's feature and MoE table)."""
 
 from __future__ import annotations
 
@@ -39,3 +40,20 @@ def test_one_column_per_release_oldest_first_and_one_note_per_cause(tmp_path):
     assert lines[2] == "| `s/a` | pass, 1.50e-05, 12 s | expected-failure (crash) [1], 12 s | fail [2], 12 s |"
     assert lines[3] == "| `s/b` | - | expected-failure (crash) [1], 12 s | - |"
     assert "[1] vLLM's bug X (file.py:1)" in lines and "[2] logits: max\\|dlogprob\\|=1.06e-02" in lines
+
+
+def feature_table():
+    spec = importlib.util.spec_from_file_location("feature_table", ROOT / "bench" / "feature_table.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_feature_table_says_how_a_scenario_compared_with_its_own_layout():
+    ft = feature_table()
+    same = {"kind": "same-layout", "passed": True, "metrics": {"bit_identical": True, "max_abs_dlogprob": 0.0}}
+    assert ft.vs_layout({"checks": [{"kind": "logprobs", "metrics": {"max_abs_dlogprob": 1e-6}}]}) == "-"  # golden is its layout
+    assert ft.vs_layout({"checks": [same, dict(same)]}) == "bit-identical"
+    noisy = {"kind": "same-layout", "passed": True, "metrics": {"bit_identical": False, "max_step_dlogprob": 9.5e-7}}
+    assert ft.vs_layout({"checks": [same, noisy]}) == "9.50e-07 (held)"
+    assert ft.vs_layout({"checks": [same, {**noisy, "passed": False}]}) == "9.50e-07 (FAILED)"

@@ -1,0 +1,81 @@
+"""Same layout: a feature scenario's second reference, its own layout without the feature.
+
+Speculative decoding and batch composition must not change what the model computes: a
+speculative step must give exactly the tokens plain greedy gives, a prompt's outputs must
+not depend on its neighbours. The golden is another layout (TP1 eager), so a scenario such
+as `llama-spec/tp2-pp2-spec-ngram` is also held to `llama-spec/tp2-pp2` (the suite's
+`same_layout` axes at the golden's values), run by the same engine with the same faults.
+That run is made once per run directory and shared by every scenario of its layout
+(`<run>/same-layout/<id>/`, under a lock: with --jobs two of them may want it at once).
+
+How close is close enough (harness/compare/outputs.py, same_layout_checks): the dtype's
+tolerance and near-tie rule (docs/TOLERANCES.md), and exact (not one bit, no near-tie
+excuse) under the engine's batch-invariant mode, whose promise that is.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import fcntl
+from pathlib import Path
+
+from harness.config.scenario import Scenario
+from harness.contract.outputs import EngineOutputs
+from harness.launch import LaunchOutcome
+from harness.plan.devices import Lease
+from harness.rundir import OUTPUTS, scenario_dir_name
+from harness.stages.admit import Admitted, RunOptions, admit
+from harness.stages.ended import launch_verdict
+from harness.stages.execute import execute
+from harness.timings import Stopwatch
+from harness.verdict import Verdict
+
+SAME_LAYOUT_DIR = "same-layout"
+DONE = "done"  # written when the run's outputs are whole: a later scenario reuses them
+
+
+@dataclasses.dataclass(frozen=True)
+class LayoutRun:
+    """The same-layout run's outputs and what it is called in the checks."""
+
+    outputs: EngineOutputs
+    label: str  # `same layout tp2-pp2`: the checks are `<workload> vs <label>`
+
+
+def layout_reference(scenario: Scenario, admitted: Admitted, outcome: LaunchOutcome, run_dir: Path, opts: RunOptions,
+                     lease: Lease | None = None, watch: Stopwatch | None = None) -> LayoutRun | Verdict | None:
+    """The outputs of the scenario's layout without its `same_layout` features, run here
+    or reused from an earlier scenario of this run; None when there is nothing to run
+    (no such feature set, the golden is that layout, or the scenario's own launch did not
+    finish: how it ended is its verdict). A Verdict when that run could not give outputs."""
+    settings = scenario.same_layout_settings
+    if settings is None or outcome.status != "ok":
+        return None
+    watch = watch or Stopwatch()
+    layout = dataclasses.replace(scenario, id=scenario.same_layout_id(), settings={**scenario.settings, **settings},
+                                 expected_failure=None, expectations=())
+    directory = Path(run_dir) / SAME_LAYOUT_DIR / scenario_dir_name(layout.id)
+    directory.mkdir(parents=True, exist_ok=True)
+    with open(directory / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # one run of a layout; the others wait for it and read it
+        ended = _outputs(layout, settings, directory, opts, lease)
+    watch.lap("same-layout")
+    label = f"same layout {layout.name}"
+    if isinstance(ended, Verdict):
+        return Verdict(scenario.id, ended.verdict, f"its same-layout reference {layout.id} (the layout without "
+                       f"{'/'.join(scenario.suite.same_layout)}, run to hold it to): {ended.reason}", crash=ended.crash, hang=ended.hang, error=ended.error, logs=ended.logs)
+    return LayoutRun(ended, label)
+
+
+def _outputs(layout: Scenario, settings: dict, directory: Path, opts: RunOptions, lease: Lease | None) -> EngineOutputs | Verdict:
+    if (directory / DONE).exists():
+        return EngineOutputs.load(directory / OUTPUTS)
+    admitted = admit(layout, settings, directory, opts, opts.gate, golden=False)
+    if isinstance(admitted, Verdict):  # refused: the engine's reason, or the input's error
+        return admitted
+    outcome = execute(admitted, directory, layout, opts, lease)
+    ended = launch_verdict(layout.id, outcome, admitted.prepared.engine)
+    if ended is not None:
+        return ended
+    (directory / DONE).write_text(f"{layout.id} ran to its end\n")
+    return EngineOutputs.load(directory / OUTPUTS)

@@ -1,0 +1,102 @@
+"""The same-layout check (harness/stages/same_layout.py, compare/outputs.py same_layout_checks):
+which scenarios get one and what it is held to, on synthetic outputs and the shipped suites.
+The real runs (shared layout run, a fault caught by it) are in tests/test_bug_classes.py."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from harness.compare.numeric import tolerance_for
+from harness.compare.outputs import SAME_LAYOUT, same_layout_checks, verdict_of_checks
+from harness.config.loading import load_scenarios
+from harness.config.schema import ScenarioError
+from harness.contract.outputs import EngineOutputs
+from tests.kit.handmade import suite_scenarios
+
+TOL = tolerance_for("float32")
+WORKLOADS = [{"name": "logits", "kind": "logprobs"}, {"name": "greedy", "kind": "greedy"}]
+
+
+def outputs(noise: float = 0.0, flip: bool = False, seed: int = 0) -> EngineOutputs:
+    g = torch.Generator().manual_seed(seed)
+    logits = 3 * torch.randn(12, 32, generator=g)
+    steps = 3 * torch.randn(2, 6, 32, generator=g)
+    if noise:
+        logits = logits + noise * torch.randn(logits.shape, generator=torch.Generator().manual_seed(1))
+        steps = steps + noise * torch.randn(steps.shape, generator=torch.Generator().manual_seed(2))
+    lp, slp = logits.log_softmax(-1), steps.log_softmax(-1)
+    values, ids = lp.topk(8, -1)
+    svalues, sids = slp.topk(8, -1)
+    tokens = sids[..., 0].clone()
+    if flip:  # a decisive different token at step 3 of prompt 1
+        tokens[1, 3] = sids[1, 3, 5]
+    out = EngineOutputs()
+    out.put("logits", topk_ids=ids, topk_logprobs=values, offsets=torch.tensor([0, 5, 12]))
+    out.put("greedy", tokens=tokens, topk_ids=sids, topk_logprobs=svalues)
+    return out
+
+
+def test_identical_runs_pass_and_say_bit_identical():
+    checks = same_layout_checks(outputs(), "same layout tp2-pp2", outputs(), WORKLOADS, TOL)
+    assert [c["name"] for c in checks] == ["logits vs same layout tp2-pp2", "greedy vs same layout tp2-pp2"]
+    assert all(c["passed"] and c["kind"] == SAME_LAYOUT and c["metrics"]["bit_identical"] for c in checks)
+    assert all(c["summary"].startswith("bit-identical: ") for c in checks)
+
+
+def test_noise_passes_the_tolerance_but_not_the_exact_rule():
+    noisy = outputs(noise=1e-6)
+    checks = same_layout_checks(outputs(), "x", noisy, WORKLOADS, TOL)
+    assert all(c["passed"] and not c["metrics"]["bit_identical"] for c in checks), checks
+    assert all(c["summary"].startswith("not bit-identical: ") for c in checks)
+    exact = same_layout_checks(outputs(), "x", noisy, WORKLOADS, TOL, exact=True)
+    assert not any(c["passed"] for c in exact)  # a batch-invariant mode promises every bit
+
+
+def test_a_decisive_token_change_fails_and_the_verdict_says_so_without_blaming_the_golden():
+    checks = same_layout_checks(outputs(), "same layout tp2-pp1-batch-all", outputs(flip=True), WORKLOADS, TOL)
+    greedy = checks[1]
+    assert not greedy["passed"] and greedy["first_divergence"]["prompt"] == 1 and greedy["first_divergence"]["step"] == 3
+    verdict = verdict_of_checks("s/x", checks, TOL)
+    assert verdict.verdict == "fail" and "greedy vs same layout tp2-pp1-batch-all" in verdict.reason
+    assert verdict.localization is None  # the golden's layer capture does not locate a same-layout difference
+
+
+def test_generate_workloads_are_left_to_the_evals():
+    checks = same_layout_checks(outputs(), "x", outputs(), WORKLOADS + [{"name": "gsm8k", "kind": "generate"}], TOL)
+    assert len(checks) == 2
+
+
+@pytest.fixture(scope="module")
+def shipped():
+    return {s.id: s for s in load_scenarios()}
+
+
+@pytest.mark.parametrize("sid, layout", [
+    ("llama-spec/tp2-pp2-spec-ngram", "llama-spec/tp2-pp2"),
+    ("llama-spec/tp1-pp1-spec-ngram-compile", "llama-spec/tp1-pp1-compile"),
+    ("llama-batch/tp2-pp1-batch-mixed", "llama-batch/tp2-pp1-batch-all"),
+    ("llama-features/tp2-pp1-chunked_prefill32-prefix_cache", "llama-features/tp2-pp1"),
+    ("vllm-features/arch-qwen3-tp2-pp1-batch-mixed", "vllm-features/arch-qwen3-tp2-pp1-batch-all"),
+    ("vllm-features/arch-llama-tp1-pp2-compile-batch-all-spec-draft", "vllm-features/arch-llama-tp1-pp2-compile-batch-all"),
+    # under the batch-invariant mode the layout keeps the mode: the two must agree to the bit
+    ("vllm-features/arch-llama-tp2-pp1-batch-one-batch_invariant", "vllm-features/arch-llama-tp2-pp1-batch-all-batch_invariant"),
+])
+def test_a_feature_scenario_is_held_to_its_own_layout_without_the_feature(shipped, sid, layout):
+    assert shipped[sid].same_layout_id() == layout
+
+
+@pytest.mark.parametrize("sid", [
+    "llama-spec/tp1-pp1-spec-ngram",  # its golden is that layout: the golden check is the same-layout check
+    "vllm-features/arch-llama-tp1-pp1-batch-mixed",
+    "vllm-features/arch-llama-tp2-pp1-batch-all-batch_invariant",  # no feature of the list: it is the layout
+    "llama-tiny/tp2-pp1",  # a suite without same_layout
+])
+def test_no_second_run_where_the_golden_or_the_scenario_is_the_layout(shipped, sid):
+    assert shipped[sid].same_layout_settings is None
+
+
+def test_a_same_layout_axis_outside_the_matrix_is_the_files_error(tmp_path):
+    with pytest.raises(ScenarioError, match=r"same_layout names axes not in the matrix: \['spec'\]"):
+        suite_scenarios(tmp_path, "suite: s\nmodel: tiny-llama\nworkloads: [{name: g, kind: greedy}]\n"
+                                  "golden: {tp: 1}\nmatrix: {tp: [1, 2]}\nsame_layout: [spec]\n")
