@@ -10,20 +10,28 @@ faults, the AOT cache fix), no harness compile-cache root. What is reused are th
 pieces that define what a scenario runs and reads back, so both ways run the same thing: the
 `vllm.LLM` arguments (driver.engine_kwargs), the CPU rank binding, and the workload runners
 that turn vLLM's outputs into the harness's output contract.
+
+A data-parallel setting (`dp: N`) is run as vLLM's offline data-parallel example runs it:
+one process per DP rank, each with the VLLM_DP_* variables and its share of the prompts
+(harness/contract/replicas.py), merged by the first; a DP rank that fails stops the others.
 """
 
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from harness.contract import replicas  # noqa: E402
 from harness.contract.outputs import EngineOutputs  # noqa: E402
 from harness.contract.runspec import RunSpec  # noqa: E402
-from harness.engines.vllm.driver import RUNNERS, Submitter, engine_kwargs, shutdown  # noqa: E402
+from harness.engines.vllm.driver import RUNNERS, Submitter, dp_environment, engine_kwargs, shutdown  # noqa: E402
 from harness.engines.vllm.repro_script import cpu_binding  # noqa: E402
+from harness.launch.attempt import free_port  # noqa: E402
 
 # The harness's hook inside vLLM's workers: not part of how vLLM's own tests start vLLM.
 HARNESS_ONLY_KWARGS = ("worker_extension_cls",)
@@ -37,28 +45,69 @@ def vllm_kwargs(spec: RunSpec) -> dict:
     return kwargs
 
 
-def run(spec: RunSpec) -> None:
+def run(spec: RunSpec, dp_rank: int = 0) -> None:
+    """The setting's outputs in spec.output_dir; a DP rank other than 0 leaves its share
+    beside them (dp-<rank>.pt) for DP rank 0 to merge."""
+    dp = int(spec.settings.get("dp", 1))
     # vLLM's `auto` binding fails with several ranks on a one-NUMA-node machine: a vLLM CI
     # job on CPU sets this variable too. Set by the caller, it wins.
-    os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", cpu_binding(spec.tp * spec.pp, os.cpu_count() or 1))
+    os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", cpu_binding(dp * spec.tp * spec.pp, os.cpu_count() or 1))
+    import torch
     import vllm
 
     kwargs = vllm_kwargs(spec)
     llm = vllm.LLM(**kwargs)
-    out = EngineOutputs()
     submit = Submitter(str(spec.settings.get("batch", "all")))
-    for w in spec.workloads:
-        out.put(w["name"], **RUNNERS[w["kind"]](llm, w, submit))
+    results = {w["name"]: RUNNERS[w["kind"]](llm, w, submit) for w in replicas.replica_workloads(spec.workloads, dp, dp_rank)}
+    folder = Path(spec.output_dir)
+    folder.mkdir(parents=True, exist_ok=True)
+    if dp_rank != 0:
+        torch.save(results, folder / f"dp-{dp_rank}.pt")
+        shutdown(llm)
+        return
+    by_replica = {0: results}
+    for r in range(1, dp):  # the other DP ranks finish their shares about when this one does
+        path = folder / f"dp-{r}.pt"
+        while not path.exists():
+            time.sleep(0.2)
+        by_replica[r] = torch.load(path)
+    out = EngineOutputs()
+    for name, fields in replicas.merge(spec.workloads, by_replica, dp).items():
+        out.put(name, **fields)
     out.describe_run(spec, "vllm", vllm=vllm.__version__, started_by="vLLM's default start method",
                      engine_kwargs={k: v for k, v in kwargs.items() if k not in ("model", "tokenizer")})
     out.save(spec.output_dir)
     shutdown(llm)
 
 
+def run_data_parallel(spec_path: str, dp: int) -> int:
+    """One process per DP rank, as vLLM's data-parallel example starts them; the first
+    non-zero exit stops the rest (a DP rank left alone would wait for its peer forever)."""
+    port = free_port()
+    procs = [subprocess.Popen([sys.executable, __file__, spec_path, str(r)],
+                              env={**os.environ, **dp_environment(dp, r, r, "127.0.0.1", port)}) for r in range(dp)]
+    try:
+        while True:
+            codes = [p.poll() for p in procs]
+            failed = [c for c in codes if c not in (None, 0)]
+            if failed or all(c == 0 for c in codes):
+                return failed[0] if failed else 0
+            time.sleep(0.5)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+
+
 def main() -> None:
-    if len(sys.argv) != 2:
-        raise SystemExit("usage: python bench/vllm_ab_setting.py SPEC.json")
-    run(RunSpec.load(sys.argv[1]))
+    if len(sys.argv) not in (2, 3):
+        raise SystemExit("usage: python bench/vllm_ab_setting.py SPEC.json [DP_RANK]")
+    spec = RunSpec.load(sys.argv[1])
+    dp = int(spec.settings.get("dp", 1))
+    if dp > 1 and len(sys.argv) == 2:
+        raise SystemExit(run_data_parallel(sys.argv[1], dp))
+    run(spec, int(sys.argv[2]) if len(sys.argv) == 3 else 0)
 
 
 if __name__ == "__main__":
