@@ -100,3 +100,60 @@ def test_a_same_layout_axis_outside_the_matrix_is_the_files_error(tmp_path):
     with pytest.raises(ScenarioError, match=r"same_layout names axes not in the matrix: \['spec'\]"):
         suite_scenarios(tmp_path, "suite: s\nmodel: tiny-llama\nworkloads: [{name: g, kind: greedy}]\n"
                                   "golden: {tp: 1}\nmatrix: {tp: [1, 2]}\nsame_layout: [spec]\n")
+
+
+class FakeEngine:
+    def root_cause(self, text):
+        return None
+
+
+def test_the_layout_run_is_made_once_a_run_and_shared(shipped, tmp_path, monkeypatch):
+    """Two scenarios of one layout (llama-batch tp2-pp1, batch one and mixed): one admit and
+    one launch of tp2-pp1-batch-all; the second reads what the first left."""
+    from types import SimpleNamespace
+
+    from harness.launch import LaunchOutcome
+    from harness.stages import same_layout
+
+    launched = []
+
+    def admit(scenario, settings, directory, opts, gate=None, **kw):
+        launched.append((scenario.id, settings))
+        return SimpleNamespace(prepared=SimpleNamespace(engine=FakeEngine()))
+
+    def execute(admitted, directory, scenario, opts, lease=None):
+        outputs().save(directory / "outputs")
+        return LaunchOutcome("ok", 1.0)
+
+    monkeypatch.setattr(same_layout, "admit", admit)
+    monkeypatch.setattr(same_layout, "execute", execute)
+    ok = LaunchOutcome("ok", 1.0)
+    for sid in ("llama-batch/tp2-pp1-batch-one", "llama-batch/tp2-pp1-batch-mixed"):
+        layout = same_layout.layout_reference(shipped[sid], None, ok, tmp_path, same_layout.RunOptions())
+        assert layout.label == "same layout tp2-pp1-batch-all" and "greedy.tokens" in layout.outputs.tensors
+    assert launched == [("llama-batch/tp2-pp1-batch-all", {"tp": 2, "pp": 1, "batch": "all", "compile": False})]
+    assert (tmp_path / "same-layout" / "llama-batch__tp2-pp1-batch-all" / "done").exists()
+    # nothing to run: the scenario's own launch crashed (that is its verdict), or its golden is its layout
+    assert same_layout.layout_reference(shipped["llama-batch/tp2-pp1-batch-one"], None, LaunchOutcome("crash", 1.0),
+                                        tmp_path, same_layout.RunOptions()) is None
+    assert same_layout.layout_reference(shipped["llama-batch/tp1-pp1-batch-one"], None, ok, tmp_path,
+                                        same_layout.RunOptions()) is None
+    assert len(launched) == 1
+
+
+def test_a_layout_run_that_crashes_is_the_scenarios_crash_and_says_whose(shipped, tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
+    from harness.launch import LaunchOutcome
+    from harness.launch.outcome import RankFailure
+    from harness.stages import same_layout
+
+    monkeypatch.setattr(same_layout, "admit", lambda *a, **k: SimpleNamespace(prepared=SimpleNamespace(engine=FakeEngine())))
+    died = RankFailure(1, None, "SIGSEGV", None, "Segmentation fault", "")
+    monkeypatch.setattr(same_layout, "execute", lambda *a, **k: LaunchOutcome("crash", 1.0, failure=died))
+    verdict = same_layout.layout_reference(shipped["llama-spec/tp2-pp2-spec-ngram"], None, LaunchOutcome("ok", 1.0),
+                                           tmp_path, same_layout.RunOptions())
+    assert verdict.verdict == "crash" and verdict.scenario == "llama-spec/tp2-pp2-spec-ngram"
+    assert verdict.reason.startswith("its same-layout reference llama-spec/tp2-pp2 (the layout without spec, run to hold it to): ")
+    assert verdict.crash["rank"] == 1
+    assert not (tmp_path / "same-layout" / "llama-spec__tp2-pp2" / "done").exists()  # the next scenario tries again
