@@ -141,7 +141,7 @@ def test_the_layout_run_is_made_once_a_run_and_shared(shipped, tmp_path, monkeyp
     assert len(launched) == 1
 
 
-def test_a_layout_run_that_crashes_is_the_scenarios_crash_and_says_whose(shipped, tmp_path, monkeypatch):
+def test_a_layout_run_that_crashes_is_the_scenarios_crash_says_whose_and_is_not_run_again(shipped, tmp_path, monkeypatch):
     from types import SimpleNamespace
 
     from harness.launch import LaunchOutcome
@@ -150,10 +150,17 @@ def test_a_layout_run_that_crashes_is_the_scenarios_crash_and_says_whose(shipped
 
     monkeypatch.setattr(same_layout, "admit", lambda *a, **k: SimpleNamespace(prepared=SimpleNamespace(engine=FakeEngine())))
     died = RankFailure(1, None, "SIGSEGV", None, "Segmentation fault", "")
-    monkeypatch.setattr(same_layout, "execute", lambda *a, **k: LaunchOutcome("crash", 1.0, failure=died))
-    verdict = same_layout.layout_reference(shipped["llama-spec/tp2-pp2-spec-ngram"], None, LaunchOutcome("ok", 1.0),
-                                           tmp_path, same_layout.RunOptions())
-    assert verdict.verdict == "crash" and verdict.scenario == "llama-spec/tp2-pp2-spec-ngram"
-    assert verdict.reason.startswith("its same-layout reference llama-spec/tp2-pp2 (the layout without spec, run to hold it to): ")
-    assert verdict.crash["rank"] == 1
-    assert not (tmp_path / "same-layout" / "llama-spec__tp2-pp2" / "done").exists()  # the next scenario tries again
+    launches = []
+
+    def execute(*args, **kwargs):
+        launches.append(1)
+        return LaunchOutcome("crash", 1.0, failure=died)
+
+    monkeypatch.setattr(same_layout, "execute", execute)
+    for sid in ("llama-spec/tp2-pp2-spec-ngram",) * 2:  # the layout asked for again, as its next scenario would
+        verdict = same_layout.layout_reference(shipped[sid], None, LaunchOutcome("ok", 1.0), tmp_path, same_layout.RunOptions())
+        assert verdict.verdict == "crash" and verdict.scenario == sid
+        assert verdict.reason.startswith("its same-layout reference llama-spec/tp2-pp2 (the layout without spec, run to hold it to): ")
+        assert verdict.crash["rank"] == 1
+    assert launches == [1]  # the crash is remembered for the run: the layout is not launched again
+    assert not (tmp_path / "same-layout" / "llama-spec__tp2-pp2" / "done").exists()

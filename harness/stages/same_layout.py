@@ -32,6 +32,7 @@ from harness.verdict import Verdict
 
 SAME_LAYOUT_DIR = "same-layout"
 DONE = "done"  # written when the run's outputs are whole: a later scenario reuses them
+ENDED = "ended.json"  # the verdict of a layout run that gave no outputs: a later scenario reuses it
 
 
 @dataclasses.dataclass(frozen=True)
@@ -70,12 +71,20 @@ def layout_reference(scenario: Scenario, admitted: Admitted, outcome: LaunchOutc
 def _outputs(layout: Scenario, settings: dict, directory: Path, opts: RunOptions, lease: Lease | None) -> EngineOutputs | Verdict:
     if (directory / DONE).exists():
         return EngineOutputs.load(directory / OUTPUTS)
+    if (directory / ENDED).exists():  # it could not run for an earlier scenario: it would not now
+        return Verdict.load(directory / ENDED)
+    ended = _run(layout, settings, directory, opts, lease)
+    if ended is not None:
+        ended.save(directory / ENDED)
+        return ended
+    (directory / DONE).write_text(f"{layout.id} ran to its end\n")
+    return EngineOutputs.load(directory / OUTPUTS)
+
+
+def _run(layout: Scenario, settings: dict, directory: Path, opts: RunOptions, lease: Lease | None) -> Verdict | None:
+    """The layout's launch; None when it wrote its outputs, else why not (refused, crash, hang)."""
     admitted = admit(layout, settings, directory, opts, opts.gate, golden=False)
     if isinstance(admitted, Verdict):  # refused: the engine's reason, or the input's error
         return admitted
     outcome = execute(admitted, directory, layout, opts, lease)
-    ended = launch_verdict(layout.id, outcome, admitted.prepared.engine)
-    if ended is not None:
-        return ended
-    (directory / DONE).write_text(f"{layout.id} ran to its end\n")
-    return EngineOutputs.load(directory / OUTPUTS)
+    return launch_verdict(layout.id, outcome, admitted.prepared.engine)
