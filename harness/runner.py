@@ -93,7 +93,7 @@ def _run(scenario: Scenario, run_dir: Path, opts: RunOptions, lease: Lease | Non
     if isinstance(admitted, Verdict):
         return admitted
     outcome = execute(admitted, out_dir, scenario, opts, lease, watch)
-    layout = layout_reference(scenario, admitted, outcome, run_dir, opts, lease, watch)  # spec, batch: also their own layout
+    layout = layout_reference(scenario, outcome, run_dir, opts, lease, watch)  # spec, batch: also their own layout
     if isinstance(layout, Verdict):
         return layout
     return judge(scenario, admitted, outcome, watch, layout)

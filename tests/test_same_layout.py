@@ -129,14 +129,14 @@ def test_the_layout_run_is_made_once_a_run_and_shared(shipped, tmp_path, monkeyp
     monkeypatch.setattr(same_layout, "execute", execute)
     ok = LaunchOutcome("ok", 1.0)
     for sid in ("llama-batch/tp2-pp1-batch-one", "llama-batch/tp2-pp1-batch-mixed"):
-        layout = same_layout.layout_reference(shipped[sid], None, ok, tmp_path, same_layout.RunOptions())
+        layout = same_layout.layout_reference(shipped[sid], ok, tmp_path, same_layout.RunOptions())
         assert layout.label == "same layout tp2-pp1-batch-all" and "greedy.tokens" in layout.outputs.tensors
     assert launched == [("llama-batch/tp2-pp1-batch-all", {"tp": 2, "pp": 1, "batch": "all", "compile": False})]
     assert (tmp_path / "same-layout" / "llama-batch__tp2-pp1-batch-all" / "done").exists()
     # nothing to run: the scenario's own launch crashed (that is its verdict), or its golden is its layout
-    assert same_layout.layout_reference(shipped["llama-batch/tp2-pp1-batch-one"], None, LaunchOutcome("crash", 1.0),
+    assert same_layout.layout_reference(shipped["llama-batch/tp2-pp1-batch-one"], LaunchOutcome("crash", 1.0),
                                         tmp_path, same_layout.RunOptions()) is None
-    assert same_layout.layout_reference(shipped["llama-batch/tp1-pp1-batch-one"], None, ok, tmp_path,
+    assert same_layout.layout_reference(shipped["llama-batch/tp1-pp1-batch-one"], ok, tmp_path,
                                         same_layout.RunOptions()) is None
     assert len(launched) == 1
 
@@ -158,7 +158,7 @@ def test_a_layout_run_that_crashes_is_the_scenarios_crash_says_whose_and_is_not_
 
     monkeypatch.setattr(same_layout, "execute", execute)
     for sid in ("llama-spec/tp2-pp2-spec-ngram",) * 2:  # the layout asked for again, as its next scenario would
-        verdict = same_layout.layout_reference(shipped[sid], None, LaunchOutcome("ok", 1.0), tmp_path, same_layout.RunOptions())
+        verdict = same_layout.layout_reference(shipped[sid], LaunchOutcome("ok", 1.0), tmp_path, same_layout.RunOptions())
         assert verdict.verdict == "crash" and verdict.scenario == sid
         assert verdict.reason.startswith("its same-layout reference llama-spec/tp2-pp2 (the layout without spec, run to hold it to): ")
         assert verdict.crash["rank"] == 1

@@ -1,8 +1,9 @@
 """Same layout: a feature scenario's second reference, its own layout without the feature.
 
-Speculative decoding and batch composition must not change what the model computes: a
-speculative step must give exactly the tokens plain greedy gives, a prompt's outputs must
-not depend on its neighbours. The golden is another layout (TP1 eager), so a scenario such
+Speculative decoding, batch composition, prefix caching and chunked prefill must not change
+what the model computes: a speculative step must give exactly the tokens plain greedy gives,
+a prompt's outputs must not depend on its neighbours, a cached or chunked prefill must give a
+whole one's logits. The golden is another layout (TP1 eager), so a scenario such
 as `llama-spec/tp2-pp2-spec-ngram` is also held to `llama-spec/tp2-pp2` (the suite's
 `same_layout` axes at the golden's values), run by the same engine with the same faults.
 That run is made once per run directory and shared by every scenario of its layout
@@ -24,7 +25,7 @@ from harness.contract.outputs import EngineOutputs
 from harness.launch import LaunchOutcome
 from harness.plan.devices import Lease
 from harness.rundir import OUTPUTS, scenario_dir_name
-from harness.stages.admit import Admitted, RunOptions, admit
+from harness.stages.admit import RunOptions, admit
 from harness.stages.ended import launch_verdict
 from harness.stages.execute import execute
 from harness.timings import Stopwatch
@@ -43,7 +44,7 @@ class LayoutRun:
     label: str  # `same layout tp2-pp2`: the checks are `<workload> vs <label>`
 
 
-def layout_reference(scenario: Scenario, admitted: Admitted, outcome: LaunchOutcome, run_dir: Path, opts: RunOptions,
+def layout_reference(scenario: Scenario, outcome: LaunchOutcome, run_dir: Path, opts: RunOptions,
                      lease: Lease | None = None, watch: Stopwatch | None = None) -> LayoutRun | Verdict | None:
     """The outputs of the scenario's layout without its `same_layout` features, run here
     or reused from an earlier scenario of this run; None when there is nothing to run
@@ -61,11 +62,11 @@ def layout_reference(scenario: Scenario, admitted: Admitted, outcome: LaunchOutc
         fcntl.flock(lock, fcntl.LOCK_EX)  # one run of a layout; the others wait for it and read it
         ended = _outputs(layout, settings, directory, opts, lease)
     watch.lap("same-layout")
-    label = f"same layout {layout.name}"
     if isinstance(ended, Verdict):
-        return Verdict(scenario.id, ended.verdict, f"its same-layout reference {layout.id} (the layout without "
-                       f"{'/'.join(scenario.suite.same_layout)}, run to hold it to): {ended.reason}", crash=ended.crash, hang=ended.hang, error=ended.error, logs=ended.logs)
-    return LayoutRun(ended, label)
+        without = "/".join(scenario.suite.same_layout)
+        return Verdict(scenario.id, ended.verdict, f"its same-layout reference {layout.id} (the layout without {without}, "
+                       f"run to hold it to): {ended.reason}", crash=ended.crash, hang=ended.hang, error=ended.error, logs=ended.logs)
+    return LayoutRun(ended, f"same layout {layout.name}")
 
 
 def _outputs(layout: Scenario, settings: dict, directory: Path, opts: RunOptions, lease: Lease | None) -> EngineOutputs | Verdict:
