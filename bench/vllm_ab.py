@@ -317,6 +317,9 @@ def main() -> int:
     ap.add_argument("--no-warmup", action="store_true", help="measure the harness's first run (no warm-up run first)")
     ap.add_argument("--out", type=Path, help="also write the table here (default: only under the work directory)")
     args = ap.parse_args()
+    # Stopped for time (SIGTERM, as `timeout` or a CI job sends it): unwind, so the setting
+    # running now is stopped with its process group (start_setting's finally) and partial.md stays
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     missing = VllmEngine().unavailable_reason()
     if missing:  # before anything runs: both ways would only say `error`
         sys.exit(f"bench-vllm-ab needs vLLM: {missing}")
