@@ -83,7 +83,8 @@ def shipped():
     ("vllm-features/arch-llama-tp2-pp1-batch-one-batch_invariant", "vllm-features/arch-llama-tp2-pp1-batch-all-batch_invariant"),
 ])
 def test_a_feature_scenario_is_held_to_its_own_layout_without_the_feature(shipped, sid, layout):
-    assert shipped[sid].same_layout_id() == layout
+    assert shipped[sid].same_layout().id == layout
+    assert shipped[sid].same_layout().expectations == ()  # the layout run is a reference, not a scenario of the file
 
 
 @pytest.mark.parametrize("sid", [
@@ -93,7 +94,7 @@ def test_a_feature_scenario_is_held_to_its_own_layout_without_the_feature(shippe
     "llama-tiny/tp2-pp1",  # a suite without same_layout
 ])
 def test_no_second_run_where_the_golden_or_the_scenario_is_the_layout(shipped, sid):
-    assert shipped[sid].same_layout_settings is None
+    assert shipped[sid].same_layout() is None
 
 
 def test_a_same_layout_axis_outside_the_matrix_is_the_files_error(tmp_path):
@@ -164,3 +165,25 @@ def test_a_layout_run_that_crashes_is_the_scenarios_crash_says_whose_and_is_not_
         assert verdict.crash["rank"] == 1
     assert launches == [1]  # the crash is remembered for the run: the layout is not launched again
     assert not (tmp_path / "same-layout" / "llama-spec__tp2-pp2" / "done").exists()
+
+
+@pytest.mark.parametrize("sid, exact", [("vllm-features/arch-llama-tp2-pp1-batch-one-batch_invariant", True),
+                                        ("vllm-features/arch-llama-tp2-pp1-batch-one", False)])
+def test_under_a_batch_invariant_mode_the_layout_must_agree_to_the_bit(shipped, tmp_path, monkeypatch, sid, exact):
+    """The rule goes with the layout run the judge is given: noise of 1e-6 passes the dtype's
+    bound, and fails where the scenario runs the engine's batch-invariant mode."""
+    from types import SimpleNamespace
+
+    from harness.launch import LaunchOutcome
+    from harness.stages import same_layout
+
+    def execute(admitted, directory, scenario, opts, lease=None):
+        outputs().save(directory / "outputs")
+        return LaunchOutcome("ok", 1.0)
+
+    monkeypatch.setattr(same_layout, "admit", lambda *a, **k: SimpleNamespace(prepared=SimpleNamespace(engine=FakeEngine())))
+    monkeypatch.setattr(same_layout, "execute", execute)
+    layout = same_layout.layout_reference(shipped[sid], LaunchOutcome("ok", 1.0), tmp_path, same_layout.RunOptions())
+    assert layout.exact is exact
+    checks = layout.checks(outputs(noise=1e-6), WORKLOADS, TOL)
+    assert all(c["passed"] is not exact for c in checks), checks

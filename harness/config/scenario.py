@@ -86,23 +86,17 @@ class Scenario:
         assert self.suite.model is not None  # the schema: model: or archs:
         return self.suite.model
 
-    @property
-    def same_layout_settings(self) -> dict | None:
-        """Its engine settings with the suite's `same_layout` axes at the golden's values: the
-        run it is also held to. None when it sets none of them, or when that is the golden's
-        setting (the golden check is then the same-layout check)."""
-        settings = self.engine_settings
-        layout = {**settings, **{a: self.suite.golden[a] for a in self.suite.same_layout}}
-        if layout == settings or layout == dict(self.suite.golden):
+    def same_layout(self) -> Scenario | None:
+        """The scenario it is also held to: its own layout with the suite's `same_layout` axes
+        at the golden's values (`llama-spec/tp2-pp2` for `llama-spec/tp2-pp2-spec-ngram`),
+        no expectations of its own. None when it sets none of them, or when that layout is
+        the golden's (the golden check is then the same-layout check)."""
+        settings = {**self.settings, **{a: self.suite.golden[a] for a in self.suite.same_layout}}
+        if settings == self.settings or {k: v for k, v in settings.items() if k != ARCH_AXIS} == dict(self.suite.golden):
             return None
-        return layout
-
-    def same_layout_id(self) -> str:
-        """The id the same-layout run is named by (`llama-spec/tp2-pp2`): the scenario's,
-        its `same_layout` axes at the golden's values."""
-        layout = {**self.settings, **(self.same_layout_settings or {})}
-        base = f"{self.suite.suite}/{settings_label(layout, list(self.suite.matrix))}"
-        return f"{base}{VERSION_SEP}{self.engine_version.label}" if self.engine_version else base
+        base = f"{self.suite.suite}/{settings_label(settings, list(self.suite.matrix))}"
+        scenario_id = f"{base}{VERSION_SEP}{self.engine_version.label}" if self.engine_version else base
+        return dataclasses.replace(self, id=scenario_id, settings=settings, expected_failure=None, expectations=())
 
     @property
     def golden_key(self) -> str:

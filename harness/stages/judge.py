@@ -9,7 +9,7 @@ golden's per-item results (harness/evals/).
 from __future__ import annotations
 
 from harness.compare.numeric import tolerance_for
-from harness.compare.outputs import judge_outputs, same_layout_checks
+from harness.compare.outputs import judge_outputs
 from harness.config.scenario import Scenario
 from harness.contract.outputs import EngineOutputs
 from harness.evals import lm
@@ -41,9 +41,8 @@ def judge(scenario: Scenario, admitted: Admitted, outcome: LaunchOutcome, watch:
             also = accuracy_checks(scenario.suite.evals, reference.evals, results)
             watch.lap("evals")
         tol = tolerance_for(scenario.suite.dtype, scenario.suite.tolerances.model_dump())
-        if layout is not None:  # a batch-invariant mode promises the same bits, not only the same tokens
-            also += same_layout_checks(layout.outputs, layout.label, outputs, prepared.spec.workloads, tol,
-                                       exact=bool(scenario.engine_settings.get("batch_invariant")))
+        if layout is not None:
+            also += layout.checks(outputs, prepared.spec.workloads, tol)
         verdict = judge_outputs(scenario.id, reference.outputs, outputs, prepared.spec.workloads, tol,
                                 also=also, logs=outcome.log_record(),
                                 settings=scenario.engine_settings, golden_settings=dict(scenario.suite.golden))

@@ -20,6 +20,8 @@ import dataclasses
 import fcntl
 from pathlib import Path
 
+from harness.compare.numeric import Tolerance
+from harness.compare.outputs import same_layout_checks
 from harness.config.scenario import Scenario
 from harness.contract.outputs import EngineOutputs
 from harness.launch import LaunchOutcome
@@ -38,10 +40,15 @@ ENDED = "ended.json"  # the verdict of a layout run that gave no outputs: a late
 
 @dataclasses.dataclass(frozen=True)
 class LayoutRun:
-    """The same-layout run's outputs and what it is called in the checks."""
+    """The same-layout run's outputs, what it is called in the checks, and whether they
+    must agree to the bit (a batch-invariant mode promises that, not only the same tokens)."""
 
     outputs: EngineOutputs
     label: str  # `same layout tp2-pp2`: the checks are `<workload> vs <label>`
+    exact: bool = False
+
+    def checks(self, candidate: EngineOutputs, workloads: list[dict], tol: Tolerance) -> list[dict]:
+        return same_layout_checks(self.outputs, self.label, candidate, workloads, tol, exact=self.exact)
 
 
 def layout_reference(scenario: Scenario, outcome: LaunchOutcome, run_dir: Path, opts: RunOptions,
@@ -50,31 +57,29 @@ def layout_reference(scenario: Scenario, outcome: LaunchOutcome, run_dir: Path, 
     or reused from an earlier scenario of this run; None when there is nothing to run
     (no such feature set, the golden is that layout, or the scenario's own launch did not
     finish: how it ended is its verdict). A Verdict when that run could not give outputs."""
-    settings = scenario.same_layout_settings
-    if settings is None or outcome.status != "ok":
+    layout = scenario.same_layout()
+    if layout is None or outcome.status != "ok":
         return None
     watch = watch or Stopwatch()
-    layout = dataclasses.replace(scenario, id=scenario.same_layout_id(), settings={**scenario.settings, **settings},
-                                 expected_failure=None, expectations=())
     directory = Path(run_dir) / SAME_LAYOUT_DIR / scenario_dir_name(layout.id)
     directory.mkdir(parents=True, exist_ok=True)
     with open(directory / ".lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # one run of a layout; the others wait for it and read it
-        ended = _outputs(layout, settings, directory, opts, lease)
+        ended = _outputs(layout, directory, opts, lease)
     watch.lap("same-layout")
     if isinstance(ended, Verdict):
         without = "/".join(scenario.suite.same_layout)
         return Verdict(scenario.id, ended.verdict, f"its same-layout reference {layout.id} (the layout without {without}, "
                        f"run to hold it to): {ended.reason}", crash=ended.crash, hang=ended.hang, error=ended.error, logs=ended.logs)
-    return LayoutRun(ended, f"same layout {layout.name}")
+    return LayoutRun(ended, f"same layout {layout.name}", exact=bool(scenario.engine_settings.get("batch_invariant")))
 
 
-def _outputs(layout: Scenario, settings: dict, directory: Path, opts: RunOptions, lease: Lease | None) -> EngineOutputs | Verdict:
+def _outputs(layout: Scenario, directory: Path, opts: RunOptions, lease: Lease | None) -> EngineOutputs | Verdict:
     if (directory / DONE).exists():
         return EngineOutputs.load(directory / OUTPUTS)
     if (directory / ENDED).exists():  # it could not run for an earlier scenario: it would not now
         return Verdict.load(directory / ENDED)
-    ended = _run(layout, settings, directory, opts, lease)
+    ended = _run(layout, directory, opts, lease)
     if ended is not None:
         ended.save(directory / ENDED)
         return ended
@@ -82,9 +87,9 @@ def _outputs(layout: Scenario, settings: dict, directory: Path, opts: RunOptions
     return EngineOutputs.load(directory / OUTPUTS)
 
 
-def _run(layout: Scenario, settings: dict, directory: Path, opts: RunOptions, lease: Lease | None) -> Verdict | None:
+def _run(layout: Scenario, directory: Path, opts: RunOptions, lease: Lease | None) -> Verdict | None:
     """The layout's launch; None when it wrote its outputs, else why not (refused, crash, hang)."""
-    admitted = admit(layout, settings, directory, opts, opts.gate, golden=False)
+    admitted = admit(layout, layout.engine_settings, directory, opts, opts.gate, golden=False)
     if isinstance(admitted, Verdict):  # refused: the engine's reason, or the input's error
         return admitted
     outcome = execute(admitted, directory, layout, opts, lease)
