@@ -29,7 +29,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from harness.contract import replicas  # noqa: E402
 from harness.contract.outputs import EngineOutputs  # noqa: E402
 from harness.contract.runspec import RunSpec  # noqa: E402
-from harness.engines.vllm.driver import RUNNERS, Submitter, dp_environment, engine_kwargs, shutdown  # noqa: E402
+from harness.engines.vllm.driver import (  # noqa: E402
+    RUNNERS,
+    Submitter,
+    dp_environment,
+    engine_kwargs,
+    exchange_replicas,
+    shutdown,
+)
 from harness.engines.vllm.repro_script import cpu_binding  # noqa: E402
 from harness.launch.attempt import free_port  # noqa: E402
 
@@ -46,37 +53,28 @@ def vllm_kwargs(spec: RunSpec) -> dict:
 
 
 def run(spec: RunSpec, dp_rank: int = 0) -> None:
-    """The setting's outputs in spec.output_dir; a DP rank other than 0 leaves its share
-    beside them (dp-<rank>.pt) for DP rank 0 to merge."""
+    """The setting's outputs in spec.output_dir; under dp, this DP rank's share handed to
+    DP rank 0, which merges them (the driver's exchange_replicas: no DP engine stops while
+    another still runs)."""
     dp = int(spec.settings.get("dp", 1))
     # vLLM's `auto` binding fails with several ranks on a one-NUMA-node machine: a vLLM CI
     # job on CPU sets this variable too. Set by the caller, it wins.
     os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", cpu_binding(dp * spec.tp * spec.pp, os.cpu_count() or 1))
-    import torch
     import vllm
 
     kwargs = vllm_kwargs(spec)
     llm = vllm.LLM(**kwargs)
     submit = Submitter(str(spec.settings.get("batch", "all")))
     results = {w["name"]: RUNNERS[w["kind"]](llm, w, submit) for w in replicas.replica_workloads(spec.workloads, dp, dp_rank)}
-    folder = Path(spec.output_dir)
-    folder.mkdir(parents=True, exist_ok=True)
-    if dp_rank != 0:
-        torch.save(results, folder / f"dp-{dp_rank}.pt")
-        shutdown(llm)
-        return
-    by_replica = {0: results}
-    for r in range(1, dp):  # the other DP ranks finish their shares about when this one does
-        path = folder / f"dp-{r}.pt"
-        while not path.exists():
-            time.sleep(0.2)
-        by_replica[r] = torch.load(path)
-    out = EngineOutputs()
-    for name, fields in replicas.merge(spec.workloads, by_replica, dp).items():
-        out.put(name, **fields)
-    out.describe_run(spec, "vllm", vllm=vllm.__version__, started_by="vLLM's default start method",
-                     engine_kwargs={k: v for k, v in kwargs.items() if k not in ("model", "tokenizer")})
-    out.save(spec.output_dir)
+    Path(spec.output_dir).mkdir(parents=True, exist_ok=True)
+    parts = exchange_replicas(spec.output_dir, dp, dp_rank, results)
+    if dp_rank == 0:
+        out = EngineOutputs()
+        for name, fields in replicas.merge(spec.workloads, parts, dp).items():
+            out.put(name, **fields)
+        out.describe_run(spec, "vllm", vllm=vllm.__version__, started_by="vLLM's default start method",
+                         engine_kwargs={k: v for k, v in kwargs.items() if k not in ("model", "tokenizer")})
+        out.save(spec.output_dir)
     shutdown(llm)
 
 
