@@ -128,10 +128,17 @@ class Verdict:
         what it now claims: a report must not turn a failure into an OK."""
         d = read_json(path)
         d.pop("as_expected", None)  # derived: to_dict writes it for readers of the file
-        digest = d.pop("digest", None)  # absent in files written before verdicts carried one
+        digest = d.pop("digest", None)  # absent (or null) in files written before verdicts carried one
         verdict = from_fields(cls, d, f"{path} is not a verdict")
         problem = contradiction(verdict)
-        if digest is not None and digest != record_digest(d):
+        if digest is None:
+            # Nothing proves such a file: one that stops a gate is believed (it cannot turn a
+            # failure into an OK), one a gate would accept is not (deleting the digest of an
+            # edited crash must not make it a pass).
+            if verdict.as_expected:
+                problem = "it carries no digest, so nothing proves the outcome it claims" + (
+                    f" ({problem})" if problem else "")
+        elif digest != record_digest(d):
             problem = "its digest does not match its content" + (f" ({problem})" if problem else "")
         return verdict.tampered(path, problem) if problem else verdict
 
