@@ -174,6 +174,43 @@ def test_a_history_file_of_another_schema_is_skipped_and_named(tmp_path):
     assert meta["changes"]["previous_run"] == "r1" and meta["changes"]["new_failures"] == ["s/tp1-pp1"]
 
 
+@pytest.mark.parametrize("column, value, problem", [
+    ("metric.logits.max_abs_dlogprob", "big", "metric.logits.max_abs_dlogprob holds 'big', not a number"),
+    ("duration_s", "3s", "duration_s holds '3s', not a number"),
+    ("complete", "yes", "complete holds 'yes', not true/false"),
+    ("as_expected", 1, "as_expected holds 1, not true/false"),
+    ("gate", 7, "gate holds 7, not text"),
+    ("verdict", "ok", "verdict holds 'ok', not a verdict"),
+])
+def test_a_history_file_with_a_bad_value_in_any_column_is_skipped_and_named(tmp_path, column, value, problem):
+    """Issue 49, item 3: a string in `metric.logits.max_abs_dlogprob` stopped every run in
+    trend_plot's `could not convert string to float`, and `complete: "yes"` was taken for a
+    complete run. Every column read back from the history is checked as `started` was."""
+    history = tmp_path / "history"
+    report(make_run(tmp_path, "r1", [passing("s/tp1-pp1")], started=1000), history)
+    runs = history / "runs"
+    rows = pd.read_parquet(runs / "r1.parquet").assign(run_id="hand-made")
+    rows[column] = pd.Series([value] * len(rows), dtype=object)
+    rows.to_parquet(runs / "hand-made.parquet", index=False)
+    meta = report(make_run(tmp_path, "r2", [failing("s/tp1-pp1")], started=2000), history)
+    (skipped,) = meta["history_unreadable"]
+    assert skipped == f"{runs / 'hand-made.parquet'} (not the history's schema: {problem})"
+    assert meta["changes"]["previous_run"] == "r1" and meta["changes"]["new_failures"] == ["s/tp1-pp1"]
+    assert sorted(set(load_history(history)["run_id"])) == ["r1", "r2"]
+
+
+def test_a_metric_no_row_of_a_file_had_reads_as_numbers(tmp_path):
+    history = tmp_path / "history"
+    report(make_run(tmp_path, "r1", [passing("s/tp1-pp1")], started=1000), history)
+    runs = history / "runs"
+    rows = pd.read_parquet(runs / "r1.parquet").assign(run_id="r0")
+    rows["metric.logits.kl"] = pd.Series([None] * len(rows), dtype=object)
+    rows.to_parquet(runs / "r0.parquet", index=False)
+    meta = report(make_run(tmp_path, "r2", [passing("s/tp1-pp1")], started=2000), history)
+    assert meta["history_unreadable"] == []
+    assert load_history(history)["metric.logits.kl"].dtype == float
+
+
 def test_a_history_that_reads_whole_says_nothing_of_a_partial_comparison(tmp_path):
     history = tmp_path / "history"
     report(make_run(tmp_path, "r1", [passing("s/tp1-pp1")], started=1000), history)
@@ -199,3 +236,25 @@ def test_a_run_and_a_rebuilt_report_go_on_past_a_half_copied_history_file(tmp_pa
     assert rebuilt.returncode == 0, rebuilt.stdout + rebuilt.stderr
     assert f"harness report: warning: history file skipped, unreadable: {bad} (" in rebuilt.stderr
     assert sorted(set(load_history(tmp_path / "history")["run_id"])) == ["first", "second"]
+
+
+@pytest.mark.e2e
+def test_a_run_and_a_rebuilt_report_go_on_past_a_history_file_with_a_string_metric(tmp_path):
+    """Issue 49, item 3 with the real commands: `harness run` ended in `ValueError: could not
+    convert string to float` before any scenario ran, and `harness report` exited 2 without
+    naming the file."""
+    first = harness_cli("run", "llama-tiny/tp1-pp1", "--report-dir", str(tmp_path), "--run-id", "first")
+    assert first.returncode == 0, first.stdout + first.stderr
+    runs = tmp_path / "history" / "runs"
+    bad = runs / "edited.parquet"
+    rows = pd.read_parquet(runs / "first.parquet").assign(run_id="edited")
+    rows["metric.logits.max_abs_dlogprob"] = "big"
+    rows.to_parquet(bad, index=False)
+    second = harness_cli("run", "llama-tiny/tp1-pp1", "--report-dir", str(tmp_path), "--run-id", "second")
+    assert second.returncode == 0, second.stdout + second.stderr
+    warning = f"warning: history file skipped, unreadable: {bad} (not the history's schema: metric.logits.max_abs_dlogprob holds 'big'"
+    assert f"harness: {warning}" in second.stderr
+    assert json.loads((tmp_path / "second" / "run.json").read_text()).get("finished")
+    rebuilt = harness_cli("report", str(tmp_path / "second"))
+    assert rebuilt.returncode == 0, rebuilt.stdout + rebuilt.stderr
+    assert f"harness report: {warning}" in rebuilt.stderr

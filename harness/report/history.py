@@ -35,7 +35,7 @@ from harness.config.scenario import split_id
 from harness.jsonfile import read_json
 from harness.rundir import spec_path, write_files
 from harness.settings.env import HISTORY_DIR
-from harness.verdict import Verdict
+from harness.verdict import VERDICTS, Verdict
 
 METRIC_PREFIX = "metric."
 KEY = ["run_id", "scenario"]
@@ -148,6 +148,14 @@ def read_history(history: Path) -> tuple[pd.DataFrame, list[str]]:
 
 REQUIRED = [*KEY, "gate", "started", "recorded", "merged_from", "verdict"]
 TIMESTAMPS = ("started", "recorded")
+# Every column the harness reads back, by the kind run_rows writes (metric.* are numbers too).
+# A file whose column holds another kind (a string in a metric, "yes" in `complete`) is set
+# aside and named, as a cut-off one: read, it would stop every later run and report, or be
+# taken for what it is not.
+TEXTS = ("run_id", "gate", "harness_commit", "torch", "python", "engine", "engine_versions", "engine_env",
+         "faults", "merged_from", "scenario", "verdict", "reason")
+FLAGS = ("complete", "as_expected", "declared_unsupported")
+NUMBERS = ("duration_s",)
 
 
 def _read_run_file(path: Path) -> tuple[pd.DataFrame, str]:
@@ -159,11 +167,48 @@ def _read_run_file(path: Path) -> tuple[pd.DataFrame, str]:
     missing = [c for c in REQUIRED if c not in frame.columns]
     if missing and not frame.empty:
         return pd.DataFrame(), f"not a history file: no column {', '.join(missing)}"
-    wrong = [f"{c} is {frame[c].dtype}, not a timestamp" for c in TIMESTAMPS
-             if c in frame.columns and not frame.empty and not pd.api.types.is_datetime64_any_dtype(frame[c])]
-    if wrong:  # compared with the run's own start: a string there would stop every later run and report
+    wrong = schema_problems(frame)
+    if wrong:
         return pd.DataFrame(), f"not the history's schema: {'; '.join(wrong)}"
-    return frame, ""
+    empty = [c for c in frame.columns if (c in NUMBERS or c.startswith(METRIC_PREFIX)) and frame[c].dtype == object]
+    return frame.astype({c: float for c in empty}), ""  # a metric no row had: numbers, not objects
+
+
+def schema_problems(frame: pd.DataFrame) -> list[str]:
+    """Each column of `frame` the harness reads whose values are not of its kind."""
+    if frame.empty:
+        return []
+    problems = []
+    for c in frame.columns:
+        column = frame[c]
+        if c in TIMESTAMPS:
+            if not pd.api.types.is_datetime64_any_dtype(column):  # compared with the run's own start
+                problems.append(f"{c} is {column.dtype}, not a timestamp")
+        elif c in FLAGS:
+            if not pd.api.types.is_bool_dtype(column):
+                problems.append(f"{c} holds {_example(column, lambda v: isinstance(v, bool))}, not true/false")
+        elif c in NUMBERS or c.startswith(METRIC_PREFIX):
+            if not (pd.api.types.is_numeric_dtype(column) and not pd.api.types.is_bool_dtype(column)) \
+                    and not column.isna().all():
+                problems.append(f"{c} holds {_example(column, _is_number)}, not a number")
+        elif c in TEXTS:
+            if not all(isinstance(v, str) for v in column.dropna()):
+                problems.append(f"{c} holds {_example(column, lambda v: isinstance(v, str))}, not text")
+            elif c == "verdict" and not column.isin(VERDICTS).all():
+                problems.append(f"verdict holds {_example(column, lambda v: v in VERDICTS)}, not a verdict")
+    return problems
+
+
+def _is_number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _example(column: pd.Series, fits) -> str:
+    """The first value of `column` that does not fit, as a reader would recognise it."""
+    for v in column.dropna():
+        if not fits(v):
+            return repr(v)[:40]
+    return str(column.dtype)
 
 
 def earlier_rows(history: pd.DataFrame, meta: dict) -> pd.DataFrame:
