@@ -51,7 +51,8 @@ from pathlib import Path
 from harness import models
 from harness.compare.numeric import check_workloads, tolerance_for
 from harness.config.scenario import Scenario, settings_label
-from harness.config.schema import PARALLEL_SIZES, SuiteFile
+from harness.config.schema import SuiteFile
+from harness.contract.axes import PARALLEL_SIZES
 from harness.contract.outputs import EngineOutputs
 from harness.contract.runspec import RunSpec
 from harness.engines import BUILTIN, Engine, EngineUnavailable, axes_text, get_engine

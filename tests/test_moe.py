@@ -33,7 +33,7 @@ def test_routing_weights_keep_each_tokens_top_k_renormalised():
 
 def test_ep_is_refused_where_it_has_nothing_to_split():
     engine = ReferenceEngine()
-    assert "tp >= 2" in engine.unsupported_reason({"tp": 1, "ep": True})
+    assert "ep requires tp>=2" in engine.unsupported_reason({"tp": 1, "ep": True})
     dense = zoo.model_dir("tiny-llama")
     assert "no experts" in engine.unsupported_reason({"tp": 2, "ep": True}, model_dir=dense)
     assert engine.unsupported_reason({"tp": 2, "ep": True}, model_dir=zoo.model_dir("tiny-llama-moe")) is None

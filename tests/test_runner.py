@@ -35,7 +35,7 @@ def test_unsupported_settings_give_the_engines_reason_without_launching(tmp_path
     assert v.verdict == "unsupported" and v.as_expected
     assert "num_attention_heads=4 is not divisible by tp=3" in v.reason
     v = run_scenario(by_name["tp1-sp"], tmp_path / "run")
-    assert v.verdict == "unsupported" and "needs tp >= 2" in v.reason
+    assert v.verdict == "unsupported" and "sp requires tp>=2" in v.reason
     assert not logs_dir(tmp_path / "run", "demo/tp1-sp").exists()
 
 

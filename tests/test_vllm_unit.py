@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from harness import images, zoo
+from harness.contract.axes import RunAxes
 from harness.engines import EngineUnavailable, get_engine
 from harness.engines.vllm.crash import root_cause
 from harness.engines.vllm.repro_script import cpu_binding
@@ -609,13 +610,14 @@ def test_the_driver_submits_the_batches_the_batch_axis_composes_and_restores_the
 
 
 def test_vllm_refuses_a_chunk_budget_below_max_num_seqs_and_fillers_for_media():
-    from harness.engines.vllm import _media_reason, _scheduling_reason
+    from harness.engines.vllm import VllmEngine, _media_reason
 
-    assert "below max_num_seqs=8" in _scheduling_reason({"chunked_prefill": 4})
-    assert _scheduling_reason({"chunked_prefill": 32}) is None and _scheduling_reason({"chunked_prefill": 0}) is None
-    assert "token budget" in _scheduling_reason({"chunked_prefill": True})
-    assert "media placeholders" in _media_reason({"vision_config": {}}, {"batch": "mixed"})
-    assert _media_reason({"vision_config": {}}, {"batch": "one"}) is None
+    engine = VllmEngine()  # the rule and the axis's domain are asked before the installed vLLM is
+    assert "below max_num_seqs=8" in engine.unsupported_reason({"chunked_prefill": 4})
+    assert "budget" in engine.unsupported_reason({"chunked_prefill": True})
+    assert not any(r.broken({"chunked_prefill": b}) for r in engine.all_rules() for b in (0, 32))
+    assert "media placeholders" in _media_reason({"vision_config": {}}, RunAxes(batch="mixed"))
+    assert _media_reason({"vision_config": {}}, RunAxes(batch="one")) is None
 
 
 def test_ep_counts_as_applied_only_where_the_workers_hold_their_own_whole_experts():
@@ -652,9 +654,9 @@ def test_ep_counts_as_applied_only_where_the_workers_hold_their_own_whole_expert
 def test_vllm_refuses_ep_without_experts_to_split():
     from harness.engines.vllm import _ep_reason
 
-    assert _ep_reason({"num_experts": 4}, {"ep": True, "tp": 2}) is None
-    assert "no routed experts" in _ep_reason({"hidden_size": 128}, {"ep": True, "tp": 2})
-    assert _ep_reason({"hidden_size": 128}, {"ep": False}) is None
+    assert _ep_reason({"num_experts": 4}, RunAxes(ep=True, tp=2)) is None
+    assert "no routed experts" in _ep_reason({"hidden_size": 128}, RunAxes(ep=True, tp=2))
+    assert _ep_reason({"hidden_size": 128}, RunAxes(ep=False)) is None
 
 
 def test_vllm_032_cpu_without_amx_refuses_mla_models():
@@ -761,9 +763,9 @@ def test_vllm_data_parallelism_is_refused_for_a_dense_model_as_vllm_refuses_it()
     from harness.engines.vllm import VllmEngine, _dp_reason
 
     dense = {"hidden_size": 128}
-    assert _dp_reason({"num_experts": 4}, {"dp": 2}) is None
-    assert "for MoE models only" in _dp_reason(dense, {"dp": 2}) and "dense" in _dp_reason(dense, {"dp": 2})
-    assert _dp_reason(dense, {"dp": 1}) is None
+    assert _dp_reason({"num_experts": 4}, RunAxes(dp=2)) is None
+    assert "for MoE models only" in _dp_reason(dense, RunAxes(dp=2)) and "dense" in _dp_reason(dense, RunAxes(dp=2))
+    assert _dp_reason(dense, RunAxes(dp=1)) is None
     engine = VllmEngine()
     assert "dp" in engine.axes
     assert "nothing to split" in engine.unsupported_reason({"tp": 1, "dp": 1, "ep": True})
@@ -816,9 +818,9 @@ def test_a_draft_model_with_mrope_positions_is_refused_as_vllm_refuses_it():
     from harness.engines.vllm import _draft_reason
 
     mrope = {"text_config": {"rope_parameters": {"mrope_section": [4, 6, 6]}}}
-    assert "M-RoPE" in _draft_reason(mrope, {"spec": "draft"})
-    assert _draft_reason(mrope, {"spec": "ngram"}) is None
-    assert _draft_reason({"rope_scaling": {"rope_type": "default"}}, {"spec": "draft"}) is None
+    assert "M-RoPE" in _draft_reason(mrope, RunAxes(spec="draft"))
+    assert _draft_reason(mrope, RunAxes(spec="ngram")) is None
+    assert _draft_reason({"rope_scaling": {"rope_type": "default"}}, RunAxes(spec="draft")) is None
 
 
 def test_an_architecture_vllm_cannot_load_is_refused_with_its_import_error():

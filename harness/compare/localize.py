@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import torch
 
+from harness.contract.axes import RunAxes
 from harness.contract.outputs import EngineOutputs
 
 # Relative L2 bound per row (see the module docstring and docs/TOLERANCES.md). bf16 and
@@ -105,7 +106,7 @@ def _locate(g: dict, s: dict, workload: str, meta: dict, rtol: float) -> dict:
     if view_ranks is not None and len(view_ranks) > 1:
         found["tp_rank"], found["tp_copy"] = view_ranks[view], "replica"
         found["diverging_tp_ranks"] = [view_ranks[v] for v in diverged_views]
-    elif meta.get("settings", {}).get("sp") and "hidden_owner" in s:
+    elif RunAxes.of(meta.get("settings", {})).sp and "hidden_owner" in s:
         found["tp_rank"], found["tp_copy"] = int(s["hidden_owner"][row]), "SP shard"
         found["diverging_tp_ranks"] = s["hidden_owner"][bad[0, place].nonzero().flatten()].unique().tolist()
     return found

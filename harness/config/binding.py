@@ -7,7 +7,8 @@ that one suite whose engine disagrees fails alone (loading.py collects it per fi
 
 from __future__ import annotations
 
-from harness.config.schema import ARCH_AXIS, AXIS_NAME, PARALLEL_SIZES, AxisValue, SuiteFile
+from harness.config.schema import ARCH_AXIS, AXIS_NAME, AxisValue, SuiteFile
+from harness.contract.axes import AXES, spell
 
 
 def _known_axes(engine: str | None) -> tuple[dict[str, tuple | None], str]:
@@ -23,13 +24,14 @@ def _known_axes(engine: str | None) -> tuple[dict[str, tuple | None], str]:
 
 
 def _axis_value_problem(axis: str, value: AxisValue, allowed: tuple | None) -> str | None:
-    """Why `value` cannot be a setting of `axis`: a parallel size counts ranks; an axis the
-    engine allows only true/false for is a switch (YAML 0/1 or "yes" would not be)."""
-    if axis in PARALLEL_SIZES:
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            return f"axis '{axis}' value {value!r}: {axis} is a parallel size, an integer >= 1"
-    elif allowed and all(isinstance(a, bool) for a in allowed) and not isinstance(value, bool):
-        return f"axis '{axis}' value {value!r}: {axis} is a switch, true or false"
+    """Why `value` cannot be a setting of `axis`: outside a declared axis's domain
+    (harness/contract/axes.py), or, for an engine's own axis, not one of the values its
+    engine lists. A declared value this engine cannot run (the reference engine has no
+    draft model) is not a typo: its scenarios end `unsupported` with the engine's reason."""
+    if axis in AXES:
+        return AXES[axis].problem(value)
+    if allowed is not None and not any(type(value) is type(a) and value == a for a in allowed):
+        return f"axis '{axis}' value {spell(value)}: {axis} takes {', '.join(spell(a) for a in allowed)}"
     return None
 
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.config.schema import ARCH_AXIS, ExpectedFailure, ScenarioError, SuiteFile
+from harness.contract.axes import AXES, generic_label
 from harness.models import ModelRef
 from harness.settings.env import MAX_SCENARIOS
 
@@ -105,21 +106,12 @@ class Scenario:
 
 
 def settings_label(settings: dict, axes: list[str]) -> str:
-    """`tp2-pp2-sp-compile`: ints as <axis><n>, true bools by name; false bools, zero ints
-    (an axis switched off: `chunked_prefill: 0`) and one data-parallel replica (`dp: 1`,
-    no data parallelism) omitted, so a suite that adds dp keeps its other scenarios' ids."""
-    parts = []
-    for axis in axes:
-        value = settings[axis]
-        if isinstance(value, bool):
-            if value:
-                parts.append(axis)
-        elif isinstance(value, int):
-            if value and not (axis == "dp" and value == 1):
-                parts.append(f"{axis}{value}")
-        else:
-            parts.append(f"{axis}-{value}")
-    return "-".join(parts) or "default"
+    """`tp2-pp2-sp-compile`: each axis's value as its declaration spells it
+    (harness/contract/axes.py: ints as <axis><n>, true switches by name, a choice as
+    <axis>-<value>), values that mean "off" left out (false, a zero budget, `dp: 1`), so a
+    suite that adds an axis keeps its other scenarios' ids."""
+    parts = [AXES[a].label(settings[a]) if a in AXES else generic_label(a, settings[a]) for a in axes]
+    return "-".join(p for p in parts if p) or "default"
 
 
 def _matches(settings: dict, selector: dict) -> bool:

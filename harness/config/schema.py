@@ -23,6 +23,7 @@ from pydantic import (
     model_validator,
 )
 
+from harness.contract.axes import AXES
 from harness.contract.runspec import MEDIA, entry_list
 from harness.models import ArchModel, HubModel, ModelRef, PathModel
 
@@ -36,13 +37,18 @@ AxisValue = Union[bool, int, str]  # bool first: YAML `true` must stay a bool
 ARCH_AXIS = "arch"
 
 
-# Axes whose value is a number of ranks, for every engine (engines/base.py): tensor,
-# pipeline and data parallelism.
-PARALLEL_SIZES = ("tp", "pp", "dp")
 # Axes that test an engine feature on a model or workloads made for it (an MoE model,
-# shared prompt prefixes, long decodes, a KV store): a first suite (`harness init`) leaves
+# shared prompt prefixes, long decodes, a KV store): every declared axis but the layout
+# (tp, pp: sizes; sp, compile: how the layout runs). A first suite (`harness init`) leaves
 # them out, a suite written for the feature sets them.
-FEATURE_AXES = ("kvc", "ep", "prefix_cache", "chunked_prefill", "batch", "spec", "dp", "batch_invariant")
+FEATURE_AXES = tuple(a for a in AXES if a not in ("tp", "pp", "sp", "compile"))
+
+
+def axis_value_problem(axis: str, value: object) -> str | None:
+    """Why `value` is outside the declared domain of `axis` (harness/contract/axes.py),
+    naming the values it takes; None for a good value or an engine's own axis (its
+    engine's values judge it: binding.py)."""
+    return AXES[axis].problem(value) if axis in AXES else None
 
 
 class ScenarioError(ValueError):
@@ -390,6 +396,9 @@ class SuiteFile(_Strict):
             for v in values:
                 if isinstance(v, str) and not ID_PART.fullmatch(v):
                     raise ValueError(f"axis '{axis}' value {v!r} must use [a-z0-9.-] (it becomes part of the id)")
+                problem = axis_value_problem(axis, v)
+                if problem:  # a misspelt value would end `unsupported`: a green gate that ran nothing
+                    raise ValueError(problem)
         return matrix
 
     @field_validator("workloads", "evals")

@@ -45,6 +45,7 @@ import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from harness.contract.axes import RunAxes
 from harness.jsonfile import from_fields, read_json
 
 WORKLOAD_KINDS = ("logprobs", "greedy", "generate")
@@ -113,8 +114,8 @@ class RunSpec:
     engine: str
     model_dir: str
     dtype: str  # "float32" | "bfloat16" | "float16"
-    # Parallel and engine settings of this scenario: tp, pp, sp, compile, plus
-    # any other engine option declared as a matrix axis.
+    # The scenario's axis values (harness/contract/axes.py; read them typed through
+    # `axes`), plus any axis of the engine's own.
     settings: dict
     workloads: list[dict]
     output_dir: str
@@ -131,17 +132,22 @@ class RunSpec:
         return from_fields(cls, read_json(path), f"{path} is not a run spec")
 
     @property
+    def axes(self) -> RunAxes:
+        """The run's declared axes, typed, every one at its default unless set."""
+        return RunAxes.of(self.settings)
+
+    @property
     def tp(self) -> int:
-        return int(self.settings.get("tp", 1))
+        return self.axes.tp
 
     @property
     def pp(self) -> int:
-        return int(self.settings.get("pp", 1))
+        return self.axes.pp
 
     @property
     def sp(self) -> bool:
-        return bool(self.settings.get("sp", False))
+        return self.axes.sp
 
     @property
     def compile(self) -> bool:
-        return bool(self.settings.get("compile", False))
+        return self.axes.compile

@@ -13,6 +13,7 @@ from abc import ABC, abstractmethod
 from enum import StrEnum
 from pathlib import Path
 
+from harness.contract.axes import AXES, RULES, Rule, RunAxes, broken_rule
 from harness.contract.launchplan import LaunchPlan
 from harness.contract.runspec import RunSpec
 from harness.launch.outcome import RankFailure
@@ -29,8 +30,13 @@ class Capability(StrEnum):
 
 class Engine(ABC):
     name: str = ""
-    #: axis name -> the values this engine can run, or None for "any value"
+    #: axis name -> the values this engine can run, or None for "any value" (of a declared
+    #: axis's domain, harness/contract/axes.py; an axis of its own takes these values only)
     axes: dict[str, tuple | None] = {}
+    #: the engine's own limits between axes (requires / excludes, each with its reason and
+    #: the source it cites), beside the axes' general RULES: unsupported_reason refuses a
+    #: setting that breaks one, and a covering array never plans it
+    rules: tuple[Rule, ...] = ()
     #: what it can do beyond running a RunSpec (Capability); the conformance kit checks
     #: that each declared one is implemented
     capabilities: frozenset[Capability] = frozenset()
@@ -50,17 +56,23 @@ class Engine(ABC):
         return None
 
     def unsupported_reason(self, settings: dict, model_dir: str | None = None) -> str | None:
-        """Why this engine cannot run these settings (on this model), or None when it can."""
+        """Why this engine cannot run these settings (on this model), or None when it can.
+        The default: an axis or value it does not declare, or a rule it breaks."""
         for axis, value in settings.items():
             if axis not in self.axes:
                 return f"engine '{self.name}' has no axis '{axis}' (it has: {', '.join(sorted(self.axes))})"
+            problem = AXES[axis].problem(value) if axis in AXES else None
+            if problem:
+                return problem
             allowed = self.axes[axis]
-            if allowed is not None and value not in allowed:
+            if allowed is not None and not any(type(value) is type(a) and value == a for a in allowed):
                 return f"engine '{self.name}' does not support {axis}={value!r} (supported: {list(allowed)})"
-        sizes = {axis: int(settings.get(axis, 1)) for axis in ("tp", "pp", "dp")}
-        if min(sizes.values()) < 1:  # a parallel size is a count of ranks, for every engine
-            return f"tp, pp and dp must be >= 1 (got {', '.join(f'{a}={n}' for a, n in sizes.items())})"
-        return None
+        rule = broken_rule(settings, self.all_rules())
+        return rule.message() if rule else None
+
+    def all_rules(self) -> tuple[Rule, ...]:
+        """The rules a setting of this engine must keep: the axes' own, then the engine's."""
+        return RULES + tuple(self.rules)
 
     def fault_problem(self, faults: list[str], settings: dict | None = None) -> str | None:
         """Why these fault switches cannot act as asked (an unknown name, a malformed
@@ -83,7 +95,7 @@ class Engine(ABC):
         """Devices one run of these settings occupies (what the harness leases for it):
         dp*tp*pp, one device per rank (each data-parallel replica a whole tp x pp engine),
         whether the engine starts the ranks or we do."""
-        return int(settings.get("dp", 1)) * int(settings.get("tp", 1)) * int(settings.get("pp", 1))
+        return RunAxes.of(settings).world
 
     def python(self) -> Path:
         """The interpreter the engine's processes run in (it also builds tiny models for

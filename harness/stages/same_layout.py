@@ -23,6 +23,7 @@ from pathlib import Path
 from harness.compare.numeric import Tolerance
 from harness.compare.outputs import same_layout_checks
 from harness.config.scenario import Scenario
+from harness.contract.axes import RunAxes
 from harness.contract.outputs import EngineOutputs
 from harness.launch import LaunchOutcome
 from harness.plan.devices import Lease
@@ -71,7 +72,7 @@ def layout_reference(scenario: Scenario, outcome: LaunchOutcome, run_dir: Path, 
         without = "/".join(scenario.suite.same_layout)
         return Verdict(scenario.id, ended.verdict, f"its same-layout reference {layout.id} (the layout without {without}, "
                        f"run to hold it to): {ended.reason}", crash=ended.crash, hang=ended.hang, error=ended.error, logs=ended.logs)
-    return LayoutRun(ended, f"same layout {layout.name}", exact=bool(scenario.engine_settings.get("batch_invariant")))
+    return LayoutRun(ended, f"same layout {layout.name}", exact=RunAxes.of(scenario.engine_settings).batch_invariant)
 
 
 def _outputs(layout: Scenario, directory: Path, opts: RunOptions, lease: Lease | None) -> EngineOutputs | Verdict:

@@ -20,6 +20,7 @@ import json
 import sys
 from pathlib import Path
 
+from harness.contract.axes import RunAxes, excludes, requires
 from harness.contract.launchplan import LaunchPlan
 from harness.contract.runspec import RunSpec
 from harness.engines import compile_cache
@@ -53,28 +54,22 @@ class ReferenceEngine(Engine):
 
         return frozenset(INTERMEDIATE_KEYS)
 
+    # The engine's own limits between axes (beside the axes' general rules).
+    rules = (
+        requires("ep", "tp>=2", reason="expert parallelism splits the experts over the TP ranks"),
+        excludes("dp>=2", "ep", reason="the reference engine's expert-parallel group is the TP group of one replica; "
+                 "experts shared across DP replicas (lockstep MoE steps) are not implemented"),
+        excludes("dp>=2", "kvc", reason="the KV connector's scheduler of record is one replica's driver"),
+        excludes("prefix_cache", "kvc",
+                 reason="both fill the KV cache from a store: the reference engine runs one at a time"),
+    )
+
     def unsupported_reason(self, settings: dict, model_dir: str | Path | None = None) -> str | None:
-        """Base axis checks, the positivity / SP rules, and (given model_dir) the model's
-        divisibility by tp and layer count vs pp."""
+        """The axes and rules (Engine's), then (given model_dir) the model's divisibility
+        by tp, its layer count against pp, and what its family cannot take."""
         reason = super().unsupported_reason(settings)
         if reason:
             return reason
-        tp, pp = int(settings.get("tp", 1)), int(settings.get("pp", 1))
-        if settings.get("sp", False) and tp < 2:
-            return "sp (sequence parallelism) needs tp >= 2"
-        if settings.get("ep", False) and tp < 2:
-            return "ep (expert parallelism) splits experts over the TP ranks: needs tp >= 2"
-        budget = settings.get("chunked_prefill", 0)
-        if isinstance(budget, bool) or not isinstance(budget, int) or budget < 0:
-            return f"chunked_prefill is a token budget per step (0: off), got {budget!r}"
-        dp = int(settings.get("dp", 1))
-        if dp > 1 and settings.get("ep"):
-            return ("dp with ep: the reference engine's expert-parallel group is the TP group of one replica; "
-                    "experts shared across DP replicas (lockstep MoE steps) are not implemented")
-        if dp > 1 and settings.get("kvc"):
-            return "dp with kvc: the KV connector's scheduler of record is one replica's driver"
-        if settings.get("prefix_cache") and settings.get("kvc"):
-            return "prefix_cache and kvc both fill the KV cache from a store: the reference engine runs one at a time"
         if model_dir is None:
             return None
         cfg = json.loads((Path(model_dir) / "config.json").read_text())
@@ -84,6 +79,8 @@ class ReferenceEngine(Engine):
             model = ModelConfig.from_dict(cfg)
         except (ValueError, KeyError) as exc:
             return str(exc) if isinstance(exc, ValueError) else f"reference engine needs config field {exc}"
+        axes = RunAxes.of(settings)
+        tp = axes.tp
         heads = cfg["num_attention_heads"]
         for key, value in (("num_attention_heads", heads),
                            ("num_key_value_heads", cfg.get("num_key_value_heads") or heads),
@@ -92,16 +89,16 @@ class ReferenceEngine(Engine):
             if value % tp:
                 return f"{key}={value} is not divisible by tp={tp}"
         experts = model.num_experts  # ModelConfig reads them for the MoE model type only
-        if settings.get("chunked_prefill") and model.model_type == "llama-vl":
+        if axes.chunked_prefill and model.model_type == "llama-vl":
             return "chunked_prefill: the reference engine keeps an image's placeholder tokens in one step (no chunked images)"
-        if settings.get("batch") == "mixed" and model.model_type == "llama-vl":
+        if axes.batch == "mixed" and model.model_type == "llama-vl":
             return "batch=mixed: filler prompts made from a prompt would carry its image placeholders"
-        if settings.get("ep", False) and not experts:
+        if axes.ep and not experts:
             return f"ep (expert parallelism) needs a mixture-of-experts model; model_type {model.model_type!r} has no experts"
-        if settings.get("ep", False) and experts % tp:
-            return f"num_local_experts={experts} is not divisible by tp={tp} (ep gives each rank whole experts)"
-        if pp > cfg["num_hidden_layers"]:
-            return f"pp={pp} exceeds num_hidden_layers={cfg['num_hidden_layers']}"
+        if axes.ep and experts % axes.tp:
+            return f"num_local_experts={experts} is not divisible by tp={axes.tp} (ep gives each rank whole experts)"
+        if axes.pp > cfg["num_hidden_layers"]:
+            return f"pp={axes.pp} exceeds num_hidden_layers={cfg['num_hidden_layers']}"
         return None
 
     def fault_problem(self, faults: list[str], settings: dict | None = None) -> str | None:

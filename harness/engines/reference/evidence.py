@@ -20,6 +20,7 @@ gathers them and says, per axis, whether the setting took effect (summarize):
 from __future__ import annotations
 
 from harness.contract.applied import pp_layout, stage_layers
+from harness.contract.axes import RunAxes
 
 
 def rank_evidence(ctx, stage, compile_stats: dict, collectives: dict, runner) -> dict:
@@ -39,11 +40,11 @@ def rank_evidence(ctx, stage, compile_stats: dict, collectives: dict, runner) ->
 
 
 def summarize(settings: dict, ranks: list[dict]) -> dict:
-    out = {}
+    axes, out = RunAxes.of(settings), {}
     if "tp" in settings:
-        out["tp"] = _tp(int(settings["tp"]), ranks)
+        out["tp"] = _tp(axes.tp, ranks)
     if "pp" in settings:
-        out["pp"] = pp_layout(int(settings["pp"]), stage_layers(ranks))
+        out["pp"] = pp_layout(axes.pp, stage_layers(ranks))
     if "sp" in settings:
         out["sp"] = _sp(ranks)
     if "compile" in settings:
@@ -55,11 +56,11 @@ def summarize(settings: dict, ranks: list[dict]) -> dict:
     if "prefix_cache" in settings:
         out["prefix_cache"] = _prefix_cache(ranks)
     if "batch" in settings:
-        out["batch"] = _batch(settings["batch"], ranks[0]["batch"])
+        out["batch"] = _batch(axes.batch, ranks[0]["batch"])
     if "spec" in settings:
         out["spec"] = _spec(ranks[0]["spec"])
     if "dp" in settings:
-        out["dp"] = _dp(int(settings["dp"]), ranks)
+        out["dp"] = _dp(axes.dp, ranks)
     return out
 
 

@@ -177,7 +177,7 @@ def run(spec) -> None:
         # Ranks share the host's cores; without this each rank runs a full pool. Set
         # here, not as OMP_NUM_THREADS in the launch plan: the environment then is the
         # same for runs of every size, and one rank-pool zygote serves them all.
-        torch.set_num_threads(max(1, (os.cpu_count() or 1) // (spec.tp * spec.pp)))
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // spec.axes.world))
     if spec.dtype not in DTYPES:
         raise ValueError(f"unknown dtype {spec.dtype!r} (known: {', '.join(DTYPES)})")
     if spec.sp and spec.tp < 2:
@@ -185,23 +185,22 @@ def run(spec) -> None:
     faults.parse(spec.faults)  # unknown fault names fail here, on every rank
     sp = spec.sp and not faults.active(spec, "sp-switched-off")
     compile_on = spec.compile and not faults.active(spec, "compile-switched-off")
-    dp = int(spec.settings.get("dp", 1))
-    ctx = init_parallel(spec.tp, spec.pp, sp, spec.device, dp=dp)
+    axes = spec.axes
+    ctx = init_parallel(axes.tp, axes.pp, sp, spec.device, dp=axes.dp)
     ctx.faults = tuple(spec.faults)
-    ctx.ep = bool(spec.settings.get("ep", False))
+    ctx.ep = axes.ep
     phases.mark("rendezvous")
-    kv_store = str(Path(spec.output_dir).parent / "kv-store") if spec.settings.get("kvc") else None
-    workloads = replicas.replica_workloads(spec.workloads, dp, ctx.dp_rank)
-    batch = spec.settings.get("batch", "all")
+    kv_store = str(Path(spec.output_dir).parent / "kv-store") if axes.kvc else None
+    workloads = replicas.replica_workloads(spec.workloads, axes.dp, ctx.dp_rank)
+    batch = axes.batch
     try:
         with torch.inference_mode():
             t0 = time.perf_counter()
             stage = build_stage(spec, ctx)
             runner = ModelRunner(stage, ctx, getattr(torch, spec.dtype), submitted_workloads(workloads, batch),
                                  compile_on, spec.faults,
-                                 kv_store, chunk_budget=int(spec.settings.get("chunked_prefill", 0)),
-                                 prefix_cache=bool(spec.settings.get("prefix_cache", False)),
-                                 speculate=spec.settings.get("spec", False) == "ngram")
+                                 kv_store, chunk_budget=axes.chunked_prefill,
+                                 prefix_cache=axes.prefix_cache, speculate=axes.spec == "ngram")
             t1 = time.perf_counter()
             phases.mark("load")
             runner.warmup()

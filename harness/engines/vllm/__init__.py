@@ -26,11 +26,13 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from harness import roots
+from harness.contract.axes import RunAxes, requires
 from harness.contract.launchplan import LaunchPlan
 from harness.contract.runspec import RunSpec
 from harness.engines import compile_cache
 from harness.engines.base import Capability, Engine
 from harness.engines.vllm.crash import root_cause
+from harness.engines.vllm.driver import MAX_NUM_SEQS
 from harness.launch.outcome import RankFailure
 from harness.settings.env import VLLM_PYTHON
 from harness.settings.project import project
@@ -62,6 +64,13 @@ class VllmEngine(Engine):
     axes = {"tp": None, "pp": None, "dp": None, "sp": (False, True), "compile": (False, True),
             "ep": (False, True), "prefix_cache": (False, True), "chunked_prefill": None, "batch": ("all", "one", "mixed"), "spec": (False, "ngram", "draft"),
             "batch_invariant": (False, True)}
+    # vLLM's own limits between axes, as its sources say them
+    rules = (
+        requires("ep", "tp>=2", "dp>=2", reason="vLLM's expert-parallel group is the TP x DP ranks; with tp=1 and dp=1 "
+                 "there is nothing to split the experts over"),
+        requires("chunked_prefill", f"chunked_prefill>={MAX_NUM_SEQS}", reason="vLLM refuses a token budget below "
+                 f"max_num_seqs={MAX_NUM_SEQS} (config/scheduler.py verify_max_model_len)"),
+    )
     capabilities = frozenset({Capability.OWN_PYTHON, Capability.INSTALLS_RELEASES, Capability.REPRO_SCRIPTS})
 
     def python(self) -> Path:
@@ -90,21 +99,16 @@ class VllmEngine(Engine):
         reason = super().unsupported_reason(settings)
         if reason:
             return reason
-        scheduling = _scheduling_reason(settings)
-        if scheduling:
-            return scheduling
-        tp, pp, dp = int(settings.get("tp", 1)), int(settings.get("pp", 1)), int(settings.get("dp", 1))
-        if settings.get("ep") and tp * dp < 2:
-            return "ep: vLLM's expert-parallel group is the TP x DP ranks; with tp=1 and dp=1 there is nothing to split the experts over"
+        axes = RunAxes.of(settings)
         probe = self.probe()
-        for axis in ("sp", "compile", "batch_invariant"):
-            if settings.get(axis) and "reason" in probe[axis]:
+        for axis in ("sp", "compile", "batch_invariant"):  # what the installed vLLM can run
+            if axes.value(axis) and "reason" in probe[axis]:
                 return f"{axis}: {probe[axis]['reason']}"
         if not model_dir:
             return None
         cfg = _config(model_dir)  # read once: every rule below asks it something
-        return (self._arch_reason(cfg, pp) or _model_reason(cfg, tp, pp) or _media_reason(cfg, settings)
-                or _ep_reason(cfg, settings) or _dp_reason(cfg, settings) or _draft_reason(cfg, settings)
+        return (self._arch_reason(cfg, axes.pp) or _model_reason(cfg, axes.tp, axes.pp) or _media_reason(cfg, axes)
+                or _ep_reason(cfg, axes) or _dp_reason(cfg, axes) or _draft_reason(cfg, axes)
                 or _mla_reason(cfg, probe))
 
     def _arch_reason(self, cfg: dict, pp: int) -> str | None:
@@ -129,7 +133,7 @@ class VllmEngine(Engine):
 
         try:
             switches.parse(faults)
-            return switches.target_problem(faults, int(settings.get("pp", 1))) if settings else None
+            return switches.target_problem(faults, RunAxes.of(settings).pp) if settings else None
         except ValueError as exc:
             return str(exc)
 
@@ -146,7 +150,7 @@ class VllmEngine(Engine):
         # lets them share the driver's rank-pool zygote (below).
         probe = self.probe()
         env.update(compile_cache.vllm_env(probe["torch"], probe["vllm"], spec.faults))
-        if spec.settings.get("batch_invariant"):  # read by vLLM as its workers start: the launch's own variable
+        if spec.axes.batch_invariant:  # read by vLLM as its workers start: the launch's own variable
             env.update(probe["batch_invariant"]["env"])
         # The driver forks from a rank-pool zygote that imported vLLM already (7-10 s a
         # scenario on CPU: docs/BENCHMARKS.md), CPU only: on CUDA, importing vLLM may query
@@ -154,7 +158,7 @@ class VllmEngine(Engine):
         # workers are then forked from the driver (forking.py). The driver binds its ranks to
         # cores itself (VLLM_CPU_OMP_THREADS_BIND), so runs of every size share one zygote.
         # One driver per DP rank (each its own vLLM engine), watched by the launcher as any ranks are.
-        return LaunchPlan(world_size=int(spec.settings.get("dp", 1)), argv=[str(self.python()), "-m", "harness.engines.vllm.driver", spec_path], env=env,
+        return LaunchPlan(world_size=spec.axes.dp, argv=[str(self.python()), "-m", "harness.engines.vllm.driver", spec_path], env=env,
                           preload=list(DRIVER_IMPORTS) if spec.device == "cpu" else [])
 
     def root_cause(self, log_text: str) -> RankFailure | None:
@@ -288,28 +292,13 @@ def _model_reason(cfg: dict, tp: int, pp: int) -> str | None:
     return None
 
 
-def _scheduling_reason(settings: dict) -> str | None:
-    """What vLLM's scheduler config refuses: a budget below max_num_seqs
-    (config/scheduler.py verify_max_model_len: "max_num_batched_tokens must be greater
-    than or equal to max_num_seqs")."""
-    from harness.engines.vllm.driver import MAX_NUM_SEQS
-
-    budget = settings.get("chunked_prefill", 0)
-    if isinstance(budget, bool) or not isinstance(budget, int) or budget < 0:
-        return f"chunked_prefill is a token budget per step (0: vLLM's default), got {budget!r}"
-    if 0 < budget < MAX_NUM_SEQS:
-        return (f"chunked_prefill={budget}: vLLM refuses a token budget below max_num_seqs={MAX_NUM_SEQS} "
-                "(config/scheduler.py verify_max_model_len)")
-    return None
-
-
 MEDIA_CONFIGS = ("vision_config", "audio_config")  # a multimodal checkpoint's encoder configs
 
 
-def _media_reason(cfg: dict, settings: dict) -> str | None:
+def _media_reason(cfg: dict, axes: RunAxes) -> str | None:
     """A filler prompt is made from a workload prompt's tokens (batching.py), its media
     placeholders too, without the media they stand for."""
-    if settings.get("batch") == "mixed" and any(key in cfg for key in MEDIA_CONFIGS):
+    if axes.batch == "mixed" and any(key in cfg for key in MEDIA_CONFIGS):
         return "batch=mixed: filler prompts made from a prompt would carry its media placeholders without the media"
     return None
 
@@ -324,28 +313,28 @@ def _routed_experts(cfg: dict) -> int:
     return next((text[f] for f in EXPERT_FIELDS if isinstance(text.get(f), int) and text[f] > 1), 0)
 
 
-def _ep_reason(cfg: dict, settings: dict) -> str | None:
+def _ep_reason(cfg: dict, axes: RunAxes) -> str | None:
     """vLLM takes enable_expert_parallel on a dense model and does nothing with it."""
-    if settings.get("ep") and not _routed_experts(cfg):
+    if axes.ep and not _routed_experts(cfg):
         return f"ep: the model has no routed experts (config.json has none of {', '.join(EXPERT_FIELDS)} > 1)"
     return None  # vLLM splits an uneven count itself (expert_map_manager.py: the remainder to the first ranks)
 
 
-def _dp_reason(cfg: dict, settings: dict) -> str | None:
+def _dp_reason(cfg: dict, axes: RunAxes) -> str | None:
     """vLLM's own refusal, said before an engine start: its offline data parallelism
     (VLLM_DP_*) raises for a dense model (config/parallel.py, ParallelConfig's offline
     branch: "Offline data parallel mode is not supported/useful for dense models")."""
-    if int(settings.get("dp", 1)) > 1 and not _routed_experts(cfg):
+    if axes.dp > 1 and not _routed_experts(cfg):
         return ("dp: vLLM's offline data parallelism is for MoE models only: it raises 'Offline data parallel mode is "
                 "not supported/useful for dense models' (config/parallel.py) and this model has no routed experts")
     return None
 
 
-def _draft_reason(cfg: dict, settings: dict) -> str | None:
+def _draft_reason(cfg: dict, axes: RunAxes) -> str | None:
     """vLLM's own refusal, said before an engine start: its draft-model proposer raises for
     a model with M-RoPE positions (Qwen2-VL and its successors, GLM-4V: an `mrope_section`
     in the text config's rope parameters; transformers_utils/config.py uses_mrope)."""
-    if settings.get("spec") != "draft":
+    if axes.spec != "draft":
         return None
     ropes = [c.get(k) for c in (cfg, cfg.get("text_config") or {}) for k in ("rope_scaling", "rope_parameters")]
     if any(isinstance(r, dict) and "mrope_section" in r for r in ropes):

@@ -21,6 +21,7 @@ import sys
 import time
 from pathlib import Path
 
+from harness.contract.axes import RunAxes
 from harness.engines.vllm.repro_script import cpu_binding, topk_row
 from harness.launch.rankside import HARNESS_FAULT, harness_step
 
@@ -72,7 +73,8 @@ def plain_kwargs(model_dir: str, dtype: str, seed: int, settings: dict, workload
     """vllm.LLM(...) arguments of a setting that need no vllm import: all but the compile
     and SP configs and the harness's worker extension. The repro script (`harness repro`,
     repro_script.py) starts vLLM with exactly these, so it runs what a scenario runs."""
-    tp, pp = int(settings.get("tp", 1)), int(settings.get("pp", 1))
+    axes = RunAxes.of(settings)
+    tp, pp = axes.tp, axes.pp
     kwargs = dict(
         model=model_dir,
         tokenizer=model_dir,
@@ -85,16 +87,16 @@ def plain_kwargs(model_dir: str, dtype: str, seed: int, settings: dict, workload
         kv_cache_memory_bytes=KV_CACHE_BYTES,
         # off unless the scenario tests it: the suites' logits and greedy workloads share
         # prompts, and a hit would skip the prefill a suite without the axis means to test
-        enable_prefix_caching=bool(settings.get("prefix_cache", False)),
+        enable_prefix_caching=axes.prefix_cache,
         max_logprobs=max(int(w.get("top_k", 20)) for w in workloads),
-        enforce_eager=not settings.get("compile", False),
+        enforce_eager=not axes.compile,
     )
-    budget = int(settings.get("chunked_prefill", 0))
+    budget = axes.chunked_prefill
     if budget:  # 0: vLLM's default budget (4096 tokens on CPU here), which splits no prompt of max_model_len
         kwargs.update(enable_chunked_prefill=True, max_num_batched_tokens=budget)
-    if settings.get("ep"):
+    if axes.ep:
         kwargs["enable_expert_parallel"] = True
-    speculative = speculative_config(settings.get("spec", False), model_dir)
+    speculative = speculative_config(axes.spec, model_dir)
     if speculative:
         kwargs["speculative_config"] = speculative
     if tp * pp > 1:
@@ -293,7 +295,7 @@ def run(spec) -> None:
 
     phases = PhaseMarks(spec.output_dir)
     phases.mark("start")
-    dp, dp_rank = int(spec.settings.get("dp", 1)), int(os.environ.get("RANK", "0"))
+    dp, dp_rank = spec.axes.dp, int(os.environ.get("RANK", "0"))
     if spec.sp:  # count the SP pass's runs, here and in every worker vLLM starts
         VLLM_COUNT_SP.set("1")
     with harness_step(f"prepare vLLM {vllm.__version__}'s start (its arguments for these settings, the harness's hooks)"):
@@ -302,7 +304,7 @@ def run(spec) -> None:
                                              os.environ.get("MASTER_ADDR", "127.0.0.1"), int(os.environ["MASTER_PORT"])))
         if spec.device == "cpu":  # here, not in the launch environment: drivers of every world size share one zygote
             # one list for every DP rank: vLLM takes its own DP rank's slice of it (ompmultiprocessing.py)
-            os.environ["VLLM_CPU_OMP_THREADS_BIND"] = cpu_binding(dp * spec.tp * spec.pp, os.cpu_count() or 1)
+            os.environ["VLLM_CPU_OMP_THREADS_BIND"] = cpu_binding(spec.axes.world, os.cpu_count() or 1)
         kv_cache = kv_cache_setting(spec.device)
         evidence.install()  # for a worker in this process (one rank) or forked from it
         forking.install()  # vLLM's engine core and workers forked from here, not spawned afresh (CPU)
@@ -311,7 +313,7 @@ def run(spec) -> None:
     llm = vllm.LLM(**kwargs)  # its workers' rendezvous, load and compile are inside
     ready = time.time()
     phases.mark("load")
-    submit = Submitter(str(spec.settings.get("batch", "all")))
+    submit = Submitter(spec.axes.batch)
     results = {}
     for w in replicas.replica_workloads(spec.workloads, dp, dp_rank):
         if w["kind"] not in RUNNERS:

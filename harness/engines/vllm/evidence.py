@@ -31,6 +31,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from harness.contract.applied import pp_layout, stage_layers
+from harness.contract.axes import RunAxes
 from harness.engines.vllm import aot_cache, forking, startup, steps
 from harness.engines.vllm.probe import SP_FIELDS
 from harness.settings.env import VLLM_COUNT_SP
@@ -238,27 +239,27 @@ def _batch_invariant(workers: list[dict]) -> dict:
 def summarize(settings: dict, workers: list[dict], submitted: dict | None = None) -> dict:
     """Per axis of `settings`: applied and the evidence. `submitted`: how the driver
     submitted the prompts (submissions, prompts, fillers), for the batch axis."""
-    out = {}
+    axes, out = RunAxes.of(settings), {}
     if "tp" in settings:
-        out["tp"] = _tp(int(settings["tp"]), workers)
+        out["tp"] = _tp(axes.tp, workers)
     if "pp" in settings:
-        out["pp"] = pp_layout(int(settings["pp"]), stage_layers(workers))
-    if "sp" in settings and settings["sp"]:
+        out["pp"] = pp_layout(axes.pp, stage_layers(workers))
+    if axes.sp:
         out["sp"] = _sp(workers)
     if "compile" in settings:
         out["compile"] = _compile(workers)
-    if settings.get("ep"):
+    if axes.ep:
         out["ep"] = _ep(workers)
-    if settings.get("prefix_cache"):
+    if axes.prefix_cache:
         out["prefix_cache"] = _prefix_cache(workers)
-    if settings.get("chunked_prefill"):
-        out["chunked_prefill"] = _chunked(int(settings["chunked_prefill"]), workers)
-    if settings.get("spec"):
+    if axes.chunked_prefill:
+        out["chunked_prefill"] = _chunked(axes.chunked_prefill, workers)
+    if axes.spec:
         out["spec"] = _spec(workers)
-    if settings.get("batch_invariant"):
+    if axes.batch_invariant:
         out["batch_invariant"] = _batch_invariant(workers)
     if "batch" in settings:
-        out["batch"] = _batch(str(settings["batch"]), workers, submitted or {})
+        out["batch"] = _batch(axes.batch, workers, submitted or {})
     return out
 
 

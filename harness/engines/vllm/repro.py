@@ -12,6 +12,7 @@ from __future__ import annotations
 import pprint
 from pathlib import Path
 
+from harness.contract.axes import RunAxes
 from harness.contract.batching import compose
 from harness.engines.vllm.driver import plain_kwargs, sp_pass_config
 
@@ -38,18 +39,18 @@ def render(case: dict, sp_support=None) -> str:
     scenario; `sp_support`: a callable giving the probe's SP answer (asked only for a
     setting with sp on)."""
     settings = {}
-    for name, axes in case["settings"].items():
-        args = plain_kwargs("model", case["dtype"], case.get("seed", 0), axes, case["workloads"])
+    for name, setting in case["settings"].items():
+        args = plain_kwargs("model", case["dtype"], case.get("seed", 0), setting, case["workloads"])
         del args["model"], args["tokenizer"]  # the script points them at its checkpoint
-        entry = {"axes": axes, "engine_args": args, "compile": bool(axes.get("compile")),
-                 "ranks": int(axes.get("tp", 1)) * int(axes.get("pp", 1)), "dp": int(axes.get("dp", 1))}
-        mode = str(axes.get("batch", "all"))
+        axes = RunAxes.of(setting)
+        entry = {"axes": setting, "engine_args": args, "compile": axes.compile, "ranks": axes.tp * axes.pp, "dp": axes.dp}
+        mode = axes.batch
         if mode != "all" and entry["dp"] > 1:
             raise CannotReproduce(f"setting {name} has batch={mode} under dp={entry['dp']}: the script submits whole "
                                   "workloads as one batch plan, not a DP rank's share of them")
         if mode != "all":
             entry["submissions"] = {w["name"]: submissions(w["prompts"], mode) for w in case["workloads"]}
-        if axes.get("sp"):
+        if axes.sp:
             try:
                 support = sp_support() if sp_support else {"reason": "the installed vLLM was not asked"}
             except Exception as exc:  # noqa: BLE001 - no vLLM here to ask (EngineUnavailable), or its probe failed

@@ -1,0 +1,125 @@
+"""Every axis declared once (harness/contract/axes.py): its domain refused at load, its id
+spelling, its rules as data, and no string read of an axis name anywhere else."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from harness.config.loading import load_suite
+from harness.config.schema import ScenarioError
+from harness.contract.axes import AXES, AXIS_NAMES, RULES, Cond, RunAxes, excludes, requires
+from harness.engines import get_engine
+
+PACKAGE = Path(__file__).resolve().parent.parent / "harness"
+
+SUITE = """
+suite: typo
+engine: reference
+model: tiny-llama
+workloads: [{name: logits, kind: logprobs, num_prompts: 2, max_prompt_tokens: 16}]
+golden: {tp: 1, pp: 1, spec: false, batch: all}
+matrix: {tp: [1], pp: [1], spec: [false, ngram], batch: [all, mixed]}
+gates: {pr: ["*"]}
+"""
+
+
+def load(tmp_path: Path, text: str):
+    path = tmp_path / "typo.yaml"
+    path.write_text(text)
+    return load_suite(path)
+
+
+@pytest.mark.parametrize("typo, allowed", [
+    (("spec: [false, ngram]", "spec: [false, ngarm]"), "axis 'spec' value 'ngarm': spec takes false, ngram, draft"),
+    (("batch: [all, mixed]", "batch: [all, mixd]"), "axis 'batch' value 'mixd': batch takes all, one, mixed"),
+    (("tp: [1]", "tp: [1, 0]"), "axis 'tp' value 0: tp is a parallel size, an integer >= 1"),
+])
+def test_a_value_outside_an_axis_domain_is_refused_at_load_with_the_allowed_values(tmp_path, typo, allowed):
+    """Issue 49 item 2: `spec: [false, ngarm]`, `batch: mixd` passed the file check, ended
+    `unsupported`, and a PR gate over them exited 0."""
+    assert typo[0] in SUITE
+    with pytest.raises(ScenarioError) as err:
+        load(tmp_path, SUITE.replace(*typo))
+    assert allowed in str(err.value) and "typo.yaml" in str(err.value)
+
+
+def test_the_well_spelt_file_loads(tmp_path):
+    suite = load(tmp_path, SUITE)
+    assert suite.matrix["spec"] == [False, "ngram"]
+
+
+def test_a_selector_value_outside_the_domain_is_refused_too(tmp_path):
+    text = SUITE + "exclude: [{spec: ngarm}]\n"
+    with pytest.raises(ScenarioError, match="exclude.0: axis 'spec' value 'ngarm': spec takes false, ngram, draft"):
+        load(tmp_path, text)
+
+
+def test_the_typed_view_is_the_declaration():
+    """RunAxes's fields are the axes: names, defaults, and a run's settings filled from them."""
+    assert list(AXES) == [f for f in RunAxes.__dataclass_fields__]
+    axes = RunAxes.of({"tp": 2, "dp": 2, "spec": "ngram", "engine_own": 3})
+    assert (axes.tp, axes.pp, axes.dp, axes.spec, axes.batch, axes.world) == (2, 1, 2, "ngram", "all", 4)
+    assert {a.kind for a in AXES.values()} == {"size", "budget", "switch", "choice"}
+
+
+@pytest.mark.parametrize("axis, value, label", [
+    ("tp", 1, "tp1"), ("dp", 1, ""), ("dp", 2, "dp2"), ("sp", True, "sp"), ("sp", False, ""),
+    ("chunked_prefill", 0, ""), ("chunked_prefill", 32, "chunked_prefill32"), ("batch", "all", "batch-all"),
+    ("spec", False, ""), ("spec", "ngram", "spec-ngram"),
+])
+def test_each_axis_spells_its_value_in_an_id(axis, value, label):
+    assert AXES[axis].label(value) == label
+
+
+def test_rules_are_data_with_their_reasons():
+    rule = requires("ep", "tp>=2", "dp>=2", reason="experts need ranks")
+    assert str(rule) == "ep requires tp>=2 or dp>=2" and rule.axes == ("ep", "tp", "dp")
+    assert rule.broken({"ep": True, "tp": 1}) and not rule.broken({"ep": True, "dp": 2}) and not rule.broken({"tp": 1})
+    rule = excludes("prefix_cache", "kvc", reason="one store")
+    assert rule.broken({"prefix_cache": True, "kvc": True}) and not rule.broken({"prefix_cache": True})
+    assert Cond.parse("spec=draft").holds({"spec": "draft"}) and not Cond.parse("spec=draft").holds({"spec": "ngram"})
+    assert not Cond.parse("chunked_prefill<8").holds({"chunked_prefill": True})  # a switch is not a number
+    assert [str(r) for r in RULES] == ["sp requires tp>=2"]
+
+
+def test_engines_refuse_by_their_rules_and_name_the_rule():
+    reference = get_engine("reference")
+    assert reference.unsupported_reason({"tp": 1, "sp": True}).startswith("sp requires tp>=2: ")
+    assert reference.unsupported_reason({"tp": 2, "dp": 2, "ep": True}).startswith("dp>=2 excludes ep: ")
+    assert reference.unsupported_reason({"tp": 2, "dp": 2}) is None
+    assert "spec takes false, ngram, draft" in reference.unsupported_reason({"spec": "ngarm"})
+
+
+def _axis_reads(path: Path, root: Path = PACKAGE.parent) -> list[str]:
+    """`settings.get("tp")`, `setting["spec"]`, `axes.get("dp")`: an axis read by its name
+    off a settings dict."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        receiver, key = None, None
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get" \
+                and node.args and isinstance(node.args[0], ast.Constant):
+            receiver, key = node.func.value, node.args[0].value
+        elif isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Load) and isinstance(node.slice, ast.Constant):
+            receiver, key = node.value, node.slice.value
+        if key in AXIS_NAMES and receiver is not None:
+            text = ast.unparse(receiver).lower()
+            if "setting" in text or text.endswith("axes"):
+                found.append(f"{path.relative_to(root)}:{node.lineno}: {ast.unparse(node)}")
+    return found
+
+
+def test_no_axis_is_read_by_its_name_outside_its_declaration():
+    """Engines and the harness read a run's axes through RunAxes; only the declaration names
+    them. The repro script is exempt: it runs without the harness (it must import none of it)."""
+    exempt = {PACKAGE / "contract" / "axes.py", PACKAGE / "engines" / "vllm" / "repro_script.py"}
+    reads = [r for p in sorted(PACKAGE.rglob("*.py")) if p not in exempt for r in _axis_reads(p)]
+    assert reads == []
+
+
+def test_the_lint_finds_a_string_read(tmp_path):
+    planted = tmp_path / "planted.py"
+    planted.write_text("def f(settings, axes):\n    return settings.get('spec', False), axes['tp'], report['tp']\n")
+    assert [r.split(": ", 1)[1] for r in _axis_reads(planted, tmp_path)] == ["settings.get('spec', False)", "axes['tp']"]
