@@ -48,10 +48,11 @@ def harness_cli(*args: str, scenarios: Path | None = None, env: dict[str, str | 
     """`harness ARGS` to its end, stdout and stderr captured as text, within scaled(timeout)
     seconds; forked from the kit's pre-imported server where it serves (harness_server.py)."""
     argv, merged, what = harness_command(*args, scenarios=scenarios), environment(env), what or f"harness {' '.join(args[:3])}"
+    budget = scaled(timeout)  # once: the message names the budget the run had
     try:
-        done = forked_harness(argv, merged, ROOT, scaled(timeout))
+        done = forked_harness(argv, merged, ROOT, budget)
     except subprocess.TimeoutExpired as exc:
-        pytest.fail(f"{timeout_message(what, scaled(timeout))}\n--- stdout\n{exc.output[-3000:]}\n--- stderr\n{exc.stderr[-3000:]}")
+        pytest.fail(f"{timeout_message(what, budget)}\n--- stdout\n{exc.output[-3000:]}\n--- stderr\n{exc.stderr[-3000:]}")
     if done is not None:
         return done
     return run_process(argv, timeout, what, cwd=ROOT, env=merged, capture_output=True, text=True)
