@@ -17,6 +17,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--engines", action="store_true", help="list the engines instead: built in or from installed packages, "
                    "whether each can run here, its axes")
     p.add_argument("--models", action="store_true", help="list the zoo's models instead: built in or from installed packages")
+    p.add_argument("--coverage", action="store_true", help="per suite, the t-way combinations of axis values that what "
+                   "would run covers, and every one left out with the rule or exclude that forbids it")
+    p.add_argument("--strength", type=int, default=None, metavar="T",
+                   help="with --coverage: combinations of T axis values (default: a covering suite's own; else 3)")
+    p.add_argument("--lock", action="store_true", help="with --coverage: record each covering suite's rows in its "
+                   "lock file (<file>.lock) so that adding a value later keeps their ids")
 
 
 def run(args) -> int:
@@ -26,6 +32,9 @@ def run(args) -> int:
 
     catalog = suites.load(args)
     chosen, broken = catalog.pick(args.ids, args.gate)
+    if args.coverage:
+        _coverage(chosen, args.strength, args.lock)
+        return exit_codes.USAGE if broken else exit_codes.OK
     for s in chosen:
         if args.ids_only:
             print(s.id)
@@ -36,6 +45,38 @@ def run(args) -> int:
         print(f"{s.id:40s} gates={','.join(sorted(s.gates)) or '-'}{notes}")
     # a broken suite the request could have listed: the listing is not the whole answer
     return exit_codes.USAGE if broken else exit_codes.OK
+
+
+def _coverage(chosen: list, strength: int | None, lock: bool) -> None:
+    """`harness list --coverage`: what the chosen scenarios of each suite cover."""
+    from harness.config import covering
+    from harness.config.binding import engine_rules
+    from harness.config.scenario import planned_settings
+
+    by_suite: dict[str, list] = {}
+    for s in chosen:
+        by_suite.setdefault(s.suite.suite, []).append(s)
+    totals = [0, 0, 0, 0]  # scenarios, required, covered, missed
+    for name, scenarios in by_suite.items():
+        suite, source = scenarios[0].suite, scenarios[0].source
+        t = strength or (suite.covering.strength if suite.covering else 3)
+        groups = suite.covering.groups if suite.covering and strength is None else []
+        asked = f"{t}-way" + "".join(f", {g.strength}-way among {', '.join(g.axes)}" for g in groups)
+        kind = "covering array" if suite.covering else "full product"
+        rows = [s.settings for s in scenarios]
+        got = covering.coverage(suite if strength is None else suite.model_copy(update={"covering": None}),
+                                rows, engine_rules(suite.engine), t)
+        print(f"{name}: {len(rows)} scenarios ({kind}); {asked}: {got.required} combinations, {got.covered} covered, "
+              f"{got.required - got.feasible} excluded, {len(got.missed)} feasible and not run")
+        for why, combos in got.excluded.items():
+            print(f"  excluded by {why} ({len(combos)}): {', '.join(combos[:6])}{' ...' if len(combos) > 6 else ''}")
+        if got.missed:
+            print(f"  not run ({len(got.missed)}): {', '.join(got.missed[:12])}{' ...' if len(got.missed) > 12 else ''}")
+        if lock and suite.covering is not None:
+            print(f"  rows recorded in {covering.write_lock(suite, source, planned_settings(suite, source))}")
+        for i, n in enumerate((len(rows), got.required, got.covered, len(got.missed))):
+            totals[i] += n
+    print(f"total: {totals[0]} scenarios, {totals[1]} combinations, {totals[2]} covered, {totals[3]} feasible and not run")
 
 
 def _plugins(args) -> int:

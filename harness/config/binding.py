@@ -8,7 +8,7 @@ that one suite whose engine disagrees fails alone (loading.py collects it per fi
 from __future__ import annotations
 
 from harness.config.schema import ARCH_AXIS, AXIS_NAME, AxisValue, SuiteFile
-from harness.contract.axes import AXES, spell
+from harness.contract.axes import AXES, RULES, Rule, spell
 
 
 def _known_axes(engine: str | None) -> tuple[dict[str, tuple | None], str]:
@@ -79,6 +79,17 @@ def matrix_problems(engine: object, matrix: object) -> list[str]:
             if problem:
                 problems.append(f"matrix: {problem}")
     return problems
+
+
+def engine_rules(engine: str) -> tuple[Rule, ...]:
+    """The rules a setting of `engine` keeps: the axes' own and the engine's limits (only
+    the axes' own where the engine cannot be loaded here: its scenarios say why)."""
+    from harness.engines import EngineUnavailable, get_engine
+
+    try:
+        return get_engine(engine).all_rules()
+    except EngineUnavailable:
+        return RULES
 
 
 def _fault_problem(suite: SuiteFile) -> str | None:

@@ -14,6 +14,8 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from harness.config.binding import engine_rules
+from harness.config.covering import covering_rows
 from harness.config.schema import ARCH_AXIS, ExpectedFailure, ScenarioError, SuiteFile
 from harness.contract.axes import AXES, generic_label
 from harness.models import ModelRef
@@ -118,14 +120,21 @@ def _matches(settings: dict, selector: dict) -> bool:
     return all(settings.get(k) == v for k, v in selector.items())
 
 
+def planned_settings(suite: SuiteFile, source: Path) -> list[dict]:
+    """The settings a suite runs: every combination of its matrix but the excluded ones, or,
+    for a `covering:` suite, the rows of its covering array (covering.py)."""
+    axes = list(suite.matrix)
+    if suite.covering is not None:
+        return covering_rows(suite, source, engine_rules(suite.engine))
+    _check_size(suite, source)
+    combos = (dict(zip(axes, combo)) for combo in itertools.product(*(suite.matrix[a] for a in axes)))
+    return [settings for settings in combos if not any(_matches(settings, ex) for ex in suite.exclude)]
+
+
 def expand(suite: SuiteFile, source: Path) -> list[Scenario]:
     axes = list(suite.matrix)
-    _check_size(suite, source)
     scenarios = []
-    for combo in itertools.product(*(suite.matrix[a] for a in axes)):
-        settings = dict(zip(axes, combo))
-        if any(_matches(settings, ex) for ex in suite.exclude):
-            continue
+    for settings in planned_settings(suite, source):
         label = settings_label(settings, axes)
         gates = {"nightly"} if "nightly" not in suite.gates else set()
         gates |= {g for g, patterns in suite.gates.items() if any(fnmatch.fnmatch(label, p) for p in patterns)}

@@ -291,6 +291,20 @@ class ChangeMap(_Strict):
     rules: list[ChangeRule] = []
 
 
+class CoveringGroup(_Strict):
+    axes: list[str] = Field(min_length=2)
+    strength: int = Field(ge=1)
+
+
+class Covering(_Strict):
+    """The matrix as a covering array (harness/config/covering.py) instead of its full
+    product: every `strength`-way combination of axis values (the arch axis included) in
+    some scenario, and each group's axes combined at the group's own strength."""
+
+    strength: int = Field(ge=1)
+    groups: list[CoveringGroup] = []
+
+
 class SuiteFile(_Strict):
     suite: str
     description: str = ""
@@ -318,6 +332,14 @@ class SuiteFile(_Strict):
     # batch composition): a scenario that sets one is also held to its own layout without
     # them (harness/stages/same_layout.py), not only to the golden's layout
     same_layout: list[str] = []
+    # the matrix as a covering array (`covering: 3`, or {strength: 2, groups: [{axes: [...],
+    # strength: 3}]}); absent: every combination of the matrix, as always
+    covering: Covering | None = None
+
+    @field_validator("covering", mode="before")
+    @classmethod
+    def _covering_short(cls, v):
+        return {"strength": v} if isinstance(v, int) and not isinstance(v, bool) else v
 
     @field_validator("archs", mode="before")
     @classmethod
@@ -427,6 +449,11 @@ class SuiteFile(_Strict):
         unknown = set(self.same_layout) - axes
         if unknown:
             raise ValueError(f"same_layout names axes not in the matrix: {sorted(unknown)} (matrix axes: {sorted(axes)})")
+        for i, group in enumerate(self.covering.groups if self.covering else []):
+            unknown = set(group.axes) - axes
+            if unknown:
+                raise ValueError(f"covering.groups[{i}] names axes not in the matrix: {sorted(unknown)} "
+                                 f"(matrix axes: {sorted(axes)})")
         missing = axes - set(self.golden) - {ARCH_AXIS}  # each arch is its own golden
         if missing:
             raise ValueError(f"golden must set every matrix axis; missing: {sorted(missing)}")

@@ -1,0 +1,118 @@
+"""Covering arrays in scenario files (harness/config/covering.py): every t-way combination of
+axis values in few scenarios, never a known refusal, the same rows for the same file, kept
+ids when a value is added (the lock), and `harness list --coverage`."""
+
+from __future__ import annotations
+
+import itertools
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from harness.config.binding import engine_rules
+from harness.config.covering import coverage, lock_path, write_lock
+from harness.config.loading import load_scenarios, load_suite
+from harness.config.scenario import planned_settings
+from harness.config.schema import ScenarioError
+from harness.contract.axes import RULES
+
+SUITE = """
+suite: cover
+engine: reference
+model: tiny-llama
+workloads: [{name: logits, kind: logprobs, num_prompts: 2, max_prompt_tokens: 16}]
+golden: {tp: 1, pp: 1, sp: false, compile: false, prefix_cache: false, chunked_prefill: 0, batch: all, spec: false}
+matrix:
+  tp: [1, 2]
+  pp: [1, 2]
+  sp: [false, true]
+  compile: [false, true]
+  prefix_cache: [false, true]
+  chunked_prefill: [0, 16]
+  batch: [all, one, mixed]
+  spec: [false, ngram]
+covering: 2
+exclude: [{tp: 2, pp: 2, batch: one}]
+"""
+FULL = math.prod([2, 2, 2, 2, 2, 2, 3, 2])
+
+
+def write(tmp_path: Path, text: str = SUITE) -> Path:
+    path = tmp_path / "cover.yaml"
+    path.write_text(text)
+    return path
+
+
+def pairs(rows: list[dict]) -> set:
+    return {frozenset(p) for r in rows for p in itertools.combinations(((k, repr(v)) for k, v in r.items()), 2)}
+
+
+def test_every_feasible_pair_in_a_few_rows_and_none_a_known_refusal(tmp_path):
+    path = write(tmp_path)
+    suite = load_suite(path)
+    rows = planned_settings(suite, path)
+    assert len(rows) <= 12 < FULL
+    rules = engine_rules("reference")
+    assert not [r for r in rows for rule in rules if rule.broken(r)]  # sp never with tp1
+    assert not [r for r in rows if r["tp"] == 2 and r["pp"] == 2 and r["batch"] == "one"]
+    got = coverage(suite, rows, rules, 2)
+    assert got.missed == [] and got.covered == got.feasible
+    assert got.excluded == {RULES[0].message(): ["tp=1 sp=true"]}
+
+
+def test_the_same_file_gives_the_same_ids(tmp_path):
+    path = write(tmp_path)
+    first = [s.id for s in load_scenarios([path])]
+    assert first == [s.id for s in load_scenarios([path])]
+    assert len(set(first)) == len(first)
+
+
+def test_a_group_holds_every_triple_of_its_axes(tmp_path):
+    text = SUITE.replace("covering: 2", "covering: {strength: 2, groups: [{axes: [tp, pp, compile, spec], strength: 3}]}")
+    path = write(tmp_path, text)
+    suite = load_suite(path)
+    rows = planned_settings(suite, path)
+    for axes in itertools.combinations(("tp", "pp", "compile", "spec"), 3):
+        assert len({tuple(r[a] for a in axes) for r in rows}) == 8, axes
+    assert coverage(suite, rows, engine_rules("reference"), 2).missed == []
+
+
+def test_the_lock_keeps_every_id_when_a_value_is_added(tmp_path):
+    path = write(tmp_path)
+    before = [s.id for s in load_scenarios([path])]
+    write_lock(load_suite(path), path, planned_settings(load_suite(path), path))
+    assert lock_path(path).is_file()
+    path.write_text(SUITE.replace("chunked_prefill: [0, 16]", "chunked_prefill: [0, 16, 32]"))
+    after = [s.id for s in load_scenarios([path])]
+    assert set(before) <= set(after) and any("chunked_prefill32" in i for i in after)
+    suite = load_suite(path)
+    assert coverage(suite, planned_settings(suite, path), engine_rules("reference"), 2).missed == []
+
+
+def test_a_damaged_lock_is_an_error_that_says_how_to_mend_it(tmp_path):
+    path = write(tmp_path)
+    lock_path(path).write_text("{not json")
+    with pytest.raises(ScenarioError, match=r"not a covering-array lock file .*harness list --coverage --lock cover"):
+        load_scenarios([path])
+
+
+def test_a_group_naming_an_axis_outside_the_matrix_is_refused(tmp_path):
+    path = write(tmp_path, SUITE.replace("covering: 2", "covering: {strength: 2, groups: [{axes: [tp, ep], strength: 2}]}"))
+    with pytest.raises(ScenarioError, match=r"covering.groups\[0\] names axes not in the matrix: \['ep'\]"):
+        load_suite(path)
+
+
+def test_without_covering_the_matrix_is_its_full_product(tmp_path):
+    path = write(tmp_path, SUITE.replace("covering: 2\n", ""))
+    assert len(planned_settings(load_suite(path), path)) == FULL - 2 ** 5  # the exclude: tp2 pp2 batch-one
+
+
+def test_list_coverage_names_the_rule_of_each_excluded_combination(tmp_path):
+    path = write(tmp_path)
+    out = subprocess.run([sys.executable, "-m", "harness", "--scenarios", str(path), "list", "--coverage"],
+                         capture_output=True, text=True, check=True).stdout
+    assert "cover: " in out and "(covering array); 2-way:" in out and "0 feasible and not run" in out
+    assert "excluded by sp requires tp>=2" in out and "tp=1 sp=true" in out
