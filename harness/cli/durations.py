@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from harness import exit_codes
@@ -20,6 +21,10 @@ def run(args) -> int:
     from harness.plan.schedule import recorded_durations, write_durations
 
     durations = recorded_durations(args.report_dir)
-    write_durations(args.out, durations)
+    try:
+        write_durations(args.out, durations)
+    except OSError as exc:
+        print(f"harness: could not write the durations file {args.out}: {exc.strerror or exc}", file=sys.stderr)
+        return exit_codes.RESULTS_NOT_WRITTEN
     print(f"harness: {len(durations)} scenario durations from {args.report_dir} -> {args.out}")
     return exit_codes.OK

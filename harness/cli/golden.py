@@ -46,7 +46,8 @@ def run(args) -> int:
     # a suite with an arch axis has one golden per arch; `SUITE/ARCH` names one of them
     names = [k for k in sorted(goldens) if not args.suites or k in args.suites or k.split("/")[0] in args.suites]
     failed = [f"{b.suite} (its scenario file)" for b in broken]
-    skipped = []
+    skipped: list[str] = []
+    not_written: list[str] = []
     for name in names:  # one failing golden (an arch the engine cannot run) does not stop the others
         start = time.monotonic()
         try:
@@ -59,7 +60,15 @@ def run(args) -> int:
             print(f"harness: golden {name} failed: {exc}", file=sys.stderr)
             failed.append(name)
             continue
+        except OSError as exc:  # the machine's fault (a cache that is a file, a full disk), not the engine's
+            print(f"harness: golden {name} not made: the harness could not write its files: {exc}", file=sys.stderr)
+            not_written.append(name)
+            continue
         print(f"golden {name}: {path} ({time.monotonic() - start:.1f}s)", flush=True)
+    if not_written:
+        print(f"harness: {len(not_written)} of {len(names) + len(broken)} goldens not made, their files could not be "
+              f"written: {', '.join(not_written)}; exit 3", file=sys.stderr)
+        return exit_codes.RESULTS_NOT_WRITTEN
     if failed:
         print(f"harness: {len(failed)} of {len(names) + len(broken)} goldens failed: {', '.join(failed)}", file=sys.stderr)
         return exit_codes.NOT_AS_EXPECTED
