@@ -27,7 +27,7 @@ from harness.config.loading import load_suite
 from harness.config.scenario import expand
 from harness.config.schema import ScenarioError
 from harness.rundir import new_run_id, run_id_problem, scenarios_root
-from harness.settings.env import CLUSTER, DEVICE, PYTEST_RUN_ID
+from harness.settings.env import CLUSTER, DEVICE, PYTEST_RUN_ID, EnvValueError, check_values
 
 RUN_ID_ENV = PYTEST_RUN_ID.name
 
@@ -50,6 +50,10 @@ def pytest_addoption(parser):
 def pytest_configure(config):
     from harness.roots import export_to_children
 
+    try:
+        check_values()  # every HARNESS_* value as set, before any item runs, as the CLI does
+    except EnvValueError as exc:
+        raise pytest.UsageError(str(exc)) from None
     export_to_children()  # the project's cache, read once, for every rank and xdist worker (as the CLI does)
     for gate in ("pr", "nightly", "vllm"):
         config.addinivalue_line("markers", f"{gate}: scenario is in the {gate} gate")

@@ -8,7 +8,9 @@ import json
 
 import pytest
 
-from tests.kit import harness_cli
+from tests.kit import harness_cli, pytest_cli
+from tests.kit.cli import environment, harness_command
+from tests.kit.timing import run_process
 
 
 def said(result) -> str:
@@ -18,14 +20,17 @@ def said(result) -> str:
 
 def test_a_golden_whose_cache_is_a_file_is_exit_3_naming_it(tmp_path):
     """Issue 49, item 8: `HARNESS_CACHE=/some/file harness golden SUITE` ended in a
-    NotADirectoryError traceback from the zoo's model_dir, exit 1."""
-    cache = tmp_path / "a-file"
-    cache.write_text("")
-    result = harness_cli("golden", "llama-tiny", "--work-dir", str(tmp_path / "work"),
-                         env={"HARNESS_CACHE": str(cache), "HARNESS_GOLDEN_DIR": str(tmp_path / "golden")})
+    NotADirectoryError traceback from the zoo's model_dir, exit 1. The variable is refused at
+    the start now (test_a_bad_variable_stops_a_run_before_anything_starts); the project
+    config's `cache` is a file here, which only writing finds: exit 3 naming the path."""
+    (tmp_path / "harness.toml").write_text('cache = "a-file"\n')
+    (tmp_path / "a-file").write_text("")
+    result = run_process(harness_command("golden", "llama-tiny"), 600, "harness golden", cwd=tmp_path,
+                         env=environment({"HARNESS_CACHE": None, "HARNESS_GOLDEN_DIR": None}),
+                         capture_output=True, text=True)
     assert result.returncode == 3, result.stdout + result.stderr
     err = said(result)
-    assert f"golden llama-tiny not made: the harness could not write its files: [Errno 20] Not a directory: '{cache}/" in err
+    assert f"golden llama-tiny not made: the harness could not write its files: [Errno 20] Not a directory: '{tmp_path / 'a-file'}/" in err
 
 
 @pytest.mark.parametrize("out", ["/dev/full", "missing/dir/x.json"])
@@ -44,3 +49,46 @@ def test_durations_are_written_as_before(tmp_path):
     result = harness_cli("durations", "--report-dir", str(tmp_path / "reports"), "--out", str(tmp_path / "d.json"))
     assert result.returncode == 0, result.stdout + result.stderr
     assert json.loads((tmp_path / "d.json").read_text()) == {}
+
+
+def test_durations_of_a_report_dir_that_does_not_exist_are_exit_2(tmp_path):
+    """Issue 49, item 9: `harness durations --report-dir /nonexistent` said "0 scenario
+    durations", wrote `{}` and exited 0: a typo in the path was silence."""
+    out = tmp_path / "d.json"
+    result = harness_cli("durations", "--out", str(out), "--report-dir", str(tmp_path / "nonexistent"))
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert f"harness: the report dir {tmp_path / 'nonexistent'} does not exist: no runs to read durations from" in said(result)
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(("name", "value", "message"), [
+    ("HARNESS_STALL_WINDOW_S", "abc", "HARNESS_STALL_WINDOW_S='abc': expected a number >= 0"),
+    ("HARNESS_JOBS", "0", "HARNESS_JOBS='0': expected an integer >= 1"),
+    ("HARNESS_DEVICE", "gpu", "HARNESS_DEVICE='gpu': expected one of cpu, cuda"),
+    ("HARNESS_RANK_POOL", "false", "HARNESS_RANK_POOL='false': expected 0 (off) or 1 (on)"),
+    ("HARNESS_CACHE", "{file}", "HARNESS_CACHE='{file}' is not a directory"),
+])
+def test_a_bad_variable_stops_a_run_before_anything_starts(tmp_path, name, value, message):
+    """Issue 49, item 9: HARNESS_STALL_WINDOW_S=abc was found only as an `error` verdict once
+    the ranks had started. Every registered variable's value is checked before the run
+    directory is claimed: exit 2 naming it, nothing written."""
+    (tmp_path / "file").write_text("")
+    value, message = value.replace("{file}", str(tmp_path / "file")), message.replace("{file}", str(tmp_path / "file"))
+    result = harness_cli("run", "llama-tiny/tp1-pp1", "--report-dir", str(tmp_path / "reports"), env={name: value})
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert f"harness: {message}" in said(result)
+    assert not (tmp_path / "reports").exists()
+
+
+def test_harness_env_shows_what_is_wrong_with_a_value():
+    result = harness_cli("env", env={"HARNESS_STALL_WINDOW_S": "abc"})
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "WRONG: HARNESS_STALL_WINDOW_S='abc': expected a number >= 0" in result.stdout
+
+
+def test_a_bad_variable_is_a_pytest_usage_error(tmp_path):
+    """The same check where pytest is the way in: its usage error (4) before collection."""
+    done = pytest_cli("--collect-only", "-q", "scenarios/llama-tiny.yaml", "--harness-report-dir", str(tmp_path / "r"),
+                      env={"HARNESS_STALL_WINDOW_S": "abc"}, timeout=120)
+    assert done.returncode == 4, done.stdout + done.stderr
+    assert "HARNESS_STALL_WINDOW_S='abc': expected a number >= 0" in done.stderr

@@ -20,7 +20,7 @@ from harness.launch import SigtermAsInterrupt
 from harness.plan.devices import DeviceError
 from harness.plan.nodes import NodesError
 from harness.roots import export_to_children
-from harness.settings.env import EnvValueError
+from harness.settings.env import EnvValueError, check_values
 from harness.settings.project import ProjectConfigError
 
 # name -> the subcommand's module, in the order `harness --help` lists them
@@ -58,8 +58,11 @@ def main(argv: list[str] | None = None) -> int:
 def _main(argv: list[str] | None) -> int:
     try:
         args = build_parser().parse_args(argv)  # the defaults read the project config
+        if args.command not in ("env", "docs"):  # `harness env` shows what is wrong with each
+            check_values()  # every HARNESS_* value as the user set it, before anything runs (not
+            # an `error` once ranks start); before the export, which sets some for children
         export_to_children()
-    except ProjectConfigError as exc:
+    except (ProjectConfigError, EnvValueError) as exc:
         print(f"harness: {exc}", file=sys.stderr)
         return exit_codes.USAGE
     try:

@@ -27,6 +27,38 @@ class Variable:
     default: str | None  # as the user would write it; None: unset means "not given"
     doc: str
     who: str = "user"  # user: set by people and CI; internal: the harness sets it for its children; tests
+    minimum: float | None = None  # int, number: the least value it takes
+    choices: tuple[str, ...] = ()  # text: the values it takes (empty: any)
+    directory: bool = False  # path: a directory (made when missing); an existing non-directory is wrong
+
+    def problem(self) -> str | None:
+        """What is wrong with the value as set (None: unset, or of its kind), in words that
+        name the variable and what it takes: every one is checked before anything runs, so a
+        bad value is refused at once (exit 2), not found as an `error` after the ranks start."""
+        value = self.raw()
+        if value is None:
+            return None
+        text = value.strip()
+        if self.kind == "int":
+            if not text.isdigit() or (self.minimum is not None and int(text) < self.minimum):
+                return f"{self.name}={value!r}: expected an integer >= {self.minimum or 0:g}"
+        elif self.kind == "number":
+            try:
+                number = float(text)
+            except ValueError:
+                number = float("nan")
+            if not number == number or number in (float("inf"), float("-inf")) or (
+                    self.minimum is not None and number < self.minimum):
+                return f"{self.name}={value!r}: expected a number" + (
+                    f" >= {self.minimum:g}" if self.minimum is not None else "")
+        elif self.kind == "switch":
+            if text not in ("0", "1"):
+                return f"{self.name}={value!r}: expected 0 (off) or 1 (on)"
+        elif self.choices and text not in self.choices:
+            return f"{self.name}={value!r}: expected one of {', '.join(self.choices)}"
+        elif self.kind == "path" and self.directory and Path(value).exists() and not Path(value).is_dir():
+            return f"{self.name}={value!r} is not a directory"
+        return None
 
     def raw(self) -> str | None:
         """The value as set, or None when unset (an empty value counts as unset)."""
@@ -75,33 +107,48 @@ class Variable:
 VARIABLES: dict[str, Variable] = {}
 
 
-def _declare(name: str, kind: str, default: str | None, doc: str, who: str = "user") -> Variable:
-    variable = Variable(name, kind, default, doc, who)
+def _declare(name: str, kind: str, default: str | None, doc: str, who: str = "user", **check) -> Variable:
+    variable = Variable(name, kind, default, doc, who, **check)
     VARIABLES[name] = variable
     return variable
 
 
+def check_values(who: tuple[str, ...] = ("user",)) -> None:
+    """Every variable set for people and CI, checked at once: EnvValueError naming each bad one."""
+    problems = [p for v in VARIABLES.values() if v.who in who and (p := v.problem())]
+    if problems:
+        raise EnvValueError("; ".join(problems) + ("" if len(problems) == 1 else f" ({len(problems)} variables)")
+                            + " (`harness env` lists them with what each takes)")
+
+
 # where things are
 GOLDEN_DIR = _declare("HARNESS_GOLDEN_DIR", "path", None,
-                      "where goldens are read and written (default: the project's golden/, then the built-in suites')")
-REPORTS_DIR = _declare("HARNESS_REPORTS_DIR", "path", None, "where runs are written (default: the project's reports/)")
-HISTORY_DIR = _declare("HARNESS_HISTORY_DIR", "path", None, "the history store (default: <reports>/history)")
+                      "where goldens are read and written (default: the project's golden/, then the built-in suites')",
+                      directory=True)
+REPORTS_DIR = _declare("HARNESS_REPORTS_DIR", "path", None, "where runs are written (default: the project's reports/)",
+                       directory=True)
+HISTORY_DIR = _declare("HARNESS_HISTORY_DIR", "path", None, "the history store (default: <reports>/history)",
+                       directory=True)
 CACHE = _declare("HARNESS_CACHE", "path", None,
-                 "built models, engine environments, probes (default: the project's cache, else ~/.cache/harness)")
+                 "built models, engine environments, probes (default: the project's cache, else ~/.cache/harness)",
+                 directory=True)
 MAX_SCENARIOS = _declare("HARNESS_MAX_SCENARIOS", "int", "10000",
-                         "the most scenarios one suite's matrix may expand to (larger ones are refused)")
+                         "the most scenarios one suite's matrix may expand to (larger ones are refused)", minimum=1)
 # how a run uses the machine
-DEVICE = _declare("HARNESS_DEVICE", "text", "cpu", "the default of --device: cpu or cuda")
+DEVICE = _declare("HARNESS_DEVICE", "text", "cpu", "the default of --device: cpu or cuda",
+                   choices=("cpu", "cuda"))
 DEVICES = _declare("HARNESS_DEVICES", "int", None,
-                   "device slots of this machine (default: the GPU count on cuda, a CPU-based count on cpu)")
-JOBS = _declare("HARNESS_JOBS", "int", "1", "scenarios at once, packed onto the devices (the default of --jobs)")
+                   "device slots of this machine (default: the GPU count on cuda, a CPU-based count on cpu)", minimum=1)
+JOBS = _declare("HARNESS_JOBS", "int", "1", "scenarios at once, packed onto the devices (the default of --jobs)",
+                 minimum=1)
 NODES = _declare("HARNESS_NODES", "path", None, "the nodes file for scenarios bigger than this machine (--nodes)")
 CLUSTER = _declare("HARNESS_CLUSTER", "text", None, "run every scenario on this Ray cluster: ray:local, auto, ray://HOST:PORT (--cluster)")
 DEVICE_LOCK_DIR = _declare("HARNESS_DEVICE_LOCK_DIR", "path", None,
-                           "where the device slots' lock files live, one directory per machine (default: the temp dir)")
+                           "where the device slots' lock files live, one directory per machine (default: the temp dir)",
+                           directory=True)
 LEASE_LOG = _declare("HARNESS_LEASE_LOG", "path", None, "append every device lease here, as JSON lines (for tests and audits)")
 STALL_WINDOW_S = _declare("HARNESS_STALL_WINDOW_S", "number", None,
-                          "seconds without progress on any rank before a run is a hang (0: the detector is off)")
+                          "seconds without progress on any rank before a run is a hang (0: the detector is off)", minimum=0)
 RANK_POOL = _declare("HARNESS_RANK_POOL", "switch", "1", "0: start every rank afresh instead of forking a pre-imported one")
 COMPILE_CACHE = _declare("HARNESS_COMPILE_CACHE", "switch", "1", "0: do not share torch.compile's caches between runs")
 # engines
@@ -138,4 +185,6 @@ def listing(who: tuple[str, ...] = ("user",)) -> str:
         now = v.raw()
         state = f"= {now}" if now is not None else f"(default {v.default})" if v.default is not None else "(unset)"
         lines.append(f"{v.name:28s} {v.kind:7s} {state}\n    {v.doc}")
+        if v.problem():
+            lines.append(f"    WRONG: {v.problem()}")
     return "\n".join(lines)
