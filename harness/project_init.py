@@ -17,7 +17,7 @@ import yaml
 from harness.config.loading import parse_suite
 from harness.config.scenario import expand
 from harness.config.schema import FEATURE_AXES, ID_PART, ScenarioError
-from harness.settings.project import CONFIG_FILE, PYPROJECT, find_config
+from harness.settings.project import CONFIG_FILE, PYPROJECT, find_config, project
 
 CONFIG_TABLE = """\
 # The harness's project config (harness/roots.py of the harness): paths are relative to this file.
@@ -125,7 +125,7 @@ def init_project(directory: Path, model: str, engine: str = "reference", suite: 
     if suite in builtin:  # the project's file would be refused beside the built-in one of that name
         raise InitError(f"'{suite}' is the name of a built-in suite ({', '.join(sorted(builtin))}); "
                         "give another --suite name (nothing was written)")
-    scenario_file = directory / "scenarios" / f"{suite}.yaml"
+    scenario_file = scenario_dir(directory) / f"{suite}.yaml"
     if scenario_file.exists():
         raise InitError(f"{scenario_file} exists; give another --suite name (nothing was written)")
     entry = model_entry(model)
@@ -138,6 +138,25 @@ def init_project(directory: Path, model: str, engine: str = "reference", suite: 
     scenario_file.parent.mkdir(parents=True, exist_ok=True)
     scenario_file.write_text(text)
     return Written(config, scenario_file, suite)
+
+
+def scenario_dir(directory: Path) -> Path:
+    """Where the project's config reads scenario files from: the first directory its
+    `scenarios` names (an existing one first; made if missing); scenarios/ when the directory
+    has no config of its own yet (the one init writes names it). A config that names only
+    files is refused: a new file beside them would never be read."""
+    found = find_config(directory)
+    if not found or found[0].parent != directory:
+        return directory / "scenarios"
+    here = project(directory)
+    existing = [p for p in here.scenarios if p.is_dir()]
+    missing = [p for p in here.scenarios if not p.exists() and p.suffix not in (".yaml", ".yml")]
+    if existing or missing:
+        return (existing or missing)[0]
+    named = ", ".join(str(p.relative_to(directory)) if p.is_relative_to(directory) else str(p) for p in here.scenarios)
+    raise InitError(f"the project config {here.config_file} reads scenario files only from {named or 'nothing'}: a new "
+                    "file would never be read. Add a directory to its `scenarios` (e.g. \"scenarios\") and run again "
+                    "(nothing was written)")
 
 
 def _check_engine_runs(engine_name: str, entry: str | dict, model: str) -> None:

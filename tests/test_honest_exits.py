@@ -92,3 +92,35 @@ def test_a_bad_variable_is_a_pytest_usage_error(tmp_path):
                       env={"HARNESS_STALL_WINDOW_S": "abc"}, timeout=120)
     assert done.returncode == 4, done.stdout + done.stderr
     assert "HARNESS_STALL_WINDOW_S='abc': expected a number >= 0" in done.stderr
+
+
+def harness_in(project_dir, *args):
+    """`harness ARGS` run from `project_dir`, whose config it reads."""
+    return run_process(harness_command(*args), 600, f"harness {args[0]}", cwd=project_dir,
+                       env=environment({"HARNESS_CACHE": None, "HARNESS_GOLDEN_DIR": None, "HARNESS_REPORTS_DIR": None}),
+                       capture_output=True, text=True)
+
+
+def test_init_writes_the_scenario_file_where_the_project_config_reads(tmp_path):
+    """Issue 49, item 7: with `scenarios = ["scen"]` and `builtin_suites = false`, `harness
+    init` wrote scenarios/tiny-llama.yaml; `harness list` then printed nothing (exit 0) and the
+    suggested `harness golden tiny-llama` said "unknown suites (known: )", exit 2."""
+    (tmp_path / "harness.toml").write_text('scenarios = ["scen"]\ngolden = "g"\nbuiltin_suites = false\n')
+    done = harness_in(tmp_path, "init", "--model", "tiny-llama")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"wrote {tmp_path / 'scen' / 'tiny-llama.yaml'}" in done.stdout
+    assert "(commit g/tiny-llama)" in done.stdout and "`pytest scen/`" in done.stdout
+    assert not (tmp_path / "scenarios").exists()
+    listed = harness_in(tmp_path, "list")
+    assert listed.returncode == 0, listed.stdout + listed.stderr
+    assert "tiny-llama/tp1-pp1 " in listed.stdout
+
+
+def test_init_in_a_project_that_reads_only_files_is_exit_2_writing_nothing(tmp_path):
+    (tmp_path / "harness.toml").write_text('scenarios = ["a.yaml"]\nbuiltin_suites = false\n')
+    (tmp_path / "a.yaml").write_text("")
+    done = harness_in(tmp_path, "init", "--model", "tiny-llama")
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert (f"harness init: the project config {tmp_path / 'harness.toml'} reads scenario files only from a.yaml: "
+            "a new file would never be read") in said(done)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.yaml", "harness.toml"]

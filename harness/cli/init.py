@@ -21,7 +21,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args) -> int:
     from harness.project_init import InitError, init_project
-    from harness.settings.project import ProjectConfigError
+    from harness.settings.project import ProjectConfigError, project
 
     try:
         done = init_project(args.dir, args.model, args.engine, args.suite)
@@ -31,6 +31,13 @@ def run(args) -> int:
     if done.config:
         print(f"wrote the project config: {done.config}")
     print(f"wrote {done.scenario_file}")
-    print(f"next: `harness golden {done.suite}` (commit golden/{done.suite}), then `harness run {done.suite}` "
-          f"or `pytest {done.scenario_file.parent.name}/`")
+    root = args.dir.resolve()
+    golden = project(root).golden / done.suite  # as the config says, not a fixed golden/
+    print(f"next: `harness golden {done.suite}` (commit {_shown(golden, root)}), then `harness run {done.suite}` "
+          f"or `pytest {_shown(done.scenario_file.parent, root)}/`")
     return exit_codes.OK
+
+
+def _shown(path: Path, root: Path) -> str:
+    """`path` as the user would type it from the project's directory."""
+    return str(path.relative_to(root)) if path.is_relative_to(root) else str(path)
