@@ -457,12 +457,18 @@ def test_crash_of_names_the_segfaulted_worker_not_its_peer():
         "vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue.",
     ])
     said, stack = repro_script.crash_of(log)
-    assert said == ("Worker_TP0_EP0 (pid 13178): Fatal Python error: Segmentation fault (exit code -11) at site-packages/vllm/_custom_ops.py:4498 "
+    assert said == ("Worker_TP0_EP0 (pid 13178): Fatal Python error: Segmentation fault (exit code -11, SIGSEGV) at site-packages/vllm/_custom_ops.py:4498 "
                     "in cpu_fused_moe (called from fused_moe/experts/cpu_moe.py:303 in apply)"), said
     assert stack[0].startswith("Current thread")
     # without faulthandler's stack: the death alone
     bare = "\n".join(line for line in log.splitlines() if line.startswith("("))
-    assert repro_script.crash_of(bare)[0] == "Worker_TP0_EP0 (pid 13178): died unexpectedly (exit code -11)"
+    assert repro_script.crash_of(bare)[0] == "Worker_TP0_EP0 (pid 13178): died unexpectedly (exit code -11, SIGSEGV)"
+    # an older vLLM logs no exit code (issue 49, item 10: the summary said "exit code ?"):
+    # the signal faulthandler names, else that the log says none
+    codeless = log.replace(" (exit code: -11)", "")
+    assert repro_script.crash_of(codeless)[0].startswith("Worker_TP0_EP0 (pid 13178): Fatal Python error: Segmentation fault (SIGSEGV) at ")
+    assert repro_script.crash_of(bare.replace(" (exit code: -11)", ""))[0] == (
+        "Worker_TP0_EP0 (pid 13178): died unexpectedly (vLLM's log gives no exit code)")
     # with no death: the lost peer's own traceback is all there is
     lost = "\n".join(line for line in bare.splitlines() if "died" not in line)
     assert repro_script.crash_of(lost)[0].startswith("Worker_TP1_EP1 (pid 13179): RuntimeError: Connection closed by peer")

@@ -56,6 +56,53 @@ def test_hard_worker_death_without_traceback_is_named():
     assert cause.process == "Worker_TP1" and cause.exception == "died unexpectedly (exit code 3)"
 
 
+SEGFAULT = ("(EngineCore pid=13172) ERROR 11-27 07:34:30 [multiproc_executor.py:315] Worker proc VllmWorker-1 died "
+            "unexpectedly (exit code: -11), shutting down executor.")
+
+
+def test_a_workers_death_by_signal_is_kept_in_the_crash(tmp_path):
+    """Issue 49, item 10: vllm-moe's tp2 + EP worker died by SIGSEGV ("VllmWorker-1 died
+    unexpectedly (exit code: -11)"), but the verdict said `crash.signal: null`, `exitcode: 1`
+    (the driver's): the signal is the first thing an engine developer looks for."""
+    from harness.engines.vllm.crash import root_cause as vllm_root_cause
+    from harness.launch import LaunchOutcome
+    from harness.stages.ended import launch_verdict
+
+    cause = vllm_root_cause(SEGFAULT)
+    assert (cause.process, cause.exitcode, cause.signal) == ("VllmWorker-1", None, "SIGSEGV")
+    assert cause.exception == "died unexpectedly (exit code -11, SIGSEGV)"
+    told = cause.failure()
+    assert (told.exitcode, told.signal) == (None, "SIGSEGV")
+
+    class Engine:  # the vLLM engine's root_cause, as the RankFailure of the process that died
+        def root_cause(self, text):
+            found = vllm_root_cause(text)
+            return found.failure() if found else None
+
+    log = tmp_path / "rank0.log"
+    log.write_text(SEGFAULT)
+    driver = RankFailure(0, 1, None, "EngineDeadError: EngineCore encountered an issue.", "tb", str(log))
+    v = launch_verdict("s/x", LaunchOutcome("crash", 5.0, failure=driver, logs={0: str(log)}), Engine())
+    assert v.verdict == "crash" and v.crash["signal"] == "SIGSEGV" and v.crash["exitcode"] is None
+    assert v.crash["rank"].startswith("VllmWorker-1") and v.crash["log"] == str(log)
+    assert "launcher rank 0, saw: EngineDeadError: EngineCore encountered an issue., exit code 1)" in v.crash["traceback"]
+
+
+@pytest.mark.parametrize(("log", "exitcode", "signal", "exception"), [
+    ("Worker proc Worker_TP1 died unexpectedly (exit code: 3), shutting down", 3, None, "died unexpectedly (exit code 3)"),
+    # older vLLM logs no code: the signal faulthandler names, where it printed
+    ("Worker proc VllmWorker-0 died unexpectedly, shutting down executor.\nFatal Python error: Segmentation fault",
+     None, "SIGSEGV", "Fatal Python error: Segmentation fault"),
+    ("Worker proc VllmWorker-0 died unexpectedly, shutting down executor.", None, None, "died unexpectedly"),
+])
+def test_how_a_worker_died_is_read_from_what_the_log_says(log, exitcode, signal, exception):
+    from harness.engines.vllm.crash import root_cause as vllm_root_cause
+
+    first, *rest = log.split("\n")
+    cause = vllm_root_cause("\n".join([f"(EngineCore pid=5) ERROR 11-21 06:11:21 [multiproc_executor.py:316] {first}", *rest]))
+    assert (cause.exitcode, cause.signal, cause.exception) == (exitcode, signal, exception)
+
+
 def test_engine_core_traceback_when_no_worker_failed():
     log = "\n".join(line for line in LOG.splitlines() if not line.startswith("(Worker"))
     assert root_cause(log).process == "EngineCore"

@@ -37,13 +37,19 @@ class RankFailure:
 
     def as_told_by(self, cause: RankFailure | None) -> RankFailure:
         """The crash as the engine tells it (its root_cause: the process of its own that
-        really died), keeping this launcher view's exit code, signal and log, and what the
-        launched process saw as context; this view when the engine names nothing."""
+        really died), keeping this launcher view's log, and what the launched process saw
+        as context; its exit code and signal unless the engine knows how its process died
+        (a worker's SIGSEGV, not the driver's exit code 1 that followed); this view when the
+        engine names nothing."""
         if cause is None:
             return self
         context = (f"\n\n(the process the harness launched, launcher rank {self.rank}, saw: "
-                   f"{self.exception or 'no exception record'})")
-        return replace(cause, exitcode=self.exitcode, signal=self.signal, log=self.log,
+                   f"{self.exception or 'no exception record'}"
+                   + (f", exit code {self.exitcode}" if self.exitcode is not None else "")
+                   + (f", {self.signal}" if self.signal else "") + ")")
+        died = cause.signal is not None or cause.exitcode is not None
+        return replace(cause, exitcode=cause.exitcode if died else self.exitcode,
+                       signal=cause.signal if died else self.signal, log=self.log,
                        traceback=(cause.traceback or "") + context)
 
 

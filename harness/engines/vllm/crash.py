@@ -43,6 +43,19 @@ class ProcessError:
     traceback: str
     frame: str | None = None  # "/venv/vllm/model_executor/models/llama.py:412 in forward"
     wrapper: str | None = None  # the torch.compile wrapper it surfaced as, when unwrapped
+    # A worker that died: how, as the launcher records its own ranks (RankFailure): the
+    # executor's "(exit code: -11)" is multiprocessing's death by signal 11, SIGSEGV (exitcode
+    # None then); without a code, the signal faulthandler's "Fatal Python error" names.
+    exitcode: int | None = None
+    signal: str | None = None
+
+    def failure(self, harness_fault: str | None = None):
+        """This process as the crash's RankFailure (the engine's root_cause): its name, how it
+        died and where; the launcher's log path and context are added by as_told_by."""
+        from harness.launch.outcome import RankFailure
+
+        return RankFailure(self.describe(), self.exitcode, self.signal, self.exception, self.traceback, "", self.frame,
+                           self.wrapper, harness_fault=harness_fault)
 
     @property
     def is_worker(self) -> bool:
@@ -131,11 +144,34 @@ def _deaths(log_text: str) -> list[ProcessError]:
         m = DIED.search(msg)
         if m:
             pid = pids.get(m["name"])
-            code = f" (exit code {m['code']})" if m["code"] is not None else ""
+            exitcode, signal_name = death_of(int(m["code"]) if m["code"] is not None else None,
+                                             fatal[0] if fatal else None)
+            code = f" (exit code {m['code']}{', ' + signal_name if signal_name and m['code'] else ''})" if m["code"] else ""
             what, stack, frame = fatal or (f"died unexpectedly{code}", msg, None)
             name = names.get(pid, m["name"]) if pid is not None else m["name"]
-            deaths.append(ProcessError(str(name), pid, what, stack, frame))
+            deaths.append(ProcessError(str(name), pid, what, stack, frame, exitcode=exitcode, signal=signal_name))
     return deaths
+
+
+# What faulthandler writes for the signals it catches, and the signal each is
+FATAL_SIGNALS = {"Segmentation fault": "SIGSEGV", "Aborted": "SIGABRT", "Bus error": "SIGBUS",
+                 "Floating point exception": "SIGFPE", "Illegal instruction": "SIGILL"}
+
+
+def death_of(code: int | None, fatal: str | None) -> tuple[int | None, str | None]:
+    """(exit code, signal name) of a worker from the executor's exit code (multiprocessing's
+    -N: killed by signal N) or, without one, faulthandler's "Fatal Python error: <what>"."""
+    import signal
+
+    if code is not None and code < 0:
+        try:
+            return None, signal.Signals(-code).name
+        except ValueError:
+            return None, f"signal {-code}"
+    if code is not None:
+        return code, None
+    what = (fatal or "").removeprefix("Fatal Python error: ").strip()
+    return None, FATAL_SIGNALS.get(what)
 
 
 def _fatal_error(log_text: str) -> tuple[str, str, str | None] | None:

@@ -381,7 +381,7 @@ def crash_of(log: str) -> tuple[str, list[str]] | None:
             pids[proc] = pid
         died = DIED.search(text)
         if died:
-            deaths.append((died["name"], died["code"] or "?"))
+            deaths.append((died["name"], died["code"] or ""))
         key = f"{proc} (pid {pid})" if pid else proc
         if text.startswith("Traceback (most recent call last):"):
             blocks[key] = []
@@ -399,12 +399,32 @@ def crash_of(log: str) -> tuple[str, list[str]] | None:
         role = next((n for n in reversed(names.get(pid, [])) if ROLE.search(n)), name) if pid else name
         key = f"{role} (pid {pid})" if pid else role
         fatal = _fatal(log)
+        how = _death(code, fatal[0] if fatal else "")
         if fatal is None:
-            return f"{key}: died unexpectedly (exit code {code})", [line for line in log.splitlines() if DIED.search(line)]
-        return f"{key}: {fatal[0]} (exit code {code}){fatal[1]}", fatal[2]
+            return f"{key}: died unexpectedly ({how})", [line for line in log.splitlines() if DIED.search(line)]
+        return f"{key}: {fatal[0]} ({how}){fatal[1]}", fatal[2]
     if workers or done:
         return _said(*(workers or done)[0])
     return None
+
+
+# What faulthandler writes for the signals it catches, and the signal each is
+FATAL_SIGNALS = {"Segmentation fault": "SIGSEGV", "Aborted": "SIGABRT", "Bus error": "SIGBUS",
+                 "Floating point exception": "SIGFPE", "Illegal instruction": "SIGILL"}
+
+
+def _death(code: str, fatal: str) -> str:
+    """`exit code -11, SIGSEGV` from the executor's exit code (multiprocessing's -N: killed by
+    signal N); without one (older vLLM logs none), the signal faulthandler names."""
+    if code.lstrip("-").isdigit() and int(code) < 0:
+        try:
+            return f"exit code {code}, {signal.Signals(-int(code)).name}"
+        except ValueError:
+            return f"exit code {code}, signal {code.lstrip('-')}"
+    if code:
+        return f"exit code {code}"
+    named = FATAL_SIGNALS.get(fatal.removeprefix("Fatal Python error: ").strip())
+    return named or "vLLM's log gives no exit code"
 
 
 def _said(key: str, exc: str, block: list[str]) -> tuple[str, list[str]]:
