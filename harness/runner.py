@@ -7,6 +7,7 @@ so the ways in cannot drift apart.
 
 from __future__ import annotations
 
+import copy
 import time
 from pathlib import Path
 
@@ -20,6 +21,7 @@ from harness.rundir import VERDICT, ResultsNotWritten, scenario_dir
 from harness.stages.admit import RunOptions, admit
 from harness.stages.ended import harness_error, launch_verdict
 from harness.stages.execute import execute
+from harness.stages.interaction import FAILED, minimal_interaction
 from harness.stages.judge import judge
 from harness.stages.same_layout import layout_reference
 from harness.timings import Stopwatch
@@ -56,11 +58,33 @@ def run_scenario(scenario: Scenario, run_dir: Path, opts: RunOptions | None = No
     reproduce = reproduce_command(scenario, opts)
     try:
         verdict = _run(scenario, run_dir, opts, lease, watch)
+        _narrow(scenario, verdict, run_dir, opts, lease, watch)
     except KeyboardInterrupt:
         raise
     except Exception as exc:  # noqa: BLE001 - a harness fault must become an `error` verdict
         verdict = harness_error(scenario.id, exc)
     return record_verdict(scenario, verdict, run_dir, opts, start, watch, reproduce)
+
+
+def _narrow(scenario: Scenario, verdict: Verdict, run_dir: Path, opts: RunOptions, lease: Lease | None,
+            watch: Stopwatch) -> None:
+    """A failure of several changed axis values, not one the scenario file expects: the
+    smallest combination of them it needs (stages/interaction.py), in its reason."""
+    if verdict.verdict not in FAILED or apply_expectations(copy.deepcopy(verdict), scenario.expectations).verdict \
+            == "expected-failure":
+        return
+
+    def trial(derived: Scenario, directory: Path) -> Verdict:
+        try:
+            return _run(derived, run_dir, opts, lease, Stopwatch(), out_dir=scenario_dir(directory, derived.id))
+        except Exception as exc:  # noqa: BLE001 - a trial that cannot run keeps its value in, saying why
+            return harness_error(derived.id, exc)
+
+    found = minimal_interaction(scenario, verdict, run_dir, opts.interaction_trials, trial)
+    if found:
+        watch.lap("interaction")
+        verdict.interaction = found
+        verdict.reason = f"{verdict.reason}; interaction: {found['text']}"
 
 
 def record_verdict(scenario: Scenario, verdict: Verdict, run_dir: Path, opts: RunOptions, start: float,
@@ -87,8 +111,9 @@ def record_verdict(scenario: Scenario, verdict: Verdict, run_dir: Path, opts: Ru
     return verdict
 
 
-def _run(scenario: Scenario, run_dir: Path, opts: RunOptions, lease: Lease | None, watch: Stopwatch) -> Verdict:
-    out_dir = scenario_dir(run_dir, scenario.id)
+def _run(scenario: Scenario, run_dir: Path, opts: RunOptions, lease: Lease | None, watch: Stopwatch,
+         out_dir: Path | None = None) -> Verdict:
+    out_dir = out_dir or scenario_dir(run_dir, scenario.id)
     admitted = admit(scenario, scenario.engine_settings, out_dir, opts, opts.gate, watch=watch)
     if isinstance(admitted, Verdict):
         return admitted

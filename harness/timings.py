@@ -9,10 +9,12 @@ A verdict's `timings`:
                           along the slowest rank; `launch` instead when no rank marked
                same-layout  the run of its own layout without its feature (stages/same_layout.py:
                           a launch, or 0 when an earlier scenario of the run made it)
+               interaction  the trial runs that narrowed a failure to the axis values it needs
+                          (stages/interaction.py)
                compare    numeric checks and localisation against the golden
                evals      lm-eval scoring of the eval answers
                verdict    the rest: the verdict assembled
-  engine_s   the launch: the engine starting and running (start .. exit; same-layout too)
+  engine_s   the launch: the engine starting and running (start .. exit; same-layout and interaction too)
   harness_s  everything else but `wait`: the harness's own share
   wait_s     device wait (a packing cost, neither the engine's nor the harness's work)
   engine_start  where the engine's own start went, when it says ({phase: seconds}, vLLM:
@@ -25,15 +27,15 @@ import time
 
 from harness.contract.phases import RANK_PHASES, rank_breakdown, read_marks
 
-ENGINE_PHASES = (*RANK_PHASES, "exit", "launch", "same-layout")
+ENGINE_PHASES = (*RANK_PHASES, "exit", "launch", "same-layout", "interaction")
 NOT_HARNESS = (*ENGINE_PHASES, "wait")
 # Short names for the report's columns, in flow order.
 COLUMNS = (
     ("wait", "device wait"), ("start", "start+imports"), ("rendezvous", "rendezvous"), ("load", "load"),
     ("warmup", "warmup/compile"), ("workloads", "workloads"), ("write", "write"), ("exit", "exit"),
-    ("same-layout", "same layout"), ("compare", "compare"), ("evals", "evals"),
+    ("same-layout", "same layout"), ("interaction", "interaction"), ("compare", "compare"), ("evals", "evals"),
 )
-OCCASIONAL = ("same-layout",)  # a column only where some scenario of the table had the phase
+OCCASIONAL = ("same-layout", "interaction")  # a column only where some scenario of the table had the phase
 
 
 class Stopwatch:

@@ -57,6 +57,9 @@ class Verdict:
     timings: dict = field(default_factory=dict)
     # Each tested axis: did the engine really apply it, and its evidence (harness/compare/applied.py)
     applied: dict = field(default_factory=dict)
+    # A failure of several changed axis values: the smallest combination of them it needs,
+    # and the trial runs that showed it (harness/stages/interaction.py)
+    interaction: dict | None = None
 
     def __post_init__(self) -> None:
         if self.verdict not in VERDICTS:
@@ -96,6 +99,9 @@ class Verdict:
             lines += [f"rank {r} stuck at {loc}" for r, loc in sorted(self.hang["stuck_at"].items())]
         if self.error:
             lines.append(self.error.get("traceback") or self.error.get("exception", ""))
+        if self.interaction:
+            lines.append(f"interaction: {self.interaction['text']}")
+            lines += [f"  without {t['without']}: {t['verdict']} ({t['scenario']})" for t in self.interaction["trials"]]
         if self.reproduce:
             lines.append(f"reproduce: {self.reproduce}")
         return "\n".join(lines)

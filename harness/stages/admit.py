@@ -49,6 +49,9 @@ class RunOptions:
     cancel: threading.Event | None = None
     # The gate being run: evals score their `pr_items` slice under `pr` (scenario.EvalDef).
     gate: str | None = None
+    # A failure of several changed axis values is narrowed to the values it needs by at most
+    # this many trial runs (harness/stages/interaction.py); 0: not narrowed.
+    interaction_trials: int = 6
 
 
 @dataclass

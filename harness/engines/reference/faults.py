@@ -92,6 +92,16 @@ register("dp-merge-misorders",
          "(each serves every dp-th): prompts get other prompts' outputs")
 register("spec-accepts-unverified-draft",
          "speculative decoding keeps each step's first drafted token without comparing it to the model's choice")
+# Interaction faults: each fires only where two features meet, never with either alone, as
+# the bugs of where features meet do (a one-feature suite cannot see them; a covering array
+# does, and the failing interaction is narrowed to exactly the pair: tests/test_interactions.py).
+register("spec-trusts-after-prefix-hit",
+         "with prefix caching and speculative decoding together: a sequence whose prompt began with a "
+         "prefix-cache hit keeps each step's first drafted token unverified (its verification rows are "
+         "counted from the uncached tokens)")
+register("dp-replica-trusts-drafts",
+         "with data parallelism and speculative decoding together: replicas past the first keep each step's "
+         "first drafted token unverified")
 # Settings accepted but not applied: the run must not pass as the setting it skipped
 # (harness/compare/applied.py turns it into `unsupported`).
 register("sp-switched-off",

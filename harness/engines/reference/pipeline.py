@@ -160,7 +160,10 @@ class ModelRunner:
         self.prefix_cache = PrefixCache() if prefix_cache else None
         self.speculate = speculate  # n-gram drafts verified in each decode step of a greedy workload
         # asked once, not at every decode step
-        self.trust_first_draft = bool(fault_switches.active(faults, "spec-accepts-unverified-draft"))
+        self.trust_first_draft = bool(fault_switches.active(faults, "spec-accepts-unverified-draft")) or (
+            ctx.dp_rank > 0 and bool(fault_switches.active(faults, "dp-replica-trusts-drafts")))
+        self.trust_after_hit = bool(fault_switches.active(faults, "spec-trusts-after-prefix-hit"))
+        self.restored: dict[int, int] = {}  # slot -> leading tokens a prefix-cache hit restored, last prefill
         self.spec_stats = {"steps": 0, "proposed": 0, "accepted": 0}
         self.prompts_served = 0  # of every workload, by this rank's replica (the dp axis)
         # how the workloads were submitted (the batch axis): the largest prefill batch ran
@@ -371,6 +374,7 @@ class ModelRunner:
         sizes["largest_batch"] = max(sizes["largest_batch"], len(prompts))
         sizes["smallest_batch"] = min(sizes["smallest_batch"] or len(prompts), len(prompts))
         cached = self.reuse_prefixes(prompts, slots) if reuse else [0] * len(prompts)
+        self.restored = {s: c for s, c in zip(slots, cached) if c}
         ids = [t for p, c in zip(prompts, cached) for t in p[c:]]
         positions = [q for p, c in zip(prompts, cached) for q in range(c, len(p))]
         rows = [s for s, p, c in zip(slots, prompts, cached) for _ in range(c, len(p))]
@@ -395,6 +399,7 @@ class ModelRunner:
             end = min(start + budget, n)
             if start and fault_switches.active(self.faults, "chunked-prefill-drops-kv"):
                 self._forget_earlier_chunks(slots[start:end], positions[start:end])
+
             ops = {"load": kv_ops.get("load", [])} if start == 0 else {}
             if end == n:
                 ops["save"] = kv_ops.get("save", [])
@@ -528,11 +533,13 @@ class ModelRunner:
         logits = self.step(ids, positions, slots)
         self.spec_stats["steps"] += 1
         self.spec_stats["proposed"] += sum(len(d) for d in drafts.values())
+        trusted = [self.trust_first_draft or (self.trust_after_hit and self.restored.get(i, 0) > 0) for i in active]
         taken = self._take(logits, rows, [drafts[i] for i in active], [seqs[i] for i in active],
-                           [tops[i] for i in active], top_k)
+                           [tops[i] for i in active], top_k, trusted)
         self.spec_stats["accepted"] += sum(n - 1 for n in taken)
 
-    def _take(self, logits, rows: list[list[int]], drafts: list[list[int]], seqs, tops, top_k: int) -> list[int]:
+    def _take(self, logits, rows: list[list[int]], drafts: list[list[int]], seqs, tops, top_k: int,
+              trusted: list[bool] | None = None) -> list[int]:
         """Each sequence's tokens from its rows of the step's logits (the driver decides
         how many drafts the target keeps, then every rank gets the tokens), appended to
         `seqs`, and on the last stage their top-k to `tops`. Returns how many each took."""
@@ -541,8 +548,8 @@ class ModelRunner:
         if logits is not None:
             logprobs = torch.log_softmax(logits.float(), dim=-1)
             choices = logprobs.argmax(dim=-1).tolist()
-            picks = [speculative.emitted(d, [choices[r] for r in rs], self.trust_first_draft)
-                     for d, rs in zip(drafts, rows)]
+            trusted = trusted or [False] * len(drafts)
+            picks = [speculative.emitted(d, [choices[r] for r in rs], t) for d, rs, t in zip(drafts, rows, trusted)]
             chosen = torch.tensor([p + [-1] * (width - len(p)) for p in picks], dtype=torch.int64).flatten()
             lp, tk = logprobs.topk(top_k, dim=-1)
             for pick, rs, top in zip(picks, rows, tops):

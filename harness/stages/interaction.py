@@ -1,0 +1,109 @@
+"""The failing interaction: which of a failed scenario's axis values its failure needs.
+
+A scenario of a covering array switches on several things at once (`tp2-pp2-spec-ngram-
+prefix_cache`); when it fails, the engine developer's first question is which of them the
+bug lives between. This stage answers with real runs: the scenario again with one of its
+non-golden axis values set back to the golden's, one value at a time (a value whose removal
+still gives the same failure was not needed and stays out), so what remains is a smallest
+combination each of whose values the failure needs: "fails with pp=2 + spec=ngram; passes
+without either". Bounded (RunOptions.interaction_trials runs at most); every trial is kept
+under `<run>/interaction/<id>/` and shared by the scenarios of the run that ask for it.
+
+The same failure: the same verdict, and for a crash the same exception type. A trial that
+cannot run (its setting breaks a rule, the engine refuses it) or fails another way keeps
+the value in: the answer then says what that trial gave.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import fcntl
+from collections.abc import Callable
+from pathlib import Path
+
+from harness.config.scenario import Scenario, settings_label
+from harness.contract.axes import spell
+from harness.rundir import scenario_dir_name
+from harness.verdict import Verdict
+
+INTERACTION_DIR = "interaction"
+TRIAL = "trial.json"  # a trial's verdict, not a scenario's (the reports never read it)
+FAILED = ("fail", "crash", "hang")
+
+
+def changed_values(scenario: Scenario) -> dict:
+    """The scenario's axis values that differ from its golden setting, in matrix order."""
+    golden = scenario.suite.golden
+    return {a: v for a, v in scenario.engine_settings.items() if a in golden and golden[a] != v}
+
+
+def trial_scenario(scenario: Scenario, kept: dict) -> Scenario:
+    """The scenario with only `kept` of its changed values (the rest at the golden's), judged
+    on its own: no expectation of the scenario file applies to it."""
+    golden = scenario.suite.golden
+    settings = {a: (kept[a] if a in kept else golden.get(a, v)) for a, v in scenario.settings.items()}
+    trial_id = f"{scenario.suite.suite}/{settings_label(settings, list(scenario.suite.matrix))}"
+    return dataclasses.replace(scenario, id=trial_id, settings=settings, expected_failure=None, expectations=())
+
+
+def same_failure(first: Verdict, other: Verdict) -> bool:
+    if other.verdict != first.verdict:
+        return False
+    if first.verdict == "crash":
+        return (first.crash or {}).get("exception") == (other.crash or {}).get("exception")
+    return True
+
+
+def describe_values(values: dict) -> str:
+    return " + ".join(f"{a}={spell(v)}" for a, v in values.items())
+
+
+def minimal_interaction(scenario: Scenario, verdict: Verdict, run_dir: Path, trials: int,
+                        run: Callable[[Scenario, Path], Verdict]) -> dict | None:
+    """The smallest combination of the scenario's changed axis values its failure needs,
+    found by at most `trials` runs of `run(trial scenario, its run directory)`; None when
+    there is nothing to narrow (not a failure, one changed value, no trials allowed)."""
+    changed = changed_values(scenario)
+    if verdict.verdict not in FAILED or len(changed) < 2 or trials < 1:
+        return None
+    needed, tried = dict(changed), list[dict]()
+    for axis in list(changed):
+        if len(needed) == 1 or len(tried) >= trials:
+            break
+        without = {a: v for a, v in needed.items() if a != axis}
+        trial = _trial(trial_scenario(scenario, without), run_dir, run)
+        same = same_failure(verdict, trial)
+        tried.append({"without": f"{axis}={spell(changed[axis])}", "scenario": trial.scenario,
+                      "verdict": trial.verdict, "reason": trial.reason, "same_failure": same})
+        if same:
+            needed = without
+    complete = all(f"{a}={spell(v)}" in {t["without"] for t in tried} for a, v in needed.items()) or len(needed) == 1
+    return {"needs": needed, "text": _text(needed, tried, complete), "trials": tried, "complete": complete}
+
+
+def _text(needed: dict, tried: list[dict], complete: bool) -> str:
+    names = describe_values(needed)
+    if len(needed) == 1:
+        return f"fails with {names} alone"
+    outcomes = {t["without"]: t["verdict"] for t in tried}
+    without = "; ".join(f"without {a}={spell(v)}: {outcomes[f'{a}={spell(v)}']}" for a, v in needed.items()
+                        if f"{a}={spell(v)}" in outcomes)
+    if complete and all(outcomes.get(f"{a}={spell(v)}") == "pass" for a, v in needed.items()):
+        alone = "either alone" if len(needed) == 2 else "any one of them left out"
+        return f"fails with {names}; passes with {alone} ({without})"
+    bound = "" if complete else " (trials ran out before every value was tried)"
+    return f"fails with {names}{bound}; {without}" if without else f"fails with {names}{bound}"
+
+
+def _trial(scenario: Scenario, run_dir: Path, run: Callable[[Scenario, Path], Verdict]) -> Verdict:
+    """One trial's verdict, run once per run directory: another scenario's minimisation that
+    asks for the same setting reads it (under a lock: --jobs may ask for it at once)."""
+    directory = Path(run_dir) / INTERACTION_DIR / scenario_dir_name(scenario.id)
+    directory.mkdir(parents=True, exist_ok=True)
+    with open(directory / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if (directory / TRIAL).exists():
+            return Verdict.load(directory / TRIAL)
+        verdict = run(scenario, directory)
+        verdict.save(directory / TRIAL)
+        return verdict

@@ -1,0 +1,121 @@
+"""Bugs where features meet: the reference engine's interaction faults fire only where two
+features meet; no one-feature suite runs the two together, the covering array of
+llama-interactions does, and a failure there is narrowed to exactly the planted pair
+(harness/stages/interaction.py). The narrowing itself is unit-tested on a fake engine."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from harness.config.loading import load_scenarios
+from harness.config.scenario import select
+from harness.stages.interaction import changed_values, minimal_interaction, trial_scenario
+from harness.verdict import Verdict
+from tests.kit import harness_cli, scaled, verdict_of
+
+# fault -> the pair of axis values only where it fires
+PLANTED = {
+    "dp-replica-trusts-drafts": {"dp": 2, "spec": "ngram"},
+    "spec-trusts-after-prefix-hit": {"prefix_cache": True, "spec": "ngram"},
+}
+# the one-feature suites' scenarios of each feature of the pairs: they pass under the fault
+ONE_FEATURE = ["llama-dp/tp1-pp1-dp2", "llama-spec/tp1-pp1-spec-ngram", "llama-spec/tp2-pp2-spec-ngram",
+               "llama-features/tp1-pp1-prefix_cache", "llama-features/tp1-pp2-prefix_cache"]
+
+
+def holds(settings: dict, pair: dict) -> bool:
+    return all(settings.get(a) == v for a, v in pair.items())
+
+
+def reference_scenarios():
+    return [s for s in load_scenarios() if s.suite.engine == "reference"]
+
+
+@pytest.mark.parametrize("fault", list(PLANTED))
+def test_no_one_feature_suite_runs_the_pair_and_the_covering_array_does(fault):
+    pair = PLANTED[fault]
+    meeting = sorted(s.id for s in reference_scenarios() if holds(s.settings, pair))
+    assert meeting and all(i.startswith("llama-interactions/") for i in meeting), meeting
+
+
+def test_the_covering_array_is_small_and_covers_every_pair():
+    rows = select(load_scenarios(), ["llama-interactions"])
+    assert 0 < len(rows) <= 8  # 2*2*2*2*2*2*2*2 = 256 settings in full
+
+
+# ---- the narrowing, on a fake engine: a failure needs exactly the values `bug` names ----
+
+def scenario_with(settings_id: str):
+    return next(s for s in load_scenarios() if s.id == settings_id)
+
+
+def fake_run(bug: dict, log: list):
+    def run(scenario, directory: Path) -> Verdict:
+        log.append(scenario.id)
+        broken = holds(scenario.settings, bug)
+        return Verdict(scenario.id, "fail" if broken else "pass", "planted" if broken else "clean")
+    return run
+
+
+def test_the_narrowing_keeps_exactly_the_values_the_failure_needs(tmp_path):
+    scenario = select(load_scenarios(), ["llama-interactions/*dp2*spec-ngram"])[0]
+    assert len(changed_values(scenario)) > 2
+    log: list[str] = []
+    failed = Verdict(scenario.id, "fail", "planted")
+    found = minimal_interaction(scenario, failed, tmp_path, 10, fake_run({"dp": 2, "spec": "ngram"}, log))
+    assert found["needs"] == {"dp": 2, "spec": "ngram"} and found["complete"]
+    assert found["text"].startswith("fails with dp=2 + spec=ngram; passes with either alone")
+    assert len(log) == len(changed_values(scenario))  # one trial a value
+    again: list[str] = []  # a second scenario of the run asking the same trials reads them
+    minimal_interaction(scenario, failed, tmp_path, 10, fake_run({"dp": 2, "spec": "ngram"}, again))
+    assert again == []
+
+
+def test_a_bounded_narrowing_says_it_ran_out(tmp_path):
+    scenario = select(load_scenarios(), ["llama-interactions/*dp2*spec-ngram"])[0]
+    found = minimal_interaction(scenario, Verdict(scenario.id, "fail", "x"), tmp_path, 1,
+                                fake_run({"dp": 2, "spec": "ngram"}, []))
+    assert not found["complete"] and "trials ran out" in found["text"] and len(found["trials"]) == 1
+
+
+def test_a_different_failure_or_a_refusal_keeps_the_value_in(tmp_path):
+    scenario = select(load_scenarios(), ["llama-interactions/*dp2*spec-ngram"])[0]
+
+    def run(trial, directory):  # without dp the run crashes instead: not the same failure
+        return Verdict(trial.id, "crash" if trial.settings["dp"] == 1 else "fail", "other")
+    found = minimal_interaction(scenario, Verdict(scenario.id, "fail", "x"), tmp_path, 10, run)
+    assert found["needs"] == {"dp": 2} and found["text"] == "fails with dp=2 alone"
+    assert [t["verdict"] for t in found["trials"] if t["without"] == "dp=2"] == ["crash"]
+
+
+def test_nothing_to_narrow_for_one_changed_value_or_a_pass(tmp_path):
+    one = scenario_with("llama-spec/tp1-pp1-spec-ngram")
+    assert minimal_interaction(one, Verdict(one.id, "fail", "x"), tmp_path, 6, fake_run({}, [])) is None
+    many = select(load_scenarios(), ["llama-interactions/*dp2*spec-ngram"])[0]
+    assert minimal_interaction(many, Verdict(many.id, "pass", "x"), tmp_path, 6, fake_run({}, [])) is None
+    assert trial_scenario(many, {"dp": 2}).settings["spec"] is False  # the rest at the golden's
+
+
+# ---- real ranks: the whole covering array under each fault ----
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("fault", list(PLANTED))
+def test_the_covering_array_catches_the_fault_and_names_exactly_the_pair(fault, tmp_path):
+    """The covering array's rows that hold the pair fail, each narrowed to exactly the pair
+    (its other rows hold neither feature together: the clean nightly runs them); the
+    one-feature suites' scenarios of the pair's features pass under the same fault."""
+    pair = PLANTED[fault]
+    rows = [s.id for s in select(load_scenarios(), ["llama-interactions"]) if holds(s.settings, pair)]
+    run_dir = tmp_path / "run"
+    result = harness_cli("run", *rows, *ONE_FEATURE, "--fault", fault, "--report-dir", str(tmp_path),
+                         "--run-id", "run", "--timeout", f"{scaled(300):.0f}", timeout=1800, what=f"run --fault {fault}")
+    assert result.returncode == 1, result.stdout[-3000:] + result.stderr[-3000:]
+    for sid in rows:
+        v = verdict_of(run_dir, sid)
+        assert v["verdict"] == "fail" and v["interaction"]["needs"] == pair, (sid, v["reason"])
+        assert "passes with either alone" in v["reason"], v["reason"]
+    for sid in ONE_FEATURE:
+        v = verdict_of(run_dir, sid)
+        assert v["verdict"] == "pass", (sid, v["reason"])
