@@ -92,6 +92,16 @@ def test_the_lock_keeps_every_id_when_a_value_is_added(tmp_path):
     assert coverage(suite, planned_settings(suite, path), engine_rules("reference"), 2).missed == []
 
 
+def test_the_lock_keeps_every_id_when_an_axis_is_added(tmp_path):
+    path = write(tmp_path)
+    before = [s.id for s in load_scenarios([path])]
+    write_lock(load_suite(path), path, planned_settings(load_suite(path), path))
+    path.write_text(SUITE.replace("  spec: [false, ngram]\n", "  spec: [false, ngram]\n  dp: [1, 2]\n")
+                    .replace("spec: false}", "spec: false, dp: 1}"))
+    after = [s.id for s in load_scenarios([path])]
+    assert set(before) <= set(after) and any("dp2" in i for i in after)
+
+
 def test_a_damaged_lock_is_an_error_that_says_how_to_mend_it(tmp_path):
     path = write(tmp_path)
     lock_path(path).write_text("{not json")

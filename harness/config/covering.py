@@ -83,9 +83,15 @@ def locked_rows(suite: SuiteFile, source: Path) -> list[dict]:
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise ScenarioError(f"{path}: not a covering-array lock file ({exc}); delete it, then "
                             f"`harness list --coverage --lock {suite.suite}` writes it again") from None
-    axes = list(suite.matrix)
-    return [row for row in rows if isinstance(row, dict) and list(row) == axes
-            and all(_has(suite.matrix[a], row[a]) for a in axes)]
+    axes, kept = list(suite.matrix), []
+    for row in rows:
+        if not isinstance(row, dict) or set(row) - set(axes):
+            continue  # an axis taken out of the matrix: its rows are other settings now
+        # an axis added since: its golden value, which an id leaves out where it means "off"
+        row = {a: row[a] if a in row else suite.golden.get(a) for a in axes}
+        if all(_has(suite.matrix[a], row[a]) for a in axes):
+            kept.append(row)
+    return kept
 
 
 def _has(values: list, value: object) -> bool:
@@ -94,8 +100,9 @@ def _has(values: list, value: object) -> bool:
 
 def write_lock(suite: SuiteFile, source: Path, rows: list[dict]) -> Path:
     path = lock_path(source)
-    text = json.dumps({"suite": suite.suite, "note": "rows of the covering array, kept so their ids stay "
-                       "(harness list --coverage --lock)", "rows": rows}, indent=1)
+    head = json.dumps({"suite": suite.suite, "note": "rows of the covering array, kept so their ids stay "
+                       "(harness list --coverage --lock)"})[:-1]
+    text = head + ', "rows": [\n' + ",\n".join(" " + json.dumps(r) for r in rows) + "\n]}"  # a row a line: diffs read
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(text + "\n")
     tmp.replace(path)
