@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import atexit
 import os
+import signal
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -116,6 +118,26 @@ def stay_connected(spec: ClusterSpec, resource: str, local_devices: int):
 
 
 def _init(ray, spec: ClusterSpec, resource: str, local_devices: int) -> None:
+    with sigterm_kept():
+        _connect(ray, spec, resource, local_devices)
+
+
+@contextmanager
+def sigterm_kept() -> Iterator[None]:
+    """ray.init takes SIGTERM twice over: a Python handler (`sys.exit(15)`) and, in its core
+    worker, a C++ failure-signal handler that prints its own stack and aborts (exit 134). A CI
+    job cancelled by SIGTERM then lost its interrupt report. The handler that was in place
+    (the harness's SIGTERM-as-Ctrl-C) is put back, at the OS level too, once Ray is connected."""
+    main = threading.current_thread() is threading.main_thread()
+    before = signal.getsignal(signal.SIGTERM) if main else None
+    try:
+        yield
+    finally:
+        if before is not None:
+            signal.signal(signal.SIGTERM, before)
+
+
+def _connect(ray, spec: ClusterSpec, resource: str, local_devices: int) -> None:
     quiet = {"log_to_driver": False, "configure_logging": False}
     if spec.local:
         # the harness's tasks ask for no CPU (the device slots are what they hold), so one

@@ -1,0 +1,44 @@
+"""`harness run --cluster` meets what a CI user on a shared cluster meets: a cancelled job
+(SIGTERM), a cluster that does not answer, an address the installed Ray cannot use
+(issue 49, items 4-6; docs/RELIABILITY.md, "Bad input and faults, third probe")."""
+
+from __future__ import annotations
+
+import signal
+
+import pytest
+
+from harness import exit_codes
+from tests.kit import communicate, outcomes, run_meta, start_harness, summary, wait_until
+from tests.test_ray_cluster import _ranks_on_ray
+
+pytest.importorskip("ray")
+
+HANGS = "llama-tiny/tp2-pp1"  # its rank 1 hangs under rank-hang@1
+REFUSED = "llama-tiny/tp1-pp1"  # one rank: rank-hang@1 is refused before it starts, an `error` at once
+
+
+@pytest.mark.e2e
+def test_sigterm_on_a_ray_run_is_an_interrupt_with_its_report(tmp_path):
+    """Issue 49, item 4: SIGTERM once a Ray run's ranks were up printed Ray's own SIGTERM
+    handler's stack and aborted (exit 134); summary.md stayed at "2 never ran" though a
+    scenario had ended. ray.init takes SIGTERM (a Python handler and its core worker's C++
+    one); the harness puts its own back. Want: exit 130, the report of what ended."""
+    reports = tmp_path / "reports"
+    run = start_harness("run", REFUSED, HANGS, "--cluster", "ray:local", "--fault", "rank-hang@1", "--timeout", "300",
+                        "--report-dir", str(reports), "--run-id", "r", env={"HARNESS_STALL_WINDOW_S": "0"})
+    try:
+        wait_until(lambda: len(_ranks_on_ray()) >= 2 and outcomes(reports / "r") == {REFUSED: "error"}, 240,
+                   "the hanging scenario's ranks to start on Ray and the refused one to end", proc=run)
+        run.send_signal(signal.SIGTERM)
+        output, _ = communicate(run, 120, "the Ray run, once signalled")
+    finally:
+        if run.poll() is None:
+            run.kill()
+    assert run.returncode == exit_codes.INTERRUPTED, output[-3000:]
+    assert "SIGTERM received" not in output and "harness: interrupted" in output, output[-3000:]
+    meta = run_meta(reports / "r")
+    assert meta["interrupted"] is True and meta["counts"] == {"error": 1} and meta["never_ran"] == [HANGS]
+    text = summary(reports / "r")
+    assert "1 error, 1 never ran of 2 scenarios" in text and "The run was interrupted" in text and f"`{HANGS}`" in text
+    wait_until(lambda: not _ranks_on_ray(), 60, "the cancelled scenario's ranks to end")
