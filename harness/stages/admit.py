@@ -51,7 +51,7 @@ class RunOptions:
     gate: str | None = None
     # A failure of several changed axis values is narrowed to the values it needs by at most
     # this many trial runs (harness/stages/interaction.py); 0: not narrowed.
-    interaction_trials: int = 6
+    interaction_trials: int = 10
 
 
 @dataclass

@@ -21,6 +21,7 @@ import fcntl
 from collections.abc import Callable
 from pathlib import Path
 
+from harness.config.binding import engine_rules
 from harness.config.scenario import Scenario, settings_label
 from harness.contract.axes import spell
 from harness.rundir import scenario_dir_name
@@ -66,29 +67,45 @@ def minimal_interaction(scenario: Scenario, verdict: Verdict, run_dir: Path, tri
     changed = changed_values(scenario)
     if verdict.verdict not in FAILED or len(changed) < 2 or trials < 1:
         return None
+    rules = engine_rules(scenario.suite.engine)
     needed, tried = dict(changed), list[dict]()
     for axis in list(changed):
+        if axis not in needed:
+            continue  # gone with a value it required
         if len(needed) == 1 or len(tried) >= trials:
             break
-        without = {a: v for a, v in needed.items() if a != axis}
+        without = _without(scenario, needed, axis, rules)
         trial = _trial(trial_scenario(scenario, without), run_dir, run)
         same = same_failure(verdict, trial)
-        tried.append({"without": f"{axis}={spell(changed[axis])}", "scenario": trial.scenario,
+        gone = [a for a in needed if a not in without]
+        tried.append({"axis": axis, "without": describe_values({a: needed[a] for a in gone}), "scenario": trial.scenario,
                       "verdict": trial.verdict, "reason": trial.reason, "same_failure": same})
         if same:
             needed = without
-    complete = all(f"{a}={spell(v)}" in {t["without"] for t in tried} for a, v in needed.items()) or len(needed) == 1
+    complete = len(needed) == 1 or set(needed) <= {t["axis"] for t in tried}
     return {"needs": needed, "text": _text(needed, tried, complete), "trials": tried, "complete": complete}
+
+
+def _without(scenario: Scenario, needed: dict, axis: str, rules) -> dict:
+    """`needed` with `axis` back at the golden's, and with every value that then breaks a
+    rule (block_size requires prefix_cache: without the cache, its block size goes too)."""
+    golden = scenario.suite.golden
+    without = {a: v for a, v in needed.items() if a != axis}
+    while True:
+        settings = {**scenario.engine_settings, **{a: golden[a] for a in needed if a not in without}}
+        broken = [r.when.axis for r in rules if r.broken(settings) and r.when.axis in without]
+        if not broken:
+            return without
+        without = {a: v for a, v in without.items() if a not in broken}
 
 
 def _text(needed: dict, tried: list[dict], complete: bool) -> str:
     names = describe_values(needed)
     if len(needed) == 1:
         return f"fails with {names} alone"
-    outcomes = {t["without"]: t["verdict"] for t in tried}
-    without = "; ".join(f"without {a}={spell(v)}: {outcomes[f'{a}={spell(v)}']}" for a, v in needed.items()
-                        if f"{a}={spell(v)}" in outcomes)
-    if complete and all(outcomes.get(f"{a}={spell(v)}") == "pass" for a, v in needed.items()):
+    asked = {t["axis"]: t for t in tried if t["axis"] in needed}
+    without = "; ".join(f"without {t['without']}: {t['verdict']}" for t in asked.values())
+    if complete and all(t["verdict"] == "pass" for t in asked.values()):
         alone = "either alone" if len(needed) == 2 else "any one of them left out"
         return f"fails with {names}; passes with {alone} ({without})"
     bound = "" if complete else " (trials ran out before every value was tried)"
