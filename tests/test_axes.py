@@ -123,3 +123,38 @@ def test_the_lint_finds_a_string_read(tmp_path):
     planted = tmp_path / "planted.py"
     planted.write_text("def f(settings, axes):\n    return settings.get('spec', False), axes['tp'], report['tp']\n")
     assert [r.split(": ", 1)[1] for r in _axis_reads(planted, tmp_path)] == ["settings.get('spec', False)", "axes['tp']"]
+
+
+# ---- block_size: an axis added the way docs/DESIGN.md "Adding an axis" says ----
+
+def test_the_prefix_cache_keeps_blocks_of_the_runs_block_size():
+    import torch
+
+    from harness.engines.reference.prefix_cache import PrefixCache
+
+    kv = [(torch.arange(40.0).reshape(1, 40, 1, 1).repeat(2, 1, 1, 1), torch.zeros(2, 40, 1, 1))]
+    prompt = list(range(30))
+    for block, hit in ((8, 24), (16, 16)):  # the last token is always computed: 29 cacheable tokens
+        cache = PrefixCache(block)
+        cache.store(kv, 0, prompt)
+        assert cache.hit_length(prompt) == hit and cache.counts["block"] == block
+        assert cache.restore(kv, 1, prompt) == hit and torch.equal(kv[0][0][1, :hit], kv[0][0][0, :hit])
+
+
+def test_block_size_without_the_prefix_cache_is_refused_by_the_reference_engines_rule():
+    reference = get_engine("reference")
+    assert reference.unsupported_reason({"block_size": 8}).startswith("block_size requires prefix_cache: ")
+    assert reference.unsupported_reason({"block_size": 8, "prefix_cache": True}) is None
+    assert "has no axis 'block_size'" in get_engine("vllm").unsupported_reason({"block_size": 8})
+
+
+@pytest.mark.e2e
+def test_a_run_with_block_size_8_hits_in_blocks_of_8(tmp_path):
+    from tests.kit import harness_cli, outputs_meta, verdict_of
+
+    sid = "llama-interactions/tp2-pp1-dp2-prefix_cache-block_size8-batch-all"
+    result = harness_cli("run", sid, "--report-dir", str(tmp_path), "--run-id", "run", timeout=900, what="run block_size8")
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    assert verdict_of(tmp_path / "run", sid)["verdict"] == "pass"
+    applied = outputs_meta(tmp_path / "run", sid)["applied"]["block_size"]
+    assert applied["applied"] and "blocks of 8 tokens" in applied["evidence"], applied

@@ -53,6 +53,7 @@ class RunAxes:
     kvc: bool = _axis(SWITCH, False, "a KV connector: prefix KV saved to and loaded from an external store")
     ep: bool = _axis(SWITCH, False, "expert parallelism: a mixture-of-experts model's experts split over ranks")
     prefix_cache: bool = _axis(SWITCH, False, "automatic prefix caching: KV blocks of earlier prompts reused")
+    block_size: int = _axis(BUDGET, 0, "tokens per KV cache block (0: the engine's own)")
     chunked_prefill: int = _axis(BUDGET, 0, "chunked prefill: a token budget per step (0: off)")
     batch: str = _axis(CHOICE, "all", "how a workload's prompts are submitted (harness/contract/batching.py)",
                        values=("all", "one", "mixed"))

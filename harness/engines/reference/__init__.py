@@ -44,10 +44,11 @@ class ReferenceEngine(Engine):
     # prefilled in chunks; prefix_cache: whole KV blocks of earlier prompts reused;
     # batch: how a workload's prompts are submitted (harness/contract/batching.py);
     # spec: speculative decoding of greedy workloads (ngram drafts, speculative.py);
-    # dp: data-parallel replicas, each a whole tp x pp engine serving every dp-th prompt
+    # dp: data-parallel replicas, each a whole tp x pp engine serving every dp-th prompt;
+    # block_size: the prefix cache's block (its KV cache is not paged)
     axes = {"tp": None, "pp": None, "sp": (False, True), "compile": (False, True), "kvc": (False, True),
             "ep": (False, True), "chunked_prefill": None, "prefix_cache": (False, True),
-            "batch": ("all", "one", "mixed"), "spec": (False, "ngram"), "dp": None}
+            "batch": ("all", "one", "mixed"), "spec": (False, "ngram"), "dp": None, "block_size": None}
 
     def model_types(self) -> frozenset[str] | None:
         from harness.engines.reference.model import INTERMEDIATE_KEYS  # the families model.py implements
@@ -62,6 +63,8 @@ class ReferenceEngine(Engine):
         excludes("dp>=2", "kvc", reason="the KV connector's scheduler of record is one replica's driver"),
         excludes("prefix_cache", "kvc",
                  reason="both fill the KV cache from a store: the reference engine runs one at a time"),
+        requires("block_size", "prefix_cache",
+                 reason="the reference engine's KV cache is not paged: its only blocks are the prefix cache's"),
     )
 
     def unsupported_reason(self, settings: dict, model_dir: str | Path | None = None) -> str | None:

@@ -12,6 +12,7 @@ gathers them and says, per axis, whether the setting took effect (summarize):
   ep       each TP rank of a stage holds its own whole experts, together all of them
   chunked_prefill  a prefill longer than the budget ran as several steps, none over it
   prefix_cache     prompts were served with leading tokens from the cache (hit tokens > 0)
+  block_size       the prefix cache kept blocks of that many tokens, and hit in whole blocks
   batch    the prompts went in as the mode composes them: one a batch, or with fillers
   spec     drafted tokens were verified (proposed > 0), and how many were kept
   dp       dp replicas formed, each of which served prompts
@@ -55,6 +56,8 @@ def summarize(settings: dict, ranks: list[dict]) -> dict:
         out["chunked_prefill"] = _chunked(ranks)
     if "prefix_cache" in settings:
         out["prefix_cache"] = _prefix_cache(ranks)
+    if axes.block_size:
+        out["block_size"] = _block_size(axes.block_size, ranks)
     if "batch" in settings:
         out["batch"] = _batch(axes.batch, ranks[0]["batch"])
     if "spec" in settings:
@@ -125,6 +128,16 @@ def _prefix_cache(ranks: list[dict]) -> dict:
     return {"applied": hits > 0,
             "evidence": f"{hits} of {counts[0]['queried_tokens']} prompt tokens came from the cache "
                         f"({counts[0]['stored_blocks']} blocks stored per rank)"}
+
+
+def _block_size(block: int, ranks: list[dict]) -> dict:
+    """The prefix cache kept blocks of `block` tokens, and every hit was whole blocks of them."""
+    counts = [r["prefix_cache"] for r in ranks if r["prefix_cache"] is not None]
+    sizes = sorted({c["block"] for c in counts})
+    whole = all(c["hit_tokens"] % block == 0 for c in counts)
+    return {"applied": sizes == [block] and whole and any(c["hit_tokens"] for c in counts),
+            "evidence": f"prefix-cache blocks of {', '.join(map(str, sizes)) or 'no'} tokens; hits "
+                        f"{'in' if whole else 'NOT in'} whole blocks ({counts[0]['hit_tokens'] if counts else 0} tokens)"}
 
 
 def _batch(mode: str, stats: dict) -> dict:

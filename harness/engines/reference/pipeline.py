@@ -138,7 +138,7 @@ MULTIMODAL_INPUTS = ("mm",)
 class ModelRunner:
     def __init__(self, stage, ctx: ParallelContext, dtype: torch.dtype, workloads: list[dict],
                  compile: bool, faults: list[str], kv_store: str | None = None, chunk_budget: int = 0,
-                 prefix_cache: bool = False, speculate: bool = False):
+                 prefix_cache: bool = False, speculate: bool = False, block_size: int = 0):
         self.stage, self.ctx, self.dtype = stage, ctx, dtype
         self.faults = faults
         self.forward_fn = self._compiled(stage.forward) if compile else stage.forward
@@ -157,7 +157,7 @@ class ModelRunner:
         self.connector_wait_steps = 0
         self.chunk_budget = chunk_budget  # tokens per prefill step (0: a prompt group in one step)
         self.prefill_stats = {"prefills": 0, "split_prefills": 0, "chunks": 0, "largest_step_tokens": 0}
-        self.prefix_cache = PrefixCache() if prefix_cache else None
+        self.prefix_cache = (PrefixCache(block_size) if block_size else PrefixCache()) if prefix_cache else None
         self.speculate = speculate  # n-gram drafts verified in each decode step of a greedy workload
         # asked once, not at every decode step
         self.trust_first_draft = bool(fault_switches.active(faults, "spec-accepts-unverified-draft")) or (

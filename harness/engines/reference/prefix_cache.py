@@ -14,28 +14,29 @@ from __future__ import annotations
 
 import torch
 
-BLOCK = 16  # tokens per cached block
+BLOCK = 16  # tokens per cached block, unless the run's block_size axis says otherwise
 
 
-def block_keys(prompt: list[int]) -> list[tuple[int, ...]]:
+def block_keys(prompt: list[int], block: int = BLOCK) -> list[tuple[int, ...]]:
     """The key of each whole block of `prompt`: its token ids from the start to the block's end."""
-    return [tuple(prompt[: (b + 1) * BLOCK]) for b in range(len(prompt) // BLOCK)]
+    return [tuple(prompt[: (b + 1) * block]) for b in range(len(prompt) // block)]
 
 
 class PrefixCache:
     """One rank's cached blocks: key -> per-layer (k, v) rows of that block."""
 
-    def __init__(self):
+    def __init__(self, block: int = BLOCK):
+        self.block = block
         self.blocks: dict[tuple[int, ...], list[tuple[torch.Tensor, torch.Tensor]]] = {}
-        self.counts = {"hit_tokens": 0, "queried_tokens": 0, "stored_blocks": 0}
+        self.counts = {"hit_tokens": 0, "queried_tokens": 0, "stored_blocks": 0, "block": block}
 
     def hit_length(self, prompt: list[int]) -> int:
         """Leading tokens of `prompt` whose blocks are cached, leaving its last token to compute."""
         cached = 0
-        for key in block_keys(prompt[:-1]):
+        for key in block_keys(prompt[:-1], self.block):
             if key not in self.blocks:
                 break
-            cached += BLOCK
+            cached += self.block
         return cached
 
     def restore(self, kv_caches, slot: int, prompt: list[int], skip: bool = False) -> int:
@@ -45,8 +46,8 @@ class PrefixCache:
         n = self.hit_length(prompt)
         self.counts["queried_tokens"] += len(prompt)
         self.counts["hit_tokens"] += n
-        for b, key in enumerate(block_keys(prompt[:n])):
-            rows = slice(b * BLOCK, (b + 1) * BLOCK)
+        for b, key in enumerate(block_keys(prompt[:n], self.block)):
+            rows = slice(b * self.block, (b + 1) * self.block)
             for (k_cache, v_cache), (k, v) in zip(kv_caches, self.blocks[key]):
                 k_cache[slot, rows] = 0 if skip else k
                 v_cache[slot, rows] = 0 if skip else v
@@ -54,9 +55,9 @@ class PrefixCache:
 
     def store(self, kv_caches, slot: int, prompt: list[int]) -> None:
         """Keep the whole blocks of `prompt` (prefilled into `slot`) that are not cached yet."""
-        for b, key in enumerate(block_keys(prompt)):
+        for b, key in enumerate(block_keys(prompt, self.block)):
             if key in self.blocks:
                 continue
-            rows = slice(b * BLOCK, (b + 1) * BLOCK)
+            rows = slice(b * self.block, (b + 1) * self.block)
             self.blocks[key] = [(k[slot, rows].clone(), v[slot, rows].clone()) for k, v in kv_caches]
             self.counts["stored_blocks"] += 1

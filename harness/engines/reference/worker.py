@@ -200,7 +200,8 @@ def run(spec) -> None:
             runner = ModelRunner(stage, ctx, getattr(torch, spec.dtype), submitted_workloads(workloads, batch),
                                  compile_on, spec.faults,
                                  kv_store, chunk_budget=axes.chunked_prefill,
-                                 prefix_cache=axes.prefix_cache, speculate=axes.spec == "ngram")
+                                 prefix_cache=axes.prefix_cache, speculate=axes.spec == "ngram",
+                                 block_size=axes.block_size)
             t1 = time.perf_counter()
             phases.mark("load")
             runner.warmup()
