@@ -149,7 +149,7 @@ def test_an_axis_the_engine_does_not_know_is_an_error_naming_the_known_axes(tmp_
         load_suite(path)
     message = str(err.value)
     assert str(path) in message and "matrix: axis 'foo' is not an axis of engine 'reference'" in message
-    assert "known axes: arch, batch, chunked_prefill, compile, dp, ep, kvc, pp, prefix_cache, sp, spec, tp" in message
+    assert "known axes: arch, batch, block_size, chunked_prefill, compile, dp, ep, kvc, pp, prefix_cache, sp, spec, tp" in message
 
 
 def test_axes_of_an_engine_that_cannot_be_loaded_are_checked_against_every_engine(tmp_path):
