@@ -9,7 +9,7 @@ import signal
 import pytest
 
 from harness import exit_codes
-from tests.kit import communicate, outcomes, run_meta, start_harness, summary, wait_until
+from tests.kit import communicate, harness_cli, outcomes, run_meta, start_harness, summary, wait_until
 from tests.test_ray_cluster import _ranks_on_ray
 
 pytest.importorskip("ray")
@@ -42,3 +42,34 @@ def test_sigterm_on_a_ray_run_is_an_interrupt_with_its_report(tmp_path):
     text = summary(reports / "r")
     assert "1 error, 1 never ran of 2 scenarios" in text and "The run was interrupted" in text and f"`{HANGS}`" in text
     wait_until(lambda: not _ranks_on_ray(), 60, "the cancelled scenario's ranks to end")
+
+
+def test_an_unreachable_cluster_is_refused_at_once_naming_its_address(tmp_path):
+    """Issue 49, item 5: `--cluster 127.0.0.1:1` hung (Ray retries its head every ~41 s, no
+    error after 4 minutes). Want: a bounded connect, then exit 2 naming the address, before
+    a run directory is claimed."""
+    result = harness_cli("run", "llama-tiny/tp1-pp1", "--cluster", "127.0.0.1:1", "--report-dir", str(tmp_path / "r"),
+                         env={"HARNESS_RAY_CONNECT_S": "5"}, timeout=120)
+    assert result.returncode == exit_codes.USAGE, result.stdout + result.stderr
+    assert ("harness: cannot reach the Ray cluster at 127.0.0.1:1: Connection refused (waited up to 5 s, "
+            "$HARNESS_RAY_CONNECT_S)") in result.stderr
+    assert "Traceback" not in result.stderr and not (tmp_path / "r").exists()
+
+
+def test_a_head_that_does_not_answer_is_given_up_after_the_set_time(monkeypatch):
+    """The bound itself (a host that drops the connection attempt): the connect waits
+    $HARNESS_RAY_CONNECT_S, not Ray's minutes."""
+    from harness.raycluster import connect
+
+    asked = []
+
+    def silent(address, timeout):
+        asked.append((address, timeout))
+        raise TimeoutError("timed out")
+
+    monkeypatch.setattr(connect.socket, "create_connection", silent)
+    monkeypatch.setenv("HARNESS_RAY_CONNECT_S", "7.5")
+    with pytest.raises(connect.ClusterError, match=r"cannot reach the Ray cluster at 10\.1\.2\.3:6379: no answer "
+                                                   r"\(waited up to 7\.5 s, \$HARNESS_RAY_CONNECT_S\)"):
+        connect.check_reachable(connect.parse_cluster("10.1.2.3:6379"))
+    assert asked == [(("10.1.2.3", 6379), 7.5)]

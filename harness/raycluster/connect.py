@@ -14,6 +14,7 @@ from __future__ import annotations
 import atexit
 import os
 import signal
+import socket
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -24,6 +25,7 @@ from harness.settings.env import (
     CLUSTER,
     COMPILE_CACHE,
     RANK_POOL,
+    RAY_CONNECT_S,
     SOAK_MARK,
     STALL_WINDOW_S,
     TEST_TOKEN,
@@ -73,13 +75,34 @@ def parse_cluster(text: str) -> ClusterSpec:
 
 def cluster_option(given: str | None) -> str | None:
     """--cluster (else $HARNESS_CLUSTER), checked before anything runs: a spec this module
-    reads, and Ray installed. None: no cluster, the run stays on this machine."""
+    reads, Ray installed, and a cluster that answers there.
+    None: no cluster, the run stays on this machine."""
     text = given or CLUSTER.raw()
     if text is None:
         return None
-    parse_cluster(text)
+    spec = parse_cluster(text)
     import_ray()
+    check_reachable(spec)
     return text
+
+
+def check_reachable(spec: ClusterSpec) -> None:
+    """ClusterError, within $HARNESS_RAY_CONNECT_S, unless `spec`'s cluster can be asked:
+    Ray's own connect retries an unreachable head for minutes (every ~41 s, no end)."""
+    if spec.local:
+        return
+    address = spec.address or ""
+    if address.startswith("ray://") or address == "auto":
+        return
+    host, _, port = address.rpartition(":")
+    wait = RAY_CONNECT_S.number() or 20.0
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=wait).close()
+    except (OSError, ValueError) as exc:
+        why = "no answer" if isinstance(exc, TimeoutError) else (getattr(exc, "strerror", None) or str(exc))
+        raise ClusterError(f"cannot reach {spec.describe()}: {why} (waited up to {wait:g} s, "
+                           f"${RAY_CONNECT_S.name}); is the cluster up (`ray status`), and is {address} its head's "
+                           "address?") from None
 
 
 def import_ray():
@@ -145,6 +168,7 @@ def _connect(ray, spec: ClusterSpec, resource: str, local_devices: int) -> None:
         resources = {} if resource == "GPU" else {resource: local_devices}
         ray.init(num_cpus=1, resources=resources, include_dashboard=False, **quiet)
     else:
+        check_reachable(spec)  # bounded: ray.init retries an unreachable head without end
         try:
             ray.init(address=spec.address, **quiet)
         except (ConnectionError, RuntimeError) as exc:

@@ -143,6 +143,8 @@ JOBS = _declare("HARNESS_JOBS", "int", "1", "scenarios at once, packed onto the 
                  minimum=1)
 NODES = _declare("HARNESS_NODES", "path", None, "the nodes file for scenarios bigger than this machine (--nodes)")
 CLUSTER = _declare("HARNESS_CLUSTER", "text", None, "run every scenario on this Ray cluster: ray:local, auto, ray://HOST:PORT (--cluster)")
+RAY_CONNECT_S = _declare("HARNESS_RAY_CONNECT_S", "number", "20",
+                         "seconds a --cluster's head may take to answer before the run is refused (exit 2)", minimum=0.1)
 DEVICE_LOCK_DIR = _declare("HARNESS_DEVICE_LOCK_DIR", "path", None,
                            "where the device slots' lock files live, one directory per machine (default: the temp dir)",
                            directory=True)
