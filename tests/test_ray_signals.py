@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import signal
 
 import pytest
@@ -73,3 +74,33 @@ def test_a_head_that_does_not_answer_is_given_up_after_the_set_time(monkeypatch)
                                                    r"\(waited up to 7\.5 s, \$HARNESS_RAY_CONNECT_S\)"):
         connect.check_reachable(connect.parse_cluster("10.1.2.3:6379"))
     assert asked == [(("10.1.2.3", 6379), 7.5)]
+
+
+@pytest.mark.skipif(importlib.util.find_spec("grpc") is not None, reason="Ray Client's packages are installed here")
+def test_ray_client_without_its_package_is_refused_at_once_naming_it(tmp_path):
+    """Issue 49, item 6: `--cluster ray://host:port` with the `ray` extra installed ended in
+    `ValueError: Ray Client requires pip package ray[client]`, a traceback, exit 1, and an
+    INCOMPLETE run directory: the extra installs plain `ray`."""
+    result = harness_cli("run", "llama-tiny/tp1-pp1", "--cluster", "ray://127.0.0.1:10001",
+                         "--report-dir", str(tmp_path / "r"), timeout=120)
+    assert result.returncode == exit_codes.USAGE, result.stdout + result.stderr
+    assert ("harness: --cluster ray://127.0.0.1:10001: Ray Client needs the package `ray[client]`, which is not "
+            "installed here") in result.stderr and "pip install 'ray[client]'" in result.stderr
+    assert "Traceback" not in result.stderr and not (tmp_path / "r").exists()
+
+
+def test_auto_without_a_cluster_is_refused_before_a_run_directory(tmp_path):
+    """Issue 49, item 6: `--cluster auto` with no cluster on the machine left an INCOMPLETE
+    run directory."""
+    from ray._private.services import canonicalize_bootstrap_address
+
+    try:
+        canonicalize_bootstrap_address("auto")
+        pytest.skip("a Ray cluster runs on this machine")
+    except ConnectionError:
+        pass
+    result = harness_cli("run", "llama-tiny/tp1-pp1", "--cluster", "auto", "--report-dir", str(tmp_path / "r"),
+                         env={"RAY_ADDRESS": None}, timeout=120)
+    assert result.returncode == exit_codes.USAGE, result.stdout + result.stderr
+    assert "harness: --cluster auto: no Ray cluster runs on this machine" in result.stderr
+    assert "Traceback" not in result.stderr and not (tmp_path / "r").exists()

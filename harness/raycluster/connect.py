@@ -75,7 +75,7 @@ def parse_cluster(text: str) -> ClusterSpec:
 
 def cluster_option(given: str | None) -> str | None:
     """--cluster (else $HARNESS_CLUSTER), checked before anything runs: a spec this module
-    reads, Ray installed, and a cluster that answers there.
+    reads, Ray installed with what the address needs, and a cluster that answers there.
     None: no cluster, the run stays on this machine."""
     text = given or CLUSTER.raw()
     if text is None:
@@ -88,12 +88,26 @@ def cluster_option(given: str | None) -> str | None:
 
 def check_reachable(spec: ClusterSpec) -> None:
     """ClusterError, within $HARNESS_RAY_CONNECT_S, unless `spec`'s cluster can be asked:
-    Ray's own connect retries an unreachable head for minutes (every ~41 s, no end)."""
+    Ray's own connect retries an unreachable head for minutes (every ~41 s, no end), and
+    Ray Client (ray://) needs a package plain `ray` does not bring."""
     if spec.local:
         return
     address = spec.address or ""
-    if address.startswith("ray://") or address == "auto":
-        return
+    if address.startswith("ray://"):
+        missing = _ray_client_missing()
+        if missing:
+            raise ClusterError(f"--cluster {address}: Ray Client needs the package `ray[client]`, which is not installed "
+                               f"here ({missing}): pip install 'ray[client]'; or give the cluster's GCS address HOST:PORT "
+                               "(what `ray start --head` prints), which plain `ray` reaches")
+        address = address.removeprefix("ray://")
+    elif address == "auto":
+        from ray._private.services import canonicalize_bootstrap_address
+
+        try:
+            address = canonicalize_bootstrap_address("auto") or ""
+        except (ConnectionError, ValueError) as exc:
+            raise ClusterError(f"--cluster auto: no Ray cluster runs on this machine ({str(exc).split('.')[0]}): "
+                               "`ray start --head` starts one, ray:local starts one for the run") from None
     host, _, port = address.rpartition(":")
     wait = RAY_CONNECT_S.number() or 20.0
     try:
@@ -103,6 +117,18 @@ def check_reachable(spec: ClusterSpec) -> None:
         raise ClusterError(f"cannot reach {spec.describe()}: {why} (waited up to {wait:g} s, "
                            f"${RAY_CONNECT_S.name}); is the cluster up (`ray status`), and is {address} its head's "
                            "address?") from None
+
+
+def _ray_client_missing() -> str | None:
+    """Why Ray Client cannot run here (its extra's packages missing), or None."""
+    try:
+        from ray._private.utils import get_ray_client_dependency_error
+    except ImportError:  # another Ray's layout: the package Ray Client needs most
+        import importlib.util
+
+        return None if importlib.util.find_spec("grpc") else "no module named 'grpc'"
+    error = get_ray_client_dependency_error()
+    return str(error) if error is not None else None
 
 
 def import_ray():
@@ -171,7 +197,7 @@ def _connect(ray, spec: ClusterSpec, resource: str, local_devices: int) -> None:
         check_reachable(spec)  # bounded: ray.init retries an unreachable head without end
         try:
             ray.init(address=spec.address, **quiet)
-        except (ConnectionError, RuntimeError) as exc:
+        except (ConnectionError, RuntimeError, ValueError) as exc:  # ValueError: Ray Client's missing package
             raise ClusterError(f"cannot reach {spec.describe()}: {exc}; is the cluster up (`ray status`)?") from None
 
 
