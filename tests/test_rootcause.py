@@ -217,7 +217,9 @@ def test_reference_engine_crash_under_compile_names_the_key_and_the_line(tmp_pat
     assert v["verdict"] == "crash" and v["crash"]["rank"] == 1, v["reason"]
     assert v["crash"]["exception"] == "KeyError: 'residual'", v["reason"]
     assert v["crash"]["frame"] == f"{root}/harness/engines/reference/parallel.py:{line} in recv_tensor_dict", v["crash"]
-    assert v["reason"].endswith(f"at engines/reference/parallel.py:{line} in recv_tensor_dict"), v["reason"]
+    where, interaction = v["reason"].split("; interaction: ")  # the crash's place, then what it needs
+    assert where.endswith(f"at engines/reference/parallel.py:{line} in recv_tensor_dict"), v["reason"]
+    assert interaction == "fails with pp=2 alone" and v["interaction"]["needs"] == {"pp": 2}, v["interaction"]
 
 
 def test_vllm_log_a_wrapped_worker_error_keeps_its_place_before_a_later_workers_error():

@@ -73,6 +73,7 @@ def test_a_workers_death_by_signal_is_kept_in_the_crash(tmp_path):
     assert cause.exception == "died unexpectedly (exit code -11, SIGSEGV)"
     told = cause.failure()
     assert (told.exitcode, told.signal) == (None, "SIGSEGV")
+    assert get_engine("vllm").root_cause(SEGFAULT).signal == "SIGSEGV"  # what the engine hands the verdict
 
     class Engine:  # the vLLM engine's root_cause, as the RankFailure of the process that died
         def root_cause(self, text):

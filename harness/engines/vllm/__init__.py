@@ -167,8 +167,7 @@ class VllmEngine(Engine):
         cause = root_cause(log_text)
         if cause is None:
             return None
-        return RankFailure(cause.describe(), None, None, cause.exception, cause.traceback, "", cause.frame, cause.wrapper,
-                           harness_fault=self._refusal(cause.exception, cause.frame))
+        return cause.failure(harness_fault=self._refusal(cause.exception, cause.frame))
 
     def _refusal(self, exception: str, frame: str | None) -> str | None:
         """An exception raised in the model's processor (transformers) refused the input
