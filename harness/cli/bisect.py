@@ -66,7 +66,7 @@ def run(args) -> int:
         print(f"harness bisect: {exc}", file=sys.stderr)
         return exit_codes.USAGE
     work_dir = (args.work_dir or default_work_dir(args.report_dir, scenario)).absolute()
-    opts = RunOptions(timeout_s=args.timeout, device=args.device)
+    opts = RunOptions(timeout_s=args.timeout, device=args.device, interaction_trials=0)  # a step asks pass or fail
     try:
         if args.git:
             if args.engine and args.engine != scenario.suite.engine:
@@ -96,7 +96,7 @@ def run_step(args) -> int:
 
     try:
         scenario = suites.find_one_in(suites.load(args, "bisect"), args.scenario)
-        return run_step(scenario, args.git.absolute(), args.work_dir, RunOptions(timeout_s=args.timeout, device=args.device),
+        return run_step(scenario, args.git.absolute(), args.work_dir, RunOptions(timeout_s=args.timeout, device=args.device, interaction_trials=0),
                         args.good_verdict, args.install, args.count_unsupported, args.bad_verdict, args.fixed)
     except KeyboardInterrupt:
         raise

@@ -52,6 +52,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "that the harness installs once into a cached venv (`harness docs engine-versions`)")
     p.add_argument("-x", "--exitfirst", action="store_true", help="stop after the first scenario that ends not as expected "
                    "(fail, crash, hang, error): start no other, stop the running ones' ranks; the report lists the rest as not run")
+    p.add_argument("--interaction-trials", type=int, default=10, metavar="N",
+                   help="a failure of several axis values off the golden's is narrowed to the values it needs by at "
+                        "most N trial runs (README 'The failing interaction, named'); 0: not narrowed (default: 10)")
     p.add_argument("--allow-empty", action="store_true", help="exit 0 even when every scenario ended unsupported "
                    "(nothing was tested; by default that is exit 5, as pytest's when it collects nothing)")
     p.add_argument("--changed-since", metavar="BASE", type=git_revision, help="with --gate pr: as --changed-files, with the files of `git diff --name-only BASE...HEAD`")
@@ -110,7 +113,8 @@ def run(args) -> int:
             "versions": harness_versions(), "started": time.time(), "project": used, "allow_empty": args.allow_empty,
             **plan.meta}
     opts = RunOptions(timeout_s=args.timeout, faults=args.fault, env=dict(args.env), device=args.device,
-                      devices=plan.devices, cluster=plan.cluster, gate=args.gate, ray=cluster_option(args.cluster))
+                      devices=plan.devices, cluster=plan.cluster, gate=args.gate, ray=cluster_option(args.cluster),
+                      interaction_trials=max(0, args.interaction_trials))
     try:
         check_writable(history / "runs", "history store", "make it writable, or give --history DIR (or $HARNESS_HISTORY_DIR)")
         run_dir = claim_run_dir(args.report_dir, args.run_id, meta) if args.run_id else \
