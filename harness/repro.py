@@ -98,6 +98,9 @@ def write_repro(scenario: Scenario | str, out_dir: Path | None = None, *, run_di
     engine.configure(scenario.engine_options)
     found = latest_verdict(scenario.id, run_dir, report_dir)
     verdict = Verdict.load(found) if found else None
+    asked = scenario
+    if verdict is not None and verdict.interaction and verdict.interaction.get("complete"):
+        scenario = scenario.narrowed(verdict.interaction["needs"])  # the smallest combination that fails
     out = Path(out_dir) if out_dir is not None else default_out_dir(scenario.id, report_dir)
     out.mkdir(parents=True, exist_ok=True)
     model_dir, copied, model_note = _checkpoint(scenario, engine, out)
@@ -113,7 +116,7 @@ def write_repro(scenario: Scenario | str, out_dir: Path | None = None, *, run_di
     script.chmod(0o755)
     versions = verdict.versions if verdict and verdict.versions else _installed_versions(engine)
     report = out / REPORT
-    report.write_text(bug_report(scenario, case, verdict, found, versions, model_note, out))
+    report.write_text(bug_report(scenario, case, verdict, found, versions, model_note, out, asked))
     return Repro(out, script, report, found, copied)
 
 
@@ -209,7 +212,7 @@ def _installed_versions(engine) -> dict:
 
 
 def bug_report(scenario: Scenario, case: dict, verdict: Verdict | None, verdict_file: Path | None,
-               versions: dict, model_note: str, out: Path) -> str:
+               versions: dict, model_note: str, out: Path, asked: Scenario | None = None) -> str:
     from harness.compare.expectations import describe as describe_expectation
 
     ref, failing = case["reference"], case["failing"]
@@ -229,6 +232,12 @@ def bug_report(scenario: Scenario, case: dict, verdict: Verdict | None, verdict_
               f"| workloads | {_workloads_text(case)} |",
               ""]
     lines += ["## Symptom", ""] + _symptom(verdict, verdict_file) + [""]
+    if verdict is not None and verdict.interaction:
+        lines += ["## The failing interaction", "", f"`{asked.id if asked else scenario.id}` {verdict.interaction['text']}.", ""]
+        lines += [f"- without {t['without']}: {t['verdict']} (`{t['scenario']}`)" for t in verdict.interaction["trials"]]
+        if asked is not None and asked.id != scenario.id:
+            lines += ["", f"The script runs the smallest failing combination, `{scenario.id}`."]
+        lines += [""]
     if scenario.expectations:
         lines += ["## Expected by the scenario file", ""]
         lines += [f"- {describe_expectation(x)}: {x.reason}" for x in scenario.expectations] + [""]

@@ -157,6 +157,23 @@ def test_bug_report_of_a_crash(demo, tmp_path):
     assert "\\|dlogprob\\| <= 0.003" in bug
 
 
+def test_the_repro_of_a_narrowed_failure_runs_its_smallest_combination(demo, tmp_path):
+    """A failure the harness narrowed (its verdict's interaction): the script runs the smallest
+    failing combination, and BUG.md says the interaction and each trial."""
+    crashed = crash_verdict("demo/tp1-pp2-compile")
+    crashed.interaction = {"needs": {"pp": 2}, "complete": True, "text": "fails with pp=2 alone",
+                           "trials": [{"axis": "compile", "without": "compile=true", "scenario": "demo/tp1-pp2",
+                                       "verdict": "crash", "reason": "x", "same_failure": True}]}
+    run = make_run(tmp_path / "reports", "r1", [crashed])
+    repro = write_repro("demo/tp1-pp2-compile", tmp_path / "out", run_dir=run, scenarios=demo)
+    case = case_of(repro.script)
+    assert case["failing"] == "tp1-pp2" and case["settings"]["tp1-pp2"]["axes"] == {"tp": 1, "pp": 2, "compile": False}
+    bug = repro.report.read_text()
+    assert "## The failing interaction" in bug and "`demo/tp1-pp2-compile` fails with pp=2 alone." in bug
+    assert "- without compile=true: crash (`demo/tp1-pp2`)" in bug
+    assert "The script runs the smallest failing combination, `demo/tp1-pp2`." in bug
+
+
 def test_bug_report_of_a_numeric_failure_names_the_check_and_the_first_diverging_layer(demo, tmp_path):
     check = {"name": "logits", "kind": "logprobs", "passed": False, "summary": "max|dlogprob|=1.55e+00; first diverged at prompt 0 position 0",
              "metrics": {"max_abs_dlogprob": 1.549, "max_kl": 0.0656, "bad_positions": 228}, "tolerance": "t",

@@ -101,6 +101,15 @@ class Scenario:
         scenario_id = f"{base}{VERSION_SEP}{self.engine_version.label}" if self.engine_version else base
         return dataclasses.replace(self, id=scenario_id, settings=settings, expected_failure=None, expectations=())
 
+    def narrowed(self, kept: dict) -> Scenario:
+        """This scenario with only `kept` of its axis values off the golden's (the rest at the
+        golden's), judged on its own: no expectation of the file applies to it. A failure's
+        smallest interaction (harness/stages/interaction.py) and its repro use it."""
+        golden = self.suite.golden
+        settings = {a: (kept[a] if a in kept else golden.get(a, v)) for a, v in self.settings.items()}
+        narrowed_id = f"{self.suite.suite}/{settings_label(settings, list(self.suite.matrix))}"
+        return dataclasses.replace(self, id=narrowed_id, settings=settings, expected_failure=None, expectations=())
+
     @property
     def golden_key(self) -> str:
         """Where its golden lives under golden/: the suite, or suite/arch (one golden per arch)."""

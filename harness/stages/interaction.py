@@ -16,13 +16,12 @@ the value in: the answer then says what that trial gave.
 
 from __future__ import annotations
 
-import dataclasses
 import fcntl
 from collections.abc import Callable
 from pathlib import Path
 
 from harness.config.binding import engine_rules
-from harness.config.scenario import Scenario, settings_label
+from harness.config.scenario import Scenario
 from harness.contract.axes import spell
 from harness.rundir import scenario_dir_name
 from harness.verdict import Verdict
@@ -39,12 +38,8 @@ def changed_values(scenario: Scenario) -> dict:
 
 
 def trial_scenario(scenario: Scenario, kept: dict) -> Scenario:
-    """The scenario with only `kept` of its changed values (the rest at the golden's), judged
-    on its own: no expectation of the scenario file applies to it."""
-    golden = scenario.suite.golden
-    settings = {a: (kept[a] if a in kept else golden.get(a, v)) for a, v in scenario.settings.items()}
-    trial_id = f"{scenario.suite.suite}/{settings_label(settings, list(scenario.suite.matrix))}"
-    return dataclasses.replace(scenario, id=trial_id, settings=settings, expected_failure=None, expectations=())
+    """The scenario with only `kept` of its changed values (the rest at the golden's)."""
+    return scenario.narrowed(kept)
 
 
 def same_failure(first: Verdict, other: Verdict) -> bool:
