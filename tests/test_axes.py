@@ -158,3 +158,18 @@ def test_a_run_with_block_size_8_hits_in_blocks_of_8(tmp_path):
     assert verdict_of(tmp_path / "run", sid)["verdict"] == "pass"
     applied = outputs_meta(tmp_path / "run", sid)["applied"]["block_size"]
     assert applied["applied"] and "blocks of 8 tokens" in applied["evidence"], applied
+
+
+@pytest.mark.e2e
+def test_a_pr_gate_over_a_misspelt_value_is_not_ok(tmp_path):
+    """Issue 49 item 2, end to end: `harness run --gate pr` over the file exited 0 with
+    `OK: 1 pass, 3 unsupported`. The file is refused, each bad value named once, and the gate fails."""
+    from tests.kit import harness_cli
+
+    path = tmp_path / "typo.yaml"
+    path.write_text(SUITE.replace("spec: [false, ngram]", "spec: [false, ngarm]").replace("batch: [all, mixed]", "batch: [all, mixd]"))
+    done = harness_cli("--scenarios", str(path), "run", "--gate", "pr", "--report-dir", str(tmp_path / "r"), timeout=300)
+    assert done.returncode == 1, done.stdout + done.stderr
+    said = done.stderr
+    assert said.count("axis 'spec' value 'ngarm': spec takes false, ngram, draft") == 1, said
+    assert "axis 'batch' value 'mixd': batch takes all, one, mixed" in said and "OK" not in done.stdout, said
