@@ -57,12 +57,12 @@ def test_expert_parallel_repro_exits_1_naming_the_worker_that_died(tmp_path):
     """vLLM 0.32 CPU: EP hands global expert ids to a kernel holding the rank's 2 local
     experts (cpu_moe.py:303): TP rank 0's worker dies of SIGSEGV, no traceback of its own;
     the script names it by the executor's "died unexpectedly", not its peer's gloo error."""
-    script = write(tmp_path, "vllm-moe/arch-qwen3-moe-tp2-pp1-ep")
+    script = write(tmp_path, "vllm-moe/arch-qwen3-moe-tp2-pp1-ep-batch-all")
     assert "'enable_expert_parallel': True" in script.read_text()
     done = run_script(script, tmp_path, str(VllmEngine().python()))
     assert done.returncode == 1, done.stdout + done.stderr
     # either EP rank's worker may fault first (both get global expert ids past their 2 local experts)
-    assert re.search(r"RESULT: bug present: tp2-pp1-ep crash: Worker_TP[01]_EP[01] \(pid \d+\): ", done.stdout), done.stdout
+    assert re.search(r"RESULT: bug present: tp2-pp1-ep-batch-all crash: Worker_TP[01]_EP[01] \(pid \d+\): ", done.stdout), done.stdout
     assert "== tp1-pp1" not in done.stdout
 
 
