@@ -84,7 +84,7 @@ def _narrow(scenario: Scenario, verdict: Verdict, run_dir: Path, opts: RunOption
     if found:
         watch.lap("interaction")
         verdict.interaction = found
-        verdict.reason = f"{verdict.reason}; interaction: {found['text']}"
+        verdict.reason = f"{verdict.reason}; interaction: {found['text']}"  # report/markdown.py keeps it whole
 
 
 def record_verdict(scenario: Scenario, verdict: Verdict, run_dir: Path, opts: RunOptions, start: float,

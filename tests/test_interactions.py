@@ -131,3 +131,15 @@ def test_a_value_goes_with_the_values_that_require_it(tmp_path):
     assert found["needs"] == {"prefix_cache": True, "spec": "ngram"} and found["complete"], found
     assert "without prefix_cache=true + block_size=8: pass" in found["text"], found["text"]
     assert not any("block_size8" in i and "prefix_cache" not in i for i in log)  # never a refused setting
+
+
+def test_a_long_reason_keeps_its_interaction_whole_in_one_line_lists():
+    """The PR comment and the summary's change lists cut a reason at 200 characters; the
+    narrowing at its end is what a reader acts on, so it is never cut."""
+    from harness.report.markdown import brief
+
+    reason = "greedy: " + "x" * 400 + "; interaction: fails with dp=2 + spec=ngram; passes with either alone"
+    line = brief(reason)
+    assert line.endswith("; interaction: fails with dp=2 + spec=ngram; passes with either alone")
+    assert len(line) < 300 and "…" in line
+    assert brief("short reason") == "short reason"

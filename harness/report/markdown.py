@@ -139,10 +139,21 @@ def history_partial_text(unreadable: list[str]) -> str:
             f"skipped, so the runs they hold are left out of what changed: {files}. Copy them again or remove them.")
 
 
+INTERACTION = "; interaction: "  # how the runner appends a failure's narrowing to its reason (harness/runner.py)
+
+
+def brief(reason: str, limit: int = 200) -> str:
+    """A reason cut to `limit` for a one-line list, keeping its failing interaction whole:
+    which axis values the failure needs is what a reader of a PR comment acts on."""
+    head, sep, interaction = reason.partition(INTERACTION)
+    cut = head if len(head) <= limit else head[:limit] + "…"
+    return f"{cut}{INTERACTION}{interaction}" if sep else cut
+
+
 def _change_line(c: Change, reproduce: dict[str, str]) -> str:
     was = f" (was {text(c.before)} in {code(c.before_run)})" if c.before else ""
     how = f" — {code(reproduce[c.scenario])}" if reproduce.get(c.scenario) else ""
-    return f"- {ICON.get(c.verdict.split()[0], '')} {code(c.scenario)} {text(c.verdict)}{was}: {text(c.reason[:200])}{how}"
+    return f"- {ICON.get(c.verdict.split()[0], '')} {code(c.scenario)} {text(c.verdict)}{was}: {text(brief(c.reason))}{how}"
 
 
 def _drift_line(d: Drift) -> str:
@@ -273,7 +284,7 @@ def pr_comment_markdown(report) -> str:
     if others:
         lines += [f"**Failing: {len(report.failing)}**", ""]
         lines += [f"- {ICON.get(v.verdict, '')} {code(v.scenario)} {'pass (unexpected)' if v.unexpected_pass else v.verdict}: "
-                  f"{text(v.reason[:200])} — {code(v.reproduce)}"
+                  f"{text(brief(v.reason))} — {code(v.reproduce)}"
                   for v in others[:PR_COMMENT_MAX_LINES]]
         lines.append("")
     lines.append("Full report: `report.html` and `summary.md` in the run directory.")
