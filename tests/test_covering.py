@@ -126,3 +126,15 @@ def test_list_coverage_names_the_rule_of_each_excluded_combination(tmp_path):
                          capture_output=True, text=True, check=True).stdout
     assert "cover: " in out and "(covering array); 2-way:" in out and "0 feasible and not run" in out
     assert "excluded by sp requires tp>=2" in out and "tp=1 sp=true" in out
+
+
+def test_list_coverage_says_what_only_rows_a_declared_crash_ends_early_cover(tmp_path):
+    """A row its file expects to crash stops at the bug: its other combinations are planned, not
+    exercised, while the bug stands; --coverage says how many are only there."""
+    path = write(tmp_path, SUITE + "expected_failures:\n  - {match: {spec: ngram}, verdict: crash, reason: a known bug}\n")
+    out = subprocess.run([sys.executable, "-m", "harness", "--scenarios", str(path), "list", "--coverage"],
+                         capture_output=True, text=True, check=True).stdout
+    assert "only in scenarios a declared crash or hang ends early on reference" in out, out
+    plain = subprocess.run([sys.executable, "-m", "harness", "--scenarios", str(write(tmp_path)), "list", "--coverage"],
+                           capture_output=True, text=True, check=True).stdout
+    assert "ends early" not in plain, plain
