@@ -138,3 +138,14 @@ def test_list_coverage_says_what_only_rows_a_declared_crash_ends_early_cover(tmp
     plain = subprocess.run([sys.executable, "-m", "harness", "--scenarios", str(write(tmp_path)), "list", "--coverage"],
                            capture_output=True, text=True, check=True).stdout
     assert "ends early" not in plain, plain
+
+
+def test_the_rows_do_not_depend_on_the_process_hash_seed(tmp_path):
+    """Ids are history and goldens' keys: two processes with other string hashes plan the same rows."""
+    import os
+
+    path = write(tmp_path)
+    ids = {subprocess.run([sys.executable, "-m", "harness", "--scenarios", str(path), "list", "--ids-only"],
+                          capture_output=True, text=True, check=True, env={**os.environ, "PYTHONHASHSEED": seed}).stdout
+           for seed in ("1", "2")}
+    assert len(ids) == 1 and ids.pop().count("cover/") > 1
