@@ -43,6 +43,8 @@ def pytest_addoption(parser):
     group.addoption("--harness-fault", action="append", default=[], help="switch on an engine fault (repeatable)")
     group.addoption("--harness-report-dir", default=None, help="where the run directory goes (default: reports/)")
     group.addoption("--harness-devices", type=positive_int, default=None, help="device slots of this machine (default: $HARNESS_DEVICES)")
+    group.addoption("--harness-interaction-trials", type=int, default=10, metavar="N",
+                    help="trial runs that narrow a failure of several axis values to the ones it needs (0: none)")
     group.addoption("--harness-cluster", default=None, metavar="RAY",
                     help="run each scenario on a Ray cluster: ray:local, auto, HOST:PORT (default: $HARNESS_CLUSTER; docs/SCALE.md)")
 
@@ -138,7 +140,8 @@ class ScenarioItem(pytest.Item):
         device = DEVICE.text() or "cpu"
         opts = RunOptions(timeout_s=self.config.getoption("--harness-timeout"), faults=self.config.getoption("--harness-fault"),
                           device=device, devices=DevicePool(configured_count(device, self.config.getoption("--harness-devices")), device),
-                          cluster=cluster_from_env(None), gate=_gate(self.config))
+                          cluster=cluster_from_env(None), gate=_gate(self.config),
+                          interaction_trials=max(0, self.config.getoption("--harness-interaction-trials")))
         cluster = self.config.getoption("--harness-cluster") or CLUSTER.raw()
         if cluster:  # Ray places it; the connection serves the session's other items too
             from harness.raycluster.connect import parse_cluster
