@@ -144,7 +144,7 @@ def table(scenarios, result: dict, live: bool) -> list[str]:
 def ratios(result: dict, live: bool) -> list[str]:
     cold = result[("harness", "cold")][0]
     lines = [f"- cold-cache PR gate: {cold:.1f} s = **{cold / COLD_BASELINE_S:.2f}x** the {COLD_BASELINE_S:.0f} s "
-             "it took before issue 14 (target: at most 0.6x)"]
+             "it took before the compile cache and the rank pool (target: at most 0.6x)"]
     if live:
         for state in ("cold", "warm"):
             ours, theirs = result[("harness", state)][0], result[("live", state)][0]

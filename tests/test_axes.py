@@ -38,7 +38,7 @@ def load(tmp_path: Path, text: str):
     (("tp: [1]", "tp: [1, 0]"), "axis 'tp' value 0: tp is a parallel size, an integer >= 1"),
 ])
 def test_a_value_outside_an_axis_domain_is_refused_at_load_with_the_allowed_values(tmp_path, typo, allowed):
-    """Issue 49 item 2: `spec: [false, ngarm]`, `batch: mixd` passed the file check, ended
+    """`spec: [false, ngarm]`, `batch: mixd` passed the file check, ended
     `unsupported`, and a PR gate over them exited 0."""
     assert typo[0] in SUITE
     with pytest.raises(ScenarioError) as err:
@@ -162,7 +162,7 @@ def test_a_run_with_block_size_8_hits_in_blocks_of_8(tmp_path):
 
 @pytest.mark.e2e
 def test_a_pr_gate_over_a_misspelt_value_is_not_ok(tmp_path):
-    """Issue 49 item 2, end to end: `harness run --gate pr` over the file exited 0 with
+    """End to end: `harness run --gate pr` over the file exited 0 with
     `OK: 1 pass, 3 unsupported`. The file is refused, each bad value named once, and the gate fails."""
     from tests.kit import harness_cli
 

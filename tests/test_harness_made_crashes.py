@@ -1,5 +1,5 @@
-"""A failure of the harness's own making inside a rank is `error`, never an engine `crash`
-(issue 36 item 1): an exception raised in the harness's own code in a rank
+"""A failure of the harness's own making inside a rank is `error`, never an engine `crash`:
+an exception raised in the harness's own code in a rank
 (rankside.harness_step: the vLLM driver building vLLM's arguments or a prompt's media),
 and a model processor (transformers) refusing the input, which says the environment's
 transformers does not fit the vLLM release (or the harness's prompt is wrong for it), not

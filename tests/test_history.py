@@ -183,7 +183,7 @@ def test_a_history_file_of_another_schema_is_skipped_and_named(tmp_path):
     ("verdict", "ok", "verdict holds 'ok', not a verdict"),
 ])
 def test_a_history_file_with_a_bad_value_in_any_column_is_skipped_and_named(tmp_path, column, value, problem):
-    """Issue 49, item 3: a string in `metric.logits.max_abs_dlogprob` stopped every run in
+    """A string in `metric.logits.max_abs_dlogprob` stopped every run in
     trend_plot's `could not convert string to float`, and `complete: "yes"` was taken for a
     complete run. Every column read back from the history is checked as `started` was."""
     history = tmp_path / "history"
@@ -240,7 +240,7 @@ def test_a_run_and_a_rebuilt_report_go_on_past_a_half_copied_history_file(tmp_pa
 
 @pytest.mark.e2e
 def test_a_run_and_a_rebuilt_report_go_on_past_a_history_file_with_a_string_metric(tmp_path):
-    """Issue 49, item 3 with the real commands: `harness run` ended in `ValueError: could not
+    """`harness run` ended in `ValueError: could not
     convert string to float` before any scenario ran, and `harness report` exited 2 without
     naming the file."""
     first = harness_cli("run", "llama-tiny/tp1-pp1", "--report-dir", str(tmp_path), "--run-id", "first")

@@ -1,6 +1,6 @@
 """The exit codes README.md promises, with the real command: 2 for bad input, 3 for files
 the harness could not write, with a message naming what; never a traceback (exit 1), never
-silence (exit 0) (docs/RELIABILITY.md, "Bad input and faults, third probe (issue 49)")."""
+silence (exit 0) (docs/RELIABILITY.md, "Bad input and faults, third probe")."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ def said(result) -> str:
 
 
 def test_a_golden_whose_cache_is_a_file_is_exit_3_naming_it(tmp_path):
-    """Issue 49, item 8: `HARNESS_CACHE=/some/file harness golden SUITE` ended in a
+    """`HARNESS_CACHE=/some/file harness golden SUITE` ended in a
     NotADirectoryError traceback from the zoo's model_dir, exit 1. The variable is refused at
     the start now (test_a_bad_variable_stops_a_run_before_anything_starts); the project
     config's `cache` is a file here, which only writing finds: exit 3 naming the path."""
@@ -35,7 +35,7 @@ def test_a_golden_whose_cache_is_a_file_is_exit_3_naming_it(tmp_path):
 
 @pytest.mark.parametrize("out", ["/dev/full", "missing/dir/x.json"])
 def test_durations_that_cannot_be_written_are_exit_3_naming_the_file(tmp_path, out):
-    """Issue 49, item 8: `harness durations --out /dev/full` (or into a missing directory)
+    """`harness durations --out /dev/full` (or into a missing directory)
     ended in an OSError / FileNotFoundError traceback, exit 1."""
     target = out if out.startswith("/") else str(tmp_path / out)
     (tmp_path / "reports").mkdir()
@@ -52,7 +52,7 @@ def test_durations_are_written_as_before(tmp_path):
 
 
 def test_durations_of_a_report_dir_that_does_not_exist_are_exit_2(tmp_path):
-    """Issue 49, item 9: `harness durations --report-dir /nonexistent` said "0 scenario
+    """`harness durations --report-dir /nonexistent` said "0 scenario
     durations", wrote `{}` and exited 0: a typo in the path was silence."""
     out = tmp_path / "d.json"
     result = harness_cli("durations", "--out", str(out), "--report-dir", str(tmp_path / "nonexistent"))
@@ -69,7 +69,7 @@ def test_durations_of_a_report_dir_that_does_not_exist_are_exit_2(tmp_path):
     ("HARNESS_CACHE", "{file}", "HARNESS_CACHE='{file}' is not a directory"),
 ])
 def test_a_bad_variable_stops_a_run_before_anything_starts(tmp_path, name, value, message):
-    """Issue 49, item 9: HARNESS_STALL_WINDOW_S=abc was found only as an `error` verdict once
+    """HARNESS_STALL_WINDOW_S=abc was found only as an `error` verdict once
     the ranks had started. Every registered variable's value is checked before the run
     directory is claimed: exit 2 naming it, nothing written."""
     (tmp_path / "file").write_text("")
@@ -102,7 +102,7 @@ def harness_in(project_dir, *args):
 
 
 def test_init_writes_the_scenario_file_where_the_project_config_reads(tmp_path):
-    """Issue 49, item 7: with `scenarios = ["scen"]` and `builtin_suites = false`, `harness
+    """With `scenarios = ["scen"]` and `builtin_suites = false`, `harness
     init` wrote scenarios/tiny-llama.yaml; `harness list` then printed nothing (exit 0) and the
     suggested `harness golden tiny-llama` said "unknown suites (known: )", exit 2."""
     (tmp_path / "harness.toml").write_text('scenarios = ["scen"]\ngolden = "g"\nbuiltin_suites = false\n')

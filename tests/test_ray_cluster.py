@@ -1,4 +1,4 @@
-"""`harness run --cluster`: scenarios as Ray work (harness/raycluster, issue 38).
+"""`harness run --cluster`: scenarios as Ray work (harness/raycluster).
 
 The unit tests read specs, placement and the file transfer without Ray running. The
 end-to-end test starts ONE `ray.cluster_utils.Cluster` on this machine: a head that

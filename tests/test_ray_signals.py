@@ -1,6 +1,6 @@
 """`harness run --cluster` meets what a CI user on a shared cluster meets: a cancelled job
 (SIGTERM), a cluster that does not answer, an address the installed Ray cannot use
-(issue 49, items 4-6; docs/RELIABILITY.md, "Bad input and faults, third probe")."""
+(docs/RELIABILITY.md, "Bad input and faults, third probe")."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ REFUSED = "llama-tiny/tp1-pp1"  # one rank: rank-hang@1 is refused before it sta
 
 @pytest.mark.e2e
 def test_sigterm_on_a_ray_run_is_an_interrupt_with_its_report(tmp_path):
-    """Issue 49, item 4: SIGTERM once a Ray run's ranks were up printed Ray's own SIGTERM
+    """SIGTERM once a Ray run's ranks were up printed Ray's own SIGTERM
     handler's stack and aborted (exit 134); summary.md stayed at "2 never ran" though a
     scenario had ended. ray.init takes SIGTERM (a Python handler and its core worker's C++
     one); the harness puts its own back. Want: exit 130, the report of what ended."""
@@ -46,7 +46,7 @@ def test_sigterm_on_a_ray_run_is_an_interrupt_with_its_report(tmp_path):
 
 
 def test_an_unreachable_cluster_is_refused_at_once_naming_its_address(tmp_path):
-    """Issue 49, item 5: `--cluster 127.0.0.1:1` hung (Ray retries its head every ~41 s, no
+    """`--cluster 127.0.0.1:1` hung (Ray retries its head every ~41 s, no
     error after 4 minutes). Want: a bounded connect, then exit 2 naming the address, before
     a run directory is claimed."""
     result = harness_cli("run", "llama-tiny/tp1-pp1", "--cluster", "127.0.0.1:1", "--report-dir", str(tmp_path / "r"),
@@ -78,7 +78,7 @@ def test_a_head_that_does_not_answer_is_given_up_after_the_set_time(monkeypatch)
 
 @pytest.mark.skipif(importlib.util.find_spec("grpc") is not None, reason="Ray Client's packages are installed here")
 def test_ray_client_without_its_package_is_refused_at_once_naming_it(tmp_path):
-    """Issue 49, item 6: `--cluster ray://host:port` with the `ray` extra installed ended in
+    """`--cluster ray://host:port` with the `ray` extra installed ended in
     `ValueError: Ray Client requires pip package ray[client]`, a traceback, exit 1, and an
     INCOMPLETE run directory: the extra installs plain `ray`."""
     result = harness_cli("run", "llama-tiny/tp1-pp1", "--cluster", "ray://127.0.0.1:10001",
@@ -90,7 +90,7 @@ def test_ray_client_without_its_package_is_refused_at_once_naming_it(tmp_path):
 
 
 def test_auto_without_a_cluster_is_refused_before_a_run_directory(tmp_path):
-    """Issue 49, item 6: `--cluster auto` with no cluster on the machine left an INCOMPLETE
+    """`--cluster auto` with no cluster on the machine left an INCOMPLETE
     run directory."""
     from ray._private.services import canonicalize_bootstrap_address
 

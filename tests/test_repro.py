@@ -396,7 +396,7 @@ def test_script_tolerates_decisive_flips_as_the_harness_does(top1_min):
 
 
 # ---------------------------------------------------------------------------------
-# the scheduler, speculative and MoE axes reach the script (issue 35)
+# the scheduler, speculative and MoE axes reach the script
 
 
 def axes_suite(tmp_path: Path) -> list:
@@ -480,7 +480,7 @@ def test_crash_of_names_the_segfaulted_worker_not_its_peer():
     # without faulthandler's stack: the death alone
     bare = "\n".join(line for line in log.splitlines() if line.startswith("("))
     assert repro_script.crash_of(bare)[0] == "Worker_TP0_EP0 (pid 13178): died unexpectedly (exit code -11, SIGSEGV)"
-    # an older vLLM logs no exit code (issue 49, item 10: the summary said "exit code ?"):
+    # an older vLLM logs no exit code (the summary said "exit code ?"):
     # the signal faulthandler names, else that the log says none
     codeless = log.replace(" (exit code: -11)", "")
     assert repro_script.crash_of(codeless)[0].startswith("Worker_TP0_EP0 (pid 13178): Fatal Python error: Segmentation fault (SIGSEGV) at ")

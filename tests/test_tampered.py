@@ -54,7 +54,7 @@ def test_an_untouched_verdict_and_an_old_failure_without_digest_load_as_written(
 
 @pytest.mark.parametrize("digest", ["deleted", None])
 def test_a_crash_edited_to_pass_without_its_digest_is_no_proof(tmp_path, capsys, digest):
-    """Issue 49, item 1: a crash's verdict.json set to pass, as_expected true, crash null, and
+    """A crash's verdict.json set to pass, as_expected true, crash null, and
     its digest deleted (or null) was read as a pass: `harness report` said OK, exit 0, and
     rewrote the history row to pass; `report --merge` said OK too."""
     run_dir = make_run(tmp_path, "r1", [crashed("s/tp1-pp1", rank=0), passing("s/tp2-pp1")])

@@ -61,7 +61,7 @@ SEGFAULT = ("(EngineCore pid=13172) ERROR 11-27 07:34:30 [multiproc_executor.py:
 
 
 def test_a_workers_death_by_signal_is_kept_in_the_crash(tmp_path):
-    """Issue 49, item 10: vllm-moe's tp2 + EP worker died by SIGSEGV ("VllmWorker-1 died
+    """vllm-moe's tp2 + EP worker died by SIGSEGV ("VllmWorker-1 died
     unexpectedly (exit code: -11)"), but the verdict said `crash.signal: null`, `exitcode: 1`
     (the driver's): the signal is the first thing an engine developer looks for."""
     from harness.engines.vllm.crash import root_cause as vllm_root_cause

@@ -3,7 +3,7 @@ tests.kit.timing.time_scale returns a larger factor than the one before (1, 2, 3
 
 A test that reads a budget again after the work it timed (comparing a run's duration with
 `scaled(30)` at the assertion) fails under it, as it did on a machine whose load changed
-between the two reads (issue 49, item 11); a test that keeps the budget it gave passes:
+between the two reads; a test that keeps the budget it gave passes:
 
     python -m pytest -p tests.kit.rising_load tests/test_launch.py -k hang_dumps -n 0
 """

@@ -200,7 +200,7 @@ PROCESSOR_FILE = re.compile(r"/transformers/(?:models/[^/]+/)?(?:processing|imag
 def processor_refusal(frame: str) -> bool:
     """Was the exception raised in transformers' processor code (frame "file:line in func")?
     Then vLLM and the environment's transformers do not work together (a release run with a
-    transformers it was not made for: issue 36), or the harness's prompt is wrong for the
+    transformers it was not made for), or the harness's prompt is wrong for the
     processor: either way the model never ran, and the environment and the prompt are the
     harness's doing, so the verdict is `error`, not an engine `crash`."""
     return bool(PROCESSOR_FILE.search(frame))

