@@ -8,7 +8,7 @@ that one suite whose engine disagrees fails alone (loading.py collects it per fi
 from __future__ import annotations
 
 from harness.config.schema import ARCH_AXIS, AXIS_NAME, AxisValue, SuiteFile
-from harness.contract.axes import AXES, RULES, Rule, spell
+from harness.contract.axes import AXES, RULES, Rule, is_one_of, spell
 
 
 def _known_axes(engine: str | None) -> tuple[dict[str, tuple | None], str]:
@@ -26,11 +26,12 @@ def _known_axes(engine: str | None) -> tuple[dict[str, tuple | None], str]:
 def _axis_value_problem(axis: str, value: AxisValue, allowed: tuple | None) -> str | None:
     """Why `value` cannot be a setting of `axis`: outside a declared axis's domain
     (harness/contract/axes.py), or, for an engine's own axis, not one of the values its
-    engine lists. A declared value this engine cannot run (the reference engine has no
+    engine lists. Asked of every file as it is read: a misspelt value would end `unsupported`,
+    a green gate that ran nothing. A declared value this engine cannot run (the reference engine has no
     draft model) is not a typo: its scenarios end `unsupported` with the engine's reason."""
     if axis in AXES:
         return AXES[axis].problem(value)
-    if allowed is not None and not any(type(value) is type(a) and value == a for a in allowed):
+    if allowed is not None and not is_one_of(value, allowed):
         return f"axis '{axis}' value {spell(value)}: {axis} takes {', '.join(spell(a) for a in allowed)}"
     return None
 

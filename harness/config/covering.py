@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.config.schema import ScenarioError, SuiteFile
-from harness.contract.axes import Rule, filled
+from harness.contract.axes import Rule, filled, is_one_of, same_value
 
 LOCK_SUFFIX = ".lock"
 
@@ -65,7 +65,7 @@ def _keeps(rule: Rule) -> Callable[[dict], bool]:
 
 def _outside(selector: dict) -> Callable[[dict], bool]:
     def allows(row: dict) -> bool:
-        return not all(_has([row[k]], v) for k, v in selector.items())
+        return not all(same_value(row[k], v) for k, v in selector.items())
     return allows
 
 
@@ -89,13 +89,9 @@ def locked_rows(suite: SuiteFile, source: Path) -> list[dict]:
             continue  # an axis taken out of the matrix: its rows are other settings now
         # an axis added since: its golden value, which an id leaves out where it means "off"
         row = {a: row[a] if a in row else suite.golden.get(a) for a in axes}
-        if all(_has(suite.matrix[a], row[a]) for a in axes):
+        if all(is_one_of(row[a], suite.matrix[a]) for a in axes):
             kept.append(row)
     return kept
-
-
-def _has(values: list, value: object) -> bool:
-    return any(type(v) is type(value) and v == value for v in values)
 
 
 def write_lock(suite: SuiteFile, source: Path, rows: list[dict]) -> Path:
@@ -132,7 +128,7 @@ def covering_rows(suite: SuiteFile, source: Path, rules: tuple[Rule, ...]) -> li
 
 
 def _index(values: list, value: object) -> int:
-    return next(i for i, v in enumerate(values) if type(v) is type(value) and v == value)
+    return next(i for i, v in enumerate(values) if same_value(v, value))
 
 
 # ---- what a set of settings covers -----------------------------------------------------

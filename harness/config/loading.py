@@ -106,8 +106,7 @@ def parse_suite(raw, path: Path) -> SuiteFile:
                 continue  # a whole-file rule (golden sets every axis) broken by the unknown axis above
             where = ".".join(str(p) for p in err["loc"]) or "(top level)"
             problems.append(f"  {where}: {err['msg'].removeprefix('Value error, ')}")  # pydantic's prefix says nothing
-        # a value outside its axis's domain is said by both (binding's list has every one)
-        raise ScenarioError(f"{path}: invalid scenario file:\n" + "\n".join(dict.fromkeys(problems))) from None
+        raise ScenarioError(f"{path}: invalid scenario file:\n" + "\n".join(problems)) from None
     bound = binding_problems(suite)
     if bound:
         raise ScenarioError(f"{path}: invalid scenario file:\n" + "\n".join(f"  {p}" for p in bound))

@@ -109,7 +109,7 @@ class Axis:
         elif self.kind == SWITCH:
             ok = isinstance(value, bool)
         else:
-            ok = any(type(value) is type(v) and value == v for v in self.values)
+            ok = is_one_of(value, self.values)
         return None if ok else f"axis '{self.name}' value {value!r}: {self.domain_text()}"
 
     def is_on(self, value: Value) -> bool:
@@ -118,7 +118,7 @@ class Axis:
 
     def label(self, value: Value) -> str:
         """The value's part of a scenario id ('' when the id leaves it out)."""
-        if value in self.omit and type(value) is type(self.omit[0]):
+        if is_one_of(value, self.omit):
             return ""
         return generic_label(self.name, value)
 
@@ -131,6 +131,15 @@ def generic_label(name: str, value: object) -> str:
     if isinstance(value, int):
         return f"{name}{value}" if value else ""
     return f"{name}-{value}"
+
+
+def same_value(a: object, b: object) -> bool:
+    """Equal and of one type: YAML's `true` is not the size 1, nor `0` a switch's false."""
+    return type(a) is type(b) and a == b
+
+
+def is_one_of(value: object, values) -> bool:
+    return any(same_value(value, v) for v in values)
 
 
 def spell(value: object) -> str:
@@ -186,7 +195,7 @@ class Cond:
         if self.op == "on":
             return value != default(self.axis) and value is not None
         if self.op in ("==", "!="):
-            same = value == self.value and type(value) is type(self.value)
+            same = same_value(value, self.value)
             return same if self.op == "==" else not same
         if not isinstance(value, int) or isinstance(value, bool):
             return False

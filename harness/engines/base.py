@@ -13,7 +13,7 @@ from abc import ABC, abstractmethod
 from enum import StrEnum
 from pathlib import Path
 
-from harness.contract.axes import AXES, RULES, Rule, RunAxes, broken_rule
+from harness.contract.axes import AXES, RULES, Rule, RunAxes, broken_rule, is_one_of
 from harness.contract.launchplan import LaunchPlan
 from harness.contract.runspec import RunSpec
 from harness.launch.outcome import RankFailure
@@ -65,7 +65,7 @@ class Engine(ABC):
             if problem:
                 return problem
             allowed = self.axes[axis]
-            if allowed is not None and not any(type(value) is type(a) and value == a for a in allowed):
+            if allowed is not None and not is_one_of(value, allowed):
                 return f"engine '{self.name}' does not support {axis}={value!r} (supported: {list(allowed)})"
         rule = broken_rule(settings, self.all_rules())
         return rule.message() if rule else None
