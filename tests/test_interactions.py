@@ -11,7 +11,7 @@ import pytest
 
 from harness.config.loading import load_scenarios
 from harness.config.scenario import select
-from harness.stages.interaction import changed_values, minimal_interaction, trial_scenario
+from harness.stages.interaction import changed_values, minimal_interaction
 from harness.verdict import Verdict
 from tests.kit import harness_cli, scaled, verdict_of
 
@@ -95,7 +95,7 @@ def test_nothing_to_narrow_for_one_changed_value_or_a_pass(tmp_path):
     assert minimal_interaction(one, Verdict(one.id, "fail", "x"), tmp_path, 6, fake_run({}, [])) is None
     many = select(load_scenarios(), ["llama-interactions/*dp2*spec-ngram"])[0]
     assert minimal_interaction(many, Verdict(many.id, "pass", "x"), tmp_path, 6, fake_run({}, [])) is None
-    assert trial_scenario(many, {"dp": 2}).settings["spec"] is False  # the rest at the golden's
+    assert many.narrowed({"dp": 2}).settings["spec"] is False  # the rest at the golden's
 
 
 # ---- real ranks: the whole covering array under each fault ----

@@ -37,11 +37,6 @@ def changed_values(scenario: Scenario) -> dict:
     return {a: v for a, v in scenario.engine_settings.items() if a in golden and golden[a] != v}
 
 
-def trial_scenario(scenario: Scenario, kept: dict) -> Scenario:
-    """The scenario with only `kept` of its changed values (the rest at the golden's)."""
-    return scenario.narrowed(kept)
-
-
 def same_failure(first: Verdict, other: Verdict) -> bool:
     if other.verdict != first.verdict:
         return False
@@ -70,7 +65,7 @@ def minimal_interaction(scenario: Scenario, verdict: Verdict, run_dir: Path, tri
         if len(needed) == 1 or len(tried) >= trials:
             break
         without = _without(scenario, needed, axis, rules)
-        trial = _trial(trial_scenario(scenario, without), run_dir, run)
+        trial = _trial(scenario.narrowed(without), run_dir, run)
         same = same_failure(verdict, trial)
         gone = [a for a in needed if a not in without]
         tried.append({"axis": axis, "without": describe_values({a: needed[a] for a in gone}), "scenario": trial.scenario,
