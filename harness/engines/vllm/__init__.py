@@ -32,7 +32,6 @@ from harness.contract.runspec import RunSpec
 from harness.engines import compile_cache
 from harness.engines.base import Capability, Engine
 from harness.engines.vllm.crash import root_cause
-from harness.engines.vllm.driver import MAX_NUM_SEQS
 from harness.launch.outcome import RankFailure
 from harness.settings.env import VLLM_PYTHON
 from harness.settings.project import project
@@ -48,6 +47,9 @@ DRIVER_IMPORTS = ("torch", "cv2", "vllm", "vllm.entrypoints.llm", "vllm.v1.worke
                   "harness.engines.vllm.driver")
 INSTALL_HINT = "run `harness install vllm` (or point engine_options.python / $HARNESS_VLLM_PYTHON at a Python with vllm)"
 PROBE_TIMEOUT_S = 300
+# Requests a vLLM step holds at most (the driver's max_num_seqs): here, not in driver.py, so that
+# the engine's rule on chunk budgets is read without importing the driver at every start-up.
+MAX_NUM_SEQS = 8
 _PROBES: dict[str, dict] = {}  # per process: cache key -> probe result
 
 

@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 
 from harness.contract.axes import RunAxes
+from harness.engines.vllm import MAX_NUM_SEQS
 from harness.engines.vllm.repro_script import cpu_binding, topk_row
 from harness.launch.rankside import HARNESS_FAULT, harness_step
 
@@ -42,7 +43,6 @@ DRAIN_S = 10.0
 # The harness's names for the vLLM interpreter's defaults that matter for a correctness run.
 KV_CACHE_BYTES = 128 << 20  # small: the models are tiny and the machine is shared
 MAX_MODEL_LEN = 512
-MAX_NUM_SEQS = 8
 # ngram speculative decoding: 2 drafts a step, looked up from 1-3 trailing tokens (a short
 # window proposes often on a tiny random model's repetitive output)
 NGRAM = {"method": "ngram", "num_speculative_tokens": 2, "prompt_lookup_min": 1, "prompt_lookup_max": 3}
