@@ -173,3 +173,12 @@ def test_a_pr_gate_over_a_misspelt_value_is_not_ok(tmp_path):
     said = done.stderr
     assert said.count("axis 'spec' value 'ngarm': spec takes false, ngram, draft") == 1, said
     assert "axis 'batch' value 'mixd': batch takes all, one, mixed" in said and "OK" not in done.stdout, said
+
+
+def test_a_reference_rank_gets_its_share_of_the_cores_counting_every_replica():
+    """Each rank sized its threads by tp*pp while the world is dp*tp*pp: with dp=2 the
+    CPU was oversubscribed twice over."""
+    from harness.engines.reference.worker import rank_threads
+
+    assert rank_threads(16, RunAxes(tp=2, pp=2, dp=2)) == 2
+    assert rank_threads(16, RunAxes(tp=2)) == 8 and rank_threads(2, RunAxes(tp=2, dp=2)) == 1

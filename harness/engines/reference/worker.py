@@ -160,6 +160,11 @@ def _compile_stats() -> dict:
             "autograd_cache_miss": int(counters["aot_autograd"]["autograd_cache_miss"])}
 
 
+def rank_threads(cpus: int, axes) -> int:
+    """A rank's share of the host's cores: every rank of the run, each DP replica's too."""
+    return max(1, cpus // axes.world)
+
+
 def run(spec) -> None:
     """The whole life of one rank. Callable in-process (world size 1) for tests."""
     import torch
@@ -177,7 +182,7 @@ def run(spec) -> None:
         # Ranks share the host's cores; without this each rank runs a full pool. Set
         # here, not as OMP_NUM_THREADS in the launch plan: the environment then is the
         # same for runs of every size, and one rank-pool zygote serves them all.
-        torch.set_num_threads(max(1, (os.cpu_count() or 1) // spec.axes.world))
+        torch.set_num_threads(rank_threads(os.cpu_count() or 1, spec.axes))
     if spec.dtype not in DTYPES:
         raise ValueError(f"unknown dtype {spec.dtype!r} (known: {', '.join(DTYPES)})")
     if spec.sp and spec.tp < 2:
