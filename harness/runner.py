@@ -25,7 +25,7 @@ from harness.stages.interaction import FAILED, minimal_interaction
 from harness.stages.judge import judge
 from harness.stages.same_layout import layout_reference
 from harness.timings import Stopwatch
-from harness.verdict import Verdict
+from harness.verdict import INTERACTION_SEP, Verdict
 
 __all__ = ["RunOptions", "run_scenario", "record_verdict", "make_golden", "reproduce_command", "GoldenUnsupported"]
 
@@ -70,6 +70,7 @@ def _narrow(scenario: Scenario, verdict: Verdict, run_dir: Path, opts: RunOption
             watch: Stopwatch) -> None:
     """A failure of several changed axis values, not one the scenario file expects: the
     smallest combination of them it needs (stages/interaction.py), in its reason."""
+    # the expectations are applied to a copy: record_verdict applies them to the verdict itself
     if verdict.verdict not in FAILED or apply_expectations(copy.deepcopy(verdict), scenario.expectations).verdict \
             == "expected-failure":
         return
@@ -84,7 +85,7 @@ def _narrow(scenario: Scenario, verdict: Verdict, run_dir: Path, opts: RunOption
     if found:
         watch.lap("interaction")
         verdict.interaction = found
-        verdict.reason = f"{verdict.reason}; interaction: {found['text']}"  # report/markdown.py keeps it whole
+        verdict.reason = f"{verdict.reason}{INTERACTION_SEP}{found['text']}"
 
 
 def record_verdict(scenario: Scenario, verdict: Verdict, run_dir: Path, opts: RunOptions, start: float,

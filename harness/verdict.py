@@ -27,6 +27,11 @@ VERDICTS = ("pass", "fail", "crash", "hang", "unsupported", "expected-failure", 
 FAILED = ("fail", "crash", "hang")
 
 
+# How a failure's narrowing (harness/stages/interaction.py) ends its reason; one-line lists
+# cut a reason before it, never inside it (harness/report/markdown.py brief)
+INTERACTION_SEP = "; interaction: "
+
+
 @dataclass
 class Verdict:
     scenario: str

@@ -121,6 +121,17 @@ def test_the_covering_array_catches_the_fault_and_names_exactly_the_pair(fault, 
         assert v["verdict"] == "pass", (sid, v["reason"])
 
 
+@pytest.mark.e2e
+def test_interaction_trials_0_leaves_a_failure_as_it_is(tmp_path):
+    sid = "llama-interactions/tp2-pp1-prefix_cache-batch-all-spec-ngram"
+    result = harness_cli("run", sid, "--fault", "spec-trusts-after-prefix-hit", "--interaction-trials", "0",
+                         "--report-dir", str(tmp_path), "--run-id", "run", timeout=900, what="run --interaction-trials 0")
+    assert result.returncode == 1, result.stdout[-3000:] + result.stderr[-3000:]
+    v = verdict_of(tmp_path / "run", sid)
+    assert v["verdict"] == "fail" and v["interaction"] is None and "interaction:" not in v["reason"], v["reason"]
+    assert not (tmp_path / "run" / "interaction").exists()  # no trial ran
+
+
 def test_a_value_goes_with_the_values_that_require_it(tmp_path):
     """block_size requires prefix_cache (the reference engine's rule): the trial without the
     prefix cache drops its block size too, instead of a refused setting that proves nothing."""

@@ -14,7 +14,7 @@ from harness.report.axes import explaining_settings
 from harness.report.escape import block, code, text
 from harness.report.regressions import Change, Comparison, Drift
 from harness.report.versions import versions_lines
-from harness.verdict import Verdict
+from harness.verdict import INTERACTION_SEP, Verdict
 
 ICON = {"pass": "✅", "fail": "❌", "crash": "💥", "hang": "⏳", "unsupported": "➖", "expected-failure": "☑️", "error": "⚠️"}
 PR_COMMENT_MAX_LINES = 15  # per list: a PR comment is read, not scrolled
@@ -139,15 +139,12 @@ def history_partial_text(unreadable: list[str]) -> str:
             f"skipped, so the runs they hold are left out of what changed: {files}. Copy them again or remove them.")
 
 
-INTERACTION = "; interaction: "  # how the runner appends a failure's narrowing to its reason (harness/runner.py)
-
-
 def brief(reason: str, limit: int = 200) -> str:
     """A reason cut to `limit` for a one-line list, keeping its failing interaction whole:
     which axis values the failure needs is what a reader of a PR comment acts on."""
-    head, sep, interaction = reason.partition(INTERACTION)
+    head, sep, interaction = reason.partition(INTERACTION_SEP)
     cut = head if len(head) <= limit else head[:limit] + "…"
-    return f"{cut}{INTERACTION}{interaction}" if sep else cut
+    return f"{cut}{INTERACTION_SEP}{interaction}" if sep else cut
 
 
 def _change_line(c: Change, reproduce: dict[str, str]) -> str:
