@@ -154,3 +154,14 @@ def test_a_long_reason_keeps_its_interaction_whole_in_one_line_lists():
     assert line.endswith("; interaction: fails with dp=2 + spec=ngram; passes with either alone")
     assert len(line) < 300 and "…" in line
     assert brief("short reason") == "short reason"
+
+
+def test_a_trial_of_an_engine_version_keeps_its_tag():
+    """Trials are shared by id within a run: a run of two engine versions (--engine-env twice)
+    must not read one version's trial for the other."""
+    from harness.config.scenario import EngineVersion
+
+    scenario = select(load_scenarios(), ["llama-interactions/*dp2*spec-ngram"])[0]
+    versioned = scenario.with_version(EngineVersion("x==1", "reference-1", "/usr/bin/python"))
+    assert versioned.narrowed({"dp": 2}).id == "llama-interactions/tp1-pp1-dp2-batch-all@reference-1"
+    assert scenario.narrowed({"dp": 2}).id == "llama-interactions/tp1-pp1-dp2-batch-all"

@@ -94,20 +94,20 @@ class Scenario:
         at the golden's values (`llama-spec/tp2-pp2` for `llama-spec/tp2-pp2-spec-ngram`),
         no expectations of its own. None when it sets none of them, or when that layout is
         the golden's (the golden check is then the same-layout check)."""
-        settings = {**self.settings, **{a: self.suite.golden[a] for a in self.suite.same_layout}}
-        if settings == self.settings or {k: v for k, v in settings.items() if k != ARCH_AXIS} == dict(self.suite.golden):
+        layout = self.narrowed({a: v for a, v in self.settings.items() if a not in self.suite.same_layout})
+        if layout.settings == self.settings or layout.is_golden_setting:
             return None
-        base = f"{self.suite.suite}/{settings_label(settings, list(self.suite.matrix))}"
-        scenario_id = f"{base}{VERSION_SEP}{self.engine_version.label}" if self.engine_version else base
-        return dataclasses.replace(self, id=scenario_id, settings=settings, expected_failure=None, expectations=())
+        return layout
 
     def narrowed(self, kept: dict) -> Scenario:
-        """This scenario with only `kept` of its axis values off the golden's (the rest at the
-        golden's), judged on its own: no expectation of the file applies to it. A failure's
-        smallest interaction (harness/stages/interaction.py) and its repro use it."""
+        """This scenario with only `kept` of its axis values (the rest at the golden's; the arch
+        and the engine version stay), judged on its own: no expectation of the file applies to
+        it. Its same-layout reference, a failure's smallest interaction
+        (harness/stages/interaction.py) and that interaction's repro are such scenarios."""
         golden = self.suite.golden
         settings = {a: (kept[a] if a in kept else golden.get(a, v)) for a, v in self.settings.items()}
-        narrowed_id = f"{self.suite.suite}/{settings_label(settings, list(self.suite.matrix))}"
+        base = f"{self.suite.suite}/{settings_label(settings, list(self.suite.matrix))}"
+        narrowed_id = f"{base}{VERSION_SEP}{self.engine_version.label}" if self.engine_version else base
         return dataclasses.replace(self, id=narrowed_id, settings=settings, expected_failure=None, expectations=())
 
     @property
