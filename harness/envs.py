@@ -276,9 +276,10 @@ def check_release(engine, engine_name: str, version: str) -> None:
 
 def versioned(scenario: Scenario, env: EngineEnv) -> Scenario:
     """The scenario run in `env`: its id tagged with the env's label, its engine's
-    interpreter the env's. A tiny {arch: ...} checkpoint is still built by the default
-    environment's interpreter (where it exists): another transformers would build other
-    weights, and the run would not meet its golden."""
+    interpreter the env's. A tiny {arch: ...} checkpoint is not built in it: another
+    transformers would build other weights, and the run would not meet its golden
+    (models.builder_python: the harness's own interpreter; the default environment's,
+    carried here, only where the harness's cannot build)."""
     return scenario.with_version(EngineVersion(env.spec, env.label, str(env.python), default_python(scenario)))
 
 

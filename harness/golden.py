@@ -19,6 +19,8 @@ import hashlib
 import json
 import os
 import shutil
+import subprocess
+import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -27,13 +29,14 @@ from pathlib import Path
 from harness.contract.outputs import EngineOutputs
 from harness.contract.runspec import MEDIA, entry_list
 from harness.jsonfile import read_json
-from harness.roots import golden_dir, golden_root
+from harness.roots import builtin_golden, golden_dir, golden_root
 
 MANIFEST = "manifest.json"
 EVALS_FILE = "evals.json"  # the per-item eval results, beside the outputs
 # Manifest fields that must match for a golden to apply; the rest is information.
 BINDING_FIELDS = ("model", "model_sha256", "workload_sha256", "engine", "dtype", "settings")
 DIGESTS = "files_sha256"  # manifest field: {file name: sha256} of every other file of the golden
+BUILDER = "model_builder"  # manifest field: "torch==.. transformers==.. tokenizers==..", what built a tiny checkpoint
 
 
 class GoldenError(RuntimeError):
@@ -94,8 +97,11 @@ def damage_hint(suite: str) -> str:
             f"regenerate it with `harness golden {suite}`")
 
 
-def make_manifest(*, suite: str, model: str, model_sha256: str, workload_sha256: str, engine: str, dtype: str, settings: dict, versions: dict) -> dict:
-    return {
+def make_manifest(*, suite: str, model: str, model_sha256: str, workload_sha256: str, engine: str, dtype: str, settings: dict,
+                  versions: dict, model_builder: str | None = None) -> dict:
+    """`model_builder`: the libraries that built a tiny checkpoint (harness/models), recorded
+    (not binding) so a checkpoint that differs says which libraries made which."""
+    manifest = {
         "suite": suite,
         "model": model,
         "model_sha256": model_sha256,
@@ -105,6 +111,9 @@ def make_manifest(*, suite: str, model: str, model_sha256: str, workload_sha256:
         "settings": settings,
         "versions": versions,
     }
+    if model_builder:
+        manifest[BUILDER] = model_builder
+    return manifest
 
 
 def workload_checksum(workloads: list[dict]) -> str:
@@ -131,10 +140,11 @@ class Reference:
     version_drift: dict
 
 
-def load_reference(expected: dict, eval_defs=()) -> Reference:
+def load_reference(expected: dict, eval_defs=(), builder_python: str | None = None) -> Reference:
     """The golden of `expected['suite']`, after checking that its files are intact, that its
     manifest matches what is being tested and that it scored every eval of `eval_defs`;
-    else a GoldenError that says what is wrong and how to mend it."""
+    else a GoldenError that says what is wrong and how to mend it. `builder_python`: the
+    interpreter that built this run's tiny checkpoint (named when the checkpoints differ)."""
     suite = expected["suite"]
     directory = golden_dir(suite)
     if not (directory / MANIFEST).exists():
@@ -149,7 +159,7 @@ def load_reference(expected: dict, eval_defs=()) -> Reference:
     except ValueError as exc:  # damaged since it was stored (verify_files would name it too), or stored broken
         raise GoldenError(f"golden file {exc}; {damage_hint(suite)}") from exc
     verify_files(directory, manifest, suite)
-    check_manifest(directory, manifest, expected)
+    check_manifest(directory, manifest, expected, builder_python)
     check_evals(directory / EVALS_FILE, evals, suite, eval_defs)
     drift = version_drift(manifest, expected["versions"])
     try:
@@ -160,19 +170,90 @@ def load_reference(expected: dict, eval_defs=()) -> Reference:
     return Reference(directory, manifest, outputs, evals, drift)
 
 
-def check_manifest(directory: Path, manifest: dict, expected: dict) -> None:
+def check_manifest(directory: Path, manifest: dict, expected: dict, builder_python: str | None = None) -> None:
     """A golden made for something else (another model, workloads, dtype, settings) is a
-    GoldenError naming each difference."""
+    GoldenError naming each difference. Where only the checkpoint differs, the error says
+    which libraries built which and how to build the golden's, and never offers to remake a
+    committed golden to make the difference go away (the golden is not what is wrong)."""
     suite = expected["suite"]
     diffs = [f"{key}: golden has {manifest.get(key)!r}, this run has {expected[key]!r}"
              for key in BINDING_FIELDS if manifest.get(key) != expected[key]]
-    if diffs:
+    if not diffs:
+        return
+    fields = [key for key in BINDING_FIELDS if manifest.get(key) != expected[key]]
+    if fields == ["model_sha256"]:
+        why, fix = model_difference(directory, manifest, expected, builder_python)
         raise GoldenError(
-            f"the golden of suite '{suite}' ({directory}) was made for something else:\n  "
-            + "\n  ".join(diffs)
-            + f"\n{regenerate_hint(suite)}",
-            headline=_mismatch_headline(suite, manifest, expected),
+            f"the golden of suite '{suite}' ({directory}) was made on another checkpoint of the same model:\n  "
+            + "\n  ".join(diffs) + f"\n{why}\n{fix}",
+            headline=f"golden of '{suite}' does not match: {_diff_line(manifest, expected)}: {why}; {fix}",
         )
+    raise GoldenError(
+        f"the golden of suite '{suite}' ({directory}) was made for something else:\n  "
+        + "\n  ".join(diffs)
+        + f"\n{regenerate_hint(suite)}",
+        headline=_mismatch_headline(suite, manifest, expected),
+    )
+
+
+def libraries(text: str) -> dict[str, str]:
+    """`torch==2.13.0+cpu transformers==5.19.0 ...` -> {name: version}."""
+    return dict(part.split("==", 1) for part in text.split() if "==" in part)
+
+
+def golden_builder(manifest: dict) -> tuple[dict[str, str], bool]:
+    """The libraries that built the golden's checkpoint, and whether the manifest recorded
+    them. A golden made before `model_builder` was recorded had its tiny checkpoint built by
+    its own engine environment: the torch and transformers of its `versions`."""
+    if manifest.get(BUILDER):
+        return libraries(manifest[BUILDER]), True
+    versions = manifest.get("versions") or {}
+    return {k: versions[k] for k in ("torch", "transformers") if versions.get(k)}, False
+
+
+def model_difference(directory: Path, manifest: dict, expected: dict, builder_python: str | None) -> tuple[str, str]:
+    """Why this run's checkpoint is not the golden's, and what to do: (why, fix)."""
+    suite = expected["suite"]
+    committed = is_committed(directory)
+    remake = (f"`harness golden {suite}` remakes the golden with this run's checkpoint" if not committed else
+              f"the golden is committed: remake it (`harness golden {suite}`, and commit it) only for a model changed on purpose")
+    run_libs = libraries(expected.get(BUILDER) or "")
+    if not run_libs:  # not a checkpoint the harness built: the files themselves differ
+        return ("this run's checkpoint is not the one the golden was made on",
+                f"restore the checkpoint the golden was made on; {remake}")
+    golden_libs, recorded = golden_builder(manifest)
+    differ = {k: (golden_libs[k], v) for k, v in run_libs.items() if k in golden_libs and golden_libs[k] != v}
+    by = builder_python or "?"
+    where = "the harness's own environment" if by == sys.executable else f"{by} (the harness's own environment lacks torch, transformers or tokenizers)"
+    if not differ:
+        said = "recorded" if recorded else "inferred from the golden's engine versions"
+        return (f"the tiny checkpoint was built with the golden's libraries ({expected[BUILDER]}; the golden's {said}), "
+                "so the model's request or the builder's code (harness/models/tiny*.py) changed",
+                f"undo that change, or, for a model changed on purpose, {remake}")
+    this = ", ".join(f"{k} {new}" for k, (_, new) in differ.items())
+    theirs = ", ".join(f"{k} {old}" for k, (old, _) in differ.items())
+    note = "" if recorded else " (not recorded in its manifest: its engine environment's, which built tiny checkpoints then)"
+    pins = " ".join(f"'{k}=={old}'" for k, (old, _) in differ.items())
+    fix = (f"the checkpoint must be built as the golden's was: install {pins} into the harness's environment "
+           f"(`{sys.executable} -m pip install {pins}`), which builds tiny checkpoints for every engine environment")
+    if not committed:
+        fix += f"; or, for a golden of your own, {remake}"
+    return (f"this run's tiny checkpoint was built with {this} by {where}, the golden's with {theirs}{note}: "
+            "other libraries build other bytes", fix)
+
+
+def is_committed(directory: Path) -> bool:
+    """Whether a golden is part of a repository or of the installed package (its manifest
+    tracked by git, or shipped): what nobody should remake to make a mismatch go away."""
+    directory = Path(directory)
+    if directory.resolve().is_relative_to(builtin_golden().resolve()):
+        return True
+    try:
+        done = subprocess.run(["git", "-C", str(directory), "ls-files", "--error-unmatch", MANIFEST],
+                              capture_output=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return done.returncode == 0
 
 
 def file_digests(directory: Path) -> dict[str, str]:
@@ -232,9 +313,12 @@ def _short(key: str, value) -> str:
 def _mismatch_headline(suite: str, manifest: dict, expected: dict) -> str:
     """The fix, then every differing field, short: what a console line can carry (the
     report's lists cut a verdict's line at 200 characters)."""
-    diffs = "; ".join(f"{key} golden {_short(key, manifest.get(key))} run {_short(key, expected[key])}"
-                      for key in BINDING_FIELDS if manifest.get(key) != expected[key])
-    return f"golden of '{suite}' does not match (remake: `harness golden {suite}`): {diffs}"
+    return f"golden of '{suite}' does not match (remake: `harness golden {suite}`): {_diff_line(manifest, expected)}"
+
+
+def _diff_line(manifest: dict, expected: dict) -> str:
+    return "; ".join(f"{key} golden {_short(key, manifest.get(key))} run {_short(key, expected[key])}"
+                     for key in BINDING_FIELDS if manifest.get(key) != expected[key])
 
 
 def version_drift(manifest: dict, versions: dict) -> dict:

@@ -9,8 +9,14 @@
 Every source resolves to a directory in HF layout (config.json, safetensors, tokenizer)
 and an identity: a label that says where it came from and the sha256 of its content
 (harness/models/identity.py), which the golden's manifest records. A tiny checkpoint is
-built by the engine's own interpreter (harness/models/tiny.py), so its config has the
-fields that engine's transformers reads, and is cached by everything that made it.
+built by harness/models/tiny.py in ONE place whatever engine environment runs it: the
+harness's own interpreter (`builder_python`), so a vLLM release with another transformers
+(`--engine-env vllm==0.22.1`) meets the same bytes as the golden (another transformers
+builds other random weights and writes another config.json). Only where the harness's own
+interpreter lacks torch, transformers or tokenizers does the engine's build it. The
+libraries that built it (`ResolvedModel.builder`) go into the golden's manifest
+(`model_builder`), so a checkpoint that still differs says which libraries made which.
+It is cached by everything that made it.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,6 +44,7 @@ TINY_BUILDER = Path(__file__).with_name("tiny.py")
 TINY_BUILDER_FILES = (TINY_BUILDER, *(Path(__file__).with_name(f) for f in ("tiny_mm.py", "tiny_vllm.py")))  # what the build runs
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json")
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json")
+BUILDER_LIBRARIES = ("torch", "transformers", "tokenizers")  # what tiny.py imports, and what decides its bytes
 
 
 class ModelError(Exception):
@@ -125,11 +133,38 @@ class ResolvedModel:
     directory: Path
     label: str  # the golden manifest's `model`
     sha256: str  # the golden manifest's `model_sha256`
+    # A tiny checkpoint's builder: the libraries that built it ("torch==2.13.0+cpu
+    # transformers==5.19.0 tokenizers==0.23.3", the golden manifest's `model_builder`) and
+    # the interpreter they are in; None for a checkpoint the harness did not build.
+    builder: str | None = None
+    builder_python: str | None = None
+
+
+def builder_python(*fallbacks: str | None) -> str:
+    """The interpreter that builds tiny checkpoints: the harness's own, for every engine
+    environment, so that a scenario run on vLLM 0.22.1 (transformers 5.5.4) and its golden
+    made on 0.32.0 (5.19.0) hold the same checkpoint. Only where the harness's own lacks
+    what tiny.py imports, the first of `fallbacks` (the engine's default environment, then
+    the tested one) that exists; the checkpoint's digest then follows that interpreter's
+    libraries, and a golden mismatch says so (golden.py)."""
+    if _harness_can_build():
+        return sys.executable
+    for python in fallbacks:
+        if python and os.access(python, os.X_OK):
+            return python
+    return sys.executable  # its build fails saying what it lacks
+
+
+def _harness_can_build() -> bool:
+    import importlib.util
+
+    return all(importlib.util.find_spec(name) is not None for name in BUILDER_LIBRARIES)
 
 
 def resolve(ref: ModelRef, python: str, base_dir: Path | None = None) -> ResolvedModel:
-    """The checkpoint of `ref`. `python` is the engine's interpreter (it builds tiny
-    checkpoints); `base_dir` anchors a relative `path:` (the scenario file's folder)."""
+    """The checkpoint of `ref`. `python` builds a tiny checkpoint (`builder_python()`: the
+    harness's own interpreter, whatever engine environment runs it); `base_dir` anchors a
+    relative `path:` (the scenario file's folder)."""
     if isinstance(ref, str):
         return _zoo(ref)
     if isinstance(ref, PathModel):
@@ -144,7 +179,8 @@ def resolve(ref: ModelRef, python: str, base_dir: Path | None = None) -> Resolve
         except HubUnavailable as exc:
             raise ModelError(str(exc)) from None
         return _checkpoint(directory, ref.label, f"hub model '{ref.hub}@{ref.revision}'")
-    return _checkpoint(build_tiny(ref, python), ref.label, f"tiny {ref.arch}")
+    built = _checkpoint(build_tiny(ref, python), ref.label, f"tiny {ref.arch}")
+    return ResolvedModel(built.directory, built.label, built.sha256, _library_versions(python), python)
 
 
 def _zoo(name: str) -> ResolvedModel:
@@ -207,7 +243,7 @@ def _tiny_key(ref: ArchModel, python: str) -> str:
 @functools.cache  # once per interpreter per harness process, not per scenario
 def _library_versions(python: str) -> str:
     code = ("import importlib.metadata as m\n"
-            "print(' '.join(f'{p}=={m.version(p)}' for p in ('torch', 'transformers', 'tokenizers')))")
+            f"print(' '.join(f'{{p}}=={{m.version(p)}}' for p in {BUILDER_LIBRARIES!r}))")
     try:
         done = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=120)
     except (OSError, subprocess.TimeoutExpired) as exc:

@@ -61,6 +61,7 @@ class Prepared:
     manifest: dict  # what a golden for this suite must have been made from
     evals: list = field(default_factory=list)  # lm.PreparedEval per eval of the suite
     launched_at: float | None = None  # wall clock when the ranks were started (phase marks share it)
+    model_builder_python: str | None = None  # the interpreter that built a tiny checkpoint (said on a golden mismatch)
 
 
 @dataclass
@@ -99,7 +100,7 @@ def admit(scenario: Scenario, settings: dict, out_dir: Path, opts: RunOptions, g
     if not golden:
         return Admitted(prepared, need)
     try:  # check the golden before spending a launch on a run we cannot judge
-        reference = goldens.load_reference(prepared.manifest, scenario.suite.evals)
+        reference = goldens.load_reference(prepared.manifest, scenario.suite.evals, prepared.model_builder_python)
         check_pairing(prepared.evals, reference.evals)
         watch.lap("golden")
     except goldens.GoldenError as exc:
@@ -118,7 +119,9 @@ def prepare(scenario: Scenario, settings: dict, out_dir: Path, opts: RunOptions,
     engine.configure(scenario.engine_options)
     versions = engine.versions()
     version = scenario.engine_version
-    builder = (version.model_python if version else None) or str(engine.python())
+    # tiny checkpoints: one builder for every engine environment (the harness's own), so a
+    # versioned run meets its golden's bytes; the engine's only where the harness cannot build
+    builder = models.builder_python(version.model_python if version else None, str(engine.python()))
     model = models.resolve(scenario.model, builder, base_dir=scenario.source.parent)
     tokenizer = load_tokenizer(model.directory)  # the harness tokenizes, once: engines and golden see the same ids
     prepared_evals = lm.prepare_evals(suite.evals, model.directory, tokenizer, out_dir, gate)
@@ -145,5 +148,6 @@ def prepare(scenario: Scenario, settings: dict, out_dir: Path, opts: RunOptions,
         dtype=suite.dtype,
         settings=dict(suite.golden),
         versions=versions,
+        model_builder=model.builder,
     )
-    return Prepared(engine, spec, manifest, prepared_evals)
+    return Prepared(engine, spec, manifest, prepared_evals, model_builder_python=model.builder_python)
