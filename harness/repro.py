@@ -241,6 +241,9 @@ def bug_report(scenario: Scenario, case: dict, verdict: Verdict | None, verdict_
     if scenario.expectations:
         lines += ["## Expected by the scenario file", ""]
         lines += [f"- {describe_expectation(x)}: {x.reason}" for x in scenario.expectations] + [""]
+    if scenario.known_bugs:
+        lines += ["## Known bugs of the engine that can show here", ""]
+        lines += [f"- {b.title()}: {describe_expectation(b)}: {b.reason}" for b in scenario.known_bugs] + [""]
     here = shlex.quote(str(script))
     lines += ["## Reproduce", "",
               "```",

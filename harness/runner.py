@@ -71,8 +71,10 @@ def _narrow(scenario: Scenario, verdict: Verdict, run_dir: Path, opts: RunOption
     """A failure of several changed axis values, not one the scenario file expects: the
     smallest combination of them it needs (stages/interaction.py), in its reason."""
     # the expectations are applied to a copy: record_verdict applies them to the verdict itself
-    if verdict.verdict not in FAILED or apply_expectations(copy.deepcopy(verdict), scenario.expectations).verdict \
-            == "expected-failure":
+    if verdict.verdict not in FAILED:
+        return
+    expected = apply_expectations(copy.deepcopy(verdict), scenario.expectations, scenario.known_bugs)
+    if expected.verdict == "expected-failure":
         return
 
     def trial(derived: Scenario, directory: Path) -> Verdict:
@@ -99,9 +101,9 @@ def record_verdict(scenario: Scenario, verdict: Verdict, run_dir: Path, opts: Ru
     verdict.duration_s = round(time.monotonic() - start, 2)
     verdict.expected_failure = scenario.expected_failure
     verdict.reproduce = reproduce if reproduce is not None else reproduce_command(scenario, opts)
-    # expected-failure only for the failure the scenario file describes, on the engine
-    # versions it names (harness/compare/expectations.py)
-    verdict = apply_expectations(verdict, scenario.expectations)
+    # expected-failure only for the failure the scenario file or a known bug of the engine
+    # describes, on the engine versions it names (harness/compare/expectations.py)
+    verdict = apply_expectations(verdict, scenario.expectations, scenario.known_bugs)
     watch.lap("verdict")
     verdict.timings = watch.timings()
     try:

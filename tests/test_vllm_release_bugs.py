@@ -46,33 +46,35 @@ def crash_verdict(scenario: str, vllm: str, rank: str, exception: str, traceback
                           "log": "rank0.log"})
 
 
-def expectations_of(suite: str, scenario_id: str) -> tuple:
+def judged(v: Verdict, suite: str, scenario_id: str) -> Verdict:
+    """`v` judged as the runner does: the suite's expectations, then vLLM's known bugs."""
     (scenario,) = [s for s in load_scenarios([ROOT / "scenarios" / f"{suite}.yaml"]) if s.id == scenario_id]
-    return scenario.expectations
+    return apply_expectations(v, scenario.expectations, scenario.known_bugs)
 
 
-def step3_expectations() -> tuple:
-    return expectations_of("vllm-native-archs", STEP3)
+def step3_judged(v: Verdict) -> Verdict:
+    return judged(v, "vllm-native-archs", STEP3)
 
 
 def test_step3_moe_fallback_crash_is_expected_on_the_releases_with_the_bug():
     for release in ("0.20.2", "0.22.1", "0.24.0"):
-        v = apply_expectations(step3_moe_crash(release), step3_expectations())
+        v = step3_judged(step3_moe_crash(release))
         assert v.verdict == "expected-failure" and v.observed == "crash", (release, v.reason)
         assert "cpu_fused_moe.py:53" in v.reason
 
 
 def test_step3_moe_fallback_crash_is_a_crash_where_vllm_fixed_it():
     for release in ("0.19.1", "0.25.0", "0.32.0"):  # the static SiluAndMul.forward_native: no CustomOp built
-        v = apply_expectations(step3_moe_crash(release), step3_expectations())
-        assert v.verdict == "crash" and "does not apply" in v.reason, (release, v.reason)
+        v = step3_judged(step3_moe_crash(release))
+        assert v.verdict == "crash" and "the failure of known bug cpu-fused-moe-customop-without-config, but it is " \
+            f"for vllm<0.25,>=0.20; this ran vllm {release}" in v.reason, (release, v.reason)
 
 
 def test_another_assertion_in_step3_is_not_the_moe_fallback_bug():
     v = step3_moe_crash("0.22.1")
     v.crash = {**v.crash, "exception": "AssertionError: shapes differ", "traceback": "step3_text.py line 304"}
-    v = apply_expectations(v, step3_expectations())
-    assert v.verdict == "crash" and "NOT the expected failure" in v.reason
+    v = step3_judged(v)
+    assert v.verdict == "crash" and "NOT known bug cpu-fused-moe-customop-without-config" in v.reason
 
 
 MOE = "vllm-moe/arch-qwen3-moe-tp2-pp1-batch-all"
@@ -82,7 +84,7 @@ VIDEO = "vllm-mm-video/arch-qwen25-vl-tp1-pp1"
 def test_every_moe_layout_meets_the_fused_moe_fallback_bug_on_the_releases_with_it():
     """Measured on 0.22.1 and 0.23.0 (qwen3-moe tp2, 2026-11-27): Step3's crash, in vllm-moe."""
     for release, expected in (("0.20.2", True), ("0.23.0", True), ("0.19.1", False), ("0.25.1", False)):
-        v = apply_expectations(step3_moe_crash(release, MOE), expectations_of("vllm-moe", MOE))
+        v = judged(step3_moe_crash(release, MOE), "vllm-moe", MOE)
         assert (v.verdict == "expected-failure") == expected, (release, v.reason)
 
 
@@ -97,12 +99,12 @@ def video_fps_fail(vllm: str, max_abs_dlogprob: float) -> Verdict:
 
 def test_qwen25_vl_video_fps_bug_is_expected_before_032_and_a_fail_on_032():
     for release in ("0.19.1", "0.23.0", "0.30.0"):
-        v = apply_expectations(video_fps_fail(release, 1.06e-2), expectations_of("vllm-mm-video", VIDEO))
+        v = judged(video_fps_fail(release, 1.06e-2), "vllm-mm-video", VIDEO)
         assert v.verdict == "expected-failure" and v.observed == "fail", (release, v.reason)
         assert "24 fps" in v.reason
-    v = apply_expectations(video_fps_fail("0.32.0", 1.06e-2), expectations_of("vllm-mm-video", VIDEO))
+    v = judged(video_fps_fail("0.32.0", 1.06e-2), "vllm-mm-video", VIDEO)
     assert v.verdict == "fail" and "does not apply" in v.reason  # fixed there: the same numbers would be a regression
-    v = apply_expectations(video_fps_fail("0.25.1", 2e-4), expectations_of("vllm-mm-video", VIDEO))
+    v = judged(video_fps_fail("0.25.1", 2e-4), "vllm-mm-video", VIDEO)
     assert v.verdict == "fail", v.reason  # a drift far below the bug's size is not taken for it
 
 
@@ -115,7 +117,7 @@ def test_llava_text_config_without_architectures_is_expected_on_019_only():
                            '    tuple(getattr(model_config.hf_config, "architectures", [])),', exception])
     for release, expected in (("0.19.1", True), ("0.20.2", False)):
         crash = crash_verdict(llava, release, "EngineCore (vLLM process: pid 1)", exception, traceback)
-        v = apply_expectations(crash, expectations_of("vllm-mm-archs", llava))
+        v = judged(crash, "vllm-mm-archs", llava)
         assert (v.verdict == "expected-failure") == expected, (release, v.reason)
 
 
@@ -132,5 +134,5 @@ def test_torch_210_211_inductor_vecmask_compile_error_is_expected_before_027():
         "'at::vec::CPU_CAPABILITY::VecMask<long int, 2>::VecMask(int&)'", exception])
     for release, expected in (("0.19.1", True), ("0.20.2", True), ("0.27.0", False)):
         crash = crash_verdict(evals, release, "EngineCore (vLLM process: pid 1)", exception, traceback)
-        v = apply_expectations(crash, expectations_of("vllm-mm-evals", evals))
+        v = judged(crash, "vllm-mm-evals", evals)
         assert (v.verdict == "expected-failure") == expected, (release, v.reason)

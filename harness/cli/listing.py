@@ -40,6 +40,7 @@ def run(args) -> int:
             print(s.id)
             continue
         notes = "".join(f"  (expected failure: {describe_expectation(x)}: {x.reason})" for x in s.expectations)
+        notes += "".join(f"  ({b.title()}: {describe_expectation(b)})" for b in s.known_bugs)
         if s.expected_failure and not s.expectations:
             notes = f"  (expected failure: {s.expected_failure})"
         print(f"{s.id:40s} gates={','.join(sorted(s.gates)) or '-'}{notes}")

@@ -233,12 +233,69 @@ def declares_unsupported(v: Verdict) -> bool:
     return v.verdict == "unsupported" and (v.expectation or {}).get("status") == "matched"
 
 
-def apply_expectations(v: Verdict, expectations: tuple | list) -> Verdict:
-    """Apply a scenario's expectations to its verdict (see the module docstring).
+def apply_expectations(v: Verdict, expectations: tuple | list, known_bugs: tuple | list = ()) -> Verdict:
+    """Apply a scenario's expectations, then its engine's known bugs, to its verdict (see the
+    module docstring and harness/compare/known_bugs.py).
 
-    `expectations` are the scenario file's entries that select the scenario. A verdict
-    with only `expected_failure` set (a reason, no entries) keeps the old rule: any
-    failure is the expected one."""
+    `expectations` are the scenario file's entries that select the scenario, `known_bugs` the
+    engine's bugs that can show in it. A verdict with only `expected_failure` set (a reason,
+    no entries) keeps the old rule: any failure is the expected one."""
+    reason = v.reason
+    v = _apply_own(v, expectations)
+    if known_bugs and v.verdict in FAILED:
+        return _known_failure(v, reason, known_bugs)
+    if known_bugs and v.verdict == "pass" and (v.expectation or {}).get("status", "not-applicable") == "not-applicable":
+        return _known_bug_absent(v, known_bugs)
+    return v
+
+
+def _in_range(v: Verdict, bugs: tuple | list) -> list:
+    return [b for b in bugs if version_problem(b, v.versions) is None]
+
+
+def _known_failure(v: Verdict, reason: str, bugs: tuple | list) -> Verdict:
+    """A failure no expectation of the file describes but a known bug of the engine does:
+    expected, naming the bug (the file's near miss, if any, is dropped with its words)."""
+    in_range = _in_range(v, bugs)
+    for bug in in_range:
+        if mismatch(bug, v) is None:
+            v.expectation = {**_record(bug, "matched", None, v), "known_bug": bug.id, "upstream": bug.upstream}
+            v.expected_failure = bug.reason
+            v.observed = v.verdict
+            v.verdict = "expected-failure"
+            v.reason = f"{v.observed} as expected ({bug.title()}: {bug.reason}): {reason}"
+            return v
+    v.reason += _known_near_miss(v, bugs, in_range)
+    return v
+
+
+def _known_near_miss(v: Verdict, bugs: tuple | list, in_range: list) -> str:
+    """The words that keep a failure new while pointing at the known bug it resembles: the
+    same failure on a release outside the bug's range (widen the range with this run), or
+    a bug of this release whose failure differs (and how)."""
+    for bug in bugs:
+        if bug not in in_range and mismatch(bug, v) is None:
+            return (f" (the failure of {bug.title()}, but {version_problem(bug, v.versions)}: if it is the same "
+                    "bug, add this run to its `seen` and widen its range)")
+    if in_range:
+        bug = in_range[0]
+        return f" (NOT {bug.title()}: it expects {describe(bug)}; {mismatch(bug, v)})"
+    return ""
+
+
+def _known_bug_absent(v: Verdict, bugs: tuple | list) -> Verdict:
+    """A pass where a known bug should show on this release: the bug may be fixed. Reported,
+    not a gate failure (the bugs file is shared by every suite; its range is then narrowed)."""
+    for bug in _in_range(v, bugs):
+        if bug.where:
+            why = f"it passed on {engine_label(v.versions)}"
+            v.expectation = {**_record(bug, "fixed", why, v), "known_bug": bug.id, "upstream": bug.upstream}
+            v.reason = f"{v.reason} ({bug.title()} did not show where it should on {engine_label(v.versions)}: fixed?)"
+            return v
+    return v
+
+
+def _apply_own(v: Verdict, expectations: tuple | list) -> Verdict:
     if not expectations:
         if v.expected_failure and v.verdict in FAILED:
             v.observed = v.verdict

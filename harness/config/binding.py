@@ -7,8 +7,13 @@ that one suite whose engine disagrees fails alone (loading.py collects it per fi
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from harness.config.schema import ARCH_AXIS, AXIS_NAME, AxisValue, SuiteFile
 from harness.contract.axes import AXES, RULES, Rule, is_one_of, spell
+
+if TYPE_CHECKING:
+    from harness.compare.known_bugs import KnownBug
 
 
 def _known_axes(engine: str | None) -> tuple[dict[str, tuple | None], str]:
@@ -91,6 +96,16 @@ def engine_rules(engine: str) -> tuple[Rule, ...]:
         return get_engine(engine).all_rules()
     except EngineUnavailable:
         return RULES
+
+
+def engine_known_bugs(engine: str) -> tuple[KnownBug, ...]:
+    """The engine's known bugs (none where it cannot be loaded here: its scenarios say why)."""
+    from harness.engines import EngineUnavailable, get_engine
+
+    try:
+        return get_engine(engine).known_bugs()
+    except EngineUnavailable:
+        return ()
 
 
 def _fault_problem(suite: SuiteFile) -> str | None:

@@ -14,10 +14,11 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.config.binding import engine_rules
+from harness.compare.known_bugs import KnownBug, known_bugs_where
+from harness.config.binding import engine_known_bugs, engine_rules
 from harness.config.covering import covering_rows
 from harness.config.schema import ARCH_AXIS, ExpectedFailure, ScenarioError, SuiteFile
-from harness.contract.axes import AXES, generic_label
+from harness.contract.axes import AXES, filled, generic_label
 from harness.models import ModelRef
 from harness.settings.env import MAX_SCENARIOS
 
@@ -45,6 +46,8 @@ class Scenario:
     expected_failure: str | None = None
     # every expected_failures entry whose `match` selects this scenario, in file order
     expectations: tuple[ExpectedFailure, ...] = ()
+    # the engine's known bugs that can show in this scenario (harness/compare/known_bugs.py)
+    known_bugs: tuple[KnownBug, ...] = ()
     faults: tuple[str, ...] = ()
     extra_env: dict = field(default_factory=dict)
     engine_version: EngineVersion | None = None  # None: the engine as the suite configures it
@@ -108,7 +111,8 @@ class Scenario:
         settings = {a: (kept[a] if a in kept else golden.get(a, v)) for a, v in self.settings.items()}
         base = f"{self.suite.suite}/{settings_label(settings, list(self.suite.matrix))}"
         narrowed_id = f"{base}{VERSION_SEP}{self.engine_version.label}" if self.engine_version else base
-        return dataclasses.replace(self, id=narrowed_id, settings=settings, expected_failure=None, expectations=())
+        return dataclasses.replace(self, id=narrowed_id, settings=settings, expected_failure=None, expectations=(),
+                                   known_bugs=())
 
     @property
     def golden_key(self) -> str:
@@ -143,6 +147,7 @@ def planned_settings(suite: SuiteFile, source: Path) -> list[dict]:
 def expand(suite: SuiteFile, source: Path) -> list[Scenario]:
     axes = list(suite.matrix)
     scenarios = []
+    bugs = engine_known_bugs(suite.engine)
     for settings in planned_settings(suite, source):
         label = settings_label(settings, axes)
         gates = {"nightly"} if "nightly" not in suite.gates else set()
@@ -157,6 +162,7 @@ def expand(suite: SuiteFile, source: Path) -> list[Scenario]:
                 gates=frozenset(gates),
                 expected_failure=expectations[0].reason if expectations else None,
                 expectations=expectations,
+                known_bugs=known_bugs_where(bugs, filled(settings)),
                 faults=tuple(suite.faults),
                 extra_env=dict(suite.env),
             )

@@ -12,11 +12,15 @@ import sys
 from abc import ABC, abstractmethod
 from enum import StrEnum
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from harness.contract.axes import AXES, RULES, Rule, RunAxes, broken_rule, is_one_of
 from harness.contract.launchplan import LaunchPlan
 from harness.contract.runspec import RunSpec
 from harness.launch.outcome import RankFailure
+
+if TYPE_CHECKING:  # pydantic loads with it: only the runs that judge a verdict need it
+    from harness.compare.known_bugs import KnownBug
 
 
 class Capability(StrEnum):
@@ -37,6 +41,9 @@ class Engine(ABC):
     #: the source it cites), beside the axes' general RULES: unsupported_reason refuses a
     #: setting that breaks one, and a covering array never plans it
     rules: tuple[Rule, ...] = ()
+    #: the engine's known bugs (harness/compare/known_bugs.py): declared once, matched in every
+    #: suite, so a failure with a known root cause is expected and names its bug
+    known_bugs_file: Path | None = None
     #: what it can do beyond running a RunSpec (Capability); the conformance kit checks
     #: that each declared one is implemented
     capabilities: frozenset[Capability] = frozenset()
@@ -69,6 +76,11 @@ class Engine(ABC):
                 return f"engine '{self.name}' does not support {axis}={value!r} (supported: {list(allowed)})"
         rule = broken_rule(settings, self.all_rules())
         return rule.message() if rule else None
+
+    def known_bugs(self) -> tuple[KnownBug, ...]:
+        from harness.compare.known_bugs import load_known_bugs
+
+        return load_known_bugs(self.known_bugs_file) if self.known_bugs_file else ()
 
     def all_rules(self) -> tuple[Rule, ...]:
         """The rules a setting of this engine must keep: the axes' own, then the engine's."""

@@ -66,6 +66,8 @@ class VllmEngine(Engine):
     axes = {"tp": None, "pp": None, "dp": None, "sp": (False, True), "compile": (False, True),
             "ep": (False, True), "prefix_cache": (False, True), "chunked_prefill": None, "batch": ("all", "one", "mixed"), "spec": (False, "ngram", "draft"),
             "batch_invariant": (False, True)}
+    # its confirmed bugs, by root cause and release range: expected in every suite that meets them
+    known_bugs_file = Path(__file__).with_name("known_bugs.yaml")
     # vLLM's own limits between axes, as its sources say them
     rules = (
         requires("ep", "tp>=2", "dp>=2", reason="vLLM's expert-parallel group is the TP x DP ranks; with tp=1 and dp=1 "

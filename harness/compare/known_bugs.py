@@ -1,0 +1,135 @@
+"""An engine's known bugs, declared once and matched in every suite.
+
+A known bug is a confirmed engine bug described by its root cause: the failure it gives
+(the same fields a scenario file's expectation uses: verdict, exception, message,
+traceback, rank, check, metric), the engine releases it is in, where it shows (`where`:
+axis values and archs a scenario must have), the runs that showed it, and its upstream
+report where there is one. The engine ships the file (`Engine.known_bugs_file`, e.g.
+harness/engines/vllm/known_bugs.yaml), so a bug found in one suite is known in every
+suite and in every engine repository that runs the harness: a failure with that root
+cause on a release in range is `expected-failure` naming the bug, and only news turns a
+gate red.
+
+A scenario file keeps its own `expected_failures:` for what is particular to it; those
+are tried first (harness/compare/expectations.py applies both).
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from pathlib import Path
+from typing import Literal, Union
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+Value = Union[bool, int, str]  # bool first: YAML `true` must stay a bool
+BUG_ID = re.compile(r"^[a-z0-9][a-z0-9-]*$")
+
+
+class Sighting(BaseModel):
+    """One run that showed the bug: `{release: 0.32.0, scenario: vllm-llama/tp1-pp2, verdict: crash}`."""
+
+    model_config = ConfigDict(extra="forbid")
+    release: str = Field(min_length=1)
+    scenario: str = Field(min_length=1)
+    verdict: Literal["fail", "crash", "hang", "pass"]
+
+
+class KnownBug(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    id: str
+    reason: str = Field(min_length=1)  # one line: what is wrong and where in the engine's source
+    engine_version: str  # the releases it is in: `vllm>=0.27,<0.33`
+    versions: dict[str, str] = {}
+    # where it shows: every key a setting the scenario must have (a list: any of these values);
+    # a scenario outside it never matches, and one inside it that passes reports the bug fixed
+    where: dict[str, Union[Value, list[Value]]] = {}
+    verdict: Literal["fail", "crash", "hang"]
+    exception: str | None = None
+    message: str | None = None
+    traceback: str | None = None
+    rank: int | str | None = None
+    check: str | None = None
+    metric: dict[str, str] = {}
+    seen: list[Sighting] = Field(min_length=1)  # the runs that showed it
+    upstream: str | None = None
+
+    @field_validator("id")
+    @classmethod
+    def _slug(cls, v: str) -> str:
+        if not BUG_ID.match(v):
+            raise ValueError(f"{v!r} is not an id of lower-case words joined by '-' (e.g. eager-pp-intermediate-tensors)")
+        return v
+
+    @field_validator("engine_version")
+    @classmethod
+    def _requirement(cls, v: str) -> str:
+        from harness.compare.expectations import parse_requirement
+
+        parse_requirement(v)
+        return v
+
+    @field_validator("message", "traceback")
+    @classmethod
+    def _regex(cls, v: str | None) -> str | None:
+        if v is not None:
+            try:
+                re.compile(v)
+            except re.error as exc:
+                raise ValueError(f"not a regular expression ({exc}): {v!r}") from None
+        return v
+
+    def shows_in(self, settings: dict) -> bool:
+        """Is `settings` where this bug shows (every `where` key held by the scenario)?"""
+        for key, wanted in self.where.items():
+            if key not in settings:
+                return False
+            allowed = wanted if isinstance(wanted, list) else [wanted]
+            if not any(_same(settings[key], w) for w in allowed):
+                return False
+        return True
+
+    def title(self) -> str:
+        return f"known bug {self.id}" + (f" ({self.upstream})" if self.upstream else "")
+
+
+def _same(have: object, want: object) -> bool:
+    """1 == True in Python; an axis value of 1 is not the switch `true`."""
+    return type(have) is type(want) and have == want
+
+
+class KnownBugsError(ValueError):
+    pass
+
+
+@functools.cache
+def load_known_bugs(path: Path) -> tuple[KnownBug, ...]:
+    """The bugs of one engine's file, each checked; a bad file says which entry and why."""
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except (OSError, yaml.YAMLError) as exc:
+        raise KnownBugsError(f"{path}: cannot read the known bugs: {exc}") from None
+    entries = data.get("known_bugs") if isinstance(data, dict) else None
+    if not isinstance(entries, list):
+        raise KnownBugsError(f"{path}: expected a mapping with a `known_bugs:` list")
+    bugs = []
+    for i, entry in enumerate(entries):
+        try:
+            bugs.append(KnownBug.model_validate(entry))
+        except ValidationError as exc:
+            name = entry.get("id", f"entry {i}") if isinstance(entry, dict) else f"entry {i}"
+            problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'entry'}: {e['msg']}" for e in exc.errors())
+            raise KnownBugsError(f"{path}: known bug {name}: {problems}") from None
+    ids = [b.id for b in bugs]
+    doubles = sorted({i for i in ids if ids.count(i) > 1})
+    if doubles:
+        raise KnownBugsError(f"{path}: known bug ids used twice: {', '.join(doubles)}")
+    return tuple(bugs)
+
+
+def known_bugs_where(bugs: tuple[KnownBug, ...], settings: dict) -> tuple[KnownBug, ...]:
+    """The bugs that can show in a scenario of these settings."""
+    return tuple(b for b in bugs if b.shows_in(settings))

@@ -1,0 +1,110 @@
+"""An engine's known bugs (harness/compare/known_bugs.py, harness/engines/vllm/known_bugs.yaml):
+declared once, they make the failure they describe `expected-failure` naming the bug in every
+suite, stay out of the way of other failures and other releases, and report a pass where
+they should show as "fixed?". Fast: verdicts are written here, no engine runs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from harness.compare.expectations import apply_expectations, version_problem
+from harness.compare.known_bugs import KnownBugsError, load_known_bugs
+from harness.config.loading import load_scenarios
+from harness.engines.vllm import VllmEngine
+from harness.verdict import Verdict
+
+ROOT = Path(__file__).resolve().parent.parent
+SUITES = sorted((ROOT / "scenarios").glob("vllm-*.yaml"))
+
+
+def vllm(release: str) -> dict:
+    return {"engine": "vllm", "vllm": release, "torch": "2.13.0+cpu"}
+
+
+def eager_pp_crash(scenario: str, release: str = "0.32.0") -> Verdict:
+    exception = "AssertionError"
+    traceback = ('  File ".../vllm/v1/worker/gpu_model_runner.py", line 3174, in sync_and_gather_intermediate_tensors\n'
+                 "    assert self.intermediate_tensors is not None\nAssertionError")
+    return Verdict(scenario, "crash", "rank Worker_PP1 (vLLM worker: PP rank 1) crashed: AssertionError",
+                   versions=vllm(release), crash={"rank": "Worker_PP1", "exception": exception, "traceback": traceback})
+
+
+def scenario(scenario_id: str):
+    suite = scenario_id.split("/")[0]
+    (found,) = [s for s in load_scenarios([ROOT / "scenarios" / f"{suite}.yaml"]) if s.id == scenario_id]
+    return found
+
+
+def judged(v: Verdict, scenario_id: str) -> Verdict:
+    s = scenario(scenario_id)
+    return apply_expectations(v, s.expectations, s.known_bugs)
+
+
+def test_the_shipped_file_loads_and_every_sighting_is_a_shipped_scenario_in_range():
+    bugs = VllmEngine().known_bugs()
+    assert len(bugs) >= 7
+    ids = {s.id for s in load_scenarios(SUITES)}
+    for bug in bugs:
+        for seen in bug.seen:
+            assert seen.scenario in ids, f"{bug.id}: sighting of unknown scenario {seen.scenario}"
+            assert seen.verdict != "pass", f"{bug.id}: a sighting is a run that showed the bug"
+            assert version_problem(bug, vllm(seen.release)) is None, f"{bug.id}: seen on {seen.release}, out of its range"
+
+
+def test_a_known_bug_is_expected_in_every_suite_it_shows_in_naming_it():
+    # the eager-PP bug is declared once and no suite repeats it any more
+    for sid in ("vllm-llama/tp1-pp2", "vllm-qwen3/tp1-pp2", "vllm-gemma4/tp1-pp2", "vllm-mm-audio/arch-qwen2-audio-tp1-pp2"):
+        s = scenario(sid)
+        assert not any(x.match == {"pp": 2, "compile": False} for x in s.expectations), sid
+        v = judged(eager_pp_crash(sid), sid)
+        assert v.verdict == "expected-failure" and v.observed == "crash", (sid, v.reason)
+        assert "known bug eager-pp-intermediate-tensors" in v.reason
+        assert v.expectation["known_bug"] == "eager-pp-intermediate-tensors" and v.expectation["status"] == "matched"
+
+
+def test_a_known_bug_does_not_show_outside_its_where_nor_its_releases():
+    assert "eager-pp-intermediate-tensors" in {b.id for b in scenario("vllm-llama/tp1-pp2").known_bugs}
+    assert "eager-pp-intermediate-tensors" not in {b.id for b in scenario("vllm-llama/tp1-pp2-compile").known_bugs}
+    v = judged(eager_pp_crash("vllm-llama/tp1-pp2", "0.20.2"), "vllm-llama/tp1-pp2")  # 0.20.2 runs eager PP
+    assert v.verdict == "crash"
+    assert "the failure of known bug eager-pp-intermediate-tensors, but it is for vllm<0.33,>=0.27; this ran vllm 0.20.2" \
+        in v.reason
+
+
+def test_another_failure_where_a_known_bug_shows_is_news_and_says_how_it_differs():
+    v = eager_pp_crash("vllm-llama/tp1-pp2")
+    v.crash = {**v.crash, "rank": "Worker_PP0"}
+    v = judged(v, "vllm-llama/tp1-pp2")
+    assert v.verdict == "crash"
+    assert "NOT known bug eager-pp-intermediate-tensors" in v.reason and "rank Worker_PP0 crashed" in v.reason
+
+
+def test_a_pass_where_a_known_bug_should_show_is_reported_fixed_without_failing_the_gate():
+    sid = "vllm-llama/tp1-pp2"
+    v = judged(Verdict(sid, "pass", "all checks passed", versions=vllm("0.32.0")), sid)
+    assert v.verdict == "pass" and v.as_expected
+    assert v.expectation["status"] == "fixed" and v.expectation["known_bug"] == "eager-pp-intermediate-tensors"
+    assert "did not show where it should on vllm 0.32.0 (torch 2.13.0+cpu): fixed?" in v.reason
+    v = judged(Verdict(sid, "pass", "all checks passed", versions=vllm("0.33.0")), sid)  # out of range: nothing said
+    assert v.expectation is None
+
+
+def test_the_suite_s_own_expectation_comes_first():
+    # vllm-gemma4 keeps its own PP bug (particular to Gemma 4); the eager-PP crash is the known bug's
+    sid = "vllm-gemma4/tp1-pp2"
+    v = judged(eager_pp_crash(sid), sid)
+    assert v.verdict == "expected-failure" and "known bug eager-pp-intermediate-tensors" in v.reason
+    assert "does not apply" not in v.reason  # the file's entry for 0.19-0.20 left no words behind
+
+
+def test_a_bad_known_bugs_file_names_the_entry_and_the_problem(tmp_path):
+    bad = tmp_path / "known_bugs.yaml"
+    bad.write_text("known_bugs:\n  - id: Bad_Id\n    reason: x\n    engine_version: vllm>=0.1\n    verdict: crash\n"
+                   "    seen: [{release: 0.1.0, scenario: s/x, verdict: crash}]\n")
+    with pytest.raises(KnownBugsError, match="known bug Bad_Id: id: .*lower-case words"):
+        load_known_bugs(bad)
+    bad.write_text("known_bugs:\n  - id: no-runs\n    reason: x\n    engine_version: vllm>=0.1\n    verdict: crash\n    seen: []\n")
+    with pytest.raises(KnownBugsError, match="known bug no-runs: seen"):
+        load_known_bugs(bad)
