@@ -24,7 +24,7 @@ CONFIG_TABLE = """\
 scenarios = ["scenarios"]   # scenario files or directories: `harness list`, `harness run`, `pytest`
 golden = "golden"           # goldens (`harness golden SUITE`): commit them
 reports = "reports"         # run directories: summary.md, report.html, junit.xml
-builtin_suites = true       # list and run the harness's own suites (llama-tiny, vllm-*) too
+builtin_suites = false      # true: list and run the harness's own suites (llama-tiny, vllm-*) beside these
 """
 
 # Two workloads every engine serves: teacher-forced logprobs (a failure names its layer)
@@ -44,6 +44,8 @@ class Written:
     config: Path | None  # None: the directory already had a config, kept as it was
     scenario_file: Path
     suite: str
+    gitignore: Path | None = None  # None: every entry was there already
+    ignored: tuple[str, ...] = ()  # the entries init added to it
 
 
 def model_entry(model: str) -> str | dict:
@@ -137,7 +139,8 @@ def init_project(directory: Path, model: str, engine: str = "reference", suite: 
     config = _write_config(directory)
     scenario_file.parent.mkdir(parents=True, exist_ok=True)
     scenario_file.write_text(text)
-    return Written(config, scenario_file, suite)
+    added = ignore_entries(directory, engine)
+    return Written(config, scenario_file, suite, directory / GITIGNORE if added else None, added)
 
 
 def scenario_dir(directory: Path) -> Path:
@@ -195,6 +198,36 @@ def _check(raw: dict, where: Path) -> list:
         return expand(parse_suite(yaml.safe_load(yaml.safe_dump(raw, sort_keys=False)), where), where)
     except ScenarioError as exc:
         raise InitError(f"the scenario file would not be valid: {exc}") from None
+
+
+GITIGNORE = ".gitignore"
+
+
+def ignore_entries(directory: Path, engine_name: str) -> tuple[str, ...]:
+    """Append to the directory's .gitignore (made if missing) what the harness puts there that
+    must not be committed: the reports directory and the engine's own environment (vLLM's
+    .venv-vllm, GBs), so that `git add .` takes the goldens and scenario files and nothing
+    else. Entries already there (spelled with or without the slashes) are not repeated."""
+    wanted = [f"/{p.relative_to(directory).as_posix()}/" for p in _generated_dirs(directory, engine_name)
+              if p.is_relative_to(directory) and p != directory]
+    path = directory / GITIGNORE
+    text = path.read_text() if path.is_file() else ""
+    present = {line.strip().strip("/") for line in text.splitlines()}
+    added = tuple(entry for entry in dict.fromkeys(wanted) if entry.strip("/") not in present)
+    if added:
+        lead = "" if not text or text.endswith("\n") else "\n"
+        path.write_text(text + lead + "# written by `harness init`: run output and the engine's environment\n"
+                        + "".join(f"{entry}\n" for entry in added))
+    return added
+
+
+def _generated_dirs(directory: Path, engine_name: str) -> list[Path]:
+    """The reports directory the project's config names, and the environment the engine
+    installs itself into (`harness install ENGINE`), when it has one of its own."""
+    from harness.engines import get_engine
+
+    env_dir = get_engine(engine_name).env_dir
+    return [project(directory).reports.resolve(), *([directory / env_dir] if env_dir else [])]
 
 
 def _write_config(directory: Path) -> Path | None:

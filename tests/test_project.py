@@ -151,3 +151,27 @@ def test_harness_golden_makes_the_projects_own_goldens_only(tmp_path, monkeypatc
     assert made == ["mine"]
     assert not roots.shipped_only(tmp_path / "scenarios" / "mine.yaml")
     assert roots.shipped_only(roots.builtin_scenarios() / "llama-tiny.yaml")
+
+
+def test_init_keeps_run_output_and_the_engines_environment_out_of_git(tmp_path):
+    """`git add .` after init took reports/ and the 3.5 GB .venv-vllm beside the goldens."""
+    (tmp_path / ".gitignore").write_text("*.pyc\nreports/")  # one entry there already, no final newline
+    done = init_project(tmp_path, "arch:Qwen3ForCausalLM", engine="vllm")
+    lines = (tmp_path / ".gitignore").read_text().splitlines()
+    assert done.gitignore == tmp_path / ".gitignore" and done.ignored == ("/.venv-vllm/",)
+    assert lines[:2] == ["*.pyc", "reports/"] and lines[-1] == "/.venv-vllm/" and "/reports/" not in lines
+    assert init_project(tmp_path, "arch:Qwen3ForCausalLM", engine="vllm", suite="again").gitignore is None  # nothing to add
+    fresh = tmp_path / "fresh"
+    fresh.mkdir()
+    assert init_project(fresh, "tiny-llama").ignored == ("/reports/",)  # the reference engine has no environment of its own
+
+
+def test_a_project_made_by_init_runs_its_own_suites_only(tmp_path, monkeypatch):
+    """init's config leaves the built-in suites out (`builtin_suites = false`): an engine's gate
+    is its own suites; a project asks for the built-in ones by turning it on."""
+    init_project(tmp_path, "tiny-llama", suite="mine")
+    monkeypatch.chdir(tmp_path)
+    assert {s.suite.suite for s in load_scenarios(roots.scenario_paths())} == {"mine"}
+    config = tmp_path / "harness.toml"
+    config.write_text(config.read_text().replace("builtin_suites = false", "builtin_suites = true"))
+    assert "llama-tiny" in {s.suite.suite for s in load_scenarios(roots.scenario_paths())}

@@ -31,6 +31,8 @@ def run(args) -> int:
     if done.config:
         print(f"wrote the project config: {done.config}")
     print(f"wrote {done.scenario_file}")
+    if done.gitignore:  # kept out of `git add .`: run output, the engine's environment (GBs)
+        print(f"added to {done.gitignore}: {', '.join(done.ignored)}")
     root = args.dir.resolve()
     golden = project(root).golden / done.suite  # as the config says, not a fixed golden/
     print(f"next: `harness golden {done.suite}` (commit {_shown(golden, root)}), then `harness run {done.suite}` "

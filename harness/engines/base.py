@@ -47,6 +47,9 @@ class Engine(ABC):
     #: what it can do beyond running a RunSpec (Capability); the conformance kit checks
     #: that each declared one is implemented
     capabilities: frozenset[Capability] = frozenset()
+    #: where install_default puts the engine's own environment, relative to the project root
+    #: (vLLM's .venv-vllm), or None: `harness init` keeps it out of the project's git
+    env_dir: str | None = None
 
     def __init__(self) -> None:
         self.options: dict = {}

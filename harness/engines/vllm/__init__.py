@@ -36,7 +36,8 @@ from harness.launch.outcome import RankFailure
 from harness.settings.env import VLLM_PYTHON
 from harness.settings.project import project
 
-VENV_PYTHON = Path(".venv-vllm") / "bin" / "python"  # where `harness install vllm` puts vLLM's interpreter
+ENV_DIR = ".venv-vllm"  # where `harness install vllm` puts vLLM's environment, in the project root
+VENV_PYTHON = Path(ENV_DIR) / "bin" / "python"
 PYTHON_ENV = VLLM_PYTHON.name
 # What the driver imports before it starts vLLM: `vllm.LLM` and what it pulls in, and vLLM's
 # worker class, which the harness's worker hooks patch (evidence.py, steps.py: 1.7-3 s that each
@@ -76,6 +77,7 @@ class VllmEngine(Engine):
                  f"max_num_seqs={MAX_NUM_SEQS} (config/scheduler.py verify_max_model_len)"),
     )
     capabilities = frozenset({Capability.OWN_PYTHON, Capability.INSTALLS_RELEASES, Capability.REPRO_SCRIPTS})
+    env_dir = ENV_DIR
 
     def python(self) -> Path:
         chosen = self.options.get("python") or VLLM_PYTHON.raw()
@@ -230,7 +232,7 @@ class VllmEngine(Engine):
         looks by default; install.sh's steps and pip's downloads are said as they happen."""
         from harness.engines.envdir import stream_command
 
-        venv = project().root / VENV_PYTHON.parent.parent
+        venv = project().root / ENV_DIR
         env = {**os.environ, "BASE_PYTHON": sys.executable}
         code = stream_command(["bash", str(Path(__file__).parent / "install.sh"), str(venv)], env, say)
         if code != 0:
