@@ -15,6 +15,13 @@ NOTHING_TESTED = 5  # every scenario ended unsupported (or every golden was skip
 INTERRUPTED = 130  # Ctrl-C or SIGTERM: ranks stopped, the report covers what ended
 
 
+def nothing_tested_text(count: int, allow_option: str) -> str:
+    """What `harness run` and a pytest session say when every scenario ended unsupported: the
+    same words, so that neither way in passes a suite that tests nothing."""
+    return (f"NOTHING TESTED: all {count} scenarios ended unsupported (the reasons are in the report); exit 5. "
+            f"`harness list --engines` shows what each engine runs; {allow_option} accepts this")
+
+
 def of_run(meta: dict, interrupted: bool = False) -> int:
     """The exit code of a run (or a rebuilt report of one) from its run.json.
     Results that were not stored come first: nothing else about the run is then

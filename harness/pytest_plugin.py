@@ -14,7 +14,10 @@ files or ports. Each item leases its devices (harness/devices: lock files shared
 by every xdist worker; --harness-devices or $HARNESS_DEVICES slots) and items are
 collected largest-first, so xdist starts the big ones first. The controller writes
 junit.xml and summary.md at the end.
-Gates become markers; an expected failure is an xfail, an unsupported scenario a skip.
+Gates become markers; an expected failure is an xfail, an unsupported scenario a skip, and
+a session whose every scenario was unsupported ends 5 (nothing tested), as `harness run`
+does. A project whose config turns the built-in suites on collects them beside its own
+when the session collects its scenario directory, so `pytest -m pr` is `harness run --gate pr`.
 """
 
 from __future__ import annotations
@@ -45,6 +48,8 @@ def pytest_addoption(parser):
     group.addoption("--harness-devices", type=positive_int, default=None, help="device slots of this machine (default: $HARNESS_DEVICES)")
     group.addoption("--harness-interaction-trials", type=int, default=10, metavar="N",
                     help="trial runs that narrow a failure of several axis values to the ones it needs (0: none)")
+    group.addoption("--harness-allow-empty", action="store_true", help="end 0 even when every scenario ended unsupported "
+                    "(by default the session ends 5, nothing tested, as `harness run` does)")
     group.addoption("--harness-cluster", default=None, metavar="RAY",
                     help="run each scenario on a Ray cluster: ray:local, auto, HOST:PORT (default: $HARNESS_CLUSTER; docs/SCALE.md)")
 
@@ -68,6 +73,25 @@ def pytest_configure(config):
     if problem:  # set from outside: a path would put the run outside --harness-report-dir
         raise pytest.UsageError(f"${RUN_ID_ENV}: {problem}")
     _check_cluster(config)
+    _collect_builtin_suites(config)
+
+
+def _collect_builtin_suites(config) -> None:
+    """A project whose config turns the built-in suites on (`builtin_suites = true`) runs them
+    in `harness run`; a session that collects the project's scenario files collects them too,
+    so that `pytest -m pr` and `harness run --gate pr` select the same scenarios. A session
+    aimed elsewhere (an engine's unit tests) is left alone."""
+    from harness.roots import builtin_scenarios
+    from harness.settings.project import project
+
+    here = project(config.invocation_params.dir)
+    builtin = builtin_scenarios().resolve()
+    own = [p.resolve() for p in here.scenarios]
+    if here.config_file is None or not here.builtin_suites or builtin in own:  # no project config: what pytest is given
+        return
+    asked = [(config.invocation_params.dir / arg.split("::")[0]).resolve() for arg in config.args]
+    if any(a == p or a in p.parents for a in asked for p in own):  # a whole scenarios directory, or above it
+        config.args.append(str(builtin))
 
 
 def _check_cluster(config) -> None:
@@ -210,15 +234,26 @@ def pytest_sessionfinish(session, exitstatus):
         from harness.report.history import history_dir
 
         gate = _gate(session.config)
+        allow_empty = session.config.getoption("--harness-allow-empty")
         # `-m pr` is the PR gate: its history and comparison are the CLI's `--gate pr` ones.
-        write_report(run_dir, {"run_id": run_dir.name, "via": "pytest", "gate": gate}, history_dir(run_dir.parent))
+        meta = write_report(run_dir, {"run_id": run_dir.name, "via": "pytest", "gate": gate, "allow_empty": allow_empty},
+                            history_dir(run_dir.parent))
         session.config._harness_report = run_dir
+        if meta.get("nothing_tested") and not allow_empty and session.exitstatus == pytest.ExitCode.OK:
+            # every harness item skipped as unsupported: `harness run`'s exit 5, never a green session
+            session.exitstatus = pytest.ExitCode.NO_TESTS_COLLECTED
+            session.config._harness_nothing_tested = sum(meta["counts"].values())
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
     run_dir = getattr(config, "_harness_report", None)
     if run_dir:
         terminalreporter.write_line(f"harness report: {run_dir / 'summary.md'} and {run_dir / 'report.html'}")
+    nothing = getattr(config, "_harness_nothing_tested", 0)
+    if nothing:
+        from harness.exit_codes import nothing_tested_text
+
+        terminalreporter.write_line(f"harness: {nothing_tested_text(nothing, '--harness-allow-empty')}", red=True)
 
 
 def _gate(config) -> str | None:

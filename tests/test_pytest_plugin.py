@@ -184,3 +184,47 @@ def test_a_real_scenario_runs_in_process(demo, tmp_path, monkeypatch):
     assert result.parseoutcomes() == {"passed": 1}, result.stdout.str()[-3000:]
     (run_dir,) = tmp_path.glob("pytest-*")
     assert verdicts(run_dir)["llama-tiny/tp1-pp1"]["verdict"] == "pass"
+
+
+def _pr_ids_both_ways(pytester, capsys, tmp_path) -> tuple[list[str], list[str]]:
+    """(the ids `harness list --gate pr` selects, the scenarios `pytest -m pr` collects), sorted."""
+    from harness.cli import main
+
+    capsys.readouterr()  # what an earlier session printed
+    assert main(["list", "--gate", "pr", "--ids-only"]) == 0
+    listed = sorted(capsys.readouterr().out.split())
+    recorded = pytester.inline_run(*PLUGIN, "--collect-only", "-m", "pr", f"--harness-report-dir={tmp_path}")
+    return listed, sorted(i.scenario.id for i in recorded.getcall("pytest_collection_finish").session.items)
+
+
+def test_harness_run_and_pytest_select_the_same_pr_gate_in_a_project_made_by_init(pytester, monkeypatch, capsys, tmp_path):
+    """`harness run --gate pr` ran 31 scenarios in an engine's repository (its 4 and the built-in
+    27) while `pytest -m pr` collected its 4: init now leaves the built-in suites out, and a
+    project that turns them on gets them both ways."""
+    from harness.project_init import init_project
+
+    monkeypatch.delenv(RUN_ID_ENV, raising=False)
+    monkeypatch.setenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")
+    monkeypatch.chdir(pytester.path)
+    init_project(pytester.path, "tiny-llama", suite="mine")
+    listed, collected = _pr_ids_both_ways(pytester, capsys, tmp_path)
+    assert listed == collected and {i.split("/")[0] for i in listed} == {"mine"}, (listed, collected)
+    config = pytester.path / "harness.toml"
+    config.write_text(config.read_text().replace("builtin_suites = false", "builtin_suites = true"))
+    listed, collected = _pr_ids_both_ways(pytester, capsys, tmp_path)
+    assert listed == collected and {"mine", "llama-tiny"} <= {i.split("/")[0] for i in listed}, (listed, collected)
+
+
+def test_a_session_whose_scenarios_were_all_unsupported_tested_nothing(demo, runner, tmp_path):
+    """`harness run` exits 5 when every scenario ended unsupported; pytest said 0 with 4
+    skipped. The session now ends 5 with harness run's words, unless allowed."""
+    runner.write_verdicts = True
+    for name in ("tp1-pp1", "tp2-pp1", "tp1-pp2", "tp2-pp2"):
+        runner.given[name] = Verdict("", "unsupported", "sp: vLLM 0.32 has no sequence-parallel pass")
+    result = demo.runpytest_inprocess(*PLUGIN, f"--harness-report-dir={tmp_path / 'reports'}")
+    assert result.ret == pytest.ExitCode.NO_TESTS_COLLECTED, result.stdout.str()[-2000:]
+    result.stdout.fnmatch_lines(["harness: NOTHING TESTED: all 4 scenarios ended unsupported *exit 5*--harness-allow-empty accepts this"])
+    allowed = demo.runpytest_inprocess(*PLUGIN, "--harness-allow-empty", f"--harness-report-dir={tmp_path / 'reports'}")
+    assert allowed.ret == pytest.ExitCode.OK and "NOTHING TESTED" not in allowed.stdout.str()
+    runner.given["tp1-pp1"] = Verdict("", "pass", "ok")  # one scenario tested: skips are then only skips
+    assert demo.runpytest_inprocess(*PLUGIN, f"--harness-report-dir={tmp_path / 'reports'}").ret == pytest.ExitCode.OK

@@ -195,9 +195,7 @@ def _run_and_report(chosen, run_dir: Path, meta: dict, history: Path, opts, jobs
     if table:
         print(table)
     if meta.get("nothing_tested") and not meta.get("allow_empty"):
-        print(f"harness: NOTHING TESTED: all {len(meta['scenarios'])} scenarios ended unsupported (the reasons are in "
-              "the report); exit 5. `harness list --engines` shows what each engine runs; --allow-empty accepts this",
-              file=sys.stderr)
+        print(f"harness: {exit_codes.nothing_tested_text(len(meta['scenarios']), '--allow-empty')}", file=sys.stderr)
     print(f"harness: {counts_text(meta['counts'], meta['never_ran'])}; report: {run_dir / 'report.html'}")
     say_what_was_not_recorded(meta, "harness")
     if meta.get("results_not_written"):
