@@ -34,7 +34,7 @@ class Sighting(BaseModel):
     model_config = ConfigDict(extra="forbid")
     release: str = Field(min_length=1)
     scenario: str = Field(min_length=1)
-    verdict: Literal["fail", "crash", "hang", "pass"]
+    verdict: Literal["fail", "crash", "hang", "unsupported", "pass"]
 
 
 class KnownBug(BaseModel):
@@ -128,6 +128,32 @@ def load_known_bugs(path: Path) -> tuple[KnownBug, ...]:
     if doubles:
         raise KnownBugsError(f"{path}: known bug ids used twice: {', '.join(doubles)}")
     return tuple(bugs)
+
+
+def load_releases(path: Path) -> tuple[str, ...]:
+    """The engine's releases the file was checked against (its `releases:` list)."""
+    data = yaml.safe_load(path.read_text()) or {}
+    return tuple(str(r) for r in data.get("releases") or ())
+
+
+def series(release: str) -> str:
+    """`0.27` of 0.27.1: a bug's range is backed by a run in each release series it covers."""
+    return ".".join(release.split(".")[:2])
+
+
+def unbacked_series(x: object, releases: tuple[str, ...], package: str) -> list[str]:
+    """The release series inside an expectation's (or known bug's) range of `package` that no run
+    in its `seen` showed it on: where its range says more than was measured."""
+    from packaging.version import Version
+
+    from harness.compare.expectations import version_ranges
+
+    spec = version_ranges(x).get(package)
+    if spec is None:
+        return []
+    covered = {series(r) for r in releases if spec.contains(Version(r), prereleases=True)}
+    shown = {series(s.release) for s in getattr(x, "seen", ()) if s.verdict != "pass"}
+    return sorted(covered - shown, key=Version)
 
 
 def known_bugs_where(bugs: tuple[KnownBug, ...], settings: dict) -> tuple[KnownBug, ...]:

@@ -23,6 +23,7 @@ from pydantic import (
     model_validator,
 )
 
+from harness.compare.known_bugs import Sighting
 from harness.contract.axes import AXES
 from harness.contract.runspec import MEDIA, entry_list
 from harness.models import ArchModel, HubModel, ModelRef, PathModel
@@ -191,6 +192,9 @@ class ExpectedFailure(_Strict):
     # fail: a failed check (name or glob) and conditions on its metrics ({max_abs_dlogprob: ">=0.1"}).
     check: str | None = None
     metric: dict[str, str] = {}
+    # the runs that showed it (`{release, scenario, verdict}`): its range is backed by one in each
+    # release series it covers (tests/test_known_bugs.py lists the series not measured yet)
+    seen: list[Sighting] = []
 
     @field_validator("engine_version")
     @classmethod
