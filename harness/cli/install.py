@@ -34,6 +34,7 @@ def run(args) -> int:
         else:
             python = engine.install_default(_say)
             print(f"harness install: {engine.name} in {python}")
+            _say_what_it_runs(engine)
     except NotImplementedError as exc:
         print(f"harness install: {exc}", file=sys.stderr)
         return exit_codes.USAGE
@@ -45,3 +46,13 @@ def run(args) -> int:
 
 def _say(line: str) -> None:
     print(line, flush=True)
+
+
+def _say_what_it_runs(engine) -> None:
+    """Ask the new install what it runs now, once: the answer is cached, so `harness list
+    --engines` and `harness init` after it answer at once (vLLM's probe takes ~20 s). An
+    install whose engine cannot be asked (it does not import) raises EngineUnavailable: a
+    RuntimeError, the install's failure."""
+    _axes, cut = engine.installed_axes(_say)
+    for axis, why in cut.items():
+        print(f"harness install: {engine.name} here runs no {axis}: {why}")

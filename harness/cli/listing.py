@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 from harness import exit_codes
 from harness.cli import suites
@@ -111,14 +112,13 @@ def _ends_early(scenario, versions: dict | None) -> bool:
 def _plugins(args) -> int:
     """`harness list --engines` / `--models`: one line each, where it comes from and whether it can be used here."""
     if args.engines:
-        from harness.engines import axes_text, inventory
+        from harness.engines import inventory
 
         for e in inventory():
-            axes = f"  axes: {axes_text(e.axes)}" if e.axes is not None else ""
             runs = f"  models: {e.models_text()}" if e.status in ("ready", "not ready") else ""
             where = f" [{e.path}]" if e.path and not e.origin.startswith("built-in") else ""
             detail = f"  -- {e.detail}" if e.detail else ""
-            print(f"{e.name:12s} {e.status:13s} {e.origin}{where}{axes}{runs}{detail}")
+            print(f"{e.name:12s} {e.status:13s} {e.origin}{where}{_axes_here(e)}{runs}{detail}")
     if args.models:
         from harness import zoo
         from harness.engines import engines_text, inventory
@@ -130,3 +130,20 @@ def _plugins(args) -> int:
             said = f"  ({kind}; engines: {engines_text(kind, engines)})" if kind else ""
             print(f"{name:20s} {status:13s} {origin}{said}{'  ' + detail if detail else ''}")
     return exit_codes.OK
+
+
+def _axes_here(info) -> str:
+    """`  axes: ...` as the engine installed here runs them (vLLM 0.32: sp=false, and why),
+    or as it declares them where it cannot be asked (not ready here)."""
+    from harness.engines import axes_text, get_engine
+
+    if info.axes is None:
+        return ""
+    if info.status != "ready":
+        return f"  axes: {axes_text(info.axes)} (declared; its installed version could not be asked)"
+    try:
+        axes, cut = get_engine(info.name).installed_axes(lambda line: print(f"harness list: {line}", file=sys.stderr, flush=True))
+    except Exception as exc:  # noqa: BLE001 - a listing never dies of one engine
+        return f"  axes: {axes_text(info.axes)} (declared; asking its installed version failed: {exc})"
+    lacks = "".join(f"; no {axis}: {why.split(': ')[0]}" for axis, why in cut.items())
+    return f"  axes: {axes_text(axes)}{f' ({lacks[2:]})' if lacks else ''}"

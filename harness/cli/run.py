@@ -69,6 +69,11 @@ def harness_versions() -> dict:
 
 
 def run(args) -> int:
+    catalog = suites.load(args)
+    used = suites.where_from(args)
+    print(f"harness: project config {used['config'] or '(none)'}; scenario files from {', '.join(used['scenarios'])}",
+          flush=True)
+    selected, broken = catalog.pick(args.ids, args.gate)  # a typo ends here, with its hint: before torch and pandas load
     from harness.config.request import RunRequest
     from harness.plan.planning import default_jobs, plan_run
     from harness.raycluster.connect import cluster_option
@@ -76,11 +81,6 @@ def run(args) -> int:
     from harness.report.regressions import gate_suspects
     from harness.runner import RunOptions
 
-    catalog = suites.load(args)
-    used = suites.where_from(args)
-    print(f"harness: project config {used['config'] or '(none)'}; scenario files from {', '.join(used['scenarios'])}",
-          flush=True)
-    selected, broken = catalog.pick(args.ids, args.gate)
     if args.engine_env:
         from harness import envs
 

@@ -106,6 +106,12 @@ class Engine(ABC):
         start the engine (`harness list --engines` asks every engine). Default: ready."""
         return None
 
+    def installed_axes(self, say=lambda line: None) -> tuple[dict[str, tuple | None], dict[str, str]]:
+        """The axes and values the engine as installed here runs: `axes`, less the values its
+        installed version lacks (vLLM 0.32 has no SP pass), and why for each axis cut; `say`
+        tells the user first when finding out takes long. Default: every declared value."""
+        return dict(self.axes), {}
+
     def devices_needed(self, settings: dict) -> int:
         """Devices one run of these settings occupies (what the harness leases for it):
         dp*tp*pp, one device per rank (each data-parallel replica a whole tp x pp engine),

@@ -36,6 +36,15 @@ RANK_IMPORTS = ("torch", "torch.distributed", "torch._dynamo", "torch._inductor.
                 "harness.contract.outputs", "harness.launch.rankside")
 
 
+#: model_type (the families model.py implements) -> the keys a non-last stage sends and a non-first stage receives
+INTERMEDIATE_KEYS = {
+    "llama": ("hidden_states", "residual"),
+    "llama-pli": ("hidden_states", "per_layer_inputs"),
+    "llama-vl": ("hidden_states", "residual"),
+    "llama-moe": ("hidden_states", "residual"),
+}
+
+
 class ReferenceEngine(Engine):
     name = "reference"
     # kvc: the KV connector (prefix KV saved to / loaded from an external store);
@@ -51,8 +60,6 @@ class ReferenceEngine(Engine):
             "batch": ("all", "one", "mixed"), "spec": (False, "ngram"), "dp": None, "block_size": None}
 
     def model_types(self) -> frozenset[str] | None:
-        from harness.engines.reference.model import INTERMEDIATE_KEYS  # the families model.py implements
-
         return frozenset(INTERMEDIATE_KEYS)
 
     # The engine's own limits between axes (beside the axes' general rules).

@@ -36,13 +36,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-#: model_type -> the keys a non-last stage sends and a non-first stage receives
-INTERMEDIATE_KEYS = {
-    "llama": ("hidden_states", "residual"),
-    "llama-pli": ("hidden_states", "per_layer_inputs"),
-    "llama-vl": ("hidden_states", "residual"),
-    "llama-moe": ("hidden_states", "residual"),
-}
+from harness.engines.reference import INTERMEDIATE_KEYS  # the families this module implements
 
 
 @dataclass(frozen=True)

@@ -52,6 +52,8 @@ PROBE_TIMEOUT_S = 300
 # the engine's rule on chunk budgets is read without importing the driver at every start-up.
 MAX_NUM_SEQS = 8
 _PROBES: dict[str, dict] = {}  # per process: cache key -> probe result
+# The switches whose support the probe finds in the installed vLLM's own classes (probe.py)
+PROBED_SWITCHES = ("sp", "compile", "batch_invariant")
 
 
 class VllmEngine(Engine):
@@ -101,13 +103,25 @@ class VllmEngine(Engine):
             _PROBES[key] = _cached_probe(python, key)
         return _PROBES[key]
 
+    def installed_axes(self, say=lambda line: None) -> tuple[dict[str, tuple | None], dict[str, str]]:
+        """The switches the installed vLLM lacks (PROBED_SWITCHES, found by its probe) run off only."""
+        python = self.python()
+        if _probe_key(python) not in _PROBES and not _probe_cache(_probe_key(python)).exists():
+            say(f"asking the vLLM of {python} what it runs (once per install, about 20 s; kept in the cache)")
+        probe = self.probe()
+        axes, cut = dict(self.axes), {}
+        for axis in PROBED_SWITCHES:
+            if "reason" in probe[axis]:
+                axes[axis], cut[axis] = (False,), probe[axis]["reason"]
+        return axes, cut
+
     def unsupported_reason(self, settings: dict, model_dir: str | Path | None = None) -> str | None:
         reason = super().unsupported_reason(settings)
         if reason:
             return reason
         axes = RunAxes.of(settings)
         probe = self.probe()
-        for axis in ("sp", "compile", "batch_invariant"):  # what the installed vLLM can run
+        for axis in PROBED_SWITCHES:  # what the installed vLLM can run
             if axes.value(axis) and "reason" in probe[axis]:
                 return f"{axis}: {probe[axis]['reason']}"
         if not model_dir:
@@ -378,10 +392,12 @@ def _probe_key(python: Path) -> str:
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
 
 
-def _cached_probe(python: Path, key: str, args: Sequence[str] = ()) -> dict:
-    from harness.roots import cache_dir
+def _probe_cache(key: str) -> Path:
+    return roots.cache_dir("engine-probes") / f"vllm-{key}.json"
 
-    cache = cache_dir("engine-probes") / f"vllm-{key}.json"
+
+def _cached_probe(python: Path, key: str, args: Sequence[str] = ()) -> dict:
+    cache = _probe_cache(key)
     if cache.exists():
         return json.loads(cache.read_text())
     result = _run_probe(python, args)
