@@ -9,6 +9,7 @@
   summary.md                   for people: what regressed, one row per scenario, failures explained
   report.html                  the same and more, self-contained: heat map, plots, trends
   pr-comment.md                short, for a PR comment: counts, regressions first, how to reproduce
+  <name>                       what an installed package's writer adds (report/writers.py)
 
 Reports are rebuilt from the verdict files alone, so a partial run (Ctrl-C, a
 crashed harness) still gets a report of whatever finished; the planned list in
@@ -20,29 +21,26 @@ and compares the run with the previous one of its gate (regressions.py).
 
 from __future__ import annotations
 
+import sys
 import time
 from collections import Counter
 from pathlib import Path
 
 from harness.compare.expectations import declares_unsupported
 from harness.jsonfile import read_json
-from harness.report.junit import junit_xml
-from harness.report.markdown import pr_comment_markdown, summary_markdown
 from harness.report.run import build_report, collect_verdicts, run_started
+from harness.report.writers import render
 from harness.rundir import json_text, run_meta_path, write_files
 
 __all__ = ["collect_verdicts", "write_report"]
 
 
 def write_report(run_dir: Path, meta: dict | None = None, history_dir: Path | None = None) -> dict:
-    """(Re)write run.json, junit.xml, summary.md, pr-comment.md and report.html from the
+    """(Re)write run.json, junit.xml, summary.md, pr-comment.md, report.html (and the files of
+    installed packages' writers, report/writers.py) from the
     verdicts in run_dir, all of them or none (a full disk leaves the previous report
     whole, never one file that says OK beside a cut-off one). With `history_dir`, also
     record the run in the history and say what changed since the previous run of its gate."""
-    from harness.report.html import (
-        report_html,  # matplotlib: only once a report is drawn
-    )
-
     started = time.monotonic()
     run_dir = Path(run_dir)
     meta_path = run_meta_path(run_dir)
@@ -68,12 +66,15 @@ def write_report(run_dir: Path, meta: dict | None = None, history_dir: Path | No
     meta["history_unreadable"] = report.history_unreadable  # skipped, named: the comparison is partial
     if report.comparison is not None:
         meta["changes"] = report.comparison.to_dict()
-    files = {
-        run_dir / "junit.xml": junit_xml(report.verdicts, meta),
-        run_dir / "summary.md": summary_markdown(report),
-        run_dir / "pr-comment.md": pr_comment_markdown(report),
-        run_dir / "report.html": report_html(report),
-    }
+    report.meta = meta
+    texts, problems = render(report)
+    meta.pop("report_writer_errors", None)
+    if problems:  # an installed package's writer that failed: its file only is missing
+        meta["report_writer_errors"] = problems
+        for name, why in problems.items():
+            print(f"harness: report writer '{name}' wrote nothing ({why}); the run's other report files are written",
+                  file=sys.stderr)
+    files = {run_dir / name: text for name, text in texts.items()}
     meta["report_s"] = round(time.monotonic() - started, 3)  # report writing: the last phase of a run
     write_files({**files, meta_path: json_text(meta)})  # run.json last: its counts match the files beside it
     return meta
