@@ -131,11 +131,16 @@ class GoldenUnsupported(RuntimeError):
     """The engine cannot run this golden's model or setting (an arch it does not serve)."""
 
 
+def golden_work_dir(work_dir: Path, golden_key: str) -> Path:
+    """Where make_golden runs a golden's setting (its spec, outputs and logs) before storing it."""
+    return Path(work_dir) / "golden" / golden_key
+
+
 def make_golden(scenario_for_golden: Scenario, work_dir: Path, opts: RunOptions | None = None) -> Path:
     """Run the suite's golden setting and store it. Raises on any failure."""
     opts = opts or RunOptions()
     suite = scenario_for_golden.suite
-    out_dir = work_dir / "golden" / scenario_for_golden.golden_key
+    out_dir = golden_work_dir(work_dir, scenario_for_golden.golden_key)
     # gate None: every eval scores its full item count, so any gate's slice pairs with it;
     # a golden is made by the clean engine, whatever the runs inject
     admitted = admit(scenario_for_golden, dict(suite.golden), out_dir, opts, gate=None, faults=False, golden=False)

@@ -175,3 +175,30 @@ def test_a_project_made_by_init_runs_its_own_suites_only(tmp_path, monkeypatch):
     config = tmp_path / "harness.toml"
     config.write_text(config.read_text().replace("builtin_suites = false", "builtin_suites = true"))
     assert "llama-tiny" in {s.suite.suite for s in load_scenarios(roots.scenario_paths())}
+
+
+def test_harness_golden_says_what_it_does_while_it_runs(tmp_path, monkeypatch, capsys):
+    """`harness golden` printed nothing for 162 s while vLLM compiled: it now says which golden
+    it makes, and every beat how long it has run and what the ranks are doing (their phase marks)."""
+    import time
+
+    from harness.cli import main
+    from harness.contract.phases import PhaseMarks
+    from harness.rundir import OUTPUTS
+    from harness.runner import golden_work_dir
+
+    monkeypatch.chdir(tmp_path)
+    init_project(tmp_path, "tiny-llama", suite="mine")
+    monkeypatch.setattr("harness.report.progress.BEAT_S", 0.05)
+
+    def slow_golden(scenario, work_dir, opts):
+        PhaseMarks(golden_work_dir(work_dir, scenario.golden_key) / OUTPUTS, rank=0).mark("load")
+        time.sleep(0.5)
+        return tmp_path / "golden" / "mine"
+
+    monkeypatch.setattr("harness.runner.make_golden", slow_golden)
+    assert main(["golden"]) == 0
+    said = capsys.readouterr().out.splitlines()
+    assert said[0] == "[1/1] golden mine: running reference at its golden setting (tp=1 pp=1 sp=false compile=false)", said
+    assert "[1/1] golden mine: still running (0:00): warming up / compiling, or running its workloads" in said, said
+    assert said[-1].startswith(f"[1/1] golden mine: {tmp_path / 'golden' / 'mine'} ("), said

@@ -24,8 +24,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args) -> int:
     from harness.models import ModelError
+    from harness.report.progress import still_running
     from harness.roots import reports_dir, shipped_only
-    from harness.runner import GoldenUnsupported, RunOptions, make_golden
+    from harness.rundir import OUTPUTS
+    from harness.runner import GoldenUnsupported, RunOptions, golden_work_dir, make_golden
     from harness.workloads import WorkloadError
 
     catalog = suites.load(args)
@@ -48,12 +50,16 @@ def run(args) -> int:
     failed = [f"{b.suite} (its scenario file)" for b in broken]
     skipped: list[str] = []
     not_written: list[str] = []
-    for name in names:  # one failing golden (an arch the engine cannot run) does not stop the others
+    work_dir = args.work_dir or reports_dir() / "golden-runs"
+    for i, name in enumerate(names, 1):  # one failing golden (an arch the engine cannot run) does not stop the others
         start = time.monotonic()
+        label = f"[{i}/{len(names)}] golden {name}"
+        print(f"{label}: running {goldens[name].suite.engine} at its golden setting ({_setting(goldens[name])})", flush=True)
         try:
-            path = make_golden(goldens[name], args.work_dir or reports_dir() / "golden-runs", RunOptions(device=args.device))
+            with still_running(label, golden_work_dir(work_dir, name) / OUTPUTS):
+                path = make_golden(goldens[name], work_dir, RunOptions(device=args.device))
         except GoldenUnsupported as exc:  # not a failure: its scenarios will say `unsupported`
-            print(f"golden {name}: skipped: {exc}", flush=True)
+            print(f"{label}: skipped: {exc}", flush=True)
             skipped.append(name)
             continue
         except (RuntimeError, ModelError, WorkloadError) as exc:  # engine missing, bad model or workload, golden run crashed: no traceback
@@ -64,7 +70,7 @@ def run(args) -> int:
             print(f"harness: golden {name} not made: the harness could not write its files: {exc}", file=sys.stderr)
             not_written.append(name)
             continue
-        print(f"golden {name}: {path} ({time.monotonic() - start:.1f}s)", flush=True)
+        print(f"{label}: {path} ({time.monotonic() - start:.1f}s)", flush=True)
     if not_written:
         print(f"harness: {len(not_written)} of {len(names) + len(broken)} goldens not made, their files could not be "
               f"written: {', '.join(not_written)}; exit 3", file=sys.stderr)
@@ -77,3 +83,8 @@ def run(args) -> int:
               "`harness list --engines` shows what each engine runs; --allow-empty accepts this", file=sys.stderr)
         return exit_codes.NOTHING_TESTED
     return exit_codes.OK
+
+
+def _setting(scenario) -> str:
+    """`tp=1 pp=1 compile=false`: the golden's settings as its file gives them."""
+    return " ".join(f"{axis}={str(v).lower() if isinstance(v, bool) else v}" for axis, v in scenario.suite.golden.items())

@@ -11,6 +11,8 @@ import os
 import sys
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from harness.report.html import draw_ahead
@@ -89,16 +91,46 @@ _DOING_AFTER = {None: "preparing: building the model, waiting for devices or sta
 
 def doing_now(run_dir: Path, scenario_id: str) -> str:
     """What a running scenario is doing, from the phase marks its ranks have written so far."""
-    from harness.contract.phases import RANK_PHASES, read_marks
     from harness.rundir import outputs_dir
 
+    return doing_in(outputs_dir(run_dir, scenario_id))
+
+
+def doing_in(outputs: Path) -> str:
+    """What the ranks writing into `outputs` are doing, from their phase marks so far."""
+    from harness.contract.phases import RANK_PHASES, read_marks
+
     try:
-        marks = read_marks(outputs_dir(run_dir, scenario_id))
+        marks = read_marks(outputs)
     except (OSError, ValueError):
         marks = {}
     done = [name for rank_marks in marks.values() for name, _ in rank_marks if name in RANK_PHASES]
     last = max(done, key=RANK_PHASES.index) if done else None
     return _DOING_AFTER.get(last, "running")
+
+
+@contextmanager
+def still_running(label: str, outputs: Path, stream=None) -> Iterator[None]:
+    """While the block runs (one step that is no scenario of a run: a golden), a line every
+    BEAT_S saying how long it has run and what its ranks are doing: `harness golden` printed
+    nothing for minutes while vLLM compiled."""
+    stop, started, beat_s = threading.Event(), time.monotonic(), BEAT_S
+
+    def beat() -> None:
+        while not stop.wait(beat_s):
+            try:
+                print(f"{label}: still running ({_clock(time.monotonic() - started)}): {doing_in(outputs)}",
+                      file=stream or sys.stdout, flush=True)
+            except (BrokenPipeError, ValueError):  # the reader left or the stream closed: nothing more to say
+                return
+
+    beater = threading.Thread(target=beat, name="progress-beat", daemon=True)
+    beater.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        beater.join()
 
 
 class LineProgress(Progress):
