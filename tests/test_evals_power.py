@@ -17,9 +17,10 @@ from pathlib import Path
 import pytest
 
 from harness import golden as goldens
-from harness.config.loading import load_suite
+from harness.config.loading import load_catalog, load_suite
 from harness.evals import paired
 from harness.jsonfile import read_json
+from harness.roots import builtin_scenarios
 from harness.rundir import logs_dir, verdict_path
 from tests.kit import ROOT, harness_cli, verdict_of
 
@@ -30,7 +31,7 @@ def gsm8k_suite(tmp_path: Path, **eval_fields) -> Path:
     """A scenarios dir holding llama-gsm8k.yaml with its eval's fields replaced, and its
     cheapest scenario as the PR gate."""
     text = (ROOT / "scenarios" / "llama-gsm8k.yaml").read_text()
-    text, found = re.subn(r"^  pr: \[.*\]$", "  pr: [tp1-pp1]", text, flags=re.M)
+    text, found = re.subn(r"^gates:$", "gates:\n  pr: [tp1-pp1]", text, flags=re.M)
     assert found == 1
     for key, value in eval_fields.items():
         line = f"    {key}: {value}"
@@ -61,7 +62,9 @@ def test_a_response_that_differs_from_the_golden_fails_the_gsm8k_slice(tmp_path)
     item["response"] = " 12 - 3 = 9\n#### 9\n\n"  # as if the engine had answered otherwise when the golden was made
     evals_file.write_text(json.dumps(stored))
     goldens.record_digests(golden / "llama-gsm8k")
-    v, result = run_pr_gate(gsm8k_suite(tmp_path, pr_items=2), golden, tmp_path)
+    # a score at the floor, in a gate only as its eval says why: its responses
+    marked = gsm8k_suite(tmp_path, pr_items=2, score_cannot_fail="'the tiny model scores 0 on GSM8K: its responses are held'")
+    v, result = run_pr_gate(marked, golden, tmp_path)
     assert v["verdict"] == "fail", v["reason"]
     check = next(c for c in v["checks"] if c["name"] == "eval:gsm8k")
     assert check["metrics"]["score"] == check["metrics"]["golden_score"] == 0.0
@@ -73,7 +76,7 @@ def test_a_response_that_differs_from_the_golden_fails_the_gsm8k_slice(tmp_path)
 @pytest.mark.e2e
 def test_an_eval_check_that_cannot_fail_is_refused_before_launch(tmp_path):
     # that PR slice (16 items, golden 0.000: no room to drop) with every response allowed to differ
-    scenarios = gsm8k_suite(tmp_path, max_differing_responses=16)
+    scenarios = gsm8k_suite(tmp_path, pr_items=16, max_differing_responses=16)
     v, result = run_pr_gate(scenarios, ROOT / "golden", tmp_path)
     assert v["verdict"] == "error", v["reason"]
     assert "eval 'gsm8k' cannot fail on these 16 items" in v["reason"] and "floor" in v["reason"]
@@ -82,13 +85,27 @@ def test_an_eval_check_that_cannot_fail_is_refused_before_launch(tmp_path):
     assert "cannot fail" in result.stdout
 
 
-def test_the_committed_pr_slice_of_llama_gsm8k_can_fail():
-    suite = load_suite(ROOT / "scenarios" / "llama-gsm8k.yaml")
-    golden = read_json(goldens.golden_dir("llama-gsm8k") / goldens.EVALS_FILE)
-    for e in suite.evals:
-        items = golden[e.name]["items"][: e.item_count("pr")]
-        paired.refuse_powerless(e, items)  # raises when the slice cannot fail
-        assert e.max_differing_responses < len(items)
+def test_no_gate_of_the_built_in_suites_holds_an_eval_that_cannot_fail():
+    """The built-in PR gate scored GSM8K 0.000 on 16 items with a model that never answers
+    right there: a score that cannot drop. Every gate's eval slice can fail now."""
+    checked = []
+    for scenario in load_catalog([builtin_scenarios()]).scenarios:
+        for gate in sorted(scenario.gates & {"pr", "nightly"}):
+            golden = read_json(goldens.golden_dir(scenario.golden_key) / goldens.EVALS_FILE) if scenario.suite.evals else {}
+            for e in scenario.suite.evals:
+                items = golden[e.name]["items"][: e.item_count(gate)]
+                paired.refuse_powerless(e, items, gate)  # raises when that gate's slice cannot fail
+                checked.append((scenario.suite.suite, gate))
+    assert {("llama-evals", "pr"), ("llama-gsm8k", "nightly")} <= set(checked), checked
+
+
+def test_a_gate_refuses_a_score_that_cannot_fail_unless_its_eval_says_why():
+    e = load_suite(ROOT / "scenarios" / "llama-gsm8k.yaml").evals[0]
+    at_floor = [{"correct": {e.filter: 0}}] * 16
+    paired.refuse_powerless(e, at_floor)  # a run of named ids: the report names the powerless score
+    with pytest.raises(paired.PowerlessCheckError, match="is in the pr gate, and its score cannot fail on these 16 items"):
+        paired.refuse_powerless(e, at_floor, "pr")
+    paired.refuse_powerless(e.model_copy(update={"score_cannot_fail": "held for its responses"}), at_floor, "pr")
 
 
 def test_refusal_needs_both_the_score_and_the_responses_to_be_powerless():

@@ -159,6 +159,9 @@ class EvalDef(_Strict):
     # decoding of a correct engine repeats the golden's text; engines give no logprobs
     # for generate, so near-ties cannot be told apart from bugs: allow a few knowingly).
     max_differing_responses: int = Field(0, ge=0)
+    # Why the eval stays in a gate where its score cannot fail (a model at a real task's floor:
+    # its responses alone are held); without it a gate refuses such an eval (evals/paired.py)
+    score_cannot_fail: str | None = Field(None, min_length=1)
 
     _name = field_validator("name")(lambda v: _snake_name(v, "eval"))
 

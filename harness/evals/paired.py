@@ -194,19 +194,22 @@ def compare_paired(name: str, golden_items: list[dict], items: list[dict], filte
     return result
 
 
-def check_pairing(prepared: list, golden: dict[str, dict]) -> None:
+def check_pairing(prepared: list, golden: dict[str, dict], gate: str | None = None) -> None:
     """Before launching: every item about to be scored must be in the golden with the
-    same prompt (raises PairingError), so a stale golden costs no engine start."""
+    same prompt (raises PairingError), so a stale golden costs no engine start; and the
+    check must be able to fail (in `gate`: its score too, refuse_powerless)."""
     for p in prepared:
         name = p.workload["name"].removeprefix("eval_")
         pairs = pair_items(golden[name]["items"], p.items)
-        refuse_powerless(p.eval_def, [g for g, _ in pairs])
+        refuse_powerless(p.eval_def, [g for g, _ in pairs], gate)
 
 
-def refuse_powerless(eval_def, golden_items: list[dict]) -> None:
+def refuse_powerless(eval_def, golden_items: list[dict], gate: str | None = None) -> None:
     """A check that cannot fail is no check: when the score cannot drop detectably on
     these items and the scenario file lets every response differ, raise
-    PowerlessCheckError (an `error` before launch) instead of a pass that proves nothing."""
+    PowerlessCheckError (an `error` before launch) instead of a pass that proves nothing.
+    A gate (`pr`, `nightly`) holds scores that can fail: there a powerless score is refused
+    too, unless the eval says why it stays (`score_cannot_fail`), as summary.md names it."""
     n = len(golden_items)
     right = sum(int(g["correct"][eval_def.filter]) for g in golden_items)
     problem = accuracy_power_problem(n, right, eval_def.alpha, eval_def.max_drop)
@@ -216,6 +219,12 @@ def refuse_powerless(eval_def, golden_items: list[dict]) -> None:
             f"their responses differ (max_differing_responses: {eval_def.max_differing_responses}); lower "
             f"max_differing_responses, give it more items or a task the model scores on, or take the scenario "
             f"out of this gate")
+    if problem and gate and not eval_def.score_cannot_fail:
+        raise PowerlessCheckError(
+            f"eval '{eval_def.name}' is in the {gate} gate, and its score cannot fail on these {n} items: {problem}. "
+            f"A gate holds checks that can fail: give it more items or a model that scores on the task (the trained "
+            f"tiny models, `harness docs evals`), take the scenario out of the {gate} gate, or say in the eval why it "
+            f"stays (`score_cannot_fail: WHY`: its responses alone are then held)")
 
 
 def accuracy_checks(eval_defs, golden: dict[str, dict], results: dict[str, dict]) -> list[dict]:

@@ -101,7 +101,7 @@ def admit(scenario: Scenario, settings: dict, out_dir: Path, opts: RunOptions, g
         return Admitted(prepared, need)
     try:  # check the golden before spending a launch on a run we cannot judge
         reference = goldens.load_reference(prepared.manifest, scenario.suite.evals, prepared.model_builder_python)
-        check_pairing(prepared.evals, reference.evals)
+        check_pairing(prepared.evals, reference.evals, gate)
         watch.lap("golden")
     except goldens.GoldenError as exc:
         return Verdict(scenario.id, "error", exc.headline, error={"exception": str(exc)})
