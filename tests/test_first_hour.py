@@ -14,6 +14,7 @@ from harness.config.schema import ScenarioError
 from harness.roots import builtin_scenarios
 from harness.runner import RunOptions, reproduce_command
 from harness.verdict import Verdict
+from tests.kit import ROOT
 from tests.kit.handmade import make_run, passing
 
 IDS = [s.id for s in load_catalog([builtin_scenarios() / "llama-tiny.yaml"]).scenarios]
@@ -153,3 +154,26 @@ def test_harness_install_asks_the_new_install_what_it_runs(monkeypatch, capsys, 
     assert main(["install", "vllm"]) == 0
     said = capsys.readouterr().out
     assert "harness install: vllm here runs no sp: vLLM 0.32.0 has no sequence-parallel pass" in said, said
+
+
+def test_the_docs_read_where_the_user_stands(tmp_path, monkeypatch, capsys):
+    """From an engine's repository `harness docs readme` cited `make pr-gate`, `make install-vllm`
+    and `make <id>`, targets of the harness checkout's Makefile only: each becomes its harness
+    command there, and one with none is marked as the checkout's; in the checkout they stay."""
+    import re
+
+    monkeypatch.chdir(tmp_path)
+    assert main(["docs", "readme"]) == 0
+    page = capsys.readouterr().out
+    assert "harness run --gate pr" in page and "harness install vllm" in page and "(`harness run <id>`)" in page
+    left = re.findall(r"make [a-z][a-z0-9/.-]*(?: \[harness checkout\])?", "".join(re.findall(r"`[^`\n]+`", page)))
+    assert left and all(m.endswith("[harness checkout]") for m in left), left
+    monkeypatch.chdir(ROOT)
+    assert main(["docs", "readme"]) == 0 and "`make pr-gate`" in capsys.readouterr().out
+
+
+def test_the_internal_bisect_step_is_not_in_help(capsys):
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    said = capsys.readouterr().out
+    assert "bisect-step" not in said and "bisect" in said

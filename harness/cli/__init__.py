@@ -32,10 +32,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="harness", description="Distributed correctness harness for LLM inference engines.")
     p.add_argument("--scenarios", type=Path, action="append",
                    help="scenario file or directory (default: the project's, from its harness config, and the built-in suites)")
-    sub = p.add_subparsers(dest="command", required=True)
+    # the metavar lists the user's commands: bisect-step is the harness's own, for `git bisect run`
+    sub = p.add_subparsers(dest="command", required=True, metavar="{" + ",".join(COMMANDS) + "}")
     for name, command in COMMANDS.items():
         command.add_arguments(sub.add_parser(name, help=command.HELP, description=command.HELP))
-    bisect.add_step_arguments(sub.add_parser("bisect-step"))  # git bisect run's step: harness/bisect.py run_step
+    bisect.add_step_arguments(sub.add_parser("bisect-step"))  # no help=: no line in --help; harness/bisect.py run_step
     return p
 
 
