@@ -149,3 +149,59 @@ def test_the_rows_do_not_depend_on_the_process_hash_seed(tmp_path):
                           capture_output=True, text=True, check=True, env={**os.environ, "PYTHONHASHSEED": seed}).stdout
            for seed in ("1", "2")}
     assert len(ids) == 1 and ids.pop().count("cover/") > 1
+
+
+LAYOUTS = """
+suite: layouts
+engine: reference
+model: tiny-llama
+workloads: [{name: logits, kind: logprobs, num_prompts: 2, max_prompt_tokens: 16}]
+golden: {tp: 1, pp: 1, compile: false}
+matrix: {tp: [1, 2], pp: [1, 2], compile: [false, true]}
+covering: 3
+"""
+FEATURES = """
+suite: features
+engine: reference
+model: tiny-llama
+workloads: [{name: logits, kind: logprobs, num_prompts: 2, max_prompt_tokens: 16}]
+golden: {tp: 1, spec: false, batch: all}
+matrix: {tp: [1, 2], spec: [false, ngram], batch: [all, one]}
+covering: 3
+"""
+
+
+def parts(tmp_path: Path, *texts: str) -> list:
+    found = []
+    for i, text in enumerate(texts):
+        path = tmp_path / f"s{i}.yaml"
+        path.write_text(text)
+        suite = load_suite(path)
+        found.append((suite, planned_settings(suite, path), engine_rules("reference")))
+    return found
+
+
+def test_suites_that_split_the_axes_are_counted_together(tmp_path):
+    from harness.config.covering import joint_coverage
+
+    got = joint_coverage(parts(tmp_path, LAYOUTS, FEATURES), 3)
+    # every triple within one suite is covered; pp or compile with spec or batch is in neither
+    assert got.missed == []
+    apart = got.excluded["no suite varies these axes together"]
+    assert "pp=2 spec=ngram batch=one" in apart and "tp=2 pp=2 compile=true" not in apart
+    assert got.covered == got.required - len(apart)
+    # a suite whose rows leave a feasible triple out: it is missed, not excluded
+    layouts, features = parts(tmp_path, LAYOUTS, FEATURES)
+    thin = (features[0], [r for r in features[1] if not (r["spec"] == "ngram" and r["batch"] == "one")], features[2])
+    assert "tp=1 spec=ngram batch=one" in joint_coverage([layouts, thin], 3).missed
+
+
+def test_the_installed_engine_s_limits_and_undeclared_axes_are_named(tmp_path):
+    from harness.config.covering import joint_coverage
+
+    got = joint_coverage(parts(tmp_path, LAYOUTS, FEATURES), 3, limits={"spec": ((False,), "no drafter here")},
+                         declared={"sp": (False, True)})
+    cut = got.excluded["the installed engine, spec: no drafter here"]
+    assert "tp=2 spec=ngram batch=one" in cut and not [c for c in cut if "spec=false" in c]
+    # sp: declared by the engine, varied by no suite (its triples with sp=true are in no row)
+    assert any("sp=true" in c for c in got.excluded["no suite varies these axes together"])

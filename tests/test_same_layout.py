@@ -80,12 +80,14 @@ def shipped():
     ("vllm-features/arch-qwen3-tp2-pp1-batch-mixed", "vllm-features/arch-qwen3-tp2-pp1-batch-all"),
     ("vllm-features/arch-llama-tp1-pp2-compile-batch-one-spec-draft", "vllm-features/arch-llama-tp1-pp2-compile-batch-all"),
     # several features at once: the layout without all of them
-    ("vllm-features/arch-qwen3-tp1-pp1-prefix_cache-chunked_prefill32-batch-all-spec-ngram",
-     None),  # tp1 eager: the golden is its layout
-    ("vllm-features/arch-llama-tp2-pp1-prefix_cache-chunked_prefill32-batch-mixed", "vllm-features/arch-llama-tp2-pp1-batch-all"),
+    ("vllm-features/arch-qwen3-tp1-pp1-compile-prefix_cache-chunked_prefill32-batch-mixed-spec-draft",
+     "vllm-features/arch-qwen3-tp1-pp1-compile-batch-all"),
+    ("vllm-features/arch-llama-tp1-pp1-batch-mixed", None),  # tp1 eager: the golden is its layout
+    ("vllm-features/arch-qwen3-moe-tp2-pp1-compile-prefix_cache-chunked_prefill32-batch-all-spec-ngram",
+     "vllm-features/arch-qwen3-moe-tp2-pp1-compile-batch-all"),
     # under the batch-invariant mode the layout keeps the mode: the two must agree to the bit
-    ("vllm-features/arch-llama-tp1-pp2-compile-batch-one-batch_invariant",
-     "vllm-features/arch-llama-tp1-pp2-compile-batch-all-batch_invariant"),
+    ("vllm-features/arch-qwen3-tp1-pp2-compile-batch-one-batch_invariant",
+     "vllm-features/arch-qwen3-tp1-pp2-compile-batch-all-batch_invariant"),
 ])
 def test_a_feature_scenario_is_held_to_its_own_layout_without_the_feature(shipped, sid, layout):
     if layout is None:
@@ -97,7 +99,7 @@ def test_a_feature_scenario_is_held_to_its_own_layout_without_the_feature(shippe
 
 @pytest.mark.parametrize("sid", [
     "llama-spec/tp1-pp1-spec-ngram",  # its golden is that layout: the golden check is the same-layout check
-    "vllm-features/arch-llama-tp1-pp1-batch-one-spec-ngram",
+    "vllm-features/arch-qwen3-moe-tp1-pp1-batch-one-spec-draft",
     "vllm-features/arch-llama-tp2-pp1-batch-all-batch_invariant",  # no feature of the list: it is the layout
     "llama-tiny/tp2-pp1",  # a suite without same_layout
 ])
@@ -175,7 +177,7 @@ def test_a_layout_run_that_crashes_is_the_scenarios_crash_says_whose_and_is_not_
     assert not (tmp_path / "same-layout" / "llama-spec__tp2-pp2" / "done").exists()
 
 
-@pytest.mark.parametrize("sid, exact", [("vllm-features/arch-llama-tp1-pp2-compile-batch-one-batch_invariant", True),
+@pytest.mark.parametrize("sid, exact", [("vllm-features/arch-qwen3-tp1-pp2-compile-batch-one-batch_invariant", True),
                                         ("vllm-features/arch-llama-tp1-pp2-compile-batch-one-spec-draft", False)])
 def test_under_a_batch_invariant_mode_the_layout_must_agree_to_the_bit(shipped, tmp_path, monkeypatch, sid, exact):
     """The rule goes with the layout run the judge is given: noise of 1e-6 passes the dtype's

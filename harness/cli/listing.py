@@ -86,6 +86,53 @@ def _coverage(chosen: list, strength: int | None, lock: bool) -> None:
         for i, n in enumerate((len(rows), got.required, got.covered, len(got.missed))):
             totals[i] += n
     print(f"total: {totals[0]} scenarios, {totals[1]} combinations, {totals[2]} covered, {totals[3]} feasible and not run")
+    if len(by_suite) > 1:
+        _joint(by_suite, strength or 3)
+
+
+def _joint(by_suite: dict[str, list], strength: int) -> None:
+    """The suites together: every `strength`-way combination of axis values (the arch aside)
+    in some suite's scenario, the installed engine's limits named (harness/config/covering.py)."""
+    from harness.config import covering
+    from harness.config.binding import engine_rules
+
+    parts = [(ss[0].suite, [s.settings for s in ss], engine_rules(ss[0].suite.engine)) for ss in by_suite.values()]
+    limits: dict[str, tuple[tuple, str]] = {}
+    declared: dict[str, tuple] = {}
+    for ss in by_suite.values():
+        limits |= _installed_limits(ss[0].suite.engine, ss[0].engine_options)
+        declared |= _declared_values(ss[0].suite.engine)
+    got = covering.joint_coverage(parts, strength, limits, declared)
+    print(f"together: {sum(len(r) for _, r, _ in parts)} scenarios; {strength}-way of axis values (arch aside): "
+          f"{got.required} combinations, {got.covered} covered, {got.required - got.feasible} excluded, "
+          f"{len(got.missed)} feasible and not run")
+    for why, combos in got.excluded.items():
+        print(f"  excluded by {why} ({len(combos)}): {', '.join(combos[:6])}{' ...' if len(combos) > 6 else ''}")
+    if got.missed:
+        print(f"  not run ({len(got.missed)}): {', '.join(got.missed[:12])}{' ...' if len(got.missed) > 12 else ''}")
+
+
+def _declared_values(engine: str) -> dict[str, tuple]:
+    """The engine's axes with a finite set of values (its switches and choices): the ones a
+    joint coverage counts even where no suite varies them."""
+    from harness.engines import declared_axes
+
+    return {axis: tuple(values) for axis, values in (declared_axes(engine) or {}).items() if values is not None}
+
+
+def _installed_limits(engine: str, options: dict) -> dict[str, tuple[tuple, str]]:
+    """axis -> (the values the installed engine runs, why no others); none where it cannot be asked."""
+    from harness.engines import get_engine
+
+    try:
+        found = get_engine(engine)
+        found.configure(options)
+        axes, cut = found.installed_axes()
+    except Exception:  # noqa: BLE001 - not installed, or its probe failed: the suites' own rules only
+        return {}
+    version = found.own_version(found.versions()) if cut else None
+    on = f"{engine} {version}" if version else engine
+    return {axis: (tuple(axes[axis] or ()), f"{on}: {why}") for axis, why in cut.items()}
 
 
 def _installed_versions(engine: str, options: dict) -> dict | None:
@@ -101,12 +148,12 @@ def _installed_versions(engine: str, options: dict) -> dict | None:
 
 
 def _ends_early(scenario, versions: dict | None) -> bool:
-    """A scenario its file expects to crash or hang (on these versions): its other axis values
-    are not exercised while that bug stands."""
+    """A scenario its file or a known bug of its engine expects to crash or hang (on these
+    versions): its other axis values are not exercised while that bug stands."""
     from harness.compare.expectations import version_problem
 
     return any(x.verdict in ("crash", "hang") and (versions is None or version_problem(x, versions) is None)
-               for x in scenario.expectations)
+               for x in (*scenario.expectations, *scenario.known_bugs))
 
 
 def _plugins(args) -> int:

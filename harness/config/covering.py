@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.config.schema import ScenarioError, SuiteFile
+from harness.config.schema import ARCH_AXIS, ScenarioError, SuiteFile
 from harness.contract.axes import Rule, filled, is_one_of, same_value
 
 LOCK_SUFFIX = ".lock"
@@ -215,3 +215,68 @@ def _completes(suite: SuiteFile, partial: dict, checks: list[Constraint]) -> boo
 
 def _spell(value: object) -> str:
     return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def joint_coverage(parts: list[tuple[SuiteFile, list[dict], tuple[Rule, ...]]], strength: int,
+                   limits: dict[str, tuple[tuple, str]] | None = None, declared: dict[str, tuple] | None = None) -> Coverage:
+    """Every `strength`-way combination of axis values (the arch aside) over several suites'
+    rows together, as the suites split the axes between them (vllm-features the scheduler
+    features, vllm-moe expert and data parallelism): an axis a suite leaves out is at its
+    golden value there. A combination no row holds is excluded when no suite could hold
+    it (the first suite's rule, or that no suite varies those axes together), else missed.
+    `limits` (axis -> the values the installed engine runs, and why no others) excludes a
+    combination with another value, held or not: it is planned, and not exercised there.
+    `declared` (axis -> values) adds the engine's axes that no suite varies, so that their
+    values count too (at their default in every row)."""
+    axes = list(dict.fromkeys([a for suite, _, _ in parts for a in suite.matrix if a != ARCH_AXIS] + list(declared or {})))
+    domain: dict[str, list] = {a: list((declared or {}).get(a, ())) for a in axes}
+    for suite, _, _ in parts:
+        for a in axes:
+            for v in suite.matrix.get(a, [_fixed(suite, a)]):
+                if not any(same_value(v, w) for w in domain[a]):
+                    domain[a].append(v)
+    held = {_key(combo) for suite, rows, _ in parts for row in rows
+            for combo in itertools.combinations([(a, row.get(a, _fixed(suite, a))) for a in axes], strength)}
+    checks = [(suite, constraints(suite, rules)) for suite, _, rules in parts]
+    required = covered = 0
+    excluded: dict[str, list[str]] = {}
+    missed = []
+    for keys in itertools.combinations(axes, min(strength, len(axes))):
+        for combo in itertools.product(*([(k, v) for v in domain[k]] for k in keys)):
+            required += 1
+            cut = [f"{k}: {limits[k][1]}" for k, v in combo if limits and k in limits and not is_one_of(v, limits[k][0])]
+            if cut:
+                excluded.setdefault(f"the installed engine, {cut[0]}", []).append(" ".join(f"{k}={_spell(v)}" for k, v in combo))
+                continue
+            if _key(combo) in held:
+                covered += 1
+                continue
+            blocker = _joint_blocker(dict(combo), checks)
+            text = " ".join(f"{k}={_spell(v)}" for k, v in combo)
+            (missed.append(text) if blocker is None else excluded.setdefault(blocker, []).append(text))
+    return Coverage(required, covered, excluded, missed)
+
+
+def _fixed(suite: SuiteFile, axis: str) -> object:
+    """An axis's value in every setting of a suite that does not vary it."""
+    return filled(dict(suite.golden)).get(axis)
+
+
+def _key(combo) -> tuple:
+    return tuple(sorted((k, json.dumps(v)) for k, v in combo))
+
+
+def _joint_blocker(combo: dict, checks: list[tuple[SuiteFile, list[Constraint]]]) -> str | None:
+    """None when some suite could run `combo`; else why the first suite that varies its
+    axes cannot, or that no suite varies them together."""
+    reasons = []
+    for suite, suite_checks in checks:
+        fixed_apart = [k for k, v in combo.items() if k not in suite.matrix and not same_value(v, _fixed(suite, k))]
+        outside = [k for k, v in combo.items() if k in suite.matrix and not is_one_of(v, suite.matrix[k])]
+        if fixed_apart or outside:
+            continue
+        blocker = _blocker(suite, combo, suite_checks)
+        if blocker is None:
+            return None
+        reasons.append(f"{suite.suite}: {blocker}")
+    return reasons[0] if reasons else "no suite varies these axes together"
