@@ -18,9 +18,25 @@ PROJECT_ROOT = Path(harness.__file__).resolve().parent.parent
 UNKNOWN = "unknown"
 
 
+# The commit an installed wheel was built from, written by setup.py at build time
+BUILD_COMMIT = Path(harness.__file__).resolve().parent / "builtin" / "BUILD_COMMIT"
+
+
 def harness_provenance(root: Path = PROJECT_ROOT) -> dict[str, str]:
-    """{"harness_version": the package's own version, "harness_commit": its commit or "unknown"}."""
-    return {"harness_version": getattr(harness, "__version__", UNKNOWN), "harness_commit": own_commit(root)}
+    """{"harness_version": the package's own version, "harness_commit": its commit (a wheel's:
+    the one it was built from) or "unknown"}."""
+    commit = own_commit(root)
+    if commit == UNKNOWN:
+        commit = built_commit()
+    return {"harness_version": getattr(harness, "__version__", UNKNOWN), "harness_commit": commit}
+
+
+def built_commit() -> str:
+    """The commit the installed wheel was built from, or "unknown" (built outside git)."""
+    try:
+        return BUILD_COMMIT.read_text().strip() or UNKNOWN
+    except OSError:
+        return UNKNOWN
 
 
 def own_commit(root: Path = PROJECT_ROOT) -> str:

@@ -177,3 +177,15 @@ def test_the_internal_bisect_step_is_not_in_help(capsys):
         main(["--help"])
     said = capsys.readouterr().out
     assert "bisect-step" not in said and "bisect" in said
+
+
+def test_an_installed_wheel_records_the_commit_it_was_built_from(tmp_path, monkeypatch):
+    """A wheel install recorded `harness_commit unknown`; setup.py now writes the commit it is
+    built from into the wheel, and a harness with no git of its own reads it from there."""
+    from harness import provenance
+
+    monkeypatch.setattr(provenance, "BUILD_COMMIT", tmp_path / "BUILD_COMMIT")
+    assert provenance.harness_provenance(tmp_path)["harness_commit"] == "unknown"  # no git, no record
+    (tmp_path / "BUILD_COMMIT").write_text("f00dfee\n")
+    assert provenance.harness_provenance(tmp_path)["harness_commit"] == "f00dfee"
+    assert provenance.harness_provenance()["harness_commit"] not in ("unknown", "f00dfee")  # a checkout: its own git
