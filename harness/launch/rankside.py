@@ -5,6 +5,8 @@ what it needs to name a failing rank and explain a stuck one:
   * on an exception, a JSON error record (exception type, message, frame, traceback, time)
     written to $HARNESS_RANK_ERROR_FILE, then exit code 1; under torch.compile the type,
     message and frame are the model's own exception's, under Dynamo's wrappers (rootcause.py);
+    one raised in the harness's own code (a harness_step, or a harness frame with no engine
+    frame under it: ownership.py) says so, and the verdict is `error`, not `crash`;
   * on SIGUSR1, a stack dump of every thread to stderr (the rank's log), which the
     launcher sends before it kills a hung run;
   * on Linux, death of the rank when the launcher dies (PR_SET_PDEATHSIG), so a
@@ -36,6 +38,7 @@ from contextlib import contextmanager
 from typing import NoReturn
 
 from harness.contract.storage import storage_fault
+from harness.launch.ownership import harness_code_fault, module_dirs
 from harness.launch.rootcause import RootCause, root_of
 from harness.settings.env import LAUNCHER_PID, RANK_ERROR_FILE, RANK_FAULT, RANK_HEARTBEAT_FILE
 
@@ -84,6 +87,19 @@ def die_with_parent() -> None:
 
 # The attribute harness_step puts on an exception raised in the harness's own code in a rank
 HARNESS_FAULT = "harness_fault"
+# The attribute blame_engine puts on an exception the harness's code raises about the engine
+ENGINE_FAULT = "engine_fault"
+# Modules of the engine's own code inside the harness package (run_rank's engine_code):
+# their frames are the engine's when the error record decides whose code raised
+_engine_code: tuple[str, ...] = ()
+
+
+def blame_engine(exc: BaseException) -> BaseException:
+    """Mark `exc`, raised by the harness's code about what the engine did (it returned fewer
+    rows than asked, an injected rank fault stands in for an engine's), as the engine's
+    failure: a `crash`, although the harness's frame raised it. Returns `exc`, to raise."""
+    setattr(exc, ENGINE_FAULT, True)
+    return exc
 
 
 @contextmanager
@@ -104,7 +120,22 @@ def harness_step(what: str) -> Iterator[None]:
         raise
 
 
-def write_error_record(exc: BaseException) -> None:
+def harness_fault_in(exc: BaseException, engine_code: tuple[str, ...] | None = None) -> str | None:
+    """Why `exc` is the harness's fault, or None: its harness_step's words; else, unless the
+    harness blamed the engine, its innermost harness frame when no engine frame lies under
+    it (ownership.py), whatever library raised below."""
+    marked = getattr(exc, HARNESS_FAULT, None)
+    if marked or getattr(exc, ENGINE_FAULT, False):
+        return marked or None
+    try:
+        return harness_code_fault(exc, module_dirs(_engine_code if engine_code is None else engine_code))
+    except Exception:  # noqa: BLE001 - reading the frames must never lose the record
+        return None
+
+
+def write_error_record(exc: BaseException, engine_code: tuple[str, ...] | None = None) -> None:
+    """The rank's error record (the module doc); `engine_code`: as run_rank's (default: the
+    running rank's)."""
     path = RANK_ERROR_FILE.raw()
     if not path:
         return
@@ -113,12 +144,13 @@ def write_error_record(exc: BaseException) -> None:
     except Exception:  # noqa: BLE001 - the record must be written whatever unwrapping meets
         root = RootCause(type(exc).__name__, str(exc), None, None)
     record = {
-        "harness_fault": getattr(exc, HARNESS_FAULT, None),  # raised in the harness's own code (harness_step)
+        "harness_fault": harness_fault_in(exc, engine_code),  # raised in the harness's own code
         "rank": int(os.environ.get("RANK", "0")),
         "pid": os.getpid(),
         "exception_type": root.exception_type,
         "message": root.message,
         "frame": root.frame,  # "model.py:412 in forward": the innermost frame outside torch
+        "model_frame": root.model_frame,  # the model's own line, when it was raised below it (sequence.py)
         "wrapper": root.wrapper,  # "torch._dynamo.exc.Unsupported: ..." when unwrapped, else None
         "traceback": "".join(traceback.format_exception(exc)),  # the whole chain, wrappers included
         "storage": storage_fault(exc),  # a full or read-only disk: the machine's fault, not the engine's
@@ -176,13 +208,18 @@ def fire_rank_fault() -> None:
     if target != rank:
         return
     if kind == "raise":
-        raise RuntimeError(f"{RANK_FAULT_ENV}: injected failure on rank {rank}")
+        raise blame_engine(RuntimeError(f"{RANK_FAULT_ENV}: injected failure on rank {rank}"))
     while True:  # hang: stuck where a stack dump can show it
         time.sleep(3600)
 
 
-def run_rank(main: Callable[[], None]) -> NoReturn:
-    """Run `main` as a watched rank: exit 0 on success, 1 with an error record on failure."""
+def run_rank(main: Callable[[], None], engine_code: tuple[str, ...] = ()) -> NoReturn:
+    """Run `main` as a watched rank: exit 0 on success, 1 with an error record on failure.
+    `engine_code`: the modules of the engine's own code inside the harness package (the
+    reference engine's), so that an exception raised there is the engine's `crash`; any
+    other harness frame with no engine frame under it makes the record the harness's fault."""
+    global _engine_code
+    _engine_code = tuple(engine_code)
     die_with_parent()
     faulthandler.enable(file=sys.stderr, all_threads=True)
     faulthandler.register(DUMP_SIGNAL, file=sys.stderr, all_threads=True, chain=False)

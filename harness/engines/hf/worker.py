@@ -233,4 +233,5 @@ def main() -> None:
 if __name__ == "__main__":
     from harness.launch.rankside import run_rank
 
-    run_rank(main)
+    # the whole package is the engine (transformers run eagerly): its exception is a crash
+    run_rank(main, engine_code=("harness.engines.hf",))

@@ -265,4 +265,5 @@ def main() -> None:
 if __name__ == "__main__":
     from harness.launch.rankside import run_rank
 
-    run_rank(main)
+    # the whole package is the engine: its model's exception (a fault switch's too) is a crash
+    run_rank(main, engine_code=("harness.engines.reference",))

@@ -22,9 +22,10 @@ import time
 from pathlib import Path
 
 from harness.contract.axes import RunAxes
+from harness.contract.plain import plain
 from harness.engines.vllm import MAX_NUM_SEQS
 from harness.engines.vllm.repro_script import cpu_binding, topk_row
-from harness.launch.rankside import HARNESS_FAULT, harness_step
+from harness.launch.rankside import HARNESS_FAULT, blame_engine, harness_step
 
 # vLLM's top-k read one way, and its ranks bound to cores one way, here and in `harness repro`'s script
 from harness.settings.env import VLLM_COUNT_SP
@@ -207,7 +208,7 @@ def run_logprobs(llm, workload: dict, submit: Submitter) -> dict:
         rows = [p for p in out.prompt_logprobs if p is not None]  # position 0 has none
         rows.append(out.outputs[0].logprobs[0])
         if len(rows) != len(out.prompt_token_ids):
-            raise RuntimeError(f"prompt of {len(out.prompt_token_ids)} tokens gave {len(rows)} logprob rows")
+            raise blame_engine(RuntimeError(f"prompt of {len(out.prompt_token_ids)} tokens gave {len(rows)} logprob rows"))
         for row in rows:
             i, lp = topk_row(row, k)
             ids.append(i)
@@ -228,7 +229,7 @@ def run_greedy(llm, workload: dict, submit: Submitter) -> dict:
     for out in outputs:
         gen = out.outputs[0]
         if len(gen.token_ids) != n:
-            raise RuntimeError(f"asked for {n} greedy tokens, vLLM generated {len(gen.token_ids)}")
+            raise blame_engine(RuntimeError(f"asked for {n} greedy tokens, vLLM generated {len(gen.token_ids)}"))
         tokens.append(list(gen.token_ids))
         rows = [topk_row(step, k) for step in gen.logprobs]
         ids.append([r[0] for r in rows])
@@ -309,6 +310,9 @@ def run(spec) -> None:
         evidence.install()  # for a worker in this process (one rank) or forked from it
         forking.install()  # vLLM's engine core and workers forked from here, not spawned afresh (CPU)
         kwargs = engine_kwargs(spec)  # once: what vLLM is given is what the outputs record
+        # a copy made now: vLLM may add its own objects to the dicts it is given (0.21.0 put
+        # its ModelConfig into speculative_config), and the record is what the harness gave
+        given = plain({k: v for k, v in kwargs.items() if k not in ("model", "tokenizer")})
     called = time.time()
     llm = vllm.LLM(**kwargs)  # its workers' rendezvous, load and compile are inside
     ready = time.time()
@@ -345,11 +349,12 @@ def run(spec) -> None:
         shared_memory=idents,  # vLLM's names for its workers' shared memory, checked gone by a test
         applied=applied,
         submitted=counts,
-        engine_kwargs={k: v for k, v in kwargs.items() if k not in ("model", "tokenizer")},
+        engine_kwargs=given,
         kv_cache=kv_cache,
         timings={"engine_start_s": ready - called, "run_s": done - ready,
                  "engine_start": startup.breakdown(called, ready, [w.get("startup") or {} for w in workers])},
     )
+    out.meta = plain(out.meta)  # what came from vLLM's objects (its workers' evidence) as plain values
     out.save(spec.output_dir)
     phases.mark("write")
     shutdown(llm)
@@ -518,4 +523,5 @@ def wait_for_group_but_me(timeout_s: float) -> None:
 if __name__ == "__main__":
     from harness.launch.rankside import run_rank
 
-    run_rank(main)
+    # the fault switches stand in for vLLM's own bugs: an exception of theirs is vLLM's crash
+    run_rank(main, engine_code=("harness.engines.vllm.faults",))
