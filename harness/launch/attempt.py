@@ -187,20 +187,22 @@ class Attempt:
 
     def failure_of(self, ex: RankExit) -> RankFailure:
         rec = ex.record or read_record(self.errs[ex.rank])
-        exception = traceback = frame = wrapper = storage = None
+        exception = traceback = frame = wrapper = storage = model_frame = None
         if rec:
             etype = str(rec.get("exception_type") or "Exception")
             msg = str(rec.get("message") or "")
             exception = f"{etype}: {msg}" if msg else etype
             traceback = rec.get("traceback") or None
             frame, wrapper = rec.get("frame") or None, rec.get("wrapper") or None
+            model_frame = rec.get("model_frame") or None
             storage = rec.get("storage") if isinstance(rec.get("storage"), dict) else None
         if traceback is None:
             traceback = log_tail(self.logs[ex.rank]) or None
         silent = rec is None and traceback is None
         command = shlex.join(self.plan.argv) if silent else None
         return RankFailure(ex.rank, ex.exitcode, ex.signal, exception, traceback, str(self.logs[ex.rank]), frame, wrapper,
-                           command, harness_fault=ex.lost or harness_fault_of(rec), storage=storage)
+                           command, harness_fault=ex.lost or harness_fault_of(rec), storage=storage,
+                           model_frame=model_frame)
 
     def addr_in_use(self) -> bool:
         """Did rank 0 (the TCPStore host) fail because MASTER_PORT was taken?"""

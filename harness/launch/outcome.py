@@ -27,13 +27,19 @@ class RankFailure:
     # A disk fault (contract/storage.py: errno, strerror, path) the rank met writing the
     # harness's files: the machine's fault, not the engine's. The verdict is then `error`.
     storage: dict | None = None
+    # the innermost frame of the model's code when the exception was raised below it, in the
+    # engine's helpers (vLLM's sequence.py, asked for a key by the model's forward); else None
+    model_frame: str | None = None
 
     def describe(self) -> str:
-        """The crash in one line: `rank 1 crashed: KeyError: 'residual' at reference/model.py:323 in forward`."""
+        """The crash in one line: `rank 1 crashed: KeyError: 'residual' at reference/model.py:323 in forward`,
+        or with the model's line below which it was raised: `... at vllm/sequence.py:43 in __getitem__
+        (raised) from models/step3_text.py:370 in forward (model)`."""
         what = self.exception or (f"killed by {self.signal}" if self.signal else f"exit code {self.exitcode}")
         if self.command is not None:  # no log to see: what it ran is all there is to go on
             return f"rank {self.rank} died before writing anything to its log ({what}); its command: {self.command}"
-        return f"rank {self.rank} crashed: {what}" + (f" at {_short_frame(self.frame)}" if self.frame else "")
+        where = location(self.frame, self.model_frame)
+        return f"rank {self.rank} crashed: {what}" + (f" at {where}" if where else "")
 
     def as_told_by(self, cause: RankFailure | None) -> RankFailure:
         """The crash as the engine tells it (its root_cause: the process of its own that
@@ -51,6 +57,18 @@ class RankFailure:
         return replace(cause, exitcode=cause.exitcode if died else self.exitcode,
                        signal=cause.signal if died else self.signal, log=self.log,
                        traceback=(cause.traceback or "") + context)
+
+
+def location(frame: str | None, model_frame: str | None, short: bool = True) -> str:
+    """Where a crash was raised: the raise site, and the model's own frame above it when that
+    is another (an engine developer reads the model's line first); `short`: the frames'
+    last three path parts."""
+    name = _short_frame if short else str
+    if not frame:
+        return name(model_frame) if model_frame else ""
+    if not model_frame or model_frame == frame:
+        return name(frame)
+    return f"{name(frame)} (raised) from {name(model_frame)} (model)"
 
 
 def _short_frame(frame: str) -> str:

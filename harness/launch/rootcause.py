@@ -35,6 +35,15 @@ CONSTANT = re.compile(r"ConstantVariable\((?:\w+): (?P<value>.*)\)\s*$")
 EXCEPTION_CLASS = re.compile(r"ExceptionVariable\(<class '(?P<type>[\w.]+)'>\)")
 FILE_LINE = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>\S+)')
 WRAPPER_LINE = re.compile(r"^(?P<type>torch\.(?:_dynamo|_inductor|_functorch|fx|_subclasses)[\w.]*)(?::\s?(?P<msg>.*))?$")
+FRAME_TEXT = re.compile(r"^(?P<file>.+):(?P<line>\d+) in (?P<func>\S+)$")
+# The model's own code: where an engine developer looks first when the exception was raised
+# below it, in the engine's helpers (vLLM's IntermediateTensors lookup in sequence.py, asked
+# for a key by step3_text.py's forward)
+MODEL_CODE = re.compile(
+    r"/model_executor/models/[^/]+\.py$"  # vLLM's model implementations
+    r"|/transformers/models/[^/]+/modeling_[^/]+\.py$"  # transformers' models
+    r"|/modeling_[^/]+\.py$"  # a checkpoint's own model code (trust_remote_code)
+    r"|/engines/reference/model\.py$")  # the reference engine's model
 
 
 @dataclass
@@ -43,6 +52,9 @@ class RootCause:
     message: str  # "'residual'" (str() of the exception)
     frame: str | None  # "/path/model.py:412 in forward": the innermost frame outside torch
     wrapper: str | None  # "torch._dynamo.exc.Unsupported: Observed exception" when unwrapped
+    # "/venv/vllm/model_executor/models/step3_text.py:370 in forward": the innermost frame of
+    # the model's code, when the exception was raised below it (else None: `frame` is it)
+    model_frame: str | None = None
 
     @property
     def exception(self) -> str:
@@ -69,6 +81,23 @@ def user_frame(tb) -> str | None:
         if not is_torch_file(fs.filename):
             found = _frame_text(fs.filename, fs.lineno, fs.name)
     return found
+
+
+def is_model_frame(frame: str) -> bool:
+    """Is "file:line in func" a frame of a model's own code (MODEL_CODE)?"""
+    m = FRAME_TEXT.match(frame)
+    return bool(m and MODEL_CODE.search(m["file"]))
+
+
+def model_frame(frames: list[str], raised: str | None) -> str | None:
+    """The innermost of `frames` ("file:line in func", outermost first) in a model's code,
+    unless it is `raised` (the frame the verdict names already)."""
+    found = next((f for f in reversed(frames) if is_model_frame(f)), None)
+    return found if found != raised else None
+
+
+def _tb_frames(tb) -> list[str]:
+    return [_frame_text(fs.filename, fs.lineno, fs.name) for fs in traceback.extract_tb(tb)] if tb is not None else []
 
 
 def _first_line(text: str) -> str:
@@ -139,17 +168,20 @@ def root_of(exc: BaseException) -> RootCause:
         inner = getattr(cur, "inner_exception", None)
         cur = inner if isinstance(inner, BaseException) else (cur.__cause__ or cur.__context__)
     wrapper = f"{_qualname(exc)}: {_first_line(str(exc))}" if wrappers else None
+    frames = _tb_frames(exc.__traceback__)
     if cur is not None and not is_wrapper(cur):
         frame = user_frame(cur.__traceback__) or _dynamo_frame(wrappers) or user_frame(exc.__traceback__)
-        return RootCause(type(cur).__name__, str(cur), frame, wrapper)
+        own = _tb_frames(cur.__traceback__) if cur is not exc else frames
+        return RootCause(type(cur).__name__, str(cur), frame, wrapper, model_frame(frames + own, frame))
     if not wrappers:  # defensive: a cycle of non-wrappers cannot happen
-        return RootCause(type(exc).__name__, str(exc), user_frame(exc.__traceback__), None)
+        frame = user_frame(exc.__traceback__)
+        return RootCause(type(exc).__name__, str(exc), frame, None, model_frame(frames, frame))
     text = "\n".join(f"{_qualname(w)}: {w}" for w in wrappers)
     found = described(text)
     frame = _dynamo_frame(wrappers) or user_code_frame(text) or user_frame(exc.__traceback__)
     if found is None:  # a wrapper of nothing we can read: it is the error
-        return RootCause(type(exc).__name__, str(exc), frame, None)
-    return RootCause(found[0], found[1], frame, wrapper)
+        return RootCause(type(exc).__name__, str(exc), frame, None, model_frame(frames, frame))
+    return RootCause(found[0], found[1], frame, wrapper, model_frame(frames, frame))
 
 
 def _dynamo_frame(wrappers: list[BaseException]) -> str | None:
@@ -168,11 +200,12 @@ def root_of_text(block: str, exception_line: str) -> RootCause:
     """The same from a logged traceback `block` whose final exception line is `exception_line`."""
     m = WRAPPER_LINE.match(exception_line.strip())
     frames = [FILE_LINE.match(line) for line in block.splitlines()]
-    user = [f for f in frames if f and not is_torch_file(f["file"])]
-    plain_frame = _frame_text(user[-1]["file"], int(user[-1]["line"]), user[-1]["func"]) if user else None
+    user = [_frame_text(f["file"], int(f["line"]), f["func"]) for f in frames if f and not is_torch_file(f["file"])]
+    plain_frame = user[-1] if user else None
     if m:
         found = described(block)
         if found:
-            return RootCause(found[0], found[1], user_code_frame(block) or plain_frame, exception_line.strip())
+            frame = user_code_frame(block) or plain_frame
+            return RootCause(found[0], found[1], frame, exception_line.strip(), model_frame(user, frame))
     etype, _, msg = exception_line.strip().partition(":")
-    return RootCause(etype.strip(), msg.strip(), plain_frame, None)
+    return RootCause(etype.strip(), msg.strip(), plain_frame, None, model_frame(user, plain_frame))

@@ -216,6 +216,8 @@ def summary_markdown(report) -> str:
             lines.append(f"- {'ok' if c['passed'] else '**FAIL**'} {code(c['name'])} ({text(c['kind'])}): {text(c['summary'])}")
         if v.crash and v.crash.get("frame"):
             lines.append(f"Raised at {code(v.crash['frame'])}" + (f" (surfaced as {code(v.crash['wrapper'])})" if v.crash.get("wrapper") else ""))
+            if v.crash.get("model_frame"):  # the model's own line, above the engine's helper that raised
+                lines.append(f"From the model's code at {code(v.crash['model_frame'])}")
         if v.crash and v.crash.get("traceback"):
             lines += ["", f"Rank {text(v.crash['rank'])} traceback (log: {code(v.crash['log'])}):", block(v.crash["traceback"].rstrip()[-3000:])]
         if v.hang:

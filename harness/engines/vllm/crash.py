@@ -48,6 +48,7 @@ class ProcessError:
     # None then); without a code, the signal faulthandler's "Fatal Python error" names.
     exitcode: int | None = None
     signal: str | None = None
+    model_frame: str | None = None  # the model's own frame above `frame`, where it is another (rootcause.py)
 
     def failure(self, harness_fault: str | None = None):
         """This process as the crash's RankFailure (the engine's root_cause): its name, how it
@@ -55,7 +56,7 @@ class ProcessError:
         from harness.launch.outcome import RankFailure
 
         return RankFailure(self.describe(), self.exitcode, self.signal, self.exception, self.traceback, "", self.frame,
-                           self.wrapper, harness_fault=harness_fault)
+                           self.wrapper, harness_fault=harness_fault, model_frame=self.model_frame)
 
     @property
     def is_worker(self) -> bool:
@@ -124,7 +125,7 @@ def _tracebacks(log_text: str) -> list[ProcessError]:
 def _error(proc: str, pid: int, exception_line: str, block: list[str]) -> ProcessError:
     text = "\n".join(block)
     root = root_of_text(text, exception_line)
-    return ProcessError(proc, pid, root.exception, text, root.frame, root.wrapper)
+    return ProcessError(proc, pid, root.exception, text, root.frame, root.wrapper, model_frame=root.model_frame)
 
 
 # A collective's error in a worker whose peer died (gloo on CPU): a consequence, not the cause.
