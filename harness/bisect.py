@@ -45,6 +45,7 @@ from pathlib import Path
 
 from harness import envs
 from harness.config.scenario import Scenario
+from harness.launch.outcome import location
 from harness.roots import import_root
 from harness.runner import RunOptions, run_scenario
 from harness.verdict import Verdict
@@ -215,7 +216,8 @@ def odd_text(step: Step) -> str:
     behaviour) in the range, which the bisect stepped over as `git bisect skip` does."""
     v = step.verdict
     crash = v.crash or {}
-    where = f" at {crash['frame']}" if crash.get("frame") else ""
+    at = location(crash.get("frame"), crash.get("model_frame"), short=False)
+    where = f" at {at}" if at else ""
     return (f"neither good nor bad: {step.point} ended {signature(v, True) or v.verdict}{where} "
             f"({v.reason.splitlines()[0][:200] if v.reason else ''}); stepped over, as git bisect skip does")
 
@@ -234,17 +236,20 @@ def step_line(point: str, v: Verdict, seconds: float, decision: str) -> str:
     return f"bisect: {point:<14} {what:<26} {seconds:6.0f}s  -> {decision:<4}  {v.reason.splitlines()[0][:140]}"
 
 
-def repro_hook(scenario: Scenario, run_dir: Path | None, say=print, checkout: str = "") -> None:
+def repro_hook(scenario: Scenario, run_dir: Path | None, say=print, checkout: str = "",
+               report_dir: Path | None = None) -> None:
     """At the end of a bisect, the reproduction of the first bad step (`harness repro`),
     so the bug can be handed on as a script; run with the first bad release's
     interpreter. `checkout`: over git, where the engine must be checked out for the
-    reproduction to show the bug (the bisect has reset the checkout)."""
+    reproduction to show the bug (the bisect has reset the checkout). `report_dir`: the
+    bisect's --report-dir; the reproduction goes under it (<report_dir>/repro/<id>), as
+    everything else the bisect writes (default: the project's reports directory)."""
     from harness.repro import ReproError, write_repro
 
     if checkout:
         say(f"the engine at the first bad commit: {checkout}")
     try:
-        made = write_repro(scenario, run_dir=run_dir)
+        made = write_repro(scenario, run_dir=run_dir, report_dir=report_dir)
     except ReproError as exc:  # a reproduction that cannot be made must not hide the result
         say(f"reproduction not written: {exc}")
         return

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from harness.bisect import decide, next_probe, outcome
+from harness.bisect import repro_hook as REPRO_HOOK
 from harness.cli import main
 from harness.verdict import Verdict
 
@@ -295,3 +296,42 @@ def test_a_git_step_exits_with_git_bisects_terms():
     assert (git_exit_code("good"), git_exit_code("bad"), git_exit_code("odd"), git_exit_code("skip")) == (GOOD, BAD, SKIP, SKIP)
     # --fixed: git bisect's old term is `broken` (our bad end, older), its new term `fixed` (our good end)
     assert (git_exit_code("bad", fixed=True), git_exit_code("good", fixed=True)) == (GOOD, BAD)
+
+
+def test_harness_bisect_writes_its_reproduction_under_its_report_dir(tmp_path, capsys, monkeypatch):
+    """`--report-dir D`: the first bad step's reproduction goes to D/repro/<id>, with the rest
+    of what the bisect wrote, not into the checkout's reports/repro/."""
+    from harness import bisect, repro
+
+    fake_releases(monkeypatch, {"0.30.0": "pass", "0.31.0": "fail", "0.32.0": "fail"})
+    monkeypatch.setattr(bisect, "repro_hook", REPRO_HOOK)  # the real one, which fake_releases replaces
+    written: list[Path] = []
+
+    def write_repro(scenario, out_dir=None, *, run_dir=None, report_dir=None, scenarios=None):
+        out = repro.default_out_dir(scenario.id, report_dir)  # where the real one writes without out_dir
+        written.append(out)
+        return repro.Repro(out, out / repro.SCRIPT, out / repro.REPORT, None, False)
+
+    monkeypatch.setattr(repro, "write_repro", write_repro)
+    reports = tmp_path / "D"
+    code = main(["bisect", "vllm-llama/tp1-pp1", "--good", "0.30.0", "--bad", "0.32.0", "--report-dir", str(reports)])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert written == [reports / "repro" / "vllm-llama__tp1-pp1"], written
+    assert f"reproduction: {reports / 'repro' / 'vllm-llama__tp1-pp1'}" in out
+
+
+def test_a_stepped_over_crash_names_the_raise_site_and_the_models_line():
+    from harness.bisect import odd_text
+
+    v = _crash("KeyError: 'residual'", frame="/venv/vllm/sequence.py:43 in __getitem__")
+    v.crash["model_frame"] = "/venv/vllm/model_executor/models/step3_text.py:370 in forward"
+    step = bisect_step("0.11.0", v)
+    assert ("at /venv/vllm/sequence.py:43 in __getitem__ (raised) from /venv/vllm/model_executor/models/step3_text.py:370 "
+            "in forward (model)") in odd_text(step)
+
+
+def bisect_step(point: str, v: Verdict):
+    from harness.bisect import Step
+
+    return Step(point, v, 1.0, "odd")

@@ -84,7 +84,8 @@ def run(args) -> int:
         return exit_codes.INTERRUPTED
     print(result.text())
     print(f"bisect: the steps' runs are in {work_dir}")
-    repro_hook(result.scenario or scenario, result.run_dir, checkout=result.checkout)  # the repro of the first bad step
+    # the repro of the first bad step, under --report-dir with the rest of what the bisect wrote
+    repro_hook(result.scenario or scenario, result.run_dir, checkout=result.checkout, report_dir=args.report_dir)
     return exit_codes.OK
 
 
