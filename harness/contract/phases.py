@@ -17,6 +17,13 @@ Rank phases, in order (an engine marks the ones it has):
 The harness adds `exit` (last mark to the launcher seeing every rank gone) and its
 own phases (harness/runner.py).
 
+A rank's marks say what it finished. Where a rank sits in one long call of its engine
+(vLLM's `LLM(...)`: its workers' rendezvous, model load, compile and warm-up, minutes on a
+CPU), the processes inside it announce what they START (`announce`: one
+`phases/doing-<who>.json` each, rewritten), so the progress line says what the engine is
+doing now instead of the phase after the rank's last mark. Activities, in a start's order:
+DOING.
+
 Standard library only: engine-side code imports this inside an engine's environment.
 """
 
@@ -29,6 +36,16 @@ from pathlib import Path
 
 PHASES_DIR = "phases"
 RANK_PHASES = ("start", "rendezvous", "load", "warmup", "workloads", "write")
+DOING_PREFIX = "doing-"
+# what an engine's processes announce, in the order an engine start goes through them
+DOING = {
+    "engine-start": "starting the engine's processes",
+    "rendezvous": "waiting for the process group",
+    "load": "loading the model",
+    "kv-cache": "sizing and allocating the KV cache",
+    "warmup": "warming up",
+    "compile": "compiling and warming up",
+}
 
 
 class PhaseMarks:
@@ -51,6 +68,50 @@ class PhaseMarks:
         tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}")
         tmp.write_text(json.dumps({"rank": self.rank, "pid": os.getpid(), "marks": self.marks}))
         os.replace(tmp, self.path)  # a reader never sees half a file
+
+
+def announce(output_dir: str | Path, who: str, activity: str) -> None:
+    """Say that process `who` of a rank starts `activity` (a DOING key) now. Never fails
+    the rank: progress is a display's detail."""
+    if activity not in DOING:
+        raise ValueError(f"unknown activity {activity!r}: one of {', '.join(DOING)}")
+    path = Path(output_dir) / PHASES_DIR / f"{DOING_PREFIX}{who}.json"
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}")
+        tmp.write_text(json.dumps({"doing": activity, "since": time.time(), "pid": os.getpid()}))
+        os.replace(tmp, path)
+    except OSError:
+        pass
+
+
+def read_doing(output_dir: str | Path) -> dict[str, tuple[str, float]]:
+    """{who: (activity, since)} of every process that announced one (unreadable files skipped)."""
+    found = {}
+    for path in sorted((Path(output_dir) / PHASES_DIR).glob(f"{DOING_PREFIX}*.json")):
+        try:
+            record = json.loads(path.read_text())
+            if record["doing"] in DOING:
+                found[path.stem.removeprefix(DOING_PREFIX)] = (str(record["doing"]), float(record["since"]))
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+    return found
+
+
+def announced(doing: dict[str, tuple[str, float]], after: float) -> str | None:
+    """In words, what the processes that announced an activity since `after` (the ranks'
+    last mark) are doing: the least advanced of them, as the run waits on it; a rank's
+    `engine-start` only until its engine's own processes say more. None: nothing since."""
+    now = [activity for activity, since in doing.values() if since >= after]
+    now = [a for a in now if a != "engine-start"] or now
+    if not now:
+        return None
+    order = list(DOING)
+    slowest = min(now, key=order.index)
+    behind = now.count(slowest)
+    if behind == len(now):
+        return DOING[slowest]
+    return f"{DOING[slowest]} ({behind} of {len(now)} of the engine's processes; the others are further on)"
 
 
 def read_marks(output_dir: str | Path) -> dict[int, list[tuple[str, float]]]:

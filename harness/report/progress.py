@@ -14,9 +14,13 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from harness.report.html import draw_ahead
 from harness.session import Progress
+
+if TYPE_CHECKING:
+    from rich.live import Live
 
 
 class _State:
@@ -97,15 +101,20 @@ def doing_now(run_dir: Path, scenario_id: str) -> str:
 
 
 def doing_in(outputs: Path) -> str:
-    """What the ranks writing into `outputs` are doing, from their phase marks so far."""
-    from harness.contract.phases import RANK_PHASES, read_marks
+    """What the ranks writing into `outputs` are doing: what their engine's processes
+    announced they started since the ranks' last phase mark (vLLM's workers inside its
+    minutes-long engine start), else the phase after that mark (contract/phases.py)."""
+    from harness.contract.phases import RANK_PHASES, announced, read_doing, read_marks
 
     try:
-        marks = read_marks(outputs)
+        marks, doing = read_marks(outputs), read_doing(outputs)
     except (OSError, ValueError):
-        marks = {}
-    done = [name for rank_marks in marks.values() for name, _ in rank_marks if name in RANK_PHASES]
-    last = max(done, key=RANK_PHASES.index) if done else None
+        marks, doing = {}, {}
+    done = [(name, t) for rank_marks in marks.values() for name, t in rank_marks if name in RANK_PHASES]
+    said = announced(doing, after=max((t for _, t in done), default=0.0))
+    if said:
+        return said
+    last = max((name for name, _ in done), key=RANK_PHASES.index) if done else None
     return _DOING_AFTER.get(last, "running")
 
 
@@ -213,7 +222,7 @@ class LiveProgress(Progress):
         self._lock = threading.Lock()
         self._console = console or Console()
         self._state = _State()
-        self._live = None
+        self._live: Live | None = None
         self._run_dir: Path | None = None
 
     def _render(self):

@@ -165,6 +165,8 @@ PYTEST_RUN_ID = _declare("HARNESS_PYTEST_RUN_ID", "text", None,
 DEVICE_SLOTS = _declare("HARNESS_DEVICE_SLOTS", "text", None, "a rank's run's device slots, e.g. 0,3", "internal")
 RANK_ERROR_FILE = _declare("HARNESS_RANK_ERROR_FILE", "path", None, "where a rank writes its exception", "internal")
 RANK_HEARTBEAT_FILE = _declare("HARNESS_RANK_HEARTBEAT_FILE", "path", None, "a rank's heartbeat file", "internal")
+RANK_OUTPUT_DIR = _declare("HARNESS_RANK_OUTPUT_DIR", "path", None,
+                           "where an engine's own processes announce what they are doing (phases/doing-*.json)", "internal")
 LAUNCHER_PID = _declare("HARNESS_LAUNCHER_PID", "int", None, "the launcher a rank dies with", "internal")
 RANK_FAULT = _declare("HARNESS_RANK_FAULT", "spec", None,
                       "inject a failure into a rank, e.g. raise@1, hang@0 (the conformance kit's engine-agnostic fault)")

@@ -28,7 +28,7 @@ from harness.engines.vllm.repro_script import cpu_binding, topk_row
 from harness.launch.rankside import HARNESS_FAULT, blame_engine, harness_step
 
 # vLLM's top-k read one way, and its ranks bound to cores one way, here and in `harness repro`'s script
-from harness.settings.env import VLLM_COUNT_SP
+from harness.settings.env import RANK_OUTPUT_DIR, VLLM_COUNT_SP
 
 # Whether this driver came from a rank-pool zygote that had imported vLLM (pool.py; the
 # engine's launch plan preloads it on CPU): recorded in the outputs, so a test can tell.
@@ -291,11 +291,12 @@ def run(spec) -> None:
 
     from harness.contract import replicas
     from harness.contract.outputs import EngineOutputs
-    from harness.contract.phases import PhaseMarks
+    from harness.contract.phases import PhaseMarks, announce
     from harness.engines.vllm import evidence, forking, startup
 
     phases = PhaseMarks(spec.output_dir)
     phases.mark("start")
+    RANK_OUTPUT_DIR.set(spec.output_dir)  # vLLM's workers announce their start-up steps there (startup.py)
     dp, dp_rank = spec.axes.dp, int(os.environ.get("RANK", "0"))
     if spec.sp:  # count the SP pass's runs, here and in every worker vLLM starts
         VLLM_COUNT_SP.set("1")
@@ -313,6 +314,7 @@ def run(spec) -> None:
         # a copy made now: vLLM may add its own objects to the dicts it is given (0.21.0 put
         # its ModelConfig into speculative_config), and the record is what the harness gave
         given = plain({k: v for k, v in kwargs.items() if k not in ("model", "tokenizer")})
+    announce(spec.output_dir, f"rank{phases.rank}", "engine-start")  # until its workers say what they do
     called = time.time()
     llm = vllm.LLM(**kwargs)  # its workers' rendezvous, load and compile are inside
     ready = time.time()

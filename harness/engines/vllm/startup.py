@@ -10,6 +10,11 @@ vLLM (until vLLM constructs its worker object: `constructed`), then
   initialize_from_config      the KV cache allocated
   compile_or_warm_up_model    torch.compile and warm-up (CUDA graphs on GPUs)
 
+As each step starts, the worker announces it (contract/phases.py `announce`, into the
+scenario's output directory the driver names in $HARNESS_RANK_OUTPUT_DIR), so the
+progress line says "loading the model" or "compiling and warming up" while the driver
+sits in `vllm.LLM(...)` (ACTIVITY).
+
 `install()` makes every worker vLLM constructs time those methods (wrapped on its class
 when WorkerBase.__init__ runs, so a worker class loaded after the install is timed too;
 once per class; the outermost call of a step is what counts) and records when each ran in
@@ -22,6 +27,7 @@ Runs in vLLM's interpreter; nothing here imports vLLM at module import.
 from __future__ import annotations
 
 import functools
+import os
 import time
 
 # Names in the breakdown, in flow order (docs/BENCHMARKS.md uses them): the worker's
@@ -36,6 +42,15 @@ NAMES = {
 }
 
 STEPS = tuple(NAMES)[1:]
+# What a worker announces as each step starts (contract/phases.py DOING); a (eager, compiled)
+# pair where the step compiles the model under compile (vLLM's profile run on GPUs, warm-up)
+ACTIVITY: dict[str, str | tuple[str, str]] = {
+    "init_device": "rendezvous",
+    "load_model": "load",
+    "determine_available_memory": ("kv-cache", "compile"),
+    "initialize_from_config": "kv-cache",
+    "compile_or_warm_up_model": ("warmup", "compile"),
+}
 TIMELINE: dict[str, list[float]] = {}  # step -> [start, end] of its first call in this process
 CONSTRUCTED: list[float] = []  # when this process's worker was constructed: its process up, vLLM imported
 
@@ -75,6 +90,7 @@ def _timed(name: str, method):
     def timed(*args, **kwargs):
         if name in TIMELINE:
             return method(*args, **kwargs)
+        _announce(name, args[0] if args else None)
         start = time.time()
         try:
             return method(*args, **kwargs)
@@ -83,6 +99,26 @@ def _timed(name: str, method):
 
     timed._harness_timed = True  # type: ignore[attr-defined]
     return timed
+
+
+def _announce(step: str, worker) -> None:
+    """Tell the progress line this worker starts `step` (never fails the step)."""
+    from harness.contract.phases import announce
+    from harness.settings.env import RANK_OUTPUT_DIR
+
+    directory = RANK_OUTPUT_DIR.raw()
+    if not directory:
+        return
+    activity = ACTIVITY[step]
+    if isinstance(activity, tuple):
+        activity = activity[1] if compiling(worker) else activity[0]
+    announce(directory, f"vllm-worker-{os.getpid()}", activity)
+
+
+def compiling(worker) -> bool:
+    """Does this worker's vLLM compile the model (the driver's enforce_eager=False)?"""
+    model_config = getattr(getattr(worker, "vllm_config", None), "model_config", None)
+    return getattr(model_config, "enforce_eager", True) is False
 
 
 def record() -> dict:
