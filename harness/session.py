@@ -109,14 +109,16 @@ def _run_packed(scenarios, run_dir, opts: RunOptions, progress: Progress, jobs: 
 def _startable(pending: list[Scenario], running: dict, jobs: int, opts: RunOptions, cost: dict[str, Cost]):
     """Take from `pending`, in order, every scenario whose devices can be leased now,
     with its lease, while fewer than `jobs` run (the caller adds each to `running`)."""
+    devices = opts.devices
+    assert devices is not None, "scenarios are packed only onto a device pool (run_session checks)"
     for scenario in list(pending):
         if len(running) >= jobs:
             return
         need = cost[scenario.id].devices
-        if need > opts.devices.count:
+        if need > devices.count:
             lease = None  # cannot run here: the runner says why (or runs it on --nodes)
         else:
-            lease = opts.devices.try_lease(need, scenario.id)
+            lease = devices.try_lease(need, scenario.id)
             if lease is None:
                 continue
         pending.remove(scenario)

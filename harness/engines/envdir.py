@@ -36,7 +36,8 @@ def stream_command(cmd: list[str], env: dict, say) -> int:
     """Run an install command, saying its steps and pip's downloads (package, size) as they
     come, each with the time so far: minutes of silence read as a hung job. Returns its exit
     code; on failure the tail of everything it printed is said too."""
-    started, tail = time.monotonic(), []
+    started = time.monotonic()
+    tail: list[str] = []
     with subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as proc:
         assert proc.stdout is not None
         for line in proc.stdout:

@@ -26,6 +26,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import IO
 
 from harness.contract.launchplan import DEVICE_SLOTS_ENV
 from harness.settings.env import DEVICE_LOCK_DIR, DEVICES, LEASE_LOG
@@ -140,7 +141,7 @@ class DevicePool:
         so two waiters can never each hold half of what the other needs."""
         if n > self.count:
             raise DeviceError(f"{scenario} needs {n} devices; this machine has {self.count}")
-        got: list[tuple[int, object]] = []
+        got: list[tuple[int, IO[str]]] = []
         for slot in range(self.count):
             f = open(self.lock_dir / f"slot{slot}.lock", "a+")
             try:
@@ -151,8 +152,8 @@ class DevicePool:
             got.append((slot, f))
             if len(got) == n:
                 return Lease(self, scenario, [s for s, _ in got], time.time(), [f for _, f in got])
-        for _, f in got:
-            f.close()
+        for _, held in got:
+            held.close()
         return None
 
     def lease(self, n: int, scenario: str, waiting=None) -> Lease:

@@ -149,7 +149,7 @@ def scenario_section(report, v: Verdict) -> dict:
         "divergence": _divergence_plots(v) if v.verdict in ("pass", "fail", "expected-failure") else [],
         "first_divergences": [(c["name"], c["first_divergence"]) for c in v.checks if c.get("first_divergence")],
         "extras": [x for c in v.checks for x in _check_extras(c)],
-        "localization": _key_values(v.localization) if getattr(v, "localization", None) else "",
+        "localization": _key_values(v.localization) if v.localization else "",
         "drift_plots": _drift_plots(report, v.scenario),
         "time": timings.compact(v.timings),
     }
@@ -203,7 +203,8 @@ def heatmap_sections(report) -> tuple[list[tuple[str, str]], list[tuple[str, str
     for v in report.verdicts:
         base, label = split_id(v.scenario)
         suites.setdefault(base.split("/", 1)[0] + (f" @ {label}" if label else ""), []).append(v)
-    tested, untested = [], []
+    tested: list[tuple[str, str]] = []
+    untested: list[tuple[str, str]] = []
     for suite, items in sorted(suites.items()):
         uri = plots.heatmap(items, report.new_failure_ids)
         if uri:
