@@ -8,7 +8,9 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -21,6 +23,7 @@ from harness.engines.vllm.repro_script import cpu_binding
 from harness.launch import RankFailure
 from harness.rundir import logs_dir
 from tests.kit import scaled
+from tests.kit.present import present
 
 ROOT = Path(__file__).resolve().parent.parent
 W1 = "(Worker_PP1 pid=27010) ERROR 11-21 06:11:21 [multiproc_executor.py:1063] "
@@ -43,7 +46,7 @@ LOG = "\n".join([
 
 
 def test_root_cause_is_the_worker_not_the_engine_core_or_driver():
-    cause = root_cause(LOG)
+    cause = present(root_cause(LOG))
     assert cause.process == "Worker_PP1" and cause.pid == 27010
     assert cause.exception == "KeyError: 'residual'"
     assert "llama.py" in cause.traceback and "scheduler.py" not in cause.traceback
@@ -52,7 +55,7 @@ def test_root_cause_is_the_worker_not_the_engine_core_or_driver():
 
 def test_hard_worker_death_without_traceback_is_named():
     log = "(EngineCore pid=5) ERROR 11-21 06:11:21 [multiproc_executor.py:316] Worker proc Worker_TP1 died unexpectedly (exit code: 3), shutting down"
-    cause = root_cause(log)
+    cause = present(root_cause(log))
     assert cause.process == "Worker_TP1" and cause.exception == "died unexpectedly (exit code 3)"
 
 
@@ -68,12 +71,12 @@ def test_a_workers_death_by_signal_is_kept_in_the_crash(tmp_path):
     from harness.launch import LaunchOutcome
     from harness.stages.ended import launch_verdict
 
-    cause = vllm_root_cause(SEGFAULT)
+    cause = present(vllm_root_cause(SEGFAULT))
     assert (cause.process, cause.exitcode, cause.signal) == ("VllmWorker-1", None, "SIGSEGV")
     assert cause.exception == "died unexpectedly (exit code -11, SIGSEGV)"
     told = cause.failure()
     assert (told.exitcode, told.signal) == (None, "SIGSEGV")
-    assert get_engine("vllm").root_cause(SEGFAULT).signal == "SIGSEGV"  # what the engine hands the verdict
+    assert present(get_engine("vllm").root_cause(SEGFAULT)).signal == "SIGSEGV"  # what the engine hands the verdict
 
     class Engine:  # the vLLM engine's root_cause, as the RankFailure of the process that died
         def root_cause(self, text):
@@ -83,7 +86,8 @@ def test_a_workers_death_by_signal_is_kept_in_the_crash(tmp_path):
     log = tmp_path / "rank0.log"
     log.write_text(SEGFAULT)
     driver = RankFailure(0, 1, None, "EngineDeadError: EngineCore encountered an issue.", "tb", str(log))
-    v = launch_verdict("s/x", LaunchOutcome("crash", 5.0, failure=driver, logs={0: str(log)}), Engine())
+    v = present(launch_verdict("s/x", LaunchOutcome("crash", 5.0, failure=driver, logs={0: str(log)}), Engine()))
+    assert v.crash is not None
     assert v.verdict == "crash" and v.crash["signal"] == "SIGSEGV" and v.crash["exitcode"] is None
     assert v.crash["rank"].startswith("VllmWorker-1") and v.crash["log"] == str(log)
     assert "launcher rank 0, saw: EngineDeadError: EngineCore encountered an issue., exit code 1)" in v.crash["traceback"]
@@ -100,13 +104,13 @@ def test_how_a_worker_died_is_read_from_what_the_log_says(log, exitcode, signal,
     from harness.engines.vllm.crash import root_cause as vllm_root_cause
 
     first, *rest = log.split("\n")
-    cause = vllm_root_cause("\n".join([f"(EngineCore pid=5) ERROR 11-21 06:11:21 [multiproc_executor.py:316] {first}", *rest]))
+    cause = present(vllm_root_cause("\n".join([f"(EngineCore pid=5) ERROR 11-21 06:11:21 [multiproc_executor.py:316] {first}", *rest])))
     assert (cause.exitcode, cause.signal, cause.exception) == (exitcode, signal, exception)
 
 
 def test_engine_core_traceback_when_no_worker_failed():
     log = "\n".join(line for line in LOG.splitlines() if not line.startswith("(Worker"))
-    assert root_cause(log).process == "EngineCore"
+    assert present(root_cause(log)).process == "EngineCore"
     assert root_cause("plain text, no vLLM process lines") is None
 
 
@@ -116,17 +120,18 @@ def test_root_cause_names_the_worker_and_the_crash_keeps_the_drivers_view_as_con
 
     engine = get_engine("vllm")
     cause = engine.root_cause(LOG)
-    assert cause is not None and cause.rank.startswith("Worker_PP1") and cause.exception == "KeyError: 'residual'"
+    assert cause is not None and str(cause.rank).startswith("Worker_PP1") and cause.exception == "KeyError: 'residual'"
     assert engine.root_cause("no vLLM lines") is None
 
     log = tmp_path / "rank0.log"
     log.write_text(LOG)
     driver = RankFailure(0, 1, None, "EngineDeadError: EngineCore encountered an issue.", "tb", str(log))
-    v = launch_verdict("s/x", LaunchOutcome("crash", 5.0, failure=driver, logs={0: str(log)}), engine)
+    v = present(launch_verdict("s/x", LaunchOutcome("crash", 5.0, failure=driver, logs={0: str(log)}), engine))
+    assert v.crash is not None
     assert v.crash["rank"].startswith("Worker_PP1") and v.crash["exception"] == "KeyError: 'residual'"
     assert "EngineDeadError" in v.crash["traceback"] and v.crash["log"] == str(log) and v.crash["exitcode"] == 1
     log.write_text("no vLLM lines")
-    assert launch_verdict("s/x", LaunchOutcome("crash", 5.0, failure=driver, logs={0: str(log)}), engine).crash["rank"] == 0
+    assert present(present(launch_verdict("s/x", LaunchOutcome("crash", 5.0, failure=driver, logs={0: str(log)}), engine)).crash)["rank"] == 0
 
 
 def test_a_hang_after_a_worker_raised_is_that_workers_crash(tmp_path):
@@ -139,12 +144,13 @@ def test_a_hang_after_a_worker_raised_is_that_workers_crash(tmp_path):
     worker_log = tmp_path / "rank0.log"
     worker_log.write_text("\n".join(line for line in LOG.splitlines() if line.startswith("(Worker")))
     outcome = LaunchOutcome("hang", 600.0, stuck_at={0: "core_client.py:996 in get_output"}, logs={0: str(worker_log)})
-    v = launch_verdict("s/x", outcome, engine)
+    v = present(launch_verdict("s/x", outcome, engine))
+    assert v.crash is not None and v.hang is not None
     assert v.verdict == "crash" and v.crash["exception"] == "KeyError: 'residual'"
     assert v.reason.startswith("rank Worker_PP1 (vLLM worker: PP rank 1, pid 27010) crashed: KeyError: 'residual'")
     assert "no result after 600s (the timeout)" in v.reason and v.hang["stuck_at"]
     worker_log.write_text("(EngineCore pid=5) INFO 11-21 06:11:20 [core.py:99] waiting")  # nobody raised: a hang
-    assert launch_verdict("s/x", outcome, engine).verdict == "hang"
+    assert present(launch_verdict("s/x", outcome, engine)).verdict == "hang"
 
 
 def test_cpu_binding_one_core_per_rank_round_robin():
@@ -309,7 +315,7 @@ def test_the_pp_evidence_reads_the_decoder_not_a_vision_tower():
     stage1 = model([PPMissingLayer(), torch.nn.Linear(2, 2)])
     assert [type(m).__name__ for m in _layer_list(stage1)] == ["PPMissingLayer", "Linear"]
     whole = model([torch.nn.Linear(2, 2), torch.nn.Linear(2, 2)])
-    assert _layer_list(whole) == list(whole.language_model.layers)
+    assert _layer_list(whole) == list(whole.get_submodule("language_model.layers").children())
 
 
 def test_videos_and_audio_clips_reach_vllm_as_arrays_with_their_limits(tmp_path, monkeypatch):
@@ -340,7 +346,7 @@ def test_vllm_faults_parse_with_and_without_a_pp_rank():
 
     assert faults.parse(["compile-drop-deepstack", "pp-zero-aux@1"]) == {"compile-drop-deepstack": None, "pp-zero-aux": 1}
     assert faults.target_problem(["compile-drop-deepstack"], pp=1) is None
-    assert "would never fire" in faults.target_problem(["pp-zero-aux@1"], pp=1)
+    assert "would never fire" in present(faults.target_problem(["pp-zero-aux@1"], pp=1))
     for bad in (["compile-drop-deepstack@0"], ["pp-zero-aux"], ["no-such-fault"]):
         with pytest.raises(ValueError, match="unknown vllm fault .*compile-drop-deepstack"):
             faults.parse(bad)
@@ -470,7 +476,7 @@ def test_a_start_up_step_is_timed_over_its_outermost_call_once():
     try:
         startup._time_steps(CPUish)
         startup._time_steps(CPUish)  # a second worker of the same class: no second wrapper
-        assert not getattr(CPUish.load_model.__wrapped__, "_harness_timed", False)  # wrapped once
+        assert not getattr(CPUish.__dict__["load_model"].__wrapped__, "_harness_timed", False)  # wrapped once
         assert CPUish().load_model() == "loaded"
         start, end = startup.TIMELINE["load_model"]
         assert start <= marks[0] - 0.01 and end >= marks[0]
@@ -498,6 +504,11 @@ def test_a_loaded_stock_inductor_artifact_gets_the_finalize_vllm_asks_for(monkey
         def finalize_loading(self, config):
             return "vllm's own"
 
+    def load(name: str, **kwargs: Any) -> Any:
+        """torch.compiler's loader as installed now: this test's fake, by name, as wrapped."""
+        loader: Callable[..., Any] = torch.compiler.load_compiled_function
+        return loader(name, **kwargs)
+
     own = VllmSerializable()
     artifacts = {"stock": stock, "vllm": own}
     monkeypatch.setattr(torch.compiler, "load_compiled_function",
@@ -505,13 +516,13 @@ def test_a_loaded_stock_inductor_artifact_gets_the_finalize_vllm_asks_for(monkey
                         raising=False)
     monkeypatch.setenv(aot_cache.OFF_ENV, "0")
     aot_cache.install()
-    assert not hasattr(torch.compiler.load_compiled_function("stock")._artifacts.compiled_fn, "finalize_loading")
+    assert not hasattr(load("stock")._artifacts.compiled_fn, "finalize_loading")
     monkeypatch.delenv(aot_cache.OFF_ENV)
     aot_cache.install()
     aot_cache.install()  # once
-    loaded = torch.compiler.load_compiled_function("stock", f_globals={})
+    loaded = load("stock", f_globals={})
     assert loaded._artifacts.compiled_fn.finalize_loading(object()) is None and loaded._artifacts.compiled_fn() == "ran"
-    assert torch.compiler.load_compiled_function("vllm")._artifacts.compiled_fn.finalize_loading(None) == "vllm's own"
+    assert load("vllm")._artifacts.compiled_fn.finalize_loading(None) == "vllm's own"
 
 
 FORK_RULE = """
@@ -661,10 +672,10 @@ def test_vllm_refuses_a_chunk_budget_below_max_num_seqs_and_fillers_for_media():
     from harness.engines.vllm import VllmEngine, _media_reason
 
     engine = VllmEngine()  # the rule and the axis's domain are asked before the installed vLLM is
-    assert "below max_num_seqs=8" in engine.unsupported_reason({"chunked_prefill": 4})
-    assert "budget" in engine.unsupported_reason({"chunked_prefill": True})
+    assert "below max_num_seqs=8" in present(engine.unsupported_reason({"chunked_prefill": 4}))
+    assert "budget" in present(engine.unsupported_reason({"chunked_prefill": True}))
     assert not any(r.broken({"chunked_prefill": b}) for r in engine.all_rules() for b in (0, 32))
-    assert "media placeholders" in _media_reason({"vision_config": {}}, RunAxes(batch="mixed"))
+    assert "media placeholders" in present(_media_reason({"vision_config": {}}, RunAxes(batch="mixed")))
     assert _media_reason({"vision_config": {}}, RunAxes(batch="one")) is None
 
 
@@ -703,7 +714,7 @@ def test_vllm_refuses_ep_without_experts_to_split():
     from harness.engines.vllm import _ep_reason
 
     assert _ep_reason({"num_experts": 4}, RunAxes(ep=True, tp=2)) is None
-    assert "no routed experts" in _ep_reason({"hidden_size": 128}, RunAxes(ep=True, tp=2))
+    assert "no routed experts" in present(_ep_reason({"hidden_size": 128}, RunAxes(ep=True, tp=2)))
     assert _ep_reason({"hidden_size": 128}, RunAxes(ep=False)) is None
 
 
@@ -715,8 +726,8 @@ def test_vllm_032_cpu_without_amx_refuses_mla_models():
 
     cpu = {"vllm": "0.32.0", "platform": "cpu", "cpu_amx": False}
     mla = {"model_type": "deepseek_v2", "kv_lora_rank": 256}
-    assert "Unsupported block size: 16" in _mla_reason(mla, cpu)
-    assert "platforms/cpu.py:273-279" in _mla_reason(mla, cpu)
+    assert "Unsupported block size: 16" in present(_mla_reason(mla, cpu))
+    assert "platforms/cpu.py:273-279" in present(_mla_reason(mla, cpu))
     for other in ({"cpu_amx": True}, {"platform": "cuda"}, {"vllm": "0.33.0"}):
         assert _mla_reason(mla, {**cpu, **other}) is None
     assert _mla_reason({**mla, "kv_lora_rank": None}, cpu) is None  # DeepSeek-V2-Lite style without MLA
@@ -766,13 +777,13 @@ def test_a_worker_that_segfaulted_is_blamed_not_the_peer_that_lost_its_connectio
         w1 + '  File "/venv/vllm/distributed/device_communicators/cpu_communicator.py", line 85, in all_reduce',
         w1 + "RuntimeError: [gloo/transport/tcp/pair.cc:553] Connection closed by peer [127.0.0.1]:23773.",
     ])
-    cause = root_cause(log)
+    cause = present(root_cause(log))
     assert cause.describe() == "Worker_TP0_EP0 (vLLM worker: TP rank 0, EP rank 0, pid 5261)"
     assert cause.exception == "Fatal Python error: Segmentation fault"
     assert cause.frame == "/venv/vllm/_custom_ops.py:4498 in cpu_fused_moe"
     assert "cpu_moe.py" in cause.traceback
     without_death = "\n".join(line for line in log.splitlines() if "died" not in line)
-    assert root_cause(without_death).process == "Worker_TP1_EP1"  # nothing else to blame: the peer's error stands
+    assert present(root_cause(without_death)).process == "Worker_TP1_EP1"  # nothing else to blame: the peer's error stands
 
 
 def test_batch_invariant_is_refused_with_the_probes_reason_or_set_in_the_launch_environment(tmp_path, monkeypatch):
@@ -812,11 +823,11 @@ def test_vllm_data_parallelism_is_refused_for_a_dense_model_as_vllm_refuses_it()
 
     dense = {"hidden_size": 128}
     assert _dp_reason({"num_experts": 4}, RunAxes(dp=2)) is None
-    assert "for MoE models only" in _dp_reason(dense, RunAxes(dp=2)) and "dense" in _dp_reason(dense, RunAxes(dp=2))
+    assert "for MoE models only" in present(_dp_reason(dense, RunAxes(dp=2))) and "dense" in present(_dp_reason(dense, RunAxes(dp=2)))
     assert _dp_reason(dense, RunAxes(dp=1)) is None
     engine = VllmEngine()
     assert "dp" in engine.axes
-    assert "nothing to split" in engine.unsupported_reason({"tp": 1, "dp": 1, "ep": True})
+    assert "nothing to split" in present(engine.unsupported_reason({"tp": 1, "dp": 1, "ep": True}))
     assert engine.devices_needed({"tp": 1, "pp": 1, "dp": 2}) == 2
 
 
@@ -833,7 +844,7 @@ def test_a_dp_driver_is_told_its_vllm_dp_rank_and_hands_its_share_to_dp_rank_0(t
         "VLLM_DP_RANK": "1", "VLLM_DP_RANK_LOCAL": "1", "VLLM_DP_SIZE": "2",
         "VLLM_DP_MASTER_IP": "10.0.0.5", "VLLM_DP_MASTER_PORT": "29500"}
     assert exchange_replicas(str(tmp_path), 1, 0, {"x": 1}) == {0: {"x": 1}}  # no DP: nothing written
-    got = {}
+    got: dict[str, dict] = {}
     other = threading.Thread(target=lambda: got.update(r1=exchange_replicas(str(tmp_path), 2, 1, {"part": 1})))
     other.start()
     parts = exchange_replicas(str(tmp_path), 2, 0, {"part": 0})
@@ -866,7 +877,7 @@ def test_a_draft_model_with_mrope_positions_is_refused_as_vllm_refuses_it():
     from harness.engines.vllm import _draft_reason
 
     mrope = {"text_config": {"rope_parameters": {"mrope_section": [4, 6, 6]}}}
-    assert "M-RoPE" in _draft_reason(mrope, RunAxes(spec="draft"))
+    assert "M-RoPE" in present(_draft_reason(mrope, RunAxes(spec="draft")))
     assert _draft_reason(mrope, RunAxes(spec="ngram")) is None
     assert _draft_reason({"rope_scaling": {"rope_type": "default"}}, RunAxes(spec="draft")) is None
 
