@@ -28,6 +28,7 @@ from tests.kit import (
     timeout_message,
     wait_until,
 )
+from tests.kit.present import present
 from tests.kit.ranks import ALLREDUCE, POOL_PRELOAD, RANKS
 
 pytestmark = pytest.mark.e2e  # starts real rank processes
@@ -88,10 +89,11 @@ def test_all_ok(dirs, way):
 def test_rank_raises(dirs, world_size, way):
     out = launch_case(dirs, "raise", world_size=world_size, way=way)
     assert out.status == "crash", out
-    f = out.failure
+    f = present(out.failure)
     # the other ranks die too ("Connection closed by peer"), but rank 1 is the cause
     assert f.rank == 1, f
     assert f.exitcode == 1 and f.signal is None
+    assert f.exception is not None and f.traceback is not None
     assert "KeyError" in f.exception and "residual" in f.exception
     assert "Traceback" in f.traceback and 'raise KeyError("residual")' in f.traceback
     assert f.log == out.logs[1]
@@ -101,15 +103,16 @@ def test_rank_raises(dirs, world_size, way):
 def test_rank_sigkilled(dirs, way):
     out = launch_case(dirs, "sigkill", way=way)
     assert out.status == "crash", out
-    f = out.failure
+    f = present(out.failure)
     assert (f.rank, f.exitcode, f.signal, f.exception) == (1, None, "SIGKILL", None)
-    assert "all_reduce ok" in f.traceback  # no error record: the tail of the log instead
+    assert "all_reduce ok" in present(f.traceback)  # no error record: the tail of the log instead
 
 
 @pytest.mark.parametrize("way", WAYS)
 def test_rank_exits_nonzero_without_record(dirs, way):
     out = launch_case(dirs, "exit3", way=way)
     assert out.status == "crash", out
+    assert out.failure is not None
     assert (out.failure.rank, out.failure.exitcode, out.failure.signal) == (1, 3, None)
 
 
@@ -132,10 +135,10 @@ def test_a_rank_that_dies_before_writing_its_log_says_so(dirs, tmp_path, way):
         plan = LaunchPlan(1, **rank_command("pool"))
         env = {"": "an empty name"}  # the CLI and scenario files refuse it; the launcher is the last line
     out = run_ranks(plan, logs, timeout_s=scaled(60), env=env)
-    assert out.status == "crash" and out.failure.exitcode == 1, out
+    assert out.status == "crash" and out.failure is not None and out.failure.exitcode == 1, out
     assert not Path(out.logs[0]).exists() if way == "pool" else Path(out.logs[0]).read_text() == ""
     engine = get_engine("reference")
-    v = launch_verdict("s/x", out, engine)
+    v = present(launch_verdict("s/x", out, engine))
     assert v.verdict == "crash"
     assert v.reason.startswith("rank 0 died before writing anything to its log (exit code 1)"), v.reason
     assert "-m tests.ranks.allreduce" in v.reason, v.reason
@@ -190,7 +193,7 @@ def test_port_in_use_is_retried(dirs, monkeypatch):
     busy.listen(16)
     busy_port = busy.getsockname()[1]
     real_free_port = launch.free_port
-    handed = []
+    handed: list[int] = []
 
     def fake_free_port():
         port = busy_port if not handed else real_free_port()

@@ -13,6 +13,7 @@ import pytest
 from harness.engines.vllm.crash import root_cause
 from harness.launch import rankside
 from harness.launch.rootcause import root_of
+from tests.kit.present import present
 
 
 def dynamo(name: str, base: type = RuntimeError) -> type:
@@ -51,7 +52,7 @@ def test_cause_through_torch_runtime_error():
     root = root_of(raised(compiled))
     assert (root.exception_type, root.message) == ("KeyError", "'residual'")
     assert root.frame == f"{__file__}:{FORWARD_LINE} in model_forward"
-    assert root.wrapper.startswith("torch._dynamo.exc.TorchRuntimeError: Dynamo failed")
+    assert present(root.wrapper).startswith("torch._dynamo.exc.TorchRuntimeError: Dynamo failed")
 
 
 def test_inner_exception_of_backend_compiler_failed_and_context_of_internal_error():
@@ -69,7 +70,7 @@ def test_inner_exception_of_backend_compiler_failed_and_context_of_internal_erro
         except KeyError:
             raise InternalTorchDynamoError("KeyError: 'residual'")  # noqa: B904 - __context__ only, as torch does
     root = root_of(raised(internal))
-    assert root.exception == "KeyError: 'residual'" and root.frame.endswith(f":{FORWARD_LINE} in model_forward")
+    assert root.exception == "KeyError: 'residual'" and present(root.frame).endswith(f":{FORWARD_LINE} in model_forward")
 
 
 class Frame:  # traceback.FrameSummary's fields that Dynamo keeps in real_stack
@@ -104,13 +105,13 @@ def test_observed_exception_of_torch_2_11_keeps_the_type_and_the_user_code_frame
            '   File "/models/llama.py", line 412, in forward\n    residual = intermediate_tensors["residual"]\n'
     root = root_of(raised(lambda: (_ for _ in ()).throw(ObservedKeyError(text))))
     assert root.exception_type == "KeyError" and root.frame == "/models/llama.py:412 in forward"
-    assert root.wrapper.startswith("torch._dynamo.exc.ObservedKeyError: raised exception ExceptionVariable")
+    assert present(root.wrapper).startswith("torch._dynamo.exc.ObservedKeyError: raised exception ExceptionVariable")
 
 
 def test_an_exception_outside_compile_is_itself_with_its_frame():
     root = root_of(raised(lambda: model_forward({})))
     assert root.exception == "KeyError: 'residual'" and root.wrapper is None
-    assert root.frame.endswith(f":{FORWARD_LINE} in model_forward")
+    assert present(root.frame).endswith(f":{FORWARD_LINE} in model_forward")
 
 
 def test_the_rank_error_record_names_the_models_exception(tmp_path, monkeypatch):
@@ -148,6 +149,7 @@ def test_real_torch_compile_fullgraph_observed_key_error():
     exc = raised(lambda: torch.compile(forward, fullgraph=True, backend="eager")(torch.ones(2), Buffers({})))
     root = root_of(exc)
     assert root.exception == "KeyError: 'residual'", "".join(traceback.format_exception(exc))[-3000:]
+    assert root.frame is not None
     assert root.frame.startswith(__file__), root.frame
     assert root.frame.endswith(" in __getitem__") or root.frame.endswith(f":{line} in forward"), root.frame
 
@@ -174,7 +176,7 @@ def test_vllm_log_of_torch_2_13_wrapper_names_the_models_exception_and_line():
         "    raise e.with_traceback(",
         *UNSUPPORTED_213.replace("Observed exception", "torch._dynamo.exc.Unsupported: Observed exception", 1).splitlines(),
     )
-    cause = root_cause(log)
+    cause = present(root_cause(log))
     assert cause.process == "Worker_PP1" and cause.exception == "KeyError: 'residual'"
     assert cause.frame == "/models/llama.py:412 in forward"
     assert cause.wrapper == "torch._dynamo.exc.Unsupported: Observed exception"
@@ -191,14 +193,14 @@ def test_vllm_log_of_torch_2_11_wrapper_and_of_a_plain_exception():
         '   File "/venv/vllm/model_executor/models/llama.py", line 412, in forward',
         '    residual = intermediate_tensors["residual"]',
     )
-    cause = root_cause(log)
+    cause = present(root_cause(log))
     assert cause.exception == "KeyError" and cause.frame == "/venv/vllm/model_executor/models/llama.py:412 in forward"
-    assert cause.wrapper.startswith("torch._dynamo.exc.ObservedKeyError")
-    plain = root_cause(worker_log("Traceback (most recent call last):",
+    assert present(cause.wrapper).startswith("torch._dynamo.exc.ObservedKeyError")
+    plain = present(root_cause(worker_log("Traceback (most recent call last):",
                                   '  File "/venv/vllm/model_executor/models/llama.py", line 412, in forward',
                                   f'  File "{TORCH}/nn/modules/module.py", line 1778, in _call_impl',
-                                  "AssertionError"))
-    assert plain.exception == "AssertionError" and plain.frame.endswith("llama.py:412 in forward") and plain.wrapper is None
+                                  "AssertionError")))
+    assert plain.exception == "AssertionError" and present(plain.frame).endswith("llama.py:412 in forward") and plain.wrapper is None
 
 
 @pytest.mark.e2e
@@ -232,5 +234,5 @@ def test_vllm_log_a_wrapped_worker_error_keeps_its_place_before_a_later_workers_
         w0 + '  File "/venv/vllm/distributed/parallel_state.py", line 900, in recv',
         w0 + "RuntimeError: Connection closed by peer",
     ])
-    cause = root_cause(log)
+    cause = present(root_cause(log))
     assert cause.process == "Worker_PP1" and cause.exception == "KeyError: 'residual'"
