@@ -46,6 +46,7 @@ class Written:
     suite: str
     gitignore: Path | None = None  # None: every entry was there already
     ignored: tuple[str, ...] = ()  # the entries init added to it
+    left_out: dict[str, str] | None = None  # axis -> why the installed engine's values of it are not written
 
 
 def model_entry(model: str) -> str | dict:
@@ -111,15 +112,30 @@ def _gates(raw: dict, where: Path) -> dict:
     return {"pr": one_change, "nightly": ["*"]}
 
 
-def init_project(directory: Path, model: str, engine: str = "reference", suite: str | None = None) -> Written:
-    from harness.engines import declared_axes
+def runnable_axes(engine_name: str, say=lambda line: None) -> tuple[dict[str, tuple | None], dict[str, str]]:
+    """The axes and values the engine as installed here runs, and why each cut axis was cut
+    (vLLM 0.32: no SP pass). An engine that cannot be asked gives every declared value,
+    saying so: its scenarios then say what they cannot run when they run."""
+    from harness.engines import EngineUnavailable, get_engine
 
+    try:
+        engine = get_engine(engine_name)
+    except EngineUnavailable:
+        raise InitError(f"engine '{engine_name}' cannot be loaded here (`harness list --engines` shows the engines)") from None
+    try:
+        return engine.installed_axes(say)
+    except Exception as exc:  # noqa: BLE001 - not installed yet, or its probe failed: the declaration stands
+        say(f"the installed {engine_name} could not be asked what it runs ({type(exc).__name__}: {exc}); "
+            "writing every value it declares")
+        return dict(engine.axes), {}
+
+
+def init_project(directory: Path, model: str, engine: str = "reference", suite: str | None = None,
+                 say=lambda line: None) -> Written:
     if not directory.is_dir():
         raise InitError(f"{directory} is not a directory: create it first (`mkdir -p {directory}`), or give --dir DIR")
     directory = directory.resolve()
-    axes = declared_axes(engine)
-    if axes is None:
-        raise InitError(f"engine '{engine}' cannot be loaded here (`harness list --engines` shows the engines)")
+    axes, left_out = runnable_axes(engine, say)
     suite = suite or suite_name(model)
     if not ID_PART.fullmatch(suite):
         raise InitError(f"suite name '{suite}': lower-case letters, digits, '.' and '-' (it starts every scenario id)")
@@ -140,7 +156,7 @@ def init_project(directory: Path, model: str, engine: str = "reference", suite: 
     scenario_file.parent.mkdir(parents=True, exist_ok=True)
     scenario_file.write_text(text)
     added = ignore_entries(directory, engine)
-    return Written(config, scenario_file, suite, directory / GITIGNORE if added else None, added)
+    return Written(config, scenario_file, suite, directory / GITIGNORE if added else None, added, left_out)
 
 
 def scenario_dir(directory: Path) -> Path:

@@ -202,3 +202,31 @@ def test_harness_golden_says_what_it_does_while_it_runs(tmp_path, monkeypatch, c
     assert said[0] == "[1/1] golden mine: running reference at its golden setting (tp=1 pp=1 sp=false compile=false)", said
     assert "[1/1] golden mine: still running (0:00): warming up / compiling, or running its workloads" in said, said
     assert said[-1].startswith(f"[1/1] golden mine: {tmp_path / 'golden' / 'mine'} ("), said
+
+
+def test_init_writes_only_what_the_installed_engine_runs_and_says_what_it_left_out(tmp_path, monkeypatch):
+    from harness.engines.reference import ReferenceEngine
+
+    def installed(self, say=lambda line: None):
+        return {**self.axes, "sp": (False,)}, {"sp": "this install has no sequence-parallel pass"}
+
+    monkeypatch.setattr(ReferenceEngine, "installed_axes", installed)
+    done = init_project(tmp_path, "tiny-llama", suite="mine")
+    raw = yaml.safe_load(done.scenario_file.read_text())
+    assert "sp" not in raw["matrix"] and "sp" not in raw["golden"] and raw["matrix"]["tp"] == [1, 2]
+    assert done.left_out == {"sp": "this install has no sequence-parallel pass"}
+    assert not [s for s in load_scenarios([done.scenario_file]) if s.settings.get("sp")]
+
+
+def test_init_with_an_engine_that_cannot_be_asked_writes_its_declaration_and_says_so(tmp_path, monkeypatch):
+    from harness.engines.reference import ReferenceEngine
+
+    def broken(self, say=lambda line: None):
+        raise RuntimeError("probe interpreter missing")
+
+    monkeypatch.setattr(ReferenceEngine, "installed_axes", broken)
+    said = []
+    done = init_project(tmp_path, "tiny-llama", suite="mine", say=said.append)
+    assert "sp" in yaml.safe_load(done.scenario_file.read_text())["matrix"] and not done.left_out
+    assert said == ["the installed reference could not be asked what it runs (RuntimeError: probe interpreter missing); "
+                    "writing every value it declares"]

@@ -24,13 +24,15 @@ def run(args) -> int:
     from harness.settings.project import ProjectConfigError, project
 
     try:
-        done = init_project(args.dir, args.model, args.engine, args.suite)
+        done = init_project(args.dir, args.model, args.engine, args.suite, say=print)
     except (InitError, ProjectConfigError) as exc:
         print(f"harness init: {exc}", file=sys.stderr)
         return exit_codes.USAGE
     if done.config:
         print(f"wrote the project config: {done.config}")
     print(f"wrote {done.scenario_file}")
+    for axis, why in (done.left_out or {}).items():  # what the installed engine cannot run is not planned
+        print(f"left out {axis}: {why}")
     if done.gitignore:  # kept out of `git add .`: run output, the engine's environment (GBs)
         print(f"added to {done.gitignore}: {', '.join(done.ignored)}")
     root = args.dir.resolve()
