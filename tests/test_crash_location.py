@@ -12,6 +12,7 @@ from harness.launch.blame import read_record
 from harness.launch.outcome import location
 from harness.launch.rootcause import is_model_frame, model_frame, root_of
 from harness.stages.ended import launch_verdict
+from tests.kit.present import present
 
 W1 = "(Worker_PP1 pid=27011) ERROR 11-21 06:11:21 [multiproc_executor.py:1063] "
 SITE = "/venv/lib/python3.12/site-packages/vllm"
@@ -32,24 +33,24 @@ def worker_log() -> str:
 
 
 def test_a_vllm_workers_crash_names_the_raise_site_and_the_models_line(tmp_path):
-    cause = root_cause(worker_log())
+    cause = present(root_cause(worker_log()))
     assert cause.frame == f"{SEQUENCE}:43 in __getitem__" and cause.model_frame == f"{MODEL}:370 in forward"
     log = tmp_path / "rank0.log"
     log.write_text(worker_log())
     failure = RankFailure(0, 1, None, "EngineDeadError: EngineCore encountered an issue", None, str(log))
     from harness.engines.vllm import VllmEngine
 
-    v = launch_verdict("s/pp2", LaunchOutcome("crash", 1.0, failure=failure, logs={0: str(log)}), VllmEngine())
+    v = present(launch_verdict("s/pp2", LaunchOutcome("crash", 1.0, failure=failure, logs={0: str(log)}), VllmEngine()))
     assert v.verdict == "crash"
     assert v.reason.startswith("rank Worker_PP1 (vLLM worker: PP rank 1, pid 27011) crashed: KeyError: 'residual' at "
                                "site-packages/vllm/sequence.py:43 in __getitem__ (raised) from "
                                "model_executor/models/step3_text.py:370 in forward (model)"), v.reason
-    assert v.crash["model_frame"] == f"{MODEL}:370 in forward"  # kept whole for the report
+    assert present(v.crash)["model_frame"] == f"{MODEL}:370 in forward"  # kept whole for the report
 
 
 def test_a_crash_raised_in_the_models_own_line_names_it_once():
     log = worker_log().replace(f'{SEQUENCE}", line 43, in __getitem__', f'{MODEL}", line 371, in forward')
-    cause = root_cause(log)
+    cause = present(root_cause(log))
     assert cause.frame == f"{MODEL}:371 in forward" and cause.model_frame is None
     assert location(cause.frame, cause.model_frame) == "model_executor/models/step3_text.py:371 in forward"
     assert location(None, None) == "" and location(None, f"{MODEL}:1 in f") == "model_executor/models/step3_text.py:1 in f"
@@ -82,7 +83,7 @@ def test_a_ranks_error_record_names_the_models_line_above_the_raise_site(tmp_pat
         monkeypatch.setenv(rankside.ERROR_FILE_ENV, str(path))
         rankside.write_error_record(exc)
     assert root.frame == f"{SEQUENCE}:2 in f" and root.model_frame == f"{MODEL}:2 in f"
-    record = read_record(path)
+    record = present(read_record(path))
     assert record["model_frame"] == f"{MODEL}:2 in f" and record["harness_fault"] is None
     failure = RankFailure(1, 1, None, "KeyError: 'residual'", None, "", record["frame"], model_frame=record["model_frame"])
     assert failure.describe() == ("rank 1 crashed: KeyError: 'residual' at site-packages/vllm/sequence.py:2 in f (raised) "

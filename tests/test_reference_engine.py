@@ -8,6 +8,7 @@ Multi-rank runs are real processes started by the harness's own launcher
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -16,6 +17,7 @@ from harness.contract.outputs import EngineOutputs
 from harness.contract.runspec import RunSpec
 from harness.engines.reference import ReferenceEngine
 from tests.kit import TIME_SCALE_ENV, scaled, time_scale
+from tests.kit.present import present
 from tests.kit.ranks import RUN_BUDGET_S, explain, launch_ranks, run_in_process
 
 VOCAB = 512
@@ -112,7 +114,7 @@ def test_output_format(eager_tp1):
     assert meta["stage_io"][0]["sent"] == {} and meta["stage_io"][0]["received"] == {}
 
 
-SETTINGS = {
+SETTINGS: dict[str, dict[str, Any]] = {
     "tp2": dict(tp=2),
     "pp2": dict(pp=2),
     "tp2-pp2": dict(tp=2, pp=2),
@@ -152,10 +154,10 @@ def test_unsupported_reasons(tiny_model):
     eng = ReferenceEngine()
     assert eng.unsupported_reason({"tp": 1, "sp": True}) is not None
     assert eng.unsupported_reason({"tp": 2, "pp": 2, "sp": True}) is None
-    assert "num_attention_heads" in eng.unsupported_reason({"tp": 3}, model_dir=tiny_model)
-    assert "pp=5" in eng.unsupported_reason({"pp": 5}, model_dir=tiny_model)
+    assert "num_attention_heads" in present(eng.unsupported_reason({"tp": 3}, model_dir=tiny_model))
+    assert "pp=5" in present(eng.unsupported_reason({"pp": 5}, model_dir=tiny_model))
     assert eng.unsupported_reason({"tp": 2, "pp": 4}, model_dir=tiny_model) is None
-    assert "no axis" in eng.unsupported_reason({"batch_invariant": True})
+    assert "no axis" in present(eng.unsupported_reason({"batch_invariant": True}))
 
 
 def test_faults_registry():
@@ -184,8 +186,8 @@ def test_the_all_reduce_perturbation_takes_a_positive_size():
 def test_rank_raise_fault_fails_only_that_rank(tiny_model, tmp_path):
     spec = make_spec(tiny_model, tmp_path / "out", faults=["rank-raise@1"], pp=2)
     outcome = launch_ranks(spec, tmp_path)
-    assert outcome.status == "crash" and outcome.failure.rank == 1, explain(outcome)
-    assert "fault rank-raise" in outcome.failure.exception
+    assert outcome.status == "crash" and outcome.failure is not None and outcome.failure.rank == 1, explain(outcome)
+    assert "fault rank-raise" in present(outcome.failure.exception)
     assert "fault rank-raise" in Path(outcome.logs[1]).read_text()
     assert not EngineOutputs.exists(tmp_path / "out")
 
