@@ -14,6 +14,7 @@ from harness.compare.localize import describe, first_divergence
 from harness.contract.outputs import EngineOutputs
 from harness.report.axes import explaining_settings
 from harness.verdict import Verdict
+from tests.kit.present import present
 
 HIDDEN = {"shape": [8, 64], "dtype": "float32"}
 
@@ -30,7 +31,7 @@ def stage_io(pp: int = 2, tp: int = 1, keys=("hidden_states", "residual")) -> li
 
 
 def test_contract_holds_for_matching_stages_and_is_silent_without_pp():
-    assert check_pp_contract(stage_io()).passed
+    assert present(check_pp_contract(stage_io())).passed
     assert check_pp_contract(stage_io(pp=1)) is None
     assert check_pp_contract(None) is None
 
@@ -38,7 +39,7 @@ def test_contract_holds_for_matching_stages_and_is_silent_without_pp():
 def test_contract_names_a_key_missing_from_the_receive_buffer():
     io = stage_io(tp=2)
     del io[3]["received"]["residual"]  # stage 1, tp rank 1 allocated no residual
-    result = check_pp_contract(io)
+    result = present(check_pp_contract(io))
     assert not result.passed
     assert result.summary == "stage 0 -> 1 (tp rank 1): 'residual' sent but not in the receive buffer"
 
@@ -47,7 +48,7 @@ def test_contract_names_a_side_channel_the_sender_dropped_and_a_shape_mismatch()
     io = stage_io()
     io[1]["expects"]["kv_connector_output"] = io[1]["received"]["kv_connector_output"] = {"kind": "object"}
     io[0]["sent"]["residual"] = {"shape": [4, 64], "dtype": "float32"}
-    problems = check_pp_contract(io).metrics["problems"]
+    problems = present(check_pp_contract(io)).metrics["problems"]
     assert "stage 0 -> 1 (tp rank 0): 'kv_connector_output' expected by the receiver but not sent" in problems
     assert any("'residual' sent as {'shape': [4, 64]" in p for p in problems)
 
@@ -66,7 +67,7 @@ def test_localisation_names_layer_stage_and_sp_shard():
     broken = states.clone()
     broken[2, 5:] += 0.5  # layer 2, rows of tp rank 1's shard
     broken[3] += 0.5  # everything after it differs too
-    found = first_divergence(golden, captured(broken, owner, True, stage_io(pp=2, tp=2)), [{"name": "logits"}])
+    found = present(first_divergence(golden, captured(broken, owner, True, stage_io(pp=2, tp=2)), [{"name": "logits"}]))
     assert (found["layer"], found["pp_stage"], found["tp_rank"], found["token_row"]) == (2, 1, 1, 5)
     assert describe(found).startswith("first diverging layer 2 (pp stage 1), SP shard of tp rank 1")
 
@@ -74,8 +75,8 @@ def test_localisation_names_layer_stage_and_sp_shard():
 def test_localisation_ignores_float_noise_and_says_when_layers_agree():
     states = torch.randn(4, 8, 64)
     golden = captured(states, torch.zeros(8, dtype=torch.int64), False, stage_io(pp=1))
-    found = first_divergence(golden, captured(states + 1e-6, torch.zeros(8, dtype=torch.int64), False, stage_io(pp=1)),
-                             [{"name": "logits"}])
+    found = present(first_divergence(golden, captured(states + 1e-6, torch.zeros(8, dtype=torch.int64), False, stage_io(pp=1)),
+                             [{"name": "logits"}]))
     assert found["layer"] is None and "after the last layer" in found["note"]
     assert first_divergence(golden, EngineOutputs(), [{"name": "logits"}]) is None
 
@@ -88,18 +89,18 @@ def test_the_setting_behind_the_failures_is_named():
     runs = [verdict("a/tp2-sp", "fail", tp=2, sp=True), verdict("a/tp2-pp2-sp", "crash", tp=2, pp=2, sp=True),
             verdict("a/tp2", "pass", tp=2, sp=False), verdict("a/tp1", "pass", tp=1, sp=False),
             verdict("a/tp3", "unsupported", tp=3, sp=True)]
-    assert explaining_settings(runs).startswith("Failures explained by `sp=true`: every scenario with it failed (2)")
+    assert present(explaining_settings(runs)).startswith("Failures explained by `sp=true`: every scenario with it failed (2)")
     pair = [verdict("vl/c", "fail", compile=True), verdict("vl/e", "pass", compile=False),
             verdict("tiny/c", "pass", compile=True)]
-    assert "`compile=true, suite=vl`" in explaining_settings(pair)
+    assert "`compile=true, suite=vl`" in present(explaining_settings(pair))
     assert explaining_settings(runs[2:4]) is None  # nothing failed
     # a feature left off separates them too, but the switched-on pair is the cause named
     cache = [verdict("f/pp2-pc", "fail", pp=2, prefix_cache=True, chunked_prefill=0),
              verdict("f/pp1-pc-cp", "pass", pp=1, prefix_cache=True, chunked_prefill=32),
              verdict("f/pp2-cp", "pass", pp=2, prefix_cache=False, chunked_prefill=32)]
-    assert explaining_settings(cache).startswith("Failures explained by `pp=2, prefix_cache=true`")
+    assert present(explaining_settings(cache)).startswith("Failures explained by `pp=2, prefix_cache=true`")
     off_only = [verdict("g/a", "fail", sp=False), verdict("g/b", "pass", sp=True)]
-    assert explaining_settings(off_only).startswith("Failures explained by `sp=false`")  # still said when it is all there is
+    assert present(explaining_settings(off_only)).startswith("Failures explained by `sp=false`")  # still said when it is all there is
     mixed = [verdict("a/x", "fail", tp=2, pp=2), verdict("a/w", "fail", tp=1, pp=1),
              verdict("a/y", "pass", tp=2, pp=1), verdict("a/z", "pass", tp=1, pp=2)]
     assert explaining_settings(mixed) == ("No single setting or pair separates the failures: all 2 have `suite=a`, "

@@ -33,6 +33,7 @@ def test_a_different_crash_is_not_the_expected_one():
     an AssertionError: today it was reported 'crash as expected'."""
     v = _apply_expectation(crash("AttributeError: 'IntermediateTensors' object has no attribute 'get'",
                                  versions={**VLLM_020, "vllm": "0.32.1"}), (PP_ASSERT,))
+    assert v.expectation is not None
     assert v.verdict == "crash" and not v.as_expected
     assert "NOT the expected failure" in v.reason and "AssertionError" in v.reason and "AttributeError" in v.reason
     assert v.expectation["status"] == "mismatch" and "AttributeError" in v.expectation["happened"]
@@ -42,6 +43,7 @@ def test_a_different_crash_is_not_the_expected_one():
 def test_the_named_crash_is_expected():
     tb = 'File "gpu_model_runner.py", line 3174, in sync_and_gather_intermediate_tensors\n    assert ...\nAssertionError'
     v = _apply_expectation(crash("AssertionError", tb=tb), (PP_ASSERT,))
+    assert v.expectation is not None
     assert v.verdict == "expected-failure" and v.observed == "crash" and v.as_expected
     assert v.expectation["status"] == "matched" and v.expectation["ran_on"] == "vllm 0.32.0 (torch 2.13.0+cpu)"
 
@@ -51,11 +53,13 @@ def test_the_right_exception_on_the_wrong_worker_or_frame_is_not_expected():
     v = _apply_expectation(crash("AssertionError", rank="Worker_PP0 (vLLM worker: PP rank 0)", tb=tb), (PP_ASSERT,))
     assert v.verdict == "crash" and "expected rank Worker_PP1" in v.reason
     v = _apply_expectation(crash("AssertionError", tb="in some_other_function"), (PP_ASSERT,))
+    assert v.expectation is not None
     assert v.verdict == "crash" and "traceback" in v.expectation["why"]
 
 
 def test_an_expectation_for_other_versions_does_not_apply():
     v = _apply_expectation(crash("AttributeError: 'IntermediateTensors' object has no attribute 'get'", versions=VLLM_020), (PP_ASSERT,))
+    assert v.expectation is not None
     assert v.verdict == "crash" and v.expected_failure is None
     assert v.expectation["status"] == "not-applicable" and "vllm 0.20.2" in v.expectation["why"]
     ok = _apply_expectation(Verdict("s/x", "pass", "all held", versions=dict(VLLM_020)), (PP_ASSERT,))
@@ -64,6 +68,7 @@ def test_an_expectation_for_other_versions_does_not_apply():
 
 def test_an_expectation_that_no_longer_fires_names_the_version():
     v = _apply_expectation(Verdict("s/x", "pass", "all held", versions=dict(VLLM_032)), (PP_ASSERT,))
+    assert v.expectation is not None
     assert v.unexpected_pass and not v.as_expected
     assert "did not happen on vllm 0.32.0" in v.reason and v.expectation["status"] == "not-fired"
 
@@ -176,11 +181,14 @@ def test_an_unsupported_declared_for_the_engine_version_is_matched():
     from harness.compare.expectations import declares_unsupported
 
     v = _apply_expectation(unsupported(), (SP_REMOVED,))
+    assert v.expectation is not None
     assert v.verdict == "unsupported" and v.as_expected and v.expectation["status"] == "matched"
     assert declares_unsupported(v)
     other_version = _apply_expectation(unsupported(versions=VLLM_020), (SP_REMOVED,))
+    assert other_version.expectation is not None
     assert not declares_unsupported(other_version) and other_version.expectation["status"] == "not-applicable"
     other_reason = _apply_expectation(unsupported(reason="needs 4 devices, this machine has 2"), (SP_REMOVED,))
+    assert other_reason.expectation is not None
     assert not declares_unsupported(other_reason) and "expected a reason matching" in other_reason.expectation["why"]
     assert not declares_unsupported(_apply_expectation(unsupported(), (PP_ASSERT,)))  # an expected crash declares nothing
 

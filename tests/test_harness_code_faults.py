@@ -16,6 +16,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -25,6 +26,7 @@ from harness.launch import LaunchOutcome, RankFailure, rankside
 from harness.launch.blame import harness_fault_of, read_record
 from harness.launch.ownership import owner
 from harness.stages.ended import launch_verdict
+from tests.kit.present import present
 
 ROOT = Path(__file__).resolve().parent.parent
 VLLM_FILE = "/venv/lib/python3.12/site-packages/vllm/sequence.py"
@@ -117,11 +119,11 @@ def test_a_rank_whose_outputs_writer_fails_ends_error_naming_the_harness_line(tm
     done = subprocess.run([sys.executable, "-c", script], env={"PYTHONPATH": str(ROOT), rankside.ERROR_FILE_ENV: str(path)},
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 1, done.stderr
-    record = read_record(path)
+    record = present(read_record(path))
     assert record["frame"].split(":")[0].endswith("json/encoder.py")  # the innermost frame: the library's
     failure = RankFailure(0, 1, None, "TypeError: Object of type ModelConfig is not JSON serializable", record["traceback"],
                           str(tmp_path / "rank0.log"), record["frame"], harness_fault=harness_fault_of(record))
-    v = launch_verdict("s/x", LaunchOutcome("crash", 1.0, failure=failure), engine=None)
+    v = present(launch_verdict("s/x", LaunchOutcome("crash", 1.0, failure=failure), engine=None))
     assert v.verdict == "error", v.reason
     assert v.reason.startswith(f"harness error: could not run the harness's own code in the rank (at {OUTPUTS}:")
     assert not (tmp_path / "out" / "outputs.json").exists()  # no half file passes for outputs
@@ -135,12 +137,12 @@ def test_a_genuine_engine_crash_in_a_rank_stays_a_crash(tmp_path):
     done = subprocess.run([sys.executable, "-c", script], env={"PYTHONPATH": str(ROOT), rankside.ERROR_FILE_ENV: str(path)},
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 1, done.stderr
-    record = read_record(path)
+    record = present(read_record(path))
     assert harness_fault_of(record) is None and record["exception_type"] == "KeyError"
 
 
 def test_plain_converts_an_engine_object_field_by_field():
-    given = {"speculative_config": {"method": "ngram", "num_speculative_tokens": 2}, "compilation_config": {"mode": Mode.VLLM_COMPILE}}
+    given: dict[str, dict[str, Any]] = {"speculative_config": {"method": "ngram", "num_speculative_tokens": 2}, "compilation_config": {"mode": Mode.VLLM_COMPILE}}
     recorded = plain(given)
     given["speculative_config"]["target_model_config"] = ModelConfig()  # what vLLM 0.21.0 did after the call
     assert recorded == {"speculative_config": {"method": "ngram", "num_speculative_tokens": 2},

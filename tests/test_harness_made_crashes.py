@@ -11,6 +11,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -19,6 +20,7 @@ from harness.engines.vllm.crash import processor_refusal, root_cause
 from harness.launch import LaunchOutcome, RankFailure, rankside
 from harness.launch.blame import harness_fault_of, read_record
 from harness.stages.ended import launch_verdict
+from tests.kit.present import present
 
 ROOT = Path(__file__).resolve().parent.parent
 PROCESSING_UTILS = "/venv/lib/python3.12/site-packages/transformers/processing_utils.py"
@@ -34,7 +36,7 @@ def test_an_exception_in_a_harness_step_is_recorded_as_the_harness_fault(tmp_pat
             with rankside.harness_step("load image a.png"):  # the innermost step names it
                 raise FileNotFoundError("no such file: a.png")
     rankside.write_error_record(raised.value)
-    record = read_record(path)
+    record = present(read_record(path))
     assert harness_fault_of(record) == "could not load image a.png: FileNotFoundError: no such file: a.png"
     assert record["exception_type"] == "FileNotFoundError"  # the exception itself is kept as it was
     with pytest.raises(KeyError) as engine_raised:
@@ -57,7 +59,7 @@ def test_a_rank_whose_harness_step_raises_ends_error_not_crash(tmp_path):
     assert done.returncode == 1, done.stderr
     fault = harness_fault_of(read_record(path))
     failure = RankFailure(0, 1, None, "ImportError: cannot import name", None, str(tmp_path / "rank0.log"), harness_fault=fault)
-    v = launch_verdict("s/x", LaunchOutcome("crash", 1.0, failure=failure), engine=None)
+    v = present(launch_verdict("s/x", LaunchOutcome("crash", 1.0, failure=failure), engine=None))
     assert v.verdict == "error", v.reason
     assert v.reason == ("harness error: could not build vLLM's arguments for these settings: ImportError: cannot import name "
                         "'CompilationMode' from 'vllm.config'")
@@ -92,15 +94,15 @@ def test_a_processor_refusing_the_input_is_an_error_naming_both_versions(tmp_pat
     assert processor_refusal(f"{PROCESSING_UTILS}:805 in _check_special_mm_tokens")
     assert processor_refusal("/venv/transformers/models/llava/image_processing_llava_fast.py:12 in f")
     assert not processor_refusal("/venv/transformers/models/qwen3_vl/modeling_qwen3_vl.py:412 in forward")
-    cause = root_cause(refusal_log())
+    cause = present(root_cause(refusal_log()))
     assert cause.exception == REFUSED and cause.frame == f"{PROCESSING_UTILS}:805 in _check_special_mm_tokens"
     engine = VllmEngine()
     monkeypatch.setattr(engine, "probe", lambda: {"vllm": "0.22.1", "transformers": "5.19.0"})
-    v = launch_verdict("vllm-mm-archs/arch-qwen3-vl-tp1-pp1", crash_outcome(tmp_path, refusal_log()), engine)
+    v = present(launch_verdict("vllm-mm-archs/arch-qwen3-vl-tp1-pp1", crash_outcome(tmp_path, refusal_log()), engine))
     assert v.verdict == "error", v.reason
     assert v.reason.startswith("harness error: could not hand the prompt to vLLM 0.22.1 in this environment: the model's "
                                f"processor (transformers 5.19.0) refused the input vLLM built, {REFUSED} at {PROCESSING_UTILS}")
-    assert v.crash["exception"] == REFUSED  # what the engine's processes saw is kept
+    assert present(v.crash)["exception"] == REFUSED  # what the engine's processes saw is kept
 
 
 def test_a_models_own_exception_stays_a_crash(tmp_path, monkeypatch):
@@ -110,7 +112,7 @@ def test_a_models_own_exception_stays_a_crash(tmp_path, monkeypatch):
         "KeyError: 'residual'"])
     engine = VllmEngine()
     monkeypatch.setattr(engine, "probe", lambda: {"vllm": "0.22.1", "transformers": "5.19.0"})
-    v = launch_verdict("s/x", crash_outcome(tmp_path, log), engine)
+    v = present(launch_verdict("s/x", crash_outcome(tmp_path, log), engine))
     assert v.verdict == "crash" and "KeyError: 'residual'" in v.reason
 
 
@@ -119,7 +121,7 @@ def test_the_driver_marks_a_processor_refusal_raised_in_its_own_process():
     the exception (its record then says harness_fault), found down the exception chain."""
     from harness.engines.vllm.driver import mark_processor_refusal
 
-    processor = {}
+    processor: dict[str, Any] = {}
     exec(compile("def check(text):\n    raise ValueError('Found 1 <|image_pad|> tokens in the text but no images were passed')\n",
                  PROCESSING_UTILS, "exec"), processor)
     try:
@@ -151,5 +153,5 @@ def test_a_processor_refusal_before_a_hang_is_an_error_too(tmp_path, monkeypatch
     log_path.write_text(refusal_log())
     engine = VllmEngine()
     monkeypatch.setattr(engine, "probe", lambda: {"vllm": "0.22.1", "transformers": "5.19.0"})
-    v = launch_verdict("s/x", LaunchOutcome("hang", 300.0, logs={0: str(log_path)}), engine)
+    v = present(launch_verdict("s/x", LaunchOutcome("hang", 300.0, logs={0: str(log_path)}), engine))
     assert v.verdict == "error" and "refused the input vLLM built" in v.reason and v.hang is not None

@@ -16,6 +16,7 @@ from harness.compare.localize import EMBEDDING, HIDDEN_RTOL, describe, first_div
 from harness.contract.outputs import EngineOutputs
 from harness.rundir import outputs_dir
 from tests.kit import ROOT, harness_cli, scaled, verdict_of
+from tests.kit.present import present
 
 LAYERS, ROWS, H = 4, 6, 64
 WORKLOADS = [{"name": "logits", "kind": "logprobs"}]
@@ -51,7 +52,7 @@ def test_a_small_error_in_one_replica_is_named_at_the_embedding():
     replicas = torch.stack([places, places]).clone()
     replicas[1, 0] += 1e-4 * signs()  # tp rank 1's embedding all-reduce, as the fault does
     replicas[:, 1:] += 1e-3 * torch.randn(LAYERS, ROWS, H)  # and everything after it moved more
-    found = first_divergence(golden_of(places), tp2_run(replicas), WORKLOADS)
+    found = present(first_divergence(golden_of(places), tp2_run(replicas), WORKLOADS))
     assert (found["layer"], found["place"], found["pp_stage"], found["tp_rank"]) == (-1, EMBEDDING, 0, 1)
     assert found["diverging_tp_ranks"] == [1]
     assert describe(found).startswith("first diverging place: the embedding (before layer 0) (pp stage 0), "
@@ -63,19 +64,19 @@ def test_the_bound_is_relative_to_each_rows_magnitude():
     places[2, 0] *= 100  # a loud token after layer 1: its float noise is loud too
     noisy = places.clone()
     noisy[2, 0] *= 1 + 1e-7  # relative noise on the loud row: not a divergence
-    assert first_divergence(golden_of(places), tp2_run(torch.stack([noisy, noisy])), WORKLOADS)["layer"] is None
+    assert present(first_divergence(golden_of(places), tp2_run(torch.stack([noisy, noisy])), WORKLOADS))["layer"] is None
     quiet = places.clone()
     quiet[1:, 3] *= 1e-3
     moved = quiet.clone()
     moved[3, 3] += 1e-5 * signs()  # tiny in absolute terms, 1e-2 of this quiet row: diverged
-    found = first_divergence(golden_of(quiet), tp2_run(torch.stack([moved, moved])), WORKLOADS)
+    found = present(first_divergence(golden_of(quiet), tp2_run(torch.stack([moved, moved])), WORKLOADS))
     assert (found["layer"], found["token_row"]) == (2, 3)
 
 
 def test_noise_at_the_measured_floor_localises_nothing():
     places = stream()
     noisy = places * (1 + 6e-7 * torch.randn(places.shape, generator=torch.Generator().manual_seed(1)).sign())
-    found = first_divergence(golden_of(places), tp2_run(torch.stack([places, noisy])), WORKLOADS)
+    found = present(first_divergence(golden_of(places), tp2_run(torch.stack([places, noisy])), WORKLOADS))
     assert found["layer"] is None and found["max_rel_delta"] < HIDDEN_RTOL["float32"]
 
 
@@ -84,7 +85,7 @@ def test_a_golden_without_the_embedding_is_compared_layer_by_layer():
     moved = places.clone()
     moved[0] += 1.0  # the embedding moved, but an older golden has no embedding to compare
     moved[2] += 1.0
-    found = first_divergence(golden_of(places, with_embedding=False), tp2_run(torch.stack([moved, moved])), WORKLOADS)
+    found = present(first_divergence(golden_of(places, with_embedding=False), tp2_run(torch.stack([moved, moved])), WORKLOADS))
     assert (found["layer"], found["place"]) == (1, "layer 1")
 
 
@@ -123,6 +124,6 @@ def test_clean_runs_localise_nothing(tmp_path):
     for sid, v in verdicts.items():
         assert v["verdict"] == "pass", v["reason"]
         outputs = EngineOutputs.load(outputs_dir(run_dir, sid))
-        found = first_divergence(golden, outputs, WORKLOADS)
+        found = present(first_divergence(golden, outputs, WORKLOADS))
         assert found["layer"] is None, (sid, found)
         assert found["max_rel_delta"] < HIDDEN_RTOL["float32"] / 5, (sid, found)  # measured: <= 6e-7
