@@ -31,6 +31,7 @@ from harness.zoo import load_tokenizer
 from tests.kit import ROOT
 from tests.kit.handmade import make_run
 from tests.kit.logprobs import decisive_flips
+from tests.kit.present import present
 
 PROMPTS = ["two apples and three pears", "a train leaves at noon", "how many eggs are left"]
 CRASH_TRACE = ("Traceback (most recent call last):\n  File \"/venv/vllm/v1/worker/gpu_model_runner.py\", line 3174, in "
@@ -98,7 +99,7 @@ def case_of(script: Path) -> dict:
                                                    "numpy"}  # numpy: videos and audio clips (vLLM depends on it)
     cases = [n.value for n in tree.body if isinstance(n, ast.AnnAssign) and getattr(n.target, "id", "") == "CASE"]
     assert len(cases) == 1
-    return ast.literal_eval(cases[0])
+    return ast.literal_eval(present(cases[0]))
 
 
 def crash_verdict(scenario_id: str) -> Verdict:
@@ -245,7 +246,8 @@ def test_sp_needs_the_installed_vllms_switch(tmp_path):
 
 def case_of_text(text: str) -> dict:
     tree = ast.parse(text)
-    return ast.literal_eval(next(n.value for n in tree.body if isinstance(n, ast.AnnAssign) and getattr(n.target, "id", "") == "CASE"))
+    return ast.literal_eval(present(next(n.value for n in tree.body
+                                         if isinstance(n, ast.AnnAssign) and getattr(n.target, "id", "") == "CASE")))
 
 
 def test_fault_injection_scenarios_are_refused(tmp_path):
@@ -321,11 +323,11 @@ def test_crash_of_names_the_worker_not_the_driver():
         '  File "/v/vllm/v1/engine/core_client.py", line 996, in get_output',
         "vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue.",
     ])
-    said, block = repro_script.crash_of(log)
+    said, block = present(repro_script.crash_of(log))
     assert said == "Worker_PP1 (pid 7): AssertionError at v1/worker/gpu_model_runner.py:3174 in sync"
     assert block[-1] == "AssertionError"
     assert repro_script.crash_of("nothing here") is None
-    assert repro_script.crash_of(log.split("\n", 4)[-1])[0].startswith("main: vllm.v1.engine.exceptions.EngineDeadError")
+    assert present(repro_script.crash_of(log.split("\n", 4)[-1]))[0].startswith("main: vllm.v1.engine.exceptions.EngineDeadError")
 
 
 # ---------------------------------------------------------------------------------
@@ -391,7 +393,8 @@ def test_script_tolerates_decisive_flips_as_the_harness_does(top1_min):
     harness = compare_logprobs("logits", golden, scenario, tol)
     as_lists = [{"ids": o["topk_ids"].tolist(), "logprobs": o["topk_logprobs"].tolist(), "offsets": o["offsets"].tolist()}
                 for o in (golden, scenario)]
-    script = repro_script.compare_logprobs(*as_lists, tol.__dict__)
+    ref, got = as_lists
+    script = repro_script.compare_logprobs(ref, got, tol.__dict__)
     assert script["passed"] == harness.passed == (top1_min == 0.9)
 
 
@@ -473,22 +476,22 @@ def test_crash_of_names_the_segfaulted_worker_not_its_peer():
         "Traceback (most recent call last):",
         "vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue.",
     ])
-    said, stack = repro_script.crash_of(log)
+    said, stack = present(repro_script.crash_of(log))
     assert said == ("Worker_TP0_EP0 (pid 13178): Fatal Python error: Segmentation fault (exit code -11, SIGSEGV) at site-packages/vllm/_custom_ops.py:4498 "
                     "in cpu_fused_moe (called from fused_moe/experts/cpu_moe.py:303 in apply)"), said
     assert stack[0].startswith("Current thread")
     # without faulthandler's stack: the death alone
     bare = "\n".join(line for line in log.splitlines() if line.startswith("("))
-    assert repro_script.crash_of(bare)[0] == "Worker_TP0_EP0 (pid 13178): died unexpectedly (exit code -11, SIGSEGV)"
+    assert present(repro_script.crash_of(bare))[0] == "Worker_TP0_EP0 (pid 13178): died unexpectedly (exit code -11, SIGSEGV)"
     # an older vLLM logs no exit code (the summary said "exit code ?"):
     # the signal faulthandler names, else that the log says none
     codeless = log.replace(" (exit code: -11)", "")
-    assert repro_script.crash_of(codeless)[0].startswith("Worker_TP0_EP0 (pid 13178): Fatal Python error: Segmentation fault (SIGSEGV) at ")
-    assert repro_script.crash_of(bare.replace(" (exit code: -11)", ""))[0] == (
+    assert present(repro_script.crash_of(codeless))[0].startswith("Worker_TP0_EP0 (pid 13178): Fatal Python error: Segmentation fault (SIGSEGV) at ")
+    assert present(repro_script.crash_of(bare.replace(" (exit code: -11)", "")))[0] == (
         "Worker_TP0_EP0 (pid 13178): died unexpectedly (vLLM's log gives no exit code)")
     # with no death: the lost peer's own traceback is all there is
     lost = "\n".join(line for line in bare.splitlines() if "died" not in line)
-    assert repro_script.crash_of(lost)[0].startswith("Worker_TP1_EP1 (pid 13179): RuntimeError: Connection closed by peer")
+    assert present(repro_script.crash_of(lost))[0].startswith("Worker_TP1_EP1 (pid 13179): RuntimeError: Connection closed by peer")
 
 
 @pytest.mark.e2e

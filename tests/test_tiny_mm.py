@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import json
 import sys
+from typing import Any
 
 import pytest
 
 from harness import chat, models
 from harness.models import ArchModel
 from harness.zoo import load_tokenizer
+from tests.kit.present import present
 
 pytestmark = pytest.mark.e2e  # runs the builder script in a subprocess
 
@@ -51,13 +53,15 @@ def test_a_tiny_llava_is_read_by_transformers_with_its_processor_as_published_ll
     vision = config["vision_config"]
     assert vision["image_size"] == 4 * vision["patch_size"] and config["image_seq_length"] == 16
     processor = AutoProcessor.from_pretrained(llava)
-    ids = chat.template_of(llava).prompt_ids("How many apples?", chat.Media(images=1), 20, load_tokenizer(llava))
+    ids = present(chat.template_of(llava)).prompt_ids("How many apples?", chat.Media(images=1), 20, load_tokenizer(llava))
     assert ids.count(config["image_token_index"]) == 1 and ids[0] == 0  # BOS, one unexpanded placeholder
     text = processor.tokenizer.decode(ids)
     inputs = processor(text=text, images=[_image()], return_tensors="pt")
     assert int((inputs["input_ids"] == config["image_token_index"]).sum()) == 16
 
-    model, loading = LlavaForConditionalGeneration.from_pretrained(llava, output_loading_info=True)
+    # (model, info): transformers types from_pretrained as the model alone, also with output_loading_info=True
+    loaded: Any = LlavaForConditionalGeneration.from_pretrained(llava, output_loading_info=True)
+    model, loading = loaded
     assert not loading["missing_keys"] and not loading["unexpected_keys"], loading
     with torch.no_grad():
         logits = model.eval()(**inputs).logits
@@ -78,7 +82,7 @@ def test_a_tiny_gemma3_has_every_token_its_config_and_processor_name(gemma3):
     assert vocab["<image_soft_token>"] == config["image_token_index"]
     assert all(vocab[n] < config["text_config"]["vocab_size"] for n in ("\n", "\n\n", "\n\n\n", "\n\n\n\n"))
 
-    template = chat.template_of(gemma3)
+    template = present(chat.template_of(gemma3))
     ids = template.prompt_ids("Two pictures.", chat.Media(images=2), 20, load_tokenizer(gemma3))
     assert ids.count(config["boi_token_index"]) == 2
     inputs = processor(text=processor.tokenizer.decode(ids), images=[_image(), _image()], return_tensors="pt")
@@ -88,7 +92,7 @@ def test_a_tiny_gemma3_has_every_token_its_config_and_processor_name(gemma3):
 def test_a_chat_template_prompt_keeps_the_template_and_cuts_the_text(llava):
     """The text budget cuts the question, never the template's own tokens; a text that
     holds a special token (an image placeholder in the text) is refused."""
-    template, tokenizer = chat.template_of(llava), load_tokenizer(llava)
+    template, tokenizer = present(chat.template_of(llava)), load_tokenizer(llava)
     long = "Natalia sold clips to 48 of her friends in April, and then she sold half as many clips in May."
     one = chat.Media(images=1)
     full = template.prompt_ids(long, one, 1000, tokenizer)
@@ -174,7 +178,7 @@ def test_an_audio_prompt_reads_through_transformers_own_processor_and_model():
 
     directory = models.resolve(ArchModel(arch="Qwen2AudioForConditionalGeneration"), sys.executable).directory
     config = json.loads((directory / "config.json").read_text())
-    ids = chat.template_of(directory).prompt_ids("What is this sound?", chat.Media(audios=1), 20, load_tokenizer(directory))
+    ids = present(chat.template_of(directory)).prompt_ids("What is this sound?", chat.Media(audios=1), 20, load_tokenizer(directory))
     assert ids.count(config["audio_token_index"]) == 1
     processor = AutoProcessor.from_pretrained(directory)
     inputs = processor(text=processor.tokenizer.decode(ids), audio=[np.load(media.audio_path("tone-500ms"))],
@@ -193,8 +197,10 @@ def test_a_workload_checks_each_media_name_by_its_kind_and_counts_one_entry_per_
                      videos=["gradient-56x56x4", None], audios=[None, "tone-500ms"])
     assert ok.media_of("images", 1) == ["noise-56x84", "gradient-84x56"] and ok.media_of("images", 0) == []
     assert ok.media_of("videos", 0) == ["gradient-56x56x4"] and ok.media_of("audios", 1) == ["tone-500ms"]
-    for bad, said in [({"videos": ["gradient-56x56", None]}, "video name"), ({"audios": ["noise-56x84", None]}, "audio name"),
-                      ({"images": ["tone-500ms", None]}, "image name"), ({"audios": ["tone-500ms"]}, "audios has 1 entries")]:
+    bad_media: list[tuple[dict[str, Any], str]] = [
+        ({"videos": ["gradient-56x56", None]}, "video name"), ({"audios": ["noise-56x84", None]}, "audio name"),
+        ({"images": ["tone-500ms", None]}, "image name"), ({"audios": ["tone-500ms"]}, "audios has 1 entries")]
+    for bad, said in bad_media:
         with pytest.raises(ValueError, match=said):
             WorkloadDef(name="w", kind="logprobs", num_prompts=2, **bad)
 
