@@ -22,6 +22,7 @@ from harness.report.versions import version_matrix, versions_text
 from harness.rundir import verdict_path
 from harness.runner import RunOptions, reproduce_command
 from harness.verdict import Verdict
+from tests.kit.present import present
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -137,14 +138,15 @@ def test_a_versioned_scenario_carries_the_version_in_its_id_and_runs_in_its_env(
     assert v.engine_options["python"] == "/envs/vllm-0.28.0/bin/python"
     assert "python" not in s.engine_options and v.suite is s.suite  # the suite is untouched: one value carries the version
     assert v.golden_key == s.golden_key and v.expectations == s.expectations  # same golden, same expectations
-    assert v.engine_version.model_python == sys.executable  # tiny checkpoints: built as the golden's were
+    assert present(v.engine_version).model_python == sys.executable  # tiny checkpoints: built as the golden's were
     assert reproduce_command(v, RunOptions()) == "harness run vllm-llama/tp1-pp2 --engine-env vllm==0.28.0"
     assert split_id(v.id) == ("vllm-llama/tp1-pp2", "vllm-0.28.0") and split_id(s.id) == (s.id, "")
 
 
 def test_a_release_is_installed_once_into_the_cache(tmp_path, monkeypatch):
     monkeypatch.setenv("HARNESS_CACHE", str(tmp_path))
-    engine, said = FakeEngine(), []
+    engine = FakeEngine()
+    said: list[str] = []
     pythons = []
     threads = [threading.Thread(target=lambda: pythons.append(envs.ensure_installed(engine, "fake", "1.0", said.append)))
                for _ in range(3)]
@@ -161,16 +163,17 @@ def test_a_release_is_installed_once_into_the_cache(tmp_path, monkeypatch):
 
 def test_an_installed_release_the_engine_calls_out_of_date_is_installed_again(tmp_path, monkeypatch):
     monkeypatch.setenv("HARNESS_CACHE", str(tmp_path))
-    engine, said = FakeEngine(), []
+    engine = FakeEngine()
+    said: list[str] = []
     envs.ensure_installed(engine, "fake", "1.0", said.append)
-    engine.outdated_env = lambda version, venv: "its widget 2 is outside the cap <2"
+    monkeypatch.setattr(engine, "outdated_env", lambda version, venv: "its widget 2 is outside the cap <2")
     venv = tmp_path / "envs" / "fake-1.0"
     (venv / "stale").write_text("from the first install")
     python = envs.ensure_installed(engine, "fake", "1.0", said.append)
     assert engine.installs == 2 and python == venv / "bin" / "python" and envdir.is_built(venv)
     assert not (venv / "stale").exists()  # built again from nothing, not over the old one
     assert any("out of date: its widget 2 is outside the cap <2; installing it again" in line for line in said)
-    engine.outdated_env = lambda version, venv: None
+    monkeypatch.setattr(engine, "outdated_env", lambda version, venv: None)
     envs.ensure_installed(engine, "fake", "1.0", said.append)
     assert engine.installs == 2
 
@@ -188,10 +191,11 @@ def test_run_with_a_release_whose_environment_is_out_of_date_installs_it_again(t
         def versions(self):
             return {"engine": "fake", "fake": "1.0"}
 
-    engine, said = Installs(), []
+    engine = Installs()
+    said: list[str] = []
     monkeypatch.setattr("harness.engines.get_engine", lambda name: engine)
     envs.ensure_installed(engine, "fake", "1.0")
-    engine.outdated_env = lambda version, venv: "a cap added since rules its widget out"
+    monkeypatch.setattr(engine, "outdated_env", lambda version, venv: "a cap added since rules its widget out")
     resolved = envs.resolve(envs.parse_env_spec("fake==1.0"), "fake", said.append)
     assert engine.installs == 2 and resolved.label == "fake-1.0"
     assert any("out of date: a cap added since" in line for line in said)

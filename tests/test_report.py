@@ -5,6 +5,7 @@ import xml.etree.ElementTree as ET
 
 from harness.report import write_report
 from harness.verdict import Verdict
+from tests.kit.present import present
 
 
 def save(run_dir, v: Verdict):
@@ -27,10 +28,10 @@ def test_report_files_and_expectations(tmp_path):
     assert sorted(meta["not_as_expected"]) == ["s/fixed", "s/tp2", "s/tp2-pp2"]
     assert json.loads((tmp_path / "run.json").read_text())["run_id"] == "r1"
 
-    suite = ET.parse(tmp_path / "junit.xml").getroot().find("testsuite")
+    suite = present(ET.parse(tmp_path / "junit.xml").getroot().find("testsuite"))
     assert (suite.get("tests"), suite.get("failures"), suite.get("skipped")) == ("6", "3", "2")
-    crash = suite.find("testcase[@name='tp2-pp2']/failure")
-    assert "rank 3" in crash.get("message") and "KeyError" in crash.text
+    crash = present(suite.find("testcase[@name='tp2-pp2']/failure"))
+    assert "rank 3" in present(crash.get("message")) and "KeyError" in present(crash.text)
 
     md = (tmp_path / "summary.md").read_text()
     assert "**FAILED**" in md
@@ -139,13 +140,18 @@ def test_plots_drawn_ahead_are_not_drawn_again(tmp_path, monkeypatch):
 
     drawn = []
     real = plots.divergence_plot
-    monkeypatch.setattr(plots, "divergence_plot", lambda c, b: drawn.append(c["name"]) or real(c, b))
+
+    def drawing(c, b):
+        drawn.append(c["name"])
+        return real(c, b)
+
+    monkeypatch.setattr(plots, "divergence_plot", drawing)
     check = {"name": "logits", "kind": "logprobs", "passed": True, "summary": "ok", "metrics": {"max_abs_dlogprob": 1e-6},
              "tolerance": "|dlogprob|<=0.0002, ", "per_position": [1e-6, 3e-6, 2e-6]}
     v = Verdict("ahead/tp2", "pass", "ok", checks=[check])
     save(tmp_path, v)
     html.draw_ahead(v)
-    html._drawer.submit(lambda: None).result()  # the drawer has finished what was queued before
+    present(html._drawer).submit(lambda: None).result()  # the drawer has finished what was queued before
     assert drawn == ["logits"]
     write_report(tmp_path, {"run_id": "r1"})
     assert drawn == ["logits"]  # not drawn a second time
@@ -166,7 +172,7 @@ def test_a_heat_map_is_drawn_to_its_cells_not_to_a_fixed_size():
     from harness.report.plots import CELL_H, CELL_W, heatmap
 
     def size(tps, pps):
-        return _png_size(heatmap([passing(f"s/tp{t}-pp{p}") for t in tps for p in pps], set()))
+        return _png_size(present(heatmap([passing(f"s/tp{t}-pp{p}") for t in tps for p in pps], set())))
 
     one = size([2], [1])
     assert one[0] < 300 and one[1] < 200, one  # a one-cell suite is one cell big, not a block
@@ -189,7 +195,12 @@ def test_the_heat_map_says_what_its_cell_numbers_are(tmp_path, monkeypatch):
     from harness.report import plots
 
     figures = []
-    monkeypatch.setattr(plots, "to_data_uri", lambda fig, tight=True: figures.append(fig) or "data:image/png;base64,")
+
+    def to_data_uri(fig, tight=True):
+        figures.append(fig)
+        return "data:image/png;base64,"
+
+    monkeypatch.setattr(plots, "to_data_uri", to_data_uri)
     plots.heatmap([passing("s/tp1-pp1")], set())
     assert "max |dlogprob|" in figures[0].legends[0].get_title().get_text()  # in the picture, wherever it is pasted
     run = make_run(tmp_path, "r1", [passing("s/tp1-pp1")])
