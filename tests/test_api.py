@@ -44,6 +44,7 @@ def test_outputs_equal_to_the_golden_pass_from_a_directory_or_in_memory(golden):
 def test_a_divergence_fails_with_the_check_its_bound_and_the_first_diverging_layer(golden):
     v = compare_outputs(diverged(golden), GOLDEN)
     assert v.verdict == "fail" and v.scenario == "mine/tp2"
+    assert v.localization is not None
     assert v.localization["layer"] == 2 and v.localization["workload"] == "logits"
     assert v.reason.startswith("first diverging layer 2 (pp stage 0) [logits: token row 0"), v.reason
     logits = next(c for c in v.checks if c["name"] == "logits")

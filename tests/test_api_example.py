@@ -40,5 +40,6 @@ def test_a_broken_all_reduce_is_caught_and_located(tmp_path):
     assert text.startswith("tiny-llama/tp2 does not agree with tiny-llama/tp1 (the reference):"), text
     assert "first diverging place: the embedding (before layer 0) (pp stage 0), replica of tp rank 1" in text, text
     assert "tolerance: |dlogprob|<=0.0002" in text and "[FAIL] logits (logprobs): max|dlogprob|=" in text, text
+    assert failure.verdict.localization is not None
     assert failure.verdict.verdict == "fail" and failure.verdict.localization["tp_rank"] == 1
     assert (failure.report / "summary.md").exists() and (failure.report / "report.html").exists()

@@ -34,6 +34,7 @@ def test_an_axis_reported_as_not_applied_is_named_with_its_evidence():
         "sp": {"applied": False, "evidence": "0 token reduce-scatters"}})
     assert table["tp"]["applied"] is True and table["sp"]["applied"] is False
     reason = unapplied_reason(table)
+    assert reason is not None
     assert reason.startswith("the engine accepted but did not apply sp=True (0 token reduce-scatters)")
     assert "tp=" not in reason
 

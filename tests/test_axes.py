@@ -12,6 +12,7 @@ from harness.config.loading import load_suite
 from harness.config.schema import ScenarioError
 from harness.contract.axes import AXES, AXIS_NAMES, RULES, Cond, RunAxes, excludes, requires
 from harness.engines import get_engine
+from tests.kit.present import present
 
 PACKAGE = Path(__file__).resolve().parent.parent / "harness"
 
@@ -87,10 +88,10 @@ def test_rules_are_data_with_their_reasons():
 
 def test_engines_refuse_by_their_rules_and_name_the_rule():
     reference = get_engine("reference")
-    assert reference.unsupported_reason({"tp": 1, "sp": True}).startswith("sp requires tp>=2: ")
-    assert reference.unsupported_reason({"tp": 2, "dp": 2, "ep": True}).startswith("dp>=2 excludes ep: ")
+    assert present(reference.unsupported_reason({"tp": 1, "sp": True})).startswith("sp requires tp>=2: ")
+    assert present(reference.unsupported_reason({"tp": 2, "dp": 2, "ep": True})).startswith("dp>=2 excludes ep: ")
     assert reference.unsupported_reason({"tp": 2, "dp": 2}) is None
-    assert "spec takes false, ngram, draft" in reference.unsupported_reason({"spec": "ngarm"})
+    assert "spec takes false, ngram, draft" in present(reference.unsupported_reason({"spec": "ngarm"}))
 
 
 def _axis_reads(path: Path, root: Path = PACKAGE.parent) -> list[str]:
@@ -143,9 +144,9 @@ def test_the_prefix_cache_keeps_blocks_of_the_runs_block_size():
 
 def test_block_size_without_the_prefix_cache_is_refused_by_the_reference_engines_rule():
     reference = get_engine("reference")
-    assert reference.unsupported_reason({"block_size": 8}).startswith("block_size requires prefix_cache: ")
+    assert present(reference.unsupported_reason({"block_size": 8})).startswith("block_size requires prefix_cache: ")
     assert reference.unsupported_reason({"block_size": 8, "prefix_cache": True}) is None
-    assert "has no axis 'block_size'" in get_engine("vllm").unsupported_reason({"block_size": 8})
+    assert "has no axis 'block_size'" in present(get_engine("vllm").unsupported_reason({"block_size": 8}))
 
 
 @pytest.mark.e2e

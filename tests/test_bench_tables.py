@@ -13,6 +13,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def release_table():
     spec = importlib.util.spec_from_file_location("release_table", ROOT / "bench" / "release_table.py")
+    assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -44,6 +45,7 @@ def test_one_column_per_release_oldest_first_and_one_note_per_cause(tmp_path):
 
 def feature_table():
     spec = importlib.util.spec_from_file_location("feature_table", ROOT / "bench" / "feature_table.py")
+    assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

@@ -43,6 +43,7 @@ def test_divergence_is_located_in_prompt_and_position():
     bad[15] += torch.linspace(0, 1, bad.shape[1])  # a real numeric error at row 15
     result = compare_logprobs("x", logprob_outputs(logits, [0, 12, 20]), logprob_outputs(bad, [0, 12, 20]), TOL)
     assert not result.passed
+    assert result.first_divergence is not None
     assert result.first_divergence["prompt"] == 1 and result.first_divergence["position"] == 3
     assert result.metrics["bad_positions"] == 1
     assert "prompt 1 position 3" in result.summary
@@ -55,6 +56,7 @@ def test_token_missing_from_scenario_topk_counts_as_a_large_delta():
     top = logits[4].argmax()
     bad[4, top] -= 50  # the golden's top-1 falls out of the scenario's top-k
     result = compare_logprobs("x", logprob_outputs(logits, [0, 20]), logprob_outputs(bad, [0, 20]), TOL)
+    assert result.first_divergence is not None
     assert not result.passed and result.first_divergence["position"] == 4
     assert result.metrics["max_abs_dlogprob"] > 1
 
@@ -95,6 +97,7 @@ def test_greedy_divergence_without_a_tie_fails_with_its_step():
     tokens[0, 2:] = second
     result = compare_greedy("g", golden, greedy_outputs(steps, tokens), TOL)
     assert not result.passed
+    assert result.first_divergence is not None
     assert result.first_divergence["prompt"] == 0 and result.first_divergence["step"] == 2
     assert "not a near-tie" in result.first_divergence["reason"]
 
@@ -104,6 +107,7 @@ def test_greedy_same_tokens_but_drifting_step_logprobs_fail():
     drift = steps.clone()
     drift[0, 4] *= 1.05  # same argmax, different distribution: a broken decode step
     result = compare_greedy("g", greedy_outputs(steps), greedy_outputs(drift), TOL)
+    assert result.first_divergence is not None
     assert not result.passed and result.first_divergence["step"] == 4
 
 
@@ -122,6 +126,7 @@ def test_top1_min_is_the_share_of_decisive_flips_a_suite_tolerates():
     assert tolerant.metrics["decisive_top1_flips"] == 1 and tolerant.metrics["max_abs_dlogprob"] < bf16.logprob_atol
     assert "1 decisive top-1 flips: 0.950 agree, 0.9 needed" in tolerant.summary
     strict = compare_logprobs("x", golden, scenario, tolerance_for("bfloat16", {"top1_min": 0.97}))
+    assert strict.first_divergence is not None
     assert not strict.passed and strict.first_divergence["position"] == 0
     assert strict.metrics["bad_positions"] == 1
     assert not compare_logprobs("x", *decisive_flips(rows=20, flipped=3), bf16).passed  # 0.85 < 0.9

@@ -19,6 +19,7 @@ from harness.plan.devices import (
     read_lease_log,
 )
 from tests.kit import ROOT, wait_process
+from tests.kit.present import present
 
 
 def pool(tmp_path, count=4, kind="cpu", log=True) -> DevicePool:
@@ -47,9 +48,11 @@ def test_lease_env_names_the_slots_and_on_cuda_the_physical_gpus(tmp_path, monke
     gpus = pool(tmp_path, kind="cuda")
     first = gpus.try_lease(1, "first")  # held: the next lease gets slots 1 and 2
     lease = gpus.try_lease(2, "x")
+    assert first is not None
     assert first.slots == [0]
+    assert lease is not None
     assert lease.env() == {"HARNESS_DEVICE_SLOTS": "1,2", "CUDA_VISIBLE_DEVICES": "5,6"}
-    assert "CUDA_VISIBLE_DEVICES" not in pool(tmp_path / "c").try_lease(1, "y").env()
+    assert "CUDA_VISIBLE_DEVICES" not in present(pool(tmp_path / "c").try_lease(1, "y")).env()
 
 
 def test_device_count_from_cli_env_or_default(monkeypatch):
@@ -80,6 +83,7 @@ def test_a_killed_holder_frees_its_slots(tmp_path):
     holder = subprocess.Popen([sys.executable, "-c", HOLDER.format(root=str(ROOT), locks=str(p.lock_dir))],
                               stdout=subprocess.PIPE, text=True)
     try:
+        assert holder.stdout is not None
         assert holder.stdout.readline().strip() == "held"
         assert p.try_lease(1, "waiter") is None
         holder.kill()  # SIGKILL: no cleanup code runs, the kernel drops the locks

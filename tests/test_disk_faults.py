@@ -22,6 +22,7 @@ from harness.contract.outputs import TENSORS_FILE
 from harness.contract.storage import describe, storage_error, storage_fault
 from tests.kit import ROOT, run_meta, run_process, summary, verdict_of
 from tests.kit.cli import environment, harness_command
+from tests.kit.present import present
 
 SAFETENSORS_ENOSPC = ('Error while serializing: IoError(Os { code: 28, kind: StorageFull, '
                       'message: "No space left on device" })')
@@ -50,7 +51,7 @@ def test_a_disk_fault_under_a_wrapper_is_found_and_other_errors_are_not():
         except OSError as inner:
             raise RuntimeError("the engine could not save") from inner
     except RuntimeError as outer:
-        assert storage_fault(outer)["path"] == "/r/x"
+        assert present(storage_fault(outer))["path"] == "/r/x"
     for other in (FileNotFoundError(errno.ENOENT, "No such file", "/x"), KeyError("residual"), MemoryError(),
                   RuntimeError("tensor of 28 elements")):
         assert storage_fault(other) is None
@@ -110,6 +111,7 @@ def test_the_harness_meeting_a_full_disk_in_a_scenario_is_a_machine_fault(tmp_pa
 
     monkeypatch.setattr(runner, "_run", full)
     verdict = runner.run_scenario(scenario, tmp_path)
+    assert verdict.error is not None
     assert verdict.verdict == "error" and verdict.error["storage"]["path"] == "/reports/r/spec.json"
     assert verdict.reason.startswith("machine fault: the harness cannot write /reports/r/spec.json")
     assert describe(verdict.error["storage"]) in verdict.reason

@@ -14,6 +14,7 @@ from harness.config.loading import load_suite
 from harness.config.schema import ScenarioError
 from harness.engines import get_engine
 from tests.kit import harness_cli
+from tests.kit.present import present
 
 ONE_RANK = {"tp": 1, "pp": 1, "sp": False, "compile": False}
 FOUR_RANKS = {"tp": 2, "pp": 2, "sp": False, "compile": False}
@@ -43,12 +44,13 @@ def test_vllm_engine_checks_its_faults_against_the_pp_ranks():
     engine = get_engine("vllm")
     assert engine.fault_problem(["pp-drop-residual@1"], {"tp": 1, "pp": 2}) is None
     problem = engine.fault_problem(["pp-drop-residual@1"], {"tp": 2, "pp": 1})
+    assert problem is not None
     assert "pp-drop-residual@1 targets PP rank 1, but these settings have 1 PP rank" in problem
-    assert "worker-exit@<pp rank>" in engine.fault_problem(["rank-raise@0"], {"tp": 1, "pp": 1})
+    assert "worker-exit@<pp rank>" in present(engine.fault_problem(["rank-raise@0"], {"tp": 1, "pp": 1}))
 
 
 def test_an_engine_without_fault_switches_takes_none():
-    assert "engine 'hf' has no fault switches" in get_engine("hf").fault_problem(["rank-raise@0"], ONE_RANK)
+    assert "engine 'hf' has no fault switches" in present(get_engine("hf").fault_problem(["rank-raise@0"], ONE_RANK))
 
 
 def test_faults_of_a_scenario_file_are_checked_at_load_time(tmp_path):

@@ -65,6 +65,7 @@ def test_the_narrowing_keeps_exactly_the_values_the_failure_needs(tmp_path):
     log: list[str] = []
     failed = Verdict(scenario.id, "fail", "planted")
     found = minimal_interaction(scenario, failed, tmp_path, 10, fake_run({"dp": 2, "spec": "ngram"}, log))
+    assert found is not None
     assert found["needs"] == {"dp": 2, "spec": "ngram"} and found["complete"]
     assert found["text"].startswith("fails with dp=2 + spec=ngram; passes with either alone")
     assert len(log) == len(changed_values(scenario))  # one trial a value
@@ -77,6 +78,7 @@ def test_a_bounded_narrowing_says_it_ran_out(tmp_path):
     scenario = select(load_scenarios(), ["llama-interactions/*dp2*spec-ngram"])[0]
     found = minimal_interaction(scenario, Verdict(scenario.id, "fail", "x"), tmp_path, 1,
                                 fake_run({"dp": 2, "spec": "ngram"}, []))
+    assert found is not None
     assert not found["complete"] and "trials ran out" in found["text"] and len(found["trials"]) == 1
 
 
@@ -86,6 +88,7 @@ def test_a_different_failure_or_a_refusal_keeps_the_value_in(tmp_path):
     def run(trial, directory):  # without dp the run crashes instead: not the same failure
         return Verdict(trial.id, "crash" if trial.settings["dp"] == 1 else "fail", "other")
     found = minimal_interaction(scenario, Verdict(scenario.id, "fail", "x"), tmp_path, 10, run)
+    assert found is not None
     assert found["needs"] == {"dp": 2} and found["text"] == "fails with dp=2 alone"
     assert [t["verdict"] for t in found["trials"] if t["without"] == "dp=2"] == ["crash"]
 
@@ -139,6 +142,7 @@ def test_a_value_goes_with_the_values_that_require_it(tmp_path):
     log: list[str] = []
     found = minimal_interaction(scenario, Verdict(scenario.id, "fail", "x"), tmp_path, 10,
                                 fake_run({"prefix_cache": True, "spec": "ngram"}, log))
+    assert found is not None
     assert found["needs"] == {"prefix_cache": True, "spec": "ngram"} and found["complete"], found
     assert "without prefix_cache=true + block_size=8: pass" in found["text"], found["text"]
     assert not any("block_size8" in i and "prefix_cache" not in i for i in log)  # never a refused setting

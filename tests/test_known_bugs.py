@@ -61,6 +61,7 @@ def test_a_known_bug_is_expected_in_every_suite_it_shows_in_naming_it():
         v = judged(eager_pp_crash(sid), sid)
         assert v.verdict == "expected-failure" and v.observed == "crash", (sid, v.reason)
         assert "known bug eager-pp-intermediate-tensors" in v.reason
+        assert v.expectation is not None
         assert v.expectation["known_bug"] == "eager-pp-intermediate-tensors" and v.expectation["status"] == "matched"
 
 
@@ -85,6 +86,7 @@ def test_a_pass_where_a_known_bug_should_show_is_reported_fixed_without_failing_
     sid = "vllm-llama/tp1-pp2"
     v = judged(Verdict(sid, "pass", "all checks passed", versions=vllm("0.32.0")), sid)
     assert v.verdict == "pass" and v.as_expected
+    assert v.expectation is not None
     assert v.expectation["status"] == "fixed" and v.expectation["known_bug"] == "eager-pp-intermediate-tensors"
     assert "did not show where it should on vllm 0.32.0 (torch 2.13.0+cpu): fixed?" in v.reason
     v = judged(Verdict(sid, "pass", "all checks passed", versions=vllm("0.33.0")), sid)  # out of range: nothing said

@@ -20,6 +20,7 @@ from harness.config.loading import load_suite
 from harness.config.schema import ScenarioError
 from harness.models import ArchModel, HubModel, ModelError, PathModel
 from tests.kit import ROOT, harness_cli, verdict_of, verdicts
+from tests.kit.present import present
 
 
 @pytest.fixture(scope="module")
@@ -354,9 +355,9 @@ def test_the_report_reads_the_arch_axis_like_any_other():
             bad = arch == "falcon" and pp == 2
             verdicts.append(Verdict(f"s/arch-{arch}-tp{tp}-pp{pp}", "fail" if bad else "pass", "x",
                                     settings={"arch": arch, "tp": tp, "pp": pp}))
-    assert "`arch=falcon, pp=2`" in explaining_settings(verdicts)
+    assert "`arch=falcon, pp=2`" in present(explaining_settings(verdicts))
     assert plots._grid_axes(verdicts)[0] == "arch"
-    assert plots.heatmap(verdicts, set()).startswith("data:image/png;base64,")
+    assert present(plots.heatmap(verdicts, set())).startswith("data:image/png;base64,")
 
 
 def test_a_workload_the_model_cannot_take_stops_its_golden_with_one_line(tmp_path):

@@ -17,6 +17,7 @@ from harness import zoo
 from harness.contract.outputs import EngineOutputs
 from harness.engines.reference import ReferenceEngine
 from harness.engines.reference.model import routing_weights
+from tests.kit.present import present
 from tests.kit.ranks import RUN_BUDGET_S, explain, launch_ranks, run_in_process
 from tests.test_reference_engine import MAX_NEW, make_spec, max_logprob_delta, prompts
 
@@ -33,11 +34,11 @@ def test_routing_weights_keep_each_tokens_top_k_renormalised():
 
 def test_ep_is_refused_where_it_has_nothing_to_split():
     engine = ReferenceEngine()
-    assert "ep requires tp>=2" in engine.unsupported_reason({"tp": 1, "ep": True})
+    assert "ep requires tp>=2" in present(engine.unsupported_reason({"tp": 1, "ep": True}))
     dense = zoo.model_dir("tiny-llama")
-    assert "no experts" in engine.unsupported_reason({"tp": 2, "ep": True}, model_dir=dense)
+    assert "no experts" in present(engine.unsupported_reason({"tp": 2, "ep": True}, model_dir=dense))
     assert engine.unsupported_reason({"tp": 2, "ep": True}, model_dir=zoo.model_dir("tiny-llama-moe")) is None
-    assert "tp=3" in engine.unsupported_reason({"tp": 3, "ep": True}, model_dir=zoo.model_dir("tiny-llama-moe"))
+    assert "tp=3" in present(engine.unsupported_reason({"tp": 3, "ep": True}, model_dir=zoo.model_dir("tiny-llama-moe")))
 
 
 @pytest.fixture(scope="module")

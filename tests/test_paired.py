@@ -11,6 +11,7 @@ from harness.evals.paired import (
     paired_delta_ci,
     smallest_detectable_drop,
 )
+from tests.kit.present import present
 
 
 def items(correct: list[int], sha: str = "s", responses: list[str] | None = None) -> list[dict]:
@@ -87,11 +88,11 @@ def test_a_differing_response_fails_the_check_even_at_the_floor():
 
 
 def test_a_score_that_cannot_drop_says_so():
-    assert "floor" in accuracy_power_problem(16, 0, 0.05)  # llama-gsm8k's PR slice
-    assert "0.375" in accuracy_power_problem(16, 4, 0.05)  # 6 of 16 must flip; only 4 can
+    assert "floor" in present(accuracy_power_problem(16, 0, 0.05))  # llama-gsm8k's PR slice
+    assert "0.375" in present(accuracy_power_problem(16, 4, 0.05))  # 6 of 16 must flip; only 4 can
     assert accuracy_power_problem(16, 6, 0.05) is None
     assert accuracy_power_problem(64, 64, 0.05) is None  # at the ceiling every drop is room (llama-evals geo)
-    assert "too few" in accuracy_power_problem(4, 4, 0.05)
+    assert "too few" in present(accuracy_power_problem(4, 4, 0.05))
     floor = compare_paired("gsm8k", items([0] * 16), items([0] * 16), "strict-match")
     assert floor.passed and "the score cannot fail on these items" in floor.summary()
 

@@ -15,6 +15,7 @@ from harness.config.loading import load_scenarios, load_suite
 from harness.config.scenario import expand
 from harness.project_init import InitError, init_project, model_entry
 from harness.settings.project import ProjectConfigError, find_config, project
+from tests.kit.present import present
 
 
 @pytest.fixture(autouse=True)
@@ -121,7 +122,7 @@ def test_init_appends_to_an_existing_pyproject(tmp_path):
     (tmp_path / "pyproject.toml").write_text('[project]\nname = "engine"\n')
     done = init_project(tmp_path, "arch:Qwen3ForCausalLM", engine="hf")
     assert done.config == tmp_path / "pyproject.toml"
-    assert find_config(tmp_path)[0] == tmp_path / "pyproject.toml"
+    assert present(find_config(tmp_path))[0] == tmp_path / "pyproject.toml"
     assert yaml.safe_load(done.scenario_file.read_text())["matrix"] == {"tp": [1], "pp": [1]}  # what hf allows
 
 

@@ -173,6 +173,7 @@ def test_an_unknown_model_is_an_error_of_the_file_naming_the_zoo(tmp_path):
 
 def test_a_model_that_is_not_a_zoo_name_is_left_to_its_source(tmp_path):
     suite = load_suite(write(tmp_path, BASE.replace("model: tiny-llama", "model: {path: ckpt/my-llama}")))
+    assert suite.model is not None
     assert suite.model.path == "ckpt/my-llama"
 
 

@@ -174,6 +174,7 @@ def test_tree_activity_counts_children():
     burn = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.5: pass\nprint(flush=True)\ninput()"
     child = subprocess.Popen([sys.executable, "-c", burn], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
     try:
+        assert child.stdout is not None
         child.stdout.readline()  # it has used its 0.5 s of CPU
         child_cpu = tree_activity([child.pid])[child.pid][0]
         assert child_cpu >= 0.4  # clock ticks round down

@@ -37,6 +37,7 @@ def test_an_edit_the_checks_agree_with_is_caught_by_the_digest(tmp_path):
     data = json.loads(path.read_text())
     _edit(path, verdict="pass", checks=[{**c, "passed": True} for c in data["checks"]])
     loaded = Verdict.load(path)
+    assert loaded.error is not None
     assert loaded.verdict == "error" and loaded.error["kind"] == "tampered"
     assert "its digest does not match its content" in loaded.reason and "it now says 'pass" in loaded.reason
 
@@ -67,6 +68,7 @@ def test_a_crash_edited_to_pass_without_its_digest_is_no_proof(tmp_path, capsys,
         data["digest"] = None
     path.write_text(json.dumps(data))
     loaded = Verdict.load(path)
+    assert loaded.error is not None
     assert loaded.verdict == "error" and loaded.error["kind"] == "tampered"
     assert "carries no digest" in loaded.reason
     assert main(["report", str(run_dir)]) == 1

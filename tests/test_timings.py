@@ -123,6 +123,7 @@ def test_bench_prints_the_gate_breakdown_with_the_harness_share():
 
     path = Path(__file__).resolve().parent.parent / "bench" / "pr_gate.py"
     spec = importlib.util.spec_from_file_location("bench_pr_gate", path)
+    assert spec is not None and spec.loader is not None
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
     lines = bench.breakdown_lines([_timed("s/tp1").timings, _timed("s/tp2").timings], report_s=0.5, wall_s=20.0)

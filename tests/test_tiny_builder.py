@@ -46,6 +46,7 @@ def test_a_versioned_run_builds_its_tiny_checkpoint_with_the_harness_not_the_rel
     (s,) = select(load_scenarios([ROOT / "scenarios" / "vllm-mm-archs.yaml"]), ["vllm-mm-archs/arch-qwen3-vl-tp1-pp1-compile"])
     release = tmp_path / "envs" / "vllm-0.22.1" / "bin" / "python"
     v = versioned(s, EngineEnv("vllm==0.22.1", "vllm", release, {"vllm": "0.22.1"}, "vllm-0.22.1"))
+    assert v.engine_version is not None
     assert v.engine_version.model_python is None  # no default environment here
 
     class Engine:

