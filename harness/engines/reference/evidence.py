@@ -33,7 +33,7 @@ def rank_evidence(ctx, stage, compile_stats: dict, collectives: dict, runner) ->
             "prompts_served": runner.prompts_served,
             "layers": list(stage.layer_ids), "heads": heads, "total_heads": stage.cfg.num_attention_heads,
             "experts": experts, "total_experts": stage.cfg.num_experts,
-            "expert_width": layer.mlp.intermediate_size if experts else 0,
+            "expert_width": layer.mlp.intermediate_size if layer is not None and experts else 0,
             "collectives": dict(collectives), "graphs": compile_stats["unique_graphs"],
             "cache_hits": compile_stats["fxgraph_cache_hit"],
             "prefill": dict(runner.prefill_stats), "chunk_budget": runner.chunk_budget, "prefix_cache": cache,

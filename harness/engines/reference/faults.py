@@ -114,8 +114,9 @@ def known() -> str:
 
 
 def _param_ok(fault: Fault, param: str) -> bool:
+    assert fault.check_param is not None, f"fault {fault.name} takes a parameter but registered no check for it"
     try:
-        fault.check_param(param)  # every fault that takes a parameter has a check (register)
+        fault.check_param(param)
     except ValueError:
         return False
     return True
@@ -143,7 +144,10 @@ def target_problem(faults: list[str], world_size: int) -> str | None:
     """A rank fault aimed at a rank these settings do not have would never fire: the run
     would pass and seem to prove the harness misses the fault."""
     for name, param in parse(faults).items():
-        if FAULTS[name].targets_rank and int(param) >= world_size:
+        if not FAULTS[name].targets_rank:
+            continue
+        assert param is not None, "parse() refuses a rank fault without its rank"
+        if int(param) >= world_size:
             ranks = "rank" if world_size == 1 else "ranks"
             return (f"fault {name}@{param} targets global rank {param}, but these settings have "
                     f"{world_size} {ranks} (0..{world_size - 1}); it would never fire")
@@ -159,7 +163,8 @@ def active(faults, name: str) -> str | bool:
     parsed = parse(faults)
     if name not in parsed:
         return False
-    return parsed[name] if parsed[name] is not None else True
+    param = parsed[name]
+    return param if param is not None else True
 
 
 def _on_rank(faults: list[str], name: str, rank: int) -> bool:

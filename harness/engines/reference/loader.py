@@ -15,6 +15,7 @@ import torch
 from safetensors import safe_open
 from torch import nn
 
+from harness.engines.reference.model import MLP, LlamaStage, SparseMoE
 from harness.engines.reference.parallel import ParallelContext, shard_range
 
 
@@ -33,7 +34,7 @@ class CheckpointReader:
                 self.files = {name: path for name in f.keys()}
         else:
             raise FileNotFoundError(f"{model_dir} has no model.safetensors or model.safetensors.index.json")
-        self._open = {}
+        self._open: dict[Path, safe_open] = {}
 
     def __contains__(self, name: str) -> bool:
         return name in self.files
@@ -54,13 +55,13 @@ class CheckpointReader:
 
 
 def _assign(module: nn.Module, tensor: torch.Tensor, dtype, device) -> None:
-    expected = tuple(module.weight.shape)
+    expected = tuple(module.get_parameter("weight").shape)
     if tuple(tensor.shape) != expected:
         raise ValueError(f"weight shape {tuple(tensor.shape)} != expected local shape {expected}")
     module.weight = nn.Parameter(tensor.to(device=device, dtype=dtype), requires_grad=False)
 
 
-def _load_mlp(mlp: nn.Module, ckpt: CheckpointReader, prefix: str, ff_rows: tuple[int, int], dtype, dev) -> None:
+def _load_mlp(mlp: MLP, ckpt: CheckpointReader, prefix: str, ff_rows: tuple[int, int], dtype, dev) -> None:
     """A SwiGLU MLP's rows `ff_rows` of its intermediate size (all of them: a whole MLP)."""
     gate_up = torch.cat([ckpt.read(prefix + "gate_proj.weight", rows=ff_rows),
                          ckpt.read(prefix + "up_proj.weight", rows=ff_rows)])
@@ -68,7 +69,7 @@ def _load_mlp(mlp: nn.Module, ckpt: CheckpointReader, prefix: str, ff_rows: tupl
     _assign(mlp.down_proj, ckpt.read(prefix + "down_proj.weight", cols=ff_rows), dtype, dev)
 
 
-def _load_experts(moe: nn.Module, ckpt: CheckpointReader, prefix: str, intermediate: int, ctx: ParallelContext,
+def _load_experts(moe: SparseMoE, ckpt: CheckpointReader, prefix: str, intermediate: int, ctx: ParallelContext,
                   dtype) -> None:
     """The router (every rank) and this rank's experts, stacked: whole ones under EP,
     this TP rank's slice of each otherwise."""
@@ -85,7 +86,7 @@ def _load_experts(moe: nn.Module, ckpt: CheckpointReader, prefix: str, intermedi
         setattr(moe, name, nn.Parameter(tensor.to(device=ctx.device, dtype=dtype), requires_grad=False))
 
 
-def load_stage(stage: nn.Module, model_dir: str | Path, ctx: ParallelContext, dtype: torch.dtype) -> None:
+def load_stage(stage: LlamaStage, model_dir: str | Path, ctx: ParallelContext, dtype: torch.dtype) -> None:
     """Fill every (meta) parameter of `stage` with this rank's shard, cast to `dtype`."""
     cfg, r, tp, dev = stage.cfg, ctx.tp_rank, ctx.tp, ctx.device
     ckpt = CheckpointReader(model_dir)
@@ -105,8 +106,9 @@ def load_stage(stage: nn.Module, model_dir: str | Path, ctx: ParallelContext, dt
         if cfg.tie_word_embeddings or name not in ckpt:
             name = "model.embed_tokens.weight"
         _assign(stage.lm_head, ckpt.read(name, rows=vocab_rows), dtype, dev)
+        assert stage.norm is not None, "the last stage has the final norm beside lm_head"
         _assign(stage.norm, ckpt.read("model.norm.weight"), dtype, dev)
-    for layer in stage.layers:
+    for layer in stage.decoder_layers():
         p = f"model.layers.{layer.layer_id}."
         q_rows = shard_range(cfg.num_attention_heads * d, r, tp)
         kv_rows = shard_range(cfg.num_key_value_heads * d, r, tp)
@@ -116,7 +118,7 @@ def load_stage(stage: nn.Module, model_dir: str | Path, ctx: ParallelContext, dt
         _assign(layer.self_attn.qkv_proj, qkv, dtype, dev)
         o_cols = shard_range(cfg.num_attention_heads * d, r, tp)
         _assign(layer.self_attn.o_proj, ckpt.read(p + "self_attn.o_proj.weight", cols=o_cols), dtype, dev)
-        if hasattr(layer.mlp, "expert_ids"):
+        if isinstance(layer.mlp, SparseMoE):
             _load_experts(layer.mlp, ckpt, p + "mlp.", cfg.intermediate_size, ctx, dtype)
         else:
             _load_mlp(layer.mlp, ckpt, p + "mlp.", shard_range(cfg.intermediate_size, r, tp), dtype, dev)

@@ -29,6 +29,7 @@ experts parallel.py splits over the TP ranks either each expert (TP) or whole (E
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -201,6 +202,8 @@ def paged_attention(q, k, v, kv_cache, positions, seq_slots, kv_len: int, scale:
 
 
 class Attention(nn.Module):
+    inv_freq: torch.Tensor  # a buffer, registered in __init__
+
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         self.head_dim = cfg.head_dim
@@ -211,8 +214,8 @@ class Attention(nn.Module):
         qkv_out = (cfg.num_attention_heads + 2 * cfg.num_key_value_heads) * cfg.head_dim
         # q, k and v fused into one projection, as vLLM's QKVParallelLinear: under SP
         # this means one token all-gather per layer instead of three.
-        self.qkv_proj = nn.Linear(cfg.hidden_size, qkv_out, bias=False)
-        self.o_proj = nn.Linear(cfg.num_attention_heads * cfg.head_dim, cfg.hidden_size, bias=False)
+        self.qkv_proj: nn.Module = nn.Linear(cfg.hidden_size, qkv_out, bias=False)
+        self.o_proj: nn.Module = nn.Linear(cfg.num_attention_heads * cfg.head_dim, cfg.hidden_size, bias=False)
         self.register_buffer("inv_freq", rope_inv_freq(cfg.head_dim, cfg.rope_theta), persistent=False)
 
     def forward(self, x, positions, seq_slots, kv_cache, kv_len: int, one_seq: bool = False):
@@ -232,8 +235,8 @@ class MLP(nn.Module):
         super().__init__()
         self.intermediate_size = cfg.intermediate_size  # local; parallelize() divides it
         # gate and up fused, as vLLM's MergedColumnParallelLinear.
-        self.gate_up_proj = nn.Linear(cfg.hidden_size, 2 * cfg.intermediate_size, bias=False)
-        self.down_proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
+        self.gate_up_proj: nn.Module = nn.Linear(cfg.hidden_size, 2 * cfg.intermediate_size, bias=False)
+        self.down_proj: nn.Module = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
 
     def forward(self, x):
         gate, up = self.gate_up_proj(x).split(self.intermediate_size, dim=-1)
@@ -263,9 +266,12 @@ class SparseMoE(nn.Module):
         self.w13 = nn.Parameter(torch.empty(e, 2 * i, h), requires_grad=False)
         self.w2 = nn.Parameter(torch.empty(e, h, i), requires_grad=False)
         self.expert_ids = list(range(cfg.num_experts))
-        self.gather_tokens = None  # x -> the tokens routed here (SP: all of them)
-        self.combine = None  # partial output -> this rank's output of the layer
-        self.route = routing_weights  # (router logits, top_k, expert_ids) -> [T, local experts]
+        # x -> the tokens routed here (SP: all of them)
+        self.gather_tokens: Callable[[torch.Tensor], torch.Tensor] | None = None
+        # partial output -> this rank's output of the layer
+        self.combine: Callable[[torch.Tensor], torch.Tensor] | None = None
+        # (router logits, top_k, expert_ids) -> [T, local experts]
+        self.route: Callable[[torch.Tensor, int, list[int]], torch.Tensor] = routing_weights
 
     def forward(self, x):
         if self.gather_tokens is not None:
@@ -295,7 +301,7 @@ class DecoderLayer(nn.Module):
         self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.self_attn = Attention(cfg)
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
-        self.mlp = SparseMoE(cfg) if cfg.num_experts else MLP(cfg)
+        self.mlp: SparseMoE | MLP = SparseMoE(cfg) if cfg.num_experts else MLP(cfg)
         pli = cfg.per_layer_input_size
         self.per_layer_proj = nn.Linear(pli, cfg.hidden_size, bias=False) if pli else None
 
@@ -310,6 +316,7 @@ class DecoderLayer(nn.Module):
         hidden, residual = self.post_attention_layernorm(hidden, residual)
         hidden = self.mlp(hidden)
         if per_layer_input is not None:  # None only when a stage lost them (the 40786 fault)
+            assert self.per_layer_proj is not None, "per-layer inputs come only with per_layer_input_size"
             hidden = hidden + self.per_layer_proj(per_layer_input)
         return hidden, residual
 
@@ -345,17 +352,24 @@ class LlamaStage(nn.Module):
         self.cfg = cfg
         self.is_first, self.is_last = is_first, is_last
         self.layer_ids = layer_ids
-        self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size) if is_first else None
+        # the embeddings and lm_head are nn.Modules: parallelize() swaps in vocab-parallel ones
+        self.embed_tokens: nn.Module | None = nn.Embedding(cfg.vocab_size, cfg.hidden_size) if is_first else None
         pli_width = cfg.num_hidden_layers * cfg.per_layer_input_size
-        self.embed_per_layer = nn.Embedding(cfg.vocab_size, pli_width) if is_first and pli_width else None
+        self.embed_per_layer: nn.Module | None = nn.Embedding(cfg.vocab_size, pli_width) if is_first and pli_width else None
         self.visual = VisionEncoder(cfg) if is_first and cfg.model_type == "llama-vl" else None
         self.layers = nn.ModuleList(DecoderLayer(cfg, i) for i in layer_ids)
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps) if is_last else None
-        self.lm_head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False) if is_last else None
+        self.lm_head: nn.Module | None = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False) if is_last else None
         # Set by parallelize() under SP: token sharding of the stream at the first stage.
-        self.shard_tokens = None  # (x, dim) -> this rank's token shard
-        self.shard_residual = None  # x -> this rank's shard of the residual stream
+        self.shard_tokens: Callable[[torch.Tensor, int], torch.Tensor] | None = None  # (x, dim) -> this rank's token shard
+        self.shard_residual: Callable[[torch.Tensor], torch.Tensor] | None = None  # x -> this rank's residual shard
         self.faults: frozenset[str] = frozenset()  # fault switches that act in the model
+
+    def decoder_layers(self) -> Iterator[DecoderLayer]:
+        """The stage's layers, typed (an nn.ModuleList yields plain Modules)."""
+        for layer in self.layers:
+            assert isinstance(layer, DecoderLayer), "a stage holds only DecoderLayers"
+            yield layer
 
     def intermediate_spec(self, num_tokens: int, dtype: torch.dtype) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:
         """THE declaration of what crosses a stage boundary for `num_tokens` local tokens:
@@ -379,6 +393,7 @@ class LlamaStage(nn.Module):
         and the deepstack embeddings [layers, T, H]. Always tensors, also for text-only
         batches: a captured graph must keep the branch that adds them (vLLM PR 43617)."""
         cfg, t = self.cfg, input_ids.shape[0]
+        assert self.visual is not None, "images reach only a llama-vl first stage, which has the vision encoder"
         weight = self.visual.patch_embed.weight
         embeds = torch.zeros(t, cfg.hidden_size, dtype=weight.dtype, device=weight.device)
         deepstack = torch.zeros(cfg.deepstack_layers, t, cfg.hidden_size, dtype=weight.dtype, device=weight.device)
@@ -396,6 +411,7 @@ class LlamaStage(nn.Module):
 
     def _first_stage_inputs(self, input_ids, mm):
         """(hidden, residual, per_layer_inputs, deepstack) at the start of the first stage."""
+        assert self.embed_tokens is not None, "only the first stage, which has the embedding, starts the stream"
         stream = self.embed_tokens(input_ids)
         if mm is not None:
             stream = stream * (1 - mm["image_mask"]) + mm["image_embeds"]
@@ -403,6 +419,7 @@ class LlamaStage(nn.Module):
         pli = self.embed_per_layer(input_ids) if self.embed_per_layer is not None else None
         if self.shard_tokens is None:
             return stream, None, pli, deepstack
+        assert self.shard_residual is not None, "parallelize() sets both SP hooks together"
         # SP: the stream enters as this rank's residual shard plus a zero update, so the
         # first fused add+norm sees exactly the shard (the slice vLLM PR 33322 got wrong).
         residual = self.shard_residual(stream)
@@ -431,14 +448,14 @@ class LlamaStage(nn.Module):
         # The first stage also records the stream as it enters layer 0 (the embedding's
         # output, an all-reduce under TP): a fault there is a place of its own.
         states = [hidden if residual is None else hidden + residual] if self.is_first else []
-        for layer, kv_cache in zip(self.layers, kv_caches):
+        for layer_id, layer, kv_cache in zip(self.layer_ids, self.layers, kv_caches):
             layer_pli = None
             if pli is not None and layers_get_pli:
                 width = self.cfg.per_layer_input_size
-                layer_pli = pli[:, layer.layer_id * width:(layer.layer_id + 1) * width]
+                layer_pli = pli[:, layer_id * width:(layer_id + 1) * width]
             hidden, residual = layer(hidden, residual, positions, seq_slots, kv_cache, kv_len, layer_pli, one_seq)
-            if deepstack is not None and layer.layer_id < deepstack.shape[0]:
-                hidden = hidden + deepstack[layer.layer_id]
+            if deepstack is not None and layer_id < deepstack.shape[0]:
+                hidden = hidden + deepstack[layer_id]
             states.append(hidden + residual)
         layer_states = torch.stack(states)
         if not self.is_last:
@@ -446,5 +463,6 @@ class LlamaStage(nn.Module):
                 # these models hand over one stream (no residual key), as Gemma does
                 return {"hidden_states": hidden + residual, "per_layer_inputs": pli}, layer_states
             return {"hidden_states": hidden, "residual": residual}, layer_states
+        assert self.norm is not None and self.lm_head is not None, "the last stage has the final norm and lm_head"
         hidden = self.norm(hidden, residual)[0]
         return self.lm_head(hidden), layer_states

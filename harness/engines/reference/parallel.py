@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.distributed as dist
@@ -23,6 +25,9 @@ from torch import nn
 
 from harness.engines.reference import faults
 from harness.launch.rankside import in_collective
+
+if TYPE_CHECKING:
+    from harness.engines.reference.model import LlamaStage, SparseMoE
 
 
 @dataclass
@@ -34,9 +39,9 @@ class ParallelContext:
     sp: bool
     device: torch.device
     backend: str
-    tp_group: object = field(default=None, repr=False)
+    tp_group: dist.ProcessGroup | None = field(default=None, repr=False)
     dp: int = 1  # data-parallel replicas
-    replica_group: object = field(default=None, repr=False)  # this replica's ranks (None: the world)
+    replica_group: dist.ProcessGroup | None = field(default=None, repr=False)  # this replica's ranks (None: the world)
     faults: tuple[str, ...] = ()  # fault switches that act in the parallel code
     # Expert parallelism: a mixture-of-experts layer's experts are split over the TP
     # ranks of a stage (whole experts each), instead of each expert over them (vLLM's
@@ -143,6 +148,13 @@ _CTX: ParallelContext | None = None
 COLLECTIVES: Counter[str] = Counter()
 
 
+def _ctx() -> ParallelContext:
+    """The context parallelize() set: the TP layers and collectives exist only after it."""
+    if _CTX is None:
+        raise RuntimeError("no parallel context: parallelize() sets it before any collective runs")
+    return _CTX
+
+
 # The collectives are custom ops, as in vLLM: torch.compile traces each as one opaque
 # node (its fake function gives the output shape), so a stage forward compiles to one
 # graph with no breaks, and the op runs the real gloo/NCCL call at run time.
@@ -155,7 +167,7 @@ def _all_reduce(x: torch.Tensor) -> torch.Tensor:
     out = x.contiguous().clone()
     COLLECTIVES["all_reduce"] += 1
     with in_collective():
-        dist.all_reduce(out, group=_CTX.tp_group)
+        dist.all_reduce(out, group=_ctx().tp_group)
     return _perturbed(out)
 
 
@@ -163,8 +175,9 @@ def _perturbed(out: torch.Tensor) -> torch.Tensor:
     """Fault tp-allreduce-perturb@EPS: TP rank 1's all-reduce result gets +EPS on even
     and -EPS on odd hidden channels. Fixed (no randomness), so a run is reproducible, and
     the first all-reduce of a forward is the embedding's: the error starts before layer 0."""
-    eps = faults.active(_CTX.faults, "tp-allreduce-perturb")
-    if eps is False or _CTX.tp_rank != 1:
+    ctx = _ctx()
+    eps = faults.active(ctx.faults, "tp-allreduce-perturb")
+    if eps is False or ctx.tp_rank != 1:
         return out
     signs = 1 - 2 * (torch.arange(out.shape[-1], device=out.device) % 2)
     return out + float(eps) * signs.to(out.dtype)
@@ -178,16 +191,17 @@ def _(x):
 @torch.library.custom_op("harness_reference::all_gather", mutates_args=())
 def _all_gather(x: torch.Tensor, dim: int) -> torch.Tensor:
     x = x.contiguous()
-    parts = [torch.empty_like(x) for _ in range(_CTX.tp)]
+    ctx = _ctx()
+    parts = [torch.empty_like(x) for _ in range(ctx.tp)]
     COLLECTIVES["all_gather"] += 1
     with in_collective():
-        dist.all_gather(parts, x, group=_CTX.tp_group)
+        dist.all_gather(parts, x, group=ctx.tp_group)
     return torch.cat(parts, dim=dim)
 
 
 @_all_gather.register_fake
 def _(x, dim):
-    return torch.cat([x] * _CTX.tp, dim=dim)
+    return torch.cat([x] * _ctx().tp, dim=dim)
 
 
 @torch.library.custom_op("harness_reference::reduce_scatter_tokens", mutates_args=())
@@ -195,34 +209,35 @@ def _reduce_scatter_tokens(x: torch.Tensor) -> torch.Tensor:
     """NCCL has a real reduce-scatter; gloo does not everywhere, so there we all-reduce
     and slice (same result, more traffic). This is the one place that choice is made."""
     x = x.contiguous()
+    ctx = _ctx()
     COLLECTIVES["reduce_scatter_tokens"] += 1
-    if _CTX.backend == "nccl":
-        out = torch.empty((x.shape[0] // _CTX.tp, *x.shape[1:]), dtype=x.dtype, device=x.device)
+    if ctx.backend == "nccl":
+        out = torch.empty((x.shape[0] // ctx.tp, *x.shape[1:]), dtype=x.dtype, device=x.device)
         with in_collective():
-            dist.reduce_scatter_tensor(out, x, group=_CTX.tp_group)
+            dist.reduce_scatter_tensor(out, x, group=ctx.tp_group)
         return out
     full = x.clone()
     with in_collective():
-        dist.all_reduce(full, group=_CTX.tp_group)
-    return full[_CTX.token_shard(x.shape[0])].contiguous()
+        dist.all_reduce(full, group=ctx.tp_group)
+    return full[ctx.token_shard(x.shape[0])].contiguous()
 
 
 @_reduce_scatter_tokens.register_fake
 def _(x):
-    return x.new_empty((x.shape[0] // _CTX.tp, *x.shape[1:]))
+    return x.new_empty((x.shape[0] // _ctx().tp, *x.shape[1:]))
 
 
 def tp_all_reduce(x: torch.Tensor) -> torch.Tensor:
-    return x if _CTX.tp == 1 else _all_reduce(x)
+    return x if _ctx().tp == 1 else _all_reduce(x)
 
 
 def tp_all_gather(x: torch.Tensor, dim: int) -> torch.Tensor:
-    return x if _CTX.tp == 1 else _all_gather(x, dim)
+    return x if _ctx().tp == 1 else _all_gather(x, dim)
 
 
 def tp_reduce_scatter_tokens(x: torch.Tensor) -> torch.Tensor:
     """Sum over TP ranks, keeping only this rank's token shard (dim 0)."""
-    return x if _CTX.tp == 1 else _reduce_scatter_tokens(x)
+    return x if _ctx().tp == 1 else _reduce_scatter_tokens(x)
 
 
 def send_tensor_dict(tensors: dict[str, torch.Tensor], dst: int) -> None:
@@ -248,42 +263,46 @@ def recv_tensor_dict(buffers: dict[str, torch.Tensor], src: int) -> dict[str, to
 def send_json(obj, dst: int) -> None:
     """Send a JSON-able object (the non-tensor fields of an inter-stage message)."""
     data = torch.frombuffer(bytearray(json.dumps(obj).encode()), dtype=torch.uint8)
+    device = _ctx().device
     with in_collective():
-        dist.send(torch.tensor([data.numel()], dtype=torch.int64, device=_CTX.device), dst=dst)
-        dist.send(data.to(_CTX.device), dst=dst)
+        dist.send(torch.tensor([data.numel()], dtype=torch.int64, device=device), dst=dst)
+        dist.send(data.to(device), dst=dst)
 
 
-def recv_json(src: int):
-    size = torch.empty(1, dtype=torch.int64, device=_CTX.device)
+def recv_json(src: int) -> Any:
+    device = _ctx().device
+    size = torch.empty(1, dtype=torch.int64, device=device)
     with in_collective():
         dist.recv(size, src=src)
-        data = torch.empty(int(size), dtype=torch.uint8, device=_CTX.device)
+        data = torch.empty(int(size), dtype=torch.uint8, device=device)
         dist.recv(data, src=src)
     return json.loads(bytes(data.cpu().tolist()).decode())
 
 
-def broadcast_json(obj, src: int):
+def broadcast_json(obj: Any, src: int) -> Any:
     """The JSON-able `obj` of rank `src`, on every rank of its replica."""
-    if _CTX.replica_size == 1:
+    ctx = _ctx()
+    if ctx.replica_size == 1:
         return obj
-    size = torch.zeros(1, dtype=torch.int64, device=_CTX.device)
-    if _CTX.rank == src:
-        data = torch.frombuffer(bytearray(json.dumps(obj).encode()), dtype=torch.uint8).to(_CTX.device)
+    size = torch.zeros(1, dtype=torch.int64, device=ctx.device)
+    if ctx.rank == src:
+        data = torch.frombuffer(bytearray(json.dumps(obj).encode()), dtype=torch.uint8).to(ctx.device)
         size[0] = data.numel()
     with in_collective():
-        dist.broadcast(size, src=src, group=_CTX.replica_group)
-    if _CTX.rank != src:
-        data = torch.empty(int(size), dtype=torch.uint8, device=_CTX.device)
+        dist.broadcast(size, src=src, group=ctx.replica_group)
+    if ctx.rank != src:
+        data = torch.empty(int(size), dtype=torch.uint8, device=ctx.device)
     with in_collective():
-        dist.broadcast(data, src=src, group=_CTX.replica_group)
+        dist.broadcast(data, src=src, group=ctx.replica_group)
     return json.loads(bytes(data.cpu().tolist()).decode())
 
 
 def broadcast_from(x: torch.Tensor, src: int) -> torch.Tensor:
     """Broadcast over this rank's replica (e.g. sampled tokens from its driver rank)."""
-    if _CTX.replica_size > 1:
+    ctx = _ctx()
+    if ctx.replica_size > 1:
         with in_collective():
-            dist.broadcast(x, src=src, group=_CTX.replica_group)
+            dist.broadcast(x, src=src, group=ctx.replica_group)
     return x
 
 
@@ -354,14 +373,15 @@ class VocabParallelLMHead(nn.Module):
 
 def sp_shard_tokens(x: torch.Tensor, dim: int = 0) -> torch.Tensor:
     """This TP rank's own SP token shard of a full-token tensor."""
-    shard = _CTX.token_shard(x.shape[dim])
+    shard = _ctx().token_shard(x.shape[dim])
     return x[shard] if dim == 0 else x[(slice(None),) * dim + (shard,)]
 
 
 def sp_shard_residual(x: torch.Tensor) -> torch.Tensor:
     """This TP rank's shard of the full residual stream."""
-    if "sp-residual-first-shard" in _CTX.faults:
-        return x[: x.shape[0] // _CTX.tp]  # vLLM PR 33322: every rank took residual[0:n/tp]
+    ctx = _ctx()
+    if "sp-residual-first-shard" in ctx.faults:
+        return x[: x.shape[0] // ctx.tp]  # vLLM PR 33322: every rank took residual[0:n/tp]
     return sp_shard_tokens(x)
 
 
@@ -381,7 +401,7 @@ def expert_share(num_experts: int, ctx: ParallelContext) -> list[int]:
     return list(range(*shard_range(num_experts, ctx.tp_rank, ctx.tp)))
 
 
-def _ep_routing(ctx: ParallelContext):
+def _ep_routing(ctx: ParallelContext) -> Callable[[torch.Tensor, int, list[int]], torch.Tensor]:
     """The routing of an EP rank, with the EP fault switches where they act: the expert
     map (global expert id -> this rank's local expert) and the dispatch of tokens."""
     from harness.engines.reference.model import routing_weights
@@ -398,7 +418,7 @@ def _ep_routing(ctx: ParallelContext):
     return routing_weights
 
 
-def _parallelize_moe(moe: nn.Module, ctx: ParallelContext, hidden: int) -> None:
+def _parallelize_moe(moe: SparseMoE, ctx: ParallelContext, hidden: int) -> None:
     """Keep this rank's experts (EP) or this rank's slice of every expert (TP), and set
     the hooks: under SP the layer routes all tokens (gathered), and the partial outputs
     are summed over the TP ranks like a row-parallel linear's."""
@@ -416,9 +436,11 @@ def _parallelize_moe(moe: nn.Module, ctx: ParallelContext, hidden: int) -> None:
         moe.combine = tp_reduce_scatter_tokens if sp else tp_all_reduce
 
 
-def parallelize(stage: nn.Module, ctx: ParallelContext) -> nn.Module:
+def parallelize(stage: LlamaStage, ctx: ParallelContext) -> LlamaStage:
     """Swap the plain modules of a (meta-device) LlamaStage for TP ones with local
     shapes, and divide its local head / intermediate counts. Weights are loaded after."""
+    from harness.engines.reference.model import SparseMoE
+
     global _CTX
     _CTX = ctx
     cfg, tp, sp = stage.cfg, ctx.tp, ctx.sp
@@ -431,16 +453,17 @@ def parallelize(stage: nn.Module, ctx: ParallelContext) -> nn.Module:
         if stage.embed_tokens is not None:
             stage.embed_tokens = VocabParallelEmbedding(*vocab_rows, hidden)
         if stage.embed_per_layer is not None:
-            stage.embed_per_layer = VocabParallelEmbedding(*vocab_rows, stage.embed_per_layer.embedding_dim)
+            width = stage.embed_per_layer.get_parameter("weight").shape[1]
+            stage.embed_per_layer = VocabParallelEmbedding(*vocab_rows, width)
         if stage.lm_head is not None:
             stage.lm_head = VocabParallelLMHead(*shard_range(cfg.vocab_size, ctx.tp_rank, tp), hidden, sp)
-        for layer in stage.layers:
+        for layer in stage.decoder_layers():
             attn, mlp = layer.self_attn, layer.mlp
             attn.num_heads //= tp
             attn.num_kv_heads //= tp
             attn.qkv_proj = ColumnParallelLinear(hidden, (attn.num_heads + 2 * attn.num_kv_heads) * d, sp)
             attn.o_proj = RowParallelLinear(attn.num_heads * d, hidden, sp)
-            if hasattr(mlp, "expert_ids"):
+            if isinstance(mlp, SparseMoE):
                 _parallelize_moe(mlp, ctx, hidden)
                 continue
             mlp.intermediate_size //= tp

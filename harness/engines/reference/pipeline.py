@@ -19,6 +19,8 @@ driver broadcasts the merged reports back to every rank's scheduler after each s
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 
 from harness.contract.outputs import EngineOutputs
@@ -218,11 +220,13 @@ class ModelRunner:
             self._fired = True
             fault_switches.fire_rank_faults(self.faults, ctx.rank)
         for slot, prompt in (kv_ops or {}).get("load", []):
+            assert self.connector is not None, "KV operations come only with a KV connector"
             self.connector.load(self.kv_caches, slot, prompt)
         mm = self._multimodal_inputs(ids_t, images)
         one_seq = len(set(slots)) == 1  # warm-up captures both attention paths
         out, layer_states = self.forward_fn(ids_t, pos_t, slot_t, self.kv_caches, kv_len, intermediate, mm, one_seq)
         for slot, prompt in (kv_ops or {}).get("save", []):
+            assert self.connector is not None, "KV operations come only with a KV connector"
             self.connector.save(self.kv_caches, slot, prompt)
         if capture:
             self._capture(layer_states, n, pad, *capture)
@@ -314,6 +318,7 @@ class ModelRunner:
         """Tokens chosen on the driver rank, broadcast to every rank."""
         buf = torch.empty(count, dtype=torch.int64, device=self.ctx.device)
         if self.ctx.rank == self.ctx.driver_rank:
+            assert tokens is not None, "the driver rank, which holds the logits, chose the tokens"
             buf.copy_(tokens)
         return broadcast_from(buf, src=self.ctx.driver_rank).tolist()
 
@@ -474,7 +479,7 @@ class ModelRunner:
         return {"topk_ids": torch.cat(ids_parts), "topk_logprobs": torch.cat(lp_parts), "offsets": offsets}
 
     @staticmethod
-    def _group_images(images: list | None, group: range) -> list | None:
+    def _group_images(images: list | None, group: Sequence[int]) -> list | None:
         """The pixels of a batch's images, in token order (None entries are text-only)."""
         if images is None:
             return None
@@ -522,7 +527,10 @@ class ModelRunner:
         drafts (never more than it still needs), verified by the target's greedy choices."""
         active = [i for i, seq in enumerate(seqs) if len(seq) < max_new_tokens]
         drafts = {i: speculative.propose(prompts[i] + seqs[i])[:max_new_tokens - len(seqs[i]) - 1] for i in active}
-        ids, positions, slots, rows = [], [], [], []
+        ids: list[int] = []
+        positions: list[int] = []
+        slots: list[int] = []
+        rows: list[list[int]] = []
         for i in active:
             fed = [seqs[i][-1]] + drafts[i]
             start = len(prompts[i]) + len(seqs[i]) - 1
