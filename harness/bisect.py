@@ -343,7 +343,8 @@ def _search(points: list[str], run, say, count_unsupported: bool = False, good_v
     at_good = signature(seen[0][0], count)
     probe(last, lambda v: "stop" if bad_end_problem(at_good or "", v, count) else "bad")
     at_good, at_bad = check_ends((points[0], seen[0][0]), (points[last], seen[last][0]), good_verdict, count)
-    good, bad, skipped = 0, last, set()
+    good, bad = 0, last
+    skipped: set[int] = set()
     while (i := next_probe(good, bad, skipped)) is not None:
         decision = probe(i, lambda v: decide(signature(v, count), at_good, at_bad))
         if decision == "good":
@@ -488,7 +489,8 @@ def _run_bisect(repo: Path, step: list[str], env: dict, say) -> tuple[tuple[str,
     --fixed the first fixed one; skipped commits that hide it) or None, the step lines)."""
     proc = subprocess.Popen(["git", "-C", str(repo), "bisect", "run", *step], env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
-    found, skipped, lines, shown = None, [], [], []
+    found, lines, shown = None, [], []
+    skipped: list[str] = []
     assert proc.stdout is not None
     for line in proc.stdout:
         line = line.rstrip("\n")

@@ -223,7 +223,7 @@ def resolve(spec: EnvSpec, engine_name: str, say=print) -> EngineEnv:
         engine = get_engine(engine_name)
     except EngineUnavailable as exc:
         raise EnvError(str(exc)) from None
-    if spec.is_release:
+    if spec.version is not None:  # a release
         if spec.engine not in {engine_name, (engine.distribution() or "").lower()}:
             raise EnvError(f"--engine-env {spec.text} is a release of '{spec.engine}'; the chosen scenarios run on engine "
                            f"'{engine_name}' (give {engine_name}==VERSION)")
@@ -234,6 +234,7 @@ def resolve(spec: EnvSpec, engine_name: str, say=print) -> EngineEnv:
         except (RuntimeError, OSError) as exc:  # NotImplementedError is a RuntimeError
             raise EnvError(f"--engine-env {spec.text}: {exc}") from None
     else:
+        assert spec.python is not None, "a spec that is not a release is a path to its interpreter"
         python = spec.python
     if not takes_python(engine):
         raise EnvError(f"--engine-env {spec.text}: engine '{engine_name}' runs in the harness's own interpreter and takes "

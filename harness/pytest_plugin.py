@@ -23,6 +23,7 @@ when the session collects its scenario directory, so `pytest -m pr` is `harness 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -31,6 +32,9 @@ from harness.config.scenario import expand
 from harness.config.schema import ScenarioError
 from harness.rundir import new_run_id, run_id_problem, scenarios_root
 from harness.settings.env import CLUSTER, DEVICE, PYTEST_RUN_ID, EnvValueError, check_values
+
+if TYPE_CHECKING:
+    from _pytest._code.code import TerminalRepr, TracebackStyle
 
 RUN_ID_ENV = PYTEST_RUN_ID.name
 
@@ -182,10 +186,11 @@ class ScenarioItem(pytest.Item):
         if not verdict.as_expected:
             raise ScenarioFailed(verdict)
 
-    def repr_failure(self, excinfo):
+    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException],
+                     style: TracebackStyle | None = None) -> str | TerminalRepr:
         if isinstance(excinfo.value, ScenarioFailed):
             return excinfo.value.args[0].explain()
-        return super().repr_failure(excinfo)
+        return super().repr_failure(excinfo, style)
 
     def reportinfo(self):
         return self.path, None, f"scenario {self.scenario.id}"

@@ -22,7 +22,7 @@ PR_COMMENT_MAX_LINES = 15  # per list: a PR comment is read, not scrolled
 
 def key_metric(v: Verdict) -> str:
     """The numeric metric first, then every eval's score next to the golden's."""
-    parts = []
+    parts: list[str] = []
     for c in v.checks:
         if c["kind"] == "logprobs" and not parts:
             parts.append(f"max|dlogprob| {c['metrics'].get('max_abs_dlogprob', float('nan')):.1e}")

@@ -12,7 +12,7 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from harness.contract import replicas
 
@@ -89,7 +89,7 @@ def merged_replicas(ctx, results: dict, workloads: list[dict]) -> dict:
 
     if ctx.dp == 1:
         return results
-    pieces = [None] * ctx.world_size
+    pieces: list[tuple[int, dict] | None] = [None] * ctx.world_size  # (dp rank, results) from each replica's driver
     dist.all_gather_object(pieces, (ctx.dp_rank, results) if ctx.rank == ctx.driver_rank else None)
     if ctx.rank != ctx.writer_rank:
         return {}
@@ -218,7 +218,7 @@ def run(spec) -> None:
                 runner.captured = []
                 results.update(run_workloads(runner, [w], batch))
                 if w.get("capture_hidden"):
-                    captures = [None] * ctx.world_size
+                    captures: list[Any] = [None] * ctx.world_size  # all_gather_object fills every slot
                     dist.all_gather_object(captures, runner.captured)
                     if results[w["name"]] is not None:
                         results[w["name"]].update(assemble_hidden_states(captures, stage.cfg.num_hidden_layers, sp))
@@ -228,7 +228,7 @@ def run(spec) -> None:
         runner.prompts_served = sum(len(w["prompts"]) for w in workloads)
         results = merged_replicas(ctx, results, spec.workloads)
         # Each rank's stage I/O and evidence of what it applied, collected so the driver can record all stages.
-        gathered = [None] * ctx.world_size
+        gathered: list[Any] = [None] * ctx.world_size  # all_gather_object fills every slot
         dist.all_gather_object(gathered, (runner.stage_io, evidence.rank_evidence(ctx, stage, after_warmup, COLLECTIVES,
                                                                                   runner)))
         stage_io = [io for io, _ in gathered]
