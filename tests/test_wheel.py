@@ -1,11 +1,13 @@
 """The harness as an engine's repository uses it: built as a wheel, installed into a
 fresh venv, and run in an empty project that is not this checkout.
 
-`harness init` writes the project config and a first scenario file; `harness golden`,
-`harness run` and `pytest` (the plugin registered through pytest11, no conftest.py)
-then work there, the built-in suites run against their shipped goldens, and the
-installed package is left exactly as it was installed (nothing is written into
-site-packages).
+`harness init` writes the project config (its own suites only), a first scenario file and
+the .gitignore; `harness golden` (saying what it does), `harness run` and `pytest` (the
+plugin registered through pytest11, no conftest.py) then work there, `harness list --gate
+pr` and `pytest -m pr` select the same scenarios, results name the commit the wheel was
+built from, the docs read as from an engine's repository, the built-in suites, once asked
+for, run against their shipped goldens, and the installed package is left exactly as it
+was installed (nothing is written into site-packages).
 
 The venv sees the site-packages of the interpreter running the tests (torch and the other
 dependencies are installed there by `make install`, in a virtualenv or not; a second copy
@@ -52,6 +54,7 @@ def _package_files(site: Path) -> dict[str, int]:
 def venv(tmp_path_factory) -> Path:
     work = tmp_path_factory.mktemp("wheel")
     src = _source_copy(work / "src")
+    commit = _commit_source(src)
     run_process([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(work / "dist"), str(src)],
                 600, "pip wheel of the harness", capture_output=True, text=True, check=True)
     (wheel,) = (work / "dist").glob("harness-*.whl")
@@ -60,7 +63,20 @@ def venv(tmp_path_factory) -> Path:
     _see_this_environment(venv)
     run_process([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--no-deps", str(wheel)], 600,
                 "pip install of the wheel", capture_output=True, text=True, check=True)
+    (venv / "built-from").write_text(commit)
     return venv
+
+
+def _commit_source(src: Path) -> str:
+    """The copy as a git work tree of its own, committed: the wheel records the commit."""
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=src, capture_output=True,
+                              text=True, check=True).stdout.strip()
+
+    git("init", "-q")
+    git("add", "-A")
+    git("commit", "-q", "-m", "the harness as built")
+    return git("rev-parse", "--short", "HEAD")
 
 
 def _see_this_environment(venv: Path) -> None:
@@ -98,14 +114,24 @@ def test_installed_wheel_works_in_an_empty_project(venv, tmp_path):
 
     init = _in_project(venv, project, "harness", "init", "--model", "tiny-llama", "--suite", "mine")
     assert (project / "harness.toml").is_file() and (project / "scenarios" / "mine.yaml").is_file(), init.stdout
-    _in_project(venv, project, "harness", "golden", "mine")
+    assert "builtin_suites = false" in (project / "harness.toml").read_text()  # the project's own suites only
+    assert "/reports/" in (project / ".gitignore").read_text().splitlines(), init.stdout  # run output stays out of git
+    golden = _in_project(venv, project, "harness", "golden", "mine")
     assert (project / "golden" / "mine" / "manifest.json").is_file()
+    assert golden.stdout.startswith("[1/1] golden mine: running reference at its golden setting"), golden.stdout
 
-    _in_project(venv, project, "harness", "run", "mine/tp1-pp1", "mine/tp2-pp1", "llama-tiny/tp1-pp1", "--run-id", "first")
+    # `harness run --gate pr` and `pytest -m pr` select the same scenarios
+    listed = _in_project(venv, project, "harness", "list", "--gate", "pr", "--ids-only").stdout.split()
+    collected = _in_project(venv, project, python, "-m", "pytest", "-m", "pr", "--collect-only", "-q", "-p", "no:cacheprovider")
+    as_ids = [line.replace("scenarios/", "").replace(".yaml::", "/") for line in collected.stdout.splitlines() if "::" in line]
+    assert sorted(listed) == sorted(as_ids) and {i.split("/")[0] for i in listed} == {"mine"}, (listed, collected.stdout)
+
+    _in_project(venv, project, "harness", "run", "mine/tp1-pp1", "mine/tp2-pp1", "--run-id", "first")
     run = project / "reports" / "first"
     verdicts = {json.loads(p.read_text())["scenario"]: json.loads(p.read_text())["verdict"] for p in run.glob("scenarios/*/verdict.json")}
-    # the project's own suite against its new golden; a built-in suite against its shipped golden
-    assert verdicts == {"mine/tp1-pp1": "pass", "mine/tp2-pp1": "pass", "llama-tiny/tp1-pp1": "pass"}, verdicts
+    assert verdicts == {"mine/tp1-pp1": "pass", "mine/tp2-pp1": "pass"}, verdicts  # against the project's new golden
+    built = json.loads((run / "run.json").read_text())["versions"]
+    assert built["harness_commit"] == (venv / "built-from").read_text(), built  # the wheel's commit, not "unknown"
 
     session = _in_project(venv, project, python, "-m", "pytest", "-p", "no:cacheprovider", "-k", "tp2-pp2 and not sp and not compile and not kvc")
     assert "1 passed" in session.stdout, session.stdout[-2000:]
@@ -121,5 +147,14 @@ def test_installed_wheel_works_in_an_empty_project(venv, tmp_path):
     assert "engine" in docs.stdout.lower() and len(docs.stdout) > 1000
     reproduce = json.loads((run / "scenarios" / "mine__tp2-pp1" / "verdict.json").read_text())["reproduce"]
     assert reproduce == "harness run mine/tp2-pp1", reproduce  # make targets exist only in the harness's checkout
+    readme = _in_project(venv, project, "harness", "docs", "readme").stdout
+    assert "`make pr-gate`" not in readme and "harness run --gate pr" in readme  # the docs, read where the user is
+    assert "bisect-step" not in _in_project(venv, project, "harness", "--help").stdout
+
+    # the built-in suites, asked for: run against their shipped goldens
+    config = project / "harness.toml"
+    config.write_text(config.read_text().replace("builtin_suites = false", "builtin_suites = true"))
+    _in_project(venv, project, "harness", "run", "llama-tiny/tp1-pp1", "--run-id", "builtin")
+    assert json.loads((project / "reports" / "builtin" / "scenarios" / "llama-tiny__tp1-pp1" / "verdict.json").read_text())["verdict"] == "pass"
 
     assert _package_files(Path(site)) == installed, "a run wrote into the installed package"
