@@ -13,6 +13,7 @@ from harness import api
 from harness.api import CheckFailed, SettingUnsupported, assert_outputs_match, compare_outputs
 from harness.contract.outputs import EngineOutputs
 from tests.kit import ROOT, summary, verdicts
+from tests.kit.present import present
 
 GOLDEN = ROOT / "golden" / "llama-tiny"
 
@@ -62,7 +63,7 @@ def test_the_assertion_says_what_broke_where_and_against_what(golden, tmp_path):
     assert "tolerance: |dlogprob|<=0.0002" in text
     assert "[FAIL] logits (logprobs): max|dlogprob|=1.00e-01" in text and "first diverged at prompt 0 position 30" in text
     assert "[ok] greedy (greedy)" in text
-    run_dir = caught.value.report
+    run_dir = present(caught.value.report)
     assert f"report: {run_dir / 'summary.md'}" in text
     assert list(verdicts(run_dir)) == ["mine/tp2"] and "**FAILED**" in summary(run_dir)
     assert (run_dir / "report.html").exists() and (run_dir / "junit.xml").exists()

@@ -42,4 +42,5 @@ def test_a_broken_all_reduce_is_caught_and_located(tmp_path):
     assert "tolerance: |dlogprob|<=0.0002" in text and "[FAIL] logits (logprobs): max|dlogprob|=" in text, text
     assert failure.verdict.localization is not None
     assert failure.verdict.verdict == "fail" and failure.verdict.localization["tp_rank"] == 1
+    assert failure.report is not None
     assert (failure.report / "summary.md").exists() and (failure.report / "report.html").exists()

@@ -14,6 +14,7 @@ from harness.compare.known_bugs import KnownBugsError, load_known_bugs, load_rel
 from harness.config.loading import load_scenarios, load_suite
 from harness.engines.vllm import VllmEngine
 from harness.verdict import Verdict
+from tests.kit.present import present
 
 ROOT = Path(__file__).resolve().parent.parent
 SUITES = sorted((ROOT / "scenarios").glob("vllm-*.yaml"))
@@ -76,7 +77,7 @@ def test_a_known_bug_does_not_show_outside_its_where_nor_its_releases():
 
 def test_another_failure_where_a_known_bug_shows_is_news_and_says_how_it_differs():
     v = eager_pp_crash("vllm-llama/tp1-pp2")
-    v.crash = {**v.crash, "rank": "Worker_PP0"}
+    v.crash = {**present(v.crash), "rank": "Worker_PP0"}
     v = judged(v, "vllm-llama/tp1-pp2")
     assert v.verdict == "crash"
     assert "NOT known bug eager-pp-intermediate-tensors" in v.reason and "rank Worker_PP0 crashed" in v.reason

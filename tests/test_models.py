@@ -115,7 +115,11 @@ def test_a_local_checkpoint_is_identified_by_content_and_hashed_once(tmp_path, t
     first = models.resolve(PathModel(path=str(copy)), sys.executable)
     assert first.label == f"path:{copy}" and first.directory == copy
     reads = []
-    monkeypatch.setattr(models.identity, "_file_digest", lambda p: reads.append(p) or "x")
+    def digest(p):
+        reads.append(p)
+        return "x"
+
+    monkeypatch.setattr(models.identity, "_file_digest", digest)
     assert models.resolve(PathModel(path=str(copy)), sys.executable).sha256 == first.sha256
     assert reads == []  # the digest came from the cache
     cfg = json.loads((copy / "config.json").read_text())
@@ -308,7 +312,7 @@ def test_an_arch_sweep_runs_each_arch_against_its_own_golden(tmp_path):
     `unsupported` with the reason, and the run still succeeds."""
     (tmp_path / "scenarios").mkdir()
     (tmp_path / "scenarios" / "sweep.yaml").write_text(ARCH_SWEEP)
-    env = {"HARNESS_GOLDEN_DIR": str(tmp_path / "golden")}
+    env: dict[str, str | None] = {"HARNESS_GOLDEN_DIR": str(tmp_path / "golden")}
     made = harness_cli("golden", "sweep", "--work-dir", str(tmp_path / "work"), scenarios=tmp_path / "scenarios", env=env)
     assert made.returncode == 0, made.stderr
     assert "golden sweep/qwen3: skipped: engine 'reference' cannot run the golden setting" in made.stdout

@@ -49,7 +49,11 @@ def test_the_config_is_parsed_once_and_again_after_an_edit(tmp_path, monkeypatch
 
     parsed = []
     real_loads = tomllib.loads
-    monkeypatch.setattr(tomllib, "loads", lambda text: parsed.append(text) or real_loads(text))
+    def loads(text):
+        parsed.append(text)
+        return real_loads(text)
+
+    monkeypatch.setattr(tomllib, "loads", loads)
     config = tmp_path / "harness.toml"
     config.write_text('golden = "g"\n')
     monkeypatch.chdir(tmp_path)
@@ -147,7 +151,11 @@ def test_harness_golden_makes_the_projects_own_goldens_only(tmp_path, monkeypatc
     monkeypatch.chdir(tmp_path)
     init_project(tmp_path, "tiny-llama", suite="mine")
     made = []
-    monkeypatch.setattr("harness.runner.make_golden", lambda scenario, work_dir, opts: made.append(scenario.golden_key) or tmp_path)
+    def make_golden(scenario, work_dir, opts):
+        made.append(scenario.golden_key)
+        return tmp_path
+
+    monkeypatch.setattr("harness.runner.make_golden", make_golden)
     assert main(["golden"]) == 0
     assert made == ["mine"]
     assert not roots.shipped_only(tmp_path / "scenarios" / "mine.yaml")
@@ -226,7 +234,7 @@ def test_init_with_an_engine_that_cannot_be_asked_writes_its_declaration_and_say
         raise RuntimeError("probe interpreter missing")
 
     monkeypatch.setattr(ReferenceEngine, "installed_axes", broken)
-    said = []
+    said: list[str] = []
     done = init_project(tmp_path, "tiny-llama", suite="mine", say=said.append)
     assert "sp" in yaml.safe_load(done.scenario_file.read_text())["matrix"] and not done.left_out
     assert said == ["the installed reference could not be asked what it runs (RuntimeError: probe interpreter missing); "

@@ -94,7 +94,8 @@ def test_a_rank_host_without_a_shared_filesystem_sends_files_both_ways(tmp_path)
     spec = mirror / "spec.json"
     write = f"cat {spec} > {mirror}/logs/rank2.error.json; echo rank output; exit 3"
     host = RankHost(["sh", "-c", f"mkdir -p {mirror}/logs; {write}"], str(mirror), ".marker-not-here", {str(spec): b"{}"})
-    output, status, files = b"", None, {}
+    output, status = b"", None
+    files: dict = {}
     deadline = time.monotonic() + 10
     while status is None and time.monotonic() < deadline:
         chunk, status, changed = host.read()

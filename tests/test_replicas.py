@@ -16,7 +16,7 @@ def _logprobs(rows_per_prompt: list[int], base: int) -> dict:
 def test_merge_puts_every_replicas_prompts_back_in_the_workloads_order():
     """Replica r served prompts r, r+dp, ...: the merge interleaves them back, for logprob
     rows (their offsets too) and per-prompt tensors alike."""
-    workloads = [{"name": "logits", "kind": "logprobs", "prompts": [[1, 2], [1, 2, 3], [1]]},
+    workloads: list[dict] = [{"name": "logits", "kind": "logprobs", "prompts": [[1, 2], [1, 2, 3], [1]]},
                  {"name": "greedy", "kind": "greedy", "prompts": [[1], [2], [3]]},
                  {"name": "none", "kind": "greedy", "prompts": []}]
     cut = [replicas.replica_workloads(workloads, 2, r) for r in range(2)]

@@ -29,6 +29,7 @@ from harness.runner import RunOptions
 from harness.session import Progress, _run_packed
 from harness.verdict import Verdict
 from tests.kit.handmade import BIG_SUITE, suite_scenarios
+from tests.kit.present import present
 
 SUITE = BIG_SUITE + "gates: {pr: [tp1-pp1, tp2-pp2]}\n"
 
@@ -127,7 +128,8 @@ def fake_run(hold_s: float, concurrent: list, lock: threading.Lock):
 def test_packed_session_runs_everything_on_disjoint_slots_within_jobs(tmp_path):
     sc = scenarios(tmp_path)
     devices = DevicePool(8, "cpu", lock_dir=tmp_path / "locks", lease_log=tmp_path / "leases.jsonl")
-    concurrent, lock = [], threading.Lock()
+    concurrent: list[int] = []
+    lock = threading.Lock()
     progress = Recorder()
     verdicts = _run_packed(sc, tmp_path, RunOptions(devices=devices), progress, 3, costs(sc, {}),
                            run=fake_run(0.3, concurrent, lock))
@@ -135,7 +137,7 @@ def test_packed_session_runs_everything_on_disjoint_slots_within_jobs(tmp_path):
     assert progress.started[0] == "big/tp4-pp2"  # largest first
     assert sorted(progress.finished) == sorted(progress.started)
     assert max(concurrent) <= 3
-    records = read_lease_log(devices.lease_log)
+    records = read_lease_log(present(devices.lease_log))
     assert overlapping_leases(records) == []
     assert {r["scenario"] for r in records} == {s.id for s in sc}
     assert sum(1 for r in records if r["scenario"] == "big/tp4-pp2") == 8

@@ -28,6 +28,7 @@ from harness.launch.stall import (
     tree_activity,
 )
 from tests.kit import harness_cli, verdict_of
+from tests.kit.present import present
 from tests.kit.ranks import RANKS
 
 HEARTBEAT_RANKS = RANKS / "heartbeat.py"
@@ -159,7 +160,7 @@ def test_heartbeat_writes_one_fixed_size_record(tmp_path, monkeypatch):
         rankside.heartbeat()
     assert path.read_text().split() == ["1002", "compute"]
     assert path.stat().st_size == rankside.HEARTBEAT_RECORD_BYTES
-    os.close(rankside._beat_fd)
+    os.close(present(rankside._beat_fd))
 
 
 def test_heartbeat_without_a_launcher_does_nothing(monkeypatch):

@@ -64,7 +64,7 @@ def test_geo_deterministic_and_answers_follow_labels():
 
 def test_geo_label_is_drawn_and_digits_differ():
     """The label's cells hold the seven-segment digits; different digits, different pixels."""
-    cells = {}
+    cells: dict = {}
     for item in geo3k.heldout_set(300, seed=7):
         rgb = item["pixels"]
         digits = str(item["label"])

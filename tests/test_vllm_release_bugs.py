@@ -10,6 +10,7 @@ from pathlib import Path
 from harness.compare.expectations import apply_expectations
 from harness.config.loading import load_scenarios
 from harness.verdict import Verdict
+from tests.kit.present import present
 
 ROOT = Path(__file__).resolve().parent.parent
 STEP3 = "vllm-native-archs/arch-step3-text-tp1-pp1"
@@ -72,7 +73,7 @@ def test_step3_moe_fallback_crash_is_a_crash_where_vllm_fixed_it():
 
 def test_another_assertion_in_step3_is_not_the_moe_fallback_bug():
     v = step3_moe_crash("0.22.1")
-    v.crash = {**v.crash, "exception": "AssertionError: shapes differ", "traceback": "step3_text.py line 304"}
+    v.crash = {**present(v.crash), "exception": "AssertionError: shapes differ", "traceback": "step3_text.py line 304"}
     v = step3_judged(v)
     assert v.verdict == "crash" and "NOT known bug cpu-fused-moe-customop-without-config" in v.reason
 
