@@ -120,7 +120,7 @@ def vllm_way(scenario: Scenario, work: Path) -> Outcome:
     else:
         verdict = started_and_compared(scenario, reference, tested, work)
         verdict.versions = tested.prepared.manifest["versions"]  # which engine the expectations apply to
-    verdict = apply_expectations(verdict, scenario.expectations)
+    verdict = apply_expectations(verdict, scenario.expectations, scenario.known_bugs)
     return Outcome.of(verdict, time.monotonic() - start)
 
 

@@ -137,7 +137,7 @@ def test_a_crash_is_told_by_vllms_log_and_meets_the_scenarios_expectation(tmp_pa
     assert v.crash["exitcode"] == 1 and v.crash["log"] == str(log)
     [scenario] = [s for s in load_scenarios() if s.id == "vllm-llama/tp1-pp2"]
     v.versions = {"engine": "vllm", "vllm": "0.32.0"}
-    judged = apply_expectations(v, scenario.expectations)
+    judged = apply_expectations(v, scenario.expectations, scenario.known_bugs)
     assert (judged.verdict, judged.observed) == ("expected-failure", "crash"), judged.reason
     unknown = tmp_path / "silent.log"
     unknown.write_text("something else went wrong\n")
