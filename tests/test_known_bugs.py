@@ -120,13 +120,6 @@ UNMEASURED = {
     "cpu-fused-moe-customop-without-config": ["0.21", "0.24"],
     "vllm-gemma4: pp=2, compile=True": ["0.23", "0.24", "0.26", "0.27", "0.28", "0.29", "0.30"],
     "vllm-mm-video: arch=qwen25-vl": ["0.21", "0.24", "0.26", "0.28", "0.29", "0.31"],
-    # entries whose runs are recorded in docs/ENGINE_VERSIONS.md but not yet in their `seen`
-    "vllm-mm-archs: arch=glm4v-moe, pp=2": ["0.32"],
-    "vllm-mm-archs: arch=granite4-vision, pp=2, compile=True": ["0.32"],
-    "vllm-mm-archs: arch=llava": ["0.19"],
-    "vllm-mm-archs: pp=2, compile=False": ["0.27", "0.28", "0.29", "0.30", "0.31", "0.32"],
-    "vllm-mm-evals: compile=True": ["0.19", "0.20"],
-    "vllm-mm-evals: pp=2, compile=False": ["0.27", "0.28", "0.29", "0.30", "0.31", "0.32"],
 }
 
 
