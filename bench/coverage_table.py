@@ -2,7 +2,7 @@
 of axis values (the arch axis included) its scenarios run together, and how many its rules
 and excludes leave out.
 
-    python bench/coverage_table.py [SUITE ...]          (default: every suite)
+    python bench/coverage_table.py [SUITE ...] [--together A,B]   (default: every suite)
 
 A combination is feasible when some setting keeps every rule of the axes, of the suite's
 engine and of the suite's `exclude:` with it (harness/config/covering.py); "covered" counts
@@ -17,8 +17,8 @@ import argparse
 import itertools
 import json
 
-from harness.config.binding import engine_rules
-from harness.config.covering import coverage
+from harness.config.binding import engine_declared_values, engine_limits, engine_rules
+from harness.config.covering import coverage, joint_coverage
 from harness.config.loading import load_scenarios
 from harness.contract.axes import AXES, filled
 
@@ -47,6 +47,23 @@ def suite_rows(names: list[str]) -> list[str]:
     return lines
 
 
+def together(names: list[str], strength: int = 3) -> str:
+    """The named suites of one engine as one set of scenarios: every `strength`-way combination
+    of axis values (the arch aside, the engine's axes no suite varies included) in some
+    suite's scenario, the installed engine's limits excluded (`harness list --coverage A B`)."""
+    by_suite: dict[str, list] = {}
+    for s in load_scenarios():
+        if s.suite.suite in names:
+            by_suite.setdefault(s.suite.suite, []).append(s)
+    parts = [(ss[0].suite, [s.settings for s in ss], engine_rules(ss[0].suite.engine)) for ss in by_suite.values()]
+    first = next(iter(by_suite.values()))[0]
+    got = joint_coverage(parts, strength, engine_limits(first.suite.engine, first.engine_options),
+                         engine_declared_values(first.suite.engine))
+    return (f"{' + '.join(by_suite)} together: {sum(len(ss) for ss in by_suite.values())} scenarios; {strength}-way of "
+            f"axis values: {got.covered} covered / {got.feasible} feasible ({got.required - got.feasible} excluded), "
+            f"{len(got.missed)} feasible and not run")
+
+
 def nondefault_pairs(engine: str) -> str:
     """Across every suite of `engine`: the pairs of non-default values of two declared axes
     that some scenario runs together, against all such pairs of the values the suites use."""
@@ -69,9 +86,13 @@ def nondefault_pairs(engine: str) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("suites", nargs="*")
+    parser.add_argument("--together", action="append", default=[], metavar="A,B",
+                        help="suites of one engine counted as one set (e.g. vllm-features,vllm-moe)")
     args = parser.parse_args()
     print("\n".join(suite_rows(args.suites)))
     print()
+    for names in args.together:
+        print(together(names.split(",")))
     for engine in ("vllm", "reference"):
         print(nondefault_pairs(engine))
 

@@ -94,14 +94,14 @@ def _joint(by_suite: dict[str, list], strength: int) -> None:
     """The suites together: every `strength`-way combination of axis values (the arch aside)
     in some suite's scenario, the installed engine's limits named (harness/config/covering.py)."""
     from harness.config import covering
-    from harness.config.binding import engine_rules
+    from harness.config.binding import engine_declared_values, engine_limits, engine_rules
 
     parts = [(ss[0].suite, [s.settings for s in ss], engine_rules(ss[0].suite.engine)) for ss in by_suite.values()]
     limits: dict[str, tuple[tuple, str]] = {}
     declared: dict[str, tuple] = {}
     for ss in by_suite.values():
-        limits |= _installed_limits(ss[0].suite.engine, ss[0].engine_options)
-        declared |= _declared_values(ss[0].suite.engine)
+        limits |= engine_limits(ss[0].suite.engine, ss[0].engine_options)
+        declared |= engine_declared_values(ss[0].suite.engine)
     got = covering.joint_coverage(parts, strength, limits, declared)
     print(f"together: {sum(len(r) for _, r, _ in parts)} scenarios; {strength}-way of axis values (arch aside): "
           f"{got.required} combinations, {got.covered} covered, {got.required - got.feasible} excluded, "
@@ -112,27 +112,6 @@ def _joint(by_suite: dict[str, list], strength: int) -> None:
         print(f"  not run ({len(got.missed)}): {', '.join(got.missed[:12])}{' ...' if len(got.missed) > 12 else ''}")
 
 
-def _declared_values(engine: str) -> dict[str, tuple]:
-    """The engine's axes with a finite set of values (its switches and choices): the ones a
-    joint coverage counts even where no suite varies them."""
-    from harness.engines import declared_axes
-
-    return {axis: tuple(values) for axis, values in (declared_axes(engine) or {}).items() if values is not None}
-
-
-def _installed_limits(engine: str, options: dict) -> dict[str, tuple[tuple, str]]:
-    """axis -> (the values the installed engine runs, why no others); none where it cannot be asked."""
-    from harness.engines import get_engine
-
-    try:
-        found = get_engine(engine)
-        found.configure(options)
-        axes, cut = found.installed_axes()
-    except Exception:  # noqa: BLE001 - not installed, or its probe failed: the suites' own rules only
-        return {}
-    version = found.own_version(found.versions()) if cut else None
-    on = f"{engine} {version}" if version else engine
-    return {axis: (tuple(axes[axis] or ()), f"{on}: {why}") for axis, why in cut.items()}
 
 
 def _installed_versions(engine: str, options: dict) -> dict | None:

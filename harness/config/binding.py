@@ -120,3 +120,26 @@ def _fault_problem(suite: SuiteFile) -> str | None:
     except EngineUnavailable:
         return None  # its scenarios end as `error` saying why the engine is missing
     return engine.fault_problem(list(suite.faults))
+
+
+def engine_declared_values(engine: str) -> dict[str, tuple]:
+    """The engine's axes with a finite set of values (its switches and choices): the ones a
+    joint coverage counts even where no suite varies them."""
+    from harness.engines import declared_axes
+
+    return {axis: tuple(values) for axis, values in (declared_axes(engine) or {}).items() if values is not None}
+
+
+def engine_limits(engine: str, options: dict | None = None) -> dict[str, tuple[tuple, str]]:
+    """axis -> (the values the installed engine runs, why no others); none where it cannot be asked."""
+    from harness.engines import get_engine
+
+    try:
+        found = get_engine(engine)
+        found.configure(options or {})
+        axes, cut = found.installed_axes()
+    except Exception:  # noqa: BLE001 - not installed, or its probe failed: the suites' own rules only
+        return {}
+    version = found.own_version(found.versions()) if cut else None
+    on = f"{engine} {version}" if version else engine
+    return {axis: (tuple(axes[axis] or ()), f"{on}: {why}") for axis, why in cut.items()}
