@@ -31,7 +31,7 @@ import harness.session as session  # noqa: E402
 from harness.config.loading import load_scenarios
 from harness.plan.devices import DevicePool  # noqa: E402
 from harness.plan.schedule import costs, lower_bound_s, split_shards  # noqa: E402
-from harness.runner import RunOptions  # noqa: E402
+from harness.runner import RunContext  # noqa: E402
 from harness.verdict import Verdict  # noqa: E402
 
 MATRIX = """
@@ -77,7 +77,7 @@ def simulate(scenarios, durations, devices: int, scale: float, order=None) -> fl
         with tempfile.TemporaryDirectory() as tmp:
             pool = DevicePool(devices, "cpu", lock_dir=Path(tmp) / "locks")
             start = time.monotonic()
-            session._run_packed(scenarios, Path(tmp), RunOptions(devices=pool), Quiet(), devices,
+            session._run_packed(scenarios, Path(tmp), RunContext(devices=pool), Quiet(), devices,
                                 costs(scenarios, durations), run=run)
             return (time.monotonic() - start) / scale
     finally:

@@ -34,11 +34,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from harness import timings  # noqa: E402
 from harness.compare.numeric import check_workloads, tolerance_for  # noqa: E402
 from harness.config.loading import load_scenarios
+from harness.config.request import RunConfig  # noqa: E402
 from harness.config.scenario import select
 from harness.contract.outputs import EngineOutputs  # noqa: E402
 from harness.launch import pool  # noqa: E402
 from harness.rundir import scenario_dir_name  # noqa: E402
-from harness.runner import RunOptions, run_scenario  # noqa: E402
+from harness.runner import RunContext, run_scenario  # noqa: E402
 from harness.stages.admit import Admitted, admit  # noqa: E402
 from harness.stages.execute import execute  # noqa: E402
 
@@ -52,7 +53,7 @@ def harness_way(scenarios, work: Path) -> tuple[float, dict, list[dict], float]:
     pool.close_all()
     start, per, timed = time.monotonic(), {}, []
     for s in scenarios:
-        v = run_scenario(s, work, RunOptions(gate="pr"))
+        v = run_scenario(s, work, RunContext(RunConfig(gate="pr")))
         draw_ahead(v)  # as `harness run`'s progress display does
         per[s.id] = (v.duration_s, v.verdict)
         timed.append(v.timings)
@@ -89,10 +90,10 @@ def _live_way(scenarios, work: Path) -> tuple[float, dict]:
         runs = {}
         for label, settings in (("reference", dict(s.suite.golden)), ("setting", s.settings)):
             out = work / scenario_dir_name(s.id) / label
-            admitted = admit(s, settings, out, RunOptions(gate="pr"), gate="pr", golden=False)
+            admitted = admit(s, settings, out, RunContext(RunConfig(gate="pr")), gate="pr", golden=False)
             assert isinstance(admitted, Admitted), admitted
             prepared = admitted.prepared
-            outcome = execute(admitted, out, s, RunOptions())
+            outcome = execute(admitted, out, s, RunContext())
             if outcome.status != "ok":
                 raise RuntimeError(f"{s.id} {label}: {outcome.status}")
             runs[label] = (EngineOutputs.load(prepared.spec.output_dir), prepared.spec.workloads)

@@ -107,10 +107,12 @@ def vllm_way(scenario: Scenario, work: Path) -> Outcome:
     """The scenario as compare_two_settings does it: the golden setting started, then the
     scenario's setting started, compared. A setting the harness refuses before any start
     (unsupported here, as vLLM's own test would be skipped) starts nothing."""
-    from harness.stages.admit import RunOptions, admit
+    from harness.config.request import RunConfig
+    from harness.stages.admit import admit
+    from harness.stages.context import RunContext
 
     start = time.monotonic()
-    opts = RunOptions(gate=GATE)
+    opts = RunContext(RunConfig(gate=GATE))
     reference = admit(scenario, dict(scenario.suite.golden), work / "reference", opts, gate=GATE, golden=False)
     tested = admit(scenario, scenario.engine_settings, work / "setting", opts, gate=GATE, golden=False)
     if isinstance(tested, Verdict):

@@ -37,13 +37,15 @@ from typing import Any, Union
 from harness.compare.numeric import Tolerance, tolerance_for
 from harness.compare.outputs import judge_outputs
 from harness.config.loading import load_scenarios, parse_suite
+from harness.config.request import RunConfig
 from harness.config.scenario import Scenario, expand, select
 from harness.config.schema import ID_PART, ScenarioError, ToleranceOverride
 from harness.contract.outputs import EngineOutputs
 from harness.rundir import claim_new_run_dir, scenario_dir_name, verdict_path
 from harness.runner import run_scenario
 from harness.settings.env import DEVICE
-from harness.stages.admit import Admitted, RunOptions, admit
+from harness.stages.admit import Admitted, admit
+from harness.stages.context import RunContext
 from harness.stages.ended import launch_verdict
 from harness.stages.execute import execute
 from harness.verdict import Verdict
@@ -177,7 +179,7 @@ class _Planned:
     """A setting checked and prepared, its directory reserved: ready to launch."""
 
     scenario: Scenario
-    opts: RunOptions
+    ctx: RunContext
     out_dir: Path
     admitted: Admitted
     dtype: str
@@ -189,22 +191,22 @@ def _plan(model, settings: Mapping, *, engine: str, workloads, dtype: str, fault
     """Everything that can refuse a setting, before any rank starts: the settings and
     model (as a scenario file's), the engine's reason, the devices, the fault switches."""
     scenario = _scenario(model, settings, engine, workloads, dtype, tolerances, env, engine_options, timeout_s)
-    opts = _options(faults, timeout_s, device)
+    ctx = _context(faults, timeout_s, device)
     out_dir = _fresh(Path(work_dir) if work_dir is not None else Path(tempfile.mkdtemp(prefix="harness-api-")),
                      scenario_dir_name(scenario.id))
-    admitted = admit(scenario, scenario.engine_settings, out_dir, opts, golden=False)
+    admitted = admit(scenario, scenario.engine_settings, out_dir, ctx, golden=False)
     if isinstance(admitted, Verdict):
         admitted.settings = scenario.engine_settings
         if admitted.verdict == "unsupported":
             raise SettingUnsupported(admitted)
         raise ValueError(admitted.reason)  # the engine is not installed, the model or a fault switch is bad
-    return _Planned(scenario, opts, out_dir, admitted, dtype, dict(tolerances or {}))
+    return _Planned(scenario, ctx, out_dir, admitted, dtype, dict(tolerances or {}))
 
 
 def _run(planned: _Planned) -> SettingRun:
     """Launch a planned setting through the runner; CheckFailed unless every rank finished."""
     scenario, prepared = planned.scenario, planned.admitted.prepared
-    outcome = execute(planned.admitted, planned.out_dir, scenario, planned.opts)
+    outcome = execute(planned.admitted, planned.out_dir, scenario, planned.ctx)
     ended = launch_verdict(scenario.id, outcome, prepared.engine)
     if ended is not None:
         ended.settings = scenario.engine_settings
@@ -263,7 +265,7 @@ def assert_matches_golden(scenario_id: str, *, scenarios: str | os.PathLike | No
         run_dir = claim_new_run_dir(Path(report_dir), meta, "-api")
     else:
         run_dir = Path(work_dir) if work_dir is not None else Path(tempfile.mkdtemp(prefix="harness-api-"))
-    verdict = run_scenario(scenario, run_dir, _options(faults, timeout_s, device))
+    verdict = run_scenario(scenario, run_dir, _context(faults, timeout_s, device))
     report = None
     if report_dir is not None:
         from harness.report import write_report
@@ -400,12 +402,13 @@ def _scenario(model, settings: Mapping, engine: str, workloads, dtype: str, tole
     return expand(suite, Path.cwd() / "harness-api")[0]
 
 
-def _options(faults: Sequence[str], timeout_s: float | None, device: str | None) -> RunOptions:
+def _context(faults: Sequence[str], timeout_s: float | None, device: str | None) -> RunContext:
+    """The run's configuration from a call's keyword arguments (named as the RunConfig fields
+    marked `api`: tests/test_run_config.py), with this machine's device slots."""
     from harness.plan.devices import DevicePool, configured_count
 
-    device = device or DEVICE.text() or "cpu"
-    return RunOptions(timeout_s=timeout_s, faults=list(faults), device=device,
-                             devices=DevicePool(configured_count(device), device))
+    config = RunConfig(timeout_s=timeout_s, faults=tuple(faults), device=device or DEVICE.text() or "cpu")
+    return RunContext(config, DevicePool(configured_count(config.device), config.device))
 
 
 def _fresh(parent: Path, name: str) -> Path:

@@ -36,18 +36,21 @@ first good one), then reproduces it (`repro_hook`: `harness repro`).
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import os
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from harness import envs
+from harness.config.request import RunConfig
 from harness.config.scenario import Scenario
 from harness.launch.outcome import location
 from harness.roots import import_root
-from harness.runner import RunOptions, run_scenario
+from harness.runner import RunContext, run_scenario
 from harness.verdict import Verdict
 
 SKIP_VERDICTS = ("error", "unsupported")
@@ -260,7 +263,7 @@ def repro_hook(scenario: Scenario, run_dir: Path | None, say=print, checkout: st
 
 # --- over releases ---------------------------------------------------------------------
 
-def bisect_releases(scenario: Scenario, good: str, bad: str, work_dir: Path, opts: RunOptions,
+def bisect_releases(scenario: Scenario, good: str, bad: str, work_dir: Path, ctx: RunContext,
                     engine_name: str | None = None, count_unsupported: bool = False, say=print,
                     good_verdict: str = "pass", fixed: bool = False) -> Result:
     from harness.engines import EngineUnavailable, get_engine
@@ -297,7 +300,7 @@ def bisect_releases(scenario: Scenario, good: str, bad: str, work_dir: Path, opt
                     scenario, work_dir)
         versioned = envs.versioned(scenario, env)
         run_dir = work_dir / env.label
-        return run_scenario(versioned, run_dir, opts), versioned, run_dir
+        return run_scenario(versioned, run_dir, ctx), versioned, run_dir
 
     result = _search(releases, run, say, count_unsupported, good_verdict)
     result.newest_first = fixed
@@ -400,23 +403,37 @@ def is_ancestor(repo: Path, older: str, newer: str) -> bool:
     return subprocess.run(["git", "-C", str(repo), "merge-base", "--is-ancestor", older, newer]).returncode == 0
 
 
-def step_command(scenario: Scenario, scenario_args: list[str], repo: Path, at_good: str | None, at_bad: str | None,
-                 work_dir: Path, install: str | None, opts: RunOptions, count_unsupported: bool = False,
-                 fixed: bool = False) -> list[str]:
-    """The `harness bisect-step` command; an end's step (no at_good) only runs and saves its verdict."""
-    cmd = [sys.executable, "-m", "harness", *scenario_args, "bisect-step", scenario.id, "--git", str(repo),
-           "--work-dir", str(work_dir), "--device", opts.device]
-    if count_unsupported:
-        cmd.append("--count-unsupported")
-    if at_good:
-        cmd += ["--good-verdict", at_good, "--bad-verdict", at_bad or ""]
-    if fixed:
-        cmd.append("--fixed")
-    if install:
-        cmd += ["--install", install]
-    if opts.timeout_s:
-        cmd += ["--timeout", str(opts.timeout_s)]
-    return cmd
+@dataclass(frozen=True)
+class StepOrder:
+    """What one `harness bisect-step` is asked, handed to it whole as one JSON argument: the
+    scenario, the checkout and where its verdict goes, the run's configuration, and how to
+    read the verdict (`at_good`/`at_bad`: the ends' signatures; None: an end's own step,
+    which only runs and saves its verdict)."""
+
+    scenario: str
+    repo: Path
+    work_dir: Path
+    config: RunConfig
+    at_good: str | None = None
+    at_bad: str | None = None
+    install: str | None = None
+    count_unsupported: bool = False
+    fixed: bool = False
+
+    def to_json(self) -> str:
+        return json.dumps({**{f.name: getattr(self, f.name) for f in fields(self)}, "repo": str(self.repo),
+                           "work_dir": str(self.work_dir), "config": json.loads(self.config.to_json())}, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> StepOrder:
+        raw = json.loads(text)
+        return cls(**{**raw, "repo": Path(raw["repo"]), "work_dir": Path(raw["work_dir"]),
+                      "config": RunConfig.from_json(json.dumps(raw["config"]))})
+
+
+def step_command(scenario_args: list[str], order: StepOrder) -> list[str]:
+    """The `harness bisect-step` command that runs `order`."""
+    return [sys.executable, "-m", "harness", *scenario_args, "bisect-step", order.to_json()]
 
 
 def step_env(repo: Path) -> dict[str, str]:
@@ -430,7 +447,7 @@ FIX_TERMS = ("--term-old=broken", "--term-new=fixed")
 
 
 def bisect_git(scenario: Scenario, scenario_args: list[str], repo: Path, good: str, bad: str, work_dir: Path,
-               opts: RunOptions, install: str | None = None, count_unsupported: bool = False, say=print,
+               ctx: RunContext, install: str | None = None, count_unsupported: bool = False, say=print,
                good_verdict: str = "pass", fixed: bool = False) -> Result:
     repo = repo.absolute()
     good_sha, bad_sha = check_checkout(repo, good, bad, fixed)
@@ -444,11 +461,12 @@ def bisect_git(scenario: Scenario, scenario_args: list[str], repo: Path, good: s
     git(repo, "bisect", "start", *(FIX_TERMS if fixed else ()))  # remembers where the checkout was; reset goes back there
     found = None
     try:
+        end_step = StepOrder(scenario.id, repo, work_dir, ctx.config, install=install, count_unsupported=count_unsupported)
+
         def run_end(sha: str, name: str, problem_of) -> Verdict:
             git(repo, "checkout", "-q", "--detach", sha)
             t = time.monotonic()
-            done = subprocess.run(step_command(scenario, scenario_args, repo, None, None, work_dir, install, opts, count_unsupported),
-                                  env=env, capture_output=True, text=True)
+            done = subprocess.run(step_command(scenario_args, end_step), env=env, capture_output=True, text=True)
             v = _step_verdict(work_dir, sha, done)
             steps.append(Step(sha[:10], v, time.monotonic() - t, "stop" if problem_of(v) else name))
             say(step_line(sha[:10], v, steps[-1].seconds, steps[-1].decision))
@@ -463,7 +481,7 @@ def bisect_git(scenario: Scenario, scenario_args: list[str], repo: Path, good: s
         old_term, new_term = ("broken", "fixed") if fixed else ("good", "bad")
         git(repo, "bisect", new_term, newer)
         git(repo, "bisect", old_term, older)
-        step = step_command(scenario, scenario_args, repo, at_good, at_bad, work_dir, install, opts, count_unsupported, fixed)
+        step = step_command(scenario_args, dataclasses.replace(end_step, at_good=at_good, at_bad=at_bad, fixed=fixed))
         found, shown = _run_bisect(repo, step, env, say)
         steps += _git_steps(work_dir, shown)
     finally:
@@ -544,25 +562,26 @@ def _git_steps(work_dir: Path, shown: list[str]) -> list[Step]:
     return steps
 
 
-def run_step(scenario: Scenario, repo: Path, work_dir: Path, opts: RunOptions, at_good: str | None,
-             install: str | None, count_unsupported: bool = False, at_bad: str | None = None, fixed: bool = False) -> int:
+def run_step(scenario: Scenario, order: StepOrder) -> int:
     """One commit of a git bisect (`harness bisect-step`, run by `git bisect run` with the
     checkout first on PYTHONPATH): install if asked, run the scenario, print one line,
     exit with git's code for good / bad (with --fixed: git's old term `broken` is our bad,
     its new term `fixed` our good) / skip (also for odd: neither good nor bad)."""
+    repo = order.repo
     sha = git(repo, "rev-parse", "HEAD")
     subject = git(repo, "log", "-1", "--format=%s", "HEAD")
-    if install:
-        built = subprocess.run(install, shell=True, cwd=repo, capture_output=True, text=True)
+    if order.install:
+        built = subprocess.run(order.install, shell=True, cwd=repo, capture_output=True, text=True)
         if built.returncode != 0:
             print(f"bisect: {sha[:10]:<14} --install failed (exit {built.returncode}) -> skip  "
                   f"{(built.stderr or built.stdout).strip().splitlines()[-1:] or ''}", flush=True)
             return SKIP
     t = time.monotonic()
-    v = run_scenario(scenario, work_dir / sha[:12], opts)
-    decision = decide(signature(v, count_unsupported), at_good, at_bad or "") if at_good else "-"
+    v = run_scenario(scenario, order.work_dir / sha[:12], RunContext(order.config))
+    at_good = order.at_good
+    decision = decide(signature(v, order.count_unsupported), at_good, order.at_bad or "") if at_good else "-"
     print(step_line(f"{sha[:10]}", v, time.monotonic() - t, decision) + f"  [{subject[:60]}]", flush=True)
-    return git_exit_code(decision, fixed)
+    return git_exit_code(decision, order.fixed)
 
 
 def git_exit_code(decision: str, fixed: bool = False) -> int:

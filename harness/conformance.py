@@ -50,6 +50,7 @@ from pathlib import Path
 
 from harness import models
 from harness.compare.numeric import check_workloads, tolerance_for
+from harness.config.request import RunConfig
 from harness.config.scenario import Scenario, settings_label
 from harness.config.schema import SuiteFile
 from harness.contract.axes import PARALLEL_SIZES
@@ -60,7 +61,7 @@ from harness.engines.base import Capability
 from harness.launch.rankside import RANK_FAULT_ENV
 from harness.roots import goldens_in
 from harness.rundir import OUTPUTS, scenario_dir
-from harness.runner import GoldenUnsupported, RunOptions, make_golden, run_scenario
+from harness.runner import GoldenUnsupported, RunContext, make_golden, run_scenario
 from harness.stages.admit import admit
 from harness.verdict import Verdict
 
@@ -207,7 +208,7 @@ class Kit:
                         settings=dict(settings), gates=frozenset())
 
     def _run(self, check: str, settings: dict, **options) -> Verdict:
-        run_opts = RunOptions(device=self.opts.device, timeout_s=options.pop("timeout_s", None), **options)
+        run_opts = RunContext(RunConfig(device=self.opts.device, timeout_s=options.pop("timeout_s", None), **options))
         return run_scenario(self._scenario(settings), self.work / "runs" / check, run_opts)
 
     def _unsupported(self, settings: dict) -> str | None:
@@ -218,7 +219,7 @@ class Kit:
         """The suite's tp1 golden in the kit's golden root (reused when it still applies,
         else made, as `harness golden` makes it) and the resolved workloads it ran."""
         scenario = self._scenario(dict(suite.golden), suite)
-        opts = RunOptions(device=self.opts.device)
+        opts = RunContext(RunConfig(device=self.opts.device))
         admitted = admit(scenario, dict(suite.golden), self.work / "prepare", opts, faults=False)
         if isinstance(admitted, Verdict):  # no golden that applies yet: make it (make_golden says what cannot run)
             make_golden(scenario, self.work / "golden-runs", opts)
@@ -243,7 +244,7 @@ class Kit:
         return None
 
     def _fault(self, kind: str, settings: dict, rank: int) -> tuple[dict, str]:
-        """RunOptions fields that make `rank` raise / hang, and how (for the check's line)."""
+        """RunConfig fields that make `rank` raise / hang, and how (for the check's line)."""
         assert self.engine is not None
         native = f"rank-{kind}@{rank}"
         if self.engine.fault_problem([native], settings) is None:

@@ -36,26 +36,24 @@ from harness.settings.env import CLUSTER, DEVICE, PYTEST_RUN_ID, EnvValueError, 
 if TYPE_CHECKING:
     from _pytest._code.code import TerminalRepr, TracebackStyle
 
+    from harness.config.request import RunConfig
+
 RUN_ID_ENV = PYTEST_RUN_ID.name
 
 
 def pytest_addoption(parser):
-    from harness.cli.options import (  # the CLI's rules: a bad value is a usage error
-        positive_int,
-        positive_seconds,
-    )
+    """The `--harness-*` options: the fields of RunConfig that declare one (harness/config/request.py),
+    with the CLI's value types (a bad value is a usage error)."""
+    from dataclasses import fields
+
+    from harness.cli.options import argument_of
+    from harness.config.request import RunConfig, option_of
 
     group = parser.getgroup("harness")
-    group.addoption("--harness-timeout", type=positive_seconds, default=None, help="per-scenario timeout in seconds")
-    group.addoption("--harness-fault", action="append", default=[], help="switch on an engine fault (repeatable)")
-    group.addoption("--harness-report-dir", default=None, help="where the run directory goes (default: reports/)")
-    group.addoption("--harness-devices", type=positive_int, default=None, help="device slots of this machine (default: $HARNESS_DEVICES)")
-    group.addoption("--harness-interaction-trials", type=int, default=10, metavar="N",
-                    help="trial runs that narrow a failure of several axis values to the ones it needs (0: none)")
-    group.addoption("--harness-allow-empty", action="store_true", help="end 0 even when every scenario ended unsupported "
-                    "(by default the session ends 5, nothing tested, as `harness run` does)")
-    group.addoption("--harness-cluster", default=None, metavar="RAY",
-                    help="run each scenario on a Ray cluster: ray:local, auto, HOST:PORT (default: $HARNESS_CLUSTER; docs/SCALE.md)")
+    for f in fields(RunConfig):
+        if option_of(f).pytest:
+            names, kwargs = argument_of(f.name, pytest=True)
+            group.addoption(*names, **kwargs)
 
 
 def pytest_configure(config):
@@ -163,21 +161,18 @@ class ScenarioItem(pytest.Item):
     def runtest(self):
         from harness.plan.devices import DevicePool, configured_count
         from harness.plan.nodes import cluster_from_env
-        from harness.runner import RunOptions, run_scenario
+        from harness.runner import RunContext, run_scenario
 
-        device = DEVICE.text() or "cpu"
-        opts = RunOptions(timeout_s=self.config.getoption("--harness-timeout"), faults=self.config.getoption("--harness-fault"),
-                          device=device, devices=DevicePool(configured_count(device, self.config.getoption("--harness-devices")), device),
-                          cluster=cluster_from_env(None), gate=_gate(self.config),
-                          interaction_trials=max(0, self.config.getoption("--harness-interaction-trials")))
-        cluster = self.config.getoption("--harness-cluster") or CLUSTER.raw()
-        if cluster:  # Ray places it; the connection serves the session's other items too
+        config = _run_config(self.config)
+        ctx = RunContext(config, DevicePool(configured_count(config.device, config.devices), config.device),
+                         cluster_from_env(None))
+        if config.cluster:  # Ray places it; the connection serves the session's other items too
             from harness.raycluster.connect import parse_cluster
             from harness.raycluster.driver import run_one_on_ray
 
-            verdict = run_one_on_ray(self.scenario, _run_dir(self.config), opts, parse_cluster(cluster))
+            verdict = run_one_on_ray(self.scenario, _run_dir(self.config), ctx, parse_cluster(config.cluster))
         else:
-            verdict = run_scenario(self.scenario, _run_dir(self.config), opts)
+            verdict = run_scenario(self.scenario, _run_dir(self.config), ctx)
         self.user_properties.append(("verdict", verdict.verdict))
         if verdict.verdict == "unsupported":
             pytest.skip(f"unsupported: {verdict.reason}")
@@ -259,6 +254,15 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
         from harness.exit_codes import nothing_tested_text
 
         terminalreporter.write_line(f"harness: {nothing_tested_text(nothing, '--harness-allow-empty')}", red=True)
+
+
+def _run_config(config) -> RunConfig:
+    """The session's options as a RunConfig: its --harness-* options, the gate of its `-m`,
+    the device of $HARNESS_DEVICE and the cluster of $HARNESS_CLUSTER when not given."""
+    from harness.config.request import RunConfig
+
+    return RunConfig.from_pytest(config.getoption, gate=_gate(config), device=DEVICE.text() or "cpu",
+                                 cluster=config.getoption("--harness-cluster") or CLUSTER.raw())
 
 
 def _gate(config) -> str | None:

@@ -18,7 +18,8 @@ from harness.contract.outputs import EngineOutputs
 from harness.evals import lm
 from harness.plan.devices import Lease
 from harness.rundir import VERDICT, ResultsNotWritten, scenario_dir
-from harness.stages.admit import RunOptions, admit
+from harness.stages.admit import admit
+from harness.stages.context import RunContext
 from harness.stages.ended import harness_error, launch_verdict
 from harness.stages.execute import execute
 from harness.stages.interaction import FAILED, minimal_interaction
@@ -27,11 +28,11 @@ from harness.stages.same_layout import layout_reference
 from harness.timings import Stopwatch
 from harness.verdict import INTERACTION_SEP, Verdict
 
-__all__ = ["RunOptions", "run_scenario", "record_verdict", "make_golden", "reproduce_command", "GoldenUnsupported"]
+__all__ = ["RunContext", "run_scenario", "record_verdict", "make_golden", "reproduce_command", "GoldenUnsupported"]
 
 
-def reproduce_command(scenario: Scenario, opts: RunOptions) -> str:
-    extra = "".join(f" --fault {f}" for f in opts.faults)
+def reproduce_command(scenario: Scenario, ctx: RunContext) -> str:
+    extra = "".join(f" --fault {f}" for f in ctx.config.faults)
     if scenario.engine_version:  # one engine version of several (harness/envs.py)
         return f"harness run {scenario.base_id} --engine-env {scenario.engine_version.spec}{extra}"
     if not extra and _in_the_harness_checkout():  # its Makefile has a target per scenario id
@@ -49,24 +50,24 @@ def _in_the_harness_checkout() -> bool:
     return checkout is not None and project().root.resolve() == checkout.resolve()
 
 
-def run_scenario(scenario: Scenario, run_dir: Path, opts: RunOptions | None = None, lease: Lease | None = None) -> Verdict:
+def run_scenario(scenario: Scenario, run_dir: Path, ctx: RunContext | None = None, lease: Lease | None = None) -> Verdict:
     """Run one scenario and write its verdict.json; never raises except on Ctrl-C and
     ResultsNotWritten (the verdict itself could not be stored)."""
-    opts = opts or RunOptions()
+    ctx = ctx or RunContext()
     start = time.monotonic()
     watch = Stopwatch()
-    reproduce = reproduce_command(scenario, opts)
+    reproduce = reproduce_command(scenario, ctx)
     try:
-        verdict = _run(scenario, run_dir, opts, lease, watch)
-        _narrow(scenario, verdict, run_dir, opts, lease, watch)
+        verdict = _run(scenario, run_dir, ctx, lease, watch)
+        _narrow(scenario, verdict, run_dir, ctx, lease, watch)
     except KeyboardInterrupt:
         raise
     except Exception as exc:  # noqa: BLE001 - a harness fault must become an `error` verdict
         verdict = harness_error(scenario.id, exc)
-    return record_verdict(scenario, verdict, run_dir, opts, start, watch, reproduce)
+    return record_verdict(scenario, verdict, run_dir, ctx, start, watch, reproduce)
 
 
-def _narrow(scenario: Scenario, verdict: Verdict, run_dir: Path, opts: RunOptions, lease: Lease | None,
+def _narrow(scenario: Scenario, verdict: Verdict, run_dir: Path, ctx: RunContext, lease: Lease | None,
             watch: Stopwatch) -> None:
     """A failure of several changed axis values, not one the scenario file expects: the
     smallest combination of them it needs (stages/interaction.py), in its reason."""
@@ -79,18 +80,18 @@ def _narrow(scenario: Scenario, verdict: Verdict, run_dir: Path, opts: RunOption
 
     def trial(derived: Scenario, directory: Path) -> Verdict:
         try:
-            return _run(derived, run_dir, opts, lease, Stopwatch(), out_dir=scenario_dir(directory, derived.id))
+            return _run(derived, run_dir, ctx, lease, Stopwatch(), out_dir=scenario_dir(directory, derived.id))
         except Exception as exc:  # noqa: BLE001 - a trial that cannot run keeps its value in, saying why
             return harness_error(derived.id, exc)
 
-    found = minimal_interaction(scenario, verdict, run_dir, opts.interaction_trials, trial)
+    found = minimal_interaction(scenario, verdict, run_dir, ctx.config.interaction_trials, trial)
     if found:
         watch.lap("interaction")
         verdict.interaction = found
         verdict.reason = f"{verdict.reason}{INTERACTION_SEP}{found['text']}"
 
 
-def record_verdict(scenario: Scenario, verdict: Verdict, run_dir: Path, opts: RunOptions, start: float,
+def record_verdict(scenario: Scenario, verdict: Verdict, run_dir: Path, ctx: RunContext, start: float,
                    watch: Stopwatch | None = None, reproduce: str | None = None) -> Verdict:
     """A scenario's verdict made whole (settings, duration since `start`, the scenario file's
     expectations, the reproduce command, timings) and written; also for a verdict decided
@@ -100,7 +101,7 @@ def record_verdict(scenario: Scenario, verdict: Verdict, run_dir: Path, opts: Ru
     verdict.settings = scenario.settings
     verdict.duration_s = round(time.monotonic() - start, 2)
     verdict.expected_failure = scenario.expected_failure
-    verdict.reproduce = reproduce if reproduce is not None else reproduce_command(scenario, opts)
+    verdict.reproduce = reproduce if reproduce is not None else reproduce_command(scenario, ctx)
     # expected-failure only for the failure the scenario file or a known bug of the engine
     # describes, on the engine versions it names (harness/compare/expectations.py)
     verdict = apply_expectations(verdict, scenario.expectations, scenario.known_bugs)
@@ -114,14 +115,14 @@ def record_verdict(scenario: Scenario, verdict: Verdict, run_dir: Path, opts: Ru
     return verdict
 
 
-def _run(scenario: Scenario, run_dir: Path, opts: RunOptions, lease: Lease | None, watch: Stopwatch,
+def _run(scenario: Scenario, run_dir: Path, ctx: RunContext, lease: Lease | None, watch: Stopwatch,
          out_dir: Path | None = None) -> Verdict:
     out_dir = out_dir or scenario_dir(run_dir, scenario.id)
-    admitted = admit(scenario, scenario.engine_settings, out_dir, opts, opts.gate, watch=watch)
+    admitted = admit(scenario, scenario.engine_settings, out_dir, ctx, ctx.config.gate, watch=watch)
     if isinstance(admitted, Verdict):
         return admitted
-    outcome = execute(admitted, out_dir, scenario, opts, lease, watch)
-    layout = layout_reference(scenario, outcome, run_dir, opts, lease, watch)  # spec, batch: also their own layout
+    outcome = execute(admitted, out_dir, scenario, ctx, lease, watch)
+    layout = layout_reference(scenario, outcome, run_dir, ctx, lease, watch)  # spec, batch: also their own layout
     if isinstance(layout, Verdict):
         return layout
     return judge(scenario, admitted, outcome, watch, layout)
@@ -136,14 +137,14 @@ def golden_work_dir(work_dir: Path, golden_key: str) -> Path:
     return Path(work_dir) / "golden" / golden_key
 
 
-def make_golden(scenario_for_golden: Scenario, work_dir: Path, opts: RunOptions | None = None) -> Path:
+def make_golden(scenario_for_golden: Scenario, work_dir: Path, ctx: RunContext | None = None) -> Path:
     """Run the suite's golden setting and store it. Raises on any failure."""
-    opts = opts or RunOptions()
+    ctx = ctx or RunContext()
     suite = scenario_for_golden.suite
     out_dir = golden_work_dir(work_dir, scenario_for_golden.golden_key)
     # gate None: every eval scores its full item count, so any gate's slice pairs with it;
     # a golden is made by the clean engine, whatever the runs inject
-    admitted = admit(scenario_for_golden, dict(suite.golden), out_dir, opts, gate=None, faults=False, golden=False)
+    admitted = admit(scenario_for_golden, dict(suite.golden), out_dir, ctx, gate=None, faults=False, golden=False)
     if isinstance(admitted, Verdict) and admitted.verdict == "unsupported":
         # its scenarios end `unsupported` with this reason; there is nothing to compare with
         raise GoldenUnsupported(f"engine '{suite.engine}' cannot run the golden setting: {admitted.reason}")
@@ -151,7 +152,7 @@ def make_golden(scenario_for_golden: Scenario, work_dir: Path, opts: RunOptions 
         raise RuntimeError(admitted.reason)  # the input's error: the caller names the golden
     prepared = admitted.prepared
     goldens.golden_place(scenario_for_golden.golden_key)  # a golden that cannot be stored is said before its run
-    outcome = execute(admitted, out_dir, scenario_for_golden, opts)
+    outcome = execute(admitted, out_dir, scenario_for_golden, ctx)
     ended = launch_verdict(scenario_for_golden.id, outcome, prepared.engine)
     if ended is not None:  # the engine names the worker that really died (vLLM's own processes)
         raise RuntimeError(f"golden run of '{scenario_for_golden.golden_key}' ended as {outcome.status}: {ended.reason}; "

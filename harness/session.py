@@ -21,7 +21,7 @@ from harness.config.scenario import Scenario
 from harness.launch import SigtermAsInterrupt
 from harness.plan.devices import POLL_S, Lease
 from harness.plan.schedule import Cost, costs, largest_first
-from harness.runner import RunOptions, run_scenario
+from harness.runner import RunContext, run_scenario
 from harness.verdict import Verdict
 
 
@@ -44,7 +44,7 @@ class Progress:
         pass
 
 
-def run_session(scenarios: list[Scenario], run_dir: Path, opts: RunOptions, progress: Progress | None = None,
+def run_session(scenarios: list[Scenario], run_dir: Path, ctx: RunContext, progress: Progress | None = None,
                 jobs: int = 1, cost: dict[str, Cost] | None = None, exitfirst: bool = False) -> list[Verdict]:
     """Run every scenario: one at a time in order, or (jobs > 1, device slots given)
     packed largest-first by `cost`. Ctrl-C propagates (as KeyboardInterrupt) after
@@ -59,16 +59,16 @@ def run_session(scenarios: list[Scenario], run_dir: Path, opts: RunOptions, prog
 
         settle_environment()
     try:
-        if opts.ray is not None:  # Ray schedules, places and queues them (harness/raycluster)
+        if ctx.config.cluster is not None:  # Ray schedules, places and queues them (harness/raycluster)
             from harness.raycluster import parse_cluster, run_on_ray
 
-            return run_on_ray(scenarios, run_dir, opts, progress, cost or costs(scenarios, {}), parse_cluster(opts.ray))
-        if jobs > 1 and opts.devices is not None:
-            return _run_packed(scenarios, run_dir, opts, progress, jobs, cost or costs(scenarios, {}), exitfirst=exitfirst)
+            return run_on_ray(scenarios, run_dir, ctx, progress, cost or costs(scenarios, {}), parse_cluster(ctx.config.cluster))
+        if jobs > 1 and ctx.devices is not None:
+            return _run_packed(scenarios, run_dir, ctx, progress, jobs, cost or costs(scenarios, {}), exitfirst=exitfirst)
         verdicts = []
         for scenario in scenarios:
             progress.scenario_started(scenario)
-            verdict = run_scenario(scenario, run_dir, opts)
+            verdict = run_scenario(scenario, run_dir, ctx)
             verdicts.append(verdict)
             progress.scenario_finished(verdict)
             if exitfirst and not verdict.as_expected:
@@ -78,11 +78,11 @@ def run_session(scenarios: list[Scenario], run_dir: Path, opts: RunOptions, prog
         progress.close()
 
 
-def _run_packed(scenarios, run_dir, opts: RunOptions, progress: Progress, jobs: int, cost: dict[str, Cost],
+def _run_packed(scenarios, run_dir, ctx: RunContext, progress: Progress, jobs: int, cost: dict[str, Cost],
                 run=run_scenario, exitfirst: bool = False) -> list[Verdict]:
-    if opts.cancel is None:  # the session's own stop switch, on a copy: the caller's options stay as given
-        opts = dataclasses.replace(opts, cancel=threading.Event())
-    cancel = opts.cancel
+    if ctx.cancel is None:  # the session's own stop switch, on a copy: the caller's options stay as given
+        ctx = dataclasses.replace(ctx, cancel=threading.Event())
+    cancel = ctx.cancel
     assert cancel is not None
     pending = largest_first(scenarios, cost)
     running: dict[Future, Lease | None] = {}
@@ -90,9 +90,9 @@ def _run_packed(scenarios, run_dir, opts: RunOptions, progress: Progress, jobs: 
     with ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="scenario") as pool, SigtermAsInterrupt():
         try:
             while (pending or running) and not (exitfirst and any(not v.as_expected for v in verdicts)):
-                for scenario, lease in _startable(pending, running, jobs, opts, cost):
+                for scenario, lease in _startable(pending, running, jobs, ctx, cost):
                     progress.scenario_started(scenario)
-                    running[pool.submit(run, scenario, run_dir, opts, lease)] = lease
+                    running[pool.submit(run, scenario, run_dir, ctx, lease)] = lease
                 done, _ = wait(list(running), timeout=POLL_S, return_when=FIRST_COMPLETED)
                 for future in done:
                     _finish(future, running, verdicts, progress)
@@ -106,10 +106,10 @@ def _run_packed(scenarios, run_dir, opts: RunOptions, progress: Progress, jobs: 
     return verdicts
 
 
-def _startable(pending: list[Scenario], running: dict, jobs: int, opts: RunOptions, cost: dict[str, Cost]):
+def _startable(pending: list[Scenario], running: dict, jobs: int, ctx: RunContext, cost: dict[str, Cost]):
     """Take from `pending`, in order, every scenario whose devices can be leased now,
     with its lease, while fewer than `jobs` run (the caller adds each to `running`)."""
-    devices = opts.devices
+    devices = ctx.devices
     assert devices is not None, "scenarios are packed only onto a device pool (run_session checks)"
     for scenario in list(pending):
         if len(running) >= jobs:

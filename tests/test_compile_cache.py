@@ -83,15 +83,16 @@ def _compile_run(tmp_path: Path, model: str, label: str) -> dict:
     """One launch of the suite's compile scenario (no golden needed); its compile stats."""
     from harness.config.loading import load_scenarios
     from harness.contract.outputs import EngineOutputs
-    from harness.stages.admit import Admitted, RunOptions, admit
+    from harness.stages.admit import Admitted, admit
+    from harness.stages.context import RunContext
     from harness.stages.execute import execute
 
     scenario = load_scenarios([_suite(tmp_path, model)])[0]
     out = tmp_path / label
-    admitted = admit(scenario, scenario.engine_settings, out, RunOptions(), golden=False)
+    admitted = admit(scenario, scenario.engine_settings, out, RunContext(), golden=False)
     assert isinstance(admitted, Admitted), admitted
     prepared = admitted.prepared
-    outcome = execute(admitted, out, scenario, RunOptions())
+    outcome = execute(admitted, out, scenario, RunContext())
     assert outcome.status == "ok", (outcome.status, outcome.failure)
     return EngineOutputs.load(prepared.spec.output_dir).meta["compile"]["after_run"]
 

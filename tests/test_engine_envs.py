@@ -20,7 +20,7 @@ from harness.engines.base import Engine
 from harness.report import write_report
 from harness.report.versions import version_matrix, versions_text
 from harness.rundir import verdict_path
-from harness.runner import RunOptions, reproduce_command
+from harness.runner import RunContext, reproduce_command
 from harness.verdict import Verdict
 from tests.kit.present import present
 
@@ -139,7 +139,7 @@ def test_a_versioned_scenario_carries_the_version_in_its_id_and_runs_in_its_env(
     assert "python" not in s.engine_options and v.suite is s.suite  # the suite is untouched: one value carries the version
     assert v.golden_key == s.golden_key and v.expectations == s.expectations  # same golden, same expectations
     assert present(v.engine_version).model_python == sys.executable  # tiny checkpoints: built as the golden's were
-    assert reproduce_command(v, RunOptions()) == "harness run vllm-llama/tp1-pp2 --engine-env vllm==0.28.0"
+    assert reproduce_command(v, RunContext()) == "harness run vllm-llama/tp1-pp2 --engine-env vllm==0.28.0"
     assert split_id(v.id) == ("vllm-llama/tp1-pp2", "vllm-0.28.0") and split_id(s.id) == (s.id, "")
 
 

@@ -16,7 +16,8 @@ import pytest
 
 from harness import golden as goldens
 from harness.config.loading import load_scenarios
-from harness.runner import RunOptions, run_scenario
+from harness.config.request import RunConfig
+from harness.runner import RunContext, run_scenario
 
 pytestmark = pytest.mark.e2e
 ROOT = Path(__file__).resolve().parent.parent
@@ -40,7 +41,7 @@ def checks(v) -> dict[str, dict]:
 
 
 def test_compile_capture_without_images_drops_the_image_task_only(tmp_path):
-    v = run_scenario(scenario("llama-evals/tp1-pp1-compile"), tmp_path / "run", RunOptions(faults=[FAULT], gate="pr"))
+    v = run_scenario(scenario("llama-evals/tp1-pp1-compile"), tmp_path / "run", RunContext(RunConfig(faults=(FAULT,), gate="pr")))
     assert v.verdict == "fail", v.reason
     geo, arith = checks(v)["eval:geo"], checks(v)["eval:arith"]
     assert not geo["passed"] and geo["metrics"]["p_value"] < 0.05, geo["summary"]
@@ -55,7 +56,7 @@ def test_eager_serves_the_same_fault_correctly(tmp_path):
     # (only in the image) from every geo item, not from a few; the generation of the whole
     # PR slice (112 requests, 5-shot arith prompts) was most of this test's time
     eager = with_pr_items(scenario("llama-evals/tp1-pp1"), geo=24, arith=12)
-    v = run_scenario(eager, tmp_path / "run", RunOptions(faults=[FAULT], gate="pr"))
+    v = run_scenario(eager, tmp_path / "run", RunContext(RunConfig(faults=(FAULT,), gate="pr")))
     assert v.verdict == "pass", v.reason
     for name, n in (("eval:geo", 24), ("eval:arith", 12)):
         m = checks(v)[name]["metrics"]
@@ -73,7 +74,7 @@ def test_items_that_no_longer_pair_with_the_golden_are_an_error_not_a_verdict(tm
     evals_file.write_text(json.dumps(stored))
     goldens.record_digests(golden / "llama-evals")  # a golden regenerated since, not a damaged one
     monkeypatch.setenv("HARNESS_GOLDEN_DIR", str(golden))
-    v = run_scenario(scenario("llama-evals/tp1-pp1"), tmp_path / "run", RunOptions(gate="pr"))
+    v = run_scenario(scenario("llama-evals/tp1-pp1"), tmp_path / "run", RunContext(RunConfig(gate="pr")))
     assert v.verdict == "error" and "another prompt than in the golden" in v.reason and "harness golden llama-evals" in v.reason
 
 
@@ -105,7 +106,7 @@ matrix: {tp: [1, 2], pp: [1]}
     assert all(set(it) >= {"doc_id", "prompt_sha256", "correct", "response"} for it in stored["items"])
     assert not any(k.startswith("eval_") for k in EngineOutputs.load(golden).tensors)  # results kept, not tokens
     assert load_suite(suite_file).evals[0].pr_items == 3
-    v = run_scenario(by_id["mini-evals/tp2-pp1"], tmp_path / "run", RunOptions(gate="pr"))
+    v = run_scenario(by_id["mini-evals/tp2-pp1"], tmp_path / "run", RunContext(RunConfig(gate="pr")))
     assert v.verdict == "pass", v.reason
     m = checks(v)["eval:arith"]["metrics"]
     assert m["n"] == 3 and m["score"] == m["golden_score"] > 0  # the PR slice, paired with the full golden

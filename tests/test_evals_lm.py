@@ -277,11 +277,11 @@ def test_a_session_with_evals_settles_the_environment_before_its_first_rank(monk
         return Verdict(scenario.id, "pass", "")
 
     monkeypatch.setattr(session, "run_scenario", fake_run)
-    session.run_session([plain, with_evals], tmp_path, session.RunOptions())
+    session.run_session([plain, with_evals], tmp_path, session.RunContext())
     assert [sid for sid, _ in seen] == ["llama-tiny/tp1-pp1", "llama-gsm8k/tp1-pp1"]
     assert seen[0][1] == seen[1][1] and all(v for v in seen[0][1].values()), seen
     seen.clear()
     for key in tasks.OFFLINE_ENV:
         monkeypatch.delenv(key, raising=False)
-    session.run_session([plain], tmp_path, session.RunOptions())  # no evals: nothing is set
+    session.run_session([plain], tmp_path, session.RunContext())  # no evals: nothing is set
     assert not any(seen[0][1][k] for k in tasks.OFFLINE_ENV), seen

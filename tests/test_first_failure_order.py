@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 
 from harness import session
-from harness.config.request import RunRequest
+from harness.config.request import RunConfig
 from harness.plan.changes import picked_by_a_rule, select_for_changes
 from harness.plan.devices import DevicePool
 from harness.plan.planning import plan_run
@@ -25,7 +25,7 @@ from harness.plan.schedule import costs, largest_first
 from harness.report import write_report
 from harness.report.history import load_history
 from harness.report.regressions import gate_suspects, suspects_from_history
-from harness.runner import RunOptions
+from harness.runner import RunContext
 from harness.session import Progress, _run_packed
 from harness.verdict import Verdict
 from tests.kit.handmade import BIG_SUITE, failing, make_run, passing, suite_scenarios
@@ -104,12 +104,12 @@ def test_a_failure_of_a_run_stopped_early_still_goes_first(tmp_path):
 def test_a_gate_run_is_planned_failures_first_and_says_so(tmp_path, capsys):
     sc = scenarios(tmp_path)
     record(tmp_path, "before", [passing("big/tp4-pp2"), failing("big/tp1-pp1")], 1000.0)
-    request = RunRequest(report_dir=tmp_path / "reports", gate="pr", devices=8)
+    request = RunConfig(report_dir=tmp_path / "reports", gate="pr", devices=8)
     plan = plan_run(request, sc, sc, tmp_path, gate_suspects(tmp_path / "history", "pr"))
     assert ids(plan.scenarios)[0] == "tp1-pp1"
     assert plan.meta["order"] == {"failed before": ["big/tp1-pp1"]}
     assert "harness: first, 1 failed before: big/tp1-pp1" in capsys.readouterr().out
-    adhoc = plan_run(RunRequest(report_dir=tmp_path / "reports", devices=8), sc, sc, tmp_path,
+    adhoc = plan_run(RunConfig(report_dir=tmp_path / "reports", devices=8), sc, sc, tmp_path,
                      gate_suspects(tmp_path / "history", None))
     assert ids(adhoc.scenarios) == ids(sc) and "order" not in adhoc.meta  # hand-picked ids: as given
 
@@ -133,7 +133,7 @@ def test_exitfirst_starts_nothing_after_a_failure_and_stops_what_runs_beside_it(
     tiered = {sid: dataclasses.replace(c, tier=0 if sid == "big/tp2-pp1" else 3) for sid, c in cost.items()}
     progress = Progress()
     progress.start(len(sc), tmp_path)
-    verdicts = _run_packed(sc, tmp_path, RunOptions(devices=devices), progress, 2, tiered, run=run, exitfirst=True)
+    verdicts = _run_packed(sc, tmp_path, RunContext(devices=devices), progress, 2, tiered, run=run, exitfirst=True)
     assert [v.scenario for v in verdicts] == ["big/tp2-pp1"]
     assert stopped == ["big/tp1-pp2"]  # started beside the failure (the largest of the rest), then stopped
     assert devices.try_lease(4, "after") is not None  # every lease was given back
@@ -148,9 +148,9 @@ def test_exitfirst_in_order_stops_after_the_first_failure(tmp_path, monkeypatch)
         return Verdict(scenario.id, "fail" if len(ran) == 2 else "pass", "r")
 
     monkeypatch.setattr(session, "run_scenario", run_scenario)
-    verdicts = session.run_session(sc, tmp_path, RunOptions(), Progress(), exitfirst=True)
+    verdicts = session.run_session(sc, tmp_path, RunContext(), Progress(), exitfirst=True)
     assert [v.verdict for v in verdicts] == ["pass", "fail"] and ran == [s.id for s in sc[:2]]
-    assert len(session.run_session(sc, tmp_path, RunOptions(), Progress())) == 4  # without it, all of them
+    assert len(session.run_session(sc, tmp_path, RunContext(), Progress())) == 4  # without it, all of them
 
 
 def test_a_long_tier_is_said_in_part_and_kept_whole_in_run_json():

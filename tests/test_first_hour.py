@@ -12,7 +12,7 @@ from harness.config.loading import load_catalog
 from harness.config.scenario import nearest_hint, select
 from harness.config.schema import ScenarioError
 from harness.roots import builtin_scenarios
-from harness.runner import RunOptions, reproduce_command
+from harness.runner import RunContext, reproduce_command
 from harness.verdict import Verdict
 from tests.kit import ROOT
 from tests.kit.handmade import make_run, passing
@@ -50,9 +50,9 @@ def test_an_unknown_gate_names_the_gates(capsys):
 
 def test_the_reproduce_line_works_where_the_user_is(tmp_path, monkeypatch):
     (scenario,) = [s for s in load_catalog([builtin_scenarios() / "llama-tiny.yaml"]).scenarios if s.id == "llama-tiny/tp2-pp1"]
-    assert reproduce_command(scenario, RunOptions()) == "make llama-tiny/tp2-pp1"  # in the harness's checkout
+    assert reproduce_command(scenario, RunContext()) == "make llama-tiny/tp2-pp1"  # in the harness's checkout
     monkeypatch.chdir(tmp_path)  # an engine's repository: no Makefile target per id there
-    assert reproduce_command(scenario, RunOptions()) == "harness run llama-tiny/tp2-pp1"
+    assert reproduce_command(scenario, RunContext()) == "harness run llama-tiny/tp2-pp1"
 
 
 def test_a_missing_library_is_named_with_the_range_the_harness_is_tested_with():

@@ -9,7 +9,7 @@ import pytest
 from harness import api
 from harness.cli import main
 from harness.config.loading import load_catalog
-from harness.config.request import RunRequest
+from harness.config.request import RunConfig
 from harness.engines import envdir
 from harness.engines.vllm import _fix_for
 from harness.plan.planning import plan_run
@@ -56,12 +56,12 @@ def test_ids_named_with_changed_files_are_run_too(tmp_path):
     changed.write_text("harness/engines/reference/parallel.py\n")
     scenarios = load_catalog([builtin_scenarios() / "llama-tiny.yaml"]).scenarios
     named = [s for s in scenarios if s.id == "llama-tiny/tp1-pp2"]
-    request = RunRequest(report_dir=tmp_path, gate="pr", ids=("llama-tiny/tp1-pp2",), changed_files=changed)
+    request = RunConfig(report_dir=tmp_path, gate="pr", ids=("llama-tiny/tp1-pp2",), changed_files=changed)
     plan = plan_run(request, scenarios, named, tmp_path)
     ids = [s.id for s in plan.scenarios]
     assert "llama-tiny/tp1-pp2" in ids and "llama-tiny/tp2-pp1" in ids  # named, and picked by the change
     assert plan.meta["selection"]["named"] == ["llama-tiny/tp1-pp2"]
-    without = plan_run(RunRequest(report_dir=tmp_path, gate="pr", changed_files=changed), scenarios,
+    without = plan_run(RunConfig(report_dir=tmp_path, gate="pr", changed_files=changed), scenarios,
                        [s for s in scenarios if "pr" in s.gates], tmp_path)
     assert "llama-tiny/tp1-pp2" not in [s.id for s in without.scenarios]  # not named: the change rules alone
 

@@ -159,9 +159,10 @@ def test_the_plugins_options_reach_the_runner(demo, runner, tmp_path):
                                       "--harness-interaction-trials", "0", f"--harness-report-dir={tmp_path / 'reports'}")
     assert result.ret == pytest.ExitCode.OK
     assert sorted(sid for sid, _, _ in calls) == ["demo/tp1-pp1", "demo/tp2-pp1"]
-    for _, run_dir, opts in calls:
-        assert (opts.timeout_s, opts.faults, opts.devices.count, opts.gate) == (7.5, ["rank-raise@1", "rank-hang@0"], 3, "pr")
-        assert opts.interaction_trials == 0
+    for _, run_dir, ctx in calls:
+        config = ctx.config
+        assert (config.timeout_s, config.faults, ctx.devices.count, config.gate) == (7.5, ("rank-raise@1", "rank-hang@0"), 3, "pr")
+        assert config.interaction_trials == 0
         assert run_dir.parent == tmp_path / "reports" and run_dir.name.startswith("pytest-")
     (run_dir,) = {r for _, r, _ in calls}  # every item of the session writes into one run directory
     assert set(verdicts(run_dir)) == {"demo/tp1-pp1", "demo/tp2-pp1"} and "**OK**" in summary(run_dir)

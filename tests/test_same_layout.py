@@ -141,16 +141,16 @@ def test_the_layout_run_is_made_once_a_run_and_shared(shipped, tmp_path, monkeyp
     monkeypatch.setattr(same_layout, "execute", execute)
     ok = LaunchOutcome("ok", 1.0)
     for sid in ("llama-batch/tp2-pp1-batch-one", "llama-batch/tp2-pp1-batch-mixed"):
-        layout = same_layout.layout_reference(shipped[sid], ok, tmp_path, same_layout.RunOptions())
+        layout = same_layout.layout_reference(shipped[sid], ok, tmp_path, same_layout.RunContext())
         assert isinstance(layout, same_layout.LayoutRun), layout
         assert layout.label == "same layout tp2-pp1-batch-all" and "greedy.tokens" in layout.outputs.tensors
     assert launched == [("llama-batch/tp2-pp1-batch-all", {"tp": 2, "pp": 1, "batch": "all", "compile": False})]
     assert (tmp_path / "same-layout" / "llama-batch__tp2-pp1-batch-all" / "done").exists()
     # nothing to run: the scenario's own launch crashed (that is its verdict), or its golden is its layout
     assert same_layout.layout_reference(shipped["llama-batch/tp2-pp1-batch-one"], LaunchOutcome("crash", 1.0),
-                                        tmp_path, same_layout.RunOptions()) is None
+                                        tmp_path, same_layout.RunContext()) is None
     assert same_layout.layout_reference(shipped["llama-batch/tp1-pp1-batch-one"], ok, tmp_path,
-                                        same_layout.RunOptions()) is None
+                                        same_layout.RunContext()) is None
     assert len(launched) == 1
 
 
@@ -171,7 +171,7 @@ def test_a_layout_run_that_crashes_is_the_scenarios_crash_says_whose_and_is_not_
 
     monkeypatch.setattr(same_layout, "execute", execute)
     for sid in ("llama-spec/tp2-pp2-spec-ngram",) * 2:  # the layout asked for again, as its next scenario would
-        verdict = same_layout.layout_reference(shipped[sid], LaunchOutcome("ok", 1.0), tmp_path, same_layout.RunOptions())
+        verdict = same_layout.layout_reference(shipped[sid], LaunchOutcome("ok", 1.0), tmp_path, same_layout.RunContext())
         assert isinstance(verdict, Verdict) and verdict.crash is not None, verdict
         assert verdict.verdict == "crash" and verdict.scenario == sid
         assert verdict.reason.startswith("its same-layout reference llama-spec/tp2-pp2 (the layout without spec, run to hold it to): ")
@@ -196,7 +196,7 @@ def test_under_a_batch_invariant_mode_the_layout_must_agree_to_the_bit(shipped, 
 
     monkeypatch.setattr(same_layout, "admit", lambda *a, **k: SimpleNamespace(prepared=SimpleNamespace(engine=FakeEngine())))
     monkeypatch.setattr(same_layout, "execute", execute)
-    layout = same_layout.layout_reference(shipped[sid], LaunchOutcome("ok", 1.0), tmp_path, same_layout.RunOptions())
+    layout = same_layout.layout_reference(shipped[sid], LaunchOutcome("ok", 1.0), tmp_path, same_layout.RunContext())
     assert isinstance(layout, same_layout.LayoutRun), layout
     assert layout.exact is exact
     checks = layout.checks(outputs(noise=1e-6), WORKLOADS, TOL)

@@ -25,7 +25,7 @@ from harness.plan.schedule import (
     split_shards,
 )
 from harness.rundir import VERDICT, scenarios_root, verdict_path
-from harness.runner import RunOptions
+from harness.runner import RunContext
 from harness.session import Progress, _run_packed
 from harness.verdict import Verdict
 from tests.kit.handmade import BIG_SUITE, suite_scenarios
@@ -131,7 +131,7 @@ def test_packed_session_runs_everything_on_disjoint_slots_within_jobs(tmp_path):
     concurrent: list[int] = []
     lock = threading.Lock()
     progress = Recorder()
-    verdicts = _run_packed(sc, tmp_path, RunOptions(devices=devices), progress, 3, costs(sc, {}),
+    verdicts = _run_packed(sc, tmp_path, RunContext(devices=devices), progress, 3, costs(sc, {}),
                            run=fake_run(0.3, concurrent, lock))
     assert sorted(v.scenario for v in verdicts) == sorted(s.id for s in sc)
     assert progress.started[0] == "big/tp4-pp2"  # largest first
@@ -146,7 +146,7 @@ def test_packed_session_runs_everything_on_disjoint_slots_within_jobs(tmp_path):
 def test_a_scenario_bigger_than_the_machine_does_not_wait(tmp_path):
     sc = [s for s in scenarios(tmp_path) if s.name in ("tp4-pp2", "tp1-pp1")]
     devices = DevicePool(4, "cpu", lock_dir=tmp_path / "locks")
-    verdicts = _run_packed(sc, tmp_path, RunOptions(devices=devices), Recorder(), 2, costs(sc, {}),
+    verdicts = _run_packed(sc, tmp_path, RunContext(devices=devices), Recorder(), 2, costs(sc, {}),
                            run=fake_run(0.1, [], threading.Lock()))
     by_id = {v.scenario: v.verdict for v in verdicts}
     # the stand-in marks "ran without a lease" as unsupported; the runner says why (test_scale_e2e)

@@ -68,7 +68,7 @@ def test_a_versioned_run_builds_its_tiny_checkpoint_with_the_harness_not_the_rel
     monkeypatch.setattr(admit, "get_engine", lambda name: Engine())
     monkeypatch.setattr(models, "resolve", resolve)
     with pytest.raises(_StopAfterResolve):
-        admit.prepare(v, dict(v.settings), tmp_path / "run", admit.RunOptions())
+        admit.prepare(v, dict(v.settings), tmp_path / "run", admit.RunContext())
     assert built_by == [sys.executable]
 
 

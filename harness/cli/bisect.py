@@ -9,7 +9,7 @@ from pathlib import Path
 
 from harness import exit_codes
 from harness.cli import suites
-from harness.cli.options import add_device, add_report_dir, add_timeout, positive_seconds
+from harness.cli.options import add_device, add_report_dir, add_timeout
 
 GOOD_VERDICTS = ("pass", "fail", "crash", "hang", "unsupported")  # what --good-verdict may name
 
@@ -39,23 +39,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def add_step_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("scenario")
-    p.add_argument("--git", type=Path, required=True)
-    p.add_argument("--work-dir", type=Path, required=True)
-    p.add_argument("--good-verdict")  # the good end's signature (harness/bisect.py signature), not a user's verdict
-    p.add_argument("--bad-verdict")
-    p.add_argument("--fixed", action="store_true")
-    p.add_argument("--install")
-    p.add_argument("--count-unsupported", action="store_true")
-    p.add_argument("--device", default="cpu")
-    p.add_argument("--timeout", type=positive_seconds)
+    p.add_argument("order", help="the step, whole, as JSON (harness/bisect.py StepOrder)")
 
 
 def run(args) -> int:
     """`harness bisect SCENARIO --good V1 --bad V2` over releases, or `--git DIR` over commits."""
     from harness.bisect import BisectError, bisect_git, bisect_releases, default_work_dir, repro_hook, scenario_args_of
+    from harness.config.request import RunConfig
     from harness.config.schema import ScenarioError
-    from harness.runner import RunOptions
+    from harness.runner import RunContext
 
     if args.install and not args.git:
         print("harness bisect: --install goes with --git DIR", file=sys.stderr)
@@ -66,15 +58,15 @@ def run(args) -> int:
         print(f"harness bisect: {exc}", file=sys.stderr)
         return exit_codes.USAGE
     work_dir = (args.work_dir or default_work_dir(args.report_dir, scenario)).absolute()
-    opts = RunOptions(timeout_s=args.timeout, device=args.device, interaction_trials=0)  # a step asks pass or fail
+    ctx = RunContext(RunConfig.from_cli(args, interaction_trials=0))  # a step asks pass or fail
     try:
         if args.git:
             if args.engine and args.engine != scenario.suite.engine:
                 raise BisectError(f"{scenario.id} runs on engine '{scenario.suite.engine}', not '{args.engine}'")
-            result = bisect_git(scenario, scenario_args_of(args.scenarios), args.git, args.good, args.bad, work_dir, opts,
+            result = bisect_git(scenario, scenario_args_of(args.scenarios), args.git, args.good, args.bad, work_dir, ctx,
                                 args.install, args.count_unsupported, good_verdict=args.good_verdict, fixed=args.fixed)
         else:
-            result = bisect_releases(scenario, args.good, args.bad, work_dir, opts, args.engine, args.count_unsupported,
+            result = bisect_releases(scenario, args.good, args.bad, work_dir, ctx, args.engine, args.count_unsupported,
                                      good_verdict=args.good_verdict, fixed=args.fixed)
     except BisectError as exc:
         print(f"harness bisect: {exc}", file=sys.stderr)
@@ -92,13 +84,12 @@ def run(args) -> int:
 def run_step(args) -> int:
     """One step of `git bisect run` (harness/bisect.py run_step): exit 0 good, 1 bad,
     125 skip, 128 the step could not run (git bisect stops)."""
-    from harness.bisect import ABORT, run_step
-    from harness.runner import RunOptions
+    from harness.bisect import ABORT, StepOrder, run_step
 
     try:
-        scenario = suites.find_one_in(suites.load(args, "bisect"), args.scenario)
-        return run_step(scenario, args.git.absolute(), args.work_dir, RunOptions(timeout_s=args.timeout, device=args.device, interaction_trials=0),
-                        args.good_verdict, args.install, args.count_unsupported, args.bad_verdict, args.fixed)
+        order = StepOrder.from_json(args.order)
+        scenario = suites.find_one_in(suites.load(args, "bisect"), order.scenario)
+        return run_step(scenario, order)
     except KeyboardInterrupt:
         raise
     except Exception as exc:  # noqa: BLE001 - exit 1 would read as "bad": a harness fault stops the bisect instead

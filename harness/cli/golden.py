@@ -23,11 +23,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args) -> int:
+    from harness.config.request import RunConfig
     from harness.models import ModelError
     from harness.report.progress import still_running
     from harness.roots import reports_dir, shipped_only
     from harness.rundir import OUTPUTS
-    from harness.runner import GoldenUnsupported, RunOptions, golden_work_dir, make_golden
+    from harness.runner import GoldenUnsupported, RunContext, golden_work_dir, make_golden
     from harness.workloads import WorkloadError
 
     catalog = suites.load(args)
@@ -57,7 +58,7 @@ def run(args) -> int:
         print(f"{label}: running {goldens[name].suite.engine} at its golden setting ({_setting(goldens[name])})", flush=True)
         try:
             with still_running(label, golden_work_dir(work_dir, name) / OUTPUTS):
-                path = make_golden(goldens[name], work_dir, RunOptions(device=args.device))
+                path = make_golden(goldens[name], work_dir, RunContext(RunConfig(device=args.device)))
         except GoldenUnsupported as exc:  # not a failure: its scenarios will say `unsupported`
             print(f"{label}: skipped: {exc}", flush=True)
             skipped.append(name)

@@ -1,16 +1,19 @@
 """What several subcommands take, declared once: value types that make a bad value a
-usage error (argparse's exit 2 with the option named), and the shared option groups."""
+usage error (argparse's exit 2 with the option named), and the options of a run, made
+from the fields of RunConfig (harness/config/request.py) that declare them."""
 
 from __future__ import annotations
 
 import argparse
 import math
+from collections.abc import Callable
+from dataclasses import fields
 from pathlib import Path
+from typing import Any
 
+from harness.config.request import RunConfig, option_of
 from harness.config.schema import ScenarioError, env_problem
-from harness.roots import reports_dir
 from harness.rundir import run_id_problem
-from harness.settings.env import DEVICE
 
 
 def key_value(text: str) -> tuple[str, str]:
@@ -77,28 +80,67 @@ def git_revision(text: str) -> str:
     return text
 
 
-# -- option groups ----------------------------------------------------------------------
+# -- options made from the run configuration (harness/config/request.py) -----------------
+
+# how a text becomes a RunConfig field's value (Option.value), on the command line and in pytest
+VALUE_TYPES: dict[str, Callable[[str], Any]] = {
+    "seconds": positive_seconds, "count": positive_int, "int": int, "path": Path, "env": env_assignment,
+    "run-id": run_id, "shard": shard_spec, "revision": git_revision,
+}
+
+
+def argument_of(name: str, pytest: bool = False, **override: Any) -> tuple[list[str], dict[str, Any]]:
+    """(names, keyword arguments) of add_argument / addoption for the RunConfig field `name`:
+    its `harness run` flag, or with `pytest` the plugin's option."""
+    f = next(f for f in fields(RunConfig) if f.name == name)
+    how = option_of(f)
+    kwargs: dict[str, Any] = {"help": (how.pytest_help or how.help) if pytest else how.help}
+    if how.switch:
+        kwargs["action"] = "store_true"
+    elif how.repeat:
+        kwargs["default"] = []
+        if how.flag and not how.flag.startswith("-") and not pytest:
+            kwargs["nargs"] = "*"
+        else:
+            kwargs["action"] = "append"
+    else:
+        kwargs["default"] = how.cli_default() if how.cli_default and not pytest else f.default
+    if how.value:
+        kwargs["type"] = VALUE_TYPES[how.value]
+    if how.choices:
+        kwargs["choices"] = list(how.choices)
+    if how.metavar:
+        kwargs["metavar"] = how.metavar
+    kwargs.update(override)
+    if pytest:
+        assert how.pytest, f"RunConfig.{name} has no pytest option"
+        return [how.pytest], kwargs
+    assert how.flag, f"RunConfig.{name} has no flag"
+    return [n for n in (how.short, how.flag) if n], kwargs
+
+
+def add_config_option(p: argparse.ArgumentParser, name: str, **override: Any) -> None:
+    names, kwargs = argument_of(name, **override)
+    p.add_argument(*names, **kwargs)
 
 
 def add_device(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--device", choices=["cpu", "cuda"], default=DEVICE.text(),
-                   help=f"where the ranks run (default: ${DEVICE.name}, else cpu)")
+    add_config_option(p, "device")
 
 
 def add_report_dir(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--report-dir", type=Path, default=reports_dir(),
-                   help="where runs are written (default: $HARNESS_REPORTS_DIR, else the project's reports/)")
+    add_config_option(p, "report_dir")
 
 
 def add_timeout(p: argparse.ArgumentParser, what: str) -> None:
-    p.add_argument("--timeout", type=positive_seconds, help=f"{what} timeout in seconds (overrides the scenario file)")
+    add_config_option(p, "timeout_s", help=f"{what} timeout in seconds (overrides the scenario file)")
 
 
 def add_selection(p: argparse.ArgumentParser) -> None:
     """Which scenarios: ids, glob patterns or suite names, and/or a gate."""
-    p.add_argument("ids", nargs="*", help="ids or glob patterns, or suite names")
-    p.add_argument("--gate", help="only scenarios of this gate (pr, nightly, vllm, or one a scenario file defines)")
+    add_config_option(p, "ids")
+    add_config_option(p, "gate")
 
 
 def add_history(p: argparse.ArgumentParser, default: str) -> None:
-    p.add_argument("--history", type=Path, help=f"history store (default: $HARNESS_HISTORY_DIR or {default})")
+    add_config_option(p, "history", help=f"history store (default: $HARNESS_HISTORY_DIR or {default})")

@@ -5,24 +5,16 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from dataclasses import fields, replace
 from pathlib import Path
 
 from harness import exit_codes
 from harness.cli import suites
-from harness.cli.options import (
-    add_device,
-    add_history,
-    add_report_dir,
-    add_selection,
-    add_timeout,
-    env_assignment,
-    git_revision,
-    positive_int,
-    run_id,
-    shard_spec,
-)
+from harness.cli.options import add_config_option
 from harness.config.loading import BrokenSuite
+from harness.config.request import RunConfig
 from harness.launch import DeferInterrupts
+from harness.roots import reports_dir
 from harness.rundir import ResultsNotWritten, RunDirTaken, check_writable, claim_new_run_dir, claim_run_dir, verdict_path
 from harness.settings.project import project
 
@@ -30,34 +22,9 @@ HELP = "run scenarios and write a report"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    add_selection(p)
-    add_timeout(p, "per-scenario")
-    p.add_argument("--fault", action="append", default=[], help="switch on an engine fault (repeatable)")
-    p.add_argument("--env", type=env_assignment, action="append", default=[], help="KEY=VALUE for every rank (repeatable)")
-    add_device(p)
-    add_report_dir(p)
-    p.add_argument("--run-id", type=run_id, help="name of the run directory (default: time and gate)")
-    add_history(p, "<report-dir>/history")
-    p.add_argument("--jobs", type=positive_int, default=None, help="scenarios at once, packed onto the devices (default: $HARNESS_JOBS or 1)")
-    p.add_argument("--devices", type=positive_int, help="device slots of this machine (default: $HARNESS_DEVICES, else the GPU count on cuda, a CPU-based count on cpu)")
-    p.add_argument("--nodes", type=Path, help="nodes file for scenarios bigger than this machine (default: $HARNESS_NODES)")
-    p.add_argument("--cluster", metavar="RAY", help="run every scenario on a Ray cluster: ray:local (one started for the run), "
-                   "auto, ray://HOST:PORT or HOST:PORT (default: $HARNESS_CLUSTER; needs harness[ray]; docs/SCALE.md)")
-    p.add_argument("--shard", type=shard_spec, help="run shard I of N (I/N, 1-based), balanced by recorded durations")
-    p.add_argument("--durations", type=Path, help="JSON {scenario id: seconds} to balance shards and pack by (default: past verdicts under --report-dir)")
-    p.add_argument("--changed-files", type=Path, help="with --gate pr: run what these files (one per line) can break, plus the smoke set")
-    p.add_argument("--engine-env", action="append", default=[], metavar="SPEC",
-                   help="run every chosen scenario in this engine environment (repeatable: once per environment, the "
-                        "engine version in the id): a Python interpreter or venv path, or a release ENGINE==VERSION "
-                        "that the harness installs once into a cached venv (`harness docs engine-versions`)")
-    p.add_argument("-x", "--exitfirst", action="store_true", help="stop after the first scenario that ends not as expected "
-                   "(fail, crash, hang, error): start no other, stop the running ones' ranks; the report lists the rest as not run")
-    p.add_argument("--interaction-trials", type=int, default=10, metavar="N",
-                   help="a failure of several axis values off the golden's is narrowed to the values it needs by at "
-                        "most N trial runs (README 'The failing interaction, named'); 0: not narrowed (default: 10)")
-    p.add_argument("--allow-empty", action="store_true", help="exit 0 even when every scenario ended unsupported "
-                   "(nothing was tested; by default that is exit 5, as pytest's when it collects nothing)")
-    p.add_argument("--changed-since", metavar="BASE", type=git_revision, help="with --gate pr: as --changed-files, with the files of `git diff --name-only BASE...HEAD`")
+    """Every option of RunConfig that has a flag, in its order (harness/config/request.py)."""
+    for f in fields(RunConfig):
+        add_config_option(p, f.name)
 
 
 def harness_versions() -> dict:
@@ -69,56 +36,53 @@ def harness_versions() -> dict:
 
 
 def run(args) -> int:
+    config = RunConfig.from_cli(args)  # every option of the run; `args` says where the scenario files come from
     catalog = suites.load(args)
     used = suites.where_from(args)
     print(f"harness: project config {used['config'] or '(none)'}; scenario files from {', '.join(used['scenarios'])}",
           flush=True)
-    selected, broken = catalog.pick(args.ids, args.gate)  # a typo ends here, with its hint: before torch and pandas load
-    from harness.config.request import RunRequest
+    selected, broken = catalog.pick(list(config.ids), config.gate)  # a typo ends here, with its hint: before torch and pandas load
     from harness.plan.planning import default_jobs, plan_run
     from harness.raycluster.connect import cluster_option
     from harness.report.history import history_dir
     from harness.report.regressions import gate_suspects
-    from harness.runner import RunOptions
+    from harness.runner import RunContext
 
-    if args.engine_env:
+    if config.engine_envs:
         from harness import envs
 
-        if args.changed_files or args.changed_since:
+        if config.changed_files or config.changed_since:
             print("harness: --engine-env does not go with --changed-files / --changed-since", file=sys.stderr)
             return exit_codes.USAGE
         try:
-            selected = envs.expand(selected, args.engine_env)
+            selected = envs.expand(selected, list(config.engine_envs))
         except envs.EnvError as exc:
             print(f"harness: {exc}", file=sys.stderr)
             return exit_codes.USAGE
-    request = RunRequest(gate=args.gate, ids=tuple(args.ids), changed_files=args.changed_files, changed_since=args.changed_since,
-                         shard=args.shard, durations=args.durations, report_dir=args.report_dir, jobs=args.jobs or default_jobs(),
-                         devices=args.devices, nodes=args.nodes, device=args.device)
+    config = replace(config, jobs=config.jobs or default_jobs())
+    report_dir = config.report_dir or reports_dir()
     # the gate starts with what failed or drifted in its history (harness/plan/priority.py)
-    suspects = gate_suspects(history_dir(args.report_dir, args.history), args.gate)
-    plan = plan_run(request, catalog.scenarios, selected, project().root, suspects)
+    suspects = gate_suspects(history_dir(report_dir, config.history), config.gate)
+    plan = plan_run(config, catalog.scenarios, selected, project().root, suspects)
     chosen = plan.scenarios
     if not chosen and not broken:
         print("harness: nothing to run (no scenario matches)", file=sys.stderr)
         return exit_codes.USAGE
-    problem = unknown_faults(args.fault, chosen)
+    problem = unknown_faults(list(config.faults), chosen)
     if problem:
         print(f"harness: {problem}", file=sys.stderr)
         return exit_codes.USAGE
     shard = f"-shard{plan.meta['shard']['index']}of{plan.meta['shard']['count']}" if "shard" in plan.meta else ""
-    history = history_dir(args.report_dir, args.history)
+    history = history_dir(report_dir, config.history)
     # the planned list goes on disk with the claim: a report of a killed run can then say what never ran
-    meta = {"gate": args.gate, "scenarios": [s.id for s in chosen] + [b.error_id for b in broken], "faults": args.fault,
-            "versions": harness_versions(), "started": time.time(), "project": used, "allow_empty": args.allow_empty,
-            **plan.meta}
-    opts = RunOptions(timeout_s=args.timeout, faults=args.fault, env=dict(args.env), device=args.device,
-                      devices=plan.devices, cluster=plan.cluster, gate=args.gate, ray=cluster_option(args.cluster),
-                      interaction_trials=max(0, args.interaction_trials))
+    meta = {"gate": config.gate, "scenarios": [s.id for s in chosen] + [b.error_id for b in broken],
+            "faults": list(config.faults), "versions": harness_versions(), "started": time.time(), "project": used,
+            "allow_empty": config.allow_empty, **plan.meta}
+    ctx = RunContext(replace(config, cluster=cluster_option(config.cluster)), plan.devices, plan.cluster)
     try:
         check_writable(history / "runs", "history store", "make it writable, or give --history DIR (or $HARNESS_HISTORY_DIR)")
-        run_dir = claim_run_dir(args.report_dir, args.run_id, meta) if args.run_id else \
-            claim_new_run_dir(args.report_dir, meta, (f"-{args.gate}" if args.gate else "") + shard)
+        run_dir = claim_run_dir(report_dir, config.run_id, meta) if config.run_id else \
+            claim_new_run_dir(report_dir, meta, (f"-{config.gate}" if config.gate else "") + shard)
     except RunDirTaken as exc:
         print(f"harness: {exc}", file=sys.stderr)
         return exit_codes.USAGE
@@ -128,7 +92,7 @@ def run(args) -> int:
     meta["run_id"] = run_dir.name
     _record_broken(run_dir, broken)
     try:  # from the claim on, an interrupt ends in the report of what ended (_run_and_report)
-        return _run_and_report(chosen, run_dir, meta, history, opts, request.jobs, plan.cost, args.exitfirst)
+        return _run_and_report(chosen, run_dir, meta, history, ctx, plan.cost)
     except ResultsNotWritten as exc:
         print(f"harness: {exc}", file=sys.stderr)
         return exit_codes.RESULTS_NOT_WRITTEN
@@ -167,8 +131,7 @@ def unknown_faults(faults: list[str], chosen) -> str | None:
     return None
 
 
-def _run_and_report(chosen, run_dir: Path, meta: dict, history: Path, opts, jobs: int, cost: dict,
-                    exitfirst: bool = False) -> int:
+def _run_and_report(chosen, run_dir: Path, meta: dict, history: Path, ctx, cost: dict) -> int:
     from harness.cli.report import say_what_was_not_recorded
     from harness.report.markdown import counts_text
     from harness.report.progress import choose_progress
@@ -179,8 +142,9 @@ def _run_and_report(chosen, run_dir: Path, meta: dict, history: Path, opts, jobs
     try:
         _write_report(run_dir, meta, history)
         if chosen:
-            verdicts = run_session(chosen, run_dir, opts, progress=choose_progress(), jobs=jobs, cost=cost, exitfirst=exitfirst)
-            stopped = _stopped_after(verdicts) if exitfirst else {}
+            verdicts = run_session(chosen, run_dir, ctx, progress=choose_progress(), jobs=ctx.config.jobs, cost=cost,
+                                   exitfirst=ctx.config.exitfirst)
+            stopped = _stopped_after(verdicts) if ctx.config.exitfirst else {}
     except KeyboardInterrupt:
         interrupted = True
         print("\nharness: interrupted; ranks stopped, writing the report of what finished", file=sys.stderr)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.config.request import RunRequest
+from harness.config.request import RunConfig
 from harness.config.scenario import Scenario
 from harness.config.schema import ScenarioError
 from harness.launch import Cluster
@@ -31,6 +31,7 @@ from harness.plan.schedule import (
     recorded_durations,
     split_shards,
 )
+from harness.roots import reports_dir
 from harness.settings.env import JOBS, EnvValueError
 
 
@@ -50,7 +51,7 @@ def default_jobs() -> int:
         raise ScenarioError(str(exc)) from None
 
 
-def plan_run(args: RunRequest, all_scenarios: list[Scenario], chosen: list[Scenario], repo: Path,
+def plan_run(args: RunConfig, all_scenarios: list[Scenario], chosen: list[Scenario], repo: Path,
              suspects: Suspects | None = None) -> RunPlan:
     """`suspects`: what failed or drifted in the gate's history (report.regressions.gate_suspects)."""
     meta: dict = {}
@@ -65,7 +66,7 @@ def plan_run(args: RunRequest, all_scenarios: list[Scenario], chosen: list[Scena
         _print_picks(picks, changed)
         if named:
             print(f"harness: and {len(named)} scenarios named on the command line: {', '.join(s.id for s in named)}", flush=True)
-    durations = load_durations(args.durations) if args.durations else recorded_durations(args.report_dir)
+    durations = load_durations(args.durations) if args.durations else recorded_durations(args.report_dir or reports_dir())
     cost = costs(chosen, durations)
     if args.shard:
         index, count = parse_shard(args.shard)
@@ -98,7 +99,7 @@ def _first_failure_first(chosen: list[Scenario], cost: dict[str, Cost], suspects
     return ordered, tiered
 
 
-def _changed_files(args: RunRequest, repo: Path) -> list[str] | None:
+def _changed_files(args: RunConfig, repo: Path) -> list[str] | None:
     if args.changed_files and args.changed_since:
         raise ScenarioError("give --changed-files or --changed-since, not both")
     if args.changed_files:

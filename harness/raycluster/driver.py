@@ -24,7 +24,7 @@ from harness.raycluster.nodetask import NodeResult, NodeWork, run_on_node
 from harness.raycluster.spread import run_spread
 from harness.raycluster.transfer import pack, unpack_scenario
 from harness.rundir import scenario_dir
-from harness.runner import RunOptions, record_verdict
+from harness.runner import RunContext, record_verdict
 from harness.settings.project import project
 from harness.verdict import Verdict
 
@@ -46,20 +46,20 @@ class InFlight:
     addresses: dict[str, str] = dataclasses.field(default_factory=dict)
 
 
-def run_on_ray(scenarios: list[Scenario], run_dir: Path, opts: RunOptions, progress, cost: dict[str, Cost],
+def run_on_ray(scenarios: list[Scenario], run_dir: Path, opts: RunContext, progress, cost: dict[str, Cost],
                spec: ClusterSpec) -> list[Verdict]:
     """Run `scenarios` on the Ray cluster of `spec`; the verdicts, each saved in `run_dir`."""
-    resource = placement.slot_resource(opts.device)
+    resource = placement.slot_resource(opts.config.device)
     local_slots = opts.devices.count if opts.devices is not None else 4
     with connected(spec, resource, local_slots) as ray:
         return _Driver(ray, run_dir, opts, progress, cost, resource).run(largest_first(scenarios, cost))
 
 
-def run_one_on_ray(scenario: Scenario, run_dir: Path, opts: RunOptions, spec: ClusterSpec) -> Verdict:
+def run_one_on_ray(scenario: Scenario, run_dir: Path, opts: RunContext, spec: ClusterSpec) -> Verdict:
     """One scenario on the Ray cluster of `spec`, the connection kept for the next (pytest items)."""
     from harness.plan.schedule import costs
 
-    resource = placement.slot_resource(opts.device)
+    resource = placement.slot_resource(opts.config.device)
     ray = stay_connected(spec, resource, opts.devices.count if opts.devices is not None else 4)
     return _Driver(ray, run_dir, opts, _Silent(), costs([scenario], {}), resource).run([scenario])[0]
 
@@ -75,10 +75,11 @@ class _Silent:
 
 
 class _Driver:
-    def __init__(self, ray, run_dir: Path, opts: RunOptions, progress, cost: dict[str, Cost], resource: str):
+    def __init__(self, ray, run_dir: Path, opts: RunContext, progress, cost: dict[str, Cost], resource: str):
         self.ray, self.run_dir, self.progress, self.cost, self.resource = ray, run_dir, progress, cost, resource
         self.opts = opts
-        self.node_opts = dataclasses.replace(opts, devices=None, cluster=None, cancel=None, ray=None)
+        self.node_opts = dataclasses.replace(opts, devices=None, cluster=None, cancel=None,
+                                             config=dataclasses.replace(opts.config, cluster=None))
         self.capacity = placement.capacity(ray, resource)
         self.env = driver_env()
         self.project_root = str(project().root)

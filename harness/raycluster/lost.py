@@ -14,11 +14,11 @@ from pathlib import Path
 
 from harness.launch import RankFailure
 from harness.raycluster import placement
-from harness.runner import RunOptions, record_verdict
+from harness.runner import RunContext, record_verdict
 from harness.verdict import Verdict
 
 
-def lost_verdict(ray, flight, exc: BaseException, run_dir: Path, opts: RunOptions) -> Verdict:
+def lost_verdict(ray, flight, exc: BaseException, run_dir: Path, opts: RunContext) -> Verdict:
     scenario = flight.scenario
     if isinstance(exc, ray.exceptions.RayTaskError) and not isinstance(exc, ray.exceptions.TaskCancelledError):
         verdict = Verdict(scenario.id, "error", f"harness error on the Ray node: {_first_line(exc)}",

@@ -23,7 +23,7 @@ from pathlib import Path
 from harness.config.scenario import Scenario
 from harness.raycluster.transfer import pack, unpack
 from harness.rundir import scenario_dir
-from harness.runner import RunOptions, run_scenario
+from harness.runner import RunContext, run_scenario
 
 RAYLET_POLL_S = 0.5
 
@@ -33,7 +33,7 @@ class NodeWork:
     """One scenario as the driver sends it."""
 
     scenario: Scenario
-    opts: RunOptions  # no devices, cluster or cancel: Ray holds the devices and carries the cancel
+    opts: RunContext  # no devices, cluster or cancel: Ray holds the devices and carries the cancel
     project_root: str  # the driver's: the node works there when it has the same checkout
     golden: bytes | None  # the scenario's golden directory, packed; None: the driver has none
     env: dict[str, str | None]  # connect.driver_env()
@@ -46,7 +46,7 @@ class NodeResult:
     seconds: float  # the task's own time on the node (Ray's overhead is the rest)
 
 
-def run_on_node(work: NodeWork, options_for: Callable[[Path], RunOptions] | None = None) -> NodeResult:
+def run_on_node(work: NodeWork, options_for: Callable[[Path], RunContext] | None = None) -> NodeResult:
     """`options_for(run_dir)`: the run's options for this node's run directory (spread.py
     adds the nodes of a scenario bigger than one); default: the options as sent."""
     start = time.monotonic()

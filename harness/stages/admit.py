@@ -11,7 +11,6 @@ refused, or admitted with its reference:
 
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -23,35 +22,12 @@ from harness.contract.runspec import RunSpec
 from harness.engines import Engine, EngineUnavailable, get_engine
 from harness.evals import lm
 from harness.evals.paired import PairingError, PowerlessCheckError, check_pairing
-from harness.launch import Cluster
-from harness.plan.devices import DevicePool, devices_problem
+from harness.plan.devices import devices_problem
 from harness.rundir import OUTPUTS
+from harness.stages.context import RunContext
 from harness.timings import Stopwatch
 from harness.verdict import Verdict
 from harness.zoo import load_tokenizer
-
-
-@dataclass
-class RunOptions:
-    """What the command line may override for every scenario of a run."""
-
-    timeout_s: float | None = None
-    faults: list[str] = field(default_factory=list)
-    env: dict[str, str] = field(default_factory=dict)
-    device: str = "cpu"
-    # The device slots of this machine; None: no leasing (one run at a time, golden runs).
-    devices: DevicePool | None = None
-    # Machines for scenarios that need more devices than `devices` has (--nodes).
-    cluster: Cluster | None = None
-    # A Ray cluster every scenario runs on (--cluster; harness/raycluster): ray:local, auto, an address.
-    ray: str | None = None
-    # Set by a session to stop every running launch (Ctrl-C with --jobs).
-    cancel: threading.Event | None = None
-    # The gate being run: evals score their `pr_items` slice under `pr` (scenario.EvalDef).
-    gate: str | None = None
-    # A failure of several changed axis values is narrowed to the values it needs by at most
-    # this many trial runs (harness/stages/interaction.py); 0: not narrowed.
-    interaction_trials: int = 10
 
 
 @dataclass
@@ -73,7 +49,7 @@ class Admitted:
     reference: goldens.Reference | None = None  # the golden it is held to (None: judged otherwise)
 
 
-def admit(scenario: Scenario, settings: dict, out_dir: Path, opts: RunOptions, gate: str | None = None,
+def admit(scenario: Scenario, settings: dict, out_dir: Path, ctx: RunContext, gate: str | None = None,
           faults: bool = True, golden: bool = True, watch: Stopwatch | None = None) -> Admitted | Verdict:
     """The first stage of every run of a setting (the CLI's and pytest's scenarios, the
     API's settings, goldens, the conformance kit). A Verdict when refused. `faults=False`:
@@ -82,7 +58,7 @@ def admit(scenario: Scenario, settings: dict, out_dir: Path, opts: RunOptions, g
     `prepare` and `golden` phases."""
     watch = watch or Stopwatch()
     try:
-        prepared = prepare(scenario, settings, out_dir, opts, gate)
+        prepared = prepare(scenario, settings, out_dir, ctx, gate)
     except (EngineUnavailable, models.ModelError, wl.WorkloadError) as exc:  # the input's fault; nothing was launched
         return Verdict(scenario.id, "error", str(exc), error={"exception": str(exc)})
     finally:
@@ -91,7 +67,7 @@ def admit(scenario: Scenario, settings: dict, out_dir: Path, opts: RunOptions, g
         prepared.spec.faults = []
     need = prepared.engine.devices_needed(settings)
     reason = (prepared.engine.unsupported_reason(settings, prepared.spec.model_dir)
-              or devices_problem(need, opts.devices, opts.cluster))
+              or devices_problem(need, ctx.devices, ctx.cluster))
     if reason:
         return Verdict(scenario.id, "unsupported", reason)
     problem = prepared.engine.fault_problem(prepared.spec.faults, settings)
@@ -113,7 +89,7 @@ def admit(scenario: Scenario, settings: dict, out_dir: Path, opts: RunOptions, g
     return Admitted(prepared, need, reference)
 
 
-def prepare(scenario: Scenario, settings: dict, out_dir: Path, opts: RunOptions, gate: str | None = None) -> Prepared:
+def prepare(scenario: Scenario, settings: dict, out_dir: Path, ctx: RunContext, gate: str | None = None) -> Prepared:
     suite = scenario.suite
     engine = get_engine(suite.engine)
     engine.configure(scenario.engine_options)
@@ -136,8 +112,8 @@ def prepare(scenario: Scenario, settings: dict, out_dir: Path, opts: RunOptions,
         # images: the compile-structure check depends on the order)
         workloads=resolved + [e.workload for e in prepared_evals],
         output_dir=str(out_dir / OUTPUTS),
-        faults=list(scenario.faults) + list(opts.faults),
-        device=opts.device,
+        faults=list(scenario.faults) + list(ctx.config.faults),
+        device=ctx.config.device,
     )
     manifest = goldens.make_manifest(
         suite=scenario.golden_key,

@@ -18,29 +18,30 @@ from harness.contract.phases import PHASES_DIR
 from harness.launch import LaunchOutcome, run_ranks
 from harness.plan.devices import DevicePool, Lease
 from harness.rundir import LOGS, SPEC
-from harness.stages.admit import Admitted, RunOptions
+from harness.stages.admit import Admitted
+from harness.stages.context import RunContext
 from harness.timings import Stopwatch
 
 
-def execute(admitted: Admitted, out_dir: Path, scenario: Scenario, opts: RunOptions, lease: Lease | None = None,
+def execute(admitted: Admitted, out_dir: Path, scenario: Scenario, ctx: RunContext, lease: Lease | None = None,
             watch: Stopwatch | None = None) -> LaunchOutcome:
     """Run the admitted setting's ranks to their end. `lease`: devices the caller already
     holds for it (a session packing scenarios); `watch` books the device wait and the
     launch by the ranks' phases."""
     watch = watch or Stopwatch()
     prepared = admitted.prepared
-    with holding(opts.devices, opts.cluster, admitted.need, scenario.id, lease) as (device_env, cluster):
+    with holding(ctx.devices, ctx.cluster, admitted.need, scenario.id, lease) as (device_env, cluster):
         watch.lap("wait")
         out_dir.mkdir(parents=True, exist_ok=True)
         spec_path = out_dir / SPEC
         prepared.spec.save(spec_path)
         plan = prepared.engine.launch_plan(prepared.spec, str(spec_path))
-        timeout = opts.timeout_s or scenario.suite.timeout_s
-        env = {**scenario.extra_env, **opts.env, **device_env}  # the lease wins: no shared devices
+        timeout = ctx.config.timeout_s or scenario.suite.timeout_s
+        env = {**scenario.extra_env, **ctx.config.env_vars, **device_env}  # the lease wins: no shared devices
         shutil.rmtree(Path(prepared.spec.output_dir) / PHASES_DIR, ignore_errors=True)  # marks of this launch only
         prepared.launched_at = time.time()
         try:
-            return run_ranks(plan, out_dir / LOGS, timeout, env=env, cluster=cluster, cancel=opts.cancel)
+            return run_ranks(plan, out_dir / LOGS, timeout, env=env, cluster=cluster, cancel=ctx.cancel)
         finally:  # an interrupted launch is booked too
             watch.launch(prepared.spec.output_dir, prepared.launched_at, time.time())
 

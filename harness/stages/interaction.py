@@ -6,7 +6,7 @@ bug lives between. This stage answers with real runs: the scenario again with on
 non-golden axis values set back to the golden's, one value at a time (a value whose removal
 still gives the same failure was not needed and stays out), so what remains is a smallest
 combination each of whose values the failure needs: "fails with pp=2 + spec=ngram; passes
-without either". Bounded (RunOptions.interaction_trials runs at most); every trial is kept
+without either". Bounded (RunConfig.interaction_trials runs at most); every trial is kept
 under `<run>/interaction/<id>/` and shared by the scenarios of the run that ask for it.
 
 The same failure: the same verdict, and for a crash the same exception type. A trial that

@@ -28,7 +28,8 @@ from harness.contract.outputs import EngineOutputs
 from harness.launch import LaunchOutcome
 from harness.plan.devices import Lease
 from harness.rundir import OUTPUTS, scenario_dir_name
-from harness.stages.admit import RunOptions, admit
+from harness.stages.admit import admit
+from harness.stages.context import RunContext
 from harness.stages.ended import launch_verdict
 from harness.stages.execute import execute
 from harness.timings import Stopwatch
@@ -52,7 +53,7 @@ class LayoutRun:
         return same_layout_checks(self.outputs, self.label, candidate, workloads, tol, exact=self.exact)
 
 
-def layout_reference(scenario: Scenario, outcome: LaunchOutcome, run_dir: Path, opts: RunOptions,
+def layout_reference(scenario: Scenario, outcome: LaunchOutcome, run_dir: Path, ctx: RunContext,
                      lease: Lease | None = None, watch: Stopwatch | None = None) -> LayoutRun | Verdict | None:
     """The outputs of the scenario's layout without its `same_layout` features, run here
     or reused from an earlier scenario of this run; None when there is nothing to run
@@ -66,7 +67,7 @@ def layout_reference(scenario: Scenario, outcome: LaunchOutcome, run_dir: Path, 
     directory.mkdir(parents=True, exist_ok=True)
     with open(directory / ".lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # one run of a layout; the others wait for it and read it
-        ended = _outputs(layout, directory, opts, lease)
+        ended = _outputs(layout, directory, ctx, lease)
     watch.lap("same-layout")
     if isinstance(ended, Verdict):
         without = "/".join(scenario.suite.same_layout)
@@ -75,12 +76,12 @@ def layout_reference(scenario: Scenario, outcome: LaunchOutcome, run_dir: Path, 
     return LayoutRun(ended, f"same layout {layout.name}", exact=RunAxes.of(scenario.engine_settings).batch_invariant)
 
 
-def _outputs(layout: Scenario, directory: Path, opts: RunOptions, lease: Lease | None) -> EngineOutputs | Verdict:
+def _outputs(layout: Scenario, directory: Path, ctx: RunContext, lease: Lease | None) -> EngineOutputs | Verdict:
     if (directory / DONE).exists():
         return EngineOutputs.load(directory / OUTPUTS)
     if (directory / ENDED).exists():  # it could not run for an earlier scenario: it would not now
         return Verdict.load(directory / ENDED)
-    ended = _run(layout, directory, opts, lease)
+    ended = _run(layout, directory, ctx, lease)
     if ended is not None:
         ended.save(directory / ENDED)
         return ended
@@ -88,10 +89,10 @@ def _outputs(layout: Scenario, directory: Path, opts: RunOptions, lease: Lease |
     return EngineOutputs.load(directory / OUTPUTS)
 
 
-def _run(layout: Scenario, directory: Path, opts: RunOptions, lease: Lease | None) -> Verdict | None:
+def _run(layout: Scenario, directory: Path, ctx: RunContext, lease: Lease | None) -> Verdict | None:
     """The layout's launch; None when it wrote its outputs, else why not (refused, crash, hang)."""
-    admitted = admit(layout, layout.engine_settings, directory, opts, opts.gate, golden=False)
+    admitted = admit(layout, layout.engine_settings, directory, ctx, ctx.config.gate, golden=False)
     if isinstance(admitted, Verdict):  # refused: the engine's reason, or the input's error
         return admitted
-    outcome = execute(admitted, directory, layout, opts, lease)
+    outcome = execute(admitted, directory, layout, ctx, lease)
     return launch_verdict(layout.id, outcome, admitted.prepared.engine)
