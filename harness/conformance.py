@@ -467,7 +467,8 @@ class Kit:
             try:
                 self.suite = suite = self._suite(self.name)
                 assert suite.model is not None  # the kit's suite names one model (KitOptions.model), never archs
-                self.model_dir = str(models.resolve(suite.model, models.builder_python(str(self.engine.python()))).directory)
+                self.model_dir = str(models.resolve(suite.model, models.builder_python(str(self.engine.python()),
+                                                                                   arch=getattr(suite.model, "arch", None))).directory)
             except (ValueError, models.ModelError) as exc:
                 for name in later:
                     if name != "versions":

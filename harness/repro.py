@@ -127,7 +127,7 @@ def _checkpoint(scenario: Scenario, engine, out: Path) -> tuple[str, bool, str]:
     from harness import models
 
     try:
-        model = models.resolve(scenario.model, models.builder_python(str(engine.python())), base_dir=scenario.source.parent)
+        model = models.resolve(scenario.model, models.builder_python(str(engine.python()), arch=getattr(scenario.model, "arch", None)), base_dir=scenario.source.parent)
     except models.ModelError as exc:
         raise ReproError(f"the checkpoint of '{scenario.id}' cannot be had: {exc}") from None
     source = Path(model.directory)

@@ -34,6 +34,16 @@ def test_the_harness_builds_tiny_checkpoints_whatever_the_engine_environment(tmp
     assert models.builder_python(None, "/no/such/python", str(engine_python)) == str(engine_python)
 
 
+def test_an_arch_only_vllm_defines_is_built_by_an_engine_environment(tmp_path):
+    """Step3's config class is vLLM's (tiny_vllm.py): the harness's own interpreter has no vLLM
+    to build it (a versioned run of vllm-native-archs ended `error`: No module named 'vllm')."""
+    default_env = tmp_path / "python"
+    default_env.write_text("#!/bin/sh\n")
+    default_env.chmod(0o755)
+    assert models.builder_python(str(default_env), "/tested/python", arch="Step3TextForCausalLM") == str(default_env)
+    assert models.builder_python(str(default_env), arch="Qwen3ForCausalLM") == sys.executable
+
+
 class _StopAfterResolve(Exception):
     pass
 

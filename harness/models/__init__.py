@@ -140,14 +140,17 @@ class ResolvedModel:
     builder_python: str | None = None
 
 
-def builder_python(*fallbacks: str | None) -> str:
+def builder_python(*fallbacks: str | None, arch: str | None = None) -> str:
     """The interpreter that builds tiny checkpoints: the harness's own, for every engine
     environment, so that a scenario run on vLLM 0.22.1 (transformers 5.5.4) and its golden
     made on 0.32.0 (5.19.0) hold the same checkpoint. Only where the harness's own lacks
-    what tiny.py imports, the first of `fallbacks` (the engine's default environment, then
+    what tiny.py imports, or the arch is one only vLLM defines (tiny_vllm.py: its config
+    class is vLLM's), the first of `fallbacks` (the engine's default environment, then
     the tested one) that exists; the checkpoint's digest then follows that interpreter's
     libraries, and a golden mismatch says so (golden.py)."""
-    if _harness_can_build():
+    from harness.models import tiny_vllm
+
+    if _harness_can_build() and not (arch and tiny_vllm.builds(arch)):
         return sys.executable
     for python in fallbacks:
         if python and os.access(python, os.X_OK):

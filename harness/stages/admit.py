@@ -97,7 +97,8 @@ def prepare(scenario: Scenario, settings: dict, out_dir: Path, ctx: RunContext, 
     version = scenario.engine_version
     # tiny checkpoints: one builder for every engine environment (the harness's own), so a
     # versioned run meets its golden's bytes; the engine's only where the harness cannot build
-    builder = models.builder_python(version.model_python if version else None, str(engine.python()))
+    builder = models.builder_python(version.model_python if version else None, str(engine.python()),
+                                    arch=getattr(scenario.model, "arch", None))
     model = models.resolve(scenario.model, builder, base_dir=scenario.source.parent)
     tokenizer = load_tokenizer(model.directory)  # the harness tokenizes, once: engines and golden see the same ids
     prepared_evals = lm.prepare_evals(suite.evals, model.directory, tokenizer, out_dir, gate)
