@@ -94,7 +94,8 @@ def test_a_golden_made_with_evals_stores_per_item_results_and_scenarios_pair_wit
 suite: mini-evals
 model: tiny-llama-arith
 evals:
-  - {name: arith, task: gsm8k-arith, items: 6, pr_items: 3, max_new_tokens: 24}
+  - {name: arith, task: gsm8k-arith, items: 6, pr_items: 3, max_new_tokens: 24,
+     score_cannot_fail: "this test is of the pairing with the golden, not of the slice's power"}
 golden: {tp: 1, pp: 1}
 matrix: {tp: [1, 2], pp: [1]}
 """)

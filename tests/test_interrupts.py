@@ -62,7 +62,7 @@ elif moment == "judging":     # the ranks exited; the harness compares their out
 elif moment == "after-verdict":  # the first scenario's verdict is on disk, the second not started
     sigterm_on_call(harness.session, "run_scenario", after=True)
 elif moment == "reporting":   # every scenario ended; the final report is being written
-    sigterm_on_call(harness.report, "summary_markdown", nth=2)
+    sigterm_on_call(harness.report, "render", nth=2)  # each report file is rendered there (report/writers.py)
 elif moment == "exiting":     # main returned; the interpreter shuts down (atexit: the rank pool)
     atexit.register(os.kill, os.getpid(), signal.SIGTERM)
 sys.argv = ["harness", *sys.argv[2:]]
