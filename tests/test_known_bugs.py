@@ -118,7 +118,6 @@ def test_a_bad_known_bugs_file_names_the_entry_and_the_problem(tmp_path):
 # here. The test fails on a new gap and on a gap closed without this table following.
 UNMEASURED = {
     "cpu-fused-moe-customop-without-config": ["0.21", "0.24"],  # AVX2 only: an AVX-512 machine passes (its comment)
-    "vllm-gemma4: pp=2, compile=True": ["0.23", "0.24", "0.26", "0.27", "0.28", "0.29", "0.30"],
 }
 
 
