@@ -111,6 +111,11 @@ def test_a_bad_known_bugs_file_names_the_entry_and_the_problem(tmp_path):
     bad.write_text("known_bugs:\n  - id: no-runs\n    reason: x\n    engine_version: vllm>=0.1\n    verdict: crash\n    seen: []\n")
     with pytest.raises(KnownBugsError, match="known bug no-runs: seen"):
         load_known_bugs(bad)
+    # the signature's own checks, shared with a scenario file's expectations (compare/signature.py)
+    bad.write_text("known_bugs:\n  - id: mixed\n    reason: x\n    engine_version: vllm>=0.1\n    verdict: fail\n"
+                   "    exception: KeyError\n    seen: [{release: 0.1.0, scenario: s/x, verdict: fail}]\n")
+    with pytest.raises(KnownBugsError, match="describe a crash, but verdict is 'fail'"):
+        load_known_bugs(bad)
 
 
 # Release series inside an expectation's range with no run that showed it: measure each (a run

@@ -22,39 +22,28 @@ from pathlib import Path
 from typing import Literal, Union
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import ConfigDict, Field, ValidationError, field_validator
+
+from harness.compare.signature import FailureSignature, Sighting
 
 Value = Union[bool, int, str]  # bool first: YAML `true` must stay a bool
 BUG_ID = re.compile(r"^[a-z0-9][a-z0-9-]*$")
 
 
-class Sighting(BaseModel):
-    """One run that showed the bug: `{release: 0.32.0, scenario: vllm-llama/tp1-pp2, verdict: crash}`."""
+class KnownBug(FailureSignature):
+    """A failure of the engine that any suite can meet (compare/signature.py), with its id,
+    where it shows, the runs that showed it (at least one) and its upstream report."""
 
-    model_config = ConfigDict(extra="forbid")
-    release: str = Field(min_length=1)
-    scenario: str = Field(min_length=1)
-    verdict: Literal["fail", "crash", "hang", "unsupported", "pass"]
-
-
-class KnownBug(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     id: str
     reason: str = Field(min_length=1)  # one line: what is wrong and where in the engine's source
     engine_version: str  # the releases it is in: `vllm>=0.27,<0.33`
-    versions: dict[str, str] = {}
+    verdict: Literal["fail", "crash", "hang"]
     # where it shows: every key a setting the scenario must have (a list: any of these values);
     # a scenario outside it never matches, and one inside it that passes reports the bug fixed
     where: dict[str, Union[Value, list[Value]]] = {}
-    verdict: Literal["fail", "crash", "hang"]
-    exception: str | None = None
-    message: str | None = None
-    traceback: str | None = None
-    rank: int | str | None = None
-    check: str | None = None
-    metric: dict[str, str] = {}
-    seen: list[Sighting] = Field(min_length=1)  # the runs that showed it
+    seen: list[Sighting] = Field(min_length=1)
     upstream: str | None = None
 
     @field_validator("id")
@@ -62,24 +51,6 @@ class KnownBug(BaseModel):
     def _slug(cls, v: str) -> str:
         if not BUG_ID.match(v):
             raise ValueError(f"{v!r} is not an id of lower-case words joined by '-' (e.g. eager-pp-intermediate-tensors)")
-        return v
-
-    @field_validator("engine_version")
-    @classmethod
-    def _requirement(cls, v: str) -> str:
-        from harness.compare.expectations import parse_requirement
-
-        parse_requirement(v)
-        return v
-
-    @field_validator("message", "traceback")
-    @classmethod
-    def _regex(cls, v: str | None) -> str | None:
-        if v is not None:
-            try:
-                re.compile(v)
-            except re.error as exc:
-                raise ValueError(f"not a regular expression ({exc}): {v!r}") from None
         return v
 
     def shows_in(self, settings: dict) -> bool:
