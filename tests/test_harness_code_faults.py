@@ -26,7 +26,7 @@ from harness.launch import LaunchOutcome, RankFailure, rankside
 from harness.launch.blame import harness_fault_of, read_record
 from harness.launch.ownership import owner
 from harness.stages.ended import launch_verdict
-from tests.kit.present import present
+from tests.kit.present import present, raised
 
 ROOT = Path(__file__).resolve().parent.parent
 VLLM_FILE = "/venv/lib/python3.12/site-packages/vllm/sequence.py"
@@ -55,14 +55,6 @@ def engine_function(source: str, filename: str = VLLM_FILE):
     namespace: dict = {}
     exec(compile(source, filename, "exec"), namespace)
     return namespace["f"]
-
-
-def raised(call) -> BaseException:
-    try:
-        call()
-    except BaseException as exc:  # noqa: BLE001 - the exception is what is tested
-        return exc
-    raise AssertionError("nothing raised")
 
 
 def test_the_outputs_writer_meeting_an_engine_object_is_the_harness_fault_naming_its_line(tmp_path):
@@ -107,6 +99,14 @@ def test_an_injected_rank_fault_is_still_an_engine_crash(monkeypatch):
     assert isinstance(exc, RuntimeError) and rankside.harness_fault_in(exc) is None
 
 
+def rank_record(script: str, path: Path) -> dict:
+    """The error record of a real rank process (`script`, under run_rank) that failed."""
+    done = subprocess.run([sys.executable, "-c", script], env={"PYTHONPATH": str(ROOT), rankside.ERROR_FILE_ENV: str(path)},
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1, done.stderr
+    return present(read_record(path))
+
+
 def test_a_rank_whose_outputs_writer_fails_ends_error_naming_the_harness_line(tmp_path):
     """A real rank process (run_rank), its error record, the launcher's reading and the verdict."""
     path = tmp_path / "rank0.error.json"
@@ -116,10 +116,7 @@ def test_a_rank_whose_outputs_writer_fails_ends_error_naming_the_harness_line(tm
               "def main():\n"
               f"    EngineOutputs(meta={{'speculative_config': ModelConfig()}}).save({str(tmp_path / 'out')!r})\n"
               "run_rank(main)\n")
-    done = subprocess.run([sys.executable, "-c", script], env={"PYTHONPATH": str(ROOT), rankside.ERROR_FILE_ENV: str(path)},
-                          capture_output=True, text=True, timeout=120)
-    assert done.returncode == 1, done.stderr
-    record = present(read_record(path))
+    record = rank_record(script, path)
     assert record["frame"].split(":")[0].endswith("json/encoder.py")  # the innermost frame: the library's
     failure = RankFailure(0, 1, None, "TypeError: Object of type ModelConfig is not JSON serializable", record["traceback"],
                           str(tmp_path / "rank0.log"), record["frame"], harness_fault=harness_fault_of(record))
@@ -134,10 +131,7 @@ def test_a_genuine_engine_crash_in_a_rank_stays_a_crash(tmp_path):
     script = ("from harness.launch.rankside import run_rank\n"
               f"f = {{}}\nexec(compile(\"def f():\\n    return {{}}['residual']\\n\", {VLLM_FILE!r}, 'exec'), f)\n"
               "run_rank(lambda: f['f']())\n")
-    done = subprocess.run([sys.executable, "-c", script], env={"PYTHONPATH": str(ROOT), rankside.ERROR_FILE_ENV: str(path)},
-                          capture_output=True, text=True, timeout=120)
-    assert done.returncode == 1, done.stderr
-    record = present(read_record(path))
+    record = rank_record(script, path)
     assert harness_fault_of(record) is None and record["exception_type"] == "KeyError"
 
 

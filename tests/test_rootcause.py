@@ -13,7 +13,7 @@ import pytest
 from harness.engines.vllm.crash import root_cause
 from harness.launch import rankside
 from harness.launch.rootcause import root_of
-from tests.kit.present import present
+from tests.kit.present import present, raised
 
 
 def dynamo(name: str, base: type = RuntimeError) -> type:
@@ -33,14 +33,6 @@ def model_forward(buffers: dict):
 
 
 FORWARD_LINE = model_forward.__code__.co_firstlineno + 1
-
-
-def raised(make) -> BaseException:
-    try:
-        make()
-    except BaseException as exc:  # noqa: BLE001 - the chain is what is tested
-        return exc
-    raise AssertionError("nothing raised")
 
 
 def test_cause_through_torch_runtime_error():
