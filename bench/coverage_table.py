@@ -17,8 +17,8 @@ import argparse
 import itertools
 import json
 
-from harness.config.binding import engine_declared_values, engine_limits, engine_rules
-from harness.config.covering import coverage, joint_coverage
+from harness.config.binding import coverage_together, engine_rules
+from harness.config.covering import coverage
 from harness.config.loading import load_scenarios
 from harness.contract.axes import AXES, filled
 
@@ -55,10 +55,7 @@ def together(names: list[str], strength: int = 3) -> str:
     for s in load_scenarios():
         if s.suite.suite in names:
             by_suite.setdefault(s.suite.suite, []).append(s)
-    parts = [(ss[0].suite, [s.settings for s in ss], engine_rules(ss[0].suite.engine)) for ss in by_suite.values()]
-    first = next(iter(by_suite.values()))[0]
-    got = joint_coverage(parts, strength, engine_limits(first.suite.engine, first.engine_options),
-                         engine_declared_values(first.suite.engine))
+    got = coverage_together(by_suite, strength)
     return (f"{' + '.join(by_suite)} together: {sum(len(ss) for ss in by_suite.values())} scenarios; {strength}-way of "
             f"axis values: {got.covered} covered / {got.feasible} feasible ({got.required - got.feasible} excluded), "
             f"{len(got.missed)} feasible and not run")

@@ -93,25 +93,16 @@ def _coverage(chosen: list, strength: int | None, lock: bool) -> None:
 def _joint(by_suite: dict[str, list], strength: int) -> None:
     """The suites together: every `strength`-way combination of axis values (the arch aside)
     in some suite's scenario, the installed engine's limits named (harness/config/covering.py)."""
-    from harness.config import covering
-    from harness.config.binding import engine_declared_values, engine_limits, engine_rules
+    from harness.config.binding import coverage_together
 
-    parts = [(ss[0].suite, [s.settings for s in ss], engine_rules(ss[0].suite.engine)) for ss in by_suite.values()]
-    limits: dict[str, tuple[tuple, str]] = {}
-    declared: dict[str, tuple] = {}
-    for ss in by_suite.values():
-        limits |= engine_limits(ss[0].suite.engine, ss[0].engine_options)
-        declared |= engine_declared_values(ss[0].suite.engine)
-    got = covering.joint_coverage(parts, strength, limits, declared)
-    print(f"together: {sum(len(r) for _, r, _ in parts)} scenarios; {strength}-way of axis values (arch aside): "
+    got = coverage_together(by_suite, strength)
+    print(f"together: {sum(len(ss) for ss in by_suite.values())} scenarios; {strength}-way of axis values (arch aside): "
           f"{got.required} combinations, {got.covered} covered, {got.required - got.feasible} excluded, "
           f"{len(got.missed)} feasible and not run")
     for why, combos in got.excluded.items():
         print(f"  excluded by {why} ({len(combos)}): {', '.join(combos[:6])}{' ...' if len(combos) > 6 else ''}")
     if got.missed:
         print(f"  not run ({len(got.missed)}): {', '.join(got.missed[:12])}{' ...' if len(got.missed) > 12 else ''}")
-
-
 
 
 def _installed_versions(engine: str, options: dict) -> dict | None:

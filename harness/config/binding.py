@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from harness.config.covering import Coverage, joint_coverage
 from harness.config.schema import ARCH_AXIS, AXIS_NAME, AxisValue, SuiteFile
 from harness.contract.axes import AXES, RULES, Rule, is_one_of, spell
 
@@ -143,3 +144,18 @@ def engine_limits(engine: str, options: dict | None = None) -> dict[str, tuple[t
     version = found.own_version(found.versions()) if cut else None
     on = f"{engine} {version}" if version else engine
     return {axis: (tuple(axes[axis] or ()), f"{on}: {why}") for axis, why in cut.items()}
+
+
+def coverage_together(by_suite: dict[str, list], strength: int) -> Coverage:
+    """Several suites' scenarios (suite name -> its Scenarios) as one set: every
+    `strength`-way combination of axis values in some suite's scenario (covering.py
+    joint_coverage), with their engines' declared axes and installed limits."""
+    parts = []
+    limits: dict[str, tuple[tuple, str]] = {}
+    declared: dict[str, tuple] = {}
+    for scenarios in by_suite.values():
+        first = scenarios[0]
+        parts.append((first.suite, [s.settings for s in scenarios], engine_rules(first.suite.engine)))
+        limits |= engine_limits(first.suite.engine, first.engine_options)
+        declared |= engine_declared_values(first.suite.engine)
+    return joint_coverage(parts, strength, limits, declared)
