@@ -1,7 +1,7 @@
 """The wheel carries the built-in suites and the docs: this checkout's scenarios/, golden/
 and docs/ are copied to harness/builtin/ at build time, where an installed harness reads
-them (harness/roots.py; `harness docs TOPIC`), and the commit it is built from, which an
-installed harness records in its results (harness/provenance.py). Everything else is in
+them (harness/contract/roots.py; `harness docs TOPIC`), and the commit it is built from, which an
+installed harness records in its results (harness/contract/provenance.py). Everything else is in
 pyproject.toml."""
 
 import shutil
@@ -12,7 +12,7 @@ from setuptools import setup
 from setuptools.command.build_py import build_py
 
 SHIPPED = ("scenarios", "golden", "docs")
-BUILD_COMMIT = "BUILD_COMMIT"  # harness/provenance.py reads it under harness/builtin/
+BUILD_COMMIT = "BUILD_COMMIT"  # harness/contract/provenance.py reads it under harness/builtin/
 
 
 def built_from() -> str | None:

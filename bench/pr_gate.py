@@ -37,8 +37,8 @@ from harness.config.loading import load_scenarios
 from harness.config.request import RunConfig  # noqa: E402
 from harness.config.scenario import select
 from harness.contract.outputs import EngineOutputs  # noqa: E402
+from harness.contract.rundir import scenario_dir_name  # noqa: E402
 from harness.launch import pool  # noqa: E402
-from harness.rundir import scenario_dir_name  # noqa: E402
 from harness.runner import RunContext, run_scenario  # noqa: E402
 from harness.stages.admit import Admitted, admit  # noqa: E402
 from harness.stages.execute import execute  # noqa: E402

@@ -8,7 +8,7 @@ each selected vllm-gate scenario is done that way: its suite's golden setting (t
 and then the scenario's setting, each one `vllm.LLM` in a fresh `.venv-vllm` interpreter
 (bench/vllm_ab_setting.py), the same prompts and engine arguments as the harness, held
 to each other by the harness's own comparison and tolerance (harness/compare/outputs.py)
-and its expectations (harness/compare/expectations.py). vLLM's tests start `vllm serve` and
+and its expectations (harness/contract/expectations.py). vLLM's tests start `vllm serve` and
 compare through its OpenAI API; the offline `vllm.LLM` started here is the cheaper of the two,
 so vLLM's way is, if anything, measured short.
 
@@ -43,16 +43,16 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from harness import rundir  # noqa: E402
-from harness.compare.expectations import apply_expectations  # noqa: E402
 from harness.compare.numeric import tolerance_for  # noqa: E402
 from harness.compare.outputs import judge_outputs  # noqa: E402
 from harness.config.loading import load_scenarios  # noqa: E402
 from harness.config.scenario import Scenario, select  # noqa: E402
+from harness.contract import rundir  # noqa: E402
+from harness.contract.expectations import apply_expectations  # noqa: E402
+from harness.contract.verdict import Verdict  # noqa: E402
 from harness.engines.vllm import VllmEngine  # noqa: E402
 from harness.engines.vllm.repro import ENV as VLLM_RUN_ENV  # noqa: E402
 from harness.launch.outcome import RankFailure  # noqa: E402
-from harness.verdict import Verdict  # noqa: E402
 
 GATE = "vllm"
 DEFAULT_SUITES = ("vllm-llama", "vllm-qwen3", "vllm-gemma4", "vllm-archs")

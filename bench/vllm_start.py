@@ -33,7 +33,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from harness import rundir  # noqa: E402
+from harness.contract import rundir  # noqa: E402
 from harness.contract.outputs import EngineOutputs  # noqa: E402
 from harness.engines.vllm.startup import NAMES  # noqa: E402
 

@@ -3,7 +3,7 @@ import signal
 import sys
 
 from harness.cli import main
-from harness.exit_codes import INTERRUPTED
+from harness.contract.exit_codes import INTERRUPTED
 
 
 def _stopped_while_exiting(signum, frame):

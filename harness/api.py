@@ -41,14 +41,14 @@ from harness.config.request import RunConfig
 from harness.config.scenario import Scenario, expand, select
 from harness.config.schema import ID_PART, ScenarioError, ToleranceOverride
 from harness.contract.outputs import EngineOutputs
-from harness.rundir import claim_new_run_dir, scenario_dir_name, verdict_path
+from harness.contract.rundir import claim_new_run_dir, scenario_dir_name, verdict_path
+from harness.contract.settings.env import DEVICE
+from harness.contract.verdict import Verdict
 from harness.runner import run_scenario
-from harness.settings.env import DEVICE
 from harness.stages.admit import Admitted, admit
 from harness.stages.context import RunContext
 from harness.stages.ended import launch_verdict
 from harness.stages.execute import execute
-from harness.verdict import Verdict
 
 # What run_setting asks the engine when the test names no workloads: teacher-forced top-k
 # logprobs with per-layer hidden states (so a failure names its first diverging layer,

@@ -48,10 +48,10 @@ from pathlib import Path
 from harness import envs
 from harness.config.request import RunConfig
 from harness.config.scenario import Scenario
+from harness.contract.roots import import_root
+from harness.contract.verdict import Verdict
 from harness.launch.outcome import location
-from harness.roots import import_root
 from harness.runner import RunContext, run_scenario
-from harness.verdict import Verdict
 
 SKIP_VERDICTS = ("error", "unsupported")
 GOOD, BAD, SKIP = 0, 1, 125  # git bisect run's exit codes
@@ -541,7 +541,7 @@ def _step_verdict(work_dir: Path, sha: str, done: subprocess.CompletedProcess) -
 
 def _saved_verdict(work_dir: Path, sha: str) -> Verdict | None:
     """The verdict the step at `sha` (a prefix of 10+ characters) saved under work_dir."""
-    from harness.rundir import verdict_files
+    from harness.contract.rundir import verdict_files
 
     for run_dir in sorted(work_dir.glob(f"{sha[:10]}*")) if work_dir.exists() else []:
         files = list(verdict_files(run_dir))

@@ -55,15 +55,15 @@ from harness.config.scenario import Scenario, settings_label
 from harness.config.schema import SuiteFile
 from harness.contract.axes import PARALLEL_SIZES
 from harness.contract.outputs import EngineOutputs
+from harness.contract.roots import goldens_in
+from harness.contract.rundir import OUTPUTS, scenario_dir
 from harness.contract.runspec import RunSpec
+from harness.contract.verdict import Verdict
 from harness.engines import BUILTIN, Engine, EngineUnavailable, axes_text, get_engine
 from harness.engines.base import Capability
 from harness.launch.rankside import RANK_FAULT_ENV
-from harness.roots import goldens_in
-from harness.rundir import OUTPUTS, scenario_dir
 from harness.runner import GoldenUnsupported, RunContext, make_golden, run_scenario
 from harness.stages.admit import admit
-from harness.verdict import Verdict
 
 CHECKS = ("load", "versions", "unsupported", "outputs", "matches-reference", "parallel", "crash", "hang")
 REFERENCE_ENGINE = "reference"
@@ -261,7 +261,7 @@ class Kit:
             return KitResult("load", "fail", str(exc))
         engine.configure(self.opts.engine_options)
         self.engine = engine
-        from harness import plugins
+        from harness.contract import plugins
 
         found = plugins.discover(plugins.ENGINES_GROUP).get(self.name) or []
         origin = "built-in" if self.name in BUILTIN else (found[0].origin() if found else "?")

@@ -7,7 +7,7 @@ it runs. SPEC is one of
                environment (`/venvs/vllm-0.28`): used as it is;
   a release    `ENGINE==VERSION` (`vllm==0.28.0`): the harness installs it once into
                the cached environment `<cache root>/envs/<engine>-<version>`
-               (harness/roots.py) through the engine's `install_env` hook, and reuses it.
+               (harness/contract/roots.py) through the engine's `install_env` hook, and reuses it.
 
 The environment reaches the engine as `engine_options: {python: PATH}` (the vllm and
 hf engines take it); an engine that runs in the harness's own interpreter cannot take
@@ -35,8 +35,8 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.version import InvalidVersion, Version
 
 from harness.config.scenario import EngineVersion, Scenario, split_id
+from harness.contract.roots import cache_dir
 from harness.engines import envdir
-from harness.roots import cache_dir
 
 
 class EnvError(ValueError):

@@ -26,10 +26,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness.contract.jsonfile import read_json
 from harness.contract.outputs import EngineOutputs
+from harness.contract.roots import builtin_golden, golden_dir, golden_root
 from harness.contract.runspec import MEDIA, entry_list
-from harness.jsonfile import read_json
-from harness.roots import builtin_golden, golden_dir, golden_root
 
 MANIFEST = "manifest.json"
 EVALS_FILE = "evals.json"  # the per-item eval results, beside the outputs

@@ -59,7 +59,7 @@ def encode_png(rgb) -> bytes:
 
 def image_path(name: str) -> Path:
     """The PNG of `name` in the cache, written on first use (atomically: concurrent runs)."""
-    from harness.roots import cache_dir
+    from harness.contract.roots import cache_dir
 
     target = cache_dir("images") / f"{name}.png"
     if not target.exists():

@@ -74,8 +74,8 @@ def _cached(kind: str, name: str, make) -> Path:
 
     import numpy as np
 
-    from harness.roots import cache_dir
-    from harness.rundir import write_files
+    from harness.contract.roots import cache_dir
+    from harness.contract.rundir import write_files
 
     target = cache_dir(kind) / f"{name}.npy"
     if not target.exists():

@@ -17,10 +17,10 @@ import yaml
 from harness.config.loading import parse_suite
 from harness.config.scenario import expand
 from harness.config.schema import FEATURE_AXES, ID_PART, ScenarioError
-from harness.settings.project import CONFIG_FILE, PYPROJECT, find_config, project
+from harness.contract.settings.project import CONFIG_FILE, PYPROJECT, find_config, project
 
 CONFIG_TABLE = """\
-# The harness's project config (harness/roots.py of the harness): paths are relative to this file.
+# The harness's project config (harness/contract/roots.py of the harness): paths are relative to this file.
 scenarios = ["scenarios"]   # scenario files or directories: `harness list`, `harness run`, `pytest`
 golden = "golden"           # goldens (`harness golden SUITE`): commit them
 reports = "reports"         # run directories: summary.md, report.html, junit.xml
@@ -202,7 +202,7 @@ def _check_engine_runs(engine_name: str, entry: str | dict, model: str) -> None:
 
 def _builtin_suite_names() -> set[str]:
     from harness.config.loading import load_catalog
-    from harness.roots import builtin_scenarios
+    from harness.contract.roots import builtin_scenarios
 
     return {s.suite.suite for s in load_catalog([builtin_scenarios()]).scenarios}
 

@@ -1,7 +1,7 @@
 """pytest as a way in: every scenario of a scenario file is one test item.
 
 Registered through the `pytest11` entry point: `pytest` in any project with the harness
-installed collects that project's scenario files (its harness config, harness/roots.py).
+installed collects that project's scenario files (its harness config, harness/contract/roots.py).
 
     pytest scenarios/                      every scenario
     pytest scenarios/ -m pr -n 2           the PR gate, two scenarios at a time (pytest-xdist)
@@ -30,8 +30,8 @@ import pytest
 from harness.config.loading import load_suite
 from harness.config.scenario import expand
 from harness.config.schema import ScenarioError
-from harness.rundir import new_run_id, run_id_problem, scenarios_root
-from harness.settings.env import CLUSTER, DEVICE, PYTEST_RUN_ID, EnvValueError, check_values
+from harness.contract.rundir import new_run_id, run_id_problem, scenarios_root
+from harness.contract.settings.env import CLUSTER, DEVICE, PYTEST_RUN_ID, EnvValueError, check_values
 
 if TYPE_CHECKING:
     from _pytest._code.code import TerminalRepr, TracebackStyle
@@ -57,7 +57,7 @@ def pytest_addoption(parser):
 
 
 def pytest_configure(config):
-    from harness.roots import export_to_children
+    from harness.contract.roots import export_to_children
 
     try:
         check_values()  # every HARNESS_* value as set, before any item runs, as the CLI does
@@ -83,8 +83,8 @@ def _collect_builtin_suites(config) -> None:
     in `harness run`; a session that collects the project's scenario files collects them too,
     so that `pytest -m pr` and `harness run --gate pr` select the same scenarios. A session
     aimed elsewhere (an engine's unit tests) is left alone."""
-    from harness.roots import builtin_scenarios
-    from harness.settings.project import project
+    from harness.contract.roots import builtin_scenarios
+    from harness.contract.settings.project import project
 
     here = project(config.invocation_params.dir)
     builtin = builtin_scenarios().resolve()
@@ -109,7 +109,7 @@ def _check_cluster(config) -> None:
 
 
 def _run_dir(config) -> Path:
-    from harness.roots import reports_dir
+    from harness.contract.roots import reports_dir
 
     base = reports_dir(config.getoption("--harness-report-dir"))
     return Path(base) / (PYTEST_RUN_ID.raw() or "")
@@ -123,13 +123,13 @@ def pytest_collect_file(parent, file_path: Path):
 
 def _is_scenario_file(config, path: Path) -> bool:
     """A YAML file in a directory named scenarios/, or among the scenario files and
-    directories of the project's harness config (harness/roots.py). The plugin is loaded
+    directories of the project's harness config (harness/contract/roots.py). The plugin is loaded
     in every pytest session of an environment the harness is installed in, so it takes
     no other YAML file for a scenario file."""
     if path.parent.name == "scenarios":
         return True
     if not hasattr(config, "_harness_scenario_paths"):
-        from harness.settings.project import project
+        from harness.contract.settings.project import project
 
         config._harness_scenario_paths = {p.resolve() for p in project(config.invocation_params.dir).scenarios}
     chosen = config._harness_scenario_paths
@@ -251,7 +251,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
         terminalreporter.write_line(f"harness report: {run_dir / 'summary.md'} and {run_dir / 'report.html'}")
     nothing = getattr(config, "_harness_nothing_tested", 0)
     if nothing:
-        from harness.exit_codes import nothing_tested_text
+        from harness.contract.exit_codes import nothing_tested_text
 
         terminalreporter.write_line(f"harness: {nothing_tested_text(nothing, '--harness-allow-empty')}", red=True)
 

@@ -30,11 +30,11 @@ from pathlib import Path
 from harness.config.loading import load_scenarios
 from harness.config.scenario import Scenario, find_one, settings_label
 from harness.config.schema import ScenarioError
+from harness.contract.roots import reports_dir
+from harness.contract.rundir import SCENARIOS, VERDICT, scenario_dir_name, verdict_path
 from harness.contract.runspec import MEDIA
-from harness.roots import reports_dir
-from harness.rundir import SCENARIOS, VERDICT, scenario_dir_name, verdict_path
-from harness.settings.project import project
-from harness.verdict import Verdict
+from harness.contract.settings.project import project
+from harness.contract.verdict import Verdict
 
 SCRIPT, REPORT, MODEL, IMAGES = "repro.py", "BUG.md", "model", "images"
 # A harness-built checkpoint up to this size is copied beside the script; a bigger one is pointed at.
@@ -213,7 +213,7 @@ def _installed_versions(engine) -> dict:
 
 def bug_report(scenario: Scenario, case: dict, verdict: Verdict | None, verdict_file: Path | None,
                versions: dict, model_note: str, out: Path, asked: Scenario | None = None) -> str:
-    from harness.compare.expectations import describe as describe_expectation
+    from harness.contract.expectations import describe as describe_expectation
 
     ref, failing = case["reference"], case["failing"]
     script = out / SCRIPT

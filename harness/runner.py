@@ -12,12 +12,13 @@ import time
 from pathlib import Path
 
 from harness import golden as goldens
-from harness.compare.expectations import apply_expectations
 from harness.config.scenario import Scenario
+from harness.contract.expectations import apply_expectations
 from harness.contract.outputs import EngineOutputs
+from harness.contract.rundir import VERDICT, ResultsNotWritten, scenario_dir
+from harness.contract.verdict import INTERACTION_SEP, Verdict
 from harness.evals import lm
 from harness.plan.devices import Lease
-from harness.rundir import VERDICT, ResultsNotWritten, scenario_dir
 from harness.stages.admit import admit
 from harness.stages.context import RunContext
 from harness.stages.ended import harness_error, launch_verdict
@@ -26,7 +27,6 @@ from harness.stages.interaction import FAILED, minimal_interaction
 from harness.stages.judge import judge
 from harness.stages.same_layout import layout_reference
 from harness.timings import Stopwatch
-from harness.verdict import INTERACTION_SEP, Verdict
 
 __all__ = ["RunContext", "run_scenario", "record_verdict", "make_golden", "reproduce_command", "GoldenUnsupported"]
 
@@ -43,8 +43,8 @@ def reproduce_command(scenario: Scenario, ctx: RunContext) -> str:
 def _in_the_harness_checkout() -> bool:
     """`make <id>` works only in the harness's own checkout; in an engine's repository (the
     wheel installed there) the reproduce line is the command that works there."""
-    from harness.roots import source_checkout
-    from harness.settings.project import project
+    from harness.contract.roots import source_checkout
+    from harness.contract.settings.project import project
 
     checkout = source_checkout()
     return checkout is not None and project().root.resolve() == checkout.resolve()
@@ -103,7 +103,7 @@ def record_verdict(scenario: Scenario, verdict: Verdict, run_dir: Path, ctx: Run
     verdict.expected_failure = scenario.expected_failure
     verdict.reproduce = reproduce if reproduce is not None else reproduce_command(scenario, ctx)
     # expected-failure only for the failure the scenario file or a known bug of the engine
-    # describes, on the engine versions it names (harness/compare/expectations.py)
+    # describes, on the engine versions it names (harness/contract/expectations.py)
     verdict = apply_expectations(verdict, scenario.expectations, scenario.known_bugs)
     watch.lap("verdict")
     verdict.timings = watch.timings()

@@ -14,10 +14,10 @@ import json
 
 import pytest
 
-from harness import rundir
 from harness.compare.applied import NOT_REPORTED, axes_under_test, evidence_table, unapplied_reason
+from harness.contract import rundir
+from harness.contract.verdict import Verdict
 from harness.engines.reference import evidence
-from harness.verdict import Verdict
 from tests.kit import harness_cli
 
 GOLDEN = {"tp": 1, "pp": 1, "sp": False, "compile": False}

@@ -13,8 +13,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from harness.compare.expectations import apply_expectations
 from harness.config.loading import load_scenarios
+from harness.contract.expectations import apply_expectations
 from harness.contract.outputs import EngineOutputs
 from harness.contract.runspec import RunSpec
 from harness.engines.vllm import VllmEngine

@@ -11,7 +11,7 @@ import pytest
 from harness.bisect import decide, next_probe, outcome
 from harness.bisect import repro_hook as REPRO_HOOK
 from harness.cli import main
-from harness.verdict import Verdict
+from harness.contract.verdict import Verdict
 
 
 @pytest.mark.parametrize("verdict, observed, expected", [

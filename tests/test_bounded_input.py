@@ -102,7 +102,7 @@ def test_libyamls_parse_gives_what_the_pure_python_loader_gives(text):
 
 @pytest.mark.skipif(yamlfile._FastLoader is None, reason="PyYAML without libyaml: only the pure-Python loader exists")
 def test_every_shipped_scenario_file_parses_alike_with_libyaml():
-    from harness.roots import builtin_scenarios
+    from harness.contract.roots import builtin_scenarios
 
     files = sorted(builtin_scenarios().glob("*.yaml"))
     assert files

@@ -15,7 +15,7 @@ import pytest
 
 from harness.cli import main
 from harness.config.loading import load_catalog
-from harness.roots import builtin_scenarios
+from harness.contract.roots import builtin_scenarios
 
 BROKEN = """suite: typo-suite
 model: tiny-lama

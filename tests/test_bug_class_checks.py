@@ -12,8 +12,8 @@ import torch
 from harness.compare.contracts import check_pp_contract
 from harness.compare.localize import describe, first_divergence
 from harness.contract.outputs import EngineOutputs
+from harness.contract.verdict import Verdict
 from harness.report.axes import explaining_settings
-from harness.verdict import Verdict
 from tests.kit.present import present
 
 HIDDEN = {"shape": [8, 64], "dtype": "float32"}

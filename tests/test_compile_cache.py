@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
+from harness.contract.roots import cache_dir
 from harness.contract.runspec import RunSpec
 from harness.engines import compile_cache
 from harness.engines.reference import ReferenceEngine
-from harness.roots import cache_dir
 
 CACHE_VARS = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "TORCHINDUCTOR_FX_GRAPH_CACHE",
               "TORCHINDUCTOR_AUTOGRAD_CACHE", "VLLM_CACHE_ROOT", compile_cache.OFF_ENV)

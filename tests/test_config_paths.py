@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import pytest
 
-from harness import roots
 from harness.cli import main
-from harness.settings.project import ProjectConfigError
+from harness.contract import roots
+from harness.contract.settings.project import ProjectConfigError
 
 
 @pytest.fixture(autouse=True)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import exit_codes
+from harness.contract import exit_codes
 from tests.kit import harness_cli, outcomes, run_meta, summary
 
 pytestmark = pytest.mark.e2e

@@ -91,9 +91,9 @@ def test_a_ranks_error_record_names_the_models_line_above_the_raise_site(tmp_pat
 
 
 def test_the_markdown_report_shows_the_models_line_beside_the_raise_site(tmp_path):
+    from harness.contract.rundir import verdict_path
+    from harness.contract.verdict import Verdict
     from harness.report import write_report
-    from harness.rundir import verdict_path
-    from harness.verdict import Verdict
 
     v = Verdict("s/pp2", "crash", "rank Worker_PP1 crashed: KeyError: 'residual'",
                 crash={"rank": "Worker_PP1", "exception": "KeyError: 'residual'", "traceback": "tb", "log": "l",

@@ -17,7 +17,7 @@ import subprocess
 
 import pytest
 
-from harness import exit_codes
+from harness.contract import exit_codes
 from harness.contract.outputs import TENSORS_FILE
 from harness.contract.storage import describe, storage_error, storage_fault
 from tests.kit import ROOT, run_meta, run_process, summary, verdict_of
@@ -124,7 +124,7 @@ def test_a_report_the_disk_cannot_take_whole_leaves_the_previous_report_as_it_wa
     """The report files are written all or none. The disk fills up while
     report.html is written: the start-of-run report (INCOMPLETE) stays, whole, and no
     file says OK for a run whose report could not be written."""
-    from harness import rundir
+    from harness.contract import rundir
     from harness.report import write_report
     from tests.kit.handmade import make_run, passing
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.rundir import logs_dir, verdict_files
+from harness.contract.rundir import logs_dir, verdict_files
 from tests.kit import (
     communicate,
     harness_cli,

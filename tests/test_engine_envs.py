@@ -15,13 +15,13 @@ from harness import envs
 from harness.cli import main
 from harness.config.loading import load_scenarios
 from harness.config.scenario import select, split_id
+from harness.contract.rundir import verdict_path
+from harness.contract.verdict import Verdict
 from harness.engines import envdir
 from harness.engines.base import Engine
 from harness.report import write_report
 from harness.report.versions import version_matrix, versions_text
-from harness.rundir import verdict_path
 from harness.runner import RunContext, reproduce_command
-from harness.verdict import Verdict
 from tests.kit.present import present
 
 ROOT = Path(__file__).resolve().parent.parent

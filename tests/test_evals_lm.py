@@ -273,7 +273,7 @@ def test_a_session_with_evals_settles_the_environment_before_its_first_rank(monk
 
     def fake_run(scenario, run_dir, opts):
         seen.append((scenario.id, {k: os.environ.get(k) for k in (*tasks.OFFLINE_ENV, "HF_XET_HIGH_PERFORMANCE")}))
-        from harness.verdict import Verdict
+        from harness.contract.verdict import Verdict
         return Verdict(scenario.id, "pass", "")
 
     monkeypatch.setattr(session, "run_scenario", fake_run)

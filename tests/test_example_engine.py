@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
+from harness.contract.rundir import outputs_dir, verdict_files
 from harness.engines import get_engine
 from harness.engines.base import Engine
-from harness.rundir import outputs_dir, verdict_files
 from tests.kit import run_process, scaled
 
 ROOT = Path(__file__).resolve().parent.parent

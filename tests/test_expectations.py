@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from harness.compare.expectations import apply_expectations as _apply_expectation
 from harness.config.loading import load_scenarios, load_suite
 from harness.config.schema import ExpectedFailure, ScenarioError
-from harness.verdict import Verdict
+from harness.contract.expectations import apply_expectations as _apply_expectation
+from harness.contract.verdict import Verdict
 
 ROOT = Path(__file__).resolve().parent.parent
 VLLM_032 = {"engine": "vllm", "vllm": "0.32.0", "torch": "2.13.0+cpu", "python": "3.11.7"}
@@ -178,7 +178,7 @@ def unsupported(versions=VLLM_032, reason="the engine accepted but did not apply
 def test_an_unsupported_declared_for_the_engine_version_is_matched():
     """What keeps a lost setting from being 'coverage lost' is an
     expectation scoped to the engine version that declares it unsupported."""
-    from harness.compare.expectations import declares_unsupported
+    from harness.contract.expectations import declares_unsupported
 
     v = _apply_expectation(unsupported(), (SP_REMOVED,))
     assert v.expectation is not None

@@ -9,9 +9,9 @@ import json
 
 import pytest
 
-from harness import rundir
 from harness.config.loading import load_suite
 from harness.config.schema import ScenarioError
+from harness.contract import rundir
 from harness.engines import get_engine
 from tests.kit import harness_cli
 from tests.kit.present import present

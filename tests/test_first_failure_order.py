@@ -8,6 +8,7 @@ import dataclasses
 
 from harness import session
 from harness.config.request import RunConfig
+from harness.contract.verdict import Verdict
 from harness.plan.changes import picked_by_a_rule, select_for_changes
 from harness.plan.devices import DevicePool
 from harness.plan.planning import plan_run
@@ -27,7 +28,6 @@ from harness.report.history import load_history
 from harness.report.regressions import gate_suspects, suspects_from_history
 from harness.runner import RunContext
 from harness.session import Progress, _run_packed
-from harness.verdict import Verdict
 from tests.kit.handmade import BIG_SUITE, failing, make_run, passing, suite_scenarios
 
 SUITE = BIG_SUITE + """gates: {pr: ["*"]}

@@ -6,14 +6,14 @@ from __future__ import annotations
 
 import pytest
 
-from harness import exit_codes
 from harness.cli import main
 from harness.config.loading import load_catalog
 from harness.config.scenario import nearest_hint, select
 from harness.config.schema import ScenarioError
-from harness.roots import builtin_scenarios
+from harness.contract import exit_codes
+from harness.contract.roots import builtin_scenarios
+from harness.contract.verdict import Verdict
 from harness.runner import RunContext, reproduce_command
-from harness.verdict import Verdict
 from tests.kit import ROOT
 from tests.kit.handmade import make_run, passing
 
@@ -58,7 +58,7 @@ def test_the_reproduce_line_works_where_the_user_is(tmp_path, monkeypatch):
 def test_a_missing_library_is_named_with_the_range_the_harness_is_tested_with():
     import tomllib
 
-    from harness.provenance import tested_requirement
+    from harness.contract.provenance import tested_requirement
     from tests.kit import ROOT
 
     declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]["engine-repo"]
@@ -182,7 +182,7 @@ def test_the_internal_bisect_step_is_not_in_help(capsys):
 def test_an_installed_wheel_records_the_commit_it_was_built_from(tmp_path, monkeypatch):
     """A wheel install recorded `harness_commit unknown`; setup.py now writes the commit it is
     built from into the wheel, and a harness with no git of its own reads it from there."""
-    from harness import provenance
+    from harness.contract import provenance
 
     monkeypatch.setattr(provenance, "BUILD_COMMIT", tmp_path / "BUILD_COMMIT")
     assert provenance.harness_provenance(tmp_path)["harness_commit"] == "unknown"  # no git, no record

@@ -8,7 +8,7 @@ import torch
 
 from harness import golden as goldens
 from harness.contract.outputs import EngineOutputs
-from harness.roots import builtin_golden
+from harness.contract.roots import builtin_golden
 
 
 def manifest(**overrides):

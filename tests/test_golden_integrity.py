@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.rundir import logs_dir, verdict_path
+from harness.contract.rundir import logs_dir, verdict_path
 from tests.kit import ROOT, harness_cli, verdict_of
 
 pytestmark = pytest.mark.e2e

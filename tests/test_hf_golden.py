@@ -20,11 +20,11 @@ from harness import workloads as wl
 from harness.compare.numeric import check_workloads, tolerance_for
 from harness.config.loading import load_suite
 from harness.contract.outputs import EngineOutputs
+from harness.contract.roots import builtin_scenarios
 from harness.contract.runspec import RunSpec
 from harness.engines import get_engine
 from harness.launch import run_ranks
 from harness.models import tiny_vllm
-from harness.roots import builtin_scenarios
 from harness.zoo import load_tokenizer
 from tests.kit import scaled
 

@@ -11,8 +11,8 @@ import pytest
 
 from harness.config.loading import load_scenarios
 from harness.config.scenario import select
+from harness.contract.verdict import Verdict
 from harness.stages.interaction import changed_values, minimal_interaction
-from harness.verdict import Verdict
 from tests.kit import harness_cli, scaled, verdict_of
 
 # fault -> the pair of axis values only where it fires

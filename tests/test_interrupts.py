@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import exit_codes
+from harness.contract import exit_codes
 from tests.kit import ROOT, outcomes, run_meta, scaled, summary
 from tests.kit.cli import environment
 from tests.kit.harness_server import COMMAND_ENV, RANK_ENV, SERVER_ONLY_ENV

@@ -1,4 +1,4 @@
-"""An engine's known bugs (harness/compare/known_bugs.py, harness/engines/vllm/known_bugs.yaml):
+"""An engine's known bugs (harness/contract/known_bugs.py, harness/engines/vllm/known_bugs.yaml):
 declared once, they make the failure they describe `expected-failure` naming the bug in every
 suite, stay out of the way of other failures and other releases, and report a pass where
 they should show as "fixed?". Fast: verdicts are written here, no engine runs."""
@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from harness.compare.expectations import apply_expectations, version_problem
-from harness.compare.known_bugs import KnownBugsError, load_known_bugs, load_releases, unbacked_series
 from harness.config.loading import load_scenarios, load_suite
+from harness.contract.expectations import apply_expectations, version_problem
+from harness.contract.known_bugs import KnownBugsError, load_known_bugs, load_releases, unbacked_series
+from harness.contract.verdict import Verdict
 from harness.engines.vllm import VllmEngine
-from harness.verdict import Verdict
 from tests.kit.present import present
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -111,7 +111,7 @@ def test_a_bad_known_bugs_file_names_the_entry_and_the_problem(tmp_path):
     bad.write_text("known_bugs:\n  - id: no-runs\n    reason: x\n    engine_version: vllm>=0.1\n    verdict: crash\n    seen: []\n")
     with pytest.raises(KnownBugsError, match="known bug no-runs: seen"):
         load_known_bugs(bad)
-    # the signature's own checks, shared with a scenario file's expectations (compare/signature.py)
+    # the signature's own checks, shared with a scenario file's expectations (contract/signature.py)
     bad.write_text("known_bugs:\n  - id: mixed\n    reason: x\n    engine_version: vllm>=0.1\n    verdict: fail\n"
                    "    exception: KeyError\n    seen: [{release: 0.1.0, scenario: s/x, verdict: fail}]\n")
     with pytest.raises(KnownBugsError, match="describe a crash, but verdict is 'fail'"):
@@ -149,6 +149,6 @@ def test_unbacked_series_counts_only_runs_that_showed_the_bug():
     bug = VllmEngine().known_bugs()[0].model_copy(update={"seen": []})
     releases = ("0.26.0", "0.27.0", "0.27.1", "0.28.0", "0.32.0", "0.33.0")
     assert unbacked_series(bug, releases, "vllm") == ["0.27", "0.28", "0.32"]
-    from harness.compare.known_bugs import Sighting
+    from harness.contract.known_bugs import Sighting
     shown = [Sighting(release="0.27.1", scenario="s/x", verdict="crash"), Sighting(release="0.28.0", scenario="s/x", verdict="pass")]
     assert unbacked_series(bug.model_copy(update={"seen": shown}), releases, "vllm") == ["0.28", "0.32"]

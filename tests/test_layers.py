@@ -16,16 +16,10 @@ PACKAGE = Path(__file__).resolve().parent.parent / "harness"
 
 # bottom (0) to top: what a room may import is below it
 LAYERS = {
-    # the harness's own settings: every HARNESS_* variable (env.py, stdlib only: ranks read it in an
-    # engine's interpreter) and the project config (project.py), at the bottom: everything reads them
-    "settings": -2,
-    # reading back the JSON files the harness writes, their shapes checked (stdlib only)
-    "jsonfile": -1,
-    # the light contract and plain facts: import nothing of the harness but the above
-    "contract": 0, "roots": 0, "exit_codes": 0, "provenance": 0, "verdict": 0, "data": 0,
-    "plugins": 0,  # entry-point discovery (engines, models of installed packages)
+    # what every part shares: settings, the rank contract, verdicts, run dirs, failure signatures
+    "contract": 0, "data": 0,
     # parts that stand on the contract alone
-    "launch": 1, "images": 1, "chat": 1, "zoo": 1, "timings": 1, "golden": 1, "compare": 1, "rundir": 1,
+    "launch": 1, "images": 1, "chat": 1, "zoo": 1, "timings": 1, "golden": 1, "compare": 1,
     "models": 2, "engines": 2,
     "media": 2,  # videos and audio clips (their frames are images' patterns)
     # what to run: scenario files read, checked, bound to the engines and expanded; a run's request

@@ -14,7 +14,7 @@ import torch
 
 from harness.compare.localize import EMBEDDING, HIDDEN_RTOL, describe, first_divergence
 from harness.contract.outputs import EngineOutputs
-from harness.rundir import outputs_dir
+from harness.contract.rundir import outputs_dir
 from tests.kit import ROOT, harness_cli, scaled, verdict_of
 from tests.kit.present import present
 

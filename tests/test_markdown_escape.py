@@ -9,13 +9,13 @@ import re
 import pytest
 from markdown_it import MarkdownIt
 
+from harness.contract.rundir import verdict_path
+from harness.contract.verdict import Verdict
 from harness.report import write_report
 from harness.report.axes import explaining_settings
 from harness.report.markdown import diff_markdown, pr_comment_markdown, summary_markdown
 from harness.report.regressions import Band, Change, Comparison, Drift
 from harness.report.run import RunReport
-from harness.rundir import verdict_path
-from harness.verdict import Verdict
 
 IMG = "<img src=x onerror=alert(1)>"
 PAYLOADS = [IMG, f"a ``` b ` c {IMG}", f"x | y {IMG} |", f"`{IMG} ``", f"{IMG}\n```\n{IMG}"]
@@ -121,8 +121,8 @@ def test_the_closest_setting_and_the_passes_that_share_it_are_escaped(p):
 
 def test_an_expected_failure_reason_from_a_scenario_file_is_escaped_in_the_files_written(tmp_path):
     """The case first seen, through write_report: a scenario file's expected-failure reason."""
-    from harness.compare.expectations import apply_expectations
     from harness.config.schema import ExpectedFailure
+    from harness.contract.expectations import apply_expectations
 
     x = ExpectedFailure(match={"pp": 2}, exception="AssertionError", reason=IMG)
     v = Verdict("s/pp2", "crash", f"rank 1 crashed: AttributeError: {IMG}", reproduce="make s/pp2",

@@ -6,9 +6,9 @@ and `UNEXPECTED`). Fast: the verdicts are written here as the runs wrote them.""
 
 from __future__ import annotations
 
-from harness.compare.expectations import apply_expectations
 from harness.config.loading import load_scenarios
-from harness.verdict import Verdict
+from harness.contract.expectations import apply_expectations
+from harness.contract.verdict import Verdict
 from tests.kit import ROOT
 
 EVALS = "vllm-mm-evals/tp1-pp1-compile"

@@ -349,9 +349,9 @@ def test_shrinking_fits_per_layer_lists_and_skips_derived_fields(arch):
 def test_the_report_reads_the_arch_axis_like_any_other():
     """Heat map rows are the archs, and a failure confined to one arch under pp2 is
     attributed to `arch=..., pp=2`."""
+    from harness.contract.verdict import Verdict
     from harness.report import plots
     from harness.report.axes import explaining_settings
-    from harness.verdict import Verdict
 
     verdicts = []
     for arch in ("llama", "falcon", "qwen3"):

@@ -17,7 +17,7 @@ import torch
 import yaml
 
 from harness.contract.outputs import EngineOutputs
-from harness.rundir import OUTPUTS, VERDICT, scenario_dir
+from harness.contract.rundir import OUTPUTS, VERDICT, scenario_dir
 from tests.kit import harness_cli, run_meta, run_process, scaled, survivors
 
 pytestmark = [

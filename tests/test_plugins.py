@@ -11,9 +11,10 @@ import sys
 
 import pytest
 
-from harness import cli, plugins, zoo
+from harness import cli, zoo
 from harness.config.loading import load_suite
 from harness.config.schema import ScenarioError
+from harness.contract import plugins
 from harness.engines import EngineUnavailable, declared_axes, engine_names, get_engine, inventory
 from tests.kit.plugins import Site
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import exit_codes
+from harness.contract import exit_codes
 from harness.contract.launchplan import LaunchPlan
 from harness.launch import pool, run_ranks
 from harness.launch.pool import module_argv, spawn_rank

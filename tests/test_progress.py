@@ -7,8 +7,8 @@ from types import SimpleNamespace
 
 from rich.console import Console
 
+from harness.contract.verdict import Verdict
 from harness.report.progress import LineProgress, LiveProgress, choose_progress
-from harness.verdict import Verdict
 
 
 def finish_from_threads(progress, n: int) -> None:

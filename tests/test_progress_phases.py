@@ -11,9 +11,9 @@ from types import SimpleNamespace
 import pytest
 
 from harness.contract.phases import DOING, announce, announced, read_doing
+from harness.contract.settings.env import RANK_OUTPUT_DIR
 from harness.engines.vllm import startup
 from harness.report.progress import doing_in
-from harness.settings.env import RANK_OUTPUT_DIR
 
 
 def mark(outputs, *marks) -> None:

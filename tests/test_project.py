@@ -1,4 +1,4 @@
-"""The project config (harness/roots.py) and `harness init` (harness/project_init.py),
+"""The project config (harness/contract/roots.py) and `harness init` (harness/project_init.py),
 in-process: a config is found upward from the working directory as pytest finds its
 rootdir, its paths are relative to it, $HARNESS_* overrides it, a bad key is an error
 naming the file and the keys there are, the built-in suites' goldens are read but never
@@ -10,11 +10,11 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from harness import roots
 from harness.config.loading import load_scenarios, load_suite
 from harness.config.scenario import expand
+from harness.contract import roots
+from harness.contract.settings.project import ProjectConfigError, find_config, project
 from harness.project_init import InitError, init_project, model_entry
-from harness.settings.project import ProjectConfigError, find_config, project
 from tests.kit.present import present
 
 
@@ -193,7 +193,7 @@ def test_harness_golden_says_what_it_does_while_it_runs(tmp_path, monkeypatch, c
 
     from harness.cli import main
     from harness.contract.phases import PhaseMarks
-    from harness.rundir import OUTPUTS
+    from harness.contract.rundir import OUTPUTS
     from harness.runner import golden_work_dir
 
     monkeypatch.chdir(tmp_path)

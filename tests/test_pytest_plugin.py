@@ -15,9 +15,9 @@ import shutil
 
 import pytest
 
+from harness.contract.rundir import scenario_dir_name
+from harness.contract.verdict import Verdict
 from harness.pytest_plugin import RUN_ID_ENV, ScenarioItem
-from harness.rundir import scenario_dir_name
-from harness.verdict import Verdict
 from tests.kit import ROOT, summary, verdicts
 from tests.kit.handmade import TOL, failing, logits_check, make_run, passing
 

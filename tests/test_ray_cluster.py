@@ -22,10 +22,10 @@ from pathlib import Path
 
 import pytest
 
+from harness.contract.verdict import Verdict
 from harness.raycluster.connect import ClusterError, cluster_option, parse_cluster
 from harness.raycluster.placement import Capacity, bundles, strategy
 from harness.raycluster.transfer import pack, unpack_scenario
-from harness.verdict import Verdict
 from tests.kit import communicate, harness_cli, pytest_cli, start_harness, verdicts, wait_process, wait_until
 from tests.kit.present import present
 

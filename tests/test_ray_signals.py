@@ -9,7 +9,7 @@ import signal
 
 import pytest
 
-from harness import exit_codes
+from harness.contract import exit_codes
 from tests.kit import communicate, harness_cli, outcomes, run_meta, start_harness, summary, wait_until
 from tests.test_ray_cluster import _ranks_on_ray
 

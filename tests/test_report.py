@@ -3,8 +3,8 @@
 import json
 import xml.etree.ElementTree as ET
 
+from harness.contract.verdict import Verdict
 from harness.report import write_report
-from harness.verdict import Verdict
 from tests.kit.present import present
 
 
@@ -48,9 +48,9 @@ def test_all_passing_run_is_ok(tmp_path):
 
 # --- the PR comment and the HTML page ------------------------------------------------
 
+from harness.contract.rundir import verdict_path  # noqa: E402
 from harness.report.html import report_html, scenario_section  # noqa: E402
 from harness.report.run import build_report  # noqa: E402
-from harness.rundir import verdict_path  # noqa: E402
 from tests.kit.handmade import crashed, failing, make_run, passing  # noqa: E402
 
 
@@ -114,8 +114,8 @@ def test_html_shows_a_localization_when_a_verdict_has_one(tmp_path):
 
 
 def test_report_shows_what_was_expected_beside_what_happened(tmp_path):
-    from harness.compare.expectations import apply_expectations
     from harness.config.schema import ExpectedFailure
+    from harness.contract.expectations import apply_expectations
 
     x = ExpectedFailure(match={"pp": 2}, engine_version="vllm==0.32.*", exception="AssertionError", rank="Worker_PP1",
                         reason="PP buffer never allocated")

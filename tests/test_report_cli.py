@@ -6,7 +6,7 @@ import xml.etree.ElementTree as ET
 import pytest
 
 from harness.cli import main
-from harness.rundir import verdict_files
+from harness.contract.rundir import verdict_files
 from tests.kit.handmade import crashed, failing, make_run, passing
 
 UNSHARDED = [passing("s/tp1-pp1"), failing("s/tp2-pp1"), passing("s/tp1-pp2"), crashed("s/tp2-pp2")]

@@ -200,8 +200,8 @@ def test_the_html_report_opens_in_a_browser_and_shows_the_regression_first(runs,
 def _pr_gate_of_three_suites(base: Path) -> Path:
     """A PR gate's few scenarios of a tp x pp x sp matrix (one failing, with a check of many
     metrics), a one-scenario suite, and a suite the engine could not run at all."""
+    from harness.contract.verdict import Verdict
     from harness.report import write_report
-    from harness.verdict import Verdict
     from tests.kit.handmade import failing, make_run, passing
 
     wide = failing("tiny/tp2-pp2")

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from harness import plugins
+from harness.contract import plugins
+from harness.contract.rundir import verdict_path
+from harness.contract.verdict import Verdict
 from harness.report import write_report
-from harness.rundir import verdict_path
-from harness.verdict import Verdict
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "report-csv"
 

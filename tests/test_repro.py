@@ -24,9 +24,9 @@ from harness import workloads as wl
 from harness.cli import main as cli_main
 from harness.compare.numeric import Tolerance, compare_greedy, compare_logprobs, tolerance_for
 from harness.config.loading import load_scenarios
+from harness.contract.verdict import Verdict
 from harness.engines.vllm import repro_script
 from harness.repro import ReproError, write_repro
-from harness.verdict import Verdict
 from harness.zoo import load_tokenizer
 from tests.kit import ROOT
 from tests.kit.handmade import make_run

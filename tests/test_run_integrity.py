@@ -19,12 +19,12 @@ from pathlib import Path
 import pytest
 
 import harness
-from harness import exit_codes, rundir
 from harness.cli import main
 from harness.cli.run import harness_versions
+from harness.contract import exit_codes, rundir
+from harness.contract.rundir import verdict_files
 from harness.plan.devices import DevicePool, default_lock_dir
 from harness.report.history import load_history
-from harness.rundir import verdict_files
 from tests.kit import ROOT, communicate, harness_cli, scaled, start_harness, summary, timeout_message, wait_until
 from tests.kit.handmade import failing, make_run, passing
 
@@ -87,7 +87,7 @@ def test_a_run_refuses_the_directory_another_run_owns(cheap):
 
 
 def test_the_layout_of_a_run_directory(tmp_path):
-    """harness/rundir.py spells the layout; everything else (runner, reports, tests) asks it."""
+    """harness/contract/rundir.py spells the layout; everything else (runner, reports, tests) asks it."""
     run_dir = rundir.claim_run_dir(tmp_path, "r", {"scenarios": ["suite/tp1-pp2"]})
     assert rundir.run_meta_path(run_dir) == run_dir / "run.json" and rundir.run_meta_path(run_dir).is_file()
     assert rundir.scenarios_root(run_dir).is_dir()
@@ -112,7 +112,7 @@ def test_a_run_file_that_is_json_but_not_what_it_should_be_is_an_error_naming_it
     AttributeError or TypeError that named neither the file nor what it should hold."""
     from harness.contract.outputs import EngineOutputs
     from harness.contract.runspec import RunSpec
-    from harness.verdict import Verdict
+    from harness.contract.verdict import Verdict
 
     EngineOutputs(meta={"engine": "reference"}).save(tmp_path)
     path = tmp_path / what
@@ -132,7 +132,7 @@ def test_rebuilding_the_report_of_a_run_whose_run_json_is_not_an_object_names_it
 
 
 def test_of_runs_racing_for_one_run_id_exactly_one_gets_it(tmp_path):
-    from harness.rundir import RunDirTaken, claim_run_dir
+    from harness.contract.rundir import RunDirTaken, claim_run_dir
 
     won, refused = [], []
     start = threading.Barrier(8)
@@ -348,7 +348,7 @@ BIG = 48 * 2**20  # a file that takes many pages to write: the kill lands while 
 
 WRITERS = {
     # the runner's last act for a scenario
-    "verdict": ("from harness.verdict import Verdict; "
+    "verdict": ("from harness.contract.verdict import Verdict; "
                 "Verdict('s/tp1-pp1', 'pass', 'x' * {big}).save(run_dir / 'scenarios' / 's__tp1-pp1' / 'verdict.json')"),
     # the report at the start and the end of every run (and every `harness report`)
     "run.json": "from harness.report import write_report; write_report(run_dir, {{'pad': 'x' * {big}}})",

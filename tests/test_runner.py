@@ -3,7 +3,7 @@ installed is a harness `error` that says how to install it; settings the engine 
 run are `unsupported` with the engine's reason, never silently skipped."""
 
 from harness.config.loading import load_scenarios
-from harness.rundir import logs_dir, verdict_path
+from harness.contract.rundir import logs_dir, verdict_path
 from harness.runner import run_scenario
 
 SUITE = """

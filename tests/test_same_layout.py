@@ -12,7 +12,7 @@ from harness.compare.outputs import SAME_LAYOUT, same_layout_checks, verdict_of_
 from harness.config.loading import load_scenarios
 from harness.config.schema import ScenarioError
 from harness.contract.outputs import EngineOutputs
-from harness.verdict import Verdict
+from harness.contract.verdict import Verdict
 from tests.kit.handmade import suite_scenarios
 
 TOL = tolerance_for("float32")

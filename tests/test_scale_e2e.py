@@ -11,8 +11,8 @@ import signal
 
 import pytest
 
+from harness.contract.rundir import logs_dir
 from harness.plan.devices import overlapping_leases, read_lease_log
-from harness.rundir import logs_dir
 from tests.kit import (
     ROOT,
     communicate,

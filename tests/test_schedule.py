@@ -12,6 +12,8 @@ import time
 import pytest
 
 from harness.config.schema import ScenarioError
+from harness.contract.rundir import VERDICT, scenarios_root, verdict_path
+from harness.contract.verdict import Verdict
 from harness.plan.changes import select_for_changes
 from harness.plan.devices import DevicePool, overlapping_leases, read_lease_log
 from harness.plan.schedule import (
@@ -24,10 +26,8 @@ from harness.plan.schedule import (
     recorded_durations,
     split_shards,
 )
-from harness.rundir import VERDICT, scenarios_root, verdict_path
 from harness.runner import RunContext
 from harness.session import Progress, _run_packed
-from harness.verdict import Verdict
 from tests.kit.handmade import BIG_SUITE, suite_scenarios
 from tests.kit.present import present
 

@@ -13,11 +13,11 @@ from harness.config.loading import load_scenarios
 from harness.config.request import RunConfig
 from harness.config.scenario import select
 from harness.contract.outputs import EngineOutputs
+from harness.contract.verdict import Verdict
 from harness.golden import Reference
 from harness.plan.devices import DevicePool
 from harness.stages.admit import Admitted, admit
 from harness.stages.context import RunContext
-from harness.verdict import Verdict
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -1,4 +1,4 @@
-"""A verdict file edited after the harness wrote it is not believed (harness/verdict.py):
+"""A verdict file edited after the harness wrote it is not believed (harness/contract/verdict.py):
 `harness report` used to say OK, exit 0, and rewrite the history row to pass when a failing
 run's verdict.json was edited to `"verdict": "pass"`. It is read as `error`, TAMPERED."""
 
@@ -9,9 +9,9 @@ import json
 import pytest
 
 from harness.cli import main
+from harness.contract.rundir import verdict_path
+from harness.contract.verdict import Verdict
 from harness.report.history import load_history
-from harness.rundir import verdict_path
-from harness.verdict import Verdict
 from tests.kit.handmade import crashed, failing, make_run, passing
 
 

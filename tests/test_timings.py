@@ -8,9 +8,9 @@ import pytest
 
 from harness import timings
 from harness.contract.phases import PhaseMarks, rank_breakdown, read_marks
+from harness.contract.rundir import outputs_dir, verdict_path
+from harness.contract.verdict import Verdict
 from harness.report import write_report
-from harness.rundir import outputs_dir, verdict_path
-from harness.verdict import Verdict
 from tests.kit.handmade import make_run, passing
 
 

@@ -24,7 +24,7 @@ def left_in_shared_memory(run_dir: Path, sid: str) -> list[str]:
     rendezvous file its workers log, vllm_dist_<hex>)."""
     import re
 
-    from harness.rundir import scenario_dir
+    from harness.contract.rundir import scenario_dir
 
     log = (scenario_dir(run_dir, sid) / "logs" / "rank0.log").read_text()
     idents = set(re.findall(r"vllm_dist_[0-9a-f]{32}", log))
@@ -87,7 +87,7 @@ def test_drivers_from_the_pool_give_what_fresh_drivers_give_bit_for_bit(tmp_path
     (HARNESS_RANK_POOL=0) that spawn their processes (HARNESS_VLLM_FORK=0). Every output
     tensor equal, nothing left running either way."""
     from harness.contract.outputs import EngineOutputs
-    from harness.rundir import scenario_dir
+    from harness.contract.rundir import scenario_dir
 
     ids = ["vllm-llama/tp1-pp1", "vllm-archs/arch-qwen3-tp2-pp1"]
     pooled, pooled_dir = run(tmp_path / "pooled", ROOT / "scenarios", *ids)
@@ -249,8 +249,8 @@ def test_fault_switches_reach_a_worker_started_by(method, tmp_path):
     """vLLM forks its workers on GPUs and spawns them on CPU (its CPU platform forces
     spawn): a forked worker never imports faults.py again, so the switches must already
     be installed in the driver it is forked from; a spawned one imports it afresh."""
+    from harness.contract.roots import import_root
     from harness.engines.vllm import default_python
-    from harness.roots import import_root
 
     script = tmp_path / "start_worker.py"
     script.write_text(FAULTS_CHILD)
@@ -279,8 +279,8 @@ print("ARMED-AS-ASKED")
 def test_arm_replaces_faults_a_stale_variable_installed_and_patches_once():
     """The installed switches read what is on at call time: arming the run's faults after an
     import that met a stale $HARNESS_VLLM_FAULTS leaves exactly the run's faults on."""
+    from harness.contract.roots import import_root
     from harness.engines.vllm import default_python
-    from harness.roots import import_root
 
     env = {**os.environ, "PYTHONPATH": str(import_root())}
     done = subprocess.run([str(default_python()), "-c", ARM_AFTER_A_STALE_VARIABLE], capture_output=True, text=True,

@@ -17,11 +17,11 @@ import pytest
 
 from harness import images, zoo
 from harness.contract.axes import RunAxes
+from harness.contract.rundir import logs_dir
 from harness.engines import EngineUnavailable, get_engine
 from harness.engines.vllm.crash import root_cause
 from harness.engines.vllm.repro_script import cpu_binding
 from harness.launch import RankFailure
-from harness.rundir import logs_dir
 from tests.kit import scaled
 from tests.kit.present import present
 

@@ -46,8 +46,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from harness.contract.roots import DATA_DIR
 from harness.evals.synth import arith, geo3k
-from harness.roots import DATA_DIR
 from harness.zoo.trained import WEIGHTS, geo_config
 
 THREADS = 1

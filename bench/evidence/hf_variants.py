@@ -41,9 +41,9 @@ from harness import workloads as wl
 from harness.compare.numeric import compare_logprobs, tolerance_for
 from harness.config.loading import load_suite
 from harness.contract.outputs import EngineOutputs
+from harness.contract.roots import builtin_scenarios
 from harness.contract.runspec import RunSpec
 from harness.engines.hf import worker
-from harness.roots import builtin_scenarios
 from harness.zoo import load_tokenizer
 
 

@@ -1,7 +1,7 @@
 """The command line: `harness init | list | run | golden | report | repro | bisect | ...`.
 
 One module per subcommand, each with HELP, add_arguments(parser) and run(args) -> exit
-code (harness/exit_codes.py); options several of them take are declared once, in
+code (harness/contract/exit_codes.py); options several of them take are declared once, in
 options.py. The scenario files are read by the subcommands that need them (suites.py),
 each file on its own: one broken file never ends a command about the others.
 """
@@ -13,15 +13,15 @@ import os
 import sys
 from pathlib import Path
 
-from harness import exit_codes
 from harness.cli import bisect, conformance, docs, durations, env, golden, init, install, listing, report, repro, run
 from harness.config.schema import ScenarioError
+from harness.contract import exit_codes
+from harness.contract.roots import export_to_children
+from harness.contract.settings.env import EnvValueError, check_values
+from harness.contract.settings.project import ProjectConfigError
 from harness.launch import SigtermAsInterrupt
 from harness.plan.devices import DeviceError
 from harness.plan.nodes import NodesError
-from harness.roots import export_to_children
-from harness.settings.env import EnvValueError, check_values
-from harness.settings.project import ProjectConfigError
 
 # name -> the subcommand's module, in the order `harness --help` lists them
 COMMANDS = {"init": init, "install": install, "list": listing, "run": run, "golden": golden, "report": report,

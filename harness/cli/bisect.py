@@ -7,9 +7,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from harness import exit_codes
 from harness.cli import suites
 from harness.cli.options import add_device, add_report_dir, add_timeout
+from harness.contract import exit_codes
 
 GOOD_VERDICTS = ("pass", "fail", "crash", "hang", "unsupported")  # what --good-verdict may name
 

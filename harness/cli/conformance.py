@@ -7,8 +7,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from harness import exit_codes
 from harness.cli.options import add_device, key_value, positive_seconds
+from harness.contract import exit_codes
 
 HELP = "check that an engine plugin keeps the engine contract (`harness docs engines`)"
 

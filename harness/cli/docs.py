@@ -8,7 +8,7 @@ import argparse
 import re
 import sys
 
-from harness import exit_codes
+from harness.contract import exit_codes
 
 HELP = "read the documentation: `harness docs` lists the topics, `harness docs engines` prints one"
 
@@ -19,7 +19,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args) -> int:
     from harness.config.scenario import nearest_hint
-    from harness.roots import shipped_docs
+    from harness.contract.roots import shipped_docs
 
     pages = shipped_docs()
     if not args.topic:
@@ -61,8 +61,8 @@ def where_the_user_stands(text: str) -> str:
 
 def _in_harness_checkout() -> bool:
     """Whether the user stands in the harness's own checkout, where its Makefile is."""
-    from harness.roots import source_checkout
-    from harness.settings.project import project
+    from harness.contract.roots import source_checkout
+    from harness.contract.settings.project import project
 
     checkout = source_checkout()
     return checkout is not None and project().root.resolve() == checkout.resolve()

@@ -6,8 +6,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from harness import exit_codes
 from harness.cli.options import add_report_dir
+from harness.contract import exit_codes
 
 HELP = "write the recorded duration of every scenario (for --durations)"
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from harness import exit_codes
-from harness.settings.env import listing
+from harness.contract import exit_codes
+from harness.contract.settings.env import listing
 
 HELP = "list the HARNESS_* environment variables: value here, default, what each does"
 

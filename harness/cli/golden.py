@@ -7,9 +7,9 @@ import sys
 import time
 from pathlib import Path
 
-from harness import exit_codes
 from harness.cli import suites
 from harness.cli.options import add_device
+from harness.contract import exit_codes
 
 HELP = "(re)make the goldens of suites"
 
@@ -24,10 +24,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args) -> int:
     from harness.config.request import RunConfig
+    from harness.contract.roots import reports_dir, shipped_only
+    from harness.contract.rundir import OUTPUTS
     from harness.models import ModelError
     from harness.report.progress import still_running
-    from harness.roots import reports_dir, shipped_only
-    from harness.rundir import OUTPUTS
     from harness.runner import GoldenUnsupported, RunContext, golden_work_dir, make_golden
     from harness.workloads import WorkloadError
 

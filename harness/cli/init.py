@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from harness import exit_codes
+from harness.contract import exit_codes
 
 HELP = "make this directory a harness project: its config and a first scenario file"
 
@@ -20,8 +20,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args) -> int:
+    from harness.contract.settings.project import ProjectConfigError, project
     from harness.project_init import InitError, init_project
-    from harness.settings.project import ProjectConfigError, project
 
     try:
         done = init_project(args.dir, args.model, args.engine, args.suite, say=print)

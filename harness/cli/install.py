@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from harness import exit_codes
+from harness.contract import exit_codes
 
 HELP = "install an engine: ENGINE (its default environment, e.g. vllm into .venv-vllm) or ENGINE==VERSION (a release, cached)"
 

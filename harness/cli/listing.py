@@ -5,9 +5,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from harness import exit_codes
 from harness.cli import suites
 from harness.cli.options import add_selection
+from harness.contract import exit_codes
 
 HELP = "list scenarios"
 
@@ -29,7 +29,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args) -> int:
     if args.engines or args.models:
         return _plugins(args)
-    from harness.compare.expectations import describe as describe_expectation
+    from harness.contract.expectations import describe as describe_expectation
 
     catalog = suites.load(args)
     chosen, broken = catalog.pick(args.ids, args.gate)
@@ -120,7 +120,7 @@ def _installed_versions(engine: str, options: dict) -> dict | None:
 def _ends_early(scenario, versions: dict | None) -> bool:
     """A scenario its file or a known bug of its engine expects to crash or hang (on these
     versions): its other axis values are not exercised while that bug stands."""
-    from harness.compare.expectations import version_problem
+    from harness.contract.expectations import version_problem
 
     return any(x.verdict in ("crash", "hang") and (versions is None or version_problem(x, versions) is None)
                for x in (*scenario.expectations, *scenario.known_bugs))

@@ -13,7 +13,7 @@ from typing import Any
 
 from harness.config.request import RunConfig, option_of
 from harness.config.schema import ScenarioError, env_problem
-from harness.rundir import run_id_problem
+from harness.contract.rundir import run_id_problem
 
 
 def key_value(text: str) -> tuple[str, str]:

@@ -7,8 +7,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from harness import exit_codes
 from harness.cli.options import add_history
+from harness.contract import exit_codes
 
 HELP = "rebuild a run's report, merge shard runs into one, or diff two runs"
 
@@ -22,7 +22,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args) -> int:
-    """Exits as `harness run` would have (harness/exit_codes.py; diff: 1 on new regressions)."""
+    """Exits as `harness run` would have (harness/contract/exit_codes.py; diff: 1 on new regressions)."""
     from harness.report import write_report
     from harness.report.history import history_dir
     from harness.report.merge import ReportError, diff_runs, merge_runs, read_run
@@ -52,7 +52,7 @@ def run(args) -> int:
     except OSError as exc:
         print(f"harness report: cannot write the report in {run_dir}: {exc.strerror or exc}; make it writable", file=sys.stderr)
         return exit_codes.RESULTS_NOT_WRITTEN
-    except ValueError as exc:  # a damaged verdict.json or run.json (harness/jsonfile.py names it)
+    except ValueError as exc:  # a damaged verdict.json or run.json (harness/contract/jsonfile.py names it)
         print(f"harness report: {exc}", file=sys.stderr)
         return exit_codes.USAGE
     print((run_dir / "summary.md").read_text())

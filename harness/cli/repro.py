@@ -6,10 +6,10 @@ import argparse
 import sys
 from pathlib import Path
 
-from harness import exit_codes
 from harness.cli import suites
 from harness.cli.options import add_report_dir
 from harness.config.schema import ScenarioError
+from harness.contract import exit_codes
 
 HELP = "write a standalone script and a bug report that reproduce one scenario on the engine alone"
 

@@ -8,15 +8,15 @@ import time
 from dataclasses import fields, replace
 from pathlib import Path
 
-from harness import exit_codes
 from harness.cli import suites
 from harness.cli.options import add_config_option
 from harness.config.loading import BrokenSuite
 from harness.config.request import RunConfig
+from harness.contract import exit_codes
+from harness.contract.roots import reports_dir
+from harness.contract.rundir import ResultsNotWritten, RunDirTaken, check_writable, claim_new_run_dir, claim_run_dir, verdict_path
+from harness.contract.settings.project import project
 from harness.launch import DeferInterrupts
-from harness.roots import reports_dir
-from harness.rundir import ResultsNotWritten, RunDirTaken, check_writable, claim_new_run_dir, claim_run_dir, verdict_path
-from harness.settings.project import project
 
 HELP = "run scenarios and write a report"
 
@@ -30,7 +30,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def harness_versions() -> dict:
     import torch
 
-    from harness.provenance import harness_provenance
+    from harness.contract.provenance import harness_provenance
 
     return {"torch": torch.__version__, "python": sys.version.split()[0], **harness_provenance()}
 
@@ -101,7 +101,7 @@ def run(args) -> int:
 def _record_broken(run_dir: Path, broken: list[BrokenSuite]) -> None:
     """A suite whose file could not be used, in a run that could have picked it: `error`,
     in the report beside the scenarios that ran (its own could not even be listed)."""
-    from harness.verdict import Verdict
+    from harness.contract.verdict import Verdict
 
     for b in broken:
         lines = [line.strip() for line in b.problem.splitlines() if line.strip()]

@@ -22,8 +22,8 @@ def load(args, who: str = "harness") -> Catalog:
 def where_from(args) -> dict:
     """Which project config a command used (possibly one in a parent directory) and where
     its scenario files came from: printed at a run's start and kept in run.json."""
-    from harness.roots import scenario_paths
-    from harness.settings.project import project
+    from harness.contract.roots import scenario_paths
+    from harness.contract.settings.project import project
 
     here = project()
     paths = args.scenarios or scenario_paths()

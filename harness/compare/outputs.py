@@ -14,7 +14,7 @@ from harness.compare.contracts import check_pp_contract
 from harness.compare.localize import describe, first_divergence
 from harness.compare.numeric import CheckResult, Tolerance, check_workloads
 from harness.contract.outputs import EngineOutputs
-from harness.verdict import Verdict
+from harness.contract.verdict import Verdict
 
 ACCURACY = "accuracy"  # the kind of the eval checks (harness/evals): paired items, not numbers
 SAME_LAYOUT = "same-layout"  # the kind of a check against the scenario's own layout without its feature

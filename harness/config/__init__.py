@@ -10,5 +10,5 @@ the rest of the harness.
 - request.py: what a run was asked to do, typed (never an argparse Namespace).
 
 The harness's own settings (every HARNESS_* variable, the project config) are
-harness/settings/: read by the launcher and the engines too, they sit at the bottom.
+harness/contract/settings/: read by the launcher and the engines too, they sit at the bottom.
 """

@@ -14,7 +14,7 @@ from harness.config.schema import ARCH_AXIS, AXIS_NAME, AxisValue, SuiteFile
 from harness.contract.axes import AXES, RULES, Rule, is_one_of, spell
 
 if TYPE_CHECKING:
-    from harness.compare.known_bugs import KnownBug
+    from harness.contract.known_bugs import KnownBug
 
 
 def _known_axes(engine: str | None) -> tuple[dict[str, tuple | None], str]:

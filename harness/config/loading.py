@@ -115,8 +115,8 @@ def parse_suite(raw, path: Path) -> SuiteFile:
 
 def suite_files(paths: list[Path] | None = None) -> list[Path]:
     """The scenario files of the given files or directories (default: the project's
-    scenario files and the built-in suites, harness/roots.py)."""
-    from harness.roots import scenario_paths
+    scenario files and the built-in suites, harness/contract/roots.py)."""
+    from harness.contract.roots import scenario_paths
 
     files: list[Path] = []
     for p in paths or scenario_paths():

@@ -19,8 +19,8 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from harness.roots import reports_dir
-from harness.settings.env import DEVICE
+from harness.contract.roots import reports_dir
+from harness.contract.settings.env import DEVICE
 
 
 @dataclass(frozen=True)

@@ -14,13 +14,13 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.compare.known_bugs import KnownBug, known_bugs_where
 from harness.config.binding import engine_known_bugs, engine_rules
 from harness.config.covering import covering_rows
 from harness.config.schema import ARCH_AXIS, ExpectedFailure, ScenarioError, SuiteFile
 from harness.contract.axes import AXES, filled, generic_label
+from harness.contract.known_bugs import KnownBug, known_bugs_where
+from harness.contract.settings.env import MAX_SCENARIOS
 from harness.models import ModelRef
-from harness.settings.env import MAX_SCENARIOS
 
 
 @dataclass(frozen=True)
@@ -46,7 +46,7 @@ class Scenario:
     expected_failure: str | None = None
     # every expected_failures entry whose `match` selects this scenario, in file order
     expectations: tuple[ExpectedFailure, ...] = ()
-    # the engine's known bugs that can show in this scenario (harness/compare/known_bugs.py)
+    # the engine's known bugs that can show in this scenario (harness/contract/known_bugs.py)
     known_bugs: tuple[KnownBug, ...] = ()
     faults: tuple[str, ...] = ()
     extra_env: dict = field(default_factory=dict)

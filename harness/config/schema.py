@@ -23,9 +23,9 @@ from pydantic import (
     model_validator,
 )
 
-from harness.compare.signature import FailureSignature
 from harness.contract.axes import AXES
 from harness.contract.runspec import MEDIA, entry_list
+from harness.contract.signature import FailureSignature
 from harness.models import ArchModel, HubModel, ModelRef, PathModel
 
 # Checked with fullmatch: `$` also matches before a final newline, and an id part ending
@@ -174,8 +174,8 @@ class EvalDef(_Strict):
 
 class ExpectedFailure(FailureSignature):
     """A confirmed engine bug particular to this suite: where it shows (`match`), and what it
-    looks like on which engine versions (compare/signature.py), so that only THAT failure is
-    expected (harness/compare/expectations.py). An entry that names only `match` and `reason`
+    looks like on which engine versions (contract/signature.py), so that only THAT failure is
+    expected (harness/contract/expectations.py). An entry that names only `match` and `reason`
     expects any failure (the old form). Bugs any suite can meet are the engine's known bugs."""
 
     match: dict[str, AxisValue]

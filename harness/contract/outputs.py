@@ -28,8 +28,8 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
+from harness.contract.jsonfile import read_json
 from harness.contract.storage import storage_error
-from harness.jsonfile import read_json
 
 TENSORS_FILE = "outputs.safetensors"
 META_FILE = "outputs.json"

@@ -46,7 +46,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from harness.contract.axes import RunAxes
-from harness.jsonfile import from_fields, read_json
+from harness.contract.jsonfile import from_fields, read_json
 
 WORKLOAD_KINDS = ("logprobs", "greedy", "generate")
 # A workload's media fields and the modality each holds (vLLM's multi_modal_data keys)

@@ -1,7 +1,7 @@
 """The engine registry: engine name -> plugin class.
 
 Two sources: the built-in engines (BUILTIN) and the engines of installed packages,
-found through the `harness.engines` entry point group (harness/plugins.py; how to write
+found through the `harness.engines` entry point group (harness/contract/plugins.py; how to write
 and register one: docs/ENGINES.md). A built-in name wins: a package that registers
 `vllm` or `reference` is ignored for that name (`harness list --engines` shows it as
 shadowed), so installing a package never changes what an existing suite runs. Two
@@ -19,7 +19,7 @@ import importlib
 import sys
 from dataclasses import dataclass
 
-from harness import plugins
+from harness.contract import plugins
 from harness.contract.launchplan import LaunchPlan
 from harness.engines.base import Engine
 

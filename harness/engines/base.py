@@ -20,7 +20,7 @@ from harness.contract.runspec import RunSpec
 from harness.launch.outcome import RankFailure
 
 if TYPE_CHECKING:  # pydantic loads with it: only the runs that judge a verdict need it
-    from harness.compare.known_bugs import KnownBug
+    from harness.contract.known_bugs import KnownBug
 
 
 class Capability(StrEnum):
@@ -41,7 +41,7 @@ class Engine(ABC):
     #: the source it cites), beside the axes' general RULES: unsupported_reason refuses a
     #: setting that breaks one, and a covering array never plans it
     rules: tuple[Rule, ...] = ()
-    #: the engine's known bugs (harness/compare/known_bugs.py): declared once, matched in every
+    #: the engine's known bugs (harness/contract/known_bugs.py): declared once, matched in every
     #: suite, so a failure with a known root cause is expected and names its bug
     known_bugs_file: Path | None = None
     #: what it can do beyond running a RunSpec (Capability); the conformance kit checks
@@ -81,7 +81,7 @@ class Engine(ABC):
         return rule.message() if rule else None
 
     def known_bugs(self) -> tuple[KnownBug, ...]:
-        from harness.compare.known_bugs import load_known_bugs
+        from harness.contract.known_bugs import load_known_bugs
 
         return load_known_bugs(self.known_bugs_file) if self.known_bugs_file else ()
 

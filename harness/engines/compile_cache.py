@@ -32,8 +32,8 @@ import os
 import re
 from pathlib import Path
 
-from harness.roots import cache_dir
-from harness.settings.env import COMPILE_CACHE
+from harness.contract.roots import cache_dir
+from harness.contract.settings.env import COMPILE_CACHE
 
 OFF_ENV = COMPILE_CACHE.name
 

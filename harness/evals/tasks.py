@@ -17,7 +17,7 @@ import json
 import os
 from pathlib import Path
 
-from harness.roots import DATA_DIR
+from harness.contract.roots import DATA_DIR
 
 TASK_DIR = Path(__file__).resolve().parent / "tasks"
 TASKS: dict[str, Path] = {p.stem: p for p in sorted(TASK_DIR.glob("*.yaml"))}

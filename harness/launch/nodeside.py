@@ -33,10 +33,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from harness.contract.settings.env import RANK_HEARTBEAT_FILE  # noqa: E402
 from harness.launch.blame import peek_exit  # noqa: E402
 from harness.launch.procgroup import group_alive, killpg  # noqa: E402
 from harness.launch.stall import ACTIVITY_SAMPLE_S, tree_activity, write_activity_file  # noqa: E402
-from harness.settings.env import RANK_HEARTBEAT_FILE  # noqa: E402
 
 DUMP_COMMAND = b"dump\n"
 STOP_GRACE_S = 1.5  # shorter than the launcher's TERM_GRACE_S, so the agent finishes its cleanup first

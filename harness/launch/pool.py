@@ -39,8 +39,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from harness.contract.launchplan import DEVICE_SLOTS_ENV
+from harness.contract.settings.env import RANK_POOL
 from harness.launch.rankside import ERROR_FILE_ENV, HEARTBEAT_FILE_ENV, LAUNCHER_PID_ENV
-from harness.settings.env import RANK_POOL
 
 OFF_ENV = RANK_POOL.name
 MAX_ZYGOTES = 4

@@ -37,10 +37,10 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import NoReturn
 
+from harness.contract.settings.env import LAUNCHER_PID, RANK_ERROR_FILE, RANK_FAULT, RANK_HEARTBEAT_FILE
 from harness.contract.storage import storage_fault
 from harness.launch.ownership import harness_code_fault, module_dirs
 from harness.launch.rootcause import RootCause, root_of
-from harness.settings.env import LAUNCHER_PID, RANK_ERROR_FILE, RANK_FAULT, RANK_HEARTBEAT_FILE
 
 ERROR_FILE_ENV = RANK_ERROR_FILE.name
 DUMP_SIGNAL = signal.SIGUSR1

@@ -36,9 +36,9 @@ from typing import Union
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from harness.contract.provenance import tested_requirement
+from harness.contract.roots import cache_dir
 from harness.models.identity import checkpoint_digest
-from harness.provenance import tested_requirement
-from harness.roots import cache_dir
 
 TINY_BUILDER = Path(__file__).with_name("tiny.py")
 TINY_BUILDER_FILES = (TINY_BUILDER, *(Path(__file__).with_name(f) for f in ("tiny_mm.py", "tiny_vllm.py")))  # what the build runs

@@ -17,8 +17,8 @@ import json
 import os
 from pathlib import Path
 
-from harness.roots import cache_dir
-from harness.rundir import write_files
+from harness.contract.roots import cache_dir
+from harness.contract.rundir import write_files
 
 # What makes a checkpoint what it is; README, .gitattributes and the like do not count.
 IDENTITY_SUFFIXES = (".json", ".safetensors", ".model", ".txt", ".jinja", ".tiktoken")

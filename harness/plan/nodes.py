@@ -27,9 +27,9 @@ from pathlib import Path
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from harness.contract.settings.env import NODES
 from harness.launch import Cluster, Node
 from harness.plan.devices import DevicePool
-from harness.settings.env import NODES
 
 NODES_ENV = NODES.name
 

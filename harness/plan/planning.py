@@ -13,6 +13,8 @@ from pathlib import Path
 from harness.config.request import RunConfig
 from harness.config.scenario import Scenario
 from harness.config.schema import ScenarioError
+from harness.contract.roots import reports_dir
+from harness.contract.settings.env import JOBS, EnvValueError
 from harness.launch import Cluster
 from harness.plan.changes import (
     changed_files_from,
@@ -31,8 +33,6 @@ from harness.plan.schedule import (
     recorded_durations,
     split_shards,
 )
-from harness.roots import reports_dir
-from harness.settings.env import JOBS, EnvValueError
 
 
 @dataclass

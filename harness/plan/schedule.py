@@ -24,8 +24,8 @@ from pathlib import Path
 
 from harness.config.scenario import Scenario
 from harness.config.schema import ScenarioError
-from harness.jsonfile import read_json
-from harness.rundir import SCENARIOS, VERDICT
+from harness.contract.jsonfile import read_json
+from harness.contract.rundir import SCENARIOS, VERDICT
 
 FALLBACK_S = 10.0  # the duration of a scenario never measured
 SHARD = re.compile(r"^(\d+)/(\d+)$")

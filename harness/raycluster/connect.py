@@ -21,7 +21,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from harness.config.schema import ScenarioError
-from harness.settings.env import (
+from harness.contract.settings.env import (
     CLUSTER,
     COMPILE_CACHE,
     RANK_POOL,

@@ -16,6 +16,9 @@ import uuid
 from pathlib import Path
 
 from harness.config.scenario import Scenario
+from harness.contract.rundir import scenario_dir
+from harness.contract.settings.project import project
+from harness.contract.verdict import Verdict
 from harness.plan.schedule import Cost, largest_first
 from harness.raycluster import placement
 from harness.raycluster.connect import ClusterSpec, connected, driver_env, import_ray, stay_connected
@@ -23,10 +26,7 @@ from harness.raycluster.lost import lost_verdict, note_nodes
 from harness.raycluster.nodetask import NodeResult, NodeWork, run_on_node
 from harness.raycluster.spread import run_spread
 from harness.raycluster.transfer import pack, unpack_scenario
-from harness.rundir import scenario_dir
 from harness.runner import RunContext, record_verdict
-from harness.settings.project import project
-from harness.verdict import Verdict
 
 TIMINGS = "ray-timings.jsonl"
 CANCEL_WAIT_S = 15.0  # how long cancelled scenarios get to stop their ranks on Ctrl-C
@@ -140,7 +140,7 @@ class _Driver:
         self.running[ref] = InFlight(scenario, pg, need, time.monotonic())
 
     def _golden(self, scenario: Scenario) -> bytes | None:
-        from harness.roots import golden_dir
+        from harness.contract.roots import golden_dir
 
         where = golden_dir(scenario.golden_key)
         return pack(where) if where.is_dir() else None

@@ -12,10 +12,10 @@ from __future__ import annotations
 from dataclasses import asdict
 from pathlib import Path
 
+from harness.contract.verdict import Verdict
 from harness.launch import RankFailure
 from harness.raycluster import placement
 from harness.runner import RunContext, record_verdict
-from harness.verdict import Verdict
 
 
 def lost_verdict(ray, flight, exc: BaseException, run_dir: Path, opts: RunContext) -> Verdict:

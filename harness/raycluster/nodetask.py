@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.config.scenario import Scenario
+from harness.contract.rundir import scenario_dir
 from harness.raycluster.transfer import pack, unpack
-from harness.rundir import scenario_dir
 from harness.runner import RunContext, run_scenario
 
 RAYLET_POLL_S = 0.5
@@ -122,7 +122,7 @@ def _golden(work: NodeWork, where: Path):
     if work.golden is None:
         yield
         return
-    from harness.roots import goldens_in
+    from harness.contract.roots import goldens_in
 
     unpack(work.golden, where / work.scenario.golden_key)
     with goldens_in(where):

@@ -13,10 +13,10 @@ from __future__ import annotations
 import dataclasses
 import sys
 
+from harness.contract.rundir import scenario_dir
 from harness.launch import Cluster, Node
 from harness.plan.devices import DevicePool
 from harness.raycluster.nodetask import NodeResult, NodeWork, run_on_node
-from harness.rundir import scenario_dir
 
 
 def run_spread(work: NodeWork, group: str) -> NodeResult:

@@ -14,9 +14,9 @@ import json
 import tarfile
 from pathlib import Path
 
-from harness.jsonfile import from_fields
-from harness.rundir import VERDICT
-from harness.verdict import Verdict
+from harness.contract.jsonfile import from_fields
+from harness.contract.rundir import VERDICT
+from harness.contract.verdict import Verdict
 
 
 def pack(directory: Path) -> bytes:

@@ -26,11 +26,11 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from harness.compare.expectations import declares_unsupported
-from harness.jsonfile import read_json
+from harness.contract.expectations import declares_unsupported
+from harness.contract.jsonfile import read_json
+from harness.contract.rundir import json_text, run_meta_path, write_files
 from harness.report.run import build_report, collect_verdicts, run_started
 from harness.report.writers import render
-from harness.rundir import json_text, run_meta_path, write_files
 
 __all__ = ["collect_verdicts", "write_report"]
 

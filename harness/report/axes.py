@@ -11,8 +11,8 @@ from __future__ import annotations
 import itertools
 
 from harness.config.scenario import split_id
+from harness.contract.verdict import FAILED, Verdict
 from harness.report.escape import code, text
-from harness.verdict import FAILED, Verdict
 
 
 def _features(v: Verdict) -> set[tuple[str, object]]:

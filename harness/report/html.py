@@ -23,11 +23,11 @@ import pandas as pd
 
 from harness import timings
 from harness.config.scenario import split_id
+from harness.contract.verdict import Verdict
 from harness.report import plots
 from harness.report.history import metric_columns
 from harness.report.markdown import key_metric, where_diverged
 from harness.report.versions import cell, version_matrix
-from harness.verdict import Verdict
 
 TEMPLATES = Path(__file__).parent / "templates"
 MAX_ITEM_ROWS = 50  # rows of an item table (flipped accuracy items, ...) shown inline

@@ -12,7 +12,7 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 from collections import defaultdict
 
-from harness.verdict import Verdict
+from harness.contract.verdict import Verdict
 
 
 def _never_ran(scenario: str, meta: dict) -> Verdict:

@@ -10,11 +10,11 @@ split a table cell (report.html and junit.xml escape on their own).
 from __future__ import annotations
 
 from harness import timings
+from harness.contract.verdict import INTERACTION_SEP, Verdict
 from harness.report.axes import explaining_settings
 from harness.report.escape import block, code, text
 from harness.report.regressions import Change, Comparison, Drift
 from harness.report.versions import versions_lines
-from harness.verdict import INTERACTION_SEP, Verdict
 
 ICON = {"pass": "✅", "fail": "❌", "crash": "💥", "hang": "⏳", "unsupported": "➖", "expected-failure": "☑️", "error": "⚠️"}
 PR_COMMENT_MAX_LINES = 15  # per list: a PR comment is read, not scrolled
@@ -231,7 +231,7 @@ def summary_markdown(report) -> str:
 
 
 def expectation_lines(v: Verdict) -> list[str]:
-    """What the scenario file expected beside what happened (harness/compare/expectations.py)."""
+    """What the scenario file expected beside what happened (harness/contract/expectations.py)."""
     x = v.expectation
     if not x:
         return []

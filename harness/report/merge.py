@@ -12,12 +12,12 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from harness.jsonfile import read_json
+from harness.contract.jsonfile import read_json
+from harness.contract.rundir import OUTPUTS, run_meta_path, scenarios_root, verdict_files, write_json
 from harness.report.history import run_rows
 from harness.report.markdown import diff_markdown
 from harness.report.regressions import compare_with_history
 from harness.report.run import collect_verdicts, run_started
-from harness.rundir import OUTPUTS, run_meta_path, scenarios_root, verdict_files, write_json
 
 
 class ReportError(Exception):

@@ -20,7 +20,7 @@ from matplotlib.colors import ListedColormap  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.patches import Patch, Rectangle  # noqa: E402
 
-from harness.verdict import Verdict  # noqa: E402
+from harness.contract.verdict import Verdict  # noqa: E402
 
 COLORS = {
     "pass": "#4caf50",

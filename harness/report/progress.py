@@ -95,7 +95,7 @@ _DOING_AFTER = {None: "preparing: building the model, waiting for devices or sta
 
 def doing_now(run_dir: Path, scenario_id: str) -> str:
     """What a running scenario is doing, from the phase marks its ranks have written so far."""
-    from harness.rundir import outputs_dir
+    from harness.contract.rundir import outputs_dir
 
     return doing_in(outputs_dir(run_dir, scenario_id))
 

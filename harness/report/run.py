@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pandas as pd
 
+from harness.contract.rundir import verdict_files
+from harness.contract.verdict import Verdict
 from harness.report import history as hist
 from harness.report.regressions import Comparison, compare_with_history
-from harness.rundir import verdict_files
-from harness.verdict import Verdict
 
 
 def collect_verdicts(run_dir: Path) -> list[Verdict]:

@@ -4,8 +4,8 @@
 from __future__ import annotations
 
 from harness.config.scenario import split_id
+from harness.contract.verdict import Verdict
 from harness.report.escape import code, text
-from harness.verdict import Verdict
 
 
 def version_matrix(verdicts: list[Verdict]) -> tuple[list[str], list[tuple[str, dict[str, Verdict]]]]:

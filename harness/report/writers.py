@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
-from harness import plugins
+from harness.contract import plugins
 from harness.report.junit import junit_xml
 from harness.report.markdown import pr_comment_markdown, summary_markdown
 from harness.report.run import RunReport

@@ -15,9 +15,9 @@ from pathlib import Path
 
 from harness.config.scenario import Scenario
 from harness.contract.phases import PHASES_DIR
+from harness.contract.rundir import LOGS, SPEC
 from harness.launch import LaunchOutcome, run_ranks
 from harness.plan.devices import DevicePool, Lease
-from harness.rundir import LOGS, SPEC
 from harness.stages.admit import Admitted
 from harness.stages.context import RunContext
 from harness.timings import Stopwatch

@@ -23,8 +23,8 @@ from pathlib import Path
 from harness.config.binding import engine_rules
 from harness.config.scenario import Scenario
 from harness.contract.axes import spell
-from harness.rundir import scenario_dir_name
-from harness.verdict import Verdict
+from harness.contract.rundir import scenario_dir_name
+from harness.contract.verdict import Verdict
 
 INTERACTION_DIR = "interaction"
 TRIAL = "trial.json"  # a trial's verdict, not a scenario's (the reports never read it)

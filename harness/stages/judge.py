@@ -12,6 +12,7 @@ from harness.compare.numeric import tolerance_for
 from harness.compare.outputs import judge_outputs
 from harness.config.scenario import Scenario
 from harness.contract.outputs import EngineOutputs
+from harness.contract.verdict import Verdict
 from harness.evals import lm
 from harness.evals.paired import accuracy_checks
 from harness.launch import LaunchOutcome
@@ -19,7 +20,6 @@ from harness.stages.admit import Admitted
 from harness.stages.ended import launch_verdict
 from harness.stages.same_layout import LayoutRun
 from harness.timings import Stopwatch
-from harness.verdict import Verdict
 
 
 def judge(scenario: Scenario, admitted: Admitted, outcome: LaunchOutcome, watch: Stopwatch | None = None,

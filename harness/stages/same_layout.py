@@ -25,15 +25,15 @@ from harness.compare.outputs import same_layout_checks
 from harness.config.scenario import Scenario
 from harness.contract.axes import RunAxes
 from harness.contract.outputs import EngineOutputs
+from harness.contract.rundir import OUTPUTS, scenario_dir_name
+from harness.contract.verdict import Verdict
 from harness.launch import LaunchOutcome
 from harness.plan.devices import Lease
-from harness.rundir import OUTPUTS, scenario_dir_name
 from harness.stages.admit import admit
 from harness.stages.context import RunContext
 from harness.stages.ended import launch_verdict
 from harness.stages.execute import execute
 from harness.timings import Stopwatch
-from harness.verdict import Verdict
 
 SAME_LAYOUT_DIR = "same-layout"
 DONE = "done"  # written when the run's outputs are whole: a later scenario reuses them

@@ -21,8 +21,8 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from harness import plugins
-from harness.roots import DATA_DIR, cache_dir
+from harness.contract import plugins
+from harness.contract.roots import DATA_DIR, cache_dir
 from harness.zoo.spec import ModelSpec
 from harness.zoo.table import ZOO
 

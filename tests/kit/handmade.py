@@ -7,8 +7,8 @@ from pathlib import Path
 
 from harness.config.loading import load_scenarios
 from harness.config.scenario import Scenario
-from harness.rundir import scenarios_root, verdict_path
-from harness.verdict import Verdict
+from harness.contract.rundir import scenarios_root, verdict_path
+from harness.contract.verdict import Verdict
 
 TOL = "|dlogprob|<=0.0002, KL<=1e-06, top1>=1, near-tie<=0.001"
 

@@ -1,4 +1,4 @@
-"""What a run directory says, read through harness/rundir.py (the one place that
+"""What a run directory says, read through harness/contract/rundir.py (the one place that
 spells its layout): the verdicts as the JSON they are stored as, run.json, the summary."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from harness.rundir import outputs_dir, run_meta_path, verdict_files, verdict_path
+from harness.contract.rundir import outputs_dir, run_meta_path, verdict_files, verdict_path
 
 
 def verdict_of(run_dir: Path, scenario_id: str) -> dict:

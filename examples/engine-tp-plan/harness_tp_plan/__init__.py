@@ -27,10 +27,10 @@ import sys
 from pathlib import Path
 
 from harness.contract.launchplan import LaunchPlan
+from harness.contract.roots import cache_dir
 from harness.contract.runspec import RunSpec
 from harness.engines import compile_cache
 from harness.engines.base import Engine
-from harness.roots import cache_dir
 
 __version__ = "0.1.0"
 __all__ = ["TpPlanEngine", "__version__"]

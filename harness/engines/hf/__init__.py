@@ -16,11 +16,11 @@ import os
 import sys
 from pathlib import Path
 
-from harness import roots
+from harness.contract import roots
 from harness.contract.launchplan import LaunchPlan
 from harness.contract.runspec import RunSpec
+from harness.contract.settings.env import HF_PYTHON
 from harness.engines.base import Capability, Engine
-from harness.settings.env import HF_PYTHON
 
 PYTHON_ENV = HF_PYTHON.name
 # What the rank imports before its first line of work: torch and transformers' modeling
@@ -52,7 +52,7 @@ class HfEngine(Engine):
         import importlib.util
 
         if importlib.util.find_spec("transformers") is None:
-            from harness.provenance import tested_requirement
+            from harness.contract.provenance import tested_requirement
 
             return (f"transformers is not installed in this Python; install it: `pip install '{tested_requirement('transformers')}'` "
                     "(or the harness's extra: `pip install 'harness[engine-repo]'`)")

@@ -25,16 +25,16 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from harness import roots
+from harness.contract import roots
 from harness.contract.axes import RunAxes, requires
 from harness.contract.launchplan import LaunchPlan
 from harness.contract.runspec import RunSpec
+from harness.contract.settings.env import VLLM_PYTHON
+from harness.contract.settings.project import project
 from harness.engines import compile_cache
 from harness.engines.base import Capability, Engine
 from harness.engines.vllm.crash import root_cause
 from harness.launch.outcome import RankFailure
-from harness.settings.env import VLLM_PYTHON
-from harness.settings.project import project
 
 ENV_DIR = ".venv-vllm"  # where `harness install vllm` puts vLLM's environment, in the project root
 VENV_PYTHON = Path(ENV_DIR) / "bin" / "python"

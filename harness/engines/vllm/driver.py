@@ -23,12 +23,12 @@ from pathlib import Path
 
 from harness.contract.axes import RunAxes
 from harness.contract.plain import plain
+
+# vLLM's top-k read one way, and its ranks bound to cores one way, here and in `harness repro`'s script
+from harness.contract.settings.env import RANK_OUTPUT_DIR, VLLM_COUNT_SP
 from harness.engines.vllm import MAX_NUM_SEQS
 from harness.engines.vllm.repro_script import cpu_binding, topk_row
 from harness.launch.rankside import HARNESS_FAULT, blame_engine, harness_step
-
-# vLLM's top-k read one way, and its ranks bound to cores one way, here and in `harness repro`'s script
-from harness.settings.env import RANK_OUTPUT_DIR, VLLM_COUNT_SP
 
 # Whether this driver came from a rank-pool zygote that had imported vLLM (pool.py; the
 # engine's launch plan preloads it on CPU): recorded in the outputs, so a test can tell.

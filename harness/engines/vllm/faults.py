@@ -33,8 +33,8 @@ from __future__ import annotations
 
 import os
 
+from harness.contract.settings.env import VLLM_FAULTS
 from harness.engines.vllm.evidence import EvidenceExtension
-from harness.settings.env import VLLM_FAULTS
 
 # The fault switches of a run, comma-separated: what a worker vLLM spawns switches on
 # when it imports this module.

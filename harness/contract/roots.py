@@ -26,10 +26,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from harness.settings.env import CACHE, GOLDEN_DIR, REPORTS_DIR
-from harness.settings.project import PYPROJECT, Project, ProjectConfigError, project
+from harness.contract.settings.env import CACHE, GOLDEN_DIR, REPORTS_DIR
+from harness.contract.settings.project import PYPROJECT, Project, ProjectConfigError, project
 
-PACKAGE_DIR = Path(__file__).resolve().parent
+PACKAGE_DIR = Path(__file__).resolve().parents[1]
 DATA_DIR = PACKAGE_DIR / "data"
 BUILTIN_DIR = PACKAGE_DIR / "builtin"  # the wheel's copy of the built-in suites (setup.py)
 

@@ -1,8 +1,8 @@
 """What a failure looks like, in one model for a scenario file's expectation
-(config/schema.py ExpectedFailure) and an engine's known bug (compare/known_bugs.py KnownBug):
+(config/schema.py ExpectedFailure) and an engine's known bug (contract/known_bugs.py KnownBug):
 the verdict it gives, the engine versions it is for, a crash's exception, message, traceback
 and rank, a numeric failure's check and metrics, and the runs that showed it. Matched against
-a verdict by compare/expectations.py (mismatch, describe)."""
+a verdict by contract/expectations.py (mismatch, describe)."""
 
 from __future__ import annotations
 
@@ -48,7 +48,7 @@ class FailureSignature(BaseModel):
     @classmethod
     def _requirement(cls, v: str | None) -> str | None:
         if v is not None:
-            from harness.compare.expectations import parse_requirement
+            from harness.contract.expectations import parse_requirement
 
             parse_requirement(v)  # raises ValueError with the problem
         return v
@@ -56,7 +56,7 @@ class FailureSignature(BaseModel):
     @field_validator("versions")
     @classmethod
     def _specifiers(cls, v: dict[str, str]) -> dict[str, str]:
-        from harness.compare.expectations import parse_specifier
+        from harness.contract.expectations import parse_specifier
 
         for name, spec in v.items():
             parse_specifier(name, spec)
@@ -82,7 +82,7 @@ class FailureSignature(BaseModel):
     @field_validator("metric")
     @classmethod
     def _conditions(cls, v: dict[str, str]) -> dict[str, str]:
-        from harness.compare.expectations import parse_condition
+        from harness.contract.expectations import parse_condition
 
         for name, cond in v.items():
             parse_condition(name, cond)

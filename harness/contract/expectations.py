@@ -26,7 +26,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
-from harness.verdict import FAILED, Verdict
+from harness.contract.verdict import FAILED, Verdict
 
 CONDITION = re.compile(r"^\s*(<=|>=|==|!=|<|>)\s*([-+0-9.eE]+)\s*$")
 OPS = {"<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge, "==": operator.eq, "!=": operator.ne}
@@ -235,7 +235,7 @@ def declares_unsupported(v: Verdict) -> bool:
 
 def apply_expectations(v: Verdict, expectations: tuple | list, known_bugs: tuple | list = ()) -> Verdict:
     """Apply a scenario's expectations, then its engine's known bugs, to its verdict (see the
-    module docstring and harness/compare/known_bugs.py).
+    module docstring and harness/contract/known_bugs.py).
 
     `expectations` are the scenario file's entries that select the scenario, `known_bugs` the
     engine's bugs that can show in it. A verdict with only `expected_failure` set (a reason,

@@ -21,7 +21,7 @@ import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from harness.jsonfile import from_fields, read_json
+from harness.contract.jsonfile import from_fields, read_json
 
 VERDICTS = ("pass", "fail", "crash", "hang", "unsupported", "expected-failure", "error")
 FAILED = ("fail", "crash", "hang")
@@ -43,7 +43,7 @@ class Verdict:
     expected_failure: str | None = None
     # Under expected-failure: the verdict actually observed (fail/crash/hang).
     observed: str | None = None
-    # The scenario file's expectation beside what happened (harness/compare/expectations.py):
+    # The scenario file's expectation beside what happened (harness/contract/expectations.py):
     # status matched | mismatch | not-applicable | not-fired, reason, expected, why, happened, ran_on
     expectation: dict | None = None
     tolerance: str = ""

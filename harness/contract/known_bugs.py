@@ -11,7 +11,7 @@ cause on a release in range is `expected-failure` naming the bug, and only news 
 gate red.
 
 A scenario file keeps its own `expected_failures:` for what is particular to it; those
-are tried first (harness/compare/expectations.py applies both).
+are tried first (harness/contract/expectations.py applies both).
 """
 
 from __future__ import annotations
@@ -24,14 +24,14 @@ from typing import Literal, Union
 import yaml
 from pydantic import ConfigDict, Field, ValidationError, field_validator
 
-from harness.compare.signature import FailureSignature, Sighting
+from harness.contract.signature import FailureSignature, Sighting
 
 Value = Union[bool, int, str]  # bool first: YAML `true` must stay a bool
 BUG_ID = re.compile(r"^[a-z0-9][a-z0-9-]*$")
 
 
 class KnownBug(FailureSignature):
-    """A failure of the engine that any suite can meet (compare/signature.py), with its id,
+    """A failure of the engine that any suite can meet (contract/signature.py), with its id,
     where it shows, the runs that showed it (at least one) and its upstream report."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -117,7 +117,7 @@ def unbacked_series(x: object, releases: tuple[str, ...], package: str) -> list[
     in its `seen` showed it on: where its range says more than was measured."""
     from packaging.version import Version
 
-    from harness.compare.expectations import version_ranges
+    from harness.contract.expectations import version_ranges
 
     spec = version_ranges(x).get(package)
     if spec is None:

@@ -1,6 +1,6 @@
 """The project config: a `harness.toml`, or a `[tool.harness]` table in a pyproject.toml,
 found as pytest finds its rootdir (the nearest directory, from the working directory
-upward, that has one). Paths in it are relative to its directory. harness/roots.py turns
+upward, that has one). Paths in it are relative to its directory. harness/contract/roots.py turns
 it into the places the harness reads and writes; flags and HARNESS_* variables override it.
 """
 
