@@ -7,7 +7,7 @@ golden was made; each scenario is one launch compared against the stored golden.
 
 Both ways run the same scenarios (the whole PR gate, every suite) with the same
 launcher, engine, workloads and comparison, in one invocation. The harness way forks
-its ranks from the rank pool (harness/launch/pool.py), emptied before each measured
+its ranks from the rank pool (harness/engines/launch/pool.py), emptied before each measured
 gate; the live way starts every process fresh, as engine CI does. Each way runs twice: with an empty compile cache (cold,
 as on a fresh CI agent without a carried cache) and right after with the cache that
 run filled (warm); each way has its own cache, so neither warms the other's.
@@ -38,7 +38,7 @@ from harness.config.request import RunConfig  # noqa: E402
 from harness.config.scenario import select
 from harness.contract.outputs import EngineOutputs  # noqa: E402
 from harness.contract.rundir import scenario_dir_name  # noqa: E402
-from harness.launch import pool  # noqa: E402
+from harness.engines.launch import pool  # noqa: E402
 from harness.runner import RunContext, run_scenario  # noqa: E402
 from harness.stages.admit import Admitted, admit  # noqa: E402
 from harness.stages.execute import execute  # noqa: E402

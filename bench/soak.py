@@ -53,7 +53,7 @@ sys.path.insert(0, str(ROOT))
 from harness.contract import exit_codes  # noqa: E402
 from harness.contract.rundir import run_meta_path, scenarios_root, verdict_files  # noqa: E402
 from harness.contract.verdict import VERDICTS  # noqa: E402
-from harness.launch.procgroup import proc_stats  # noqa: E402
+from harness.engines.launch.procgroup import proc_stats  # noqa: E402
 from harness.report.history import load_history  # noqa: E402
 
 MARK_ENV = "HARNESS_SOAK_MARK"

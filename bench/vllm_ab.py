@@ -50,9 +50,9 @@ from harness.config.scenario import Scenario, select  # noqa: E402
 from harness.contract import rundir  # noqa: E402
 from harness.contract.expectations import apply_expectations  # noqa: E402
 from harness.contract.verdict import Verdict  # noqa: E402
+from harness.engines.launch.outcome import RankFailure  # noqa: E402
 from harness.engines.vllm import VllmEngine  # noqa: E402
 from harness.engines.vllm.repro import ENV as VLLM_RUN_ENV  # noqa: E402
-from harness.launch.outcome import RankFailure  # noqa: E402
 
 GATE = "vllm"
 DEFAULT_SUITES = ("vllm-llama", "vllm-qwen3", "vllm-gemma4", "vllm-archs")

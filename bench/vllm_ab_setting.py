@@ -29,6 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from harness.contract import replicas  # noqa: E402
 from harness.contract.outputs import EngineOutputs  # noqa: E402
 from harness.contract.runspec import RunSpec  # noqa: E402
+from harness.engines.launch.attempt import free_port  # noqa: E402
 from harness.engines.vllm.driver import (  # noqa: E402
     RUNNERS,
     Submitter,
@@ -38,7 +39,6 @@ from harness.engines.vllm.driver import (  # noqa: E402
     shutdown,
 )
 from harness.engines.vllm.repro_script import cpu_binding  # noqa: E402
-from harness.launch.attempt import free_port  # noqa: E402
 
 # The harness's hook inside vLLM's workers: not part of how vLLM's own tests start vLLM.
 HARNESS_ONLY_KWARGS = ("worker_extension_cls",)

@@ -50,7 +50,7 @@ from harness.config.request import RunConfig
 from harness.config.scenario import Scenario
 from harness.contract.roots import import_root
 from harness.contract.verdict import Verdict
-from harness.launch.outcome import location
+from harness.engines.launch.outcome import location
 from harness.runner import RunContext, run_scenario
 
 SKIP_VERDICTS = ("error", "unsupported")

@@ -12,7 +12,7 @@ or, from an engine author's pytest:
 
 It runs the engine for real, as `harness run` would: a small suite on a tiny zoo model
 (tiny-llama, float32, a few prompts), every run through the harness's own runner and
-launcher (harness/runner.py, harness/launch), on CPU with gloo unless told otherwise.
+launcher (harness/runner.py, harness/engines/launch), on CPU with gloo unless told otherwise.
 Each check ends in one line, PASS, FAIL or SKIP with the reason:
 
   load               the registry loads it (built in, or through its `harness.engines`
@@ -36,7 +36,7 @@ Each check ends in one line, PASS, FAIL or SKIP with the reason:
 
 The crash and hang checks use the engine's own `rank-raise@N` / `rank-hang@N` fault
 switches when it has them (they fire mid-run, in the engine's forward), else
-$HARNESS_RANK_FAULT (harness/launch/rankside.py), which `run_rank` honours in any
+$HARNESS_RANK_FAULT (harness/engines/launch/rankside.py), which `run_rank` honours in any
 engine's ranks as they start. An engine whose processes do not run under `run_rank`
 cannot have its crashes blamed or its hangs explained: the check fails saying so.
 """
@@ -61,7 +61,7 @@ from harness.contract.runspec import RunSpec
 from harness.contract.verdict import Verdict
 from harness.engines import BUILTIN, Engine, EngineUnavailable, axes_text, get_engine
 from harness.engines.base import Capability
-from harness.launch.rankside import RANK_FAULT_ENV
+from harness.engines.launch.rankside import RANK_FAULT_ENV
 from harness.runner import GoldenUnsupported, RunContext, make_golden, run_scenario
 from harness.stages.admit import admit
 
@@ -405,7 +405,7 @@ class Kit:
             problems.append(f"it blames rank {crash.get('rank')}, not rank {rank}")
         if not crash.get("exception"):
             problems.append("no exception from the rank's error record (does the rank run under "
-                            "harness.launch.rankside.run_rank?)")
+                            "harness.engines.launch.rankside.run_rank?)")
         if not crash.get("traceback"):
             problems.append("no traceback")
         if problems:
@@ -429,7 +429,7 @@ class Kit:
         problems = []
         if not stacks or missing:
             problems.append(f"no stack dump from rank(s) {missing or 'any'} (ranks must run under "
-                            "harness.launch.rankside.run_rank, which dumps every thread's stack on SIGUSR1)")
+                            "harness.engines.launch.rankside.run_rank, which dumps every thread's stack on SIGUSR1)")
         if rank not in stuck and str(rank) not in stuck:
             problems.append(f"no place where rank {rank} was stuck")
         if problems:
@@ -445,7 +445,7 @@ class Kit:
     def _not_fired(verdict: Verdict) -> str:
         if verdict.verdict == "pass":
             return ("; the fault never fired: the engine's processes do not honour it (are they started under "
-                    "harness.launch.rankside.run_rank, and does the switch fire on that rank?)")
+                    "harness.engines.launch.rankside.run_rank, and does the switch fire on that rank?)")
         return ""
 
     # -- the run -------------------------------------------------------------------

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from harness.config.scenario import Scenario
 from harness.contract.verdict import Verdict
-from harness.launch import SigtermAsInterrupt
+from harness.engines.launch import SigtermAsInterrupt
 from harness.plan.devices import POLL_S, Lease
 from harness.plan.schedule import Cost, costs, largest_first
 from harness.runner import RunContext, run_scenario

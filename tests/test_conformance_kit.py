@@ -7,7 +7,7 @@ import pytest
 
 from harness import cli
 from harness.conformance import impossible_settings, parse_settings
-from harness.launch import rankside
+from harness.engines.launch import rankside
 from tests.kit.plugins import Site
 
 

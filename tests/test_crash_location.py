@@ -6,11 +6,11 @@ rank's own error record."""
 
 from __future__ import annotations
 
+from harness.engines.launch import LaunchOutcome, RankFailure, rankside
+from harness.engines.launch.blame import read_record
+from harness.engines.launch.outcome import location
+from harness.engines.launch.rootcause import is_model_frame, model_frame, root_of
 from harness.engines.vllm.crash import root_cause
-from harness.launch import LaunchOutcome, RankFailure, rankside
-from harness.launch.blame import read_record
-from harness.launch.outcome import location
-from harness.launch.rootcause import is_model_frame, model_frame, root_of
 from harness.stages.ended import launch_verdict
 from tests.kit.present import present
 

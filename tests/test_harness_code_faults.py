@@ -22,9 +22,9 @@ import pytest
 
 from harness.contract.outputs import EngineOutputs, _writing
 from harness.contract.plain import plain
-from harness.launch import LaunchOutcome, RankFailure, rankside
-from harness.launch.blame import harness_fault_of, read_record
-from harness.launch.ownership import owner
+from harness.engines.launch import LaunchOutcome, RankFailure, rankside
+from harness.engines.launch.blame import harness_fault_of, read_record
+from harness.engines.launch.ownership import owner
 from harness.stages.ended import launch_verdict
 from tests.kit.present import present, raised
 
@@ -111,7 +111,7 @@ def test_a_rank_whose_outputs_writer_fails_ends_error_naming_the_harness_line(tm
     """A real rank process (run_rank), its error record, the launcher's reading and the verdict."""
     path = tmp_path / "rank0.error.json"
     script = ("from harness.contract.outputs import EngineOutputs\n"
-              "from harness.launch.rankside import run_rank\n"
+              "from harness.engines.launch.rankside import run_rank\n"
               "class ModelConfig: pass\n"
               "def main():\n"
               f"    EngineOutputs(meta={{'speculative_config': ModelConfig()}}).save({str(tmp_path / 'out')!r})\n"
@@ -128,7 +128,7 @@ def test_a_rank_whose_outputs_writer_fails_ends_error_naming_the_harness_line(tm
 
 def test_a_genuine_engine_crash_in_a_rank_stays_a_crash(tmp_path):
     path = tmp_path / "rank0.error.json"
-    script = ("from harness.launch.rankside import run_rank\n"
+    script = ("from harness.engines.launch.rankside import run_rank\n"
               f"f = {{}}\nexec(compile(\"def f():\\n    return {{}}['residual']\\n\", {VLLM_FILE!r}, 'exec'), f)\n"
               "run_rank(lambda: f['f']())\n")
     record = rank_record(script, path)

@@ -15,10 +15,10 @@ from typing import Any
 
 import pytest
 
+from harness.engines.launch import LaunchOutcome, RankFailure, rankside
+from harness.engines.launch.blame import harness_fault_of, read_record
 from harness.engines.vllm import VllmEngine
 from harness.engines.vllm.crash import processor_refusal, root_cause
-from harness.launch import LaunchOutcome, RankFailure, rankside
-from harness.launch.blame import harness_fault_of, read_record
 from harness.stages.ended import launch_verdict
 from tests.kit.present import present
 
@@ -49,7 +49,7 @@ def test_a_rank_whose_harness_step_raises_ends_error_not_crash(tmp_path):
     """A real rank process (run_rank, as every engine's rank runs), the launcher's reading of
     its record, and the verdict."""
     path = tmp_path / "rank0.error.json"
-    script = ("from harness.launch.rankside import harness_step, run_rank\n"
+    script = ("from harness.engines.launch.rankside import harness_step, run_rank\n"
               "def main():\n"
               "    with harness_step(\"build vLLM's arguments for these settings\"):\n"
               "        raise ImportError(\"cannot import name 'CompilationMode' from 'vllm.config'\")\n"

@@ -1,6 +1,6 @@
 """The test kit's pre-imported harness commands (tests/kit/harness_server.py) and the rank
 pool's zygote forked from a process that already imported what its ranks need
-(harness.launch.pool.fork_zygote_here): a command forked from the server must be what a
+(harness.engines.launch.pool.fork_zygote_here): a command forked from the server must be what a
 fresh `python -m harness` is (exit code, stdout apart from stderr, working directory, its
 own environment), a timeout must take its process group down, and a zygote forked here
 serves only the ranks whose environment it accepts."""
@@ -14,7 +14,7 @@ import threading
 
 import pytest
 
-from harness.launch.stall import STALL_WINDOW_ENV
+from harness.engines.launch.stall import STALL_WINDOW_ENV
 from tests.kit import scaled, survivors, wait_until
 from tests.kit.cli import ROOT, environment, harness_command
 from tests.kit.harness_server import COMMAND_ENV, SWITCH, forked_harness, imports_as_command
@@ -93,7 +93,7 @@ FORKED_POOL = """
 import importlib, json, os, sys
 from pathlib import Path
 from harness.contract.launchplan import LaunchPlan
-from harness.launch import pool, run_ranks
+from harness.engines.launch import pool, run_ranks
 for module in {preload!r}:
     importlib.import_module(module)
 pool.fork_zygote_here(lambda env: env.get("ACCEPT") == "yes")

@@ -23,7 +23,7 @@ from harness.contract.outputs import EngineOutputs
 from harness.contract.roots import builtin_scenarios
 from harness.contract.runspec import RunSpec
 from harness.engines import get_engine
-from harness.launch import run_ranks
+from harness.engines.launch import run_ranks
 from harness.models import tiny_vllm
 from harness.zoo import load_tokenizer
 from tests.kit import scaled

@@ -38,7 +38,7 @@ if os.environ.pop("FORK_RANKS", "0") == "1":
     from tests.kit.harness_server import SERVER_PRELOAD, imports_as_rank
     for module in SERVER_PRELOAD:
         importlib.import_module(module)
-    from harness.launch.pool import fork_zygote_here
+    from harness.engines.launch.pool import fork_zygote_here
     fork_zygote_here(imports_as_rank)  # before any thread starts
 import harness.plan.planning, harness.report, harness.session, harness.stages.judge
 
@@ -130,7 +130,7 @@ def test_a_signal_held_while_a_report_is_written_comes_after_it():
     """DeferInterrupts: the work finishes, then the signal is raised as KeyboardInterrupt."""
     import os
 
-    from harness.launch import DeferInterrupts
+    from harness.engines.launch import DeferInterrupts
 
     done = []
     with pytest.raises(KeyboardInterrupt, match="SIGTERM"), DeferInterrupts():

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-import harness.launch as launch
+import harness.engines.launch as launch
 from harness.contract.launchplan import LaunchPlan
-from harness.launch import LaunchOutcome, parse_stack_dump, run_ranks
+from harness.engines.launch import LaunchOutcome, parse_stack_dump, run_ranks
 from tests.kit import (
     assert_no_survivors,
     communicate,
@@ -42,7 +42,7 @@ def dirs(tmp_path):
 
 
 # How a rank process comes to be: started fresh (python SCRIPT), or forked from the
-# rank pool's zygote (python -m MODULE with preload modules, harness/launch/pool.py).
+# rank pool's zygote (python -m MODULE with preload modules, harness/engines/launch/pool.py).
 # The launcher's promises (verdicts, blame, stacks, no survivors) hold for both.
 WAYS = ("fresh", "pool")
 
@@ -271,7 +271,7 @@ def test_parse_stack_dump_main_thread_is_last():
 
 
 def test_pick_first_prefers_real_exception_over_peer_error():
-    from harness.launch.blame import RankExit, pick_first
+    from harness.engines.launch.blame import RankExit, pick_first
 
     peer = RankExit(0, 1, None, 1.0, {"exception_type": "RuntimeError", "message": "Connection closed by peer", "time": 10.0})
     real = RankExit(1, 1, None, 1.0, {"exception_type": "KeyError", "message": "'residual'", "time": 10.5})

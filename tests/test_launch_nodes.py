@@ -19,7 +19,7 @@ import sys
 import pytest
 
 from harness.contract.launchplan import LaunchPlan
-from harness.launch import Cluster, Node, run_ranks
+from harness.engines.launch import Cluster, Node, run_ranks
 from tests.kit import alive, assert_no_survivors, ranks_ready, scaled, timeout_message, wait_process, wait_until
 from tests.kit.procs import pids_in
 from tests.kit.ranks import ALLREDUCE, RANKS

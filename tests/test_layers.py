@@ -19,7 +19,7 @@ LAYERS = {
     # what every part shares: settings, the rank contract, verdicts, run dirs, failure signatures
     "contract": 0, "data": 0,
     # parts that stand on the contract alone
-    "launch": 1, "images": 1, "chat": 1, "zoo": 1, "timings": 1, "golden": 1, "compare": 1,
+    "images": 1, "chat": 1, "zoo": 1, "timings": 1, "golden": 1, "compare": 1,
     "models": 2, "engines": 2,
     "media": 2,  # videos and audio clips (their frames are images' patterns)
     # what to run: scenario files read, checked, bound to the engines and expanded; a run's request

@@ -1,4 +1,4 @@
-"""The rank pool (harness/launch/pool.py, zygote.py): ranks forked from a process that
+"""The rank pool (harness/engines/launch/pool.py, zygote.py): ranks forked from a process that
 imported the engine once. tests/test_launch.py runs the launcher's crash, hang, env and
 Ctrl-C cases both ways (fresh and pooled); these are the pool's own promises: one zygote
 per import-time environment and reused, a refusal that falls back to fresh ranks and
@@ -17,8 +17,8 @@ import pytest
 
 from harness.contract import exit_codes
 from harness.contract.launchplan import LaunchPlan
-from harness.launch import pool, run_ranks
-from harness.launch.pool import module_argv, spawn_rank
+from harness.engines.launch import pool, run_ranks
+from harness.engines.launch.pool import module_argv, spawn_rank
 from tests.kit import assert_no_survivors, communicate, scaled, start_harness, survivors, verdict_of, wait_until
 from tests.kit.procs import alive, pids_in
 from tests.kit.ranks import POOL_PRELOAD

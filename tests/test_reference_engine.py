@@ -1,7 +1,7 @@
 """The reference engine against HF transformers, and every parallel setting against TP1 eager.
 
 Multi-rank runs are real processes started by the harness's own launcher
-(harness.launch.run_ranks), under a budget scaled by HARNESS_TEST_TIME_SCALE
+(harness.engines.launch.run_ranks), under a budget scaled by HARNESS_TEST_TIME_SCALE
 (tests/kit/timing.py): a run that outlives it fails as a timeout, with every rank's stack.
 """
 

@@ -10,9 +10,9 @@ import traceback
 
 import pytest
 
+from harness.engines.launch import rankside
+from harness.engines.launch.rootcause import root_of
 from harness.engines.vllm.crash import root_cause
-from harness.launch import rankside
-from harness.launch.rootcause import root_of
 from tests.kit.present import present, raised
 
 

@@ -124,7 +124,7 @@ def test_the_layout_run_is_made_once_a_run_and_shared(shipped, tmp_path, monkeyp
     one launch of tp2-pp1-batch-all; the second reads what the first left."""
     from types import SimpleNamespace
 
-    from harness.launch import LaunchOutcome
+    from harness.engines.launch import LaunchOutcome
     from harness.stages import same_layout
 
     launched = []
@@ -157,8 +157,8 @@ def test_the_layout_run_is_made_once_a_run_and_shared(shipped, tmp_path, monkeyp
 def test_a_layout_run_that_crashes_is_the_scenarios_crash_says_whose_and_is_not_run_again(shipped, tmp_path, monkeypatch):
     from types import SimpleNamespace
 
-    from harness.launch import LaunchOutcome
-    from harness.launch.outcome import RankFailure
+    from harness.engines.launch import LaunchOutcome
+    from harness.engines.launch.outcome import RankFailure
     from harness.stages import same_layout
 
     monkeypatch.setattr(same_layout, "admit", lambda *a, **k: SimpleNamespace(prepared=SimpleNamespace(engine=FakeEngine())))
@@ -187,7 +187,7 @@ def test_under_a_batch_invariant_mode_the_layout_must_agree_to_the_bit(shipped, 
     bound, and fails where the scenario runs the engine's batch-invariant mode."""
     from types import SimpleNamespace
 
-    from harness.launch import LaunchOutcome
+    from harness.engines.launch import LaunchOutcome
     from harness.stages import same_layout
 
     def execute(admitted, directory, scenario, opts, lease=None):

@@ -48,7 +48,7 @@ def leases_by_scenario(tmp_path) -> dict[str, dict]:
 
 def test_pr_gate_by_changed_files_packs_two_jobs_on_disjoint_slots(tmp_path, env):
     changed = tmp_path / "changed.txt"
-    changed.write_text("harness/launch/__init__.py\n")
+    changed.write_text("harness/engines/launch/__init__.py\n")
     # llama-tiny and one other suite whose smoke set is cheap: what a rule picks and what a
     # smoke set adds; more suites only add scenarios (the eval suites' take a minute each)
     suites = tmp_path / "scenarios"
@@ -60,10 +60,10 @@ def test_pr_gate_by_changed_files_packs_two_jobs_on_disjoint_slots(tmp_path, env
                          scenarios=suites, env=env)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "1 changed files -> 5 scenarios" in result.stdout
-    assert "llama-tiny/tp2-pp2" in result.stdout and "smoke set; harness/launch/__init__.py (changes.rules.3" in result.stdout
+    assert "llama-tiny/tp2-pp2" in result.stdout and "smoke set; harness/engines/launch/__init__.py (changes.rules.3" in result.stdout
     assert outcomes(tmp_path / "gate") == {sid: "pass" for sid in CHEAP + SMOKE}
     meta = run_meta(tmp_path / "gate")
-    assert meta["selection"]["changed_files"] == ["harness/launch/__init__.py"]
+    assert meta["selection"]["changed_files"] == ["harness/engines/launch/__init__.py"]
     assert meta["devices"] == {"kind": "cpu", "count": 4, "jobs": 2}
     leases = leases_by_scenario(tmp_path)
     assert {sid: len(lease["slots"]) for sid, lease in leases.items()} == {

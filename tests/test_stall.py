@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 
-import harness.launch.rankside as rankside
+import harness.engines.launch.rankside as rankside
 from harness.contract.launchplan import LaunchPlan
-from harness.launch import Cluster, LaunchOutcome, Node, run_ranks
-from harness.launch.stall import (
+from harness.engines.launch import Cluster, LaunchOutcome, Node, run_ranks
+from harness.engines.launch.stall import (
     STALL_WINDOW_ENV,
     Stall,
     StallWatch,

@@ -19,9 +19,9 @@ from harness import images, zoo
 from harness.contract.axes import RunAxes
 from harness.contract.rundir import logs_dir
 from harness.engines import EngineUnavailable, get_engine
+from harness.engines.launch import RankFailure
 from harness.engines.vllm.crash import root_cause
 from harness.engines.vllm.repro_script import cpu_binding
-from harness.launch import RankFailure
 from tests.kit import scaled
 from tests.kit.present import present
 
@@ -67,8 +67,8 @@ def test_a_workers_death_by_signal_is_kept_in_the_crash(tmp_path):
     """vllm-moe's tp2 + EP worker died by SIGSEGV ("VllmWorker-1 died
     unexpectedly (exit code: -11)"), but the verdict said `crash.signal: null`, `exitcode: 1`
     (the driver's): the signal is the first thing an engine developer looks for."""
+    from harness.engines.launch import LaunchOutcome
     from harness.engines.vllm.crash import root_cause as vllm_root_cause
-    from harness.launch import LaunchOutcome
     from harness.stages.ended import launch_verdict
 
     cause = present(vllm_root_cause(SEGFAULT))
@@ -115,7 +115,7 @@ def test_engine_core_traceback_when_no_worker_failed():
 
 
 def test_root_cause_names_the_worker_and_the_crash_keeps_the_drivers_view_as_context(tmp_path):
-    from harness.launch import LaunchOutcome
+    from harness.engines.launch import LaunchOutcome
     from harness.stages.ended import launch_verdict
 
     engine = get_engine("vllm")
@@ -137,7 +137,7 @@ def test_root_cause_names_the_worker_and_the_crash_keeps_the_drivers_view_as_con
 def test_a_hang_after_a_worker_raised_is_that_workers_crash(tmp_path):
     """vLLM on CPU: a non-last PP stage raises, logs its traceback and stays up; its peer
     waits for the stage's tensors forever. The verdict names the exception, not a hang."""
-    from harness.launch import LaunchOutcome
+    from harness.engines.launch import LaunchOutcome
     from harness.stages.ended import launch_verdict
 
     engine = get_engine("vllm")
@@ -217,7 +217,7 @@ def test_image_workload_puts_the_placeholder_and_checksums_content(tmp_path, mon
 
 # What a zoo build through transformers imports: about 11 CPU-seconds in a fresh interpreter,
 # far more than the build. The builds below fork from one process (per test process) that
-# imported these and did nothing else (the launcher's zygote, harness/launch/pool.py); it
+# imported these and did nothing else (the launcher's zygote, harness/engines/launch/pool.py); it
 # forks only a process without threads, so scipy's OpenBLAS and pyarrow's jemalloc, which
 # transformers imports, start none (as in tests/test_hf_golden.py).
 ZOO_BUILD_PRELOAD = ("torch", "transformers", "transformers.modeling_utils", "transformers.models.auto.modeling_auto",
@@ -229,7 +229,7 @@ ZOO_BUILD_ENV = {"OPENBLAS_NUM_THREADS": "1", "JE_ARROW_MALLOC_CONF": "backgroun
 def zoo_builds():
     """The zygote each build forks from, with its environment; None where it refuses
     (the builds then start fresh)."""
-    from harness.launch.pool import Zygote, ZygoteUnavailable
+    from harness.engines.launch.pool import Zygote, ZygoteUnavailable
 
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
            **ZOO_BUILD_ENV}

@@ -19,7 +19,7 @@ from harness.contract import exit_codes
 from harness.contract.roots import export_to_children
 from harness.contract.settings.env import EnvValueError, check_values
 from harness.contract.settings.project import ProjectConfigError
-from harness.launch import SigtermAsInterrupt
+from harness.engines.launch import SigtermAsInterrupt
 from harness.plan.devices import DeviceError
 from harness.plan.nodes import NodesError
 

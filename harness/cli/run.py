@@ -16,7 +16,7 @@ from harness.contract import exit_codes
 from harness.contract.roots import reports_dir
 from harness.contract.rundir import ResultsNotWritten, RunDirTaken, check_writable, claim_new_run_dir, claim_run_dir, verdict_path
 from harness.contract.settings.project import project
-from harness.launch import DeferInterrupts
+from harness.engines.launch import DeferInterrupts
 
 HELP = "run scenarios and write a report"
 

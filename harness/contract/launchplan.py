@@ -20,7 +20,7 @@ class LaunchPlan:
     argv: list[str]  # the same command line for every rank
     env: dict[str, str] = field(default_factory=dict)
     # Modules every rank imports, for `PYTHON -m MODULE` commands: the launcher then
-    # forks ranks from a process that imported them once (harness/launch/pool.py).
+    # forks ranks from a process that imported them once (harness/engines/launch/pool.py).
     # Only modules whose import starts no thread and does not touch CUDA; empty: every
     # rank starts as a fresh process.
     preload: list[str] = field(default_factory=list)

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from harness.contract.axes import AXES, RULES, Rule, RunAxes, broken_rule, is_one_of
 from harness.contract.launchplan import LaunchPlan
 from harness.contract.runspec import RunSpec
-from harness.launch.outcome import RankFailure
+from harness.engines.launch.outcome import RankFailure
 
 if TYPE_CHECKING:  # pydantic loads with it: only the runs that judge a verdict need it
     from harness.contract.known_bugs import KnownBug

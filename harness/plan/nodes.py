@@ -16,7 +16,7 @@
 Ranks fill the nodes in order (TP groups inside a node, PP across nodes). Every node
 needs the harness, its Python and the run directory at the same paths (a shared
 filesystem). A multi-node scenario leases the whole node set, so two of them never
-share it; see harness/launch for how ranks are watched there.
+share it; see harness/engines/launch for how ranks are watched there.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from harness.contract.settings.env import NODES
-from harness.launch import Cluster, Node
+from harness.engines.launch import Cluster, Node
 from harness.plan.devices import DevicePool
 
 NODES_ENV = NODES.name

@@ -15,7 +15,7 @@ from harness.config.scenario import Scenario
 from harness.config.schema import ScenarioError
 from harness.contract.roots import reports_dir
 from harness.contract.settings.env import JOBS, EnvValueError
-from harness.launch import Cluster
+from harness.engines.launch import Cluster
 from harness.plan.changes import (
     changed_files_from,
     changed_files_since,

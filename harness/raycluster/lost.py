@@ -13,7 +13,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from harness.contract.verdict import Verdict
-from harness.launch import RankFailure
+from harness.engines.launch import RankFailure
 from harness.raycluster import placement
 from harness.runner import RunContext, record_verdict
 

@@ -3,7 +3,7 @@
     python -m harness.raycluster.rankhost --address ADDR --group NAME --bundle I --mirror DIR -- COMMAND...
 
 The launcher (on bundle 0's node) starts this as it would start `ssh host`: COMMAND is
-the node agent around the rank (launch/nodeside.py), with the rank's variables. This
+the node agent around the rank (engines/launch/nodeside.py), with the rank's variables. This
 proxy puts a RankHost actor on bundle I of the scenario's placement group, and the actor
 runs COMMAND on its node. The proxy then is the rank for the launcher:
 

@@ -1,7 +1,7 @@
 """A scenario bigger than every node: one rank per bundle, across the nodes Ray chose.
 
 Runs as the Ray task on bundle 0's node, like a scenario that fits one node (nodetask.py),
-with the launcher's own multi-node mode (launch/cluster.py, the `--nodes` machinery): the
+with the launcher's own multi-node mode (engines/launch/cluster.py, the `--nodes` machinery): the
 nodes are those of the placement group's bundles in bundle order, bundle 0's node is
 this one (no prefix), the others are reached through the rank host (rankhost.py) instead
 of ssh, and torch.distributed meets at this node's address. The node agent, crash blame,
@@ -14,7 +14,7 @@ import dataclasses
 import sys
 
 from harness.contract.rundir import scenario_dir
-from harness.launch import Cluster, Node
+from harness.engines.launch import Cluster, Node
 from harness.plan.devices import DevicePool
 from harness.raycluster.nodetask import NodeResult, NodeWork, run_on_node
 

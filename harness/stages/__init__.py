@@ -2,7 +2,7 @@
 
   admit    everything that can refuse the run before a rank starts (engine, model,
            workloads, devices, fault switches, the reference to judge it by)
-  execute  the ranks, on the devices the run holds (started and watched by harness/launch/)
+  execute  the ranks, on the devices the run holds (started and watched by harness/engines/launch/)
   judge    what the ranks left, held to the reference -> Verdict (ended.py: a run whose
            ranks did not all finish, or whose harness failed)
 

@@ -7,7 +7,7 @@ import threading
 from dataclasses import dataclass, field
 
 from harness.config.request import RunConfig
-from harness.launch import Cluster
+from harness.engines.launch import Cluster
 from harness.plan.devices import DevicePool
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from harness.contract.storage import describe as describe_storage
 from harness.contract.storage import storage_fault
 from harness.contract.verdict import Verdict
-from harness.launch import LaunchOutcome, RankFailure
+from harness.engines.launch import LaunchOutcome, RankFailure
 
 
 def launch_verdict(name: str, outcome: LaunchOutcome, engine) -> Verdict | None:

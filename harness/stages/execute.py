@@ -1,7 +1,7 @@
-"""Execute: an admitted run's ranks, started on the devices the run holds (by the launcher, harness/launch/).
+"""Execute: an admitted run's ranks, started on the devices the run holds (by the launcher, harness/engines/launch/).
 
 The run spec is written where the ranks read it, the engine's launch plan is asked for,
-and the launcher (harness/launch/) starts and watches the ranks; the devices are held
+and the launcher (harness/engines/launch/) starts and watches the ranks; the devices are held
 for the whole launch and given back whatever happens. What the ranks left, or how they
 ended, is the judge's (stages/judge.py).
 """
@@ -16,7 +16,7 @@ from pathlib import Path
 from harness.config.scenario import Scenario
 from harness.contract.phases import PHASES_DIR
 from harness.contract.rundir import LOGS, SPEC
-from harness.launch import LaunchOutcome, run_ranks
+from harness.engines.launch import LaunchOutcome, run_ranks
 from harness.plan.devices import DevicePool, Lease
 from harness.stages.admit import Admitted
 from harness.stages.context import RunContext

@@ -27,7 +27,7 @@ from harness.contract.axes import RunAxes
 from harness.contract.outputs import EngineOutputs
 from harness.contract.rundir import OUTPUTS, scenario_dir_name
 from harness.contract.verdict import Verdict
-from harness.launch import LaunchOutcome
+from harness.engines.launch import LaunchOutcome
 from harness.plan.devices import Lease
 from harness.stages.admit import admit
 from harness.stages.context import RunContext

@@ -10,7 +10,7 @@ imported the same; then it is `python -m harness`, argv[0] and all.
 import runpy
 import sys
 
-from harness.launch.pool import fork_zygote_here
+from harness.engines.launch.pool import fork_zygote_here
 from tests.kit.harness_server import imports_as_rank
 
 

@@ -8,7 +8,7 @@ and its rank pool's zygote imported torch, Dynamo, inductor and the reference en
 again; on two cores that fixed cost was most of the tier's wall time.
 
 Here one server per test process (per xdist worker), started at its first use, is a
-rank-pool zygote (harness/launch/zygote.py, the harness's own) that has imported all of
+rank-pool zygote (harness/engines/launch/zygote.py, the harness's own) that has imported all of
 that once (SERVER_PRELOAD). Each command is forked from it as `tests.kit.harness_child`,
 which forks its own rank-pool zygote from itself before it starts any thread and then runs
 `python -m harness`'s main. A command is what a fresh `python -m harness ARGS` would be:
@@ -34,8 +34,8 @@ import tempfile
 from pathlib import Path
 
 from harness.engines import compile_cache
+from harness.engines.launch.pool import Zygote, ZygoteUnavailable
 from harness.engines.reference import RANK_IMPORTS
-from harness.launch.pool import Zygote, ZygoteUnavailable
 
 SWITCH = "HARNESS_TEST_FORK"
 # What a harness command and the reference engine's ranks import before their first line

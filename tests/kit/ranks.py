@@ -1,7 +1,7 @@
 """Ranks without the whole harness: a RunSpec's ranks through the harness's own launcher
 (or in this process, world size 1), and the rank programs of the launcher tests.
 
-Multi-rank runs are real processes started by harness.launch.run_ranks under a budget
+Multi-rank runs are real processes started by harness.engines.launch.run_ranks under a budget
 scaled by HARNESS_TEST_TIME_SCALE (tests/kit/timing.py): a run that outlives it ends as
 "hang" with every rank's stack, and `explain` says it was the test's timeout.
 """
@@ -14,7 +14,7 @@ from unittest import mock
 
 from harness.contract.outputs import EngineOutputs
 from harness.contract.runspec import RunSpec
-from harness.launch import LaunchOutcome, free_port, run_ranks
+from harness.engines.launch import LaunchOutcome, free_port, run_ranks
 from tests.kit.cli import ROOT
 from tests.kit.timing import scaled, timeout_message
 
@@ -23,7 +23,7 @@ from tests.kit.timing import scaled, timeout_message
 RANKS = ROOT / "tests" / "ranks"
 ALLREDUCE = RANKS / "allreduce.py"
 # what tests/ranks/allreduce.py imports, for ranks forked from the rank pool
-POOL_PRELOAD = ("torch", "torch.distributed", "harness.launch.rankside")
+POOL_PRELOAD = ("torch", "torch.distributed", "harness.engines.launch.rankside")
 
 #: budget of one multi-rank run on an unloaded 2-core machine, before HARNESS_TEST_TIME_SCALE:
 #: generous, as torch.compile alone takes ~100 s there under load

@@ -24,7 +24,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from harness.launch.rankside import run_rank  # noqa: E402
+from harness.engines.launch.rankside import run_rank  # noqa: E402
 
 
 def hang_forever():

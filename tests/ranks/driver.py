@@ -15,7 +15,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository: harness, tests.kit
 
 from harness.contract.launchplan import LaunchPlan  # noqa: E402
-from harness.launch import Cluster, LaunchInterrupted, Node, run_ranks  # noqa: E402
+from harness.engines.launch import Cluster, LaunchInterrupted, Node, run_ranks  # noqa: E402
 from tests.kit.timing import scaled  # noqa: E402
 
 prefix = os.environ.get("DRIVER_NODE_PREFIX")

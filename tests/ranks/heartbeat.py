@@ -16,7 +16,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from harness.launch.rankside import heartbeat, in_collective, run_rank  # noqa: E402
+from harness.engines.launch.rankside import heartbeat, in_collective, run_rank  # noqa: E402
 
 
 def sleep_forever():

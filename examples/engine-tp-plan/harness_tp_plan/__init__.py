@@ -46,13 +46,13 @@ DIVISIBLE_FIELDS = {
 
 
 # What every rank imports before it loads a model, imported once by the rank pool's zygote
-# (harness/launch/pool.py) and forked, instead of once per rank: torch, DTensor and the
+# (harness/engines/launch/pool.py) and forked, instead of once per rank: torch, DTensor and the
 # parts of transformers that start no thread (its modelling code imports scikit-learn and
 # SciPy, whose thread pools the zygote rightly refuses to fork). Not this package: a rank
 # runs the worker of the checkout on its PYTHONPATH (harness bisect --git).
 RANK_IMPORTS = ("torch", "torch.distributed", "torch.distributed.tensor", "transformers", "transformers.configuration_utils",
                 "transformers.cache_utils", "transformers.masking_utils", "transformers.integrations.tensor_parallel",
-                "transformers.distributed", "harness.contract.outputs", "harness.contract.phases", "harness.launch.rankside")
+                "transformers.distributed", "harness.contract.outputs", "harness.contract.phases", "harness.engines.launch.rankside")
 
 
 class TpPlanEngine(Engine):

@@ -7,7 +7,7 @@ workload of the spec in lockstep with the others (each forward all-reduces insid
 transformers' TP layers), and rank 0 writes EngineOutputs to spec.output_dir.
 
 Imports only stdlib, torch, transformers and the harness's engine-side contract
-(harness.contract, harness.launch.rankside).
+(harness.contract, harness.engines.launch.rankside).
 """
 
 from __future__ import annotations
@@ -258,6 +258,6 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    from harness.launch.rankside import run_rank
+    from harness.engines.launch.rankside import run_rank
 
     run_rank(main)

@@ -25,10 +25,10 @@ from harness.engines.base import Capability, Engine
 PYTHON_ENV = HF_PYTHON.name
 # What the rank imports before its first line of work: torch and transformers' modeling
 # code, about 13 CPU-seconds a rank. On CPU the launcher forks the rank from a rank-pool
-# zygote that imported them once (harness/launch/pool.py).
+# zygote that imported them once (harness/engines/launch/pool.py).
 RANK_IMPORTS = ("torch", "transformers", "transformers.modeling_utils", "transformers.models.auto.modeling_auto",
                 "transformers.models.auto.processing_auto", "harness.engines.hf.worker", "harness.contract.outputs",
-                "harness.launch.rankside")
+                "harness.engines.launch.rankside")
 # The zygote forks no process that runs a thread beyond torch's pools, and transformers
 # (through scikit-learn and pandas) imports two libraries that start one at import:
 # SciPy's OpenBLAS (one thread: no pool; torch's own BLAS does not read this variable)

@@ -231,7 +231,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    from harness.launch.rankside import run_rank
+    from harness.engines.launch.rankside import run_rank
 
     # the whole package is the engine (transformers run eagerly): its exception is a crash
     run_rank(main, engine_code=("harness.engines.hf",))

@@ -33,7 +33,7 @@ from harness.engines.base import Engine
 RANK_IMPORTS = ("torch", "torch.distributed", "torch._dynamo", "torch._inductor.compile_fx",
                 "harness.engines.reference.worker", "harness.engines.reference.pipeline",
                 "harness.engines.reference.loader", "harness.engines.reference.evidence",
-                "harness.contract.outputs", "harness.launch.rankside")
+                "harness.contract.outputs", "harness.engines.launch.rankside")
 
 
 #: model_type (the families model.py implements) -> the keys a non-last stage sends and a non-first stage receives

@@ -23,8 +23,8 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
+from harness.engines.launch.rankside import in_collective
 from harness.engines.reference import faults
-from harness.launch.rankside import in_collective
 
 if TYPE_CHECKING:
     from harness.engines.reference.model import LlamaStage, SparseMoE
@@ -160,7 +160,7 @@ def _ctx() -> ParallelContext:
 # graph with no breaks, and the op runs the real gloo/NCCL call at run time.
 # Every gloo/NCCL call here runs inside rankside.in_collective(): a heartbeat marked
 # "waiting on peers" for the launcher's stall detector, which then calls a run hung
-# within its window (harness/launch/stall.py) instead of at the scenario timeout.
+# within its window (harness/engines/launch/stall.py) instead of at the scenario timeout.
 
 @torch.library.custom_op("harness_reference::all_reduce", mutates_args=())
 def _all_reduce(x: torch.Tensor) -> torch.Tensor:

@@ -263,7 +263,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    from harness.launch.rankside import run_rank
+    from harness.engines.launch.rankside import run_rank
 
     # the whole package is the engine: its model's exception (a fault switch's too) is a crash
     run_rank(main, engine_code=("harness.engines.reference",))

@@ -33,8 +33,8 @@ from harness.contract.settings.env import VLLM_PYTHON
 from harness.contract.settings.project import project
 from harness.engines import compile_cache
 from harness.engines.base import Capability, Engine
+from harness.engines.launch.outcome import RankFailure
 from harness.engines.vllm.crash import root_cause
-from harness.launch.outcome import RankFailure
 
 ENV_DIR = ".venv-vllm"  # where `harness install vllm` puts vLLM's environment, in the project root
 VENV_PYTHON = Path(ENV_DIR) / "bin" / "python"

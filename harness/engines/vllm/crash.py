@@ -23,7 +23,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from harness.launch.rootcause import WRAPPER_LINE, root_of_text
+from harness.engines.launch.rootcause import WRAPPER_LINE, root_of_text
 
 PREFIX = re.compile(r"^\((?P<proc>[A-Za-z0-9_-]+) pid=(?P<pid>\d+)\) (?P<rest>.*)$")
 # vLLM's log format after the prefix: "ERROR 11-21 06:11:21 [file.py:123] message"
@@ -53,7 +53,7 @@ class ProcessError:
     def failure(self, harness_fault: str | None = None):
         """This process as the crash's RankFailure (the engine's root_cause): its name, how it
         died and where; the launcher's log path and context are added by as_told_by."""
-        from harness.launch.outcome import RankFailure
+        from harness.engines.launch.outcome import RankFailure
 
         return RankFailure(self.describe(), self.exitcode, self.signal, self.exception, self.traceback, "", self.frame,
                            self.wrapper, harness_fault=harness_fault, model_frame=self.model_frame)

@@ -26,9 +26,9 @@ from harness.contract.plain import plain
 
 # vLLM's top-k read one way, and its ranks bound to cores one way, here and in `harness repro`'s script
 from harness.contract.settings.env import RANK_OUTPUT_DIR, VLLM_COUNT_SP
+from harness.engines.launch.rankside import HARNESS_FAULT, blame_engine, harness_step
 from harness.engines.vllm import MAX_NUM_SEQS
 from harness.engines.vllm.repro_script import cpu_binding, topk_row
-from harness.launch.rankside import HARNESS_FAULT, blame_engine, harness_step
 
 # Whether this driver came from a rank-pool zygote that had imported vLLM (pool.py; the
 # engine's launch plan preloads it on CPU): recorded in the outputs, so a test can tell.
@@ -515,7 +515,7 @@ def exception_chain(exc: BaseException) -> list[BaseException]:
 
 def wait_for_group_but_me(timeout_s: float) -> None:
     """Until this process is the last of its process group (the run's), or timeout_s."""
-    from harness.launch.procgroup import group_members
+    from harness.engines.launch.procgroup import group_members
 
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline and set(group_members(os.getpgid(0)) or []) - {os.getpid()}:
@@ -523,7 +523,7 @@ def wait_for_group_but_me(timeout_s: float) -> None:
 
 
 if __name__ == "__main__":
-    from harness.launch.rankside import run_rank
+    from harness.engines.launch.rankside import run_rank
 
     # the fault switches stand in for vLLM's own bugs: an exception of theirs is vLLM's crash
     run_rank(main, engine_code=("harness.engines.vllm.faults",))

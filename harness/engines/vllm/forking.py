@@ -12,7 +12,7 @@ still hold (CUDA or XPU initialised, a Ray actor, NUMA binding), and so does wha
 safe on CPU: no thread pool started by running something. A child keeps a pool's state but
 not its threads, and OpenMP then hangs at the child's first parallel region (torch after one
 tensor operation in the parent: measured). The rule is the rank pool zygote's
-(harness/launch/zygote.py): the threads allowed at a fork are those the imports left (the
+(harness/engines/launch/zygote.py): the threads allowed at a fork are those the imports left (the
 BLAS pools of numpy and OpenCV, which stop before a fork and restart in the child), Python's
 own and ZeroMQ's background threads (vLLM's sockets; the child makes its own). Any other
 native thread makes that process spawn instead, said in the log. In practice none runs: the

@@ -25,7 +25,7 @@ import sysconfig
 import traceback
 from pathlib import Path
 
-HARNESS_DIR = str(Path(__file__).resolve().parent.parent)  # .../harness
+HARNESS_DIR = str(Path(__file__).resolve().parents[2])  # .../harness
 # Libraries the harness's rank-side code calls directly: their frames under a harness
 # frame are the harness's call, not an engine's code
 LIBRARIES = ("torch", "safetensors", "numpy", "PIL")

@@ -33,8 +33,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.contract.settings.env import STALL_WINDOW_S as STALL_WINDOW_S_VAR
-from harness.launch.procgroup import proc_stats
-from harness.launch.rankside import COLLECTIVE
+from harness.engines.launch.procgroup import proc_stats
+from harness.engines.launch.rankside import COLLECTIVE
 
 #: how long every rank may stay without progress, some waiting in a collective, before
 #: the run is a hang. Well above a healthy rank's longest silence in a collective (a peer

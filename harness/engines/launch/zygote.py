@@ -1,7 +1,7 @@
 """The rank pool's zygote: one process that imports an engine's heavy modules once and
 forks ranks from that state, so a rank does not spend its first seconds importing torch.
 
-    python harness/launch/zygote.py MODULE...    (started by harness/launch/pool.py)
+    python harness/engines/launch/zygote.py MODULE...    (started by harness/engines/launch/pool.py)
 
 It imports MODULE... (the engine's `LaunchPlan.preload`), checks that the fork will
 be safe, then serves the launcher over its stdin/stdout, one JSON object per line:
@@ -49,13 +49,13 @@ import sys
 import traceback
 from pathlib import Path
 
-# Run by path: the repository root instead of this script's directory (harness/launch/
+# Run by path: the repository root instead of this script's directory (harness/engines/launch/
 # must not shadow anything), for the launcher's own helpers (stdlib only, like nodeside.py).
 # Imported as a module (pool.py's fork_zygote_here), the path is the importer's to keep.
 if __name__ == "__main__":
-    sys.path[0] = str(Path(__file__).resolve().parents[2])
+    sys.path[0] = str(Path(__file__).resolve().parents[3])
 
-from harness.launch.blame import child_exit  # noqa: E402
+from harness.engines.launch.blame import child_exit  # noqa: E402
 
 POLL_S = 0.02  # how often live ranks are checked for an exit
 # Modules whose import starts a math library's thread pool that survives a fork: torch

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 from harness.contract.launchplan import LaunchPlan
-from harness.launch.blame import (
+from harness.engines.launch.blame import (
     ADDR_IN_USE,
     RankExit,
     harness_fault_of,
@@ -21,18 +21,18 @@ from harness.launch.blame import (
     read_record,
     record_text,
 )
-from harness.launch.cluster import Cluster
-from harness.launch.outcome import RankFailure
-from harness.launch.pool import ForkedRank, spawn_rank
-from harness.launch.procgroup import stop_group
-from harness.launch.rankside import (
+from harness.engines.launch.cluster import Cluster
+from harness.engines.launch.outcome import RankFailure
+from harness.engines.launch.pool import ForkedRank, spawn_rank
+from harness.engines.launch.procgroup import stop_group
+from harness.engines.launch.rankside import (
     DUMP_SIGNAL,
     ERROR_FILE_ENV,
     HEARTBEAT_FILE_ENV,
     LAUNCHER_PID_ENV,
 )
-from harness.launch.stacks import parse_stack_dump
-from harness.launch.stall import read_activity_file, tree_activity
+from harness.engines.launch.stacks import parse_stack_dump
+from harness.engines.launch.stall import read_activity_file, tree_activity
 
 DUMP_WAIT_S = 2.0  # how long to wait for SIGUSR1 stack dumps to land in the logs
 NODE_STOP_S = 5.0  # how long node agents get to stop their ranks before the prefixes are killed
@@ -215,7 +215,7 @@ class Attempt:
         return bool(ADDR_IN_USE.search(text))
 
     def ask_for_stack_dump(self, rank: int) -> None:
-        from harness.launch.nodeside import DUMP_COMMAND
+        from harness.engines.launch.nodeside import DUMP_COMMAND
 
         proc = self.procs[rank]
         try:

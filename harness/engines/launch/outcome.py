@@ -97,7 +97,7 @@ class LaunchOutcome:
     def hang_reason(self) -> str:
         """Who declared a hang, in the verdict's words."""
         if self.stall:
-            from harness.launch.stall import Stall
+            from harness.engines.launch.stall import Stall
 
             return Stall(**self.stall).describe()
         return f"no result after {self.duration_s:.0f}s (the timeout)"

@@ -1,6 +1,6 @@
 """The node agent: what the launcher runs behind a node's exec prefix, around one rank.
 
-    python harness/launch/nodeside.py --cwd DIR -- RANK COMMAND...
+    python harness/engines/launch/nodeside.py --cwd DIR -- RANK COMMAND...
 
 On a machine of its own the launcher's process group does not reach, so this agent
 does there what the launcher does at home. It starts the rank in a new process group
@@ -31,12 +31,12 @@ import threading
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
 from harness.contract.settings.env import RANK_HEARTBEAT_FILE  # noqa: E402
-from harness.launch.blame import peek_exit  # noqa: E402
-from harness.launch.procgroup import group_alive, killpg  # noqa: E402
-from harness.launch.stall import ACTIVITY_SAMPLE_S, tree_activity, write_activity_file  # noqa: E402
+from harness.engines.launch.blame import peek_exit  # noqa: E402
+from harness.engines.launch.procgroup import group_alive, killpg  # noqa: E402
+from harness.engines.launch.stall import ACTIVITY_SAMPLE_S, tree_activity, write_activity_file  # noqa: E402
 
 DUMP_COMMAND = b"dump\n"
 STOP_GRACE_S = 1.5  # shorter than the launcher's TERM_GRACE_S, so the agent finishes its cleanup first

@@ -40,7 +40,7 @@ from pathlib import Path
 
 from harness.contract.launchplan import DEVICE_SLOTS_ENV
 from harness.contract.settings.env import RANK_POOL
-from harness.launch.rankside import ERROR_FILE_ENV, HEARTBEAT_FILE_ENV, LAUNCHER_PID_ENV
+from harness.engines.launch.rankside import ERROR_FILE_ENV, HEARTBEAT_FILE_ENV, LAUNCHER_PID_ENV
 
 OFF_ENV = RANK_POOL.name
 MAX_ZYGOTES = 4
@@ -259,7 +259,7 @@ def fork_zygote_here(accepts: Callable[[dict[str, str]], bool]) -> None:
     For a process that is itself a fork of a pre-imported one and has started no thread
     yet (the harness processes of the harness's own tests, tests/kit/harness_server.py):
     its ranks then start without a python start or an import of their own."""
-    from harness.launch.zygote import fork_here
+    from harness.engines.launch.zygote import fork_here
 
     zygote = Zygote(sys.executable, (), {}, forked=Forked(*fork_here()))
     with _lock:

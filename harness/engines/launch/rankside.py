@@ -12,7 +12,7 @@ what it needs to name a failing rank and explain a stuck one:
   * on Linux, death of the rank when the launcher dies (PR_SET_PDEATHSIG), so a
     killed harness leaves no rank behind;
   * `heartbeat(phase)` / `in_collective()`, which an engine MAY call to report progress:
-    the launcher's stall detector (harness/launch/stall.py) then declares a hang as soon
+    the launcher's stall detector (harness/engines/launch/stall.py) then declares a hang as soon
     as no rank has moved for its stall window while some rank waits in a collective,
     instead of at the scenario timeout. An engine that never calls them keeps the
     timeout-only behaviour;
@@ -39,8 +39,8 @@ from typing import NoReturn
 
 from harness.contract.settings.env import LAUNCHER_PID, RANK_ERROR_FILE, RANK_FAULT, RANK_HEARTBEAT_FILE
 from harness.contract.storage import storage_fault
-from harness.launch.ownership import harness_code_fault, module_dirs
-from harness.launch.rootcause import RootCause, root_of
+from harness.engines.launch.ownership import harness_code_fault, module_dirs
+from harness.engines.launch.rootcause import RootCause, root_of
 
 ERROR_FILE_ENV = RANK_ERROR_FILE.name
 DUMP_SIGNAL = signal.SIGUSR1

@@ -75,14 +75,14 @@ from dataclasses import asdict
 from pathlib import Path
 
 from harness.contract.launchplan import LaunchPlan
-from harness.launch.attempt import Attempt, free_port
-from harness.launch.blame import looks_secondary, pick_first
-from harness.launch.cluster import Cluster, Node
-from harness.launch.outcome import LaunchInterrupted, LaunchOutcome, RankFailure
-from harness.launch.procgroup import BlockSignals, DeferInterrupts, SigtermAsInterrupt
-from harness.launch.rankside import LAUNCHER_PID_ENV
-from harness.launch.stacks import parse_stack_dump
-from harness.launch.stall import StallWatch, stall_window_s
+from harness.engines.launch.attempt import Attempt, free_port
+from harness.engines.launch.blame import looks_secondary, pick_first
+from harness.engines.launch.cluster import Cluster, Node
+from harness.engines.launch.outcome import LaunchInterrupted, LaunchOutcome, RankFailure
+from harness.engines.launch.procgroup import BlockSignals, DeferInterrupts, SigtermAsInterrupt
+from harness.engines.launch.rankside import LAUNCHER_PID_ENV
+from harness.engines.launch.stacks import parse_stack_dump
+from harness.engines.launch.stall import StallWatch, stall_window_s
 
 __all__ = [
     "RankFailure",
