@@ -14,7 +14,7 @@ SOAK_GATES ?= 20
 # One target per scenario id (`make llama-tiny/tp2-pp2-sp`), read from the scenario files.
 # A broken scenario file is said on stderr (its suite has no targets, the others keep theirs);
 # before `make install` there is no harness to ask, and nothing to say.
-SCENARIOS := $(shell $(PYTHON) -c "import harness.config.loading" 2>/dev/null && $(HARNESS) list --ids-only)
+SCENARIOS := $(shell $(PYTHON) -c "import harness.inputs.scenarios.loading" 2>/dev/null && $(HARNESS) list --ids-only)
 
 .PHONY: help install lint test test-fast test-nightly golden pr-gate nightly list bench bench-packing bench-generate bench-vllm bench-vllm-ab soak soak-kill soak-gates train-models install-vllm test-vllm test-old-vllm $(SCENARIOS)
 
@@ -115,9 +115,9 @@ soak-gates:
 	$(PYTHON) bench/soak.py gates --count $(SOAK_GATES) --jobs $(JOBS)
 
 # Bit-exact only with the same torch (2.13.0 CPU) and one thread; then update the
-# checksums in harness/zoo/trained.py and regenerate the eval goldens (make golden).
+# checksums in harness/inputs/zoo/trained.py and regenerate the eval goldens (make golden).
 # The second, a tiny Qwen3-VL for image accuracy on real vLLM, writes a whole checkpoint
-# directory (harness/zoo/checkpoints/tiny-qwen3-vl-geo); `harness golden vllm-mm-evals` after.
+# directory (harness/inputs/zoo/checkpoints/tiny-qwen3-vl-geo); `harness golden vllm-mm-evals` after.
 train-models:
 	$(PYTHON) -m tools.train_models
 	$(PYTHON) -m tools.train_qwen3vl_geo

@@ -1,4 +1,4 @@
-"""Which architectures the generic tiny-checkpoint builder (harness/models/tiny.py) can
+"""Which architectures the generic tiny-checkpoint builder (harness/inputs/models/tiny.py) can
 build, with the engine's own transformers: the candidate list of an arch sweep.
 
     python bench/arch_builds.py [--python .venv-vllm/bin/python] [--out archs.json]
@@ -21,8 +21,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from harness import models  # noqa: E402
-from harness.models import ArchModel  # noqa: E402
+from harness.inputs import models  # noqa: E402
+from harness.inputs.models import ArchModel  # noqa: E402
 
 LIST_CODE = """
 import json, transformers

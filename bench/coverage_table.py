@@ -5,7 +5,7 @@ and excludes leave out.
     python bench/coverage_table.py [SUITE ...] [--together A,B]   (default: every suite)
 
 A combination is feasible when some setting keeps every rule of the axes, of the suite's
-engine and of the suite's `exclude:` with it (harness/config/covering.py); "covered" counts
+engine and of the suite's `exclude:` with it (harness/inputs/scenarios/covering.py); "covered" counts
 the feasible ones some scenario of the suite runs. The last rows total the vllm suites as
 one set of scenarios (missing axes at their defaults): how many pairs of non-default values
 meet anywhere.
@@ -17,10 +17,10 @@ import argparse
 import itertools
 import json
 
-from harness.config.binding import coverage_together, engine_rules
-from harness.config.covering import coverage
-from harness.config.loading import load_scenarios
 from harness.contract.axes import AXES, filled
+from harness.inputs.scenarios.binding import coverage_together, engine_rules
+from harness.inputs.scenarios.covering import coverage
+from harness.inputs.scenarios.loading import load_scenarios
 
 
 def suite_rows(names: list[str]) -> list[str]:

@@ -31,7 +31,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from harness.zoo import DATA_DIR, load_tokenizer, model_dir  # noqa: E402
+from harness.inputs.zoo import DATA_DIR, load_tokenizer, model_dir  # noqa: E402
 
 SHOTS = 5
 

@@ -28,8 +28,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import harness.session as session  # noqa: E402
-from harness.config.loading import load_scenarios
 from harness.contract.verdict import Verdict  # noqa: E402
+from harness.inputs.scenarios.loading import load_scenarios
 from harness.plan.devices import DevicePool  # noqa: E402
 from harness.plan.schedule import costs, lower_bound_s, split_shards  # noqa: E402
 from harness.runner import RunContext  # noqa: E402

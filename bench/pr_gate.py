@@ -33,12 +33,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from harness import timings  # noqa: E402
 from harness.compare.numeric import check_workloads, tolerance_for  # noqa: E402
-from harness.config.loading import load_scenarios
-from harness.config.request import RunConfig  # noqa: E402
-from harness.config.scenario import select
 from harness.contract.outputs import EngineOutputs  # noqa: E402
 from harness.contract.rundir import scenario_dir_name  # noqa: E402
 from harness.engines.launch import pool  # noqa: E402
+from harness.inputs.scenarios.loading import load_scenarios
+from harness.inputs.scenarios.request import RunConfig  # noqa: E402
+from harness.inputs.scenarios.scenario import select
 from harness.runner import RunContext, run_scenario  # noqa: E402
 from harness.stages.admit import Admitted, admit  # noqa: E402
 from harness.stages.execute import execute  # noqa: E402

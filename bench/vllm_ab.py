@@ -45,14 +45,14 @@ sys.path.insert(0, str(ROOT))
 
 from harness.compare.numeric import tolerance_for  # noqa: E402
 from harness.compare.outputs import judge_outputs  # noqa: E402
-from harness.config.loading import load_scenarios  # noqa: E402
-from harness.config.scenario import Scenario, select  # noqa: E402
 from harness.contract import rundir  # noqa: E402
 from harness.contract.expectations import apply_expectations  # noqa: E402
 from harness.contract.verdict import Verdict  # noqa: E402
 from harness.engines.launch.outcome import RankFailure  # noqa: E402
 from harness.engines.vllm import VllmEngine  # noqa: E402
 from harness.engines.vllm.repro import ENV as VLLM_RUN_ENV  # noqa: E402
+from harness.inputs.scenarios.loading import load_scenarios  # noqa: E402
+from harness.inputs.scenarios.scenario import Scenario, select  # noqa: E402
 
 GATE = "vllm"
 DEFAULT_SUITES = ("vllm-llama", "vllm-qwen3", "vllm-gemma4", "vllm-archs")
@@ -107,7 +107,7 @@ def vllm_way(scenario: Scenario, work: Path) -> Outcome:
     """The scenario as compare_two_settings does it: the golden setting started, then the
     scenario's setting started, compared. A setting the harness refuses before any start
     (unsupported here, as vLLM's own test would be skipped) starts nothing."""
-    from harness.config.request import RunConfig
+    from harness.inputs.scenarios.request import RunConfig
     from harness.stages.admit import admit
     from harness.stages.context import RunContext
 

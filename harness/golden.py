@@ -99,7 +99,7 @@ def damage_hint(suite: str) -> str:
 
 def make_manifest(*, suite: str, model: str, model_sha256: str, workload_sha256: str, engine: str, dtype: str, settings: dict,
                   versions: dict, model_builder: str | None = None) -> dict:
-    """`model_builder`: the libraries that built a tiny checkpoint (harness/models), recorded
+    """`model_builder`: the libraries that built a tiny checkpoint (harness/inputs/models), recorded
     (not binding) so a checkpoint that differs says which libraries made which."""
     manifest = {
         "suite": suite,
@@ -117,7 +117,7 @@ def make_manifest(*, suite: str, model: str, model_sha256: str, workload_sha256:
 
 
 def workload_checksum(workloads: list[dict]) -> str:
-    """The manifest's `workload_sha256`: over the tokenized workloads (harness/workloads.py)
+    """The manifest's `workload_sha256`: over the tokenized workloads (harness/inputs/workloads.py)
     with each image / video / audio file as its *contents'* digest (paths differ between
     machines)."""
     def digest(entry):
@@ -228,7 +228,7 @@ def model_difference(directory: Path, manifest: dict, expected: dict, builder_py
     if not differ:
         said = "recorded" if recorded else "inferred from the golden's engine versions"
         return (f"the tiny checkpoint was built with the golden's libraries ({expected[BUILDER]}; the golden's {said}), "
-                "so the model's request or the builder's code (harness/models/tiny*.py) changed",
+                "so the model's request or the builder's code (harness/inputs/models/tiny*.py) changed",
                 f"undo that change, or, for a model changed on purpose, {remake}")
     this = ", ".join(f"{k} {new}" for k, (_, new) in differ.items())
     theirs = ", ".join(f"{k} {old}" for k, (old, _) in differ.items())

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import yaml
 
-from harness.config.loading import parse_suite
-from harness.config.scenario import expand
-from harness.config.schema import FEATURE_AXES, ID_PART, ScenarioError
 from harness.contract.settings.project import CONFIG_FILE, PYPROJECT, find_config, project
+from harness.inputs.scenarios.loading import parse_suite
+from harness.inputs.scenarios.scenario import expand
+from harness.inputs.scenarios.schema import FEATURE_AXES, ID_PART, ScenarioError
 
 CONFIG_TABLE = """\
 # The harness's project config (harness/contract/roots.py of the harness): paths are relative to this file.
@@ -66,7 +66,7 @@ def model_entry(model: str) -> str | dict:
         if not revision:
             raise InitError(f"pin the hub model's revision, so the golden stays what it was made on: {name}@<commit>")
         return {"hub": name, "revision": revision}
-    from harness import zoo
+    from harness.inputs import zoo
 
     if zoo.has_model(model):
         return model
@@ -185,7 +185,7 @@ def _check_engine_runs(engine_name: str, entry: str | dict, model: str) -> None:
     from pydantic import TypeAdapter, ValidationError
 
     from harness.engines import engines_text, get_engine
-    from harness.models import ModelRef, model_type_of
+    from harness.inputs.models import ModelRef, model_type_of
 
     kinds = get_engine(engine_name).model_types()
     if kinds is None:
@@ -201,8 +201,8 @@ def _check_engine_runs(engine_name: str, entry: str | dict, model: str) -> None:
 
 
 def _builtin_suite_names() -> set[str]:
-    from harness.config.loading import load_catalog
     from harness.contract.roots import builtin_scenarios
+    from harness.inputs.scenarios.loading import load_catalog
 
     return {s.suite.suite for s in load_catalog([builtin_scenarios()]).scenarios}
 

@@ -27,27 +27,27 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from harness.config.loading import load_suite
-from harness.config.scenario import expand
-from harness.config.schema import ScenarioError
 from harness.contract.rundir import new_run_id, run_id_problem, scenarios_root
 from harness.contract.settings.env import CLUSTER, DEVICE, PYTEST_RUN_ID, EnvValueError, check_values
+from harness.inputs.scenarios.loading import load_suite
+from harness.inputs.scenarios.scenario import expand
+from harness.inputs.scenarios.schema import ScenarioError
 
 if TYPE_CHECKING:
     from _pytest._code.code import TerminalRepr, TracebackStyle
 
-    from harness.config.request import RunConfig
+    from harness.inputs.scenarios.request import RunConfig
 
 RUN_ID_ENV = PYTEST_RUN_ID.name
 
 
 def pytest_addoption(parser):
-    """The `--harness-*` options: the fields of RunConfig that declare one (harness/config/request.py),
+    """The `--harness-*` options: the fields of RunConfig that declare one (harness/inputs/scenarios/request.py),
     with the CLI's value types (a bad value is a usage error)."""
     from dataclasses import fields
 
     from harness.cli.options import argument_of
-    from harness.config.request import RunConfig, option_of
+    from harness.inputs.scenarios.request import RunConfig, option_of
 
     group = parser.getgroup("harness")
     for f in fields(RunConfig):
@@ -259,7 +259,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
 def _run_config(config) -> RunConfig:
     """The session's options as a RunConfig: its --harness-* options, the gate of its `-m`,
     the device of $HARNESS_DEVICE and the cluster of $HARNESS_CLUSTER when not given."""
-    from harness.config.request import RunConfig
+    from harness.inputs.scenarios.request import RunConfig
 
     return RunConfig.from_pytest(config.getoption, gate=_gate(config), device=DEVICE.text() or "cpu",
                                  cluster=config.getoption("--harness-cluster") or CLUSTER.raw())

@@ -27,14 +27,14 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.config.loading import load_scenarios
-from harness.config.scenario import Scenario, find_one, settings_label
-from harness.config.schema import ScenarioError
 from harness.contract.roots import reports_dir
 from harness.contract.rundir import SCENARIOS, VERDICT, scenario_dir_name, verdict_path
 from harness.contract.runspec import MEDIA
 from harness.contract.settings.project import project
 from harness.contract.verdict import Verdict
+from harness.inputs.scenarios.loading import load_scenarios
+from harness.inputs.scenarios.scenario import Scenario, find_one, settings_label
+from harness.inputs.scenarios.schema import ScenarioError
 
 SCRIPT, REPORT, MODEL, IMAGES = "repro.py", "BUG.md", "model", "images"
 # A harness-built checkpoint up to this size is copied beside the script; a bigger one is pointed at.
@@ -124,7 +124,7 @@ def _checkpoint(scenario: Scenario, engine, out: Path) -> tuple[str, bool, str]:
     """(the model path the script uses, copied?, a line for BUG.md). A checkpoint the
     harness built (a zoo name, a tiny `arch:`) is copied when small; a user's own
     (`path:`) or a hub snapshot is pointed at: its owner has it, and it may be big."""
-    from harness import models
+    from harness.inputs import models
 
     try:
         model = models.resolve(scenario.model, models.builder_python(str(engine.python()), arch=getattr(scenario.model, "arch", None)), base_dir=scenario.source.parent)
@@ -152,9 +152,9 @@ def _checkpoint(scenario: Scenario, engine, out: Path) -> tuple[str, bool, str]:
 
 def _case(scenario: Scenario, model_dir: str, out: Path) -> dict:
     """The engine-neutral description the engine's repro_script renders (engines/base.py)."""
-    from harness import workloads as wl
     from harness.compare.numeric import tolerance_for
-    from harness.zoo import load_tokenizer
+    from harness.inputs import workloads as wl
+    from harness.inputs.zoo import load_tokenizer
 
     suite = scenario.suite
     model_path = Path(model_dir) if Path(model_dir).is_absolute() else out / model_dir

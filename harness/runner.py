@@ -12,12 +12,12 @@ import time
 from pathlib import Path
 
 from harness import golden as goldens
-from harness.config.scenario import Scenario
 from harness.contract.expectations import apply_expectations
 from harness.contract.outputs import EngineOutputs
 from harness.contract.rundir import VERDICT, ResultsNotWritten, scenario_dir
 from harness.contract.verdict import INTERACTION_SEP, Verdict
 from harness.evals import lm
+from harness.inputs.scenarios.scenario import Scenario
 from harness.plan.devices import Lease
 from harness.stages.admit import admit
 from harness.stages.context import RunContext
@@ -33,7 +33,7 @@ __all__ = ["RunContext", "run_scenario", "record_verdict", "make_golden", "repro
 
 def reproduce_command(scenario: Scenario, ctx: RunContext) -> str:
     extra = "".join(f" --fault {f}" for f in ctx.config.faults)
-    if scenario.engine_version:  # one engine version of several (harness/envs.py)
+    if scenario.engine_version:  # one engine version of several (harness/inputs/envs.py)
         return f"harness run {scenario.base_id} --engine-env {scenario.engine_version.spec}{extra}"
     if not extra and _in_the_harness_checkout():  # its Makefile has a target per scenario id
         return f"make {scenario.id}"

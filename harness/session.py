@@ -17,9 +17,9 @@ import threading
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from pathlib import Path
 
-from harness.config.scenario import Scenario
 from harness.contract.verdict import Verdict
 from harness.engines.launch import SigtermAsInterrupt
+from harness.inputs.scenarios.scenario import Scenario
 from harness.plan.devices import POLL_S, Lease
 from harness.plan.schedule import Cost, costs, largest_first
 from harness.runner import RunContext, run_scenario

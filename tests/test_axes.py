@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from harness.config.loading import load_suite
-from harness.config.schema import ScenarioError
 from harness.contract.axes import AXES, AXIS_NAMES, RULES, Cond, RunAxes, excludes, requires
 from harness.engines import get_engine
+from harness.inputs.scenarios.loading import load_suite
+from harness.inputs.scenarios.schema import ScenarioError
 from tests.kit.present import present
 
 PACKAGE = Path(__file__).resolve().parent.parent / "harness"

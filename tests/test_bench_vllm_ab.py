@@ -13,11 +13,11 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from harness.config.loading import load_scenarios
 from harness.contract.expectations import apply_expectations
 from harness.contract.outputs import EngineOutputs
 from harness.contract.runspec import RunSpec
 from harness.engines.vllm import VllmEngine
+from harness.inputs.scenarios.loading import load_scenarios
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -244,7 +244,8 @@ def fake_releases(monkeypatch, verdicts: dict[str, str | Verdict]) -> list[str]:
     """`harness bisect` over releases without installing any: the index lists `verdicts`'
     releases, an install only records the release, a run ends as `verdicts` says. The
     list returned fills with the releases installed, in order."""
-    from harness import bisect, envs
+    from harness import bisect
+    from harness.inputs import envs
 
     installed: list[str] = []
 

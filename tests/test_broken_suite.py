@@ -1,4 +1,4 @@
-"""One broken scenario file fails alone (harness/config/loading.py): beside it every other
+"""One broken scenario file fails alone (harness/inputs/scenarios/loading.py): beside it every other
 suite lists and runs; the broken one is named with its file and field, counts as `error`
 wherever a request could have picked it, and the exit code says something was wrong."""
 
@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from harness.cli import main
-from harness.config.loading import load_catalog
 from harness.contract.roots import builtin_scenarios
+from harness.inputs.scenarios.loading import load_catalog
 
 BROKEN = """suite: typo-suite
 model: tiny-lama

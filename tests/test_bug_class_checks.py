@@ -109,9 +109,9 @@ def test_the_setting_behind_the_failures_is_named():
 
 def test_image_workloads_put_placeholders_after_bos_and_hash_pixels_not_paths(tmp_path, monkeypatch):
     from harness import golden as goldens
-    from harness import workloads as wl
-    from harness import zoo
-    from harness.config.schema import WorkloadDef
+    from harness.inputs import workloads as wl
+    from harness.inputs import zoo
+    from harness.inputs.scenarios.schema import WorkloadDef
 
     model = zoo.model_dir("tiny-llama-vl")
     w = [WorkloadDef(name="images", kind="logprobs", num_prompts=3, images=["noise-8x8", "gradient-8x8", None], max_prompt_tokens=20)]
@@ -133,9 +133,9 @@ def test_a_shared_prefix_under_a_chat_template_leads_every_prompts_text(tmp_path
     cache needs more than one KV block of it: 128 tokens on vLLM's CPU)."""
     import shutil
 
-    from harness import chat, zoo
-    from harness import workloads as wl
-    from harness.config.schema import WorkloadDef
+    from harness.inputs import chat, zoo
+    from harness.inputs import workloads as wl
+    from harness.inputs.scenarios.schema import WorkloadDef
 
     text_model = zoo.model_dir("tiny-llama")
     for name in ("config.json", "tokenizer.json", "tokenizer_config.json"):

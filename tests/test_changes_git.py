@@ -7,7 +7,7 @@ import subprocess
 import pytest
 
 from harness.cli import build_parser
-from harness.config.schema import ScenarioError
+from harness.inputs.scenarios.schema import ScenarioError
 from harness.plan.changes import changed_files_since
 
 

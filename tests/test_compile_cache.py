@@ -81,8 +81,8 @@ matrix: {{tp: [1], compile: [true]}}
 
 def _compile_run(tmp_path: Path, model: str, label: str) -> dict:
     """One launch of the suite's compile scenario (no golden needed); its compile stats."""
-    from harness.config.loading import load_scenarios
     from harness.contract.outputs import EngineOutputs
+    from harness.inputs.scenarios.loading import load_scenarios
     from harness.stages.admit import Admitted, admit
     from harness.stages.context import RunContext
     from harness.stages.execute import execute

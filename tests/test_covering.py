@@ -1,4 +1,4 @@
-"""Covering arrays in scenario files (harness/config/covering.py): every t-way combination of
+"""Covering arrays in scenario files (harness/inputs/scenarios/covering.py): every t-way combination of
 axis values in few scenarios, never a known refusal, the same rows for the same file, kept
 ids when a value is added (the lock), and `harness list --coverage`."""
 
@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from harness.config.binding import engine_rules
-from harness.config.covering import coverage, lock_path, write_lock
-from harness.config.loading import load_scenarios, load_suite
-from harness.config.scenario import planned_settings
-from harness.config.schema import ScenarioError
 from harness.contract.axes import RULES
+from harness.inputs.scenarios.binding import engine_rules
+from harness.inputs.scenarios.covering import coverage, lock_path, write_lock
+from harness.inputs.scenarios.loading import load_scenarios, load_suite
+from harness.inputs.scenarios.scenario import planned_settings
+from harness.inputs.scenarios.schema import ScenarioError
 
 SUITE = """
 suite: cover
@@ -182,7 +182,7 @@ def parts(tmp_path: Path, *texts: str) -> list:
 
 
 def test_suites_that_split_the_axes_are_counted_together(tmp_path):
-    from harness.config.covering import joint_coverage
+    from harness.inputs.scenarios.covering import joint_coverage
 
     got = joint_coverage(parts(tmp_path, LAYOUTS, FEATURES), 3)
     # every triple within one suite is covered; pp or compile with spec or batch is in neither
@@ -197,7 +197,7 @@ def test_suites_that_split_the_axes_are_counted_together(tmp_path):
 
 
 def test_the_installed_engine_s_limits_and_undeclared_axes_are_named(tmp_path):
-    from harness.config.covering import joint_coverage
+    from harness.inputs.scenarios.covering import joint_coverage
 
     got = joint_coverage(parts(tmp_path, LAYOUTS, FEATURES), 3, limits={"spec": ((False,), "no drafter here")},
                          declared={"sp": (False, True)})

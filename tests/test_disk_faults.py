@@ -102,7 +102,7 @@ def test_a_rank_whose_outputs_meet_a_full_disk_is_a_machine_fault_with_exit_code
 def test_the_harness_meeting_a_full_disk_in_a_scenario_is_a_machine_fault(tmp_path, monkeypatch):
     """The runner's own writes (spec.json, its directories) are the harness's files too."""
     from harness import runner
-    from harness.config.loading import load_scenarios
+    from harness.inputs.scenarios.loading import load_scenarios
 
     scenario = next(s for s in load_scenarios(None) if s.id == "llama-tiny/tp1-pp1")
 

@@ -1,4 +1,4 @@
-"""The engine version as an axis (harness/envs.py, `harness run --engine-env`): SPEC
+"""The engine version as an axis (harness/inputs/envs.py, `harness run --engine-env`): SPEC
 parsing, release listing and order, versioned scenario ids, installing once into the
 cache, and the report's side-by-side table."""
 
@@ -11,14 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from harness import envs
 from harness.cli import main
-from harness.config.loading import load_scenarios
-from harness.config.scenario import select, split_id
 from harness.contract.rundir import verdict_path
 from harness.contract.verdict import Verdict
 from harness.engines import envdir
 from harness.engines.base import Engine
+from harness.inputs import envs
+from harness.inputs.scenarios.loading import load_scenarios
+from harness.inputs.scenarios.scenario import select, split_id
 from harness.report import write_report
 from harness.report.versions import version_matrix, versions_text
 from harness.runner import RunContext, reproduce_command

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from harness import golden as goldens
-from harness.config.loading import load_scenarios
-from harness.config.request import RunConfig
+from harness.inputs.scenarios.loading import load_scenarios
+from harness.inputs.scenarios.request import RunConfig
 from harness.runner import RunContext, run_scenario
 
 pytestmark = pytest.mark.e2e
@@ -85,8 +85,8 @@ def _where(tmp_path: Path, v) -> str:
 
 
 def test_a_golden_made_with_evals_stores_per_item_results_and_scenarios_pair_with_it(tmp_path, monkeypatch):
-    from harness.config.loading import load_suite
     from harness.contract.outputs import EngineOutputs
+    from harness.inputs.scenarios.loading import load_suite
     from harness.runner import make_golden
 
     suite_file = tmp_path / "mini.yaml"

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from harness.config.schema import EvalDef
 from harness.evals import lm, tasks
-from harness.workloads import BOS_ID, EOS_ID, encode_text
-from harness.zoo import DATA_DIR, load_tokenizer, model_dir
+from harness.inputs.scenarios.schema import EvalDef
+from harness.inputs.workloads import BOS_ID, EOS_ID, encode_text
+from harness.inputs.zoo import DATA_DIR, load_tokenizer, model_dir
 
 JANET = "Janet’s ducks lay 16 eggs per day."
 
@@ -262,8 +262,8 @@ def test_a_session_with_evals_settles_the_environment_before_its_first_rank(monk
     environment: the variables the evals set must be there before the first scenario of the
     run (an eval-less one here) starts, not when the eval scenario is prepared."""
     from harness import session
-    from harness.config.loading import load_catalog
-    from harness.config.scenario import find_one
+    from harness.inputs.scenarios.loading import load_catalog
+    from harness.inputs.scenarios.scenario import find_one
 
     for key in tasks.OFFLINE_ENV:  # (lm-eval's own variable is set once, by its first import in this process)
         monkeypatch.delenv(key, raising=False)

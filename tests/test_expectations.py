@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from harness.config.loading import load_scenarios, load_suite
-from harness.config.schema import ExpectedFailure, ScenarioError
 from harness.contract.expectations import apply_expectations as _apply_expectation
 from harness.contract.verdict import Verdict
+from harness.inputs.scenarios.loading import load_scenarios, load_suite
+from harness.inputs.scenarios.schema import ExpectedFailure, ScenarioError
 
 ROOT = Path(__file__).resolve().parent.parent
 VLLM_032 = {"engine": "vllm", "vllm": "0.32.0", "torch": "2.13.0+cpu", "python": "3.11.7"}

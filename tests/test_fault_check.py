@@ -9,10 +9,10 @@ import json
 
 import pytest
 
-from harness.config.loading import load_suite
-from harness.config.schema import ScenarioError
 from harness.contract import rundir
 from harness.engines import get_engine
+from harness.inputs.scenarios.loading import load_suite
+from harness.inputs.scenarios.schema import ScenarioError
 from tests.kit import harness_cli
 from tests.kit.present import present
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 import dataclasses
 
 from harness import session
-from harness.config.request import RunConfig
 from harness.contract.verdict import Verdict
+from harness.inputs.scenarios.request import RunConfig
 from harness.plan.changes import picked_by_a_rule, select_for_changes
 from harness.plan.devices import DevicePool
 from harness.plan.planning import plan_run

@@ -7,12 +7,12 @@ from __future__ import annotations
 import pytest
 
 from harness.cli import main
-from harness.config.loading import load_catalog
-from harness.config.scenario import nearest_hint, select
-from harness.config.schema import ScenarioError
 from harness.contract import exit_codes
 from harness.contract.roots import builtin_scenarios
 from harness.contract.verdict import Verdict
+from harness.inputs.scenarios.loading import load_catalog
+from harness.inputs.scenarios.scenario import nearest_hint, select
+from harness.inputs.scenarios.schema import ScenarioError
 from harness.runner import RunContext, reproduce_command
 from tests.kit import ROOT
 from tests.kit.handmade import make_run, passing

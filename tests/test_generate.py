@@ -97,7 +97,7 @@ MAX_NEW = 12
 
 @pytest.fixture(scope="module")
 def model_dir() -> Path:
-    from harness.zoo import model_dir
+    from harness.inputs.zoo import model_dir
 
     return model_dir("tiny-llama")
 
@@ -196,7 +196,7 @@ def test_vllm_engine_matches_hf(workload, tmp_path):
     the hf engine's free-running tokens, vLLM against hf's tokens cut at it."""
     from harness.engines.hf.worker import run
     from harness.engines.vllm import VllmEngine
-    from harness.zoo import model_dir
+    from harness.inputs.zoo import model_dir
     from tests.kit import run_process
 
     hf_model = model_dir("tiny-llama-hf")

@@ -15,17 +15,17 @@ from pathlib import Path
 import pytest
 
 from harness import golden as goldens
-from harness import models
-from harness import workloads as wl
 from harness.compare.numeric import check_workloads, tolerance_for
-from harness.config.loading import load_suite
 from harness.contract.outputs import EngineOutputs
 from harness.contract.roots import builtin_scenarios
 from harness.contract.runspec import RunSpec
 from harness.engines import get_engine
 from harness.engines.launch import run_ranks
-from harness.models import tiny_vllm
-from harness.zoo import load_tokenizer
+from harness.inputs import models
+from harness.inputs import workloads as wl
+from harness.inputs.models import tiny_vllm
+from harness.inputs.scenarios.loading import load_suite
+from harness.inputs.zoo import load_tokenizer
 from tests.kit import scaled
 
 pytestmark = pytest.mark.e2e  # runs the hf engine's rank per golden
@@ -36,7 +36,7 @@ pytest.importorskip("transformers")
 def vllm_goldens() -> list[tuple[Path, str]]:
     """(scenario file, golden key) of every committed float32 vLLM golden: one per suite,
     or one per arch of a suite with an arch axis (each arch's tiny checkpoint). An
-    architecture only vLLM defines (harness/models/tiny_vllm.py) has no transformers model
+    architecture only vLLM defines (harness/inputs/models/tiny_vllm.py) has no transformers model
     to check against: its golden is vLLM's own, and scenarios/vllm-native-archs.yaml says so."""
     found = []
     for path in sorted(builtin_scenarios().glob("vllm-*.yaml")):

@@ -8,11 +8,11 @@ import pytest
 
 from harness import api
 from harness.cli import main
-from harness.config.loading import load_catalog
-from harness.config.request import RunConfig
 from harness.contract.roots import builtin_scenarios
 from harness.engines import envdir
 from harness.engines.vllm import _fix_for
+from harness.inputs.scenarios.loading import load_catalog
+from harness.inputs.scenarios.request import RunConfig
 from harness.plan.planning import plan_run
 
 

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from harness.config.loading import load_scenarios
-from harness.config.scenario import select
 from harness.contract.verdict import Verdict
+from harness.inputs.scenarios.loading import load_scenarios
+from harness.inputs.scenarios.scenario import select
 from harness.stages.interaction import changed_values, minimal_interaction
 from tests.kit import harness_cli, scaled, verdict_of
 
@@ -163,7 +163,7 @@ def test_a_long_reason_keeps_its_interaction_whole_in_one_line_lists():
 def test_a_trial_of_an_engine_version_keeps_its_tag():
     """Trials are shared by id within a run: a run of two engine versions (--engine-env twice)
     must not read one version's trial for the other."""
-    from harness.config.scenario import EngineVersion
+    from harness.inputs.scenarios.scenario import EngineVersion
 
     scenario = select(load_scenarios(), ["llama-interactions/*dp2*spec-ngram"])[0]
     versioned = scenario.with_version(EngineVersion("x==1", "reference-1", "/usr/bin/python"))

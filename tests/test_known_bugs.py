@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from harness.config.loading import load_scenarios, load_suite
 from harness.contract.expectations import apply_expectations, version_problem
 from harness.contract.known_bugs import KnownBugsError, load_known_bugs, load_releases, unbacked_series
 from harness.contract.verdict import Verdict
 from harness.engines.vllm import VllmEngine
+from harness.inputs.scenarios.loading import load_scenarios, load_suite
 from tests.kit.present import present
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -17,15 +17,13 @@ PACKAGE = Path(__file__).resolve().parent.parent / "harness"
 # bottom (0) to top: what a room may import is below it
 LAYERS = {
     # what every part shares: settings, the rank contract, verdicts, run dirs, failure signatures
-    "contract": 0, "data": 0,
+    "contract": 0,
     # parts that stand on the contract alone
-    "images": 1, "chat": 1, "zoo": 1, "timings": 1, "golden": 1, "compare": 1,
-    "models": 2, "engines": 2,
-    "media": 2,  # videos and audio clips (their frames are images' patterns)
-    # what to run: scenario files read, checked, bound to the engines and expanded; a run's request
-    "config": 3,
-    "envs": 4,  # engine environments (--engine-env): asks the engines, installs releases, versions scenarios
-    "workloads": 4, "plan": 4,
+    "timings": 1, "golden": 1, "compare": 1,
+    "engines": 2,
+    # what a scenario is made of: scenario files, models, prompts, media, engine environments
+    "inputs": 3,
+    "plan": 4,
     "project_init": 4,  # `harness init`: a project's config and first scenario file, checked as any scenario file
     "evals": 5,
     "repro": 5,  # `harness repro`: a scenario as a standalone script (below what runs or bisects)

@@ -121,8 +121,8 @@ def test_the_closest_setting_and_the_passes_that_share_it_are_escaped(p):
 
 def test_an_expected_failure_reason_from_a_scenario_file_is_escaped_in_the_files_written(tmp_path):
     """The case first seen, through write_report: a scenario file's expected-failure reason."""
-    from harness.config.schema import ExpectedFailure
     from harness.contract.expectations import apply_expectations
+    from harness.inputs.scenarios.schema import ExpectedFailure
 
     x = ExpectedFailure(match={"pp": 2}, exception="AssertionError", reason=IMG)
     v = Verdict("s/pp2", "crash", f"rank 1 crashed: AttributeError: {IMG}", reproduce="make s/pp2",

@@ -6,9 +6,9 @@ and `UNEXPECTED`). Fast: the verdicts are written here as the runs wrote them.""
 
 from __future__ import annotations
 
-from harness.config.loading import load_scenarios
 from harness.contract.expectations import apply_expectations
 from harness.contract.verdict import Verdict
+from harness.inputs.scenarios.loading import load_scenarios
 from tests.kit import ROOT
 
 EVALS = "vllm-mm-evals/tp1-pp1-compile"

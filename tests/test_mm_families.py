@@ -1,4 +1,4 @@
-"""A multimodal family's facts live in one entry of harness/models/tiny_mm.py's FAMILIES:
+"""A multimodal family's facts live in one entry of harness/inputs/models/tiny_mm.py's FAMILIES:
 a made-up family registered there, and nowhere else, is seen by every lookup of the
 tiny-checkpoint builder (no model is built)."""
 
@@ -9,8 +9,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from harness.models import tiny_mm
-from harness.models.tiny_mm import Family
+from harness.inputs.models import tiny_mm
+from harness.inputs.models.tiny_mm import Family
 
 TOY = Family(
     named_tokens={"image_token": "<toy_image>", "toy_start_token": "<toy_start>", "toy_end_token": "<toy_end>"},

@@ -1,5 +1,5 @@
 """A user's model: a local checkpoint, a hub id from an offline cache, a tiny random
-checkpoint of any transformers architecture (harness/models). Unit tests of the
+checkpoint of any transformers architecture (harness/inputs/models). Unit tests of the
 sources and their errors, then whole runs through the CLI on real ranks."""
 
 from __future__ import annotations
@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from harness import models
-from harness.config.loading import load_suite
-from harness.config.schema import ScenarioError
-from harness.models import ArchModel, HubModel, ModelError, PathModel
+from harness.inputs import models
+from harness.inputs.models import ArchModel, HubModel, ModelError, PathModel
+from harness.inputs.scenarios.loading import load_suite
+from harness.inputs.scenarios.schema import ScenarioError
 from tests.kit import ROOT, harness_cli, verdict_of, verdicts
 from tests.kit.present import present
 
@@ -131,7 +131,7 @@ def test_a_local_checkpoint_is_identified_by_content_and_hashed_once(tmp_path, t
 
 @pytest.mark.e2e
 def test_a_hub_model_missing_from_an_offline_cache_says_what_to_do(tmp_path):
-    code = ("from harness import models\n"
+    code = ("from harness.inputs import models\n"
             "try:\n"
             "    models.resolve(models.HubModel(hub='acme/tiny', revision='0' * 40), 'python')\n"
             "except models.ModelError as e:\n"
@@ -265,7 +265,7 @@ def arch_suite(tmp_path: Path, **fields) -> Path:
 
 
 def test_the_arch_axis_expands_to_one_model_and_golden_per_arch(tmp_path):
-    from harness.config.scenario import expand
+    from harness.inputs.scenarios.scenario import expand
 
     path = arch_suite(tmp_path, archs={"llama": "LlamaForCausalLM", "qwen3": {"arch": "Qwen3ForCausalLM", "seed": 1}})
     scenarios = {s.id: s for s in expand(load_suite(path), path)}
@@ -334,7 +334,7 @@ def test_an_arch_sweep_runs_each_arch_against_its_own_golden(tmp_path):
 def test_shrinking_fits_per_layer_lists_and_skips_derived_fields(arch):
     """Per-layer lists follow the layer count (keeping each kind of layer); a read-only
     derived field (Falcon's head_dim) is left to follow the others."""
-    from harness.models import tiny
+    from harness.inputs.models import tiny
 
     model = tiny.build_model(arch, seed=0, overrides={})
     config = model.config
@@ -387,7 +387,7 @@ def test_scenarios_resolving_one_checkpoint_at_once_both_record_its_identity(tmp
     (FileNotFoundError: an `error` verdict in the multimodal nightly of 2026-11-26)."""
     import threading
 
-    from harness.models import identity
+    from harness.inputs.models import identity
 
     monkeypatch.setenv("HARNESS_CACHE", str(tmp_path / "cache"))
     checkpoint = tmp_path / "ckpt"

@@ -13,10 +13,10 @@ import json
 import pytest
 import torch
 
-from harness import zoo
 from harness.contract.outputs import EngineOutputs
 from harness.engines.reference import ReferenceEngine
 from harness.engines.reference.model import routing_weights
+from harness.inputs import zoo
 from tests.kit.present import present
 from tests.kit.ranks import RUN_BUDGET_S, explain, launch_ranks, run_in_process
 from tests.test_reference_engine import MAX_NEW, make_spec, max_logprob_delta, prompts

@@ -11,11 +11,12 @@ import sys
 
 import pytest
 
-from harness import cli, zoo
-from harness.config.loading import load_suite
-from harness.config.schema import ScenarioError
+from harness import cli
 from harness.contract import plugins
 from harness.engines import EngineUnavailable, declared_axes, engine_names, get_engine, inventory
+from harness.inputs import zoo
+from harness.inputs.scenarios.loading import load_suite
+from harness.inputs.scenarios.schema import ScenarioError
 from tests.kit.plugins import Site
 
 
@@ -143,7 +144,7 @@ def test_an_installed_packages_model_joins_the_zoo(site, tmp_path, capsys):
                     "golden: {tp: 1}\nmatrix: {tp: [1]}\n")
     assert load_suite(path).model == "tiny-fake"
 
-    from harness import models
+    from harness.inputs import models
 
     with pytest.raises(models.ModelError, match="fake-models 2.0"):
         models.resolve("tiny-gone", sys.executable)

@@ -10,10 +10,10 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from harness.config.loading import load_scenarios, load_suite
-from harness.config.scenario import expand
 from harness.contract import roots
 from harness.contract.settings.project import ProjectConfigError, find_config, project
+from harness.inputs.scenarios.loading import load_scenarios, load_suite
+from harness.inputs.scenarios.scenario import expand
 from harness.project_init import InitError, init_project, model_entry
 from tests.kit.present import present
 

@@ -114,8 +114,8 @@ def test_html_shows_a_localization_when_a_verdict_has_one(tmp_path):
 
 
 def test_report_shows_what_was_expected_beside_what_happened(tmp_path):
-    from harness.config.schema import ExpectedFailure
     from harness.contract.expectations import apply_expectations
+    from harness.inputs.scenarios.schema import ExpectedFailure
 
     x = ExpectedFailure(match={"pp": 2}, engine_version="vllm==0.32.*", exception="AssertionError", rank="Worker_PP1",
                         reason="PP buffer never allocated")

@@ -19,15 +19,15 @@ from pathlib import Path
 import pytest
 import torch
 
-from harness import models
-from harness import workloads as wl
 from harness.cli import main as cli_main
 from harness.compare.numeric import Tolerance, compare_greedy, compare_logprobs, tolerance_for
-from harness.config.loading import load_scenarios
 from harness.contract.verdict import Verdict
 from harness.engines.vllm import repro_script
+from harness.inputs import models
+from harness.inputs import workloads as wl
+from harness.inputs.scenarios.loading import load_scenarios
+from harness.inputs.zoo import load_tokenizer
 from harness.repro import ReproError, write_repro
-from harness.zoo import load_tokenizer
 from tests.kit import ROOT
 from tests.kit.handmade import make_run
 from tests.kit.logprobs import decisive_flips

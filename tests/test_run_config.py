@@ -1,4 +1,4 @@
-"""One run configuration (harness/config/request.py RunConfig): the options of `harness run`,
+"""One run configuration (harness/inputs/scenarios/request.py RunConfig): the options of `harness run`,
 the pytest plugin's `--harness-*` options and the Python API's keyword arguments are its
 fields, and the hidden `bisect-step` receives it whole."""
 
@@ -14,7 +14,7 @@ import pytest
 from harness import api, pytest_plugin
 from harness.bisect import StepOrder, step_command
 from harness.cli import build_parser
-from harness.config.request import RunConfig, option_of
+from harness.inputs.scenarios.request import RunConfig, option_of
 
 FIELDS = {f.name: f for f in dataclasses.fields(RunConfig)}
 

@@ -2,8 +2,8 @@
 installed is a harness `error` that says how to install it; settings the engine cannot
 run are `unsupported` with the engine's reason, never silently skipped."""
 
-from harness.config.loading import load_scenarios
 from harness.contract.rundir import logs_dir, verdict_path
+from harness.inputs.scenarios.loading import load_scenarios
 from harness.runner import run_scenario
 
 SUITE = """
@@ -46,7 +46,7 @@ def test_a_golden_made_for_something_else_says_what_differs_and_what_to_do_in_on
     import shutil
     from pathlib import Path
 
-    from harness.config.scenario import select
+    from harness.inputs.scenarios.scenario import select
 
     root = Path(__file__).resolve().parent.parent
     golden = tmp_path / "golden" / "llama-tiny"

@@ -9,10 +9,10 @@ import torch
 
 from harness.compare.numeric import tolerance_for
 from harness.compare.outputs import SAME_LAYOUT, same_layout_checks, verdict_of_checks
-from harness.config.loading import load_scenarios
-from harness.config.schema import ScenarioError
 from harness.contract.outputs import EngineOutputs
 from harness.contract.verdict import Verdict
+from harness.inputs.scenarios.loading import load_scenarios
+from harness.inputs.scenarios.schema import ScenarioError
 from tests.kit.handmade import suite_scenarios
 
 TOL = tolerance_for("float32")

@@ -5,9 +5,9 @@ from pathlib import Path
 
 import pytest
 
-from harness.config.loading import load_scenarios, load_suite
-from harness.config.scenario import select, settings_label
-from harness.config.schema import ScenarioError
+from harness.inputs.scenarios.loading import load_scenarios, load_suite
+from harness.inputs.scenarios.scenario import select, settings_label
+from harness.inputs.scenarios.schema import ScenarioError
 from tests.kit import harness_cli
 
 BASE = """

@@ -11,9 +11,9 @@ import time
 
 import pytest
 
-from harness.config.schema import ScenarioError
 from harness.contract.rundir import VERDICT, scenarios_root, verdict_path
 from harness.contract.verdict import Verdict
+from harness.inputs.scenarios.schema import ScenarioError
 from harness.plan.changes import select_for_changes
 from harness.plan.devices import DevicePool, overlapping_leases, read_lease_log
 from harness.plan.schedule import (

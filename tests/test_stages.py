@@ -9,12 +9,12 @@ import json
 import shutil
 from pathlib import Path
 
-from harness.config.loading import load_scenarios
-from harness.config.request import RunConfig
-from harness.config.scenario import select
 from harness.contract.outputs import EngineOutputs
 from harness.contract.verdict import Verdict
 from harness.golden import Reference
+from harness.inputs.scenarios.loading import load_scenarios
+from harness.inputs.scenarios.request import RunConfig
+from harness.inputs.scenarios.scenario import select
 from harness.plan.devices import DevicePool
 from harness.stages.admit import Admitted, admit
 from harness.stages.context import RunContext

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from harness.evals.synth import arith, geo3k
-from harness.zoo import DATA_DIR
+from harness.inputs.zoo import DATA_DIR
 from tests.kit.present import present
 
 

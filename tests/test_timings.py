@@ -96,8 +96,8 @@ def test_report_shows_the_breakdown_and_the_harness_share(tmp_path):
 
 @pytest.mark.e2e
 def test_a_real_scenario_records_every_phase_in_its_verdict(tmp_path):
-    from harness.config.loading import load_scenarios
-    from harness.config.scenario import select
+    from harness.inputs.scenarios.loading import load_scenarios
+    from harness.inputs.scenarios.scenario import select
     from harness.runner import run_scenario
 
     scenario = select(load_scenarios(), ["llama-tiny/tp2-pp1"])[0]

@@ -12,11 +12,11 @@ import pytest
 import torch
 
 from harness import golden as goldens
-from harness import models
-from harness.config.loading import load_scenarios
-from harness.config.scenario import select
 from harness.contract.outputs import EngineOutputs
-from harness.envs import EngineEnv, versioned
+from harness.inputs import models
+from harness.inputs.envs import EngineEnv, versioned
+from harness.inputs.scenarios.loading import load_scenarios
+from harness.inputs.scenarios.scenario import select
 from harness.stages import admit
 from tests.kit import ROOT
 

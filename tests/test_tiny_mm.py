@@ -1,5 +1,5 @@
-"""Tiny multimodal checkpoints (harness/models/tiny_mm.py) and prompts written by their
-chat template (harness/chat.py): built by this interpreter's transformers, then read
+"""Tiny multimodal checkpoints (harness/inputs/models/tiny_mm.py) and prompts written by their
+chat template (harness/inputs/chat.py): built by this interpreter's transformers, then read
 back by transformers' own AutoProcessor and model, as an engine would read them."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from harness import chat, models
-from harness.models import ArchModel
-from harness.zoo import load_tokenizer
+from harness.inputs import chat, models
+from harness.inputs.models import ArchModel
+from harness.inputs.zoo import load_tokenizer
 from tests.kit.present import present
 
 pytestmark = pytest.mark.e2e  # runs the builder script in a subprocess
@@ -31,7 +31,7 @@ def gemma3():
 def _image():
     from PIL import Image
 
-    from harness.images import image_path
+    from harness.inputs.images import image_path
 
     return Image.open(image_path("gradient-84x56")).convert("RGB")
 
@@ -116,7 +116,7 @@ def test_fused_experts_are_saved_in_the_published_layout_and_read_back_the_same(
     from safetensors import safe_open
     from transformers import Qwen3VLMoeForConditionalGeneration
 
-    from harness.models import tiny
+    from harness.inputs.models import tiny
 
     ref = ArchModel(arch="Qwen3VLMoeForConditionalGeneration", overrides={"text_config": {"moe_intermediate_size": 32}},
                     extra_config={"text_config": {"norm_topk_prob": True}})
@@ -136,7 +136,7 @@ def test_fused_experts_are_saved_in_the_published_layout_and_read_back_the_same(
 def test_multimodal_rope_sections_fit_the_tiny_head():
     """Qwen-VL's and GLM-4V's rope split (temporal, height, width) is written into the
     config, scaled to the tiny head's rotary half, so vLLM and transformers read one split."""
-    from harness.models import tiny
+    from harness.inputs.models import tiny
 
     for arch, expected in [("Qwen2VLForConditionalGeneration", [4, 6, 6]), ("Qwen3VLForConditionalGeneration", [6, 5, 5]),
                            ("Glm4vForConditionalGeneration", [2, 3, 3])]:
@@ -150,7 +150,7 @@ def test_multimodal_rope_sections_fit_the_tiny_head():
 def test_synthetic_videos_and_audio_clips_are_deterministic_and_shaped_as_named(tmp_path, monkeypatch):
     import numpy as np
 
-    from harness import media
+    from harness.inputs import media
 
     monkeypatch.setenv("HARNESS_CACHE", str(tmp_path))
     frames = np.load(media.video_path("gradient-56x28x4"))
@@ -174,7 +174,7 @@ def test_an_audio_prompt_reads_through_transformers_own_processor_and_model():
     import torch
     from transformers import AutoProcessor, Qwen2AudioForConditionalGeneration
 
-    from harness import media
+    from harness.inputs import media
 
     directory = models.resolve(ArchModel(arch="Qwen2AudioForConditionalGeneration"), sys.executable).directory
     config = json.loads((directory / "config.json").read_text())
@@ -191,7 +191,7 @@ def test_an_audio_prompt_reads_through_transformers_own_processor_and_model():
 
 
 def test_a_workload_checks_each_media_name_by_its_kind_and_counts_one_entry_per_prompt():
-    from harness.config.schema import WorkloadDef
+    from harness.inputs.scenarios.schema import WorkloadDef
 
     ok = WorkloadDef(name="w", kind="logprobs", num_prompts=2, images=[None, ["noise-56x84", "gradient-84x56"]],
                      videos=["gradient-56x56x4", None], audios=[None, "tone-500ms"])
@@ -209,7 +209,7 @@ def test_a_chat_template_mark_must_be_made_of_special_tokens(llava):
     """A mark spelled in plain BPE pieces would reach the engines as text: the builder refuses it."""
     from transformers import AutoTokenizer
 
-    from harness.models import tiny_mm
+    from harness.inputs.models import tiny_mm
 
     tokenizer = AutoTokenizer.from_pretrained(llava)
     tiny_mm.check_marks({"image": "<image>"}, tokenizer, "llava")

@@ -1,4 +1,4 @@
-"""The vLLM-only route of the tiny builder (harness/models/tiny_vllm.py): the weight
+"""The vLLM-only route of the tiny builder (harness/inputs/models/tiny_vllm.py): the weight
 table of an architecture transformers cannot build. Loading such a checkpoint in vLLM
 (whose loader refuses a checkpoint that leaves a parameter unset) is the golden run of
 scenarios/vllm-native-archs.yaml; these are the table's own rules."""
@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from harness.models import tiny_vllm
+from harness.inputs.models import tiny_vllm
 
 
 def step3_config(**fields) -> SimpleNamespace:

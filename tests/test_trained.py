@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from harness import zoo
 from harness.contract.runspec import RunSpec
-from harness.zoo.trained import WEIGHTS
+from harness.inputs import zoo
+from harness.inputs.zoo.trained import WEIGHTS
 from tools import train_models as train
 
 
@@ -53,7 +53,7 @@ def test_both_models_build_and_verify(cache):
 
 
 def _prompts(tokenizer, config, tmp_path):
-    from harness.images import encode_png
+    from harness.inputs.images import encode_png
 
     arith_prompt = train.arith_prompts(tokenizer, config, 1)[0][0]
     item = train.geo3k.heldout_set(1)[0]

@@ -140,13 +140,13 @@ def test_which_architectures_vllm_serves_and_with_pp_is_asked_of_its_registry(tm
 
 
 def test_every_tiny_multimodal_prompt_marks_its_images_as_vllm_expects():
-    """The chat template of each tiny multimodal checkpoint (harness/models/tiny_mm.py:
+    """The chat template of each tiny multimodal checkpoint (harness/inputs/models/tiny_mm.py:
     a table, so every interpreter writes the same bytes) puts an image where vLLM's own
     model class says a prompt marks one (get_placeholder_str), for every arch of the
     multimodal sweep."""
-    from harness import chat, models
-    from harness.config.loading import load_suite
     from harness.engines.vllm import default_python
+    from harness.inputs import chat, models
+    from harness.inputs.scenarios.loading import load_suite
 
     suite = load_suite(ROOT / "scenarios" / "vllm-mm-archs.yaml")
     archs = {a.arch: models.resolve(a, str(default_python())).directory for a in suite.archs.values()}
@@ -201,7 +201,7 @@ def test_deepstack_missing_from_the_compiled_graph_drops_the_image_score_under_c
     the eager scenario, with the same fault switched on, must not move at all."""
     scenarios = tmp_path / "scenarios"
     scenarios.mkdir()
-    # the suite names its checkpoint relative to itself (../harness/zoo/...), as its golden does
+    # the suite names its checkpoint relative to itself (../harness/inputs/zoo/...), as its golden does
     (tmp_path / "harness").symlink_to(ROOT / "harness")
     text = (ROOT / "scenarios" / "vllm-mm-evals.yaml").read_text()
     (scenarios / "vllm-mm-evals.yaml").write_text(text + "faults: [compile-drop-deepstack]\n")
@@ -293,7 +293,7 @@ def test_every_installed_vllm_release_has_the_engine_shutdown_the_driver_uses():
     the engine through its engine client; every installed release must have that path
     (or a public LLM.shutdown), else its runs end by the group kill."""
     from harness.engines.vllm import default_python
-    from harness.envs import installed_pythons
+    from harness.inputs.envs import installed_pythons
 
     ask = ("import inspect, vllm\n"
            "from vllm import LLM\n"

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from harness.config.loading import load_scenarios
 from harness.contract.expectations import apply_expectations
 from harness.contract.verdict import Verdict
+from harness.inputs.scenarios.loading import load_scenarios
 from tests.kit.present import present
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -9,9 +9,9 @@ import json
 
 import pytest
 
-from harness import envs
 from harness.engines import envdir
 from harness.engines.vllm import releases
+from harness.inputs import envs
 from tests.kit.present import present
 
 X86 = {"platform_machine": "x86_64", "platform_system": "Linux", "python_version": "3.11", "sys_platform": "linux"}
@@ -132,7 +132,7 @@ def test_a_release_gets_the_newest_transformers_it_allows_under_the_harness_cap(
 
 def test_an_environment_installed_before_a_cap_it_breaks_is_out_of_date(tmp_path):
     """A cap added after a release was installed: its recorded transformers is outside it,
-    so the environment is installed again (harness/envs.py); inside it, it stays."""
+    so the environment is installed again (harness/inputs/envs.py); inside it, it stays."""
     venv = tmp_path / "vllm-0.27.0"
     venv.mkdir()
     assert "records no transformers choice" in present(releases.outdated_choice("0.27.0", venv))

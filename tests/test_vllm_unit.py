@@ -15,13 +15,13 @@ from typing import Any
 import numpy as np
 import pytest
 
-from harness import images, zoo
 from harness.contract.axes import RunAxes
 from harness.contract.rundir import logs_dir
 from harness.engines import EngineUnavailable, get_engine
 from harness.engines.launch import RankFailure
 from harness.engines.vllm.crash import root_cause
 from harness.engines.vllm.repro_script import cpu_binding
+from harness.inputs import images, zoo
 from tests.kit import scaled
 from tests.kit.present import present
 
@@ -198,8 +198,8 @@ def test_png_is_deterministic_and_valid(tmp_path, monkeypatch):
 @pytest.mark.slow  # builds tiny-qwen25vl twice, in fresh caches
 def test_image_workload_puts_the_placeholder_and_checksums_content(tmp_path, monkeypatch):
     from harness import golden as goldens
-    from harness import workloads as wl
-    from harness.config.schema import WorkloadDef
+    from harness.inputs import workloads as wl
+    from harness.inputs.scenarios.schema import WorkloadDef
 
     monkeypatch.setenv("HARNESS_CACHE", str(tmp_path / "a"))
     model = zoo.model_dir("tiny-qwen25vl")
@@ -221,7 +221,7 @@ def test_image_workload_puts_the_placeholder_and_checksums_content(tmp_path, mon
 # forks only a process without threads, so scipy's OpenBLAS and pyarrow's jemalloc, which
 # transformers imports, start none (as in tests/test_hf_golden.py).
 ZOO_BUILD_PRELOAD = ("torch", "transformers", "transformers.modeling_utils", "transformers.models.auto.modeling_auto",
-                     "harness.zoo", "harness.zoo.hf_families")
+                     "harness.inputs.zoo", "harness.inputs.zoo.hf_families")
 ZOO_BUILD_ENV = {"OPENBLAS_NUM_THREADS": "1", "JE_ARROW_MALLOC_CONF": "background_thread:false"}
 
 
@@ -246,11 +246,11 @@ def zoo_builds():
 @pytest.mark.parametrize("name", ["tiny-llama-hf", "tiny-qwen3", "tiny-gemma4", "tiny-qwen25vl"])
 @pytest.mark.slow
 def test_hf_built_models_match_their_recorded_checksum(name, tmp_path, zoo_builds):
-    """Built in a process of its own each time (`python -m harness.zoo`), which imported
+    """Built in a process of its own each time (`python -m harness.inputs.zoo`), which imported
     transformers and nothing else ran in: transformers' init is reproducible per installation."""
     zygote, env = zoo_builds
     out, log = tmp_path / "model", tmp_path / "build.log"
-    argv = [sys.executable, "-m", "harness.zoo", name, str(out)]
+    argv = [sys.executable, "-m", "harness.inputs.zoo", name, str(out)]
     if zygote is None:
         done = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True)
         code, said = done.returncode, done.stdout + done.stderr
@@ -262,8 +262,8 @@ def test_hf_built_models_match_their_recorded_checksum(name, tmp_path, zoo_build
 
 
 def test_scenario_without_vllm_installed_is_an_error_verdict(monkeypatch, tmp_path):
-    from harness.config.loading import load_scenarios
-    from harness.config.scenario import select
+    from harness.inputs.scenarios.loading import load_scenarios
+    from harness.inputs.scenarios.scenario import select
     from harness.runner import run_scenario
 
     monkeypatch.setenv("HARNESS_VLLM_PYTHON", str(tmp_path / "no-python"))
@@ -322,8 +322,8 @@ def test_videos_and_audio_clips_reach_vllm_as_arrays_with_their_limits(tmp_path,
     """A video is its [T, H, W, 3] frames with what vLLM is told of them (every frame, at
     the contract's rate), an audio clip (samples, 16 kHz); each modality's
     per-prompt limit is the most that any prompt has."""
-    from harness import media
     from harness.engines.vllm.driver import plain_kwargs, prompt_inputs
+    from harness.inputs import media
 
     monkeypatch.setenv("HARNESS_CACHE", str(tmp_path))
     video, clip = str(media.video_path("gradient-56x56x4")), str(media.audio_path("tone-250ms"))
@@ -817,7 +817,7 @@ def test_batch_invariant_counts_as_applied_only_where_every_worker_ran_the_mode(
 
 
 def test_vllm_data_parallelism_is_refused_for_a_dense_model_as_vllm_refuses_it():
-    """vLLM's offline DP raises for a dense model (config/parallel.py): said before any
+    """vLLM's offline DP raises for a dense model (inputs/scenarios/parallel.py): said before any
     engine start. EP's group is TP x DP: dp2 alone has ranks to split the experts over."""
     from harness.engines.vllm import VllmEngine, _dp_reason
 

@@ -4,7 +4,7 @@ import dataclasses
 
 import pytest
 
-from harness import zoo
+from harness.inputs import zoo
 
 
 @pytest.mark.slow  # builds a zoo model from scratch (transformers for the hf families)
@@ -39,8 +39,8 @@ def test_unknown_model():
 
 
 def test_the_table_lists_every_spec_the_families_define():
-    """A spec written in a family module but left out of harness/zoo/table.py would not be in the zoo."""
-    from harness.zoo import hf_families, llama, table, trained, variants
+    """A spec written in a family module but left out of harness/inputs/zoo/table.py would not be in the zoo."""
+    from harness.inputs.zoo import hf_families, llama, table, trained, variants
 
     defined = {v.name for m in (llama, variants, trained, hf_families) for v in vars(m).values() if isinstance(v, zoo.ModelSpec)}
     assert defined == {s.name for s in table.SPECS}
@@ -48,7 +48,7 @@ def test_the_table_lists_every_spec_the_families_define():
 
 
 def test_a_name_listed_twice_is_an_error():
-    from harness.zoo import table
+    from harness.inputs.zoo import table
 
     with pytest.raises(ValueError, match="model 'tiny-llama' is listed twice"):
         table.by_name((zoo.get_spec("tiny-llama"), zoo.get_spec("tiny-llama")))

@@ -1,19 +1,19 @@
 """Train the zoo's one trained model, tiny-llama-geo, on CPU, deterministically.
 
-    python -m tools.train_models [--steps N] [--out harness/zoo/weights/tiny-llama-geo.safetensors]
+    python -m tools.train_models [--steps N] [--out harness/inputs/zoo/weights/tiny-llama-geo.safetensors]
 
 Random-weight tiny models score zero on any task, so an accuracy comparison against
 the golden would pass vacuously; this model scores well above chance on the harness's
 generated sets (harness/evals/synth), in exactly the prompt formats lm-eval builds:
 
-  arithmetic (GSM8K format, 5-shot from harness/data/arith/train.jsonl):
+  arithmetic (GSM8K format, 5-shot from harness/inputs/data/arith/train.jsonl):
       "Question: q1\\nAnswer: a1\\n\\n ... Question: q\\nAnswer:"  ->  " 7 + 5 = 12\\n#### 12"
   diagrams (Geo3K format, 0-shot, the problem starts with "<image>"):
       "Question: <image>Find x.\\nAnswer:"  ->  " #### 23"  (or " 4 * 7 = 28\\n#### 28")
 
 Training sequences are BOS + such blocks, each followed by "\\n\\n" and the next
 "Question:", so the model stops where lm-eval's stop strings cut. Every text goes
-through harness.workloads.encode_text, as at eval time.
+through harness.inputs.workloads.encode_text, as at eval time.
 
 The model reproduces the reference engine's llama-vl math (harness/engines/reference/
 model.py) in batched form and saves its weights under the checkpoint names:
@@ -48,7 +48,7 @@ from torch import nn
 
 from harness.contract.roots import DATA_DIR
 from harness.evals.synth import arith, geo3k
-from harness.zoo.trained import WEIGHTS, geo_config
+from harness.inputs.zoo.trained import WEIGHTS, geo_config
 
 THREADS = 1
 SEED = 0
@@ -216,7 +216,7 @@ class Batches:
     """The training batches, from seed streams that skip every held-out item."""
 
     def __init__(self, tokenizer, config: dict, arith_batch: int, geo_batch: int):
-        from harness.workloads import encode_text
+        from harness.inputs.workloads import encode_text
 
         self.encode = lambda text: encode_text(text, tokenizer, config)
         test_q = {it["question"] for it in arith.read_jsonl(DATA / "arith" / "test.jsonl")}
@@ -300,7 +300,7 @@ def extract(text: str) -> str | None:
 
 def arith_prompts(tokenizer, config, n: int | None = None, shots: int = 5):
     """5-shot prompts in lm-eval's GSM8K layout, shots drawn from train.jsonl."""
-    from harness.workloads import encode_text
+    from harness.inputs.workloads import encode_text
 
     test = arith.read_jsonl(DATA / "arith" / "test.jsonl")[:n]
     pool = arith.read_jsonl(DATA / "arith" / "train.jsonl")
@@ -314,7 +314,7 @@ def arith_prompts(tokenizer, config, n: int | None = None, shots: int = 5):
 
 
 def geo_prompts(tokenizer, config, n: int | None = None):
-    from harness.workloads import encode_text
+    from harness.inputs.workloads import encode_text
 
     items = geo3k.heldout_set()[:n]
     prompts = [encode_text(f"Question: {it['problem']}\nAnswer:", tokenizer, config) for it in items]
@@ -340,7 +340,7 @@ def evaluate(model, tokenizer, config, n_arith=None, n_geo=None) -> dict:
 # ---------------------------------------------------------------- main
 
 def make_tokenizer(config: dict):
-    from harness.zoo import _write_tokenizer, load_tokenizer
+    from harness.inputs.zoo import _write_tokenizer, load_tokenizer
 
     with tempfile.TemporaryDirectory() as d:
         _write_tokenizer(config["vocab_size"], Path(d))

@@ -1,6 +1,6 @@
 """Train the zoo's trained Qwen3-VL, tiny-qwen3-vl-geo, on CPU, deterministically.
 
-    python -m tools.train_qwen3vl_geo [--steps N] [--out harness/zoo/checkpoints/tiny-qwen3-vl-geo]
+    python -m tools.train_qwen3vl_geo [--steps N] [--out harness/inputs/zoo/checkpoints/tiny-qwen3-vl-geo]
 
 A tiny checkpoint of a real vLLM architecture (Qwen3VLForConditionalGeneration, with
 deepstack) that scores well above chance on the Geo3K-format diagram task
@@ -8,11 +8,11 @@ deepstack) that scores well above chance on the Geo3K-format diagram task
 (scenarios/vllm-mm-evals.yaml). The answer is a label drawn in the image: a model that
 does not see the image scores near zero.
 
-The checkpoint starts as the harness's own tiny build of the architecture (harness/models/
+The checkpoint starts as the harness's own tiny build of the architecture (harness/inputs/models/
 tiny.py, 4 text layers as in scenarios/vllm-mm-archs.yaml: config, tokenizer, processor,
 chat template, all kept) and only its weights are trained, through transformers' own
 Qwen3-VL and the checkpoint's own processor. The prompts are those lm-eval builds for the
-task, encoded as the harness encodes them at eval time (harness.workloads.encode_text):
+task, encoded as the harness encodes them at eval time (harness.inputs.workloads.encode_text):
     "<s>Question: <|vision_start|><|image_pad|><|vision_end|>Find x.\\nAnswer:" -> " #### 23"
 followed by "\\n\\nQuestion:" so the model stops where lm-eval's stop string cuts.
 
@@ -45,11 +45,11 @@ import torch
 import torch.nn.functional as F
 
 from harness.evals.synth import geo3k
-from harness.workloads import encode_text
+from harness.inputs.workloads import encode_text
 
 ARCH = "Qwen3VLForConditionalGeneration"
 OVERRIDES = {"text_config": {"num_hidden_layers": 4}}
-OUT = Path(__file__).resolve().parent.parent / "harness" / "zoo" / "checkpoints" / "tiny-qwen3-vl-geo"
+OUT = Path(__file__).resolve().parent.parent / "harness" / "inputs" / "zoo" / "checkpoints" / "tiny-qwen3-vl-geo"
 THREADS = 1
 SEED = 0
 EMBED_DROP = 0.7
@@ -63,7 +63,7 @@ MIN_PIXELS = 128 * 128
 def build_base(python: str, staging: Path) -> Path:
     """The harness's tiny Qwen3-VL, as scenarios build it, copied to `staging` with the
     image processor's MIN_PIXELS."""
-    from harness.models import ArchModel, build_tiny
+    from harness.inputs.models import ArchModel, build_tiny
 
     shutil.copytree(build_tiny(ArchModel(arch=ARCH, overrides=OVERRIDES), python), staging)
     path = staging / "processor_config.json"
@@ -84,7 +84,7 @@ class Encoder:
     def __init__(self, directory: Path):
         from transformers import AutoProcessor
 
-        from harness.zoo import load_tokenizer
+        from harness.inputs.zoo import load_tokenizer
 
         self.config = json.loads((directory / "config.json").read_text())
         self.tokenizer = load_tokenizer(directory)
@@ -216,7 +216,7 @@ def train(directory: Path, steps: int, batch: int, lr: float, log_every: int) ->
 
 def save(model, base: Path, out: Path) -> None:
     """The base checkpoint's files with the trained weights, written whole then moved in."""
-    from harness.models import tiny_mm
+    from harness.inputs.models import tiny_mm
 
     out.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=out.parent) as tmp:

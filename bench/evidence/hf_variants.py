@@ -36,15 +36,15 @@ import tempfile
 import torch
 
 from harness import golden as goldens
-from harness import models
-from harness import workloads as wl
 from harness.compare.numeric import compare_logprobs, tolerance_for
-from harness.config.loading import load_suite
 from harness.contract.outputs import EngineOutputs
 from harness.contract.roots import builtin_scenarios
 from harness.contract.runspec import RunSpec
 from harness.engines.hf import worker
-from harness.zoo import load_tokenizer
+from harness.inputs import models
+from harness.inputs import workloads as wl
+from harness.inputs.scenarios.loading import load_suite
+from harness.inputs.zoo import load_tokenizer
 
 
 def typed(value: int):

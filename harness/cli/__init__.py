@@ -14,12 +14,12 @@ import sys
 from pathlib import Path
 
 from harness.cli import bisect, conformance, docs, durations, env, golden, init, install, listing, report, repro, run
-from harness.config.schema import ScenarioError
 from harness.contract import exit_codes
 from harness.contract.roots import export_to_children
 from harness.contract.settings.env import EnvValueError, check_values
 from harness.contract.settings.project import ProjectConfigError
 from harness.engines.launch import SigtermAsInterrupt
+from harness.inputs.scenarios.schema import ScenarioError
 from harness.plan.devices import DeviceError
 from harness.plan.nodes import NodesError
 

@@ -45,8 +45,8 @@ def add_step_arguments(p: argparse.ArgumentParser) -> None:
 def run(args) -> int:
     """`harness bisect SCENARIO --good V1 --bad V2` over releases, or `--git DIR` over commits."""
     from harness.bisect import BisectError, bisect_git, bisect_releases, default_work_dir, repro_hook, scenario_args_of
-    from harness.config.request import RunConfig
-    from harness.config.schema import ScenarioError
+    from harness.inputs.scenarios.request import RunConfig
+    from harness.inputs.scenarios.schema import ScenarioError
     from harness.runner import RunContext
 
     if args.install and not args.git:

@@ -18,8 +18,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args) -> int:
-    from harness.config.scenario import nearest_hint
     from harness.contract.roots import shipped_docs
+    from harness.inputs.scenarios.scenario import nearest_hint
 
     pages = shipped_docs()
     if not args.topic:

@@ -23,13 +23,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args) -> int:
-    from harness.config.request import RunConfig
     from harness.contract.roots import reports_dir, shipped_only
     from harness.contract.rundir import OUTPUTS
-    from harness.models import ModelError
+    from harness.inputs.models import ModelError
+    from harness.inputs.scenarios.request import RunConfig
+    from harness.inputs.workloads import WorkloadError
     from harness.report.progress import still_running
     from harness.runner import GoldenUnsupported, RunContext, golden_work_dir, make_golden
-    from harness.workloads import WorkloadError
 
     catalog = suites.load(args)
     scenarios = catalog.scenarios

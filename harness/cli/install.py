@@ -17,8 +17,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args) -> int:
-    from harness import envs
     from harness.engines import EngineUnavailable, get_engine
+    from harness.inputs import envs
 
     name, _, version = args.spec.partition("==")
     try:

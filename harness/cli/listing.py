@@ -51,9 +51,9 @@ def run(args) -> int:
 
 def _coverage(chosen: list, strength: int | None, lock: bool) -> None:
     """`harness list --coverage`: what the chosen scenarios of each suite cover."""
-    from harness.config import covering
-    from harness.config.binding import engine_rules
-    from harness.config.scenario import planned_settings
+    from harness.inputs.scenarios import covering
+    from harness.inputs.scenarios.binding import engine_rules
+    from harness.inputs.scenarios.scenario import planned_settings
 
     by_suite: dict[str, list] = {}
     for s in chosen:
@@ -92,8 +92,8 @@ def _coverage(chosen: list, strength: int | None, lock: bool) -> None:
 
 def _joint(by_suite: dict[str, list], strength: int) -> None:
     """The suites together: every `strength`-way combination of axis values (the arch aside)
-    in some suite's scenario, the installed engine's limits named (harness/config/covering.py)."""
-    from harness.config.binding import coverage_together
+    in some suite's scenario, the installed engine's limits named (harness/inputs/scenarios/covering.py)."""
+    from harness.inputs.scenarios.binding import coverage_together
 
     got = coverage_together(by_suite, strength)
     print(f"together: {sum(len(ss) for ss in by_suite.values())} scenarios; {strength}-way of axis values (arch aside): "
@@ -137,9 +137,9 @@ def _plugins(args) -> int:
             detail = f"  -- {e.detail}" if e.detail else ""
             print(f"{e.name:12s} {e.status:13s} {e.origin}{where}{_axes_here(e)}{runs}{detail}")
     if args.models:
-        from harness import zoo
         from harness.engines import engines_text, inventory
-        from harness.models import model_type_of
+        from harness.inputs import zoo
+        from harness.inputs.models import model_type_of
 
         engines = inventory()  # once, not once per model: it loads every engine module
         for name, origin, status, detail in zoo.inventory():

@@ -1,6 +1,6 @@
 """What several subcommands take, declared once: value types that make a bad value a
 usage error (argparse's exit 2 with the option named), and the options of a run, made
-from the fields of RunConfig (harness/config/request.py) that declare them."""
+from the fields of RunConfig (harness/inputs/scenarios/request.py) that declare them."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
-from harness.config.request import RunConfig, option_of
-from harness.config.schema import ScenarioError, env_problem
 from harness.contract.rundir import run_id_problem
+from harness.inputs.scenarios.request import RunConfig, option_of
+from harness.inputs.scenarios.schema import ScenarioError, env_problem
 
 
 def key_value(text: str) -> tuple[str, str]:
@@ -80,7 +80,7 @@ def git_revision(text: str) -> str:
     return text
 
 
-# -- options made from the run configuration (harness/config/request.py) -----------------
+# -- options made from the run configuration (harness/inputs/scenarios/request.py) -----------------
 
 # how a text becomes a RunConfig field's value (Option.value), on the command line and in pytest
 VALUE_TYPES: dict[str, Callable[[str], Any]] = {

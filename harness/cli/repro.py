@@ -8,8 +8,8 @@ from pathlib import Path
 
 from harness.cli import suites
 from harness.cli.options import add_report_dir
-from harness.config.schema import ScenarioError
 from harness.contract import exit_codes
+from harness.inputs.scenarios.schema import ScenarioError
 
 HELP = "write a standalone script and a bug report that reproduce one scenario on the engine alone"
 
@@ -24,7 +24,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args) -> int:
-    from harness import envs
+    from harness.inputs import envs
     from harness.repro import ReproError, write_repro
 
     try:

@@ -10,19 +10,19 @@ from pathlib import Path
 
 from harness.cli import suites
 from harness.cli.options import add_config_option
-from harness.config.loading import BrokenSuite
-from harness.config.request import RunConfig
 from harness.contract import exit_codes
 from harness.contract.roots import reports_dir
 from harness.contract.rundir import ResultsNotWritten, RunDirTaken, check_writable, claim_new_run_dir, claim_run_dir, verdict_path
 from harness.contract.settings.project import project
 from harness.engines.launch import DeferInterrupts
+from harness.inputs.scenarios.loading import BrokenSuite
+from harness.inputs.scenarios.request import RunConfig
 
 HELP = "run scenarios and write a report"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    """Every option of RunConfig that has a flag, in its order (harness/config/request.py)."""
+    """Every option of RunConfig that has a flag, in its order (harness/inputs/scenarios/request.py)."""
     for f in fields(RunConfig):
         add_config_option(p, f.name)
 
@@ -49,7 +49,7 @@ def run(args) -> int:
     from harness.runner import RunContext
 
     if config.engine_envs:
-        from harness import envs
+        from harness.inputs import envs
 
         if config.changed_files or config.changed_since:
             print("harness: --engine-env does not go with --changed-files / --changed-since", file=sys.stderr)

@@ -1,13 +1,13 @@
 """The scenario files a command reads: each loaded on its own, a broken one said on
-stderr and set aside (harness/config/loading.py), never the end of every command."""
+stderr and set aside (harness/inputs/scenarios/loading.py), never the end of every command."""
 
 from __future__ import annotations
 
 import sys
 
-from harness.config.loading import BrokenSuite, Catalog, load_catalog
-from harness.config.scenario import Scenario, find_one
-from harness.config.schema import ScenarioError
+from harness.inputs.scenarios.loading import BrokenSuite, Catalog, load_catalog
+from harness.inputs.scenarios.scenario import Scenario, find_one
+from harness.inputs.scenarios.schema import ScenarioError
 
 
 def load(args, who: str = "harness") -> Catalog:

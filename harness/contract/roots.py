@@ -30,7 +30,7 @@ from harness.contract.settings.env import CACHE, GOLDEN_DIR, REPORTS_DIR
 from harness.contract.settings.project import PYPROJECT, Project, ProjectConfigError, project
 
 PACKAGE_DIR = Path(__file__).resolve().parents[1]
-DATA_DIR = PACKAGE_DIR / "data"
+DATA_DIR = PACKAGE_DIR / "inputs" / "data"
 BUILTIN_DIR = PACKAGE_DIR / "builtin"  # the wheel's copy of the built-in suites (setup.py)
 
 

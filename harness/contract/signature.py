@@ -1,5 +1,5 @@
 """What a failure looks like, in one model for a scenario file's expectation
-(config/schema.py ExpectedFailure) and an engine's known bug (contract/known_bugs.py KnownBug):
+(inputs/scenarios/schema.py ExpectedFailure) and an engine's known bug (contract/known_bugs.py KnownBug):
 the verdict it gives, the engine versions it is for, a crash's exception, message, traceback
 and rank, a numeric failure's check and metrics, and the runs that showed it. Matched against
 a verdict by contract/expectations.py (mismatch, describe)."""

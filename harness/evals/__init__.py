@@ -19,6 +19,6 @@ The flow of one eval of one scenario:
 Tasks are data: YAMLs in harness/evals/tasks/ (registry: tasks.py), each extending an
 lm-eval task YAML read from the installed lm-eval at load time (only the data source and
 what the task changes are overridden, so prompts, filters and metric cannot drift). Data the
-harness ships lives in harness/data/ (GSM8K test/train, the generated arithmetic and Geo3K
+harness ships lives in harness/inputs/data/ (GSM8K test/train, the generated arithmetic and Geo3K
 sets); harness/evals/synth/ holds the generators of the generated sets.
 """

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.evals import tasks as task_registry
-from harness.workloads import EOS_ID, IMAGE_MARK, encode_text
+from harness.inputs.workloads import EOS_ID, IMAGE_MARK, encode_text
 
 FEWSHOT_SEED = 1234  # lm-eval's default fewshot_random_seed (simple_evaluate)
 DEFAULT_MAX_GEN_TOKS = 256  # lm-eval's default when a task sets no max_gen_toks
@@ -39,7 +39,7 @@ _LOCK = threading.RLock()
 
 @dataclass
 class PreparedEval:
-    eval_def: Any  # harness.config.schema.EvalDef
+    eval_def: Any  # harness.inputs.scenarios.schema.EvalDef
     task_name: str
     workload: dict  # run-spec workload of kind "generate"
     items: list[dict]  # per doc: doc_id, target, prompt_sha256, image
@@ -284,7 +284,7 @@ def _png_bytes(image) -> bytes:
     across Pillow versions, so prompt hashes are portable)."""
     import numpy as np
 
-    from harness.images import encode_png
+    from harness.inputs.images import encode_png
 
     return encode_png(np.asarray(image.convert("RGB"), dtype=np.uint8))
 

@@ -1,7 +1,7 @@
 """Change-based selection for the PR gate: run what a change can break, and say why.
 
 Each scenario file may map source paths to the scenarios they can break (`changes:`,
-see harness/config/schema.py). For a list of changed files the PR gate runs:
+see harness/inputs/scenarios/schema.py). For a list of changed files the PR gate runs:
   * every suite's smoke set, always;
   * for each changed file, the scenarios of every rule whose paths match it;
   * the whole static PR gate (`gates: pr`) of a suite without a change map, and of
@@ -16,8 +16,8 @@ import re
 import subprocess
 from pathlib import Path
 
-from harness.config.scenario import Scenario
-from harness.config.schema import ScenarioError
+from harness.inputs.scenarios.scenario import Scenario
+from harness.inputs.scenarios.schema import ScenarioError
 
 
 def changed_files_from(path: str | Path) -> list[str]:

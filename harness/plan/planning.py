@@ -10,12 +10,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.config.request import RunConfig
-from harness.config.scenario import Scenario
-from harness.config.schema import ScenarioError
 from harness.contract.roots import reports_dir
 from harness.contract.settings.env import JOBS, EnvValueError
 from harness.engines.launch import Cluster
+from harness.inputs.scenarios.request import RunConfig
+from harness.inputs.scenarios.scenario import Scenario
+from harness.inputs.scenarios.schema import ScenarioError
 from harness.plan.changes import (
     changed_files_from,
     changed_files_since,

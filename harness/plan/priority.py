@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from harness.config.scenario import Scenario
+from harness.inputs.scenarios.scenario import Scenario
 from harness.plan.schedule import Cost, largest_first
 
 FAILED_BEFORE, DRIFTED_BEFORE, RULE_PICKED, THE_REST = range(4)

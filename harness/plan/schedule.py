@@ -22,10 +22,10 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.config.scenario import Scenario
-from harness.config.schema import ScenarioError
 from harness.contract.jsonfile import read_json
 from harness.contract.rundir import SCENARIOS, VERDICT
+from harness.inputs.scenarios.scenario import Scenario
+from harness.inputs.scenarios.schema import ScenarioError
 
 FALLBACK_S = 10.0  # the duration of a scenario never measured
 SHARD = re.compile(r"^(\d+)/(\d+)$")

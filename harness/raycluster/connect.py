@@ -20,7 +20,6 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from harness.config.schema import ScenarioError
 from harness.contract.settings.env import (
     CLUSTER,
     COMPILE_CACHE,
@@ -32,6 +31,7 @@ from harness.contract.settings.env import (
     VLLM_AOT_LOAD,
     VLLM_FORK,
 )
+from harness.inputs.scenarios.schema import ScenarioError
 
 RAY_EXTRA_HINT = "pip install 'harness[ray]' (Ray 2.60 or newer; it leaves the installed torch as it is)"
 

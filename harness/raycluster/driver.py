@@ -15,10 +15,10 @@ import time
 import uuid
 from pathlib import Path
 
-from harness.config.scenario import Scenario
 from harness.contract.rundir import scenario_dir
 from harness.contract.settings.project import project
 from harness.contract.verdict import Verdict
+from harness.inputs.scenarios.scenario import Scenario
 from harness.plan.schedule import Cost, largest_first
 from harness.raycluster import placement
 from harness.raycluster.connect import ClusterSpec, connected, driver_env, import_ray, stay_connected

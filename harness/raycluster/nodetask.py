@@ -20,8 +20,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.config.scenario import Scenario
 from harness.contract.rundir import scenario_dir
+from harness.inputs.scenarios.scenario import Scenario
 from harness.raycluster.transfer import pack, unpack
 from harness.runner import RunContext, run_scenario
 

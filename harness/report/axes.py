@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import itertools
 
-from harness.config.scenario import split_id
 from harness.contract.verdict import FAILED, Verdict
+from harness.inputs.scenarios.scenario import split_id
 from harness.report.escape import code, text
 
 
 def _features(v: Verdict) -> set[tuple[str, object]]:
-    base, label = split_id(v.scenario)  # an engine version is a setting too (harness/envs.py)
+    base, label = split_id(v.scenario)  # an engine version is a setting too (harness/inputs/envs.py)
     found = {("suite", base.split("/", 1)[0])} | {(k, val) for k, val in v.settings.items()}
     return found | {("engine", label)} if label else found
 

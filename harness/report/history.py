@@ -30,12 +30,12 @@ from pathlib import Path
 import pandas as pd
 import pyarrow
 
-from harness.config.scenario import split_id
 from harness.contract.expectations import declares_unsupported
 from harness.contract.jsonfile import read_json
 from harness.contract.rundir import spec_path, write_files
 from harness.contract.settings.env import HISTORY_DIR
 from harness.contract.verdict import VERDICTS, Verdict
+from harness.inputs.scenarios.scenario import split_id
 
 METRIC_PREFIX = "metric."
 KEY = ["run_id", "scenario"]

@@ -22,8 +22,8 @@ import jinja2
 import pandas as pd
 
 from harness import timings
-from harness.config.scenario import split_id
 from harness.contract.verdict import Verdict
+from harness.inputs.scenarios.scenario import split_id
 from harness.report import plots
 from harness.report.history import metric_columns
 from harness.report.markdown import key_metric, where_diverged
@@ -196,7 +196,7 @@ def _environment() -> jinja2.Environment:
 
 
 def heatmap_sections(report) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
-    """One heat map per suite, and per engine version (harness/envs.py): those of the
+    """One heat map per suite, and per engine version (harness/inputs/envs.py): those of the
     suites in which something was tested, and those of the suites in which every
     scenario was unsupported (grey blocks that would push the verdicts down the page)."""
     suites: dict[str, list[Verdict]] = {}

@@ -3,8 +3,8 @@
 
 from __future__ import annotations
 
-from harness.config.scenario import split_id
 from harness.contract.verdict import Verdict
+from harness.inputs.scenarios.scenario import split_id
 from harness.report.escape import code, text
 
 

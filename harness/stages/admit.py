@@ -15,19 +15,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness import golden as goldens
-from harness import models
-from harness import workloads as wl
-from harness.config.scenario import Scenario
 from harness.contract.rundir import OUTPUTS
 from harness.contract.runspec import RunSpec
 from harness.contract.verdict import Verdict
 from harness.engines import Engine, EngineUnavailable, get_engine
 from harness.evals import lm
 from harness.evals.paired import PairingError, PowerlessCheckError, check_pairing
+from harness.inputs import models
+from harness.inputs import workloads as wl
+from harness.inputs.scenarios.scenario import Scenario
+from harness.inputs.zoo import load_tokenizer
 from harness.plan.devices import devices_problem
 from harness.stages.context import RunContext
 from harness.timings import Stopwatch
-from harness.zoo import load_tokenizer
 
 
 @dataclass

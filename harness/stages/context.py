@@ -6,8 +6,8 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass, field
 
-from harness.config.request import RunConfig
 from harness.engines.launch import Cluster
+from harness.inputs.scenarios.request import RunConfig
 from harness.plan.devices import DevicePool
 
 

@@ -13,10 +13,10 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
-from harness.config.scenario import Scenario
 from harness.contract.phases import PHASES_DIR
 from harness.contract.rundir import LOGS, SPEC
 from harness.engines.launch import LaunchOutcome, run_ranks
+from harness.inputs.scenarios.scenario import Scenario
 from harness.plan.devices import DevicePool, Lease
 from harness.stages.admit import Admitted
 from harness.stages.context import RunContext

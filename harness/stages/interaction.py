@@ -20,11 +20,11 @@ import fcntl
 from collections.abc import Callable
 from pathlib import Path
 
-from harness.config.binding import engine_rules
-from harness.config.scenario import Scenario
 from harness.contract.axes import spell
 from harness.contract.rundir import scenario_dir_name
 from harness.contract.verdict import Verdict
+from harness.inputs.scenarios.binding import engine_rules
+from harness.inputs.scenarios.scenario import Scenario
 
 INTERACTION_DIR = "interaction"
 TRIAL = "trial.json"  # a trial's verdict, not a scenario's (the reports never read it)

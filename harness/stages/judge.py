@@ -10,12 +10,12 @@ from __future__ import annotations
 
 from harness.compare.numeric import tolerance_for
 from harness.compare.outputs import judge_outputs
-from harness.config.scenario import Scenario
 from harness.contract.outputs import EngineOutputs
 from harness.contract.verdict import Verdict
 from harness.engines.launch import LaunchOutcome
 from harness.evals import lm
 from harness.evals.paired import accuracy_checks
+from harness.inputs.scenarios.scenario import Scenario
 from harness.stages.admit import Admitted
 from harness.stages.ended import launch_verdict
 from harness.stages.same_layout import LayoutRun

@@ -22,12 +22,12 @@ from pathlib import Path
 
 from harness.compare.numeric import Tolerance
 from harness.compare.outputs import same_layout_checks
-from harness.config.scenario import Scenario
 from harness.contract.axes import RunAxes
 from harness.contract.outputs import EngineOutputs
 from harness.contract.rundir import OUTPUTS, scenario_dir_name
 from harness.contract.verdict import Verdict
 from harness.engines.launch import LaunchOutcome
+from harness.inputs.scenarios.scenario import Scenario
 from harness.plan.devices import Lease
 from harness.stages.admit import admit
 from harness.stages.context import RunContext

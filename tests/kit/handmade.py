@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from harness.config.loading import load_scenarios
-from harness.config.scenario import Scenario
 from harness.contract.rundir import scenarios_root, verdict_path
 from harness.contract.verdict import Verdict
+from harness.inputs.scenarios.loading import load_scenarios
+from harness.inputs.scenarios.scenario import Scenario
 
 TOL = "|dlogprob|<=0.0002, KL<=1e-06, top1>=1, near-tie<=0.001"
 

@@ -41,8 +41,8 @@ SWITCH = "HARNESS_TEST_FORK"
 # What a harness command and the reference engine's ranks import before their first line
 # of work (measured with -X importtime); anything else they import themselves.
 SERVER_PRELOAD = (*RANK_IMPORTS, "harness.cli", "harness.session", "harness.runner", "harness.golden",
-                  "harness.report", "harness.report.html", "harness.report.plots", "harness.config.loading",
-                  "harness.engines.reference", "harness.zoo", "tests.kit.harness_server")
+                  "harness.report", "harness.report.html", "harness.report.plots", "harness.inputs.scenarios.loading",
+                  "harness.engines.reference", "harness.inputs.zoo", "tests.kit.harness_server")
 # Variables a module may read while it is imported (torch's and inductor's configs, the
 # OpenMP and BLAS runtimes, matplotlib) or the interpreter at its start (PYTHONPATH,
 # PYTHONHASHSEED, ...); READ_WHEN_USED are read only when used, so a run may set its own:

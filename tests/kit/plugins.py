@@ -30,7 +30,7 @@ NOT_AN_ENGINE = 42
 MODEL_MODULE = '''
 import dataclasses
 
-from harness.zoo.llama import TINY_LLAMA
+from harness.inputs.zoo.llama import TINY_LLAMA
 
 TINY_FAKE = dataclasses.replace(TINY_LLAMA, name="tiny-fake", notes="a package's tiny Llama")
 

@@ -6,7 +6,7 @@
 - project.py: the project config (harness.toml or [tool.harness] in pyproject.toml), found
   upward from the working directory as pytest finds its rootdir.
 
-What to RUN (scenario files, their schema and expansion, a run's request) is harness/config/,
+What to RUN (scenario files, their schema and expansion, a run's request) is harness/inputs/scenarios/,
 which stands on the engines and models; these two would make a circle with them there.
 Nothing is imported here, for the same reason as config.env's standard-library rule.
 """

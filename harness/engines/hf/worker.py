@@ -27,7 +27,7 @@ class Prompter:
     """Turns a run-spec prompt (+ its images) into model inputs.
 
     A checkpoint with its processor (processor_config.json: the tiny multimodal models
-    of harness/models/tiny_mm.py, published multimodal models) goes through that
+    of harness/inputs/models/tiny_mm.py, published multimodal models) goes through that
     processor, which expands each placeholder to the image's feature tokens as vLLM
     does. The zoo's hand-made Qwen2.5-VL has an image processor only; its one image pad
     is expanded here by the image's grid."""

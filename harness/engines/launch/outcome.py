@@ -34,7 +34,7 @@ class RankFailure:
     def describe(self) -> str:
         """The crash in one line: `rank 1 crashed: KeyError: 'residual' at reference/model.py:323 in forward`,
         or with the model's line below which it was raised: `... at vllm/sequence.py:43 in __getitem__
-        (raised) from models/step3_text.py:370 in forward (model)`."""
+        (raised) from inputs/models/step3_text.py:370 in forward (model)`."""
         what = self.exception or (f"killed by {self.signal}" if self.signal else f"exit code {self.exitcode}")
         if self.command is not None:  # no log to see: what it ran is all there is to go on
             return f"rank {self.rank} died before writing anything to its log ({what}); its command: {self.command}"

@@ -15,7 +15,7 @@ Structure mirrors vLLM, because later fault switches re-create vLLM bugs here:
   * one attention path serves prefill and decode over a flat token dimension with
     per-token (sequence slot, position) and a per-layer KV cache.
 
-Two model variants add what real models add at the PP boundary (harness/zoo/variants.py):
+Two model variants add what real models add at the PP boundary (harness/inputs/zoo/variants.py):
   * per-layer inputs (Gemma 3n / Gemma4): a second embedding of the token ids, made on
     the first stage and read by every layer, so it crosses every PP boundary; these
     models fold the residual into the hidden states at a boundary (no `residual` key);

@@ -76,7 +76,7 @@ class VllmEngine(Engine):
         requires("ep", "tp>=2", "dp>=2", reason="vLLM's expert-parallel group is the TP x DP ranks; with tp=1 and dp=1 "
                  "there is nothing to split the experts over"),
         requires("chunked_prefill", f"chunked_prefill>={MAX_NUM_SEQS}", reason="vLLM refuses a token budget below "
-                 f"max_num_seqs={MAX_NUM_SEQS} (config/scheduler.py verify_max_model_len)"),
+                 f"max_num_seqs={MAX_NUM_SEQS} (inputs/scenarios/scheduler.py verify_max_model_len)"),
     )
     capabilities = frozenset({Capability.OWN_PYTHON, Capability.INSTALLS_RELEASES, Capability.REPRO_SCRIPTS})
     env_dir = ENV_DIR
@@ -341,11 +341,11 @@ def _ep_reason(cfg: dict, axes: RunAxes) -> str | None:
 
 def _dp_reason(cfg: dict, axes: RunAxes) -> str | None:
     """vLLM's own refusal, said before an engine start: its offline data parallelism
-    (VLLM_DP_*) raises for a dense model (config/parallel.py, ParallelConfig's offline
+    (VLLM_DP_*) raises for a dense model (inputs/scenarios/parallel.py, ParallelConfig's offline
     branch: "Offline data parallel mode is not supported/useful for dense models")."""
     if axes.dp > 1 and not _routed_experts(cfg):
         return ("dp: vLLM's offline data parallelism is for MoE models only: it raises 'Offline data parallel mode is "
-                "not supported/useful for dense models' (config/parallel.py) and this model has no routed experts")
+                "not supported/useful for dense models' (inputs/scenarios/parallel.py) and this model has no routed experts")
     return None
 
 
@@ -363,7 +363,7 @@ def _draft_reason(cfg: dict, axes: RunAxes) -> str | None:
     return None
 
 
-# vLLM's DeepSeek MLA models (config/model.py use_mla: model_arch_config.is_deepseek_mla with a kv_lora_rank)
+# vLLM's DeepSeek MLA models (inputs/scenarios/model.py use_mla: model_arch_config.is_deepseek_mla with a kv_lora_rank)
 MLA_MODEL_TYPES = ("deepseek_v2", "deepseek_v3", "deepseek_v32", "kimi_k2")
 
 

@@ -10,7 +10,7 @@ The images suit the trained zoo model tiny-llama-geo: IMAGE_SIZE x IMAGE_SIZE RG
 as PATCH x PATCH patches. The label's digits are seven-segment strokes drawn pixel by
 pixel (no fonts, so no dependence on Pillow's text rendering), each digit alone in one
 patch of a row the figure leaves free; the figure is drawn with ImageDraw.line at
-integer coordinates (1 px). PNGs are written by harness.images.encode_png, so the
+integer coordinates (1 px). PNGs are written by harness.inputs.images.encode_png, so the
 bytes are the same on every machine.
 
 The answer text the trained model gives (also what it is trained on):
@@ -130,7 +130,7 @@ def make_item(rng: np.random.Generator, png: bool = True) -> dict:
     top = PATCH if label_row == 0 else 0
     rgb = draw_figure(kind, rng, top, IMAGE_SIZE - PATCH)
     draw_label(rgb, label, label_row, label_col)
-    from harness.images import encode_png
+    from harness.inputs.images import encode_png
 
     value = label * mult
     target = f"#### {value}" if mult == 1 else f"{mult} * {label} = {value}\n#### {value}"

@@ -1,4 +1,4 @@
-"""The multimodal half of the tiny-checkpoint builder (harness/models/tiny.py).
+"""The multimodal half of the tiny-checkpoint builder (harness/inputs/models/tiny.py).
 
 A `*ForConditionalGeneration` checkpoint is more than weights: vLLM and transformers
 both read the model's processor (image processor, video processor or audio feature
@@ -497,7 +497,7 @@ def check_marks(marks: dict[str, str], tokenizer, model_type: str) -> None:
         ids = tokenizer(mark, add_special_tokens=False)["input_ids"]
         if any(i not in special for i in ids):
             raise LookupError(f"the {modality} mark {mark!r} of model_type '{model_type}' is not made of the tokenizer's "
-                              "special tokens: name its tokens in its harness/models/tiny_mm.py FAMILIES entry (named_tokens)")
+                              "special tokens: name its tokens in its harness/inputs/models/tiny_mm.py FAMILIES entry (named_tokens)")
 
 
 def chat_template(marks: dict[str, str]) -> str:

@@ -9,16 +9,16 @@ the zoo. Adding one: write its spec in its family module (or a new one) and list
 
 from __future__ import annotations
 
-from harness.zoo import hf_families, llama, trained, variants
-from harness.zoo.spec import ModelSpec
+from harness.inputs.zoo import hf_families, llama, trained, variants
+from harness.inputs.zoo.spec import ModelSpec
 
 SPECS: tuple[ModelSpec, ...] = (
-    # random tiny Llamas for the reference engine (harness/zoo/llama.py, variants.py)
+    # random tiny Llamas for the reference engine (harness/inputs/zoo/llama.py, variants.py)
     llama.TINY_LLAMA,
     variants.TINY_LLAMA_PLI,
     variants.TINY_LLAMA_VL,
     variants.TINY_LLAMA_MOE,
-    # trained on the eval tasks, weights shipped in harness/zoo/weights/ (trained.py)
+    # trained on the eval tasks, weights shipped in harness/inputs/zoo/weights/ (trained.py)
     trained.TINY_LLAMA_GEO,
     trained.TINY_LLAMA_ARITH,
     # built through transformers, for the real-engine suites (hf_families.py)
@@ -33,7 +33,7 @@ def by_name(specs: tuple[ModelSpec, ...]) -> dict[str, ModelSpec]:
     table: dict[str, ModelSpec] = {}
     for spec in specs:
         if spec.name in table:
-            raise ValueError(f"model '{spec.name}' is listed twice in harness/zoo/table.py")
+            raise ValueError(f"model '{spec.name}' is listed twice in harness/inputs/zoo/table.py")
         table[spec.name] = spec
     return table
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from harness.zoo.spec import ModelSpec
+from harness.inputs.zoo.spec import ModelSpec
 
 
 def _llama_config(**overrides) -> dict:

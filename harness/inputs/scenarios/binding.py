@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from harness.config.covering import Coverage, joint_coverage
-from harness.config.schema import ARCH_AXIS, AXIS_NAME, AxisValue, SuiteFile
 from harness.contract.axes import AXES, RULES, Rule, is_one_of, spell
+from harness.inputs.scenarios.covering import Coverage, joint_coverage
+from harness.inputs.scenarios.schema import ARCH_AXIS, AXIS_NAME, AxisValue, SuiteFile
 
 if TYPE_CHECKING:
     from harness.contract.known_bugs import KnownBug

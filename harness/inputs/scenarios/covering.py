@@ -29,8 +29,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.config.schema import ARCH_AXIS, ScenarioError, SuiteFile
 from harness.contract.axes import Rule, filled, is_one_of, same_value
+from harness.inputs.scenarios.schema import ARCH_AXIS, ScenarioError, SuiteFile
 
 LOCK_SUFFIX = ".lock"
 

@@ -23,8 +23,8 @@ from pathlib import Path
 
 from harness.contract import plugins
 from harness.contract.roots import DATA_DIR, cache_dir
-from harness.zoo.spec import ModelSpec
-from harness.zoo.table import ZOO
+from harness.inputs.zoo.spec import ModelSpec
+from harness.inputs.zoo.table import ZOO
 
 CHECKPOINT_FILES = ("config.json", "model.safetensors", "tokenizer.json")
 SPECIAL_TOKENS = ["<s>", "</s>", "<pad>"]
@@ -66,7 +66,7 @@ def get_spec(name: str) -> ModelSpec:
         return ZOO[name]
     found = _plugins().get(name)
     if not found:
-        raise KeyError(f"unknown model '{name}': the zoo has {', '.join(model_names())} (harness/zoo/table.py, "
+        raise KeyError(f"unknown model '{name}': the zoo has {', '.join(model_names())} (harness/inputs/zoo/table.py, "
                        "and the `harness.models` entry points of installed packages)")
     if len(found) > 1:
         raise ModelUnavailable(f"model {plugins.ambiguity(name, found)}")
@@ -89,7 +89,7 @@ def _plugin_spec(plugin: plugins.Plugin) -> ModelSpec:
                                f"{type(exc).__name__}: {exc}") from None
     if not isinstance(obj, ModelSpec):
         raise ModelUnavailable(f"model '{plugin.name}' of package {plugin.origin()} is {obj!r}, not a "
-                               "harness.zoo.spec.ModelSpec (or a callable returning one)")
+                               "harness.inputs.zoo.spec.ModelSpec (or a callable returning one)")
     if obj.name != plugin.name:
         raise ModelUnavailable(f"model '{plugin.name}' of package {plugin.origin()} is a spec named '{obj.name}': "
                                "the entry point's name and the spec's name must be the same")
@@ -100,7 +100,7 @@ def inventory() -> list[tuple[str, str, str, str]]:
     """(name, where from, status, detail) of every model registered here: "ready",
     "does not load" (with why), or "shadowed" (a package's model the table's own hides).
     Imports the packages' modules; builds nothing."""
-    rows = [(name, "built-in (harness/zoo/table.py)", "ready", spec.notes) for name, spec in ZOO.items()]
+    rows = [(name, "built-in (harness/inputs/zoo/table.py)", "ready", spec.notes) for name, spec in ZOO.items()]
     for name, found in sorted(plugins.discover(plugins.MODELS_GROUP).items()):
         if name in ZOO:
             rows += [(name, p.origin(), "shadowed", f"ignored: '{name}' is a built-in zoo model, which wins")
@@ -147,7 +147,7 @@ def _build_into(spec: ModelSpec, target: Path) -> None:
         if actual != spec.sha256:
             raise RuntimeError(
                 f"model '{spec.name}' built with checksum {actual[:16]}..., expected "
-                f"{spec.sha256[:16]}... (its family module, listed in harness/zoo/table.py). The build is not reproducible on this "
+                f"{spec.sha256[:16]}... (its family module, listed in harness/inputs/zoo/table.py). The build is not reproducible on this "
                 "machine (different numpy/safetensors/tokenizers?); goldens made elsewhere will "
                 f"not apply. Inspect the build in {staging}, or update the recorded checksum and "
                 "regenerate goldens with `make golden`."

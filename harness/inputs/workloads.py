@@ -10,12 +10,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from harness import chat
-from harness.config.schema import WorkloadDef
 from harness.contract.roots import DATA_DIR
 from harness.contract.runspec import MEDIA
-from harness.images import image_path
-from harness.media import audio_path, video_path
+from harness.inputs import chat
+from harness.inputs.images import image_path
+from harness.inputs.media import audio_path, video_path
+from harness.inputs.scenarios.schema import WorkloadDef
 
 BOS_ID = 0  # every zoo tokenizer puts <s> first (zoo.SPECIAL_TOKENS)
 EOS_ID = 1

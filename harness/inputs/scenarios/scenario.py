@@ -14,18 +14,18 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.config.binding import engine_known_bugs, engine_rules
-from harness.config.covering import covering_rows
-from harness.config.schema import ARCH_AXIS, ExpectedFailure, ScenarioError, SuiteFile
 from harness.contract.axes import AXES, filled, generic_label
 from harness.contract.known_bugs import KnownBug, known_bugs_where
 from harness.contract.settings.env import MAX_SCENARIOS
-from harness.models import ModelRef
+from harness.inputs.models import ModelRef
+from harness.inputs.scenarios.binding import engine_known_bugs, engine_rules
+from harness.inputs.scenarios.covering import covering_rows
+from harness.inputs.scenarios.schema import ARCH_AXIS, ExpectedFailure, ScenarioError, SuiteFile
 
 
 @dataclass(frozen=True)
 class EngineVersion:
-    """One engine version of several (`harness run --engine-env SPEC`, harness/envs.py):
+    """One engine version of several (`harness run --engine-env SPEC`, harness/inputs/envs.py):
     the one value a versioned scenario carries. Its id is `<base id>@<label>`."""
 
     spec: str  # as given to --engine-env: `vllm==0.28.0`, or an interpreter path
@@ -197,7 +197,7 @@ def _check_change_patterns(suite: SuiteFile, source: Path, names: list[str]) -> 
                                     f"scenario of suite '{suite.suite}' (they are: {', '.join(names)})")
 
 
-VERSION_SEP = "@"  # scenario id @ engine label: `vllm-llama/tp1-pp2@vllm-0.28.0` (harness/envs.py)
+VERSION_SEP = "@"  # scenario id @ engine label: `vllm-llama/tp1-pp2@vllm-0.28.0` (harness/inputs/envs.py)
 
 
 def split_id(scenario_id: str) -> tuple[str, str]:

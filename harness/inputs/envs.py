@@ -34,9 +34,9 @@ from pathlib import Path
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.version import InvalidVersion, Version
 
-from harness.config.scenario import EngineVersion, Scenario, split_id
 from harness.contract.roots import cache_dir
 from harness.engines import envdir
+from harness.inputs.scenarios.scenario import EngineVersion, Scenario, split_id
 
 
 class EnvError(ValueError):

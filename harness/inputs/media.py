@@ -1,5 +1,5 @@
 """Synthetic videos and audio clips for multimodal workloads, written by the harness,
-deterministically (the images' counterpart: harness/images.py).
+deterministically (the images' counterpart: harness/inputs/images.py).
 
 A workload names them; the harness writes each into the cache as a .npy file, so every
 engine reads the same numbers and a golden made on one machine applies on another.
@@ -40,7 +40,7 @@ def video_frames(name: str):
     """[T, H, W, 3] uint8 frames of the named video."""
     import numpy as np
 
-    from harness.images import pixels
+    from harness.inputs.images import pixels
 
     pattern, width, height, frames = parse_video(name)
     first = pixels(f"{pattern}-{width}x{height}")

@@ -29,7 +29,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from harness.zoo.spec import ModelSpec
+from harness.inputs.zoo.spec import ModelSpec
 
 # Qwen-VL's vision placeholders, as its processor names them.
 VISION_START, IMAGE_PAD, VISION_END, VIDEO_PAD = "<|vision_start|>", "<|image_pad|>", "<|vision_end|>", "<|video_pad|>"

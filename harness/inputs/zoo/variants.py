@@ -12,17 +12,17 @@
                   splits them over the TP ranks.
 
 All are the tiny-llama architecture plus (or, for the experts, instead of) those weights
-(harness/zoo/llama.py), built the same way: seeded numpy weights, recorded checksums.
+(harness/inputs/zoo/llama.py), built the same way: seeded numpy weights, recorded checksums.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from harness.zoo.llama import _llama_config, _llama_weight_shapes
-from harness.zoo.spec import ModelSpec
+from harness.inputs.zoo.llama import _llama_config, _llama_weight_shapes
+from harness.inputs.zoo.spec import ModelSpec
 
-IMAGE_TOKEN_ID = 511  # the last BPE merge: verified absent from the prompt sets (workloads.py)
+IMAGE_TOKEN_ID = 511  # the last BPE merge: verified absent from the prompt sets (inputs/workloads.py)
 
 
 def _extra_weight_shapes(config: dict):

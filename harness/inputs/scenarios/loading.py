@@ -16,10 +16,10 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from harness.config.binding import binding_problems, matrix_problems
-from harness.config.scenario import Scenario, expand, select
-from harness.config.schema import ID_PART, ScenarioError, SuiteFile
-from harness.config.yamlfile import YamlFileError, load_bounded
+from harness.inputs.scenarios.binding import binding_problems, matrix_problems
+from harness.inputs.scenarios.scenario import Scenario, expand, select
+from harness.inputs.scenarios.schema import ID_PART, ScenarioError, SuiteFile
+from harness.inputs.scenarios.yamlfile import YamlFileError, load_bounded
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """What a zoo model is: a name, a config, a seed, a recorded checksum and a weight writer.
 
-Apart from harness/zoo/__init__.py so the family modules (llama, variants, trained,
+Apart from harness/inputs/zoo/__init__.py so the family modules (llama, variants, trained,
 hf_families) can build their specs without importing the package that lists them.
 """
 
@@ -16,7 +16,7 @@ class ModelSpec:
     name: str
     config: dict  # HF config.json contents
     seed: int
-    sha256: str  # over CHECKPOINT_FILES, see harness.zoo.checkpoint_sha256
+    sha256: str  # over CHECKPOINT_FILES, see harness.inputs.zoo.checkpoint_sha256
     # writes the weights file: (spec, path) -> None; each model family provides one
     write_weights: Callable[[ModelSpec, Path], None]
     # Scale of the output head: a wider logit spread keeps greedy decoding away

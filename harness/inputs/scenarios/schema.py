@@ -26,7 +26,7 @@ from pydantic import (
 from harness.contract.axes import AXES
 from harness.contract.runspec import MEDIA, entry_list
 from harness.contract.signature import FailureSignature
-from harness.models import ArchModel, HubModel, ModelRef, PathModel
+from harness.inputs.models import ArchModel, HubModel, ModelRef, PathModel
 
 # Checked with fullmatch: `$` also matches before a final newline, and an id part ending
 # in one splits summary rows, make lines and run directory names.
@@ -84,11 +84,11 @@ class WorkloadDef(_Strict):
     max_prompt_tokens: int = Field(96, ge=2)
     max_new_tokens: int = Field(16, ge=1)
     top_k: int = Field(20, ge=1)
-    # One entry per prompt (vision models): a synthetic image name (harness/images.py,
+    # One entry per prompt (vision models): a synthetic image name (harness/inputs/images.py,
     # e.g. noise-56x84), a list of them (several images in one prompt) or null for a
     # text-only prompt. Empty: every prompt is text.
     images: list[Union[str, list[str], None]] = []
-    # The same for videos (harness/media.py, e.g. gradient-56x56x4: 4 frames) and audio
+    # The same for videos (harness/inputs/media.py, e.g. gradient-56x56x4: 4 frames) and audio
     # clips (e.g. tone-500ms), for models that take them.
     videos: list[Union[str, list[str], None]] = []
     audios: list[Union[str, list[str], None]] = []
@@ -105,8 +105,8 @@ class WorkloadDef(_Strict):
     @field_validator("images", "videos", "audios")
     @classmethod
     def _media_names(cls, v: list, info) -> list:
-        from harness.images import parse
-        from harness.media import parse_audio, parse_video
+        from harness.inputs.images import parse
+        from harness.inputs.media import parse_audio, parse_video
 
         check = {"images": parse, "videos": parse_video, "audios": parse_audio}[info.field_name]
         for entry in v:
@@ -200,7 +200,7 @@ class ChangeRule(_Strict):
     def _relative(cls, paths: list[str]) -> list[str]:
         for p in paths:
             if not p or p.startswith("/"):
-                raise ValueError(f"path glob '{p}' must be relative to the repository root, like harness/zoo/*.py")
+                raise ValueError(f"path glob '{p}' must be relative to the repository root, like harness/inputs/zoo/*.py")
         return paths
 
 
@@ -217,7 +217,7 @@ class CoveringGroup(_Strict):
 
 
 class Covering(_Strict):
-    """The matrix as a covering array (harness/config/covering.py) instead of its full
+    """The matrix as a covering array (harness/inputs/scenarios/covering.py) instead of its full
     product: every `strength`-way combination of axis values (the arch axis included) in
     some scenario, and each group's axes combined at the group's own strength."""
 
@@ -231,7 +231,7 @@ class SuiteFile(_Strict):
     engine: str = "reference"
     # engine settings that are not matrix axes, e.g. {python: .venv-vllm/bin/python}
     engine_options: dict[str, str] = {}
-    model: ModelRef | None = None  # a zoo name, or {path:}, {hub:, revision:}, {arch:} (harness/models)
+    model: ModelRef | None = None  # a zoo name, or {path:}, {hub:, revision:}, {arch:} (harness/inputs/models)
     # instead of `model:`, one model per value of the `arch` axis: an architecture class
     # name (a tiny random checkpoint of it) or any model entry
     archs: dict[str, Union[PathModel, HubModel, ArchModel]] = {}
@@ -317,11 +317,11 @@ class SuiteFile(_Strict):
     def _model(cls, ref):
         """A plain name is a zoo model: a typo is the file's error now, not every
         scenario's at run time. Other sources are resolved (and checked) when run."""
-        from harness import zoo  # stdlib only until a model is built
+        from harness.inputs import zoo  # stdlib only until a model is built
 
         if isinstance(ref, str) and not zoo.has_model(ref):  # the table, or a package's entry point
             raise ValueError(f"unknown model '{ref}': the zoo has {', '.join(zoo.model_names())}; for any other model "
-                             "write model: {path: DIR}, {hub: ORG/NAME, revision: REV} or {arch: CLASS} (harness/models)")
+                             "write model: {path: DIR}, {hub: ORG/NAME, revision: REV} or {arch: CLASS} (harness/inputs/models)")
         return ref
 
     @field_validator("matrix")

@@ -2,7 +2,7 @@
 
 Random-weight models score zero on any task, so a task-accuracy comparison against the
 golden would pass vacuously. These two share one set of weights, trained on CPU by
-`python -m tools.train_models` and shipped in harness/zoo/weights/ (float32, committed):
+`python -m tools.train_models` and shipped in harness/inputs/zoo/weights/ (float32, committed):
 
   tiny-llama-geo    llama-vl (the reference engine's vision variant): 32x32 images as
                     16 patch tokens (id 511), deepstack into layers 0 and 1; trained on
@@ -22,8 +22,8 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from harness.zoo.llama import _llama_config
-from harness.zoo.spec import ModelSpec
+from harness.inputs.zoo.llama import _llama_config
+from harness.inputs.zoo.spec import ModelSpec
 
 WEIGHTS = Path(__file__).resolve().parent / "weights" / "tiny-llama-geo.safetensors"
 VISION_KEYS = ("image_token_id", "vision_image_size", "vision_patch_size", "deepstack_layers")

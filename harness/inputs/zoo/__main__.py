@@ -1,4 +1,4 @@
-"""`python -m harness.zoo NAME DIR`: build the zoo model NAME into DIR (not the cache) and
+"""`python -m harness.inputs.zoo NAME DIR`: build the zoo model NAME into DIR (not the cache) and
 print its checksum beside the one its spec records.
 
 For checking a zoo model's build on an installation without touching the cache;
@@ -11,19 +11,19 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from harness import zoo
+from harness.inputs import zoo
 
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 2:
-        print("usage: python -m harness.zoo NAME DIR", file=sys.stderr)
+        print("usage: python -m harness.inputs.zoo NAME DIR", file=sys.stderr)
         return 2
     name, out = args[0], Path(args[1])
     try:
         spec = zoo.get_spec(name)
     except KeyError as exc:
-        print(f"harness.zoo: {exc.args[0]}", file=sys.stderr)
+        print(f"harness.inputs.zoo: {exc.args[0]}", file=sys.stderr)
         return 2
     zoo.build(spec, out)
     actual = zoo.checkpoint_sha256(out)

@@ -1,6 +1,6 @@
 """Build a tiny random checkpoint of any transformers architecture.
 
-    python harness/models/tiny.py --arch Qwen3ForCausalLM --seed 0 \
+    python harness/inputs/models/tiny.py --arch Qwen3ForCausalLM --seed 0 \
         --overrides '{"num_hidden_layers": 4}' --corpus CORPUS.txt --out DIR
 
 Run by the interpreter of the engine that will serve the model (vLLM's venv has its
@@ -33,7 +33,7 @@ try:  # run as a script (the engine's interpreter): its folder is on sys.path
     import tiny_mm
     import tiny_vllm
 except ImportError:  # imported by the harness's own tests
-    from harness.models import tiny_mm, tiny_vllm
+    from harness.inputs.models import tiny_mm, tiny_vllm
 
 VOCAB = 512
 SPECIAL_TOKENS = ["<s>", "</s>", "<pad>"]  # ids 0, 1, 2

@@ -1,6 +1,6 @@
 """What a scenario's `model:` names, and the checkpoint directory it resolves to.
 
-    model: tiny-llama                                  a zoo model (harness/zoo): built here, checksummed
+    model: tiny-llama                                  a zoo model (harness/inputs/zoo): built here, checksummed
     model: {path: /ckpt/my-llama}                      a local HF checkpoint directory
     model: {hub: org/name, revision: 0123abcd...}      a hub model at a pinned revision (huggingface_hub cache)
     model: {arch: Qwen3ForCausalLM, seed: 0, overrides: {num_hidden_layers: 4}}
@@ -8,8 +8,8 @@
 
 Every source resolves to a directory in HF layout (config.json, safetensors, tokenizer)
 and an identity: a label that says where it came from and the sha256 of its content
-(harness/models/identity.py), which the golden's manifest records. A tiny checkpoint is
-built by harness/models/tiny.py in ONE place whatever engine environment runs it: the
+(harness/inputs/models/identity.py), which the golden's manifest records. A tiny checkpoint is
+built by harness/inputs/models/tiny.py in ONE place whatever engine environment runs it: the
 harness's own interpreter (`builder_python`), so a vLLM release with another transformers
 (`--engine-env vllm==0.22.1`) meets the same bytes as the golden (another transformers
 builds other random weights and writes another config.json). Only where the harness's own
@@ -38,7 +38,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from harness.contract.provenance import tested_requirement
 from harness.contract.roots import cache_dir
-from harness.models.identity import checkpoint_digest
+from harness.inputs.models.identity import checkpoint_digest
 
 TINY_BUILDER = Path(__file__).with_name("tiny.py")
 TINY_BUILDER_FILES = (TINY_BUILDER, *(Path(__file__).with_name(f) for f in ("tiny_mm.py", "tiny_vllm.py")))  # what the build runs
@@ -98,7 +98,7 @@ def model_type_of(ref: ModelRef) -> str | None:
     an architecture class through transformers' own tables; None when it cannot (a hub
     model, transformers not installed, a class it does not list)."""
     if isinstance(ref, str):
-        from harness import zoo
+        from harness.inputs import zoo
 
         try:
             return str(zoo.get_spec(ref).config.get("model_type", "llama"))
@@ -148,7 +148,7 @@ def builder_python(*fallbacks: str | None, arch: str | None = None) -> str:
     class is vLLM's), the first of `fallbacks` (the engine's default environment, then
     the tested one) that exists; the checkpoint's digest then follows that interpreter's
     libraries, and a golden mismatch says so (golden.py)."""
-    from harness.models import tiny_vllm
+    from harness.inputs.models import tiny_vllm
 
     if _harness_can_build() and not (arch and tiny_vllm.builds(arch)):
         return sys.executable
@@ -175,7 +175,7 @@ def resolve(ref: ModelRef, python: str, base_dir: Path | None = None) -> Resolve
         directory = path if path.is_absolute() or base_dir is None else base_dir / path
         return _checkpoint(directory.resolve(), ref.label, f"model path '{ref.path}'")
     if isinstance(ref, HubModel):
-        from harness.models.hub import HubUnavailable, snapshot
+        from harness.inputs.models.hub import HubUnavailable, snapshot
 
         try:
             directory = snapshot(ref.hub, ref.revision)
@@ -187,11 +187,11 @@ def resolve(ref: ModelRef, python: str, base_dir: Path | None = None) -> Resolve
 
 
 def _zoo(name: str) -> ResolvedModel:
-    from harness import zoo
+    from harness.inputs import zoo
 
     if not zoo.has_model(name):
         raise ModelError(f"unknown model '{name}': the zoo has {', '.join(zoo.model_names())}; for any other model "
-                         "write model: {path: DIR}, {hub: ORG/NAME, revision: REV} or {arch: CLASS} (harness/models)")
+                         "write model: {path: DIR}, {hub: ORG/NAME, revision: REV} or {arch: CLASS} (harness/inputs/models)")
     try:
         return ResolvedModel(zoo.model_dir(name), name, zoo.get_spec(name).sha256)
     except zoo.ModelUnavailable as exc:  # a package's model that does not load
@@ -261,7 +261,7 @@ def _library_versions(python: str) -> str:
 
 def _corpus() -> Path:
     """The tokenizer's training text (the vendored GSM8K train set), one text a line."""
-    from harness.zoo import tokenizer_corpus
+    from harness.inputs.zoo import tokenizer_corpus
 
     path = cache_dir("models") / "tiny" / "corpus.txt"
     if not path.exists():
