@@ -21,7 +21,7 @@ sys.path.insert(0, str(ROOT))
 
 from harness.contract.rundir import run_meta_path, verdict_files  # noqa: E402
 from harness.contract.verdict import Verdict  # noqa: E402
-from harness.report.markdown import where_diverged  # noqa: E402
+from harness.run.report.markdown import where_diverged  # noqa: E402
 
 FAULTS = [None, "pp-buffer-missing-key", "pp-drop-kv-connector-output", "pp-drop-per-layer-inputs",
           "sp-residual-first-shard", "compile-warmup-without-images",

@@ -5,7 +5,7 @@
 Reads every `scenarios/*/verdict.json` of the given run directories (where several runs
 judged the same scenario, the last directory given wins) and prints one markdown row per
 scenario: its verdict, the logits check's max |dlogprob| against the golden, how it compared
-with its own layout without the feature (the same-layout checks, harness/stages/same_layout.py:
+with its own layout without the feature (the same-layout checks, harness/run/stages/same_layout.py:
 bit-identical, or the largest difference; `-` where the golden is that layout), its time, and
 the evidence of the axes it tests (every applied axis but tp/pp/compile; the reason for a
 verdict that is not a pass). Then a count of verdicts per suite.

@@ -1,6 +1,6 @@
 """Benchmark: packing a large matrix onto a simulated 8-device machine, and shard balance.
 
-The real session scheduler (harness.session._run_packed) and real device leases
+The real session scheduler (harness.run.session._run_packed) and real device leases
 (flock on slot files) run the matrix; only the scenario itself is simulated: it
 holds its lease for its duration x SCALE (a sleep), so the numbers measure the
 scheduling, not the machine. Durations come from a model fitted to the measured
@@ -27,12 +27,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import harness.session as session  # noqa: E402
+import harness.run.session as session  # noqa: E402
 from harness.contract.verdict import Verdict  # noqa: E402
 from harness.inputs.scenarios.loading import load_scenarios
-from harness.plan.devices import DevicePool  # noqa: E402
-from harness.plan.schedule import costs, lower_bound_s, split_shards  # noqa: E402
-from harness.runner import RunContext  # noqa: E402
+from harness.run.plan.devices import DevicePool  # noqa: E402
+from harness.run.plan.schedule import costs, lower_bound_s, split_shards  # noqa: E402
+from harness.run.runner import RunContext  # noqa: E402
 
 MATRIX = """
 suite: nightly-sim

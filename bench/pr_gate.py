@@ -15,7 +15,7 @@ run filled (warm); each way has its own cache, so neither warms the other's.
     python bench/pr_gate.py [--gate pr] [--ids ID...] [--no-live] [--out docs/BENCHMARKS.md]
 
 It also prints where the harness way's time went: every phase summed over the gate
-(harness/timings.py), the report's writing time, and the harness's own share.
+(harness/run/timings.py), the report's writing time, and the harness's own share.
 """
 
 from __future__ import annotations
@@ -31,24 +31,24 @@ from unittest import mock
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from harness import timings  # noqa: E402
-from harness.compare.numeric import check_workloads, tolerance_for  # noqa: E402
 from harness.contract.outputs import EngineOutputs  # noqa: E402
 from harness.contract.rundir import scenario_dir_name  # noqa: E402
 from harness.engines.launch import pool  # noqa: E402
 from harness.inputs.scenarios.loading import load_scenarios
 from harness.inputs.scenarios.request import RunConfig  # noqa: E402
 from harness.inputs.scenarios.scenario import select
-from harness.runner import RunContext, run_scenario  # noqa: E402
-from harness.stages.admit import Admitted, admit  # noqa: E402
-from harness.stages.execute import execute  # noqa: E402
+from harness.run import timings  # noqa: E402
+from harness.run.compare.numeric import check_workloads, tolerance_for  # noqa: E402
+from harness.run.runner import RunContext, run_scenario  # noqa: E402
+from harness.run.stages.admit import Admitted, admit  # noqa: E402
+from harness.run.stages.execute import execute  # noqa: E402
 
 
 def harness_way(scenarios, work: Path) -> tuple[float, dict, list[dict], float]:
     """(wall s, {id: (s, verdict)}, each verdict's timings, report writing s). The rank
     pool starts empty, as in a new `harness run`: its zygotes' imports are counted."""
-    from harness.report import write_report
-    from harness.report.html import draw_ahead
+    from harness.run.report import write_report
+    from harness.run.report.html import draw_ahead
 
     pool.close_all()
     start, per, timed = time.monotonic(), {}, []

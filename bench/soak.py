@@ -54,7 +54,7 @@ from harness.contract import exit_codes  # noqa: E402
 from harness.contract.rundir import run_meta_path, scenarios_root, verdict_files  # noqa: E402
 from harness.contract.verdict import VERDICTS  # noqa: E402
 from harness.engines.launch.procgroup import proc_stats  # noqa: E402
-from harness.report.history import load_history  # noqa: E402
+from harness.run.report.history import load_history  # noqa: E402
 
 MARK_ENV = "HARNESS_SOAK_MARK"
 RANK_LOG = re.compile(r"/scenarios/(?P<dir>[^/]+)/logs/rank(?P<rank>\d+)\.log$")

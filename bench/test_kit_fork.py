@@ -16,7 +16,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from harness.plan.devices import LOCK_DIR_ENV  # noqa: E402
+from harness.run.plan.devices import LOCK_DIR_ENV  # noqa: E402
 
 
 def main() -> None:

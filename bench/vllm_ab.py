@@ -7,7 +7,7 @@ and then the tested setting live, each in fresh processes with vLLM's default st
 each selected vllm-gate scenario is done that way: its suite's golden setting (tp1-pp1 eager)
 and then the scenario's setting, each one `vllm.LLM` in a fresh `.venv-vllm` interpreter
 (bench/vllm_ab_setting.py), the same prompts and engine arguments as the harness, held
-to each other by the harness's own comparison and tolerance (harness/compare/outputs.py)
+to each other by the harness's own comparison and tolerance (harness/run/compare/outputs.py)
 and its expectations (harness/contract/expectations.py). vLLM's tests start `vllm serve` and
 compare through its OpenAI API; the offline `vllm.LLM` started here is the cheaper of the two,
 so vLLM's way is, if anything, measured short.
@@ -43,8 +43,6 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from harness.compare.numeric import tolerance_for  # noqa: E402
-from harness.compare.outputs import judge_outputs  # noqa: E402
 from harness.contract import rundir  # noqa: E402
 from harness.contract.expectations import apply_expectations  # noqa: E402
 from harness.contract.verdict import Verdict  # noqa: E402
@@ -53,6 +51,8 @@ from harness.engines.vllm import VllmEngine  # noqa: E402
 from harness.engines.vllm.repro import ENV as VLLM_RUN_ENV  # noqa: E402
 from harness.inputs.scenarios.loading import load_scenarios  # noqa: E402
 from harness.inputs.scenarios.scenario import Scenario, select  # noqa: E402
+from harness.run.compare.numeric import tolerance_for  # noqa: E402
+from harness.run.compare.outputs import judge_outputs  # noqa: E402
 
 GATE = "vllm"
 DEFAULT_SUITES = ("vllm-llama", "vllm-qwen3", "vllm-gemma4", "vllm-archs")
@@ -108,8 +108,8 @@ def vllm_way(scenario: Scenario, work: Path) -> Outcome:
     scenario's setting started, compared. A setting the harness refuses before any start
     (unsupported here, as vLLM's own test would be skipped) starts nothing."""
     from harness.inputs.scenarios.request import RunConfig
-    from harness.stages.admit import admit
-    from harness.stages.context import RunContext
+    from harness.run.stages.admit import admit
+    from harness.run.stages.context import RunContext
 
     start = time.monotonic()
     opts = RunContext(RunConfig(gate=GATE))
@@ -196,8 +196,8 @@ def compared(scenario: Scenario, reference, tested) -> Verdict:
     """The tested setting's outputs held to the reference's with the scenario's tolerance;
     eval suites also by their paired items (the reference's answers in the golden's place)."""
     from harness.contract.outputs import EngineOutputs
-    from harness.evals import lm
-    from harness.evals.paired import accuracy_checks
+    from harness.run.evals import lm
+    from harness.run.evals.paired import accuracy_checks
 
     ref_out, got_out = EngineOutputs.load(reference.spec.output_dir), EngineOutputs.load(tested.spec.output_dir)
     also = []

@@ -4,7 +4,7 @@ engine start, so that is what is broken down).
 Runs a few vllm-llama scenarios (eager, compile, PP2 compile, TP2) through `harness run`,
 as a user would, twice each: first with an empty vLLM compile cache (cold: a fresh CI
 agent), then again with the cache that run filled (warm). Each scenario's verdict.json
-holds its phases (harness/timings.py) and, inside `load`, the engine start split by
+holds its phases (harness/run/timings.py) and, inside `load`, the engine start split by
 vLLM's workers (harness/engines/vllm/startup.py); this prints them as one table.
 
     python bench/vllm_start.py [--ids ID...] [--engine-env SPEC] [--keep DIR] [--stock-aot] [--spawn]

@@ -18,8 +18,8 @@ first diverging layer / stage / TP rank, and, if asked, its report:
   assert_matches_golden  a scenario of the scenario files against its stored golden
   save_report            verdicts into a run directory with the harness's report
 
-Nothing here compares or launches by itself: runs go through the stages of harness/stages/
-(admit, launch, the crash/hang verdicts), comparison through harness/compare/ (the checks, the
+Nothing here compares or launches by itself: runs go through the stages of harness/run/stages/
+(admit, launch, the crash/hang verdicts), comparison through harness/run/compare/ (the checks, the
 tolerances of docs/TOLERANCES.md, the localisation). docs/API.md has the long form.
 """
 
@@ -34,8 +34,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Union
 
-from harness.compare.numeric import Tolerance, tolerance_for
-from harness.compare.outputs import judge_outputs
 from harness.contract.outputs import EngineOutputs
 from harness.contract.rundir import claim_new_run_dir, scenario_dir_name, verdict_path
 from harness.contract.settings.env import DEVICE
@@ -44,11 +42,13 @@ from harness.inputs.scenarios.loading import load_scenarios, parse_suite
 from harness.inputs.scenarios.request import RunConfig
 from harness.inputs.scenarios.scenario import Scenario, expand, select
 from harness.inputs.scenarios.schema import ID_PART, ScenarioError, ToleranceOverride
-from harness.runner import run_scenario
-from harness.stages.admit import Admitted, admit
-from harness.stages.context import RunContext
-from harness.stages.ended import launch_verdict
-from harness.stages.execute import execute
+from harness.run.compare.numeric import Tolerance, tolerance_for
+from harness.run.compare.outputs import judge_outputs
+from harness.run.runner import run_scenario
+from harness.run.stages.admit import Admitted, admit
+from harness.run.stages.context import RunContext
+from harness.run.stages.ended import launch_verdict
+from harness.run.stages.execute import execute
 
 # What run_setting asks the engine when the test names no workloads: teacher-forced top-k
 # logprobs with per-layer hidden states (so a failure names its first diverging layer,
@@ -268,7 +268,7 @@ def assert_matches_golden(scenario_id: str, *, scenarios: str | os.PathLike | No
     verdict = run_scenario(scenario, run_dir, _context(faults, timeout_s, device))
     report = None
     if report_dir is not None:
-        from harness.report import write_report
+        from harness.run.report import write_report
 
         write_report(run_dir, {"finished": time.time()})
         report = run_dir
@@ -280,7 +280,7 @@ def assert_matches_golden(scenario_id: str, *, scenarios: str | os.PathLike | No
 def save_report(verdicts: Sequence[Verdict], report_dir: str | os.PathLike) -> Path:
     """A new run directory under `report_dir` holding `verdicts`, with the harness's report
     (summary.md, report.html, junit.xml, pr-comment.md; no history store). Returns it."""
-    from harness.report import write_report
+    from harness.run.report import write_report
 
     now = time.time()
     meta = {"scenarios": [v.scenario for v in verdicts], "via": "api", "gate": None, "started": now}
@@ -405,7 +405,7 @@ def _scenario(model, settings: Mapping, engine: str, workloads, dtype: str, tole
 def _context(faults: Sequence[str], timeout_s: float | None, device: str | None) -> RunContext:
     """The run's configuration from a call's keyword arguments (named as the RunConfig fields
     marked `api`: tests/test_run_config.py), with this machine's device slots."""
-    from harness.plan.devices import DevicePool, configured_count
+    from harness.run.plan.devices import DevicePool, configured_count
 
     config = RunConfig(timeout_s=timeout_s, faults=tuple(faults), device=device or DEVICE.text() or "cpu")
     return RunContext(config, DevicePool(configured_count(config.device), config.device))

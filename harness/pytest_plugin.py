@@ -100,7 +100,7 @@ def _check_cluster(config) -> None:
     """--harness-cluster (or $HARNESS_CLUSTER) readable and Ray installed, before any item runs."""
     if config.getoption("--harness-cluster", None) is None and CLUSTER.raw() is None:
         return
-    from harness.raycluster.connect import ClusterError, cluster_option
+    from harness.run.raycluster.connect import ClusterError, cluster_option
 
     try:
         cluster_option(config.getoption("--harness-cluster", None))
@@ -159,16 +159,16 @@ class ScenarioItem(pytest.Item):
         self.scenario = scenario
 
     def runtest(self):
-        from harness.plan.devices import DevicePool, configured_count
-        from harness.plan.nodes import cluster_from_env
-        from harness.runner import RunContext, run_scenario
+        from harness.run.plan.devices import DevicePool, configured_count
+        from harness.run.plan.nodes import cluster_from_env
+        from harness.run.runner import RunContext, run_scenario
 
         config = _run_config(self.config)
         ctx = RunContext(config, DevicePool(configured_count(config.device, config.devices), config.device),
                          cluster_from_env(None))
         if config.cluster:  # Ray places it; the connection serves the session's other items too
-            from harness.raycluster.connect import parse_cluster
-            from harness.raycluster.driver import run_one_on_ray
+            from harness.run.raycluster.connect import parse_cluster
+            from harness.run.raycluster.driver import run_one_on_ray
 
             verdict = run_one_on_ray(self.scenario, _run_dir(self.config), ctx, parse_cluster(config.cluster))
         else:
@@ -194,7 +194,7 @@ class ScenarioItem(pytest.Item):
 def pytest_collection_modifyitems(session, config, items):
     """Scenario items largest-first (device-seconds, from past runs); other items keep
     their places."""
-    from harness.plan.schedule import costs, largest_first
+    from harness.run.plan.schedule import costs, largest_first
 
     slots = [i for i, item in enumerate(items) if isinstance(item, ScenarioItem)]
     if len(slots) < 2:
@@ -209,7 +209,7 @@ def pytest_collection_modifyitems(session, config, items):
 def _durations(config) -> dict[str, float]:
     """Read once, by the controller: xdist workers must collect in the same order, so
     they take the controller's numbers (a run finishing meanwhile could change them)."""
-    from harness.plan.schedule import recorded_durations
+    from harness.run.plan.schedule import recorded_durations
 
     worker_input = getattr(config, "workerinput", None)
     if worker_input is not None and "harness_durations" in worker_input:
@@ -230,8 +230,8 @@ def pytest_sessionfinish(session, exitstatus):
         return  # workers: the controller writes the report once
     run_dir = _run_dir(session.config)
     if scenarios_root(run_dir).exists():
-        from harness.report import write_report
-        from harness.report.history import history_dir
+        from harness.run.report import write_report
+        from harness.run.report.history import history_dir
 
         gate = _gate(session.config)
         allow_empty = session.config.getoption("--harness-allow-empty")

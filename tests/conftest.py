@@ -9,7 +9,7 @@ import os
 import shutil
 import tempfile
 
-from harness.plan.devices import LOCK_DIR_ENV
+from harness.run.plan.devices import LOCK_DIR_ENV
 
 
 def pytest_configure(config):

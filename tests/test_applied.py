@@ -14,10 +14,10 @@ import json
 
 import pytest
 
-from harness.compare.applied import NOT_REPORTED, axes_under_test, evidence_table, unapplied_reason
 from harness.contract import rundir
 from harness.contract.verdict import Verdict
 from harness.engines.reference import evidence
+from harness.run.compare.applied import NOT_REPORTED, axes_under_test, evidence_table, unapplied_reason
 from tests.kit import harness_cli
 
 GOLDEN = {"tp": 1, "pp": 1, "sp": False, "compile": False}
@@ -43,8 +43,8 @@ def test_a_run_of_another_setting_is_unsupported_even_when_its_numbers_fail():
     """vLLM 0.20.2 on CPU ran no SP in its SP scenarios, and its numbers failed (the SP flag
     padded batches and its CPU attention wrote the pad into a live cached row): that run says
     nothing about SP. unsupported, the failed checks kept in the record and the reason."""
-    from harness.compare.numeric import Tolerance
-    from harness.compare.outputs import verdict_of_checks
+    from harness.run.compare.numeric import Tolerance
+    from harness.run.compare.outputs import verdict_of_checks
 
     checks = [{"name": "greedy", "kind": "greedy", "passed": False, "summary": "2/3 identical"},
               {"name": "logits", "kind": "logprobs", "passed": True, "summary": "max diff 0"}]

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from harness.bisect import decide, next_probe, outcome
-from harness.bisect import repro_hook as REPRO_HOOK
 from harness.cli import main
 from harness.contract.verdict import Verdict
+from harness.run.bisect import decide, next_probe, outcome
+from harness.run.bisect import repro_hook as REPRO_HOOK
 
 
 @pytest.mark.parametrize("verdict, observed, expected", [
@@ -103,7 +103,7 @@ def test_releases_not_on_the_index_are_refused(tmp_path, capsys, monkeypatch):
 
 
 def search_over(verdicts: dict[str, str | Verdict], count_unsupported: bool = False, good_verdict: str = "pass"):
-    from harness.bisect import _search
+    from harness.run.bisect import _search
 
     ran = []
 
@@ -134,7 +134,7 @@ def _crash(exception: str, wrapper: str | None = None, frame: str | None = None)
 def test_two_crashes_of_unrelated_causes_are_two_verdicts():
     """A CppCompileError at one end and a processor ValueError at the other used to be called
     "the same verdict: nothing to bisect"; a middle step is good only with the good end's cause."""
-    from harness.bisect import root_cause, signature
+    from harness.run.bisect import root_cause, signature
 
     inductor = _crash("torch._inductor.exc.InductorError: CppCompileError: C++ compile error",
                       wrapper="torch._inductor.exc.InductorError")
@@ -153,7 +153,7 @@ def test_a_search_for_a_fix_names_the_releases_in_time_order():
 
 def test_a_good_end_that_does_not_pass_stops_at_once_the_bad_end_unrun():
     """The bisect of the issue: 0.19.1 crashed (CppCompileError) and was labelled good."""
-    from harness.bisect import BisectError
+    from harness.run.bisect import BisectError
 
     inductor = _crash("torch._inductor.exc.InductorError: CppCompileError: C++ compile error",
                       wrapper="torch._inductor.exc.InductorError")
@@ -170,7 +170,7 @@ def test_a_good_end_that_does_not_pass_stops_at_once_the_bad_end_unrun():
 
 
 def _search_recording(ran: list[str], verdicts: dict):
-    from harness.bisect import _search
+    from harness.run.bisect import _search
 
     def run(point):
         ran.append(point)
@@ -180,7 +180,7 @@ def _search_recording(ran: list[str], verdicts: dict):
 
 
 def test_a_bad_end_that_passes_or_says_nothing_stops_with_both_verdicts():
-    from harness.bisect import BisectError
+    from harness.run.bisect import BisectError
 
     ran: list[str] = []
     with pytest.raises(BisectError) as refused:
@@ -206,7 +206,7 @@ def test_a_middle_step_neither_good_nor_bad_is_reported_with_its_root_cause_and_
     other = _crash("ValueError: Found 1 <|image_pad|> tokens in the text but no images were passed",
                    frame="/venv/transformers/processing_utils.py:805 in _check_special_mm_tokens")
     lines: list[str] = []
-    from harness.bisect import _search
+    from harness.run.bisect import _search
 
     verdicts = {"1": "pass", "2": "pass", "3": other, "4": "fail", "5": "fail"}
     result = _search(list(verdicts), lambda p: (verdicts[p] if isinstance(verdicts[p], Verdict) else
@@ -221,7 +221,7 @@ def test_a_middle_step_neither_good_nor_bad_is_reported_with_its_root_cause_and_
 
 
 def test_a_release_that_does_not_install_is_named_so_and_an_end_that_does_not_stops_at_once():
-    from harness.bisect import BisectError, _search, step_line
+    from harness.run.bisect import BisectError, _search, step_line
 
     def run(point):
         if point.startswith("broken"):
@@ -244,8 +244,8 @@ def fake_releases(monkeypatch, verdicts: dict[str, str | Verdict]) -> list[str]:
     """`harness bisect` over releases without installing any: the index lists `verdicts`'
     releases, an install only records the release, a run ends as `verdicts` says. The
     list returned fills with the releases installed, in order."""
-    from harness import bisect
     from harness.inputs import envs
+    from harness.run import bisect
 
     installed: list[str] = []
 
@@ -292,7 +292,7 @@ def test_harness_bisect_fixed_finds_the_release_that_fixed_a_bug(tmp_path, capsy
 
 
 def test_a_git_step_exits_with_git_bisects_terms():
-    from harness.bisect import BAD, GOOD, SKIP, git_exit_code
+    from harness.run.bisect import BAD, GOOD, SKIP, git_exit_code
 
     assert (git_exit_code("good"), git_exit_code("bad"), git_exit_code("odd"), git_exit_code("skip")) == (GOOD, BAD, SKIP, SKIP)
     # --fixed: git bisect's old term is `broken` (our bad end, older), its new term `fixed` (our good end)
@@ -302,7 +302,7 @@ def test_a_git_step_exits_with_git_bisects_terms():
 def test_harness_bisect_writes_its_reproduction_under_its_report_dir(tmp_path, capsys, monkeypatch):
     """`--report-dir D`: the first bad step's reproduction goes to D/repro/<id>, with the rest
     of what the bisect wrote, not into the checkout's reports/repro/."""
-    from harness import bisect, repro
+    from harness.run import bisect, repro
 
     fake_releases(monkeypatch, {"0.30.0": "pass", "0.31.0": "fail", "0.32.0": "fail"})
     monkeypatch.setattr(bisect, "repro_hook", REPRO_HOOK)  # the real one, which fake_releases replaces
@@ -323,7 +323,7 @@ def test_harness_bisect_writes_its_reproduction_under_its_report_dir(tmp_path, c
 
 
 def test_a_stepped_over_crash_names_the_raise_site_and_the_models_line():
-    from harness.bisect import odd_text
+    from harness.run.bisect import odd_text
 
     v = _crash("KeyError: 'residual'", frame="/venv/vllm/sequence.py:43 in __getitem__")
     v.crash["model_frame"] = "/venv/vllm/model_executor/models/step3_text.py:370 in forward"
@@ -333,6 +333,6 @@ def test_a_stepped_over_crash_names_the_raise_site_and_the_models_line():
 
 
 def bisect_step(point: str, v: Verdict):
-    from harness.bisect import Step
+    from harness.run.bisect import Step
 
     return Step(point, v, 1.0, "odd")

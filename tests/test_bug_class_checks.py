@@ -9,11 +9,11 @@ import copy
 import pytest
 import torch
 
-from harness.compare.contracts import check_pp_contract
-from harness.compare.localize import describe, first_divergence
 from harness.contract.outputs import EngineOutputs
 from harness.contract.verdict import Verdict
-from harness.report.axes import explaining_settings
+from harness.run.compare.contracts import check_pp_contract
+from harness.run.compare.localize import describe, first_divergence
+from harness.run.report.axes import explaining_settings
 from tests.kit.present import present
 
 HIDDEN = {"shape": [8, 64], "dtype": "float32"}
@@ -108,10 +108,10 @@ def test_the_setting_behind_the_failures_is_named():
 
 
 def test_image_workloads_put_placeholders_after_bos_and_hash_pixels_not_paths(tmp_path, monkeypatch):
-    from harness import golden as goldens
     from harness.inputs import workloads as wl
     from harness.inputs import zoo
     from harness.inputs.scenarios.schema import WorkloadDef
+    from harness.run import golden as goldens
 
     model = zoo.model_dir("tiny-llama-vl")
     w = [WorkloadDef(name="images", kind="logprobs", num_prompts=3, images=["noise-8x8", "gradient-8x8", None], max_prompt_tokens=20)]

@@ -54,7 +54,7 @@ def fails_in(workload: str, clean: tuple = ()):
 
 def and_its_layout(expect, label: str, workload: str):
     """`expect`, and the scenario's same-layout check of `workload` (held to `label`, its own
-    layout without the feature: harness/stages/same_layout.py) fails too."""
+    layout without the feature: harness/run/stages/same_layout.py) fails too."""
     def check(v: dict) -> None:
         expect(v)
         checks = {c["name"]: c for c in v["checks"]}

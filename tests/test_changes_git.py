@@ -8,7 +8,7 @@ import pytest
 
 from harness.cli import build_parser
 from harness.inputs.scenarios.schema import ScenarioError
-from harness.plan.changes import changed_files_since
+from harness.run.plan.changes import changed_files_since
 
 
 def git(repo, *args):

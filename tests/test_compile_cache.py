@@ -83,9 +83,9 @@ def _compile_run(tmp_path: Path, model: str, label: str) -> dict:
     """One launch of the suite's compile scenario (no golden needed); its compile stats."""
     from harness.contract.outputs import EngineOutputs
     from harness.inputs.scenarios.loading import load_scenarios
-    from harness.stages.admit import Admitted, admit
-    from harness.stages.context import RunContext
-    from harness.stages.execute import execute
+    from harness.run.stages.admit import Admitted, admit
+    from harness.run.stages.context import RunContext
+    from harness.run.stages.execute import execute
 
     scenario = load_scenarios([_suite(tmp_path, model)])[0]
     out = tmp_path / label

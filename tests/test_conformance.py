@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.conformance import KitOptions, run_kit
+from harness.run.conformance import KitOptions, run_kit
 from tests.kit import scaled
 from tests.kit.plugins import Site
 

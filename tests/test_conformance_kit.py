@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from harness import cli
-from harness.conformance import impossible_settings, parse_settings
 from harness.engines.launch import rankside
+from harness.run.conformance import impossible_settings, parse_settings
 from tests.kit.plugins import Site
 
 

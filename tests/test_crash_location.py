@@ -11,7 +11,7 @@ from harness.engines.launch.blame import read_record
 from harness.engines.launch.outcome import location
 from harness.engines.launch.rootcause import is_model_frame, model_frame, root_of
 from harness.engines.vllm.crash import root_cause
-from harness.stages.ended import launch_verdict
+from harness.run.stages.ended import launch_verdict
 from tests.kit.present import present
 
 W1 = "(Worker_PP1 pid=27011) ERROR 11-21 06:11:21 [multiproc_executor.py:1063] "
@@ -93,7 +93,7 @@ def test_a_ranks_error_record_names_the_models_line_above_the_raise_site(tmp_pat
 def test_the_markdown_report_shows_the_models_line_beside_the_raise_site(tmp_path):
     from harness.contract.rundir import verdict_path
     from harness.contract.verdict import Verdict
-    from harness.report import write_report
+    from harness.run.report import write_report
 
     v = Verdict("s/pp2", "crash", "rank Worker_PP1 crashed: KeyError: 'residual'",
                 crash={"rank": "Worker_PP1", "exception": "KeyError: 'residual'", "traceback": "tb", "log": "l",

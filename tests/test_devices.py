@@ -1,4 +1,4 @@
-"""Device slots and leases (harness/plan/devices.py), with virtual CPU slots: leases are
+"""Device slots and leases (harness/run/plan/devices.py), with virtual CPU slots: leases are
 disjoint across threads and processes, all-or-nothing, and die with their holder."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from harness.plan.devices import (
+from harness.run.plan.devices import (
     DeviceError,
     DevicePool,
     configured_count,
@@ -71,7 +71,7 @@ def test_device_count_from_cli_env_or_default(monkeypatch):
 HOLDER = """
 import sys, time
 sys.path.insert(0, {root!r})
-from harness.plan.devices import DevicePool
+from harness.run.plan.devices import DevicePool
 lease = DevicePool(2, "cpu", lock_dir={locks!r}).try_lease(2, "holder")
 print("held" if lease else "none", flush=True)
 time.sleep(600)
@@ -99,7 +99,7 @@ def test_a_killed_holder_frees_its_slots(tmp_path):
 WORKER = """
 import random, sys, time
 sys.path.insert(0, {root!r})
-from harness.plan.devices import DevicePool
+from harness.run.plan.devices import DevicePool
 p = DevicePool(4, "cpu", lock_dir={locks!r}, lease_log={log!r})
 rng = random.Random({seed})
 for i in range(12):

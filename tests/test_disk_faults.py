@@ -101,8 +101,8 @@ def test_a_rank_whose_outputs_meet_a_full_disk_is_a_machine_fault_with_exit_code
 
 def test_the_harness_meeting_a_full_disk_in_a_scenario_is_a_machine_fault(tmp_path, monkeypatch):
     """The runner's own writes (spec.json, its directories) are the harness's files too."""
-    from harness import runner
     from harness.inputs.scenarios.loading import load_scenarios
+    from harness.run import runner
 
     scenario = next(s for s in load_scenarios(None) if s.id == "llama-tiny/tp1-pp1")
 
@@ -125,7 +125,7 @@ def test_a_report_the_disk_cannot_take_whole_leaves_the_previous_report_as_it_wa
     report.html is written: the start-of-run report (INCOMPLETE) stays, whole, and no
     file says OK for a run whose report could not be written."""
     from harness.contract import rundir
-    from harness.report import write_report
+    from harness.run.report import write_report
     from tests.kit.handmade import make_run, passing
 
     run_dir = make_run(tmp_path, "r", [])

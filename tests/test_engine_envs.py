@@ -19,9 +19,9 @@ from harness.engines.base import Engine
 from harness.inputs import envs
 from harness.inputs.scenarios.loading import load_scenarios
 from harness.inputs.scenarios.scenario import select, split_id
-from harness.report import write_report
-from harness.report.versions import version_matrix, versions_text
-from harness.runner import RunContext, reproduce_command
+from harness.run.report import write_report
+from harness.run.report.versions import version_matrix, versions_text
+from harness.run.runner import RunContext, reproduce_command
 from tests.kit.present import present
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -266,7 +266,7 @@ def test_reports_put_the_versions_side_by_side(tmp_path):
 
 
 def test_history_rows_carry_the_engine_version(tmp_path):
-    from harness.report.history import load_history
+    from harness.run.report.history import load_history
 
     versions_run(tmp_path / "run")
     write_report(tmp_path / "run", {"run_id": "r1", "started": 1.0}, tmp_path / "history")

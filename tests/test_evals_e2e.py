@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from harness import golden as goldens
 from harness.inputs.scenarios.loading import load_scenarios
 from harness.inputs.scenarios.request import RunConfig
-from harness.runner import RunContext, run_scenario
+from harness.run import golden as goldens
+from harness.run.runner import RunContext, run_scenario
 
 pytestmark = pytest.mark.e2e
 ROOT = Path(__file__).resolve().parent.parent
@@ -79,7 +79,7 @@ def test_items_that_no_longer_pair_with_the_golden_are_an_error_not_a_verdict(tm
 
 
 def _where(tmp_path: Path, v) -> str:
-    from harness.report.markdown import where_diverged
+    from harness.run.report.markdown import where_diverged
 
     return where_diverged(v)
 
@@ -87,7 +87,7 @@ def _where(tmp_path: Path, v) -> str:
 def test_a_golden_made_with_evals_stores_per_item_results_and_scenarios_pair_with_it(tmp_path, monkeypatch):
     from harness.contract.outputs import EngineOutputs
     from harness.inputs.scenarios.loading import load_suite
-    from harness.runner import make_golden
+    from harness.run.runner import make_golden
 
     suite_file = tmp_path / "mini.yaml"
     suite_file.write_text("""

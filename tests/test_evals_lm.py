@@ -1,4 +1,4 @@
-"""The lm-eval bridge (harness/evals/lm.py, tasks.py): lm-eval's own gsm8k prompts, filters
+"""The lm-eval bridge (harness/run/evals/lm.py, tasks.py): lm-eval's own gsm8k prompts, filters
 and metric on local data, offline; Geo3K parquets with one image per item."""
 
 import json
@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from harness.evals import lm, tasks
 from harness.inputs.scenarios.schema import EvalDef
 from harness.inputs.workloads import BOS_ID, EOS_ID, encode_text
 from harness.inputs.zoo import DATA_DIR, load_tokenizer, model_dir
+from harness.run.evals import lm, tasks
 
 JANET = "Janet’s ducks lay 16 eggs per day."
 
@@ -30,7 +30,7 @@ def vl_model():
 
 
 def lm_eval_gsm8k_yaml() -> dict:
-    """lm-eval's own gsm8k config, read independently of harness/evals/tasks.py."""
+    """lm-eval's own gsm8k config, read independently of harness/run/evals/tasks.py."""
     import lm_eval.tasks
     from lm_eval.tasks._yaml_loader import load_yaml
 
@@ -201,7 +201,7 @@ def test_collect_is_offline(text_model, tmp_path, monkeypatch):
 
 
 def test_importing_harness_does_not_import_lm_eval():
-    code = "import sys, harness.evals.lm, harness.evals.tasks; assert 'lm_eval' not in sys.modules and 'datasets' not in sys.modules"
+    code = "import sys, harness.run.evals.lm, harness.run.evals.tasks; assert 'lm_eval' not in sys.modules and 'datasets' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).parent.parent)
 
 
@@ -261,9 +261,9 @@ def test_a_session_with_evals_settles_the_environment_before_its_first_rank(monk
     """The ranks inherit the harness's environment, and a rank-pool zygote serves one
     environment: the variables the evals set must be there before the first scenario of the
     run (an eval-less one here) starts, not when the eval scenario is prepared."""
-    from harness import session
     from harness.inputs.scenarios.loading import load_catalog
     from harness.inputs.scenarios.scenario import find_one
+    from harness.run import session
 
     for key in tasks.OFFLINE_ENV:  # (lm-eval's own variable is set once, by its first import in this process)
         monkeypatch.delenv(key, raising=False)

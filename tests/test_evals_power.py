@@ -16,12 +16,12 @@ from pathlib import Path
 
 import pytest
 
-from harness import golden as goldens
 from harness.contract.jsonfile import read_json
 from harness.contract.roots import builtin_scenarios
 from harness.contract.rundir import logs_dir, verdict_path
-from harness.evals import paired
 from harness.inputs.scenarios.loading import load_catalog, load_suite
+from harness.run import golden as goldens
+from harness.run.evals import paired
 from tests.kit import ROOT, harness_cli, verdict_of
 
 SCENARIO = "llama-gsm8k/tp1-pp1"

@@ -105,7 +105,7 @@ def test_the_suite_passes_through_the_entry_point(tmp_path):
 @pytest.mark.e2e
 @pytest.mark.nightly_only  # 140 s; make test runs the kit on the reference engine and this engine's suite above
 def test_the_example_engine_passes_the_conformance_kit(tmp_path):
-    """The kit an engine author runs (harness/conformance.py), through the entry point:
+    """The kit an engine author runs (harness/run/conformance.py), through the entry point:
     outputs format and numerics against the reference engine, tp2, unsupported reasons,
     crash blame and hang stacks of its real ranks, versions."""
     cmd = [*harness_cli(), "conformance", "tp-plan", "--work-dir", str(tmp_path)]

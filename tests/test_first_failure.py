@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from harness.report import write_report
+from harness.run.report import write_report
 from tests.kit import ROOT, harness_cli, outcomes, run_meta, summary, survivors
 from tests.kit.handmade import failing, make_run
 

@@ -1,4 +1,4 @@
-"""The order a gate runs in (harness/plan/priority.py), without launching anything: what
+"""The order a gate runs in (harness/run/plan/priority.py), without launching anything: what
 failed in the history store for this gate first, then what drifted, then what a change
 rule picked, then the rest; largest first within each."""
 
@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import dataclasses
 
-from harness import session
 from harness.contract.verdict import Verdict
 from harness.inputs.scenarios.request import RunConfig
-from harness.plan.changes import picked_by_a_rule, select_for_changes
-from harness.plan.devices import DevicePool
-from harness.plan.planning import plan_run
-from harness.plan.priority import (
+from harness.run import session
+from harness.run.plan.changes import picked_by_a_rule, select_for_changes
+from harness.run.plan.devices import DevicePool
+from harness.run.plan.planning import plan_run
+from harness.run.plan.priority import (
     DRIFTED_BEFORE,
     FAILED_BEFORE,
     RULE_PICKED,
@@ -22,12 +22,12 @@ from harness.plan.priority import (
     order_lines,
     order_meta,
 )
-from harness.plan.schedule import costs, largest_first
-from harness.report import write_report
-from harness.report.history import load_history
-from harness.report.regressions import gate_suspects, suspects_from_history
-from harness.runner import RunContext
-from harness.session import Progress, _run_packed
+from harness.run.plan.schedule import costs, largest_first
+from harness.run.report import write_report
+from harness.run.report.history import load_history
+from harness.run.report.regressions import gate_suspects, suspects_from_history
+from harness.run.runner import RunContext
+from harness.run.session import Progress, _run_packed
 from tests.kit.handmade import BIG_SUITE, failing, make_run, passing, suite_scenarios
 
 SUITE = BIG_SUITE + """gates: {pr: ["*"]}

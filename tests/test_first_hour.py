@@ -13,7 +13,7 @@ from harness.contract.verdict import Verdict
 from harness.inputs.scenarios.loading import load_catalog
 from harness.inputs.scenarios.scenario import nearest_hint, select
 from harness.inputs.scenarios.schema import ScenarioError
-from harness.runner import RunContext, reproduce_command
+from harness.run.runner import RunContext, reproduce_command
 from tests.kit import ROOT
 from tests.kit.handmade import make_run, passing
 

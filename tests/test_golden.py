@@ -6,9 +6,9 @@ import json
 import pytest
 import torch
 
-from harness import golden as goldens
 from harness.contract.outputs import EngineOutputs
 from harness.contract.roots import builtin_golden
+from harness.run import golden as goldens
 
 
 def manifest(**overrides):

@@ -1,4 +1,4 @@
-"""`harness golden` stores a golden safely (harness/golden.py): where it cannot write is said
+"""`harness golden` stores a golden safely (harness/run/golden.py): where it cannot write is said
 before the run, a symlinked golden is followed (the link kept), and the old golden stays
 whole until the new one is in place; what a kill between the two renames leaves is named
 by the next run that misses the golden."""
@@ -9,9 +9,9 @@ import os
 
 import pytest
 
-from harness import golden
 from harness.cli import main
-from harness.golden import GoldenError, golden_place, leftover_hint
+from harness.run import golden
+from harness.run.golden import GoldenError, golden_place, leftover_hint
 
 
 @pytest.fixture

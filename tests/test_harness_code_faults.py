@@ -25,7 +25,7 @@ from harness.contract.plain import plain
 from harness.engines.launch import LaunchOutcome, RankFailure, rankside
 from harness.engines.launch.blame import harness_fault_of, read_record
 from harness.engines.launch.ownership import owner
-from harness.stages.ended import launch_verdict
+from harness.run.stages.ended import launch_verdict
 from tests.kit.present import present, raised
 
 ROOT = Path(__file__).resolve().parent.parent

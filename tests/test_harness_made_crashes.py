@@ -19,7 +19,7 @@ from harness.engines.launch import LaunchOutcome, RankFailure, rankside
 from harness.engines.launch.blame import harness_fault_of, read_record
 from harness.engines.vllm import VllmEngine
 from harness.engines.vllm.crash import processor_refusal, root_cause
-from harness.stages.ended import launch_verdict
+from harness.run.stages.ended import launch_verdict
 from tests.kit.present import present
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -14,8 +14,6 @@ from pathlib import Path
 
 import pytest
 
-from harness import golden as goldens
-from harness.compare.numeric import check_workloads, tolerance_for
 from harness.contract.outputs import EngineOutputs
 from harness.contract.roots import builtin_scenarios
 from harness.contract.runspec import RunSpec
@@ -26,6 +24,8 @@ from harness.inputs import workloads as wl
 from harness.inputs.models import tiny_vllm
 from harness.inputs.scenarios.loading import load_suite
 from harness.inputs.zoo import load_tokenizer
+from harness.run import golden as goldens
+from harness.run.compare.numeric import check_workloads, tolerance_for
 from tests.kit import scaled
 
 pytestmark = pytest.mark.e2e  # runs the hf engine's rank per golden

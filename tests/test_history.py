@@ -6,9 +6,9 @@ import shutil
 import pandas as pd
 import pytest
 
-from harness.report import write_report
-from harness.report.history import load_history
-from harness.report.regressions import BAND_ABS_FLOOR, noise_band
+from harness.run.report import write_report
+from harness.run.report.history import load_history
+from harness.run.report.regressions import BAND_ABS_FLOOR, noise_band
 from tests.kit import harness_cli, summary
 from tests.kit.handmade import crashed, failing, make_run, passing
 

@@ -13,7 +13,7 @@ from harness.engines import envdir
 from harness.engines.vllm import _fix_for
 from harness.inputs.scenarios.loading import load_catalog
 from harness.inputs.scenarios.request import RunConfig
-from harness.plan.planning import plan_run
+from harness.run.plan.planning import plan_run
 
 
 @pytest.fixture(autouse=True)

@@ -1,7 +1,7 @@
 """Bugs where features meet: the reference engine's interaction faults fire only where two
 features meet; no one-feature suite runs the two together, the covering array of
 llama-interactions does, and a failure there is narrowed to exactly the planted pair
-(harness/stages/interaction.py). The narrowing itself is unit-tested on a fake engine."""
+(harness/run/stages/interaction.py). The narrowing itself is unit-tested on a fake engine."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 from harness.contract.verdict import Verdict
 from harness.inputs.scenarios.loading import load_scenarios
 from harness.inputs.scenarios.scenario import select
-from harness.stages.interaction import changed_values, minimal_interaction
+from harness.run.stages.interaction import changed_values, minimal_interaction
 from tests.kit import harness_cli, scaled, verdict_of
 
 # fault -> the pair of axis values only where it fires
@@ -151,7 +151,7 @@ def test_a_value_goes_with_the_values_that_require_it(tmp_path):
 def test_a_long_reason_keeps_its_interaction_whole_in_one_line_lists():
     """The PR comment and the summary's change lists cut a reason at 200 characters; the
     narrowing at its end is what a reader acts on, so it is never cut."""
-    from harness.report.markdown import brief
+    from harness.run.report.markdown import brief
 
     reason = "greedy: " + "x" * 400 + "; interaction: fails with dp=2 + spec=ngram; passes with either alone"
     line = brief(reason)

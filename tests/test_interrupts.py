@@ -40,7 +40,7 @@ if os.environ.pop("FORK_RANKS", "0") == "1":
         importlib.import_module(module)
     from harness.engines.launch.pool import fork_zygote_here
     fork_zygote_here(imports_as_rank)  # before any thread starts
-import harness.plan.planning, harness.report, harness.session, harness.stages.judge
+import harness.run.plan.planning, harness.run.report, harness.run.session, harness.run.stages.judge
 
 def sigterm_on_call(module, name, nth=1, after=False):
     original, calls = getattr(module, name), []
@@ -56,13 +56,13 @@ def sigterm_on_call(module, name, nth=1, after=False):
 
 moment = sys.argv[1]
 if moment == "planning":      # before the run directory exists
-    sigterm_on_call(harness.plan.planning, "plan_run")
+    sigterm_on_call(harness.run.plan.planning, "plan_run")
 elif moment == "judging":     # the ranks exited; the harness compares their outputs
-    sigterm_on_call(harness.stages.judge, "judge_outputs")
+    sigterm_on_call(harness.run.stages.judge, "judge_outputs")
 elif moment == "after-verdict":  # the first scenario's verdict is on disk, the second not started
-    sigterm_on_call(harness.session, "run_scenario", after=True)
+    sigterm_on_call(harness.run.session, "run_scenario", after=True)
 elif moment == "reporting":   # every scenario ended; the final report is being written
-    sigterm_on_call(harness.report, "render", nth=2)  # each report file is rendered there (report/writers.py)
+    sigterm_on_call(harness.run.report, "render", nth=2)  # each report file is rendered there (run/report/writers.py)
 elif moment == "exiting":     # main returned; the interpreter shuts down (atexit: the rank pool)
     atexit.register(os.kill, os.getpid(), signal.SIGTERM)
 sys.argv = ["harness", *sys.argv[2:]]

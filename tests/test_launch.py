@@ -123,7 +123,7 @@ def test_a_rank_that_dies_before_writing_its_log_says_so(dirs, tmp_path, way):
     environment the OS refuses (the child dies before it opens its log). The verdict says
     so, with the exit and the command, not "crashed: exit code 1" beside a log with nothing."""
     from harness.engines import get_engine
-    from harness.stages.ended import launch_verdict
+    from harness.run.stages.ended import launch_verdict
 
     logs, _ = dirs
     if way == "fresh":

@@ -18,23 +18,12 @@ PACKAGE = Path(__file__).resolve().parent.parent / "harness"
 LAYERS = {
     # what every part shares: settings, the rank contract, verdicts, run dirs, failure signatures
     "contract": 0,
-    # parts that stand on the contract alone
-    "timings": 1, "golden": 1, "compare": 1,
     "engines": 2,
     # what a scenario is made of: scenario files, models, prompts, media, engine environments
     "inputs": 3,
-    "plan": 4,
+    # running and judging scenarios: planning, the stages, the runner, sessions, reports
+    "run": 4,
     "project_init": 4,  # `harness init`: a project's config and first scenario file, checked as any scenario file
-    "evals": 5,
-    "repro": 5,  # `harness repro`: a scenario as a standalone script (below what runs or bisects)
-    # the stages of one run: admit -> execute -> judge (harness/stages/)
-    "stages": 5.5,
-    # orchestration and output
-    "runner": 6,
-    "raycluster": 6.5,  # scenarios as Ray work on a cluster: each through the runner on the node Ray chose
-    "session": 7, "conformance": 7,  # the kit runs single scenarios through the runner
-    "bisect": 7,  # runs one scenario per step through the runner
-    "report": 8,
     "cli": 9,
     "pytest_plugin": 10, "__main__": 10,
     # the Python API for engine developers' tests: runs and comparisons through the runner and judge
@@ -81,5 +70,5 @@ def test_no_import_runs_back_up_the_flow():
 def test_the_layer_check_sees_an_upward_import(tmp_path):
     """The check itself can fail: a lazy import of the runner from a judge module is caught."""
     probe = tmp_path / "probe.py"
-    probe.write_text("def f():\n    from harness.runner import run_scenario\n")
-    assert imports_of(probe) == [("runner", 2)]
+    probe.write_text("def f():\n    from harness.run.runner import run_scenario\n")
+    assert imports_of(probe) == [("run", 2)]

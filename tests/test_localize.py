@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from harness.compare.localize import EMBEDDING, HIDDEN_RTOL, describe, first_divergence
 from harness.contract.outputs import EngineOutputs
 from harness.contract.rundir import outputs_dir
+from harness.run.compare.localize import EMBEDDING, HIDDEN_RTOL, describe, first_divergence
 from tests.kit import ROOT, harness_cli, scaled, verdict_of
 from tests.kit.present import present
 

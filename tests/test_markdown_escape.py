@@ -11,11 +11,11 @@ from markdown_it import MarkdownIt
 
 from harness.contract.rundir import verdict_path
 from harness.contract.verdict import Verdict
-from harness.report import write_report
-from harness.report.axes import explaining_settings
-from harness.report.markdown import diff_markdown, pr_comment_markdown, summary_markdown
-from harness.report.regressions import Band, Change, Comparison, Drift
-from harness.report.run import RunReport
+from harness.run.report import write_report
+from harness.run.report.axes import explaining_settings
+from harness.run.report.markdown import diff_markdown, pr_comment_markdown, summary_markdown
+from harness.run.report.regressions import Band, Change, Comparison, Drift
+from harness.run.report.run import RunReport
 
 IMG = "<img src=x onerror=alert(1)>"
 PAYLOADS = [IMG, f"a ``` b ` c {IMG}", f"x | y {IMG} |", f"`{IMG} ``", f"{IMG}\n```\n{IMG}"]
@@ -140,7 +140,7 @@ def test_prose_and_code_spans_mixed_on_one_line_keep_to_their_own_text():
     newlines) in prose and code spans side by side, in a paragraph and in a table row."""
     import random
 
-    from harness.report.escape import code, text
+    from harness.run.report.escape import code, text
 
     pieces = [IMG, "`", "``", "```", "\\", "|", "\n", " ", "a", "&lt;", "*", "[x](y)"]
     rng = random.Random(25)

@@ -350,8 +350,8 @@ def test_the_report_reads_the_arch_axis_like_any_other():
     """Heat map rows are the archs, and a failure confined to one arch under pp2 is
     attributed to `arch=..., pp=2`."""
     from harness.contract.verdict import Verdict
-    from harness.report import plots
-    from harness.report.axes import explaining_settings
+    from harness.run.report import plots
+    from harness.run.report.axes import explaining_settings
 
     verdicts = []
     for arch in ("llama", "falcon", "qwen3"):

@@ -1,8 +1,8 @@
-"""The paired accuracy comparison (harness/evals/paired.py)."""
+"""The paired accuracy comparison (harness/run/evals/paired.py)."""
 
 import pytest
 
-from harness.evals.paired import (
+from harness.run.evals.paired import (
     PairingError,
     accuracy_power_problem,
     compare_paired,
@@ -105,7 +105,7 @@ def test_a_golden_without_responses_cannot_be_paired():
 
 def test_a_failed_accuracy_check_says_where_for_the_report():
     """The report's where column reads the check's own `where` (reports read verdict fields)."""
-    from harness.evals.paired import _where
+    from harness.run.evals.paired import _where
 
     base = {"name": "eval:geo", "passed": False, "differing_responses": [{"doc_id": 4}]}
     assert _where({**base, "flipped": [{"doc_id": 3, "flipped": "to wrong"}, {"doc_id": 5, "flipped": "to right"}]}) \

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 from rich.console import Console
 
 from harness.contract.verdict import Verdict
-from harness.report.progress import LineProgress, LiveProgress, choose_progress
+from harness.run.report.progress import LineProgress, LiveProgress, choose_progress
 
 
 def finish_from_threads(progress, n: int) -> None:
@@ -89,7 +89,7 @@ def test_a_long_scenario_prints_what_it_is_doing_in_a_log(tmp_path):
 
 
 def test_a_wait_for_devices_is_said_apart_from_the_scenarios_time():
-    from harness.report.progress import duration_text
+    from harness.run.report.progress import duration_text
 
     waited = Verdict("s/tp2", "pass", "ok", duration_s=122.4, timings={"wait_s": 110.2})
     assert duration_text(waited) == "122.4s, 110s of it waiting for devices"

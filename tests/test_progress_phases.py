@@ -13,7 +13,7 @@ import pytest
 from harness.contract.phases import DOING, announce, announced, read_doing
 from harness.contract.settings.env import RANK_OUTPUT_DIR
 from harness.engines.vllm import startup
-from harness.report.progress import doing_in
+from harness.run.report.progress import doing_in
 
 
 def mark(outputs, *marks) -> None:

@@ -155,7 +155,7 @@ def test_harness_golden_makes_the_projects_own_goldens_only(tmp_path, monkeypatc
         made.append(scenario.golden_key)
         return tmp_path
 
-    monkeypatch.setattr("harness.runner.make_golden", make_golden)
+    monkeypatch.setattr("harness.run.runner.make_golden", make_golden)
     assert main(["golden"]) == 0
     assert made == ["mine"]
     assert not roots.shipped_only(tmp_path / "scenarios" / "mine.yaml")
@@ -194,18 +194,18 @@ def test_harness_golden_says_what_it_does_while_it_runs(tmp_path, monkeypatch, c
     from harness.cli import main
     from harness.contract.phases import PhaseMarks
     from harness.contract.rundir import OUTPUTS
-    from harness.runner import golden_work_dir
+    from harness.run.runner import golden_work_dir
 
     monkeypatch.chdir(tmp_path)
     init_project(tmp_path, "tiny-llama", suite="mine")
-    monkeypatch.setattr("harness.report.progress.BEAT_S", 0.05)
+    monkeypatch.setattr("harness.run.report.progress.BEAT_S", 0.05)
 
     def slow_golden(scenario, work_dir, opts):
         PhaseMarks(golden_work_dir(work_dir, scenario.golden_key) / OUTPUTS, rank=0).mark("load")
         time.sleep(0.5)
         return tmp_path / "golden" / "mine"
 
-    monkeypatch.setattr("harness.runner.make_golden", slow_golden)
+    monkeypatch.setattr("harness.run.runner.make_golden", slow_golden)
     assert main(["golden"]) == 0
     said = capsys.readouterr().out.splitlines()
     assert said[0] == "[1/1] golden mine: running reference at its golden setting (tp=1 pp=1 sp=false compile=false)", said

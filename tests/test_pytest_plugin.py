@@ -43,12 +43,12 @@ def plugin_imports_loaded(tmp_path_factory):
     extension imported during one (torch by the runner, pyarrow by the history store,
     matplotlib by the HTML report) crashes the interpreter when the next session imports
     it again. Everything the plugin imports lazily is loaded here first, for good."""
-    import harness.plan.devices
-    import harness.plan.nodes
-    import harness.plan.schedule
-    import harness.runner  # noqa: F401
-    from harness.report import write_report
-    from harness.report.history import history_dir
+    import harness.run.plan.devices
+    import harness.run.plan.nodes
+    import harness.run.plan.schedule
+    import harness.run.runner  # noqa: F401
+    from harness.run.report import write_report
+    from harness.run.report.history import history_dir
 
     base = tmp_path_factory.mktemp("report-libraries")
     write_report(make_run(base, "warm-up", [passing("s/tp1-pp1"), failing("s/tp2-pp1")]), history_dir=history_dir(base))
@@ -88,7 +88,7 @@ class StandIn:
 @pytest.fixture
 def runner(monkeypatch) -> StandIn:
     stand_in = StandIn()
-    monkeypatch.setattr("harness.runner.run_scenario", stand_in.run_scenario)
+    monkeypatch.setattr("harness.run.runner.run_scenario", stand_in.run_scenario)
     return stand_in
 
 

@@ -1,4 +1,4 @@
-"""`harness run --cluster`: scenarios as Ray work (harness/raycluster).
+"""`harness run --cluster`: scenarios as Ray work (harness/run/raycluster).
 
 The unit tests read specs, placement and the file transfer without Ray running. The
 end-to-end test starts ONE `ray.cluster_utils.Cluster` on this machine: a head that
@@ -23,9 +23,9 @@ from pathlib import Path
 import pytest
 
 from harness.contract.verdict import Verdict
-from harness.raycluster.connect import ClusterError, cluster_option, parse_cluster
-from harness.raycluster.placement import Capacity, bundles, strategy
-from harness.raycluster.transfer import pack, unpack_scenario
+from harness.run.raycluster.connect import ClusterError, cluster_option, parse_cluster
+from harness.run.raycluster.placement import Capacity, bundles, strategy
+from harness.run.raycluster.transfer import pack, unpack_scenario
 from tests.kit import communicate, harness_cli, pytest_cli, start_harness, verdicts, wait_process, wait_until
 from tests.kit.present import present
 
@@ -53,7 +53,7 @@ def test_without_ray_the_option_says_how_to_get_it(monkeypatch):
 
 
 def test_the_drivers_settings_of_a_run_go_to_the_node(monkeypatch):
-    from harness.raycluster.connect import driver_env
+    from harness.run.raycluster.connect import driver_env
 
     monkeypatch.setenv("HARNESS_STALL_WINDOW_S", "0")
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
@@ -88,7 +88,7 @@ def test_files_come_back_with_local_paths_and_a_valid_digest(tmp_path):
 
 @pytest.mark.e2e  # starts a process (a shell), no Ray
 def test_a_rank_host_without_a_shared_filesystem_sends_files_both_ways(tmp_path):
-    from harness.raycluster.rankhost import RankHost
+    from harness.run.raycluster.rankhost import RankHost
 
     mirror = tmp_path / "scenario"  # bundle 0's directory, as the remote node would not have it
     spec = mirror / "spec.json"

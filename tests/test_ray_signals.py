@@ -60,7 +60,7 @@ def test_an_unreachable_cluster_is_refused_at_once_naming_its_address(tmp_path):
 def test_a_head_that_does_not_answer_is_given_up_after_the_set_time(monkeypatch):
     """The bound itself (a host that drops the connection attempt): the connect waits
     $HARNESS_RAY_CONNECT_S, not Ray's minutes."""
-    from harness.raycluster import connect
+    from harness.run.raycluster import connect
 
     asked = []
 

@@ -4,7 +4,7 @@ import json
 import xml.etree.ElementTree as ET
 
 from harness.contract.verdict import Verdict
-from harness.report import write_report
+from harness.run.report import write_report
 from tests.kit.present import present
 
 
@@ -49,8 +49,8 @@ def test_all_passing_run_is_ok(tmp_path):
 # --- the PR comment and the HTML page ------------------------------------------------
 
 from harness.contract.rundir import verdict_path  # noqa: E402
-from harness.report.html import report_html, scenario_section  # noqa: E402
-from harness.report.run import build_report  # noqa: E402
+from harness.run.report.html import report_html, scenario_section  # noqa: E402
+from harness.run.report.run import build_report  # noqa: E402
 from tests.kit.handmade import crashed, failing, make_run, passing  # noqa: E402
 
 
@@ -136,7 +136,7 @@ def test_report_shows_what_was_expected_beside_what_happened(tmp_path):
 def test_plots_drawn_ahead_are_not_drawn_again(tmp_path, monkeypatch):
     """A finished scenario's divergence plot is drawn in the background while the next
     one runs (the progress display calls draw_ahead); writing the report reuses it."""
-    from harness.report import html, plots
+    from harness.run.report import html, plots
 
     drawn = []
     real = plots.divergence_plot
@@ -169,7 +169,7 @@ def _png_size(uri: str) -> tuple[int, int]:
 
 
 def test_a_heat_map_is_drawn_to_its_cells_not_to_a_fixed_size():
-    from harness.report.plots import CELL_H, CELL_W, heatmap
+    from harness.run.report.plots import CELL_H, CELL_W, heatmap
 
     def size(tps, pps):
         return _png_size(present(heatmap([passing(f"s/tp{t}-pp{p}") for t in tps for p in pps], set())))
@@ -181,7 +181,7 @@ def test_a_heat_map_is_drawn_to_its_cells_not_to_a_fixed_size():
 
 
 def test_a_pr_gate_heat_map_leaves_out_the_rows_and_columns_in_which_nothing_ran():
-    from harness.report.plots import heat_panels
+    from harness.run.report.plots import heat_panels
 
     gate = ["tp1-pp1", "tp2-pp1", "tp1-pp2", "tp2-pp2", "tp2-pp1-sp", "tp2-pp2-sp", "tp4-pp1-sp"]
     rows, cols, panels = heat_panels([passing(f"s/{axes}") for axes in gate])
@@ -192,7 +192,7 @@ def test_a_pr_gate_heat_map_leaves_out_the_rows_and_columns_in_which_nothing_ran
 
 
 def test_the_heat_map_says_what_its_cell_numbers_are(tmp_path, monkeypatch):
-    from harness.report import plots
+    from harness.run.report import plots
 
     figures = []
 

@@ -88,7 +88,7 @@ def test_two_real_shards_merge_into_the_report_of_the_unsharded_run(runs):
     merged_meta, clean_meta = run_meta(out), run_meta(reports / "clean")
     assert merged_meta["counts"] == clean_meta["counts"] == {"pass": 2}
     # the same scenarios; a gate run lists them in its launch order (what failed before first,
-    # harness/plan/priority.py), which shards merged from two machines cannot have
+    # harness/run/plan/priority.py), which shards merged from two machines cannot have
     assert sorted(merged_meta["scenarios"]) == sorted(clean_meta["scenarios"])
     assert merged_meta["merged_from"] == ["shard0", "shard1"]
 
@@ -157,7 +157,7 @@ def _not_run_pixels(dom: str) -> dict[str, int]:
     import numpy as np
     from matplotlib.image import imread
 
-    from harness.report.plots import COLORS
+    from harness.run.report.plots import COLORS
 
     not_run = np.array([int(COLORS["not run"][i:i + 2], 16) for i in (1, 3, 5)]) / 255
     found = {}
@@ -201,7 +201,7 @@ def _pr_gate_of_three_suites(base: Path) -> Path:
     """A PR gate's few scenarios of a tp x pp x sp matrix (one failing, with a check of many
     metrics), a one-scenario suite, and a suite the engine could not run at all."""
     from harness.contract.verdict import Verdict
-    from harness.report import write_report
+    from harness.run.report import write_report
     from tests.kit.handmade import failing, make_run, passing
 
     wide = failing("tiny/tp2-pp2")

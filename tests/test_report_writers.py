@@ -1,4 +1,4 @@
-"""Report outputs of other packages (harness/report/writers.py): a writer registered under the
+"""Report outputs of other packages (harness/run/report/writers.py): a writer registered under the
 `harness.reports` entry-point group writes its file beside the built-in ones; one that fails
 or claims a built-in name costs only its own file and is named in run.json. The example
 writer (examples/report-csv) is found as an installed package would be: a dist-info with its
@@ -15,7 +15,7 @@ import pytest
 from harness.contract import plugins
 from harness.contract.rundir import verdict_path
 from harness.contract.verdict import Verdict
-from harness.report import write_report
+from harness.run.report import write_report
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "report-csv"
 

@@ -1,4 +1,4 @@
-"""`harness repro ID` without a real engine (harness/repro.py, engines/vllm/repro*.py):
+"""`harness repro ID` without a real engine (harness/run/repro.py, engines/vllm/repro*.py):
 the written script imports nothing of the harness and carries the scenario's prompts,
 engine arguments and tolerance; BUG.md says the versions, settings and symptom; the
 script's comparison is the harness's; unknown ids, engines without the hook and missing
@@ -20,14 +20,14 @@ import pytest
 import torch
 
 from harness.cli import main as cli_main
-from harness.compare.numeric import Tolerance, compare_greedy, compare_logprobs, tolerance_for
 from harness.contract.verdict import Verdict
 from harness.engines.vllm import repro_script
 from harness.inputs import models
 from harness.inputs import workloads as wl
 from harness.inputs.scenarios.loading import load_scenarios
 from harness.inputs.zoo import load_tokenizer
-from harness.repro import ReproError, write_repro
+from harness.run.compare.numeric import Tolerance, compare_greedy, compare_logprobs, tolerance_for
+from harness.run.repro import ReproError, write_repro
 from tests.kit import ROOT
 from tests.kit.handmade import make_run
 from tests.kit.logprobs import decisive_flips

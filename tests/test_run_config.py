@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from harness import api, pytest_plugin
-from harness.bisect import StepOrder, step_command
 from harness.cli import build_parser
 from harness.inputs.scenarios.request import RunConfig, option_of
+from harness.run.bisect import StepOrder, step_command
 
 FIELDS = {f.name: f for f in dataclasses.fields(RunConfig)}
 

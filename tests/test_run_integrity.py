@@ -23,8 +23,8 @@ from harness.cli import main
 from harness.cli.run import harness_versions
 from harness.contract import exit_codes, rundir
 from harness.contract.rundir import verdict_files
-from harness.plan.devices import DevicePool, default_lock_dir
-from harness.report.history import load_history
+from harness.run.plan.devices import DevicePool, default_lock_dir
+from harness.run.report.history import load_history
 from tests.kit import ROOT, communicate, harness_cli, scaled, start_harness, summary, timeout_message, wait_until
 from tests.kit.handmade import failing, make_run, passing
 
@@ -351,7 +351,7 @@ WRITERS = {
     "verdict": ("from harness.contract.verdict import Verdict; "
                 "Verdict('s/tp1-pp1', 'pass', 'x' * {big}).save(run_dir / 'scenarios' / 's__tp1-pp1' / 'verdict.json')"),
     # the report at the start and the end of every run (and every `harness report`)
-    "run.json": "from harness.report import write_report; write_report(run_dir, {{'pad': 'x' * {big}}})",
+    "run.json": "from harness.run.report import write_report; write_report(run_dir, {{'pad': 'x' * {big}}})",
 }
 
 

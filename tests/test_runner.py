@@ -4,7 +4,7 @@ run are `unsupported` with the engine's reason, never silently skipped."""
 
 from harness.contract.rundir import logs_dir, verdict_path
 from harness.inputs.scenarios.loading import load_scenarios
-from harness.runner import run_scenario
+from harness.run.runner import run_scenario
 
 SUITE = """
 suite: demo

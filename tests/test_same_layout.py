@@ -1,4 +1,4 @@
-"""The same-layout check (harness/stages/same_layout.py, compare/outputs.py same_layout_checks):
+"""The same-layout check (harness/run/stages/same_layout.py, run/compare/outputs.py same_layout_checks):
 which scenarios get one and what it is held to, on synthetic outputs and the shipped suites.
 The real runs (shared layout run, a fault caught by it) are in tests/test_bug_classes.py."""
 
@@ -7,12 +7,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from harness.compare.numeric import tolerance_for
-from harness.compare.outputs import SAME_LAYOUT, same_layout_checks, verdict_of_checks
 from harness.contract.outputs import EngineOutputs
 from harness.contract.verdict import Verdict
 from harness.inputs.scenarios.loading import load_scenarios
 from harness.inputs.scenarios.schema import ScenarioError
+from harness.run.compare.numeric import tolerance_for
+from harness.run.compare.outputs import SAME_LAYOUT, same_layout_checks, verdict_of_checks
 from tests.kit.handmade import suite_scenarios
 
 TOL = tolerance_for("float32")
@@ -125,7 +125,7 @@ def test_the_layout_run_is_made_once_a_run_and_shared(shipped, tmp_path, monkeyp
     from types import SimpleNamespace
 
     from harness.engines.launch import LaunchOutcome
-    from harness.stages import same_layout
+    from harness.run.stages import same_layout
 
     launched = []
 
@@ -159,7 +159,7 @@ def test_a_layout_run_that_crashes_is_the_scenarios_crash_says_whose_and_is_not_
 
     from harness.engines.launch import LaunchOutcome
     from harness.engines.launch.outcome import RankFailure
-    from harness.stages import same_layout
+    from harness.run.stages import same_layout
 
     monkeypatch.setattr(same_layout, "admit", lambda *a, **k: SimpleNamespace(prepared=SimpleNamespace(engine=FakeEngine())))
     died = RankFailure(1, None, "SIGSEGV", None, "Segmentation fault", "")
@@ -188,7 +188,7 @@ def test_under_a_batch_invariant_mode_the_layout_must_agree_to_the_bit(shipped, 
     from types import SimpleNamespace
 
     from harness.engines.launch import LaunchOutcome
-    from harness.stages import same_layout
+    from harness.run.stages import same_layout
 
     def execute(admitted, directory, scenario, opts, lease=None):
         outputs().save(directory / "outputs")

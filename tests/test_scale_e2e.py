@@ -12,7 +12,7 @@ import signal
 import pytest
 
 from harness.contract.rundir import logs_dir
-from harness.plan.devices import overlapping_leases, read_lease_log
+from harness.run.plan.devices import overlapping_leases, read_lease_log
 from tests.kit import (
     ROOT,
     communicate,

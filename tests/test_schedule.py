@@ -14,9 +14,9 @@ import pytest
 from harness.contract.rundir import VERDICT, scenarios_root, verdict_path
 from harness.contract.verdict import Verdict
 from harness.inputs.scenarios.schema import ScenarioError
-from harness.plan.changes import select_for_changes
-from harness.plan.devices import DevicePool, overlapping_leases, read_lease_log
-from harness.plan.schedule import (
+from harness.run.plan.changes import select_for_changes
+from harness.run.plan.devices import DevicePool, overlapping_leases, read_lease_log
+from harness.run.plan.schedule import (
     FALLBACK_S,
     costs,
     largest_first,
@@ -26,8 +26,8 @@ from harness.plan.schedule import (
     recorded_durations,
     split_shards,
 )
-from harness.runner import RunContext
-from harness.session import Progress, _run_packed
+from harness.run.runner import RunContext
+from harness.run.session import Progress, _run_packed
 from tests.kit.handmade import BIG_SUITE, suite_scenarios
 from tests.kit.present import present
 

@@ -1,4 +1,4 @@
-"""The admit stage (harness/stages/admit.py): every refusal of a run happens there, in
+"""The admit stage (harness/run/stages/admit.py): every refusal of a run happens there, in
 one order, before a rank starts, and what it admits carries what the later stages need
 (the devices asked once of the configured engine, the golden as a typed Reference).
 No rank is started here: these are the refusals and the hand-over."""
@@ -11,13 +11,13 @@ from pathlib import Path
 
 from harness.contract.outputs import EngineOutputs
 from harness.contract.verdict import Verdict
-from harness.golden import Reference
 from harness.inputs.scenarios.loading import load_scenarios
 from harness.inputs.scenarios.request import RunConfig
 from harness.inputs.scenarios.scenario import select
-from harness.plan.devices import DevicePool
-from harness.stages.admit import Admitted, admit
-from harness.stages.context import RunContext
+from harness.run.golden import Reference
+from harness.run.plan.devices import DevicePool
+from harness.run.stages.admit import Admitted, admit
+from harness.run.stages.context import RunContext
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -8,8 +8,8 @@ import re
 import numpy as np
 import pytest
 
-from harness.evals.synth import arith, geo3k
 from harness.inputs.zoo import DATA_DIR
+from harness.run.evals.synth import arith, geo3k
 from tests.kit.present import present
 
 
@@ -102,7 +102,7 @@ def test_shipped_geo_parquet_decodes_and_is_disjoint_from_training():
 
 
 def test_cli_writes_sets(tmp_path):
-    from harness.evals.synth.__main__ import main
+    from harness.run.evals.synth.__main__ import main
 
     main(["arith", "--out", str(tmp_path / "a"), "--n", "20", "--n-train", "10"])
     assert len(arith.read_jsonl(tmp_path / "a" / "test.jsonl")) == 20

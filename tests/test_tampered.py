@@ -11,7 +11,7 @@ import pytest
 from harness.cli import main
 from harness.contract.rundir import verdict_path
 from harness.contract.verdict import Verdict
-from harness.report.history import load_history
+from harness.run.report.history import load_history
 from tests.kit.handmade import crashed, failing, make_run, passing
 
 

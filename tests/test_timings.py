@@ -6,11 +6,11 @@ import time
 
 import pytest
 
-from harness import timings
 from harness.contract.phases import PhaseMarks, rank_breakdown, read_marks
 from harness.contract.rundir import outputs_dir, verdict_path
 from harness.contract.verdict import Verdict
-from harness.report import write_report
+from harness.run import timings
+from harness.run.report import write_report
 from tests.kit.handmade import make_run, passing
 
 
@@ -98,7 +98,7 @@ def test_report_shows_the_breakdown_and_the_harness_share(tmp_path):
 def test_a_real_scenario_records_every_phase_in_its_verdict(tmp_path):
     from harness.inputs.scenarios.loading import load_scenarios
     from harness.inputs.scenarios.scenario import select
-    from harness.runner import run_scenario
+    from harness.run.runner import run_scenario
 
     scenario = select(load_scenarios(), ["llama-tiny/tp2-pp1"])[0]
     before = time.time()

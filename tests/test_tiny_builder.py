@@ -11,13 +11,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from harness import golden as goldens
 from harness.contract.outputs import EngineOutputs
 from harness.inputs import models
 from harness.inputs.envs import EngineEnv, versioned
 from harness.inputs.scenarios.loading import load_scenarios
 from harness.inputs.scenarios.scenario import select
-from harness.stages import admit
+from harness.run import golden as goldens
+from harness.run.stages import admit
 from tests.kit import ROOT
 
 GOLDEN_BUILDER = "torch==2.13.0+cpu transformers==5.19.0 tokenizers==0.23.3"

@@ -69,7 +69,7 @@ def test_a_workers_death_by_signal_is_kept_in_the_crash(tmp_path):
     (the driver's): the signal is the first thing an engine developer looks for."""
     from harness.engines.launch import LaunchOutcome
     from harness.engines.vllm.crash import root_cause as vllm_root_cause
-    from harness.stages.ended import launch_verdict
+    from harness.run.stages.ended import launch_verdict
 
     cause = present(vllm_root_cause(SEGFAULT))
     assert (cause.process, cause.exitcode, cause.signal) == ("VllmWorker-1", None, "SIGSEGV")
@@ -116,7 +116,7 @@ def test_engine_core_traceback_when_no_worker_failed():
 
 def test_root_cause_names_the_worker_and_the_crash_keeps_the_drivers_view_as_context(tmp_path):
     from harness.engines.launch import LaunchOutcome
-    from harness.stages.ended import launch_verdict
+    from harness.run.stages.ended import launch_verdict
 
     engine = get_engine("vllm")
     cause = engine.root_cause(LOG)
@@ -138,7 +138,7 @@ def test_a_hang_after_a_worker_raised_is_that_workers_crash(tmp_path):
     """vLLM on CPU: a non-last PP stage raises, logs its traceback and stays up; its peer
     waits for the stage's tensors forever. The verdict names the exception, not a hang."""
     from harness.engines.launch import LaunchOutcome
-    from harness.stages.ended import launch_verdict
+    from harness.run.stages.ended import launch_verdict
 
     engine = get_engine("vllm")
     worker_log = tmp_path / "rank0.log"
@@ -197,9 +197,9 @@ def test_png_is_deterministic_and_valid(tmp_path, monkeypatch):
 
 @pytest.mark.slow  # builds tiny-qwen25vl twice, in fresh caches
 def test_image_workload_puts_the_placeholder_and_checksums_content(tmp_path, monkeypatch):
-    from harness import golden as goldens
     from harness.inputs import workloads as wl
     from harness.inputs.scenarios.schema import WorkloadDef
+    from harness.run import golden as goldens
 
     monkeypatch.setenv("HARNESS_CACHE", str(tmp_path / "a"))
     model = zoo.model_dir("tiny-qwen25vl")
@@ -264,7 +264,7 @@ def test_hf_built_models_match_their_recorded_checksum(name, tmp_path, zoo_build
 def test_scenario_without_vllm_installed_is_an_error_verdict(monkeypatch, tmp_path):
     from harness.inputs.scenarios.loading import load_scenarios
     from harness.inputs.scenarios.scenario import select
-    from harness.runner import run_scenario
+    from harness.run.runner import run_scenario
 
     monkeypatch.setenv("HARNESS_VLLM_PYTHON", str(tmp_path / "no-python"))
     (scenario,) = select(load_scenarios([ROOT / "scenarios" / "vllm-llama.yaml"]), ["vllm-llama/tp1-pp1"])

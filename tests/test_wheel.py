@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.plan.devices import LOCK_DIR_ENV
+from harness.run.plan.devices import LOCK_DIR_ENV
 from tests.kit import ROOT, run_process
 
 pytestmark = pytest.mark.e2e

@@ -4,7 +4,7 @@
 
 Random-weight tiny models score zero on any task, so an accuracy comparison against
 the golden would pass vacuously; this model scores well above chance on the harness's
-generated sets (harness/evals/synth), in exactly the prompt formats lm-eval builds:
+generated sets (harness/run/evals/synth), in exactly the prompt formats lm-eval builds:
 
   arithmetic (GSM8K format, 5-shot from harness/inputs/data/arith/train.jsonl):
       "Question: q1\\nAnswer: a1\\n\\n ... Question: q\\nAnswer:"  ->  " 7 + 5 = 12\\n#### 12"
@@ -47,8 +47,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from harness.contract.roots import DATA_DIR
-from harness.evals.synth import arith, geo3k
 from harness.inputs.zoo.trained import WEIGHTS, geo_config
+from harness.run.evals.synth import arith, geo3k
 
 THREADS = 1
 SEED = 0

@@ -4,7 +4,7 @@
 
 A tiny checkpoint of a real vLLM architecture (Qwen3VLForConditionalGeneration, with
 deepstack) that scores well above chance on the Geo3K-format diagram task
-(harness/evals/synth/geo3k.py), so that image accuracy can be compared on real vLLM
+(harness/run/evals/synth/geo3k.py), so that image accuracy can be compared on real vLLM
 (scenarios/vllm-mm-evals.yaml). The answer is a label drawn in the image: a model that
 does not see the image scores near zero.
 
@@ -44,8 +44,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from harness.evals.synth import geo3k
 from harness.inputs.workloads import encode_text
+from harness.run.evals.synth import geo3k
 
 ARCH = "Qwen3VLForConditionalGeneration"
 OVERRIDES = {"text_config": {"num_hidden_layers": 4}}

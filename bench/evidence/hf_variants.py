@@ -35,8 +35,6 @@ import tempfile
 
 import torch
 
-from harness import golden as goldens
-from harness.compare.numeric import compare_logprobs, tolerance_for
 from harness.contract.outputs import EngineOutputs
 from harness.contract.roots import builtin_scenarios
 from harness.contract.runspec import RunSpec
@@ -45,6 +43,8 @@ from harness.inputs import models
 from harness.inputs import workloads as wl
 from harness.inputs.scenarios.loading import load_suite
 from harness.inputs.zoo import load_tokenizer
+from harness.run import golden as goldens
+from harness.run.compare.numeric import compare_logprobs, tolerance_for
 
 
 def typed(value: int):

@@ -20,8 +20,8 @@ from harness.contract.settings.env import EnvValueError, check_values
 from harness.contract.settings.project import ProjectConfigError
 from harness.engines.launch import SigtermAsInterrupt
 from harness.inputs.scenarios.schema import ScenarioError
-from harness.plan.devices import DeviceError
-from harness.plan.nodes import NodesError
+from harness.run.plan.devices import DeviceError
+from harness.run.plan.nodes import NodesError
 
 # name -> the subcommand's module, in the order `harness --help` lists them
 COMMANDS = {"init": init, "install": install, "list": listing, "run": run, "golden": golden, "report": report,
@@ -36,7 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True, metavar="{" + ",".join(COMMANDS) + "}")
     for name, command in COMMANDS.items():
         command.add_arguments(sub.add_parser(name, help=command.HELP, description=command.HELP))
-    bisect.add_step_arguments(sub.add_parser("bisect-step"))  # no help=: no line in --help; harness/bisect.py run_step
+    bisect.add_step_arguments(sub.add_parser("bisect-step"))  # no help=: no line in --help; harness/run/bisect.py run_step
     return p
 
 

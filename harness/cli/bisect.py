@@ -39,15 +39,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def add_step_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("order", help="the step, whole, as JSON (harness/bisect.py StepOrder)")
+    p.add_argument("order", help="the step, whole, as JSON (harness/run/bisect.py StepOrder)")
 
 
 def run(args) -> int:
     """`harness bisect SCENARIO --good V1 --bad V2` over releases, or `--git DIR` over commits."""
-    from harness.bisect import BisectError, bisect_git, bisect_releases, default_work_dir, repro_hook, scenario_args_of
     from harness.inputs.scenarios.request import RunConfig
     from harness.inputs.scenarios.schema import ScenarioError
-    from harness.runner import RunContext
+    from harness.run.bisect import BisectError, bisect_git, bisect_releases, default_work_dir, repro_hook, scenario_args_of
+    from harness.run.runner import RunContext
 
     if args.install and not args.git:
         print("harness bisect: --install goes with --git DIR", file=sys.stderr)
@@ -82,9 +82,9 @@ def run(args) -> int:
 
 
 def run_step(args) -> int:
-    """One step of `git bisect run` (harness/bisect.py run_step): exit 0 good, 1 bad,
+    """One step of `git bisect run` (harness/run/bisect.py run_step): exit 0 good, 1 bad,
     125 skip, 128 the step could not run (git bisect stops)."""
-    from harness.bisect import ABORT, StepOrder, run_step
+    from harness.run.bisect import ABORT, StepOrder, run_step
 
     try:
         order = StepOrder.from_json(args.order)

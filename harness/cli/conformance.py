@@ -1,4 +1,4 @@
-"""`harness conformance ENGINE`: the engine contract's kit (harness/conformance.py) run on a plugin."""
+"""`harness conformance ENGINE`: the engine contract's kit (harness/run/conformance.py) run on a plugin."""
 
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args) -> int:
     """Print each check's line; exit 0 when none failed."""
-    from harness.conformance import CHECKS, KitOptions, parse_settings, passed, run_kit, summary, work_dir_name
+    from harness.run.conformance import CHECKS, KitOptions, parse_settings, passed, run_kit, summary, work_dir_name
 
     unknown = [c for c in args.check or [] if c not in CHECKS]
     if unknown:

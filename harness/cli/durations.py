@@ -18,7 +18,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args) -> int:
-    from harness.plan.schedule import recorded_durations, write_durations
+    from harness.run.plan.schedule import recorded_durations, write_durations
 
     if not args.report_dir.is_dir():  # nothing to read is not "0 durations": a typo would write {} silently
         what = "does not exist" if not args.report_dir.exists() else "is not a directory"

@@ -28,8 +28,8 @@ def run(args) -> int:
     from harness.inputs.models import ModelError
     from harness.inputs.scenarios.request import RunConfig
     from harness.inputs.workloads import WorkloadError
-    from harness.report.progress import still_running
-    from harness.runner import GoldenUnsupported, RunContext, golden_work_dir, make_golden
+    from harness.run.report.progress import still_running
+    from harness.run.runner import GoldenUnsupported, RunContext, golden_work_dir, make_golden
 
     catalog = suites.load(args)
     scenarios = catalog.scenarios

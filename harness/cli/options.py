@@ -64,7 +64,7 @@ def positive_int(text: str) -> int:
 
 def shard_spec(text: str) -> str:
     """I/N, checked here so a bad shard is a usage error; planning parses it again."""
-    from harness.plan.schedule import parse_shard
+    from harness.run.plan.schedule import parse_shard
 
     try:
         parse_shard(text)

@@ -23,9 +23,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args) -> int:
     """Exits as `harness run` would have (harness/contract/exit_codes.py; diff: 1 on new regressions)."""
-    from harness.report import write_report
-    from harness.report.history import history_dir
-    from harness.report.merge import ReportError, diff_runs, merge_runs, read_run
+    from harness.run.report import write_report
+    from harness.run.report.history import history_dir
+    from harness.run.report.merge import ReportError, diff_runs, merge_runs, read_run
 
     modes = sum(x is not None for x in (args.run_dir, args.merge, args.diff))
     if modes != 1:

@@ -1,4 +1,4 @@
-"""`harness repro ID`: repro.py, BUG.md and the checkpoint in one directory (harness/repro.py)."""
+"""`harness repro ID`: repro.py, BUG.md and the checkpoint in one directory (harness/run/repro.py)."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args) -> int:
     from harness.inputs import envs
-    from harness.repro import ReproError, write_repro
+    from harness.run.repro import ReproError, write_repro
 
     try:
         scenario = envs.in_environment(suites.find_one_in(suites.load(args, "harness repro"), args.id), args.id, args.engine_env)

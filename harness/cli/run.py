@@ -42,11 +42,11 @@ def run(args) -> int:
     print(f"harness: project config {used['config'] or '(none)'}; scenario files from {', '.join(used['scenarios'])}",
           flush=True)
     selected, broken = catalog.pick(list(config.ids), config.gate)  # a typo ends here, with its hint: before torch and pandas load
-    from harness.plan.planning import default_jobs, plan_run
-    from harness.raycluster.connect import cluster_option
-    from harness.report.history import history_dir
-    from harness.report.regressions import gate_suspects
-    from harness.runner import RunContext
+    from harness.run.plan.planning import default_jobs, plan_run
+    from harness.run.raycluster.connect import cluster_option
+    from harness.run.report.history import history_dir
+    from harness.run.report.regressions import gate_suspects
+    from harness.run.runner import RunContext
 
     if config.engine_envs:
         from harness.inputs import envs
@@ -61,7 +61,7 @@ def run(args) -> int:
             return exit_codes.USAGE
     config = replace(config, jobs=config.jobs or default_jobs())
     report_dir = config.report_dir or reports_dir()
-    # the gate starts with what failed or drifted in its history (harness/plan/priority.py)
+    # the gate starts with what failed or drifted in its history (harness/run/plan/priority.py)
     suspects = gate_suspects(history_dir(report_dir, config.history), config.gate)
     plan = plan_run(config, catalog.scenarios, selected, project().root, suspects)
     chosen = plan.scenarios
@@ -133,9 +133,9 @@ def unknown_faults(faults: list[str], chosen) -> str | None:
 
 def _run_and_report(chosen, run_dir: Path, meta: dict, history: Path, ctx, cost: dict) -> int:
     from harness.cli.report import say_what_was_not_recorded
-    from harness.report.markdown import counts_text
-    from harness.report.progress import choose_progress
-    from harness.session import run_session
+    from harness.run.report.markdown import counts_text
+    from harness.run.report.progress import choose_progress
+    from harness.run.session import run_session
 
     interrupted = False
     stopped: dict = {}
@@ -153,7 +153,7 @@ def _run_and_report(chosen, run_dir: Path, meta: dict, history: Path, ctx, cost:
             meta = _write_report(run_dir, {"interrupted": interrupted, "finished": time.time(), **stopped}, history)
     except KeyboardInterrupt:
         interrupted = True  # stopped while reporting: the report is whole, the exit code says it was stopped
-    from harness.report.versions import versions_text
+    from harness.run.report.versions import versions_text
 
     table = versions_text(_collect_for_table(run_dir))
     if table:
@@ -184,7 +184,7 @@ def _stopped_after(verdicts) -> dict:
 
 
 def _collect_for_table(run_dir: Path) -> list:
-    from harness.report import collect_verdicts
+    from harness.run.report import collect_verdicts
 
     try:
         return collect_verdicts(run_dir)
@@ -193,7 +193,7 @@ def _collect_for_table(run_dir: Path) -> list:
 
 
 def _write_report(run_dir: Path, meta: dict, history: Path) -> dict:
-    from harness.report import write_report
+    from harness.run.report import write_report
 
     try:
         return write_report(run_dir, meta, history)

@@ -1,5 +1,5 @@
 """What a rank reports as applied (EngineOutputs meta `applied`, judged by
-harness/compare/applied.py): the pieces every engine's evidence shares. Stdlib only."""
+harness/run/compare/applied.py): the pieces every engine's evidence shares. Stdlib only."""
 
 from __future__ import annotations
 

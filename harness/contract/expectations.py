@@ -217,7 +217,7 @@ def _record(x: Any, status: str, why: str | None, v: Verdict) -> dict:
 def _declared_unsupported(v: Verdict, applicable: list) -> None:
     """An `unsupported` that an expectation for this engine version declares (`verdict:
     unsupported`, its `message` matching the engine's reason) is recorded as matched: the
-    setting is known not to apply there, so it is no lost coverage (report/regressions.py)."""
+    setting is known not to apply there, so it is no lost coverage (run/report/regressions.py)."""
     declared = [x for x in applicable if x.verdict == "unsupported"]
     for x in declared:
         why = mismatch(x, v)

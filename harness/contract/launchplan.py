@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 from harness.contract.settings.env import DEVICE_SLOTS
 
-#: what a rank is told of its run's device lease: its slots, "0,3" (harness/plan/devices.py)
+#: what a rank is told of its run's device lease: its slots, "0,3" (harness/run/plan/devices.py)
 DEVICE_SLOTS_ENV = DEVICE_SLOTS.name
 
 

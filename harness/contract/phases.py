@@ -15,7 +15,7 @@ Rank phases, in order (an engine marks the ones it has):
   workloads   every workload
   write       writing outputs
 The harness adds `exit` (last mark to the launcher seeing every rank gone) and its
-own phases (harness/runner.py).
+own phases (harness/run/runner.py).
 
 A rank's marks say what it finished. Where a rank sits in one long call of its engine
 (vLLM's `LLM(...)`: its workers' rendezvous, model load, compile and warm-up, minutes on a

@@ -16,7 +16,7 @@ A workload is a plain dict so engines can pass through fields they do not know:
         the top-k logprobs of every generated step (used by the near-tie rule).
     {"name": "eval_gsm8k", "kind": "generate", "prompts": [[...], ...],
      "max_new_tokens": 256, "stop": [[13, 13], ...], "eos_token_id": 1}
-        what a task eval asks (harness/evals): greedy (argmax) generation, batched
+        what a task eval asks (harness/run/evals): greedy (argmax) generation, batched
         however the engine likes. A sequence stops after it emits eos_token_id (kept;
         null: no EOS stop), after its generated tokens END with one of the `stop` id
         sequences (kept; only generated tokens count, never the prompt's; empty

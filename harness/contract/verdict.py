@@ -27,8 +27,8 @@ VERDICTS = ("pass", "fail", "crash", "hang", "unsupported", "expected-failure", 
 FAILED = ("fail", "crash", "hang")
 
 
-# How a failure's narrowing (harness/stages/interaction.py) ends its reason; one-line lists
-# cut a reason before it, never inside it (harness/report/markdown.py brief)
+# How a failure's narrowing (harness/run/stages/interaction.py) ends its reason; one-line lists
+# cut a reason before it, never inside it (harness/run/report/markdown.py brief)
 INTERACTION_SEP = "; interaction: "
 
 
@@ -58,12 +58,12 @@ class Verdict:
     versions: dict = field(default_factory=dict)
     # fail: the first diverging layer / pp stage / SP tp rank, where the engine captured them
     localization: dict | None = None
-    # Where the time went: the runner's and the ranks' phases (harness/timings.py)
+    # Where the time went: the runner's and the ranks' phases (harness/run/timings.py)
     timings: dict = field(default_factory=dict)
-    # Each tested axis: did the engine really apply it, and its evidence (harness/compare/applied.py)
+    # Each tested axis: did the engine really apply it, and its evidence (harness/run/compare/applied.py)
     applied: dict = field(default_factory=dict)
     # A failure of several changed axis values: the smallest combination of them it needs,
-    # and the trial runs that showed it (harness/stages/interaction.py)
+    # and the trial runs that showed it (harness/run/stages/interaction.py)
     interaction: dict | None = None
 
     def __post_init__(self) -> None:

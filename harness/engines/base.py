@@ -177,7 +177,7 @@ class Engine(ABC):
 
     def repro_script(self, case: dict) -> str | None:
         """The text of a standalone script that reproduces one scenario on the engine's own
-        public API (`harness repro ID`, harness/repro.py, docs/REPRO.md): it must import
+        public API (`harness repro ID`, harness/run/repro.py, docs/REPRO.md): it must import
         nothing of the harness, run case["reference"] and case["failing"] (keys of
         case["settings"], each an axis dict) on the checkpoint case["model"] (relative to
         the script's directory, or absolute) with the token-id prompts of case["workloads"],

@@ -40,8 +40,8 @@ from harness.engines.reference import RANK_IMPORTS
 SWITCH = "HARNESS_TEST_FORK"
 # What a harness command and the reference engine's ranks import before their first line
 # of work (measured with -X importtime); anything else they import themselves.
-SERVER_PRELOAD = (*RANK_IMPORTS, "harness.cli", "harness.session", "harness.runner", "harness.golden",
-                  "harness.report", "harness.report.html", "harness.report.plots", "harness.inputs.scenarios.loading",
+SERVER_PRELOAD = (*RANK_IMPORTS, "harness.cli", "harness.run.session", "harness.run.runner", "harness.run.golden",
+                  "harness.run.report", "harness.run.report.html", "harness.run.report.plots", "harness.inputs.scenarios.loading",
                   "harness.engines.reference", "harness.inputs.zoo", "tests.kit.harness_server")
 # Variables a module may read while it is imported (torch's and inductor's configs, the
 # OpenMP and BLAS runtimes, matplotlib) or the interpreter at its start (PYTHONPATH,

@@ -1,4 +1,4 @@
-"""Hand-made teacher-forced logprob outputs (compare/numeric.py's input), for the tests of
+"""Hand-made teacher-forced logprob outputs (run/compare/numeric.py's input), for the tests of
 the comparison rules and of the repro script that must judge as the harness does."""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """A report writer of another package: verdicts.csv, a row per scenario of the run.
 
-The harness calls `verdicts_csv(report)` with the run's report (harness.report.run.RunReport:
+The harness calls `verdicts_csv(report)` with the run's report (harness.run.report.run.RunReport:
 its `verdicts`, `meta`, `run_dir`) and writes the text it returns as reports/<run-id>/verdicts.csv.
 """
 

@@ -1,4 +1,4 @@
-"""What this engine really applied, per axis, with the evidence (harness/compare/applied.py).
+"""What this engine really applied, per axis, with the evidence (harness/run/compare/applied.py).
 
 Each rank measures its own part (rank_evidence): which layers it holds, how many
 attention heads, the TP collectives it ran, the graphs Dynamo compiled. The driver rank

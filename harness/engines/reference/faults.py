@@ -103,7 +103,7 @@ register("dp-replica-trusts-drafts",
          "with data parallelism and speculative decoding together: replicas past the first keep each step's "
          "first drafted token unverified")
 # Settings accepted but not applied: the run must not pass as the setting it skipped
-# (harness/compare/applied.py turns it into `unsupported`).
+# (harness/run/compare/applied.py turns it into `unsupported`).
 register("sp-switched-off",
          "accept sp=True but run without SP, as vLLM 0.20.2 did for a small hidden size (its SP threshold heuristic)")
 register("compile-switched-off", "accept compile=True but run eagerly")

@@ -1,4 +1,4 @@
-"""What vLLM really applied, per axis, with the evidence (harness/compare/applied.py).
+"""What vLLM really applied, per axis, with the evidence (harness/run/compare/applied.py).
 
 vLLM may accept a setting and run another: 0.20.2 switched sequence parallelism off for
 a small hidden size and said so only in its log. So the driver asks every worker, after

@@ -35,7 +35,7 @@ def submissions(prompts: list[list[int]], mode: str) -> list[list]:
 
 
 def render(case: dict, sp_support=None) -> str:
-    """The script's text. `case`: harness/repro.py's engine-neutral description of the
+    """The script's text. `case`: harness/run/repro.py's engine-neutral description of the
     scenario; `sp_support`: a callable giving the probe's SP answer (asked only for a
     setting with sp on)."""
     settings = {}

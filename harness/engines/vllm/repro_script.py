@@ -237,7 +237,7 @@ def merged_dp(parts: list[dict]) -> dict:
 
 
 # ---------------------------------------------------------------------------------
-# the comparison: the harness's checks (harness/compare/numeric.py), in plain Python
+# the comparison: the harness's checks (harness/run/compare/numeric.py), in plain Python
 
 
 def _row_delta(g_ids, g_lp, s_ids, s_lp, k: int) -> float:

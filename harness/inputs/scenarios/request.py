@@ -5,7 +5,7 @@ its `Option` how it is given (the flag of `harness run`, the pytest plugin's opt
 Python API's keyword argument) with its help text. The CLI's and the pytest plugin's
 options are made from these declarations (harness/cli/options.py, harness/pytest_plugin.py),
 the API's keyword arguments are checked against them (tests/test_run_config.py), and the
-stages read a run's options from a RunConfig (harness/stages/context.py pairs it with the
+stages read a run's options from a RunConfig (harness/run/stages/context.py pairs it with the
 run-time objects a session makes: the device pool, the nodes, the cancel switch). The
 hidden `bisect-step` receives one whole, as JSON (to_json / from_json).
 """

@@ -106,7 +106,7 @@ class Scenario:
         """This scenario with only `kept` of its axis values (the rest at the golden's; the arch
         and the engine version stay), judged on its own: no expectation of the file applies to
         it. Its same-layout reference, a failure's smallest interaction
-        (harness/stages/interaction.py) and that interaction's repro are such scenarios."""
+        (harness/run/stages/interaction.py) and that interaction's repro are such scenarios."""
         golden = self.suite.golden
         settings = {a: (kept[a] if a in kept else golden.get(a, v)) for a, v in self.settings.items()}
         base = f"{self.suite.suite}/{settings_label(settings, list(self.suite.matrix))}"

@@ -137,10 +137,10 @@ class WorkloadDef(_Strict):
 
 
 class EvalDef(_Strict):
-    """A task score checked per scenario against the golden, item by item (harness/evals)."""
+    """A task score checked per scenario against the golden, item by item (harness/run/evals)."""
 
     name: str
-    # A task of the harness's registry (harness/evals/tasks.py): gsm8k (the vendored
+    # A task of the harness's registry (harness/run/evals/tasks.py): gsm8k (the vendored
     # GSM8K), gsm8k-arith (generated arithmetic in GSM8K format), geo3k-synth (generated
     # diagrams in Geo3K format), geo3k (a hiyouga/geometry3k parquet given as `data`).
     task: str
@@ -160,7 +160,7 @@ class EvalDef(_Strict):
     # for generate, so near-ties cannot be told apart from bugs: allow a few knowingly).
     max_differing_responses: int = Field(0, ge=0)
     # Why the eval stays in a gate where its score cannot fail (a model at a real task's floor:
-    # its responses alone are held); without it a gate refuses such an eval (evals/paired.py)
+    # its responses alone are held); without it a gate refuses such an eval (run/evals/paired.py)
     score_cannot_fail: str | None = Field(None, min_length=1)
 
     _name = field_validator("name")(lambda v: _snake_name(v, "eval"))
@@ -250,7 +250,7 @@ class SuiteFile(_Strict):
     changes: ChangeMap | None = None
     # Axes of features that must not change what the model computes (speculative decoding,
     # batch composition): a scenario that sets one is also held to its own layout without
-    # them (harness/stages/same_layout.py), not only to the golden's layout
+    # them (harness/run/stages/same_layout.py), not only to the golden's layout
     same_layout: list[str] = []
     # the matrix as a covering array (`covering: 3`, or {strength: 2, groups: [{axes: [...],
     # strength: 3}]}); absent: every combination of the matrix, as always

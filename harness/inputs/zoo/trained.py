@@ -7,7 +7,7 @@ golden would pass vacuously. These two share one set of weights, trained on CPU 
   tiny-llama-geo    llama-vl (the reference engine's vision variant): 32x32 images as
                     16 patch tokens (id 511), deepstack into layers 0 and 1; trained on
                     GSM8K-format arithmetic and Geo3K-format diagram problems
-                    (harness/evals/synth). Its diagram score depends on deepstack.
+                    (harness/run/evals/synth). Its diagram score depends on deepstack.
   tiny-llama-arith  the same text weights as a plain LlamaForCausalLM (vision keys and
                     visual.* tensors dropped), for engines without llama-vl (vLLM, HF).
                     On text-only prompts it is the same model: text batches have zero

@@ -1,0 +1,164 @@
+"""One scenario, start to verdict: admit -> execute -> (same layout) -> judge -> Verdict.save.
+
+The stages live in harness/run/stages/; this is the flow of docs/DESIGN.md ("The flow of one
+scenario") in one place. The CLI, pytest and the golden command all come through here,
+so the ways in cannot drift apart.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from pathlib import Path
+
+from harness.contract.expectations import apply_expectations
+from harness.contract.outputs import EngineOutputs
+from harness.contract.rundir import VERDICT, ResultsNotWritten, scenario_dir
+from harness.contract.verdict import INTERACTION_SEP, Verdict
+from harness.inputs.scenarios.scenario import Scenario
+from harness.run import golden as goldens
+from harness.run.evals import lm
+from harness.run.plan.devices import Lease
+from harness.run.stages.admit import admit
+from harness.run.stages.context import RunContext
+from harness.run.stages.ended import harness_error, launch_verdict
+from harness.run.stages.execute import execute
+from harness.run.stages.interaction import FAILED, minimal_interaction
+from harness.run.stages.judge import judge
+from harness.run.stages.same_layout import layout_reference
+from harness.run.timings import Stopwatch
+
+__all__ = ["RunContext", "run_scenario", "record_verdict", "make_golden", "reproduce_command", "GoldenUnsupported"]
+
+
+def reproduce_command(scenario: Scenario, ctx: RunContext) -> str:
+    extra = "".join(f" --fault {f}" for f in ctx.config.faults)
+    if scenario.engine_version:  # one engine version of several (harness/inputs/envs.py)
+        return f"harness run {scenario.base_id} --engine-env {scenario.engine_version.spec}{extra}"
+    if not extra and _in_the_harness_checkout():  # its Makefile has a target per scenario id
+        return f"make {scenario.id}"
+    return f"harness run {scenario.id}{extra}"
+
+
+def _in_the_harness_checkout() -> bool:
+    """`make <id>` works only in the harness's own checkout; in an engine's repository (the
+    wheel installed there) the reproduce line is the command that works there."""
+    from harness.contract.roots import source_checkout
+    from harness.contract.settings.project import project
+
+    checkout = source_checkout()
+    return checkout is not None and project().root.resolve() == checkout.resolve()
+
+
+def run_scenario(scenario: Scenario, run_dir: Path, ctx: RunContext | None = None, lease: Lease | None = None) -> Verdict:
+    """Run one scenario and write its verdict.json; never raises except on Ctrl-C and
+    ResultsNotWritten (the verdict itself could not be stored)."""
+    ctx = ctx or RunContext()
+    start = time.monotonic()
+    watch = Stopwatch()
+    reproduce = reproduce_command(scenario, ctx)
+    try:
+        verdict = _run(scenario, run_dir, ctx, lease, watch)
+        _narrow(scenario, verdict, run_dir, ctx, lease, watch)
+    except KeyboardInterrupt:
+        raise
+    except Exception as exc:  # noqa: BLE001 - a harness fault must become an `error` verdict
+        verdict = harness_error(scenario.id, exc)
+    return record_verdict(scenario, verdict, run_dir, ctx, start, watch, reproduce)
+
+
+def _narrow(scenario: Scenario, verdict: Verdict, run_dir: Path, ctx: RunContext, lease: Lease | None,
+            watch: Stopwatch) -> None:
+    """A failure of several changed axis values, not one the scenario file expects: the
+    smallest combination of them it needs (run/stages/interaction.py), in its reason."""
+    # the expectations are applied to a copy: record_verdict applies them to the verdict itself
+    if verdict.verdict not in FAILED:
+        return
+    expected = apply_expectations(copy.deepcopy(verdict), scenario.expectations, scenario.known_bugs)
+    if expected.verdict == "expected-failure":
+        return
+
+    def trial(derived: Scenario, directory: Path) -> Verdict:
+        try:
+            return _run(derived, run_dir, ctx, lease, Stopwatch(), out_dir=scenario_dir(directory, derived.id))
+        except Exception as exc:  # noqa: BLE001 - a trial that cannot run keeps its value in, saying why
+            return harness_error(derived.id, exc)
+
+    found = minimal_interaction(scenario, verdict, run_dir, ctx.config.interaction_trials, trial)
+    if found:
+        watch.lap("interaction")
+        verdict.interaction = found
+        verdict.reason = f"{verdict.reason}{INTERACTION_SEP}{found['text']}"
+
+
+def record_verdict(scenario: Scenario, verdict: Verdict, run_dir: Path, ctx: RunContext, start: float,
+                   watch: Stopwatch | None = None, reproduce: str | None = None) -> Verdict:
+    """A scenario's verdict made whole (settings, duration since `start`, the scenario file's
+    expectations, the reproduce command, timings) and written; also for a verdict decided
+    without this runner (a Ray node lost under the scenario, harness/run/raycluster)."""
+    out_dir = scenario_dir(run_dir, scenario.id)
+    watch = watch or Stopwatch()
+    verdict.settings = scenario.settings
+    verdict.duration_s = round(time.monotonic() - start, 2)
+    verdict.expected_failure = scenario.expected_failure
+    verdict.reproduce = reproduce if reproduce is not None else reproduce_command(scenario, ctx)
+    # expected-failure only for the failure the scenario file or a known bug of the engine
+    # describes, on the engine versions it names (harness/contract/expectations.py)
+    verdict = apply_expectations(verdict, scenario.expectations, scenario.known_bugs)
+    watch.lap("verdict")
+    verdict.timings = watch.timings()
+    try:
+        verdict.save(out_dir / VERDICT)
+    except OSError as exc:  # the run cannot be recorded: the caller stops it (exit 3), not a verdict
+        raise ResultsNotWritten(f"cannot write the verdict of {scenario.id} in {out_dir}: {exc.strerror or exc}; "
+                                "free space or make the report directory writable, then run again") from None
+    return verdict
+
+
+def _run(scenario: Scenario, run_dir: Path, ctx: RunContext, lease: Lease | None, watch: Stopwatch,
+         out_dir: Path | None = None) -> Verdict:
+    out_dir = out_dir or scenario_dir(run_dir, scenario.id)
+    admitted = admit(scenario, scenario.engine_settings, out_dir, ctx, ctx.config.gate, watch=watch)
+    if isinstance(admitted, Verdict):
+        return admitted
+    outcome = execute(admitted, out_dir, scenario, ctx, lease, watch)
+    layout = layout_reference(scenario, outcome, run_dir, ctx, lease, watch)  # spec, batch: also their own layout
+    if isinstance(layout, Verdict):
+        return layout
+    return judge(scenario, admitted, outcome, watch, layout)
+
+
+class GoldenUnsupported(RuntimeError):
+    """The engine cannot run this golden's model or setting (an arch it does not serve)."""
+
+
+def golden_work_dir(work_dir: Path, golden_key: str) -> Path:
+    """Where make_golden runs a golden's setting (its spec, outputs and logs) before storing it."""
+    return Path(work_dir) / "golden" / golden_key
+
+
+def make_golden(scenario_for_golden: Scenario, work_dir: Path, ctx: RunContext | None = None) -> Path:
+    """Run the suite's golden setting and store it. Raises on any failure."""
+    ctx = ctx or RunContext()
+    suite = scenario_for_golden.suite
+    out_dir = golden_work_dir(work_dir, scenario_for_golden.golden_key)
+    # gate None: every eval scores its full item count, so any gate's slice pairs with it;
+    # a golden is made by the clean engine, whatever the runs inject
+    admitted = admit(scenario_for_golden, dict(suite.golden), out_dir, ctx, gate=None, faults=False, golden=False)
+    if isinstance(admitted, Verdict) and admitted.verdict == "unsupported":
+        # its scenarios end `unsupported` with this reason; there is nothing to compare with
+        raise GoldenUnsupported(f"engine '{suite.engine}' cannot run the golden setting: {admitted.reason}")
+    if isinstance(admitted, Verdict):
+        raise RuntimeError(admitted.reason)  # the input's error: the caller names the golden
+    prepared = admitted.prepared
+    goldens.golden_place(scenario_for_golden.golden_key)  # a golden that cannot be stored is said before its run
+    outcome = execute(admitted, out_dir, scenario_for_golden, ctx)
+    ended = launch_verdict(scenario_for_golden.id, outcome, prepared.engine)
+    if ended is not None:  # the engine names the worker that really died (vLLM's own processes)
+        raise RuntimeError(f"golden run of '{scenario_for_golden.golden_key}' ended as {outcome.status}: {ended.reason}; "
+                           f"logs in {out_dir / 'logs'}")
+    results = None
+    if prepared.evals:
+        results = lm.score_evals(prepared.evals, EngineOutputs.load(prepared.spec.output_dir))
+    eval_workloads = [e.workload["name"] for e in prepared.evals]
+    return goldens.store_golden(Path(prepared.spec.output_dir), prepared.manifest, evals=results, drop=eval_workloads)
