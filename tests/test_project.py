@@ -1,4 +1,4 @@
-"""The project config (harness/contract/roots.py) and `harness init` (harness/project_init.py),
+"""The project config (harness/contract/roots.py) and `harness init` (harness/cli/project_init.py),
 in-process: a config is found upward from the working directory as pytest finds its
 rootdir, its paths are relative to it, $HARNESS_* overrides it, a bad key is an error
 naming the file and the keys there are, the built-in suites' goldens are read but never
@@ -10,11 +10,11 @@ from __future__ import annotations
 import pytest
 import yaml
 
+from harness.cli.project_init import InitError, init_project, model_entry
 from harness.contract import roots
 from harness.contract.settings.project import ProjectConfigError, find_config, project
 from harness.inputs.scenarios.loading import load_scenarios, load_suite
 from harness.inputs.scenarios.scenario import expand
-from harness.project_init import InitError, init_project, model_entry
 from tests.kit.present import present
 
 

@@ -202,7 +202,7 @@ def test_harness_run_and_pytest_select_the_same_pr_gate_in_a_project_made_by_ini
     """`harness run --gate pr` ran 31 scenarios in an engine's repository (its 4 and the built-in
     27) while `pytest -m pr` collected its 4: init now leaves the built-in suites out, and a
     project that turns them on gets them both ways."""
-    from harness.project_init import init_project
+    from harness.cli.project_init import init_project
 
     monkeypatch.delenv(RUN_ID_ENV, raising=False)
     monkeypatch.setenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")

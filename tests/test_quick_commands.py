@@ -15,7 +15,7 @@ import sys
 
 import pytest
 
-from harness.project_init import init_project
+from harness.cli.project_init import init_project
 from tests.kit.cli import environment
 
 pytestmark = pytest.mark.e2e

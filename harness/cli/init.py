@@ -20,8 +20,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args) -> int:
+    from harness.cli.project_init import InitError, init_project
     from harness.contract.settings.project import ProjectConfigError, project
-    from harness.project_init import InitError, init_project
 
     try:
         done = init_project(args.dir, args.model, args.engine, args.suite, say=print)
