@@ -10,7 +10,7 @@ installed collects that project's scenario files (its harness config, harness/co
 Items run through the same runner as the CLI and write into one run directory
 (reports/pytest-<id>/), shared by all xdist workers; each scenario has its own
 subdirectory and picks its own free port, so concurrent scenarios never share
-files or ports. Each item leases its devices (harness/devices: lock files shared
+files or ports. Each item leases its devices (harness/run/plan/devices.py: lock files shared
 by every xdist worker; --harness-devices or $HARNESS_DEVICES slots) and items are
 collected largest-first, so xdist starts the big ones first. The controller writes
 junit.xml and summary.md at the end.

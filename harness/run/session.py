@@ -4,7 +4,7 @@ The CLI builds a session from the chosen scenarios; pytest runs items one by one
 through the runner instead. Progress goes through the Progress interface so a live
 terminal display and plain CI log lines are interchangeable.
 
-With jobs > 1 the session packs scenarios onto the device slots (harness/devices):
+With jobs > 1 the session packs scenarios onto the device slots (harness/run/plan/devices.py):
 it goes down the list largest-first and starts every scenario whose devices are free
 right now, up to `jobs` at once, each in a worker thread; the others wait for a
 release. Progress hooks are called from the session's own thread.
