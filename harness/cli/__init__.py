@@ -4,6 +4,7 @@ One module per subcommand, each with HELP, add_arguments(parser) and run(args) -
 code (harness/contract/exit_codes.py); options several of them take are declared once, in
 options.py. The scenario files are read by the subcommands that need them (suites.py),
 each file on its own: one broken file never ends a command about the others.
+`harness init` writes a project's config and first scenario file through project_init.py.
 """
 
 from __future__ import annotations

@@ -11,6 +11,10 @@ Each engine is imported only when asked for, so `harness list` stays fast and an
 engine that is not installed (vllm on a machine without it, a plugin whose package is
 broken) fails with a message that says which package and how to fix it, not an
 ImportError at start-up.
+
+The room holds, beside the registry: the base class (base.py), the built-in engines
+(reference/, vllm/, hf/), the compile cache and shared environment directories, and the
+launcher every engine starts its ranks through (launch/, below the base class).
 """
 
 from __future__ import annotations

@@ -8,5 +8,5 @@
 
 What to RUN (scenario files, their schema and expansion, a run's request) is harness/inputs/scenarios/,
 which stands on the engines and models; these two would make a circle with them there.
-Nothing is imported here, for the same reason as config.env's standard-library rule.
+Nothing is imported here, for the same reason as env.py's standard-library rule.
 """
