@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
@@ -26,7 +27,7 @@ from tests.kit.timing import run_process, scaled, timeout_message
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def environment(env: dict[str, str | None] | None = None) -> dict[str, str]:
+def environment(env: Mapping[str, str | None] | None = None) -> dict[str, str]:
     """os.environ with `env` laid over it (None: unset) and this checkout first on PYTHONPATH."""
     merged = dict(os.environ)
     for key, value in (env or {}).items():
@@ -43,7 +44,7 @@ def harness_command(*args: str, scenarios: Path | None = None) -> list[str]:
     return [sys.executable, "-m", "harness", *(["--scenarios", str(scenarios)] if scenarios else []), *args]
 
 
-def harness_cli(*args: str, scenarios: Path | None = None, env: dict[str, str | None] | None = None,
+def harness_cli(*args: str, scenarios: Path | None = None, env: Mapping[str, str | None] | None = None,
                 timeout: float = 600, what: str | None = None) -> subprocess.CompletedProcess:
     """`harness ARGS` to its end, stdout and stderr captured as text, within scaled(timeout)
     seconds; forked from the kit's pre-imported server where it serves (harness_server.py)."""
@@ -52,14 +53,14 @@ def harness_cli(*args: str, scenarios: Path | None = None, env: dict[str, str | 
     try:
         done = forked_harness(argv, merged, ROOT, budget)
     except subprocess.TimeoutExpired as exc:
-        assert exc.output is not None and exc.stderr is not None
+        assert isinstance(exc.output, str) and isinstance(exc.stderr, str)  # forked_harness raises with the text so far
         pytest.fail(f"{timeout_message(what, budget)}\n--- stdout\n{exc.output[-3000:]}\n--- stderr\n{exc.stderr[-3000:]}")
     if done is not None:
         return done
     return run_process(argv, timeout, what, cwd=ROOT, env=merged, capture_output=True, text=True)
 
 
-def start_harness(*args: str, scenarios: Path | None = None, env: dict[str, str | None] | None = None,
+def start_harness(*args: str, scenarios: Path | None = None, env: Mapping[str, str | None] | None = None,
                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT) -> subprocess.Popen:
     """`harness ARGS` started and left running (text output), with Ctrl-C as a terminal
     delivers it: for the tests that interrupt or kill a run. The caller waits for it
@@ -68,7 +69,7 @@ def start_harness(*args: str, scenarios: Path | None = None, env: dict[str, str 
                             stdout=stdout, stderr=stderr, text=True, preexec_fn=sigint_as_from_a_terminal)
 
 
-def pytest_cli(*args: str, env: dict[str, str | None] | None = None, timeout: float = 600,
+def pytest_cli(*args: str, env: Mapping[str, str | None] | None = None, timeout: float = 600,
                what: str | None = None) -> subprocess.CompletedProcess:
     """`python -m pytest ARGS` from the repository root (the scenario items of the
     harness's pytest plugin, or a usage error of its options), output captured."""
