@@ -46,7 +46,7 @@ class Completion:
 @dataclass
 class RequestOutput:
     prompt_token_ids: list
-    prompt_logprobs: list
+    prompt_logprobs: list | None  # None unless SamplingParams asked for them, as in vLLM
     outputs: list
 
 
