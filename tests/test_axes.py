@@ -99,13 +99,14 @@ def _axis_reads(path: Path, root: Path = PACKAGE.parent) -> list[str]:
     off a settings dict."""
     found = []
     for node in ast.walk(ast.parse(path.read_text())):
-        receiver, key = None, None
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get" \
                 and node.args and isinstance(node.args[0], ast.Constant):
             receiver, key = node.func.value, node.args[0].value
         elif isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Load) and isinstance(node.slice, ast.Constant):
             receiver, key = node.value, node.slice.value
-        if key in AXIS_NAMES and receiver is not None:
+        else:
+            continue
+        if key in AXIS_NAMES:
             text = ast.unparse(receiver).lower()
             if "setting" in text or text.endswith("axes"):
                 found.append(f"{path.relative_to(root)}:{node.lineno}: {ast.unparse(node)}")

@@ -116,11 +116,12 @@ def imports_of(path: Path) -> list[tuple[str, int]]:
     `from harness.x import y`, `harness.x.y`."""
     found = []
     for node in ast.walk(ast.parse(path.read_text())):
-        names = []
         if isinstance(node, ast.Import):
             names = [a.name for a in node.names]
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             names = [f"{node.module}.{a.name}" for a in node.names]
+        else:
+            continue
         found += [(n, node.lineno) for n in names if n.startswith("harness.")]
     return found
 
