@@ -12,6 +12,7 @@ from harness.cli import main
 from harness.contract.verdict import Verdict
 from harness.run.bisect import decide, next_probe, outcome
 from harness.run.bisect import repro_hook as REPRO_HOOK
+from tests.kit.present import present
 
 
 @pytest.mark.parametrize("verdict, observed, expected", [
@@ -43,7 +44,8 @@ def test_next_probe_halves_and_walks_around_skipped_points():
     assert next_probe(0, 4, {2}) == 1
     assert next_probe(0, 4, {1, 2, 3}) is None
     # a whole search over 9 releases, the first bad at index 6
-    good, bad, skipped, probed = 0, 8, set(), []
+    good, bad, probed = 0, 8, []
+    skipped: set[int] = set()
     while (i := next_probe(good, bad, skipped)) is not None:
         probed.append(i)
         good, bad = (i, bad) if i < 6 else (good, i)
@@ -208,9 +210,13 @@ def test_a_middle_step_neither_good_nor_bad_is_reported_with_its_root_cause_and_
     lines: list[str] = []
     from harness.run.bisect import _search
 
-    verdicts = {"1": "pass", "2": "pass", "3": other, "4": "fail", "5": "fail"}
-    result = _search(list(verdicts), lambda p: (verdicts[p] if isinstance(verdicts[p], Verdict) else
-                                                Verdict("s/x", verdicts[p], p), None, Path("/runs") / p), lines.append)
+    verdicts: dict[str, str | Verdict] = {"1": "pass", "2": "pass", "3": other, "4": "fail", "5": "fail"}
+
+    def verdict(point: str) -> Verdict:
+        v = verdicts[point]
+        return v if isinstance(v, Verdict) else Verdict("s/x", v, point)
+
+    result = _search(list(verdicts), lambda p: (verdict(p), None, Path("/runs") / p), lines.append)
     assert (result.first_bad, result.last_good) == ("4", "2") and result.skipped_between == ["3"]
     assert [s.point for s in result.odd] == ["3"]
     assert any(line.split()[1] == "3" and "-> odd" in line for line in lines), lines
@@ -326,7 +332,7 @@ def test_a_stepped_over_crash_names_the_raise_site_and_the_models_line():
     from harness.run.bisect import odd_text
 
     v = _crash("KeyError: 'residual'", frame="/venv/vllm/sequence.py:43 in __getitem__")
-    v.crash["model_frame"] = "/venv/vllm/model_executor/models/step3_text.py:370 in forward"
+    present(v.crash)["model_frame"] = "/venv/vllm/model_executor/models/step3_text.py:370 in forward"
     step = bisect_step("0.11.0", v)
     assert ("at /venv/vllm/sequence.py:43 in __getitem__ (raised) from /venv/vllm/model_executor/models/step3_text.py:370 "
             "in forward (model)") in odd_text(step)
