@@ -43,7 +43,7 @@ def test_cut_generation():
 
 
 def test_generate_params_defaults():
-    w = {"name": "g", "kind": "generate", "prompts": [[1]], "max_new_tokens": "4"}
+    w: dict[str, object] = {"name": "g", "kind": "generate", "prompts": [[1]], "max_new_tokens": "4"}  # as its JSON has it
     assert generate_params(w) == (4, [], None)
     w.update(stop=[[13, 13], [], [5]], eos_token_id=1)
     assert generate_params(w) == (4, [[13, 13], [5]], 1)
