@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 
+from harness.inputs.models import PathModel
 from harness.inputs.scenarios.loading import load_scenarios, load_suite
 from harness.inputs.scenarios.scenario import select, settings_label
 from harness.inputs.scenarios.schema import ScenarioError
@@ -173,7 +174,7 @@ def test_an_unknown_model_is_an_error_of_the_file_naming_the_zoo(tmp_path):
 
 def test_a_model_that_is_not_a_zoo_name_is_left_to_its_source(tmp_path):
     suite = load_suite(write(tmp_path, BASE.replace("model: tiny-llama", "model: {path: ckpt/my-llama}")))
-    assert suite.model is not None
+    assert isinstance(suite.model, PathModel)
     assert suite.model.path == "ckpt/my-llama"
 
 

@@ -146,10 +146,14 @@ def test_every_tiny_multimodal_prompt_marks_its_images_as_vllm_expects():
     multimodal sweep."""
     from harness.engines.vllm import default_python
     from harness.inputs import chat, models
+    from harness.inputs.models import ArchModel
     from harness.inputs.scenarios.loading import load_suite
 
     suite = load_suite(ROOT / "scenarios" / "vllm-mm-archs.yaml")
-    archs = {a.arch: models.resolve(a, str(default_python())).directory for a in suite.archs.values()}
+    archs = {}
+    for ref in suite.archs.values():
+        assert isinstance(ref, ArchModel), ref  # the sweep names vLLM's model classes, each its tiny checkpoint
+        archs[ref.arch] = models.resolve(ref, str(default_python())).directory
     ask = ("import json, sys\n"
            "from vllm.model_executor.models.registry import ModelRegistry\n"
            "print(json.dumps({a: ModelRegistry._try_load_model_cls(a).get_placeholder_str('image', 1) for a in sys.argv[1:]}))")
