@@ -86,9 +86,10 @@ def test_text_from_scenario_files_engines_and_tracebacks_never_renders_as_html(t
     tb = f"Traceback (most recent call last):\n```\n  {p}\n````\nKeyError: {p} | `x`"
     verdicts = hostile_verdicts(p, tb)
     meta = {"run_id": p, "gate": p, "versions": {p: p}, "counts": {p: 1}, "scenarios": [v.scenario for v in verdicts] + [p]}
-    report = RunReport(tmp_path, meta, verdicts, comparison=hostile_comparison(p, verdicts), history_error=p)
+    comparison = hostile_comparison(p, verdicts)
+    report = RunReport(tmp_path, meta, verdicts, comparison=comparison, history_error=p)
     summary, comment = render(report)
-    diff = diff_markdown({"run_id": p}, {"run_id": p}, report.comparison, verdicts)
+    diff = diff_markdown({"run_id": p}, {"run_id": p}, comparison, verdicts)
     report.comparison = None  # the PR comment then lists every failing scenario itself
     _, listing = render(report)
 
