@@ -86,7 +86,10 @@ def test_a_family_added_in_one_place_reaches_the_written_checkpoint(toy, tmp_pat
     assert json.loads((tmp_path / "config.json").read_text()) == {
         "newline_id": 9, "vision_config": {"image_size": 32, "patch_size": 8}}
 
-    model = torch.nn.Module()
+    class Saved(torch.nn.Module):  # a model as transformers saves one: its weights, and its config
+        config: SimpleNamespace
+
+    model = Saved()
     model.tower = torch.nn.Module()
     model.tower.up = torch.nn.Linear(2, 2, bias=False)
     model.config = SimpleNamespace(model_type=toy)
