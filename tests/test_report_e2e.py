@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.kit import harness_cli, pytest_cli, run_meta, run_process, scaled, verdicts
+from tests.kit.present import present
 
 pytestmark = pytest.mark.e2e
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -127,7 +128,8 @@ addEventListener("load", () => {
 
 
 def _chromium(profile: Path, *args: str) -> subprocess.CompletedProcess:
-    return run_process([CHROMIUM, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", *args], 180, "headless Chromium",
+    """Headless Chromium, which its callers' tests are skipped without."""
+    return run_process([present(CHROMIUM), *CHROMIUM_FLAGS, f"--user-data-dir={profile}", *args], 180, "headless Chromium",
                        capture_output=True, text=True)
 
 

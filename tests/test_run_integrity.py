@@ -27,6 +27,7 @@ from harness.run.plan.devices import DevicePool, default_lock_dir
 from harness.run.report.history import load_history
 from tests.kit import ROOT, communicate, harness_cli, scaled, start_harness, summary, timeout_message, wait_until
 from tests.kit.handmade import failing, make_run, passing
+from tests.kit.present import present
 
 # A scenario that needs 2 devices, run with --devices 1: it ends `unsupported` (as
 # expected) without launching a rank, so a whole `harness run` costs seconds.
@@ -288,7 +289,7 @@ def test_ctrl_c_before_the_first_scenario_ends_says_none_ran(tmp_path):
                          "--run-id", "early")
     try:
         seen = []
-        for line in proc.stdout:  # the scenario has started: it now waits for the held device
+        for line in present(proc.stdout):  # (piped by start_harness) the scenario has started: it now waits for the held device
             seen.append(line)
             if "start llama-tiny/tp1-pp1" in line:
                 break
