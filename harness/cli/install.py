@@ -50,7 +50,7 @@ def _say(line: str) -> None:
 
 def _say_what_it_runs(engine) -> None:
     """Ask the new install what it runs now, once: the answer is cached, so `harness list
-    --engines` and `harness init` after it answer at once (vLLM's probe takes ~20 s). An
+    --engines` and `harness init` after it answer at once (vLLM's probe is slow). An
     install whose engine cannot be asked (it does not import) raises EngineUnavailable: a
     RuntimeError, the install's failure."""
     _axes, cut = engine.installed_axes(_say)

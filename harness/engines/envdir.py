@@ -4,7 +4,7 @@ torch environments they stand on (harness/engines/vllm/releases.py).
 Built under a lock file (two harnesses asking at once build once; the second waits),
 complete only once its marker file is written, last. A build that fails leaves nothing
 but its log: a half-built directory would be taken for an environment, and a failed
-release's 900 MB would stay on the disk.
+release's files would stay on the disk.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The rank pool: ranks forked from a zygote that has already imported the engine.
 
-A rank of the reference engine used to spend its first 1.5-3 s importing torch, Dynamo
-and inductor, in every scenario and on every rank (docs/BENCHMARKS.md, "start" and the
+A rank started afresh spends its first seconds importing torch, Dynamo and inductor, in
+every scenario and on every rank (docs/BENCHMARKS.md has the times: "start" and the
 imports inside "load" and "warmup"). An engine that names those modules in its launch
 plan (`LaunchPlan.preload`) gets its ranks from a zygote (zygote.py): one process per
 (python, preload, environment) that imported them once and forks a rank per request.

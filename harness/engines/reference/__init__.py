@@ -27,9 +27,9 @@ from harness.engines import compile_cache
 from harness.engines.base import Engine
 
 # What every rank imports before its first step: torch, Dynamo (building the stage on
-# the meta device imports it), the engine, and inductor's entry point (half a second of
+# the meta device imports it), the engine, and inductor's entry point (a large share of
 # every compile warm-up). A rank forked from a process that imported them (the
-# launcher's rank pool) starts in milliseconds instead of about 1.7 s.
+# launcher's rank pool) skips the imports' cost (docs/BENCHMARKS.md has the times).
 RANK_IMPORTS = ("torch", "torch.distributed", "torch._dynamo", "torch._inductor.compile_fx",
                 "harness.engines.reference.worker", "harness.engines.reference.pipeline",
                 "harness.engines.reference.loader", "harness.engines.reference.evidence",

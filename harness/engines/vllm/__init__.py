@@ -40,8 +40,8 @@ ENV_DIR = ".venv-vllm"  # where `harness install vllm` puts vLLM's environment, 
 VENV_PYTHON = Path(ENV_DIR) / "bin" / "python"
 PYTHON_ENV = VLLM_PYTHON.name
 # What the driver imports before it starts vLLM: `vllm.LLM` and what it pulls in, and vLLM's
-# worker class, which the harness's worker hooks patch (evidence.py, steps.py: 1.7-3 s that each
-# scenario's driver paid after its fork). Not the hooks themselves: they install in the driver,
+# worker class, which the harness's worker hooks patch (evidence.py, steps.py): imported after
+# the fork, every scenario's driver paid for them (docs/BENCHMARKS.md has the times). Not the hooks themselves: they install in the driver,
 # after its fork (forking.py records the threads of the process it installs in). torch and cv2
 # first: the zygote allows the thread pools their imports start (zygote.py).
 DRIVER_IMPORTS = ("torch", "cv2", "vllm", "vllm.entrypoints.llm", "vllm.v1.worker.gpu_worker",
@@ -172,8 +172,8 @@ class VllmEngine(Engine):
         env.update(compile_cache.vllm_env(probe["torch"], probe["vllm"], spec.faults))
         if spec.axes.batch_invariant:  # read by vLLM as its workers start: the launch's own variable
             env.update(probe["batch_invariant"]["env"])
-        # The driver forks from a rank-pool zygote that imported vLLM already (7-10 s a
-        # scenario on CPU: docs/BENCHMARKS.md), CPU only: on CUDA, importing vLLM may query
+        # The driver forks from a rank-pool zygote that imported vLLM already (a slow
+        # import on CPU, paid once instead of per scenario: docs/BENCHMARKS.md), CPU only: on CUDA, importing vLLM may query
         # the driver, after which a forked child could not use CUDA. vLLM's engine core and
         # workers are then forked from the driver (forking.py). The driver binds its ranks to
         # cores itself (VLLM_CPU_OMP_THREADS_BIND), so runs of every size share one zygote.
@@ -372,7 +372,7 @@ def _mla_reason(cfg: dict, probe: dict) -> str | None:
     block_size=16 for it ("the CPU MLA decode kernel only compiles with block_size=16"),
     and the kernel it calls (`mla_decode_kvcache_cpu`, _custom_ops.py:158 -> _C
     mla_decode_kvcache) raises "Unsupported block size: 16" at the first decode step
-    (measured with DeepSeek-V2, float32, 2026-11-27). A CPU with AMX tiles takes vLLM's AMX
+    (docs/VLLM.md). A CPU with AMX tiles takes vLLM's AMX
     MLA path instead, which has no such override; other releases are left to run."""
     text = cfg.get("text_config", cfg)
     if text.get("model_type") not in MLA_MODEL_TYPES or not text.get("kv_lora_rank"):

@@ -7,7 +7,7 @@ Only vLLM's own serializable function class has that method; on CPU vLLM compile
 stock inductor under DYNAMO_TRACE_ONCE, whose loaded `compiled_fn` is a plain function, so
 every load fails ("'function' object has no attribute 'finalize_loading'"), vLLM logs
 "Compiling model again due to a load failure" and compiles from scratch: a warm cache
-saved nothing (still so in 0.33.0).
+saved nothing (docs/VLLM.md lists the releases this was seen on).
 
 `install()` wraps `torch.compiler.load_compiled_function` in the worker so that a loaded
 plain function gets the `finalize_loading` vLLM asks for, doing nothing: a stock-inductor

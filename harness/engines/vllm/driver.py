@@ -38,7 +38,7 @@ PREIMPORTED = "vllm" in sys.modules
 SHM_REMOVED_MARK = "harness: removed what vLLM's workers left in shared memory:"
 
 # How long a failed driver waits for vLLM's processes to end before it exits (and the
-# launcher kills what is left): a worker takes 1-3 s to stop.
+# launcher kills what is left): long enough for a worker's normal stop (docs/BENCHMARKS.md).
 DRAIN_S = 10.0
 
 # The harness's names for the vLLM interpreter's defaults that matter for a correctness run.

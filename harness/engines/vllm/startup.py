@@ -1,6 +1,6 @@
 """Where a vLLM engine start goes, measured inside its workers, so a slow start can be taken apart.
 
-`vllm.LLM(...)` is one opaque call of 10-40 s on CPU. Its parts happen in the workers, in
+`vllm.LLM(...)` is one opaque call, and a long one on CPU (docs/BENCHMARKS.md). Its parts happen in the workers, in
 this order, each a method of vLLM's worker class: the worker process starts and imports
 vLLM (until vLLM constructs its worker object: `constructed`), then
 

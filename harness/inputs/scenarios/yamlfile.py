@@ -17,7 +17,8 @@ from typing import Any
 
 import yaml
 
-MAX_BYTES = 1 << 20  # 1 MiB: the largest built-in scenario file is about 20 KiB
+# far above any real scenario file: a wrong path to a big file is refused, not read
+MAX_BYTES = 1 << 20
 MAX_DEPTH = 64
 MAX_NODES = 200_000
 
@@ -129,7 +130,8 @@ def _construct(loader: Any) -> Any:
 
 
 def _parse_fast(text: str) -> Any:
-    """libyaml's parser (about 10x PyYAML's, which each command paid for every suite file):
+    """libyaml's parser (far faster than PyYAML's, which each command pays for every suite file;
+    docs/BENCHMARKS.md has the times):
     the depth is checked on its events, the alias expansion on its node tree, before
     anything is built from it. Raises yaml.YAMLError for what it cannot parse; the caller
     then asks the pure-Python loader, whose messages name the line and the bound."""

@@ -36,8 +36,8 @@ class Tolerance:
         )
 
 
-# float32: the noise floor measured across tp/pp/sp/compile is ~1e-5 (docs/TOLERANCES.md);
-# the bound sits ~20x above it and still orders of magnitude below what a real bug moves.
+# float32: the bound sits well above the noise floor of tp/pp/sp/compile runs and still
+# orders of magnitude below what a real bug moves (docs/TOLERANCES.md has both).
 DTYPE_TOLERANCES = {
     "float32": Tolerance(logprob_atol=2e-4, kl_max=1e-6, top1_min=1.0, near_tie=1e-3),
     "bfloat16": Tolerance(logprob_atol=0.15, kl_max=1e-2, top1_min=0.9, near_tie=0.05),

@@ -42,7 +42,7 @@ def settle_environment() -> None:
     rank starts: the offline switches, and what lm-eval's import sets (HF_XET_HIGH_PERFORMANCE).
     Ranks inherit the harness's environment, and a rank-pool zygote serves only ranks of the
     environment it was started in: a change halfway through a run started a second zygote
-    (16 s of the vllm gate's eval scenario, which re-imported vLLM)."""
+    (which re-imported vLLM: docs/BENCHMARKS.md has the cost)."""
     offline()
     import lm_eval  # noqa: F401 - for the variables its import sets
 

@@ -88,7 +88,7 @@ def cluster_option(given: str | None) -> str | None:
 
 def check_reachable(spec: ClusterSpec) -> None:
     """ClusterError, within $HARNESS_RAY_CONNECT_S, unless `spec`'s cluster can be asked:
-    Ray's own connect retries an unreachable head for minutes (every ~41 s, no end), and
+    Ray's own connect retries an unreachable head without end, and
     Ray Client (ray://) needs a package plain `ray` does not bring."""
     if spec.local:
         return
