@@ -100,7 +100,8 @@ __all__ = [
 
 POLL_S = 0.1
 TERM_GRACE_S = 3.0  # SIGTERM -> SIGKILL
-SETTLE_S = 1.0  # after a death that looks secondary, how long to look for the real cause
+# after a death that looks secondary, how long to look for the real cause
+SETTLE_S = 1.0
 PORT_ATTEMPTS = 3
 
 
@@ -117,7 +118,8 @@ def run_ranks(
     for attempt_no in range(PORT_ATTEMPTS):
         outcome, attempt = _run_attempt(plan, log_dir, timeout_s, env, t0, cluster, cancel)
         if outcome.status == "crash" and attempt.addr_in_use() and attempt_no + 1 < PORT_ATTEMPTS:
-            continue  # MASTER_PORT was taken between free_port() and bind(): new port
+            # MASTER_PORT was taken between free_port() and bind(): new port
+            continue
         return outcome
     raise AssertionError("unreachable")  # pragma: no cover
 
@@ -135,7 +137,8 @@ def _run_attempt(plan, log_dir, timeout_s, env, t0, cluster, cancel) -> tuple[La
     # action would kill the harness before it stopped the ranks.
     with SigtermAsInterrupt():
         try:
-            deadline = time.monotonic() + timeout_s  # starting the ranks counts: a zygote's imports too
+            # starting the ranks counts: a zygote's imports too
+            deadline = time.monotonic() + timeout_s
             attempt.start()
             watch = StallWatch(attempt.heartbeats, attempt.activity_of, stall_window_s())
             while True:

@@ -34,8 +34,10 @@ from harness.engines.launch.rankside import (
 from harness.engines.launch.stacks import parse_stack_dump
 from harness.engines.launch.stall import read_activity_file, tree_activity
 
-DUMP_WAIT_S = 2.0  # how long to wait for SIGUSR1 stack dumps to land in the logs
-NODE_STOP_S = 5.0  # how long node agents get to stop their ranks before the prefixes are killed
+# how long to wait for SIGUSR1 stack dumps to land in the logs
+DUMP_WAIT_S = 2.0
+# how long node agents get to stop their ranks before the prefixes are killed
+NODE_STOP_S = 5.0
 _NODE_AGENT = Path(__file__).with_name("nodeside.py")
 
 # torchrun / torchelastic variables that must not leak from a harness that itself runs
@@ -119,7 +121,8 @@ class Attempt:
         if self.placement:
             for p in self.procs:
                 try:
-                    if p.stdin is not None:  # node ranks are started with a control channel
+                    # node ranks are started with a control channel
+                    if p.stdin is not None:
                         p.stdin.close()
                 except OSError:
                     pass

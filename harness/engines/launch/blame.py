@@ -25,7 +25,8 @@ class RankExit:
     signal: str | None
     observed: float  # monotonic time we noticed it
     record: dict | None = None  # the rank's error record, if it wrote one
-    lost: str | None = None  # it died with a helper of the harness's own (the rank pool's zygote): why
+    # it died with a helper of the harness's own (the rank pool's zygote): why
+    lost: str | None = None
 
     @property
     def failed(self) -> bool:
@@ -52,12 +53,14 @@ def child_exit(pid: int) -> tuple[int | None, str | None] | None:
 
 def peek_exit(proc: subprocess.Popen) -> tuple[int | None, str | None] | None:
     """(exitcode, signal) of an exited rank without reaping it; None while it runs."""
-    if not isinstance(proc, subprocess.Popen):  # a rank forked by the rank pool (pool.ForkedRank)
+    # a rank forked by the rank pool (pool.ForkedRank)
+    if not isinstance(proc, subprocess.Popen):
         return proc.peek_exit()
     if hasattr(os, "waitid"):
         try:
             return child_exit(proc.pid)
-        except ChildProcessError:  # already reaped (should not happen): fall back
+        except ChildProcessError:
+            # already reaped (should not happen): fall back
             if proc.returncode is None:
                 return None
     rc = proc.poll()
@@ -128,7 +131,8 @@ def record_text(rec: dict | None) -> str:
 
 def looks_secondary(ex: RankExit) -> bool:
     if ex.signal is not None:
-        return False  # killed by a signal: that is the event, not an echo of one
+        # killed by a signal: that is the event, not an echo of one
+        return False
     text = record_text(ex.record)
     return bool(text) and bool(SECONDARY_PATTERNS.search(text))
 

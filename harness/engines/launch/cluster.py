@@ -10,16 +10,20 @@ class Node:
     """One machine of a multi-node run."""
 
     name: str
-    exec_prefix: tuple[str, ...]  # runs a command on the node; () is this machine
+    # runs a command on the node; () is this machine
+    exec_prefix: tuple[str, ...]
     ranks: int  # how many ranks it takes (its devices)
-    env: dict = field(default_factory=dict)  # e.g. GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME of the node
-    shell: bool = False  # the prefix hands its arguments to a shell (ssh): pass one quoted string
+    # e.g. GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME of the node
+    env: dict = field(default_factory=dict)
+    # the prefix hands its arguments to a shell (ssh): pass one quoted string
+    shell: bool = False
 
 
 @dataclass(frozen=True)
 class Cluster:
     nodes: tuple[Node, ...]
-    master_addr: str  # where every node reaches rank 0 (the first node)
+    # where every node reaches rank 0 (the first node)
+    master_addr: str
 
     @property
     def ranks(self) -> int:

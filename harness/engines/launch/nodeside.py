@@ -39,7 +39,8 @@ from harness.engines.launch.procgroup import group_alive, killpg  # noqa: E402
 from harness.engines.launch.stall import ACTIVITY_SAMPLE_S, tree_activity, write_activity_file  # noqa: E402
 
 DUMP_COMMAND = b"dump\n"
-STOP_GRACE_S = 1.5  # shorter than the launcher's TERM_GRACE_S, so the agent finishes its cleanup first
+# shorter than the launcher's TERM_GRACE_S, so the agent finishes its cleanup first
+STOP_GRACE_S = 1.5
 
 
 def stop_group(pgid: int, grace_s: float) -> None:
@@ -59,7 +60,8 @@ def serve_channel(rank: subprocess.Popen) -> None:
                 os.kill(rank.pid, signal.SIGUSR1)
             except ProcessLookupError:
                 pass
-    stop_group(rank.pid, STOP_GRACE_S)  # end-of-file: the run is over, or nobody watches it any more
+    # end-of-file: the run is over, or nobody watches it any more
+    stop_group(rank.pid, STOP_GRACE_S)
 
 
 def exit_like(rank: subprocess.Popen) -> None:
@@ -69,7 +71,8 @@ def exit_like(rank: subprocess.Popen) -> None:
         signum = getattr(signal, sig, signal.SIGKILL)
         signal.signal(signum, signal.SIG_DFL)
         os.kill(os.getpid(), signum)
-    os._exit(1 if code is None else code)  # the channel thread may still be blocked in a read
+    # the channel thread may still be blocked in a read
+    os._exit(1 if code is None else code)
 
 
 def report_activity(pid: int, path: Path) -> None:
@@ -78,7 +81,8 @@ def report_activity(pid: int, path: Path) -> None:
         try:
             write_activity_file(path, activity)
         except OSError:
-            pass  # the launcher then sees no activity: at worst the timeout decides
+            # the launcher then sees no activity: at worst the timeout decides
+            pass
 
 
 def main() -> None:
@@ -98,7 +102,8 @@ def main() -> None:
     threading.Thread(target=serve_channel, args=(rank,), daemon=True).start()
     heartbeat = RANK_HEARTBEAT_FILE.raw()
     next_sample = 0.0
-    while peek_exit(rank) is None:  # WNOWAIT: the group id stays ours until we reap
+    # WNOWAIT: the group id stays ours until we reap
+    while peek_exit(rank) is None:
         if heartbeat and time.monotonic() >= next_sample:
             next_sample = time.monotonic() + ACTIVITY_SAMPLE_S
             report_activity(rank.pid, Path(heartbeat + ".activity"))

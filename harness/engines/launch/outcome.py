@@ -13,11 +13,15 @@ class RankFailure:
     rank: int | str
     exitcode: int | None  # None if killed by a signal
     signal: str | None  # e.g. "SIGKILL"
-    exception: str | None  # "KeyError: 'residual'" from the rank's error record, else None
-    traceback: str | None  # from the error record; else the tail of the rank's log
+    # "KeyError: 'residual'" from the rank's error record, else None
+    exception: str | None
+    # from the error record; else the tail of the rank's log
+    traceback: str | None
     log: str  # path of the rank's log file
-    frame: str | None = None  # "model.py:412 in forward": where the exception was raised, outside torch
-    wrapper: str | None = None  # the torch.compile wrapper it surfaced as ("torch._dynamo.exc....: ...")
+    # "model.py:412 in forward": where the exception was raised, outside torch
+    frame: str | None = None
+    # the torch.compile wrapper it surfaced as ("torch._dynamo.exc....: ...")
+    wrapper: str | None = None
     # the rank's command line, kept only when its log is missing or empty (it died before
     # its program wrote anything, or never started): then it is all there is to go on
     command: str | None = None
@@ -36,7 +40,8 @@ class RankFailure:
         or with the model's line below which it was raised: `... at vllm/sequence.py:43 in __getitem__
         (raised) from inputs/models/step3_text.py:370 in forward (model)`."""
         what = self.exception or (f"killed by {self.signal}" if self.signal else f"exit code {self.exitcode}")
-        if self.command is not None:  # no log to see: what it ran is all there is to go on
+        # no log to see: what it ran is all there is to go on
+        if self.command is not None:
             return f"rank {self.rank} died before writing anything to its log ({what}); its command: {self.command}"
         where = location(self.frame, self.model_frame)
         return f"rank {self.rank} crashed: {what}" + (f" at {where}" if where else "")

@@ -68,7 +68,8 @@ def owner(path: str, engine_code: tuple[str, ...] = (), *, _stdlib=None, _librar
     """"harness", "library" or "engine" (the module doc) for a frame's file `path`;
     `engine_code`: files or directories of the engine's code inside the harness package."""
     if path.startswith("<") and not path.startswith(GENERATED):
-        return "engine"  # `python -c` and exec'd code: the rank's own program
+        # `python -c` and exec'd code: the rank's own program
+        return "engine"
     real = os.path.realpath(path)
     if _under(real, (HARNESS_DIR,)):
         return "engine" if _under(real, engine_code) else "harness"
@@ -105,7 +106,8 @@ def harness_code_fault(exc: BaseException, engine_code: tuple[str, ...] = ()) ->
     `exc` was raised in its own code, naming the harness's file and line and, where a library
     raised under it, the library's; None when the engine's code raised it."""
     if not isinstance(exc, Exception):
-        return None  # SystemExit, KeyboardInterrupt: no fault of either
+        # SystemExit, KeyboardInterrupt: no fault of either
+        return None
     frames = traceback.extract_tb(exc.__traceback__)
     at = harness_frame(frames, engine_code)
     if at is None:

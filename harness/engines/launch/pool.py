@@ -61,7 +61,8 @@ class ZygoteUnavailable(RuntimeError):
 class ForkedRank:
     """A rank forked by a zygote: the part of subprocess.Popen the launcher uses."""
 
-    stdin = None  # no control channel: signals reach it directly
+    # no control channel: signals reach it directly
+    stdin = None
 
     def __init__(self, zygote: Zygote, pid: int):
         self.zygote, self.pid = zygote, pid
@@ -96,7 +97,7 @@ class ForkedRank:
         if not self._exited.wait(timeout):
             raise subprocess.TimeoutExpired(f"rank pid {self.pid}", timeout or 0.0)
         code = self.poll()
-        assert code is not None  # exited
+        assert code is not None
         return code
 
     def kill(self) -> None:
@@ -149,7 +150,8 @@ class Zygote:
         if forked is None:
             popen = subprocess.Popen(
                 [python, str(_ZYGOTE_SCRIPT), *preload], env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                stderr=subprocess.DEVNULL, process_group=0,  # not the terminal's group: Ctrl-C is the harness's to handle
+                # not the terminal's group: Ctrl-C is the harness's to handle
+                stderr=subprocess.DEVNULL, process_group=0,
             )
             assert popen.stdin is not None and popen.stdout is not None
             self.proc: subprocess.Popen | Forked = popen
@@ -170,7 +172,8 @@ class Zygote:
     def _read(self) -> None:
         for line in self._replies:
             message = json.loads(line)
-            if "pid" in message:  # registered here, so its exit (next on the pipe) finds it
+            # registered here, so its exit (next on the pipe) finds it
+            if "pid" in message:
                 rank = self._ranks[message["pid"]] = ForkedRank(self, message["pid"])
                 self._answers.put(rank)
             elif "exited" in message:
@@ -208,7 +211,8 @@ class Zygote:
 
     def reap(self, pid: int) -> None:
         with self._lock:
-            self._ranks.pop(pid, None)  # its exit is recorded; a later rank may get its pid
+            # its exit is recorded; a later rank may get its pid
+            self._ranks.pop(pid, None)
             try:
                 self._send({"reap": pid})
             except (BrokenPipeError, ValueError):

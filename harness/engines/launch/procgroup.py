@@ -77,7 +77,8 @@ def stop_group(pgid: int | None, procs: list[subprocess.Popen], grace_s: float) 
             _wait_group_gone(pgid, procs, time.monotonic() + grace_s)
         killpg(pgid, signal.SIGKILL)
         _wait_group_gone(pgid, procs, time.monotonic() + 5.0)
-    for p in procs:  # a rank that was never in the group (spawn failed half way)
+    # a rank that was never in the group (spawn failed half way)
+    for p in procs:
         if p.poll() is None:
             try:
                 p.kill()

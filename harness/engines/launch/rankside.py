@@ -48,8 +48,10 @@ DUMP_SIGNAL = signal.SIGUSR1
 LAUNCHER_PID_ENV = LAUNCHER_PID.name
 #: where this rank's heartbeat goes (set by the launcher; unset -> heartbeat() does nothing)
 HEARTBEAT_FILE_ENV = RANK_HEARTBEAT_FILE.name
-COMPUTE = "compute"  # working on its own: a silence here is not a hang by itself
-COLLECTIVE = "collective"  # waiting on its peers: a silence here with every rank idle is one
+# working on its own: a silence here is not a hang by itself
+COMPUTE = "compute"
+# waiting on its peers: a silence here with every rank idle is one
+COLLECTIVE = "collective"
 #: one fixed-size record, rewritten in place: "<beat number> <phase>", space padded
 HEARTBEAT_RECORD_BYTES = 40
 
@@ -57,7 +59,8 @@ HEARTBEAT_RECORD_BYTES = 40
 RANK_FAULT_ENV = RANK_FAULT.name
 RANK_FAULT_KINDS = ("raise", "hang")
 
-_beat_fd: int | None = None  # opened on the first beat; -1 when there is no heartbeat file
+# opened on the first beat; -1 when there is no heartbeat file
+_beat_fd: int | None = None
 _beat_count = 0
 
 
@@ -72,7 +75,8 @@ def die_with_parent() -> None:
         PR_SET_PDEATHSIG = 1
         libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
     except OSError:
-        return  # no prctl: the launcher's process-group kill still covers us
+        # no prctl: the launcher's process-group kill still covers us
+        return
     # The launcher may have died between fork and prctl: then we were already
     # re-parented and PDEATHSIG will never fire. Check that it is still there.
     launcher = (LAUNCHER_PID.raw() or "")
@@ -115,7 +119,8 @@ def harness_step(what: str) -> Iterator[None]:
             first = str(exc).splitlines()[0] if str(exc) else ""
             try:
                 setattr(exc, HARNESS_FAULT, f"could not {what}: {type(exc).__name__}" + (f": {first}" if first else ""))
-            except AttributeError:  # an exception type without a __dict__: the record then says crash
+            except AttributeError:
+                # an exception type without a __dict__: the record then says crash
                 pass
         raise
 
@@ -139,7 +144,8 @@ def write_error_record(exc: BaseException, engine_code: tuple[str, ...] | None =
     path = RANK_ERROR_FILE.raw()
     if not path:
         return
-    try:  # under torch.compile: the model's own exception, not Dynamo's wrapper of it
+    # under torch.compile: the model's own exception, not Dynamo's wrapper of it
+    try:
         root = root_of(exc)
     except Exception:  # noqa: BLE001 - the record must be written whatever unwrapping meets
         root = RootCause(type(exc).__name__, str(exc), None, None)
@@ -149,17 +155,20 @@ def write_error_record(exc: BaseException, engine_code: tuple[str, ...] | None =
         "pid": os.getpid(),
         "exception_type": root.exception_type,
         "message": root.message,
-        "frame": root.frame,  # "model.py:412 in forward": the innermost frame outside torch
-        "model_frame": root.model_frame,  # the model's own line, when it was raised below it (sequence.py)
-        "wrapper": root.wrapper,  # "torch._dynamo.exc.Unsupported: ..." when unwrapped, else None
-        "traceback": "".join(traceback.format_exception(exc)),  # the whole chain, wrappers included
-        "storage": storage_fault(exc),  # a full or read-only disk: the machine's fault, not the engine's
+        "frame": root.frame,
+        # the model's own line, when it was raised below it (sequence.py)
+        "model_frame": root.model_frame,
+        "wrapper": root.wrapper,
+        "traceback": "".join(traceback.format_exception(exc)),
+        # a full or read-only disk: the machine's fault, not the engine's
+        "storage": storage_fault(exc),
         "time": time.time(),
     }
     tmp = path + ".tmp"
     with open(tmp, "w") as f:
         json.dump(record, f, indent=1)
-    os.replace(tmp, path)  # the launcher never reads a half-written record
+    # the launcher never reads a half-written record
+    os.replace(tmp, path)
 
 
 def heartbeat(phase: str = COMPUTE) -> None:
@@ -230,7 +239,8 @@ def run_rank(main: Callable[[], None], engine_code: tuple[str, ...] = ()) -> NoR
         write_error_record(exc)
         traceback.print_exc()
         sys.stderr.flush()
-        os._exit(1)  # skip atexit hooks that may block on a dead process group
+        # skip atexit hooks that may block on a dead process group
+        os._exit(1)
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)

@@ -50,8 +50,10 @@ MODEL_CODE = re.compile(
 class RootCause:
     exception_type: str  # "KeyError"
     message: str  # "'residual'" (str() of the exception)
-    frame: str | None  # "/path/model.py:412 in forward": the innermost frame outside torch
-    wrapper: str | None  # "torch._dynamo.exc.Unsupported: Observed exception" when unwrapped
+    # "/path/model.py:412 in forward": the innermost frame outside torch
+    frame: str | None
+    # "torch._dynamo.exc.Unsupported: Observed exception" when unwrapped
+    wrapper: str | None
     # "/venv/vllm/model_executor/models/step3_text.py:370 in forward": the innermost frame of
     # the model's code, when the exception was raised below it (else None: `frame` is it)
     model_frame: str | None = None
@@ -124,7 +126,8 @@ def _unquote(etype: str, value: str) -> str:
 def described(text: str) -> tuple[str, str] | None:
     """(type, message) of the user's exception as Dynamo describes it in `text`."""
     for m in DEBUG_CONTEXT.finditer(text):
-        if m["type"].endswith("Variable"):  # Dynamo's own value, not the exception: ExceptionVariable(<class ...>)
+        # Dynamo's own value, not the exception: ExceptionVariable(<class ...>)
+        if m["type"].endswith("Variable"):
             continue
         args = m["args"].strip()
         return m["type"], _unquote(m["type"], args.rstrip(",")) if args else ""
@@ -173,13 +176,15 @@ def root_of(exc: BaseException) -> RootCause:
         frame = user_frame(cur.__traceback__) or _dynamo_frame(wrappers) or user_frame(exc.__traceback__)
         own = _tb_frames(cur.__traceback__) if cur is not exc else frames
         return RootCause(type(cur).__name__, str(cur), frame, wrapper, model_frame(frames + own, frame))
-    if not wrappers:  # defensive: a cycle of non-wrappers cannot happen
+    # defensive: a cycle of non-wrappers cannot happen
+    if not wrappers:
         frame = user_frame(exc.__traceback__)
         return RootCause(type(exc).__name__, str(exc), frame, None, model_frame(frames, frame))
     text = "\n".join(f"{_qualname(w)}: {w}" for w in wrappers)
     found = described(text)
     frame = _dynamo_frame(wrappers) or user_code_frame(text) or user_frame(exc.__traceback__)
-    if found is None:  # a wrapper of nothing we can read: it is the error
+    # a wrapper of nothing we can read: it is the error
+    if found is None:
         return RootCause(type(exc).__name__, str(exc), frame, None, model_frame(frames, frame))
     return RootCause(found[0], found[1], frame, wrapper, model_frame(frames, frame))
 

@@ -42,7 +42,8 @@ from harness.engines.launch.rankside import COLLECTIVE
 #: scheduling noise), and well under the 30 s target for a hang verdict.
 STALL_WINDOW_S = 20.0
 STALL_WINDOW_ENV = STALL_WINDOW_S_VAR.name  # seconds; 0 switches the detector off
-ACTIVITY_SAMPLE_S = 1.0  # how often a computing rank's CPU / I/O is sampled
+# how often a computing rank's CPU / I/O is sampled
+ACTIVITY_SAMPLE_S = 1.0
 #: a computing rank that used at least this share of one core between two samples is
 #: moving (an idle torch process uses well under 1%: its gloo/NCCL threads sleep)
 BUSY_CPU_SHARE = 0.05
@@ -64,9 +65,11 @@ class Stall:
     """Why the detector declared a hang: the verdict's words and the ranks it names."""
 
     window_s: float
-    quiet_s: float  # how long no rank had made progress when it was declared
+    # how long no rank had made progress when it was declared
+    quiet_s: float
     waiting: list[int]  # ranks waiting in a collective
-    idle: list[int]  # ranks outside a collective, neither beating nor active: the likely culprits
+    # ranks outside a collective, neither beating nor active: the likely culprits
+    idle: list[int]
 
     def describe(self) -> str:
         def ranks(rs):
@@ -153,7 +156,8 @@ class StallWatch:
     def check(self, now: float, live: list[int]) -> Stall | None:
         if self.window_s <= 0:
             return None
-        if len(live) != self.live_before:  # a rank exited (or the first poll): that is progress
+        # a rank exited (or the first poll): that is progress
+        if len(live) != self.live_before:
             self.live_before, self.last_progress = len(live), now
         for r in live:
             self._read_beat(r, now)

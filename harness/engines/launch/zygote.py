@@ -57,7 +57,8 @@ if __name__ == "__main__":
 
 from harness.engines.launch.blame import child_exit  # noqa: E402
 
-POLL_S = 0.02  # how often live ranks are checked for an exit
+# how often live ranks are checked for an exit
+POLL_S = 0.02
 # Modules whose import starts a math library's thread pool that survives a fork: torch
 # (OpenMP, and numpy's OpenBLAS) and OpenCV (its own OpenBLAS, which vLLM's multimodal code
 # imports). OpenBLAS stops its pool before a fork (pthread_atfork) and the child starts a
@@ -97,7 +98,8 @@ def become_rank(request: dict) -> None:
     environment, directory, process group and log, then run the module. Never returns."""
     code = 1
     try:
-        show_command(request["command"])  # before the environment changes: it shares argv's memory
+        # before the environment changes: it shares argv's memory
+        show_command(request["command"])
         os.setpgid(0, request["pgid"])
         signal.signal(signal.SIGINT, signal.default_int_handler)  # as in any python process
         os.chdir(request["cwd"])
@@ -146,12 +148,15 @@ def show_command(command: list[str]) -> None:
 def spawn(request: dict, protocol_fd: int) -> int:
     pid = os.fork()
     if pid == 0:
-        os.close(protocol_fd)  # the launcher's pipe is the zygote's: its end-of-file must not wait for ranks
+        # the launcher's pipe is the zygote's: its end-of-file must not wait for ranks
+        os.close(protocol_fd)
         become_rank(request)
-    try:  # the parent sets the group too: it exists before the next rank asks to join it
+    # the parent sets the group too: it exists before the next rank asks to join it
+    try:
         os.setpgid(pid, request["pgid"])
     except OSError:
-        pass  # the child already did it (and may have moved on to exec-like state)
+        # the child already did it (and may have moved on to exec-like state)
+        pass
     return pid
 
 
@@ -211,7 +216,8 @@ def fork_here() -> tuple[int, int, int]:
     if pid == 0:
         code = 1
         try:
-            os.setpgid(0, 0)  # as a started zygote: not the terminal's group
+            # as a started zygote: not the terminal's group
+            os.setpgid(0, 0)
             os.close(requests_w)
             os.close(replies_r)
             os.dup2(requests_r, 0)
@@ -233,7 +239,8 @@ def main() -> None:
     # module that prints cannot corrupt it.
     out = os.fdopen(os.dup(1), "w")
     os.dup2(2, 1)
-    sys.path[0] = os.getcwd()  # the preloads import as under `python -m`, from the working directory
+    # the preloads import as under `python -m`, from the working directory
+    sys.path[0] = os.getcwd()
     allowed_threads = 1
     try:
         for module in sys.argv[1:]:

@@ -47,7 +47,8 @@ class ClusterError(ScenarioError):
 
 @dataclass(frozen=True)
 class ClusterSpec:
-    address: str | None  # None: a local cluster started for the run; else what ray.init() is given
+    # None: a local cluster started for the run; else what ray.init() is given
+    address: str | None
 
     @property
     def local(self) -> bool:
@@ -123,7 +124,8 @@ def _ray_client_missing() -> str | None:
     """Why Ray Client cannot run here (its extra's packages missing), or None."""
     try:
         from ray._private.utils import get_ray_client_dependency_error
-    except ImportError:  # another Ray's layout: the package Ray Client needs most
+    except ImportError:
+        # another Ray's layout: the package Ray Client needs most
         import importlib.util
 
         return None if importlib.util.find_spec("grpc") else "no module named 'grpc'"
@@ -194,7 +196,8 @@ def _connect(ray, spec: ClusterSpec, resource: str, local_devices: int) -> None:
         resources = {} if resource == "GPU" else {resource: local_devices}
         ray.init(num_cpus=1, resources=resources, include_dashboard=False, **quiet)
     else:
-        check_reachable(spec)  # bounded: ray.init retries an unreachable head without end
+        # bounded: ray.init retries an unreachable head without end
+        check_reachable(spec)
         try:
             ray.init(address=spec.address, **quiet)
         except (ConnectionError, RuntimeError, ValueError) as exc:  # ValueError: Ray Client's missing package

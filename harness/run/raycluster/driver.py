@@ -29,7 +29,8 @@ from harness.run.raycluster.transfer import pack, unpack_scenario
 from harness.run.runner import RunContext, record_verdict
 
 TIMINGS = "ray-timings.jsonl"
-CANCEL_WAIT_S = 15.0  # how long cancelled scenarios get to stop their ranks on Ctrl-C
+# how long cancelled scenarios get to stop their ranks on Ctrl-C
+CANCEL_WAIT_S = 15.0
 
 
 class NodeLost(RuntimeError):
@@ -115,7 +116,8 @@ class _Driver:
                 self._finished(self._unsupported(scenario, problem))
                 continue
             if self.running and busy + need > self.capacity.total:
-                return  # Ray would only queue it: keep the order and the display honest
+                # Ray would only queue it: keep the order and the display honest
+                return
             pending.remove(scenario)
             self._submit(scenario, need)
             busy += need
@@ -124,7 +126,8 @@ class _Driver:
         from ray.util.placement_group import placement_group
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-        group = f"harness-{uuid.uuid4().hex[:12]}"  # by name: the rank hosts of a spread scenario find it
+        # by name: the rank hosts of a spread scenario find it
+        group = f"harness-{uuid.uuid4().hex[:12]}"
         pg = placement_group(placement.bundles(need, self.resource), strategy=placement.strategy(need, self.capacity),
                              name=group)
         work = NodeWork(scenario, self.node_opts, self.project_root, self._golden(scenario), self.env)
@@ -132,7 +135,8 @@ class _Driver:
         # scenario is never run twice behind the user's back (lost.py says what happened)
         on_bundle_0 = {"num_cpus": 0, "max_retries": 0, "resources": {self.resource: 1},
                        "scheduling_strategy": PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=0)}
-        if need > self.capacity.largest_node:  # ranks across nodes, launched from bundle 0's
+        # ranks across nodes, launched from bundle 0's
+        if need > self.capacity.largest_node:
             ref = self.across_nodes.options(**on_bundle_0).remote(work, group)
         else:
             ref = self.on_one_node.options(**on_bundle_0).remote(work)
@@ -194,7 +198,8 @@ class _Driver:
             with open(self.run_dir / TIMINGS, "a") as f:
                 f.write(json.dumps(line) + "\n")
         except OSError:
-            pass  # a measurement, not a result: the verdict is what must be written
+            # a measurement, not a result: the verdict is what must be written
+            pass
 
     def _unsupported(self, scenario: Scenario, reason: str) -> Verdict:
         return record_verdict(scenario, Verdict(scenario.id, "unsupported", reason), self.run_dir, self.opts, time.monotonic())
@@ -225,7 +230,8 @@ class _Driver:
             try:
                 done, _ = self.ray.wait(list(self.running), num_returns=len(self.running), timeout=1.0)
             except KeyboardInterrupt:
-                continue  # a second Ctrl-C does not cut the ranks' stop short
+                # a second Ctrl-C does not cut the ranks' stop short
+                continue
             if len(done) == len(self.running):
                 break
         for flight in self.running.values():

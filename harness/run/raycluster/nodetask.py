@@ -33,17 +33,22 @@ class NodeWork:
     """One scenario as the driver sends it."""
 
     scenario: Scenario
-    opts: RunContext  # no devices, cluster or cancel: Ray holds the devices and carries the cancel
-    project_root: str  # the driver's: the node works there when it has the same checkout
-    golden: bytes | None  # the scenario's golden directory, packed; None: the driver has none
+    # no devices, cluster or cancel: Ray holds the devices and carries the cancel
+    opts: RunContext
+    # the driver's: the node works there when it has the same checkout
+    project_root: str
+    # the scenario's golden directory, packed; None: the driver has none
+    golden: bytes | None
     env: dict[str, str | None]  # connect.driver_env()
 
 
 @dataclass(frozen=True)
 class NodeResult:
-    node_dir: str  # the node's scenario directory, as its files name it
+    # the node's scenario directory, as its files name it
+    node_dir: str
     files: bytes
-    seconds: float  # the task's own time on the node (Ray's overhead is the rest)
+    # the task's own time on the node (Ray's overhead is the rest)
+    seconds: float
 
 
 def run_on_node(work: NodeWork, options_for: Callable[[Path], RunContext] | None = None) -> NodeResult:

@@ -45,7 +45,8 @@ class RankHost:
         self.mirror = Path(mirror)
         self.shared = (self.mirror / marker).exists()  # the proxy's node wrote it: one filesystem
         if not self.shared:
-            for path, data in pushed.items():  # the rank's spec and what else it reads from DIR
+            # the rank's spec and what else it reads from DIR
+            for path, data in pushed.items():
                 Path(path).parent.mkdir(parents=True, exist_ok=True)
                 Path(path).write_bytes(data)
         self.started = time.time()
@@ -133,7 +134,8 @@ def proxy(args: argparse.Namespace, command: list[str]) -> int:
                 sys.stdout.buffer.flush()
             if status is not None:
                 return status
-    except ray.exceptions.RayError as exc:  # the node or the actor is gone: the rank with it
+    except ray.exceptions.RayError as exc:
+        # the node or the actor is gone: the rank with it
         print(f"harness rankhost: the rank's Ray node was lost: {type(exc).__name__}: {exc}", flush=True)
         return -signal.SIGKILL
     finally:
@@ -156,7 +158,8 @@ def _write(files: dict[str, bytes]) -> None:
 
 
 def exit_as(status: int) -> None:
-    if status < 0:  # killed by a signal on its node: die of the same one here
+    # killed by a signal on its node: die of the same one here
+    if status < 0:
         signal.signal(-status, signal.SIG_DFL)
         os.kill(os.getpid(), -status)
     os._exit(status)

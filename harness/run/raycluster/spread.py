@@ -43,7 +43,8 @@ def nodes_of(group: str, namespace: str, address: str, mirror: str) -> Cluster:
         by_node.setdefault(table[bundle], []).append(bundle)
     me = ray.get_runtime_context().get_node_id()
     addresses = {n["NodeID"]: n["NodeManagerAddress"] for n in ray.nodes()}
-    order = sorted(by_node, key=lambda node: node != me)  # this node first: rank 0 and the rendezvous here
+    # this node first: rank 0 and the rendezvous here
+    order = sorted(by_node, key=lambda node: node != me)
     nodes = []
     for node in order:
         prefix: tuple[str, ...] = () if node == me else (
