@@ -33,7 +33,8 @@ BUILTIN: dict[str, tuple[str, str, str]] = {
     "vllm": ("harness.engines.vllm", "VllmEngine", "`harness install vllm`"),
     "hf": ("harness.engines.hf", "HfEngine", "`make install` (transformers)"),
 }
-REGISTRY = BUILTIN  # the name older code knows the built-in table by
+# the name older code knows the built-in table by
+REGISTRY = BUILTIN
 
 
 class EngineUnavailable(RuntimeError):
@@ -115,12 +116,17 @@ class EngineInfo:
     """One row of `harness list --engines`."""
 
     name: str
-    origin: str  # "built-in (harness.engines.reference:ReferenceEngine)" or "<package> <version> (<module:Class>)"
-    status: str  # "ready" | "not ready" (loads, cannot run here) | "does not load" | "shadowed" | "ambiguous"
-    detail: str = ""  # why not, and how to fix it; for a shadowed plugin, by what
+    # "built-in (harness.engines.reference:ReferenceEngine)" or "<package> <version> (<module:Class>)"
+    origin: str
+    # "ready" | "not ready" (loads, cannot run here) | "does not load" | "shadowed" | "ambiguous"
+    status: str
+    # why not, and how to fix it; for a shadowed plugin, by what
+    detail: str = ""
     axes: dict | None = None
-    path: str = ""  # the file the engine class lives in (when it loads)
-    model_types: frozenset[str] | None = None  # the model types it runs; None: any its library builds
+    # the file the engine class lives in (when it loads)
+    path: str = ""
+    # the model types it runs; None: any its library builds
+    model_types: frozenset[str] | None = None
 
     def runs(self, model_type: str | None) -> bool | None:
         """Whether it runs a model of this type: True, False, or None when it cannot be told

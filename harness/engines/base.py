@@ -19,7 +19,8 @@ from harness.contract.launchplan import LaunchPlan
 from harness.contract.runspec import RunSpec
 from harness.engines.launch.outcome import RankFailure
 
-if TYPE_CHECKING:  # pydantic loads with it: only the runs that judge a verdict need it
+# pydantic loads with it: only the runs that judge a verdict need it
+if TYPE_CHECKING:
     from harness.contract.known_bugs import KnownBug
 
 
@@ -27,8 +28,10 @@ class Capability(StrEnum):
     """What an engine can do beyond running a RunSpec, declared by the engine (its
     `capabilities`), never guessed from which methods it overrides."""
 
-    OWN_PYTHON = "own-python"  # runs in the interpreter engine_options.python names: --engine-env PATH, bisect
-    INSTALLS_RELEASES = "installs-releases"  # distribution() + install_env(): --engine-env ENGINE==V, bisect releases
+    # runs in the interpreter engine_options.python names: --engine-env PATH, bisect
+    OWN_PYTHON = "own-python"
+    # distribution() + install_env(): --engine-env ENGINE==V, bisect releases
+    INSTALLS_RELEASES = "installs-releases"
     REPRO_SCRIPTS = "repro-scripts"  # repro_script(): `harness repro ID`
 
 

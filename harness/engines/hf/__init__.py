@@ -64,7 +64,8 @@ class HfEngine(Engine):
             "HF_HUB_OFFLINE": "1",
             "TRANSFORMERS_OFFLINE": "1",
         }
-        if spec.device != "cpu":  # importing torch before CUDA_VISIBLE_DEVICES is set is left to a fresh rank
+        # importing torch before CUDA_VISIBLE_DEVICES is set is left to a fresh rank
+        if spec.device != "cpu":
             return LaunchPlan(world_size=1, argv=[str(self.python()), "-m", "harness.engines.hf.worker", spec_path], env=env)
         return LaunchPlan(world_size=1, argv=[str(self.python()), "-m", "harness.engines.hf.worker", spec_path],
                           env={**env, **FORKABLE_ENV}, preload=list(RANK_IMPORTS))

@@ -36,7 +36,8 @@ class Prompter:
         from pathlib import Path
 
         self.config = config
-        self.processor: Any = None  # transformers' processor classes: no types to check against
+        # transformers' processor classes: no types to check against
+        self.processor: Any = None
         self.image_processor: Any = None
         if (Path(spec.model_dir) / "processor_config.json").is_file():
             from transformers import AutoProcessor

@@ -85,7 +85,8 @@ class ReferenceEngine(Engine):
         cfg = json.loads((Path(model_dir) / "config.json").read_text())
         from harness.engines.reference.model import ModelConfig
 
-        try:  # the architectures this engine implements (a user's arch axis may name others)
+        # the architectures this engine implements (a user's arch axis may name others)
+        try:
             model = ModelConfig.from_dict(cfg)
         except (ValueError, KeyError) as exc:
             return str(exc) if isinstance(exc, ValueError) else f"reference engine needs config field {exc}"
@@ -98,7 +99,8 @@ class ReferenceEngine(Engine):
                            ("vocab_size", cfg["vocab_size"])):
             if value % tp:
                 return f"{key}={value} is not divisible by tp={tp}"
-        experts = model.num_experts  # ModelConfig reads them for the MoE model type only
+        # ModelConfig reads them for the MoE model type only
+        experts = model.num_experts
         if axes.chunked_prefill and model.model_type == "llama-vl":
             return "chunked_prefill: the reference engine keeps an image's placeholder tokens in one step (no chunked images)"
         if axes.batch == "mixed" and model.model_type == "llama-vl":

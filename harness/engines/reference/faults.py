@@ -23,7 +23,8 @@ class Fault:
     name: str
     description: str
     takes_param: bool = False
-    param_name: str = "N"  # how the listing and the errors name the parameter
+    # how the listing and the errors name the parameter
+    param_name: str = "N"
     param_what: str = "a global rank"  # what the parameter is, for the errors
     check_param: Callable[[str], object] | None = None  # raises ValueError on a bad parameter
 

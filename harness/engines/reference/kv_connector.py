@@ -19,7 +19,8 @@ from pathlib import Path
 from safetensors.torch import load_file, save_file
 
 BLOCK = 16  # tokens per stored KV block
-WAIT_STEPS = 4  # empty steps the scheduler waits for missing reports before it gives up
+# empty steps the scheduler waits for missing reports before it gives up
+WAIT_STEPS = 4
 
 
 class KVConnectorStall(RuntimeError):

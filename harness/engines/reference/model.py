@@ -54,12 +54,16 @@ class ModelConfig:
     tie_word_embeddings: bool
     model_type: str = "llama"
     per_layer_input_size: int = 0  # llama-pli: width of each layer's own input
-    image_token_id: int = -1  # llama-vl: the placeholder token an image's patches replace
+    # llama-vl: the placeholder token an image's patches replace
+    image_token_id: int = -1
     image_size: int = 0
     patch_size: int = 0
-    deepstack_layers: int = 0  # llama-vl: layers 0..n-1 get the image's deepstack embeddings
-    num_experts: int = 0  # llama-moe: experts per layer (each a SwiGLU MLP of intermediate_size)
-    num_experts_per_tok: int = 0  # llama-moe: experts each token is routed to (top-k)
+    # llama-vl: layers 0..n-1 get the image's deepstack embeddings
+    deepstack_layers: int = 0
+    # llama-moe: experts per layer (each a SwiGLU MLP of intermediate_size)
+    num_experts: int = 0
+    # llama-moe: experts each token is routed to (top-k)
+    num_experts_per_tok: int = 0
 
     @property
     def num_patches(self) -> int:
@@ -315,7 +319,8 @@ class DecoderLayer(nn.Module):
         hidden = self.self_attn(hidden, positions, seq_slots, kv_cache, kv_len, one_seq)
         hidden, residual = self.post_attention_layernorm(hidden, residual)
         hidden = self.mlp(hidden)
-        if per_layer_input is not None:  # None only when a stage lost them (the 40786 fault)
+        # None only when a stage lost them (the fault that re-creates vLLM PR 40786)
+        if per_layer_input is not None:
             assert self.per_layer_proj is not None, "per-layer inputs come only with per_layer_input_size"
             hidden = hidden + self.per_layer_proj(per_layer_input)
         return hidden, residual
@@ -384,7 +389,8 @@ class LlamaStage(nn.Module):
         make_empty_intermediate_tensors)."""
         spec = self.intermediate_spec(num_tokens, dtype)
         if "pp-buffer-missing-key" in self.faults:
-            spec.pop("residual", None)  # vLLM PR 37622: the buffer forgot a key the forward reads
+            # vLLM PR 37622: the buffer forgot a key the forward reads
+            spec.pop("residual", None)
         return {key: torch.empty(shape, dtype=dt, device=device) for key, (shape, dt) in spec.items()}
 
     def embed_images(self, pixels: list[torch.Tensor], input_ids: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -398,7 +404,8 @@ class LlamaStage(nn.Module):
         embeds = torch.zeros(t, cfg.hidden_size, dtype=weight.dtype, device=weight.device)
         deepstack = torch.zeros(cfg.deepstack_layers, t, cfg.hidden_size, dtype=weight.dtype, device=weight.device)
         mask = torch.zeros(t, 1, dtype=weight.dtype, device=weight.device)
-        if pixels:  # without images a generated placeholder id is just a token
+        # without images a generated placeholder id is just a token
+        if pixels:
             rows = (input_ids == cfg.image_token_id).nonzero().flatten()
             if len(rows) != cfg.num_patches * len(pixels):
                 raise ValueError(f"batch has {len(rows)} image placeholder tokens for {len(pixels)} images "

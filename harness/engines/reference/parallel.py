@@ -42,7 +42,8 @@ class ParallelContext:
     tp_group: dist.ProcessGroup | None = field(default=None, repr=False)
     dp: int = 1  # data-parallel replicas
     replica_group: dist.ProcessGroup | None = field(default=None, repr=False)  # this replica's ranks (None: the world)
-    faults: tuple[str, ...] = ()  # fault switches that act in the parallel code
+    # fault switches that act in the parallel code
+    faults: tuple[str, ...] = ()
     # Expert parallelism: a mixture-of-experts layer's experts are split over the TP
     # ranks of a stage (whole experts each), instead of each expert over them (vLLM's
     # enable_expert_parallel with TP: its EP group is the TP group).
@@ -118,7 +119,8 @@ def init_parallel(tp: int, pp: int, sp: bool, device_kind: str, dp: int = 1) -> 
     else:
         raise ValueError(f"unknown device {device_kind!r} (cpu or cuda)")
     # A long timeout: the harness's own watchdog decides when a run hangs.
-    with in_collective():  # the rendezvous: each rank waits for the others
+    # the rendezvous: each rank waits for the others
+    with in_collective():
         dist.init_process_group(backend, init_method="env://", rank=rank, world_size=world_size,
                                 timeout=datetime.timedelta(minutes=30))
     ctx = ParallelContext(rank, world_size, tp, pp, sp, device, backend, dp=dp)
@@ -381,7 +383,8 @@ def sp_shard_residual(x: torch.Tensor) -> torch.Tensor:
     """This TP rank's shard of the full residual stream."""
     ctx = _ctx()
     if "sp-residual-first-shard" in ctx.faults:
-        return x[: x.shape[0] // ctx.tp]  # vLLM PR 33322: every rank took residual[0:n/tp]
+        # vLLM PR 33322: every rank took residual[0:n/tp]
+        return x[: x.shape[0] // ctx.tp]
     return sp_shard_tokens(x)
 
 
@@ -411,7 +414,8 @@ def _ep_routing(ctx: ParallelContext) -> Callable[[torch.Tensor, int, list[int]]
         # tokens routed to experts 0..n-1, which only rank 0 holds
         return lambda logits, top_k, ids: routing_weights(logits, top_k, list(range(len(ids))))
     if faults.active(ctx.faults, "ep-dispatch-drop-token") and ctx.tp_rank == ctx.tp - 1:
-        def dropping(logits, top_k, ids):  # the batch's first token never reaches the last EP rank
+        # the batch's first token never reaches the last EP rank
+        def dropping(logits, top_k, ids):
             weights = routing_weights(logits, top_k, ids)
             return torch.cat([torch.zeros_like(weights[:1]), weights[1:]])
         return dropping

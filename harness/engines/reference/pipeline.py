@@ -146,28 +146,35 @@ class ModelRunner:
         self.forward_fn = self._compiled(stage.forward) if compile else stage.forward
         self.compile = compile
         slots, self.max_len = cache_shape_for(workloads)
-        self.trash_slot = slots  # padding tokens write here, never into a real sequence
+        # padding tokens write here, never into a real sequence
+        self.trash_slot = slots
         # One spare position: a step's key slice [:kv_len] then never spans the whole cache,
         # which would specialise the captured graph and recompile during the run.
         self.kv_caches = self._allocate_kv_cache(slots + 1, self.max_len + 1)
-        self.stage_io: dict | None = None  # filled at the first real (post warm-up) step
+        # filled at the first real (post warm-up) step
+        self.stage_io: dict | None = None
         self._record_io = False
         self._fired = False
-        self.captured: list[dict] = []  # per-layer stream of the steps asked for (capture=True)
+        # per-layer stream of the steps asked for (capture=True)
+        self.captured: list[dict] = []
         self.connector = KVConnector(kv_store, ctx.rank, ctx.pp_rank, stage.layer_ids) if kv_store else None
         self.scheduler = ConnectorScheduler(ctx.pp)
         self.connector_wait_steps = 0
-        self.chunk_budget = chunk_budget  # tokens per prefill step (0: a prompt group in one step)
+        # tokens per prefill step (0: a prompt group in one step)
+        self.chunk_budget = chunk_budget
         self.prefill_stats = {"prefills": 0, "split_prefills": 0, "chunks": 0, "largest_step_tokens": 0}
         self.prefix_cache = (PrefixCache(block_size) if block_size else PrefixCache()) if prefix_cache else None
-        self.speculate = speculate  # n-gram drafts verified in each decode step of a greedy workload
+        # n-gram drafts verified in each decode step of a greedy workload
+        self.speculate = speculate
         # asked once, not at every decode step
         self.trust_first_draft = bool(fault_switches.active(faults, "spec-accepts-unverified-draft")) or (
             ctx.dp_rank > 0 and bool(fault_switches.active(faults, "dp-replica-trusts-drafts")))
         self.trust_after_hit = bool(fault_switches.active(faults, "spec-trusts-after-prefix-hit"))
-        self.restored: dict[int, int] = {}  # slot -> leading tokens a prefix-cache hit restored, last prefill
+        # slot -> leading tokens a prefix-cache hit restored, last prefill
+        self.restored: dict[int, int] = {}
         self.spec_stats = {"steps": 0, "proposed": 0, "accepted": 0}
-        self.prompts_served = 0  # of every workload, by this rank's replica (the dp axis)
+        # of every workload, by this rank's replica (the dp axis)
+        self.prompts_served = 0
         # how the workloads were submitted (the batch axis): the largest prefill batch ran
         self.batch_stats = {"submissions": 0, "fillers": 0, "largest_batch": 0, "smallest_batch": 0}
 
@@ -267,7 +274,8 @@ class ModelRunner:
         if self.connector:
             message[SIDE_CHANNEL] = received_reports + [self.connector.take_report()]
             if fault_switches.active(self.faults, "pp-drop-kv-connector-output") and not self.ctx.is_last_stage:
-                message = {"tensors": message["tensors"]}  # vLLM PR 38031: rebuilt without the side channel
+                # vLLM PR 38031: rebuilt without the side channel
+                message = {"tensors": message["tensors"]}
         return message
 
     def _multimodal_inputs(self, ids_t: torch.Tensor, images: list | None) -> dict | None:
@@ -491,7 +499,8 @@ class ModelRunner:
         (no EOS stop); the top-k of each chosen token's step is kept. Prefixes a cache
         holds are reused, not recomputed; with speculative decoding a step may emit
         several tokens of a sequence (speculative.py), the same tokens."""
-        out: list[tuple[list[int], list]] = []  # per prompt: tokens, (top-k ids, logprobs) per token
+        # per prompt: tokens, (top-k ids, logprobs) per token
+        out: list[tuple[list[int], list]] = []
         for group in batch_groups(prompts):
             group_prompts = [prompts[i] for i in group]
             lens = [len(p) for p in group_prompts]

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import torch
 
-BLOCK = 16  # tokens per cached block, unless the run's block_size axis says otherwise
+# tokens per cached block, unless the run's block_size axis says otherwise
+BLOCK = 16
 
 
 def block_keys(prompt: list[int], block: int = BLOCK) -> list[tuple[int, ...]]:

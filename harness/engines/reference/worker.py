@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 from harness.contract import replicas
 
-if TYPE_CHECKING:  # ranks import torch lazily, after the launcher set their env
+# ranks import torch lazily, after the launcher set their env
+if TYPE_CHECKING:
     import torch
 
 DTYPES = {"float32": "float32", "bfloat16": "bfloat16", "float16": "float16"}
@@ -89,7 +90,8 @@ def merged_replicas(ctx, results: dict, workloads: list[dict]) -> dict:
 
     if ctx.dp == 1:
         return results
-    pieces: list[tuple[int, dict] | None] = [None] * ctx.world_size  # (dp rank, results) from each replica's driver
+    # (dp rank, results) from each replica's driver
+    pieces: list[tuple[int, dict] | None] = [None] * ctx.world_size
     dist.all_gather_object(pieces, (ctx.dp_rank, results) if ctx.rank == ctx.driver_rank else None)
     if ctx.rank != ctx.writer_rank:
         return {}
@@ -187,7 +189,8 @@ def run(spec) -> None:
         raise ValueError(f"unknown dtype {spec.dtype!r} (known: {', '.join(DTYPES)})")
     if spec.sp and spec.tp < 2:
         raise ValueError("sp needs tp >= 2")
-    faults.parse(spec.faults)  # unknown fault names fail here, on every rank
+    # unknown fault names fail here, on every rank
+    faults.parse(spec.faults)
     sp = spec.sp and not faults.active(spec, "sp-switched-off")
     compile_on = spec.compile and not faults.active(spec, "compile-switched-off")
     axes = spec.axes
@@ -214,7 +217,8 @@ def run(spec) -> None:
             t2 = time.perf_counter()
             phases.mark("warmup")
             results = {}
-            for w in workloads:  # captures are per workload: gathered after each one
+            # captures are per workload: gathered after each one
+            for w in workloads:
                 runner.captured = []
                 results.update(run_workloads(runner, [w], batch))
                 if w.get("capture_hidden"):
@@ -228,7 +232,7 @@ def run(spec) -> None:
         runner.prompts_served = sum(len(w["prompts"]) for w in workloads)
         results = merged_replicas(ctx, results, spec.workloads)
         # Each rank's stage I/O and evidence of what it applied, collected so the driver can record all stages.
-        gathered: list[Any] = [None] * ctx.world_size  # all_gather_object fills every slot
+        gathered: list[Any] = [None] * ctx.world_size
         dist.all_gather_object(gathered, (runner.stage_io, evidence.rank_evidence(ctx, stage, after_warmup, COLLECTIVES,
                                                                                   runner)))
         stage_io = [io for io, _ in gathered]

@@ -36,7 +36,8 @@ from harness.engines.base import Capability, Engine
 from harness.engines.launch.outcome import RankFailure
 from harness.engines.vllm.crash import root_cause
 
-ENV_DIR = ".venv-vllm"  # where `harness install vllm` puts vLLM's environment, in the project root
+# where `harness install vllm` puts vLLM's environment, in the project root
+ENV_DIR = ".venv-vllm"
 VENV_PYTHON = Path(ENV_DIR) / "bin" / "python"
 PYTHON_ENV = VLLM_PYTHON.name
 # What the driver imports before it starts vLLM: `vllm.LLM` and what it pulls in, and vLLM's
@@ -126,7 +127,8 @@ class VllmEngine(Engine):
                 return f"{axis}: {probe[axis]['reason']}"
         if not model_dir:
             return None
-        cfg = _config(model_dir)  # read once: every rule below asks it something
+        # read once: every rule below asks it something
+        cfg = _config(model_dir)
         return (self._arch_reason(cfg, axes.pp) or _model_reason(cfg, axes.tp, axes.pp) or _media_reason(cfg, axes)
                 or _ep_reason(cfg, axes) or _dp_reason(cfg, axes) or _draft_reason(cfg, axes)
                 or _mla_reason(cfg, probe))
@@ -170,7 +172,8 @@ class VllmEngine(Engine):
         # lets them share the driver's rank-pool zygote (below).
         probe = self.probe()
         env.update(compile_cache.vllm_env(probe["torch"], probe["vllm"], spec.faults))
-        if spec.axes.batch_invariant:  # read by vLLM as its workers start: the launch's own variable
+        # read by vLLM as its workers start: the launch's own variable
+        if spec.axes.batch_invariant:
             env.update(probe["batch_invariant"]["env"])
         # The driver forks from a rank-pool zygote that imported vLLM already (a slow
         # import on CPU, paid once instead of per scenario: docs/BENCHMARKS.md), CPU only: on CUDA, importing vLLM may query
@@ -257,7 +260,8 @@ class VllmEngine(Engine):
         probe = self.probe()
         versions = {"engine": self.name, **{k: probe[k] for k in ("vllm", "torch", "transformers", "python")}}
         chosen = self._transformers_choice()
-        if chosen:  # an environment the harness built for a release: why this transformers (releases.py)
+        # an environment the harness built for a release: why this transformers (releases.py)
+        if chosen:
             versions["transformers_choice"] = chosen
         return versions
 
@@ -336,7 +340,8 @@ def _ep_reason(cfg: dict, axes: RunAxes) -> str | None:
     """vLLM takes enable_expert_parallel on a dense model and does nothing with it."""
     if axes.ep and not _routed_experts(cfg):
         return f"ep: the model has no routed experts (config.json has none of {', '.join(EXPERT_FIELDS)} > 1)"
-    return None  # vLLM splits an uneven count itself (expert_map_manager.py: the remainder to the first ranks)
+    # vLLM splits an uneven count itself (expert_map_manager.py: the remainder to the first ranks)
+    return None
 
 
 def _dp_reason(cfg: dict, axes: RunAxes) -> str | None:

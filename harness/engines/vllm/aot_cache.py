@@ -50,7 +50,7 @@ def install() -> None:
         if compiled is not None and not hasattr(compiled, "finalize_loading"):
             try:
                 compiled.finalize_loading = _nothing_to_finalize
-            except (AttributeError, TypeError):  # an object that takes no attributes: vLLM's path as before
+            except (AttributeError, TypeError):  # an object that takes no attributes: vLLM's own path
                 pass
         return loaded
 

@@ -37,18 +37,23 @@ WRAPPER_MESSAGE_LINES = 80
 
 @dataclass
 class ProcessError:
-    process: str  # vLLM's name for it: Worker_PP1_TP0, EngineCore, ...
+    # vLLM's name for it: Worker_PP1_TP0, EngineCore, ...
+    process: str
     pid: int | None
-    exception: str  # "KeyError: 'residual'" or "died unexpectedly (exit code 3)"
+    # "KeyError: 'residual'" or "died unexpectedly (exit code 3)"
+    exception: str
     traceback: str
-    frame: str | None = None  # "/venv/vllm/model_executor/models/llama.py:412 in forward"
-    wrapper: str | None = None  # the torch.compile wrapper it surfaced as, when unwrapped
+    # "/venv/vllm/model_executor/models/llama.py:412 in forward"
+    frame: str | None = None
+    # the torch.compile wrapper it surfaced as, when unwrapped
+    wrapper: str | None = None
     # A worker that died: how, as the launcher records its own ranks (RankFailure): the
     # executor's "(exit code: -11)" is multiprocessing's death by signal 11, SIGSEGV (exitcode
     # None then); without a code, the signal faulthandler's "Fatal Python error" names.
     exitcode: int | None = None
     signal: str | None = None
-    model_frame: str | None = None  # the model's own frame above `frame`, where it is another (rootcause.py)
+    # the model's own frame above `frame`, where it is another (rootcause.py)
+    model_frame: str | None = None
 
     def failure(self, harness_fault: str | None = None):
         """This process as the crash's RankFailure (the engine's root_cause): its name, how it
@@ -85,8 +90,10 @@ def _tracebacks(log_text: str) -> list[ProcessError]:
     chained to it are read on to the model's own exception (rootcause.py)."""
     found: dict[str, ProcessError] = {}
     open_blocks: dict[str, list[str]] = {}
-    wrapped: dict[str, tuple[int, str, int]] = {}  # proc -> (pid, wrapper line, lines read since)
-    order: dict[str, int] = {}  # proc -> where its exception line was: log order, also for a wrapper read on
+    # proc -> (pid, wrapper line, lines read since)
+    wrapped: dict[str, tuple[int, str, int]] = {}
+    # proc -> where its exception line was: log order, also for a wrapper read on
+    order: dict[str, int] = {}
     for index, (proc, pid, msg) in enumerate(_prefixed_lines(log_text)):
         if proc in found:
             continue

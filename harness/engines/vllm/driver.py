@@ -42,7 +42,8 @@ SHM_REMOVED_MARK = "harness: removed what vLLM's workers left in shared memory:"
 DRAIN_S = 10.0
 
 # The harness's names for the vLLM interpreter's defaults that matter for a correctness run.
-KV_CACHE_BYTES = 128 << 20  # small: the models are tiny and the machine is shared
+# small: the models are tiny and the machine is shared
+KV_CACHE_BYTES = 128 << 20
 MAX_MODEL_LEN = 512
 # ngram speculative decoding: 2 drafts a step, looked up from 1-3 trailing tokens (a short
 # window proposes often on a tiny random model's repetitive output)
@@ -79,7 +80,8 @@ def plain_kwargs(model_dir: str, dtype: str, seed: int, settings: dict, workload
     kwargs = dict(
         model=model_dir,
         tokenizer=model_dir,
-        dtype=dtype,  # explicit: "auto" downcasts float32 checkpoints to bf16 on CPU
+        # explicit: "auto" downcasts float32 checkpoints to bf16 on CPU
+        dtype=dtype,
         seed=seed,
         tensor_parallel_size=tp,
         pipeline_parallel_size=pp,
@@ -93,7 +95,8 @@ def plain_kwargs(model_dir: str, dtype: str, seed: int, settings: dict, workload
         enforce_eager=not axes.compile,
     )
     budget = axes.chunked_prefill
-    if budget:  # 0: vLLM's default budget (4096 tokens on CPU here), which splits no prompt of max_model_len
+    # 0: vLLM's default budget, above max_model_len, so no prompt is split
+    if budget:
         kwargs.update(enable_chunked_prefill=True, max_num_batched_tokens=budget)
     if axes.ep:
         kwargs["enable_expert_parallel"] = True
@@ -118,7 +121,8 @@ def engine_kwargs(spec) -> dict:
         from vllm.config import CompilationMode
 
         kwargs["compilation_config"] = {"mode": int(CompilationMode.VLLM_COMPILE)}
-    if spec.sp:  # the harness only gets here when the probe found a switch for it
+    # the harness only gets here when the probe found a switch for it
+    if spec.sp:
         from harness.engines.vllm.probe import sp_support
 
         kwargs.setdefault("compilation_config", {})["pass_config"] = sp_pass_config(sp_support())
@@ -133,7 +137,8 @@ def engine_kwargs(spec) -> dict:
 def sp_pass_config(support: dict) -> dict:
     """The PassConfig entries that switch SP on, from the probe's sp_support() answer."""
     pass_config: dict[str, bool | int] = {support["field"]: True}
-    if "threshold_field" in support:  # force it: a tiny model is below vLLM's size heuristic
+    # force it: a tiny model is below vLLM's size heuristic
+    if "threshold_field" in support:
         pass_config[support["threshold_field"]] = 1
     return pass_config
 
@@ -268,7 +273,8 @@ def worker_evidence(llm) -> list[dict]:
         print(f"harness: no evidence of the applied settings from vLLM's workers ({type(exc).__name__}: {exc})", file=sys.stderr)
         return []
     zeroed = sorted({key for w in workers for key in w.get("zeroed", [])})
-    if zeroed:  # a fault switch's own record (faults.py), for whoever reads the log
+    # a fault switch's own record (faults.py), for whoever reads the log
+    if zeroed:
         from harness.engines.vllm.faults import ZEROED_MARK
 
         print(f"{ZEROED_MARK} {', '.join(zeroed)}", file=sys.stderr, flush=True)
@@ -296,27 +302,35 @@ def run(spec) -> None:
 
     phases = PhaseMarks(spec.output_dir)
     phases.mark("start")
-    RANK_OUTPUT_DIR.set(spec.output_dir)  # vLLM's workers announce their start-up steps there (startup.py)
+    # vLLM's workers announce their start-up steps there (startup.py)
+    RANK_OUTPUT_DIR.set(spec.output_dir)
     dp, dp_rank = spec.axes.dp, int(os.environ.get("RANK", "0"))
-    if spec.sp:  # count the SP pass's runs, here and in every worker vLLM starts
+    # count the SP pass's runs, here and in every worker vLLM starts
+    if spec.sp:
         VLLM_COUNT_SP.set("1")
     with harness_step(f"prepare vLLM {vllm.__version__}'s start (its arguments for these settings, the harness's hooks)"):
-        if dp > 1:  # this driver is DP rank RANK of the launcher's dp ranks, which listen at its MASTER_PORT
+        # this driver is DP rank RANK of the launcher's dp ranks, which listen at its MASTER_PORT
+        if dp > 1:
             os.environ.update(dp_environment(dp, dp_rank, int(os.environ.get("LOCAL_RANK", dp_rank)),
                                              os.environ.get("MASTER_ADDR", "127.0.0.1"), int(os.environ["MASTER_PORT"])))
-        if spec.device == "cpu":  # here, not in the launch environment: drivers of every world size share one zygote
+        # here, not in the launch environment: drivers of every world size share one zygote
+        if spec.device == "cpu":
             # one list for every DP rank: vLLM takes its own DP rank's slice of it (ompmultiprocessing.py)
             os.environ["VLLM_CPU_OMP_THREADS_BIND"] = cpu_binding(spec.axes.world, os.cpu_count() or 1)
         kv_cache = kv_cache_setting(spec.device)
-        evidence.install()  # for a worker in this process (one rank) or forked from it
-        forking.install()  # vLLM's engine core and workers forked from here, not spawned afresh (CPU)
-        kwargs = engine_kwargs(spec)  # once: what vLLM is given is what the outputs record
+        # for a worker in this process (one rank) or forked from it
+        evidence.install()
+        # vLLM's engine core and workers forked from here, not spawned afresh (CPU)
+        forking.install()
+        # once: what vLLM is given is what the outputs record
+        kwargs = engine_kwargs(spec)
         # a copy made now: vLLM may add its own objects to the dicts it is given (0.21.0 put
         # its ModelConfig into speculative_config), and the record is what the harness gave
         given = plain({k: v for k, v in kwargs.items() if k not in ("model", "tokenizer")})
     announce(spec.output_dir, f"rank{phases.rank}", "engine-start")  # until its workers say what they do
     called = time.time()
-    llm = vllm.LLM(**kwargs)  # its workers' rendezvous, load and compile are inside
+    # its workers' rendezvous, load and compile are inside
+    llm = vllm.LLM(**kwargs)
     ready = time.time()
     phases.mark("load")
     submit = Submitter(spec.axes.batch)
@@ -331,7 +345,8 @@ def run(spec) -> None:
     idents = sorted({w["dist_ident"] for w in workers if w.get("dist_ident")})
     mine = {"results": results, "workers": workers, "counts": submit.counts, "vllm_dp": vllm_dp_rank(llm)}
     replica = exchange_replicas(spec.output_dir, dp, dp_rank, mine)
-    if dp_rank != 0:  # DP rank 0 writes the run's outputs; every DP engine stops after every one ran its share
+    # DP rank 0 writes the run's outputs; every DP engine stops after every one ran its share
+    if dp_rank != 0:
         shutdown(llm)
         _remove_left_shared_memory(idents)
         return
@@ -348,7 +363,8 @@ def run(spec) -> None:
         vllm=vllm.__version__,
         driver_preimported=PREIMPORTED,
         started_by=forking.started_by(workers),
-        shared_memory=idents,  # vLLM's names for its workers' shared memory, checked gone by a test
+        # vLLM's names for its workers' shared memory, checked gone by a test
+        shared_memory=idents,
         applied=applied,
         submitted=counts,
         engine_kwargs=given,
@@ -356,7 +372,8 @@ def run(spec) -> None:
         timings={"engine_start_s": ready - called, "run_s": done - ready,
                  "engine_start": startup.breakdown(called, ready, [w.get("startup") or {} for w in workers])},
     )
-    out.meta = plain(out.meta)  # what came from vLLM's objects (its workers' evidence) as plain values
+    # what came from vLLM's objects (its workers' evidence) as plain values
+    out.meta = plain(out.meta)
     out.save(spec.output_dir)
     phases.mark("write")
     shutdown(llm)
@@ -498,7 +515,8 @@ def mark_processor_refusal(exc: BaseException) -> None:
             try:
                 setattr(exc, HARNESS_FAULT, refusal_text(versions["vllm"], versions["transformers"],
                                                          f"{type(link).__name__}: {link}", frame))
-            except AttributeError:  # an exception type without a __dict__: reading it must never hide it
+            except AttributeError:
+                # an exception type without a __dict__: reading it must never hide it
                 pass
             return
 

@@ -40,7 +40,8 @@ from harness.engines.vllm.probe import SP_FIELDS
 class EvidenceExtension:
     """vLLM mixes this class into its worker class (`worker_extension_cls`)."""
 
-    if TYPE_CHECKING:  # what the worker class it is mixed into provides (never defined here: it would shadow them)
+    # what the worker class it is mixed into provides (never defined here: it would shadow them)
+    if TYPE_CHECKING:
         vllm_config: Any
 
         def get_model(self) -> Any: ...
@@ -153,11 +154,13 @@ def install() -> None:
         count_sp_pass_runs()
 
 
-if "vllm" in sys.modules:  # a vLLM worker importing its extension (never the harness's own process)
+# a vLLM worker importing its extension (never the harness's own process)
+if "vllm" in sys.modules:
     install()
 
 
-TOWERS = ("vision", "visual", "audio", "encoder", "tower")  # a multimodal model's encoders: every PP rank holds them whole
+# a multimodal model's encoders: every PP rank holds them whole
+TOWERS = ("vision", "visual", "audio", "encoder", "tower")
 
 
 def _layer_list(model) -> list:

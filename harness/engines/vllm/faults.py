@@ -84,7 +84,8 @@ def _pp_rank() -> int:
 
 # The faults switched on in this process: the installed switches read it at call time.
 _ON: dict[str, int | None] = {}
-_INSTALLED: set[str] = set()  # what is patched into vLLM here: "deepstack", "pp"
+# what is patched into vLLM here: "deepstack", "pp"
+_INSTALLED: set[str] = set()
 
 
 def arm(faults: list[str]) -> None:
@@ -141,7 +142,8 @@ def _install_pp_faults(faults: dict[str, int | None]) -> None:
         if _pp_rank() == faults.get("worker-exit"):
             os._exit(3)
         if key != "hidden_states" and _pp_rank() == faults.get("pp-zero-aux"):
-            if key not in ZEROED:  # the fault's own evidence; a list: Dynamo replays its mutation (print it cannot trace)
+            # the fault's own evidence; a list: Dynamo replays its mutation (print it cannot trace)
+            if key not in ZEROED:
                 ZEROED.append(key)
             return torch.zeros_like(original(self, key))
         return original(self, key)

@@ -84,7 +84,8 @@ def unsafe_to_fork() -> str | None:
     """Why this process must not fork now, or None."""
     pools = pool_threads()
     if pools:
-        time.sleep(0.05)  # a thread ZeroMQ has just started names itself at once: look again
+        # a thread ZeroMQ has just started names itself at once: look again
+        time.sleep(0.05)
         pools = pool_threads()
     if pools:
         return f"{len(pools)} native thread(s) beyond Python's and ZeroMQ's are running ({', '.join(sorted(set(pools)))})"
@@ -101,7 +102,8 @@ def install() -> None:
 
     try:
         from vllm.utils import system_utils
-    except ImportError:  # a release without this layout: vLLM's own choice stands
+    except ImportError:
+        # a release without this layout: vLLM's own choice stands
         return
     if (not current_platform.is_cpu() or not callable(getattr(system_utils, "_maybe_force_spawn", None))
             or getattr(system_utils._maybe_force_spawn, "harness", False)):
@@ -109,7 +111,8 @@ def install() -> None:
     vllm_decides = system_utils._maybe_force_spawn
 
     def decide() -> None:
-        os.environ[METHOD_ENV] = "fork"  # vLLM's own reasons still set spawn; its CPU platform's blanket one no longer
+        # vLLM's own reasons still set spawn; its CPU platform's blanket one does not
+        os.environ[METHOD_ENV] = "fork"
         vllm_decides()
         why = os.environ[METHOD_ENV] == "fork" and unsafe_to_fork()
         if why:
@@ -127,7 +130,8 @@ def install() -> None:
 
 def _forked() -> None:
     STARTED["by"] = "fork"
-    _IMPORT_THREADS.clear()  # a forked child has one thread: whatever starts in it later is its own
+    # a forked child has one thread: whatever starts in it later is its own
+    _IMPORT_THREADS.clear()
 
 
 class _AfterFork:

@@ -56,7 +56,8 @@ def kv_cache_support() -> dict:
     try:
         knows = "kv_cache_memory_bytes" in inspect.getsource(cpu)
     except (OSError, TypeError):
-        knows = True  # no source to read: the argument is all there is to give
+        # no source to read: the argument is all there is to give
+        knows = True
     return {"via": "kv_cache_memory_bytes" if knows else KVCACHE_SPACE_ENV}
 
 

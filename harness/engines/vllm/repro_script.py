@@ -48,7 +48,8 @@ def engine_args(setting: dict) -> dict:
     model = model if model.is_absolute() else HERE / model
     args["model"] = args["tokenizer"] = str(model)
     speculative = args.get("speculative_config") or {}
-    if speculative.get("model") == "model":  # the target as its own draft: the script's checkpoint too
+    # the target as its own draft: the script's checkpoint too
+    if speculative.get("model") == "model":
         args["speculative_config"] = {**speculative, "model": str(model)}
     if setting.get("compile"):
         from vllm.config import CompilationMode
@@ -67,7 +68,7 @@ def prompt_inputs(workload: dict) -> list[dict]:
         for field, key in zip(MEDIA_FIELDS, ("image", "video", "audio")):
             entry = (workload.get(field) or [None] * len(workload["prompts"]))[i]
             if entry:
-                paths = entry if isinstance(entry, list) else [entry]  # several, or one
+                paths = entry if isinstance(entry, list) else [entry]
                 loaded = [load_media(field, HERE / path) for path in paths]
                 data[key] = loaded if isinstance(entry, list) else loaded[0]
         if data:
@@ -110,7 +111,8 @@ def topk_row(position: dict, k: int) -> tuple[list[int], list[float]]:
     logprob is NaN (a corrupted row: vLLM 0.20.2's CPU attention with SP padding). The
     top-k are the entries ranked 1..k after it."""
     entries = [(tid, lp) for tid, lp in position.items() if lp.rank is not None and 1 <= lp.rank <= k]
-    if len(entries) > k:  # the sampled token, outside the top-k yet ranked within it: it comes first
+    # the sampled token, outside the top-k yet ranked within it: it comes first
+    if len(entries) > k:
         entries = [(tid, lp) for tid, lp in entries if tid != next(iter(position))]
     ranked = sorted((lp.rank, tid, lp.logprob) for tid, lp in entries)
     if [r for r, _, _ in ranked] != list(range(1, k + 1)):
@@ -191,7 +193,8 @@ def run_setting(name: str, out: Path, dp_rank: int = 0) -> None:
     started = time.monotonic() - start
     results = {}
     for w in CASE["workloads"]:
-        if dp > 1:  # this DP rank's share of the prompts (a batch plan is for the whole workload: none under dp)
+        # this DP rank's share of the prompts (a batch plan is for the whole workload: none under dp)
+        if dp > 1:
             mine = dp_share(len(w["prompts"]), dp, dp_rank)
             w = {**w, **{f: [w[f][i] for i in mine] for f in ("prompts", *MEDIA_FIELDS) if w.get(f) is not None}}
         results[w["name"]] = (run_logprobs if w["kind"] == "logprobs" else run_greedy)(llm, w, setting)
@@ -280,7 +283,8 @@ def compare_logprobs(ref: dict, got: dict, tol: dict) -> dict:
         bad.append(d > tol["logprob_atol"] or kl > tol["kl_max"])
         flips.append(decisive and not same)
     top1 = sum(decisive_agree) / len(decisive_agree) if decisive_agree else 1.0
-    if top1 < tol["top1_min"]:  # as the harness judges: flips count only beyond the share top1_min allows
+    # as the harness judges: flips count only beyond the share top1_min allows
+    if top1 < tol["top1_min"]:
         bad = [b or f for b, f in zip(bad, flips)]
     metrics = {"max_abs_dlogprob": max(deltas), "max_kl": max(kls), "top1_agreement": sum(agree) / len(agree),
                "top1_agreement_decisive": top1, "positions": len(deltas), "bad_positions": sum(bad)}

@@ -51,8 +51,10 @@ ACTIVITY: dict[str, str | tuple[str, str]] = {
     "initialize_from_config": "kv-cache",
     "compile_or_warm_up_model": ("warmup", "compile"),
 }
-TIMELINE: dict[str, list[float]] = {}  # step -> [start, end] of its first call in this process
-CONSTRUCTED: list[float] = []  # when this process's worker was constructed: its process up, vLLM imported
+# step -> [start, end] of its first call in this process
+TIMELINE: dict[str, list[float]] = {}
+# when this process's worker was constructed: its process up, vLLM imported
+CONSTRUCTED: list[float] = []
 
 
 def install() -> None:

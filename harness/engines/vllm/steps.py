@@ -25,7 +25,8 @@ import functools
 STATS: dict = {}  # this process's counts (reset())
 PROMPT_LEN: dict[str, int] = {}  # request id -> prompt length
 CHUNKS: dict[str, int] = {}  # request id -> the steps its prefill ran in
-DRAFTS: dict[str, int] = {}  # request id -> draft tokens of the step being run
+# request id -> draft tokens of the step being run
+DRAFTS: dict[str, int] = {}
 
 
 def reset() -> None:
@@ -104,7 +105,8 @@ def observe(out) -> None:
     for req in out.scheduled_new_reqs:
         PROMPT_LEN[req.req_id] = len(req.prompt_token_ids or [])
         STATS["requests"] += 1
-        if req.num_computed_tokens:  # KV already there at its first step: prefix-cache hits
+        # KV already there at its first step: prefix-cache hits
+        if req.num_computed_tokens:
             STATS["hit_requests"] += 1
             STATS["hit_tokens"] += int(req.num_computed_tokens)
         computed[req.req_id] = int(req.num_computed_tokens)
