@@ -31,7 +31,8 @@ class Submission:
     workload prompt it is (None for a filler)."""
 
     prompts: list[list[int]]
-    origin: Sequence[int | None]  # read-only: a replica's share (list[int]) is one too
+    # read-only: a replica's share (list[int]) is one too
+    origin: Sequence[int | None]
 
 
 def filler(prompt: list[int], salt: int) -> list[int]:

@@ -37,7 +37,8 @@ class KnownBug(FailureSignature):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     id: str
-    reason: str = Field(min_length=1)  # one line: what is wrong and where in the engine's source
+    # one line: what is wrong and where in the engine's source
+    reason: str = Field(min_length=1)
     engine_version: str  # the releases it is in: `vllm>=0.27,<0.33`
     verdict: Literal["fail", "crash", "hang"]
     # where it shows: every key a setting the scenario must have (a list: any of these values);

@@ -61,7 +61,8 @@ class PhaseMarks:
         try:
             self._write()
         except OSError:
-            pass  # timings are a report's detail: never the reason a rank fails
+            # timings are a report's detail: never the reason a rank fails
+            pass
 
     def _write(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -137,7 +138,8 @@ def rank_breakdown(marks: dict[int, list[tuple[str, float]]], launch_start: floa
     order = sorted(ends, key=lambda n: (RANK_PHASES.index(n) if n in RANK_PHASES else len(RANK_PHASES), ends[n]))
     breakdown, previous = {}, launch_start
     for name in order:
-        end = max(ends[name], previous)  # clocks of other nodes may lag: never negative
+        # clocks of other nodes may lag: never negative
+        end = max(ends[name], previous)
         breakdown[name] = round(end - previous, 3)
         previous = end
     breakdown["exit"] = round(max(launch_end - previous, 0.0), 3)

@@ -21,7 +21,8 @@ import math
 from collections.abc import Mapping
 from pathlib import PurePath
 
-MAX_DEPTH = 8  # a vLLM config holds configs: deeper than this is written as its type's name
+# a vLLM config holds configs: deeper than this is written as its type's name
+MAX_DEPTH = 8
 
 
 def plain(value, _depth: int = 0, _seen: frozenset[int] = frozenset()):

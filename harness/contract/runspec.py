@@ -52,7 +52,8 @@ WORKLOAD_KINDS = ("logprobs", "greedy", "generate")
 # A workload's media fields and the modality each holds (vLLM's multi_modal_data keys)
 MEDIA = {"images": "image", "videos": "video", "audios": "audio"}
 AUDIO_RATE = 16000  # Hz of every audio clip a run spec names
-VIDEO_FPS = 2.0  # frames per second of every video a run spec names (all its frames are used)
+# frames per second of every video a run spec names (all its frames are used)
+VIDEO_FPS = 2.0
 
 
 def entry_list(entry) -> list:

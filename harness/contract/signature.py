@@ -90,7 +90,8 @@ class FailureSignature(BaseModel):
 
     @model_validator(mode="after")
     def _kind_fits(self):  # noqa: ANN202 - the model itself, of the subclass validated
-        if self.verdict == "unsupported":  # the engine version does not apply the setting: `message` matches its evidence
+        # the engine version does not apply the setting: `message` matches its evidence
+        if self.verdict == "unsupported":
             extra = [f for f in ("exception", "traceback", "rank", "check", "metric") if getattr(self, f)]
             if extra:
                 raise ValueError(f"{extra}: an expected `unsupported` is matched on the engine's reason (`message`) only")

@@ -23,13 +23,17 @@ class EnvValueError(ValueError):
 @dataclass(frozen=True)
 class Variable:
     name: str
-    kind: str  # what its value is: path, int, number, switch (0 turns it off), text, spec
-    default: str | None  # as the user would write it; None: unset means "not given"
+    # what its value is: path, int, number, switch (0 turns it off), text, spec
+    kind: str
+    # as the user would write it; None: unset means "not given"
+    default: str | None
     doc: str
-    who: str = "user"  # user: set by people and CI; internal: the harness sets it for its children; tests
+    # user: set by people and CI; internal: the harness sets it for its children; tests
+    who: str = "user"
     minimum: float | None = None  # int, number: the least value it takes
     choices: tuple[str, ...] = ()  # text: the values it takes (empty: any)
-    directory: bool = False  # path: a directory (made when missing); an existing non-directory is wrong
+    # path: a directory (made when missing); an existing non-directory is wrong
+    directory: bool = False
 
     def problem(self) -> str | None:
         """What is wrong with the value as set (None: unset, or of its kind), in words that

@@ -29,19 +29,23 @@ class _Config(BaseModel):
     golden: str = "golden"
     reports: str = "reports"
     cache: str | None = None
-    builtin_suites: bool = True  # list and run the harness's own suites beside the project's
+    # list and run the harness's own suites beside the project's
+    builtin_suites: bool = True
 
 
 @dataclass(frozen=True)
 class Project:
-    root: Path  # the config's directory, else the working directory
+    # the config's directory, else the working directory
+    root: Path
     config_file: Path | None  # None: no config found
-    scenarios: tuple[Path, ...]  # the project's own scenario files and directories
+    # the project's own scenario files and directories
+    scenarios: tuple[Path, ...]
     golden: Path
     reports: Path
     cache: Path | None
     builtin_suites: bool = True
-    scenarios_configured: bool = False  # the config names them (else the default, which may not exist yet)
+    # the config names them (else the default, which may not exist yet)
+    scenarios_configured: bool = False
 
 
 def find_config(start: Path | None = None) -> tuple[Path, dict] | None:
@@ -85,7 +89,8 @@ def _read_toml(path: Path) -> dict:
             cached = _parsed[path] = (seen, tomllib.loads(path.read_text()))
     except (OSError, tomllib.TOMLDecodeError) as exc:
         raise ProjectConfigError(f"{path}: cannot read the project config: {exc}") from None
-    return copy.deepcopy(cached[1])  # the caller's own: nobody edits the cached table
+    # the caller's own: nobody edits the cached table
+    return copy.deepcopy(cached[1])
 
 
 def project(start: Path | None = None) -> Project:

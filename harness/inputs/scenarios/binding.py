@@ -78,7 +78,8 @@ def matrix_problems(engine: object, matrix: object) -> list[str]:
     for axis, values in matrix.items():
         if not isinstance(axis, str) or not AXIS_NAME.fullmatch(axis) or not isinstance(values, list):
             continue  # the schema says so
-        if axis not in known:  # a typo would make every scenario `unsupported`: a green suite
+        # a typo would make every scenario `unsupported`: a green suite
+        if axis not in known:
             problems.append(f"matrix: axis '{axis}' is not an axis of {whose} (known axes: {', '.join(sorted(known))})")
             continue
         for v in values:
@@ -119,7 +120,8 @@ def _fault_problem(suite: SuiteFile) -> str | None:
     try:
         engine = get_engine(suite.engine)
     except EngineUnavailable:
-        return None  # its scenarios end as `error` saying why the engine is missing
+        # its scenarios end as `error` saying why the engine is missing
+        return None
     return engine.fault_problem(list(suite.faults))
 
 

@@ -39,7 +39,8 @@ LOCK_SUFFIX = ".lock"
 class Constraint:
     """A rule or an `exclude:` entry, as a test of a (partial) setting."""
 
-    name: str  # what a user reads: "sp requires tp>=2: <reason>", "exclude {tp: 2, pp: 2}"
+    # what a user reads: "sp requires tp>=2: <reason>", "exclude {tp: 2, pp: 2}"
+    name: str
     axes: tuple[str, ...]  # the matrix axes it reads
     allows: Callable[[dict], bool]
 
@@ -49,7 +50,8 @@ def constraints(suite: SuiteFile, rules: tuple[Rule, ...]) -> list[Constraint]:
     matrix = set(suite.matrix)
     found = []
     for rule in rules:
-        if rule.when.axis in matrix:  # a rule whose feature is not an axis here never fires
+        # a rule whose feature is not an axis here never fires
+        if rule.when.axis in matrix:
             found.append(Constraint(rule.message(), tuple(a for a in rule.axes if a in matrix), _keeps(rule)))
     for selector in suite.exclude:
         text = ", ".join(f"{k}: {_spell(v)}" for k, v in selector.items())
@@ -86,7 +88,8 @@ def locked_rows(suite: SuiteFile, source: Path) -> list[dict]:
     axes, kept = list(suite.matrix), []
     for row in rows:
         if not isinstance(row, dict) or set(row) - set(axes):
-            continue  # an axis taken out of the matrix: its rows are other settings now
+            # an axis taken out of the matrix: its rows are other settings now
+            continue
         # an axis added since: its golden value, which an id leaves out where it means "off"
         row = {a: row[a] if a in row else suite.golden.get(a) for a in axes}
         if all(is_one_of(row[a], suite.matrix[a]) for a in axes):
@@ -139,8 +142,10 @@ class Coverage:
 
     required: int
     covered: int
-    excluded: dict[str, list[str]]  # constraint -> the combinations it forbids ("tp=1 sp=true")
-    missed: list[str]  # feasible and not run: a planner bug, or a full product with excludes
+    # constraint -> the combinations it forbids ("tp=1 sp=true")
+    excluded: dict[str, list[str]]
+    # feasible and not run: a planner bug, or a full product with excludes
+    missed: list[str]
 
     @property
     def feasible(self) -> int:

@@ -27,9 +27,12 @@ class BrokenSuite:
     """A scenario file that could not be used, and what the request side needs of it."""
 
     path: Path
-    suite: str  # the name its `suite:` gives, else the file's name without .yaml
-    problem: str  # the whole message: file, fields, what is wrong
-    gates: frozenset[str] | None = None  # the gates it names; None: unknown (the file did not parse)
+    # the name its `suite:` gives, else the file's name without .yaml
+    suite: str
+    # the whole message: file, fields, what is wrong
+    problem: str
+    # the gates it names; None: unknown (the file did not parse)
+    gates: frozenset[str] | None = None
 
     @property
     def error_id(self) -> str:
@@ -48,7 +51,8 @@ class BrokenSuite:
         head, slash, _ = pattern.partition("/")
         if slash:  # the suite part of an id or a pattern
             return fnmatch.fnmatchcase(self.suite, head)
-        literal = re.split(r"[*?\[]", pattern, maxsplit=1)[0]  # a glob over whole ids: up to its first wildcard
+        # a glob over whole ids: up to its first wildcard
+        literal = re.split(r"[*?\[]", pattern, maxsplit=1)[0]
         return literal != pattern and (literal.startswith(f"{self.suite}/") or f"{self.suite}/".startswith(literal))
 
 
@@ -103,7 +107,8 @@ def parse_suite(raw, path: Path) -> SuiteFile:
         problems = [f"  {p}" for p in axes]
         for err in exc.errors():
             if axes and not err["loc"]:
-                continue  # a whole-file rule (golden sets every axis) broken by the unknown axis above
+                # a whole-file rule (golden sets every axis) broken by the unknown axis above
+                continue
             where = ".".join(str(p) for p in err["loc"]) or "(top level)"
             problems.append(f"  {where}: {err['msg'].removeprefix('Value error, ')}")  # pydantic's prefix says nothing
         raise ScenarioError(f"{path}: invalid scenario file:\n" + "\n".join(problems)) from None

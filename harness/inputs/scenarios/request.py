@@ -28,18 +28,25 @@ class Option:
     """How a RunConfig field is given. `value` names how a text becomes the value (the
     CLI's value types, harness/cli/options.py VALUE_TYPES: a bad one is a usage error)."""
 
-    flag: str | None = None  # `harness run`'s flag ("--timeout"), or its positional's name ("ids")
+    # `harness run`'s flag ("--timeout"), or its positional's name ("ids")
+    flag: str | None = None
     help: str = ""
-    pytest: str | None = None  # the pytest plugin's option ("--harness-timeout")
-    pytest_help: str | None = None  # where pytest's help says it otherwise (None: as `help`)
-    api: bool = False  # harness.api's calls take it as a keyword argument of the field's name
+    # the pytest plugin's option ("--harness-timeout")
+    pytest: str | None = None
+    # where pytest's help says it otherwise (None: as `help`)
+    pytest_help: str | None = None
+    # harness.api's calls take it as a keyword argument of the field's name
+    api: bool = False
     value: str | None = None
-    repeat: bool = False  # given once per value (argparse's action="append")
-    switch: bool = False  # a flag without a value (action="store_true")
+    # given once per value (argparse's action="append")
+    repeat: bool = False
+    # a flag without a value (action="store_true")
+    switch: bool = False
     short: str | None = None  # "-x"
     metavar: str | None = None
     choices: tuple[str, ...] | None = None
-    cli_default: Callable[[], Any] | None = None  # the CLI's default, read when its parser is made
+    # the CLI's default, read when its parser is made
+    cli_default: Callable[[], Any] | None = None
 
     @property
     def dest(self) -> str:

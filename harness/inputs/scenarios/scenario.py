@@ -28,8 +28,10 @@ class EngineVersion:
     """One engine version of several (`harness run --engine-env SPEC`, harness/inputs/envs.py):
     the one value a versioned scenario carries. Its id is `<base id>@<label>`."""
 
-    spec: str  # as given to --engine-env: `vllm==0.28.0`, or an interpreter path
-    label: str  # `vllm-0.28.0`: the engine and its own version, as it reports them
+    # as given to --engine-env: `vllm==0.28.0`, or an interpreter path
+    spec: str
+    # `vllm-0.28.0`: the engine and its own version, as it reports them
+    label: str
     python: str  # the interpreter the engine runs in
     # The interpreter that builds a tiny {arch: ...} checkpoint: the default
     # environment's (where it exists), so the weights are the golden's.
@@ -197,7 +199,8 @@ def _check_change_patterns(suite: SuiteFile, source: Path, names: list[str]) -> 
                                     f"scenario of suite '{suite.suite}' (they are: {', '.join(names)})")
 
 
-VERSION_SEP = "@"  # scenario id @ engine label: `vllm-llama/tp1-pp2@vllm-0.28.0` (harness/inputs/envs.py)
+# scenario id @ engine label: `vllm-llama/tp1-pp2@vllm-0.28.0` (harness/inputs/envs.py)
+VERSION_SEP = "@"
 
 
 def split_id(scenario_id: str) -> tuple[str, str]:

@@ -144,8 +144,10 @@ class EvalDef(_Strict):
     # GSM8K), gsm8k-arith (generated arithmetic in GSM8K format), geo3k-synth (generated
     # diagrams in Geo3K format), geo3k (a hiyouga/geometry3k parquet given as `data`).
     task: str
-    data: str | None = None  # a file the task reads instead of its shipped data
-    items: int | None = Field(None, ge=1)  # the first N items of the test split; None: all
+    # a file the task reads instead of its shipped data
+    data: str | None = None
+    # the first N items of the test split; None: all
+    items: int | None = Field(None, ge=1)
     pr_items: int | None = Field(None, ge=1)  # items when the run's gate is `pr` (a slice)
     num_fewshot: int | None = Field(None, ge=0)  # None: the task's own (5 for gsm8k)
     max_new_tokens: int | None = Field(None, ge=1)  # None: the task's max_gen_toks
@@ -231,12 +233,14 @@ class SuiteFile(_Strict):
     engine: str = "reference"
     # engine settings that are not matrix axes, e.g. {python: .venv-vllm/bin/python}
     engine_options: dict[str, str] = {}
-    model: ModelRef | None = None  # a zoo name, or {path:}, {hub:, revision:}, {arch:} (harness/inputs/models)
+    # a zoo name, or {path:}, {hub:, revision:}, {arch:} (harness/inputs/models)
+    model: ModelRef | None = None
     # instead of `model:`, one model per value of the `arch` axis: an architecture class
     # name (a tiny random checkpoint of it) or any model entry
     archs: dict[str, Union[PathModel, HubModel, ArchModel]] = {}
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
-    timeout_s: float = Field(600, gt=0, allow_inf_nan=False)  # a run that may never end is a hang nobody reports
+    # a run that may never end is a hang nobody reports
+    timeout_s: float = Field(600, gt=0, allow_inf_nan=False)
     workloads: list[WorkloadDef] = []
     evals: list[EvalDef] = []
     golden: dict[str, AxisValue]
@@ -264,7 +268,8 @@ class SuiteFile(_Strict):
     @field_validator("archs", mode="before")
     @classmethod
     def _arch_names(cls, archs):
-        if isinstance(archs, dict):  # `qwen3: Qwen3ForCausalLM` is short for {arch: Qwen3ForCausalLM}
+        # `qwen3: Qwen3ForCausalLM` is short for {arch: Qwen3ForCausalLM}
+        if isinstance(archs, dict):
             archs = {k: {"arch": v} if isinstance(v, str) else v for k, v in archs.items()}
         return archs
 
@@ -291,7 +296,8 @@ class SuiteFile(_Strict):
     @field_validator("gates")
     @classmethod
     def _gate_names(cls, gates: dict) -> dict:
-        for name in gates:  # a gate ends the default run id (a directory) and is a pytest marker
+        # a gate ends the default run id (a directory) and is a pytest marker
+        for name in gates:
             if not ID_PART.fullmatch(name):
                 raise ValueError(f"gate name {name!r} must use [a-z0-9.-], starting with a letter or digit")
         return gates

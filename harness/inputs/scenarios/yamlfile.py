@@ -30,7 +30,8 @@ class YamlFileError(ValueError):
 def read_bounded(path: Path) -> str:
     """The text of a regular file of at most MAX_BYTES."""
     try:
-        info = path.stat()  # follows a symlink: what it points at is what would be read
+        # follows a symlink: what it points at is what would be read
+        info = path.stat()
     except OSError as exc:
         raise YamlFileError(f"{path}: cannot read: {exc.strerror or exc}") from None
     if not stat.S_ISREG(info.st_mode):
@@ -60,7 +61,8 @@ def _kind(mode: int) -> str:
 
 try:
     from yaml import CSafeLoader as _FastLoader
-except ImportError:  # PyYAML built without libyaml: the pure-Python loader then does all the work
+except ImportError:
+    # PyYAML built without libyaml: the pure-Python loader then does all the work
     _FastLoader = None  # type: ignore[assignment,misc]
 
 
@@ -91,7 +93,8 @@ def _expanded_size(node: yaml.Node, sizes: dict[int, int]) -> int:
         size += sum(_expanded_size(child, sizes) for child in node.value)
     elif isinstance(node, yaml.MappingNode):
         size += sum(_expanded_size(k, sizes) + _expanded_size(v, sizes) for k, v in node.value)
-    sizes[id(node)] = min(size, MAX_NODES + 1)  # capped: the sum of a bomb's levels stays a small int
+    # capped: the sum of a bomb's levels stays a small int
+    sizes[id(node)] = min(size, MAX_NODES + 1)
     return sizes[id(node)]
 
 
@@ -148,7 +151,7 @@ def parse_bounded(text: str, path: Path) -> Any:
             try:
                 return _parse_fast(text)
             except yaml.YAMLError:
-                pass  # the pure-Python loader below says what is wrong, as it always has
+                pass  # the pure-Python loader below says what is wrong
         return _construct(_BoundedLoader(text))
     except YamlFileError as exc:
         raise YamlFileError(f"{path}: {exc}") from None

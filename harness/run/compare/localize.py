@@ -71,7 +71,8 @@ def first_divergence(golden: EngineOutputs, candidate: EngineOutputs, workloads:
     captured. `rtol`: the bound (default: HIDDEN_RTOL of the candidate run's dtype)."""
     rtol = rtol if rtol is not None else HIDDEN_RTOL.get(candidate.meta.get("dtype", ""), HIDDEN_RTOL["float32"])
     for w in workloads:
-        if w.get("kind") == "generate":  # eval generations capture nothing; the evals judge them
+        # eval generations capture nothing; the evals judge them
+        if w.get("kind") == "generate":
             continue
         g, s = golden.workload(w["name"]), candidate.workload(w["name"])
         if "hidden_states" not in g or "hidden_states" not in s:

@@ -25,9 +25,12 @@ from harness.contract.outputs import EngineOutputs
 @dataclass(frozen=True)
 class Tolerance:
     logprob_atol: float  # max |delta logprob| over the golden's top-k
-    kl_max: float  # max per-position KL(golden || scenario) over the golden's top-k + tail
-    top1_min: float  # min top-1 agreement among positions that are not near-ties (below it, each flip is a bad position)
-    near_tie: float  # a logprob gap this small between two candidates is a tie
+    # max per-position KL(golden || scenario) over the golden's top-k + tail
+    kl_max: float
+    # min top-1 agreement among positions that are not near-ties (below it, each flip is a bad position)
+    top1_min: float
+    # a logprob gap this small between two candidates is a tie
+    near_tie: float
 
     def describe(self) -> str:
         return (
@@ -69,7 +72,8 @@ def check_workloads(golden: EngineOutputs, candidate: EngineOutputs, workloads: 
     """One check per logprobs or greedy workload: the candidate run's outputs against the golden's."""
     results = []
     for w in workloads:
-        if w["kind"] not in _FIELDS:  # generate: judged by the evals, not by these checks
+        # generate: judged by the evals, not by these checks
+        if w["kind"] not in _FIELDS:
             continue
         g, s = golden.workload(w["name"]), candidate.workload(w["name"])
         missing = [k for k in _FIELDS[w["kind"]] if k not in s]

@@ -16,8 +16,10 @@ from harness.run.compare.contracts import check_pp_contract
 from harness.run.compare.localize import describe, first_divergence
 from harness.run.compare.numeric import CheckResult, Tolerance, check_workloads
 
-ACCURACY = "accuracy"  # the kind of the eval checks (harness/run/evals): paired items, not numbers
-SAME_LAYOUT = "same-layout"  # the kind of a check against the scenario's own layout without its feature
+# the kind of the eval checks (harness/run/evals): paired items, not numbers
+ACCURACY = "accuracy"
+# the kind of a check against the scenario's own layout without its feature
+SAME_LAYOUT = "same-layout"
 EXACT = Tolerance(logprob_atol=0.0, kl_max=0.0, top1_min=1.0, near_tie=0.0)  # not one bit, no near-tie excuse
 
 
@@ -89,7 +91,8 @@ def same_layout_checks(reference: EngineOutputs, label: str, candidate: EngineOu
 
 def _bit_identical(check: CheckResult) -> bool:
     m = check.metrics
-    if not check.passed and not m:  # the outputs did not even have the same shape
+    # the outputs did not even have the same shape
+    if not check.passed and not m:
         return False
     if check.kind == "logprobs":
         return m.get("max_abs_dlogprob") == 0.0 and m.get("top1_agreement") == 1.0
