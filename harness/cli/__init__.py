@@ -37,7 +37,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True, metavar="{" + ",".join(COMMANDS) + "}")
     for name, command in COMMANDS.items():
         command.add_arguments(sub.add_parser(name, help=command.HELP, description=command.HELP))
-    bisect.add_step_arguments(sub.add_parser("bisect-step"))  # no help=: no line in --help; harness/run/bisect.py run_step
+    # no help=: no line in --help; harness/run/bisect.py run_step
+    bisect.add_step_arguments(sub.add_parser("bisect-step"))
     return p
 
 
@@ -52,7 +53,8 @@ def main(argv: list[str] | None = None) -> int:
         except KeyboardInterrupt:
             print("\nharness: interrupted", file=sys.stderr)
             return exit_codes.INTERRUPTED
-        except BrokenPipeError:  # the reader left early (`harness list | head`): nothing went wrong here
+        except BrokenPipeError:
+            # the reader left early (`harness list | head`): nothing went wrong here
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit's flush
             return exit_codes.OK
 
@@ -61,8 +63,9 @@ def _main(argv: list[str] | None) -> int:
     try:
         args = build_parser().parse_args(argv)  # the defaults read the project config
         if args.command not in ("env", "docs"):  # `harness env` shows what is wrong with each
-            check_values()  # every HARNESS_* value as the user set it, before anything runs (not
-            # an `error` once ranks start); before the export, which sets some for children
+            # every HARNESS_* value as the user set it, before anything runs (not an `error` once
+            # ranks start); before the export, which sets some for children
+            check_values()
         export_to_children()
     except (ProjectConfigError, EnvValueError) as exc:
         print(f"harness: {exc}", file=sys.stderr)

@@ -20,7 +20,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args) -> int:
     from harness.run.plan.schedule import recorded_durations, write_durations
 
-    if not args.report_dir.is_dir():  # nothing to read is not "0 durations": a typo would write {} silently
+    # nothing to read is not "0 durations": a typo would write {} silently
+    if not args.report_dir.is_dir():
         what = "does not exist" if not args.report_dir.exists() else "is not a directory"
         print(f"harness: the report dir {args.report_dir} {what}: no runs to read durations from "
               "(give --report-dir, or $HARNESS_REPORTS_DIR, the directory that holds the run directories)", file=sys.stderr)

@@ -37,7 +37,8 @@ def run(args) -> int:
         # `harness golden` in an engine's project makes its own goldens; the built-in suites'
         # ship with the harness (named, one is regenerated into the project's golden dir)
         scenarios = [s for s in scenarios if not shipped_only(s.source)]
-    goldens: dict = {}  # golden key (suite, or suite/arch) -> a scenario of it
+    # golden key (suite, or suite/arch) -> a scenario of it
+    goldens: dict = {}
     for s in scenarios:
         goldens.setdefault(s.golden_key, s)
     known = {s.suite.suite for s in goldens.values()}
@@ -52,22 +53,26 @@ def run(args) -> int:
     skipped: list[str] = []
     not_written: list[str] = []
     work_dir = args.work_dir or reports_dir() / "golden-runs"
-    for i, name in enumerate(names, 1):  # one failing golden (an arch the engine cannot run) does not stop the others
+    # one failing golden (an arch the engine cannot run) does not stop the others
+    for i, name in enumerate(names, 1):
         start = time.monotonic()
         label = f"[{i}/{len(names)}] golden {name}"
         print(f"{label}: running {goldens[name].suite.engine} at its golden setting ({_setting(goldens[name])})", flush=True)
         try:
             with still_running(label, golden_work_dir(work_dir, name) / OUTPUTS):
                 path = make_golden(goldens[name], work_dir, RunContext(RunConfig(device=args.device)))
-        except GoldenUnsupported as exc:  # not a failure: its scenarios will say `unsupported`
+        except GoldenUnsupported as exc:
+            # not a failure: its scenarios will say `unsupported`
             print(f"{label}: skipped: {exc}", flush=True)
             skipped.append(name)
             continue
-        except (RuntimeError, ModelError, WorkloadError) as exc:  # engine missing, bad model or workload, golden run crashed: no traceback
+        except (RuntimeError, ModelError, WorkloadError) as exc:
+            # engine missing, bad model or workload, golden run crashed: no traceback
             print(f"harness: golden {name} failed: {exc}", file=sys.stderr)
             failed.append(name)
             continue
-        except OSError as exc:  # the machine's fault (a cache that is a file, a full disk), not the engine's
+        except OSError as exc:
+            # the machine's fault (a cache that is a file, a full disk), not the engine's
             print(f"harness: golden {name} not made: the harness could not write its files: {exc}", file=sys.stderr)
             not_written.append(name)
             continue

@@ -31,9 +31,11 @@ def run(args) -> int:
     if done.config:
         print(f"wrote the project config: {done.config}")
     print(f"wrote {done.scenario_file}")
-    for axis, why in (done.left_out or {}).items():  # what the installed engine cannot run is not planned
+    # what the installed engine cannot run is not planned
+    for axis, why in (done.left_out or {}).items():
         print(f"left out {axis}: {why}")
-    if done.gitignore:  # kept out of `git add .`: run output, the engine's environment (GBs)
+    # kept out of `git add .`: run output, the engine's environment (GBs)
+    if done.gitignore:
         print(f"added to {done.gitignore}: {', '.join(done.ignored)}")
     root = args.dir.resolve()
     golden = project(root).golden / done.suite  # as the config says, not a fixed golden/

@@ -141,7 +141,8 @@ def _plugins(args) -> int:
         from harness.inputs import zoo
         from harness.inputs.models import model_type_of
 
-        engines = inventory()  # once, not once per model: it loads every engine module
+        # once, not once per model: it loads every engine module
+        engines = inventory()
         for name, origin, status, detail in zoo.inventory():
             kind = model_type_of(name) if status == "ready" else None
             said = f"  ({kind}; engines: {engines_text(kind, engines)})" if kind else ""

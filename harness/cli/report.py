@@ -43,7 +43,8 @@ def run(args) -> int:
             run_dir = args.out
         else:
             run_dir = args.run_dir
-            read_run(run_dir)  # a clear error for a directory that is not a run
+            # a clear error for a directory that is not a run
+            read_run(run_dir)
     except ReportError as exc:
         print(f"harness report: {exc}", file=sys.stderr)
         return exit_codes.USAGE
@@ -52,7 +53,8 @@ def run(args) -> int:
     except OSError as exc:
         print(f"harness report: cannot write the report in {run_dir}: {exc.strerror or exc}; make it writable", file=sys.stderr)
         return exit_codes.RESULTS_NOT_WRITTEN
-    except ValueError as exc:  # a damaged verdict.json or run.json (harness/contract/jsonfile.py names it)
+    except ValueError as exc:
+        # a damaged verdict.json or run.json (harness/contract/jsonfile.py names it)
         print(f"harness report: {exc}", file=sys.stderr)
         return exit_codes.USAGE
     print((run_dir / "summary.md").read_text())

@@ -36,12 +36,14 @@ def harness_versions() -> dict:
 
 
 def run(args) -> int:
-    config = RunConfig.from_cli(args)  # every option of the run; `args` says where the scenario files come from
+    # every option of the run; `args` says where the scenario files come from
+    config = RunConfig.from_cli(args)
     catalog = suites.load(args)
     used = suites.where_from(args)
     print(f"harness: project config {used['config'] or '(none)'}; scenario files from {', '.join(used['scenarios'])}",
           flush=True)
-    selected, broken = catalog.pick(list(config.ids), config.gate)  # a typo ends here, with its hint: before torch and pandas load
+    # a typo ends here, with its hint: before torch and pandas load
+    selected, broken = catalog.pick(list(config.ids), config.gate)
     from harness.run.plan.planning import default_jobs, plan_run
     from harness.run.raycluster.connect import cluster_option
     from harness.run.report.history import history_dir
@@ -91,7 +93,8 @@ def run(args) -> int:
         return exit_codes.RESULTS_NOT_WRITTEN
     meta["run_id"] = run_dir.name
     _record_broken(run_dir, broken)
-    try:  # from the claim on, an interrupt ends in the report of what ended (_run_and_report)
+    # from the claim on, an interrupt ends in the report of what ended (_run_and_report)
+    try:
         return _run_and_report(chosen, run_dir, meta, history, ctx, plan.cost)
     except ResultsNotWritten as exc:
         print(f"harness: {exc}", file=sys.stderr)
@@ -149,10 +152,12 @@ def _run_and_report(chosen, run_dir: Path, meta: dict, history: Path, ctx, cost:
         interrupted = True
         print("\nharness: interrupted; ranks stopped, writing the report of what finished", file=sys.stderr)
     try:
-        with DeferInterrupts():  # the last report is written whole, whatever signal comes meanwhile
+        # the last report is written whole, whatever signal comes meanwhile
+        with DeferInterrupts():
             meta = _write_report(run_dir, {"interrupted": interrupted, "finished": time.time(), **stopped}, history)
     except KeyboardInterrupt:
-        interrupted = True  # stopped while reporting: the report is whole, the exit code says it was stopped
+        # stopped while reporting: the report is whole, the exit code says it was stopped
+        interrupted = True
     from harness.run.report.versions import versions_text
 
     table = versions_text(_collect_for_table(run_dir))

@@ -52,7 +52,8 @@ def changed_files_since(base: str, repo: Path) -> list[str]:
     return sorted(set(out.stdout.split()) | set(local.stdout.split()))
 
 
-RULE_REASON = "changes.rules"  # in the reason of a pick that a rule made (not the smoke set, not a whole gate)
+# in the reason of a pick that a rule made (not the smoke set, not a whole gate)
+RULE_REASON = "changes.rules"
 
 
 def picked_by_a_rule(picks: dict[str, list[str]]) -> set[str]:

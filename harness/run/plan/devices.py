@@ -32,10 +32,12 @@ from harness.contract.launchplan import DEVICE_SLOTS_ENV
 from harness.contract.settings.env import DEVICE_LOCK_DIR, DEVICES, LEASE_LOG
 
 DEVICES_ENV = DEVICES.name  # how many slots this machine has
-LOCK_DIR_ENV = DEVICE_LOCK_DIR.name  # where the slot files live (one dir per machine)
+# where the slot files live (one dir per machine)
+LOCK_DIR_ENV = DEVICE_LOCK_DIR.name
 LEASE_LOG_ENV = LEASE_LOG.name  # append every lease here (JSON lines)
 SLOTS_ENV = DEVICE_SLOTS_ENV  # what a rank is told: its run's slots, "0,3"
-POLL_S = 0.2  # how often a waiting lease looks again (other processes release silently)
+# how often a waiting lease looks again (other processes release silently)
+POLL_S = 0.2
 
 
 class DeviceError(ValueError):
@@ -47,7 +49,8 @@ def default_count(kind: str) -> int:
     two cores (a rank of the reference engine keeps about two cores busy), at least 4 so
     a TP2xPP2 scenario fits on a laptop."""
     if kind == "cuda":
-        import torch  # only on the CUDA path: the CPU path stays import-light
+        # only on the CUDA path: the CPU path stays import-light
+        import torch
 
         n = torch.cuda.device_count()
         if n == 0:

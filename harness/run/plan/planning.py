@@ -78,7 +78,8 @@ def plan_run(args: RunConfig, all_scenarios: list[Scenario], chosen: list[Scenar
               f"(~{meta['shard']['device_seconds']:.0f} device-seconds)", flush=True)
         chosen = shard
     cost = {s.id: cost[s.id] for s in chosen}
-    if args.gate:  # a gate is waited on for its first failure: what failed before goes first
+    # a gate is waited on for its first failure: what failed before goes first
+    if args.gate:
         chosen, cost = _first_failure_first(chosen, cost, suspects or Suspects(), meta)
     devices = DevicePool(configured_count(args.device, args.devices), kind=args.device)
     meta["devices"] = {"kind": args.device, "count": devices.count, "jobs": args.jobs}

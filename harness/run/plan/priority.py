@@ -65,7 +65,8 @@ def order_meta(ordered: list[Scenario], cost: dict[str, Cost]) -> dict[str, list
     return by_tier
 
 
-SHOWN_IDS = 8  # a nightly may have dozens in a tier: run.json keeps them all
+# a nightly may have dozens in a tier: run.json keeps them all
+SHOWN_IDS = 8
 
 
 def order_lines(by_tier: dict[str, list[str]]) -> list[str]:

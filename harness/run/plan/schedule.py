@@ -39,7 +39,8 @@ def recorded_durations(reports_dir: Path) -> dict[str, float]:
             verdict = read_json(path)
             mtime = path.stat().st_mtime
         except (OSError, ValueError):
-            continue  # a half-written or foreign file is no measurement
+            # a half-written or foreign file is no measurement
+            continue
         sid, seconds = verdict.get("scenario"), verdict.get("duration_s")
         if isinstance(sid, str) and isinstance(seconds, (int, float)) and seconds > 0:
             if sid not in newest or mtime > newest[sid][0]:
@@ -87,7 +88,8 @@ def devices_needed(scenario: Scenario) -> int:
         engine = get_engine(scenario.suite.engine)
     except EngineUnavailable:
         return 1
-    engine.configure(scenario.engine_options)  # as the runner configures it: its answer may depend on them
+    # as the runner configures it: its answer may depend on them
+    engine.configure(scenario.engine_options)
     return engine.devices_needed(scenario.engine_settings)
 
 

@@ -60,7 +60,8 @@ def write_report(run_dir: Path, meta: dict | None = None, history_dir: Path | No
                                                            for v in report.verdicts)
     # scenarios whose files a full or read-only disk stopped (run/stages/ended.py, storage_verdict): exit code 3
     meta["results_not_written"] = [v.scenario for v in report.verdicts if v.error and v.error.get("storage")]
-    meta.pop("history_error", None)  # a rebuild that records the run clears an old failure
+    # a rebuild that records the run clears an old failure
+    meta.pop("history_error", None)
     if report.history_error:
         meta["history_error"] = report.history_error
     meta["history_unreadable"] = report.history_unreadable  # skipped, named: the comparison is partial
@@ -69,12 +70,14 @@ def write_report(run_dir: Path, meta: dict | None = None, history_dir: Path | No
     report.meta = meta
     texts, problems = render(report)
     meta.pop("report_writer_errors", None)
-    if problems:  # an installed package's writer that failed: its file only is missing
+    # an installed package's writer that failed: its file only is missing
+    if problems:
         meta["report_writer_errors"] = problems
         for name, why in problems.items():
             print(f"harness: report writer '{name}' wrote nothing ({why}); the run's other report files are written",
                   file=sys.stderr)
     files = {run_dir / name: text for name, text in texts.items()}
     meta["report_s"] = round(time.monotonic() - started, 3)  # report writing: the last phase of a run
-    write_files({**files, meta_path: json_text(meta)})  # run.json last: its counts match the files beside it
+    # run.json last: its counts match the files beside it
+    write_files({**files, meta_path: json_text(meta)})
     return meta

@@ -25,7 +25,8 @@ def code(s: object, cell: bool = False) -> str:
     s = " ".join(str(s).splitlines())
     if cell:
         s = s.replace("|", "\\|")
-    if not s.strip(" "):  # spaces only are kept as they are; `` would be no code span at all
+    # spaces only are kept as they are; `` would be no code span at all
+    if not s.strip(" "):
         return f"`{s or ' '}`"
     fence = "`" * (max(map(len, re.findall("`+", s)), default=0) + 1)
     pad = " " if s[0] in "` " or s[-1] in "` " else ""

@@ -91,7 +91,8 @@ def run_rows(run_dir: Path, meta: dict, verdicts: list[Verdict], complete: bool 
             "python": versions.get("python", ""),
             "engine": _engine_of(run_dir, v),
             "engine_versions": json.dumps(v.versions, sort_keys=True) if v.versions else "",
-            "engine_env": split_id(v.scenario)[1],  # `vllm-0.28.0` of a --engine-env run, else ""
+            # `vllm-0.28.0` of a --engine-env run, else ""
+            "engine_env": split_id(v.scenario)[1],
             "faults": ",".join(meta.get("faults") or []),
             "merged_from": ",".join(meta.get("merged_from") or []),
             "complete": complete,
@@ -219,6 +220,7 @@ def earlier_rows(history: pd.DataFrame, meta: dict) -> pd.DataFrame:
     started = pd.Timestamp(meta["started"], unit="s", tz="UTC")
     own = {meta["run_id"], *(meta.get("merged_from") or [])}
     keep = (history["gate"] == gate_of(meta)) & (history["started"] < started) & ~history["run_id"].isin(own)
-    if "complete" in history.columns:  # rows recorded before the column existed count as complete
+    # rows recorded before the column existed count as complete
+    if "complete" in history.columns:
         keep &= history["complete"].ne(False)
     return history[keep]

@@ -30,7 +30,8 @@ from harness.run.report.markdown import key_metric, where_diverged
 from harness.run.report.versions import cell, version_matrix
 
 TEMPLATES = Path(__file__).parent / "templates"
-MAX_ITEM_ROWS = 50  # rows of an item table (flipped accuracy items, ...) shown inline
+# rows of an item table (flipped accuracy items, ...) shown inline
+MAX_ITEM_ROWS = 50
 # Check fields the page renders itself; every other field is shown generically.
 KNOWN_CHECK_FIELDS = {"name", "kind", "passed", "summary", "metrics", "tolerance", "first_divergence", "per_position"}
 

@@ -17,7 +17,8 @@ from harness.run.report.regressions import Change, Comparison, Drift
 from harness.run.report.versions import versions_lines
 
 ICON = {"pass": "✅", "fail": "❌", "crash": "💥", "hang": "⏳", "unsupported": "➖", "expected-failure": "☑️", "error": "⚠️"}
-PR_COMMENT_MAX_LINES = 15  # per list: a PR comment is read, not scrolled
+# per list: a PR comment is read, not scrolled
+PR_COMMENT_MAX_LINES = 15
 
 
 def key_metric(v: Verdict) -> str:
@@ -216,7 +217,8 @@ def summary_markdown(report) -> str:
             lines.append(f"- {'ok' if c['passed'] else '**FAIL**'} {code(c['name'])} ({text(c['kind'])}): {text(c['summary'])}")
         if v.crash and v.crash.get("frame"):
             lines.append(f"Raised at {code(v.crash['frame'])}" + (f" (surfaced as {code(v.crash['wrapper'])})" if v.crash.get("wrapper") else ""))
-            if v.crash.get("model_frame"):  # the model's own line, above the engine's helper that raised
+            # the model's own line, above the engine's helper that raised
+            if v.crash.get("model_frame"):
                 lines.append(f"From the model's code at {code(v.crash['model_frame'])}")
         if v.crash and v.crash.get("traceback"):
             lines += ["", f"Rank {text(v.crash['rank'])} traceback (log: {code(v.crash['log'])}):", block(v.crash["traceback"].rstrip()[-3000:])]
@@ -224,7 +226,8 @@ def summary_markdown(report) -> str:
             lines += [""] + [f"- rank {text(r)} stuck at {code(loc)}" for r, loc in sorted(v.hang["stuck_at"].items())]
         if v.error:
             lines += ["", block((v.error.get("traceback") or v.error.get("exception", "")).rstrip()[-3000:])]
-        if v.reproduce:  # verdicts of the Python API on outputs in hand have no command
+        # verdicts of the Python API on outputs in hand have no command
+        if v.reproduce:
             lines.append(f"\nReproduce: {code(v.reproduce)}")
     lines += time_lines(verdicts)
     return "\n".join(lines) + "\n"

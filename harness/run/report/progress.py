@@ -77,14 +77,16 @@ def _has_repro_script(verdict) -> bool:
     from harness.engines.base import Capability
 
     if verdict.verdict == "error" or "--fault" in verdict.reproduce or not verdict.versions.get("engine"):
-        return False  # a harness error is no engine bug to hand over
+        # a harness error is no engine bug to hand over
+        return False
     try:
         return Capability.REPRO_SCRIPTS in get_engine(verdict.versions["engine"]).capabilities
     except EngineUnavailable:
         return False
 
 
-BEAT_S = 30.0  # a CI log shows a line at least this often while a scenario runs
+# a CI log shows a line at least this often while a scenario runs
+BEAT_S = 30.0
 
 # what a rank is doing after it marked the end of a phase (contract/phases.py RANK_PHASES)
 _DOING_AFTER = {None: "preparing: building the model, waiting for devices or starting its ranks",
@@ -130,7 +132,8 @@ def still_running(label: str, outputs: Path, stream=None) -> Iterator[None]:
             try:
                 print(f"{label}: still running ({_clock(time.monotonic() - started)}): {doing_in(outputs)}",
                       file=stream or sys.stdout, flush=True)
-            except (BrokenPipeError, ValueError):  # the reader left or the stream closed: nothing more to say
+            except (BrokenPipeError, ValueError):
+                # the reader left or the stream closed: nothing more to say
                 return
 
     beater = threading.Thread(target=beat, name="progress-beat", daemon=True)
@@ -173,7 +176,8 @@ class LineProgress(Progress):
     def _beat(self) -> None:
         try:
             self._beat_until_stopped()
-        except (BrokenPipeError, ValueError):  # the reader left (`| head`) or the stream closed: nothing more to say
+        except (BrokenPipeError, ValueError):
+            # the reader left (`| head`) or the stream closed: nothing more to say
             return
 
     def _beat_until_stopped(self) -> None:

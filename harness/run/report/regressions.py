@@ -86,7 +86,8 @@ class Drift:
 
 @dataclass
 class Comparison:
-    previous_run: str | None  # the latest earlier run of the gate, None when there is none
+    # the latest earlier run of the gate, None when there is none
+    previous_run: str | None
     new_failures: list[Change] = field(default_factory=list)
     fixed: list[Change] = field(default_factory=list)
     still_failing: list[Change] = field(default_factory=list)

@@ -40,8 +40,10 @@ class RunReport:
     meta: dict
     verdicts: list[Verdict]
     comparison: Comparison | None = None  # None: no history store was given
-    history_error: str = ""  # why this run's rows are not in the history store
-    history_unreadable: list[str] = field(default_factory=list)  # history files skipped: the comparison is partial
+    # why this run's rows are not in the history store
+    history_error: str = ""
+    # history files skipped: the comparison is partial
+    history_unreadable: list[str] = field(default_factory=list)
     rows: pd.DataFrame = field(default_factory=pd.DataFrame)  # this run's history rows
     earlier: pd.DataFrame = field(default_factory=pd.DataFrame)  # earlier runs of its gate
 
@@ -80,7 +82,8 @@ def build_report(run_dir: Path, meta: dict, history_dir: Path | None) -> RunRepo
     report.comparison = compare_with_history(report.rows, report.earlier)
     try:
         hist.record(history_dir, report.rows)
-    except OSError as exc:  # the report files still get written, and say so
+    except OSError as exc:
+        # the report files still get written, and say so
         report.history_error = (f"the history store {history_dir} could not be written ({exc.strerror or exc}); this run is not "
                                 f"in it: make it writable (or give --history DIR), then `harness report {run_dir}` records it")
     return report

@@ -36,7 +36,8 @@ def _ordered(labels: list[str]) -> list[str]:
 
     try:
         return sorted(labels, key=key)
-    except TypeError:  # mixed parsable and unparsable within one engine
+    except TypeError:
+        # mixed parsable and unparsable within one engine
         return labels
 
 

@@ -21,7 +21,8 @@ from harness.run.report.run import RunReport
 
 ReportWriter = Callable[[RunReport], str]
 REPORTS_GROUP = "harness.reports"
-FILE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")  # a file in the run directory, nothing above it
+# a file in the run directory, nothing above it
+FILE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 
 def _html(report: RunReport) -> str:
@@ -68,7 +69,8 @@ def render(report: RunReport) -> tuple[dict[str, str], dict[str, str]]:
     chosen, problems = writers()
     texts: dict[str, str] = {}
     for name, writer in chosen.items():
-        if name in BUILTIN:  # the harness's own: a failure there is a harness bug, raised
+        # the harness's own: a failure there is a harness bug, raised
+        if name in BUILTIN:
             texts[name] = writer(report)
             continue
         try:

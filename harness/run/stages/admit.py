@@ -34,10 +34,13 @@ from harness.run.timings import Stopwatch
 class Prepared:
     engine: Engine
     spec: RunSpec
-    manifest: dict  # what a golden for this suite must have been made from
+    # what a golden for this suite must have been made from
+    manifest: dict
     evals: list = field(default_factory=list)  # lm.PreparedEval per eval of the suite
-    launched_at: float | None = None  # wall clock when the ranks were started (phase marks share it)
-    model_builder_python: str | None = None  # the interpreter that built a tiny checkpoint (said on a golden mismatch)
+    # wall clock when the ranks were started (phase marks share it)
+    launched_at: float | None = None
+    # the interpreter that built a tiny checkpoint (said on a golden mismatch)
+    model_builder_python: str | None = None
 
 
 @dataclass
@@ -45,8 +48,10 @@ class Admitted:
     """A setting of a scenario that nothing refuses: prepared, ready to launch."""
 
     prepared: Prepared
-    need: int  # devices one run holds: asked once, of the configured engine
-    reference: goldens.Reference | None = None  # the golden it is held to (None: judged otherwise)
+    # devices one run holds: asked once, of the configured engine
+    need: int
+    # the golden it is held to (None: judged otherwise)
+    reference: goldens.Reference | None = None
 
 
 def admit(scenario: Scenario, settings: dict, out_dir: Path, ctx: RunContext, gate: str | None = None,
@@ -71,11 +76,13 @@ def admit(scenario: Scenario, settings: dict, out_dir: Path, ctx: RunContext, ga
     if reason:
         return Verdict(scenario.id, "unsupported", reason)
     problem = prepared.engine.fault_problem(prepared.spec.faults, settings)
-    if problem:  # before launch: a bad fault is the input's error, not a crash of the engine
+    # before launch: a bad fault is the input's error, not a crash of the engine
+    if problem:
         return Verdict(scenario.id, "error", f"bad fault switch: {problem}", error={"exception": problem})
     if not golden:
         return Admitted(prepared, need)
-    try:  # check the golden before spending a launch on a run we cannot judge
+    # check the golden before spending a launch on a run we cannot judge
+    try:
         reference = goldens.load_reference(prepared.manifest, scenario.suite.evals, prepared.model_builder_python)
         check_pairing(prepared.evals, reference.evals, gate)
         watch.lap("golden")
@@ -100,7 +107,8 @@ def prepare(scenario: Scenario, settings: dict, out_dir: Path, ctx: RunContext, 
     builder = models.builder_python(version.model_python if version else None, str(engine.python()),
                                     arch=getattr(scenario.model, "arch", None))
     model = models.resolve(scenario.model, builder, base_dir=scenario.source.parent)
-    tokenizer = load_tokenizer(model.directory)  # the harness tokenizes, once: engines and golden see the same ids
+    # the harness tokenizes, once: engines and golden see the same ids
+    tokenizer = load_tokenizer(model.directory)
     prepared_evals = lm.prepare_evals(suite.evals, model.directory, tokenizer, out_dir, gate)
     resolved = wl.tokenize(suite.workloads, model.directory, tokenizer)
     spec = RunSpec(
@@ -120,7 +128,8 @@ def prepare(scenario: Scenario, settings: dict, out_dir: Path, ctx: RunContext, 
         suite=scenario.golden_key,
         model=model.label,
         model_sha256=model.sha256,
-        workload_sha256=goldens.workload_checksum(resolved),  # eval items are paired by prompt hash instead
+        # eval items are paired by prompt hash instead
+        workload_sha256=goldens.workload_checksum(resolved),
         engine=suite.engine,
         dtype=suite.dtype,
         settings=dict(suite.golden),

@@ -25,7 +25,8 @@ def launch_verdict(name: str, outcome: LaunchOutcome, engine) -> Verdict | None:
         raise ValueError("a crash outcome names the rank that died (LaunchOutcome.failure)")
     if failure is not None and failure.storage:  # the disk is full, not the engine wrong
         return storage_verdict(name, failure.storage, f"rank {failure.rank}", crash=asdict(failure), logs=logs)
-    if failure is not None and failure.harness_fault:  # the harness's helper died, or its own code in the rank raised
+    # the harness's helper died, or its own code in the rank raised
+    if failure is not None and failure.harness_fault:
         return harness_fault_verdict(name, failure, logs)
     if outcome.status not in ("crash", "hang"):
         return Verdict(name, "error", f"launcher ended with status '{outcome.status}'", logs=logs)
@@ -37,12 +38,14 @@ def launch_verdict(name: str, outcome: LaunchOutcome, engine) -> Verdict | None:
     cause = engine.root_cause(text) if text else None
     if failure is not None:
         told = failure.as_told_by(cause)
-        if told.harness_fault:  # the engine's root_cause found the harness's doing (its environment, its input)
+        # the engine's root_cause found the harness's doing (its environment, its input)
+        if told.harness_fault:
             return harness_fault_verdict(name, told, logs)
         return Verdict(name, "crash", told.describe(), crash=asdict(told), logs=logs)
     where = "; ".join(f"rank {r} at {loc}" for r, loc in sorted(outcome.stuck_at.items()))
     hang = {"stuck_at": outcome.stuck_at, "stacks": outcome.stacks, "stall": outcome.stall}
-    if cause is not None and cause.exception:  # the root cause is that exception; the hang only followed it
+    # the root cause is that exception; the hang only followed it
+    if cause is not None and cause.exception:
         raised = replace(cause, log=log)
         if raised.harness_fault:
             return harness_fault_verdict(name, raised, logs, hang=hang)

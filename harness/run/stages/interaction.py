@@ -27,7 +27,8 @@ from harness.inputs.scenarios.binding import engine_rules
 from harness.inputs.scenarios.scenario import Scenario
 
 INTERACTION_DIR = "interaction"
-TRIAL = "trial.json"  # a trial's verdict, not a scenario's (the reports never read it)
+# a trial's verdict, not a scenario's (the reports never read it)
+TRIAL = "trial.json"
 FAILED = ("fail", "crash", "hang")
 
 

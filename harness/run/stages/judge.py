@@ -29,7 +29,8 @@ def judge(scenario: Scenario, admitted: Admitted, outcome: LaunchOutcome, watch:
     (run/stages/same_layout.py). `watch` books the `evals` and `compare` phases and the engine's own start."""
     watch = watch or Stopwatch()
     prepared, reference = admitted.prepared, admitted.reference
-    if reference is None:  # admit(golden=False): a golden run, or the API's, judged otherwise
+    # admit(golden=False): a golden run, or the API's, judged otherwise
+    if reference is None:
         raise ValueError(f"{scenario.id} was admitted without its golden: nothing to judge it by")
     verdict = launch_verdict(scenario.id, outcome, prepared.engine)
     if verdict is None:

@@ -36,8 +36,10 @@ from harness.run.stages.execute import execute
 from harness.run.timings import Stopwatch
 
 SAME_LAYOUT_DIR = "same-layout"
-DONE = "done"  # written when the run's outputs are whole: a later scenario reuses them
-ENDED = "ended.json"  # the verdict of a layout run that gave no outputs: a later scenario reuses it
+# written when the run's outputs are whole: a later scenario reuses them
+DONE = "done"
+# the verdict of a layout run that gave no outputs: a later scenario reuses it
+ENDED = "ended.json"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,7 +48,8 @@ class LayoutRun:
     must agree to the bit (a batch-invariant mode promises that, not only the same tokens)."""
 
     outputs: EngineOutputs
-    label: str  # `same layout tp2-pp2`: the checks are `<workload> vs <label>`
+    # `same layout tp2-pp2`: the checks are `<workload> vs <label>`
+    label: str
     exact: bool = False
 
     def checks(self, candidate: EngineOutputs, workloads: list[dict], tol: Tolerance) -> list[dict]:
@@ -66,7 +69,8 @@ def layout_reference(scenario: Scenario, outcome: LaunchOutcome, run_dir: Path, 
     directory = Path(run_dir) / SAME_LAYOUT_DIR / scenario_dir_name(layout.id)
     directory.mkdir(parents=True, exist_ok=True)
     with open(directory / ".lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # one run of a layout; the others wait for it and read it
+        # one run of a layout; the others wait for it and read it
+        fcntl.flock(lock, fcntl.LOCK_EX)
         ended = _outputs(layout, directory, ctx, lease)
     watch.lap("same-layout")
     if isinstance(ended, Verdict):
@@ -79,7 +83,8 @@ def layout_reference(scenario: Scenario, outcome: LaunchOutcome, run_dir: Path, 
 def _outputs(layout: Scenario, directory: Path, ctx: RunContext, lease: Lease | None) -> EngineOutputs | Verdict:
     if (directory / DONE).exists():
         return EngineOutputs.load(directory / OUTPUTS)
-    if (directory / ENDED).exists():  # it could not run for an earlier scenario: it would not now
+    # it could not run for an earlier scenario: it would not now
+    if (directory / ENDED).exists():
         return Verdict.load(directory / ENDED)
     ended = _run(layout, directory, ctx, lease)
     if ended is not None:
@@ -92,7 +97,8 @@ def _outputs(layout: Scenario, directory: Path, ctx: RunContext, lease: Lease | 
 def _run(layout: Scenario, directory: Path, ctx: RunContext, lease: Lease | None) -> Verdict | None:
     """The layout's launch; None when it wrote its outputs, else why not (refused, crash, hang)."""
     admitted = admit(layout, layout.engine_settings, directory, ctx, ctx.config.gate, golden=False)
-    if isinstance(admitted, Verdict):  # refused: the engine's reason, or the input's error
+    # refused: the engine's reason, or the input's error
+    if isinstance(admitted, Verdict):
         return admitted
     outcome = execute(admitted, directory, layout, ctx, lease)
     return launch_verdict(layout.id, outcome, admitted.prepared.engine)
