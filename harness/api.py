@@ -88,13 +88,16 @@ class SettingUnsupported(Exception):
 class SettingRun:
     """One setting, run to the end: what the engine wrote and where."""
 
-    label: str  # "<model>/<settings>", e.g. "tiny-llama/tp2-pp1": names its verdicts
+    # "<model>/<settings>", e.g. "tiny-llama/tp2-pp1": names its verdicts
+    label: str
     settings: dict
     outputs: EngineOutputs
     directory: Path  # spec.json, outputs/, logs/ (rank<N>.log)
-    workloads: list[dict]  # as the engine got them (token ids): what a comparison goes over
+    # as the engine got them (token ids): what a comparison goes over
+    workloads: list[dict]
     dtype: str
-    tolerances: dict = field(default_factory=dict)  # overrides given to run_setting ({}: the dtype's bounds)
+    # overrides given to run_setting ({}: the dtype's bounds)
+    tolerances: dict = field(default_factory=dict)
 
 
 Outputs = Union[EngineOutputs, SettingRun, str, os.PathLike]
@@ -199,7 +202,8 @@ def _plan(model, settings: Mapping, *, engine: str, workloads, dtype: str, fault
         admitted.settings = scenario.engine_settings
         if admitted.verdict == "unsupported":
             raise SettingUnsupported(admitted)
-        raise ValueError(admitted.reason)  # the engine is not installed, the model or a fault switch is bad
+        # the engine is not installed, the model or a fault switch is bad
+        raise ValueError(admitted.reason)
     return _Planned(scenario, ctx, out_dir, admitted, dtype, dict(tolerances or {}))
 
 
@@ -228,7 +232,8 @@ def assert_settings_agree(model: str | Mapping | os.PathLike, a: Mapping, b: Map
     either run crashed or hung, SettingUnsupported when either cannot run here.
     The other arguments are run_setting's; `report_dir` writes the harness's report."""
     for label, settings in (("a", a), ("b", b)):
-        if not isinstance(settings, Mapping):  # a programming error of the caller, said as such
+        # a programming error of the caller, said as such
+        if not isinstance(settings, Mapping):
             raise ValueError(f"assert_settings_agree: {label} must be a mapping of settings like {{'tp': 2}}, "
                              f"got {type(settings).__name__}")
     common: dict[str, Any] = {"engine": engine, "workloads": workloads, "dtype": dtype, "tolerances": tolerances, "env": env,

@@ -60,10 +60,12 @@ def pytest_configure(config):
     from harness.contract.roots import export_to_children
 
     try:
-        check_values()  # every HARNESS_* value as set, before any item runs, as the CLI does
+        # every HARNESS_* value as set, before any item runs, as the CLI does
+        check_values()
     except EnvValueError as exc:
         raise pytest.UsageError(str(exc)) from None
-    export_to_children()  # the project's cache, read once, for every rank and xdist worker (as the CLI does)
+    # the project's cache, read once, for every rank and xdist worker (as the CLI does)
+    export_to_children()
     for gate in ("pr", "nightly", "vllm"):
         config.addinivalue_line("markers", f"{gate}: scenario is in the {gate} gate")
     # The controller names the run; xdist workers inherit the variable, so all
@@ -72,7 +74,8 @@ def pytest_configure(config):
         PYTEST_RUN_ID.set(new_run_id(prefix="pytest-"))  # two sessions in one second: two runs
     run_id = PYTEST_RUN_ID.raw() or ""
     problem = run_id_problem(run_id)
-    if problem:  # set from outside: a path would put the run outside --harness-report-dir
+    # set from outside: a path would put the run outside --harness-report-dir
+    if problem:
         raise pytest.UsageError(f"${RUN_ID_ENV}: {problem}")
     _check_cluster(config)
     _collect_builtin_suites(config)
@@ -166,7 +169,8 @@ class ScenarioItem(pytest.Item):
         config = _run_config(self.config)
         ctx = RunContext(config, DevicePool(configured_count(config.device, config.devices), config.device),
                          cluster_from_env(None))
-        if config.cluster:  # Ray places it; the connection serves the session's other items too
+        # Ray places it; the connection serves the session's other items too
+        if config.cluster:
             from harness.run.raycluster.connect import parse_cluster
             from harness.run.raycluster.driver import run_one_on_ray
 
@@ -227,7 +231,8 @@ def pytest_configure_node(node):
 
 def pytest_sessionfinish(session, exitstatus):
     if hasattr(session.config, "workerinput"):
-        return  # workers: the controller writes the report once
+        # workers: the controller writes the report once
+        return
     run_dir = _run_dir(session.config)
     if scenarios_root(run_dir).exists():
         from harness.run.report import write_report

@@ -41,12 +41,14 @@ class InitError(ValueError):
 
 @dataclass
 class Written:
-    config: Path | None  # None: the directory already had a config, kept as it was
+    # None: the directory already had a config, kept as it was
+    config: Path | None
     scenario_file: Path
     suite: str
     gitignore: Path | None = None  # None: every entry was there already
     ignored: tuple[str, ...] = ()  # the entries init added to it
-    left_out: dict[str, str] | None = None  # axis -> why the installed engine's values of it are not written
+    # axis -> why the installed engine's values of it are not written
+    left_out: dict[str, str] | None = None
 
 
 def model_entry(model: str) -> str | dict:
@@ -140,7 +142,8 @@ def init_project(directory: Path, model: str, engine: str = "reference", suite: 
     if not ID_PART.fullmatch(suite):
         raise InitError(f"suite name '{suite}': lower-case letters, digits, '.' and '-' (it starts every scenario id)")
     builtin = _builtin_suite_names()
-    if suite in builtin:  # the project's file would be refused beside the built-in one of that name
+    # the project's file would be refused beside the built-in one of that name
+    if suite in builtin:
         raise InitError(f"'{suite}' is the name of a built-in suite ({', '.join(sorted(builtin))}); "
                         "give another --suite name (nothing was written)")
     scenario_file = scenario_dir(directory) / f"{suite}.yaml"
@@ -193,7 +196,8 @@ def _check_engine_runs(engine_name: str, entry: str | dict, model: str) -> None:
     try:
         kind = model_type_of(TypeAdapter(ModelRef).validate_python(entry))
     except ValidationError:
-        return  # the scenario file's own check says what is wrong with the entry
+        # the scenario file's own check says what is wrong with the entry
+        return
     if kind is not None and kind not in kinds:
         raise InitError(f"engine '{engine_name}' runs {', '.join(sorted(kinds))} models, not {kind} ({model}): every "
                         f"scenario would be unsupported, a suite that tests nothing. Engines for {kind}: "

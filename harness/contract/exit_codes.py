@@ -6,13 +6,20 @@ the harness could not give a full answer, and say why on stderr.
 
 from __future__ import annotations
 
-OK = 0  # every planned scenario ended, each as expected
-NOT_AS_EXPECTED = 1  # a scenario ended fail/crash/hang/error, passed unexpectedly or lost coverage; --diff: NEW regressed
-USAGE = 2  # bad arguments or inputs, nothing ran: bad scenario file, no match, run directory taken, not a run
-RESULTS_NOT_WRITTEN = 3  # the run directory, its report, the history store or a scenario's files could not be written
-INCOMPLETE = 4  # planned scenarios never ended (the harness was killed): no verdict on the whole run
-NOTHING_TESTED = 5  # every scenario ended unsupported (or every golden was skipped): green would test nothing (pytest's 5)
-INTERRUPTED = 130  # Ctrl-C or SIGTERM: ranks stopped, the report covers what ended
+# every planned scenario ended, each as expected
+OK = 0
+# a scenario ended fail/crash/hang/error, passed unexpectedly or lost coverage; --diff: NEW regressed
+NOT_AS_EXPECTED = 1
+# bad arguments or inputs, nothing ran: bad scenario file, no match, run directory taken, not a run
+USAGE = 2
+# the run directory, its report, the history store or a scenario's files could not be written
+RESULTS_NOT_WRITTEN = 3
+# planned scenarios never ended (the harness was killed): no verdict on the whole run
+INCOMPLETE = 4
+# every scenario ended unsupported (or every golden was skipped): green would test nothing (pytest's 5)
+NOTHING_TESTED = 5
+# Ctrl-C or SIGTERM: ranks stopped, the report covers what ended
+INTERRUPTED = 130
 
 
 def nothing_tested_text(count: int, allow_option: str) -> str:

@@ -37,7 +37,8 @@ class PluginError(RuntimeError):
 @dataclass(frozen=True)
 class Plugin:
     group: str
-    name: str  # the entry point's name: what a scenario file names
+    # the entry point's name: what a scenario file names
+    name: str
     value: str  # "module:attr"
     distribution: str  # the installed package that declares it
     version: str

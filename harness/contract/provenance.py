@@ -62,7 +62,8 @@ def tested_requirement(package: str) -> str:
 
     try:
         declared = requires("harness") or []
-    except PackageNotFoundError:  # run from a checkout that was never installed
+    except PackageNotFoundError:
+        # run from a checkout that was never installed
         return package
     for line in declared:
         req = Requirement(line)

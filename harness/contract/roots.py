@@ -31,7 +31,8 @@ from harness.contract.settings.project import PYPROJECT, Project, ProjectConfigE
 
 PACKAGE_DIR = Path(__file__).resolve().parents[1]
 DATA_DIR = PACKAGE_DIR / "inputs" / "data"
-BUILTIN_DIR = PACKAGE_DIR / "builtin"  # the wheel's copy of the built-in suites (setup.py)
+# the wheel's copy of the built-in suites (setup.py)
+BUILTIN_DIR = PACKAGE_DIR / "builtin"
 
 
 def source_checkout() -> Path | None:
@@ -88,7 +89,8 @@ def _readable(path: Path, here: Project) -> bool:
         return True
     except OSError as exc:
         if not here.scenarios_configured:
-            return False  # the default scenarios/ of a project that has none yet
+            # the default scenarios/ of a project that has none yet
+            return False
         raise ProjectConfigError(f"{here.config_file}: scenarios entry '{path}' cannot be read: "
                                  f"{exc.strerror or exc}; fix the path (relative to {here.root})") from None
 

@@ -39,7 +39,8 @@ VERDICT = "verdict.json"
 OUTPUTS = "outputs"
 LOGS = "logs"
 
-CLAIM_ATTEMPTS = 5  # default ids carry a random part: a second clash is all but impossible
+# default ids carry a random part: a second clash is all but impossible
+CLAIM_ATTEMPTS = 5
 # One directory name under the report directory: never `/`, `..` or a leading `.`, that
 # would put a run elsewhere or hide it (checked with fullmatch: `$` lets a final newline in)
 RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
@@ -121,7 +122,8 @@ def claim_run_dir(report_dir: Path, run_id: str, meta: dict) -> Path:
     """Create report_dir/run_id for this run, with `meta` (the planned scenarios) as
     its run.json, or raise RunDirTaken if any run (or anything else) is already there."""
     problem = run_id_problem(run_id)
-    if problem:  # the CLI and the pytest plugin check theirs first: a caller's bug
+    # the CLI and the pytest plugin check theirs first: a caller's bug
+    if problem:
         raise ValueError(problem)
     run_dir = Path(report_dir) / run_id
     try:
@@ -191,7 +193,8 @@ def _write_temp(path: Path, content: str | bytes) -> str:
         else:
             with os.fdopen(fd, "w", encoding="utf-8") as f:
                 f.write(content)
-        os.chmod(tmp, 0o644)  # mkstemp makes it private; run directories are shared
+        # mkstemp makes it private; run directories are shared
+        os.chmod(tmp, 0o644)
     except BaseException:
         os.unlink(tmp)
         raise

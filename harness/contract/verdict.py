@@ -126,7 +126,8 @@ class Verdict:
         try:
             with os.fdopen(fd, "w") as f:
                 json.dump(self.to_dict(), f, indent=1)
-            os.chmod(tmp, 0o644)  # mkstemp makes it private; run directories are shared
+            # mkstemp makes it private; run directories are shared
+            os.chmod(tmp, 0o644)
             os.replace(tmp, path)
         finally:
             if os.path.exists(tmp):
@@ -138,8 +139,10 @@ class Verdict:
         matches, or it says pass beside a failed check) is read as `error`, TAMPERED, never as
         what it now claims: a report must not turn a failure into an OK."""
         d = read_json(path)
-        d.pop("as_expected", None)  # derived: to_dict writes it for readers of the file
-        digest = d.pop("digest", None)  # absent (or null) in files written before verdicts carried one
+        # derived: to_dict writes it for readers of the file
+        d.pop("as_expected", None)
+        # absent (or null) in files written before verdicts carried one
+        digest = d.pop("digest", None)
         verdict = from_fields(cls, d, f"{path} is not a verdict")
         problem = contradiction(verdict)
         if digest is None:

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 TEMPLATE_FILE = "chat_template.jinja"
-_TEXT = "\x00TEXT\x00"  # stands for the prompt's text while the template is rendered
+# stands for the prompt's text while the template is rendered
+_TEXT = "\x00TEXT\x00"
 
 
 @dataclass(frozen=True)

@@ -47,7 +47,8 @@ class EnvError(ValueError):
 class EnvSpec:
     text: str  # as given on the command line
     python: Path | None = None  # a path SPEC: the interpreter
-    engine: str | None = None  # a release SPEC: the engine (or its distribution) name
+    # a release SPEC: the engine (or its distribution) name
+    engine: str | None = None
     version: str | None = None  # a release SPEC: the exact version
 
     @property
@@ -186,7 +187,8 @@ class EngineEnv:
     label: str
 
 
-OWN_ENV = "own"  # the label's mark of an environment the harness did not build: `vllm-0.22.1-own-3f9a1c`
+# the label's mark of an environment the harness did not build: `vllm-0.22.1-own-3f9a1c`
+OWN_ENV = "own"
 
 
 def label_of(engine, versions: dict, built_by_harness: bool = True) -> str:
@@ -229,7 +231,8 @@ def resolve(spec: EnvSpec, engine_name: str, say=print) -> EngineEnv:
                            f"'{engine_name}' (give {engine_name}==VERSION)")
         if installed_python(engine_name, spec.version) is None:
             check_release(engine, engine_name, spec.version)
-        try:  # installed: only whether it is out of date (then installed again)
+        # installed: only whether it is out of date (then installed again)
+        try:
             python = ensure_installed(engine, engine_name, spec.version, say)
         except (RuntimeError, OSError) as exc:  # NotImplementedError is a RuntimeError
             raise EnvError(f"--engine-env {spec.text}: {exc}") from None

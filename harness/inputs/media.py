@@ -16,7 +16,8 @@ import hashlib
 import re
 from pathlib import Path
 
-from harness.contract.runspec import AUDIO_RATE  # 16 kHz: what Whisper-style feature extractors take
+# 16 kHz: what Whisper-style feature extractors take
+from harness.contract.runspec import AUDIO_RATE
 
 VIDEO_NAME = re.compile(r"(noise|gradient)-(\d+)x(\d+)x(\d+)")
 AUDIO_NAME = re.compile(r"(tone|noise)-(\d+)ms")

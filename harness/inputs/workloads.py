@@ -17,10 +17,12 @@ from harness.inputs.images import image_path
 from harness.inputs.media import audio_path, video_path
 from harness.inputs.scenarios.schema import WorkloadDef
 
-BOS_ID = 0  # every zoo tokenizer puts <s> first (zoo.SPECIAL_TOKENS)
+# every zoo tokenizer puts <s> first (zoo.SPECIAL_TOKENS)
+BOS_ID = 0
 EOS_ID = 1
 MEDIA_FILES = {"images": image_path, "videos": video_path, "audios": audio_path}  # name -> file in the cache
-IMAGE_MARK = "<image>"  # where an image goes in a prompt text (Geo3K's own marker)
+# where an image goes in a prompt text (Geo3K's own marker)
+IMAGE_MARK = "<image>"
 
 
 class WorkloadError(ValueError):

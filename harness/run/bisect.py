@@ -55,7 +55,8 @@ from harness.run.runner import RunContext, run_scenario
 
 SKIP_VERDICTS = ("error", "unsupported")
 GOOD, BAD, SKIP = 0, 1, 125  # git bisect run's exit codes
-ABORT = 128  # the step could not run at all (a harness fault): git bisect run stops
+# the step could not run at all (a harness fault): git bisect run stops
+ABORT = 128
 
 
 class BisectError(RuntimeError):
@@ -82,7 +83,8 @@ def root_cause(v: Verdict) -> str:
     crash = v.crash or {}
     exception = crash.get("exception") or ""
     head = exception.split(":", 1)[0].strip()
-    inner = crash.get("wrapper") or ""  # the compile wrapper names the inner error as `...: InnerType: message`
+    # the compile wrapper names the inner error as `...: InnerType: message`
+    inner = crash.get("wrapper") or ""
     if head and inner:
         parts = [p.strip() for p in exception.split(":")]
         head = next((p for p in parts[1:] if p.isidentifier() and p[:1].isupper()), head)
@@ -152,7 +154,8 @@ def check_ends(good: tuple[str, Verdict], bad: tuple[str, Verdict | None], good_
         raise BisectError(f"the good end ({good_point}) must end {good_verdict}, and {problem}; "
                           f"the bisect stops before any middle step runs:\n{ends}\n{hint}")
     at_good = signature(good_v, count)
-    assert at_good is not None  # good_end_problem let only an engine verdict through
+    # good_end_problem let only an engine verdict through
+    assert at_good is not None
     if bad_v is None:
         return at_good, ""
     problem = bad_end_problem(at_good, bad_v, count)
@@ -191,18 +194,24 @@ class Result:
     bad_verdict: Verdict
     good_verdict: Verdict
     steps: list[Step] = field(default_factory=list)
-    skipped_between: list[str] = field(default_factory=list)  # could not be judged; the first bad is among them and first_bad
+    # could not be judged; the first bad is among them and first_bad
+    skipped_between: list[str] = field(default_factory=list)
     seconds: float = 0.0
     run_dir: Path | None = None  # the first bad step's run directory
-    scenario: Scenario | None = None  # as it ran at the first bad step (releases: in that version's environment)
-    checkout: str = ""  # over git: how to put the engine at the first bad commit again
-    newest_first: bool = False  # bisecting for a fix (--fixed): the good end is the newer release
-    odd: list[Step] = field(default_factory=list)  # steps neither good nor bad: another behaviour in the range
+    # as it ran at the first bad step (releases: in that version's environment)
+    scenario: Scenario | None = None
+    # over git: how to put the engine at the first bad commit again
+    checkout: str = ""
+    # bisecting for a fix (--fixed): the good end is the newer release
+    newest_first: bool = False
+    # steps neither good nor bad: another behaviour in the range
+    odd: list[Step] = field(default_factory=list)
 
     def text(self) -> str:
         bad, good = self.bad_verdict, self.good_verdict
         said = f"verdict {bad.verdict}{_observed(bad)} ({bad.reason.splitlines()[0][:160]})"
-        if self.newest_first:  # in time: ... first_bad (the last with the bug), last_good (the first without)
+        # in time: ... first_bad (the last with the bug), last_good (the first without)
+        if self.newest_first:
             line = (f"last bad: {self.first_bad}, {said}; the next one, {self.last_good}: {good.verdict}{_observed(good)} "
                     f"(the change is in {self.last_good})")
         else:
@@ -253,7 +262,8 @@ def repro_hook(scenario: Scenario, run_dir: Path | None, say=print, checkout: st
         say(f"the engine at the first bad commit: {checkout}")
     try:
         made = write_repro(scenario, run_dir=run_dir, report_dir=report_dir)
-    except ReproError as exc:  # a reproduction that cannot be made must not hide the result
+    except ReproError as exc:
+        # a reproduction that cannot be made must not hide the result
         say(f"reproduction not written: {exc}")
         return
     python = scenario.engine_options.get("python")
@@ -295,7 +305,8 @@ def bisect_releases(scenario: Scenario, good: str, bad: str, work_dir: Path, ctx
     def run(version: str) -> tuple[Verdict, Scenario, Path]:
         try:
             env = envs.resolve(envs.EnvSpec(f"{engine_name}=={version}", engine=engine_name, version=version), engine_name, say)
-        except envs.EnvError as exc:  # a release that does not install: the step says nothing of the engine (skip)
+        except envs.EnvError as exc:
+            # a release that does not install: the step says nothing of the engine (skip)
             return (Verdict(scenario.id, "error", f"{engine_name} {version}: {exc}", error={"install_failed": True, "exception": str(exc)}),
                     scenario, work_dir)
         versioned = envs.versioned(scenario, env)
@@ -458,7 +469,8 @@ def bisect_git(scenario: Scenario, scenario_args: list[str], repo: Path, good: s
     steps: list[Step] = []
     env = step_env(repo)
     count_unsupported = count_unsupported or good_verdict == "unsupported"
-    git(repo, "bisect", "start", *(FIX_TERMS if fixed else ()))  # remembers where the checkout was; reset goes back there
+    # remembers where the checkout was; reset goes back there
+    git(repo, "bisect", "start", *(FIX_TERMS if fixed else ()))
     found = None
     try:
         end_step = StepOrder(scenario.id, repo, work_dir, ctx.config, install=install, count_unsupported=count_unsupported)
@@ -522,7 +534,8 @@ def _run_bisect(repo: Path, step: list[str], env: dict, say) -> tuple[tuple[str,
         elif line.startswith("There are only 'skip'ped commits left"):
             say(line)
     proc.wait()
-    if found is None:  # only skipped commits left: git lists the candidates
+    # only skipped commits left: git lists the candidates
+    if found is None:
         candidates = [ln.split()[0] for ln in lines if len(ln.split()) == 1 and len(ln.strip()) == 40]
         if candidates:
             return (candidates[-1], [c[:10] for c in candidates[:-1]]), shown

@@ -68,7 +68,8 @@ from harness.run.stages.admit import admit
 CHECKS = ("load", "versions", "unsupported", "outputs", "matches-reference", "parallel", "crash", "hang")
 REFERENCE_ENGINE = "reference"
 NO_SUCH_AXIS = "nosuchaxis"
-DUMP_MISSING = "(no stack dump received"  # what the launcher writes for a rank that did not answer SIGUSR1
+# what the launcher writes for a rank that did not answer SIGUSR1
+DUMP_MISSING = "(no stack dump received"
 
 # small: a few prompts of different lengths, a few greedy steps through the KV cache
 WORKLOADS = [
@@ -99,10 +100,12 @@ def capability_problems(engine: Engine) -> list[str]:
 
 @dataclass
 class KitOptions:
-    model: str = "tiny-llama"  # a zoo model name (the table's, or a package's)
+    # a zoo model name (the table's, or a package's)
+    model: str = "tiny-llama"
     device: str = "cpu"
     timeout_s: float = 300.0  # per run
-    hang_timeout_s: float = 90.0  # the hang check's run: a hang is declared by then at the latest
+    # the hang check's run: a hang is declared by then at the latest
+    hang_timeout_s: float = 90.0
     parallel: list[dict] = field(default_factory=lambda: [{"tp": 2}])  # settings of the parallel-<s> checks
     checks: list[str] | None = None  # None: every check
     engine_options: dict[str, str] = field(default_factory=dict)  # as a scenario file's engine_options:
@@ -221,12 +224,13 @@ class Kit:
         scenario = self._scenario(dict(suite.golden), suite)
         opts = RunContext(RunConfig(device=self.opts.device))
         admitted = admit(scenario, dict(suite.golden), self.work / "prepare", opts, faults=False)
-        if isinstance(admitted, Verdict):  # no golden that applies yet: make it (make_golden says what cannot run)
+        # no golden that applies yet: make it (make_golden says what cannot run)
+        if isinstance(admitted, Verdict):
             make_golden(scenario, self.work / "golden-runs", opts)
             admitted = admit(scenario, dict(suite.golden), self.work / "prepare", opts, faults=False)
         if isinstance(admitted, Verdict):
             raise RuntimeError(f"the golden of '{scenario.golden_key}' was made but is refused: {admitted.reason}")
-        assert admitted.reference is not None  # admitted with its golden
+        assert admitted.reference is not None
         return admitted.reference.outputs, admitted.prepared.spec.workloads
 
     def _fault_target(self) -> tuple[dict, int] | None:
@@ -337,7 +341,8 @@ class Kit:
         scenario = self._scenario(self.golden_settings)
         meta = EngineOutputs.load(scenario_dir(self.work / "runs" / "outputs", scenario.id) / OUTPUTS).meta
         note = ""
-        if meta.get("engine") != self.name:  # information for whoever reads the outputs; the harness does not need it
+        # information for whoever reads the outputs; the harness does not need it
+        if meta.get("engine") != self.name:
             note = (f" (note: outputs.json names engine {meta.get('engine')!r}, not {self.name!r}; "
                     "EngineOutputs.describe_run(spec, name) writes it)")
         return KitResult("outputs", "pass", f"golden made and a tp1 run read and passed: {verdict.reason}{note}")
@@ -454,7 +459,8 @@ class Kit:
         return self.opts.checks is None or name in self.opts.checks
 
     def run(self) -> Iterator[KitResult]:
-        with goldens_in(self.work / "golden"):  # the kit's goldens, never among the project's
+        # the kit's goldens, never among the project's
+        with goldens_in(self.work / "golden"):
             load = self.check_load()
             yield load
             later = [c for c in CHECKS if c != "load" and self.wanted(c)]
@@ -466,7 +472,8 @@ class Kit:
                 yield self.check_versions()
             try:
                 self.suite = suite = self._suite(self.name)
-                assert suite.model is not None  # the kit's suite names one model (KitOptions.model), never archs
+                # the kit's suite names one model (KitOptions.model), never archs
+                assert suite.model is not None
                 self.model_dir = str(models.resolve(suite.model, models.builder_python(str(self.engine.python()),
                                                                                    arch=getattr(suite.model, "arch", None))).directory)
             except (ValueError, models.ModelError) as exc:

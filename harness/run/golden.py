@@ -32,11 +32,14 @@ from harness.contract.roots import builtin_golden, golden_dir, golden_root
 from harness.contract.runspec import MEDIA, entry_list
 
 MANIFEST = "manifest.json"
-EVALS_FILE = "evals.json"  # the per-item eval results, beside the outputs
+# the per-item eval results, beside the outputs
+EVALS_FILE = "evals.json"
 # Manifest fields that must match for a golden to apply; the rest is information.
 BINDING_FIELDS = ("model", "model_sha256", "workload_sha256", "engine", "dtype", "settings")
-DIGESTS = "files_sha256"  # manifest field: {file name: sha256} of every other file of the golden
-BUILDER = "model_builder"  # manifest field: "torch==.. transformers==.. tokenizers==..", what built a tiny checkpoint
+# manifest field: {file name: sha256} of every other file of the golden
+DIGESTS = "files_sha256"
+# manifest field: "torch==.. transformers==.. tokenizers==..", what built a tiny checkpoint
+BUILDER = "model_builder"
 
 
 class GoldenError(RuntimeError):
@@ -151,12 +154,14 @@ def load_reference(expected: dict, eval_defs=(), builder_python: str | None = No
         raise GoldenError(f"no golden for suite '{suite}' in {directory}; {leftover_hint(directory) or regenerate_hint(suite)}")
     try:
         manifest = read_json(directory / MANIFEST)
-    except (OSError, ValueError) as exc:  # the ValueError names the file and what it holds
+    except (OSError, ValueError) as exc:
+        # the ValueError names the file and what it holds
         detail = str(exc) if isinstance(exc, ValueError) else f"{directory / MANIFEST} ({exc.strerror or exc})"
         raise GoldenError(f"the golden of suite '{suite}' has an unreadable manifest: {detail}; {damage_hint(suite)}") from exc
     try:
         evals = read_json(directory / EVALS_FILE) if eval_defs and (directory / EVALS_FILE).exists() else {}
-    except ValueError as exc:  # damaged since it was stored (verify_files would name it too), or stored broken
+    except ValueError as exc:
+        # damaged since it was stored (verify_files would name it too), or stored broken
         raise GoldenError(f"golden file {exc}; {damage_hint(suite)}") from exc
     verify_files(directory, manifest, suite)
     check_manifest(directory, manifest, expected, builder_python)
@@ -218,7 +223,8 @@ def model_difference(directory: Path, manifest: dict, expected: dict, builder_py
     remake = (f"`harness golden {suite}` remakes the golden with this run's checkpoint" if not committed else
               f"the golden is committed: remake it (`harness golden {suite}`, and commit it) only for a model changed on purpose")
     run_libs = libraries(expected.get(BUILDER) or "")
-    if not run_libs:  # not a checkpoint the harness built: the files themselves differ
+    # not a checkpoint the harness built: the files themselves differ
+    if not run_libs:
         return ("this run's checkpoint is not the one the golden was made on",
                 f"restore the checkpoint the golden was made on; {remake}")
     golden_libs, recorded = golden_builder(manifest)
@@ -349,12 +355,14 @@ def store_golden(outputs_dir: Path, manifest: dict, evals: dict | None = None, d
     """Install a finished golden run as the suite's golden (replacing the old one whole).
     `evals`: the per-item eval results (evals.json); `drop`: workloads whose tensors are
     not kept (eval generations: their per-item results are what the golden holds)."""
-    target = golden_place(manifest["suite"])  # the project's, never the shipped suites' (read-only)
+    # the project's, never the shipped suites' (read-only)
+    target = golden_place(manifest["suite"])
     staging = _staging(target)
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)
     outputs = EngineOutputs.load(outputs_dir)
-    outputs.meta.pop("timings", None)  # keep the stored golden stable across regenerations
+    # keep the stored golden stable across regenerations
+    outputs.meta.pop("timings", None)
     outputs.tensors = {k: v for k, v in outputs.tensors.items() if k.split(".", 1)[0] not in drop}
     outputs.save(staging)
     if evals:

@@ -39,7 +39,8 @@ from harness.inputs.scenarios.schema import ScenarioError
 SCRIPT, REPORT, MODEL, IMAGES = "repro.py", "BUG.md", "model", "images"
 # A harness-built checkpoint up to this size is copied beside the script; a bigger one is pointed at.
 COPY_LIMIT_BYTES = 256 << 20
-TRACEBACK_LINES = 20  # the last lines of a crash's traceback, in BUG.md
+# the last lines of a crash's traceback, in BUG.md
+TRACEBACK_LINES = 20
 
 
 class ReproError(Exception):
@@ -51,7 +52,8 @@ class Repro:
     directory: Path
     script: Path
     report: Path
-    verdict: Path | None  # the verdict BUG.md describes, if a run of the scenario was found
+    # the verdict BUG.md describes, if a run of the scenario was found
+    verdict: Path | None
     model_copied: bool
 
 
@@ -163,7 +165,8 @@ def _case(scenario: Scenario, model_dir: str, out: Path) -> dict:
         raise ReproError(f"'{scenario.id}' has no logprobs or greedy workload (only evals): nothing the script can compare")
     resolved = wl.tokenize(numeric, model_path, load_tokenizer(model_path))
     for w in resolved:
-        w.pop("capture_hidden", None)  # the harness's own hidden-state capture: no public API
+        # the harness's own hidden-state capture: no public API
+        w.pop("capture_hidden", None)
         for field in MEDIA:
             if w.get(field):
                 w[field] = [[_copy_media(p, out) for p in e] if isinstance(e, list) else _copy_media(e, out) if e else None
@@ -175,7 +178,8 @@ def _case(scenario: Scenario, model_dir: str, out: Path) -> dict:
     reference = settings_label({a: golden[a] for a in axes if a in golden}, [a for a in axes if a in golden])
     failing = settings_label(scenario.engine_settings, [a for a in axes if a in scenario.engine_settings])
     if failing == reference:
-        failing = f"{failing}-again"  # the golden setting itself: run it twice, against itself
+        # the golden setting itself: run it twice, against itself
+        failing = f"{failing}-again"
     return {
         "scenario": scenario.id,
         "engine": suite.engine,

@@ -33,7 +33,8 @@ __all__ = ["RunContext", "run_scenario", "record_verdict", "make_golden", "repro
 
 def reproduce_command(scenario: Scenario, ctx: RunContext) -> str:
     extra = "".join(f" --fault {f}" for f in ctx.config.faults)
-    if scenario.engine_version:  # one engine version of several (harness/inputs/envs.py)
+    # one engine version of several (harness/inputs/envs.py)
+    if scenario.engine_version:
         return f"harness run {scenario.base_id} --engine-env {scenario.engine_version.spec}{extra}"
     if not extra and _in_the_harness_checkout():  # its Makefile has a target per scenario id
         return f"make {scenario.id}"
@@ -109,7 +110,8 @@ def record_verdict(scenario: Scenario, verdict: Verdict, run_dir: Path, ctx: Run
     verdict.timings = watch.timings()
     try:
         verdict.save(out_dir / VERDICT)
-    except OSError as exc:  # the run cannot be recorded: the caller stops it (exit 3), not a verdict
+    except OSError as exc:
+        # the run cannot be recorded: the caller stops it (exit 3), not a verdict
         raise ResultsNotWritten(f"cannot write the verdict of {scenario.id} in {out_dir}: {exc.strerror or exc}; "
                                 "free space or make the report directory writable, then run again") from None
     return verdict
@@ -149,12 +151,15 @@ def make_golden(scenario_for_golden: Scenario, work_dir: Path, ctx: RunContext |
         # its scenarios end `unsupported` with this reason; there is nothing to compare with
         raise GoldenUnsupported(f"engine '{suite.engine}' cannot run the golden setting: {admitted.reason}")
     if isinstance(admitted, Verdict):
-        raise RuntimeError(admitted.reason)  # the input's error: the caller names the golden
+        # the input's error: the caller names the golden
+        raise RuntimeError(admitted.reason)
     prepared = admitted.prepared
-    goldens.golden_place(scenario_for_golden.golden_key)  # a golden that cannot be stored is said before its run
+    # a golden that cannot be stored is said before its run
+    goldens.golden_place(scenario_for_golden.golden_key)
     outcome = execute(admitted, out_dir, scenario_for_golden, ctx)
     ended = launch_verdict(scenario_for_golden.id, outcome, prepared.engine)
-    if ended is not None:  # the engine names the worker that really died (vLLM's own processes)
+    # the engine names the worker that really died (vLLM's own processes)
+    if ended is not None:
         raise RuntimeError(f"golden run of '{scenario_for_golden.golden_key}' ended as {outcome.status}: {ended.reason}; "
                            f"logs in {out_dir / 'logs'}")
     results = None

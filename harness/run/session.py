@@ -59,7 +59,8 @@ def run_session(scenarios: list[Scenario], run_dir: Path, ctx: RunContext, progr
 
         settle_environment()
     try:
-        if ctx.config.cluster is not None:  # Ray schedules, places and queues them (harness/run/raycluster)
+        # Ray schedules, places and queues them (harness/run/raycluster)
+        if ctx.config.cluster is not None:
             from harness.run.raycluster import parse_cluster, run_on_ray
 
             return run_on_ray(scenarios, run_dir, ctx, progress, cost or costs(scenarios, {}), parse_cluster(ctx.config.cluster))
@@ -80,7 +81,8 @@ def run_session(scenarios: list[Scenario], run_dir: Path, ctx: RunContext, progr
 
 def _run_packed(scenarios, run_dir, ctx: RunContext, progress: Progress, jobs: int, cost: dict[str, Cost],
                 run=run_scenario, exitfirst: bool = False) -> list[Verdict]:
-    if ctx.cancel is None:  # the session's own stop switch, on a copy: the caller's options stay as given
+    # the session's own stop switch, on a copy: the caller's options stay as given
+    if ctx.cancel is None:
         ctx = dataclasses.replace(ctx, cancel=threading.Event())
     cancel = ctx.cancel
     assert cancel is not None
@@ -96,11 +98,13 @@ def _run_packed(scenarios, run_dir, ctx: RunContext, progress: Progress, jobs: i
                 done, _ = wait(list(running), timeout=POLL_S, return_when=FIRST_COMPLETED)
                 for future in done:
                     _finish(future, running, verdicts, progress)
-            if running:  # --exitfirst after a failure: the running ones stop as on Ctrl-C, without a verdict
+            # --exitfirst after a failure: the running ones stop as on Ctrl-C, without a verdict
+            if running:
                 cancel.set()
                 _drain(running)
         except BaseException:
-            cancel.set()  # every launch stops its ranks (LaunchInterrupted in its thread)
+            # every launch stops its ranks (LaunchInterrupted in its thread)
+            cancel.set()
             _drain(running)
             raise
     return verdicts
@@ -116,7 +120,8 @@ def _startable(pending: list[Scenario], running: dict, jobs: int, ctx: RunContex
             return
         need = cost[scenario.id].devices
         if need > devices.count:
-            lease = None  # cannot run here: the runner says why (or runs it on --nodes)
+            # cannot run here: the runner says why (or runs it on --nodes)
+            lease = None
         else:
             lease = devices.try_lease(need, scenario.id)
             if lease is None:

@@ -35,7 +35,8 @@ COLUMNS = (
     ("warmup", "warmup/compile"), ("workloads", "workloads"), ("write", "write"), ("exit", "exit"),
     ("same-layout", "same layout"), ("interaction", "interaction"), ("compare", "compare"), ("evals", "evals"),
 )
-OCCASIONAL = ("same-layout", "interaction")  # a column only where some scenario of the table had the phase
+# a column only where some scenario of the table had the phase
+OCCASIONAL = ("same-layout", "interaction")
 
 
 class Stopwatch:

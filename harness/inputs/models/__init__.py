@@ -44,7 +44,8 @@ TINY_BUILDER = Path(__file__).with_name("tiny.py")
 TINY_BUILDER_FILES = (TINY_BUILDER, *(Path(__file__).with_name(f) for f in ("tiny_mm.py", "tiny_vllm.py")))  # what the build runs
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json")
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json")
-BUILDER_LIBRARIES = ("torch", "transformers", "tokenizers")  # what tiny.py imports, and what decides its bytes
+# what tiny.py imports, and what decides its bytes
+BUILDER_LIBRARIES = ("torch", "transformers", "tokenizers")
 
 
 class ModelError(Exception):
@@ -229,7 +230,8 @@ def build_tiny(ref: ArchModel, python: str) -> Path:
     if checkpoint_problem(target) is None:
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
-    with open(f"{target}.lock", "w") as lock:  # concurrent scenarios: one builds, the others wait
+    # concurrent scenarios: one builds, the others wait
+    with open(f"{target}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if checkpoint_problem(target) is not None:
             _run_builder(ref, python, target)
@@ -243,7 +245,8 @@ def _tiny_key(ref: ArchModel, python: str) -> str:
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
 
 
-@functools.cache  # once per interpreter per harness process, not per scenario
+# once per interpreter per harness process, not per scenario
+@functools.cache
 def _library_versions(python: str) -> str:
     code = ("import importlib.metadata as m\n"
             f"print(' '.join(f'{{p}}=={{m.version(p)}}' for p in {BUILDER_LIBRARIES!r}))")
@@ -272,7 +275,8 @@ def _corpus() -> Path:
     return path
 
 
-@functools.cache  # the shipped corpus does not change under a running harness
+# the shipped corpus does not change under a running harness
+@functools.cache
 def _corpus_digest() -> str:
     return hashlib.sha256(_corpus().read_bytes()).hexdigest()
 

@@ -20,7 +20,8 @@ def snapshot(repo: str, revision: str) -> Path:
 
     try:
         return Path(snapshot_download(repo, revision=revision, local_files_only=True))
-    except Exception as cached_exc:  # not in the cache (huggingface_hub raises several kinds)
+    except Exception as cached_exc:
+        # not in the cache (huggingface_hub raises several kinds)
         if constants.HF_HUB_OFFLINE:
             raise HubUnavailable(_not_cached(repo, revision, constants.HF_HUB_CACHE, "offline: HF_HUB_OFFLINE is set",
                                              cached_exc)) from None

@@ -59,7 +59,8 @@ def _stat_key(directory: Path, files: list[Path]) -> str:
 def _file_digest(path: Path) -> str:
     if path.is_symlink():
         blob = Path(os.path.realpath(path))
-        if blob.parent.name == "blobs":  # huggingface_hub cache: the name is the content hash
+        # huggingface_hub cache: the name is the content hash
+        if blob.parent.name == "blobs":
             return f"blob:{blob.name}"
     digest = hashlib.sha256()
     with open(path, "rb") as f:

@@ -29,7 +29,8 @@ import json
 import sys
 from pathlib import Path
 
-try:  # run as a script (the engine's interpreter): its folder is on sys.path
+# run as a script (the engine's interpreter): its folder is on sys.path
+try:
     import tiny_mm
     import tiny_vllm
 except ImportError:  # imported by the harness's own tests
@@ -61,10 +62,12 @@ SHRINK_SIZES = {
     "hidden_size": 128,
     "intermediate_size": 256,
     "ffn_hidden_size": 256,  # Falcon
-    "n_inner": 256,  # GPT-2 family (None by default: 4 x hidden, then left alone)
+    # GPT-2 family (None by default: 4 x hidden, then left alone)
+    "n_inner": 256,
     "ffn_dim": 256,
     "head_dim": 32,
-    "rotary_dim": 16,  # GPT-J / CodeGen: rotary on part of each head, at most head_dim
+    # GPT-J / CodeGen: rotary on part of each head, at most head_dim
+    "rotary_dim": 16,
     "moe_intermediate_size": 64,
     "shared_expert_intermediate_size": 64,
     "kv_lora_rank": 32,
@@ -122,7 +125,8 @@ def shrink(config) -> None:
 def _set(config, field: str, value) -> None:
     try:
         setattr(config, field, value)
-    except AttributeError:  # a derived, read-only field (Falcon's head_dim): it follows the others
+    except AttributeError:
+        # a derived, read-only field (Falcon's head_dim): it follows the others
         pass
 
 
@@ -168,7 +172,8 @@ def check_extra_config(config, extra: dict) -> None:
 
 
 def write_extra_config(out: Path, extra: dict) -> None:
-    if not extra:  # leave transformers' own bytes alone: goldens hold the checkpoint's digest
+    # leave transformers' own bytes alone: goldens hold the checkpoint's digest
+    if not extra:
         return
 
     def add(config: dict) -> None:
@@ -204,10 +209,12 @@ def build_model(arch: str, seed: int, overrides: dict, extra_config: dict | None
     check_extra_config(config, extra_config or {})
     torch.manual_seed(seed)
     try:
-        if hasattr(config, "validate"):  # transformers 5 checks a config only when asked (or on save)
+        # transformers 5 checks a config only when asked (or on save)
+        if hasattr(config, "validate"):
             config.validate()
         model = cls(config)
-    except Exception as exc:  # the config's own checks: a rejected override or shrink
+    except Exception as exc:
+        # the config's own checks: a rejected override or shrink
         raise UserError(f"{arch} rejects its config ({type(exc).__name__}: {exc}); "
                         "set the fields it names under `overrides:`") from None
     return model.eval()
@@ -303,7 +310,8 @@ def write_processor(arch: str, config, out: Path) -> None:
     tokenizer = PreTrainedTokenizerFast.from_pretrained(out)
     try:
         tiny_mm.write_processor(config, tokenizer, out)
-    except Exception as exc:  # the processor's own checks: what the generic sizing got wrong
+    except Exception as exc:
+        # the processor's own checks: what the generic sizing got wrong
         raise UserError(f"{arch}: its processor rejects the tiny model ({type(exc).__name__}: {exc}); "
                         "set the fields it names under `overrides:`") from None
 

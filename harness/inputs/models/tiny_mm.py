@@ -31,7 +31,8 @@ TOWER_SIZES = {"embed_dim": 128, "out_hidden_size": 128, "projection_dim": 128, 
 # The projector's own widths, in the top config (Command A Vision's alignment MLP)
 PROJECTOR_SIZES = {"alignment_intermediate_size": 256, "projector_hidden_size": 128, "projection_dim": 128}
 TOWER_COUNTS = {"encoder_layers": 2, "encoder_attention_heads": 4, "num_mel_bins": 128}
-PATCHES_PER_SIDE = 4  # a fixed-size vision tower sees a 4x4 grid of patches
+# a fixed-size vision tower sees a 4x4 grid of patches
+PATCHES_PER_SIDE = 4
 # A tower's layer list whose point is that only some layers are special: the last one
 # keeps its kind, the others keep the common kind (Qwen2.5-VL: window attention).
 LAYER_INDEXES = {"fullatt_block_indexes": lambda depth: [depth - 1]}
@@ -153,7 +154,8 @@ FAMILIES: dict[str, Family] = {
         named_tokens={"image_token": "<image>"},
         added_tokens=["\n"],
         tokenizer_fields={"add_bos_token": True},
-        prompt_marks={"image": ""}),  # its processor inserts the image tokens itself, before the text
+        # its processor inserts the image tokens itself, before the text
+        prompt_marks={"image": ""}),
     "qwen2_audio": Family(
         named_tokens={"audio_token": "<|AUDIO|>", "audio_bos_token": "<|audio_bos|>", "audio_eos_token": "<|audio_eos|>"},
         prompt_marks={"audio": "<|audio_bos|><|AUDIO|><|audio_eos|>"}),  # vLLM adds "Audio 1: " before it, as text
@@ -292,7 +294,8 @@ def fit_family(config) -> None:
     vision = getattr(config, "vision_config", None)
     patches = PATCHES_PER_SIDE * PATCHES_PER_SIDE
     fit_mrope(config)
-    if hasattr(config, "mm_tokens_per_image"):  # Gemma 3 pools the patch grid to this many tokens
+    # Gemma 3 pools the patch grid to this many tokens
+    if hasattr(config, "mm_tokens_per_image"):
         config.mm_tokens_per_image = patches // 4
     side = _side(getattr(vision, "image_size", None))
     if getattr(config, "image_grid_pinpoints", None) and side is not None:  # LLaVA-NeXT's any-resolution grids
@@ -418,7 +421,8 @@ def _sized(part, config):
     audio = getattr(config, "audio_config", None)
     mels = getattr(audio, "num_mel_bins", None)
     if isinstance(mels, int) and isinstance(getattr(part, "feature_size", None), int) and part.feature_size != mels:
-        return type(part)(feature_size=mels)  # Whisper's extractor: as many mel bins as the tower takes
+        # Whisper's extractor: as many mel bins as the tower takes
+        return type(part)(feature_size=mels)
     vision = getattr(config, "vision_config", None)
     if vision is None:
         return part

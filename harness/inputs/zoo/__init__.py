@@ -38,7 +38,8 @@ class ModelUnavailable(KeyError):
     """A model an installed package registers that cannot be had: its message names the
     package and the error."""
 
-    def __str__(self) -> str:  # KeyError would print the repr of the message
+    # KeyError would print the repr of the message
+    def __str__(self) -> str:
         return str(self.args[0]) if self.args else ""
 
 

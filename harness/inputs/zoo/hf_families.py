@@ -110,10 +110,12 @@ _COMMON_TEXT = {
     "num_hidden_layers": 4,
     "num_attention_heads": 4,
     "num_key_value_heads": 2,
-    "head_dim": 32,  # vLLM's CPU attention kernel supports head sizes 32, 64, 80, ... (not 16)
+    # vLLM's CPU attention kernel supports head sizes 32, 64, 80, ... (not 16)
+    "head_dim": 32,
     "max_position_embeddings": 512,
     "rms_norm_eps": 1e-6,
-    "initializer_range": 0.09,  # ~1/sqrt(hidden): activations keep their scale
+    # ~1/sqrt(hidden): activations keep their scale
+    "initializer_range": 0.09,
     "bos_token_id": 0,
     "eos_token_id": 1,
     "pad_token_id": 2,

@@ -42,7 +42,8 @@ def write_llama_weights(spec: ModelSpec, path: Path) -> None:
     rng = np.random.default_rng(spec.seed)
     tensors = {}
     for name, shape, std in _llama_weight_shapes(spec.config, spec.head_scale):
-        if std is None:  # norm weights: near 1, not exactly, so a missed norm shows
+        # norm weights: near 1, not exactly, so a missed norm shows
+        if std is None:
             values = 1.0 + 0.1 * rng.standard_normal(shape)
         else:
             values = std * rng.standard_normal(shape)

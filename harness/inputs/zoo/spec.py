@@ -16,7 +16,8 @@ class ModelSpec:
     name: str
     config: dict  # HF config.json contents
     seed: int
-    sha256: str  # over CHECKPOINT_FILES, see harness.inputs.zoo.checkpoint_sha256
+    # over CHECKPOINT_FILES, see harness.inputs.zoo.checkpoint_sha256
+    sha256: str
     # writes the weights file: (spec, path) -> None; each model family provides one
     write_weights: Callable[[ModelSpec, Path], None]
     # Scale of the output head: a wider logit spread keeps greedy decoding away

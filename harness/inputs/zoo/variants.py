@@ -22,7 +22,8 @@ from pathlib import Path
 from harness.inputs.zoo.llama import _llama_config, _llama_weight_shapes
 from harness.inputs.zoo.spec import ModelSpec
 
-IMAGE_TOKEN_ID = 511  # the last BPE merge: verified absent from the prompt sets (inputs/workloads.py)
+# the last BPE merge: verified absent from the prompt sets (inputs/workloads.py)
+IMAGE_TOKEN_ID = 511
 
 
 def _extra_weight_shapes(config: dict):

@@ -26,8 +26,10 @@ from typing import Any
 from harness.inputs.workloads import EOS_ID, IMAGE_MARK, encode_text
 from harness.run.evals import tasks as task_registry
 
-FEWSHOT_SEED = 1234  # lm-eval's default fewshot_random_seed (simple_evaluate)
-DEFAULT_MAX_GEN_TOKS = 256  # lm-eval's default when a task sets no max_gen_toks
+# lm-eval's default fewshot_random_seed (simple_evaluate)
+FEWSHOT_SEED = 1234
+# lm-eval's default when a task sets no max_gen_toks
+DEFAULT_MAX_GEN_TOKS = 256
 
 # Built lm-eval tasks with the task's own num_fewshot, per process (several scenarios per
 # process): building reads the data and the few-shot pool, which is the expensive part.
@@ -42,12 +44,15 @@ class PreparedEval:
     eval_def: Any  # harness.inputs.scenarios.schema.EvalDef
     task_name: str
     workload: dict  # run-spec workload of kind "generate"
-    items: list[dict]  # per doc: doc_id, target, prompt_sha256, image
+    # per doc: doc_id, target, prompt_sha256, image
+    items: list[dict]
     contexts: list[str]  # lm-eval's context string per item
-    gen_kwargs: dict  # lm-eval's generation kwargs (the same for every item)
+    # lm-eval's generation kwargs (the same for every item)
+    gen_kwargs: dict
     num_fewshot: int
     task: Any = field(repr=False, default=None)  # the lm-eval task object (in-process only)
-    tokenizer: Any = field(repr=False, default=None)  # the model's, which scoring decodes with (in-process only)
+    # the model's, which scoring decodes with (in-process only)
+    tokenizer: Any = field(repr=False, default=None)
 
 
 @dataclass
@@ -55,7 +60,8 @@ class EvalResult:
     task: str
     n: int
     scores: dict[str, float]  # filter -> mean exact_match
-    items: list[dict]  # doc_id, prompt_sha256, target, response, answers {filter}, correct {filter}
+    # doc_id, prompt_sha256, target, response, answers {filter}, correct {filter}
+    items: list[dict]
     name: str = ""  # the eval's name (EvalDef.name)
     metric: str = "exact_match"
 
@@ -300,7 +306,8 @@ def _lm_classes():
     from lm_eval.api.model import LM
 
     class _Base(LM):
-        MULTIMODAL = True  # lm-eval refuses image tasks to models without this
+        # lm-eval refuses image tasks to models without this
+        MULTIMODAL = True
 
         def loglikelihood(self, requests):
             raise NotImplementedError("harness evals are generate_until tasks")

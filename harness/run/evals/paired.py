@@ -41,7 +41,8 @@ import math
 from dataclasses import asdict, dataclass, field
 from statistics import NormalDist
 
-MAX_FLIPPED_ROWS = 200  # flipped items kept in a verdict (all are counted)
+# flipped items kept in a verdict (all are counted)
+MAX_FLIPPED_ROWS = 200
 
 
 class PairingError(ValueError):
@@ -266,7 +267,8 @@ def _where(check: dict) -> str | None:
         return None
     ids = [r["doc_id"] for r in check["flipped"] if r["flipped"] == "to wrong"]
     what = "flipped to wrong"
-    if not ids:  # the score held; the responses are what failed
+    # the score held; the responses are what failed
+    if not ids:
         ids, what = [r["doc_id"] for r in check["differing_responses"]], "responded otherwise than the golden"
     more = "..." if len(ids) > 8 else ""
     return f"{check['name']}: items {', '.join(map(str, ids[:8]))}{more} {what}"

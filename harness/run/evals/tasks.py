@@ -97,7 +97,8 @@ def lm_eval_config(name: str, data: str | None = None) -> dict:
     s = spec(name)
     files = data_files(name, data)
     cfg = dict(load_yaml(lm_eval_base_yaml(name), resolve_func=True))
-    for key in ("tag", "group", "task_list"):  # structure, not task config (as lm-eval's factory does)
+    # structure, not task config (as lm-eval's factory does)
+    for key in ("tag", "group", "task_list"):
         cfg.pop(key, None)
     cfg.update(s.get("config") or {})
     loader = _load_jsonl if s["data"]["loader"] == "jsonl" else _load_geo3k
@@ -149,7 +150,8 @@ def _load_geo3k(files: dict[str, Path], **_metadata):
                              f"(it has {', '.join(table.column_names)}); {GEO3K_LAYOUT}")
         ds = datasets.Dataset(datasets.table.InMemoryTable(table.select(list(GEO3K_COLUMNS))))
         if not _is_image_list(ds.features["images"]):
-            try:  # a parquet without HF metadata: list<struct<bytes, path>>
+            # a parquet without HF metadata: list<struct<bytes, path>>
+            try:
                 ds = ds.cast_column("images", datasets.Sequence(datasets.Image()))
             except Exception as e:
                 raise ValueError(f"Geo3K parquet {path}: column `images` is {ds.features['images']}, not a list "
