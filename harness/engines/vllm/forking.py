@@ -11,7 +11,7 @@ Here the driver lets vLLM fork on CPU too, as it does on GPUs. vLLM's own reason
 still hold (CUDA or XPU initialised, a Ray actor, NUMA binding), and so does what makes a fork
 safe on CPU: no thread pool started by running something. A child keeps a pool's state but
 not its threads, and OpenMP then hangs at the child's first parallel region (torch after one
-tensor operation in the parent: measured). The rule is the rank pool zygote's
+tensor operation in the parent). The rule is the rank pool zygote's
 (harness/engines/launch/zygote.py): the threads allowed at a fork are those the imports left (the
 BLAS pools of numpy and OpenCV, which stop before a fork and restart in the child), Python's
 own and ZeroMQ's background threads (vLLM's sockets; the child makes its own). Any other
