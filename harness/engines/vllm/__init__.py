@@ -42,9 +42,10 @@ VENV_PYTHON = Path(ENV_DIR) / "bin" / "python"
 PYTHON_ENV = VLLM_PYTHON.name
 # What the driver imports before it starts vLLM: `vllm.LLM` and what it pulls in, and vLLM's
 # worker class, which the harness's worker hooks patch (evidence.py, steps.py): imported after
-# the fork, every scenario's driver paid for them (docs/BENCHMARKS.md has the times). Not the hooks themselves: they install in the driver,
-# after its fork (forking.py records the threads of the process it installs in). torch and cv2
-# first: the zygote allows the thread pools their imports start (zygote.py).
+# the fork, every scenario's driver paid for them (docs/BENCHMARKS.md has the times). Not the
+# hooks themselves: they install in the driver, after its fork (forking.py records the threads
+# of the process it installs in). torch and cv2 first: the zygote allows the thread pools
+# their imports start (zygote.py).
 DRIVER_IMPORTS = ("torch", "cv2", "vllm", "vllm.entrypoints.llm", "vllm.v1.worker.gpu_worker",
                   "harness.engines.vllm.driver")
 INSTALL_HINT = "run `harness install vllm` (or point engine_options.python / $HARNESS_VLLM_PYTHON at a Python with vllm)"
@@ -175,11 +176,12 @@ class VllmEngine(Engine):
         # read by vLLM as its workers start: the launch's own variable
         if spec.axes.batch_invariant:
             env.update(probe["batch_invariant"]["env"])
-        # The driver forks from a rank-pool zygote that imported vLLM already (a slow
-        # import on CPU, paid once instead of per scenario: docs/BENCHMARKS.md), CPU only: on CUDA, importing vLLM may query
-        # the driver, after which a forked child could not use CUDA. vLLM's engine core and
-        # workers are then forked from the driver (forking.py). The driver binds its ranks to
-        # cores itself (VLLM_CPU_OMP_THREADS_BIND), so runs of every size share one zygote.
+        # The driver forks from a rank-pool zygote that imported vLLM already (a slow import on
+        # CPU, paid once instead of per scenario: docs/BENCHMARKS.md), CPU only: on CUDA,
+        # importing vLLM may query the driver, after which a forked child could not use CUDA.
+        # vLLM's engine core and workers are then forked from the driver (forking.py). The
+        # driver binds its ranks to cores itself (VLLM_CPU_OMP_THREADS_BIND), so runs of every
+        # size share one zygote.
         # One driver per DP rank (each its own vLLM engine), watched by the launcher as any ranks are.
         return LaunchPlan(world_size=spec.axes.dp, argv=[str(self.python()), "-m", "harness.engines.vllm.driver", spec_path], env=env,
                           preload=list(DRIVER_IMPORTS) if spec.device == "cpu" else [])

@@ -1,8 +1,8 @@
 """Where a vLLM engine start goes, measured inside its workers, so a slow start can be taken apart.
 
-`vllm.LLM(...)` is one opaque call, and a long one on CPU (docs/BENCHMARKS.md). Its parts happen in the workers, in
-this order, each a method of vLLM's worker class: the worker process starts and imports
-vLLM (until vLLM constructs its worker object: `constructed`), then
+`vllm.LLM(...)` is one opaque call, and a long one on CPU (docs/BENCHMARKS.md). Its parts
+happen in the workers, in this order, each a method of vLLM's worker class: the worker
+process starts and imports vLLM (until vLLM constructs its worker object: `constructed`), then
 
   init_device                 the device and the distributed groups (TP/PP rendezvous)
   load_model                  the model built and its weights loaded
