@@ -48,7 +48,7 @@ def run_reference(workload: dict, out: Path) -> dict:
     import torch
 
     from harness.contract.outputs import EngineOutputs
-    from harness.contract.runspec import RunSpec
+    from harness.contract.runbrief import RunBrief
     from harness.engines.reference.worker import run
 
     torch.manual_seed(0)
@@ -58,10 +58,10 @@ def run_reference(workload: dict, out: Path) -> dict:
     os.environ.update({"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1",
                        "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)})
     settings = {"tp": 1, "pp": 1, "sp": False, "compile": False}
-    spec = RunSpec("bench/generate", "reference", str(model_dir("tiny-llama")), "float32", settings,
+    brief = RunBrief("bench/generate", "reference", str(model_dir("tiny-llama")), "float32", settings,
                    [workload], str(out))
     t0 = time.perf_counter()
-    run(spec)
+    run(brief)
     wall = time.perf_counter() - t0
     result = EngineOutputs.load(out)
     return {"fields": result.workload(workload["name"]), "run_s": result.meta["timings"]["run_s"], "wall_s": wall}

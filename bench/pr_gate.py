@@ -96,7 +96,7 @@ def _live_way(scenarios, work: Path) -> tuple[float, dict]:
             outcome = execute(admitted, out, s, RunContext())
             if outcome.status != "ok":
                 raise RuntimeError(f"{s.id} {label}: {outcome.status}")
-            runs[label] = (EngineOutputs.load(prepared.spec.output_dir), prepared.spec.workloads)
+            runs[label] = (EngineOutputs.load(prepared.brief.output_dir), prepared.brief.workloads)
         checks = check_workloads(runs["reference"][0], runs["setting"][0], runs["setting"][1], tolerance_for(s.suite.dtype))
         per[s.id] = (time.monotonic() - t0, "pass" if all(c.passed for c in checks) else "fail")
     return time.monotonic() - start, per

@@ -143,11 +143,11 @@ def start_setting(scenario: Scenario, admitted, out_dir: Path) -> Verdict | None
     else its crash or hang verdict."""
     prepared = admitted.prepared
     out_dir.mkdir(parents=True, exist_ok=True)
-    spec_path, log_path = out_dir / rundir.SPEC, out_dir / "vllm.log"
-    prepared.spec.save(spec_path)
+    brief_path, log_path = out_dir / rundir.BRIEF, out_dir / "vllm.log"
+    prepared.brief.save(brief_path)
     timeout = max(scenario.suite.timeout_s, MIN_SETTING_TIMEOUT_S)
     with open(log_path, "w") as log:
-        proc = subprocess.Popen([str(prepared.engine.python()), str(SETTING_SCRIPT), str(spec_path)], cwd=ROOT,
+        proc = subprocess.Popen([str(prepared.engine.python()), str(SETTING_SCRIPT), str(brief_path)], cwd=ROOT,
                                 env=setting_env(scenario), stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         try:
             code = proc.wait(timeout=timeout)
@@ -199,12 +199,12 @@ def compared(scenario: Scenario, reference, tested) -> Verdict:
     from harness.run.evals import lm
     from harness.run.evals.paired import accuracy_checks
 
-    ref_out, got_out = EngineOutputs.load(reference.spec.output_dir), EngineOutputs.load(tested.spec.output_dir)
+    ref_out, got_out = EngineOutputs.load(reference.brief.output_dir), EngineOutputs.load(tested.brief.output_dir)
     also = []
     if tested.evals:
         also = accuracy_checks(scenario.suite.evals, lm.score_evals(reference.evals, ref_out), lm.score_evals(tested.evals, got_out))
     tol = tolerance_for(scenario.suite.dtype, scenario.suite.tolerances.model_dump())
-    return judge_outputs(scenario.id, ref_out, got_out, tested.spec.workloads, tol, also=also)
+    return judge_outputs(scenario.id, ref_out, got_out, tested.brief.workloads, tol, also=also)
 
 
 # ---------------------------------------------------------------------------------

@@ -215,8 +215,8 @@ def _run(planned: _Planned) -> SettingRun:
     if ended is not None:
         ended.settings = scenario.engine_settings
         raise CheckFailed(ended, f"{scenario.id} did not run to its end (run directory {planned.out_dir}):")
-    return SettingRun(scenario.id, scenario.engine_settings, EngineOutputs.load(prepared.spec.output_dir), planned.out_dir,
-                      prepared.spec.workloads, planned.dtype, planned.tolerances)
+    return SettingRun(scenario.id, scenario.engine_settings, EngineOutputs.load(prepared.brief.output_dir), planned.out_dir,
+                      prepared.brief.workloads, planned.dtype, planned.tolerances)
 
 
 def assert_settings_agree(model: str | Mapping | os.PathLike, a: Mapping, b: Mapping, *, engine: str = "reference",

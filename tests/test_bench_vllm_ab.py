@@ -15,7 +15,7 @@ import torch
 
 from harness.contract.expectations import apply_expectations
 from harness.contract.outputs import EngineOutputs
-from harness.contract.runspec import RunSpec
+from harness.contract.runbrief import RunBrief
 from harness.engines.vllm import VllmEngine
 from harness.inputs.scenarios.loading import load_scenarios
 
@@ -98,8 +98,8 @@ def test_a_setting_starts_with_vllms_start_method_and_no_harness_cache_or_fork(m
 def test_the_setting_process_passes_the_drivers_arguments_without_the_harness_hooks(tmp_path):
     setting = _load("vllm_ab_setting")
     workloads = [{"name": "logits", "kind": "logprobs", "prompts": [[1, 2, 3]], "top_k": 5}]
-    spec = RunSpec("vllm-llama/tp2-pp1", "vllm", "/m", "float32", {"tp": 2, "pp": 1, "compile": False}, workloads, str(tmp_path))
-    kwargs = setting.vllm_kwargs(spec)
+    brief = RunBrief("vllm-llama/tp2-pp1", "vllm", "/m", "float32", {"tp": 2, "pp": 1, "compile": False}, workloads, str(tmp_path))
+    kwargs = setting.vllm_kwargs(brief)
     assert "worker_extension_cls" not in kwargs
     assert kwargs["tensor_parallel_size"] == 2 and kwargs["enforce_eager"] and kwargs["distributed_executor_backend"] == "mp"
 
@@ -118,8 +118,8 @@ def test_a_setting_is_judged_against_the_live_reference_with_the_scenarios_toler
     workloads = [{"name": "logits", "kind": "logprobs", "top_k": 4}]
     scenario = SimpleNamespace(id="s/tp2", suite=SimpleNamespace(dtype="float32", evals=[],
                                                                  tolerances=SimpleNamespace(model_dump=dict)))
-    reference = SimpleNamespace(spec=SimpleNamespace(output_dir=_logits(tmp_path / "ref", 0.0), workloads=workloads), evals=[])
-    tested = SimpleNamespace(spec=SimpleNamespace(output_dir=_logits(tmp_path / "set", shift), workloads=workloads), evals=[])
+    reference = SimpleNamespace(brief=SimpleNamespace(output_dir=_logits(tmp_path / "ref", 0.0), workloads=workloads), evals=[])
+    tested = SimpleNamespace(brief=SimpleNamespace(output_dir=_logits(tmp_path / "set", shift), workloads=workloads), evals=[])
     v = ab.compared(scenario, reference, tested)
     assert v.verdict == verdict, v.reason
     assert "max|dlogprob|" in v.reason

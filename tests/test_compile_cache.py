@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from harness.contract.roots import cache_dir
-from harness.contract.runspec import RunSpec
+from harness.contract.runbrief import RunBrief
 from harness.engines import compile_cache
 from harness.engines.reference import ReferenceEngine
 
@@ -26,8 +26,8 @@ def clean_env(monkeypatch, tmp_path):
     return monkeypatch
 
 
-def spec(compile: bool) -> RunSpec:
-    return RunSpec("t/x", "reference", "/m", "float32", {"tp": 1, "pp": 1, "sp": False, "compile": compile}, [], "/o")
+def brief(compile: bool) -> RunBrief:
+    return RunBrief("t/x", "reference", "/m", "float32", {"tp": 1, "pp": 1, "sp": False, "compile": compile}, [], "/o")
 
 
 def test_the_directory_is_keyed_by_torch_version(clean_env, tmp_path):
@@ -37,13 +37,13 @@ def test_the_directory_is_keyed_by_torch_version(clean_env, tmp_path):
 
 
 def test_reference_ranks_get_the_cache(clean_env):
-    env = ReferenceEngine().launch_plan(spec(True), "/s.json").env
+    env = ReferenceEngine().launch_plan(brief(True), "/s.json").env
     root = compile_cache.torch_cache_root(compile_cache.installed_torch_version())
     assert env["TORCHINDUCTOR_CACHE_DIR"] == str(root / "inductor")
     assert Path(env["TORCHINDUCTOR_CACHE_DIR"]).is_relative_to(cache_dir("compile"))
     assert env["TORCHINDUCTOR_FX_GRAPH_CACHE"] == env["TORCHINDUCTOR_AUTOGRAD_CACHE"] == "1"
     # eager runs too: one environment for every run, so one rank-pool zygote serves them all
-    assert ReferenceEngine().launch_plan(spec(False), "/s.json").env == env
+    assert ReferenceEngine().launch_plan(brief(False), "/s.json").env == env
 
 
 def test_vllm_gets_its_cache_root_under_ours_and_one_environment_eager_or_compiled(clean_env, tmp_path):
@@ -51,10 +51,10 @@ def test_vllm_gets_its_cache_root_under_ours_and_one_environment_eager_or_compil
 
     engine = VllmEngine()
     clean_env.setattr(engine, "probe", lambda: {"torch": "2.13.0+cpu", "vllm": "0.32.0"})
-    plan = engine.launch_plan(spec(True), "/s.json")
+    plan = engine.launch_plan(brief(True), "/s.json")
     assert plan.env["VLLM_CACHE_ROOT"] == str(tmp_path / "cache" / "compile" / "torch-2.13.0-cpu" / "vllm-0.32.0")
     # eager runs too: one environment, so the driver's rank-pool zygote (vLLM imported) serves both
-    eager = engine.launch_plan(spec(False), "/s.json")
+    eager = engine.launch_plan(brief(False), "/s.json")
     assert eager.env == plan.env and eager.preload == plan.preload == list(DRIVER_IMPORTS)
 
 
@@ -94,7 +94,7 @@ def _compile_run(tmp_path: Path, model: str, label: str) -> dict:
     prepared = admitted.prepared
     outcome = execute(admitted, out, scenario, RunContext())
     assert outcome.status == "ok", (outcome.status, outcome.failure)
-    return EngineOutputs.load(prepared.spec.output_dir).meta["compile"]["after_run"]
+    return EngineOutputs.load(prepared.brief.output_dir).meta["compile"]["after_run"]
 
 
 def _entries(root: Path) -> set[str]:

@@ -84,7 +84,7 @@ def run_on_a_tmpfs(tmp_path, size: str, what: str):
 @pytest.mark.e2e
 @pytest.mark.skipif(not can_mount_a_tmpfs(), reason="needs `unshare -Urm` (user namespaces) to mount a small tmpfs as a full disk")
 def test_a_rank_whose_outputs_meet_a_full_disk_is_a_machine_fault_with_exit_code_3(tmp_path):
-    """The real thing: the run directory on a 160 KiB tmpfs, which takes the run's spec,
+    """The real thing: the run directory on a 160 KiB tmpfs, which takes the run's brief,
     logs and verdict but not llama-tiny's 220 KB of outputs. The engine's rank meets the
     full disk (safetensors' error, which names no path), the harness names the path."""
     result, run_dir = run_on_a_tmpfs(tmp_path, "160k", "harness run on a full disk")

@@ -84,7 +84,7 @@ def test_releases_are_read_from_pip_index_and_ordered_by_pep_440():
 class FakeEngine(Engine):
     name = "fake"
 
-    def launch_plan(self, spec, spec_path):
+    def launch_plan(self, brief, brief_path):
         raise NotImplementedError
 
     def python(self):

@@ -76,10 +76,10 @@ def test_unsupported_settings_say_why(tmp_path, settings, model, reason):
 
 
 def test_one_rank_per_tp_rank_and_cpu_ranks_see_no_gpu(tmp_path):
-    from harness.contract.runspec import RunSpec
+    from harness.contract.runbrief import RunBrief
 
-    spec = RunSpec("tp-plan/tp2", "tp-plan", str(tmp_path), "float32", {"tp": 2, "compile": False}, [], str(tmp_path / "out"))
-    plan = the_engine().launch_plan(spec, "spec.json")
+    brief = RunBrief("tp-plan/tp2", "tp-plan", str(tmp_path), "float32", {"tp": 2, "compile": False}, [], str(tmp_path / "out"))
+    plan = the_engine().launch_plan(brief, "spec.json")
     assert plan.world_size == 2
     assert plan.argv[1:] == ["-m", "harness_tp_plan.worker", "spec.json"]
     assert plan.env["CUDA_VISIBLE_DEVICES"] == ""  # transformers builds its mesh on the accelerator it sees

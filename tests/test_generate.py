@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from harness.contract.outputs import EngineOutputs
-from harness.contract.runspec import (
-    RunSpec,
+from harness.contract.runbrief import (
+    RunBrief,
     cut_generation,
     generate_params,
     stop_reached,
@@ -112,9 +112,9 @@ def workload(model_dir) -> dict:
             "stop": [[500, 501]], "eos_token_id": 1}
 
 
-def _spec(model_dir, out: Path, workloads, engine="reference", **settings) -> RunSpec:
+def _brief(model_dir, out: Path, workloads, engine="reference", **settings) -> RunBrief:
     settings = {"tp": 1, "pp": 1, "sp": False, "compile": False, **settings}
-    return RunSpec("test/generate", engine, str(model_dir), "float32", settings, workloads, str(out))
+    return RunBrief("test/generate", engine, str(model_dir), "float32", settings, workloads, str(out))
 
 
 def _with_stop(workload: dict, free: list[list[int]]) -> dict:
@@ -138,7 +138,7 @@ def stop_workload(model_dir, workload, tmp_path_factory) -> dict:
     from tests.kit.ranks import run_in_process
 
     free = {**workload, "stop": [], "eos_token_id": None}
-    out = run_in_process(_spec(model_dir, tmp_path_factory.mktemp("free") / "out", [free]))
+    out = run_in_process(_brief(model_dir, tmp_path_factory.mktemp("free") / "out", [free]))
     return _with_stop(workload, out.workload("eval_test")["tokens"].tolist())
 
 
@@ -152,8 +152,8 @@ def _run(model_dir, tmp_path, stop_workload, **settings) -> EngineOutputs:
 
     w = {k: v for k, v in stop_workload.items() if k != "free"}
     greedy = {"name": "greedy", "kind": "greedy", "prompts": w["prompts"][:2], "max_new_tokens": 3, "top_k": 4}
-    spec = _spec(model_dir, tmp_path / "out", [greedy, w], **settings)
-    outcome = launch_ranks(spec, tmp_path)  # the harness's launcher, under a scaled budget
+    brief = _brief(model_dir, tmp_path / "out", [greedy, w], **settings)
+    outcome = launch_ranks(brief, tmp_path)  # the harness's launcher, under a scaled budget
     if outcome.status != "ok":
         pytest.fail(explain(outcome))
     return EngineOutputs.load(tmp_path / "out")
@@ -185,7 +185,7 @@ def test_hf_engine_gives_the_same_tokens(model_dir, stop_workload, tmp_path):
     from harness.engines.hf.worker import run
 
     w = {k: v for k, v in stop_workload.items() if k != "free"}
-    run(_spec(model_dir, tmp_path / "out", [w], engine="hf"))
+    run(_brief(model_dir, tmp_path / "out", [w], engine="hf"))
     _assert_generated(EngineOutputs.load(tmp_path / "out"), _expected(stop_workload))
 
 
@@ -201,12 +201,12 @@ def test_vllm_engine_matches_hf(workload, tmp_path):
 
     hf_model = model_dir("tiny-llama-hf")
     free = {**workload, "stop": [], "eos_token_id": None}
-    run(_spec(hf_model, tmp_path / "free", [free], engine="hf"))
+    run(_brief(hf_model, tmp_path / "free", [free], engine="hf"))
     stop_workload = _with_stop(workload, EngineOutputs.load(tmp_path / "free").workload("eval_test")["tokens"].tolist())
     w = {k: v for k, v in stop_workload.items() if k != "free"}
-    spec = _spec(hf_model, tmp_path / "out", [w], engine="vllm")
-    spec.save(tmp_path / "spec.json")
-    plan = VllmEngine().launch_plan(spec, str(tmp_path / "spec.json"))
+    brief = _brief(hf_model, tmp_path / "out", [w], engine="vllm")
+    brief.save(tmp_path / "spec.json")
+    plan = VllmEngine().launch_plan(brief, str(tmp_path / "spec.json"))
     root = Path(__file__).resolve().parents[1]
     env = {**os.environ, **plan.env, "PYTHONPATH": os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")]))}
     result = run_process(plan.argv, 600, "the vLLM engine run", env=env, cwd=root, capture_output=True, text=True)

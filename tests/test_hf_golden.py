@@ -16,7 +16,7 @@ import pytest
 
 from harness.contract.outputs import EngineOutputs
 from harness.contract.roots import builtin_scenarios
-from harness.contract.runspec import RunSpec
+from harness.contract.runbrief import RunBrief
 from harness.engines import get_engine
 from harness.engines.launch import run_ranks
 from harness.inputs import models
@@ -131,13 +131,13 @@ def test_vllm_golden_agrees_with_hf_transformers(path: Path, key: str, tmp_path)
     assert manifest["workload_sha256"] == goldens.workload_checksum(resolved), f"stale golden: `harness golden {key}`"
     assert manifest["model_sha256"] == model.sha256, f"golden made on other weights: `harness golden {key}`"
 
-    spec = RunSpec(f"{key}/hf", "hf", str(model.directory), suite.dtype, {"tp": 1, "pp": 1, "compile": False},
+    brief = RunBrief(f"{key}/hf", "hf", str(model.directory), suite.dtype, {"tp": 1, "pp": 1, "compile": False},
                    resolved, str(tmp_path / "outputs"))
-    spec.save(tmp_path / "spec.json")
-    outcome = run_ranks(get_engine("hf").launch_plan(spec, str(tmp_path / "spec.json")), tmp_path / "logs", scaled(300))
+    brief.save(tmp_path / "spec.json")
+    outcome = run_ranks(get_engine("hf").launch_plan(brief, str(tmp_path / "spec.json")), tmp_path / "logs", scaled(300))
     assert outcome.status == "ok", (outcome.failure, Path(outcome.logs[0]).read_text()[-3000:])
 
-    checks = check_workloads(EngineOutputs.load(golden_dir), EngineOutputs.load(spec.output_dir), resolved,
+    checks = check_workloads(EngineOutputs.load(golden_dir), EngineOutputs.load(brief.output_dir), resolved,
                              tolerance_for("float32"))
     assert [c.name for c in checks] == [w["name"] for w in resolved]
     if key not in KNOWN_DISAGREEMENTS:

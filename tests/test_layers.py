@@ -45,9 +45,9 @@ SUBLAYERS = {
         "settings": 0,
         "jsonfile": 0,  # reading back the JSON files the harness writes, their shapes checked
         "exit_codes": 0, "provenance": 0, "plugins": 0, "rundir": 0,
-        # what an engine's ranks import: the run spec, the outputs, the launch plan, the axes
+        # what an engine's ranks import: the run brief, the outputs, the launch plan, the axes
         "axes": 0, "batching": 0, "phases": 0, "plain": 0, "storage": 0, "applied": 0,
-        "roots": 1, "verdict": 1, "launchplan": 1, "outputs": 1, "runspec": 1,
+        "roots": 1, "verdict": 1, "launchplan": 1, "outputs": 1, "runbrief": 1,
         "replicas": 2,
         # a failure as a scenario file expects it or an engine's known bug describes it
         "expectations": 2, "signature": 3, "known_bugs": 4,

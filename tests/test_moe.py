@@ -19,7 +19,7 @@ from harness.engines.reference.model import routing_weights
 from harness.inputs import zoo
 from tests.kit.present import present
 from tests.kit.ranks import RUN_BUDGET_S, explain, launch_ranks, run_in_process
-from tests.test_reference_engine import MAX_NEW, make_spec, max_logprob_delta, prompts
+from tests.test_reference_engine import MAX_NEW, make_brief, max_logprob_delta, prompts
 
 
 def test_routing_weights_keep_each_tokens_top_k_renormalised():
@@ -43,7 +43,7 @@ def test_ep_is_refused_where_it_has_nothing_to_split():
 
 @pytest.fixture(scope="module")
 def moe_tp1(tmp_path_factory) -> EngineOutputs:
-    return run_in_process(make_spec(zoo.model_dir("tiny-llama-moe"), tmp_path_factory.mktemp("moe-tp1") / "out"))
+    return run_in_process(make_brief(zoo.model_dir("tiny-llama-moe"), tmp_path_factory.mktemp("moe-tp1") / "out"))
 
 
 def _as_mixtral(model_dir):
@@ -100,8 +100,8 @@ LAYOUTS = {
 @pytest.mark.parametrize("name", list(LAYOUTS))
 def test_expert_layouts_match_one_process(name, moe_tp1, tmp_path):
     settings, layout = LAYOUTS[name]
-    spec = make_spec(zoo.model_dir("tiny-llama-moe"), tmp_path / "out", **settings)
-    outcome = launch_ranks(spec, tmp_path, RUN_BUDGET_S)
+    brief = make_brief(zoo.model_dir("tiny-llama-moe"), tmp_path / "out", **settings)
+    outcome = launch_ranks(brief, tmp_path, RUN_BUDGET_S)
     assert outcome.status == "ok", explain(outcome)
     out = EngineOutputs.load(tmp_path / "out")
     assert max_logprob_delta(moe_tp1, out) <= 1e-4

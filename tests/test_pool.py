@@ -138,12 +138,12 @@ def test_the_reference_engines_ranks_are_pooled_on_cpu_only():
     """The built-in engine's gain (docs/BENCHMARKS.md, "The rank pool") holds only while
     its preload list is set and a zygote accepts it: a torch upgrade whose imports start
     a thread would otherwise turn the pool off with nothing but a line on stderr."""
-    from harness.contract.runspec import RunSpec
+    from harness.contract.runbrief import RunBrief
     from harness.engines.reference import ReferenceEngine
 
     def plan(device):
-        spec = RunSpec("t/x", "reference", "/m", "float32", {"tp": 2, "pp": 1}, [], "/o", device=device)
-        return ReferenceEngine().launch_plan(spec, "/s.json")
+        brief = RunBrief("t/x", "reference", "/m", "float32", {"tp": 2, "pp": 1}, [], "/o", device=device)
+        return ReferenceEngine().launch_plan(brief, "/s.json")
 
     cpu = plan("cpu")
     assert module_argv(cpu.argv) is not None and "torch" in cpu.preload
@@ -157,11 +157,11 @@ def test_the_hf_engines_rank_is_pooled_on_cpu_only():
     zygote: transformers' own imports start SciPy's OpenBLAS and pyarrow's jemalloc threads,
     which its launch environment keeps from starting, or the zygote would refuse."""
     pytest.importorskip("transformers")
-    from harness.contract.runspec import RunSpec
+    from harness.contract.runbrief import RunBrief
     from harness.engines.hf import HfEngine
 
     def plan(device):
-        return HfEngine().launch_plan(RunSpec("t/x", "hf", "/m", "float32", {"tp": 1, "pp": 1}, [], "/o", device=device), "/s.json")
+        return HfEngine().launch_plan(RunBrief("t/x", "hf", "/m", "float32", {"tp": 1, "pp": 1}, [], "/o", device=device), "/s.json")
 
     cpu = plan("cpu")
     assert module_argv(cpu.argv) is not None and "transformers" in cpu.preload

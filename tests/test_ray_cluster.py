@@ -101,7 +101,7 @@ def test_a_rank_host_without_a_shared_filesystem_sends_files_both_ways(tmp_path)
         chunk, status, changed = host.read()
         output, files = output + chunk, {**files, **changed}
     assert status == 3 and b"rank output" in output
-    assert files[str(mirror / "logs" / "rank2.error.json")] == b"{}"  # the spec went out, the record came back
+    assert files[str(mirror / "logs" / "rank2.error.json")] == b"{}"  # the brief went out, the record came back
 
 
 # --- one simulated two-node cluster ----------------------------------------------------

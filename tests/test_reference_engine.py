@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from harness.contract.outputs import EngineOutputs
-from harness.contract.runspec import RunSpec
+from harness.contract.runbrief import RunBrief
 from harness.engines.reference import ReferenceEngine
 from tests.kit import TIME_SCALE_ENV, scaled, time_scale
 from tests.kit.present import present
@@ -43,18 +43,18 @@ def prompts() -> list[list[int]]:
     return [torch.randint(0, VOCAB, (n,), generator=g).tolist() for n in PROMPT_LENS]
 
 
-def make_spec(model_dir: Path, out: Path, dtype="float32", faults=(), **settings) -> RunSpec:
+def make_brief(model_dir: Path, out: Path, dtype="float32", faults=(), **settings) -> RunBrief:
     settings = {"tp": 1, "pp": 1, "sp": False, "compile": False, **settings}
     workloads = [
         {"name": "logits", "kind": "logprobs", "prompts": prompts(), "top_k": 8},
         {"name": "greedy", "kind": "greedy", "prompts": prompts(), "max_new_tokens": MAX_NEW, "top_k": 5},
     ]
-    return RunSpec("test/ref", "reference", str(model_dir), dtype, settings, workloads, str(out), list(faults))
+    return RunBrief("test/ref", "reference", str(model_dir), dtype, settings, workloads, str(out), list(faults))
 
 
 def run_setting(model_dir: Path, tmp_path: Path, budget_s: float = RUN_BUDGET_S, **settings) -> EngineOutputs:
-    spec = make_spec(model_dir, tmp_path / "out", **settings)
-    outcome = launch_ranks(spec, tmp_path, budget_s)
+    brief = make_brief(model_dir, tmp_path / "out", **settings)
+    outcome = launch_ranks(brief, tmp_path, budget_s)
     if outcome.status != "ok":
         pytest.fail(explain(outcome))
     return EngineOutputs.load(tmp_path / "out")
@@ -62,7 +62,7 @@ def run_setting(model_dir: Path, tmp_path: Path, budget_s: float = RUN_BUDGET_S,
 
 @pytest.fixture(scope="module")
 def eager_tp1(tiny_model, tmp_path_factory) -> EngineOutputs:
-    return run_in_process(make_spec(tiny_model, tmp_path_factory.mktemp("tp1") / "out"))
+    return run_in_process(make_brief(tiny_model, tmp_path_factory.mktemp("tp1") / "out"))
 
 
 def max_logprob_delta(a: EngineOutputs, b: EngineOutputs) -> float:
@@ -165,7 +165,7 @@ def test_faults_registry():
 
     assert faults.active(["rank-raise@1"], "rank-raise") == "1"
     assert faults.active([], "rank-raise") is False
-    assert faults.active(make_spec(Path("m"), Path("o"), faults=["rank-hang@0"]), "rank-hang") == "0"
+    assert faults.active(make_brief(Path("m"), Path("o"), faults=["rank-hang@0"]), "rank-hang") == "0"
     with pytest.raises(ValueError, match="knows: rank-raise@N"):
         faults.parse(["rank-explode@1"])
 
@@ -184,8 +184,8 @@ def test_the_all_reduce_perturbation_takes_a_positive_size():
 
 @pytest.mark.e2e
 def test_rank_raise_fault_fails_only_that_rank(tiny_model, tmp_path):
-    spec = make_spec(tiny_model, tmp_path / "out", faults=["rank-raise@1"], pp=2)
-    outcome = launch_ranks(spec, tmp_path)
+    brief = make_brief(tiny_model, tmp_path / "out", faults=["rank-raise@1"], pp=2)
+    outcome = launch_ranks(brief, tmp_path)
     assert outcome.status == "crash" and outcome.failure is not None and outcome.failure.rank == 1, explain(outcome)
     assert "fault rank-raise" in present(outcome.failure.exception)
     assert "fault rank-raise" in Path(outcome.logs[1]).read_text()

@@ -94,7 +94,7 @@ def test_the_layout_of_a_run_directory(tmp_path):
     assert rundir.scenarios_root(run_dir).is_dir()
     where = run_dir / "scenarios" / "suite__tp1-pp2"
     assert rundir.scenario_dir(run_dir, "suite/tp1-pp2") == where
-    assert (rundir.verdict_path(run_dir, "suite/tp1-pp2"), rundir.spec_path(run_dir, "suite/tp1-pp2"),
+    assert (rundir.verdict_path(run_dir, "suite/tp1-pp2"), rundir.brief_path(run_dir, "suite/tp1-pp2"),
             rundir.outputs_dir(run_dir, "suite/tp1-pp2"), rundir.logs_dir(run_dir, "suite/tp1-pp2")) == (
         where / "verdict.json", where / "spec.json", where / "outputs", where / "logs")
     rundir.verdict_path(run_dir, "suite/tp1-pp2").parent.mkdir()
@@ -106,19 +106,19 @@ def test_the_layout_of_a_run_directory(tmp_path):
     *((what, "[]", "holds a JSON array where a JSON object") for what in ("verdict.json", "spec.json", "outputs.json")),
     *((what, "null", "holds JSON null where a JSON object") for what in ("verdict.json", "spec.json", "outputs.json")),
     ("verdict.json", '{"colour": "blue"}', "is not a verdict: unexpected field 'colour'"),
-    ("spec.json", '{"colour": "blue"}', "is not a run spec: unexpected field 'colour'"),
+    ("spec.json", '{"colour": "blue"}', "is not a run brief: unexpected field 'colour'"),
 ])
 def test_a_run_file_that_is_json_but_not_what_it_should_be_is_an_error_naming_it(tmp_path, what, text, found):
     """A file a user can damage by hand (a bad merge, an edit) used to end in a bare
     AttributeError or TypeError that named neither the file nor what it should hold."""
     from harness.contract.outputs import EngineOutputs
-    from harness.contract.runspec import RunSpec
+    from harness.contract.runbrief import RunBrief
     from harness.contract.verdict import Verdict
 
     EngineOutputs(meta={"engine": "reference"}).save(tmp_path)
     path = tmp_path / what
     path.write_text(text)
-    load = {"verdict.json": Verdict.load, "spec.json": RunSpec.load, "outputs.json": lambda _: EngineOutputs.load(tmp_path)}
+    load = {"verdict.json": Verdict.load, "spec.json": RunBrief.load, "outputs.json": lambda _: EngineOutputs.load(tmp_path)}
     with pytest.raises(ValueError) as err:
         load[what](path)
     assert str(path) in str(err.value) and found in str(err.value), err.value

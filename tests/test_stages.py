@@ -35,8 +35,8 @@ def test_an_admitted_run_carries_its_device_count_and_its_golden(tmp_path):
     assert isinstance(reference, Reference) and isinstance(reference.outputs, EngineOutputs)
     assert reference.directory.name == "llama-tiny" and reference.manifest["suite"] == "llama-tiny"
     assert isinstance(reference.version_drift, dict)
-    spec = admitted.prepared.spec
-    assert spec.settings == scenario.engine_settings and all(w["prompts"] for w in spec.workloads)
+    brief = admitted.prepared.brief
+    assert brief.settings == scenario.engine_settings and all(w["prompts"] for w in brief.workloads)
     # a golden run is made, not held to one: nothing is loaded
     unjudged = admit(scenario, dict(scenario.suite.golden), tmp_path / "golden-run", RunContext(), golden=False)
     assert isinstance(unjudged, Admitted) and unjudged.reference is None
@@ -60,7 +60,7 @@ def test_a_bad_fault_switch_is_the_inputs_error_before_the_golden_is_read(tmp_pa
     # a golden is made by the clean engine, whatever the run injects
     clean = admit(scenario, scenario.engine_settings, tmp_path / "run", RunContext(RunConfig(faults=("rank-raise@7",))),
                   faults=False, golden=False)
-    assert isinstance(clean, Admitted) and clean.prepared.spec.faults == []
+    assert isinstance(clean, Admitted) and clean.prepared.brief.faults == []
 
 
 def test_a_missing_or_mismatched_golden_is_refused_with_the_command_that_makes_it(tmp_path, monkeypatch):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from harness.contract.runspec import RunSpec
+from harness.contract.runbrief import RunBrief
 from harness.inputs import zoo
 from harness.inputs.zoo.trained import WEIGHTS
 from tools import train_models as train
@@ -75,8 +75,8 @@ def test_reference_engine_reproduces_training_model(geo_dir, trained, tokenizer,
         {"name": "image", "kind": "logprobs", "prompts": [geo_prompt], "images": [str(png)], "top_k": 8},
     ]
     settings = {"tp": 1, "pp": 1, "sp": False, "compile": False}
-    spec = RunSpec("test/trained", "reference", str(geo_dir), "float32", settings, workloads, str(tmp_path / "out"), [])
-    outputs = run_in_process(spec)
+    brief = RunBrief("test/trained", "reference", str(geo_dir), "float32", settings, workloads, str(tmp_path / "out"), [])
+    outputs = run_in_process(brief)
     pixels = load_image(str(png))[None]
     with torch.no_grad():
         expected = {"text": trained(torch.tensor([arith_prompt])).log_softmax(-1)[0],

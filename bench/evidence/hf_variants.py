@@ -37,7 +37,7 @@ import torch
 
 from harness.contract.outputs import EngineOutputs
 from harness.contract.roots import builtin_scenarios
-from harness.contract.runspec import RunSpec
+from harness.contract.runbrief import RunBrief
 from harness.engines.hf import worker
 from harness.inputs import models
 from harness.inputs import workloads as wl
@@ -111,16 +111,16 @@ def compare(key: str, variant: str) -> None:
     golden = EngineOutputs.load(goldens.golden_dir(key))
     changed, patch = VARIANTS[variant]
     with tempfile.TemporaryDirectory() as tmp:
-        spec = RunSpec(f"{key}/hf", "hf", str(model.directory), suite.dtype, {"tp": 1, "pp": 1, "compile": False},
+        brief = RunBrief(f"{key}/hf", "hf", str(model.directory), suite.dtype, {"tp": 1, "pp": 1, "compile": False},
                        resolved, tmp)
         runs = [("as transformers has it", worker.Prompter)] + list(changed.items())
         for i, (label, prompter) in enumerate(runs):
             if i == 1 and patch:
                 patch()
-            hf_model, config = worker.load_model(spec)  # after the patch: the rope is built at load
+            hf_model, config = worker.load_model(brief)  # after the patch: the rope is built at load
             for w in (w for w in resolved if w["kind"] == "logprobs"):
                 result = compare_logprobs(w["name"], golden.workload(w["name"]),
-                                          worker.run_logprobs(hf_model, prompter(spec, config), w),
+                                          worker.run_logprobs(hf_model, prompter(brief, config), w),
                                           tolerance_for(suite.dtype))
                 print(f"{key} {w['name']}: transformers, {label}, vs the vLLM golden: "
                       f"{'agrees' if result.passed else 'differs'}: {result.summary}", flush=True)

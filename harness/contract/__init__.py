@@ -2,7 +2,7 @@
 nothing of the harness above it (docs/DESIGN.md, "The rooms of the package").
 
 The contract between the harness and an engine's ranks: what an engine's own processes
-import (and nothing heavier): the run spec they are given (`runspec`), the outputs format
+import (and nothing heavier): the run brief they are given (`runbrief`), the outputs format
 they write (`outputs`), the processes an engine plugin asks the launcher for
 (`launchplan`), every axis (`axes`). Those modules stay standard library, torch and
 safetensors only, so they run inside an engine's own Python environment; this package's

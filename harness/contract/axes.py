@@ -4,7 +4,7 @@ An axis is a field of `RunAxes` below: its name, kind, default and values are de
 there and nowhere else. Schema validation (a value outside an axis's domain is refused
 when the scenario file is read), scenario ids, engine binding, `unsupported_reason` and
 the covering-array planner all read these declarations. An engine reads a run's axes
-through the typed view (`RunAxes.of(settings)`, `RunSpec.axes`), never by string.
+through the typed view (`RunAxes.of(settings)`, `RunBrief.axes`), never by string.
 
 Kinds:
     size    a number of ranks, an integer >= 1 (tp, pp, dp)

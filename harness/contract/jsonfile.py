@@ -2,7 +2,7 @@
 outputs.json): a user can damage any of them by hand or by a bad merge. One that parses
 but holds another kind of value (`[]`, `null`) or other fields must be an error naming
 the file and what it should hold, as unparsable JSON is; never an AttributeError or a
-TypeError far from the file. Standard library only: engine ranks read their spec with it.
+TypeError far from the file. Standard library only: engine ranks read their brief with it.
 """
 
 from __future__ import annotations

@@ -77,8 +77,8 @@ class EngineOutputs:
             raise FileNotFoundError(f"{directory} has no engine outputs (missing {', '.join(missing)})")
         return cls(load_file(str(directory / TENSORS_FILE)), read_json(directory / META_FILE))
 
-    def describe_run(self, spec, engine: str, **extra) -> None:
-        """The meta every engine records: what ran (spec) and with which versions;
+    def describe_run(self, brief, engine: str, **extra) -> None:
+        """The meta every engine records: what ran (the brief) and with which versions;
         `extra` adds the engine's own fields (its version, timings, stage I/O...)."""
         import sys
 
@@ -86,12 +86,12 @@ class EngineOutputs:
             "engine": engine,
             "torch": torch.__version__,
             "python": sys.version.split()[0],
-            "scenario_id": spec.scenario_id,
-            "settings": dict(spec.settings),
-            "dtype": spec.dtype,
-            "device": spec.device,
-            "faults": list(spec.faults),
-            "workloads": {w["name"]: {"kind": w["kind"]} for w in spec.workloads},
+            "scenario_id": brief.scenario_id,
+            "settings": dict(brief.settings),
+            "dtype": brief.dtype,
+            "device": brief.device,
+            "faults": list(brief.faults),
+            "workloads": {w["name"]: {"kind": w["kind"]} for w in brief.workloads},
             **extra,
         }
 

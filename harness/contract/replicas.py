@@ -25,7 +25,7 @@ def replica_workloads(workloads: list[dict], dp: int, dp_rank: int) -> list[dict
     """Each workload cut to this replica's share of its prompts (and their media). Without
     the per-layer capture under dp > 1: its rows are those of the golden's first batch,
     which no replica's first batch is."""
-    from harness.contract.runspec import MEDIA
+    from harness.contract.runbrief import MEDIA
 
     if dp == 1:
         return workloads

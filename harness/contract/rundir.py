@@ -4,7 +4,7 @@ The layout (the one place that spells it; reports/README.md describes it for rea
 
   <run_dir>/run.json                          the run's plan and metadata
   <run_dir>/scenarios/<name>/                 one per scenario; <name> is its id, "/" -> "__"
-                             spec.json        the RunSpec the ranks read
+                             spec.json        the RunBrief the ranks read
                              verdict.json     the verdict (written by the runner as it goes)
                              outputs/         what the engine's ranks wrote
                              logs/            the rank logs
@@ -34,7 +34,7 @@ from pathlib import Path
 
 RUN_META = "run.json"
 SCENARIOS = "scenarios"
-SPEC = "spec.json"
+BRIEF = "spec.json"
 VERDICT = "verdict.json"
 OUTPUTS = "outputs"
 LOGS = "logs"
@@ -56,7 +56,7 @@ def scenarios_root(run_dir: Path) -> Path:
 
 
 def scenario_dir(run_dir: Path, scenario_id: str) -> Path:
-    """Where one scenario of a run keeps its spec, verdict, outputs and logs."""
+    """Where one scenario of a run keeps its brief (spec.json), verdict, outputs and logs."""
     return scenarios_root(run_dir) / scenario_dir_name(scenario_id)
 
 
@@ -64,8 +64,8 @@ def verdict_path(run_dir: Path, scenario_id: str) -> Path:
     return scenario_dir(run_dir, scenario_id) / VERDICT
 
 
-def spec_path(run_dir: Path, scenario_id: str) -> Path:
-    return scenario_dir(run_dir, scenario_id) / SPEC
+def brief_path(run_dir: Path, scenario_id: str) -> Path:
+    return scenario_dir(run_dir, scenario_id) / BRIEF
 
 
 def outputs_dir(run_dir: Path, scenario_id: str) -> Path:

@@ -1,8 +1,8 @@
 """What an engine plugin is, seen from the harness.
 
-An engine turns a RunSpec into processes: it says how many ranks to start and the
+An engine turns a RunBrief into processes: it says how many ranks to start and the
 command line of each; the launcher starts and watches them; the processes write
-EngineOutputs into spec.output_dir. The engine also says which settings it can run,
+EngineOutputs into brief.output_dir. The engine also says which settings it can run,
 so a scenario it cannot run ends as `unsupported` with a reason, never silently.
 """
 
@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from harness.contract.axes import AXES, RULES, Rule, RunAxes, broken_rule, is_one_of
 from harness.contract.launchplan import LaunchPlan
-from harness.contract.runspec import RunSpec
+from harness.contract.runbrief import RunBrief
 from harness.engines.launch.outcome import RankFailure
 
 # pydantic loads with it: only the runs that judge a verdict need it
@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
 
 class Capability(StrEnum):
-    """What an engine can do beyond running a RunSpec, declared by the engine (its
+    """What an engine can do beyond running a RunBrief, declared by the engine (its
     `capabilities`), never guessed from which methods it overrides."""
 
     # runs in the interpreter engine_options.python names: --engine-env PATH, bisect
@@ -47,7 +47,7 @@ class Engine(ABC):
     #: the engine's known bugs (harness/contract/known_bugs.py): declared once, matched in every
     #: suite, so a failure with a known root cause is expected and names its bug
     known_bugs_file: Path | None = None
-    #: what it can do beyond running a RunSpec (Capability); the conformance kit checks
+    #: what it can do beyond running a RunBrief (Capability); the conformance kit checks
     #: that each declared one is implemented
     capabilities: frozenset[Capability] = frozenset()
     #: where install_default puts the engine's own environment, relative to the project root
@@ -128,8 +128,8 @@ class Engine(ABC):
         return Path(sys.executable)
 
     @abstractmethod
-    def launch_plan(self, spec: RunSpec, spec_path: str) -> LaunchPlan:
-        """The processes that run `spec` (already saved at `spec_path`)."""
+    def launch_plan(self, brief: RunBrief, brief_path: str) -> LaunchPlan:
+        """The processes that run `brief` (already saved at `brief_path`)."""
 
     def root_cause(self, log_text: str) -> RankFailure | None:
         """The process that really failed, read from the launched process's log, when

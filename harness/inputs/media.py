@@ -17,7 +17,7 @@ import re
 from pathlib import Path
 
 # 16 kHz: what Whisper-style feature extractors take
-from harness.contract.runspec import AUDIO_RATE
+from harness.contract.runbrief import AUDIO_RATE
 
 VIDEO_NAME = re.compile(r"(noise|gradient)-(\d+)x(\d+)x(\d+)")
 AUDIO_NAME = re.compile(r"(tone|noise)-(\d+)ms")

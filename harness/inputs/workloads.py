@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 
 from harness.contract.roots import DATA_DIR
-from harness.contract.runspec import MEDIA
+from harness.contract.runbrief import MEDIA
 from harness.inputs import chat
 from harness.inputs.images import image_path
 from harness.inputs.media import audio_path, video_path
@@ -44,7 +44,7 @@ def prompt_texts(prompts: str | list[str], count: int) -> list[str]:
 
 
 def tokenize(workloads: list[WorkloadDef], model_dir: Path, tokenizer) -> list[dict]:
-    """Workload dicts of the run-spec contract (harness/contract/runspec.py), with token ids
+    """Workload dicts of the run-brief contract (harness/contract/runbrief.py), with token ids
     of the model's `tokenizer` (zoo.load_tokenizer). A checkpoint with a chat template (a
     multimodal model's processor) has its prompts written by that template; the others
     are BOS + the text."""
@@ -154,7 +154,7 @@ def _placeholder(config: dict) -> list[int]:
 
 def _with_images(prompts: list[list[int]], names: list, config: dict, workload: str) -> tuple[list[list[int]], list]:
     """Prompts with the model's image placeholder after BOS where a prompt has an image,
-    and the PNG path per prompt (the run-spec contract)."""
+    and the PNG path per prompt (the run-brief contract)."""
     if "image_token_id" not in config:
         raise WorkloadError(f"workload '{workload}' has images but model_type '{config.get('model_type')}' has no vision encoder")
     placeholder = _placeholder(config)

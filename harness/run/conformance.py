@@ -51,8 +51,8 @@ from pathlib import Path
 from harness.contract.axes import PARALLEL_SIZES
 from harness.contract.outputs import EngineOutputs
 from harness.contract.roots import goldens_in
+from harness.contract.runbrief import RunBrief
 from harness.contract.rundir import OUTPUTS, scenario_dir
-from harness.contract.runspec import RunSpec
 from harness.contract.verdict import Verdict
 from harness.engines import BUILTIN, Engine, EngineUnavailable, axes_text, get_engine
 from harness.engines.base import Capability
@@ -231,7 +231,7 @@ class Kit:
         if isinstance(admitted, Verdict):
             raise RuntimeError(f"the golden of '{scenario.golden_key}' was made but is refused: {admitted.reason}")
         assert admitted.reference is not None
-        return admitted.reference.outputs, admitted.prepared.spec.workloads
+        return admitted.reference.outputs, admitted.prepared.brief.workloads
 
     def _fault_target(self) -> tuple[dict, int] | None:
         """The settings of the crash and hang runs (the most ranks among tp2, pp2, tp1 that
@@ -241,9 +241,9 @@ class Kit:
             settings = {**self.golden_settings, **extra}
             if set(settings) - set(self.axes) or self._unsupported(settings):
                 continue
-            spec = RunSpec(f"conformance/{settings_label(settings, list(settings))}", self.name, str(self.model_dir),
+            brief = RunBrief(f"conformance/{settings_label(settings, list(settings))}", self.name, str(self.model_dir),
                            "float32", settings, [], str(self.work / "probe-outputs"), device=self.opts.device)
-            plan = self.engine.launch_plan(spec, str(self.work / "probe-spec.json"))
+            plan = self.engine.launch_plan(brief, str(self.work / "probe-spec.json"))
             return settings, plan.world_size - 1
         return None
 
@@ -344,7 +344,7 @@ class Kit:
         # information for whoever reads the outputs; the harness does not need it
         if meta.get("engine") != self.name:
             note = (f" (note: outputs.json names engine {meta.get('engine')!r}, not {self.name!r}; "
-                    "EngineOutputs.describe_run(spec, name) writes it)")
+                    "EngineOutputs.describe_run(brief, name) writes it)")
         return KitResult("outputs", "pass", f"golden made and a tp1 run read and passed: {verdict.reason}{note}")
 
     def check_matches_reference(self) -> KitResult:

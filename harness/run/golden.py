@@ -29,7 +29,7 @@ from pathlib import Path
 from harness.contract.jsonfile import read_json
 from harness.contract.outputs import EngineOutputs
 from harness.contract.roots import builtin_golden, golden_dir, golden_root
-from harness.contract.runspec import MEDIA, entry_list
+from harness.contract.runbrief import MEDIA, entry_list
 
 MANIFEST = "manifest.json"
 # the per-item eval results, beside the outputs

@@ -28,8 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.contract.roots import reports_dir
+from harness.contract.runbrief import MEDIA
 from harness.contract.rundir import SCENARIOS, VERDICT, scenario_dir_name, verdict_path
-from harness.contract.runspec import MEDIA
 from harness.contract.settings.project import project
 from harness.contract.verdict import Verdict
 from harness.inputs.scenarios.loading import load_scenarios

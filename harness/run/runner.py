@@ -135,7 +135,7 @@ class GoldenUnsupported(RuntimeError):
 
 
 def golden_work_dir(work_dir: Path, golden_key: str) -> Path:
-    """Where make_golden runs a golden's setting (its spec, outputs and logs) before storing it."""
+    """Where make_golden runs a golden's setting (its brief, outputs and logs) before storing it."""
     return Path(work_dir) / "golden" / golden_key
 
 
@@ -164,6 +164,6 @@ def make_golden(scenario_for_golden: Scenario, work_dir: Path, ctx: RunContext |
                            f"logs in {out_dir / 'logs'}")
     results = None
     if prepared.evals:
-        results = lm.score_evals(prepared.evals, EngineOutputs.load(prepared.spec.output_dir))
+        results = lm.score_evals(prepared.evals, EngineOutputs.load(prepared.brief.output_dir))
     eval_workloads = [e.workload["name"] for e in prepared.evals]
-    return goldens.store_golden(Path(prepared.spec.output_dir), prepared.manifest, evals=results, drop=eval_workloads)
+    return goldens.store_golden(Path(prepared.brief.output_dir), prepared.manifest, evals=results, drop=eval_workloads)

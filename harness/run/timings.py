@@ -2,7 +2,7 @@
 
 A verdict's `timings`:
   phases     {phase: seconds} in the order they happened:
-               prepare    engine, model, workloads, eval requests, run spec
+               prepare    engine, model, workloads, eval requests, run brief
                golden     golden load, digest checks, eval pairing
                wait       waiting for free devices (other scenarios hold them)
                start .. exit   the launch, per rank phase (harness/contract/phases.py),

@@ -7,7 +7,7 @@
   tests/kit/runs.py      the verdict reader: a run directory's verdicts, run.json, summary
   tests/kit/procs.py     the survivor check: a run's processes still alive; Ctrl-C as
                          from a terminal
-  tests/kit/ranks.py     a RunSpec's ranks through the launcher, or in this process
+  tests/kit/ranks.py     a RunBrief's ranks through the launcher, or in this process
   tests/kit/handmade.py  run directories of hand-written verdicts (report tests, no ranks)
   tests/kit/logprobs.py  hand-made logprob outputs for the comparison rules
 

@@ -16,8 +16,8 @@ class FakeEngine(Engine):
     name = "fake"
     axes = {"tp": (1, 2), "pp": (1,), "fast": (False, True)}
 
-    def launch_plan(self, spec, spec_path):
-        return LaunchPlan(world_size=spec.tp, argv=["true"])
+    def launch_plan(self, brief, brief_path):
+        return LaunchPlan(world_size=brief.tp, argv=["true"])
 
 
 class Nameless(FakeEngine):

@@ -3,7 +3,7 @@ whether any of a run's processes outlived it.
 
 Every test that starts ranks ends by checking that nothing of its run is left
 behind. A run's processes are found by what they carry: the run directory appears
-in every rank's command line (the reference engine's spec path) or in its
+in every rank's command line (the reference engine's brief path) or in its
 environment (the error-file path the launcher gives each rank, inherited by every
 process an engine starts itself, as vLLM's workers are). `survivors` looks at both.
 """

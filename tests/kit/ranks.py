@@ -1,4 +1,4 @@
-"""Ranks without the whole harness: a RunSpec's ranks through the harness's own launcher
+"""Ranks without the whole harness: a RunBrief's ranks through the harness's own launcher
 (or in this process, world size 1), and the rank programs of the launcher tests.
 
 Multi-rank runs are real processes started by harness.engines.launch.run_ranks under a budget
@@ -13,7 +13,7 @@ from pathlib import Path
 from unittest import mock
 
 from harness.contract.outputs import EngineOutputs
-from harness.contract.runspec import RunSpec
+from harness.contract.runbrief import RunBrief
 from harness.engines.launch import LaunchOutcome, free_port, run_ranks
 from tests.kit.cli import ROOT
 from tests.kit.timing import scaled, timeout_message
@@ -30,15 +30,15 @@ POOL_PRELOAD = ("torch", "torch.distributed", "harness.engines.launch.rankside")
 RUN_BUDGET_S = 600
 
 
-def launch_ranks(spec: RunSpec, workdir: Path, budget_s: float = RUN_BUDGET_S) -> LaunchOutcome:
-    """Every rank of the spec's launch plan (reference engine) as a real process, through
+def launch_ranks(brief: RunBrief, workdir: Path, budget_s: float = RUN_BUDGET_S) -> LaunchOutcome:
+    """Every rank of the brief's launch plan (reference engine) as a real process, through
     the harness's own launcher: ranks are watched, a crash stops the siblings, and a run
     that outlives scaled(budget_s) ends as "hang" with each rank's stack; nothing survives."""
     from harness.engines.reference import ReferenceEngine
 
-    spec_path = workdir / "spec.json"
-    spec.save(spec_path)
-    plan = ReferenceEngine().launch_plan(spec, str(spec_path))
+    brief_path = workdir / "spec.json"
+    brief.save(brief_path)
+    plan = ReferenceEngine().launch_plan(brief, str(brief_path))
     env = {"PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
     return run_ranks(plan, workdir / "logs", timeout_s=scaled(budget_s), env=env)
 
@@ -57,12 +57,12 @@ def explain(outcome: LaunchOutcome) -> str:
     return f"rank {f.rank} crashed: {what}\n{f.traceback or ''}\n(log: {f.log})"
 
 
-def run_in_process(spec: RunSpec) -> EngineOutputs:
+def run_in_process(brief: RunBrief) -> EngineOutputs:
     """World size 1 in this process (no spawn), through the reference engine's worker entry."""
     from harness.engines.reference.worker import run
 
     env = {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1",
            "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())}
     with mock.patch.dict(os.environ, env):
-        run(spec)
-    return EngineOutputs.load(spec.output_dir)
+        run(brief)
+    return EngineOutputs.load(brief.output_dir)

@@ -12,7 +12,7 @@ up projections, rowwise o and down projections, a gathered lm_head) and all-redu
 over torch.distributed: gloo on CPU, NCCL on CUDA. tp=1 is a plain single-process
 `from_pretrained`, the golden. Pipeline and sequence parallelism are not offered.
 
-    worker.py  the rank entry point: python -m harness_tp_plan.worker SPEC.json
+    worker.py  the rank entry point: python -m harness_tp_plan.worker BRIEF.json
 
 This module stays import-light (stdlib and the harness's plugin API): the harness
 imports it to list axes and build launch plans; torch and transformers load in the ranks.
@@ -28,7 +28,7 @@ from pathlib import Path
 
 from harness.contract.launchplan import LaunchPlan
 from harness.contract.roots import cache_dir
-from harness.contract.runspec import RunSpec
+from harness.contract.runbrief import RunBrief
 from harness.engines import compile_cache
 from harness.engines.base import Engine
 
@@ -78,17 +78,17 @@ class TpPlanEngine(Engine):
                 return f"{name}={value} is not divisible by tp={tp}"
         return _tp_plan_problem(model_dir)
 
-    def launch_plan(self, spec: RunSpec, spec_path: str) -> LaunchPlan:
+    def launch_plan(self, brief: RunBrief, brief_path: str) -> LaunchPlan:
         env = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TORCHINDUCTOR_COMPILE_THREADS": "1"}
-        if spec.compile:  # the harness's compile cache: a second run loads the graphs
+        if brief.compile:  # the harness's compile cache: a second run loads the graphs
             env.update(compile_cache.inductor_env(compile_cache.installed_torch_version()))
-        if spec.device == "cpu":
+        if brief.device == "cpu":
             # transformers builds its device mesh on whatever accelerator it sees: on CPU, none
             env["CUDA_VISIBLE_DEVICES"] = ""
             if "OMP_NUM_THREADS" not in os.environ:  # ranks share the cores
-                env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // spec.tp))
-        return LaunchPlan(world_size=spec.tp, argv=[sys.executable, "-m", "harness_tp_plan.worker", spec_path], env=env,
-                          preload=list(RANK_IMPORTS) if spec.device == "cpu" else [])
+                env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // brief.tp))
+        return LaunchPlan(world_size=brief.tp, argv=[sys.executable, "-m", "harness_tp_plan.worker", brief_path], env=env,
+                          preload=list(RANK_IMPORTS) if brief.device == "cpu" else [])
 
     def versions(self) -> dict[str, str]:
         from importlib.metadata import PackageNotFoundError, version

@@ -1,10 +1,10 @@
-"""One rank of the tp-plan engine: `python -m harness_tp_plan.worker SPEC.json`.
+"""One rank of the tp-plan engine: `python -m harness_tp_plan.worker BRIEF.json`.
 
 The harness's launcher starts tp of these with torchrun-style variables (RANK,
 WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT). Each rank joins the process group,
 loads its shard of the checkpoint through transformers' tensor parallelism, runs every
-workload of the spec in lockstep with the others (each forward all-reduces inside
-transformers' TP layers), and rank 0 writes EngineOutputs to spec.output_dir.
+workload of the brief in lockstep with the others (each forward all-reduces inside
+transformers' TP layers), and rank 0 writes EngineOutputs to brief.output_dir.
 
 Imports only stdlib, torch, transformers and the harness's engine-side contract
 (harness.contract, harness.engines.launch.rankside).
@@ -19,7 +19,7 @@ import time
 DTYPES = ("float32", "bfloat16", "float16")
 
 
-def init_distributed(spec):
+def init_distributed(brief):
     """Join the process group (gloo on CPU, NCCL on CUDA); returns this rank's device.
     On CUDA the rank uses its LOCAL_RANK-th visible GPU (the harness sets
     CUDA_VISIBLE_DEVICES to the GPUs it leased for the run)."""
@@ -27,36 +27,36 @@ def init_distributed(spec):
     import torch.distributed as dist
 
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-    if spec.device == "cuda":
+    if brief.device == "cuda":
         torch.cuda.set_device(local_rank)
         device = torch.device("cuda", local_rank)
         dist.init_process_group("nccl", device_id=device)
-    elif spec.device == "cpu":
+    elif brief.device == "cpu":
         device = torch.device("cpu")
         dist.init_process_group("gloo")
     else:
-        raise ValueError(f"unknown device {spec.device!r} (cpu or cuda)")
-    if dist.get_world_size() != spec.tp:
-        raise RuntimeError(f"launched with WORLD_SIZE={dist.get_world_size()} for tp={spec.tp}")
+        raise ValueError(f"unknown device {brief.device!r} (cpu or cuda)")
+    if dist.get_world_size() != brief.tp:
+        raise RuntimeError(f"launched with WORLD_SIZE={dist.get_world_size()} for tp={brief.tp}")
     return device
 
 
-def load_model(spec, device):
+def load_model(brief, device):
     """The checkpoint, split over the tp ranks by transformers' own TP plan (tp=1: whole)."""
     import torch
     import transformers
 
-    config = transformers.AutoConfig.from_pretrained(spec.model_dir)
+    config = transformers.AutoConfig.from_pretrained(brief.model_dir)
     model_cls = getattr(transformers, config.architectures[0])
-    kwargs = {"dtype": getattr(torch, spec.dtype), "attn_implementation": "eager"}
-    if spec.tp == 1:
-        return model_cls.from_pretrained(spec.model_dir, **kwargs).to(device).eval()
+    kwargs = {"dtype": getattr(torch, brief.dtype), "attn_implementation": "eager"}
+    if brief.tp == 1:
+        return model_cls.from_pretrained(brief.model_dir, **kwargs).to(device).eval()
     from transformers.distributed import DistributedConfig
 
     # Builds the ("pp", "fsdp", "tp") device mesh on the process group joined above,
     # replaces each planned weight by a DTensor shard (Shard(0) colwise, Shard(1) rowwise)
     # and reads only this rank's slice from the safetensors.
-    model = model_cls.from_pretrained(spec.model_dir, distributed_config=DistributedConfig(tp_size=spec.tp), **kwargs)
+    model = model_cls.from_pretrained(brief.model_dir, distributed_config=DistributedConfig(tp_size=brief.tp), **kwargs)
     return model.eval()
 
 
@@ -151,9 +151,9 @@ def run_greedy(forward, w: dict, device) -> dict:
 
 
 def run_generate(forward, w: dict, device) -> dict:
-    """Greedy generation with the `generate` stop rule of the run-spec contract."""
+    """Greedy generation with the `generate` stop rule of the run-brief contract."""
     from harness.contract.outputs import EngineOutputs
-    from harness.contract.runspec import generate_params, stop_reached
+    from harness.contract.runbrief import generate_params, stop_reached
 
     n, stop, eos = generate_params(w)
     sequences = [[t for t, _ in decode(forward, list(prompt), n, device, lambda g: stop_reached(g, stop, eos))]
@@ -161,14 +161,14 @@ def run_generate(forward, w: dict, device) -> dict:
     return EngineOutputs.generate_fields(sequences, n)
 
 
-def applied_evidence(spec, sharding: dict, after_warmup: dict) -> dict:
+def applied_evidence(brief, sharding: dict, after_warmup: dict) -> dict:
     """Per axis, what this run really applied (EngineOutputs meta `applied`; docs/ENGINES.md):
     the harness calls a tested setting that did not take effect `unsupported`, never `pass`."""
     split = {k: n for k, n in sharding["parameters_by_placement"].items() if k != "local"}
-    applied = {"tp": {"applied": spec.tp == 1 or bool(split),
+    applied = {"tp": {"applied": brief.tp == 1 or bool(split),
                       "evidence": f"{sum(split.values())} parameters sharded ({', '.join(f'{n} {k}' for k, n in split.items()) or 'none'}) "
-                                  f"over {spec.tp} ranks"}}
-    if spec.compile:
+                                  f"over {brief.tp} ranks"}}
+    if brief.compile:
         graphs = after_warmup["unique_graphs"]
         applied["compile"] = {"applied": graphs > 0, "evidence": f"Dynamo captured {graphs} graph(s) at warm-up"}
     return applied
@@ -185,22 +185,22 @@ def compile_stats() -> dict:
 RUNNERS = {"logprobs": run_logprobs, "greedy": run_greedy, "generate": run_generate}
 
 
-def check_spec(spec) -> None:
+def check_brief(brief) -> None:
     """What this engine cannot do fails here, on every rank, before any collective."""
-    if spec.pp != 1 or spec.sp:
-        raise ValueError(f"the tp-plan engine runs tensor parallelism only (got settings {spec.settings})")
-    if spec.dtype not in DTYPES:
-        raise ValueError(f"unknown dtype {spec.dtype!r} (known: {', '.join(DTYPES)})")
-    if spec.faults:
-        raise ValueError(f"the tp-plan engine has no fault switches (got {', '.join(spec.faults)})")
-    for w in spec.workloads:
+    if brief.pp != 1 or brief.sp:
+        raise ValueError(f"the tp-plan engine runs tensor parallelism only (got settings {brief.settings})")
+    if brief.dtype not in DTYPES:
+        raise ValueError(f"unknown dtype {brief.dtype!r} (known: {', '.join(DTYPES)})")
+    if brief.faults:
+        raise ValueError(f"the tp-plan engine has no fault switches (got {', '.join(brief.faults)})")
+    for w in brief.workloads:
         if w["kind"] not in RUNNERS:
             raise ValueError(f"unknown workload kind {w['kind']!r} in workload {w['name']!r}")
         if any(w.get("images") or []):
             raise ValueError(f"workload {w['name']!r} has images: the tp-plan engine runs text prompts only")
 
 
-def run(spec) -> None:
+def run(brief) -> None:
     import torch
     import torch.distributed as dist
     import transformers
@@ -208,29 +208,29 @@ def run(spec) -> None:
     from harness.contract.outputs import EngineOutputs
     from harness.contract.phases import PhaseMarks
 
-    phases = PhaseMarks(spec.output_dir)
+    phases = PhaseMarks(brief.output_dir)
     phases.mark("start")
-    check_spec(spec)
-    torch.manual_seed(spec.seed)
-    device = init_distributed(spec)
+    check_brief(brief)
+    torch.manual_seed(brief.seed)
+    device = init_distributed(brief)
     phases.mark("rendezvous")
     try:
         t0 = time.perf_counter()
-        model = load_model(spec, device)
+        model = load_model(brief, device)
         sharding = sharding_report(model)
-        if spec.tp > 1 and set(sharding["parameters_by_placement"]) == {"local"}:
-            raise RuntimeError(f"transformers split no weight of {type(model).__name__} over tp={spec.tp} "
+        if brief.tp > 1 and set(sharding["parameters_by_placement"]) == {"local"}:
+            raise RuntimeError(f"transformers split no weight of {type(model).__name__} over tp={brief.tp} "
                                f"(plan: {sharding['tp_plan']}): every rank would run the whole model")
-        forward = Forward(model, spec.compile)
+        forward = Forward(model, brief.compile)
         t1 = time.perf_counter()
         phases.mark("load")
-        if spec.compile:  # capture now: a prefill and decode steps through the KV cache
+        if brief.compile:  # capture now: a prefill and decode steps through the KV cache
             for _ in decode(forward, [0, 1, 2, 3], 3, device):
                 pass
         after_warmup = compile_stats()
         t2 = time.perf_counter()
         phases.mark("warmup")
-        results = {w["name"]: RUNNERS[w["kind"]](forward, w, device) for w in spec.workloads}
+        results = {w["name"]: RUNNERS[w["kind"]](forward, w, device) for w in brief.workloads}
         after_run = compile_stats()
         t3 = time.perf_counter()
         phases.mark("workloads")
@@ -238,11 +238,11 @@ def run(spec) -> None:
             out = EngineOutputs()
             for name, fields in results.items():
                 out.put(name, **fields)
-            out.describe_run(spec, "tp-plan", transformers=transformers.__version__, world_size=spec.tp,
-                             sharding=sharding, applied=applied_evidence(spec, sharding, after_warmup),
-                             compile={"enabled": spec.compile, "after_warmup": after_warmup, "after_run": after_run},
+            out.describe_run(brief, "tp-plan", transformers=transformers.__version__, world_size=brief.tp,
+                             sharding=sharding, applied=applied_evidence(brief, sharding, after_warmup),
+                             compile={"enabled": brief.compile, "after_warmup": after_warmup, "after_run": after_run},
                              timings={"load_s": t1 - t0, "warmup_s": t2 - t1, "run_s": t3 - t2})
-            out.save(spec.output_dir)
+            out.save(brief.output_dir)
         dist.barrier()
         phases.mark("write")
     finally:
@@ -250,11 +250,11 @@ def run(spec) -> None:
 
 
 def main() -> None:
-    from harness.contract.runspec import RunSpec
+    from harness.contract.runbrief import RunBrief
 
     if len(sys.argv) != 2:
-        raise SystemExit("usage: python -m harness_tp_plan.worker SPEC.json")
-    run(RunSpec.load(sys.argv[1]))
+        raise SystemExit("usage: python -m harness_tp_plan.worker BRIEF.json")
+    run(RunBrief.load(sys.argv[1]))
 
 
 if __name__ == "__main__":

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from harness.contract import roots
 from harness.contract.launchplan import LaunchPlan
-from harness.contract.runspec import RunSpec
+from harness.contract.runbrief import RunBrief
 from harness.contract.settings.env import HF_PYTHON
 from harness.engines.base import Capability, Engine
 
@@ -58,14 +58,14 @@ class HfEngine(Engine):
                     "(or the harness's extra: `pip install 'harness[engine-repo]'`)")
         return None
 
-    def launch_plan(self, spec: RunSpec, spec_path: str) -> LaunchPlan:
+    def launch_plan(self, brief: RunBrief, brief_path: str) -> LaunchPlan:
         env = {
             "PYTHONPATH": os.pathsep.join(filter(None, [str(roots.import_root()), os.environ.get("PYTHONPATH")])),
             "HF_HUB_OFFLINE": "1",
             "TRANSFORMERS_OFFLINE": "1",
         }
         # importing torch before CUDA_VISIBLE_DEVICES is set is left to a fresh rank
-        if spec.device != "cpu":
-            return LaunchPlan(world_size=1, argv=[str(self.python()), "-m", "harness.engines.hf.worker", spec_path], env=env)
-        return LaunchPlan(world_size=1, argv=[str(self.python()), "-m", "harness.engines.hf.worker", spec_path],
+        if brief.device != "cpu":
+            return LaunchPlan(world_size=1, argv=[str(self.python()), "-m", "harness.engines.hf.worker", brief_path], env=env)
+        return LaunchPlan(world_size=1, argv=[str(self.python()), "-m", "harness.engines.hf.worker", brief_path],
                           env={**env, **FORKABLE_ENV}, preload=list(RANK_IMPORTS))

@@ -1,4 +1,4 @@
-"""The hf engine's one process: `python -m harness.engines.hf.worker SPEC.json`.
+"""The hf engine's one process: `python -m harness.engines.hf.worker BRIEF.json`.
 
 Imports only stdlib, torch, transformers (and PIL, numpy for media). Writes the
 EngineOutputs contract: for a prompt with an image, the single image placeholder
@@ -13,18 +13,18 @@ from collections.abc import Sequence
 from typing import Any
 
 
-def load_model(spec):
+def load_model(brief):
     import torch
     import transformers
 
-    config = transformers.AutoConfig.from_pretrained(spec.model_dir)
+    config = transformers.AutoConfig.from_pretrained(brief.model_dir)
     model_cls = getattr(transformers, config.architectures[0])
-    model = model_cls.from_pretrained(spec.model_dir, dtype=getattr(torch, spec.dtype), attn_implementation="eager")
+    model = model_cls.from_pretrained(brief.model_dir, dtype=getattr(torch, brief.dtype), attn_implementation="eager")
     return model.eval(), config
 
 
 class Prompter:
-    """Turns a run-spec prompt (+ its images) into model inputs.
+    """Turns a run-brief prompt (+ its images) into model inputs.
 
     A checkpoint with its processor (processor_config.json: the tiny multimodal models
     of harness/inputs/models/tiny_mm.py, published multimodal models) goes through that
@@ -32,24 +32,24 @@ class Prompter:
     does. The zoo's hand-made Qwen2.5-VL has an image processor only; its one image pad
     is expanded here by the image's grid."""
 
-    def __init__(self, spec, config):
+    def __init__(self, brief, config):
         from pathlib import Path
 
         self.config = config
         # transformers' processor classes: no types to check against
         self.processor: Any = None
         self.image_processor: Any = None
-        if (Path(spec.model_dir) / "processor_config.json").is_file():
+        if (Path(brief.model_dir) / "processor_config.json").is_file():
             from transformers import AutoProcessor
 
-            self.processor = AutoProcessor.from_pretrained(spec.model_dir)
+            self.processor = AutoProcessor.from_pretrained(brief.model_dir)
         elif getattr(config, "image_token_id", None) is not None:
             from transformers import AutoImageProcessor
 
-            self.image_processor = AutoImageProcessor.from_pretrained(spec.model_dir)
+            self.image_processor = AutoImageProcessor.from_pretrained(brief.model_dir)
 
     def inputs(self, ids: list[int], media: dict, generated: Sequence[int] = ()) -> dict:
-        """Inputs of the prompt `ids` (with its `media`: runspec.prompt_media's answer) followed by
+        """Inputs of the prompt `ids` (with its `media`: runbrief.prompt_media's answer) followed by
         `generated` tokens. The generated ones are appended as ids after the expansion:
         decoding them to text and tokenizing again could merge them differently."""
         import torch
@@ -95,7 +95,7 @@ def _processor_media(media: dict) -> dict:
     if media["videos"]:
         from transformers.video_utils import VideoMetadata
 
-        from harness.contract.runspec import video_metadata
+        from harness.contract.runbrief import video_metadata
 
         kwargs["videos"] = [np.load(p, allow_pickle=False) for p in media["videos"]]
         told = [video_metadata(len(frames)) for frames in kwargs["videos"]]
@@ -103,7 +103,7 @@ def _processor_media(media: dict) -> dict:
         kwargs["do_sample_frames"] = False
     if media["audios"]:
         kwargs["audio"] = [np.load(p, allow_pickle=False) for p in media["audios"]]
-        from harness.contract.runspec import AUDIO_RATE
+        from harness.contract.runbrief import AUDIO_RATE
 
         kwargs["sampling_rate"] = AUDIO_RATE
     return kwargs
@@ -138,7 +138,7 @@ def next_logprobs(model, inputs: dict):
 def run_logprobs(model, prompter, w: dict) -> dict:
     import torch
 
-    from harness.contract.runspec import prompt_media
+    from harness.contract.runbrief import prompt_media
 
     k = int(w["top_k"])
     ids, lps, offsets = [], [], [0]
@@ -153,7 +153,7 @@ def run_logprobs(model, prompter, w: dict) -> dict:
 def run_greedy(model, prompter, w: dict) -> dict:
     import torch
 
-    from harness.contract.runspec import prompt_media
+    from harness.contract.runbrief import prompt_media
 
     k, n = int(w["top_k"]), int(w["max_new_tokens"])
     tokens, ids, lps = [], [], []
@@ -172,13 +172,13 @@ def run_greedy(model, prompter, w: dict) -> dict:
 
 
 def run_generate(model, prompter, w: dict) -> dict:
-    """Greedy generation with the `generate` stop rule (harness/contract/runspec.py), one prompt
+    """Greedy generation with the `generate` stop rule (harness/contract/runbrief.py), one prompt
     at a time: text prompts decode through the model's KV cache (past_key_values);
     prompts with media re-run the whole sequence each step, as run_greedy does."""
     import torch
 
     from harness.contract.outputs import EngineOutputs
-    from harness.contract.runspec import generate_params, prompt_media, stop_reached
+    from harness.contract.runbrief import generate_params, prompt_media, stop_reached
 
     n, stop, eos = generate_params(w)
     seqs = []
@@ -199,36 +199,36 @@ def run_generate(model, prompter, w: dict) -> dict:
     return EngineOutputs.generate_fields(seqs, n)
 
 
-def run(spec) -> None:
+def run(brief) -> None:
     import transformers
 
     from harness.contract.outputs import EngineOutputs
     from harness.contract.phases import PhaseMarks
 
-    phases = PhaseMarks(spec.output_dir)
+    phases = PhaseMarks(brief.output_dir)
     phases.mark("start")
-    if spec.tp != 1 or spec.pp != 1 or spec.sp or spec.compile:
-        raise ValueError(f"the hf engine runs one process, eager (got settings {spec.settings})")
+    if brief.tp != 1 or brief.pp != 1 or brief.sp or brief.compile:
+        raise ValueError(f"the hf engine runs one process, eager (got settings {brief.settings})")
     t0 = time.perf_counter()
-    model, config = load_model(spec)
-    prompter = Prompter(spec, config)
+    model, config = load_model(brief)
+    prompter = Prompter(brief, config)
     phases.mark("load")
     runners = {"logprobs": run_logprobs, "greedy": run_greedy, "generate": run_generate}
     out = EngineOutputs()
-    for w in spec.workloads:
+    for w in brief.workloads:
         out.put(w["name"], **runners[w["kind"]](model, prompter, w))
     phases.mark("workloads")
-    out.describe_run(spec, "hf", transformers=transformers.__version__, timings={"run_s": time.perf_counter() - t0})
-    out.save(spec.output_dir)
+    out.describe_run(brief, "hf", transformers=transformers.__version__, timings={"run_s": time.perf_counter() - t0})
+    out.save(brief.output_dir)
     phases.mark("write")
 
 
 def main() -> None:
-    from harness.contract.runspec import RunSpec
+    from harness.contract.runbrief import RunBrief
 
     if len(sys.argv) != 2:
-        raise SystemExit("usage: python -m harness.engines.hf.worker SPEC.json")
-    run(RunSpec.load(sys.argv[1]))
+        raise SystemExit("usage: python -m harness.engines.hf.worker BRIEF.json")
+    run(RunBrief.load(sys.argv[1]))
 
 
 if __name__ == "__main__":

@@ -8,8 +8,8 @@ launched rank by rank with torch.distributed (gloo on CPU, NCCL on CUDA).
     kv_connector.py  prefix KV in an external store, reports carried between stages
     prefix_cache.py  automatic prefix caching: whole KV blocks of earlier prompts reused
     speculative.py   n-gram drafts and their verification (speculative decoding)
-    worker.py    the rank entry point (python -m harness.engines.reference.worker SPEC)
-    faults.py    named fault switches (spec.faults)
+    worker.py    the rank entry point (python -m harness.engines.reference.worker BRIEF.json)
+    faults.py    named fault switches (brief.faults)
 
 This module stays import-light (no torch) because the CLI imports the engine registry.
 """
@@ -22,7 +22,7 @@ from pathlib import Path
 
 from harness.contract.axes import RunAxes, excludes, requires
 from harness.contract.launchplan import LaunchPlan
-from harness.contract.runspec import RunSpec
+from harness.contract.runbrief import RunBrief
 from harness.engines import compile_cache
 from harness.engines.base import Engine
 
@@ -123,8 +123,8 @@ class ReferenceEngine(Engine):
             return str(exc)
         return f"{problem}; the reference engine knows: {switches.known()}" if problem else None
 
-    def launch_plan(self, spec: RunSpec, spec_path: str) -> LaunchPlan:
-        world_size = self.devices_needed(spec.settings)
+    def launch_plan(self, brief: RunBrief, brief_path: str) -> LaunchPlan:
+        world_size = self.devices_needed(brief.settings)
         # The same environment for every run, eager or compiled, of any size (the ranks'
         # thread count is set in the worker instead): one rank-pool zygote serves them all.
         # The ranks run in this interpreter: its torch is theirs.
@@ -132,9 +132,9 @@ class ReferenceEngine(Engine):
                **compile_cache.inductor_env(compile_cache.installed_torch_version())}
         return LaunchPlan(
             world_size=world_size,
-            argv=[sys.executable, "-m", "harness.engines.reference.worker", spec_path],
+            argv=[sys.executable, "-m", "harness.engines.reference.worker", brief_path],
             env=env,
             # CPU only: on CUDA, importing the compiler stack may query the driver
             # (cudaGetDeviceCount), after which a forked child could not use CUDA
-            preload=list(RANK_IMPORTS) if spec.device == "cpu" else [],
+            preload=list(RANK_IMPORTS) if brief.device == "cpu" else [],
         )

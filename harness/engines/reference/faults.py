@@ -1,6 +1,6 @@
 """Named fault switches of the reference engine.
 
-A scenario turns a fault on by listing it in RunSpec.faults as "name" or "name@param"
+A scenario turns a fault on by listing it in RunBrief.faults as "name" or "name@param"
 (e.g. "rank-raise@1": raise on global rank 1). Each fault is registered here with a
 description; engine code asks `active(faults, name)` at the spot where the fault acts.
 The bug-class faults re-create real vLLM bugs (docs/BUG_CLASSES.md) and are checked
@@ -157,7 +157,7 @@ def target_problem(faults: list[str], world_size: int) -> str | None:
 
 def active(faults, name: str) -> str | bool:
     """The fault's parameter if `name` is switched on (True for a parameterless one),
-    else False. `faults` is a RunSpec or its list of fault strings."""
+    else False. `faults` is a RunBrief or its list of fault strings."""
     faults = getattr(faults, "faults", faults)
     if name not in FAULTS:
         raise KeyError(f"no fault named {name!r} is registered")

@@ -24,7 +24,7 @@ from collections.abc import Sequence
 import torch
 
 from harness.contract.outputs import EngineOutputs
-from harness.contract.runspec import stop_reached
+from harness.contract.runbrief import stop_reached
 from harness.engines.reference import faults as fault_switches
 from harness.engines.reference import speculative
 from harness.engines.reference.kv_connector import (
@@ -581,7 +581,7 @@ class ModelRunner:
 
     def run_generate(self, prompts: list[list[int]], max_new_tokens: int, stop: list[list[int]],
                      eos_token_id: int | None, images: list | None = None) -> dict[str, torch.Tensor] | None:
-        """Greedy generation with the `generate` stop rule (harness/contract/runspec.py), batched
+        """Greedy generation with the `generate` stop rule (harness/contract/runbrief.py), batched
         for evals: groups of up to MAX_GEN_SEQS_PER_BATCH sequences (generate_groups),
         each prefilled in chunks of whole prompts (batch_groups), then decoded while any
         of its sequences runs; a stopped sequence leaves the decode batch. Every rank

@@ -1,9 +1,9 @@
-"""One rank of the reference engine: `python -m harness.engines.reference.worker SPEC.json`.
+"""One rank of the reference engine: `python -m harness.engines.reference.worker BRIEF.json`.
 
 The launcher starts tp*pp of these with torchrun-style env vars. Each rank joins the
 process group, builds its stage on the meta device, parallelises it, loads its shard,
-warms up (compile captures here), runs every workload of the spec, and the driver
-rank (TP rank 0 of the last stage) writes EngineOutputs to spec.output_dir.
+warms up (compile captures here), runs every workload of the brief, and the driver
+rank (TP rank 0 of the last stage) writes EngineOutputs to brief.output_dir.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 DTYPES = {"float32": "float32", "bfloat16": "bfloat16", "float16": "float16"}
 
 
-def build_stage(spec, ctx):
+def build_stage(brief, ctx):
     """Meta-device stage for this rank's layers -> TP modules -> this rank's weights."""
     import torch
 
@@ -31,13 +31,13 @@ def build_stage(spec, ctx):
     from harness.engines.reference.model import LlamaStage, ModelConfig, pp_layer_split
     from harness.engines.reference.parallel import parallelize
 
-    cfg = ModelConfig.from_model_dir(spec.model_dir)
+    cfg = ModelConfig.from_model_dir(brief.model_dir)
     layer_ids = pp_layer_split(cfg.num_hidden_layers, ctx.pp)[ctx.pp_rank]
     with torch.device("meta"):
         stage = LlamaStage(cfg, layer_ids, ctx.is_first_stage, ctx.is_last_stage)
     stage.faults = frozenset(ctx.faults)
     parallelize(stage, ctx)
-    load_stage(stage, spec.model_dir, ctx, getattr(torch, DTYPES[spec.dtype]))
+    load_stage(stage, brief.model_dir, ctx, getattr(torch, DTYPES[brief.dtype]))
     return stage.eval()
 
 
@@ -101,7 +101,7 @@ def merged_replicas(ctx, results: dict, workloads: list[dict]) -> dict:
 
 
 def _run_one(runner, w: dict):
-    from harness.contract.runspec import generate_params
+    from harness.contract.runbrief import generate_params
 
     top_k = min(int(w.get("top_k", 20)), runner.stage.cfg.vocab_size)
     images = w.get("images")
@@ -167,7 +167,7 @@ def rank_threads(cpus: int, axes) -> int:
     return max(1, cpus // axes.world)
 
 
-def run(spec) -> None:
+def run(brief) -> None:
     """The whole life of one rank. Callable in-process (world size 1) for tests."""
     import torch
     import torch.distributed as dist
@@ -178,35 +178,35 @@ def run(spec) -> None:
     from harness.engines.reference.parallel import COLLECTIVES, init_parallel
     from harness.engines.reference.pipeline import ModelRunner
 
-    phases = PhaseMarks(spec.output_dir)
+    phases = PhaseMarks(brief.output_dir)
     phases.mark("start")
-    if spec.device == "cpu" and "OMP_NUM_THREADS" not in os.environ:
+    if brief.device == "cpu" and "OMP_NUM_THREADS" not in os.environ:
         # Ranks share the host's cores; without this each rank runs a full pool. Set
         # here, not as OMP_NUM_THREADS in the launch plan: the environment then is the
         # same for runs of every size, and one rank-pool zygote serves them all.
-        torch.set_num_threads(rank_threads(os.cpu_count() or 1, spec.axes))
-    if spec.dtype not in DTYPES:
-        raise ValueError(f"unknown dtype {spec.dtype!r} (known: {', '.join(DTYPES)})")
-    if spec.sp and spec.tp < 2:
+        torch.set_num_threads(rank_threads(os.cpu_count() or 1, brief.axes))
+    if brief.dtype not in DTYPES:
+        raise ValueError(f"unknown dtype {brief.dtype!r} (known: {', '.join(DTYPES)})")
+    if brief.sp and brief.tp < 2:
         raise ValueError("sp needs tp >= 2")
     # unknown fault names fail here, on every rank
-    faults.parse(spec.faults)
-    sp = spec.sp and not faults.active(spec, "sp-switched-off")
-    compile_on = spec.compile and not faults.active(spec, "compile-switched-off")
-    axes = spec.axes
-    ctx = init_parallel(axes.tp, axes.pp, sp, spec.device, dp=axes.dp)
-    ctx.faults = tuple(spec.faults)
+    faults.parse(brief.faults)
+    sp = brief.sp and not faults.active(brief, "sp-switched-off")
+    compile_on = brief.compile and not faults.active(brief, "compile-switched-off")
+    axes = brief.axes
+    ctx = init_parallel(axes.tp, axes.pp, sp, brief.device, dp=axes.dp)
+    ctx.faults = tuple(brief.faults)
     ctx.ep = axes.ep
     phases.mark("rendezvous")
-    kv_store = str(Path(spec.output_dir).parent / "kv-store") if axes.kvc else None
-    workloads = replicas.replica_workloads(spec.workloads, axes.dp, ctx.dp_rank)
+    kv_store = str(Path(brief.output_dir).parent / "kv-store") if axes.kvc else None
+    workloads = replicas.replica_workloads(brief.workloads, axes.dp, ctx.dp_rank)
     batch = axes.batch
     try:
         with torch.inference_mode():
             t0 = time.perf_counter()
-            stage = build_stage(spec, ctx)
-            runner = ModelRunner(stage, ctx, getattr(torch, spec.dtype), submitted_workloads(workloads, batch),
-                                 compile_on, spec.faults,
+            stage = build_stage(brief, ctx)
+            runner = ModelRunner(stage, ctx, getattr(torch, brief.dtype), submitted_workloads(workloads, batch),
+                                 compile_on, brief.faults,
                                  kv_store, chunk_budget=axes.chunked_prefill,
                                  prefix_cache=axes.prefix_cache, speculate=axes.spec == "ngram",
                                  block_size=axes.block_size)
@@ -230,7 +230,7 @@ def run(spec) -> None:
             after_run = _compile_stats()
             phases.mark("workloads")
         runner.prompts_served = sum(len(w["prompts"]) for w in workloads)
-        results = merged_replicas(ctx, results, spec.workloads)
+        results = merged_replicas(ctx, results, brief.workloads)
         # Each rank's stage I/O and evidence of what it applied, collected so the driver can record all stages.
         gathered: list[Any] = [None] * ctx.world_size
         dist.all_gather_object(gathered, (runner.stage_io, evidence.rank_evidence(ctx, stage, after_warmup, COLLECTIVES,
@@ -241,17 +241,17 @@ def run(spec) -> None:
             for name, fields in results.items():
                 out.put(name, **fields)
             out.describe_run(
-                spec, "reference",
+                brief, "reference",
                 world_size=ctx.world_size,
                 timings={"load_s": t1 - t0, "warmup_s": t2 - t1, "run_s": t3 - t2},
                 stage_io=stage_io,
                 kv_connector=None if runner.connector is None else
                 {**runner.connector.counts, "wait_steps": runner.connector_wait_steps},
-                applied=evidence.summarize(spec.settings, [e for _, e in gathered]),
+                applied=evidence.summarize(brief.settings, [e for _, e in gathered]),
                 compile={"enabled": compile_on, "after_warmup": after_warmup, "after_run": after_run,
                          "graphs_compiled_during_run": after_run["unique_graphs"] - after_warmup["unique_graphs"]},
             )
-            out.save(spec.output_dir)
+            out.save(brief.output_dir)
         dist.barrier()
         phases.mark("write")
     finally:
@@ -259,11 +259,11 @@ def run(spec) -> None:
 
 
 def main() -> None:
-    from harness.contract.runspec import RunSpec
+    from harness.contract.runbrief import RunBrief
 
     if len(sys.argv) != 2:
-        raise SystemExit("usage: python -m harness.engines.reference.worker SPEC.json")
-    run(RunSpec.load(sys.argv[1]))
+        raise SystemExit("usage: python -m harness.engines.reference.worker BRIEF.json")
+    run(RunBrief.load(sys.argv[1]))
 
 
 if __name__ == "__main__":

@@ -28,7 +28,7 @@ from pathlib import Path
 from harness.contract import roots
 from harness.contract.axes import RunAxes, requires
 from harness.contract.launchplan import LaunchPlan
-from harness.contract.runspec import RunSpec
+from harness.contract.runbrief import RunBrief
 from harness.contract.settings.env import VLLM_PYTHON
 from harness.contract.settings.project import project
 from harness.engines import compile_cache
@@ -160,7 +160,7 @@ class VllmEngine(Engine):
         except ValueError as exc:
             return str(exc)
 
-    def launch_plan(self, spec: RunSpec, spec_path: str) -> LaunchPlan:
+    def launch_plan(self, brief: RunBrief, brief_path: str) -> LaunchPlan:
         env = {
             "PYTHONPATH": os.pathsep.join(filter(None, [str(roots.import_root()), os.environ.get("PYTHONPATH")])),
             # nothing may come from a hub; a missing local file must fail, not download
@@ -172,9 +172,9 @@ class VllmEngine(Engine):
         # Eager runs too: vLLM reads the root only to compile, and one environment for both
         # lets them share the driver's rank-pool zygote (below).
         probe = self.probe()
-        env.update(compile_cache.vllm_env(probe["torch"], probe["vllm"], spec.faults))
+        env.update(compile_cache.vllm_env(probe["torch"], probe["vllm"], brief.faults))
         # read by vLLM as its workers start: the launch's own variable
-        if spec.axes.batch_invariant:
+        if brief.axes.batch_invariant:
             env.update(probe["batch_invariant"]["env"])
         # The driver forks from a rank-pool zygote that imported vLLM already (a slow import on
         # CPU, paid once instead of per scenario: docs/BENCHMARKS.md), CPU only: on CUDA,
@@ -183,8 +183,8 @@ class VllmEngine(Engine):
         # driver binds its ranks to cores itself (VLLM_CPU_OMP_THREADS_BIND), so runs of every
         # size share one zygote.
         # One driver per DP rank (each its own vLLM engine), watched by the launcher as any ranks are.
-        return LaunchPlan(world_size=spec.axes.dp, argv=[str(self.python()), "-m", "harness.engines.vllm.driver", spec_path], env=env,
-                          preload=list(DRIVER_IMPORTS) if spec.device == "cpu" else [])
+        return LaunchPlan(world_size=brief.axes.dp, argv=[str(self.python()), "-m", "harness.engines.vllm.driver", brief_path], env=env,
+                          preload=list(DRIVER_IMPORTS) if brief.device == "cpu" else [])
 
     def root_cause(self, log_text: str) -> RankFailure | None:
         """The vLLM process that really failed (worker first), from the driver's log, which

@@ -1,8 +1,8 @@
-"""The vLLM driver process: `python -m harness.engines.vllm.driver SPEC.json`.
+"""The vLLM driver process: `python -m harness.engines.vllm.driver BRIEF.json`.
 
 Runs inside vLLM's own interpreter (imports only stdlib, torch, safetensors, vllm and
 the light harness modules). One engine start per scenario: it builds `vllm.LLM` from
-the spec's settings, runs every workload, and writes EngineOutputs. vLLM starts its
+the brief's settings, runs every workload, and writes EngineOutputs. vLLM starts its
 own engine-core and worker processes; they inherit this process's process group, so
 the launcher's group kill reaches them.
 
@@ -105,7 +105,7 @@ def plain_kwargs(model_dir: str, dtype: str, seed: int, settings: dict, workload
         kwargs["speculative_config"] = speculative
     if tp * pp > 1:
         kwargs["distributed_executor_backend"] = "mp"
-    from harness.contract.runspec import MEDIA, entry_list
+    from harness.contract.runbrief import MEDIA, entry_list
 
     limits = {key: max((len(entry_list(e)) for w in workloads for e in w.get(field) or []), default=0)
               for field, key in MEDIA.items()}
@@ -114,22 +114,22 @@ def plain_kwargs(model_dir: str, dtype: str, seed: int, settings: dict, workload
     return kwargs
 
 
-def engine_kwargs(spec) -> dict:
+def engine_kwargs(brief) -> dict:
     """vllm.LLM(...) arguments for this scenario's settings."""
-    kwargs = plain_kwargs(spec.model_dir, spec.dtype, spec.seed, spec.settings, spec.workloads)
-    if spec.compile:
+    kwargs = plain_kwargs(brief.model_dir, brief.dtype, brief.seed, brief.settings, brief.workloads)
+    if brief.compile:
         from vllm.config import CompilationMode
 
         kwargs["compilation_config"] = {"mode": int(CompilationMode.VLLM_COMPILE)}
     # the harness only gets here when the probe found a switch for it
-    if spec.sp:
+    if brief.sp:
         from harness.engines.vllm.probe import sp_support
 
         kwargs.setdefault("compilation_config", {})["pass_config"] = sp_pass_config(sp_support())
     # Imported in every worker process before the model loads (vLLM's own hook): it adds
     # the method the driver asks for evidence of what was applied (evidence.py), and the
     # fault switches, when asked for, patch the worker from there.
-    kwargs["worker_extension_cls"] = ("harness.engines.vllm.faults.FaultExtension" if spec.faults
+    kwargs["worker_extension_cls"] = ("harness.engines.vllm.faults.FaultExtension" if brief.faults
                                       else "harness.engines.vllm.evidence.EvidenceExtension")
     return kwargs
 
@@ -145,9 +145,9 @@ def sp_pass_config(support: dict) -> dict:
 
 def prompt_inputs(workload: dict) -> list[dict]:
     """vLLM prompts: token ids, and the prompt's images (PIL), videos ([T, H, W, 3] uint8
-    frames) and audio clips ((samples, rate)); one item, or a list where the run spec
+    frames) and audio clips ((samples, rate)); one item, or a list where the run brief
     gives a list."""
-    from harness.contract.runspec import MEDIA, prompt_media
+    from harness.contract.runbrief import MEDIA, prompt_media
 
     inputs = []
     for i, ids in enumerate(workload["prompts"]):
@@ -170,7 +170,7 @@ def _load(field: str, path: str):
         return Image.open(path).convert("RGB")
     import numpy as np
 
-    from harness.contract.runspec import AUDIO_RATE, video_metadata
+    from harness.contract.runbrief import AUDIO_RATE, video_metadata
 
     array = np.load(path, allow_pickle=False)
     return (array, AUDIO_RATE) if field == "audios" else (array, video_metadata(len(array)))
@@ -244,14 +244,14 @@ def run_greedy(llm, workload: dict, submit: Submitter) -> dict:
 
 
 def run_generate(llm, workload: dict, submit: Submitter) -> dict:
-    """Greedy generation with the `generate` stop rule (harness/contract/runspec.py): vLLM stops
+    """Greedy generation with the `generate` stop rule (harness/contract/runbrief.py): vLLM stops
     at EOS (stop_token_ids: the workload's EOS, kept in token_ids; ignore_eos so the
     model's own generation config adds no other stop); the stop sequences of ids are
     applied to the returned tokens (cut after the first complete one)."""
     from vllm import SamplingParams
 
     from harness.contract.outputs import EngineOutputs
-    from harness.contract.runspec import cut_generation, generate_params
+    from harness.contract.runbrief import cut_generation, generate_params
 
     n, stop, eos = generate_params(workload)
     if n == 0:
@@ -292,7 +292,7 @@ def dp_environment(dp: int, rank: int, local_rank: int, master_addr: str, master
             "VLLM_DP_MASTER_IP": master_addr, "VLLM_DP_MASTER_PORT": str(master_port)}
 
 
-def run(spec) -> None:
+def run(brief) -> None:
     import vllm
 
     from harness.contract import replicas
@@ -300,13 +300,13 @@ def run(spec) -> None:
     from harness.contract.phases import PhaseMarks, announce
     from harness.engines.vllm import evidence, forking, startup
 
-    phases = PhaseMarks(spec.output_dir)
+    phases = PhaseMarks(brief.output_dir)
     phases.mark("start")
     # vLLM's workers announce their start-up steps there (startup.py)
-    RANK_OUTPUT_DIR.set(spec.output_dir)
-    dp, dp_rank = spec.axes.dp, int(os.environ.get("RANK", "0"))
+    RANK_OUTPUT_DIR.set(brief.output_dir)
+    dp, dp_rank = brief.axes.dp, int(os.environ.get("RANK", "0"))
     # count the SP pass's runs, here and in every worker vLLM starts
-    if spec.sp:
+    if brief.sp:
         VLLM_COUNT_SP.set("1")
     with harness_step(f"prepare vLLM {vllm.__version__}'s start (its arguments for these settings, the harness's hooks)"):
         # this driver is DP rank RANK of the launcher's dp ranks, which listen at its MASTER_PORT
@@ -314,28 +314,28 @@ def run(spec) -> None:
             os.environ.update(dp_environment(dp, dp_rank, int(os.environ.get("LOCAL_RANK", dp_rank)),
                                              os.environ.get("MASTER_ADDR", "127.0.0.1"), int(os.environ["MASTER_PORT"])))
         # here, not in the launch environment: drivers of every world size share one zygote
-        if spec.device == "cpu":
+        if brief.device == "cpu":
             # one list for every DP rank: vLLM takes its own DP rank's slice of it (ompmultiprocessing.py)
-            os.environ["VLLM_CPU_OMP_THREADS_BIND"] = cpu_binding(spec.axes.world, os.cpu_count() or 1)
-        kv_cache = kv_cache_setting(spec.device)
+            os.environ["VLLM_CPU_OMP_THREADS_BIND"] = cpu_binding(brief.axes.world, os.cpu_count() or 1)
+        kv_cache = kv_cache_setting(brief.device)
         # for a worker in this process (one rank) or forked from it
         evidence.install()
         # vLLM's engine core and workers forked from here, not spawned afresh (CPU)
         forking.install()
         # once: what vLLM is given is what the outputs record
-        kwargs = engine_kwargs(spec)
+        kwargs = engine_kwargs(brief)
         # a copy made now: vLLM may add its own objects to the dicts it is given (0.21.0 put
         # its ModelConfig into speculative_config), and the record is what the harness gave
         given = plain({k: v for k, v in kwargs.items() if k not in ("model", "tokenizer")})
-    announce(spec.output_dir, f"rank{phases.rank}", "engine-start")  # until its workers say what they do
+    announce(brief.output_dir, f"rank{phases.rank}", "engine-start")  # until its workers say what they do
     called = time.time()
     # its workers' rendezvous, load and compile are inside
     llm = vllm.LLM(**kwargs)
     ready = time.time()
     phases.mark("load")
-    submit = Submitter(spec.axes.batch)
+    submit = Submitter(brief.axes.batch)
     results = {}
-    for w in replicas.replica_workloads(spec.workloads, dp, dp_rank):
+    for w in replicas.replica_workloads(brief.workloads, dp, dp_rank):
         if w["kind"] not in RUNNERS:
             raise ValueError(f"unknown workload kind {w['kind']!r} in workload {w['name']!r}")
         results[w["name"]] = RUNNERS[w["kind"]](llm, w, submit)
@@ -344,7 +344,7 @@ def run(spec) -> None:
     workers = worker_evidence(llm)
     idents = sorted({w["dist_ident"] for w in workers if w.get("dist_ident")})
     mine = {"results": results, "workers": workers, "counts": submit.counts, "vllm_dp": vllm_dp_rank(llm)}
-    replica = exchange_replicas(spec.output_dir, dp, dp_rank, mine)
+    replica = exchange_replicas(brief.output_dir, dp, dp_rank, mine)
     # DP rank 0 writes the run's outputs; every DP engine stops after every one ran its share
     if dp_rank != 0:
         shutdown(llm)
@@ -353,13 +353,13 @@ def run(spec) -> None:
     workers = [w for r in range(dp) for w in replica[r]["workers"]]
     counts = {k: sum(replica[r]["counts"][k] for r in range(dp)) for k in submit.counts}
     out = EngineOutputs()
-    for name, fields in replicas.merge(spec.workloads, {r: replica[r]["results"] for r in range(dp)}, dp).items():
+    for name, fields in replicas.merge(brief.workloads, {r: replica[r]["results"] for r in range(dp)}, dp).items():
         out.put(name, **fields)
-    applied = evidence.summarize(spec.settings, workers, counts) if workers else {}
+    applied = evidence.summarize(brief.settings, workers, counts) if workers else {}
     if dp > 1:
-        applied["dp"] = evidence.data_parallel(dp, spec.workloads, {r: replica[r]["vllm_dp"] for r in range(dp)})
+        applied["dp"] = evidence.data_parallel(dp, brief.workloads, {r: replica[r]["vllm_dp"] for r in range(dp)})
     out.describe_run(
-        spec, "vllm",
+        brief, "vllm",
         vllm=vllm.__version__,
         driver_preimported=PREIMPORTED,
         started_by=forking.started_by(workers),
@@ -374,7 +374,7 @@ def run(spec) -> None:
     )
     # what came from vLLM's objects (its workers' evidence) as plain values
     out.meta = plain(out.meta)
-    out.save(spec.output_dir)
+    out.save(brief.output_dir)
     phases.mark("write")
     shutdown(llm)
     _remove_left_shared_memory(idents)
@@ -481,15 +481,15 @@ def arm_faults(faults: list[str]) -> None:
 
 
 def main() -> None:
-    from harness.contract.runspec import RunSpec
+    from harness.contract.runbrief import RunBrief
 
     if len(sys.argv) != 2:
-        raise SystemExit("usage: python -m harness.engines.vllm.driver SPEC.json")
-    with harness_step(f"read the run spec {sys.argv[1]} and arm its fault switches"):
-        spec = RunSpec.load(sys.argv[1])
-        arm_faults(spec.faults)
+        raise SystemExit("usage: python -m harness.engines.vllm.driver BRIEF.json")
+    with harness_step(f"read the run brief {sys.argv[1]} and arm its fault switches"):
+        brief = RunBrief.load(sys.argv[1])
+        arm_faults(brief.faults)
     try:
-        run(spec)
+        run(brief)
     except BaseException as exc:
         mark_processor_refusal(exc)
         # vLLM failed (an engine start or a workload): its engine core and workers are ending

@@ -87,7 +87,7 @@ def load_media(field: str, path):
     array = np.load(path, allow_pickle=False)
     if field == "audios":
         return (array, 16000)  # audio clips are 16 kHz mono
-    # every frame of a video, at 2 fps: what the harness told the engine (its run-spec contract)
+    # every frame of a video, at 2 fps: what the harness told the engine (its run-brief contract)
     frames = len(array)
     return (array, {"fps": 2.0, "duration": frames / 2.0, "total_num_frames": frames,
                     "frames_indices": list(range(frames)), "video_backend": "opencv", "do_sample_frames": False})

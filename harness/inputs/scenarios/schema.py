@@ -24,7 +24,7 @@ from pydantic import (
 )
 
 from harness.contract.axes import AXES
-from harness.contract.runspec import MEDIA, entry_list
+from harness.contract.runbrief import MEDIA, entry_list
 from harness.contract.signature import FailureSignature
 from harness.inputs.models import ArchModel, HubModel, ModelRef, PathModel
 

@@ -5,8 +5,8 @@ The flow of one eval of one scenario:
 
   1. requests (harness/run/evals/lm.py, `collect`): lm-eval builds the task's requests from a
      task YAML reading local data (offline): few-shot contexts, stop strings, generation
-     settings, exactly as its own `gsm8k` does. They become one run-spec workload of kind
-     `generate` (harness/contract/runspec.py), appended after the suite's own workloads, so the
+     settings, exactly as its own `gsm8k` does. They become one run-brief workload of kind
+     `generate` (harness/contract/runbrief.py), appended after the suite's own workloads, so the
      engine serves them in the scenario's single engine start.
   2. the engine generates greedily (batched), stopping a sequence at EOS or a stop sequence.
   3. scoring (lm.py, `score`): the generated tokens are decoded, cut at the stop strings,

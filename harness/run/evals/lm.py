@@ -4,7 +4,7 @@ Both halves run lm-eval's own evaluation loop (lm_eval.evaluator.evaluate) on th
 built from harness/run/evals/tasks.py, with a stand-in LM:
 
   collect  a Recorder LM takes lm-eval's `generate_until` requests (context, gen kwargs,
-           images) exactly as lm-eval would send them to a model; they become one run-spec
+           images) exactly as lm-eval would send them to a model; they become one run-brief
            workload of kind `generate` (token ids through workloads.encode_text).
   score    a Replayer LM answers the same requests (rebuilt by lm-eval with the same
            few-shot seed, and checked to be identical) with the engine's decoded responses;
@@ -43,7 +43,7 @@ _LOCK = threading.RLock()
 class PreparedEval:
     eval_def: Any  # harness.inputs.scenarios.schema.EvalDef
     task_name: str
-    workload: dict  # run-spec workload of kind "generate"
+    workload: dict  # run-brief workload of kind "generate"
     # per doc: doc_id, target, prompt_sha256, image
     items: list[dict]
     contexts: list[str]  # lm-eval's context string per item

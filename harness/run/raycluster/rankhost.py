@@ -15,7 +15,7 @@ runs COMMAND on its node. The proxy then is the rank for the launcher:
     crash verdict names the rank;
   * files the rank writes under DIR (its error record, heartbeat and activity, its phase
     marks and outputs) are copied back under the same paths here, unless the two nodes
-    share DIR's filesystem; the rank reads its spec and model at the same paths as here.
+    share DIR's filesystem; the rank reads its brief and model at the same paths as here.
 
 If the proxy dies, its Ray job ends, Ray kills the actor, and the agent, losing its
 stdin, stops the rank: nothing outlives the run on either node.

@@ -32,7 +32,7 @@ import pyarrow
 
 from harness.contract.expectations import declares_unsupported
 from harness.contract.jsonfile import read_json
-from harness.contract.rundir import spec_path, write_files
+from harness.contract.rundir import brief_path, write_files
 from harness.contract.settings.env import HISTORY_DIR
 from harness.contract.verdict import VERDICTS, Verdict
 from harness.inputs.scenarios.scenario import split_id
@@ -69,9 +69,9 @@ def verdict_metrics(v: Verdict) -> dict[str, float]:
 def _engine_of(run_dir: Path, v: Verdict) -> str:
     if v.versions.get("engine"):
         return v.versions["engine"]
-    spec = spec_path(run_dir, v.scenario)
+    brief = brief_path(run_dir, v.scenario)
     try:
-        return read_json(spec).get("engine", "")
+        return read_json(brief).get("engine", "")
     except (OSError, ValueError):
         return ""
 

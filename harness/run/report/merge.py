@@ -1,6 +1,6 @@
 """`harness report --merge` and `--diff`: several run directories as one, two runs side by side.
 
-Merging copies the scenario directories of every source run (verdicts, specs, logs;
+Merging copies the scenario directories of every source run (verdicts, briefs, logs;
 not the engine outputs, which stay in the sources named in run.json's `merged_from`)
 into a new run directory and combines their run.json in a way that does not depend
 on the order of the sources. Two runs that both hold the same scenario are refused:

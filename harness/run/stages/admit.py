@@ -14,8 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from harness.contract.runbrief import RunBrief
 from harness.contract.rundir import OUTPUTS
-from harness.contract.runspec import RunSpec
 from harness.contract.verdict import Verdict
 from harness.engines import Engine, EngineUnavailable, get_engine
 from harness.inputs import models
@@ -33,7 +33,7 @@ from harness.run.timings import Stopwatch
 @dataclass
 class Prepared:
     engine: Engine
-    spec: RunSpec
+    brief: RunBrief
     # what a golden for this suite must have been made from
     manifest: dict
     evals: list = field(default_factory=list)  # lm.PreparedEval per eval of the suite
@@ -69,13 +69,13 @@ def admit(scenario: Scenario, settings: dict, out_dir: Path, ctx: RunContext, ga
     finally:
         watch.lap("prepare")
     if not faults:
-        prepared.spec.faults = []
+        prepared.brief.faults = []
     need = prepared.engine.devices_needed(settings)
-    reason = (prepared.engine.unsupported_reason(settings, prepared.spec.model_dir)
+    reason = (prepared.engine.unsupported_reason(settings, prepared.brief.model_dir)
               or devices_problem(need, ctx.devices, ctx.cluster))
     if reason:
         return Verdict(scenario.id, "unsupported", reason)
-    problem = prepared.engine.fault_problem(prepared.spec.faults, settings)
+    problem = prepared.engine.fault_problem(prepared.brief.faults, settings)
     # before launch: a bad fault is the input's error, not a crash of the engine
     if problem:
         return Verdict(scenario.id, "error", f"bad fault switch: {problem}", error={"exception": problem})
@@ -111,7 +111,7 @@ def prepare(scenario: Scenario, settings: dict, out_dir: Path, ctx: RunContext, 
     tokenizer = load_tokenizer(model.directory)
     prepared_evals = lm.prepare_evals(suite.evals, model.directory, tokenizer, out_dir, gate)
     resolved = wl.tokenize(suite.workloads, model.directory, tokenizer)
-    spec = RunSpec(
+    brief = RunBrief(
         scenario_id=scenario.id,
         engine=suite.engine,
         model_dir=str(model.directory),
@@ -136,4 +136,4 @@ def prepare(scenario: Scenario, settings: dict, out_dir: Path, ctx: RunContext, 
         versions=versions,
         model_builder=model.builder,
     )
-    return Prepared(engine, spec, manifest, prepared_evals, model_builder_python=model.builder_python)
+    return Prepared(engine, brief, manifest, prepared_evals, model_builder_python=model.builder_python)

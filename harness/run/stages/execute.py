@@ -1,6 +1,6 @@
 """Execute: an admitted run's ranks, started on the devices the run holds (by the launcher, harness/engines/launch/).
 
-The run spec is written where the ranks read it, the engine's launch plan is asked for,
+The run brief is written where the ranks read it, the engine's launch plan is asked for,
 and the launcher (harness/engines/launch/) starts and watches the ranks; the devices are held
 for the whole launch and given back whatever happens. What the ranks left, or how they
 ended, is the judge's (run/stages/judge.py).
@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from harness.contract.phases import PHASES_DIR
-from harness.contract.rundir import LOGS, SPEC
+from harness.contract.rundir import BRIEF, LOGS
 from harness.engines.launch import LaunchOutcome, run_ranks
 from harness.inputs.scenarios.scenario import Scenario
 from harness.run.plan.devices import DevicePool, Lease
@@ -33,17 +33,17 @@ def execute(admitted: Admitted, out_dir: Path, scenario: Scenario, ctx: RunConte
     with holding(ctx.devices, ctx.cluster, admitted.need, scenario.id, lease) as (device_env, cluster):
         watch.lap("wait")
         out_dir.mkdir(parents=True, exist_ok=True)
-        spec_path = out_dir / SPEC
-        prepared.spec.save(spec_path)
-        plan = prepared.engine.launch_plan(prepared.spec, str(spec_path))
+        brief_path = out_dir / BRIEF
+        prepared.brief.save(brief_path)
+        plan = prepared.engine.launch_plan(prepared.brief, str(brief_path))
         timeout = ctx.config.timeout_s or scenario.suite.timeout_s
         env = {**scenario.extra_env, **ctx.config.env_vars, **device_env}  # the lease wins: no shared devices
-        shutil.rmtree(Path(prepared.spec.output_dir) / PHASES_DIR, ignore_errors=True)  # marks of this launch only
+        shutil.rmtree(Path(prepared.brief.output_dir) / PHASES_DIR, ignore_errors=True)  # marks of this launch only
         prepared.launched_at = time.time()
         try:
             return run_ranks(plan, out_dir / LOGS, timeout, env=env, cluster=cluster, cancel=ctx.cancel)
         finally:  # an interrupted launch is booked too
-            watch.launch(prepared.spec.output_dir, prepared.launched_at, time.time())
+            watch.launch(prepared.brief.output_dir, prepared.launched_at, time.time())
 
 
 @contextmanager

@@ -34,7 +34,7 @@ def judge(scenario: Scenario, admitted: Admitted, outcome: LaunchOutcome, watch:
         raise ValueError(f"{scenario.id} was admitted without its golden: nothing to judge it by")
     verdict = launch_verdict(scenario.id, outcome, prepared.engine)
     if verdict is None:
-        outputs = EngineOutputs.load(prepared.spec.output_dir)
+        outputs = EngineOutputs.load(prepared.brief.output_dir)
         watch.engine_start = (outputs.meta.get("timings") or {}).get("engine_start") or {}
         also = []
         if prepared.evals:
@@ -43,8 +43,8 @@ def judge(scenario: Scenario, admitted: Admitted, outcome: LaunchOutcome, watch:
             watch.lap("evals")
         tol = tolerance_for(scenario.suite.dtype, scenario.suite.tolerances.model_dump())
         if layout is not None:
-            also += layout.checks(outputs, prepared.spec.workloads, tol)
-        verdict = judge_outputs(scenario.id, reference.outputs, outputs, prepared.spec.workloads, tol,
+            also += layout.checks(outputs, prepared.brief.workloads, tol)
+        verdict = judge_outputs(scenario.id, reference.outputs, outputs, prepared.brief.workloads, tol,
                                 also=also, logs=outcome.log_record(),
                                 settings=scenario.engine_settings, golden_settings=dict(scenario.suite.golden))
         watch.lap("compare")

@@ -1,7 +1,8 @@
-"""The run spec: what the harness tells an engine process to do.
+"""The run brief: what the harness tells an engine process to do.
 
 This is the contract between the harness process and the engine processes. The
-harness writes it as JSON next to the run's outputs; each engine process (every
+harness writes it as JSON next to the run's outputs (as spec.json: the file keeps
+its name, so run directories written before the rename still read); each engine process (every
 rank of the reference engine, or the one vLLM driver process) reads it. Engine
 side code may import this module: it depends on the standard library only.
 
@@ -51,8 +52,8 @@ from harness.contract.jsonfile import from_fields, read_json
 WORKLOAD_KINDS = ("logprobs", "greedy", "generate")
 # A workload's media fields and the modality each holds (vLLM's multi_modal_data keys)
 MEDIA = {"images": "image", "videos": "video", "audios": "audio"}
-AUDIO_RATE = 16000  # Hz of every audio clip a run spec names
-# frames per second of every video a run spec names (all its frames are used)
+AUDIO_RATE = 16000  # Hz of every audio clip a run brief names
+# frames per second of every video a run brief names (all its frames are used)
 VIDEO_FPS = 2.0
 
 
@@ -67,7 +68,7 @@ def prompt_media(workload: dict, prompt: int) -> dict[str, list]:
 
 
 def video_metadata(frames: int) -> dict:
-    """What a video processor is told of a run spec's video: its rate, every frame taken
+    """What a video processor is told of a run brief's video: its rate, every frame taken
     as it is (no sampling), in the form vLLM builds for its own dummy videos."""
     return {"fps": VIDEO_FPS, "duration": frames / VIDEO_FPS, "total_num_frames": frames,
             "frames_indices": list(range(frames)), "video_backend": "opencv", "do_sample_frames": False}
@@ -110,7 +111,7 @@ def generate_params(workload: dict) -> tuple[int, list[list[int]], int | None]:
 
 
 @dataclass
-class RunSpec:
+class RunBrief:
     scenario_id: str
     engine: str
     model_dir: str
@@ -129,8 +130,8 @@ class RunSpec:
         Path(path).write_text(json.dumps(asdict(self), indent=1))
 
     @classmethod
-    def load(cls, path: str | Path) -> RunSpec:
-        return from_fields(cls, read_json(path), f"{path} is not a run spec")
+    def load(cls, path: str | Path) -> RunBrief:
+        return from_fields(cls, read_json(path), f"{path} is not a run brief")
 
     @property
     def axes(self) -> RunAxes:
