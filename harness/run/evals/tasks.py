@@ -47,7 +47,9 @@ def settle_environment() -> None:
     import lm_eval  # noqa: F401 - for the variables its import sets
 
 
-def spec(name: str) -> dict:
+def task_definition(name: str) -> dict:
+    """The task's definition as its YAML (harness/run/evals/tasks/<name>.yaml) gives it,
+    its data loader checked."""
     import yaml
 
     if name not in TASKS:
@@ -62,7 +64,7 @@ def lm_eval_base_yaml(name: str) -> Path:
     """The lm-eval task YAML a harness task extends (in the installed lm-eval)."""
     import lm_eval.tasks
 
-    path = Path(lm_eval.tasks.__file__).resolve().parent / spec(name)["extends"]
+    path = Path(lm_eval.tasks.__file__).resolve().parent / task_definition(name)["extends"]
     if not path.is_file():
         raise FileNotFoundError(f"eval task '{name}' extends {path}, which the installed lm-eval lacks")
     return path
@@ -72,7 +74,7 @@ def data_files(name: str, data: str | None = None) -> dict[str, Path]:
     """The local files of each split. `data` (EvalDef.data) replaces the shipped data: a
     directory holding <split>.jsonl / <split>.parquet, or a file that becomes the test split
     (other splits stay the shipped ones)."""
-    s = spec(name)
+    s = task_definition(name)
     ext = ".jsonl" if s["data"]["loader"] == "jsonl" else ".parquet"
     files = {split: (DATA_DIR / rel if rel else None) for split, rel in s["data"]["splits"].items()}
     if data is not None:
@@ -94,7 +96,7 @@ def lm_eval_config(name: str, data: str | None = None) -> dict:
     offline()
     from lm_eval.tasks._yaml_loader import load_yaml
 
-    s = spec(name)
+    s = task_definition(name)
     files = data_files(name, data)
     cfg = dict(load_yaml(lm_eval_base_yaml(name), resolve_func=True))
     # structure, not task config (as lm-eval's factory does)
