@@ -132,13 +132,13 @@ def test_an_installed_packages_model_joins_the_zoo(site, tmp_path, capsys):
         "tiny-gone": "not_there_either:SPEC"}})
     assert {"tiny-fake", "tiny-made", "tiny-gone"} <= set(zoo.model_names())
     assert site.models_mod not in sys.modules  # names only, until one is asked for
-    assert zoo.has_model("tiny-fake") and zoo.get_spec("tiny-fake").notes == "a package's tiny Llama"
-    assert zoo.get_spec("tiny-made").name == "tiny-made"  # a factory that returns the spec
-    assert zoo.get_spec("tiny-llama") is zoo.ZOO["tiny-llama"]  # the table wins
-    with pytest.raises(zoo.ModelUnavailable, match="entry point's name and the spec's name must be the same"):
-        zoo.get_spec("tiny-wrong")
+    assert zoo.has_model("tiny-fake") and zoo.get_recipe("tiny-fake").notes == "a package's tiny Llama"
+    assert zoo.get_recipe("tiny-made").name == "tiny-made"  # a factory that returns the recipe
+    assert zoo.get_recipe("tiny-llama") is zoo.ZOO["tiny-llama"]  # the table wins
+    with pytest.raises(zoo.ModelUnavailable, match="entry point's name and the recipe's name must be the same"):
+        zoo.get_recipe("tiny-wrong")
     with pytest.raises(zoo.ModelUnavailable, match="fake-models 2.0 .*No module named 'not_there_either'"):
-        zoo.get_spec("tiny-gone")
+        zoo.get_recipe("tiny-gone")
     path = tmp_path / "s.yaml"
     path.write_text("suite: s\nmodel: tiny-fake\nworkloads: [{name: logits, kind: logprobs}]\n"
                     "golden: {tp: 1}\nmatrix: {tp: [1]}\n")

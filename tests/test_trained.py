@@ -45,8 +45,8 @@ def test_both_models_build_and_verify(cache):
     from safetensors.torch import load_file
 
     geo, text = zoo.model_dir("tiny-llama-geo"), zoo.model_dir("tiny-llama-arith")
-    assert zoo.checkpoint_sha256(geo) == zoo.get_spec("tiny-llama-geo").sha256
-    assert zoo.checkpoint_sha256(text) == zoo.get_spec("tiny-llama-arith").sha256
+    assert zoo.checkpoint_sha256(geo) == zoo.get_recipe("tiny-llama-geo").sha256
+    assert zoo.checkpoint_sha256(text) == zoo.get_recipe("tiny-llama-arith").sha256
     g, t = load_file(str(geo / "model.safetensors")), load_file(str(text / "model.safetensors"))
     assert set(g) - set(t) == {"visual.patch_embed.weight", "visual.deepstack.0.weight", "visual.deepstack.1.weight"}
     assert all(torch.equal(g[k], t[k]) for k in t)
@@ -68,7 +68,7 @@ def test_reference_engine_reproduces_training_model(geo_dir, trained, tokenizer,
     from harness.engines.reference.pipeline import load_image
     from tests.kit.ranks import run_in_process
 
-    config = zoo.get_spec("tiny-llama-geo").config
+    config = zoo.get_recipe("tiny-llama-geo").config
     arith_prompt, geo_prompt, png = _prompts(tokenizer, config, tmp_path)
     workloads = [
         {"name": "text", "kind": "logprobs", "prompts": [arith_prompt], "top_k": 8},
@@ -93,7 +93,7 @@ def test_hf_text_model_matches_geo_model_on_text(cache, trained, tokenizer):
     transformers = pytest.importorskip("transformers")
 
     model = transformers.LlamaForCausalLM.from_pretrained(zoo.model_dir("tiny-llama-arith"), dtype=torch.float32).eval()
-    config = zoo.get_spec("tiny-llama-geo").config
+    config = zoo.get_recipe("tiny-llama-geo").config
     prompt = torch.tensor([train.arith_prompts(tokenizer, config, 1)[0][0]])
     with torch.no_grad():
         assert (model(prompt).logits - trained(prompt)).abs().max().item() < 1e-4
@@ -102,7 +102,7 @@ def test_hf_text_model_matches_geo_model_on_text(cache, trained, tokenizer):
 @pytest.mark.slow
 def test_scores_above_chance_and_need_deepstack(trained, tokenizer):
     """A small slice of the held-out sets (the full numbers: docs/EVALS.md)."""
-    config = zoo.get_spec("tiny-llama-geo").config
+    config = zoo.get_recipe("tiny-llama-geo").config
     result = train.evaluate(trained, tokenizer, config, n_arith=10, n_geo=40)
     assert result["arith"] >= 0.5, result
     assert result["geo"] >= 0.75, result

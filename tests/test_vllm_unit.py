@@ -258,7 +258,7 @@ def test_hf_built_models_match_their_recorded_checksum(name, tmp_path, zoo_build
         code = zygote.spawn(argv, argv[2:], env, log, pgid=0, cwd=ROOT).wait(scaled(600))
         said = log.read_text()
     assert code in (0, 1), said  # 1: built, its checksum another (asserted next)
-    assert zoo.checkpoint_sha256(out) == zoo.get_spec(name).sha256, said
+    assert zoo.checkpoint_sha256(out) == zoo.get_recipe(name).sha256, said
 
 
 def test_scenario_without_vllm_installed_is_an_error_verdict(monkeypatch, tmp_path):

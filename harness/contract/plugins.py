@@ -8,7 +8,7 @@ without being edited:
     tp-plan = "harness_tp_plan:TpPlanEngine"      # an harness.engines.base.Engine subclass
 
     [project.entry-points."harness.models"]
-    tiny-mine = "my_models:TINY_MINE"             # an harness.inputs.zoo.spec.ModelSpec (or a callable returning one)
+    tiny-mine = "my_models:TINY_MINE"             # an harness.inputs.zoo.recipe.ModelRecipe (or a callable returning one)
 
 Discovery reads only the installed packages' metadata (entry_points.txt), never
 imports them: `discover(group)` is cheap, and a plugin that does not import breaks

@@ -102,7 +102,7 @@ def model_type_of(ref: ModelRef) -> str | None:
         from harness.inputs import zoo
 
         try:
-            return str(zoo.get_spec(ref).config.get("model_type", "llama"))
+            return str(zoo.get_recipe(ref).config.get("model_type", "llama"))
         except KeyError:
             return None
     if isinstance(ref, PathModel):
@@ -194,7 +194,7 @@ def _zoo(name: str) -> ResolvedModel:
         raise ModelError(f"unknown model '{name}': the zoo has {', '.join(zoo.model_names())}; for any other model "
                          "write model: {path: DIR}, {hub: ORG/NAME, revision: REV} or {arch: CLASS} (harness/inputs/models)")
     try:
-        return ResolvedModel(zoo.model_dir(name), name, zoo.get_spec(name).sha256)
+        return ResolvedModel(zoo.model_dir(name), name, zoo.get_recipe(name).sha256)
     except zoo.ModelUnavailable as exc:  # a package's model that does not load
         raise ModelError(str(exc)) from None
 

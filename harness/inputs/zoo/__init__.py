@@ -3,9 +3,9 @@
 Nothing may come from a model hub, so every model is built from a config, seeded
 weights and a byte-level BPE tokenizer trained on the vendored GSM8K text. A built
 checkpoint lands in the cache dir and is verified against the checksum recorded in
-its spec, so a golden made on one machine is valid on another; a mismatch is an error
+its recipe, so a golden made on one machine is valid on another; a mismatch is an error
 that says so rather than a silent numeric drift. Every model is listed in table.py;
-each spec lives in its family's module (llama, variants, trained, hf_families).
+each recipe lives in its family's module (llama, variants, trained, hf_families).
 
 Weights come from numpy's PCG64 generator (stable across numpy versions by
 numpy's own policy), not torch's RNG, so the checksum does not move with torch.
@@ -23,7 +23,7 @@ from pathlib import Path
 
 from harness.contract import plugins
 from harness.contract.roots import DATA_DIR, cache_dir
-from harness.inputs.zoo.spec import ModelSpec
+from harness.inputs.zoo.recipe import ModelRecipe
 from harness.inputs.zoo.table import ZOO
 
 CHECKPOINT_FILES = ("config.json", "model.safetensors", "tokenizer.json")
@@ -59,10 +59,10 @@ def has_model(name: str) -> bool:
     return name in ZOO or name in _plugins()
 
 
-_loaded: dict[plugins.Plugin, ModelSpec] = {}
+_loaded: dict[plugins.Plugin, ModelRecipe] = {}
 
 
-def get_spec(name: str) -> ModelSpec:
+def get_recipe(name: str) -> ModelRecipe:
     if name in ZOO:
         return ZOO[name]
     found = _plugins().get(name)
@@ -73,27 +73,27 @@ def get_spec(name: str) -> ModelSpec:
         raise ModelUnavailable(f"model {plugins.ambiguity(name, found)}")
     plugin = found[0]
     if plugin not in _loaded:
-        _loaded[plugin] = _plugin_spec(plugin)
+        _loaded[plugin] = _plugin_recipe(plugin)
     return _loaded[plugin]
 
 
-def _plugin_spec(plugin: plugins.Plugin) -> ModelSpec:
-    """The ModelSpec an entry point names: the spec itself, or a callable that returns it."""
+def _plugin_recipe(plugin: plugins.Plugin) -> ModelRecipe:
+    """The ModelRecipe an entry point names: the recipe itself, or a callable that returns it."""
     try:
         obj = plugin.load()
-        if callable(obj) and not isinstance(obj, ModelSpec):
+        if callable(obj) and not isinstance(obj, ModelRecipe):
             obj = obj()
     except plugins.PluginError as exc:
         raise ModelUnavailable(f"model {exc}") from None
     except Exception as exc:  # noqa: BLE001 - a third party's factory may raise anything
         raise ModelUnavailable(f"model '{plugin.name}' of package {plugin.origin()}: its factory raised "
                                f"{type(exc).__name__}: {exc}") from None
-    if not isinstance(obj, ModelSpec):
+    if not isinstance(obj, ModelRecipe):
         raise ModelUnavailable(f"model '{plugin.name}' of package {plugin.origin()} is {obj!r}, not a "
-                               "harness.inputs.zoo.spec.ModelSpec (or a callable returning one)")
+                               "harness.inputs.zoo.recipe.ModelRecipe (or a callable returning one)")
     if obj.name != plugin.name:
-        raise ModelUnavailable(f"model '{plugin.name}' of package {plugin.origin()} is a spec named '{obj.name}': "
-                               "the entry point's name and the spec's name must be the same")
+        raise ModelUnavailable(f"model '{plugin.name}' of package {plugin.origin()} is a recipe named '{obj.name}': "
+                               "the entry point's name and the recipe's name must be the same")
     return obj
 
 
@@ -101,14 +101,14 @@ def inventory() -> list[tuple[str, str, str, str]]:
     """(name, where from, status, detail) of every model registered here: "ready",
     "does not load" (with why), or "shadowed" (a package's model the table's own hides).
     Imports the packages' modules; builds nothing."""
-    rows = [(name, "built-in (harness/inputs/zoo/table.py)", "ready", spec.notes) for name, spec in ZOO.items()]
+    rows = [(name, "built-in (harness/inputs/zoo/table.py)", "ready", recipe.notes) for name, recipe in ZOO.items()]
     for name, found in sorted(plugins.discover(plugins.MODELS_GROUP).items()):
         if name in ZOO:
             rows += [(name, p.origin(), "shadowed", f"ignored: '{name}' is a built-in zoo model, which wins")
                      for p in found]
             continue
         try:
-            rows.append((name, found[0].origin() if len(found) == 1 else "several packages", "ready", get_spec(name).notes))
+            rows.append((name, found[0].origin() if len(found) == 1 else "several packages", "ready", get_recipe(name).notes))
         except KeyError as exc:
             rows += [(name, p.origin(), "does not load", str(exc)) for p in found]
     return rows
@@ -124,15 +124,15 @@ def checkpoint_sha256(directory: Path) -> str:
 
 def model_dir(name: str) -> Path:
     """The verified checkpoint of a zoo model, built into the cache on first use."""
-    spec = get_spec(name)
-    target = cache_root() / f"{name}-{spec.sha256[:12]}"
+    recipe = get_recipe(name)
+    target = cache_root() / f"{name}-{recipe.sha256[:12]}"
     if not _complete(target):
         target.parent.mkdir(parents=True, exist_ok=True)
         # Concurrent scenarios (pytest -n, --jobs) may ask at once: one builds.
         with open(str(target) + ".lock", "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             if not _complete(target):
-                _build_into(spec, target)
+                _build_into(recipe, target)
     return target
 
 
@@ -140,15 +140,15 @@ def _complete(directory: Path) -> bool:
     return all((directory / f).exists() for f in CHECKPOINT_FILES)
 
 
-def _build_into(spec: ModelSpec, target: Path) -> None:
-    staging = Path(tempfile.mkdtemp(prefix=f".{spec.name}-", dir=target.parent))
+def _build_into(recipe: ModelRecipe, target: Path) -> None:
+    staging = Path(tempfile.mkdtemp(prefix=f".{recipe.name}-", dir=target.parent))
     try:
-        build(spec, staging)
+        build(recipe, staging)
         actual = checkpoint_sha256(staging)
-        if actual != spec.sha256:
+        if actual != recipe.sha256:
             raise RuntimeError(
-                f"model '{spec.name}' built with checksum {actual[:16]}..., expected "
-                f"{spec.sha256[:16]}... (its family module, listed in harness/inputs/zoo/table.py). The build is not reproducible on this "
+                f"model '{recipe.name}' built with checksum {actual[:16]}..., expected "
+                f"{recipe.sha256[:16]}... (its family module, listed in harness/inputs/zoo/table.py). The build is not reproducible on this "
                 "machine (different numpy/safetensors/tokenizers?); goldens made elsewhere will "
                 f"not apply. Inspect the build in {staging}, or update the recorded checksum and "
                 "regenerate goldens with `make golden`."
@@ -159,13 +159,13 @@ def _build_into(spec: ModelSpec, target: Path) -> None:
         shutil.rmtree(staging, ignore_errors=True)
 
 
-def build(spec: ModelSpec, directory: Path) -> None:
-    """Write config, seeded weights and the tokenizer of `spec` into `directory`."""
+def build(recipe: ModelRecipe, directory: Path) -> None:
+    """Write config, seeded weights and the tokenizer of `recipe` into `directory`."""
     directory.mkdir(parents=True, exist_ok=True)
-    (directory / "config.json").write_text(json.dumps(spec.config, indent=1, sort_keys=True))
-    spec.write_weights(spec, directory / "model.safetensors")
-    vocab = spec.config.get("vocab_size") or spec.config["text_config"]["vocab_size"]
-    _write_tokenizer(vocab, directory, spec.extra_special_tokens)
+    (directory / "config.json").write_text(json.dumps(recipe.config, indent=1, sort_keys=True))
+    recipe.write_weights(recipe, directory / "model.safetensors")
+    vocab = recipe.config.get("vocab_size") or recipe.config["text_config"]["vocab_size"]
+    _write_tokenizer(vocab, directory, recipe.extra_special_tokens)
 
 
 def tokenizer_corpus() -> list[str]:

@@ -1,5 +1,5 @@
 """`python -m harness.inputs.zoo NAME DIR`: build the zoo model NAME into DIR (not the cache) and
-print its checksum beside the one its spec records.
+print its checksum beside the one its recipe records.
 
 For checking a zoo model's build on an installation without touching the cache;
 tests/test_vllm_unit.py builds the transformers-built models this way, each in a
@@ -21,14 +21,14 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     name, out = args[0], Path(args[1])
     try:
-        spec = zoo.get_spec(name)
+        recipe = zoo.get_recipe(name)
     except KeyError as exc:
         print(f"harness.inputs.zoo: {exc.args[0]}", file=sys.stderr)
         return 2
-    zoo.build(spec, out)
+    zoo.build(recipe, out)
     actual = zoo.checkpoint_sha256(out)
-    print(f"{name}: built {actual}, recorded {spec.sha256}")
-    return 0 if actual == spec.sha256 else 1
+    print(f"{name}: built {actual}, recorded {recipe.sha256}")
+    return 0 if actual == recipe.sha256 else 1
 
 
 if __name__ == "__main__":

@@ -29,7 +29,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from harness.inputs.zoo.spec import ModelSpec
+from harness.inputs.zoo.recipe import ModelRecipe
 
 # Qwen-VL's vision placeholders, as its processor names them.
 VISION_START, IMAGE_PAD, VISION_END, VIDEO_PAD = "<|vision_start|>", "<|image_pad|>", "<|vision_end|>", "<|video_pad|>"
@@ -56,21 +56,21 @@ VL_PREPROCESSOR = {
 }
 
 
-def write_hf_weights(spec: ModelSpec, path: Path) -> None:
-    """model.safetensors of `spec` via transformers; extra files (image processor) beside it."""
+def write_hf_weights(recipe: ModelRecipe, path: Path) -> None:
+    """model.safetensors of `recipe` via transformers; extra files (image processor) beside it."""
     import torch
     import transformers
 
-    config = _hf_config(spec.config)
-    torch.manual_seed(spec.seed)
-    model_cls = getattr(transformers, spec.config["architectures"][0])
+    config = _hf_config(recipe.config)
+    torch.manual_seed(recipe.seed)
+    model_cls = getattr(transformers, recipe.config["architectures"][0])
     model = model_cls(config).to(torch.float32).eval()
-    _perturb_norms(model, spec.seed)
-    _scale_head(model, spec)
+    _perturb_norms(model, recipe.seed)
+    _scale_head(model, recipe)
     with tempfile.TemporaryDirectory() as tmp:
         model.save_pretrained(tmp, safe_serialization=True)
         shutil.move(str(Path(tmp) / "model.safetensors"), str(path))
-    if spec.config["model_type"] == "qwen2_5_vl":
+    if recipe.config["model_type"] == "qwen2_5_vl":
         path.with_name("preprocessor_config.json").write_text(json.dumps(VL_PREPROCESSOR, indent=1, sort_keys=True))
 
 
@@ -91,8 +91,8 @@ def _perturb_norms(model, seed: int) -> None:
                 param.add_(NORM_NOISE * torch.randn(param.shape, generator=gen))
 
 
-def _scale_head(model, spec: ModelSpec) -> None:
-    """Widen the logit spread (see ModelSpec.head_scale); a tied head is left alone
+def _scale_head(model, recipe: ModelRecipe) -> None:
+    """Widen the logit spread (see ModelRecipe.head_scale); a tied head is left alone
     because scaling it would scale the input embeddings too."""
     import torch
 
@@ -100,7 +100,7 @@ def _scale_head(model, spec: ModelSpec) -> None:
     if head is None or head.weight is model.get_input_embeddings().weight:
         return
     with torch.no_grad():
-        head.weight.mul_(spec.head_scale)
+        head.weight.mul_(recipe.head_scale)
 
 
 _COMMON_TEXT = {
@@ -194,22 +194,22 @@ QWEN25_VL = {
 }
 
 
-TINY_LLAMA_HF = ModelSpec(
+TINY_LLAMA_HF = ModelRecipe(
     name="tiny-llama-hf", config=LLAMA, seed=0, write_weights=write_hf_weights,
     sha256="9327baf72f4f7e5600e78e0f6bb03f07265e13827827add1906f41c672a0a2da",
     notes="float32 Llama, hidden 128, head_dim 32 (what vLLM's CPU attention supports), GQA 4/2",
 )
-TINY_QWEN3 = ModelSpec(
+TINY_QWEN3 = ModelRecipe(
     name="tiny-qwen3", config=QWEN3, seed=0, write_weights=write_hf_weights,
     sha256="59caed5f45b95dbe61063dd90a218150340e39cf048f3cb0bd9a09801f13c076",
     notes="float32 Qwen3, hidden 128, 4 layers, GQA 4/2, q/k norms",
 )
-TINY_GEMMA4 = ModelSpec(
+TINY_GEMMA4 = ModelRecipe(
     name="tiny-gemma4", config=GEMMA4, seed=0, write_weights=write_hf_weights,
     sha256="50447f76bfb49f7457a7677620178bfeff52e14f44dad54623f6cef71597dad4",
     notes="float32 Gemma4 text model: per-layer inputs, 3 sliding + 1 full attention layer, tied embeddings",
 )
-TINY_QWEN25VL = ModelSpec(
+TINY_QWEN25VL = ModelRecipe(
     name="tiny-qwen25vl", config=QWEN25_VL, seed=0, write_weights=write_hf_weights,
     sha256="1568b2d999defe4d632f90ad916ccbd57bd740bb08b00d1ad2b219a3dbc32588",
     extra_special_tokens=VL_SPECIAL,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from harness.inputs.zoo.spec import ModelSpec
+from harness.inputs.zoo.recipe import ModelRecipe
 
 
 def _llama_config(**overrides) -> dict:
@@ -34,14 +34,14 @@ def _llama_config(**overrides) -> dict:
     return config
 
 
-def write_llama_weights(spec: ModelSpec, path: Path) -> None:
+def write_llama_weights(recipe: ModelRecipe, path: Path) -> None:
     import numpy as np
     import torch
     from safetensors.torch import save_file
 
-    rng = np.random.default_rng(spec.seed)
+    rng = np.random.default_rng(recipe.seed)
     tensors = {}
-    for name, shape, std in _llama_weight_shapes(spec.config, spec.head_scale):
+    for name, shape, std in _llama_weight_shapes(recipe.config, recipe.head_scale):
         # norm weights: near 1, not exactly, so a missed norm shows
         if std is None:
             values = 1.0 + 0.1 * rng.standard_normal(shape)
@@ -75,7 +75,7 @@ def _llama_weight_shapes(config: dict, head_scale: float):
         yield "lm_head.weight", (vocab, hidden), head_scale * hidden**-0.5
 
 
-TINY_LLAMA = ModelSpec(
+TINY_LLAMA = ModelRecipe(
     name="tiny-llama",
     config=_llama_config(),
     seed=0,

@@ -1,18 +1,18 @@
 """Every model of the zoo, in one table.
 
-A model's spec (config, seed, recorded checksum, weight writer) is written in its
+A model's recipe (config, seed, recorded checksum, weight writer) is written in its
 family's module, beside the code that builds its weights, so a scenario file's change
 rule for that module still covers it; this table is the one place that says which
-specs the zoo has. Nothing registers itself on import: a model missing here is not in
-the zoo. Adding one: write its spec in its family module (or a new one) and list it.
+recipes the zoo has. Nothing registers itself on import: a model missing here is not in
+the zoo. Adding one: write its recipe in its family module (or a new one) and list it.
 """
 
 from __future__ import annotations
 
 from harness.inputs.zoo import hf_families, llama, trained, variants
-from harness.inputs.zoo.spec import ModelSpec
+from harness.inputs.zoo.recipe import ModelRecipe
 
-SPECS: tuple[ModelSpec, ...] = (
+RECIPES: tuple[ModelRecipe, ...] = (
     # random tiny Llamas for the reference engine (harness/inputs/zoo/llama.py, variants.py)
     llama.TINY_LLAMA,
     variants.TINY_LLAMA_PLI,
@@ -29,13 +29,13 @@ SPECS: tuple[ModelSpec, ...] = (
 )
 
 
-def by_name(specs: tuple[ModelSpec, ...]) -> dict[str, ModelSpec]:
-    table: dict[str, ModelSpec] = {}
-    for spec in specs:
-        if spec.name in table:
-            raise ValueError(f"model '{spec.name}' is listed twice in harness/inputs/zoo/table.py")
-        table[spec.name] = spec
+def by_name(recipes: tuple[ModelRecipe, ...]) -> dict[str, ModelRecipe]:
+    table: dict[str, ModelRecipe] = {}
+    for recipe in recipes:
+        if recipe.name in table:
+            raise ValueError(f"model '{recipe.name}' is listed twice in harness/inputs/zoo/table.py")
+        table[recipe.name] = recipe
     return table
 
 
-ZOO: dict[str, ModelSpec] = by_name(SPECS)
+ZOO: dict[str, ModelRecipe] = by_name(RECIPES)

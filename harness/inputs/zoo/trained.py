@@ -23,7 +23,7 @@ import shutil
 from pathlib import Path
 
 from harness.inputs.zoo.llama import _llama_config
-from harness.inputs.zoo.spec import ModelSpec
+from harness.inputs.zoo.recipe import ModelRecipe
 
 WEIGHTS = Path(__file__).resolve().parent / "weights" / "tiny-llama-geo.safetensors"
 VISION_KEYS = ("image_token_id", "vision_image_size", "vision_patch_size", "deepstack_layers")
@@ -49,13 +49,13 @@ def _missing() -> FileNotFoundError:
                              "`python -m tools.train_models` (docs/EVALS.md)")
 
 
-def copy_trained_weights(spec: ModelSpec, path: Path) -> None:
+def copy_trained_weights(recipe: ModelRecipe, path: Path) -> None:
     if not WEIGHTS.exists():
         raise _missing()
     shutil.copyfile(WEIGHTS, path)
 
 
-def write_text_weights(spec: ModelSpec, path: Path) -> None:
+def write_text_weights(recipe: ModelRecipe, path: Path) -> None:
     """The shipped tensors without visual.* (the text model's checkpoint)."""
     from safetensors.torch import load_file, save_file
 
@@ -65,7 +65,7 @@ def write_text_weights(spec: ModelSpec, path: Path) -> None:
     save_file(tensors, str(path), metadata={"format": "pt"})
 
 
-TINY_LLAMA_GEO = ModelSpec(
+TINY_LLAMA_GEO = ModelRecipe(
     name="tiny-llama-geo",
     config=geo_config(),
     seed=0,
@@ -75,7 +75,7 @@ TINY_LLAMA_GEO = ModelSpec(
           "head_dim 32, deepstack into layers 0 and 1",
 )
 
-TINY_LLAMA_ARITH = ModelSpec(
+TINY_LLAMA_ARITH = ModelRecipe(
     name="tiny-llama-arith",
     config=arith_config(),
     seed=0,

@@ -20,7 +20,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from harness.inputs.zoo.llama import _llama_config, _llama_weight_shapes
-from harness.inputs.zoo.spec import ModelSpec
+from harness.inputs.zoo.recipe import ModelRecipe
 
 # the last BPE merge: verified absent from the prompt sets (inputs/workloads.py)
 IMAGE_TOKEN_ID = 511
@@ -58,24 +58,24 @@ def _moe_weight_shapes(config: dict, head_scale: float):
             yield f"{p}experts.{e}.down_proj.weight", (hidden, inter), inter**-0.5
 
 
-def write_variant_weights(spec: ModelSpec, path: Path) -> None:
+def write_variant_weights(recipe: ModelRecipe, path: Path) -> None:
     import numpy as np
     import torch
     from safetensors.torch import save_file
 
-    rng = np.random.default_rng(spec.seed)
+    rng = np.random.default_rng(recipe.seed)
     tensors = {}
-    if spec.config["model_type"] == "llama-moe":
-        shapes = list(_moe_weight_shapes(spec.config, spec.head_scale))
+    if recipe.config["model_type"] == "llama-moe":
+        shapes = list(_moe_weight_shapes(recipe.config, recipe.head_scale))
     else:
-        shapes = list(_llama_weight_shapes(spec.config, spec.head_scale)) + list(_extra_weight_shapes(spec.config))
+        shapes = list(_llama_weight_shapes(recipe.config, recipe.head_scale)) + list(_extra_weight_shapes(recipe.config))
     for name, shape, std in shapes:
         values = 1.0 + 0.1 * rng.standard_normal(shape) if std is None else std * rng.standard_normal(shape)
         tensors[name] = torch.from_numpy(values.astype(np.float32))
     save_file(tensors, str(path), metadata={"format": "pt"})
 
 
-TINY_LLAMA_PLI = ModelSpec(
+TINY_LLAMA_PLI = ModelRecipe(
     name="tiny-llama-pli",
     config=_llama_config(architectures=["LlamaPerLayerInputsForCausalLM"], model_type="llama-pli",
                          per_layer_input_size=8),
@@ -85,7 +85,7 @@ TINY_LLAMA_PLI = ModelSpec(
     notes="tiny-llama + per-layer inputs (width 8 per layer); no residual key at a PP boundary",
 )
 
-TINY_LLAMA_VL = ModelSpec(
+TINY_LLAMA_VL = ModelRecipe(
     name="tiny-llama-vl",
     config=_llama_config(architectures=["LlamaVisionForCausalLM"], model_type="llama-vl",
                          image_token_id=IMAGE_TOKEN_ID, vision_image_size=8, vision_patch_size=4,
@@ -96,7 +96,7 @@ TINY_LLAMA_VL = ModelSpec(
     notes="tiny-llama + 8x8 images as 4 patch tokens (id 511), deepstack into layers 0 and 1",
 )
 
-TINY_LLAMA_MOE = ModelSpec(
+TINY_LLAMA_MOE = ModelRecipe(
     name="tiny-llama-moe",
     config=_llama_config(architectures=["LlamaMoeForCausalLM"], model_type="llama-moe", intermediate_size=64,
                          num_local_experts=4, num_experts_per_tok=2),
