@@ -7,7 +7,7 @@ agent), then again with the cache that run filled (warm). Each scenario's verdic
 holds its phases (harness/run/timings.py) and, inside `load`, the engine start split by
 vLLM's workers (harness/engines/vllm/startup.py); this prints them as one table.
 
-    python bench/vllm_start.py [--ids ID...] [--engine-env SPEC] [--keep DIR] [--stock-aot] [--spawn]
+    python bench/vllm_start.py [--ids ID...] [--engine-env ENGINE_ENV] [--keep DIR] [--stock-aot] [--spawn]
 
 --stock-aot leaves vLLM's AOT cache loading as vLLM ships it (on CPU every load fails and
 recompiles: harness/engines/vllm/aot_cache.py); --spawn leaves vLLM's spawn start method on

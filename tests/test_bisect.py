@@ -250,22 +250,22 @@ def fake_releases(monkeypatch, verdicts: dict[str, str | Verdict]) -> list[str]:
     """`harness bisect` over releases without installing any: the index lists `verdicts`'
     releases, an install only records the release, a run ends as `verdicts` says. The
     list returned fills with the releases installed, in order."""
-    from harness.inputs import envs
+    from harness.inputs import engine_envs
     from harness.run import bisect
 
     installed: list[str] = []
 
-    def resolve(spec, engine_name, say=print):
-        installed.append(spec.version)
-        return envs.EngineEnv(spec.text, engine_name, Path("/fake/bin/python"), {}, f"{engine_name}-{spec.version}")
+    def resolve(choice, engine_name, say=print):
+        installed.append(choice.version)
+        return engine_envs.EngineEnv(choice.text, engine_name, Path("/fake/bin/python"), {}, f"{engine_name}-{choice.version}")
 
     def run_scenario(scenario, run_dir, opts):
         verdict = verdicts[installed[-1]]
         return verdict if isinstance(verdict, Verdict) else Verdict(scenario.id, verdict, f"{verdict} at {installed[-1]}")
 
-    monkeypatch.setattr(envs, "available_releases", lambda distribution: list(verdicts))
-    monkeypatch.setattr(envs, "resolve", resolve)
-    monkeypatch.setattr(envs, "versioned", lambda scenario, env: scenario)
+    monkeypatch.setattr(engine_envs, "available_releases", lambda distribution: list(verdicts))
+    monkeypatch.setattr(engine_envs, "resolve", resolve)
+    monkeypatch.setattr(engine_envs, "versioned", lambda scenario, env: scenario)
     monkeypatch.setattr(bisect, "run_scenario", run_scenario)
     monkeypatch.setattr(bisect, "repro_hook", lambda *a, **k: None)
     return installed

@@ -1,4 +1,4 @@
-"""The engine version as an axis (harness/inputs/envs.py, `harness run --engine-env`): SPEC
+"""The engine version as an axis (harness/inputs/engine_envs.py, `harness run --engine-env`): ENGINE_ENV
 parsing, release listing and order, versioned scenario ids, installing once into the
 cache, and the report's side-by-side table."""
 
@@ -16,7 +16,7 @@ from harness.contract.rundir import verdict_path
 from harness.contract.verdict import Verdict
 from harness.engines import envdir
 from harness.engines.base import Engine
-from harness.inputs import envs
+from harness.inputs import engine_envs
 from harness.inputs.scenarios.loading import load_scenarios
 from harness.inputs.scenarios.scenario import select, split_id
 from harness.run.report import write_report
@@ -27,15 +27,15 @@ from tests.kit.present import present
 ROOT = Path(__file__).resolve().parent.parent
 
 
-# --- SPEC parsing -------------------------------------------------------------------
+# --- ENGINE_ENV parsing----------------------------------------------------------------
 
-def test_a_path_spec_is_an_interpreter_or_a_venv(tmp_path):
-    assert envs.parse_env_spec(sys.executable).python == Path(sys.executable).absolute()
+def test_a_path_choice_is_an_interpreter_or_a_venv(tmp_path):
+    assert engine_envs.parse_engine_env(sys.executable).python == Path(sys.executable).absolute()
     venv = tmp_path / "venv"
     (venv / "bin").mkdir(parents=True)
     (venv / "bin" / "python").symlink_to(sys.executable)
-    spec = envs.parse_env_spec(str(venv))
-    assert spec.python == venv / "bin" / "python" and not spec.is_release
+    choice = engine_envs.parse_engine_env(str(venv))
+    assert choice.python == venv / "bin" / "python" and not choice.is_release
 
 
 @pytest.mark.parametrize("text, message", [
@@ -45,22 +45,22 @@ def test_a_path_spec_is_an_interpreter_or_a_venv(tmp_path):
     ("vllm==0.28.*", "one exact version"),
     ("vllm", "one exact version"),
     ("vllm[cpu]==0.28.0", "one exact version"),
-    ("not a spec!", "not a path"),
+    ("not a choice!", "not a path"),
     ("", "empty"),
 ])
-def test_bad_specs_say_what_is_expected(text, message):
-    with pytest.raises(envs.EnvError, match=message.replace(".", r"\.").replace("*", r"\*")):
-        envs.parse_env_spec(text)
+def test_bad_choices_say_what_is_expected(text, message):
+    with pytest.raises(engine_envs.EnvError, match=message.replace(".", r"\.").replace("*", r"\*")):
+        engine_envs.parse_engine_env(text)
 
 
 def test_a_directory_that_is_no_venv_is_refused(tmp_path):
-    with pytest.raises(envs.EnvError, match="without bin/python"):
-        envs.parse_env_spec(str(tmp_path))
+    with pytest.raises(engine_envs.EnvError, match="without bin/python"):
+        engine_envs.parse_engine_env(str(tmp_path))
 
 
-def test_a_release_spec():
-    spec = envs.parse_env_spec("vLLM==0.28")
-    assert (spec.engine, spec.version, spec.is_release) == ("vllm", "0.28", True)
+def test_a_release_choice():
+    choice = engine_envs.parse_engine_env("vLLM==0.28")
+    assert (choice.engine, choice.version, choice.is_release) == ("vllm", "0.28", True)
 
 
 # --- releases ------------------------------------------------------------------------
@@ -72,11 +72,11 @@ Available versions: 0.32.0, 0.31.0, 0.30.0, 0.29.0, 0.28.0, 0.27.1, 0.27.0, 0.10
 
 
 def test_releases_are_read_from_pip_index_and_ordered_by_pep_440():
-    found = envs.parse_index_versions(PIP_INDEX)
+    found = engine_envs.parse_index_versions(PIP_INDEX)
     assert found[:4] == ["0.9.2rc1", "0.9.2", "0.10.1.1", "0.10.1.1.post2"] and found[-1] == "0.32.0"
-    assert envs.releases_between(found, "0.28.0", "0.32.0") == ["0.28.0", "0.29.0", "0.30.0", "0.31.0", "0.32.0"]
-    assert envs.releases_between(found, "0.32.0", "0.28.0") == ["0.28.0", "0.29.0", "0.30.0", "0.31.0", "0.32.0"]
-    assert envs.parse_index_versions("ERROR: No matching distribution found for nothing") == []
+    assert engine_envs.releases_between(found, "0.28.0", "0.32.0") == ["0.28.0", "0.29.0", "0.30.0", "0.31.0", "0.32.0"]
+    assert engine_envs.releases_between(found, "0.32.0", "0.28.0") == ["0.28.0", "0.29.0", "0.30.0", "0.31.0", "0.32.0"]
+    assert engine_envs.parse_index_versions("ERROR: No matching distribution found for nothing") == []
 
 
 # --- versioned scenarios -------------------------------------------------------------
@@ -102,8 +102,8 @@ class FakeEngine(Engine):
 
 def test_the_label_is_the_engine_and_its_own_version():
     engine = FakeEngine()
-    assert envs.label_of(engine, {"engine": "fake", "fake-engine": "1.2.0+cpu", "torch": "2.13"}) == "fake-1.2.0-cpu"
-    assert envs.label_of(engine, {"engine": "fake", "fake": "0.28.0"}) == "fake-0.28.0"
+    assert engine_envs.label_of(engine, {"engine": "fake", "fake-engine": "1.2.0+cpu", "torch": "2.13"}) == "fake-1.2.0-cpu"
+    assert engine_envs.label_of(engine, {"engine": "fake", "fake": "0.28.0"}) == "fake-0.28.0"
 
 
 def test_an_environment_the_harness_did_not_build_has_its_own_identity(tmp_path, monkeypatch):
@@ -113,27 +113,27 @@ def test_an_environment_the_harness_did_not_build_has_its_own_identity(tmp_path,
     engine = FakeEngine()
     own = {"engine": "fake", "fake": "0.22.1", "torch": "2.9.0", "transformers": "4.57.1"}
     by_hand = {**own, "transformers": "4.56.0"}
-    assert envs.label_of(engine, own) == "fake-0.22.1"  # the harness's own environment of the release
-    assert envs.label_of(engine, own, built_by_harness=False) != envs.label_of(engine, by_hand, built_by_harness=False)
-    assert envs.label_of(engine, by_hand, built_by_harness=False).startswith("fake-0.22.1-own-")
+    assert engine_envs.label_of(engine, own) == "fake-0.22.1"  # the harness's own environment of the release
+    assert engine_envs.label_of(engine, own, built_by_harness=False) != engine_envs.label_of(engine, by_hand, built_by_harness=False)
+    assert engine_envs.label_of(engine, by_hand, built_by_harness=False).startswith("fake-0.22.1-own-")
     # a path into an environment the harness built (its marker) is that environment; any other path is not
-    python = envs.ensure_installed(engine, "fake", "0.22.1")
-    assert envs.built_by_harness(envs.parse_env_spec(str(python)), python)
+    python = engine_envs.ensure_installed(engine, "fake", "0.22.1")
+    assert engine_envs.built_by_harness(engine_envs.parse_engine_env(str(python)), python)
     elsewhere = tmp_path / "venv" / "bin"
     elsewhere.mkdir(parents=True)
     (elsewhere / "python").symlink_to(sys.executable)
-    assert not envs.built_by_harness(envs.parse_env_spec(str(elsewhere / "python")), elsewhere / "python")
+    assert not engine_envs.built_by_harness(engine_envs.parse_engine_env(str(elsewhere / "python")), elsewhere / "python")
     # repro cannot guess such an environment from the id: it says so and asks for its path
     (s,) = select(load_scenarios([ROOT / "scenarios" / "vllm-llama.yaml"]), ["vllm-llama/tp1-pp2"])
-    with pytest.raises(envs.EnvError, match="ran in an environment the harness did not build .* give --engine-env PATH"):
-        envs.in_environment(s, "vllm-llama/tp1-pp2@vllm-0.22.1-own-3f9a1c", None)
+    with pytest.raises(engine_envs.EnvError, match="ran in an environment the harness did not build .* give --engine-env PATH"):
+        engine_envs.in_environment(s, "vllm-llama/tp1-pp2@vllm-0.22.1-own-3f9a1c", None)
 
 
 def test_a_versioned_scenario_carries_the_version_in_its_id_and_runs_in_its_env(monkeypatch):
     monkeypatch.setenv("HARNESS_VLLM_PYTHON", sys.executable)  # the default environment
     (s,) = select(load_scenarios([ROOT / "scenarios" / "vllm-llama.yaml"]), ["vllm-llama/tp1-pp2"])
-    env = envs.EngineEnv("vllm==0.28.0", "vllm", Path("/envs/vllm-0.28.0/bin/python"), {"vllm": "0.28.0"}, "vllm-0.28.0")
-    v = envs.versioned(s, env)
+    env = engine_envs.EngineEnv("vllm==0.28.0", "vllm", Path("/envs/vllm-0.28.0/bin/python"), {"vllm": "0.28.0"}, "vllm-0.28.0")
+    v = engine_envs.versioned(s, env)
     assert v.id == "vllm-llama/tp1-pp2@vllm-0.28.0" and v.base_id == "vllm-llama/tp1-pp2" and v.name == "tp1-pp2"
     assert v.engine_options["python"] == "/envs/vllm-0.28.0/bin/python"
     assert "python" not in s.engine_options and v.suite is s.suite  # the suite is untouched: one value carries the version
@@ -148,7 +148,7 @@ def test_a_release_is_installed_once_into_the_cache(tmp_path, monkeypatch):
     engine = FakeEngine()
     said: list[str] = []
     pythons = []
-    threads = [threading.Thread(target=lambda: pythons.append(envs.ensure_installed(engine, "fake", "1.0", said.append)))
+    threads = [threading.Thread(target=lambda: pythons.append(engine_envs.ensure_installed(engine, "fake", "1.0", said.append)))
                for _ in range(3)]
     for t in threads:
         t.start()
@@ -165,16 +165,16 @@ def test_an_installed_release_the_engine_calls_out_of_date_is_installed_again(tm
     monkeypatch.setenv("HARNESS_CACHE", str(tmp_path))
     engine = FakeEngine()
     said: list[str] = []
-    envs.ensure_installed(engine, "fake", "1.0", said.append)
+    engine_envs.ensure_installed(engine, "fake", "1.0", said.append)
     monkeypatch.setattr(engine, "outdated_env", lambda version, venv: "its widget 2 is outside the cap <2")
     venv = tmp_path / "envs" / "fake-1.0"
     (venv / "stale").write_text("from the first install")
-    python = envs.ensure_installed(engine, "fake", "1.0", said.append)
+    python = engine_envs.ensure_installed(engine, "fake", "1.0", said.append)
     assert engine.installs == 2 and python == venv / "bin" / "python" and envdir.is_built(venv)
     assert not (venv / "stale").exists()  # built again from nothing, not over the old one
     assert any("out of date: its widget 2 is outside the cap <2; installing it again" in line for line in said)
     monkeypatch.setattr(engine, "outdated_env", lambda version, venv: None)
-    envs.ensure_installed(engine, "fake", "1.0", said.append)
+    engine_envs.ensure_installed(engine, "fake", "1.0", said.append)
     assert engine.installs == 2
 
 
@@ -194,16 +194,16 @@ def test_run_with_a_release_whose_environment_is_out_of_date_installs_it_again(t
     engine = Installs()
     said: list[str] = []
     monkeypatch.setattr("harness.engines.get_engine", lambda name: engine)
-    envs.ensure_installed(engine, "fake", "1.0")
+    engine_envs.ensure_installed(engine, "fake", "1.0")
     monkeypatch.setattr(engine, "outdated_env", lambda version, venv: "a cap added since rules its widget out")
-    resolved = envs.resolve(envs.parse_env_spec("fake==1.0"), "fake", said.append)
+    resolved = engine_envs.resolve(engine_envs.parse_engine_env("fake==1.0"), "fake", said.append)
     assert engine.installs == 2 and resolved.label == "fake-1.0"
     assert any("out of date: a cap added since" in line for line in said)
 
 
 # --- the command line: bad input, nothing runs -----------------------------------------
 
-@pytest.mark.parametrize("spec, ids, message", [
+@pytest.mark.parametrize("engine_env, ids, message", [
     ("/nowhere/bin/python", ["vllm-llama/tp1-pp1"], "no such file or directory"),
     ("vllm==0.28.0", ["llama-tiny/tp1-pp1"], "is a release of 'vllm'"),
     ("vllm>=0.28", ["vllm-llama/tp1-pp1"], "one exact version"),
@@ -211,8 +211,8 @@ def test_run_with_a_release_whose_environment_is_out_of_date_installs_it_again(t
     ("llama==1.0", ["llama-tiny/tp1-pp1"], "is a release of 'llama'"),
     ("reference==1.0", ["llama-tiny/tp1-pp1"], "engine 'reference' cannot install releases"),
 ])
-def test_bad_engine_envs_are_usage_errors_and_nothing_runs(tmp_path, capsys, spec, ids, message):
-    code = main(["run", *ids, "--engine-env", spec, "--report-dir", str(tmp_path / "reports")])
+def test_bad_engine_envs_are_usage_errors_and_nothing_runs(tmp_path, capsys, engine_env, ids, message):
+    code = main(["run", *ids, "--engine-env", engine_env, "--report-dir", str(tmp_path / "reports")])
     err = capsys.readouterr().err
     assert code == 2 and message in err, err
     assert not (tmp_path / "reports").exists() or not any((tmp_path / "reports").iterdir())
@@ -282,19 +282,19 @@ def test_repro_of_a_versioned_id_runs_in_that_release(monkeypatch):
     (s,) = select(load_scenarios([ROOT / "scenarios" / "vllm-llama.yaml"]), ["vllm-llama/tp1-pp2"])
     asked = []
 
-    def expand(scenarios, specs, say=print):
-        asked.append(specs)
-        version = specs[0].split("==")[-1] if "==" in specs[0] else "0.32.0"
-        return [envs.versioned(scenarios[0], envs.EngineEnv(specs[0], "vllm", Path(f"/envs/vllm-{version}/bin/python"),
+    def expand(scenarios, given, say=print):
+        asked.append(given)
+        version = given[0].split("==")[-1] if "==" in given[0] else "0.32.0"
+        return [engine_envs.versioned(scenarios[0], engine_envs.EngineEnv(given[0], "vllm", Path(f"/envs/vllm-{version}/bin/python"),
                                                              {"vllm": version}, f"vllm-{version}"))]
 
-    monkeypatch.setattr(envs, "expand", expand)
-    monkeypatch.setattr(envs, "default_python", lambda scenario: None)
-    assert envs.in_environment(s, "vllm-llama/tp1-pp2", None) is s and not asked
-    v = envs.in_environment(s, "vllm-llama/tp1-pp2@vllm-0.21.0", None)
+    monkeypatch.setattr(engine_envs, "expand", expand)
+    monkeypatch.setattr(engine_envs, "default_python", lambda scenario: None)
+    assert engine_envs.in_environment(s, "vllm-llama/tp1-pp2", None) is s and not asked
+    v = engine_envs.in_environment(s, "vllm-llama/tp1-pp2@vllm-0.21.0", None)
     assert asked[-1] == ["vllm==0.21.0"] and v.id == "vllm-llama/tp1-pp2@vllm-0.21.0"
     assert v.engine_options["python"] == "/envs/vllm-0.21.0/bin/python"
-    with pytest.raises(envs.EnvError, match="runs vllm-llama/tp1-pp2@vllm-0.32.0, not vllm-llama/tp1-pp2@vllm-0.21.0"):
-        envs.in_environment(s, "vllm-llama/tp1-pp2@vllm-0.21.0", "/some/venv/bin/python")
-    with pytest.raises(envs.EnvError, match="names no release of engine 'vllm'"):
-        envs.in_environment(s, "vllm-llama/tp1-pp2@sglang-1.0", None)
+    with pytest.raises(engine_envs.EnvError, match="runs vllm-llama/tp1-pp2@vllm-0.32.0, not vllm-llama/tp1-pp2@vllm-0.21.0"):
+        engine_envs.in_environment(s, "vllm-llama/tp1-pp2@vllm-0.21.0", "/some/venv/bin/python")
+    with pytest.raises(engine_envs.EnvError, match="names no release of engine 'vllm'"):
+        engine_envs.in_environment(s, "vllm-llama/tp1-pp2@sglang-1.0", None)

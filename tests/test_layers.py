@@ -65,7 +65,7 @@ SUBLAYERS = {
         "media": 1, "models": 1,
         "scenarios": 2,  # scenario files read, checked, bound to the engines and expanded; a run's request
         "workloads": 3,
-        "envs": 3,  # engine environments (--engine-env): asks the engines, installs releases, versions scenarios
+        "engine_envs": 3,  # engine environments (--engine-env): asks the engines, installs releases, versions scenarios
     },
     "run": {
         "__init__": 0,

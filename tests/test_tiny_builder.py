@@ -13,7 +13,7 @@ import torch
 
 from harness.contract.outputs import EngineOutputs
 from harness.inputs import models
-from harness.inputs.envs import EngineEnv, versioned
+from harness.inputs.engine_envs import EngineEnv, versioned
 from harness.inputs.scenarios.loading import load_scenarios
 from harness.inputs.scenarios.scenario import select
 from harness.run import golden as goldens

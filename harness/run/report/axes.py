@@ -16,7 +16,7 @@ from harness.run.report.escape import code, text
 
 
 def _features(v: Verdict) -> set[tuple[str, object]]:
-    # an engine version is a setting too (harness/inputs/envs.py)
+    # an engine version is a setting too (harness/inputs/engine_envs.py)
     base, label = split_id(v.scenario)
     found = {("suite", base.split("/", 1)[0])} | {(k, val) for k, val in v.settings.items()}
     return found | {("engine", label)} if label else found

@@ -198,7 +198,7 @@ def _environment() -> jinja2.Environment:
 
 
 def heatmap_sections(report) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
-    """One heat map per suite, and per engine version (harness/inputs/envs.py): those of the
+    """One heat map per suite, and per engine version (harness/inputs/engine_envs.py): those of the
     suites in which something was tested, and those of the suites in which every
     scenario was unsupported (grey blocks that would push the verdicts down the page)."""
     suites: dict[str, list[Verdict]] = {}

@@ -1,7 +1,7 @@
-"""Engine environments: the engine version as an axis (`harness run --engine-env SPEC`).
+"""Engine environments: the engine version as an axis (`harness run --engine-env ENGINE_ENV`).
 
 An environment is the Python interpreter an engine runs in, and so the engine version
-it runs. SPEC is one of
+it runs. ENGINE_ENV is one of
 
   a path       to an interpreter (`/venvs/vllm-0.28/bin/python`) or a virtual
                environment (`/venvs/vllm-0.28`): used as it is;
@@ -13,7 +13,7 @@ The environment reaches the engine as `engine_options: {python: PATH}` (the vllm
 hf engines take it); an engine that runs in the harness's own interpreter cannot take
 one and says so. Every chosen scenario runs once per environment, with the engine's
 version in its id: `vllm-llama/tp1-pp2@vllm-0.28.0`, read from what the engine
-reports (`Engine.versions()`, vLLM's probe), never from the SPEC. The golden is the
+reports (`Engine.versions()`, vLLM's probe), never from the ENGINE_ENV. The golden is the
 suite's committed one: a versioned run shows which version departs from it.
 
 Installing is concurrency-safe: one lock file per environment (fcntl), and an
@@ -44,41 +44,43 @@ class EnvError(ValueError):
 
 
 @dataclass(frozen=True)
-class EnvSpec:
+class EngineEnvChoice:
+    """An --engine-env value parsed: the environment chosen, by interpreter path or by release."""
+
     text: str  # as given on the command line
-    python: Path | None = None  # a path SPEC: the interpreter
-    # a release SPEC: the engine (or its distribution) name
+    python: Path | None = None  # a path ENGINE_ENV: the interpreter
+    # a release ENGINE_ENV: the engine (or its distribution) name
     engine: str | None = None
-    version: str | None = None  # a release SPEC: the exact version
+    version: str | None = None  # a release ENGINE_ENV: the exact version
 
     @property
     def is_release(self) -> bool:
         return self.version is not None
 
 
-SPEC_HELP = ("a path to a Python interpreter or virtual environment (/venvs/vllm-0.28/bin/python), "
-             "or a release ENGINE==VERSION (vllm==0.28.0)")
+ENGINE_ENV_HELP = ("a path to a Python interpreter or virtual environment (/venvs/vllm-0.28/bin/python), "
+                   "or a release ENGINE==VERSION (vllm==0.28.0)")
 
 
-def parse_env_spec(text: str) -> EnvSpec:
+def parse_engine_env(text: str) -> EngineEnvChoice:
     """A --engine-env value; EnvError says what is wrong. A path must exist now."""
     text = text.strip()
     if not text:
-        raise EnvError(f"--engine-env: empty; expected {SPEC_HELP}")
+        raise EnvError(f"--engine-env: empty; expected {ENGINE_ENV_HELP}")
     if "/" in text or text.startswith(("~", ".")) or os.sep in text:
-        return EnvSpec(text, python=interpreter_of(Path(text).expanduser()))
+        return EngineEnvChoice(text, python=interpreter_of(Path(text).expanduser()))
     try:
         req = Requirement(text)
     except InvalidRequirement:
-        raise EnvError(f"--engine-env {text!r}: not a path (no such file here) nor a release; expected {SPEC_HELP}") from None
-    specs = list(req.specifier)
-    if req.extras or req.marker or req.url or len(specs) != 1 or specs[0].operator not in ("==", "===") or "*" in specs[0].version:
+        raise EnvError(f"--engine-env {text!r}: not a path (no such file here) nor a release; expected {ENGINE_ENV_HELP}") from None
+    specifiers = list(req.specifier)
+    if req.extras or req.marker or req.url or len(specifiers) != 1 or specifiers[0].operator not in ("==", "===") or "*" in specifiers[0].version:
         raise EnvError(f"--engine-env {text!r}: a release names one exact version, ENGINE==VERSION (e.g. {req.name}==0.28.0)")
     try:
-        version = str(Version(specs[0].version))
+        version = str(Version(specifiers[0].version))
     except InvalidVersion:
-        raise EnvError(f"--engine-env {text!r}: {specs[0].version!r} is not a PEP 440 version") from None
-    return EnvSpec(text, engine=req.name.lower(), version=version)
+        raise EnvError(f"--engine-env {text!r}: {specifiers[0].version!r} is not a PEP 440 version") from None
+    return EngineEnvChoice(text, engine=req.name.lower(), version=version)
 
 
 def interpreter_of(path: Path) -> Path:
@@ -87,10 +89,10 @@ def interpreter_of(path: Path) -> Path:
     if path.is_dir():
         candidate = path / "bin" / "python"
         if not os.access(candidate, os.X_OK):
-            raise EnvError(f"--engine-env {path}: a directory without bin/python (not a virtual environment); expected {SPEC_HELP}")
+            raise EnvError(f"--engine-env {path}: a directory without bin/python (not a virtual environment); expected {ENGINE_ENV_HELP}")
         return candidate
     if not path.exists():
-        raise EnvError(f"--engine-env {path}: no such file or directory; expected {SPEC_HELP}")
+        raise EnvError(f"--engine-env {path}: no such file or directory; expected {ENGINE_ENV_HELP}")
     if not os.access(path, os.X_OK):
         raise EnvError(f"--engine-env {path}: not an executable Python interpreter")
     return path
@@ -180,7 +182,7 @@ class EngineEnv:
     """One resolved environment: its interpreter, the engine's versions in it and the
     label that goes into scenario ids (`vllm-0.28.0`)."""
 
-    spec: str
+    given: str  # as given to --engine-env
     engine: str
     python: Path
     versions: dict
@@ -211,12 +213,12 @@ def identity_digest(versions: dict) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:6]
 
 
-def built_by_harness(spec: EnvSpec, python: Path) -> bool:
+def built_by_harness(choice: EngineEnvChoice, python: Path) -> bool:
     """A release the harness installed, or a path into an environment it built (its marker)."""
-    return spec.is_release or envdir.is_built(Path(python).absolute().parent.parent)
+    return choice.is_release or envdir.is_built(Path(python).absolute().parent.parent)
 
 
-def resolve(spec: EnvSpec, engine_name: str, say=print) -> EngineEnv:
+def resolve(choice: EngineEnvChoice, engine_name: str, say=print) -> EngineEnv:
     """Check that the engine can run in the environment (installing a release first)
     and read its versions. EnvError: it cannot, and why."""
     from harness.engines import EngineUnavailable, get_engine
@@ -225,30 +227,30 @@ def resolve(spec: EnvSpec, engine_name: str, say=print) -> EngineEnv:
         engine = get_engine(engine_name)
     except EngineUnavailable as exc:
         raise EnvError(str(exc)) from None
-    if spec.version is not None:  # a release
-        if spec.engine not in {engine_name, (engine.distribution() or "").lower()}:
-            raise EnvError(f"--engine-env {spec.text} is a release of '{spec.engine}'; the chosen scenarios run on engine "
+    if choice.version is not None:  # a release
+        if choice.engine not in {engine_name, (engine.distribution() or "").lower()}:
+            raise EnvError(f"--engine-env {choice.text} is a release of '{choice.engine}'; the chosen scenarios run on engine "
                            f"'{engine_name}' (give {engine_name}==VERSION)")
-        if installed_python(engine_name, spec.version) is None:
-            check_release(engine, engine_name, spec.version)
+        if installed_python(engine_name, choice.version) is None:
+            check_release(engine, engine_name, choice.version)
         # installed: only whether it is out of date (then installed again)
         try:
-            python = ensure_installed(engine, engine_name, spec.version, say)
+            python = ensure_installed(engine, engine_name, choice.version, say)
         except (RuntimeError, OSError) as exc:  # NotImplementedError is a RuntimeError
-            raise EnvError(f"--engine-env {spec.text}: {exc}") from None
+            raise EnvError(f"--engine-env {choice.text}: {exc}") from None
     else:
-        assert spec.python is not None, "a spec that is not a release is a path to its interpreter"
-        python = spec.python
+        assert choice.python is not None, "a choice that is not a release is a path to its interpreter"
+        python = choice.python
     if not takes_python(engine):
-        raise EnvError(f"--engine-env {spec.text}: engine '{engine_name}' runs in the harness's own interpreter and takes "
+        raise EnvError(f"--engine-env {choice.text}: engine '{engine_name}' runs in the harness's own interpreter and takes "
                        "no other environment (engines that do: vllm, hf; engine_options.python)")
     engine.configure({"python": str(python)})
     try:
         versions = engine.versions()
     except EngineUnavailable as exc:
-        raise EnvError(f"--engine-env {spec.text}: {exc}") from None
-    return EngineEnv(spec.text, engine_name, Path(python), versions,
-                     label_of(engine, versions, built_by_harness(spec, Path(python))))
+        raise EnvError(f"--engine-env {choice.text}: {exc}") from None
+    return EngineEnv(choice.text, engine_name, Path(python), versions,
+                     label_of(engine, versions, built_by_harness(choice, Path(python))))
 
 
 def takes_python(engine) -> bool:
@@ -284,30 +286,30 @@ def versioned(scenario: Scenario, env: EngineEnv) -> Scenario:
     transformers would build other weights, and the run would not meet its golden
     (models.builder_python: the harness's own interpreter; the default environment's,
     carried here, only where the harness's cannot build)."""
-    return scenario.with_version(EngineVersion(env.spec, env.label, str(env.python), default_python(scenario)))
+    return scenario.with_version(EngineVersion(env.given, env.label, str(env.python), default_python(scenario)))
 
 
-def in_environment(scenario: Scenario, asked_id: str, spec: str | None, say=print) -> Scenario:
-    """The scenario as `harness repro` reproduces it: in the environment `spec` names, or
+def in_environment(scenario: Scenario, asked_id: str, engine_env: str | None, say=print) -> Scenario:
+    """The scenario as `harness repro` reproduces it: in the environment `engine_env` (an --engine-env value) names, or
     for an id tagged `@<engine>-<version>` (a versioned run's) in that release, installed
     if it is not; the plain scenario when neither is given. EnvError: the environment
     cannot be had, or it is another version than the id's."""
     label = split_id(asked_id)[1]
-    if spec is None and not label:
+    if engine_env is None and not label:
         return scenario
     engine = scenario.suite.engine
-    if spec is None:
+    if engine_env is None:
         if f"-{OWN_ENV}-" in label:
             raise EnvError(f"'{asked_id}' ran in an environment the harness did not build (@{label}: its versions differ "
                            "from the release's own environment, or it was given by path); give --engine-env PATH of that "
                            "environment to reproduce in it (its label must come out the same)")
         version = label.removeprefix(f"{engine}-")
         if version == label:
-            raise EnvError(f"'{asked_id}': the tag @{label} names no release of engine '{engine}'; give --engine-env SPEC")
-        spec = f"{engine}=={version}"
-    (versioned,) = expand([scenario], [spec], say)
+            raise EnvError(f"'{asked_id}': the tag @{label} names no release of engine '{engine}'; give --engine-env ENGINE_ENV")
+        engine_env = f"{engine}=={version}"
+    (versioned,) = expand([scenario], [engine_env], say)
     if label and versioned.id != asked_id:
-        raise EnvError(f"--engine-env {spec} runs {versioned.id}, not {asked_id}")
+        raise EnvError(f"--engine-env {engine_env} runs {versioned.id}, not {asked_id}")
     return versioned
 
 
@@ -324,10 +326,10 @@ def default_python(scenario) -> str | None:
     return python if os.access(python, os.X_OK) else None
 
 
-def expand(scenarios: list, specs: list[str], say=print) -> list:
+def expand(scenarios: list, engine_envs: list[str], say=print) -> list:
     """Every scenario once per environment (environments in the order given). EnvError
-    before anything runs when a SPEC cannot be used."""
-    parsed = [parse_env_spec(s) for s in specs]
+    before anything runs when an ENGINE_ENV cannot be used."""
+    parsed = [parse_engine_env(s) for s in engine_envs]
     engines = sorted({s.suite.engine for s in scenarios})
     envs: dict[str, list[EngineEnv]] = {}
     for name in engines:
@@ -335,7 +337,7 @@ def expand(scenarios: list, specs: list[str], say=print) -> list:
         labels = [e.label for e in resolved]
         dupes = sorted({lab for lab in labels if labels.count(lab) > 1})
         if dupes:
-            same = [e.spec for e in resolved if e.label in dupes]
+            same = [e.given for e in resolved if e.label in dupes]
             raise EnvError(f"--engine-env {', '.join(same)}: the same engine version ({', '.join(dupes)}) twice")
         envs[name] = resolved
     for resolved in envs.values():
