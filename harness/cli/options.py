@@ -62,7 +62,7 @@ def positive_int(text: str) -> int:
     return count
 
 
-def shard_spec(text: str) -> str:
+def shard_arg(text: str) -> str:
     """I/N, checked here so a bad shard is a usage error; planning parses it again."""
     from harness.run.plan.schedule import parse_shard
 
@@ -85,7 +85,7 @@ def git_revision(text: str) -> str:
 # how a text becomes a RunConfig field's value (Option.value), on the command line and in pytest
 VALUE_TYPES: dict[str, Callable[[str], Any]] = {
     "seconds": positive_seconds, "count": positive_int, "int": int, "path": Path, "env": env_assignment,
-    "run-id": run_id, "shard": shard_spec, "revision": git_revision,
+    "run-id": run_id, "shard": shard_arg, "revision": git_revision,
 }
 
 
