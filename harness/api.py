@@ -36,7 +36,7 @@ from typing import Any, Union
 
 from harness.contract.outputs import EngineOutputs
 from harness.contract.rundir import claim_new_run_dir, scenario_dir_name, verdict_path
-from harness.contract.settings.env import DEVICE
+from harness.contract.settings.variables import DEVICE
 from harness.contract.verdict import Verdict
 from harness.inputs.scenarios.loading import load_scenarios, parse_suite
 from harness.inputs.scenarios.request import RunConfig

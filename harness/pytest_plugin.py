@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from harness.contract.rundir import new_run_id, run_id_problem, scenarios_root
-from harness.contract.settings.env import CLUSTER, DEVICE, PYTEST_RUN_ID, EnvValueError, check_values
+from harness.contract.settings.variables import CLUSTER, DEVICE, PYTEST_RUN_ID, EnvValueError, check_values
 from harness.inputs.scenarios.loading import load_suite
 from harness.inputs.scenarios.scenario import expand
 from harness.inputs.scenarios.schema import ScenarioError

@@ -40,7 +40,7 @@ LAYERS = {
 SUBLAYERS = {
     "contract": {
         "__init__": 0,
-        # the harness's own settings: every HARNESS_* variable (env.py, stdlib only: ranks read
+        # the harness's own settings: every HARNESS_* variable (variables.py, stdlib only: ranks read
         # it in an engine's interpreter) and the project config (project.py)
         "settings": 0,
         "jsonfile": 0,  # reading back the JSON files the harness writes, their shapes checked
@@ -82,7 +82,7 @@ SUBLAYERS = {
     },
     "cli": {
         "options": 0,  # options several subcommands take, and value types, declared once
-        "suites": 0, "docs": 0, "env": 0, "install": 0,
+        "suites": 0, "docs": 0, "variables": 0, "install": 0,
         "project_init": 0,  # `harness init`: a project's config and first scenario file, checked as any scenario file
         # one module per subcommand
         "bisect": 1, "conformance": 1, "durations": 1, "golden": 1, "init": 1, "listing": 1, "report": 1, "repro": 1,

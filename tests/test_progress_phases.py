@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import pytest
 
 from harness.contract.phases import DOING, announce, announced, read_doing
-from harness.contract.settings.env import RANK_OUTPUT_DIR
+from harness.contract.settings.variables import RANK_OUTPUT_DIR
 from harness.engines.vllm import startup
 from harness.run.report.progress import doing_in
 

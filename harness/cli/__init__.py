@@ -14,11 +14,11 @@ import os
 import sys
 from pathlib import Path
 
-from harness.cli import bisect, conformance, docs, durations, env, golden, init, install, listing, report, repro, run
+from harness.cli import bisect, conformance, docs, durations, golden, init, install, listing, report, repro, run, variables
 from harness.contract import exit_codes
 from harness.contract.roots import export_to_children
-from harness.contract.settings.env import EnvValueError, check_values
 from harness.contract.settings.project import ProjectConfigError
+from harness.contract.settings.variables import EnvValueError, check_values
 from harness.engines.launch import SigtermAsInterrupt
 from harness.inputs.scenarios.schema import ScenarioError
 from harness.run.plan.devices import DeviceError
@@ -26,7 +26,7 @@ from harness.run.plan.nodes import NodesError
 
 # name -> the subcommand's module, in the order `harness --help` lists them
 COMMANDS = {"init": init, "install": install, "list": listing, "run": run, "golden": golden, "report": report,
-            "repro": repro, "bisect": bisect, "conformance": conformance, "durations": durations, "env": env, "docs": docs}
+            "repro": repro, "bisect": bisect, "conformance": conformance, "durations": durations, "env": variables, "docs": docs}
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from harness.contract.settings.env import DEVICE_SLOTS
+from harness.contract.settings.variables import DEVICE_SLOTS
 
 #: what a rank is told of its run's device lease: its slots, "0,3" (harness/run/plan/devices.py)
 DEVICE_SLOTS_ENV = DEVICE_SLOTS.name

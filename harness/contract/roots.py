@@ -26,8 +26,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from harness.contract.settings.env import CACHE, GOLDEN_DIR, REPORTS_DIR
 from harness.contract.settings.project import PYPROJECT, Project, ProjectConfigError, project
+from harness.contract.settings.variables import CACHE, GOLDEN_DIR, REPORTS_DIR
 
 PACKAGE_DIR = Path(__file__).resolve().parents[1]
 DATA_DIR = PACKAGE_DIR / "inputs" / "data"

@@ -33,7 +33,7 @@ import re
 from pathlib import Path
 
 from harness.contract.roots import cache_dir
-from harness.contract.settings.env import COMPILE_CACHE
+from harness.contract.settings.variables import COMPILE_CACHE
 
 OFF_ENV = COMPILE_CACHE.name
 

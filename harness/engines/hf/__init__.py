@@ -19,7 +19,7 @@ from pathlib import Path
 from harness.contract import roots
 from harness.contract.launchplan import LaunchPlan
 from harness.contract.runbrief import RunBrief
-from harness.contract.settings.env import HF_PYTHON
+from harness.contract.settings.variables import HF_PYTHON
 from harness.engines.base import Capability, Engine
 
 PYTHON_ENV = HF_PYTHON.name

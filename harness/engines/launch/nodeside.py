@@ -33,7 +33,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
-from harness.contract.settings.env import RANK_HEARTBEAT_FILE  # noqa: E402
+from harness.contract.settings.variables import RANK_HEARTBEAT_FILE  # noqa: E402
 from harness.engines.launch.blame import peek_exit  # noqa: E402
 from harness.engines.launch.procgroup import group_alive, killpg  # noqa: E402
 from harness.engines.launch.stall import ACTIVITY_SAMPLE_S, tree_activity, write_activity_file  # noqa: E402

@@ -39,7 +39,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from harness.contract.launchplan import DEVICE_SLOTS_ENV
-from harness.contract.settings.env import RANK_POOL
+from harness.contract.settings.variables import RANK_POOL
 from harness.engines.launch.rankside import ERROR_FILE_ENV, HEARTBEAT_FILE_ENV, LAUNCHER_PID_ENV
 
 OFF_ENV = RANK_POOL.name

@@ -37,7 +37,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import NoReturn
 
-from harness.contract.settings.env import LAUNCHER_PID, RANK_ERROR_FILE, RANK_FAULT, RANK_HEARTBEAT_FILE
+from harness.contract.settings.variables import LAUNCHER_PID, RANK_ERROR_FILE, RANK_FAULT, RANK_HEARTBEAT_FILE
 from harness.contract.storage import storage_fault
 from harness.engines.launch.ownership import harness_code_fault, module_dirs
 from harness.engines.launch.rootcause import RootCause, root_of

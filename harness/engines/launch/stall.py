@@ -32,7 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.contract.settings.env import STALL_WINDOW_S as STALL_WINDOW_S_VAR
+from harness.contract.settings.variables import STALL_WINDOW_S as STALL_WINDOW_S_VAR
 from harness.engines.launch.procgroup import proc_stats
 from harness.engines.launch.rankside import COLLECTIVE
 

@@ -29,8 +29,8 @@ from harness.contract import roots
 from harness.contract.axes import RunAxes, requires
 from harness.contract.launchplan import LaunchPlan
 from harness.contract.runbrief import RunBrief
-from harness.contract.settings.env import VLLM_PYTHON
 from harness.contract.settings.project import project
+from harness.contract.settings.variables import VLLM_PYTHON
 from harness.engines import compile_cache
 from harness.engines.base import Capability, Engine
 from harness.engines.launch.outcome import RankFailure

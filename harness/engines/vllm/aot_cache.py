@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import functools
 
-from harness.contract.settings.env import VLLM_AOT_LOAD
+from harness.contract.settings.variables import VLLM_AOT_LOAD
 
 OFF_ENV = VLLM_AOT_LOAD.name
 

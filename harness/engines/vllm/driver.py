@@ -25,7 +25,7 @@ from harness.contract.axes import RunAxes
 from harness.contract.plain import plain
 
 # vLLM's top-k read one way, and its ranks bound to cores one way, here and in `harness repro`'s script
-from harness.contract.settings.env import RANK_OUTPUT_DIR, VLLM_COUNT_SP
+from harness.contract.settings.variables import RANK_OUTPUT_DIR, VLLM_COUNT_SP
 from harness.engines.launch.rankside import HARNESS_FAULT, blame_engine, harness_step
 from harness.engines.vllm import MAX_NUM_SEQS
 from harness.engines.vllm.repro_script import cpu_binding, topk_row

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from harness.contract.applied import pp_layout, stage_layers
 from harness.contract.axes import RunAxes
-from harness.contract.settings.env import VLLM_COUNT_SP
+from harness.contract.settings.variables import VLLM_COUNT_SP
 from harness.engines.vllm import aot_cache, forking, startup, steps
 from harness.engines.vllm.probe import SP_FIELDS
 

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import os
 
-from harness.contract.settings.env import VLLM_FAULTS
+from harness.contract.settings.variables import VLLM_FAULTS
 from harness.engines.vllm.evidence import EvidenceExtension
 
 # The fault switches of a run, comma-separated: what a worker vLLM spawns switches on

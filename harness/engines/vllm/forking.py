@@ -38,7 +38,7 @@ import sys
 import threading
 import time
 
-from harness.contract.settings.env import VLLM_FORK
+from harness.contract.settings.variables import VLLM_FORK
 
 FORK_ENV = VLLM_FORK.name
 METHOD_ENV = "VLLM_WORKER_MULTIPROC_METHOD"

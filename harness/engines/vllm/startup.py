@@ -106,7 +106,7 @@ def _timed(name: str, method):
 def _announce(step: str, worker) -> None:
     """Tell the progress line this worker starts `step` (never fails the step)."""
     from harness.contract.phases import announce
-    from harness.contract.settings.env import RANK_OUTPUT_DIR
+    from harness.contract.settings.variables import RANK_OUTPUT_DIR
 
     directory = RANK_OUTPUT_DIR.raw()
     if not directory:

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.contract.roots import reports_dir
-from harness.contract.settings.env import DEVICE
+from harness.contract.settings.variables import DEVICE
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from harness.contract.axes import AXES, filled, generic_label
 from harness.contract.known_bugs import KnownBug, known_bugs_where
-from harness.contract.settings.env import MAX_SCENARIOS
+from harness.contract.settings.variables import MAX_SCENARIOS
 from harness.inputs.models import ModelRef
 from harness.inputs.scenarios.binding import engine_known_bugs, engine_rules
 from harness.inputs.scenarios.covering import covering_rows

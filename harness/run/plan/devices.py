@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import IO
 
 from harness.contract.launchplan import DEVICE_SLOTS_ENV
-from harness.contract.settings.env import DEVICE_LOCK_DIR, DEVICES, LEASE_LOG
+from harness.contract.settings.variables import DEVICE_LOCK_DIR, DEVICES, LEASE_LOG
 
 DEVICES_ENV = DEVICES.name  # how many slots this machine has
 # where the slot files live (one dir per machine)

@@ -27,7 +27,7 @@ from pathlib import Path
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from harness.contract.settings.env import NODES
+from harness.contract.settings.variables import NODES
 from harness.engines.launch import Cluster, Node
 from harness.run.plan.devices import DevicePool
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.contract.roots import reports_dir
-from harness.contract.settings.env import JOBS, EnvValueError
+from harness.contract.settings.variables import JOBS, EnvValueError
 from harness.engines.launch import Cluster
 from harness.inputs.scenarios.request import RunConfig
 from harness.inputs.scenarios.scenario import Scenario

@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from harness.contract.settings.env import (
+from harness.contract.settings.variables import (
     CLUSTER,
     COMPILE_CACHE,
     RANK_POOL,

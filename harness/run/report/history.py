@@ -33,7 +33,7 @@ import pyarrow
 from harness.contract.expectations import declares_unsupported
 from harness.contract.jsonfile import read_json
 from harness.contract.rundir import brief_path, write_files
-from harness.contract.settings.env import HISTORY_DIR
+from harness.contract.settings.variables import HISTORY_DIR
 from harness.contract.verdict import VERDICTS, Verdict
 from harness.inputs.scenarios.scenario import split_id
 

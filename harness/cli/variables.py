@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from harness.contract import exit_codes
-from harness.contract.settings.env import listing
+from harness.contract.settings.variables import listing
 
 HELP = "list the HARNESS_* environment variables: value here, default, what each does"
 
