@@ -145,6 +145,8 @@ def reports_dir(given: Path | str | None = None) -> Path:
 
 
 def cache_root() -> Path:
+    """The harness's whole cache (models, engine environments, compile artefacts, ...):
+    $HARNESS_CACHE, else the project's, else ~/.cache/harness. One part of it: cache_dir."""
     return CACHE.path() or project().cache or Path.home() / ".cache" / "harness"
 
 

@@ -30,10 +30,6 @@ CHECKPOINT_FILES = ("config.json", "model.safetensors", "tokenizer.json")
 SPECIAL_TOKENS = ["<s>", "</s>", "<pad>"]
 
 
-def cache_root() -> Path:
-    return cache_dir("models")
-
-
 class ModelUnavailable(KeyError):
     """A model an installed package registers that cannot be had: its message names the
     package and the error."""
@@ -125,7 +121,7 @@ def checkpoint_sha256(directory: Path) -> str:
 def model_dir(name: str) -> Path:
     """The verified checkpoint of a zoo model, built into the cache on first use."""
     recipe = get_recipe(name)
-    target = cache_root() / f"{name}-{recipe.sha256[:12]}"
+    target = cache_dir("models") / f"{name}-{recipe.sha256[:12]}"
     if not _complete(target):
         target.parent.mkdir(parents=True, exist_ok=True)
         # Concurrent scenarios (pytest -n, --jobs) may ask at once: one builds.
