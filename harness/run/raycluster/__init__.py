@@ -24,8 +24,8 @@ from __future__ import annotations
 
 import importlib
 
-__all__ = ["ClusterSpec", "ClusterError", "parse_cluster", "run_on_ray"]
-_HOME = {"ClusterSpec": "connect", "ClusterError": "connect", "parse_cluster": "connect", "run_on_ray": "driver"}
+__all__ = ["ClusterChoice", "ClusterError", "parse_cluster", "run_on_ray"]
+_HOME = {"ClusterChoice": "connect", "ClusterError": "connect", "parse_cluster": "connect", "run_on_ray": "driver"}
 
 
 def __getattr__(name: str):

@@ -41,12 +41,14 @@ SCENARIO_SETTINGS = (STALL_WINDOW_S, RANK_POOL, COMPILE_CACHE, VLLM_FORK, VLLM_A
 
 
 class ClusterError(ScenarioError):
-    """A --cluster the harness cannot use: a bad spec, Ray missing, or no node able to run
+    """A --cluster the harness cannot use: a value it cannot read, Ray missing, or no node able to run
     (a usage error: nothing ran)."""
 
 
 @dataclass(frozen=True)
-class ClusterSpec:
+class ClusterChoice:
+    """A --cluster value parsed: which Ray cluster the run goes to."""
+
     # None: a local cluster started for the run; else what ray.init() is given
     address: str | None
 
@@ -58,42 +60,42 @@ class ClusterSpec:
         return "a local Ray cluster started for this run" if self.local else f"the Ray cluster at {self.address}"
 
 
-def parse_cluster(text: str) -> ClusterSpec:
+def parse_cluster(text: str) -> ClusterChoice:
     value = text.strip()
     if value in ("ray:local", "local"):
-        return ClusterSpec(None)
+        return ClusterChoice(None)
     if value in ("auto", "ray", "ray:auto"):
-        return ClusterSpec("auto")
+        return ClusterChoice("auto")
     if value.startswith("ray://"):
-        return ClusterSpec(value)
+        return ClusterChoice(value)
     if value.startswith("ray:"):
         value = value.removeprefix("ray:")
     host, sep, port = value.rpartition(":")
     if sep and host and port.isdigit():
-        return ClusterSpec(value)
+        return ClusterChoice(value)
     raise ClusterError(f"--cluster {text!r}: expected ray:local, auto, ray://HOST:PORT or HOST:PORT (a Ray GCS address)")
 
 
 def cluster_option(given: str | None) -> str | None:
-    """--cluster (else $HARNESS_CLUSTER), checked before anything runs: a spec this module
+    """--cluster (else $HARNESS_CLUSTER), checked before anything runs: a value this module
     reads, Ray installed with what the address needs, and a cluster that answers there.
     None: no cluster, the run stays on this machine."""
     text = given or CLUSTER.raw()
     if text is None:
         return None
-    spec = parse_cluster(text)
+    cluster = parse_cluster(text)
     import_ray()
-    check_reachable(spec)
+    check_reachable(cluster)
     return text
 
 
-def check_reachable(spec: ClusterSpec) -> None:
+def check_reachable(cluster: ClusterChoice) -> None:
     """ClusterError, within $HARNESS_RAY_CONNECT_S, unless `spec`'s cluster can be asked:
     Ray's own connect retries an unreachable head without end, and
     Ray Client (ray://) needs a package plain `ray` does not bring."""
-    if spec.local:
+    if cluster.local:
         return
-    address = spec.address or ""
+    address = cluster.address or ""
     if address.startswith("ray://"):
         missing = _ray_client_missing()
         if missing:
@@ -115,7 +117,7 @@ def check_reachable(spec: ClusterSpec) -> None:
         socket.create_connection((host.strip("[]"), int(port)), timeout=wait).close()
     except (OSError, ValueError) as exc:
         why = "no answer" if isinstance(exc, TimeoutError) else (getattr(exc, "strerror", None) or str(exc))
-        raise ClusterError(f"cannot reach {spec.describe()}: {why} (waited up to {wait:g} s, "
+        raise ClusterError(f"cannot reach {cluster.describe()}: {why} (waited up to {wait:g} s, "
                            f"${RAY_CONNECT_S.name}); is the cluster up (`ray status`), and is {address} its head's "
                            "address?") from None
 
@@ -142,7 +144,7 @@ def import_ray():
 
 
 @contextmanager
-def connected(spec: ClusterSpec, resource: str, local_devices: int) -> Iterator[object]:
+def connected(cluster: ClusterChoice, resource: str, local_devices: int) -> Iterator[object]:
     """The ray module, connected to `spec`'s cluster while the block runs. A connection
     made here is closed here (a local cluster stops with it); one the caller already
     holds (ray.init in this process) is used as is."""
@@ -150,27 +152,27 @@ def connected(spec: ClusterSpec, resource: str, local_devices: int) -> Iterator[
     if ray.is_initialized():
         yield ray
         return
-    _init(ray, spec, resource, local_devices)
+    _init(ray, cluster, resource, local_devices)
     try:
         yield ray
     finally:
         ray.shutdown()
 
 
-def stay_connected(spec: ClusterSpec, resource: str, local_devices: int):
+def stay_connected(cluster: ClusterChoice, resource: str, local_devices: int):
     """The ray module, connected to `spec`'s cluster until this process exits: for a way in
     that asks for one scenario at a time (the pytest plugin), so Ray's workers, and the rank
     pools in them, serve every scenario of the session."""
     ray = import_ray()
     if not ray.is_initialized():
-        _init(ray, spec, resource, local_devices)
+        _init(ray, cluster, resource, local_devices)
         atexit.register(ray.shutdown)
     return ray
 
 
-def _init(ray, spec: ClusterSpec, resource: str, local_devices: int) -> None:
+def _init(ray, cluster: ClusterChoice, resource: str, local_devices: int) -> None:
     with sigterm_kept():
-        _connect(ray, spec, resource, local_devices)
+        _connect(ray, cluster, resource, local_devices)
 
 
 @contextmanager
@@ -188,20 +190,20 @@ def sigterm_kept() -> Iterator[None]:
             signal.signal(signal.SIGTERM, before)
 
 
-def _connect(ray, spec: ClusterSpec, resource: str, local_devices: int) -> None:
+def _connect(ray, cluster: ClusterChoice, resource: str, local_devices: int) -> None:
     quiet = {"log_to_driver": False, "configure_logging": False}
-    if spec.local:
+    if cluster.local:
         # the harness's tasks ask for no CPU (the device slots are what they hold), so one
         # CPU keeps Ray from starting a worker per core of a small machine
         resources = {} if resource == "GPU" else {resource: local_devices}
         ray.init(num_cpus=1, resources=resources, include_dashboard=False, **quiet)
     else:
         # bounded: ray.init retries an unreachable head without end
-        check_reachable(spec)
+        check_reachable(cluster)
         try:
-            ray.init(address=spec.address, **quiet)
+            ray.init(address=cluster.address, **quiet)
         except (ConnectionError, RuntimeError, ValueError) as exc:  # ValueError: Ray Client's missing package
-            raise ClusterError(f"cannot reach {spec.describe()}: {exc}; is the cluster up (`ray status`)?") from None
+            raise ClusterError(f"cannot reach {cluster.describe()}: {exc}; is the cluster up (`ray status`)?") from None
 
 
 def driver_env() -> dict[str, str | None]:

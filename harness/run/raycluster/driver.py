@@ -21,7 +21,7 @@ from harness.contract.verdict import Verdict
 from harness.inputs.scenarios.scenario import Scenario
 from harness.run.plan.schedule import Cost, largest_first
 from harness.run.raycluster import placement
-from harness.run.raycluster.connect import ClusterSpec, connected, driver_env, import_ray, stay_connected
+from harness.run.raycluster.connect import ClusterChoice, connected, driver_env, import_ray, stay_connected
 from harness.run.raycluster.lost import lost_verdict, note_nodes
 from harness.run.raycluster.nodetask import NodeResult, NodeWork, run_on_node
 from harness.run.raycluster.spread import run_spread
@@ -48,20 +48,20 @@ class InFlight:
 
 
 def run_on_ray(scenarios: list[Scenario], run_dir: Path, opts: RunContext, progress, cost: dict[str, Cost],
-               spec: ClusterSpec) -> list[Verdict]:
+               cluster: ClusterChoice) -> list[Verdict]:
     """Run `scenarios` on the Ray cluster of `spec`; the verdicts, each saved in `run_dir`."""
     resource = placement.slot_resource(opts.config.device)
     local_slots = opts.devices.count if opts.devices is not None else 4
-    with connected(spec, resource, local_slots) as ray:
+    with connected(cluster, resource, local_slots) as ray:
         return _Driver(ray, run_dir, opts, progress, cost, resource).run(largest_first(scenarios, cost))
 
 
-def run_one_on_ray(scenario: Scenario, run_dir: Path, opts: RunContext, spec: ClusterSpec) -> Verdict:
+def run_one_on_ray(scenario: Scenario, run_dir: Path, opts: RunContext, cluster: ClusterChoice) -> Verdict:
     """One scenario on the Ray cluster of `spec`, the connection kept for the next (pytest items)."""
     from harness.run.plan.schedule import costs
 
     resource = placement.slot_resource(opts.config.device)
-    ray = stay_connected(spec, resource, opts.devices.count if opts.devices is not None else 4)
+    ray = stay_connected(cluster, resource, opts.devices.count if opts.devices is not None else 4)
     return _Driver(ray, run_dir, opts, _Silent(), costs([scenario], {}), resource).run([scenario])[0]
 
 

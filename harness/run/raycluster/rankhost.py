@@ -45,7 +45,7 @@ class RankHost:
         self.mirror = Path(mirror)
         self.shared = (self.mirror / marker).exists()  # the proxy's node wrote it: one filesystem
         if not self.shared:
-            # the rank's spec and what else it reads from DIR
+            # the rank's brief and what else it reads from DIR
             for path, data in pushed.items():
                 Path(path).parent.mkdir(parents=True, exist_ok=True)
                 Path(path).write_bytes(data)
