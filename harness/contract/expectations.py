@@ -49,12 +49,12 @@ def parse_requirement(text: str) -> tuple[str, SpecifierSet]:
 
 def parse_specifier(name: str, text: str) -> SpecifierSet:
     try:
-        spec = SpecifierSet(str(text))
+        version_range = SpecifierSet(str(text))
     except InvalidSpecifier:
         raise ValueError(f"versions.{name}: {text!r} is not a PEP 440 specifier such as '>=0.30,<0.33'") from None
-    if not str(spec):
+    if not str(version_range):
         raise ValueError(f"versions.{name}: empty version range")
-    return spec
+    return version_range
 
 
 def parse_condition(name: str, text: str) -> tuple[str, float]:
@@ -71,12 +71,12 @@ def version_ranges(x: Any) -> dict[str, SpecifierSet]:
     """package -> the range the expectation is for (engine_version and versions combined)."""
     ranges: dict[str, SpecifierSet] = {}
     if x.engine_version:
-        name, spec = parse_requirement(x.engine_version)
-        ranges[name] = spec
+        name, version_range = parse_requirement(x.engine_version)
+        ranges[name] = version_range
     for name, text in (x.versions or {}).items():
-        spec = parse_specifier(name, text)
+        version_range = parse_specifier(name, text)
         key = name.lower()
-        ranges[key] = ranges[key] & spec if key in ranges else spec
+        ranges[key] = ranges[key] & version_range if key in ranges else version_range
     return ranges
 
 
@@ -93,17 +93,17 @@ def engine_label(versions: dict) -> str:
 
 def version_problem(x: Any, versions: dict) -> str | None:
     """Why the expectation does not apply to the engine these versions describe; None: it applies."""
-    for name, spec in version_ranges(x).items():
+    for name, version_range in version_ranges(x).items():
         have = _lookup(versions, name)
         if have is None:
             known = ", ".join(sorted(versions)) or "none"
-            return f"it is for {name}{spec}, and the engine reported no {name} version (it reported: {known})"
+            return f"it is for {name}{version_range}, and the engine reported no {name} version (it reported: {known})"
         try:
-            ok = spec.contains(Version(str(have)), prereleases=True)
+            ok = version_range.contains(Version(str(have)), prereleases=True)
         except InvalidVersion:
-            return f"it is for {name}{spec}, and {name} {have} is not a PEP 440 version"
+            return f"it is for {name}{version_range}, and {name} {have} is not a PEP 440 version"
         if not ok:
-            return f"it is for {name}{spec}; this ran {name} {have}"
+            return f"it is for {name}{version_range}; this ran {name} {have}"
     return None
 
 

@@ -120,10 +120,10 @@ def unbacked_series(x: object, releases: tuple[str, ...], package: str) -> list[
 
     from harness.contract.expectations import version_ranges
 
-    spec = version_ranges(x).get(package)
-    if spec is None:
+    version_range = version_ranges(x).get(package)
+    if version_range is None:
         return []
-    covered = {series(r) for r in releases if spec.contains(Version(r), prereleases=True)}
+    covered = {series(r) for r in releases if version_range.contains(Version(r), prereleases=True)}
     shown = {series(s.release) for s in getattr(x, "seen", ()) if s.verdict != "pass"}
     return sorted(covered - shown, key=Version)
 

@@ -58,8 +58,8 @@ class FailureSignature(BaseModel):
     def _specifiers(cls, v: dict[str, str]) -> dict[str, str]:
         from harness.contract.expectations import parse_specifier
 
-        for name, spec in v.items():
-            parse_specifier(name, spec)
+        for name, version_range in v.items():
+            parse_specifier(name, version_range)
         return v
 
     @field_validator("message", "traceback")

@@ -11,7 +11,7 @@ Structure mirrors vLLM, because later fault switches re-create vLLM bugs here:
   * the residual stream travels beside the hidden states: layer(hidden, residual)
     -> (hidden, residual), with a fused add+RMSNorm; the first layer gets None;
   * a pipeline stage hands the next one an intermediate-tensors dict whose keys and
-    shapes are declared in ONE place, `LlamaStage.intermediate_spec`;
+    shapes are declared in ONE place, `LlamaStage.intermediate_shapes`;
   * one attention path serves prefill and decode over a flat token dimension with
     per-token (sequence slot, position) and a per-layer KV cache.
 
@@ -376,7 +376,7 @@ class LlamaStage(nn.Module):
             assert isinstance(layer, DecoderLayer), "a stage holds only DecoderLayers"
             yield layer
 
-    def intermediate_spec(self, num_tokens: int, dtype: torch.dtype) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:
+    def intermediate_shapes(self, num_tokens: int, dtype: torch.dtype) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:
         """THE declaration of what crosses a stage boundary for `num_tokens` local tokens:
         key -> (shape, dtype). A non-last stage sends exactly this; a non-first stage
         allocates its receive buffer from it (make_empty_intermediate_tensors)."""
@@ -387,11 +387,11 @@ class LlamaStage(nn.Module):
     def make_empty_intermediate_tensors(self, num_tokens: int, dtype: torch.dtype, device) -> dict[str, torch.Tensor]:
         """Receive buffer for the previous stage's intermediate tensors (vLLM's
         make_empty_intermediate_tensors)."""
-        spec = self.intermediate_spec(num_tokens, dtype)
+        shapes = self.intermediate_shapes(num_tokens, dtype)
         if "pp-buffer-missing-key" in self.faults:
             # vLLM PR 37622: the buffer forgot a key the forward reads
-            spec.pop("residual", None)
-        return {key: torch.empty(shape, dtype=dt, device=device) for key, (shape, dt) in spec.items()}
+            shapes.pop("residual", None)
+        return {key: torch.empty(shape, dtype=dt, device=device) for key, (shape, dt) in shapes.items()}
 
     def embed_images(self, pixels: list[torch.Tensor], input_ids: torch.Tensor) -> dict[str, torch.Tensor]:
         """The multimodal inputs of one batch (llama-vl, first stage): image embeddings

@@ -67,8 +67,8 @@ def _describe(tensors: dict[str, torch.Tensor]) -> dict[str, dict]:
     return {k: {"shape": list(t.shape), "dtype": str(t.dtype).removeprefix("torch.")} for k, t in tensors.items()}
 
 
-def _describe_spec(spec: dict) -> dict[str, dict]:
-    return {k: {"shape": list(shape), "dtype": str(dt).removeprefix("torch.")} for k, (shape, dt) in spec.items()}
+def _describe_shapes(shapes: dict) -> dict[str, dict]:
+    return {k: {"shape": list(shape), "dtype": str(dt).removeprefix("torch.")} for k, (shape, dt) in shapes.items()}
 
 
 def load_image(path: str) -> torch.Tensor:
@@ -310,7 +310,7 @@ class ModelRunner:
         expects = None
         if intermediate is not None:
             local = next(iter(intermediate.values())).shape[0]
-            expects = _describe_spec(self.stage.intermediate_spec(local, self.dtype))
+            expects = _describe_shapes(self.stage.intermediate_shapes(local, self.dtype))
         if expects is not None and self.connector:
             expects[SIDE_CHANNEL] = side
             received[SIDE_CHANNEL] = side

@@ -66,15 +66,15 @@ def load_cluster(path: Path | str) -> Cluster:
     if not isinstance(raw, dict):
         raise NodesError(f"{path}: a nodes file is a mapping (master_addr:, nodes:), got {type(raw).__name__}")
     try:
-        spec = NodesFile.model_validate(raw)
+        nodes_file = NodesFile.model_validate(raw)
     except ValidationError as exc:
         problems = "\n".join(f"  {'.'.join(map(str, e['loc'])) or '(top level)'}: {e['msg']}" for e in exc.errors())
         raise NodesError(f"{path}: invalid nodes file:\n{problems}") from None
-    names = [n.name for n in spec.nodes]
+    names = [n.name for n in nodes_file.nodes]
     if len(set(names)) != len(names):
         raise NodesError(f"{path}: nodes: names repeat: {names}")
-    nodes = tuple(Node(n.name, tuple(n.exec), n.devices, dict(n.env), n.shell) for n in spec.nodes)
-    return Cluster(nodes, spec.master_addr)
+    nodes = tuple(Node(n.name, tuple(n.exec), n.devices, dict(n.env), n.shell) for n in nodes_file.nodes)
+    return Cluster(nodes, nodes_file.master_addr)
 
 
 def cluster_from_env(cli_path: Path | None) -> Cluster | None:
