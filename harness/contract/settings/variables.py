@@ -23,7 +23,7 @@ class EnvValueError(ValueError):
 @dataclass(frozen=True)
 class Variable:
     name: str
-    # what its value is: path, int, number, switch (0 turns it off), text, spec
+    # what its value is: path, int, number, switch (0 turns it off), text, fault (a fault name@rank: raise@1)
     kind: str
     # as the user would write it; None: unset means "not given"
     default: str | None
@@ -172,7 +172,7 @@ RANK_HEARTBEAT_FILE = _declare("HARNESS_RANK_HEARTBEAT_FILE", "path", None, "a r
 RANK_OUTPUT_DIR = _declare("HARNESS_RANK_OUTPUT_DIR", "path", None,
                            "where an engine's own processes announce what they are doing (phases/doing-*.json)", "internal")
 LAUNCHER_PID = _declare("HARNESS_LAUNCHER_PID", "int", None, "the launcher a rank dies with", "internal")
-RANK_FAULT = _declare("HARNESS_RANK_FAULT", "spec", None,
+RANK_FAULT = _declare("HARNESS_RANK_FAULT", "fault", None,
                       "inject a failure into a rank, e.g. raise@1, hang@0 (the conformance kit's engine-agnostic fault)")
 VLLM_FAULTS = _declare("HARNESS_VLLM_FAULTS", "text", None, "the vLLM fault switches a driver arms, comma-separated", "internal")
 VLLM_COUNT_SP = _declare("HARNESS_VLLM_COUNT_SP", "switch", None,
