@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from harness.contract.rundir import new_run_id, run_id_problem, scenarios_root
-from harness.contract.settings.variables import CLUSTER, DEVICE, PYTEST_RUN_ID, EnvValueError, check_values
+from harness.contract.settings.variables import CLUSTER, DEVICE, PYTEST_RUN_ID, VariableValueError, check_values
 from harness.inputs.scenarios.loading import load_suite
 from harness.inputs.scenarios.scenario import expand
 from harness.inputs.scenarios.schema import ScenarioError
@@ -62,7 +62,7 @@ def pytest_configure(config):
     try:
         # every HARNESS_* value as set, before any item runs, as the CLI does
         check_values()
-    except EnvValueError as exc:
+    except VariableValueError as exc:
         raise pytest.UsageError(str(exc)) from None
     # the project's cache, read once, for every rank and xdist worker (as the CLI does)
     export_to_children()

@@ -49,12 +49,12 @@ def test_a_path_choice_is_an_interpreter_or_a_venv(tmp_path):
     ("", "empty"),
 ])
 def test_bad_choices_say_what_is_expected(text, message):
-    with pytest.raises(engine_envs.EnvError, match=message.replace(".", r"\.").replace("*", r"\*")):
+    with pytest.raises(engine_envs.EngineEnvError, match=message.replace(".", r"\.").replace("*", r"\*")):
         engine_envs.parse_engine_env(text)
 
 
 def test_a_directory_that_is_no_venv_is_refused(tmp_path):
-    with pytest.raises(engine_envs.EnvError, match="without bin/python"):
+    with pytest.raises(engine_envs.EngineEnvError, match="without bin/python"):
         engine_envs.parse_engine_env(str(tmp_path))
 
 
@@ -125,7 +125,7 @@ def test_an_environment_the_harness_did_not_build_has_its_own_identity(tmp_path,
     assert not engine_envs.built_by_harness(engine_envs.parse_engine_env(str(elsewhere / "python")), elsewhere / "python")
     # repro cannot guess such an environment from the id: it says so and asks for its path
     (s,) = select(load_scenarios([ROOT / "scenarios" / "vllm-llama.yaml"]), ["vllm-llama/tp1-pp2"])
-    with pytest.raises(engine_envs.EnvError, match="ran in an environment the harness did not build .* give --engine-env PATH"):
+    with pytest.raises(engine_envs.EngineEnvError, match="ran in an environment the harness did not build .* give --engine-env PATH"):
         engine_envs.in_environment(s, "vllm-llama/tp1-pp2@vllm-0.22.1-own-3f9a1c", None)
 
 
@@ -294,7 +294,7 @@ def test_repro_of_a_versioned_id_runs_in_that_release(monkeypatch):
     v = engine_envs.in_environment(s, "vllm-llama/tp1-pp2@vllm-0.21.0", None)
     assert asked[-1] == ["vllm==0.21.0"] and v.id == "vllm-llama/tp1-pp2@vllm-0.21.0"
     assert v.engine_options["python"] == "/envs/vllm-0.21.0/bin/python"
-    with pytest.raises(engine_envs.EnvError, match="runs vllm-llama/tp1-pp2@vllm-0.32.0, not vllm-llama/tp1-pp2@vllm-0.21.0"):
+    with pytest.raises(engine_envs.EngineEnvError, match="runs vllm-llama/tp1-pp2@vllm-0.32.0, not vllm-llama/tp1-pp2@vllm-0.21.0"):
         engine_envs.in_environment(s, "vllm-llama/tp1-pp2@vllm-0.21.0", "/some/venv/bin/python")
-    with pytest.raises(engine_envs.EnvError, match="names no release of engine 'vllm'"):
+    with pytest.raises(engine_envs.EngineEnvError, match="names no release of engine 'vllm'"):
         engine_envs.in_environment(s, "vllm-llama/tp1-pp2@sglang-1.0", None)

@@ -108,7 +108,7 @@ def test_an_install_that_fails_is_reported_as_a_failed_install(tmp_path, monkeyp
         def install_env(self, version, venv_dir, log):
             raise RuntimeError("no torch for you")
 
-    with pytest.raises(engine_envs.EnvError, match="^install failed: installing broken 1.0 failed: no torch for you"):
+    with pytest.raises(engine_envs.EngineEnvError, match="^install failed: installing broken 1.0 failed: no torch for you"):
         engine_envs.ensure_installed(Broken(), "broken", "1.0", say=lambda *_: None)
     assert not engine_envs.env_dir("broken", "1.0").exists() and envdir.log_of(engine_envs.env_dir("broken", "1.0")).exists()
 

@@ -18,7 +18,7 @@ from harness.cli import bisect, conformance, docs, durations, golden, init, inst
 from harness.contract import exit_codes
 from harness.contract.roots import export_to_children
 from harness.contract.settings.project import ProjectConfigError
-from harness.contract.settings.variables import EnvValueError, check_values
+from harness.contract.settings.variables import VariableValueError, check_values
 from harness.engines.launch import SigtermAsInterrupt
 from harness.inputs.scenarios.schema import ScenarioError
 from harness.run.plan.devices import DeviceError
@@ -67,13 +67,13 @@ def _main(argv: list[str] | None) -> int:
             # ranks start); before the export, which sets some for children
             check_values()
         export_to_children()
-    except (ProjectConfigError, EnvValueError) as exc:
+    except (ProjectConfigError, VariableValueError) as exc:
         print(f"harness: {exc}", file=sys.stderr)
         return exit_codes.USAGE
     try:
         if args.command == "bisect-step":
             return bisect.run_step(args)
         return COMMANDS[args.command].run(args)
-    except (ScenarioError, DeviceError, NodesError, EnvValueError, ProjectConfigError) as exc:
+    except (ScenarioError, DeviceError, NodesError, VariableValueError, ProjectConfigError) as exc:
         print(f"harness: {exc}", file=sys.stderr)
         return exit_codes.USAGE

@@ -38,7 +38,7 @@ def run(args) -> int:
     except NotImplementedError as exc:
         print(f"harness install: {exc}", file=sys.stderr)
         return exit_codes.USAGE
-    except (engine_envs.EnvError, RuntimeError, OSError) as exc:
+    except (engine_envs.EngineEnvError, RuntimeError, OSError) as exc:
         print(f"harness install: {exc}", file=sys.stderr)
         return exit_codes.NOT_AS_EXPECTED
     return exit_codes.OK

@@ -30,7 +30,7 @@ def run(args) -> int:
     try:
         scenario = engine_envs.in_environment(suites.find_one_in(suites.load(args, "harness repro"), args.id), args.id, args.engine_env)
         repro = write_repro(scenario, args.out, run_dir=args.run, report_dir=args.report_dir)
-    except (ReproError, engine_envs.EnvError, ScenarioError) as exc:
+    except (ReproError, engine_envs.EngineEnvError, ScenarioError) as exc:
         print(f"harness repro: {exc}", file=sys.stderr)
         return exit_codes.USAGE
     print(f"harness repro: wrote {repro.directory}: {repro.script.name}, {repro.report.name}"

@@ -58,7 +58,7 @@ def run(args) -> int:
             return exit_codes.USAGE
         try:
             selected = engine_envs.expand(selected, list(config.engine_envs))
-        except engine_envs.EnvError as exc:
+        except engine_envs.EngineEnvError as exc:
             print(f"harness: {exc}", file=sys.stderr)
             return exit_codes.USAGE
     config = replace(config, jobs=config.jobs or default_jobs())

@@ -39,7 +39,7 @@ from harness.engines import envdir
 from harness.inputs.scenarios.scenario import EngineVersion, Scenario, split_id
 
 
-class EnvError(ValueError):
+class EngineEnvError(ValueError):
     """A --engine-env that cannot be used; the message says why and what to give instead."""
 
 
@@ -63,23 +63,23 @@ ENGINE_ENV_HELP = ("a path to a Python interpreter or virtual environment (/venv
 
 
 def parse_engine_env(text: str) -> EngineEnvChoice:
-    """A --engine-env value; EnvError says what is wrong. A path must exist now."""
+    """A --engine-env value; EngineEnvError says what is wrong. A path must exist now."""
     text = text.strip()
     if not text:
-        raise EnvError(f"--engine-env: empty; expected {ENGINE_ENV_HELP}")
+        raise EngineEnvError(f"--engine-env: empty; expected {ENGINE_ENV_HELP}")
     if "/" in text or text.startswith(("~", ".")) or os.sep in text:
         return EngineEnvChoice(text, python=interpreter_of(Path(text).expanduser()))
     try:
         req = Requirement(text)
     except InvalidRequirement:
-        raise EnvError(f"--engine-env {text!r}: not a path (no such file here) nor a release; expected {ENGINE_ENV_HELP}") from None
+        raise EngineEnvError(f"--engine-env {text!r}: not a path (no such file here) nor a release; expected {ENGINE_ENV_HELP}") from None
     specifiers = list(req.specifier)
     if req.extras or req.marker or req.url or len(specifiers) != 1 or specifiers[0].operator not in ("==", "===") or "*" in specifiers[0].version:
-        raise EnvError(f"--engine-env {text!r}: a release names one exact version, ENGINE==VERSION (e.g. {req.name}==0.28.0)")
+        raise EngineEnvError(f"--engine-env {text!r}: a release names one exact version, ENGINE==VERSION (e.g. {req.name}==0.28.0)")
     try:
         version = str(Version(specifiers[0].version))
     except InvalidVersion:
-        raise EnvError(f"--engine-env {text!r}: {specifiers[0].version!r} is not a PEP 440 version") from None
+        raise EngineEnvError(f"--engine-env {text!r}: {specifiers[0].version!r} is not a PEP 440 version") from None
     return EngineEnvChoice(text, engine=req.name.lower(), version=version)
 
 
@@ -89,12 +89,12 @@ def interpreter_of(path: Path) -> Path:
     if path.is_dir():
         candidate = path / "bin" / "python"
         if not os.access(candidate, os.X_OK):
-            raise EnvError(f"--engine-env {path}: a directory without bin/python (not a virtual environment); expected {ENGINE_ENV_HELP}")
+            raise EngineEnvError(f"--engine-env {path}: a directory without bin/python (not a virtual environment); expected {ENGINE_ENV_HELP}")
         return candidate
     if not path.exists():
-        raise EnvError(f"--engine-env {path}: no such file or directory; expected {ENGINE_ENV_HELP}")
+        raise EngineEnvError(f"--engine-env {path}: no such file or directory; expected {ENGINE_ENV_HELP}")
     if not os.access(path, os.X_OK):
-        raise EnvError(f"--engine-env {path}: not an executable Python interpreter")
+        raise EngineEnvError(f"--engine-env {path}: not an executable Python interpreter")
     return path
 
 
@@ -156,7 +156,7 @@ def releases_between(available: list[str], low: str, high: str) -> list[str]:
 def ensure_installed(engine, engine_name: str, version: str, say=print) -> Path:
     """The interpreter of `engine_name==version`, installed first if it is not, once
     (harness/engines/envdir.py: a lock, the marker last, nothing but the log kept of a
-    failed install). EnvError: the install failed, with its log."""
+    failed install). EngineEnvError: the install failed, with its log."""
     python = installed_python(engine_name, version)
     venv = env_dir(engine_name, version)
     if python is not None:
@@ -169,10 +169,10 @@ def ensure_installed(engine, engine_name: str, version: str, say=print) -> Path:
         envdir.build_once(venv, f"{engine_name} {version}", lambda d, log: engine.install_env(version, d, log), say,
                           engine=engine_name, version=version)
     except envdir.BuildFailed as exc:
-        raise EnvError(f"install failed: {exc}") from None
+        raise EngineEnvError(f"install failed: {exc}") from None
     python = venv / "bin" / "python"
     if not os.access(python, os.X_OK):
-        raise EnvError(f"install failed: installing {engine_name} {version} left no interpreter at {python}; see "
+        raise EngineEnvError(f"install failed: installing {engine_name} {version} left no interpreter at {python}; see "
                        f"{envdir.log_of(venv)}")
     return python
 
@@ -220,16 +220,16 @@ def built_by_harness(choice: EngineEnvChoice, python: Path) -> bool:
 
 def resolve(choice: EngineEnvChoice, engine_name: str, say=print) -> EngineEnv:
     """Check that the engine can run in the environment (installing a release first)
-    and read its versions. EnvError: it cannot, and why."""
+    and read its versions. EngineEnvError: it cannot, and why."""
     from harness.engines import EngineUnavailable, get_engine
 
     try:
         engine = get_engine(engine_name)
     except EngineUnavailable as exc:
-        raise EnvError(str(exc)) from None
+        raise EngineEnvError(str(exc)) from None
     if choice.version is not None:  # a release
         if choice.engine not in {engine_name, (engine.distribution() or "").lower()}:
-            raise EnvError(f"--engine-env {choice.text} is a release of '{choice.engine}'; the chosen scenarios run on engine "
+            raise EngineEnvError(f"--engine-env {choice.text} is a release of '{choice.engine}'; the chosen scenarios run on engine "
                            f"'{engine_name}' (give {engine_name}==VERSION)")
         if installed_python(engine_name, choice.version) is None:
             check_release(engine, engine_name, choice.version)
@@ -237,18 +237,18 @@ def resolve(choice: EngineEnvChoice, engine_name: str, say=print) -> EngineEnv:
         try:
             python = ensure_installed(engine, engine_name, choice.version, say)
         except (RuntimeError, OSError) as exc:  # NotImplementedError is a RuntimeError
-            raise EnvError(f"--engine-env {choice.text}: {exc}") from None
+            raise EngineEnvError(f"--engine-env {choice.text}: {exc}") from None
     else:
         assert choice.python is not None, "a choice that is not a release is a path to its interpreter"
         python = choice.python
     if not takes_python(engine):
-        raise EnvError(f"--engine-env {choice.text}: engine '{engine_name}' runs in the harness's own interpreter and takes "
+        raise EngineEnvError(f"--engine-env {choice.text}: engine '{engine_name}' runs in the harness's own interpreter and takes "
                        "no other environment (engines that do: vllm, hf; engine_options.python)")
     engine.configure({"python": str(python)})
     try:
         versions = engine.versions()
     except EngineUnavailable as exc:
-        raise EnvError(f"--engine-env {choice.text}: {exc}") from None
+        raise EngineEnvError(f"--engine-env {choice.text}: {exc}") from None
     return EngineEnv(choice.text, engine_name, Path(python), versions,
                      label_of(engine, versions, built_by_harness(choice, Path(python))))
 
@@ -271,12 +271,12 @@ def check_release(engine, engine_name: str, version: str) -> None:
     """Before installing: the engine can install releases, and this one is on the index."""
     distribution = engine.distribution()
     if not installs_releases(engine) or distribution is None:
-        raise EnvError(f"engine '{engine_name}' cannot install releases (it does not declare installs-releases); give "
+        raise EngineEnvError(f"engine '{engine_name}' cannot install releases (it does not declare installs-releases); give "
                        "--engine-env a path to a Python interpreter with the version installed")
     available = available_releases(distribution)
     if version not in available:
         near = ", ".join(available[-8:]) or "none found (is the index reachable?)"
-        raise EnvError(f"{distribution} {version} is not on the package index (`pip index versions {distribution}`; "
+        raise EngineEnvError(f"{distribution} {version} is not on the package index (`pip index versions {distribution}`; "
                        f"newest: {near})")
 
 
@@ -292,7 +292,7 @@ def versioned(scenario: Scenario, env: EngineEnv) -> Scenario:
 def in_environment(scenario: Scenario, asked_id: str, engine_env: str | None, say=print) -> Scenario:
     """The scenario as `harness repro` reproduces it: in the environment `engine_env` (an --engine-env value) names, or
     for an id tagged `@<engine>-<version>` (a versioned run's) in that release, installed
-    if it is not; the plain scenario when neither is given. EnvError: the environment
+    if it is not; the plain scenario when neither is given. EngineEnvError: the environment
     cannot be had, or it is another version than the id's."""
     label = split_id(asked_id)[1]
     if engine_env is None and not label:
@@ -300,16 +300,16 @@ def in_environment(scenario: Scenario, asked_id: str, engine_env: str | None, sa
     engine = scenario.suite.engine
     if engine_env is None:
         if f"-{OWN_ENV}-" in label:
-            raise EnvError(f"'{asked_id}' ran in an environment the harness did not build (@{label}: its versions differ "
+            raise EngineEnvError(f"'{asked_id}' ran in an environment the harness did not build (@{label}: its versions differ "
                            "from the release's own environment, or it was given by path); give --engine-env PATH of that "
                            "environment to reproduce in it (its label must come out the same)")
         version = label.removeprefix(f"{engine}-")
         if version == label:
-            raise EnvError(f"'{asked_id}': the tag @{label} names no release of engine '{engine}'; give --engine-env ENGINE_ENV")
+            raise EngineEnvError(f"'{asked_id}': the tag @{label} names no release of engine '{engine}'; give --engine-env ENGINE_ENV")
         engine_env = f"{engine}=={version}"
     (versioned,) = expand([scenario], [engine_env], say)
     if label and versioned.id != asked_id:
-        raise EnvError(f"--engine-env {engine_env} runs {versioned.id}, not {asked_id}")
+        raise EngineEnvError(f"--engine-env {engine_env} runs {versioned.id}, not {asked_id}")
     return versioned
 
 
@@ -327,7 +327,7 @@ def default_python(scenario) -> str | None:
 
 
 def expand(scenarios: list, engine_envs: list[str], say=print) -> list:
-    """Every scenario once per environment (environments in the order given). EnvError
+    """Every scenario once per environment (environments in the order given). EngineEnvError
     before anything runs when an ENGINE_ENV cannot be used."""
     parsed = [parse_engine_env(s) for s in engine_envs]
     engines = sorted({s.suite.engine for s in scenarios})
@@ -338,7 +338,7 @@ def expand(scenarios: list, engine_envs: list[str], say=print) -> list:
         dupes = sorted({lab for lab in labels if labels.count(lab) > 1})
         if dupes:
             same = [e.given for e in resolved if e.label in dupes]
-            raise EnvError(f"--engine-env {', '.join(same)}: the same engine version ({', '.join(dupes)}) twice")
+            raise EngineEnvError(f"--engine-env {', '.join(same)}: the same engine version ({', '.join(dupes)}) twice")
         envs[name] = resolved
     for resolved in envs.values():
         for e in resolved:

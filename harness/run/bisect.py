@@ -305,7 +305,7 @@ def bisect_releases(scenario: Scenario, good: str, bad: str, work_dir: Path, ctx
     def run(version: str) -> tuple[Verdict, Scenario, Path]:
         try:
             env = engine_envs.resolve(engine_envs.EngineEnvChoice(f"{engine_name}=={version}", engine=engine_name, version=version), engine_name, say)
-        except engine_envs.EnvError as exc:
+        except engine_envs.EngineEnvError as exc:
             # a release that does not install: the step says nothing of the engine (skip)
             return (Verdict(scenario.id, "error", f"{engine_name} {version}: {exc}", error={"install_failed": True, "exception": str(exc)}),
                     scenario, work_dir)

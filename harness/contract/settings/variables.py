@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 
-class EnvValueError(ValueError):
+class VariableValueError(ValueError):
     """A variable set to a value of the wrong kind; the message names it and what it takes."""
 
 
@@ -85,7 +85,7 @@ class Variable:
         if value is None:
             return None
         if not value.strip().isdigit() or int(value) < minimum:
-            raise EnvValueError(f"{self.name}={value!r}: expected an integer >= {minimum}")
+            raise VariableValueError(f"{self.name}={value!r}: expected an integer >= {minimum}")
         return int(value)
 
     def number(self) -> float | None:
@@ -95,7 +95,7 @@ class Variable:
         try:
             return float(value)
         except ValueError:
-            raise EnvValueError(f"{self.name}={value!r}: expected a number") from None
+            raise VariableValueError(f"{self.name}={value!r}: expected a number") from None
 
     def set(self, value: str) -> None:
         """For the children of this process (ranks, engine processes) to read."""
@@ -118,10 +118,10 @@ def _declare(name: str, kind: str, default: str | None, doc: str, who: str = "us
 
 
 def check_values(who: tuple[str, ...] = ("user",)) -> None:
-    """Every variable set for people and CI, checked at once: EnvValueError naming each bad one."""
+    """Every variable set for people and CI, checked at once: VariableValueError naming each bad one."""
     problems = [p for v in VARIABLES.values() if v.who in who and (p := v.problem())]
     if problems:
-        raise EnvValueError("; ".join(problems) + ("" if len(problems) == 1 else f" ({len(problems)} variables)")
+        raise VariableValueError("; ".join(problems) + ("" if len(problems) == 1 else f" ({len(problems)} variables)")
                             + " (`harness env` lists them with what each takes)")
 
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.contract.roots import reports_dir
-from harness.contract.settings.variables import JOBS, EnvValueError
+from harness.contract.settings.variables import JOBS, VariableValueError
 from harness.engines.launch import Cluster
 from harness.inputs.scenarios.request import RunConfig
 from harness.inputs.scenarios.scenario import Scenario
@@ -47,7 +47,7 @@ class RunPlan:
 def default_jobs() -> int:
     try:
         return JOBS.integer() or 1
-    except EnvValueError as exc:
+    except VariableValueError as exc:
         raise ScenarioError(str(exc)) from None
 
 
