@@ -70,7 +70,7 @@ QWEN3 = {"model_type": "qwen3", "architectures": ["Qwen3ForCausalLM"], "hidden_s
      "no tensor-parallel plan (base_model_tp_plan) for GPT2LMHeadModel"),
 ])
 def test_unsupported_settings_say_why(tmp_path, settings, model, reason):
-    model_dir = str(write_config(tmp_path / "model", **model)) if model else None  # a str, as RunSpec.model_dir
+    model_dir = str(write_config(tmp_path / "model", **model)) if model else None  # a str, as RunBrief.model_dir
     found = the_engine().unsupported_reason(settings, model_dir)
     assert (found is None) if reason is None else (reason in (found or "")), found
 
