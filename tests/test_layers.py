@@ -45,6 +45,9 @@ SUBLAYERS = {
         "settings": 0,
         "jsonfile": 0,  # reading back the JSON files the harness writes, their shapes checked
         "exit_codes": 0, "provenance": 0, "plugins": 0, "rundir": 0,
+        # torchvision's C-op imports answered when the ops cannot load (stdlib only: `import
+        # harness` installs it, the tiny-model builder loads it by path)
+        "torchvision_guard": 0,
         # what an engine's ranks import: the run brief, the outputs, the launch plan, the axes
         "axes": 0, "batching": 0, "phases": 0, "plain": 0, "storage": 0, "applied": 0,
         "roots": 1, "verdict": 1, "launchplan": 1, "outputs": 1, "runbrief": 1,

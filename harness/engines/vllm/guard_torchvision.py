@@ -5,6 +5,11 @@ which register fakes for its C ops and fail when the wheel's ops cannot load (a 
 wheel beside CPU torch). Guarding that import with `extension._has_ops()` leaves the
 Python-only parts (transforms, io) working, which is all Qwen-VL's processor needs.
 Idempotent: a guarded file is left alone.
+
+Only for the environments the harness makes for itself (.venv-vllm, released vLLMs:
+releases.py), where vLLM's processes and the standalone repro scripts import torchvision
+without the harness. The harness's own environment is the user's and is never edited:
+there harness/contract/torchvision_guard.py does the same at import time.
 """
 
 import importlib.util

@@ -41,6 +41,13 @@ from harness.contract.roots import cache_dir
 from harness.inputs.models.identity import checkpoint_digest
 
 TINY_BUILDER = Path(__file__).with_name("tiny.py")
+# tiny.py runs as a script (no harness import): the torchvision guard is loaded by its path first
+TORCHVISION_GUARD = Path(__file__).parents[2] / "contract" / "torchvision_guard.py"
+_BUILDER_BOOT = ("import importlib.util, runpy, sys\n"
+                 "spec = importlib.util.spec_from_file_location('torchvision_guard', sys.argv[1])\n"
+                 "guard = importlib.util.module_from_spec(spec); spec.loader.exec_module(guard); guard.install()\n"
+                 "sys.argv = sys.argv[2:]; sys.path.insert(0, sys.argv[0].rpartition('/')[0])\n"
+                 "runpy.run_path(sys.argv[0], run_name='__main__')")
 TINY_BUILDER_FILES = (TINY_BUILDER, *(Path(__file__).with_name(f) for f in ("tiny_mm.py", "tiny_vllm.py")))  # what the build runs
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json")
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json")
@@ -283,7 +290,7 @@ def _corpus_digest() -> str:
 
 def _run_builder(ref: ArchModel, python: str, target: Path) -> None:
     staging = Path(tempfile.mkdtemp(prefix=f".{ref.arch}-", dir=target.parent))
-    argv = [python, str(TINY_BUILDER), "--arch", ref.arch, "--seed", str(ref.seed),
+    argv = [python, "-c", _BUILDER_BOOT, str(TORCHVISION_GUARD), str(TINY_BUILDER), "--arch", ref.arch, "--seed", str(ref.seed),
             "--overrides", json.dumps(ref.overrides), "--extra-config", json.dumps(ref.extra_config), "--corpus", str(_corpus()), "--out", str(staging)]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_HUB_DISABLE_PROGRESS_BARS": "1",
            "TQDM_DISABLE": "1", "OMP_NUM_THREADS": "1"}
