@@ -128,7 +128,7 @@ install-vllm:
 	$(HARNESS) install vllm
 
 test-vllm:
-	HARNESS_TEST_VLLM=1 $(PYTEST) tests/test_vllm.py tests/test_vllm_repro.py -rs
+	HARNESS_TEST_VLLM=1 $(PYTEST) tests/test_vllm.py tests/test_vllm_repro.py tests/test_wheel_vllm.py -rs
 	$(HARNESS) run --gate vllm
 
 # An old vLLM release through the harness's own install (not in .ci/run: its torch 2.11

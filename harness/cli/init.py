@@ -39,8 +39,8 @@ def run(args) -> int:
         print(f"added to {done.gitignore}: {', '.join(done.ignored)}")
     root = args.dir.resolve()
     golden = project(root).golden / done.suite  # as the config says, not a fixed golden/
-    print(f"next: `harness golden {done.suite}` (commit {_shown(golden, root)}), then `harness run {done.suite}` "
-          f"or `pytest {_shown(done.scenario_file.parent, root)}/`")
+    print(f"next: `harness golden {done.suite}` (commit {_shown(golden, root)}), then the PR gate: `harness run --gate pr` "
+          f"or `pytest -m pr` (the same scenarios; `harness run {done.suite}` or `pytest {_shown(done.scenario_file.parent, root)}/`: all of them)")
     return exit_codes.OK
 
 
