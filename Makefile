@@ -61,6 +61,7 @@ install:
 
 lint:
 	$(PYTHON) -m ruff check harness tests bench tools examples
+	$(PYTHON) -m ruff format --check harness tests bench tools examples
 	$(PYTHON) -m mypy
 
 test:
