@@ -39,8 +39,11 @@ def load_verdicts(run_dirs: list[Path], suites: list[str] | None = None) -> dict
 def cell(verdict: dict | None) -> str:
     if verdict is None:
         return "not run"
-    worst = [c["metrics"]["max_abs_dlogprob"] for c in verdict.get("checks") or []
-             if c.get("kind") == "logprobs" and "max_abs_dlogprob" in c.get("metrics", {})]
+    worst = [
+        c["metrics"]["max_abs_dlogprob"]
+        for c in verdict.get("checks") or []
+        if c.get("kind") == "logprobs" and "max_abs_dlogprob" in c.get("metrics", {})
+    ]
     metric = f"{worst[0]:.1e}, " if worst else ""
     return f"{verdict['verdict']} ({metric}{verdict.get('duration_s', 0):.0f}s)"
 

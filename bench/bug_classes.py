@@ -23,11 +23,21 @@ from harness.contract.rundir import run_meta_path, verdict_files  # noqa: E402
 from harness.contract.verdict import Verdict  # noqa: E402
 from harness.run.report.markdown import where_diverged  # noqa: E402
 
-FAULTS = [None, "pp-buffer-missing-key", "pp-drop-kv-connector-output", "pp-drop-per-layer-inputs",
-          "sp-residual-first-shard", "compile-warmup-without-images",
-          # the bug classes of expert parallelism, chunked prefill, prefix caching, speculative decoding
-          "ep-expert-map-ignored", "ep-dispatch-drop-token", "chunked-prefill-drops-kv", "prefix-cache-skips-stage",
-          "spec-accepts-unverified-draft", "dp-merge-misorders"]
+FAULTS = [
+    None,
+    "pp-buffer-missing-key",
+    "pp-drop-kv-connector-output",
+    "pp-drop-per-layer-inputs",
+    "sp-residual-first-shard",
+    "compile-warmup-without-images",
+    # the bug classes of expert parallelism, chunked prefill, prefix caching, speculative decoding
+    "ep-expert-map-ignored",
+    "ep-dispatch-drop-token",
+    "chunked-prefill-drops-kv",
+    "prefix-cache-skips-stage",
+    "spec-accepts-unverified-draft",
+    "dp-merge-misorders",
+]
 
 
 def cause(v: Verdict) -> str:

@@ -28,9 +28,11 @@ def suite_rows(names: list[str]) -> list[str]:
     for s in load_scenarios():
         if not names or s.suite.suite in names:
             by_suite.setdefault(s.suite.suite, []).append(s)
-    lines = ["| suite | engine | kind | scenarios | as the suite asks: covered / feasible (excluded) "
-             "| pairs covered / feasible (excluded) | triples covered / feasible (excluded) |",
-             "|---|---|---|---|---|---|---|"]
+    lines = [
+        "| suite | engine | kind | scenarios | as the suite asks: covered / feasible (excluded) "
+        "| pairs covered / feasible (excluded) | triples covered / feasible (excluded) |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for name, scenarios in sorted(by_suite.items()):
         suite = scenarios[0].suite
         plain = suite.model_copy(update={"covering": None})  # the plain t-way count, whatever the suite asks
@@ -42,7 +44,11 @@ def suite_rows(names: list[str]) -> list[str]:
         for t in (2, 3):
             got = coverage(plain, [s.settings for s in scenarios], rules, t)
             cells.append(f"{got.covered} / {got.feasible} ({got.required - got.feasible})")
-        kind = f"covering {suite.covering.strength}" + ("+groups" if suite.covering.groups else "") if suite.covering else "full product"
+        kind = (
+            f"covering {suite.covering.strength}" + ("+groups" if suite.covering.groups else "")
+            if suite.covering
+            else "full product"
+        )
         lines.append(f"| {name} | {suite.engine} | {kind} | {len(scenarios)} | {' | '.join(cells)} |")
     return lines
 
@@ -56,9 +62,11 @@ def together(names: list[str], strength: int = 3) -> str:
         if s.suite.suite in names:
             by_suite.setdefault(s.suite.suite, []).append(s)
     got = coverage_together(by_suite, strength)
-    return (f"{' + '.join(by_suite)} together: {sum(len(ss) for ss in by_suite.values())} scenarios; {strength}-way of "
-            f"axis values: {got.covered} covered / {got.feasible} feasible ({got.required - got.feasible} excluded), "
-            f"{len(got.missed)} feasible and not run")
+    return (
+        f"{' + '.join(by_suite)} together: {sum(len(ss) for ss in by_suite.values())} scenarios; {strength}-way of "
+        f"axis values: {got.covered} covered / {got.feasible} feasible ({got.required - got.feasible} excluded), "
+        f"{len(got.missed)} feasible and not run"
+    )
 
 
 def nondefault_pairs(engine: str) -> str:
@@ -73,18 +81,26 @@ def nondefault_pairs(engine: str) -> str:
         for a, v in on:
             values.setdefault(a, set()).add(v)
         met |= {frozenset(p) for p in itertools.combinations(on, 2) if p[0][0] != p[1][0]}
-    every = {frozenset(((a, v), (b, w))) for a, b in itertools.combinations(sorted(values), 2)
-             for v in values[a] for w in values[b]}
+    every = {
+        frozenset(((a, v), (b, w))) for a, b in itertools.combinations(sorted(values), 2) for v in values[a] for w in values[b]
+    }
     never = sorted(" + ".join(f"{a}={v}" for a, v in sorted(p)) for p in every - met)
-    return (f"{engine}: {len(scenarios)} scenarios; {len(met & every)} of {len(every)} pairs of non-default axis values "
-            f"meet; never: {', '.join(never) or 'none'}")
+    return (
+        f"{engine}: {len(scenarios)} scenarios; {len(met & every)} of {len(every)} pairs of non-default axis values "
+        f"meet; never: {', '.join(never) or 'none'}"
+    )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("suites", nargs="*")
-    parser.add_argument("--together", action="append", default=[], metavar="A,B",
-                        help="suites of one engine counted as one set (e.g. vllm-features,vllm-moe)")
+    parser.add_argument(
+        "--together",
+        action="append",
+        default=[],
+        metavar="A,B",
+        help="suites of one engine counted as one set (e.g. vllm-features,vllm-moe)",
+    )
     args = parser.parse_args()
     print("\n".join(suite_rows(args.suites)))
     print()

@@ -33,8 +33,11 @@ def load(run_dirs: list[Path], suites: list[str] | None) -> dict[str, dict]:
 
 
 def max_dlogprob(verdict: dict) -> str:
-    values = [c["metrics"]["max_abs_dlogprob"] for c in verdict.get("checks") or []
-              if c.get("kind") == "logprobs" and "max_abs_dlogprob" in (c.get("metrics") or {})]
+    values = [
+        c["metrics"]["max_abs_dlogprob"]
+        for c in verdict.get("checks") or []
+        if c.get("kind") == "logprobs" and "max_abs_dlogprob" in (c.get("metrics") or {})
+    ]
     return f"{max(values):.2e}" if values else "-"
 
 

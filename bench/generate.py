@@ -55,11 +55,18 @@ def run_reference(workload: dict, out: Path) -> dict:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    os.environ.update({"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1",
-                       "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)})
+    os.environ.update(
+        {
+            "RANK": "0",
+            "WORLD_SIZE": "1",
+            "LOCAL_RANK": "0",
+            "LOCAL_WORLD_SIZE": "1",
+            "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": str(port),
+        }
+    )
     settings = {"tp": 1, "pp": 1, "sp": False, "compile": False}
-    brief = RunBrief("bench/generate", "reference", str(model_dir("tiny-llama")), "float32", settings,
-                   [workload], str(out))
+    brief = RunBrief("bench/generate", "reference", str(model_dir("tiny-llama")), "float32", settings, [workload], str(out))
     t0 = time.perf_counter()
     run(brief)
     wall = time.perf_counter() - t0
@@ -80,13 +87,21 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         stop = []
         if "stop" in args.runs:
-            pilot = run_reference({"name": "pilot", "kind": "generate", "prompts": prompts[:8],
-                                   "max_new_tokens": min(args.max_new, 64)}, Path(tmp) / "pilot")
+            pilot = run_reference(
+                {"name": "pilot", "kind": "generate", "prompts": prompts[:8], "max_new_tokens": min(args.max_new, 64)},
+                Path(tmp) / "pilot",
+            )
             counts = collections.Counter(t for t in pilot["fields"]["tokens"].flatten().tolist() if t >= 0)
             stop = [[counts.most_common(1)[0][0]]]
         for i, name in enumerate(args.runs):
-            w = {"name": "eval_gsm8k", "kind": "generate", "prompts": prompts, "max_new_tokens": args.max_new,
-                 "stop": stop if name == "stop" else [], "eos_token_id": None}
+            w = {
+                "name": "eval_gsm8k",
+                "kind": "generate",
+                "prompts": prompts,
+                "max_new_tokens": args.max_new,
+                "stop": stop if name == "stop" else [],
+                "eos_token_id": None,
+            }
             r = run_reference(w, Path(tmp) / f"run{i}")
             gen = int(r["fields"]["lengths"].sum())
             stopped = int((r["fields"]["lengths"] < args.max_new).sum())
@@ -95,10 +110,14 @@ def main() -> None:
 
     import torch
 
-    print(f"### GSM8K-sized generate, {len(prompts)} prompts of {min(lens)}-{max(lens)} tokens "
-          f"(mean {sum(lens) / len(lens):.0f}), max_new_tokens {args.max_new}, "
-          f"{time.strftime('%Y-%m-%d')}, {platform.machine()} {os.cpu_count()} cores, torch {torch.__version__}\n")
-    print("| run | stop | generated tokens | sequences stopped early | run (s) | generated tok/s | wall incl. load + warm-up (s) |")
+    print(
+        f"### GSM8K-sized generate, {len(prompts)} prompts of {min(lens)}-{max(lens)} tokens "
+        f"(mean {sum(lens) / len(lens):.0f}), max_new_tokens {args.max_new}, "
+        f"{time.strftime('%Y-%m-%d')}, {platform.machine()} {os.cpu_count()} cores, torch {torch.__version__}\n"
+    )
+    print(
+        "| run | stop | generated tokens | sequences stopped early | run (s) | generated tok/s | wall incl. load + warm-up (s) |"
+    )
     print("|---|---|---|---|---|---|---|")
     for name, stop_ids, gen, stopped, run_s, wall in rows:
         print(f"| {name} | {stop_ids or '-'} | {gen} | {stopped} | {run_s:.1f} | {gen / run_s:.0f} | {wall:.1f} |")

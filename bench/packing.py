@@ -77,8 +77,9 @@ def simulate(scenarios, durations, devices: int, scale: float, order=None) -> fl
         with tempfile.TemporaryDirectory() as tmp:
             pool = DevicePool(devices, "cpu", lock_dir=Path(tmp) / "locks")
             start = time.monotonic()
-            session._run_packed(scenarios, Path(tmp), RunContext(devices=pool), Quiet(), devices,
-                                costs(scenarios, durations), run=run)
+            session._run_packed(
+                scenarios, Path(tmp), RunContext(devices=pool), Quiet(), devices, costs(scenarios, durations), run=run
+            )
             return (time.monotonic() - start) / scale
     finally:
         session.largest_first = saved
@@ -100,8 +101,10 @@ def main() -> None:
     total = sum(c.device_seconds for c in cost.values())
     packed = simulate(scenarios, durations, args.devices, args.scale)
     in_order = simulate(scenarios, durations, args.devices, args.scale, order=lambda sc, c: list(sc))
-    print(f"### {len(scenarios)} scenarios on {args.devices} simulated devices, {time.strftime('%Y-%m-%d')}, "
-          f"{platform.machine()} {os.cpu_count()} cores\n")
+    print(
+        f"### {len(scenarios)} scenarios on {args.devices} simulated devices, {time.strftime('%Y-%m-%d')}, "
+        f"{platform.machine()} {os.cpu_count()} cores\n"
+    )
     print(f"Total {total:.0f} device-seconds; lower bound {bound:.1f} s.\n")
     print("| order | makespan (s) | makespan / lower bound |\n|---|---|---|")
     print(f"| largest-first (harness) | {packed:.1f} | **{packed / bound:.3f}** |")
@@ -111,8 +114,10 @@ def main() -> None:
         shards = split_shards(scenarios, n, cost)
         loads = [sum(cost[s.id].device_seconds for s in shard) for shard in shards]
         spans = [simulate(shard, durations, args.devices, args.scale) for shard in shards]
-        print(f"| {n} | {' / '.join(f'{x:.0f}' for x in loads)} | {' / '.join(f'{x:.1f}' for x in spans)} | "
-              f"{max(spans) / (sum(spans) / n):.3f} |")
+        print(
+            f"| {n} | {' / '.join(f'{x:.0f}' for x in loads)} | {' / '.join(f'{x:.1f}' for x in spans)} | "
+            f"{max(spans) / (sum(spans) / n):.3f} |"
+        )
 
 
 if __name__ == "__main__":

@@ -70,8 +70,11 @@ def breakdown_lines(timed: list[dict], report_s: float, wall_s: float) -> list[s
     for name, seconds in [*gate["phases"].items(), ("report", report_s)]:
         kind = "engine" if name in timings.ENGINE_PHASES else "wait" if name == "wait" else "harness"
         lines.append(f"| {name} ({kind}) | {seconds:.1f} | {100 * seconds / wall_s:.1f}% |")
-    lines += [f"| **engine** | **{gate['engine_s']:.1f}** | {100 * gate['engine_s'] / wall_s:.1f}% |",
-              f"| **harness's own** | **{own:.1f}** | **{100 * own / wall_s:.1f}%** |", ""]
+    lines += [
+        f"| **engine** | **{gate['engine_s']:.1f}** | {100 * gate['engine_s'] / wall_s:.1f}% |",
+        f"| **harness's own** | **{own:.1f}** | **{100 * own / wall_s:.1f}%** |",
+        "",
+    ]
     return lines
 
 
@@ -111,8 +114,14 @@ def compile_cache(root: Path):
     """Every rank's compile cache (inductor, triton, vLLM) under `root`: a fresh root is a
     cold cache, the same root again a warm one. Set in this process's environment, which
     the ranks inherit (harness/engines/compile_cache.py leaves variables a user set alone)."""
-    return mock.patch.dict(os.environ, {"TORCHINDUCTOR_CACHE_DIR": str(root / "inductor"),
-                                        "TRITON_CACHE_DIR": str(root / "triton"), "VLLM_CACHE_ROOT": str(root / "vllm")})
+    return mock.patch.dict(
+        os.environ,
+        {
+            "TORCHINDUCTOR_CACHE_DIR": str(root / "inductor"),
+            "TRITON_CACHE_DIR": str(root / "triton"),
+            "VLLM_CACHE_ROOT": str(root / "vllm"),
+        },
+    )
 
 
 def measure(scenarios, work: Path, live: bool) -> dict:
@@ -133,8 +142,10 @@ def measure(scenarios, work: Path, live: bool) -> dict:
 
 def table(scenarios, result: dict, live: bool) -> list[str]:
     cols = [(w, c) for c in ("cold", "warm") for w in (("live", "harness") if live else ("harness",))]
-    lines = ["| scenario | " + " | ".join(f"{w} {c} (s)" for w, c in cols) + " | verdicts (harness warm) |",
-             "|---|" + "---|" * len(cols) + "---|"]
+    lines = [
+        "| scenario | " + " | ".join(f"{w} {c} (s)" for w, c in cols) + " | verdicts (harness warm) |",
+        "|---|" + "---|" * len(cols) + "---|",
+    ]
     for s in scenarios:
         cells = [f"{result[k][1][s.id][0]:.1f}" for k in cols]
         lines.append(f"| `{s.id}` | " + " | ".join(cells) + f" | {result[('harness', 'warm')][1][s.id][1]} |")
@@ -144,13 +155,17 @@ def table(scenarios, result: dict, live: bool) -> list[str]:
 
 def ratios(result: dict, live: bool) -> list[str]:
     cold = result[("harness", "cold")][0]
-    lines = [f"- cold-cache PR gate: {cold:.1f} s = **{cold / COLD_BASELINE_S:.2f}x** the {COLD_BASELINE_S:.0f} s "
-             "it took before the compile cache and the rank pool (target: at most 0.6x)"]
+    lines = [
+        f"- cold-cache PR gate: {cold:.1f} s = **{cold / COLD_BASELINE_S:.2f}x** the {COLD_BASELINE_S:.0f} s "
+        "it took before the compile cache and the rank pool (target: at most 0.6x)"
+    ]
     if live:
         for state in ("cold", "warm"):
             ours, theirs = result[("harness", state)][0], result[("live", state)][0]
             target = " (target: at most 0.4x)" if state == "warm" else ""
-            lines.append(f"- {state} cache: harness vs golden / live re-run = {ours:.1f} / {theirs:.1f} s = **{ours / theirs:.2f}x**{target}")
+            lines.append(
+                f"- {state} cache: harness vs golden / live re-run = {ours:.1f} / {theirs:.1f} s = **{ours / theirs:.2f}x**{target}"
+            )
     return lines
 
 

@@ -38,8 +38,12 @@ def ray_overhead(run_dir: Path) -> str:
 
 def run(ids: list[str], reports: Path, extra: list[str]) -> tuple[float, dict]:
     start = time.monotonic()
-    done = subprocess.run([sys.executable, "-m", "harness", "run", *ids, "--report-dir", str(reports), "--run-id", "bench",
-                           *extra], cwd=ROOT, capture_output=True, text=True)
+    done = subprocess.run(
+        [sys.executable, "-m", "harness", "run", *ids, "--report-dir", str(reports), "--run-id", "bench", *extra],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
     wall = time.monotonic() - start
     if done.returncode != 0:
         print(done.stdout[-3000:], done.stderr[-3000:], file=sys.stderr)
@@ -75,8 +79,11 @@ def main() -> None:
     finally:
         cluster.shutdown()
     local = results["local (--jobs 4)"][1]
-    dirs = {"local (--jobs 4)": "local_(--jobs_4)", "--cluster ray:local": "--cluster_raylocal",
-            "--cluster two nodes x 2 slots": "two-nodes"}
+    dirs = {
+        "local (--jobs 4)": "local_(--jobs_4)",
+        "--cluster ray:local": "--cluster_raylocal",
+        "--cluster two nodes x 2 slots": "two-nodes",
+    }
     print(f"| way | wall s | {' | '.join(args.ids)} | Ray overhead per scenario, s | metrics as local |")
     print(f"|---|---|{'---|' * len(args.ids)}---|---|")
     for name, (wall, verdicts) in results.items():

@@ -62,8 +62,7 @@ def table(cells: dict[tuple[str, str], dict]) -> list[str]:
     scenarios = sorted({s for s, _ in cells})
     releases = sorted({r for _, r in cells}, key=Version)
     notes: dict[str, int] = {}  # cause -> its number
-    lines = ["| scenario | " + " | ".join(f"`{r}`" for r in releases) + " |",
-             "|---|" + "---|" * len(releases)]
+    lines = ["| scenario | " + " | ".join(f"`{r}`" for r in releases) + " |", "|---|" + "---|" * len(releases)]
     for scenario in scenarios:
         row = []
         for release in releases:

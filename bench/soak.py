@@ -68,8 +68,13 @@ LOAD_SAMPLE_S = 5.0
 
 
 def machine() -> dict:
-    return {"nproc": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version(),
-            "commit": _git("rev-parse", "--short", "HEAD"), "dirty": bool(_git("status", "--porcelain", "--untracked-files=no"))}
+    return {
+        "nproc": os.cpu_count(),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "commit": _git("rev-parse", "--short", "HEAD"),
+        "dirty": bool(_git("status", "--porcelain", "--untracked-files=no")),
+    }
 
 
 def _git(*args: str) -> str:
@@ -96,6 +101,7 @@ def load1() -> float:
 
 # gates ------------------------------------------------------------------------------
 
+
 def verdict_counts(run_dir: Path) -> tuple[Counter, list[str], list[str]]:
     """(verdict counts, scenarios not as expected, planned scenarios with no verdict)."""
     counts: Counter = Counter()
@@ -115,12 +121,27 @@ def cmd_gates(args) -> int:
     reports = out / "reports"
     reports.mkdir(parents=True, exist_ok=True)
     results = []
-    print(f"{'gate':>4} {'exit':>4} {'wall_s':>7} {'load1':>6} {'mean':>5} {'max':>5}  {'pass':>4} {'fail':>4} {'error':>5} {'crash':>5} {'hang':>4} "
-          f"{'unsup':>5} {'xfail':>5}  false alarm", flush=True)
+    print(
+        f"{'gate':>4} {'exit':>4} {'wall_s':>7} {'load1':>6} {'mean':>5} {'max':>5}  {'pass':>4} {'fail':>4} {'error':>5} {'crash':>5} {'hang':>4} "
+        f"{'unsup':>5} {'xfail':>5}  false alarm",
+        flush=True,
+    )
     for i in range(1, args.count + 1):
         run_id = f"soak-gate-{i}"
-        cmd = [sys.executable, "-m", "harness", "run", "--gate", args.gate, "--jobs", str(args.jobs),
-               "--report-dir", str(reports), "--run-id", run_id]
+        cmd = [
+            sys.executable,
+            "-m",
+            "harness",
+            "run",
+            "--gate",
+            args.gate,
+            "--jobs",
+            str(args.jobs),
+            "--report-dir",
+            str(reports),
+            "--run-id",
+            run_id,
+        ]
         load_before, start, loads = load1(), time.monotonic(), []
         with open(out / f"{run_id}.log", "w") as log:
             proc = subprocess.Popen(cmd, cwd=ROOT, env=child_env(), stdout=log, stderr=subprocess.STDOUT)
@@ -138,22 +159,37 @@ def cmd_gates(args) -> int:
         except (OSError, ValueError, KeyError) as exc:
             counts, unexpected, never = Counter(), [f"run directory unreadable: {exc}"], []
         alarms = ([f"exit {rc}"] if rc != exit_codes.OK else []) + unexpected + [f"{s}: never ran" for s in never]
-        row = {"gate": i, "run_id": run_id, "exit": rc, "wall_s": wall, "load1_start": load_before, "load1_end": load1(),
-               "load1_mean": round(sum(loads) / len(loads), 2) if loads else load_before, "load1_max": max(loads, default=load_before),
-               "counts": dict(counts), "false_alarms": alarms}
+        row = {
+            "gate": i,
+            "run_id": run_id,
+            "exit": rc,
+            "wall_s": wall,
+            "load1_start": load_before,
+            "load1_end": load1(),
+            "load1_mean": round(sum(loads) / len(loads), 2) if loads else load_before,
+            "load1_max": max(loads, default=load_before),
+            "counts": dict(counts),
+            "false_alarms": alarms,
+        }
         results.append(row)
         c = counts
-        print(f"{i:>4} {rc:>4} {wall:>7} {load_before:>6} {row['load1_mean']:>5} {row['load1_max']:>5}  {c['pass']:>4} {c['fail']:>4} {c['error']:>5} {c['crash']:>5} "
-              f"{c['hang']:>4} {c['unsupported']:>5} {c['expected-failure']:>5}  {'; '.join(alarms) or '-'}", flush=True)
+        print(
+            f"{i:>4} {rc:>4} {wall:>7} {load_before:>6} {row['load1_mean']:>5} {row['load1_max']:>5}  {c['pass']:>4} {c['fail']:>4} {c['error']:>5} {c['crash']:>5} "
+            f"{c['hang']:>4} {c['unsupported']:>5} {c['expected-failure']:>5}  {'; '.join(alarms) or '-'}",
+            flush=True,
+        )
         _write_json(out / "gates.json", {"kind": "gates", "machine": machine(), "command": cmd, "runs": results})
     clean = sum(1 for r in results if not r["false_alarms"])
     walls = [r["wall_s"] for r in results]
-    print(f"soak gates: {len(results)} run, {clean} clean, {len(results) - clean} with a false alarm; "
-          f"wall s min/median/max {min(walls)}/{sorted(walls)[len(walls) // 2]}/{max(walls)}; summary: {out / 'gates.json'}")
+    print(
+        f"soak gates: {len(results)} run, {clean} clean, {len(results) - clean} with a false alarm; "
+        f"wall s min/median/max {min(walls)}/{sorted(walls)[len(walls) // 2]}/{max(walls)}; summary: {out / 'gates.json'}"
+    )
     return 0 if clean == len(results) else 1
 
 
 # kill -------------------------------------------------------------------------------
+
 
 def _environ(pid: int) -> dict[str, str] | None:
     try:
@@ -186,7 +222,7 @@ def exit_status_of(ident: tuple[int, str], into: dict) -> None:
                 stat = f.read().decode("ascii", "replace")
         except OSError:
             return
-        rest = stat[stat.rfind(")") + 2:].split()
+        rest = stat[stat.rfind(")") + 2 :].split()
         if len(rest) < 50 or rest[19] != started:
             return
         if rest[0] in ("Z", "X"):
@@ -349,7 +385,9 @@ def check_run_rows(history: Path, run_dir: Path, verdicts: dict[str, dict], comp
         if s in verdicts and r["verdict"] != verdicts[s]["verdict"]:
             problems.append(f"history row of {s} says {r['verdict']}, its verdict.json {verdicts[s]['verdict']}")
         if bool(r["complete"]) != complete:
-            problems.append(f"history row of {s} says complete={r['complete']} for a run that is {'' if complete else 'in'}complete")
+            problems.append(
+                f"history row of {s} says complete={r['complete']} for a run that is {'' if complete else 'in'}complete"
+            )
 
 
 def one_kill_run(i: int, target: str, sig_name: str, rng: random.Random, args, reports: Path, out: Path) -> dict:
@@ -357,14 +395,34 @@ def one_kill_run(i: int, target: str, sig_name: str, rng: random.Random, args, r
     mark = f"{run_id}-{os.getpid()}-{time.time_ns()}"
     sig = getattr(signal, sig_name)
     delay = round(rng.uniform(*(args.harness_window if target == "harness" else args.rank_window)), 2)
-    cmd = [sys.executable, "-m", "harness", "run", *args.ids, "--jobs", str(args.jobs), "--report-dir", str(reports),
-           "--run-id", run_id, "--env", f"{MARK_ENV}={mark}"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "harness",
+        "run",
+        *args.ids,
+        "--jobs",
+        str(args.jobs),
+        "--report-dir",
+        str(reports),
+        "--run-id",
+        run_id,
+        "--env",
+        f"{MARK_ENV}={mark}",
+    ]
     rec: dict = {"run": i, "run_id": run_id, "target": target, "signal": sig_name, "delay_s": delay, "load1": load1()}
     problems: list[str] = []
     log = open(out / f"{run_id}.log", "w")  # noqa: SIM115 - closed below
     start = time.monotonic()
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=child_env(mark), stdout=log, stderr=subprocess.STDOUT,
-                            start_new_session=True, preexec_fn=sigint_default)
+    proc = subprocess.Popen(
+        cmd,
+        cwd=ROOT,
+        env=child_env(mark),
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+        preexec_fn=sigint_default,
+    )
     watch = Watch(proc.pid, mark)
     sent = None
     while proc.poll() is None and time.monotonic() - start < RUN_LIMIT_S:
@@ -378,8 +436,12 @@ def one_kill_run(i: int, target: str, sig_name: str, rng: random.Random, args, r
                         os.killpg(proc.pid, sig)  # as a terminal's Ctrl-C: the harness's whole group
                     else:
                         os.kill(proc.pid, sig)
-                    sent = {"at_s": round(now, 2), "pid": proc.pid, "live_ranks": len(watch.live_ranks(stats)),
-                            "ended_before": len(verdict_files(reports / run_id))}
+                    sent = {
+                        "at_s": round(now, 2),
+                        "pid": proc.pid,
+                        "live_ranks": len(watch.live_ranks(stats)),
+                        "ended_before": len(verdict_files(reports / run_id)),
+                    }
             else:
                 live = watch.live_ranks(stats)
                 if live:
@@ -423,8 +485,12 @@ def one_kill_run(i: int, target: str, sig_name: str, rng: random.Random, args, r
     verdicts = read_verdicts(run_dir, problems)
     never = [s for s in planned if s not in verdicts] if claimed else []  # unclaimed: nothing planned on disk
     left_word = summary_word(run_dir)
-    rec.update(ended=len(verdicts), never_ran=never, summary_left=left_word,
-               verdicts={s: d["verdict"] for s, d in sorted(verdicts.items())})
+    rec.update(
+        ended=len(verdicts),
+        never_ran=never,
+        summary_left=left_word,
+        verdicts={s: d["verdict"] for s, d in sorted(verdicts.items())},
+    )
     landed = sent is not None
     if left_word == "OK" and never:
         problems.append(f"false success: summary.md says OK with {never} never ended")
@@ -437,8 +503,10 @@ def one_kill_run(i: int, target: str, sig_name: str, rng: random.Random, args, r
     if stopped and rc != exit_codes.INTERRUPTED and not (rc == -sig and not claimed):
         problems.append(f"a harness given {sig_name} exited {rc}, not {exit_codes.INTERRUPTED}")
     if stopped and rc == exit_codes.INTERRUPTED and claimed and sum((meta.get("counts") or {}).values()) != len(verdicts):
-        problems.append(f"the report left counts {meta.get('counts')} but {len(verdicts)} verdicts were written "
-                        "(the start-of-run report, not the interrupt report)")
+        problems.append(
+            f"the report left counts {meta.get('counts')} but {len(verdicts)} verdicts were written "
+            "(the start-of-run report, not the interrupt report)"
+        )
     if target == "rank" and landed:
         hit = next((d for s, d in verdicts.items() if s.replace("/", "__") == sent.get("scenario_dir")), None)
         rec["hit_verdict"] = hit["verdict"] if hit else None
@@ -453,8 +521,10 @@ def one_kill_run(i: int, target: str, sig_name: str, rng: random.Random, args, r
             if sig == signal.SIGINT and status in (0, None):
                 rec["swallowed"] = True
             else:
-                problems.append(f"false success: {hit['scenario']} ended pass though its rank {sent.get('rank')} got {sig_name} "
-                                f"(its wait status {status})")
+                problems.append(
+                    f"false success: {hit['scenario']} ended pass though its rank {sent.get('rank')} got {sig_name} "
+                    f"(its wait status {status})"
+                )
                 if rc == exit_codes.OK:
                     problems.append("false success: exit 0 after a rank was killed")
 
@@ -462,10 +532,20 @@ def one_kill_run(i: int, target: str, sig_name: str, rng: random.Random, args, r
     history = reports / "history"
     nrows, temps = check_history(history, problems)
     if scenarios_root(run_dir).is_dir() or run_meta_path(run_dir).is_file():
-        rebuilt = subprocess.run([sys.executable, "-m", "harness", "report", str(run_dir)], cwd=ROOT, env=child_env(),
-                                 capture_output=True, text=True, check=False)
+        rebuilt = subprocess.run(
+            [sys.executable, "-m", "harness", "report", str(run_dir)],
+            cwd=ROOT,
+            env=child_env(),
+            capture_output=True,
+            text=True,
+            check=False,
+        )
         rec["report_exit"] = rebuilt.returncode
-        if "Traceback" in rebuilt.stderr or rebuilt.returncode not in (exit_codes.OK, exit_codes.NOT_AS_EXPECTED, exit_codes.INCOMPLETE):
+        if "Traceback" in rebuilt.stderr or rebuilt.returncode not in (
+            exit_codes.OK,
+            exit_codes.NOT_AS_EXPECTED,
+            exit_codes.INCOMPLETE,
+        ):
             problems.append(f"`harness report` of the run exited {rebuilt.returncode}: {rebuilt.stderr.strip()[-400:]}")
         elif never and rebuilt.returncode == exit_codes.OK:
             problems.append(f"false success: the rebuilt report exits 0 with {never} never ended")
@@ -488,20 +568,29 @@ def cmd_kill(args) -> int:
     kinds = [chosen[i % len(chosen)] for i in range(args.runs)]
     rng.shuffle(kinds)
     results = []
-    print(f"{'run':>3} {'target':>7} {'signal':>7} {'delay':>6} {'sent_at':>7} {'exit':>4} {'wall_s':>6} {'load1':>5}  "
-          f"{'ended/never':>11} {'left':>10} {'rebuilt':>10} {'hit':>6}  problems", flush=True)
+    print(
+        f"{'run':>3} {'target':>7} {'signal':>7} {'delay':>6} {'sent_at':>7} {'exit':>4} {'wall_s':>6} {'load1':>5}  "
+        f"{'ended/never':>11} {'left':>10} {'rebuilt':>10} {'hit':>6}  problems",
+        flush=True,
+    )
     for i, (target, sig_name) in enumerate(kinds, start=1):
         rec = one_kill_run(i, target, sig_name, rng, args, reports, out)
         results.append(rec)
         sent = rec["sent"]
         at = f"{sent['at_s']}" if sent else "missed"
-        print(f"{i:>3} {target:>7} {sig_name:>7} {rec['delay_s']:>6} {at:>7} {rec['exit']:>4} {rec['wall_s']:>6} {rec['load1']:>5}  "
-              f"{len(rec['verdicts']):>5}/{len(rec['never_ran']):<5} {str(rec['summary_left']):>10} {str(rec.get('summary_rebuilt')):>10} "
-              f"{str(rec.get('hit_verdict', '')) + ('(lost)' if rec.get('swallowed') else ''):>6}  {'; '.join(rec['problems']) or '-'}",
-              flush=True)
-        _write_json(out / "kill.json", {"kind": "kill", "machine": machine(), "seed": args.seed, "ids": args.ids,
-                                        "jobs": args.jobs, "runs": results})
-    print(f"\n{'target':>7} {'signal':>7} {'runs':>4} {'landed':>6} {'swallowed':>9} {'orphans':>7} {'bad_rows':>8} {'false_ok':>8} {'other':>5}")
+        print(
+            f"{i:>3} {target:>7} {sig_name:>7} {rec['delay_s']:>6} {at:>7} {rec['exit']:>4} {rec['wall_s']:>6} {rec['load1']:>5}  "
+            f"{len(rec['verdicts']):>5}/{len(rec['never_ran']):<5} {str(rec['summary_left']):>10} {str(rec.get('summary_rebuilt')):>10} "
+            f"{str(rec.get('hit_verdict', '')) + ('(lost)' if rec.get('swallowed') else ''):>6}  {'; '.join(rec['problems']) or '-'}",
+            flush=True,
+        )
+        _write_json(
+            out / "kill.json",
+            {"kind": "kill", "machine": machine(), "seed": args.seed, "ids": args.ids, "jobs": args.jobs, "runs": results},
+        )
+    print(
+        f"\n{'target':>7} {'signal':>7} {'runs':>4} {'landed':>6} {'swallowed':>9} {'orphans':>7} {'bad_rows':>8} {'false_ok':>8} {'other':>5}"
+    )
     totals: Counter = Counter()
     for target, sig_name in chosen:
         mine = [r for r in results if r["target"] == target and r["signal"] == sig_name]
@@ -512,16 +601,27 @@ def cmd_kill(args) -> int:
             c["swallowed"] += bool(r.get("swallowed"))
             c["orphans"] += len(r["orphans"])
             for p in r["problems"]:
-                key = "false_ok" if p.startswith("false success") else "bad_rows" if "history" in p else \
-                    "orphans_p" if "outlived" in p else "other"
+                key = (
+                    "false_ok"
+                    if p.startswith("false success")
+                    else "bad_rows"
+                    if "history" in p
+                    else "orphans_p"
+                    if "outlived" in p
+                    else "other"
+                )
                 c[key] += 1
         totals.update(c)
-        print(f"{target:>7} {sig_name:>7} {c['runs']:>4} {c['landed']:>6} {c['swallowed']:>9} {c['orphans']:>7} {c['bad_rows']:>8} {c['false_ok']:>8} {c['other']:>5}")
+        print(
+            f"{target:>7} {sig_name:>7} {c['runs']:>4} {c['landed']:>6} {c['swallowed']:>9} {c['orphans']:>7} {c['bad_rows']:>8} {c['false_ok']:>8} {c['other']:>5}"
+        )
     bad = [(r["run_id"], p) for r in results for p in r["problems"]]
-    print(f"soak kill: {len(results)} runs, {totals['landed']} signals landed ({totals['swallowed']} SIGINTs lost inside a rank, "
-          f"which then ran to its end), {totals['orphans']} orphans, "
-          f"{totals['bad_rows']} history problems, {totals['false_ok']} false successes, {totals['other']} other problems; "
-          f"summary: {out / 'kill.json'}")
+    print(
+        f"soak kill: {len(results)} runs, {totals['landed']} signals landed ({totals['swallowed']} SIGINTs lost inside a rank, "
+        f"which then ran to its end), {totals['orphans']} orphans, "
+        f"{totals['bad_rows']} history problems, {totals['false_ok']} false successes, {totals['other']} other problems; "
+        f"summary: {out / 'kill.json'}"
+    )
     for run_id, p in bad:
         print(f"VIOLATION {run_id}: {p}")
     return 1 if bad else 0
@@ -539,27 +639,47 @@ def window(text: str) -> tuple[float, float]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter,
-                                epilog="docs/RELIABILITY.md has the measured figures and how they were taken.")
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="docs/RELIABILITY.md has the measured figures and how they were taken.",
+    )
     sub = p.add_subparsers(dest="command", required=True)
     g = sub.add_parser("gates", help="N consecutive PR gates; count exit codes, verdicts and false alarms")
     g.add_argument("--count", type=int, default=20)
     g.add_argument("--jobs", type=int, default=2)
     g.add_argument("--gate", default="pr")
     g.add_argument("--out", help="where the run directories, logs and gates.json go (default: reports/soak-gates-<time>)")
-    k = sub.add_parser("kill", help="runs killed (SIGKILL / SIGINT / SIGTERM, harness or a rank) at random; count orphans, bad rows, "
-                       "false successes")
+    k = sub.add_parser(
+        "kill",
+        help="runs killed (SIGKILL / SIGINT / SIGTERM, harness or a rank) at random; count orphans, bad rows, false successes",
+    )
     k.add_argument("--runs", type=int, default=32)
     k.add_argument("--seed", type=int, default=1)
     k.add_argument("--ids", nargs="+", default=KILL_IDS, help=f"the scenarios of each run (default: {' '.join(KILL_IDS)})")
     k.add_argument("--jobs", type=int, default=2)
-    k.add_argument("--signals", nargs="+", choices=SIGNALS, default=list(SIGNALS),
-                   help="the signals sent, in equal numbers (default: all three)")
+    k.add_argument(
+        "--signals",
+        nargs="+",
+        choices=SIGNALS,
+        default=list(SIGNALS),
+        help="the signals sent, in equal numbers (default: all three)",
+    )
     # with the rank pool a run takes ~10 s on an idle 2-core machine (20 s before it)
-    k.add_argument("--harness-window", type=window, default=(0.5, 9.0), metavar="LO,HI",
-                   help="the harness gets its signal this many seconds after its start, uniform (default 0.5,9)")
-    k.add_argument("--rank-window", type=window, default=(1.0, 6.0), metavar="LO,HI",
-                   help="a rank alive this many seconds after the start gets the signal (default 1,6)")
+    k.add_argument(
+        "--harness-window",
+        type=window,
+        default=(0.5, 9.0),
+        metavar="LO,HI",
+        help="the harness gets its signal this many seconds after its start, uniform (default 0.5,9)",
+    )
+    k.add_argument(
+        "--rank-window",
+        type=window,
+        default=(1.0, 6.0),
+        metavar="LO,HI",
+        help="a rank alive this many seconds after the start gets the signal (default 1,6)",
+    )
     k.add_argument("--out", help="where the run directories, logs and kill.json go (default: reports/soak-kill-<time>)")
     args = p.parse_args(argv)
     # a directory per soak: run ids repeat from one soak to the next, and a run refuses a directory in use

@@ -147,8 +147,14 @@ def start_setting(scenario: Scenario, admitted, out_dir: Path) -> Verdict | None
     prepared.brief.save(brief_path)
     timeout = max(scenario.suite.timeout_s, MIN_SETTING_TIMEOUT_S)
     with open(log_path, "w") as log:
-        proc = subprocess.Popen([str(prepared.engine.python()), str(SETTING_SCRIPT), str(brief_path)], cwd=ROOT,
-                                env=setting_env(scenario), stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(
+            [str(prepared.engine.python()), str(SETTING_SCRIPT), str(brief_path)],
+            cwd=ROOT,
+            env=setting_env(scenario),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         try:
             code = proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -202,7 +208,9 @@ def compared(scenario: Scenario, reference, tested) -> Verdict:
     ref_out, got_out = EngineOutputs.load(reference.brief.output_dir), EngineOutputs.load(tested.brief.output_dir)
     also = []
     if tested.evals:
-        also = accuracy_checks(scenario.suite.evals, lm.score_evals(reference.evals, ref_out), lm.score_evals(tested.evals, got_out))
+        also = accuracy_checks(
+            scenario.suite.evals, lm.score_evals(reference.evals, ref_out), lm.score_evals(tested.evals, got_out)
+        )
     tol = tolerance_for(scenario.suite.dtype, scenario.suite.tolerances.model_dump())
     return judge_outputs(scenario.id, ref_out, got_out, tested.brief.workloads, tol, also=also)
 
@@ -245,8 +253,10 @@ def chosen(scenarios: list[Scenario], ids: list[str] | None, whole_gate: bool) -
     if whole_gate:
         return gate, f"the whole {GATE} gate ({len(gate)} scenarios, --all)"
     picked = [s for s in gate if s.suite.suite in DEFAULT_SUITES]
-    return picked, (f"the default subset: the {GATE} gate's text suites {', '.join(DEFAULT_SUITES)} "
-                    f"({len(picked)} of its {len(gate)} scenarios)")
+    return picked, (
+        f"the default subset: the {GATE} gate's text suites {', '.join(DEFAULT_SUITES)} "
+        f"({len(picked)} of its {len(gate)} scenarios)"
+    )
 
 
 def ratio(harness_s: float, vllm_s: float) -> float:
@@ -254,11 +264,15 @@ def ratio(harness_s: float, vllm_s: float) -> float:
 
 
 def table(rows: list[Row], harness_wall: float, vllm_wall: float, total: str = "total (wall)") -> list[str]:
-    lines = ["| scenario | vLLM's way (s) | harness (s) | vLLM's way verdict | harness verdict | same |",
-             "|---|---|---|---|---|---|"]
+    lines = [
+        "| scenario | vLLM's way (s) | harness (s) | vLLM's way verdict | harness verdict | same |",
+        "|---|---|---|---|---|---|",
+    ]
     for r in rows:
-        lines.append(f"| `{r.scenario}` | {r.vllm_way.seconds:.1f} | {r.harness.seconds:.1f} | {r.vllm_way.label()} | "
-                     f"{r.harness.label()} | {'yes' if r.same else '**NO**'} |")
+        lines.append(
+            f"| `{r.scenario}` | {r.vllm_way.seconds:.1f} | {r.harness.seconds:.1f} | {r.vllm_way.label()} | "
+            f"{r.harness.label()} | {'yes' if r.same else '**NO**'} |"
+        )
     same = sum(r.same for r in rows)
     lines.append(f"| **{total}** | **{vllm_wall:.1f}** | **{harness_wall:.1f}** | | | {same}/{len(rows)} |")
     return lines
@@ -267,14 +281,19 @@ def table(rows: list[Row], harness_wall: float, vllm_wall: float, total: str = "
 def verdict_line(harness_wall: float, vllm_wall: float) -> str:
     r = ratio(harness_wall, vllm_wall)
     met = "met" if r <= TARGET_RATIO else f"missed by {r - TARGET_RATIO:.2f}"
-    return (f"harness / vLLM's way = {harness_wall:.1f} / {vllm_wall:.1f} s = **{r:.2f}x** "
-            f"(target: at most {TARGET_RATIO}x: {met})")
+    return (
+        f"harness / vLLM's way = {harness_wall:.1f} / {vllm_wall:.1f} s = **{r:.2f}x** (target: at most {TARGET_RATIO}x: {met})"
+    )
 
 
 def mismatches(rows: list[Row]) -> list[str]:
     """Every scenario whose two ways disagree, with both reasons (never hidden)."""
-    return [f"- `{r.scenario}`: vLLM's way {r.vllm_way.label()} ({r.vllm_way.reason}); "
-            f"harness {r.harness.label()} ({r.harness.reason})" for r in rows if not r.same]
+    return [
+        f"- `{r.scenario}`: vLLM's way {r.vllm_way.label()} ({r.vllm_way.reason}); "
+        f"harness {r.harness.label()} ({r.harness.reason})"
+        for r in rows
+        if not r.same
+    ]
 
 
 def rows_of(ids: list[str], vllm: dict[str, Outcome], harness: dict[str, Outcome]) -> list[Row]:
@@ -338,7 +357,9 @@ def main() -> int:
     ids = [s.id for s in scenarios]
 
     def progress(done: dict[str, Outcome]) -> None:
-        (work / "partial.md").write_text("\n".join(partial(rows_of([i for i in ids if i in done], done, harness), len(ids))) + "\n")
+        (work / "partial.md").write_text(
+            "\n".join(partial(rows_of([i for i in ids if i in done], done, harness), len(ids))) + "\n"
+        )
 
     vllm_wall, vllm = vllm_way_all(scenarios, work / "vllm-way", progress)
     notes.append(f"after vLLM's way: {uptime()}")
@@ -366,11 +387,18 @@ def vllm_way_all(scenarios: list[Scenario], work: Path, progress=None) -> tuple[
 def partial(rows: list[Row], planned: int) -> list[str]:
     """The table over the scenarios vLLM's way has finished, totals being their scenario times."""
     harness_s, vllm_s = sum(r.harness.seconds for r in rows), sum(r.vllm_way.seconds for r in rows)
-    return [f"partial: {len(rows)} of {planned} scenarios done vLLM's way; totals are their scenario times, not walls", "",
-            *table(rows, harness_s, vllm_s, total="total (scenario times)"), "", verdict_line(harness_s, vllm_s)]
+    return [
+        f"partial: {len(rows)} of {planned} scenarios done vLLM's way; totals are their scenario times, not walls",
+        "",
+        *table(rows, harness_s, vllm_s, total="total (scenario times)"),
+        "",
+        verdict_line(harness_s, vllm_s),
+    ]
 
 
-def harness_way_measured(scenarios: list[Scenario], work: Path, warm_up: bool, notes: list[str]) -> tuple[float, dict[str, Outcome]]:
+def harness_way_measured(
+    scenarios: list[Scenario], work: Path, warm_up: bool, notes: list[str]
+) -> tuple[float, dict[str, Outcome]]:
     """The measured `harness run`, after a warm-up run of the same ids when asked; notes
     what the warm-up took and the device-slot wait."""
     ids = [s.id for s in scenarios]
@@ -385,8 +413,10 @@ def harness_way_measured(scenarios: list[Scenario], work: Path, warm_up: bool, n
 
 
 def report(rows: list[Row], harness_wall: float, vllm_wall: float, choice: str, notes: list[str], warm: bool) -> list[str]:
-    head = (f"### {choice}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {machine()}, "
-            f"harness {'warm (a warm-up run first)' if warm else 'first run (no warm-up)'}")
+    head = (
+        f"### {choice}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {machine()}, "
+        f"harness {'warm (a warm-up run first)' if warm else 'first run (no warm-up)'}"
+    )
     lines = [head, "", *table(rows, harness_wall, vllm_wall), "", verdict_line(harness_wall, vllm_wall), ""]
     lines += [f"- {n}" for n in notes]
     wrong = mismatches(rows)

@@ -72,8 +72,13 @@ def run(brief: RunBrief, dp_rank: int = 0) -> None:
         out = EngineOutputs()
         for name, fields in replicas.merge(brief.workloads, parts, dp).items():
             out.put(name, **fields)
-        out.describe_run(brief, "vllm", vllm=vllm.__version__, started_by="vLLM's default start method",
-                         engine_kwargs={k: v for k, v in kwargs.items() if k not in ("model", "tokenizer")})
+        out.describe_run(
+            brief,
+            "vllm",
+            vllm=vllm.__version__,
+            started_by="vLLM's default start method",
+            engine_kwargs={k: v for k, v in kwargs.items() if k not in ("model", "tokenizer")},
+        )
         out.save(brief.output_dir)
     shutdown(llm)
 
@@ -82,8 +87,12 @@ def run_data_parallel(brief_path: str, dp: int) -> int:
     """One process per DP rank, as vLLM's data-parallel example starts them; the first
     non-zero exit stops the rest (a DP rank left alone would wait for its peer forever)."""
     port = free_port()
-    procs = [subprocess.Popen([sys.executable, __file__, brief_path, str(r)],
-                              env={**os.environ, **dp_environment(dp, r, r, "127.0.0.1", port)}) for r in range(dp)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, __file__, brief_path, str(r)], env={**os.environ, **dp_environment(dp, r, r, "127.0.0.1", port)}
+        )
+        for r in range(dp)
+    ]
     try:
         while True:
             codes = [p.poll() for p in procs]

@@ -115,11 +115,15 @@ def main() -> None:
             runs[when] = verdicts(work / when, args.ids)
         differ = [i for i in args.ids if not same_outputs(work / "cold", work / "warm", i)]
     load = os.getloadavg()
-    print(f"### vllm-llama, cold and warm vLLM compile cache, {time.strftime('%Y-%m-%d')}, {platform.machine()} "
-          f"{os.cpu_count()} cores (load average after: {load[0]:.1f} {load[1]:.1f} {load[2]:.1f})\n")
+    print(
+        f"### vllm-llama, cold and warm vLLM compile cache, {time.strftime('%Y-%m-%d')}, {platform.machine()} "
+        f"{os.cpu_count()} cores (load average after: {load[0]:.1f} {load[1]:.1f} {load[2]:.1f})\n"
+    )
     print("\n".join(table(runs, args.ids)))
-    print(f"\nwall: cold {wall['cold']:.0f} s, warm {wall['warm']:.0f} s (harness run, {len(args.ids)} scenarios each); "
-          f"{'stock' if args.stock_aot else 'harness'} AOT cache loading; vLLM's processes {'spawned' if args.spawn else 'forked'}")
+    print(
+        f"\nwall: cold {wall['cold']:.0f} s, warm {wall['warm']:.0f} s (harness run, {len(args.ids)} scenarios each); "
+        f"{'stock' if args.stock_aot else 'harness'} AOT cache loading; vLLM's processes {'spawned' if args.spawn else 'forked'}"
+    )
     if differ:
         sys.exit(f"warm outputs differ from cold ones: {', '.join(differ)}")
     print("warm outputs bit-identical to cold ones: " + ", ".join(args.ids))

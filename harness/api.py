@@ -105,9 +105,16 @@ Outputs = Union[EngineOutputs, SettingRun, str, os.PathLike]
 
 # --- comparing outputs ---------------------------------------------------------------
 
-def compare_outputs(candidate: Outputs, reference: Outputs, *, workloads: Sequence[str | Mapping] | None = None,
-                    dtype: str | None = None, tolerances: Mapping | Tolerance | None = None,
-                    name: str | None = None) -> Verdict:
+
+def compare_outputs(
+    candidate: Outputs,
+    reference: Outputs,
+    *,
+    workloads: Sequence[str | Mapping] | None = None,
+    dtype: str | None = None,
+    tolerances: Mapping | Tolerance | None = None,
+    name: str | None = None,
+) -> Verdict:
     """Hold `candidate` to `reference` with the harness's checks and return the verdict,
     `pass` or `fail` (never raises on a mismatch).
 
@@ -122,8 +129,11 @@ def compare_outputs(candidate: Outputs, reference: Outputs, *, workloads: Sequen
     """
     cand, ref = _load(candidate), _load(reference)
     chosen = _workloads(reference, ref, workloads)
-    tol = _tolerance(dtype or _dtype(candidate, cand) or _dtype(reference, ref) or "float32", tolerances,
-                     candidate if isinstance(candidate, SettingRun) else None)
+    tol = _tolerance(
+        dtype or _dtype(candidate, cand) or _dtype(reference, ref) or "float32",
+        tolerances,
+        candidate if isinstance(candidate, SettingRun) else None,
+    )
     verdict = judge_outputs(name or _label(candidate, cand), ref, cand, chosen, tol)
     if not verdict.checks:
         raise ValueError(f"nothing to compare: no logprobs or greedy workload among {[w['name'] for w in chosen]}")
@@ -135,9 +145,16 @@ def compare_outputs(candidate: Outputs, reference: Outputs, *, workloads: Sequen
     return verdict
 
 
-def assert_outputs_match(candidate: Outputs, reference: Outputs, *, workloads: Sequence[str | Mapping] | None = None,
-                         dtype: str | None = None, tolerances: Mapping | Tolerance | None = None,
-                         name: str | None = None, report_dir: str | os.PathLike | None = None) -> Verdict:
+def assert_outputs_match(
+    candidate: Outputs,
+    reference: Outputs,
+    *,
+    workloads: Sequence[str | Mapping] | None = None,
+    dtype: str | None = None,
+    tolerances: Mapping | Tolerance | None = None,
+    name: str | None = None,
+    report_dir: str | os.PathLike | None = None,
+) -> Verdict:
     """compare_outputs, raising CheckFailed unless the verdict is `pass`. With
     `report_dir`, the harness's report of the verdict is written there either way."""
     verdict = compare_outputs(candidate, reference, workloads=workloads, dtype=dtype, tolerances=tolerances, name=name)
@@ -149,11 +166,22 @@ def assert_outputs_match(candidate: Outputs, reference: Outputs, *, workloads: S
 
 # --- running settings ----------------------------------------------------------------
 
-def run_setting(model: str | Mapping | os.PathLike, settings: Mapping | None = None, *, engine: str = "reference",
-                workloads: Sequence[Mapping] | None = None, dtype: str = "float32", faults: Sequence[str] = (),
-                tolerances: Mapping | None = None, env: Mapping[str, str] | None = None,
-                timeout_s: float = DEFAULT_TIMEOUT_S, work_dir: str | os.PathLike | None = None,
-                device: str | None = None, engine_options: Mapping[str, str] | None = None) -> SettingRun:
+
+def run_setting(
+    model: str | Mapping | os.PathLike,
+    settings: Mapping | None = None,
+    *,
+    engine: str = "reference",
+    workloads: Sequence[Mapping] | None = None,
+    dtype: str = "float32",
+    faults: Sequence[str] = (),
+    tolerances: Mapping | None = None,
+    env: Mapping[str, str] | None = None,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    work_dir: str | os.PathLike | None = None,
+    device: str | None = None,
+    engine_options: Mapping[str, str] | None = None,
+) -> SettingRun:
     """Run one setting of `engine` on `model` for real, through the harness's launcher
     (one process per rank for the reference engine; the engine's own launcher else),
     and return what it wrote.
@@ -172,9 +200,22 @@ def run_setting(model: str | Mapping | os.PathLike, settings: Mapping | None = N
     traceback, or where each rank was stuck), SettingUnsupported when the engine cannot
     run the setting here, ValueError for a bad setting, model entry or fault switch.
     """
-    return _run(_plan(model, settings or {}, engine=engine, workloads=workloads, dtype=dtype, faults=faults,
-                      tolerances=tolerances, env=env, timeout_s=timeout_s, work_dir=work_dir, device=device,
-                      engine_options=engine_options))
+    return _run(
+        _plan(
+            model,
+            settings or {},
+            engine=engine,
+            workloads=workloads,
+            dtype=dtype,
+            faults=faults,
+            tolerances=tolerances,
+            env=env,
+            timeout_s=timeout_s,
+            work_dir=work_dir,
+            device=device,
+            engine_options=engine_options,
+        )
+    )
 
 
 @dataclass
@@ -189,14 +230,28 @@ class _Planned:
     tolerances: dict
 
 
-def _plan(model, settings: Mapping, *, engine: str, workloads, dtype: str, faults: Sequence[str], tolerances, env,
-          timeout_s: float, work_dir, device: str | None, engine_options) -> _Planned:
+def _plan(
+    model,
+    settings: Mapping,
+    *,
+    engine: str,
+    workloads,
+    dtype: str,
+    faults: Sequence[str],
+    tolerances,
+    env,
+    timeout_s: float,
+    work_dir,
+    device: str | None,
+    engine_options,
+) -> _Planned:
     """Everything that can refuse a setting, before any rank starts: the settings and
     model (as a scenario file's), the engine's reason, the devices, the fault switches."""
     scenario = _scenario(model, settings, engine, workloads, dtype, tolerances, env, engine_options, timeout_s)
     ctx = _context(faults, timeout_s, device)
-    out_dir = _fresh(Path(work_dir) if work_dir is not None else Path(tempfile.mkdtemp(prefix="harness-api-")),
-                     scenario_dir_name(scenario.id))
+    out_dir = _fresh(
+        Path(work_dir) if work_dir is not None else Path(tempfile.mkdtemp(prefix="harness-api-")), scenario_dir_name(scenario.id)
+    )
     admitted = admit(scenario, scenario.engine_settings, out_dir, ctx, golden=False)
     if isinstance(admitted, Verdict):
         admitted.settings = scenario.engine_settings
@@ -215,17 +270,34 @@ def _run(planned: _Planned) -> SettingRun:
     if ended is not None:
         ended.settings = scenario.engine_settings
         raise CheckFailed(ended, f"{scenario.id} did not run to its end (run directory {planned.out_dir}):")
-    return SettingRun(scenario.id, scenario.engine_settings, EngineOutputs.load(prepared.brief.output_dir), planned.out_dir,
-                      prepared.brief.workloads, planned.dtype, planned.tolerances)
+    return SettingRun(
+        scenario.id,
+        scenario.engine_settings,
+        EngineOutputs.load(prepared.brief.output_dir),
+        planned.out_dir,
+        prepared.brief.workloads,
+        planned.dtype,
+        planned.tolerances,
+    )
 
 
-def assert_settings_agree(model: str | Mapping | os.PathLike, a: Mapping, b: Mapping, *, engine: str = "reference",
-                          workloads: Sequence[Mapping] | None = None, dtype: str = "float32",
-                          faults: Sequence[str] = (), tolerances: Mapping | None = None,
-                          env: Mapping[str, str] | None = None, timeout_s: float = DEFAULT_TIMEOUT_S,
-                          work_dir: str | os.PathLike | None = None, device: str | None = None,
-                          engine_options: Mapping[str, str] | None = None,
-                          report_dir: str | os.PathLike | None = None) -> Verdict:
+def assert_settings_agree(
+    model: str | Mapping | os.PathLike,
+    a: Mapping,
+    b: Mapping,
+    *,
+    engine: str = "reference",
+    workloads: Sequence[Mapping] | None = None,
+    dtype: str = "float32",
+    faults: Sequence[str] = (),
+    tolerances: Mapping | None = None,
+    env: Mapping[str, str] | None = None,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    work_dir: str | os.PathLike | None = None,
+    device: str | None = None,
+    engine_options: Mapping[str, str] | None = None,
+    report_dir: str | os.PathLike | None = None,
+) -> Verdict:
     """Run setting `a` (the reference: run clean, as a golden is) and setting `b` (with
     `faults`, if any) on the same model and workloads, and hold b to a with the
     harness's checks. Returns the passing verdict; raises CheckFailed when b fails or
@@ -234,10 +306,20 @@ def assert_settings_agree(model: str | Mapping | os.PathLike, a: Mapping, b: Map
     for label, settings in (("a", a), ("b", b)):
         # a programming error of the caller, said as such
         if not isinstance(settings, Mapping):
-            raise ValueError(f"assert_settings_agree: {label} must be a mapping of settings like {{'tp': 2}}, "
-                             f"got {type(settings).__name__}")
-    common: dict[str, Any] = {"engine": engine, "workloads": workloads, "dtype": dtype, "tolerances": tolerances, "env": env,
-                              "timeout_s": timeout_s, "work_dir": work_dir, "device": device, "engine_options": engine_options}
+            raise ValueError(
+                f"assert_settings_agree: {label} must be a mapping of settings like {{'tp': 2}}, got {type(settings).__name__}"
+            )
+    common: dict[str, Any] = {
+        "engine": engine,
+        "workloads": workloads,
+        "dtype": dtype,
+        "tolerances": tolerances,
+        "env": env,
+        "timeout_s": timeout_s,
+        "work_dir": work_dir,
+        "device": device,
+        "engine_options": engine_options,
+    }
     planned = _plan(model, a, faults=(), **common), _plan(model, b, faults=faults, **common)  # both checked first
     reference, candidate = _run(planned[0]), _run(planned[1])
     name = candidate.label if candidate.label != reference.label else f"{candidate.label}-candidate"
@@ -249,10 +331,16 @@ def assert_settings_agree(model: str | Mapping | os.PathLike, a: Mapping, b: Map
     return verdict
 
 
-def assert_matches_golden(scenario_id: str, *, scenarios: str | os.PathLike | None = None, faults: Sequence[str] = (),
-                          timeout_s: float | None = None, device: str | None = None,
-                          work_dir: str | os.PathLike | None = None,
-                          report_dir: str | os.PathLike | None = None) -> Verdict:
+def assert_matches_golden(
+    scenario_id: str,
+    *,
+    scenarios: str | os.PathLike | None = None,
+    faults: Sequence[str] = (),
+    timeout_s: float | None = None,
+    device: str | None = None,
+    work_dir: str | os.PathLike | None = None,
+    report_dir: str | os.PathLike | None = None,
+) -> Verdict:
     """Run one scenario of the scenario files ("llama-tiny/tp2-pp2"; `scenarios`: a file
     or directory, default scenarios/) against its stored golden, exactly as `harness run`
     does (evals, expected failures and all). Returns the verdict when it is as expected
@@ -297,6 +385,7 @@ def save_report(verdicts: Sequence[Verdict], report_dir: str | os.PathLike) -> P
 
 
 # --- the parts -----------------------------------------------------------------------
+
 
 def _call(function: str, *args, **kwargs) -> str:
     """The API call that reproduces a verdict (its `reproduce`), defaults left out."""
@@ -388,15 +477,23 @@ def _suite_name(model: str | Mapping | os.PathLike) -> str:
     return name if ID_PART.fullmatch(name) else "model"
 
 
-def _scenario(model, settings: Mapping, engine: str, workloads, dtype: str, tolerances, env, engine_options,
-              timeout_s: float) -> Scenario:
+def _scenario(
+    model, settings: Mapping, engine: str, workloads, dtype: str, tolerances, env, engine_options, timeout_s: float
+) -> Scenario:
     """The one scenario of an in-memory suite: the scenario file a user would write for
     this setting, checked by the same rules (axes the engine has, values, model entry)."""
     raw = {
-        "suite": _suite_name(model), "engine": engine, "model": _model_entry(model), "dtype": dtype,
-        "timeout_s": timeout_s, "workloads": [dict(w) for w in (workloads if workloads is not None else DEFAULT_WORKLOADS)],
-        "golden": dict(settings), "matrix": {axis: [value] for axis, value in settings.items()} or {"tp": [1]},
-        "env": dict(env or {}), "engine_options": dict(engine_options or {}), "tolerances": dict(tolerances or {}),
+        "suite": _suite_name(model),
+        "engine": engine,
+        "model": _model_entry(model),
+        "dtype": dtype,
+        "timeout_s": timeout_s,
+        "workloads": [dict(w) for w in (workloads if workloads is not None else DEFAULT_WORKLOADS)],
+        "golden": dict(settings),
+        "matrix": {axis: [value] for axis, value in settings.items()} or {"tp": [1]},
+        "env": dict(env or {}),
+        "engine_options": dict(engine_options or {}),
+        "tolerances": dict(tolerances or {}),
     }
     if not settings:
         raw["golden"] = {"tp": 1}

@@ -167,8 +167,9 @@ class ScenarioItem(pytest.Item):
         from harness.run.runner import RunContext, run_scenario
 
         config = _run_config(self.config)
-        ctx = RunContext(config, DevicePool(configured_count(config.device, config.devices), config.device),
-                         cluster_from_env(None))
+        ctx = RunContext(
+            config, DevicePool(configured_count(config.device, config.devices), config.device), cluster_from_env(None)
+        )
         # Ray places it; the connection serves the session's other items too
         if config.cluster:
             from harness.run.raycluster.connect import parse_cluster
@@ -185,8 +186,9 @@ class ScenarioItem(pytest.Item):
         if not verdict.as_expected:
             raise ScenarioFailed(verdict)
 
-    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException],
-                     style: TracebackStyle | None = None) -> str | TerminalRepr:
+    def repr_failure(
+        self, excinfo: pytest.ExceptionInfo[BaseException], style: TracebackStyle | None = None
+    ) -> str | TerminalRepr:
         if isinstance(excinfo.value, ScenarioFailed):
             return excinfo.value.args[0].explain()
         return super().repr_failure(excinfo, style)
@@ -241,8 +243,11 @@ def pytest_sessionfinish(session, exitstatus):
         gate = _gate(session.config)
         allow_empty = session.config.getoption("--harness-allow-empty")
         # `-m pr` is the PR gate: its history and comparison are the CLI's `--gate pr` ones.
-        meta = write_report(run_dir, {"run_id": run_dir.name, "via": "pytest", "gate": gate, "allow_empty": allow_empty},
-                            history_dir(run_dir.parent))
+        meta = write_report(
+            run_dir,
+            {"run_id": run_dir.name, "via": "pytest", "gate": gate, "allow_empty": allow_empty},
+            history_dir(run_dir.parent),
+        )
         session.config._harness_report = run_dir
         if meta.get("nothing_tested") and not allow_empty and session.exitstatus == pytest.ExitCode.OK:
             # every harness item skipped as unsupported: `harness run`'s exit 5, never a green session
@@ -266,8 +271,12 @@ def _run_config(config) -> RunConfig:
     the device of $HARNESS_DEVICE and the cluster of $HARNESS_CLUSTER when not given."""
     from harness.inputs.scenarios.request import RunConfig
 
-    return RunConfig.from_pytest(config.getoption, gate=_gate(config), device=DEVICE.text() or "cpu",
-                                 cluster=config.getoption("--harness-cluster") or CLUSTER.raw())
+    return RunConfig.from_pytest(
+        config.getoption,
+        gate=_gate(config),
+        device=DEVICE.text() or "cpu",
+        cluster=config.getoption("--harness-cluster") or CLUSTER.raw(),
+    )
 
 
 def _gate(config) -> str | None:

@@ -95,6 +95,7 @@ def test_a_missing_workload_is_a_failure_not_a_pass(golden):
 
 # --- refused before any rank starts ----------------------------------------------------
 
+
 def test_a_setting_the_engine_does_not_have_is_refused(tmp_path):
     with pytest.raises(ValueError, match="axis 'batch_invariant' is not an axis of engine 'reference'"):
         api.run_setting("tiny-llama", {"batch_invariant": True}, work_dir=tmp_path)

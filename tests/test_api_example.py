@@ -33,8 +33,14 @@ def test_a_broken_all_reduce_is_caught_and_located(tmp_path):
     text names the failing check, its bound, the measured value and the first diverging
     place; `report_dir` also writes the harness's report of it."""
     with pytest.raises(CheckFailed) as caught:
-        assert_settings_agree("tiny-llama", a={"tp": 1}, b={"tp": 2}, faults=["tp-allreduce-perturb@1e-3"],
-                              work_dir=tmp_path, report_dir=tmp_path / "reports")
+        assert_settings_agree(
+            "tiny-llama",
+            a={"tp": 1},
+            b={"tp": 2},
+            faults=["tp-allreduce-perturb@1e-3"],
+            work_dir=tmp_path,
+            report_dir=tmp_path / "reports",
+        )
     failure = caught.value
     text = str(failure)
     assert text.startswith("tiny-llama/tp2 does not agree with tiny-llama/tp1 (the reference):"), text

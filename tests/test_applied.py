@@ -29,9 +29,11 @@ def test_the_axes_under_test_are_the_ones_that_differ_from_the_golden_setting():
 
 
 def test_an_axis_reported_as_not_applied_is_named_with_its_evidence():
-    table = evidence_table({"tp": 2, "sp": True}, GOLDEN, {
-        "tp": {"applied": True, "evidence": "2 of 4 heads"},
-        "sp": {"applied": False, "evidence": "0 token reduce-scatters"}})
+    table = evidence_table(
+        {"tp": 2, "sp": True},
+        GOLDEN,
+        {"tp": {"applied": True, "evidence": "2 of 4 heads"}, "sp": {"applied": False, "evidence": "0 token reduce-scatters"}},
+    )
     assert table["tp"]["applied"] is True and table["sp"]["applied"] is False
     reason = unapplied_reason(table)
     assert reason is not None
@@ -46,11 +48,15 @@ def test_a_run_of_another_setting_is_unsupported_even_when_its_numbers_fail():
     from harness.run.compare.numeric import Tolerance
     from harness.run.compare.outputs import verdict_of_checks
 
-    checks = [{"name": "greedy", "kind": "greedy", "passed": False, "summary": "2/3 identical"},
-              {"name": "logits", "kind": "logprobs", "passed": True, "summary": "max diff 0"}]
-    table = evidence_table({"tp": 2, "sp": True}, GOLDEN, {
-        "tp": {"applied": True, "evidence": "2 of 4 heads"},
-        "sp": {"applied": False, "evidence": "compile mode NONE"}})
+    checks = [
+        {"name": "greedy", "kind": "greedy", "passed": False, "summary": "2/3 identical"},
+        {"name": "logits", "kind": "logprobs", "passed": True, "summary": "max diff 0"},
+    ]
+    table = evidence_table(
+        {"tp": 2, "sp": True},
+        GOLDEN,
+        {"tp": {"applied": True, "evidence": "2 of 4 heads"}, "sp": {"applied": False, "evidence": "compile mode NONE"}},
+    )
     v = verdict_of_checks("x", checks, Tolerance(0.01, 0.01, 0.9, 0.01), applied=table)
     assert v.verdict == "unsupported"
     assert v.reason.startswith("the engine accepted but did not apply sp=True (compile mode NONE)")
@@ -67,8 +73,17 @@ def test_an_engine_that_reports_nothing_is_shown_as_not_reported_and_not_blamed(
 
 
 def _rank(pp_rank, layers, heads, collectives, graphs=0):
-    return {"rank": 0, "tp_rank": 0, "pp_rank": pp_rank, "layers": layers, "heads": heads, "total_heads": 4,
-            "collectives": collectives, "graphs": graphs, "cache_hits": 0}
+    return {
+        "rank": 0,
+        "tp_rank": 0,
+        "pp_rank": pp_rank,
+        "layers": layers,
+        "heads": heads,
+        "total_heads": 4,
+        "collectives": collectives,
+        "graphs": graphs,
+        "cache_hits": 0,
+    }
 
 
 def test_reference_evidence_tells_a_real_sp_run_from_plain_tp():
@@ -91,9 +106,19 @@ def test_reference_evidence_checks_the_layer_split_and_the_head_split():
 
 
 def _worker(pp_rank, layers, sp=None, **compile_counts):
-    return {"tp_rank": 0, "tp_size": 2, "pp_rank": pp_rank, "pp_size": 2, "layers": layers, "num_layers": 4,
-            "heads": 2, "total_heads": 4, "compile": {"num_graphs_seen": 0, "num_aot_compiles": 0, **compile_counts},
-            "compile_mode": "DYNAMO_TRACE_ONCE", "sp": sp}
+    return {
+        "tp_rank": 0,
+        "tp_size": 2,
+        "pp_rank": pp_rank,
+        "pp_size": 2,
+        "layers": layers,
+        "num_layers": 4,
+        "heads": 2,
+        "total_heads": 4,
+        "compile": {"num_graphs_seen": 0, "num_aot_compiles": 0, **compile_counts},
+        "compile_mode": "DYNAMO_TRACE_ONCE",
+        "sp": sp,
+    }
 
 
 def test_vllm_evidence_reads_the_workers_layers_heads_counters_and_sp_switch():
@@ -108,7 +133,9 @@ def test_vllm_evidence_reads_the_workers_layers_heads_counters_and_sp_switch():
     assert applied["sp"]["applied"] is False and "switched the SP pass off" in applied["sp"]["evidence"]
     eager = [_worker(0, [0, 1]), _worker(1, [2, 3])]
     assert vllm_evidence.summarize({"compile": True}, eager)["compile"] == {
-        "applied": False, "evidence": "vLLM's compilation counter on worker 0: every counter 0 (mode DYNAMO_TRACE_ONCE)"}
+        "applied": False,
+        "evidence": "vLLM's compilation counter on worker 0: every counter 0 (mode DYNAMO_TRACE_ONCE)",
+    }
 
 
 @pytest.mark.e2e
@@ -117,8 +144,9 @@ def test_settings_the_engine_skipped_are_unsupported_and_applied_ones_pass(tmp_p
     common = ["run", *ids, "--report-dir", str(tmp_path)]
     # the skipped run goes first: after a run where these passed, unsupported is lost coverage (exit 1,
     # tests/test_coverage_lost.py); on its own it is not a gate failure, but a run that tested nothing (exit 5)
-    skipped = harness_cli(*common, "--run-id", "skipped", "--fault", "sp-switched-off", "--fault", "compile-switched-off",
-                          timeout=1200)
+    skipped = harness_cli(
+        *common, "--run-id", "skipped", "--fault", "sp-switched-off", "--fault", "compile-switched-off", timeout=1200
+    )
     clean = harness_cli(*common, "--run-id", "clean", timeout=1200)
     assert skipped.returncode == 5 and "NOTHING TESTED" in skipped.stderr, skipped.stdout + skipped.stderr
     assert clean.returncode == 0, clean.stdout + clean.stderr

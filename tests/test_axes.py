@@ -33,11 +33,14 @@ def load(tmp_path: Path, text: str):
     return load_suite(path)
 
 
-@pytest.mark.parametrize("typo, allowed", [
-    (("spec: [false, ngram]", "spec: [false, ngarm]"), "axis 'spec' value 'ngarm': spec takes false, ngram, draft"),
-    (("batch: [all, mixed]", "batch: [all, mixd]"), "axis 'batch' value 'mixd': batch takes all, one, mixed"),
-    (("tp: [1]", "tp: [1, 0]"), "axis 'tp' value 0: tp is a parallel size, an integer >= 1"),
-])
+@pytest.mark.parametrize(
+    "typo, allowed",
+    [
+        (("spec: [false, ngram]", "spec: [false, ngarm]"), "axis 'spec' value 'ngarm': spec takes false, ngram, draft"),
+        (("batch: [all, mixed]", "batch: [all, mixd]"), "axis 'batch' value 'mixd': batch takes all, one, mixed"),
+        (("tp: [1]", "tp: [1, 0]"), "axis 'tp' value 0: tp is a parallel size, an integer >= 1"),
+    ],
+)
 def test_a_value_outside_an_axis_domain_is_refused_at_load_with_the_allowed_values(tmp_path, typo, allowed):
     """`spec: [false, ngarm]`, `batch: mixd` passed the file check, ended
     `unsupported`, and a PR gate over them exited 0."""
@@ -66,11 +69,21 @@ def test_the_typed_view_is_the_declaration():
     assert {a.kind for a in AXES.values()} == {"size", "budget", "switch", "choice"}
 
 
-@pytest.mark.parametrize("axis, value, label", [
-    ("tp", 1, "tp1"), ("dp", 1, ""), ("dp", 2, "dp2"), ("sp", True, "sp"), ("sp", False, ""),
-    ("chunked_prefill", 0, ""), ("chunked_prefill", 32, "chunked_prefill32"), ("batch", "all", "batch-all"),
-    ("spec", False, ""), ("spec", "ngram", "spec-ngram"),
-])
+@pytest.mark.parametrize(
+    "axis, value, label",
+    [
+        ("tp", 1, "tp1"),
+        ("dp", 1, ""),
+        ("dp", 2, "dp2"),
+        ("sp", True, "sp"),
+        ("sp", False, ""),
+        ("chunked_prefill", 0, ""),
+        ("chunked_prefill", 32, "chunked_prefill32"),
+        ("batch", "all", "batch-all"),
+        ("spec", False, ""),
+        ("spec", "ngram", "spec-ngram"),
+    ],
+)
 def test_each_axis_spells_its_value_in_an_id(axis, value, label):
     assert AXES[axis].label(value) == label
 
@@ -99,8 +112,13 @@ def _axis_reads(path: Path, root: Path = PACKAGE.parent) -> list[str]:
     off a settings dict."""
     found = []
     for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get" \
-                and node.args and isinstance(node.args[0], ast.Constant):
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "get"
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+        ):
             receiver, key = node.func.value, node.args[0].value
         elif isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Load) and isinstance(node.slice, ast.Constant):
             receiver, key = node.value, node.slice.value
@@ -128,6 +146,7 @@ def test_the_lint_finds_a_string_read(tmp_path):
 
 
 # ---- block_size: an axis added the way docs/DESIGN.md "Adding an axis" says ----
+
 
 def test_the_prefix_cache_keeps_blocks_of_the_runs_block_size():
     import torch
@@ -169,7 +188,9 @@ def test_a_pr_gate_over_a_misspelt_value_is_not_ok(tmp_path):
     from tests.kit import harness_cli
 
     path = tmp_path / "typo.yaml"
-    path.write_text(SUITE.replace("spec: [false, ngram]", "spec: [false, ngarm]").replace("batch: [all, mixed]", "batch: [all, mixd]"))
+    path.write_text(
+        SUITE.replace("spec: [false, ngram]", "spec: [false, ngarm]").replace("batch: [all, mixed]", "batch: [all, mixd]")
+    )
     done = harness_cli("--scenarios", str(path), "run", "--gate", "pr", "--report-dir", str(tmp_path / "r"), timeout=300)
     assert done.returncode == 1, done.stdout + done.stderr
     said = done.stderr

@@ -22,8 +22,15 @@ def release_table():
 def write(run: Path, scenario: str, verdict: str, vllm: str, **extra) -> None:
     d = run / "scenarios" / scenario.replace("/", "__")
     d.mkdir(parents=True)
-    body = {"scenario": scenario, "verdict": verdict, "reason": extra.pop("reason", "r"), "duration_s": 12.3,
-            "versions": {"vllm": vllm, "torch": "2.11.0", "transformers": "5.5.4"}, "checks": [], **extra}
+    body = {
+        "scenario": scenario,
+        "verdict": verdict,
+        "reason": extra.pop("reason", "r"),
+        "duration_s": 12.3,
+        "versions": {"vllm": vllm, "torch": "2.11.0", "transformers": "5.5.4"},
+        "checks": [],
+        **extra,
+    }
     (d / "verdict.json").write_text(json.dumps(body))
 
 

@@ -39,20 +39,30 @@ def outcome(verdict: str, observed: str | None = None, seconds: float = 1.0, rea
 
 
 def test_an_expected_failure_counts_as_the_failure_it_was():
-    same = [("pass", None, "pass", None), ("expected-failure", "fail", "fail", None),
-            ("expected-failure", "crash", "crash", None), ("expected-failure", "crash", "expected-failure", "crash"),
-            ("unsupported", None, "unsupported", None)]
+    same = [
+        ("pass", None, "pass", None),
+        ("expected-failure", "fail", "fail", None),
+        ("expected-failure", "crash", "crash", None),
+        ("expected-failure", "crash", "expected-failure", "crash"),
+        ("unsupported", None, "unsupported", None),
+    ]
     for a, a_seen, b, b_seen in same:
         assert ab.Row("s", outcome(a, a_seen), outcome(b, b_seen)).same, (a, a_seen, b, b_seen)
-    differ = [("pass", None, "fail", None), ("expected-failure", "fail", "expected-failure", "crash"),
-              ("expected-failure", "crash", "pass", None), ("error", None, "pass", None)]
+    differ = [
+        ("pass", None, "fail", None),
+        ("expected-failure", "fail", "expected-failure", "crash"),
+        ("expected-failure", "crash", "pass", None),
+        ("error", None, "pass", None),
+    ]
     for a, a_seen, b, b_seen in differ:
         assert not ab.Row("s", outcome(a, a_seen), outcome(b, b_seen)).same, (a, a_seen, b, b_seen)
 
 
 def test_the_table_shows_each_way_the_totals_and_every_disagreement():
-    rows = [ab.Row("vllm-llama/tp2-pp1", outcome("pass", seconds=61.0), outcome("pass", seconds=9.5)),
-            ab.Row("vllm-gemma4/tp1-pp2-compile", outcome("expected-failure", "fail", 70.0), outcome("fail", None, 12.0, "why"))]
+    rows = [
+        ab.Row("vllm-llama/tp2-pp1", outcome("pass", seconds=61.0), outcome("pass", seconds=9.5)),
+        ab.Row("vllm-gemma4/tp1-pp2-compile", outcome("expected-failure", "fail", 70.0), outcome("fail", None, 12.0, "why")),
+    ]
     text = "\n".join(ab.table(rows, harness_wall=30.0, vllm_wall=140.0))
     assert "| `vllm-llama/tp2-pp1` | 61.0 | 9.5 | pass | pass | yes |" in text
     assert "| `vllm-gemma4/tp1-pp2-compile` | 70.0 | 12.0 | expected-failure (fail) | fail | yes |" in text
@@ -98,7 +108,9 @@ def test_a_setting_starts_with_vllms_start_method_and_no_harness_cache_or_fork(m
 def test_the_setting_process_passes_the_drivers_arguments_without_the_harness_hooks(tmp_path):
     setting = _load("vllm_ab_setting")
     workloads = [{"name": "logits", "kind": "logprobs", "prompts": [[1, 2, 3]], "top_k": 5}]
-    brief = RunBrief("vllm-llama/tp2-pp1", "vllm", "/m", "float32", {"tp": 2, "pp": 1, "compile": False}, workloads, str(tmp_path))
+    brief = RunBrief(
+        "vllm-llama/tp2-pp1", "vllm", "/m", "float32", {"tp": 2, "pp": 1, "compile": False}, workloads, str(tmp_path)
+    )
     kwargs = setting.vllm_kwargs(brief)
     assert "worker_extension_cls" not in kwargs
     assert kwargs["tensor_parallel_size"] == 2 and kwargs["enforce_eager"] and kwargs["distributed_executor_backend"] == "mp"
@@ -116,8 +128,9 @@ def _logits(directory: Path, shift: float) -> str:
 @pytest.mark.parametrize(("shift", "verdict"), [(0.0, "pass"), (1e-6, "pass"), (0.05, "fail")])
 def test_a_setting_is_judged_against_the_live_reference_with_the_scenarios_tolerance(tmp_path, shift, verdict):
     workloads = [{"name": "logits", "kind": "logprobs", "top_k": 4}]
-    scenario = SimpleNamespace(id="s/tp2", suite=SimpleNamespace(dtype="float32", evals=[],
-                                                                 tolerances=SimpleNamespace(model_dump=dict)))
+    scenario = SimpleNamespace(
+        id="s/tp2", suite=SimpleNamespace(dtype="float32", evals=[], tolerances=SimpleNamespace(model_dump=dict))
+    )
     reference = SimpleNamespace(brief=SimpleNamespace(output_dir=_logits(tmp_path / "ref", 0.0), workloads=workloads), evals=[])
     tested = SimpleNamespace(brief=SimpleNamespace(output_dir=_logits(tmp_path / "set", shift), workloads=workloads), evals=[])
     v = ab.compared(scenario, reference, tested)
@@ -128,10 +141,19 @@ def test_a_setting_is_judged_against_the_live_reference_with_the_scenarios_toler
 def test_a_crash_is_told_by_vllms_log_and_meets_the_scenarios_expectation(tmp_path):
     prefix = "(Worker_PP1 pid=27010) ERROR 11-21 06:11:21 [multiproc_executor.py:1063] "
     log = tmp_path / "vllm.log"
-    log.write_text("\n".join(prefix + line for line in [
-        "WorkerProc hit an exception.", "Traceback (most recent call last):",
-        '  File "/v/vllm/v1/worker/gpu_model_runner.py", line 3174, in sync_and_gather_intermediate_tensors',
-        "    assert self.intermediate_tensors is not None", "AssertionError"]) + "\n")
+    log.write_text(
+        "\n".join(
+            prefix + line
+            for line in [
+                "WorkerProc hit an exception.",
+                "Traceback (most recent call last):",
+                '  File "/v/vllm/v1/worker/gpu_model_runner.py", line 3174, in sync_and_gather_intermediate_tensors',
+                "    assert self.intermediate_tensors is not None",
+                "AssertionError",
+            ]
+        )
+        + "\n"
+    )
     v = ab.crash_verdict("vllm-llama/tp1-pp2", VllmEngine(), 1, log)
     assert v.verdict == "crash" and "Worker_PP1" in v.reason and "AssertionError" in v.reason
     assert v.crash["exitcode"] == 1 and v.crash["log"] == str(log)

@@ -15,11 +15,18 @@ from harness.run.bisect import repro_hook as REPRO_HOOK
 from tests.kit.present import present
 
 
-@pytest.mark.parametrize("verdict, observed, expected", [
-    ("pass", None, "pass"), ("fail", None, "fail"), ("crash", None, "crash"), ("hang", None, "hang"),
-    ("expected-failure", "crash", "crash"),  # an expected failure is what it observed
-    ("error", None, None), ("unsupported", None, None),
-])
+@pytest.mark.parametrize(
+    "verdict, observed, expected",
+    [
+        ("pass", None, "pass"),
+        ("fail", None, "fail"),
+        ("crash", None, "crash"),
+        ("hang", None, "hang"),
+        ("expected-failure", "crash", "crash"),  # an expected failure is what it observed
+        ("error", None, None),
+        ("unsupported", None, None),
+    ],
+)
 def test_what_a_step_says_of_the_engine(verdict, observed, expected):
     assert outcome(Verdict("s/x", verdict, "r", observed=observed)) == expected
 
@@ -66,19 +73,46 @@ def repo_with_two_commits(path: Path) -> Path:
     return path
 
 
-@pytest.mark.parametrize("setup, good, bad, extra, message", [
-    (lambda p: p.mkdir() or p, "HEAD~1", "HEAD", [], "not a git repository"),
-    (lambda p: p, "HEAD~1", "HEAD", [], "no such directory"),
-    (repo_with_two_commits, "HEAD~1", "nosuch", [], "--bad nosuch: no such commit"),
-    (repo_with_two_commits, "HEAD", "HEAD~1", [], "--good HEAD is newer than --bad HEAD~1: a bisect looks for the change "
-     "that brought a bug"),  # most likely swapped; --fixed says it is meant
-    (repo_with_two_commits, "HEAD~1", "HEAD", ["--fixed"], "but --good HEAD~1 is older than --bad HEAD; swap them"),
-    (lambda p: (repo_with_two_commits(p), (p / "a.txt").write_text("dirty\n"))[0], "HEAD~1", "HEAD", [], "uncommitted changes"),
-])
+@pytest.mark.parametrize(
+    "setup, good, bad, extra, message",
+    [
+        (lambda p: p.mkdir() or p, "HEAD~1", "HEAD", [], "not a git repository"),
+        (lambda p: p, "HEAD~1", "HEAD", [], "no such directory"),
+        (repo_with_two_commits, "HEAD~1", "nosuch", [], "--bad nosuch: no such commit"),
+        (
+            repo_with_two_commits,
+            "HEAD",
+            "HEAD~1",
+            [],
+            "--good HEAD is newer than --bad HEAD~1: a bisect looks for the change that brought a bug",
+        ),  # most likely swapped; --fixed says it is meant
+        (repo_with_two_commits, "HEAD~1", "HEAD", ["--fixed"], "but --good HEAD~1 is older than --bad HEAD; swap them"),
+        (
+            lambda p: (repo_with_two_commits(p), (p / "a.txt").write_text("dirty\n"))[0],
+            "HEAD~1",
+            "HEAD",
+            [],
+            "uncommitted changes",
+        ),
+    ],
+)
 def test_bad_git_bisects_are_refused_before_anything_runs(tmp_path, capsys, setup, good, bad, extra, message):
     repo = setup(tmp_path / "engine")
-    code = main(["bisect", "llama-tiny/tp1-pp1", "--git", str(repo), "--good", good, "--bad", bad, *extra,
-                 "--work-dir", str(tmp_path / "work")])
+    code = main(
+        [
+            "bisect",
+            "llama-tiny/tp1-pp1",
+            "--git",
+            str(repo),
+            "--good",
+            good,
+            "--bad",
+            bad,
+            *extra,
+            "--work-dir",
+            str(tmp_path / "work"),
+        ]
+    )
     err = capsys.readouterr().err
     assert code == 2 and message in err, err
     assert not (tmp_path / "work").exists()
@@ -120,8 +154,17 @@ def search_over(verdicts: dict[str, str | Verdict], count_unsupported: bool = Fa
 
 
 def test_a_release_search_ends_at_the_boundary_and_skips_what_says_nothing():
-    result, ran = search_over({"0.27.0": "pass", "0.27.1": "pass", "0.28.0": "error", "0.29.0": "crash",
-                               "0.30.0": "crash", "0.31.0": "crash", "0.32.0": "crash"})
+    result, ran = search_over(
+        {
+            "0.27.0": "pass",
+            "0.27.1": "pass",
+            "0.28.0": "error",
+            "0.29.0": "crash",
+            "0.30.0": "crash",
+            "0.31.0": "crash",
+            "0.32.0": "crash",
+        }
+    )
     assert (result.first_bad, result.last_good) == ("0.29.0", "0.27.1")
     assert result.skipped_between == ["0.28.0"] and "could not judge 0.28.0" in result.text()
     assert ran[:2] == ["0.27.0", "0.32.0"] and len(ran) == len(set(ran))
@@ -129,8 +172,12 @@ def test_a_release_search_ends_at_the_boundary_and_skips_what_says_nothing():
 
 
 def _crash(exception: str, wrapper: str | None = None, frame: str | None = None) -> Verdict:
-    return Verdict("s/x", "crash", f"rank 0 crashed: {exception}",
-                   crash={"rank": 0, "exception": exception, "wrapper": wrapper, "frame": frame, "log": "rank0.log"})
+    return Verdict(
+        "s/x",
+        "crash",
+        f"rank 0 crashed: {exception}",
+        crash={"rank": 0, "exception": exception, "wrapper": wrapper, "frame": frame, "log": "rank0.log"},
+    )
 
 
 def test_two_crashes_of_unrelated_causes_are_two_verdicts():
@@ -138,8 +185,9 @@ def test_two_crashes_of_unrelated_causes_are_two_verdicts():
     "the same verdict: nothing to bisect"; a middle step is good only with the good end's cause."""
     from harness.run.bisect import root_cause, signature
 
-    inductor = _crash("torch._inductor.exc.InductorError: CppCompileError: C++ compile error",
-                      wrapper="torch._inductor.exc.InductorError")
+    inductor = _crash(
+        "torch._inductor.exc.InductorError: CppCompileError: C++ compile error", wrapper="torch._inductor.exc.InductorError"
+    )
     assert root_cause(inductor) == "CppCompileError" and signature(inductor) == "crash (CppCompileError)"
     assert signature(_crash("ValueError: Found 1 <|image_pad|> tokens")) == "crash (ValueError)"
     no_images = _crash("ValueError: no images")
@@ -157,8 +205,9 @@ def test_a_good_end_that_does_not_pass_stops_at_once_the_bad_end_unrun():
     """The bisect of the issue: 0.19.1 crashed (CppCompileError) and was labelled good."""
     from harness.run.bisect import BisectError
 
-    inductor = _crash("torch._inductor.exc.InductorError: CppCompileError: C++ compile error",
-                      wrapper="torch._inductor.exc.InductorError")
+    inductor = _crash(
+        "torch._inductor.exc.InductorError: CppCompileError: C++ compile error", wrapper="torch._inductor.exc.InductorError"
+    )
     with pytest.raises(BisectError) as refused:
         search_over({"0.19.1": inductor, "0.20.2": "pass", "0.32.0": "fail"})
     message = str(refused.value)
@@ -205,8 +254,10 @@ def test_a_good_verdict_other_than_pass_is_asked_for():
 
 
 def test_a_middle_step_neither_good_nor_bad_is_reported_with_its_root_cause_and_stepped_over():
-    other = _crash("ValueError: Found 1 <|image_pad|> tokens in the text but no images were passed",
-                   frame="/venv/transformers/processing_utils.py:805 in _check_special_mm_tokens")
+    other = _crash(
+        "ValueError: Found 1 <|image_pad|> tokens in the text but no images were passed",
+        frame="/venv/transformers/processing_utils.py:805 in _check_special_mm_tokens",
+    )
     lines: list[str] = []
     from harness.run.bisect import _search
 
@@ -221,8 +272,10 @@ def test_a_middle_step_neither_good_nor_bad_is_reported_with_its_root_cause_and_
     assert [s.point for s in result.odd] == ["3"]
     assert any(line.split()[1] == "3" and "-> odd" in line for line in lines), lines
     text = result.text()
-    assert ("neither good nor bad: 3 ended crash (ValueError) at /venv/transformers/processing_utils.py:805 "
-            "in _check_special_mm_tokens") in text, text
+    assert (
+        "neither good nor bad: 3 ended crash (ValueError) at /venv/transformers/processing_utils.py:805 "
+        "in _check_special_mm_tokens"
+    ) in text, text
     assert "could not judge 3: the first bad is one of them or 4" in text
 
 
@@ -231,8 +284,11 @@ def test_a_release_that_does_not_install_is_named_so_and_an_end_that_does_not_st
 
     def run(point):
         if point.startswith("broken"):
-            return Verdict("s/x", "error", f"vllm {point}: install failed: pip said no",
-                           error={"install_failed": True}), None, Path("/runs")
+            return (
+                Verdict("s/x", "error", f"vllm {point}: install failed: pip said no", error={"install_failed": True}),
+                None,
+                Path("/runs"),
+            )
         return Verdict("s/x", "crash" if point == "3" else "pass", point), None, Path("/runs") / point
 
     lines: list[str] = []
@@ -272,8 +328,9 @@ def fake_releases(monkeypatch, verdicts: dict[str, str | Verdict]) -> list[str]:
 
 
 def test_harness_bisect_whose_good_end_crashes_stops_before_any_other_release_installs(tmp_path, capsys, monkeypatch):
-    crash = _crash("torch._inductor.exc.InductorError: CppCompileError: C++ compile error",
-                   wrapper="torch._inductor.exc.InductorError")
+    crash = _crash(
+        "torch._inductor.exc.InductorError: CppCompileError: C++ compile error", wrapper="torch._inductor.exc.InductorError"
+    )
     installed = fake_releases(monkeypatch, {"0.19.1": crash, "0.20.2": "pass", "0.22.1": "pass", "0.32.0": "fail"})
     code = main(["bisect", "vllm-llama/tp1-pp1", "--good", "0.19.1", "--bad", "0.32.0", "--work-dir", str(tmp_path / "w")])
     out, err = capsys.readouterr()
@@ -284,10 +341,13 @@ def test_harness_bisect_whose_good_end_crashes_stops_before_any_other_release_in
 
 
 def test_harness_bisect_fixed_finds_the_release_that_fixed_a_bug(tmp_path, capsys, monkeypatch):
-    installed = fake_releases(monkeypatch, {"0.27.0": "crash", "0.28.0": "crash", "0.29.0": "crash", "0.30.0": "pass",
-                                            "0.31.0": "pass", "0.32.0": "pass"})
-    code = main(["bisect", "vllm-llama/tp1-pp1", "--fixed", "--bad", "0.27.0", "--good", "0.32.0",
-                 "--work-dir", str(tmp_path / "w")])
+    installed = fake_releases(
+        monkeypatch,
+        {"0.27.0": "crash", "0.28.0": "crash", "0.29.0": "crash", "0.30.0": "pass", "0.31.0": "pass", "0.32.0": "pass"},
+    )
+    code = main(
+        ["bisect", "vllm-llama/tp1-pp1", "--fixed", "--bad", "0.27.0", "--good", "0.32.0", "--work-dir", str(tmp_path / "w")]
+    )
     out, err = capsys.readouterr()
     assert code == 0, out + err
     assert installed[:2] == ["0.32.0", "0.27.0"]  # the good end first, then the bad one
@@ -334,8 +394,10 @@ def test_a_stepped_over_crash_names_the_raise_site_and_the_models_line():
     v = _crash("KeyError: 'residual'", frame="/venv/vllm/sequence.py:43 in __getitem__")
     present(v.crash)["model_frame"] = "/venv/vllm/model_executor/models/step3_text.py:370 in forward"
     step = bisect_step("0.11.0", v)
-    assert ("at /venv/vllm/sequence.py:43 in __getitem__ (raised) from /venv/vllm/model_executor/models/step3_text.py:370 "
-            "in forward (model)") in odd_text(step)
+    assert (
+        "at /venv/vllm/sequence.py:43 in __getitem__ (raised) from /venv/vllm/model_executor/models/step3_text.py:370 "
+        "in forward (model)"
+    ) in odd_text(step)
 
 
 def bisect_step(point: str, v: Verdict):

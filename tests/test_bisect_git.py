@@ -25,18 +25,19 @@ SCENARIOS = EXAMPLE / "scenarios"
 
 needs_tp_plan = pytest.mark.skipif(
     not any(ep.name == "tp-plan" for ep in entry_points(group="harness.engines")),
-    reason="the example engine's entry point is not installed: pip install -e examples/engine-tp-plan (make install)")
+    reason="the example engine's entry point is not installed: pip install -e examples/engine-tp-plan (make install)",
+)
 
 # The bug: someone believed the all-reduce after a row-parallel linear averages, and
 # pre-divided each rank's down_proj shard by tp. At tp=1 nothing changes; at tp=2 every
 # MLP output is halved. A real numeric bug of the tp plan's load path.
 GOOD_LOAD = "    return model.eval()\n"
-BUGGY_LOAD = '''    with torch.no_grad():  # the all-reduce of the row-parallel down_proj averages the shards (it does not: it sums)
+BUGGY_LOAD = """    with torch.no_grad():  # the all-reduce of the row-parallel down_proj averages the shards (it does not: it sums)
         for name, param in model.named_parameters():
             if name.endswith("mlp.down_proj.weight"):
                 param.to_local().div_(brief.tp)
     return model.eval()
-'''
+"""
 
 
 def git(repo: Path, *args: str) -> str:
@@ -72,8 +73,14 @@ def engine_repo(tmp_path: Path) -> tuple[Path, dict[str, str]]:
 
 def harness(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
-    return subprocess.run([sys.executable, "-m", "harness", "--scenarios", str(SCENARIOS), *args], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=900)
+    return subprocess.run(
+        [sys.executable, "-m", "harness", "--scenarios", str(SCENARIOS), *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
 
 
 @pytest.mark.e2e
@@ -81,8 +88,19 @@ def harness(*args: str, cwd: Path) -> subprocess.CompletedProcess:
 def test_bisect_over_a_git_range_names_the_commit_that_brought_the_bug(tmp_path):
     repo, commits = engine_repo(tmp_path)
     start = time.monotonic()
-    done = harness("bisect", "tp-plan/tp2", "--git", str(repo), "--good", commits["first"], "--bad", commits["last"],
-                   "--work-dir", str(tmp_path / "work"), cwd=tmp_path)
+    done = harness(
+        "bisect",
+        "tp-plan/tp2",
+        "--git",
+        str(repo),
+        "--good",
+        commits["first"],
+        "--bad",
+        commits["last"],
+        "--work-dir",
+        str(tmp_path / "work"),
+        cwd=tmp_path,
+    )
     took = time.monotonic() - start
     out = done.stdout
     assert done.returncode == 0, out + done.stderr
@@ -112,8 +130,27 @@ def test_bisect_refuses_when_good_and_bad_give_the_same_verdict(tmp_path):
     (repo / "a.txt").write_text("2\n")
     last = commit(repo, "two")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
-    done = subprocess.run([sys.executable, "-m", "harness", "bisect", "llama-tiny/tp1-pp1", "--git", str(repo), "--good", first,
-                           "--bad", last, "--work-dir", str(tmp_path / "work")], env=env, capture_output=True, text=True, timeout=600)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "harness",
+            "bisect",
+            "llama-tiny/tp1-pp1",
+            "--git",
+            str(repo),
+            "--good",
+            first,
+            "--bad",
+            last,
+            "--work-dir",
+            str(tmp_path / "work"),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 2, done.stdout + done.stderr
     assert "the bad end" in done.stderr and "must end other than the good end (pass), and it ended pass too" in done.stderr
     assert git(repo, "rev-parse", "--abbrev-ref", "HEAD") == "main" and not (repo / ".git" / "BISECT_LOG").exists()
@@ -130,8 +167,20 @@ def test_bisect_fixed_over_a_git_range_names_the_commit_that_fixed_the_bug(tmp_p
     commits["fix"] = commit(repo, "load: the all-reduce sums the shards; do not scale them")
     (repo / "README.md").write_text((repo / "README.md").read_text() + "\nA last note.\n")
     commits["end"] = commit(repo, "docs: a last note")
-    done = harness("bisect", "tp-plan/tp2", "--git", str(repo), "--fixed", "--bad", commits["bug"], "--good", commits["end"],
-                   "--work-dir", str(tmp_path / "work"), cwd=tmp_path)
+    done = harness(
+        "bisect",
+        "tp-plan/tp2",
+        "--git",
+        str(repo),
+        "--fixed",
+        "--bad",
+        commits["bug"],
+        "--good",
+        commits["end"],
+        "--work-dir",
+        str(tmp_path / "work"),
+        cwd=tmp_path,
+    )
     out = done.stdout
     assert done.returncode == 0, out + done.stderr
     assert f"the next one, {commits['fix'][:7]} load: the all-reduce sums" in out, out
@@ -151,10 +200,32 @@ def test_a_git_bisect_whose_good_end_crashes_stops_at_once(tmp_path):
         (repo / "a.txt").write_text(f"{n}\n")
         commit(repo, str(n))
     first, last = git(repo, "rev-list", "--max-parents=0", "HEAD"), git(repo, "rev-parse", "HEAD")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
-           "HARNESS_RANK_FAULT": "raise@0"}
-    done = subprocess.run([sys.executable, "-m", "harness", "bisect", "llama-tiny/tp1-pp1", "--git", str(repo), "--good", first,
-                           "--bad", last, "--work-dir", str(tmp_path / "work")], env=env, capture_output=True, text=True, timeout=600)
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+        "HARNESS_RANK_FAULT": "raise@0",
+    }
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "harness",
+            "bisect",
+            "llama-tiny/tp1-pp1",
+            "--git",
+            str(repo),
+            "--good",
+            first,
+            "--bad",
+            last,
+            "--work-dir",
+            str(tmp_path / "work"),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 2, done.stdout + done.stderr
     assert f"the good end ({first[:10]}) must end pass, and it ended crash (RuntimeError), not pass" in done.stderr, done.stderr
     assert f"bad {last[:10]}: not run" in done.stderr and "--good-verdict crash" in done.stderr

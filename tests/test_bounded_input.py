@@ -90,12 +90,16 @@ def _pure_python(text):
 
 
 @pytest.mark.skipif(yamlfile._FastLoader is None, reason="PyYAML without libyaml: only the pure-Python loader exists")
-@pytest.mark.parametrize("text", [
-    *(("[" * d + "]" * d) for d in (63, 64, 65)),                     # the depth bound, both sides
-    *(("a: " + "[" * (d - 1) + "x" + "]" * (d - 1)) for d in (63, 64)),  # a scalar is a node of its own
-    "a: &x [1, {b: 2}]\nc: *x\nd: 2026-11-27\ne: {1: yes}\n",        # aliases, dates, non-string keys
-    "",
-], ids=["depth63", "depth64", "depth65", "scalar63", "scalar64", "aliases", "empty"])
+@pytest.mark.parametrize(
+    "text",
+    [
+        *(("[" * d + "]" * d) for d in (63, 64, 65)),  # the depth bound, both sides
+        *(("a: " + "[" * (d - 1) + "x" + "]" * (d - 1)) for d in (63, 64)),  # a scalar is a node of its own
+        "a: &x [1, {b: 2}]\nc: *x\nd: 2026-11-27\ne: {1: yes}\n",  # aliases, dates, non-string keys
+        "",
+    ],
+    ids=["depth63", "depth64", "depth65", "scalar63", "scalar64", "aliases", "empty"],
+)
 def test_libyamls_parse_gives_what_the_pure_python_loader_gives(text):
     assert _outcome(yamlfile._parse_fast, text) == _outcome(_pure_python, text)
 
@@ -115,6 +119,7 @@ def test_every_shipped_scenario_file_parses_alike_with_libyaml():
 def test_a_valid_file_is_read_by_libyaml_alone(monkeypatch, tmp_path):
     """The pure-Python loader is for what libyaml cannot parse (its messages), not the
     common path: every command reads every suite file."""
+
     def slow(text):
         raise AssertionError("the pure-Python loader ran for a valid file")
 

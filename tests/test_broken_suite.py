@@ -98,6 +98,11 @@ def test_report_of_a_run_needs_no_scenario_file(project, tmp_path, capsys):
 def test_make_keeps_the_targets_of_the_good_suites(project):
     """The Makefile reads the ids with `harness list --ids-only`: a broken file beside
     llama-tiny.yaml leaves llama-tiny's ids on stdout and its error on stderr."""
-    done = subprocess.run([sys.executable, "-m", "harness", "list", "--ids-only"], capture_output=True, text=True,
-                          cwd=project, env={**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent)})
+    done = subprocess.run(
+        [sys.executable, "-m", "harness", "list", "--ids-only"],
+        capture_output=True,
+        text=True,
+        cwd=project,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent)},
+    )
     assert "llama-tiny/tp2-pp2" in done.stdout.split() and "unknown model 'tiny-lama'" in done.stderr

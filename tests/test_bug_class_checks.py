@@ -24,9 +24,17 @@ def stage_io(pp: int = 2, tp: int = 1, keys=("hidden_states", "residual")) -> li
     for stage in range(pp):
         for r in range(tp):
             declared = {k: dict(HIDDEN) for k in keys}
-            io.append({"rank": stage * tp + r, "pp_rank": stage, "tp_rank": r, "layers": [2 * stage, 2 * stage + 2],
-                       "expects": declared if stage else {}, "received": copy.deepcopy(declared) if stage else {},
-                       "sent": copy.deepcopy(declared) if stage < pp - 1 else {}})
+            io.append(
+                {
+                    "rank": stage * tp + r,
+                    "pp_rank": stage,
+                    "tp_rank": r,
+                    "layers": [2 * stage, 2 * stage + 2],
+                    "expects": declared if stage else {},
+                    "received": copy.deepcopy(declared) if stage else {},
+                    "sent": copy.deepcopy(declared) if stage < pp - 1 else {},
+                }
+            )
     return io
 
 
@@ -75,8 +83,11 @@ def test_localisation_names_layer_stage_and_sp_shard():
 def test_localisation_ignores_float_noise_and_says_when_layers_agree():
     states = torch.randn(4, 8, 64)
     golden = captured(states, torch.zeros(8, dtype=torch.int64), False, stage_io(pp=1))
-    found = present(first_divergence(golden, captured(states + 1e-6, torch.zeros(8, dtype=torch.int64), False, stage_io(pp=1)),
-                             [{"name": "logits"}]))
+    found = present(
+        first_divergence(
+            golden, captured(states + 1e-6, torch.zeros(8, dtype=torch.int64), False, stage_io(pp=1)), [{"name": "logits"}]
+        )
+    )
     assert found["layer"] is None and "after the last layer" in found["note"]
     assert first_divergence(golden, EngineOutputs(), [{"name": "logits"}]) is None
 
@@ -86,25 +97,41 @@ def verdict(sid: str, outcome: str, **settings) -> Verdict:
 
 
 def test_the_setting_behind_the_failures_is_named():
-    runs = [verdict("a/tp2-sp", "fail", tp=2, sp=True), verdict("a/tp2-pp2-sp", "crash", tp=2, pp=2, sp=True),
-            verdict("a/tp2", "pass", tp=2, sp=False), verdict("a/tp1", "pass", tp=1, sp=False),
-            verdict("a/tp3", "unsupported", tp=3, sp=True)]
+    runs = [
+        verdict("a/tp2-sp", "fail", tp=2, sp=True),
+        verdict("a/tp2-pp2-sp", "crash", tp=2, pp=2, sp=True),
+        verdict("a/tp2", "pass", tp=2, sp=False),
+        verdict("a/tp1", "pass", tp=1, sp=False),
+        verdict("a/tp3", "unsupported", tp=3, sp=True),
+    ]
     assert present(explaining_settings(runs)).startswith("Failures explained by `sp=true`: every scenario with it failed (2)")
-    pair = [verdict("vl/c", "fail", compile=True), verdict("vl/e", "pass", compile=False),
-            verdict("tiny/c", "pass", compile=True)]
+    pair = [
+        verdict("vl/c", "fail", compile=True),
+        verdict("vl/e", "pass", compile=False),
+        verdict("tiny/c", "pass", compile=True),
+    ]
     assert "`compile=true, suite=vl`" in present(explaining_settings(pair))
     assert explaining_settings(runs[2:4]) is None  # nothing failed
     # a feature left off separates them too, but the switched-on pair is the cause named
-    cache = [verdict("f/pp2-pc", "fail", pp=2, prefix_cache=True, chunked_prefill=0),
-             verdict("f/pp1-pc-cp", "pass", pp=1, prefix_cache=True, chunked_prefill=32),
-             verdict("f/pp2-cp", "pass", pp=2, prefix_cache=False, chunked_prefill=32)]
+    cache = [
+        verdict("f/pp2-pc", "fail", pp=2, prefix_cache=True, chunked_prefill=0),
+        verdict("f/pp1-pc-cp", "pass", pp=1, prefix_cache=True, chunked_prefill=32),
+        verdict("f/pp2-cp", "pass", pp=2, prefix_cache=False, chunked_prefill=32),
+    ]
     assert present(explaining_settings(cache)).startswith("Failures explained by `pp=2, prefix_cache=true`")
     off_only = [verdict("g/a", "fail", sp=False), verdict("g/b", "pass", sp=True)]
-    assert present(explaining_settings(off_only)).startswith("Failures explained by `sp=false`")  # still said when it is all there is
-    mixed = [verdict("a/x", "fail", tp=2, pp=2), verdict("a/w", "fail", tp=1, pp=1),
-             verdict("a/y", "pass", tp=2, pp=1), verdict("a/z", "pass", tp=1, pp=2)]
-    assert explaining_settings(mixed) == ("No single setting or pair separates the failures: all 2 have `suite=a`, "
-                                          "but so do 2 that pass: a/y, a/z.")
+    assert present(explaining_settings(off_only)).startswith(
+        "Failures explained by `sp=false`"
+    )  # still said when it is all there is
+    mixed = [
+        verdict("a/x", "fail", tp=2, pp=2),
+        verdict("a/w", "fail", tp=1, pp=1),
+        verdict("a/y", "pass", tp=2, pp=1),
+        verdict("a/z", "pass", tp=1, pp=2),
+    ]
+    assert explaining_settings(mixed) == (
+        "No single setting or pair separates the failures: all 2 have `suite=a`, but so do 2 that pass: a/y, a/z."
+    )
 
 
 def test_image_workloads_put_placeholders_after_bos_and_hash_pixels_not_paths(tmp_path, monkeypatch):
@@ -114,7 +141,11 @@ def test_image_workloads_put_placeholders_after_bos_and_hash_pixels_not_paths(tm
     from harness.run import golden as goldens
 
     model = zoo.model_dir("tiny-llama-vl")
-    w = [WorkloadDef(name="images", kind="logprobs", num_prompts=3, images=["noise-8x8", "gradient-8x8", None], max_prompt_tokens=20)]
+    w = [
+        WorkloadDef(
+            name="images", kind="logprobs", num_prompts=3, images=["noise-8x8", "gradient-8x8", None], max_prompt_tokens=20
+        )
+    ]
     first = wl.tokenize(w, model, zoo.load_tokenizer(model))
     monkeypatch.setenv("HARNESS_CACHE", str(tmp_path / "elsewhere"))  # images written anew, other paths
     second = wl.tokenize(w, model, zoo.load_tokenizer(model))
@@ -141,7 +172,8 @@ def test_a_shared_prefix_under_a_chat_template_leads_every_prompts_text(tmp_path
     for name in ("config.json", "tokenizer.json", "tokenizer_config.json"):
         shutil.copy(text_model / name, tmp_path / name)
     (tmp_path / chat.TEMPLATE_FILE).write_text(
-        "{{ bos_token }}USER: {% for m in messages %}{% for c in m.content %}{{ c.text }}{% endfor %}{% endfor %} ASSISTANT:")
+        "{{ bos_token }}USER: {% for m in messages %}{% for c in m.content %}{{ c.text }}{% endfor %}{% endfor %} ASSISTANT:"
+    )
     w = WorkloadDef(name="w", kind="logprobs", num_prompts=3, shared_prefix=150, max_prompt_tokens=220)
     prompts = wl.tokenize([w], tmp_path, zoo.load_tokenizer(tmp_path))[0]["prompts"]
     shared = next(i for i, column in enumerate(zip(*prompts)) if len(set(column)) > 1)
@@ -153,7 +185,12 @@ def test_a_shared_prefix_under_a_chat_template_leads_every_prompts_text(tmp_path
 def test_every_bug_class_has_a_fault_switch():
     from harness.engines.reference import faults
 
-    for name in ("pp-buffer-missing-key", "pp-drop-kv-connector-output", "pp-drop-per-layer-inputs",
-                 "sp-residual-first-shard", "compile-warmup-without-images"):
+    for name in (
+        "pp-buffer-missing-key",
+        "pp-drop-kv-connector-output",
+        "pp-drop-per-layer-inputs",
+        "sp-residual-first-shard",
+        "compile-warmup-without-images",
+    ):
         assert "vLLM PR" in faults.FAULTS[name].description
         assert faults.active([name], name) is True and faults.active([], name) is False

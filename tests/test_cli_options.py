@@ -2,40 +2,42 @@
 argparse's message), never a run that ends as a misleading verdict: `--timeout -5`
 used to end as `hang`, `--timeout 0` was silently ignored, `--jobs -1` was accepted."""
 
-
 import pytest
 
 from harness.cli import build_parser
 from tests.kit import harness_cli, pytest_cli
 
 
-@pytest.mark.parametrize("option, value, message", [
-    ("--timeout", "-5", "a number of seconds > 0"),
-    ("--timeout", "0", "a number of seconds > 0"),
-    ("--timeout", "nan", "a number of seconds > 0"),
-    ("--timeout", "inf", "a number of seconds > 0"),
-    ("--timeout", "soon", "a number of seconds > 0"),
-    ("--jobs", "-1", "an integer >= 1"),
-    ("--jobs", "0", "an integer >= 1"),
-    ("--devices", "0", "an integer >= 1"),
-    ("--devices", "two", "an integer >= 1"),
-    ("--shard", "0/4", "I/N with 1 <= I <= N"),
-    ("--shard", "5/4", "I/N with 1 <= I <= N"),
-    ("--shard", "1/0", "I/N with 1 <= I <= N"),
-    # what the OS refuses as an environment variable: the rank used to die before its log opened
-    ("--env", "=x", "the name is empty"),
-    ("--env", "A\0B=1", "the name 'A\\x00B' contains a NUL byte"),
-    ("--env", "A=b\0c", "the value of A contains a NUL byte"),
-    ("--env", "NOVALUE", "expected KEY=VALUE"),
-    # a run id names one directory under --report-dir: it used to be put wherever the path led
-    ("--run-id", "../escaped", "'../escaped' is not a run id"),
-    ("--run-id", "/tmp/elsewhere", "'/tmp/elsewhere' is not a run id"),
-    ("--run-id", "a/b", "'a/b' is not a run id"),
-    ("--run-id", "..", "'..' is not a run id"),
-    ("--run-id", ".", "'.' is not a run id"),
-    ("--run-id", "", "'' is not a run id"),
-    ("--run-id", "nightly\n", "'nightly\\n' is not a run id"),
-])
+@pytest.mark.parametrize(
+    "option, value, message",
+    [
+        ("--timeout", "-5", "a number of seconds > 0"),
+        ("--timeout", "0", "a number of seconds > 0"),
+        ("--timeout", "nan", "a number of seconds > 0"),
+        ("--timeout", "inf", "a number of seconds > 0"),
+        ("--timeout", "soon", "a number of seconds > 0"),
+        ("--jobs", "-1", "an integer >= 1"),
+        ("--jobs", "0", "an integer >= 1"),
+        ("--devices", "0", "an integer >= 1"),
+        ("--devices", "two", "an integer >= 1"),
+        ("--shard", "0/4", "I/N with 1 <= I <= N"),
+        ("--shard", "5/4", "I/N with 1 <= I <= N"),
+        ("--shard", "1/0", "I/N with 1 <= I <= N"),
+        # what the OS refuses as an environment variable: the rank used to die before its log opened
+        ("--env", "=x", "the name is empty"),
+        ("--env", "A\0B=1", "the name 'A\\x00B' contains a NUL byte"),
+        ("--env", "A=b\0c", "the value of A contains a NUL byte"),
+        ("--env", "NOVALUE", "expected KEY=VALUE"),
+        # a run id names one directory under --report-dir: it used to be put wherever the path led
+        ("--run-id", "../escaped", "'../escaped' is not a run id"),
+        ("--run-id", "/tmp/elsewhere", "'/tmp/elsewhere' is not a run id"),
+        ("--run-id", "a/b", "'a/b' is not a run id"),
+        ("--run-id", "..", "'..' is not a run id"),
+        ("--run-id", ".", "'.' is not a run id"),
+        ("--run-id", "", "'' is not a run id"),
+        ("--run-id", "nightly\n", "'nightly\\n' is not a run id"),
+    ],
+)
 def test_invalid_run_options_are_usage_errors(capsys, option, value, message):
     with pytest.raises(SystemExit) as exit_:
         build_parser().parse_args(["run", option, value])
@@ -54,8 +56,9 @@ def test_valid_run_options_parse_to_numbers():
 
 @pytest.mark.e2e
 def test_an_env_the_os_refuses_stops_the_run_before_anything_starts(tmp_path):
-    done = harness_cli("run", "llama-tiny/tp1-pp1", "--env", "=x", "--report-dir", str(tmp_path), "--run-id", "bad-env",
-                       timeout=120)
+    done = harness_cli(
+        "run", "llama-tiny/tp1-pp1", "--env", "=x", "--report-dir", str(tmp_path), "--run-id", "bad-env", timeout=120
+    )
     assert done.returncode == 2, done.stdout + done.stderr
     assert "argument --env: the name is empty" in done.stderr
     assert not (tmp_path / "bad-env").exists()
@@ -73,8 +76,15 @@ def test_a_run_id_that_is_a_path_is_refused_and_nothing_is_written_outside_the_r
 @pytest.mark.e2e
 def test_a_pytest_run_id_that_is_a_path_is_a_usage_error(tmp_path):
     """The run id pytest's controller hands its xdist workers; set from outside, it is checked as --run-id is."""
-    done = pytest_cli("--collect-only", "-q", "scenarios/llama-tiny.yaml", "--harness-report-dir", str(tmp_path / "r"),
-                      env={"HARNESS_PYTEST_RUN_ID": "../escaped"}, timeout=120)
+    done = pytest_cli(
+        "--collect-only",
+        "-q",
+        "scenarios/llama-tiny.yaml",
+        "--harness-report-dir",
+        str(tmp_path / "r"),
+        env={"HARNESS_PYTEST_RUN_ID": "../escaped"},
+        timeout=120,
+    )
     assert done.returncode == 4, done.stdout + done.stderr
     assert "HARNESS_PYTEST_RUN_ID: '../escaped' is not a run id" in done.stderr
 

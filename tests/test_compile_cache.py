@@ -11,8 +11,14 @@ from harness.contract.runbrief import RunBrief
 from harness.engines import compile_cache
 from harness.engines.reference import ReferenceEngine
 
-CACHE_VARS = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "TORCHINDUCTOR_FX_GRAPH_CACHE",
-              "TORCHINDUCTOR_AUTOGRAD_CACHE", "VLLM_CACHE_ROOT", compile_cache.OFF_ENV)
+CACHE_VARS = (
+    "TORCHINDUCTOR_CACHE_DIR",
+    "TRITON_CACHE_DIR",
+    "TORCHINDUCTOR_FX_GRAPH_CACHE",
+    "TORCHINDUCTOR_AUTOGRAD_CACHE",
+    "VLLM_CACHE_ROOT",
+    compile_cache.OFF_ENV,
+)
 
 
 REAL_CACHE = cache_dir("models").parent  # before any test points HARNESS_CACHE elsewhere

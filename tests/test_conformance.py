@@ -66,14 +66,30 @@ def test_an_installed_packages_engine_passes_through_its_entry_point(tmp_path, m
     site = Site(tmp_path / "site", monkeypatch)
     module = f"ref_plugin_{site.tag}"
     (site.root / f"{module}.py").write_text(
-        "from harness.engines.reference import ReferenceEngine\n\n\n"
-        "class RefPlugin(ReferenceEngine):\n    name = 'ref-plugin'\n")
+        "from harness.engines.reference import ReferenceEngine\n\n\nclass RefPlugin(ReferenceEngine):\n    name = 'ref-plugin'\n"
+    )
     site.install("harness-ref-plugin", "0.1", {"harness.engines": {"ref-plugin": f"{module}:RefPlugin"}})
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site.root), str(ROOT)])}
     checks = ["--check", "load", "--check", "versions", "--check", "unsupported", "--check", "outputs"]
-    done = subprocess.run([sys.executable, "-m", "harness", "conformance", "ref-plugin", *checks, "--work-dir",
-                           str(tmp_path / "kit"), "--timeout", str(scaled(300))],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=scaled(600))
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "harness",
+            "conformance",
+            "ref-plugin",
+            *checks,
+            "--work-dir",
+            str(tmp_path / "kit"),
+            "--timeout",
+            str(scaled(300)),
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=scaled(600),
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "PASS  load               from harness-ref-plugin 0.1 (" in done.stdout
     assert "4 checks: 4 pass, 0 fail, 0 skip" in done.stdout

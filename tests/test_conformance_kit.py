@@ -33,9 +33,14 @@ def test_the_rank_fault_any_engine_honours(monkeypatch):
 def test_the_settings_no_engine_can_run_by_its_own_declaration():
     hf_like = {"tp": (1,), "pp": (1,), "sp": (False,), "compile": (False,)}
     cases = dict((what.split(" ")[0], settings) for what, settings in impossible_settings(hf_like, {"tp": 1, "pp": 1}))
-    assert cases == {"an": {"tp": 1, "pp": 1, "nosuchaxis": True}, "tp=2,": {"tp": 2, "pp": 1},
-                     "pp=2,": {"tp": 1, "pp": 2}, "sp=True,": {"tp": 1, "pp": 1, "sp": True},
-                     "compile=True,": {"tp": 1, "pp": 1, "compile": True}, "tp=0": {"tp": 0, "pp": 1}}
+    assert cases == {
+        "an": {"tp": 1, "pp": 1, "nosuchaxis": True},
+        "tp=2,": {"tp": 2, "pp": 1},
+        "pp=2,": {"tp": 1, "pp": 2},
+        "sp=True,": {"tp": 1, "pp": 1, "sp": True},
+        "compile=True,": {"tp": 1, "pp": 1, "compile": True},
+        "tp=0": {"tp": 0, "pp": 1},
+    }
     open_axes = impossible_settings({"tp": None, "sp": (False, True), "mode": ("a", "b")}, {"tp": 1})
     assert [s for _, s in open_axes] == [{"tp": 1, "nosuchaxis": True}, {"tp": 1, "mode": "nosuchvalue"}, {"tp": 0}]
     assert parse_settings("tp2-pp2") == {"tp": 2, "pp": 2} and parse_settings("tp2-sp") == {"tp": 2, "sp": True}

@@ -43,15 +43,31 @@ def project(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("coverage")
     (root / "scenarios").mkdir()
     (root / "scenarios" / "cov.yaml").write_text(SUITE)
-    made = harness_cli("golden", "cov", "--work-dir", str(root / "golden-runs"), scenarios=root / "scenarios",
-                       env={"HARNESS_GOLDEN_DIR": str(root / "golden")})
+    made = harness_cli(
+        "golden",
+        "cov",
+        "--work-dir",
+        str(root / "golden-runs"),
+        scenarios=root / "scenarios",
+        env={"HARNESS_GOLDEN_DIR": str(root / "golden")},
+    )
     assert made.returncode == 0, made.stderr
     return root
 
 
 def gate(root: Path, reports: Path, run_id: str, *extra: str):
-    result = harness_cli("run", "--gate", "pr", "--report-dir", str(reports), "--run-id", run_id, *extra,
-                         scenarios=root / "scenarios", env={"HARNESS_GOLDEN_DIR": str(root / "golden")})
+    result = harness_cli(
+        "run",
+        "--gate",
+        "pr",
+        "--report-dir",
+        str(reports),
+        "--run-id",
+        run_id,
+        *extra,
+        scenarios=root / "scenarios",
+        env={"HARNESS_GOLDEN_DIR": str(root / "golden")},
+    )
     return result, reports / run_id
 
 

@@ -96,8 +96,11 @@ def test_the_lock_keeps_every_id_when_an_axis_is_added(tmp_path):
     path = write(tmp_path)
     before = [s.id for s in load_scenarios([path])]
     write_lock(load_suite(path), path, planned_settings(load_suite(path), path))
-    path.write_text(SUITE.replace("  spec: [false, ngram]\n", "  spec: [false, ngram]\n  dp: [1, 2]\n")
-                    .replace("spec: false}", "spec: false, dp: 1}"))
+    path.write_text(
+        SUITE.replace("  spec: [false, ngram]\n", "  spec: [false, ngram]\n  dp: [1, 2]\n").replace(
+            "spec: false}", "spec: false, dp: 1}"
+        )
+    )
     after = [s.id for s in load_scenarios([path])]
     assert set(before) <= set(after) and any("dp2" in i for i in after)
 
@@ -117,13 +120,17 @@ def test_a_group_naming_an_axis_outside_the_matrix_is_refused(tmp_path):
 
 def test_without_covering_the_matrix_is_its_full_product(tmp_path):
     path = write(tmp_path, SUITE.replace("covering: 2\n", ""))
-    assert len(planned_settings(load_suite(path), path)) == FULL - 2 ** 5  # the exclude: tp2 pp2 batch-one
+    assert len(planned_settings(load_suite(path), path)) == FULL - 2**5  # the exclude: tp2 pp2 batch-one
 
 
 def test_list_coverage_names_the_rule_of_each_excluded_combination(tmp_path):
     path = write(tmp_path)
-    out = subprocess.run([sys.executable, "-m", "harness", "--scenarios", str(path), "list", "--coverage"],
-                         capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-m", "harness", "--scenarios", str(path), "list", "--coverage"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     assert "cover: " in out and "(covering array); 2-way:" in out and "0 feasible and not run" in out
     assert "excluded by sp requires tp>=2" in out and "tp=1 sp=true" in out
 
@@ -132,11 +139,19 @@ def test_list_coverage_says_what_only_rows_a_declared_crash_ends_early_cover(tmp
     """A row its file expects to crash stops at the bug: its other combinations are planned, not
     exercised, while the bug stands; --coverage says how many are only there."""
     path = write(tmp_path, SUITE + "expected_failures:\n  - {match: {spec: ngram}, verdict: crash, reason: a known bug}\n")
-    out = subprocess.run([sys.executable, "-m", "harness", "--scenarios", str(path), "list", "--coverage"],
-                         capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-m", "harness", "--scenarios", str(path), "list", "--coverage"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     assert "only in scenarios a declared crash or hang ends early on reference" in out, out
-    plain = subprocess.run([sys.executable, "-m", "harness", "--scenarios", str(write(tmp_path)), "list", "--coverage"],
-                           capture_output=True, text=True, check=True).stdout
+    plain = subprocess.run(
+        [sys.executable, "-m", "harness", "--scenarios", str(write(tmp_path)), "list", "--coverage"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     assert "ends early" not in plain, plain
 
 
@@ -145,9 +160,16 @@ def test_the_rows_do_not_depend_on_the_process_hash_seed(tmp_path):
     import os
 
     path = write(tmp_path)
-    ids = {subprocess.run([sys.executable, "-m", "harness", "--scenarios", str(path), "list", "--ids-only"],
-                          capture_output=True, text=True, check=True, env={**os.environ, "PYTHONHASHSEED": seed}).stdout
-           for seed in ("1", "2")}
+    ids = {
+        subprocess.run(
+            [sys.executable, "-m", "harness", "--scenarios", str(path), "list", "--ids-only"],
+            capture_output=True,
+            text=True,
+            check=True,
+            env={**os.environ, "PYTHONHASHSEED": seed},
+        ).stdout
+        for seed in ("1", "2")
+    }
     assert len(ids) == 1 and ids.pop().count("cover/") > 1
 
 
@@ -199,8 +221,9 @@ def test_suites_that_split_the_axes_are_counted_together(tmp_path):
 def test_the_installed_engine_s_limits_and_undeclared_axes_are_named(tmp_path):
     from harness.inputs.scenarios.covering import joint_coverage
 
-    got = joint_coverage(parts(tmp_path, LAYOUTS, FEATURES), 3, limits={"spec": ((False,), "no drafter here")},
-                         declared={"sp": (False, True)})
+    got = joint_coverage(
+        parts(tmp_path, LAYOUTS, FEATURES), 3, limits={"spec": ((False,), "no drafter here")}, declared={"sp": (False, True)}
+    )
     cut = got.excluded["the installed engine, spec: no drafter here"]
     assert "tp=2 spec=ngram batch=one" in cut and not [c for c in cut if "spec=false" in c]
     # sp: declared by the engine, varied by no suite (its triples with sp=true are in no row)

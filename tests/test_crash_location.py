@@ -21,14 +21,17 @@ SEQUENCE = f"{SITE}/sequence.py"
 
 
 def worker_log() -> str:
-    lines = ["WorkerProc hit an exception.", "Traceback (most recent call last):",
-             f'  File "{SITE}/v1/worker/gpu_model_runner.py", line 2100, in execute_model',
-             "    model_output = self.model(**inputs)",
-             f'  File "{MODEL}", line 370, in forward',
-             '    residual = intermediate_tensors["residual"]',
-             f'  File "{SEQUENCE}", line 43, in __getitem__',
-             "    return self.tensors[key]",
-             "KeyError: 'residual'"]
+    lines = [
+        "WorkerProc hit an exception.",
+        "Traceback (most recent call last):",
+        f'  File "{SITE}/v1/worker/gpu_model_runner.py", line 2100, in execute_model',
+        "    model_output = self.model(**inputs)",
+        f'  File "{MODEL}", line 370, in forward',
+        '    residual = intermediate_tensors["residual"]',
+        f'  File "{SEQUENCE}", line 43, in __getitem__',
+        "    return self.tensors[key]",
+        "KeyError: 'residual'",
+    ]
     return "\n".join(W1 + line for line in lines)
 
 
@@ -42,9 +45,11 @@ def test_a_vllm_workers_crash_names_the_raise_site_and_the_models_line(tmp_path)
 
     v = present(launch_verdict("s/pp2", LaunchOutcome("crash", 1.0, failure=failure, logs={0: str(log)}), VllmEngine()))
     assert v.verdict == "crash"
-    assert v.reason.startswith("rank Worker_PP1 (vLLM worker: PP rank 1, pid 27011) crashed: KeyError: 'residual' at "
-                               "site-packages/vllm/sequence.py:43 in __getitem__ (raised) from "
-                               "model_executor/models/step3_text.py:370 in forward (model)"), v.reason
+    assert v.reason.startswith(
+        "rank Worker_PP1 (vLLM worker: PP rank 1, pid 27011) crashed: KeyError: 'residual' at "
+        "site-packages/vllm/sequence.py:43 in __getitem__ (raised) from "
+        "model_executor/models/step3_text.py:370 in forward (model)"
+    ), v.reason
     assert present(v.crash)["model_frame"] == f"{MODEL}:370 in forward"  # kept whole for the report
 
 
@@ -86,8 +91,10 @@ def test_a_ranks_error_record_names_the_models_line_above_the_raise_site(tmp_pat
     record = present(read_record(path))
     assert record["model_frame"] == f"{MODEL}:2 in f" and record["harness_fault"] is None
     failure = RankFailure(1, 1, None, "KeyError: 'residual'", None, "", record["frame"], model_frame=record["model_frame"])
-    assert failure.describe() == ("rank 1 crashed: KeyError: 'residual' at site-packages/vllm/sequence.py:2 in f (raised) "
-                                  "from model_executor/models/step3_text.py:2 in f (model)")
+    assert failure.describe() == (
+        "rank 1 crashed: KeyError: 'residual' at site-packages/vllm/sequence.py:2 in f (raised) "
+        "from model_executor/models/step3_text.py:2 in f (model)"
+    )
 
 
 def test_the_markdown_report_shows_the_models_line_beside_the_raise_site(tmp_path):
@@ -95,9 +102,19 @@ def test_the_markdown_report_shows_the_models_line_beside_the_raise_site(tmp_pat
     from harness.contract.verdict import Verdict
     from harness.run.report import write_report
 
-    v = Verdict("s/pp2", "crash", "rank Worker_PP1 crashed: KeyError: 'residual'",
-                crash={"rank": "Worker_PP1", "exception": "KeyError: 'residual'", "traceback": "tb", "log": "l",
-                       "frame": f"{SEQUENCE}:43 in __getitem__", "model_frame": f"{MODEL}:370 in forward"})
+    v = Verdict(
+        "s/pp2",
+        "crash",
+        "rank Worker_PP1 crashed: KeyError: 'residual'",
+        crash={
+            "rank": "Worker_PP1",
+            "exception": "KeyError: 'residual'",
+            "traceback": "tb",
+            "log": "l",
+            "frame": f"{SEQUENCE}:43 in __getitem__",
+            "model_frame": f"{MODEL}:370 in forward",
+        },
+    )
     v.save(verdict_path(tmp_path, v.scenario))
     write_report(tmp_path, {"run_id": "r1"})
     md = (tmp_path / "summary.md").read_text()

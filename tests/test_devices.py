@@ -80,8 +80,9 @@ time.sleep(600)
 
 def test_a_killed_holder_frees_its_slots(tmp_path):
     p = pool(tmp_path, count=2, log=False)
-    holder = subprocess.Popen([sys.executable, "-c", HOLDER.format(root=str(ROOT), locks=str(p.lock_dir))],
-                              stdout=subprocess.PIPE, text=True)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLDER.format(root=str(ROOT), locks=str(p.lock_dir))], stdout=subprocess.PIPE, text=True
+    )
     try:
         assert holder.stdout is not None
         assert holder.stdout.readline().strip() == "held"
@@ -110,9 +111,12 @@ for i in range(12):
 
 def test_concurrent_processes_and_threads_never_share_a_slot(tmp_path):
     p = pool(tmp_path)
-    procs = [subprocess.Popen([sys.executable, "-c", WORKER.format(root=str(ROOT), locks=str(p.lock_dir),
-                                                                  log=str(p.lease_log), seed=seed)])
-             for seed in range(3)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", WORKER.format(root=str(ROOT), locks=str(p.lock_dir), log=str(p.lease_log), seed=seed)]
+        )
+        for seed in range(3)
+    ]
 
     def thread_worker(seed):
         rng = random.Random(100 + seed)

@@ -24,21 +24,23 @@ from tests.kit import ROOT, run_meta, run_process, summary, verdict_of
 from tests.kit.cli import environment, harness_command
 from tests.kit.present import present
 
-SAFETENSORS_ENOSPC = ('Error while serializing: IoError(Os { code: 28, kind: StorageFull, '
-                      'message: "No space left on device" })')
+SAFETENSORS_ENOSPC = 'Error while serializing: IoError(Os { code: 28, kind: StorageFull, message: "No space left on device" })'
 
 
 class SafetensorError(Exception):
     """What safetensors raises: no errno, no path, the fault only in its text."""
 
 
-@pytest.mark.parametrize(("exc", "expected"), [
-    (OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), "/r/out.bin"), ("ENOSPC", "/r/out.bin")),
-    (OSError(errno.EROFS, os.strerror(errno.EROFS)), ("EROFS", None)),
-    (OSError(errno.EDQUOT, os.strerror(errno.EDQUOT), "/q"), ("EDQUOT", "/q")),
-    (SafetensorError(SAFETENSORS_ENOSPC), ("ENOSPC", None)),
-    (SafetensorError("write failed: Read-only file system"), ("EROFS", None)),
-])
+@pytest.mark.parametrize(
+    ("exc", "expected"),
+    [
+        (OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), "/r/out.bin"), ("ENOSPC", "/r/out.bin")),
+        (OSError(errno.EROFS, os.strerror(errno.EROFS)), ("EROFS", None)),
+        (OSError(errno.EDQUOT, os.strerror(errno.EDQUOT), "/q"), ("EDQUOT", "/q")),
+        (SafetensorError(SAFETENSORS_ENOSPC), ("ENOSPC", None)),
+        (SafetensorError("write failed: Read-only file system"), ("EROFS", None)),
+    ],
+)
 def test_a_disk_fault_is_recognised_by_errno_or_by_its_words(exc, expected):
     fault = storage_fault(exc)
     assert fault is not None and (fault["errno"], fault["path"]) == expected
@@ -52,8 +54,12 @@ def test_a_disk_fault_under_a_wrapper_is_found_and_other_errors_are_not():
             raise RuntimeError("the engine could not save") from inner
     except RuntimeError as outer:
         assert present(storage_fault(outer))["path"] == "/r/x"
-    for other in (FileNotFoundError(errno.ENOENT, "No such file", "/x"), KeyError("residual"), MemoryError(),
-                  RuntimeError("tensor of 28 elements")):
+    for other in (
+        FileNotFoundError(errno.ENOENT, "No such file", "/x"),
+        KeyError("residual"),
+        MemoryError(),
+        RuntimeError("tensor of 28 elements"),
+    ):
         assert storage_fault(other) is None
     assert storage_error(KeyError("residual"), "/x") is None
 
@@ -72,17 +78,25 @@ def run_on_a_tmpfs(tmp_path, size: str, what: str):
     the run directory (the tmpfs is gone with its namespace)."""
     reports, history = tmp_path / "reports", tmp_path / "history"
     reports.mkdir()
-    run = shlex.join(harness_command("run", "llama-tiny/tp1-pp1", "--jobs", "1", "--report-dir", str(reports),
-                                     "--history", str(history), "--run-id", "r"))
-    script = (f"mount -t tmpfs -o size={size} tmpfs {shlex.quote(str(reports))} && {run}; code=$?; "
-              f"cp -r {shlex.quote(str(reports / 'r'))} {shlex.quote(str(tmp_path / 'r'))}; exit $code")
-    result = run_process(["unshare", "-Urm", "sh", "-c", script], 600, what, cwd=ROOT,
-                         env=environment(), capture_output=True, text=True)
+    run = shlex.join(
+        harness_command(
+            "run", "llama-tiny/tp1-pp1", "--jobs", "1", "--report-dir", str(reports), "--history", str(history), "--run-id", "r"
+        )
+    )
+    script = (
+        f"mount -t tmpfs -o size={size} tmpfs {shlex.quote(str(reports))} && {run}; code=$?; "
+        f"cp -r {shlex.quote(str(reports / 'r'))} {shlex.quote(str(tmp_path / 'r'))}; exit $code"
+    )
+    result = run_process(
+        ["unshare", "-Urm", "sh", "-c", script], 600, what, cwd=ROOT, env=environment(), capture_output=True, text=True
+    )
     return result, tmp_path / "r"
 
 
 @pytest.mark.e2e
-@pytest.mark.skipif(not can_mount_a_tmpfs(), reason="needs `unshare -Urm` (user namespaces) to mount a small tmpfs as a full disk")
+@pytest.mark.skipif(
+    not can_mount_a_tmpfs(), reason="needs `unshare -Urm` (user namespaces) to mount a small tmpfs as a full disk"
+)
 def test_a_rank_whose_outputs_meet_a_full_disk_is_a_machine_fault_with_exit_code_3(tmp_path):
     """The real thing: the run directory on a 160 KiB tmpfs, which takes the run's brief,
     logs and verdict but not llama-tiny's 220 KB of outputs. The engine's rank meets the
@@ -162,7 +176,9 @@ def test_a_report_the_disk_cannot_take_whole_leaves_the_previous_report_as_it_wa
 
 
 @pytest.mark.e2e
-@pytest.mark.skipif(not can_mount_a_tmpfs(), reason="needs `unshare -Urm` (user namespaces) to mount a small tmpfs as a full disk")
+@pytest.mark.skipif(
+    not can_mount_a_tmpfs(), reason="needs `unshare -Urm` (user namespaces) to mount a small tmpfs as a full disk"
+)
 def test_a_run_whose_report_meets_a_full_disk_exits_3_and_no_report_file_says_ok(tmp_path):
     """The failure as first seen: a tmpfs that takes the scenario's outputs and verdict (about
     260 KB) but not the final report beside the start-of-run one. Used to exit 3 with

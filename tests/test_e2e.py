@@ -103,8 +103,9 @@ def test_rank_that_is_killed_is_a_crash_naming_rank_and_signal(demo):
 
 def test_rank_that_hangs_is_a_hang_with_every_rank_located(demo):
     root, env = demo
-    result, run_dir = run(root, env, "hang", "demo/tp2-pp1", "--fault", "rank-hang@1",
-                          "--timeout", f"{scaled(45):.0f}")  # long enough to reach the hang point
+    result, run_dir = run(
+        root, env, "hang", "demo/tp2-pp1", "--fault", "rank-hang@1", "--timeout", f"{scaled(45):.0f}"
+    )  # long enough to reach the hang point
     assert result.returncode == 1
     v = verdict_of(run_dir, "demo/tp2-pp1")
     assert v["verdict"] == "hang", v["reason"]
@@ -117,8 +118,19 @@ def test_rank_that_hangs_is_a_hang_with_every_rank_located(demo):
 def test_ctrl_c_stops_the_ranks_and_still_writes_the_report(demo):
     root, env = demo
     run_dir = root / "reports" / "interrupt"
-    proc = start_harness("run", "demo/tp1-pp1", "demo/tp2-pp2", "--report-dir", str(root / "reports"),
-                         "--run-id", "interrupt", "--fault", "rank-hang@0", scenarios=root / "scenarios", env=env)
+    proc = start_harness(
+        "run",
+        "demo/tp1-pp1",
+        "demo/tp2-pp2",
+        "--report-dir",
+        str(root / "reports"),
+        "--run-id",
+        "interrupt",
+        "--fault",
+        "rank-hang@0",
+        scenarios=root / "scenarios",
+        env=env,
+    )
     log = logs_dir(run_dir, "demo/tp1-pp1") / "rank0.log"
     wait_until(lambda: log.exists() and bool(survivors(run_dir)), 60, "the first rank to start", poll_s=0.2, proc=proc)
     time.sleep(2)
@@ -166,8 +178,9 @@ def test_expected_failure_and_unexpected_pass(demo, tmp_path):
         + "expected_failures:\n  - {match: {tp: 2, pp: 1, sp: false}, reason: 'known bug: rank 1 raises'}\n"
         + "  - {match: {tp: 1, pp: 1}, reason: 'marked broken, but it is fixed'}\n"
     )
-    broken = harness(tmp_path, env, "run", "demo/tp2-pp1", "--fault", "rank-raise@1",
-                     "--report-dir", str(tmp_path / "r"), "--run-id", "x")
+    broken = harness(
+        tmp_path, env, "run", "demo/tp2-pp1", "--fault", "rank-raise@1", "--report-dir", str(tmp_path / "r"), "--run-id", "x"
+    )
     result = harness(tmp_path, env, "run", "demo/tp1-pp1", "--report-dir", str(tmp_path / "r"), "--run-id", "y")
     xfail, fixed = verdict_of(tmp_path / "r" / "x", "demo/tp2-pp1"), verdict_of(tmp_path / "r" / "y", "demo/tp1-pp1")
     assert xfail["verdict"] == "expected-failure" and xfail["observed"] == "crash" and xfail["as_expected"]
@@ -182,12 +195,22 @@ PLUGIN = ["-p", "harness.pytest_plugin", "-p", "no:cacheprovider"]
 
 def test_pytest_collects_one_item_per_scenario_and_runs_under_xdist(demo, tmp_path):
     root, env = demo
-    collect = pytest_cli(str(root / "scenarios"), "--collect-only", "-q", "-m", "pr", *PLUGIN, env=env, timeout=120,
-                         what="pytest --collect-only")
+    collect = pytest_cli(
+        str(root / "scenarios"), "--collect-only", "-q", "-m", "pr", *PLUGIN, env=env, timeout=120, what="pytest --collect-only"
+    )
     assert "demo.yaml::tp2-pp2" in collect.stdout and "1/6 tests collected" in collect.stdout, collect.stdout
-    result = pytest_cli(str(root / "scenarios" / "demo.yaml") + "::tp1-pp1", str(root / "scenarios" / "demo.yaml") + "::tp2-pp1",
-                        "-n", "2", *PLUGIN, "--harness-report-dir", str(tmp_path), env=env, timeout=300,
-                        what="pytest -n 2 over two scenarios")
+    result = pytest_cli(
+        str(root / "scenarios" / "demo.yaml") + "::tp1-pp1",
+        str(root / "scenarios" / "demo.yaml") + "::tp2-pp1",
+        "-n",
+        "2",
+        *PLUGIN,
+        "--harness-report-dir",
+        str(tmp_path),
+        env=env,
+        timeout=300,
+        what="pytest -n 2 over two scenarios",
+    )
     assert result.returncode == 0, result.stdout[-3000:]
     assert "2 passed" in result.stdout
     (run_dir,) = tmp_path.glob("pytest-*")  # both xdist workers wrote into one run directory

@@ -29,6 +29,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 # --- ENGINE_ENV parsing----------------------------------------------------------------
 
+
 def test_a_path_choice_is_an_interpreter_or_a_venv(tmp_path):
     assert engine_envs.parse_engine_env(sys.executable).python == Path(sys.executable).absolute()
     venv = tmp_path / "venv"
@@ -38,16 +39,19 @@ def test_a_path_choice_is_an_interpreter_or_a_venv(tmp_path):
     assert choice.python == venv / "bin" / "python" and not choice.is_release
 
 
-@pytest.mark.parametrize("text, message", [
-    ("/nowhere/bin/python", "no such file or directory"),
-    ("./not-here", "no such file or directory"),
-    ("vllm>=0.28", "one exact version"),
-    ("vllm==0.28.*", "one exact version"),
-    ("vllm", "one exact version"),
-    ("vllm[cpu]==0.28.0", "one exact version"),
-    ("not a choice!", "not a path"),
-    ("", "empty"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("/nowhere/bin/python", "no such file or directory"),
+        ("./not-here", "no such file or directory"),
+        ("vllm>=0.28", "one exact version"),
+        ("vllm==0.28.*", "one exact version"),
+        ("vllm", "one exact version"),
+        ("vllm[cpu]==0.28.0", "one exact version"),
+        ("not a choice!", "not a path"),
+        ("", "empty"),
+    ],
+)
 def test_bad_choices_say_what_is_expected(text, message):
     with pytest.raises(engine_envs.EngineEnvError, match=message.replace(".", r"\.").replace("*", r"\*")):
         engine_envs.parse_engine_env(text)
@@ -80,6 +84,7 @@ def test_releases_are_read_from_pip_index_and_ordered_by_pep_440():
 
 
 # --- versioned scenarios -------------------------------------------------------------
+
 
 class FakeEngine(Engine):
     name = "fake"
@@ -114,7 +119,9 @@ def test_an_environment_the_harness_did_not_build_has_its_own_identity(tmp_path,
     own = {"engine": "fake", "fake": "0.22.1", "torch": "2.9.0", "transformers": "4.57.1"}
     by_hand = {**own, "transformers": "4.56.0"}
     assert engine_envs.label_of(engine, own) == "fake-0.22.1"  # the harness's own environment of the release
-    assert engine_envs.label_of(engine, own, built_by_harness=False) != engine_envs.label_of(engine, by_hand, built_by_harness=False)
+    assert engine_envs.label_of(engine, own, built_by_harness=False) != engine_envs.label_of(
+        engine, by_hand, built_by_harness=False
+    )
     assert engine_envs.label_of(engine, by_hand, built_by_harness=False).startswith("fake-0.22.1-own-")
     # a path into an environment the harness built (its marker) is that environment; any other path is not
     python = engine_envs.ensure_installed(engine, "fake", "0.22.1")
@@ -125,7 +132,9 @@ def test_an_environment_the_harness_did_not_build_has_its_own_identity(tmp_path,
     assert not engine_envs.built_by_harness(engine_envs.parse_engine_env(str(elsewhere / "python")), elsewhere / "python")
     # repro cannot guess such an environment from the id: it says so and asks for its path
     (s,) = select(load_scenarios([ROOT / "scenarios" / "vllm-llama.yaml"]), ["vllm-llama/tp1-pp2"])
-    with pytest.raises(engine_envs.EngineEnvError, match="ran in an environment the harness did not build .* give --engine-env PATH"):
+    with pytest.raises(
+        engine_envs.EngineEnvError, match="ran in an environment the harness did not build .* give --engine-env PATH"
+    ):
         engine_envs.in_environment(s, "vllm-llama/tp1-pp2@vllm-0.22.1-own-3f9a1c", None)
 
 
@@ -148,8 +157,10 @@ def test_a_release_is_installed_once_into_the_cache(tmp_path, monkeypatch):
     engine = FakeEngine()
     said: list[str] = []
     pythons = []
-    threads = [threading.Thread(target=lambda: pythons.append(engine_envs.ensure_installed(engine, "fake", "1.0", said.append)))
-               for _ in range(3)]
+    threads = [
+        threading.Thread(target=lambda: pythons.append(engine_envs.ensure_installed(engine, "fake", "1.0", said.append)))
+        for _ in range(3)
+    ]
     for t in threads:
         t.start()
     for t in threads:
@@ -203,14 +214,18 @@ def test_run_with_a_release_whose_environment_is_out_of_date_installs_it_again(t
 
 # --- the command line: bad input, nothing runs -----------------------------------------
 
-@pytest.mark.parametrize("engine_env, ids, message", [
-    ("/nowhere/bin/python", ["vllm-llama/tp1-pp1"], "no such file or directory"),
-    ("vllm==0.28.0", ["llama-tiny/tp1-pp1"], "is a release of 'vllm'"),
-    ("vllm>=0.28", ["vllm-llama/tp1-pp1"], "one exact version"),
-    (sys.executable, ["llama-tiny/tp1-pp1"], "engine 'reference' runs in the harness's own interpreter"),
-    ("llama==1.0", ["llama-tiny/tp1-pp1"], "is a release of 'llama'"),
-    ("reference==1.0", ["llama-tiny/tp1-pp1"], "engine 'reference' cannot install releases"),
-])
+
+@pytest.mark.parametrize(
+    "engine_env, ids, message",
+    [
+        ("/nowhere/bin/python", ["vllm-llama/tp1-pp1"], "no such file or directory"),
+        ("vllm==0.28.0", ["llama-tiny/tp1-pp1"], "is a release of 'vllm'"),
+        ("vllm>=0.28", ["vllm-llama/tp1-pp1"], "one exact version"),
+        (sys.executable, ["llama-tiny/tp1-pp1"], "engine 'reference' runs in the harness's own interpreter"),
+        ("llama==1.0", ["llama-tiny/tp1-pp1"], "is a release of 'llama'"),
+        ("reference==1.0", ["llama-tiny/tp1-pp1"], "engine 'reference' cannot install releases"),
+    ],
+)
 def test_bad_engine_envs_are_usage_errors_and_nothing_runs(tmp_path, capsys, engine_env, ids, message):
     code = main(["run", *ids, "--engine-env", engine_env, "--report-dir", str(tmp_path / "reports")])
     err = capsys.readouterr().err
@@ -228,11 +243,18 @@ def test_a_release_that_is_not_on_the_index_is_refused(tmp_path, capsys, monkeyp
 
 # --- the report: versions side by side ---------------------------------------------------
 
+
 def versions_run(run_dir: Path) -> list[Verdict]:
     verdicts = [
         Verdict("vllm-llama/tp1-pp2@vllm-0.28.0", "pass", "ok", settings={"tp": 1, "pp": 2}),
-        Verdict("vllm-llama/tp1-pp2@vllm-0.32.0", "expected-failure", "crash as expected", settings={"tp": 1, "pp": 2},
-                expected_failure="bug", observed="crash"),
+        Verdict(
+            "vllm-llama/tp1-pp2@vllm-0.32.0",
+            "expected-failure",
+            "crash as expected",
+            settings={"tp": 1, "pp": 2},
+            expected_failure="bug",
+            observed="crash",
+        ),
         Verdict("vllm-llama/tp1-pp1@vllm-0.32.0", "pass", "ok", settings={"tp": 1, "pp": 1}),
         Verdict("vllm-llama/tp1-pp1@vllm-0.28.0", "pass", "ok", settings={"tp": 1, "pp": 1}),
         Verdict("vllm-llama/tp2-pp1@vllm-0.28.0", "fail", "logits diverged", settings={"tp": 2, "pp": 1}),
@@ -285,8 +307,14 @@ def test_repro_of_a_versioned_id_runs_in_that_release(monkeypatch):
     def expand(scenarios, given, say=print):
         asked.append(given)
         version = given[0].split("==")[-1] if "==" in given[0] else "0.32.0"
-        return [engine_envs.versioned(scenarios[0], engine_envs.EngineEnv(given[0], "vllm", Path(f"/envs/vllm-{version}/bin/python"),
-                                                             {"vllm": version}, f"vllm-{version}"))]
+        return [
+            engine_envs.versioned(
+                scenarios[0],
+                engine_envs.EngineEnv(
+                    given[0], "vllm", Path(f"/envs/vllm-{version}/bin/python"), {"vllm": version}, f"vllm-{version}"
+                ),
+            )
+        ]
 
     monkeypatch.setattr(engine_envs, "expand", expand)
     monkeypatch.setattr(engine_envs, "default_python", lambda scenario: None)
@@ -294,7 +322,9 @@ def test_repro_of_a_versioned_id_runs_in_that_release(monkeypatch):
     v = engine_envs.in_environment(s, "vllm-llama/tp1-pp2@vllm-0.21.0", None)
     assert asked[-1] == ["vllm==0.21.0"] and v.id == "vllm-llama/tp1-pp2@vllm-0.21.0"
     assert v.engine_options["python"] == "/envs/vllm-0.21.0/bin/python"
-    with pytest.raises(engine_envs.EngineEnvError, match="runs vllm-llama/tp1-pp2@vllm-0.32.0, not vllm-llama/tp1-pp2@vllm-0.21.0"):
+    with pytest.raises(
+        engine_envs.EngineEnvError, match="runs vllm-llama/tp1-pp2@vllm-0.32.0, not vllm-llama/tp1-pp2@vllm-0.21.0"
+    ):
         engine_envs.in_environment(s, "vllm-llama/tp1-pp2@vllm-0.21.0", "/some/venv/bin/python")
     with pytest.raises(engine_envs.EngineEnvError, match="names no release of engine 'vllm'"):
         engine_envs.in_environment(s, "vllm-llama/tp1-pp2@sglang-1.0", None)

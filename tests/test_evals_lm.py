@@ -49,8 +49,15 @@ def write_arith(d: Path, n_train=6, n_test=3) -> Path:
         with open(d / f"{split}.jsonl", "w") as f:
             for i in range(n):
                 a, b = base + i, 5 + i
-                f.write(json.dumps({"question": f"Sam has {a} apples and buys {b} more. How many apples does Sam have now?",
-                                    "answer": f"{a} + {b} = {a + b}\n#### {a + b}"}) + "\n")
+                f.write(
+                    json.dumps(
+                        {
+                            "question": f"Sam has {a} apples and buys {b} more. How many apples does Sam have now?",
+                            "answer": f"{a} + {b} = {a + b}\n#### {a + b}",
+                        }
+                    )
+                    + "\n"
+                )
     return d
 
 
@@ -61,8 +68,11 @@ def write_geo3k(path: Path, colors=((200, 0, 0), (0, 200, 0), (0, 0, 200)), imag
     problems = ["<image>Find x.", "<image>Find y.", "<image>Find the value of z."]
     answers = ["3", "12", "7.5"]
     ds = Dataset.from_dict(
-        {"images": [[PILImage.new("RGB", (32, 32), c)] * images_per_item for c in colors],
-         "problem": problems, "answer": answers},
+        {
+            "images": [[PILImage.new("RGB", (32, 32), c)] * images_per_item for c in colors],
+            "problem": problems,
+            "answer": answers,
+        },
         features=Features({"images": Sequence(Image()), "problem": Value("string"), "answer": Value("string")}),
     )
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -78,14 +88,20 @@ def test_gsm8k_requests_are_lm_evals_own(text_model, tmp_path):
     what lm-eval's own gsm8k task builds when pointed at the same local files."""
     from lm_eval.api.task import ConfigurableTask
 
-    prepared = lm.collect(EvalDef(name="gsm", task="gsm8k", items=4), text_model, tmp_path / "work", None, load_tokenizer(text_model))
+    prepared = lm.collect(
+        EvalDef(name="gsm", task="gsm8k", items=4), text_model, tmp_path / "work", None, load_tokenizer(text_model)
+    )
 
     cfg = lm_eval_gsm8k_yaml()
     cfg.pop("tag", None)
-    cfg.update(dataset_path="json", dataset_name=None,
-               dataset_kwargs={"data_files": {"train": str(DATA_DIR / "gsm8k" / "train.jsonl"),
-                                              "test": str(DATA_DIR / "gsm8k" / "test.jsonl")},
-                               "cache_dir": str(tmp_path / "hf")})
+    cfg.update(
+        dataset_path="json",
+        dataset_name=None,
+        dataset_kwargs={
+            "data_files": {"train": str(DATA_DIR / "gsm8k" / "train.jsonl"), "test": str(DATA_DIR / "gsm8k" / "test.jsonl")},
+            "cache_dir": str(tmp_path / "hf"),
+        },
+    )
     ref = ConfigurableTask(config=cfg)
     ref.set_fewshot_seed(seed=1234)  # simple_evaluate's default fewshot_random_seed
     ref.build_all_requests(limit=4)
@@ -123,8 +139,13 @@ def test_task_configs_are_derived_from_lm_eval():
 
 
 def test_overrides_num_fewshot_and_max_new_tokens(text_model, tmp_path):
-    p = lm.collect(EvalDef(name="gsm", task="gsm8k", items=2, num_fewshot=0, max_new_tokens=32),
-                   text_model, tmp_path, None, load_tokenizer(text_model))
+    p = lm.collect(
+        EvalDef(name="gsm", task="gsm8k", items=2, num_fewshot=0, max_new_tokens=32),
+        text_model,
+        tmp_path,
+        None,
+        load_tokenizer(text_model),
+    )
     assert p.contexts[0] == f"Question: {json.loads((DATA_DIR / 'gsm8k' / 'test.jsonl').open().readline())['question']}\nAnswer:"
     assert p.workload["max_new_tokens"] == 32
     p5 = lm.collect(EvalDef(name="gsm", task="gsm8k", items=2), text_model, tmp_path, None, load_tokenizer(text_model))
@@ -136,7 +157,9 @@ def test_overrides_num_fewshot_and_max_new_tokens(text_model, tmp_path):
 
 def test_score_filters_and_exact_match(text_model, tmp_path):
     tok = load_tokenizer(text_model)
-    p = lm.collect(EvalDef(name="gsm", task="gsm8k", items=1, num_fewshot=0), text_model, tmp_path, None, load_tokenizer(text_model))
+    p = lm.collect(
+        EvalDef(name="gsm", task="gsm8k", items=1, num_fewshot=0), text_model, tmp_path, None, load_tokenizer(text_model)
+    )
 
     def one(text_or_ids):
         return lm.score(p, tokens_of([text_or_ids], tok), tok).items[0]
@@ -188,13 +211,19 @@ def test_arith_fixture_and_item_count(text_model, tmp_path):
 
 def test_collect_is_offline(text_model, tmp_path, monkeypatch):
     """No network: every socket connect fails, and the offline switches are set."""
+
     def refuse(*a, **k):
         raise AssertionError(f"network access attempted: {a}")
 
     monkeypatch.setattr(socket.socket, "connect", refuse)
     monkeypatch.setattr(lm, "_TASKS", {})  # build the task afresh, under the guard
-    p = lm.collect(EvalDef(name="arith", task="gsm8k-arith", data=str(write_arith(tmp_path / "a"))),
-                   text_model, tmp_path / "w", None, load_tokenizer(text_model))
+    p = lm.collect(
+        EvalDef(name="arith", task="gsm8k-arith", data=str(write_arith(tmp_path / "a"))),
+        text_model,
+        tmp_path / "w",
+        None,
+        load_tokenizer(text_model),
+    )
     assert len(p.items) == 3
     for key in ("HF_DATASETS_OFFLINE", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_EVALUATE_OFFLINE"):
         assert os.environ[key] == "1"
@@ -211,8 +240,11 @@ def test_importing_harness_does_not_import_lm_eval():
 def test_geo3k_parquet_images_and_placeholders(vl_model, tmp_path):
     parquet = write_geo3k(tmp_path / "g" / "test.parquet")
     p = lm.collect(EvalDef(name="geo", task="geo3k", data=str(parquet)), vl_model, tmp_path / "w", None, load_tokenizer(vl_model))
-    assert p.contexts == ["Question: <image>Find x.\nAnswer:", "Question: <image>Find y.\nAnswer:",
-                          "Question: <image>Find the value of z.\nAnswer:"]
+    assert p.contexts == [
+        "Question: <image>Find x.\nAnswer:",
+        "Question: <image>Find y.\nAnswer:",
+        "Question: <image>Find the value of z.\nAnswer:",
+    ]
     w = p.workload
     assert w["stop"] == [load_tokenizer(vl_model).encode(s).ids for s in ["Question:", "</s>", "<|im_end|>"]]
     assert len(w["images"]) == 3 and all(Path(x).suffix == ".png" and Path(x).is_file() for x in w["images"])
@@ -235,7 +267,9 @@ def test_geo3k_parquet_images_and_placeholders(vl_model, tmp_path):
 
 def test_geo3k_synth_reads_a_given_parquet(vl_model, tmp_path):
     parquet = write_geo3k(tmp_path / "s.parquet")
-    p = lm.collect(EvalDef(name="geo", task="geo3k-synth", data=str(parquet), pr_items=1), vl_model, tmp_path, "pr", load_tokenizer(vl_model))
+    p = lm.collect(
+        EvalDef(name="geo", task="geo3k-synth", data=str(parquet), pr_items=1), vl_model, tmp_path, "pr", load_tokenizer(vl_model)
+    )
     assert len(p.items) == 1 and len(p.workload["images"]) == 1
 
 
@@ -274,6 +308,7 @@ def test_a_session_with_evals_settles_the_environment_before_its_first_rank(monk
     def fake_run(scenario, run_dir, opts):
         seen.append((scenario.id, {k: os.environ.get(k) for k in (*tasks.OFFLINE_ENV, "HF_XET_HIGH_PERFORMANCE")}))
         from harness.contract.verdict import Verdict
+
         return Verdict(scenario.id, "pass", "")
 
     monkeypatch.setattr(session, "run_scenario", fake_run)

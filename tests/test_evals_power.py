@@ -45,8 +45,18 @@ def gsm8k_suite(tmp_path: Path, **eval_fields) -> Path:
 
 
 def run_pr_gate(scenarios: Path, golden: Path, tmp_path: Path) -> tuple[dict, subprocess.CompletedProcess]:
-    result = harness_cli("run", "--gate", "pr", "--report-dir", str(tmp_path / "reports"), "--run-id", "r",
-                         scenarios=scenarios, env={"HARNESS_GOLDEN_DIR": str(golden)}, timeout=900)
+    result = harness_cli(
+        "run",
+        "--gate",
+        "pr",
+        "--report-dir",
+        str(tmp_path / "reports"),
+        "--run-id",
+        "r",
+        scenarios=scenarios,
+        env={"HARNESS_GOLDEN_DIR": str(golden)},
+        timeout=900,
+    )
     assert verdict_path(tmp_path / "reports" / "r", SCENARIO).exists(), result.stdout + result.stderr
     return verdict_of(tmp_path / "reports" / "r", SCENARIO), result
 

@@ -29,7 +29,9 @@ ENTRY_POINT_GROUP = "harness.engines"
 
 pytestmark = pytest.mark.skipif(
     importlib.util.find_spec("harness_tp_plan") is None,
-    reason="the example engine is not installed: pip install -e examples/engine-tp-plan (make install)")
+    reason="the example engine is not installed: pip install -e examples/engine-tp-plan (make install)",
+)
+
 
 def harness_cli() -> list[str]:
     return [sys.executable, "-m", "harness"]
@@ -55,20 +57,34 @@ def write_config(directory: Path, **fields) -> Path:
     return directory
 
 
-QWEN3 = {"model_type": "qwen3", "architectures": ["Qwen3ForCausalLM"], "hidden_size": 128, "head_dim": 32,
-         "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 256, "vocab_size": 512}
+QWEN3 = {
+    "model_type": "qwen3",
+    "architectures": ["Qwen3ForCausalLM"],
+    "hidden_size": 128,
+    "head_dim": 32,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "intermediate_size": 256,
+    "vocab_size": 512,
+}
 
 
-@pytest.mark.parametrize("settings, model, reason", [
-    ({"tp": 2, "pp": 1, "compile": True}, QWEN3, None),
-    ({"tp": 1}, None, None),
-    ({"tp": 1, "pp": 2}, None, "does not support pp=2"),
-    ({"tp": 2, "sp": True}, None, "does not support sp=True"),
-    ({"tp": 4}, QWEN3, "num_key_value_heads=2 is not divisible by tp=4"),
-    ({"tp": 3}, QWEN3, "num_attention_heads=4 is not divisible by tp=3"),
-    ({"tp": 2}, {"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"], "n_head": 4, "n_embd": 128, "vocab_size": 512},
-     "no tensor-parallel plan (base_model_tp_plan) for GPT2LMHeadModel"),
-])
+@pytest.mark.parametrize(
+    "settings, model, reason",
+    [
+        ({"tp": 2, "pp": 1, "compile": True}, QWEN3, None),
+        ({"tp": 1}, None, None),
+        ({"tp": 1, "pp": 2}, None, "does not support pp=2"),
+        ({"tp": 2, "sp": True}, None, "does not support sp=True"),
+        ({"tp": 4}, QWEN3, "num_key_value_heads=2 is not divisible by tp=4"),
+        ({"tp": 3}, QWEN3, "num_attention_heads=4 is not divisible by tp=3"),
+        (
+            {"tp": 2},
+            {"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"], "n_head": 4, "n_embd": 128, "vocab_size": 512},
+            "no tensor-parallel plan (base_model_tp_plan) for GPT2LMHeadModel",
+        ),
+    ],
+)
 def test_unsupported_settings_say_why(tmp_path, settings, model, reason):
     model_dir = str(write_config(tmp_path / "model", **model)) if model else None  # a str, as RunBrief.model_dir
     found = the_engine().unsupported_reason(settings, model_dir)
@@ -89,12 +105,23 @@ def test_one_rank_per_tp_rank_and_cpu_ranks_see_no_gpu(tmp_path):
 def test_the_suite_passes_through_the_entry_point(tmp_path):
     """tp1 and tp2 against the committed TP1 golden: the tp2 ranks really hold shards."""
     env = {**os.environ, "HARNESS_GOLDEN_DIR": str(ROOT / "golden")}
-    cmd = [*harness_cli(), "--scenarios", str(EXAMPLE / "scenarios"), "run", "--gate", "pr",
-           "--report-dir", str(tmp_path), "--run-id", "r"]
+    cmd = [
+        *harness_cli(),
+        "--scenarios",
+        str(EXAMPLE / "scenarios"),
+        "run",
+        "--gate",
+        "pr",
+        "--report-dir",
+        str(tmp_path),
+        "--run-id",
+        "r",
+    ]
     ran = run_process(cmd, scaled(300), "harness run tp-plan", cwd=ROOT, env=env, capture_output=True, text=True)
     verdicts = {v["scenario"]: v for v in (json.loads(p.read_text()) for p in verdict_files(tmp_path / "r"))}
-    assert {k: v["verdict"] for k, v in verdicts.items()} == {"tp-plan/tp1": "pass", "tp-plan/tp2": "pass"}, \
+    assert {k: v["verdict"] for k, v in verdicts.items()} == {"tp-plan/tp1": "pass", "tp-plan/tp2": "pass"}, (
         ran.stdout + ran.stderr
+    )
     assert ran.returncode == 0, ran.stdout + ran.stderr
     meta = json.loads((outputs_dir(tmp_path / "r", "tp-plan/tp2") / "outputs.json").read_text())
     placements = meta["sharding"]["parameters_by_placement"]

@@ -17,22 +17,33 @@ ROOT = Path(__file__).resolve().parent.parent
 VLLM_032 = {"engine": "vllm", "vllm": "0.32.0", "torch": "2.13.0+cpu", "python": "3.11.7"}
 VLLM_020 = {"engine": "vllm", "vllm": "0.20.2", "torch": "2.11.0+cpu", "python": "3.11.7"}
 PP_ASSERT = ExpectedFailure(
-    match={"pp": 2, "compile": False}, verdict="crash", engine_version="vllm==0.32.*",
-    exception="AssertionError", rank="Worker_PP1", traceback="sync_and_gather_intermediate_tensors",
+    match={"pp": 2, "compile": False},
+    verdict="crash",
+    engine_version="vllm==0.32.*",
+    exception="AssertionError",
+    rank="Worker_PP1",
+    traceback="sync_and_gather_intermediate_tensors",
     reason="vLLM 0.32 CPU: eager PP never allocates the PP rank>=1 buffer; AssertionError on Worker_PP1",
 )
 
 
 def crash(exception: str, rank="Worker_PP1 (vLLM worker: PP rank 1, pid 7)", versions=VLLM_032, tb="") -> Verdict:
-    return Verdict("vllm-gemma4/tp1-pp2", "crash", f"rank {rank} crashed: {exception}", versions=dict(versions),
-                   crash={"rank": rank, "exitcode": 1, "signal": None, "exception": exception, "traceback": tb, "log": "l"})
+    return Verdict(
+        "vllm-gemma4/tp1-pp2",
+        "crash",
+        f"rank {rank} crashed: {exception}",
+        versions=dict(versions),
+        crash={"rank": rank, "exitcode": 1, "signal": None, "exception": exception, "traceback": tb, "log": "l"},
+    )
 
 
 def test_a_different_crash_is_not_the_expected_one():
     """vllm-gemma4/tp1-pp2 on vllm 0.20.2 crashed with an AttributeError; the marker is for
     an AssertionError: today it was reported 'crash as expected'."""
-    v = _apply_expectation(crash("AttributeError: 'IntermediateTensors' object has no attribute 'get'",
-                                 versions={**VLLM_020, "vllm": "0.32.1"}), (PP_ASSERT,))
+    v = _apply_expectation(
+        crash("AttributeError: 'IntermediateTensors' object has no attribute 'get'", versions={**VLLM_020, "vllm": "0.32.1"}),
+        (PP_ASSERT,),
+    )
     assert v.expectation is not None
     assert v.verdict == "crash" and not v.as_expected
     assert "NOT the expected failure" in v.reason and "AssertionError" in v.reason and "AttributeError" in v.reason
@@ -58,7 +69,9 @@ def test_the_right_exception_on_the_wrong_worker_or_frame_is_not_expected():
 
 
 def test_an_expectation_for_other_versions_does_not_apply():
-    v = _apply_expectation(crash("AttributeError: 'IntermediateTensors' object has no attribute 'get'", versions=VLLM_020), (PP_ASSERT,))
+    v = _apply_expectation(
+        crash("AttributeError: 'IntermediateTensors' object has no attribute 'get'", versions=VLLM_020), (PP_ASSERT,)
+    )
     assert v.expectation is not None
     assert v.verdict == "crash" and v.expected_failure is None
     assert v.expectation["status"] == "not-applicable" and "vllm 0.20.2" in v.expectation["why"]
@@ -81,8 +94,16 @@ def test_the_verdict_kind_must_match():
 
 
 def fail(dlogprob: float, failed=("logits",)) -> Verdict:
-    checks = [{"name": n, "kind": "logprobs", "passed": n not in failed, "summary": f"max|dlogprob|={dlogprob:.2e}",
-               "metrics": {"max_abs_dlogprob": dlogprob}} for n in ("logits", "greedy")]
+    checks = [
+        {
+            "name": n,
+            "kind": "logprobs",
+            "passed": n not in failed,
+            "summary": f"max|dlogprob|={dlogprob:.2e}",
+            "metrics": {"max_abs_dlogprob": dlogprob},
+        }
+        for n in ("logits", "greedy")
+    ]
     return Verdict("s/x", "fail", "logits: ...", checks=checks, versions=dict(VLLM_032))
 
 
@@ -138,15 +159,18 @@ def test_a_scenario_file_names_the_bug_and_every_matching_entry_reaches_the_scen
     assert scenarios["demo/tp1-pp1"].expectations == ()
 
 
-@pytest.mark.parametrize("old, new, problem", [
-    ('engine_version: "torch>=2.9"', 'engine_version: "torch>>2"', "is not '<package><PEP 440 specifier>'"),
-    ('engine_version: "torch>=2.9"', 'engine_version: "torch"', "names no version range"),
-    ('versions: {python: ">=3.10"}', 'versions: {python: "3.10"}', "is not a PEP 440 specifier"),
-    ("message: \"'residual'\"", 'message: "(unclosed"', "not a regular expression"),
-    ("rank: 1", "rank: 1\n    check: logits", "a crash's fields and a numeric failure's fields"),
-    ("rank: 1", "rank: 1\n    verdict: fail", "describe a crash, but verdict is 'fail'"),
-    ("rank: 1", "rank: 1\n    verdict: exploded", "verdict"),
-])
+@pytest.mark.parametrize(
+    "old, new, problem",
+    [
+        ('engine_version: "torch>=2.9"', 'engine_version: "torch>>2"', "is not '<package><PEP 440 specifier>'"),
+        ('engine_version: "torch>=2.9"', 'engine_version: "torch"', "names no version range"),
+        ('versions: {python: ">=3.10"}', 'versions: {python: "3.10"}', "is not a PEP 440 specifier"),
+        ("message: \"'residual'\"", 'message: "(unclosed"', "not a regular expression"),
+        ("rank: 1", "rank: 1\n    check: logits", "a crash's fields and a numeric failure's fields"),
+        ("rank: 1", "rank: 1\n    verdict: fail", "describe a crash, but verdict is 'fail'"),
+        ("rank: 1", "rank: 1\n    verdict: exploded", "verdict"),
+    ],
+)
 def test_a_bad_expectation_is_rejected_with_its_problem(tmp_path, old, new, problem):
     assert old in SUITE
     path = tmp_path / "demo.yaml"
@@ -167,8 +191,13 @@ def test_the_shipped_vllm_suites_name_their_bugs():
             assert x.exception or x.check or named_by_message, (path.name, x.reason)
 
 
-SP_REMOVED = ExpectedFailure(match={"sp": True}, verdict="unsupported", engine_version="vllm>=0.32",
-                             message="SequenceParallelismPass|sp", reason="vLLM 0.32 removed its SP pass on CPU")
+SP_REMOVED = ExpectedFailure(
+    match={"sp": True},
+    verdict="unsupported",
+    engine_version="vllm>=0.32",
+    message="SequenceParallelismPass|sp",
+    reason="vLLM 0.32 removed its SP pass on CPU",
+)
 
 
 def unsupported(versions=VLLM_032, reason="the engine accepted but did not apply sp=True (0 SP passes ran)") -> Verdict:

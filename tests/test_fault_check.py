@@ -20,13 +20,16 @@ ONE_RANK = {"tp": 1, "pp": 1, "sp": False, "compile": False}
 FOUR_RANKS = {"tp": 2, "pp": 2, "sp": False, "compile": False}
 
 
-@pytest.mark.parametrize("faults, problem", [
-    (["nosuch"], "unknown fault 'nosuch'"),
-    (["rank-raise@x"], "fault 'rank-raise' needs a global rank: rank-raise@N"),
-    (["rank-raise"], "fault 'rank-raise' needs a global rank: rank-raise@N"),
-    (["pp-buffer-missing-key@1"], "takes no parameter"),
-    (["rank-raise@9"], "rank-raise@9 targets global rank 9, but these settings have 1 rank (0..0)"),
-])
+@pytest.mark.parametrize(
+    "faults, problem",
+    [
+        (["nosuch"], "unknown fault 'nosuch'"),
+        (["rank-raise@x"], "fault 'rank-raise' needs a global rank: rank-raise@N"),
+        (["rank-raise"], "fault 'rank-raise' needs a global rank: rank-raise@N"),
+        (["pp-buffer-missing-key@1"], "takes no parameter"),
+        (["rank-raise@9"], "rank-raise@9 targets global rank 9, but these settings have 1 rank (0..0)"),
+    ],
+)
 def test_reference_engine_rejects_bad_faults_listing_its_faults(faults, problem):
     found = get_engine("reference").fault_problem(faults, ONE_RANK)
     assert found and problem in found
@@ -55,8 +58,10 @@ def test_an_engine_without_fault_switches_takes_none():
 
 def test_faults_of_a_scenario_file_are_checked_at_load_time(tmp_path):
     path = tmp_path / "demo.yaml"
-    path.write_text("suite: demo\nmodel: tiny-llama\nworkloads: [{name: logits, kind: logprobs}]\n"
-                    "golden: {tp: 1}\nmatrix: {tp: [1, 2]}\nfaults: [rank-riase@1]\n")
+    path.write_text(
+        "suite: demo\nmodel: tiny-llama\nworkloads: [{name: logits, kind: logprobs}]\n"
+        "golden: {tp: 1}\nmatrix: {tp: [1, 2]}\nfaults: [rank-riase@1]\n"
+    )
     with pytest.raises(ScenarioError) as err:
         load_suite(path)
     assert str(path) in str(err.value) and "faults: unknown fault 'rank-riase@1'" in str(err.value)
@@ -64,10 +69,13 @@ def test_faults_of_a_scenario_file_are_checked_at_load_time(tmp_path):
 
 
 @pytest.mark.e2e
-@pytest.mark.parametrize("fault, problem", [
-    ("nosuch", "unknown fault 'nosuch'"),
-    ("rank-raise@x", "needs a global rank"),
-])
+@pytest.mark.parametrize(
+    "fault, problem",
+    [
+        ("nosuch", "unknown fault 'nosuch'"),
+        ("rank-raise@x", "needs a global rank"),
+    ],
+)
 def test_harness_run_with_a_fault_no_engine_knows_is_a_usage_error(tmp_path, fault, problem):
     """A --fault typo stops the run before anything starts (exit 2), with one message, not
     one `error` verdict per scenario."""
@@ -83,8 +91,9 @@ def test_harness_run_with_a_fault_aimed_at_a_missing_rank_is_an_error_before_lau
     """Through the real CLI, on a shipped scenario and its golden: the rank exists in
     some settings, so the scenarios without it end `error`, with no rank started."""
     problem = "targets global rank 9, but these settings have 1 rank"
-    done = harness_cli("run", "llama-tiny/tp1-pp1", "--fault", "rank-raise@9", "--report-dir", str(tmp_path / "reports"),
-                       "--run-id", "bad-fault")
+    done = harness_cli(
+        "run", "llama-tiny/tp1-pp1", "--fault", "rank-raise@9", "--report-dir", str(tmp_path / "reports"), "--run-id", "bad-fault"
+    )
     assert done.returncode == 1, done.stdout + done.stderr
     scenario_dir = rundir.scenario_dir(tmp_path / "reports" / "bad-fault", "llama-tiny/tp1-pp1")
     verdict = json.loads((scenario_dir / rundir.VERDICT).read_text())

@@ -37,8 +37,9 @@ def gate(tmp_path):
 
 def run_gate(gate, *args):
     scenarios, reports = gate
-    return harness_cli("run", "--gate", "pr", "--fault", FAULT, "--exitfirst", "--report-dir", str(reports), *args,
-                       scenarios=scenarios)
+    return harness_cli(
+        "run", "--gate", "pr", "--fault", FAULT, "--exitfirst", "--report-dir", str(reports), *args, scenarios=scenarios
+    )
 
 
 def test_the_gate_starts_with_its_last_failure_and_exitfirst_stops_there(gate):
@@ -79,7 +80,9 @@ def test_exitfirst_with_jobs_stops_the_scenario_running_beside_the_failure(gate,
     run_dir = reports / "packed"
     assert result.returncode == 1, result.stdout[-3000:] + result.stderr[-3000:]
     assert [line.split("] ", 1)[1] for line in result.stdout.splitlines() if "] start " in line] == [
-        f"start {FAILED_BEFORE}", f"start {LONG}"]
+        f"start {FAILED_BEFORE}",
+        f"start {LONG}",
+    ]
     assert outcomes(run_dir) == {FAILED_BEFORE: "fail"}  # the long one was stopped, not judged
     meta = run_meta(run_dir)
     assert set(meta["never_ran"]) == set(GATE + [LONG]) - {FAILED_BEFORE} and meta["stopped_after"] == FAILED_BEFORE

@@ -30,12 +30,15 @@ from harness.run.runner import RunContext
 from harness.run.session import Progress, _run_packed
 from tests.kit.handmade import BIG_SUITE, failing, make_run, passing, suite_scenarios
 
-SUITE = BIG_SUITE + """gates: {pr: ["*"]}
+SUITE = (
+    BIG_SUITE
+    + """gates: {pr: ["*"]}
 changes:
   smoke: [tp1-pp1]
   rules:
     - {paths: [src/pp.py], scenarios: ["*-pp2"]}
 """
+)
 
 
 def scenarios(tmp_path):
@@ -51,13 +54,20 @@ def test_failed_then_drifted_then_rule_picked_then_the_rest_largest_first_within
     cost = costs(sc, {})  # unmeasured: device-seconds go by devices alone
     suspects = Suspects(failed=frozenset({"big/tp1-pp1", "big/tp2-pp1"}), drifted=frozenset({"big/tp1-pp2"}))
     ordered, tiered = first_failure_order(sc, cost, suspects, rule_picked={"big/tp2-pp2", "big/tp1-pp2"})
-    assert ids(ordered) == ["tp2-pp1", "tp1-pp1",  # failed before, largest first
-                            "tp1-pp2",  # drifted (also rule-picked: the higher tier wins)
-                            "tp2-pp2",  # picked by a change rule
-                            "tp4-pp2", "tp4-pp1"]  # the rest, largest first
+    assert ids(ordered) == [
+        "tp2-pp1",
+        "tp1-pp1",  # failed before, largest first
+        "tp1-pp2",  # drifted (also rule-picked: the higher tier wins)
+        "tp2-pp2",  # picked by a change rule
+        "tp4-pp2",
+        "tp4-pp1",
+    ]  # the rest, largest first
     assert [tiered[s.id].tier for s in ordered] == [FAILED_BEFORE] * 2 + [DRIFTED_BEFORE, RULE_PICKED] + [THE_REST] * 2
-    assert order_meta(ordered, tiered) == {"failed before": ["big/tp2-pp1", "big/tp1-pp1"], "drifted before": ["big/tp1-pp2"],
-                                           "picked by a change rule": ["big/tp2-pp2"]}
+    assert order_meta(ordered, tiered) == {
+        "failed before": ["big/tp2-pp1", "big/tp1-pp1"],
+        "drifted before": ["big/tp1-pp2"],
+        "picked by a change rule": ["big/tp2-pp2"],
+    }
     # the packed session sorts by the same key: it keeps the tiers (schedule.largest_first)
     assert ids(largest_first(list(reversed(sc)), tiered)) == ids(ordered)
 
@@ -76,15 +86,17 @@ def test_rule_picks_are_the_scenarios_a_rule_mapped_a_changed_path_to_not_the_sm
 
 
 def record(tmp_path, run_id, verdicts, started, gate="pr", **meta):
-    write_report(make_run(tmp_path / "reports", run_id, verdicts, gate=gate, started=started, **meta),
-                 history_dir=tmp_path / "history")
+    write_report(
+        make_run(tmp_path / "reports", run_id, verdicts, gate=gate, started=started, **meta), history_dir=tmp_path / "history"
+    )
 
 
 def test_suspects_are_the_latest_failures_and_drifts_of_this_gate(tmp_path):
     for n in range(5):  # a steady band for tp1-pp1's metric
         record(tmp_path, f"r{n}", [passing("big/tp1-pp1"), passing("big/tp2-pp1"), failing("big/tp4-pp1")], 1000.0 + n)
-    record(tmp_path, "latest", [passing("big/tp1-pp1", max_dlogprob=1e-4), failing("big/tp2-pp1"), passing("big/tp4-pp1")],
-           2000.0)
+    record(
+        tmp_path, "latest", [passing("big/tp1-pp1", max_dlogprob=1e-4), failing("big/tp2-pp1"), passing("big/tp4-pp1")], 2000.0
+    )
     record(tmp_path, "other-gate", [failing("big/tp1-pp2")], 3000.0, gate="nightly")
     suspects = suspects_from_history(load_history(tmp_path / "history"), "pr")
     assert suspects.failed == {"big/tp2-pp1"}  # tp4-pp1 failed before, passes now: fixed, no suspect
@@ -109,8 +121,9 @@ def test_a_gate_run_is_planned_failures_first_and_says_so(tmp_path, capsys):
     assert ids(plan.scenarios)[0] == "tp1-pp1"
     assert plan.meta["order"] == {"failed before": ["big/tp1-pp1"]}
     assert "harness: first, 1 failed before: big/tp1-pp1" in capsys.readouterr().out
-    adhoc = plan_run(RunConfig(report_dir=tmp_path / "reports", devices=8), sc, sc, tmp_path,
-                     gate_suspects(tmp_path / "history", None))
+    adhoc = plan_run(
+        RunConfig(report_dir=tmp_path / "reports", devices=8), sc, sc, tmp_path, gate_suspects(tmp_path / "history", None)
+    )
     assert ids(adhoc.scenarios) == ids(sc) and "order" not in adhoc.meta  # hand-picked ids: as given
 
 
@@ -156,4 +169,5 @@ def test_exitfirst_in_order_stops_after_the_first_failure(tmp_path, monkeypatch)
 def test_a_long_tier_is_said_in_part_and_kept_whole_in_run_json():
     many = [f"s/tp{i}" for i in range(12)]
     assert order_lines({"failed before": many}) == [
-        "harness: first, 12 failed before: s/tp0, s/tp1, s/tp2, s/tp3, s/tp4, s/tp5, s/tp6, s/tp7 and 4 more"]
+        "harness: first, 12 failed before: s/tp0, s/tp1, s/tp2, s/tp3, s/tp4, s/tp5, s/tp6, s/tp7 and 4 more"
+    ]

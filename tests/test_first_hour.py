@@ -22,8 +22,14 @@ IDS = [s.id for s in load_catalog([builtin_scenarios() / "llama-tiny.yaml"]).sce
 
 def test_a_run_where_every_scenario_was_unsupported_is_nothing_tested(tmp_path, capsys):
     """A suite for an engine that cannot run its model used to pass forever: "OK: 24 unsupported of 24"."""
-    run_dir = make_run(tmp_path, "r1", [Verdict("s/tp2", "unsupported", "the engine runs llama-family models only"),
-                                        Verdict("s/tp1", "unsupported", "the engine runs llama-family models only")])
+    run_dir = make_run(
+        tmp_path,
+        "r1",
+        [
+            Verdict("s/tp2", "unsupported", "the engine runs llama-family models only"),
+            Verdict("s/tp1", "unsupported", "the engine runs llama-family models only"),
+        ],
+    )
     assert main(["report", str(run_dir)]) == exit_codes.NOTHING_TESTED == 5
     summary = (run_dir / "summary.md").read_text()
     assert summary.splitlines()[2].startswith("**NOTHING TESTED**") and "**Nothing was tested:**" in summary
@@ -90,8 +96,10 @@ def test_an_install_says_its_steps_and_sizes_as_they_come(capsys):
     from harness.engines.envdir import stream_command
 
     said: list[str] = []
-    script = ("print('install: torch 2.13.0 (CPU)'); print('  Downloading torch-2.13.0-cp311.whl (190.2 MB)');"
-              "print('noise'); import sys; sys.exit(3)")
+    script = (
+        "print('install: torch 2.13.0 (CPU)'); print('  Downloading torch-2.13.0-cp311.whl (190.2 MB)');"
+        "print('noise'); import sys; sys.exit(3)"
+    )
     assert stream_command([sys.executable, "-c", script], dict(os.environ), said.append) == 3
     assert said[0] == "[0:00] install: torch 2.13.0 (CPU)" and said[1].endswith("Downloading torch-2.13.0-cp311.whl (190.2 MB)")
     assert "noise" not in " ".join(said[:2]) and "  | noise" in said  # the tail, only because it failed
@@ -114,9 +122,14 @@ def test_the_docs_are_reachable_from_the_command(capsys):
 def test_a_check_that_could_not_fail_is_said_in_summary_and_pr_comment(tmp_path):
     """llama-gsm8k showed "pass, gsm8k 0.000 (golden 0.000)" while the warning that its score
     cannot fail there sat only in a collapsed section of report.html."""
-    check = {"name": "eval:gsm8k", "kind": "accuracy", "passed": True, "summary": "gsm8k 0.000 (golden 0.000)",
-             "metrics": {"score": 0.0, "golden_score": 0.0, "p_value": 1.0},
-             "warning": "the score cannot fail here: the golden got 0 of 8 right"}
+    check = {
+        "name": "eval:gsm8k",
+        "kind": "accuracy",
+        "passed": True,
+        "summary": "gsm8k 0.000 (golden 0.000)",
+        "metrics": {"score": 0.0, "golden_score": 0.0, "p_value": 1.0},
+        "warning": "the score cannot fail here: the golden got 0 of 8 right",
+    }
     run_dir = make_run(tmp_path, "r1", [Verdict("llama-gsm8k/tp2", "pass", "ok", checks=[check]), passing("s/tp1")])
     assert main(["report", str(run_dir)]) == exit_codes.OK
     for name in ("summary.md", "pr-comment.md"):
@@ -131,8 +144,11 @@ def _vllm_032(monkeypatch) -> None:
     from harness.engines.vllm import VllmEngine
 
     monkeypatch.setenv("HARNESS_VLLM_PYTHON", sys.executable)
-    probe = {"sp": {"reason": "vLLM 0.32.0 has no sequence-parallel pass: its PassConfig has none of enable_sp"},
-             "compile": {"mode": 3}, "batch_invariant": {"env": {}}}
+    probe = {
+        "sp": {"reason": "vLLM 0.32.0 has no sequence-parallel pass: its PassConfig has none of enable_sp"},
+        "compile": {"mode": 3},
+        "batch_invariant": {"env": {}},
+    }
     monkeypatch.setattr(VllmEngine, "probe", lambda self: probe)
 
 

@@ -13,8 +13,14 @@ from harness.run import golden as goldens
 
 def manifest(**overrides):
     m = goldens.make_manifest(
-        suite="demo", model="tiny-llama", model_sha256="aa", workload_sha256="bb", engine="reference",
-        dtype="float32", settings={"tp": 1}, versions={"torch": "2.13.0"},
+        suite="demo",
+        model="tiny-llama",
+        model_sha256="aa",
+        workload_sha256="bb",
+        engine="reference",
+        dtype="float32",
+        settings={"tp": 1},
+        versions={"torch": "2.13.0"},
     )
     m.update(overrides)
     return m
@@ -65,7 +71,9 @@ def test_stored_golden_records_the_digest_of_each_file(stored):
 
 def test_damaged_metadata_file_is_an_error_naming_it(stored):
     (stored / "outputs.json").write_text('{"engine": "reference", "tampered": true}')
-    with pytest.raises(goldens.GoldenError, match=r"golden file .*outputs\.json is damaged.*git checkout golden/demo.*harness golden demo"):
+    with pytest.raises(
+        goldens.GoldenError, match=r"golden file .*outputs\.json is damaged.*git checkout golden/demo.*harness golden demo"
+    ):
         goldens.load_reference(manifest())
 
 
@@ -100,8 +108,7 @@ def test_a_file_added_after_storing_is_not_trusted(stored):
         goldens.load_reference(manifest())
 
 
-COMMITTED = sorted(str(p.parent.relative_to(builtin_golden()))
-                   for p in builtin_golden().glob(f"**/{goldens.MANIFEST}"))
+COMMITTED = sorted(str(p.parent.relative_to(builtin_golden())) for p in builtin_golden().glob(f"**/{goldens.MANIFEST}"))
 
 
 @pytest.mark.parametrize("key", COMMITTED)  # a suite, or suite/arch for a suite with an arch axis

@@ -25,7 +25,7 @@ def corrupt_tensor_data(path: Path) -> None:
     blob = bytearray(path.read_bytes())
     data_start = 8 + struct.unpack("<Q", blob[:8])[0]
     middle = data_start + (len(blob) - data_start) // 2
-    blob[middle:middle + 8] = b"\x7f" * 8  # float32 0x7f7f7f7f: 3.4e38, read as "|delta| 3.4e+38" before goldens had digests
+    blob[middle : middle + 8] = b"\x7f" * 8  # float32 0x7f7f7f7f: 3.4e38, read as "|delta| 3.4e+38" before goldens had digests
     path.write_bytes(bytes(blob))
 
 
@@ -34,8 +34,9 @@ def truncate(path: Path) -> None:
 
 
 def run_against(golden: Path, tmp_path: Path) -> dict:
-    result = harness_cli("run", SCENARIO, "--report-dir", str(tmp_path / "reports"), "--run-id", "r",
-                         env={"HARNESS_GOLDEN_DIR": str(golden)})
+    result = harness_cli(
+        "run", SCENARIO, "--report-dir", str(tmp_path / "reports"), "--run-id", "r", env={"HARNESS_GOLDEN_DIR": str(golden)}
+    )
     assert verdict_path(tmp_path / "reports" / "r", SCENARIO).exists(), result.stdout + result.stderr
     return verdict_of(tmp_path / "reports" / "r", SCENARIO)
 

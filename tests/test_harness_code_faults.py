@@ -101,8 +101,13 @@ def test_an_injected_rank_fault_is_still_an_engine_crash(monkeypatch):
 
 def rank_record(script: str, path: Path) -> dict:
     """The error record of a real rank process (`script`, under run_rank) that failed."""
-    done = subprocess.run([sys.executable, "-c", script], env={"PYTHONPATH": str(ROOT), rankside.ERROR_FILE_ENV: str(path)},
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        env={"PYTHONPATH": str(ROOT), rankside.ERROR_FILE_ENV: str(path)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 1, done.stderr
     return present(read_record(path))
 
@@ -110,16 +115,26 @@ def rank_record(script: str, path: Path) -> dict:
 def test_a_rank_whose_outputs_writer_fails_ends_error_naming_the_harness_line(tmp_path):
     """A real rank process (run_rank), its error record, the launcher's reading and the verdict."""
     path = tmp_path / "rank0.error.json"
-    script = ("from harness.contract.outputs import EngineOutputs\n"
-              "from harness.engines.launch.rankside import run_rank\n"
-              "class ModelConfig: pass\n"
-              "def main():\n"
-              f"    EngineOutputs(meta={{'speculative_config': ModelConfig()}}).save({str(tmp_path / 'out')!r})\n"
-              "run_rank(main)\n")
+    script = (
+        "from harness.contract.outputs import EngineOutputs\n"
+        "from harness.engines.launch.rankside import run_rank\n"
+        "class ModelConfig: pass\n"
+        "def main():\n"
+        f"    EngineOutputs(meta={{'speculative_config': ModelConfig()}}).save({str(tmp_path / 'out')!r})\n"
+        "run_rank(main)\n"
+    )
     record = rank_record(script, path)
     assert record["frame"].split(":")[0].endswith("json/encoder.py")  # the innermost frame: the library's
-    failure = RankFailure(0, 1, None, "TypeError: Object of type ModelConfig is not JSON serializable", record["traceback"],
-                          str(tmp_path / "rank0.log"), record["frame"], harness_fault=harness_fault_of(record))
+    failure = RankFailure(
+        0,
+        1,
+        None,
+        "TypeError: Object of type ModelConfig is not JSON serializable",
+        record["traceback"],
+        str(tmp_path / "rank0.log"),
+        record["frame"],
+        harness_fault=harness_fault_of(record),
+    )
     v = present(launch_verdict("s/x", LaunchOutcome("crash", 1.0, failure=failure), engine=None))
     assert v.verdict == "error", v.reason
     assert v.reason.startswith(f"harness error: could not run the harness's own code in the rank (at {OUTPUTS}:")
@@ -128,19 +143,26 @@ def test_a_rank_whose_outputs_writer_fails_ends_error_naming_the_harness_line(tm
 
 def test_a_genuine_engine_crash_in_a_rank_stays_a_crash(tmp_path):
     path = tmp_path / "rank0.error.json"
-    script = ("from harness.engines.launch.rankside import run_rank\n"
-              f"f = {{}}\nexec(compile(\"def f():\\n    return {{}}['residual']\\n\", {VLLM_FILE!r}, 'exec'), f)\n"
-              "run_rank(lambda: f['f']())\n")
+    script = (
+        "from harness.engines.launch.rankside import run_rank\n"
+        f"f = {{}}\nexec(compile(\"def f():\\n    return {{}}['residual']\\n\", {VLLM_FILE!r}, 'exec'), f)\n"
+        "run_rank(lambda: f['f']())\n"
+    )
     record = rank_record(script, path)
     assert harness_fault_of(record) is None and record["exception_type"] == "KeyError"
 
 
 def test_plain_converts_an_engine_object_field_by_field():
-    given: dict[str, dict[str, Any]] = {"speculative_config": {"method": "ngram", "num_speculative_tokens": 2}, "compilation_config": {"mode": Mode.VLLM_COMPILE}}
+    given: dict[str, dict[str, Any]] = {
+        "speculative_config": {"method": "ngram", "num_speculative_tokens": 2},
+        "compilation_config": {"mode": Mode.VLLM_COMPILE},
+    }
     recorded = plain(given)
     given["speculative_config"]["target_model_config"] = ModelConfig()  # what vLLM 0.21.0 did after the call
-    assert recorded == {"speculative_config": {"method": "ngram", "num_speculative_tokens": 2},
-                        "compilation_config": {"mode": "VLLM_COMPILE"}}  # a copy: the later change is not in it
+    assert recorded == {
+        "speculative_config": {"method": "ngram", "num_speculative_tokens": 2},
+        "compilation_config": {"mode": "VLLM_COMPILE"},
+    }  # a copy: the later change is not in it
     spec = plain(SpeculativeConfig())
     assert spec == {"method": "ngram", "num_speculative_tokens": 2, "target_model_config": "<ModelConfig>"}
     assert json.loads(json.dumps(plain(given))) == plain(given)
@@ -161,4 +183,7 @@ def test_plain_ends_on_a_config_that_points_back_at_itself():
 def test_plain_keeps_torch_values_by_name_or_number():
     torch = pytest.importorskip("torch")
     assert plain({"dtype": torch.bfloat16, "one": torch.tensor(2), "many": torch.zeros(3)}) == {
-        "dtype": "torch.bfloat16", "one": 2, "many": "<Tensor>"}
+        "dtype": "torch.bfloat16",
+        "one": 2,
+        "many": "<Tensor>",
+    }

@@ -49,37 +49,52 @@ def test_a_rank_whose_harness_step_raises_ends_error_not_crash(tmp_path):
     """A real rank process (run_rank, as every engine's rank runs), the launcher's reading of
     its record, and the verdict."""
     path = tmp_path / "rank0.error.json"
-    script = ("from harness.engines.launch.rankside import harness_step, run_rank\n"
-              "def main():\n"
-              "    with harness_step(\"build vLLM's arguments for these settings\"):\n"
-              "        raise ImportError(\"cannot import name 'CompilationMode' from 'vllm.config'\")\n"
-              "run_rank(main)\n")
-    done = subprocess.run([sys.executable, "-c", script], env={"PYTHONPATH": str(ROOT), rankside.ERROR_FILE_ENV: str(path)},
-                          capture_output=True, text=True, timeout=60)
+    script = (
+        "from harness.engines.launch.rankside import harness_step, run_rank\n"
+        "def main():\n"
+        '    with harness_step("build vLLM\'s arguments for these settings"):\n'
+        "        raise ImportError(\"cannot import name 'CompilationMode' from 'vllm.config'\")\n"
+        "run_rank(main)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        env={"PYTHONPATH": str(ROOT), rankside.ERROR_FILE_ENV: str(path)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 1, done.stderr
     fault = harness_fault_of(read_record(path))
     failure = RankFailure(0, 1, None, "ImportError: cannot import name", None, str(tmp_path / "rank0.log"), harness_fault=fault)
     v = present(launch_verdict("s/x", LaunchOutcome("crash", 1.0, failure=failure), engine=None))
     assert v.verdict == "error", v.reason
-    assert v.reason == ("harness error: could not build vLLM's arguments for these settings: ImportError: cannot import name "
-                        "'CompilationMode' from 'vllm.config'")
+    assert v.reason == (
+        "harness error: could not build vLLM's arguments for these settings: ImportError: cannot import name "
+        "'CompilationMode' from 'vllm.config'"
+    )
 
 
 def refusal_log() -> str:
     """A vLLM worker's log of the issue's crash: transformers' processor refuses, vLLM
     wraps it ("Failed to apply ..."), the worker dies."""
-    lines = ["WorkerProc hit an exception.", "Traceback (most recent call last):",
-             '  File "/venv/lib/python3.12/site-packages/vllm/multimodal/processing.py", line 1180, in call_hf_processor',
-             "    output = hf_processor(**data, **allowed_kwargs)",
-             '  File "/venv/lib/python3.12/site-packages/transformers/models/qwen3_vl/processing_qwen3_vl.py", line 190, in __call__',
-             "    self._check_special_mm_tokens(text, text_inputs, modalities=[\"image\", \"video\"])",
-             f'  File "{PROCESSING_UTILS}", line 805, in _check_special_mm_tokens',
-             "    raise ValueError(", REFUSED, "",
-             "The above exception was the direct cause of the following exception:", "",
-             "Traceback (most recent call last):",
-             '  File "/venv/lib/python3.12/site-packages/vllm/multimodal/processing.py", line 1187, in call_hf_processor',
-             "    raise ValueError(msg) from exc",
-             "ValueError: Failed to apply Qwen3VLProcessor on data={'text': '<|image_pad|>'} with kwargs={}"]
+    lines = [
+        "WorkerProc hit an exception.",
+        "Traceback (most recent call last):",
+        '  File "/venv/lib/python3.12/site-packages/vllm/multimodal/processing.py", line 1180, in call_hf_processor',
+        "    output = hf_processor(**data, **allowed_kwargs)",
+        '  File "/venv/lib/python3.12/site-packages/transformers/models/qwen3_vl/processing_qwen3_vl.py", line 190, in __call__',
+        '    self._check_special_mm_tokens(text, text_inputs, modalities=["image", "video"])',
+        f'  File "{PROCESSING_UTILS}", line 805, in _check_special_mm_tokens',
+        "    raise ValueError(",
+        REFUSED,
+        "",
+        "The above exception was the direct cause of the following exception:",
+        "",
+        "Traceback (most recent call last):",
+        '  File "/venv/lib/python3.12/site-packages/vllm/multimodal/processing.py", line 1187, in call_hf_processor',
+        "    raise ValueError(msg) from exc",
+        "ValueError: Failed to apply Qwen3VLProcessor on data={'text': '<|image_pad|>'} with kwargs={}",
+    ]
     return "\n".join(W0 + line for line in lines)
 
 
@@ -100,16 +115,23 @@ def test_a_processor_refusing_the_input_is_an_error_naming_both_versions(tmp_pat
     monkeypatch.setattr(engine, "probe", lambda: {"vllm": "0.22.1", "transformers": "5.19.0"})
     v = present(launch_verdict("vllm-mm-archs/arch-qwen3-vl-tp1-pp1", crash_outcome(tmp_path, refusal_log()), engine))
     assert v.verdict == "error", v.reason
-    assert v.reason.startswith("harness error: could not hand the prompt to vLLM 0.22.1 in this environment: the model's "
-                               f"processor (transformers 5.19.0) refused the input vLLM built, {REFUSED} at {PROCESSING_UTILS}")
+    assert v.reason.startswith(
+        "harness error: could not hand the prompt to vLLM 0.22.1 in this environment: the model's "
+        f"processor (transformers 5.19.0) refused the input vLLM built, {REFUSED} at {PROCESSING_UTILS}"
+    )
     assert present(v.crash)["exception"] == REFUSED  # what the engine's processes saw is kept
 
 
 def test_a_models_own_exception_stays_a_crash(tmp_path, monkeypatch):
-    log = "\n".join(W0 + line for line in [
-        "WorkerProc hit an exception.", "Traceback (most recent call last):",
-        '  File "/venv/lib/python3.12/site-packages/vllm/model_executor/models/qwen3_vl.py", line 412, in forward',
-        "KeyError: 'residual'"])
+    log = "\n".join(
+        W0 + line
+        for line in [
+            "WorkerProc hit an exception.",
+            "Traceback (most recent call last):",
+            '  File "/venv/lib/python3.12/site-packages/vllm/model_executor/models/qwen3_vl.py", line 412, in forward',
+            "KeyError: 'residual'",
+        ]
+    )
     engine = VllmEngine()
     monkeypatch.setattr(engine, "probe", lambda: {"vllm": "0.22.1", "transformers": "5.19.0"})
     v = present(launch_verdict("s/x", crash_outcome(tmp_path, log), engine))
@@ -122,8 +144,14 @@ def test_the_driver_marks_a_processor_refusal_raised_in_its_own_process():
     from harness.engines.vllm.driver import mark_processor_refusal
 
     processor: dict[str, Any] = {}
-    exec(compile("def check(text):\n    raise ValueError('Found 1 <|image_pad|> tokens in the text but no images were passed')\n",
-                 PROCESSING_UTILS, "exec"), processor)
+    exec(
+        compile(
+            "def check(text):\n    raise ValueError('Found 1 <|image_pad|> tokens in the text but no images were passed')\n",
+            PROCESSING_UTILS,
+            "exec",
+        ),
+        processor,
+    )
     try:
         try:
             processor["check"]("<|image_pad|>")

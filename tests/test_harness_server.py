@@ -64,8 +64,9 @@ def test_a_command_whose_imports_would_differ_starts_fresh():
 
 def test_a_timeout_kills_the_command_and_what_it_started(tmp_path):
     reports = tmp_path / "reports"
-    argv = harness_command("run", "llama-tiny/tp2-pp1", "--fault", "rank-hang@1", "--timeout", "600",
-                           "--report-dir", str(reports))
+    argv = harness_command(
+        "run", "llama-tiny/tp2-pp1", "--fault", "rank-hang@1", "--timeout", "600", "--report-dir", str(reports)
+    )
     ranks_seen: set[str] = set()  # the ranks alive before the kill: the test must have something to kill
     stop = threading.Event()
 
@@ -84,8 +85,9 @@ def test_a_timeout_kills_the_command_and_what_it_started(tmp_path):
     finally:
         stop.set()
         watcher.join()
-    assert len(ranks_seen) == 2, f"the ranks had not started when the command was killed: {ranks_seen}; " + \
-        timeout_message("the ranks to start", scaled(15))
+    assert len(ranks_seen) == 2, f"the ranks had not started when the command was killed: {ranks_seen}; " + timeout_message(
+        "the ranks to start", scaled(15)
+    )
     wait_until(lambda: not survivors(reports), scaled(30), "the killed command's ranks to end")
 
 
@@ -111,8 +113,14 @@ print(json.dumps({{"status": out.status, "forked": forked, "parents": parents, "
 def test_a_zygote_forked_here_serves_only_the_ranks_it_accepts(tmp_path, accept):
     pids = tmp_path / "pids"
     pids.mkdir()
-    done = subprocess.run([sys.executable, "-c", FORKED_POOL.format(preload=POOL_PRELOAD), str(pids), accept],
-                          cwd=ROOT, env=environment(), capture_output=True, text=True, timeout=scaled(300))
+    done = subprocess.run(
+        [sys.executable, "-c", FORKED_POOL.format(preload=POOL_PRELOAD), str(pids), accept],
+        cwd=ROOT,
+        env=environment(),
+        capture_output=True,
+        text=True,
+        timeout=scaled(300),
+    )
     assert done.returncode == 0, done.stderr
     seen = json.loads(done.stdout.strip().splitlines()[-1])
     assert seen["status"] == "ok"

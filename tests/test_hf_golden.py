@@ -43,9 +43,15 @@ def vllm_goldens() -> list[tuple[Path, str]]:
         suite = load_suite(path)
         if suite.dtype != "float32" or not suite.workloads:  # an evals-only golden holds answers, not logits
             continue
-        keys = [f"{suite.suite}/{a}" for a, ref in suite.archs.items()
-                if not (isinstance(ref, ArchModel) and tiny_vllm.builds(ref.arch))] \
-            if suite.archs else [suite.suite]
+        keys = (
+            [
+                f"{suite.suite}/{a}"
+                for a, ref in suite.archs.items()
+                if not (isinstance(ref, ArchModel) and tiny_vllm.builds(ref.arch))
+            ]
+            if suite.archs
+            else [suite.suite]
+        )
         found += [(path, k) for k in keys if (goldens.golden_dir(k) / goldens.MANIFEST).exists()]
     return found
 
@@ -59,11 +65,13 @@ GOLDENS = vllm_goldens()
 # least that top-1 agreement and the same greedy text; anything else is a new
 # disagreement, and agreement means the cause is gone. bench/evidence/hf_variants.py
 # changes transformers in exactly that one way and then agrees with the golden to 1e-6.
-_CPU_MM_PREFIX = ("vLLM's CPU platform picks CPU_ATTN without asking whether the model needs bidirectional "
-                  "attention within an image (platforms/cpu.py:143-179 ignores attn_selector_config.use_mm_prefix; "
-                  "CPU_ATTN's supports_mm_prefix() is False, v1/attention/backend.py:175): image tokens attend "
-                  "causally. transformers with token_type_ids made causal agrees with the golden to 1e-6 "
-                  "(bench/evidence/hf_variants.py mm-prefix, docs/ARCHITECTURES.md)")
+_CPU_MM_PREFIX = (
+    "vLLM's CPU platform picks CPU_ATTN without asking whether the model needs bidirectional "
+    "attention within an image (platforms/cpu.py:143-179 ignores attn_selector_config.use_mm_prefix; "
+    "CPU_ATTN's supports_mm_prefix() is False, v1/attention/backend.py:175): image tokens attend "
+    "causally. transformers with token_type_ids made causal agrees with the golden to 1e-6 "
+    "(bench/evidence/hf_variants.py mm-prefix, docs/ARCHITECTURES.md)"
+)
 KNOWN_DISAGREEMENTS = {
     "vllm-mm-archs/gemma3": (0.1, 0.99, _CPU_MM_PREFIX),
     # PaliGemma's whole prompt (image and text) is its bidirectional prefix: more positions move
@@ -131,14 +139,22 @@ def test_vllm_golden_agrees_with_hf_transformers(path: Path, key: str, tmp_path)
     assert manifest["workload_sha256"] == goldens.workload_checksum(resolved), f"stale golden: `harness golden {key}`"
     assert manifest["model_sha256"] == model.sha256, f"golden made on other weights: `harness golden {key}`"
 
-    brief = RunBrief(f"{key}/hf", "hf", str(model.directory), suite.dtype, {"tp": 1, "pp": 1, "compile": False},
-                   resolved, str(tmp_path / "outputs"))
+    brief = RunBrief(
+        f"{key}/hf",
+        "hf",
+        str(model.directory),
+        suite.dtype,
+        {"tp": 1, "pp": 1, "compile": False},
+        resolved,
+        str(tmp_path / "outputs"),
+    )
     brief.save(tmp_path / "spec.json")
     outcome = run_ranks(get_engine("hf").launch_plan(brief, str(tmp_path / "spec.json")), tmp_path / "logs", scaled(300))
     assert outcome.status == "ok", (outcome.failure, Path(outcome.logs[0]).read_text()[-3000:])
 
-    checks = check_workloads(EngineOutputs.load(golden_dir), EngineOutputs.load(brief.output_dir), resolved,
-                             tolerance_for("float32"))
+    checks = check_workloads(
+        EngineOutputs.load(golden_dir), EngineOutputs.load(brief.output_dir), resolved, tolerance_for("float32")
+    )
     assert [c.name for c in checks] == [w["name"] for w in resolved]
     if key not in KNOWN_DISAGREEMENTS:
         for c in checks:
@@ -147,4 +163,6 @@ def test_vllm_golden_agrees_with_hf_transformers(path: Path, key: str, tmp_path)
     bound, top1_min, bug = KNOWN_DISAGREEMENTS[key]
     assert not all(c.passed for c in checks), f"{key} now agrees with transformers: is its cause gone? {bug}"
     for c in checks:
-        assert c.passed or within_known_cause(c, bound, top1_min), f"{key} {c.name}: {c.summary}: more than its known cause explains ({bug})"
+        assert c.passed or within_known_cause(c, bound, top1_min), (
+            f"{key} {c.name}: {c.summary}: more than its known cause explains ({bug})"
+        )

@@ -26,7 +26,11 @@ def test_every_run_appends_its_rows_and_a_rebuild_replaces_them(tmp_path):
 
     rows = load_history(history)
     assert sorted(zip(rows["run_id"], rows["scenario"], rows["verdict"])) == [
-        ("r1", "s/tp1-pp1", "pass"), ("r1", "s/tp2-pp1", "fail"), ("r2", "s/tp1-pp1", "pass"), ("r2", "s/tp2-pp1", "pass")]
+        ("r1", "s/tp1-pp1", "pass"),
+        ("r1", "s/tp2-pp1", "fail"),
+        ("r2", "s/tp1-pp1", "pass"),
+        ("r2", "s/tp2-pp1", "pass"),
+    ]
     assert rows.loc[rows["verdict"] == "fail", "metric.logits.max_abs_dlogprob"].item() == pytest.approx(0.3)
     assert set(rows["torch"]) == {"2.13.0"} and set(rows["harness_commit"]) == {"abc1234"} and set(rows["gate"]) == {"pr"}
     assert rows["started"].dt.tz is not None
@@ -37,8 +41,15 @@ def test_every_run_appends_its_rows_and_a_rebuild_replaces_them(tmp_path):
 
 def test_new_failure_fixed_and_still_failing(tmp_path):
     history = tmp_path / "history"
-    report(make_run(tmp_path, "r1", [passing("s/tp1-pp1"), passing("s/tp2-pp1"), failing("s/tp1-pp2"), failing("s/tp2-pp2")], started=1000), history)
-    second = make_run(tmp_path, "r2", [passing("s/tp1-pp1"), crashed("s/tp2-pp1"), passing("s/tp1-pp2"), failing("s/tp2-pp2")], started=2000)
+    report(
+        make_run(
+            tmp_path, "r1", [passing("s/tp1-pp1"), passing("s/tp2-pp1"), failing("s/tp1-pp2"), failing("s/tp2-pp2")], started=1000
+        ),
+        history,
+    )
+    second = make_run(
+        tmp_path, "r2", [passing("s/tp1-pp1"), crashed("s/tp2-pp1"), passing("s/tp1-pp2"), failing("s/tp2-pp2")], started=2000
+    )
     meta = report(second, history)
 
     changes = meta["changes"]
@@ -82,12 +93,18 @@ def test_metric_that_leaves_its_noise_band_while_passing_is_drift(tmp_path):
     history = tmp_path / "history"
     for i, value in enumerate([1.0e-5, 1.1e-5, 0.9e-5, 1.0e-5]):
         report(make_run(tmp_path, f"r{i}", [passing("s/tp2-pp1", value), passing("s/tp1-pp1", 0.0)], started=1000 + i), history)
-    steady = report(make_run(tmp_path, "steady", [passing("s/tp2-pp1", 1.05e-5), passing("s/tp1-pp1", 0.0)], started=2000), history)
+    steady = report(
+        make_run(tmp_path, "steady", [passing("s/tp2-pp1", 1.05e-5), passing("s/tp1-pp1", 0.0)], started=2000), history
+    )
     assert steady["changes"]["drifted"] == []
 
     moved = report(make_run(tmp_path, "moved", [passing("s/tp2-pp1", 9e-5), passing("s/tp1-pp1", 0.0)], started=3000), history)
     (drift,) = moved["changes"]["drifted"]
-    assert drift["scenario"] == "s/tp2-pp1" and drift["metric"] == "logits.max_abs_dlogprob" and drift["value"] == pytest.approx(9e-5)
+    assert (
+        drift["scenario"] == "s/tp2-pp1"
+        and drift["metric"] == "logits.max_abs_dlogprob"
+        and drift["value"] == pytest.approx(9e-5)
+    )
     low, high = drift["band"]
     assert low < 1e-5 < high < 9e-5 and drift["samples"] == 5
     assert "Drifted beyond the noise band (still passing): 1" in (tmp_path / "moved" / "summary.md").read_text()
@@ -115,7 +132,9 @@ def test_histories_of_several_machines_merge_by_copying(tmp_path):
     a, b = tmp_path / "a" / "history", tmp_path / "b" / "history"
     report(make_run(tmp_path / "a", "night-1", [passing("s/tp1-pp1")], gate="nightly", started=1000), a)
     report(make_run(tmp_path / "b", "night-2", [passing("s/tp1-pp1")], gate="nightly", started=2000), b)
-    report(make_run(tmp_path / "b", "night-1", [passing("s/tp1-pp1")], gate="nightly", started=1000), b)  # the same run seen twice
+    report(
+        make_run(tmp_path / "b", "night-1", [passing("s/tp1-pp1")], gate="nightly", started=1000), b
+    )  # the same run seen twice
     shutil.copytree(b, a / "machine-b")
     rows = load_history(a)
     assert sorted(rows["run_id"]) == ["night-1", "night-2"]
@@ -125,8 +144,14 @@ def test_a_merged_run_replaces_its_shards_in_the_history(tmp_path):
     history = tmp_path / "history"
     report(make_run(tmp_path, "shard0", [passing("s/tp1-pp1")], gate="nightly", started=1000), history)
     report(make_run(tmp_path, "shard1", [failing("s/tp2-pp1")], gate="nightly", started=1001), history)
-    merged = make_run(tmp_path, "merged", [passing("s/tp1-pp1"), failing("s/tp2-pp1")], gate="nightly", started=1000,
-                      merged_from=["shard0", "shard1"])
+    merged = make_run(
+        tmp_path,
+        "merged",
+        [passing("s/tp1-pp1"), failing("s/tp2-pp1")],
+        gate="nightly",
+        started=1000,
+        merged_from=["shard0", "shard1"],
+    )
     meta = report(merged, history)
     assert meta["changes"]["previous_run"] is None  # its own shards are not its past
     assert sorted(load_history(history)["run_id"]) == ["merged", "merged"]
@@ -147,7 +172,9 @@ def test_an_unreadable_history_file_is_skipped_and_named_and_the_comparison_says
 
     meta = report(make_run(tmp_path, "r2", [failing("s/tp1-pp1")], started=2000), history)
     skipped = sorted(meta["history_unreadable"])
-    assert [s.split(" (")[0] for s in skipped] == [str(runs / n) for n in ("empty.parquet", "foreign.parquet", "truncated-copy.parquet")]
+    assert [s.split(" (")[0] for s in skipped] == [
+        str(runs / n) for n in ("empty.parquet", "foreign.parquet", "truncated-copy.parquet")
+    ]
     assert "not a history file: no column run_id" in skipped[1]
     assert "Parquet" in skipped[2]  # pyarrow's own words on what is wrong with it
     assert meta["changes"]["previous_run"] == "r1"  # the readable runs are still compared with
@@ -174,14 +201,17 @@ def test_a_history_file_of_another_schema_is_skipped_and_named(tmp_path):
     assert meta["changes"]["previous_run"] == "r1" and meta["changes"]["new_failures"] == ["s/tp1-pp1"]
 
 
-@pytest.mark.parametrize("column, value, problem", [
-    ("metric.logits.max_abs_dlogprob", "big", "metric.logits.max_abs_dlogprob holds 'big', not a number"),
-    ("duration_s", "3s", "duration_s holds '3s', not a number"),
-    ("complete", "yes", "complete holds 'yes', not true/false"),
-    ("as_expected", 1, "as_expected holds 1, not true/false"),
-    ("gate", 7, "gate holds 7, not text"),
-    ("verdict", "ok", "verdict holds 'ok', not a verdict"),
-])
+@pytest.mark.parametrize(
+    "column, value, problem",
+    [
+        ("metric.logits.max_abs_dlogprob", "big", "metric.logits.max_abs_dlogprob holds 'big', not a number"),
+        ("duration_s", "3s", "duration_s holds '3s', not a number"),
+        ("complete", "yes", "complete holds 'yes', not true/false"),
+        ("as_expected", 1, "as_expected holds 1, not true/false"),
+        ("gate", 7, "gate holds 7, not text"),
+        ("verdict", "ok", "verdict holds 'ok', not a verdict"),
+    ],
+)
 def test_a_history_file_with_a_bad_value_in_any_column_is_skipped_and_named(tmp_path, column, value, problem):
     """A string in `metric.logits.max_abs_dlogprob` stopped every run in
     trend_plot's `could not convert string to float`, and `complete: "yes"` was taken for a
@@ -252,7 +282,9 @@ def test_a_run_and_a_rebuilt_report_go_on_past_a_history_file_with_a_string_metr
     rows.to_parquet(bad, index=False)
     second = harness_cli("run", "llama-tiny/tp1-pp1", "--report-dir", str(tmp_path), "--run-id", "second")
     assert second.returncode == 0, second.stdout + second.stderr
-    warning = f"warning: history file skipped, unreadable: {bad} (not the history's schema: metric.logits.max_abs_dlogprob holds 'big'"
+    warning = (
+        f"warning: history file skipped, unreadable: {bad} (not the history's schema: metric.logits.max_abs_dlogprob holds 'big'"
+    )
     assert f"harness: {warning}" in second.stderr
     assert json.loads((tmp_path / "second" / "run.json").read_text()).get("finished")
     rebuilt = harness_cli("report", str(tmp_path / "second"))

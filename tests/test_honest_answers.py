@@ -22,10 +22,13 @@ def no_overrides(monkeypatch):
         monkeypatch.delenv(name, raising=False)
 
 
-@pytest.mark.parametrize(("text", "said"), [
-    ('tool = "x"\n', "`tool` is str, not a table"),
-    ('[tool]\nharness = "x"\n', "`tool.harness` is str, not a table: write [tool.harness]"),
-])
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [
+        ('tool = "x"\n', "`tool` is str, not a table"),
+        ('[tool]\nharness = "x"\n', "`tool.harness` is str, not a table: write [tool.harness]"),
+    ],
+)
 def test_a_pyproject_whose_tool_is_not_a_table_is_exit_2(tmp_path, monkeypatch, capsys, text, said):
     (tmp_path / "pyproject.toml").write_text(text)
     deeper = tmp_path / "engine" / "src"
@@ -61,8 +64,12 @@ def test_ids_named_with_changed_files_are_run_too(tmp_path):
     ids = [s.id for s in plan.scenarios]
     assert "llama-tiny/tp1-pp2" in ids and "llama-tiny/tp2-pp1" in ids  # named, and picked by the change
     assert plan.meta["selection"]["named"] == ["llama-tiny/tp1-pp2"]
-    without = plan_run(RunConfig(report_dir=tmp_path, gate="pr", changed_files=changed), scenarios,
-                       [s for s in scenarios if "pr" in s.gates], tmp_path)
+    without = plan_run(
+        RunConfig(report_dir=tmp_path, gate="pr", changed_files=changed),
+        scenarios,
+        [s for s in scenarios if "pr" in s.gates],
+        tmp_path,
+    )
     assert "llama-tiny/tp1-pp2" not in [s.id for s in without.scenarios]  # not named: the change rules alone
 
 

@@ -25,12 +25,21 @@ def test_a_golden_whose_cache_is_a_file_is_exit_3_naming_it(tmp_path):
     config's `cache` is a file here, which only writing finds: exit 3 naming the path."""
     (tmp_path / "harness.toml").write_text('cache = "a-file"\n')
     (tmp_path / "a-file").write_text("")
-    result = run_process(harness_command("golden", "llama-tiny"), 600, "harness golden", cwd=tmp_path,
-                         env=environment({"HARNESS_CACHE": None, "HARNESS_GOLDEN_DIR": None}),
-                         capture_output=True, text=True)
+    result = run_process(
+        harness_command("golden", "llama-tiny"),
+        600,
+        "harness golden",
+        cwd=tmp_path,
+        env=environment({"HARNESS_CACHE": None, "HARNESS_GOLDEN_DIR": None}),
+        capture_output=True,
+        text=True,
+    )
     assert result.returncode == 3, result.stdout + result.stderr
     err = said(result)
-    assert f"golden llama-tiny not made: the harness could not write its files: [Errno 20] Not a directory: '{tmp_path / 'a-file'}/" in err
+    assert (
+        f"golden llama-tiny not made: the harness could not write its files: [Errno 20] Not a directory: '{tmp_path / 'a-file'}/"
+        in err
+    )
 
 
 @pytest.mark.parametrize("out", ["/dev/full", "missing/dir/x.json"])
@@ -61,13 +70,16 @@ def test_durations_of_a_report_dir_that_does_not_exist_are_exit_2(tmp_path):
     assert not out.exists()
 
 
-@pytest.mark.parametrize(("name", "value", "message"), [
-    ("HARNESS_STALL_WINDOW_S", "abc", "HARNESS_STALL_WINDOW_S='abc': expected a number >= 0"),
-    ("HARNESS_JOBS", "0", "HARNESS_JOBS='0': expected an integer >= 1"),
-    ("HARNESS_DEVICE", "gpu", "HARNESS_DEVICE='gpu': expected one of cpu, cuda"),
-    ("HARNESS_RANK_POOL", "false", "HARNESS_RANK_POOL='false': expected 0 (off) or 1 (on)"),
-    ("HARNESS_CACHE", "{file}", "HARNESS_CACHE='{file}' is not a directory"),
-])
+@pytest.mark.parametrize(
+    ("name", "value", "message"),
+    [
+        ("HARNESS_STALL_WINDOW_S", "abc", "HARNESS_STALL_WINDOW_S='abc': expected a number >= 0"),
+        ("HARNESS_JOBS", "0", "HARNESS_JOBS='0': expected an integer >= 1"),
+        ("HARNESS_DEVICE", "gpu", "HARNESS_DEVICE='gpu': expected one of cpu, cuda"),
+        ("HARNESS_RANK_POOL", "false", "HARNESS_RANK_POOL='false': expected 0 (off) or 1 (on)"),
+        ("HARNESS_CACHE", "{file}", "HARNESS_CACHE='{file}' is not a directory"),
+    ],
+)
 def test_a_bad_variable_stops_a_run_before_anything_starts(tmp_path, name, value, message):
     """HARNESS_STALL_WINDOW_S=abc was found only as an `error` verdict once
     the ranks had started. Every registered variable's value is checked before the run
@@ -88,17 +100,30 @@ def test_harness_env_shows_what_is_wrong_with_a_value():
 
 def test_a_bad_variable_is_a_pytest_usage_error(tmp_path):
     """The same check where pytest is the way in: its usage error (4) before collection."""
-    done = pytest_cli("--collect-only", "-q", "scenarios/llama-tiny.yaml", "--harness-report-dir", str(tmp_path / "r"),
-                      env={"HARNESS_STALL_WINDOW_S": "abc"}, timeout=120)
+    done = pytest_cli(
+        "--collect-only",
+        "-q",
+        "scenarios/llama-tiny.yaml",
+        "--harness-report-dir",
+        str(tmp_path / "r"),
+        env={"HARNESS_STALL_WINDOW_S": "abc"},
+        timeout=120,
+    )
     assert done.returncode == 4, done.stdout + done.stderr
     assert "HARNESS_STALL_WINDOW_S='abc': expected a number >= 0" in done.stderr
 
 
 def harness_in(project_dir, *args):
     """`harness ARGS` run from `project_dir`, whose config it reads."""
-    return run_process(harness_command(*args), 600, f"harness {args[0]}", cwd=project_dir,
-                       env=environment({"HARNESS_CACHE": None, "HARNESS_GOLDEN_DIR": None, "HARNESS_REPORTS_DIR": None}),
-                       capture_output=True, text=True)
+    return run_process(
+        harness_command(*args),
+        600,
+        f"harness {args[0]}",
+        cwd=project_dir,
+        env=environment({"HARNESS_CACHE": None, "HARNESS_GOLDEN_DIR": None, "HARNESS_REPORTS_DIR": None}),
+        capture_output=True,
+        text=True,
+    )
 
 
 def test_init_writes_the_scenario_file_where_the_project_config_reads(tmp_path):
@@ -121,6 +146,8 @@ def test_init_in_a_project_that_reads_only_files_is_exit_2_writing_nothing(tmp_p
     (tmp_path / "a.yaml").write_text("")
     done = harness_in(tmp_path, "init", "--model", "tiny-llama")
     assert done.returncode == 2, done.stdout + done.stderr
-    assert (f"harness init: the project config {tmp_path / 'harness.toml'} reads scenario files only from a.yaml: "
-            "a new file would never be read") in said(done)
+    assert (
+        f"harness init: the project config {tmp_path / 'harness.toml'} reads scenario files only from a.yaml: "
+        "a new file would never be read"
+    ) in said(done)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.yaml", "harness.toml"]

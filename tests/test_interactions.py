@@ -21,8 +21,13 @@ PLANTED = {
     "spec-trusts-after-prefix-hit": {"prefix_cache": True, "spec": "ngram"},
 }
 # the one-feature suites' scenarios of each feature of the pairs: they pass under the fault
-ONE_FEATURE = ["llama-dp/tp1-pp1-dp2", "llama-spec/tp1-pp1-spec-ngram", "llama-spec/tp2-pp2-spec-ngram",
-               "llama-features/tp1-pp1-prefix_cache", "llama-features/tp1-pp2-prefix_cache"]
+ONE_FEATURE = [
+    "llama-dp/tp1-pp1-dp2",
+    "llama-spec/tp1-pp1-spec-ngram",
+    "llama-spec/tp2-pp2-spec-ngram",
+    "llama-features/tp1-pp1-prefix_cache",
+    "llama-features/tp1-pp2-prefix_cache",
+]
 
 
 def holds(settings: dict, pair: dict) -> bool:
@@ -47,6 +52,7 @@ def test_the_covering_array_is_small_and_covers_every_pair():
 
 # ---- the narrowing, on a fake engine: a failure needs exactly the values `bug` names ----
 
+
 def scenario_with(settings_id: str):
     return next(s for s in load_scenarios() if s.id == settings_id)
 
@@ -56,6 +62,7 @@ def fake_run(bug: dict, log: list):
         log.append(scenario.id)
         broken = holds(scenario.settings, bug)
         return Verdict(scenario.id, "fail" if broken else "pass", "planted" if broken else "clean")
+
     return run
 
 
@@ -76,8 +83,9 @@ def test_the_narrowing_keeps_exactly_the_values_the_failure_needs(tmp_path):
 
 def test_a_bounded_narrowing_says_it_ran_out(tmp_path):
     scenario = select(load_scenarios(), ["llama-interactions/*dp2*spec-ngram"])[0]
-    found = minimal_interaction(scenario, Verdict(scenario.id, "fail", "x"), tmp_path, 1,
-                                fake_run({"dp": 2, "spec": "ngram"}, []))
+    found = minimal_interaction(
+        scenario, Verdict(scenario.id, "fail", "x"), tmp_path, 1, fake_run({"dp": 2, "spec": "ngram"}, [])
+    )
     assert found is not None
     assert not found["complete"] and "trials ran out" in found["text"] and len(found["trials"]) == 1
 
@@ -87,6 +95,7 @@ def test_a_different_failure_or_a_refusal_keeps_the_value_in(tmp_path):
 
     def run(trial, directory):  # without dp the run crashes instead: not the same failure
         return Verdict(trial.id, "crash" if trial.settings["dp"] == 1 else "fail", "other")
+
     found = minimal_interaction(scenario, Verdict(scenario.id, "fail", "x"), tmp_path, 10, run)
     assert found is not None
     assert found["needs"] == {"dp": 2} and found["text"] == "fails with dp=2 alone"
@@ -103,6 +112,7 @@ def test_nothing_to_narrow_for_one_changed_value_or_a_pass(tmp_path):
 
 # ---- real ranks: the whole covering array under each fault ----
 
+
 @pytest.mark.e2e
 @pytest.mark.parametrize("fault", list(PLANTED))
 def test_the_covering_array_catches_the_fault_and_names_exactly_the_pair(fault, tmp_path):
@@ -112,8 +122,21 @@ def test_the_covering_array_catches_the_fault_and_names_exactly_the_pair(fault, 
     pair = PLANTED[fault]
     rows = [s.id for s in select(load_scenarios(), ["llama-interactions"]) if holds(s.settings, pair)]
     run_dir = tmp_path / "run"
-    result = harness_cli("run", *rows, *ONE_FEATURE, "--fault", fault, "--report-dir", str(tmp_path),
-                         "--run-id", "run", "--timeout", f"{scaled(300):.0f}", timeout=1800, what=f"run --fault {fault}")
+    result = harness_cli(
+        "run",
+        *rows,
+        *ONE_FEATURE,
+        "--fault",
+        fault,
+        "--report-dir",
+        str(tmp_path),
+        "--run-id",
+        "run",
+        "--timeout",
+        f"{scaled(300):.0f}",
+        timeout=1800,
+        what=f"run --fault {fault}",
+    )
     assert result.returncode == 1, result.stdout[-3000:] + result.stderr[-3000:]
     for sid in rows:
         v = verdict_of(run_dir, sid)
@@ -127,8 +150,20 @@ def test_the_covering_array_catches_the_fault_and_names_exactly_the_pair(fault, 
 @pytest.mark.e2e
 def test_interaction_trials_0_leaves_a_failure_as_it_is(tmp_path):
     sid = "llama-interactions/tp2-pp1-prefix_cache-batch-all-spec-ngram"
-    result = harness_cli("run", sid, "--fault", "spec-trusts-after-prefix-hit", "--interaction-trials", "0",
-                         "--report-dir", str(tmp_path), "--run-id", "run", timeout=900, what="run --interaction-trials 0")
+    result = harness_cli(
+        "run",
+        sid,
+        "--fault",
+        "spec-trusts-after-prefix-hit",
+        "--interaction-trials",
+        "0",
+        "--report-dir",
+        str(tmp_path),
+        "--run-id",
+        "run",
+        timeout=900,
+        what="run --interaction-trials 0",
+    )
     assert result.returncode == 1, result.stdout[-3000:] + result.stderr[-3000:]
     v = verdict_of(tmp_path / "run", sid)
     assert v["verdict"] == "fail" and v["interaction"] is None and "interaction:" not in v["reason"], v["reason"]
@@ -140,8 +175,9 @@ def test_a_value_goes_with_the_values_that_require_it(tmp_path):
     prefix cache drops its block size too, instead of a refused setting that proves nothing."""
     scenario = select(load_scenarios(), ["llama-interactions/*block_size8*spec-ngram"])[0]
     log: list[str] = []
-    found = minimal_interaction(scenario, Verdict(scenario.id, "fail", "x"), tmp_path, 10,
-                                fake_run({"prefix_cache": True, "spec": "ngram"}, log))
+    found = minimal_interaction(
+        scenario, Verdict(scenario.id, "fail", "x"), tmp_path, 10, fake_run({"prefix_cache": True, "spec": "ngram"}, log)
+    )
     assert found is not None
     assert found["needs"] == {"prefix_cache": True, "spec": "ngram"} and found["complete"], found
     assert "without prefix_cache=true + block_size=8: pass" in found["text"], found["text"]

@@ -26,10 +26,17 @@ def vllm(release: str) -> dict:
 
 def eager_pp_crash(scenario: str, release: str = "0.32.0") -> Verdict:
     exception = "AssertionError"
-    traceback = ('  File ".../vllm/v1/worker/gpu_model_runner.py", line 3174, in sync_and_gather_intermediate_tensors\n'
-                 "    assert self.intermediate_tensors is not None\nAssertionError")
-    return Verdict(scenario, "crash", "rank Worker_PP1 (vLLM worker: PP rank 1) crashed: AssertionError",
-                   versions=vllm(release), crash={"rank": "Worker_PP1", "exception": exception, "traceback": traceback})
+    traceback = (
+        '  File ".../vllm/v1/worker/gpu_model_runner.py", line 3174, in sync_and_gather_intermediate_tensors\n'
+        "    assert self.intermediate_tensors is not None\nAssertionError"
+    )
+    return Verdict(
+        scenario,
+        "crash",
+        "rank Worker_PP1 (vLLM worker: PP rank 1) crashed: AssertionError",
+        versions=vllm(release),
+        crash={"rank": "Worker_PP1", "exception": exception, "traceback": traceback},
+    )
 
 
 def scenario(scenario_id: str):
@@ -71,8 +78,9 @@ def test_a_known_bug_does_not_show_outside_its_where_nor_its_releases():
     assert "eager-pp-intermediate-tensors" not in {b.id for b in scenario("vllm-llama/tp1-pp2-compile").known_bugs}
     v = judged(eager_pp_crash("vllm-llama/tp1-pp2", "0.20.2"), "vllm-llama/tp1-pp2")  # 0.20.2 runs eager PP
     assert v.verdict == "crash"
-    assert "the failure of known bug eager-pp-intermediate-tensors, but it is for vllm<0.33,>=0.27; this ran vllm 0.20.2" \
-        in v.reason
+    assert (
+        "the failure of known bug eager-pp-intermediate-tensors, but it is for vllm<0.33,>=0.27; this ran vllm 0.20.2" in v.reason
+    )
 
 
 def test_another_failure_where_a_known_bug_shows_is_news_and_says_how_it_differs():
@@ -104,16 +112,22 @@ def test_the_suite_s_own_expectation_comes_first():
 
 def test_a_bad_known_bugs_file_names_the_entry_and_the_problem(tmp_path):
     bad = tmp_path / "known_bugs.yaml"
-    bad.write_text("known_bugs:\n  - id: Bad_Id\n    reason: x\n    engine_version: vllm>=0.1\n    verdict: crash\n"
-                   "    seen: [{release: 0.1.0, scenario: s/x, verdict: crash}]\n")
+    bad.write_text(
+        "known_bugs:\n  - id: Bad_Id\n    reason: x\n    engine_version: vllm>=0.1\n    verdict: crash\n"
+        "    seen: [{release: 0.1.0, scenario: s/x, verdict: crash}]\n"
+    )
     with pytest.raises(KnownBugsError, match="known bug Bad_Id: id: .*lower-case words"):
         load_known_bugs(bad)
-    bad.write_text("known_bugs:\n  - id: no-runs\n    reason: x\n    engine_version: vllm>=0.1\n    verdict: crash\n    seen: []\n")
+    bad.write_text(
+        "known_bugs:\n  - id: no-runs\n    reason: x\n    engine_version: vllm>=0.1\n    verdict: crash\n    seen: []\n"
+    )
     with pytest.raises(KnownBugsError, match="known bug no-runs: seen"):
         load_known_bugs(bad)
     # the signature's own checks, shared with a scenario file's expectations (contract/signature.py)
-    bad.write_text("known_bugs:\n  - id: mixed\n    reason: x\n    engine_version: vllm>=0.1\n    verdict: fail\n"
-                   "    exception: KeyError\n    seen: [{release: 0.1.0, scenario: s/x, verdict: fail}]\n")
+    bad.write_text(
+        "known_bugs:\n  - id: mixed\n    reason: x\n    engine_version: vllm>=0.1\n    verdict: fail\n"
+        "    exception: KeyError\n    seen: [{release: 0.1.0, scenario: s/x, verdict: fail}]\n"
+    )
     with pytest.raises(KnownBugsError, match="describe a crash, but verdict is 'fail'"):
         load_known_bugs(bad)
 
@@ -142,7 +156,8 @@ def test_every_expectation_range_is_backed_by_runs_in_each_release_series():
     assert gaps == UNMEASURED, (
         "expectations whose range covers release series no recorded run showed them on (measure with "
         "`harness run ID --engine-env vllm==X.Y.Z` and add the run to `seen`, or narrow the range): "
-        + "; ".join(f"{k}: {', '.join(v)}" for k, v in sorted(gaps.items())))
+        + "; ".join(f"{k}: {', '.join(v)}" for k, v in sorted(gaps.items()))
+    )
 
 
 def test_unbacked_series_counts_only_runs_that_showed_the_bug():
@@ -150,5 +165,9 @@ def test_unbacked_series_counts_only_runs_that_showed_the_bug():
     releases = ("0.26.0", "0.27.0", "0.27.1", "0.28.0", "0.32.0", "0.33.0")
     assert unbacked_series(bug, releases, "vllm") == ["0.27", "0.28", "0.32"]
     from harness.contract.known_bugs import Sighting
-    shown = [Sighting(release="0.27.1", scenario="s/x", verdict="crash"), Sighting(release="0.28.0", scenario="s/x", verdict="pass")]
+
+    shown = [
+        Sighting(release="0.27.1", scenario="s/x", verdict="crash"),
+        Sighting(release="0.28.0", scenario="s/x", verdict="pass"),
+    ]
     assert unbacked_series(bug.model_copy(update={"seen": shown}), releases, "vllm") == ["0.28", "0.32"]

@@ -53,8 +53,16 @@ def rank_command(way: str) -> dict:
     return {"argv": [sys.executable, str(ALLREDUCE)]}
 
 
-def launch_case(dirs, mode: str, world_size: int = 2, timeout_s: float = 60, env=None, way: str = "fresh",
-                budget_s: float | None = None, **plan_env) -> LaunchOutcome:
+def launch_case(
+    dirs,
+    mode: str,
+    world_size: int = 2,
+    timeout_s: float = 60,
+    env=None,
+    way: str = "fresh",
+    budget_s: float | None = None,
+    **plan_env,
+) -> LaunchOutcome:
     """`budget_s`: the launcher's timeout as given (a test that compares with it reads it once);
     else scaled(timeout_s)."""
     logs, pids = dirs
@@ -181,8 +189,7 @@ def test_env_reaches_every_rank(dirs, way):
 
 def test_plan_env_wins_over_harness_env(dirs):
     _, pids = dirs
-    out = launch_case(dirs, "ok", env={"HARNESS_TEST_TOKEN": "harness"}, ECHO_ENV="HARNESS_TEST_TOKEN",
-                      HARNESS_TEST_TOKEN="plan")
+    out = launch_case(dirs, "ok", env={"HARNESS_TEST_TOKEN": "harness"}, ECHO_ENV="HARNESS_TEST_TOKEN", HARNESS_TEST_TOKEN="plan")
     assert out.status == "ok", out
     assert (pids / "rank0.env").read_text() == "plan"
 
@@ -231,7 +238,10 @@ def test_interrupt_leaves_nothing(dirs, sig, way):
     logs, pids = dirs
     env = {**os.environ, "RANK_MODE": "hang", "PID_DIR": str(pids), "DRIVER_RANK_WAY": way}
     driver = subprocess.Popen(
-        [sys.executable, str(RANKS / "driver.py"), str(logs)], env=env, stdout=subprocess.PIPE, text=True,
+        [sys.executable, str(RANKS / "driver.py"), str(logs)],
+        env=env,
+        stdout=subprocess.PIPE,
+        text=True,
         preexec_fn=sigint_as_from_a_terminal,
     )
     try:

@@ -51,8 +51,7 @@ def test_ranks_fill_nodes_in_order_with_local_ranks(tmp_path):
 
 
 def test_node_env_reaches_its_ranks_through_the_prefix(tmp_path):
-    out, pids = launch_on_nodes(tmp_path, "ok", cluster(REMOTE_LIKE, [1, 1], NODE_TOKEN="node-env"), 2,
-                                ECHO_ENV="NODE_TOKEN")
+    out, pids = launch_on_nodes(tmp_path, "ok", cluster(REMOTE_LIKE, [1, 1], NODE_TOKEN="node-env"), 2, ECHO_ENV="NODE_TOKEN")
     assert out.status == "ok", out
     assert (pids / "rank1.env").read_text() == "node-env"
 

@@ -33,7 +33,9 @@ LAYERS = {
     # the `harness` command
     "cli": 4,
     # the ways in: `python -m harness`, pytest, the Python API for engine developers' tests
-    "__main__": 5, "pytest_plugin": 5, "api": 5,
+    "__main__": 5,
+    "pytest_plugin": 5,
+    "api": 5,
 }
 
 # inside each room, bottom (0) to top; `__init__` is the room's own module
@@ -44,35 +46,59 @@ SUBLAYERS = {
         # it in an engine's interpreter) and the project config (project.py)
         "settings": 0,
         "jsonfile": 0,  # reading back the JSON files the harness writes, their shapes checked
-        "exit_codes": 0, "provenance": 0, "plugins": 0, "rundir": 0,
+        "exit_codes": 0,
+        "provenance": 0,
+        "plugins": 0,
+        "rundir": 0,
         # torchvision's C-op imports answered when the ops cannot load (stdlib only: `import
         # harness` installs it, the tiny-model builder loads it by path)
         "torchvision_guard": 0,
         # what an engine's ranks import: the run brief, the outputs, the launch plan, the axes
-        "axes": 0, "batching": 0, "phases": 0, "plain": 0, "storage": 0, "applied": 0,
-        "roots": 1, "verdict": 1, "launchplan": 1, "outputs": 1, "runbrief": 1,
+        "axes": 0,
+        "batching": 0,
+        "phases": 0,
+        "plain": 0,
+        "storage": 0,
+        "applied": 0,
+        "roots": 1,
+        "verdict": 1,
+        "launchplan": 1,
+        "outputs": 1,
+        "runbrief": 1,
         "replicas": 2,
         # a failure as a scenario file expects it or an engine's known bug describes it
-        "expectations": 2, "signature": 3, "known_bugs": 4,
+        "expectations": 2,
+        "signature": 3,
+        "known_bugs": 4,
     },
     "engines": {
         "launch": 0,  # one process group per run: rank pool, crash blame, stall detector, node agent
-        "compile_cache": 0, "envdir": 0,
+        "compile_cache": 0,
+        "envdir": 0,
         "base": 1,
         "__init__": 2,  # the registry
-        "reference": 3, "vllm": 3, "hf": 3,
+        "reference": 3,
+        "vllm": 3,
+        "hf": 3,
     },
     "inputs": {
-        "__init__": 0, "data": 0,
-        "chat": 0, "images": 0, "zoo": 0,
-        "media": 1, "models": 1,
+        "__init__": 0,
+        "data": 0,
+        "chat": 0,
+        "images": 0,
+        "zoo": 0,
+        "media": 1,
+        "models": 1,
         "scenarios": 2,  # scenario files read, checked, bound to the engines and expanded; a run's request
         "workloads": 3,
         "engine_envs": 3,  # engine environments (--engine-env): asks the engines, installs releases, versions scenarios
     },
     "run": {
         "__init__": 0,
-        "timings": 0, "golden": 0, "compare": 0, "evals": 0,
+        "timings": 0,
+        "golden": 0,
+        "compare": 0,
+        "evals": 0,
         "plan": 0,  # what a run runs and where
         "repro": 1,  # `harness repro`: a scenario as a standalone script (below what runs or bisects)
         "stages": 1,  # admit -> execute -> judge
@@ -85,10 +111,20 @@ SUBLAYERS = {
     },
     "cli": {
         "options": 0,  # options several subcommands take, and value types, declared once
-        "suites": 0, "docs": 0, "variables": 0, "install": 0,
+        "suites": 0,
+        "docs": 0,
+        "variables": 0,
+        "install": 0,
         "project_init": 0,  # `harness init`: a project's config and first scenario file, checked as any scenario file
         # one module per subcommand
-        "bisect": 1, "conformance": 1, "durations": 1, "golden": 1, "init": 1, "listing": 1, "report": 1, "repro": 1,
+        "bisect": 1,
+        "conformance": 1,
+        "durations": 1,
+        "golden": 1,
+        "init": 1,
+        "listing": 1,
+        "report": 1,
+        "repro": 1,
         "run": 2,  # `harness run` ends with `harness report`'s summary
         "__init__": 3,  # the parser: every subcommand
     },
@@ -157,8 +193,9 @@ def test_no_import_runs_back_up_the_flow():
             elif my_sub is not None and other_sub is not None and other_sub != my_sub:
                 inside = SUBLAYERS.get(me, {})
                 if other_sub in inside and my_sub in inside and inside[other_sub] >= inside[my_sub]:
-                    upward.append(f"{where}: {me}/{my_sub} (layer {inside[my_sub]}) imports {me}/{other_sub} "
-                                  f"(layer {inside[other_sub]})")
+                    upward.append(
+                        f"{where}: {me}/{my_sub} (layer {inside[my_sub]}) imports {me}/{other_sub} (layer {inside[other_sub]})"
+                    )
     assert not upward, "imports that run back up the flow:\n" + "\n".join(upward)
 
 
@@ -186,9 +223,13 @@ def test_the_design_doc_names_the_rooms_of_this_table():
     """DESIGN.md's rooms table and LAYERS name the same rooms, and each room's row names
     every sub-room of SUBLAYERS (and no other): the table is the one map of the package."""
     rooms = design_rooms()
-    assert set(rooms) == set(LAYERS), (f"in DESIGN.md, not in LAYERS: {sorted(set(rooms) - set(LAYERS))}; "
-                                        f"in LAYERS, not in DESIGN.md: {sorted(set(LAYERS) - set(rooms))}")
+    assert set(rooms) == set(LAYERS), (
+        f"in DESIGN.md, not in LAYERS: {sorted(set(rooms) - set(LAYERS))}; "
+        f"in LAYERS, not in DESIGN.md: {sorted(set(LAYERS) - set(rooms))}"
+    )
     for room, subs in SUBLAYERS.items():
         named = set(subs) - {"__init__"}
-        assert rooms[room] == named, (f"DESIGN.md's row for {room}/: not in SUBLAYERS {sorted(rooms[room] - named)}; "
-                                      f"not in the row {sorted(named - rooms[room])}")
+        assert rooms[room] == named, (
+            f"DESIGN.md's row for {room}/: not in SUBLAYERS {sorted(rooms[room] - named)}; "
+            f"not in the row {sorted(named - rooms[room])}"
+        )

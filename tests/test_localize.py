@@ -36,10 +36,17 @@ def golden_of(places: torch.Tensor, with_embedding: bool = True) -> EngineOutput
 
 def tp2_run(replicas: torch.Tensor) -> EngineOutputs:
     """A tp2 run without SP: every TP rank's copy of the stream, rank 0's as the main view."""
-    out = EngineOutputs(meta={"dtype": "float32", "settings": {"tp": 2, "sp": False},
-                              "stage_io": [{"pp_rank": 0, "layers": [0, LAYERS]}]})
-    out.put("logits", embed_states=replicas[0, 0], hidden_states=replicas[0, 1:], hidden_rows=torch.arange(ROWS),
-            hidden_owner=torch.zeros(ROWS, dtype=torch.int64), replica_states=replicas)
+    out = EngineOutputs(
+        meta={"dtype": "float32", "settings": {"tp": 2, "sp": False}, "stage_io": [{"pp_rank": 0, "layers": [0, LAYERS]}]}
+    )
+    out.put(
+        "logits",
+        embed_states=replicas[0, 0],
+        hidden_states=replicas[0, 1:],
+        hidden_rows=torch.arange(ROWS),
+        hidden_owner=torch.zeros(ROWS, dtype=torch.int64),
+        replica_states=replicas,
+    )
     return out
 
 
@@ -55,8 +62,7 @@ def test_a_small_error_in_one_replica_is_named_at_the_embedding():
     found = present(first_divergence(golden_of(places), tp2_run(replicas), WORKLOADS))
     assert (found["layer"], found["place"], found["pp_stage"], found["tp_rank"]) == (-1, EMBEDDING, 0, 1)
     assert found["diverging_tp_ranks"] == [1]
-    assert describe(found).startswith("first diverging place: the embedding (before layer 0) (pp stage 0), "
-                                      "replica of tp rank 1")
+    assert describe(found).startswith("first diverging place: the embedding (before layer 0) (pp stage 0), replica of tp rank 1")
 
 
 def test_the_bound_is_relative_to_each_rows_magnitude():
@@ -91,11 +97,24 @@ def test_a_golden_without_the_embedding_is_compared_layer_by_layer():
 
 # --- end to end ---------------------------------------------------------------------------
 
+
 def harness_run(run_dir: Path, ids: list[str], *args: str) -> dict[str, dict]:
     per_scenario = scaled(300)  # the scenario file's timeout_s, scaled for this machine
-    result = harness_cli("run", *ids, "--report-dir", str(run_dir.parent), "--run-id", run_dir.name,
-                         "--history", str(run_dir.parent / "history"), "--timeout", f"{per_scenario:.0f}", *args,
-                         timeout=300 * (len(ids) + 1), what="harness run " + " ".join(ids))
+    result = harness_cli(
+        "run",
+        *ids,
+        "--report-dir",
+        str(run_dir.parent),
+        "--run-id",
+        run_dir.name,
+        "--history",
+        str(run_dir.parent / "history"),
+        "--timeout",
+        f"{per_scenario:.0f}",
+        *args,
+        timeout=300 * (len(ids) + 1),
+        what="harness run " + " ".join(ids),
+    )
     assert result.returncode in (0, 1), result.stdout[-3000:] + result.stderr[-3000:]
     return {sid: verdict_of(run_dir, sid) for sid in ids}
 
@@ -103,8 +122,7 @@ def harness_run(run_dir: Path, ids: list[str], *args: str) -> dict[str, dict]:
 @pytest.mark.e2e
 @pytest.mark.parametrize("eps", ["1e-4", "1e-3"])
 def test_perturbed_all_reduce_is_localised_at_the_embedding_of_tp_rank_1(eps, tmp_path):
-    v = harness_run(tmp_path / "run", ["llama-tiny/tp2-pp1"], "--fault", f"tp-allreduce-perturb@{eps}")[
-        "llama-tiny/tp2-pp1"]
+    v = harness_run(tmp_path / "run", ["llama-tiny/tp2-pp1"], "--fault", f"tp-allreduce-perturb@{eps}")["llama-tiny/tp2-pp1"]
     assert v["verdict"] == "fail", v["reason"]
     loc = v["localization"]
     assert (loc["layer"], loc["pp_stage"], loc["tp_rank"]) == (-1, 0, 1), v["reason"]

@@ -52,18 +52,50 @@ def assert_cells_kept(md: str) -> None:
 
 
 def hostile_verdicts(p: str, tb: str) -> list[Verdict]:
-    checks = [{"name": p, "kind": "logprobs", "passed": False, "summary": p, "metrics": {"max_abs_dlogprob": 0.1},
-               "first_divergence": {"prompt": 1, "position": 2}},
-              {"name": f"eval:{p}", "kind": "accuracy", "passed": False, "summary": p, "where": p,
-               "metrics": {"score": 0.4, "golden_score": 0.6, "p_value": 0.5}}]
+    checks = [
+        {
+            "name": p,
+            "kind": "logprobs",
+            "passed": False,
+            "summary": p,
+            "metrics": {"max_abs_dlogprob": 0.1},
+            "first_divergence": {"prompt": 1, "position": 2},
+        },
+        {
+            "name": f"eval:{p}",
+            "kind": "accuracy",
+            "passed": False,
+            "summary": p,
+            "where": p,
+            "metrics": {"score": 0.4, "golden_score": 0.6, "p_value": 0.5},
+        },
+    ]
     timed = {"phases": {"start": 1.0, "compare": 0.1}, "engine_s": 1.0, "harness_s": 0.2, "wait_s": 0.0}
     expectation = {"status": p, "expected": p, "reason": p, "why": p, "happened": p, "ran_on": p}
     bad = {"opt": p}
     return [
-        Verdict(f"s/fail {p}@{p}", "fail", p, settings=bad, tolerance=p, checks=checks, reproduce=p, expectation=expectation,
-                versions={p: p}, timings=timed, duration_s=1.0),
-        Verdict(f"s/crash {p}@{p}", "crash", p, settings=bad, reproduce=p, duration_s=2.0,
-                crash={"rank": p, "exception": p, "traceback": tb, "log": p, "frame": p, "wrapper": p}),
+        Verdict(
+            f"s/fail {p}@{p}",
+            "fail",
+            p,
+            settings=bad,
+            tolerance=p,
+            checks=checks,
+            reproduce=p,
+            expectation=expectation,
+            versions={p: p},
+            timings=timed,
+            duration_s=1.0,
+        ),
+        Verdict(
+            f"s/crash {p}@{p}",
+            "crash",
+            p,
+            settings=bad,
+            reproduce=p,
+            duration_s=2.0,
+            crash={"rank": p, "exception": p, "traceback": tb, "log": p, "frame": p, "wrapper": p},
+        ),
         Verdict(f"s/hang {p}@{p}", "hang", p, settings=bad, hang={"stuck_at": {p: p}}, reproduce=p),
         Verdict(f"s/error {p}@{p}", "error", p, error={"exception": p, "traceback": tb}, reproduce=p),
         Verdict(f"s/xfail {p}@{p}", "expected-failure", p, settings=bad, expected_failure=p, observed=p, expectation=expectation),
@@ -76,9 +108,15 @@ def hostile_comparison(p: str, verdicts: list[Verdict]) -> Comparison:
     def change(v: Verdict) -> Change:
         return Change(v.scenario, p, p, before=p, before_run=p)
 
-    return Comparison(previous_run=p, new_failures=[change(verdicts[0])], still_failing=[change(verdicts[1])],
-                      first_seen=[change(verdicts[2])], fixed=[change(verdicts[6])], coverage_lost=[change(verdicts[6])],
-                      drifted=[Drift(p, p, 1.0, Band(1.0, 0.1, 5), 0.9)])
+    return Comparison(
+        previous_run=p,
+        new_failures=[change(verdicts[0])],
+        still_failing=[change(verdicts[1])],
+        first_seen=[change(verdicts[2])],
+        fixed=[change(verdicts[6])],
+        coverage_lost=[change(verdicts[6])],
+        drifted=[Drift(p, p, 1.0, Band(1.0, 0.1, 5), 0.9)],
+    )
 
 
 @pytest.mark.parametrize("p", PAYLOADS)
@@ -112,8 +150,11 @@ def test_text_from_scenario_files_engines_and_tracebacks_never_renders_as_html(t
 
 @pytest.mark.parametrize("p", PAYLOADS)
 def test_the_closest_setting_and_the_passes_that_share_it_are_escaped(p):
-    verdicts = [Verdict(f"s/f1 {p}", "fail", "x", settings={"opt": p, "a": 1}), Verdict(f"s/f2 {p}", "fail", "x", settings={"opt": p, "a": 2}),
-                Verdict(f"s/p1 {p}", "pass", "x", settings={"opt": p, "a": 3})]
+    verdicts = [
+        Verdict(f"s/f1 {p}", "fail", "x", settings={"opt": p, "a": 1}),
+        Verdict(f"s/f2 {p}", "fail", "x", settings={"opt": p, "a": 2}),
+        Verdict(f"s/p1 {p}", "pass", "x", settings={"opt": p, "a": 3}),
+    ]
     sentence = explaining_settings(verdicts)
     assert sentence and sentence.startswith("No single setting")
     out = assert_no_html(sentence)
@@ -126,14 +167,21 @@ def test_an_expected_failure_reason_from_a_scenario_file_is_escaped_in_the_files
     from harness.inputs.scenarios.schema import ExpectedFailure
 
     x = ExpectedFailure(match={"pp": 2}, exception="AssertionError", reason=IMG)
-    v = Verdict("s/pp2", "crash", f"rank 1 crashed: AttributeError: {IMG}", reproduce="make s/pp2",
-                crash={"rank": 1, "exception": f"AttributeError: {IMG}", "traceback": f"tb\n```\n{IMG}", "log": "l", "frame": IMG})
+    v = Verdict(
+        "s/pp2",
+        "crash",
+        f"rank 1 crashed: AttributeError: {IMG}",
+        reproduce="make s/pp2",
+        crash={"rank": 1, "exception": f"AttributeError: {IMG}", "traceback": f"tb\n```\n{IMG}", "log": "l", "frame": IMG},
+    )
     judged = apply_expectations(v, (x,))
     judged.save(verdict_path(tmp_path, judged.scenario))
     write_report(tmp_path, {"run_id": "r1"})
     for name in ("summary.md", "pr-comment.md"):
         assert_no_html((tmp_path / name).read_text())
-    assert f": {html.escape(IMG, quote=False)}</li>" in MD.render((tmp_path / "summary.md").read_text())  # the reason, shown as written
+    assert f": {html.escape(IMG, quote=False)}</li>" in MD.render(
+        (tmp_path / "summary.md").read_text()
+    )  # the reason, shown as written
 
 
 def test_prose_and_code_spans_mixed_on_one_line_keep_to_their_own_text():

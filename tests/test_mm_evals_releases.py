@@ -13,8 +13,10 @@ from tests.kit import ROOT
 
 EVALS = "vllm-mm-evals/tp1-pp1-compile"
 # the 0.22.1 run of 2026-11-28 (harness run ... --engine-env vllm==0.22.1, an empty model cache, no .venv-vllm)
-GEO_DROP = ("eval:geo: geo3k-synth: flexible-extract 0.055 vs golden 0.680 on 200 items, delta -0.625 [95% CI -0.686, "
-            "-0.551], 125 flipped to wrong / 0 to right, McNemar p=4.7e-38")
+GEO_DROP = (
+    "eval:geo: geo3k-synth: flexible-extract 0.055 vs golden 0.680 on 200 items, delta -0.625 [95% CI -0.686, "
+    "-0.551], 125 flipped to wrong / 0 to right, McNemar p=4.7e-38"
+)
 
 
 def judged(verdict: str, release: str, reason: str = "", crash: dict | None = None) -> Verdict:
@@ -26,10 +28,18 @@ def judged(verdict: str, release: str, reason: str = "", crash: dict | None = No
 
 def test_the_compile_error_is_expected_where_it_was_seen_and_not_beyond():
     exception = "torch._inductor.exc.InductorError: CppCompileError: C++ compile error"
-    traceback = ("c3gfc.main.cpp:147:211: error: no matching function for call to "
-                 "'at::vec::CPU_CAPABILITY::VecMask<long int, 2>::VecMask(int&)'\n" + exception)
-    crash = {"rank": "EngineCore (vLLM process: pid 1)", "exitcode": 1, "signal": None, "exception": exception,
-             "traceback": traceback, "log": "rank0.log"}
+    traceback = (
+        "c3gfc.main.cpp:147:211: error: no matching function for call to "
+        "'at::vec::CPU_CAPABILITY::VecMask<long int, 2>::VecMask(int&)'\n" + exception
+    )
+    crash = {
+        "rank": "EngineCore (vLLM process: pid 1)",
+        "exitcode": 1,
+        "signal": None,
+        "exception": exception,
+        "traceback": traceback,
+        "log": "rank0.log",
+    }
     for release in ("0.19.1", "0.20.2"):
         assert judged("crash", release, f"rank EngineCore crashed: {exception}", dict(crash)).verdict == "expected-failure"
     failed = judged("fail", "0.22.1", GEO_DROP)

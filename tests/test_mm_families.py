@@ -84,7 +84,9 @@ def test_a_family_added_in_one_place_reaches_the_written_checkpoint(toy, tmp_pat
     vocab = {"\n\n": 9}
     tiny_mm.write_config_token_ids(toy, lambda text, add_special_tokens: {"input_ids": [vocab[text]]}, tmp_path)
     assert json.loads((tmp_path / "config.json").read_text()) == {
-        "newline_id": 9, "vision_config": {"image_size": 32, "patch_size": 8}}
+        "newline_id": 9,
+        "vision_config": {"image_size": 32, "patch_size": 8},
+    }
 
     class Saved(torch.nn.Module):  # a model as transformers saves one: its weights, and its config
         config: SimpleNamespace

@@ -57,9 +57,25 @@ def test_tiny_build_is_deterministic(tmp_path):
     outs = [tmp_path / f"b{n}" for n in range(2)]
     with contextlib.ExitStack() as stack:
         logs = [stack.enter_context(open(f"{out}.log", "w")) for out in outs]
-        builds = [subprocess.Popen([sys.executable, str(models.TINY_BUILDER), "--arch", "Qwen3ForCausalLM", "--seed", "3",
-                                    "--corpus", str(models._corpus()), "--out", str(out)], stdout=subprocess.DEVNULL, stderr=log)
-                  for out, log in zip(outs, logs)]
+        builds = [
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    str(models.TINY_BUILDER),
+                    "--arch",
+                    "Qwen3ForCausalLM",
+                    "--seed",
+                    "3",
+                    "--corpus",
+                    str(models._corpus()),
+                    "--out",
+                    str(out),
+                ],
+                stdout=subprocess.DEVNULL,
+                stderr=log,
+            )
+            for out, log in zip(outs, logs)
+        ]
         codes = [build.wait() for build in builds]
     for code, out in zip(codes, outs):
         assert code == 0, Path(f"{out}.log").read_text()
@@ -73,10 +89,13 @@ def test_an_unknown_architecture_is_refused_with_close_names():
         models.resolve(ArchModel(arch="LlamaForCasualLM"), sys.executable)
 
 
-@pytest.mark.parametrize("overrides, said", [
-    ({"no_such_field": 1}, "override 'no_such_field' is not a field of LlamaConfig"),
-    ({"num_attention_heads": 3}, "LlamaForCausalLM rejects its config .*not a multiple of the number of attention heads"),
-])
+@pytest.mark.parametrize(
+    "overrides, said",
+    [
+        ({"no_such_field": 1}, "override 'no_such_field' is not a field of LlamaConfig"),
+        ({"num_attention_heads": 3}, "LlamaForCausalLM rejects its config .*not a multiple of the number of attention heads"),
+    ],
+)
 @pytest.mark.e2e
 def test_overrides_the_config_rejects_are_refused(overrides, said):
     with pytest.raises(ModelError, match=said):
@@ -115,6 +134,7 @@ def test_a_local_checkpoint_is_identified_by_content_and_hashed_once(tmp_path, t
     first = models.resolve(PathModel(path=str(copy)), sys.executable)
     assert first.label == f"path:{copy}" and first.directory == copy
     reads = []
+
     def digest(p):
         reads.append(p)
         return "x"
@@ -131,27 +151,43 @@ def test_a_local_checkpoint_is_identified_by_content_and_hashed_once(tmp_path, t
 
 @pytest.mark.e2e
 def test_a_hub_model_missing_from_an_offline_cache_says_what_to_do(tmp_path):
-    code = ("from harness.inputs import models\n"
-            "try:\n"
-            "    models.resolve(models.HubModel(hub='acme/tiny', revision='0' * 40), 'python')\n"
-            "except models.ModelError as e:\n"
-            "    print(e)\n")
+    code = (
+        "from harness.inputs import models\n"
+        "try:\n"
+        "    models.resolve(models.HubModel(hub='acme/tiny', revision='0' * 40), 'python')\n"
+        "except models.ModelError as e:\n"
+        "    print(e)\n"
+    )
     env = {**os.environ, "HF_HUB_CACHE": str(tmp_path), "HF_HUB_OFFLINE": "1"}
     said = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, cwd=ROOT).stdout
-    assert "hub model 'acme/tiny' at revision '0000000000000000000000000000000000000000' is not in the huggingface_hub cache" in said
+    assert (
+        "hub model 'acme/tiny' at revision '0000000000000000000000000000000000000000' is not in the huggingface_hub cache" in said
+    )
     assert "offline" in said and "hf download acme/tiny --revision" in said
 
 
-@pytest.mark.parametrize("model, said", [
-    ({"hub": "acme/tiny"}, "revision"),
-    ({"arch": "Llama ForCausalLM"}, "arch"),
-    ({"path": "x", "seed": 1}, "seed"),
-    (7, "model"),
-])
+@pytest.mark.parametrize(
+    "model, said",
+    [
+        ({"hub": "acme/tiny"}, "revision"),
+        ({"arch": "Llama ForCausalLM"}, "arch"),
+        ({"path": "x", "seed": 1}, "seed"),
+        (7, "model"),
+    ],
+)
 def test_a_malformed_model_entry_is_an_error_of_the_file(tmp_path, model, said):
     path = tmp_path / "s.yaml"
-    path.write_text(json.dumps({"suite": "s", "model": model, "golden": {"tp": 1}, "matrix": {"tp": [1]},
-                                "workloads": [{"name": "logits", "kind": "logprobs"}]}))
+    path.write_text(
+        json.dumps(
+            {
+                "suite": "s",
+                "model": model,
+                "golden": {"tp": 1},
+                "matrix": {"tp": [1]},
+                "workloads": [{"name": "logits", "kind": "logprobs"}],
+            }
+        )
+    )
     with pytest.raises(ScenarioError, match=said):
         load_suite(path)
 
@@ -159,8 +195,12 @@ def test_a_malformed_model_entry_is_an_error_of_the_file(tmp_path, model, said):
 def test_model_forms_load_from_a_scenario_file(tmp_path):
     path = tmp_path / "s.yaml"
     base = {"suite": "s", "golden": {"tp": 1}, "matrix": {"tp": [1]}, "workloads": [{"name": "logits", "kind": "logprobs"}]}
-    for model, kind in [("tiny-llama", str), ({"path": "ckpt"}, PathModel), ({"hub": "a/b", "revision": "r"}, HubModel),
-                        ({"arch": "Qwen3ForCausalLM", "seed": 2, "overrides": {"num_hidden_layers": 4}}, ArchModel)]:
+    for model, kind in [
+        ("tiny-llama", str),
+        ({"path": "ckpt"}, PathModel),
+        ({"hub": "a/b", "revision": "r"}, HubModel),
+        ({"arch": "Qwen3ForCausalLM", "seed": 2, "overrides": {"num_hidden_layers": 4}}, ArchModel),
+    ]:
         path.write_text(json.dumps({**base, "model": model}))
         assert isinstance(load_suite(path).model, kind)
 
@@ -185,13 +225,13 @@ matrix: {{tp: {tps}, pp: [1]}}
 def run_suite(tmp_path: Path, suite: str, model: str, env: dict, engine: str = "reference", tps=(1, 2)) -> dict:
     """`harness golden` then `harness run` of a one-file suite; the verdicts by id."""
     (tmp_path / "scenarios").mkdir(exist_ok=True)
-    (tmp_path / "scenarios" / f"{suite}.yaml").write_text(
-        SUITE.format(suite=suite, engine=engine, model=model, tps=list(tps)))
+    (tmp_path / "scenarios" / f"{suite}.yaml").write_text(SUITE.format(suite=suite, engine=engine, model=model, tps=list(tps)))
     env = {"HARNESS_GOLDEN_DIR": str(tmp_path / "golden"), **env}
     made = harness_cli("golden", suite, "--work-dir", str(tmp_path / "work"), scenarios=tmp_path / "scenarios", env=env)
     assert made.returncode == 0, made.stdout + made.stderr
-    ran = harness_cli("run", suite, "--report-dir", str(tmp_path / "reports"), "--run-id", "r",
-                      scenarios=tmp_path / "scenarios", env=env)
+    ran = harness_cli(
+        "run", suite, "--report-dir", str(tmp_path / "reports"), "--run-id", "r", scenarios=tmp_path / "scenarios", env=env
+    )
     found = verdicts(tmp_path / "reports" / "r")
     assert ran.returncode == 0, ran.stdout + ran.stderr
     return found
@@ -220,8 +260,16 @@ def test_a_local_checkpoint_runs_and_a_golden_of_other_weights_is_refused(tmp_pa
     # other weights in the same place: the stored golden no longer applies
     other = models.resolve(ArchModel(arch="LlamaForCausalLM", seed=5), sys.executable)
     shutil.copy(other.directory / "model.safetensors", ckpt / "model.safetensors")
-    ran = harness_cli("run", "local/tp1-pp1", "--report-dir", str(tmp_path / "reports"), "--run-id", "stale",
-                      scenarios=tmp_path / "scenarios", env={"HARNESS_GOLDEN_DIR": str(tmp_path / "golden")})
+    ran = harness_cli(
+        "run",
+        "local/tp1-pp1",
+        "--report-dir",
+        str(tmp_path / "reports"),
+        "--run-id",
+        "stale",
+        scenarios=tmp_path / "scenarios",
+        env={"HARNESS_GOLDEN_DIR": str(tmp_path / "golden")},
+    )
     verdict = verdict_of(tmp_path / "reports" / "stale", "local/tp1-pp1")
     assert verdict["verdict"] == "error" and "model_sha256" in json.dumps(verdict), verdict
     assert ran.returncode != 0
@@ -259,8 +307,17 @@ def test_a_hub_model_runs_from_an_offline_cache(tmp_path, tiny_llama):
 
 def arch_suite(tmp_path: Path, **fields) -> Path:
     path = tmp_path / "archs.yaml"
-    path.write_text(json.dumps({"suite": "archs", "golden": {"tp": 1}, "matrix": {"tp": [1, 2]},
-                                "workloads": [{"name": "logits", "kind": "logprobs"}], **fields}))
+    path.write_text(
+        json.dumps(
+            {
+                "suite": "archs",
+                "golden": {"tp": 1},
+                "matrix": {"tp": [1, 2]},
+                "workloads": [{"name": "logits", "kind": "logprobs"}],
+                **fields,
+            }
+        )
+    )
     return path
 
 
@@ -277,13 +334,16 @@ def test_the_arch_axis_expands_to_one_model_and_golden_per_arch(tmp_path):
     assert scenarios["archs/arch-llama-tp1"].is_golden_setting
 
 
-@pytest.mark.parametrize("fields, said", [
-    ({"model": "tiny-llama", "archs": {"llama": "LlamaForCausalLM"}}, "either model: or archs:"),
-    ({"model": "tiny-llama", "matrix": {"arch": ["llama"], "tp": [1]}}, "matrix axis arch needs archs:"),
-    ({"archs": {"llama": "LlamaForCausalLM"}, "matrix": {"arch": ["llama", "qwen"], "tp": [1]}}, r"names \['qwen'\]"),
-    ({"archs": {"Llama": "LlamaForCausalLM"}}, "must use"),
-    ({}, "model: is missing"),
-])
+@pytest.mark.parametrize(
+    "fields, said",
+    [
+        ({"model": "tiny-llama", "archs": {"llama": "LlamaForCausalLM"}}, "either model: or archs:"),
+        ({"model": "tiny-llama", "matrix": {"arch": ["llama"], "tp": [1]}}, "matrix axis arch needs archs:"),
+        ({"archs": {"llama": "LlamaForCausalLM"}, "matrix": {"arch": ["llama", "qwen"], "tp": [1]}}, r"names \['qwen'\]"),
+        ({"archs": {"Llama": "LlamaForCausalLM"}}, "must use"),
+        ({}, "model: is missing"),
+    ],
+)
 def test_arch_axis_mistakes_are_errors_of_the_file(tmp_path, fields, said):
     with pytest.raises(ScenarioError, match=said):
         load_suite(arch_suite(tmp_path, **fields))
@@ -319,12 +379,14 @@ def test_an_arch_sweep_runs_each_arch_against_its_own_golden(tmp_path):
     manifests = {p.parent.name: json.loads(p.read_text()) for p in (tmp_path / "golden" / "sweep").glob("*/manifest.json")}
     assert sorted(manifests) == ["llama", "llama-deep"]
     assert manifests["llama"]["model_sha256"] != manifests["llama-deep"]["model_sha256"]
-    ran = harness_cli("run", "sweep", "--report-dir", str(tmp_path / "reports"), "--run-id", "r",
-                      scenarios=tmp_path / "scenarios", env=env)
+    ran = harness_cli(
+        "run", "sweep", "--report-dir", str(tmp_path / "reports"), "--run-id", "r", scenarios=tmp_path / "scenarios", env=env
+    )
     assert ran.returncode == 0, ran.stdout + ran.stderr
     found = verdicts(tmp_path / "reports" / "r")
     assert {k: v["verdict"] for k, v in found.items() if "qwen3" not in k} == {
-        f"sweep/arch-{a}-{s}": "pass" for a in ("llama", "llama-deep") for s in ("tp1-pp2", "tp2-pp1", "tp2-pp2")}
+        f"sweep/arch-{a}-{s}": "pass" for a in ("llama", "llama-deep") for s in ("tp1-pp2", "tp2-pp1", "tp2-pp2")
+    }
     qwen = [v for k, v in found.items() if "qwen3" in k]
     assert len(qwen) == 3 and all(v["verdict"] == "unsupported" and "model_type='qwen3'" in v["reason"] for v in qwen)
 
@@ -357,8 +419,11 @@ def test_the_report_reads_the_arch_axis_like_any_other():
     for arch in ("llama", "falcon", "qwen3"):
         for tp, pp in ((1, 1), (2, 1), (1, 2)):
             bad = arch == "falcon" and pp == 2
-            verdicts.append(Verdict(f"s/arch-{arch}-tp{tp}-pp{pp}", "fail" if bad else "pass", "x",
-                                    settings={"arch": arch, "tp": tp, "pp": pp}))
+            verdicts.append(
+                Verdict(
+                    f"s/arch-{arch}-tp{tp}-pp{pp}", "fail" if bad else "pass", "x", settings={"arch": arch, "tp": tp, "pp": pp}
+                )
+            )
     assert "`arch=falcon, pp=2`" in present(explaining_settings(verdicts))
     assert plots._grid_axes(verdicts)[0] == "arch"
     assert present(plots.heatmap(verdicts, set())).startswith("data:image/png;base64,")
@@ -372,9 +437,15 @@ def test_a_workload_the_model_cannot_take_stops_its_golden_with_one_line(tmp_pat
     (tmp_path / "scenarios" / "clips.yaml").write_text(
         "suite: clips\nengine: reference\nmodel: tiny-llama\n"
         "workloads:\n  - {name: heard, kind: logprobs, num_prompts: 2, max_prompt_tokens: 24, top_k: 5, audios: [tone-500ms, null]}\n"
-        "golden: {tp: 1}\nmatrix: {tp: [1]}\n")
-    made = harness_cli("golden", "--work-dir", str(tmp_path / "work"), scenarios=tmp_path / "scenarios",
-                       env={"HARNESS_GOLDEN_DIR": str(tmp_path / "golden")})
+        "golden: {tp: 1}\nmatrix: {tp: [1]}\n"
+    )
+    made = harness_cli(
+        "golden",
+        "--work-dir",
+        str(tmp_path / "work"),
+        scenarios=tmp_path / "scenarios",
+        env={"HARNESS_GOLDEN_DIR": str(tmp_path / "golden")},
+    )
     assert made.returncode == 1, made.stdout + made.stderr
     assert "Traceback" not in made.stderr, made.stderr
     assert "harness: golden clips failed: workload 'heard': videos and audios need a model with a chat template" in made.stderr

@@ -53,18 +53,26 @@ def _as_mixtral(model_dir):
 
     cfg = json.loads((model_dir / "config.json").read_text())
     config = transformers.MixtralConfig(
-        hidden_size=cfg["hidden_size"], intermediate_size=cfg["intermediate_size"],
-        num_hidden_layers=cfg["num_hidden_layers"], num_attention_heads=cfg["num_attention_heads"],
-        num_key_value_heads=cfg["num_key_value_heads"], head_dim=cfg["head_dim"], vocab_size=cfg["vocab_size"],
-        num_local_experts=cfg["num_local_experts"], num_experts_per_tok=cfg["num_experts_per_tok"],
-        rms_norm_eps=cfg["rms_norm_eps"], rope_theta=cfg["rope_theta"], tie_word_embeddings=False)
+        hidden_size=cfg["hidden_size"],
+        intermediate_size=cfg["intermediate_size"],
+        num_hidden_layers=cfg["num_hidden_layers"],
+        num_attention_heads=cfg["num_attention_heads"],
+        num_key_value_heads=cfg["num_key_value_heads"],
+        head_dim=cfg["head_dim"],
+        vocab_size=cfg["vocab_size"],
+        num_local_experts=cfg["num_local_experts"],
+        num_experts_per_tok=cfg["num_experts_per_tok"],
+        rms_norm_eps=cfg["rms_norm_eps"],
+        rope_theta=cfg["rope_theta"],
+        tie_word_embeddings=False,
+    )
     weights = load_file(str(model_dir / "model.safetensors"))
     state = {k: v for k, v in weights.items() if ".experts." not in k}
     for i in range(cfg["num_hidden_layers"]):
         p, experts = f"model.layers.{i}.mlp.", range(cfg["num_local_experts"])
         state[p + "experts.gate_up_proj"] = torch.stack(
-            [torch.cat([weights[f"{p}experts.{e}.gate_proj.weight"], weights[f"{p}experts.{e}.up_proj.weight"]])
-             for e in experts])
+            [torch.cat([weights[f"{p}experts.{e}.gate_proj.weight"], weights[f"{p}experts.{e}.up_proj.weight"]]) for e in experts]
+        )
         state[p + "experts.down_proj"] = torch.stack([weights[f"{p}experts.{e}.down_proj.weight"] for e in experts])
     model = transformers.MixtralForCausalLM(config).eval()
     model.load_state_dict(state, strict=True)
@@ -83,15 +91,17 @@ def test_tp1_matches_transformers_mixtral(moe_tp1):
         ids = w["topk_ids"][rows]
         assert torch.equal(ids[:, 0], ref.argmax(-1))
         worst = max(worst, (ref.gather(1, ids) - w["topk_logprobs"][rows]).abs().max().item())
-        assert gen[0, len(prompt):].tolist() == moe_tp1.workload("greedy")["tokens"][i].tolist()
+        assert gen[0, len(prompt) :].tolist() == moe_tp1.workload("greedy")["tokens"][i].tolist()
     assert worst <= 1e-5, f"max |delta logprob| vs Mixtral: {worst:.3g}"
 
 
 LAYOUTS = {
     "tp2": (dict(tp=2), None),  # every expert split over both ranks
     "tp2-ep": (dict(tp=2, ep=True), "rank 0: experts 0-1; rank 1: experts 2-3 (of 4, width 64 each)"),
-    "tp2-pp2-ep": (dict(tp=2, pp=2, ep=True),
-                   "rank 0: experts 0-1; rank 1: experts 2-3; rank 2: experts 0-1; rank 3: experts 2-3"),
+    "tp2-pp2-ep": (
+        dict(tp=2, pp=2, ep=True),
+        "rank 0: experts 0-1; rank 1: experts 2-3; rank 2: experts 0-1; rank 3: experts 2-3",
+    ),
     "tp2-ep-sp": (dict(tp=2, ep=True, sp=True), "rank 0: experts 0-1; rank 1: experts 2-3"),
 }
 

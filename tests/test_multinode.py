@@ -68,9 +68,20 @@ def two_hosts(tmp_path):
 
 
 def harness_run(reports: Path, run_id: str, *args: str) -> tuple[subprocess.CompletedProcess, Path]:
-    result = harness_cli("run", SCENARIO, "--report-dir", str(reports), "--run-id", run_id, "--timeout", f"{scaled(300):.0f}",
-                         *args, env={"HARNESS_DEVICE_LOCK_DIR": str(reports / "locks")}, timeout=900,
-                         what=f"harness run {SCENARIO} ({run_id})")
+    result = harness_cli(
+        "run",
+        SCENARIO,
+        "--report-dir",
+        str(reports),
+        "--run-id",
+        run_id,
+        "--timeout",
+        f"{scaled(300):.0f}",
+        *args,
+        env={"HARNESS_DEVICE_LOCK_DIR": str(reports / "locks")},
+        timeout=900,
+        what=f"harness run {SCENARIO} ({run_id})",
+    )
     return result, scenario_dir(reports / run_id, SCENARIO)
 
 

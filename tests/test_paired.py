@@ -18,8 +18,10 @@ def items(correct: list[int], sha: str = "s", responses: list[str] | None = None
     """Items scored as `correct`; the same response text for every item unless given
     (the score tests below isolate the McNemar logic from the response comparison)."""
     responses = responses or [" 7 + 5 = 12\n#### 12"] * len(correct)
-    return [{"doc_id": i, "prompt_sha256": sha, "correct": {"flexible-extract": c, "strict-match": c}, "response": r}
-            for i, (c, r) in enumerate(zip(correct, responses))]
+    return [
+        {"doc_id": i, "prompt_sha256": sha, "correct": {"flexible-extract": c, "strict-match": c}, "response": r}
+        for i, (c, r) in enumerate(zip(correct, responses))
+    ]
 
 
 def test_mcnemar_matches_the_binomial_test():
@@ -108,7 +110,9 @@ def test_a_failed_accuracy_check_says_where_for_the_report():
     from harness.run.evals.paired import _where
 
     base = {"name": "eval:geo", "passed": False, "differing_responses": [{"doc_id": 4}]}
-    assert _where({**base, "flipped": [{"doc_id": 3, "flipped": "to wrong"}, {"doc_id": 5, "flipped": "to right"}]}) \
+    assert (
+        _where({**base, "flipped": [{"doc_id": 3, "flipped": "to wrong"}, {"doc_id": 5, "flipped": "to right"}]})
         == "eval:geo: items 3 flipped to wrong"
+    )
     assert _where({**base, "flipped": []}) == "eval:geo: items 4 responded otherwise than the golden"
     assert _where({**base, "passed": True, "flipped": []}) is None

@@ -46,11 +46,14 @@ def test_an_engine_without_a_name_takes_its_entry_point_name(site):
     assert get_engine("unnamed").name == "unnamed"
 
 
-@pytest.mark.parametrize("value, said", [
-    ("fake_module_that_is_not_there:Engine", "ModuleNotFoundError: No module named 'fake_module_that_is_not_there'"),
-    ("{engines}:NoSuchClass", "AttributeError"),
-    ("{engines}:NOT_AN_ENGINE", "is 42, not a subclass of harness.engines.base.Engine"),
-])
+@pytest.mark.parametrize(
+    "value, said",
+    [
+        ("fake_module_that_is_not_there:Engine", "ModuleNotFoundError: No module named 'fake_module_that_is_not_there'"),
+        ("{engines}:NoSuchClass", "AttributeError"),
+        ("{engines}:NOT_AN_ENGINE", "is 42, not a subclass of harness.engines.base.Engine"),
+    ],
+)
 def test_a_plugin_that_does_not_load_is_unavailable_naming_its_package(site, value, said):
     site.install("broken-engines", "0.3", {"harness.engines": {"broken": value.format(engines=site.engines_mod)}})
     assert "broken" in engine_names()  # listed: discovery does not import it
@@ -95,8 +98,11 @@ def test_one_package_seen_twice_on_sys_path_counts_once(site, tmp_path, monkeypa
 
 
 def test_harness_list_engines_says_where_each_comes_from_and_if_it_runs_here(site, capsys):
-    site.install("fake-engines", "1.2", {"harness.engines": {"fake": f"{site.engines_mod}:FakeEngine",
-                                                             "reference": f"{site.engines_mod}:FakeEngine"}})
+    site.install(
+        "fake-engines",
+        "1.2",
+        {"harness.engines": {"fake": f"{site.engines_mod}:FakeEngine", "reference": f"{site.engines_mod}:FakeEngine"}},
+    )
     site.install("broken-engines", "0.3", {"harness.engines": {"broken": "not_there_at_all:Engine"}})
     assert cli.main(["list", "--engines"]) == 0
     lines = {line.split()[0] + " " + line.split()[1]: line for line in capsys.readouterr().out.splitlines()}
@@ -126,10 +132,19 @@ def test_a_scenario_file_names_a_package_engine_and_is_checked_against_its_axes(
 
 
 def test_an_installed_packages_model_joins_the_zoo(site, tmp_path, capsys):
-    site.install("fake-models", "2.0", {"harness.models": {
-        "tiny-fake": f"{site.models_mod}:TINY_FAKE", "tiny-made": f"{site.models_mod}:make_tiny_made",
-        "tiny-wrong": f"{site.models_mod}:WRONG_NAME", "tiny-llama": f"{site.models_mod}:TINY_FAKE",
-        "tiny-gone": "not_there_either:SPEC"}})
+    site.install(
+        "fake-models",
+        "2.0",
+        {
+            "harness.models": {
+                "tiny-fake": f"{site.models_mod}:TINY_FAKE",
+                "tiny-made": f"{site.models_mod}:make_tiny_made",
+                "tiny-wrong": f"{site.models_mod}:WRONG_NAME",
+                "tiny-llama": f"{site.models_mod}:TINY_FAKE",
+                "tiny-gone": "not_there_either:SPEC",
+            }
+        },
+    )
     assert {"tiny-fake", "tiny-made", "tiny-gone"} <= set(zoo.model_names())
     assert site.models_mod not in sys.modules  # names only, until one is asked for
     assert zoo.has_model("tiny-fake") and zoo.get_recipe("tiny-fake").notes == "a package's tiny Llama"
@@ -140,8 +155,9 @@ def test_an_installed_packages_model_joins_the_zoo(site, tmp_path, capsys):
     with pytest.raises(zoo.ModelUnavailable, match="fake-models 2.0 .*No module named 'not_there_either'"):
         zoo.get_recipe("tiny-gone")
     path = tmp_path / "s.yaml"
-    path.write_text("suite: s\nmodel: tiny-fake\nworkloads: [{name: logits, kind: logprobs}]\n"
-                    "golden: {tp: 1}\nmatrix: {tp: [1]}\n")
+    path.write_text(
+        "suite: s\nmodel: tiny-fake\nworkloads: [{name: logits, kind: logprobs}]\ngolden: {tp: 1}\nmatrix: {tp: [1]}\n"
+    )
     assert load_suite(path).model == "tiny-fake"
 
     from harness.inputs import models

@@ -81,8 +81,16 @@ def spawn_hanging(tmp_path: Path, mode: str = "hang"):
     """One world-1 rank forked from the pool, alone in a new process group."""
     pids = tmp_path / "hanging"
     pids.mkdir(exist_ok=True)
-    env = {**os.environ, "RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "0",
-           "RANK_MODE": mode, "RANK_TARGET": "0", "PID_DIR": str(pids)}
+    env = {
+        **os.environ,
+        "RANK": "0",
+        "WORLD_SIZE": "1",
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": "0",
+        "RANK_MODE": mode,
+        "RANK_TARGET": "0",
+        "PID_DIR": str(pids),
+    }
     rank = spawn_rank(MODULE, list(POOL_PRELOAD), env, tmp_path / "rank0.log", 0)
     assert rank is not None
     return rank, pids
@@ -161,7 +169,9 @@ def test_the_hf_engines_rank_is_pooled_on_cpu_only():
     from harness.engines.hf import HfEngine
 
     def plan(device):
-        return HfEngine().launch_plan(RunBrief("t/x", "hf", "/m", "float32", {"tp": 1, "pp": 1}, [], "/o", device=device), "/s.json")
+        return HfEngine().launch_plan(
+            RunBrief("t/x", "hf", "/m", "float32", {"tp": 1, "pp": 1}, [], "/o", device=device), "/s.json"
+        )
 
     cpu = plan("cpu")
     assert module_argv(cpu.argv) is not None and "transformers" in cpu.preload
@@ -189,8 +199,12 @@ def zygote_with_a_rank(harness_pid: int) -> int | None:
         try:
             cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
             forked = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
-            running = [c for c in forked if b"zygote.py" not in Path(f"/proc/{c}/cmdline").read_bytes()
-                       and Path(f"/proc/{c}/stat").read_text().rsplit(")", 1)[1].split()[0] == "S"]
+            running = [
+                c
+                for c in forked
+                if b"zygote.py" not in Path(f"/proc/{c}/cmdline").read_bytes()
+                and Path(f"/proc/{c}/stat").read_text().rsplit(")", 1)[1].split()[0] == "S"
+            ]
         except OSError:
             continue
         if b"zygote.py" in cmdline and running:
@@ -202,8 +216,20 @@ def test_a_zygote_killed_mid_scenario_is_the_harnesss_error_not_an_engine_crash(
     """A zygote killed mid-scenario takes its rank along (PDEATHSIG); that is the harness's
     own helper failing, so the verdict is `error` naming the zygote, never `crash` of rank 0."""
     reports = tmp_path / "reports"
-    proc = start_harness("run", "llama-tiny/tp1-pp1", "--jobs", "1", "--report-dir", str(reports), "--run-id", "r",
-                         "--env", "HARNESS_RANK_FAULT=hang@0", "--timeout", "3600")  # the rank waits to be killed
+    proc = start_harness(
+        "run",
+        "llama-tiny/tp1-pp1",
+        "--jobs",
+        "1",
+        "--report-dir",
+        str(reports),
+        "--run-id",
+        "r",
+        "--env",
+        "HARNESS_RANK_FAULT=hang@0",
+        "--timeout",
+        "3600",
+    )  # the rank waits to be killed
     try:
         wait_until(lambda: zygote_with_a_rank(proc.pid) is not None, 120, "the zygote to fork the scenario's rank", proc=proc)
         time.sleep(0.5)  # margin for the zygote's answer to reach the harness (it is sent right after the fork)
@@ -217,6 +243,7 @@ def test_a_zygote_killed_mid_scenario_is_the_harnesss_error_not_an_engine_crash(
     assert proc.returncode == exit_codes.NOT_AS_EXPECTED, out
     verdict = verdict_of(reports / "r", "llama-tiny/tp1-pp1")
     assert verdict["verdict"] == "error", verdict["reason"]
-    assert verdict["reason"] == (f"harness error: the rank pool's zygote (pid {zygote}) was killed by SIGKILL, "
-                                 "and its ranks died with it")
+    assert verdict["reason"] == (
+        f"harness error: the rank pool's zygote (pid {zygote}) was killed by SIGKILL, and its ranks died with it"
+    )
     assert not survivors(reports / "r")

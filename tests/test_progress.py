@@ -111,8 +111,10 @@ def test_a_failing_verdict_says_how_to_reproduce_it_the_moment_it_is_known():
     assert "reproduce: make s/tp1" not in out.getvalue()  # a pass says nothing more
     progress.scenario_finished(failing_verdict("v/tp2", "make v/tp2", engine="vllm"))
     # an engine with repro scripts also gets `harness repro`, from this run's symptom
-    assert out.getvalue().splitlines()[-2:] == ["    reproduce: make v/tp2",
-                                                "    standalone script (engine API only): harness repro v/tp2 --run reports/x"]
+    assert out.getvalue().splitlines()[-2:] == [
+        "    reproduce: make v/tp2",
+        "    standalone script (engine API only): harness repro v/tp2 --run reports/x",
+    ]
     progress.close()
 
 

@@ -44,7 +44,7 @@ def test_the_line_follows_the_engines_start_up_not_the_ranks_last_mark(tmp_path)
 
 def test_announcements_are_read_back_and_an_unknown_activity_is_refused(tmp_path):
     announce(tmp_path, "rank0", "load")
-    (activity, since), = read_doing(tmp_path).values()
+    ((activity, since),) = read_doing(tmp_path).values()
     assert activity == "load" and since > 0
     with pytest.raises(ValueError, match="unknown activity 'compiling'"):
         announce(tmp_path, "rank0", "compiling")

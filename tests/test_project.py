@@ -25,8 +25,10 @@ def no_overrides(monkeypatch):
 
 
 def test_config_is_found_upward_and_its_paths_are_relative_to_it(tmp_path, monkeypatch):
-    (tmp_path / "pyproject.toml").write_text('[project]\nname = "engine"\n\n[tool.harness]\nscenarios = ["tests/harness"]\n'
-                                            'golden = "tests/golden"\ncache = "cache"\nbuiltin_suites = false\n')
+    (tmp_path / "pyproject.toml").write_text(
+        '[project]\nname = "engine"\n\n[tool.harness]\nscenarios = ["tests/harness"]\n'
+        'golden = "tests/golden"\ncache = "cache"\nbuiltin_suites = false\n'
+    )
     deep = tmp_path / "src" / "engine"
     deep.mkdir(parents=True)
     monkeypatch.chdir(deep)
@@ -49,6 +51,7 @@ def test_the_config_is_parsed_once_and_again_after_an_edit(tmp_path, monkeypatch
 
     parsed = []
     real_loads = tomllib.loads
+
     def loads(text):
         parsed.append(text)
         return real_loads(text)
@@ -151,6 +154,7 @@ def test_harness_golden_makes_the_projects_own_goldens_only(tmp_path, monkeypatc
     monkeypatch.chdir(tmp_path)
     init_project(tmp_path, "tiny-llama", suite="mine")
     made = []
+
     def make_golden(scenario, work_dir, opts):
         made.append(scenario.golden_key)
         return tmp_path
@@ -237,5 +241,7 @@ def test_init_with_an_engine_that_cannot_be_asked_writes_its_declaration_and_say
     said: list[str] = []
     done = init_project(tmp_path, "tiny-llama", suite="mine", say=said.append)
     assert "sp" in yaml.safe_load(done.scenario_file.read_text())["matrix"] and not done.left_out
-    assert said == ["the installed reference could not be asked what it runs (RuntimeError: probe interpreter missing); "
-                    "writing every value it declares"]
+    assert said == [
+        "the installed reference could not be asked what it runs (RuntimeError: probe interpreter missing); "
+        "writing every value it declares"
+    ]

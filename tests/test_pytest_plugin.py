@@ -98,7 +98,11 @@ def test_a_scenario_file_collects_one_item_per_scenario_largest_first_with_its_g
     assert all(isinstance(i, ScenarioItem) for i in items)
     assert [i.name for i in items] == ["tp2-pp2", "tp1-pp2", "tp2-pp1", "tp1-pp1"]  # 4, 2, 2, 1 devices
     assert {i.name: sorted(m.name for m in i.iter_markers()) for i in items} == {
-        "tp1-pp1": ["nightly", "pr"], "tp2-pp1": ["nightly", "pr"], "tp1-pp2": ["nightly"], "tp2-pp2": ["nightly"]}
+        "tp1-pp1": ["nightly", "pr"],
+        "tp2-pp1": ["nightly", "pr"],
+        "tp1-pp2": ["nightly"],
+        "tp2-pp2": ["nightly"],
+    }
     assert items[0].nodeid == "scenarios/demo.yaml::tp2-pp2"
     assert items[0].reportinfo()[2] == "scenario demo/tp2-pp2"
 
@@ -113,28 +117,46 @@ def test_a_bad_scenario_file_is_a_collection_error_naming_file_and_field(demo, t
     bad.write_text(DEMO.replace("suite: demo", "suite: bad").replace("golden: {tp: 1, pp: 1}", "golden: {tp: 1, pp: 1, ep: 4}"))
     result = demo.runpytest_inprocess(*PLUGIN, "--collect-only", f"--harness-report-dir={tmp_path}")
     assert result.ret == pytest.ExitCode.INTERRUPTED
-    result.stdout.fnmatch_lines(["*ERROR collecting scenarios/bad.yaml*", "*bad.yaml: invalid scenario file:", "*golden names axes not in the matrix: ?'ep'?*"])
+    result.stdout.fnmatch_lines(
+        [
+            "*ERROR collecting scenarios/bad.yaml*",
+            "*bad.yaml: invalid scenario file:",
+            "*golden names axes not in the matrix: ?'ep'?*",
+        ]
+    )
 
 
 def test_each_verdict_becomes_its_pytest_outcome(demo, runner, tmp_path):
     given = runner.given
     given["tp1-pp1"] = Verdict("", "pass", "logits: max|dlogprob|=1.00e-06")
-    given["tp2-pp1"] = Verdict("", "fail", "first diverging layer 1 (pp stage 0); logits: max|dlogprob|=3.00e-01",
-                               tolerance=TOL, checks=[logits_check(0.3, passed=False)], reproduce="make demo/tp2-pp1")
+    given["tp2-pp1"] = Verdict(
+        "",
+        "fail",
+        "first diverging layer 1 (pp stage 0); logits: max|dlogprob|=3.00e-01",
+        tolerance=TOL,
+        checks=[logits_check(0.3, passed=False)],
+        reproduce="make demo/tp2-pp1",
+    )
     given["tp1-pp2"] = Verdict("", "expected-failure", "crash as expected: rank 1 crashed: KeyError: 'residual'")
     given["tp2-pp2"] = Verdict("", "unsupported", "needs 4 devices, this machine has 2")
     result = demo.runpytest_inprocess(*PLUGIN, "-rsx", f"--harness-report-dir={tmp_path}")
     assert result.parseoutcomes() == {"passed": 1, "failed": 1, "skipped": 1, "xfailed": 1}
     # a failure shows the verdict's own explanation, not a Python traceback
-    result.stdout.fnmatch_lines([
-        "*_ scenario demo/tp2-pp1 _*",
-        "demo/tp2-pp1: fail - first diverging layer 1 (pp stage 0); logits: max|dlogprob|=3.00e-01",
-        f"tolerance: {TOL}",
-        "  [[]FAIL[]] logits (logprobs): max|dlogprob|=3.00e-01",
-        "reproduce: make demo/tp2-pp1",
-    ])
-    result.stdout.fnmatch_lines(["SKIPPED [[]1[]] *: unsupported: needs 4 devices, this machine has 2",
-                                 "XFAIL scenarios/demo.yaml::tp1-pp2 - crash as expected: rank 1 crashed: KeyError: 'residual'"])
+    result.stdout.fnmatch_lines(
+        [
+            "*_ scenario demo/tp2-pp1 _*",
+            "demo/tp2-pp1: fail - first diverging layer 1 (pp stage 0); logits: max|dlogprob|=3.00e-01",
+            f"tolerance: {TOL}",
+            "  [[]FAIL[]] logits (logprobs): max|dlogprob|=3.00e-01",
+            "reproduce: make demo/tp2-pp1",
+        ]
+    )
+    result.stdout.fnmatch_lines(
+        [
+            "SKIPPED [[]1[]] *: unsupported: needs 4 devices, this machine has 2",
+            "XFAIL scenarios/demo.yaml::tp1-pp2 - crash as expected: rank 1 crashed: KeyError: 'residual'",
+        ]
+    )
     assert "Traceback" not in result.stdout.str()
 
 
@@ -142,8 +164,9 @@ def test_a_pass_marked_as_expected_failure_and_a_harness_error_fail_the_session(
     given = runner.given
     given["tp1-pp2"] = Verdict("", "pass", "logits ok")  # marked as a known bug in the file: the fix is noticed
     given["tp1-pp1"] = Verdict("", "error", "no golden for suite 'demo'; regenerate it with `harness golden demo`")
-    result = demo.runpytest_inprocess(*PLUGIN, "scenarios/demo.yaml::tp1-pp2", "scenarios/demo.yaml::tp1-pp1",
-                                      f"--harness-report-dir={tmp_path}")
+    result = demo.runpytest_inprocess(
+        *PLUGIN, "scenarios/demo.yaml::tp1-pp2", "scenarios/demo.yaml::tp1-pp1", f"--harness-report-dir={tmp_path}"
+    )
     assert result.parseoutcomes() == {"failed": 2} and result.ret == pytest.ExitCode.TESTS_FAILED
     result.stdout.fnmatch_lines(["demo/tp1-pp2: pass (UNEXPECTED: marked as expected failure) - logits ok"])
     result.stdout.fnmatch_lines(["demo/tp1-pp1: error - no golden for suite 'demo'*harness golden demo*"])
@@ -154,14 +177,32 @@ def test_the_plugins_options_reach_the_runner(demo, runner, tmp_path):
     runner.write_verdicts = True
     given["tp1-pp1"] = Verdict("", "pass", "ok")
     given["tp2-pp1"] = Verdict("", "pass", "ok")
-    result = demo.runpytest_inprocess(*PLUGIN, "-m", "pr", "--harness-timeout", "7.5", "--harness-fault", "rank-raise@1",
-                                      "--harness-fault", "rank-hang@0", "--harness-devices", "3",
-                                      "--harness-interaction-trials", "0", f"--harness-report-dir={tmp_path / 'reports'}")
+    result = demo.runpytest_inprocess(
+        *PLUGIN,
+        "-m",
+        "pr",
+        "--harness-timeout",
+        "7.5",
+        "--harness-fault",
+        "rank-raise@1",
+        "--harness-fault",
+        "rank-hang@0",
+        "--harness-devices",
+        "3",
+        "--harness-interaction-trials",
+        "0",
+        f"--harness-report-dir={tmp_path / 'reports'}",
+    )
     assert result.ret == pytest.ExitCode.OK
     assert sorted(sid for sid, _, _ in calls) == ["demo/tp1-pp1", "demo/tp2-pp1"]
     for _, run_dir, ctx in calls:
         config = ctx.config
-        assert (config.timeout_s, config.faults, ctx.devices.count, config.gate) == (7.5, ("rank-raise@1", "rank-hang@0"), 3, "pr")
+        assert (config.timeout_s, config.faults, ctx.devices.count, config.gate) == (
+            7.5,
+            ("rank-raise@1", "rank-hang@0"),
+            3,
+            "pr",
+        )
         assert config.interaction_trials == 0
         assert run_dir.parent == tmp_path / "reports" and run_dir.name.startswith("pytest-")
     (run_dir,) = {r for _, r, _ in calls}  # every item of the session writes into one run directory
@@ -179,7 +220,9 @@ def test_a_bad_option_value_is_a_usage_error(demo, option):
 @pytest.mark.e2e
 def test_a_real_scenario_runs_in_process(demo, tmp_path, monkeypatch):
     """No stand-in: llama-tiny/tp1-pp1 against its stored golden, one real rank."""
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))  # the ranks' harness
+    monkeypatch.setenv(
+        "PYTHONPATH", os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+    )  # the ranks' harness
     shutil.copy(ROOT / "scenarios" / "llama-tiny.yaml", demo.path / "scenarios")
     result = demo.runpytest_inprocess(*PLUGIN, "scenarios/llama-tiny.yaml::tp1-pp1", f"--harness-report-dir={tmp_path}")
     assert result.parseoutcomes() == {"passed": 1}, result.stdout.str()[-3000:]
@@ -224,7 +267,9 @@ def test_a_session_whose_scenarios_were_all_unsupported_tested_nothing(demo, run
         runner.given[name] = Verdict("", "unsupported", "sp: vLLM 0.32 has no sequence-parallel pass")
     result = demo.runpytest_inprocess(*PLUGIN, f"--harness-report-dir={tmp_path / 'reports'}")
     assert result.ret == pytest.ExitCode.NO_TESTS_COLLECTED, result.stdout.str()[-2000:]
-    result.stdout.fnmatch_lines(["harness: NOTHING TESTED: all 4 scenarios ended unsupported *exit 5*--harness-allow-empty accepts this"])
+    result.stdout.fnmatch_lines(
+        ["harness: NOTHING TESTED: all 4 scenarios ended unsupported *exit 5*--harness-allow-empty accepts this"]
+    )
     allowed = demo.runpytest_inprocess(*PLUGIN, "--harness-allow-empty", f"--harness-report-dir={tmp_path / 'reports'}")
     assert allowed.ret == pytest.ExitCode.OK and "NOTHING TESTED" not in allowed.stdout.str()
     runner.given["tp1-pp1"] = Verdict("", "pass", "ok")  # one scenario tested: skips are then only skips

@@ -27,16 +27,25 @@ CPU_BUDGET_S = 3.0
 
 def _cpu_and_imports(cwd, *args: str) -> tuple[float, set[str], subprocess.CompletedProcess]:
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    done = subprocess.run([sys.executable, "-X", "importtime", "-m", "harness", *args], cwd=cwd, env=environment(),
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "harness", *args],
+        cwd=cwd,
+        env=environment(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     imported = {line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines() if line.startswith("import time:")}
     return cpu, imported, done
 
 
-@pytest.mark.parametrize("args", [("--help",), ("list",), ("list", "--gate", "pr"), ("list", "--engines"),
-                                  ("run", "mine/tp1-pp3"), ("lst",)], ids=" ".join)
+@pytest.mark.parametrize(
+    "args",
+    [("--help",), ("list",), ("list", "--gate", "pr"), ("list", "--engines"), ("run", "mine/tp1-pp3"), ("lst",)],
+    ids=" ".join,
+)
 def test_a_quick_command_imports_only_what_it_needs(tmp_path, args):
     init_project(tmp_path, "tiny-llama", suite="mine")  # an engine's repository, as a user has it
     cpu, imported, done = _cpu_and_imports(tmp_path, *args)

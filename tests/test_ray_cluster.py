@@ -35,6 +35,7 @@ ACROSS_NODES = "llama-tiny/tp2-pp2"  # 4 ranks: bigger than either 2-slot node
 
 # --- without Ray running -------------------------------------------------------------
 
+
 def test_cluster_specs_read_as_documented():
     assert parse_cluster("ray:local").local
     assert parse_cluster("auto").address == "auto"
@@ -106,6 +107,7 @@ def test_a_rank_host_without_a_shared_filesystem_sends_files_both_ways(tmp_path)
 
 # --- one simulated two-node cluster ----------------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def two_nodes():
     """A head without device slots and two nodes of 2 slots: what a scenario runs on is
@@ -113,10 +115,15 @@ def two_nodes():
     pytest.importorskip("ray")
     from ray.cluster_utils import Cluster
 
-    cluster = Cluster(initialize_head=True, head_node_args={
-        "num_cpus": 0, "include_dashboard": False,
-        # a killed raylet is declared dead in ~2 s instead of ~15 s
-        "_system_config": {"health_check_period_ms": 500, "health_check_failure_threshold": 3}})
+    cluster = Cluster(
+        initialize_head=True,
+        head_node_args={
+            "num_cpus": 0,
+            "include_dashboard": False,
+            # a killed raylet is declared dead in ~2 s instead of ~15 s
+            "_system_config": {"health_check_period_ms": 500, "health_check_failure_threshold": 3},
+        },
+    )
     nodes = [cluster.add_node(num_cpus=1, resources={"harness_device": 2}) for _ in range(2)]
     pids = _cluster_pids(cluster)
     try:
@@ -144,8 +151,9 @@ def same_verdicts_and_metrics_as_a_local_run(address: str, tmp_path: Path) -> No
     local = _run_dir(harness_cli("run", *PAIRS, "--report-dir", str(tmp_path / "local"), timeout=300))
     on_ray = _run_dir(harness_cli("run", *PAIRS, "--cluster", address, "--report-dir", str(tmp_path / "ray"), timeout=300))
     here, there = verdicts(local), verdicts(on_ray)
-    assert {s: v["verdict"] for s, v in there.items()} == {s: v["verdict"] for s, v in here.items()} == \
-        dict.fromkeys(PAIRS, "pass")
+    assert (
+        {s: v["verdict"] for s, v in there.items()} == {s: v["verdict"] for s, v in here.items()} == dict.fromkeys(PAIRS, "pass")
+    )
     for scenario in PAIRS:  # every check's every metric, bit for bit
         assert there[scenario]["checks"] == here[scenario]["checks"], scenario
     logs = there[ACROSS_NODES]["logs"]
@@ -156,8 +164,17 @@ def same_verdicts_and_metrics_as_a_local_run(address: str, tmp_path: Path) -> No
 
 def pytest_items_run_on_the_cluster(address: str, tmp_path: Path) -> None:
     items = [f"scenarios/llama-tiny.yaml::{case}" for case in ("tp1-pp1", "tp2-pp1")]
-    done = pytest_cli(*items, "-p", "no:cacheprovider", "--harness-cluster", address,
-                      "--harness-report-dir", str(tmp_path / "pytest"), timeout=300, what="pytest --harness-cluster")
+    done = pytest_cli(
+        *items,
+        "-p",
+        "no:cacheprovider",
+        "--harness-cluster",
+        address,
+        "--harness-report-dir",
+        str(tmp_path / "pytest"),
+        timeout=300,
+        what="pytest --harness-cluster",
+    )
     assert done.returncode == 0 and "2 passed" in done.stdout, done.stdout[-3000:]
     (run_dir,) = (tmp_path / "pytest").glob("pytest-*")
     assert all(Path(v["logs"]["0"]).is_file() for v in verdicts(run_dir).values())
@@ -191,11 +208,23 @@ def lost_node_ends_its_scenario_crash(address: str, nodes: list, tmp_path: Path)
 
 # --- helpers ---------------------------------------------------------------------------
 
+
 def _start_hanging(address: str, scenario: str, reports: Path):
     """A scenario whose rank 1 hangs (no stall detector, a long timeout): it runs until
     the test kills something."""
-    return start_harness("run", scenario, "--cluster", address, "--fault", "rank-hang@1", "--timeout", "300",
-                         "--report-dir", str(reports), env={"HARNESS_STALL_WINDOW_S": "0"})
+    return start_harness(
+        "run",
+        scenario,
+        "--cluster",
+        address,
+        "--fault",
+        "rank-hang@1",
+        "--timeout",
+        "300",
+        "--report-dir",
+        str(reports),
+        env={"HARNESS_STALL_WINDOW_S": "0"},
+    )
 
 
 def _run_dir(done) -> Path:

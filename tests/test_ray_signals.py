@@ -26,11 +26,29 @@ def test_sigterm_on_a_ray_run_is_an_interrupt_with_its_report(tmp_path):
     scenario had ended. ray.init takes SIGTERM (a Python handler and its core worker's C++
     one); the harness puts its own back. Want: exit 130, the report of what ended."""
     reports = tmp_path / "reports"
-    run = start_harness("run", REFUSED, HANGS, "--cluster", "ray:local", "--fault", "rank-hang@1", "--timeout", "300",
-                        "--report-dir", str(reports), "--run-id", "r", env={"HARNESS_STALL_WINDOW_S": "0"})
+    run = start_harness(
+        "run",
+        REFUSED,
+        HANGS,
+        "--cluster",
+        "ray:local",
+        "--fault",
+        "rank-hang@1",
+        "--timeout",
+        "300",
+        "--report-dir",
+        str(reports),
+        "--run-id",
+        "r",
+        env={"HARNESS_STALL_WINDOW_S": "0"},
+    )
     try:
-        wait_until(lambda: len(_ranks_on_ray()) >= 2 and outcomes(reports / "r") == {REFUSED: "error"}, 240,
-                   "the hanging scenario's ranks to start on Ray and the refused one to end", proc=run)
+        wait_until(
+            lambda: len(_ranks_on_ray()) >= 2 and outcomes(reports / "r") == {REFUSED: "error"},
+            240,
+            "the hanging scenario's ranks to start on Ray and the refused one to end",
+            proc=run,
+        )
         run.send_signal(signal.SIGTERM)
         output, _ = communicate(run, 120, "the Ray run, once signalled")
     finally:
@@ -49,11 +67,20 @@ def test_an_unreachable_cluster_is_refused_at_once_naming_its_address(tmp_path):
     """`--cluster 127.0.0.1:1` hung (Ray retries its head every ~41 s, no
     error after 4 minutes). Want: a bounded connect, then exit 2 naming the address, before
     a run directory is claimed."""
-    result = harness_cli("run", "llama-tiny/tp1-pp1", "--cluster", "127.0.0.1:1", "--report-dir", str(tmp_path / "r"),
-                         env={"HARNESS_RAY_CONNECT_S": "5"}, timeout=120)
+    result = harness_cli(
+        "run",
+        "llama-tiny/tp1-pp1",
+        "--cluster",
+        "127.0.0.1:1",
+        "--report-dir",
+        str(tmp_path / "r"),
+        env={"HARNESS_RAY_CONNECT_S": "5"},
+        timeout=120,
+    )
     assert result.returncode == exit_codes.USAGE, result.stdout + result.stderr
-    assert ("harness: cannot reach the Ray cluster at 127.0.0.1:1: Connection refused (waited up to 5 s, "
-            "$HARNESS_RAY_CONNECT_S)") in result.stderr
+    assert (
+        "harness: cannot reach the Ray cluster at 127.0.0.1:1: Connection refused (waited up to 5 s, $HARNESS_RAY_CONNECT_S)"
+    ) in result.stderr
     assert "Traceback" not in result.stderr and not (tmp_path / "r").exists()
 
 
@@ -70,8 +97,11 @@ def test_a_head_that_does_not_answer_is_given_up_after_the_set_time(monkeypatch)
 
     monkeypatch.setattr(connect.socket, "create_connection", silent)
     monkeypatch.setenv("HARNESS_RAY_CONNECT_S", "7.5")
-    with pytest.raises(connect.ClusterError, match=r"cannot reach the Ray cluster at 10\.1\.2\.3:6379: no answer "
-                                                   r"\(waited up to 7\.5 s, \$HARNESS_RAY_CONNECT_S\)"):
+    with pytest.raises(
+        connect.ClusterError,
+        match=r"cannot reach the Ray cluster at 10\.1\.2\.3:6379: no answer "
+        r"\(waited up to 7\.5 s, \$HARNESS_RAY_CONNECT_S\)",
+    ):
         connect.check_reachable(connect.parse_cluster("10.1.2.3:6379"))
     assert asked == [(("10.1.2.3", 6379), 7.5)]
 
@@ -81,11 +111,13 @@ def test_ray_client_without_its_package_is_refused_at_once_naming_it(tmp_path):
     """`--cluster ray://host:port` with the `ray` extra installed ended in
     `ValueError: Ray Client requires pip package ray[client]`, a traceback, exit 1, and an
     INCOMPLETE run directory: the extra installs plain `ray`."""
-    result = harness_cli("run", "llama-tiny/tp1-pp1", "--cluster", "ray://127.0.0.1:10001",
-                         "--report-dir", str(tmp_path / "r"), timeout=120)
+    result = harness_cli(
+        "run", "llama-tiny/tp1-pp1", "--cluster", "ray://127.0.0.1:10001", "--report-dir", str(tmp_path / "r"), timeout=120
+    )
     assert result.returncode == exit_codes.USAGE, result.stdout + result.stderr
-    assert ("harness: --cluster ray://127.0.0.1:10001: Ray Client needs the package `ray[client]`, which is not "
-            "installed here") in result.stderr and "pip install 'ray[client]'" in result.stderr
+    assert (
+        "harness: --cluster ray://127.0.0.1:10001: Ray Client needs the package `ray[client]`, which is not installed here"
+    ) in result.stderr and "pip install 'ray[client]'" in result.stderr
     assert "Traceback" not in result.stderr and not (tmp_path / "r").exists()
 
 
@@ -99,8 +131,16 @@ def test_auto_without_a_cluster_is_refused_before_a_run_directory(tmp_path):
         pytest.skip("a Ray cluster runs on this machine")
     except ConnectionError:
         pass
-    result = harness_cli("run", "llama-tiny/tp1-pp1", "--cluster", "auto", "--report-dir", str(tmp_path / "r"),
-                         env={"RAY_ADDRESS": None}, timeout=120)
+    result = harness_cli(
+        "run",
+        "llama-tiny/tp1-pp1",
+        "--cluster",
+        "auto",
+        "--report-dir",
+        str(tmp_path / "r"),
+        env={"RAY_ADDRESS": None},
+        timeout=120,
+    )
     assert result.returncode == exit_codes.USAGE, result.stdout + result.stderr
     assert "harness: --cluster auto: no Ray cluster runs on this machine" in result.stderr
     assert "Traceback" not in result.stderr and not (tmp_path / "r").exists()

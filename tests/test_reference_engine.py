@@ -28,9 +28,15 @@ MAX_NEW = 6
 @pytest.fixture(scope="module")
 def tiny_model(tmp_path_factory) -> Path:
     transformers = pytest.importorskip("transformers")
-    cfg = transformers.LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=4,
-                                   num_attention_heads=4, num_key_value_heads=2, vocab_size=VOCAB,
-                                   tie_word_embeddings=False)
+    cfg = transformers.LlamaConfig(
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        vocab_size=VOCAB,
+        tie_word_embeddings=False,
+    )
     torch.manual_seed(0)
     model = transformers.LlamaForCausalLM(cfg)
     path = tmp_path_factory.mktemp("tiny-llama")
@@ -80,8 +86,7 @@ def max_logprob_delta(a: EngineOutputs, b: EngineOutputs) -> float:
 @pytest.mark.slow  # builds a transformers Llama (and runs it)
 def test_tp1_matches_transformers(tiny_model, eager_tp1):
     transformers = pytest.importorskip("transformers")
-    hf = transformers.LlamaForCausalLM.from_pretrained(tiny_model, dtype=torch.float32,
-                                                       attn_implementation="eager").eval()
+    hf = transformers.LlamaForCausalLM.from_pretrained(tiny_model, dtype=torch.float32, attn_implementation="eager").eval()
     w = eager_tp1.workload("logits")
     offsets, worst = w["offsets"], 0.0
     for i, prompt in enumerate(prompts()):
@@ -93,9 +98,8 @@ def test_tp1_matches_transformers(tiny_model, eager_tp1):
         worst = max(worst, (ref.gather(1, ids) - w["topk_logprobs"][rows]).abs().max().item())
         # greedy: HF's own generate, no EOS stop
         with torch.no_grad():
-            gen = hf.generate(torch.tensor([prompt]), max_new_tokens=MAX_NEW, min_new_tokens=MAX_NEW,
-                              do_sample=False)
-        assert gen[0, len(prompt):].tolist() == eager_tp1.workload("greedy")["tokens"][i].tolist()
+            gen = hf.generate(torch.tensor([prompt]), max_new_tokens=MAX_NEW, min_new_tokens=MAX_NEW, do_sample=False)
+        assert gen[0, len(prompt) :].tolist() == eager_tp1.workload("greedy")["tokens"][i].tolist()
     print(f"max |delta logprob| vs HF: {worst:.3g}")
     assert worst <= 1e-5
 
@@ -225,8 +229,7 @@ def test_data_parallel_replicas_share_the_prompts_round_robin():
 
     assert [replica_share(5, 2, r) for r in range(2)] == [[0, 2, 4], [1, 3]]
     assert [replica_share(2, 3, r) for r in range(3)] == [[0], [1], []]  # a replica may get none
-    w = {"name": "x", "kind": "greedy", "prompts": [[0, 1], [0, 2], [0, 3]], "images": ["a", None, "c"],
-         "capture_hidden": True}
+    w = {"name": "x", "kind": "greedy", "prompts": [[0, 1], [0, 2], [0, 3]], "images": ["a", None, "c"], "capture_hidden": True}
     (cut,) = replica_workloads([w], 2, 1)
     assert cut["prompts"] == [[0, 2]] and cut["images"] == [None] and cut["capture_hidden"] is False
     assert replica_workloads([w], 1, 0) == [w]  # one replica: the workloads as they are

@@ -13,12 +13,32 @@ def save(run_dir, v: Verdict):
 
 
 def test_report_files_and_expectations(tmp_path):
-    check = {"name": "logits", "kind": "logprobs", "passed": False, "summary": "max|dlogprob|=1.2e-01",
-             "metrics": {"max_abs_dlogprob": 0.12}, "tolerance": "t", "first_divergence": {"prompt": 1, "position": 7}, "per_position": []}
+    check = {
+        "name": "logits",
+        "kind": "logprobs",
+        "passed": False,
+        "summary": "max|dlogprob|=1.2e-01",
+        "metrics": {"max_abs_dlogprob": 0.12},
+        "tolerance": "t",
+        "first_divergence": {"prompt": 1, "position": 7},
+        "per_position": [],
+    }
     save(tmp_path, Verdict("s/tp1", "pass", "ok", duration_s=1.5))
     save(tmp_path, Verdict("s/tp2", "fail", "logits: diverged", checks=[check], reproduce="make s/tp2"))
-    save(tmp_path, Verdict("s/tp2-pp2", "crash", "rank 3 crashed: KeyError: 'residual'",
-                           crash={"rank": 3, "exception": "KeyError: 'residual'", "traceback": "Traceback ...\nKeyError: 'residual'", "log": "r3.log"}))
+    save(
+        tmp_path,
+        Verdict(
+            "s/tp2-pp2",
+            "crash",
+            "rank 3 crashed: KeyError: 'residual'",
+            crash={
+                "rank": 3,
+                "exception": "KeyError: 'residual'",
+                "traceback": "Traceback ...\nKeyError: 'residual'",
+                "log": "r3.log",
+            },
+        ),
+    )
     save(tmp_path, Verdict("s/sp", "unsupported", "needs tp>=2"))
     save(tmp_path, Verdict("s/xf", "expected-failure", "crash as expected", expected_failure="bug 1", observed="crash"))
     save(tmp_path, Verdict("s/fixed", "pass", "ok", expected_failure="bug 2"))
@@ -56,7 +76,10 @@ from tests.kit.handmade import crashed, failing, make_run, passing  # noqa: E402
 
 def test_pr_comment_puts_regressions_first_with_how_to_reproduce(tmp_path):
     history = tmp_path / "history"
-    write_report(make_run(tmp_path, "r1", [passing("s/tp1-pp1"), passing("s/tp2-pp1"), failing("s/tp2-pp2")], started=1000), history_dir=history)
+    write_report(
+        make_run(tmp_path, "r1", [passing("s/tp1-pp1"), passing("s/tp2-pp1"), failing("s/tp2-pp2")], started=1000),
+        history_dir=history,
+    )
     run = make_run(tmp_path, "r2", [passing("s/tp1-pp1"), crashed("s/tp2-pp1"), failing("s/tp2-pp2")], started=2000)
     write_report(run, history_dir=history)
     comment = (run / "pr-comment.md").read_text().splitlines()
@@ -65,7 +88,9 @@ def test_pr_comment_puts_regressions_first_with_how_to_reproduce(tmp_path):
     new = comment.index("**New failures (regressions): 1**")
     still = comment.index("**Still failing: 1**")
     assert new < still  # regressions first
-    assert "`s/tp2-pp1` crash (was pass in `r1`)" in comment[new + 2] and comment[new + 2].endswith("`harness run s/tp2-pp1 --fault rank-raise@1`")
+    assert "`s/tp2-pp1` crash (was pass in `r1`)" in comment[new + 2] and comment[new + 2].endswith(
+        "`harness run s/tp2-pp1 --fault rank-raise@1`"
+    )
     assert comment[still + 2].endswith("`make s/tp2-pp2`")
     assert len(comment) < 20
 
@@ -79,15 +104,28 @@ def test_pr_comment_without_history_lists_every_failing_scenario(tmp_path):
 
 def test_html_is_self_contained_and_drills_down(tmp_path):
     history = tmp_path / "history"
-    write_report(make_run(tmp_path, "r1", [passing("s/tp1-pp1"), passing("s/tp2-pp1"), passing("s/tp2-pp2")], started=1000), history_dir=history)
-    accuracy = {"name": "eval:gsm8k", "kind": "accuracy", "passed": False, "summary": "2 items flipped",
-                "metrics": {"score": 0.4, "golden_score": 0.6, "p_value": 0.5},
-                "flipped": [{"doc_id": 3, "flipped": "to wrong"}, {"doc_id": 9, "flipped": "to wrong"}],
-                "where": "eval:gsm8k: items 3, 9 flipped to wrong"}  # written by the eval check
+    write_report(
+        make_run(tmp_path, "r1", [passing("s/tp1-pp1"), passing("s/tp2-pp1"), passing("s/tp2-pp2")], started=1000),
+        history_dir=history,
+    )
+    accuracy = {
+        "name": "eval:gsm8k",
+        "kind": "accuracy",
+        "passed": False,
+        "summary": "2 items flipped",
+        "metrics": {"score": 0.4, "golden_score": 0.6, "p_value": 0.5},
+        "flipped": [{"doc_id": 3, "flipped": "to wrong"}, {"doc_id": 9, "flipped": "to wrong"}],
+        "where": "eval:gsm8k: items 3, 9 flipped to wrong",
+    }  # written by the eval check
     acc = failing("s/tp2-pp2")
     acc.checks.append(accuracy)
-    hang = Verdict("s/tp1-pp2", "hang", "no result after 30s", settings={"tp": 1, "pp": 2, "sp": False},
-                   hang={"stuck_at": {"0": "pipeline.py:88 in recv", "1": "faults.py:80 in fire"}, "stacks": {"0": "Thread 0x1 ...recv"}})
+    hang = Verdict(
+        "s/tp1-pp2",
+        "hang",
+        "no result after 30s",
+        settings={"tp": 1, "pp": 2, "sp": False},
+        hang={"stuck_at": {"0": "pipeline.py:88 in recv", "1": "faults.py:80 in fire"}, "stacks": {"0": "Thread 0x1 ...recv"}},
+    )
     run = make_run(tmp_path, "r2", [passing("s/tp1-pp1"), crashed("s/tp2-pp1"), acc, hang], started=2000)
     write_report(run, history_dir=history)
     html = (run / "report.html").read_text()
@@ -117,12 +155,27 @@ def test_report_shows_what_was_expected_beside_what_happened(tmp_path):
     from harness.contract.expectations import apply_expectations
     from harness.inputs.scenarios.schema import ExpectedFailure
 
-    x = ExpectedFailure(match={"pp": 2}, engine_version="vllm==0.32.*", exception="AssertionError", rank="Worker_PP1",
-                        reason="PP buffer never allocated")
-    v = Verdict("s/pp2", "crash", "rank Worker_PP1 crashed: AttributeError: no get",
-                versions={"engine": "vllm", "vllm": "0.32.0", "torch": "2.13.0"},
-                crash={"rank": "Worker_PP1 (vLLM worker)", "exception": "AttributeError: no get", "traceback": "tb", "log": "l",
-                       "frame": "vllm/model_executor/models/gemma4.py:812 in forward", "wrapper": None})
+    x = ExpectedFailure(
+        match={"pp": 2},
+        engine_version="vllm==0.32.*",
+        exception="AssertionError",
+        rank="Worker_PP1",
+        reason="PP buffer never allocated",
+    )
+    v = Verdict(
+        "s/pp2",
+        "crash",
+        "rank Worker_PP1 crashed: AttributeError: no get",
+        versions={"engine": "vllm", "vllm": "0.32.0", "torch": "2.13.0"},
+        crash={
+            "rank": "Worker_PP1 (vLLM worker)",
+            "exception": "AttributeError: no get",
+            "traceback": "tb",
+            "log": "l",
+            "frame": "vllm/model_executor/models/gemma4.py:812 in forward",
+            "wrapper": None,
+        },
+    )
     save(tmp_path, apply_expectations(v, (x,)))
     write_report(tmp_path, {"run_id": "r1"})
     md = (tmp_path / "summary.md").read_text()
@@ -146,8 +199,15 @@ def test_plots_drawn_ahead_are_not_drawn_again(tmp_path, monkeypatch):
         return real(c, b)
 
     monkeypatch.setattr(plots, "divergence_plot", drawing)
-    check = {"name": "logits", "kind": "logprobs", "passed": True, "summary": "ok", "metrics": {"max_abs_dlogprob": 1e-6},
-             "tolerance": "|dlogprob|<=0.0002, ", "per_position": [1e-6, 3e-6, 2e-6]}
+    check = {
+        "name": "logits",
+        "kind": "logprobs",
+        "passed": True,
+        "summary": "ok",
+        "metrics": {"max_abs_dlogprob": 1e-6},
+        "tolerance": "|dlogprob|<=0.0002, ",
+        "per_position": [1e-6, 3e-6, 2e-6],
+    }
     v = Verdict("ahead/tp2", "pass", "ok", checks=[check])
     save(tmp_path, v)
     html.draw_ahead(v)
@@ -159,6 +219,7 @@ def test_plots_drawn_ahead_are_not_drawn_again(tmp_path, monkeypatch):
 
 
 # --- the heat maps ---------------------------------------------------------------------
+
 
 def _png_size(uri: str) -> tuple[int, int]:
     import base64
@@ -206,7 +267,7 @@ def test_the_heat_map_says_what_its_cell_numbers_are(tmp_path, monkeypatch):
     run = make_run(tmp_path, "r1", [passing("s/tp1-pp1")])
     write_report(run)
     html = (run / "report.html").read_text()
-    label = html[html.index('id="heatmap-label"'):html.index("verdict heat map of s")]  # and above the heat maps
+    label = html[html.index('id="heatmap-label"') : html.index("verdict heat map of s")]  # and above the heat maps
     assert "<b>max |dlogprob|</b>" in label and "the rank that died" in label
 
 
@@ -226,8 +287,8 @@ def test_suites_in_which_nothing_was_tested_are_folded_into_one_line(tmp_path):
     run = make_run(tmp_path, "r1", [passing("s/tp1-pp1"), *unsupported])
     write_report(run)
     html = (run / "report.html").read_text()
-    folded = html[html.index('<details id="untested-suites">'):]
-    folded = folded[:folded.index("</details>")]
+    folded = html[html.index('<details id="untested-suites">') :]
+    folded = folded[: folded.index("</details>")]
     assert "Nothing tested in 1 suite(s), every scenario unsupported: <b>vl</b></summary>" in " ".join(folded.split())
     assert 'alt="verdict heat map of vl"' in folded and 'alt="verdict heat map of s"' not in folded
     assert html.index('alt="verdict heat map of s"') < html.index('id="untested-suites"') and 'id="nothing-tested"' not in html

@@ -15,8 +15,16 @@ from tests.kit.present import present
 
 pytestmark = pytest.mark.e2e
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
-                  "--disable-component-update", "--disable-sync"]
+CHROMIUM_FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 
 SUITE = """
 suite: rdemo
@@ -52,8 +60,19 @@ def runs(tmp_path_factory):
     reports = root / "reports"
     clean = harness(root, "run", "--gate", "pr", "--report-dir", str(reports), "--run-id", "clean")
     assert clean.returncode == 0, clean.stdout + clean.stderr
-    faulty = harness(root, "run", "rdemo/tp2-pp1", "--gate", "pr", "--report-dir", str(reports), "--run-id", "faulty",
-                     "--fault", "rank-raise@1")
+    faulty = harness(
+        root,
+        "run",
+        "rdemo/tp2-pp1",
+        "--gate",
+        "pr",
+        "--report-dir",
+        str(reports),
+        "--run-id",
+        "faulty",
+        "--fault",
+        "rank-raise@1",
+    )
     return root, reports, faulty
 
 
@@ -68,7 +87,9 @@ def test_a_fault_in_the_second_run_is_reported_as_a_new_regression(runs):
     summary = (reports / "faulty" / "summary.md").read_text()
     assert summary.index("New failures (regressions): 1") < summary.index("| scenario |")
     comment = (reports / "faulty" / "pr-comment.md").read_text()
-    assert "`rdemo/tp2-pp1` crash (was pass in `clean`)" in comment and "`harness run rdemo/tp2-pp1 --fault rank-raise@1`" in comment
+    assert (
+        "`rdemo/tp2-pp1` crash (was pass in `clean`)" in comment and "`harness run rdemo/tp2-pp1 --fault rank-raise@1`" in comment
+    )
     assert sorted(p.name for p in (reports / "history" / "runs").iterdir()) == ["clean.parquet", "faulty.parquet"]
 
 
@@ -82,8 +103,10 @@ def test_two_real_shards_merge_into_the_report_of_the_unsharded_run(runs):
     assert merged.returncode == 0, merged.stdout + merged.stderr
 
     def rows(run_dir: Path) -> dict:
-        return {sid: (v["verdict"], v["as_expected"], [(c["name"], c["passed"], c["metrics"]) for c in v["checks"]])
-                for sid, v in verdicts(run_dir).items()}
+        return {
+            sid: (v["verdict"], v["as_expected"], [(c["name"], c["passed"], c["metrics"]) for c in v["checks"]])
+            for sid, v in verdicts(run_dir).items()
+        }
 
     assert rows(out) == rows(reports / "clean")  # the reference engine on CPU is deterministic
     merged_meta, clean_meta = run_meta(out), run_meta(reports / "clean")
@@ -96,8 +119,19 @@ def test_two_real_shards_merge_into_the_report_of_the_unsharded_run(runs):
 
 def test_a_pytest_session_of_the_pr_gate_compares_with_the_cli_runs(runs):
     root, reports, _ = runs
-    result = pytest_cli(str(root / "scenarios"), "-m", "pr", "-p", "harness.pytest_plugin", "-p", "no:cacheprovider",
-                        "--harness-report-dir", str(reports), env=env_of(root), what="a pytest session of the PR gate")
+    result = pytest_cli(
+        str(root / "scenarios"),
+        "-m",
+        "pr",
+        "-p",
+        "harness.pytest_plugin",
+        "-p",
+        "no:cacheprovider",
+        "--harness-report-dir",
+        str(reports),
+        env=env_of(root),
+        what="a pytest session of the PR gate",
+    )
     assert result.returncode == 0, result.stdout[-3000:]
     (run_dir,) = reports.glob("pytest-*")
     meta = run_meta(run_dir)
@@ -129,8 +163,13 @@ addEventListener("load", () => {
 
 def _chromium(profile: Path, *args: str) -> subprocess.CompletedProcess:
     """Headless Chromium, which its callers' tests are skipped without."""
-    return run_process([present(CHROMIUM), *CHROMIUM_FLAGS, f"--user-data-dir={profile}", *args], 180, "headless Chromium",
-                       capture_output=True, text=True)
+    return run_process(
+        [present(CHROMIUM), *CHROMIUM_FLAGS, f"--user-data-dir={profile}", *args],
+        180,
+        "headless Chromium",
+        capture_output=True,
+        text=True,
+    )
 
 
 def _probed(report: Path, tmp_path: Path) -> tuple[str, dict]:
@@ -161,7 +200,7 @@ def _not_run_pixels(dom: str) -> dict[str, int]:
 
     from harness.run.report.plots import COLORS
 
-    not_run = np.array([int(COLORS["not run"][i:i + 2], 16) for i in (1, 3, 5)]) / 255
+    not_run = np.array([int(COLORS["not run"][i : i + 2], 16) for i in (1, 3, 5)]) / 255
     found = {}
     for alt, data in re.findall(r'alt="verdict heat map of ([^"]+)" src="data:image/png;base64,([^"]+)"', dom):
         pixels = imread(io.BytesIO(base64.b64decode(data)))[..., :3]
@@ -169,7 +208,9 @@ def _not_run_pixels(dom: str) -> dict[str, int]:
     return found
 
 
-@pytest.mark.skipif(CHROMIUM is None, reason="headless Chromium is not installed (Debian: apt-get install chromium; .ci/run installs it)")
+@pytest.mark.skipif(
+    CHROMIUM is None, reason="headless Chromium is not installed (Debian: apt-get install chromium; .ci/run installs it)"
+)
 def test_the_html_report_opens_in_a_browser_and_shows_the_regression_first(runs, tmp_path):
     import numpy as np
     from matplotlib.image import imread
@@ -178,11 +219,15 @@ def test_the_html_report_opens_in_a_browser_and_shows_the_regression_first(runs,
     page = (reports / "faulty" / "report.html").as_uri()
     dom = _chromium(tmp_path / "profile-dom", WINDOW, "--dump-dom", page)
     assert dom.returncode == 0, dom.stderr[-2000:]
-    regressions = dom.stdout[dom.stdout.index('id="regressions"'):dom.stdout.index("<h2>Scenarios</h2>")]
+    regressions = dom.stdout[dom.stdout.index('id="regressions"') : dom.stdout.index("<h2>Scenarios</h2>")]
     assert "Regressed since <code>clean</code>: 1 new failure(s)" in regressions
     assert "rdemo/tp2-pp1" in regressions and "rdemo/tp1-pp1" not in regressions
     # a PR gate: the scenario table, then the heat maps and what their numbers are
-    assert dom.stdout.index("<h2>Scenarios</h2>") < dom.stdout.index('id="heatmap-label"') < dom.stdout.index('alt="verdict heat map')
+    assert (
+        dom.stdout.index("<h2>Scenarios</h2>")
+        < dom.stdout.index('id="heatmap-label"')
+        < dom.stdout.index('alt="verdict heat map')
+    )
     _, probe = _probed(reports / "faulty" / "report.html", tmp_path)
     _reads_at_1400_px(probe)
     (one_cell,) = probe["heatmaps"]
@@ -193,8 +238,8 @@ def test_the_html_report_opens_in_a_browser_and_shows_the_regression_first(runs,
     assert taken.returncode == 0 and shot.exists(), taken.stderr[-2000:]
     pixels = imread(shot)[..., :3]
     assert pixels.shape[:2] == (1400, 1400) and pixels.std() > 0.05  # not a blank page
-    banner = np.array([0xff, 0xeb, 0xee]) / 255  # the regression banner's background
-    crash = np.array([0x8e, 0x24, 0xaa]) / 255  # the crash cell of the table and the heat map
+    banner = np.array([0xFF, 0xEB, 0xEE]) / 255  # the regression banner's background
+    crash = np.array([0x8E, 0x24, 0xAA]) / 255  # the crash cell of the table and the heat map
     for colour in (banner, crash):
         assert (np.abs(pixels - colour).max(-1) < 0.02).sum() > 500, f"no {colour} area in the screenshot"
 
@@ -209,14 +254,18 @@ def _pr_gate_of_three_suites(base: Path) -> Path:
     wide = failing("tiny/tp2-pp2")
     wide.checks[0]["metrics"].update({f"a_metric_with_a_long_name_{i}": i / 7 for i in range(30)})
     tiny = [passing("tiny/tp1-pp1"), passing("tiny/tp2-pp1"), passing("tiny/tp1-pp2"), wide, passing("tiny/tp2-pp2-sp")]
-    vl = [Verdict(f"vl/tp{t}-pp1", "unsupported", "the engine takes no images", settings={"tp": t, "pp": 1, "sp": False})
-          for t in (1, 2)]
+    vl = [
+        Verdict(f"vl/tp{t}-pp1", "unsupported", "the engine takes no images", settings={"tp": t, "pp": 1, "sp": False})
+        for t in (1, 2)
+    ]
     run = make_run(base, "pr-three", [*tiny, passing("one/tp2-pp1"), *vl])
     write_report(run)
     return run / "report.html"
 
 
-@pytest.mark.skipif(CHROMIUM is None, reason="headless Chromium is not installed (Debian: apt-get install chromium; .ci/run installs it)")
+@pytest.mark.skipif(
+    CHROMIUM is None, reason="headless Chromium is not installed (Debian: apt-get install chromium; .ci/run installs it)"
+)
 def test_a_pr_gate_report_reads_at_1400_px_with_every_section_open(tmp_path):
     import numpy as np
     from matplotlib.image import imread
@@ -224,7 +273,7 @@ def test_a_pr_gate_report_reads_at_1400_px_with_every_section_open(tmp_path):
     report = _pr_gate_of_three_suites(tmp_path)
     dom, probe = _probed(report, tmp_path)
     assert dom.index("<h2>Scenarios</h2>") < dom.index("<h2>Matrix</h2>") < dom.index('alt="verdict heat map')
-    assert "<b>max |dlogprob|</b>" in dom[dom.index('id="heatmap-label"'):dom.index('alt="verdict heat map')]
+    assert "<b>max |dlogprob|</b>" in dom[dom.index('id="heatmap-label"') : dom.index('alt="verdict heat map')]
     _reads_at_1400_px(probe)
     assert probe["scrolling"] >= 1  # the metrics table is wider than its box: it scrolls there
     # not run: the sp=on panel shows its one scenario, not a 2 x 2 grid of three "not run";
@@ -232,8 +281,8 @@ def test_a_pr_gate_report_reads_at_1400_px_with_every_section_open(tmp_path):
     not_run = _not_run_pixels(dom)  # a "not run" cell is thousands (the sp=on panel had 42000 before)
     assert sorted(not_run) == ["one", "tiny", "vl"] and max(not_run.values()) < 500, not_run  # antialiased edges
     assert "untested-suites" in probe["closed"]
-    folded = dom[dom.index('id="untested-suites"'):]
-    folded = folded[:folded.index("</details>")]
+    folded = dom[dom.index('id="untested-suites"') :]
+    folded = folded[: folded.index("</details>")]
     assert 'alt="verdict heat map of vl"' in folded and 'alt="verdict heat map of tiny"' not in folded
     sizes = {h["alt"].rsplit(" ", 1)[1]: h for h in probe["heatmaps"]}
     assert sizes["one"]["drawn"][1] < 200 and sizes["one"]["shown"] == sizes["one"]["drawn"]  # a one-cell suite drawn small
@@ -244,6 +293,6 @@ def test_a_pr_gate_report_reads_at_1400_px_with_every_section_open(tmp_path):
     assert taken.returncode == 0 and shot.exists(), taken.stderr[-2000:]
     pixels = imread(shot)[..., :3]
     assert pixels.shape[:2] == (1400, 1400) and pixels.std() > 0.05
-    fail = np.array([0xe5, 0x39, 0x35]) / 255  # the failing scenario: its table row and its heat-map cell
+    fail = np.array([0xE5, 0x39, 0x35]) / 255  # the failing scenario: its table row and its heat-map cell
     rows = np.flatnonzero((np.abs(pixels - fail).max(-1) < 0.02).sum(1) > 0)
     assert rows.size and rows[0] < 700, "no failing scenario in the first screen"

@@ -41,8 +41,10 @@ def site(tmp_path, monkeypatch):
 
 
 def a_run(run_dir: Path) -> Path:
-    for v in (Verdict("s/tp1", "pass", "ok", duration_s=1.5, versions={"engine": "reference", "reference": "0.1"}),
-              Verdict("s/tp2", "crash", "rank 1 crashed: KeyError: 'x'")):
+    for v in (
+        Verdict("s/tp1", "pass", "ok", duration_s=1.5, versions={"engine": "reference", "reference": "0.1"}),
+        Verdict("s/tp2", "crash", "rank 1 crashed: KeyError: 'x'"),
+    ):
         v.save(verdict_path(run_dir, v.scenario))
     return run_dir
 
@@ -58,11 +60,20 @@ def test_an_installed_writer_adds_its_file_to_every_report(tmp_path, site):
 
 
 def test_a_failing_or_clashing_writer_costs_only_its_own_file(tmp_path, site, capsys):
-    (site / "bad_writers.py").write_text("def boom(report):\n    raise RuntimeError('no disk quota')\n"
-                                         "def not_text(report):\n    return 3\n")
-    install(site, "bad-writers", {"boom.txt": "bad_writers:boom", "three.txt": "bad_writers:not_text",
-                                  "summary.md": "bad_writers:boom", "missing.txt": "bad_writers:nope",
-                                  "../escape.txt": "bad_writers:boom"})
+    (site / "bad_writers.py").write_text(
+        "def boom(report):\n    raise RuntimeError('no disk quota')\ndef not_text(report):\n    return 3\n"
+    )
+    install(
+        site,
+        "bad-writers",
+        {
+            "boom.txt": "bad_writers:boom",
+            "three.txt": "bad_writers:not_text",
+            "summary.md": "bad_writers:boom",
+            "missing.txt": "bad_writers:nope",
+            "../escape.txt": "bad_writers:boom",
+        },
+    )
     run = a_run(tmp_path / "run")
     meta = write_report(run, {"run_id": "r1"})
     errors = meta["report_writer_errors"]

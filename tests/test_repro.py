@@ -34,8 +34,10 @@ from tests.kit.logprobs import decisive_flips
 from tests.kit.present import present
 
 PROMPTS = ["two apples and three pears", "a train leaves at noon", "how many eggs are left"]
-CRASH_TRACE = ("Traceback (most recent call last):\n  File \"/venv/vllm/v1/worker/gpu_model_runner.py\", line 3174, in "
-               "sync_and_gather_intermediate_tensors\n    assert self.intermediate_tensors is not None\nAssertionError")
+CRASH_TRACE = (
+    'Traceback (most recent call last):\n  File "/venv/vllm/v1/worker/gpu_model_runner.py", line 3174, in '
+    "sync_and_gather_intermediate_tensors\n    assert self.intermediate_tensors is not None\nAssertionError"
+)
 
 
 def checkpoint(directory: Path) -> Path:
@@ -61,7 +63,7 @@ def suite_file(tmp_path: Path, model: str = "{path: ckpt}", engine: str = "vllm"
     (scenarios / "demo.yaml").write_text(f"""
 suite: demo
 engine: {engine}
-{'engine_options: {python: /nonexistent/python}' if engine == 'vllm' else ''}
+{"engine_options: {python: /nonexistent/python}" if engine == "vllm" else ""}
 model: {model}
 dtype: float32
 timeout_s: 60
@@ -94,21 +96,49 @@ def case_of(script: Path) -> dict:
     imported = [a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names]
     imported += [n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module]
     assert not [m for m in imported if m.split(".")[0] == "harness"], imported
-    assert {m.split(".")[0] for m in imported} <= {"__future__", "argparse", "json", "math", "os", "re", "signal",
-                                                   "ctypes", "socket", "subprocess", "sys", "tempfile", "time", "pathlib", "vllm", "torch", "PIL",
-                                                   "numpy"}  # numpy: videos and audio clips (vLLM depends on it)
+    assert {m.split(".")[0] for m in imported} <= {
+        "__future__",
+        "argparse",
+        "json",
+        "math",
+        "os",
+        "re",
+        "signal",
+        "ctypes",
+        "socket",
+        "subprocess",
+        "sys",
+        "tempfile",
+        "time",
+        "pathlib",
+        "vllm",
+        "torch",
+        "PIL",
+        "numpy",
+    }  # numpy: videos and audio clips (vLLM depends on it)
     cases = [n.value for n in tree.body if isinstance(n, ast.AnnAssign) and getattr(n.target, "id", "") == "CASE"]
     assert len(cases) == 1
     return ast.literal_eval(present(cases[0]))
 
 
 def crash_verdict(scenario_id: str) -> Verdict:
-    return Verdict(scenario_id, "expected-failure", "crash as expected: rank Worker_PP1 crashed: AssertionError", observed="crash",
-                   crash={"rank": "Worker_PP1 (vLLM worker: PP rank 1, pid 7155)", "exitcode": 1, "signal": None,
-                          "exception": "AssertionError", "traceback": CRASH_TRACE, "log": "logs/rank0.log",
-                          "frame": "/venv/vllm/v1/worker/gpu_model_runner.py:3174 in sync_and_gather_intermediate_tensors"},
-                   versions={"engine": "vllm", "vllm": "0.32.0", "torch": "2.13.0+cpu", "transformers": "5.19.0"},
-                   reproduce=f"make {scenario_id}")
+    return Verdict(
+        scenario_id,
+        "expected-failure",
+        "crash as expected: rank Worker_PP1 crashed: AssertionError",
+        observed="crash",
+        crash={
+            "rank": "Worker_PP1 (vLLM worker: PP rank 1, pid 7155)",
+            "exitcode": 1,
+            "signal": None,
+            "exception": "AssertionError",
+            "traceback": CRASH_TRACE,
+            "log": "logs/rank0.log",
+            "frame": "/venv/vllm/v1/worker/gpu_model_runner.py:3174 in sync_and_gather_intermediate_tensors",
+        },
+        versions={"engine": "vllm", "vllm": "0.32.0", "torch": "2.13.0+cpu", "transformers": "5.19.0"},
+        reproduce=f"make {scenario_id}",
+    )
 
 
 def test_script_uses_no_harness_and_inlines_prompts_settings_and_tolerance(demo, tmp_path):
@@ -123,7 +153,9 @@ def test_script_uses_no_harness_and_inlines_prompts_settings_and_tolerance(demo,
     assert "logprob_atol" in case["tolerance_name"] and "float32" in case["tolerance_name"]
     scenario = next(s for s in demo if s.id == "demo/tp1-pp2")
     ckpt = tmp_path / "scenarios/ckpt"
-    assert [w["prompts"] for w in case["workloads"]] == [w["prompts"] for w in wl.tokenize(scenario.suite.workloads, ckpt, load_tokenizer(ckpt))]
+    assert [w["prompts"] for w in case["workloads"]] == [
+        w["prompts"] for w in wl.tokenize(scenario.suite.workloads, ckpt, load_tokenizer(ckpt))
+    ]
     args = case["settings"]["tp1-pp2"]["engine_args"]
     assert args["pipeline_parallel_size"] == 2 and args["enforce_eager"] is True and args["distributed_executor_backend"] == "mp"
     assert args["dtype"] == "float32" and args["enable_prefix_caching"] is False and "model" not in args
@@ -162,9 +194,21 @@ def test_the_repro_of_a_narrowed_failure_runs_its_smallest_combination(demo, tmp
     """A failure the harness narrowed (its verdict's interaction): the script runs the smallest
     failing combination, and BUG.md says the interaction and each trial."""
     crashed = crash_verdict("demo/tp1-pp2-compile")
-    crashed.interaction = {"needs": {"pp": 2}, "complete": True, "text": "fails with pp=2 alone",
-                           "trials": [{"axis": "compile", "without": "compile=true", "scenario": "demo/tp1-pp2",
-                                       "verdict": "crash", "reason": "x", "same_failure": True}]}
+    crashed.interaction = {
+        "needs": {"pp": 2},
+        "complete": True,
+        "text": "fails with pp=2 alone",
+        "trials": [
+            {
+                "axis": "compile",
+                "without": "compile=true",
+                "scenario": "demo/tp1-pp2",
+                "verdict": "crash",
+                "reason": "x",
+                "same_failure": True,
+            }
+        ],
+    }
     run = make_run(tmp_path / "reports", "r1", [crashed])
     repro = write_repro("demo/tp1-pp2-compile", tmp_path / "out", run_dir=run, scenarios=demo)
     case = case_of(repro.script)
@@ -176,13 +220,35 @@ def test_the_repro_of_a_narrowed_failure_runs_its_smallest_combination(demo, tmp
 
 
 def test_bug_report_of_a_numeric_failure_names_the_check_and_the_first_diverging_layer(demo, tmp_path):
-    check = {"name": "logits", "kind": "logprobs", "passed": False, "summary": "max|dlogprob|=1.55e+00; first diverged at prompt 0 position 0",
-             "metrics": {"max_abs_dlogprob": 1.549, "max_kl": 0.0656, "bad_positions": 228}, "tolerance": "t",
-             "first_divergence": {"prompt": 0, "position": 0, "dlogprob": 0.78}, "per_position": [0.1, 1.549, 0.2]}
-    where = {"workload": "logits", "layer": 2, "place": "layer 2", "pp_stage": 1, "token_row": 5, "max_abs_delta": 0.5,
-             "max_rel_delta": 0.3, "rtol": 1e-5}
-    v = Verdict("demo/tp1-pp2-compile", "fail", "logits: max|dlogprob|=1.55e+00", checks=[check], localization=where,
-                tolerance="|dlogprob|<=0.0002", versions={"engine": "vllm", "vllm": "0.32.0"})
+    check = {
+        "name": "logits",
+        "kind": "logprobs",
+        "passed": False,
+        "summary": "max|dlogprob|=1.55e+00; first diverged at prompt 0 position 0",
+        "metrics": {"max_abs_dlogprob": 1.549, "max_kl": 0.0656, "bad_positions": 228},
+        "tolerance": "t",
+        "first_divergence": {"prompt": 0, "position": 0, "dlogprob": 0.78},
+        "per_position": [0.1, 1.549, 0.2],
+    }
+    where = {
+        "workload": "logits",
+        "layer": 2,
+        "place": "layer 2",
+        "pp_stage": 1,
+        "token_row": 5,
+        "max_abs_delta": 0.5,
+        "max_rel_delta": 0.3,
+        "rtol": 1e-5,
+    }
+    v = Verdict(
+        "demo/tp1-pp2-compile",
+        "fail",
+        "logits: max|dlogprob|=1.55e+00",
+        checks=[check],
+        localization=where,
+        tolerance="|dlogprob|<=0.0002",
+        versions={"engine": "vllm", "vllm": "0.32.0"},
+    )
     make_run(tmp_path / "reports", "old", [crash_verdict("demo/tp1-pp2-compile")])
     run = make_run(tmp_path / "reports", "new", [v])
     os.utime(run / "scenarios/demo__tp1-pp2-compile/verdict.json", (2e9, 2e9))  # the newest run is the one described
@@ -205,10 +271,16 @@ def test_no_run_found_and_versions_unknown_are_said(demo, tmp_path):
 def test_a_built_checkpoint_is_copied_beside_the_script(tmp_path, monkeypatch):
     ckpt = checkpoint(tmp_path / "built")
     scenarios = load_scenarios([suite_file(tmp_path, model="tiny-llama-hf")])
-    monkeypatch.setattr(models, "resolve", lambda ref, python, base_dir=None: models.ResolvedModel(ckpt, "tiny-llama-hf", "ab" * 32))
+    monkeypatch.setattr(
+        models, "resolve", lambda ref, python, base_dir=None: models.ResolvedModel(ckpt, "tiny-llama-hf", "ab" * 32)
+    )
     repro = write_repro("demo/tp1-pp2", tmp_path / "out", report_dir=tmp_path / "none", scenarios=scenarios)
     assert repro.model_copied and case_of(repro.script)["model"] == "model"
-    assert sorted(p.name for p in (tmp_path / "out" / "model").iterdir()) == ["config.json", "model.safetensors", "tokenizer.json"]
+    assert sorted(p.name for p in (tmp_path / "out" / "model").iterdir()) == [
+        "config.json",
+        "model.safetensors",
+        "tokenizer.json",
+    ]
     assert "copied into `model/`" in repro.report.read_text()
     write_repro("demo/tp1-pp2", tmp_path / "out", report_dir=tmp_path / "none", scenarios=scenarios)  # again: replaced
 
@@ -220,7 +292,10 @@ def test_unknown_id_engine_without_hook_and_missing_checkpoint_are_clear_errors(
     with pytest.raises(ReproError, match=r"engine 'reference' cannot write a reproduction"):
         write_repro("llama-tiny/tp1-pp2", tmp_path / "out", scenarios=reference)
     missing = load_scenarios([suite_file(tmp_path / "m", model="{path: /nonexistent/ckpt}")])
-    with pytest.raises(ReproError, match=r"checkpoint of 'demo/tp1-pp2' cannot be had: .*/nonexistent/ckpt is not a checkpoint: no such directory"):
+    with pytest.raises(
+        ReproError,
+        match=r"checkpoint of 'demo/tp1-pp2' cannot be had: .*/nonexistent/ckpt is not a checkpoint: no such directory",
+    ):
         write_repro("demo/tp1-pp2", tmp_path / "out", scenarios=missing)
     with pytest.raises(ReproError, match=r"has no verdict of 'demo/tp1-pp2'"):
         write_repro("demo/tp1-pp2", tmp_path / "out", run_dir=tmp_path, scenarios=demo)
@@ -232,9 +307,15 @@ def test_unknown_id_engine_without_hook_and_missing_checkpoint_are_clear_errors(
 def test_sp_needs_the_installed_vllms_switch(tmp_path):
     checkpoint(tmp_path / "scenarios" / "ckpt")
     scenarios = suite_file(tmp_path)
-    text = (scenarios / "demo.yaml").read_text().replace("golden: {tp: 1, pp: 1, compile: false}", "golden: {tp: 1, pp: 1, compile: false, sp: false}")
+    text = (
+        (scenarios / "demo.yaml")
+        .read_text()
+        .replace("golden: {tp: 1, pp: 1, compile: false}", "golden: {tp: 1, pp: 1, compile: false, sp: false}")
+    )
     (scenarios / "demo.yaml").write_text(text.replace("matrix: {tp: [1]", "matrix: {sp: [false, true], tp: [2]"))
-    with pytest.raises(ReproError, match=r"setting sp-tp2-pp1 has sp on, and the installed vLLM cannot be asked .*/nonexistent/python"):
+    with pytest.raises(
+        ReproError, match=r"setting sp-tp2-pp1 has sp on, and the installed vLLM cannot be asked .*/nonexistent/python"
+    ):
         write_repro("demo/sp-tp2-pp1", tmp_path / "out", scenarios=load_scenarios([scenarios]))
     from harness.engines.vllm.repro import render
 
@@ -246,8 +327,9 @@ def test_sp_needs_the_installed_vllms_switch(tmp_path):
 
 def case_of_text(text: str) -> dict:
     tree = ast.parse(text)
-    return ast.literal_eval(present(next(n.value for n in tree.body
-                                         if isinstance(n, ast.AnnAssign) and getattr(n.target, "id", "") == "CASE")))
+    return ast.literal_eval(
+        present(next(n.value for n in tree.body if isinstance(n, ast.AnnAssign) and getattr(n.target, "id", "") == "CASE"))
+    )
 
 
 def test_fault_injection_scenarios_are_refused(tmp_path):
@@ -277,11 +359,17 @@ def test_script_logprobs_check_agrees_with_the_harness(noise):
     s_ids[5] = ids[5].roll(1)  # a row whose order differs (top-1 too)
     offsets = torch.tensor([0, 10, 24])
     tol = tolerance_for("float32")
-    harness = compare_logprobs("logits", {"topk_ids": ids, "topk_logprobs": lps, "offsets": offsets},
-                               {"topk_ids": s_ids, "topk_logprobs": s_lp, "offsets": offsets}, tol)
-    script = repro_script.compare_logprobs({"ids": ids.tolist(), "logprobs": lps.tolist(), "offsets": offsets.tolist()},
-                                           {"ids": s_ids.tolist(), "logprobs": s_lp.tolist(), "offsets": offsets.tolist()},
-                                           tol.__dict__)
+    harness = compare_logprobs(
+        "logits",
+        {"topk_ids": ids, "topk_logprobs": lps, "offsets": offsets},
+        {"topk_ids": s_ids, "topk_logprobs": s_lp, "offsets": offsets},
+        tol,
+    )
+    script = repro_script.compare_logprobs(
+        {"ids": ids.tolist(), "logprobs": lps.tolist(), "offsets": offsets.tolist()},
+        {"ids": s_ids.tolist(), "logprobs": s_lp.tolist(), "offsets": offsets.tolist()},
+        tol.__dict__,
+    )
     assert script["passed"] == harness.passed
     assert script["metrics"]["max_abs_dlogprob"] == pytest.approx(harness.metrics["max_abs_dlogprob"], rel=1e-5, abs=1e-6)
     assert script["metrics"]["max_kl"] == pytest.approx(harness.metrics["max_kl"], rel=1e-3, abs=1e-9)
@@ -303,26 +391,34 @@ def test_script_greedy_check_agrees_with_the_harness(case):
     if case == "late-drift":
         s_lps[1, 3, 0] -= 0.01
     tol = tolerance_for("float32")
-    harness = compare_greedy("greedy", {"tokens": tokens, "topk_ids": ids, "topk_logprobs": lps},
-                             {"tokens": s_tokens, "topk_ids": s_ids, "topk_logprobs": s_lps}, tol)
-    script = repro_script.compare_greedy({"tokens": tokens.tolist(), "ids": ids.tolist(), "logprobs": lps.tolist()},
-                                         {"tokens": s_tokens.tolist(), "ids": s_ids.tolist(), "logprobs": s_lps.tolist()},
-                                         tol.__dict__)
+    harness = compare_greedy(
+        "greedy",
+        {"tokens": tokens, "topk_ids": ids, "topk_logprobs": lps},
+        {"tokens": s_tokens, "topk_ids": s_ids, "topk_logprobs": s_lps},
+        tol,
+    )
+    script = repro_script.compare_greedy(
+        {"tokens": tokens.tolist(), "ids": ids.tolist(), "logprobs": lps.tolist()},
+        {"tokens": s_tokens.tolist(), "ids": s_ids.tolist(), "logprobs": s_lps.tolist()},
+        tol.__dict__,
+    )
     assert script["passed"] == harness.passed, (script, harness)
     assert script["metrics"]["exact"] == harness.metrics["exact"]
     assert script["metrics"]["near_tie_divergences"] == harness.metrics["near_tie_divergences"]
 
 
 def test_crash_of_names_the_worker_not_the_driver():
-    log = "\n".join([
-        "(Worker_PP0 pid=1) INFO 11-21 06:11:20 [core.py:99] ready",
-        "(Worker_PP1 pid=7) ERROR 11-21 06:11:21 [multiproc_executor.py:1063] Traceback (most recent call last):",
-        '(Worker_PP1 pid=7) ERROR 11-21 06:11:21 [multiproc_executor.py:1063]   File "/v/vllm/v1/worker/gpu_model_runner.py", line 3174, in sync',
-        "(Worker_PP1 pid=7) ERROR 11-21 06:11:21 [multiproc_executor.py:1063] AssertionError",
-        "Traceback (most recent call last):",
-        '  File "/v/vllm/v1/engine/core_client.py", line 996, in get_output',
-        "vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue.",
-    ])
+    log = "\n".join(
+        [
+            "(Worker_PP0 pid=1) INFO 11-21 06:11:20 [core.py:99] ready",
+            "(Worker_PP1 pid=7) ERROR 11-21 06:11:21 [multiproc_executor.py:1063] Traceback (most recent call last):",
+            '(Worker_PP1 pid=7) ERROR 11-21 06:11:21 [multiproc_executor.py:1063]   File "/v/vllm/v1/worker/gpu_model_runner.py", line 3174, in sync',
+            "(Worker_PP1 pid=7) ERROR 11-21 06:11:21 [multiproc_executor.py:1063] AssertionError",
+            "Traceback (most recent call last):",
+            '  File "/v/vllm/v1/engine/core_client.py", line 996, in get_output',
+            "vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue.",
+        ]
+    )
     said, block = present(repro_script.crash_of(log))
     assert said == "Worker_PP1 (pid 7): AssertionError at v1/worker/gpu_model_runner.py:3174 in sync"
     assert block[-1] == "AssertionError"
@@ -335,19 +431,37 @@ def test_crash_of_names_the_worker_not_the_driver():
 
 
 @pytest.mark.e2e
-@pytest.mark.parametrize("mode, reference, code, said", [
-    ("crash", "ok", 1, "RESULT: bug present: tp1-pp2 crash: Worker_PP1 (pid 4242): AssertionError at v1/worker/gpu_model_runner.py:3174"),
-    ("shift", "ok", 1, "RESULT: bug present: tp1-pp2 differs from tp1-pp1 (vllm 0.0.fake): logits (logprobs)"),
-    ("ok", "ok", 0, "RESULT: bug absent: tp1-pp2 matches tp1-pp1 within the tolerance (vllm 0.0.fake)"),
-    ("ok", "crash", 2, "RESULT: cannot judge: the reference setting tp1-pp1 did not run: crash: Worker_PP1"),
-    ("hang", "ok", 1, "RESULT: bug present: tp1-pp2 hang: no result after 20 s"),
-])
+@pytest.mark.parametrize(
+    "mode, reference, code, said",
+    [
+        (
+            "crash",
+            "ok",
+            1,
+            "RESULT: bug present: tp1-pp2 crash: Worker_PP1 (pid 4242): AssertionError at v1/worker/gpu_model_runner.py:3174",
+        ),
+        ("shift", "ok", 1, "RESULT: bug present: tp1-pp2 differs from tp1-pp1 (vllm 0.0.fake): logits (logprobs)"),
+        ("ok", "ok", 0, "RESULT: bug absent: tp1-pp2 matches tp1-pp1 within the tolerance (vllm 0.0.fake)"),
+        ("ok", "crash", 2, "RESULT: cannot judge: the reference setting tp1-pp1 did not run: crash: Worker_PP1"),
+        ("hang", "ok", 1, "RESULT: bug present: tp1-pp2 hang: no result after 20 s"),
+    ],
+)
 def test_written_script_runs_each_setting_and_exits_by_the_verdict(demo, tmp_path, mode, reference, code, said):
     repro = write_repro("demo/tp1-pp2", tmp_path / "out", report_dir=tmp_path / "none", scenarios=demo)
-    env = {**os.environ, "FAKE_VLLM_PP": mode, "FAKE_VLLM_REFERENCE": reference,
-           "PYTHONPATH": str(ROOT / "tests" / "kit" / "fake_vllm")}  # the stand-in vllm, and no harness on the path
-    done = subprocess.run([sys.executable, str(repro.script), "--timeout", "20", "--work-dir", str(tmp_path / "work")],
-                          capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
+    env = {
+        **os.environ,
+        "FAKE_VLLM_PP": mode,
+        "FAKE_VLLM_REFERENCE": reference,
+        "PYTHONPATH": str(ROOT / "tests" / "kit" / "fake_vllm"),
+    }  # the stand-in vllm, and no harness on the path
+    done = subprocess.run(
+        [sys.executable, str(repro.script), "--timeout", "20", "--work-dir", str(tmp_path / "work")],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=120,
+    )
     assert done.returncode == code, done.stdout + done.stderr
     assert said in done.stdout, done.stdout
     if mode == "shift":
@@ -367,11 +481,20 @@ def test_a_killed_script_leaves_no_setting_process(demo, tmp_path, how):
     repro = write_repro("demo/tp1-pp2", tmp_path / "out", report_dir=tmp_path / "none", scenarios=demo)
     env = {**os.environ, "FAKE_VLLM_PP": "hang", "PYTHONPATH": str(ROOT / "tests" / "kit" / "fake_vllm")}
     work = tmp_path / "work"
-    script = subprocess.Popen([sys.executable, str(repro.script), "--timeout", "600", "--work-dir", str(work)],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, cwd=tmp_path)
+    script = subprocess.Popen(
+        [sys.executable, str(repro.script), "--timeout", "600", "--work-dir", str(work)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env=env,
+        cwd=tmp_path,
+    )
     try:
-        wait_until(lambda: "fake vllm" in ((work / "tp1-pp2.log").read_text() if (work / "tp1-pp2.log").exists() else ""),
-                   60, "the setting process to import the stand-in vllm", proc=script)
+        wait_until(
+            lambda: "fake vllm" in ((work / "tp1-pp2.log").read_text() if (work / "tp1-pp2.log").exists() else ""),
+            60,
+            "the setting process to import the stand-in vllm",
+            proc=script,
+        )
         assert survivors(work), "the setting process should be running"
         script.send_signal(how)
         script.wait(timeout=60)
@@ -391,8 +514,10 @@ def test_script_tolerates_decisive_flips_as_the_harness_does(top1_min):
     golden, scenario = decisive_flips(rows=20, flipped=1)
     tol = tolerance_for("bfloat16", {"top1_min": top1_min})
     harness = compare_logprobs("logits", golden, scenario, tol)
-    as_lists = [{"ids": o["topk_ids"].tolist(), "logprobs": o["topk_logprobs"].tolist(), "offsets": o["offsets"].tolist()}
-                for o in (golden, scenario)]
+    as_lists = [
+        {"ids": o["topk_ids"].tolist(), "logprobs": o["topk_logprobs"].tolist(), "offsets": o["offsets"].tolist()}
+        for o in (golden, scenario)
+    ]
     ref, got = as_lists
     script = repro_script.compare_logprobs(ref, got, tol.__dict__)
     assert script["passed"] == harness.passed == (top1_min == 0.9)
@@ -406,12 +531,15 @@ def axes_suite(tmp_path: Path) -> list:
     checkpoint(tmp_path / "scenarios" / "ckpt")
     scenarios = suite_file(tmp_path)
     text = (scenarios / "demo.yaml").read_text()
-    text = text.replace("golden: {tp: 1, pp: 1, compile: false}",
-                        "golden: {tp: 1, pp: 1, compile: false, ep: false, prefix_cache: false, chunked_prefill: 0, "
-                        "batch: all, spec: false}")
-    text = text.replace("matrix: {tp: [1], pp: [1, 2], compile: [false, true]}",
-                        "matrix: {tp: [1, 2], pp: [1, 2], compile: [false], ep: [false, true], prefix_cache: [false, true], "
-                        "chunked_prefill: [0, 32], batch: [all, one, mixed], spec: [false, ngram, draft]}")
+    text = text.replace(
+        "golden: {tp: 1, pp: 1, compile: false}",
+        "golden: {tp: 1, pp: 1, compile: false, ep: false, prefix_cache: false, chunked_prefill: 0, batch: all, spec: false}",
+    )
+    text = text.replace(
+        "matrix: {tp: [1], pp: [1, 2], compile: [false, true]}",
+        "matrix: {tp: [1, 2], pp: [1, 2], compile: [false], ep: [false, true], prefix_cache: [false, true], "
+        "chunked_prefill: [0, 32], batch: [all, one, mixed], spec: [false, ngram, draft]}",
+    )
     (scenarios / "demo.yaml").write_text(text)
     return load_scenarios([scenarios])
 
@@ -456,29 +584,33 @@ def test_crash_of_names_the_segfaulted_worker_not_its_peer():
     """A worker killed by a signal logs no traceback: the executor's "died unexpectedly"
     names it (by the role its pid logged under), faulthandler's stack says where; its
     peer's gloo error is a consequence (vLLM 0.32 CPU, expert parallelism)."""
-    log = "\n".join([
-        "(VllmWorker-0 pid=13178) INFO 11-27 07:34:10 [parallel_state.py:1] starting",
-        "(Worker_TP0_EP0 pid=13178) INFO 11-27 07:34:20 [layer.py:1] Local/global number of experts: 2/4",
-        "(Worker_TP1_EP1 pid=13179) INFO 11-27 07:34:20 [layer.py:1] Local/global number of experts: 2/4",
-        "Fatal Python error: Segmentation fault",
-        "",
-        "Thread 0x00007f9fc4ffe6c0 (most recent call first):",
-        '  File "/v/lib/python3.11/multiprocessing/connection.py", line 395 in _recv',
-        "",
-        "Current thread 0x00007fa09802eb80 (most recent call first):",
-        '  File "/v/site-packages/torch/_ops.py", line 1279 in __call__',
-        '  File "/v/site-packages/vllm/_custom_ops.py", line 4498 in cpu_fused_moe',
-        '  File "/v/site-packages/vllm/model_executor/layers/fused_moe/experts/cpu_moe.py", line 303 in apply',
-        "(Worker_TP1_EP1 pid=13179) ERROR 11-27 07:34:30 [multiproc_executor.py:9] Traceback (most recent call last):",
-        '(Worker_TP1_EP1 pid=13179) ERROR 11-27 07:34:30 [multiproc_executor.py:9]   File "/v/torch/distributed/c10d.py", line 9, in all_reduce',
-        "(Worker_TP1_EP1 pid=13179) ERROR 11-27 07:34:30 [multiproc_executor.py:9] RuntimeError: Connection closed by peer [127.0.0.1]:1",
-        "(EngineCore pid=13172) ERROR 11-27 07:34:30 [multiproc_executor.py:315] Worker proc VllmWorker-0 died unexpectedly (exit code: -11), shutting down executor.",
-        "Traceback (most recent call last):",
-        "vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue.",
-    ])
+    log = "\n".join(
+        [
+            "(VllmWorker-0 pid=13178) INFO 11-27 07:34:10 [parallel_state.py:1] starting",
+            "(Worker_TP0_EP0 pid=13178) INFO 11-27 07:34:20 [layer.py:1] Local/global number of experts: 2/4",
+            "(Worker_TP1_EP1 pid=13179) INFO 11-27 07:34:20 [layer.py:1] Local/global number of experts: 2/4",
+            "Fatal Python error: Segmentation fault",
+            "",
+            "Thread 0x00007f9fc4ffe6c0 (most recent call first):",
+            '  File "/v/lib/python3.11/multiprocessing/connection.py", line 395 in _recv',
+            "",
+            "Current thread 0x00007fa09802eb80 (most recent call first):",
+            '  File "/v/site-packages/torch/_ops.py", line 1279 in __call__',
+            '  File "/v/site-packages/vllm/_custom_ops.py", line 4498 in cpu_fused_moe',
+            '  File "/v/site-packages/vllm/model_executor/layers/fused_moe/experts/cpu_moe.py", line 303 in apply',
+            "(Worker_TP1_EP1 pid=13179) ERROR 11-27 07:34:30 [multiproc_executor.py:9] Traceback (most recent call last):",
+            '(Worker_TP1_EP1 pid=13179) ERROR 11-27 07:34:30 [multiproc_executor.py:9]   File "/v/torch/distributed/c10d.py", line 9, in all_reduce',
+            "(Worker_TP1_EP1 pid=13179) ERROR 11-27 07:34:30 [multiproc_executor.py:9] RuntimeError: Connection closed by peer [127.0.0.1]:1",
+            "(EngineCore pid=13172) ERROR 11-27 07:34:30 [multiproc_executor.py:315] Worker proc VllmWorker-0 died unexpectedly (exit code: -11), shutting down executor.",
+            "Traceback (most recent call last):",
+            "vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue.",
+        ]
+    )
     said, stack = present(repro_script.crash_of(log))
-    assert said == ("Worker_TP0_EP0 (pid 13178): Fatal Python error: Segmentation fault (exit code -11, SIGSEGV) at site-packages/vllm/_custom_ops.py:4498 "
-                    "in cpu_fused_moe (called from fused_moe/experts/cpu_moe.py:303 in apply)"), said
+    assert said == (
+        "Worker_TP0_EP0 (pid 13178): Fatal Python error: Segmentation fault (exit code -11, SIGSEGV) at site-packages/vllm/_custom_ops.py:4498 "
+        "in cpu_fused_moe (called from fused_moe/experts/cpu_moe.py:303 in apply)"
+    ), said
     assert stack[0].startswith("Current thread")
     # without faulthandler's stack: the death alone
     bare = "\n".join(line for line in log.splitlines() if line.startswith("("))
@@ -486,12 +618,17 @@ def test_crash_of_names_the_segfaulted_worker_not_its_peer():
     # an older vLLM logs no exit code (the summary said "exit code ?"):
     # the signal faulthandler names, else that the log says none
     codeless = log.replace(" (exit code: -11)", "")
-    assert present(repro_script.crash_of(codeless))[0].startswith("Worker_TP0_EP0 (pid 13178): Fatal Python error: Segmentation fault (SIGSEGV) at ")
+    assert present(repro_script.crash_of(codeless))[0].startswith(
+        "Worker_TP0_EP0 (pid 13178): Fatal Python error: Segmentation fault (SIGSEGV) at "
+    )
     assert present(repro_script.crash_of(bare.replace(" (exit code: -11)", "")))[0] == (
-        "Worker_TP0_EP0 (pid 13178): died unexpectedly (vLLM's log gives no exit code)")
+        "Worker_TP0_EP0 (pid 13178): died unexpectedly (vLLM's log gives no exit code)"
+    )
     # with no death: the lost peer's own traceback is all there is
     lost = "\n".join(line for line in bare.splitlines() if "died" not in line)
-    assert present(repro_script.crash_of(lost))[0].startswith("Worker_TP1_EP1 (pid 13179): RuntimeError: Connection closed by peer")
+    assert present(repro_script.crash_of(lost))[0].startswith(
+        "Worker_TP1_EP1 (pid 13179): RuntimeError: Connection closed by peer"
+    )
 
 
 @pytest.mark.e2e
@@ -501,8 +638,14 @@ def test_written_script_submits_a_batch_setting_as_composed_and_restores_the_ord
     scenarios = axes_suite(tmp_path)
     repro = write_repro("demo/tp2-pp1-batch-mixed", tmp_path / "out", report_dir=tmp_path / "none", scenarios=scenarios)
     env = {**os.environ, "PYTHONPATH": str(ROOT / "tests" / "kit" / "fake_vllm")}
-    done = subprocess.run([sys.executable, str(repro.script), "--timeout", "20", "--work-dir", str(tmp_path / "work")],
-                          capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
+    done = subprocess.run(
+        [sys.executable, str(repro.script), "--timeout", "20", "--work-dir", str(tmp_path / "work")],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "RESULT: bug absent: tp2-pp1-batch-mixed matches tp1-pp1-batch-all" in done.stdout, done.stdout
 
@@ -516,17 +659,26 @@ def test_written_script_runs_a_dp_setting_as_one_process_per_dp_rank_and_merges_
     scenarios = suite_file(tmp_path)
     text = (scenarios / "demo.yaml").read_text()
     text = text.replace("golden: {tp: 1, pp: 1, compile: false}", "golden: {tp: 1, pp: 1, dp: 1, compile: false}")
-    text = text.replace("matrix: {tp: [1], pp: [1, 2], compile: [false, true]}", "matrix: {tp: [1], pp: [1], dp: [1, 2], compile: [false]}")
+    text = text.replace(
+        "matrix: {tp: [1], pp: [1, 2], compile: [false, true]}", "matrix: {tp: [1], pp: [1], dp: [1, 2], compile: [false]}"
+    )
     (scenarios / "demo.yaml").write_text(text)
-    repro = write_repro("demo/tp1-pp1-dp2", tmp_path / "out", report_dir=tmp_path / "none",
-                        scenarios=load_scenarios([scenarios]))
+    repro = write_repro("demo/tp1-pp1-dp2", tmp_path / "out", report_dir=tmp_path / "none", scenarios=load_scenarios([scenarios]))
     assert case_of(repro.script)["settings"]["tp1-pp1-dp2"]["dp"] == 2
     env = {**os.environ, "PYTHONPATH": str(ROOT / "tests" / "kit" / "fake_vllm")}
     work = tmp_path / "work"
-    done = subprocess.run([sys.executable, str(repro.script), "--timeout", "30", "--work-dir", str(work)],
-                          capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
+    done = subprocess.run(
+        [sys.executable, str(repro.script), "--timeout", "30", "--work-dir", str(work)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "RESULT: bug absent: tp1-pp1-dp2 matches tp1-pp1" in done.stdout, done.stdout
-    shares = [json.loads((work / name).read_text())["results"]["logits"]["offsets"]
-              for name in ("tp1-pp1-dp2.json", "tp1-pp1-dp2.dp1.json")]
+    shares = [
+        json.loads((work / name).read_text())["results"]["logits"]["offsets"]
+        for name in ("tp1-pp1-dp2.json", "tp1-pp1-dp2.dp1.json")
+    ]
     assert [len(o) - 1 for o in shares] == [2, 1]  # 3 prompts: DP rank 0 served two, DP rank 1 one

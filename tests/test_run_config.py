@@ -19,8 +19,20 @@ from harness.run.bisect import StepOrder, step_command
 FIELDS = {f.name: f for f in dataclasses.fields(RunConfig)}
 
 # the API's keyword arguments that say what to run, not how: a scenario's model, settings, workloads ...
-API_SCENARIO_ARGUMENTS = {"model", "settings", "a", "b", "scenario_id", "scenarios", "engine", "workloads", "dtype",
-                          "tolerances", "engine_options", "work_dir"}
+API_SCENARIO_ARGUMENTS = {
+    "model",
+    "settings",
+    "a",
+    "b",
+    "scenario_id",
+    "scenarios",
+    "engine",
+    "workloads",
+    "dtype",
+    "tolerances",
+    "engine_options",
+    "work_dir",
+}
 API_RUNS = (api.run_setting, api.assert_settings_agree, api.assert_matches_golden)
 
 
@@ -42,8 +54,27 @@ def test_harness_run_declares_exactly_the_config_s_options_with_its_defaults():
 
 
 def test_a_parsed_command_line_is_a_run_config():
-    args = build_parser().parse_args(["run", "llama-tiny/tp1-pp1", "--gate", "pr", "--timeout", "2.5", "--fault", "a@1",
-                                      "--fault", "b@2", "--env", "A=1", "--jobs", "3", "-x", "--interaction-trials", "-4"])
+    args = build_parser().parse_args(
+        [
+            "run",
+            "llama-tiny/tp1-pp1",
+            "--gate",
+            "pr",
+            "--timeout",
+            "2.5",
+            "--fault",
+            "a@1",
+            "--fault",
+            "b@2",
+            "--env",
+            "A=1",
+            "--jobs",
+            "3",
+            "-x",
+            "--interaction-trials",
+            "-4",
+        ]
+    )
     config = RunConfig.from_cli(args)
     assert (config.ids, config.gate, config.timeout_s, config.faults) == (("llama-tiny/tp1-pp1",), "pr", 2.5, ("a@1", "b@2"))
     assert (config.env, config.jobs, config.exitfirst, config.interaction_trials) == ((("A", "1"),), 3, True, 0)
@@ -79,8 +110,15 @@ def test_the_pytest_options_are_the_config_s_fields_that_declare_one():
         assert kwargs["help"] == (option_of(f).pytest_help or option_of(f).help)
         default = kwargs.get("default", False if kwargs.get("action") == "store_true" else None)
         assert default == (list(f.default) if isinstance(f.default, tuple) else f.default), name
-    values = {"--harness-timeout": 3.0, "--harness-fault": ["x@1"], "--harness-devices": 2, "--harness-cluster": None,
-              "--harness-interaction-trials": 10, "--harness-allow-empty": True, "--harness-report-dir": None}
+    values = {
+        "--harness-timeout": 3.0,
+        "--harness-fault": ["x@1"],
+        "--harness-devices": 2,
+        "--harness-cluster": None,
+        "--harness-interaction-trials": 10,
+        "--harness-allow-empty": True,
+        "--harness-report-dir": None,
+    }
     config = RunConfig.from_pytest(values.__getitem__, gate="pr")
     assert (config.timeout_s, config.faults, config.devices, config.allow_empty, config.gate) == (3.0, ("x@1",), 2, True, "pr")
 
@@ -97,16 +135,34 @@ def test_the_api_s_run_arguments_are_config_fields():
 
 
 def test_the_config_goes_whole_through_json():
-    config = RunConfig(ids=("a/b",), timeout_s=5.0, faults=["f@1"], env={"A": "1"}, device="cuda",  # type: ignore[arg-type]
-                       report_dir=Path("/r"), nodes=Path("n.yaml"), interaction_trials=0, exitfirst=True)
+    config = RunConfig(
+        ids=("a/b",),
+        timeout_s=5.0,
+        faults=["f@1"],  # type: ignore[arg-type]  # a list and a dict: the config keeps them as tuples
+        env={"A": "1"},  # type: ignore[arg-type]
+        device="cuda",  # type: ignore[arg-type]
+        report_dir=Path("/r"),
+        nodes=Path("n.yaml"),
+        interaction_trials=0,
+        exitfirst=True,
+    )
     assert RunConfig.from_json(config.to_json()) == config
     with pytest.raises(ValueError, match="not options of a run: bogus"):
         RunConfig.from_json('{"bogus": 1}')
 
 
 def test_bisect_step_receives_its_order_whole(tmp_path):
-    order = StepOrder("llama-tiny/tp1-pp1", tmp_path / "repo", tmp_path / "work", RunConfig(timeout_s=9.0, device="cpu",
-                      interaction_trials=0), at_good="pass", at_bad="fail", install="make", count_unsupported=True, fixed=True)
+    order = StepOrder(
+        "llama-tiny/tp1-pp1",
+        tmp_path / "repo",
+        tmp_path / "work",
+        RunConfig(timeout_s=9.0, device="cpu", interaction_trials=0),
+        at_good="pass",
+        at_bad="fail",
+        install="make",
+        count_unsupported=True,
+        fixed=True,
+    )
     command = step_command(["--scenarios", "/s"], order)
     assert command[-2:-1] == ["bisect-step"] and command[3:5] == ["--scenarios", "/s"]
     args = build_parser().parse_args(command[3:])

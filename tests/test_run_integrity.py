@@ -51,8 +51,18 @@ def cheap(tmp_path) -> Path:
 def cheap_run_args(root: Path, *extra: str) -> list[str]:
     """A run that starts no rank: one device for a tp2 scenario ends it `unsupported`
     (--allow-empty: these tests are about run directories, not about what was tested)."""
-    return ["--scenarios", str(root / "scenarios"), "run", "cheap/tp2-pp1", "--devices", "1",
-            "--report-dir", str(root / "reports"), "--allow-empty", *extra]
+    return [
+        "--scenarios",
+        str(root / "scenarios"),
+        "run",
+        "cheap/tp2-pp1",
+        "--devices",
+        "1",
+        "--report-dir",
+        str(root / "reports"),
+        "--allow-empty",
+        *extra,
+    ]
 
 
 def run_dirs(reports: Path) -> list[Path]:
@@ -60,6 +70,7 @@ def run_dirs(reports: Path) -> list[Path]:
 
 
 # 1. Run directories -----------------------------------------------------------------
+
 
 def test_two_runs_started_in_the_same_second_get_a_directory_each(cheap, monkeypatch):
     monkeypatch.setattr(time, "strftime", lambda *a: "20260101-000000")  # both runs start "in the same second"
@@ -94,20 +105,26 @@ def test_the_layout_of_a_run_directory(tmp_path):
     assert rundir.scenarios_root(run_dir).is_dir()
     where = run_dir / "scenarios" / "suite__tp1-pp2"
     assert rundir.scenario_dir(run_dir, "suite/tp1-pp2") == where
-    assert (rundir.verdict_path(run_dir, "suite/tp1-pp2"), rundir.brief_path(run_dir, "suite/tp1-pp2"),
-            rundir.outputs_dir(run_dir, "suite/tp1-pp2"), rundir.logs_dir(run_dir, "suite/tp1-pp2")) == (
-        where / "verdict.json", where / "spec.json", where / "outputs", where / "logs")
+    assert (
+        rundir.verdict_path(run_dir, "suite/tp1-pp2"),
+        rundir.brief_path(run_dir, "suite/tp1-pp2"),
+        rundir.outputs_dir(run_dir, "suite/tp1-pp2"),
+        rundir.logs_dir(run_dir, "suite/tp1-pp2"),
+    ) == (where / "verdict.json", where / "spec.json", where / "outputs", where / "logs")
     rundir.verdict_path(run_dir, "suite/tp1-pp2").parent.mkdir()
     rundir.verdict_path(run_dir, "suite/tp1-pp2").write_text("{}")
     assert rundir.verdict_files(run_dir) == [where / "verdict.json"]
 
 
-@pytest.mark.parametrize("what, text, found", [
-    *((what, "[]", "holds a JSON array where a JSON object") for what in ("verdict.json", "spec.json", "outputs.json")),
-    *((what, "null", "holds JSON null where a JSON object") for what in ("verdict.json", "spec.json", "outputs.json")),
-    ("verdict.json", '{"colour": "blue"}', "is not a verdict: unexpected field 'colour'"),
-    ("spec.json", '{"colour": "blue"}', "is not a run brief: unexpected field 'colour'"),
-])
+@pytest.mark.parametrize(
+    "what, text, found",
+    [
+        *((what, "[]", "holds a JSON array where a JSON object") for what in ("verdict.json", "spec.json", "outputs.json")),
+        *((what, "null", "holds JSON null where a JSON object") for what in ("verdict.json", "spec.json", "outputs.json")),
+        ("verdict.json", '{"colour": "blue"}', "is not a verdict: unexpected field 'colour'"),
+        ("spec.json", '{"colour": "blue"}', "is not a run brief: unexpected field 'colour'"),
+    ],
+)
 def test_a_run_file_that_is_json_but_not_what_it_should_be_is_an_error_naming_it(tmp_path, what, text, found):
     """A file a user can damage by hand (a bad merge, an edit) used to end in a bare
     AttributeError or TypeError that named neither the file nor what it should hold."""
@@ -155,6 +172,7 @@ def test_of_runs_racing_for_one_run_id_exactly_one_gets_it(tmp_path):
 
 # 2. Runs whose scenarios did not all end --------------------------------------------
 
+
 def killed_run(base: Path, run_id: str, ended: list, planned: list[str], started: float) -> Path:
     """A run directory as a SIGKILLed harness leaves it: the planned list in run.json,
     the verdicts of the scenarios that ended, no `finished`."""
@@ -196,8 +214,21 @@ def test_an_incomplete_run_is_never_the_previous_run_of_its_gate(tmp_path):
 @pytest.mark.e2e
 def test_a_harness_killed_after_one_scenario_leaves_an_incomplete_run(tmp_path):
     reports, run_dir = tmp_path / "reports", tmp_path / "reports" / "killed"
-    proc = start_harness("run", "llama-tiny/tp1-pp1", "llama-tiny/tp2-pp1", "--jobs", "1", "--devices", "2",
-                         "--report-dir", str(reports), "--run-id", "killed", stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = start_harness(
+        "run",
+        "llama-tiny/tp1-pp1",
+        "llama-tiny/tp2-pp1",
+        "--jobs",
+        "1",
+        "--devices",
+        "2",
+        "--report-dir",
+        str(reports),
+        "--run-id",
+        "killed",
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         wait_until(lambda: len(verdict_files(run_dir)) >= 1, 600, "the first scenario to end", poll_s=0.05, proc=proc)
     finally:
@@ -213,6 +244,7 @@ def test_a_harness_killed_after_one_scenario_leaves_an_incomplete_run(tmp_path):
 
 
 # 4. Results that cannot be written --------------------------------------------------
+
 
 @pytest.mark.e2e
 def test_a_history_that_cannot_be_written_stops_the_run_before_any_scenario(cheap):
@@ -269,11 +301,13 @@ def test_every_exit_code_is_documented_in_the_readme():
 
 # 5. Runs interrupted before their first scenario ------------------------------------
 
+
 def test_a_run_interrupted_before_its_first_scenario_can_be_rebuilt(tmp_path, capsys):
     run_dir = tmp_path / "early"
     run_dir.mkdir()  # as a run interrupted that early left it: run.json with the plan, nothing else
-    (run_dir / "run.json").write_text(json.dumps({"run_id": "early", "gate": "pr", "started": 1000.0,
-                                                 "scenarios": ["s/tp1-pp1"], "interrupted": True}))
+    (run_dir / "run.json").write_text(
+        json.dumps({"run_id": "early", "gate": "pr", "started": 1000.0, "scenarios": ["s/tp1-pp1"], "interrupted": True})
+    )
     assert main(["report", str(run_dir)]) == exit_codes.INCOMPLETE
     text = summary(run_dir)
     assert "**INCOMPLETE**: 1 never ran of 1 scenarios" in text and "`s/tp1-pp1`" in text
@@ -285,8 +319,9 @@ def test_ctrl_c_before_the_first_scenario_ends_says_none_ran(tmp_path):
     run_dir = tmp_path / "reports" / "early"
     held = DevicePool(1, "cpu", lock_dir=default_lock_dir("cpu")).try_lease(1, "held by the test")
     assert held is not None
-    proc = start_harness("run", "llama-tiny/tp1-pp1", "--devices", "1", "--jobs", "1", "--report-dir", str(run_dir.parent),
-                         "--run-id", "early")
+    proc = start_harness(
+        "run", "llama-tiny/tp1-pp1", "--devices", "1", "--jobs", "1", "--report-dir", str(run_dir.parent), "--run-id", "early"
+    )
     try:
         seen = []
         for line in present(proc.stdout):  # (piped by start_harness) the scenario has started: it now waits for the held device
@@ -309,9 +344,11 @@ def test_ctrl_c_before_the_first_scenario_ends_says_none_ran(tmp_path):
 
 # 15. Provenance ---------------------------------------------------------------------
 
+
 def git(cwd: Path, *args: str) -> str:
-    return subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=cwd, check=True,
-                          capture_output=True, text=True).stdout.strip()
+    return subprocess.run(
+        ["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=cwd, check=True, capture_output=True, text=True
+    ).stdout.strip()
 
 
 @pytest.mark.e2e
@@ -327,8 +364,14 @@ def test_a_copy_inside_another_git_repository_records_no_commit(tmp_path):
     shutil.copytree(ROOT / "harness", copy / "harness", ignore=shutil.ignore_patterns("__pycache__", "data"))
     shutil.copy(ROOT / "pyproject.toml", copy)
     code = "import json; from harness.cli.run import harness_versions; print(json.dumps(harness_versions()))"
-    result = subprocess.run([sys.executable, "-c", code], cwd=copy, capture_output=True, text=True,
-                            env={**os.environ, "PYTHONPATH": str(copy)}, check=True)
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=copy,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(copy)},
+        check=True,
+    )
     versions = json.loads(result.stdout)
     assert versions["harness_commit"] == "unknown" and outer_commit not in result.stdout
     assert versions["harness_version"] == harness.__version__
@@ -349,8 +392,10 @@ BIG = 48 * 2**20  # a file that takes many pages to write: the kill lands while 
 
 WRITERS = {
     # the runner's last act for a scenario
-    "verdict": ("from harness.contract.verdict import Verdict; "
-                "Verdict('s/tp1-pp1', 'pass', 'x' * {big}).save(run_dir / 'scenarios' / 's__tp1-pp1' / 'verdict.json')"),
+    "verdict": (
+        "from harness.contract.verdict import Verdict; "
+        "Verdict('s/tp1-pp1', 'pass', 'x' * {big}).save(run_dir / 'scenarios' / 's__tp1-pp1' / 'verdict.json')"
+    ),
     # the report at the start and the end of every run (and every `harness report`)
     "run.json": "from harness.run.report import write_report; write_report(run_dir, {{'pad': 'x' * {big}}})",
 }
@@ -375,8 +420,11 @@ def test_a_harness_killed_while_writing_a_run_file_leaves_the_old_file_or_the_wh
                 child.send_signal(signal.SIGKILL)
                 break
         else:
-            pytest.fail(timeout_message(f"the child to start writing {what}", scaled(120)) if child.poll() is None
-                        else f"the child ended ({child.returncode}) before it could be killed mid-write")
+            pytest.fail(
+                timeout_message(f"the child to start writing {what}", scaled(120))
+                if child.poll() is None
+                else f"the child ended ({child.returncode}) before it could be killed mid-write"
+            )
     finally:
         child.kill()
         child.wait()

@@ -73,23 +73,32 @@ def shipped():
     return {s.id: s for s in load_scenarios()}
 
 
-@pytest.mark.parametrize("sid, layout", [
-    ("llama-spec/tp2-pp2-spec-ngram", "llama-spec/tp2-pp2"),
-    ("llama-spec/tp1-pp1-spec-ngram-compile", "llama-spec/tp1-pp1-compile"),
-    ("llama-batch/tp2-pp1-batch-mixed", "llama-batch/tp2-pp1-batch-all"),
-    ("llama-features/tp2-pp1-chunked_prefill32-prefix_cache", "llama-features/tp2-pp1"),
-    ("vllm-features/arch-qwen3-tp2-pp1-batch-mixed", "vllm-features/arch-qwen3-tp2-pp1-batch-all"),
-    ("vllm-features/arch-llama-tp1-pp2-compile-batch-one-spec-draft", "vllm-features/arch-llama-tp1-pp2-compile-batch-all"),
-    # several features at once: the layout without all of them
-    ("vllm-features/arch-qwen3-tp1-pp1-compile-prefix_cache-chunked_prefill32-batch-mixed-spec-draft",
-     "vllm-features/arch-qwen3-tp1-pp1-compile-batch-all"),
-    ("vllm-features/arch-llama-tp1-pp1-batch-mixed", None),  # tp1 eager: the golden is its layout
-    ("vllm-features/arch-qwen3-moe-tp2-pp1-compile-prefix_cache-chunked_prefill32-batch-all-spec-ngram",
-     "vllm-features/arch-qwen3-moe-tp2-pp1-compile-batch-all"),
-    # under the batch-invariant mode the layout keeps the mode: the two must agree to the bit
-    ("vllm-features/arch-qwen3-tp1-pp2-compile-batch-one-batch_invariant",
-     "vllm-features/arch-qwen3-tp1-pp2-compile-batch-all-batch_invariant"),
-])
+@pytest.mark.parametrize(
+    "sid, layout",
+    [
+        ("llama-spec/tp2-pp2-spec-ngram", "llama-spec/tp2-pp2"),
+        ("llama-spec/tp1-pp1-spec-ngram-compile", "llama-spec/tp1-pp1-compile"),
+        ("llama-batch/tp2-pp1-batch-mixed", "llama-batch/tp2-pp1-batch-all"),
+        ("llama-features/tp2-pp1-chunked_prefill32-prefix_cache", "llama-features/tp2-pp1"),
+        ("vllm-features/arch-qwen3-tp2-pp1-batch-mixed", "vllm-features/arch-qwen3-tp2-pp1-batch-all"),
+        ("vllm-features/arch-llama-tp1-pp2-compile-batch-one-spec-draft", "vllm-features/arch-llama-tp1-pp2-compile-batch-all"),
+        # several features at once: the layout without all of them
+        (
+            "vllm-features/arch-qwen3-tp1-pp1-compile-prefix_cache-chunked_prefill32-batch-mixed-spec-draft",
+            "vllm-features/arch-qwen3-tp1-pp1-compile-batch-all",
+        ),
+        ("vllm-features/arch-llama-tp1-pp1-batch-mixed", None),  # tp1 eager: the golden is its layout
+        (
+            "vllm-features/arch-qwen3-moe-tp2-pp1-compile-prefix_cache-chunked_prefill32-batch-all-spec-ngram",
+            "vllm-features/arch-qwen3-moe-tp2-pp1-compile-batch-all",
+        ),
+        # under the batch-invariant mode the layout keeps the mode: the two must agree to the bit
+        (
+            "vllm-features/arch-qwen3-tp1-pp2-compile-batch-one-batch_invariant",
+            "vllm-features/arch-qwen3-tp1-pp2-compile-batch-all-batch_invariant",
+        ),
+    ],
+)
 def test_a_feature_scenario_is_held_to_its_own_layout_without_the_feature(shipped, sid, layout):
     if layout is None:
         assert shipped[sid].same_layout() is None
@@ -98,20 +107,26 @@ def test_a_feature_scenario_is_held_to_its_own_layout_without_the_feature(shippe
     assert shipped[sid].same_layout().expectations == ()  # the layout run is a reference, not a scenario of the file
 
 
-@pytest.mark.parametrize("sid", [
-    "llama-spec/tp1-pp1-spec-ngram",  # its golden is that layout: the golden check is the same-layout check
-    "vllm-features/arch-qwen3-moe-tp1-pp1-batch-one-spec-draft",
-    "vllm-features/arch-llama-tp2-pp1-batch-all-batch_invariant",  # no feature of the list: it is the layout
-    "llama-tiny/tp2-pp1",  # a suite without same_layout
-])
+@pytest.mark.parametrize(
+    "sid",
+    [
+        "llama-spec/tp1-pp1-spec-ngram",  # its golden is that layout: the golden check is the same-layout check
+        "vllm-features/arch-qwen3-moe-tp1-pp1-batch-one-spec-draft",
+        "vllm-features/arch-llama-tp2-pp1-batch-all-batch_invariant",  # no feature of the list: it is the layout
+        "llama-tiny/tp2-pp1",  # a suite without same_layout
+    ],
+)
 def test_no_second_run_where_the_golden_or_the_scenario_is_the_layout(shipped, sid):
     assert shipped[sid].same_layout() is None
 
 
 def test_a_same_layout_axis_outside_the_matrix_is_the_files_error(tmp_path):
     with pytest.raises(ScenarioError, match=r"same_layout names axes not in the matrix: \['spec'\]"):
-        suite_scenarios(tmp_path, "suite: s\nmodel: tiny-llama\nworkloads: [{name: g, kind: greedy}]\n"
-                                  "golden: {tp: 1}\nmatrix: {tp: [1, 2]}\nsame_layout: [spec]\n")
+        suite_scenarios(
+            tmp_path,
+            "suite: s\nmodel: tiny-llama\nworkloads: [{name: g, kind: greedy}]\n"
+            "golden: {tp: 1}\nmatrix: {tp: [1, 2]}\nsame_layout: [spec]\n",
+        )
 
 
 class FakeEngine:
@@ -147,10 +162,13 @@ def test_the_layout_run_is_made_once_a_run_and_shared(shipped, tmp_path, monkeyp
     assert launched == [("llama-batch/tp2-pp1-batch-all", {"tp": 2, "pp": 1, "batch": "all", "compile": False})]
     assert (tmp_path / "same-layout" / "llama-batch__tp2-pp1-batch-all" / "done").exists()
     # nothing to run: the scenario's own launch crashed (that is its verdict), or its golden is its layout
-    assert same_layout.layout_reference(shipped["llama-batch/tp2-pp1-batch-one"], LaunchOutcome("crash", 1.0),
-                                        tmp_path, same_layout.RunContext()) is None
-    assert same_layout.layout_reference(shipped["llama-batch/tp1-pp1-batch-one"], ok, tmp_path,
-                                        same_layout.RunContext()) is None
+    assert (
+        same_layout.layout_reference(
+            shipped["llama-batch/tp2-pp1-batch-one"], LaunchOutcome("crash", 1.0), tmp_path, same_layout.RunContext()
+        )
+        is None
+    )
+    assert same_layout.layout_reference(shipped["llama-batch/tp1-pp1-batch-one"], ok, tmp_path, same_layout.RunContext()) is None
     assert len(launched) == 1
 
 
@@ -174,14 +192,21 @@ def test_a_layout_run_that_crashes_is_the_scenarios_crash_says_whose_and_is_not_
         verdict = same_layout.layout_reference(shipped[sid], LaunchOutcome("ok", 1.0), tmp_path, same_layout.RunContext())
         assert isinstance(verdict, Verdict) and verdict.crash is not None, verdict
         assert verdict.verdict == "crash" and verdict.scenario == sid
-        assert verdict.reason.startswith("its same-layout reference llama-spec/tp2-pp2 (the layout without spec, run to hold it to): ")
+        assert verdict.reason.startswith(
+            "its same-layout reference llama-spec/tp2-pp2 (the layout without spec, run to hold it to): "
+        )
         assert verdict.crash["rank"] == 1
     assert launches == [1]  # the crash is remembered for the run: the layout is not launched again
     assert not (tmp_path / "same-layout" / "llama-spec__tp2-pp2" / "done").exists()
 
 
-@pytest.mark.parametrize("sid, exact", [("vllm-features/arch-qwen3-tp1-pp2-compile-batch-one-batch_invariant", True),
-                                        ("vllm-features/arch-llama-tp1-pp2-compile-batch-one-spec-draft", False)])
+@pytest.mark.parametrize(
+    "sid, exact",
+    [
+        ("vllm-features/arch-qwen3-tp1-pp2-compile-batch-one-batch_invariant", True),
+        ("vllm-features/arch-llama-tp1-pp2-compile-batch-one-spec-draft", False),
+    ],
+)
 def test_under_a_batch_invariant_mode_the_layout_must_agree_to_the_bit(shipped, tmp_path, monkeypatch, sid, exact):
     """The rule goes with the layout run the judge is given: noise of 1e-6 passes the dtype's
     bound, and fails where the scenario runs the engine's batch-invariant mode."""

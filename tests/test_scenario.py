@@ -61,7 +61,12 @@ def test_settings_label():
 def test_select_by_suite_glob_and_unknown(tmp_path):
     scenarios = load_scenarios([write(tmp_path, BASE)])
     assert len(select(scenarios, ["demo"])) == 12
-    assert [s.id for s in select(scenarios, ["demo/tp1-*"])] == ["demo/tp1-pp1", "demo/tp1-pp1-compile", "demo/tp1-pp2", "demo/tp1-pp2-compile"]
+    assert [s.id for s in select(scenarios, ["demo/tp1-*"])] == [
+        "demo/tp1-pp1",
+        "demo/tp1-pp1-compile",
+        "demo/tp1-pp2",
+        "demo/tp1-pp2-compile",
+    ]
     with pytest.raises(ScenarioError, match="no scenario matches 'demo/tp9'"):
         select(scenarios, ["demo/tp9"])
 
@@ -69,7 +74,10 @@ def test_select_by_suite_glob_and_unknown(tmp_path):
 @pytest.mark.parametrize(
     "change, expected",
     [
-        (("golden: {tp: 1, pp: 1, sp: false, compile: false}", "golden: {tp: 1, pp: 1, sp: false, compile: false, ep: 2}"), "golden names axes not in the matrix: ['ep']"),
+        (
+            ("golden: {tp: 1, pp: 1, sp: false, compile: false}", "golden: {tp: 1, pp: 1, sp: false, compile: false, ep: 2}"),
+            "golden names axes not in the matrix: ['ep']",
+        ),
         (("golden: {tp: 1, pp: 1, sp: false, compile: false}", "golden: {tp: 1}"), "golden must set every matrix axis"),
         (("kind: logprobs", "kind: logits"), "workloads.0.kind"),
         (("model: tiny-llama", "model: tiny-llama\ncolour: blue"), "colour: Extra inputs are not permitted"),
@@ -144,7 +152,9 @@ def test_axis_values_are_checked_by_type_and_range(tmp_path, change, expected):
 
 def test_an_axis_the_engine_does_not_know_is_an_error_naming_the_known_axes(tmp_path):
     """A typo in an axis name made every scenario `unsupported`: a green suite that ran nothing."""
-    text = BASE.replace("compile: [false, true]}", "compile: [false, true], foo: [1]}").replace("compile: false}", "compile: false, foo: 1}")
+    text = BASE.replace("compile: [false, true]}", "compile: [false, true], foo: [1]}").replace(
+        "compile: false}", "compile: false, foo: 1}"
+    )
     path = write(tmp_path, text)
     with pytest.raises(ScenarioError) as err:
         load_suite(path)
@@ -179,10 +189,13 @@ def test_a_model_that_is_not_a_zoo_name_is_left_to_its_source(tmp_path):
 
 
 @pytest.mark.e2e
-@pytest.mark.parametrize("change, problem", [
-    (("suite: demo", 'suite: "demo\\n"'), "'demo\\n' is not a valid suite name"),
-    (("model: tiny-llama", 'archs: {"tiny\\n": LlamaForCausalLM}'), "archs names ['tiny\\n'] must use [a-z0-9.-]"),
-])
+@pytest.mark.parametrize(
+    "change, problem",
+    [
+        (("suite: demo", 'suite: "demo\\n"'), "'demo\\n' is not a valid suite name"),
+        (("model: tiny-llama", 'archs: {"tiny\\n": LlamaForCausalLM}'), "archs names ['tiny\\n'] must use [a-z0-9.-]"),
+    ],
+)
 def test_a_name_ending_in_a_newline_is_a_usage_error_of_the_cli(tmp_path, change, problem):
     """It used to pass (`$` matches before a final newline): `harness list --ids-only` printed
     ids split over two lines, and the run directories and make lines split with them."""

@@ -131,8 +131,9 @@ def test_packed_session_runs_everything_on_disjoint_slots_within_jobs(tmp_path):
     concurrent: list[int] = []
     lock = threading.Lock()
     progress = Recorder()
-    verdicts = _run_packed(sc, tmp_path, RunContext(devices=devices), progress, 3, costs(sc, {}),
-                           run=fake_run(0.3, concurrent, lock))
+    verdicts = _run_packed(
+        sc, tmp_path, RunContext(devices=devices), progress, 3, costs(sc, {}), run=fake_run(0.3, concurrent, lock)
+    )
     assert sorted(v.scenario for v in verdicts) == sorted(s.id for s in sc)
     assert progress.started[0] == "big/tp4-pp2"  # largest first
     assert sorted(progress.finished) == sorted(progress.started)
@@ -146,8 +147,9 @@ def test_packed_session_runs_everything_on_disjoint_slots_within_jobs(tmp_path):
 def test_a_scenario_bigger_than_the_machine_does_not_wait(tmp_path):
     sc = [s for s in scenarios(tmp_path) if s.name in ("tp4-pp2", "tp1-pp1")]
     devices = DevicePool(4, "cpu", lock_dir=tmp_path / "locks")
-    verdicts = _run_packed(sc, tmp_path, RunContext(devices=devices), Recorder(), 2, costs(sc, {}),
-                           run=fake_run(0.1, [], threading.Lock()))
+    verdicts = _run_packed(
+        sc, tmp_path, RunContext(devices=devices), Recorder(), 2, costs(sc, {}), run=fake_run(0.1, [], threading.Lock())
+    )
     by_id = {v.scenario: v.verdict for v in verdicts}
     # the stand-in marks "ran without a lease" as unsupported; the runner says why (test_scale_e2e)
     assert by_id == {"big/tp4-pp2": "unsupported", "big/tp1-pp1": "pass"}
@@ -155,13 +157,16 @@ def test_a_scenario_bigger_than_the_machine_does_not_wait(tmp_path):
 
 # --- change-based selection ------------------------------------------------------------
 
-MAPPED = SUITE + """
+MAPPED = (
+    SUITE
+    + """
 changes:
   smoke: [tp1-pp1]
   rules:
     - {paths: ["src/pipeline.py"], scenarios: ["*-pp2"]}
     - {paths: ["docs/*"], scenarios: []}
 """
+)
 
 
 def test_changes_pick_mapped_scenarios_plus_smoke_with_reasons(tmp_path):
@@ -182,7 +187,7 @@ def test_an_unmapped_change_runs_the_whole_pr_gate(tmp_path):
 
 def test_a_suite_outside_the_pr_gate_is_not_enlisted_by_its_change_map(tmp_path):
     other = MAPPED.replace("suite: big", "suite: other")
-    other = other[:other.index("gates:")] + "gates: {vllm: [tp1-pp1]}\n" + other[other.index("changes:"):]
+    other = other[: other.index("gates:")] + "gates: {vllm: [tp1-pp1]}\n" + other[other.index("changes:") :]
     sc = scenarios(tmp_path, MAPPED) + scenarios(tmp_path, other, "other.yaml")
     picks = select_for_changes(sc, ["src/pipeline.py"])
     assert picks and not any(sid.startswith("other/") for sid in picks)  # neither its smoke set nor its rules
@@ -195,16 +200,20 @@ def test_a_suite_without_a_change_map_keeps_its_pr_gate(tmp_path):
     assert "big/tp2-pp2" not in picks
 
 
-@pytest.mark.parametrize("changes, message", [
-    ("changes: {smoke: [tp8-pp1]}", "changes.smoke: pattern 'tp8-pp1' matches no scenario of suite 'big'"),
-    ("changes: {smoke: [tp1-pp1], rules: [{paths: [a.py], scenarios: ['tp3*']}]}",
-     "changes.rules.0.scenarios: pattern 'tp3*' matches no scenario"),
-    ("changes: {smoke: [tp1-pp1], rules: [{paths: [/abs/a.py], scenarios: []}]}",
-     "must be relative to the repository root"),
-    ("changes: {smoke: [tp1-pp1], rules: [{paths: [], scenarios: []}]}", "changes.rules.0.paths"),
-    ("changes: {smoke: []}", "changes.smoke"),
-    ("changes: {smoke: [tp1-pp1], extra: 1}", "changes.extra"),
-])
+@pytest.mark.parametrize(
+    "changes, message",
+    [
+        ("changes: {smoke: [tp8-pp1]}", "changes.smoke: pattern 'tp8-pp1' matches no scenario of suite 'big'"),
+        (
+            "changes: {smoke: [tp1-pp1], rules: [{paths: [a.py], scenarios: ['tp3*']}]}",
+            "changes.rules.0.scenarios: pattern 'tp3*' matches no scenario",
+        ),
+        ("changes: {smoke: [tp1-pp1], rules: [{paths: [/abs/a.py], scenarios: []}]}", "must be relative to the repository root"),
+        ("changes: {smoke: [tp1-pp1], rules: [{paths: [], scenarios: []}]}", "changes.rules.0.paths"),
+        ("changes: {smoke: []}", "changes.smoke"),
+        ("changes: {smoke: [tp1-pp1], extra: 1}", "changes.extra"),
+    ],
+)
 def test_bad_change_maps_name_file_and_field(tmp_path, changes, message):
     with pytest.raises(ScenarioError, match="big.yaml") as info:
         scenarios(tmp_path, SUITE + changes + "\n")

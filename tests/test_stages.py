@@ -58,8 +58,14 @@ def test_a_bad_fault_switch_is_the_inputs_error_before_the_golden_is_read(tmp_pa
     assert isinstance(refused, Verdict) and refused.verdict == "error"
     assert refused.reason.startswith("bad fault switch:") and "rank-raise@N" in refused.reason
     # a golden is made by the clean engine, whatever the run injects
-    clean = admit(scenario, scenario.engine_settings, tmp_path / "run", RunContext(RunConfig(faults=("rank-raise@7",))),
-                  faults=False, golden=False)
+    clean = admit(
+        scenario,
+        scenario.engine_settings,
+        tmp_path / "run",
+        RunContext(RunConfig(faults=("rank-raise@7",))),
+        faults=False,
+        golden=False,
+    )
     assert isinstance(clean, Admitted) and clean.prepared.brief.faults == []
 
 
@@ -82,9 +88,13 @@ def test_a_missing_or_mismatched_golden_is_refused_with_the_command_that_makes_i
 
 def test_a_workload_the_model_cannot_take_is_the_scenario_files_error_not_the_harnesss(tmp_path):
     suite = tmp_path / "clips.yaml"
-    suite.write_text("suite: clips\nengine: reference\nmodel: tiny-llama\ngolden: {tp: 1}\nmatrix: {tp: [1]}\n"
-                     "workloads: [{name: clip, kind: logprobs, num_prompts: 1, videos: [[noise-8x8x2]]}]\n")
+    suite.write_text(
+        "suite: clips\nengine: reference\nmodel: tiny-llama\ngolden: {tp: 1}\nmatrix: {tp: [1]}\n"
+        "workloads: [{name: clip, kind: logprobs, num_prompts: 1, videos: [[noise-8x8x2]]}]\n"
+    )
     scenario = load_scenarios([suite])[0]
     refused = admit(scenario, scenario.engine_settings, tmp_path / "run", RunContext())
     assert isinstance(refused, Verdict) and refused.verdict == "error"
-    assert not refused.reason.startswith("harness error") and "videos and audios need a model with a chat template" in refused.reason
+    assert (
+        not refused.reason.startswith("harness error") and "videos and audios need a model with a chat template" in refused.reason
+    )

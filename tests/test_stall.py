@@ -186,8 +186,8 @@ def test_tree_activity_counts_children():
 
 # --- real ranks ------------------------------------------------------------------------
 
-def launch_heartbeat_ranks(tmp_path: Path, mode: str, window_s: float, cluster: Cluster | None = None,
-                           **env) -> LaunchOutcome:
+
+def launch_heartbeat_ranks(tmp_path: Path, mode: str, window_s: float, cluster: Cluster | None = None, **env) -> LaunchOutcome:
     plan = LaunchPlan(2, [sys.executable, str(HEARTBEAT_RANKS)], {"RANK_MODE": mode, **env})
     os.environ[STALL_WINDOW_ENV] = str(window_s)
     try:
@@ -241,8 +241,20 @@ def test_on_nodes_a_computing_rank_is_seen_moving_through_its_agent(tmp_path):
 def test_reference_engine_hang_is_declared_by_the_stall_detector(tmp_path):
     """The rank-hang fault on the shipped llama-tiny suite (stored golden), with a 600 s
     timeout: only the detector can end this run as a hang before the test's own limit."""
-    result = harness_cli("run", "llama-tiny/tp2-pp1", "--fault", "rank-hang@1", "--timeout", "600",
-                         "--report-dir", str(tmp_path / "reports"), "--run-id", "hang", env={STALL_WINDOW_ENV: "5"}, timeout=400)
+    result = harness_cli(
+        "run",
+        "llama-tiny/tp2-pp1",
+        "--fault",
+        "rank-hang@1",
+        "--timeout",
+        "600",
+        "--report-dir",
+        str(tmp_path / "reports"),
+        "--run-id",
+        "hang",
+        env={STALL_WINDOW_ENV: "5"},
+        timeout=400,
+    )
     assert result.returncode == 1, result.stdout + result.stderr
     v = verdict_of(tmp_path / "reports" / "hang", "llama-tiny/tp2-pp1")
     assert v["verdict"] == "hang", v["reason"]

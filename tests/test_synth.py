@@ -73,7 +73,7 @@ def test_geo_label_is_drawn_and_digits_differ():
         row, col = black[:, 0].min() // geo3k.PATCH, black[:, 1].min() // geo3k.PATCH
         for k, d in enumerate(digits):
             y, x = row * geo3k.PATCH, (col + k) * geo3k.PATCH
-            cell = (rgb[y:y + geo3k.PATCH, x:x + geo3k.PATCH] == 0).all(-1)
+            cell = (rgb[y : y + geo3k.PATCH, x : x + geo3k.PATCH] == 0).all(-1)
             cells.setdefault(d, set()).add(cell.tobytes())
     assert set(cells) == set("0123456789")
     assert all(len(v) == 1 for v in cells.values())  # a digit always looks the same

@@ -29,8 +29,10 @@ def test_unreadable_marks_are_skipped(tmp_path):
 
 
 def test_breakdown_follows_the_slowest_rank_and_adds_up_to_the_launch():
-    marks = {0: [("start", 101.0), ("rendezvous", 101.5), ("load", 102.0), ("warmup", 104.0), ("workloads", 105.0)],
-             1: [("start", 101.2), ("rendezvous", 101.5), ("load", 102.5), ("warmup", 103.0), ("workloads", 105.0)]}
+    marks = {
+        0: [("start", 101.0), ("rendezvous", 101.5), ("load", 102.0), ("warmup", 104.0), ("workloads", 105.0)],
+        1: [("start", 101.2), ("rendezvous", 101.5), ("load", 102.5), ("warmup", 103.0), ("workloads", 105.0)],
+    }
     b = rank_breakdown(marks, 100.0, 106.0)
     assert list(b) == ["start", "rendezvous", "load", "warmup", "workloads", "exit"]
     assert b == {"start": 1.2, "rendezvous": 0.3, "load": 1.0, "warmup": 1.5, "workloads": 1.0, "exit": 1.0}
@@ -54,8 +56,12 @@ def test_launch_without_marks_is_one_engine_phase(tmp_path):
 
 def test_wait_for_devices_is_neither_engine_nor_harness():
     t = timings.summarise({"prepare": 0.5, "wait": 7.0, "start": 1.0, "exit": 0.2, "compare": 0.3})
-    assert t == {"phases": {"prepare": 0.5, "wait": 7.0, "start": 1.0, "exit": 0.2, "compare": 0.3},
-                 "engine_s": 1.2, "harness_s": 0.8, "wait_s": 7.0}
+    assert t == {
+        "phases": {"prepare": 0.5, "wait": 7.0, "start": 1.0, "exit": 0.2, "compare": 0.3},
+        "engine_s": 1.2,
+        "harness_s": 0.8,
+        "wait_s": 7.0,
+    }
     assert timings.harness_other(t) == pytest.approx(0.5)
 
 
@@ -75,9 +81,22 @@ def test_a_verdict_without_timings_still_loads(tmp_path):
 
 def _timed(scenario: str) -> Verdict:
     v = passing(scenario)
-    v.timings = timings.summarise({"prepare": 0.2, "golden": 0.1, "wait": 0.0, "start": 1.5, "rendezvous": 0.1,
-                                   "load": 0.3, "warmup": 4.0, "workloads": 1.0, "write": 0.1, "exit": 0.3,
-                                   "compare": 0.2, "verdict": 0.01})
+    v.timings = timings.summarise(
+        {
+            "prepare": 0.2,
+            "golden": 0.1,
+            "wait": 0.0,
+            "start": 1.5,
+            "rendezvous": 0.1,
+            "load": 0.3,
+            "warmup": 4.0,
+            "workloads": 1.0,
+            "write": 0.1,
+            "exit": 0.3,
+            "compare": 0.2,
+            "verdict": 0.01,
+        }
+    )
     return v
 
 
@@ -105,8 +124,20 @@ def test_a_real_scenario_records_every_phase_in_its_verdict(tmp_path):
     v = run_scenario(scenario, tmp_path / "run")
     assert v.verdict == "pass", v.explain()
     phases = v.timings["phases"]
-    assert list(phases) == ["prepare", "golden", "wait", "start", "rendezvous", "load", "warmup", "workloads",
-                            "write", "exit", "compare", "verdict"]
+    assert list(phases) == [
+        "prepare",
+        "golden",
+        "wait",
+        "start",
+        "rendezvous",
+        "load",
+        "warmup",
+        "workloads",
+        "write",
+        "exit",
+        "compare",
+        "verdict",
+    ]
     assert all(s >= 0 for s in phases.values())
     # the phases partition the scenario: together no longer than its wall time
     assert sum(phases.values()) <= v.duration_s + 0.05

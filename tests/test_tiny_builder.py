@@ -83,9 +83,16 @@ def test_a_versioned_run_builds_its_tiny_checkpoint_with_the_harness_not_the_rel
 
 
 def _manifest(**fields) -> dict:
-    m = goldens.make_manifest(suite="mm/qwen3-vl", model="arch:Qwen3VLForConditionalGeneration seed=0", model_sha256="a" * 64,
-                              workload_sha256="bb", engine="vllm", dtype="float32", settings={"tp": 1},
-                              versions={"torch": "2.13.0+cpu", "transformers": "5.19.0", "vllm": "0.32.0"})
+    m = goldens.make_manifest(
+        suite="mm/qwen3-vl",
+        model="arch:Qwen3VLForConditionalGeneration seed=0",
+        model_sha256="a" * 64,
+        workload_sha256="bb",
+        engine="vllm",
+        dtype="float32",
+        settings={"tp": 1},
+        versions={"torch": "2.13.0+cpu", "transformers": "5.19.0", "vllm": "0.32.0"},
+    )
     m.update(fields)
     return m
 
@@ -102,8 +109,16 @@ def golden_without_builder(tmp_path, monkeypatch):
 
 def test_the_manifest_records_the_builder_of_a_tiny_checkpoint_only():
     assert _manifest(model_builder=GOLDEN_BUILDER)["model_builder"] == GOLDEN_BUILDER
-    assert "model_builder" not in goldens.make_manifest(suite="s", model="tiny-llama", model_sha256="a", workload_sha256="b",
-                                                        engine="reference", dtype="float32", settings={}, versions={})
+    assert "model_builder" not in goldens.make_manifest(
+        suite="s",
+        model="tiny-llama",
+        model_sha256="a",
+        workload_sha256="b",
+        engine="reference",
+        dtype="float32",
+        settings={},
+        versions={},
+    )
     assert "model_builder" not in goldens.BINDING_FIELDS  # information: the digest binds
 
 

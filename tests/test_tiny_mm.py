@@ -118,13 +118,18 @@ def test_fused_experts_are_saved_in_the_published_layout_and_read_back_the_same(
 
     from harness.inputs.models import tiny
 
-    ref = ArchModel(arch="Qwen3VLMoeForConditionalGeneration", overrides={"text_config": {"moe_intermediate_size": 32}},
-                    extra_config={"text_config": {"norm_topk_prob": True}})
+    ref = ArchModel(
+        arch="Qwen3VLMoeForConditionalGeneration",
+        overrides={"text_config": {"moe_intermediate_size": 32}},
+        extra_config={"text_config": {"norm_topk_prob": True}},
+    )
     directory = models.resolve(ref, sys.executable).directory
     with safe_open(directory / "model.safetensors", "pt") as f:
         shapes = {k: f.get_slice(k).get_shape() for k in f.keys() if "layers.0.mlp.experts" in k}
-    assert shapes == {"model.language_model.layers.0.mlp.experts.gate_up_proj": [4, 128, 64],
-                      "model.language_model.layers.0.mlp.experts.down_proj": [4, 32, 128]}
+    assert shapes == {
+        "model.language_model.layers.0.mlp.experts.gate_up_proj": [4, 128, 64],
+        "model.language_model.layers.0.mlp.experts.down_proj": [4, 32, 128],
+    }
 
     built = tiny.build_model(ref.arch, ref.seed, ref.overrides, ref.extra_config)
     read = Qwen3VLMoeForConditionalGeneration.from_pretrained(directory).eval()
@@ -138,8 +143,11 @@ def test_multimodal_rope_sections_fit_the_tiny_head():
     config, scaled to the tiny head's rotary half, so vLLM and transformers read one split."""
     from harness.inputs.models import tiny
 
-    for arch, expected in [("Qwen2VLForConditionalGeneration", [4, 6, 6]), ("Qwen3VLForConditionalGeneration", [6, 5, 5]),
-                           ("Glm4vForConditionalGeneration", [2, 3, 3])]:
+    for arch, expected in [
+        ("Qwen2VLForConditionalGeneration", [4, 6, 6]),
+        ("Qwen3VLForConditionalGeneration", [6, 5, 5]),
+        ("Glm4vForConditionalGeneration", [2, 3, 3]),
+    ]:
         text = tiny.build_model(arch, 0, {}).config.text_config
         assert text.rope_parameters["mrope_section"] == expected, arch
         head_dim = getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads
@@ -178,11 +186,17 @@ def test_an_audio_prompt_reads_through_transformers_own_processor_and_model():
 
     directory = models.resolve(ArchModel(arch="Qwen2AudioForConditionalGeneration"), sys.executable).directory
     config = json.loads((directory / "config.json").read_text())
-    ids = present(chat.template_of(directory)).prompt_ids("What is this sound?", chat.Media(audios=1), 20, load_tokenizer(directory))
+    ids = present(chat.template_of(directory)).prompt_ids(
+        "What is this sound?", chat.Media(audios=1), 20, load_tokenizer(directory)
+    )
     assert ids.count(config["audio_token_index"]) == 1
     processor = AutoProcessor.from_pretrained(directory)
-    inputs = processor(text=processor.tokenizer.decode(ids), audio=[np.load(media.audio_path("tone-500ms"))],
-                       sampling_rate=media.AUDIO_RATE, return_tensors="pt")
+    inputs = processor(
+        text=processor.tokenizer.decode(ids),
+        audio=[np.load(media.audio_path("tone-500ms"))],
+        sampling_rate=media.AUDIO_RATE,
+        return_tensors="pt",
+    )
     expanded = int((inputs["input_ids"] == config["audio_token_index"]).sum())
     assert 1 < expanded < 100  # half a second: a handful of audio positions, not 30 s of padding
     model = Qwen2AudioForConditionalGeneration.from_pretrained(directory).eval()
@@ -193,13 +207,22 @@ def test_an_audio_prompt_reads_through_transformers_own_processor_and_model():
 def test_a_workload_checks_each_media_name_by_its_kind_and_counts_one_entry_per_prompt():
     from harness.inputs.scenarios.schema import WorkloadDef
 
-    ok = WorkloadDef(name="w", kind="logprobs", num_prompts=2, images=[None, ["noise-56x84", "gradient-84x56"]],
-                     videos=["gradient-56x56x4", None], audios=[None, "tone-500ms"])
+    ok = WorkloadDef(
+        name="w",
+        kind="logprobs",
+        num_prompts=2,
+        images=[None, ["noise-56x84", "gradient-84x56"]],
+        videos=["gradient-56x56x4", None],
+        audios=[None, "tone-500ms"],
+    )
     assert ok.media_of("images", 1) == ["noise-56x84", "gradient-84x56"] and ok.media_of("images", 0) == []
     assert ok.media_of("videos", 0) == ["gradient-56x56x4"] and ok.media_of("audios", 1) == ["tone-500ms"]
     bad_media: list[tuple[dict[str, Any], str]] = [
-        ({"videos": ["gradient-56x56", None]}, "video name"), ({"audios": ["noise-56x84", None]}, "audio name"),
-        ({"images": ["tone-500ms", None]}, "image name"), ({"audios": ["tone-500ms"]}, "audios has 1 entries")]
+        ({"videos": ["gradient-56x56", None]}, "video name"),
+        ({"audios": ["noise-56x84", None]}, "audio name"),
+        ({"images": ["tone-500ms", None]}, "image name"),
+        ({"audios": ["tone-500ms"]}, "audios has 1 entries"),
+    ]
     for bad, said in bad_media:
         with pytest.raises(ValueError, match=said):
             WorkloadDef(name="w", kind="logprobs", num_prompts=2, **bad)

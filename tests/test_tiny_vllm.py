@@ -13,9 +13,19 @@ from harness.inputs.models import tiny_vllm
 
 
 def step3_config(**fields) -> SimpleNamespace:
-    base = dict(hidden_size=128, vocab_size=512, share_q_dim=64, head_dim=32, num_attention_heads=4,
-                moe_num_experts=4, moe_intermediate_size=64, share_expert_dim=64, intermediate_size=256,
-                num_hidden_layers=2, moe_layers_enum="1")
+    base = dict(
+        hidden_size=128,
+        vocab_size=512,
+        share_q_dim=64,
+        head_dim=32,
+        num_attention_heads=4,
+        moe_num_experts=4,
+        moe_intermediate_size=64,
+        share_expert_dim=64,
+        intermediate_size=256,
+        num_hidden_layers=2,
+        moe_layers_enum="1",
+    )
     return SimpleNamespace(**(base | fields))
 
 

@@ -36,8 +36,13 @@ def unguarded(tmp_path_factory) -> Path:
 
 
 def _python(code: str, path: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=300,
-                          env={"PYTHONPATH": f"{path}:{ROOT}", "PATH": "/usr/bin:/bin"})
+    return subprocess.run(
+        [sys.executable, "-c", code, *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={"PYTHONPATH": f"{path}:{ROOT}", "PATH": "/usr/bin:/bin"},
+    )
 
 
 def test_the_harness_imports_a_torchvision_without_ops_unedited(unguarded):
@@ -56,8 +61,9 @@ def test_the_tiny_builder_script_gets_the_guard_by_path(unguarded, tmp_path):
     loads the guard from its file, then runs the script with its own arguments."""
     script = tmp_path / "builder.py"
     (tmp_path / "sibling.py").write_text("NAME = 'sibling'\n")
-    script.write_text("import sys, sibling, torchvision\nassert 'harness' not in sys.modules\n"
-                      "print(sibling.NAME, sys.argv[1:])\n")
+    script.write_text(
+        "import sys, sibling, torchvision\nassert 'harness' not in sys.modules\nprint(sibling.NAME, sys.argv[1:])\n"
+    )
     done = _python(_BUILDER_BOOT, unguarded, str(TORCHVISION_GUARD), str(script), "--arch", "X")
     if _python("import torchvision", unguarded).returncode == 0:
         pytest.skip("this torchvision's C ops load here: nothing to guard")

@@ -79,8 +79,10 @@ def test_reference_engine_reproduces_training_model(geo_dir, trained, tokenizer,
     outputs = run_in_process(brief)
     pixels = load_image(str(png))[None]
     with torch.no_grad():
-        expected = {"text": trained(torch.tensor([arith_prompt])).log_softmax(-1)[0],
-                    "image": trained(torch.tensor([geo_prompt]), pixels).log_softmax(-1)[0]}
+        expected = {
+            "text": trained(torch.tensor([arith_prompt])).log_softmax(-1)[0],
+            "image": trained(torch.tensor([geo_prompt]), pixels).log_softmax(-1)[0],
+        }
     for name, logprobs in expected.items():
         got = outputs.workload(name)
         ours = logprobs.gather(-1, got["topk_ids"])

@@ -33,8 +33,17 @@ def left_in_shared_memory(run_dir: Path, sid: str) -> list[str]:
 
 
 def run(tmp_path: Path, scenarios: Path, *args: str) -> tuple[subprocess.CompletedProcess, Path]:
-    result = harness_cli("run", "--report-dir", str(tmp_path), "--run-id", "r", *args, scenarios=scenarios, timeout=900,
-                         what=f"harness run {' '.join(args[:3])}")
+    result = harness_cli(
+        "run",
+        "--report-dir",
+        str(tmp_path),
+        "--run-id",
+        "r",
+        *args,
+        scenarios=scenarios,
+        timeout=900,
+        what=f"harness run {' '.join(args[:3])}",
+    )
     return result, tmp_path / "r"
 
 
@@ -52,7 +61,7 @@ def test_worker_crash_names_the_pp1_worker_and_its_root_cause(tmp_path):
     assert v["crash"]["rank"].startswith("Worker_PP1 (vLLM worker: PP rank 1"), v["reason"]
     # compile is on, so the KeyError surfaces through Dynamo's tracing of the forward
     assert "KeyError" in v["crash"]["exception"] and "residual" in v["crash"]["exception"], v["reason"]
-    assert 'vllm/model_executor/models/llama.py' in v["crash"]["traceback"]  # the model's own frame
+    assert "vllm/model_executor/models/llama.py" in v["crash"]["traceback"]  # the model's own frame
     assert 'intermediate_tensors["residual"]' in v["crash"]["traceback"]
     assert "the process the harness launched, launcher rank 0, saw:" in v["crash"]["traceback"]  # its generic error, as context
     assert result.returncode == 1
@@ -71,8 +80,11 @@ def test_what_vllm_applied_is_measured_in_its_workers(tmp_path):
     assert pp_compile["applied"]["pp"] == {"value": 2, "applied": True, "evidence": "stage 0: layers 0-1; stage 1: layers 2-3"}
     assert pp_compile["applied"]["compile"]["applied"] is True, pp_compile["applied"]
     assert "compilation counter" in pp_compile["applied"]["compile"]["evidence"]
-    assert tp["applied"]["tp"] == {"value": 2, "applied": True,
-                                   "evidence": "TP group size 2 on 2 workers; each attention layer holds 2 of 4 heads"}
+    assert tp["applied"]["tp"] == {
+        "value": 2,
+        "applied": True,
+        "evidence": "TP group size 2 on 2 workers; each attention layer holds 2 of 4 heads",
+    }
     # the engine start split by what the workers did (startup.py), adding up to `load`
     start = pp_compile["timings"]["engine_start"]
     assert {"worker start + import", "model build + load", "KV cache sizing", "engine ready"} <= set(start), start
@@ -91,8 +103,17 @@ def test_drivers_from_the_pool_give_what_fresh_drivers_give_bit_for_bit(tmp_path
 
     ids = ["vllm-llama/tp1-pp1", "vllm-archs/arch-qwen3-tp2-pp1"]
     pooled, pooled_dir = run(tmp_path / "pooled", ROOT / "scenarios", *ids)
-    fresh = harness_cli("run", "--report-dir", str(tmp_path / "fresh"), "--run-id", "r", *ids, timeout=900,
-                        env={"HARNESS_RANK_POOL": "0", "HARNESS_VLLM_FORK": "0"}, what="harness run, drivers started fresh")
+    fresh = harness_cli(
+        "run",
+        "--report-dir",
+        str(tmp_path / "fresh"),
+        "--run-id",
+        "r",
+        *ids,
+        timeout=900,
+        env={"HARNESS_RANK_POOL": "0", "HARNESS_VLLM_FORK": "0"},
+        what="harness run, drivers started fresh",
+    )
     fresh_dir = tmp_path / "fresh" / "r"
     assert pooled.returncode == 0 and fresh.returncode == 0, pooled.stdout + fresh.stdout
     for sid in ids:
@@ -100,7 +121,9 @@ def test_drivers_from_the_pool_give_what_fresh_drivers_give_bit_for_bit(tmp_path
         assert (a.meta["driver_preimported"], b.meta["driver_preimported"]) == (True, False), sid
         assert a.meta["started_by"] == {"engine_core": "fork", "workers": ["fork"]}, (sid, a.meta["started_by"])
         assert b.meta["started_by"] == {"engine_core": "spawn", "workers": ["spawn"]}, (sid, b.meta["started_by"])
-        assert a.meta["kv_cache"] == {"via": "kv_cache_memory_bytes", "bytes": 128 << 20}, a.meta["kv_cache"]  # 0.32 reads the argument
+        assert a.meta["kv_cache"] == {"via": "kv_cache_memory_bytes", "bytes": 128 << 20}, a.meta[
+            "kv_cache"
+        ]  # 0.32 reads the argument
         assert a.tensors.keys() == b.tensors.keys() and all(a.tensors[k].equal(b.tensors[k]) for k in a.tensors), sid
     assert not survivors(pooled_dir) and not survivors(fresh_dir)
     # a forked worker ends without the destructor that unlinks its communicator's shared
@@ -125,13 +148,14 @@ def test_which_architectures_vllm_serves_and_with_pp_is_asked_of_its_registry(tm
     from harness.engines.vllm import VllmEngine
 
     engine = VllmEngine()
-    for arch, said in [("NoSuchForCausalLM", "does not serve architecture NoSuchForCausalLM"),
-                       ("BertModel", "not a text-generation model"),
-                       ("Qwen3ForCausalLM", None)]:
+    for arch, said in [
+        ("NoSuchForCausalLM", "does not serve architecture NoSuchForCausalLM"),
+        ("BertModel", "not a text-generation model"),
+        ("Qwen3ForCausalLM", None),
+    ]:
         ckpt = tmp_path / arch
         ckpt.mkdir()
-        (ckpt / "config.json").write_text(json.dumps({"architectures": [arch], "num_attention_heads": 4,
-                                                      "num_hidden_layers": 2}))
+        (ckpt / "config.json").write_text(json.dumps({"architectures": [arch], "num_attention_heads": 4, "num_hidden_layers": 2}))
         reason = engine.unsupported_reason({"tp": 2, "pp": 2, "sp": False, "compile": False}, ckpt)
         if said is None:
             assert reason is None, (arch, reason)
@@ -154,15 +178,17 @@ def test_every_tiny_multimodal_prompt_marks_its_images_as_vllm_expects():
     for ref in suite.archs.values():
         assert isinstance(ref, ArchModel), ref  # the sweep names vLLM's model classes, each its tiny checkpoint
         archs[ref.arch] = models.resolve(ref, str(default_python())).directory
-    ask = ("import json, sys\n"
-           "from vllm.model_executor.models.registry import ModelRegistry\n"
-           "print(json.dumps({a: ModelRegistry._try_load_model_cls(a).get_placeholder_str('image', 1) for a in sys.argv[1:]}))")
+    ask = (
+        "import json, sys\n"
+        "from vllm.model_executor.models.registry import ModelRegistry\n"
+        "print(json.dumps({a: ModelRegistry._try_load_model_cls(a).get_placeholder_str('image', 1) for a in sys.argv[1:]}))"
+    )
     done = subprocess.run([str(default_python()), "-c", ask, *archs], capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     vllm_marks = json.loads(done.stdout.strip().splitlines()[-1])
     for arch, directory in archs.items():
         rendered = present(chat.template_of(directory)).render("\x00", chat.Media(images=1))  # a text no mark can contain
-        mark = rendered[rendered.index("<s>") + 3: rendered.index("\x00")]
+        mark = rendered[rendered.index("<s>") + 3 : rendered.index("\x00")]
         expected = vllm_marks[arch]
         if expected is None:  # vLLM leaves the mark to the model's chat template: the processor's own, or none
             assert mark in ("", json.loads((directory / "processor_config.json").read_text()).get("image_token", "")), arch
@@ -227,7 +253,7 @@ def test_deepstack_missing_from_the_compiled_graph_drops_the_image_score_under_c
 
 # What vLLM does in each worker it starts: resolve the fault extension class by name
 # (worker_extension_cls), then run the model, which reads IntermediateTensors.
-FAULTS_CHILD = '''
+FAULTS_CHILD = """
 import multiprocessing, sys
 
 def worker(queue):
@@ -245,7 +271,7 @@ if __name__ == "__main__":
     child.start()
     print("WORKER-SEES", queue.get(timeout=300))
     child.join()
-'''
+"""
 
 
 @pytest.mark.parametrize("method", ["fork", "spawn"])
@@ -264,7 +290,7 @@ def test_fault_switches_reach_a_worker_started_by(method, tmp_path):
     assert "WORKER-SEES _install_pp_faults.<locals>.getitem" in done.stdout, (done.stdout, done.stderr[-2000:])
 
 
-ARM_AFTER_A_STALE_VARIABLE = '''
+ARM_AFTER_A_STALE_VARIABLE = """
 import os
 os.environ["HARNESS_VLLM_FAULTS"] = "pp-zero-aux@0"  # left from elsewhere: importing installs it
 from harness.engines.vllm import faults
@@ -277,7 +303,7 @@ assert IntermediateTensors.__getitem__ is patched
 faults.arm([])  # a clean run: nothing on, for this process and what it starts
 assert faults._ON == {} and os.environ["HARNESS_VLLM_FAULTS"] == ""
 print("ARMED-AS-ASKED")
-'''
+"""
 
 
 def test_arm_replaces_faults_a_stale_variable_installed_and_patches_once():
@@ -287,8 +313,9 @@ def test_arm_replaces_faults_a_stale_variable_installed_and_patches_once():
     from harness.engines.vllm import default_python
 
     env = {**os.environ, "PYTHONPATH": str(import_root())}
-    done = subprocess.run([str(default_python()), "-c", ARM_AFTER_A_STALE_VARIABLE], capture_output=True, text=True,
-                          timeout=600, env=env)
+    done = subprocess.run(
+        [str(default_python()), "-c", ARM_AFTER_A_STALE_VARIABLE], capture_output=True, text=True, timeout=600, env=env
+    )
     assert done.returncode == 0 and "ARMED-AS-ASKED" in done.stdout, done.stderr[-3000:]
 
 
@@ -299,14 +326,16 @@ def test_every_installed_vllm_release_has_the_engine_shutdown_the_driver_uses():
     from harness.engines.vllm import default_python
     from harness.inputs.engine_envs import installed_pythons
 
-    ask = ("import inspect, vllm\n"
-           "from vllm import LLM\n"
-           "from vllm.v1.engine.llm_engine import LLMEngine\n"
-           "from vllm.v1.engine.core_client import EngineCoreClient\n"
-           "public = callable(getattr(LLM, 'shutdown', None))\n"
-           "private = 'self.llm_engine' in inspect.getsource(LLM.__init__) and 'self.engine_core' in inspect.getsource(LLMEngine.__init__) "
-           "and callable(getattr(EngineCoreClient, 'shutdown', None))\n"
-           "print(vllm.__version__, public or private)\n")
+    ask = (
+        "import inspect, vllm\n"
+        "from vllm import LLM\n"
+        "from vllm.v1.engine.llm_engine import LLMEngine\n"
+        "from vllm.v1.engine.core_client import EngineCoreClient\n"
+        "public = callable(getattr(LLM, 'shutdown', None))\n"
+        "private = 'self.llm_engine' in inspect.getsource(LLM.__init__) and 'self.engine_core' in inspect.getsource(LLMEngine.__init__) "
+        "and callable(getattr(EngineCoreClient, 'shutdown', None))\n"
+        "print(vllm.__version__, public or private)\n"
+    )
     pythons = [default_python(), *installed_pythons("vllm")]
     answers = [subprocess.run([str(p), "-c", ask], capture_output=True, text=True, timeout=300) for p in pythons]
     for python, done in zip(pythons, answers):

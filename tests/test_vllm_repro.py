@@ -30,8 +30,15 @@ def write(tmp_path: Path, scenario_id: str) -> Path:
 def run_script(script: Path, tmp_path: Path, python: str, *args: str):
     # no PYTHONPATH: the script must stand alone (the harness is not importable there)
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    return run_process([python, str(script), "--work-dir", str(tmp_path / "work"), *args], 900, f"python {script.name}",
-                       capture_output=True, text=True, env=env, cwd=tmp_path)
+    return run_process(
+        [python, str(script), "--work-dir", str(tmp_path / "work"), *args],
+        900,
+        f"python {script.name}",
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+    )
 
 
 def test_eager_pp_repro_exits_1_naming_the_crashed_worker(tmp_path):
@@ -62,7 +69,9 @@ def test_expert_parallel_repro_exits_1_naming_the_worker_that_died(tmp_path):
     done = run_script(script, tmp_path, str(VllmEngine().python()))
     assert done.returncode == 1, done.stdout + done.stderr
     # either EP rank's worker may fault first (both get global expert ids past their 2 local experts)
-    assert re.search(r"RESULT: bug present: tp2-pp1-ep-batch-all crash: Worker_TP[01]_EP[01] \(pid \d+\): ", done.stdout), done.stdout
+    assert re.search(r"RESULT: bug present: tp2-pp1-ep-batch-all crash: Worker_TP[01]_EP[01] \(pid \d+\): ", done.stdout), (
+        done.stdout
+    )
     assert "== tp1-pp1" not in done.stdout
 
 

@@ -28,21 +28,23 @@ from tests.kit.present import present
 ROOT = Path(__file__).resolve().parent.parent
 W1 = "(Worker_PP1 pid=27010) ERROR 11-21 06:11:21 [multiproc_executor.py:1063] "
 EC = "(EngineCore pid=26907) ERROR 11-21 06:11:21 [core.py:1512] "
-LOG = "\n".join([
-    "(EngineCore pid=26907) INFO 11-21 06:11:20 [core.py:99] starting",
-    W1 + "WorkerProc hit an exception.",
-    W1 + "Traceback (most recent call last):",
-    W1 + '  File "/venv/vllm/model_executor/models/llama.py", line 412, in forward',
-    W1 + '    residual = intermediate_tensors["residual"]',
-    W1 + "KeyError: 'residual'",
-    EC + "EngineCore encountered a fatal error.",
-    EC + "Traceback (most recent call last):",
-    EC + '  File "/venv/vllm/v1/core/sched/scheduler.py", line 2105, in update_from_output',
-    EC + "KeyError: '0-b22c6e32'",
-    "Traceback (most recent call last):",
-    '  File "/venv/vllm/v1/engine/core_client.py", line 996, in get_output',
-    "vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue.",
-])
+LOG = "\n".join(
+    [
+        "(EngineCore pid=26907) INFO 11-21 06:11:20 [core.py:99] starting",
+        W1 + "WorkerProc hit an exception.",
+        W1 + "Traceback (most recent call last):",
+        W1 + '  File "/venv/vllm/model_executor/models/llama.py", line 412, in forward',
+        W1 + '    residual = intermediate_tensors["residual"]',
+        W1 + "KeyError: 'residual'",
+        EC + "EngineCore encountered a fatal error.",
+        EC + "Traceback (most recent call last):",
+        EC + '  File "/venv/vllm/v1/core/sched/scheduler.py", line 2105, in update_from_output',
+        EC + "KeyError: '0-b22c6e32'",
+        "Traceback (most recent call last):",
+        '  File "/venv/vllm/v1/engine/core_client.py", line 996, in get_output',
+        "vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue.",
+    ]
+)
 
 
 def test_root_cause_is_the_worker_not_the_engine_core_or_driver():
@@ -59,8 +61,10 @@ def test_hard_worker_death_without_traceback_is_named():
     assert cause.process == "Worker_TP1" and cause.exception == "died unexpectedly (exit code 3)"
 
 
-SEGFAULT = ("(EngineCore pid=13172) ERROR 11-27 07:34:30 [multiproc_executor.py:315] Worker proc VllmWorker-1 died "
-            "unexpectedly (exit code: -11), shutting down executor.")
+SEGFAULT = (
+    "(EngineCore pid=13172) ERROR 11-27 07:34:30 [multiproc_executor.py:315] Worker proc VllmWorker-1 died "
+    "unexpectedly (exit code: -11), shutting down executor."
+)
 
 
 def test_a_workers_death_by_signal_is_kept_in_the_crash(tmp_path):
@@ -93,18 +97,27 @@ def test_a_workers_death_by_signal_is_kept_in_the_crash(tmp_path):
     assert "launcher rank 0, saw: EngineDeadError: EngineCore encountered an issue., exit code 1)" in v.crash["traceback"]
 
 
-@pytest.mark.parametrize(("log", "exitcode", "signal", "exception"), [
-    ("Worker proc Worker_TP1 died unexpectedly (exit code: 3), shutting down", 3, None, "died unexpectedly (exit code 3)"),
-    # older vLLM logs no code: the signal faulthandler names, where it printed
-    ("Worker proc VllmWorker-0 died unexpectedly, shutting down executor.\nFatal Python error: Segmentation fault",
-     None, "SIGSEGV", "Fatal Python error: Segmentation fault"),
-    ("Worker proc VllmWorker-0 died unexpectedly, shutting down executor.", None, None, "died unexpectedly"),
-])
+@pytest.mark.parametrize(
+    ("log", "exitcode", "signal", "exception"),
+    [
+        ("Worker proc Worker_TP1 died unexpectedly (exit code: 3), shutting down", 3, None, "died unexpectedly (exit code 3)"),
+        # older vLLM logs no code: the signal faulthandler names, where it printed
+        (
+            "Worker proc VllmWorker-0 died unexpectedly, shutting down executor.\nFatal Python error: Segmentation fault",
+            None,
+            "SIGSEGV",
+            "Fatal Python error: Segmentation fault",
+        ),
+        ("Worker proc VllmWorker-0 died unexpectedly, shutting down executor.", None, None, "died unexpectedly"),
+    ],
+)
 def test_how_a_worker_died_is_read_from_what_the_log_says(log, exitcode, signal, exception):
     from harness.engines.vllm.crash import root_cause as vllm_root_cause
 
     first, *rest = log.split("\n")
-    cause = present(vllm_root_cause("\n".join([f"(EngineCore pid=5) ERROR 11-21 06:11:21 [multiproc_executor.py:316] {first}", *rest])))
+    cause = present(
+        vllm_root_cause("\n".join([f"(EngineCore pid=5) ERROR 11-21 06:11:21 [multiproc_executor.py:316] {first}", *rest]))
+    )
     assert (cause.exitcode, cause.signal, cause.exception) == (exitcode, signal, exception)
 
 
@@ -131,7 +144,12 @@ def test_root_cause_names_the_worker_and_the_crash_keeps_the_drivers_view_as_con
     assert v.crash["rank"].startswith("Worker_PP1") and v.crash["exception"] == "KeyError: 'residual'"
     assert "EngineDeadError" in v.crash["traceback"] and v.crash["log"] == str(log) and v.crash["exitcode"] == 1
     log.write_text("no vLLM lines")
-    assert present(present(launch_verdict("s/x", LaunchOutcome("crash", 5.0, failure=driver, logs={0: str(log)}), engine)).crash)["rank"] == 0
+    assert (
+        present(present(launch_verdict("s/x", LaunchOutcome("crash", 5.0, failure=driver, logs={0: str(log)}), engine)).crash)[
+            "rank"
+        ]
+        == 0
+    )
 
 
 def test_a_hang_after_a_worker_raised_is_that_workers_crash(tmp_path):
@@ -205,7 +223,7 @@ def test_image_workload_puts_the_placeholder_and_checksums_content(tmp_path, mon
     model = zoo.model_dir("tiny-qwen25vl")
     cfg = json.loads((model / "config.json").read_text())
     w = WorkloadDef(name="vl", kind="logprobs", num_prompts=2, images=["gradient-84x56", None])
-    (first, second), = [wl.tokenize([w], model, zoo.load_tokenizer(model))[0]["prompts"]]
+    ((first, second),) = [wl.tokenize([w], model, zoo.load_tokenizer(model))[0]["prompts"]]
     assert first[1:4] == [cfg["vision_start_token_id"], cfg["image_token_id"], cfg["vision_end_token_id"]]
     assert cfg["image_token_id"] not in second
     resolved = wl.tokenize([w], model, zoo.load_tokenizer(model))
@@ -220,8 +238,14 @@ def test_image_workload_puts_the_placeholder_and_checksums_content(tmp_path, mon
 # imported these and did nothing else (the launcher's zygote, harness/engines/launch/pool.py); it
 # forks only a process without threads, so scipy's OpenBLAS and pyarrow's jemalloc, which
 # transformers imports, start none (as in tests/test_hf_golden.py).
-ZOO_BUILD_PRELOAD = ("torch", "transformers", "transformers.modeling_utils", "transformers.models.auto.modeling_auto",
-                     "harness.inputs.zoo", "harness.inputs.zoo.hf_families")
+ZOO_BUILD_PRELOAD = (
+    "torch",
+    "transformers",
+    "transformers.modeling_utils",
+    "transformers.models.auto.modeling_auto",
+    "harness.inputs.zoo",
+    "harness.inputs.zoo.hf_families",
+)
 ZOO_BUILD_ENV = {"OPENBLAS_NUM_THREADS": "1", "JE_ARROW_MALLOC_CONF": "background_thread:false"}
 
 
@@ -231,8 +255,7 @@ def zoo_builds():
     (the builds then start fresh)."""
     from harness.engines.launch.pool import Zygote, ZygoteUnavailable
 
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
-           **ZOO_BUILD_ENV}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])), **ZOO_BUILD_ENV}
     try:
         zygote = Zygote(sys.executable, ZOO_BUILD_PRELOAD, env)
     except ZygoteUnavailable as exc:
@@ -279,8 +302,13 @@ def test_a_prompt_with_two_images_reaches_vllm_as_a_list_and_raises_its_per_prom
     from harness.engines.vllm.driver import plain_kwargs, prompt_inputs
 
     one, two = str(images.image_path("noise-56x84")), str(images.image_path("gradient-84x56"))
-    workload = {"name": "w", "kind": "logprobs", "top_k": 5, "prompts": [[0, 3, 9], [0, 9], [0, 3, 3, 9]],
-                "images": [one, None, [one, two]]}
+    workload = {
+        "name": "w",
+        "kind": "logprobs",
+        "top_k": 5,
+        "prompts": [[0, 3, 9], [0, 9], [0, 3, 3, 9]],
+        "images": [one, None, [one, two]],
+    }
     inputs = prompt_inputs(workload)
     assert "multi_modal_data" not in inputs[1]
     assert inputs[0]["multi_modal_data"]["image"].size == (56, 84)
@@ -327,8 +355,14 @@ def test_videos_and_audio_clips_reach_vllm_as_arrays_with_their_limits(tmp_path,
 
     monkeypatch.setenv("HARNESS_CACHE", str(tmp_path))
     video, clip = str(media.video_path("gradient-56x56x4")), str(media.audio_path("tone-250ms"))
-    workload = {"name": "w", "kind": "logprobs", "top_k": 5, "prompts": [[0, 3, 9], [0, 4, 4, 9]],
-                "videos": [video, None], "audios": [None, [clip, clip]]}
+    workload = {
+        "name": "w",
+        "kind": "logprobs",
+        "top_k": 5,
+        "prompts": [[0, 3, 9], [0, 4, 4, 9]],
+        "videos": [video, None],
+        "audios": [None, [clip, clip]],
+    }
     first, second = prompt_inputs(workload)
     frames, told = first["multi_modal_data"]["video"]
     assert frames.shape == (4, 56, 56, 3) and "audio" not in first["multi_modal_data"]
@@ -377,8 +411,18 @@ def test_sp_counts_as_applied_only_where_vllms_pass_ran_and_rewrote_the_graph():
     from harness.engines.vllm.evidence import summarize
 
     def workers(**w):
-        return [{"sp": True, "compile_mode": "VLLM_COMPILE", "sp_pass": True, "sp_runs": 2, "sp_matched": 6,
-                 "compile": {"num_compiled_artifacts_loaded": 0}, **w} for _ in range(2)]
+        return [
+            {
+                "sp": True,
+                "compile_mode": "VLLM_COMPILE",
+                "sp_pass": True,
+                "sp_runs": 2,
+                "sp_matched": 6,
+                "compile": {"num_compiled_artifacts_loaded": 0},
+                **w,
+            }
+            for _ in range(2)
+        ]
 
     ran = summarize({"sp": True}, workers())["sp"]
     assert ran["applied"] is True and "ran in every worker (2/2 graph(s)) and rewrote 6/6" in ran["evidence"]
@@ -425,10 +469,13 @@ def test_the_top_k_row_is_vllms_top_k_whatever_the_sampled_tokens_rank():
     from harness.engines.vllm.driver import topk_row
 
     top = {7: _Logprob(-0.1, 1), 3: _Logprob(-0.5, 2), 9: _Logprob(-0.9, 3)}
-    for row in (top, {7: _Logprob(-0.1, 1), **{t: lp for t, lp in top.items() if t != 7}},  # sampled = best
-                {5: _Logprob(-4.0, 12), **top},  # sampled outside the top-k
-                {5: _Logprob(float("nan"), 0), **top},  # NaN: >= holds for none
-                {5: _Logprob(-0.9, 3), **top}):  # a tie with the k-th
+    for row in (
+        top,
+        {7: _Logprob(-0.1, 1), **{t: lp for t, lp in top.items() if t != 7}},  # sampled = best
+        {5: _Logprob(-4.0, 12), **top},  # sampled outside the top-k
+        {5: _Logprob(float("nan"), 0), **top},  # NaN: >= holds for none
+        {5: _Logprob(-0.9, 3), **top},
+    ):  # a tie with the k-th
         assert topk_row(row, 3) == ([7, 3, 9], [-0.1, -0.5, -0.9])
     with pytest.raises(RuntimeError, match=r"ranks \[1\] for the top-2"):
         topk_row({7: _Logprob(-0.1, 1), 9: _Logprob(-0.9, 3)}, 2)
@@ -443,11 +490,18 @@ def test_the_engine_start_is_split_along_the_slowest_worker():
     def worker(constructed, **steps):
         return {"constructed": constructed, "steps": steps}
 
-    workers = [worker(104.0, init_device=[104.0, 105.0], load_model=[105.0, 106.0], compile_or_warm_up_model=[107.0, 111.0]),
-               worker(104.5, init_device=[104.5, 105.2], load_model=[105.2, 106.5], compile_or_warm_up_model=[107.0, 112.0])]
+    workers = [
+        worker(104.0, init_device=[104.0, 105.0], load_model=[105.0, 106.0], compile_or_warm_up_model=[107.0, 111.0]),
+        worker(104.5, init_device=[104.5, 105.2], load_model=[105.2, 106.5], compile_or_warm_up_model=[107.0, 112.0]),
+    ]
     parts = breakdown(100.0, 113.0, workers)
-    assert parts == {"worker start + import": 4.5, "device + process groups": 0.7, "model build + load": 1.3,
-                     "compile + warm-up": 5.5, "engine ready": 1.0}
+    assert parts == {
+        "worker start + import": 4.5,
+        "device + process groups": 0.7,
+        "model build + load": 1.3,
+        "compile + warm-up": 5.5,
+        "engine ready": 1.0,
+    }
     assert sum(parts.values()) == pytest.approx(13.0)
     assert breakdown(100.0, 113.0, [{}, {}]) == {}
 
@@ -511,9 +565,12 @@ def test_a_loaded_stock_inductor_artifact_gets_the_finalize_vllm_asks_for(monkey
 
     own = VllmSerializable()
     artifacts = {"stock": stock, "vllm": own}
-    monkeypatch.setattr(torch.compiler, "load_compiled_function",
-                        lambda f, f_globals=None: types.SimpleNamespace(_artifacts=types.SimpleNamespace(compiled_fn=artifacts[f])),
-                        raising=False)
+    monkeypatch.setattr(
+        torch.compiler,
+        "load_compiled_function",
+        lambda f, f_globals=None: types.SimpleNamespace(_artifacts=types.SimpleNamespace(compiled_fn=artifacts[f])),
+        raising=False,
+    )
     monkeypatch.setenv(aot_cache.OFF_ENV, "0")
     aot_cache.install()
     assert not hasattr(load("stock")._artifacts.compiled_fn, "finalize_loading")
@@ -586,8 +643,7 @@ class _Sched:
     def __init__(self, new=(), cached=(), scheduled=None, drafts=None):
         from types import SimpleNamespace
 
-        self.scheduled_new_reqs = [SimpleNamespace(req_id=r, prompt_token_ids=[0] * n, num_computed_tokens=c)
-                                   for r, n, c in new]
+        self.scheduled_new_reqs = [SimpleNamespace(req_id=r, prompt_token_ids=[0] * n, num_computed_tokens=c) for r, n, c in new]
         self.scheduled_cached_reqs = SimpleNamespace(req_ids=[r for r, _ in cached], num_computed_tokens=[c for _, c in cached])
         self.num_scheduled_tokens = scheduled or {}
         self.total_num_scheduled_tokens = sum(self.num_scheduled_tokens.values())
@@ -614,10 +670,23 @@ def test_the_scheduler_steps_a_worker_ran_give_hits_chunks_and_batch_sizes():
 
 
 def _sched_worker(steps: dict, budget=4096, chunked=True, caching=False) -> dict:
-    base = {"steps": 5, "largest_step_tokens": 32, "smallest_batch": 1, "largest_batch": 1, "requests": 8,
-            "hit_requests": 0, "hit_tokens": 0, "drafts": 0, "prefills": 8, "prefill_chunks": 8, "split_prefills": 0}
-    return {"steps": {**base, **steps},
-            "scheduler": {"budget": budget, "chunked_prefill": chunked, "prefix_caching": caching, "block_size": 128}}
+    base = {
+        "steps": 5,
+        "largest_step_tokens": 32,
+        "smallest_batch": 1,
+        "largest_batch": 1,
+        "requests": 8,
+        "hit_requests": 0,
+        "hit_tokens": 0,
+        "drafts": 0,
+        "prefills": 8,
+        "prefill_chunks": 8,
+        "split_prefills": 0,
+    }
+    return {
+        "steps": {**base, **steps},
+        "scheduler": {"budget": budget, "chunked_prefill": chunked, "prefix_caching": caching, "block_size": 128},
+    }
 
 
 def test_a_scheduler_feature_counts_as_applied_only_where_the_steps_show_it():
@@ -640,8 +709,9 @@ def test_a_scheduler_feature_counts_as_applied_only_where_the_steps_show_it():
     assert one["applied"] is True and "8 submissions of one prompt each; steps of 1-1 requests" in one["evidence"]
     two = summarize({"batch": "one"}, [_sched_worker({"largest_batch": 2})], {"submissions": 8})["batch"]
     assert two["applied"] is False
-    mixed = summarize({"batch": "mixed"}, [_sched_worker({"largest_batch": 8})],
-                      {"submissions": 2, "prompts": 8, "fillers": 8})["batch"]
+    mixed = summarize({"batch": "mixed"}, [_sched_worker({"largest_batch": 8})], {"submissions": 2, "prompts": 8, "fillers": 8})[
+        "batch"
+    ]
     assert mixed["applied"] is True and "8 prompts shuffled among 8 filler prompts" in mixed["evidence"]
 
 
@@ -762,21 +832,23 @@ def test_a_worker_that_segfaulted_is_blamed_not_the_peer_that_lost_its_connectio
     closed by peer" traceback. The dead worker is named by its role through its pid,
     with the fatal error and vLLM's frame that called the kernel."""
     w1 = "(Worker_TP1_EP1 pid=5262) ERROR 11-27 07:22:31 [multiproc_executor.py:1063] "
-    log = "\n".join([
-        "(VllmWorker-0 pid=5261) INFO 11-27 07:22:21 [worker_base.py:317] Injected ...",
-        "(Worker_TP0_EP0 pid=5261) INFO 11-27 07:22:21 [cpu_model_runner.py:68] Starting to load model",
-        "Fatal Python error: Segmentation fault",
-        "",
-        "Current thread 0x00007f70ae7bfb80 (most recent call first):",
-        '  File "/venv/torch/_ops.py", line 1279 in __call__',
-        '  File "/venv/vllm/_custom_ops.py", line 4498 in cpu_fused_moe',
-        '  File "/venv/vllm/model_executor/layers/fused_moe/experts/cpu_moe.py", line 303 in apply',
-        "(EngineCore pid=5255) ERROR 11-27 07:22:31 [multiproc_executor.py:315] Worker proc VllmWorker-0 died "
-        "unexpectedly (exit code: None), shutting down executor.",
-        w1 + "Traceback (most recent call last):",
-        w1 + '  File "/venv/vllm/distributed/device_communicators/cpu_communicator.py", line 85, in all_reduce',
-        w1 + "RuntimeError: [gloo/transport/tcp/pair.cc:553] Connection closed by peer [127.0.0.1]:23773.",
-    ])
+    log = "\n".join(
+        [
+            "(VllmWorker-0 pid=5261) INFO 11-27 07:22:21 [worker_base.py:317] Injected ...",
+            "(Worker_TP0_EP0 pid=5261) INFO 11-27 07:22:21 [cpu_model_runner.py:68] Starting to load model",
+            "Fatal Python error: Segmentation fault",
+            "",
+            "Current thread 0x00007f70ae7bfb80 (most recent call first):",
+            '  File "/venv/torch/_ops.py", line 1279 in __call__',
+            '  File "/venv/vllm/_custom_ops.py", line 4498 in cpu_fused_moe',
+            '  File "/venv/vllm/model_executor/layers/fused_moe/experts/cpu_moe.py", line 303 in apply',
+            "(EngineCore pid=5255) ERROR 11-27 07:22:31 [multiproc_executor.py:315] Worker proc VllmWorker-0 died "
+            "unexpectedly (exit code: None), shutting down executor.",
+            w1 + "Traceback (most recent call last):",
+            w1 + '  File "/venv/vllm/distributed/device_communicators/cpu_communicator.py", line 85, in all_reduce',
+            w1 + "RuntimeError: [gloo/transport/tcp/pair.cc:553] Connection closed by peer [127.0.0.1]:23773.",
+        ]
+    )
     cause = present(root_cause(log))
     assert cause.describe() == "Worker_TP0_EP0 (vLLM worker: TP rank 0, EP rank 0, pid 5261)"
     assert cause.exception == "Fatal Python error: Segmentation fault"
@@ -801,8 +873,13 @@ def test_batch_invariant_is_refused_with_the_probes_reason_or_set_in_the_launch_
     monkeypatch.setattr(type(engine), "probe", lambda self: {**base, "batch_invariant": {"env": {"VLLM_BATCH_INVARIANT": "1"}}})
     assert engine.unsupported_reason({"tp": 1, "pp": 1, "batch_invariant": True}) is None
     monkeypatch.delenv("VLLM_BATCH_INVARIANT", raising=False)
-    envs = {on: engine.launch_plan(RunBrief("s", "vllm", str(tmp_path), "float32", {"tp": 1, "pp": 1, "batch_invariant": on},
-                                           [], str(tmp_path / "o")), "spec.json").env for on in (True, False)}
+    envs = {
+        on: engine.launch_plan(
+            RunBrief("s", "vllm", str(tmp_path), "float32", {"tp": 1, "pp": 1, "batch_invariant": on}, [], str(tmp_path / "o")),
+            "spec.json",
+        ).env
+        for on in (True, False)
+    }
     assert envs[True]["VLLM_BATCH_INVARIANT"] == "1" and "VLLM_BATCH_INVARIANT" not in envs[False]
 
 
@@ -823,7 +900,9 @@ def test_vllm_data_parallelism_is_refused_for_a_dense_model_as_vllm_refuses_it()
 
     dense = {"hidden_size": 128}
     assert _dp_reason({"num_experts": 4}, RunAxes(dp=2)) is None
-    assert "for MoE models only" in present(_dp_reason(dense, RunAxes(dp=2))) and "dense" in present(_dp_reason(dense, RunAxes(dp=2)))
+    assert "for MoE models only" in present(_dp_reason(dense, RunAxes(dp=2))) and "dense" in present(
+        _dp_reason(dense, RunAxes(dp=2))
+    )
     assert _dp_reason(dense, RunAxes(dp=1)) is None
     engine = VllmEngine()
     assert "dp" in engine.axes
@@ -841,8 +920,12 @@ def test_a_dp_driver_is_told_its_vllm_dp_rank_and_hands_its_share_to_dp_rank_0(t
     from harness.engines.vllm.driver import ALL_DONE_FILE, REPLICA_FILE, dp_environment, exchange_replicas
 
     assert dp_environment(2, 1, 1, "10.0.0.5", 29500) == {
-        "VLLM_DP_RANK": "1", "VLLM_DP_RANK_LOCAL": "1", "VLLM_DP_SIZE": "2",
-        "VLLM_DP_MASTER_IP": "10.0.0.5", "VLLM_DP_MASTER_PORT": "29500"}
+        "VLLM_DP_RANK": "1",
+        "VLLM_DP_RANK_LOCAL": "1",
+        "VLLM_DP_SIZE": "2",
+        "VLLM_DP_MASTER_IP": "10.0.0.5",
+        "VLLM_DP_MASTER_PORT": "29500",
+    }
     assert exchange_replicas(str(tmp_path), 1, 0, {"x": 1}) == {0: {"x": 1}}  # no DP: nothing written
     got: dict[str, dict] = {}
     other = threading.Thread(target=lambda: got.update(r1=exchange_replicas(str(tmp_path), 2, 1, {"part": 1})))
@@ -858,14 +941,19 @@ def test_dp_counts_as_applied_when_every_driver_s_vllm_took_its_own_dp_rank():
 
     workloads = [{"name": "logits", "prompts": [[1]] * 4}, {"name": "greedy", "prompts": [[1]] * 3}]
     formed = data_parallel(2, workloads, {0: {"rank": 0, "size": 2}, 1: {"rank": 1, "size": 2}})
-    assert formed == {"applied": True, "evidence": "2 of 2 vLLM engines took their DP rank (DP group size 2/2); "
-                                                   "DP rank 0: logits prompts 0,2, greedy prompts 0,2; "
-                                                   "DP rank 1: logits prompts 1,3, greedy prompts 1"}
+    assert formed == {
+        "applied": True,
+        "evidence": "2 of 2 vLLM engines took their DP rank (DP group size 2/2); "
+        "DP rank 0: logits prompts 0,2, greedy prompts 0,2; "
+        "DP rank 1: logits prompts 1,3, greedy prompts 1",
+    }
     alone = data_parallel(2, workloads, {0: {"rank": 0, "size": 1}, 1: {"rank": 0, "size": 1}})
     assert alone["applied"] is False and alone["evidence"].startswith("0 of 2")
     # EP over DP ranks: both drivers' workers together hold every expert, named by DP rank
-    workers = [{"tp_rank": 0, "pp_rank": 0, "dp_rank": r, "dp_size": 2,
-                "experts": {"held": held, "total": 4, "local": 2, "width": 64}} for r, held in enumerate([[0, 1], [2, 3]])]
+    workers = [
+        {"tp_rank": 0, "pp_rank": 0, "dp_rank": r, "dp_size": 2, "experts": {"held": held, "total": 4, "local": 2, "width": 64}}
+        for r, held in enumerate([[0, 1], [2, 3]])
+    ]
     ep = summarize({"ep": True}, workers)["ep"]
     assert ep["applied"] is True and "worker dp1/tp0/pp0: experts 2-3" in ep["evidence"]
 
@@ -889,7 +977,12 @@ def test_an_architecture_vllm_cannot_load_is_refused_with_its_import_error():
 
     from harness.engines.vllm.probe import _import_error
 
-    registry = SimpleNamespace(models={"Broken": SimpleNamespace(module_name="harness.no_such_module_here"),
-                                       "Fine": SimpleNamespace(module_name="json"), "Bare": object()})
+    registry = SimpleNamespace(
+        models={
+            "Broken": SimpleNamespace(module_name="harness.no_such_module_here"),
+            "Fine": SimpleNamespace(module_name="json"),
+            "Bare": object(),
+        }
+    )
     assert "importing harness.no_such_module_here raises ModuleNotFoundError" in _import_error(registry, "Broken")
     assert _import_error(registry, "Fine") == "" and _import_error(registry, "Bare") == ""

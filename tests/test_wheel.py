@@ -35,8 +35,13 @@ pytestmark = pytest.mark.e2e
 def _source_copy(dest: Path) -> Path:
     """The checkout's files as git sees them (tracked and new, not ignored): what a
     clean clone would build, without this checkout's build/ or reports/."""
-    files = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z"], cwd=ROOT,
-                           capture_output=True, check=True).stdout.decode().split("\0")
+    files = (
+        subprocess.run(
+            ["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z"], cwd=ROOT, capture_output=True, check=True
+        )
+        .stdout.decode()
+        .split("\0")
+    )
     for name in filter(None, files):
         src = ROOT / name
         if src.is_file():
@@ -46,8 +51,7 @@ def _source_copy(dest: Path) -> Path:
 
 
 def _package_files(site: Path) -> dict[str, int]:
-    return {str(p.relative_to(site)): p.stat().st_mtime_ns for p in (site / "harness").rglob("*")
-            if "__pycache__" not in p.parts}
+    return {str(p.relative_to(site)): p.stat().st_mtime_ns for p in (site / "harness").rglob("*") if "__pycache__" not in p.parts}
 
 
 @pytest.fixture(scope="module")
@@ -55,23 +59,37 @@ def venv(tmp_path_factory) -> Path:
     work = tmp_path_factory.mktemp("wheel")
     src = _source_copy(work / "src")
     commit = _commit_source(src)
-    run_process([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(work / "dist"), str(src)],
-                600, "pip wheel of the harness", capture_output=True, text=True, check=True)
+    run_process(
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(work / "dist"), str(src)],
+        600,
+        "pip wheel of the harness",
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     (wheel,) = (work / "dist").glob("harness-*.whl")
     venv = work / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True)
     _see_this_environment(venv)
-    run_process([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--no-deps", str(wheel)], 600,
-                "pip install of the wheel", capture_output=True, text=True, check=True)
+    run_process(
+        [str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--no-deps", str(wheel)],
+        600,
+        "pip install of the wheel",
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     (venv / "built-from").write_text(commit)
     return venv
 
 
 def _commit_source(src: Path) -> str:
     """The copy as a git work tree of its own, committed: the wheel records the commit."""
+
     def git(*args: str) -> str:
-        return subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=src, capture_output=True,
-                              text=True, check=True).stdout.strip()
+        return subprocess.run(
+            ["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=src, capture_output=True, text=True, check=True
+        ).stdout.strip()
 
     git("init", "-q")
     git("add", "-A")
@@ -85,8 +103,12 @@ def _see_this_environment(venv: Path) -> None:
     virtualenv (the README's install in a fresh venv), torch is not there. Plain path lines
     in a .pth file: the directories' own .pth files (an editable install of this checkout)
     stay unprocessed, so `import harness` is still the wheel's."""
-    purelib = subprocess.run([str(venv / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                             capture_output=True, text=True, check=True).stdout.strip()
+    purelib = subprocess.run(
+        [str(venv / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
     (Path(purelib) / "test-session-env.pth").write_text("\n".join(site.getsitepackages()) + "\n")
 
 
@@ -97,8 +119,15 @@ def _in_project(venv: Path, project: Path, *cmd: str, timeout: float = 600, expe
     env = {k: v for k, v in os.environ.items() if not k.startswith("HARNESS_") and k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     env.update(PATH=f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}", **{LOCK_DIR_ENV: os.environ.get(LOCK_DIR_ENV, "")})
     env["HARNESS_CACHE"] = os.environ.get("HARNESS_CACHE", str(Path.home() / ".cache" / "harness"))  # the built models, shared
-    done = run_process(list(cmd), timeout, " ".join(cmd[:3]), cwd=project, env={k: v for k, v in env.items() if v},
-                       capture_output=True, text=True)
+    done = run_process(
+        list(cmd),
+        timeout,
+        " ".join(cmd[:3]),
+        cwd=project,
+        env={k: v for k, v in env.items() if v},
+        capture_output=True,
+        text=True,
+    )
     assert done.returncode == expect, f"{' '.join(cmd)} exited {done.returncode}:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
     return done
 
@@ -107,7 +136,9 @@ def test_installed_wheel_works_in_an_empty_project(venv, tmp_path):
     python = str(venv / "bin" / "python")
     project = tmp_path / "engine-repo"
     project.mkdir()
-    where = _in_project(venv, project, python, "-c", "import harness, sysconfig; print(harness.__file__); print(sysconfig.get_paths()['purelib'])")
+    where = _in_project(
+        venv, project, python, "-c", "import harness, sysconfig; print(harness.__file__); print(sysconfig.get_paths()['purelib'])"
+    )
     package, site = where.stdout.split()
     assert Path(package).is_relative_to(venv), f"the venv imports {package}, not the wheel"
     installed = _package_files(Path(site))
@@ -128,12 +159,16 @@ def test_installed_wheel_works_in_an_empty_project(venv, tmp_path):
 
     _in_project(venv, project, "harness", "run", "mine/tp1-pp1", "mine/tp2-pp1", "--run-id", "first")
     run = project / "reports" / "first"
-    verdicts = {json.loads(p.read_text())["scenario"]: json.loads(p.read_text())["verdict"] for p in run.glob("scenarios/*/verdict.json")}
+    verdicts = {
+        json.loads(p.read_text())["scenario"]: json.loads(p.read_text())["verdict"] for p in run.glob("scenarios/*/verdict.json")
+    }
     assert verdicts == {"mine/tp1-pp1": "pass", "mine/tp2-pp1": "pass"}, verdicts  # against the project's new golden
     built = json.loads((run / "run.json").read_text())["versions"]
     assert built["harness_commit"] == (venv / "built-from").read_text(), built  # the wheel's commit, not "unknown"
 
-    session = _in_project(venv, project, python, "-m", "pytest", "-p", "no:cacheprovider", "-k", "tp2-pp2 and not sp and not compile and not kvc")
+    session = _in_project(
+        venv, project, python, "-m", "pytest", "-p", "no:cacheprovider", "-k", "tp2-pp2 and not sp and not compile and not kvc"
+    )
     assert "1 passed" in session.stdout, session.stdout[-2000:]
     assert list((project / "reports").glob("pytest-*/summary.md")), "the pytest session wrote no report"
     # the README's line as written: the pr gate through the plugin, two at a time (pytest-xdist, the engine-repo extra)
@@ -155,6 +190,11 @@ def test_installed_wheel_works_in_an_empty_project(venv, tmp_path):
     config = project / "harness.toml"
     config.write_text(config.read_text().replace("builtin_suites = false", "builtin_suites = true"))
     _in_project(venv, project, "harness", "run", "llama-tiny/tp1-pp1", "--run-id", "builtin")
-    assert json.loads((project / "reports" / "builtin" / "scenarios" / "llama-tiny__tp1-pp1" / "verdict.json").read_text())["verdict"] == "pass"
+    assert (
+        json.loads((project / "reports" / "builtin" / "scenarios" / "llama-tiny__tp1-pp1" / "verdict.json").read_text())[
+            "verdict"
+        ]
+        == "pass"
+    )
 
     assert _package_files(Path(site)) == installed, "a run wrote into the installed package"

@@ -34,8 +34,10 @@ from harness.run.plan.devices import LOCK_DIR_ENV
 from tests.kit import ROOT, run_process
 from tests.test_wheel import _commit_source, _source_copy
 
-pytestmark = [pytest.mark.e2e,
-              pytest.mark.skipif(not os.environ.get("HARNESS_TEST_VLLM"), reason="installs and starts real vLLM: run `make test-vllm`")]
+pytestmark = [
+    pytest.mark.e2e,
+    pytest.mark.skipif(not os.environ.get("HARNESS_TEST_VLLM"), reason="installs and starts real vLLM: run `make test-vllm`"),
+]
 
 VLLM = "0.32.0"
 SUITE = "qwen3forcausallm"
@@ -44,13 +46,22 @@ KNOWN_BUGS = ROOT / "harness" / "engines" / "vllm" / "known_bugs.yaml"
 
 def _files(site: Path) -> dict[str, tuple[int, int]]:
     """Every file of an environment's packages (compiled bytecode aside): size and mtime."""
-    return {str(p.relative_to(site)): (p.stat().st_size, p.stat().st_mtime_ns) for p in site.rglob("*")
-            if p.is_file() and "__pycache__" not in p.parts}
+    return {
+        str(p.relative_to(site)): (p.stat().st_size, p.stat().st_mtime_ns)
+        for p in site.rglob("*")
+        if p.is_file() and "__pycache__" not in p.parts
+    }
 
 
 def _purelib(python: Path) -> Path:
-    return Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                               capture_output=True, text=True, check=True).stdout.strip())
+    return Path(
+        subprocess.run(
+            [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+    )
 
 
 class User:
@@ -61,10 +72,17 @@ class User:
     def __init__(self, venv: Path, project: Path, cache: Path):
         self.venv, self.project = venv, project
         self.times: dict[str, float] = {}
-        env = {k: v for k, v in os.environ.items()
-               if not k.startswith("HARNESS_") and k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME")}
-        env.update(PATH=f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}", VIRTUAL_ENV=str(venv),
-                   HARNESS_CACHE=str(cache), **{LOCK_DIR_ENV: os.environ.get(LOCK_DIR_ENV, "")})
+        env = {
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith("HARNESS_") and k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME")
+        }
+        env.update(
+            PATH=f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}",
+            VIRTUAL_ENV=str(venv),
+            HARNESS_CACHE=str(cache),
+            **{LOCK_DIR_ENV: os.environ.get(LOCK_DIR_ENV, "")},
+        )
         self.env = {k: v for k, v in env.items() if v}
 
     def __call__(self, step: str, *cmd: str, timeout: float = 1800, expect: int = 0, cwd: Path | None = None):
@@ -72,7 +90,9 @@ class User:
         done = run_process(list(cmd), timeout, step, cwd=cwd or self.project, env=self.env, capture_output=True, text=True)
         self.times[step] = round(time.monotonic() - start, 1)
         print(f"[{self.times[step]:7.1f} s] {step}: {' '.join(cmd)}", flush=True)
-        assert done.returncode == expect, f"{' '.join(cmd)} exited {done.returncode}:\n{done.stdout[-4000:]}\n{done.stderr[-4000:]}"
+        assert done.returncode == expect, (
+            f"{' '.join(cmd)} exited {done.returncode}:\n{done.stdout[-4000:]}\n{done.stderr[-4000:]}"
+        )
         return done
 
 
@@ -115,8 +135,14 @@ def test_readme_engine_repo_commands_on_vllm(work):
     start = time.monotonic()
     src = _source_copy(work / "src")
     commit = _commit_source(src)
-    run_process([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(work / "dist"), str(src)],
-                600, "pip wheel of the harness", capture_output=True, text=True, check=True)
+    run_process(
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(work / "dist"), str(src)],
+        600,
+        "pip wheel of the harness",
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     (wheel,) = (work / "dist").glob("harness-*.whl")
     times["pip wheel"] = round(time.monotonic() - start, 1)
 
@@ -136,7 +162,9 @@ def test_readme_engine_repo_commands_on_vllm(work):
     # the README's block, as written
     user("harness install vllm (cold)", "harness", "install", "vllm")
     vllm_python = project / ".venv-vllm" / "bin" / "python"
-    said = user("vllm version", str(vllm_python), "-c", "import vllm, torch; print(vllm.__version__, torch.__version__)").stdout.split()
+    said = user(
+        "vllm version", str(vllm_python), "-c", "import vllm, torch; print(vllm.__version__, torch.__version__)"
+    ).stdout.split()
     assert said == [VLLM, "2.13.0+cpu"], said
     assert "already installed" in user("harness install vllm (warm)", "harness", "install", "vllm").stdout
     vllm_site = _purelib(vllm_python)

@@ -42,7 +42,9 @@ def test_the_table_lists_every_spec_the_families_define():
     """A recipe written in a family module but left out of harness/inputs/zoo/table.py would not be in the zoo."""
     from harness.inputs.zoo import hf_families, llama, table, trained, variants
 
-    defined = {v.name for m in (llama, variants, trained, hf_families) for v in vars(m).values() if isinstance(v, zoo.ModelRecipe)}
+    defined = {
+        v.name for m in (llama, variants, trained, hf_families) for v in vars(m).values() if isinstance(v, zoo.ModelRecipe)
+    }
     assert defined == {s.name for s in table.RECIPES}
     assert list(zoo.ZOO.values()) == list(table.RECIPES)
 

@@ -59,6 +59,7 @@ ANSWER_RE = re.compile(r"#### (\-?[0-9\.\,]+)")
 
 # ---------------------------------------------------------------- the model (batched)
 
+
 class RMSNorm(nn.Module):
     def __init__(self, size: int, eps: float):
         super().__init__()
@@ -143,8 +144,9 @@ class Visual(nn.Module):
         super().__init__()
         self.patch = cfg["vision_patch_size"]
         self.patch_embed = nn.Linear(3 * self.patch**2, cfg["hidden_size"], bias=False)
-        self.deepstack = nn.ModuleList(nn.Linear(cfg["hidden_size"], cfg["hidden_size"], bias=False)
-                                       for _ in range(cfg["deepstack_layers"]))
+        self.deepstack = nn.ModuleList(
+            nn.Linear(cfg["hidden_size"], cfg["hidden_size"], bias=False) for _ in range(cfg["deepstack_layers"])
+        )
 
     def forward(self, pixels):
         """pixels [B, 3, S, S] -> patch embeddings [B, P, H] (row-major patches, each c,p,p)."""
@@ -204,6 +206,7 @@ def init_weights(model: GeoModel) -> None:
 
 # ---------------------------------------------------------------- data
 
+
 def arith_block(item: dict) -> str:
     return f"Question: {item['question']}\nAnswer: {item['answer']}\n\n"
 
@@ -255,15 +258,17 @@ DATA = DATA_DIR
 
 # ---------------------------------------------------------------- greedy evaluation
 
+
 @torch.no_grad()
-def greedy(model: GeoModel, prompts: list[list[int]], tokenizer, max_new: int, pixels=None,
-           deepstack=True, batch: int = 50) -> list[str]:
+def greedy(
+    model: GeoModel, prompts: list[list[int]], tokenizer, max_new: int, pixels=None, deepstack=True, batch: int = 50
+) -> list[str]:
     """Greedy continuations (text), cut at "\\n\\n" / "Question:" as lm-eval's stop strings do.
     Left-padded batches, no KV cache (the sequences are short)."""
     outs = []
     for start in range(0, len(prompts), batch):
-        group = [list(p) for p in prompts[start:start + batch]]
-        px = pixels[start:start + batch] if pixels is not None else None
+        group = [list(p) for p in prompts[start : start + batch]]
+        px = pixels[start : start + batch] if pixels is not None else None
         gen = [[] for _ in group]
         done = [False] * len(group)
         for _ in range(max_new):
@@ -333,11 +338,18 @@ def evaluate(model, tokenizer, config, n_arith=None, n_geo=None) -> dict:
         gouts = greedy(model, gp, tokenizer, max_new=16, pixels=gpx, deepstack=ds)
         geo[ds] = float(np.mean([extract(o) == a for o, a in zip(gouts, ganswers)]))
     model.train()
-    return {"arith": arith_acc, "geo": geo[True], "geo_no_deepstack": geo[False],
-            "arith_example": outs[0], "n_arith": len(answers), "n_geo": len(ganswers)}
+    return {
+        "arith": arith_acc,
+        "geo": geo[True],
+        "geo_no_deepstack": geo[False],
+        "arith_example": outs[0],
+        "n_arith": len(answers),
+        "n_geo": len(ganswers),
+    }
 
 
 # ---------------------------------------------------------------- main
+
 
 def make_tokenizer(config: dict):
     from harness.inputs.zoo import _write_tokenizer, load_tokenizer
@@ -388,7 +400,8 @@ def main(argv=None) -> None:
         opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.98), weight_decay=0.01)
         warmup = min(100, args.steps // 10)
         sched = torch.optim.lr_scheduler.LambdaLR(
-            opt, lambda s: min(1.0, (s + 1) / warmup) * 0.5 * (1 + math.cos(math.pi * min(s, args.steps) / args.steps)))
+            opt, lambda s: min(1.0, (s + 1) / warmup) * 0.5 * (1 + math.cos(math.pi * min(s, args.steps) / args.steps))
+        )
         batches = Batches(tokenizer, config, args.arith_batch, args.geo_batch)
         model.train()
         for step in range(args.steps):
@@ -402,16 +415,23 @@ def main(argv=None) -> None:
             opt.step()
             sched.step()
             if step % args.log_every == 0 or step == args.steps - 1:
-                print(f"step {step:5d}  loss arith {loss_a.item():.3f}  geo {loss_g.item():.3f}  "
-                      f"{time.time() - t0:6.0f}s", flush=True)
+                print(
+                    f"step {step:5d}  loss arith {loss_a.item():.3f}  geo {loss_g.item():.3f}  {time.time() - t0:6.0f}s",
+                    flush=True,
+                )
         save(model, args.out)
     train_s = time.time() - t0
     if args.no_eval:
         print(f"trained in {train_s:.0f}s, wrote {args.out}")
         return
     result = evaluate(model, tokenizer, config)
-    result.update(train_seconds=round(train_s), eval_seconds=round(time.time() - t0 - train_s),
-                  torch=torch.__version__, threads=THREADS, steps=args.steps)
+    result.update(
+        train_seconds=round(train_s),
+        eval_seconds=round(time.time() - t0 - train_s),
+        torch=torch.__version__,
+        threads=THREADS,
+        steps=args.steps,
+    )
     print(json.dumps(result, indent=1))
 
 

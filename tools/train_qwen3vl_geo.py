@@ -97,15 +97,14 @@ class Encoder:
     def batch(self, items: list[dict], with_target: bool):
         from PIL import Image
 
-        images = self.processor.image_processor(images=[Image.fromarray(it["pixels"]) for it in items],
-                                                return_tensors="pt")
-        merge = self.processor.image_processor.merge_size ** 2
+        images = self.processor.image_processor(images=[Image.fromarray(it["pixels"]) for it in items], return_tensors="pt")
+        merge = self.processor.image_processor.merge_size**2
         seqs, starts = [], []
         for it, thw in zip(items, images["image_grid_thw"]):
             prompt = self.ids(prompt_text(it))
             n = int(thw.prod()) // merge
             at = prompt.index(self.image_id)
-            prompt = prompt[:at] + [self.image_id] * n + prompt[at + 1:]
+            prompt = prompt[:at] + [self.image_id] * n + prompt[at + 1 :]
             target = self.tokenizer.encode(f" {it['target']}\n\nQuestion:").ids if with_target else []
             seqs.append(prompt + target)
             starts.append(len(prompt))
@@ -113,8 +112,8 @@ class Encoder:
         ids = torch.full((len(seqs), width), self.config["text_config"].get("pad_token_id", 2))
         mask = torch.zeros_like(ids)
         for i, s in enumerate(seqs):
-            ids[i, :len(s)] = torch.tensor(s)
-            mask[i, :len(s)] = 1
+            ids[i, : len(s)] = torch.tensor(s)
+            mask[i, : len(s)] = 1
         return ids, mask, images["pixel_values"], images["image_grid_thw"], starts
 
 
@@ -143,8 +142,9 @@ class Switches:
 
 def forward(model, ids, mask, pixels, grid, image_id):
     # mm_token_type_ids: 1 where an image token is (transformers' processor returns it; M-RoPE needs it)
-    return model(input_ids=ids, attention_mask=mask, pixel_values=pixels, image_grid_thw=grid,
-                 mm_token_type_ids=(ids == image_id).int()).logits
+    return model(
+        input_ids=ids, attention_mask=mask, pixel_values=pixels, image_grid_thw=grid, mm_token_type_ids=(ids == image_id).int()
+    ).logits
 
 
 def loss_of(model, ids, mask, pixels, grid, starts, image_id):
@@ -166,12 +166,12 @@ def accuracy(model, enc: Encoder, switches: Switches, items: list[dict], deepsta
     switches.deepstack, switches.drop = deepstack, None
     right = 0
     for i in range(0, len(items), batch):
-        chunk = items[i:i + batch]
+        chunk = items[i : i + batch]
         ids, mask, pixels, grid, starts = enc.batch(chunk, with_target=True)
         pred = forward(model, ids, mask, pixels, grid, enc.image_id).argmax(-1)
         for row, start in enumerate(starts):
             end = int(mask[row].sum())
-            right += bool((pred[row, start - 1:end - 1] == ids[row, start:end]).all())
+            right += bool((pred[row, start - 1 : end - 1] == ids[row, start:end]).all())
     switches.deepstack = True
     model.train()
     return right / len(items)
@@ -190,7 +190,8 @@ def train(directory: Path, steps: int, batch: int, lr: float, log_every: int) ->
     opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.98), weight_decay=0.01)
     warmup = min(100, steps // 10)
     sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda s: min(1.0, (s + 1) / warmup) * 0.5 * (1 + math.cos(math.pi * min(s, steps) / steps)))
+        opt, lambda s: min(1.0, (s + 1) / warmup) * 0.5 * (1 + math.cos(math.pi * min(s, steps) / steps))
+    )
     model.train()
     t0 = time.time()
     for step in range(steps):
@@ -207,10 +208,14 @@ def train(directory: Path, steps: int, batch: int, lr: float, log_every: int) ->
             print(f"step {step:5d}  loss {loss.item():.3f}  {time.time() - t0:6.0f}s", flush=True)
     switches.drop = None
     train_s = time.time() - t0
-    result = {"steps": steps, "train_seconds": round(train_s),
-              "geo": accuracy(model, enc, switches, heldout, deepstack=True),
-              "geo_without_deepstack": accuracy(model, enc, switches, heldout, deepstack=False),
-              "torch": torch.__version__, "threads": THREADS}
+    result = {
+        "steps": steps,
+        "train_seconds": round(train_s),
+        "geo": accuracy(model, enc, switches, heldout, deepstack=True),
+        "geo_without_deepstack": accuracy(model, enc, switches, heldout, deepstack=False),
+        "torch": torch.__version__,
+        "threads": THREADS,
+    }
     return model, result
 
 

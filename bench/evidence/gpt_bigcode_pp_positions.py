@@ -25,10 +25,12 @@ def logprobs(model, prompts, positions_twice: bool) -> torch.Tensor:
         ids, pos = torch.tensor([prompt]), torch.arange(len(prompt))[None]
         hook = None
         if positions_twice:  # what PP rank 1 does to rank 0's hidden states
+
             def add_positions(module, args, kwargs, pos=pos):
                 if args:
                     return (args[0] + model.transformer.wpe(pos),) + args[1:], kwargs
                 return args, {**kwargs, "hidden_states": kwargs["hidden_states"] + model.transformer.wpe(pos)}
+
             hook = model.transformer.h[1].register_forward_pre_hook(add_positions, with_kwargs=True)
         rows.append(torch.log_softmax(model(ids, position_ids=pos).logits[0].float(), -1))
         if hook:

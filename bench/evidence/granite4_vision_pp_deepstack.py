@@ -37,7 +37,7 @@ from pathlib import Path
 # Loaded by every Python process that has its folder on PYTHONPATH (vLLM's workers too):
 # once vLLM's granite4_vision module is imported, its language model's forward returns
 # IntermediateTensors whose deepstack entries are copies.
-SITECUSTOMIZE = '''
+SITECUSTOMIZE = """
 import importlib.abc
 import importlib.machinery
 import sys
@@ -76,7 +76,7 @@ class _AfterImport(importlib.abc.MetaPathFinder):
 
 
 sys.meta_path.insert(0, _AfterImport())
-'''
+"""
 
 
 def run(repro: Path, python: str, extra_path: str | None) -> str:
@@ -96,8 +96,9 @@ def main() -> None:
     print("as installed:", run(args.repro, args.python, None), sep="\n")
     with tempfile.TemporaryDirectory() as patch_dir:
         Path(patch_dir, "sitecustomize.py").write_text(SITECUSTOMIZE)
-        print("with the deepstack features copied before the buffers are zeroed:",
-              run(args.repro, args.python, patch_dir), sep="\n")
+        print(
+            "with the deepstack features copied before the buffers are zeroed:", run(args.repro, args.python, patch_dir), sep="\n"
+        )
 
 
 if __name__ == "__main__":

@@ -71,8 +71,12 @@ class VllmPixels(worker.Prompter):
         if media["images"]:
             size = self.config.vision_config.image_size
             size = size[0] if isinstance(size, (list, tuple)) else size
-            tiles = [image_to_pixel_values_internvl(Image.open(p).convert("RGB"), input_size=size, min_num=1,
-                                                    max_num=12, use_thumbnail=True) for p in media["images"]]
+            tiles = [
+                image_to_pixel_values_internvl(
+                    Image.open(p).convert("RGB"), input_size=size, min_num=1, max_num=12, use_thumbnail=True
+                )
+                for p in media["images"]
+            ]
             out["pixel_values"] = torch.cat(tiles).to(out["pixel_values"].dtype)
         return out
 
@@ -111,19 +115,26 @@ def compare(key: str, variant: str) -> None:
     golden = EngineOutputs.load(goldens.golden_dir(key))
     changed, patch = VARIANTS[variant]
     with tempfile.TemporaryDirectory() as tmp:
-        brief = RunBrief(f"{key}/hf", "hf", str(model.directory), suite.dtype, {"tp": 1, "pp": 1, "compile": False},
-                       resolved, tmp)
+        brief = RunBrief(
+            f"{key}/hf", "hf", str(model.directory), suite.dtype, {"tp": 1, "pp": 1, "compile": False}, resolved, tmp
+        )
         runs = [("as transformers has it", worker.Prompter)] + list(changed.items())
         for i, (label, prompter) in enumerate(runs):
             if i == 1 and patch:
                 patch()
             hf_model, config = worker.load_model(brief)  # after the patch: the rope is built at load
             for w in (w for w in resolved if w["kind"] == "logprobs"):
-                result = compare_logprobs(w["name"], golden.workload(w["name"]),
-                                          worker.run_logprobs(hf_model, prompter(brief, config), w),
-                                          tolerance_for(suite.dtype))
-                print(f"{key} {w['name']}: transformers, {label}, vs the vLLM golden: "
-                      f"{'agrees' if result.passed else 'differs'}: {result.summary}", flush=True)
+                result = compare_logprobs(
+                    w["name"],
+                    golden.workload(w["name"]),
+                    worker.run_logprobs(hf_model, prompter(brief, config), w),
+                    tolerance_for(suite.dtype),
+                )
+                print(
+                    f"{key} {w['name']}: transformers, {label}, vs the vLLM golden: "
+                    f"{'agrees' if result.passed else 'differs'}: {result.summary}",
+                    flush=True,
+                )
 
 
 if __name__ == "__main__":

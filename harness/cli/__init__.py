@@ -25,14 +25,30 @@ from harness.run.plan.devices import DeviceError
 from harness.run.plan.nodes import NodesError
 
 # name -> the subcommand's module, in the order `harness --help` lists them
-COMMANDS = {"init": init, "install": install, "list": listing, "run": run, "golden": golden, "report": report,
-            "repro": repro, "bisect": bisect, "conformance": conformance, "durations": durations, "env": variables, "docs": docs}
+COMMANDS = {
+    "init": init,
+    "install": install,
+    "list": listing,
+    "run": run,
+    "golden": golden,
+    "report": report,
+    "repro": repro,
+    "bisect": bisect,
+    "conformance": conformance,
+    "durations": durations,
+    "env": variables,
+    "docs": docs,
+}
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="harness", description="Distributed correctness harness for LLM inference engines.")
-    p.add_argument("--scenarios", type=Path, action="append",
-                   help="scenario file or directory (default: the project's, from its harness config, and the built-in suites)")
+    p.add_argument(
+        "--scenarios",
+        type=Path,
+        action="append",
+        help="scenario file or directory (default: the project's, from its harness config, and the built-in suites)",
+    )
     # the metavar lists the user's commands: bisect-step is the harness's own, for `git bisect run`
     sub = p.add_subparsers(dest="command", required=True, metavar="{" + ",".join(COMMANDS) + "}")
     for name, command in COMMANDS.items():

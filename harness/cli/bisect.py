@@ -18,20 +18,39 @@ HELP = "find the first engine release or commit where a scenario's verdict chang
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("scenario", help="one scenario id, e.g. vllm-llama/tp1-pp2")
-    p.add_argument("--good", required=True, help="a release (or with --git a commit) where it passes (or ends as "
-                   "--good-verdict says); it runs first, and the bisect stops at once if it does not")
-    p.add_argument("--bad", required=True, help="a later release (or commit; with --fixed an earlier one) where it "
-                   "ends otherwise (fail, crash, hang)")
-    p.add_argument("--good-verdict", choices=GOOD_VERDICTS, default="pass",
-                   help="what the scenario ends as at the good end (default: pass)")
-    p.add_argument("--fixed", action="store_true", help="look for the change that fixed a bug: --bad is the older end "
-                   "(it fails), --good the newer (it passes)")
+    p.add_argument(
+        "--good",
+        required=True,
+        help="a release (or with --git a commit) where it passes (or ends as "
+        "--good-verdict says); it runs first, and the bisect stops at once if it does not",
+    )
+    p.add_argument(
+        "--bad",
+        required=True,
+        help="a later release (or commit; with --fixed an earlier one) where it ends otherwise (fail, crash, hang)",
+    )
+    p.add_argument(
+        "--good-verdict", choices=GOOD_VERDICTS, default="pass", help="what the scenario ends as at the good end (default: pass)"
+    )
+    p.add_argument(
+        "--fixed",
+        action="store_true",
+        help="look for the change that fixed a bug: --bad is the older end (it fails), --good the newer (it passes)",
+    )
     p.add_argument("--engine", help="the engine whose releases to bisect (default: the scenario's)")
-    p.add_argument("--git", type=Path, metavar="DIR", help="bisect commits of this engine checkout instead "
-                   "(git bisect run; the checkout first on PYTHONPATH, as an editable install)")
+    p.add_argument(
+        "--git",
+        type=Path,
+        metavar="DIR",
+        help="bisect commits of this engine checkout instead "
+        "(git bisect run; the checkout first on PYTHONPATH, as an editable install)",
+    )
     p.add_argument("--install", metavar="CMD", help="with --git: a shell command run in DIR before each step (a build)")
-    p.add_argument("--count-unsupported", action="store_true", help="count `unsupported` as a verdict (when did a setting "
-                   "stop or start being supported), not as a step to skip")
+    p.add_argument(
+        "--count-unsupported",
+        action="store_true",
+        help="count `unsupported` as a verdict (when did a setting stop or start being supported), not as a step to skip",
+    )
     add_device(p)
     add_timeout(p, "per-step scenario")
     p.add_argument("--work-dir", type=Path, help="where the steps' runs go (default: <report-dir>/bisect/<time>-<scenario>)")
@@ -63,11 +82,31 @@ def run(args) -> int:
         if args.git:
             if args.engine and args.engine != scenario.suite.engine:
                 raise BisectError(f"{scenario.id} runs on engine '{scenario.suite.engine}', not '{args.engine}'")
-            result = bisect_git(scenario, scenario_args_of(args.scenarios), args.git, args.good, args.bad, work_dir, ctx,
-                                args.install, args.count_unsupported, good_verdict=args.good_verdict, fixed=args.fixed)
+            result = bisect_git(
+                scenario,
+                scenario_args_of(args.scenarios),
+                args.git,
+                args.good,
+                args.bad,
+                work_dir,
+                ctx,
+                args.install,
+                args.count_unsupported,
+                good_verdict=args.good_verdict,
+                fixed=args.fixed,
+            )
         else:
-            result = bisect_releases(scenario, args.good, args.bad, work_dir, ctx, args.engine, args.count_unsupported,
-                                     good_verdict=args.good_verdict, fixed=args.fixed)
+            result = bisect_releases(
+                scenario,
+                args.good,
+                args.bad,
+                work_dir,
+                ctx,
+                args.engine,
+                args.count_unsupported,
+                good_verdict=args.good_verdict,
+                fixed=args.fixed,
+            )
     except BisectError as exc:
         print(f"harness bisect: {exc}", file=sys.stderr)
         return exit_codes.USAGE

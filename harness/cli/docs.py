@@ -38,8 +38,13 @@ def run(args) -> int:
 
 
 # The harness checkout's make targets a user has a command for wherever the harness is installed
-MAKE_EQUIVALENTS = {"install-vllm": "harness install vllm", "pr-gate": "harness run --gate pr",
-                    "nightly": "harness run --gate nightly", "golden": "harness golden", "list": "harness list"}
+MAKE_EQUIVALENTS = {
+    "install-vllm": "harness install vllm",
+    "pr-gate": "harness run --gate pr",
+    "nightly": "harness run --gate nightly",
+    "golden": "harness golden",
+    "list": "harness list",
+}
 CHECKOUT_ONLY = "[harness checkout]"
 _MAKE = re.compile(r"\bmake ([a-z][a-z0-9.-]*(?:/[a-z0-9._-]+)?|<id>)")
 _CODE = re.compile(r"```.*?```|`[^`\n]+`", re.S)  # fenced blocks, then inline spans
@@ -50,6 +55,7 @@ def where_the_user_stands(text: str) -> str:
     not: each `make` command in code becomes its harness command (`make pr-gate` -> `harness run
     --gate pr`, `make SUITE/ID` -> `harness run SUITE/ID`), and one with none (the harness's
     own tests and benchmarks) is marked as the checkout's. Prose ("make a target") stays."""
+
     def command(match: re.Match) -> str:
         target = match.group(1)
         if target in MAKE_EQUIVALENTS:

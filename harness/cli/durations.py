@@ -23,8 +23,11 @@ def run(args) -> int:
     # nothing to read is not "0 durations": a typo would write {} silently
     if not args.report_dir.is_dir():
         what = "does not exist" if not args.report_dir.exists() else "is not a directory"
-        print(f"harness: the report dir {args.report_dir} {what}: no runs to read durations from "
-              "(give --report-dir, or $HARNESS_REPORTS_DIR, the directory that holds the run directories)", file=sys.stderr)
+        print(
+            f"harness: the report dir {args.report_dir} {what}: no runs to read durations from "
+            "(give --report-dir, or $HARNESS_REPORTS_DIR, the directory that holds the run directories)",
+            file=sys.stderr,
+        )
         return exit_codes.USAGE
     durations = recorded_durations(args.report_dir)
     try:

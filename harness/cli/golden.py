@@ -17,8 +17,12 @@ HELP = "(re)make the goldens of suites"
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("suites", nargs="*", help="suite names (default: every suite)")
     add_device(p)
-    p.add_argument("--allow-empty", action="store_true", help="exit 0 even when every golden was skipped (the engine "
-                   "cannot run any golden setting; by default exit 5: nothing could be made)")
+    p.add_argument(
+        "--allow-empty",
+        action="store_true",
+        help="exit 0 even when every golden was skipped (the engine "
+        "cannot run any golden setting; by default exit 5: nothing could be made)",
+    )
     p.add_argument("--work-dir", type=Path, default=None, help="where the golden runs go (default: <report-dir>/golden-runs)")
 
 
@@ -78,15 +82,21 @@ def run(args) -> int:
             continue
         print(f"{label}: {path} ({time.monotonic() - start:.1f}s)", flush=True)
     if not_written:
-        print(f"harness: {len(not_written)} of {len(names) + len(broken)} goldens not made, their files could not be "
-              f"written: {', '.join(not_written)}; exit 3", file=sys.stderr)
+        print(
+            f"harness: {len(not_written)} of {len(names) + len(broken)} goldens not made, their files could not be "
+            f"written: {', '.join(not_written)}; exit 3",
+            file=sys.stderr,
+        )
         return exit_codes.RESULTS_NOT_WRITTEN
     if failed:
         print(f"harness: {len(failed)} of {len(names) + len(broken)} goldens failed: {', '.join(failed)}", file=sys.stderr)
         return exit_codes.NOT_AS_EXPECTED
     if names and len(skipped) == len(names) and not args.allow_empty:
-        print(f"harness: NOTHING MADE: every golden ({len(names)}) was skipped, its engine cannot run it; exit 5. "
-              "`harness list --engines` shows what each engine runs; --allow-empty accepts this", file=sys.stderr)
+        print(
+            f"harness: NOTHING MADE: every golden ({len(names)}) was skipped, its engine cannot run it; exit 5. "
+            "`harness list --engines` shows what each engine runs; --allow-empty accepts this",
+            file=sys.stderr,
+        )
         return exit_codes.NOTHING_TESTED
     return exit_codes.OK
 

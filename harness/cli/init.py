@@ -12,8 +12,11 @@ HELP = "make this directory a harness project: its config and a first scenario f
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", required=True, help="a checkpoint directory, arch:CLASS (tiny random), ORG/NAME@REVISION "
-                   "(hub) or a zoo model (`harness list --models`)")
+    p.add_argument(
+        "--model",
+        required=True,
+        help="a checkpoint directory, arch:CLASS (tiny random), ORG/NAME@REVISION (hub) or a zoo model (`harness list --models`)",
+    )
     p.add_argument("--engine", default="reference", help="the engine the scenarios run on (default: reference)")
     p.add_argument("--suite", help="the suite's name, the first part of every scenario id (default: from the model)")
     p.add_argument("--dir", type=Path, default=Path("."), help="the project's directory (default: here)")
@@ -39,8 +42,10 @@ def run(args) -> int:
         print(f"added to {done.gitignore}: {', '.join(done.ignored)}")
     root = args.dir.resolve()
     golden = project(root).golden / done.suite  # as the config says, not a fixed golden/
-    print(f"next: `harness golden {done.suite}` (commit {_shown(golden, root)}), then the PR gate: `harness run --gate pr` "
-          f"or `pytest -m pr` (the same scenarios; `harness run {done.suite}` or `pytest {_shown(done.scenario_file.parent, root)}/`: all of them)")
+    print(
+        f"next: `harness golden {done.suite}` (commit {_shown(golden, root)}), then the PR gate: `harness run --gate pr` "
+        f"or `pytest -m pr` (the same scenarios; `harness run {done.suite}` or `pytest {_shown(done.scenario_file.parent, root)}/`: all of them)"
+    )
     return exit_codes.OK
 
 

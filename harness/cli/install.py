@@ -12,8 +12,11 @@ HELP = "install an engine: ENGINE (its default environment, e.g. vllm into .venv
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("engine", metavar="ENGINE[==VERSION]", help="e.g. vllm, or vllm==0.22.1 (installed once into the "
-                   "harness's cache, as --engine-env installs releases)")
+    p.add_argument(
+        "engine",
+        metavar="ENGINE[==VERSION]",
+        help="e.g. vllm, or vllm==0.22.1 (installed once into the harness's cache, as --engine-env installs releases)",
+    )
 
 
 def run(args) -> int:

@@ -15,15 +15,31 @@ HELP = "list scenarios"
 def add_arguments(p: argparse.ArgumentParser) -> None:
     add_selection(p)
     p.add_argument("--ids-only", action="store_true", help="print bare ids (for scripts and make)")
-    p.add_argument("--engines", action="store_true", help="list the engines instead: built in or from installed packages, "
-                   "whether each can run here, its axes")
+    p.add_argument(
+        "--engines",
+        action="store_true",
+        help="list the engines instead: built in or from installed packages, whether each can run here, its axes",
+    )
     p.add_argument("--models", action="store_true", help="list the zoo's models instead: built in or from installed packages")
-    p.add_argument("--coverage", action="store_true", help="per suite, the t-way combinations of axis values that what "
-                   "would run covers, and every one left out with the rule or exclude that forbids it")
-    p.add_argument("--strength", type=int, default=None, metavar="T",
-                   help="with --coverage: combinations of T axis values (default: a covering suite's own; else 3)")
-    p.add_argument("--lock", action="store_true", help="with --coverage: record each covering suite's rows in its "
-                   "lock file (<file>.lock) so that adding a value later keeps their ids")
+    p.add_argument(
+        "--coverage",
+        action="store_true",
+        help="per suite, the t-way combinations of axis values that what "
+        "would run covers, and every one left out with the rule or exclude that forbids it",
+    )
+    p.add_argument(
+        "--strength",
+        type=int,
+        default=None,
+        metavar="T",
+        help="with --coverage: combinations of T axis values (default: a covering suite's own; else 3)",
+    )
+    p.add_argument(
+        "--lock",
+        action="store_true",
+        help="with --coverage: record each covering suite's rows in its "
+        "lock file (<file>.lock) so that adding a value later keeps their ids",
+    )
 
 
 def run(args) -> int:
@@ -68,15 +84,19 @@ def _coverage(chosen: list, strength: int | None, lock: bool) -> None:
         rows = [s.settings for s in scenarios]
         asked_of = suite if strength is None else suite.model_copy(update={"covering": None})
         got = covering.coverage(asked_of, rows, engine_rules(suite.engine), t)
-        print(f"{name}: {len(rows)} scenarios ({kind}); {asked}: {got.required} combinations, {got.covered} covered, "
-              f"{got.required - got.feasible} excluded, {len(got.missed)} feasible and not run")
+        print(
+            f"{name}: {len(rows)} scenarios ({kind}); {asked}: {got.required} combinations, {got.covered} covered, "
+            f"{got.required - got.feasible} excluded, {len(got.missed)} feasible and not run"
+        )
         versions = _installed_versions(suite.engine, scenarios[0].engine_options)
         live = [s.settings for s in scenarios if not _ends_early(s, versions)]
         masked = got.covered - covering.coverage(asked_of, live, engine_rules(suite.engine), t).covered
         if masked:
             on = f"{suite.engine} {versions.get(suite.engine, '')}".strip() if versions else "some engine version"
-            print(f"  {masked} of them only in scenarios a declared crash or hang ends early on {on}: "
-                  "exercised once that bug is fixed")
+            print(
+                f"  {masked} of them only in scenarios a declared crash or hang ends early on {on}: "
+                "exercised once that bug is fixed"
+            )
         for why, combos in got.excluded.items():
             print(f"  excluded by {why} ({len(combos)}): {', '.join(combos[:6])}{' ...' if len(combos) > 6 else ''}")
         if got.missed:
@@ -96,9 +116,11 @@ def _joint(by_suite: dict[str, list], strength: int) -> None:
     from harness.inputs.scenarios.binding import coverage_together
 
     got = coverage_together(by_suite, strength)
-    print(f"together: {sum(len(ss) for ss in by_suite.values())} scenarios; {strength}-way of axis values (arch aside): "
-          f"{got.required} combinations, {got.covered} covered, {got.required - got.feasible} excluded, "
-          f"{len(got.missed)} feasible and not run")
+    print(
+        f"together: {sum(len(ss) for ss in by_suite.values())} scenarios; {strength}-way of axis values (arch aside): "
+        f"{got.required} combinations, {got.covered} covered, {got.required - got.feasible} excluded, "
+        f"{len(got.missed)} feasible and not run"
+    )
     for why, combos in got.excluded.items():
         print(f"  excluded by {why} ({len(combos)}): {', '.join(combos[:6])}{' ...' if len(combos) > 6 else ''}")
     if got.missed:
@@ -122,8 +144,10 @@ def _ends_early(scenario, versions: dict | None) -> bool:
     versions): its other axis values are not exercised while that bug stands."""
     from harness.contract.expectations import version_problem
 
-    return any(x.verdict in ("crash", "hang") and (versions is None or version_problem(x, versions) is None)
-               for x in (*scenario.expectations, *scenario.known_bugs))
+    return any(
+        x.verdict in ("crash", "hang") and (versions is None or version_problem(x, versions) is None)
+        for x in (*scenario.expectations, *scenario.known_bugs)
+    )
 
 
 def _plugins(args) -> int:

@@ -84,8 +84,14 @@ def git_revision(text: str) -> str:
 
 # how a text becomes a RunConfig field's value (Option.value), on the command line and in pytest
 VALUE_TYPES: dict[str, Callable[[str], Any]] = {
-    "seconds": positive_seconds, "count": positive_int, "int": int, "path": Path, "env": env_assignment,
-    "run-id": run_id, "shard": shard_arg, "revision": git_revision,
+    "seconds": positive_seconds,
+    "count": positive_int,
+    "int": int,
+    "path": Path,
+    "env": env_assignment,
+    "run-id": run_id,
+    "shard": shard_arg,
+    "revision": git_revision,
 }
 
 

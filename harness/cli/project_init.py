@@ -72,8 +72,9 @@ def model_entry(model: str) -> str | dict:
 
     if zoo.has_model(model):
         return model
-    raise InitError(f"'{model}' is no checkpoint directory, arch:CLASS, ORG/NAME@REVISION or zoo model "
-                    f"({', '.join(zoo.model_names())})")
+    raise InitError(
+        f"'{model}' is no checkpoint directory, arch:CLASS, ORG/NAME@REVISION or zoo model ({', '.join(zoo.model_names())})"
+    )
 
 
 def suite_name(model: str) -> str:
@@ -97,8 +98,13 @@ def suite_raw(suite: str, model: str | dict, engine: str, axes: dict[str, tuple 
     raw = {
         "suite": suite,
         "description": f"{suite} on {engine}: parallel settings against the engine unparallelised (written by harness init)",
-        "engine": engine, "model": model, "dtype": "float32", "timeout_s": 600,
-        "workloads": WORKLOADS, "golden": {axis: values[0] for axis, values in matrix.items()}, "matrix": matrix,
+        "engine": engine,
+        "model": model,
+        "dtype": "float32",
+        "timeout_s": 600,
+        "workloads": WORKLOADS,
+        "golden": {axis: values[0] for axis, values in matrix.items()},
+        "matrix": matrix,
     }
     if len(matrix.get("sp", [])) > 1 and 2 in matrix["tp"]:
         raw["exclude"] = [{"tp": 1, "sp": True}]  # sequence parallelism shards over TP ranks
@@ -127,13 +133,16 @@ def runnable_axes(engine_name: str, say=lambda line: None) -> tuple[dict[str, tu
     try:
         return engine.installed_axes(say)
     except Exception as exc:  # noqa: BLE001 - not installed yet, or its probe failed: the declaration stands
-        say(f"the installed {engine_name} could not be asked what it runs ({type(exc).__name__}: {exc}); "
-            "writing every value it declares")
+        say(
+            f"the installed {engine_name} could not be asked what it runs ({type(exc).__name__}: {exc}); "
+            "writing every value it declares"
+        )
         return dict(engine.axes), {}
 
 
-def init_project(directory: Path, model: str, engine: str = "reference", suite: str | None = None,
-                 say=lambda line: None) -> Written:
+def init_project(
+    directory: Path, model: str, engine: str = "reference", suite: str | None = None, say=lambda line: None
+) -> Written:
     if not directory.is_dir():
         raise InitError(f"{directory} is not a directory: create it first (`mkdir -p {directory}`), or give --dir DIR")
     directory = directory.resolve()
@@ -144,8 +153,10 @@ def init_project(directory: Path, model: str, engine: str = "reference", suite: 
     builtin = _builtin_suite_names()
     # the project's file would be refused beside the built-in one of that name
     if suite in builtin:
-        raise InitError(f"'{suite}' is the name of a built-in suite ({', '.join(sorted(builtin))}); "
-                        "give another --suite name (nothing was written)")
+        raise InitError(
+            f"'{suite}' is the name of a built-in suite ({', '.join(sorted(builtin))}); "
+            "give another --suite name (nothing was written)"
+        )
     scenario_file = scenario_dir(directory) / f"{suite}.yaml"
     if scenario_file.exists():
         raise InitError(f"{scenario_file} exists; give another --suite name (nothing was written)")
@@ -176,9 +187,11 @@ def scenario_dir(directory: Path) -> Path:
     if existing or missing:
         return (existing or missing)[0]
     named = ", ".join(str(p.relative_to(directory)) if p.is_relative_to(directory) else str(p) for p in here.scenarios)
-    raise InitError(f"the project config {here.config_file} reads scenario files only from {named or 'nothing'}: a new "
-                    "file would never be read. Add a directory to its `scenarios` (e.g. \"scenarios\") and run again "
-                    "(nothing was written)")
+    raise InitError(
+        f"the project config {here.config_file} reads scenario files only from {named or 'nothing'}: a new "
+        'file would never be read. Add a directory to its `scenarios` (e.g. "scenarios") and run again '
+        "(nothing was written)"
+    )
 
 
 def _check_engine_runs(engine_name: str, entry: str | dict, model: str) -> None:
@@ -199,9 +212,11 @@ def _check_engine_runs(engine_name: str, entry: str | dict, model: str) -> None:
         # the scenario file's own check says what is wrong with the entry
         return
     if kind is not None and kind not in kinds:
-        raise InitError(f"engine '{engine_name}' runs {', '.join(sorted(kinds))} models, not {kind} ({model}): every "
-                        f"scenario would be unsupported, a suite that tests nothing. Engines for {kind}: "
-                        f"{engines_text(kind)}; give --engine NAME (nothing was written)")
+        raise InitError(
+            f"engine '{engine_name}' runs {', '.join(sorted(kinds))} models, not {kind} ({model}): every "
+            f"scenario would be unsupported, a suite that tests nothing. Engines for {kind}: "
+            f"{engines_text(kind)}; give --engine NAME (nothing was written)"
+        )
 
 
 def _builtin_suite_names() -> set[str]:
@@ -228,16 +243,23 @@ def ignore_entries(directory: Path, engine_name: str) -> tuple[str, ...]:
     must not be committed: the reports directory and the engine's own environment (vLLM's
     .venv-vllm, GBs), so that `git add .` takes the goldens and scenario files and nothing
     else. Entries already there (spelled with or without the slashes) are not repeated."""
-    wanted = [f"/{p.relative_to(directory).as_posix()}/" for p in _generated_dirs(directory, engine_name)
-              if p.is_relative_to(directory) and p != directory]
+    wanted = [
+        f"/{p.relative_to(directory).as_posix()}/"
+        for p in _generated_dirs(directory, engine_name)
+        if p.is_relative_to(directory) and p != directory
+    ]
     path = directory / GITIGNORE
     text = path.read_text() if path.is_file() else ""
     present = {line.strip().strip("/") for line in text.splitlines()}
     added = tuple(entry for entry in dict.fromkeys(wanted) if entry.strip("/") not in present)
     if added:
         lead = "" if not text or text.endswith("\n") else "\n"
-        path.write_text(text + lead + "# written by `harness init`: run output and the engine's environment\n"
-                        + "".join(f"{entry}\n" for entry in added))
+        path.write_text(
+            text
+            + lead
+            + "# written by `harness init`: run output and the engine's environment\n"
+            + "".join(f"{entry}\n" for entry in added)
+        )
     return added
 
 

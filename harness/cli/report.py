@@ -15,7 +15,9 @@ HELP = "rebuild a run's report, merge shard runs into one, or diff two runs"
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("run_dir", type=Path, nargs="?", help="the run directory whose report to rebuild")
-    p.add_argument("--merge", type=Path, nargs="+", metavar="DIR", help="run directories (shards of one run) to merge into -o OUT")
+    p.add_argument(
+        "--merge", type=Path, nargs="+", metavar="DIR", help="run directories (shards of one run) to merge into -o OUT"
+    )
     p.add_argument("-o", "--out", type=Path, help="the new run directory of --merge")
     p.add_argument("--diff", type=Path, nargs=2, metavar=("OLD", "NEW"), help="what changed from run OLD to run NEW")
     add_history(p, "history/ beside the run directory")
@@ -66,7 +68,9 @@ def run(args) -> int:
 def say_what_was_not_recorded(meta: dict, who: str) -> None:
     """The history's problems: files skipped as unreadable, results not stored."""
     for problem in meta.get("history_unreadable") or []:
-        print(f"{who}: warning: history file skipped, unreadable: {problem}; the comparison with earlier runs is partial",
-              file=sys.stderr)
+        print(
+            f"{who}: warning: history file skipped, unreadable: {problem}; the comparison with earlier runs is partial",
+            file=sys.stderr,
+        )
     if meta.get("history_error"):
         print(f"{who}: results not recorded: {meta['history_error']}", file=sys.stderr)

@@ -40,8 +40,7 @@ def run(args) -> int:
     config = RunConfig.from_cli(args)
     catalog = suites.load(args)
     used = suites.where_from(args)
-    print(f"harness: project config {used['config'] or '(none)'}; scenario files from {', '.join(used['scenarios'])}",
-          flush=True)
+    print(f"harness: project config {used['config'] or '(none)'}; scenario files from {', '.join(used['scenarios'])}", flush=True)
     # a typo ends here, with its hint: before torch and pandas load
     selected, broken = catalog.pick(list(config.ids), config.gate)
     from harness.run.plan.planning import default_jobs, plan_run
@@ -77,14 +76,24 @@ def run(args) -> int:
     shard = f"-shard{plan.meta['shard']['index']}of{plan.meta['shard']['count']}" if "shard" in plan.meta else ""
     history = history_dir(report_dir, config.history)
     # the planned list goes on disk with the claim: a report of a killed run can then say what never ran
-    meta = {"gate": config.gate, "scenarios": [s.id for s in chosen] + [b.error_id for b in broken],
-            "faults": list(config.faults), "versions": harness_versions(), "started": time.time(), "project": used,
-            "allow_empty": config.allow_empty, **plan.meta}
+    meta = {
+        "gate": config.gate,
+        "scenarios": [s.id for s in chosen] + [b.error_id for b in broken],
+        "faults": list(config.faults),
+        "versions": harness_versions(),
+        "started": time.time(),
+        "project": used,
+        "allow_empty": config.allow_empty,
+        **plan.meta,
+    }
     ctx = RunContext(replace(config, cluster=cluster_option(config.cluster)), plan.devices, plan.cluster)
     try:
         check_writable(history / "runs", "history store", "make it writable, or give --history DIR (or $HARNESS_HISTORY_DIR)")
-        run_dir = claim_run_dir(report_dir, config.run_id, meta) if config.run_id else \
-            claim_new_run_dir(report_dir, meta, (f"-{config.gate}" if config.gate else "") + shard)
+        run_dir = (
+            claim_run_dir(report_dir, config.run_id, meta)
+            if config.run_id
+            else claim_new_run_dir(report_dir, meta, (f"-{config.gate}" if config.gate else "") + shard)
+        )
     except RunDirTaken as exc:
         print(f"harness: {exc}", file=sys.stderr)
         return exit_codes.USAGE
@@ -109,10 +118,13 @@ def _record_broken(run_dir: Path, broken: list[BrokenSuite]) -> None:
     for b in broken:
         lines = [line.strip() for line in b.problem.splitlines() if line.strip()]
         said = " ".join(lines[:2]) + (f" (and {len(lines) - 2} more lines)" if len(lines) > 2 else "")
-        Verdict(scenario=b.error_id, verdict="error",
-                reason=f"scenario file cannot be used, its scenarios did not run: {said}",
-                error={"kind": "scenario-file", "file": str(b.path), "message": b.problem},
-                reproduce=f"harness list {b.suite}").save(verdict_path(run_dir, b.error_id))
+        Verdict(
+            scenario=b.error_id,
+            verdict="error",
+            reason=f"scenario file cannot be used, its scenarios did not run: {said}",
+            error={"kind": "scenario-file", "file": str(b.path), "message": b.problem},
+            reproduce=f"harness list {b.suite}",
+        ).save(verdict_path(run_dir, b.error_id))
 
 
 def unknown_faults(faults: list[str], chosen) -> str | None:
@@ -145,8 +157,9 @@ def _run_and_report(chosen, run_dir: Path, meta: dict, history: Path, ctx, cost:
     try:
         _write_report(run_dir, meta, history)
         if chosen:
-            verdicts = run_session(chosen, run_dir, ctx, progress=choose_progress(), jobs=ctx.config.jobs, cost=cost,
-                                   exitfirst=ctx.config.exitfirst)
+            verdicts = run_session(
+                chosen, run_dir, ctx, progress=choose_progress(), jobs=ctx.config.jobs, cost=cost, exitfirst=ctx.config.exitfirst
+            )
             stopped = _stopped_after(verdicts) if ctx.config.exitfirst else {}
     except KeyboardInterrupt:
         interrupted = True
@@ -168,16 +181,23 @@ def _run_and_report(chosen, run_dir: Path, meta: dict, history: Path, ctx, cost:
     print(f"harness: {counts_text(meta['counts'], meta['never_ran'])}; report: {run_dir / 'report.html'}")
     say_what_was_not_recorded(meta, "harness")
     if meta.get("results_not_written"):
-        print("harness: results not written (a disk fault, not the engine): " + ", ".join(meta["results_not_written"]),
-              file=sys.stderr)
+        print(
+            "harness: results not written (a disk fault, not the engine): " + ", ".join(meta["results_not_written"]),
+            file=sys.stderr,
+        )
     if meta["not_as_expected"]:
         print("harness: not as expected: " + ", ".join(meta["not_as_expected"]), file=sys.stderr)
     if meta.get("stopped_after") and meta["never_ran"]:
-        print(f"harness: --exitfirst stopped the run after {meta['stopped_after']}; not run: {', '.join(meta['never_ran'])}",
-              file=sys.stderr)
+        print(
+            f"harness: --exitfirst stopped the run after {meta['stopped_after']}; not run: {', '.join(meta['never_ran'])}",
+            file=sys.stderr,
+        )
     if meta.get("coverage_lost"):
-        print("harness: coverage lost (passed in the previous run of the gate, not tested now): "
-              + ", ".join(meta["coverage_lost"]), file=sys.stderr)
+        print(
+            "harness: coverage lost (passed in the previous run of the gate, not tested now): "
+            + ", ".join(meta["coverage_lost"]),
+            file=sys.stderr,
+        )
     return exit_codes.of_run(meta, interrupted)
 
 
@@ -203,5 +223,7 @@ def _write_report(run_dir: Path, meta: dict, history: Path) -> dict:
     try:
         return write_report(run_dir, meta, history)
     except OSError as exc:
-        raise ResultsNotWritten(f"cannot write the report in {run_dir}: {exc.strerror or exc}; "
-                                f"make it writable, then `harness report {run_dir}` rebuilds it from the verdicts") from None
+        raise ResultsNotWritten(
+            f"cannot write the report in {run_dir}: {exc.strerror or exc}; "
+            f"make it writable, then `harness report {run_dir}` rebuilds it from the verdicts"
+        ) from None

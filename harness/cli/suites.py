@@ -27,8 +27,11 @@ def where_from(args) -> dict:
 
     here = project()
     paths = args.scenarios or scenario_paths()
-    return {"config": str(here.config_file) if here.config_file else None, "root": str(here.root),
-            "scenarios": [str(p) for p in paths]}
+    return {
+        "config": str(here.config_file) if here.config_file else None,
+        "root": str(here.root),
+        "scenarios": [str(p) for p in paths],
+    }
 
 
 def find_one_in(catalog: Catalog, scenario_id: str) -> Scenario:
@@ -38,8 +41,9 @@ def find_one_in(catalog: Catalog, scenario_id: str) -> Scenario:
     except ScenarioError:
         hit = [b for b in catalog.broken if b.could_be_in([scenario_id], None)]
         if hit:
-            raise ScenarioError(f"'{scenario_id}' is of suite '{hit[0].suite}', whose file cannot be used: "
-                                f"{hit[0].problem}") from None
+            raise ScenarioError(
+                f"'{scenario_id}' is of suite '{hit[0].suite}', whose file cannot be used: {hit[0].problem}"
+            ) from None
         raise
 
 

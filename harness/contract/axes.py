@@ -46,8 +46,7 @@ class RunAxes:
 
     tp: int = _axis(SIZE, 1, "tensor parallelism: ranks a layer's weights are split over")
     pp: int = _axis(SIZE, 1, "pipeline parallelism: stages the layers are split into")
-    dp: int = _axis(SIZE, 1, "data parallelism: replicas, each a whole tp x pp engine serving its share of prompts",
-                    omit=(1,))
+    dp: int = _axis(SIZE, 1, "data parallelism: replicas, each a whole tp x pp engine serving its share of prompts", omit=(1,))
     sp: bool = _axis(SWITCH, False, "sequence parallelism: activations split over the TP ranks by token")
     compile: bool = _axis(SWITCH, False, "the model's forward compiled (torch.compile, graphs captured at warm-up)")
     kvc: bool = _axis(SWITCH, False, "a KV connector: prefix KV saved to and loaded from an external store")
@@ -55,10 +54,12 @@ class RunAxes:
     prefix_cache: bool = _axis(SWITCH, False, "automatic prefix caching: KV blocks of earlier prompts reused")
     block_size: int = _axis(BUDGET, 0, "tokens per KV cache block (0: the engine's own)")
     chunked_prefill: int = _axis(BUDGET, 0, "chunked prefill: a token budget per step (0: off)")
-    batch: str = _axis(CHOICE, "all", "how a workload's prompts are submitted (harness/contract/batching.py)",
-                       values=("all", "one", "mixed"))
-    spec: Union[bool, str] = _axis(CHOICE, False, "speculative decoding: ngram drafts, or a draft model's",
-                                   values=(False, "ngram", "draft"))
+    batch: str = _axis(
+        CHOICE, "all", "how a workload's prompts are submitted (harness/contract/batching.py)", values=("all", "one", "mixed")
+    )
+    spec: Union[bool, str] = _axis(
+        CHOICE, False, "speculative decoding: ngram drafts, or a draft model's", values=(False, "ngram", "draft")
+    )
     batch_invariant: bool = _axis(SWITCH, False, "a batch-invariant mode: results must not depend on the batch")
 
     @classmethod
@@ -148,8 +149,7 @@ def spell(value: object) -> str:
 
 
 AXES: dict[str, Axis] = {
-    f.name: Axis(f.name, f.metadata["kind"], cast(Value, f.default), f.metadata["doc"], f.metadata["values"],
-                 f.metadata["omit"])
+    f.name: Axis(f.name, f.metadata["kind"], cast(Value, f.default), f.metadata["doc"], f.metadata["values"], f.metadata["omit"])
     for f in fields(RunAxes)
 }
 AXIS_NAMES = tuple(AXES)
@@ -200,8 +200,7 @@ class Cond:
         if not isinstance(value, int) or isinstance(value, bool):
             return False
         assert isinstance(self.value, int)
-        return {">=": value >= self.value, "<=": value <= self.value,
-                ">": value > self.value, "<": value < self.value}[self.op]
+        return {">=": value >= self.value, "<=": value <= self.value, ">": value > self.value, "<": value < self.value}[self.op]
 
     def __str__(self) -> str:
         return self.axis if self.op == "on" else f"{self.axis}{'=' if self.op == '==' else self.op}{spell(self.value)}"

@@ -25,8 +25,10 @@ INTERRUPTED = 130
 def nothing_tested_text(count: int, allow_option: str) -> str:
     """What `harness run` and a pytest session say when every scenario ended unsupported: the
     same words, so that neither way in passes a suite that tests nothing."""
-    return (f"NOTHING TESTED: all {count} scenarios ended unsupported (the reasons are in the report); exit 5. "
-            f"`harness list --engines` shows what each engine runs; {allow_option} accepts this")
+    return (
+        f"NOTHING TESTED: all {count} scenarios ended unsupported (the reasons are in the report); exit 5. "
+        f"`harness list --engines` shows what each engine runs; {allow_option} accepts this"
+    )
 
 
 def of_run(meta: dict, interrupted: bool = False) -> int:

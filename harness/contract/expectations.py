@@ -39,7 +39,9 @@ def parse_requirement(text: str) -> tuple[str, SpecifierSet]:
     try:
         req = Requirement(text)
     except InvalidRequirement as exc:
-        raise ValueError(f"engine_version {text!r} is not '<package><PEP 440 specifier>' such as 'vllm>=0.30,<0.33': {exc}") from None
+        raise ValueError(
+            f"engine_version {text!r} is not '<package><PEP 440 specifier>' such as 'vllm>=0.30,<0.33': {exc}"
+        ) from None
     if req.extras or req.marker or req.url:
         raise ValueError(f"engine_version {text!r}: only a package name and version specifier, no extras, markers or URL")
     if not str(req.specifier):
@@ -210,8 +212,14 @@ def happened(v: Verdict) -> str:
 
 
 def _record(x: Any, status: str, why: str | None, v: Verdict) -> dict:
-    return {"status": status, "reason": x.reason, "expected": describe(x), "why": why,
-            "happened": happened(v), "ran_on": engine_label(v.versions)}
+    return {
+        "status": status,
+        "reason": x.reason,
+        "expected": describe(x),
+        "why": why,
+        "happened": happened(v),
+        "ran_on": engine_label(v.versions),
+    }
 
 
 def _declared_unsupported(v: Verdict, applicable: list) -> None:
@@ -275,8 +283,10 @@ def _known_near_miss(v: Verdict, bugs: tuple | list, in_range: list) -> str:
     a bug of this release whose failure differs (and how)."""
     for bug in bugs:
         if bug not in in_range and mismatch(bug, v) is None:
-            return (f" (the failure of {bug.title()}, but {version_problem(bug, v.versions)}: if it is the same "
-                    "bug, add this run to its `seen` and widen its range)")
+            return (
+                f" (the failure of {bug.title()}, but {version_problem(bug, v.versions)}: if it is the same "
+                "bug, add this run to its `seen` and widen its range)"
+            )
     if in_range:
         bug = in_range[0]
         return f" (NOT {bug.title()}: it expects {describe(bug)}; {mismatch(bug, v)})"
@@ -329,7 +339,7 @@ def _apply_own(v: Verdict, expectations: tuple | list) -> Verdict:
             misses.append((x, why))
         x, why = misses[0]
         v.expectation = _record(x, "mismatch", why, v)
-        v.reason = (f"{v.reason} (NOT the expected failure: '{x.reason}' expects {describe(x)}; {why})")
+        v.reason = f"{v.reason} (NOT the expected failure: '{x.reason}' expects {describe(x)}; {why})"
         return v
     if v.verdict == "unsupported":
         _declared_unsupported(v, [x for x, _ in applicable])

@@ -34,8 +34,11 @@ def from_fields(cls: type[T], data: dict, what: str) -> T:
     a bare TypeError."""
     fields = dataclasses.fields(cls)  # type: ignore[arg-type]
     unknown = sorted(set(data) - {f.name for f in fields})
-    missing = [f.name for f in fields if f.name not in data
-               and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
+    missing = [
+        f.name
+        for f in fields
+        if f.name not in data and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+    ]
     if unknown or missing:
         problems = [f"unexpected field{'s' * (len(unknown) > 1)} {_names(unknown)}"] if unknown else []
         problems += [f"missing field{'s' * (len(missing) > 1)} {_names(missing)}"] if missing else []
@@ -50,6 +53,12 @@ def _names(names: list[str]) -> str:
 def _kind(value: Any) -> str:
     if value is None:
         return "JSON null"
-    kinds = {bool: "a JSON true/false", str: "a JSON string", int: "a JSON number", float: "a JSON number",
-             list: "a JSON array", dict: "a JSON object"}
+    kinds = {
+        bool: "a JSON true/false",
+        str: "a JSON string",
+        int: "a JSON number",
+        float: "a JSON number",
+        list: "a JSON array",
+        dict: "a JSON object",
+    }
     return kinds.get(type(value), type(value).__name__)

@@ -57,7 +57,7 @@ class EngineOutputs:
     def workload(self, name: str) -> dict[str, torch.Tensor]:
         """The tensors of one workload, keyed by field name."""
         prefix = name + "."
-        return {k[len(prefix):]: v for k, v in self.tensors.items() if k.startswith(prefix)}
+        return {k[len(prefix) :]: v for k, v in self.tensors.items() if k.startswith(prefix)}
 
     def put(self, workload: str, **fields: torch.Tensor) -> None:
         for key, value in fields.items():
@@ -102,7 +102,7 @@ class EngineOutputs:
         for p, seq in enumerate(sequences):
             if len(seq) > max_new_tokens:
                 raise ValueError(f"prompt {p}: {len(seq)} tokens generated, at most {max_new_tokens} asked")
-            tokens[p, :len(seq)] = torch.tensor(seq, dtype=torch.int64)
+            tokens[p, : len(seq)] = torch.tensor(seq, dtype=torch.int64)
         return {"tokens": tokens, "lengths": torch.tensor([len(s) for s in sequences], dtype=torch.int64)}
 
     @staticmethod

@@ -70,8 +70,9 @@ class Plugin:
             for part in filter(None, self.attr.split(".")):
                 obj = getattr(obj, part)
         except Exception as exc:  # noqa: BLE001 - a third party's import may raise anything
-            raise PluginError(f"'{self.name}' of package {self.origin()} does not load here: "
-                              f"{type(exc).__name__}: {exc}; {self.install_hint()}") from None
+            raise PluginError(
+                f"'{self.name}' of package {self.origin()} does not load here: {type(exc).__name__}: {exc}; {self.install_hint()}"
+            ) from None
         return obj
 
 
@@ -111,6 +112,8 @@ def clear_cache() -> None:
 
 def ambiguity(name: str, plugins: list[Plugin]) -> str:
     """The message for a name that several packages claim."""
-    return (f"'{name}' is registered by {len(plugins)} packages: "
-            + "; ".join(p.origin() for p in plugins)
-            + "; uninstall all but one (or register them under other names)")
+    return (
+        f"'{name}' is registered by {len(plugins)} packages: "
+        + "; ".join(p.origin() for p in plugins)
+        + "; uninstall all but one (or register them under other names)"
+    )

@@ -42,8 +42,14 @@ def built_commit() -> str:
 def own_commit(root: Path = PROJECT_ROOT) -> str:
     """The short commit of HEAD, if `root` is the top level of its git work tree."""
     try:
-        out = subprocess.run(["git", "rev-parse", "--show-toplevel", "--short", "HEAD"], cwd=root, check=False,
-                             capture_output=True, text=True, timeout=5)
+        out = subprocess.run(
+            ["git", "rev-parse", "--show-toplevel", "--short", "HEAD"],
+            cwd=root,
+            check=False,
+            capture_output=True,
+            text=True,
+            timeout=5,
+        )
     except (OSError, subprocess.TimeoutExpired):
         return UNKNOWN
     lines = out.stdout.splitlines()

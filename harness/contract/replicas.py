@@ -37,8 +37,9 @@ def replica_workloads(workloads: list[dict], dp: int, dp_rank: int) -> list[dict
     return out
 
 
-def merge(workloads: list[dict], by_replica: dict[int, dict], dp: int,
-          shares: Callable[[int, int, int], list[int]] = share) -> dict:
+def merge(
+    workloads: list[dict], by_replica: dict[int, dict], dp: int, shares: Callable[[int, int, int], list[int]] = share
+) -> dict:
     """{workload name: fields} of every replica ({dp_rank: results}) -> one {name: fields}
     in each workload's prompt order. `shares` says which prompts each replica served
     (a fault switch may give another rule)."""
@@ -71,6 +72,9 @@ def joined(kind: str, prompts: list[dict]) -> dict:
 
     if kind == "logprobs":
         rows = torch.tensor([0] + [len(p["topk_ids"]) for p in prompts]).cumsum(0)
-        return {"topk_ids": torch.cat([p["topk_ids"] for p in prompts]),
-                "topk_logprobs": torch.cat([p["topk_logprobs"] for p in prompts]), "offsets": rows}
+        return {
+            "topk_ids": torch.cat([p["topk_ids"] for p in prompts]),
+            "topk_logprobs": torch.cat([p["topk_logprobs"] for p in prompts]),
+            "offsets": rows,
+        }
     return {k: torch.stack([p[k] for p in prompts]) for k in prompts[0]}

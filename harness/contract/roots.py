@@ -91,8 +91,10 @@ def _readable(path: Path, here: Project) -> bool:
         if not here.scenarios_configured:
             # the default scenarios/ of a project that has none yet
             return False
-        raise ProjectConfigError(f"{here.config_file}: scenarios entry '{path}' cannot be read: "
-                                 f"{exc.strerror or exc}; fix the path (relative to {here.root})") from None
+        raise ProjectConfigError(
+            f"{here.config_file}: scenarios entry '{path}' cannot be read: "
+            f"{exc.strerror or exc}; fix the path (relative to {here.root})"
+        ) from None
 
 
 def shipped_only(path: Path) -> bool:

@@ -70,12 +70,17 @@ def prompt_media(workload: dict, prompt: int) -> dict[str, list]:
 def video_metadata(frames: int) -> dict:
     """What a video processor is told of a run brief's video: its rate, every frame taken
     as it is (no sampling), in the form vLLM builds for its own dummy videos."""
-    return {"fps": VIDEO_FPS, "duration": frames / VIDEO_FPS, "total_num_frames": frames,
-            "frames_indices": list(range(frames)), "video_backend": "opencv", "do_sample_frames": False}
+    return {
+        "fps": VIDEO_FPS,
+        "duration": frames / VIDEO_FPS,
+        "total_num_frames": frames,
+        "frames_indices": list(range(frames)),
+        "video_backend": "opencv",
+        "do_sample_frames": False,
+    }
 
 
-def stop_reached(generated: list[int], stop: list[list[int]], eos_token_id: int | None,
-                 end: int | None = None) -> bool:
+def stop_reached(generated: list[int], stop: list[list[int]], eos_token_id: int | None, end: int | None = None) -> bool:
     """The `generate` stop rule: whether a sequence whose generated tokens are
     generated[:end] (all of them by default) stops there: its last token is EOS, or
     its generated tokens end with one of the stop sequences."""
@@ -86,13 +91,12 @@ def stop_reached(generated: list[int], stop: list[list[int]], eos_token_id: int 
         return True
     for seq in stop:
         n = len(seq)
-        if 0 < n <= end and generated[end - n:end] == list(seq):
+        if 0 < n <= end and generated[end - n : end] == list(seq):
             return True
     return False
 
 
-def cut_generation(tokens: list[int], stop: list[list[int]], eos_token_id: int | None,
-                   max_new_tokens: int) -> list[int]:
+def cut_generation(tokens: list[int], stop: list[list[int]], eos_token_id: int | None, max_new_tokens: int) -> list[int]:
     """tokens generated past the stop (an engine that cannot stop on a sequence of
     ids) -> the tokens a `generate` workload keeps: up to and including the first
     place the stop rule fires, at most max_new_tokens."""

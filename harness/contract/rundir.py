@@ -97,8 +97,10 @@ def run_id_problem(run_id: str) -> str | None:
     """Why `run_id` cannot name a run directory, or None."""
     if RUN_ID.fullmatch(run_id):
         return None
-    return (f"{run_id!r} is not a run id: use letters, digits, '.', '_' and '-', starting with a letter or digit "
-            "(it names one directory under the report directory)")
+    return (
+        f"{run_id!r} is not a run id: use letters, digits, '.', '_' and '-', starting with a letter or digit "
+        "(it names one directory under the report directory)"
+    )
 
 
 def new_run_id(suffix: str = "", prefix: str = "") -> str:
@@ -130,16 +132,19 @@ def claim_run_dir(report_dir: Path, run_id: str, meta: dict) -> Path:
         run_dir.mkdir(parents=True, exist_ok=True)
         taken = any(run_dir.iterdir())
     except OSError as exc:
-        raise ResultsNotWritten(f"cannot create the run directory {run_dir}: {_why(exc)}; "
-                                "make --report-dir (or $HARNESS_REPORTS_DIR) a writable directory") from None
+        raise ResultsNotWritten(
+            f"cannot create the run directory {run_dir}: {_why(exc)}; "
+            "make --report-dir (or $HARNESS_REPORTS_DIR) a writable directory"
+        ) from None
     if not taken:
         # the claim is a hard link of a whole run.json: exclusive as O_EXCL is (link() fails
         # when the name exists), and never an empty or half-written run.json if killed
         try:
             tmp = _write_temp(run_meta_path(run_dir), json_text({**meta, "run_id": run_id}))
         except OSError as exc:
-            raise ResultsNotWritten(f"cannot write in the run directory {run_dir}: {_why(exc)}; "
-                                    "make --report-dir (or $HARNESS_REPORTS_DIR) writable") from None
+            raise ResultsNotWritten(
+                f"cannot write in the run directory {run_dir}: {_why(exc)}; make --report-dir (or $HARNESS_REPORTS_DIR) writable"
+            ) from None
         try:
             os.link(tmp, run_meta_path(run_dir))
         except FileExistsError:
@@ -147,8 +152,10 @@ def claim_run_dir(report_dir: Path, run_id: str, meta: dict) -> Path:
         finally:
             os.unlink(tmp)
     if taken:
-        raise RunDirTaken(f"the run directory {run_dir} is already in use (another run's results, or other files); "
-                          "give another --run-id, or leave it out for a fresh one; remove that directory only if its run is of no use")
+        raise RunDirTaken(
+            f"the run directory {run_dir} is already in use (another run's results, or other files); "
+            "give another --run-id, or leave it out for a fresh one; remove that directory only if its run is of no use"
+        )
     scenarios_root(run_dir).mkdir()
     return run_dir
 

@@ -21,8 +21,12 @@ import re
 
 STORAGE_ERRNOS = (errno.ENOSPC, errno.EROFS, errno.EDQUOT)
 # The words a native library prints for those errnos: strerror's text, Rust's "os error N".
-_WORDS = re.compile("|".join([*(re.escape(os.strerror(e)) for e in STORAGE_ERRNOS),
-                              *(rf"\bos error {e}\b|\bcode: {e}\b" for e in STORAGE_ERRNOS)]), re.IGNORECASE)
+_WORDS = re.compile(
+    "|".join(
+        [*(re.escape(os.strerror(e)) for e in STORAGE_ERRNOS), *(rf"\bos error {e}\b|\bcode: {e}\b" for e in STORAGE_ERRNOS)]
+    ),
+    re.IGNORECASE,
+)
 
 
 def _errno_in_text(text: str) -> int | None:

@@ -150,18 +150,24 @@ class Verdict:
             # failure into an OK), one a gate would accept is not (deleting the digest of an
             # edited crash must not make it a pass).
             if verdict.as_expected:
-                problem = "it carries no digest, so nothing proves the outcome it claims" + (
-                    f" ({problem})" if problem else "")
+                problem = "it carries no digest, so nothing proves the outcome it claims" + (f" ({problem})" if problem else "")
         elif digest != record_digest(d):
             problem = "its digest does not match its content" + (f" ({problem})" if problem else "")
         return verdict.tampered(path, problem) if problem else verdict
 
     def tampered(self, path: Path, problem: str) -> Verdict:
-        return Verdict(scenario=self.scenario, verdict="error", settings=self.settings, duration_s=self.duration_s,
-                       reason=f"TAMPERED: {path} was changed after the harness wrote it: {problem}; "
-                              f"it now says '{self.verdict}: {self.reason}'. Run the scenario again",
-                       error={"kind": "tampered", "file": str(path), "problem": problem, "claimed": self.verdict},
-                       checks=self.checks, versions=self.versions, reproduce=self.reproduce)
+        return Verdict(
+            scenario=self.scenario,
+            verdict="error",
+            settings=self.settings,
+            duration_s=self.duration_s,
+            reason=f"TAMPERED: {path} was changed after the harness wrote it: {problem}; "
+            f"it now says '{self.verdict}: {self.reason}'. Run the scenario again",
+            error={"kind": "tampered", "file": str(path), "problem": problem, "claimed": self.verdict},
+            checks=self.checks,
+            versions=self.versions,
+            reproduce=self.reproduce,
+        )
 
 
 def record_digest(record: dict) -> str:

@@ -60,8 +60,10 @@ def get_engine(name: str) -> Engine:
             raise EngineUnavailable(f"engine '{name}' is not installed ({exc}); install it with {install}") from None
     found = _plugins().get(name)
     if not found:
-        raise EngineUnavailable(f"unknown engine '{name}' (known: {', '.join(engine_names())}); an engine of "
-                                f"another package is found once that package is installed (`harness docs engines`)")
+        raise EngineUnavailable(
+            f"unknown engine '{name}' (known: {', '.join(engine_names())}); an engine of "
+            f"another package is found once that package is installed (`harness docs engines`)"
+        )
     if len(found) > 1:
         raise EngineUnavailable(f"engine {plugins.ambiguity(name, found)}")
     return _instantiate(found[0])
@@ -73,13 +75,16 @@ def _instantiate(plugin: plugins.Plugin) -> Engine:
     except plugins.PluginError as exc:
         raise EngineUnavailable(f"engine {exc}") from None
     if not (isinstance(cls, type) and issubclass(cls, Engine)):
-        raise EngineUnavailable(f"engine '{plugin.name}' of package {plugin.origin()} is {cls!r}, not a subclass of "
-                                "harness.engines.base.Engine; the entry point must name the engine class")
+        raise EngineUnavailable(
+            f"engine '{plugin.name}' of package {plugin.origin()} is {cls!r}, not a subclass of "
+            "harness.engines.base.Engine; the entry point must name the engine class"
+        )
     try:
         engine = cls()
     except Exception as exc:  # noqa: BLE001 - a third party's constructor may raise anything
-        raise EngineUnavailable(f"engine '{plugin.name}' of package {plugin.origin()} cannot be created: "
-                                f"{type(exc).__name__}: {exc}") from None
+        raise EngineUnavailable(
+            f"engine '{plugin.name}' of package {plugin.origin()} cannot be created: {type(exc).__name__}: {exc}"
+        ) from None
     if not engine.name:
         engine.name = plugin.name
     return engine
@@ -105,6 +110,7 @@ def every_engines_axes() -> dict[str, tuple | None]:
 
 def axes_text(axes: dict) -> str:
     """`tp=any pp=1 sp=false,true`: an engine's declared axes, one word each."""
+
     def value(v) -> str:
         return str(v).lower() if isinstance(v, bool) else str(v)
 
@@ -175,8 +181,15 @@ def inventory() -> list[EngineInfo]:
         rows.append(_loaded_info(name, f"built-in ({module}:{cls})"))
     for name, found in sorted(_plugins().items()):
         if name in BUILTIN:
-            rows += [EngineInfo(name, p.origin(), "shadowed", f"ignored: '{name}' is a built-in engine, which wins; "
-                                "register the package's engine under another name") for p in found]
+            rows += [
+                EngineInfo(
+                    name,
+                    p.origin(),
+                    "shadowed",
+                    f"ignored: '{name}' is a built-in engine, which wins; register the package's engine under another name",
+                )
+                for p in found
+            ]
         elif len(found) > 1:
             rows += [EngineInfo(name, p.origin(), "ambiguous", plugins.ambiguity(name, found)) for p in found]
         else:
@@ -200,5 +213,19 @@ def engines_text(model_type: str | None, rows: list[EngineInfo] | None = None) -
     return "; ".join(parts) or "none registered"
 
 
-__all__ = ["engines_for", "engines_text", "Engine", "LaunchPlan", "get_engine", "EngineUnavailable", "BUILTIN", "REGISTRY", "declared_axes",
-           "every_engines_axes", "engine_names", "inventory", "EngineInfo", "axes_text"]
+__all__ = [
+    "engines_for",
+    "engines_text",
+    "Engine",
+    "LaunchPlan",
+    "get_engine",
+    "EngineUnavailable",
+    "BUILTIN",
+    "REGISTRY",
+    "declared_axes",
+    "every_engines_axes",
+    "engine_names",
+    "inventory",
+    "EngineInfo",
+    "axes_text",
+]

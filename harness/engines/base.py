@@ -149,8 +149,10 @@ class Engine(ABC):
         """Install release `version` of the engine into a new virtual environment at
         `venv_dir` (harness/inputs/engine_envs.py calls it once, under a lock); write progress to the
         open file `log`; raise on failure. Engines that name a distribution implement it."""
-        raise NotImplementedError(f"engine '{self.name}' cannot install releases; give --engine-env a path to a "
-                                  "Python interpreter with the version installed")
+        raise NotImplementedError(
+            f"engine '{self.name}' cannot install releases; give --engine-env a path to a "
+            "Python interpreter with the version installed"
+        )
 
     def outdated_env(self, version: str, venv_dir: Path) -> str | None:
         """Why an environment install_env built earlier for release `version` is not what

@@ -60,12 +60,14 @@ def _unless_set(env: dict[str, str]) -> dict[str, str]:
 def inductor_env(torch_version: str) -> dict[str, str]:
     """Rank env for an engine that runs torch.compile itself (the reference engine)."""
     root = torch_cache_root(torch_version)
-    return _unless_set({
-        "TORCHINDUCTOR_CACHE_DIR": str(root / "inductor"),
-        "TRITON_CACHE_DIR": str(root / "triton"),
-        "TORCHINDUCTOR_FX_GRAPH_CACHE": "1",
-        "TORCHINDUCTOR_AUTOGRAD_CACHE": "1",
-    })
+    return _unless_set(
+        {
+            "TORCHINDUCTOR_CACHE_DIR": str(root / "inductor"),
+            "TRITON_CACHE_DIR": str(root / "triton"),
+            "TORCHINDUCTOR_FX_GRAPH_CACHE": "1",
+            "TORCHINDUCTOR_AUTOGRAD_CACHE": "1",
+        }
+    )
 
 
 def vllm_env(torch_version: str, vllm_version: str, faults: list[str] | None = None) -> dict[str, str]:
@@ -78,5 +80,9 @@ def vllm_env(torch_version: str, vllm_version: str, faults: list[str] | None = N
     code, not a patched forward, so a clean run must never find those artifacts."""
     root = torch_cache_root(torch_version) / f"vllm-{re.sub(r'[^A-Za-z0-9._-]', '-', vllm_version)}"
     if faults:
-        return {"VLLM_CACHE_ROOT": str(root.parent / f"{root.name}-faults-{re.sub(r'[^A-Za-z0-9._-]', '-', '+'.join(sorted(faults)))}")}
+        return {
+            "VLLM_CACHE_ROOT": str(
+                root.parent / f"{root.name}-faults-{re.sub(r'[^A-Za-z0-9._-]', '-', '+'.join(sorted(faults)))}"
+            )
+        }
     return _unless_set({"VLLM_CACHE_ROOT": str(root)})

@@ -89,8 +89,9 @@ def build_once(directory: Path, what: str, build: Callable[[Path, object], None]
             shutil.rmtree(directory, ignore_errors=True)
             raise BuildFailed(what, exc, log) from exc
         seconds = round(time.monotonic() - start, 1)
-        (directory / MARKER).write_text(json.dumps({**record, "installed": time.time(), "seconds": seconds,
-                                                    "bytes": disk_usage(directory)}, indent=1))
+        (directory / MARKER).write_text(
+            json.dumps({**record, "installed": time.time(), "seconds": seconds, "bytes": disk_usage(directory)}, indent=1)
+        )
         say(f"harness: installed {what} in {seconds:.0f}s")
     return directory
 

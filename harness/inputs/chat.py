@@ -36,11 +36,16 @@ class ChatTemplate:
     def render(self, text: str, media: Media) -> str:
         from jinja2.sandbox import ImmutableSandboxedEnvironment  # templates come with checkpoints
 
-        content = ([{"type": "image"}] * media.images + [{"type": "video"}] * media.videos
-                   + [{"type": "audio"}] * media.audios + [{"type": "text", "text": text}])
+        content = (
+            [{"type": "image"}] * media.images
+            + [{"type": "video"}] * media.videos
+            + [{"type": "audio"}] * media.audios
+            + [{"type": "text", "text": text}]
+        )
         template = ImmutableSandboxedEnvironment().from_string(self.source)
-        return template.render(messages=[{"role": "user", "content": content}], bos_token=self.bos_token,
-                               add_generation_prompt=True)
+        return template.render(
+            messages=[{"role": "user", "content": content}], bos_token=self.bos_token, add_generation_prompt=True
+        )
 
     def prompt_ids(self, text: str, media: Media, max_text_tokens: int, tokenizer) -> list[int]:
         """Token ids of the prompt: the template's own tokens (the media's marks
@@ -64,6 +69,8 @@ def template_of(model_dir: Path) -> ChatTemplate | None:
     path = model_dir / TEMPLATE_FILE
     if not path.is_file():
         return None
-    config = json.loads((model_dir / "tokenizer_config.json").read_text()) if (model_dir / "tokenizer_config.json").is_file() else {}
+    config = (
+        json.loads((model_dir / "tokenizer_config.json").read_text()) if (model_dir / "tokenizer_config.json").is_file() else {}
+    )
     bos = config.get("bos_token") or ""
     return ChatTemplate(path.read_text(), bos if isinstance(bos, str) else bos.get("content", ""))

@@ -58,8 +58,10 @@ class EngineEnvChoice:
         return self.version is not None
 
 
-ENGINE_ENV_HELP = ("a path to a Python interpreter or virtual environment (/venvs/vllm-0.28/bin/python), "
-                   "or a release ENGINE==VERSION (vllm==0.28.0)")
+ENGINE_ENV_HELP = (
+    "a path to a Python interpreter or virtual environment (/venvs/vllm-0.28/bin/python), "
+    "or a release ENGINE==VERSION (vllm==0.28.0)"
+)
 
 
 def parse_engine_env(text: str) -> EngineEnvChoice:
@@ -72,10 +74,21 @@ def parse_engine_env(text: str) -> EngineEnvChoice:
     try:
         req = Requirement(text)
     except InvalidRequirement:
-        raise EngineEnvError(f"--engine-env {text!r}: not a path (no such file here) nor a release; expected {ENGINE_ENV_HELP}") from None
+        raise EngineEnvError(
+            f"--engine-env {text!r}: not a path (no such file here) nor a release; expected {ENGINE_ENV_HELP}"
+        ) from None
     specifiers = list(req.specifier)
-    if req.extras or req.marker or req.url or len(specifiers) != 1 or specifiers[0].operator not in ("==", "===") or "*" in specifiers[0].version:
-        raise EngineEnvError(f"--engine-env {text!r}: a release names one exact version, ENGINE==VERSION (e.g. {req.name}==0.28.0)")
+    if (
+        req.extras
+        or req.marker
+        or req.url
+        or len(specifiers) != 1
+        or specifiers[0].operator not in ("==", "===")
+        or "*" in specifiers[0].version
+    ):
+        raise EngineEnvError(
+            f"--engine-env {text!r}: a release names one exact version, ENGINE==VERSION (e.g. {req.name}==0.28.0)"
+        )
     try:
         version = str(Version(specifiers[0].version))
     except InvalidVersion:
@@ -89,7 +102,9 @@ def interpreter_of(path: Path) -> Path:
     if path.is_dir():
         candidate = path / "bin" / "python"
         if not os.access(candidate, os.X_OK):
-            raise EngineEnvError(f"--engine-env {path}: a directory without bin/python (not a virtual environment); expected {ENGINE_ENV_HELP}")
+            raise EngineEnvError(
+                f"--engine-env {path}: a directory without bin/python (not a virtual environment); expected {ENGINE_ENV_HELP}"
+            )
         return candidate
     if not path.exists():
         raise EngineEnvError(f"--engine-env {path}: no such file or directory; expected {ENGINE_ENV_HELP}")
@@ -120,8 +135,9 @@ def available_releases(distribution: str, python: str | None = None) -> list[str
     """The releases of `distribution` on the package index, oldest first (PEP 440),
     from pip's own index query (`pip index versions`), so pip's configuration (index
     URLs, find-links) is the one that installing will use."""
-    done = subprocess.run([python or sys.executable, "-m", "pip", "index", "versions", distribution],
-                          capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [python or sys.executable, "-m", "pip", "index", "versions", distribution], capture_output=True, text=True, timeout=300
+    )
     return parse_index_versions(done.stdout, distribution)
 
 
@@ -166,14 +182,21 @@ def ensure_installed(engine, engine_name: str, version: str, say=print) -> Path:
         say(f"harness: the installed {engine_name} {version} is out of date: {outdated}; installing it again")
         envdir.unmark(venv)
     try:
-        envdir.build_once(venv, f"{engine_name} {version}", lambda d, log: engine.install_env(version, d, log), say,
-                          engine=engine_name, version=version)
+        envdir.build_once(
+            venv,
+            f"{engine_name} {version}",
+            lambda d, log: engine.install_env(version, d, log),
+            say,
+            engine=engine_name,
+            version=version,
+        )
     except envdir.BuildFailed as exc:
         raise EngineEnvError(f"install failed: {exc}") from None
     python = venv / "bin" / "python"
     if not os.access(python, os.X_OK):
-        raise EngineEnvError(f"install failed: installing {engine_name} {version} left no interpreter at {python}; see "
-                       f"{envdir.log_of(venv)}")
+        raise EngineEnvError(
+            f"install failed: installing {engine_name} {version} left no interpreter at {python}; see {envdir.log_of(venv)}"
+        )
     return python
 
 
@@ -229,8 +252,10 @@ def resolve(choice: EngineEnvChoice, engine_name: str, say=print) -> EngineEnv:
         raise EngineEnvError(str(exc)) from None
     if choice.version is not None:  # a release
         if choice.engine not in {engine_name, (engine.distribution() or "").lower()}:
-            raise EngineEnvError(f"--engine-env {choice.text} is a release of '{choice.engine}'; the chosen scenarios run on engine "
-                           f"'{engine_name}' (give {engine_name}==VERSION)")
+            raise EngineEnvError(
+                f"--engine-env {choice.text} is a release of '{choice.engine}'; the chosen scenarios run on engine "
+                f"'{engine_name}' (give {engine_name}==VERSION)"
+            )
         if installed_python(engine_name, choice.version) is None:
             check_release(engine, engine_name, choice.version)
         # installed: only whether it is out of date (then installed again)
@@ -242,15 +267,18 @@ def resolve(choice: EngineEnvChoice, engine_name: str, say=print) -> EngineEnv:
         assert choice.python is not None, "a choice that is not a release is a path to its interpreter"
         python = choice.python
     if not takes_python(engine):
-        raise EngineEnvError(f"--engine-env {choice.text}: engine '{engine_name}' runs in the harness's own interpreter and takes "
-                       "no other environment (engines that do: vllm, hf; engine_options.python)")
+        raise EngineEnvError(
+            f"--engine-env {choice.text}: engine '{engine_name}' runs in the harness's own interpreter and takes "
+            "no other environment (engines that do: vllm, hf; engine_options.python)"
+        )
     engine.configure({"python": str(python)})
     try:
         versions = engine.versions()
     except EngineUnavailable as exc:
         raise EngineEnvError(f"--engine-env {choice.text}: {exc}") from None
-    return EngineEnv(choice.text, engine_name, Path(python), versions,
-                     label_of(engine, versions, built_by_harness(choice, Path(python))))
+    return EngineEnv(
+        choice.text, engine_name, Path(python), versions, label_of(engine, versions, built_by_harness(choice, Path(python)))
+    )
 
 
 def takes_python(engine) -> bool:
@@ -271,13 +299,16 @@ def check_release(engine, engine_name: str, version: str) -> None:
     """Before installing: the engine can install releases, and this one is on the index."""
     distribution = engine.distribution()
     if not installs_releases(engine) or distribution is None:
-        raise EngineEnvError(f"engine '{engine_name}' cannot install releases (it does not declare installs-releases); give "
-                       "--engine-env a path to a Python interpreter with the version installed")
+        raise EngineEnvError(
+            f"engine '{engine_name}' cannot install releases (it does not declare installs-releases); give "
+            "--engine-env a path to a Python interpreter with the version installed"
+        )
     available = available_releases(distribution)
     if version not in available:
         near = ", ".join(available[-8:]) or "none found (is the index reachable?)"
-        raise EngineEnvError(f"{distribution} {version} is not on the package index (`pip index versions {distribution}`; "
-                       f"newest: {near})")
+        raise EngineEnvError(
+            f"{distribution} {version} is not on the package index (`pip index versions {distribution}`; newest: {near})"
+        )
 
 
 def versioned(scenario: Scenario, env: EngineEnv) -> Scenario:
@@ -300,12 +331,16 @@ def in_environment(scenario: Scenario, asked_id: str, engine_env: str | None, sa
     engine = scenario.suite.engine
     if engine_env is None:
         if f"-{OWN_ENV}-" in label:
-            raise EngineEnvError(f"'{asked_id}' ran in an environment the harness did not build (@{label}: its versions differ "
-                           "from the release's own environment, or it was given by path); give --engine-env PATH of that "
-                           "environment to reproduce in it (its label must come out the same)")
+            raise EngineEnvError(
+                f"'{asked_id}' ran in an environment the harness did not build (@{label}: its versions differ "
+                "from the release's own environment, or it was given by path); give --engine-env PATH of that "
+                "environment to reproduce in it (its label must come out the same)"
+            )
         version = label.removeprefix(f"{engine}-")
         if version == label:
-            raise EngineEnvError(f"'{asked_id}': the tag @{label} names no release of engine '{engine}'; give --engine-env ENGINE_ENV")
+            raise EngineEnvError(
+                f"'{asked_id}': the tag @{label} names no release of engine '{engine}'; give --engine-env ENGINE_ENV"
+            )
         engine_env = f"{engine}=={version}"
     (versioned,) = expand([scenario], [engine_env], say)
     if label and versioned.id != asked_id:

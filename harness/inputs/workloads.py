@@ -55,8 +55,7 @@ def tokenize(workloads: list[WorkloadDef], model_dir: Path, tokenizer) -> list[d
     for w in workloads:
         texts = prompt_texts(w.prompts, w.num_prompts)
         item: dict = {"name": w.name, "kind": w.kind, "top_k": w.top_k}
-        prompts = _text_prompts(w, texts, tokenizer, config) if template is None else \
-            _chat_prompts(w, texts, tokenizer, template)
+        prompts = _text_prompts(w, texts, tokenizer, config) if template is None else _chat_prompts(w, texts, tokenizer, template)
         # later passes repeat the first, media and all
         item.update({field: entries * w.passes for field, entries in prompts.items()})
         if w.kind == "greedy":
@@ -70,8 +69,10 @@ def tokenize(workloads: list[WorkloadDef], model_dir: Path, tokenizer) -> list[d
 def _text_prompts(w: WorkloadDef, texts: list[str], tokenizer, config: dict) -> dict:
     """BOS + each text, an image's placeholder after BOS where a prompt has an image."""
     if w.videos or w.audios:
-        raise WorkloadError(f"workload '{w.name}': videos and audios need a model with a chat template "
-                            "(a multimodal checkpoint built with its processor: model: {arch: ...})")
+        raise WorkloadError(
+            f"workload '{w.name}': videos and audios need a model with a chat template "
+            "(a multimodal checkpoint built with its processor: model: {arch: ...})"
+        )
     prefix = shared_prefix_ids(w.shared_prefix, tokenizer)
     ids = [([BOS_ID] + prefix + tokenizer.encode(t).ids)[: w.max_prompt_tokens] for t in texts]
     if "image_token_id" in config:
@@ -109,10 +110,15 @@ def _chat_prompts(w: WorkloadDef, texts: list[str], tokenizer, template: chat.Ch
     """Each prompt as the checkpoint's chat template writes it, and its media files."""
     texts = with_shared_passage(texts, w.shared_prefix, tokenizer)
     counts = [chat.Media(*(len(w.media_of(f, i)) for f in MEDIA)) for i in range(len(texts))]
-    fields = {f: [[str(path_of(n)) for n in w.media_of(f, i)] or None for i in range(len(texts))]
-              for f, path_of in MEDIA_FILES.items() if getattr(w, f)}
-    return {"prompts": [template.prompt_ids(t, counts[i], w.max_prompt_tokens - 1, tokenizer)
-                        for i, t in enumerate(texts)], **fields}
+    fields = {
+        f: [[str(path_of(n)) for n in w.media_of(f, i)] or None for i in range(len(texts))]
+        for f, path_of in MEDIA_FILES.items()
+        if getattr(w, f)
+    }
+    return {
+        "prompts": [template.prompt_ids(t, counts[i], w.max_prompt_tokens - 1, tokenizer) for i, t in enumerate(texts)],
+        **fields,
+    }
 
 
 def encode_text(text: str, tokenizer, config: dict) -> list[int]:
@@ -137,8 +143,9 @@ def encode_text(text: str, tokenizer, config: dict) -> list[int]:
 def _refuse_placeholder_in_text(prompts: list[list[int]], token: int, workload: str) -> None:
     for i, p in enumerate(prompts):
         if token in p:
-            raise WorkloadError(f"workload '{workload}': text of prompt {i} tokenizes to the image placeholder "
-                             f"id {token}; pick other prompts")
+            raise WorkloadError(
+                f"workload '{workload}': text of prompt {i} tokenizes to the image placeholder id {token}; pick other prompts"
+            )
 
 
 def _placeholder(config: dict) -> list[int]:
@@ -161,8 +168,10 @@ def _with_images(prompts: list[list[int]], names: list, config: dict, workload: 
     out_prompts, paths = [], []
     for ids, name in zip(prompts, names):
         if isinstance(name, list):
-            raise WorkloadError(f"workload '{workload}': a prompt with several images needs a model with a chat template "
-                             "(a multimodal checkpoint built with its processor: model: {arch: ...})")
+            raise WorkloadError(
+                f"workload '{workload}': a prompt with several images needs a model with a chat template "
+                "(a multimodal checkpoint built with its processor: model: {arch: ...})"
+            )
         out_prompts.append(ids[:1] + placeholder + ids[1:] if name else ids)
         paths.append(str(image_path(name)) if name else None)
     return out_prompts, paths

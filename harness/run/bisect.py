@@ -138,8 +138,9 @@ def bad_end_problem(at_good: str, v: Verdict, count_unsupported: bool = False) -
     return f"it ended {at_bad} too" if at_bad == at_good else None
 
 
-def check_ends(good: tuple[str, Verdict], bad: tuple[str, Verdict | None], good_verdict: str = "pass",
-               count_unsupported: bool = False) -> tuple[str, str]:
+def check_ends(
+    good: tuple[str, Verdict], bad: tuple[str, Verdict | None], good_verdict: str = "pass", count_unsupported: bool = False
+) -> tuple[str, str]:
     """The signatures of the two ends, or BisectError naming the end that is not what the
     user said, with both ends' verdicts and reasons and what to do. `bad` may be unrun
     (None): then only the good end is checked (the bad end is not worth its install)."""
@@ -149,10 +150,13 @@ def check_ends(good: tuple[str, Verdict], bad: tuple[str, Verdict | None], good_
     problem = good_end_problem(good_v, good_verdict, count)
     if problem:
         seen = outcome(good_v, count)
-        hint = (f"Pick a good end where the scenario ends {good_verdict}"
-                + (f", or bisect from the verdict it has there: --good-verdict {seen}." if seen and seen != good_verdict else "."))
-        raise BisectError(f"the good end ({good_point}) must end {good_verdict}, and {problem}; "
-                          f"the bisect stops before any middle step runs:\n{ends}\n{hint}")
+        hint = f"Pick a good end where the scenario ends {good_verdict}" + (
+            f", or bisect from the verdict it has there: --good-verdict {seen}." if seen and seen != good_verdict else "."
+        )
+        raise BisectError(
+            f"the good end ({good_point}) must end {good_verdict}, and {problem}; "
+            f"the bisect stops before any middle step runs:\n{ends}\n{hint}"
+        )
     at_good = signature(good_v, count)
     # good_end_problem let only an engine verdict through
     assert at_good is not None
@@ -160,10 +164,15 @@ def check_ends(good: tuple[str, Verdict], bad: tuple[str, Verdict | None], good_
         return at_good, ""
     problem = bad_end_problem(at_good, bad_v, count)
     if problem:
-        hint = ("The bad end does not show the change: pick a bad end where the scenario ends otherwise."
-                if problem.endswith(" too") else "A bad end must end fail, crash or hang (another verdict than the good end's).")
-        raise BisectError(f"the bad end ({bad_point}) must end other than the good end ({at_good}), and {problem}; "
-                          f"the bisect stops before any middle step runs:\n{ends}\n{hint}")
+        hint = (
+            "The bad end does not show the change: pick a bad end where the scenario ends otherwise."
+            if problem.endswith(" too")
+            else "A bad end must end fail, crash or hang (another verdict than the good end's)."
+        )
+        raise BisectError(
+            f"the bad end ({bad_point}) must end other than the good end ({at_good}), and {problem}; "
+            f"the bisect stops before any middle step runs:\n{ends}\n{hint}"
+        )
     at_bad = signature(bad_v, count)
     assert at_bad is not None
     return at_good, at_bad
@@ -212,8 +221,10 @@ class Result:
         said = f"verdict {bad.verdict}{_observed(bad)} ({bad.reason.splitlines()[0][:160]})"
         # in time: ... first_bad (the last with the bug), last_good (the first without)
         if self.newest_first:
-            line = (f"last bad: {self.first_bad}, {said}; the next one, {self.last_good}: {good.verdict}{_observed(good)} "
-                    f"(the change is in {self.last_good})")
+            line = (
+                f"last bad: {self.first_bad}, {said}; the next one, {self.last_good}: {good.verdict}{_observed(good)} "
+                f"(the change is in {self.last_good})"
+            )
         else:
             line = f"first bad: {self.first_bad}, {said}; the one before it, {self.last_good}: {good.verdict}{_observed(good)}"
         if self.skipped_between:
@@ -230,8 +241,10 @@ def odd_text(step: Step) -> str:
     crash = v.crash or {}
     at = location(crash.get("frame"), crash.get("model_frame"), short=False)
     where = f" at {at}" if at else ""
-    return (f"neither good nor bad: {step.point} ended {signature(v, True) or v.verdict}{where} "
-            f"({v.reason.splitlines()[0][:200] if v.reason else ''}); stepped over, as git bisect skip does")
+    return (
+        f"neither good nor bad: {step.point} ended {signature(v, True) or v.verdict}{where} "
+        f"({v.reason.splitlines()[0][:200] if v.reason else ''}); stepped over, as git bisect skip does"
+    )
 
 
 def _observed(v: Verdict) -> str:
@@ -248,8 +261,7 @@ def step_line(point: str, v: Verdict, seconds: float, decision: str) -> str:
     return f"bisect: {point:<14} {what:<26} {seconds:6.0f}s  -> {decision:<4}  {v.reason.splitlines()[0][:140]}"
 
 
-def repro_hook(scenario: Scenario, run_dir: Path | None, say=print, checkout: str = "",
-               report_dir: Path | None = None) -> None:
+def repro_hook(scenario: Scenario, run_dir: Path | None, say=print, checkout: str = "", report_dir: Path | None = None) -> None:
     """At the end of a bisect, the reproduction of the first bad step (`harness repro`),
     so the bug can be handed on as a script; run with the first bad release's
     interpreter. `checkout`: over git, where the engine must be checked out for the
@@ -273,9 +285,19 @@ def repro_hook(scenario: Scenario, run_dir: Path | None, say=print, checkout: st
 
 # --- over releases ---------------------------------------------------------------------
 
-def bisect_releases(scenario: Scenario, good: str, bad: str, work_dir: Path, ctx: RunContext,
-                    engine_name: str | None = None, count_unsupported: bool = False, say=print,
-                    good_verdict: str = "pass", fixed: bool = False) -> Result:
+
+def bisect_releases(
+    scenario: Scenario,
+    good: str,
+    bad: str,
+    work_dir: Path,
+    ctx: RunContext,
+    engine_name: str | None = None,
+    count_unsupported: bool = False,
+    say=print,
+    good_verdict: str = "pass",
+    fixed: bool = False,
+) -> Result:
     from harness.engines import EngineUnavailable, get_engine
 
     engine_name = engine_name or scenario.suite.engine
@@ -287,15 +309,19 @@ def bisect_releases(scenario: Scenario, good: str, bad: str, work_dir: Path, ctx
         raise BisectError(str(exc)) from None
     distribution = engine.distribution()
     if not engine_envs.installs_releases(engine) or distribution is None:
-        raise BisectError(f"engine '{engine_name}' cannot install releases (it does not declare installs-releases); bisect a git range "
-                          "of its checkout instead (--git DIR)")
+        raise BisectError(
+            f"engine '{engine_name}' cannot install releases (it does not declare installs-releases); bisect a git range "
+            "of its checkout instead (--git DIR)"
+        )
     if good == bad:
         raise BisectError(f"--good and --bad are the same release ({good})")
     available = engine_envs.available_releases(distribution)
     missing = [v for v in (good, bad) if v not in available]
     if missing:
-        raise BisectError(f"{distribution} {', '.join(missing)}: not on the package index (`pip index versions {distribution}`; "
-                          f"newest: {', '.join(available[-8:]) or 'none found'})")
+        raise BisectError(
+            f"{distribution} {', '.join(missing)}: not on the package index (`pip index versions {distribution}`; "
+            f"newest: {', '.join(available[-8:]) or 'none found'})"
+        )
     releases = engine_envs.releases_between(available, good, bad)
     check_order(good, bad, good_is_newer=releases[0] != good, fixed=fixed)
     if fixed:
@@ -304,11 +330,18 @@ def bisect_releases(scenario: Scenario, good: str, bad: str, work_dir: Path, ctx
 
     def run(version: str) -> tuple[Verdict, Scenario, Path]:
         try:
-            env = engine_envs.resolve(engine_envs.EngineEnvChoice(f"{engine_name}=={version}", engine=engine_name, version=version), engine_name, say)
+            env = engine_envs.resolve(
+                engine_envs.EngineEnvChoice(f"{engine_name}=={version}", engine=engine_name, version=version), engine_name, say
+            )
         except engine_envs.EngineEnvError as exc:
             # a release that does not install: the step says nothing of the engine (skip)
-            return (Verdict(scenario.id, "error", f"{engine_name} {version}: {exc}", error={"install_failed": True, "exception": str(exc)}),
-                    scenario, work_dir)
+            return (
+                Verdict(
+                    scenario.id, "error", f"{engine_name} {version}: {exc}", error={"install_failed": True, "exception": str(exc)}
+                ),
+                scenario,
+                work_dir,
+            )
         versioned = engine_envs.versioned(scenario, env)
         run_dir = work_dir / env.label
         return run_scenario(versioned, run_dir, ctx), versioned, run_dir
@@ -323,13 +356,17 @@ def check_order(good: str, bad: str, good_is_newer: bool, fixed: bool) -> None:
     bad one; with --fixed (the change that fixed it) from an older bad end to a newer
     good one. Ends the other way round are most likely swapped by mistake: refused."""
     if good_is_newer and not fixed:
-        raise BisectError(f"--good {good} is newer than --bad {bad}: a bisect looks for the change that brought a bug, "
-                          "from an older good end to a newer bad one; to look for the change that fixed a bug (the older "
-                          "end fails, the newer passes), add --fixed")
+        raise BisectError(
+            f"--good {good} is newer than --bad {bad}: a bisect looks for the change that brought a bug, "
+            "from an older good end to a newer bad one; to look for the change that fixed a bug (the older "
+            "end fails, the newer passes), add --fixed"
+        )
     if fixed and not good_is_newer:
-        raise BisectError(f"--fixed looks for the change that fixed a bug: --bad is the older end (it fails), --good the "
-                          f"newer (it passes), but --good {good} is older than --bad {bad}; swap them, or leave out --fixed "
-                          "to look for the change that brought the bug")
+        raise BisectError(
+            f"--fixed looks for the change that fixed a bug: --bad is the older end (it fails), --good the "
+            f"newer (it passes), but --good {good} is older than --bad {bad}; swap them, or leave out --fixed "
+            "to look for the change that brought the bug"
+        )
 
 
 def _search(points: list[str], run, say, count_unsupported: bool = False, good_verdict: str = "pass") -> Result:
@@ -368,12 +405,22 @@ def _search(points: list[str], run, say, count_unsupported: bool = False, good_v
         else:
             skipped.add(i)
     verdict, bad_scenario, run_dir = seen[bad]
-    return Result(points[bad], points[good], verdict, seen[good][0], steps,
-                  [points[i] for i in sorted(skipped) if good < i < bad], time.monotonic() - start, run_dir, bad_scenario,
-                  odd=[s for s in steps if s.decision == "odd"])
+    return Result(
+        points[bad],
+        points[good],
+        verdict,
+        seen[good][0],
+        steps,
+        [points[i] for i in sorted(skipped) if good < i < bad],
+        time.monotonic() - start,
+        run_dir,
+        bad_scenario,
+        odd=[s for s in steps if s.decision == "odd"],
+    )
 
 
 # --- over a git range ----------------------------------------------------------------
+
 
 def git(repo: Path, *args: str, check: bool = True) -> str:
     done = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True)
@@ -398,8 +445,9 @@ def check_checkout(repo: Path, good: str, bad: str, fixed: bool = False) -> tupl
         raise BisectError(f"--git {repo}: the work tree has uncommitted changes; commit or stash them first")
     commits = []
     for name, rev in (("good", good), ("bad", bad)):
-        found = subprocess.run(["git", "-C", str(repo), "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}"],
-                               capture_output=True, text=True)
+        found = subprocess.run(
+            ["git", "-C", str(repo), "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}"], capture_output=True, text=True
+        )
         if found.returncode != 0:
             raise BisectError(f"--{name} {rev}: no such commit in {repo}")
         commits.append(found.stdout.strip())
@@ -432,14 +480,27 @@ class StepOrder:
     fixed: bool = False
 
     def to_json(self) -> str:
-        return json.dumps({**{f.name: getattr(self, f.name) for f in fields(self)}, "repo": str(self.repo),
-                           "work_dir": str(self.work_dir), "config": json.loads(self.config.to_json())}, sort_keys=True)
+        return json.dumps(
+            {
+                **{f.name: getattr(self, f.name) for f in fields(self)},
+                "repo": str(self.repo),
+                "work_dir": str(self.work_dir),
+                "config": json.loads(self.config.to_json()),
+            },
+            sort_keys=True,
+        )
 
     @classmethod
     def from_json(cls, text: str) -> StepOrder:
         raw = json.loads(text)
-        return cls(**{**raw, "repo": Path(raw["repo"]), "work_dir": Path(raw["work_dir"]),
-                      "config": RunConfig.from_json(json.dumps(raw["config"]))})
+        return cls(
+            **{
+                **raw,
+                "repo": Path(raw["repo"]),
+                "work_dir": Path(raw["work_dir"]),
+                "config": RunConfig.from_json(json.dumps(raw["config"])),
+            }
+        )
 
 
 def step_command(scenario_args: list[str], order: StepOrder) -> list[str]:
@@ -457,9 +518,20 @@ def step_env(repo: Path) -> dict[str, str]:
 FIX_TERMS = ("--term-old=broken", "--term-new=fixed")
 
 
-def bisect_git(scenario: Scenario, scenario_args: list[str], repo: Path, good: str, bad: str, work_dir: Path,
-               ctx: RunContext, install: str | None = None, count_unsupported: bool = False, say=print,
-               good_verdict: str = "pass", fixed: bool = False) -> Result:
+def bisect_git(
+    scenario: Scenario,
+    scenario_args: list[str],
+    repo: Path,
+    good: str,
+    bad: str,
+    work_dir: Path,
+    ctx: RunContext,
+    install: str | None = None,
+    count_unsupported: bool = False,
+    say=print,
+    good_verdict: str = "pass",
+    fixed: bool = False,
+) -> Result:
     repo = repo.absolute()
     good_sha, bad_sha = check_checkout(repo, good, bad, fixed)
     older, newer = (bad_sha, good_sha) if fixed else (good_sha, bad_sha)
@@ -501,24 +573,37 @@ def bisect_git(scenario: Scenario, scenario_args: list[str], repo: Path, good: s
         if reset.returncode != 0:
             say(f"harness bisect: `git -C {repo} bisect reset` failed: {reset.stderr.strip()}; run it by hand")
     if found is None:
-        raise BisectError(f"git bisect run ended without naming the first {'fixed' if fixed else 'bad'} commit; "
-                          f"see `git -C {repo} bisect log` output above")
+        raise BisectError(
+            f"git bisect run ended without naming the first {'fixed' if fixed else 'bad'} commit; "
+            f"see `git -C {repo} bisect log` output above"
+        )
     first_new, skipped = found
     parent = git(repo, "rev-parse", f"{first_new}^")
     bad_sha_found, good_sha_found = (parent, first_new) if fixed else (first_new, parent)
     bad_found = (bad_v if bad_sha_found == bad_sha else _saved_verdict(work_dir, bad_sha_found)) or bad_v
     good_found = (good_v if good_sha_found == good_sha else _saved_verdict(work_dir, good_sha_found)) or good_v
     checkout = f"git -C {repo} checkout {bad_sha_found[:10]} && PYTHONPATH={repo}:$PYTHONPATH"
-    return Result(git(repo, "log", "-1", "--format=%h %s", bad_sha_found), git(repo, "log", "-1", "--format=%h %s", good_sha_found),
-                  bad_found, good_found, steps, skipped, time.monotonic() - start, work_dir / bad_sha_found[:12],
-                  checkout=checkout, newest_first=fixed, odd=[s for s in steps if s.decision == "odd"])
+    return Result(
+        git(repo, "log", "-1", "--format=%h %s", bad_sha_found),
+        git(repo, "log", "-1", "--format=%h %s", good_sha_found),
+        bad_found,
+        good_found,
+        steps,
+        skipped,
+        time.monotonic() - start,
+        work_dir / bad_sha_found[:12],
+        checkout=checkout,
+        newest_first=fixed,
+        odd=[s for s in steps if s.decision == "odd"],
+    )
 
 
 def _run_bisect(repo: Path, step: list[str], env: dict, say) -> tuple[tuple[str, list[str]] | None, list[str]]:
     """`git bisect run STEP`, its step lines and progress shown: ((first bad sha, or with
     --fixed the first fixed one; skipped commits that hide it) or None, the step lines)."""
-    proc = subprocess.Popen(["git", "-C", str(repo), "bisect", "run", *step], env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        ["git", "-C", str(repo), "bisect", "run", *step], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
     found, lines, shown = None, [], []
     skipped: list[str] = []
     assert proc.stdout is not None
@@ -586,8 +671,11 @@ def run_step(scenario: Scenario, order: StepOrder) -> int:
     if order.install:
         built = subprocess.run(order.install, shell=True, cwd=repo, capture_output=True, text=True)
         if built.returncode != 0:
-            print(f"bisect: {sha[:10]:<14} --install failed (exit {built.returncode}) -> skip  "
-                  f"{(built.stderr or built.stdout).strip().splitlines()[-1:] or ''}", flush=True)
+            print(
+                f"bisect: {sha[:10]:<14} --install failed (exit {built.returncode}) -> skip  "
+                f"{(built.stderr or built.stdout).strip().splitlines()[-1:] or ''}",
+                flush=True,
+            )
             return SKIP
     t = time.monotonic()
     v = run_scenario(scenario, order.work_dir / sha[:12], RunContext(order.config))

@@ -136,8 +136,7 @@ def assert_conforms(engine: str, work_dir: Path, options: KitOptions | None = No
     """Run the kit; an AssertionError listing every check's line if any check failed."""
     results = run_kit(engine, work_dir, options)
     if not passed(results):
-        raise AssertionError(f"engine '{engine}' does not conform ({summary(results)}):\n"
-                             + "\n".join(r.line() for r in results))
+        raise AssertionError(f"engine '{engine}' does not conform ({summary(results)}):\n" + "\n".join(r.line() for r in results))
     return results
 
 
@@ -196,19 +195,31 @@ class Kit:
     # -- helpers -------------------------------------------------------------------
 
     def _suite(self, engine: str) -> SuiteFile:
-        return SuiteFile.model_validate({
-            "suite": f"conformance-{work_dir_name(engine)}", "engine": engine, "model": self.opts.model, "dtype": "float32",
-            "timeout_s": self.opts.timeout_s, "workloads": WORKLOADS, "golden": self.golden_settings,
-            "matrix": {a: [v] for a, v in self.golden_settings.items()},
-            "engine_options": self.opts.engine_options if engine == self.name else {},
-        })
+        return SuiteFile.model_validate(
+            {
+                "suite": f"conformance-{work_dir_name(engine)}",
+                "engine": engine,
+                "model": self.opts.model,
+                "dtype": "float32",
+                "timeout_s": self.opts.timeout_s,
+                "workloads": WORKLOADS,
+                "golden": self.golden_settings,
+                "matrix": {a: [v] for a, v in self.golden_settings.items()},
+                "engine_options": self.opts.engine_options if engine == self.name else {},
+            }
+        )
 
     def _scenario(self, settings: dict, suite: SuiteFile | None = None) -> Scenario:
         suite = suite or self.suite
         assert suite is not None
         label = settings_label(settings, list(settings)) if settings else "default"
-        return Scenario(id=f"{suite.suite}/{label}", suite=suite, source=self.work / "conformance.yaml",
-                        settings=dict(settings), gates=frozenset())
+        return Scenario(
+            id=f"{suite.suite}/{label}",
+            suite=suite,
+            source=self.work / "conformance.yaml",
+            settings=dict(settings),
+            gates=frozenset(),
+        )
 
     def _run(self, check: str, settings: dict, **options) -> Verdict:
         run_opts = RunContext(RunConfig(device=self.opts.device, timeout_s=options.pop("timeout_s", None), **options))
@@ -241,8 +252,16 @@ class Kit:
             settings = {**self.golden_settings, **extra}
             if set(settings) - set(self.axes) or self._unsupported(settings):
                 continue
-            brief = RunBrief(f"conformance/{settings_label(settings, list(settings))}", self.name, str(self.model_dir),
-                           "float32", settings, [], str(self.work / "probe-outputs"), device=self.opts.device)
+            brief = RunBrief(
+                f"conformance/{settings_label(settings, list(settings))}",
+                self.name,
+                str(self.model_dir),
+                "float32",
+                settings,
+                [],
+                str(self.work / "probe-outputs"),
+                device=self.opts.device,
+            )
             plan = self.engine.launch_plan(brief, str(self.work / "probe-spec.json"))
             return settings, plan.world_size - 1
         return None
@@ -272,12 +291,16 @@ class Kit:
         self.axes = dict(engine.axes)
         problems = []
         if engine.name != self.name:
-            problems.append(f"its class says name = {engine.name!r} but it is registered as {self.name!r}: "
-                            "outputs, versions and reports would disagree")
+            problems.append(
+                f"its class says name = {engine.name!r} but it is registered as {self.name!r}: "
+                "outputs, versions and reports would disagree"
+            )
         self.golden_settings = {a: 1 for a in PARALLEL_SIZES if a in self.axes}
         if not self.golden_settings:
-            problems.append("it declares neither a 'tp' nor a 'pp' axis (declare them, e.g. axes = {'tp': (1,), "
-                            "'pp': (1,)}, even for one rank)")
+            problems.append(
+                "it declares neither a 'tp' nor a 'pp' axis (declare them, e.g. axes = {'tp': (1,), "
+                "'pp': (1,)}, even for one rank)"
+            )
         problems += capability_problems(engine)
         reason = engine.unavailable_reason()
         if reason:
@@ -314,17 +337,26 @@ class Kit:
             try:
                 reason = self._unsupported(settings)
             except Exception as exc:  # noqa: BLE001 - a crash here is what the check is for
-                return KitResult("unsupported", "fail", f"{what}: unsupported_reason raised {type(exc).__name__}: {exc} "
-                                   "instead of returning a reason (a harness `error`, not `unsupported`)")
+                return KitResult(
+                    "unsupported",
+                    "fail",
+                    f"{what}: unsupported_reason raised {type(exc).__name__}: {exc} "
+                    "instead of returning a reason (a harness `error`, not `unsupported`)",
+                )
             if not (isinstance(reason, str) and reason.strip()):
-                return KitResult("unsupported", "fail", f"{what}: unsupported_reason returned {reason!r}, not a reason; "
-                                   "the harness would launch settings the engine says it cannot run")
+                return KitResult(
+                    "unsupported",
+                    "fail",
+                    f"{what}: unsupported_reason returned {reason!r}, not a reason; "
+                    "the harness would launch settings the engine says it cannot run",
+                )
             verdict = self._run("unsupported", settings)
             if verdict.verdict != "unsupported":
                 return KitResult("unsupported", "fail", f"{what}: the scenario ended {verdict.verdict}: {verdict.reason}")
-            said.append(f"{what}: \"{reason}\"")
-        return KitResult("unsupported", "pass", f"{len(said)} impossible settings, each `unsupported` with a reason: "
-                           + "; ".join(said))
+            said.append(f'{what}: "{reason}"')
+        return KitResult(
+            "unsupported", "pass", f"{len(said)} impossible settings, each `unsupported` with a reason: " + "; ".join(said)
+        )
 
     def check_outputs(self) -> KitResult:
         assert self.suite is not None
@@ -343,8 +375,10 @@ class Kit:
         note = ""
         # information for whoever reads the outputs; the harness does not need it
         if meta.get("engine") != self.name:
-            note = (f" (note: outputs.json names engine {meta.get('engine')!r}, not {self.name!r}; "
-                    "EngineOutputs.describe_run(brief, name) writes it)")
+            note = (
+                f" (note: outputs.json names engine {meta.get('engine')!r}, not {self.name!r}; "
+                "EngineOutputs.describe_run(brief, name) writes it)"
+            )
         return KitResult("outputs", "pass", f"golden made and a tp1 run read and passed: {verdict.reason}{note}")
 
     def check_matches_reference(self) -> KitResult:
@@ -380,8 +414,10 @@ class Kit:
         if verdict.verdict != "pass":
             return KitResult(name, "fail", f"against its tp1 golden: {self._verdict_text(verdict)}")
         # what the engine says it applied (outputs meta `applied`): a note, as the harness treats it
-        evidence = "; ".join(f"{axis}={a['value']!r} {'applied' if a['applied'] else 'evidence'}: {a['evidence']}"
-                             for axis, a in verdict.applied.items())
+        evidence = "; ".join(
+            f"{axis}={a['value']!r} {'applied' if a['applied'] else 'evidence'}: {a['evidence']}"
+            for axis, a in verdict.applied.items()
+        )
         return KitResult(name, "pass", f"against its tp1 golden: {verdict.reason}" + (f" ({evidence})" if evidence else ""))
 
     def _fault_target_or_skip(self, name: str) -> tuple[dict, int] | KitResult:
@@ -402,15 +438,19 @@ class Kit:
         verdict = self._run("crash", settings, **fault)
         label = settings_label(settings, list(settings))
         if verdict.verdict != "crash":
-            return KitResult("crash", "fail", f"{label}, rank {rank} made to raise by {how}: ended "
-                               f"{self._verdict_text(verdict)}{self._not_fired(verdict)}")
+            return KitResult(
+                "crash",
+                "fail",
+                f"{label}, rank {rank} made to raise by {how}: ended {self._verdict_text(verdict)}{self._not_fired(verdict)}",
+            )
         crash = verdict.crash or {}
         problems = []
         if str(crash.get("rank")) != str(rank):
             problems.append(f"it blames rank {crash.get('rank')}, not rank {rank}")
         if not crash.get("exception"):
-            problems.append("no exception from the rank's error record (does the rank run under "
-                            "harness.engines.launch.rankside.run_rank?)")
+            problems.append(
+                "no exception from the rank's error record (does the rank run under harness.engines.launch.rankside.run_rank?)"
+            )
         if not crash.get("traceback"):
             problems.append("no traceback")
         if problems:
@@ -426,15 +466,20 @@ class Kit:
         verdict = self._run("hang", settings, timeout_s=self.opts.hang_timeout_s, **fault)
         label = settings_label(settings, list(settings))
         if verdict.verdict != "hang":
-            return KitResult("hang", "fail", f"{label}, rank {rank} made to hang by {how}: ended "
-                               f"{self._verdict_text(verdict)}{self._not_fired(verdict)}")
+            return KitResult(
+                "hang",
+                "fail",
+                f"{label}, rank {rank} made to hang by {how}: ended {self._verdict_text(verdict)}{self._not_fired(verdict)}",
+            )
         hang = verdict.hang or {}
         stacks, stuck = hang.get("stacks") or {}, hang.get("stuck_at") or {}
         missing = sorted(r for r, dump in stacks.items() if not dump or dump.startswith(DUMP_MISSING))
         problems = []
         if not stacks or missing:
-            problems.append(f"no stack dump from rank(s) {missing or 'any'} (ranks must run under "
-                            "harness.engines.launch.rankside.run_rank, which dumps every thread's stack on SIGUSR1)")
+            problems.append(
+                f"no stack dump from rank(s) {missing or 'any'} (ranks must run under "
+                "harness.engines.launch.rankside.run_rank, which dumps every thread's stack on SIGUSR1)"
+            )
         if rank not in stuck and str(rank) not in stuck:
             problems.append(f"no place where rank {rank} was stuck")
         if problems:
@@ -449,8 +494,10 @@ class Kit:
     @staticmethod
     def _not_fired(verdict: Verdict) -> str:
         if verdict.verdict == "pass":
-            return ("; the fault never fired: the engine's processes do not honour it (are they started under "
-                    "harness.engines.launch.rankside.run_rank, and does the switch fire on that rank?)")
+            return (
+                "; the fault never fired: the engine's processes do not honour it (are they started under "
+                "harness.engines.launch.rankside.run_rank, and does the switch fire on that rank?)"
+            )
         return ""
 
     # -- the run -------------------------------------------------------------------
@@ -474,13 +521,19 @@ class Kit:
                 self.suite = suite = self._suite(self.name)
                 # the kit's suite names one model (KitOptions.model), never archs
                 assert suite.model is not None
-                self.model_dir = str(models.resolve(suite.model, models.builder_python(str(self.engine.python()),
-                                                                                   arch=getattr(suite.model, "arch", None))).directory)
+                self.model_dir = str(
+                    models.resolve(
+                        suite.model, models.builder_python(str(self.engine.python()), arch=getattr(suite.model, "arch", None))
+                    ).directory
+                )
             except (ValueError, models.ModelError) as exc:
                 for name in later:
                     if name != "versions":
-                        yield KitResult(name, "fail" if name == "outputs" else "skip",
-                                          f"the kit's suite for model {self.opts.model} cannot be made: {exc}")
+                        yield KitResult(
+                            name,
+                            "fail" if name == "outputs" else "skip",
+                            f"the kit's suite for model {self.opts.model} cannot be made: {exc}",
+                        )
                 return
             if self.wanted("unsupported"):
                 yield self.check_unsupported()
@@ -499,8 +552,9 @@ class Kit:
                 yield self.check_hang()
 
 
-def run_kit(engine: str, work_dir: Path, options: KitOptions | None = None,
-            echo: Callable[[str], None] | None = None) -> list[KitResult]:
+def run_kit(
+    engine: str, work_dir: Path, options: KitOptions | None = None, echo: Callable[[str], None] | None = None
+) -> list[KitResult]:
     """Every check's result (each also passed to `echo` as a line as soon as it ends)."""
     options = options or KitOptions()
     unknown = [c for c in options.checks or [] if c not in CHECKS]

@@ -60,8 +60,10 @@ def leftover_hint(directory: Path) -> str | None:
     the finished new golden (.NAME.new) and/or the one it replaces (.NAME.old)."""
     new, old = _staging(directory), _previous(directory)
     if (new / MANIFEST).exists():
-        return (f"a golden run finished but was not put in place: {new} holds it whole "
-                f"(`mv {new} {directory}` installs it, or run `harness golden` again)")
+        return (
+            f"a golden run finished but was not put in place: {new} holds it whole "
+            f"(`mv {new} {directory}` installs it, or run `harness golden` again)"
+        )
     if (old / MANIFEST).exists():
         return f"the previous golden is in {old} (`mv {old} {directory}` puts it back)"
     return None
@@ -83,25 +85,37 @@ def golden_place(key: str) -> Path:
     if target.is_symlink():
         resolved = target.resolve()
         if resolved.exists() and not resolved.is_dir():
-            raise GoldenError(f"{target} is a symlink to {resolved}, which is not a directory: "
-                              "remove the link, or point it at a directory")
+            raise GoldenError(
+                f"{target} is a symlink to {resolved}, which is not a directory: remove the link, or point it at a directory"
+            )
         target = resolved
     existing = next(p for p in (target.parent, *target.parent.parents) if p.exists())
     if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
-        raise GoldenError(f"cannot write the golden of '{key}': {existing} is not a writable directory "
-                          "(make it writable, or set $HARNESS_GOLDEN_DIR to a writable place)")
+        raise GoldenError(
+            f"cannot write the golden of '{key}': {existing} is not a writable directory "
+            "(make it writable, or set $HARNESS_GOLDEN_DIR to a writable place)"
+        )
     if target.exists() and not os.access(target, os.W_OK | os.X_OK):
         raise GoldenError(f"cannot replace the golden of '{key}': {target} is read-only (make it writable)")
     return target
 
 
 def damage_hint(suite: str) -> str:
-    return (f"restore it (`git checkout golden/{suite}` for a committed golden) or "
-            f"regenerate it with `harness golden {suite}`")
+    return f"restore it (`git checkout golden/{suite}` for a committed golden) or regenerate it with `harness golden {suite}`"
 
 
-def make_manifest(*, suite: str, model: str, model_sha256: str, workload_sha256: str, engine: str, dtype: str, settings: dict,
-                  versions: dict, model_builder: str | None = None) -> dict:
+def make_manifest(
+    *,
+    suite: str,
+    model: str,
+    model_sha256: str,
+    workload_sha256: str,
+    engine: str,
+    dtype: str,
+    settings: dict,
+    versions: dict,
+    model_builder: str | None = None,
+) -> dict:
     """`model_builder`: the libraries that built a tiny checkpoint (harness/inputs/models), recorded
     (not binding) so a checkpoint that differs says which libraries made which."""
     manifest = {
@@ -123,6 +137,7 @@ def workload_checksum(workloads: list[dict]) -> str:
     """The manifest's `workload_sha256`: over the tokenized workloads (harness/inputs/workloads.py)
     with each image / video / audio file as its *contents'* digest (paths differ between
     machines)."""
+
     def digest(entry):
         digests = [_sha256(Path(p)) for p in entry_list(entry)]
         return digests if isinstance(entry, list) else digests[0] if digests else None
@@ -170,8 +185,9 @@ def load_reference(expected: dict, eval_defs=(), builder_python: str | None = No
     try:
         outputs = EngineOutputs.load(directory)
     except Exception as exc:  # noqa: BLE001 - digests matched, yet unreadable: still the golden's fault
-        raise GoldenError(f"the golden of suite '{suite}' cannot be read ({directory}: {type(exc).__name__}: "
-                          f"{exc}); {damage_hint(suite)}") from exc
+        raise GoldenError(
+            f"the golden of suite '{suite}' cannot be read ({directory}: {type(exc).__name__}: {exc}); {damage_hint(suite)}"
+        ) from exc
     return Reference(directory, manifest, outputs, evals, drift)
 
 
@@ -181,8 +197,11 @@ def check_manifest(directory: Path, manifest: dict, expected: dict, builder_pyth
     which libraries built which and how to build the golden's, and never offers to remake a
     committed golden to make the difference go away (the golden is not what is wrong)."""
     suite = expected["suite"]
-    diffs = [f"{key}: golden has {manifest.get(key)!r}, this run has {expected[key]!r}"
-             for key in BINDING_FIELDS if manifest.get(key) != expected[key]]
+    diffs = [
+        f"{key}: golden has {manifest.get(key)!r}, this run has {expected[key]!r}"
+        for key in BINDING_FIELDS
+        if manifest.get(key) != expected[key]
+    ]
     if not diffs:
         return
     fields = [key for key in BINDING_FIELDS if manifest.get(key) != expected[key]]
@@ -190,7 +209,8 @@ def check_manifest(directory: Path, manifest: dict, expected: dict, builder_pyth
         why, fix = model_difference(directory, manifest, expected, builder_python)
         raise GoldenError(
             f"the golden of suite '{suite}' ({directory}) was made on another checkpoint of the same model:\n  "
-            + "\n  ".join(diffs) + f"\n{why}\n{fix}",
+            + "\n  ".join(diffs)
+            + f"\n{why}\n{fix}",
             headline=f"golden of '{suite}' does not match: {_diff_line(manifest, expected)}: {why}; {fix}",
         )
     raise GoldenError(
@@ -220,32 +240,48 @@ def model_difference(directory: Path, manifest: dict, expected: dict, builder_py
     """Why this run's checkpoint is not the golden's, and what to do: (why, fix)."""
     suite = expected["suite"]
     committed = is_committed(directory)
-    remake = (f"`harness golden {suite}` remakes the golden with this run's checkpoint" if not committed else
-              f"the golden is committed: remake it (`harness golden {suite}`, and commit it) only for a model changed on purpose")
+    remake = (
+        f"`harness golden {suite}` remakes the golden with this run's checkpoint"
+        if not committed
+        else f"the golden is committed: remake it (`harness golden {suite}`, and commit it) only for a model changed on purpose"
+    )
     run_libs = libraries(expected.get(BUILDER) or "")
     # not a checkpoint the harness built: the files themselves differ
     if not run_libs:
-        return ("this run's checkpoint is not the one the golden was made on",
-                f"restore the checkpoint the golden was made on; {remake}")
+        return (
+            "this run's checkpoint is not the one the golden was made on",
+            f"restore the checkpoint the golden was made on; {remake}",
+        )
     golden_libs, recorded = golden_builder(manifest)
     differ = {k: (golden_libs[k], v) for k, v in run_libs.items() if k in golden_libs and golden_libs[k] != v}
     by = builder_python or "?"
-    where = "the harness's own environment" if by == sys.executable else f"{by} (the harness's own environment lacks torch, transformers or tokenizers)"
+    where = (
+        "the harness's own environment"
+        if by == sys.executable
+        else f"{by} (the harness's own environment lacks torch, transformers or tokenizers)"
+    )
     if not differ:
         said = "recorded" if recorded else "inferred from the golden's engine versions"
-        return (f"the tiny checkpoint was built with the golden's libraries ({expected[BUILDER]}; the golden's {said}), "
-                "so the model's request or the builder's code (harness/inputs/models/tiny*.py) changed",
-                f"undo that change, or, for a model changed on purpose, {remake}")
+        return (
+            f"the tiny checkpoint was built with the golden's libraries ({expected[BUILDER]}; the golden's {said}), "
+            "so the model's request or the builder's code (harness/inputs/models/tiny*.py) changed",
+            f"undo that change, or, for a model changed on purpose, {remake}",
+        )
     this = ", ".join(f"{k} {new}" for k, (_, new) in differ.items())
     theirs = ", ".join(f"{k} {old}" for k, (old, _) in differ.items())
     note = "" if recorded else " (not recorded in its manifest: its engine environment's, which built tiny checkpoints then)"
     pins = " ".join(f"'{k}=={old}'" for k, (old, _) in differ.items())
-    fix = (f"the checkpoint must be built as the golden's was: install {pins} into the harness's environment "
-           f"(`{sys.executable} -m pip install {pins}`), which builds tiny checkpoints for every engine environment")
+    fix = (
+        f"the checkpoint must be built as the golden's was: install {pins} into the harness's environment "
+        f"(`{sys.executable} -m pip install {pins}`), which builds tiny checkpoints for every engine environment"
+    )
     if not committed:
         fix += f"; or, for a golden of your own, {remake}"
-    return (f"this run's tiny checkpoint was built with {this} by {where}, the golden's with {theirs}{note}: "
-            "other libraries build other bytes", fix)
+    return (
+        f"this run's tiny checkpoint was built with {this} by {where}, the golden's with {theirs}{note}: "
+        "other libraries build other bytes",
+        fix,
+    )
 
 
 def is_committed(directory: Path) -> bool:
@@ -255,8 +291,9 @@ def is_committed(directory: Path) -> bool:
     if directory.resolve().is_relative_to(builtin_golden().resolve()):
         return True
     try:
-        done = subprocess.run(["git", "-C", str(directory), "ls-files", "--error-unmatch", MANIFEST],
-                              capture_output=True, timeout=30)
+        done = subprocess.run(
+            ["git", "-C", str(directory), "ls-files", "--error-unmatch", MANIFEST], capture_output=True, timeout=30
+        )
     except (OSError, subprocess.TimeoutExpired):
         return False
     return done.returncode == 0
@@ -265,8 +302,11 @@ def is_committed(directory: Path) -> bool:
 def file_digests(directory: Path) -> dict[str, str]:
     """sha256 of every file of a golden directory but its manifest (goldens are small:
     one pass over each file, once per load)."""
-    return {p.name: _sha256(p) for p in sorted(Path(directory).iterdir())
-            if p.is_file() and p.name != MANIFEST and not p.name.startswith(".")}
+    return {
+        p.name: _sha256(p)
+        for p in sorted(Path(directory).iterdir())
+        if p.is_file() and p.name != MANIFEST and not p.name.startswith(".")
+    }
 
 
 def _sha256(path: Path) -> str:
@@ -292,21 +332,27 @@ def verify_files(directory: Path, manifest: dict, suite: str) -> None:
     file the harness reads must be listed; else a GoldenError naming the file."""
     recorded = manifest.get(DIGESTS)
     if not isinstance(recorded, dict):
-        raise GoldenError(f"the golden of suite '{suite}' ({directory}) records no digests of its files "
-                          f"(made before goldens carried them), so damage cannot be told apart from an engine bug; "
-                          f"{regenerate_hint(suite)}")
+        raise GoldenError(
+            f"the golden of suite '{suite}' ({directory}) records no digests of its files "
+            f"(made before goldens carried them), so damage cannot be told apart from an engine bug; "
+            f"{regenerate_hint(suite)}"
+        )
     present = file_digests(directory)
     for name, digest in sorted(recorded.items()):
         path = Path(directory) / name
         if name not in present:
             raise GoldenError(f"golden file {path} is missing (its manifest lists it); {damage_hint(suite)}")
         if present[name] != digest:
-            raise GoldenError(f"golden file {path} is damaged: its sha256 is not the one its manifest recorded "
-                              f"when the golden was stored; {damage_hint(suite)}")
+            raise GoldenError(
+                f"golden file {path} is damaged: its sha256 is not the one its manifest recorded "
+                f"when the golden was stored; {damage_hint(suite)}"
+            )
     unlisted = sorted(set(present) - set(recorded))
     if unlisted:
-        raise GoldenError(f"golden file {Path(directory) / unlisted[0]} is not in its manifest's digests "
-                          f"(added or renamed after the golden was stored); {damage_hint(suite)}")
+        raise GoldenError(
+            f"golden file {Path(directory) / unlisted[0]} is not in its manifest's digests "
+            f"(added or renamed after the golden was stored); {damage_hint(suite)}"
+        )
 
 
 def _short(key: str, value) -> str:
@@ -323,8 +369,11 @@ def _mismatch_headline(suite: str, manifest: dict, expected: dict) -> str:
 
 
 def _diff_line(manifest: dict, expected: dict) -> str:
-    return "; ".join(f"{key} golden {_short(key, manifest.get(key))} run {_short(key, expected[key])}"
-                     for key in BINDING_FIELDS if manifest.get(key) != expected[key])
+    return "; ".join(
+        f"{key} golden {_short(key, manifest.get(key))} run {_short(key, expected[key])}"
+        for key in BINDING_FIELDS
+        if manifest.get(key) != expected[key]
+    )
 
 
 def version_drift(manifest: dict, versions: dict) -> dict:
@@ -343,12 +392,15 @@ def check_evals(path: Path, stored: dict, key: str, eval_defs) -> None:
     of `eval_defs`, scored on the task the suite names; else a GoldenError."""
     missing = [e.name for e in eval_defs if e.name not in stored]
     if missing:
-        raise GoldenError(f"the golden of suite '{key}' has no results for eval(s) {', '.join(missing)} "
-                          f"({path}); {regenerate_hint(key)}")
+        raise GoldenError(
+            f"the golden of suite '{key}' has no results for eval(s) {', '.join(missing)} ({path}); {regenerate_hint(key)}"
+        )
     for e in eval_defs:
         if stored[e.name].get("task") not in (None, e.task):
-            raise GoldenError(f"the golden of suite '{key}' scored eval '{e.name}' on task "
-                              f"'{stored[e.name]['task']}', the suite now says '{e.task}'; {regenerate_hint(key)}")
+            raise GoldenError(
+                f"the golden of suite '{key}' scored eval '{e.name}' on task "
+                f"'{stored[e.name]['task']}', the suite now says '{e.task}'; {regenerate_hint(key)}"
+            )
 
 
 def store_golden(outputs_dir: Path, manifest: dict, evals: dict | None = None, drop: Sequence[str] = ()) -> Path:
@@ -367,7 +419,9 @@ def store_golden(outputs_dir: Path, manifest: dict, evals: dict | None = None, d
     outputs.save(staging)
     if evals:
         save_evals(staging, evals)
-    (staging / MANIFEST).write_text(json.dumps({**manifest, "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}, indent=1, sort_keys=True))
+    (staging / MANIFEST).write_text(
+        json.dumps({**manifest, "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}, indent=1, sort_keys=True)
+    )
     record_digests(staging)
     _swap_in(staging, target)
     return target

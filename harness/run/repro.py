@@ -73,8 +73,14 @@ def latest_verdict(scenario_id: str, run_dir: Path | None = None, report_dir: Pa
     return max(found, key=lambda p: p.stat().st_mtime) if found else None
 
 
-def write_repro(scenario: Scenario | str, out_dir: Path | None = None, *, run_dir: Path | None = None,
-                report_dir: Path | None = None, scenarios: list[Scenario] | None = None) -> Repro:
+def write_repro(
+    scenario: Scenario | str,
+    out_dir: Path | None = None,
+    *,
+    run_dir: Path | None = None,
+    report_dir: Path | None = None,
+    scenarios: list[Scenario] | None = None,
+) -> Repro:
     """Write the reproduction of `scenario` (a Scenario or its id) into `out_dir`; raises
     ReproError with the reason when it cannot. `run_dir`: take the symptom from that run
     (default: the newest run of the scenario under the reports directory)."""
@@ -92,11 +98,15 @@ def write_repro(scenario: Scenario | str, out_dir: Path | None = None, *, run_di
     except EngineUnavailable as exc:
         raise ReproError(str(exc)) from None
     if Capability.REPRO_SCRIPTS not in engine.capabilities:
-        raise ReproError(f"engine '{suite.engine}' cannot write a reproduction (its plugin has no repro_script; "
-                         f"`harness docs engines`); `harness run {scenario.id}` is the way to re-run it")
+        raise ReproError(
+            f"engine '{suite.engine}' cannot write a reproduction (its plugin has no repro_script; "
+            f"`harness docs engines`); `harness run {scenario.id}` is the way to re-run it"
+        )
     if scenario.faults:
-        raise ReproError(f"'{scenario.id}' switches on the harness's fault injection ({', '.join(scenario.faults)}): "
-                         "a self-test of the harness, not an engine bug; a repro uses the engine's public API only")
+        raise ReproError(
+            f"'{scenario.id}' switches on the harness's fault injection ({', '.join(scenario.faults)}): "
+            "a self-test of the harness, not an engine bug; a repro uses the engine's public API only"
+        )
     engine.configure(scenario.engine_options)
     found = latest_verdict(scenario.id, run_dir, report_dir)
     verdict = Verdict.load(found) if found else None
@@ -129,7 +139,11 @@ def _checkpoint(scenario: Scenario, engine, out: Path) -> tuple[str, bool, str]:
     from harness.inputs import models
 
     try:
-        model = models.resolve(scenario.model, models.builder_python(str(engine.python()), arch=getattr(scenario.model, "arch", None)), base_dir=scenario.source.parent)
+        model = models.resolve(
+            scenario.model,
+            models.builder_python(str(engine.python()), arch=getattr(scenario.model, "arch", None)),
+            base_dir=scenario.source.parent,
+        )
     except models.ModelError as exc:
         raise ReproError(f"the checkpoint of '{scenario.id}' cannot be had: {exc}") from None
     source = Path(model.directory)
@@ -147,8 +161,13 @@ def _checkpoint(scenario: Scenario, engine, out: Path) -> tuple[str, bool, str]:
         for p in files:
             shutil.copy2(p, target / p.name)
         return MODEL, True, f"{ident}; copied into `{MODEL}/` ({size / 1e6:.1f} MB)"
-    why = (f"{size / 1e6:.0f} MB, over the {COPY_LIMIT_BYTES >> 20} MiB copy limit" if built
-           else "the user's own checkpoint" if isinstance(scenario.model, models.PathModel) else "a hub snapshot")
+    why = (
+        f"{size / 1e6:.0f} MB, over the {COPY_LIMIT_BYTES >> 20} MiB copy limit"
+        if built
+        else "the user's own checkpoint"
+        if isinstance(scenario.model, models.PathModel)
+        else "a hub snapshot"
+    )
     return str(source), False, f"{ident}; NOT copied ({why}): the script points at `{source}`"
 
 
@@ -169,8 +188,10 @@ def _case(scenario: Scenario, model_dir: str, out: Path) -> dict:
         w.pop("capture_hidden", None)
         for field in MEDIA:
             if w.get(field):
-                w[field] = [[_copy_media(p, out) for p in e] if isinstance(e, list) else _copy_media(e, out) if e else None
-                            for e in w[field]]
+                w[field] = [
+                    [_copy_media(p, out) for p in e] if isinstance(e, list) else _copy_media(e, out) if e else None
+                    for e in w[field]
+                ]
     overrides = {k: v for k, v in suite.tolerances.model_dump().items() if v is not None}
     tol = tolerance_for(suite.dtype, overrides)
     axes = list(suite.matrix)
@@ -191,7 +212,7 @@ def _case(scenario: Scenario, model_dir: str, out: Path) -> dict:
         "workloads": resolved,
         "tolerance": {"logprob_atol": tol.logprob_atol, "kl_max": tol.kl_max, "top1_min": tol.top1_min, "near_tie": tol.near_tie},
         "tolerance_name": f"{suite.dtype} bounds of harness/run/compare/numeric.py"
-                          + (f" with the scenario file's tolerances: {overrides}" if overrides else ""),
+        + (f" with the scenario file's tolerances: {overrides}" if overrides else ""),
         "env": dict(suite.env),
         "timeout_s": suite.timeout_s,
     }
@@ -215,8 +236,16 @@ def _installed_versions(engine) -> dict:
 # BUG.md
 
 
-def bug_report(scenario: Scenario, case: dict, verdict: Verdict | None, verdict_file: Path | None,
-               versions: dict, model_note: str, out: Path, asked: Scenario | None = None) -> str:
+def bug_report(
+    scenario: Scenario,
+    case: dict,
+    verdict: Verdict | None,
+    verdict_file: Path | None,
+    versions: dict,
+    model_note: str,
+    out: Path,
+    asked: Scenario | None = None,
+) -> str:
     from harness.contract.expectations import describe as describe_expectation
 
     ref, failing = case["reference"], case["failing"]
@@ -224,17 +253,21 @@ def bug_report(scenario: Scenario, case: dict, verdict: Verdict | None, verdict_
     title = verdict.verdict if verdict else "reproduction"
     lines = [f"# {case['engine']}: `{failing}` against `{ref}` ({scenario.id}, {title})", ""]
     from_run = verdict is not None and bool(verdict.versions)
-    lines += ["| | |", "|---|---|",
-              f"| scenario | `{scenario.id}` ({_relative(scenario.source)}) |",
-              f"| versions | {_versions_text(versions)}"
-              + (" (from the run's verdict)" if from_run else " (the installed engine; no run of this scenario was found)") + " |",
-              f"| model | {model_note} |",
-              f"| dtype | {case['dtype']} |",
-              f"| reference setting | `{ref}`: {_axes_text(case['settings'][ref])} (the suite's golden setting) |",
-              f"| failing setting | `{failing}`: {_axes_text(case['settings'][failing])} |",
-              f"| tolerance | {_tolerance_text(case)} |",
-              f"| workloads | {_workloads_text(case)} |",
-              ""]
+    lines += [
+        "| | |",
+        "|---|---|",
+        f"| scenario | `{scenario.id}` ({_relative(scenario.source)}) |",
+        f"| versions | {_versions_text(versions)}"
+        + (" (from the run's verdict)" if from_run else " (the installed engine; no run of this scenario was found)")
+        + " |",
+        f"| model | {model_note} |",
+        f"| dtype | {case['dtype']} |",
+        f"| reference setting | `{ref}`: {_axes_text(case['settings'][ref])} (the suite's golden setting) |",
+        f"| failing setting | `{failing}`: {_axes_text(case['settings'][failing])} |",
+        f"| tolerance | {_tolerance_text(case)} |",
+        f"| workloads | {_workloads_text(case)} |",
+        "",
+    ]
     lines += ["## Symptom", ""] + _symptom(verdict, verdict_file) + [""]
     if verdict is not None and verdict.interaction:
         lines += ["## The failing interaction", "", f"`{asked.id if asked else scenario.id}` {verdict.interaction['text']}.", ""]
@@ -249,20 +282,28 @@ def bug_report(scenario: Scenario, case: dict, verdict: Verdict | None, verdict_
         lines += ["## Known bugs of the engine that can show here", ""]
         lines += [f"- {b.title()}: {describe_expectation(b)}: {b.reason}" for b in scenario.known_bugs] + [""]
     here = shlex.quote(str(script))
-    lines += ["## Reproduce", "",
-              "```",
-              f"python {here}                                   # with this interpreter's {case['engine']}",
-              f"python {here} --python /path/to/venv/bin/python  # the same check on another release",
-              "```", "",
-              f"It starts `{ref}` and `{failing}` in a process each (the failing one first: a crash needs no "
-              "reference), compares the prompt logprobs (and greedy tokens) with the tolerance above, and exits "
-              "0 when they agree (bug absent), 1 when they differ, crash or hang (bug present), 2 when the "
-              "reference setting does not run (cannot judge). Only the engine's public API is used; the prompts "
-              f"are token ids in the script. Through the harness: `{verdict.reproduce if verdict and verdict.reproduce else 'harness run ' + scenario.id}`.",
-              ""]
-    lines += ["The engine arguments of each setting are in the script's `CASE` (the ones the harness passes), and it "
-              "prints them as it starts each setting.", "",
-              f"(written by `harness repro {scenario.id}` on {time.strftime('%Y-%m-%d %H:%M:%S')})", ""]
+    lines += [
+        "## Reproduce",
+        "",
+        "```",
+        f"python {here}                                   # with this interpreter's {case['engine']}",
+        f"python {here} --python /path/to/venv/bin/python  # the same check on another release",
+        "```",
+        "",
+        f"It starts `{ref}` and `{failing}` in a process each (the failing one first: a crash needs no "
+        "reference), compares the prompt logprobs (and greedy tokens) with the tolerance above, and exits "
+        "0 when they agree (bug absent), 1 when they differ, crash or hang (bug present), 2 when the "
+        "reference setting does not run (cannot judge). Only the engine's public API is used; the prompts "
+        f"are token ids in the script. Through the harness: `{verdict.reproduce if verdict and verdict.reproduce else 'harness run ' + scenario.id}`.",
+        "",
+    ]
+    lines += [
+        "The engine arguments of each setting are in the script's `CASE` (the ones the harness passes), and it "
+        "prints them as it starts each setting.",
+        "",
+        f"(written by `harness repro {scenario.id}` on {time.strftime('%Y-%m-%d %H:%M:%S')})",
+        "",
+    ]
     return "\n".join(lines)
 
 
@@ -285,8 +326,10 @@ def _axes_text(axes: dict) -> str:
 
 def _tolerance_text(case: dict) -> str:
     t = case["tolerance"]
-    return (f"\\|dlogprob\\| <= {t['logprob_atol']:g}, KL <= {t['kl_max']:g}, top-1 >= {t['top1_min']:g}, "
-            f"near-tie <= {t['near_tie']:g} ({case['tolerance_name']})")
+    return (
+        f"\\|dlogprob\\| <= {t['logprob_atol']:g}, KL <= {t['kl_max']:g}, top-1 >= {t['top1_min']:g}, "
+        f"near-tie <= {t['near_tie']:g} ({case['tolerance_name']})"
+    )
 
 
 def _workloads_text(case: dict) -> str:
@@ -301,15 +344,23 @@ def _symptom(verdict: Verdict | None, verdict_file: Path | None) -> list[str]:
     from harness.run.compare.localize import describe as describe_place
 
     if verdict is None:
-        return ["No run of this scenario was found (give `--run RUN_DIR`, or `harness run` it first): the symptom "
-                "is whatever the script prints."]
+        return [
+            "No run of this scenario was found (give `--run RUN_DIR`, or `harness run` it first): the symptom "
+            "is whatever the script prints."
+        ]
     observed = verdict.observed or verdict.verdict
-    lines = [f"Latest verdict ({verdict_file}): **{verdict.verdict}**"
-             + (f" (observed: {observed})" if verdict.observed else "") + f": {verdict.reason}", ""]
+    lines = [
+        f"Latest verdict ({verdict_file}): **{verdict.verdict}**"
+        + (f" (observed: {observed})" if verdict.observed else "")
+        + f": {verdict.reason}",
+        "",
+    ]
     if verdict.crash:
         c = verdict.crash
-        lines += [f"- crashed: {c.get('rank')}",
-                  f"- exception: `{c.get('exception') or c.get('signal') or 'exit code ' + str(c.get('exitcode'))}`"]
+        lines += [
+            f"- crashed: {c.get('rank')}",
+            f"- exception: `{c.get('exception') or c.get('signal') or 'exit code ' + str(c.get('exitcode'))}`",
+        ]
         if c.get("frame"):
             lines.append(f"- at: `{c['frame']}`")
         if c.get("wrapper"):
@@ -325,13 +376,16 @@ def _symptom(verdict: Verdict | None, verdict_file: Path | None) -> list[str]:
         lines.append(f"- check `{check['name']}` ({check['kind']}): {check['summary']}")
         metrics = check.get("metrics") or {}
         if metrics:
-            lines.append("  - metrics: " + ", ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}"
-                                                      for k, v in metrics.items()))
+            lines.append(
+                "  - metrics: " + ", ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}" for k, v in metrics.items())
+            )
         if check.get("first_divergence"):
             lines.append(f"  - first diverged: {check['first_divergence']}")
         if check.get("per_position"):
             worst = max(range(len(check["per_position"])), key=check["per_position"].__getitem__)
-            lines.append(f"  - worst position: row {worst} of {len(check['per_position'])}, |dlogprob| {check['per_position'][worst]:.3g}")
+            lines.append(
+                f"  - worst position: row {worst} of {len(check['per_position'])}, |dlogprob| {check['per_position'][worst]:.3g}"
+            )
     if verdict.localization:
         lines.append(f"- {describe_place(verdict.localization)}")
     if verdict.tolerance:

@@ -68,8 +68,7 @@ def run_scenario(scenario: Scenario, run_dir: Path, ctx: RunContext | None = Non
     return record_verdict(scenario, verdict, run_dir, ctx, start, watch, reproduce)
 
 
-def _narrow(scenario: Scenario, verdict: Verdict, run_dir: Path, ctx: RunContext, lease: Lease | None,
-            watch: Stopwatch) -> None:
+def _narrow(scenario: Scenario, verdict: Verdict, run_dir: Path, ctx: RunContext, lease: Lease | None, watch: Stopwatch) -> None:
     """A failure of several changed axis values, not one the scenario file expects: the
     smallest combination of them it needs (run/stages/interaction.py), in its reason."""
     # the expectations are applied to a copy: record_verdict applies them to the verdict itself
@@ -92,8 +91,15 @@ def _narrow(scenario: Scenario, verdict: Verdict, run_dir: Path, ctx: RunContext
         verdict.reason = f"{verdict.reason}{INTERACTION_SEP}{found['text']}"
 
 
-def record_verdict(scenario: Scenario, verdict: Verdict, run_dir: Path, ctx: RunContext, start: float,
-                   watch: Stopwatch | None = None, reproduce: str | None = None) -> Verdict:
+def record_verdict(
+    scenario: Scenario,
+    verdict: Verdict,
+    run_dir: Path,
+    ctx: RunContext,
+    start: float,
+    watch: Stopwatch | None = None,
+    reproduce: str | None = None,
+) -> Verdict:
     """A scenario's verdict made whole (settings, duration since `start`, the scenario file's
     expectations, the reproduce command, timings) and written; also for a verdict decided
     without this runner (a Ray node lost under the scenario, harness/run/raycluster)."""
@@ -112,13 +118,16 @@ def record_verdict(scenario: Scenario, verdict: Verdict, run_dir: Path, ctx: Run
         verdict.save(out_dir / VERDICT)
     except OSError as exc:
         # the run cannot be recorded: the caller stops it (exit 3), not a verdict
-        raise ResultsNotWritten(f"cannot write the verdict of {scenario.id} in {out_dir}: {exc.strerror or exc}; "
-                                "free space or make the report directory writable, then run again") from None
+        raise ResultsNotWritten(
+            f"cannot write the verdict of {scenario.id} in {out_dir}: {exc.strerror or exc}; "
+            "free space or make the report directory writable, then run again"
+        ) from None
     return verdict
 
 
-def _run(scenario: Scenario, run_dir: Path, ctx: RunContext, lease: Lease | None, watch: Stopwatch,
-         out_dir: Path | None = None) -> Verdict:
+def _run(
+    scenario: Scenario, run_dir: Path, ctx: RunContext, lease: Lease | None, watch: Stopwatch, out_dir: Path | None = None
+) -> Verdict:
     out_dir = out_dir or scenario_dir(run_dir, scenario.id)
     admitted = admit(scenario, scenario.engine_settings, out_dir, ctx, ctx.config.gate, watch=watch)
     if isinstance(admitted, Verdict):
@@ -160,8 +169,10 @@ def make_golden(scenario_for_golden: Scenario, work_dir: Path, ctx: RunContext |
     ended = launch_verdict(scenario_for_golden.id, outcome, prepared.engine)
     # the engine names the worker that really died (vLLM's own processes)
     if ended is not None:
-        raise RuntimeError(f"golden run of '{scenario_for_golden.golden_key}' ended as {outcome.status}: {ended.reason}; "
-                           f"logs in {out_dir / 'logs'}")
+        raise RuntimeError(
+            f"golden run of '{scenario_for_golden.golden_key}' ended as {outcome.status}: {ended.reason}; "
+            f"logs in {out_dir / 'logs'}"
+        )
     results = None
     if prepared.evals:
         results = lm.score_evals(prepared.evals, EngineOutputs.load(prepared.brief.output_dir))

@@ -44,8 +44,15 @@ class Progress:
         pass
 
 
-def run_session(scenarios: list[Scenario], run_dir: Path, ctx: RunContext, progress: Progress | None = None,
-                jobs: int = 1, cost: dict[str, Cost] | None = None, exitfirst: bool = False) -> list[Verdict]:
+def run_session(
+    scenarios: list[Scenario],
+    run_dir: Path,
+    ctx: RunContext,
+    progress: Progress | None = None,
+    jobs: int = 1,
+    cost: dict[str, Cost] | None = None,
+    exitfirst: bool = False,
+) -> list[Verdict]:
     """Run every scenario: one at a time in order, or (jobs > 1, device slots given)
     packed largest-first by `cost`. Ctrl-C propagates (as KeyboardInterrupt) after
     every running scenario's ranks are stopped; the verdicts written so far stay on
@@ -79,8 +86,16 @@ def run_session(scenarios: list[Scenario], run_dir: Path, ctx: RunContext, progr
         progress.close()
 
 
-def _run_packed(scenarios, run_dir, ctx: RunContext, progress: Progress, jobs: int, cost: dict[str, Cost],
-                run=run_scenario, exitfirst: bool = False) -> list[Verdict]:
+def _run_packed(
+    scenarios,
+    run_dir,
+    ctx: RunContext,
+    progress: Progress,
+    jobs: int,
+    cost: dict[str, Cost],
+    run=run_scenario,
+    exitfirst: bool = False,
+) -> list[Verdict]:
     # the session's own stop switch, on a copy: the caller's options stay as given
     if ctx.cancel is None:
         ctx = dataclasses.replace(ctx, cancel=threading.Event())

@@ -31,9 +31,18 @@ ENGINE_PHASES = (*RANK_PHASES, "exit", "launch", "same-layout", "interaction")
 NOT_HARNESS = (*ENGINE_PHASES, "wait")
 # Short names for the report's columns, in flow order.
 COLUMNS = (
-    ("wait", "device wait"), ("start", "start+imports"), ("rendezvous", "rendezvous"), ("load", "load"),
-    ("warmup", "warmup/compile"), ("workloads", "workloads"), ("write", "write"), ("exit", "exit"),
-    ("same-layout", "same layout"), ("interaction", "interaction"), ("compare", "compare"), ("evals", "evals"),
+    ("wait", "device wait"),
+    ("start", "start+imports"),
+    ("rendezvous", "rendezvous"),
+    ("load", "load"),
+    ("warmup", "warmup/compile"),
+    ("workloads", "workloads"),
+    ("write", "write"),
+    ("exit", "exit"),
+    ("same-layout", "same layout"),
+    ("interaction", "interaction"),
+    ("compare", "compare"),
+    ("evals", "evals"),
 )
 # a column only where some scenario of the table had the phase
 OCCASIONAL = ("same-layout", "interaction")
@@ -70,8 +79,12 @@ class Stopwatch:
 def summarise(phases: dict[str, float]) -> dict:
     engine = sum(s for n, s in phases.items() if n in ENGINE_PHASES)
     harness = sum(s for n, s in phases.items() if n not in NOT_HARNESS)
-    return {"phases": dict(phases), "engine_s": round(engine, 3), "harness_s": round(harness, 3),
-            "wait_s": round(phases.get("wait", 0.0), 3)}
+    return {
+        "phases": dict(phases),
+        "engine_s": round(engine, 3),
+        "harness_s": round(harness, 3),
+        "wait_s": round(phases.get("wait", 0.0), 3),
+    }
 
 
 def total(timings_list: list[dict]) -> dict:

@@ -44,8 +44,13 @@ def harness_command(*args: str, scenarios: Path | None = None) -> list[str]:
     return [sys.executable, "-m", "harness", *(["--scenarios", str(scenarios)] if scenarios else []), *args]
 
 
-def harness_cli(*args: str, scenarios: Path | None = None, env: Mapping[str, str | None] | None = None,
-                timeout: float = 600, what: str | None = None) -> subprocess.CompletedProcess:
+def harness_cli(
+    *args: str,
+    scenarios: Path | None = None,
+    env: Mapping[str, str | None] | None = None,
+    timeout: float = 600,
+    what: str | None = None,
+) -> subprocess.CompletedProcess:
     """`harness ARGS` to its end, stdout and stderr captured as text, within scaled(timeout)
     seconds; forked from the kit's pre-imported server where it serves (harness_server.py)."""
     argv, merged, what = harness_command(*args, scenarios=scenarios), environment(env), what or f"harness {' '.join(args[:3])}"
@@ -60,18 +65,38 @@ def harness_cli(*args: str, scenarios: Path | None = None, env: Mapping[str, str
     return run_process(argv, timeout, what, cwd=ROOT, env=merged, capture_output=True, text=True)
 
 
-def start_harness(*args: str, scenarios: Path | None = None, env: Mapping[str, str | None] | None = None,
-                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT) -> subprocess.Popen:
+def start_harness(
+    *args: str,
+    scenarios: Path | None = None,
+    env: Mapping[str, str | None] | None = None,
+    stdout=subprocess.PIPE,
+    stderr=subprocess.STDOUT,
+) -> subprocess.Popen:
     """`harness ARGS` started and left running (text output), with Ctrl-C as a terminal
     delivers it: for the tests that interrupt or kill a run. The caller waits for it
     (tests/kit/timing.py: communicate, wait_process) or kills it."""
-    return subprocess.Popen(harness_command(*args, scenarios=scenarios), cwd=ROOT, env=environment(env),
-                            stdout=stdout, stderr=stderr, text=True, preexec_fn=sigint_as_from_a_terminal)
+    return subprocess.Popen(
+        harness_command(*args, scenarios=scenarios),
+        cwd=ROOT,
+        env=environment(env),
+        stdout=stdout,
+        stderr=stderr,
+        text=True,
+        preexec_fn=sigint_as_from_a_terminal,
+    )
 
 
-def pytest_cli(*args: str, env: Mapping[str, str | None] | None = None, timeout: float = 600,
-               what: str | None = None) -> subprocess.CompletedProcess:
+def pytest_cli(
+    *args: str, env: Mapping[str, str | None] | None = None, timeout: float = 600, what: str | None = None
+) -> subprocess.CompletedProcess:
     """`python -m pytest ARGS` from the repository root (the scenario items of the
     harness's pytest plugin, or a usage error of its options), output captured."""
-    return run_process([sys.executable, "-m", "pytest", *args], timeout, what or f"pytest {' '.join(args[:3])}",
-                       cwd=ROOT, env=environment(env), capture_output=True, text=True)
+    return run_process(
+        [sys.executable, "-m", "pytest", *args],
+        timeout,
+        what or f"pytest {' '.join(args[:3])}",
+        cwd=ROOT,
+        env=environment(env),
+        capture_output=True,
+        text=True,
+    )

@@ -15,8 +15,12 @@ TOL = "|dlogprob|<=0.0002, KL<=1e-06, top1>=1, near-tie<=0.001"
 
 def logits_check(max_dlogprob: float, passed: bool = True, per_position: list[float] | None = None) -> dict:
     return {
-        "name": "logits", "kind": "logprobs", "passed": passed, "summary": f"max|dlogprob|={max_dlogprob:.2e}",
-        "metrics": {"max_abs_dlogprob": max_dlogprob, "positions": 40}, "tolerance": TOL,
+        "name": "logits",
+        "kind": "logprobs",
+        "passed": passed,
+        "summary": f"max|dlogprob|={max_dlogprob:.2e}",
+        "metrics": {"max_abs_dlogprob": max_dlogprob, "positions": 40},
+        "tolerance": TOL,
         "first_divergence": None if passed else {"prompt": 1, "position": 7, "dlogprob": max_dlogprob},
         "per_position": per_position if per_position is not None else [max_dlogprob / 2] * 39 + [max_dlogprob],
     }
@@ -34,19 +38,46 @@ def settings_of(scenario: str) -> dict:
 
 
 def passing(scenario: str, max_dlogprob: float = 1e-5) -> Verdict:
-    return Verdict(scenario, "pass", "logits ok", settings=settings_of(scenario), tolerance=TOL,
-                   checks=[logits_check(max_dlogprob)], reproduce=f"make {scenario}", duration_s=3.0)
+    return Verdict(
+        scenario,
+        "pass",
+        "logits ok",
+        settings=settings_of(scenario),
+        tolerance=TOL,
+        checks=[logits_check(max_dlogprob)],
+        reproduce=f"make {scenario}",
+        duration_s=3.0,
+    )
 
 
 def failing(scenario: str, max_dlogprob: float = 0.3) -> Verdict:
-    return Verdict(scenario, "fail", f"logits: max|dlogprob|={max_dlogprob:.2e}", settings=settings_of(scenario), tolerance=TOL,
-                   checks=[logits_check(max_dlogprob, passed=False)], reproduce=f"make {scenario}", duration_s=3.0)
+    return Verdict(
+        scenario,
+        "fail",
+        f"logits: max|dlogprob|={max_dlogprob:.2e}",
+        settings=settings_of(scenario),
+        tolerance=TOL,
+        checks=[logits_check(max_dlogprob, passed=False)],
+        reproduce=f"make {scenario}",
+        duration_s=3.0,
+    )
 
 
 def crashed(scenario: str, rank: int = 1) -> Verdict:
-    return Verdict(scenario, "crash", f"rank {rank} crashed: RuntimeError: injected", settings=settings_of(scenario),
-                   crash={"rank": rank, "exception": "RuntimeError: injected", "traceback": f"Traceback (most recent call last):\nRuntimeError: injected failure on rank {rank}",
-                          "log": f"logs/rank{rank}.log"}, reproduce=f"harness run {scenario} --fault rank-raise@{rank}", duration_s=2.0)
+    return Verdict(
+        scenario,
+        "crash",
+        f"rank {rank} crashed: RuntimeError: injected",
+        settings=settings_of(scenario),
+        crash={
+            "rank": rank,
+            "exception": "RuntimeError: injected",
+            "traceback": f"Traceback (most recent call last):\nRuntimeError: injected failure on rank {rank}",
+            "log": f"logs/rank{rank}.log",
+        },
+        reproduce=f"harness run {scenario} --fault rank-raise@{rank}",
+        duration_s=2.0,
+    )
 
 
 def make_run(base: Path, run_id: str, verdicts: list[Verdict], gate: str | None = "pr", started: float = 1000.0, **meta) -> Path:
@@ -54,8 +85,15 @@ def make_run(base: Path, run_id: str, verdicts: list[Verdict], gate: str | None 
     for v in verdicts:
         v.save(verdict_path(run_dir, v.scenario))
     scenarios_root(run_dir).mkdir(parents=True, exist_ok=True)
-    info = {"run_id": run_id, "gate": gate, "started": started, "finished": started + 60,
-            "scenarios": sorted(v.scenario for v in verdicts), "versions": {"torch": "2.13.0", "harness_commit": "abc1234"}, **meta}
+    info = {
+        "run_id": run_id,
+        "gate": gate,
+        "started": started,
+        "finished": started + 60,
+        "scenarios": sorted(v.scenario for v in verdicts),
+        "versions": {"torch": "2.13.0", "harness_commit": "abc1234"},
+        **meta,
+    }
     (run_dir / "run.json").write_text(json.dumps(info))
     return run_dir
 

@@ -40,9 +40,20 @@ from harness.engines.reference import RANK_IMPORTS
 SWITCH = "HARNESS_TEST_FORK"
 # What a harness command and the reference engine's ranks import before their first line
 # of work (measured with -X importtime); anything else they import themselves.
-SERVER_PRELOAD = (*RANK_IMPORTS, "harness.cli", "harness.run.session", "harness.run.runner", "harness.run.golden",
-                  "harness.run.report", "harness.run.report.html", "harness.run.report.plots", "harness.inputs.scenarios.loading",
-                  "harness.engines.reference", "harness.inputs.zoo", "tests.kit.harness_server")
+SERVER_PRELOAD = (
+    *RANK_IMPORTS,
+    "harness.cli",
+    "harness.run.session",
+    "harness.run.runner",
+    "harness.run.golden",
+    "harness.run.report",
+    "harness.run.report.html",
+    "harness.run.report.plots",
+    "harness.inputs.scenarios.loading",
+    "harness.engines.reference",
+    "harness.inputs.zoo",
+    "tests.kit.harness_server",
+)
 # Variables a module may read while it is imported (torch's and inductor's configs, the
 # OpenMP and BLAS runtimes, matplotlib) or the interpreter at its start (PYTHONPATH,
 # PYTHONHASHSEED, ...); READ_WHEN_USED are read only when used, so a run may set its own:
@@ -61,8 +72,11 @@ def _with_checkout(env: dict[str, str]) -> dict[str, str]:
 # what the harness commands import under, and with the reference engine's launch
 # environment on top (harness/engines/reference: the same for every run), its ranks.
 COMMAND_ENV = _with_checkout(dict(os.environ))
-RANK_ENV = {**COMMAND_ENV, "TORCHINDUCTOR_COMPILE_THREADS": "1",
-            **compile_cache.inductor_env(compile_cache.installed_torch_version())}
+RANK_ENV = {
+    **COMMAND_ENV,
+    "TORCHINDUCTOR_COMPILE_THREADS": "1",
+    **compile_cache.inductor_env(compile_cache.installed_torch_version()),
+}
 
 
 # pandas imports pyarrow, whose jemalloc starts a background thread at load time; a process
@@ -125,8 +139,7 @@ def forked_harness(argv: list[str], env: dict[str, str], cwd: Path, timeout: flo
     with tempfile.TemporaryDirectory(prefix="harness-cmd-") as out:
         stdout, stderr = Path(out, "stdout"), Path(out, "stderr")
         try:
-            command = server.spawn(argv, ["tests.kit.harness_child", *argv[3:]], env, stdout, pgid=0, cwd=cwd,
-                                   stderr_log=stderr)
+            command = server.spawn(argv, ["tests.kit.harness_child", *argv[3:]], env, stdout, pgid=0, cwd=cwd, stderr_log=stderr)
         except ZygoteUnavailable:
             return None
         try:
@@ -134,10 +147,10 @@ def forked_harness(argv: list[str], env: dict[str, str], cwd: Path, timeout: flo
         except subprocess.TimeoutExpired:
             _kill_group(command.pid)
             command.wait()
-            raise subprocess.TimeoutExpired(argv, timeout, output=stdout.read_text(errors="replace"),
-                                            stderr=stderr.read_text(errors="replace")) from None
-        return subprocess.CompletedProcess(argv, code, stdout.read_text(errors="replace"),
-                                           stderr.read_text(errors="replace"))
+            raise subprocess.TimeoutExpired(
+                argv, timeout, output=stdout.read_text(errors="replace"), stderr=stderr.read_text(errors="replace")
+            ) from None
+        return subprocess.CompletedProcess(argv, code, stdout.read_text(errors="replace"), stderr.read_text(errors="replace"))
 
 
 def _kill_group(pid: int) -> None:

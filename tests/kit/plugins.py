@@ -7,7 +7,7 @@ from __future__ import annotations
 import uuid
 from pathlib import Path
 
-ENGINE_MODULE = '''
+ENGINE_MODULE = """
 from harness.contract.launchplan import LaunchPlan
 from harness.engines.base import Engine
 
@@ -25,9 +25,9 @@ class Nameless(FakeEngine):
 
 
 NOT_AN_ENGINE = 42
-'''
+"""
 
-MODEL_MODULE = '''
+MODEL_MODULE = """
 import dataclasses
 
 from harness.inputs.zoo.llama import TINY_LLAMA
@@ -40,7 +40,7 @@ def make_tiny_made():
 
 
 WRONG_NAME = dataclasses.replace(TINY_LLAMA, name="not-its-name")
-'''
+"""
 
 
 class Site:
@@ -60,6 +60,9 @@ class Site:
         info = (where or self.root) / f"{dist.replace('-', '_')}-{version}.dist-info"
         info.mkdir(parents=True)
         (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: {version}\n")
-        (info / "entry_points.txt").write_text("".join(
-            f"[{group}]\n" + "".join(f"{name} = {value}\n" for name, value in eps.items()) + "\n"
-            for group, eps in entry_points.items()))
+        (info / "entry_points.txt").write_text(
+            "".join(
+                f"[{group}]\n" + "".join(f"{name} = {value}\n" for name, value in eps.items()) + "\n"
+                for group, eps in entry_points.items()
+            )
+        )

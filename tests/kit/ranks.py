@@ -61,8 +61,14 @@ def run_in_process(brief: RunBrief) -> EngineOutputs:
     """World size 1 in this process (no spawn), through the reference engine's worker entry."""
     from harness.engines.reference.worker import run
 
-    env = {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1",
-           "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())}
+    env = {
+        "RANK": "0",
+        "WORLD_SIZE": "1",
+        "LOCAL_RANK": "0",
+        "LOCAL_WORLD_SIZE": "1",
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(free_port()),
+    }
     with mock.patch.dict(os.environ, env):
         run(brief)
     return EngineOutputs.load(brief.output_dir)

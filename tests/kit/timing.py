@@ -49,13 +49,16 @@ def scaled(seconds: float) -> float:
 
 
 def timeout_message(what: str, budget_s: float) -> str:
-    return (f"timed out after {budget_s:.0f}s waiting for {what} "
-            f"({TIME_SCALE_ENV}={os.environ.get(TIME_SCALE_ENV, f'unset: x{load_factor():.1f}, the load per core')}; "
-            "set it higher on a slow machine)")
+    return (
+        f"timed out after {budget_s:.0f}s waiting for {what} "
+        f"({TIME_SCALE_ENV}={os.environ.get(TIME_SCALE_ENV, f'unset: x{load_factor():.1f}, the load per core')}; "
+        "set it higher on a slow machine)"
+    )
 
 
-def wait_until(ready: Callable[[], bool], seconds: float, what: str, poll_s: float = 0.1,
-               proc: subprocess.Popen | None = None) -> None:
+def wait_until(
+    ready: Callable[[], bool], seconds: float, what: str, poll_s: float = 0.1, proc: subprocess.Popen | None = None
+) -> None:
     """The readiness wait: poll `ready` until it holds; fail as a timeout after
     scaled(seconds). With `proc` (the process that is to make `ready` hold), its
     ending first fails the wait at once, with its exit code and output."""
@@ -78,8 +81,10 @@ def run_process(cmd: list[str], seconds: float, what: str | None = None, **kwarg
         check = kwargs.pop("check", False)
         return subprocess.run(cmd, check=check, timeout=budget, **kwargs)
     except subprocess.TimeoutExpired as e:
-        pytest.fail(f"{timeout_message(what or ' '.join(map(str, cmd[:4])), budget)}\n"
-                    f"--- stdout\n{_tail(e.stdout)}\n--- stderr\n{_tail(e.stderr)}")
+        pytest.fail(
+            f"{timeout_message(what or ' '.join(map(str, cmd[:4])), budget)}\n"
+            f"--- stdout\n{_tail(e.stdout)}\n--- stderr\n{_tail(e.stderr)}"
+        )
 
 
 def communicate(proc: subprocess.Popen, seconds: float, what: str) -> tuple:

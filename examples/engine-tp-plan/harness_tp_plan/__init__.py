@@ -50,9 +50,20 @@ DIVISIBLE_FIELDS = {
 # parts of transformers that start no thread (its modelling code imports scikit-learn and
 # SciPy, whose thread pools the zygote rightly refuses to fork). Not this package: a rank
 # runs the worker of the checkout on its PYTHONPATH (harness bisect --git).
-RANK_IMPORTS = ("torch", "torch.distributed", "torch.distributed.tensor", "transformers", "transformers.configuration_utils",
-                "transformers.cache_utils", "transformers.masking_utils", "transformers.integrations.tensor_parallel",
-                "transformers.distributed", "harness.contract.outputs", "harness.contract.phases", "harness.engines.launch.rankside")
+RANK_IMPORTS = (
+    "torch",
+    "torch.distributed",
+    "torch.distributed.tensor",
+    "transformers",
+    "transformers.configuration_utils",
+    "transformers.cache_utils",
+    "transformers.masking_utils",
+    "transformers.integrations.tensor_parallel",
+    "transformers.distributed",
+    "harness.contract.outputs",
+    "harness.contract.phases",
+    "harness.engines.launch.rankside",
+)
 
 
 class TpPlanEngine(Engine):
@@ -87,8 +98,12 @@ class TpPlanEngine(Engine):
             env["CUDA_VISIBLE_DEVICES"] = ""
             if "OMP_NUM_THREADS" not in os.environ:  # ranks share the cores
                 env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // brief.tp))
-        return LaunchPlan(world_size=brief.tp, argv=[sys.executable, "-m", "harness_tp_plan.worker", brief_path], env=env,
-                          preload=list(RANK_IMPORTS) if brief.device == "cpu" else [])
+        return LaunchPlan(
+            world_size=brief.tp,
+            argv=[sys.executable, "-m", "harness_tp_plan.worker", brief_path],
+            env=env,
+            preload=list(RANK_IMPORTS) if brief.device == "cpu" else [],
+        )
 
     def versions(self) -> dict[str, str]:
         from importlib.metadata import PackageNotFoundError, version
@@ -122,10 +137,18 @@ def _tp_plan_problem(model_dir: str | Path) -> str | None:
     if found is None or not found.origin:
         return _tp_plan_problem_now(model_dir)  # says transformers is missing
     package = Path(found.origin).parent
-    key = hashlib.sha256("\n".join([
-        (Path(model_dir) / "config.json").read_text(), installed, str(package), str(package.stat().st_mtime_ns),
-        str(package.parent.stat().st_mtime_ns), Path(__file__).read_text(),
-    ]).encode()).hexdigest()[:16]
+    key = hashlib.sha256(
+        "\n".join(
+            [
+                (Path(model_dir) / "config.json").read_text(),
+                installed,
+                str(package),
+                str(package.stat().st_mtime_ns),
+                str(package.parent.stat().st_mtime_ns),
+                Path(__file__).read_text(),
+            ]
+        ).encode()
+    ).hexdigest()[:16]
     cache = cache_dir("engine-probes") / f"tp-plan-{key}.json"
     try:
         return json.loads(cache.read_text())["problem"]

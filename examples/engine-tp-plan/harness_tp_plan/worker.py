@@ -156,8 +156,9 @@ def run_generate(forward, w: dict, device) -> dict:
     from harness.contract.runbrief import generate_params, stop_reached
 
     n, stop, eos = generate_params(w)
-    sequences = [[t for t, _ in decode(forward, list(prompt), n, device, lambda g: stop_reached(g, stop, eos))]
-                 for prompt in w["prompts"]]
+    sequences = [
+        [t for t, _ in decode(forward, list(prompt), n, device, lambda g: stop_reached(g, stop, eos))] for prompt in w["prompts"]
+    ]
     return EngineOutputs.generate_fields(sequences, n)
 
 
@@ -165,9 +166,13 @@ def applied_evidence(brief, sharding: dict, after_warmup: dict) -> dict:
     """Per axis, what this run really applied (EngineOutputs meta `applied`; docs/ENGINES.md):
     the harness calls a tested setting that did not take effect `unsupported`, never `pass`."""
     split = {k: n for k, n in sharding["parameters_by_placement"].items() if k != "local"}
-    applied = {"tp": {"applied": brief.tp == 1 or bool(split),
-                      "evidence": f"{sum(split.values())} parameters sharded ({', '.join(f'{n} {k}' for k, n in split.items()) or 'none'}) "
-                                  f"over {brief.tp} ranks"}}
+    applied = {
+        "tp": {
+            "applied": brief.tp == 1 or bool(split),
+            "evidence": f"{sum(split.values())} parameters sharded ({', '.join(f'{n} {k}' for k, n in split.items()) or 'none'}) "
+            f"over {brief.tp} ranks",
+        }
+    }
     if brief.compile:
         graphs = after_warmup["unique_graphs"]
         applied["compile"] = {"applied": graphs > 0, "evidence": f"Dynamo captured {graphs} graph(s) at warm-up"}
@@ -219,8 +224,10 @@ def run(brief) -> None:
         model = load_model(brief, device)
         sharding = sharding_report(model)
         if brief.tp > 1 and set(sharding["parameters_by_placement"]) == {"local"}:
-            raise RuntimeError(f"transformers split no weight of {type(model).__name__} over tp={brief.tp} "
-                               f"(plan: {sharding['tp_plan']}): every rank would run the whole model")
+            raise RuntimeError(
+                f"transformers split no weight of {type(model).__name__} over tp={brief.tp} "
+                f"(plan: {sharding['tp_plan']}): every rank would run the whole model"
+            )
         forward = Forward(model, brief.compile)
         t1 = time.perf_counter()
         phases.mark("load")
@@ -238,10 +245,16 @@ def run(brief) -> None:
             out = EngineOutputs()
             for name, fields in results.items():
                 out.put(name, **fields)
-            out.describe_run(brief, "tp-plan", transformers=transformers.__version__, world_size=brief.tp,
-                             sharding=sharding, applied=applied_evidence(brief, sharding, after_warmup),
-                             compile={"enabled": brief.compile, "after_warmup": after_warmup, "after_run": after_run},
-                             timings={"load_s": t1 - t0, "warmup_s": t2 - t1, "run_s": t3 - t2})
+            out.describe_run(
+                brief,
+                "tp-plan",
+                transformers=transformers.__version__,
+                world_size=brief.tp,
+                sharding=sharding,
+                applied=applied_evidence(brief, sharding, after_warmup),
+                compile={"enabled": brief.compile, "after_warmup": after_warmup, "after_run": after_run},
+                timings={"load_s": t1 - t0, "warmup_s": t2 - t1, "run_s": t3 - t2},
+            )
             out.save(brief.output_dir)
         dist.barrier()
         phases.mark("write")

@@ -18,6 +18,5 @@ def verdicts_csv(report) -> str:
     rows.writerow(COLUMNS)
     for v in report.verdicts:
         engine = str(v.versions.get("engine", ""))
-        rows.writerow((v.scenario, v.verdict, v.observed or "", v.duration_s, engine,
-                       v.versions.get(engine, ""), v.reason))
+        rows.writerow((v.scenario, v.verdict, v.observed or "", v.duration_s, engine, v.versions.get(engine, ""), v.reason))
     return out.getvalue()

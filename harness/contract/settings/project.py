@@ -110,10 +110,16 @@ def project(start: Path | None = None) -> Project:
         problems = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or '(table)'}: {e['msg']}" for e in exc.errors())
         raise ProjectConfigError(f"{where}: {problems} (keys: {', '.join(_Config.model_fields)})") from None
     scenarios = [config.scenarios] if isinstance(config.scenarios, str) else config.scenarios
-    return Project(root=root, config_file=config_file, scenarios=tuple(_under(root, p) for p in scenarios),
-                   golden=_under(root, config.golden), reports=_under(root, config.reports),
-                   cache=_under(root, config.cache) if config.cache else None, builtin_suites=config.builtin_suites,
-                   scenarios_configured="scenarios" in config.model_fields_set)
+    return Project(
+        root=root,
+        config_file=config_file,
+        scenarios=tuple(_under(root, p) for p in scenarios),
+        golden=_under(root, config.golden),
+        reports=_under(root, config.reports),
+        cache=_under(root, config.cache) if config.cache else None,
+        builtin_suites=config.builtin_suites,
+        scenarios_configured="scenarios" in config.model_fields_set,
+    )
 
 
 def _under(root: Path, path: str) -> Path:

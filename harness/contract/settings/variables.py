@@ -51,10 +51,12 @@ class Variable:
                 number = float(text)
             except ValueError:
                 number = float("nan")
-            if not number == number or number in (float("inf"), float("-inf")) or (
-                    self.minimum is not None and number < self.minimum):
-                return f"{self.name}={value!r}: expected a number" + (
-                    f" >= {self.minimum:g}" if self.minimum is not None else "")
+            if (
+                not number == number
+                or number in (float("inf"), float("-inf"))
+                or (self.minimum is not None and number < self.minimum)
+            ):
+                return f"{self.name}={value!r}: expected a number" + (f" >= {self.minimum:g}" if self.minimum is not None else "")
         elif self.kind == "switch":
             if text not in ("0", "1"):
                 return f"{self.name}={value!r}: expected 0 (off) or 1 (on)"
@@ -121,62 +123,112 @@ def check_values(who: tuple[str, ...] = ("user",)) -> None:
     """Every variable set for people and CI, checked at once: VariableValueError naming each bad one."""
     problems = [p for v in VARIABLES.values() if v.who in who and (p := v.problem())]
     if problems:
-        raise VariableValueError("; ".join(problems) + ("" if len(problems) == 1 else f" ({len(problems)} variables)")
-                            + " (`harness env` lists them with what each takes)")
+        raise VariableValueError(
+            "; ".join(problems)
+            + ("" if len(problems) == 1 else f" ({len(problems)} variables)")
+            + " (`harness env` lists them with what each takes)"
+        )
 
 
 # where things are
-GOLDEN_DIR = _declare("HARNESS_GOLDEN_DIR", "path", None,
-                      "where goldens are read and written (default: the project's golden/, then the built-in suites')",
-                      directory=True)
-REPORTS_DIR = _declare("HARNESS_REPORTS_DIR", "path", None, "where runs are written (default: the project's reports/)",
-                       directory=True)
-HISTORY_DIR = _declare("HARNESS_HISTORY_DIR", "path", None, "the history store (default: <reports>/history)",
-                       directory=True)
-CACHE = _declare("HARNESS_CACHE", "path", None,
-                 "built models, engine environments, probes (default: the project's cache, else ~/.cache/harness)",
-                 directory=True)
-MAX_SCENARIOS = _declare("HARNESS_MAX_SCENARIOS", "int", "10000",
-                         "the most scenarios one suite's matrix may expand to (larger ones are refused)", minimum=1)
+GOLDEN_DIR = _declare(
+    "HARNESS_GOLDEN_DIR",
+    "path",
+    None,
+    "where goldens are read and written (default: the project's golden/, then the built-in suites')",
+    directory=True,
+)
+REPORTS_DIR = _declare(
+    "HARNESS_REPORTS_DIR", "path", None, "where runs are written (default: the project's reports/)", directory=True
+)
+HISTORY_DIR = _declare("HARNESS_HISTORY_DIR", "path", None, "the history store (default: <reports>/history)", directory=True)
+CACHE = _declare(
+    "HARNESS_CACHE",
+    "path",
+    None,
+    "built models, engine environments, probes (default: the project's cache, else ~/.cache/harness)",
+    directory=True,
+)
+MAX_SCENARIOS = _declare(
+    "HARNESS_MAX_SCENARIOS",
+    "int",
+    "10000",
+    "the most scenarios one suite's matrix may expand to (larger ones are refused)",
+    minimum=1,
+)
 # how a run uses the machine
-DEVICE = _declare("HARNESS_DEVICE", "text", "cpu", "the default of --device: cpu or cuda",
-                   choices=("cpu", "cuda"))
-DEVICES = _declare("HARNESS_DEVICES", "int", None,
-                   "device slots of this machine (default: the GPU count on cuda, a CPU-based count on cpu)", minimum=1)
-JOBS = _declare("HARNESS_JOBS", "int", "1", "scenarios at once, packed onto the devices (the default of --jobs)",
-                 minimum=1)
+DEVICE = _declare("HARNESS_DEVICE", "text", "cpu", "the default of --device: cpu or cuda", choices=("cpu", "cuda"))
+DEVICES = _declare(
+    "HARNESS_DEVICES",
+    "int",
+    None,
+    "device slots of this machine (default: the GPU count on cuda, a CPU-based count on cpu)",
+    minimum=1,
+)
+JOBS = _declare("HARNESS_JOBS", "int", "1", "scenarios at once, packed onto the devices (the default of --jobs)", minimum=1)
 NODES = _declare("HARNESS_NODES", "path", None, "the nodes file for scenarios bigger than this machine (--nodes)")
-CLUSTER = _declare("HARNESS_CLUSTER", "text", None, "run every scenario on this Ray cluster: ray:local, auto, ray://HOST:PORT (--cluster)")
-RAY_CONNECT_S = _declare("HARNESS_RAY_CONNECT_S", "number", "20",
-                         "seconds a --cluster's head may take to answer before the run is refused (exit 2)", minimum=0.1)
-DEVICE_LOCK_DIR = _declare("HARNESS_DEVICE_LOCK_DIR", "path", None,
-                           "where the device slots' lock files live, one directory per machine (default: the temp dir)",
-                           directory=True)
+CLUSTER = _declare(
+    "HARNESS_CLUSTER", "text", None, "run every scenario on this Ray cluster: ray:local, auto, ray://HOST:PORT (--cluster)"
+)
+RAY_CONNECT_S = _declare(
+    "HARNESS_RAY_CONNECT_S",
+    "number",
+    "20",
+    "seconds a --cluster's head may take to answer before the run is refused (exit 2)",
+    minimum=0.1,
+)
+DEVICE_LOCK_DIR = _declare(
+    "HARNESS_DEVICE_LOCK_DIR",
+    "path",
+    None,
+    "where the device slots' lock files live, one directory per machine (default: the temp dir)",
+    directory=True,
+)
 LEASE_LOG = _declare("HARNESS_LEASE_LOG", "path", None, "append every device lease here, as JSON lines (for tests and audits)")
-STALL_WINDOW_S = _declare("HARNESS_STALL_WINDOW_S", "number", None,
-                          "seconds without progress on any rank before a run is a hang (0: the detector is off)", minimum=0)
+STALL_WINDOW_S = _declare(
+    "HARNESS_STALL_WINDOW_S",
+    "number",
+    None,
+    "seconds without progress on any rank before a run is a hang (0: the detector is off)",
+    minimum=0,
+)
 RANK_POOL = _declare("HARNESS_RANK_POOL", "switch", "1", "0: start every rank afresh instead of forking a pre-imported one")
 COMPILE_CACHE = _declare("HARNESS_COMPILE_CACHE", "switch", "1", "0: do not share torch.compile's caches between runs")
 # engines
-VLLM_PYTHON = _declare("HARNESS_VLLM_PYTHON", "path", None,
-                       "the interpreter vLLM runs in (default: the project's .venv-vllm, see `harness install vllm`)")
+VLLM_PYTHON = _declare(
+    "HARNESS_VLLM_PYTHON",
+    "path",
+    None,
+    "the interpreter vLLM runs in (default: the project's .venv-vllm, see `harness install vllm`)",
+)
 HF_PYTHON = _declare("HARNESS_HF_PYTHON", "path", None, "the interpreter the transformers engine runs in (default: this one)")
 VLLM_FORK = _declare("HARNESS_VLLM_FORK", "switch", "1", "0: vLLM's engine core and workers start with its own spawn")
 VLLM_AOT_LOAD = _declare("HARNESS_VLLM_AOT_LOAD", "switch", "1", "0: do not load vLLM's ahead-of-time compile cache")
 # set by the harness for the processes it starts
-PYTEST_RUN_ID = _declare("HARNESS_PYTEST_RUN_ID", "text", None,
-                         "the run directory of a pytest session (shared by its xdist workers)", "internal")
+PYTEST_RUN_ID = _declare(
+    "HARNESS_PYTEST_RUN_ID", "text", None, "the run directory of a pytest session (shared by its xdist workers)", "internal"
+)
 DEVICE_SLOTS = _declare("HARNESS_DEVICE_SLOTS", "text", None, "a rank's run's device slots, e.g. 0,3", "internal")
 RANK_ERROR_FILE = _declare("HARNESS_RANK_ERROR_FILE", "path", None, "where a rank writes its exception", "internal")
 RANK_HEARTBEAT_FILE = _declare("HARNESS_RANK_HEARTBEAT_FILE", "path", None, "a rank's heartbeat file", "internal")
-RANK_OUTPUT_DIR = _declare("HARNESS_RANK_OUTPUT_DIR", "path", None,
-                           "where an engine's own processes announce what they are doing (phases/doing-*.json)", "internal")
+RANK_OUTPUT_DIR = _declare(
+    "HARNESS_RANK_OUTPUT_DIR",
+    "path",
+    None,
+    "where an engine's own processes announce what they are doing (phases/doing-*.json)",
+    "internal",
+)
 LAUNCHER_PID = _declare("HARNESS_LAUNCHER_PID", "int", None, "the launcher a rank dies with", "internal")
-RANK_FAULT = _declare("HARNESS_RANK_FAULT", "fault", None,
-                      "inject a failure into a rank, e.g. raise@1, hang@0 (the conformance kit's engine-agnostic fault)")
+RANK_FAULT = _declare(
+    "HARNESS_RANK_FAULT",
+    "fault",
+    None,
+    "inject a failure into a rank, e.g. raise@1, hang@0 (the conformance kit's engine-agnostic fault)",
+)
 VLLM_FAULTS = _declare("HARNESS_VLLM_FAULTS", "text", None, "the vLLM fault switches a driver arms, comma-separated", "internal")
-VLLM_COUNT_SP = _declare("HARNESS_VLLM_COUNT_SP", "switch", None,
-                         "vLLM workers count what the sequence-parallel pass rewrote", "internal")
+VLLM_COUNT_SP = _declare(
+    "HARNESS_VLLM_COUNT_SP", "switch", None, "vLLM workers count what the sequence-parallel pass rewrote", "internal"
+)
 # the harness's own tests (tests/)
 TEST_VLLM = _declare("HARNESS_TEST_VLLM", "switch", None, "1: run the tests that start real vLLM (make test-vllm)", "tests")
 TEST_TIME_SCALE = _declare("HARNESS_TEST_TIME_SCALE", "number", "1", "multiply the tests' wall-clock budgets", "tests")

@@ -26,9 +26,16 @@ PYTHON_ENV = HF_PYTHON.name
 # What the rank imports before its first line of work: torch and transformers' modeling
 # code, about 13 CPU-seconds a rank. On CPU the launcher forks the rank from a rank-pool
 # zygote that imported them once (harness/engines/launch/pool.py).
-RANK_IMPORTS = ("torch", "transformers", "transformers.modeling_utils", "transformers.models.auto.modeling_auto",
-                "transformers.models.auto.processing_auto", "harness.engines.hf.worker", "harness.contract.outputs",
-                "harness.engines.launch.rankside")
+RANK_IMPORTS = (
+    "torch",
+    "transformers",
+    "transformers.modeling_utils",
+    "transformers.models.auto.modeling_auto",
+    "transformers.models.auto.processing_auto",
+    "harness.engines.hf.worker",
+    "harness.contract.outputs",
+    "harness.engines.launch.rankside",
+)
 # The zygote forks no process that runs a thread beyond torch's pools, and transformers
 # (through scikit-learn and pandas) imports two libraries that start one at import:
 # SciPy's OpenBLAS (one thread: no pool; torch's own BLAS does not read this variable)
@@ -54,8 +61,10 @@ class HfEngine(Engine):
         if importlib.util.find_spec("transformers") is None:
             from harness.contract.provenance import tested_requirement
 
-            return (f"transformers is not installed in this Python; install it: `pip install '{tested_requirement('transformers')}'` "
-                    "(or the harness's extra: `pip install 'harness[engine-repo]'`)")
+            return (
+                f"transformers is not installed in this Python; install it: `pip install '{tested_requirement('transformers')}'` "
+                "(or the harness's extra: `pip install 'harness[engine-repo]'`)"
+            )
         return None
 
     def launch_plan(self, brief: RunBrief, brief_path: str) -> LaunchPlan:
@@ -67,5 +76,9 @@ class HfEngine(Engine):
         # importing torch before CUDA_VISIBLE_DEVICES is set is left to a fresh rank
         if brief.device != "cpu":
             return LaunchPlan(world_size=1, argv=[str(self.python()), "-m", "harness.engines.hf.worker", brief_path], env=env)
-        return LaunchPlan(world_size=1, argv=[str(self.python()), "-m", "harness.engines.hf.worker", brief_path],
-                          env={**env, **FORKABLE_ENV}, preload=list(RANK_IMPORTS))
+        return LaunchPlan(
+            world_size=1,
+            argv=[str(self.python()), "-m", "harness.engines.hf.worker", brief_path],
+            env={**env, **FORKABLE_ENV},
+            preload=list(RANK_IMPORTS),
+        )

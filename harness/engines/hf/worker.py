@@ -72,11 +72,15 @@ class Prompter:
         count = int(pixels["image_grid_thw"].prod()) // (merge * merge)
         pad = self.config.image_token_id
         at = ids.index(pad)
-        expanded = torch.tensor([ids[:at] + [pad] * count + ids[at + 1:]])
+        expanded = torch.tensor([ids[:at] + [pad] * count + ids[at + 1 :]])
         # 1 marks image tokens: without it transformers silently falls back to 1-D text
         # positions instead of the 3-D (t, h, w) rope positions of the image tokens
-        return {"input_ids": expanded, "pixel_values": pixels["pixel_values"],
-                "image_grid_thw": pixels["image_grid_thw"], "mm_token_type_ids": (expanded == pad).int()}
+        return {
+            "input_ids": expanded,
+            "pixel_values": pixels["pixel_values"],
+            "image_grid_thw": pixels["image_grid_thw"],
+            "mm_token_type_ids": (expanded == pad).int(),
+        }
 
 
 def _image(path: str):
@@ -120,7 +124,9 @@ def _extended(inputs: dict, generated: list[int]) -> dict:
     out = {}
     for key, value in inputs.items():
         if torch.is_tensor(value) and value.shape == ids.shape:
-            tail = torch.tensor([generated]) if key == "input_ids" else torch.full((1, len(generated)), int(key == "attention_mask"))
+            tail = (
+                torch.tensor([generated]) if key == "input_ids" else torch.full((1, len(generated)), int(key == "attention_mask"))
+            )
             value = torch.cat([value, tail.to(value.dtype)], dim=1)
         out[key] = value
     return out

@@ -106,8 +106,12 @@ PORT_ATTEMPTS = 3
 
 
 def run_ranks(
-    plan: LaunchPlan, log_dir: Path, timeout_s: float, env: dict[str, str] | None = None,
-    cluster: Cluster | None = None, cancel: threading.Event | None = None,
+    plan: LaunchPlan,
+    log_dir: Path,
+    timeout_s: float,
+    env: dict[str, str] | None = None,
+    cluster: Cluster | None = None,
+    cancel: threading.Event | None = None,
 ) -> LaunchOutcome:
     """Run `plan` to its end (on `cluster`'s nodes if given); see the module docstring
     for what each outcome means. Setting `cancel` (from another thread) acts as Ctrl-C

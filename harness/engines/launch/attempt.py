@@ -54,8 +54,9 @@ def free_port() -> int:
 
 
 class Attempt:
-    def __init__(self, plan: LaunchPlan, log_dir: Path, port: int, extra_env: dict[str, str] | None,
-                 cluster: Cluster | None = None):
+    def __init__(
+        self, plan: LaunchPlan, log_dir: Path, port: int, extra_env: dict[str, str] | None, cluster: Cluster | None = None
+    ):
         self.plan = plan
         self.placement = cluster.place(plan.world_size) if cluster else None
         self.master_addr = cluster.master_addr if cluster else "127.0.0.1"
@@ -95,11 +96,7 @@ class Attempt:
         return env
 
     def rank_env(self, rank: int) -> dict[str, str]:
-        env = {
-            k: v
-            for k, v in os.environ.items()
-            if k not in _STRIP_ENV and not k.startswith(_STRIP_ENV_PREFIXES)
-        }
+        env = {k: v for k, v in os.environ.items() if k not in _STRIP_ENV and not k.startswith(_STRIP_ENV_PREFIXES)}
         env.update(self.rank_vars(rank))
         return env
 
@@ -203,9 +200,20 @@ class Attempt:
             traceback = log_tail(self.logs[ex.rank]) or None
         silent = rec is None and traceback is None
         command = shlex.join(self.plan.argv) if silent else None
-        return RankFailure(ex.rank, ex.exitcode, ex.signal, exception, traceback, str(self.logs[ex.rank]), frame, wrapper,
-                           command, harness_fault=ex.lost or harness_fault_of(rec), storage=storage,
-                           model_frame=model_frame)
+        return RankFailure(
+            ex.rank,
+            ex.exitcode,
+            ex.signal,
+            exception,
+            traceback,
+            str(self.logs[ex.rank]),
+            frame,
+            wrapper,
+            command,
+            harness_fault=ex.lost or harness_fault_of(rec),
+            storage=storage,
+            model_frame=model_frame,
+        )
 
     def addr_in_use(self) -> bool:
         """Did rank 0 (the TCPStore host) fail because MASTER_PORT was taken?"""

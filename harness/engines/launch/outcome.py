@@ -54,14 +54,21 @@ class RankFailure:
         engine names nothing."""
         if cause is None:
             return self
-        context = (f"\n\n(the process the harness launched, launcher rank {self.rank}, saw: "
-                   f"{self.exception or 'no exception record'}"
-                   + (f", exit code {self.exitcode}" if self.exitcode is not None else "")
-                   + (f", {self.signal}" if self.signal else "") + ")")
+        context = (
+            f"\n\n(the process the harness launched, launcher rank {self.rank}, saw: "
+            f"{self.exception or 'no exception record'}"
+            + (f", exit code {self.exitcode}" if self.exitcode is not None else "")
+            + (f", {self.signal}" if self.signal else "")
+            + ")"
+        )
         died = cause.signal is not None or cause.exitcode is not None
-        return replace(cause, exitcode=cause.exitcode if died else self.exitcode,
-                       signal=cause.signal if died else self.signal, log=self.log,
-                       traceback=(cause.traceback or "") + context)
+        return replace(
+            cause,
+            exitcode=cause.exitcode if died else self.exitcode,
+            signal=cause.signal if died else self.signal,
+            log=self.log,
+            traceback=(cause.traceback or "") + context,
+        )
 
 
 def location(frame: str | None, model_frame: str | None, short: bool = True) -> str:
@@ -93,7 +100,6 @@ class LaunchOutcome:
     stall: dict | None = None
     logs: dict[int, str] = field(default_factory=dict)  # rank -> log path
     port: int = 0
-
 
     def log_record(self) -> dict[str, str]:
         """The rank logs as a verdict records them: {"0": path, ...}."""

@@ -65,7 +65,7 @@ def _is_library(path: str, stdlib: tuple[str, ...], libraries: tuple[str, ...]) 
 
 
 def owner(path: str, engine_code: tuple[str, ...] = (), *, _stdlib=None, _libraries=None) -> str:
-    """"harness", "library" or "engine" (the module doc) for a frame's file `path`;
+    """ "harness", "library" or "engine" (the module doc) for a frame's file `path`;
     `engine_code`: files or directories of the engine's code inside the harness package."""
     if path.startswith("<") and not path.startswith(GENERATED):
         # `python -c` and exec'd code: the rank's own program
@@ -114,8 +114,10 @@ def harness_code_fault(exc: BaseException, engine_code: tuple[str, ...] = ()) ->
         return None
     frame, innermost = frames[at], frames[-1]
     first = str(exc).splitlines()[0] if str(exc) else ""
-    text = (f"could not run the harness's own code in the rank (at {harness_path(frame.filename)}:{frame.lineno} in "
-            f"{frame.name}): {type(exc).__name__}" + (f": {first}" if first else ""))
+    text = (
+        f"could not run the harness's own code in the rank (at {harness_path(frame.filename)}:{frame.lineno} in "
+        f"{frame.name}): {type(exc).__name__}" + (f": {first}" if first else "")
+    )
     if at != len(frames) - 1:
         text += f", raised in {short(innermost.filename)}:{innermost.lineno}"
     return text

@@ -50,8 +50,21 @@ _ZYGOTE_SCRIPT = Path(__file__).with_name("zygote.py")
 # without these, so runs of every size share one zygote. PYTEST_CURRENT_TEST: pytest names
 # the running test in it, so a harness run inside a test suite would otherwise get a
 # zygote per test.
-PER_RANK_ENV = frozenset({"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
-                          ERROR_FILE_ENV, HEARTBEAT_FILE_ENV, LAUNCHER_PID_ENV, DEVICE_SLOTS_ENV, "PYTEST_CURRENT_TEST"})
+PER_RANK_ENV = frozenset(
+    {
+        "RANK",
+        "WORLD_SIZE",
+        "LOCAL_RANK",
+        "LOCAL_WORLD_SIZE",
+        "MASTER_ADDR",
+        "MASTER_PORT",
+        ERROR_FILE_ENV,
+        HEARTBEAT_FILE_ENV,
+        LAUNCHER_PID_ENV,
+        DEVICE_SLOTS_ENV,
+        "PYTEST_CURRENT_TEST",
+    }
+)
 
 
 class ZygoteUnavailable(RuntimeError):
@@ -149,9 +162,13 @@ class Zygote:
         forked from this process (fork_here)."""
         if forked is None:
             popen = subprocess.Popen(
-                [python, str(_ZYGOTE_SCRIPT), *preload], env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                [python, str(_ZYGOTE_SCRIPT), *preload],
+                env=env,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
                 # not the terminal's group: Ctrl-C is the harness's to handle
-                stderr=subprocess.DEVNULL, process_group=0,
+                stderr=subprocess.DEVNULL,
+                process_group=0,
             )
             assert popen.stdin is not None and popen.stdout is not None
             self.proc: subprocess.Popen | Forked = popen
@@ -193,12 +210,27 @@ class Zygote:
         self._requests.write((json.dumps(message) + "\n").encode())
         self._requests.flush()
 
-    def spawn(self, argv: list[str], module_argv: list[str], env: dict[str, str], log: Path, pgid: int,
-              stderr_log: Path | None = None, cwd: Path | None = None) -> ForkedRank:
+    def spawn(
+        self,
+        argv: list[str],
+        module_argv: list[str],
+        env: dict[str, str],
+        log: Path,
+        pgid: int,
+        stderr_log: Path | None = None,
+        cwd: Path | None = None,
+    ) -> ForkedRank:
         """`module_argv` forked as `argv` would start, in `cwd` (default: ours), stdout (and
         stderr, without `stderr_log`) to `log`, in process group `pgid` (0: its own)."""
-        request = {"spawn": module_argv, "command": argv, "env": env, "cwd": str(cwd or os.getcwd()), "log": str(log),
-                   "pgid": pgid, **({"stderr_log": str(stderr_log)} if stderr_log else {})}
+        request = {
+            "spawn": module_argv,
+            "command": argv,
+            "env": env,
+            "cwd": str(cwd or os.getcwd()),
+            "log": str(log),
+            "pgid": pgid,
+            **({"stderr_log": str(stderr_log)} if stderr_log else {}),
+        }
         with self._lock:
             try:
                 self._send(request)

@@ -79,7 +79,7 @@ def die_with_parent() -> None:
         return
     # The launcher may have died between fork and prctl: then we were already
     # re-parented and PDEATHSIG will never fire. Check that it is still there.
-    launcher = (LAUNCHER_PID.raw() or "")
+    launcher = LAUNCHER_PID.raw() or ""
     if launcher.isdigit():
         try:
             os.kill(int(launcher), 0)
@@ -202,8 +202,9 @@ def parse_rank_fault(value: str) -> tuple[str, int]:
     """`raise@1` -> ("raise", 1); anything else is a ValueError that shows the form."""
     kind, _, rank = value.strip().partition("@")
     if kind not in RANK_FAULT_KINDS or not rank.isdigit():
-        raise ValueError(f"${RANK_FAULT_ENV}={value!r}: expected one of "
-                         f"{', '.join(k + '@<global rank>' for k in RANK_FAULT_KINDS)}")
+        raise ValueError(
+            f"${RANK_FAULT_ENV}={value!r}: expected one of {', '.join(k + '@<global rank>' for k in RANK_FAULT_KINDS)}"
+        )
     return kind, int(rank)
 
 

@@ -43,7 +43,8 @@ MODEL_CODE = re.compile(
     r"/model_executor/models/[^/]+\.py$"  # vLLM's model implementations
     r"|/transformers/models/[^/]+/modeling_[^/]+\.py$"  # transformers' models
     r"|/modeling_[^/]+\.py$"  # a checkpoint's own model code (trust_remote_code)
-    r"|/engines/reference/model\.py$")  # the reference engine's model
+    r"|/engines/reference/model\.py$"
+)  # the reference engine's model
 
 
 @dataclass
@@ -150,7 +151,7 @@ def user_code_frame(text: str) -> str | None:
     for i in range(len(lines) - 1, -1, -1):
         if lines[i].strip() == "from user code:":
             found = None
-            for line in lines[i + 1:]:
+            for line in lines[i + 1 :]:
                 if line.strip() and not line[:1].isspace():
                     break
                 m = FILE_LINE.match(line)

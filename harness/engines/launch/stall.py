@@ -83,10 +83,14 @@ class Stall:
 
 # --- a rank's activity: CPU seconds and disk bytes of its process tree -------------------
 
+
 def _proc_table() -> dict[int, tuple[int, float]]:
     """pid -> (parent pid, CPU seconds: utime + stime) of every process, from /proc."""
-    return {pid: (int(rest[1]), (int(rest[11]) + int(rest[12])) / _TICKS)
-            for pid, rest in (proc_stats() or {}).items() if len(rest) >= 13}
+    return {
+        pid: (int(rest[1]), (int(rest[11]) + int(rest[12])) / _TICKS)
+        for pid, rest in (proc_stats() or {}).items()
+        if len(rest) >= 13
+    }
 
 
 def _disk_bytes(pid: int) -> int:
@@ -132,6 +136,7 @@ def write_activity_file(path: Path, activity: tuple[float, int]) -> None:
 
 
 # --- the detector ----------------------------------------------------------------------
+
 
 @dataclass
 class _RankState:

@@ -80,8 +80,10 @@ def unsafe_reason(allowed_threads: int) -> str | None:
     runtime recreates: PyTorch supports a fork after import, its DataLoader workers rely on it)."""
     threads = thread_count()
     if threads > allowed_threads:
-        return (f"the preloaded modules left {threads - allowed_threads} thread(s) running beyond the math "
-                "libraries' own pools (a fork keeps only the calling thread)")
+        return (
+            f"the preloaded modules left {threads - allowed_threads} thread(s) running beyond the math "
+            "libraries' own pools (a fork keeps only the calling thread)"
+        )
     torch = sys.modules.get("torch")
     if torch is not None and hasattr(torch, "cuda") and torch.cuda.is_initialized():
         return "the preloaded modules initialised CUDA (a forked child could not use it)"
@@ -124,8 +126,11 @@ def become_rank(request: dict) -> None:
 def redirect_output(log: str, stderr_log: str | None) -> None:
     """stdin from /dev/null, stdout to `log`, stderr to `stderr_log` or, without one, to `log`
     too (one file description: their lines interleave as written)."""
-    for fd, path, flags in ((0, os.devnull, os.O_RDONLY), (1, log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC),
-                            (2, stderr_log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)):
+    for fd, path, flags in (
+        (0, os.devnull, os.O_RDONLY),
+        (1, log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC),
+        (2, stderr_log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC),
+    ):
         if path is None:
             os.dup2(1, fd)
             continue

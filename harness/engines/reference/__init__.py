@@ -30,10 +30,18 @@ from harness.engines.base import Engine
 # the meta device imports it), the engine, and inductor's entry point (a large share of
 # every compile warm-up). A rank forked from a process that imported them (the
 # launcher's rank pool) skips the imports' cost (docs/BENCHMARKS.md has the times).
-RANK_IMPORTS = ("torch", "torch.distributed", "torch._dynamo", "torch._inductor.compile_fx",
-                "harness.engines.reference.worker", "harness.engines.reference.pipeline",
-                "harness.engines.reference.loader", "harness.engines.reference.evidence",
-                "harness.contract.outputs", "harness.engines.launch.rankside")
+RANK_IMPORTS = (
+    "torch",
+    "torch.distributed",
+    "torch._dynamo",
+    "torch._inductor.compile_fx",
+    "harness.engines.reference.worker",
+    "harness.engines.reference.pipeline",
+    "harness.engines.reference.loader",
+    "harness.engines.reference.evidence",
+    "harness.contract.outputs",
+    "harness.engines.launch.rankside",
+)
 
 
 #: model_type (the families model.py implements) -> the keys a non-last stage sends and a non-first stage receives
@@ -55,9 +63,20 @@ class ReferenceEngine(Engine):
     # spec: speculative decoding of greedy workloads (ngram drafts, speculative.py);
     # dp: data-parallel replicas, each a whole tp x pp engine serving every dp-th prompt;
     # block_size: the prefix cache's block (its KV cache is not paged)
-    axes = {"tp": None, "pp": None, "sp": (False, True), "compile": (False, True), "kvc": (False, True),
-            "ep": (False, True), "chunked_prefill": None, "prefix_cache": (False, True),
-            "batch": ("all", "one", "mixed"), "spec": (False, "ngram"), "dp": None, "block_size": None}
+    axes = {
+        "tp": None,
+        "pp": None,
+        "sp": (False, True),
+        "compile": (False, True),
+        "kvc": (False, True),
+        "ep": (False, True),
+        "chunked_prefill": None,
+        "prefix_cache": (False, True),
+        "batch": ("all", "one", "mixed"),
+        "spec": (False, "ngram"),
+        "dp": None,
+        "block_size": None,
+    }
 
     def model_types(self) -> frozenset[str] | None:
         return frozenset(INTERMEDIATE_KEYS)
@@ -65,13 +84,19 @@ class ReferenceEngine(Engine):
     # The engine's own limits between axes (beside the axes' general rules).
     rules = (
         requires("ep", "tp>=2", reason="expert parallelism splits the experts over the TP ranks"),
-        excludes("dp>=2", "ep", reason="the reference engine's expert-parallel group is the TP group of one replica; "
-                 "experts shared across DP replicas (lockstep MoE steps) are not implemented"),
+        excludes(
+            "dp>=2",
+            "ep",
+            reason="the reference engine's expert-parallel group is the TP group of one replica; "
+            "experts shared across DP replicas (lockstep MoE steps) are not implemented",
+        ),
         excludes("dp>=2", "kvc", reason="the KV connector's scheduler of record is one replica's driver"),
-        excludes("prefix_cache", "kvc",
-                 reason="both fill the KV cache from a store: the reference engine runs one at a time"),
-        requires("block_size", "prefix_cache",
-                 reason="the reference engine's KV cache is not paged: its only blocks are the prefix cache's"),
+        excludes("prefix_cache", "kvc", reason="both fill the KV cache from a store: the reference engine runs one at a time"),
+        requires(
+            "block_size",
+            "prefix_cache",
+            reason="the reference engine's KV cache is not paged: its only blocks are the prefix cache's",
+        ),
     )
 
     def unsupported_reason(self, settings: dict, model_dir: str | Path | None = None) -> str | None:
@@ -93,10 +118,12 @@ class ReferenceEngine(Engine):
         axes = RunAxes.of(settings)
         tp = axes.tp
         heads = cfg["num_attention_heads"]
-        for key, value in (("num_attention_heads", heads),
-                           ("num_key_value_heads", cfg.get("num_key_value_heads") or heads),
-                           ("intermediate_size", cfg["intermediate_size"]),
-                           ("vocab_size", cfg["vocab_size"])):
+        for key, value in (
+            ("num_attention_heads", heads),
+            ("num_key_value_heads", cfg.get("num_key_value_heads") or heads),
+            ("intermediate_size", cfg["intermediate_size"]),
+            ("vocab_size", cfg["vocab_size"]),
+        ):
             if value % tp:
                 return f"{key}={value} is not divisible by tp={tp}"
         # ModelConfig reads them for the MoE model type only
@@ -128,8 +155,7 @@ class ReferenceEngine(Engine):
         # The same environment for every run, eager or compiled, of any size (the ranks'
         # thread count is set in the worker instead): one rank-pool zygote serves them all.
         # The ranks run in this interpreter: its torch is theirs.
-        env = {"TORCHINDUCTOR_COMPILE_THREADS": "1",
-               **compile_cache.inductor_env(compile_cache.installed_torch_version())}
+        env = {"TORCHINDUCTOR_COMPILE_THREADS": "1", **compile_cache.inductor_env(compile_cache.installed_torch_version())}
         return LaunchPlan(
             world_size=world_size,
             argv=[sys.executable, "-m", "harness.engines.reference.worker", brief_path],

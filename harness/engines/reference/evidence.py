@@ -29,15 +29,27 @@ def rank_evidence(ctx, stage, compile_stats: dict, collectives: dict, runner) ->
     heads = layer.self_attn.num_heads if layer is not None else 0
     experts = list(getattr(layer.mlp, "expert_ids", [])) if layer is not None else []
     cache = runner.prefix_cache.counts if runner.prefix_cache is not None else None
-    return {"rank": ctx.rank, "tp_rank": ctx.tp_rank, "pp_rank": ctx.pp_rank, "dp_rank": ctx.dp_rank,
-            "prompts_served": runner.prompts_served,
-            "layers": list(stage.layer_ids), "heads": heads, "total_heads": stage.cfg.num_attention_heads,
-            "experts": experts, "total_experts": stage.cfg.num_experts,
-            "expert_width": layer.mlp.intermediate_size if layer is not None and experts else 0,
-            "collectives": dict(collectives), "graphs": compile_stats["unique_graphs"],
-            "cache_hits": compile_stats["fxgraph_cache_hit"],
-            "prefill": dict(runner.prefill_stats), "chunk_budget": runner.chunk_budget, "prefix_cache": cache,
-            "batch": dict(runner.batch_stats), "spec": dict(runner.spec_stats)}
+    return {
+        "rank": ctx.rank,
+        "tp_rank": ctx.tp_rank,
+        "pp_rank": ctx.pp_rank,
+        "dp_rank": ctx.dp_rank,
+        "prompts_served": runner.prompts_served,
+        "layers": list(stage.layer_ids),
+        "heads": heads,
+        "total_heads": stage.cfg.num_attention_heads,
+        "experts": experts,
+        "total_experts": stage.cfg.num_experts,
+        "expert_width": layer.mlp.intermediate_size if layer is not None and experts else 0,
+        "collectives": dict(collectives),
+        "graphs": compile_stats["unique_graphs"],
+        "cache_hits": compile_stats["fxgraph_cache_hit"],
+        "prefill": dict(runner.prefill_stats),
+        "chunk_budget": runner.chunk_budget,
+        "prefix_cache": cache,
+        "batch": dict(runner.batch_stats),
+        "spec": dict(runner.spec_stats),
+    }
 
 
 def summarize(settings: dict, ranks: list[dict]) -> dict:
@@ -82,14 +94,18 @@ def _tp(tp: int, ranks: list[dict]) -> dict:
 
 def _sp(ranks: list[dict]) -> dict:
     scatters, reduces = _total(ranks, "reduce_scatter_tokens"), _total(ranks, "all_reduce")
-    return {"applied": scatters > 0,
-            "evidence": f"{scatters} token reduce-scatters and {reduces} all-reduces ran in the TP groups"}
+    return {
+        "applied": scatters > 0,
+        "evidence": f"{scatters} token reduce-scatters and {reduces} all-reduces ran in the TP groups",
+    }
 
 
 def _compile(ranks: list[dict]) -> dict:
     graphs, hits = min(r["graphs"] for r in ranks), min(r["cache_hits"] for r in ranks)
-    return {"applied": graphs > 0,
-            "evidence": f"Dynamo compiled {graphs} graph(s) per rank (at least; {hits} from the inductor cache)"}
+    return {
+        "applied": graphs > 0,
+        "evidence": f"Dynamo compiled {graphs} graph(s) per rank (at least; {hits} from the inductor cache)",
+    }
 
 
 def _ep(ranks: list[dict]) -> dict:
@@ -115,9 +131,11 @@ def _span(ids: list[int]) -> str:
 def _chunked(ranks: list[dict]) -> dict:
     stats, budget = ranks[0]["prefill"], ranks[0]["chunk_budget"]
     applied = stats["split_prefills"] > 0 and stats["largest_step_tokens"] <= budget
-    return {"applied": applied,
-            "evidence": f"{stats['split_prefills']} of {stats['prefills']} prefills ran in chunks ({stats['chunks']} "
-                        f"chunks, at most {stats['largest_step_tokens']} tokens a step, budget {budget})"}
+    return {
+        "applied": applied,
+        "evidence": f"{stats['split_prefills']} of {stats['prefills']} prefills ran in chunks ({stats['chunks']} "
+        f"chunks, at most {stats['largest_step_tokens']} tokens a step, budget {budget})",
+    }
 
 
 def _prefix_cache(ranks: list[dict]) -> dict:
@@ -125,9 +143,11 @@ def _prefix_cache(ranks: list[dict]) -> dict:
     if not counts:
         return {"applied": False, "evidence": "no rank kept a prefix cache"}
     hits = min(c["hit_tokens"] for c in counts)
-    return {"applied": hits > 0,
-            "evidence": f"{hits} of {counts[0]['queried_tokens']} prompt tokens came from the cache "
-                        f"({counts[0]['stored_blocks']} blocks stored per rank)"}
+    return {
+        "applied": hits > 0,
+        "evidence": f"{hits} of {counts[0]['queried_tokens']} prompt tokens came from the cache "
+        f"({counts[0]['stored_blocks']} blocks stored per rank)",
+    }
 
 
 def _block_size(block: int, ranks: list[dict]) -> dict:
@@ -135,26 +155,31 @@ def _block_size(block: int, ranks: list[dict]) -> dict:
     counts = [r["prefix_cache"] for r in ranks if r["prefix_cache"] is not None]
     sizes = sorted({c["block"] for c in counts})
     whole = all(c["hit_tokens"] % block == 0 for c in counts)
-    return {"applied": sizes == [block] and whole and any(c["hit_tokens"] for c in counts),
-            "evidence": f"prefix-cache blocks of {', '.join(map(str, sizes)) or 'no'} tokens; hits "
-                        f"{'in' if whole else 'NOT in'} whole blocks ({counts[0]['hit_tokens'] if counts else 0} tokens)"}
+    return {
+        "applied": sizes == [block] and whole and any(c["hit_tokens"] for c in counts),
+        "evidence": f"prefix-cache blocks of {', '.join(map(str, sizes)) or 'no'} tokens; hits "
+        f"{'in' if whole else 'NOT in'} whole blocks ({counts[0]['hit_tokens'] if counts else 0} tokens)",
+    }
 
 
 def _batch(mode: str, stats: dict) -> dict:
     sizes = f"prefill batches of {stats['smallest_batch']}-{stats['largest_batch']} sequences"
     if mode == "one":
-        return {"applied": stats["largest_batch"] == 1 and stats["submissions"] > 0,
-                "evidence": f"{stats['submissions']} submissions of one prompt; {sizes}"}
+        return {
+            "applied": stats["largest_batch"] == 1 and stats["submissions"] > 0,
+            "evidence": f"{stats['submissions']} submissions of one prompt; {sizes}",
+        }
     if mode == "mixed":
-        return {"applied": stats["fillers"] > 0,
-                "evidence": f"prompts shuffled among {stats['fillers']} filler prompts; {sizes}"}
+        return {"applied": stats["fillers"] > 0, "evidence": f"prompts shuffled among {stats['fillers']} filler prompts; {sizes}"}
     return {"applied": True, "evidence": f"each workload in one submission; {sizes}"}
 
 
 def _spec(stats: dict) -> dict:
-    return {"applied": stats["proposed"] > 0,
-            "evidence": f"{stats['proposed']} draft tokens proposed, {stats['accepted']} accepted, "
-                        f"in {stats['steps']} verification steps"}
+    return {
+        "applied": stats["proposed"] > 0,
+        "evidence": f"{stats['proposed']} draft tokens proposed, {stats['accepted']} accepted, "
+        f"in {stats['steps']} verification steps",
+    }
 
 
 def _dp(dp: int, ranks: list[dict]) -> dict:

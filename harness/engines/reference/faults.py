@@ -36,8 +36,14 @@ class Fault:
 FAULTS: dict[str, Fault] = {}
 
 
-def register(name: str, description: str, takes_param: bool = False, param_name: str = "N",
-             param_what: str = "a global rank", check_param: Callable[[str], object] | None = None) -> Fault:
+def register(
+    name: str,
+    description: str,
+    takes_param: bool = False,
+    param_name: str = "N",
+    param_what: str = "a global rank",
+    check_param: Callable[[str], object] | None = None,
+) -> Fault:
     if takes_param and param_name == "N" and check_param is None:
         check_param = _global_rank
     fault = Fault(name, description, takes_param, param_name, param_what, check_param)
@@ -61,52 +67,70 @@ def _positive_float(text: str) -> float:
 register("rank-raise", "raise RuntimeError on global rank N during the first forward (@N)", takes_param=True)
 register("rank-exit", "SIGKILL global rank N during the first forward, like an OOM kill (@N)", takes_param=True)
 register("rank-hang", "global rank N sleeps forever during the first forward (@N)", takes_param=True)
-register("tp-allreduce-perturb",
-         "TP rank 1 adds a fixed +-EPS pattern to every all-reduce result, the embedding's first (@EPS, "
-         "e.g. @1e-4): a small numeric error whose localisation must name the embedding", takes_param=True,
-         param_name="EPS", param_what="a positive number", check_param=_positive_float)
+register(
+    "tp-allreduce-perturb",
+    "TP rank 1 adds a fixed +-EPS pattern to every all-reduce result, the embedding's first (@EPS, "
+    "e.g. @1e-4): a small numeric error whose localisation must name the embedding",
+    takes_param=True,
+    param_name="EPS",
+    param_what="a positive number",
+    check_param=_positive_float,
+)
 # The five vLLM bug classes of docs/DESIGN.md ("The bugs it exists to catch"), one switch each.
-register("pp-buffer-missing-key",
-         "vLLM PR 37622: a non-first stage's empty intermediate-tensor buffer lacks 'residual'")
-register("pp-drop-kv-connector-output",
-         "vLLM PR 38031: rebuilding the inter-stage object drops the KV-connector reports")
-register("pp-drop-per-layer-inputs",
-         "vLLM PR 40786: per-layer inputs are not passed to the layers past the first stage")
-register("sp-residual-first-shard",
-         "vLLM PR 33322: under SP every TP rank takes residual[0:n/tp] instead of its own shard")
-register("compile-warmup-without-images",
-         "vLLM PR 43617: warm-up (the compile capture) passes None for the deepstack image inputs")
+register("pp-buffer-missing-key", "vLLM PR 37622: a non-first stage's empty intermediate-tensor buffer lacks 'residual'")
+register("pp-drop-kv-connector-output", "vLLM PR 38031: rebuilding the inter-stage object drops the KV-connector reports")
+register("pp-drop-per-layer-inputs", "vLLM PR 40786: per-layer inputs are not passed to the layers past the first stage")
+register("sp-residual-first-shard", "vLLM PR 33322: under SP every TP rank takes residual[0:n/tp] instead of its own shard")
+register(
+    "compile-warmup-without-images", "vLLM PR 43617: warm-up (the compile capture) passes None for the deepstack image inputs"
+)
 # The bug classes of the newer axes (expert parallelism, chunked prefill, prefix caching),
 # as real engines have had them.
-register("ep-expert-map-ignored",
-         "under EP a global expert id indexes the rank's local experts (the expert map is skipped): "
-         "ranks past the first run their experts for tokens routed to other ranks' experts")
-register("ep-dispatch-drop-token",
-         "under EP the dispatch drops the batch's first token on the last EP rank: its experts there never see it")
-register("chunked-prefill-drops-kv",
-         "a prefill chunk after the first attends without the KV the earlier chunks of its prompt wrote")
-register("prefix-cache-skips-stage",
-         "a prefix-cache hit restores the cached KV blocks on the first pipeline stage only; later stages "
-         "attend to empty blocks")
-register("dp-merge-misorders",
-         "the data-parallel replicas' outputs are merged as if each served a contiguous block of prompts "
-         "(each serves every dp-th): prompts get other prompts' outputs")
-register("spec-accepts-unverified-draft",
-         "speculative decoding keeps each step's first drafted token without comparing it to the model's choice")
+register(
+    "ep-expert-map-ignored",
+    "under EP a global expert id indexes the rank's local experts (the expert map is skipped): "
+    "ranks past the first run their experts for tokens routed to other ranks' experts",
+)
+register(
+    "ep-dispatch-drop-token",
+    "under EP the dispatch drops the batch's first token on the last EP rank: its experts there never see it",
+)
+register(
+    "chunked-prefill-drops-kv", "a prefill chunk after the first attends without the KV the earlier chunks of its prompt wrote"
+)
+register(
+    "prefix-cache-skips-stage",
+    "a prefix-cache hit restores the cached KV blocks on the first pipeline stage only; later stages attend to empty blocks",
+)
+register(
+    "dp-merge-misorders",
+    "the data-parallel replicas' outputs are merged as if each served a contiguous block of prompts "
+    "(each serves every dp-th): prompts get other prompts' outputs",
+)
+register(
+    "spec-accepts-unverified-draft",
+    "speculative decoding keeps each step's first drafted token without comparing it to the model's choice",
+)
 # Interaction faults: each fires only where two features meet, never with either alone, as
 # the bugs of where features meet do (a one-feature suite cannot see them; a covering array
 # does, and the failing interaction is narrowed to exactly the pair: tests/test_interactions.py).
-register("spec-trusts-after-prefix-hit",
-         "with prefix caching and speculative decoding together: a sequence whose prompt began with a "
-         "prefix-cache hit keeps each step's first drafted token unverified (its verification rows are "
-         "counted from the uncached tokens)")
-register("dp-replica-trusts-drafts",
-         "with data parallelism and speculative decoding together: replicas past the first keep each step's "
-         "first drafted token unverified")
+register(
+    "spec-trusts-after-prefix-hit",
+    "with prefix caching and speculative decoding together: a sequence whose prompt began with a "
+    "prefix-cache hit keeps each step's first drafted token unverified (its verification rows are "
+    "counted from the uncached tokens)",
+)
+register(
+    "dp-replica-trusts-drafts",
+    "with data parallelism and speculative decoding together: replicas past the first keep each step's "
+    "first drafted token unverified",
+)
 # Settings accepted but not applied: the run must not pass as the setting it skipped
 # (harness/run/compare/applied.py turns it into `unsupported`).
-register("sp-switched-off",
-         "accept sp=True but run without SP, as vLLM 0.20.2 did for a small hidden size (its SP threshold heuristic)")
+register(
+    "sp-switched-off",
+    "accept sp=True but run without SP, as vLLM 0.20.2 did for a small hidden size (its SP threshold heuristic)",
+)
 register("compile-switched-off", "accept compile=True but run eagerly")
 
 
@@ -135,8 +159,10 @@ def parse(faults: list[str]) -> dict[str, str | None]:
         if not fault.takes_param and param:
             raise ValueError(f"fault {name!r} takes no parameter, got {item!r}; the reference engine knows: {known()}")
         if fault.takes_param and not _param_ok(fault, param):
-            raise ValueError(f"fault {name!r} needs {fault.param_what}: {name}@{fault.param_name}, got {item!r}; "
-                             f"the reference engine knows: {known()}")
+            raise ValueError(
+                f"fault {name!r} needs {fault.param_what}: {name}@{fault.param_name}, got {item!r}; "
+                f"the reference engine knows: {known()}"
+            )
         parsed[name] = param or None
     return parsed
 
@@ -150,8 +176,10 @@ def target_problem(faults: list[str], world_size: int) -> str | None:
         assert param is not None, "parse() refuses a rank fault without its rank"
         if int(param) >= world_size:
             ranks = "rank" if world_size == 1 else "ranks"
-            return (f"fault {name}@{param} targets global rank {param}, but these settings have "
-                    f"{world_size} {ranks} (0..{world_size - 1}); it would never fire")
+            return (
+                f"fault {name}@{param} targets global rank {param}, but these settings have "
+                f"{world_size} {ranks} (0..{world_size - 1}); it would never fire"
+            )
     return None
 
 

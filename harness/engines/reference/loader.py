@@ -48,9 +48,9 @@ class CheckpointReader:
             self._open[path] = safe_open(str(path), framework="pt")
         sl = self._open[path].get_slice(name)
         if rows is not None:
-            return sl[rows[0]:rows[1]]
+            return sl[rows[0] : rows[1]]
         if cols is not None:
-            return sl[:, cols[0]:cols[1]]
+            return sl[:, cols[0] : cols[1]]
         return sl[:]
 
 
@@ -63,21 +63,22 @@ def _assign(module: nn.Module, tensor: torch.Tensor, dtype, device) -> None:
 
 def _load_mlp(mlp: MLP, ckpt: CheckpointReader, prefix: str, ff_rows: tuple[int, int], dtype, dev) -> None:
     """A SwiGLU MLP's rows `ff_rows` of its intermediate size (all of them: a whole MLP)."""
-    gate_up = torch.cat([ckpt.read(prefix + "gate_proj.weight", rows=ff_rows),
-                         ckpt.read(prefix + "up_proj.weight", rows=ff_rows)])
+    gate_up = torch.cat(
+        [ckpt.read(prefix + "gate_proj.weight", rows=ff_rows), ckpt.read(prefix + "up_proj.weight", rows=ff_rows)]
+    )
     _assign(mlp.gate_up_proj, gate_up, dtype, dev)
     _assign(mlp.down_proj, ckpt.read(prefix + "down_proj.weight", cols=ff_rows), dtype, dev)
 
 
-def _load_experts(moe: SparseMoE, ckpt: CheckpointReader, prefix: str, intermediate: int, ctx: ParallelContext,
-                  dtype) -> None:
+def _load_experts(moe: SparseMoE, ckpt: CheckpointReader, prefix: str, intermediate: int, ctx: ParallelContext, dtype) -> None:
     """The router (every rank) and this rank's experts, stacked: whole ones under EP,
     this TP rank's slice of each otherwise."""
     _assign(moe.gate, ckpt.read(prefix + "gate.weight"), dtype, ctx.device)
     rows = (0, intermediate) if ctx.ep else shard_range(intermediate, ctx.tp_rank, ctx.tp)
     names = [f"{prefix}experts.{e}." for e in moe.expert_ids]
-    w13 = torch.stack([torch.cat([ckpt.read(n + "gate_proj.weight", rows=rows), ckpt.read(n + "up_proj.weight", rows=rows)])
-                       for n in names])
+    w13 = torch.stack(
+        [torch.cat([ckpt.read(n + "gate_proj.weight", rows=rows), ckpt.read(n + "up_proj.weight", rows=rows)]) for n in names]
+    )
     w2 = torch.stack([ckpt.read(n + "down_proj.weight", cols=rows) for n in names])
     for name, tensor in (("w13", w13), ("w2", w2)):
         expected = tuple(getattr(moe, name).shape)
@@ -112,9 +113,13 @@ def load_stage(stage: LlamaStage, model_dir: str | Path, ctx: ParallelContext, d
         p = f"model.layers.{layer.layer_id}."
         q_rows = shard_range(cfg.num_attention_heads * d, r, tp)
         kv_rows = shard_range(cfg.num_key_value_heads * d, r, tp)
-        qkv = torch.cat([ckpt.read(p + "self_attn.q_proj.weight", rows=q_rows),
-                         ckpt.read(p + "self_attn.k_proj.weight", rows=kv_rows),
-                         ckpt.read(p + "self_attn.v_proj.weight", rows=kv_rows)])
+        qkv = torch.cat(
+            [
+                ckpt.read(p + "self_attn.q_proj.weight", rows=q_rows),
+                ckpt.read(p + "self_attn.k_proj.weight", rows=kv_rows),
+                ckpt.read(p + "self_attn.v_proj.weight", rows=kv_rows),
+            ]
+        )
         _assign(layer.self_attn.qkv_proj, qkv, dtype, dev)
         o_cols = shard_range(cfg.num_attention_heads * d, r, tp)
         _assign(layer.self_attn.o_proj, ckpt.read(p + "self_attn.o_proj.weight", cols=o_cols), dtype, dev)

@@ -155,7 +155,7 @@ class RMSNorm(nn.Module):
 def rope_inv_freq(head_dim: int, theta: float) -> torch.Tensor:
     # Same expression as HF's default rope init, so float32 results match bit for bit.
     exponents = torch.arange(0, head_dim, 2, dtype=torch.int64, device="cpu").to(torch.float32) / head_dim
-    return 1.0 / (theta ** exponents)
+    return 1.0 / (theta**exponents)
 
 
 def apply_rope(x: torch.Tensor, positions: torch.Tensor, inv_freq: torch.Tensor) -> torch.Tensor:
@@ -309,8 +309,7 @@ class DecoderLayer(nn.Module):
         pli = cfg.per_layer_input_size
         self.per_layer_proj = nn.Linear(pli, cfg.hidden_size, bias=False) if pli else None
 
-    def forward(self, hidden, residual, positions, seq_slots, kv_cache, kv_len: int, per_layer_input=None,
-                one_seq: bool = False):
+    def forward(self, hidden, residual, positions, seq_slots, kv_cache, kv_len: int, per_layer_input=None, one_seq: bool = False):
         if residual is None:
             residual = hidden
             hidden = self.input_layernorm(hidden)
@@ -335,8 +334,9 @@ class VisionEncoder(nn.Module):
         super().__init__()
         self.patch_size = cfg.patch_size
         self.patch_embed = nn.Linear(3 * cfg.patch_size**2, cfg.hidden_size, bias=False)
-        self.deepstack = nn.ModuleList(nn.Linear(cfg.hidden_size, cfg.hidden_size, bias=False)
-                                       for _ in range(cfg.deepstack_layers))
+        self.deepstack = nn.ModuleList(
+            nn.Linear(cfg.hidden_size, cfg.hidden_size, bias=False) for _ in range(cfg.deepstack_layers)
+        )
 
     def forward(self, pixels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """pixels [3, S, S] in [0, 1] -> (embeds [patches, H], deepstack [layers, patches, H])."""
@@ -380,8 +380,11 @@ class LlamaStage(nn.Module):
         """THE declaration of what crosses a stage boundary for `num_tokens` local tokens:
         key -> (shape, dtype). A non-last stage sends exactly this; a non-first stage
         allocates its receive buffer from it (make_empty_intermediate_tensors)."""
-        widths = {"hidden_states": self.cfg.hidden_size, "residual": self.cfg.hidden_size,
-                  "per_layer_inputs": self.cfg.num_hidden_layers * self.cfg.per_layer_input_size}
+        widths = {
+            "hidden_states": self.cfg.hidden_size,
+            "residual": self.cfg.hidden_size,
+            "per_layer_inputs": self.cfg.num_hidden_layers * self.cfg.per_layer_input_size,
+        }
         return {key: ((num_tokens, widths[key]), dtype) for key in INTERMEDIATE_KEYS[self.cfg.model_type]}
 
     def make_empty_intermediate_tensors(self, num_tokens: int, dtype: torch.dtype, device) -> dict[str, torch.Tensor]:
@@ -408,8 +411,9 @@ class LlamaStage(nn.Module):
         if pixels:
             rows = (input_ids == cfg.image_token_id).nonzero().flatten()
             if len(rows) != cfg.num_patches * len(pixels):
-                raise ValueError(f"batch has {len(rows)} image placeholder tokens for {len(pixels)} images "
-                                 f"of {cfg.num_patches} patches each")
+                raise ValueError(
+                    f"batch has {len(rows)} image placeholder tokens for {len(pixels)} images of {cfg.num_patches} patches each"
+                )
             images = [self.visual(px.to(weight.device)) for px in pixels]
             embeds[rows] = torch.cat([e for e, _ in images])
             deepstack[:, rows] = torch.cat([d for _, d in images], dim=1)
@@ -434,8 +438,7 @@ class LlamaStage(nn.Module):
         deepstack = self.shard_tokens(deepstack, 1) if deepstack is not None else None
         return torch.zeros_like(residual), residual, pli, deepstack
 
-    def forward(self, input_ids, positions, seq_slots, kv_caches, kv_len: int, intermediate=None, mm=None,
-                one_seq: bool = False):
+    def forward(self, input_ids, positions, seq_slots, kv_caches, kv_len: int, intermediate=None, mm=None, one_seq: bool = False):
         """First stage reads input_ids (and `mm`, the multimodal inputs of llama-vl),
         later stages read `intermediate`; `one_seq`: every real token is in one sequence
         slot (paged_attention). Returns (the intermediate dict on a non-last
@@ -459,7 +462,7 @@ class LlamaStage(nn.Module):
             layer_pli = None
             if pli is not None and layers_get_pli:
                 width = self.cfg.per_layer_input_size
-                layer_pli = pli[:, layer_id * width:(layer_id + 1) * width]
+                layer_pli = pli[:, layer_id * width : (layer_id + 1) * width]
             hidden, residual = layer(hidden, residual, positions, seq_slots, kv_cache, kv_len, layer_pli, one_seq)
             if deepstack is not None and layer_id < deepstack.shape[0]:
                 hidden = hidden + deepstack[layer_id]

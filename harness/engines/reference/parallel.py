@@ -121,8 +121,9 @@ def init_parallel(tp: int, pp: int, sp: bool, device_kind: str, dp: int = 1) -> 
     # A long timeout: the harness's own watchdog decides when a run hangs.
     # the rendezvous: each rank waits for the others
     with in_collective():
-        dist.init_process_group(backend, init_method="env://", rank=rank, world_size=world_size,
-                                timeout=datetime.timedelta(minutes=30))
+        dist.init_process_group(
+            backend, init_method="env://", rank=rank, world_size=world_size, timeout=datetime.timedelta(minutes=30)
+        )
     ctx = ParallelContext(rank, world_size, tp, pp, sp, device, backend, dp=dp)
     # new_group is collective over the world: every rank creates every group, in order.
     size = ctx.replica_size
@@ -163,6 +164,7 @@ def _ctx() -> ParallelContext:
 # Every gloo/NCCL call here runs inside rankside.in_collective(): a heartbeat marked
 # "waiting on peers" for the launcher's stall detector, which then calls a run hung
 # within its window (harness/engines/launch/stall.py) instead of at the scenario timeout.
+
 
 @torch.library.custom_op("harness_reference::all_reduce", mutates_args=())
 def _all_reduce(x: torch.Tensor) -> torch.Tensor:
@@ -310,6 +312,7 @@ def broadcast_from(x: torch.Tensor, src: int) -> torch.Tensor:
 
 # --- tensor-parallel layers ------------------------------------------------------------
 
+
 class ColumnParallelLinear(nn.Module):
     """Output features split over TP ranks (weight [out/tp, in]); no communication after.
     Under SP the input is a token shard, so it is all-gathered along tokens first."""
@@ -418,6 +421,7 @@ def _ep_routing(ctx: ParallelContext) -> Callable[[torch.Tensor, int, list[int]]
         def dropping(logits, top_k, ids):
             weights = routing_weights(logits, top_k, ids)
             return torch.cat([torch.zeros_like(weights[:1]), weights[1:]])
+
         return dropping
     return routing_weights
 

@@ -138,9 +138,20 @@ MULTIMODAL_INPUTS = ("mm",)
 
 
 class ModelRunner:
-    def __init__(self, stage, ctx: ParallelContext, dtype: torch.dtype, workloads: list[dict],
-                 compile: bool, faults: list[str], kv_store: str | None = None, chunk_budget: int = 0,
-                 prefix_cache: bool = False, speculate: bool = False, block_size: int = 0):
+    def __init__(
+        self,
+        stage,
+        ctx: ParallelContext,
+        dtype: torch.dtype,
+        workloads: list[dict],
+        compile: bool,
+        faults: list[str],
+        kv_store: str | None = None,
+        chunk_budget: int = 0,
+        prefix_cache: bool = False,
+        speculate: bool = False,
+        block_size: int = 0,
+    ):
         self.stage, self.ctx, self.dtype = stage, ctx, dtype
         self.faults = faults
         self.forward_fn = self._compiled(stage.forward) if compile else stage.forward
@@ -168,7 +179,8 @@ class ModelRunner:
         self.speculate = speculate
         # asked once, not at every decode step
         self.trust_first_draft = bool(fault_switches.active(faults, "spec-accepts-unverified-draft")) or (
-            ctx.dp_rank > 0 and bool(fault_switches.active(faults, "dp-replica-trusts-drafts")))
+            ctx.dp_rank > 0 and bool(fault_switches.active(faults, "dp-replica-trusts-drafts"))
+        )
         self.trust_after_hit = bool(fault_switches.active(faults, "spec-trusts-after-prefix-hit"))
         # slot -> leading tokens a prefix-cache hit restored, last prefill
         self.restored: dict[int, int] = {}
@@ -193,8 +205,12 @@ class ModelRunner:
         for layer in self.stage.layers:
             shape = (slots, max_len, layer.self_attn.num_kv_heads, cfg.head_dim)
             # zeros, not empty: padding reads of never-written entries stay finite.
-            caches.append((torch.zeros(shape, dtype=self.dtype, device=self.ctx.device),
-                           torch.zeros(shape, dtype=self.dtype, device=self.ctx.device)))
+            caches.append(
+                (
+                    torch.zeros(shape, dtype=self.dtype, device=self.ctx.device),
+                    torch.zeros(shape, dtype=self.dtype, device=self.ctx.device),
+                )
+            )
         return caches
 
     # --- one step --------------------------------------------------------------------
@@ -205,8 +221,15 @@ class ModelRunner:
         tp = self.ctx.tp
         return max(-(-n // tp) * tp, 2 * tp)
 
-    def step(self, ids: list[int], positions: list[int], slots: list[int], images: list | None = None,
-             kv_ops: dict | None = None, capture: tuple[int, int] | None = None) -> torch.Tensor | None:
+    def step(
+        self,
+        ids: list[int],
+        positions: list[int],
+        slots: list[int],
+        images: list | None = None,
+        kv_ops: dict | None = None,
+        capture: tuple[int, int] | None = None,
+    ) -> torch.Tensor | None:
         """One forward over a flat batch. Returns the [n, vocab] logits on the last stage.
         `images`: pixel tensors of the batch's images in token order (llama-vl);
         `kv_ops`: {"load": [(slot, prompt)], "save": [(slot, prompt)]} for the connector;
@@ -293,9 +316,15 @@ class ModelRunner:
         kept = [r for r in range(own.start, min(own.stop, n)) if (first_row + r) % stride == 0]
         rows = [first_row + r for r in kept]
         local = torch.tensor([r - own.start for r in kept], dtype=torch.int64, device=layer_states.device)
-        self.captured.append({"pp_rank": self.ctx.pp_rank, "tp_rank": self.ctx.tp_rank,
-                              "places": self.captured_places(), "rows": rows,
-                              "states": layer_states[:, local].float().cpu().tolist()})
+        self.captured.append(
+            {
+                "pp_rank": self.ctx.pp_rank,
+                "tp_rank": self.ctx.tp_rank,
+                "places": self.captured_places(),
+                "rows": rows,
+                "states": layer_states[:, local].float().cpu().tolist(),
+            }
+        )
 
     def captured_places(self) -> list[int]:
         """Where this stage's captured stream was taken: place 0 is the embedding's output
@@ -317,10 +346,17 @@ class ModelRunner:
         sent = _describe(message["tensors"]) if not ctx.is_last_stage else {}
         if not ctx.is_last_stage and SIDE_CHANNEL in message:
             sent[SIDE_CHANNEL] = side
-        self.stage_io = {"rank": ctx.rank, "pp_rank": ctx.pp_rank, "tp_rank": ctx.tp_rank,
-                         "layers": [self.stage.layer_ids.start, self.stage.layer_ids.stop],
-                         "num_tokens": n, "padded_tokens": n + pad,
-                         "expects": expects or {}, "received": received, "sent": sent}
+        self.stage_io = {
+            "rank": ctx.rank,
+            "pp_rank": ctx.pp_rank,
+            "tp_rank": ctx.tp_rank,
+            "layers": [self.stage.layer_ids.start, self.stage.layer_ids.stop],
+            "num_tokens": n,
+            "padded_tokens": n + pad,
+            "expects": expects or {},
+            "received": received,
+            "sent": sent,
+        }
 
     def share_tokens(self, tokens: torch.Tensor | None, count: int) -> list[int]:
         """Tokens chosen on the driver rank, broadcast to every rank."""
@@ -375,8 +411,15 @@ class ModelRunner:
         skip = not self.ctx.is_first_stage and fault_switches.active(self.faults, "prefix-cache-skips-stage")
         return [self.prefix_cache.restore(self.kv_caches, s, p, skip=bool(skip)) for s, p in zip(slots, prompts)]
 
-    def prefill(self, prompts: list[list[int]], slots: list[int], pixels: list | None = None,
-                kv_ops: dict | None = None, capture: bool = False, reuse: bool = True):
+    def prefill(
+        self,
+        prompts: list[list[int]],
+        slots: list[int],
+        pixels: list | None = None,
+        kv_ops: dict | None = None,
+        capture: bool = False,
+        reuse: bool = True,
+    ):
         """Prefill `prompts` into `slots`: the tokens not already cached (`reuse`: a
         teacher-forced workload needs logits at every position, so it reuses nothing),
         in one step or, under chunked prefill, in steps of at most the token budget.
@@ -416,8 +459,14 @@ class ModelRunner:
             ops = {"load": kv_ops.get("load", [])} if start == 0 else {}
             if end == n:
                 ops["save"] = kv_ops.get("save", [])
-            logits = self.step(ids[start:end], positions[start:end], slots[start:end],
-                               pixels if start == 0 else None, ops, (start, n) if capture else None)
+            logits = self.step(
+                ids[start:end],
+                positions[start:end],
+                slots[start:end],
+                pixels if start == 0 else None,
+                ops,
+                (start, n) if capture else None,
+            )
             stats["chunks"] += 1
             stats["largest_step_tokens"] = max(stats["largest_step_tokens"], end - start)
             if logits is not None:
@@ -465,15 +514,22 @@ class ModelRunner:
         finally:
             self.stage.embed_images = embed_images
 
-    def run_logprobs(self, prompts: list[list[int]], top_k: int, images: list | None = None,
-                     capture: bool = False) -> dict[str, torch.Tensor] | None:
+    def run_logprobs(
+        self, prompts: list[list[int]], top_k: int, images: list | None = None, capture: bool = False
+    ) -> dict[str, torch.Tensor] | None:
         """Teacher-forced top-k logprobs at every position of every prompt."""
         ids_parts, lp_parts = [], []
         for g, group in enumerate(batch_groups(prompts)):
             group_prompts = [prompts[i] for i in group]
             kv_ops = self.save_prefixes(group_prompts)
-            logits, _ = self.prefill(group_prompts, list(range(len(group))), self._group_images(images, group),
-                                     kv_ops, capture=capture and g == 0, reuse=False)
+            logits, _ = self.prefill(
+                group_prompts,
+                list(range(len(group))),
+                self._group_images(images, group),
+                kv_ops,
+                capture=capture and g == 0,
+                reuse=False,
+            )
             self.wait_for_connector([("saved", prefix_key(p)) for _, p in kv_ops.get("save", [])])
             if logits is not None:
                 lp, tk = torch.log_softmax(logits.float(), dim=-1).topk(top_k, dim=-1)
@@ -493,8 +549,9 @@ class ModelRunner:
             return None
         return [load_image(images[i]) for i in group if images[i] is not None]
 
-    def run_greedy(self, prompts: list[list[int]], max_new_tokens: int, top_k: int,
-                   images: list | None = None) -> dict[str, torch.Tensor] | None:
+    def run_greedy(
+        self, prompts: list[list[int]], max_new_tokens: int, top_k: int, images: list | None = None
+    ) -> dict[str, torch.Tensor] | None:
         """Prefill, then decode until each prompt has exactly max_new_tokens argmax tokens
         (no EOS stop); the top-k of each chosen token's step is kept. Prefixes a cache
         holds are reused, not recomputed; with speculative decoding a step may emit
@@ -518,11 +575,16 @@ class ModelRunner:
             return None
         shape = (len(prompts), max_new_tokens, top_k)
         if not prompts:
-            return {"tokens": torch.empty(shape[:2], dtype=torch.int64),
-                    "topk_ids": torch.empty(shape, dtype=torch.int64), "topk_logprobs": torch.empty(shape)}
-        return {"tokens": torch.tensor([seq for seq, _ in out], dtype=torch.int64),
-                "topk_ids": torch.stack([torch.stack([ids for ids, _ in top]) for _, top in out]),
-                "topk_logprobs": torch.stack([torch.stack([lps for _, lps in top]) for _, top in out])}
+            return {
+                "tokens": torch.empty(shape[:2], dtype=torch.int64),
+                "topk_ids": torch.empty(shape, dtype=torch.int64),
+                "topk_logprobs": torch.empty(shape),
+            }
+        return {
+            "tokens": torch.tensor([seq for seq, _ in out], dtype=torch.int64),
+            "topk_ids": torch.stack([torch.stack([ids for ids, _ in top]) for _, top in out]),
+            "topk_logprobs": torch.stack([torch.stack([lps for _, lps in top]) for _, top in out]),
+        }
 
     def _decode_step(self, prompts, seqs, tops, top_k: int, max_new_tokens: int) -> None:
         """One plain decode step: every sequence's last token at its next position."""
@@ -535,7 +597,7 @@ class ModelRunner:
         """One verification step: each unfinished sequence's last token and its n-gram
         drafts (never more than it still needs), verified by the target's greedy choices."""
         active = [i for i, seq in enumerate(seqs) if len(seq) < max_new_tokens]
-        drafts = {i: speculative.propose(prompts[i] + seqs[i])[:max_new_tokens - len(seqs[i]) - 1] for i in active}
+        drafts = {i: speculative.propose(prompts[i] + seqs[i])[: max_new_tokens - len(seqs[i]) - 1] for i in active}
         ids: list[int] = []
         positions: list[int] = []
         slots: list[int] = []
@@ -551,12 +613,14 @@ class ModelRunner:
         self.spec_stats["steps"] += 1
         self.spec_stats["proposed"] += sum(len(d) for d in drafts.values())
         trusted = [self.trust_first_draft or (self.trust_after_hit and self.restored.get(i, 0) > 0) for i in active]
-        taken = self._take(logits, rows, [drafts[i] for i in active], [seqs[i] for i in active],
-                           [tops[i] for i in active], top_k, trusted)
+        taken = self._take(
+            logits, rows, [drafts[i] for i in active], [seqs[i] for i in active], [tops[i] for i in active], top_k, trusted
+        )
         self.spec_stats["accepted"] += sum(n - 1 for n in taken)
 
-    def _take(self, logits, rows: list[list[int]], drafts: list[list[int]], seqs, tops, top_k: int,
-              trusted: list[bool] | None = None) -> list[int]:
+    def _take(
+        self, logits, rows: list[list[int]], drafts: list[list[int]], seqs, tops, top_k: int, trusted: list[bool] | None = None
+    ) -> list[int]:
         """Each sequence's tokens from its rows of the step's logits (the driver decides
         how many drafts the target keeps, then every rank gets the tokens), appended to
         `seqs`, and on the last stage their top-k to `tops`. Returns how many each took."""
@@ -570,17 +634,23 @@ class ModelRunner:
             chosen = torch.tensor([p + [-1] * (width - len(p)) for p in picks], dtype=torch.int64).flatten()
             lp, tk = logprobs.topk(top_k, dim=-1)
             for pick, rs, top in zip(picks, rows, tops):
-                top += [(tk[r].cpu(), lp[r].cpu()) for r in rs[:len(pick)]]
+                top += [(tk[r].cpu(), lp[r].cpu()) for r in rs[: len(pick)]]
         shared = self.share_tokens(chosen, len(seqs) * width)
         counts = []
         for s, seq in enumerate(seqs):
-            tokens = [t for t in shared[s * width:(s + 1) * width] if t != -1]
+            tokens = [t for t in shared[s * width : (s + 1) * width] if t != -1]
             seq += tokens
             counts.append(len(tokens))
         return counts
 
-    def run_generate(self, prompts: list[list[int]], max_new_tokens: int, stop: list[list[int]],
-                     eos_token_id: int | None, images: list | None = None) -> dict[str, torch.Tensor] | None:
+    def run_generate(
+        self,
+        prompts: list[list[int]],
+        max_new_tokens: int,
+        stop: list[list[int]],
+        eos_token_id: int | None,
+        images: list | None = None,
+    ) -> dict[str, torch.Tensor] | None:
         """Greedy generation with the `generate` stop rule (harness/contract/runbrief.py), batched
         for evals: groups of up to MAX_GEN_SEQS_PER_BATCH sequences (generate_groups),
         each prefilled in chunks of whole prompts (batch_groups), then decoded while any
@@ -598,8 +668,7 @@ class ModelRunner:
             for chunk in batch_groups([prompts[i] for i in group]):
                 members = [group[j] for j in chunk]
                 member_prompts = [prompts[i] for i in members]
-                logits, cached = self.prefill(member_prompts, [slot_of[i] for i in members],
-                                              self._group_images(images, members))
+                logits, cached = self.prefill(member_prompts, [slot_of[i] for i in members], self._group_images(images, members))
                 last_rows = torch.tensor([len(p) - c for p, c in zip(member_prompts, cached)]).cumsum(0) - 1
                 chosen = None if logits is None else self._argmax(logits[last_rows.to(logits.device)])
                 for i, t in zip(members, self.share_tokens(chosen, len(members))):

@@ -23,8 +23,8 @@ def propose(context: list[int], k: int = NUM_SPECULATIVE_TOKENS) -> list[int]:
     for n in range(min(NGRAM_MAX, len(context) - 1), NGRAM_MIN - 1, -1):
         tail = context[-n:]
         for start in range(len(context) - n - 1, -1, -1):
-            if context[start:start + n] == tail:
-                return context[start + n:start + n + k]
+            if context[start : start + n] == tail:
+                return context[start + n : start + n + k]
     return []
 
 
@@ -44,5 +44,5 @@ def emitted(drafts: list[int], choices: list[int], trust_first_draft: bool = Fal
     i.e. choices[: accepted + 1]. `trust_first_draft` (the spec-accepts-unverified-draft
     fault) takes the first draft without comparing it to the target's choice."""
     if trust_first_draft and drafts:
-        return [drafts[0]] + choices[1:2 + accepted(drafts[1:], choices[1:])]
-    return choices[:accepted(drafts, choices) + 1]
+        return [drafts[0]] + choices[1 : 2 + accepted(drafts[1:], choices[1:])]
+    return choices[: accepted(drafts, choices) + 1]

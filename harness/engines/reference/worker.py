@@ -117,8 +117,12 @@ def _submitted(w: dict, sub) -> dict:
     filler). No per-layer capture: its rows are those of the golden's first batch, which
     another composition does not have."""
     images = w.get("images")
-    return {**w, "prompts": sub.prompts, "capture_hidden": False,
-            "images": None if images is None else [None if i is None else images[i] for i in sub.origin]}
+    return {
+        **w,
+        "prompts": sub.prompts,
+        "capture_hidden": False,
+        "images": None if images is None else [None if i is None else images[i] for i in sub.origin],
+    }
 
 
 def assemble_hidden_states(captures: list[list[dict]], num_layers: int, sp: bool) -> dict[str, torch.Tensor]:
@@ -142,8 +146,12 @@ def assemble_hidden_states(captures: list[list[dict]], num_layers: int, sp: bool
         if sp:
             owner[at] = c["tp_rank"]
     stream = by_tp[owner, :, torch.arange(len(rows))].transpose(0, 1)  # each row as its owner saw it
-    fields = {"embed_states": stream[0], "hidden_states": stream[1:],
-              "hidden_rows": torch.tensor(rows, dtype=torch.int64), "hidden_owner": owner}
+    fields = {
+        "embed_states": stream[0],
+        "hidden_states": stream[1:],
+        "hidden_rows": torch.tensor(rows, dtype=torch.int64),
+        "hidden_owner": owner,
+    }
     if tp > 1 and not sp:
         fields["replica_states"] = by_tp
     return fields
@@ -154,12 +162,14 @@ def _compile_stats() -> dict:
 
     # inductor's persistent caches (harness/engines/compile_cache.py): a warm cache shows
     # hits and no misses, i.e. graphs loaded, not compiled
-    return {"unique_graphs": int(counters["stats"]["unique_graphs"]),
-            "frames_ok": int(counters["frames"]["ok"]),
-            "fxgraph_cache_hit": int(counters["inductor"]["fxgraph_cache_hit"]),
-            "fxgraph_cache_miss": int(counters["inductor"]["fxgraph_cache_miss"]),
-            "autograd_cache_hit": int(counters["aot_autograd"]["autograd_cache_hit"]),
-            "autograd_cache_miss": int(counters["aot_autograd"]["autograd_cache_miss"])}
+    return {
+        "unique_graphs": int(counters["stats"]["unique_graphs"]),
+        "frames_ok": int(counters["frames"]["ok"]),
+        "fxgraph_cache_hit": int(counters["inductor"]["fxgraph_cache_hit"]),
+        "fxgraph_cache_miss": int(counters["inductor"]["fxgraph_cache_miss"]),
+        "autograd_cache_hit": int(counters["aot_autograd"]["autograd_cache_hit"]),
+        "autograd_cache_miss": int(counters["aot_autograd"]["autograd_cache_miss"]),
+    }
 
 
 def rank_threads(cpus: int, axes) -> int:
@@ -205,11 +215,19 @@ def run(brief) -> None:
         with torch.inference_mode():
             t0 = time.perf_counter()
             stage = build_stage(brief, ctx)
-            runner = ModelRunner(stage, ctx, getattr(torch, brief.dtype), submitted_workloads(workloads, batch),
-                                 compile_on, brief.faults,
-                                 kv_store, chunk_budget=axes.chunked_prefill,
-                                 prefix_cache=axes.prefix_cache, speculate=axes.spec == "ngram",
-                                 block_size=axes.block_size)
+            runner = ModelRunner(
+                stage,
+                ctx,
+                getattr(torch, brief.dtype),
+                submitted_workloads(workloads, batch),
+                compile_on,
+                brief.faults,
+                kv_store,
+                chunk_budget=axes.chunked_prefill,
+                prefix_cache=axes.prefix_cache,
+                speculate=axes.spec == "ngram",
+                block_size=axes.block_size,
+            )
             t1 = time.perf_counter()
             phases.mark("load")
             runner.warmup()
@@ -233,23 +251,28 @@ def run(brief) -> None:
         results = merged_replicas(ctx, results, brief.workloads)
         # Each rank's stage I/O and evidence of what it applied, collected so the driver can record all stages.
         gathered: list[Any] = [None] * ctx.world_size
-        dist.all_gather_object(gathered, (runner.stage_io, evidence.rank_evidence(ctx, stage, after_warmup, COLLECTIVES,
-                                                                                  runner)))
+        dist.all_gather_object(gathered, (runner.stage_io, evidence.rank_evidence(ctx, stage, after_warmup, COLLECTIVES, runner)))
         stage_io = [io for io, _ in gathered]
         if ctx.rank == ctx.writer_rank:
             out = EngineOutputs()
             for name, fields in results.items():
                 out.put(name, **fields)
             out.describe_run(
-                brief, "reference",
+                brief,
+                "reference",
                 world_size=ctx.world_size,
                 timings={"load_s": t1 - t0, "warmup_s": t2 - t1, "run_s": t3 - t2},
                 stage_io=stage_io,
-                kv_connector=None if runner.connector is None else
-                {**runner.connector.counts, "wait_steps": runner.connector_wait_steps},
+                kv_connector=None
+                if runner.connector is None
+                else {**runner.connector.counts, "wait_steps": runner.connector_wait_steps},
                 applied=evidence.summarize(brief.settings, [e for _, e in gathered]),
-                compile={"enabled": compile_on, "after_warmup": after_warmup, "after_run": after_run,
-                         "graphs_compiled_during_run": after_run["unique_graphs"] - after_warmup["unique_graphs"]},
+                compile={
+                    "enabled": compile_on,
+                    "after_warmup": after_warmup,
+                    "after_run": after_run,
+                    "graphs_compiled_during_run": after_run["unique_graphs"] - after_warmup["unique_graphs"],
+                },
             )
             out.save(brief.output_dir)
         dist.barrier()

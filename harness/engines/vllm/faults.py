@@ -71,8 +71,10 @@ def target_problem(faults: list[str], pp: int) -> str | None:
     """A fault aimed at a PP rank these settings do not have would never fire."""
     for kind, rank in parse(faults).items():
         if rank is not None and rank >= pp:
-            return (f"vllm fault {kind}@{rank} targets PP rank {rank}, but these settings have {pp} PP "
-                    f"rank{'s' if pp > 1 else ''}; it would never fire (known: {_known()})")
+            return (
+                f"vllm fault {kind}@{rank} targets PP rank {rank}, but these settings have {pp} PP "
+                f"rank{'s' if pp > 1 else ''}; it would never fire (known: {_known()})"
+            )
     return None
 
 

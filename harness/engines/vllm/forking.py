@@ -105,8 +105,11 @@ def install() -> None:
     except ImportError:
         # a release without this layout: vLLM's own choice stands
         return
-    if (not current_platform.is_cpu() or not callable(getattr(system_utils, "_maybe_force_spawn", None))
-            or getattr(system_utils._maybe_force_spawn, "harness", False)):
+    if (
+        not current_platform.is_cpu()
+        or not callable(getattr(system_utils, "_maybe_force_spawn", None))
+        or getattr(system_utils._maybe_force_spawn, "harness", False)
+    ):
         return
     vllm_decides = system_utils._maybe_force_spawn
 
@@ -181,5 +184,4 @@ def started_by(workers: list[dict]) -> dict:
     worker's own answer, evidence.py), for the outputs' meta."""
     import vllm.envs
 
-    return {"engine_core": vllm.envs.VLLM_WORKER_MULTIPROC_METHOD,
-            "workers": sorted({str(w.get("started_by")) for w in workers})}
+    return {"engine_core": vllm.envs.VLLM_WORKER_MULTIPROC_METHOD, "workers": sorted({str(w.get("started_by")) for w in workers})}

@@ -36,8 +36,10 @@ def sp_support() -> dict:
     for name in SP_FIELDS:
         if name in fields:
             return {"field": name, **({"threshold_field": SP_THRESHOLD_FIELD} if SP_THRESHOLD_FIELD in fields else {})}
-    return {"reason": f"vLLM {vllm.__version__} has no sequence-parallel pass: its PassConfig has none of "
-                      f"{', '.join(SP_FIELDS)} (fields: {', '.join(fields)})"}
+    return {
+        "reason": f"vLLM {vllm.__version__} has no sequence-parallel pass: its PassConfig has none of "
+        f"{', '.join(SP_FIELDS)} (fields: {', '.join(fields)})"
+    }
 
 
 # vLLM's CPU platform reads the KV-cache size from this variable (GiB); releases before the
@@ -92,11 +94,13 @@ def batch_invariant_support() -> dict:
     if not HAS_TRITON:
         from vllm.platforms import current_platform
 
-        return {"reason": f"vLLM {vllm.__version__}'s batch-invariant mode runs Triton kernels, registered for the "
-                          f"{current_platform.device_type} platform's aten ops too (aten::mean.dim, softmax, bmm), "
-                          "and vLLM finds no Triton backend for it here: with VLLM_BATCH_INVARIANT=1 the first "
-                          "RMSNorm raises TypeError: 'function' object is not subscriptable (mean_dim's "
-                          "mean_kernel[grid] launch)"}
+        return {
+            "reason": f"vLLM {vllm.__version__}'s batch-invariant mode runs Triton kernels, registered for the "
+            f"{current_platform.device_type} platform's aten ops too (aten::mean.dim, softmax, bmm), "
+            "and vLLM finds no Triton backend for it here: with VLLM_BATCH_INVARIANT=1 the first "
+            "RMSNorm raises TypeError: 'function' object is not subscriptable (mean_dim's "
+            "mean_kernel[grid] launch)"
+        }
     return {"env": {"VLLM_BATCH_INVARIANT": "1"}}
 
 
@@ -131,12 +135,19 @@ def arch_support(arch: str) -> dict:
         return {"arch": arch, "reason": f"vLLM {vllm.__version__} does not serve architecture {arch}"}
     info = ModelRegistry._try_inspect_model_cls(arch)  # vLLM's own inspection (it caches it)
     if info is None:
-        return {"arch": arch, "reason": f"vLLM {vllm.__version__} cannot load its {arch} implementation here"
-                                        + _import_error(ModelRegistry, arch)}
+        return {
+            "arch": arch,
+            "reason": f"vLLM {vllm.__version__} cannot load its {arch} implementation here" + _import_error(ModelRegistry, arch),
+        }
     if not info.is_text_generation_model:
         return {"arch": arch, "reason": f"vLLM's {arch} is not a text-generation model (pooling only)"}
-    return {"arch": arch, "supports_pp": bool(info.supports_pp), "multimodal": bool(info.supports_multimodal),
-            "attention_free": bool(info.is_attention_free), "hybrid": bool(info.is_hybrid)}
+    return {
+        "arch": arch,
+        "supports_pp": bool(info.supports_pp),
+        "multimodal": bool(info.supports_multimodal),
+        "attention_free": bool(info.is_attention_free),
+        "hybrid": bool(info.is_hybrid),
+    }
 
 
 def _import_error(registry, arch: str) -> str:

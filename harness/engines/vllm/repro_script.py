@@ -89,8 +89,17 @@ def load_media(field: str, path):
         return (array, 16000)  # audio clips are 16 kHz mono
     # every frame of a video, at 2 fps: what the harness told the engine (its run-brief contract)
     frames = len(array)
-    return (array, {"fps": 2.0, "duration": frames / 2.0, "total_num_frames": frames,
-                    "frames_indices": list(range(frames)), "video_backend": "opencv", "do_sample_frames": False})
+    return (
+        array,
+        {
+            "fps": 2.0,
+            "duration": frames / 2.0,
+            "total_num_frames": frames,
+            "frames_indices": list(range(frames)),
+            "video_backend": "opencv",
+            "do_sample_frames": False,
+        },
+    )
 
 
 def cpu_binding(ranks: int, cores: int) -> str:
@@ -199,8 +208,16 @@ def run_setting(name: str, out: Path, dp_rank: int = 0) -> None:
             w = {**w, **{f: [w[f][i] for i in mine] for f in ("prompts", *MEDIA_FIELDS) if w.get(f) is not None}}
         results[w["name"]] = (run_logprobs if w["kind"] == "logprobs" else run_greedy)(llm, w, setting)
     versions = {"vllm": vllm.__version__, "torch": torch.__version__}
-    dp_out(out, dp_rank).write_text(json.dumps({"versions": versions, "engine_start_s": round(started, 1),
-                                                "run_s": round(time.monotonic() - start - started, 1), "results": results}))
+    dp_out(out, dp_rank).write_text(
+        json.dumps(
+            {
+                "versions": versions,
+                "engine_start_s": round(started, 1),
+                "run_s": round(time.monotonic() - start - started, 1),
+                "results": results,
+            }
+        )
+    )
     print(f"[{name}] done: engine start {started:.1f} s", flush=True)
     # A DP engine keeps stepping with its DP group until every DP rank is done: stop only then.
     while dp > 1 and not all(dp_out(out, r).exists() for r in range(dp)):
@@ -232,8 +249,11 @@ def merged_dp(parts: list[dict]) -> dict:
             offsets = [0]
             for row in per_prompt:
                 offsets.append(offsets[-1] + len(row["ids"]))
-            results[w["name"]] = {"ids": [x for row in per_prompt for x in row["ids"]],
-                                  "logprobs": [x for row in per_prompt for x in row["logprobs"]], "offsets": offsets}
+            results[w["name"]] = {
+                "ids": [x for row in per_prompt for x in row["ids"]],
+                "logprobs": [x for row in per_prompt for x in row["logprobs"]],
+                "offsets": offsets,
+            }
         else:
             results[w["name"]] = {k: [row[k] for row in per_prompt] for k in ("tokens", "ids", "logprobs")}
     return {**parts[0], "results": results}
@@ -286,18 +306,28 @@ def compare_logprobs(ref: dict, got: dict, tol: dict) -> dict:
     # as the harness judges: flips count only beyond the share top1_min allows
     if top1 < tol["top1_min"]:
         bad = [b or f for b, f in zip(bad, flips)]
-    metrics = {"max_abs_dlogprob": max(deltas), "max_kl": max(kls), "top1_agreement": sum(agree) / len(agree),
-               "top1_agreement_decisive": top1, "positions": len(deltas), "bad_positions": sum(bad)}
-    summary = (f"max|dlogprob|={metrics['max_abs_dlogprob']:.2e} maxKL={metrics['max_kl']:.2e} "
-               f"top1={metrics['top1_agreement']:.3f}, {metrics['bad_positions']}/{len(deltas)} positions out of bounds")
+    metrics = {
+        "max_abs_dlogprob": max(deltas),
+        "max_kl": max(kls),
+        "top1_agreement": sum(agree) / len(agree),
+        "top1_agreement_decisive": top1,
+        "positions": len(deltas),
+        "bad_positions": sum(bad),
+    }
+    summary = (
+        f"max|dlogprob|={metrics['max_abs_dlogprob']:.2e} maxKL={metrics['max_kl']:.2e} "
+        f"top1={metrics['top1_agreement']:.3f}, {metrics['bad_positions']}/{len(deltas)} positions out of bounds"
+    )
     worst = max(range(len(deltas)), key=deltas.__getitem__)
     where = _position(ref["offsets"], worst)
     summary += f"; worst at prompt {where[0]} position {where[1]} (|dlogprob|={deltas[worst]:.3g})"
     if any(bad):
         row = bad.index(True)
         p, pos = _position(ref["offsets"], row)
-        summary += (f"; first out of bounds at prompt {p} position {pos} (|dlogprob|={deltas[row]:.3g}, "
-                    f"KL={kls[row]:.3g}, top-1 {ref['ids'][row][0]} vs {got['ids'][row][0]})")
+        summary += (
+            f"; first out of bounds at prompt {p} position {pos} (|dlogprob|={deltas[row]:.3g}, "
+            f"KL={kls[row]:.3g}, top-1 {ref['ids'][row][0]} vs {got['ids'][row][0]})"
+        )
     return {"passed": not any(bad), "summary": summary, "metrics": metrics}
 
 
@@ -330,10 +360,15 @@ def compare_greedy(ref: dict, got: dict, tol: dict) -> dict:
             ties += 1
         elif first is None:
             said = f"{gap:.3g}" if gap is not None else "unknown: outside its top-k"
-            first = f"prompt {p} step {upto}: token {st[upto]} instead of {gt[upto]}, not a near-tie (reference logprob gap {said})"
+            first = (
+                f"prompt {p} step {upto}: token {st[upto]} instead of {gt[upto]}, not a near-tie (reference logprob gap {said})"
+            )
     summary = f"{exact}/{shape[0]} identical, {ties} near-tie divergences, max step |dlogprob|={worst:.2e}"
-    return {"passed": first is None, "summary": summary + (f"; {first}" if first else ""),
-            "metrics": {"exact": exact, "near_tie_divergences": ties, "max_step_dlogprob": worst}}
+    return {
+        "passed": first is None,
+        "summary": summary + (f"; {first}" if first else ""),
+        "metrics": {"exact": exact, "near_tie_divergences": ties, "max_step_dlogprob": worst},
+    }
 
 
 def compare(ref: dict, got: dict) -> list[tuple[str, dict]]:
@@ -413,8 +448,13 @@ def crash_of(log: str) -> tuple[str, list[str]] | None:
 
 
 # What faulthandler writes for the signals it catches, and the signal each is
-FATAL_SIGNALS = {"Segmentation fault": "SIGSEGV", "Aborted": "SIGABRT", "Bus error": "SIGBUS",
-                 "Floating point exception": "SIGFPE", "Illegal instruction": "SIGILL"}
+FATAL_SIGNALS = {
+    "Segmentation fault": "SIGSEGV",
+    "Aborted": "SIGABRT",
+    "Bus error": "SIGBUS",
+    "Floating point exception": "SIGFPE",
+    "Illegal instruction": "SIGILL",
+}
 
 
 def _death(code: str, fatal: str) -> str:
@@ -444,7 +484,7 @@ def _fatal(log: str) -> tuple[str, str, list[str]] | None:
     if start is None:
         return None
     what = lines[start].split(": ", 1)[1]
-    block = [line for line in lines[start:start + 200] if not PREFIX.match(line)]
+    block = [line for line in lines[start : start + 200] if not PREFIX.match(line)]
     current = next((i for i, line in enumerate(block) if line.startswith("Current thread")), None)
     stack = block[current:] if current is not None else block
     ours = [f for f in map(FRAME.match, stack) if f and "/vllm/" in f["file"]]
@@ -458,17 +498,36 @@ def spawn(name: str, python: str, work: Path, timeout: float) -> tuple[dict | No
     out, log = work / f"{name}.json", work / f"{name}.log"
     dp = int(CASE["settings"][name].get("dp", 1))
     env = {**os.environ, **CASE["env"]}
-    print(f"== {name}: {python} {Path(__file__).name} --setting {name}  (log: {log}"
-          + (f"; {dp} DP ranks, one process each, logs {name}.dpN.log)" if dp > 1 else ")"), flush=True)
+    print(
+        f"== {name}: {python} {Path(__file__).name} --setting {name}  (log: {log}"
+        + (f"; {dp} DP ranks, one process each, logs {name}.dpN.log)" if dp > 1 else ")"),
+        flush=True,
+    )
     procs, logs = [], [log] + [dp_out(log, r) for r in range(1, dp)]
     port = str(_free_port())
     for r in range(dp):
-        dp_env = {"VLLM_DP_RANK": str(r), "VLLM_DP_RANK_LOCAL": str(r), "VLLM_DP_SIZE": str(dp),
-                  "VLLM_DP_MASTER_IP": "127.0.0.1", "VLLM_DP_MASTER_PORT": port} if dp > 1 else {}
+        dp_env = (
+            {
+                "VLLM_DP_RANK": str(r),
+                "VLLM_DP_RANK_LOCAL": str(r),
+                "VLLM_DP_SIZE": str(dp),
+                "VLLM_DP_MASTER_IP": "127.0.0.1",
+                "VLLM_DP_MASTER_PORT": port,
+            }
+            if dp > 1
+            else {}
+        )
         with open(logs[r], "w") as f:
-            procs.append(subprocess.Popen([python, str(Path(__file__).resolve()), "--setting", name, "--out", str(out),
-                                           "--dp-rank", str(r)], stdout=f, stderr=subprocess.STDOUT,
-                                          env={**env, **dp_env}, start_new_session=True, preexec_fn=_die_with_parent))
+            procs.append(
+                subprocess.Popen(
+                    [python, str(Path(__file__).resolve()), "--setting", name, "--out", str(out), "--dp-rank", str(r)],
+                    stdout=f,
+                    stderr=subprocess.STDOUT,
+                    env={**env, **dp_env},
+                    start_new_session=True,
+                    preexec_fn=_die_with_parent,
+                )
+            )
     codes = _wait_all(procs, timeout)
     text = "\n".join(path.read_text(errors="replace") for path in logs)
     tail = "\n".join("    " + line for line in text.splitlines()[-15:])
@@ -481,8 +540,11 @@ def spawn(name: str, python: str, work: Path, timeout: float) -> tuple[dict | No
         trace = "\n".join("    " + line for line in cause[1][-12:])
         return None, f"crash: {cause[0]}\n  its traceback ends:\n{trace}\n  the log's last lines:\n{tail}"
     done = merged_dp([json.loads(dp_out(out, r).read_text()) for r in range(dp)])
-    print(f"   {name}: vllm {done['versions']['vllm']} (torch {done['versions']['torch']}), "
-          f"engine start {done['engine_start_s']} s, workloads {done['run_s']} s", flush=True)
+    print(
+        f"   {name}: vllm {done['versions']['vllm']} (torch {done['versions']['torch']}), "
+        f"engine start {done['engine_start_s']} s, workloads {done['run_s']} s",
+        flush=True,
+    )
     for w in CASE["workloads"]:
         r = done["results"][w["name"]]
         shown = [row[0] for row in r["ids"][:12]] if w["kind"] == "logprobs" else r["tokens"][0]
@@ -539,8 +601,12 @@ def _free_port() -> int:
 
 
 def main() -> int:
-    p = argparse.ArgumentParser(description=f"Reproduce {CASE['scenario']}: {CASE['failing']} against {CASE['reference']} on vLLM.")
-    p.add_argument("--python", default=sys.executable, help="the interpreter (with vllm) that runs each setting (default: this one)")
+    p = argparse.ArgumentParser(
+        description=f"Reproduce {CASE['scenario']}: {CASE['failing']} against {CASE['reference']} on vLLM."
+    )
+    p.add_argument(
+        "--python", default=sys.executable, help="the interpreter (with vllm) that runs each setting (default: this one)"
+    )
     p.add_argument("--timeout", type=float, default=CASE["timeout_s"], help="seconds per setting before it counts as a hang")
     p.add_argument("--work-dir", type=Path, help="where the settings' logs and results go (default: a new temporary directory)")
     p.add_argument("--setting", choices=sorted(CASE["settings"]), help=argparse.SUPPRESS)
@@ -559,9 +625,12 @@ def main() -> int:
     work = args.work_dir or Path(tempfile.mkdtemp(prefix="repro-"))
     work.mkdir(parents=True, exist_ok=True)
     failing, reference = CASE["failing"], CASE["reference"]
-    print(f"{CASE['scenario']}: {failing} against the reference {reference}; tolerance ({CASE['tolerance_name']}): "
-          f"|dlogprob|<={CASE['tolerance']['logprob_atol']:g}, KL<={CASE['tolerance']['kl_max']:g}, "
-          f"top1>={CASE['tolerance']['top1_min']:g}, near-tie<={CASE['tolerance']['near_tie']:g}", flush=True)
+    print(
+        f"{CASE['scenario']}: {failing} against the reference {reference}; tolerance ({CASE['tolerance_name']}): "
+        f"|dlogprob|<={CASE['tolerance']['logprob_atol']:g}, KL<={CASE['tolerance']['kl_max']:g}, "
+        f"top1>={CASE['tolerance']['top1_min']:g}, near-tie<={CASE['tolerance']['near_tie']:g}",
+        flush=True,
+    )
     got, problem = spawn(failing, args.python, work, args.timeout)
     if got is None:  # a crash or hang needs no reference
         print(f"RESULT: bug present: {failing} {problem}")
@@ -576,8 +645,10 @@ def main() -> int:
     if all(c["passed"] for _, c in checks):
         print(f"RESULT: bug absent: {failing} matches {reference} within the tolerance (vllm {got['versions']['vllm']})")
         return 0
-    print(f"RESULT: bug present: {failing} differs from {reference} (vllm {got['versions']['vllm']}): "
-          + "; ".join(name for name, c in checks if not c["passed"]))
+    print(
+        f"RESULT: bug present: {failing} differs from {reference} (vllm {got['versions']['vllm']}): "
+        + "; ".join(name for name, c in checks if not c["passed"])
+    )
     return 1
 
 

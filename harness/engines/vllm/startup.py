@@ -88,6 +88,7 @@ def _time_steps(cls) -> None:
 def _timed(name: str, method):
     """Record the first call's [start, end]. A super() call inside it records first and is
     then overwritten by the outer call that ends after it; a later call is not recorded."""
+
     @functools.wraps(method)
     def timed(*args, **kwargs):
         if name in TIMELINE:

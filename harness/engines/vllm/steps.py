@@ -31,8 +31,17 @@ DRAFTS: dict[str, int] = {}
 
 def reset() -> None:
     STATS.clear()
-    STATS.update(steps=0, largest_step_tokens=0, smallest_batch=0, largest_batch=0, requests=0,
-                 hit_requests=0, hit_tokens=0, drafts=0, accepted=0)
+    STATS.update(
+        steps=0,
+        largest_step_tokens=0,
+        smallest_batch=0,
+        largest_batch=0,
+        requests=0,
+        hit_requests=0,
+        hit_tokens=0,
+        drafts=0,
+        accepted=0,
+    )
     PROMPT_LEN.clear()
     CHUNKS.clear()
     DRAFTS.clear()
@@ -57,6 +66,7 @@ def install() -> None:
 def _counted(method, before):
     """`method` with `before` called on its argument and its result's accepted drafts
     counted; a count never fails a step (the evidence then says less)."""
+
     @functools.wraps(method)
     def counted(self, arg, *args, **kwargs):
         if before is not None:
@@ -120,5 +130,9 @@ def observe(out) -> None:
 
 def record() -> dict:
     """STATS, with the prefills: how many ran, in how many chunks, how many were split."""
-    return {**STATS, "prefills": len(CHUNKS), "prefill_chunks": sum(CHUNKS.values()),
-            "split_prefills": sum(1 for n in CHUNKS.values() if n > 1)}
+    return {
+        **STATS,
+        "prefills": len(CHUNKS),
+        "prefill_chunks": sum(CHUNKS.values()),
+        "split_prefills": sum(1 for n in CHUNKS.values() if n > 1),
+    }

@@ -43,11 +43,13 @@ from harness.inputs.models.identity import checkpoint_digest
 TINY_BUILDER = Path(__file__).with_name("tiny.py")
 # tiny.py runs as a script (no harness import): the torchvision guard is loaded by its path first
 TORCHVISION_GUARD = Path(__file__).parents[2] / "contract" / "torchvision_guard.py"
-_BUILDER_BOOT = ("import importlib.util, runpy, sys\n"
-                 "spec = importlib.util.spec_from_file_location('torchvision_guard', sys.argv[1])\n"
-                 "guard = importlib.util.module_from_spec(spec); spec.loader.exec_module(guard); guard.install()\n"
-                 "sys.argv = sys.argv[2:]; sys.path.insert(0, sys.argv[0].rpartition('/')[0])\n"
-                 "runpy.run_path(sys.argv[0], run_name='__main__')")
+_BUILDER_BOOT = (
+    "import importlib.util, runpy, sys\n"
+    "spec = importlib.util.spec_from_file_location('torchvision_guard', sys.argv[1])\n"
+    "guard = importlib.util.module_from_spec(spec); spec.loader.exec_module(guard); guard.install()\n"
+    "sys.argv = sys.argv[2:]; sys.path.insert(0, sys.argv[0].rpartition('/')[0])\n"
+    "runpy.run_path(sys.argv[0], run_name='__main__')"
+)
 TINY_BUILDER_FILES = (TINY_BUILDER, *(Path(__file__).with_name(f) for f in ("tiny_mm.py", "tiny_vllm.py")))  # what the build runs
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json")
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json")
@@ -198,8 +200,10 @@ def _zoo(name: str) -> ResolvedModel:
     from harness.inputs import zoo
 
     if not zoo.has_model(name):
-        raise ModelError(f"unknown model '{name}': the zoo has {', '.join(zoo.model_names())}; for any other model "
-                         "write model: {path: DIR}, {hub: ORG/NAME, revision: REV} or {arch: CLASS} (harness/inputs/models)")
+        raise ModelError(
+            f"unknown model '{name}': the zoo has {', '.join(zoo.model_names())}; for any other model "
+            "write model: {path: DIR}, {hub: ORG/NAME, revision: REV} or {arch: CLASS} (harness/inputs/models)"
+        )
     try:
         return ResolvedModel(zoo.model_dir(name), name, zoo.get_recipe(name).sha256)
     except zoo.ModelUnavailable as exc:  # a package's model that does not load
@@ -209,8 +213,10 @@ def _zoo(name: str) -> ResolvedModel:
 def _checkpoint(directory: Path, label: str, what: str) -> ResolvedModel:
     problem = checkpoint_problem(directory)
     if problem:
-        raise ModelError(f"{what}: {directory} is not a checkpoint: {problem}. A checkpoint directory holds "
-                         "config.json, model.safetensors (or its index) and a tokenizer (tokenizer.json).")
+        raise ModelError(
+            f"{what}: {directory} is not a checkpoint: {problem}. A checkpoint directory holds "
+            "config.json, model.safetensors (or its index) and a tokenizer (tokenizer.json)."
+        )
     return ResolvedModel(directory, label, checkpoint_digest(directory))
 
 
@@ -255,17 +261,18 @@ def _tiny_key(ref: ArchModel, python: str) -> str:
 # once per interpreter per harness process, not per scenario
 @functools.cache
 def _library_versions(python: str) -> str:
-    code = ("import importlib.metadata as m\n"
-            f"print(' '.join(f'{{p}}=={{m.version(p)}}' for p in {BUILDER_LIBRARIES!r}))")
+    code = f"import importlib.metadata as m\nprint(' '.join(f'{{p}}=={{m.version(p)}}' for p in {BUILDER_LIBRARIES!r}))"
     try:
         done = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=120)
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise ModelError(f"cannot run the engine's interpreter {python} to build a tiny model ({exc})") from None
     if done.returncode != 0:
         last = (done.stderr.strip().splitlines() or ["no output"])[-1]
-        raise ModelError(f"the engine's interpreter {python} lacks what a tiny model needs "
-                         f"(torch, transformers, tokenizers): {last}; install them there: "
-                         f"`{python} -m pip install '{tested_requirement('transformers')}' tokenizers`")
+        raise ModelError(
+            f"the engine's interpreter {python} lacks what a tiny model needs "
+            f"(torch, transformers, tokenizers): {last}; install them there: "
+            f"`{python} -m pip install '{tested_requirement('transformers')}' tokenizers`"
+        )
     return done.stdout.strip()
 
 
@@ -290,10 +297,33 @@ def _corpus_digest() -> str:
 
 def _run_builder(ref: ArchModel, python: str, target: Path) -> None:
     staging = Path(tempfile.mkdtemp(prefix=f".{ref.arch}-", dir=target.parent))
-    argv = [python, "-c", _BUILDER_BOOT, str(TORCHVISION_GUARD), str(TINY_BUILDER), "--arch", ref.arch, "--seed", str(ref.seed),
-            "--overrides", json.dumps(ref.overrides), "--extra-config", json.dumps(ref.extra_config), "--corpus", str(_corpus()), "--out", str(staging)]
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_HUB_DISABLE_PROGRESS_BARS": "1",
-           "TQDM_DISABLE": "1", "OMP_NUM_THREADS": "1"}
+    argv = [
+        python,
+        "-c",
+        _BUILDER_BOOT,
+        str(TORCHVISION_GUARD),
+        str(TINY_BUILDER),
+        "--arch",
+        ref.arch,
+        "--seed",
+        str(ref.seed),
+        "--overrides",
+        json.dumps(ref.overrides),
+        "--extra-config",
+        json.dumps(ref.extra_config),
+        "--corpus",
+        str(_corpus()),
+        "--out",
+        str(staging),
+    ]
+    env = {
+        **os.environ,
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "HF_HUB_DISABLE_PROGRESS_BARS": "1",
+        "TQDM_DISABLE": "1",
+        "OMP_NUM_THREADS": "1",
+    }
     try:
         done = subprocess.run(argv, capture_output=True, text=True, env=env)
         if done.returncode != 0:
@@ -305,7 +335,7 @@ def _run_builder(ref: ArchModel, python: str, target: Path) -> None:
 
 
 def _builder_error(ref: ArchModel, done: subprocess.CompletedProcess) -> str:
-    said = [ln[len("tiny-model: "):] for ln in done.stderr.splitlines() if ln.startswith("tiny-model: ")]
+    said = [ln[len("tiny-model: ") :] for ln in done.stderr.splitlines() if ln.startswith("tiny-model: ")]
     if said:
         return " ".join(said)
     tail = "\n".join(done.stderr.strip().splitlines()[-15:])

@@ -97,8 +97,10 @@ def model_class(arch: str):
         known = [n for n in dir(transformers) if n.endswith(("ForCausalLM", "ForConditionalGeneration", "LMHeadModel"))]
         close = difflib.get_close_matches(arch, known, n=3)
         hint = f"; did you mean {', '.join(close)}?" if close else ""
-        raise UserError(f"unknown architecture '{arch}': not a model class of transformers "
-                        f"{transformers.__version__} in {sys.executable}{hint}")
+        raise UserError(
+            f"unknown architecture '{arch}': not a model class of transformers "
+            f"{transformers.__version__} in {sys.executable}{hint}"
+        )
     return cls
 
 
@@ -215,13 +217,15 @@ def build_model(arch: str, seed: int, overrides: dict, extra_config: dict | None
         model = cls(config)
     except Exception as exc:
         # the config's own checks: a rejected override or shrink
-        raise UserError(f"{arch} rejects its config ({type(exc).__name__}: {exc}); "
-                        "set the fields it names under `overrides:`") from None
+        raise UserError(
+            f"{arch} rejects its config ({type(exc).__name__}: {exc}); set the fields it names under `overrides:`"
+        ) from None
     return model.eval()
 
 
-def write_tokenizer(corpus: Path, out: Path, named: dict[str, str] | None = None, added: list[str] | None = None,
-                    fields: dict | None = None) -> None:
+def write_tokenizer(
+    corpus: Path, out: Path, named: dict[str, str] | None = None, added: list[str] | None = None, fields: dict | None = None
+) -> None:
     """A byte-level BPE (VOCAB ids) trained on `corpus`, with <s>, </s>, <pad>, then
     the `named` special tokens of a multimodal family (tokenizer.image_token and such)
     and its `added` plain tokens."""
@@ -230,16 +234,25 @@ def write_tokenizer(corpus: Path, out: Path, named: dict[str, str] | None = None
     tokenizer = Tokenizer(models.BPE())
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tokenizer.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=VOCAB - len(added or []), special_tokens=SPECIAL_TOKENS + list(dict.fromkeys((named or {}).values())),
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    trainer = trainers.BpeTrainer(
+        vocab_size=VOCAB - len(added or []),
+        special_tokens=SPECIAL_TOKENS + list(dict.fromkeys((named or {}).values())),
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
     tokenizer.train_from_iterator(corpus.read_text().splitlines(), trainer=trainer)
     if added:
         from tokenizers import AddedToken
 
         tokenizer.add_tokens([AddedToken(t, normalized=False) for t in added])
     tokenizer.save(str(out / "tokenizer.json"))
-    config = {"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "<s>", "eos_token": "</s>",
-              "pad_token": "<pad>", "model_max_length": 2048}
+    config = {
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        "bos_token": "<s>",
+        "eos_token": "</s>",
+        "pad_token": "<pad>",
+        "model_max_length": 2048,
+    }
     if named:
         config["extra_special_tokens"] = named
     config.update(fields or {})
@@ -267,9 +280,13 @@ def main(argv: list[str] | None = None) -> int:
     write_extra_config(args.out, extra)
     multimodal = tiny_mm.is_multimodal(model.config)
     model_type = model.config.model_type
-    write_tokenizer(args.corpus, args.out, tiny_mm.named_tokens(model_type) if multimodal else {},
-                    tiny_mm.added_tokens(model_type) if multimodal else [],
-                    tiny_mm.tokenizer_fields(model_type) if multimodal else {})
+    write_tokenizer(
+        args.corpus,
+        args.out,
+        tiny_mm.named_tokens(model_type) if multimodal else {},
+        tiny_mm.added_tokens(model_type) if multimodal else [],
+        tiny_mm.tokenizer_fields(model_type) if multimodal else {},
+    )
     if multimodal:
         tiny_mm.write_hub_layout(model, args.out)
         tiny_mm.write_weight_folder(model_type, args.out)
@@ -312,8 +329,10 @@ def write_processor(arch: str, config, out: Path) -> None:
         tiny_mm.write_processor(config, tokenizer, out)
     except Exception as exc:
         # the processor's own checks: what the generic sizing got wrong
-        raise UserError(f"{arch}: its processor rejects the tiny model ({type(exc).__name__}: {exc}); "
-                        "set the fields it names under `overrides:`") from None
+        raise UserError(
+            f"{arch}: its processor rejects the tiny model ({type(exc).__name__}: {exc}); "
+            "set the fields it names under `overrides:`"
+        ) from None
 
 
 if __name__ == "__main__":

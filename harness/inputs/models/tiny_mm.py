@@ -25,9 +25,17 @@ from typing import Any
 TOWERS = ("vision_config", "audio_config")
 # Every width of a tower is the text width (tiny.SHRINK_SIZES' hidden_size), so the
 # projector between them needs no per-family rule.
-TOWER_SIZES = {"embed_dim": 128, "out_hidden_size": 128, "projection_dim": 128, "d_model": 128,
-               "encoder_ffn_dim": 256, "output_dim": 128, "vision_output_dim": 128, "projector_input_dim": 128,
-               "projector_output_dim": 128}
+TOWER_SIZES = {
+    "embed_dim": 128,
+    "out_hidden_size": 128,
+    "projection_dim": 128,
+    "d_model": 128,
+    "encoder_ffn_dim": 256,
+    "output_dim": 128,
+    "vision_output_dim": 128,
+    "projector_input_dim": 128,
+    "projector_output_dim": 128,
+}
 # The projector's own widths, in the top config (Command A Vision's alignment MLP)
 PROJECTOR_SIZES = {"alignment_intermediate_size": 256, "projector_hidden_size": 128, "projection_dim": 128}
 TOWER_COUNTS = {"encoder_layers": 2, "encoder_attention_heads": 4, "num_mel_bins": 128}
@@ -84,40 +92,70 @@ class Family:
 
 
 # Pieces several families share
-_QWEN_VL = {"image_token": "<|image_pad|>", "video_token": "<|video_pad|>",
-            "vision_start_token": "<|vision_start|>", "vision_end_token": "<|vision_end|>"}
+_QWEN_VL = {
+    "image_token": "<|image_pad|>",
+    "video_token": "<|video_pad|>",
+    "vision_start_token": "<|vision_start|>",
+    "vision_end_token": "<|vision_end|>",
+}
 _QWEN_MARKS = {"image": "<|vision_start|><|image_pad|><|vision_end|>", "video": "<|vision_start|><|video_pad|><|vision_end|>"}
 _QWEN2_MROPE: dict[str, Any] = {"mrope_section": [16, 24, 24]}
 _QWEN3_MROPE: dict[str, Any] = {"mrope_section": [24, 20, 20], "mrope_interleaved": True}
 _QWEN35_MROPE: dict[str, Any] = {"mrope_section": [11, 11, 10], "mrope_interleaved": True, "partial_rotary_factor": 0.25}
-_GLM = {"image_token": "<|image|>", "video_token": "<|video|>", "image_start_token": "<|begin_of_image|>",
-        "image_end_token": "<|end_of_image|>", "video_start_token": "<|begin_of_video|>", "video_end_token": "<|end_of_video|>"}
+_GLM = {
+    "image_token": "<|image|>",
+    "video_token": "<|video|>",
+    "image_start_token": "<|begin_of_image|>",
+    "image_end_token": "<|end_of_image|>",
+    "video_start_token": "<|begin_of_video|>",
+    "video_end_token": "<|end_of_video|>",
+}
 _GLM_MARKS = {"image": "<|begin_of_image|><|image|><|end_of_image|>", "video": "<|begin_of_video|><|video|><|end_of_video|>"}
 # Idefics3 / SmolVLM: a tile's position is a token of its own (up to 6 x 6 tiles)
-_IDEFICS3 = Family(named_tokens={
-    "fake_image_token": "<fake_token_around_image>", "image_token": "<image>", "video_token": "<video>",
-    "end_of_utterance_token": "<end_of_utterance>", "global_image_token": "<global-img>",
-    **{f"row_{r}_col_{c}_token": f"<row_{r}_col_{c}>" for r in range(1, 7) for c in range(1, 7)}})
+_IDEFICS3 = Family(
+    named_tokens={
+        "fake_image_token": "<fake_token_around_image>",
+        "image_token": "<image>",
+        "video_token": "<video>",
+        "end_of_utterance_token": "<end_of_utterance>",
+        "global_image_token": "<global-img>",
+        **{f"row_{r}_col_{c}_token": f"<row_{r}_col_{c}>" for r in range(1, 7) for c in range(1, 7)},
+    }
+)
 # MiniCPM-V 4.6 / 4.7: its processor reads all of them from the tokenizer; vLLM's spells them out
-_MINICPMV = {"image_token": "<|image_pad|>", "video_token": "<|video_pad|>", "image_start_token": "<image>",
-             "image_end_token": "</image>", "slice_start_token": "<slice>", "slice_end_token": "</slice>",
-             "image_id_start_token": "<image_id>", "image_id_end_token": "</image_id>"}
+_MINICPMV = {
+    "image_token": "<|image_pad|>",
+    "video_token": "<|video_pad|>",
+    "image_start_token": "<image>",
+    "image_end_token": "</image>",
+    "slice_start_token": "<slice>",
+    "slice_end_token": "</slice>",
+    "image_id_start_token": "<image_id>",
+    "image_id_end_token": "</image_id>",
+}
 _QWEN2_VL = Family(named_tokens=_QWEN_VL, prompt_marks=_QWEN_MARKS, mrope=_QWEN2_MROPE)
 _QWEN3_VL = Family(named_tokens=_QWEN_VL, prompt_marks=_QWEN_MARKS, mrope=_QWEN3_MROPE)
 _QWEN3_5 = Family(named_tokens=_QWEN_VL, prompt_marks=_QWEN_MARKS, mrope=_QWEN35_MROPE)
 _GLM4V = Family(
-    named_tokens=_GLM, prompt_marks=_GLM_MARKS,
+    named_tokens=_GLM,
+    prompt_marks=_GLM_MARKS,
     # GLM-4.1V / 4.5V rotate half of each head (vLLM assumes it; their config.json files say it)
-    mrope={"mrope_section": [8, 12, 12], "partial_rotary_factor": 0.5})
+    mrope={"mrope_section": [8, 12, 12], "partial_rotary_factor": 0.5},
+)
 
 # Every multimodal family that needs more than the generic builder, by model_type: adding
 # a family is adding its entry here.
 FAMILIES: dict[str, Family] = {
-    "qwen2_vl": _QWEN2_VL, "qwen2_5_vl": _QWEN2_VL,
-    "qwen3_vl": _QWEN3_VL, "qwen3_vl_moe": _QWEN3_VL,
-    "qwen3_5": _QWEN3_5, "qwen3_5_moe": _QWEN3_5,
+    "qwen2_vl": _QWEN2_VL,
+    "qwen2_5_vl": _QWEN2_VL,
+    "qwen3_vl": _QWEN3_VL,
+    "qwen3_vl_moe": _QWEN3_VL,
+    "qwen3_5": _QWEN3_5,
+    "qwen3_5_moe": _QWEN3_5,
     "cosmos3_edge": Family(
-        named_tokens=_QWEN_VL, prompt_marks=_QWEN_MARKS, mrope=_QWEN3_MROPE,
+        named_tokens=_QWEN_VL,
+        prompt_marks=_QWEN_MARKS,
+        mrope=_QWEN3_MROPE,
         # its transformers model refuses image inputs without mm_token_type_ids, which its
         # processor, unlike Qwen2-VL's, returns only when asked; a processor's text defaults
         # are read from its tokenizer's init kwargs (processing_utils.py _merge_kwargs)
@@ -127,79 +165,139 @@ FAMILIES: dict[str, Family] = {
         weight_folder="transformer",
         # transformers' `.mlp.up_proj.` -> `.mlp.fc1.` is meant for the text layers, and its
         # SigLIP2 tower, published (and read by vLLM) as `fc1` / `fc2`, is saved as up / down_proj
-        saved_renames=[(r"^(model\.visual\..*\.mlp\.)up_proj\.", r"\1fc1."),
-                       (r"^(model\.visual\..*\.mlp\.)down_proj\.", r"\1fc2.")]),
+        saved_renames=[
+            (r"^(model\.visual\..*\.mlp\.)up_proj\.", r"\1fc1."),
+            (r"^(model\.visual\..*\.mlp\.)down_proj\.", r"\1fc2."),
+        ],
+    ),
     "minicpmv4_6": Family(named_tokens=_MINICPMV),
     "minicpmv4_7": Family(
-        named_tokens=_MINICPMV, mrope=_QWEN35_MROPE,
+        named_tokens=_MINICPMV,
+        mrope=_QWEN35_MROPE,
         # its canvas rope markers, which its transformers model reads from config.json and vLLM too
-        config_token_ids={"image_start_id": "<image>", "image_end_id": "</image>", "slice_start_id": "<slice>",
-                          "slice_end_id": "</slice>", "newline_id": "\n"}),
+        config_token_ids={
+            "image_start_id": "<image>",
+            "image_end_id": "</image>",
+            "slice_start_id": "<slice>",
+            "slice_end_id": "</slice>",
+            "newline_id": "\n",
+        },
+    ),
     "exaone4_5": Family(
-        named_tokens={"image_token": "<|image_pad|>", "video_token": "<|video_pad|>", "vision_start_token": "<vision>",
-                      "vision_end_token": "</vision>"},
-        prompt_marks={"image": "<vision><|image_pad|></vision>", "video": "<vision><|video_pad|></vision>"}),
+        named_tokens={
+            "image_token": "<|image_pad|>",
+            "video_token": "<|video_pad|>",
+            "vision_start_token": "<vision>",
+            "vision_end_token": "</vision>",
+        },
+        prompt_marks={"image": "<vision><|image_pad|></vision>", "video": "<vision><|video_pad|></vision>"},
+    ),
     "paddleocr_vl": Family(
-        named_tokens={"image_token": "<|IMAGE_PLACEHOLDER|>", "image_start_token": "<|IMAGE_START|>",
-                      "image_end_token": "<|IMAGE_END|>"},
+        named_tokens={
+            "image_token": "<|IMAGE_PLACEHOLDER|>",
+            "image_start_token": "<|IMAGE_START|>",
+            "image_end_token": "<|IMAGE_END|>",
+        },
         prompt_marks={"image": "<|IMAGE_START|><|IMAGE_PLACEHOLDER|><|IMAGE_END|>"},
-        mrope=_QWEN2_MROPE),
+        mrope=_QWEN2_MROPE,
+    ),
     "gemma3": Family(
         named_tokens={"image_token": "<image_soft_token>", "boi_token": "<start_of_image>", "eoi_token": "<end_of_image>"},
         # Gemma's SentencePiece vocabulary has runs of newlines as single tokens, and vLLM's
         # Gemma 3 processor merges the newlines around an image into them (gemma3_mm.py)
         added_tokens=["\n", "\n\n", "\n\n\n", "\n\n\n\n"],
-        prompt_marks={"image": "<start_of_image>"}),
+        prompt_marks={"image": "<start_of_image>"},
+    ),
     "paligemma": Family(
         named_tokens={"image_token": "<image>"},
         added_tokens=["\n"],
         tokenizer_fields={"add_bos_token": True},
         # its processor inserts the image tokens itself, before the text
-        prompt_marks={"image": ""}),
+        prompt_marks={"image": ""},
+    ),
     "qwen2_audio": Family(
         named_tokens={"audio_token": "<|AUDIO|>", "audio_bos_token": "<|audio_bos|>", "audio_eos_token": "<|audio_eos|>"},
-        prompt_marks={"audio": "<|audio_bos|><|AUDIO|><|audio_eos|>"}),  # vLLM adds "Audio 1: " before it, as text
+        prompt_marks={"audio": "<|audio_bos|><|AUDIO|><|audio_eos|>"},
+    ),  # vLLM adds "Audio 1: " before it, as text
     "qwen3_asr": Family(
-        named_tokens={"audio_token": "<|audio_pad|>", "audio_bos_token": "<|audio_start|>",
-                      "audio_eos_token": "<|audio_end|>"},
-        prompt_marks={"audio": "<|audio_start|><|audio_pad|><|audio_end|>"}),  # vLLM's get_placeholder_str
+        named_tokens={"audio_token": "<|audio_pad|>", "audio_bos_token": "<|audio_start|>", "audio_eos_token": "<|audio_end|>"},
+        prompt_marks={"audio": "<|audio_start|><|audio_pad|><|audio_end|>"},
+    ),  # vLLM's get_placeholder_str
     "glmasr": Family(
         named_tokens={"audio_token": "<|pad|>", "audio_bos_token": "<|begin_of_audio|>", "audio_eos_token": "<|end_of_audio|>"},
-        prompt_marks={"audio": "<|begin_of_audio|><|pad|><|end_of_audio|>"}),
-    "glm4v": _GLM4V, "glm4v_moe": _GLM4V,
+        prompt_marks={"audio": "<|begin_of_audio|><|pad|><|end_of_audio|>"},
+    ),
+    "glm4v": _GLM4V,
+    "glm4v_moe": _GLM4V,
     "glm5_next": Family(named_tokens=_GLM, prompt_marks=_GLM_MARKS),
-    "idefics3": _IDEFICS3, "smolvlm": _IDEFICS3,
-    "lfm2_vl": Family(named_tokens={
-        "image_token": "<image>", "image_start_token": "<|image_start|>", "image_end_token": "<|image_end|>",
-        "image_thumbnail_token": "<|img_thumbnail|>",
-        **{f"img_row_{r}_col_{c}_token": f"<|img_row_{r}_col_{c}|>" for r in range(1, 7) for c in range(1, 7)}}),
+    "idefics3": _IDEFICS3,
+    "smolvlm": _IDEFICS3,
+    "lfm2_vl": Family(
+        named_tokens={
+            "image_token": "<image>",
+            "image_start_token": "<|image_start|>",
+            "image_end_token": "<|image_end|>",
+            "image_thumbnail_token": "<|img_thumbnail|>",
+            **{f"img_row_{r}_col_{c}_token": f"<|img_row_{r}_col_{c}|>" for r in range(1, 7) for c in range(1, 7)},
+        }
+    ),
     "aria": Family(
         named_tokens={"image_token": "<|img|>", "fim_prefix_token": "<|fim_prefix|>", "fim_suffix_token": "<|fim_suffix|>"},
-        prompt_marks={"image": "<|fim_prefix|><|img|><|fim_suffix|>"}),
-    "cohere2_vision": Family(named_tokens={
-        "image_token": "<|IMG_PATCH|>", "boi_token": "<|START_OF_IMG|>", "eoi_token": "<|END_OF_IMG|>",
-        "img_line_break_token": "<|IMG_LINE_BREAK|>"}),
+        prompt_marks={"image": "<|fim_prefix|><|img|><|fim_suffix|>"},
+    ),
+    "cohere2_vision": Family(
+        named_tokens={
+            "image_token": "<|IMG_PATCH|>",
+            "boi_token": "<|START_OF_IMG|>",
+            "eoi_token": "<|END_OF_IMG|>",
+            "img_line_break_token": "<|IMG_LINE_BREAK|>",
+        }
+    ),
     "step3p7": Family(
         # its processor and vLLM's (transformers_utils/processors/step3_vl.py) spell these out
-        named_tokens={"image_token": "<im_patch>", "image_start_token": "<im_start>", "image_end_token": "<im_end>",
-                      "patch_start_token": "<patch_start>", "patch_end_token": "<patch_end>",
-                      "patch_newline_token": "<patch_newline>"},
+        named_tokens={
+            "image_token": "<im_patch>",
+            "image_start_token": "<im_start>",
+            "image_end_token": "<im_end>",
+            "patch_start_token": "<patch_start>",
+            "patch_end_token": "<patch_end>",
+            "patch_newline_token": "<patch_newline>",
+        },
         # its `patch_size` is the side of its local crops (504 pixels = 36 ViT patches, beside a
         # 728-pixel global view), not the ViT's patch; the tiny crops are as large as the tiny global view
-        part_fields={"patch_size": "image_size"}),
-    "muse_glimmer": Family(named_tokens={  # vLLM's processor's
-        "image_token": "<|patch|>", "image_start_token": "<|image_start|>", "image_end_token": "<|image_end|>",
-        "video_token": "<|video|>", "video_sep_token": "<|vid_frame_separator|>", "video_start_token": "<|vid_start|>",
-        "video_end_token": "<|vid_end|>", "image_sentinel_token": "<|image|>"}),
+        part_fields={"patch_size": "image_size"},
+    ),
+    "muse_glimmer": Family(
+        named_tokens={  # vLLM's processor's
+            "image_token": "<|patch|>",
+            "image_start_token": "<|image_start|>",
+            "image_end_token": "<|image_end|>",
+            "video_token": "<|video|>",
+            "video_sep_token": "<|vid_frame_separator|>",
+            "video_start_token": "<|vid_start|>",
+            "video_end_token": "<|vid_end|>",
+            "image_sentinel_token": "<|image|>",
+        }
+    ),
     "minimax_m3_vl": Family(
-        named_tokens={"image_token": "]<]image[>[", "video_token": "]<]video[>[", "vision_start_token": "]<]start of image[>[",
-                      "vision_end_token": "]<]end of image[>["},
+        named_tokens={
+            "image_token": "]<]image[>[",
+            "video_token": "]<]video[>[",
+            "vision_start_token": "]<]start of image[>[",
+            "vision_end_token": "]<]end of image[>[",
+        },
         # transformers' `.block_sparse_moe.` -> `.mlp.` is meant for the MoE layers, and its vision
         # tower's `mlp.fc1` is saved as `block_sparse_moe.fc1`
-        saved_renames=[(r"^(vision_tower\..*\.)block_sparse_moe\.", r"\1mlp.")]),
+        saved_renames=[(r"^(vision_tower\..*\.)block_sparse_moe\.", r"\1mlp.")],
+    ),
     "qianfan_ocr": Family(
-        named_tokens={"start_image_token": "<img>", "end_image_token": "</img>", "context_image_token": "<IMG_CONTEXT>",
-                      "image_token": "<IMG_CONTEXT>", "image_placeholder_token": "<image>"},
+        named_tokens={
+            "start_image_token": "<img>",
+            "end_image_token": "</img>",
+            "context_image_token": "<IMG_CONTEXT>",
+            "image_token": "<IMG_CONTEXT>",
+            "image_placeholder_token": "<image>",
+        },
         prompt_marks={"image": "<image>"},  # its processor's image_placeholder_token
         # its GotOcr2 image processor defaults to CLIP's normalization, its checkpoints (and
         # vLLM's InternVL processor, processors/internvl.py) use ImageNet's
@@ -208,14 +306,26 @@ FAMILIES: dict[str, Family] = {
         # (transformers_utils/configs/qianfan_ocr.py) and divides as ints (qianfan_ocr.py:50)
         square_as_int={"vision_config": ("image_size", "patch_size")},
         # transformers' InternViT `encoder.layers.` -> `layers.`, undone on its Qwen3 decoder too
-        saved_renames=[(r"^(language_model\.model\.)encoder\.layers\.", r"\1layers.")]),
+        saved_renames=[(r"^(language_model\.model\.)encoder\.layers\.", r"\1layers.")],
+    ),
     "cohere_compass": Family(
-        named_tokens={"image_token": "<|IMAGE_PAD|>", "video_token": "<|VIDEO_PAD|>", "vision_start_token": "<|VISION_START|>",
-                      "vision_end_token": "<|VISION_END|>"},
-        prompt_marks={"image": "<|VISION_START|><|IMAGE_PAD|><|VISION_END|>"}),
-    "internvl": Family(named_tokens={
-        "start_image_token": "<img>", "end_image_token": "</img>", "context_image_token": "<IMG_CONTEXT>",
-        "image_token": "<IMG_CONTEXT>", "video_token": "<video>"}),
+        named_tokens={
+            "image_token": "<|IMAGE_PAD|>",
+            "video_token": "<|VIDEO_PAD|>",
+            "vision_start_token": "<|VISION_START|>",
+            "vision_end_token": "<|VISION_END|>",
+        },
+        prompt_marks={"image": "<|VISION_START|><|IMAGE_PAD|><|VISION_END|>"},
+    ),
+    "internvl": Family(
+        named_tokens={
+            "start_image_token": "<img>",
+            "end_image_token": "</img>",
+            "context_image_token": "<IMG_CONTEXT>",
+            "image_token": "<IMG_CONTEXT>",
+            "video_token": "<video>",
+        }
+    ),
     # its config class with no arguments makes the text config a LlamaConfig
     # (configuration_granite4_vision.py), whose model lacks Granite's multipliers
     "granite4_vision": Family(sub_config_types={"text_config": "granite4_vision_text"}),
@@ -404,9 +514,11 @@ def build_processor(config, tokenizer):
     home = cls.__module__.split(".")[-2]
     accepts = inspect.signature(cls.__init__).parameters
     parts = {}
-    for part, mapping in (("image_processor", image_processing_auto.IMAGE_PROCESSOR_MAPPING_NAMES),
-                          ("video_processor", video_processing_auto.VIDEO_PROCESSOR_MAPPING_NAMES),
-                          ("feature_extractor", feature_extraction_auto.FEATURE_EXTRACTOR_MAPPING_NAMES)):
+    for part, mapping in (
+        ("image_processor", image_processing_auto.IMAGE_PROCESSOR_MAPPING_NAMES),
+        ("video_processor", video_processing_auto.VIDEO_PROCESSOR_MAPPING_NAMES),
+        ("feature_extractor", feature_extraction_auto.FEATURE_EXTRACTOR_MAPPING_NAMES),
+    ):
         part_name = _class_name(mapping, config.model_type) or _class_name(mapping, home)
         if part_name and part in accepts:
             parts[part] = _sized(getattr(transformers, part_name)(), config)
@@ -426,9 +538,11 @@ def _sized(part, config):
     vision = getattr(config, "vision_config", None)
     if vision is None:
         return part
-    wanted = {"patch_size": _side(getattr(vision, "patch_size", None)),
-              "merge_size": getattr(vision, "spatial_merge_size", None),
-              "temporal_patch_size": getattr(vision, "temporal_patch_size", None)}
+    wanted = {
+        "patch_size": _side(getattr(vision, "patch_size", None)),
+        "merge_size": getattr(vision, "spatial_merge_size", None),
+        "temporal_patch_size": getattr(vision, "temporal_patch_size", None),
+    }
     kwargs: dict[str, Any] = {k: v for k, v in wanted.items() if isinstance(v, int) and isinstance(getattr(part, k, None), int)}
     for field, source in family(config.model_type).part_fields.items():
         if hasattr(part, field):
@@ -464,16 +578,18 @@ def _processor_kwargs(config) -> dict:
     vision = getattr(config, "vision_config", None)
     patches = _patches(vision)
     scale = getattr(config, "scale_factor", None)
-    found = {"patch_size": _side(getattr(vision, "patch_size", None)),
-             "vision_feature_select_strategy": getattr(config, "vision_feature_select_strategy", None),
-             "spatial_merge_size": getattr(config, "spatial_merge_size", None),  # Mistral 3's patch merger
-             "downsample_rate": getattr(config, "downsample_rate", None),  # Granite 4 Vision's Q-Former windows
-             "image_seq_length": getattr(config, "mm_tokens_per_image", None) or getattr(config, "image_seq_length", None),
-             "num_image_tokens": patches,
-             # Idefics3 / SmolVLM: a tile's patches after the pixel shuffle of scale_factor
-             "image_seq_len": patches // scale**2 if patches and isinstance(scale, int) else None,
-             # a CLIP tower's class token counts in the features (LLaVA's `default` strategy drops it again)
-             "num_additional_image_tokens": 1 if getattr(vision, "model_type", "") == "clip_vision_model" else None}
+    found = {
+        "patch_size": _side(getattr(vision, "patch_size", None)),
+        "vision_feature_select_strategy": getattr(config, "vision_feature_select_strategy", None),
+        "spatial_merge_size": getattr(config, "spatial_merge_size", None),  # Mistral 3's patch merger
+        "downsample_rate": getattr(config, "downsample_rate", None),  # Granite 4 Vision's Q-Former windows
+        "image_seq_length": getattr(config, "mm_tokens_per_image", None) or getattr(config, "image_seq_length", None),
+        "num_image_tokens": patches,
+        # Idefics3 / SmolVLM: a tile's patches after the pixel shuffle of scale_factor
+        "image_seq_len": patches // scale**2 if patches and isinstance(scale, int) else None,
+        # a CLIP tower's class token counts in the features (LLaVA's `default` strategy drops it again)
+        "num_additional_image_tokens": 1 if getattr(vision, "model_type", "") == "clip_vision_model" else None,
+    }
     return {k: v for k, v in found.items() if v is not None}
 
 
@@ -500,8 +616,10 @@ def check_marks(marks: dict[str, str], tokenizer, model_type: str) -> None:
     for modality, mark in marks.items():
         ids = tokenizer(mark, add_special_tokens=False)["input_ids"]
         if any(i not in special for i in ids):
-            raise LookupError(f"the {modality} mark {mark!r} of model_type '{model_type}' is not made of the tokenizer's "
-                              "special tokens: name its tokens in its harness/inputs/models/tiny_mm.py FAMILIES entry (named_tokens)")
+            raise LookupError(
+                f"the {modality} mark {mark!r} of model_type '{model_type}' is not made of the tokenizer's "
+                "special tokens: name its tokens in its harness/inputs/models/tiny_mm.py FAMILIES entry (named_tokens)"
+            )
 
 
 def chat_template(marks: dict[str, str]) -> str:
@@ -509,9 +627,11 @@ def chat_template(marks: dict[str, str]) -> str:
     it is, an image / video / audio item as its placeholder. BOS first, no role markers
     (the tiny vocabulary has none)."""
     branches = "".join(f"{{% elif item['type'] == '{m}' %}}{text}" for m, text in sorted(marks.items()))
-    return ("{{ bos_token }}{% for message in messages %}{% if message['content'] is string %}{{ message['content'] }}"
-            "{% else %}{% for item in message['content'] %}{% if item['type'] == 'text' %}{{ item['text'] }}"
-            f"{branches}{{% endif %}}{{% endfor %}}{{% endif %}}{{% endfor %}}")
+    return (
+        "{{ bos_token }}{% for message in messages %}{% if message['content'] is string %}{{ message['content'] }}"
+        "{% else %}{% for item in message['content'] %}{% if item['type'] == 'text' %}{{ item['text'] }}"
+        f"{branches}{{% endif %}}{{% endfor %}}{{% endif %}}{{% endfor %}}"
+    )
 
 
 def write_processor(config, tokenizer, out: Path) -> None:
@@ -604,15 +724,17 @@ def write_hub_layout(model, out: Path) -> None:
         for pattern, (dim0, dim1) in transposes:
             if re.search(pattern, key):
                 if tensor.shape[dim0] == tensor.shape[dim1]:
-                    raise LookupError(f"{key} is square {tuple(tensor.shape)}: its layout cannot be told apart from "
-                                      "transformers' own; give the experts an intermediate size with 2 x it != hidden_size")
+                    raise LookupError(
+                        f"{key} is square {tuple(tensor.shape)}: its layout cannot be told apart from "
+                        "transformers' own; give the experts an intermediate size with 2 x it != hidden_size"
+                    )
                 tensor = tensor.transpose(dim0, dim1).contiguous()
         if doubled:
             key = _DOUBLED.sub(r"\1model.", key)
         for tower_keys, level in renames:
             prefix = _saved_prefix(key, tower_keys)
             if prefix is not None:
-                key = f"{prefix}{level}.{key[len(prefix):]}"
+                key = f"{prefix}{level}.{key[len(prefix) :]}"
                 break
         for pattern, published in undone:
             key = re.sub(pattern, published, key)

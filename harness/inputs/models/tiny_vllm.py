@@ -47,22 +47,41 @@ def step3_text(config) -> Shapes:
     [experts, inter, hidden]: the expert_params_mapping) beside a shared expert."""
     h, v = config.hidden_size, config.vocab_size
     q, d, heads = config.share_q_dim, config.head_dim, config.num_attention_heads
-    e, moe, shared, dense = config.moe_num_experts, config.moe_intermediate_size, config.share_expert_dim, config.intermediate_size
+    e, moe, shared, dense = (
+        config.moe_num_experts,
+        config.moe_intermediate_size,
+        config.share_expert_dim,
+        config.intermediate_size,
+    )
     shapes: Shapes = {"model.embed_tokens.weight": (v, h)}
     for i in range(config.num_hidden_layers):
         p = f"model.layers.{i}."
-        shapes |= {p + "input_layernorm.weight": (h,), p + "post_attention_layernorm.weight": (h,),
-                   p + "self_attn.q_proj.weight": (q, h), p + "self_attn.k_proj.weight": (d, h),
-                   p + "self_attn.v_proj.weight": (d, h), p + "self_attn.inter_norm.weight": (q,),
-                   p + "self_attn.wq.weight": (heads * d, q), p + "self_attn.o_proj.weight": (h, heads * d)}
+        shapes |= {
+            p + "input_layernorm.weight": (h,),
+            p + "post_attention_layernorm.weight": (h,),
+            p + "self_attn.q_proj.weight": (q, h),
+            p + "self_attn.k_proj.weight": (d, h),
+            p + "self_attn.v_proj.weight": (d, h),
+            p + "self_attn.inter_norm.weight": (q,),
+            p + "self_attn.wq.weight": (heads * d, q),
+            p + "self_attn.o_proj.weight": (h, heads * d),
+        }
         if i in _moe_layers(config):
-            shapes |= {p + "moe.gate.weight": (e, h), p + "moe.gate_proj.weight": (e, moe, h),
-                       p + "moe.up_proj.weight": (e, moe, h), p + "moe.down_proj.weight": (e, h, moe),
-                       p + "share_expert.gate_proj.weight": (shared, h), p + "share_expert.up_proj.weight": (shared, h),
-                       p + "share_expert.down_proj.weight": (h, shared)}
+            shapes |= {
+                p + "moe.gate.weight": (e, h),
+                p + "moe.gate_proj.weight": (e, moe, h),
+                p + "moe.up_proj.weight": (e, moe, h),
+                p + "moe.down_proj.weight": (e, h, moe),
+                p + "share_expert.gate_proj.weight": (shared, h),
+                p + "share_expert.up_proj.weight": (shared, h),
+                p + "share_expert.down_proj.weight": (h, shared),
+            }
         else:
-            shapes |= {p + "mlp.gate_proj.weight": (dense, h), p + "mlp.up_proj.weight": (dense, h),
-                       p + "mlp.down_proj.weight": (h, dense)}
+            shapes |= {
+                p + "mlp.gate_proj.weight": (dense, h),
+                p + "mlp.up_proj.weight": (dense, h),
+                p + "mlp.down_proj.weight": (h, dense),
+            }
     return shapes | {"model.norm.weight": (h,), "lm_head.weight": (v, h)}
 
 

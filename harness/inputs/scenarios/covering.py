@@ -62,12 +62,14 @@ def constraints(suite: SuiteFile, rules: tuple[Rule, ...]) -> list[Constraint]:
 def _keeps(rule: Rule) -> Callable[[dict], bool]:
     def allows(row: dict) -> bool:
         return not rule.broken(filled(row))
+
     return allows
 
 
 def _outside(selector: dict) -> Callable[[dict], bool]:
     def allows(row: dict) -> bool:
         return not all(same_value(row[k], v) for k, v in selector.items())
+
     return allows
 
 
@@ -83,8 +85,10 @@ def locked_rows(suite: SuiteFile, source: Path) -> list[dict]:
     try:
         rows = json.loads(path.read_text())["rows"]
     except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise ScenarioError(f"{path}: not a covering-array lock file ({exc}); delete it, then "
-                            f"`harness list --coverage --lock {suite.suite}` writes it again") from None
+        raise ScenarioError(
+            f"{path}: not a covering-array lock file ({exc}); delete it, then "
+            f"`harness list --coverage --lock {suite.suite}` writes it again"
+        ) from None
     axes, kept = list(suite.matrix), []
     for row in rows:
         if not isinstance(row, dict) or set(row) - set(axes):
@@ -99,8 +103,9 @@ def locked_rows(suite: SuiteFile, source: Path) -> list[dict]:
 
 def write_lock(suite: SuiteFile, source: Path, rows: list[dict]) -> Path:
     path = lock_path(source)
-    head = json.dumps({"suite": suite.suite, "note": "rows of the covering array, kept so their ids stay "
-                       "(harness list --coverage --lock)"})[:-1]
+    head = json.dumps(
+        {"suite": suite.suite, "note": "rows of the covering array, kept so their ids stay (harness list --coverage --lock)"}
+    )[:-1]
     text = head + ', "rows": [\n' + ",\n".join(" " + json.dumps(r) for r in rows) + "\n]}"  # a row a line: diffs read
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(text + "\n")
@@ -136,6 +141,7 @@ def _index(values: list, value: object) -> int:
 
 # ---- what a set of settings covers -----------------------------------------------------
 
+
 @dataclass
 class Coverage:
     """The t-way combinations a suite asks for, and what became of each."""
@@ -170,8 +176,7 @@ def coverage(suite: SuiteFile, rows: list[dict], rules: tuple[Rule, ...], streng
     """Which of the required combinations some row holds, which a constraint forbids (named),
     and which are feasible but not run."""
     checks = constraints(suite, rules)
-    held = {tuple(sorted((k, json.dumps(v)) for k, v in combo)) for row in rows
-            for combo in _combos_of(row, suite, strength)}
+    held = {tuple(sorted((k, json.dumps(v)) for k, v in combo)) for row in rows for combo in _combos_of(row, suite, strength)}
     required = covered = 0
     excluded: dict[str, list[str]] = {}
     missed = []
@@ -222,8 +227,12 @@ def _spell(value: object) -> str:
     return str(value).lower() if isinstance(value, bool) else str(value)
 
 
-def joint_coverage(parts: list[tuple[SuiteFile, list[dict], tuple[Rule, ...]]], strength: int,
-                   limits: dict[str, tuple[tuple, str]] | None = None, declared: dict[str, tuple] | None = None) -> Coverage:
+def joint_coverage(
+    parts: list[tuple[SuiteFile, list[dict], tuple[Rule, ...]]],
+    strength: int,
+    limits: dict[str, tuple[tuple, str]] | None = None,
+    declared: dict[str, tuple] | None = None,
+) -> Coverage:
     """Every `strength`-way combination of axis values (the arch aside) over several suites'
     rows together, as the suites split the axes between them (vllm-features the scheduler
     features, vllm-moe expert and data parallelism): an axis a suite leaves out is at its
@@ -240,8 +249,12 @@ def joint_coverage(parts: list[tuple[SuiteFile, list[dict], tuple[Rule, ...]]], 
             for v in suite.matrix.get(a, [_fixed(suite, a)]):
                 if not any(same_value(v, w) for w in domain[a]):
                     domain[a].append(v)
-    held = {_key(combo) for suite, rows, _ in parts for row in rows
-            for combo in itertools.combinations([(a, row.get(a, _fixed(suite, a))) for a in axes], strength)}
+    held = {
+        _key(combo)
+        for suite, rows, _ in parts
+        for row in rows
+        for combo in itertools.combinations([(a, row.get(a, _fixed(suite, a))) for a in axes], strength)
+    }
     checks = [(suite, constraints(suite, rules)) for suite, _, rules in parts]
     required = covered = 0
     excluded: dict[str, list[str]] = {}

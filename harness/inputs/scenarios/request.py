@@ -67,73 +67,135 @@ def option_of(f: dataclasses.Field) -> Option:
 class RunConfig:
     # which scenarios
     ids: tuple[str, ...] = _option((), flag="ids", repeat=True, help="ids or glob patterns, or suite names")
-    gate: str | None = _option(None, flag="--gate",
-                               help="only scenarios of this gate (pr, nightly, vllm, or one a scenario file defines)")
+    gate: str | None = _option(
+        None, flag="--gate", help="only scenarios of this gate (pr, nightly, vllm, or one a scenario file defines)"
+    )
     # how each runs
-    timeout_s: float | None = _option(None, flag="--timeout", value="seconds", pytest="--harness-timeout", api=True,
-                                      help="per-scenario timeout in seconds (overrides the scenario file)",
-                                      pytest_help="per-scenario timeout in seconds")
-    faults: tuple[str, ...] = _option((), flag="--fault", repeat=True, pytest="--harness-fault", api=True,
-                                      help="switch on an engine fault (repeatable)")
-    env: tuple[tuple[str, str], ...] = _option((), flag="--env", value="env", repeat=True, api=True,
-                                               help="KEY=VALUE for every rank (repeatable)")
-    device: str = _option("cpu", flag="--device", choices=("cpu", "cuda"), api=True, cli_default=DEVICE.text,
-                          help=f"where the ranks run (default: ${DEVICE.name}, else cpu)")
+    timeout_s: float | None = _option(
+        None,
+        flag="--timeout",
+        value="seconds",
+        pytest="--harness-timeout",
+        api=True,
+        help="per-scenario timeout in seconds (overrides the scenario file)",
+        pytest_help="per-scenario timeout in seconds",
+    )
+    faults: tuple[str, ...] = _option(
+        (), flag="--fault", repeat=True, pytest="--harness-fault", api=True, help="switch on an engine fault (repeatable)"
+    )
+    env: tuple[tuple[str, str], ...] = _option(
+        (), flag="--env", value="env", repeat=True, api=True, help="KEY=VALUE for every rank (repeatable)"
+    )
+    device: str = _option(
+        "cpu",
+        flag="--device",
+        choices=("cpu", "cuda"),
+        api=True,
+        cli_default=DEVICE.text,
+        help=f"where the ranks run (default: ${DEVICE.name}, else cpu)",
+    )
     # where it is written
-    report_dir: Path | None = _option(None, flag="--report-dir", value="path", pytest="--harness-report-dir", api=True,
-                                      cli_default=reports_dir,
-                                      help="where runs are written (default: $HARNESS_REPORTS_DIR, else the project's reports/)",
-                                      pytest_help="where the run directory goes (default: reports/)")
+    report_dir: Path | None = _option(
+        None,
+        flag="--report-dir",
+        value="path",
+        pytest="--harness-report-dir",
+        api=True,
+        cli_default=reports_dir,
+        help="where runs are written (default: $HARNESS_REPORTS_DIR, else the project's reports/)",
+        pytest_help="where the run directory goes (default: reports/)",
+    )
     run_id: str | None = _option(None, flag="--run-id", value="run-id", help="name of the run directory (default: time and gate)")
-    history: Path | None = _option(None, flag="--history", value="path",
-                                   help="history store (default: $HARNESS_HISTORY_DIR or <report-dir>/history)")
+    history: Path | None = _option(
+        None, flag="--history", value="path", help="history store (default: $HARNESS_HISTORY_DIR or <report-dir>/history)"
+    )
     # where it runs
-    jobs: int | None = _option(None, flag="--jobs", value="count",
-                               help="scenarios at once, packed onto the devices (default: $HARNESS_JOBS or 1)")
-    devices: int | None = _option(None, flag="--devices", value="count", pytest="--harness-devices",
-                                  help="device slots of this machine (default: $HARNESS_DEVICES, else the GPU count "
-                                       "on cuda, a CPU-based count on cpu)",
-                                  pytest_help="device slots of this machine (default: $HARNESS_DEVICES)")
-    nodes: Path | None = _option(None, flag="--nodes", value="path",
-                                 help="nodes file for scenarios bigger than this machine (default: $HARNESS_NODES)")
-    cluster: str | None = _option(None, flag="--cluster", metavar="RAY", pytest="--harness-cluster",
-                                  help="run every scenario on a Ray cluster: ray:local (one started for the run), "
-                                       "auto, ray://HOST:PORT or HOST:PORT (default: $HARNESS_CLUSTER; needs harness[ray]; "
-                                       "docs/SCALE.md)",
-                                  pytest_help="run each scenario on a Ray cluster: ray:local, auto, HOST:PORT "
-                                              "(default: $HARNESS_CLUSTER; docs/SCALE.md)")
+    jobs: int | None = _option(
+        None, flag="--jobs", value="count", help="scenarios at once, packed onto the devices (default: $HARNESS_JOBS or 1)"
+    )
+    devices: int | None = _option(
+        None,
+        flag="--devices",
+        value="count",
+        pytest="--harness-devices",
+        help="device slots of this machine (default: $HARNESS_DEVICES, else the GPU count on cuda, a CPU-based count on cpu)",
+        pytest_help="device slots of this machine (default: $HARNESS_DEVICES)",
+    )
+    nodes: Path | None = _option(
+        None, flag="--nodes", value="path", help="nodes file for scenarios bigger than this machine (default: $HARNESS_NODES)"
+    )
+    cluster: str | None = _option(
+        None,
+        flag="--cluster",
+        metavar="RAY",
+        pytest="--harness-cluster",
+        help="run every scenario on a Ray cluster: ray:local (one started for the run), "
+        "auto, ray://HOST:PORT or HOST:PORT (default: $HARNESS_CLUSTER; needs harness[ray]; "
+        "docs/SCALE.md)",
+        pytest_help="run each scenario on a Ray cluster: ray:local, auto, HOST:PORT (default: $HARNESS_CLUSTER; docs/SCALE.md)",
+    )
     # which share of the gate
-    shard: str | None = _option(None, flag="--shard", value="shard",
-                                help="run shard I of N (I/N, 1-based), balanced by recorded durations")
-    durations: Path | None = _option(None, flag="--durations", value="path",
-                                     help="JSON {scenario id: seconds} to balance shards and pack by (default: past "
-                                          "verdicts under --report-dir)")
-    changed_files: Path | None = _option(None, flag="--changed-files", value="path",
-                                         help="with --gate pr: run what these files (one per line) can break, plus the "
-                                              "smoke set")
-    engine_envs: tuple[str, ...] = _option((), flag="--engine-env", repeat=True, metavar="ENGINE_ENV",
-                                           help="run every chosen scenario in this engine environment (repeatable: once "
-                                                "per environment, the engine version in the id): a Python interpreter or "
-                                                "venv path, or a release ENGINE==VERSION that the harness installs once "
-                                                "into a cached venv (`harness docs engine-versions`)")
-    exitfirst: bool = _option(False, flag="--exitfirst", short="-x", switch=True,
-                              help="stop after the first scenario that ends not as expected (fail, crash, hang, error): "
-                                   "start no other, stop the running ones' ranks; the report lists the rest as not run")
-    interaction_trials: int = _option(10, flag="--interaction-trials", value="int", metavar="N",
-                                      pytest="--harness-interaction-trials",
-                                      help="a failure of several axis values off the golden's is narrowed to the values "
-                                           "it needs by at most N trial runs (README 'The failing interaction, named'); "
-                                           "0: not narrowed (default: 10)",
-                                      pytest_help="trial runs that narrow a failure of several axis values to the ones it "
-                                                  "needs (0: none)")
-    allow_empty: bool = _option(False, flag="--allow-empty", switch=True, pytest="--harness-allow-empty",
-                                help="exit 0 even when every scenario ended unsupported (nothing was tested; by default "
-                                     "that is exit 5, as pytest's when it collects nothing)",
-                                pytest_help="end 0 even when every scenario ended unsupported (by default the session "
-                                            "ends 5, nothing tested, as `harness run` does)")
-    changed_since: str | None = _option(None, flag="--changed-since", value="revision", metavar="BASE",
-                                        help="with --gate pr: as --changed-files, with the files of "
-                                             "`git diff --name-only BASE...HEAD`")
+    shard: str | None = _option(
+        None, flag="--shard", value="shard", help="run shard I of N (I/N, 1-based), balanced by recorded durations"
+    )
+    durations: Path | None = _option(
+        None,
+        flag="--durations",
+        value="path",
+        help="JSON {scenario id: seconds} to balance shards and pack by (default: past verdicts under --report-dir)",
+    )
+    changed_files: Path | None = _option(
+        None,
+        flag="--changed-files",
+        value="path",
+        help="with --gate pr: run what these files (one per line) can break, plus the smoke set",
+    )
+    engine_envs: tuple[str, ...] = _option(
+        (),
+        flag="--engine-env",
+        repeat=True,
+        metavar="ENGINE_ENV",
+        help="run every chosen scenario in this engine environment (repeatable: once "
+        "per environment, the engine version in the id): a Python interpreter or "
+        "venv path, or a release ENGINE==VERSION that the harness installs once "
+        "into a cached venv (`harness docs engine-versions`)",
+    )
+    exitfirst: bool = _option(
+        False,
+        flag="--exitfirst",
+        short="-x",
+        switch=True,
+        help="stop after the first scenario that ends not as expected (fail, crash, hang, error): "
+        "start no other, stop the running ones' ranks; the report lists the rest as not run",
+    )
+    interaction_trials: int = _option(
+        10,
+        flag="--interaction-trials",
+        value="int",
+        metavar="N",
+        pytest="--harness-interaction-trials",
+        help="a failure of several axis values off the golden's is narrowed to the values "
+        "it needs by at most N trial runs (README 'The failing interaction, named'); "
+        "0: not narrowed (default: 10)",
+        pytest_help="trial runs that narrow a failure of several axis values to the ones it needs (0: none)",
+    )
+    allow_empty: bool = _option(
+        False,
+        flag="--allow-empty",
+        switch=True,
+        pytest="--harness-allow-empty",
+        help="exit 0 even when every scenario ended unsupported (nothing was tested; by default "
+        "that is exit 5, as pytest's when it collects nothing)",
+        pytest_help="end 0 even when every scenario ended unsupported (by default the session "
+        "ends 5, nothing tested, as `harness run` does)",
+    )
+    changed_since: str | None = _option(
+        None,
+        flag="--changed-since",
+        value="revision",
+        metavar="BASE",
+        help="with --gate pr: as --changed-files, with the files of `git diff --name-only BASE...HEAD`",
+    )
 
     def __post_init__(self) -> None:
         """Lists and mappings as given (argparse's, an API caller's) kept as tuples: frozen all through."""
@@ -154,8 +216,11 @@ class RunConfig:
     @classmethod
     def from_cli(cls, args: Any, **given: Any) -> RunConfig:
         """From an argparse Namespace: every field whose flag the parser declared, then `given`."""
-        found = {f.name: getattr(args, option_of(f).dest) for f in fields(cls)
-                 if option_of(f).flag and hasattr(args, option_of(f).dest)}
+        found = {
+            f.name: getattr(args, option_of(f).dest)
+            for f in fields(cls)
+            if option_of(f).flag and hasattr(args, option_of(f).dest)
+        }
         return cls(**{**_given(found), **given})
 
     @classmethod

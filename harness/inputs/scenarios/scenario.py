@@ -113,8 +113,7 @@ class Scenario:
         settings = {a: (kept[a] if a in kept else golden.get(a, v)) for a, v in self.settings.items()}
         base = f"{self.suite.suite}/{settings_label(settings, list(self.suite.matrix))}"
         narrowed_id = f"{base}{VERSION_SEP}{self.engine_version.label}" if self.engine_version else base
-        return dataclasses.replace(self, id=narrowed_id, settings=settings, expected_failure=None, expectations=(),
-                                   known_bugs=())
+        return dataclasses.replace(self, id=narrowed_id, settings=settings, expected_failure=None, expectations=(), known_bugs=())
 
     @property
     def golden_key(self) -> str:
@@ -182,8 +181,10 @@ def _check_size(suite: SuiteFile, source: Path) -> None:
     limit = MAX_SCENARIOS.integer() or 1
     combinations = math.prod(len(values) for values in suite.matrix.values())
     if combinations > limit:
-        raise ScenarioError(f"{source}: the matrix has {combinations} combinations, more than {limit} "
-                            f"(${MAX_SCENARIOS.name} raises the limit): split the suite or use exclude:")
+        raise ScenarioError(
+            f"{source}: the matrix has {combinations} combinations, more than {limit} "
+            f"(${MAX_SCENARIOS.name} raises the limit): split the suite or use exclude:"
+        )
 
 
 def _check_change_patterns(suite: SuiteFile, source: Path, names: list[str]) -> None:
@@ -195,8 +196,10 @@ def _check_change_patterns(suite: SuiteFile, source: Path, names: list[str]) -> 
     for where, patterns in fields:
         for pattern in patterns:
             if not any(fnmatch.fnmatch(n, pattern) for n in names):
-                raise ScenarioError(f"{source}: invalid scenario file:\n  {where}: pattern '{pattern}' matches no "
-                                    f"scenario of suite '{suite.suite}' (they are: {', '.join(names)})")
+                raise ScenarioError(
+                    f"{source}: invalid scenario file:\n  {where}: pattern '{pattern}' matches no "
+                    f"scenario of suite '{suite.suite}' (they are: {', '.join(names)})"
+                )
 
 
 # scenario id @ engine label: `vllm-llama/tp1-pp2@vllm-0.28.0` (harness/inputs/engine_envs.py)
@@ -211,12 +214,17 @@ def split_id(scenario_id: str) -> tuple[str, str]:
 
 
 def nearest_hint(asked: str, ids: list[str]) -> str:
-    """"; did you mean ..." with the ids nearest to a typo (`tiny-lama/tp1-pp1`) or to an id
+    """ "; did you mean ..." with the ids nearest to a typo (`tiny-lama/tp1-pp1`) or to an id
     whose axes were written in another order (`pp2-tp1` for `tp1-pp2`)."""
     suite, _, name = asked.partition("/")
     parts = sorted(name.split("-"))
-    reordered = [i for i in ids if i.partition("/")[2] != name and sorted(i.partition("/")[2].split("-")) == parts
-                 and (i.partition("/")[0] == suite or not suite)]
+    reordered = [
+        i
+        for i in ids
+        if i.partition("/")[2] != name
+        and sorted(i.partition("/")[2].split("-")) == parts
+        and (i.partition("/")[0] == suite or not suite)
+    ]
     in_suites = [f"{s}/{name}" for s in _nearest_suites(suite, ids) if f"{s}/{name}" in ids]
     close = difflib.get_close_matches(asked, ids, n=4, cutoff=0.6)
     near = list(dict.fromkeys(reordered + in_suites + close))[:4]
@@ -228,6 +236,7 @@ def nearest_hint(asked: str, ids: list[str]) -> str:
 
 def _nearest_suites(suite: str, ids: list[str]) -> list[str]:
     """Suites whose name is the asked one misspelt, its words in any order (`tiny-lama`: llama-tiny)."""
+
     def words(name: str) -> str:
         return "-".join(sorted(name.split("-")))
 

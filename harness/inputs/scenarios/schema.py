@@ -124,11 +124,14 @@ class WorkloadDef(_Strict):
         for kind in MEDIA:
             entries = getattr(self, kind)
             if entries and len(entries) != self.num_prompts:
-                raise ValueError(f"{kind} has {len(entries)} entries for num_prompts={self.num_prompts} "
-                                 "(one per prompt, null for none)")
+                raise ValueError(
+                    f"{kind} has {len(entries)} entries for num_prompts={self.num_prompts} (one per prompt, null for none)"
+                )
         if self.shared_prefix and self.shared_prefix >= self.max_prompt_tokens - 1:
-            raise ValueError(f"shared_prefix={self.shared_prefix} leaves no room for a prompt's own text "
-                             f"within max_prompt_tokens={self.max_prompt_tokens}")
+            raise ValueError(
+                f"shared_prefix={self.shared_prefix} leaves no room for a prompt's own text "
+                f"within max_prompt_tokens={self.max_prompt_tokens}"
+            )
         if self.capture_hidden and self.kind != "logprobs":
             raise ValueError("capture_hidden is for logprobs workloads (teacher-forced prefill)")
         return self
@@ -326,8 +329,10 @@ class SuiteFile(_Strict):
         from harness.inputs import zoo  # stdlib only until a model is built
 
         if isinstance(ref, str) and not zoo.has_model(ref):  # the table, or a package's entry point
-            raise ValueError(f"unknown model '{ref}': the zoo has {', '.join(zoo.model_names())}; for any other model "
-                             "write model: {path: DIR}, {hub: ORG/NAME, revision: REV} or {arch: CLASS} (harness/inputs/models)")
+            raise ValueError(
+                f"unknown model '{ref}': the zoo has {', '.join(zoo.model_names())}; for any other model "
+                "write model: {path: DIR}, {hub: ORG/NAME, revision: REV} or {arch: CLASS} (harness/inputs/models)"
+            )
         return ref
 
     @field_validator("matrix")
@@ -364,9 +369,11 @@ class SuiteFile(_Strict):
     @model_validator(mode="after")
     def _axes_known(self) -> SuiteFile:
         axes = set(self.matrix)
-        for where, selector in [("golden", self.golden)] + [
-            (f"exclude[{i}]", e) for i, e in enumerate(self.exclude)
-        ] + [(f"expected_failures[{i}].match", x.match) for i, x in enumerate(self.expected_failures)]:
+        for where, selector in (
+            [("golden", self.golden)]
+            + [(f"exclude[{i}]", e) for i, e in enumerate(self.exclude)]
+            + [(f"expected_failures[{i}].match", x.match) for i, x in enumerate(self.expected_failures)]
+        ):
             unknown = set(selector) - axes
             if unknown:
                 raise ValueError(f"{where} names axes not in the matrix: {sorted(unknown)} (matrix axes: {sorted(axes)})")
@@ -376,8 +383,9 @@ class SuiteFile(_Strict):
         for i, group in enumerate(self.covering.groups if self.covering else []):
             unknown = set(group.axes) - axes
             if unknown:
-                raise ValueError(f"covering.groups[{i}] names axes not in the matrix: {sorted(unknown)} "
-                                 f"(matrix axes: {sorted(axes)})")
+                raise ValueError(
+                    f"covering.groups[{i}] names axes not in the matrix: {sorted(unknown)} (matrix axes: {sorted(axes)})"
+                )
         missing = axes - set(self.golden) - {ARCH_AXIS}  # each arch is its own golden
         if missing:
             raise ValueError(f"golden must set every matrix axis; missing: {sorted(missing)}")

@@ -63,8 +63,10 @@ def get_recipe(name: str) -> ModelRecipe:
         return ZOO[name]
     found = _plugins().get(name)
     if not found:
-        raise KeyError(f"unknown model '{name}': the zoo has {', '.join(model_names())} (harness/inputs/zoo/table.py, "
-                       "and the `harness.models` entry points of installed packages)")
+        raise KeyError(
+            f"unknown model '{name}': the zoo has {', '.join(model_names())} (harness/inputs/zoo/table.py, "
+            "and the `harness.models` entry points of installed packages)"
+        )
     if len(found) > 1:
         raise ModelUnavailable(f"model {plugins.ambiguity(name, found)}")
     plugin = found[0]
@@ -82,14 +84,19 @@ def _plugin_recipe(plugin: plugins.Plugin) -> ModelRecipe:
     except plugins.PluginError as exc:
         raise ModelUnavailable(f"model {exc}") from None
     except Exception as exc:  # noqa: BLE001 - a third party's factory may raise anything
-        raise ModelUnavailable(f"model '{plugin.name}' of package {plugin.origin()}: its factory raised "
-                               f"{type(exc).__name__}: {exc}") from None
+        raise ModelUnavailable(
+            f"model '{plugin.name}' of package {plugin.origin()}: its factory raised {type(exc).__name__}: {exc}"
+        ) from None
     if not isinstance(obj, ModelRecipe):
-        raise ModelUnavailable(f"model '{plugin.name}' of package {plugin.origin()} is {obj!r}, not a "
-                               "harness.inputs.zoo.recipe.ModelRecipe (or a callable returning one)")
+        raise ModelUnavailable(
+            f"model '{plugin.name}' of package {plugin.origin()} is {obj!r}, not a "
+            "harness.inputs.zoo.recipe.ModelRecipe (or a callable returning one)"
+        )
     if obj.name != plugin.name:
-        raise ModelUnavailable(f"model '{plugin.name}' of package {plugin.origin()} is a recipe named '{obj.name}': "
-                               "the entry point's name and the recipe's name must be the same")
+        raise ModelUnavailable(
+            f"model '{plugin.name}' of package {plugin.origin()} is a recipe named '{obj.name}': "
+            "the entry point's name and the recipe's name must be the same"
+        )
     return obj
 
 
@@ -100,8 +107,7 @@ def inventory() -> list[tuple[str, str, str, str]]:
     rows = [(name, "built-in (harness/inputs/zoo/table.py)", "ready", recipe.notes) for name, recipe in ZOO.items()]
     for name, found in sorted(plugins.discover(plugins.MODELS_GROUP).items()):
         if name in ZOO:
-            rows += [(name, p.origin(), "shadowed", f"ignored: '{name}' is a built-in zoo model, which wins")
-                     for p in found]
+            rows += [(name, p.origin(), "shadowed", f"ignored: '{name}' is a built-in zoo model, which wins") for p in found]
             continue
         try:
             rows.append((name, found[0].origin() if len(found) == 1 else "several packages", "ready", get_recipe(name).notes))

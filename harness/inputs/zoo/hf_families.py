@@ -195,22 +195,34 @@ QWEN25_VL = {
 
 
 TINY_LLAMA_HF = ModelRecipe(
-    name="tiny-llama-hf", config=LLAMA, seed=0, write_weights=write_hf_weights,
+    name="tiny-llama-hf",
+    config=LLAMA,
+    seed=0,
+    write_weights=write_hf_weights,
     sha256="9327baf72f4f7e5600e78e0f6bb03f07265e13827827add1906f41c672a0a2da",
     notes="float32 Llama, hidden 128, head_dim 32 (what vLLM's CPU attention supports), GQA 4/2",
 )
 TINY_QWEN3 = ModelRecipe(
-    name="tiny-qwen3", config=QWEN3, seed=0, write_weights=write_hf_weights,
+    name="tiny-qwen3",
+    config=QWEN3,
+    seed=0,
+    write_weights=write_hf_weights,
     sha256="59caed5f45b95dbe61063dd90a218150340e39cf048f3cb0bd9a09801f13c076",
     notes="float32 Qwen3, hidden 128, 4 layers, GQA 4/2, q/k norms",
 )
 TINY_GEMMA4 = ModelRecipe(
-    name="tiny-gemma4", config=GEMMA4, seed=0, write_weights=write_hf_weights,
+    name="tiny-gemma4",
+    config=GEMMA4,
+    seed=0,
+    write_weights=write_hf_weights,
     sha256="50447f76bfb49f7457a7677620178bfeff52e14f44dad54623f6cef71597dad4",
     notes="float32 Gemma4 text model: per-layer inputs, 3 sliding + 1 full attention layer, tied embeddings",
 )
 TINY_QWEN25VL = ModelRecipe(
-    name="tiny-qwen25vl", config=QWEN25_VL, seed=0, write_weights=write_hf_weights,
+    name="tiny-qwen25vl",
+    config=QWEN25_VL,
+    seed=0,
+    write_weights=write_hf_weights,
     sha256="1568b2d999defe4d632f90ad916ccbd57bd740bb08b00d1ad2b219a3dbc32588",
     extra_special_tokens=VL_SPECIAL,
     notes="float32 Qwen2.5-VL: 2-block vision tower (14px patches, 2x2 merge) + 4-layer text model, mrope",

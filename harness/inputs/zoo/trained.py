@@ -31,10 +31,19 @@ VISION_KEYS = ("image_token_id", "vision_image_size", "vision_patch_size", "deep
 
 def geo_config() -> dict:
     return _llama_config(
-        architectures=["LlamaVisionForCausalLM"], model_type="llama-vl",
-        hidden_size=128, intermediate_size=256, num_hidden_layers=4, num_attention_heads=4,
-        num_key_value_heads=2, head_dim=32, max_position_embeddings=2048,
-        image_token_id=511, vision_image_size=32, vision_patch_size=8, deepstack_layers=2,
+        architectures=["LlamaVisionForCausalLM"],
+        model_type="llama-vl",
+        hidden_size=128,
+        intermediate_size=256,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=32,
+        max_position_embeddings=2048,
+        image_token_id=511,
+        vision_image_size=32,
+        vision_patch_size=8,
+        deepstack_layers=2,
     )
 
 
@@ -45,8 +54,9 @@ def arith_config() -> dict:
 
 
 def _missing() -> FileNotFoundError:
-    return FileNotFoundError(f"{WEIGHTS} is missing: it ships with the harness; rebuild it with "
-                             "`python -m tools.train_models` (docs/EVALS.md)")
+    return FileNotFoundError(
+        f"{WEIGHTS} is missing: it ships with the harness; rebuild it with `python -m tools.train_models` (docs/EVALS.md)"
+    )
 
 
 def copy_trained_weights(recipe: ModelRecipe, path: Path) -> None:
@@ -72,7 +82,7 @@ TINY_LLAMA_GEO = ModelRecipe(
     sha256="e9a3143686aa08a4066dead90872b17d5edeff3a0e938d18f981f69fbcb0b747",
     write_weights=copy_trained_weights,
     notes="trained (tools/train_models.py): arithmetic + 32x32 diagrams, hidden 128, 4 layers, "
-          "head_dim 32, deepstack into layers 0 and 1",
+    "head_dim 32, deepstack into layers 0 and 1",
 )
 
 TINY_LLAMA_ARITH = ModelRecipe(

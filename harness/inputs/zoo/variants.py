@@ -77,8 +77,7 @@ def write_variant_weights(recipe: ModelRecipe, path: Path) -> None:
 
 TINY_LLAMA_PLI = ModelRecipe(
     name="tiny-llama-pli",
-    config=_llama_config(architectures=["LlamaPerLayerInputsForCausalLM"], model_type="llama-pli",
-                         per_layer_input_size=8),
+    config=_llama_config(architectures=["LlamaPerLayerInputsForCausalLM"], model_type="llama-pli", per_layer_input_size=8),
     seed=1,
     sha256="5c5826d312764f650d1cf008f9ba840eb3b6ce141b485691f862a2fcaab9b40e",
     write_weights=write_variant_weights,
@@ -87,9 +86,14 @@ TINY_LLAMA_PLI = ModelRecipe(
 
 TINY_LLAMA_VL = ModelRecipe(
     name="tiny-llama-vl",
-    config=_llama_config(architectures=["LlamaVisionForCausalLM"], model_type="llama-vl",
-                         image_token_id=IMAGE_TOKEN_ID, vision_image_size=8, vision_patch_size=4,
-                         deepstack_layers=2),
+    config=_llama_config(
+        architectures=["LlamaVisionForCausalLM"],
+        model_type="llama-vl",
+        image_token_id=IMAGE_TOKEN_ID,
+        vision_image_size=8,
+        vision_patch_size=4,
+        deepstack_layers=2,
+    ),
     seed=2,
     sha256="48d54e2692fd324fb3f8f72d3ec0c01b009e5ff3943acc65ddbaef80834bd95e",
     write_weights=write_variant_weights,
@@ -98,8 +102,13 @@ TINY_LLAMA_VL = ModelRecipe(
 
 TINY_LLAMA_MOE = ModelRecipe(
     name="tiny-llama-moe",
-    config=_llama_config(architectures=["LlamaMoeForCausalLM"], model_type="llama-moe", intermediate_size=64,
-                         num_local_experts=4, num_experts_per_tok=2),
+    config=_llama_config(
+        architectures=["LlamaMoeForCausalLM"],
+        model_type="llama-moe",
+        intermediate_size=64,
+        num_local_experts=4,
+        num_experts_per_tok=2,
+    ),
     seed=3,
     sha256="df051e197836d2c24710f0a1461d4e943491cf05b3a41d8018a3b57f474712c1",
     write_weights=write_variant_weights,

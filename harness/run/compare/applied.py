@@ -23,6 +23,7 @@ NOT_REPORTED = "not reported by the engine"
 def axes_under_test(settings: dict, golden_settings: dict) -> dict:
     """The axes this scenario changes from the golden setting: what it exists to test.
     A missing golden axis counts as off (False / 1)."""
+
     def baseline(axis: str, value):
         if axis in golden_settings:
             return golden_settings[axis]
@@ -48,9 +49,11 @@ def evidence_table(settings: dict, golden_settings: dict, applied: dict | None) 
 def unapplied_reason(table: dict) -> str | None:
     """Why the run did not test its setting (an accepted axis the engine did not apply),
     or None when every reported axis took effect."""
-    missed = [f"{axis}={entry['value']!r} ({entry['evidence']})" for axis, entry in table.items()
-              if entry["applied"] is False]
+    missed = [f"{axis}={entry['value']!r} ({entry['evidence']})" for axis, entry in table.items() if entry["applied"] is False]
     if not missed:
         return None
-    return ("the engine accepted but did not apply " + "; ".join(missed)
-            + ": this run tested another setting, so it proves nothing about this one")
+    return (
+        "the engine accepted but did not apply "
+        + "; ".join(missed)
+        + ": this run tested another setting, so it proves nothing about this one"
+    )

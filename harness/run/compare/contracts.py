@@ -43,5 +43,7 @@ def check_pp_contract(stage_io: list | None) -> CheckResult | None:
         expects = receiver.get("expects") or receiver["received"]
         problems += [f"{where}: {p}" for p in _differences(sender["sent"], expects, "sent", "expected by the receiver")]
         problems += [f"{where}: {p}" for p in _differences(sender["sent"], receiver["received"], "sent", "in the receive buffer")]
-    summary = f"{boundaries} stage boundary crossings (per tp rank): keys and shapes agree" if not problems else "; ".join(problems[:4])
+    summary = (
+        f"{boundaries} stage boundary crossings (per tp rank): keys and shapes agree" if not problems else "; ".join(problems[:4])
+    )
     return CheckResult(CHECK_NAME, "contract", not problems, summary, {"boundaries": boundaries, "problems": problems})

@@ -65,8 +65,9 @@ def relative_deltas(golden: torch.Tensor, views: torch.Tensor) -> torch.Tensor:
     return (views - golden).norm(dim=-1) / torch.maximum(norms, floor)
 
 
-def first_divergence(golden: EngineOutputs, candidate: EngineOutputs, workloads: list[dict],
-                     rtol: float | None = None) -> dict | None:
+def first_divergence(
+    golden: EngineOutputs, candidate: EngineOutputs, workloads: list[dict], rtol: float | None = None
+) -> dict | None:
     """The first diverging place of the first captured workload, or None if nothing was
     captured. `rtol`: the bound (default: HIDDEN_RTOL of the candidate run's dtype)."""
     rtol = rtol if rtol is not None else HIDDEN_RTOL.get(candidate.meta.get("dtype", ""), HIDDEN_RTOL["float32"])
@@ -86,24 +87,33 @@ def _locate(g: dict, s: dict, workload: str, meta: dict, rtol: float) -> dict:
     gold = _places(g, with_embedding)
     views, view_ranks = _views(s, with_embedding)
     if gold.shape != views.shape[1:]:
-        return {"workload": workload,
-                "note": f"captured hidden states {tuple(views.shape[1:])} != golden {tuple(gold.shape)}"}
+        return {"workload": workload, "note": f"captured hidden states {tuple(views.shape[1:])} != golden {tuple(gold.shape)}"}
     rel = relative_deltas(gold, views)
     bad = rel > rtol
     if not bad.any():
-        return {"workload": workload, "layer": None, "max_rel_delta": rel.max().item(), "rtol": rtol,
-                "note": f"every captured layer's hidden states agree (|delta|/|h| <= {rtol:g}): the divergence "
-                        "starts after the last layer (final norm / lm_head) or outside the captured batch"}
+        return {
+            "workload": workload,
+            "layer": None,
+            "max_rel_delta": rel.max().item(),
+            "rtol": rtol,
+            "note": f"every captured layer's hidden states agree (|delta|/|h| <= {rtol:g}): the divergence "
+            "starts after the last layer (final norm / lm_head) or outside the captured batch",
+        }
     place = int(bad.any(dim=(0, 2)).nonzero()[0, 0])
     layer = place - 1 if with_embedding else place  # -1: the embedding
     diverged_views = bad[:, place].any(dim=1).nonzero().flatten().tolist()
     view = diverged_views[0]
     row = int(bad[view, place].nonzero()[0, 0])
-    found = {"workload": workload, "layer": layer, "place": EMBEDDING if layer < 0 else f"layer {layer}",
-             "pp_stage": _stage_of(layer, meta.get("stage_io")),
-             "token_row": int(s["hidden_rows"][row]) if "hidden_rows" in s else row,
-             "max_abs_delta": (views[view, place] - gold[place]).abs().max().item(),
-             "max_rel_delta": rel[:, place].max().item(), "rtol": rtol}
+    found = {
+        "workload": workload,
+        "layer": layer,
+        "place": EMBEDDING if layer < 0 else f"layer {layer}",
+        "pp_stage": _stage_of(layer, meta.get("stage_io")),
+        "token_row": int(s["hidden_rows"][row]) if "hidden_rows" in s else row,
+        "max_abs_delta": (views[view, place] - gold[place]).abs().max().item(),
+        "max_rel_delta": rel[:, place].max().item(),
+        "rtol": rtol,
+    }
     if view_ranks is not None and len(view_ranks) > 1:
         found["tp_rank"], found["tp_copy"] = view_ranks[view], "replica"
         found["diverging_tp_ranks"] = [view_ranks[v] for v in diverged_views]
@@ -123,5 +133,7 @@ def describe(found: dict) -> str:
         text += f" (pp stage {found['pp_stage']})"
     if "tp_rank" in found:
         text += f", {found['tp_copy']} of tp rank {found['tp_rank']}"
-    return (text + f" [{found['workload']}: token row {found['token_row']}, |delta| {found['max_abs_delta']:.3g}, "
-            f"|delta|/|h| {found['max_rel_delta']:.2g} > {found['rtol']:g}]")
+    return (
+        text + f" [{found['workload']}: token row {found['token_row']}, |delta| {found['max_abs_delta']:.3g}, "
+        f"|delta|/|h| {found['max_rel_delta']:.2g} > {found['rtol']:g}]"
+    )

@@ -33,10 +33,7 @@ class Tolerance:
     near_tie: float
 
     def describe(self) -> str:
-        return (
-            f"|dlogprob|<={self.logprob_atol:g}, KL<={self.kl_max:g}, "
-            f"top1>={self.top1_min:g}, near-tie<={self.near_tie:g}"
-        )
+        return f"|dlogprob|<={self.logprob_atol:g}, KL<={self.kl_max:g}, top1>={self.top1_min:g}, near-tie<={self.near_tie:g}"
 
 
 # float32: the bound sits well above the noise floor of tp/pp/sp/compile runs and still
@@ -79,7 +76,13 @@ def check_workloads(golden: EngineOutputs, candidate: EngineOutputs, workloads: 
         missing = [k for k in _FIELDS[w["kind"]] if k not in s]
         if missing:
             results.append(
-                CheckResult(w["name"], w["kind"], False, f"engine wrote no {', '.join(missing)} for workload '{w['name']}'", tolerance=tol.describe())
+                CheckResult(
+                    w["name"],
+                    w["kind"],
+                    False,
+                    f"engine wrote no {', '.join(missing)} for workload '{w['name']}'",
+                    tolerance=tol.describe(),
+                )
             )
             continue
         check = compare_logprobs if w["kind"] == "logprobs" else compare_greedy
@@ -106,7 +109,9 @@ def _topk_deltas(g_ids, g_lp, s_ids, s_lp, k: int) -> torch.Tensor:
 def _kl(g_ids, g_lp, s_ids, s_lp) -> torch.Tensor:
     """KL(golden || scenario) over the golden's top-K ids plus one lumped tail bin."""
     match = g_ids.unsqueeze(-1) == s_ids.unsqueeze(-2)
-    s_at = torch.where(match.any(-1), torch.where(match, s_lp.unsqueeze(-2), torch.zeros(())).sum(-1), s_lp[:, -1:].expand_as(g_lp))
+    s_at = torch.where(
+        match.any(-1), torch.where(match, s_lp.unsqueeze(-2), torch.zeros(())).sum(-1), s_lp[:, -1:].expand_as(g_lp)
+    )
     p, q = g_lp.double().exp(), s_at.double().exp()
     p_tail = (1 - p.sum(-1)).clamp(min=1e-12)
     q_tail = (1 - q.sum(-1)).clamp(min=1e-12)
@@ -116,7 +121,9 @@ def _kl(g_ids, g_lp, s_ids, s_lp) -> torch.Tensor:
 
 def compare_logprobs(name: str, g: dict, s: dict, tol: Tolerance) -> CheckResult:
     if not torch.equal(g["offsets"], s["offsets"]) or g["topk_ids"].shape[0] != s["topk_ids"].shape[0]:
-        return CheckResult(name, "logprobs", False, "scenario scored a different number of positions than the golden", tolerance=tol.describe())
+        return CheckResult(
+            name, "logprobs", False, "scenario scored a different number of positions than the golden", tolerance=tol.describe()
+        )
     g_ids, g_lp, s_ids, s_lp = g["topk_ids"], g["topk_logprobs"].float(), s["topk_ids"], s["topk_logprobs"].float()
     k = max(1, min(g_ids.shape[1], s_ids.shape[1]) // 2)
     delta = _topk_deltas(g_ids, g_lp, s_ids, s_lp, k)
@@ -154,18 +161,29 @@ def compare_logprobs(name: str, g: dict, s: dict, tol: Tolerance) -> CheckResult
             "scenario_top1": int(s_ids[row, 0]),
         }
     passed = first is None
-    summary = f"max|dlogprob|={metrics['max_abs_dlogprob']:.2e} maxKL={metrics['max_kl']:.2e} top1={metrics['top1_agreement']:.3f}"
+    summary = (
+        f"max|dlogprob|={metrics['max_abs_dlogprob']:.2e} maxKL={metrics['max_kl']:.2e} top1={metrics['top1_agreement']:.3f}"
+    )
     if flips.any():
         summary += f" ({int(flips.sum())} decisive top-1 flips: {top1:.3f} agree, {tol.top1_min:g} needed)"
     if first:
-        summary += f"; first diverged at prompt {first['prompt']} position {first['position']} (|dlogprob|={first['dlogprob']:.3g})"
-    return CheckResult(name, "logprobs", passed, summary, metrics, tol.describe(), first,
-                       [round(x, 8) for x in delta.tolist()], tol.logprob_atol)
+        summary += (
+            f"; first diverged at prompt {first['prompt']} position {first['position']} (|dlogprob|={first['dlogprob']:.3g})"
+        )
+    return CheckResult(
+        name, "logprobs", passed, summary, metrics, tol.describe(), first, [round(x, 8) for x in delta.tolist()], tol.logprob_atol
+    )
 
 
 def compare_greedy(name: str, g: dict, s: dict, tol: Tolerance) -> CheckResult:
     if g["tokens"].shape != s["tokens"].shape:
-        return CheckResult(name, "greedy", False, f"generated shape {tuple(s['tokens'].shape)} != golden {tuple(g['tokens'].shape)}", tolerance=tol.describe())
+        return CheckResult(
+            name,
+            "greedy",
+            False,
+            f"generated shape {tuple(s['tokens'].shape)} != golden {tuple(g['tokens'].shape)}",
+            tolerance=tol.describe(),
+        )
     n_prompts, n_steps = g["tokens"].shape
     k = max(1, min(g["topk_ids"].shape[-1], s["topk_ids"].shape[-1]) // 2)
     exact = ties = 0
@@ -178,7 +196,13 @@ def compare_greedy(name: str, g: dict, s: dict, tol: Tolerance) -> CheckResult:
         # Steps up to and including the divergence saw the same prefix: their
         # distributions must agree (this is where a broken decode path shows).
         steps = min(upto + 1, n_steps)
-        step_delta = _topk_deltas(g["topk_ids"][p, :steps], g["topk_logprobs"][p, :steps].float(), s["topk_ids"][p, :steps], s["topk_logprobs"][p, :steps].float(), k)
+        step_delta = _topk_deltas(
+            g["topk_ids"][p, :steps],
+            g["topk_logprobs"][p, :steps].float(),
+            s["topk_ids"][p, :steps],
+            s["topk_logprobs"][p, :steps].float(),
+            k,
+        )
         worst_step_delta = max(worst_step_delta, step_delta.max().item())
         bad_steps = (step_delta > tol.logprob_atol).nonzero()
         if len(bad_steps) and first is None:
@@ -196,7 +220,8 @@ def compare_greedy(name: str, g: dict, s: dict, tol: Tolerance) -> CheckResult:
                 "step": upto,
                 "golden_token": int(gt[upto]),
                 "scenario_token": int(st[upto]),
-                "reason": "not a near-tie: golden logprob gap " + (f"{gap:.3g}" if gap is not None else "unknown (token outside the golden's top-k)"),
+                "reason": "not a near-tie: golden logprob gap "
+                + (f"{gap:.3g}" if gap is not None else "unknown (token outside the golden's top-k)"),
             }
     metrics = {"prompts": n_prompts, "exact": exact, "near_tie_divergences": ties, "max_step_dlogprob": worst_step_delta}
     summary = f"{exact}/{n_prompts} identical, {ties} near-tie divergences, max step |dlogprob|={worst_step_delta:.2e}"

@@ -23,9 +23,18 @@ SAME_LAYOUT = "same-layout"
 EXACT = Tolerance(logprob_atol=0.0, kl_max=0.0, top1_min=1.0, near_tie=0.0)  # not one bit, no near-tie excuse
 
 
-def judge_outputs(name: str, reference: EngineOutputs, candidate: EngineOutputs, workloads: list[dict], tol: Tolerance,
-                  *, also: Sequence[dict] = (), logs: dict | None = None, settings: dict | None = None,
-                  golden_settings: dict | None = None) -> Verdict:
+def judge_outputs(
+    name: str,
+    reference: EngineOutputs,
+    candidate: EngineOutputs,
+    workloads: list[dict],
+    tol: Tolerance,
+    *,
+    also: Sequence[dict] = (),
+    logs: dict | None = None,
+    settings: dict | None = None,
+    golden_settings: dict | None = None,
+) -> Verdict:
     """The verdict of `candidate`'s outputs held to `reference`'s: the numeric checks,
     `also` (the eval checks, judged by harness/run/evals), the first diverging place when a
     numeric check failed, and, given the run's `settings` and the `golden_settings`, the
@@ -52,8 +61,14 @@ def localize(reference: EngineOutputs, candidate: EngineOutputs, workloads: list
     return first_divergence(reference, candidate, workloads)
 
 
-def verdict_of_checks(name: str, checks: list[dict], tol: Tolerance, localization: dict | None = None,
-                      logs: dict | None = None, applied: dict | None = None) -> Verdict:
+def verdict_of_checks(
+    name: str,
+    checks: list[dict],
+    tol: Tolerance,
+    localization: dict | None = None,
+    logs: dict | None = None,
+    applied: dict | None = None,
+) -> Verdict:
     """pass when every check held, else fail; the reason names the failed checks (all of
     them when none failed), after the first diverging place when it is known. `applied`
     (harness/run/compare/applied.py): a tested setting the engine did not apply makes the run
@@ -68,13 +83,25 @@ def verdict_of_checks(name: str, checks: list[dict], tol: Tolerance, localizatio
     kind = "fail" if failed else "pass"
     unapplied = unapplied_reason(applied or {})
     if unapplied:
-        kind, reason = "unsupported", (f"{unapplied}; its outputs also differ from the reference: {reason}" if failed else unapplied)
-    return Verdict(name, kind, reason, tolerance=tol.describe(), checks=checks,
-                   logs=logs or {}, localization=localization, applied=applied or {})
+        kind, reason = (
+            "unsupported",
+            (f"{unapplied}; its outputs also differ from the reference: {reason}" if failed else unapplied),
+        )
+    return Verdict(
+        name,
+        kind,
+        reason,
+        tolerance=tol.describe(),
+        checks=checks,
+        logs=logs or {},
+        localization=localization,
+        applied=applied or {},
+    )
 
 
-def same_layout_checks(reference: EngineOutputs, label: str, candidate: EngineOutputs, workloads: list[dict],
-                       tol: Tolerance, exact: bool = False) -> list[dict]:
+def same_layout_checks(
+    reference: EngineOutputs, label: str, candidate: EngineOutputs, workloads: list[dict], tol: Tolerance, exact: bool = False
+) -> list[dict]:
     """Each logprobs and greedy workload held to the run of the candidate's own layout
     without its feature (harness/run/stages/same_layout.py): with `tol` (the near-tie rule
     included), or `exact`ly. Named `<workload> vs <label>`, kind same-layout; each says
@@ -82,9 +109,13 @@ def same_layout_checks(reference: EngineOutputs, label: str, candidate: EngineOu
     checks = []
     for check in check_workloads(reference, candidate, workloads, EXACT if exact else tol):
         identical = _bit_identical(check)
-        check = replace(check, name=f"{check.name} vs {label}", kind=SAME_LAYOUT,
-                        summary=f"{'bit-identical' if identical else 'not bit-identical'}: {check.summary}",
-                        metrics={**check.metrics, "bit_identical": identical})
+        check = replace(
+            check,
+            name=f"{check.name} vs {label}",
+            kind=SAME_LAYOUT,
+            summary=f"{'bit-identical' if identical else 'not bit-identical'}: {check.summary}",
+            metrics={**check.metrics, "bit_identical": identical},
+        )
         checks.append(asdict(check))
     return checks
 

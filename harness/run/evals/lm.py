@@ -91,8 +91,10 @@ def collect(eval_def, model_dir: Path, work_dir: Path, gate: str | None, tokeniz
     gen_kwargs = requests[0]["gen_kwargs"]
     for r in requests:
         if r["gen_kwargs"] != gen_kwargs:
-            raise ValueError(f"eval '{eval_def.name}': lm-eval asks for different generation settings per "
-                             f"item ({gen_kwargs} vs {r['gen_kwargs']}); one workload needs one setting")
+            raise ValueError(
+                f"eval '{eval_def.name}': lm-eval asks for different generation settings per "
+                f"item ({gen_kwargs} vs {r['gen_kwargs']}); one workload needs one setting"
+            )
     until = _until(gen_kwargs)
     max_new = eval_def.max_new_tokens or int(gen_kwargs.get("max_gen_toks", DEFAULT_MAX_GEN_TOKS))
 
@@ -111,9 +113,17 @@ def collect(eval_def, model_dir: Path, work_dir: Path, gate: str | None, tokeniz
     }
     if any(images):
         workload["images"] = images
-    return PreparedEval(eval_def=eval_def, task_name=eval_def.task, workload=workload, items=items,
-                        contexts=[r["context"] for r in requests], gen_kwargs=gen_kwargs,
-                        num_fewshot=num_fewshot, task=task, tokenizer=tokenizer)
+    return PreparedEval(
+        eval_def=eval_def,
+        task_name=eval_def.task,
+        workload=workload,
+        items=items,
+        contexts=[r["context"] for r in requests],
+        gen_kwargs=gen_kwargs,
+        num_fewshot=num_fewshot,
+        task=task,
+        tokenizer=tokenizer,
+    )
 
 
 def prepare_evals(eval_defs, model_dir: Path, tokenizer, work_dir: Path, gate: str | None) -> list[PreparedEval]:
@@ -146,8 +156,12 @@ def _encode_request(name: str, r: dict, task, tokenizer, config: dict, work_dir:
         if not path.exists() or path.read_bytes() != png:
             path.write_bytes(png)
         digest.update(png)
-    item = {"doc_id": doc_id, "target": str(task.doc_to_target(r["doc"])), "prompt_sha256": digest.hexdigest(),
-            "image": str(path) if path else None}
+    item = {
+        "doc_id": doc_id,
+        "target": str(task.doc_to_target(r["doc"])),
+        "prompt_sha256": digest.hexdigest(),
+        "image": str(path) if path else None,
+    }
     return ids, item
 
 
@@ -156,8 +170,10 @@ def _check_image_marks(name: str, doc_id: int, context: str, visuals: list) -> N
     if len(visuals) > 1:
         raise ValueError(f"eval '{name}': item {doc_id} has {len(visuals)} images; the harness takes one image per item")
     if visuals and marks != 1:
-        raise ValueError(f"eval '{name}': item {doc_id} has an image but its prompt has "
-                         f"{marks} '{IMAGE_MARK}' marks (one is needed, where the image goes)")
+        raise ValueError(
+            f"eval '{name}': item {doc_id} has an image but its prompt has "
+            f"{marks} '{IMAGE_MARK}' marks (one is needed, where the image goes)"
+        )
     if marks and not visuals:
         raise ValueError(f"eval '{name}': item {doc_id}'s prompt has '{IMAGE_MARK}' but no image")
 
@@ -187,8 +203,7 @@ def score(prepared: PreparedEval, tokens, tokenizer) -> EvalResult:
     """lm-eval's filters and metric over the engine's generations (tokens: int64 [P, N])."""
     shape = tuple(getattr(tokens, "shape", (len(tokens),)))
     if shape[0] != len(prepared.items):
-        raise ValueError(f"eval '{prepared.eval_def.name}': {shape[0]} generations for "
-                         f"{len(prepared.items)} prompts")
+        raise ValueError(f"eval '{prepared.eval_def.name}': {shape[0]} generations for {len(prepared.items)} prompts")
     responses = decode_responses(tokens, tokenizer, _until(prepared.gen_kwargs))
     replayer = _lm_classes()[1](prepared.contexts, responses)
     out = _evaluate(prepared.task, replayer, len(prepared.items), prepared.num_fewshot)
@@ -203,8 +218,16 @@ def score(prepared: PreparedEval, tokens, tokenizer) -> EvalResult:
     items = []
     for item, response in zip(prepared.items, responses):
         e = by_doc[item["doc_id"]]
-        items.append({"doc_id": item["doc_id"], "prompt_sha256": item["prompt_sha256"], "target": item["target"],
-                      "response": response, "answers": e["answers"], "correct": e["correct"]})
+        items.append(
+            {
+                "doc_id": item["doc_id"],
+                "prompt_sha256": item["prompt_sha256"],
+                "target": item["target"],
+                "response": response,
+                "answers": e["answers"],
+                "correct": e["correct"],
+            }
+        )
     n = len(items)
     scores = {f: sum(i["correct"][f] for i in items) / n for f in filters}
     # lm-eval's own aggregate must agree with the per-item view
@@ -248,8 +271,7 @@ def _stamp(path: Path) -> tuple:
 def _num_fewshot(task, task_shots: int, eval_def) -> int:
     n = eval_def.num_fewshot if eval_def.num_fewshot is not None else task_shots
     if n > 0 and not hasattr(task, "sampler"):
-        raise ValueError(f"eval '{eval_def.name}': task {eval_def.task} has no few-shot split; "
-                         f"num_fewshot must be 0 (got {n})")
+        raise ValueError(f"eval '{eval_def.name}': task {eval_def.task} has no few-shot split; num_fewshot must be 0 (got {n})")
     return n
 
 
@@ -326,8 +348,9 @@ def _lm_classes():
                 extra = inst.args[2] if len(inst.args) > 2 else {}
                 visual = extra.get("visual") or []
                 visual = visual if isinstance(visual, list) else [visual]
-                self.requests.append({"doc_id": inst.doc_id, "context": context, "gen_kwargs": dict(gen_kwargs),
-                                      "images": visual, "doc": inst.doc})
+                self.requests.append(
+                    {"doc_id": inst.doc_id, "context": context, "gen_kwargs": dict(gen_kwargs), "images": visual, "doc": inst.doc}
+                )
             return ["" for _ in requests]
 
     class Replayer(_Base):
@@ -340,8 +363,10 @@ def _lm_classes():
                 raise RuntimeError(f"lm-eval built {len(requests)} requests at scoring, {len(self.contexts)} at collection")
             for i, inst in enumerate(requests):
                 if inst.args[0] != self.contexts[i]:
-                    raise RuntimeError(f"lm-eval built a different prompt for request {i} (doc {inst.doc_id}) at "
-                                       "scoring than at collection: the task changed in between")
+                    raise RuntimeError(
+                        f"lm-eval built a different prompt for request {i} (doc {inst.doc_id}) at "
+                        "scoring than at collection: the task changed in between"
+                    )
             return list(self.responses)
 
     _CLASSES = (Recorder, Replayer)

@@ -93,8 +93,10 @@ def accuracy_power_problem(n: int, golden_right: int, alpha: float, max_drop: fl
     if golden_right == 0:
         return f"the golden scores 0.000 on these {n} items (floor): there is no room to drop"
     if detectable > room + 1e-12:
-        return (f"the smallest detectable drop {detectable:.3f} on {n} items is larger than the room to drop "
-                f"(the golden's score {room:.3f})")
+        return (
+            f"the smallest detectable drop {detectable:.3f} on {n} items is larger than the room to drop "
+            f"(the golden's score {room:.3f})"
+        )
     return None
 
 
@@ -129,11 +131,13 @@ class PairedComparison:
     def summary(self) -> str:
         lo, hi = self.ci95
         mdd = f"{self.smallest_detectable_drop:.3f}" if self.smallest_detectable_drop is not None else "none (too few items)"
-        text = (f"{self.filter} {self.score:.3f} vs golden {self.golden_score:.3f} on {self.n} items, "
-                f"delta {self.delta:+.3f} [95% CI {lo:+.3f}, {hi:+.3f}], "
-                f"{len(self.flipped_to_wrong)} flipped to wrong / {len(self.flipped_to_right)} to right, "
-                f"McNemar p={self.p_value:.3g}; fails when the drop > {self.max_drop:g} with p < {self.alpha:g}; "
-                f"smallest detectable drop {mdd}; {self.responses_summary()}")
+        text = (
+            f"{self.filter} {self.score:.3f} vs golden {self.golden_score:.3f} on {self.n} items, "
+            f"delta {self.delta:+.3f} [95% CI {lo:+.3f}, {hi:+.3f}], "
+            f"{len(self.flipped_to_wrong)} flipped to wrong / {len(self.flipped_to_right)} to right, "
+            f"McNemar p={self.p_value:.3g}; fails when the drop > {self.max_drop:g} with p < {self.alpha:g}; "
+            f"smallest detectable drop {mdd}; {self.responses_summary()}"
+        )
         if self.accuracy_powerless:
             text += f"; the score cannot fail on these items ({self.accuracy_powerless}): only the responses can"
         return text
@@ -143,8 +147,10 @@ class PairedComparison:
         if not differ:
             return f"all {self.n} responses identical to the golden's"
         ids = ", ".join(map(str, self.differing_responses[:8])) + ("..." if differ > 8 else "")
-        return (f"{differ} of {self.n} responses differ from the golden's (items {ids}; "
-                f"at most {self.max_differing_responses} allowed)")
+        return (
+            f"{differ} of {self.n} responses differ from the golden's (items {ids}; "
+            f"at most {self.max_differing_responses} allowed)"
+        )
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -156,21 +162,33 @@ def pair_items(golden_items: list[dict], items: list[dict]) -> list[tuple[dict, 
     by_id = {g["doc_id"]: g for g in golden_items}
     missing = [it["doc_id"] for it in items if it["doc_id"] not in by_id]
     if missing:
-        raise PairingError(f"{len(missing)} item(s) are not in the golden (doc ids {missing[:5]}...): the golden "
-                           "was made with fewer items")
+        raise PairingError(
+            f"{len(missing)} item(s) are not in the golden (doc ids {missing[:5]}...): the golden was made with fewer items"
+        )
     changed = [it["doc_id"] for it in items if by_id[it["doc_id"]]["prompt_sha256"] != it["prompt_sha256"]]
     if changed:
-        raise PairingError(f"{len(changed)} item(s) have another prompt than in the golden (doc ids {changed[:5]}...): "
-                           "task data, few-shot examples or tokenizer changed")
+        raise PairingError(
+            f"{len(changed)} item(s) have another prompt than in the golden (doc ids {changed[:5]}...): "
+            "task data, few-shot examples or tokenizer changed"
+        )
     no_response = [it["doc_id"] for it in items if "response" not in by_id[it["doc_id"]]]
     if no_response:
-        raise PairingError(f"{len(no_response)} golden item(s) keep no response to compare with "
-                           f"(doc ids {no_response[:5]}...): the golden predates response comparison")
+        raise PairingError(
+            f"{len(no_response)} golden item(s) keep no response to compare with "
+            f"(doc ids {no_response[:5]}...): the golden predates response comparison"
+        )
     return [(by_id[it["doc_id"]], it) for it in items]
 
 
-def compare_paired(name: str, golden_items: list[dict], items: list[dict], filter: str,
-                   max_drop: float = 0.0, alpha: float = 0.05, max_differing_responses: int = 0) -> PairedComparison:
+def compare_paired(
+    name: str,
+    golden_items: list[dict],
+    items: list[dict],
+    filter: str,
+    max_drop: float = 0.0,
+    alpha: float = 0.05,
+    max_differing_responses: int = 0,
+) -> PairedComparison:
     pairs = pair_items(golden_items, items)
     n = len(pairs)
     if n == 0:
@@ -182,11 +200,19 @@ def compare_paired(name: str, golden_items: list[dict], items: list[dict], filte
     delta = (len(to_right) - len(to_wrong)) / n
     p = mcnemar_exact_p(len(to_wrong), len(to_right))
     result = PairedComparison(
-        eval=name, filter=filter, n=n, golden_score=sum(g) / n, score=sum(s) / n, delta=delta,
+        eval=name,
+        filter=filter,
+        n=n,
+        golden_score=sum(g) / n,
+        score=sum(s) / n,
+        delta=delta,
         ci95=paired_delta_ci(n, len(to_wrong), len(to_right)),
-        flipped_to_wrong=to_wrong, flipped_to_right=to_right, p_value=p,
+        flipped_to_wrong=to_wrong,
+        flipped_to_right=to_right,
+        p_value=p,
         smallest_detectable_drop=smallest_detectable_drop(n, alpha, max_drop),
-        max_drop=max_drop, alpha=alpha,
+        max_drop=max_drop,
+        alpha=alpha,
         differing_responses=[b["doc_id"] for a, b in pairs if a.get("response") != b.get("response")],
         max_differing_responses=max_differing_responses,
         accuracy_powerless=accuracy_power_problem(n, sum(g), alpha, max_drop),
@@ -219,13 +245,15 @@ def refuse_powerless(eval_def, golden_items: list[dict], gate: str | None = None
             f"eval '{eval_def.name}' cannot fail on these {n} items: {problem}, and the scenario file lets all of "
             f"their responses differ (max_differing_responses: {eval_def.max_differing_responses}); lower "
             f"max_differing_responses, give it more items or a task the model scores on, or take the scenario "
-            f"out of this gate")
+            f"out of this gate"
+        )
     if problem and gate and not eval_def.score_cannot_fail:
         raise PowerlessCheckError(
             f"eval '{eval_def.name}' is in the {gate} gate, and its score cannot fail on these {n} items: {problem}. "
             f"A gate holds checks that can fail: give it more items or a model that scores on the task (the trained "
             f"tiny models, `harness docs evals`), take the scenario out of the {gate} gate, or say in the eval why it "
-            f"stays (`score_cannot_fail: WHY`: its responses alone are then held)")
+            f"stays (`score_cannot_fail: WHY`: its responses alone are then held)"
+        )
 
 
 def accuracy_checks(eval_defs, golden: dict[str, dict], results: dict[str, dict]) -> list[dict]:
@@ -237,25 +265,36 @@ def accuracy_checks(eval_defs, golden: dict[str, dict], results: dict[str, dict]
         cmp = compare_paired(e.name, g["items"], r["items"], e.filter, e.max_drop, e.alpha, e.max_differing_responses)
         other = {f"score_{f}": s for f, s in r["scores"].items()}
         other.update({f"golden_score_{f}": s for f, s in g["scores"].items()})
-        checks.append({
-            "name": f"eval:{e.name}",
-            "kind": "accuracy",
-            "passed": cmp.passed,
-            "summary": f"{e.task}: " + cmp.summary(),
-            "metrics": {
-                "score": cmp.score, "golden_score": cmp.golden_score, "delta": cmp.delta,
-                "ci95_low": cmp.ci95[0], "ci95_high": cmp.ci95[1], "p_value": cmp.p_value, "n": cmp.n,
-                "flipped_to_wrong": len(cmp.flipped_to_wrong), "flipped_to_right": len(cmp.flipped_to_right),
-                "smallest_detectable_drop": cmp.smallest_detectable_drop,
-                "differing_responses": len(cmp.differing_responses), "max_differing_responses": e.max_differing_responses,
-                **other,
-            },
-            "tolerance": (f"fail when drop > {e.max_drop:g} and McNemar p < {e.alpha:g} ({e.filter}), "
-                          f"or more than {e.max_differing_responses} responses differ from the golden's"),
-            "flipped": _flipped_rows(cmp, g["items"], r["items"], e.filter),
-            "differing_responses": _differing_rows(cmp, g["items"], r["items"]),
-            "warning": cmp.accuracy_powerless and f"the score cannot fail here: {cmp.accuracy_powerless}",
-        })
+        checks.append(
+            {
+                "name": f"eval:{e.name}",
+                "kind": "accuracy",
+                "passed": cmp.passed,
+                "summary": f"{e.task}: " + cmp.summary(),
+                "metrics": {
+                    "score": cmp.score,
+                    "golden_score": cmp.golden_score,
+                    "delta": cmp.delta,
+                    "ci95_low": cmp.ci95[0],
+                    "ci95_high": cmp.ci95[1],
+                    "p_value": cmp.p_value,
+                    "n": cmp.n,
+                    "flipped_to_wrong": len(cmp.flipped_to_wrong),
+                    "flipped_to_right": len(cmp.flipped_to_right),
+                    "smallest_detectable_drop": cmp.smallest_detectable_drop,
+                    "differing_responses": len(cmp.differing_responses),
+                    "max_differing_responses": e.max_differing_responses,
+                    **other,
+                },
+                "tolerance": (
+                    f"fail when drop > {e.max_drop:g} and McNemar p < {e.alpha:g} ({e.filter}), "
+                    f"or more than {e.max_differing_responses} responses differ from the golden's"
+                ),
+                "flipped": _flipped_rows(cmp, g["items"], r["items"], e.filter),
+                "differing_responses": _differing_rows(cmp, g["items"], r["items"]),
+                "warning": cmp.accuracy_powerless and f"the score cannot fail here: {cmp.accuracy_powerless}",
+            }
+        )
         checks[-1]["where"] = _where(checks[-1])
     return checks
 
@@ -282,8 +321,14 @@ def _differing_rows(cmp, golden_items: list[dict], items: list[dict]) -> list[di
     for d in cmp.differing_responses[:MAX_FLIPPED_ROWS]:
         a, b = gold[d].get("response") or "", here[d].get("response") or ""
         at = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
-        rows.append({"doc_id": d, "first_differing_char": at, "golden_response": a[max(0, at - 40):at + 80],
-                     "response": b[max(0, at - 40):at + 80]})
+        rows.append(
+            {
+                "doc_id": d,
+                "first_differing_char": at,
+                "golden_response": a[max(0, at - 40) : at + 80],
+                "response": b[max(0, at - 40) : at + 80],
+            }
+        )
     return rows
 
 
@@ -292,7 +337,14 @@ def _flipped_rows(cmp, golden_items: list[dict], items: list[dict], filter: str)
     gold = {it["doc_id"]: it for it in golden_items}
     here = {it["doc_id"]: it for it in items}
     rows = [(d, "to wrong") for d in cmp.flipped_to_wrong] + [(d, "to right") for d in cmp.flipped_to_right]
-    return [{"doc_id": d, "flipped": way, "target": here[d].get("target"),
-             "golden_answer": gold[d].get("answers", {}).get(filter), "answer": here[d].get("answers", {}).get(filter),
-             "response": (here[d].get("response") or "")[:200]}
-            for d, way in rows[:MAX_FLIPPED_ROWS]]
+    return [
+        {
+            "doc_id": d,
+            "flipped": way,
+            "target": here[d].get("target"),
+            "golden_answer": gold[d].get("answers", {}).get(filter),
+            "answer": here[d].get("answers", {}).get(filter),
+            "response": (here[d].get("response") or "")[:200],
+        }
+        for d, way in rows[:MAX_FLIPPED_ROWS]
+    ]

@@ -23,9 +23,11 @@ TASK_DIR = Path(__file__).resolve().parent / "tasks"
 TASKS: dict[str, Path] = {p.stem: p for p in sorted(TASK_DIR.glob("*.yaml"))}
 LOADERS = ("jsonl", "geo3k-parquet")
 GEO3K_COLUMNS = ("images", "problem", "answer")
-GEO3K_LAYOUT = ("a Geo3K parquet (the hiyouga/geometry3k layout) has the columns `images` (a list "
-                "of images, HF Sequence(Image())), `problem` (text with an \"<image>\" mark) and "
-                "`answer` (a string)")
+GEO3K_LAYOUT = (
+    "a Geo3K parquet (the hiyouga/geometry3k layout) has the columns `images` (a list "
+    'of images, HF Sequence(Image())), `problem` (text with an "<image>" mark) and '
+    "`answer` (a string)"
+)
 OFFLINE_ENV = ("HF_DATASETS_OFFLINE", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_EVALUATE_OFFLINE")
 
 
@@ -85,8 +87,9 @@ def data_files(name: str, data: str | None = None) -> dict[str, Path]:
             files["test"] = d
     if files.get("test") is None:
         what = GEO3K_LAYOUT if s["data"]["loader"] == "geo3k-parquet" else "a JSONL test split"
-        raise ValueError(f"eval task '{name}' reads a file the scenario names: set `data` in the eval "
-                         f"entry to the path of {what}")
+        raise ValueError(
+            f"eval task '{name}' reads a file the scenario names: set `data` in the eval entry to the path of {what}"
+        )
     return {split: p.resolve() for split, p in files.items() if p is not None}
 
 
@@ -111,8 +114,7 @@ def lm_eval_config(name: str, data: str | None = None) -> dict:
         dataset_kwargs=None,
         custom_dataset=functools.partial(loader, files),
     )
-    cfg["metadata"] = {**(cfg.get("metadata") or {}), "harness_task": name,
-                       "lm_eval_base": str(lm_eval_base_yaml(name))}
+    cfg["metadata"] = {**(cfg.get("metadata") or {}), "harness_task": name, "lm_eval_base": str(lm_eval_base_yaml(name))}
     return cfg
 
 
@@ -122,13 +124,17 @@ def _load_jsonl(files: dict[str, Path], **_metadata):
     splits = {}
     for split, path in files.items():
         if not path.is_file():
-            raise FileNotFoundError(f"eval data {path} ({split} split) does not exist: a JSONL file, one "
-                                    "{\"question\": ..., \"answer\": \"... #### N\"} per line")
+            raise FileNotFoundError(
+                f"eval data {path} ({split} split) does not exist: a JSONL file, one "
+                '{"question": ..., "answer": "... #### N"} per line'
+            )
         rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
         missing = [i for i, r in enumerate(rows) if not {"question", "answer"} <= set(r)]
         if not rows or missing:
-            raise ValueError(f"eval data {path}: every line needs the fields question and answer "
-                             f"({'no lines' if not rows else f'line {missing[0] + 1} lacks one'})")
+            raise ValueError(
+                f"eval data {path}: every line needs the fields question and answer "
+                f"({'no lines' if not rows else f'line {missing[0] + 1} lacks one'})"
+            )
         splits[split] = datasets.Dataset.from_list([{"question": r["question"], "answer": r["answer"]} for r in rows])
     return datasets.DatasetDict(splits)
 
@@ -148,16 +154,19 @@ def _load_geo3k(files: dict[str, Path], **_metadata):
             raise ValueError(f"Geo3K parquet {path} cannot be read ({type(e).__name__}: {e}); {GEO3K_LAYOUT}") from e
         missing = [c for c in GEO3K_COLUMNS if c not in table.column_names]
         if missing:
-            raise ValueError(f"Geo3K parquet {path} lacks the column(s) {', '.join(missing)} "
-                             f"(it has {', '.join(table.column_names)}); {GEO3K_LAYOUT}")
+            raise ValueError(
+                f"Geo3K parquet {path} lacks the column(s) {', '.join(missing)} "
+                f"(it has {', '.join(table.column_names)}); {GEO3K_LAYOUT}"
+            )
         ds = datasets.Dataset(datasets.table.InMemoryTable(table.select(list(GEO3K_COLUMNS))))
         if not _is_image_list(ds.features["images"]):
             # a parquet without HF metadata: list<struct<bytes, path>>
             try:
                 ds = ds.cast_column("images", datasets.Sequence(datasets.Image()))
             except Exception as e:
-                raise ValueError(f"Geo3K parquet {path}: column `images` is {ds.features['images']}, not a list "
-                                 f"of images; {GEO3K_LAYOUT}") from e
+                raise ValueError(
+                    f"Geo3K parquet {path}: column `images` is {ds.features['images']}, not a list of images; {GEO3K_LAYOUT}"
+                ) from e
         splits[split] = ds
     return datasets.DatasetDict(splits)
 

@@ -33,12 +33,18 @@ def resolve_commit(base: str, repo: Path) -> str:
     """The commit id `base` names. Only this id reaches `git diff`: a value that looks
     like an option (`--output=FILE` makes git write a file) is never an argument of its
     own, and `--end-of-options` keeps rev-parse from reading it as one either."""
-    out = subprocess.run(["git", "rev-parse", "--verify", "--quiet", "--end-of-options", f"{base}^{{commit}}"],
-                         cwd=repo, capture_output=True, text=True)
+    out = subprocess.run(
+        ["git", "rev-parse", "--verify", "--quiet", "--end-of-options", f"{base}^{{commit}}"],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+    )
     commit = out.stdout.strip()
     if out.returncode != 0 or not re.fullmatch(r"[0-9a-f]{40,64}", commit):
-        raise ScenarioError(f"--changed-since {base}: not a commit of the repository at {repo} "
-                            "(give a branch, tag or commit, e.g. origin/main; fetch it first in a shallow CI clone)")
+        raise ScenarioError(
+            f"--changed-since {base}: not a commit of the repository at {repo} "
+            "(give a branch, tag or commit, e.g. origin/main; fetch it first in a shallow CI clone)"
+        )
     return commit
 
 

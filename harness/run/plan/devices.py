@@ -185,8 +185,17 @@ class DevicePool:
         if self.lease_log is None:
             return
         lines = "".join(
-            json.dumps({"pool": self.kind, "slot": s, "scenario": lease.scenario, "pid": os.getpid(),
-                        "acquired": lease.acquired, "released": released}) + "\n"
+            json.dumps(
+                {
+                    "pool": self.kind,
+                    "slot": s,
+                    "scenario": lease.scenario,
+                    "pid": os.getpid(),
+                    "acquired": lease.acquired,
+                    "released": released,
+                }
+            )
+            + "\n"
             for s in lease.slots
         )
         # one write of a small O_APPEND file: lines of concurrent writers never interleave
@@ -204,8 +213,11 @@ def devices_problem(need: int, pool: DevicePool | None, cluster=None) -> str | N
         return None
     if cluster is not None and need <= cluster.ranks:
         return None
-    where = (f"; the nodes of the nodes file hold {cluster.ranks}" if cluster
-             else "; a bigger scenario needs more machines (--nodes FILE)")
+    where = (
+        f"; the nodes of the nodes file hold {cluster.ranks}"
+        if cluster
+        else "; a bigger scenario needs more machines (--nodes FILE)"
+    )
     return f"needs {need} devices, this machine has {pool.count} (--devices / HARNESS_DEVICES){where}"
 
 

@@ -51,8 +51,9 @@ def default_jobs() -> int:
         raise ScenarioError(str(exc)) from None
 
 
-def plan_run(args: RunConfig, all_scenarios: list[Scenario], chosen: list[Scenario], repo: Path,
-             suspects: Suspects | None = None) -> RunPlan:
+def plan_run(
+    args: RunConfig, all_scenarios: list[Scenario], chosen: list[Scenario], repo: Path, suspects: Suspects | None = None
+) -> RunPlan:
     """`suspects`: what failed or drifted in the gate's history (report.regressions.gate_suspects)."""
     meta: dict = {}
     changed = _changed_files(args, repo)
@@ -71,11 +72,18 @@ def plan_run(args: RunConfig, all_scenarios: list[Scenario], chosen: list[Scenar
     if args.shard:
         index, count = parse_shard(args.shard)
         shard = split_shards(chosen, count, cost)[index - 1]
-        meta["shard"] = {"index": index, "count": count, "of": len(chosen),
-                         "device_seconds": round(sum(cost[s.id].device_seconds for s in shard), 1),
-                         "durations_from": str(args.durations) if args.durations else f"verdicts under {args.report_dir}"}
-        print(f"harness: shard {index}/{count}: {len(shard)} of {len(chosen)} scenarios "
-              f"(~{meta['shard']['device_seconds']:.0f} device-seconds)", flush=True)
+        meta["shard"] = {
+            "index": index,
+            "count": count,
+            "of": len(chosen),
+            "device_seconds": round(sum(cost[s.id].device_seconds for s in shard), 1),
+            "durations_from": str(args.durations) if args.durations else f"verdicts under {args.report_dir}",
+        }
+        print(
+            f"harness: shard {index}/{count}: {len(shard)} of {len(chosen)} scenarios "
+            f"(~{meta['shard']['device_seconds']:.0f} device-seconds)",
+            flush=True,
+        )
         chosen = shard
     cost = {s.id: cost[s.id] for s in chosen}
     # a gate is waited on for its first failure: what failed before goes first
@@ -89,8 +97,9 @@ def plan_run(args: RunConfig, all_scenarios: list[Scenario], chosen: list[Scenar
     return RunPlan(chosen, devices, cluster, cost, meta)
 
 
-def _first_failure_first(chosen: list[Scenario], cost: dict[str, Cost], suspects: Suspects,
-                          meta: dict) -> tuple[list[Scenario], dict[str, Cost]]:
+def _first_failure_first(
+    chosen: list[Scenario], cost: dict[str, Cost], suspects: Suspects, meta: dict
+) -> tuple[list[Scenario], dict[str, Cost]]:
     """The gate's scenarios in the order of harness/run/plan/priority.py, said and recorded."""
     rule_picked = picked_by_a_rule(meta.get("selection", {}).get("picked", {}))
     ordered, tiered = first_failure_order(chosen, cost, suspects, rule_picked)

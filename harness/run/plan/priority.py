@@ -27,8 +27,12 @@ from harness.inputs.scenarios.scenario import Scenario
 from harness.run.plan.schedule import Cost, largest_first
 
 FAILED_BEFORE, DRIFTED_BEFORE, RULE_PICKED, THE_REST = range(4)
-TIER_NAMES = {FAILED_BEFORE: "failed before", DRIFTED_BEFORE: "drifted before", RULE_PICKED: "picked by a change rule",
-              THE_REST: "the rest"}
+TIER_NAMES = {
+    FAILED_BEFORE: "failed before",
+    DRIFTED_BEFORE: "drifted before",
+    RULE_PICKED: "picked by a change rule",
+    THE_REST: "the rest",
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,8 +53,9 @@ def tier_of(scenario_id: str, suspects: Suspects, rule_picked: set[str]) -> int:
     return THE_REST
 
 
-def first_failure_order(scenarios: list[Scenario], cost: dict[str, Cost], suspects: Suspects,
-                        rule_picked: set[str]) -> tuple[list[Scenario], dict[str, Cost]]:
+def first_failure_order(
+    scenarios: list[Scenario], cost: dict[str, Cost], suspects: Suspects, rule_picked: set[str]
+) -> tuple[list[Scenario], dict[str, Cost]]:
     """The scenarios in the order to run them, and their costs with each one's tier."""
     tiered = {s.id: dataclasses.replace(cost[s.id], tier=tier_of(s.id, suspects, rule_picked)) for s in scenarios}
     return largest_first(scenarios, tiered), tiered

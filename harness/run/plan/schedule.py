@@ -94,10 +94,7 @@ def devices_needed(scenario: Scenario) -> int:
 
 
 def costs(scenarios: list[Scenario], durations: dict[str, float]) -> dict[str, Cost]:
-    return {
-        s.id: Cost(devices_needed(s), durations.get(s.id, FALLBACK_S), s.id in durations)
-        for s in scenarios
-    }
+    return {s.id: Cost(devices_needed(s), durations.get(s.id, FALLBACK_S), s.id in durations) for s in scenarios}
 
 
 def largest_first(scenarios: list[Scenario], cost: dict[str, Cost]) -> list[Scenario]:

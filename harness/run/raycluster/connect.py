@@ -99,9 +99,11 @@ def check_reachable(cluster: ClusterChoice) -> None:
     if address.startswith("ray://"):
         missing = _ray_client_missing()
         if missing:
-            raise ClusterError(f"--cluster {address}: Ray Client needs the package `ray[client]`, which is not installed "
-                               f"here ({missing}): pip install 'ray[client]'; or give the cluster's GCS address HOST:PORT "
-                               "(what `ray start --head` prints), which plain `ray` reaches")
+            raise ClusterError(
+                f"--cluster {address}: Ray Client needs the package `ray[client]`, which is not installed "
+                f"here ({missing}): pip install 'ray[client]'; or give the cluster's GCS address HOST:PORT "
+                "(what `ray start --head` prints), which plain `ray` reaches"
+            )
         address = address.removeprefix("ray://")
     elif address == "auto":
         from ray._private.services import canonicalize_bootstrap_address
@@ -109,17 +111,21 @@ def check_reachable(cluster: ClusterChoice) -> None:
         try:
             address = canonicalize_bootstrap_address("auto") or ""
         except (ConnectionError, ValueError) as exc:
-            raise ClusterError(f"--cluster auto: no Ray cluster runs on this machine ({str(exc).split('.')[0]}): "
-                               "`ray start --head` starts one, ray:local starts one for the run") from None
+            raise ClusterError(
+                f"--cluster auto: no Ray cluster runs on this machine ({str(exc).split('.')[0]}): "
+                "`ray start --head` starts one, ray:local starts one for the run"
+            ) from None
     host, _, port = address.rpartition(":")
     wait = RAY_CONNECT_S.number() or 20.0
     try:
         socket.create_connection((host.strip("[]"), int(port)), timeout=wait).close()
     except (OSError, ValueError) as exc:
         why = "no answer" if isinstance(exc, TimeoutError) else (getattr(exc, "strerror", None) or str(exc))
-        raise ClusterError(f"cannot reach {cluster.describe()}: {why} (waited up to {wait:g} s, "
-                           f"${RAY_CONNECT_S.name}); is the cluster up (`ray status`), and is {address} its head's "
-                           "address?") from None
+        raise ClusterError(
+            f"cannot reach {cluster.describe()}: {why} (waited up to {wait:g} s, "
+            f"${RAY_CONNECT_S.name}); is the cluster up (`ray status`), and is {address} its head's "
+            "address?"
+        ) from None
 
 
 def _ray_client_missing() -> str | None:

@@ -47,8 +47,9 @@ class InFlight:
     addresses: dict[str, str] = dataclasses.field(default_factory=dict)
 
 
-def run_on_ray(scenarios: list[Scenario], run_dir: Path, opts: RunContext, progress, cost: dict[str, Cost],
-               cluster: ClusterChoice) -> list[Verdict]:
+def run_on_ray(
+    scenarios: list[Scenario], run_dir: Path, opts: RunContext, progress, cost: dict[str, Cost], cluster: ClusterChoice
+) -> list[Verdict]:
     """Run `scenarios` on the Ray cluster of `spec`; the verdicts, each saved in `run_dir`."""
     resource = placement.slot_resource(opts.config.device)
     local_slots = opts.devices.count if opts.devices is not None else 4
@@ -79,8 +80,9 @@ class _Driver:
     def __init__(self, ray, run_dir: Path, opts: RunContext, progress, cost: dict[str, Cost], resource: str):
         self.ray, self.run_dir, self.progress, self.cost, self.resource = ray, run_dir, progress, cost, resource
         self.opts = opts
-        self.node_opts = dataclasses.replace(opts, devices=None, cluster=None, cancel=None,
-                                             config=dataclasses.replace(opts.config, cluster=None))
+        self.node_opts = dataclasses.replace(
+            opts, devices=None, cluster=None, cancel=None, config=dataclasses.replace(opts.config, cluster=None)
+        )
         self.capacity = placement.capacity(ray, resource)
         self.env = driver_env()
         self.project_root = str(project().root)
@@ -93,9 +95,12 @@ class _Driver:
         if not self.capacity.per_node:
             from harness.run.raycluster.connect import ClusterError
 
-            raise ClusterError(f"no live node of the Ray cluster offers '{self.resource}' slots: start its nodes with "
-                               f"`ray start --resources '{{\"{self.resource}\": N}}'`" if self.resource != "GPU"
-                               else "no live node of the Ray cluster has a GPU")
+            raise ClusterError(
+                f"no live node of the Ray cluster offers '{self.resource}' slots: start its nodes with "
+                f"`ray start --resources '{{\"{self.resource}\": N}}'`"
+                if self.resource != "GPU"
+                else "no live node of the Ray cluster has a GPU"
+            )
         try:
             while pending or self.running:
                 self._submit_what_fits(pending)
@@ -128,13 +133,16 @@ class _Driver:
 
         # by name: the rank hosts of a spread scenario find it
         group = f"harness-{uuid.uuid4().hex[:12]}"
-        pg = placement_group(placement.bundles(need, self.resource), strategy=placement.strategy(need, self.capacity),
-                             name=group)
+        pg = placement_group(placement.bundles(need, self.resource), strategy=placement.strategy(need, self.capacity), name=group)
         work = NodeWork(scenario, self.node_opts, self.project_root, self._golden(scenario), self.env)
         # the task holds bundle 0's slot; the group holds the others for its ranks. No retry: a
         # scenario is never run twice behind the user's back (lost.py says what happened)
-        on_bundle_0 = {"num_cpus": 0, "max_retries": 0, "resources": {self.resource: 1},
-                       "scheduling_strategy": PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=0)}
+        on_bundle_0 = {
+            "num_cpus": 0,
+            "max_retries": 0,
+            "resources": {self.resource: 1},
+            "scheduling_strategy": PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=0),
+        }
         # ranks across nodes, launched from bundle 0's
         if need > self.capacity.largest_node:
             ref = self.across_nodes.options(**on_bundle_0).remote(work, group)
@@ -191,9 +199,15 @@ class _Driver:
         its task's own time on the node, and the rest of the round trip (placement, worker
         start and imports, the files' way back): Ray's overhead (docs/SCALE.md)."""
         round_trip = time.monotonic() - flight.submitted
-        line = {"scenario": flight.scenario.id, "ranks": flight.need, "nodes": len(set(flight.nodes)) or None,
-                "round_trip_s": round(round_trip, 2), "on_node_s": round(result.seconds, 2),
-                "overhead_s": round(round_trip - result.seconds, 2), "bytes_back": len(result.files)}
+        line = {
+            "scenario": flight.scenario.id,
+            "ranks": flight.need,
+            "nodes": len(set(flight.nodes)) or None,
+            "round_trip_s": round(round_trip, 2),
+            "on_node_s": round(result.seconds, 2),
+            "overhead_s": round(round_trip - result.seconds, 2),
+            "bytes_back": len(result.files),
+        }
         try:
             with open(self.run_dir / TIMINGS, "a") as f:
                 f.write(json.dumps(line) + "\n")

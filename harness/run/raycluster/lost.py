@@ -21,8 +21,9 @@ from harness.run.runner import RunContext, record_verdict
 def lost_verdict(ray, flight, exc: BaseException, run_dir: Path, opts: RunContext) -> Verdict:
     scenario = flight.scenario
     if isinstance(exc, ray.exceptions.RayTaskError) and not isinstance(exc, ray.exceptions.TaskCancelledError):
-        verdict = Verdict(scenario.id, "error", f"harness error on the Ray node: {_first_line(exc)}",
-                          error={"exception": str(exc)})
+        verdict = Verdict(
+            scenario.id, "error", f"harness error on the Ray node: {_first_line(exc)}", error={"exception": str(exc)}
+        )
     else:
         verdict = _crash(ray, scenario.id, flight, exc)
     return record_verdict(scenario, verdict, run_dir, opts, flight.submitted)
@@ -37,8 +38,9 @@ def _crash(ray, name: str, flight, exc: BaseException) -> Verdict:
     where = f"node {node[:12]} ({flight.addresses.get(node, '?')})"
     what = "was lost (its raylet died)" if dead else "lost the Ray worker running the scenario"
     exception = f"NodeLost: {where} {what} while rank {ranks[0]} ran there ({type(exc).__name__})"
-    failure = RankFailure(rank=ranks[0], exitcode=None, signal=None, exception=exception, traceback=_first_line(exc),
-                          log="(on the lost node)")
+    failure = RankFailure(
+        rank=ranks[0], exitcode=None, signal=None, exception=exception, traceback=_first_line(exc), log="(on the lost node)"
+    )
     reason = f"rank {ranks[0]} crashed: {exception}; ranks on that node: {', '.join(map(str, ranks))}"
     return Verdict(name, "crash", reason, crash=asdict(failure))
 

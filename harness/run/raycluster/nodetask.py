@@ -57,8 +57,12 @@ def run_on_node(work: NodeWork, options_for: Callable[[Path], RunContext] | None
     start = time.monotonic()
     base = Path(tempfile.mkdtemp(prefix="harness-ray-"))
     try:
-        with _environment(work.env), _in_project(work.project_root), _golden(work, base / "golden"), \
-                _stopped_if_the_raylet_dies() as stop:
+        with (
+            _environment(work.env),
+            _in_project(work.project_root),
+            _golden(work, base / "golden"),
+            _stopped_if_the_raylet_dies() as stop,
+        ):
             run_dir = base / "run"
             opts = options_for(run_dir) if options_for else work.opts
             run_scenario(work.scenario, run_dir, dataclasses.replace(opts, cancel=stop))

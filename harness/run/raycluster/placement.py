@@ -36,8 +36,10 @@ class Capacity:
         """Why a scenario of `need` devices can never run on this cluster (its `unsupported` reason), or None."""
         if need <= self.total:
             return None
-        return (f"needs {need} devices, the Ray cluster's nodes offer {self.total} '{resource}' slots in all "
-                f"({len(self.per_node)} nodes); add nodes, or declare more slots per node (ray start --resources)")
+        return (
+            f"needs {need} devices, the Ray cluster's nodes offer {self.total} '{resource}' slots in all "
+            f"({len(self.per_node)} nodes); add nodes, or declare more slots per node (ray start --resources)"
+        )
 
 
 def capacity(ray, resource: str) -> Capacity:

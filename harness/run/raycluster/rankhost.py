@@ -120,8 +120,11 @@ def proxy(args: argparse.Namespace, command: list[str]) -> int:
     (mirror / marker).touch()
     pushed = {str(p): p.read_bytes() for p in mirror.glob("*.json")}  # spec.json: what the rank reads first
     where = PlacementGroupSchedulingStrategy(get_placement_group(args.group), placement_group_bundle_index=args.bundle)
-    host: Any = ray.remote(RankHost).options(num_cpus=0, max_concurrency=4, max_restarts=0, scheduling_strategy=where) \
+    host: Any = (
+        ray.remote(RankHost)
+        .options(num_cpus=0, max_concurrency=4, max_restarts=0, scheduling_strategy=where)
         .remote(command, str(mirror), marker, pushed)
+    )
     threading.Thread(target=_channel, args=(ray, host), daemon=True).start()
     try:
         # the log says where the rank ran (a lost node's ranks are named by it)

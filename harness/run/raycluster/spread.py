@@ -47,8 +47,25 @@ def nodes_of(group: str, namespace: str, address: str, mirror: str) -> Cluster:
     order = sorted(by_node, key=lambda node: node != me)
     nodes = []
     for node in order:
-        prefix: tuple[str, ...] = () if node == me else (
-            sys.executable, "-m", "harness.run.raycluster.rankhost", "--address", address, "--namespace", namespace,
-            "--group", group, "--bundle", str(by_node[node][0]), "--mirror", mirror, "--")
+        prefix: tuple[str, ...] = (
+            ()
+            if node == me
+            else (
+                sys.executable,
+                "-m",
+                "harness.run.raycluster.rankhost",
+                "--address",
+                address,
+                "--namespace",
+                namespace,
+                "--group",
+                group,
+                "--bundle",
+                str(by_node[node][0]),
+                "--mirror",
+                mirror,
+                "--",
+            )
+        )
         nodes.append(Node(f"ray-{node[:8]}", prefix, len(by_node[node])))
     return Cluster(tuple(nodes), addresses[me])

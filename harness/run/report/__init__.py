@@ -56,8 +56,9 @@ def write_report(run_dir: Path, meta: dict | None = None, history_dir: Path | No
     meta["complete"] = not report.never_ran
     # every scenario unsupported, none of it declared by the scenario file for the engine version it
     # ran on: a suite of an engine that cannot run its model would otherwise pass forever
-    meta["nothing_tested"] = bool(report.verdicts) and all(v.verdict == "unsupported" and not declares_unsupported(v)
-                                                           for v in report.verdicts)
+    meta["nothing_tested"] = bool(report.verdicts) and all(
+        v.verdict == "unsupported" and not declares_unsupported(v) for v in report.verdicts
+    )
     # scenarios whose files a full or read-only disk stopped (run/stages/ended.py, storage_verdict): exit code 3
     meta["results_not_written"] = [v.scenario for v in report.verdicts if v.error and v.error.get("storage")]
     # a rebuild that records the run clears an old failure
@@ -74,8 +75,10 @@ def write_report(run_dir: Path, meta: dict | None = None, history_dir: Path | No
     if problems:
         meta["report_writer_errors"] = problems
         for name, why in problems.items():
-            print(f"harness: report writer '{name}' wrote nothing ({why}); the run's other report files are written",
-                  file=sys.stderr)
+            print(
+                f"harness: report writer '{name}' wrote nothing ({why}); the run's other report files are written",
+                file=sys.stderr,
+            )
     files = {run_dir / name: text for name, text in texts.items()}
     meta["report_s"] = round(time.monotonic() - started, 3)  # report writing: the last phase of a run
     # run.json last: its counts match the files beside it

@@ -55,8 +55,10 @@ def explaining_settings(verdicts: list[Verdict]) -> str | None:
             if having == failed:
                 hits.append(_label(combo))
         if hits:
-            return (f"Failures explained by {code(hits[0])}: every scenario with it failed ({len(failed)}), "
-                    "none without it did" + (f" (equally: {'; '.join(code(h) for h in hits[1:4])})" if len(hits) > 1 else "") + ".")
+            return (
+                f"Failures explained by {code(hits[0])}: every scenario with it failed ({len(failed)}), "
+                "none without it did" + (f" (equally: {'; '.join(code(h) for h in hits[1:4])})" if len(hits) > 1 else "") + "."
+            )
     return _closest(judged, failed)
 
 
@@ -68,5 +70,7 @@ def _closest(judged: list[Verdict], failed: set[str]) -> str:
         return f"No setting is shared by all {len(failed)} failing scenarios."
     passing = {f: sorted(v.scenario for v in judged if f in _features(v) and v.scenario not in failed) for f in common}
     best = min(sorted(common, key=repr), key=lambda f: len(passing[f]))
-    return (f"No single setting or pair separates the failures: all {len(failed)} have {code(_label((best,)))}, "
-            f"but so do {len(passing[best])} that pass: {text(', '.join(passing[best][:5]))}.")
+    return (
+        f"No single setting or pair separates the failures: all {len(failed)} have {code(_label((best,)))}, "
+        f"but so do {len(passing[best])} that pass: {text(', '.join(passing[best][:5]))}."
+    )

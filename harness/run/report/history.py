@@ -82,28 +82,30 @@ def run_rows(run_dir: Path, meta: dict, verdicts: list[Verdict], complete: bool 
     started = pd.Timestamp(meta["started"], unit="s", tz="UTC")
     rows = []
     for v in verdicts:
-        rows.append({
-            "run_id": meta["run_id"],
-            "gate": gate_of(meta),
-            "started": started,
-            "harness_commit": versions.get("harness_commit", ""),
-            "torch": v.versions.get("torch") or versions.get("torch", ""),
-            "python": versions.get("python", ""),
-            "engine": _engine_of(run_dir, v),
-            "engine_versions": json.dumps(v.versions, sort_keys=True) if v.versions else "",
-            # `vllm-0.28.0` of a --engine-env run, else ""
-            "engine_env": split_id(v.scenario)[1],
-            "faults": ",".join(meta.get("faults") or []),
-            "merged_from": ",".join(meta.get("merged_from") or []),
-            "complete": complete,
-            "scenario": v.scenario,
-            "verdict": v.verdict,
-            "as_expected": v.as_expected,
-            "reason": v.reason.splitlines()[0] if v.reason else "",
-            "declared_unsupported": declares_unsupported(v),
-            "duration_s": float(v.duration_s),
-            **verdict_metrics(v),
-        })
+        rows.append(
+            {
+                "run_id": meta["run_id"],
+                "gate": gate_of(meta),
+                "started": started,
+                "harness_commit": versions.get("harness_commit", ""),
+                "torch": v.versions.get("torch") or versions.get("torch", ""),
+                "python": versions.get("python", ""),
+                "engine": _engine_of(run_dir, v),
+                "engine_versions": json.dumps(v.versions, sort_keys=True) if v.versions else "",
+                # `vllm-0.28.0` of a --engine-env run, else ""
+                "engine_env": split_id(v.scenario)[1],
+                "faults": ",".join(meta.get("faults") or []),
+                "merged_from": ",".join(meta.get("merged_from") or []),
+                "complete": complete,
+                "scenario": v.scenario,
+                "verdict": v.verdict,
+                "as_expected": v.as_expected,
+                "reason": v.reason.splitlines()[0] if v.reason else "",
+                "declared_unsupported": declares_unsupported(v),
+                "duration_s": float(v.duration_s),
+                **verdict_metrics(v),
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -153,8 +155,21 @@ TIMESTAMPS = ("started", "recorded")
 # A file whose column holds another kind (a string in a metric, "yes" in `complete`) is set
 # aside and named, as a cut-off one: read, it would stop every later run and report, or be
 # taken for what it is not.
-TEXTS = ("run_id", "gate", "harness_commit", "torch", "python", "engine", "engine_versions", "engine_env",
-         "faults", "merged_from", "scenario", "verdict", "reason")
+TEXTS = (
+    "run_id",
+    "gate",
+    "harness_commit",
+    "torch",
+    "python",
+    "engine",
+    "engine_versions",
+    "engine_env",
+    "faults",
+    "merged_from",
+    "scenario",
+    "verdict",
+    "reason",
+)
 FLAGS = ("complete", "as_expected", "declared_unsupported")
 NUMBERS = ("duration_s",)
 
@@ -189,8 +204,7 @@ def schema_problems(frame: pd.DataFrame) -> list[str]:
             if not pd.api.types.is_bool_dtype(column):
                 problems.append(f"{c} holds {_example(column, lambda v: isinstance(v, bool))}, not true/false")
         elif c in NUMBERS or c.startswith(METRIC_PREFIX):
-            if not (pd.api.types.is_numeric_dtype(column) and not pd.api.types.is_bool_dtype(column)) \
-                    and not column.isna().all():
+            if not (pd.api.types.is_numeric_dtype(column) and not pd.api.types.is_bool_dtype(column)) and not column.isna().all():
                 problems.append(f"{c} holds {_example(column, _is_number)}, not a number")
         elif c in TEXTS:
             if not all(isinstance(v, str) for v in column.dropna()):

@@ -47,7 +47,9 @@ def _table(frame: pd.DataFrame) -> str:
 
 
 def _key_values(d: dict) -> str:
-    rows = [{"key": k, "value": v if isinstance(v, (str, int, float, bool)) or v is None else json.dumps(v)} for k, v in d.items()]
+    rows = [
+        {"key": k, "value": v if isinstance(v, (str, int, float, bool)) or v is None else json.dumps(v)} for k, v in d.items()
+    ]
     return _table(pd.DataFrame(rows))
 
 
@@ -71,7 +73,10 @@ def _check_extras(check: dict) -> list[tuple[str, str]]:
 def _checks_table(v: Verdict) -> str:
     if not v.checks:
         return ""
-    rows = [{"check": c["name"], "kind": c["kind"], "result": "ok" if c["passed"] else "FAIL", "summary": c["summary"]} for c in v.checks]
+    rows = [
+        {"check": c["name"], "kind": c["kind"], "result": "ok" if c["passed"] else "FAIL", "summary": c["summary"]}
+        for c in v.checks
+    ]
     return _table(pd.DataFrame(rows))
 
 
@@ -183,8 +188,13 @@ def _versions_table(verdicts: list[Verdict]) -> dict | None:
         cells = []
         for label in labels:
             v = by_label.get(label)
-            cells.append({"text": cell(v), "color": plots.COLORS[plots.verdict_label(v)] if v else "#eeeeee",
-                          "anchor": anchor(v.scenario) if v else ""})
+            cells.append(
+                {
+                    "text": cell(v),
+                    "color": plots.COLORS[plots.verdict_label(v)] if v else "#eeeeee",
+                    "anchor": anchor(v.scenario) if v else "",
+                }
+            )
         shown.append((base, cells))
     return {"labels": labels, "rows": shown}
 
@@ -217,19 +227,26 @@ def heatmap_sections(report) -> tuple[list[tuple[str, str]], list[tuple[str, str
 def report_html(report) -> str:
     heatmaps, untested = heatmap_sections(report)
     trends, constant = trend_section(report)
-    return _environment().get_template("report.html.j2").render(
-        meta=report.meta,
-        report=report,
-        counts=sorted(report.meta.get("counts", {}).items()),
-        colors=plots.COLORS,
-        comparison=report.comparison,
-        heatmaps=heatmaps,
-        untested=untested,
-        # a PR's reader looks for the scenarios that broke: the table before the pictures
-        table_first=report.meta.get("gate") == "pr",
-        rows=[{"v": v, "label": plots.verdict_label(v), "metric": key_metric(v), "where": where_diverged(v)} for v in report.verdicts],
-        sections=[scenario_section(report, v) for v in report.verdicts],
-        trends=trends,
-        constant=constant,
-        versions_table=_versions_table(report.verdicts),
+    return (
+        _environment()
+        .get_template("report.html.j2")
+        .render(
+            meta=report.meta,
+            report=report,
+            counts=sorted(report.meta.get("counts", {}).items()),
+            colors=plots.COLORS,
+            comparison=report.comparison,
+            heatmaps=heatmaps,
+            untested=untested,
+            # a PR's reader looks for the scenarios that broke: the table before the pictures
+            table_first=report.meta.get("gate") == "pr",
+            rows=[
+                {"v": v, "label": plots.verdict_label(v), "metric": key_metric(v), "where": where_diverged(v)}
+                for v in report.verdicts
+            ],
+            sections=[scenario_section(report, v) for v in report.verdicts],
+            trends=trends,
+            constant=constant,
+            versions_table=_versions_table(report.verdicts),
+        )
     )

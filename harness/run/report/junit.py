@@ -16,8 +16,11 @@ from harness.contract.verdict import Verdict
 
 
 def _never_ran(scenario: str, meta: dict) -> Verdict:
-    why = (f"not run: --exitfirst stopped the run after {meta['stopped_after']} failed" if meta.get("stopped_after")
-           else "never ran: the run ended (killed or interrupted) before this scenario did")
+    why = (
+        f"not run: --exitfirst stopped the run after {meta['stopped_after']} failed"
+        if meta.get("stopped_after")
+        else "never ran: the run ended (killed or interrupted) before this scenario did"
+    )
     return Verdict(scenario, "error", why, reproduce=f"harness run {scenario}")
 
 

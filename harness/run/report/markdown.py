@@ -30,8 +30,9 @@ def key_metric(v: Verdict) -> str:
     for c in v.checks:
         if c["kind"] == "accuracy":
             m = c["metrics"]
-            parts.append(f"{c['name'].removeprefix('eval:')} {m['score']:.3f} (golden {m['golden_score']:.3f}, "
-                         f"p={m['p_value']:.2g})")
+            parts.append(
+                f"{c['name'].removeprefix('eval:')} {m['score']:.3f} (golden {m['golden_score']:.3f}, p={m['p_value']:.2g})"
+            )
     return "; ".join(parts)
 
 
@@ -92,14 +93,24 @@ def problems_lines(report) -> list[str]:
     if report.never_ran:
         shown = ", ".join(code(s) for s in report.never_ran[:PR_COMMENT_MAX_LINES])
         more = f" and {len(report.never_ran) - PR_COMMENT_MAX_LINES} more" if len(report.never_ran) > PR_COMMENT_MAX_LINES else ""
-        lines += [(f"**{not_run_text(report.meta, len(report.never_ran))}**{not_run_why(report.meta, code)}: "
-                   f"{shown}{more}. Run them again: {code('harness run ' + ' '.join(report.never_ran))}"), ""]
+        lines += [
+            (
+                f"**{not_run_text(report.meta, len(report.never_ran))}**{not_run_why(report.meta, code)}: "
+                f"{shown}{more}. Run them again: {code('harness run ' + ' '.join(report.never_ran))}"
+            ),
+            "",
+        ]
     if report.history_error:
         lines += [f"**Not recorded:** {text(report.history_error)}", ""]
     if report.meta.get("nothing_tested") and not report.meta.get("allow_empty"):
-        lines += [("**Nothing was tested:** every scenario ended `unsupported` (each says why below): the engine "
-                   "cannot run these settings or this model. `harness list --engines` shows what each engine runs; "
-                   "`--allow-empty` accepts such a run."), ""]
+        lines += [
+            (
+                "**Nothing was tested:** every scenario ended `unsupported` (each says why below): the engine "
+                "cannot run these settings or this model. `harness list --engines` shows what each engine runs; "
+                "`--allow-empty` accepts such a run."
+            ),
+            "",
+        ]
     if report.history_unreadable:
         lines += [history_partial_text(report.history_unreadable), ""]
     return lines
@@ -136,8 +147,10 @@ def powerless_lines(verdicts: list[Verdict], limit: int | None = None) -> list[s
 
 def history_partial_text(unreadable: list[str]) -> str:
     files = text("; ".join(unreadable))
-    return (f"**History comparison partial:** {len(unreadable)} file(s) of the history store could not be read and were "
-            f"skipped, so the runs they hold are left out of what changed: {files}. Copy them again or remove them.")
+    return (
+        f"**History comparison partial:** {len(unreadable)} file(s) of the history store could not be read and were "
+        f"skipped, so the runs they hold are left out of what changed: {files}. Copy them again or remove them."
+    )
 
 
 def brief(reason: str, limit: int = 200) -> str:
@@ -155,8 +168,10 @@ def _change_line(c: Change, reproduce: dict[str, str]) -> str:
 
 
 def _drift_line(d: Drift) -> str:
-    return (f"- {code(d.scenario)} {text(d.metric)} = {d.value:.3g} (was {d.before:.3g}; band {d.band.low:.3g} .. {d.band.high:.3g} "
-            f"from {d.band.samples} passing runs)")
+    return (
+        f"- {code(d.scenario)} {text(d.metric)} = {d.value:.3g} (was {d.before:.3g}; band {d.band.low:.3g} .. {d.band.high:.3g} "
+        f"from {d.band.samples} passing runs)"
+    )
 
 
 def changes_lines(comparison: Comparison | None, verdicts: list[Verdict], limit: int | None = None) -> list[str]:
@@ -168,8 +183,10 @@ def changes_lines(comparison: Comparison | None, verdicts: list[Verdict], limit:
     reproduce = {v.scenario: v.reproduce for v in verdicts}
     lines = [f"Compared with the previous run {code(comparison.previous_run)}:", ""]
     groups = [
-        ("Coverage lost (passed before, the engine no longer applies the setting; its evidence)",
-         [_change_line(c, reproduce) for c in comparison.coverage_lost]),
+        (
+            "Coverage lost (passed before, the engine no longer applies the setting; its evidence)",
+            [_change_line(c, reproduce) for c in comparison.coverage_lost],
+        ),
         ("New failures (regressions)", [_change_line(c, reproduce) for c in comparison.new_failures]),
         ("Drifted beyond the noise band (still passing)", [_drift_line(d) for d in comparison.drifted]),
         ("Still failing", [_change_line(c, reproduce) for c in comparison.still_failing]),
@@ -206,8 +223,10 @@ def summary_markdown(report) -> str:
         tag = "pass (unexpected)" if v.unexpected_pass else v.verdict
         wait = float((v.timings or {}).get("wait_s") or 0.0)
         waited = f" ({wait:.0f}s waiting for devices)" if wait >= 1 else ""
-        lines.append(f"| {code(v.scenario, cell=True)} | {ICON.get(v.verdict, '')} {tag} | {text(key_metric(v))} | {text(where_diverged(v))} "
-                     f"| {v.duration_s:.1f}s{waited} |")
+        lines.append(
+            f"| {code(v.scenario, cell=True)} | {ICON.get(v.verdict, '')} {tag} | {text(key_metric(v))} | {text(where_diverged(v))} "
+            f"| {v.duration_s:.1f}s{waited} |"
+        )
     for v in report.failing + [v for v in verdicts if v.verdict in ("expected-failure", "unsupported")]:
         lines += ["", f"## {code(v.scenario)}: {v.verdict}", "", text(v.reason), ""]
         lines += expectation_lines(v)
@@ -216,12 +235,19 @@ def summary_markdown(report) -> str:
         for c in v.checks:
             lines.append(f"- {'ok' if c['passed'] else '**FAIL**'} {code(c['name'])} ({text(c['kind'])}): {text(c['summary'])}")
         if v.crash and v.crash.get("frame"):
-            lines.append(f"Raised at {code(v.crash['frame'])}" + (f" (surfaced as {code(v.crash['wrapper'])})" if v.crash.get("wrapper") else ""))
+            lines.append(
+                f"Raised at {code(v.crash['frame'])}"
+                + (f" (surfaced as {code(v.crash['wrapper'])})" if v.crash.get("wrapper") else "")
+            )
             # the model's own line, above the engine's helper that raised
             if v.crash.get("model_frame"):
                 lines.append(f"From the model's code at {code(v.crash['model_frame'])}")
         if v.crash and v.crash.get("traceback"):
-            lines += ["", f"Rank {text(v.crash['rank'])} traceback (log: {code(v.crash['log'])}):", block(v.crash["traceback"].rstrip()[-3000:])]
+            lines += [
+                "",
+                f"Rank {text(v.crash['rank'])} traceback (log: {code(v.crash['log'])}):",
+                block(v.crash["traceback"].rstrip()[-3000:]),
+            ]
         if v.hang:
             lines += [""] + [f"- rank {text(r)} stuck at {code(loc)}" for r, loc in sorted(v.hang["stuck_at"].items())]
         if v.error:
@@ -238,8 +264,10 @@ def expectation_lines(v: Verdict) -> list[str]:
     x = v.expectation
     if not x:
         return []
-    lines = [f"- expected ({text(x['status'])}): {text(x['expected'])}: {text(x['reason'])}",
-             f"- happened on {text(x['ran_on'])}: {text(x['happened'][:300])}"]
+    lines = [
+        f"- expected ({text(x['status'])}): {text(x['expected'])}: {text(x['reason'])}",
+        f"- happened on {text(x['ran_on'])}: {text(x['happened'][:300])}",
+    ]
     if x.get("why"):
         lines.append(f"- why it is not expected: {text(x['why'])}")
     return lines + [""]
@@ -251,21 +279,37 @@ def time_lines(verdicts: list[Verdict]) -> list[str]:
     timed = [v for v in verdicts if v.timings.get("phases")]
     if not timed:
         return []
-    columns = [(name, label) for name, label in timings.COLUMNS
-               if name not in timings.OCCASIONAL or any(name in v.timings["phases"] for v in timed)]
+    columns = [
+        (name, label)
+        for name, label in timings.COLUMNS
+        if name not in timings.OCCASIONAL or any(name in v.timings["phases"] for v in timed)
+    ]
     head = [label for _, label in columns] + ["harness other", "total"]
-    lines = ["", "## Where the time went (seconds)", "",
-             "Rank phases along the slowest rank; `harness other` = prepare, golden load, verdict.", "",
-             "| scenario | " + " | ".join(head) + " |", "|---" * (len(head) + 1) + "|"]
-    for label, t in [(code(v.scenario, cell=True), v.timings) for v in timed] + [("**sum**", timings.total([v.timings for v in timed]))]:
+    lines = [
+        "",
+        "## Where the time went (seconds)",
+        "",
+        "Rank phases along the slowest rank; `harness other` = prepare, golden load, verdict.",
+        "",
+        "| scenario | " + " | ".join(head) + " |",
+        "|---" * (len(head) + 1) + "|",
+    ]
+    for label, t in [(code(v.scenario, cell=True), v.timings) for v in timed] + [
+        ("**sum**", timings.total([v.timings for v in timed]))
+    ]:
         phases = t["phases"]
         cells = [f"{phases[name]:.1f}" if name in phases else "" for name, _ in columns]
         cells += [f"{timings.harness_other(t):.1f}", f"{t['engine_s'] + t['harness_s'] + t['wait_s']:.1f}"]
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     gate = timings.total([v.timings for v in timed])
     share = gate["harness_s"] / max(gate["engine_s"] + gate["harness_s"], 1e-9)
-    lines += ["", (f"The harness's own share: {gate['harness_s']:.1f}s of {gate['engine_s'] + gate['harness_s']:.1f}s "
-                   f"({100 * share:.1f}%); waiting for devices: {gate['wait_s']:.1f}s.")]
+    lines += [
+        "",
+        (
+            f"The harness's own share: {gate['harness_s']:.1f}s of {gate['engine_s'] + gate['harness_s']:.1f}s "
+            f"({100 * share:.1f}%); waiting for devices: {gate['wait_s']:.1f}s."
+        ),
+    ]
     return lines
 
 
@@ -281,13 +325,19 @@ def pr_comment_markdown(report) -> str:
     lines += powerless_lines(report.verdicts, limit=PR_COMMENT_MAX_LINES)
     lines += changes_lines(report.comparison, report.verdicts, limit=PR_COMMENT_MAX_LINES)
     compared = report.comparison is not None and report.comparison.previous_run is not None
-    listed = {c.scenario for c in report.comparison.new_failures + report.comparison.still_failing + report.comparison.first_seen} if compared else set()
+    listed = (
+        {c.scenario for c in report.comparison.new_failures + report.comparison.still_failing + report.comparison.first_seen}
+        if compared
+        else set()
+    )
     others = [v for v in report.failing if v.scenario not in listed]
     if others:
         lines += [f"**Failing: {len(report.failing)}**", ""]
-        lines += [f"- {ICON.get(v.verdict, '')} {code(v.scenario)} {'pass (unexpected)' if v.unexpected_pass else v.verdict}: "
-                  f"{text(brief(v.reason))} — {code(v.reproduce)}"
-                  for v in others[:PR_COMMENT_MAX_LINES]]
+        lines += [
+            f"- {ICON.get(v.verdict, '')} {code(v.scenario)} {'pass (unexpected)' if v.unexpected_pass else v.verdict}: "
+            f"{text(brief(v.reason))} — {code(v.reproduce)}"
+            for v in others[:PR_COMMENT_MAX_LINES]
+        ]
         lines.append("")
     lines.append("Full report: `report.html` and `summary.md` in the run directory.")
     return "\n".join(lines) + "\n"

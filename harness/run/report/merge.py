@@ -29,7 +29,9 @@ def read_run(run_dir: Path) -> dict:
     run_dir = Path(run_dir)
     # run.json alone is a run too: one interrupted before its first scenario started
     if not scenarios_root(run_dir).is_dir() and not run_meta_path(run_dir).is_file():
-        raise ReportError(f"{run_dir} is not a run directory (it has neither run.json nor scenarios/; run directories are reports/<run-id>/)")
+        raise ReportError(
+            f"{run_dir} is not a run directory (it has neither run.json nor scenarios/; run directories are reports/<run-id>/)"
+        )
     meta_path = run_meta_path(run_dir)
     try:
         meta = read_json(meta_path) if meta_path.exists() else {}
@@ -48,7 +50,9 @@ def _merged_versions(metas: list[dict]) -> dict:
 def merged_meta(metas: list[dict], run_id: str) -> dict:
     gates = sorted({m.get("gate") or "" for m in metas})
     if len(gates) > 1:
-        raise ReportError(f"the runs belong to different gates ({', '.join(g or 'none' for g in gates)}); merge the shards of one run")
+        raise ReportError(
+            f"the runs belong to different gates ({', '.join(g or 'none' for g in gates)}); merge the shards of one run"
+        )
     finished = [m["finished"] for m in metas if m.get("finished")]
     return {
         "run_id": run_id,
@@ -76,7 +80,9 @@ def merge_runs(sources: list[Path], out: Path) -> dict:
         for scenario in verdict_files(source):
             name = scenario.parent.name
             if name in owner:
-                raise ReportError(f"scenario {name.replace('__', '/')} is in both {owner[name]} and {source}; shards of one run never overlap")
+                raise ReportError(
+                    f"scenario {name.replace('__', '/')} is in both {owner[name]} and {source}; shards of one run never overlap"
+                )
             owner[name] = Path(source)
     for name, source in owner.items():
         shutil.copytree(scenarios_root(source) / name, scenarios_root(out) / name, ignore=shutil.ignore_patterns(OUTPUTS))

@@ -126,9 +126,16 @@ def _panel_figure(panels: list[Panel]) -> tuple[Figure, list]:
     width = sum(widths) + PANEL_GAP * (len(panels) - 1) + MARGIN_LEFT + MARGIN_RIGHT
     height = max(len(p.rows) for p in panels) * CELL_H + MARGIN_TOP + MARGIN_BOTTOM
     fig = Figure(figsize=(width, height))
-    grid = fig.add_gridspec(1, len(panels), width_ratios=widths, left=MARGIN_LEFT / width, right=1 - MARGIN_RIGHT / width,
-                            bottom=MARGIN_BOTTOM / height, top=1 - MARGIN_TOP / height,
-                            wspace=PANEL_GAP / (sum(widths) / len(panels)))
+    grid = fig.add_gridspec(
+        1,
+        len(panels),
+        width_ratios=widths,
+        left=MARGIN_LEFT / width,
+        right=1 - MARGIN_RIGHT / width,
+        bottom=MARGIN_BOTTOM / height,
+        top=1 - MARGIN_TOP / height,
+        wspace=PANEL_GAP / (sum(widths) / len(panels)),
+    )
     return fig, [fig.add_subplot(grid[0, i]) for i in range(len(panels))]
 
 
@@ -166,9 +173,16 @@ def heatmap(verdicts: list[Verdict], new_failures: set[str]) -> str | None:
     for ax, panel in zip(axes, panels):
         _draw_panel(ax, panel, row_axis, col_axis, new_failures)
     shown = sorted({verdict_label(v) for v in verdicts}, key=CATEGORIES.index)
-    fig.legend(handles=[Patch(color=COLORS[c], label=c) for c in shown], loc="upper center", bbox_to_anchor=(0.5, 0),
-               ncol=min(len(shown), 3), fontsize=7, frameon=False,
-               title=CELL_LABEL, title_fontsize=7)
+    fig.legend(
+        handles=[Patch(color=COLORS[c], label=c) for c in shown],
+        loc="upper center",
+        bbox_to_anchor=(0.5, 0),
+        ncol=min(len(shown), 3),
+        fontsize=7,
+        frameon=False,
+        title=CELL_LABEL,
+        title_fontsize=7,
+    )
     return to_data_uri(fig)
 
 

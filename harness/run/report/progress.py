@@ -89,10 +89,15 @@ def _has_repro_script(verdict) -> bool:
 BEAT_S = 30.0
 
 # what a rank is doing after it marked the end of a phase (contract/phases.py RANK_PHASES)
-_DOING_AFTER = {None: "preparing: building the model, waiting for devices or starting its ranks",
-                "start": "joining the process group", "rendezvous": "loading the model (vLLM: starting the engine)",
-                "load": "warming up / compiling, or running its workloads", "warmup": "running its workloads", "workloads": "writing its outputs",
-                "write": "ending its ranks"}
+_DOING_AFTER = {
+    None: "preparing: building the model, waiting for devices or starting its ranks",
+    "start": "joining the process group",
+    "rendezvous": "loading the model (vLLM: starting the engine)",
+    "load": "warming up / compiling, or running its workloads",
+    "warmup": "running its workloads",
+    "workloads": "writing its outputs",
+    "write": "ending its ranks",
+}
 
 
 def doing_now(run_dir: Path, scenario_id: str) -> str:
@@ -130,8 +135,11 @@ def still_running(label: str, outputs: Path, stream=None) -> Iterator[None]:
     def beat() -> None:
         while not stop.wait(beat_s):
             try:
-                print(f"{label}: still running ({_clock(time.monotonic() - started)}): {doing_in(outputs)}",
-                      file=stream or sys.stdout, flush=True)
+                print(
+                    f"{label}: still running ({_clock(time.monotonic() - started)}): {doing_in(outputs)}",
+                    file=stream or sys.stdout,
+                    flush=True,
+                )
             except (BrokenPipeError, ValueError):
                 # the reader left or the stream closed: nothing more to say
                 return
@@ -187,8 +195,10 @@ class LineProgress(Progress):
                 state, due = self._state, [sid for sid in self._state.running if now - self._said.get(sid, 0) >= self._beat_s]
                 for sid in due:
                     doing = doing_now(self._run_dir, sid) if self._run_dir else "running"
-                    self._print(f"[{state.done}/{state.total} {state.elapsed()}] still running {sid} "
-                                f"({_clock(now - state.running[sid])}): {doing}")
+                    self._print(
+                        f"[{state.done}/{state.total} {state.elapsed()}] still running {sid} "
+                        f"({_clock(now - state.running[sid])}): {doing}"
+                    )
                     self._said[sid] = now
 
     def scenario_started(self, scenario) -> None:
@@ -242,11 +252,16 @@ class LiveProgress(Progress):
             running = sorted(s.running.items(), key=lambda kv: kv[1])
             total, done, elapsed, failures = s.total, s.done, s.elapsed(), len(s.failures)
         header = Table.grid(padding=(0, 1))
-        header.add_row(ProgressBar(total=max(total, 1), completed=done, width=24), Text(f"{done}/{total} done, elapsed {elapsed},"),
-                       Text(f"{failures} not as expected", style="bold red" if failures else "green"))
+        header.add_row(
+            ProgressBar(total=max(total, 1), completed=done, width=24),
+            Text(f"{done}/{total} done, elapsed {elapsed},"),
+            Text(f"{failures} not as expected", style="bold red" if failures else "green"),
+        )
         now = time.monotonic()
-        lines = [Text.assemble(("  running ", "cyan"), scenario, f"  {_clock(now - since)}", no_wrap=True, overflow="ellipsis")
-                 for scenario, since in running]
+        lines = [
+            Text.assemble(("  running ", "cyan"), scenario, f"  {_clock(now - since)}", no_wrap=True, overflow="ellipsis")
+            for scenario, since in running
+        ]
         return Group(header, *lines)
 
     def start(self, total: int, run_dir: Path) -> None:

@@ -109,7 +109,13 @@ class Comparison:
             "first_seen_failing": [c.scenario for c in self.first_seen],
             "coverage_lost": [c.scenario for c in self.coverage_lost],
             "drifted": [
-                {"scenario": d.scenario, "metric": d.metric, "value": d.value, "band": [d.band.low, d.band.high], "samples": d.band.samples}
+                {
+                    "scenario": d.scenario,
+                    "metric": d.metric,
+                    "value": d.value,
+                    "band": [d.band.low, d.band.high],
+                    "samples": d.band.samples,
+                }
                 for d in self.drifted
             ],
         }
@@ -173,7 +179,6 @@ def _drifts(now, past_passing: pd.DataFrame) -> list[Drift]:
         if not band.contains(float(value)):
             found.append(Drift(now["scenario"], column.split(".", 1)[1], float(value), band, float(past.iloc[-1])))
     return found
-
 
 
 def gate_suspects(history: Path, gate: str | None) -> Suspects:

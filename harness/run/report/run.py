@@ -84,6 +84,8 @@ def build_report(run_dir: Path, meta: dict, history_dir: Path | None) -> RunRepo
         hist.record(history_dir, report.rows)
     except OSError as exc:
         # the report files still get written, and say so
-        report.history_error = (f"the history store {history_dir} could not be written ({exc.strerror or exc}); this run is not "
-                                f"in it: make it writable (or give --history DIR), then `harness report {run_dir}` records it")
+        report.history_error = (
+            f"the history store {history_dir} could not be written ({exc.strerror or exc}); this run is not "
+            f"in it: make it writable (or give --history DIR), then `harness report {run_dir}` records it"
+        )
     return report

@@ -57,8 +57,12 @@ def versions_lines(verdicts: list[Verdict]) -> list[str]:
     labels, rows = version_matrix(verdicts)
     if not labels:
         return []
-    lines = ["## Engine versions side by side", "",
-             "| scenario | " + " | ".join(code(lab, cell=True) for lab in labels) + " |", "|---" * (len(labels) + 1) + "|"]
+    lines = [
+        "## Engine versions side by side",
+        "",
+        "| scenario | " + " | ".join(code(lab, cell=True) for lab in labels) + " |",
+        "|---" * (len(labels) + 1) + "|",
+    ]
     for base, by_label in rows:
         lines.append(f"| {code(base, cell=True)} | " + " | ".join(text(cell(by_label.get(lab))) for lab in labels) + " |")
     return lines + [""]

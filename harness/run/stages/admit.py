@@ -54,8 +54,16 @@ class Admitted:
     reference: goldens.Reference | None = None
 
 
-def admit(scenario: Scenario, settings: dict, out_dir: Path, ctx: RunContext, gate: str | None = None,
-          faults: bool = True, golden: bool = True, watch: Stopwatch | None = None) -> Admitted | Verdict:
+def admit(
+    scenario: Scenario,
+    settings: dict,
+    out_dir: Path,
+    ctx: RunContext,
+    gate: str | None = None,
+    faults: bool = True,
+    golden: bool = True,
+    watch: Stopwatch | None = None,
+) -> Admitted | Verdict:
     """The first stage of every run of a setting (the CLI's and pytest's scenarios, the
     API's settings, goldens, the conformance kit). A Verdict when refused. `faults=False`:
     the clean engine (a golden is made so); `golden=False`: no golden is loaded (a golden
@@ -71,8 +79,9 @@ def admit(scenario: Scenario, settings: dict, out_dir: Path, ctx: RunContext, ga
     if not faults:
         prepared.brief.faults = []
     need = prepared.engine.devices_needed(settings)
-    reason = (prepared.engine.unsupported_reason(settings, prepared.brief.model_dir)
-              or devices_problem(need, ctx.devices, ctx.cluster))
+    reason = prepared.engine.unsupported_reason(settings, prepared.brief.model_dir) or devices_problem(
+        need, ctx.devices, ctx.cluster
+    )
     if reason:
         return Verdict(scenario.id, "unsupported", reason)
     problem = prepared.engine.fault_problem(prepared.brief.faults, settings)
@@ -92,7 +101,9 @@ def admit(scenario: Scenario, settings: dict, out_dir: Path, ctx: RunContext, ga
         return Verdict(scenario.id, "error", str(exc), error={"exception": str(exc)})
     except PairingError as exc:
         hint = goldens.regenerate_hint(scenario.golden_key)
-        return Verdict(scenario.id, "error", f"eval items do not pair with the golden: {exc}; {hint}", error={"exception": str(exc)})
+        return Verdict(
+            scenario.id, "error", f"eval items do not pair with the golden: {exc}; {hint}", error={"exception": str(exc)}
+        )
     return Admitted(prepared, need, reference)
 
 
@@ -104,8 +115,9 @@ def prepare(scenario: Scenario, settings: dict, out_dir: Path, ctx: RunContext, 
     version = scenario.engine_version
     # tiny checkpoints: one builder for every engine environment (the harness's own), so a
     # versioned run meets its golden's bytes; the engine's only where the harness cannot build
-    builder = models.builder_python(version.model_python if version else None, str(engine.python()),
-                                    arch=getattr(scenario.model, "arch", None))
+    builder = models.builder_python(
+        version.model_python if version else None, str(engine.python()), arch=getattr(scenario.model, "arch", None)
+    )
     model = models.resolve(scenario.model, builder, base_dir=scenario.source.parent)
     # the harness tokenizes, once: engines and golden see the same ids
     tokenizer = load_tokenizer(model.directory)

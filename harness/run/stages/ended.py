@@ -49,8 +49,14 @@ def launch_verdict(name: str, outcome: LaunchOutcome, engine) -> Verdict | None:
         raised = replace(cause, log=log)
         if raised.harness_fault:
             return harness_fault_verdict(name, raised, logs, hang=hang)
-        return Verdict(name, "crash", f"{raised.describe()}; the engine then made no progress "
-                       f"({outcome.hang_reason()})", crash=asdict(raised), hang=hang, logs=logs)
+        return Verdict(
+            name,
+            "crash",
+            f"{raised.describe()}; the engine then made no progress ({outcome.hang_reason()})",
+            crash=asdict(raised),
+            hang=hang,
+            logs=logs,
+        )
     return Verdict(name, "hang", f"{outcome.hang_reason()}: {where or 'no stack dump'}", hang=hang, logs=logs)
 
 
@@ -67,8 +73,12 @@ def harness_error(name: str, exc: BaseException) -> Verdict:
     if fault:
         return storage_verdict(name, fault, "the harness")
     first = str(exc).splitlines()[0] if str(exc) else ""
-    return Verdict(name, "error", f"harness error: {type(exc).__name__}: {first}",
-                   error={"exception": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()})
+    return Verdict(
+        name,
+        "error",
+        f"harness error: {type(exc).__name__}: {first}",
+        error={"exception": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()},
+    )
 
 
 def storage_verdict(name: str, fault: dict, who: str, **extra) -> Verdict:

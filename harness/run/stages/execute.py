@@ -23,8 +23,14 @@ from harness.run.stages.context import RunContext
 from harness.run.timings import Stopwatch
 
 
-def execute(admitted: Admitted, out_dir: Path, scenario: Scenario, ctx: RunContext, lease: Lease | None = None,
-            watch: Stopwatch | None = None) -> LaunchOutcome:
+def execute(
+    admitted: Admitted,
+    out_dir: Path,
+    scenario: Scenario,
+    ctx: RunContext,
+    lease: Lease | None = None,
+    watch: Stopwatch | None = None,
+) -> LaunchOutcome:
     """Run the admitted setting's ranks to their end. `lease`: devices the caller already
     holds for it (a session packing scenarios); `watch` books the device wait and the
     launch by the ranks' phases."""

@@ -50,8 +50,9 @@ def describe_values(values: dict) -> str:
     return " + ".join(f"{a}={spell(v)}" for a, v in values.items())
 
 
-def minimal_interaction(scenario: Scenario, verdict: Verdict, run_dir: Path, trials: int,
-                        run: Callable[[Scenario, Path], Verdict]) -> dict | None:
+def minimal_interaction(
+    scenario: Scenario, verdict: Verdict, run_dir: Path, trials: int, run: Callable[[Scenario, Path], Verdict]
+) -> dict | None:
     """The smallest combination of the scenario's changed axis values its failure needs,
     found by at most `trials` runs of `run(trial scenario, its run directory)`; None when
     there is nothing to narrow (not a failure, one changed value, no trials allowed)."""
@@ -69,8 +70,16 @@ def minimal_interaction(scenario: Scenario, verdict: Verdict, run_dir: Path, tri
         trial = _trial(scenario.narrowed(without), run_dir, run)
         same = same_failure(verdict, trial)
         gone = [a for a in needed if a not in without]
-        tried.append({"axis": axis, "without": describe_values({a: needed[a] for a in gone}), "scenario": trial.scenario,
-                      "verdict": trial.verdict, "reason": trial.reason, "same_failure": same})
+        tried.append(
+            {
+                "axis": axis,
+                "without": describe_values({a: needed[a] for a in gone}),
+                "scenario": trial.scenario,
+                "verdict": trial.verdict,
+                "reason": trial.reason,
+                "same_failure": same,
+            }
+        )
         if same:
             needed = without
     complete = len(needed) == 1 or set(needed) <= {t["axis"] for t in tried}

@@ -22,8 +22,13 @@ from harness.run.stages.same_layout import LayoutRun
 from harness.run.timings import Stopwatch
 
 
-def judge(scenario: Scenario, admitted: Admitted, outcome: LaunchOutcome, watch: Stopwatch | None = None,
-          layout: LayoutRun | None = None) -> Verdict:
+def judge(
+    scenario: Scenario,
+    admitted: Admitted,
+    outcome: LaunchOutcome,
+    watch: Stopwatch | None = None,
+    layout: LayoutRun | None = None,
+) -> Verdict:
     """The verdict of one launch of an admitted setting held to its golden (admitted.reference),
     and to `layout`, its own layout without its speculative or batch feature, where it has one
     (run/stages/same_layout.py). `watch` books the `evals` and `compare` phases and the engine's own start."""
@@ -44,9 +49,17 @@ def judge(scenario: Scenario, admitted: Admitted, outcome: LaunchOutcome, watch:
         tol = tolerance_for(scenario.suite.dtype, scenario.suite.tolerances.model_dump())
         if layout is not None:
             also += layout.checks(outputs, prepared.brief.workloads, tol)
-        verdict = judge_outputs(scenario.id, reference.outputs, outputs, prepared.brief.workloads, tol,
-                                also=also, logs=outcome.log_record(),
-                                settings=scenario.engine_settings, golden_settings=dict(scenario.suite.golden))
+        verdict = judge_outputs(
+            scenario.id,
+            reference.outputs,
+            outputs,
+            prepared.brief.workloads,
+            tol,
+            also=also,
+            logs=outcome.log_record(),
+            settings=scenario.engine_settings,
+            golden_settings=dict(scenario.suite.golden),
+        )
         watch.lap("compare")
     verdict.golden = {"dir": str(reference.directory), "version_drift": reference.version_drift}
     verdict.versions = prepared.manifest["versions"]

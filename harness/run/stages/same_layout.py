@@ -56,8 +56,14 @@ class LayoutRun:
         return same_layout_checks(self.outputs, self.label, candidate, workloads, tol, exact=self.exact)
 
 
-def layout_reference(scenario: Scenario, outcome: LaunchOutcome, run_dir: Path, ctx: RunContext,
-                     lease: Lease | None = None, watch: Stopwatch | None = None) -> LayoutRun | Verdict | None:
+def layout_reference(
+    scenario: Scenario,
+    outcome: LaunchOutcome,
+    run_dir: Path,
+    ctx: RunContext,
+    lease: Lease | None = None,
+    watch: Stopwatch | None = None,
+) -> LayoutRun | Verdict | None:
     """The outputs of the scenario's layout without its `same_layout` features, run here
     or reused from an earlier scenario of this run; None when there is nothing to run
     (no such feature set, the golden is that layout, or the scenario's own launch did not
@@ -75,8 +81,15 @@ def layout_reference(scenario: Scenario, outcome: LaunchOutcome, run_dir: Path, 
     watch.lap("same-layout")
     if isinstance(ended, Verdict):
         without = "/".join(scenario.suite.same_layout)
-        return Verdict(scenario.id, ended.verdict, f"its same-layout reference {layout.id} (the layout without {without}, "
-                       f"run to hold it to): {ended.reason}", crash=ended.crash, hang=ended.hang, error=ended.error, logs=ended.logs)
+        return Verdict(
+            scenario.id,
+            ended.verdict,
+            f"its same-layout reference {layout.id} (the layout without {without}, run to hold it to): {ended.reason}",
+            crash=ended.crash,
+            hang=ended.hang,
+            error=ended.error,
+            logs=ended.logs,
+        )
     return LayoutRun(ended, f"same layout {layout.name}", exact=RunAxes.of(scenario.engine_settings).batch_invariant)
 
 

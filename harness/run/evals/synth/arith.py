@@ -24,8 +24,20 @@ TRAIN_SEED = 1002  # the few-shot pool shipped as train.jsonl
 TRAINING_SEED = 1003  # the training script's stream
 MAX_OPERAND = 20
 
-NAMES = [("Sam", "He"), ("Mia", "She"), ("Tom", "He"), ("Ana", "She"), ("Ben", "He"), ("Lily", "She"),
-         ("Max", "He"), ("Eva", "She"), ("Leo", "He"), ("Zoe", "She"), ("Jack", "He"), ("Emma", "She")]
+NAMES = [
+    ("Sam", "He"),
+    ("Mia", "She"),
+    ("Tom", "He"),
+    ("Ana", "She"),
+    ("Ben", "He"),
+    ("Lily", "She"),
+    ("Max", "He"),
+    ("Eva", "She"),
+    ("Leo", "He"),
+    ("Zoe", "She"),
+    ("Jack", "He"),
+    ("Emma", "She"),
+]
 OBJECTS = ["apples", "books", "cards", "coins", "pens", "eggs", "stickers", "marbles", "shells", "cookies"]
 
 # (template, steps): steps is a list of "+"/"-"; operands a, b (and c for two steps)
@@ -35,8 +47,7 @@ TEMPLATES = [
     ("{name} found {a} {obj} on Monday and {b} {obj} on Tuesday. How many {obj} did {name} find in total?", "+"),
     ("{name} had {a} {obj} and gave {b} of them to {other}. How many {obj} does {name} have left?", "-"),
     ("{name} has {a} {obj}. {pron} loses {b} of them. How many {obj} are left?", "-"),
-    ("{name} has {a} {obj}. {pron} gets {b} more and then gives {c} to {other}. "
-     "How many {obj} does {name} have now?", "+-"),
+    ("{name} has {a} {obj}. {pron} gets {b} more and then gives {c} to {other}. How many {obj} does {name} have now?", "+-"),
 ]
 
 

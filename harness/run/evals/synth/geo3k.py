@@ -32,8 +32,18 @@ TEST_SEED = 2001
 TRAINING_SEED = 2003
 
 #            a  b  c  d  e  f  g   (top, top-right, bottom-right, bottom, bottom-left, top-left, middle)
-SEGMENTS = {0: "1111110", 1: "0110000", 2: "1101101", 3: "1111001", 4: "0110011",
-            5: "1011011", 6: "1011111", 7: "1110000", 8: "1111111", 9: "1111011"}
+SEGMENTS = {
+    0: "1111110",
+    1: "0110000",
+    2: "1101101",
+    3: "1111001",
+    4: "0110011",
+    5: "1011011",
+    6: "1011111",
+    7: "1110000",
+    8: "1111111",
+    9: "1111011",
+}
 COLORS = [(0, 0, 200), (0, 130, 0), (170, 0, 0), (120, 0, 150), (0, 110, 140)]
 
 # kind -> (problems, multiplier): multiplier 1 is a read-off, 3/4 a perimeter
@@ -51,11 +61,18 @@ KIND_NAMES = list(KINDS)
 def draw_digit(rgb: np.ndarray, digit: int, x: int, y: int) -> None:
     """Seven-segment `digit` in black in the 8x8 cell at (x, y): strokes 1 px, 4 wide, 7 tall."""
     x0, x1, y0, ym, y1 = x + 2, x + 5, y + 1, y + 4, y + 7
-    strokes = [(x0, x1, y0, y0), (x1, x1, y0, ym), (x1, x1, ym, y1), (x0, x1, y1, y1),
-               (x0, x0, ym, y1), (x0, x0, y0, ym), (x0, x1, ym, ym)]
+    strokes = [
+        (x0, x1, y0, y0),
+        (x1, x1, y0, ym),
+        (x1, x1, ym, y1),
+        (x0, x1, y1, y1),
+        (x0, x0, ym, y1),
+        (x0, x0, y0, ym),
+        (x0, x1, ym, ym),
+    ]
     for on, (xa, xb, ya, yb) in zip(SEGMENTS[digit], strokes):
         if on == "1":
-            rgb[ya:yb + 1, xa:xb + 1] = 0
+            rgb[ya : yb + 1, xa : xb + 1] = 0
 
 
 def draw_label(rgb: np.ndarray, value: int, row: int, col: int) -> None:
@@ -91,8 +108,11 @@ def draw_figure(kind: str, rng: np.random.Generator, top: int, height: int) -> n
             base, apex = hi_y - ri(0, 2), (xa + w // 2, lo_y + ri(0, 2))
             pts = [(xa, base), (xa + w, base), apex]
         else:
-            pts = [(ri(lo_x, lo_x + 8), ri(hi_y - 6, hi_y)), (ri(hi_x - 8, hi_x), ri(hi_y - 6, hi_y)),
-                   (ri(lo_x + 4, hi_x - 4), ri(lo_y, lo_y + 6))]
+            pts = [
+                (ri(lo_x, lo_x + 8), ri(hi_y - 6, hi_y)),
+                (ri(hi_x - 8, hi_x), ri(hi_y - 6, hi_y)),
+                (ri(lo_x + 4, hi_x - 4), ri(lo_y, lo_y + 6)),
+            ]
         draw.line(pts + [pts[0]], fill=color)
     elif kind in ("rectangle", "square"):
         if kind == "square":
@@ -134,8 +154,15 @@ def make_item(rng: np.random.Generator, png: bool = True) -> dict:
 
     value = label * mult
     target = f"#### {value}" if mult == 1 else f"{mult} * {label} = {value}\n#### {value}"
-    return {"png": encode_png(rgb) if png else None, "pixels": rgb, "problem": problem, "answer": str(value),
-            "target": target, "kind": kind, "label": label}
+    return {
+        "png": encode_png(rgb) if png else None,
+        "pixels": rgb,
+        "problem": problem,
+        "answer": str(value),
+        "target": target,
+        "kind": kind,
+        "label": label,
+    }
 
 
 def item_key(item: dict) -> str:
@@ -173,8 +200,11 @@ def write_parquet(items: list[dict], path: Path) -> None:
     from datasets import Dataset, Features, Image, Sequence, Value
 
     features = Features({"images": Sequence(Image()), "problem": Value("string"), "answer": Value("string")})
-    data = {"images": [[{"bytes": it["png"], "path": None}] for it in items],
-            "problem": [it["problem"] for it in items], "answer": [it["answer"] for it in items]}
+    data = {
+        "images": [[{"bytes": it["png"], "path": None}] for it in items],
+        "problem": [it["problem"] for it in items],
+        "answer": [it["answer"] for it in items],
+    }
     path.parent.mkdir(parents=True, exist_ok=True)
     Dataset.from_dict(data, features=features).to_parquet(str(path))
 

@@ -78,8 +78,10 @@ class LLM:
             w = "(Worker_PP1 pid=4242) ERROR 11-21 06:11:21 [multiproc_executor.py:1063] "
             print(w + "WorkerProc hit an exception.", flush=True)
             print(w + "Traceback (most recent call last):", flush=True)
-            print(w + '  File "/venv/vllm/v1/worker/gpu_model_runner.py", line 3174, in sync_and_gather_intermediate_tensors',
-                  flush=True)
+            print(
+                w + '  File "/venv/vllm/v1/worker/gpu_model_runner.py", line 3174, in sync_and_gather_intermediate_tensors',
+                flush=True,
+            )
             print(w + "    assert self.intermediate_tensors is not None", flush=True)
             print(w + "AssertionError", flush=True)
             raise RuntimeError("EngineDeadError: EngineCore encountered an issue. See stack trace (above) for the root cause.")
@@ -89,15 +91,22 @@ class LLM:
         outs = []
         for item in inputs:
             ids = list(item["prompt_token_ids"])
-            prompt = [None] + [_position(_distribution(ids[:i], shift if i == 3 else 0.0), params.prompt_logprobs, ids[i])
-                               for i in range(1, len(ids))] if params.prompt_logprobs else None
+            prompt = (
+                [None]
+                + [
+                    _position(_distribution(ids[:i], shift if i == 3 else 0.0), params.prompt_logprobs, ids[i])
+                    for i in range(1, len(ids))
+                ]
+                if params.prompt_logprobs
+                else None
+            )
             seq, steps = list(ids), []
             for _ in range(params.max_tokens):
                 lps = _distribution(seq, 0.0)
                 tok = max(range(VOCAB), key=lambda t: lps[t])
                 steps.append(_position(lps, params.logprobs, tok))
                 seq.append(tok)
-            outs.append(RequestOutput(ids, prompt, [Completion(seq[len(ids):], steps)]))
+            outs.append(RequestOutput(ids, prompt, [Completion(seq[len(ids) :], steps)]))
         return outs
 
 
