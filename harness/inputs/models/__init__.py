@@ -36,13 +36,14 @@ from typing import Union
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from harness.contract import torchvision_guard
 from harness.contract.provenance import tested_requirement
 from harness.contract.roots import cache_dir
 from harness.inputs.models.identity import checkpoint_digest
 
 TINY_BUILDER = Path(__file__).with_name("tiny.py")
 # tiny.py runs as a script (no harness import): the torchvision guard is loaded by its path first
-TORCHVISION_GUARD = Path(__file__).parents[2] / "contract" / "torchvision_guard.py"
+TORCHVISION_GUARD = Path(torchvision_guard.__file__)
 _BUILDER_BOOT = (
     "import importlib.util, runpy, sys\n"
     "spec = importlib.util.spec_from_file_location('torchvision_guard', sys.argv[1])\n"
