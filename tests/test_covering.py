@@ -5,6 +5,7 @@ ids when a value is added (the lock), and `harness list --coverage`."""
 from __future__ import annotations
 
 import itertools
+import json
 import math
 import subprocess
 import sys
@@ -166,11 +167,34 @@ def test_the_rows_do_not_depend_on_the_process_hash_seed(tmp_path):
             capture_output=True,
             text=True,
             check=True,
-            env={**os.environ, "PYTHONHASHSEED": seed},
+            # each its own cache: the second must plan its rows, not read the first's
+            env={**os.environ, "PYTHONHASHSEED": seed, "HARNESS_CACHE": str(tmp_path / f"cache-{seed}")},
         ).stdout
         for seed in ("1", "2")
     }
     assert len(ids) == 1 and ids.pop().count("cover/") > 1
+    assert len(list(tmp_path.glob("cache-*/covering/*.json"))) == 2
+
+
+def test_the_rows_are_kept_by_what_makes_them_and_a_damaged_copy_is_made_again(tmp_path, monkeypatch):
+    """Every command reads every suite's rows: they are kept on disk, keyed by the suite's
+    matrix, strengths, excludes, rules, lock and the code, never served for another suite."""
+    monkeypatch.setenv("HARNESS_CACHE", str(tmp_path / "cache"))
+    path = write(tmp_path)
+    fresh = planned_settings(load_suite(path), path)
+    kept = list((tmp_path / "cache" / "covering").glob("*.json"))
+    assert len(kept) == 1 and json.loads(kept[0].read_text()) == fresh
+    assert planned_settings(load_suite(path), path) == fresh  # read back
+
+    kept[0].write_text("[{]")  # damaged: made again, and the copy mended
+    assert planned_settings(load_suite(path), path) == fresh
+    assert json.loads(kept[0].read_text()) == fresh
+
+    kept[0].write_text(json.dumps(fresh[:1]))  # another exclude is another key: never this copy
+    changed = write(tmp_path, SUITE.replace("exclude: [{tp: 2, pp: 2, batch: one}]", "exclude: [{tp: 2, pp: 2}]"))
+    rows = planned_settings(load_suite(changed), changed)
+    assert len(rows) > 1 and not [r for r in rows if r["tp"] == 2 and r["pp"] == 2]
+    assert len(list((tmp_path / "cache" / "covering").glob("*.json"))) == 2
 
 
 LAYOUTS = """

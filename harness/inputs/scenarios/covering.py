@@ -23,8 +23,10 @@ fewer rows (the eleven axes: 11 pairs rows, 30 triples rows, against coverwise's
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import json
+import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -115,13 +117,64 @@ def write_lock(suite: SuiteFile, source: Path, rows: list[dict]) -> Path:
 
 def covering_rows(suite: SuiteFile, source: Path, rules: tuple[Rule, ...]) -> list[dict]:
     """The settings of a `covering:` suite, in the matrix's order (as its full product would
-    list them), each respecting every constraint."""
-    import covertable
-
+    list them), each respecting every constraint. Kept on disk by what makes them
+    (rows_key): covertable takes about a second a suite, and every command reads them."""
     assert suite.covering is not None
     kept_rows = locked_rows(suite, source)
     checks = constraints(suite, rules)
     kept_rows = [r for r in kept_rows if all(c.allows(r) for c in checks)]
+    cache = _rows_cache(rows_key(suite, rules, kept_rows))
+    try:
+        rows = json.loads(cache.read_text())
+        if isinstance(rows, list) and all(isinstance(r, dict) and list(r) == list(suite.matrix) for r in rows):
+            return rows
+    except (OSError, ValueError):  # not made yet, or damaged: made again
+        pass
+    rows = _make_rows(suite, checks, kept_rows)
+    try:
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        tmp = cache.with_name(f".{cache.name}.{os.getpid()}")
+        tmp.write_text(json.dumps(rows))
+        os.replace(tmp, cache)  # a command beside this one never reads half a file
+    except OSError:  # a read-only cache only costs the next command the same second
+        pass
+    return rows
+
+
+# What the rows depend on beyond the suite's declarations: the constraint and rule code and
+# the generator's version (pinned in pyproject.toml; read so a different install misses).
+_CODE = (Path(__file__), Path(__file__).parents[2] / "contract" / "axes.py")
+
+
+def rows_key(suite: SuiteFile, rules: tuple[Rule, ...], kept_rows: list[dict]) -> str:
+    """A digest of everything the rows are made from: the matrix (its order too), the
+    strengths, the excludes, the rules (as data), the kept rows, this code and covertable's version."""
+    from importlib.metadata import version
+
+    assert suite.covering is not None
+    made_from = {
+        "matrix": [[axis, values] for axis, values in suite.matrix.items()],
+        "strength": suite.covering.strength,
+        "groups": [[g.axes, g.strength] for g in suite.covering.groups],
+        "exclude": suite.exclude,
+        "rules": [repr(r) for r in rules],
+        "kept": kept_rows,
+        "code": [path.read_text() for path in _CODE],
+        "covertable": version("covertable"),
+    }
+    return hashlib.sha256(json.dumps(made_from, sort_keys=True, default=repr).encode()).hexdigest()[:24]
+
+
+def _rows_cache(key: str) -> Path:
+    from harness.contract.roots import cache_dir
+
+    return cache_dir("covering") / f"{key}.json"
+
+
+def _make_rows(suite: SuiteFile, checks: list[Constraint], kept_rows: list[dict]) -> list[dict]:
+    import covertable
+
+    assert suite.covering is not None
     axes = list(suite.matrix)
     made = covertable.make(
         {a: list(suite.matrix[a]) for a in axes},
