@@ -749,6 +749,24 @@ def test_vllm_refuses_a_chunk_budget_below_max_num_seqs_and_fillers_for_media():
     assert _media_reason({"vision_config": {}}, RunAxes(batch="one")) is None
 
 
+def test_a_generating_brief_decodes_its_items_together_within_the_chunk_budget():
+    """Eval answers are decoded up to GENERATE_NUM_SEQS at a time (a TP2 step costs its syncing
+    more than its tokens); other workloads keep MAX_NUM_SEQS; a chunk budget caps it."""
+    from harness.engines.vllm import GENERATE_NUM_SEQS, MAX_NUM_SEQS
+    from harness.engines.vllm.driver import plain_kwargs
+
+    logits = {"kind": "logprobs", "prompts": [[1, 2, 3]], "top_k": 5}
+    answers = {"kind": "generate", "prompts": [[1, 2, 3]] * 100, "max_new_tokens": 32, "top_k": 5}
+
+    def seqs(settings: dict, *workloads: dict) -> int:
+        return plain_kwargs("/m", "float32", 0, {"tp": 2, **settings}, list(workloads))["max_num_seqs"]
+
+    assert seqs({}, logits) == MAX_NUM_SEQS == 8
+    assert seqs({}, logits, answers) == GENERATE_NUM_SEQS > 100
+    assert seqs({"chunked_prefill": 32}, answers) == 32  # vLLM refuses a budget below max_num_seqs
+    assert seqs({"chunked_prefill": 8}, answers) == MAX_NUM_SEQS
+
+
 def test_ep_counts_as_applied_only_where_the_workers_hold_their_own_whole_experts():
     """Each worker reads its first MoE layer's expert_map (vLLM: global id -> local slot,
     -1 held elsewhere; none without EP); EP is applied when the ranks' experts are disjoint,

@@ -52,6 +52,8 @@ PROBE_TIMEOUT_S = 300
 # Requests a vLLM step holds at most (the driver's max_num_seqs): here, not in driver.py, so that
 # the engine's rule on chunk budgets is read without importing the driver at every start-up.
 MAX_NUM_SEQS = 8
+# ... and where a workload generates (driver.max_num_seqs): every eval item at once
+GENERATE_NUM_SEQS = 128
 _PROBES: dict[str, dict] = {}  # per process: cache key -> probe result
 # The switches whose support the probe finds in the installed vLLM's own classes (probe.py)
 PROBED_SWITCHES = ("sp", "compile", "batch_invariant")

@@ -27,7 +27,7 @@ from harness.contract.plain import plain
 # vLLM's top-k read one way, and its ranks bound to cores one way, here and in `harness repro`'s script
 from harness.contract.settings.variables import RANK_OUTPUT_DIR, VLLM_COUNT_SP
 from harness.engines.launch.rankside import HARNESS_FAULT, blame_engine, harness_step
-from harness.engines.vllm import MAX_NUM_SEQS
+from harness.engines.vllm import GENERATE_NUM_SEQS, MAX_NUM_SEQS
 from harness.engines.vllm.repro_script import cpu_binding, topk_row
 
 # Whether this driver came from a rank-pool zygote that had imported vLLM (pool.py; the
@@ -70,6 +70,17 @@ def max_model_len(workloads: list[dict]) -> int:
     return max([MAX_MODEL_LEN, *need])
 
 
+def max_num_seqs(workloads: list[dict], budget: int) -> int:
+    """Requests a step holds: MAX_NUM_SEQS, or up to GENERATE_NUM_SEQS where a workload
+    generates (task evals: a hundred answers of up to max_new_tokens tokens each, decoded
+    together instead of eight at a time: under TP2 on two cores a step costs the ranks'
+    syncing more than the tokens, docs/BENCHMARKS.md); never above a chunk budget, since
+    vLLM refuses a budget below max_num_seqs."""
+    if not any(w["kind"] == "generate" for w in workloads):
+        return MAX_NUM_SEQS
+    return max(MAX_NUM_SEQS, min(GENERATE_NUM_SEQS, budget or GENERATE_NUM_SEQS))
+
+
 def plain_kwargs(model_dir: str, dtype: str, seed: int, settings: dict, workloads: list[dict]) -> dict:
     """vllm.LLM(...) arguments of a setting that need no vllm import: all but the compile
     and SP configs and the harness's worker extension. The repro script (`harness repro`,
@@ -85,7 +96,7 @@ def plain_kwargs(model_dir: str, dtype: str, seed: int, settings: dict, workload
         tensor_parallel_size=tp,
         pipeline_parallel_size=pp,
         max_model_len=max_model_len(workloads),
-        max_num_seqs=MAX_NUM_SEQS,
+        max_num_seqs=max_num_seqs(workloads, axes.chunked_prefill),
         kv_cache_memory_bytes=KV_CACHE_BYTES,
         # off unless the scenario tests it: the suites' logits and greedy workloads share
         # prompts, and a hit would skip the prefill a suite without the axis means to test
