@@ -39,6 +39,31 @@ def group_members(pgid: int) -> list[int] | None:
     return [pid for pid, rest in stats.items() if len(rest) >= 3 and rest[2] == str(pgid) and rest[0] not in ("Z", "X")]
 
 
+def own_processes(pid: int) -> list[int] | None:
+    """Live (non-zombie) pids descended from `pid` (its children, theirs, ...); None where
+    /proc is unavailable."""
+    stats = proc_stats()
+    if stats is None:
+        return None
+    children: dict[int, list[int]] = {}
+    for child, rest in stats.items():
+        if len(rest) >= 2 and rest[0] not in ("Z", "X"):
+            children.setdefault(int(rest[1]), []).append(child)
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def live(pids: list[int]) -> list[int]:
+    """Which of `pids` still run (not ended, not a zombie): a pid once seen, followed even
+    after its parent ended and it was handed to another."""
+    stats = proc_stats() or {}
+    return [pid for pid in pids if pid in stats and stats[pid][:1] not in (["Z"], ["X"])]
+
+
 def group_alive(pgid: int) -> bool:
     members = group_members(pgid)
     if members is not None:

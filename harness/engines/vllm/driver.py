@@ -530,7 +530,7 @@ def main() -> None:
         # vLLM failed (an engine start or a workload): its engine core and workers are ending
         # on their own. Let them, so a forked worker's exit removes its shared memory
         # (forking.py), before this exit has the launcher kill the run's process group.
-        wait_for_group_but_me(DRAIN_S)
+        wait_for_own_processes(DRAIN_S)
         raise
 
 
@@ -569,13 +569,25 @@ def exception_chain(exc: BaseException) -> list[BaseException]:
     return chain
 
 
-def wait_for_group_but_me(timeout_s: float) -> None:
-    """Until this process is the last of its process group (the run's), or timeout_s."""
-    from harness.engines.launch.procgroup import group_members
+def wait_for_own_processes(timeout_s: float) -> None:
+    """Until the processes vLLM started from this driver have ended, or timeout_s. Its own,
+    not the whole process group's: under DP the group holds the other DP ranks' drivers,
+    each draining too, and each waited out the other's whole DRAIN_S. Multiprocessing's
+    resource tracker is not waited for: it ends with this process."""
+    from harness.engines.launch.procgroup import live, own_processes
 
+    started = [pid for pid in own_processes(os.getpid()) or [] if "resource_tracker" not in _cmdline(pid)]
     deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline and set(group_members(os.getpgid(0)) or []) - {os.getpid()}:
+    while time.monotonic() < deadline and live(started):
         time.sleep(0.1)
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().replace(b"\0", b" ").decode("utf-8", "replace")
+    except OSError:
+        return ""
 
 
 if __name__ == "__main__":
