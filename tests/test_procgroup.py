@@ -34,6 +34,7 @@ def test_own_processes_follow_a_grandchild_whose_parent_ended():
         stdout=subprocess.PIPE,
         text=True,
     )
+    assert child.stdout is not None
     grandchild = int(child.stdout.readline())
     try:
         assert grandchild in (own_processes(child.pid) or [])  # the tree while the child lives
