@@ -141,7 +141,7 @@ def test_a_models_own_exception_stays_a_crash(tmp_path, monkeypatch):
 def test_the_driver_marks_a_processor_refusal_raised_in_its_own_process():
     """Under LLM.generate vLLM runs the processor in the driver's process: the driver marks
     the exception (its record then says harness_fault), found down the exception chain."""
-    from harness.engines.vllm.driver import mark_processor_refusal
+    from harness.engines.vllm.driver import mark_transformers_refusal
 
     processor: dict[str, Any] = {}
     exec(
@@ -158,12 +158,43 @@ def test_the_driver_marks_a_processor_refusal_raised_in_its_own_process():
         except ValueError as exc:
             raise ValueError("Failed to apply Qwen3VLProcessor on data=...") from exc
     except ValueError as wrapped:
-        mark_processor_refusal(wrapped)
+        mark_transformers_refusal(wrapped)
         fault = getattr(wrapped, rankside.HARNESS_FAULT)
     assert fault.startswith("could not hand the prompt to vLLM") and f"{REFUSED} at {PROCESSING_UTILS}:2 in check" in fault
     plain = KeyError("residual")
-    mark_processor_refusal(plain)
+    mark_transformers_refusal(plain)
     assert getattr(plain, rankside.HARNESS_FAULT, None) is None
+
+
+def test_a_checkpoint_tokenizer_the_environments_transformers_lacks_is_the_harnesss_error():
+    """vLLM 0.12 (transformers 4) loading a tiny checkpoint the harness wrote with transformers 5:
+    AutoTokenizer does not know its tokenizer class, vLLM wraps that as "Failed to load the
+    tokenizer": the record says harness_fault (verdict `error`), naming the class; the same
+    message from vLLM's own code is not taken for it."""
+    from harness.engines.vllm.driver import mark_transformers_refusal
+
+    missing = "Tokenizer class TokenizersBackend does not exist or is not currently imported."
+    auto: dict[str, Any] = {}
+    source = f"def load(path):\n    raise ValueError({missing!r})\n"
+    exec(compile(source, "/venv/lib/python3.11/site-packages/transformers/models/auto/tokenization_auto.py", "exec"), auto)
+    try:
+        try:
+            auto["load"]("/m")
+        except ValueError as exc:
+            raise RuntimeError("Failed to load the tokenizer. If the tokenizer is a custom tokenizer ...") from exc
+    except RuntimeError as wrapped:
+        mark_transformers_refusal(wrapped)
+        fault = getattr(wrapped, rankside.HARNESS_FAULT)
+    assert fault.startswith("could not load the checkpoint's tokenizer in vLLM") and "names TokenizersBackend" in fault
+    assert "tokenization_auto.py:2 in load" in fault
+
+    elsewhere: dict[str, Any] = {}
+    exec(compile(source, "/venv/lib/python3.11/site-packages/vllm/tokenizers/hf.py", "exec"), elsewhere)
+    try:
+        elsewhere["load"]("/m")
+    except ValueError as exc:
+        mark_transformers_refusal(exc)
+        assert getattr(exc, rankside.HARNESS_FAULT, None) is None
 
 
 def test_the_record_of_a_marked_exception_is_json(tmp_path, monkeypatch):

@@ -241,6 +241,30 @@ def refusal_text(vllm: str, transformers: str, exception: str, frame: str) -> st
     )
 
 
+# transformers' AutoTokenizer asked for a tokenizer class it does not have: the checkpoint's
+# tokenizer_config.json names one of another transformers major (the harness builds its tiny
+# checkpoints with its own transformers 5, "TokenizersBackend"; vLLM 0.12 pins transformers 4)
+MISSING_TOKENIZER_CLASS = re.compile(r"Tokenizer class (\w+) does not exist or is not currently imported")
+TOKENIZER_FILE = re.compile(r"/transformers/models/auto/tokenization_auto\.py:")
+
+
+def tokenizer_refusal(frame: str, message: str) -> str | None:
+    """The tokenizer class the environment's transformers lacks, where `message` raised at
+    `frame` says so; else None. The checkpoint and this transformers do not fit: the model
+    never ran, so the verdict is `error`, as for a processor's refusal."""
+    missing = MISSING_TOKENIZER_CLASS.search(message)
+    return missing.group(1) if missing and TOKENIZER_FILE.search(frame) else None
+
+
+def tokenizer_text(vllm: str, transformers: str, tokenizer_class: str, frame: str) -> str:
+    """What the harness could not do, for the verdict: `error: could not ...`."""
+    return (
+        f"could not load the checkpoint's tokenizer in vLLM {vllm}'s environment: its tokenizer_config.json "
+        f"names {tokenizer_class}, a class transformers {transformers} does not have (at {frame}); the checkpoint "
+        "was written by another transformers than this vLLM's (the environment's mismatch, not an engine crash)"
+    )
+
+
 def raised_at(tb) -> str | None:
     """The innermost frame of a live traceback, as "file:line in func"."""
     import traceback

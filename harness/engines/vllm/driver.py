@@ -526,7 +526,7 @@ def main() -> None:
     try:
         run(brief)
     except BaseException as exc:
-        mark_processor_refusal(exc)
+        mark_transformers_refusal(exc)
         # vLLM failed (an engine start or a workload): its engine core and workers are ending
         # on their own. Let them, so a forked worker's exit removes its shared memory
         # (forking.py), before this exit has the launcher kill the run's process group.
@@ -534,29 +534,35 @@ def main() -> None:
         raise
 
 
-def mark_processor_refusal(exc: BaseException) -> None:
-    """An input the model's processor (transformers) refused in this process, under
-    LLM.generate: vLLM and the environment's transformers do not work together, which is
-    the environment's doing, not the engine's (crash.py processor_refusal); the error
+def mark_transformers_refusal(exc: BaseException) -> None:
+    """transformers refusing in this process what it was given (vLLM calls it here): the
+    model's processor the input under LLM.generate, or AutoTokenizer the checkpoint's
+    tokenizer class under LLM(...). vLLM and the environment's transformers do not work
+    together, or the checkpoint was written for another transformers: the environment's
+    doing, not the engine's (crash.py processor_refusal, tokenizer_refusal); the error
     record then says so and the verdict is `error`."""
-    from harness.engines.vllm.crash import processor_refusal, raised_at, refusal_text
+    from harness.engines.vllm.crash import processor_refusal, raised_at, refusal_text, tokenizer_refusal, tokenizer_text
 
     if getattr(exc, HARNESS_FAULT, None) or not isinstance(exc, Exception):
         return
     for link in exception_chain(exc):
         frame = raised_at(link.__traceback__)
-        if frame and processor_refusal(frame):
-            versions = {name: getattr(sys.modules.get(name), "__version__", "?") for name in ("vllm", "transformers")}
-            try:
-                setattr(
-                    exc,
-                    HARNESS_FAULT,
-                    refusal_text(versions["vllm"], versions["transformers"], f"{type(link).__name__}: {link}", frame),
-                )
-            except AttributeError:
-                # an exception type without a __dict__: reading it must never hide it
-                pass
-            return
+        if not frame:
+            continue
+        versions = {name: getattr(sys.modules.get(name), "__version__", "?") for name in ("vllm", "transformers")}
+        tokenizer_class = tokenizer_refusal(frame, str(link))
+        if processor_refusal(frame):
+            text = refusal_text(versions["vllm"], versions["transformers"], f"{type(link).__name__}: {link}", frame)
+        elif tokenizer_class:
+            text = tokenizer_text(versions["vllm"], versions["transformers"], tokenizer_class, frame)
+        else:
+            continue
+        try:
+            setattr(exc, HARNESS_FAULT, text)
+        except AttributeError:
+            # an exception type without a __dict__: reading it must never hide it
+            pass
+        return
 
 
 def exception_chain(exc: BaseException) -> list[BaseException]:
