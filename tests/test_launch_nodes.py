@@ -15,14 +15,15 @@ import shutil
 import signal
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from harness.contract.launchplan import LaunchPlan
-from harness.engines.launch import Cluster, Node, run_ranks
+from harness.engines.launch import Cluster, LaunchOutcome, Node, run_ranks
 from tests.kit import alive, assert_no_survivors, ranks_ready, scaled, timeout_message, wait_process, wait_until
 from tests.kit.procs import pids_in
-from tests.kit.ranks import ALLREDUCE, RANKS
+from tests.kit.ranks import ALLREDUCE, RANKS, launch_until_hung
 
 REMOTE_LIKE = ("setsid", "-f", "-w")
 pytestmark = [pytest.mark.e2e, pytest.mark.skipif(shutil.which("setsid") is None, reason="needs util-linux setsid")]
@@ -33,12 +34,23 @@ def cluster(prefix: tuple[str, ...], ranks_per_node: list[int], **node_env) -> C
     return Cluster(nodes, "127.0.0.1")
 
 
-def launch_on_nodes(tmp_path, mode: str, nodes: Cluster, world_size: int, timeout_s: float = 60, **plan_env):
+def launch_on_nodes(
+    tmp_path,
+    mode: str,
+    nodes: Cluster,
+    world_size: int,
+    timeout_s: float = 60,
+    budget_s: float | None = None,
+    started: int | None = None,
+    **plan_env,
+):
+    """`budget_s`: the launcher's timeout as given, else scaled(timeout_s); `started`: how
+    many ranks must have started (world_size unless given, tests/kit/ranks.py)."""
     logs, pids = tmp_path / "logs", tmp_path / "pids"
     pids.mkdir()
     plan = LaunchPlan(world_size, [sys.executable, str(ALLREDUCE)], {"RANK_MODE": mode, "PID_DIR": str(pids), **plan_env})
-    out = run_ranks(plan, logs, timeout_s=scaled(timeout_s), cluster=nodes)
-    assert_no_survivors(pids, world_size)
+    out = run_ranks(plan, logs, timeout_s=scaled(timeout_s) if budget_s is None else budget_s, cluster=nodes)
+    assert_no_survivors(pids, world_size if started is None else started)
     if out.status == "hang" and mode != "hang":  # a slow machine, not the case under test
         pytest.fail(timeout_message(f"the {mode!r} ranks to end", out.duration_s))
     return out, pids
@@ -68,8 +80,13 @@ def test_crash_on_a_remote_like_node_names_the_rank(tmp_path):
 
 
 def test_hang_on_remote_like_nodes_dumps_every_rank_through_the_channel(tmp_path):
-    # 30 s: on a loaded machine ranks may still be in rendezvous after 10 s, which is no hang of theirs
-    out, _ = launch_on_nodes(tmp_path, "hang", cluster(REMOTE_LIKE, [1, 1]), 2, timeout_s=30)
+    # on a loaded machine ranks may still be in rendezvous after 10 s, which is no hang of theirs:
+    # a short budget first, the long one where the ranks were not there yet (tests/kit/ranks.py)
+    def launch(name: str, budget: float, started: int) -> tuple[LaunchOutcome, Path]:
+        (tmp_path / name).mkdir()
+        return launch_on_nodes(tmp_path / name, "hang", cluster(REMOTE_LIKE, [1, 1]), 2, budget_s=budget, started=started)
+
+    out, _ = launch_until_hung(launch)
     assert out.status == "hang", out
     assert out.stuck_at[1].endswith("in hang_forever"), out.stuck_at
     assert out.stuck_at[0].endswith("in barrier"), out.stuck_at

@@ -9,6 +9,8 @@ scaled by HARNESS_TEST_TIME_SCALE (tests/kit/timing.py): a run that outlives it 
 from __future__ import annotations
 
 import os
+import time
+from collections.abc import Callable
 from pathlib import Path
 from unittest import mock
 
@@ -29,6 +31,13 @@ POOL_PRELOAD = ("torch", "torch.distributed", "harness.engines.launch.rankside")
 #: generous, as torch.compile alone takes ~100 s there under load
 RUN_BUDGET_S = 600
 
+#: A hang test of tests/ranks/allreduce.py waits the launcher's whole timeout: its budget is
+#: what the test costs. First a short one: those ranks pass their all-reduce in ~2 s on an idle
+#: 2-core machine (before HARNESS_TEST_TIME_SCALE); then, only where they had not all passed it
+#: by a second before the dump (the machine was slower than its load said), the long one that
+#: every hang test had alone before.
+HANG_TRIES_S = (8, 30)
+
 
 def launch_ranks(brief: RunBrief, workdir: Path, budget_s: float = RUN_BUDGET_S) -> LaunchOutcome:
     """Every rank of the brief's launch plan (reference engine) as a real process, through
@@ -41,6 +50,28 @@ def launch_ranks(brief: RunBrief, workdir: Path, budget_s: float = RUN_BUDGET_S)
     plan = ReferenceEngine().launch_plan(brief, str(brief_path))
     env = {"PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
     return run_ranks(plan, workdir / "logs", timeout_s=scaled(budget_s), env=env)
+
+
+def launch_until_hung(
+    launch: Callable[[str, float, int], tuple[LaunchOutcome, Path]], world_size: int = 2
+) -> tuple[LaunchOutcome, float]:
+    """A hang test's run under the budgets of HANG_TRIES_S: `launch(name, budget_s, started)`
+    starts the ranks of tests/ranks/allreduce.py in mode hang (logs and pid files in a
+    directory of that name) with the launcher's timeout budget_s, checks that nothing of it
+    survived and that at least `started` ranks started (world_size on the last try; none
+    before it, which a slow machine may end before a rank started), and gives back the
+    outcome and the pid directory. A try whose ranks were all at their hang point a second
+    before the dump (their ready files), or that did not end as a hang, is the one the test
+    asserts on; so is the last, as it finds it. The outcome and the budget it had."""
+    for n, seconds in enumerate(HANG_TRIES_S):
+        last = n == len(HANG_TRIES_S) - 1
+        budget = scaled(seconds)
+        start = time.time()
+        out, pids = launch(f"try{n}", budget, world_size if last else 0)
+        ready = [p.stat().st_mtime for p in Path(pids).glob("ready*")]
+        if out.status != "hang" or (len(ready) >= world_size and max(ready) <= start + budget - scaled(1)):
+            break
+    return out, budget
 
 
 def explain(outcome: LaunchOutcome) -> str:
