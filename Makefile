@@ -64,14 +64,16 @@ lint:
 	$(PYTHON) -m ruff format --check harness tests bench tools examples
 	$(PYTHON) -m mypy
 
+# --dist loadgroup: a module marked xdist_group runs on one worker, so its module-scoped fixture
+# (a golden, a real run that several tests read) is made once (tests/test_e2e.py and others).
 test:
-	$(PYTEST) tests -m "not nightly_only" -n $(JOBS) -rfEs
+	$(PYTEST) tests -m "not nightly_only" -n $(JOBS) --dist loadgroup -rfEs
 
 # What only the nightly needs of the harness's own tests: the rest of a family whose representative
 # make test runs: the transformers cross-check of every arch golden beyond the first of each suite,
 # the conformance kit on the hf and example engines (make test runs it on the reference engine).
 test-nightly:
-	$(PYTEST) tests -m nightly_only -n $(JOBS) -rfEs
+	$(PYTEST) tests -m nightly_only -n $(JOBS) --dist loadgroup -rfEs
 
 # The unit tier: no process is started and no model is built (measured in docs/BENCHMARKS.md).
 test-fast:

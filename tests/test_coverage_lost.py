@@ -16,7 +16,9 @@ import pytest
 from harness.contract import exit_codes
 from tests.kit import harness_cli, outcomes, run_meta, summary
 
-pytestmark = pytest.mark.e2e
+# One xdist worker runs the whole module (make test's --dist loadgroup): its module-scoped fixture
+# (the golden and the first run) is made once, not once on each worker that gets one of its tests.
+pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("coverage-lost")]
 
 SUITE = """
 suite: cov

@@ -26,7 +26,9 @@ from tests.kit import (
     wait_until,
 )
 
-pytestmark = pytest.mark.e2e
+# One xdist worker runs the whole module (make test's --dist loadgroup): its module-scoped fixture
+# (the demo golden) is made once, not once on each worker that gets one of its tests.
+pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("e2e")]
 
 DEMO = """
 suite: demo

@@ -13,7 +13,9 @@ import pytest
 from tests.kit import harness_cli, pytest_cli, run_meta, run_process, scaled, verdicts
 from tests.kit.present import present
 
-pytestmark = pytest.mark.e2e
+# One xdist worker runs the whole module (make test's --dist loadgroup): its module-scoped fixture
+# (the clean and the faulty run) is made once, not once on each worker that gets one of its tests.
+pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("report-e2e")]
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 CHROMIUM_FLAGS = [
     "--headless",
