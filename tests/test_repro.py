@@ -28,7 +28,7 @@ from harness.inputs.scenarios.loading import load_scenarios
 from harness.inputs.zoo import load_tokenizer
 from harness.run.compare.numeric import Tolerance, compare_greedy, compare_logprobs, tolerance_for
 from harness.run.repro import ReproError, write_repro
-from tests.kit import ROOT
+from tests.kit import ROOT, scaled
 from tests.kit.handmade import make_run
 from tests.kit.logprobs import decisive_flips
 from tests.kit.present import present
@@ -443,11 +443,15 @@ def test_crash_of_names_the_worker_not_the_driver():
         ("shift", "ok", 1, "RESULT: bug present: tp1-pp2 differs from tp1-pp1 (vllm 0.0.fake): logits (logprobs)"),
         ("ok", "ok", 0, "RESULT: bug absent: tp1-pp2 matches tp1-pp1 within the tolerance (vllm 0.0.fake)"),
         ("ok", "crash", 2, "RESULT: cannot judge: the reference setting tp1-pp1 did not run: crash: Worker_PP1"),
-        ("hang", "ok", 1, "RESULT: bug present: tp1-pp2 hang: no result after 20 s"),
+        ("hang", "ok", 1, "RESULT: bug present: tp1-pp2 hang: no result after {timeout} s"),
     ],
 )
 def test_written_script_runs_each_setting_and_exits_by_the_verdict(demo, tmp_path, mode, reference, code, said):
     repro = write_repro("demo/tp1-pp2", tmp_path / "out", report_dir=tmp_path / "none", scenarios=demo)
+    # seconds per setting: a hang waits all of it, and then the reference setting (a stand-in
+    # process of ~2.5 s on an idle 2-core machine) runs under it too; the others never wait it
+    timeout = round(scaled(8)) if mode == "hang" else 20
+    said = said.format(timeout=timeout)
     env = {
         **os.environ,
         "FAKE_VLLM_PP": mode,
@@ -455,12 +459,12 @@ def test_written_script_runs_each_setting_and_exits_by_the_verdict(demo, tmp_pat
         "PYTHONPATH": str(ROOT / "tests" / "kit" / "fake_vllm"),
     }  # the stand-in vllm, and no harness on the path
     done = subprocess.run(
-        [sys.executable, str(repro.script), "--timeout", "20", "--work-dir", str(tmp_path / "work")],
+        [sys.executable, str(repro.script), "--timeout", str(timeout), "--work-dir", str(tmp_path / "work")],
         capture_output=True,
         text=True,
         env=env,
         cwd=tmp_path,
-        timeout=120,
+        timeout=120 + 2 * timeout,
     )
     assert done.returncode == code, done.stdout + done.stderr
     assert said in done.stdout, done.stdout
