@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from harness.contract.rundir import logs_dir, verdict_files
+from harness.engines.launch.stall import STALL_WINDOW_ENV
 from tests.kit import (
     communicate,
     harness_cli,
@@ -105,8 +106,10 @@ def test_rank_that_is_killed_is_a_crash_naming_rank_and_signal(demo):
 
 def test_rank_that_hangs_is_a_hang_with_every_rank_located(demo):
     root, env = demo
+    # the stall detector's window at 5 s, as test_stall.py's run of this fault has it, not its 20 s
+    # default: either the detector or the timeout ends the run, and this test waits for whichever first
     result, run_dir = run(
-        root, env, "hang", "demo/tp2-pp1", "--fault", "rank-hang@1", "--timeout", f"{scaled(45):.0f}"
+        root, {**env, STALL_WINDOW_ENV: "5"}, "hang", "demo/tp2-pp1", "--fault", "rank-hang@1", "--timeout", f"{scaled(45):.0f}"
     )  # long enough to reach the hang point
     assert result.returncode == 1
     v = verdict_of(run_dir, "demo/tp2-pp1")
