@@ -23,7 +23,7 @@ help:
 	@echo "make lint       ruff (lint, import order) and mypy on the contract modules"
 	@echo "make test       the harness's own tests (unit + end-to-end with real ranks)"
 	@echo "make test-fast  the unit tier only: no rank, engine or harness subprocess (under a minute)"
-	@echo "make test-nightly  the nightly's share of the harness's own tests (every arch golden against transformers, the conformance kit on the hf and example engines)"
+	@echo "make test-nightly  the nightly's share of the harness's own tests (every arch golden against transformers, the conformance kit on the hf and example engines, a changed model against the compile cache)"
 	@echo "make pr-gate    install, then run the PR-gate scenarios and write reports/<run-id>/"
 	@echo "make nightly    run every scenario"
 	@echo "make golden     regenerate every suite's golden (eager, single process)"
@@ -71,7 +71,8 @@ test:
 
 # What only the nightly needs of the harness's own tests: the rest of a family whose representative
 # make test runs: the transformers cross-check of every arch golden beyond the first of each suite,
-# the conformance kit on the hf and example engines (make test runs it on the reference engine).
+# the conformance kit on the hf and example engines (make test runs it on the reference engine),
+# the compile cache's changed-model run (make test runs its cold and warm runs).
 test-nightly:
 	$(PYTEST) tests -m nightly_only -n $(JOBS) --dist loadgroup -rfEs
 
