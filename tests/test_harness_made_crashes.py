@@ -143,24 +143,12 @@ def test_the_driver_marks_a_processor_refusal_raised_in_its_own_process():
     the exception (its record then says harness_fault), found down the exception chain."""
     from harness.engines.vllm.driver import mark_transformers_refusal
 
-    processor: dict[str, Any] = {}
-    exec(
-        compile(
-            "def check(text):\n    raise ValueError('Found 1 <|image_pad|> tokens in the text but no images were passed')\n",
-            PROCESSING_UTILS,
-            "exec",
-        ),
-        processor,
+    wrapped = raised_in(
+        PROCESSING_UTILS, REFUSED.removeprefix("ValueError: "), ValueError("Failed to apply Qwen3VLProcessor on data=...")
     )
-    try:
-        try:
-            processor["check"]("<|image_pad|>")
-        except ValueError as exc:
-            raise ValueError("Failed to apply Qwen3VLProcessor on data=...") from exc
-    except ValueError as wrapped:
-        mark_transformers_refusal(wrapped)
-        fault = getattr(wrapped, rankside.HARNESS_FAULT)
-    assert fault.startswith("could not hand the prompt to vLLM") and f"{REFUSED} at {PROCESSING_UTILS}:2 in check" in fault
+    mark_transformers_refusal(wrapped)
+    fault = getattr(wrapped, rankside.HARNESS_FAULT)
+    assert fault.startswith("could not hand the prompt to vLLM") and f"{REFUSED} at {PROCESSING_UTILS}:2 in raise_it" in fault
     plain = KeyError("residual")
     mark_transformers_refusal(plain)
     assert getattr(plain, rankside.HARNESS_FAULT, None) is None
@@ -174,27 +162,34 @@ def test_a_checkpoint_tokenizer_the_environments_transformers_lacks_is_the_harne
     from harness.engines.vllm.driver import mark_transformers_refusal
 
     missing = "Tokenizer class TokenizersBackend does not exist or is not currently imported."
-    auto: dict[str, Any] = {}
-    source = f"def load(path):\n    raise ValueError({missing!r})\n"
-    exec(compile(source, "/venv/lib/python3.11/site-packages/transformers/models/auto/tokenization_auto.py", "exec"), auto)
+    auto = "/venv/lib/python3.11/site-packages/transformers/models/auto/tokenization_auto.py"
+    wrapped = raised_in(auto, missing, RuntimeError("Failed to load the tokenizer. If the tokenizer is a custom tokenizer ..."))
+    mark_transformers_refusal(wrapped)
+    fault = getattr(wrapped, rankside.HARNESS_FAULT)
+    assert fault.startswith("could not load the checkpoint's tokenizer in vLLM") and "names TokenizersBackend" in fault
+    assert "tokenization_auto.py:2 in raise_it" in fault
+
+    elsewhere = raised_in("/venv/lib/python3.11/site-packages/vllm/tokenizers/hf.py", missing)
+    mark_transformers_refusal(elsewhere)
+    assert getattr(elsewhere, rankside.HARNESS_FAULT, None) is None
+
+
+def raised_in(path: str, message: str, wrapper: Exception | None = None) -> Exception:
+    """A ValueError(message) raised by a function compiled as if it were file `path` (its
+    traceback names that file, line 2), caught; with `wrapper`, that raised from it, as
+    vLLM wraps what transformers raised."""
+    code: dict[str, Any] = {}
+    exec(compile(f"def raise_it():\n    raise ValueError({message!r})\n", path, "exec"), code)
     try:
         try:
-            auto["load"]("/m")
+            code["raise_it"]()
         except ValueError as exc:
-            raise RuntimeError("Failed to load the tokenizer. If the tokenizer is a custom tokenizer ...") from exc
-    except RuntimeError as wrapped:
-        mark_transformers_refusal(wrapped)
-        fault = getattr(wrapped, rankside.HARNESS_FAULT)
-    assert fault.startswith("could not load the checkpoint's tokenizer in vLLM") and "names TokenizersBackend" in fault
-    assert "tokenization_auto.py:2 in load" in fault
-
-    elsewhere: dict[str, Any] = {}
-    exec(compile(source, "/venv/lib/python3.11/site-packages/vllm/tokenizers/hf.py", "exec"), elsewhere)
-    try:
-        elsewhere["load"]("/m")
-    except ValueError as exc:
-        mark_transformers_refusal(exc)
-        assert getattr(exc, rankside.HARNESS_FAULT, None) is None
+            if wrapper is None:
+                raise
+            raise wrapper from exc
+    except Exception as caught:  # noqa: BLE001 - the test's own exception, handed back
+        return caught
+    raise AssertionError("raise_it did not raise")
 
 
 def test_the_record_of_a_marked_exception_is_json(tmp_path, monkeypatch):

@@ -541,28 +541,33 @@ def mark_transformers_refusal(exc: BaseException) -> None:
     together, or the checkpoint was written for another transformers: the environment's
     doing, not the engine's (crash.py processor_refusal, tokenizer_refusal); the error
     record then says so and the verdict is `error`."""
-    from harness.engines.vllm.crash import processor_refusal, raised_at, refusal_text, tokenizer_refusal, tokenizer_text
-
     if getattr(exc, HARNESS_FAULT, None) or not isinstance(exc, Exception):
         return
     for link in exception_chain(exc):
-        frame = raised_at(link.__traceback__)
-        if not frame:
-            continue
-        versions = {name: getattr(sys.modules.get(name), "__version__", "?") for name in ("vllm", "transformers")}
-        tokenizer_class = tokenizer_refusal(frame, str(link))
-        if processor_refusal(frame):
-            text = refusal_text(versions["vllm"], versions["transformers"], f"{type(link).__name__}: {link}", frame)
-        elif tokenizer_class:
-            text = tokenizer_text(versions["vllm"], versions["transformers"], tokenizer_class, frame)
-        else:
-            continue
-        try:
-            setattr(exc, HARNESS_FAULT, text)
-        except AttributeError:
-            # an exception type without a __dict__: reading it must never hide it
-            pass
-        return
+        text = _refusal(link)
+        if text:
+            try:
+                setattr(exc, HARNESS_FAULT, text)
+            except AttributeError:
+                # an exception type without a __dict__: reading it must never hide it
+                pass
+            return
+
+
+def _refusal(link: BaseException) -> str | None:
+    """What transformers refused at the frame `link` was raised at, for the verdict; else None."""
+    from harness.engines.vllm.crash import processor_refusal, raised_at, refusal_text, tokenizer_refusal, tokenizer_text
+
+    frame = raised_at(link.__traceback__)
+    if not frame:
+        return None
+    tokenizer_class = tokenizer_refusal(frame, str(link))
+    if not (processor_refusal(frame) or tokenizer_class):
+        return None
+    vllm, transformers = (getattr(sys.modules.get(name), "__version__", "?") for name in ("vllm", "transformers"))
+    if tokenizer_class:
+        return tokenizer_text(vllm, transformers, tokenizer_class, frame)
+    return refusal_text(vllm, transformers, f"{type(link).__name__}: {link}", frame)
 
 
 def exception_chain(exc: BaseException) -> list[BaseException]:
