@@ -26,12 +26,13 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
-import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness.contract import axes as axes_declarations
 from harness.contract.axes import Rule, filled, is_one_of, same_value
+from harness.contract.rundir import write_files, write_json
 from harness.inputs.scenarios.schema import ARCH_AXIS, ScenarioError, SuiteFile
 
 LOCK_SUFFIX = ".lock"
@@ -109,9 +110,7 @@ def write_lock(suite: SuiteFile, source: Path, rows: list[dict]) -> Path:
         {"suite": suite.suite, "note": "rows of the covering array, kept so their ids stay (harness list --coverage --lock)"}
     )[:-1]
     text = head + ', "rows": [\n' + ",\n".join(" " + json.dumps(r) for r in rows) + "\n]}"  # a row a line: diffs read
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text + "\n")
-    tmp.replace(path)
+    write_files({path: text + "\n"})
     return path
 
 
@@ -133,9 +132,7 @@ def covering_rows(suite: SuiteFile, source: Path, rules: tuple[Rule, ...]) -> li
     rows = _make_rows(suite, checks, kept_rows)
     try:
         cache.parent.mkdir(parents=True, exist_ok=True)
-        tmp = cache.with_name(f".{cache.name}.{os.getpid()}")
-        tmp.write_text(json.dumps(rows))
-        os.replace(tmp, cache)  # a command beside this one never reads half a file
+        write_json(cache, rows)  # whole or not at all: a command beside this one reads it
     except OSError:  # a read-only cache only costs the next command the same second
         pass
     return rows
@@ -143,7 +140,7 @@ def covering_rows(suite: SuiteFile, source: Path, rules: tuple[Rule, ...]) -> li
 
 # What the rows depend on beyond the suite's declarations: the constraint and rule code and
 # the generator's version (pinned in pyproject.toml; read so a different install misses).
-_CODE = (Path(__file__), Path(__file__).parents[2] / "contract" / "axes.py")
+_CODE = (Path(__file__), Path(axes_declarations.__file__))
 
 
 def rows_key(suite: SuiteFile, rules: tuple[Rule, ...], kept_rows: list[dict]) -> str:
