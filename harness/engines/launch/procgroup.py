@@ -36,7 +36,12 @@ def group_members(pgid: int) -> list[int] | None:
     stats = proc_stats()
     if stats is None:
         return None
-    return [pid for pid, rest in stats.items() if len(rest) >= 3 and rest[2] == str(pgid) and rest[0] not in ("Z", "X")]
+    return [pid for pid, rest in stats.items() if len(rest) >= 3 and rest[2] == str(pgid) and _running(rest)]
+
+
+def _running(fields: list[str]) -> bool:
+    """A process's /proc stat fields (proc_stats) say it has not ended: not a zombie, not dead."""
+    return bool(fields) and fields[0] not in ("Z", "X")
 
 
 def own_processes(pid: int) -> list[int] | None:
@@ -47,7 +52,7 @@ def own_processes(pid: int) -> list[int] | None:
         return None
     children: dict[int, list[int]] = {}
     for child, rest in stats.items():
-        if len(rest) >= 2 and rest[0] not in ("Z", "X"):
+        if len(rest) >= 2 and _running(rest):
             children.setdefault(int(rest[1]), []).append(child)
     found, todo = [], [pid]
     while todo:
@@ -61,7 +66,7 @@ def live(pids: list[int]) -> list[int]:
     """Which of `pids` still run (not ended, not a zombie): a pid once seen, followed even
     after its parent ended and it was handed to another."""
     stats = proc_stats() or {}
-    return [pid for pid in pids if pid in stats and stats[pid][:1] not in (["Z"], ["X"])]
+    return [pid for pid in pids if pid in stats and _running(stats[pid])]
 
 
 def group_alive(pgid: int) -> bool:
