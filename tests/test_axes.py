@@ -79,7 +79,8 @@ def test_the_typed_view_is_the_declaration():
         ("sp", False, ""),
         ("chunked_prefill", 0, ""),
         ("chunked_prefill", 32, "chunked_prefill32"),
-        ("batch", "all", "batch-all"),
+        ("batch", "all", ""),
+        ("batch", "one", "batch-one"),
         ("spec", False, ""),
         ("spec", "ngram", "spec-ngram"),
     ],
@@ -173,7 +174,7 @@ def test_block_size_without_the_prefix_cache_is_refused_by_the_reference_engines
 def test_a_run_with_block_size_8_hits_in_blocks_of_8(tmp_path):
     from tests.kit import harness_cli, outputs_meta, verdict_of
 
-    sid = "llama-interactions/tp2-pp1-dp2-prefix_cache-block_size8-batch-all"
+    sid = "llama-interactions/tp2-pp1-dp2-prefix_cache-block_size8"
     result = harness_cli("run", sid, "--report-dir", str(tmp_path), "--run-id", "run", timeout=900, what="run block_size8")
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
     assert verdict_of(tmp_path / "run", sid)["verdict"] == "pass"

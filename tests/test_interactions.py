@@ -149,7 +149,7 @@ def test_the_covering_array_catches_the_fault_and_names_exactly_the_pair(fault, 
 
 @pytest.mark.e2e
 def test_interaction_trials_0_leaves_a_failure_as_it_is(tmp_path):
-    sid = "llama-interactions/tp2-pp1-prefix_cache-batch-all-spec-ngram"
+    sid = "llama-interactions/tp2-pp1-prefix_cache-spec-ngram"
     result = harness_cli(
         "run",
         sid,
@@ -203,5 +203,5 @@ def test_a_trial_of_an_engine_version_keeps_its_tag():
 
     scenario = select(load_scenarios(), ["llama-interactions/*dp2*spec-ngram"])[0]
     versioned = scenario.with_version(EngineVersion("x==1", "reference-1", "/usr/bin/python"))
-    assert versioned.narrowed({"dp": 2}).id == "llama-interactions/tp1-pp1-dp2-batch-all@reference-1"
-    assert scenario.narrowed({"dp": 2}).id == "llama-interactions/tp1-pp1-dp2-batch-all"
+    assert versioned.narrowed({"dp": 2}).id == "llama-interactions/tp1-pp1-dp2@reference-1"
+    assert scenario.narrowed({"dp": 2}).id == "llama-interactions/tp1-pp1-dp2"

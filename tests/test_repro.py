@@ -556,24 +556,24 @@ def test_new_axes_are_the_engine_arguments_and_submissions_the_harness_uses(tmp_
 
     def failing(sid: str) -> dict:
         case = case_of(write_repro(sid, tmp_path / "out", report_dir=tmp_path / "none", scenarios=scenarios).script)
-        assert case["reference"] == "tp1-pp1-batch-all", case["reference"]
+        assert case["reference"] == "tp1-pp1", case["reference"]
         assert "submissions" not in case["settings"][case["reference"]]  # every prompt in one call
         return case["settings"][case["failing"]]
 
-    ep = failing("demo/tp2-pp1-ep-batch-all")
+    ep = failing("demo/tp2-pp1-ep")
     assert ep["engine_args"]["enable_expert_parallel"] is True and ep["engine_args"]["tensor_parallel_size"] == 2
     assert ep["ranks"] == 2
-    spec = failing("demo/tp1-pp2-batch-all-spec-ngram")
+    spec = failing("demo/tp1-pp2-spec-ngram")
     assert spec["engine_args"]["speculative_config"] == NGRAM and spec["engine_args"]["pipeline_parallel_size"] == 2
-    draft = failing("demo/tp1-pp2-batch-all-spec-draft")  # the target is its own draft: the script's checkpoint
+    draft = failing("demo/tp1-pp2-spec-draft")  # the target is its own draft: the script's checkpoint
     assert draft["engine_args"]["speculative_config"] == {"model": "model", "num_speculative_tokens": DRAFT_TOKENS}
     from harness.engines.vllm import repro_script
 
     monkeypatch.setitem(repro_script.CASE, "model", "/somewhere/model")
     args = repro_script.engine_args(draft)
     assert args["speculative_config"]["model"] == args["model"] == "/somewhere/model"
-    assert failing("demo/tp2-pp1-prefix_cache-batch-all")["engine_args"]["enable_prefix_caching"] is True
-    chunked = failing("demo/tp1-pp2-chunked_prefill32-batch-all")["engine_args"]
+    assert failing("demo/tp2-pp1-prefix_cache")["engine_args"]["enable_prefix_caching"] is True
+    chunked = failing("demo/tp1-pp2-chunked_prefill32")["engine_args"]
     assert (chunked["enable_chunked_prefill"], chunked["max_num_batched_tokens"]) == (True, 32)
     for mode in ("one", "mixed"):
         setting = failing(f"demo/tp2-pp1-batch-{mode}")
@@ -651,7 +651,7 @@ def test_written_script_submits_a_batch_setting_as_composed_and_restores_the_ord
         timeout=120,
     )
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "RESULT: bug absent: tp2-pp1-batch-mixed matches tp1-pp1-batch-all" in done.stdout, done.stdout
+    assert "RESULT: bug absent: tp2-pp1-batch-mixed matches tp1-pp1" in done.stdout, done.stdout
 
 
 @pytest.mark.e2e

@@ -55,11 +55,11 @@ def test_noise_passes_the_tolerance_but_not_the_exact_rule():
 
 
 def test_a_decisive_token_change_fails_and_the_verdict_says_so_without_blaming_the_golden():
-    checks = same_layout_checks(outputs(), "same layout tp2-pp1-batch-all", outputs(flip=True), WORKLOADS, TOL)
+    checks = same_layout_checks(outputs(), "same layout tp2-pp1", outputs(flip=True), WORKLOADS, TOL)
     greedy = checks[1]
     assert not greedy["passed"] and greedy["first_divergence"]["prompt"] == 1 and greedy["first_divergence"]["step"] == 3
     verdict = verdict_of_checks("s/x", checks, TOL)
-    assert verdict.verdict == "fail" and "greedy vs same layout tp2-pp1-batch-all" in verdict.reason
+    assert verdict.verdict == "fail" and "greedy vs same layout tp2-pp1" in verdict.reason
     assert verdict.localization is None  # the golden's layer capture does not locate a same-layout difference
 
 
@@ -78,24 +78,24 @@ def shipped():
     [
         ("llama-spec/tp2-pp2-spec-ngram", "llama-spec/tp2-pp2"),
         ("llama-spec/tp1-pp1-spec-ngram-compile", "llama-spec/tp1-pp1-compile"),
-        ("llama-batch/tp2-pp1-batch-mixed", "llama-batch/tp2-pp1-batch-all"),
+        ("llama-batch/tp2-pp1-batch-mixed", "llama-batch/tp2-pp1"),
         ("llama-features/tp2-pp1-chunked_prefill32-prefix_cache", "llama-features/tp2-pp1"),
-        ("vllm-features/arch-qwen3-tp2-pp1-batch-mixed", "vllm-features/arch-qwen3-tp2-pp1-batch-all"),
-        ("vllm-features/arch-llama-tp1-pp2-compile-batch-one-spec-draft", "vllm-features/arch-llama-tp1-pp2-compile-batch-all"),
+        ("vllm-features/arch-qwen3-tp2-pp1-batch-mixed", "vllm-features/arch-qwen3-tp2-pp1"),
+        ("vllm-features/arch-llama-tp1-pp2-compile-batch-one-spec-draft", "vllm-features/arch-llama-tp1-pp2-compile"),
         # several features at once: the layout without all of them
         (
             "vllm-features/arch-qwen3-tp1-pp1-compile-prefix_cache-chunked_prefill32-batch-mixed-spec-draft",
-            "vllm-features/arch-qwen3-tp1-pp1-compile-batch-all",
+            "vllm-features/arch-qwen3-tp1-pp1-compile",
         ),
         ("vllm-features/arch-llama-tp1-pp1-batch-mixed", None),  # tp1 eager: the golden is its layout
         (
-            "vllm-features/arch-qwen3-moe-tp2-pp1-compile-prefix_cache-chunked_prefill32-batch-all-spec-ngram",
-            "vllm-features/arch-qwen3-moe-tp2-pp1-compile-batch-all",
+            "vllm-features/arch-qwen3-moe-tp2-pp1-compile-prefix_cache-chunked_prefill32-spec-ngram",
+            "vllm-features/arch-qwen3-moe-tp2-pp1-compile",
         ),
         # under the batch-invariant mode the layout keeps the mode: the two must agree to the bit
         (
             "vllm-features/arch-qwen3-tp1-pp2-compile-batch-one-batch_invariant",
-            "vllm-features/arch-qwen3-tp1-pp2-compile-batch-all-batch_invariant",
+            "vllm-features/arch-qwen3-tp1-pp2-compile-batch_invariant",
         ),
     ],
 )
@@ -112,7 +112,7 @@ def test_a_feature_scenario_is_held_to_its_own_layout_without_the_feature(shippe
     [
         "llama-spec/tp1-pp1-spec-ngram",  # its golden is that layout: the golden check is the same-layout check
         "vllm-features/arch-qwen3-moe-tp1-pp1-batch-one-spec-draft",
-        "vllm-features/arch-llama-tp2-pp1-batch-all-batch_invariant",  # no feature of the list: it is the layout
+        "vllm-features/arch-llama-tp2-pp1-batch_invariant",  # no feature of the list: it is the layout
         "llama-tiny/tp2-pp1",  # a suite without same_layout
     ],
 )
@@ -136,7 +136,7 @@ class FakeEngine:
 
 def test_the_layout_run_is_made_once_a_run_and_shared(shipped, tmp_path, monkeypatch):
     """Two scenarios of one layout (llama-batch tp2-pp1, batch one and mixed): one admit and
-    one launch of tp2-pp1-batch-all; the second reads what the first left."""
+    one launch of tp2-pp1; the second reads what the first left."""
     from types import SimpleNamespace
 
     from harness.engines.launch import LaunchOutcome
@@ -158,9 +158,9 @@ def test_the_layout_run_is_made_once_a_run_and_shared(shipped, tmp_path, monkeyp
     for sid in ("llama-batch/tp2-pp1-batch-one", "llama-batch/tp2-pp1-batch-mixed"):
         layout = same_layout.layout_reference(shipped[sid], ok, tmp_path, same_layout.RunContext())
         assert isinstance(layout, same_layout.LayoutRun), layout
-        assert layout.label == "same layout tp2-pp1-batch-all" and "greedy.tokens" in layout.outputs.tensors
-    assert launched == [("llama-batch/tp2-pp1-batch-all", {"tp": 2, "pp": 1, "batch": "all", "compile": False})]
-    assert (tmp_path / "same-layout" / "llama-batch__tp2-pp1-batch-all" / "done").exists()
+        assert layout.label == "same layout tp2-pp1" and "greedy.tokens" in layout.outputs.tensors
+    assert launched == [("llama-batch/tp2-pp1", {"tp": 2, "pp": 1, "batch": "all", "compile": False})]
+    assert (tmp_path / "same-layout" / "llama-batch__tp2-pp1" / "done").exists()
     # nothing to run: the scenario's own launch crashed (that is its verdict), or its golden is its layout
     assert (
         same_layout.layout_reference(

@@ -90,7 +90,7 @@ def test_another_assertion_in_step3_is_not_the_moe_fallback_bug():
     assert v.verdict == "crash" and "NOT known bug cpu-fused-moe-customop-without-config" in v.reason
 
 
-MOE = "vllm-moe/arch-qwen3-moe-tp2-pp1-batch-all"
+MOE = "vllm-moe/arch-qwen3-moe-tp2-pp1"
 VIDEO = "vllm-mm-video/arch-qwen25-vl-tp1-pp1"
 
 

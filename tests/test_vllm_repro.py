@@ -64,12 +64,12 @@ def test_expert_parallel_repro_exits_1_naming_the_worker_that_died(tmp_path):
     """vLLM 0.32 CPU: EP hands global expert ids to a kernel holding the rank's 2 local
     experts (cpu_moe.py:303): TP rank 0's worker dies of SIGSEGV, no traceback of its own;
     the script names it by the executor's "died unexpectedly", not its peer's gloo error."""
-    script = write(tmp_path, "vllm-moe/arch-qwen3-moe-tp2-pp1-ep-batch-all")
+    script = write(tmp_path, "vllm-moe/arch-qwen3-moe-tp2-pp1-ep")
     assert "'enable_expert_parallel': True" in script.read_text()
     done = run_script(script, tmp_path, str(VllmEngine().python()))
     assert done.returncode == 1, done.stdout + done.stderr
     # either EP rank's worker may fault first (both get global expert ids past their 2 local experts)
-    assert re.search(r"RESULT: bug present: tp2-pp1-ep-batch-all crash: Worker_TP[01]_EP[01] \(pid \d+\): ", done.stdout), (
+    assert re.search(r"RESULT: bug present: tp2-pp1-ep crash: Worker_TP[01]_EP[01] \(pid \d+\): ", done.stdout), (
         done.stdout
     )
     assert "== tp1-pp1" not in done.stdout
@@ -78,10 +78,10 @@ def test_expert_parallel_repro_exits_1_naming_the_worker_that_died(tmp_path):
 def test_spec_pp_repro_exits_1_naming_the_missing_drafter(tmp_path):
     """vLLM 0.32: only the last PP rank has a drafter (gpu_model_runner.py:590), every rank
     reads it (:7017): AttributeError on PP rank 0 at engine start."""
-    script = write(tmp_path, "vllm-features/arch-llama-tp1-pp2-compile-batch-all-spec-ngram")
+    script = write(tmp_path, "vllm-features/arch-llama-tp1-pp2-compile-spec-ngram")
     assert "'speculative_config': {'method': 'ngram'" in script.read_text()
     done = run_script(script, tmp_path, str(VllmEngine().python()))
     assert done.returncode == 1, done.stdout + done.stderr
-    assert "RESULT: bug present: tp1-pp2-compile-batch-all-spec-ngram crash: Worker_PP0 (pid " in done.stdout, done.stdout
+    assert "RESULT: bug present: tp1-pp2-compile-spec-ngram crash: Worker_PP0 (pid " in done.stdout, done.stdout
     assert "AttributeError: 'CPUModelRunner' object has no attribute 'drafter'" in done.stdout
     assert "in initialize_kv_cache_tensors" in done.stdout

@@ -55,7 +55,13 @@ class RunAxes:
     block_size: int = _axis(BUDGET, 0, "tokens per KV cache block (0: the engine's own)")
     chunked_prefill: int = _axis(BUDGET, 0, "chunked prefill: a token budget per step (0: off)")
     batch: str = _axis(
-        CHOICE, "all", "how a workload's prompts are submitted (harness/contract/batching.py)", values=("all", "one", "mixed")
+        CHOICE,
+        "all",
+        "how a workload's prompts are submitted (harness/contract/batching.py)",
+        values=("all", "one", "mixed"),
+        # every prompt in one call is what an engine does unasked: an id leaves it out like
+        # a switch that is off, so a suite that adds the axis keeps its other ids
+        omit=("all",),
     )
     spec: Union[bool, str] = _axis(
         CHOICE, False, "speculative decoding: ngram drafts, or a draft model's", values=(False, "ngram", "draft")

@@ -124,7 +124,7 @@ class Scenario:
 def settings_label(settings: dict, axes: list[str]) -> str:
     """`tp2-pp2-sp-compile`: each axis's value as its declaration spells it
     (harness/contract/axes.py: ints as <axis><n>, true switches by name, a choice as
-    <axis>-<value>), values that mean "off" left out (false, a zero budget, `dp: 1`), so a
+    <axis>-<value>), values that mean "off" left out (false, a zero budget, `dp: 1`, `batch: all`), so a
     suite that adds an axis keeps its other scenarios' ids."""
     parts = [AXES[a].label(settings[a]) if a in AXES else generic_label(a, settings[a]) for a in axes]
     return "-".join(p for p in parts if p) or "default"
