@@ -58,6 +58,14 @@ def test_stale_golden_names_every_difference(stored):
     assert "harness golden demo" in text
 
 
+def test_an_axis_added_at_its_default_asks_for_the_golden_already_made(stored):
+    """A suite that adds an axis to its matrix, its golden at the axis's default, still holds
+    to the golden made before: the same run. Any other value of it is another golden."""
+    goldens.load_reference(manifest(settings={"tp": 1, "chunked_prefill": 0, "batch": "all", "spec": False}))
+    with pytest.raises(goldens.GoldenError, match=r"settings: golden has \{'tp': 1\}, this run has .*'batch': 'one'"):
+        goldens.load_reference(manifest(settings={"tp": 1, "batch": "one"}))
+
+
 def test_version_drift_is_information_not_an_error(stored):
     reference = goldens.load_reference(manifest(versions={"torch": "2.14.0"}))
     assert reference.version_drift == {"torch": {"golden": "2.13.0", "now": "2.14.0"}}

@@ -26,6 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness.contract.axes import filled
 from harness.contract.jsonfile import read_json
 from harness.contract.outputs import EngineOutputs
 from harness.contract.roots import builtin_golden, golden_dir, golden_root
@@ -197,14 +198,10 @@ def check_manifest(directory: Path, manifest: dict, expected: dict, builder_pyth
     which libraries built which and how to build the golden's, and never offers to remake a
     committed golden to make the difference go away (the golden is not what is wrong)."""
     suite = expected["suite"]
-    diffs = [
-        f"{key}: golden has {manifest.get(key)!r}, this run has {expected[key]!r}"
-        for key in BINDING_FIELDS
-        if manifest.get(key) != expected[key]
-    ]
-    if not diffs:
+    fields = [key for key in BINDING_FIELDS if _differs(key, manifest, expected)]
+    if not fields:
         return
-    fields = [key for key in BINDING_FIELDS if manifest.get(key) != expected[key]]
+    diffs = [f"{key}: golden has {manifest.get(key)!r}, this run has {expected[key]!r}" for key in fields]
     if fields == ["model_sha256"]:
         why, fix = model_difference(directory, manifest, expected, builder_python)
         raise GoldenError(
@@ -372,8 +369,17 @@ def _diff_line(manifest: dict, expected: dict) -> str:
     return "; ".join(
         f"{key} golden {_short(key, manifest.get(key))} run {_short(key, expected[key])}"
         for key in BINDING_FIELDS
-        if manifest.get(key) != expected[key]
+        if _differs(key, manifest, expected)
     )
+
+
+def _differs(key: str, manifest: dict, expected: dict) -> bool:
+    """Whether a binding field differs. Settings are compared with every axis they leave out
+    at its default: a suite that adds an axis to its matrix, its golden at the axis's default,
+    asks for the run its golden already is."""
+    if key == "settings" and isinstance(manifest.get(key), dict) and isinstance(expected[key], dict):
+        return filled(manifest[key]) != filled(expected[key])
+    return manifest.get(key) != expected[key]
 
 
 def version_drift(manifest: dict, versions: dict) -> dict:
