@@ -69,9 +69,7 @@ def test_expert_parallel_repro_exits_1_naming_the_worker_that_died(tmp_path):
     done = run_script(script, tmp_path, str(VllmEngine().python()))
     assert done.returncode == 1, done.stdout + done.stderr
     # either EP rank's worker may fault first (both get global expert ids past their 2 local experts)
-    assert re.search(r"RESULT: bug present: tp2-pp1-ep crash: Worker_TP[01]_EP[01] \(pid \d+\): ", done.stdout), (
-        done.stdout
-    )
+    assert re.search(r"RESULT: bug present: tp2-pp1-ep crash: Worker_TP[01]_EP[01] \(pid \d+\): ", done.stdout), done.stdout
     assert "== tp1-pp1" not in done.stdout
 
 
