@@ -102,6 +102,32 @@ def test_a_pass_where_a_known_bug_should_show_is_reported_fixed_without_failing_
     assert v.expectation is None
 
 
+@pytest.mark.parametrize(
+    "flags, fixed",
+    [
+        ({"avx2", "avx512f"}, False),  # the grouped GEMM's path: the bug is there, not met
+        ({"avx2"}, True),  # the AVX2 build takes the fallback that meets it
+        ({"avx2", "avx512f", "amx_tile"}, True),  # AMX with float32 takes it too
+    ],
+)
+def test_a_pass_on_a_cpu_that_cannot_meet_the_bug_says_so_instead_of_fixed(monkeypatch, flags, fixed):
+    """cpu-fused-moe-customop-without-config is on the fused-MoE torch fallback only, which an
+    AVX-512 CPU without AMX does not take: a pass there is no news of a fix."""
+    monkeypatch.setattr("harness.contract.expectations.cpu_flags", lambda: frozenset(flags))
+    sid = "vllm-moe/arch-qwen3-moe-tp2-pp1"
+    v = judged(Verdict(sid, "pass", "all checks passed", versions=vllm("0.23.0")), sid)
+    assert v.verdict == "pass" and v.as_expected
+    if fixed:
+        assert v.expectation is not None and v.expectation["status"] == "fixed", v.reason
+        assert "known bug cpu-fused-moe-customop-without-config did not show where it should" in v.reason
+    else:
+        assert v.expectation is None and "fixed?" not in v.reason, v.reason
+        assert (
+            "known bug cpu-fused-moe-customop-without-config is not met on this CPU: it shows where the CPU has !avx512f or amx_tile"
+            in v.reason
+        )
+
+
 def test_the_suite_s_own_expectation_comes_first():
     # vllm-gemma4 keeps its own PP bug (particular to Gemma 4); the eager-PP crash is the known bug's
     sid = "vllm-gemma4/tp1-pp2"
@@ -129,6 +155,12 @@ def test_a_bad_known_bugs_file_names_the_entry_and_the_problem(tmp_path):
         "    exception: KeyError\n    seen: [{release: 0.1.0, scenario: s/x, verdict: fail}]\n"
     )
     with pytest.raises(KnownBugsError, match="describe a crash, but verdict is 'fail'"):
+        load_known_bugs(bad)
+    bad.write_text(
+        "known_bugs:\n  - id: cpu\n    reason: x\n    engine_version: vllm>=0.1\n    verdict: crash\n"
+        "    cpu: [AVX-512]\n    seen: [{release: 0.1.0, scenario: s/x, verdict: crash}]\n"
+    )
+    with pytest.raises(KnownBugsError, match=r"known bug cpu: cpu: .*'AVX-512' is not a CPU flag as /proc/cpuinfo spells it"):
         load_known_bugs(bad)
 
 

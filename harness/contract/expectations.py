@@ -26,6 +26,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
+from harness.contract.cpu import cpu_flags
 from harness.contract.verdict import FAILED, Verdict
 
 CONDITION = re.compile(r"^\s*(<=|>=|==|!=|<|>)\s*([-+0-9.eE]+)\s*$")
@@ -297,6 +298,10 @@ def _known_bug_absent(v: Verdict, bugs: tuple | list) -> Verdict:
     """A pass where a known bug should show on this release: the bug may be fixed. Reported,
     not a gate failure (the bugs file is shared by every suite; its range is then narrowed)."""
     for bug in _in_range(v, bugs):
+        if bug.where and not bug.meets_cpu(cpu_flags()):
+            # the bug is in this release, on a code path this CPU does not take
+            v.reason = f"{v.reason} ({bug.title()} is not met on this CPU: it shows where the CPU has {' or '.join(bug.cpu)})"
+            return v
         if bug.where:
             why = f"it passed on {engine_label(v.versions)}"
             v.expectation = {**_record(bug, "fixed", why, v), "known_bug": bug.id, "upstream": bug.upstream}

@@ -28,6 +28,7 @@ from harness.contract.signature import FailureSignature, Sighting
 
 Value = Union[bool, int, str]  # bool first: YAML `true` must stay a bool
 BUG_ID = re.compile(r"^[a-z0-9][a-z0-9-]*$")
+CPU_FLAG = re.compile(r"^!?[a-z0-9_]+$")
 
 
 class KnownBug(FailureSignature):
@@ -46,6 +47,9 @@ class KnownBug(FailureSignature):
     where: dict[str, Union[Value, list[Value]]] = {}
     seen: list[Sighting] = Field(min_length=1)
     upstream: str | None = None
+    # the CPUs whose code path meets it, any of: a flag of /proc/cpuinfo (`amx_tile`) or its
+    # absence (`!avx512f`); empty: every CPU. A pass on a CPU outside them says nothing of a fix.
+    cpu: list[str] = []
 
     @field_validator("id")
     @classmethod
@@ -63,6 +67,20 @@ class KnownBug(FailureSignature):
             if not any(_same(settings[key], w) for w in allowed):
                 return False
         return True
+
+    @field_validator("cpu")
+    @classmethod
+    def _flags(cls, v: list[str]) -> list[str]:
+        for cond in v:
+            if not CPU_FLAG.match(cond):
+                raise ValueError(f"{cond!r} is not a CPU flag as /proc/cpuinfo spells it (avx512f), or one with '!' (!avx512f)")
+        return v
+
+    def meets_cpu(self, flags: frozenset[str] | None) -> bool:
+        """Can this CPU (its flags; None: not known) take the code path that meets the bug?"""
+        if not self.cpu or flags is None:
+            return True
+        return any((cond[1:] not in flags) if cond.startswith("!") else (cond in flags) for cond in self.cpu)
 
     def title(self) -> str:
         return f"known bug {self.id}" + (f" ({self.upstream})" if self.upstream else "")
