@@ -5,7 +5,8 @@
 Reads every `scenarios/*/verdict.json` of the given run directories whose settings have
 an `arch` (a suite with an arch axis, e.g. vllm-archs); where several runs judged the
 same scenario, the last directory given wins. Prints a markdown table: one row per arch,
-one column per setting, each cell `verdict (max |dlogprob| of the logits check, seconds)`,
+one column per layout, each cell `verdict (max |dlogprob| of the logits check, seconds)` and
+the features its row switched on (a covering suite's row: `with chunked_prefill32, batch-one`),
 then one line per verdict that is not a plain pass, with its reason.
 """
 
@@ -15,6 +16,10 @@ import argparse
 import json
 from pathlib import Path
 
+from harness.contract.axes import AXES
+
+# the columns: a layout; any other axis a row sets is shown in its cell
+LAYOUT = ("tp", "pp", "compile")
 SETTINGS = ["tp1-pp1", "tp2-pp1", "tp1-pp1-compile", "tp1-pp2", "tp1-pp2-compile"]
 
 
@@ -45,7 +50,15 @@ def cell(verdict: dict | None) -> str:
         if c.get("kind") == "logprobs" and "max_abs_dlogprob" in c.get("metrics", {})
     ]
     metric = f"{worst[0]:.1e}, " if worst else ""
-    return f"{verdict['verdict']} ({metric}{verdict.get('duration_s', 0):.0f}s)"
+    return f"{verdict['verdict']} ({metric}{verdict.get('duration_s', 0):.0f}s){features(verdict.get('settings', {}))}"
+
+
+def features(settings: dict) -> str:
+    """The axes besides the layout a covering row switched on, as its id spells them
+    (` with chunked_prefill32, batch-one`); '' for a plain layout."""
+    parts = [AXES[a].label(v) for a, v in settings.items() if a in AXES and a not in LAYOUT]
+    on = [p for p in parts if p]
+    return f" with {', '.join(on)}" if on else ""
 
 
 def table(found: dict[tuple[str, str], dict], only: list[str] | None = None) -> str:
