@@ -60,6 +60,8 @@ SUBLAYERS = {
         "plain": 0,
         "storage": 0,
         "applied": 0,
+        # this machine's CPU flags, which a known bug's code path may depend on (stdlib only)
+        "cpu": 0,
         "roots": 1,
         "verdict": 1,
         "launchplan": 1,
