@@ -104,19 +104,24 @@ def test_rank_that_is_killed_is_a_crash_naming_rank_and_signal(demo):
     assert not survivors(run_dir)
 
 
-def test_rank_that_hangs_is_a_hang_with_every_rank_located(demo):
+def test_rank_that_hangs_is_declared_by_the_stall_detector_with_every_rank_located(demo):
+    """The rank-hang fault with a 600 s timeout: only the stall detector (its window at 5 s,
+    not its 20 s default) can end the run as a hang before the test's own limit. One run for
+    both claims: the detector's (who idles, who waits) and the hang's location (every rank's
+    stack)."""
     root, env = demo
-    # the stall detector's window at 5 s, as test_stall.py's run of this fault has it, not its 20 s
-    # default: either the detector or the timeout ends the run, and this test waits for whichever first
     result, run_dir = run(
-        root, {**env, STALL_WINDOW_ENV: "5"}, "hang", "demo/tp2-pp1", "--fault", "rank-hang@1", "--timeout", f"{scaled(45):.0f}"
-    )  # long enough to reach the hang point
+        root, {**env, STALL_WINDOW_ENV: "5"}, "hang", "demo/tp2-pp1", "--fault", "rank-hang@1", "--timeout", "600"
+    )
     assert result.returncode == 1
     v = verdict_of(run_dir, "demo/tp2-pp1")
     assert v["verdict"] == "hang", v["reason"]
+    assert "declared by the stall detector" in v["reason"] and "rank 1 idle outside one" in v["reason"], v["reason"]
+    assert v["hang"]["stall"]["idle"] == [1] and v["hang"]["stall"]["waiting"] == [0]
     assert set(v["hang"]["stuck_at"]) == {"0", "1"}
     assert "faults.py" in v["hang"]["stuck_at"]["1"]  # the hung rank, at the injected sleep
     assert "faults.py" not in v["hang"]["stuck_at"]["0"]  # its peer, waiting in a collective
+    assert all("(most recent call first)" in v["hang"]["stacks"][r] for r in ("0", "1"))
     assert not survivors(run_dir)
 
 

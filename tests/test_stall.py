@@ -2,9 +2,10 @@
 and a slow but moving rank never is.
 
 The unit tests drive StallWatch with a fake clock, heartbeat files and activity
-samples; the e2e tests launch real ranks (tests/ranks/heartbeat.py, the reference
-engine through the CLI) with a 600 s timeout, so a hang verdict can only come from
-the detector. No test asserts a wall-clock time."""
+samples; the e2e tests launch real ranks (tests/ranks/heartbeat.py) with a 600 s
+timeout, so a hang verdict can only come from the detector (the reference engine's
+through the CLI: tests/test_e2e.py, one run with its hang-location test). No test
+asserts a wall-clock time."""
 
 from __future__ import annotations
 
@@ -27,7 +28,6 @@ from harness.engines.launch.stall import (
     stall_window_s,
     tree_activity,
 )
-from tests.kit import harness_cli, verdict_of
 from tests.kit.present import present
 from tests.kit.ranks import RANKS
 
@@ -237,29 +237,5 @@ def test_on_nodes_a_computing_rank_is_seen_moving_through_its_agent(tmp_path):
     assert (tmp_path / "logs" / "rank1.heartbeat.activity").exists()
 
 
-@pytest.mark.e2e
-def test_reference_engine_hang_is_declared_by_the_stall_detector(tmp_path):
-    """The rank-hang fault on the shipped llama-tiny suite (stored golden), with a 600 s
-    timeout: only the detector can end this run as a hang before the test's own limit."""
-    result = harness_cli(
-        "run",
-        "llama-tiny/tp2-pp1",
-        "--fault",
-        "rank-hang@1",
-        "--timeout",
-        "600",
-        "--report-dir",
-        str(tmp_path / "reports"),
-        "--run-id",
-        "hang",
-        env={STALL_WINDOW_ENV: "5"},
-        timeout=400,
-    )
-    assert result.returncode == 1, result.stdout + result.stderr
-    v = verdict_of(tmp_path / "reports" / "hang", "llama-tiny/tp2-pp1")
-    assert v["verdict"] == "hang", v["reason"]
-    assert "declared by the stall detector" in v["reason"] and "rank 1 idle outside one" in v["reason"], v["reason"]
-    assert v["hang"]["stall"]["idle"] == [1] and v["hang"]["stall"]["waiting"] == [0]
-    assert "faults.py" in v["hang"]["stuck_at"]["1"]  # the hung rank, at the injected sleep
-    assert "faults.py" not in v["hang"]["stuck_at"]["0"]  # its peer, waiting in a collective
-    assert all("(most recent call first)" in v["hang"]["stacks"][r] for r in ("0", "1"))
+# The detector ending a real reference-engine run through the CLI (the rank-hang fault, a 600 s
+# timeout): tests/test_e2e.py, test_rank_that_hangs_is_declared_by_the_stall_detector_with_every_rank_located.
