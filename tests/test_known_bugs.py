@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from harness.contract.expectations import apply_expectations, version_problem
-from harness.contract.known_bugs import KnownBugsError, load_known_bugs, load_releases, unbacked_series
+from harness.contract.known_bugs import KnownBug, KnownBugsError, load_known_bugs, load_releases, unbacked_series
 from harness.contract.verdict import Verdict
 from harness.engines.vllm import VllmEngine
 from harness.inputs.scenarios.loading import load_scenarios, load_suite
@@ -203,3 +203,15 @@ def test_unbacked_series_counts_only_runs_that_showed_the_bug():
         Sighting(release="0.28.0", scenario="s/x", verdict="pass"),
     ]
     assert unbacked_series(bug.model_copy(update={"seen": shown}), releases, "vllm") == ["0.28", "0.32"]
+
+
+def test_a_bug_this_cpu_cannot_meet_does_not_hide_another_that_may_be_fixed(monkeypatch):
+    monkeypatch.setattr("harness.contract.expectations.cpu_flags", lambda: frozenset({"avx512f"}))
+
+    def bug(bug_id: str, **extra) -> KnownBug:
+        entry = {"id": bug_id, "reason": "x", "engine_version": "vllm>=0.32", "verdict": "crash", "where": {"pp": 2}}
+        return KnownBug.model_validate({**entry, **extra, "seen": [{"release": "0.32.0", "scenario": "s/x", "verdict": "crash"}]})
+
+    bugs = (bug("avx2-only", cpu=["!avx512f"]), bug("any-cpu"))
+    v = apply_expectations(Verdict("s/x", "pass", "all checks passed", versions=vllm("0.32.0")), (), bugs)
+    assert v.expectation is not None and v.expectation["known_bug"] == "any-cpu" and v.expectation["status"] == "fixed"
