@@ -250,43 +250,31 @@ def test_a_history_that_reads_whole_says_nothing_of_a_partial_comparison(tmp_pat
 
 
 @pytest.mark.e2e
-def test_a_run_and_a_rebuilt_report_go_on_past_a_half_copied_history_file(tmp_path):
-    """The same failure with the real command: a cut-off copy of a run's rows in
-    the history store; `harness run` and `harness report` used to stop with ArrowInvalid."""
-    first = harness_cli("run", "llama-tiny/tp1-pp1", "--report-dir", str(tmp_path), "--run-id", "first")
-    assert first.returncode == 0, first.stdout + first.stderr
-    runs = tmp_path / "history" / "runs"
-    bad = runs / "truncated-copy.parquet"
-    bad.write_bytes((runs / "first.parquet").read_bytes()[:1000])
-    second = harness_cli("run", "llama-tiny/tp1-pp1", "--report-dir", str(tmp_path), "--run-id", "second")
-    assert second.returncode == 0, second.stdout + second.stderr
-    assert f"harness: warning: history file skipped, unreadable: {bad} (" in second.stderr
-    assert "**History comparison partial:** 1 file(s)" in summary(tmp_path / "second")
-    rebuilt = harness_cli("report", str(tmp_path / "second"))
-    assert rebuilt.returncode == 0, rebuilt.stdout + rebuilt.stderr
-    assert f"harness report: warning: history file skipped, unreadable: {bad} (" in rebuilt.stderr
-    assert sorted(set(load_history(tmp_path / "history")["run_id"])) == ["first", "second"]
-
-
-@pytest.mark.e2e
-def test_a_run_and_a_rebuilt_report_go_on_past_a_history_file_with_a_string_metric(tmp_path):
-    """`harness run` ended in `ValueError: could not
-    convert string to float` before any scenario ran, and `harness report` exited 2 without
-    naming the file."""
-    first = harness_cli("run", "llama-tiny/tp1-pp1", "--report-dir", str(tmp_path), "--run-id", "first")
-    assert first.returncode == 0, first.stdout + first.stderr
-    runs = tmp_path / "history" / "runs"
-    bad = runs / "edited.parquet"
+def test_a_run_and_a_rebuilt_report_go_on_past_unreadable_history_files_and_name_each(tmp_path):
+    """The same failures with the real commands, one real run for both kinds of bad file: a
+    cut-off copy of a run's rows (`harness run` and `harness report` used to stop with
+    ArrowInvalid) and a copy whose metric column holds a string (`harness run` ended in
+    `ValueError: could not convert string to float` before any scenario ran, and `harness
+    report` exited 2 without naming the file). The earlier run is hand-made: the history's
+    files are what matter here, not how the first one was produced."""
+    history = tmp_path / "history"
+    report(make_run(tmp_path, "first", [passing("llama-tiny/tp1-pp1")], started=1000), history)
+    runs = history / "runs"
+    truncated = runs / "truncated-copy.parquet"
+    truncated.write_bytes((runs / "first.parquet").read_bytes()[:1000])
+    edited = runs / "edited.parquet"
     rows = pd.read_parquet(runs / "first.parquet").assign(run_id="edited")
     rows["metric.logits.max_abs_dlogprob"] = "big"
-    rows.to_parquet(bad, index=False)
+    rows.to_parquet(edited, index=False)
+    string_metric = f"warning: history file skipped, unreadable: {edited} (not the history's schema: metric.logits.max_abs_dlogprob holds 'big'"
     second = harness_cli("run", "llama-tiny/tp1-pp1", "--report-dir", str(tmp_path), "--run-id", "second")
     assert second.returncode == 0, second.stdout + second.stderr
-    warning = (
-        f"warning: history file skipped, unreadable: {bad} (not the history's schema: metric.logits.max_abs_dlogprob holds 'big'"
-    )
-    assert f"harness: {warning}" in second.stderr
+    assert f"harness: warning: history file skipped, unreadable: {truncated} (" in second.stderr
+    assert f"harness: {string_metric}" in second.stderr
+    assert "**History comparison partial:** 2 file(s)" in summary(tmp_path / "second")
     assert json.loads((tmp_path / "second" / "run.json").read_text()).get("finished")
     rebuilt = harness_cli("report", str(tmp_path / "second"))
     assert rebuilt.returncode == 0, rebuilt.stdout + rebuilt.stderr
-    assert f"harness report: {warning}" in rebuilt.stderr
+    assert f"harness report: warning: history file skipped, unreadable: {truncated} (" in rebuilt.stderr
+    assert f"harness report: {string_metric}" in rebuilt.stderr
+    assert sorted(set(load_history(history)["run_id"])) == ["first", "second"]
