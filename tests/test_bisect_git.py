@@ -157,6 +157,8 @@ def test_bisect_refuses_when_good_and_bad_give_the_same_verdict(tmp_path):
 
 
 @pytest.mark.e2e
+@pytest.mark.nightly_only  # 48 s; make test keeps the git-range bisect above and --fixed over releases
+# (test_bisect.py::test_harness_bisect_fixed_finds_the_release_that_fixed_a_bug): this is their meeting
 @needs_tp_plan
 def test_bisect_fixed_over_a_git_range_names_the_commit_that_fixed_the_bug(tmp_path):
     """The same engine with the bug taken out again two commits later: --fixed, from the

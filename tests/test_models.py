@@ -238,6 +238,8 @@ def run_suite(tmp_path: Path, suite: str, model: str, env: dict, engine: str = "
 
 
 @pytest.mark.e2e
+@pytest.mark.nightly_only  # 16 s; make test's representative is the arch sweep below (tiny archs under tp2, pp2, tp2-pp2,
+# each against its own golden, and the manifest's model named as here)
 def test_a_tiny_random_architecture_runs_under_tp(tmp_path):
     verdicts = run_suite(tmp_path, "tiny-arch", "{arch: LlamaForCausalLM, seed: 0}", {})
     assert {k: v["verdict"] for k, v in verdicts.items()} == {"tiny-arch/tp1-pp1": "pass", "tiny-arch/tp2-pp1": "pass"}
@@ -379,6 +381,7 @@ def test_an_arch_sweep_runs_each_arch_against_its_own_golden(tmp_path):
     manifests = {p.parent.name: json.loads(p.read_text()) for p in (tmp_path / "golden" / "sweep").glob("*/manifest.json")}
     assert sorted(manifests) == ["llama", "llama-deep"]
     assert manifests["llama"]["model_sha256"] != manifests["llama-deep"]["model_sha256"]
+    assert all(len(m["model_sha256"]) == 64 and m["model"].startswith("arch:LlamaForCausalLM seed=") for m in manifests.values())
     ran = harness_cli(
         "run", "sweep", "--report-dir", str(tmp_path / "reports"), "--run-id", "r", scenarios=tmp_path / "scenarios", env=env
     )
