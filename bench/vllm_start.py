@@ -41,7 +41,7 @@ RUN_ID = "bench"
 
 IDS = ["vllm-llama/tp1-pp1", "vllm-llama/tp1-pp1-compile", "vllm-llama/tp1-pp2-compile", "vllm-llama/tp2-pp1"]
 # The flow of a scenario, in order: the harness's phases, with the engine start split out of `load`.
-BEFORE_LOAD = ("prepare", "golden", "wait", "start")
+BEFORE_LOAD = ("prepare", "support", "golden", "wait", "start")
 AFTER_LOAD = ("workloads", "write", "exit", "compare", "verdict")
 
 

@@ -126,6 +126,7 @@ def test_a_real_scenario_records_every_phase_in_its_verdict(tmp_path):
     phases = v.timings["phases"]
     assert list(phases) == [
         "prepare",
+        "support",
         "golden",
         "wait",
         "start",

@@ -3,6 +3,8 @@
 A verdict's `timings`:
   phases     {phase: seconds} in the order they happened:
                prepare    engine, model, workloads, eval requests, run brief
+               support    the engine's answer to whether it runs these settings (vLLM: its
+                          architecture probe, cached per checkpoint) and the devices check
                golden     golden load, digest checks, eval pairing
                wait       waiting for free devices (other scenarios hold them)
                start .. exit   the launch, per rank phase (harness/contract/phases.py),

@@ -68,7 +68,7 @@ def admit(
     API's settings, goldens, the conformance kit). A Verdict when refused. `faults=False`:
     the clean engine (a golden is made so); `golden=False`: no golden is loaded (a golden
     run makes one; the API holds one setting to another's run). `watch` books the
-    `prepare` and `golden` phases."""
+    `prepare`, `support` and `golden` phases."""
     watch = watch or Stopwatch()
     try:
         prepared = prepare(scenario, settings, out_dir, ctx, gate)
@@ -82,6 +82,7 @@ def admit(
     reason = prepared.engine.unsupported_reason(settings, prepared.brief.model_dir) or devices_problem(
         need, ctx.devices, ctx.cluster
     )
+    watch.lap("support")  # apart from `golden`: the engine's own answer may take a while (vLLM's arch probe, cold)
     if reason:
         return Verdict(scenario.id, "unsupported", reason)
     problem = prepared.engine.fault_problem(prepared.brief.faults, settings)
