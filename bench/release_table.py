@@ -1,6 +1,11 @@
 """The release x suite compatibility table of docs/ENGINE_VERSIONS.md, from runs.
 
     python bench/release_table.py reports/RUN [reports/RUN2 ...] [--releases 0.19.1,0.20.2,...]
+    harness run $(python bench/release_table.py --ids) --engine-env vllm==V --report-dir reports/rel-table
+
+`--ids` prints the scenarios a release is measured on: the golden setting of an architecture
+of every vLLM suite, a compile scenario, and one scenario of each newer axis (the vllm gate's:
+prefix cache, chunked prefill, ngram and draft speculation, batch invariance, EP, DP).
 
 Reads every `scenarios/*/verdict.json` of the given run directories. A scenario run with
 `--engine-env vllm==V` is named `ID@vllm-V`; one run without it ran the pinned engine,
@@ -22,6 +27,33 @@ from packaging.version import Version
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from feature_table import max_dlogprob, verdicts  # noqa: E402 - the sibling script's reader
+
+# what a release is measured on: the golden setting of an arch of every vLLM suite and one compile scenario ...
+TABLE_IDS = (
+    "vllm-llama/tp1-pp1",
+    "vllm-qwen3/tp1-pp1",
+    "vllm-gemma4/tp1-pp1",
+    "vllm-qwen25vl/tp1-pp1",
+    "vllm-mm-archs/arch-gemma3-tp1-pp1",
+    "vllm-mm-archs/arch-llava-tp1-pp1",
+    "vllm-mm-archs/arch-qwen3-vl-tp1-pp1",
+    "vllm-mm-video/arch-qwen25-vl-tp1-pp1",
+    "vllm-mm-audio/arch-qwen2-audio-tp1-pp1",
+    "vllm-mm-evals/tp1-pp1",
+    "vllm-moe/arch-qwen3-moe-tp2-pp1",
+    "vllm-native-archs/arch-step3-text-tp1-pp1",
+    "vllm-llama/tp1-pp2-compile",
+)
+# ... and one of each newer axis (the vllm gate's own)
+AXIS_IDS = (
+    "vllm-features/arch-llama-tp1-pp2-compile-prefix_cache",
+    "vllm-features/arch-llama-tp2-pp1-chunked_prefill32",
+    "vllm-features/arch-llama-tp2-pp1-spec-ngram",
+    "vllm-features/arch-llama-tp2-pp1-spec-draft",
+    "vllm-features/arch-llama-tp2-pp1-batch_invariant",
+    "vllm-moe/arch-qwen3-moe-tp2-pp1-ep",
+    "vllm-moe/arch-qwen3-moe-tp1-pp1-dp2",
+)
 
 
 def release_of(verdict: dict) -> tuple[str, str]:
@@ -83,9 +115,15 @@ def table(cells: dict[tuple[str, str], dict]) -> list[str]:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("runs", nargs="+", type=Path)
+    p.add_argument("runs", nargs="*", type=Path)
     p.add_argument("--releases", help="comma-separated releases to show (default: every release in the runs)")
+    p.add_argument("--ids", action="store_true", help="print the scenarios a release is measured on, and stop")
     args = p.parse_args()
+    if args.ids:
+        print(" ".join((*TABLE_IDS, *AXIS_IDS)))
+        return
+    if not args.runs:
+        p.error("give the run directories to read (or --ids)")
     cells = load(args.runs)
     if args.releases:
         shown = set(args.releases.split(","))

@@ -66,3 +66,16 @@ def test_the_feature_table_says_how_a_scenario_compared_with_its_own_layout():
     noisy = {"kind": "same-layout", "passed": True, "metrics": {"bit_identical": False, "max_step_dlogprob": 9.5e-7}}
     assert ft.vs_layout({"checks": [same, noisy]}) == "9.50e-07 (held)"
     assert ft.vs_layout({"checks": [same, {**noisy, "passed": False}]}) == "9.50e-07 (FAILED)"
+
+
+def test_the_release_table_measures_scenarios_that_exist_and_one_of_each_newer_axis():
+    """`--ids` feeds `harness run`: a renamed scenario would make every release's run an error."""
+    from harness.contract.axes import AXES, default, same_value
+    from harness.inputs.scenarios.loading import load_scenarios
+
+    rt = release_table()
+    ids = {s.id: s for s in load_scenarios()}
+    missing = [i for i in (*rt.TABLE_IDS, *rt.AXIS_IDS) if i not in ids]
+    assert missing == [], missing
+    switched = {a for i in rt.AXIS_IDS for a, v in ids[i].settings.items() if a in AXES and not same_value(v, default(a))}
+    assert {"prefix_cache", "chunked_prefill", "spec", "batch_invariant", "ep", "dp"} <= switched, switched
