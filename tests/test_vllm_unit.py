@@ -1004,3 +1004,24 @@ def test_an_architecture_vllm_cannot_load_is_refused_with_its_import_error():
     )
     assert "importing harness.no_such_module_here raises ModuleNotFoundError" in _import_error(registry, "Broken")
     assert _import_error(registry, "Fine") == "" and _import_error(registry, "Bare") == ""
+
+
+def test_each_driver_gives_vllms_ipc_sockets_a_directory_it_removes(monkeypatch, tmp_path):
+    """vLLM names its ZMQ IPC sockets under $VLLM_RPC_BASE_PATH (the temp dir by default) and
+    leaves them: 2400 sockets in /tmp after one nightly. The driver's own directory goes with it,
+    also when vLLM fails; a directory the user chose is theirs."""
+    import os
+
+    from harness.engines.vllm.driver import IPC_BASE_ENV, own_ipc_directory
+
+    monkeypatch.delenv(IPC_BASE_ENV, raising=False)
+    with pytest.raises(RuntimeError), own_ipc_directory():
+        made = Path(os.environ[IPC_BASE_ENV])
+        (made / "a-socket").write_text("")  # what vLLM leaves there
+        assert made.is_dir() and len(str(made)) < 60  # room for a uuid under a socket path's 107 bytes
+        raise RuntimeError("vLLM failed to start")
+    assert not made.exists() and IPC_BASE_ENV not in os.environ
+    monkeypatch.setenv(IPC_BASE_ENV, str(tmp_path))
+    with own_ipc_directory():
+        assert os.environ[IPC_BASE_ENV] == str(tmp_path)
+    assert tmp_path.is_dir()

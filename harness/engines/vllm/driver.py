@@ -17,8 +17,12 @@ cover the expanded prompt (the golden is made the same way).
 from __future__ import annotations
 
 import os
+import shutil
 import sys
+import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from harness.contract.axes import RunAxes
@@ -523,15 +527,38 @@ def main() -> None:
     with harness_step(f"read the run brief {sys.argv[1]} and arm its fault switches"):
         brief = RunBrief.load(sys.argv[1])
         arm_faults(brief.faults)
+    with own_ipc_directory():
+        try:
+            run(brief)
+        except BaseException as exc:
+            mark_transformers_refusal(exc)
+            # vLLM failed (an engine start or a workload): its engine core and workers are ending
+            # on their own. Let them, so a forked worker's exit removes its shared memory
+            # (forking.py), before this exit has the launcher kill the run's process group.
+            wait_for_own_processes(DRAIN_S)
+            raise
+
+
+IPC_BASE_ENV = "VLLM_RPC_BASE_PATH"
+
+
+@contextmanager
+def own_ipc_directory() -> Iterator[None]:
+    """vLLM's engine core and workers talk over ZMQ IPC sockets that it names under
+    $VLLM_RPC_BASE_PATH (the system's temp dir unless set) and does not remove: a nightly
+    left thousands in /tmp. Each driver gives them a directory of its own (short: a socket's
+    path has a 107-byte limit) and removes it as it ends; a driver killed outright leaves
+    that one directory. A path the user set is theirs and kept."""
+    if os.environ.get(IPC_BASE_ENV):
+        yield
+        return
+    path = tempfile.mkdtemp(prefix="harness-vllm-ipc-")
+    os.environ[IPC_BASE_ENV] = path
     try:
-        run(brief)
-    except BaseException as exc:
-        mark_transformers_refusal(exc)
-        # vLLM failed (an engine start or a workload): its engine core and workers are ending
-        # on their own. Let them, so a forked worker's exit removes its shared memory
-        # (forking.py), before this exit has the launcher kill the run's process group.
-        wait_for_own_processes(DRAIN_S)
-        raise
+        yield
+    finally:
+        del os.environ[IPC_BASE_ENV]
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def mark_transformers_refusal(exc: BaseException) -> None:
