@@ -169,9 +169,6 @@ def test_a_bad_known_bugs_file_names_the_entry_and_the_problem(tmp_path):
 # here. The test fails on a new gap and on a gap closed without this table following.
 UNMEASURED = {
     "cpu-fused-moe-customop-without-config": ["0.21", "0.24"],  # AVX2 only: an AVX-512 machine passes (its comment)
-    # widened from 0.32 by the runs of 2026-11-29 (docs/ENGINE_VERSIONS.md); 0.25 was not installed then
-    "cpu-moe-dp-all-gatherv": ["0.25"],
-    "cpu-moe-ep-ignores-expert-map": ["0.25"],
 }
 
 
