@@ -17,7 +17,6 @@ cover the expanded prompt (the golden is made the same way).
 from __future__ import annotations
 
 import os
-import shutil
 import sys
 import tempfile
 import time
@@ -552,13 +551,12 @@ def own_ipc_directory() -> Iterator[None]:
     if os.environ.get(IPC_BASE_ENV):
         yield
         return
-    path = tempfile.mkdtemp(prefix="harness-vllm-ipc-")
-    os.environ[IPC_BASE_ENV] = path
-    try:
-        yield
-    finally:
-        del os.environ[IPC_BASE_ENV]
-        shutil.rmtree(path, ignore_errors=True)
+    with tempfile.TemporaryDirectory(prefix="harness-vllm-ipc-", ignore_cleanup_errors=True) as path:
+        os.environ[IPC_BASE_ENV] = path
+        try:
+            yield
+        finally:
+            del os.environ[IPC_BASE_ENV]
 
 
 def mark_transformers_refusal(exc: BaseException) -> None:
