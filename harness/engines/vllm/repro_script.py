@@ -412,9 +412,19 @@ def crash_of(log: str) -> tuple[str, list[str]] | None:
     names: dict[str, list[str]] = {}  # pid -> the names it logged under
     pids: dict[str, str] = {}  # name -> pid
     deaths: list[tuple[str, str]] = []  # (vLLM's worker name, exit code)
+    waiting: list[tuple[str, str]] = []  # prefixes whose text came on a later line (two workers at once)
     for line in log.splitlines():
         m = PREFIX.match(line)
-        proc, pid, text = (m["proc"], m["pid"], LOG_HEADER.sub("", m["rest"], count=1)) if m else ("main", "", line)
+        if m:
+            proc, pid, rest = m["proc"], m["pid"], m["rest"]
+            while inner := PREFIX.match(rest):  # "(Worker_TP1 pid=2) (Worker_TP0 pid=1) text": the text is TP0's
+                waiting.append((proc, pid))
+                proc, pid, rest = inner["proc"], inner["pid"], inner["rest"]
+            text = LOG_HEADER.sub("", rest, count=1)
+        elif waiting and LOG_HEADER.match(line):  # a waiting prefix's text
+            (proc, pid), text = waiting.pop(0), LOG_HEADER.sub("", line, count=1)
+        else:
+            proc, pid, text = "main", "", line
         if pid:
             names.setdefault(pid, []).append(proc)
             pids[proc] = pid
