@@ -13,13 +13,16 @@ whose release is in the verdict's `versions`. Prints one markdown row per scenar
 one column per release (oldest first): the verdict, the logits check's max |dlogprob|
 against the golden and the scenario's time; then each release's torch and transformers
 as the runs recorded them, and a note for each cause of a verdict that is not a pass
-(an expected failure's cause as its expectation words it, shared by every cell it explains). Where several runs judged the
-same cell, the last directory given wins.
+(an expected failure's cause as its expectation words it, shared by every cell it explains;
+a reason that differs between releases only in pids, rank numbers, release numbers and line
+numbers is one cause, one note). Where several runs judged the same cell, the last directory
+given wins.
 """
 
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from pathlib import Path
 
@@ -90,16 +93,31 @@ def cause(verdict: dict) -> str:
     return " ".join(str(text or verdict.get("reason", "")).split()).replace("|", "\\|")
 
 
+# what differs between two releases' words for one cause: a process's pid and rank, the release
+# itself, the line an unchanged function moved to
+VARIES = re.compile(r"rank \S+ \([^)]*\)|pid \d+|rank \d+|\b\d+\.\d+\.\d+\b|_(?:DP|PP|PCP|TP|DCP|EP)\d+|VllmWorker-\d+|\.py:\d+")
+# what a verdict adds to its crash's words: the narrowing's interaction, a known bug's near miss
+JUDGEMENT = re.compile(r"; interaction: .*| \((?:the failure of|NOT) known bug .*")
+
+
+def same_cause(text: str) -> str:
+    return VARIES.sub("#", JUDGEMENT.sub("", text))
+
+
 def table(cells: dict[tuple[str, str], dict]) -> list[str]:
     scenarios = sorted({s for s, _ in cells})
     releases = sorted({r for _, r in cells}, key=Version)
-    notes: dict[str, int] = {}  # cause -> its number
+    notes: dict[str, int] = {}  # a cause's words with what varies masked -> its number
+    texts: dict[int, set[str]] = {}  # its number -> the words of each cell it marks
     lines = ["| scenario | " + " | ".join(f"`{r}`" for r in releases) + " |", "|---|" + "---|" * len(releases)]
     for scenario in scenarios:
         row = []
         for release in releases:
             verdict = cells.get((scenario, release))
-            note = notes.setdefault(cause(verdict), len(notes) + 1) if verdict and verdict["verdict"] != "pass" else None
+            note = None
+            if verdict and verdict["verdict"] != "pass":
+                note = notes.setdefault(same_cause(cause(verdict)), len(notes) + 1)
+                texts.setdefault(note, set()).add(cause(verdict))
             row.append(cell(verdict, note) if verdict else "-")
         lines.append(f"| `{scenario}` | " + " | ".join(row) + " |")
     lines += ["", "| release | torch | transformers |", "|---|---|---|"]
@@ -109,8 +127,16 @@ def table(cells: dict[tuple[str, str], dict]) -> list[str]:
         lines.append(f"| {release} | {versions.get('torch', '?')} | {choice} |")
     if notes:
         lines.append("")
-        lines += [f"[{n}] {text}" for text, n in notes.items()]
+        lines += [f"[{n}] {note_text(sorted(texts[n]))}" for n in notes.values()]
     return lines
+
+
+def note_text(words: list[str]) -> str:
+    """One cause's note: its words as one cell has them; where cells' words differ (in what
+    VARIES masks), said so."""
+    if len(words) == 1:
+        return words[0]
+    return f"{words[0]} (as {len(words)} cells word it; the others differ only in pids, ranks, releases or line numbers)"
 
 
 def main() -> None:

@@ -50,6 +50,23 @@ def test_one_column_per_release_oldest_first_and_one_note_per_cause(tmp_path):
     assert "[1] vLLM's bug X (file.py:1)" in lines and "[2] logits: max\\|dlogprob\\|=1.06e-02" in lines
 
 
+def test_one_cause_worded_apart_by_pids_ranks_releases_and_lines_is_one_note(tmp_path):
+    rt = release_table()
+    run = tmp_path / "run"
+    said = (
+        "rank Worker_DP{r} (vLLM worker: DP rank {r}, pid {pid}) crashed: NotImplementedError at x/base.py:{line} in all_gatherv"
+    )
+    write(run, "m/dp2@vllm-0.21.0", "crash", "0.21.0", reason=said.format(r=0, pid=11281, line=215))
+    write(run, "m/dp2@vllm-0.28.0", "crash", "0.28.0", reason=said.format(r=1, pid=18298, line=260))
+    write(run, "m/ep@vllm-0.28.0", "crash", "0.28.0", reason="rank VllmWorker-1 (vLLM worker) crashed: Fatal Python error")
+    lines = rt.table(rt.load([run]))
+    assert lines[2] == "| `m/dp2` | crash [1], 12 s | crash [1], 12 s |"
+    assert lines[3] == "| `m/ep` | - | crash [2], 12 s |"  # another cause, another note
+    notes = [line for line in lines if line.startswith("[")]
+    assert len(notes) == 2 and notes[0].startswith("[1] rank Worker_DP0 (vLLM worker: DP rank 0, pid 11281)")
+    assert notes[0].endswith("(as 2 cells word it; the others differ only in pids, ranks, releases or line numbers)")
+
+
 def feature_table():
     spec = importlib.util.spec_from_file_location("feature_table", ROOT / "bench" / "feature_table.py")
     assert spec is not None and spec.loader is not None
