@@ -317,7 +317,7 @@ def test_repro_of_a_versioned_id_runs_in_that_release(monkeypatch):
         ]
 
     monkeypatch.setattr(engine_envs, "expand", expand)
-    monkeypatch.setattr(engine_envs, "default_python", lambda scenario: None)
+    monkeypatch.setattr(engine_envs, "default_python", lambda scenario, say=print: None)
     assert engine_envs.in_environment(s, "vllm-llama/tp1-pp2", None) is s and not asked
     v = engine_envs.in_environment(s, "vllm-llama/tp1-pp2@vllm-0.21.0", None)
     assert asked[-1] == ["vllm==0.21.0"] and v.id == "vllm-llama/tp1-pp2@vllm-0.21.0"

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from harness.contract.outputs import EngineOutputs
-from harness.inputs import models
+from harness.inputs import engine_envs, models
 from harness.inputs.engine_envs import EngineEnv, versioned
 from harness.inputs.scenarios.loading import load_scenarios
 from harness.inputs.scenarios.scenario import select
@@ -42,6 +42,38 @@ def test_an_arch_only_vllm_defines_is_built_by_an_engine_environment(tmp_path):
     default_env.chmod(0o755)
     assert models.builder_python(str(default_env), "/tested/python", arch="Step3TextForCausalLM") == str(default_env)
     assert models.builder_python(str(default_env), arch="Qwen3ForCausalLM") == sys.executable
+
+
+def test_without_the_default_environment_an_arch_only_vllm_defines_is_built_by_the_tested_release(tmp_path, monkeypatch):
+    """A fresh clone without .venv-vllm, --engine-env vllm==0.26.0: Step3 was built by 0.26.0's
+    interpreter (torch 2.11, transformers 5.5.4), other bytes than the golden's (0.32.0's), and
+    the run was `error`. The tested release builds it, installed on first need; a checkpoint the
+    harness can build itself does not ask for it."""
+    from harness.engines import get_engine
+
+    monkeypatch.setenv("HARNESS_VLLM_PYTHON", str(tmp_path / "no-venv" / "bin" / "python"))
+    installed: list[str] = []
+
+    def ensure_installed(engine, name, version, say=print):
+        installed.append(f"{name}=={version}")
+        return tmp_path / "envs" / f"{name}-{version}" / "bin" / "python"
+
+    monkeypatch.setattr(engine_envs, "ensure_installed", ensure_installed)
+    monkeypatch.setattr(engine_envs, "installed_python", lambda name, version: None)
+    step3 = select(load_scenarios([ROOT / "scenarios" / "vllm-native-archs.yaml"]), ["vllm-native-archs/arch-step3-text-tp1-pp1"])
+    said: list[str] = []
+    tested = get_engine("vllm").tested_release()
+    assert engine_envs.default_python(step3[0], said.append) == str(tmp_path / "envs" / f"vllm-{tested}" / "bin" / "python")
+    assert installed == [f"vllm=={tested}"] and "the tested release that made the golden" in said[0]
+    qwen3 = select(load_scenarios([ROOT / "scenarios" / "vllm-mm-archs.yaml"]), ["vllm-mm-archs/arch-qwen3-vl-tp1-pp1"])
+    assert engine_envs.default_python(qwen3[0], said.append) is None and installed == [f"vllm=={tested}"]
+
+
+def test_the_vllm_engines_tested_release_is_the_one_its_install_script_puts_in_the_default_environment():
+    from harness.engines import get_engine
+
+    script = (ROOT / "harness" / "engines" / "vllm" / "install.sh").read_text()
+    assert f"VLLM_VERSION=${{VLLM_VERSION:-{get_engine('vllm').tested_release()}}}" in script
 
 
 class _StopAfterResolve(Exception):
@@ -133,6 +165,24 @@ def test_a_checkpoint_built_by_other_libraries_says_which_built_which(golden_wit
     assert "the golden's with torch 2.13.0+cpu, transformers 5.19.0 (not recorded in its manifest" in head, head
     assert "-m pip install 'torch==2.13.0+cpu' 'transformers==5.19.0'" in head, head
     assert "harness golden" not in text  # a committed golden is not what is wrong
+
+
+def test_an_arch_only_vllm_defines_built_by_another_release_points_at_the_default_environment(tmp_path, monkeypatch):
+    """Step3 (vLLM's own config class): the harness's interpreter cannot build it, so pip-installing
+    libraries into it is no remedy; the golden's builder, vLLM's tested release, is."""
+    monkeypatch.setenv("HARNESS_GOLDEN_DIR", str(tmp_path / "golden"))
+    monkeypatch.setattr(goldens, "is_committed", lambda directory: True)
+    step3 = "arch:Step3TextForCausalLM seed=0"
+    out = EngineOutputs(meta={"engine": "vllm"})
+    out.put("logits", topk_ids=torch.arange(6).reshape(3, 2))
+    out.save(tmp_path / "run")
+    goldens.store_golden(tmp_path / "run", _manifest(model=step3))
+    run = _manifest(model=step3, model_sha256="c" * 64, model_builder=OLD_RELEASE_BUILDER, versions={"vllm": "0.26.0"})
+    with pytest.raises(goldens.GoldenError) as err:
+        goldens.load_reference(run, builder_python="/envs/vllm-0.26.0/bin/python")
+    head = err.value.headline
+    assert "by /envs/vllm-0.26.0/bin/python (Step3TextForCausalLM is an architecture only the engine defines" in head, head
+    assert "the tested release that made the golden (`harness install vllm`)" in head and "pip install" not in head, head
 
 
 def test_a_golden_of_ones_own_may_be_remade_for_other_libraries(golden_without_builder, monkeypatch):

@@ -154,6 +154,13 @@ class Engine(ABC):
             "Python interpreter with the version installed"
         )
 
+    def tested_release(self) -> str | None:
+        """The release the harness is tested against and its default environment holds (the
+        one that made the committed goldens), or None. Where that environment is absent, a
+        tiny checkpoint only this engine can build is built in this release's installed
+        environment, whatever release a scenario runs on (engine_envs.default_python)."""
+        return None
+
     def outdated_env(self, version: str, venv_dir: Path) -> str | None:
         """Why an environment install_env built earlier for release `version` is not what
         it would build now (its recorded choices broke a rule added since), or None: it

