@@ -83,6 +83,23 @@ def test_a_known_bug_does_not_show_outside_its_where_nor_its_releases():
     )
 
 
+def test_a_known_bug_of_a_model_class_shows_in_every_suite_that_runs_it():
+    """Qwen3-VL's text-config bug (0.28-0.29) by `where: {model_arch: ...}`: the arch axis's tiny
+    Qwen3-VL and vllm-mm-evals' trained checkpoint (a path: its config.json) are one model class;
+    another arch of the same suite is not where it shows."""
+    bug = "qwen3-vl-text-config-without-architectures"
+    crash = {
+        "rank": "Worker",
+        "exception": "IndexError: list index out of range",
+        "traceback": '  File ".../vllm/config/model.py", line 1004, in _get_transformers_backend_cls\nIndexError: list index out of range',
+    }
+    for sid in ("vllm-mm-archs/arch-qwen3-vl-tp1-pp1", "vllm-mm-evals/tp1-pp1"):
+        assert bug in {b.id for b in scenario(sid).known_bugs}, sid
+        v = judged(Verdict(sid, "crash", "rank Worker crashed: IndexError", versions=vllm("0.29.0"), crash=crash), sid)
+        assert v.verdict == "expected-failure" and f"known bug {bug}" in v.reason, (sid, v.reason)
+    assert bug not in {b.id for b in scenario("vllm-mm-archs/arch-gemma3-tp1-pp1").known_bugs}
+
+
 def test_another_failure_where_a_known_bug_shows_is_news_and_says_how_it_differs():
     v = eager_pp_crash("vllm-llama/tp1-pp2")
     v.crash = {**present(v.crash), "rank": "Worker_PP0"}

@@ -42,8 +42,10 @@ class KnownBug(FailureSignature):
     reason: str = Field(min_length=1)
     engine_version: str  # the releases it is in: `vllm>=0.27,<0.33`
     verdict: Literal["fail", "crash", "hang"]
-    # where it shows: every key a setting the scenario must have (a list: any of these values);
-    # a scenario outside it never matches, and one inside it that passes reports the bug fixed
+    # where it shows: every key a setting the scenario must have (a list: any of these values),
+    # or `model_arch`, the checkpoint's model class (Qwen3VLForConditionalGeneration) in every
+    # suite that runs it; a scenario outside it never matches, and one inside it that passes
+    # reports the bug fixed
     where: dict[str, Union[Value, list[Value]]] = {}
     seen: list[Sighting] = Field(min_length=1)
     upstream: str | None = None

@@ -10,6 +10,7 @@ import dataclasses
 import difflib
 import fnmatch
 import itertools
+import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -163,7 +164,7 @@ def expand(suite: SuiteFile, source: Path) -> list[Scenario]:
                 gates=frozenset(gates),
                 expected_failure=expectations[0].reason if expectations else None,
                 expectations=expectations,
-                known_bugs=known_bugs_where(bugs, filled(settings)),
+                known_bugs=known_bugs_where(bugs, {**filled(settings), **model_facts(suite, settings, source)}),
                 faults=tuple(suite.faults),
                 extra_env=dict(suite.env),
             )
@@ -173,6 +174,28 @@ def expand(suite: SuiteFile, source: Path) -> list[Scenario]:
         raise ScenarioError(f"{source}: matrix expansion gives duplicate ids: {sorted(i for i in ids if ids.count(i) > 1)}")
     _check_change_patterns(suite, source, [s.name for s in scenarios])
     return scenarios
+
+
+# a known bug's `where` may name the checkpoint's model class, whatever suite runs it: the
+# multimodal suites' archs and vllm-mm-evals' trained checkpoint are one Qwen3-VL
+MODEL_ARCH = "model_arch"
+
+
+def model_facts(suite: SuiteFile, settings: dict, source: Path) -> dict:
+    """{"model_arch": the model class} where the scenario's model names it without being
+    built: an {arch: ...} model, or a local checkpoint's config.json; {} otherwise (a hub
+    model before download)."""
+    model = suite.archs[settings[ARCH_AXIS]] if suite.archs and ARCH_AXIS in settings else suite.model
+    arch = getattr(model, "arch", None)
+    path = getattr(model, "path", None)
+    if arch is None and path is not None:
+        directory = Path(path).expanduser()
+        config = (directory if directory.is_absolute() else source.parent / directory) / "config.json"
+        try:
+            arch = (json.loads(config.read_text()).get("architectures") or [None])[0]
+        except (OSError, ValueError, AttributeError):
+            arch = None
+    return {MODEL_ARCH: arch} if isinstance(arch, str) else {}
 
 
 def _check_size(suite: SuiteFile, source: Path) -> None:
