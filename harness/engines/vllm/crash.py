@@ -301,8 +301,9 @@ MODEL_CONFIG_INVALID = re.compile(r"validation errors? for ModelConfig")
 
 def config_refusal(message: str, written_by: str | None, transformers: str) -> bool:
     """Did vLLM refuse the checkpoint's config because another transformers major wrote it?"""
-    major = lambda v: (v or "").split(".", 1)[0]
-    return bool(MODEL_CONFIG_INVALID.search(message)) and bool(written_by) and major(written_by) != major(transformers)
+    if not (written_by and MODEL_CONFIG_INVALID.search(message)):
+        return False
+    return written_by.split(".", 1)[0] != transformers.split(".", 1)[0]
 
 
 def config_text(vllm: str, transformers: str, written_by: str, exception: str) -> str:
