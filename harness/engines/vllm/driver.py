@@ -419,10 +419,10 @@ def run(brief) -> None:
 
 def _remove_left_shared_memory(idents: list[str]) -> None:
     """Forked workers remove their shared memory as they exit (forking.py); what a killed
-    one left goes here."""
+    one left goes here: the evidence's identifiers and those the workers recorded."""
     from harness.engines.vllm import forking
 
-    removed = forking.remove_shared_memory(idents)
+    removed = forking.remove_shared_memory(sorted({*idents, *forking.recorded_idents(RANK_OUTPUT_DIR.raw())}))
     if removed:
         print(f"{SHM_REMOVED_MARK} {' '.join(removed)}", file=sys.stderr, flush=True)
 
@@ -534,8 +534,10 @@ def main() -> None:
             mark_transformers_refusal(exc, brief.model_dir)
             # vLLM failed (an engine start or a workload): its engine core and workers are ending
             # on their own. Let them, so a forked worker's exit removes its shared memory
-            # (forking.py), before this exit has the launcher kill the run's process group.
+            # (forking.py), before this exit has the launcher kill the run's process group;
+            # what a worker killed by a signal left, its record names
             wait_for_own_processes(DRAIN_S)
+            _remove_left_shared_memory([])
             raise
 
 

@@ -158,6 +158,41 @@ def _remove_own_shared_memory() -> None:
     remove_shared_memory([os.environ.get("VLLM_DIST_IDENT")], rendezvous=False)
 
 
+# where a worker writes its VLLM_DIST_IDENT as it sets up its process groups: a worker that dies
+# by a signal (vLLM 0.32's EP segfault) never runs its own removal, and the driver, which has no
+# evidence from it, removes its segments by this record (8 MB each per rank and group; from 0.31
+# down the identifier is the rendezvous port, which a later run can draw again: EEXIST)
+IDENTS_DIR = "shm-idents"
+
+
+def record_ident(output_dir: str | None) -> None:
+    """In a vLLM worker: its VLLM_DIST_IDENT into `output_dir`/shm-idents/<pid> (never fails the worker)."""
+    ident = os.environ.get("VLLM_DIST_IDENT")
+    if not (ident and output_dir):
+        return
+    try:
+        folder = os.path.join(output_dir, IDENTS_DIR)
+        os.makedirs(folder, exist_ok=True)
+        with open(os.path.join(folder, str(os.getpid())), "w") as f:
+            f.write(ident)
+    except OSError:
+        pass
+
+
+def recorded_idents(output_dir: str | None) -> list[str]:
+    """The identifiers this run's workers recorded (record_ident)."""
+    import glob
+
+    idents = []
+    for path in glob.glob(os.path.join(output_dir or "", IDENTS_DIR, "*")) if output_dir else []:
+        try:
+            with open(path) as f:
+                idents.append(f.read().strip())
+        except OSError:
+            pass
+    return sorted(set(filter(None, idents)))
+
+
 def remove_shared_memory(idents: list, shm_dir: str = "/dev/shm", rendezvous: bool = True) -> list[str]:
     """Remove vLLM CPU workers' communicator segments (`<ident>-<group>-[<ranks>]-cpushm_<rank>`)
     and, with `rendezvous`, their rendezvous file (`<tmp>/<ident>`), for these identifiers

@@ -99,9 +99,18 @@ def _timed(name: str, method):
             return method(*args, **kwargs)
         finally:
             TIMELINE[name] = [start, time.time()]
+            if name == "init_device":  # its process groups, and their shared memory, exist from here
+                _record_ident()
 
     timed._harness_timed = True  # type: ignore[attr-defined]
     return timed
+
+
+def _record_ident() -> None:
+    from harness.contract.settings.variables import RANK_OUTPUT_DIR
+    from harness.engines.vllm import forking
+
+    forking.record_ident(RANK_OUTPUT_DIR.raw())
 
 
 def _announce(step: str, worker) -> None:
