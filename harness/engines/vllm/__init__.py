@@ -57,7 +57,7 @@ MAX_NUM_SEQS = 8
 GENERATE_NUM_SEQS = 128
 _PROBES: dict[str, dict] = {}  # per process: cache key -> probe result
 # The switches whose support the probe finds in the installed vLLM's own classes (probe.py)
-PROBED_SWITCHES = ("sp", "compile", "batch_invariant")
+PROBED_SWITCHES = ("sp", "compile", "batch_invariant", "spec")
 
 
 class VllmEngine(Engine):
@@ -134,7 +134,7 @@ class VllmEngine(Engine):
         probe = self.probe()
         axes, cut = dict(self.axes), {}
         for axis in PROBED_SWITCHES:
-            if "reason" in probe[axis]:
+            if "reason" in probe.get(axis, {}):
                 axes[axis], cut[axis] = (False,), probe[axis]["reason"]
         return axes, cut
 
@@ -148,7 +148,7 @@ class VllmEngine(Engine):
         axes = RunAxes.of(settings)
         probe = self.probe()
         for axis in PROBED_SWITCHES:  # what the installed vLLM can run
-            if axes.value(axis) and "reason" in probe[axis]:
+            if axes.value(axis) and "reason" in probe.get(axis, {}):
                 return f"{axis}: {probe[axis]['reason']}"
         if not model_dir:
             return None

