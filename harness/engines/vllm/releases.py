@@ -25,7 +25,10 @@ build of the same version (CUDA libraries and all, several GB) runs on CPU as we
 
   platform  adapted per release range where the release cannot find its CPU platform
             as the index installs it (PLATFORM_ADAPTATIONS: before 0.17, a vLLM platform
-            plugin naming vLLM's own CpuPlatform), checked after the install.
+            plugin naming vLLM's own CpuPlatform), checked after the install; and where its
+            CPU worker refuses to start without libraries in LD_PRELOAD (0.18: libtcmalloc,
+            libiomp; read from the release's own source at launch, required_preloads), those
+            libraries preloaded into its processes (VllmEngine.launch_plan).
 
 What was substituted or chosen goes into the install log. harness/inputs/engine_envs.py removes what a
 failed install wrote and keeps its log.
