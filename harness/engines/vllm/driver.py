@@ -487,8 +487,10 @@ def engine_args_take(name: str) -> bool:
     """Whether this vLLM's EngineArgs has the field `name` (LLM(...) passes its extra arguments there)."""
     import dataclasses
 
-    from vllm.engine.arg_utils import EngineArgs
-
+    try:
+        from vllm.engine.arg_utils import EngineArgs
+    except ImportError:  # no vLLM here (the arguments written for another interpreter): as given
+        return True
     return name in {f.name for f in dataclasses.fields(EngineArgs)}
 
 
