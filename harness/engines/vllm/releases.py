@@ -182,6 +182,8 @@ def required_preloads(python: Path) -> list[str]:
 def preload_paths(python: Path, names: list[str]) -> tuple[list[str], list[str]]:
     """(the library files to preload for `names`, the names none was found for): the environment's
     own lib/ first (intel-openmp puts libiomp5.so there), then the system's (`ldconfig -p`)."""
+    if not names:  # every release but 0.18: no linker-cache query on each launch
+        return [], []
     venv_lib = Path(python).parent.parent / "lib"
     system = _system_libraries()
     found, missing = [], []
