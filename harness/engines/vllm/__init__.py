@@ -129,7 +129,8 @@ class VllmEngine(Engine):
     def installed_axes(self, say=lambda line: None) -> tuple[dict[str, tuple | None], dict[str, str]]:
         """The switches the installed vLLM lacks (PROBED_SWITCHES, found by its probe) run off only."""
         python = self.python()
-        if _probe_key(python) not in _PROBES and not _probe_cache(_probe_key(python)).exists():
+        # no interpreter: probe() says so (EngineUnavailable), or a test stands in for it
+        if python.exists() and _probe_key(python) not in _PROBES and not _probe_cache(_probe_key(python)).exists():
             say(f"asking the vLLM of {python} what it runs (once per install, about 20 s; kept in the cache)")
         probe = self.probe()
         axes, cut = dict(self.axes), {}
