@@ -53,6 +53,7 @@ SERVER_PRELOAD = (
     "harness.engines.reference",
     "harness.inputs.zoo",
     "tests.kit.harness_server",
+    "tests.kit.warm_report",  # last: draws the report's figures once (its docstring says why)
 )
 # Variables a module may read while it is imported (torch's and inductor's configs, the
 # OpenMP and BLAS runtimes, matplotlib) or the interpreter at its start (PYTHONPATH,
