@@ -154,14 +154,15 @@ def test_readme_engine_repo_commands_on_vllm(work):
     assert expected and set(expected.values()) <= known, expected  # 0.32's eager PP bug meets tp1-pp2
 
     user("harness run --gate pr (cold)", "harness", "run", "--gate", "pr", "--run-id", "gate")
-    user("harness run --gate pr (warm)", "harness", "run", "--gate", "pr", "--run-id", "gate-warm")
+    # warm: the same scenarios through the plugin (a warm `harness run --gate pr` was measured
+    # apart, docs/BENCHMARKS.md; a third gate here cost CI about a minute)
     user("pytest -m pr -n 2 (warm)", "pytest", "-m", "pr", "-n", "2")  # .pytest_cache/ ignores itself
 
     gate = _verdicts(project / "reports" / "gate")
     (session,) = (project / "reports").glob("pytest-*")
     collected = _verdicts(session)
     assert sorted(gate) == listed == sorted(collected), (listed, sorted(gate), sorted(collected))
-    for verdicts in (gate, _verdicts(project / "reports" / "gate-warm"), collected):
+    for verdicts in (gate, collected):
         _red_only_for_news(verdicts, expected)
     assert json.loads((project / "reports" / "gate" / "run.json").read_text())["versions"]["harness_commit"] == commit
 
