@@ -131,8 +131,10 @@ train-models:
 install-vllm:
 	$(HARNESS) install vllm
 
+# Two at a time: a vLLM test keeps the 2 cores about half busy (engine starts, pip, waits);
+# the wheel's test (installs, then the README's gate) in a group of its own beside the others.
 test-vllm:
-	HARNESS_TEST_VLLM=1 $(PYTEST) tests/test_vllm.py tests/test_vllm_repro.py tests/test_wheel_vllm.py -rs
+	HARNESS_TEST_VLLM=1 $(PYTEST) tests/test_vllm.py tests/test_vllm_repro.py tests/test_wheel_vllm.py -n $(JOBS) --dist loadgroup -rs
 	$(HARNESS) run --gate vllm
 
 # An old vLLM release through the harness's own install (not in .ci/run: its torch 2.11

@@ -36,6 +36,7 @@ from tests.kit.wheel import build_wheel, package_files, purelib
 
 pytestmark = [
     pytest.mark.e2e,
+    pytest.mark.xdist_group("wheel-vllm"),  # make test-vllm (-n 2): the longest test, whole on one worker
     pytest.mark.skipif(not os.environ.get("HARNESS_TEST_VLLM"), reason="installs and starts real vLLM: run `make test-vllm`"),
 ]
 
