@@ -37,13 +37,15 @@ def fresh_pool():
     pool.close_all()
 
 
-def run_ok(tmp_path: Path, name: str, preload=POOL_PRELOAD, **env) -> set[int]:
+def run_ok(tmp_path: Path, name: str, preload=POOL_PRELOAD, on_request=(), **env) -> set[int]:
     """A world-2 run that must pass; returns the pids of its ranks' parents. Every run
     uses the same PID_DIR (emptied first): the environment is what selects a zygote."""
     pids = tmp_path / "pids"
     shutil.rmtree(pids, ignore_errors=True)
     pids.mkdir()
-    plan = LaunchPlan(2, MODULE, {"RANK_MODE": "ok", "PID_DIR": str(pids), **env}, preload=list(preload))
+    plan = LaunchPlan(
+        2, MODULE, {"RANK_MODE": "ok", "PID_DIR": str(pids), **env}, preload=list(preload), preload_on_request=list(on_request)
+    )
     out = run_ranks(plan, tmp_path / f"{name}-logs", timeout_s=scaled(60))
     assert out.status == "ok", out
     assert_no_survivors(pids, 2)
@@ -57,6 +59,23 @@ def test_one_zygote_serves_every_run_of_an_environment(tmp_path):
     assert len(pool._zygotes) == 1
     other = run_ok(tmp_path, "c", OMP_NUM_THREADS="1")  # read at import: another zygote
     assert other != first and len(pool._zygotes) == 2
+
+
+def test_a_module_asked_for_by_a_run_is_imported_by_the_zygote_once_and_only_then(tmp_path):
+    """preload_on_request: a run that does not ask for the module shares the zygote and
+    never imports it; the first run that asks has the zygote import it before forking its
+    ranks; later ones find it imported (the compile-only inductor import of the reference
+    engine); one that cannot be imported starts its ranks fresh, and the run still passes."""
+    log = tmp_path / "imports"
+    log.mkdir()
+    asked = ("tests.ranks.imported_on_request",)
+    eager = run_ok(tmp_path, "a", IMPORT_LOG_DIR=str(log))
+    assert not list(log.iterdir())  # not asked for: not imported
+    compiled = run_ok(tmp_path, "b", on_request=asked, IMPORT_LOG_DIR=str(log))
+    again = run_ok(tmp_path, "c", on_request=asked, IMPORT_LOG_DIR=str(log))
+    assert eager == compiled == again and len(pool._zygotes) == 1  # one zygote serves them all
+    assert [p.name for p in log.iterdir()] == [f"imported-by-{next(iter(eager))}"]  # by the zygote, once
+    assert run_ok(tmp_path, "d", on_request=("no_such_module_anywhere",), IMPORT_LOG_DIR=str(log)) == {os.getpid()}
 
 
 def test_a_zygote_left_with_a_thread_refuses_and_ranks_start_fresh(tmp_path, capfd):

@@ -24,3 +24,8 @@ class LaunchPlan:
     # Only modules whose import starts no thread and does not touch CUDA; empty: every
     # rank starts as a fresh process.
     preload: list[str] = field(default_factory=list)
+    # Modules only some runs' ranks import (the reference engine's inductor entry point, for
+    # compile runs): the zygote imports them when the first rank that lists them is asked
+    # for, not at its start, so that a zygote serving eager runs never pays for them. Not
+    # part of what selects a zygote: eager and compile runs share one.
+    preload_on_request: list[str] = field(default_factory=list)

@@ -35,13 +35,14 @@ from pathlib import Path
 
 from harness.engines import compile_cache
 from harness.engines.launch.pool import Zygote, ZygoteUnavailable
-from harness.engines.reference import RANK_IMPORTS
+from harness.engines.reference import COMPILE_IMPORTS, RANK_IMPORTS
 
 SWITCH = "HARNESS_TEST_FORK"
 # What a harness command and the reference engine's ranks import before their first line
 # of work (measured with -X importtime); anything else they import themselves.
 SERVER_PRELOAD = (
     *RANK_IMPORTS,
+    *COMPILE_IMPORTS,
     "harness.cli",
     "harness.run.session",
     "harness.run.runner",

@@ -143,7 +143,7 @@ class Attempt:
         """Forked from the rank pool where it serves (pool.py), else a fresh process."""
         env = self.rank_env(rank)
         if not self.placement:
-            forked = spawn_rank(self.plan.argv, self.plan.preload, env, self.logs[rank], pgid)
+            forked = spawn_rank(self.plan.argv, self.plan.preload, env, self.logs[rank], pgid, self.plan.preload_on_request)
             if forked is not None:
                 return forked
         with open(self.logs[rank], "wb") as log:

@@ -35,7 +35,7 @@ import sys
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from harness.contract.launchplan import DEVICE_SLOTS_ENV
@@ -219,9 +219,11 @@ class Zygote:
         pgid: int,
         stderr_log: Path | None = None,
         cwd: Path | None = None,
+        imports: tuple[str, ...] = (),
     ) -> ForkedRank:
         """`module_argv` forked as `argv` would start, in `cwd` (default: ours), stdout (and
-        stderr, without `stderr_log`) to `log`, in process group `pgid` (0: its own)."""
+        stderr, without `stderr_log`) to `log`, in process group `pgid` (0: its own), after
+        the zygote imported `imports` (LaunchPlan.preload_on_request) if it had not yet."""
         request = {
             "spawn": module_argv,
             "command": argv,
@@ -230,6 +232,7 @@ class Zygote:
             "log": str(log),
             "pgid": pgid,
             **({"stderr_log": str(stderr_log)} if stderr_log else {}),
+            **({"imports": list(imports)} if imports else {}),
         }
         with self._lock:
             try:
@@ -337,10 +340,13 @@ def _zygote(key: tuple, python: str, preload: tuple[str, ...], env: dict[str, st
         return zygote
 
 
-def spawn_rank(argv: list[str], preload: list[str], env: dict[str, str], log: Path, pgid: int) -> ForkedRank | None:
+def spawn_rank(
+    argv: list[str], preload: list[str], env: dict[str, str], log: Path, pgid: int, on_request: Sequence[str] = ()
+) -> ForkedRank | None:
     """The rank `argv` with `env`, forked from the pool's zygote for its engine and
-    environment, its output in `log`, in process group `pgid` (0: a new group, its own);
-    None where the pool does not serve (see the module docstring): start it as usual."""
+    environment (which imports `on_request` first, LaunchPlan.preload_on_request), its
+    output in `log`, in process group `pgid` (0: a new group, its own); None where the
+    pool does not serve (see the module docstring): start it as usual."""
     command = module_argv(argv)
     if command is None or not preload or not RANK_POOL.on():
         return None
@@ -351,7 +357,7 @@ def spawn_rank(argv: list[str], preload: list[str], env: dict[str, str], log: Pa
     if zygote is None:
         return None
     try:
-        return zygote.spawn(argv, rest, env, log, pgid)
+        return zygote.spawn(argv, rest, env, log, pgid, imports=tuple(on_request))
     except ZygoteUnavailable:
         return None
 

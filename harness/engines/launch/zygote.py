@@ -8,7 +8,8 @@ be safe, then serves the launcher over its stdin/stdout, one JSON object per lin
 
   -> {"ready": true} | {"unsafe": why} | {"error": traceback}   once, after the imports
   <- {"spawn": [module, arg...], "command": [python, "-m", module, arg...], "env": {...},
-      "cwd": dir, "log": path, "pgid": 0 | N, "stderr_log": path (optional: stderr apart)}
+      "cwd": dir, "log": path, "pgid": 0 | N, "stderr_log": path (optional: stderr apart),
+      "imports": [module...] (optional: imported here first, once; LaunchPlan.preload_on_request)}
   -> {"pid": N} | {"error": why}                                  the answer to a spawn
   -> {"exited": N, "code": c | null, "signal": name | null}       when a rank exits
   <- {"reap": N}                                                  the launcher is done with it
@@ -150,6 +151,19 @@ def show_command(command: list[str]) -> None:
     setproctitle(" ".join(command))
 
 
+def import_on_request(modules: list[str], allowed_threads: int) -> str | None:
+    """Import what a spawn request asks for that is not imported yet; why the fork would
+    then not be safe (or the import failed), or None. What one request imported, every
+    later rank inherits."""
+    try:
+        for module in modules:
+            if module not in sys.modules:
+                importlib.import_module(module)
+    except BaseException:  # noqa: BLE001 - the launcher starts this rank fresh instead
+        return "importing " + ", ".join(modules) + " failed: " + traceback.format_exc().strip().splitlines()[-1]
+    return unsafe_reason(allowed_threads)
+
+
 def spawn(request: dict, protocol_fd: int) -> int:
     pid = os.fork()
     if pid == 0:
@@ -165,7 +179,8 @@ def spawn(request: dict, protocol_fd: int) -> int:
     return pid
 
 
-def serve(out) -> None:
+def serve(out, allowed_threads: int = 1) -> None:
+    """`allowed_threads`: what the math libraries' pools left after the preloads (unsafe_reason)."""
     running: set[int] = set()  # forked and not yet reported as exited
     exited: set[int] = set()  # reported, waiting for the launcher's "reap"
     pending = b""
@@ -180,7 +195,10 @@ def serve(out) -> None:
             while b"\n" in pending:
                 line, pending = pending.split(b"\n", 1)
                 request = json.loads(line)
-                if "spawn" in request:
+                problem = import_on_request(request.get("imports", []), allowed_threads) if "spawn" in request else None
+                if problem:
+                    send(out, {"error": problem})
+                elif "spawn" in request:
                     try:
                         pid = spawn(request, out.fileno())
                     except OSError as exc:
@@ -230,7 +248,7 @@ def fork_here() -> tuple[int, int, int]:
             signal.signal(signal.SIGINT, signal.SIG_IGN)  # the launcher decides when we stop
             out = os.fdopen(replies_w, "w")
             send(out, {"ready": True})
-            serve(out)
+            serve(out, thread_count())
             code = 0
         finally:
             os._exit(code)
@@ -261,7 +279,7 @@ def main() -> None:
         return
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the launcher decides when we stop
     send(out, {"ready": True})
-    serve(out)
+    serve(out, allowed_threads)
 
 
 if __name__ == "__main__":

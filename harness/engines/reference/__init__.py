@@ -27,14 +27,13 @@ from harness.engines import compile_cache
 from harness.engines.base import Engine
 
 # What every rank imports before its first step: torch, Dynamo (building the stage on
-# the meta device imports it), the engine, and inductor's entry point (a large share of
-# every compile warm-up). A rank forked from a process that imported them (the
-# launcher's rank pool) skips the imports' cost (docs/BENCHMARKS.md has the times).
+# the meta device imports it, eager too) and the engine. A rank forked from a process
+# that imported them (the launcher's rank pool) skips the imports' cost (docs/BENCHMARKS.md
+# has the times).
 RANK_IMPORTS = (
     "torch",
     "torch.distributed",
     "torch._dynamo",
-    "torch._inductor.compile_fx",
     "harness.engines.reference.worker",
     "harness.engines.reference.pipeline",
     "harness.engines.reference.loader",
@@ -42,6 +41,10 @@ RANK_IMPORTS = (
     "harness.contract.outputs",
     "harness.engines.launch.rankside",
 )
+# What a compile run's ranks import too: inductor's entry point (a large share of every
+# compile warm-up; 1.2 CPU-s of a zygote's 4.4 where no rank compiles), imported by the
+# zygote at the first compile rank (LaunchPlan.preload_on_request).
+COMPILE_IMPORTS = ("torch._inductor.compile_fx",)
 
 
 #: model_type (the families model.py implements) -> the keys a non-last stage sends and a non-first stage receives
@@ -163,4 +166,5 @@ class ReferenceEngine(Engine):
             # CPU only: on CUDA, importing the compiler stack may query the driver
             # (cudaGetDeviceCount), after which a forked child could not use CUDA
             preload=list(RANK_IMPORTS) if brief.device == "cpu" else [],
+            preload_on_request=list(COMPILE_IMPORTS) if brief.device == "cpu" and brief.compile else [],
         )
