@@ -61,7 +61,7 @@ def test_one_zygote_serves_every_run_of_an_environment(tmp_path):
     assert other != first and len(pool._zygotes) == 2
 
 
-def test_a_module_asked_for_by_a_run_is_imported_by_the_zygote_once_and_only_then(tmp_path):
+def test_a_module_asked_for_by_a_run_is_imported_by_the_zygote_once_and_only_then(tmp_path, capfd):
     """preload_on_request: a run that does not ask for the module shares the zygote and
     never imports it; the first run that asks has the zygote import it before forking its
     ranks; later ones find it imported (the compile-only inductor import of the reference
@@ -76,6 +76,8 @@ def test_a_module_asked_for_by_a_run_is_imported_by_the_zygote_once_and_only_the
     assert eager == compiled == again and len(pool._zygotes) == 1  # one zygote serves them all
     assert [p.name for p in log.iterdir()] == [f"imported-by-{next(iter(eager))}"]  # by the zygote, once
     assert run_ok(tmp_path, "d", on_request=("no_such_module_anywhere",), IMPORT_LOG_DIR=str(log)) == {os.getpid()}
+    said = capfd.readouterr().err
+    assert said.count("ranks start fresh, not from the rank pool: importing no_such_module_anywhere failed") == 1, said
 
 
 def test_a_zygote_left_with_a_thread_refuses_and_ranks_start_fresh(tmp_path, capfd):
@@ -168,14 +170,20 @@ def test_the_reference_engines_ranks_are_pooled_on_cpu_only():
     from harness.contract.runbrief import RunBrief
     from harness.engines.reference import ReferenceEngine
 
-    def plan(device):
-        brief = RunBrief("t/x", "reference", "/m", "float32", {"tp": 2, "pp": 1}, [], "/o", device=device)
+    def plan(device, compile=False):
+        settings = {"tp": 2, "pp": 1, "compile": compile}
+        brief = RunBrief("t/x", "reference", "/m", "float32", settings, [], "/o", device=device)
         return ReferenceEngine().launch_plan(brief, "/s.json")
 
-    cpu = plan("cpu")
+    cpu, compiled = plan("cpu"), plan("cpu", compile=True)
     assert module_argv(cpu.argv) is not None and "torch" in cpu.preload
-    assert plan("cuda").preload == []  # CUDA ranks start fresh (docs/ENGINES.md section 3)
-    zygote = pool.Zygote(sys.executable, tuple(cpu.preload), {**os.environ, **cpu.env})  # refuses by raising
+    assert compiled.preload == cpu.preload and cpu.preload_on_request == [] and compiled.preload_on_request
+    assert (
+        plan("cuda").preload == plan("cuda", compile=True).preload_on_request == []
+    )  # CUDA ranks start fresh (docs/ENGINES.md section 3)
+    # what a compile rank has the zygote import too passes the same checks (refused by raising)
+    everything = (*compiled.preload, *compiled.preload_on_request)
+    zygote = pool.Zygote(sys.executable, everything, {**os.environ, **compiled.env})
     zygote.close()
 
 

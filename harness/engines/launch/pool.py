@@ -286,6 +286,8 @@ def _ended(returncode: int) -> str:
 _zygotes: OrderedDict[tuple, Zygote] = OrderedDict()
 _refused: dict[tuple, str] = {}
 _lock = threading.Lock()
+# why a zygote could not fork a rank after importing what the rank asked for (said once each)
+_said: set[str] = set()
 # Zygotes forked from this process (fork_zygote_here), each waiting for the first rank it
 # can serve: (the modules this process had imported, the environments it accepts, zygote).
 _waiting: list[tuple[frozenset[str], Callable[[dict[str, str]], bool], Zygote]] = []
@@ -358,7 +360,10 @@ def spawn_rank(
         return None
     try:
         return zygote.spawn(argv, rest, env, log, pgid, imports=tuple(on_request))
-    except ZygoteUnavailable:
+    except ZygoteUnavailable as exc:
+        if on_request and str(exc) not in _said:  # the run's own imports failed there: said once, as a refusal is
+            _said.add(str(exc))
+            print(f"harness: ranks start fresh, not from the rank pool: {exc}", file=sys.stderr)
         return None
 
 
