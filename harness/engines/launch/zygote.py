@@ -155,12 +155,14 @@ def import_on_request(modules: list[str], allowed_threads: int) -> str | None:
     """Import what a spawn request asks for that is not imported yet; why the fork would
     then not be safe (or the import failed), or None. What one request imported, every
     later rank inherits."""
+    missing = [module for module in modules if module not in sys.modules]
+    if not missing:  # nothing imported since the start's checks: nothing to check again
+        return None
     try:
-        for module in modules:
-            if module not in sys.modules:
-                importlib.import_module(module)
+        for module in missing:
+            importlib.import_module(module)
     except BaseException:  # noqa: BLE001 - the launcher starts this rank fresh instead
-        return "importing " + ", ".join(modules) + " failed: " + traceback.format_exc().strip().splitlines()[-1]
+        return "importing " + ", ".join(missing) + " failed: " + traceback.format_exc().strip().splitlines()[-1]
     return unsafe_reason(allowed_threads)
 
 
