@@ -134,7 +134,7 @@ install-vllm:
 # Two at a time: a vLLM test keeps the 2 cores about half busy (engine starts, pip, waits);
 # the wheel's test (installs, then the README's gate) in a group of its own beside the others.
 # The gate too (--jobs: the same verdicts in each of three runs, 4:04-4:38 against 4:28-5:03
-# one at a time, docs/BENCHMARKS.md issue 53).
+# one at a time, docs/BENCHMARKS.md, the vllm gate two at a time).
 test-vllm:
 	HARNESS_TEST_VLLM=1 $(PYTEST) tests/test_vllm.py tests/test_vllm_repro.py tests/test_wheel_vllm.py -n $(JOBS) --dist loadgroup -rs
 	$(HARNESS) run --gate vllm --jobs $(JOBS)

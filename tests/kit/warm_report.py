@@ -5,8 +5,9 @@ compiled, as a long-lived process would.
 
 Without it each forked command paid them again at its report's first write: about 0.3
 CPU-seconds of a 2-scenario report's 0.36 (the second write of the same report: 0.05),
-in a few hundred commands of `make test` (docs/BENCHMARKS.md, issue 53). Importing has
-this side effect on purpose: the server's preload is a list of modules to import.
+in a few hundred commands of `make test` (docs/BENCHMARKS.md, "The third session's
+figures"). Importing has this side effect on purpose: the server's preload is a list of
+modules to import.
 """
 
 from __future__ import annotations
