@@ -181,6 +181,17 @@ def spawn(request: dict, protocol_fd: int) -> int:
     return pid
 
 
+def answer_spawn(request: dict, protocol_fd: int, allowed_threads: int) -> tuple[int | None, str]:
+    """(the forked rank's pid, "") or (None, why not): the request's own imports first."""
+    problem = import_on_request(request.get("imports", []), allowed_threads)
+    if problem:
+        return None, problem
+    try:
+        return spawn(request, protocol_fd), ""
+    except OSError as exc:
+        return None, f"fork failed: {exc}"
+
+
 def serve(out, allowed_threads: int = 1) -> None:
     """`allowed_threads`: what the math libraries' pools left after the preloads (unsafe_reason)."""
     running: set[int] = set()  # forked and not yet reported as exited
@@ -197,14 +208,10 @@ def serve(out, allowed_threads: int = 1) -> None:
             while b"\n" in pending:
                 line, pending = pending.split(b"\n", 1)
                 request = json.loads(line)
-                problem = import_on_request(request.get("imports", []), allowed_threads) if "spawn" in request else None
-                if problem:
-                    send(out, {"error": problem})
-                elif "spawn" in request:
-                    try:
-                        pid = spawn(request, out.fileno())
-                    except OSError as exc:
-                        send(out, {"error": f"fork failed: {exc}"})
+                if "spawn" in request:
+                    pid, problem = answer_spawn(request, out.fileno(), allowed_threads)
+                    if pid is None:
+                        send(out, {"error": problem})
                     else:
                         running.add(pid)
                         send(out, {"pid": pid})
