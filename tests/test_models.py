@@ -59,18 +59,7 @@ def test_tiny_build_is_deterministic(tmp_path):
         logs = [stack.enter_context(open(f"{out}.log", "w")) for out in outs]
         builds = [
             subprocess.Popen(
-                [
-                    sys.executable,
-                    str(models.TINY_BUILDER),
-                    "--arch",
-                    "Qwen3ForCausalLM",
-                    "--seed",
-                    "3",
-                    "--corpus",
-                    str(models._corpus()),
-                    "--out",
-                    str(out),
-                ],
+                models.builder_command(ArchModel(arch="Qwen3ForCausalLM", seed=3), sys.executable, out),
                 stdout=subprocess.DEVNULL,
                 stderr=log,
             )

@@ -79,6 +79,9 @@ def _as_mixtral(model_dir):
     return model
 
 
+MIXTRAL_FLOAT32_BOUND = 5e-5
+
+
 @pytest.mark.slow  # builds transformers' Mixtral
 def test_tp1_matches_transformers_mixtral(moe_tp1):
     hf = _as_mixtral(zoo.model_dir("tiny-llama-moe"))
@@ -92,7 +95,11 @@ def test_tp1_matches_transformers_mixtral(moe_tp1):
         assert torch.equal(ids[:, 0], ref.argmax(-1))
         worst = max(worst, (ref.gather(1, ids) - w["topk_logprobs"][rows]).abs().max().item())
         assert gen[0, len(prompt) :].tolist() == moe_tp1.workload("greedy")["tokens"][i].tolist()
-    assert worst <= 1e-5, f"max |delta logprob| vs Mixtral: {worst:.3g}"
+    # Two float32 computations of the same math in other orders (Mixtral's fused gate_up,
+    # its expert dispatch): 7.6e-6 on an AVX-512F EPYC, 1.0e-5 on an AMX Xeon (the CPU's
+    # kernels differ). 5e-5 holds both with 5x margin; one expert's down projection off by
+    # 0.1% in one layer moves it by 6.6e-3 (measured), two orders above the bound.
+    assert worst <= MIXTRAL_FLOAT32_BOUND, f"max |delta logprob| vs Mixtral: {worst:.3g}"
 
 
 LAYOUTS = {

@@ -296,9 +296,10 @@ def _corpus_digest() -> str:
     return hashlib.sha256(_corpus().read_bytes()).hexdigest()
 
 
-def _run_builder(ref: ArchModel, python: str, target: Path) -> None:
-    staging = Path(tempfile.mkdtemp(prefix=f".{ref.arch}-", dir=target.parent))
-    argv = [
+def builder_command(ref: ArchModel, python: str, out: Path) -> list[str]:
+    """The tiny builder's command line, with the torchvision guard it needs wherever a
+    torchvision whose C ops cannot load is installed (tests build by it too)."""
+    return [
         python,
         "-c",
         _BUILDER_BOOT,
@@ -315,8 +316,13 @@ def _run_builder(ref: ArchModel, python: str, target: Path) -> None:
         "--corpus",
         str(_corpus()),
         "--out",
-        str(staging),
+        str(out),
     ]
+
+
+def _run_builder(ref: ArchModel, python: str, target: Path) -> None:
+    staging = Path(tempfile.mkdtemp(prefix=f".{ref.arch}-", dir=target.parent))
+    argv = builder_command(ref, python, staging)
     env = {
         **os.environ,
         "HF_HUB_OFFLINE": "1",
