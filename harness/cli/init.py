@@ -33,6 +33,8 @@ def run(args) -> int:
         return exit_codes.USAGE
     if done.config:
         print(f"wrote the project config: {done.config}")
+        if done.config_why:
+            print(f"  {done.config_why}")
     print(f"wrote {done.scenario_file}")
     # what the installed engine cannot run is not planned
     for axis, why in (done.left_out or {}).items():

@@ -1,14 +1,20 @@
 """`harness init`: make a directory (an engine's repository) a harness project.
 
 Writes the project config (a `[tool.harness]` table appended to an existing
-pyproject.toml, else a harness.toml) and a first scenario file for the user's own model,
-checked by the same rules as any scenario file before it is written. Nothing existing is
-overwritten: a config already there is kept, a scenario file already there is an error.
+pyproject.toml where that stays valid TOML, else a harness.toml), a first scenario file for
+the user's own model, checked by the same rules as any scenario file, and .gitignore entries.
+Nothing existing is overwritten: a config already there is kept, a scenario file already
+there is an error. Every write is planned and checked before the first is made, and a
+failure on the way puts back what was written: a project is made whole or not at all.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
+import secrets
+import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -49,6 +55,8 @@ class Written:
     ignored: tuple[str, ...] = ()  # the entries init added to it
     # axis -> why the installed engine's values of it are not written
     left_out: dict[str, str] | None = None
+    # why the config is a harness.toml beside a pyproject.toml that could not take the table
+    config_why: str | None = None
 
 
 def model_entry(model: str) -> str | dict:
@@ -166,11 +174,19 @@ def init_project(
     raw["gates"] = _gates(raw, scenario_file)
     _check(raw, scenario_file)
     text = yaml.safe_dump(raw, sort_keys=False, default_flow_style=None, width=120)
-    config = _write_config(directory)
-    scenario_file.parent.mkdir(parents=True, exist_ok=True)
-    scenario_file.write_text(text)
-    added = ignore_entries(directory, engine)
-    return Written(config, scenario_file, suite, directory / GITIGNORE if added else None, added, left_out)
+    # every write planned and checked before the first is made: never half a project
+    config, config_why, reports = _plan_config(directory)
+    ignore, added = _plan_gitignore(directory, engine, reports)
+    _write_all([_Write(scenario_file, text.encode()), *([ignore] if ignore else []), *([config] if config else [])])
+    return Written(
+        config.path if config else None,
+        scenario_file,
+        suite,
+        ignore.path if ignore else None,
+        added,
+        left_out,
+        config_why,
+    )
 
 
 def scenario_dir(directory: Path) -> Path:
@@ -236,51 +252,191 @@ def _check(raw: dict, where: Path) -> list:
 
 
 GITIGNORE = ".gitignore"
+IGNORE_HEADER = "# written by `harness init`: run output and the engine's environment"
 
 
-def ignore_entries(directory: Path, engine_name: str) -> tuple[str, ...]:
-    """Append to the directory's .gitignore (made if missing) what the harness puts there that
-    must not be committed: the reports directory and the engine's own environment (vLLM's
-    .venv-vllm, GBs), so that `git add .` takes the goldens and scenario files and nothing
-    else. Entries already there (spelled with or without the slashes) are not repeated."""
+@dataclass(frozen=True)
+class _Write:
+    """One file init writes: `content` as a new file, or (`before` not None) the existing
+    file's bytes with an addition at its end, appended in place (its owner, mode and links kept)."""
+
+    path: Path
+    content: bytes
+    before: bytes | None = None
+    # what the user can do instead where the file cannot be written
+    by_hand: str = ""
+
+
+def _plan_config(directory: Path) -> tuple[_Write | None, str | None, Path]:
+    """The project config init writes (None: the directory has its own, kept as it is), why it
+    is a harness.toml beside a pyproject.toml, and the reports directory the project will have.
+
+    A [tool.harness] table is appended to a pyproject.toml only where the result is valid TOML
+    that reads as the file did plus the table; elsewhere (an inline `tool = {...}`, which TOML
+    lets no [tool.X] section extend; a read-only file) the config is a harness.toml, the other
+    form a project config takes, and the user's pyproject.toml stays byte for byte."""
+    found = find_config(directory)
+    if found and found[0].parent == directory:
+        return None, None, project(directory).reports
+    reports = directory / tomllib.loads(CONFIG_TABLE)["reports"]
+    own = _Write(directory / CONFIG_FILE, CONFIG_TABLE.encode())
+    pyproject = directory / PYPROJECT
+    if not pyproject.is_file():
+        return own, None, reports
+    before = pyproject.read_bytes()
+    text = before.decode("utf-8", "surrogateescape")
+    appended = _appended(text, ["", "[tool.harness]", *CONFIG_TABLE.splitlines()])
+    why = "it is read-only" if _read_only(pyproject) else _why_not_appendable(text, appended)
+    if why is None:
+        return _Write(pyproject, appended.encode("utf-8", "surrogateescape"), before), None, reports
+    return (
+        own,
+        f"{PYPROJECT} is left as it is: {why}; {CONFIG_FILE} is read before it "
+        "(for one file, move its keys into that `tool` as `harness = {...}`)",
+        reports,
+    )
+
+
+def _why_not_appendable(text: str, appended: str) -> str | None:
+    """Why `appended` (a pyproject.toml with [tool.harness] after it) would be no valid TOML,
+    or would read as other than the file's data plus that table; None: it is both."""
+    try:
+        data = tomllib.loads(appended)
+    except (tomllib.TOMLDecodeError, UnicodeError) as exc:
+        if re.search(r"""(?m)^[ \t]*(tool|"tool"|'tool')[ \t]*=[ \t]*\{""", text):
+            return "its `tool` is an inline table (`tool = {...}`), which no [tool.harness] section may extend"
+        return f"a [tool.harness] table appended to it would not be valid TOML ({exc})"
+    expected = tomllib.loads(text)
+    expected.setdefault("tool", {})["harness"] = tomllib.loads(CONFIG_TABLE)
+    return None if data == expected else "a [tool.harness] table appended to it would change what the file says"
+
+
+def _plan_gitignore(directory: Path, engine_name: str, reports: Path) -> tuple[_Write | None, tuple[str, ...]]:
+    """What to append to the directory's .gitignore (made if missing), and the entries: what the
+    harness puts there that must not be committed, the reports directory and the engine's own
+    environment (vLLM's .venv-vllm, GBs), so that `git add .` takes the goldens and scenario
+    files and nothing else. Entries already there (spelled with or without the slashes) are not
+    repeated; None: every one is there."""
     wanted = [
         f"/{p.relative_to(directory).as_posix()}/"
-        for p in _generated_dirs(directory, engine_name)
+        for p in _generated_dirs(directory, engine_name, reports)
         if p.is_relative_to(directory) and p != directory
     ]
     path = directory / GITIGNORE
-    text = path.read_text() if path.is_file() else ""
+    if path.exists() and not path.is_file():
+        raise InitError(f"{path} is not a file: the entries `harness init` adds go into a .gitignore file (nothing was written)")
+    before = path.read_bytes() if path.is_file() else None
+    # bytes that are no UTF-8 kept as they were
+    text = (before or b"").decode("utf-8", "surrogateescape")
     present = {line.strip().strip("/") for line in text.splitlines()}
     added = tuple(entry for entry in dict.fromkeys(wanted) if entry.strip("/") not in present)
-    if added:
-        lead = "" if not text or text.endswith("\n") else "\n"
-        path.write_text(
-            text
-            + lead
-            + "# written by `harness init`: run output and the engine's environment\n"
-            + "".join(f"{entry}\n" for entry in added)
-        )
-    return added
+    if not added:
+        return None, ()
+    content = _appended(text, [IGNORE_HEADER, *added]).encode("utf-8", "surrogateescape")
+    return _Write(path, content, before, by_hand=f"add {', '.join(added)} to it yourself"), added
 
 
-def _generated_dirs(directory: Path, engine_name: str) -> list[Path]:
+def _generated_dirs(directory: Path, engine_name: str, reports: Path) -> list[Path]:
     """The reports directory the project's config names, and the environment the engine
     installs itself into (`harness install ENGINE`), when it has one of its own."""
     from harness.engines import get_engine
 
     env_dir = get_engine(engine_name).env_dir
-    return [project(directory).reports.resolve(), *([directory / env_dir] if env_dir else [])]
+    return [reports.resolve(), *([directory / env_dir] if env_dir else [])]
 
 
-def _write_config(directory: Path) -> Path | None:
-    found = find_config(directory)
-    if found and found[0].parent == directory:
-        return None
-    pyproject = directory / PYPROJECT
-    if pyproject.is_file():
-        with pyproject.open("a") as f:
-            f.write("\n[tool.harness]\n" + CONFIG_TABLE)
-        return pyproject
-    config = directory / CONFIG_FILE
-    config.write_text(CONFIG_TABLE)
-    return config
+def _appended(text: str, lines: list[str]) -> str:
+    """`text` with `lines` after it, in the file's own line ending (its first line's: a CRLF file
+    stays CRLF) and with its final-newline state kept (a file that ended without one still does)."""
+    eol = "\r\n" if re.match(r"[^\n]*\r\n", text) else "\n"
+    block = eol.join(lines)
+    if not text:
+        return block + eol
+    return text + block + eol if text.endswith("\n") else text + eol + block
+
+
+def _read_only(path: Path) -> bool:
+    """No write bit set (a file made read-only on purpose, honoured even by root), or not
+    writable by this user."""
+    return not path.stat().st_mode & 0o222 or not os.access(path, os.W_OK)
+
+
+def _write_all(writes: list[_Write]) -> None:
+    """Every file written, or none: each is checked first (a new file is not there yet, a file
+    appended to is writable); then each new file is staged in full beside its target (a
+    directory that cannot be written, a path through a file or a full disk fail here, before
+    any target changes); then staged files are renamed into place and additions appended.
+    A failure on the way puts back what was written and removes the directories made."""
+    for write in writes:
+        _check_writable(write)
+    made: list[Path] = []  # directories made, deepest first
+    staged: dict[Path, Path] = {}
+    # the writes begun on their targets, the one under way included (an append may have written part)
+    begun: list[_Write] = []
+    current = writes[0]
+    try:
+        for current in writes:
+            if current.before is None:
+                _make_dirs(current.path.parent, made)
+                _stage(current, staged)
+        for current in writes:
+            begun.append(current)
+            if current.before is None:
+                os.replace(staged.pop(current.path), current.path)
+            else:
+                _append(current.path, current.content[len(current.before) :])
+    except OSError as exc:
+        state = _put_back(begun, made)
+        raise InitError(f"cannot write {current.path}: {exc.strerror or exc} ({state})") from None
+    finally:
+        for tmp in staged.values():
+            tmp.unlink(missing_ok=True)
+
+
+def _check_writable(write: _Write) -> None:
+    if write.before is None:
+        if write.path.exists() or write.path.is_symlink():
+            raise InitError(f"{write.path} exists: move it away and run again (nothing was written)")
+    elif _read_only(write.path):
+        instead = f", or {write.by_hand}" if write.by_hand else ""
+        raise InitError(
+            f"{write.path} is read-only: make it writable (`chmod u+w {write.path}`) and run again{instead} (nothing was written)"
+        )
+
+
+def _make_dirs(directory: Path, made: list[Path]) -> None:
+    """`directory` and the parents it lacks, each put at the front of `made` as it is made."""
+    for missing in reversed([d for d in (directory, *directory.parents) if not d.exists()]):
+        missing.mkdir()
+        made.insert(0, missing)
+
+
+def _stage(write: _Write, staged: dict[Path, Path]) -> None:
+    # a hidden name beside the target: the rename stays on one file system; "x": never another's file
+    tmp = write.path.with_name(f".{write.path.name}.{secrets.token_hex(4)}.harness-init")
+    with tmp.open("xb") as f:
+        staged[write.path] = tmp  # made: removed whatever follows
+        f.write(write.content)
+
+
+def _append(path: Path, addition: bytes) -> None:
+    with path.open("ab") as f:
+        f.write(addition)
+
+
+def _put_back(started: list[_Write], made: list[Path]) -> str:
+    """Undo the writes begun (new files removed, appended files cut back to their old length)
+    and remove the directories made; what to tell the user about the directory's state."""
+    left: list[str] = []
+    for write in reversed(started):
+        try:
+            if write.before is None:
+                write.path.unlink(missing_ok=True)
+            else:
+                os.truncate(write.path, len(write.before))
+        except OSError as exc:
+            left.append(f"{write.path} ({exc.strerror or exc})")
+    for directory in made:
+        with contextlib.suppress(OSError):  # not empty: someone else's file arrived in it
+            directory.rmdir()
+    return f"could not put back {', '.join(left)}" if left else "nothing was written"
