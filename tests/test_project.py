@@ -44,6 +44,14 @@ def test_config_is_found_upward_and_its_paths_are_relative_to_it(tmp_path, monke
     assert roots.scenario_paths() == [tmp_path / "tests" / "harness"]  # no built-in suites
 
 
+def test_a_config_that_is_not_utf8_is_refused_naming_it(tmp_path, monkeypatch):
+    """TOML is UTF-8: a byte that is not (0xff) was a UnicodeDecodeError traceback in every command."""
+    (tmp_path / "pyproject.toml").write_bytes(b'[tool.harness]\nscenarios = ["s\xff"]\n')
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ProjectConfigError, match=r"pyproject.toml: cannot read the project config: .*utf-8"):
+        project()
+
+
 def test_the_config_is_parsed_once_and_again_after_an_edit(tmp_path, monkeypatch):
     """project() is asked for on every path the harness resolves: the file is parsed once,
     and again only when it changed (its size or modification time)."""

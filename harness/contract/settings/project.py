@@ -87,7 +87,7 @@ def _read_toml(path: Path) -> dict:
         cached = _parsed.get(path)
         if cached is None or cached[0] != seen:
             cached = _parsed[path] = (seen, tomllib.loads(path.read_text()))
-    except (OSError, tomllib.TOMLDecodeError) as exc:
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:  # TOML is UTF-8 only
         raise ProjectConfigError(f"{path}: cannot read the project config: {exc}") from None
     # the caller's own: nobody edits the cached table
     return copy.deepcopy(cached[1])
