@@ -12,6 +12,11 @@ gate red.
 
 A scenario file keeps its own `expected_failures:` for what is particular to it; those
 are tried first (harness/contract/expectations.py applies both).
+
+The file is an input like a scenario file: read within bounds, each entry checked (a `where`
+against the axes' declarations and the engine's own axes: a misspelt one would never match),
+and a problem named with the file, the entry and the field (KnownBugsError). The engine's
+suites are then unusable, as a broken scenario file is (inputs/scenarios/binding.py).
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from typing import Literal, Union
 
 import yaml
 from pydantic import ConfigDict, Field, ValidationError, ValidationInfo, field_validator
+from pydantic_core import ErrorDetails
 
 from harness.contract.axes import AXES, is_one_of, spell
 from harness.contract.signature import FailureSignature, Sighting
@@ -56,8 +62,8 @@ class KnownBug(FailureSignature):
     reason: str = Field(min_length=1)
     engine_version: str  # the releases it is in: `vllm>=0.27,<0.33`
     verdict: Literal["fail", "crash", "hang"]
-    # where it shows: every key a setting the scenario must have (a list: any of these values),
-    # or `model_arch`, the checkpoint's model class (Qwen3VLForConditionalGeneration) in every
+    # where it shows: every key a setting the scenario must have (a list: any of these values):
+    # an axis of the engine, `arch` (a suite's name for its model), or `model_arch`, the checkpoint's model class (Qwen3VLForConditionalGeneration) in every
     # suite that runs it; a scenario outside it never matches, and one inside it that passes
     # reports the bug fixed
     where: dict[str, Union[Value, list[Value]]] = {}
@@ -190,7 +196,7 @@ def _entry(path: Path, index: int, entry: object, context: dict) -> KnownBug:
         raise KnownBugsError(f"{path}: known bug {name}: {problems}") from None
 
 
-def _problem(error: dict) -> str:
+def _problem(error: ErrorDetails) -> str:
     """One pydantic error as `field: what is wrong` (an unknown field with the fields there are)."""
     where = ".".join(map(str, error["loc"])) or "entry"
     if error["type"] == "extra_forbidden":
