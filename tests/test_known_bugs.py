@@ -159,12 +159,12 @@ def test_a_bad_known_bugs_file_names_the_entry_and_the_problem(tmp_path):
         "known_bugs:\n  - id: Bad_Id\n    reason: x\n    engine_version: vllm>=0.1\n    verdict: crash\n"
         "    seen: [{release: 0.1.0, scenario: s/x, verdict: crash}]\n"
     )
-    with pytest.raises(KnownBugsError, match="known bug Bad_Id: id: .*lower-case words"):
+    with pytest.raises(KnownBugsError, match=r"known bug Bad_Id \(entry 0\): id: .*lower-case words"):
         load_known_bugs(bad)
     bad.write_text(
         "known_bugs:\n  - id: no-runs\n    reason: x\n    engine_version: vllm>=0.1\n    verdict: crash\n    seen: []\n"
     )
-    with pytest.raises(KnownBugsError, match="known bug no-runs: seen"):
+    with pytest.raises(KnownBugsError, match=r"known bug no-runs \(entry 0\): seen"):
         load_known_bugs(bad)
     # the signature's own checks, shared with a scenario file's expectations (contract/signature.py)
     bad.write_text(
@@ -177,7 +177,9 @@ def test_a_bad_known_bugs_file_names_the_entry_and_the_problem(tmp_path):
         "known_bugs:\n  - id: cpu\n    reason: x\n    engine_version: vllm>=0.1\n    verdict: crash\n"
         "    cpu: [AVX-512]\n    seen: [{release: 0.1.0, scenario: s/x, verdict: crash}]\n"
     )
-    with pytest.raises(KnownBugsError, match=r"known bug cpu: cpu: .*'AVX-512' is not a CPU flag as /proc/cpuinfo spells it"):
+    with pytest.raises(
+        KnownBugsError, match=r"known bug cpu \(entry 0\): cpu: .*'AVX-512' is not a CPU flag as /proc/cpuinfo spells it"
+    ):
         load_known_bugs(bad)
 
 

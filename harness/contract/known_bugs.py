@@ -12,23 +12,43 @@ gate red.
 
 A scenario file keeps its own `expected_failures:` for what is particular to it; those
 are tried first (harness/contract/expectations.py applies both).
+
+The file is an input like a scenario file: read within bounds, each entry checked (a `where`
+against the axes' declarations and the engine's own axes: a misspelt one would never match),
+and a problem named with the file, the entry and the field (KnownBugsError). The engine's
+suites are then unusable, as a broken scenario file is (inputs/scenarios/binding.py).
 """
 
 from __future__ import annotations
 
 import functools
 import re
+import stat
 from pathlib import Path
 from typing import Literal, Union
 
 import yaml
-from pydantic import ConfigDict, Field, ValidationError, field_validator
+from pydantic import ConfigDict, Field, ValidationError, ValidationInfo, field_validator
+from pydantic_core import ErrorDetails
 
+from harness.contract.axes import AXES, is_one_of, spell
 from harness.contract.signature import FailureSignature, Sighting
 
 Value = Union[bool, int, str]  # bool first: YAML `true` must stay a bool
 BUG_ID = re.compile(r"^[a-z0-9][a-z0-9-]*$")
 CPU_FLAG = re.compile(r"^!?[a-z0-9_]+$")
+# `where` keys beside the axes: the harness's own arch axis (a suite's name for one of its models,
+# inputs/scenarios/schema.py ARCH_AXIS) and the checkpoint's model class (inputs/scenarios/scenario.py
+# model_facts), each checked for its shape: a misspelt key or value would never match, and the
+# failure it describes would end `fail` without naming the bug
+ARCH = "arch"
+MODEL_ARCH = "model_arch"
+ARCH_NAME = re.compile(r"^[a-z0-9][a-z0-9.-]*$")  # as a suite's `archs:` spells it (schema.py ID_PART)
+# A class name only: the engine's own list is not cheap to ask. vLLM's model registry is in its own
+# interpreter (an import of vLLM, seconds, and absent where vLLM is not installed), and a bug's range
+# spans releases whose registries differ from the installed one's. tests/test_known_bugs_file.py
+# holds each shipped bug to the scenarios it was seen in, the real check of its `where`.
+CLASS_NAME = re.compile(r"^[A-Z][A-Za-z0-9_]*$")
 
 
 class KnownBug(FailureSignature):
@@ -42,8 +62,8 @@ class KnownBug(FailureSignature):
     reason: str = Field(min_length=1)
     engine_version: str  # the releases it is in: `vllm>=0.27,<0.33`
     verdict: Literal["fail", "crash", "hang"]
-    # where it shows: every key a setting the scenario must have (a list: any of these values),
-    # or `model_arch`, the checkpoint's model class (Qwen3VLForConditionalGeneration) in every
+    # where it shows: every key a setting the scenario must have (a list: any of these values):
+    # an axis of the engine, `arch` (a suite's name for its model), or `model_arch`, the checkpoint's model class (Qwen3VLForConditionalGeneration) in every
     # suite that runs it; a scenario outside it never matches, and one inside it that passes
     # reports the bug fixed
     where: dict[str, Union[Value, list[Value]]] = {}
@@ -58,6 +78,17 @@ class KnownBug(FailureSignature):
     def _slug(cls, v: str) -> str:
         if not BUG_ID.match(v):
             raise ValueError(f"{v!r} is not an id of lower-case words joined by '-' (e.g. eager-pp-intermediate-tensors)")
+        return v
+
+    @field_validator("where")
+    @classmethod
+    def _where_known(cls, v: dict, info: ValidationInfo) -> dict:
+        """Every key an axis of the engine (the validation context's `axes`; none given: a
+        declared axis), `arch` or `model_arch`, every value one it can take."""
+        context = info.context or {}
+        problems = [where_problem(key, wanted, context.get("axes"), context.get("engine")) for key, wanted in v.items()]
+        if any(problems):
+            raise ValueError("; ".join(p for p in problems if p))
         return v
 
     def shows_in(self, settings: dict) -> bool:
@@ -88,43 +119,165 @@ class KnownBug(FailureSignature):
         return f"known bug {self.id}" + (f" ({self.upstream})" if self.upstream else "")
 
 
+def where_problem(key: str, wanted: object, axes: dict[str, tuple | None] | None, engine: str | None) -> str | None:
+    """Why `where: {key: wanted}` can never hold in a scenario of the engine (`axes`: its axes and
+    the values it runs, None: any value; no `axes`: every declared axis), or None."""
+    values = wanted if isinstance(wanted, list) else [wanted]
+    if not values:
+        return f"{key}: an empty list; one value, or a list of the values where the bug shows"
+    if key in (ARCH, MODEL_ARCH):
+        shape, example = (
+            (ARCH_NAME, "a suite's arch name, e.g. qwen3-moe")
+            if key == ARCH
+            else (CLASS_NAME, "a model class, e.g. Qwen3VLForConditionalGeneration")
+        )
+        bad = [v for v in values if not (isinstance(v, str) and shape.match(v))]
+        return f"{key}: {bad[0]!r} is not {example}" if bad else None
+    known = axes if axes is not None else dict.fromkeys(AXES)
+    if key not in known:
+        whose = f"engine '{engine}'" if engine else "any engine"
+        return f"{key!r} is not an axis of {whose} (where takes: {', '.join([*sorted(known), ARCH, MODEL_ARCH])})"
+    for value in values:
+        problem = AXES[key].problem(value) if key in AXES else None
+        allowed = known[key]
+        if problem is None and allowed is not None and not is_one_of(value, allowed):
+            problem = f"axis '{key}' value {spell(value)}: engine '{engine}' runs {', '.join(spell(a) for a in allowed)}"
+        if problem:
+            return problem
+    return None
+
+
 def _same(have: object, want: object) -> bool:
     """1 == True in Python; an axis value of 1 is not the switch `true`."""
     return type(have) is type(want) and have == want
 
 
 class KnownBugsError(ValueError):
-    pass
+    """A known-bugs file that cannot be used; the message names the file, the entry and the field."""
+
+
+# Bounds of a known-bugs file: far above a real one (vLLM's is about 30 KB), so a wrong path to a
+# big file, a deep nesting or an alias bomb is refused with its name before it takes the machine.
+MAX_BYTES = 1 << 20
+MAX_DEPTH = 32
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+def load_known_bugs(path: Path, engine: str | None = None, axes: dict[str, tuple | None] | None = None) -> tuple[KnownBug, ...]:
+    """The bugs of one engine's file, each checked (its `where` against `axes`, the engine's:
+    axis -> the values it runs, None any; without them, against every declared axis);
+    KnownBugsError names the file, the entry and the field of what is wrong."""
+    return _load(Path(path), engine, tuple(axes.items()) if axes is not None else None)
 
 
 @functools.cache
-def load_known_bugs(path: Path) -> tuple[KnownBug, ...]:
-    """The bugs of one engine's file, each checked; a bad file says which entry and why."""
-    try:
-        data = yaml.safe_load(path.read_text()) or {}
-    except (OSError, yaml.YAMLError) as exc:
-        raise KnownBugsError(f"{path}: cannot read the known bugs: {exc}") from None
-    entries = data.get("known_bugs") if isinstance(data, dict) else None
+def _load(path: Path, engine: str | None, axes: tuple[tuple[str, tuple | None], ...] | None) -> tuple[KnownBug, ...]:
+    data = _read_mapping(path)
+    entries = data.get("known_bugs")
     if not isinstance(entries, list):
-        raise KnownBugsError(f"{path}: expected a mapping with a `known_bugs:` list")
-    bugs = []
-    for i, entry in enumerate(entries):
-        try:
-            bugs.append(KnownBug.model_validate(entry))
-        except ValidationError as exc:
-            name = entry.get("id", f"entry {i}") if isinstance(entry, dict) else f"entry {i}"
-            problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'entry'}: {e['msg']}" for e in exc.errors())
-            raise KnownBugsError(f"{path}: known bug {name}: {problems}") from None
+        raise KnownBugsError(f"{path}: known_bugs: a list of known bugs (- id: ..., reason: ...), got {_kind(entries)}")
+    context = {"engine": engine, "axes": dict(axes) if axes is not None else None}
+    bugs = [_entry(path, i, entry, context) for i, entry in enumerate(entries)]
     ids = [b.id for b in bugs]
     doubles = sorted({i for i in ids if ids.count(i) > 1})
     if doubles:
-        raise KnownBugsError(f"{path}: known bug ids used twice: {', '.join(doubles)}")
+        where = "; ".join(f"{d} (entries {', '.join(str(n) for n, i in enumerate(ids) if i == d)})" for d in doubles)
+        raise KnownBugsError(f"{path}: known bug ids used twice: {where}; each bug has one id of its own")
     return tuple(bugs)
+
+
+def _entry(path: Path, index: int, entry: object, context: dict) -> KnownBug:
+    try:
+        return KnownBug.model_validate(entry, context=context)
+    except ValidationError as exc:
+        bug_id = entry.get("id") if isinstance(entry, dict) else None
+        name = f"{bug_id} (entry {index})" if isinstance(bug_id, str) and bug_id else f"entry {index}"
+        problems = "; ".join(_problem(e) for e in exc.errors())
+        raise KnownBugsError(f"{path}: known bug {name}: {problems}") from None
+
+
+def _problem(error: ErrorDetails) -> str:
+    """One pydantic error as `field: what is wrong` (an unknown field with the fields there are)."""
+    where = ".".join(map(str, error["loc"])) or "entry"
+    if error["type"] == "extra_forbidden":
+        return f"{where}: not a field of a known bug (fields: {', '.join(KnownBug.model_fields)})"
+    return f"{where}: {error['msg'].removeprefix('Value error, ')}"  # pydantic's prefix says nothing
+
+
+def _read_mapping(path: Path) -> dict:
+    """The file's YAML mapping, read within bounds; only `known_bugs:` and `releases:` at its top."""
+    data = _parse(path, _read_text(path))
+    if not isinstance(data, dict):
+        raise KnownBugsError(f"{path}: a known-bugs file is a mapping with a `known_bugs:` list, got {_kind(data)}")
+    unknown = sorted(str(k) for k in data if k not in TOP_LEVEL)
+    if unknown:
+        raise KnownBugsError(f"{path}: {', '.join(unknown)}: not a field of a known-bugs file (fields: {', '.join(TOP_LEVEL)})")
+    releases = data.get("releases") or []
+    bad = [r for r in releases if not _is_version(r)] if isinstance(releases, list) else [releases]
+    if bad:
+        raise KnownBugsError(f"{path}: releases: {bad[0]!r} is not a release; a list of versions such as [0.27.0, 0.27.1]")
+    return data
+
+
+TOP_LEVEL = ("releases", "known_bugs")
+
+
+def _read_text(path: Path) -> str:
+    """The text of a regular file of at most MAX_BYTES, UTF-8."""
+    try:
+        info = path.stat()  # follows a symlink: what it points at is what would be read
+        if not stat.S_ISREG(info.st_mode):
+            raise KnownBugsError(f"{path}: not a regular file; a known-bugs file is a YAML file")
+        if info.st_size > MAX_BYTES:
+            raise KnownBugsError(f"{path}: {info.st_size} bytes, more than a known-bugs file may have ({MAX_BYTES})")
+        with path.open("rb") as f:
+            raw = f.read(MAX_BYTES + 1)
+    except OSError as exc:
+        raise KnownBugsError(f"{path}: cannot read the known bugs: {exc.strerror or exc}") from None
+    if len(raw) > MAX_BYTES:
+        raise KnownBugsError(f"{path}: more than {MAX_BYTES} bytes (it grew while read)")
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise KnownBugsError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start}); a known-bugs file is YAML") from None
+
+
+def _parse(path: Path, text: str) -> object:
+    """The YAML document, once its events show it within bounds: no nesting deeper than
+    MAX_DEPTH (libyaml's composer recurses in C) and no aliases (each expands when walked)."""
+    try:
+        depth = 0
+        for event in yaml.parse(text, Loader=_LOADER):
+            if isinstance(event, yaml.AliasEvent):
+                raise KnownBugsError(f"{path}: line {event.start_mark.line + 1}: an alias; write each known bug out in full")
+            if isinstance(event, yaml.CollectionStartEvent):
+                depth += 1
+                if depth > MAX_DEPTH:
+                    raise KnownBugsError(f"{path}: line {event.start_mark.line + 1}: nested more than {MAX_DEPTH} levels deep")
+            elif isinstance(event, yaml.CollectionEndEvent):
+                depth -= 1
+        return yaml.load(text, Loader=_LOADER)
+    except yaml.YAMLError as exc:
+        raise KnownBugsError(f"{path}: not valid YAML: {exc}") from None
+
+
+def _is_version(value: object) -> bool:
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        Version(str(value))
+    except InvalidVersion:
+        return False
+    return not isinstance(value, bool)
+
+
+def _kind(value: object) -> str:
+    return "nothing" if value is None else f"{type(value).__name__} {value!r}"[:80]
 
 
 def load_releases(path: Path) -> tuple[str, ...]:
     """The engine's releases the file was checked against (its `releases:` list)."""
-    data = yaml.safe_load(path.read_text()) or {}
+    data = _read_mapping(Path(path))
     return tuple(str(r) for r in data.get("releases") or ())
 
 

@@ -84,9 +84,12 @@ class Engine(ABC):
         return rule.message() if rule else None
 
     def known_bugs(self) -> tuple[KnownBug, ...]:
+        """The bugs of `known_bugs_file`; KnownBugsError names its file, entry and field where
+        it cannot be used (the engine's suites are then `error`, inputs/scenarios/binding.py)."""
         from harness.contract.known_bugs import load_known_bugs
 
-        return load_known_bugs(self.known_bugs_file) if self.known_bugs_file else ()
+        # each `where` checked against this engine's axes: one it does not run would never match
+        return load_known_bugs(self.known_bugs_file, self.name, self.axes) if self.known_bugs_file else ()
 
     def all_rules(self) -> tuple[Rule, ...]:
         """The rules a setting of this engine must keep: the axes' own, then the engine's."""

@@ -7,11 +7,12 @@ that one suite whose engine disagrees fails alone (loading.py collects it per fi
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from harness.contract.axes import AXES, RULES, Rule, is_one_of, spell
 from harness.inputs.scenarios.covering import Coverage, joint_coverage
-from harness.inputs.scenarios.schema import ARCH_AXIS, AXIS_NAME, AxisValue, SuiteFile
+from harness.inputs.scenarios.schema import ARCH_AXIS, AXIS_NAME, AxisValue, ScenarioError, SuiteFile
 
 if TYPE_CHECKING:
     from harness.contract.known_bugs import KnownBug
@@ -100,14 +101,20 @@ def engine_rules(engine: str) -> tuple[Rule, ...]:
         return RULES
 
 
-def engine_known_bugs(engine: str) -> tuple[KnownBug, ...]:
-    """The engine's known bugs (none where it cannot be loaded here: its scenarios say why)."""
+def engine_known_bugs(engine: str, source: Path) -> tuple[KnownBug, ...]:
+    """The engine's known bugs (none where it cannot be loaded here: its scenarios say why).
+    A known-bugs file that cannot be used makes the suite of `source` unusable, as its own
+    error would: its scenarios cannot be judged as the engine's file says (loading.py sets it
+    aside, an `error` wherever it is asked for), and every other engine's suites still run."""
+    from harness.contract.known_bugs import KnownBugsError
     from harness.engines import EngineUnavailable, get_engine
 
     try:
         return get_engine(engine).known_bugs()
     except EngineUnavailable:
         return ()
+    except KnownBugsError as exc:
+        raise ScenarioError(f"{source}: engine '{engine}': its known-bugs file cannot be used: {exc}") from None
 
 
 def _fault_problem(suite: SuiteFile) -> str | None:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.contract.axes import AXES, filled, generic_label
-from harness.contract.known_bugs import KnownBug, known_bugs_where
+from harness.contract.known_bugs import MODEL_ARCH, KnownBug, known_bugs_where
 from harness.contract.settings.variables import MAX_SCENARIOS
 from harness.inputs.models import ModelRef
 from harness.inputs.scenarios.binding import engine_known_bugs, engine_rules
@@ -149,7 +149,7 @@ def planned_settings(suite: SuiteFile, source: Path) -> list[dict]:
 def expand(suite: SuiteFile, source: Path) -> list[Scenario]:
     axes = list(suite.matrix)
     scenarios = []
-    bugs = engine_known_bugs(suite.engine)
+    bugs = engine_known_bugs(suite.engine, source)
     for settings in planned_settings(suite, source):
         label = settings_label(settings, axes)
         gates = {"nightly"} if "nightly" not in suite.gates else set()
@@ -176,15 +176,11 @@ def expand(suite: SuiteFile, source: Path) -> list[Scenario]:
     return scenarios
 
 
-# a known bug's `where` may name the checkpoint's model class, whatever suite runs it: the
-# multimodal suites' archs and vllm-mm-evals' trained checkpoint are one Qwen3-VL
-MODEL_ARCH = "model_arch"
-
-
 def model_facts(suite: SuiteFile, settings: dict, source: Path) -> dict:
     """{"model_arch": the model class} where the scenario's model names it without being
     built: an {arch: ...} model, or a local checkpoint's config.json; {} otherwise (a hub
-    model before download)."""
+    model before download). A known bug's `where` may name it, whatever suite runs it: the
+    multimodal suites' archs and vllm-mm-evals' trained checkpoint are one Qwen3-VL."""
     model = suite.archs[settings[ARCH_AXIS]] if suite.archs and ARCH_AXIS in settings else suite.model
     arch = getattr(model, "arch", None)
     path = getattr(model, "path", None)
