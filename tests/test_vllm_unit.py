@@ -1218,3 +1218,29 @@ def test_a_release_without_the_kv_cache_argument_is_not_given_it(monkeypatch, tm
     assert "kv_cache_memory_bytes" not in driver.engine_kwargs(brief) and "dtype" in driver.engine_kwargs(brief)
     engine_args("model", "dtype", "kv_cache_memory_bytes")
     assert driver.engine_kwargs(brief)["kv_cache_memory_bytes"] == driver.KV_CACHE_BYTES
+
+
+def test_an_engine_core_start_up_assertion_is_the_cause_not_the_workers_it_let_go():
+    """Qwen3-Next under PP2 on 0.32: the engine core's own start-up assertion, after which the
+    executor's monitor logs each worker leaving with exit code 0 (a consequence). A worker that
+    died with another code is still the cause."""
+    core = "(EngineCore pid=40) ERROR 12-07 06:01:02 [core.py:1100] "
+    monitor = "(EngineCore pid=40) ERROR 12-07 06:01:02 [multiproc_executor.py:315] "
+    log = "\n".join(
+        [
+            core + "EngineCore failed to start.",
+            core + "Traceback (most recent call last):",
+            core + '  File "/venv/vllm/v1/engine/core.py", line 296, in _initialize_kv_caches',
+            core + "    layout = resolve_kv_cache_layout(",
+            core + '  File "/venv/vllm/v1/attention/backends/utils.py", line 285, in resolve_kv_cache_layout',
+            core + "    assert all(names == supported_layouts[0] for names in supported_layouts[1:]), (",
+            core + "AssertionError: Workers disagree on supported KV cache layouts: [['LBNHC', 'LBHNC'], ['LBHNC']].",
+            monitor + "Worker proc Worker_PP1 died unexpectedly (exit code: 0), shutting down executor.",
+            "RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {}",
+        ]
+    )
+    cause = present(root_cause(log))
+    assert cause.process == "EngineCore" and cause.exception.startswith("AssertionError: Workers disagree"), cause
+    assert cause.frame is not None and "attention/backends/utils.py:285" in cause.frame
+    hard = log.replace("(exit code: 0)", "(exit code: -9)")
+    assert present(root_cause(hard)).process == "Worker_PP1"  # killed (the OOM killer): the cause itself

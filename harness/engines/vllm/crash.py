@@ -10,10 +10,12 @@ logs "Worker proc <name> died unexpectedly (exit code: N)" for a hard death.
 
 Order of preference: the first worker traceback that is not a lost peer; else the
 first worker that died without one (named by its role, Worker_TP0_EP0, through its pid,
-with the "Fatal Python error" stack Python's faulthandler printed, unprefixed, if any);
-else a worker's lost-peer traceback (gloo's "Connection closed by peer": the worker that
-really died is elsewhere); else the first engine-core traceback. None when the log has none of
-these (the launcher's own view of the crash stands then).
+with the "Fatal Python error" stack Python's faulthandler printed, unprefixed, if any),
+but not one that exited with code 0; else a worker's lost-peer traceback (gloo's
+"Connection closed by peer": the worker that really died is elsewhere); else the first
+engine-core traceback (an assertion in the core's own start-up, after which the executor
+logs every worker it lets go as "died unexpectedly (exit code: 0)"); else such a worker.
+None when the log has none of these (the launcher's own view of the crash stands then).
 
 Standard library only.
 """
@@ -334,7 +336,14 @@ def root_cause(log_text: str) -> ProcessError | None:
     workers = [t for t in tracebacks if t.is_worker]
     lost = [t for t in workers if PEER_LOST.search(t.exception)]
     own = [t for t in workers if t not in lost]
-    for candidates in (own, _deaths(log_text), lost, tracebacks):
+    deaths = _deaths(log_text)
+    # A worker that exited with code 0 was let go: its engine core failed (an assertion in
+    # its own start-up, vLLM's "Engine core initialization failed") and the executor's
+    # monitor, not yet told of the shutdown, logs each leaving worker as "died unexpectedly
+    # (exit code: 0)". That is a consequence; the core's traceback is the cause.
+    let_go = [d for d in deaths if d.exitcode == 0]
+    died = [d for d in deaths if d not in let_go]
+    for candidates in (own, died, lost, tracebacks, let_go):
         if candidates:
             return candidates[0]
     return None

@@ -18,6 +18,12 @@ the process they run in. Nothing here runs unless a fault is asked for.
                       states as zeros (the residual, and what a model sends besides): the
                       silent form of the same bug class (vLLM PRs 37622, 40786), caught by
                       the numbers only
+  pp-kv-layout@R      the PP rank R worker reports KV-cache layouts the other stages do not
+                      (as Qwen3-Next's two PP stages did, each holding other layer kinds):
+                      the engine core's own start-up assertion ("Workers disagree on
+                      supported KV cache layouts"), after which vLLM lets every worker go
+                      with exit code 0; the crash must name the core's exception, not those
+                      exits. vLLM releases that negotiate a layout (0.32) only.
   compile-drop-deepstack
                       Qwen3-VL's language model loses its deepstack inputs (the vision
                       features added after its first text layers) in the graph torch.compile
@@ -40,7 +46,7 @@ from harness.engines.vllm.evidence import EvidenceExtension
 # when it imports this module.
 FAULTS_ENV = VLLM_FAULTS.name
 
-KINDS = ("pp-drop-residual", "worker-exit", "pp-zero-aux")  # aimed at one PP rank: KIND@R
+KINDS = ("pp-drop-residual", "worker-exit", "pp-zero-aux", "pp-kv-layout")  # aimed at one PP rank: KIND@R
 EVERY_RANK = ("compile-drop-deepstack",)  # act wherever they run
 # pp-zero-aux records each tensor it zeroes, in the worker; the driver logs them after this
 # mark (which archs send tensors besides the hidden states)
@@ -108,6 +114,9 @@ def _switch_on(faults: dict[str, int | None]) -> None:
     if set(faults) & set(KINDS) and "pp" not in _INSTALLED:
         _install_pp_faults(_ON)
         _INSTALLED.add("pp")
+    if "pp-kv-layout" in faults and "layouts" not in _INSTALLED:
+        _install_layout_fault()
+        _INSTALLED.add("layouts")
 
 
 def _drop_deepstack_when_compiled() -> None:
@@ -151,6 +160,22 @@ def _install_pp_faults(faults: dict[str, int | None]) -> None:
         return original(self, key)
 
     IntermediateTensors.__getitem__ = getitem
+
+
+def _install_layout_fault() -> None:
+    """The aimed worker answers the engine core's layout question with its layouts in
+    reverse and one more name: a list no other stage reports."""
+    from vllm.v1.worker import worker_base
+
+    original = getattr(worker_base.WorkerBase, "get_supported_kv_cache_layouts", None)
+    if original is None:
+        raise ValueError("vllm fault pp-kv-layout: this vLLM's workers report no KV-cache layouts (vLLM 0.32 and later do)")
+
+    def get_supported_kv_cache_layouts(self) -> list[str]:
+        layouts = original(self)
+        return [*reversed(layouts), "HARNESS_FAULT"] if _pp_rank() == _ON.get("pp-kv-layout") else layouts
+
+    worker_base.WorkerBase.get_supported_kv_cache_layouts = get_supported_kv_cache_layouts
 
 
 class FaultExtension(EvidenceExtension):
