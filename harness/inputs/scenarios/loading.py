@@ -70,10 +70,12 @@ class Catalog:
         """The good scenarios a request picks, and the broken suites it could have picked. A
         pattern that reaches only broken suites picks nothing here (it is not a typo)."""
         broken = self.broken_for(patterns, gate)
-        if not patterns:
-            return select(self.scenarios, None, gate), broken
-        live = [p for p in patterns if not any(b._could_match(p) for b in broken) or _picks_any(self.scenarios, p)]
-        return (select(self.scenarios, live, gate) if live else []), broken
+        live = [p for p in patterns or [] if not any(b._could_match(p) for b in broken) or _picks_any(self.scenarios, p)]
+        if patterns and not live:
+            return [], broken
+        if gate and broken and not live and not any(gate in s.gates for s in self.scenarios):
+            return [], broken  # a gate only broken suites are in: their errors, not "no gate"
+        return select(self.scenarios, live or None, gate), broken
 
     def problems_text(self) -> str:
         return "\n".join(f"harness: scenario file skipped: {b.problem}" for b in self.broken)

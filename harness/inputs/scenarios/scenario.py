@@ -15,12 +15,12 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.contract.axes import AXES, filled, generic_label
+from harness.contract.axes import AXES, filled, generic_label, spell
 from harness.contract.known_bugs import KnownBug, known_bugs_where
 from harness.contract.settings.variables import MAX_SCENARIOS
 from harness.inputs.models import ModelRef
 from harness.inputs.scenarios.binding import engine_known_bugs, engine_rules
-from harness.inputs.scenarios.covering import covering_rows
+from harness.inputs.scenarios.covering import constraints, covering_rows
 from harness.inputs.scenarios.schema import ARCH_AXIS, ExpectedFailure, ScenarioError, SuiteFile
 
 
@@ -150,7 +150,11 @@ def expand(suite: SuiteFile, source: Path) -> list[Scenario]:
     axes = list(suite.matrix)
     scenarios = []
     bugs = engine_known_bugs(suite.engine)
-    for settings in planned_settings(suite, source):
+    planned = planned_settings(suite, source)
+    if not planned:
+        # an absence would leave its gates green: the suite is an error, named like a broken file
+        raise ScenarioError(f"{source}: invalid scenario file:\n  {_why_nothing_planned(suite)}")
+    for settings in planned:
         label = settings_label(settings, axes)
         gates = {"nightly"} if "nightly" not in suite.gates else set()
         gates |= {g for g, patterns in suite.gates.items() if any(fnmatch.fnmatch(label, p) for p in patterns)}
@@ -172,8 +176,30 @@ def expand(suite: SuiteFile, source: Path) -> list[Scenario]:
     ids = [s.id for s in scenarios]
     if len(set(ids)) != len(ids):
         raise ScenarioError(f"{source}: matrix expansion gives duplicate ids: {sorted(i for i in ids if ids.count(i) > 1)}")
-    _check_change_patterns(suite, source, [s.name for s in scenarios])
+    _check_patterns(suite, source, [s.name for s in scenarios])
     return scenarios
+
+
+# how many of a matrix's combinations a refusal looks at for the constraints that forbid them
+_WHY_LOOKS_AT = 10_000
+
+
+def _why_nothing_planned(suite: SuiteFile) -> str:
+    """`field: reason` for a suite that plans no setting: the constraints that forbid its
+    combinations, each with one it forbids (the excludes; for a covering array also the
+    engine's rules, which a full product leaves to each scenario's `unsupported`)."""
+    checks = constraints(suite, engine_rules(suite.engine) if suite.covering is not None else ())
+    axes = list(suite.matrix)
+    combos = itertools.islice(itertools.product(*(suite.matrix[a] for a in axes)), _WHY_LOOKS_AT)
+    blockers: dict[str, str] = {}
+    for combo in combos:
+        settings = dict(zip(axes, combo))
+        blocker = next((c.name for c in checks if not c.allows(settings)), None)
+        if blocker is not None:
+            blockers.setdefault(blocker, " ".join(f"{a}={spell(v)}" for a, v in settings.items()))
+    why = "; ".join(f"{name} (e.g. {example})" for name, example in blockers.items()) or "the covering array is empty"
+    where = "covering" if suite.covering is not None else "exclude"
+    return f"{where}: no setting of the matrix is left to run, so the suite would plan no scenario: {why}"
 
 
 # a known bug's `where` may name the checkpoint's model class, whatever suite runs it: the
@@ -210,12 +236,13 @@ def _check_size(suite: SuiteFile, source: Path) -> None:
         )
 
 
-def _check_change_patterns(suite: SuiteFile, source: Path, names: list[str]) -> None:
-    """A pattern that picks nothing is a typo that would silently drop scenarios from a gate."""
-    if suite.changes is None:
-        return
-    fields = [("changes.smoke", suite.changes.smoke)]
-    fields += [(f"changes.rules.{i}.scenarios", r.scenarios) for i, r in enumerate(suite.changes.rules)]
+def _check_patterns(suite: SuiteFile, source: Path, names: list[str]) -> None:
+    """A gate's or a change rule's pattern that picks nothing is a typo that would silently
+    drop scenarios from a gate."""
+    fields = [(f"gates.{gate}", patterns) for gate, patterns in suite.gates.items()]
+    if suite.changes is not None:
+        fields += [("changes.smoke", suite.changes.smoke)]
+        fields += [(f"changes.rules.{i}.scenarios", r.scenarios) for i, r in enumerate(suite.changes.rules)]
     for where, patterns in fields:
         for pattern in patterns:
             if not any(fnmatch.fnmatch(n, pattern) for n in names):
