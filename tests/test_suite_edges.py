@@ -110,3 +110,22 @@ def test_a_gate_pattern_that_matches_nothing_is_refused(project):
     (broken,) = load_catalog().broken
     assert "gates.pr: pattern 'tp2-pp2-compille' matches no scenario of suite 'llama-tiny'" in broken.problem
     assert "tp2-pp2-compile" in broken.problem  # the names it could have meant
+
+
+# ---- axis values as the file wrote them ----
+
+
+@pytest.mark.parametrize(
+    ("matrix", "golden", "said"),
+    [
+        ("{tp: [1.0, 2]}", "{tp: 1}", "matrix: axis 'tp' value 1.0: tp is a parallel size, an integer >= 1"),
+        ("{tp: [1], compile: [false, 1.0]}", "{tp: 1, compile: false}", "matrix: axis 'compile' value 1.0: compile is a switch"),
+        ("{tp: [1, 2]}", "{tp: 1.0}", "golden.tp: 1.0 is not an axis value: write an integer, true or false"),
+    ],
+)
+def test_a_float_axis_value_is_refused_as_written(project, matrix, golden, said):
+    """YAML's 1.0 became `true` (refused naming "value True", or silently a switch on)."""
+    add_suite(project, "floats", SUITE.format(name="floats") + f"golden: {golden}\nmatrix: {matrix}\n")
+    (broken,) = load_catalog().broken
+    assert said in broken.problem and "True" not in broken.problem
+    assert len(broken.problem.splitlines()) == 2  # one line: the type errors of the union said once
