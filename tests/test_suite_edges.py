@@ -129,3 +129,18 @@ def test_a_float_axis_value_is_refused_as_written(project, matrix, golden, said)
     (broken,) = load_catalog().broken
     assert said in broken.problem and "True" not in broken.problem
     assert len(broken.problem.splitlines()) == 2  # one line: the type errors of the union said once
+
+
+# ---- a deleted working directory ----
+
+
+def test_a_command_from_a_deleted_working_directory_says_so(tmp_path, monkeypatch, capsys):
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    monkeypatch.chdir(gone)
+    monkeypatch.setenv("PWD", str(gone))
+    gone.rmdir()
+    for command in (["list"], ["run", "llama-tiny/tp1-pp1"], ["durations"]):
+        assert main(command) == 2
+        err = capsys.readouterr().err
+        assert f"the working directory {gone} no longer exists" in err and "Traceback" not in err
