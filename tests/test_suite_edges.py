@@ -144,3 +144,23 @@ def test_a_command_from_a_deleted_working_directory_says_so(tmp_path, monkeypatc
         assert main(command) == 2
         err = capsys.readouterr().err
         assert f"the working directory {gone} no longer exists" in err and "Traceback" not in err
+
+
+# ---- Ctrl-C while a failure is narrowed ----
+
+
+def test_an_interrupted_narrowing_keeps_the_failure_for_the_report(tmp_path, monkeypatch):
+    scenario = select(load_scenarios(), ["llama-interactions/*dp2*spec-ngram"])[0]
+    monkeypatch.setattr(runner, "_run", lambda s, *rest, **kw: Verdict(s.id, "fail", "logprobs differ"))
+
+    def ctrl_c(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(runner, "minimal_interaction", ctrl_c)
+    with pytest.raises(KeyboardInterrupt):
+        run_scenario(scenario, tmp_path, RunContext())
+    written = verdict_of(tmp_path, scenario.id)
+    assert written["verdict"] == "fail"
+    assert written["reason"].startswith("logprobs differ; interaction: interrupted before it named")
+    write_report(tmp_path, {"scenarios": [scenario.id], "interrupted": True})
+    assert run_meta(tmp_path)["never_ran"] == [] and run_meta(tmp_path)["counts"] == {"fail": 1}
