@@ -21,22 +21,29 @@ from harness.run.report import write_report
 from harness.run.runner import RunContext, run_scenario
 from tests.kit import outcomes, run_meta, verdict_of
 
-SUITE = """suite: {name}
-model: tiny-llama
-workloads: [{{name: logits, kind: logprobs}}]
+SUITE = """model: tiny-llama
+workloads: [{name: logits, kind: logprobs}]
 """
 # every setting excluded by the file
-ALL_EXCLUDED = SUITE.format(name="all-excluded") + """golden: {tp: 1}
+ALL_EXCLUDED = (
+    """suite: all-excluded
+golden: {tp: 1}
 matrix: {tp: [1, 2]}
 exclude: [{tp: 1}, {tp: 2}]
 gates: {pr: ["*"]}
 """
+    + SUITE
+)
 # every row of the covering array breaks a rule of the axes (sp needs tp >= 2)
-NO_ROW = SUITE.format(name="cov") + """golden: {tp: 1, sp: false}
+NO_ROW = (
+    """suite: cov
+golden: {tp: 1, sp: false}
 matrix: {tp: [1], sp: [true]}
 covering: 2
 gates: {pr: ["*"]}
 """
+    + SUITE
+)
 
 
 @pytest.fixture
@@ -125,7 +132,7 @@ def test_a_gate_pattern_that_matches_nothing_is_refused(project):
 )
 def test_a_float_axis_value_is_refused_as_written(project, matrix, golden, said):
     """YAML's 1.0 became `true` (refused naming "value True", or silently a switch on)."""
-    add_suite(project, "floats", SUITE.format(name="floats") + f"golden: {golden}\nmatrix: {matrix}\n")
+    add_suite(project, "floats", f"suite: floats\ngolden: {golden}\nmatrix: {matrix}\n" + SUITE)
     (broken,) = load_catalog().broken
     assert said in broken.problem and "True" not in broken.problem
     assert len(broken.problem.splitlines()) == 2  # one line: the type errors of the union said once

@@ -59,8 +59,7 @@ def working_directory() -> Path:
         shell_pwd = os.environ.get("PWD", "")
         named = f" {shell_pwd}" if shell_pwd and not os.path.isdir(shell_pwd) else ""
         raise ProjectConfigError(
-            f"the working directory{named} no longer exists (deleted or moved): "
-            "cd into the project's directory and run again"
+            f"the working directory{named} no longer exists (deleted or moved): cd into the project's directory and run again"
         ) from None
 
 
