@@ -15,7 +15,7 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.contract.axes import AXES, filled, generic_label, spell
+from harness.contract.axes import AXES, filled, generic_label
 from harness.contract.known_bugs import KnownBug, known_bugs_where
 from harness.contract.settings.variables import MAX_SCENARIOS
 from harness.inputs.models import ModelRef
@@ -137,24 +137,25 @@ def _matches(settings: dict, selector: dict) -> bool:
 
 def planned_settings(suite: SuiteFile, source: Path) -> list[dict]:
     """The settings a suite runs: every combination of its matrix but the excluded ones, or,
-    for a `covering:` suite, the rows of its covering array (covering.py)."""
+    for a `covering:` suite, the rows of its covering array (covering.py). None is refused:
+    a suite that vanished would leave its gates green, so it is an error like a broken file."""
     axes = list(suite.matrix)
     if suite.covering is not None:
-        return covering_rows(suite, source, engine_rules(suite.engine))
-    _check_size(suite, source)
-    combos = (dict(zip(axes, combo)) for combo in itertools.product(*(suite.matrix[a] for a in axes)))
-    return [settings for settings in combos if not any(_matches(settings, ex) for ex in suite.exclude)]
+        planned = covering_rows(suite, source, engine_rules(suite.engine))
+    else:
+        _check_size(suite, source)
+        combos = (dict(zip(axes, combo)) for combo in itertools.product(*(suite.matrix[a] for a in axes)))
+        planned = [settings for settings in combos if not any(_matches(settings, ex) for ex in suite.exclude)]
+    if not planned:
+        raise ScenarioError(f"{source}: invalid scenario file:\n  {_why_nothing_planned(suite)}")
+    return planned
 
 
 def expand(suite: SuiteFile, source: Path) -> list[Scenario]:
     axes = list(suite.matrix)
     scenarios = []
     bugs = engine_known_bugs(suite.engine)
-    planned = planned_settings(suite, source)
-    if not planned:
-        # an absence would leave its gates green: the suite is an error, named like a broken file
-        raise ScenarioError(f"{source}: invalid scenario file:\n  {_why_nothing_planned(suite)}")
-    for settings in planned:
+    for settings in planned_settings(suite, source):
         label = settings_label(settings, axes)
         gates = {"nightly"} if "nightly" not in suite.gates else set()
         gates |= {g for g, patterns in suite.gates.items() if any(fnmatch.fnmatch(label, p) for p in patterns)}
@@ -186,20 +187,17 @@ _WHY_LOOKS_AT = 10_000
 
 def _why_nothing_planned(suite: SuiteFile) -> str:
     """`field: reason` for a suite that plans no setting: the constraints that forbid its
-    combinations, each with one it forbids (the excludes; for a covering array also the
-    engine's rules, which a full product leaves to each scenario's `unsupported`)."""
+    combinations (the excludes; for a covering array also the engine's rules, which a full
+    product leaves to each scenario's `unsupported`)."""
     checks = constraints(suite, engine_rules(suite.engine) if suite.covering is not None else ())
     axes = list(suite.matrix)
-    combos = itertools.islice(itertools.product(*(suite.matrix[a] for a in axes)), _WHY_LOOKS_AT)
-    blockers: dict[str, str] = {}
-    for combo in combos:
+    blockers: dict[str, None] = {}
+    for combo in itertools.islice(itertools.product(*(suite.matrix[a] for a in axes)), _WHY_LOOKS_AT):
         settings = dict(zip(axes, combo))
-        blocker = next((c.name for c in checks if not c.allows(settings)), None)
-        if blocker is not None:
-            blockers.setdefault(blocker, " ".join(f"{a}={spell(v)}" for a, v in settings.items()))
-    why = "; ".join(f"{name} (e.g. {example})" for name, example in blockers.items()) or "the covering array is empty"
+        blockers.update(dict.fromkeys(c.name for c in checks if not c.allows(settings)))
+    why = "; ".join(blockers) or "the covering array is empty"
     where = "covering" if suite.covering is not None else "exclude"
-    return f"{where}: no setting of the matrix is left to run, so the suite would plan no scenario: {why}"
+    return f"{where}: every setting of the matrix is ruled out, so the suite would plan no scenario: {why}"
 
 
 # a known bug's `where` may name the checkpoint's model class, whatever suite runs it: the
