@@ -181,25 +181,6 @@ def expand(suite: SuiteFile, source: Path) -> list[Scenario]:
     return scenarios
 
 
-# how many of a matrix's combinations a refusal looks at for the constraints that forbid them
-_WHY_LOOKS_AT = 10_000
-
-
-def _why_nothing_planned(suite: SuiteFile) -> str:
-    """`field: reason` for a suite that plans no setting: the constraints that forbid its
-    combinations (the excludes; for a covering array also the engine's rules, which a full
-    product leaves to each scenario's `unsupported`)."""
-    checks = constraints(suite, engine_rules(suite.engine) if suite.covering is not None else ())
-    axes = list(suite.matrix)
-    blockers: dict[str, None] = {}
-    for combo in itertools.islice(itertools.product(*(suite.matrix[a] for a in axes)), _WHY_LOOKS_AT):
-        settings = dict(zip(axes, combo))
-        blockers.update(dict.fromkeys(c.name for c in checks if not c.allows(settings)))
-    why = "; ".join(blockers) or "the covering array is empty"
-    where = "covering" if suite.covering is not None else "exclude"
-    return f"{where}: every setting of the matrix is ruled out, so the suite would plan no scenario: {why}"
-
-
 # a known bug's `where` may name the checkpoint's model class, whatever suite runs it: the
 # multimodal suites' archs and vllm-mm-evals' trained checkpoint are one Qwen3-VL
 MODEL_ARCH = "model_arch"
@@ -232,6 +213,25 @@ def _check_size(suite: SuiteFile, source: Path) -> None:
             f"{source}: the matrix has {combinations} combinations, more than {limit} "
             f"(${MAX_SCENARIOS.name} raises the limit): split the suite or use exclude:"
         )
+
+
+# how many of a matrix's combinations a refusal looks at for the constraints that forbid them
+_WHY_LOOKS_AT = 10_000
+
+
+def _why_nothing_planned(suite: SuiteFile) -> str:
+    """`field: reason` for a suite that plans no setting: the constraints that forbid its
+    combinations (the excludes; for a covering array also the engine's rules, which a full
+    product leaves to each scenario's `unsupported`)."""
+    checks = constraints(suite, engine_rules(suite.engine) if suite.covering is not None else ())
+    axes = list(suite.matrix)
+    blockers: dict[str, None] = {}
+    for combo in itertools.islice(itertools.product(*(suite.matrix[a] for a in axes)), _WHY_LOOKS_AT):
+        settings = dict(zip(axes, combo))
+        blockers.update(dict.fromkeys(c.name for c in checks if not c.allows(settings)))
+    why = "; ".join(blockers) or "the covering array is empty"
+    where = "covering" if suite.covering is not None else "exclude"
+    return f"{where}: every setting of the matrix is ruled out, so the suite would plan no scenario: {why}"
 
 
 def _check_patterns(suite: SuiteFile, source: Path, names: list[str]) -> None:
