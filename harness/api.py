@@ -36,6 +36,7 @@ from typing import Any, Union
 
 from harness.contract.outputs import EngineOutputs
 from harness.contract.rundir import claim_new_run_dir, scenario_dir_name, verdict_path
+from harness.contract.settings.project import working_directory
 from harness.contract.settings.variables import DEVICE
 from harness.contract.verdict import Verdict
 from harness.inputs.scenarios.loading import load_scenarios, parse_suite
@@ -497,11 +498,12 @@ def _scenario(
     }
     if not settings:
         raw["golden"] = {"tp": 1}
+    source = working_directory() / "harness-api"  # what its errors name
     try:
-        suite = parse_suite(raw, Path.cwd() / "harness-api")
+        suite = parse_suite(raw, source)
     except ValueError as exc:
         raise ValueError(f"cannot run {dict(settings)} of {engine} on {model!r}: {exc}") from None
-    return expand(suite, Path.cwd() / "harness-api")[0]
+    return expand(suite, source)[0]
 
 
 def _context(faults: Sequence[str], timeout_s: float | None, device: str | None) -> RunContext:

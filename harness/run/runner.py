@@ -58,14 +58,22 @@ def run_scenario(scenario: Scenario, run_dir: Path, ctx: RunContext | None = Non
     start = time.monotonic()
     watch = Stopwatch()
     reproduce = reproduce_command(scenario, ctx)
+    narrowing = False
     try:
         verdict = _run(scenario, run_dir, ctx, lease, watch)
+        narrowing = True
         _narrow(scenario, verdict, run_dir, ctx, lease, watch)
     except KeyboardInterrupt:
+        if narrowing:  # the scenario's own verdict is known: the report shows it, not "never ran"
+            verdict.reason = f"{verdict.reason}{INTERACTION_SEP}{NARROWING_INTERRUPTED}"
+            record_verdict(scenario, verdict, run_dir, ctx, start, watch, reproduce)
         raise
     except Exception as exc:  # noqa: BLE001 - a harness fault must become an `error` verdict
         verdict = harness_error(scenario.id, exc)
     return record_verdict(scenario, verdict, run_dir, ctx, start, watch, reproduce)
+
+
+NARROWING_INTERRUPTED = "interrupted before it named the values the failure needs"
 
 
 def _narrow(scenario: Scenario, verdict: Verdict, run_dir: Path, ctx: RunContext, lease: Lease | None, watch: Stopwatch) -> None:

@@ -7,6 +7,7 @@ it into the places the harness reads and writes; flags and HARNESS_* variables o
 from __future__ import annotations
 
 import copy
+import os
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,9 +49,23 @@ class Project:
     scenarios_configured: bool = False
 
 
+def working_directory() -> Path:
+    """The working directory, which every default path starts from; one deleted under the
+    shell (a build directory removed and made again) is the caller's to fix, not a traceback."""
+    try:
+        return Path.cwd()
+    except FileNotFoundError:
+        # a shell's $PWD names it, unless it is another directory's (a child started elsewhere)
+        shell_pwd = os.environ.get("PWD", "")
+        named = f" {shell_pwd}" if shell_pwd and not os.path.isdir(shell_pwd) else ""
+        raise ProjectConfigError(
+            f"the working directory{named} no longer exists (deleted or moved): cd into the project's directory and run again"
+        ) from None
+
+
 def find_config(start: Path | None = None) -> tuple[Path, dict] | None:
     """(config file, its harness table) of the nearest project at or above `start`."""
-    here = (start or Path.cwd()).resolve()
+    here = (start or working_directory()).resolve()
     for directory in (here, *here.parents):
         own = directory / CONFIG_FILE
         if own.is_file():
@@ -99,7 +114,7 @@ def project(start: Path | None = None) -> Project:
     raw: dict
     config_file: Path | None
     if found is None:
-        root, config_file, raw = (start or Path.cwd()).resolve(), None, {}
+        root, config_file, raw = (start or working_directory()).resolve(), None, {}
     else:
         config_file, raw = found
         root = config_file.parent

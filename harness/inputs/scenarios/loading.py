@@ -70,10 +70,12 @@ class Catalog:
         """The good scenarios a request picks, and the broken suites it could have picked. A
         pattern that reaches only broken suites picks nothing here (it is not a typo)."""
         broken = self.broken_for(patterns, gate)
-        if not patterns:
-            return select(self.scenarios, None, gate), broken
-        live = [p for p in patterns if not any(b._could_match(p) for b in broken) or _picks_any(self.scenarios, p)]
-        return (select(self.scenarios, live, gate) if live else []), broken
+        live = [p for p in patterns or [] if not any(b._could_match(p) for b in broken) or _picks_any(self.scenarios, p)]
+        if patterns and not live:
+            return [], broken
+        if gate and broken and not live and not any(gate in s.gates for s in self.scenarios):
+            return [], broken  # a gate only broken suites are in: their errors, not "no gate"
+        return select(self.scenarios, live or None, gate), broken
 
     def problems_text(self) -> str:
         return "\n".join(f"harness: scenario file skipped: {b.problem}" for b in self.broken)
@@ -100,7 +102,8 @@ def parse_suite(raw, path: Path) -> SuiteFile:
     """A scenario file's parsed YAML, validated and bound to its engine; `path` names it in the errors."""
     if not isinstance(raw, dict):
         raise ScenarioError(f"{path}: a scenario file is a mapping (suite:, model:, matrix: ...), got {type(raw).__name__}")
-    axes = matrix_problems(raw.get("engine", SuiteFile.model_fields["engine"].default), raw.get("matrix"))
+    engine = raw.get("engine", SuiteFile.model_fields["engine"].default)
+    axes = matrix_problems(engine, raw.get("matrix"))
     try:
         suite = SuiteFile.model_validate(raw)
     except ValidationError as exc:
@@ -109,6 +112,8 @@ def parse_suite(raw, path: Path) -> SuiteFile:
             if axes and not err["loc"]:
                 # a whole-file rule (golden sets every axis) broken by the unknown axis above
                 continue
+            if _refused_by_its_axis(err["loc"], engine, raw.get("matrix")):
+                continue  # said above, with the values the axis takes
             where = ".".join(str(p) for p in err["loc"]) or "(top level)"
             problems.append(f"  {where}: {err['msg'].removeprefix('Value error, ')}")  # pydantic's prefix says nothing
         raise ScenarioError(f"{path}: invalid scenario file:\n" + "\n".join(problems)) from None
@@ -116,6 +121,16 @@ def parse_suite(raw, path: Path) -> SuiteFile:
     if bound:
         raise ScenarioError(f"{path}: invalid scenario file:\n" + "\n".join(f"  {p}" for p in bound))
     return suite
+
+
+def _refused_by_its_axis(loc: tuple, engine: object, matrix: object) -> bool:
+    """Whether a schema error is about a matrix value that matrix_problems already refused."""
+    if len(loc) < 3 or loc[0] != "matrix" or not isinstance(matrix, dict):
+        return False
+    values, index = matrix.get(loc[1]), loc[2]
+    if not (isinstance(values, list) and isinstance(index, int) and 0 <= index < len(values)):
+        return False
+    return bool(matrix_problems(engine, {loc[1]: [values[index]]}))
 
 
 def suite_files(paths: list[Path] | None = None) -> list[Path]:

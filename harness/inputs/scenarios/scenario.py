@@ -20,7 +20,7 @@ from harness.contract.known_bugs import MODEL_ARCH, KnownBug, known_bugs_where
 from harness.contract.settings.variables import MAX_SCENARIOS
 from harness.inputs.models import ModelRef
 from harness.inputs.scenarios.binding import engine_known_bugs, engine_rules
-from harness.inputs.scenarios.covering import covering_rows
+from harness.inputs.scenarios.covering import constraints, covering_rows
 from harness.inputs.scenarios.schema import ARCH_AXIS, ExpectedFailure, ScenarioError, SuiteFile
 
 
@@ -137,13 +137,18 @@ def _matches(settings: dict, selector: dict) -> bool:
 
 def planned_settings(suite: SuiteFile, source: Path) -> list[dict]:
     """The settings a suite runs: every combination of its matrix but the excluded ones, or,
-    for a `covering:` suite, the rows of its covering array (covering.py)."""
+    for a `covering:` suite, the rows of its covering array (covering.py). None is refused:
+    a suite that vanished would leave its gates green, so it is an error like a broken file."""
     axes = list(suite.matrix)
     if suite.covering is not None:
-        return covering_rows(suite, source, engine_rules(suite.engine))
-    _check_size(suite, source)
-    combos = (dict(zip(axes, combo)) for combo in itertools.product(*(suite.matrix[a] for a in axes)))
-    return [settings for settings in combos if not any(_matches(settings, ex) for ex in suite.exclude)]
+        planned = covering_rows(suite, source, engine_rules(suite.engine))
+    else:
+        _check_size(suite, source)
+        combos = (dict(zip(axes, combo)) for combo in itertools.product(*(suite.matrix[a] for a in axes)))
+        planned = [settings for settings in combos if not any(_matches(settings, ex) for ex in suite.exclude)]
+    if not planned:
+        raise ScenarioError(f"{source}: invalid scenario file:\n  {_why_nothing_planned(suite)}")
+    return planned
 
 
 def expand(suite: SuiteFile, source: Path) -> list[Scenario]:
@@ -172,7 +177,7 @@ def expand(suite: SuiteFile, source: Path) -> list[Scenario]:
     ids = [s.id for s in scenarios]
     if len(set(ids)) != len(ids):
         raise ScenarioError(f"{source}: matrix expansion gives duplicate ids: {sorted(i for i in ids if ids.count(i) > 1)}")
-    _check_change_patterns(suite, source, [s.name for s in scenarios])
+    _check_patterns(suite, source, [s.name for s in scenarios])
     return scenarios
 
 
@@ -206,12 +211,32 @@ def _check_size(suite: SuiteFile, source: Path) -> None:
         )
 
 
-def _check_change_patterns(suite: SuiteFile, source: Path, names: list[str]) -> None:
-    """A pattern that picks nothing is a typo that would silently drop scenarios from a gate."""
-    if suite.changes is None:
-        return
-    fields = [("changes.smoke", suite.changes.smoke)]
-    fields += [(f"changes.rules.{i}.scenarios", r.scenarios) for i, r in enumerate(suite.changes.rules)]
+# how many of a matrix's combinations a refusal looks at for the constraints that forbid them
+_WHY_LOOKS_AT = 10_000
+
+
+def _why_nothing_planned(suite: SuiteFile) -> str:
+    """`field: reason` for a suite that plans no setting: the constraints that forbid its
+    combinations (the excludes; for a covering array also the engine's rules, which a full
+    product leaves to each scenario's `unsupported`)."""
+    checks = constraints(suite, engine_rules(suite.engine) if suite.covering is not None else ())
+    axes = list(suite.matrix)
+    blockers: dict[str, None] = {}
+    for combo in itertools.islice(itertools.product(*(suite.matrix[a] for a in axes)), _WHY_LOOKS_AT):
+        settings = dict(zip(axes, combo))
+        blockers.update(dict.fromkeys(c.name for c in checks if not c.allows(settings)))
+    why = "; ".join(blockers) or "the covering array is empty"
+    where = "covering" if suite.covering is not None else "exclude"
+    return f"{where}: every setting of the matrix is ruled out, so the suite would plan no scenario: {why}"
+
+
+def _check_patterns(suite: SuiteFile, source: Path, names: list[str]) -> None:
+    """A gate's or a change rule's pattern that picks nothing is a typo that would silently
+    drop scenarios from a gate."""
+    fields = [(f"gates.{gate}", patterns) for gate, patterns in suite.gates.items()]
+    if suite.changes is not None:
+        fields += [("changes.smoke", suite.changes.smoke)]
+        fields += [(f"changes.rules.{i}.scenarios", r.scenarios) for i, r in enumerate(suite.changes.rules)]
     for where, patterns in fields:
         for pattern in patterns:
             if not any(fnmatch.fnmatch(n, pattern) for n in names):

@@ -13,10 +13,11 @@ is wrong, because a user editing YAML needs to know where to look.
 from __future__ import annotations
 
 import re
-from typing import Literal, Union
+from typing import Annotated, Literal, Union
 
 from pydantic import (
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     field_validator,
@@ -32,7 +33,18 @@ from harness.inputs.models import ArchModel, HubModel, ModelRef, PathModel
 # in one splits summary rows, make lines and run directory names.
 ID_PART = re.compile(r"[a-z0-9][a-z0-9.-]*")
 AXIS_NAME = re.compile(r"[a-z][a-z0-9_]*")  # prefix_cache, chunked_prefill
-AxisValue = Union[bool, int, str]  # bool first: YAML `true` must stay a bool
+
+
+def _plain_axis_value(value: object) -> object:
+    """An axis value as the file wrote it: left to pydantic's lax union, YAML's `1.0` would
+    become `true` (a switch on) and `2.0` the size 2, read as what the file did not say."""
+    if isinstance(value, (bool, int, str)):
+        return value
+    raise ValueError(f"{value!r} is not an axis value: write an integer, true or false, or a name of [a-z0-9.-]")
+
+
+# bool first: YAML `true` must stay a bool
+AxisValue = Annotated[Union[bool, int, str], BeforeValidator(_plain_axis_value)]
 # The model axis: its values name the entries of a suite's `archs:`, each its own model
 # with its own golden; the engine never sees it (it is not a parallel setting).
 ARCH_AXIS = "arch"
