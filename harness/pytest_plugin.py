@@ -138,14 +138,23 @@ def pytest_collection_finish(session) -> None:
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_node_collection_finished(node, ids) -> None:
     """xdist: the controller's check of the faults, over the scenario files its worker collected."""
+    if not node.config.getoption("--harness-fault"):
+        return
     root = node.config.rootpath
     files = {root / node_id.split("::")[0] for node_id in ids}
-    problem = _faults_problem(node.config, {load_suite(f).engine for f in files if f.suffix in (".yaml", ".yml")})
+    problem = _faults_problem(node.config, {_engine_of(f) for f in files if f.suffix in (".yaml", ".yml")} - {None})
     if problem:
         pytest.exit(f"usage error: {problem}", returncode=pytest.ExitCode.USAGE_ERROR)
 
 
-def _faults_problem(config, engines: set[str]) -> str | None:
+def _engine_of(scenario_file: Path) -> str | None:
+    try:
+        return load_suite(scenario_file).engine
+    except (ScenarioError, OSError):  # the worker reports its collection error
+        return None
+
+
+def _faults_problem(config, engines: set) -> str | None:
     from harness.inputs.scenarios.request import unknown_faults
 
     return unknown_faults(config.getoption("--harness-fault") or (), engines, "--harness-fault")
