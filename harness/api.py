@@ -18,6 +18,10 @@ first diverging layer / stage / TP rank, and, if asked, its report:
   assert_matches_golden  a scenario of the scenario files against its stored golden
   save_report            verdicts into a run directory with the harness's report
 
+A run option given a value `harness run` would refuse (timeout_s=-5, device="tpu", a fault
+switch the engine does not take) raises RunOptionError, a ValueError naming the option and
+what it takes, before anything is written or launched.
+
 Nothing here compares or launches by itself: runs go through the stages of harness/run/stages/
 (admit, launch, the crash/hang verdicts), comparison through harness/run/compare/ (the checks, the
 tolerances of docs/TOLERANCES.md, the localisation). docs/API.md has the long form.
@@ -40,7 +44,7 @@ from harness.contract.settings.project import working_directory
 from harness.contract.settings.variables import DEVICE
 from harness.contract.verdict import Verdict
 from harness.inputs.scenarios.loading import load_scenarios, parse_suite
-from harness.inputs.scenarios.request import RunConfig
+from harness.inputs.scenarios.request import RunConfig, RunOptionError, unknown_faults
 from harness.inputs.scenarios.scenario import Scenario, expand, select
 from harness.inputs.scenarios.schema import ID_PART, ScenarioError, ToleranceOverride
 from harness.run.compare.numeric import Tolerance, tolerance_for
@@ -193,13 +197,16 @@ def run_setting(
       axes left out keep the engine's defaults.
     workloads: a scenario file's `workloads:` entries; default DEFAULT_WORKLOADS.
     faults: engine fault switches ("rank-raise@1", "tp-allreduce-perturb@1e-3"; the
-      reference engine lists its own in harness/engines/reference/faults.py).
+      reference engine lists its own in harness/engines/reference/faults.py); one string
+      is one switch.
     work_dir: where the run's directory goes (default: a new temporary directory).
     device: "cpu" or "cuda" (default: $HARNESS_DEVICE, else cpu).
 
     Raises CheckFailed when the run crashed or hung (the verdict names the rank and its
     traceback, or where each rank was stuck), SettingUnsupported when the engine cannot
-    run the setting here, ValueError for a bad setting, model entry or fault switch.
+    run the setting here, ValueError for a bad setting, model entry or fault switch
+    (RunOptionError, a ValueError, for a run option harness run refuses: timeout_s, device,
+    faults).
     """
     return _run(
         _plan(
@@ -246,10 +253,11 @@ def _plan(
     device: str | None,
     engine_options,
 ) -> _Planned:
-    """Everything that can refuse a setting, before any rank starts: the settings and
-    model (as a scenario file's), the engine's reason, the devices, the fault switches."""
-    scenario = _scenario(model, settings, engine, workloads, dtype, tolerances, env, engine_options, timeout_s)
+    """Everything that can refuse a setting, before any rank starts: the run options (as
+    `harness run` checks them), the settings and model (as a scenario file's), the engine's
+    reason, the devices, the fault switches."""
     ctx = _context(faults, timeout_s, device)
+    scenario = _scenario(model, settings, engine, workloads, dtype, tolerances, env, engine_options, timeout_s)
     out_dir = _fresh(
         Path(work_dir) if work_dir is not None else Path(tempfile.mkdtemp(prefix="harness-api-")), scenario_dir_name(scenario.id)
     )
@@ -325,7 +333,8 @@ def assert_settings_agree(
     reference, candidate = _run(planned[0]), _run(planned[1])
     name = candidate.label if candidate.label != reference.label else f"{candidate.label}-candidate"
     verdict = compare_outputs(candidate, reference, name=name)
-    verdict.reproduce = _call("assert_settings_agree", model, a=dict(a), b=dict(b), engine=engine, faults=list(faults))
+    faults_of_b = list(planned[1].ctx.config.faults)
+    verdict.reproduce = _call("assert_settings_agree", model, a=dict(a), b=dict(b), engine=engine, faults=faults_of_b)
     report = save_report([verdict], report_dir) if report_dir is not None else None
     if verdict.verdict != "pass":
         raise CheckFailed(verdict, f"{name} does not agree with {reference.label} (the reference):", report)
@@ -354,12 +363,17 @@ def assert_matches_golden(
     if len(chosen) != 1:
         raise ValueError(f"'{scenario_id}' names {len(chosen)} scenarios ({', '.join(s.id for s in chosen[:6])}...): give one id")
     scenario = chosen[0]
-    meta = {"scenarios": [scenario.id], "via": "api", "gate": None, "faults": list(faults), "started": time.time()}
+    ctx = _context(faults, timeout_s, device)
+    # a fault the scenario's engine does not take, refused as `harness run --fault` refuses it
+    problem = unknown_faults(ctx.config.faults, [scenario.suite.engine], "faults")
+    if problem:
+        raise RunOptionError(problem)
+    meta = {"scenarios": [scenario.id], "via": "api", "gate": None, "faults": list(ctx.config.faults), "started": time.time()}
     if report_dir is not None:
         run_dir = claim_new_run_dir(Path(report_dir), meta, "-api")
     else:
         run_dir = Path(work_dir) if work_dir is not None else Path(tempfile.mkdtemp(prefix="harness-api-"))
-    verdict = run_scenario(scenario, run_dir, _context(faults, timeout_s, device))
+    verdict = run_scenario(scenario, run_dir, ctx)
     report = None
     if report_dir is not None:
         from harness.run.report import write_report
@@ -508,10 +522,11 @@ def _scenario(
 
 def _context(faults: Sequence[str], timeout_s: float | None, device: str | None) -> RunContext:
     """The run's configuration from a call's keyword arguments (named as the RunConfig fields
-    marked `api`: tests/test_run_config.py), with this machine's device slots."""
+    marked `api`: tests/test_run_config.py), checked as `harness run` checks its options
+    (RunOptionError, a ValueError, names the option), with this machine's device slots."""
     from harness.run.plan.devices import DevicePool, configured_count
 
-    config = RunConfig(timeout_s=timeout_s, faults=tuple(faults), device=device or DEVICE.text() or "cpu")
+    config = RunConfig(timeout_s=timeout_s, faults=faults, device=device or DEVICE.text() or "cpu")  # type: ignore[arg-type]
     return RunContext(config, DevicePool(configured_count(config.device), config.device))
 
 

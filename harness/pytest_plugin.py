@@ -78,6 +78,7 @@ def pytest_configure(config):
     if problem:
         raise pytest.UsageError(f"${RUN_ID_ENV}: {problem}")
     _check_cluster(config)
+    _check_run_options(config)
     _collect_builtin_suites(config)
 
 
@@ -109,6 +110,54 @@ def _check_cluster(config) -> None:
         cluster_option(config.getoption("--harness-cluster", None))
     except ClusterError as exc:
         raise pytest.UsageError(str(exc)) from None
+
+
+def _check_run_options(config) -> None:
+    """The session's run options checked once, as a RunConfig checks them for every way in: a
+    bad one is a usage error (exit 2) before any item runs, never an `error` per scenario."""
+    from harness.inputs.scenarios.request import RunOptionError
+
+    try:
+        _run_config(config)
+    except RunOptionError as exc:
+        raise pytest.UsageError(str(exc)) from None
+
+
+def pytest_collection_finish(session) -> None:
+    """--harness-fault switches that no engine of the collected scenarios takes (a typo):
+    one usage error, as `harness run --fault` is, not an `error` verdict per scenario. Under
+    xdist the controller checks what its first worker collected (a worker's usage error
+    would be an internal error of the whole session)."""
+    if hasattr(session.config, "workerinput"):
+        return
+    problem = _faults_problem(session.config, {i.scenario.suite.engine for i in session.items if isinstance(i, ScenarioItem)})
+    if problem:
+        raise pytest.UsageError(problem)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_node_collection_finished(node, ids) -> None:
+    """xdist: the controller's check of the faults, over the scenario files its worker collected."""
+    if not node.config.getoption("--harness-fault"):
+        return
+    root = node.config.rootpath
+    files = {root / node_id.split("::")[0] for node_id in ids}
+    problem = _faults_problem(node.config, {_engine_of(f) for f in files if f.suffix in (".yaml", ".yml")} - {None})
+    if problem:
+        pytest.exit(f"usage error: {problem}", returncode=pytest.ExitCode.USAGE_ERROR)
+
+
+def _engine_of(scenario_file: Path) -> str | None:
+    try:
+        return load_suite(scenario_file).engine
+    except (ScenarioError, OSError):  # the worker reports its collection error
+        return None
+
+
+def _faults_problem(config, engines: set) -> str | None:
+    from harness.inputs.scenarios.request import unknown_faults
+
+    return unknown_faults(config.getoption("--harness-fault") or (), engines, "--harness-fault")
 
 
 def _run_dir(config) -> Path:
@@ -275,7 +324,7 @@ def _run_config(config) -> RunConfig:
         config.getoption,
         gate=_gate(config),
         device=DEVICE.text() or "cpu",
-        cluster=config.getoption("--harness-cluster") or CLUSTER.raw(),
+        cluster=config.getoption("--harness-cluster") or CLUSTER.raw() or None,
     )
 
 

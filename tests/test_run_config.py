@@ -72,12 +72,12 @@ def test_a_parsed_command_line_is_a_run_config():
             "3",
             "-x",
             "--interaction-trials",
-            "-4",
+            "4",
         ]
     )
     config = RunConfig.from_cli(args)
     assert (config.ids, config.gate, config.timeout_s, config.faults) == (("llama-tiny/tp1-pp1",), "pr", 2.5, ("a@1", "b@2"))
-    assert (config.env, config.jobs, config.exitfirst, config.interaction_trials) == ((("A", "1"),), 3, True, 0)
+    assert (config.env, config.jobs, config.exitfirst, config.interaction_trials) == ((("A", "1"),), 3, True, 4)
     with pytest.raises(dataclasses.FrozenInstanceError):
         config.gate = "nightly"  # type: ignore[misc]
 

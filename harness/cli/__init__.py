@@ -20,6 +20,7 @@ from harness.contract.roots import export_to_children
 from harness.contract.settings.project import ProjectConfigError
 from harness.contract.settings.variables import VariableValueError, check_values
 from harness.engines.launch import SigtermAsInterrupt
+from harness.inputs.scenarios.request import RunOptionError
 from harness.inputs.scenarios.schema import ScenarioError
 from harness.run.plan.devices import DeviceError
 from harness.run.plan.nodes import NodesError
@@ -90,6 +91,7 @@ def _main(argv: list[str] | None) -> int:
         if args.command == "bisect-step":
             return bisect.run_step(args)
         return COMMANDS[args.command].run(args)
-    except (ScenarioError, DeviceError, NodesError, VariableValueError, ProjectConfigError) as exc:
+    # RunOptionError: a run option the parser's value types let through (a default, a variable)
+    except (ScenarioError, DeviceError, NodesError, VariableValueError, ProjectConfigError, RunOptionError) as exc:
         print(f"harness: {exc}", file=sys.stderr)
         return exit_codes.USAGE

@@ -5,15 +5,23 @@ from the fields of RunConfig (harness/inputs/scenarios/request.py) that declare 
 from __future__ import annotations
 
 import argparse
-import math
 from collections.abc import Callable
 from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
-from harness.contract.rundir import run_id_problem
-from harness.inputs.scenarios.request import RunConfig, option_of
-from harness.inputs.scenarios.schema import ScenarioError, env_problem
+from harness.inputs.scenarios.request import (
+    NotTaken,
+    RunConfig,
+    count,
+    count_or_none,
+    env_pair,
+    option_of,
+    revision,
+    run_id,
+    seconds,
+)
+from harness.inputs.scenarios.schema import ScenarioError
 
 
 def key_value(text: str) -> tuple[str, str]:
@@ -23,43 +31,35 @@ def key_value(text: str) -> tuple[str, str]:
     return key, value
 
 
+def from_text(check: Callable[[Any], Any], parse: Callable[[str], Any] = str) -> Callable[[str], Any]:
+    """A value type: the text parsed, then held to the run option's own check (the one a
+    RunConfig made in code is held to, harness/inputs/scenarios/request.py VALUE_CHECKS), so
+    both refuse the same values with the same words. A text that does not even parse is
+    held to the check as it is: the check says what it expects."""
+
+    def value_type(text: str) -> Any:
+        try:
+            value = parse(text)
+        except ValueError:
+            value = text
+        try:
+            return check(value)
+        except NotTaken as exc:
+            raise argparse.ArgumentTypeError(exc.said_of(f"'{text}'")) from None
+
+    return value_type
+
+
 def env_assignment(text: str) -> tuple[str, str]:
     """--env NAME=VALUE: one the OS takes into a process's environment."""
-    name, value = key_value(text)
-    problem = env_problem(name, value)
-    if problem:
-        raise argparse.ArgumentTypeError(f"{problem}: {text!r} (expected NAME=VALUE, an environment variable)")
-    return name, value
-
-
-def run_id(text: str) -> str:
-    """--run-id: one directory under --report-dir, never a path that leads out of it."""
-    problem = run_id_problem(text)
-    if problem:
-        raise argparse.ArgumentTypeError(problem)
-    return text
-
-
-def positive_seconds(text: str) -> float:
-    """A timeout: a finite number of seconds > 0 (0 or a negative one cannot be waited for)."""
     try:
-        seconds = float(text)
-    except ValueError:
-        seconds = math.nan
-    if not (math.isfinite(seconds) and seconds > 0):
-        raise argparse.ArgumentTypeError(f"expected a number of seconds > 0, got '{text}'")
-    return seconds
+        return env_pair(key_value(text))
+    except NotTaken as exc:
+        raise argparse.ArgumentTypeError(exc.said_of(f"'{text}'")) from None
 
 
-def positive_int(text: str) -> int:
-    """A count of jobs or devices: an integer >= 1."""
-    try:
-        count = int(text)
-    except ValueError:
-        count = 0
-    if count < 1:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got '{text}'")
-    return count
+positive_seconds = from_text(seconds, float)
+positive_int = from_text(count, int)
 
 
 def shard_arg(text: str) -> str:
@@ -73,25 +73,18 @@ def shard_arg(text: str) -> str:
     return text
 
 
-def git_revision(text: str) -> str:
-    """A branch, tag or commit for --changed-since; never something git reads as an option."""
-    if not text or text.startswith("-"):
-        raise argparse.ArgumentTypeError(f"expected a branch, tag or commit (e.g. origin/main), got '{text}'")
-    return text
-
-
 # -- options made from the run configuration (harness/inputs/scenarios/request.py) -----------------
 
 # how a text becomes a RunConfig field's value (Option.value), on the command line and in pytest
 VALUE_TYPES: dict[str, Callable[[str], Any]] = {
     "seconds": positive_seconds,
     "count": positive_int,
-    "int": int,
+    "count-or-none": from_text(count_or_none, int),
     "path": Path,
     "env": env_assignment,
-    "run-id": run_id,
+    "run-id": from_text(run_id),
     "shard": shard_arg,
-    "revision": git_revision,
+    "revision": from_text(revision),
 }
 
 

@@ -16,7 +16,7 @@ from harness.contract.rundir import ResultsNotWritten, RunDirTaken, check_writab
 from harness.contract.settings.project import project
 from harness.engines.launch import DeferInterrupts
 from harness.inputs.scenarios.loading import BrokenSuite
-from harness.inputs.scenarios.request import RunConfig
+from harness.inputs.scenarios.request import RunConfig, unknown_faults
 
 HELP = "run scenarios and write a report"
 
@@ -69,7 +69,7 @@ def run(args) -> int:
     if not chosen and not broken:
         print("harness: nothing to run (no scenario matches)", file=sys.stderr)
         return exit_codes.USAGE
-    problem = unknown_faults(list(config.faults), chosen)
+    problem = unknown_faults(config.faults, {s.suite.engine for s in chosen}, "--fault")
     if problem:
         print(f"harness: {problem}", file=sys.stderr)
         return exit_codes.USAGE
@@ -125,25 +125,6 @@ def _record_broken(run_dir: Path, broken: list[BrokenSuite]) -> None:
             error={"kind": "scenario-file", "file": str(b.path), "message": b.problem},
             reproduce=f"harness list {b.suite}",
         ).save(verdict_path(run_dir, b.error_id))
-
-
-def unknown_faults(faults: list[str], chosen) -> str | None:
-    """A --fault no engine of the chosen scenarios knows (a typo) is a usage error before
-    anything runs, not one `error` verdict per scenario. A fault that only some of the
-    engines know is left to each scenario (the others end `error`, naming their faults)."""
-    from harness.engines import get_engine
-
-    if not faults:
-        return None
-    problems = {}
-    for name in sorted({s.suite.engine for s in chosen}):
-        try:
-            problems[name] = get_engine(name).fault_problem(list(faults))
-        except Exception:  # noqa: BLE001 - an engine that does not load says so in its scenarios
-            return None
-    if problems and all(problems.values()):
-        return "; ".join(f"--fault for engine '{name}': {p}" for name, p in problems.items())
-    return None
 
 
 def _run_and_report(chosen, run_dir: Path, meta: dict, history: Path, ctx, cost: dict) -> int:

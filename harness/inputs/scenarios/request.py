@@ -8,19 +8,136 @@ the API's keyword arguments are checked against them (tests/test_run_config.py),
 stages read a run's options from a RunConfig (harness/run/stages/context.py pairs it with the
 run-time objects a session makes: the device pool, the nodes, the cancel switch). The
 hidden `bisect-step` receives one whole, as JSON (to_json / from_json).
+
+A RunConfig checks its values when it is made (RunOptionError), with the checks the CLI's and
+the pytest plugin's value types call on the text they parsed (VALUE_CHECKS): one rule per
+option, whichever way it was given, so the Python API refuses what `harness run` refuses.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Callable, Mapping
+import math
+import os
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 from harness.contract.roots import reports_dir
+from harness.contract.rundir import run_id_problem
 from harness.contract.settings.variables import DEVICE
+from harness.inputs.scenarios.schema import env_problem
+
+
+class NotTaken(ValueError):
+    """A value an option cannot take: what it takes instead ("expected an integer >= 1"),
+    or, with `names_value`, a sentence that already quotes the value."""
+
+    def __init__(self, problem: str, names_value: bool = False):
+        super().__init__(problem)
+        self.problem = problem
+        self.names_value = names_value
+
+    def said_of(self, shown: str) -> str:
+        """The problem, with the value as the user gave it (`shown`: '-5' of a command line)."""
+        return self.problem if self.names_value else f"{self.problem}, got {shown}"
+
+
+class RunOptionError(ValueError):
+    """An option of a run given a value it cannot take (a harness.api keyword argument, a
+    RunConfig made in code): names the option (keyword, CLI flag, pytest option), what it
+    takes and what it got. A ValueError, as the API's other refusals of its input."""
+
+
+# -- what each kind of value takes (Option.value); the CLI parses a text, then checks it here ---
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def seconds(value: Any) -> float:
+    """A timeout: a finite number of seconds > 0 (0 or a negative one cannot be waited for)."""
+    if not (_is_number(value) and math.isfinite(value) and value > 0):
+        raise NotTaken("expected a number of seconds > 0")
+    return float(value)
+
+
+def count(value: Any) -> int:
+    """A count of jobs or devices: an integer >= 1."""
+    if not (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
+        raise NotTaken("expected an integer >= 1")
+    return value
+
+
+def count_or_none(value: Any) -> int:
+    """A bound that 0 switches off (--interaction-trials): an integer >= 0; a negative one
+    is a typo, not a way to say 0."""
+    if not (isinstance(value, int) and not isinstance(value, bool) and value >= 0):
+        raise NotTaken("expected an integer >= 0 (0: none)")
+    return value
+
+
+def path(value: Any) -> Path:
+    if not isinstance(value, (str, os.PathLike)) or not str(value):
+        raise NotTaken("expected a path")
+    return Path(value)
+
+
+def run_id(value: Any) -> str:
+    """--run-id: one directory under --report-dir, never a path that leads out of it."""
+    if not isinstance(value, str):
+        raise NotTaken("expected a run id (letters, digits, '.', '_' and '-')")
+    problem = run_id_problem(value)
+    if problem:
+        raise NotTaken(problem, names_value=True)
+    return value
+
+
+def revision(value: Any) -> str:
+    """A branch, tag or commit for --changed-since; never something git reads as an option."""
+    if not isinstance(value, str) or not value or value.startswith("-"):
+        raise NotTaken("expected a branch, tag or commit (e.g. origin/main)")
+    return value
+
+
+def text(value: Any) -> str:
+    if not isinstance(value, str) or not value:
+        raise NotTaken("expected a non-empty string")
+    return value
+
+
+def switch(value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise NotTaken("expected True or False")
+    return value
+
+
+def env_pair(value: Any) -> tuple[str, str]:
+    """NAME=VALUE as a pair: one the OS takes into a process's environment."""
+    if not (isinstance(value, (tuple, list)) and len(value) == 2):
+        raise NotTaken("expected NAME=VALUE, an environment variable")
+    name, val = str(value[0]), str(value[1])
+    problem = env_problem(name, val)
+    if problem:
+        raise NotTaken(f"{problem}: {name + '=' + val!r} (expected NAME=VALUE, an environment variable)", names_value=True)
+    return name, val
+
+
+# Option.value -> its check; an option without one takes a non-empty string. The shard's I/N
+# form is checked by the CLI (harness/run/plan/schedule.py parses it, a layer above this one).
+VALUE_CHECKS: dict[str, Callable[[Any], Any]] = {
+    "seconds": seconds,
+    "count": count,
+    "count-or-none": count_or_none,
+    "path": path,
+    "env": env_pair,
+    "run-id": run_id,
+    "shard": text,
+    "revision": revision,
+}
 
 
 @dataclass(frozen=True)
@@ -171,7 +288,7 @@ class RunConfig:
     interaction_trials: int = _option(
         10,
         flag="--interaction-trials",
-        value="int",
+        value="count-or-none",
         metavar="N",
         pytest="--harness-interaction-trials",
         help="a failure of several axis values off the golden's is narrowed to the values "
@@ -198,14 +315,10 @@ class RunConfig:
     )
 
     def __post_init__(self) -> None:
-        """Lists and mappings as given (argparse's, an API caller's) kept as tuples: frozen all through."""
-        set_ = object.__setattr__
-        set_(self, "ids", tuple(self.ids))
-        set_(self, "faults", tuple(self.faults))
-        set_(self, "engine_envs", tuple(self.engine_envs))
-        env = self.env.items() if isinstance(self.env, Mapping) else self.env
-        set_(self, "env", tuple((str(k), str(v)) for k, v in env))
-        set_(self, "interaction_trials", max(0, self.interaction_trials))  # a negative count narrows nothing
+        """Every value checked, as the CLI checks its text (RunOptionError names the option);
+        lists and mappings as given (argparse's, an API caller's) kept as tuples: frozen all through."""
+        for f in fields(self):
+            object.__setattr__(self, f.name, _checked(f, getattr(self, f.name)))
 
     @property
     def env_vars(self) -> dict[str, str]:
@@ -251,6 +364,76 @@ class RunConfig:
         paths = {f.name for f in fields(cls) if option_of(f).value == "path"}
         values: dict[str, Any] = {k: (Path(v) if k in paths and v is not None else v) for k, v in raw.items()}
         return cls(**values)
+
+
+def unknown_faults(faults: Iterable[str], engines: Iterable[str], option: str) -> str | None:
+    """Fault switches that no engine of the chosen scenarios takes (a typo): refused once, by
+    every way in (`option` names how they were given: --fault, --harness-fault, faults=),
+    before anything runs, not as one `error` verdict per scenario. A fault that only some of
+    the engines take is left to each scenario (the others end `error`, naming their faults)."""
+    from harness.engines import get_engine
+
+    faults = list(faults)
+    if not faults:
+        return None
+    problems = {}
+    for name in sorted(set(engines)):
+        try:
+            problems[name] = get_engine(name).fault_problem(faults)
+        except Exception:  # noqa: BLE001 - an engine that does not load says so in its scenarios
+            return None
+    if problems and all(problems.values()):
+        return "; ".join(f"{option} for engine '{name}': {p}" for name, p in problems.items())
+    return None
+
+
+def option_names(f: dataclasses.Field) -> str:
+    """How a field is named wherever it is given: "timeout_s (--timeout, --harness-timeout)"."""
+    how = option_of(f)
+    flags = [n for n in (how.flag if how.flag and how.flag.startswith("-") else None, how.pytest) if n]
+    return f"{f.name} ({', '.join(flags)})" if flags else f.name
+
+
+def _checked(f: dataclasses.Field, value: Any) -> Any:
+    """The field's value as the config keeps it, or RunOptionError naming the option."""
+    try:
+        return _value_of(f, value)
+    except NotTaken as exc:
+        raise RunOptionError(f"run option {option_names(f)}: {exc.said_of(repr(value))}") from None
+
+
+def _value_of(f: dataclasses.Field, value: Any) -> Any:
+    how = option_of(f)
+    if value is None and f.default is None:
+        return None
+    if how.switch:
+        return switch(value)
+    check = VALUE_CHECKS.get(how.value or "", text)
+    if how.repeat:
+        return tuple(_each(check, _items(f, value)))
+    if how.choices and value not in how.choices:
+        raise NotTaken(f"expected one of {', '.join(how.choices)}")
+    return check(value)
+
+
+def _items(f: dataclasses.Field, value: Any) -> Iterable[Any]:
+    """A repeated option's values: one string is one value (faults="pp-buffer-missing-key" is
+    that fault, never its characters); a mapping's items for env."""
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, Mapping):
+        return value.items()
+    if not isinstance(value, Iterable):
+        raise NotTaken("expected a list of values" if f.name != "env" else "expected a mapping NAME -> VALUE")
+    return value
+
+
+def _each(check: Callable[[Any], Any], values: Iterable[Any]) -> Iterable[Any]:
+    for value in values:
+        try:
+            yield check(value)
+        except NotTaken as exc:
+            raise NotTaken(f"{exc.said_of(repr(value))} (one of the values given)", names_value=True) from None
 
 
 def _given(found: dict[str, Any]) -> dict[str, Any]:
