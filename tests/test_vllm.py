@@ -69,6 +69,24 @@ def test_worker_crash_names_the_pp1_worker_and_its_root_cause(tmp_path):
     assert not left_in_shared_memory(run_dir, "vllm-llama/tp1-pp2-compile")  # the crashed worker's too
 
 
+def test_an_engine_core_start_up_assertion_is_named_not_the_workers_it_let_go(tmp_path):
+    """The engine core's own assertion (the pp-kv-layout fault: PP rank 1 reports KV-cache
+    layouts the other stage does not, as Qwen3-Next's stages did on 0.32), after which vLLM
+    logs its workers leaving with exit code 0: the crash names the core's exception and line."""
+    scenarios = tmp_path / "scenarios"
+    scenarios.mkdir()
+    text = (ROOT / "scenarios" / "vllm-llama.yaml").read_text()
+    (scenarios / "vllm-llama.yaml").write_text(text + "faults: [pp-kv-layout@1]\n")
+    result, run_dir = run(tmp_path, scenarios, "vllm-llama/tp1-pp2")
+    v = verdict_of(run_dir, "vllm-llama/tp1-pp2")
+    assert v["verdict"] == "crash", v["reason"]
+    assert v["crash"]["rank"].startswith("EngineCore (vLLM process"), v["reason"]
+    assert v["crash"]["exception"].startswith("AssertionError: Workers disagree on supported KV cache layouts"), v["reason"]
+    assert "attention/backends/utils.py" in v["crash"]["frame"], v["crash"]["frame"]
+    assert result.returncode == 1
+    assert not survivors(run_dir)
+
+
 def test_what_vllm_applied_is_measured_in_its_workers(tmp_path):
     """A setting vLLM accepted is not proof it ran: the driver asks every worker
     what it holds and compiled (harness/engines/vllm/evidence.py), and the verdict shows it."""
