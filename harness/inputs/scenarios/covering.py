@@ -175,7 +175,9 @@ def _cached_rows(cache: Path, key: str, suite: SuiteFile, checks: list[Constrain
     except (OSError, ValueError, KeyError, TypeError):  # not made yet, damaged or edited: made again
         return None
     axes = list(suite.matrix)
-    for row in rows if isinstance(rows, list) else [None]:
+    if not isinstance(rows, list):
+        return None
+    for row in rows:
         if not isinstance(row, dict) or list(row) != axes:
             return None
         if not all(is_one_of(row[a], suite.matrix[a]) for a in axes) or not all(c.allows(row) for c in checks):
