@@ -29,7 +29,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--strength",
-        type=int,
+        type=_strength,
         default=None,
         metavar="T",
         help="with --coverage: combinations of T axis values (default: a covering suite's own; else 3)",
@@ -42,15 +42,48 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
 
 
+def _strength(text: str) -> int:
+    """--strength: a positive number of axes (0 or less combines nothing)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of axes to combine: give an integer >= 1")
+    return value
+
+
+def _misused(args) -> str | None:
+    """Why --strength or --lock cannot do what they say here, or None."""
+    for flag, given in (("--strength", args.strength is not None), ("--lock", args.lock)):
+        if given and not args.coverage:
+            return f"{flag} goes with --coverage (harness list --coverage {flag} ...)"
+    return None
+
+
 def run(args) -> int:
     if args.engines or args.models:
         return _plugins(args)
     from harness.contract.expectations import describe as describe_expectation
 
+    problem = _misused(args)
+    if problem:
+        print(f"harness list: {problem}", file=sys.stderr)
+        return exit_codes.USAGE
     catalog = suites.load(args)
     chosen, broken = catalog.pick(args.ids, args.gate)
     if args.coverage:
-        _coverage(chosen, args.strength, args.lock)
+        problem = _coverage_problem(chosen, args.strength, args.lock)
+        if problem:
+            print(f"harness list: {problem}", file=sys.stderr)
+            return exit_codes.USAGE
+        from harness.inputs.scenarios.schema import ScenarioError
+
+        try:
+            _coverage(chosen, args.strength, args.lock)
+        except ScenarioError as exc:
+            print(f"harness list: {exc}", file=sys.stderr)
+            return exit_codes.USAGE
         return exit_codes.USAGE if broken else exit_codes.OK
     for s in chosen:
         if args.ids_only:
@@ -63,6 +96,23 @@ def run(args) -> int:
         print(f"{s.id:40s} gates={','.join(sorted(s.gates)) or '-'}{notes}")
     # a broken suite the request could have listed: the listing is not the whole answer
     return exit_codes.USAGE if broken else exit_codes.OK
+
+
+def _coverage_problem(chosen: list, strength: int | None, lock: bool) -> str | None:
+    """Why --coverage cannot answer for these suites as asked, or None: a --strength above a
+    suite's axes would be labelled with a strength nothing counted; --lock with no covering
+    suite would write nothing."""
+    suites_chosen = list({s.suite.suite: s.suite for s in chosen}.values())
+    for suite in suites_chosen:
+        if strength is not None and strength > len(suite.matrix):
+            return (
+                f"--strength {strength}: suite {suite.suite} has {len(suite.matrix)} axes "
+                f"({', '.join(suite.matrix)}): give 1 to {len(suite.matrix)}"
+            )
+    if lock and not any(suite.covering for suite in suites_chosen):
+        names = ", ".join(suite.suite for suite in suites_chosen) or "none"
+        return f"--lock: no chosen suite is a covering array (chosen: {names}); a full product's ids need no lock"
+    return None
 
 
 def _coverage(chosen: list, strength: int | None, lock: bool) -> None:
@@ -90,7 +140,10 @@ def _coverage(chosen: list, strength: int | None, lock: bool) -> None:
         )
         versions = _installed_versions(suite.engine, scenarios[0].engine_options)
         live = [s.settings for s in scenarios if not _ends_early(s, versions)]
-        masked = got.covered - covering.coverage(asked_of, live, engine_rules(suite.engine), t).covered
+        # counted again only where a row ends early: a second count doubles the command's time
+        masked = (
+            got.covered - covering.coverage(asked_of, live, engine_rules(suite.engine), t).covered if len(live) < len(rows) else 0
+        )
         if masked:
             on = f"{suite.engine} {versions.get(suite.engine, '')}".strip() if versions else "some engine version"
             print(
@@ -103,6 +156,8 @@ def _coverage(chosen: list, strength: int | None, lock: bool) -> None:
             print(f"  not run ({len(got.missed)}): {', '.join(got.missed[:12])}{' ...' if len(got.missed) > 12 else ''}")
         if lock and suite.covering is not None:
             print(f"  rows recorded in {covering.write_lock(suite, source, planned_settings(suite, source))}")
+        elif lock:
+            print("  no lock: a full product's ids need none")
         for i, n in enumerate((len(rows), got.required, got.covered, len(got.missed))):
             totals[i] += n
     print(f"total: {totals[0]} scenarios, {totals[1]} combinations, {totals[2]} covered, {totals[3]} feasible and not run")

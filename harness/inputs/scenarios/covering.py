@@ -26,6 +26,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +34,7 @@ from pathlib import Path
 from harness.contract import axes as axes_declarations
 from harness.contract.axes import Rule, filled, is_one_of, same_value
 from harness.contract.rundir import write_files, write_json
+from harness.contract.settings.variables import MAX_SCENARIOS
 from harness.inputs.scenarios.schema import ARCH_AXIS, ScenarioError, SuiteFile
 
 LOCK_SUFFIX = ".lock"
@@ -50,16 +52,17 @@ class Constraint:
 
 def constraints(suite: SuiteFile, rules: tuple[Rule, ...]) -> list[Constraint]:
     """What a planned setting must keep: the rules that touch the matrix, then the excludes."""
-    matrix = set(suite.matrix)
-    found = []
-    for rule in rules:
-        # a rule whose feature is not an axis here never fires
-        if rule.when.axis in matrix:
-            found.append(Constraint(rule.message(), tuple(a for a in rule.axes if a in matrix), _keeps(rule)))
+    found = rule_constraints(suite, rules)
     for selector in suite.exclude:
         text = ", ".join(f"{k}: {_spell(v)}" for k, v in selector.items())
         found.append(Constraint(f"exclude {{{text}}}", tuple(selector), _outside(selector)))
     return found
+
+
+def rule_constraints(suite: SuiteFile, rules: tuple[Rule, ...]) -> list[Constraint]:
+    """The rules that touch the matrix (a rule whose feature is not an axis here never fires)."""
+    matrix = set(suite.matrix)
+    return [Constraint(r.message(), tuple(a for a in r.axes if a in matrix), _keeps(r)) for r in rules if r.when.axis in matrix]
 
 
 def _keeps(rule: Rule) -> Callable[[dict], bool]:
@@ -81,20 +84,26 @@ def lock_path(source: Path) -> Path:
 
 
 def locked_rows(suite: SuiteFile, source: Path) -> list[dict]:
-    """The rows the lock file records that are still settings of this matrix."""
+    """The rows the lock file records that are still settings of this matrix. A row of an
+    axis or value taken out of the matrix is another setting now, and left out; a row no
+    `harness list --coverage --lock` could have written (not an object, a value no axis
+    takes) is refused, never dropped: its id would vanish without a word."""
     path = lock_path(source)
     if not path.is_file():
         return []
+    mend = f"delete it, then `harness list --coverage --lock {suite.suite}` writes it again"
     try:
         rows = json.loads(path.read_text())["rows"]
     except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise ScenarioError(
-            f"{path}: not a covering-array lock file ({exc}); delete it, then "
-            f"`harness list --coverage --lock {suite.suite}` writes it again"
-        ) from None
+        raise ScenarioError(f"{path}: not a covering-array lock file ({exc}); {mend}") from None
+    if not isinstance(rows, list):
+        raise ScenarioError(f"{path}: rows is {type(rows).__name__}, not a list of settings ({{axis: value}}); {mend}")
     axes, kept = list(suite.matrix), []
-    for row in rows:
-        if not isinstance(row, dict) or set(row) - set(axes):
+    for i, row in enumerate(rows):
+        problem = _lock_row_problem(row)
+        if problem:
+            raise ScenarioError(f"{path}: rows[{i}]: {problem}; {mend}")
+        if set(row) - set(axes):
             # an axis taken out of the matrix: its rows are other settings now
             continue
         # an axis added since: its golden value, which an id leaves out where it means "off"
@@ -102,6 +111,19 @@ def locked_rows(suite: SuiteFile, source: Path) -> list[dict]:
         if all(is_one_of(row[a], suite.matrix[a]) for a in axes):
             kept.append(row)
     return kept
+
+
+def _lock_row_problem(row: object) -> str | None:
+    """Why `row` is no setting at all (of any matrix), or None."""
+    if not isinstance(row, dict):
+        return f"{json.dumps(row)} is not a setting ({{axis: value}})"
+    for axis, value in row.items():
+        declared = axes_declarations.AXES.get(axis)
+        problem = declared.problem(value) if declared else None
+        if not isinstance(value, (bool, int, str)) or problem:
+            allowed = declared.domain_text() if declared else f"{axis} takes true, false, an integer or a name"
+            return f"{json.dumps(value)} is not a value of {axis} ({allowed})"
+    return None
 
 
 def write_lock(suite: SuiteFile, source: Path, rows: list[dict]) -> Path:
@@ -119,22 +141,47 @@ def covering_rows(suite: SuiteFile, source: Path, rules: tuple[Rule, ...]) -> li
     list them), each respecting every constraint. Kept on disk by what makes them
     (rows_key): covertable takes about a second a suite, and every command reads them."""
     assert suite.covering is not None
+    check_size(suite, source)
     kept_rows = locked_rows(suite, source)
     checks = constraints(suite, rules)
     kept_rows = [r for r in kept_rows if all(c.allows(r) for c in checks)]
-    cache = _rows_cache(rows_key(suite, rules, kept_rows))
-    try:
-        rows = json.loads(cache.read_text())
-        if isinstance(rows, list) and all(isinstance(r, dict) and list(r) == list(suite.matrix) for r in rows):
-            return rows
-    except (OSError, ValueError):  # not made yet, or damaged: made again
-        pass
-    rows = _make_rows(suite, checks, kept_rows)
+    key = rows_key(suite, rules, kept_rows)
+    cache = _rows_cache(key)
+    rows = _cached_rows(cache, key, suite, checks)
+    if rows is not None:
+        return rows
+    rows = _make_rows(suite, source, checks, kept_rows)
     try:
         cache.parent.mkdir(parents=True, exist_ok=True)
-        write_json(cache, rows)  # whole or not at all: a command beside this one reads it
+        # whole or not at all: a command beside this one reads it
+        write_json(cache, {"key": key, "digest": _digest(key, rows), "rows": rows})
     except OSError:  # a read-only cache only costs the next command the same second
         pass
+    return rows
+
+
+def _digest(key: str, rows: list[dict]) -> str:
+    return hashlib.sha256(json.dumps([key, rows], sort_keys=True).encode()).hexdigest()
+
+
+def _cached_rows(cache: Path, key: str, suite: SuiteFile, checks: list[Constraint]) -> list[dict] | None:
+    """The rows kept in `cache` when they are the ones made for `key`, unedited (their digest)
+    and settings of this matrix that keep every constraint; else None (made again)."""
+    try:
+        kept = json.loads(cache.read_text())
+        rows = kept["rows"]
+        if kept["key"] != key or kept["digest"] != _digest(key, rows):
+            return None
+    except (OSError, ValueError, KeyError, TypeError):  # not made yet, damaged or edited: made again
+        return None
+    axes = list(suite.matrix)
+    if not isinstance(rows, list):
+        return None
+    for row in rows:
+        if not isinstance(row, dict) or list(row) != axes:
+            return None
+        if not all(is_one_of(row[a], suite.matrix[a]) for a in axes) or not all(c.allows(row) for c in checks):
+            return None
     return rows
 
 
@@ -168,18 +215,108 @@ def _rows_cache(key: str) -> Path:
     return cache_dir("covering") / f"{key}.json"
 
 
-def _make_rows(suite: SuiteFile, checks: list[Constraint], kept_rows: list[dict]) -> list[dict]:
+# The most a covering array may ask of the planner: the combinations it must hold times
+# the fewest rows that can hold them. covertable's greedy pass scans the combinations
+# still open for every row it adds, so its time grows with this product: 1.6 million
+# (five axes of 20 values, strength 2: 4,100 pairs, 486 rows) takes 2.5 s here, 8.2
+# million (30 values) 7 s.
+MOST_PLANNING_WORK = 1_500_000
+# The most constraint checks the planner may make (its completion of a row is a search
+# that constraints can make long): about 2 s of them.
+MOST_CONSTRAINT_CHECKS = 300_000
+
+
+def _asked(suite: SuiteFile, strength: int) -> list[tuple[int, list[int]]]:
+    """(t, the sizes of the axes it combines) for the suite's own t-way and each group's."""
+    groups = suite.covering.groups if suite.covering else []
+    sizes = {a: len(v) for a, v in suite.matrix.items()}
+    asked = [(min(strength, len(sizes)), list(sizes.values()))]
+    return asked + [(min(g.strength, len(g.axes)), [sizes[a] for a in g.axes]) for g in groups]
+
+
+def combination_count(suite: SuiteFile, strength: int) -> int:
+    """How many combinations the coverage asks for, at most (a set of axes within a group
+    counted twice), from the axes' lengths: none is made."""
+    return sum(_elementary(t, sizes) for t, sizes in _asked(suite, strength))
+
+
+def _elementary(t: int, sizes: list[int]) -> int:
+    """The sum over every t of `sizes` of their product (the combinations of t axes' values)."""
+    sums = [1] + [0] * t
+    for size in sizes:
+        for k in range(t, 0, -1):
+            sums[k] += sums[k - 1] * size
+    return sums[t]
+
+
+def fewest_rows(suite: SuiteFile, strength: int) -> int:
+    """The fewest settings that can hold every combination asked: the values of the t
+    largest axes of one ask combined."""
+    return max(math.prod(sorted(sizes)[len(sizes) - t :]) for t, sizes in _asked(suite, strength))
+
+
+def check_size(suite: SuiteFile, source: Path) -> None:
+    """A covering array is refused from its axes' lengths, before one row is made, where it
+    needs more scenarios than a full product may have or more work than a command can wait for."""
+    assert suite.covering is not None
+    strength = suite.covering.strength
+    limit = MAX_SCENARIOS.integer() or 1
+    least, asked = fewest_rows(suite, strength), combination_count(suite, strength)
+    if least > limit:
+        raise ScenarioError(
+            f"{source}: covering: its combinations need at least {least} scenarios (the values of its "
+            f"largest axes together), more than {limit} (${MAX_SCENARIOS.name} raises the limit): "
+            "split the suite, lower covering.strength or give the largest axes fewer values"
+        )
+    if asked * least > MOST_PLANNING_WORK:
+        raise ScenarioError(
+            f"{source}: covering: {asked} combinations in at least {least} scenarios is more than the "
+            f"planner makes in seconds ({MOST_PLANNING_WORK} combinations x scenarios at most): "
+            "split the suite, lower covering.strength or give the largest axes fewer values"
+        )
+
+
+class _TooLong(Exception):
+    """The planner's search ran past its bound."""
+
+
+def _make_rows(suite: SuiteFile, source: Path, checks: list[Constraint], kept_rows: list[dict]) -> list[dict]:
     import covertable
 
     assert suite.covering is not None
     axes = list(suite.matrix)
-    made = covertable.make(
-        {a: list(suite.matrix[a]) for a in axes},
-        strength=min(suite.covering.strength, len(axes)),
-        sub_models=[{"fields": g.axes, "strength": g.strength} for g in suite.covering.groups],
-        constraints=[{"operator": "fn", "requires": list(c.axes), "evaluate": c.allows} for c in checks],
-        presets=kept_rows,
-    )
+    limit = MAX_SCENARIOS.integer() or 1
+    counted = [0]
+
+    def bounded(check: Constraint) -> Callable[[dict], bool]:
+        def allows(row: dict) -> bool:
+            counted[0] += 1
+            if counted[0] > MOST_CONSTRAINT_CHECKS:
+                raise _TooLong
+            return check.allows(row)
+
+        return allows
+
+    made = []
+    try:
+        for row in covertable.make_async(
+            {a: list(suite.matrix[a]) for a in axes},
+            strength=min(suite.covering.strength, len(axes)),
+            sub_models=[{"fields": g.axes, "strength": g.strength} for g in suite.covering.groups],
+            constraints=[{"operator": "fn", "requires": list(c.axes), "evaluate": bounded(c)} for c in checks],
+            presets=kept_rows,
+        ):
+            made.append(row)
+            if len(made) > limit:
+                raise ScenarioError(
+                    f"{source}: covering: the array needs more than {limit} scenarios "
+                    f"(${MAX_SCENARIOS.name} raises the limit): split the suite or lower covering.strength"
+                )
+    except _TooLong:
+        raise ScenarioError(
+            f"{source}: covering: the rules and exclude: entries leave so few settings that planning "
+            f"took more than {MOST_CONSTRAINT_CHECKS} constraint checks: split the suite or use fewer excludes"
+        ) from None
     rows = [{a: row[a] for a in axes} for row in made]
     unique = {json.dumps(r, sort_keys=True): r for r in rows}  # a kept row may come back as itself
     return sorted(unique.values(), key=lambda r: tuple(_index(suite.matrix[a], r[a]) for a in axes))
@@ -222,20 +359,44 @@ def required_tuples(suite: SuiteFile, strength: int) -> Iterator[tuple[tuple[str
             yield from itertools.product(*([(k, v) for v in suite.matrix[k]] for k in keys))
 
 
+# The most a coverage count may enumerate (the combinations asked, and each row's own;
+# 300,000 take about 4 s and 100 MB here), and the most constraint checks its
+# feasibility searches may make (about 2 s of them): a count bigger than these is refused
+# (a --strength a suite's size cannot answer, hundreds of excludes entangled), never left
+# to run for minutes.
+MOST_COUNTED = 300_000
+MOST_SEARCH_CHECKS = 1_000_000
+# A combination that constraints forbid only together is said to be excluded by those
+# without which it is not, when there are at most this many to try; else by them all.
+MOST_BLAMED = 16
+
+
 def coverage(suite: SuiteFile, rows: list[dict], rules: tuple[Rule, ...], strength: int) -> Coverage:
     """Which of the required combinations some row holds, which a constraint forbids (named),
-    and which are feasible but not run."""
+    and which are feasible but not run. A row that breaks a rule covers nothing: it is
+    refused (unsupported) when run."""
     checks = constraints(suite, rules)
-    held = {tuple(sorted((k, json.dumps(v)) for k, v in combo)) for row in rows for combo in _combos_of(row, suite, strength)}
+    per_row = sum(math.comb(len(suite.matrix), t) for t, _ in _asked(suite, strength))
+    counted = combination_count(suite, strength) + len(rows) * per_row
+    if counted > MOST_COUNTED:
+        raise ScenarioError(
+            f"suite {suite.suite}: counting its {strength}-way coverage means {counted} combinations, more than "
+            f"{MOST_COUNTED}: ask a lower strength (--strength) or fewer suites"
+        )
+    # excludes are never planned; a rule's setting is, in a full product (refused when run)
+    refused = rule_constraints(suite, rules)
+    runnable = [row for row in rows if all(c.allows(row) for c in refused)]
+    held = {_key(combo) for row in runnable for combo in _combos_of(row, suite, strength)}
+    search = _Search(suite, checks)
     required = covered = 0
     excluded: dict[str, list[str]] = {}
     missed = []
     for combo in dict.fromkeys(required_tuples(suite, strength)):
         required += 1
-        if tuple(sorted((k, json.dumps(v)) for k, v in combo)) in held:
+        if _key(combo) in held:
             covered += 1
             continue
-        blocker = _blocker(suite, dict(combo), checks)
+        blocker = search.blocker(dict(combo))
         text = " ".join(f"{k}={_spell(v)}" for k, v in combo)
         if blocker is None:
             missed.append(text)
@@ -250,27 +411,98 @@ def _combos_of(row: dict, suite: SuiteFile, strength: int) -> Iterator[tuple[tup
         yield from itertools.combinations(row.items(), size)
 
 
-def _blocker(suite: SuiteFile, partial: dict, checks: list[Constraint]) -> str | None:
-    """The constraint that forbids `partial` (a combination of axis values) in every
-    setting, or None when some setting holds it."""
-    for c in checks:  # forbidden by one constraint on its own axes
-        if set(c.axes) <= set(partial) and not c.allows(partial):
-            return c.name
-    if _completes(suite, partial, checks):
-        return None
-    needed = [c.name for c in checks if _completes(suite, partial, [o for o in checks if o is not c])]
-    return " with ".join(needed) if needed else "the rules and excludes together"
+class _Search:
+    """Whether a combination of axis values extends to a whole setting that keeps every
+    constraint. Only the axes some constraint reads are searched (any value of another
+    will do), the one with fewest values left first; each value assigned narrows the other
+    axes to the values that keep the constraints it completes (forward checking), so that
+    a combination two constraints forbid together fails at once instead of after every
+    setting of the axes between them. Answers are remembered per assignment of the
+    constrained axes; the constraint checks of one count are bounded (MOST_SEARCH_CHECKS)."""
 
+    def __init__(self, suite: SuiteFile, checks: list[Constraint]):
+        self.suite = suite
+        self.checks = checks
+        self.reading: dict[str, list[Constraint]] = {}
+        for c in checks:
+            for axis in c.axes:
+                self.reading.setdefault(axis, []).append(c)
+        self.known: dict[tuple, bool] = {}
+        self.blamed: dict[tuple, str | None] = {}
+        self.made = 0
 
-def _completes(suite: SuiteFile, partial: dict, checks: list[Constraint]) -> bool:
-    """Whether some whole setting extends `partial` and keeps every constraint (depth first)."""
-    free = [a for a in suite.matrix if a not in partial]
-    if any(set(c.axes) <= set(partial) and not c.allows(partial) for c in checks):
+    def blocker(self, partial: dict) -> str | None:
+        """The constraint (or constraints together) that forbid `partial` in every setting,
+        or None when some setting holds it; the same for every combination that sets the
+        axes the constraints read alike."""
+        assigned = {a: v for a, v in partial.items() if a in self.reading}
+        memo = _key(assigned.items())
+        if memo not in self.blamed:
+            self.blamed[memo] = self._blame(assigned)
+        return self.blamed[memo]
+
+    def _blame(self, partial: dict) -> str | None:
+        for c in self.checks:  # forbidden by one constraint on its own axes
+            if set(c.axes) <= set(partial) and not self._allows(c, partial):
+                return c.name
+        if self.completes(partial, None):
+            return None
+        together = "the rules and excludes together"
+        if len(self.checks) > MOST_BLAMED:
+            return together
+        needed = [c.name for c in self.checks if self.completes(partial, c)]
+        return " with ".join(needed) if needed else together
+
+    def completes(self, partial: dict, left_out: Constraint | None) -> bool:
+        """Whether some whole setting extends `partial` and keeps every constraint but `left_out`."""
+        assigned = {a: v for a, v in partial.items() if a in self.reading}
+        memo = (id(left_out), _key(assigned.items()))
+        if memo not in self.known:
+            self.known[memo] = self._search(assigned, left_out)
+        return self.known[memo]
+
+    def _search(self, assigned: dict, left_out: Constraint | None) -> bool:
+        if any(c is not left_out and set(c.axes) <= set(assigned) and not self._allows(c, assigned) for c in self.checks):
+            return False
+        free = {a: list(self.suite.matrix[a]) for a in self.suite.matrix if a in self.reading and a not in assigned}
+        domains = self._narrow(assigned, free, left_out)
+        return domains is not None and self._extend(assigned, domains, left_out)
+
+    def _extend(self, assigned: dict, domains: dict[str, list], left_out: Constraint | None) -> bool:
+        if not domains:
+            return True
+        axis = min(domains, key=lambda a: len(domains[a]))
+        rest = {a: values for a, values in domains.items() if a != axis}
+        for value in domains[axis]:
+            trial = {**assigned, axis: value}
+            narrowed = self._narrow(trial, rest, left_out)
+            if narrowed is not None and self._extend(trial, narrowed, left_out):
+                return True
         return False
-    if not free:
-        return True
-    axis = free[0]
-    return any(_completes(suite, {**partial, axis: v}, checks) for v in suite.matrix[axis])
+
+    def _narrow(self, assigned: dict, domains: dict[str, list], left_out: Constraint | None) -> dict[str, list] | None:
+        """Each free axis's values that keep every constraint they complete; None when an axis has none left."""
+        narrowed = {}
+        for axis, values in domains.items():
+            self._spend(len(self.reading[axis]))  # the scan below, not only the checks it makes
+            completing = [c for c in self.reading[axis] if c is not left_out and all(a == axis or a in assigned for a in c.axes)]
+            kept = [v for v in values if all(self._allows(c, {**assigned, axis: v}) for c in completing)]
+            if not kept:
+                return None
+            narrowed[axis] = kept
+        return narrowed
+
+    def _allows(self, check: Constraint, setting: dict) -> bool:
+        self._spend(1)
+        return check.allows(setting)
+
+    def _spend(self, checks: int) -> None:
+        self.made += checks
+        if self.made > MOST_SEARCH_CHECKS:
+            raise ScenarioError(
+                f"suite {self.suite.suite}: its rules and exclude: entries are too entangled to count its "
+                f"coverage in {MOST_SEARCH_CHECKS} constraint checks: split the suite or use fewer excludes"
+            )
 
 
 def _spell(value: object) -> str:
@@ -305,7 +537,7 @@ def joint_coverage(
         for row in rows
         for combo in itertools.combinations([(a, row.get(a, _fixed(suite, a))) for a in axes], strength)
     }
-    checks = [(suite, constraints(suite, rules)) for suite, _, rules in parts]
+    searches = [(suite, _Search(suite, constraints(suite, rules))) for suite, _, rules in parts]
     required = covered = 0
     excluded: dict[str, list[str]] = {}
     missed = []
@@ -319,7 +551,7 @@ def joint_coverage(
             if _key(combo) in held:
                 covered += 1
                 continue
-            blocker = _joint_blocker(dict(combo), checks)
+            blocker = _joint_blocker(dict(combo), searches)
             text = " ".join(f"{k}={_spell(v)}" for k, v in combo)
             (missed.append(text) if blocker is None else excluded.setdefault(blocker, []).append(text))
     return Coverage(required, covered, excluded, missed)
@@ -331,19 +563,20 @@ def _fixed(suite: SuiteFile, axis: str) -> object:
 
 
 def _key(combo) -> tuple:
-    return tuple(sorted((k, json.dumps(v)) for k, v in combo))
+    # the type too: True and 1 are one dict key, and different values of an axis
+    return tuple(sorted((k, type(v).__name__, v) for k, v in combo))
 
 
-def _joint_blocker(combo: dict, checks: list[tuple[SuiteFile, list[Constraint]]]) -> str | None:
+def _joint_blocker(combo: dict, searches: list[tuple[SuiteFile, _Search]]) -> str | None:
     """None when some suite could run `combo`; else why the first suite that varies its
     axes cannot, or that no suite varies them together."""
     reasons = []
-    for suite, suite_checks in checks:
+    for suite, search in searches:
         fixed_apart = [k for k, v in combo.items() if k not in suite.matrix and not same_value(v, _fixed(suite, k))]
         outside = [k for k, v in combo.items() if k in suite.matrix and not is_one_of(v, suite.matrix[k])]
         if fixed_apart or outside:
             continue
-        blocker = _blocker(suite, combo, suite_checks)
+        blocker = search.blocker(combo)
         if blocker is None:
             return None
         reasons.append(f"{suite.suite}: {blocker}")

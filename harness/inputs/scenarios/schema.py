@@ -232,6 +232,17 @@ class CoveringGroup(_Strict):
     axes: list[str] = Field(min_length=2)
     strength: int = Field(ge=1)
 
+    @model_validator(mode="after")
+    def _distinct_axes(self) -> CoveringGroup:
+        # an axis twice asks for a combination of two of its own values, which no setting
+        # holds: the planner would search for it for ever
+        repeated = sorted({a for a in self.axes if self.axes.count(a) > 1})
+        if repeated:
+            raise ValueError(f"axes name {repeated} more than once; give each axis once")
+        if self.strength > len(self.axes):
+            raise ValueError(f"strength {self.strength} is more than its {len(self.axes)} axes: give 1 to {len(self.axes)}")
+        return self
+
 
 class Covering(_Strict):
     """The matrix as a covering array (harness/inputs/scenarios/covering.py) instead of its full
@@ -392,6 +403,11 @@ class SuiteFile(_Strict):
         unknown = set(self.same_layout) - axes
         if unknown:
             raise ValueError(f"same_layout names axes not in the matrix: {sorted(unknown)} (matrix axes: {sorted(axes)})")
+        if self.covering is not None and self.covering.strength > len(axes):
+            raise ValueError(
+                f"covering.strength {self.covering.strength} is more than the matrix's {len(axes)} axes "
+                f"({', '.join(self.matrix)}): give 1 to {len(axes)}"
+            )
         for i, group in enumerate(self.covering.groups if self.covering else []):
             unknown = set(group.axes) - axes
             if unknown:
