@@ -1242,5 +1242,9 @@ def test_an_engine_core_start_up_assertion_is_the_cause_not_the_workers_it_let_g
     cause = present(root_cause(log))
     assert cause.process == "EngineCore" and cause.exception.startswith("AssertionError: Workers disagree"), cause
     assert cause.frame is not None and "attention/backends/utils.py:285" in cause.frame
-    hard = log.replace("(exit code: 0)", "(exit code: -9)")
-    assert present(root_cause(hard)).process == "Worker_PP1"  # killed (the OOM killer): the cause itself
+    # 0.32 on Qwen3-Next: the monitor saw the worker leave before it was reaped
+    assert present(root_cause(log.replace("(exit code: 0)", "(exit code: None)"))).process == "EngineCore"
+    # a worker killed (the OOM killer) before the core raised: the cause itself
+    death = next(line for line in log.splitlines() if "died unexpectedly" in line)
+    killed_first = [death.replace("(exit code: 0)", "(exit code: -9)")] + [line for line in log.splitlines() if line != death]
+    assert present(root_cause("\n".join(killed_first))).process == "Worker_PP1"

@@ -11,10 +11,11 @@ logs "Worker proc <name> died unexpectedly (exit code: N)" for a hard death.
 Order of preference: the first worker traceback that is not a lost peer; else the
 first worker that died without one (named by its role, Worker_TP0_EP0, through its pid,
 with the "Fatal Python error" stack Python's faulthandler printed, unprefixed, if any),
-but not one that exited with code 0; else a worker's lost-peer traceback (gloo's
-"Connection closed by peer": the worker that really died is elsewhere); else the first
-engine-core traceback (an assertion in the core's own start-up, after which the executor
-logs every worker it lets go as "died unexpectedly (exit code: 0)"); else such a worker.
+but not one that exited with code 0 or was seen dying after the engine core's traceback;
+else a worker's lost-peer traceback (gloo's "Connection closed by peer": the worker that
+really died is elsewhere); else the first engine-core traceback (an assertion in the core's
+own start-up, after which the executor logs every worker it lets go as "died unexpectedly",
+exit code 0 or None); else such a worker.
 None when the log has none of these (the launcher's own view of the crash stands then).
 
 Standard library only.
@@ -171,14 +172,15 @@ FATAL = re.compile(r"^Fatal Python error: (?P<what>.+)$")
 FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+) in (?P<func>\S+)')
 
 
-def _deaths(log_text: str) -> list[ProcessError]:
+def _deaths(log_text: str) -> list[tuple[int, ProcessError]]:
     """Workers the executor saw die, by the name their pid logged under last (the role
-    name, Worker_TP0_EP0, where it has one), with the first fatal-error stack if any."""
+    name, Worker_TP0_EP0, where it has one), with the first fatal-error stack if any; each
+    with the place of its line among the processes' lines."""
     names = {pid: proc for proc, pid, _ in _prefixed_lines(log_text)}  # the last name each pid used
     pids = {proc: pid for proc, pid, _ in _prefixed_lines(log_text)}
     fatal = _fatal_error(log_text)
     deaths = []
-    for _proc, _pid, msg in _prefixed_lines(log_text):
+    for index, (_proc, _pid, msg) in enumerate(_prefixed_lines(log_text)):
         m = DIED.search(msg)
         if m:
             pid = pids.get(m["name"])
@@ -186,8 +188,17 @@ def _deaths(log_text: str) -> list[ProcessError]:
             code = f" (exit code {m['code']}{', ' + signal_name if signal_name and m['code'] else ''})" if m["code"] else ""
             what, stack, frame = fatal or (f"died unexpectedly{code}", msg, None)
             name = names.get(pid, m["name"]) if pid is not None else m["name"]
-            deaths.append(ProcessError(str(name), pid, what, stack, frame, exitcode=exitcode, signal=signal_name))
+            deaths.append((index, ProcessError(str(name), pid, what, stack, frame, exitcode=exitcode, signal=signal_name)))
     return deaths
+
+
+def _core_failed_at(log_text: str) -> int | None:
+    """The place of the first traceback a process other than a worker (the engine core)
+    began, among the processes' lines."""
+    for index, (proc, _pid, msg) in enumerate(_prefixed_lines(log_text)):
+        if msg.startswith("Traceback (most recent call last):") and not ProcessError(proc, None, "", "").is_worker:
+            return index
+    return None
 
 
 # What faulthandler writes for the signals it catches, and the signal each is
@@ -336,13 +347,16 @@ def root_cause(log_text: str) -> ProcessError | None:
     workers = [t for t in tracebacks if t.is_worker]
     lost = [t for t in workers if PEER_LOST.search(t.exception)]
     own = [t for t in workers if t not in lost]
-    deaths = _deaths(log_text)
-    # A worker that exited with code 0 was let go: its engine core failed (an assertion in
-    # its own start-up, vLLM's "Engine core initialization failed") and the executor's
-    # monitor, not yet told of the shutdown, logs each leaving worker as "died unexpectedly
-    # (exit code: 0)". That is a consequence; the core's traceback is the cause.
-    let_go = [d for d in deaths if d.exitcode == 0]
-    died = [d for d in deaths if d not in let_go]
+    # A worker the executor saw leave after its engine core had failed, or with exit code 0,
+    # was let go: the core failed (an assertion in its own start-up, vLLM's "Engine core
+    # initialization failed") and the executor's monitor, not yet told of the shutdown, logs
+    # each leaving worker as "died unexpectedly" (exit code 0, or None when it had not been
+    # reaped yet: Qwen3-Next under PP2 on 0.32). A consequence; the core's traceback is the cause.
+    core_failed_at = _core_failed_at(log_text)
+    died, let_go = [], []
+    for index, death in _deaths(log_text):
+        after_core = core_failed_at is not None and index > core_failed_at
+        (let_go if after_core or death.exitcode == 0 else died).append(death)
     for candidates in (own, died, lost, tracebacks, let_go):
         if candidates:
             return candidates[0]
