@@ -171,3 +171,18 @@ def test_an_interrupted_narrowing_keeps_the_failure_for_the_report(tmp_path, mon
     assert written["reason"].startswith("logprobs differ; interaction: interrupted before it named")
     write_report(tmp_path, {"scenarios": [scenario.id], "interrupted": True})
     assert run_meta(tmp_path)["never_ran"] == [] and run_meta(tmp_path)["counts"] == {"fail": 1}
+
+
+def test_a_narrowing_that_breaks_keeps_the_engines_failure_and_says_the_harness_fault(tmp_path, monkeypatch):
+    """A harness fault while narrowing (not a trial's: those keep their value in) turned the
+    engine's `fail` into the harness's `error`: the failure was lost."""
+    scenario = select(load_scenarios(), ["llama-interactions/*dp2*spec-ngram"])[0]
+    monkeypatch.setattr(runner, "_run", lambda s, *rest, **kw: Verdict(s.id, "fail", "logprobs differ"))
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("planted")
+
+    monkeypatch.setattr(runner, "minimal_interaction", broken)
+    verdict = run_scenario(scenario, tmp_path, RunContext())
+    assert verdict.verdict == "fail" and verdict_of(tmp_path, scenario.id)["verdict"] == "fail"
+    assert verdict.reason == f"logprobs differ; interaction: {runner.NARROWING_FAILED}: RuntimeError: planted"

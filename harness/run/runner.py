@@ -69,11 +69,15 @@ def run_scenario(scenario: Scenario, run_dir: Path, ctx: RunContext | None = Non
             record_verdict(scenario, verdict, run_dir, ctx, start, watch, reproduce)
         raise
     except Exception as exc:  # noqa: BLE001 - a harness fault must become an `error` verdict
-        verdict = harness_error(scenario.id, exc)
+        if narrowing:  # the engine's failure stands; the narrowing's own fault is said beside it
+            verdict.reason = f"{verdict.reason}{INTERACTION_SEP}{NARROWING_FAILED}: {type(exc).__name__}: {exc}"
+        else:
+            verdict = harness_error(scenario.id, exc)
     return record_verdict(scenario, verdict, run_dir, ctx, start, watch, reproduce)
 
 
 NARROWING_INTERRUPTED = "interrupted before it named the values the failure needs"
+NARROWING_FAILED = "the harness could not narrow it (a harness fault, not the engine's)"
 
 
 def _narrow(scenario: Scenario, verdict: Verdict, run_dir: Path, ctx: RunContext, lease: Lease | None, watch: Stopwatch) -> None:
