@@ -238,3 +238,25 @@ def test_a_chat_template_mark_must_be_made_of_special_tokens(llava):
     tiny_mm.check_marks({"image": "<image>"}, tokenizer, "llava")
     with pytest.raises(LookupError, match="not made of the tokenizer's special tokens"):
         tiny_mm.check_marks({"image": "<|begin_of_image|><image>"}, tokenizer, "llava")
+
+
+def test_a_tiny_aria_projects_the_patches_its_processor_makes():
+    """Aria's projector keys its queries by patch count, published for 14-pixel patches; the
+    tiny tower's patches are larger, and vLLM's warm-up crashed on a count the table lacked
+    ('Number of patches 900 not found in patch_to_query_dict'). transformers' own model, fed
+    what its own processor makes of an image, runs the same lookup."""
+    import torch
+    import transformers
+
+    directory = models.resolve(ArchModel(arch="AriaForConditionalGeneration"), sys.executable).directory
+    processor = transformers.AutoProcessor.from_pretrained(directory)
+    model = transformers.AutoModelForImageTextToText.from_pretrained(directory).eval()
+    config = model.config
+    patch = config.vision_config.patch_size
+    assert set(config.projector_patch_to_query_dict) == {(490 // patch) ** 2, (980 // patch) ** 2}
+    inputs = processor(
+        text=[f"<|fim_prefix|>{processor.image_token}<|fim_suffix|> hello"], images=[_image()], return_tensors="pt"
+    )
+    with torch.no_grad():
+        logits = model(**inputs).logits
+    assert logits.shape[1] == inputs["input_ids"].shape[1] and torch.isfinite(logits).all()

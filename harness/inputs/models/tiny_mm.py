@@ -89,6 +89,11 @@ class Family:
     # Renames transformers applies on load to every matching weight of the family and undoes on
     # save to every one of them, also to those it did not rename: (pattern, published name)
     saved_renames: list[tuple[str, str]] = dataclasses.field(default_factory=list)
+    # Its projector's queries per image side in pixels (the sides its processor resizes every
+    # image to); the config keys them by patch count, so they are recounted for the tiny patch
+    # size: the published counts are of 14-pixel patches, and vLLM's warm-up then looked up a
+    # patch count the table did not have (a crash blamed on the engine for the checkpoint's fault)
+    patch_queries: dict[int, int] = dataclasses.field(default_factory=dict)
 
 
 # Pieces several families share
@@ -244,6 +249,7 @@ FAMILIES: dict[str, Family] = {
     "aria": Family(
         named_tokens={"image_token": "<|img|>", "fim_prefix_token": "<|fim_prefix|>", "fim_suffix_token": "<|fim_suffix|>"},
         prompt_marks={"image": "<|fim_prefix|><|img|><|fim_suffix|>"},
+        patch_queries={490: 128, 980: 256},  # AriaProcessor's size_conversion, its projector_patch_to_query_dict's sides
     ),
     "cohere2_vision": Family(
         named_tokens={
@@ -410,10 +416,21 @@ def fit_family(config) -> None:
     side = _side(getattr(vision, "image_size", None))
     if getattr(config, "image_grid_pinpoints", None) and side is not None:  # LLaVA-NeXT's any-resolution grids
         config.image_grid_pinpoints = grid_pinpoints(side)
+    fit_patch_queries(config)
     if hasattr(config, "image_seq_length") and vision is not None:  # LLaVA: one token per patch
         full = getattr(config, "vision_feature_select_strategy", "default") == "full"
         shuffle = getattr(config, "downsample_ratio", None)  # InternVL's pixel shuffle merges patches
         config.image_seq_length = int(patches * shuffle**2) if isinstance(shuffle, float) else patches + (1 if full else 0)
+
+
+def fit_patch_queries(config) -> None:
+    """A projector's queries per patch count (Aria's projector_patch_to_query_dict) for the
+    patch counts the tiny tower makes of the images its processor resizes."""
+    sides = family(config.model_type).patch_queries
+    patch = _side(getattr(getattr(config, "vision_config", None), "patch_size", None))
+    if sides and patch and hasattr(config, "projector_patch_to_query_dict"):
+        config.projector_patch_to_query_dict = {(side // patch) ** 2: queries for side, queries in sides.items()}
+        config.max_value_projector_patch_to_query_dict = max(sides.values())
 
 
 def fit_mrope(config) -> None:
