@@ -353,7 +353,8 @@ def root_cause(log_text: str) -> ProcessError | None:
     # each leaving worker as "died unexpectedly" (exit code 0, or None when it had not been
     # reaped yet: Qwen3-Next under PP2 on 0.32). A consequence; the core's traceback is the cause.
     core_failed_at = _core_failed_at(log_text)
-    died, let_go = [], []
+    died: list[ProcessError] = []
+    let_go: list[ProcessError] = []
     for index, death in _deaths(log_text):
         after_core = core_failed_at is not None and index > core_failed_at
         (let_go if after_core or death.exitcode == 0 else died).append(death)
