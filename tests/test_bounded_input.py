@@ -1,4 +1,4 @@
-"""Scenario input has bounds (harness/inputs/scenarios/yamlfile.py, inputs/scenarios/scenario.py): a file that
+"""Scenario input has bounds (harness/contract/yamlfile.py, inputs/scenarios/scenario.py): a file that
 is not a small regular YAML file, an alias bomb, a list nested past the interpreter's stack
 and a matrix of 10^8 combinations are each refused with the file's name, before they can
 take the machine's memory or time; through the CLI each is exit 2, never a traceback."""
@@ -10,7 +10,7 @@ import os
 import pytest
 
 from harness.cli import main
-from harness.inputs.scenarios import yamlfile
+from harness.contract import yamlfile
 from harness.inputs.scenarios.loading import load_catalog, load_suite
 from harness.inputs.scenarios.schema import ScenarioError
 

@@ -16,8 +16,9 @@ import pytest
 
 from harness.cli import main
 from harness.contract.axes import filled
-from harness.contract.known_bugs import ARCH, ARCH_NAME, MAX_BYTES, KnownBug, KnownBugsError, load_known_bugs
+from harness.contract.known_bugs import ARCH, ARCH_NAME, KnownBug, KnownBugsError, load_known_bugs
 from harness.contract.roots import builtin_scenarios
+from harness.contract.yamlfile import MAX_BYTES, MAX_DEPTH, MAX_NODES
 from harness.engines import BUILTIN, get_engine
 from harness.engines.vllm import VllmEngine
 from harness.inputs.scenarios.loading import load_scenarios
@@ -118,8 +119,13 @@ BAD_FILES = {
     "bad release": ("releases: [0.32.0, latest]\n" + entries(bug()), ["releases: 'latest' is not a release"]),
     "binary bytes": (b"\x00\xff\xfeknown_bugs", ["not UTF-8 text"]),
     "not YAML": ("known_bugs: [unclosed\n", ["not valid YAML"]),
-    "an alias": ("x: &s [{release: 0.32.0}]\nknown_bugs: *s\n", ["line 2: an alias; write each known bug out in full"]),
-    "nested deep": ("known_bugs: " + "[" * 10_000 + "]" * 10_000 + "\n", ["line 1: nested more than 32 levels deep"]),
+    "an alias bomb": (
+        "a: &a [x, x, x, x, x, x, x, x, x, x]\n"
+        + "".join(f"{n}: &{n} [*{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}]\n" for p, n in zip("abcdef", "bcdefg"))
+        + "known_bugs: *g\n",
+        [f"more than {MAX_NODES} values with its aliases expanded"],
+    ),
+    "nested deep": ("known_bugs: " + "[" * 10_000 + "]" * 10_000 + "\n", [f"nested more than {MAX_DEPTH} levels deep (line 1)"]),
     "too big": ("#" * (MAX_BYTES + 1), [f"more than a known-bugs file may have ({MAX_BYTES})"]),
 }
 
@@ -138,7 +144,7 @@ def test_a_bad_known_bugs_file_is_refused_naming_file_entry_and_field(tmp_path, 
 @pytest.mark.parametrize(
     "make, says",
     [
-        (lambda p: p, "cannot read the known bugs: No such file or directory"),
+        (lambda p: p, "cannot read: No such file or directory"),
         (lambda p: (p.mkdir(), p)[1], "not a regular file"),
     ],
     ids=["missing", "a directory"],

@@ -46,6 +46,7 @@ SUBLAYERS = {
         # it in an engine's interpreter) and the project config (project.py)
         "settings": 0,
         "jsonfile": 0,  # reading back the JSON files the harness writes, their shapes checked
+        "yamlfile": 0,  # reading a user's YAML file within bounds (scenario files, known-bugs files)
         "exit_codes": 0,
         "provenance": 0,
         "plugins": 0,

@@ -23,16 +23,15 @@ from __future__ import annotations
 
 import functools
 import re
-import stat
 from pathlib import Path
 from typing import Literal, Union
 
-import yaml
 from pydantic import ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 from pydantic_core import ErrorDetails
 
 from harness.contract.axes import AXES, is_one_of, spell
 from harness.contract.signature import FailureSignature, Sighting
+from harness.contract.yamlfile import YamlFileError, load_bounded
 
 Value = Union[bool, int, str]  # bool first: YAML `true` must stay a bool
 BUG_ID = re.compile(r"^[a-z0-9][a-z0-9-]*$")
@@ -156,13 +155,6 @@ class KnownBugsError(ValueError):
     """A known-bugs file that cannot be used; the message names the file, the entry and the field."""
 
 
-# Bounds of a known-bugs file: far above a real one (vLLM's is about 30 KB), so a wrong path to a
-# big file, a deep nesting or an alias bomb is refused with its name before it takes the machine.
-MAX_BYTES = 1 << 20
-MAX_DEPTH = 32
-_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-
-
 def load_known_bugs(path: Path, engine: str | None = None, axes: dict[str, tuple | None] | None = None) -> tuple[KnownBug, ...]:
     """The bugs of one engine's file, each checked (its `where` against `axes`, the engine's:
     axis -> the values it runs, None any; without them, against every declared axis);
@@ -206,7 +198,10 @@ def _problem(error: ErrorDetails) -> str:
 
 def _read_mapping(path: Path) -> dict:
     """The file's YAML mapping, read within bounds; only `known_bugs:` and `releases:` at its top."""
-    data = _parse(path, _read_text(path))
+    try:  # within the bounds of any user's YAML file: size, nesting, aliases expanded
+        data = load_bounded(path, "a known-bugs file")
+    except YamlFileError as exc:
+        raise KnownBugsError(str(exc)) from None
     if not isinstance(data, dict):
         raise KnownBugsError(f"{path}: a known-bugs file is a mapping with a `known_bugs:` list, got {_kind(data)}")
     unknown = sorted(str(k) for k in data if k not in TOP_LEVEL)
@@ -220,45 +215,6 @@ def _read_mapping(path: Path) -> dict:
 
 
 TOP_LEVEL = ("releases", "known_bugs")
-
-
-def _read_text(path: Path) -> str:
-    """The text of a regular file of at most MAX_BYTES, UTF-8."""
-    try:
-        info = path.stat()  # follows a symlink: what it points at is what would be read
-        if not stat.S_ISREG(info.st_mode):
-            raise KnownBugsError(f"{path}: not a regular file; a known-bugs file is a YAML file")
-        if info.st_size > MAX_BYTES:
-            raise KnownBugsError(f"{path}: {info.st_size} bytes, more than a known-bugs file may have ({MAX_BYTES})")
-        with path.open("rb") as f:
-            raw = f.read(MAX_BYTES + 1)
-    except OSError as exc:
-        raise KnownBugsError(f"{path}: cannot read the known bugs: {exc.strerror or exc}") from None
-    if len(raw) > MAX_BYTES:
-        raise KnownBugsError(f"{path}: more than {MAX_BYTES} bytes (it grew while read)")
-    try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise KnownBugsError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start}); a known-bugs file is YAML") from None
-
-
-def _parse(path: Path, text: str) -> object:
-    """The YAML document, once its events show it within bounds: no nesting deeper than
-    MAX_DEPTH (libyaml's composer recurses in C) and no aliases (each expands when walked)."""
-    try:
-        depth = 0
-        for event in yaml.parse(text, Loader=_LOADER):
-            if isinstance(event, yaml.AliasEvent):
-                raise KnownBugsError(f"{path}: line {event.start_mark.line + 1}: an alias; write each known bug out in full")
-            if isinstance(event, yaml.CollectionStartEvent):
-                depth += 1
-                if depth > MAX_DEPTH:
-                    raise KnownBugsError(f"{path}: line {event.start_mark.line + 1}: nested more than {MAX_DEPTH} levels deep")
-            elif isinstance(event, yaml.CollectionEndEvent):
-                depth -= 1
-        return yaml.load(text, Loader=_LOADER)
-    except yaml.YAMLError as exc:
-        raise KnownBugsError(f"{path}: not valid YAML: {exc}") from None
 
 
 def _is_version(value: object) -> bool:

@@ -16,10 +16,10 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
+from harness.contract.yamlfile import YamlFileError, load_bounded
 from harness.inputs.scenarios.binding import binding_problems, matrix_problems
 from harness.inputs.scenarios.scenario import Scenario, expand, select
 from harness.inputs.scenarios.schema import ID_PART, ScenarioError, SuiteFile
-from harness.inputs.scenarios.yamlfile import YamlFileError, load_bounded
 
 
 @dataclass(frozen=True)
@@ -86,7 +86,7 @@ def _picks_any(scenarios: list[Scenario], pattern: str) -> bool:
 
 
 def read_yaml(path: Path):
-    """A scenario file's YAML, within bounds (size, nesting, aliases: yamlfile.py)."""
+    """A scenario file's YAML, within bounds (size, nesting, aliases: contract/yamlfile.py)."""
     try:
         return load_bounded(Path(path))
     except YamlFileError as exc:

@@ -1,6 +1,7 @@
-"""Reading a user's YAML file with bounds: a scenario file is small, and a file that is not
-(a symlink to /dev/zero, a FIFO, an alias bomb, a list nested 100 000 deep) is refused
-with its name and why, before it can take the machine's memory or the interpreter's stack.
+"""Reading a user's YAML file with bounds (a scenario file, an engine's known-bugs file): such a
+file is small, and a file that is not (a symlink to /dev/zero, a FIFO, an alias bomb, a list
+nested 100 000 deep) is refused with its name and why, before it can take the machine's memory
+or the interpreter's stack.
 
 - only a regular file is opened (a FIFO would block the open, a device never ends);
 - at most MAX_BYTES are read;
@@ -27,17 +28,17 @@ class YamlFileError(ValueError):
     """A file that is not a bounded YAML document; the message names the file."""
 
 
-def read_bounded(path: Path) -> str:
-    """The text of a regular file of at most MAX_BYTES."""
+def read_bounded(path: Path, what: str = "a scenario file") -> str:
+    """The text of a regular file of at most MAX_BYTES; `what` the file is, for the messages."""
     try:
         # follows a symlink: what it points at is what would be read
         info = path.stat()
     except OSError as exc:
         raise YamlFileError(f"{path}: cannot read: {exc.strerror or exc}") from None
     if not stat.S_ISREG(info.st_mode):
-        raise YamlFileError(f"{path}: not a regular file ({_kind(info.st_mode)}); a scenario file is a YAML file")
+        raise YamlFileError(f"{path}: not a regular file ({_kind(info.st_mode)}); {what} is a YAML file")
     if info.st_size > MAX_BYTES:
-        raise YamlFileError(f"{path}: {info.st_size} bytes, more than a scenario file may have ({MAX_BYTES})")
+        raise YamlFileError(f"{path}: {info.st_size} bytes, more than {what} may have ({MAX_BYTES})")
     try:
         with path.open("rb") as f:
             data = f.read(MAX_BYTES + 1)
@@ -164,6 +165,6 @@ def parse_bounded(text: str, path: Path) -> Any:
         raise YamlFileError(f"{path}: not valid YAML: {exc}") from None
 
 
-def load_bounded(path: Path) -> Any:
+def load_bounded(path: Path, what: str = "a scenario file") -> Any:
     path = Path(path)
-    return parse_bounded(read_bounded(path), path)
+    return parse_bounded(read_bounded(path, what), path)
