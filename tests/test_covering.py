@@ -146,7 +146,8 @@ def test_list_coverage_says_what_only_rows_a_declared_crash_ends_early_cover(tmp
         text=True,
         check=True,
     ).stdout
-    assert "only in scenarios a declared crash or hang ends early on reference" in out, out
+    assert "masked (only in scenarios a declared crash or hang ends early there" in out, out
+    assert "masked by expected failure 'a known bug'" in out, out
     plain = subprocess.run(
         [sys.executable, "-m", "harness", "--scenarios", str(write(tmp_path)), "list", "--coverage"],
         capture_output=True,
