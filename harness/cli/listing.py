@@ -226,7 +226,7 @@ def _ended_by(scenario, versions: dict | None) -> tuple[str, ...]:
 def _release(engine: str, versions: dict | None) -> str:
     from harness.contract.expectations import engine_label
 
-    return engine_label(versions).split(" (")[0] if versions else f"every {engine} release (its version could not be asked)"
+    return engine_label(versions) if versions else f"every {engine} release (its version could not be asked)"
 
 
 def _standing_triggers(suite, source, versions: dict | None) -> list:

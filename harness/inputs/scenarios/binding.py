@@ -156,7 +156,10 @@ def engine_limits(engine: str, options: dict | None = None) -> dict[str, tuple[t
 
 
 def coverage_together(
-    by_suite: dict[str, list], strength: int, triggers: dict[str, list[Trigger]] | None = None, ended: frozenset[str] = frozenset()
+    by_suite: dict[str, list],
+    strength: int,
+    triggers: dict[str, list[Trigger]] | None = None,
+    ended: frozenset[str] = frozenset(),
 ) -> Coverage:
     """Several suites' scenarios (suite name -> its Scenarios) as one set: every
     `strength`-way combination of axis values in some suite's scenario (covering.py
