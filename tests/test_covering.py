@@ -333,3 +333,32 @@ def test_a_lock_s_bug_rows_entry_no_lock_could_have_written_is_refused(tmp_path)
     lock_path(path).write_text(json.dumps(data))
     with pytest.raises(ScenarioError, match=r"bug_rows\[0\]: `for` is not a list of known bug ids"):
         load_scenarios([path])
+
+
+def test_a_run_s_summary_says_which_rows_for_known_bugs_ran_where_their_bug_is_fixed(tmp_path, monkeypatch, capsys):
+    """The runner records the bugs a row was added for and which stand on the release it ran on;
+    summary.md names the rows whose bugs are all fixed there: not needed."""
+    from harness.contract.verdict import Verdict
+    from harness.run.report.markdown import summary_markdown
+    from harness.run.report.run import RunReport
+    from harness.run.runner import standing_bugs
+
+    path = write(tmp_path)
+    _with_bug(tmp_path, monkeypatch, ">=1")
+    _list(path, capsys, "--coverage", "--lock")
+    added = [s for s in load_scenarios([path]) if s.for_bugs]
+    assert added and all(s.for_bugs == ("pp-spec-fake",) for s in added)
+    versions = {"engine": "reference", "torch": "2.0.0"}
+    assert standing_bugs(added[0], versions) == ["pp-spec-fake"]
+    _with_bug(tmp_path, monkeypatch, "<1")
+    assert standing_bugs(added[0], versions) == []
+
+    def ran(scenario_id, standing):
+        return Verdict(scenario_id, "pass", "ok", versions=versions, for_bugs={"bugs": ["pp-spec-fake"], "standing": standing})
+
+    summary = summary_markdown(
+        RunReport(tmp_path, {"run_id": "r"}, [ran(added[0].id, []), ran("cover/needed", ["pp-spec-fake"])])
+    )
+    head = summary.split("| scenario |")[0]  # above the table of every verdict
+    assert f"Rows `{added[0].id}` are for known bug pp-spec-fake, fixed in reference (torch 2.0.0): not needed." in head
+    assert "cover/needed" not in head

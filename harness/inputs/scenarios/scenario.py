@@ -117,7 +117,9 @@ class Scenario:
         settings = {a: (kept[a] if a in kept else golden.get(a, v)) for a, v in self.settings.items()}
         base = f"{self.suite.suite}/{settings_label(settings, list(self.suite.matrix))}"
         narrowed_id = f"{base}{VERSION_SEP}{self.engine_version.label}" if self.engine_version else base
-        return dataclasses.replace(self, id=narrowed_id, settings=settings, expected_failure=None, expectations=(), known_bugs=())
+        return dataclasses.replace(
+            self, id=narrowed_id, settings=settings, expected_failure=None, expectations=(), known_bugs=(), for_bugs=()
+        )
 
     @property
     def golden_key(self) -> str:
