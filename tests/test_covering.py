@@ -146,7 +146,8 @@ def test_list_coverage_says_what_only_rows_a_declared_crash_ends_early_cover(tmp
         text=True,
         check=True,
     ).stdout
-    assert "only in scenarios a declared crash or hang ends early on reference" in out, out
+    assert "masked (only in scenarios a declared crash or hang ends early there" in out, out
+    assert "masked by expected failure 'a known bug'" in out, out
     plain = subprocess.run(
         [sys.executable, "-m", "harness", "--scenarios", str(write(tmp_path)), "list", "--coverage"],
         capture_output=True,
@@ -252,3 +253,112 @@ def test_the_installed_engine_s_limits_and_undeclared_axes_are_named(tmp_path):
     assert "tp=2 spec=ngram batch=one" in cut and not [c for c in cut if "spec=false" in c]
     # sp: declared by the engine, varied by no suite (its triples with sp=true are in no row)
     assert any("sp=true" in c for c in got.excluded["no suite varies these axes together"])
+
+
+BUGS = """
+known_bugs:
+  - id: pp-spec-fake
+    reason: "a fake bug: speculation under PP crashes"
+    engine_version: "torch{range}"
+    where: {{pp: 2, spec: ngram}}
+    verdict: crash
+    seen: [{{release: 2.0.0, scenario: cover/tp1-pp2-spec-ngram, verdict: crash}}]
+"""
+
+
+def _list(path: Path, capsys, *args: str) -> str:
+    from harness.cli import main
+
+    code = main(["--scenarios", str(path), "list", *args])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    return out
+
+
+def _with_bug(tmp_path: Path, monkeypatch, version_range: str) -> None:
+    """The reference engine with one known bug, standing on its installed torch (>=1) or fixed (<1)."""
+    from harness.engines.reference import ReferenceEngine
+
+    bugs = tmp_path / f"known_bugs{len(version_range)}.yaml"
+    bugs.write_text(BUGS.format(range=version_range))
+    monkeypatch.setattr(ReferenceEngine, "known_bugs_file", bugs)
+
+
+def test_a_row_a_known_bug_ends_early_covers_nothing_until_rows_without_its_trigger_are_added(tmp_path, monkeypatch, capsys):
+    """Issue 65 item 4: a combination held only by rows a standing known bug ends early is masked
+    (named by the bug); --lock plans rows outside the bug's trigger that hold every one of them,
+    recorded apart in the lock, and then nothing is masked; the same rows on a second --lock."""
+    path = write(tmp_path)
+    _with_bug(tmp_path, monkeypatch, ">=1")
+    before = _list(path, capsys, "--coverage")
+    assert "masked by known bug pp-spec-fake (" in before and " 0 masked" not in before, before
+    assert "unreachable on reference" in before and "known bug pp-spec-fake (1): pp=2 spec=ngram" in before, before
+    ids_before = set(_list(path, capsys, "--ids-only").split())
+
+    locked = _list(path, capsys, "--coverage", "--lock")
+    assert "rows added for known bugs (" in locked and "(for pp-spec-fake)" in locked, locked
+    entries = json.loads(lock_path(path).read_text())["bug_rows"]
+    assert entries and all(e["for"] == ["pp-spec-fake"] for e in entries)
+    assert not [e for e in entries if e["row"]["pp"] == 2 and e["row"]["spec"] == "ngram"]  # never the trigger
+
+    after = _list(path, capsys, "--coverage")
+    assert " 0 masked" in after and "rows for known bug pp-spec-fake on reference" in after, after
+    ids_after = set(_list(path, capsys, "--ids-only").split())
+    assert ids_before < ids_after and len(ids_after - ids_before) == len(entries)
+
+    text = lock_path(path).read_text()
+    _list(path, capsys, "--coverage", "--lock")
+    assert lock_path(path).read_text() == text  # planned again: the same rows, the same ids
+
+
+def test_rows_for_a_bug_fixed_on_the_installed_release_are_said_not_needed_not_dropped(tmp_path, monkeypatch, capsys):
+    path = write(tmp_path)
+    _with_bug(tmp_path, monkeypatch, ">=1")
+    _list(path, capsys, "--coverage", "--lock")
+    added = {e["row"]["spec"] for e in json.loads(lock_path(path).read_text())["bug_rows"]}
+    assert added
+    _with_bug(tmp_path, monkeypatch, "<1")  # the same bug, fixed in the installed release
+    out = _list(path, capsys, "--coverage")
+    assert "are for known bug pp-spec-fake, fixed in reference" in out and ": not needed" in out, out
+    assert "masked" not in out, out
+    _list(path, capsys, "--coverage", "--lock")  # planned on a release without the bug: kept
+    assert json.loads(lock_path(path).read_text())["bug_rows"]
+
+
+def test_a_lock_s_bug_rows_entry_no_lock_could_have_written_is_refused(tmp_path):
+    path = write(tmp_path)
+    write_lock(load_suite(path), path, planned_settings(load_suite(path), path))
+    data = json.loads(lock_path(path).read_text())
+    data["bug_rows"] = [{"for": "pp-spec-fake", "planned_on": "reference", "row": {"tp": 1}}]
+    lock_path(path).write_text(json.dumps(data))
+    with pytest.raises(ScenarioError, match=r"bug_rows\[0\]: `for` is not a list of known bug ids"):
+        load_scenarios([path])
+
+
+def test_a_run_s_summary_says_which_rows_for_known_bugs_ran_where_their_bug_is_fixed(tmp_path, monkeypatch, capsys):
+    """The runner records the bugs a row was added for and which stand on the release it ran on;
+    summary.md names the rows whose bugs are all fixed there: not needed."""
+    from harness.contract.verdict import Verdict
+    from harness.run.report.markdown import summary_markdown
+    from harness.run.report.run import RunReport
+    from harness.run.runner import standing_bugs
+
+    path = write(tmp_path)
+    _with_bug(tmp_path, monkeypatch, ">=1")
+    _list(path, capsys, "--coverage", "--lock")
+    added = [s for s in load_scenarios([path]) if s.for_bugs]
+    assert added and all(s.for_bugs == ("pp-spec-fake",) for s in added)
+    versions = {"engine": "reference", "torch": "2.0.0"}
+    assert standing_bugs(added[0], versions) == ["pp-spec-fake"]
+    _with_bug(tmp_path, monkeypatch, "<1")
+    assert standing_bugs(added[0], versions) == []
+
+    def ran(scenario_id, standing):
+        return Verdict(scenario_id, "pass", "ok", versions=versions, for_bugs={"bugs": ["pp-spec-fake"], "standing": standing})
+
+    summary = summary_markdown(
+        RunReport(tmp_path, {"run_id": "r"}, [ran(added[0].id, []), ran("cover/needed", ["pp-spec-fake"])])
+    )
+    head = summary.split("| scenario |")[0]  # above the table of every verdict
+    assert f"Rows `{added[0].id}` are for known bug pp-spec-fake, fixed in reference (torch 2.0.0): not needed." in head
+    assert "cover/needed" not in head

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 
 from harness.cli import suites
@@ -119,7 +120,6 @@ def _coverage(chosen: list, strength: int | None, lock: bool) -> None:
     """`harness list --coverage`: what the chosen scenarios of each suite cover."""
     from harness.inputs.scenarios import covering
     from harness.inputs.scenarios.binding import engine_rules
-    from harness.inputs.scenarios.scenario import planned_settings
 
     by_suite: dict[str, list] = {}
     for s in chosen:
@@ -131,32 +131,24 @@ def _coverage(chosen: list, strength: int | None, lock: bool) -> None:
         groups = suite.covering.groups if suite.covering and strength is None else []
         asked = f"{t}-way" + "".join(f", {g.strength}-way among {', '.join(g.axes)}" for g in groups)
         kind = "covering array" if suite.covering else "full product"
+        versions = _installed_versions(suite.engine, scenarios[0].engine_options)
+        if lock and suite.covering is not None:
+            scenarios = by_suite[name] = _lock(suite, source, scenarios, versions)
         rows = [s.settings for s in scenarios]
+        for_bugs = sum(1 for s in scenarios if s.for_bugs)
+        kind += f", {for_bugs} of them rows for known bugs" if for_bugs else ""
         asked_of = suite if strength is None else suite.model_copy(update={"covering": None})
         got = covering.coverage(asked_of, rows, engine_rules(suite.engine), t)
         print(
             f"{name}: {len(rows)} scenarios ({kind}); {asked}: {got.required} combinations, {got.covered} covered, "
             f"{got.required - got.feasible} excluded, {len(got.missed)} feasible and not run"
         )
-        versions = _installed_versions(suite.engine, scenarios[0].engine_options)
-        live = [s.settings for s in scenarios if not _ends_early(s, versions)]
-        # counted again only where a row ends early: a second count doubles the command's time
-        masked = (
-            got.covered - covering.coverage(asked_of, live, engine_rules(suite.engine), t).covered if len(live) < len(rows) else 0
-        )
-        if masked:
-            on = f"{suite.engine} {versions.get(suite.engine, '')}".strip() if versions else "some engine version"
-            print(
-                f"  {masked} of them only in scenarios a declared crash or hang ends early on {on}: "
-                "exercised once that bug is fixed"
-            )
+        _on_release(asked_of, source, scenarios, t, versions)
         for why, combos in got.excluded.items():
             print(f"  excluded by {why} ({len(combos)}): {', '.join(combos[:6])}{' ...' if len(combos) > 6 else ''}")
         if got.missed:
             print(f"  not run ({len(got.missed)}): {', '.join(got.missed[:12])}{' ...' if len(got.missed) > 12 else ''}")
-        if lock and suite.covering is not None:
-            print(f"  rows recorded in {covering.write_lock(suite, source, planned_settings(suite, source))}")
-        elif lock:
+        if lock and suite.covering is None:
             print("  no lock: a full product's ids need none")
         for i, n in enumerate((len(rows), got.required, got.covered, len(got.missed))):
             totals[i] += n
@@ -167,7 +159,8 @@ def _coverage(chosen: list, strength: int | None, lock: bool) -> None:
 
 def _joint(by_suite: dict[str, list], strength: int) -> None:
     """The suites together: every `strength`-way combination of axis values (the arch aside)
-    in some suite's scenario, the installed engine's limits named (harness/inputs/scenarios/covering.py)."""
+    in some suite's scenario, the installed engine's limits named (harness/inputs/scenarios/covering.py);
+    then in the scenarios that run on the installed release (none a known bug ends early)."""
     from harness.inputs.scenarios.binding import coverage_together
 
     got = coverage_together(by_suite, strength)
@@ -176,10 +169,31 @@ def _joint(by_suite: dict[str, list], strength: int) -> None:
         f"{got.required} combinations, {got.covered} covered, {got.required - got.feasible} excluded, "
         f"{len(got.missed)} feasible and not run"
     )
+    _excluded_lines(got)
+    versions = {name: _installed_versions(ss[0].suite.engine, ss[0].engine_options) for name, ss in by_suite.items()}
+    ended = frozenset(s.id for name, ss in by_suite.items() for s in ss if _ended_by(s, versions[name]))
+    if not ended:
+        return
+    triggers = {name: _standing_triggers(ss[0].suite, ss[0].source, versions[name]) for name, ss in by_suite.items()}
+    live = coverage_together(by_suite, strength, triggers, ended)
+    excluded = {c for combos in got.excluded.values() for c in combos}
+    bugs = {why: kept for why, combos in live.excluded.items() if (kept := [c for c in combos if c not in excluded])}
+    on = ", ".join(dict.fromkeys(_release(ss[0].suite.engine, versions[name]) for name, ss in by_suite.items()))
+    print(
+        f"  on {on}: {live.covered} covered by scenarios that run there; {len(live.missed)} masked (only in scenarios "
+        f"a declared crash or hang ends early there); {sum(len(c) for c in bugs.values())} where every setting meets a known bug"
+    )
+    for why, combos in bugs.items():
+        print(f"  unreachable on {on}: {why} ({len(combos)}): {_some(combos)}")
+    if live.missed:
+        print(f"  masked ({len(live.missed)}): {_some(live.missed, 12)}")
+
+
+def _excluded_lines(got) -> None:
     for why, combos in got.excluded.items():
-        print(f"  excluded by {why} ({len(combos)}): {', '.join(combos[:6])}{' ...' if len(combos) > 6 else ''}")
+        print(f"  excluded by {why} ({len(combos)}): {_some(combos)}")
     if got.missed:
-        print(f"  not run ({len(got.missed)}): {', '.join(got.missed[:12])}{' ...' if len(got.missed) > 12 else ''}")
+        print(f"  not run ({len(got.missed)}): {_some(got.missed, 12)}")
 
 
 def _installed_versions(engine: str, options: dict) -> dict | None:
@@ -194,15 +208,129 @@ def _installed_versions(engine: str, options: dict) -> dict | None:
         return None
 
 
-def _ends_early(scenario, versions: dict | None) -> bool:
-    """A scenario its file or a known bug of its engine expects to crash or hang (on these
-    versions): its other axis values are not exercised while that bug stands."""
+def _ended_by(scenario, versions: dict | None) -> tuple[str, ...]:
+    """What ends a scenario early on these versions (none known: on any): the known bugs of its
+    engine and the expectations of its file that say it crashes or hangs. Its other axis values
+    are not exercised while that bug stands."""
     from harness.contract.expectations import version_problem
 
-    return any(
-        x.verdict in ("crash", "hang") and (versions is None or version_problem(x, versions) is None)
-        for x in (*scenario.expectations, *scenario.known_bugs)
+    def stands(x) -> bool:
+        return x.verdict in ("crash", "hang") and (versions is None or version_problem(x, versions) is None)
+
+    return tuple(
+        [f"known bug {b.id}" for b in scenario.known_bugs if stands(b)]
+        + [f"expected failure '{x.reason}'" for x in scenario.expectations if stands(x)]
     )
+
+
+def _release(engine: str, versions: dict | None) -> str:
+    from harness.contract.expectations import engine_label
+
+    return engine_label(versions) if versions else f"every {engine} release (its version could not be asked)"
+
+
+def _standing_triggers(suite, source, versions: dict | None) -> list:
+    """The engine's known bugs that end a run early (crash, hang) on these versions, as the
+    covering planner tests a setting against them."""
+    from harness.contract.expectations import version_problem
+    from harness.inputs.scenarios.binding import engine_known_bugs
+    from harness.inputs.scenarios.scenario import bug_triggers
+
+    bugs = engine_known_bugs(suite.engine, source)
+    standing = [b for b in bugs if b.verdict in ("crash", "hang") and (versions is None or version_problem(b, versions) is None)]
+    return bug_triggers(suite, source, tuple(standing))
+
+
+def _on_release(suite, source, scenarios: list, strength: int, versions: dict | None) -> None:
+    """What the installed release runs of the suite's coverage: the combinations only rows a
+    known bug ends early hold, masked (rows for known bugs can hold them) or unreachable there
+    (every setting holding them meets a bug), each by its bug; and the rows for known bugs,
+    needed here or not."""
+    from harness.inputs.scenarios import covering
+    from harness.inputs.scenarios.binding import engine_rules
+
+    on = _release(suite.engine, versions)
+    ended = [(s.settings, _ended_by(s, versions)) for s in scenarios]
+    _bug_rows_lines(scenarios, versions, on)
+    if not any(why for _, why in ended):
+        return
+    live = [row for row, why in ended if not why]
+    got = covering.masked_coverage(
+        suite, engine_rules(suite.engine), strength, live, [e for e in ended if e[1]], _standing_triggers(suite, source, versions)
+    )
+    masked, unreachable = (sum(len(v) for v in d.values()) for d in (got.masked, got.unreachable))
+    print(
+        f"  on {on}: {got.covered} covered by scenarios that run there; {masked} masked (only in scenarios a "
+        f"declared crash or hang ends early there, a setting without it would hold them); {unreachable} where "
+        "every setting meets a known bug (exercised once it is fixed)"
+    )
+    for why, combos in got.masked.items():
+        print(f"  masked by {why} ({len(combos)}): {_some(combos)}")
+    for why, combos in got.unreachable.items():
+        print(f"  unreachable on {on}: {why} ({len(combos)}): {_some(combos)}")
+    if masked and suite.covering is not None:
+        print(f"  `harness list --coverage --lock {suite.suite}` adds rows for known bugs that hold them")
+
+
+def _some(combos: list[str], shown: int = 6) -> str:
+    return f"{', '.join(combos[:shown])}{' ...' if len(combos) > shown else ''}"
+
+
+def _bug_rows_lines(scenarios: list, versions: dict | None, on: str) -> None:
+    """The rows for known bugs, by their bugs: needed on this release while one of them stands
+    here, else said not needed (kept: another release may need them)."""
+    from harness.contract.expectations import version_problem
+
+    if versions is None:
+        return
+    bugs = {b.id: b for s in scenarios for b in s.known_bugs}
+    engine_bugs = _engine_bugs(scenarios)
+    by_bugs: dict[tuple[str, ...], list[str]] = {}
+    for s in scenarios:
+        if s.for_bugs:
+            by_bugs.setdefault(s.for_bugs, []).append(s.name)
+    for for_bugs, names in by_bugs.items():
+        found = [engine_bugs.get(b) or bugs.get(b) for b in for_bugs]
+        standing = [b.id for b in found if b is not None and version_problem(b, versions) is None]
+        said = ", ".join(for_bugs)
+        if standing:
+            print(f"  rows for known bug {said} on {on} ({len(names)}): {', '.join(names)}")
+        else:
+            print(f"  rows {', '.join(names)} are for known bug {said}, fixed in {on}: not needed")
+
+
+def _engine_bugs(scenarios: list) -> dict:
+    from harness.inputs.scenarios.binding import engine_known_bugs
+
+    first = scenarios[0]
+    return {b.id: b for b in engine_known_bugs(first.suite.engine, first.source)}
+
+
+def _lock(suite, source, scenarios: list, versions: dict | None) -> list:
+    """--lock: the covering array's rows recorded, and rows for the known bugs of the installed
+    release planned beside them (covering.py plan_bug_rows); the scenarios with the rows added."""
+    from harness.inputs.scenarios import covering
+    from harness.inputs.scenarios.binding import engine_rules
+    from harness.inputs.scenarios.scenario import expand, planned_settings
+
+    planned = planned_settings(suite, source)
+    if versions is None:
+        print(f"  no rows for known bugs planned: {suite.engine}'s installed version could not be asked")
+        bug_rows = None
+    else:
+        triggers = _standing_triggers(suite, source, versions)
+        bug_rows = covering.plan_bug_rows(
+            suite, source, engine_rules(suite.engine), planned, triggers, _release(suite.engine, versions)
+        )
+    before = {json.dumps(b.row, sort_keys=True) for b in covering.locked_bug_rows(suite, source)}
+    print(f"  rows recorded in {covering.write_lock(suite, source, planned, bug_rows)}")
+    chosen = {s.id for s in scenarios}
+    fresh = expand(suite, source)
+    added = [s for s in fresh if s.for_bugs and json.dumps(s.settings, sort_keys=True) not in before]
+    if added:
+        named = ", ".join(f"{s.name} (for {' and '.join(s.for_bugs)})" for s in added)
+        print(f"  rows added for known bugs ({len(added)}): {named}")
+    return [s for s in fresh if s.id in chosen or s in added]
 
 
 def _plugins(args) -> int:

@@ -65,6 +65,9 @@ class Verdict:
     # A failure of several changed axis values: the smallest combination of them it needs,
     # and the trial runs that showed it (harness/run/stages/interaction.py)
     interaction: dict | None = None
+    # A row added for known bugs (the suite's lock, covering.py plan_bug_rows): {"bugs": their
+    # ids, "standing": those in range on the versions it ran on}; none standing: not needed there
+    for_bugs: dict | None = None
 
     def __post_init__(self) -> None:
         if self.verdict not in VERDICTS:

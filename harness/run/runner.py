@@ -103,6 +103,16 @@ def _narrow(scenario: Scenario, verdict: Verdict, run_dir: Path, ctx: RunContext
         verdict.reason = f"{verdict.reason}{INTERACTION_SEP}{found['text']}"
 
 
+def standing_bugs(scenario: Scenario, versions: dict) -> list[str]:
+    """The known bugs a row was added for that are in range on `versions` (a bug gone from the
+    engine's file stands nowhere): while none stands, the row is not needed there."""
+    from harness.contract.expectations import version_problem
+    from harness.inputs.scenarios.binding import engine_known_bugs
+
+    bugs = {b.id: b for b in engine_known_bugs(scenario.suite.engine, scenario.source)}
+    return [b for b in scenario.for_bugs if b in bugs and version_problem(bugs[b], versions) is None]
+
+
 def record_verdict(
     scenario: Scenario,
     verdict: Verdict,
@@ -124,6 +134,8 @@ def record_verdict(
     # expected-failure only for the failure the scenario file or a known bug of the engine
     # describes, on the engine versions it names (harness/contract/expectations.py)
     verdict = apply_expectations(verdict, scenario.expectations, scenario.known_bugs)
+    if scenario.for_bugs:
+        verdict.for_bugs = {"bugs": list(scenario.for_bugs), "standing": standing_bugs(scenario, verdict.versions)}
     watch.lap("verdict")
     verdict.timings = watch.timings()
     try:

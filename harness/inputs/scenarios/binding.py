@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from harness.contract.axes import AXES, RULES, Rule, is_one_of, spell
-from harness.inputs.scenarios.covering import Coverage, joint_coverage
+from harness.inputs.scenarios.covering import Coverage, Trigger, joint_coverage
 from harness.inputs.scenarios.schema import ARCH_AXIS, AXIS_NAME, AxisValue, ScenarioError, SuiteFile
 
 if TYPE_CHECKING:
@@ -155,16 +155,25 @@ def engine_limits(engine: str, options: dict | None = None) -> dict[str, tuple[t
     return {axis: (tuple(axes[axis] or ()), f"{on}: {why}") for axis, why in cut.items()}
 
 
-def coverage_together(by_suite: dict[str, list], strength: int) -> Coverage:
+def coverage_together(
+    by_suite: dict[str, list],
+    strength: int,
+    triggers: dict[str, list[Trigger]] | None = None,
+    ended: frozenset[str] = frozenset(),
+) -> Coverage:
     """Several suites' scenarios (suite name -> its Scenarios) as one set: every
     `strength`-way combination of axis values in some suite's scenario (covering.py
-    joint_coverage), with their engines' declared axes and installed limits."""
+    joint_coverage), with their engines' declared axes and installed limits. On a release: the
+    scenarios but those `ended` early there (ids), `triggers` (suite name -> the known bugs that
+    end them) excluding what only settings meeting a bug hold."""
     parts = []
     limits: dict[str, tuple[tuple, str]] = {}
     declared: dict[str, tuple] = {}
     for scenarios in by_suite.values():
         first = scenarios[0]
-        parts.append((first.suite, [s.settings for s in scenarios], engine_rules(first.suite.engine)))
+        rows = [s.settings for s in scenarios if s.id not in ended]
+        parts.append((first.suite, rows, engine_rules(first.suite.engine)))
         limits |= engine_limits(first.suite.engine, first.engine_options)
         declared |= engine_declared_values(first.suite.engine)
-    return joint_coverage(parts, strength, limits, declared)
+    found = [(triggers or {}).get(name, []) for name in by_suite]
+    return joint_coverage(parts, strength, limits, declared, found)

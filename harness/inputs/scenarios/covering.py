@@ -33,6 +33,7 @@ from pathlib import Path
 
 from harness.contract import axes as axes_declarations
 from harness.contract.axes import Rule, filled, is_one_of, same_value
+from harness.contract.known_bugs import BUG_ID
 from harness.contract.rundir import write_files, write_json
 from harness.contract.settings.variables import MAX_SCENARIOS
 from harness.inputs.scenarios.schema import ARCH_AXIS, ScenarioError, SuiteFile
@@ -83,34 +84,50 @@ def lock_path(source: Path) -> Path:
     return source.with_name(source.name + LOCK_SUFFIX)
 
 
+def _read_lock(suite: SuiteFile, source: Path) -> dict:
+    """The lock file's object ({} where there is none); a file no `--lock` could have written is refused."""
+    path = lock_path(source)
+    if not path.is_file():
+        return {}
+    try:
+        data = json.loads(path.read_text())
+        data["rows"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ScenarioError(f"{path}: not a covering-array lock file ({exc}); {_mend(suite)}") from None
+    return data
+
+
+def _mend(suite: SuiteFile) -> str:
+    return f"delete it, then `harness list --coverage --lock {suite.suite}` writes it again"
+
+
 def locked_rows(suite: SuiteFile, source: Path) -> list[dict]:
     """The rows the lock file records that are still settings of this matrix. A row of an
     axis or value taken out of the matrix is another setting now, and left out; a row no
     `harness list --coverage --lock` could have written (not an object, a value no axis
     takes) is refused, never dropped: its id would vanish without a word."""
+    rows = _read_lock(suite, source).get("rows", [])
     path = lock_path(source)
-    if not path.is_file():
-        return []
-    mend = f"delete it, then `harness list --coverage --lock {suite.suite}` writes it again"
-    try:
-        rows = json.loads(path.read_text())["rows"]
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise ScenarioError(f"{path}: not a covering-array lock file ({exc}); {mend}") from None
     if not isinstance(rows, list):
-        raise ScenarioError(f"{path}: rows is {type(rows).__name__}, not a list of settings ({{axis: value}}); {mend}")
-    axes, kept = list(suite.matrix), []
-    for i, row in enumerate(rows):
-        problem = _lock_row_problem(row)
-        if problem:
-            raise ScenarioError(f"{path}: rows[{i}]: {problem}; {mend}")
-        if set(row) - set(axes):
-            # an axis taken out of the matrix: its rows are other settings now
-            continue
-        # an axis added since: its golden value, which an id leaves out where it means "off"
-        row = {a: row[a] if a in row else suite.golden.get(a) for a in axes}
-        if all(is_one_of(row[a], suite.matrix[a]) for a in axes):
-            kept.append(row)
-    return kept
+        raise ScenarioError(f"{path}: rows is {type(rows).__name__}, not a list of settings ({{axis: value}}); {_mend(suite)}")
+    settings = (_lock_setting(suite, path, f"rows[{i}]", row) for i, row in enumerate(rows))
+    return [s for s in settings if s is not None]
+
+
+def _lock_setting(suite: SuiteFile, path: Path, where: str, row: object) -> dict | None:
+    """A lock row as a setting of this matrix (an axis added since at its golden value), None
+    where it is another setting now (an axis or value taken out); refused where it is no setting."""
+    problem = _lock_row_problem(row)
+    if problem:
+        raise ScenarioError(f"{path}: {where}: {problem}; {_mend(suite)}")
+    assert isinstance(row, dict)
+    axes = list(suite.matrix)
+    if set(row) - set(axes):
+        # an axis taken out of the matrix: its rows are other settings now
+        return None
+    # an axis added since: its golden value, which an id leaves out where it means "off"
+    setting = {a: row[a] if a in row else suite.golden.get(a) for a in axes}
+    return setting if all(is_one_of(setting[a], suite.matrix[a]) for a in axes) else None
 
 
 def _lock_row_problem(row: object) -> str | None:
@@ -126,13 +143,51 @@ def _lock_row_problem(row: object) -> str | None:
     return None
 
 
-def write_lock(suite: SuiteFile, source: Path, rows: list[dict]) -> Path:
+@dataclass(frozen=True)
+class BugRow:
+    """A row added for known bugs (plan_bug_rows): it holds combinations that the suite's own
+    rows hold only where those bugs end the run early, without the bugs' triggers."""
+
+    row: dict
+    bugs: tuple[str, ...]  # the known bugs whose masked combinations it holds
+    planned_on: str  # the release it was planned on: "vllm 0.32.0"
+
+
+def locked_bug_rows(suite: SuiteFile, source: Path) -> list[BugRow]:
+    """The lock's rows for known bugs (its `bug_rows` section) that are still settings of this
+    matrix; an entry no `--lock` could have written is refused, never dropped."""
+    entries = _read_lock(suite, source).get("bug_rows", [])
     path = lock_path(source)
+    if not isinstance(entries, list):
+        raise ScenarioError(f"{path}: bug_rows is {type(entries).__name__}, not a list of rows for known bugs; {_mend(suite)}")
+    found = []
+    for i, entry in enumerate(entries):
+        where = f"bug_rows[{i}]"
+        bugs = entry.get("for") if isinstance(entry, dict) else None
+        if not (isinstance(bugs, list) and bugs and all(isinstance(b, str) and BUG_ID.match(b) for b in bugs)):
+            raise ScenarioError(f"{path}: {where}: `for` is not a list of known bug ids; {_mend(suite)}")
+        if not isinstance(entry.get("planned_on"), str):
+            raise ScenarioError(f'{path}: {where}: `planned_on` is not a release ("vllm 0.32.0"); {_mend(suite)}')
+        setting = _lock_setting(suite, path, f"{where}.row", entry.get("row"))
+        if setting is not None:
+            found.append(BugRow(setting, tuple(bugs), entry["planned_on"]))
+    return found
+
+
+def write_lock(suite: SuiteFile, source: Path, rows: list[dict], bug_rows: list[BugRow] | None = None) -> Path:
+    """The lock file: the covering array's rows, then the rows for known bugs (None: those the
+    lock records already, kept: a release where their bugs are fixed does not drop them)."""
+    path = lock_path(source)
+    if bug_rows is None:
+        bug_rows = locked_bug_rows(suite, source)
     head = json.dumps(
         {"suite": suite.suite, "note": "rows of the covering array, kept so their ids stay (harness list --coverage --lock)"}
     )[:-1]
-    text = head + ', "rows": [\n' + ",\n".join(" " + json.dumps(r) for r in rows) + "\n]}"  # a row a line: diffs read
-    write_files({path: text + "\n"})
+    text = head + ', "rows": [\n' + ",\n".join(" " + json.dumps(r) for r in rows) + "\n]"  # a row a line: diffs read
+    if bug_rows:
+        lines = [json.dumps({"for": list(b.bugs), "planned_on": b.planned_on, "row": b.row}) for b in bug_rows]
+        text += ',\n"bug_rows": [\n' + ",\n".join(" " + line for line in lines) + "\n]"
+    write_files({path: text + "}\n"})
     return path
 
 
@@ -326,6 +381,117 @@ def _index(values: list, value: object) -> int:
     return next(i for i, v in enumerate(values) if same_value(v, value))
 
 
+# ---- rows for known bugs ----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Trigger:
+    """Where a known bug of the installed release ends a run early (a crash or hang), as a test
+    of a setting of this matrix: its `where`, the arch's model class included (scenario.py
+    bug_triggers)."""
+
+    bug: str
+    axes: tuple[str, ...]  # the matrix axes its `where` reads
+    shows_in: Callable[[dict], bool]
+
+    def constraint(self) -> Constraint:
+        shows_in = self.shows_in
+        return Constraint(f"known bug {self.bug}", self.axes, lambda row: not shows_in(row))
+
+
+def plan_bug_rows(
+    suite: SuiteFile, source: Path, rules: tuple[Rule, ...], rows: list[dict], triggers: list[Trigger], planned_on: str
+) -> list[BugRow]:
+    """The rows for known bugs a lock records: those it records already (first: their ids stay,
+    whichever release they were planned on), then rows that hold every combination the suite's
+    `rows` hold only where one of `triggers` ends the run, each outside every trigger (the
+    triggers are excludes of these rows only). The same covertable pass as the array's, the
+    rows that run its presets: deterministic, and no row more than the masked combinations ask."""
+    assert suite.covering is not None
+    kept = locked_bug_rows(suite, source)
+    triggers = [t for t in triggers if t.axes]  # a bug that reads no axis ends every row or none
+    checks = constraints(suite, rules) + [t.constraint() for t in triggers]
+    live = [r for r in rows if all(c.allows(r) for c in checks)]
+    ended = [(r, tuple(t.bug for t in triggers if t.shows_in(r))) for r in rows]
+    masked = _masked_bugs(suite, suite.covering.strength, live, [(r, bugs) for r, bugs in ended if bugs])
+    if not masked:
+        return kept
+    presets = live + [b.row for b in kept if all(c.allows(b.row) for c in checks)]
+    made = _make_rows(suite, source, checks, presets)
+    known = {_row_key(r) for r in presets} | {_row_key(b.row) for b in kept}
+    added = []
+    for row in made:
+        if _row_key(row) in known:
+            continue
+        bugs = sorted({bug for combo in _combos_of(row, suite, suite.covering.strength) for bug in masked.get(_key(combo), ())})
+        if bugs:  # a row that holds nothing masked is not for a bug (none expected: presets hold the rest)
+            added.append(BugRow(row, tuple(bugs), planned_on))
+    return kept + added
+
+
+def _row_key(row: dict) -> tuple:
+    return _key(row.items())
+
+
+def _masked_bugs(suite: SuiteFile, strength: int, live: list[dict], ended: list[tuple[dict, tuple[str, ...]]]) -> dict:
+    """combination key -> what ends the rows that hold it, for every required combination that
+    rows ending early hold and no row in `live` does."""
+    held_live = {_key(combo) for row in live for combo in _combos_of(row, suite, strength)}
+    required = {_key(combo) for combo in required_tuples(suite, strength)}
+    masked: dict[tuple, set[str]] = {}
+    for row, why in ended:
+        for combo in _combos_of(row, suite, strength):
+            key = _key(combo)
+            if key in required and key not in held_live:
+                masked.setdefault(key, set()).update(why)
+    return masked
+
+
+@dataclass
+class Masked:
+    """What a release's known bugs leave of a suite's coverage (masked_coverage)."""
+
+    # required combinations a row that runs there holds
+    covered: int
+    # the bugs that end the rows holding them -> combinations a setting outside every
+    # trigger would hold (rows for known bugs can; `harness list --coverage --lock` adds them)
+    masked: dict[str, list[str]]
+    # why -> combinations every setting of which meets a known bug: untested there until it is fixed
+    unreachable: dict[str, list[str]]
+
+
+def masked_coverage(
+    suite: SuiteFile,
+    rules: tuple[Rule, ...],
+    strength: int,
+    live: list[dict],
+    ended: list[tuple[dict, tuple[str, ...]]],
+    triggers: list[Trigger],
+) -> Masked:
+    """The required combinations a row that runs on the release holds (`live`), and of those
+    only `ended` rows hold (row, what ends it early there): masked where a setting outside
+    every trigger holds them, else unreachable there, named by the bug (with the rules and
+    excludes it needs)."""
+    refused = rule_constraints(suite, rules)
+    runnable = [row for row in live if all(c.allows(row) for c in refused)]
+    masked_by = _masked_bugs(suite, strength, runnable, [(r, why) for r, why in ended if all(c.allows(r) for c in refused)])
+    held_live = {_key(combo) for row in runnable for combo in _combos_of(row, suite, strength)}
+    search = _Search(suite, constraints(suite, rules) + [t.constraint() for t in triggers if t.axes])
+    got = Masked(0, {}, {})
+    for combo in dict.fromkeys(required_tuples(suite, strength)):
+        key = _key(combo)
+        if key in held_live:
+            got.covered += 1
+        elif key in masked_by:
+            text = " ".join(f"{k}={_spell(v)}" for k, v in combo)
+            blocker = search.blocker(dict(combo))
+            if blocker is None:
+                got.masked.setdefault(", ".join(sorted(masked_by[key])), []).append(text)
+            else:
+                got.unreachable.setdefault(blocker, []).append(text)
+    return got
+
+
 # ---- what a set of settings covers -----------------------------------------------------
 
 
@@ -514,6 +680,7 @@ def joint_coverage(
     strength: int,
     limits: dict[str, tuple[tuple, str]] | None = None,
     declared: dict[str, tuple] | None = None,
+    triggers: list[list[Trigger]] | None = None,
 ) -> Coverage:
     """Every `strength`-way combination of axis values (the arch aside) over several suites'
     rows together, as the suites split the axes between them (vllm-features the scheduler
@@ -523,7 +690,9 @@ def joint_coverage(
     `limits` (axis -> the values the installed engine runs, and why no others) excludes a
     combination with another value, held or not: it is planned, and not exercised there.
     `declared` (axis -> values) adds the engine's axes that no suite varies, so that their
-    values count too (at their default in every row)."""
+    values count too (at their default in every row). `triggers` (per part: the known bugs that
+    end its rows early on a release, its rows those that run there) excludes a combination
+    that only settings meeting a bug hold, by that bug."""
     axes = list(dict.fromkeys([a for suite, _, _ in parts for a in suite.matrix if a != ARCH_AXIS] + list(declared or {})))
     domain: dict[str, list] = {a: list((declared or {}).get(a, ())) for a in axes}
     for suite, _, _ in parts:
@@ -537,7 +706,11 @@ def joint_coverage(
         for row in rows
         for combo in itertools.combinations([(a, row.get(a, _fixed(suite, a))) for a in axes], strength)
     }
-    searches = [(suite, _Search(suite, constraints(suite, rules))) for suite, _, rules in parts]
+    bugs = triggers or [[] for _ in parts]
+    searches = [
+        (suite, _Search(suite, constraints(suite, rules) + [t.constraint() for t in found if t.axes]))
+        for (suite, _, rules), found in zip(parts, bugs)
+    ]
     required = covered = 0
     excluded: dict[str, list[str]] = {}
     missed = []

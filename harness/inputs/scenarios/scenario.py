@@ -20,7 +20,7 @@ from harness.contract.known_bugs import MODEL_ARCH, KnownBug, known_bugs_where
 from harness.contract.settings.variables import MAX_SCENARIOS
 from harness.inputs.models import ModelRef
 from harness.inputs.scenarios.binding import engine_known_bugs, engine_rules
-from harness.inputs.scenarios.covering import constraints, covering_rows
+from harness.inputs.scenarios.covering import Trigger, constraints, covering_rows, locked_bug_rows
 from harness.inputs.scenarios.schema import ARCH_AXIS, ExpectedFailure, ScenarioError, SuiteFile
 
 
@@ -51,6 +51,9 @@ class Scenario:
     expectations: tuple[ExpectedFailure, ...] = ()
     # the engine's known bugs that can show in this scenario (harness/contract/known_bugs.py)
     known_bugs: tuple[KnownBug, ...] = ()
+    # a row added for known bugs (the lock's bug_rows, covering.py plan_bug_rows): their ids;
+    # on a release where none of them stands it is not needed (said, not dropped)
+    for_bugs: tuple[str, ...] = ()
     faults: tuple[str, ...] = ()
     extra_env: dict = field(default_factory=dict)
     engine_version: EngineVersion | None = None  # None: the engine as the suite configures it
@@ -114,7 +117,9 @@ class Scenario:
         settings = {a: (kept[a] if a in kept else golden.get(a, v)) for a, v in self.settings.items()}
         base = f"{self.suite.suite}/{settings_label(settings, list(self.suite.matrix))}"
         narrowed_id = f"{base}{VERSION_SEP}{self.engine_version.label}" if self.engine_version else base
-        return dataclasses.replace(self, id=narrowed_id, settings=settings, expected_failure=None, expectations=(), known_bugs=())
+        return dataclasses.replace(
+            self, id=narrowed_id, settings=settings, expected_failure=None, expectations=(), known_bugs=(), for_bugs=()
+        )
 
     @property
     def golden_key(self) -> str:
@@ -152,33 +157,65 @@ def planned_settings(suite: SuiteFile, source: Path) -> list[dict]:
 
 
 def expand(suite: SuiteFile, source: Path) -> list[Scenario]:
-    axes = list(suite.matrix)
-    scenarios = []
+    """The suite's scenarios: its planned settings, then a covering suite's rows for known bugs
+    (its lock's bug_rows, on every release: a fixed bug's rows are said not needed where they run)."""
+    planned: list[tuple[dict, tuple[str, ...]]] = [(settings, ()) for settings in planned_settings(suite, source)]
+    if suite.covering is not None:
+        seen = {json.dumps(settings, sort_keys=True) for settings, _ in planned}
+        extra = [b for b in locked_bug_rows(suite, source) if json.dumps(b.row, sort_keys=True) not in seen]
+        planned += [(b.row, b.bugs) for b in extra if _keeps_constraints(suite, b.row)]
     bugs = engine_known_bugs(suite.engine, source)
-    for settings in planned_settings(suite, source):
-        label = settings_label(settings, axes)
-        gates = {"nightly"} if "nightly" not in suite.gates else set()
-        gates |= {g for g, patterns in suite.gates.items() if any(fnmatch.fnmatch(label, p) for p in patterns)}
-        expectations = tuple(x for x in suite.expected_failures if _matches(settings, x.match))
-        scenarios.append(
-            Scenario(
-                id=f"{suite.suite}/{label}",
-                suite=suite,
-                source=source,
-                settings=settings,
-                gates=frozenset(gates),
-                expected_failure=expectations[0].reason if expectations else None,
-                expectations=expectations,
-                known_bugs=known_bugs_where(bugs, {**filled(settings), **model_facts(suite, settings, source)}),
-                faults=tuple(suite.faults),
-                extra_env=dict(suite.env),
-            )
-        )
+    scenarios = [_scenario(suite, source, settings, for_bugs, bugs) for settings, for_bugs in planned]
     ids = [s.id for s in scenarios]
     if len(set(ids)) != len(ids):
         raise ScenarioError(f"{source}: matrix expansion gives duplicate ids: {sorted(i for i in ids if ids.count(i) > 1)}")
     _check_patterns(suite, source, [s.name for s in scenarios])
     return scenarios
+
+
+def _keeps_constraints(suite: SuiteFile, settings: dict) -> bool:
+    """A recorded row for known bugs that a rule or exclude forbids now is not planned (as the array's own)."""
+    return all(c.allows(settings) for c in constraints(suite, engine_rules(suite.engine)))
+
+
+def _scenario(suite: SuiteFile, source: Path, settings: dict, for_bugs: tuple[str, ...], bugs: tuple[KnownBug, ...]) -> Scenario:
+    label = settings_label(settings, list(suite.matrix))
+    gates = {"nightly"} if "nightly" not in suite.gates else set()
+    gates |= {g for g, patterns in suite.gates.items() if any(fnmatch.fnmatch(label, p) for p in patterns)}
+    expectations = tuple(x for x in suite.expected_failures if _matches(settings, x.match))
+    return Scenario(
+        id=f"{suite.suite}/{label}",
+        suite=suite,
+        source=source,
+        settings=settings,
+        gates=frozenset(gates),
+        expected_failure=expectations[0].reason if expectations else None,
+        expectations=expectations,
+        known_bugs=known_bugs_where(bugs, {**filled(settings), **model_facts(suite, settings, source)}),
+        for_bugs=for_bugs,
+        faults=tuple(suite.faults),
+        extra_env=dict(suite.env),
+    )
+
+
+def bug_triggers(suite: SuiteFile, source: Path, bugs: tuple[KnownBug, ...]) -> list[Trigger]:
+    """The known bugs as the covering planner tests a setting against them (covering.py Trigger):
+    the matrix axes each `where` reads (the arch for a model class), the axes outside the
+    matrix at their defaults as in expand."""
+    matrix = set(suite.matrix)
+    found = []
+    for bug in bugs:
+        read = {ARCH_AXIS if key == MODEL_ARCH else key for key in bug.where}
+        axes = tuple(a for a in suite.matrix if a in read and a in matrix)
+        found.append(Trigger(bug.id, axes, _shows_in(bug, suite, source)))
+    return found
+
+
+def _shows_in(bug: KnownBug, suite: SuiteFile, source: Path):
+    def shows_in(settings: dict) -> bool:
+        return bug.shows_in({**filled(settings), **model_facts(suite, settings, source)})
+
+    return shows_in
 
 
 def model_facts(suite: SuiteFile, settings: dict, source: Path) -> dict:

@@ -9,6 +9,7 @@ split a table cell (report.html and junit.xml escape on their own).
 
 from __future__ import annotations
 
+from harness.contract.expectations import engine_label
 from harness.contract.verdict import INTERACTION_SEP, Verdict
 from harness.run import timings
 from harness.run.report.axes import explaining_settings
@@ -116,6 +117,20 @@ def problems_lines(report) -> list[str]:
     return lines
 
 
+def unneeded_bug_rows_lines(verdicts: list[Verdict]) -> list[str]:
+    """Rows a suite added for known bugs (its lock's bug_rows) that ran where none of those bugs
+    stands: said, so that the lock's entry can go once no release in use needs it."""
+    by_bugs: dict[tuple, list[str]] = {}
+    for v in verdicts:
+        if v.for_bugs and not v.for_bugs.get("standing"):
+            key = (", ".join(v.for_bugs.get("bugs") or []), engine_label(v.versions))
+            by_bugs.setdefault(key, []).append(v.scenario)
+    lines = []
+    for (bugs, on), ids in by_bugs.items():
+        lines += [f"Rows {', '.join(code(i) for i in ids)} are for known bug {text(bugs)}, fixed in {text(on)}: not needed.", ""]
+    return lines
+
+
 def not_run_text(meta: dict, count: int) -> str:
     if meta.get("stopped_after"):
         return f"Not run: {count} planned scenario(s)"
@@ -212,6 +227,7 @@ def summary_markdown(report) -> str:
     if meta.get("interrupted"):
         lines += ["**The run was interrupted; this report covers the scenarios that finished.**", ""]
     lines += problems_lines(report)
+    lines += unneeded_bug_rows_lines(verdicts)
     lines += powerless_lines(verdicts)
     lines += changes_lines(report.comparison, verdicts)
     versions = meta.get("versions")
