@@ -44,11 +44,11 @@ from harness.contract.settings.project import working_directory
 from harness.contract.settings.variables import DEVICE
 from harness.contract.verdict import Verdict
 from harness.inputs.scenarios.loading import load_scenarios, parse_suite
-from harness.inputs.scenarios.request import RunConfig, RunOptionError, unknown_faults
 from harness.inputs.scenarios.scenario import Scenario, expand, select
 from harness.inputs.scenarios.schema import ID_PART, ScenarioError, ToleranceOverride
 from harness.run.compare.numeric import Tolerance, tolerance_for
 from harness.run.compare.outputs import judge_outputs
+from harness.run.request import RunConfig, RunOptionError, unknown_faults
 from harness.run.runner import run_scenario
 from harness.run.stages.admit import Admitted, admit
 from harness.run.stages.context import RunContext

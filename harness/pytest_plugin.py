@@ -36,18 +36,18 @@ from harness.inputs.scenarios.schema import ScenarioError
 if TYPE_CHECKING:
     from _pytest._code.code import TerminalRepr, TracebackStyle
 
-    from harness.inputs.scenarios.request import RunConfig
+    from harness.run.request import RunConfig
 
 RUN_ID_ENV = PYTEST_RUN_ID.name
 
 
 def pytest_addoption(parser):
-    """The `--harness-*` options: the fields of RunConfig that declare one (harness/inputs/scenarios/request.py),
+    """The `--harness-*` options: the fields of RunConfig that declare one (harness/run/request.py),
     with the CLI's value types (a bad value is a usage error)."""
     from dataclasses import fields
 
     from harness.cli.options import argument_of
-    from harness.inputs.scenarios.request import RunConfig, option_of
+    from harness.run.request import RunConfig, option_of
 
     group = parser.getgroup("harness")
     for f in fields(RunConfig):
@@ -115,7 +115,7 @@ def _check_cluster(config) -> None:
 def _check_run_options(config) -> None:
     """The session's run options checked once, as a RunConfig checks them for every way in: a
     bad one is a usage error (exit 2) before any item runs, never an `error` per scenario."""
-    from harness.inputs.scenarios.request import RunOptionError
+    from harness.run.request import RunOptionError
 
     try:
         _run_config(config)
@@ -155,7 +155,7 @@ def _engine_of(scenario_file: Path) -> str | None:
 
 
 def _faults_problem(config, engines: set) -> str | None:
-    from harness.inputs.scenarios.request import unknown_faults
+    from harness.run.request import unknown_faults
 
     return unknown_faults(config.getoption("--harness-fault") or (), engines, "--harness-fault")
 
@@ -318,7 +318,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
 def _run_config(config) -> RunConfig:
     """The session's options as a RunConfig: its --harness-* options, the gate of its `-m`,
     the device of $HARNESS_DEVICE and the cluster of $HARNESS_CLUSTER when not given."""
-    from harness.inputs.scenarios.request import RunConfig
+    from harness.run.request import RunConfig
 
     return RunConfig.from_pytest(
         config.getoption,

@@ -7,7 +7,6 @@ from __future__ import annotations
 import dataclasses
 
 from harness.contract.verdict import Verdict
-from harness.inputs.scenarios.request import RunConfig
 from harness.run import session
 from harness.run.plan.changes import picked_by_a_rule, select_for_changes
 from harness.run.plan.devices import DevicePool
@@ -26,6 +25,7 @@ from harness.run.plan.schedule import costs, largest_first
 from harness.run.report import write_report
 from harness.run.report.history import load_history
 from harness.run.report.regressions import gate_suspects, suspects_from_history
+from harness.run.request import RunConfig
 from harness.run.runner import RunContext
 from harness.run.session import Progress, _run_packed
 from tests.kit.handmade import BIG_SUITE, failing, make_run, passing, suite_scenarios

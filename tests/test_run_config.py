@@ -1,4 +1,4 @@
-"""One run configuration (harness/inputs/scenarios/request.py RunConfig): the options of `harness run`,
+"""One run configuration (harness/run/request.py RunConfig): the options of `harness run`,
 the pytest plugin's `--harness-*` options and the Python API's keyword arguments are its
 fields, and the hidden `bisect-step` receives it whole."""
 
@@ -13,8 +13,8 @@ import pytest
 
 from harness import api, pytest_plugin
 from harness.cli import build_parser
-from harness.inputs.scenarios.request import RunConfig, option_of
 from harness.run.bisect import StepOrder, step_command
+from harness.run.request import RunConfig, option_of
 
 FIELDS = {f.name: f for f in dataclasses.fields(RunConfig)}
 

@@ -1,4 +1,4 @@
-"""A run option is checked once, by RunConfig (harness/inputs/scenarios/request.py), whichever way
+"""A run option is checked once, by RunConfig (harness/run/request.py), whichever way
 it is given: `harness run`'s flags, the pytest plugin's `--harness-*` options and harness.api's
 keyword arguments refuse the same values with the same words (issue 66, item 10). The API used
 to take them unchecked: `timeout_s=-5` ended `hang` blamed on the engine, `timeout_s=nan` ran
@@ -13,7 +13,7 @@ import pytest
 from harness import api
 from harness.cli import build_parser
 from harness.contract.verdict import Verdict
-from harness.inputs.scenarios.request import RunConfig, RunOptionError
+from harness.run.request import RunConfig, RunOptionError
 from tests.kit import pytest_cli
 from tests.test_pytest_plugin import PLUGIN, demo, plugin_imports_loaded, runner  # noqa: F401 - fixtures
 

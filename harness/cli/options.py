@@ -1,6 +1,6 @@
 """What several subcommands take, declared once: value types that make a bad value a
 usage error (argparse's exit 2 with the option named), and the options of a run, made
-from the fields of RunConfig (harness/inputs/scenarios/request.py) that declare them."""
+from the fields of RunConfig (harness/run/request.py) that declare them."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
-from harness.inputs.scenarios.request import (
+from harness.inputs.scenarios.schema import ScenarioError
+from harness.run.request import (
     NotTaken,
     RunConfig,
     count,
@@ -21,7 +22,6 @@ from harness.inputs.scenarios.request import (
     run_id,
     seconds,
 )
-from harness.inputs.scenarios.schema import ScenarioError
 
 
 def key_value(text: str) -> tuple[str, str]:
@@ -33,7 +33,7 @@ def key_value(text: str) -> tuple[str, str]:
 
 def from_text(check: Callable[[Any], Any], parse: Callable[[str], Any] = str) -> Callable[[str], Any]:
     """A value type: the text parsed, then held to the run option's own check (the one a
-    RunConfig made in code is held to, harness/inputs/scenarios/request.py VALUE_CHECKS), so
+    RunConfig made in code is held to, harness/run/request.py VALUE_CHECKS), so
     both refuse the same values with the same words. A text that does not even parse is
     held to the check as it is: the check says what it expects."""
 
@@ -73,7 +73,7 @@ def shard_arg(text: str) -> str:
     return text
 
 
-# -- options made from the run configuration (harness/inputs/scenarios/request.py) -----------------
+# -- options made from the run configuration (harness/run/request.py) -----------------
 
 # how a text becomes a RunConfig field's value (Option.value), on the command line and in pytest
 VALUE_TYPES: dict[str, Callable[[str], Any]] = {

@@ -16,13 +16,13 @@ from harness.contract.rundir import ResultsNotWritten, RunDirTaken, check_writab
 from harness.contract.settings.project import project
 from harness.engines.launch import DeferInterrupts
 from harness.inputs.scenarios.loading import BrokenSuite
-from harness.inputs.scenarios.request import RunConfig, unknown_faults
+from harness.run.request import RunConfig, unknown_faults
 
 HELP = "run scenarios and write a report"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    """Every option of RunConfig that has a flag, in its order (harness/inputs/scenarios/request.py)."""
+    """Every option of RunConfig that has a flag, in its order (harness/run/request.py)."""
     for f in fields(RunConfig):
         add_config_option(p, f.name)
 

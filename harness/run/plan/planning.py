@@ -13,7 +13,6 @@ from pathlib import Path
 from harness.contract.roots import reports_dir
 from harness.contract.settings.variables import JOBS, VariableValueError
 from harness.engines.launch import Cluster
-from harness.inputs.scenarios.request import RunConfig
 from harness.inputs.scenarios.scenario import Scenario
 from harness.inputs.scenarios.schema import ScenarioError
 from harness.run.plan.changes import (
@@ -33,6 +32,7 @@ from harness.run.plan.schedule import (
     recorded_durations,
     split_shards,
 )
+from harness.run.request import RunConfig
 
 
 @dataclass
