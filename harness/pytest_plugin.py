@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from harness.contract.rundir import new_run_id, run_id_problem, scenarios_root
-from harness.contract.settings.variables import CLUSTER, DEVICE, PYTEST_RUN_ID, VariableValueError, check_values
+from harness.contract.settings.variables import CLUSTER, PYTEST_RUN_ID, VariableValueError, check_values
 from harness.inputs.scenarios.loading import load_suite
 from harness.inputs.scenarios.scenario import expand
 from harness.inputs.scenarios.schema import ScenarioError
@@ -161,10 +161,7 @@ def _faults_problem(config, engines: set) -> str | None:
 
 
 def _run_dir(config) -> Path:
-    from harness.contract.roots import reports_dir
-
-    base = reports_dir(config.getoption("--harness-report-dir"))
-    return Path(base) / (PYTEST_RUN_ID.raw() or "")
+    return _run_config(config).report_dir / (PYTEST_RUN_ID.raw() or "")
 
 
 def pytest_collect_file(parent, file_path: Path):
@@ -317,13 +314,12 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
 
 def _run_config(config) -> RunConfig:
     """The session's options as a RunConfig: its --harness-* options, the gate of its `-m`,
-    the device of $HARNESS_DEVICE and the cluster of $HARNESS_CLUSTER when not given."""
+    the cluster of $HARNESS_CLUSTER when not given (the others' defaults are RunConfig's own)."""
     from harness.run.request import RunConfig
 
     return RunConfig.from_pytest(
         config.getoption,
         gate=_gate(config),
-        device=DEVICE.text() or "cpu",
         cluster=config.getoption("--harness-cluster") or CLUSTER.raw() or None,
     )
 

@@ -49,8 +49,31 @@ def test_harness_run_declares_exactly_the_config_s_options_with_its_defaults():
     for flag, action in declared.items():
         f = flags[flag]
         assert action.help == option_of(f).help
-        if option_of(f).cli_default is None:  # else read when the parser is made ($HARNESS_DEVICE, the reports dir)
-            assert action.default == (list(f.default) if isinstance(f.default, tuple) else f.default), flag
+        # none read when the parser is made: a default of where the run is comes from the RunConfig
+        assert action.default == (list(f.default) if isinstance(f.default, tuple) else f.default), flag
+
+
+DEFAULTS_OF_WHERE_THE_RUN_IS = {"HARNESS_DEVICE": "cuda", "HARNESS_JOBS": "3"}
+
+
+def _the_defaults_of_where_the_run_is(config: RunConfig, reports: Path) -> None:
+    assert (config.device, config.jobs, config.report_dir) == ("cuda", 3, reports)
+
+
+def test_a_default_of_where_the_run_is_is_declared_once_and_read_by_every_way_in(tmp_path, monkeypatch):
+    """$HARNESS_DEVICE, $HARNESS_JOBS and $HARNESS_REPORTS_DIR are read by the RunConfig's
+    declaration (Option.default_from), so `harness run`, pytest and code made configs agree:
+    `--jobs`'s default was filled in by cli/run.py, the report dir's in four places."""
+    for name, value in DEFAULTS_OF_WHERE_THE_RUN_IS.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("HARNESS_REPORTS_DIR", str(tmp_path))
+    declared = {name for name, f in FIELDS.items() if option_of(f).default_from}
+    assert declared == {"device", "jobs", "report_dir"}
+    _the_defaults_of_where_the_run_is(RunConfig(), tmp_path)
+    _the_defaults_of_where_the_run_is(RunConfig.from_cli(build_parser().parse_args(["run"])), tmp_path)
+    _the_defaults_of_where_the_run_is(RunConfig.from_pytest(lambda option: None), tmp_path)
+    given = RunConfig.from_cli(build_parser().parse_args(["run", "--jobs", "2", "--device", "cpu", "--report-dir", "r"]))
+    assert (given.device, given.jobs, given.report_dir) == ("cpu", 2, Path("r"))
 
 
 def test_a_parsed_command_line_is_a_run_config():

@@ -88,9 +88,11 @@ VALUE_TYPES: dict[str, Callable[[str], Any]] = {
 }
 
 
-def argument_of(name: str, pytest: bool = False, **override: Any) -> tuple[list[str], dict[str, Any]]:
+def argument_of(name: str, pytest: bool = False, resolved: bool = False, **override: Any) -> tuple[list[str], dict[str, Any]]:
     """(names, keyword arguments) of add_argument / addoption for the RunConfig field `name`:
-    its `harness run` flag, or with `pytest` the plugin's option."""
+    its `harness run` flag, or with `pytest` the plugin's option. An option not given is None
+    and the RunConfig made from it reads its declared default (Option.default_from); with
+    `resolved` (a subcommand that reads its namespace, never a RunConfig) the parser reads it."""
     f = next(f for f in fields(RunConfig) if f.name == name)
     how = option_of(f)
     kwargs: dict[str, Any] = {"help": (how.pytest_help or how.help) if pytest else how.help}
@@ -103,7 +105,7 @@ def argument_of(name: str, pytest: bool = False, **override: Any) -> tuple[list[
         else:
             kwargs["action"] = "append"
     else:
-        kwargs["default"] = how.cli_default() if how.cli_default and not pytest else f.default
+        kwargs["default"] = how.default_from() if resolved and how.default_from else f.default
     if how.value:
         kwargs["type"] = VALUE_TYPES[how.value]
     if how.choices:
@@ -124,11 +126,11 @@ def add_config_option(p: argparse.ArgumentParser, name: str, **override: Any) ->
 
 
 def add_device(p: argparse.ArgumentParser) -> None:
-    add_config_option(p, "device")
+    add_config_option(p, "device", resolved=True)
 
 
 def add_report_dir(p: argparse.ArgumentParser) -> None:
-    add_config_option(p, "report_dir")
+    add_config_option(p, "report_dir", resolved=True)
 
 
 def add_timeout(p: argparse.ArgumentParser, what: str) -> None:

@@ -11,7 +11,6 @@ from pathlib import Path
 from harness.cli import suites
 from harness.cli.options import add_config_option
 from harness.contract import exit_codes
-from harness.contract.roots import reports_dir
 from harness.contract.rundir import ResultsNotWritten, RunDirTaken, check_writable, claim_new_run_dir, claim_run_dir, verdict_path
 from harness.contract.settings.project import project
 from harness.engines.launch import DeferInterrupts
@@ -43,7 +42,7 @@ def run(args) -> int:
     print(f"harness: project config {used['config'] or '(none)'}; scenario files from {', '.join(used['scenarios'])}", flush=True)
     # a typo ends here, with its hint: before torch and pandas load
     selected, broken = catalog.pick(list(config.ids), config.gate)
-    from harness.run.plan.planning import default_jobs, plan_run
+    from harness.run.plan.planning import plan_run
     from harness.run.raycluster.connect import cluster_option
     from harness.run.report.history import history_dir
     from harness.run.report.regressions import gate_suspects
@@ -60,8 +59,7 @@ def run(args) -> int:
         except engine_envs.EngineEnvError as exc:
             print(f"harness: {exc}", file=sys.stderr)
             return exit_codes.USAGE
-    config = replace(config, jobs=config.jobs or default_jobs())
-    report_dir = config.report_dir or reports_dir()
+    report_dir = config.report_dir
     # the gate starts with what failed or drifted in its history (harness/run/plan/priority.py)
     suspects = gate_suspects(history_dir(report_dir, config.history), config.gate)
     plan = plan_run(config, catalog.scenarios, selected, project().root, suspects)

@@ -12,6 +12,9 @@ hidden `bisect-step` receives one whole, as JSON (to_json / from_json).
 A RunConfig checks its values when it is made (RunOptionError), with the checks the CLI's and
 the pytest plugin's value types call on the text they parsed (VALUE_CHECKS): one rule per
 option, whichever way it was given, so the Python API refuses what `harness run` refuses.
+A default that depends on where the run is ($HARNESS_DEVICE, $HARNESS_JOBS, the project's
+reports/) is declared with its field too (Option.default_from) and read when the config is
+made: every way in gets the same, and no caller fills it in.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from typing import Any
 
 from harness.contract.roots import reports_dir
 from harness.contract.rundir import run_id_problem
-from harness.contract.settings.variables import DEVICE
+from harness.contract.settings.variables import DEVICE, JOBS
 from harness.inputs.scenarios.schema import env_problem
 
 
@@ -162,8 +165,9 @@ class Option:
     short: str | None = None  # "-x"
     metavar: str | None = None
     choices: tuple[str, ...] | None = None
-    # the CLI's default, read when its parser is made
-    cli_default: Callable[[], Any] | None = None
+    # the default when the option is not given (None), read when a RunConfig is made: the one
+    # place it is set, whichever way in (a HARNESS_* variable, the project's reports/)
+    default_from: Callable[[], Any] | None = None
 
     @property
     def dest(self) -> str:
@@ -204,21 +208,21 @@ class RunConfig:
         (), flag="--env", value="env", repeat=True, api=True, help="KEY=VALUE for every rank (repeatable)"
     )
     device: str = _option(
-        "cpu",
+        None,
         flag="--device",
         choices=("cpu", "cuda"),
         api=True,
-        cli_default=DEVICE.text,
+        default_from=DEVICE.text,
         help=f"where the ranks run (default: ${DEVICE.name}, else cpu)",
     )
     # where it is written
-    report_dir: Path | None = _option(
+    report_dir: Path = _option(
         None,
         flag="--report-dir",
         value="path",
         pytest="--harness-report-dir",
         api=True,
-        cli_default=reports_dir,
+        default_from=reports_dir,
         help="where runs are written (default: $HARNESS_REPORTS_DIR, else the project's reports/)",
         pytest_help="where the run directory goes (default: reports/)",
     )
@@ -227,8 +231,12 @@ class RunConfig:
         None, flag="--history", value="path", help="history store (default: $HARNESS_HISTORY_DIR or <report-dir>/history)"
     )
     # where it runs
-    jobs: int | None = _option(
-        None, flag="--jobs", value="count", help="scenarios at once, packed onto the devices (default: $HARNESS_JOBS or 1)"
+    jobs: int = _option(
+        None,
+        flag="--jobs",
+        value="count",
+        default_from=JOBS.integer,
+        help="scenarios at once, packed onto the devices (default: $HARNESS_JOBS or 1)",
     )
     devices: int | None = _option(
         None,
@@ -315,8 +323,9 @@ class RunConfig:
     )
 
     def __post_init__(self) -> None:
-        """Every value checked, as the CLI checks its text (RunOptionError names the option);
-        lists and mappings as given (argparse's, an API caller's) kept as tuples: frozen all through."""
+        """Every value checked, as the CLI checks its text (RunOptionError names the option), an
+        option not given (None) at its declared default; lists and mappings as given (argparse's,
+        an API caller's) kept as tuples: frozen all through."""
         for f in fields(self):
             object.__setattr__(self, f.name, _checked(f, getattr(self, f.name)))
 
@@ -404,6 +413,8 @@ def _checked(f: dataclasses.Field, value: Any) -> Any:
 
 def _value_of(f: dataclasses.Field, value: Any) -> Any:
     how = option_of(f)
+    if value is None and how.default_from is not None:
+        value = how.default_from()
     if value is None and f.default is None:
         return None
     if how.switch:

@@ -10,8 +10,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.contract.roots import reports_dir
-from harness.contract.settings.variables import JOBS, VariableValueError
 from harness.engines.launch import Cluster
 from harness.inputs.scenarios.scenario import Scenario
 from harness.inputs.scenarios.schema import ScenarioError
@@ -44,13 +42,6 @@ class RunPlan:
     meta: dict = field(default_factory=dict)  # what run.json records about these choices
 
 
-def default_jobs() -> int:
-    try:
-        return JOBS.integer() or 1
-    except VariableValueError as exc:
-        raise ScenarioError(str(exc)) from None
-
-
 def plan_run(
     args: RunConfig, all_scenarios: list[Scenario], chosen: list[Scenario], repo: Path, suspects: Suspects | None = None
 ) -> RunPlan:
@@ -67,7 +58,7 @@ def plan_run(
         _print_picks(picks, changed)
         if named:
             print(f"harness: and {len(named)} scenarios named on the command line: {', '.join(s.id for s in named)}", flush=True)
-    durations = load_durations(args.durations) if args.durations else recorded_durations(args.report_dir or reports_dir())
+    durations = load_durations(args.durations) if args.durations else recorded_durations(args.report_dir)
     cost = costs(chosen, durations)
     if args.shard:
         index, count = parse_shard(args.shard)
