@@ -13,6 +13,7 @@ import pytest
 
 from harness import api, pytest_plugin
 from harness.cli import build_parser
+from harness.run import session
 from harness.run.bisect import StepOrder, step_command
 from harness.run.request import RunConfig, option_of
 
@@ -155,6 +156,15 @@ def test_the_api_s_run_arguments_are_config_fields():
         assert not unknown, f"{call.__name__}: {sorted(unknown)} are neither RunConfig fields (api=True) nor what to run"
         taken |= keywords & marked
     assert taken == marked, f"RunConfig fields marked api that no API call takes: {sorted(marked - taken)}"
+
+
+def test_a_session_reads_its_options_from_the_run_s_config_only():
+    """--jobs and --exitfirst travelled twice, in the config and as run_session's keyword
+    arguments: now the session takes the context alone (tests/test_first_failure_order.py and
+    tests/test_schedule.py run it so)."""
+    for call in (session.run_session, session._run_packed):
+        beside = set(inspect.signature(call).parameters) & set(FIELDS)
+        assert not beside, f"{call.__name__} takes {sorted(beside)} beside the run's config"
 
 
 def test_the_config_goes_whole_through_json():

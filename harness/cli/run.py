@@ -136,9 +136,7 @@ def _run_and_report(chosen, run_dir: Path, meta: dict, history: Path, ctx, cost:
     try:
         _write_report(run_dir, meta, history)
         if chosen:
-            verdicts = run_session(
-                chosen, run_dir, ctx, progress=choose_progress(), jobs=ctx.config.jobs, cost=cost, exitfirst=ctx.config.exitfirst
-            )
+            verdicts = run_session(chosen, run_dir, ctx, progress=choose_progress(), cost=cost)
             stopped = _stopped_after(verdicts) if ctx.config.exitfirst else {}
     except KeyboardInterrupt:
         interrupted = True
