@@ -65,6 +65,22 @@ def test_one_fault_given_as_a_string_is_that_fault_never_its_characters(tmp_path
     assert given == [("pp-buffer-missing-key",)]
 
 
+def test_the_api_s_env_is_the_run_s_env_as_harness_run_env_is(tmp_path, monkeypatch):
+    """env= travels as RunConfig.env (every rank's, over the scenario's), in every call that
+    runs: assert_matches_golden did not take it, run_setting made it the scenario's."""
+    given = []
+
+    def stand_in(scenario, run_dir, ctx, lease=None):
+        given.append(ctx.config.env_vars)
+        return Verdict(scenario.id, "pass", "ok")
+
+    monkeypatch.setattr("harness.api.run_scenario", stand_in)
+    api.assert_matches_golden("llama-tiny/tp1-pp1", env={"A": "1"}, work_dir=tmp_path)
+    assert given == [{"A": "1"}]
+    with pytest.raises(RunOptionError, match="run option env \\(--env\\)"):
+        api.run_setting("tiny-llama", {"tp": 1}, env={"": "x"}, work_dir=tmp_path / "work")
+
+
 @pytest.mark.parametrize(
     "field, value, flag, text",
     [

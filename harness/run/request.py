@@ -1,13 +1,15 @@
 """What a user asked a run to do, as one frozen object: `RunConfig`.
 
 Every option of a run is declared once, here, as a field: its type and default, and in
-its `Option` how it is given (the flag of `harness run`, the pytest plugin's option, the
-Python API's keyword argument) with its help text. The CLI's and the pytest plugin's
-options are made from these declarations (harness/cli/options.py, harness/pytest_plugin.py),
-the API's keyword arguments are checked against them (tests/test_run_config.py), and the
-stages read a run's options from a RunConfig (harness/run/stages/context.py pairs it with the
-run-time objects a session makes: the device pool, the nodes, the cancel switch). The
-hidden `bisect-step` receives one whole, as JSON (to_json / from_json).
+its `Option` how it is given (the flag of `harness run`, the pytest plugin's option) with
+its help text. The CLI's and the pytest plugin's options are made from these declarations
+(harness/cli/options.py, harness/pytest_plugin.py); the Python API's calls take the options
+that concern them as keyword arguments of the fields' names and make a RunConfig of them
+(harness/api.py RunOptions: the types a caller gives, a list where the config keeps a
+tuple; a name that is no field cannot be made into one), and the stages read a run's
+options from a RunConfig (harness/run/stages/context.py pairs it with the run-time objects
+a session makes: the device pool, the nodes, the cancel switch). The hidden `bisect-step`
+receives one whole, as JSON (to_json / from_json).
 
 A RunConfig checks its values when it is made (RunOptionError), with the checks the CLI's and
 the pytest plugin's value types call on the text they parsed (VALUE_CHECKS): one rule per
@@ -155,8 +157,6 @@ class Option:
     pytest: str | None = None
     # where pytest's help says it otherwise (None: as `help`)
     pytest_help: str | None = None
-    # harness.api's calls take it as a keyword argument of the field's name
-    api: bool = False
     value: str | None = None
     # given once per value (argparse's action="append")
     repeat: bool = False
@@ -197,21 +197,19 @@ class RunConfig:
         flag="--timeout",
         value="seconds",
         pytest="--harness-timeout",
-        api=True,
         help="per-scenario timeout in seconds (overrides the scenario file)",
         pytest_help="per-scenario timeout in seconds",
     )
     faults: tuple[str, ...] = _option(
-        (), flag="--fault", repeat=True, pytest="--harness-fault", api=True, help="switch on an engine fault (repeatable)"
+        (), flag="--fault", repeat=True, pytest="--harness-fault", help="switch on an engine fault (repeatable)"
     )
     env: tuple[tuple[str, str], ...] = _option(
-        (), flag="--env", value="env", repeat=True, api=True, help="KEY=VALUE for every rank (repeatable)"
+        (), flag="--env", value="env", repeat=True, help="KEY=VALUE for every rank (repeatable)"
     )
     device: str = _option(
         None,
         flag="--device",
         choices=("cpu", "cuda"),
-        api=True,
         default_from=DEVICE.text,
         help=f"where the ranks run (default: ${DEVICE.name}, else cpu)",
     )
@@ -221,7 +219,6 @@ class RunConfig:
         flag="--report-dir",
         value="path",
         pytest="--harness-report-dir",
-        api=True,
         default_from=reports_dir,
         help="where runs are written (default: $HARNESS_REPORTS_DIR, else the project's reports/)",
         pytest_help="where the run directory goes (default: reports/)",
