@@ -24,7 +24,7 @@ help:
 	@echo "make test       the harness's own tests (unit + end-to-end with real ranks)"
 	@echo "make test-fast  the unit tier only: no rank, engine or harness subprocess (under a minute)"
 	@echo "make test-nightly  the nightly's share of the harness's own tests (every arch golden against transformers, the conformance kit on the hf and example engines, a changed model against the compile cache)"
-	@echo "make pr-gate    install, then run the PR-gate scenarios and write reports/<run-id>/"
+	@echo "make pr-gate    install (unless done into this Python and unchanged since), then run the PR-gate scenarios and write reports/<run-id>/"
 	@echo "make nightly    run every scenario"
 	@echo "make golden     regenerate every suite's golden (eager, single process)"
 	@echo "make list       list scenarios; 'make <scenario-id>' runs one, e.g. make llama-tiny/tp2-pp2"
@@ -50,6 +50,15 @@ help:
 # Not -q: pip names each package it collects and downloads (with its size), so a first install
 # of several minutes shows what it is doing; "already satisfied" lines are left out.
 PIP_SAYS := $(PYTHON) -m pip install --progress-bar off --disable-pip-version-check
+# What `make install` did, and into which interpreter: a stamp named by that interpreter
+# (its executable and environment), newer than what the install reads. `make pr-gate`
+# installs only without it (a fresh machine or venv, or a changed pyproject.toml, setup.py,
+# example engine or pin here), so CI's `make install` then `make pr-gate` installs once.
+INSTALL_STAMPS ?= .make
+INSTALLED := $(INSTALL_STAMPS)/installed-$(shell $(PYTHON) -c "import hashlib, sys; print(hashlib.sha256((sys.executable + sys.prefix).encode()).hexdigest()[:16])")
+$(INSTALLED): pyproject.toml setup.py examples/engine-tp-plan/pyproject.toml Makefile
+	$(MAKE) --no-print-directory install
+
 install:
 	@echo "install: torch 2.13.0 (CPU) first"
 	$(PIP_SAYS) torch==2.13.0 | grep -v "^Requirement already satisfied" || true
@@ -58,6 +67,7 @@ install:
 	$(PYTHON) -c "import torch, harness.cli, pytest, xdist, ray"  # the installs above are checked here, not by grep's exit
 	$(PIP_SAYS) -q -e examples/engine-tp-plan
 	$(PIP_SAYS) -q --no-deps torchvision==0.28.0
+	mkdir -p $(INSTALL_STAMPS) && touch $(INSTALLED)
 
 lint:
 	$(PYTHON) -m ruff check harness tests bench tools examples
@@ -80,7 +90,7 @@ test-nightly:
 test-fast:
 	$(PYTEST) tests -m "not e2e and not slow" -n $(JOBS) -rfEs
 
-pr-gate: install
+pr-gate: $(INSTALLED)
 	$(HARNESS) run --gate pr $(HARNESS_ARGS)
 
 nightly:

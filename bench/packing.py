@@ -32,6 +32,7 @@ from harness.contract.verdict import Verdict  # noqa: E402
 from harness.inputs.scenarios.loading import load_scenarios
 from harness.run.plan.devices import DevicePool  # noqa: E402
 from harness.run.plan.schedule import costs, lower_bound_s, split_shards  # noqa: E402
+from harness.run.request import RunConfig  # noqa: E402
 from harness.run.runner import RunContext  # noqa: E402
 
 MATRIX = """
@@ -78,7 +79,7 @@ def simulate(scenarios, durations, devices: int, scale: float, order=None) -> fl
             pool = DevicePool(devices, "cpu", lock_dir=Path(tmp) / "locks")
             start = time.monotonic()
             session._run_packed(
-                scenarios, Path(tmp), RunContext(devices=pool), Quiet(), devices, costs(scenarios, durations), run=run
+                scenarios, Path(tmp), RunContext(RunConfig(jobs=devices), pool), Quiet(), costs(scenarios, durations), run=run
             )
             return (time.monotonic() - start) / scale
     finally:

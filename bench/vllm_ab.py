@@ -107,7 +107,7 @@ def vllm_way(scenario: Scenario, work: Path) -> Outcome:
     """The scenario as compare_two_settings does it: the golden setting started, then the
     scenario's setting started, compared. A setting the harness refuses before any start
     (unsupported here, as vLLM's own test would be skipped) starts nothing."""
-    from harness.inputs.scenarios.request import RunConfig
+    from harness.run.request import RunConfig
     from harness.run.stages.admit import admit
     from harness.run.stages.context import RunContext
 

@@ -18,9 +18,13 @@ first diverging layer / stage / TP rank, and, if asked, its report:
   assert_matches_golden  a scenario of the scenario files against its stored golden
   save_report            verdicts into a run directory with the harness's report
 
-A run option given a value `harness run` would refuse (timeout_s=-5, device="tpu", a fault
-switch the engine does not take) raises RunOptionError, a ValueError naming the option and
-what it takes, before anything is written or launched.
+The calls that run take a run's options (faults, env, timeout_s, device, and report_dir
+where a report is written) as keyword arguments named as RunConfig's fields
+(harness/run/request.py): the typed dicts RunOptions and ReportedRunOptions below name the
+ones each call takes, and the RunConfig made from them checks each value as `harness run`
+checks its flag. A value it would refuse (timeout_s=-5, device="tpu", a fault switch the
+engine does not take) raises RunOptionError, a ValueError naming the option and what it
+takes, before anything is written or launched.
 
 Nothing here compares or launches by itself: runs go through the stages of harness/run/stages/
 (admit, launch, the crash/hang verdicts), comparison through harness/run/compare/ (the checks, the
@@ -34,21 +38,20 @@ import re
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Union
+from typing import Any, TypedDict, Union, Unpack
 
 from harness.contract.outputs import EngineOutputs
 from harness.contract.rundir import claim_new_run_dir, scenario_dir_name, verdict_path
 from harness.contract.settings.project import working_directory
-from harness.contract.settings.variables import DEVICE
 from harness.contract.verdict import Verdict
 from harness.inputs.scenarios.loading import load_scenarios, parse_suite
-from harness.inputs.scenarios.request import RunConfig, RunOptionError, unknown_faults
 from harness.inputs.scenarios.scenario import Scenario, expand, select
 from harness.inputs.scenarios.schema import ID_PART, ScenarioError, ToleranceOverride
 from harness.run.compare.numeric import Tolerance, tolerance_for
 from harness.run.compare.outputs import judge_outputs
+from harness.run.request import RunConfig, RunOptionError, unknown_faults
 from harness.run.runner import run_scenario
 from harness.run.stages.admit import Admitted, admit
 from harness.run.stages.context import RunContext
@@ -63,7 +66,30 @@ DEFAULT_WORKLOADS: tuple[dict, ...] = (
     {"name": "logits", "kind": "logprobs", "num_prompts": 4, "max_prompt_tokens": 48, "top_k": 20, "capture_hidden": True},
     {"name": "greedy", "kind": "greedy", "num_prompts": 2, "max_prompt_tokens": 32, "max_new_tokens": 8, "top_k": 20},
 )
+# a setting's timeout (its in-memory scenario's), unless the call gives timeout_s
 DEFAULT_TIMEOUT_S = 600.0
+
+
+class RunOptions(TypedDict, total=False):
+    """How a call runs: RunConfig's options (harness/run/request.py) by their field names, as
+    a caller gives them. Each is checked by the RunConfig made from them, as `harness run`
+    checks its flag (RunOptionError); one left out is at RunConfig's default."""
+
+    # engine fault switches, as --fault takes them; one string is one switch
+    faults: Sequence[str] | str
+    # NAME -> VALUE for every rank, as --env
+    env: Mapping[str, str]
+    # seconds, as --timeout (default: the scenario's; a setting's is DEFAULT_TIMEOUT_S)
+    timeout_s: float
+    # "cpu" or "cuda", as --device (default: $HARNESS_DEVICE, else cpu)
+    device: str
+
+
+class ReportedRunOptions(RunOptions, total=False):
+    """The run options of a call that judges: and where its report goes."""
+
+    # a run directory with the verdicts and the harness's report (default: none written)
+    report_dir: str | os.PathLike
 
 
 class CheckFailed(AssertionError):
@@ -179,13 +205,10 @@ def run_setting(
     engine: str = "reference",
     workloads: Sequence[Mapping] | None = None,
     dtype: str = "float32",
-    faults: Sequence[str] = (),
     tolerances: Mapping | None = None,
-    env: Mapping[str, str] | None = None,
-    timeout_s: float = DEFAULT_TIMEOUT_S,
     work_dir: str | os.PathLike | None = None,
-    device: str | None = None,
     engine_options: Mapping[str, str] | None = None,
+    **options: Unpack[RunOptions],
 ) -> SettingRun:
     """Run one setting of `engine` on `model` for real, through the harness's launcher
     (one process per rank for the reference engine; the engine's own launcher else),
@@ -196,11 +219,11 @@ def run_setting(
     settings: the engine's axes, e.g. {"tp": 2, "pp": 2, "sp": True, "compile": True};
       axes left out keep the engine's defaults.
     workloads: a scenario file's `workloads:` entries; default DEFAULT_WORKLOADS.
-    faults: engine fault switches ("rank-raise@1", "tp-allreduce-perturb@1e-3"; the
-      reference engine lists its own in harness/engines/reference/faults.py); one string
-      is one switch.
     work_dir: where the run's directory goes (default: a new temporary directory).
-    device: "cpu" or "cuda" (default: $HARNESS_DEVICE, else cpu).
+    options: the run options (RunOptions): faults, the engine's fault switches
+      ("rank-raise@1", "tp-allreduce-perturb@1e-3"; the reference engine lists its own in
+      harness/engines/reference/faults.py; one string is one switch); env; timeout_s
+      (default DEFAULT_TIMEOUT_S); device ("cpu" or "cuda"; default: $HARNESS_DEVICE, else cpu).
 
     Raises CheckFailed when the run crashed or hung (the verdict names the rank and its
     traceback, or where each rank was stuck), SettingUnsupported when the engine cannot
@@ -208,22 +231,21 @@ def run_setting(
     (RunOptionError, a ValueError, for a run option harness run refuses: timeout_s, device,
     faults).
     """
-    return _run(
-        _plan(
-            model,
-            settings or {},
-            engine=engine,
-            workloads=workloads,
-            dtype=dtype,
-            faults=faults,
-            tolerances=tolerances,
-            env=env,
-            timeout_s=timeout_s,
-            work_dir=work_dir,
-            device=device,
-            engine_options=engine_options,
-        )
-    )
+    setting = _Setting(engine, workloads, dtype, tolerances, engine_options, work_dir)
+    return _run(_plan(model, settings or {}, setting, _config("run_setting", options, RunOptions.__optional_keys__)))
+
+
+@dataclass(frozen=True)
+class _Setting:
+    """What a setting is run with beside its run options: run_setting's and
+    assert_settings_agree's keyword arguments of what to run, at their defaults there."""
+
+    engine: str
+    workloads: Sequence[Mapping] | None
+    dtype: str
+    tolerances: Mapping | None
+    engine_options: Mapping[str, str] | None
+    work_dir: str | os.PathLike | None
 
 
 @dataclass
@@ -238,26 +260,13 @@ class _Planned:
     tolerances: dict
 
 
-def _plan(
-    model,
-    settings: Mapping,
-    *,
-    engine: str,
-    workloads,
-    dtype: str,
-    faults: Sequence[str],
-    tolerances,
-    env,
-    timeout_s: float,
-    work_dir,
-    device: str | None,
-    engine_options,
-) -> _Planned:
-    """Everything that can refuse a setting, before any rank starts: the run options (as
-    `harness run` checks them), the settings and model (as a scenario file's), the engine's
-    reason, the devices, the fault switches."""
-    ctx = _context(faults, timeout_s, device)
-    scenario = _scenario(model, settings, engine, workloads, dtype, tolerances, env, engine_options, timeout_s)
+def _plan(model, settings: Mapping, setting: _Setting, config: RunConfig) -> _Planned:
+    """Everything that can refuse a setting, before any rank starts: the settings and model
+    (as a scenario file's), the engine's reason, the devices, the fault switches (the run
+    options were checked when `config` was made)."""
+    ctx = _context(config)
+    scenario = _scenario(model, settings, setting)
+    work_dir = setting.work_dir
     out_dir = _fresh(
         Path(work_dir) if work_dir is not None else Path(tempfile.mkdtemp(prefix="harness-api-")), scenario_dir_name(scenario.id)
     )
@@ -268,7 +277,7 @@ def _plan(
             raise SettingUnsupported(admitted)
         # the engine is not installed, the model or a fault switch is bad
         raise ValueError(admitted.reason)
-    return _Planned(scenario, ctx, out_dir, admitted, dtype, dict(tolerances or {}))
+    return _Planned(scenario, ctx, out_dir, admitted, setting.dtype, dict(setting.tolerances or {}))
 
 
 def _run(planned: _Planned) -> SettingRun:
@@ -298,14 +307,10 @@ def assert_settings_agree(
     engine: str = "reference",
     workloads: Sequence[Mapping] | None = None,
     dtype: str = "float32",
-    faults: Sequence[str] = (),
     tolerances: Mapping | None = None,
-    env: Mapping[str, str] | None = None,
-    timeout_s: float = DEFAULT_TIMEOUT_S,
     work_dir: str | os.PathLike | None = None,
-    device: str | None = None,
     engine_options: Mapping[str, str] | None = None,
-    report_dir: str | os.PathLike | None = None,
+    **options: Unpack[ReportedRunOptions],
 ) -> Verdict:
     """Run setting `a` (the reference: run clean, as a golden is) and setting `b` (with
     `faults`, if any) on the same model and workloads, and hold b to a with the
@@ -318,24 +323,16 @@ def assert_settings_agree(
             raise ValueError(
                 f"assert_settings_agree: {label} must be a mapping of settings like {{'tp': 2}}, got {type(settings).__name__}"
             )
-    common: dict[str, Any] = {
-        "engine": engine,
-        "workloads": workloads,
-        "dtype": dtype,
-        "tolerances": tolerances,
-        "env": env,
-        "timeout_s": timeout_s,
-        "work_dir": work_dir,
-        "device": device,
-        "engine_options": engine_options,
-    }
-    planned = _plan(model, a, faults=(), **common), _plan(model, b, faults=faults, **common)  # both checked first
+    setting = _Setting(engine, workloads, dtype, tolerances, engine_options, work_dir)
+    config = _config("assert_settings_agree", options, ReportedRunOptions.__optional_keys__)
+    # a runs clean, as a golden is made; both checked before either runs
+    planned = _plan(model, a, setting, replace(config, faults=())), _plan(model, b, setting, config)
     reference, candidate = _run(planned[0]), _run(planned[1])
     name = candidate.label if candidate.label != reference.label else f"{candidate.label}-candidate"
     verdict = compare_outputs(candidate, reference, name=name)
     faults_of_b = list(planned[1].ctx.config.faults)
     verdict.reproduce = _call("assert_settings_agree", model, a=dict(a), b=dict(b), engine=engine, faults=faults_of_b)
-    report = save_report([verdict], report_dir) if report_dir is not None else None
+    report = save_report([verdict], config.report_dir) if "report_dir" in _given(options) else None
     if verdict.verdict != "pass":
         raise CheckFailed(verdict, f"{name} does not agree with {reference.label} (the reference):", report)
     return verdict
@@ -345,11 +342,8 @@ def assert_matches_golden(
     scenario_id: str,
     *,
     scenarios: str | os.PathLike | None = None,
-    faults: Sequence[str] = (),
-    timeout_s: float | None = None,
-    device: str | None = None,
     work_dir: str | os.PathLike | None = None,
-    report_dir: str | os.PathLike | None = None,
+    **options: Unpack[ReportedRunOptions],
 ) -> Verdict:
     """Run one scenario of the scenario files ("llama-tiny/tp2-pp2"; `scenarios`: a file
     or directory, default scenarios/) against its stored golden, exactly as `harness run`
@@ -363,19 +357,20 @@ def assert_matches_golden(
     if len(chosen) != 1:
         raise ValueError(f"'{scenario_id}' names {len(chosen)} scenarios ({', '.join(s.id for s in chosen[:6])}...): give one id")
     scenario = chosen[0]
-    ctx = _context(faults, timeout_s, device)
+    ctx = _context(_config("assert_matches_golden", options, ReportedRunOptions.__optional_keys__))
     # a fault the scenario's engine does not take, refused as `harness run --fault` refuses it
     problem = unknown_faults(ctx.config.faults, [scenario.suite.engine], "faults")
     if problem:
         raise RunOptionError(problem)
     meta = {"scenarios": [scenario.id], "via": "api", "gate": None, "faults": list(ctx.config.faults), "started": time.time()}
-    if report_dir is not None:
-        run_dir = claim_new_run_dir(Path(report_dir), meta, "-api")
+    reported = "report_dir" in _given(options)
+    if reported:
+        run_dir = claim_new_run_dir(ctx.config.report_dir, meta, "-api")
     else:
         run_dir = Path(work_dir) if work_dir is not None else Path(tempfile.mkdtemp(prefix="harness-api-"))
     verdict = run_scenario(scenario, run_dir, ctx)
     report = None
-    if report_dir is not None:
+    if reported:
         from harness.run.report import write_report
 
         write_report(run_dir, {"finished": time.time()})
@@ -492,23 +487,21 @@ def _suite_name(model: str | Mapping | os.PathLike) -> str:
     return name if ID_PART.fullmatch(name) else "model"
 
 
-def _scenario(
-    model, settings: Mapping, engine: str, workloads, dtype: str, tolerances, env, engine_options, timeout_s: float
-) -> Scenario:
+def _scenario(model, settings: Mapping, setting: _Setting) -> Scenario:
     """The one scenario of an in-memory suite: the scenario file a user would write for
     this setting, checked by the same rules (axes the engine has, values, model entry)."""
+    workloads = setting.workloads if setting.workloads is not None else DEFAULT_WORKLOADS
     raw = {
         "suite": _suite_name(model),
-        "engine": engine,
+        "engine": setting.engine,
         "model": _model_entry(model),
-        "dtype": dtype,
-        "timeout_s": timeout_s,
-        "workloads": [dict(w) for w in (workloads if workloads is not None else DEFAULT_WORKLOADS)],
+        "dtype": setting.dtype,
+        "timeout_s": DEFAULT_TIMEOUT_S,  # the call's timeout_s, if any, overrides it (RunConfig)
+        "workloads": [dict(w) for w in workloads],
         "golden": dict(settings),
         "matrix": {axis: [value] for axis, value in settings.items()} or {"tp": [1]},
-        "env": dict(env or {}),
-        "engine_options": dict(engine_options or {}),
-        "tolerances": dict(tolerances or {}),
+        "engine_options": dict(setting.engine_options or {}),
+        "tolerances": dict(setting.tolerances or {}),
     }
     if not settings:
         raw["golden"] = {"tp": 1}
@@ -516,17 +509,32 @@ def _scenario(
     try:
         suite = parse_suite(raw, source)
     except ValueError as exc:
-        raise ValueError(f"cannot run {dict(settings)} of {engine} on {model!r}: {exc}") from None
+        raise ValueError(f"cannot run {dict(settings)} of {setting.engine} on {model!r}: {exc}") from None
     return expand(suite, source)[0]
 
 
-def _context(faults: Sequence[str], timeout_s: float | None, device: str | None) -> RunContext:
-    """The run's configuration from a call's keyword arguments (named as the RunConfig fields
-    marked `api`: tests/test_run_config.py), checked as `harness run` checks its options
-    (RunOptionError, a ValueError, names the option), with this machine's device slots."""
+def _config(call: str, options: Mapping[str, Any], takes: frozenset[str]) -> RunConfig:
+    """The run's configuration from a call's run options (`takes`: their names), each checked
+    as `harness run` checks its flag (RunOptionError, a ValueError, names the option); None is
+    not given. Another keyword is refused as Python refuses one a signature lacks."""
+    unknown = sorted(set(options) - takes)
+    if unknown:
+        raise TypeError(
+            f"{call}() got an unexpected keyword argument {unknown[0]!r} (its run options: {', '.join(sorted(takes))})"
+        )
+    return RunConfig(**_given(options))
+
+
+def _given(options: Mapping[str, Any]) -> dict[str, Any]:
+    """A run option given as None is left out: at RunConfig's default (the API's signatures
+    took `device=None`, `report_dir=None` for "not given")."""
+    return {name: value for name, value in options.items() if value is not None}
+
+
+def _context(config: RunConfig) -> RunContext:
+    """A call's run: its configuration, with this machine's device slots."""
     from harness.run.plan.devices import DevicePool, configured_count
 
-    config = RunConfig(timeout_s=timeout_s, faults=faults, device=device or DEVICE.text() or "cpu")  # type: ignore[arg-type]
     return RunContext(config, DevicePool(configured_count(config.device), config.device))
 
 

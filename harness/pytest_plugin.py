@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from harness.contract.rundir import new_run_id, run_id_problem, scenarios_root
-from harness.contract.settings.variables import CLUSTER, DEVICE, PYTEST_RUN_ID, VariableValueError, check_values
+from harness.contract.settings.variables import CLUSTER, PYTEST_RUN_ID, VariableValueError, check_values
 from harness.inputs.scenarios.loading import load_suite
 from harness.inputs.scenarios.scenario import expand
 from harness.inputs.scenarios.schema import ScenarioError
@@ -36,18 +36,18 @@ from harness.inputs.scenarios.schema import ScenarioError
 if TYPE_CHECKING:
     from _pytest._code.code import TerminalRepr, TracebackStyle
 
-    from harness.inputs.scenarios.request import RunConfig
+    from harness.run.request import RunConfig
 
 RUN_ID_ENV = PYTEST_RUN_ID.name
 
 
 def pytest_addoption(parser):
-    """The `--harness-*` options: the fields of RunConfig that declare one (harness/inputs/scenarios/request.py),
+    """The `--harness-*` options: the fields of RunConfig that declare one (harness/run/request.py),
     with the CLI's value types (a bad value is a usage error)."""
     from dataclasses import fields
 
     from harness.cli.options import argument_of
-    from harness.inputs.scenarios.request import RunConfig, option_of
+    from harness.run.request import RunConfig, option_of
 
     group = parser.getgroup("harness")
     for f in fields(RunConfig):
@@ -115,7 +115,7 @@ def _check_cluster(config) -> None:
 def _check_run_options(config) -> None:
     """The session's run options checked once, as a RunConfig checks them for every way in: a
     bad one is a usage error (exit 2) before any item runs, never an `error` per scenario."""
-    from harness.inputs.scenarios.request import RunOptionError
+    from harness.run.request import RunOptionError
 
     try:
         _run_config(config)
@@ -155,16 +155,13 @@ def _engine_of(scenario_file: Path) -> str | None:
 
 
 def _faults_problem(config, engines: set) -> str | None:
-    from harness.inputs.scenarios.request import unknown_faults
+    from harness.run.request import unknown_faults
 
     return unknown_faults(config.getoption("--harness-fault") or (), engines, "--harness-fault")
 
 
 def _run_dir(config) -> Path:
-    from harness.contract.roots import reports_dir
-
-    base = reports_dir(config.getoption("--harness-report-dir"))
-    return Path(base) / (PYTEST_RUN_ID.raw() or "")
+    return _run_config(config).report_dir / (PYTEST_RUN_ID.raw() or "")
 
 
 def pytest_collect_file(parent, file_path: Path):
@@ -317,13 +314,12 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
 
 def _run_config(config) -> RunConfig:
     """The session's options as a RunConfig: its --harness-* options, the gate of its `-m`,
-    the device of $HARNESS_DEVICE and the cluster of $HARNESS_CLUSTER when not given."""
-    from harness.inputs.scenarios.request import RunConfig
+    the cluster of $HARNESS_CLUSTER when not given (the others' defaults are RunConfig's own)."""
+    from harness.run.request import RunConfig
 
     return RunConfig.from_pytest(
         config.getoption,
         gate=_gate(config),
-        device=DEVICE.text() or "cpu",
         cluster=config.getoption("--harness-cluster") or CLUSTER.raw() or None,
     )
 

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from harness.inputs.scenarios.loading import load_scenarios
-from harness.inputs.scenarios.request import RunConfig
 from harness.run import golden as goldens
+from harness.run.request import RunConfig
 from harness.run.runner import RunContext, run_scenario
 
 pytestmark = pytest.mark.e2e

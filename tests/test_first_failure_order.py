@@ -7,7 +7,6 @@ from __future__ import annotations
 import dataclasses
 
 from harness.contract.verdict import Verdict
-from harness.inputs.scenarios.request import RunConfig
 from harness.run import session
 from harness.run.plan.changes import picked_by_a_rule, select_for_changes
 from harness.run.plan.devices import DevicePool
@@ -26,6 +25,7 @@ from harness.run.plan.schedule import costs, largest_first
 from harness.run.report import write_report
 from harness.run.report.history import load_history
 from harness.run.report.regressions import gate_suspects, suspects_from_history
+from harness.run.request import RunConfig
 from harness.run.runner import RunContext
 from harness.run.session import Progress, _run_packed
 from tests.kit.handmade import BIG_SUITE, failing, make_run, passing, suite_scenarios
@@ -146,7 +146,7 @@ def test_exitfirst_starts_nothing_after_a_failure_and_stops_what_runs_beside_it(
     tiered = {sid: dataclasses.replace(c, tier=0 if sid == "big/tp2-pp1" else 3) for sid, c in cost.items()}
     progress = Progress()
     progress.start(len(sc), tmp_path)
-    verdicts = _run_packed(sc, tmp_path, RunContext(devices=devices), progress, 2, tiered, run=run, exitfirst=True)
+    verdicts = _run_packed(sc, tmp_path, RunContext(RunConfig(jobs=2, exitfirst=True), devices), progress, tiered, run=run)
     assert [v.scenario for v in verdicts] == ["big/tp2-pp1"]
     assert stopped == ["big/tp1-pp2"]  # started beside the failure (the largest of the rest), then stopped
     assert devices.try_lease(4, "after") is not None  # every lease was given back
@@ -161,7 +161,7 @@ def test_exitfirst_in_order_stops_after_the_first_failure(tmp_path, monkeypatch)
         return Verdict(scenario.id, "fail" if len(ran) == 2 else "pass", "r")
 
     monkeypatch.setattr(session, "run_scenario", run_scenario)
-    verdicts = session.run_session(sc, tmp_path, RunContext(), Progress(), exitfirst=True)
+    verdicts = session.run_session(sc, tmp_path, RunContext(RunConfig(exitfirst=True)), Progress())
     assert [v.verdict for v in verdicts] == ["pass", "fail"] and ran == [s.id for s in sc[:2]]
     assert len(session.run_session(sc, tmp_path, RunContext(), Progress())) == 4  # without it, all of them
 

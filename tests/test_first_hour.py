@@ -205,3 +205,35 @@ def test_an_installed_wheel_records_the_commit_it_was_built_from(tmp_path, monke
     (tmp_path / "BUILD_COMMIT").write_text("f00dfee\n")
     assert provenance.harness_provenance(tmp_path)["harness_commit"] == "f00dfee"
     assert provenance.harness_provenance()["harness_commit"] not in ("unknown", "f00dfee")  # a checkout: its own git
+
+
+def _planned_by_make(target: str, stamps) -> list[str]:
+    """The commands `make -n <target>` would run (nothing runs; SCENARIOS= skips listing the ids)."""
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        ["make", "-n", "--no-print-directory", target, f"INSTALL_STAMPS={stamps}", "SCENARIOS=", f"PYTHON={sys.executable}"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return done.stdout.splitlines()
+
+
+@pytest.mark.e2e
+def test_make_pr_gate_installs_on_a_fresh_machine_and_once_after_make_install(tmp_path):
+    """.ci/run runs `make install`, then `make pr-gate`, which depended on `install` and ran
+    pip again. Now it installs without the install's stamp for this Python (a fresh machine,
+    the README's promise), or when what the install reads changed since; else it runs."""
+    import os
+
+    fresh = _planned_by_make("pr-gate", tmp_path)
+    assert any("pip install" in line for line in fresh) and "-m harness run --gate pr" in fresh[-1]
+    stamp = next(line.split("touch ")[1] for line in fresh if "touch " in line)
+    assert stamp.startswith(str(tmp_path))
+    open(stamp, "w").close()  # what `make install` leaves
+    assert [line.split(" -m ")[-1].strip() for line in _planned_by_make("pr-gate", tmp_path)] == ["harness run --gate pr"]
+    os.utime(stamp, (0, 0))  # older than pyproject.toml: installed before it changed
+    assert any("pip install" in line for line in _planned_by_make("pr-gate", tmp_path))

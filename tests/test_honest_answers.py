@@ -12,8 +12,8 @@ from harness.contract.roots import builtin_scenarios
 from harness.engines import envdir
 from harness.engines.vllm import _fix_for
 from harness.inputs.scenarios.loading import load_catalog
-from harness.inputs.scenarios.request import RunConfig
 from harness.run.plan.planning import plan_run
+from harness.run.request import RunConfig
 
 
 @pytest.fixture(autouse=True)

@@ -92,25 +92,27 @@ SUBLAYERS = {
         "zoo": 0,
         "media": 1,
         "models": 1,
-        "scenarios": 2,  # scenario files read, checked, bound to the engines and expanded; a run's request
+        "scenarios": 2,  # scenario files read, checked, bound to the engines and expanded
         "workloads": 3,
         "engine_envs": 3,  # engine environments (--engine-env): asks the engines, installs releases, versions scenarios
     },
     "run": {
         "__init__": 0,
-        "timings": 0,
-        "golden": 0,
-        "compare": 0,
-        "evals": 0,
-        "plan": 0,  # what a run runs and where
-        "repro": 1,  # `harness repro`: a scenario as a standalone script (below what runs or bisects)
-        "stages": 1,  # admit -> execute -> judge
-        "runner": 2,
-        "raycluster": 3,  # scenarios as Ray work on a cluster: each through the runner on the node Ray chose
-        "conformance": 3,  # the kit runs single scenarios through the runner
-        "bisect": 3,  # runs one scenario per step through the runner
-        "session": 4,
-        "report": 5,
+        # what a user asked a run to do (RunConfig): read by planning, the stages, the ways in
+        "request": 0,
+        "timings": 1,
+        "golden": 1,
+        "compare": 1,
+        "evals": 1,
+        "plan": 1,  # what a run runs and where
+        "repro": 2,  # `harness repro`: a scenario as a standalone script (below what runs or bisects)
+        "stages": 2,  # admit -> execute -> judge
+        "runner": 3,
+        "raycluster": 4,  # scenarios as Ray work on a cluster: each through the runner on the node Ray chose
+        "conformance": 4,  # the kit runs single scenarios through the runner
+        "bisect": 4,  # runs one scenario per step through the runner
+        "session": 5,
+        "report": 6,
     },
     "cli": {
         "options": 0,  # options several subcommands take, and value types, declared once

@@ -1,4 +1,4 @@
-"""One run configuration (harness/inputs/scenarios/request.py RunConfig): the options of `harness run`,
+"""One run configuration (harness/run/request.py RunConfig): the options of `harness run`,
 the pytest plugin's `--harness-*` options and the Python API's keyword arguments are its
 fields, and the hidden `bisect-step` receives it whole."""
 
@@ -7,33 +7,26 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import inspect
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from harness import api, pytest_plugin
 from harness.cli import build_parser
-from harness.inputs.scenarios.request import RunConfig, option_of
+from harness.run import session
 from harness.run.bisect import StepOrder, step_command
+from harness.run.request import RunConfig, RunOptionError, option_of
 
 FIELDS = {f.name: f for f in dataclasses.fields(RunConfig)}
 
-# the API's keyword arguments that say what to run, not how: a scenario's model, settings, workloads ...
-API_SCENARIO_ARGUMENTS = {
-    "model",
-    "settings",
-    "a",
-    "b",
-    "scenario_id",
-    "scenarios",
-    "engine",
-    "workloads",
-    "dtype",
-    "tolerances",
-    "engine_options",
-    "work_dir",
+# each API call that runs, the typed dict of the run options it takes, and how it is called
+API_RUNS: dict[Callable[..., object], tuple[Any, tuple]] = {
+    api.run_setting: (api.RunOptions, ("tiny-llama", {"tp": 1})),
+    api.assert_settings_agree: (api.ReportedRunOptions, ("tiny-llama", {"tp": 1}, {"tp": 2})),
+    api.assert_matches_golden: (api.ReportedRunOptions, ("llama-tiny/tp1-pp1",)),
 }
-API_RUNS = (api.run_setting, api.assert_settings_agree, api.assert_matches_golden)
 
 
 def _subparser(name: str) -> argparse.ArgumentParser:
@@ -49,8 +42,31 @@ def test_harness_run_declares_exactly_the_config_s_options_with_its_defaults():
     for flag, action in declared.items():
         f = flags[flag]
         assert action.help == option_of(f).help
-        if option_of(f).cli_default is None:  # else read when the parser is made ($HARNESS_DEVICE, the reports dir)
-            assert action.default == (list(f.default) if isinstance(f.default, tuple) else f.default), flag
+        # none read when the parser is made: a default of where the run is comes from the RunConfig
+        assert action.default == (list(f.default) if isinstance(f.default, tuple) else f.default), flag
+
+
+DEFAULTS_OF_WHERE_THE_RUN_IS = {"HARNESS_DEVICE": "cuda", "HARNESS_JOBS": "3"}
+
+
+def _the_defaults_of_where_the_run_is(config: RunConfig, reports: Path) -> None:
+    assert (config.device, config.jobs, config.report_dir) == ("cuda", 3, reports)
+
+
+def test_a_default_of_where_the_run_is_is_declared_once_and_read_by_every_way_in(tmp_path, monkeypatch):
+    """$HARNESS_DEVICE, $HARNESS_JOBS and $HARNESS_REPORTS_DIR are read by the RunConfig's
+    declaration (Option.default_from), so `harness run`, pytest and code made configs agree:
+    `--jobs`'s default was filled in by cli/run.py, the report dir's in four places."""
+    for name, value in DEFAULTS_OF_WHERE_THE_RUN_IS.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("HARNESS_REPORTS_DIR", str(tmp_path))
+    declared = {name for name, f in FIELDS.items() if option_of(f).default_from}
+    assert declared == {"device", "jobs", "report_dir"}
+    _the_defaults_of_where_the_run_is(RunConfig(), tmp_path)
+    _the_defaults_of_where_the_run_is(RunConfig.from_cli(build_parser().parse_args(["run"])), tmp_path)
+    _the_defaults_of_where_the_run_is(RunConfig.from_pytest(lambda option: None), tmp_path)
+    given = RunConfig.from_cli(build_parser().parse_args(["run", "--jobs", "2", "--device", "cpu", "--report-dir", "r"]))
+    assert (given.device, given.jobs, given.report_dir) == ("cpu", 2, Path("r"))
 
 
 def test_a_parsed_command_line_is_a_run_config():
@@ -123,15 +139,41 @@ def test_the_pytest_options_are_the_config_s_fields_that_declare_one():
     assert (config.timeout_s, config.faults, config.devices, config.allow_empty, config.gate) == (3.0, ("x@1",), 2, True, "pr")
 
 
-def test_the_api_s_run_arguments_are_config_fields():
-    marked = {name for name, f in FIELDS.items() if option_of(f).api}
-    taken: set[str] = set()
-    for call in API_RUNS:
-        keywords = {n for n, p in inspect.signature(call).parameters.items()}
-        unknown = keywords - API_SCENARIO_ARGUMENTS - marked
-        assert not unknown, f"{call.__name__}: {sorted(unknown)} are neither RunConfig fields (api=True) nor what to run"
-        taken |= keywords & marked
-    assert taken == marked, f"RunConfig fields marked api that no API call takes: {sorted(marked - taken)}"
+def test_the_api_takes_its_run_options_once_through_a_typed_dict_of_config_fields():
+    """The run calls repeated the run options' keyword list each (and the planner a third
+    time); now each takes `**options: Unpack[<typed dict>]`, whose names are RunConfig's."""
+    for call, (options, _) in API_RUNS.items():
+        parameters = inspect.signature(call).parameters
+        assert parameters["options"].kind is inspect.Parameter.VAR_KEYWORD
+        assert str(parameters["options"].annotation) == f"Unpack[{options.__name__}]", call.__name__
+        assert options.__optional_keys__ <= set(FIELDS), f"{options.__name__}: {sorted(options.__optional_keys__ - set(FIELDS))}"
+        assert not set(parameters) & set(FIELDS), f"{call.__name__} writes out a run option beside its typed dict"
+
+
+@pytest.mark.parametrize("call", list(API_RUNS), ids=lambda call: call.__name__)
+def test_every_run_option_an_api_call_takes_reaches_the_run_config(call, tmp_path):
+    """Derived from the typed dict, not listed: each of its names is checked by RunConfig
+    (RunOptionError naming the field), and any other field of the config is refused as
+    Python refuses a keyword its signature lacks, before anything is written."""
+    options, arguments = API_RUNS[call]
+    work = {"work_dir": tmp_path / "work"}
+    for name in options.__optional_keys__:
+        with pytest.raises(RunOptionError, match=f"run option {name}\\b"):
+            call(*arguments, **work, **{name: object()})
+    for name in set(FIELDS) - options.__optional_keys__:
+        with pytest.raises(TypeError, match=f"unexpected keyword argument '{name}'"):
+            call(*arguments, **work, **{name: getattr(RunConfig(), name)})
+    assert not tmp_path.joinpath("work").exists()
+
+
+def test_a_session_reads_its_options_from_the_run_s_config_only():
+    """--jobs and --exitfirst travelled twice, in the config and as run_session's keyword
+    arguments: now the session takes the context alone (tests/test_first_failure_order.py and
+    tests/test_schedule.py run it so)."""
+    calls: list[Callable[..., object]] = [session.run_session, session._run_packed]
+    for call in calls:
+        beside = set(inspect.signature(call).parameters) & set(FIELDS)
+        assert not beside, f"{call.__name__} takes {sorted(beside)} beside the run's config"
 
 
 def test_the_config_goes_whole_through_json():

@@ -1,4 +1,4 @@
-"""A run option is checked once, by RunConfig (harness/inputs/scenarios/request.py), whichever way
+"""A run option is checked once, by RunConfig (harness/run/request.py), whichever way
 it is given: `harness run`'s flags, the pytest plugin's `--harness-*` options and harness.api's
 keyword arguments refuse the same values with the same words (issue 66, item 10). The API used
 to take them unchecked: `timeout_s=-5` ended `hang` blamed on the engine, `timeout_s=nan` ran
@@ -13,7 +13,7 @@ import pytest
 from harness import api
 from harness.cli import build_parser
 from harness.contract.verdict import Verdict
-from harness.inputs.scenarios.request import RunConfig, RunOptionError
+from harness.run.request import RunConfig, RunOptionError
 from tests.kit import pytest_cli
 from tests.test_pytest_plugin import PLUGIN, demo, plugin_imports_loaded, runner  # noqa: F401 - fixtures
 
@@ -63,6 +63,22 @@ def test_one_fault_given_as_a_string_is_that_fault_never_its_characters(tmp_path
     monkeypatch.setattr("harness.api.run_scenario", stand_in)
     api.assert_matches_golden("llama-tiny/tp1-pp2", faults="pp-buffer-missing-key", work_dir=tmp_path)  # type: ignore[arg-type]
     assert given == [("pp-buffer-missing-key",)]
+
+
+def test_the_api_s_env_is_the_run_s_env_as_harness_run_env_is(tmp_path, monkeypatch):
+    """env= travels as RunConfig.env (every rank's, over the scenario's), in every call that
+    runs: assert_matches_golden did not take it, run_setting made it the scenario's."""
+    given = []
+
+    def stand_in(scenario, run_dir, ctx, lease=None):
+        given.append(ctx.config.env_vars)
+        return Verdict(scenario.id, "pass", "ok")
+
+    monkeypatch.setattr("harness.api.run_scenario", stand_in)
+    api.assert_matches_golden("llama-tiny/tp1-pp1", env={"A": "1"}, work_dir=tmp_path)
+    assert given == [{"A": "1"}]
+    with pytest.raises(RunOptionError, match="run option env \\(--env\\)"):
+        api.run_setting("tiny-llama", {"tp": 1}, env={"": "x"}, work_dir=tmp_path / "work")
 
 
 @pytest.mark.parametrize(

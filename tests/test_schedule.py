@@ -26,6 +26,7 @@ from harness.run.plan.schedule import (
     recorded_durations,
     split_shards,
 )
+from harness.run.request import RunConfig
 from harness.run.runner import RunContext
 from harness.run.session import Progress, _run_packed
 from tests.kit.handmade import BIG_SUITE, suite_scenarios
@@ -132,7 +133,7 @@ def test_packed_session_runs_everything_on_disjoint_slots_within_jobs(tmp_path):
     lock = threading.Lock()
     progress = Recorder()
     verdicts = _run_packed(
-        sc, tmp_path, RunContext(devices=devices), progress, 3, costs(sc, {}), run=fake_run(0.3, concurrent, lock)
+        sc, tmp_path, RunContext(RunConfig(jobs=3), devices), progress, costs(sc, {}), run=fake_run(0.3, concurrent, lock)
     )
     assert sorted(v.scenario for v in verdicts) == sorted(s.id for s in sc)
     assert progress.started[0] == "big/tp4-pp2"  # largest first
@@ -148,7 +149,7 @@ def test_a_scenario_bigger_than_the_machine_does_not_wait(tmp_path):
     sc = [s for s in scenarios(tmp_path) if s.name in ("tp4-pp2", "tp1-pp1")]
     devices = DevicePool(4, "cpu", lock_dir=tmp_path / "locks")
     verdicts = _run_packed(
-        sc, tmp_path, RunContext(devices=devices), Recorder(), 2, costs(sc, {}), run=fake_run(0.1, [], threading.Lock())
+        sc, tmp_path, RunContext(RunConfig(jobs=2), devices), Recorder(), costs(sc, {}), run=fake_run(0.1, [], threading.Lock())
     )
     by_id = {v.scenario: v.verdict for v in verdicts}
     # the stand-in marks "ran without a lease" as unsupported; the runner says why (test_scale_e2e)

@@ -12,10 +12,10 @@ from pathlib import Path
 from harness.contract.outputs import EngineOutputs
 from harness.contract.verdict import Verdict
 from harness.inputs.scenarios.loading import load_scenarios
-from harness.inputs.scenarios.request import RunConfig
 from harness.inputs.scenarios.scenario import select
 from harness.run.golden import Reference
 from harness.run.plan.devices import DevicePool
+from harness.run.request import RunConfig
 from harness.run.stages.admit import Admitted, admit
 from harness.run.stages.context import RunContext
 

@@ -20,10 +20,10 @@ from harness.contract.roots import export_to_children
 from harness.contract.settings.project import ProjectConfigError
 from harness.contract.settings.variables import VariableValueError, check_values
 from harness.engines.launch import SigtermAsInterrupt
-from harness.inputs.scenarios.request import RunOptionError
 from harness.inputs.scenarios.schema import ScenarioError
 from harness.run.plan.devices import DeviceError
 from harness.run.plan.nodes import NodesError
+from harness.run.request import RunOptionError
 
 # name -> the subcommand's module, in the order `harness --help` lists them
 COMMANDS = {

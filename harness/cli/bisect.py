@@ -63,9 +63,9 @@ def add_step_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args) -> int:
     """`harness bisect SCENARIO --good V1 --bad V2` over releases, or `--git DIR` over commits."""
-    from harness.inputs.scenarios.request import RunConfig
     from harness.inputs.scenarios.schema import ScenarioError
     from harness.run.bisect import BisectError, bisect_git, bisect_releases, default_work_dir, repro_hook, scenario_args_of
+    from harness.run.request import RunConfig
     from harness.run.runner import RunContext
 
     if args.install and not args.git:

@@ -30,9 +30,9 @@ def run(args) -> int:
     from harness.contract.roots import reports_dir, shipped_only
     from harness.contract.rundir import OUTPUTS
     from harness.inputs.models import ModelError
-    from harness.inputs.scenarios.request import RunConfig
     from harness.inputs.workloads import WorkloadError
     from harness.run.report.progress import still_running
+    from harness.run.request import RunConfig
     from harness.run.runner import GoldenUnsupported, RunContext, golden_work_dir, make_golden
 
     catalog = suites.load(args)

@@ -1,6 +1,6 @@
 """What several subcommands take, declared once: value types that make a bad value a
 usage error (argparse's exit 2 with the option named), and the options of a run, made
-from the fields of RunConfig (harness/inputs/scenarios/request.py) that declare them."""
+from the fields of RunConfig (harness/run/request.py) that declare them."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
-from harness.inputs.scenarios.request import (
+from harness.inputs.scenarios.schema import ScenarioError
+from harness.run.request import (
     NotTaken,
     RunConfig,
     count,
@@ -21,7 +22,6 @@ from harness.inputs.scenarios.request import (
     run_id,
     seconds,
 )
-from harness.inputs.scenarios.schema import ScenarioError
 
 
 def key_value(text: str) -> tuple[str, str]:
@@ -33,7 +33,7 @@ def key_value(text: str) -> tuple[str, str]:
 
 def from_text(check: Callable[[Any], Any], parse: Callable[[str], Any] = str) -> Callable[[str], Any]:
     """A value type: the text parsed, then held to the run option's own check (the one a
-    RunConfig made in code is held to, harness/inputs/scenarios/request.py VALUE_CHECKS), so
+    RunConfig made in code is held to, harness/run/request.py VALUE_CHECKS), so
     both refuse the same values with the same words. A text that does not even parse is
     held to the check as it is: the check says what it expects."""
 
@@ -73,7 +73,7 @@ def shard_arg(text: str) -> str:
     return text
 
 
-# -- options made from the run configuration (harness/inputs/scenarios/request.py) -----------------
+# -- options made from the run configuration (harness/run/request.py) -----------------
 
 # how a text becomes a RunConfig field's value (Option.value), on the command line and in pytest
 VALUE_TYPES: dict[str, Callable[[str], Any]] = {
@@ -88,9 +88,11 @@ VALUE_TYPES: dict[str, Callable[[str], Any]] = {
 }
 
 
-def argument_of(name: str, pytest: bool = False, **override: Any) -> tuple[list[str], dict[str, Any]]:
+def argument_of(name: str, pytest: bool = False, resolved: bool = False, **override: Any) -> tuple[list[str], dict[str, Any]]:
     """(names, keyword arguments) of add_argument / addoption for the RunConfig field `name`:
-    its `harness run` flag, or with `pytest` the plugin's option."""
+    its `harness run` flag, or with `pytest` the plugin's option. An option not given is None
+    and the RunConfig made from it reads its declared default (Option.default_from); with
+    `resolved` (a subcommand that reads its namespace, never a RunConfig) the parser reads it."""
     f = next(f for f in fields(RunConfig) if f.name == name)
     how = option_of(f)
     kwargs: dict[str, Any] = {"help": (how.pytest_help or how.help) if pytest else how.help}
@@ -103,7 +105,7 @@ def argument_of(name: str, pytest: bool = False, **override: Any) -> tuple[list[
         else:
             kwargs["action"] = "append"
     else:
-        kwargs["default"] = how.cli_default() if how.cli_default and not pytest else f.default
+        kwargs["default"] = how.default_from() if resolved and how.default_from else f.default
     if how.value:
         kwargs["type"] = VALUE_TYPES[how.value]
     if how.choices:
@@ -124,11 +126,11 @@ def add_config_option(p: argparse.ArgumentParser, name: str, **override: Any) ->
 
 
 def add_device(p: argparse.ArgumentParser) -> None:
-    add_config_option(p, "device")
+    add_config_option(p, "device", resolved=True)
 
 
 def add_report_dir(p: argparse.ArgumentParser) -> None:
-    add_config_option(p, "report_dir")
+    add_config_option(p, "report_dir", resolved=True)
 
 
 def add_timeout(p: argparse.ArgumentParser, what: str) -> None:

@@ -11,18 +11,17 @@ from pathlib import Path
 from harness.cli import suites
 from harness.cli.options import add_config_option
 from harness.contract import exit_codes
-from harness.contract.roots import reports_dir
 from harness.contract.rundir import ResultsNotWritten, RunDirTaken, check_writable, claim_new_run_dir, claim_run_dir, verdict_path
 from harness.contract.settings.project import project
 from harness.engines.launch import DeferInterrupts
 from harness.inputs.scenarios.loading import BrokenSuite
-from harness.inputs.scenarios.request import RunConfig, unknown_faults
+from harness.run.request import RunConfig, unknown_faults
 
 HELP = "run scenarios and write a report"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    """Every option of RunConfig that has a flag, in its order (harness/inputs/scenarios/request.py)."""
+    """Every option of RunConfig that has a flag, in its order (harness/run/request.py)."""
     for f in fields(RunConfig):
         add_config_option(p, f.name)
 
@@ -43,7 +42,7 @@ def run(args) -> int:
     print(f"harness: project config {used['config'] or '(none)'}; scenario files from {', '.join(used['scenarios'])}", flush=True)
     # a typo ends here, with its hint: before torch and pandas load
     selected, broken = catalog.pick(list(config.ids), config.gate)
-    from harness.run.plan.planning import default_jobs, plan_run
+    from harness.run.plan.planning import plan_run
     from harness.run.raycluster.connect import cluster_option
     from harness.run.report.history import history_dir
     from harness.run.report.regressions import gate_suspects
@@ -60,8 +59,7 @@ def run(args) -> int:
         except engine_envs.EngineEnvError as exc:
             print(f"harness: {exc}", file=sys.stderr)
             return exit_codes.USAGE
-    config = replace(config, jobs=config.jobs or default_jobs())
-    report_dir = config.report_dir or reports_dir()
+    report_dir = config.report_dir
     # the gate starts with what failed or drifted in its history (harness/run/plan/priority.py)
     suspects = gate_suspects(history_dir(report_dir, config.history), config.gate)
     plan = plan_run(config, catalog.scenarios, selected, project().root, suspects)
@@ -138,9 +136,7 @@ def _run_and_report(chosen, run_dir: Path, meta: dict, history: Path, ctx, cost:
     try:
         _write_report(run_dir, meta, history)
         if chosen:
-            verdicts = run_session(
-                chosen, run_dir, ctx, progress=choose_progress(), jobs=ctx.config.jobs, cost=cost, exitfirst=ctx.config.exitfirst
-            )
+            verdicts = run_session(chosen, run_dir, ctx, progress=choose_progress(), cost=cost)
             stopped = _stopped_after(verdicts) if ctx.config.exitfirst else {}
     except KeyboardInterrupt:
         interrupted = True

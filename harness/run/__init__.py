@@ -1,5 +1,6 @@
 """Running and judging scenarios, and what a run leaves behind.
 
+- request.py: what a user asked a run to do, typed (RunConfig; never an argparse Namespace);
 - plan/: what a run runs and where (changes, schedule and shards, the first failure first,
   device slots and leases, nodes);
 - stages/: admit -> execute -> judge, one scenario; runner.py: one scenario through the stages

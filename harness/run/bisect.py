@@ -49,8 +49,8 @@ from harness.contract.roots import import_root
 from harness.contract.verdict import Verdict
 from harness.engines.launch.outcome import location
 from harness.inputs import engine_envs
-from harness.inputs.scenarios.request import RunConfig
 from harness.inputs.scenarios.scenario import Scenario
+from harness.run.request import RunConfig
 from harness.run.runner import RunContext, run_scenario
 
 SKIP_VERDICTS = ("error", "unsupported")

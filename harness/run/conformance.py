@@ -58,10 +58,10 @@ from harness.engines import BUILTIN, Engine, EngineUnavailable, axes_text, get_e
 from harness.engines.base import Capability
 from harness.engines.launch.rankside import RANK_FAULT_ENV
 from harness.inputs import models
-from harness.inputs.scenarios.request import RunConfig
 from harness.inputs.scenarios.scenario import Scenario, settings_label
 from harness.inputs.scenarios.schema import SuiteFile
 from harness.run.compare.numeric import check_workloads, tolerance_for
+from harness.run.request import RunConfig
 from harness.run.runner import GoldenUnsupported, RunContext, make_golden, run_scenario
 from harness.run.stages.admit import admit
 

@@ -49,16 +49,15 @@ def run_session(
     run_dir: Path,
     ctx: RunContext,
     progress: Progress | None = None,
-    jobs: int = 1,
     cost: dict[str, Cost] | None = None,
-    exitfirst: bool = False,
 ) -> list[Verdict]:
-    """Run every scenario: one at a time in order, or (jobs > 1, device slots given)
+    """Run every scenario: one at a time in order, or (--jobs above 1, device slots given)
     packed largest-first by `cost`. Ctrl-C propagates (as KeyboardInterrupt) after
     every running scenario's ranks are stopped; the verdicts written so far stay on
-    disk for the report. `exitfirst`: start nothing after the first verdict that is not
+    disk for the report. --exitfirst: start nothing after the first verdict that is not
     as expected, and stop the running scenarios' ranks as Ctrl-C does; the others are
-    left without a verdict (the report lists them as not run)."""
+    left without a verdict (the report lists them as not run). Both options are the
+    run's (ctx.config), never given beside it."""
     progress = progress or Progress()
     progress.start(len(scenarios), run_dir)
     if any(s.suite.evals for s in scenarios):
@@ -71,15 +70,15 @@ def run_session(
             from harness.run.raycluster import parse_cluster, run_on_ray
 
             return run_on_ray(scenarios, run_dir, ctx, progress, cost or costs(scenarios, {}), parse_cluster(ctx.config.cluster))
-        if jobs > 1 and ctx.devices is not None:
-            return _run_packed(scenarios, run_dir, ctx, progress, jobs, cost or costs(scenarios, {}), exitfirst=exitfirst)
+        if ctx.config.jobs > 1 and ctx.devices is not None:
+            return _run_packed(scenarios, run_dir, ctx, progress, cost or costs(scenarios, {}))
         verdicts = []
         for scenario in scenarios:
             progress.scenario_started(scenario)
             verdict = run_scenario(scenario, run_dir, ctx)
             verdicts.append(verdict)
             progress.scenario_finished(verdict)
-            if exitfirst and not verdict.as_expected:
+            if ctx.config.exitfirst and not verdict.as_expected:
                 break
         return verdicts
     finally:
@@ -91,11 +90,10 @@ def _run_packed(
     run_dir,
     ctx: RunContext,
     progress: Progress,
-    jobs: int,
     cost: dict[str, Cost],
     run=run_scenario,
-    exitfirst: bool = False,
 ) -> list[Verdict]:
+    jobs, exitfirst = ctx.config.jobs, ctx.config.exitfirst
     # the session's own stop switch, on a copy: the caller's options stay as given
     if ctx.cancel is None:
         ctx = dataclasses.replace(ctx, cancel=threading.Event())

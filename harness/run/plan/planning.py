@@ -10,10 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.contract.roots import reports_dir
-from harness.contract.settings.variables import JOBS, VariableValueError
 from harness.engines.launch import Cluster
-from harness.inputs.scenarios.request import RunConfig
 from harness.inputs.scenarios.scenario import Scenario
 from harness.inputs.scenarios.schema import ScenarioError
 from harness.run.plan.changes import (
@@ -33,6 +30,7 @@ from harness.run.plan.schedule import (
     recorded_durations,
     split_shards,
 )
+from harness.run.request import RunConfig
 
 
 @dataclass
@@ -42,13 +40,6 @@ class RunPlan:
     cluster: Cluster | None
     cost: dict[str, Cost]
     meta: dict = field(default_factory=dict)  # what run.json records about these choices
-
-
-def default_jobs() -> int:
-    try:
-        return JOBS.integer() or 1
-    except VariableValueError as exc:
-        raise ScenarioError(str(exc)) from None
 
 
 def plan_run(
@@ -67,7 +58,7 @@ def plan_run(
         _print_picks(picks, changed)
         if named:
             print(f"harness: and {len(named)} scenarios named on the command line: {', '.join(s.id for s in named)}", flush=True)
-    durations = load_durations(args.durations) if args.durations else recorded_durations(args.report_dir or reports_dir())
+    durations = load_durations(args.durations) if args.durations else recorded_durations(args.report_dir)
     cost = costs(chosen, durations)
     if args.shard:
         index, count = parse_shard(args.shard)

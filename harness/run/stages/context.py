@@ -7,8 +7,8 @@ import threading
 from dataclasses import dataclass, field
 
 from harness.engines.launch import Cluster
-from harness.inputs.scenarios.request import RunConfig
 from harness.run.plan.devices import DevicePool
+from harness.run.request import RunConfig
 
 
 @dataclass(frozen=True)

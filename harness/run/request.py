@@ -1,17 +1,22 @@
 """What a user asked a run to do, as one frozen object: `RunConfig`.
 
 Every option of a run is declared once, here, as a field: its type and default, and in
-its `Option` how it is given (the flag of `harness run`, the pytest plugin's option, the
-Python API's keyword argument) with its help text. The CLI's and the pytest plugin's
-options are made from these declarations (harness/cli/options.py, harness/pytest_plugin.py),
-the API's keyword arguments are checked against them (tests/test_run_config.py), and the
-stages read a run's options from a RunConfig (harness/run/stages/context.py pairs it with the
-run-time objects a session makes: the device pool, the nodes, the cancel switch). The
-hidden `bisect-step` receives one whole, as JSON (to_json / from_json).
+its `Option` how it is given (the flag of `harness run`, the pytest plugin's option) with
+its help text. The CLI's and the pytest plugin's options are made from these declarations
+(harness/cli/options.py, harness/pytest_plugin.py); the Python API's calls take the options
+that concern them as keyword arguments of the fields' names and make a RunConfig of them
+(harness/api.py RunOptions: the types a caller gives, a list where the config keeps a
+tuple; a name that is no field cannot be made into one), and the stages read a run's
+options from a RunConfig (harness/run/stages/context.py pairs it with the run-time objects
+a session makes: the device pool, the nodes, the cancel switch). The hidden `bisect-step`
+receives one whole, as JSON (to_json / from_json).
 
 A RunConfig checks its values when it is made (RunOptionError), with the checks the CLI's and
 the pytest plugin's value types call on the text they parsed (VALUE_CHECKS): one rule per
 option, whichever way it was given, so the Python API refuses what `harness run` refuses.
+A default that depends on where the run is ($HARNESS_DEVICE, $HARNESS_JOBS, the project's
+reports/) is declared with its field too (Option.default_from) and read when the config is
+made: every way in gets the same, and no caller fills it in.
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ from typing import Any
 
 from harness.contract.roots import reports_dir
 from harness.contract.rundir import run_id_problem
-from harness.contract.settings.variables import DEVICE
+from harness.contract.settings.variables import DEVICE, JOBS
 from harness.inputs.scenarios.schema import env_problem
 
 
@@ -152,8 +157,6 @@ class Option:
     pytest: str | None = None
     # where pytest's help says it otherwise (None: as `help`)
     pytest_help: str | None = None
-    # harness.api's calls take it as a keyword argument of the field's name
-    api: bool = False
     value: str | None = None
     # given once per value (argparse's action="append")
     repeat: bool = False
@@ -162,8 +165,9 @@ class Option:
     short: str | None = None  # "-x"
     metavar: str | None = None
     choices: tuple[str, ...] | None = None
-    # the CLI's default, read when its parser is made
-    cli_default: Callable[[], Any] | None = None
+    # the default when the option is not given (None), read when a RunConfig is made: the one
+    # place it is set, whichever way in (a HARNESS_* variable, the project's reports/)
+    default_from: Callable[[], Any] | None = None
 
     @property
     def dest(self) -> str:
@@ -193,32 +197,29 @@ class RunConfig:
         flag="--timeout",
         value="seconds",
         pytest="--harness-timeout",
-        api=True,
         help="per-scenario timeout in seconds (overrides the scenario file)",
         pytest_help="per-scenario timeout in seconds",
     )
     faults: tuple[str, ...] = _option(
-        (), flag="--fault", repeat=True, pytest="--harness-fault", api=True, help="switch on an engine fault (repeatable)"
+        (), flag="--fault", repeat=True, pytest="--harness-fault", help="switch on an engine fault (repeatable)"
     )
     env: tuple[tuple[str, str], ...] = _option(
-        (), flag="--env", value="env", repeat=True, api=True, help="KEY=VALUE for every rank (repeatable)"
+        (), flag="--env", value="env", repeat=True, help="KEY=VALUE for every rank (repeatable)"
     )
     device: str = _option(
-        "cpu",
+        None,
         flag="--device",
         choices=("cpu", "cuda"),
-        api=True,
-        cli_default=DEVICE.text,
+        default_from=DEVICE.text,
         help=f"where the ranks run (default: ${DEVICE.name}, else cpu)",
     )
     # where it is written
-    report_dir: Path | None = _option(
+    report_dir: Path = _option(
         None,
         flag="--report-dir",
         value="path",
         pytest="--harness-report-dir",
-        api=True,
-        cli_default=reports_dir,
+        default_from=reports_dir,
         help="where runs are written (default: $HARNESS_REPORTS_DIR, else the project's reports/)",
         pytest_help="where the run directory goes (default: reports/)",
     )
@@ -227,8 +228,12 @@ class RunConfig:
         None, flag="--history", value="path", help="history store (default: $HARNESS_HISTORY_DIR or <report-dir>/history)"
     )
     # where it runs
-    jobs: int | None = _option(
-        None, flag="--jobs", value="count", help="scenarios at once, packed onto the devices (default: $HARNESS_JOBS or 1)"
+    jobs: int = _option(
+        None,
+        flag="--jobs",
+        value="count",
+        default_from=JOBS.integer,
+        help="scenarios at once, packed onto the devices (default: $HARNESS_JOBS or 1)",
     )
     devices: int | None = _option(
         None,
@@ -315,8 +320,9 @@ class RunConfig:
     )
 
     def __post_init__(self) -> None:
-        """Every value checked, as the CLI checks its text (RunOptionError names the option);
-        lists and mappings as given (argparse's, an API caller's) kept as tuples: frozen all through."""
+        """Every value checked, as the CLI checks its text (RunOptionError names the option), an
+        option not given (None) at its declared default; lists and mappings as given (argparse's,
+        an API caller's) kept as tuples: frozen all through."""
         for f in fields(self):
             object.__setattr__(self, f.name, _checked(f, getattr(self, f.name)))
 
@@ -404,6 +410,8 @@ def _checked(f: dataclasses.Field, value: Any) -> Any:
 
 def _value_of(f: dataclasses.Field, value: Any) -> Any:
     how = option_of(f)
+    if value is None and how.default_from is not None:
+        value = how.default_from()
     if value is None and f.default is None:
         return None
     if how.switch:
