@@ -6,6 +6,8 @@ first steps hold different prompts."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 from torch import nn
 
@@ -144,11 +146,11 @@ def test_only_the_leading_rows_both_first_steps_share_are_compared(tmp_path):
     longer = torch.cat([IDS, torch.tensor([4, 4, 4])])  # a second prompt in this run's first step
     recorded(Model(), tmp_path / "run", {"tp_rank": 0, "pp_rank": 0}, ids=longer)
     found = modules.locate(gold, tmp_path / "run", "float32")
-    assert found["layer"] is None and found["recorded"], found["text"]
+    assert found["layer"] is None and found["agrees"], found["text"]
     other = torch.tensor([2, 5, 7, 9, 2, 3])
     recorded(Model(), tmp_path / "other", {"tp_rank": 0, "pp_rank": 0}, ids=other)
     found = modules.locate(gold, tmp_path / "other", "float32")
-    assert found["layer"] is None and "start with other tokens" in found["text"], found["text"]
+    assert found["layer"] is None and "agrees" not in found and "start with other tokens" in found["text"], found["text"]
 
 
 def test_a_run_whose_hooks_never_ran_says_so(tmp_path):
@@ -158,3 +160,95 @@ def test_a_run_whose_hooks_never_ran_says_so(tmp_path):
     record.stop(str(tmp_path / "compiled"), {"tp_rank": 0, "tp_size": 1, "pp_rank": 0, "pp_size": 1})
     found = modules.locate(gold, tmp_path / "compiled", "float32", label="tp1-pp1-compile")
     assert found["recorded"] is False and "no hook ran" in found["text"]
+
+
+def vllm_llama(sid: str):
+    from harness.inputs.scenarios.loading import load_scenarios
+    from tests.kit import ROOT
+
+    return next(s for s in load_scenarios([ROOT / "scenarios" / "vllm-llama.yaml"]) if s.id == sid)
+
+
+def failed(*kinds: str):
+    from harness.contract.verdict import Verdict
+
+    checks = [{"name": k, "kind": k, "passed": False, "summary": "x"} for k in kinds]
+    return Verdict("s", "fail", "x", checks=checks)
+
+
+def test_localization_runs_for_a_numeric_failure_of_a_recording_engine_only():
+    from harness.contract.verdict import Verdict
+    from harness.run.stages import localize
+
+    tp2 = vllm_llama("vllm-llama/tp2-pp1")
+    assert localize.wanted(tp2, failed("logprobs"))
+    assert not localize.wanted(tp2, failed("accuracy", "same-layout"))  # not a number against the golden
+    assert not localize.wanted(tp2, Verdict("s", "crash", "x"))
+    reference = dataclasses.replace(tp2, suite=tp2.suite.model_copy(update={"engine": "reference"}))
+    assert not localize.wanted(reference, failed("logprobs"))  # it captures its own (localize.py)
+
+
+def test_a_recording_run_is_the_first_logprobs_prompt_recorded_and_nothing_else():
+    from harness.run.stages import localize
+
+    tp2 = vllm_llama("vllm-llama/tp2-pp1")
+    recording = localize.recording_scenario(tp2, dict(tp2.suite.golden), "vllm-llama/golden")
+    (workload,) = recording.suite.workloads
+    assert (workload.kind, workload.num_prompts, workload.capture_hidden) == ("logprobs", localize.PROMPTS, True)
+    assert recording.suite.evals == [] and recording.expectations == () and recording.known_bugs == ()
+    assert recording.engine_settings == dict(tp2.suite.golden)
+
+
+def test_a_compiled_row_says_whether_its_eager_twin_agrees():
+    from harness.run.stages import localize
+
+    agrees = localize._compiled(
+        {"layer": None, "recorded": True, "agrees": True, "text": "every module agrees"}, "eager tp=2, pp=1"
+    )
+    assert agrees["text"].startswith(
+        "eager tp=2, pp=1 agrees with the golden at every recorded module: the divergence is in the compiled graph"
+    )
+    differs = localize._compiled(
+        {"layer": 1, "module": "layers.1.mlp", "text": "LlamaMLP, x.py:1: output differs"}, "eager tp=2, pp=1"
+    )
+    assert differs["text"] == "eager tp=2, pp=1 diverges too, so not compile's doing: LlamaMLP, x.py:1: output differs"
+    unrecorded = {"layer": None, "recorded": True, "text": "not localized: the first steps start with other tokens"}
+    assert localize._compiled(dict(unrecorded), "eager")["text"] == unrecorded["text"]
+
+
+def test_the_report_names_the_module_and_its_ranks():
+    from harness.contract.verdict import Verdict
+    from harness.run.report.markdown import where_diverged
+
+    loc = {
+        "layer": 1,
+        "place": "layer 1 mlp",
+        "module_class": "LlamaMLP",
+        "source": "vllm/model_executor/models/llama.py:82",
+        "pp_stage": 0,
+        "tp_rank": 1,
+        "diverging_tp_ranks": [1],
+        "text": "t",
+    }
+    assert where_diverged(Verdict("s", "fail", "x", localization=loc)) == (
+        "layer 1 mlp (LlamaMLP, vllm/model_executor/models/llama.py:82), pp stage 0, tp rank 1"
+    )
+
+
+def test_the_runner_localizes_unless_told_not_to_and_a_failed_localization_changes_no_verdict(tmp_path, monkeypatch):
+    from harness.inputs.scenarios.request import RunConfig
+    from harness.run import runner
+    from harness.run.stages import localize
+    from harness.run.stages.context import RunContext
+    from harness.run.timings import Stopwatch
+
+    def broken(*args, **kwargs):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(localize, "localize", broken)
+    tp2 = vllm_llama("vllm-llama/tp2-pp1")
+    verdict = failed("logprobs")
+    runner._localize(tp2, verdict, tmp_path, RunContext(RunConfig(no_localize=True)), None, Stopwatch())
+    assert verdict.localization is None and verdict.reason == "x"
+    runner._localize(tp2, verdict, tmp_path, RunContext(), None, Stopwatch())
+    assert verdict.verdict == "fail" and verdict.reason == "not localized: the harness failed (OSError: disk full); x"

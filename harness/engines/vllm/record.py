@@ -58,6 +58,8 @@ class Recorder:
         self.started: set[str] = set()
         self.done: set[str] = set()
         self.classes: dict[str, str] = {}
+        # each place's tensor arguments by their names in its forward's signature
+        self.inputs: dict[str, list[str]] = {}
         self.handles: list = []
 
     def hook(self, place: str, module: torch.nn.Module) -> None:
@@ -71,6 +73,7 @@ class Recorder:
                 return None  # its first call only
             self.started.add(place)
             self.order.append(f"{place}:in")
+            self.inputs[place] = tensor_names(module, args, kwargs)
             self._keep(place, "in", [*args, *kwargs.values()])
             return None
 
@@ -100,6 +103,18 @@ class Recorder:
 
 # this worker's recorder while one is armed
 _ARMED: dict[str, Recorder] = {}
+
+
+def tensor_names(module: torch.nn.Module, args: tuple, kwargs: dict) -> list[str]:
+    """The names of a call's tensor arguments, in the order they are recorded (`in0`, ...):
+    positional ones by the forward's parameter names, then the keyword ones."""
+    try:
+        kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+        params = [p.name for p in inspect.signature(module.forward).parameters.values() if p.kind in kinds]
+    except (TypeError, ValueError):  # no signature to read
+        params = []
+    names = [params[i] if i < len(params) else f"arg{i}" for i in range(len(args))] + list(kwargs)
+    return [name for name, value in zip(names, [*args, *kwargs.values()]) if isinstance(value, torch.Tensor)]
 
 
 def where_defined(cls: type) -> str:
@@ -191,6 +206,7 @@ def stop(directory: str, ranks: dict) -> dict:
     meta = {
         "order": json.dumps(recorder.order),
         "classes": json.dumps({p: recorder.classes[p] for p in sorted(recorder.started)}),
+        "inputs": json.dumps(recorder.inputs),
         "hooked": json.dumps(sorted(recorder.classes)),
         **{k: str(v) for k, v in ranks.items()},
     }

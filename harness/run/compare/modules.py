@@ -56,6 +56,8 @@ class WorkerRecord:
     tensors: dict[str, torch.Tensor]
     events: list[str]
     classes: dict[str, str]
+    # each place's tensor arguments by name (record.py tensor_names)
+    inputs: dict[str, list[str]]
 
     @property
     def places(self) -> set[str]:
@@ -78,6 +80,7 @@ def load_recording(directory: Path) -> list[WorkerRecord]:
                 tensors=tensors,
                 events=json.loads(meta.get("order", "[]")),
                 classes=json.loads(meta.get("classes", "{}")),
+                inputs=json.loads(meta.get("inputs", "{}")),
             )
         )
     return workers
@@ -156,7 +159,7 @@ def common_rows(golden: WorkerRecord, candidate: list[WorkerRecord]) -> int:
 
 def _cut(worker: WorkerRecord, rows: int) -> WorkerRecord:
     tensors = {k: t[:rows] for k, t in worker.tensors.items()}
-    return WorkerRecord(worker.tp_rank, worker.pp_rank, tensors, worker.events, worker.classes)
+    return WorkerRecord(worker.tp_rank, worker.pp_rank, tensors, worker.events, worker.classes, worker.inputs)
 
 
 def _walk(golden: WorkerRecord, candidate: list[WorkerRecord], rtol: float, label: str) -> dict:
@@ -179,6 +182,7 @@ def _walk(golden: WorkerRecord, candidate: list[WorkerRecord], rtol: float, labe
     return {
         "layer": None,
         "recorded": True,
+        "agrees": True,
         "rtol": rtol,
         "not_compared": not_compared,
         "text": f"every recorded module of {label} agrees with the golden's (|delta|/|h| <= {rtol:g} per token row)",
@@ -206,11 +210,13 @@ def _verdict(
     on = "" if tp_size == 1 else (f" on TP rank {ranks[0]}" if len(ranks) == 1 else f" on TP ranks {', '.join(map(str, ranks))}")
     if tp_size > 1 and len(ranks) == tp_size:
         on = " on every TP rank" if tp_size > 2 else " on both TP ranks"
-    what = "token ids/positions" if found.get("integer") else f"{key.rsplit(':', 1)[1]}"
+    what = _tensor_name(golden, place, key)
     if side == "out":
         text = f"{module_class}, {source}: output differs{on}, input agrees"
     elif found.get("integer"):
-        text = f"{module_class}, {source}: its {what} differ from the golden's{on}: the two runs did not see the same batch"
+        text = (
+            f"{module_class}, {source}: its input {what} differs from the golden's{on}: the two runs did not see the same batch"
+        )
     else:
         came = f"after {previous.rsplit(':', 1)[0]} agreed" if previous else "from the start"
         boundary = previous is not None and _first_of_stage(place, holders, previous)
@@ -235,6 +241,14 @@ def _verdict(
         "not_compared": not_compared,
         "text": f"{text} ({place}, pp stage {stage}; |delta|/|h| {found['rel']:.2g} > {rtol:g}) in {label}",
     }
+
+
+def _tensor_name(golden: WorkerRecord, place: str, key: str) -> str:
+    """`residual` for `layers.2:in2` (its forward's parameter name), else `in2` / `out0`."""
+    side = key.rsplit(":", 1)[1]
+    names = golden.inputs.get(place, [])
+    j = int(side[2:]) if side.startswith("in") and side[2:].isdigit() else -1
+    return f"`{names[j]}`" if 0 <= j < len(names) else side
 
 
 def _first_of_stage(place: str, holders: list[WorkerRecord], previous: str) -> bool:
