@@ -186,6 +186,8 @@ def test_localization_runs_for_a_numeric_failure_of_a_recording_engine_only():
     assert not localize.wanted(tp2, Verdict("s", "crash", "x"))
     reference = dataclasses.replace(tp2, suite=tp2.suite.model_copy(update={"engine": "reference"}))
     assert not localize.wanted(reference, failed("logprobs"))  # it captures its own (localize.py)
+    dp2 = dataclasses.replace(tp2, settings={**tp2.settings, "dp": 2})
+    assert not localize.wanted(dp2, failed("logprobs"))  # DP replicas record nothing
 
 
 def test_a_recording_run_is_the_first_logprobs_prompt_recorded_and_nothing_else():
@@ -218,6 +220,7 @@ def test_a_compiled_row_says_whether_its_eager_twin_agrees():
 
 def test_the_report_names_the_module_and_its_ranks():
     from harness.contract.verdict import Verdict
+    from harness.run.compare.localize import describe
     from harness.run.report.markdown import where_diverged
 
     loc = {
@@ -230,6 +233,7 @@ def test_the_report_names_the_module_and_its_ranks():
         "diverging_tp_ranks": [1],
         "text": "t",
     }
+    assert describe(loc) == "t"  # the reason's lead, BUG.md's line (harness/run/repro.py)
     assert where_diverged(Verdict("s", "fail", "x", localization=loc)) == (
         "layer 1 mlp (LlamaMLP, vllm/model_executor/models/llama.py:82), pp stage 0, tp rank 1"
     )

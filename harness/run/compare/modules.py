@@ -129,7 +129,8 @@ def locate(golden_dir: Path, candidate_dir: Path, dtype: str, label: str = "the 
         return {
             "layer": None,
             "recorded": False,
-            "text": f"no hook ran in the workers of {label} (a graph torch.compile traced calls no module)",
+            "text": f"not localized: no hook ran in the workers of {label} (no decoder layer list found, or a "
+            "graph torch.compile traced, which calls no module)",
         }
     rows = common_rows(golden[0], ran)
     if rows == 0:

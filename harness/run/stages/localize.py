@@ -25,7 +25,7 @@ import dataclasses
 import fcntl
 from pathlib import Path
 
-from harness.contract.axes import spell
+from harness.contract.axes import RunAxes, spell
 from harness.contract.rundir import OUTPUTS, scenario_dir_name
 from harness.contract.verdict import Verdict
 from harness.inputs.scenarios.scenario import Scenario
@@ -52,6 +52,9 @@ ENDED = "ended.json"
 def wanted(scenario: Scenario, verdict: Verdict) -> bool:
     """A numeric failure of an engine that records, not already located by its own run."""
     if scenario.suite.engine not in RECORDING_ENGINES or verdict.verdict != "fail":
+        return False
+    # DP replicas record nothing (harness/contract/replicas.py): each holds a share of the prompts
+    if RunAxes.of(scenario.engine_settings).dp > 1:
         return False
     if verdict.localization and verdict.localization.get("layer") is not None:
         return False
