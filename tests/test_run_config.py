@@ -133,10 +133,12 @@ def test_the_pytest_options_are_the_config_s_fields_that_declare_one():
         "--harness-cluster": None,
         "--harness-interaction-trials": 10,
         "--harness-allow-empty": True,
+        "--harness-no-localize": True,
         "--harness-report-dir": None,
     }
     config = RunConfig.from_pytest(values.__getitem__, gate="pr")
     assert (config.timeout_s, config.faults, config.devices, config.allow_empty, config.gate) == (3.0, ("x@1",), 2, True, "pr")
+    assert config.no_localize
 
 
 def test_the_api_takes_its_run_options_once_through_a_typed_dict_of_config_fields():

@@ -447,9 +447,18 @@ def test_vllm_faults_parse_with_and_without_a_pp_rank():
     assert faults.parse(["compile-drop-deepstack", "pp-zero-aux@1"]) == {"compile-drop-deepstack": None, "pp-zero-aux": 1}
     assert faults.target_problem(["compile-drop-deepstack"], pp=1) is None
     assert "would never fire" in present(faults.target_problem(["pp-zero-aux@1"], pp=1))
-    for bad in (["compile-drop-deepstack@0"], ["pp-zero-aux"], ["no-such-fault"]):
+    for bad in (["compile-drop-deepstack@0"], ["pp-zero-aux"], ["no-such-fault"], ["tp-corrupt-mlp"]):
         with pytest.raises(ValueError, match="unknown vllm fault .*compile-drop-deepstack"):
             faults.parse(bad)
+
+
+def test_a_tp_fault_is_aimed_at_a_tp_rank_and_refused_where_the_settings_lack_it():
+    from harness.engines.vllm import faults
+
+    assert faults.parse(["tp-corrupt-mlp@1"]) == {"tp-corrupt-mlp": 1}
+    assert faults.target_problem(["tp-corrupt-mlp@1"], pp=1, tp=2) is None
+    problem = present(faults.target_problem(["tp-corrupt-mlp@1"], pp=2, tp=1))
+    assert "targets TP rank 1, but these settings have 1 TP rank;" in problem and "tp-corrupt-mlp@<tp rank>" in problem
 
 
 def test_a_run_with_faults_keeps_out_of_vllms_compile_cache(tmp_path, monkeypatch):

@@ -77,7 +77,7 @@ def run(args) -> int:
         print(f"harness bisect: {exc}", file=sys.stderr)
         return exit_codes.USAGE
     work_dir = (args.work_dir or default_work_dir(args.report_dir, scenario)).absolute()
-    ctx = RunContext(RunConfig.from_cli(args, interaction_trials=0))  # a step asks pass or fail
+    ctx = RunContext(RunConfig.from_cli(args, interaction_trials=0, no_localize=True))  # a step asks pass or fail
     try:
         if args.git:
             if args.engine and args.engine != scenario.suite.engine:

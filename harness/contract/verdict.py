@@ -56,7 +56,9 @@ class Verdict:
     reproduce: str = ""
     # The engine that produced it: its name and versions (history rows, reports).
     versions: dict = field(default_factory=dict)
-    # fail: the first diverging layer / pp stage / SP tp rank, where the engine captured them
+    # fail: the first diverging layer / pp stage / SP tp rank, where the engine captured them;
+    # vLLM: the first diverging module, its class and source line, its TP ranks, or for a
+    # compiled row whether the eager twin agrees (harness/run/compare/modules.py, `text`)
     localization: dict | None = None
     # Where the time went: the runner's and the ranks' phases (harness/run/timings.py)
     timings: dict = field(default_factory=dict)

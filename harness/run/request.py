@@ -301,6 +301,15 @@ class RunConfig:
         "0: not narrowed (default: 10)",
         pytest_help="trial runs that narrow a failure of several axis values to the ones it needs (0: none)",
     )
+    no_localize: bool = _option(
+        False,
+        flag="--no-localize",
+        switch=True,
+        pytest="--harness-no-localize",
+        help="a numeric failure on an engine whose workers record hidden states (vLLM) is not "
+        "run again to name its first diverging layer, module and rank (docs/VLLM.md 'Localization')",
+        pytest_help="do not run a numeric vLLM failure again to name its first diverging module",
+    )
     allow_empty: bool = _option(
         False,
         flag="--allow-empty",

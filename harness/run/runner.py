@@ -19,6 +19,7 @@ from harness.inputs.scenarios.scenario import Scenario
 from harness.run import golden as goldens
 from harness.run.evals import lm
 from harness.run.plan.devices import Lease
+from harness.run.stages import localize as localization
 from harness.run.stages.admit import admit
 from harness.run.stages.context import RunContext
 from harness.run.stages.ended import harness_error, launch_verdict
@@ -61,7 +62,8 @@ def run_scenario(scenario: Scenario, run_dir: Path, ctx: RunContext | None = Non
     narrowing = False
     try:
         verdict = _run(scenario, run_dir, ctx, lease, watch)
-        narrowing = True
+        narrowing = True  # from here the scenario's own verdict is known (localizing, narrowing)
+        _localize(scenario, verdict, run_dir, ctx, lease, watch)
         _narrow(scenario, verdict, run_dir, ctx, lease, watch)
     except KeyboardInterrupt:
         if narrowing:  # the scenario's own verdict is known: the report shows it, not "never ran"
@@ -80,14 +82,35 @@ NARROWING_INTERRUPTED = "interrupted before it named the values the failure need
 NARROWING_FAILED = "the harness could not narrow it (a harness fault, not the engine's)"
 
 
+def _unexpected_failure(scenario: Scenario, verdict: Verdict) -> bool:
+    """A failure its scenario file and the engine's known bugs do not expect (applied to a
+    copy: record_verdict applies them to the verdict itself)."""
+    if verdict.verdict not in FAILED:
+        return False
+    return apply_expectations(copy.deepcopy(verdict), scenario.expectations, scenario.known_bugs).verdict != "expected-failure"
+
+
+def _localize(
+    scenario: Scenario, verdict: Verdict, run_dir: Path, ctx: RunContext, lease: Lease | None, watch: Stopwatch
+) -> None:
+    """An unexpected numeric failure of an engine whose workers record hidden states: its
+    first diverging layer, module and rank (run/stages/localize.py), leading its reason."""
+    if ctx.config.no_localize or not _unexpected_failure(scenario, verdict) or not localization.wanted(scenario, verdict):
+        return
+    try:
+        found = localization.localize(scenario, verdict, run_dir, ctx, lease)
+    except Exception as exc:  # noqa: BLE001 - a localization that cannot run leaves the verdict as it was, saying why
+        found = {"layer": None, "recorded": False, "text": f"not localized: the harness failed ({type(exc).__name__}: {exc})"}
+    watch.lap("localize")
+    if found:
+        verdict.localization = found
+        verdict.reason = f"{found['text']}; {verdict.reason}"
+
+
 def _narrow(scenario: Scenario, verdict: Verdict, run_dir: Path, ctx: RunContext, lease: Lease | None, watch: Stopwatch) -> None:
     """A failure of several changed axis values, not one the scenario file expects: the
     smallest combination of them it needs (run/stages/interaction.py), in its reason."""
-    # the expectations are applied to a copy: record_verdict applies them to the verdict itself
-    if verdict.verdict not in FAILED:
-        return
-    expected = apply_expectations(copy.deepcopy(verdict), scenario.expectations, scenario.known_bugs)
-    if expected.verdict == "expected-failure":
+    if not _unexpected_failure(scenario, verdict):
         return
 
     def trial(derived: Scenario, directory: Path) -> Verdict:

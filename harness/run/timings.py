@@ -11,12 +11,14 @@ A verdict's `timings`:
                           along the slowest rank; `launch` instead when no rank marked
                same-layout  the run of its own layout without its feature (run/stages/same_layout.py:
                           a launch, or 0 when an earlier scenario of the run made it)
+               localize   the recording runs that located a numeric failure inside the engine
+                          (run/stages/localize.py; 0 when earlier scenarios made them)
                interaction  the trial runs that narrowed a failure to the axis values it needs
                           (run/stages/interaction.py)
                compare    numeric checks and localisation against the golden
                evals      lm-eval scoring of the eval answers
                verdict    the rest: the verdict assembled
-  engine_s   the launch: the engine starting and running (start .. exit; same-layout and interaction too)
+  engine_s   the launch: the engine starting and running (start .. exit; same-layout, localize and interaction too)
   harness_s  everything else but `wait`: the harness's own share
   wait_s     device wait (a packing cost, neither the engine's nor the harness's work)
   engine_start  where the engine's own start went, when it says ({phase: seconds}, vLLM:
@@ -29,7 +31,7 @@ import time
 
 from harness.contract.phases import RANK_PHASES, rank_breakdown, read_marks
 
-ENGINE_PHASES = (*RANK_PHASES, "exit", "launch", "same-layout", "interaction")
+ENGINE_PHASES = (*RANK_PHASES, "exit", "launch", "same-layout", "localize", "interaction")
 NOT_HARNESS = (*ENGINE_PHASES, "wait")
 # Short names for the report's columns, in flow order.
 COLUMNS = (
@@ -42,12 +44,13 @@ COLUMNS = (
     ("write", "write"),
     ("exit", "exit"),
     ("same-layout", "same layout"),
+    ("localize", "localize"),
     ("interaction", "interaction"),
     ("compare", "compare"),
     ("evals", "evals"),
 )
 # a column only where some scenario of the table had the phase
-OCCASIONAL = ("same-layout", "interaction")
+OCCASIONAL = ("same-layout", "localize", "interaction")
 
 
 class Stopwatch:

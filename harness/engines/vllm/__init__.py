@@ -215,7 +215,7 @@ class VllmEngine(Engine):
 
         try:
             switches.parse(faults)
-            return switches.target_problem(faults, RunAxes.of(settings).pp) if settings else None
+            return switches.target_problem(faults, RunAxes.of(settings).pp, RunAxes.of(settings).tp) if settings else None
         except ValueError as exc:
             return str(exc)
 

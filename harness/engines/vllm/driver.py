@@ -308,6 +308,28 @@ def worker_evidence(llm) -> list[dict]:
     return list(workers)
 
 
+# where a workload's recorded hidden states go, beside the outputs: <output dir>/hidden/<workload>/
+HIDDEN_DIR = "hidden"
+# the token rows each worker keeps of each recorded tensor (record.py bounds it too)
+RECORD_ROWS = 256
+
+
+@contextmanager
+def recording(llm, workload: dict, output_dir: str) -> Iterator[None]:
+    """Around a workload that asks for it (`capture_hidden`: the localization step's runs
+    only), every worker records its modules' inputs and outputs (record.py) and writes
+    them to <output dir>/hidden/<workload>/; around any other, nothing."""
+    if not workload.get("capture_hidden"):
+        yield
+        return
+    started = llm.collective_rpc("harness_record_start", args=(RECORD_ROWS,))
+    print(f"harness: recording hidden states of workload '{workload['name']}' in vLLM's workers: {started}", file=sys.stderr)
+    yield
+    directory = Path(output_dir) / HIDDEN_DIR / workload["name"]
+    written = llm.collective_rpc("harness_record_stop", args=(str(directory),))
+    print(f"harness: recorded: {written}", file=sys.stderr, flush=True)
+
+
 RUNNERS = {"logprobs": run_logprobs, "greedy": run_greedy, "generate": run_generate}
 
 
@@ -377,7 +399,8 @@ def run(brief) -> None:
     for w in replicas.replica_workloads(brief.workloads, dp, dp_rank):
         if w["kind"] not in RUNNERS:
             raise ValueError(f"unknown workload kind {w['kind']!r} in workload {w['name']!r}")
-        results[w["name"]] = RUNNERS[w["kind"]](llm, w, submit)
+        with recording(llm, w, brief.output_dir):
+            results[w["name"]] = RUNNERS[w["kind"]](llm, w, submit)
     done = time.time()
     phases.mark("workloads")
     workers = worker_evidence(llm)

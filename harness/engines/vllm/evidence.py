@@ -81,6 +81,24 @@ class EvidenceExtension:
             "dist_ident": os.environ.get("VLLM_DIST_IDENT"),
         }
 
+    def harness_record_start(self, rows: int) -> dict:
+        """Forward hooks on this worker's decoder layers and their main modules (record.py),
+        until harness_record_stop; asked for by a workload's `capture_hidden` only."""
+        from harness.engines.vllm import record
+
+        allocated = record.allocate_pp_buffer(self)
+        return {**record.start(self.get_model(), rows), "pp_buffer_allocated": allocated}
+
+    def harness_record_stop(self, directory: str) -> dict:
+        """The hooks removed and what they recorded written to `directory` (record.py)."""
+        from vllm.distributed import get_pp_group, get_tp_group
+
+        from harness.engines.vllm import record
+
+        tp, pp = get_tp_group(), get_pp_group()
+        ranks = {"tp_rank": tp.rank_in_group, "tp_size": tp.world_size, "pp_rank": pp.rank_in_group, "pp_size": pp.world_size}
+        return record.stop(directory, ranks)
+
 
 def _dp_group() -> dict:
     """This worker's place in vLLM's DP group (absent on a release without one)."""

@@ -24,6 +24,11 @@ the process they run in. Nothing here runs unless a fault is asked for.
                       supported KV cache layouts"), after which vLLM lets every worker go
                       with exit code 0; the crash must name the core's exception, not those
                       exits. vLLM releases that negotiate a layout (0.32) only.
+  tp-corrupt-mlp@R    the TP rank R worker's Llama MLP of layer CORRUPT_LAYER returns its output
+                      scaled by (1 + CORRUPT_SCALE): one module on one TP rank, silent (no
+                      exception), small (the logits move by about 1e-3), and the same eager
+                      and compiled (Dynamo traces the scaling into the graph). What the
+                      localization must name: that layer, LlamaMLP, TP rank R.
   compile-drop-deepstack
                       Qwen3-VL's language model loses its deepstack inputs (the vision
                       features added after its first text layers) in the graph torch.compile
@@ -47,6 +52,7 @@ from harness.engines.vllm.evidence import EvidenceExtension
 FAULTS_ENV = VLLM_FAULTS.name
 
 KINDS = ("pp-drop-residual", "worker-exit", "pp-zero-aux", "pp-kv-layout")  # aimed at one PP rank: KIND@R
+TP_KINDS = ("tp-corrupt-mlp",)  # aimed at one TP rank: KIND@R
 EVERY_RANK = ("compile-drop-deepstack",)  # act wherever they run
 # pp-zero-aux records each tensor it zeroes, in the worker; the driver logs them after this
 # mark (which archs send tensors besides the hidden states)
@@ -54,8 +60,13 @@ ZEROED_MARK = "harness fault pp-zero-aux: received as zeros:"
 ZEROED: list[str] = []
 
 
+# tp-corrupt-mlp: the layer whose MLP it corrupts, and by how much
+CORRUPT_LAYER = 1
+CORRUPT_SCALE = 1e-3
+
+
 def _known() -> str:
-    return ", ".join([k + "@<pp rank>" for k in KINDS] + list(EVERY_RANK))
+    return ", ".join([k + "@<pp rank>" for k in KINDS] + [k + "@<tp rank>" for k in TP_KINDS] + list(EVERY_RANK))
 
 
 def parse(faults: list[str]) -> dict[str, int | None]:
@@ -66,20 +77,21 @@ def parse(faults: list[str]) -> dict[str, int | None]:
         kind, at, rank = fault.partition("@")
         if kind in EVERY_RANK and not at:
             parsed[kind] = None
-        elif kind in KINDS and rank.isdigit():
+        elif kind in KINDS + TP_KINDS and rank.isdigit():
             parsed[kind] = int(rank)
         else:
             raise ValueError(f"unknown vllm fault '{fault}' (known: {_known()})")
     return parsed
 
 
-def target_problem(faults: list[str], pp: int) -> str | None:
-    """A fault aimed at a PP rank these settings do not have would never fire."""
+def target_problem(faults: list[str], pp: int, tp: int = 1) -> str | None:
+    """A fault aimed at a PP (or TP) rank these settings do not have would never fire."""
     for kind, rank in parse(faults).items():
-        if rank is not None and rank >= pp:
+        axis, size = ("TP", tp) if kind in TP_KINDS else ("PP", pp)
+        if rank is not None and rank >= size:
             return (
-                f"vllm fault {kind}@{rank} targets PP rank {rank}, but these settings have {pp} PP "
-                f"rank{'s' if pp > 1 else ''}; it would never fire (known: {_known()})"
+                f"vllm fault {kind}@{rank} targets {axis} rank {rank}, but these settings have {size} {axis} "
+                f"rank{'s' if size > 1 else ''}; it would never fire (known: {_known()})"
             )
     return None
 
@@ -114,6 +126,9 @@ def _switch_on(faults: dict[str, int | None]) -> None:
     if set(faults) & set(KINDS) and "pp" not in _INSTALLED:
         _install_pp_faults(_ON)
         _INSTALLED.add("pp")
+    if "tp-corrupt-mlp" in faults and "mlp" not in _INSTALLED:
+        _install_mlp_fault()
+        _INSTALLED.add("mlp")
     if "pp-kv-layout" in faults and "layouts" not in _INSTALLED:
         _install_layout_fault()
         _INSTALLED.add("layouts")
@@ -160,6 +175,34 @@ def _install_pp_faults(faults: dict[str, int | None]) -> None:
         return original(self, key)
 
     IntermediateTensors.__getitem__ = getitem
+
+
+def _install_mlp_fault() -> None:
+    """LlamaMLP decides as it is built (from the prefix vLLM gives it and its worker's TP rank)
+    whether it is the one to corrupt, and that one returns its output scaled: decided once,
+    so Dynamo traces a plain attribute, not a process-group lookup."""
+    import functools
+    import inspect
+
+    from vllm.distributed import get_tp_group
+    from vllm.model_executor.models import llama
+    from vllm.model_executor.models.utils import extract_layer_index
+
+    init, forward = llama.LlamaMLP.__init__, llama.LlamaMLP.forward
+
+    @functools.wraps(init)
+    def aim(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        prefix = inspect.signature(init).bind(self, *args, **kwargs).arguments.get("prefix", "")
+        layer = extract_layer_index(prefix) if "layers." in prefix else None
+        self._harness_corrupt = layer == CORRUPT_LAYER and get_tp_group().rank_in_group == _ON.get("tp-corrupt-mlp")
+
+    @functools.wraps(forward)
+    def corrupted(self, x):
+        out = forward(self, x)
+        return out * (1 + CORRUPT_SCALE) if getattr(self, "_harness_corrupt", False) else out
+
+    llama.LlamaMLP.__init__, llama.LlamaMLP.forward = aim, corrupted
 
 
 def _install_layout_fault() -> None:

@@ -124,7 +124,10 @@ def _locate(g: dict, s: dict, workload: str, meta: dict, rtol: float) -> dict:
 
 
 def describe(found: dict) -> str:
-    """One phrase for a verdict's reason."""
+    """One phrase for a verdict's reason (an engine's module localization,
+    harness/run/compare/modules.py, brings its own)."""
+    if "text" in found:
+        return found["text"]
     if found.get("layer") is None:
         return found.get("note", "")
     where = f"layer {found['layer']}" if found["layer"] >= 0 else f"place: {EMBEDDING}"

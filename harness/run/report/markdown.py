@@ -42,11 +42,15 @@ def where_diverged(v: Verdict) -> str:
         return f"rank {v.crash['rank']}"
     if v.hang:
         return ", ".join(f"rank {r}" for r in sorted(v.hang["stuck_at"]))
-    if v.localization and v.localization.get("layer") is not None:
+    if v.localization and (v.localization.get("layer") is not None or v.localization.get("module_class")):
         loc = v.localization
         place = loc.get("place") or f"layer {loc['layer']}"
-        where = f"{place}, pp stage {loc['pp_stage']}"
-        return where + (f", tp rank {loc['tp_rank']}" if "tp_rank" in loc else "")
+        where = place + (f" ({loc['module_class']}, {loc['source']})" if loc.get("module_class") else "")
+        where += f", pp stage {loc['pp_stage']}" if loc.get("pp_stage") is not None else ""
+        ranks = loc.get("diverging_tp_ranks") or ([loc["tp_rank"]] if "tp_rank" in loc else [])
+        return where + (f", tp rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))}" if "tp_rank" in loc else "")
+    if v.localization and v.localization.get("compiled") and v.localization.get("recorded"):
+        return v.localization["text"]
     accuracy = next((c["where"] for c in v.checks if c["kind"] == "accuracy" and c.get("where")), None)
     if accuracy:
         return accuracy
