@@ -10,8 +10,9 @@ import sys
 from pathlib import Path
 
 from harness.cli import suites
-from harness.cli.options import add_history, add_report_dir
+from harness.cli.options import add_history, add_report_dir, positive_seconds
 from harness.contract import exit_codes
+from harness.inputs.models.attempts import BUILD_TIMEOUT_S
 
 HELP = "the census: every text-generating architecture of the engine's model registry, and what the harness does with it"
 
@@ -31,7 +32,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="build the tiny checkpoint of every architecture no suite runs and none was tried for (cached: once per "
         "architecture, transformers and builder)",
     )
-    p.add_argument("--timeout-s", type=float, default=None, help="with --try-build: the limit of one build (default: 300)")
+    p.add_argument(
+        "--timeout-s",
+        type=positive_seconds,
+        default=None,
+        help=f"with --try-build: the limit of one build in seconds (default: {BUILD_TIMEOUT_S:g})",
+    )
     p.add_argument("--only", action="append", default=[], metavar="GLOB", help="only the architectures that match (repeatable)")
     p.add_argument("--all", action="store_true", help="list the architectures that are not text generators too")
     p.add_argument(
@@ -86,7 +92,7 @@ def _take(args):
     def route(arch: str) -> bool:
         return tiny_vllm.builds(arch) or arch in (attempts.transformers_classes(builder(arch)) or ())
 
-    timeout = args.timeout_s or attempts.BUILD_TIMEOUT_S
+    timeout = args.timeout_s or BUILD_TIMEOUT_S
     flags = cpu_flags()
     given = census.CensusInputs(
         engine=args.engine,

@@ -23,7 +23,8 @@ from pathlib import Path
 from harness.contract.roots import cache_dir
 from harness.inputs.models import ArchModel, BuildTimedOut, ModelError, build_tiny, checkpoint_problem, tiny_key, tiny_target
 
-# per architecture: the slowest tiny build measured here (a multimodal one, 2 cores) takes well under it
+# per architecture: a tiny build takes seconds to about a minute on a loaded 2-core machine; one
+# that takes longer than this is stopped and said (and tried again by the next --try-build)
 BUILD_TIMEOUT_S = 300.0
 
 
