@@ -304,3 +304,8 @@ def test_the_subcommand_is_listed_in_help_and_the_readme(capsys):
         pass
     assert "archs" in capsys.readouterr().out
     assert "harness archs" in (ROOT / "README.md").read_text()
+
+
+def test_the_architectures_doc_holds_the_census_table_in_the_commands_shape():
+    """Its shape, not its freshness: the table is of the vLLM it was measured on."""
+    assert region_shape_problems((ROOT / "docs" / "ARCHITECTURES.md").read_text()) == []
