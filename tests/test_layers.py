@@ -113,6 +113,7 @@ SUBLAYERS = {
         "bisect": 4,  # runs one scenario per step through the runner
         "session": 5,
         "report": 6,
+        "census": 7,  # `harness archs`: the engine's registry against the suites, their history and the builder
     },
     "cli": {
         "options": 0,  # options several subcommands take, and value types, declared once
@@ -122,6 +123,7 @@ SUBLAYERS = {
         "install": 0,
         "project_init": 0,  # `harness init`: a project's config and first scenario file, checked as any scenario file
         # one module per subcommand
+        "archs": 1,
         "bisect": 1,
         "conformance": 1,
         "durations": 1,

@@ -37,9 +37,9 @@ def test_tiny_checkpoint_is_small_complete_and_keyed_by_what_made_it(tiny_llama)
     assert cfg["head_dim"] == 32 and cfg["num_key_value_heads"] == 2
     assert models.checkpoint_problem(tiny_llama.directory) is None
     assert tiny_llama.label == "arch:LlamaForCausalLM seed=0"
-    other_seed = models._tiny_key(ArchModel(arch="LlamaForCausalLM", seed=1), sys.executable)
-    overridden = models._tiny_key(ArchModel(arch="LlamaForCausalLM", overrides={"num_hidden_layers": 4}), sys.executable)
-    same = models._tiny_key(ArchModel(arch="LlamaForCausalLM", seed=0), sys.executable)
+    other_seed = models.tiny_key(ArchModel(arch="LlamaForCausalLM", seed=1), sys.executable)
+    overridden = models.tiny_key(ArchModel(arch="LlamaForCausalLM", overrides={"num_hidden_layers": 4}), sys.executable)
+    same = models.tiny_key(ArchModel(arch="LlamaForCausalLM", seed=0), sys.executable)
     assert same in tiny_llama.directory.name and len({same, other_seed, overridden}) == 3
 
 

@@ -358,3 +358,28 @@ def test_every_installed_vllm_release_has_the_engine_shutdown_the_driver_uses():
     answers = [subprocess.run([str(p), "-c", ask], capture_output=True, text=True, timeout=300) for p in pythons]
     for python, done in zip(pythons, answers):
         assert done.returncode == 0 and done.stdout.split()[-1] == "True", (python, done.stdout, done.stderr[-2000:])
+
+
+def test_the_census_counts_every_generator_of_vllms_registry_and_a_try_build_leaves_none_untried(tmp_path):
+    """`harness archs` (issue 62): one line per text generator of the installed vLLM's registry,
+    as many as the registry itself holds; after --try-build every line has a state but `not tried`."""
+    from harness.engines.base import GENERATOR_SUFFIXES
+    from harness.engines.vllm import VllmEngine
+
+    ask = "import json\nfrom vllm.model_executor.models.registry import ModelRegistry\nprint(json.dumps(sorted(ModelRegistry.get_supported_archs())))"
+    done = subprocess.run([str(VllmEngine().python()), "-c", ask], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    registry = json.loads(done.stdout.strip().splitlines()[-1])
+    generators = sorted(a for a in registry if a.endswith(GENERATOR_SUFFIXES))
+
+    listed = harness_cli("archs", "--json", "--report-dir", str(tmp_path))
+    assert listed.returncode == 0, listed.stderr[-3000:]
+    found = json.loads(listed.stdout)
+    assert sorted(line["arch"] for line in found["archs"]) == generators
+    assert found["registered"] == len(registry) and sum(found["counts"].values()) == len(generators)
+
+    tried = harness_cli("archs", "--json", "--try-build", "--only", "Llama*ForCausalLM", "--report-dir", str(tmp_path))
+    assert tried.returncode == 0, tried.stderr[-3000:]
+    lines = json.loads(tried.stdout)["archs"]
+    assert {line["arch"] for line in lines} == {a for a in generators if a.startswith("Llama") and a.endswith("ForCausalLM")}
+    assert all(line["state"] != "not tried" for line in lines), lines

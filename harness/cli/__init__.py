@@ -14,7 +14,7 @@ import os
 import sys
 from pathlib import Path
 
-from harness.cli import bisect, conformance, docs, durations, golden, init, install, listing, report, repro, run, variables
+from harness.cli import archs, bisect, conformance, docs, durations, golden, init, install, listing, report, repro, run, variables
 from harness.contract import exit_codes
 from harness.contract.roots import export_to_children
 from harness.contract.settings.project import ProjectConfigError
@@ -37,6 +37,7 @@ COMMANDS = {
     "bisect": bisect,
     "conformance": conformance,
     "durations": durations,
+    "archs": archs,
     "env": variables,
     "docs": docs,
 }

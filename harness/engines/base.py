@@ -24,6 +24,16 @@ if TYPE_CHECKING:
     from harness.contract.known_bugs import KnownBug
 
 
+# The class-name endings of an architecture that generates text, as issue 62 counts them
+# (vLLM 0.32: 170 *ForCausalLM / *LMHeadModel, 88 *ForConditionalGeneration); the other
+# architectures of a registry are encoders, poolers, reward and classification heads.
+GENERATOR_SUFFIXES = ("ForCausalLM", "LMHeadModel", "ForConditionalGeneration")
+
+
+def is_text_generator(arch: str) -> bool:
+    return arch.endswith(GENERATOR_SUFFIXES)
+
+
 class Capability(StrEnum):
     """What an engine can do beyond running a RunBrief, declared by the engine (its
     `capabilities`), never guessed from which methods it overrides."""
@@ -61,6 +71,14 @@ class Engine(ABC):
         """Engine settings from the scenario file (`engine_options:`), e.g. the vllm
         engine's interpreter. Called before anything else is asked of the engine."""
         self.options = dict(options)
+
+    def model_registry(self, say=lambda line: None) -> dict[str, dict] | None:
+        """Every architecture the installed engine's model registry serves -> what the engine
+        says of it: for a text generator (is_text_generator) {"reason": ...} where it cannot run
+        it here, else what it knows of it (vLLM: supports_pp, multimodal, hybrid); {} for the
+        others. None: the engine has no model registry (`harness archs` says so). `say`
+        tells the user of a slow first question."""
+        return None
 
     def model_types(self) -> frozenset[str] | None:
         """The config.json model types this engine runs, or None for any its library builds

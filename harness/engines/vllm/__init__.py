@@ -139,6 +139,30 @@ class VllmEngine(Engine):
                 axes[axis], cut[axis] = (False,), probe[axis]["reason"]
         return axes, cut
 
+    def model_registry(self, say=lambda line: None) -> dict[str, dict]:
+        """vLLM's ModelRegistry, each text generator inspected in one process (probe.py
+        registry), cached on disk as the probe is. Each generator's answer is also kept as the
+        per-architecture probe's (`--arch`), so the unsupported_reason of a checkpoint of any
+        of them asks vLLM nothing more."""
+        from harness.engines import EngineUnavailable
+        from harness.engines.base import GENERATOR_SUFFIXES
+
+        python = self.python()
+        if not os.access(python, os.X_OK):
+            raise EngineUnavailable(f"engine 'vllm': no Python interpreter at {python}; {INSTALL_HINT}")
+        base = _probe_key(python)
+        key = f"{base}-registry-{'-'.join(GENERATOR_SUFFIXES)}"
+        if key not in _PROBES:
+            if not _probe_cache(key).exists():
+                say(f"asking the vLLM of {python} for its model registry (once per install, 30-90 s; kept in the cache)")
+            _PROBES[key] = _cached_probe(python, key, ["--registry", *GENERATOR_SUFFIXES])
+        found = _PROBES[key]
+        for arch, support in found["support"].items():
+            arch_key = f"{base}-arch-{arch}"
+            if arch_key not in _PROBES:
+                _PROBES[arch_key] = _stored_probe(arch_key, support)
+        return {arch: found["support"].get(arch, {}) for arch in found["archs"]}
+
     def unsupported_reason(self, settings: dict, model_dir: str | Path | None = None) -> str | None:
         reason = super().unsupported_reason(settings)
         if reason:
@@ -492,7 +516,15 @@ def _cached_probe(python: Path, key: str, args: Sequence[str] = ()) -> dict:
     cache = _probe_cache(key)
     if cache.exists():
         return json.loads(cache.read_text())
-    result = _run_probe(python, args)
+    return _stored_probe(key, _run_probe(python, args))
+
+
+def _stored_probe(key: str, result: dict) -> dict:
+    """`result` kept as the cached answer of `key` (one already there stays: the same
+    question has the same answer while the key holds)."""
+    cache = _probe_cache(key)
+    if cache.exists():
+        return json.loads(cache.read_text())
     cache.parent.mkdir(parents=True, exist_ok=True)
     tmp = cache.with_name(f".{cache.name}.{os.getpid()}")
     tmp.write_text(json.dumps(result, indent=1))

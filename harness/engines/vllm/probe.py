@@ -194,6 +194,11 @@ def arch_support(arch: str) -> dict:
             "arch": arch,
             "reason": f"vLLM {vllm.__version__} cannot load its {arch} implementation here" + _import_error(ModelRegistry, arch),
         }
+    return _support_of(arch, info)
+
+
+def _support_of(arch: str, info) -> dict:
+    """What vLLM's inspection (_ModelInfo) of a served architecture says the harness needs."""
     if not info.is_text_generation_model:
         return {"arch": arch, "reason": f"vLLM's {arch} is not a text-generation model (pooling only)"}
     return {
@@ -203,6 +208,57 @@ def arch_support(arch: str) -> dict:
         "attention_free": bool(info.is_attention_free),
         "hybrid": bool(info.is_hybrid),
     }
+
+
+def registry(suffixes: list[str]) -> dict:
+    """Every architecture the installed vLLM's model registry serves, and what vLLM says of
+    each whose name ends in one of `suffixes` (the text generators, as the harness names them:
+    harness/engines/base.py GENERATOR_SUFFIXES): arch_support's answer, asked in this one process: vLLM's
+    own inspection starts a subprocess per architecture (registry.py _run_in_subprocess, to
+    keep CUDA out of the parent), 5-10 s each; here each model module is imported once, on
+    a CPU build where there is no CUDA to keep out."""
+    import vllm
+    from vllm.model_executor.models.registry import ModelRegistry
+
+    archs = sorted(ModelRegistry.get_supported_archs())
+    support = {arch: _support_here(ModelRegistry, arch) for arch in archs if arch.endswith(tuple(suffixes))}
+    return {"vllm": vllm.__version__, "archs": archs, "support": support}
+
+
+def _support_here(registry, arch: str) -> dict:
+    """arch_support's answer for `arch`, its model class imported in this process: the
+    platform's own refusal first (Platform.verify_model_arch, as vLLM's loader asks it)."""
+    import vllm
+    from vllm.platforms import current_platform
+
+    try:
+        current_platform.verify_model_arch(arch)
+    except Exception as exc:  # noqa: BLE001 - the platform's refusal, in its own words
+        return {
+            "arch": arch,
+            "reason": f"vLLM {vllm.__version__}'s {current_platform.device_type} platform refuses {arch}: {exc}",
+        }
+    info = _inspect_here(registry, arch)
+    if info is None:
+        return arch_support(arch)  # a release without _ModelInfo.from_model_cls: its own inspection
+    if isinstance(info, str):
+        return {"arch": arch, "reason": f"vLLM {vllm.__version__} cannot load its {arch} implementation here: {info}"}
+    return _support_of(arch, info)
+
+
+def _inspect_here(registry, arch: str):
+    """vLLM's _ModelInfo of `arch` (its model class imported here), the import's error as
+    text, or None where the release has no _ModelInfo.from_model_cls to ask."""
+    try:
+        from vllm.model_executor.models.registry import _ModelInfo
+    except ImportError:
+        return None
+    if not hasattr(_ModelInfo, "from_model_cls") or not hasattr(registry.models[arch], "load_model_cls"):
+        return None
+    try:
+        return _ModelInfo.from_model_cls(registry.models[arch].load_model_cls())
+    except Exception as exc:  # noqa: BLE001 - whatever stops the import is the reason
+        return f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}"
 
 
 def _import_error(registry, arch: str) -> str:
@@ -221,7 +277,9 @@ def _import_error(registry, arch: str) -> str:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) == 3 and sys.argv[1] == "--arch":
+    if sys.argv[1:2] == ["--registry"]:
+        print("HARNESS-PROBE " + json.dumps(registry(sys.argv[2:])))
+    elif len(sys.argv) == 3 and sys.argv[1] == "--arch":
         print("HARNESS-PROBE " + json.dumps(arch_support(sys.argv[2])))
     else:
         print("HARNESS-PROBE " + json.dumps(probe()))

@@ -62,6 +62,10 @@ class ModelError(Exception):
     """The model a scenario names cannot be had: the message says why and what to do."""
 
 
+class BuildTimedOut(ModelError):
+    """A tiny build that did not end within the time it was given (build_tiny's timeout_s)."""
+
+
 class _Ref(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -237,10 +241,10 @@ def checkpoint_problem(directory: Path) -> str | None:
 # tiny random checkpoints
 
 
-def build_tiny(ref: ArchModel, python: str) -> Path:
-    """The cached tiny checkpoint of `ref` as `python` builds it; built on first use."""
-    key = _tiny_key(ref, python)
-    target = cache_dir("models") / "tiny" / f"{ref.arch}-{key}"
+def build_tiny(ref: ArchModel, python: str, timeout_s: float | None = None) -> Path:
+    """The cached tiny checkpoint of `ref` as `python` builds it; built on first use (the
+    build stopped, and a ModelError, after `timeout_s`)."""
+    target = tiny_target(ref, python)
     if checkpoint_problem(target) is None:
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -248,11 +252,16 @@ def build_tiny(ref: ArchModel, python: str) -> Path:
     with open(f"{target}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if checkpoint_problem(target) is not None:
-            _run_builder(ref, python, target)
+            _run_builder(ref, python, target, timeout_s)
     return target
 
 
-def _tiny_key(ref: ArchModel, python: str) -> str:
+def tiny_target(ref: ArchModel, python: str) -> Path:
+    """Where the tiny checkpoint of `ref`, as `python` builds it, is cached."""
+    return cache_dir("models") / "tiny" / f"{ref.arch}-{tiny_key(ref, python)}"
+
+
+def tiny_key(ref: ArchModel, python: str) -> str:
     """Everything that decides the bytes: the request, the builder, the corpus and the
     versions of the libraries in the interpreter that builds."""
     parts = [ref.label, *(f.read_text() for f in TINY_BUILDER_FILES), _corpus_digest(), _library_versions(python)]
@@ -320,7 +329,7 @@ def builder_command(ref: ArchModel, python: str, out: Path) -> list[str]:
     ]
 
 
-def _run_builder(ref: ArchModel, python: str, target: Path) -> None:
+def _run_builder(ref: ArchModel, python: str, target: Path, timeout_s: float | None = None) -> None:
     staging = Path(tempfile.mkdtemp(prefix=f".{ref.arch}-", dir=target.parent))
     argv = builder_command(ref, python, staging)
     env = {
@@ -332,7 +341,10 @@ def _run_builder(ref: ArchModel, python: str, target: Path) -> None:
         "OMP_NUM_THREADS": "1",
     }
     try:
-        done = subprocess.run(argv, capture_output=True, text=True, env=env)
+        try:
+            done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            raise BuildTimedOut(f"building a tiny {ref.arch} did not finish within {timeout_s:g} s (stopped)") from None
         if done.returncode != 0:
             raise ModelError(_builder_error(ref, done))
         shutil.rmtree(target, ignore_errors=True)
