@@ -256,3 +256,46 @@ def test_the_runner_localizes_unless_told_not_to_and_a_failed_localization_chang
     assert verdict.localization is None and verdict.reason == "x"
     runner._localize(tp2, verdict, tmp_path, RunContext(), None, Stopwatch())
     assert verdict.verdict == "fail" and verdict.reason == "not localized: the harness failed (OSError: disk full); x"
+
+
+class Batched(nn.Module):
+    """The shape of vLLM's Transformers backend (GPTBigCode): modules see [1, tokens, hidden], the
+    position embedding and the dropout run on every PP stage, the layers on their own stage's."""
+
+    def __init__(self, held: range = range(2), twice: bool = False) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.wpe = nn.Embedding(32, H)
+        self.drop = nn.Dropout(0.0)
+        self.layers = nn.ModuleList(nn.Linear(H, H) if i in held else PPMissingLayer() for i in range(2))
+        self.held, self.twice = held, twice
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        first = 0 in self.held
+        if first or self.twice:  # the bug: a later stage adds the positions again
+            hidden = hidden + self.wpe(torch.arange(hidden.shape[1]))[None]
+        h = self.drop(hidden)
+        for i in self.held:
+            h = self.layers[i](h)
+        return h
+
+
+def batched(model: Batched, directory, ranks: dict, hidden: torch.Tensor) -> torch.Tensor:
+    record.start(model)
+    out = model(hidden)
+    record.stop(str(directory), {"tp_size": 1, "pp_size": 1, **ranks})
+    return out
+
+
+def test_a_place_every_pp_stage_runs_is_named_on_the_stage_whose_copy_left(tmp_path):
+    """GPTBigCode under PP on 0.32: both stages run `drop`; only stage 1's input leaves (the position
+    embedding added twice). Comparing by TP rank alone, stage 0's agreeing copy raised an IndexError
+    and the verdict said 'not localized: the harness failed'; [1, tokens, hidden] is read per token."""
+    start = torch.randn(1, 6, H)
+    batched(Batched(), tmp_path / "golden", {"tp_rank": 0, "pp_rank": 0}, start)
+    sent = batched(Batched(held=range(0, 1)), tmp_path / "pp2", {"tp_rank": 0, "pp_rank": 0}, start)
+    batched(Batched(held=range(1, 2), twice=True), tmp_path / "pp2", {"tp_rank": 0, "pp_rank": 1}, sent)
+    (gold,) = modules.load_recording(tmp_path / "golden")
+    assert gold.tensors["drop:in0"].shape == (6, H)  # the batch of one dropped: a row per token
+    found = modules.locate(tmp_path / "golden", tmp_path / "pp2", "float32", label="pp2")
+    assert (found["module"], found["side"], found["pp_stage"]) == ("drop", "input", 1), found["text"]

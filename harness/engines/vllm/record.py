@@ -93,6 +93,9 @@ class Recorder:
     def _keep(self, place: str, side: str, values: list) -> None:
         tensors = [v for v in values if isinstance(v, torch.Tensor)]
         for j, t in enumerate(tensors):
+            # vLLM's own models hold tokens in the first dimension; its Transformers backend
+            # (GPTBigCode, ...) gives the modules [1, tokens, hidden]: the batch of one dropped
+            t = t[0] if t.dim() == 3 and t.shape[0] == 1 else t
             self.tensors[f"{place}:{side}{j}"] = t.detach()[: self.rows].to("cpu", copy=True).contiguous()
 
     def remove(self) -> None:

@@ -108,13 +108,18 @@ def _compare(golden: torch.Tensor, views: list[tuple[WorkerRecord, torch.Tensor]
     g = golden.float().reshape(golden.shape[0], -1)[None, None]
     stacked = torch.stack([t.float().reshape(t.shape[0], -1) for _, t in same])[:, None]
     rel = relative_deltas(g[0], stacked)[:, 0]  # [views, rows]
-    bad = [w.tp_rank for (w, _), r in zip(same, rel) if (r > rtol).any()]
-    if len(same) > 1 and len(bad) == len(same):
+    # a view per worker that holds the place: TP ranks, and under PP a place two stages run
+    # (the Transformers backend's dropout before the layers) once per stage
+    outside = [r > rtol for r in rel]
+    leaving = [i for i, out in enumerate(outside) if out.any()]
+    bad = sorted({same[i][0].tp_rank for i in leaving})
+    if len(same) > 1 and len(leaving) == len(same):
         summed = relative_deltas(g[0], stacked.sum(dim=0, keepdim=True))[0, 0]
         if not (summed > rtol).any():
             return {"bad": [], "rel": summed.max().item(), "row": 0, "partial": True}
-    rows = [int((r > rtol).nonzero()[0, 0]) for (w, _), r in zip(same, rel) if w.tp_rank in bad]
-    return {"bad": bad, "rel": rel.max().item(), "row": min(rows, default=0)}
+    rows = [int(outside[i].nonzero()[0, 0]) for i in leaving]
+    stages = sorted({same[i][0].pp_rank for i in leaving})
+    return {"bad": bad, "rel": rel.max().item(), "row": min(rows, default=0), "stages": stages}
 
 
 def locate(golden_dir: Path, candidate_dir: Path, dtype: str, label: str = "the failing layout") -> dict:
@@ -203,7 +208,7 @@ def _verdict(
     not_compared: list[str],
 ) -> dict:
     layer = layer_of(place)
-    stage = holders[0].pp_rank
+    stage = found.get("stages", [holders[0].pp_rank])[0]  # the stage whose copy left, where two run the place
     where_class = golden.classes.get(place, "? ?")
     module_class, _, source = where_class.partition(" ")
     ranks = found["bad"]
