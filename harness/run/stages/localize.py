@@ -92,7 +92,7 @@ def localize(scenario: Scenario, verdict: Verdict, run_dir: Path, ctx: RunContex
     golden = _recorded(recording_scenario(scenario, golden_settings, golden_name), root, ctx, lease, faults=False)
     if isinstance(golden, Verdict):
         return _unlocated(f"the golden layout's recording run {golden_name} ended {golden.verdict}: {golden.reason}")
-    compiled = bool(scenario.engine_settings.get("compile"))
+    compiled = RunAxes.of(scenario.engine_settings).compile
     # a compiled row: the same layout eager (its twin); settings the golden's but for the axes kept
     layout = scenario.narrowed({a: v for a, v in scenario.settings.items() if a != "compile"}) if compiled else scenario
     label = _layout_label(scenario, layout.settings)
@@ -123,7 +123,7 @@ def _compiled(found: dict, layout: str) -> dict:
 
 def _layout_label(scenario: Scenario, settings: dict) -> str:
     axes = ", ".join(f"{a}={spell(v)}" for a, v in settings.items() if a in ("tp", "pp", "dp", "ep"))
-    return f"eager {axes}" if scenario.engine_settings.get("compile") else f"{scenario.name} ({axes})"
+    return f"eager {axes}" if RunAxes.of(scenario.engine_settings).compile else f"{scenario.name} ({axes})"
 
 
 def _unlocated(why: str) -> dict:
