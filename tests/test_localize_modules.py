@@ -196,7 +196,7 @@ def test_a_recording_run_is_the_first_logprobs_prompt_recorded_and_nothing_else(
     tp2 = vllm_llama("vllm-llama/tp2-pp1")
     recording = localize.recording_scenario(tp2, dict(tp2.suite.golden), "vllm-llama/golden")
     (workload,) = recording.suite.workloads
-    assert (workload.kind, workload.num_prompts, workload.capture_hidden) == ("logprobs", localize.PROMPTS, True)
+    assert (workload.kind, workload.num_prompts, workload.record_modules) == ("logprobs", localize.PROMPTS, True)
     assert recording.suite.evals == [] and recording.expectations == () and recording.known_bugs == ()
     assert recording.engine_settings == dict(tp2.suite.golden)
 
@@ -299,3 +299,32 @@ def test_a_place_every_pp_stage_runs_is_named_on_the_stage_whose_copy_left(tmp_p
     assert gold.tensors["drop:in0"].shape == (6, H)  # the batch of one dropped: a row per token
     found = modules.locate(tmp_path / "golden", tmp_path / "pp2", "float32", label="pp2")
     assert (found["module"], found["side"], found["pp_stage"]) == ("drop", "input", 1), found["text"]
+
+
+def test_a_suites_capture_hidden_workload_records_nothing_in_vllms_workers(tmp_path):
+    """`harness init` writes `capture_hidden: true` (the reference engine's per-layer states). On
+    vLLM that must not arm the recorder: a recording run also allocates a later PP stage's receive
+    buffer, and a suite's eager tp1-pp2 then passed where vLLM 0.32's known bug crashes it (the
+    wheel's README test caught it: 'known bug eager-pp-intermediate-tensors did not show')."""
+    from harness.engines.vllm.driver import recording
+    from harness.inputs import zoo
+    from harness.inputs.scenarios.schema import WorkloadDef
+    from harness.inputs.workloads import tokenize
+
+    asked = []
+
+    class LLM:
+        def collective_rpc(self, method, args=()):
+            asked.append(method)
+            return []
+
+    suite_workload = WorkloadDef(name="logits", kind="logprobs", num_prompts=1, capture_hidden=True)
+    model = zoo.model_dir("tiny-llama")
+    (item,) = tokenize([suite_workload], model, zoo.load_tokenizer(model))
+    assert item["capture_hidden"] and "record_modules" not in item
+    with recording(LLM(), item, str(tmp_path)):
+        pass
+    assert asked == []
+    with recording(LLM(), {**item, "record_modules": True}, str(tmp_path)):
+        pass
+    assert asked == ["harness_record_start", "harness_record_stop"]

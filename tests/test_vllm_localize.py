@@ -35,7 +35,7 @@ def test_hooked_and_unhooked_workloads_of_one_engine_give_bit_equal_logits(tmp_p
     s = scenario("vllm-llama/tp2-pp1")
     recording = localize.recording_scenario(s, dict(s.settings), "vllm-llama/tp2-pp1-hooks")
     hooked = recording.suite.workloads[0]
-    plain = hooked.model_copy(update={"capture_hidden": False})
+    plain = hooked.model_copy(update={"record_modules": False})
     suite = recording.suite.model_copy(
         update={"workloads": [plain.model_copy(update={"name": "before"}), hooked, plain.model_copy(update={"name": "after"})]}
     )

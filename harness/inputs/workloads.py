@@ -62,6 +62,8 @@ def tokenize(workloads: list[WorkloadDef], model_dir: Path, tokenizer) -> list[d
             item["max_new_tokens"] = w.max_new_tokens
         if w.capture_hidden:
             item["capture_hidden"] = True
+        if w.record_modules:  # only when set: a golden's workload checksum stays as it was
+            item["record_modules"] = True
         resolved.append(item)
     return resolved
 

@@ -316,10 +316,10 @@ RECORD_ROWS = 256
 
 @contextmanager
 def recording(llm, workload: dict, output_dir: str) -> Iterator[None]:
-    """Around a workload that asks for it (`capture_hidden`: the localization step's runs
+    """Around a workload that asks for it (`record_modules`: the localization step's runs
     only), every worker records its modules' inputs and outputs (record.py) and writes
     them to <output dir>/hidden/<workload>/; around any other, nothing."""
-    if not workload.get("capture_hidden"):
+    if not workload.get("record_modules"):
         yield
         return
     started = llm.collective_rpc("harness_record_start", args=(RECORD_ROWS,))

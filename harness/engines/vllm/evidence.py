@@ -83,7 +83,7 @@ class EvidenceExtension:
 
     def harness_record_start(self, rows: int) -> dict:
         """Forward hooks on this worker's decoder layers and their main modules (record.py),
-        until harness_record_stop; asked for by a workload's `capture_hidden` only."""
+        until harness_record_stop; asked for by a workload's `record_modules` only."""
         from harness.engines.vllm import record
 
         allocated = record.allocate_pp_buffer(self)

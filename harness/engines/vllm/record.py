@@ -1,7 +1,7 @@
 """Hidden states from inside vLLM's workers, for localizing a numeric failure
 (harness/run/compare/modules.py compares them; harness/run/stages/localize.py asks for them).
 
-Asked for by a logprobs workload's `capture_hidden` (only the localization step sets it:
+Asked for by a logprobs workload's `record_modules` (only the localization step sets it:
 goldens and scenario runs record nothing). The driver calls two worker RPCs around that
 workload (evidence.py): `harness_record_start` installs forward hooks, `harness_record_stop`
 removes them and writes what they saw. Hooks go on vLLM's own module objects in each worker:

@@ -107,6 +107,12 @@ class WorkloadDef(_Strict):
     # Record the per-layer hidden states of the first batch (logprobs workloads), which
     # lets a numeric failure name the first diverging layer, stage and SP shard.
     capture_hidden: bool = False
+    # vLLM's workers record every module's inputs and outputs (harness/engines/vllm/record.py):
+    # what the localization stage's recording runs set. Apart from `capture_hidden` (which
+    # `harness init` writes for the reference engine's per-layer states) because a recording
+    # run also allocates a later PP stage's receive buffer as vLLM's warm-up would, and a
+    # scenario's own run must meet vLLM as it is (eager PP's known bug then stays seen)
+    record_modules: bool = False
     # Prompts that share their start, for prefix caching: this many tokens of one fixed
     # passage after BOS, before each prompt's own text (0: none). Longer than the engine's
     # cache block, the shared blocks are what a prefix cache hits.
@@ -144,8 +150,8 @@ class WorkloadDef(_Strict):
                 f"shared_prefix={self.shared_prefix} leaves no room for a prompt's own text "
                 f"within max_prompt_tokens={self.max_prompt_tokens}"
             )
-        if self.capture_hidden and self.kind != "logprobs":
-            raise ValueError("capture_hidden is for logprobs workloads (teacher-forced prefill)")
+        if (self.capture_hidden or self.record_modules) and self.kind != "logprobs":
+            raise ValueError("capture_hidden and record_modules are for logprobs workloads (teacher-forced prefill)")
         return self
 
     _name = field_validator("name")(lambda v: _snake_name(v, "workload"))

@@ -42,7 +42,7 @@ LOCALIZE_DIR = "localize"
 # first step (the one recorded) holds it whole in every layout (two requests may reach
 # vLLM's scheduler in one step or in two); the hooks keep at most record.ROWS_MAX rows
 PROMPTS = 1
-# engines whose workers record hidden states when a workload asks (`capture_hidden`)
+# engines whose workers record hidden states when a workload asks (`record_modules`)
 RECORDING_ENGINES = ("vllm",)
 HIDDEN_DIR = "hidden"  # as the vLLM driver writes it, beside the outputs
 DONE = "done"
@@ -71,7 +71,7 @@ def recording_scenario(scenario: Scenario, settings: dict, name: str) -> Scenari
     its first PROMPTS prompts, recorded; no evals, no expectations."""
     workload = _logprobs_workload(scenario)
     assert workload is not None  # wanted() checked
-    recorded = workload.model_copy(update={"num_prompts": min(PROMPTS, workload.num_prompts), "capture_hidden": True})
+    recorded = workload.model_copy(update={"num_prompts": min(PROMPTS, workload.num_prompts), "record_modules": True})
     recorded = recorded.model_copy(
         update={k: getattr(recorded, k)[: recorded.num_prompts] for k in ("images", "videos", "audios") if getattr(recorded, k)}
     )
