@@ -392,7 +392,7 @@ def test_the_pp_evidence_reads_the_decoder_not_a_vision_tower():
     pp2 was called `pp not applied`)."""
     import torch
 
-    from harness.engines.vllm.evidence import _layer_list
+    from harness.engines.vllm.layers import decoder_layers
 
     class PPMissingLayer(torch.nn.Identity):
         pass
@@ -407,9 +407,9 @@ def test_the_pp_evidence_reads_the_decoder_not_a_vision_tower():
         return root
 
     stage1 = model([PPMissingLayer(), torch.nn.Linear(2, 2)])
-    assert [type(m).__name__ for m in _layer_list(stage1)] == ["PPMissingLayer", "Linear"]
+    assert [type(m).__name__ for m in decoder_layers(stage1)] == ["PPMissingLayer", "Linear"]
     whole = model([torch.nn.Linear(2, 2), torch.nn.Linear(2, 2)])
-    assert _layer_list(whole) == list(whole.get_submodule("language_model.layers").children())
+    assert decoder_layers(whole) == list(whole.get_submodule("language_model.layers").children())
 
 
 def test_videos_and_audio_clips_reach_vllm_as_arrays_with_their_limits(tmp_path, monkeypatch):

@@ -34,6 +34,7 @@ from harness.contract.applied import pp_layout, stage_layers
 from harness.contract.axes import RunAxes
 from harness.contract.settings.variables import VLLM_COUNT_SP
 from harness.engines.vllm import aot_cache, forking, startup, steps
+from harness.engines.vllm.layers import decoder_layers
 from harness.engines.vllm.probe import SP_FIELDS
 
 
@@ -51,7 +52,7 @@ class EvidenceExtension:
         from vllm.distributed import get_pp_group, get_tp_group
 
         model = self.get_model()
-        layers = _layer_list(model)
+        layers = decoder_layers(model)
         held = [i for i, layer in enumerate(layers) if type(layer).__name__ != "PPMissingLayer"]
         attn = next((m for m in model.modules() if type(m).__name__ == "Attention" and hasattr(m, "num_heads")), None)
         pass_config = self.vllm_config.compilation_config.pass_config
@@ -179,33 +180,6 @@ def install() -> None:
 # a vLLM worker importing its extension (never the harness's own process)
 if "vllm" in sys.modules:
     install()
-
-
-# a multimodal model's encoders: every PP rank holds them whole
-TOWERS = ("vision", "visual", "audio", "encoder", "tower")
-
-
-def _layer_list(model) -> list:
-    """The decoder stack: a ModuleList named `layers` or `h` (GPT-2's), the one that PP
-    split (it holds PPMissingLayer placeholders) first, then one outside the multimodal
-    encoders (a vision tower has `layers` too, as long as a tiny decoder's), then the longest."""
-    import torch
-
-    lists = [
-        (name, m)
-        for name, m in model.named_modules()
-        if isinstance(m, torch.nn.ModuleList) and name.rsplit(".", 1)[-1] in ("layers", "h")
-    ]
-    if not lists:
-        return []
-
-    def rank(item) -> tuple:
-        name, layers = item
-        split = any(type(layer).__name__ == "PPMissingLayer" for layer in layers)
-        in_tower = any(part in name.lower() for part in TOWERS)
-        return (split, not in_tower, len(layers))
-
-    return list(max(lists, key=rank)[1])
 
 
 def _experts(model) -> dict | None:

@@ -144,11 +144,11 @@ def _relative(path: str) -> str:
 
 
 def decoder(model: torch.nn.Module) -> tuple[torch.nn.Module | None, str]:
-    """The module whose child is the decoder's layer list (evidence._layer_list picks the
-    list), and that child's name."""
-    from harness.engines.vllm.evidence import _layer_list
+    """The module whose child is the decoder's layer list (layers.decoder_layers picks
+    the list), and that child's name."""
+    from harness.engines.vllm.layers import decoder_layers
 
-    layers = _layer_list(model)
+    layers = decoder_layers(model)
     if not layers:
         return None, ""
     for parent in model.modules():
