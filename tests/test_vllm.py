@@ -222,6 +222,9 @@ def test_a_pp_stage_that_receives_zeros_besides_the_hidden_states_fails_on_numbe
     scenarios.mkdir()
     text = (ROOT / "scenarios" / "vllm-mm-archs.yaml").read_text()
     (scenarios / "vllm-mm-archs.yaml").write_text(text + "faults: [pp-zero-aux@1]\n")
+    # the covering array's rows (and so the ids below and the suite's gates) are the lock's
+    lock = "vllm-mm-archs.yaml.lock"
+    (scenarios / lock).write_text((ROOT / "scenarios" / lock).read_text())
     ids = ["vllm-mm-archs/arch-qwen3-vl-tp1-pp2-compile", "vllm-mm-archs/arch-llava-tp1-pp2-compile"]
     # ... and only where the stage reads what was zeroed: Cohere Compass's layers start with
     # `residual = hidden_states` (vLLM's cohere_compass.py), so the zeroed residual changes nothing

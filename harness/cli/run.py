@@ -82,6 +82,8 @@ def run(args) -> int:
         "started": time.time(),
         "project": used,
         "allow_empty": config.allow_empty,
+        # what loading the suites said (an arch gone from the engine's registry): kept with the run
+        "notices": catalog.notices,
         **plan.meta,
     }
     ctx = RunContext(replace(config, cluster=cluster_option(config.cluster)), plan.devices, plan.cluster)

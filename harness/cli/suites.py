@@ -16,6 +16,8 @@ def load(args, who: str = "harness") -> Catalog:
     catalog = load_catalog(args.scenarios)
     for broken in catalog.broken:
         print(f"{who}: scenario file skipped: {broken.problem}", file=sys.stderr)
+    for notice in catalog.notices:
+        print(f"{who}: {notice}", file=sys.stderr)
     return catalog
 
 

@@ -36,6 +36,7 @@ from harness.contract.axes import Rule, filled, is_one_of, same_value
 from harness.contract.known_bugs import BUG_ID
 from harness.contract.rundir import write_files, write_json
 from harness.contract.settings.variables import MAX_SCENARIOS
+from harness.inputs.scenarios import registry
 from harness.inputs.scenarios.schema import ARCH_AXIS, ScenarioError, SuiteFile
 
 LOCK_SUFFIX = ".lock"
@@ -184,11 +185,22 @@ def write_lock(suite: SuiteFile, source: Path, rows: list[dict], bug_rows: list[
         {"suite": suite.suite, "note": "rows of the covering array, kept so their ids stay (harness list --coverage --lock)"}
     )[:-1]
     text = head + ', "rows": [\n' + ",\n".join(" " + json.dumps(r) for r in rows) + "\n]"  # a row a line: diffs read
+    record = _registry_record(suite, source)
+    if record:
+        text += f',\n"{registry.LOCK_KEY}": ' + json.dumps(record, indent=1)
     if bug_rows:
         lines = [json.dumps({"for": list(b.bugs), "planned_on": b.planned_on, "row": b.row}) for b in bug_rows]
         text += ',\n"bug_rows": [\n' + ",\n".join(" " + line for line in lines) + "\n]"
     write_files({path: text + "}\n"})
     return path
+
+
+def _registry_record(suite: SuiteFile, source: Path) -> dict | None:
+    """The archs a registry suite took, as the lock keeps them: those asked of the installed
+    engine now, else what the lock recorded (a machine without the engine keeps them)."""
+    if suite.registry and suite.registry.live:
+        return suite.registry.lock_record()
+    return registry.locked_archs(source)
 
 
 def covering_rows(suite: SuiteFile, source: Path, rules: tuple[Rule, ...]) -> list[dict]:

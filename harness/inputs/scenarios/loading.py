@@ -17,6 +17,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from harness.contract.yamlfile import YamlFileError, load_bounded
+from harness.inputs.scenarios import registry
 from harness.inputs.scenarios.binding import binding_problems, matrix_problems
 from harness.inputs.scenarios.scenario import Scenario, expand, select
 from harness.inputs.scenarios.schema import ID_PART, ScenarioError, SuiteFile
@@ -62,6 +63,8 @@ class Catalog:
 
     scenarios: list[Scenario] = field(default_factory=list)
     broken: list[BrokenSuite] = field(default_factory=list)
+    # what loading found worth saying that breaks nothing (an arch gone from the registry)
+    notices: list[str] = field(default_factory=list)
 
     def broken_for(self, patterns: list[str] | None, gate: str | None) -> list[BrokenSuite]:
         return [b for b in self.broken if b.could_be_in(patterns, gate)]
@@ -93,15 +96,27 @@ def read_yaml(path: Path):
         raise ScenarioError(str(exc)) from None
 
 
-def load_suite(path: Path) -> SuiteFile:
+def load_suite(path: Path, swept_beside: set[str] | None = None) -> SuiteFile:
     path = Path(path)
-    return parse_suite(read_yaml(path), path)
+    return parse_suite(read_yaml(path), path, swept_beside)
 
 
-def parse_suite(raw, path: Path) -> SuiteFile:
-    """A scenario file's parsed YAML, validated and bound to its engine; `path` names it in the errors."""
+def parse_suite(raw, path: Path, swept_beside: set[str] | None = None) -> SuiteFile:
+    """A scenario file's parsed YAML, validated and bound to its engine; `path` names it in the
+    errors. `swept_beside`: the arch classes the other suites of its engine run, for a suite
+    that takes its archs from the registry (None: read from the files beside it)."""
     if not isinstance(raw, dict):
         raise ScenarioError(f"{path}: a scenario file is a mapping (suite:, model:, matrix: ...), got {type(raw).__name__}")
+    resolution = None
+    if registry.is_registry(raw.get("archs")):
+        swept = swept_beside if swept_beside is not None else _swept_beside(path, raw)
+        raw, resolution = registry.resolve(raw, path, swept)
+    suite = _validated(raw, path)
+    suite._registry = resolution
+    return suite
+
+
+def _validated(raw: dict, path: Path) -> SuiteFile:
     engine = raw.get("engine", SuiteFile.model_fields["engine"].default)
     axes = matrix_problems(engine, raw.get("matrix"))
     try:
@@ -148,13 +163,34 @@ def suite_files(paths: list[Path] | None = None) -> list[Path]:
     return files
 
 
+def _swept_beside(path: Path, raw: dict) -> set[str]:
+    """The arch classes the suites of the same engine in `path`'s directory run (their own
+    archs tables: a registry suite beside them counts nothing)."""
+    engine = raw.get("engine", SuiteFile.model_fields["engine"].default)
+    swept: set[str] = set()
+    for other in suite_files([path.parent]):
+        if other.resolve() == path.resolve():
+            continue
+        try:
+            theirs = read_yaml(other)
+            if isinstance(theirs, dict) and theirs.get("engine") == engine and not registry.is_registry(theirs.get("archs")):
+                swept |= registry.suite_archs(_validated(theirs, other))
+        except ScenarioError:
+            continue  # said where that file is loaded itself
+    return swept
+
+
 def load_catalog(paths: list[Path] | None = None) -> Catalog:
-    """Every suite of the files, each loaded alone: a broken one is set aside with its problem."""
+    """Every suite of the files, each loaded alone: a broken one is set aside with its problem.
+    A suite that takes its archs from the engine's registry comes last: what the others
+    sweep is known by then (its `skip_swept`)."""
     catalog = Catalog()
     suites: dict[str, Path] = {}
-    for f in suite_files(paths):
+    swept: dict[str, set[str]] = {}  # engine -> arch classes its loaded suites run
+    files = suite_files(paths)
+    for f in sorted(files, key=_from_registry):
         try:
-            suite = load_suite(f)
+            suite = load_suite(f, swept_beside=swept.get(_engine_of(f), set()) if _from_registry(f) else None)
             if suite.suite in suites:
                 raise ScenarioError(f"{f}: suite '{suite.suite}' is already defined in {suites[suite.suite]}")
             scenarios = expand(suite, f)
@@ -162,8 +198,25 @@ def load_catalog(paths: list[Path] | None = None) -> Catalog:
             catalog.broken.append(_broken(f, str(exc)))
             continue
         suites[suite.suite] = f
+        swept.setdefault(suite.engine, set()).update(registry.suite_archs(suite))
+        catalog.notices += suite.registry.notices if suite.registry else []
         catalog.scenarios += scenarios
+    order = {f: i for i, f in enumerate(files)}
+    catalog.scenarios.sort(key=lambda s: order.get(s.source, len(order)))  # the files' order, as listed before
     return catalog
+
+
+def _from_registry(path: Path) -> bool:
+    try:
+        raw = read_yaml(path)
+    except ScenarioError:
+        return False
+    return isinstance(raw, dict) and registry.is_registry(raw.get("archs"))
+
+
+def _engine_of(path: Path) -> str:
+    raw = read_yaml(path)
+    return str(raw.get("engine", SuiteFile.model_fields["engine"].default))
 
 
 def load_scenarios(paths: list[Path] | None = None) -> list[Scenario]:

@@ -13,13 +13,14 @@ is wrong, because a user editing YAML needs to know where to look.
 from __future__ import annotations
 
 import re
-from typing import Annotated, Literal, Union
+from typing import TYPE_CHECKING, Annotated, Literal, Union
 
 from pydantic import (
     BaseModel,
     BeforeValidator,
     ConfigDict,
     Field,
+    PrivateAttr,
     field_validator,
     model_validator,
 )
@@ -28,6 +29,9 @@ from harness.contract.axes import AXES
 from harness.contract.runbrief import MEDIA, entry_list
 from harness.contract.signature import FailureSignature
 from harness.inputs.models import ArchModel, HubModel, ModelRef, PathModel
+
+if TYPE_CHECKING:
+    from harness.inputs.scenarios.registry import Resolution
 
 # Checked with fullmatch: `$` also matches before a final newline, and an id part ending
 # in one splits summary rows, make lines and run directory names.
@@ -291,6 +295,12 @@ class SuiteFile(_Strict):
     # the matrix as a covering array (`covering: 3`, or {strength: 2, groups: [{axes: [...],
     # strength: 3}]}); absent: every combination of the matrix, as always
     covering: Covering | None = None
+    # how `archs: {from: registry}` was resolved (registry.py); None for an archs table written out
+    _registry: Resolution | None = PrivateAttr(None)
+
+    @property
+    def registry(self) -> Resolution | None:
+        return self._registry
 
     @field_validator("covering", mode="before")
     @classmethod

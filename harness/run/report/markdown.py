@@ -118,6 +118,9 @@ def problems_lines(report) -> list[str]:
         ]
     if report.history_unreadable:
         lines += [history_partial_text(report.history_unreadable), ""]
+    # what loading the suites said: an architecture gone from the engine's registry
+    for notice in report.meta.get("notices") or []:
+        lines += [f"**Note:** {text(notice)}", ""]
     return lines
 
 

@@ -1,0 +1,202 @@
+"""A suite's archs taken from the engine's model registry: `archs: {from: registry, ...}`.
+
+Instead of a hand-written `archs:` table, the suite asks the installed engine which
+architectures it serves (the engine's `model_registry`, cached per install) and puts each
+text generator of the kinds it names on the arch axis, under a name derived from the class
+(`Qwen3NextForCausalLM` -> `qwen3-next`). A new architecture in a new engine release then
+joins the suite with nobody editing it; the covering planner gives it rows and the lock
+keeps the old rows' ids. The lock file also records which architectures the registry gave
+when it was written, so that
+
+- a machine without the engine installed (the harness's own CI, `harness list`) still
+  lists the suite: the lock's architectures, said as such;
+- an architecture that left the registry is said (`notices`), not silently dropped.
+
+This is resolved on the raw YAML, before the schema validates it: the rest of the harness
+sees an ordinary `archs:` table.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from harness.inputs.scenarios.schema import ScenarioError
+
+# the class name endings of each kind (vLLM's registry: *ForCausalLM, *LMHeadModel are text
+# models, *ForConditionalGeneration the ones that also take images, audio or video)
+KIND_SUFFIXES = {"text": ("ForCausalLM", "LMHeadModel"), "multimodal": ("ForConditionalGeneration",)}
+LOCK_KEY = "registry"
+
+
+class RegistrySpec(BaseModel):
+    """What `archs: {from: registry}` may say."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    source: Literal["registry"] = Field(alias="from")
+    kinds: list[Literal["text", "multimodal"]] = Field(["text"], min_length=1)
+    # leave out what a suite beside this file (same engine) already runs: one sweep per arch
+    skip_swept: bool = False
+    # architecture class -> why this suite leaves it out (said by `harness list`)
+    exclude: dict[str, str] = {}
+    # architecture class -> model entry fields for it ({overrides: ...}, {extra_config: ...})
+    models: dict[str, dict] = {}
+
+
+@dataclass
+class Resolution:
+    """The archs a registry suite got, where they came from, and what is worth saying."""
+
+    archs: dict[str, str]  # name on the arch axis -> architecture class
+    source: str  # "vllm 0.32.0" or "the lock (vllm 0.32.0): vllm is not installed here"
+    notices: list[str] = field(default_factory=list)
+    # asked of the installed engine (False: read back from the lock)
+    live: bool = True
+
+    def lock_record(self) -> dict:
+        """What the lock keeps of it (locked_archs reads it back)."""
+        return {"engine": self.source, "archs": self.archs}
+
+
+def is_registry(archs: object) -> bool:
+    return isinstance(archs, dict) and "from" in archs
+
+
+def axis_name(arch: str) -> str:
+    """`Qwen3NextForCausalLM` -> `qwen3-next`, `GPT2LMHeadModel` -> `gpt2`,
+    `Qwen3_5MoeForConditionalGeneration` -> `qwen3-5-moe` (an id part: [a-z0-9.-])."""
+    stem = arch
+    for suffix in (s for kind in KIND_SUFFIXES.values() for s in kind):
+        if stem.endswith(suffix) and stem != suffix:
+            stem = stem[: -len(suffix)]
+            break
+    stem = stem.replace("MoE", "Moe")  # one word: HunYuanMoEV1 -> hun-yuan-moe-v1
+    stem = re.sub(r"(?<=[a-z0-9])(?=[A-Z][a-z])|(?<=[a-z])(?=[A-Z])", "-", stem)
+    stem = re.sub(r"(?<=[A-Z])(?=[A-Z][a-z])", "-", stem)
+    name = re.sub(r"[^a-z0-9.]+", "-", stem.lower()).strip("-.")
+    return name or "arch"
+
+
+def names_for(archs: list[str]) -> dict[str, str]:
+    """A distinct axis name per architecture, in the registry's order: a name two classes
+    would share (Qwen3_5ForCausalLM, Qwen3_5ForConditionalGeneration) gets the kind's mark."""
+    counts: dict[str, int] = {}
+    for arch in archs:
+        counts[axis_name(arch)] = counts.get(axis_name(arch), 0) + 1
+    named: dict[str, str] = {}
+    for arch in archs:
+        name = axis_name(arch)
+        if counts[name] > 1:
+            name += "-mm" if arch.endswith(KIND_SUFFIXES["multimodal"]) else ""
+        while name in named:
+            name += "-2"
+        named[name] = arch
+    return named
+
+
+def parse_spec(raw: object, path: Path) -> RegistrySpec:
+    try:
+        return RegistrySpec.model_validate(raw)
+    except ValidationError as exc:
+        problems = [f"  archs.{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()]
+        raise ScenarioError(f"{path}: invalid scenario file:\n" + "\n".join(problems)) from None
+
+
+def resolve(raw: dict, path: Path, swept_beside: set[str]) -> tuple[dict, Resolution]:
+    """The raw suite with its `archs:` table filled from the registry (or, without the
+    engine, from the lock), and how it was resolved."""
+    spec = parse_spec(raw["archs"], path)
+    engine = raw.get("engine", "reference")
+    found, source = _registry(engine)
+    locked = locked_archs(path)
+    notices: list[str] = []
+    if found is None:
+        if not locked:
+            raise ScenarioError(
+                f"{path}: archs: from registry needs engine '{engine}' installed ({source}), or the lock file "
+                f"that `harness list --coverage --lock {raw.get('suite', path.stem)}` writes where it is"
+            )
+        table = {name: {"arch": arch, **spec.models.get(arch, {})} for name, arch in locked["archs"].items()}
+        return {**raw, "archs": table}, Resolution(dict(locked["archs"]), str(locked.get("engine", "?")), live=False)
+    wanted = [a for a in found if _kind_of(a) in spec.kinds and a not in spec.exclude and has_build_route(a)]
+    if spec.skip_swept:
+        wanted = [a for a in wanted if a not in swept_beside]
+    chosen = names_for(wanted)
+    gone = sorted(set((locked or {}).get("archs", {}).values()) - set(found))
+    if gone:
+        notices.append(
+            f"suite '{raw.get('suite')}': no longer in {source}'s model registry, their rows dropped: {', '.join(gone)}"
+        )
+    unknown = sorted(set(spec.exclude) - set(found))
+    if unknown:
+        notices.append(f"suite '{raw.get('suite')}': exclude names {', '.join(unknown)}, which {source}'s registry does not have")
+    table = {name: {"arch": arch, **spec.models.get(arch, {})} for name, arch in chosen.items()}
+    return {**raw, "archs": table}, Resolution(chosen, source, notices)
+
+
+def has_build_route(arch: str) -> bool:
+    """Whether the tiny builder has a way to make `arch` (a transformers class, or a route of
+    tiny_vllm.py's); one without is the census's "cannot be built", not a row that can only
+    end in the builder's refusal. (A route may still refuse an arch: that row says why.)"""
+    from harness.inputs import models
+    from harness.inputs.models import attempts, tiny_vllm
+
+    return tiny_vllm.builds(arch) or arch in (attempts.transformers_classes(models.builder_python(arch=arch)) or ())
+
+
+def _kind_of(arch: str) -> str | None:
+    return next((kind for kind, suffixes in KIND_SUFFIXES.items() if arch.endswith(suffixes)), None)
+
+
+def _registry(engine: str) -> tuple[list[str] | None, str]:
+    """The generator architectures of the installed engine's registry and its label
+    ("vllm 0.32.0"), or None and why not."""
+    from harness.engines import EngineUnavailable, get_engine
+
+    try:
+        chosen = get_engine(engine)
+    except (KeyError, LookupError, EngineUnavailable) as exc:
+        return None, str(exc)
+    reason = chosen.unavailable_reason()
+    if reason:
+        return None, f"{engine} is not installed here"
+    try:
+        registry = chosen.model_registry(say=lambda line: print(f"harness: {line}", file=sys.stderr, flush=True))
+        versions = chosen.versions()
+    except (EngineUnavailable, OSError, RuntimeError) as exc:
+        return None, f"its model registry could not be asked: {exc}"
+    if registry is None:
+        return None, f"engine '{engine}' has no model registry"
+    label = f"{engine} {versions.get(engine, '')}".strip()
+    return sorted(a for a in registry if _kind_of(a)), label
+
+
+def locked_archs(source: Path) -> dict | None:
+    """The lock's record of the registry ({"engine": "vllm 0.32.0", "archs": {name: class}}), or None."""
+    from harness.inputs.scenarios.covering import lock_path
+
+    path = lock_path(source)
+    if not path.is_file():
+        return None
+    try:
+        record = json.loads(path.read_text()).get(LOCK_KEY)
+    except (OSError, ValueError, AttributeError):
+        return None  # the covering planner says what is wrong with the lock
+    ok = isinstance(record, dict) and isinstance(record.get("archs"), dict)
+    return record if ok and all(isinstance(v, str) for v in record["archs"].values()) else None
+
+
+def suite_archs(suite) -> set[str]:
+    """The architecture classes a loaded suite runs as tiny checkpoints (`archs:` entries and
+    `model: {arch:}`): what `skip_swept` leaves to it."""
+    from harness.inputs.models import ArchModel
+
+    models = [*suite.archs.values(), suite.model]
+    return {m.arch for m in models if isinstance(m, ArchModel)}
