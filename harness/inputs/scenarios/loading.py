@@ -174,7 +174,7 @@ def _swept_beside(path: Path, raw: dict) -> set[str]:
         try:
             theirs = read_yaml(other)
             if isinstance(theirs, dict) and theirs.get("engine") == engine and not registry.is_registry(theirs.get("archs")):
-                swept |= registry.suite_archs(_validated(theirs, other))
+                swept |= registry.suite_archs(_validated(theirs, other), other)
         except ScenarioError:
             continue  # said where that file is loaded itself
     return swept
@@ -198,7 +198,7 @@ def load_catalog(paths: list[Path] | None = None) -> Catalog:
             catalog.broken.append(_broken(f, str(exc)))
             continue
         suites[suite.suite] = f
-        swept.setdefault(suite.engine, set()).update(registry.suite_archs(suite))
+        swept.setdefault(suite.engine, set()).update(registry.suite_archs(suite, f))
         catalog.notices += suite.registry.notices if suite.registry else []
         catalog.scenarios += scenarios
     order = {f: i for i, f in enumerate(files)}

@@ -193,10 +193,24 @@ def locked_archs(source: Path) -> dict | None:
     return record if ok and all(isinstance(v, str) for v in record["archs"].values()) else None
 
 
-def suite_archs(suite) -> set[str]:
-    """The architecture classes a loaded suite runs as tiny checkpoints (`archs:` entries and
-    `model: {arch:}`): what `skip_swept` leaves to it."""
-    from harness.inputs.models import ArchModel
+def suite_archs(suite, source: Path | None = None) -> set[str]:
+    """The architecture classes a loaded suite runs: its `archs:` entries and `model:` as
+    tiny checkpoints ({arch:}), zoo models (their recipe's config) and local checkpoints
+    (their config.json, next to `source`); what `skip_swept` leaves to it."""
+    from harness.contract.known_bugs import MODEL_ARCH
+    from harness.inputs.scenarios.scenario import model_facts
+    from harness.inputs.scenarios.schema import ARCH_AXIS
+    from harness.inputs.zoo import get_recipe
 
-    models = [*suite.archs.values(), suite.model]
-    return {m.arch for m in models if isinstance(m, ArchModel)}
+    found: set[str] = set()
+    for name in suite.archs or [None]:
+        model = suite.archs[name] if name else suite.model
+        facts = model_facts(suite, {ARCH_AXIS: name} if name else {}, source or Path("."))
+        if facts:
+            found.add(facts[MODEL_ARCH])
+        elif isinstance(model, str):
+            try:
+                found.update((get_recipe(model).config.get("architectures") or [])[:1])
+            except KeyError:
+                pass  # not a zoo name: the run says so
+    return found
