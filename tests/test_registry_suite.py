@@ -64,7 +64,7 @@ def engine(monkeypatch):
     """A fake installed engine: `served` is its registry (None: not installed)."""
     state = {"served": list(SERVED)}
 
-    def fake(name):
+    def fake(name, options):
         if state["served"] is None:
             return None, "vllm is not installed here"
         return sorted(state["served"]), "vllm 9.9.9"
@@ -153,7 +153,7 @@ def test_a_new_arch_joins_with_the_old_ids_kept_and_a_gone_one_is_said(tmp_path,
     assert {i for i in before if "gpt2" not in i} <= after
     assert any(i.startswith("reg/arch-mamba2-") for i in after)
     assert not any("gpt2" in i for i in after)
-    assert any("no longer in vllm 9.9.9's model registry" in n and "GPT2LMHeadModel" in n for n in catalog.notices)
+    assert any("not in vllm 9.9.9's model registry" in n and "GPT2LMHeadModel" in n for n in catalog.notices)
 
 
 def test_without_the_engine_or_a_lock_the_file_says_what_it_needs(tmp_path, engine):
@@ -176,7 +176,7 @@ def test_a_bad_registry_entry_names_the_field(tmp_path, engine):
 
 def test_the_built_in_registry_suite_loads_from_its_lock_without_vllm(monkeypatch):
     """CI's unit tier has no vLLM: the suite's scenarios are the lock's, as on a machine with it."""
-    monkeypatch.setattr(registry, "_registry", lambda name: (None, "vllm is not installed here"))
+    monkeypatch.setattr(registry, "_registry", lambda name, options: (None, "vllm is not installed here"))
     path = ROOT / "scenarios" / "vllm-registry.yaml"
     suite = load_suite(path, swept_beside=set())
     record = registry.locked_archs(path)
@@ -185,3 +185,28 @@ def test_the_built_in_registry_suite_loads_from_its_lock_without_vllm(monkeypatc
     others = load_catalog([p for p in (ROOT / "scenarios").glob("*.yaml") if p.name != path.name]).scenarios
     swept = set().union(*(registry.suite_archs(s.suite) for s in others if s.suite.engine == "vllm"))
     assert not swept & set(record["archs"].values())
+
+
+def test_an_older_release_takes_its_own_registry(tmp_path, engine, monkeypatch):
+    """--engine-env: the registry suite's scenarios in that environment are its release's archs
+    (an arch the release does not serve is left out and said), the others keep their ids."""
+    from harness.inputs import engine_envs
+
+    path = write(tmp_path)
+    lock(path)
+    old_python = tmp_path / "old" / "bin" / "python"
+
+    def fake(name, options):
+        served = [a for a in SERVED if a != "Qwen3NextForCausalLM"] if options.get("python") == str(old_python) else SERVED
+        return sorted(served), "vllm 0.22.1" if options.get("python") == str(old_python) else "vllm 9.9.9"
+
+    monkeypatch.setattr(registry, "_registry", fake)
+    old = engine_envs.EngineEnv("vllm==0.22.1", "vllm", old_python, {"vllm": "0.22.1"}, "vllm-0.22.1")
+    monkeypatch.setattr(engine_envs, "resolve", lambda parsed, name, say: old)
+    monkeypatch.setattr(engine_envs, "default_python", lambda scenario, say: None)
+    chosen = [s for s in load_catalog([tmp_path]).scenarios if s.suite.suite == "reg"]
+    said: list[str] = []
+    ran = engine_envs.expand(chosen, ["vllm==0.22.1"], say=said.append)
+    assert {s.base_id for s in ran} == {s.id for s in chosen if "qwen3-next" not in s.id}
+    assert all(s.id.endswith("@vllm-0.22.1") for s in ran)
+    assert any("not in vllm 0.22.1's model registry" in line and "Qwen3NextForCausalLM" in line for line in said), said

@@ -401,4 +401,34 @@ def expand(scenarios: list, engine_envs: list[str], say=print) -> list:
     for resolved in envs.values():
         for e in resolved:
             say(f"harness: engine environment {e.label}: {e.python}")
-    return [versioned(s, e, say) for s in scenarios for e in envs[s.suite.engine]]
+    release = _ReleaseSuites(say)
+    return [versioned(r, e, say) for s in scenarios for e in envs[s.suite.engine] for r in release.scenario(s, e)]
+
+
+class _ReleaseSuites:
+    """A scenario as an environment's release has it. A suite whose archs come from the
+    engine's registry (`archs: {from: registry}`) takes that release's registry: its arch
+    the release does not serve is left out (said once per suite), not run to a refusal."""
+
+    def __init__(self, say):
+        self.say = say
+        self.loaded: dict[tuple, dict] = {}
+
+    def scenario(self, scenario: Scenario, env: EngineEnv) -> list[Scenario]:
+        if scenario.suite.registry is None:
+            return [scenario]
+        return [s for s in [self._ids(scenario, env).get(scenario.id)] if s is not None]
+
+    def _ids(self, scenario: Scenario, env: EngineEnv) -> dict:
+        from harness.inputs.scenarios.loading import load_suite
+        from harness.inputs.scenarios.scenario import expand
+
+        key = (scenario.source, str(env.python))
+        if key not in self.loaded:
+            assert scenario.suite.registry is not None
+            swept = set(scenario.suite.registry.swept_beside)
+            suite = load_suite(scenario.source, swept_beside=swept, engine_python=str(env.python))
+            for notice in suite.registry.notices if suite.registry else []:
+                self.say(f"harness: {env.label}: {notice}")
+            self.loaded[key] = {s.id: s for s in expand(suite, scenario.source)}
+        return self.loaded[key]

@@ -96,21 +96,22 @@ def read_yaml(path: Path):
         raise ScenarioError(str(exc)) from None
 
 
-def load_suite(path: Path, swept_beside: set[str] | None = None) -> SuiteFile:
+def load_suite(path: Path, swept_beside: set[str] | None = None, engine_python: str | None = None) -> SuiteFile:
     path = Path(path)
-    return parse_suite(read_yaml(path), path, swept_beside)
+    return parse_suite(read_yaml(path), path, swept_beside, engine_python)
 
 
-def parse_suite(raw, path: Path, swept_beside: set[str] | None = None) -> SuiteFile:
+def parse_suite(raw, path: Path, swept_beside: set[str] | None = None, engine_python: str | None = None) -> SuiteFile:
     """A scenario file's parsed YAML, validated and bound to its engine; `path` names it in the
-    errors. `swept_beside`: the arch classes the other suites of its engine run, for a suite
-    that takes its archs from the registry (None: read from the files beside it)."""
+    errors. For a suite that takes its archs from the registry: `swept_beside`, the arch
+    classes the other suites of its engine run (None: read from the files beside it), and
+    `engine_python`, the interpreter whose registry it takes (None: the suite's engine's)."""
     if not isinstance(raw, dict):
         raise ScenarioError(f"{path}: a scenario file is a mapping (suite:, model:, matrix: ...), got {type(raw).__name__}")
     resolution = None
     if registry.is_registry(raw.get("archs")):
         swept = swept_beside if swept_beside is not None else _swept_beside(path, raw)
-        raw, resolution = registry.resolve(raw, path, swept)
+        raw, resolution = registry.resolve(raw, path, swept, engine_python)
     suite = _validated(raw, path)
     suite._registry = resolution
     return suite

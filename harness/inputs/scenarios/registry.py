@@ -59,6 +59,8 @@ class Resolution:
     notices: list[str] = field(default_factory=list)
     # asked of the installed engine (False: read back from the lock)
     live: bool = True
+    # the arch classes the suites beside it ran when it was resolved (skip_swept's input)
+    swept_beside: frozenset[str] = frozenset()
 
     def lock_record(self) -> dict:
         """What the lock keeps of it (locked_archs reads it back)."""
@@ -109,12 +111,14 @@ def parse_spec(raw: object, path: Path) -> RegistrySpec:
         raise ScenarioError(f"{path}: invalid scenario file:\n" + "\n".join(problems)) from None
 
 
-def resolve(raw: dict, path: Path, swept_beside: set[str]) -> tuple[dict, Resolution]:
+def resolve(raw: dict, path: Path, swept_beside: set[str], engine_python: str | None = None) -> tuple[dict, Resolution]:
     """The raw suite with its `archs:` table filled from the registry (or, without the
-    engine, from the lock), and how it was resolved."""
+    engine, from the lock), and how it was resolved. `engine_python`: the registry of the
+    engine in that interpreter (another release's, --engine-env), not the suite's own."""
     spec = parse_spec(raw["archs"], path)
     engine = raw.get("engine", "reference")
-    found, source = _registry(engine)
+    options = {**(raw.get("engine_options") or {}), **({"python": engine_python} if engine_python else {})}
+    found, source = _registry(engine, options)
     locked = locked_archs(path)
     notices: list[str] = []
     if found is None:
@@ -124,21 +128,22 @@ def resolve(raw: dict, path: Path, swept_beside: set[str]) -> tuple[dict, Resolu
                 f"that `harness list --coverage --lock {raw.get('suite', path.stem)}` writes where it is"
             )
         table = {name: {"arch": arch, **spec.models.get(arch, {})} for name, arch in locked["archs"].items()}
-        return {**raw, "archs": table}, Resolution(dict(locked["archs"]), str(locked.get("engine", "?")), live=False)
+        resolution = Resolution(
+            dict(locked["archs"]), str(locked.get("engine", "?")), live=False, swept_beside=frozenset(swept_beside)
+        )
+        return {**raw, "archs": table}, resolution
     wanted = [a for a in found if _kind_of(a) in spec.kinds and a not in spec.exclude and has_build_route(a)]
     if spec.skip_swept:
         wanted = [a for a in wanted if a not in swept_beside]
     chosen = names_for(wanted)
     gone = sorted(set((locked or {}).get("archs", {}).values()) - set(found))
     if gone:
-        notices.append(
-            f"suite '{raw.get('suite')}': no longer in {source}'s model registry, their rows dropped: {', '.join(gone)}"
-        )
+        notices.append(f"suite '{raw.get('suite')}': not in {source}'s model registry, their rows left out: {', '.join(gone)}")
     unknown = sorted(set(spec.exclude) - set(found))
     if unknown:
         notices.append(f"suite '{raw.get('suite')}': exclude names {', '.join(unknown)}, which {source}'s registry does not have")
     table = {name: {"arch": arch, **spec.models.get(arch, {})} for name, arch in chosen.items()}
-    return {**raw, "archs": table}, Resolution(chosen, source, notices)
+    return {**raw, "archs": table}, Resolution(chosen, source, notices, swept_beside=frozenset(swept_beside))
 
 
 def has_build_route(arch: str) -> bool:
@@ -155,15 +160,16 @@ def _kind_of(arch: str) -> str | None:
     return next((kind for kind, suffixes in KIND_SUFFIXES.items() if arch.endswith(suffixes)), None)
 
 
-def _registry(engine: str) -> tuple[list[str] | None, str]:
-    """The generator architectures of the installed engine's registry and its label
-    ("vllm 0.32.0"), or None and why not."""
+def _registry(engine: str, options: dict) -> tuple[list[str] | None, str]:
+    """The generator architectures of the installed engine's registry (configured with the
+    suite's engine options) and its label ("vllm 0.32.0"), or None and why not."""
     from harness.engines import EngineUnavailable, get_engine
 
     try:
         chosen = get_engine(engine)
     except (KeyError, LookupError, EngineUnavailable) as exc:
         return None, str(exc)
+    chosen.configure(options)
     reason = chosen.unavailable_reason()
     if reason:
         return None, f"{engine} is not installed here"
