@@ -309,3 +309,35 @@ def test_the_subcommand_is_listed_in_help_and_the_readme(capsys):
 def test_the_architectures_doc_holds_the_census_table_in_the_commands_shape():
     """Its shape, not its freshness: the table is of the vLLM it was measured on."""
     assert region_shape_problems((ROOT / "docs" / "ARCHITECTURES.md").read_text()) == []
+
+
+def test_an_arch_a_registry_suite_leaves_out_is_in_the_state_its_reason_names():
+    """`exclude: {Arch: {refused: ...}}` / `{cannot_build: ...}` puts the arch in that state with the
+    suite's reason; a plain sentence keeps the arch's own state and adds the reason."""
+    from harness.inputs.scenarios.registry import LeftOut
+
+    left_out = {
+        "FineForCausalLM": ("vllm-registry", LeftOut(refused="needs Triton here")),
+        "UntriedForCausalLM": ("vllm-registry", LeftOut(cannot_build="a sub-config field cannot be set")),
+        "MlaForCausalLM": ("vllm-registry", "a draft head"),
+    }
+    lines = {line.arch: line for line in census.take_census(inputs(left_out=left_out)).lines}
+    assert (lines["FineForCausalLM"].state, lines["FineForCausalLM"].detail) == (
+        census.REFUSED,
+        "needs Triton here (vllm-registry leaves it out)",
+    )
+    assert lines["UntriedForCausalLM"].state == census.CANNOT_BUILD
+    assert lines["MlaForCausalLM"].state == census.REFUSED
+    assert lines["MlaForCausalLM"].detail.endswith("; vllm-registry leaves it out: a draft head")
+
+
+def test_a_left_out_entry_gives_exactly_one_state():
+    import pytest
+    from pydantic import ValidationError
+
+    from harness.inputs.scenarios.registry import LeftOut
+
+    with pytest.raises(ValidationError, match="exactly one"):
+        LeftOut(refused="a", cannot_build="b")
+    with pytest.raises(ValidationError, match="exactly one"):
+        LeftOut()

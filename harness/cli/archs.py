@@ -93,12 +93,14 @@ def _take(args):
         return tiny_vllm.builds(arch) or arch in (attempts.transformers_classes(builder(arch)) or ())
 
     timeout = args.timeout_s or BUILD_TIMEOUT_S
+    scenarios = suites.load(args, "harness archs").scenarios
     flags = cpu_flags()
     given = census.CensusInputs(
         engine=args.engine,
         versions=engine.versions(),
         registry=registry,
-        sweeps=_sweeps(args, args.engine),
+        sweeps=_sweeps(scenarios, args.engine),
+        left_out=_left_out(scenarios, args.engine),
         last_verdicts=census.latest_verdicts(load_history(history_dir(args.report_dir, args.history)), label),
         buildable_route=route,
         known_attempt=lambda arch: attempts.known_attempt(arch, builder(arch)),
@@ -126,12 +128,12 @@ def _engine(args):
     return engine, env.label
 
 
-def _sweeps(args, engine: str) -> dict[str, dict[str, list[str]]]:
+def _sweeps(scenarios: list, engine: str) -> dict[str, dict[str, list[str]]]:
     """arch -> suite -> the ids of its scenarios that run it, over the suites of `engine`."""
     from harness.run.census import scenario_arch
 
     found: dict[str, dict[str, list[str]]] = {}
-    for scenario in suites.load(args, "harness archs").scenarios:
+    for scenario in scenarios:
         if scenario.suite.engine != engine:
             continue
         arch = scenario_arch(scenario)
@@ -160,3 +162,14 @@ def _write(out: Path, output: str, region: bool) -> int:
 
 def _say(line: str) -> None:
     print(f"harness archs: {line}", file=sys.stderr, flush=True)
+
+
+def _left_out(scenarios: list, engine: str) -> dict[str, tuple[str, object]]:
+    """arch -> (a registry suite of `engine` that leaves it out, why), from the suites' excludes."""
+    found: dict[str, tuple[str, object]] = {}
+    for scenario in scenarios:
+        resolution = scenario.suite.registry
+        if scenario.suite.engine == engine and resolution is not None:
+            for arch, why in resolution.left_out.items():
+                found.setdefault(arch, (scenario.suite.suite, why))
+    return found

@@ -26,6 +26,7 @@ from dataclasses import asdict, dataclass, field
 from harness.contract.known_bugs import MODEL_ARCH
 from harness.engines.base import is_text_generator
 from harness.inputs.models.attempts import BuildAttempt
+from harness.inputs.scenarios.registry import LeftOut
 from harness.inputs.scenarios.scenario import model_facts, split_id
 
 SWEPT = "swept"
@@ -87,6 +88,9 @@ class CensusInputs:
     refusal: Callable[[str], str | None]  # the engine's unsupported_reason for a built checkpoint
     machine: dict[str, bool | None] = field(default_factory=dict)  # MACHINE_FLAGS name -> has it
     only: list[str] = field(default_factory=list)  # --only patterns
+    # arch -> (a suite that takes its archs from the registry and leaves it out, why: a
+    # sentence, or a LeftOut naming the state: refused here or cannot be built)
+    left_out: dict[str, tuple[str, object]] = field(default_factory=dict)
 
 
 @dataclass
@@ -145,6 +149,17 @@ def _line(arch: str, given: CensusInputs, say) -> ArchLine:
     said = given.registry[arch].get("reason")
     if said:
         return ArchLine(arch, REFUSED, said)
+    if arch in given.left_out:
+        suite, why = given.left_out[arch]
+        if isinstance(why, LeftOut):
+            return ArchLine(arch, REFUSED if why.refused is not None else CANNOT_BUILD, f"{why.reason} ({suite} leaves it out)")
+        line = _unswept(arch, given, say)
+        return ArchLine(arch, line.state, f"{line.detail}; {suite} leaves it out: {why}")
+    return _unswept(arch, given, say)
+
+
+def _unswept(arch: str, given: CensusInputs, say) -> ArchLine:
+    """The state of an arch no suite runs: from the builder and the engine's refusal."""
     if not given.buildable_route(arch):
         return ArchLine(arch, CANNOT_BUILD, VLLM_ONLY.format(engine=ENGINE_NAMES.get(given.engine, given.engine)))
     attempt = given.known_attempt(arch)

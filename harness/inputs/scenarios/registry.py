@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from harness.inputs.scenarios.schema import ScenarioError
 
@@ -33,6 +33,25 @@ from harness.inputs.scenarios.schema import ScenarioError
 # models, *ForConditionalGeneration the ones that also take images, audio or video)
 KIND_SUFFIXES = {"text": ("ForCausalLM", "LMHeadModel"), "multimodal": ("ForConditionalGeneration",)}
 LOCK_KEY = "registry"
+
+
+class LeftOut(BaseModel):
+    """Why a registry suite leaves an architecture out, as the census's state: exactly one field."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    refused: str | None = None
+    cannot_build: str | None = None
+
+    @model_validator(mode="after")
+    def _one(self) -> LeftOut:
+        if (self.refused is None) == (self.cannot_build is None):
+            raise ValueError("give exactly one of refused, cannot_build, with its reason")
+        return self
+
+    @property
+    def reason(self) -> str:
+        return self.refused if self.refused is not None else str(self.cannot_build)
 
 
 class RegistrySpec(BaseModel):
@@ -44,8 +63,11 @@ class RegistrySpec(BaseModel):
     kinds: list[Literal["text", "multimodal"]] = Field(["text"], min_length=1)
     # leave out what a suite beside this file (same engine) already runs: one sweep per arch
     skip_swept: bool = False
-    # architecture class -> why this suite leaves it out (said by `harness list`)
-    exclude: dict[str, str] = {}
+    # architecture class -> why this suite leaves it out: a sentence, or the census state it
+    # is in with the reason ({refused: ...}: the engine cannot run it here, or not as a model of
+    # its own; {cannot_build: ...}: the tiny builder cannot make it), so that `harness archs`
+    # puts it there instead of "buildable, not swept"
+    exclude: dict[str, str | LeftOut] = {}
     # architecture class -> model entry fields for it ({overrides: ...}, {extra_config: ...})
     models: dict[str, dict] = {}
 
@@ -61,6 +83,8 @@ class Resolution:
     live: bool = True
     # the arch classes the suites beside it ran when it was resolved (skip_swept's input)
     swept_beside: frozenset[str] = frozenset()
+    # its exclude: arch class -> why it is left out (the census says it)
+    left_out: dict[str, str | LeftOut] = field(default_factory=dict)
 
     def lock_record(self) -> dict:
         """What the lock keeps of it (locked_archs reads it back)."""
@@ -143,7 +167,9 @@ def resolve(raw: dict, path: Path, swept_beside: set[str], engine_python: str | 
     if unknown:
         notices.append(f"suite '{raw.get('suite')}': exclude names {', '.join(unknown)}, which {source}'s registry does not have")
     table = {name: {"arch": arch, **spec.models.get(arch, {})} for name, arch in chosen.items()}
-    return {**raw, "archs": table}, Resolution(chosen, source, notices, swept_beside=frozenset(swept_beside))
+    return {**raw, "archs": table}, Resolution(
+        chosen, source, notices, swept_beside=frozenset(swept_beside), left_out=dict(spec.exclude)
+    )
 
 
 def has_build_route(arch: str) -> bool:
