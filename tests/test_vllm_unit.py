@@ -919,6 +919,12 @@ def test_vllm_032_cpu_without_amx_refuses_mla_models():
         assert _mla_reason(mla, {**cpu, **other}) is None
     assert _mla_reason({**mla, "kv_lora_rank": None}, cpu) is None  # DeepSeek-V2-Lite style without MLA
     assert _mla_reason({**mla, "model_type": "minicpm3"}, cpu) is None  # MiniCPM3's attention is its own, not vLLM's MLA backend
+    # every model type vLLM's is_deepseek_mla names, not only DeepSeek's: A.X-K1, GLM-MoE-DSA, Kimi-Linear
+    for model_type in ("axk1", "glm_moe_dsa", "kimi_linear", "longcat_flash"):
+        assert _mla_reason({**mla, "model_type": model_type}, cpu) is not None, model_type
+    # DeepSeek-V4 uses MLA where its config has compress_ratios and a head_dim
+    v4 = {"model_type": "deepseek_v4", "compress_ratios": [1, 4], "head_dim": 64}
+    assert _mla_reason(v4, cpu) is not None and _mla_reason({**v4, "head_dim": None}, cpu) is None
 
 
 def test_draft_tokens_are_counted_as_proposed_and_as_kept_by_the_sampled_tokens():

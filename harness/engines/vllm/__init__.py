@@ -477,8 +477,14 @@ def _draft_reason(cfg: dict, axes: RunAxes) -> str | None:
     return None
 
 
-# vLLM's DeepSeek MLA models (inputs/scenarios/model.py use_mla: model_arch_config.is_deepseek_mla with a kv_lora_rank)
-MLA_MODEL_TYPES = ("deepseek_v2", "deepseek_v3", "deepseek_v32", "kimi_k2")
+# The model types vLLM 0.32 runs with MLA attention (transformers_utils/model_arch_config_convertor.py
+# is_deepseek_mla: one of these with a kv_lora_rank, or DeepSeek-V4's compress_ratios with a head_dim)
+MLA_MODEL_TYPES = (
+    "axk1", "deepseek_v2", "deepseek_v3", "deepseek_v32", "deepseek_v4", "deepseek_v41", "dots3_note",
+    "deepseek_mtp", "k3_dspark", "glm5_next", "glm5_next_text", "glm_moe_dsa", "glm4_moe_lite",
+    "glm4_moe_lite_mtp", "kimi_k2", "kimi_linear", "longcat_flash", "pangu_ultra_moe", "pangu_ultra_moe_mtp",
+    "bailing_hybrid", "bailing_hybrid_mtp", "bailing_hybrid_v3_mtp", "hy_v4", "hy_v4_mtp",
+)  # fmt: skip
 
 
 def _mla_reason(cfg: dict, probe: dict) -> str | None:
@@ -489,7 +495,8 @@ def _mla_reason(cfg: dict, probe: dict) -> str | None:
     (docs/VLLM.md). A CPU with AMX tiles takes vLLM's AMX
     MLA path instead, which has no such override; other releases are left to run."""
     text = cfg.get("text_config", cfg)
-    if text.get("model_type") not in MLA_MODEL_TYPES or not text.get("kv_lora_rank"):
+    uses_mla = text.get("head_dim") if "compress_ratios" in text else text.get("kv_lora_rank")
+    if text.get("model_type") not in MLA_MODEL_TYPES or not uses_mla:
         return None
     if probe.get("platform") != "cpu" or probe.get("cpu_amx") or not str(probe.get("vllm", "")).startswith("0.32."):
         return None
