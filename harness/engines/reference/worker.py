@@ -197,13 +197,13 @@ def run(brief) -> None:
         torch.set_num_threads(rank_threads(os.cpu_count() or 1, brief.axes))
     if brief.dtype not in DTYPES:
         raise ValueError(f"unknown dtype {brief.dtype!r} (known: {', '.join(DTYPES)})")
-    if brief.sp and brief.tp < 2:
+    axes = brief.axes
+    if axes.sp and axes.tp < 2:
         raise ValueError("sp needs tp >= 2")
     # unknown fault names fail here, on every rank
     faults.parse(brief.faults)
-    sp = brief.sp and not faults.active(brief, "sp-switched-off")
-    compile_on = brief.compile and not faults.active(brief, "compile-switched-off")
-    axes = brief.axes
+    sp = axes.sp and not faults.active(brief, "sp-switched-off")
+    compile_on = axes.compile and not faults.active(brief, "compile-switched-off")
     ctx = init_parallel(axes.tp, axes.pp, sp, brief.device, dp=axes.dp)
     ctx.faults = tuple(brief.faults)
     ctx.ep = axes.ep

@@ -137,13 +137,13 @@ def engine_kwargs(brief) -> dict:
         # reads VLLM_CPU_KVCACHE_SPACE, which kv_cache_setting set. Only this one: a setting's
         # argument a release lacks must fail, never be dropped unsaid.
         kwargs.pop("kv_cache_memory_bytes")
-    if brief.compile:
+    if brief.axes.compile:
         from harness.engines.vllm.probe import compile_support
 
         # the harness only gets here when the probe found vLLM's compile (a mode, or an older level)
         kwargs["compilation_config"] = {k: v for k, v in compile_support().items() if k in ("mode", "level")}
     # the harness only gets here when the probe found a switch for it
-    if brief.sp:
+    if brief.axes.sp:
         from harness.engines.vllm.probe import sp_support
 
         kwargs.setdefault("compilation_config", {})["pass_config"] = sp_pass_config(sp_support())
@@ -360,7 +360,7 @@ def run(brief) -> None:
     RANK_OUTPUT_DIR.set(brief.output_dir)
     dp, dp_rank = brief.axes.dp, int(os.environ.get("RANK", "0"))
     # count the SP pass's runs, here and in every worker vLLM starts
-    if brief.sp:
+    if brief.axes.sp:
         VLLM_COUNT_SP.set("1")
     with harness_step(f"prepare vLLM {vllm.__version__}'s start (its arguments for these settings, the harness's hooks)"):
         # this driver is DP rank RANK of the launcher's dp ranks, which listen at its MASTER_PORT
