@@ -115,9 +115,9 @@ def _worker(pp_rank, layers, sp=None, **compile_counts):
         "num_layers": 4,
         "heads": 2,
         "total_heads": 4,
-        "compile": {"num_graphs_seen": 0, "num_aot_compiles": 0, **compile_counts},
+        "compile_counter": {"num_graphs_seen": 0, "num_aot_compiles": 0, **compile_counts},
         "compile_mode": "DYNAMO_TRACE_ONCE",
-        "sp": sp,
+        "sp_flag": sp,
     }
 
 

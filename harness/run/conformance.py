@@ -167,8 +167,9 @@ def impossible_settings(axes: dict, golden: dict) -> list[tuple[str, dict]]:
         else:
             value = "nosuchvalue"
         cases.append((f"{axis}={value!r}, outside its declared values {list(allowed)}", {**golden, axis: value}))
-    if "tp" in axes:
-        cases.append(("tp=0 (a parallel size counts ranks)", {**golden, "tp": 0}))
+    size = next((a for a in PARALLEL_SIZES if a in axes), None)  # the first the engine declares: tp
+    if size is not None:
+        cases.append((f"{size}=0 (a parallel size counts ranks)", {**golden, size: 0}))
     return cases
 
 

@@ -418,8 +418,8 @@ def run(brief) -> None:
     for name, fields in replicas.merge(brief.workloads, {r: replica[r]["results"] for r in range(dp)}, dp).items():
         out.put(name, **fields)
     applied = evidence.summarize(brief.settings, workers, counts) if workers else {}
-    if dp > 1:
-        applied["dp"] = evidence.data_parallel(dp, brief.workloads, {r: replica[r]["vllm_dp"] for r in range(dp)})
+    engines = {r: replica[r]["vllm_dp"] for r in range(dp)}
+    applied.update(evidence.summarize_replicas(brief.settings, evidence.Replicas(brief.workloads, engines)))
     out.describe_run(
         brief,
         "vllm",
