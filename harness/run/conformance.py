@@ -60,7 +60,8 @@ from harness.engines.launch.rankside import RANK_FAULT_ENV
 from harness.inputs import models
 from harness.inputs.scenarios.scenario import Scenario, settings_label
 from harness.inputs.scenarios.schema import SuiteFile
-from harness.run.compare.numeric import check_workloads, tolerance_for
+from harness.run.compare.numeric import check_workloads
+from harness.run.compare.tolerances import tolerance_for
 from harness.run.request import RunConfig
 from harness.run.runner import GoldenUnsupported, RunContext, make_golden, run_scenario
 from harness.run.stages.admit import admit
