@@ -1079,7 +1079,7 @@ def test_a_dp_driver_is_told_its_vllm_dp_rank_and_hands_its_share_to_dp_rank_0(t
 
 
 def test_dp_counts_as_applied_when_every_driver_s_vllm_took_its_own_dp_rank():
-    from harness.engines.vllm.evidence import data_parallel, summarize
+    from harness.engines.vllm.evidence import Replicas, data_parallel, summarize, summarize_replicas
 
     workloads = [{"name": "logits", "prompts": [[1]] * 4}, {"name": "greedy", "prompts": [[1]] * 3}]
     formed = data_parallel(2, workloads, {0: {"rank": 0, "size": 2}, 1: {"rank": 1, "size": 2}})
@@ -1091,6 +1091,10 @@ def test_dp_counts_as_applied_when_every_driver_s_vllm_took_its_own_dp_rank():
     }
     alone = data_parallel(2, workloads, {0: {"rank": 0, "size": 1}, 1: {"rank": 0, "size": 1}})
     assert alone["applied"] is False and alone["evidence"].startswith("0 of 2")
+    # what the driver records: the drivers' summary, for dp > 1 only
+    seen = Replicas(workloads, {0: {"rank": 0, "size": 2}, 1: {"rank": 1, "size": 2}})
+    assert summarize_replicas({"tp": 1, "dp": 2}, seen) == {"dp": formed}
+    assert summarize_replicas({"tp": 1, "dp": 1}, Replicas(workloads, {0: {"rank": None, "size": 1}})) == {}
     # EP over DP ranks: both drivers' workers together hold every expert, named by DP rank
     workers = [
         {"tp_rank": 0, "pp_rank": 0, "dp_rank": r, "dp_size": 2, "experts": {"held": held, "total": 4, "local": 2, "width": 64}}
