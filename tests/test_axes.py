@@ -128,9 +128,14 @@ def _names_an_axis(node: ast.AST) -> bool:
 
 def _axis_string_use(node: ast.AST) -> bool:
     """`x.get("tp")` (or pop, setdefault), `x["tp"]` (read, written or deleted), `"tp" in x`,
-    `a in ("tp", "pp")`, `name == "tp"`: an axis named by a string, whatever holds it."""
+    `a in ("tp", "pp")`, `name == "tp"`, `case "tp":`, `getattr(axes, "tp")`: an axis named by
+    a string, whatever holds it."""
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
         return node.func.attr in ("get", "pop", "setdefault") and bool(node.args) and _is_axis_name(node.args[0])
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("getattr", "hasattr", "setattr"):
+        return len(node.args) > 1 and _is_axis_name(node.args[1])
+    if isinstance(node, ast.MatchValue):
+        return _is_axis_name(node.value)
     if isinstance(node, ast.Subscript):
         return _is_axis_name(node.slice)
     if isinstance(node, ast.Compare):
@@ -166,6 +171,8 @@ def test_no_axis_is_named_by_a_string_outside_its_declaration():
         "'batch' != mode",
         "a in ('tp', 'pp')",
         "a not in {'compile'}",
+        "getattr(axes, 'spec')",
+        "match name:\n        case 'ep':\n            pass",
     ],
 )
 def test_the_lint_finds_each_string_use_of_an_axis_name(tmp_path, line):
@@ -178,7 +185,7 @@ def test_the_lint_leaves_other_strings_and_typed_reads_alone(tmp_path):
     planted = tmp_path / "planted.py"
     planted.write_text(
         "def f(settings, axes, name):\n"
-        "    return settings.get('arch'), settings['tpx'], 'heads' in settings, name == 'all', axes.tp, axes.value(name)\n"
+        "    return settings.get('arch'), settings['tpx'], 'heads' in settings, name == 'all', axes.tp, axes.value(name), getattr(axes, name)\n"
     )
     assert _axis_string_uses(planted, tmp_path) == []
 
