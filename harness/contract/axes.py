@@ -34,7 +34,7 @@ Value = Union[bool, int, str]  # bool first: YAML `true` stays a bool
 SIZE, BUDGET, SWITCH, CHOICE = "size", "budget", "switch", "choice"
 
 
-def _axis(kind: str, default: Value, doc: str, values: tuple = (), omit: tuple = (), layout=False, ranks=False):
+def _axis(kind: str, default: Value, doc: str, values: tuple = (), omit: tuple = (), layout: bool = False, ranks: bool = False):
     """A field of RunAxes that declares an axis: `values` the domain of a choice, `omit`
     the values an id leaves out besides the generic rule (`dp: 1`: no data parallelism).
     `layout`: how one model is split and run, what a first suite sweeps (the other axes test a
