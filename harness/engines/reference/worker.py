@@ -11,11 +11,12 @@ from __future__ import annotations
 import os
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from harness.contract import replicas
+from harness.contract.axes import RunAxes
 
 # ranks import torch lazily, after the launcher set their env
 if TYPE_CHECKING:
@@ -192,25 +193,25 @@ def run(brief) -> None:
         # here, not as OMP_NUM_THREADS in the launch plan: the environment then is the
         # same for runs of every size, and one rank-pool zygote serves them all.
         torch.set_num_threads(rank_threads(os.cpu_count() or 1, brief.axes))
-    sp, compile_on = _switches(brief)
-    ctx = _join(brief, sp)
+    axes = _axes_run(brief)
+    ctx = _join(brief, axes)
     phases.mark("rendezvous")
-    workloads = replicas.replica_workloads(brief.workloads, brief.axes.dp, ctx.dp_rank)
+    workloads = replicas.replica_workloads(brief.workloads, axes.dp, ctx.dp_rank)
     try:
         with torch.inference_mode():
-            served = _serve(brief, ctx, workloads, sp, compile_on, phases)
+            served = _serve(brief, ctx, workloads, axes, phases)
         served.runner.prompts_served = sum(len(w["prompts"]) for w in workloads)
         served.results = merged_replicas(ctx, served.results, brief.workloads)
-        _write_outputs(brief, ctx, served, compile_on)
+        _write_outputs(brief, ctx, served, axes.compile)
         dist.barrier()
         phases.mark("write")
     finally:
         dist.destroy_process_group()
 
 
-def _switches(brief) -> tuple[bool, bool]:
-    """The brief checked (dtype, sp's TP ranks, fault names: each rank fails alike) and the
-    sp and compile switches as this rank runs them (a fault switch may turn one off)."""
+def _axes_run(brief) -> RunAxes:
+    """The brief checked (dtype, sp's TP ranks, fault names: each rank fails alike) and its
+    axes as this rank runs them: a fault switch may turn sp or compile off."""
     from harness.engines.reference import faults
 
     if brief.dtype not in DTYPES:
@@ -222,15 +223,14 @@ def _switches(brief) -> tuple[bool, bool]:
     faults.parse(brief.faults)
     sp = axes.sp and not faults.active(brief, "sp-switched-off")
     compile_on = axes.compile and not faults.active(brief, "compile-switched-off")
-    return sp, compile_on
+    return replace(axes, sp=sp, compile=compile_on)
 
 
-def _join(brief, sp: bool):
+def _join(brief, axes: RunAxes):
     """This rank's place in the run's process groups (its ParallelCtx), after the rendezvous."""
     from harness.engines.reference.parallel import init_parallel
 
-    axes = brief.axes
-    ctx = init_parallel(axes.tp, axes.pp, sp, brief.device, dp=axes.dp)
+    ctx = init_parallel(axes.tp, axes.pp, axes.sp, brief.device, dp=axes.dp)
     ctx.faults = tuple(brief.faults)
     ctx.ep = axes.ep
     return ctx
@@ -248,18 +248,18 @@ class Served:
     after_run: dict
 
 
-def _serve(brief, ctx, workloads: list[dict], sp: bool, compile_on: bool, phases) -> Served:
+def _serve(brief, ctx, workloads: list[dict], axes: RunAxes, phases) -> Served:
     """Load this rank's stage, warm it up, run its workloads: each step timed and marked."""
     t0 = time.perf_counter()
     stage = build_stage(brief, ctx)
-    runner = _model_runner(brief, ctx, stage, workloads, compile_on)
+    runner = _model_runner(brief, ctx, stage, workloads, axes)
     t1 = time.perf_counter()
     phases.mark("load")
     runner.warmup()
     after_warmup = _compile_stats()
     t2 = time.perf_counter()
     phases.mark("warmup")
-    results = _run_capturing(runner, ctx, stage, workloads, brief.axes.batch, sp)
+    results = _run_capturing(runner, ctx, stage, workloads, axes.batch, axes.sp)
     t3 = time.perf_counter()
     after_run = _compile_stats()
     phases.mark("workloads")
@@ -267,26 +267,14 @@ def _serve(brief, ctx, workloads: list[dict], sp: bool, compile_on: bool, phases
     return Served(stage, runner, results, timings, after_warmup, after_run)
 
 
-def _model_runner(brief, ctx, stage, workloads: list[dict], compile_on: bool):
+def _model_runner(brief, ctx, stage, workloads: list[dict], axes: RunAxes):
     import torch
 
     from harness.engines.reference.pipeline import ModelRunner
 
-    axes = brief.axes
     kv_store = str(Path(brief.output_dir).parent / "kv-store") if axes.kvc else None
-    return ModelRunner(
-        stage,
-        ctx,
-        getattr(torch, brief.dtype),
-        submitted_workloads(workloads, axes.batch),
-        compile_on,
-        brief.faults,
-        kv_store,
-        chunk_budget=axes.chunked_prefill,
-        prefix_cache=axes.prefix_cache,
-        speculate=axes.spec == "ngram",
-        block_size=axes.block_size,
-    )
+    dtype = getattr(torch, brief.dtype)
+    return ModelRunner(stage, ctx, dtype, submitted_workloads(workloads, axes.batch), axes, brief.faults, kv_store)
 
 
 def _run_capturing(runner, ctx, stage, workloads: list[dict], batch: str, sp: bool) -> dict:
