@@ -37,7 +37,8 @@ from harness.engines.launch import pool  # noqa: E402
 from harness.inputs.scenarios.loading import load_scenarios
 from harness.inputs.scenarios.scenario import select
 from harness.run import timings  # noqa: E402
-from harness.run.compare.numeric import check_workloads, tolerance_for  # noqa: E402
+from harness.run.compare.numeric import check_workloads  # noqa: E402
+from harness.run.compare.tolerances import tolerance_for  # noqa: E402
 from harness.run.request import RunConfig  # noqa: E402
 from harness.run.runner import RunContext, run_scenario  # noqa: E402
 from harness.run.stages.admit import Admitted, admit  # noqa: E402

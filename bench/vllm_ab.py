@@ -51,8 +51,8 @@ from harness.engines.vllm import VllmEngine  # noqa: E402
 from harness.engines.vllm.repro import ENV as VLLM_RUN_ENV  # noqa: E402
 from harness.inputs.scenarios.loading import load_scenarios  # noqa: E402
 from harness.inputs.scenarios.scenario import Scenario, select  # noqa: E402
-from harness.run.compare.numeric import tolerance_for  # noqa: E402
 from harness.run.compare.outputs import judge_outputs  # noqa: E402
+from harness.run.compare.tolerances import tolerance_for  # noqa: E402
 
 GATE = "vllm"
 DEFAULT_SUITES = ("vllm-llama", "vllm-qwen3", "vllm-gemma4", "vllm-archs")

@@ -59,7 +59,7 @@ def run(brief: RunBrief, dp_rank: int = 0) -> None:
     dp = int(brief.settings.get("dp", 1))
     # vLLM's `auto` binding fails with several ranks on a one-NUMA-node machine: a vLLM CI
     # job on CPU sets this variable too. Set by the caller, it wins.
-    os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", cpu_binding(dp * brief.tp * brief.pp, os.cpu_count() or 1))
+    os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", cpu_binding(dp * brief.axes.tp * brief.axes.pp, os.cpu_count() or 1))
     import vllm
 
     kwargs = vllm_kwargs(brief)

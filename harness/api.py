@@ -49,8 +49,8 @@ from harness.contract.verdict import Verdict
 from harness.inputs.scenarios.loading import load_scenarios, parse_suite
 from harness.inputs.scenarios.scenario import Scenario, expand, select
 from harness.inputs.scenarios.schema import ID_PART, ScenarioError, ToleranceOverride
-from harness.run.compare.numeric import Tolerance, tolerance_for
 from harness.run.compare.outputs import judge_outputs
+from harness.run.compare.tolerances import Tolerance, tolerance_for
 from harness.run.request import RunConfig, RunOptionError, unknown_faults
 from harness.run.runner import run_scenario
 from harness.run.stages.admit import Admitted, admit

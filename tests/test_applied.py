@@ -45,8 +45,8 @@ def test_a_run_of_another_setting_is_unsupported_even_when_its_numbers_fail():
     """vLLM 0.20.2 on CPU ran no SP in its SP scenarios, and its numbers failed (the SP flag
     padded batches and its CPU attention wrote the pad into a live cached row): that run says
     nothing about SP. unsupported, the failed checks kept in the record and the reason."""
-    from harness.run.compare.numeric import Tolerance
     from harness.run.compare.outputs import verdict_of_checks
+    from harness.run.compare.tolerances import Tolerance
 
     checks = [
         {"name": "greedy", "kind": "greedy", "passed": False, "summary": "2/3 identical"},
@@ -115,9 +115,9 @@ def _worker(pp_rank, layers, sp=None, **compile_counts):
         "num_layers": 4,
         "heads": 2,
         "total_heads": 4,
-        "compile": {"num_graphs_seen": 0, "num_aot_compiles": 0, **compile_counts},
+        "compile_counter": {"num_graphs_seen": 0, "num_aot_compiles": 0, **compile_counts},
         "compile_mode": "DYNAMO_TRACE_ONCE",
-        "sp": sp,
+        "sp_flag": sp,
     }
 
 

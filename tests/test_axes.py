@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.contract.axes import AXES, AXIS_NAMES, RULES, Cond, RunAxes, excludes, requires
+from harness.contract.applied import AxisEvidence
+from harness.contract.axes import AXES, AXIS_NAMES, RULES, Cond, RunAxes, axis_name, excludes, requires
 from harness.engines import get_engine
 from harness.inputs.scenarios.loading import load_suite
 from harness.inputs.scenarios.schema import ScenarioError
@@ -108,42 +109,119 @@ def test_engines_refuse_by_their_rules_and_name_the_rule():
     assert "spec takes false, ngram, draft" in present(reference.unsupported_reason({"spec": "ngarm"}))
 
 
-def _axis_reads(path: Path, root: Path = PACKAGE.parent) -> list[str]:
-    """`settings.get("tp")`, `setting["spec"]`, `axes.get("dp")`: an axis read by its name
-    off a settings dict."""
-    found = []
-    for node in ast.walk(ast.parse(path.read_text())):
-        if (
-            isinstance(node, ast.Call)
-            and isinstance(node.func, ast.Attribute)
-            and node.func.attr == "get"
-            and node.args
-            and isinstance(node.args[0], ast.Constant)
-        ):
-            receiver, key = node.func.value, node.args[0].value
-        elif isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Load) and isinstance(node.slice, ast.Constant):
-            receiver, key = node.value, node.slice.value
-        else:
-            continue
-        if key in AXIS_NAMES:
-            text = ast.unparse(receiver).lower()
-            if "setting" in text or text.endswith("axes"):
-                found.append(f"{path.relative_to(root)}:{node.lineno}: {ast.unparse(node)}")
-    return found
+# The declaration names the axes; the standalone repro script runs without the harness (it
+# must import none of it) and so reads its settings by name. Every other module reads a run's
+# axes through RunAxes and names one, where it must key something by it, with axis_name.
+AXIS_NAMING_MODULES = {PACKAGE / "contract" / "axes.py", PACKAGE / "engines" / "vllm" / "repro_script.py"}
 
 
-def test_no_axis_is_read_by_its_name_outside_its_declaration():
-    """Engines and the harness read a run's axes through RunAxes; only the declaration names
-    them. The repro script is exempt: it runs without the harness (it must import none of it)."""
-    exempt = {PACKAGE / "contract" / "axes.py", PACKAGE / "engines" / "vllm" / "repro_script.py"}
-    reads = [r for p in sorted(PACKAGE.rglob("*.py")) if p not in exempt for r in _axis_reads(p)]
-    assert reads == []
+def _is_axis_name(node: ast.AST) -> bool:
+    return isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in AXIS_NAMES
 
 
-def test_the_lint_finds_a_string_read(tmp_path):
+def _names_an_axis(node: ast.AST) -> bool:
+    """An axis name, or a literal tuple, list or set holding one (`a in ("tp", "pp")`)."""
+    if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+        return any(_is_axis_name(e) for e in node.elts)
+    return _is_axis_name(node)
+
+
+def _axis_string_use(node: ast.AST) -> bool:
+    """`x.get("tp")` (or pop, setdefault), `x["tp"]` (read, written or deleted), `"tp" in x`,
+    `a in ("tp", "pp")`, `name == "tp"`, `case "tp":`, `getattr(axes, "tp")`: an axis named by
+    a string, whatever holds it."""
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+        return node.func.attr in ("get", "pop", "setdefault") and bool(node.args) and _is_axis_name(node.args[0])
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("getattr", "hasattr", "setattr"):
+        return len(node.args) > 1 and _is_axis_name(node.args[1])
+    if isinstance(node, ast.MatchValue):
+        return _is_axis_name(node.value)
+    if isinstance(node, ast.Subscript):
+        return _is_axis_name(node.slice)
+    if isinstance(node, ast.Compare):
+        return any(_names_an_axis(side) for side in (node.left, *node.comparators))
+    return False
+
+
+def _axis_string_uses(path: Path, root: Path = PACKAGE.parent) -> list[str]:
+    return [
+        f"{path.relative_to(root)}:{getattr(node, 'lineno', '?')}: {ast.unparse(node)}"
+        for node in ast.walk(ast.parse(path.read_text()))
+        if _axis_string_use(node)
+    ]
+
+
+def test_no_axis_is_named_by_a_string_outside_its_declaration():
+    """Engines and the harness read a run's axes through RunAxes (the declaration's view)."""
+    uses = [u for p in sorted(PACKAGE.rglob("*.py")) if p not in AXIS_NAMING_MODULES for u in _axis_string_uses(p)]
+    assert uses == []
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "settings.get('spec', False)",
+        "report.pop('tp')",
+        "axes['tp']",
+        "out['compile'] = 1",
+        "del settings['sp']",
+        "'tp' in settings",
+        "'dp' not in settings",
+        "name == 'tp'",
+        "'batch' != mode",
+        "a in ('tp', 'pp')",
+        "a not in {'compile'}",
+        "getattr(axes, 'spec')",
+        "match name:\n        case 'ep':\n            pass",
+    ],
+)
+def test_the_lint_finds_each_string_use_of_an_axis_name(tmp_path, line):
     planted = tmp_path / "planted.py"
-    planted.write_text("def f(settings, axes):\n    return settings.get('spec', False), axes['tp'], report['tp']\n")
-    assert [r.split(": ", 1)[1] for r in _axis_reads(planted, tmp_path)] == ["settings.get('spec', False)", "axes['tp']"]
+    planted.write_text(f"def f(settings, report, axes, out, name, mode, a):\n    {line}\n")
+    assert len(_axis_string_uses(planted, tmp_path)) == 1, line
+
+
+def test_the_lint_leaves_other_strings_and_typed_reads_alone(tmp_path):
+    planted = tmp_path / "planted.py"
+    planted.write_text(
+        "def f(settings, axes, name):\n"
+        "    return settings.get('arch'), settings['tpx'], 'heads' in settings, name == 'all', axes.tp, axes.value(name), getattr(axes, name)\n"
+    )
+    assert _axis_string_uses(planted, tmp_path) == []
+
+
+def test_axis_name_spells_an_axis_typed_and_refuses_an_undeclared_one():
+    assert axis_name(lambda a: a.batch_invariant) == "batch_invariant"
+    with pytest.raises(AttributeError, match="no axis 'tpp' is declared"):
+        axis_name(lambda a: a.tpp)  # type: ignore[attr-defined]
+
+
+def test_an_evidence_summary_is_registered_by_its_axis_and_reports_only_the_axes_named():
+    registry = AxisEvidence()
+
+    @registry.of
+    def tp(axes, report):
+        return {"applied": axes.tp == report, "evidence": f"tp {axes.tp}"}
+
+    @registry.of
+    def sp(axes, report):
+        return None  # nothing to say
+
+    assert registry.summarize({"tp": 2, "sp": True, "pp": 2}, 2) == {"tp": {"applied": True, "evidence": "tp 2"}}
+    assert registry.summarize({"pp": 2}, 2) == {}
+    with pytest.raises(ValueError, match="'tpp' is named for no declared axis"):
+
+        @registry.of
+        def tpp(axes, report):
+            return None
+
+
+def test_each_engines_evidence_summaries_are_named_for_declared_axes():
+    from harness.engines.reference import evidence as reference
+    from harness.engines.vllm import evidence as vllm
+
+    assert set(reference.EVIDENCE.summaries) == set(AXES) - {"kvc", "batch_invariant"}
+    assert set(vllm.WORKER_EVIDENCE.summaries) | set(vllm.DRIVER_EVIDENCE.summaries) == set(AXES) - {"kvc", "block_size"}
 
 
 # ---- block_size: an axis added the way docs/DESIGN.md "Adding an axis" says ----

@@ -35,7 +35,7 @@ GOOD_LOAD = "    return model.eval()\n"
 BUGGY_LOAD = """    with torch.no_grad():  # the all-reduce of the row-parallel down_proj averages the shards (it does not: it sums)
         for name, param in model.named_parameters():
             if name.endswith("mlp.down_proj.weight"):
-                param.to_local().div_(brief.tp)
+                param.to_local().div_(brief.axes.tp)
     return model.eval()
 """
 

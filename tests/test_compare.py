@@ -3,7 +3,8 @@ near-tie rule for greedy decoding, and the bound for tokens missing from a top-k
 
 import torch
 
-from harness.run.compare.numeric import compare_greedy, compare_logprobs, tolerance_for
+from harness.run.compare.numeric import compare_greedy, compare_logprobs
+from harness.run.compare.tolerances import tolerance_for
 from tests.kit.logprobs import decisive_flips
 
 TOL = tolerance_for("float32")

@@ -79,7 +79,8 @@ def test_generate_groups_and_cache_shape():
 
 def test_compare_and_localize_skip_generate():
     from harness.run.compare.localize import first_divergence
-    from harness.run.compare.numeric import check_workloads, tolerance_for
+    from harness.run.compare.numeric import check_workloads
+    from harness.run.compare.tolerances import tolerance_for
 
     w = {"name": "eval_x", "kind": "generate", "prompts": [[1, 2]], "max_new_tokens": 2}
     a = EngineOutputs()

@@ -25,7 +25,8 @@ from harness.inputs.models import ArchModel, ModelRef, tiny_vllm
 from harness.inputs.scenarios.loading import load_suite
 from harness.inputs.zoo import load_tokenizer
 from harness.run import golden as goldens
-from harness.run.compare.numeric import check_workloads, tolerance_for
+from harness.run.compare.numeric import check_workloads
+from harness.run.compare.tolerances import tolerance_for
 from tests.kit import scaled
 
 pytestmark = pytest.mark.e2e  # runs the hf engine's rank per golden

@@ -60,7 +60,8 @@ SUBLAYERS = {
         "phases": 0,
         "plain": 0,
         "storage": 0,
-        "applied": 0,
+        # the evidence pieces every engine shares, its per-axis summaries keyed by the declared axes
+        "applied": 1,
         # this machine's CPU flags, which a known bug's code path may depend on (stdlib only)
         "cpu": 0,
         "roots": 1,

@@ -14,7 +14,8 @@ import torch
 
 from harness.contract.outputs import EngineOutputs
 from harness.contract.rundir import outputs_dir
-from harness.run.compare.localize import EMBEDDING, HIDDEN_RTOL, describe, first_divergence
+from harness.run.compare.localize import EMBEDDING, describe, first_divergence
+from harness.run.compare.tolerances import hidden_rtol
 from tests.kit import ROOT, harness_cli, scaled, verdict_of
 from tests.kit.present import present
 
@@ -83,7 +84,7 @@ def test_noise_at_the_measured_floor_localises_nothing():
     places = stream()
     noisy = places * (1 + 6e-7 * torch.randn(places.shape, generator=torch.Generator().manual_seed(1)).sign())
     found = present(first_divergence(golden_of(places), tp2_run(torch.stack([places, noisy])), WORKLOADS))
-    assert found["layer"] is None and found["max_rel_delta"] < HIDDEN_RTOL["float32"]
+    assert found["layer"] is None and found["max_rel_delta"] < hidden_rtol("float32")
 
 
 def test_a_golden_without_the_embedding_is_compared_layer_by_layer():
@@ -144,4 +145,4 @@ def test_clean_runs_localise_nothing(tmp_path):
         outputs = EngineOutputs.load(outputs_dir(run_dir, sid))
         found = present(first_divergence(golden, outputs, WORKLOADS))
         assert found["layer"] is None, (sid, found)
-        assert found["max_rel_delta"] < HIDDEN_RTOL["float32"] / 5, (sid, found)  # measured: <= 6e-7
+        assert found["max_rel_delta"] < hidden_rtol("float32") / 5, (sid, found)  # measured: <= 6e-7

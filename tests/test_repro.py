@@ -9,6 +9,7 @@ The real-vLLM repros are in tests/test_vllm_repro.py."""
 from __future__ import annotations
 
 import ast
+import dataclasses
 import json
 import os
 import signal
@@ -26,7 +27,8 @@ from harness.inputs import models
 from harness.inputs import workloads as wl
 from harness.inputs.scenarios.loading import load_scenarios
 from harness.inputs.zoo import load_tokenizer
-from harness.run.compare.numeric import Tolerance, compare_greedy, compare_logprobs, tolerance_for
+from harness.run.compare.numeric import compare_greedy, compare_logprobs
+from harness.run.compare.tolerances import TABLE, Tolerance, tolerance_for
 from harness.run.repro import ReproError, write_repro
 from tests.kit import ROOT, scaled
 from tests.kit.handmade import make_run
@@ -163,6 +165,19 @@ def test_script_uses_no_harness_and_inlines_prompts_settings_and_tolerance(demo,
     # a user's own checkpoint is pointed at, never copied
     assert case["model"] == str((tmp_path / "scenarios/ckpt").resolve()) and not repro.model_copied
     assert not (tmp_path / "out" / "model").exists()
+
+
+@pytest.mark.parametrize("dtype", sorted(TABLE))
+def test_the_written_script_holds_the_tolerance_tables_bounds(tmp_path, dtype):
+    """The script cannot import the harness: its bounds are written in, from the one table
+    the comparison and the localizer read (harness/run/compare/tolerances.py), every field."""
+    checkpoint(tmp_path / "scenarios" / "ckpt")
+    path = suite_file(tmp_path) / "demo.yaml"
+    text = path.read_text().replace("tolerances: {logprob_atol: 0.003}\n", "").replace("dtype: float32", f"dtype: {dtype}")
+    path.write_text(text)
+    run = make_run(tmp_path / "reports", "r1", [crash_verdict("demo/tp1-pp2")])
+    repro = write_repro("demo/tp1-pp2", tmp_path / "out", run_dir=run, scenarios=load_scenarios([path.parent]))
+    assert case_of(repro.script)["tolerance"] == dataclasses.asdict(TABLE[dtype].logits)
 
 
 def test_compile_setting_is_built_with_vllms_own_compilation_mode(demo, tmp_path):

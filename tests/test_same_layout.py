@@ -11,8 +11,8 @@ from harness.contract.outputs import EngineOutputs
 from harness.contract.verdict import Verdict
 from harness.inputs.scenarios.loading import load_scenarios
 from harness.inputs.scenarios.schema import ScenarioError
-from harness.run.compare.numeric import tolerance_for
 from harness.run.compare.outputs import SAME_LAYOUT, same_layout_checks, verdict_of_checks
+from harness.run.compare.tolerances import tolerance_for
 from tests.kit.handmade import suite_scenarios
 
 TOL = tolerance_for("float32")

@@ -488,12 +488,12 @@ def test_sp_counts_as_applied_only_where_vllms_pass_ran_and_rewrote_the_graph():
     def workers(**w):
         return [
             {
-                "sp": True,
+                "sp_flag": True,
                 "compile_mode": "VLLM_COMPILE",
                 "sp_pass": True,
                 "sp_runs": 2,
                 "sp_matched": 6,
-                "compile": {"num_compiled_artifacts_loaded": 0},
+                "compile_counter": {"num_compiled_artifacts_loaded": 0},
                 **w,
             }
             for _ in range(2)
@@ -505,11 +505,11 @@ def test_sp_counts_as_applied_only_where_vllms_pass_ran_and_rewrote_the_graph():
     assert eager["applied"] is False and "compile mode NONE" in eager["evidence"]
     cpu = summarize({"sp": True}, workers(sp_pass=False, sp_runs=0, sp_matched=0))["sp"]
     assert cpu["applied"] is False and "no SequenceParallelismPass" in cpu["evidence"]
-    off = summarize({"sp": True}, workers(sp=False))["sp"]
+    off = summarize({"sp": True}, workers(sp_flag=False))["sp"]
     assert off["applied"] is False and "switched the SP pass off" in off["evidence"]
     idle = summarize({"sp": True}, workers(sp_matched=0))["sp"]  # ran, matched no all-reduce + norm
     assert idle["applied"] is False and "nothing was sequence-parallel" in idle["evidence"]
-    cached = summarize({"sp": True}, workers(sp_runs=0, sp_matched=0, compile={"num_compiled_artifacts_loaded": 3}))["sp"]
+    cached = summarize({"sp": True}, workers(sp_runs=0, sp_matched=0, compile_counter={"num_compiled_artifacts_loaded": 3}))["sp"]
     assert cached["applied"] is True and "compile cache" in cached["evidence"]
 
 
@@ -784,7 +784,7 @@ def _sched_worker(steps: dict, budget=4096, chunked=True, caching=False) -> dict
     }
     return {
         "steps": {**base, **steps},
-        "scheduler": {"budget": budget, "chunked_prefill": chunked, "prefix_caching": caching, "block_size": 128},
+        "scheduler": {"budget": budget, "chunking": chunked, "prefix_caching": caching, "block_tokens": 128},
     }
 
 
@@ -1032,11 +1032,13 @@ def test_speculative_decoding_is_unsupported_where_the_releases_cpu_runner_refus
 def test_batch_invariant_counts_as_applied_only_where_every_worker_ran_the_mode():
     from harness.engines.vllm.evidence import summarize
 
-    on = summarize({"batch_invariant": True}, [{"batch_invariant": True}, {"batch_invariant": True}])["batch_invariant"]
+    on = summarize({"batch_invariant": True}, [{"batch_invariant_mode": True}, {"batch_invariant_mode": True}])["batch_invariant"]
     assert on == {"applied": True, "evidence": "batch-invariant mode on in 2 of 2 workers"}
-    half = summarize({"batch_invariant": True}, [{"batch_invariant": True}, {"batch_invariant": None}])["batch_invariant"]
+    half = summarize({"batch_invariant": True}, [{"batch_invariant_mode": True}, {"batch_invariant_mode": None}])[
+        "batch_invariant"
+    ]
     assert half["applied"] is False and "1 of 2" in half["evidence"]
-    assert "batch_invariant" not in summarize({"batch_invariant": False}, [{"batch_invariant": None}])
+    assert "batch_invariant" not in summarize({"batch_invariant": False}, [{"batch_invariant_mode": None}])
 
 
 def test_vllm_data_parallelism_is_refused_for_a_dense_model_as_vllm_refuses_it():
@@ -1083,7 +1085,7 @@ def test_a_dp_driver_is_told_its_vllm_dp_rank_and_hands_its_share_to_dp_rank_0(t
 
 
 def test_dp_counts_as_applied_when_every_driver_s_vllm_took_its_own_dp_rank():
-    from harness.engines.vllm.evidence import data_parallel, summarize
+    from harness.engines.vllm.evidence import Replicas, data_parallel, summarize, summarize_replicas
 
     workloads = [{"name": "logits", "prompts": [[1]] * 4}, {"name": "greedy", "prompts": [[1]] * 3}]
     formed = data_parallel(2, workloads, {0: {"rank": 0, "size": 2}, 1: {"rank": 1, "size": 2}})
@@ -1095,6 +1097,10 @@ def test_dp_counts_as_applied_when_every_driver_s_vllm_took_its_own_dp_rank():
     }
     alone = data_parallel(2, workloads, {0: {"rank": 0, "size": 1}, 1: {"rank": 0, "size": 1}})
     assert alone["applied"] is False and alone["evidence"].startswith("0 of 2")
+    # what the driver records: the drivers' summary, for dp > 1 only
+    seen = Replicas(workloads, {0: {"rank": 0, "size": 2}, 1: {"rank": 1, "size": 2}})
+    assert summarize_replicas({"tp": 1, "dp": 2}, seen) == {"dp": formed}
+    assert summarize_replicas({"tp": 1, "dp": 1}, Replicas(workloads, {0: {"rank": None, "size": 1}})) == {}
     # EP over DP ranks: both drivers' workers together hold every expert, named by DP rank
     workers = [
         {"tp_rank": 0, "pp_rank": 0, "dp_rank": r, "dp_size": 2, "experts": {"held": held, "total": 4, "local": 2, "width": 64}}
@@ -1176,7 +1182,7 @@ def test_compile_is_applied_where_a_counter_moved_or_the_wrapped_model_was_compi
     assert _model_compiled(Model(True)) == 1 and _model_compiled(Model(False)) == 0
 
     def worker(**counters) -> dict:
-        return {"compile": {"num_models_seen": 1, **counters}, "compile_mode": "DYNAMO_TRACE_ONCE"}
+        return {"compile_counter": {"num_models_seen": 1, **counters}, "compile_mode": "DYNAMO_TRACE_ONCE"}
 
     old = summarize({"compile": True}, [worker(model_compiled=1), worker(model_compiled=1)])["compile"]
     assert old["applied"] and "model_compiled 1" in old["evidence"]

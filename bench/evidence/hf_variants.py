@@ -44,7 +44,8 @@ from harness.inputs import workloads as wl
 from harness.inputs.scenarios.loading import load_suite
 from harness.inputs.zoo import load_tokenizer
 from harness.run import golden as goldens
-from harness.run.compare.numeric import compare_logprobs, tolerance_for
+from harness.run.compare.numeric import compare_logprobs
+from harness.run.compare.tolerances import tolerance_for
 
 
 def typed(value: int):

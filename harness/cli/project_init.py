@@ -11,6 +11,7 @@ failure on the way puts back what was written: a project is made whole or not at
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import re
 import secrets
@@ -20,6 +21,7 @@ from pathlib import Path
 
 import yaml
 
+from harness.contract.axes import AXES, LAYOUT_AXES, RULES, SIZE
 from harness.contract.settings.project import CONFIG_FILE, PYPROJECT, find_config, project
 from harness.inputs.scenarios.loading import parse_suite
 from harness.inputs.scenarios.scenario import expand
@@ -97,7 +99,7 @@ def suite_raw(suite: str, model: str | dict, engine: str, axes: dict[str, tuple 
     switch the engine declares (compile, sp), but the feature axes (FEATURE_AXES), which
     need a model or workloads made for them."""
     matrix: dict[str, list] = {}
-    for axis in ("tp", "pp"):
+    for axis in (a for a in LAYOUT_AXES if AXES[a].kind == SIZE):
         allowed = axes.get(axis)
         matrix[axis] = [v for v in (1, 2) if allowed is None or v in allowed]
     for axis, allowed in axes.items():
@@ -114,9 +116,23 @@ def suite_raw(suite: str, model: str | dict, engine: str, axes: dict[str, tuple 
         "golden": {axis: values[0] for axis, values in matrix.items()},
         "matrix": matrix,
     }
-    if len(matrix.get("sp", [])) > 1 and 2 in matrix["tp"]:
-        raw["exclude"] = [{"tp": 1, "sp": True}]  # sequence parallelism shards over TP ranks
+    exclude = rule_exclusions(matrix)
+    if exclude:
+        raw["exclude"] = exclude  # sequence parallelism shards over TP ranks: sp needs tp >= 2
     return raw
+
+
+def rule_exclusions(matrix: dict[str, list]) -> list[dict]:
+    """The settings of `matrix` a rule between axes (RULES) forbids, as `exclude` selectors;
+    a rule none of whose settings could run is left to refuse its scenarios with its reason."""
+    selectors = []
+    for rule in RULES:
+        if not all(axis in matrix for axis in rule.axes):
+            continue
+        settings = [dict(zip(rule.axes, values)) for values in itertools.product(*(matrix[a] for a in rule.axes))]
+        if any(rule.when.holds(s) and not rule.broken(s) for s in settings):
+            selectors += [s for s in settings if rule.broken(s)]
+    return selectors
 
 
 def _gates(raw: dict, where: Path) -> dict:

@@ -3,6 +3,11 @@ harness/run/compare/applied.py): the pieces every engine's evidence shares. Stdl
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
+from harness.contract.axes import AXES, RunAxes, named
+
 
 def pp_layout(pp: int, stage_layers: dict[int, list[int]]) -> dict:
     """PP took effect when the layers are split over `pp` stages, each holding a
@@ -19,3 +24,30 @@ def stage_layers(ranks: list[dict]) -> dict[int, list[int]]:
     for r in ranks:
         stages.setdefault(r["pp_rank"], r["layers"])
     return stages
+
+
+class AxisEvidence:
+    """An engine's evidence summaries, one per axis it reports on, each registered by its own
+    function named as its axis (`@EVIDENCE.of` over `def sp(axes, report)`): no if-chain over
+    the axes and no axis spelt as a string. A summary returns None where it has nothing to say
+    (its axis off); a function named for no declared axis is refused at import."""
+
+    def __init__(self) -> None:
+        self.summaries: dict[str, Callable[[RunAxes, Any], dict | None]] = {}
+
+    def of(self, summary: Callable[[RunAxes, Any], dict | None]) -> Callable[[RunAxes, Any], dict | None]:
+        if summary.__name__ not in AXES:
+            raise ValueError(f"evidence summary {summary.__name__!r} is named for no declared axis (harness/contract/axes.py)")
+        self.summaries[summary.__name__] = summary
+        return summary
+
+    def summarize(self, settings: dict, report: Any) -> dict:
+        """{axis: {"applied", "evidence"}} for each axis `settings` names that a summary
+        reports on, from the engine's `report` (its ranks' or workers' records)."""
+        axes, out = RunAxes.of(settings), {}
+        for name in named(settings):
+            summary = self.summaries.get(name)
+            entry = summary(axes, report) if summary else None
+            if entry is not None:
+                out[name] = entry
+        return out

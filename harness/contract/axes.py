@@ -25,6 +25,7 @@ Stdlib only: ranks import it inside an engine's own interpreter.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from typing import Union, cast
 
@@ -33,10 +34,13 @@ Value = Union[bool, int, str]  # bool first: YAML `true` stays a bool
 SIZE, BUDGET, SWITCH, CHOICE = "size", "budget", "switch", "choice"
 
 
-def _axis(kind: str, default: Value, doc: str, values: tuple = (), omit: tuple = ()):
+def _axis(kind: str, default: Value, doc: str, values: tuple = (), omit: tuple = (), layout: bool = False, ranks: bool = False):
     """A field of RunAxes that declares an axis: `values` the domain of a choice, `omit`
-    the values an id leaves out besides the generic rule (`dp: 1`: no data parallelism)."""
-    meta = {"kind": kind, "doc": doc, "values": values, "omit": omit}
+    the values an id leaves out besides the generic rule (`dp: 1`: no data parallelism).
+    `layout`: how one model is split and run, what a first suite sweeps (the other axes test a
+    feature on a model or workloads made for it); `ranks`: it says which ranks hold a module's
+    work, what a localization names."""
+    meta = {"kind": kind, "doc": doc, "values": values, "omit": omit, "layout": layout, "ranks": ranks}
     return field(default=default, metadata=meta)
 
 
@@ -44,13 +48,15 @@ def _axis(kind: str, default: Value, doc: str, values: tuple = (), omit: tuple =
 class RunAxes:
     """A run's axes, typed, every one at its default unless set (the view engines read)."""
 
-    tp: int = _axis(SIZE, 1, "tensor parallelism: ranks a layer's weights are split over")
-    pp: int = _axis(SIZE, 1, "pipeline parallelism: stages the layers are split into")
-    dp: int = _axis(SIZE, 1, "data parallelism: replicas, each a whole tp x pp engine serving its share of prompts", omit=(1,))
-    sp: bool = _axis(SWITCH, False, "sequence parallelism: activations split over the TP ranks by token")
-    compile: bool = _axis(SWITCH, False, "the model's forward compiled (torch.compile, graphs captured at warm-up)")
+    tp: int = _axis(SIZE, 1, "tensor parallelism: ranks a layer's weights are split over", layout=True, ranks=True)
+    pp: int = _axis(SIZE, 1, "pipeline parallelism: stages the layers are split into", layout=True, ranks=True)
+    dp: int = _axis(
+        SIZE, 1, "data parallelism: replicas, each a whole tp x pp engine serving its share of prompts", omit=(1,), ranks=True
+    )
+    sp: bool = _axis(SWITCH, False, "sequence parallelism: activations split over the TP ranks by token", layout=True)
+    compile: bool = _axis(SWITCH, False, "the model's forward compiled (torch.compile, graphs captured at warm-up)", layout=True)
     kvc: bool = _axis(SWITCH, False, "a KV connector: prefix KV saved to and loaded from an external store")
-    ep: bool = _axis(SWITCH, False, "expert parallelism: a mixture-of-experts model's experts split over ranks")
+    ep: bool = _axis(SWITCH, False, "expert parallelism: a mixture-of-experts model's experts split over ranks", ranks=True)
     prefix_cache: bool = _axis(SWITCH, False, "automatic prefix caching: KV blocks of earlier prompts reused")
     block_size: int = _axis(BUDGET, 0, "tokens per KV cache block (0: the engine's own)")
     chunked_prefill: int = _axis(BUDGET, 0, "chunked prefill: a token budget per step (0: off)")
@@ -92,6 +98,8 @@ class Axis:
     doc: str
     values: tuple = ()
     omit: tuple = ()
+    layout: bool = False
+    ranks: bool = False
 
     @property
     def evidence_key(self) -> str:
@@ -154,12 +162,38 @@ def spell(value: object) -> str:
     return str(value).lower() if isinstance(value, bool) else str(value)
 
 
-AXES: dict[str, Axis] = {
-    f.name: Axis(f.name, f.metadata["kind"], cast(Value, f.default), f.metadata["doc"], f.metadata["values"], f.metadata["omit"])
-    for f in fields(RunAxes)
-}
+AXES: dict[str, Axis] = {f.name: Axis(f.name, default=cast(Value, f.default), **f.metadata) for f in fields(RunAxes)}
 AXIS_NAMES = tuple(AXES)
 PARALLEL_SIZES = tuple(a.name for a in AXES.values() if a.kind == SIZE)
+LAYOUT_AXES = tuple(a.name for a in AXES.values() if a.layout)
+RANK_AXES = tuple(a.name for a in AXES.values() if a.ranks)
+
+
+class _Namer:
+    """Stands in for a RunAxes to axis_name: each field read gives the field's name."""
+
+    def __getattr__(self, name: str) -> str:
+        if name not in AXES:
+            raise AttributeError(f"no axis {name!r} is declared")
+        return name
+
+
+def axis_name(pick: Callable[[RunAxes], object]) -> str:
+    """An axis's name where code must key something by it (a probe's answer, an evidence
+    entry), spelt as a typed read so a checker sees a wrong one: `axis_name(lambda a: a.sp)`."""
+    return cast(str, pick(cast(RunAxes, _Namer())))
+
+
+def named(settings: dict) -> tuple[str, ...]:
+    """The declared axes `settings` names (a suite's matrix axes; the others are at their
+    defaults), in declaration order."""
+    return tuple(name for name in AXIS_NAMES if name in settings)
+
+
+def kept_unchanged(settings: dict, axes: RunAxes) -> dict:
+    """`settings` less the declared axes whose value `axes` changes: what a scenario narrows
+    to when those go back to the golden's (`replace(axes, compile=False)`: the eager twin)."""
+    return {a: v for a, v in settings.items() if a not in AXES or same_value(axes.value(a), v)}
 
 
 def default(name: str) -> Value | None:

@@ -141,19 +141,3 @@ class RunBrief:
     def axes(self) -> RunAxes:
         """The run's declared axes, typed, every one at its default unless set."""
         return RunAxes.of(self.settings)
-
-    @property
-    def tp(self) -> int:
-        return self.axes.tp
-
-    @property
-    def pp(self) -> int:
-        return self.axes.pp
-
-    @property
-    def sp(self) -> bool:
-        return self.axes.sp
-
-    @property
-    def compile(self) -> bool:
-        return self.axes.compile

@@ -42,6 +42,7 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
@@ -538,64 +539,103 @@ def bisect_git(
     count = int(git(repo, "rev-list", "--count", f"{older}..{newer}"))
     say(f"bisect: {scenario.id} over {count} commits of {repo} ({older[:10]}..{newer[:10]})")
     start = time.monotonic()
-    steps: list[Step] = []
-    env = step_env(repo)
     count_unsupported = count_unsupported or good_verdict == "unsupported"
+    search = GitSearch(repo, scenario_args, work_dir, step_env(repo), say)
+    end_step = StepOrder(scenario.id, repo, work_dir, ctx.config, install=install, count_unsupported=count_unsupported)
     # remembers where the checkout was; reset goes back there
     git(repo, "bisect", "start", *(FIX_TERMS if fixed else ()))
     found = None
     try:
-        end_step = StepOrder(scenario.id, repo, work_dir, ctx.config, install=install, count_unsupported=count_unsupported)
-
-        def run_end(sha: str, name: str, problem_of) -> Verdict:
-            git(repo, "checkout", "-q", "--detach", sha)
-            t = time.monotonic()
-            done = subprocess.run(step_command(scenario_args, end_step), env=env, capture_output=True, text=True)
-            v = _step_verdict(work_dir, sha, done)
-            steps.append(Step(sha[:10], v, time.monotonic() - t, "stop" if problem_of(v) else name))
-            say(step_line(sha[:10], v, steps[-1].seconds, steps[-1].decision))
-            return v
-
-        good_v = run_end(good_sha, "good", lambda v: good_end_problem(v, good_verdict, count_unsupported))
-        if steps[-1].decision == "stop":
-            check_ends((good_sha[:10], good_v), (bad_sha[:10], None), good_verdict, count_unsupported)  # raises
-        at_good = signature(good_v, count_unsupported) or ""
-        bad_v = run_end(bad_sha, "bad", lambda v: bad_end_problem(at_good, v, count_unsupported))
-        at_good, at_bad = check_ends((good_sha[:10], good_v), (bad_sha[:10], bad_v), good_verdict, count_unsupported)
+        ends = search.run_ends(end_step, good_sha, bad_sha, good_verdict)
         old_term, new_term = ("broken", "fixed") if fixed else ("good", "bad")
         git(repo, "bisect", new_term, newer)
         git(repo, "bisect", old_term, older)
-        step = step_command(scenario_args, dataclasses.replace(end_step, at_good=at_good, at_bad=at_bad, fixed=fixed))
-        found, shown = _run_bisect(repo, step, env, say)
-        steps += _git_steps(work_dir, shown)
+        step = step_command(scenario_args, dataclasses.replace(end_step, at_good=ends.at_good, at_bad=ends.at_bad, fixed=fixed))
+        found, shown = _run_bisect(repo, step, search.env, say)
+        search.steps += _git_steps(work_dir, shown)
     finally:
-        reset = subprocess.run(["git", "-C", str(repo), "bisect", "reset"], capture_output=True, text=True)
-        if reset.returncode != 0:
-            say(f"harness bisect: `git -C {repo} bisect reset` failed: {reset.stderr.strip()}; run it by hand")
+        _bisect_reset(repo, say)
     if found is None:
         raise BisectError(
             f"git bisect run ended without naming the first {'fixed' if fixed else 'bad'} commit; "
             f"see `git -C {repo} bisect log` output above"
         )
-    first_new, skipped = found
-    parent = git(repo, "rev-parse", f"{first_new}^")
-    bad_sha_found, good_sha_found = (parent, first_new) if fixed else (first_new, parent)
-    bad_found = (bad_v if bad_sha_found == bad_sha else _saved_verdict(work_dir, bad_sha_found)) or bad_v
-    good_found = (good_v if good_sha_found == good_sha else _saved_verdict(work_dir, good_sha_found)) or good_v
-    checkout = f"git -C {repo} checkout {bad_sha_found[:10]} && PYTHONPATH={repo}:$PYTHONPATH"
-    return Result(
-        git(repo, "log", "-1", "--format=%h %s", bad_sha_found),
-        git(repo, "log", "-1", "--format=%h %s", good_sha_found),
-        bad_found,
-        good_found,
-        steps,
-        skipped,
-        time.monotonic() - start,
-        work_dir / bad_sha_found[:12],
-        checkout=checkout,
-        newest_first=fixed,
-        odd=[s for s in steps if s.decision == "odd"],
-    )
+    return search.result(found, ends, fixed, start)
+
+
+@dataclass(frozen=True)
+class Ends:
+    """The two ends of a git bisect, each run once: their commits, verdicts and signatures."""
+
+    good_sha: str
+    bad_sha: str
+    good_v: Verdict
+    bad_v: Verdict
+    at_good: str
+    at_bad: str
+
+
+@dataclass
+class GitSearch:
+    """One git bisect of a scenario: the checkout, how a step process starts, the steps so far."""
+
+    repo: Path
+    scenario_args: list[str]
+    work_dir: Path
+    env: dict[str, str]
+    say: Callable[[str], object]
+    steps: list[Step] = field(default_factory=list)
+
+    def run_ends(self, order: StepOrder, good_sha: str, bad_sha: str, good_verdict: str) -> Ends:
+        """The good end, then the bad end, each checked out and run; an end that is not
+        what it should be stops the search (check_ends raises, saying why)."""
+        counted = order.count_unsupported
+        good_v = self.run_end(order, good_sha, "good", lambda v: good_end_problem(v, good_verdict, counted))
+        if self.steps[-1].decision == "stop":
+            check_ends((good_sha[:10], good_v), (bad_sha[:10], None), good_verdict, counted)  # raises
+        at_good = signature(good_v, counted) or ""
+        bad_v = self.run_end(order, bad_sha, "bad", lambda v: bad_end_problem(at_good, v, counted))
+        at_good, at_bad = check_ends((good_sha[:10], good_v), (bad_sha[:10], bad_v), good_verdict, counted)
+        return Ends(good_sha, bad_sha, good_v, bad_v, at_good, at_bad)
+
+    def run_end(self, order: StepOrder, sha: str, name: str, problem_of) -> Verdict:
+        git(self.repo, "checkout", "-q", "--detach", sha)
+        t = time.monotonic()
+        done = subprocess.run(step_command(self.scenario_args, order), env=self.env, capture_output=True, text=True)
+        v = _step_verdict(self.work_dir, sha, done)
+        self.steps.append(Step(sha[:10], v, time.monotonic() - t, "stop" if problem_of(v) else name))
+        self.say(step_line(sha[:10], v, self.steps[-1].seconds, self.steps[-1].decision))
+        return v
+
+    def result(self, found: tuple[str, list[str]], ends: Ends, fixed: bool, start: float) -> Result:
+        """What the search found: the first bad (or, `fixed`, the first fixed) commit and its
+        parent, with their verdicts (an end's own run, or the step's saved verdict)."""
+        repo, work_dir = self.repo, self.work_dir
+        first_new, skipped = found
+        parent = git(repo, "rev-parse", f"{first_new}^")
+        bad_sha, good_sha = (parent, first_new) if fixed else (first_new, parent)
+        bad_found = (ends.bad_v if bad_sha == ends.bad_sha else _saved_verdict(work_dir, bad_sha)) or ends.bad_v
+        good_found = (ends.good_v if good_sha == ends.good_sha else _saved_verdict(work_dir, good_sha)) or ends.good_v
+        return Result(
+            git(repo, "log", "-1", "--format=%h %s", bad_sha),
+            git(repo, "log", "-1", "--format=%h %s", good_sha),
+            bad_found,
+            good_found,
+            self.steps,
+            skipped,
+            time.monotonic() - start,
+            work_dir / bad_sha[:12],
+            checkout=f"git -C {repo} checkout {bad_sha[:10]} && PYTHONPATH={repo}:$PYTHONPATH",
+            newest_first=fixed,
+            odd=[s for s in self.steps if s.decision == "odd"],
+        )
+
+
+def _bisect_reset(repo: Path, say) -> None:
+    """The checkout back where the search found it (git bisect reset); said when that fails."""
+    reset = subprocess.run(["git", "-C", str(repo), "bisect", "reset"], capture_output=True, text=True)
+    if reset.returncode != 0:
+        say(f"harness bisect: `git -C {repo} bisect reset` failed: {reset.stderr.strip()}; run it by hand")
 
 
 def _run_bisect(repo: Path, step: list[str], env: dict, say) -> tuple[tuple[str, list[str]] | None, list[str]]:

@@ -60,7 +60,8 @@ from harness.engines.launch.rankside import RANK_FAULT_ENV
 from harness.inputs import models
 from harness.inputs.scenarios.scenario import Scenario, settings_label
 from harness.inputs.scenarios.schema import SuiteFile
-from harness.run.compare.numeric import check_workloads, tolerance_for
+from harness.run.compare.numeric import check_workloads
+from harness.run.compare.tolerances import tolerance_for
 from harness.run.request import RunConfig
 from harness.run.runner import GoldenUnsupported, RunContext, make_golden, run_scenario
 from harness.run.stages.admit import admit
@@ -167,8 +168,9 @@ def impossible_settings(axes: dict, golden: dict) -> list[tuple[str, dict]]:
         else:
             value = "nosuchvalue"
         cases.append((f"{axis}={value!r}, outside its declared values {list(allowed)}", {**golden, axis: value}))
-    if "tp" in axes:
-        cases.append(("tp=0 (a parallel size counts ranks)", {**golden, "tp": 0}))
+    size = next((a for a in PARALLEL_SIZES if a in axes), None)  # the first the engine declares: tp
+    if size is not None:
+        cases.append((f"{size}=0 (a parallel size counts ranks)", {**golden, size: 0}))
     return cases
 
 

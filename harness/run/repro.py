@@ -175,7 +175,7 @@ def _case(scenario: Scenario, model_dir: str, out: Path) -> dict:
     """The engine-neutral description the engine's repro_script renders (engines/base.py)."""
     from harness.inputs import workloads as wl
     from harness.inputs.zoo import load_tokenizer
-    from harness.run.compare.numeric import tolerance_for
+    from harness.run.compare.tolerances import script_literal, tolerance_for
 
     suite = scenario.suite
     model_path = Path(model_dir) if Path(model_dir).is_absolute() else out / model_dir
@@ -210,8 +210,8 @@ def _case(scenario: Scenario, model_dir: str, out: Path) -> dict:
         "failing": failing,
         "settings": {reference: golden, failing: scenario.engine_settings},
         "workloads": resolved,
-        "tolerance": {"logprob_atol": tol.logprob_atol, "kl_max": tol.kl_max, "top1_min": tol.top1_min, "near_tie": tol.near_tie},
-        "tolerance_name": f"{suite.dtype} bounds of harness/run/compare/numeric.py"
+        "tolerance": script_literal(tol),
+        "tolerance_name": f"{suite.dtype} bounds of harness/run/compare/tolerances.py"
         + (f" with the scenario file's tolerances: {overrides}" if overrides else ""),
         "env": dict(suite.env),
         "timeout_s": suite.timeout_s,

@@ -17,7 +17,7 @@ class FakeEngine(Engine):
     axes = {"tp": (1, 2), "pp": (1,), "fast": (False, True)}
 
     def launch_plan(self, brief, brief_path):
-        return LaunchPlan(world_size=brief.tp, argv=["true"])
+        return LaunchPlan(world_size=brief.axes.tp, argv=["true"])
 
 
 class Nameless(FakeEngine):

@@ -91,15 +91,15 @@ class TpPlanEngine(Engine):
 
     def launch_plan(self, brief: RunBrief, brief_path: str) -> LaunchPlan:
         env = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TORCHINDUCTOR_COMPILE_THREADS": "1"}
-        if brief.compile:  # the harness's compile cache: a second run loads the graphs
+        if brief.axes.compile:  # the harness's compile cache: a second run loads the graphs
             env.update(compile_cache.inductor_env(compile_cache.installed_torch_version()))
         if brief.device == "cpu":
             # transformers builds its device mesh on whatever accelerator it sees: on CPU, none
             env["CUDA_VISIBLE_DEVICES"] = ""
             if "OMP_NUM_THREADS" not in os.environ:  # ranks share the cores
-                env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // brief.tp))
+                env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // brief.axes.tp))
         return LaunchPlan(
-            world_size=brief.tp,
+            world_size=brief.axes.tp,
             argv=[sys.executable, "-m", "harness_tp_plan.worker", brief_path],
             env=env,
             preload=list(RANK_IMPORTS) if brief.device == "cpu" else [],

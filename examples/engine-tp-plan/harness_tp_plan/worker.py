@@ -36,8 +36,8 @@ def init_distributed(brief):
         dist.init_process_group("gloo")
     else:
         raise ValueError(f"unknown device {brief.device!r} (cpu or cuda)")
-    if dist.get_world_size() != brief.tp:
-        raise RuntimeError(f"launched with WORLD_SIZE={dist.get_world_size()} for tp={brief.tp}")
+    if dist.get_world_size() != brief.axes.tp:
+        raise RuntimeError(f"launched with WORLD_SIZE={dist.get_world_size()} for tp={brief.axes.tp}")
     return device
 
 
@@ -49,14 +49,14 @@ def load_model(brief, device):
     config = transformers.AutoConfig.from_pretrained(brief.model_dir)
     model_cls = getattr(transformers, config.architectures[0])
     kwargs = {"dtype": getattr(torch, brief.dtype), "attn_implementation": "eager"}
-    if brief.tp == 1:
+    if brief.axes.tp == 1:
         return model_cls.from_pretrained(brief.model_dir, **kwargs).to(device).eval()
     from transformers.distributed import DistributedConfig
 
     # Builds the ("pp", "fsdp", "tp") device mesh on the process group joined above,
     # replaces each planned weight by a DTensor shard (Shard(0) colwise, Shard(1) rowwise)
     # and reads only this rank's slice from the safetensors.
-    model = model_cls.from_pretrained(brief.model_dir, distributed_config=DistributedConfig(tp_size=brief.tp), **kwargs)
+    model = model_cls.from_pretrained(brief.model_dir, distributed_config=DistributedConfig(tp_size=brief.axes.tp), **kwargs)
     return model.eval()
 
 
@@ -168,12 +168,12 @@ def applied_evidence(brief, sharding: dict, after_warmup: dict) -> dict:
     split = {k: n for k, n in sharding["parameters_by_placement"].items() if k != "local"}
     applied = {
         "tp": {
-            "applied": brief.tp == 1 or bool(split),
+            "applied": brief.axes.tp == 1 or bool(split),
             "evidence": f"{sum(split.values())} parameters sharded ({', '.join(f'{n} {k}' for k, n in split.items()) or 'none'}) "
-            f"over {brief.tp} ranks",
+            f"over {brief.axes.tp} ranks",
         }
     }
-    if brief.compile:
+    if brief.axes.compile:
         graphs = after_warmup["unique_graphs"]
         applied["compile"] = {"applied": graphs > 0, "evidence": f"Dynamo captured {graphs} graph(s) at warm-up"}
     return applied
@@ -192,7 +192,7 @@ RUNNERS = {"logprobs": run_logprobs, "greedy": run_greedy, "generate": run_gener
 
 def check_brief(brief) -> None:
     """What this engine cannot do fails here, on every rank, before any collective."""
-    if brief.pp != 1 or brief.sp:
+    if brief.axes.pp != 1 or brief.axes.sp:
         raise ValueError(f"the tp-plan engine runs tensor parallelism only (got settings {brief.settings})")
     if brief.dtype not in DTYPES:
         raise ValueError(f"unknown dtype {brief.dtype!r} (known: {', '.join(DTYPES)})")
@@ -223,15 +223,15 @@ def run(brief) -> None:
         t0 = time.perf_counter()
         model = load_model(brief, device)
         sharding = sharding_report(model)
-        if brief.tp > 1 and set(sharding["parameters_by_placement"]) == {"local"}:
+        if brief.axes.tp > 1 and set(sharding["parameters_by_placement"]) == {"local"}:
             raise RuntimeError(
-                f"transformers split no weight of {type(model).__name__} over tp={brief.tp} "
+                f"transformers split no weight of {type(model).__name__} over tp={brief.axes.tp} "
                 f"(plan: {sharding['tp_plan']}): every rank would run the whole model"
             )
-        forward = Forward(model, brief.compile)
+        forward = Forward(model, brief.axes.compile)
         t1 = time.perf_counter()
         phases.mark("load")
-        if brief.compile:  # capture now: a prefill and decode steps through the KV cache
+        if brief.axes.compile:  # capture now: a prefill and decode steps through the KV cache
             for _ in decode(forward, [0, 1, 2, 3], 3, device):
                 pass
         after_warmup = compile_stats()
@@ -249,10 +249,10 @@ def run(brief) -> None:
                 brief,
                 "tp-plan",
                 transformers=transformers.__version__,
-                world_size=brief.tp,
+                world_size=brief.axes.tp,
                 sharding=sharding,
                 applied=applied_evidence(brief, sharding, after_warmup),
-                compile={"enabled": brief.compile, "after_warmup": after_warmup, "after_run": after_run},
+                compile={"enabled": brief.axes.compile, "after_warmup": after_warmup, "after_run": after_run},
                 timings={"load_s": t1 - t0, "warmup_s": t2 - t1, "run_s": t3 - t2},
             )
             out.save(brief.output_dir)

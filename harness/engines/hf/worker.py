@@ -213,7 +213,7 @@ def run(brief) -> None:
 
     phases = PhaseMarks(brief.output_dir)
     phases.mark("start")
-    if brief.tp != 1 or brief.pp != 1 or brief.sp or brief.compile:
+    if brief.axes.tp != 1 or brief.axes.pp != 1 or brief.axes.sp or brief.axes.compile:
         raise ValueError(f"the hf engine runs one process, eager (got settings {brief.settings})")
     t0 = time.perf_counter()
     model, config = load_model(brief)

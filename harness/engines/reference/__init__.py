@@ -166,5 +166,5 @@ class ReferenceEngine(Engine):
             # CPU only: on CUDA, importing the compiler stack may query the driver
             # (cudaGetDeviceCount), after which a forked child could not use CUDA
             preload=list(RANK_IMPORTS) if brief.device == "cpu" else [],
-            preload_on_request=list(COMPILE_IMPORTS) if brief.device == "cpu" and brief.compile else [],
+            preload_on_request=list(COMPILE_IMPORTS) if brief.device == "cpu" and brief.axes.compile else [],
         )

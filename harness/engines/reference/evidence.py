@@ -20,7 +20,7 @@ gathers them and says, per axis, whether the setting took effect (summarize):
 
 from __future__ import annotations
 
-from harness.contract.applied import pp_layout, stage_layers
+from harness.contract.applied import AxisEvidence, pp_layout, stage_layers
 from harness.contract.axes import RunAxes
 
 
@@ -46,44 +46,27 @@ def rank_evidence(ctx, stage, compile_stats: dict, collectives: dict, runner) ->
         "cache_hits": compile_stats["fxgraph_cache_hit"],
         "prefill": dict(runner.prefill_stats),
         "chunk_budget": runner.chunk_budget,
-        "prefix_cache": cache,
-        "batch": dict(runner.batch_stats),
-        "spec": dict(runner.spec_stats),
+        "cache_counts": cache,
+        "batch_stats": dict(runner.batch_stats),
+        "spec_stats": dict(runner.spec_stats),
     }
 
 
+EVIDENCE = AxisEvidence()
+
+
 def summarize(settings: dict, ranks: list[dict]) -> dict:
-    axes, out = RunAxes.of(settings), {}
-    if "tp" in settings:
-        out["tp"] = _tp(axes.tp, ranks)
-    if "pp" in settings:
-        out["pp"] = pp_layout(axes.pp, stage_layers(ranks))
-    if "sp" in settings:
-        out["sp"] = _sp(ranks)
-    if "compile" in settings:
-        out["compile"] = _compile(ranks)
-    if "ep" in settings:
-        out["ep"] = _ep(ranks)
-    if "chunked_prefill" in settings:
-        out["chunked_prefill"] = _chunked(ranks)
-    if "prefix_cache" in settings:
-        out["prefix_cache"] = _prefix_cache(ranks)
-    if axes.block_size:
-        out["block_size"] = _block_size(axes.block_size, ranks)
-    if "batch" in settings:
-        out["batch"] = _batch(axes.batch, ranks[0]["batch"])
-    if "spec" in settings:
-        out["spec"] = _spec(ranks[0]["spec"])
-    if "dp" in settings:
-        out["dp"] = _dp(axes.dp, ranks)
-    return out
+    """Per axis `settings` names: applied and the evidence, from every rank's record."""
+    return EVIDENCE.summarize(settings, ranks)
 
 
 def _total(ranks: list[dict], kind: str) -> int:
     return sum(r["collectives"].get(kind, 0) for r in ranks)
 
 
-def _tp(tp: int, ranks: list[dict]) -> dict:
+@EVIDENCE.of
+def tp(axes: RunAxes, ranks: list[dict]) -> dict:
+    tp = axes.tp
     heads = sorted({(r["heads"], r["total_heads"]) for r in ranks})
     layout = ", ".join(f"{h} of {t} heads" for h, t in heads)
     reductions = _total(ranks, "all_reduce") + _total(ranks, "reduce_scatter_tokens")
@@ -92,7 +75,13 @@ def _tp(tp: int, ranks: list[dict]) -> dict:
     return {"applied": applied, "evidence": f"each rank holds {layout}; {reductions} TP reductions ran over {len(ranks)} ranks"}
 
 
-def _sp(ranks: list[dict]) -> dict:
+@EVIDENCE.of
+def pp(axes: RunAxes, ranks: list[dict]) -> dict:
+    return pp_layout(axes.pp, stage_layers(ranks))
+
+
+@EVIDENCE.of
+def sp(axes: RunAxes, ranks: list[dict]) -> dict:
     scatters, reduces = _total(ranks, "reduce_scatter_tokens"), _total(ranks, "all_reduce")
     return {
         "applied": scatters > 0,
@@ -100,7 +89,8 @@ def _sp(ranks: list[dict]) -> dict:
     }
 
 
-def _compile(ranks: list[dict]) -> dict:
+@EVIDENCE.of
+def compile(axes: RunAxes, ranks: list[dict]) -> dict:
     graphs, hits = min(r["graphs"] for r in ranks), min(r["cache_hits"] for r in ranks)
     return {
         "applied": graphs > 0,
@@ -108,7 +98,8 @@ def _compile(ranks: list[dict]) -> dict:
     }
 
 
-def _ep(ranks: list[dict]) -> dict:
+@EVIDENCE.of
+def ep(axes: RunAxes, ranks: list[dict]) -> dict:
     """Applied when, on every stage, the TP ranks hold disjoint whole experts that
     together are all of the layer's experts."""
     if not any(r["total_experts"] for r in ranks):
@@ -128,7 +119,8 @@ def _span(ids: list[int]) -> str:
     return f"{ids[0]}-{ids[-1]}" if len(ids) > 1 and ids == list(range(ids[0], ids[-1] + 1)) else ",".join(map(str, ids))
 
 
-def _chunked(ranks: list[dict]) -> dict:
+@EVIDENCE.of
+def chunked_prefill(axes: RunAxes, ranks: list[dict]) -> dict:
     stats, budget = ranks[0]["prefill"], ranks[0]["chunk_budget"]
     applied = stats["split_prefills"] > 0 and stats["largest_step_tokens"] <= budget
     return {
@@ -138,8 +130,9 @@ def _chunked(ranks: list[dict]) -> dict:
     }
 
 
-def _prefix_cache(ranks: list[dict]) -> dict:
-    counts = [r["prefix_cache"] for r in ranks if r["prefix_cache"] is not None]
+@EVIDENCE.of
+def prefix_cache(axes: RunAxes, ranks: list[dict]) -> dict:
+    counts = [r["cache_counts"] for r in ranks if r["cache_counts"] is not None]
     if not counts:
         return {"applied": False, "evidence": "no rank kept a prefix cache"}
     hits = min(c["hit_tokens"] for c in counts)
@@ -150,9 +143,14 @@ def _prefix_cache(ranks: list[dict]) -> dict:
     }
 
 
-def _block_size(block: int, ranks: list[dict]) -> dict:
-    """The prefix cache kept blocks of `block` tokens, and every hit was whole blocks of them."""
-    counts = [r["prefix_cache"] for r in ranks if r["prefix_cache"] is not None]
+@EVIDENCE.of
+def block_size(axes: RunAxes, ranks: list[dict]) -> dict | None:
+    """The prefix cache kept blocks of `block` tokens, and every hit was whole blocks of them
+    (nothing to say at 0: the engine's own block size)."""
+    block = axes.block_size
+    if not block:
+        return None
+    counts = [r["cache_counts"] for r in ranks if r["cache_counts"] is not None]
     sizes = sorted({c["block"] for c in counts})
     whole = all(c["hit_tokens"] % block == 0 for c in counts)
     return {
@@ -162,7 +160,9 @@ def _block_size(block: int, ranks: list[dict]) -> dict:
     }
 
 
-def _batch(mode: str, stats: dict) -> dict:
+@EVIDENCE.of
+def batch(axes: RunAxes, ranks: list[dict]) -> dict:
+    mode, stats = axes.batch, ranks[0]["batch_stats"]
     sizes = f"prefill batches of {stats['smallest_batch']}-{stats['largest_batch']} sequences"
     if mode == "one":
         return {
@@ -174,7 +174,9 @@ def _batch(mode: str, stats: dict) -> dict:
     return {"applied": True, "evidence": f"each workload in one submission; {sizes}"}
 
 
-def _spec(stats: dict) -> dict:
+@EVIDENCE.of
+def spec(axes: RunAxes, ranks: list[dict]) -> dict:
+    stats = ranks[0]["spec_stats"]
     return {
         "applied": stats["proposed"] > 0,
         "evidence": f"{stats['proposed']} draft tokens proposed, {stats['accepted']} accepted, "
@@ -182,10 +184,11 @@ def _spec(stats: dict) -> dict:
     }
 
 
-def _dp(dp: int, ranks: list[dict]) -> dict:
+@EVIDENCE.of
+def dp(axes: RunAxes, ranks: list[dict]) -> dict:
     served: dict[int, int] = {}
     for r in ranks:
         served.setdefault(r["dp_rank"], r["prompts_served"])
-    applied = len(served) == dp and all(served.values())
+    applied = len(served) == axes.dp and all(served.values())
     layout = "; ".join(f"replica {d}: {n} prompts" for d, n in sorted(served.items()))
     return {"applied": applied, "evidence": f"{len(served)} replicas of {len(ranks) // max(len(served), 1)} ranks; {layout}"}

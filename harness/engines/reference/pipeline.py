@@ -23,6 +23,7 @@ from collections.abc import Sequence
 
 import torch
 
+from harness.contract.axes import RunAxes
 from harness.contract.outputs import EngineOutputs
 from harness.contract.runbrief import stop_reached
 from harness.engines.reference import faults as fault_switches
@@ -138,24 +139,23 @@ MULTIMODAL_INPUTS = ("mm",)
 
 
 class ModelRunner:
+    """One rank's stage run over its workloads: steps, KV cache, and what each axis of the run
+    (`axes`, as this rank runs them: a fault switch may have turned one off) adds to them."""
+
     def __init__(
         self,
         stage,
         ctx: ParallelContext,
         dtype: torch.dtype,
         workloads: list[dict],
-        compile: bool,
+        axes: RunAxes,
         faults: list[str],
         kv_store: str | None = None,
-        chunk_budget: int = 0,
-        prefix_cache: bool = False,
-        speculate: bool = False,
-        block_size: int = 0,
     ):
         self.stage, self.ctx, self.dtype = stage, ctx, dtype
         self.faults = faults
-        self.forward_fn = self._compiled(stage.forward) if compile else stage.forward
-        self.compile = compile
+        self.forward_fn = self._compiled(stage.forward) if axes.compile else stage.forward
+        self.compile = axes.compile
         slots, self.max_len = cache_shape_for(workloads)
         # padding tokens write here, never into a real sequence
         self.trash_slot = slots
@@ -172,11 +172,11 @@ class ModelRunner:
         self.scheduler = ConnectorScheduler(ctx.pp)
         self.connector_wait_steps = 0
         # tokens per prefill step (0: a prompt group in one step)
-        self.chunk_budget = chunk_budget
+        self.chunk_budget = axes.chunked_prefill
         self.prefill_stats = {"prefills": 0, "split_prefills": 0, "chunks": 0, "largest_step_tokens": 0}
-        self.prefix_cache = (PrefixCache(block_size) if block_size else PrefixCache()) if prefix_cache else None
+        self.prefix_cache = (PrefixCache(axes.block_size) if axes.block_size else PrefixCache()) if axes.prefix_cache else None
         # n-gram drafts verified in each decode step of a greedy workload
-        self.speculate = speculate
+        self.speculate = axes.spec == "ngram"
         # asked once, not at every decode step
         self.trust_first_draft = bool(fault_switches.active(faults, "spec-accepts-unverified-draft")) or (
             ctx.dp_rank > 0 and bool(fault_switches.active(faults, "dp-replica-trusts-drafts"))

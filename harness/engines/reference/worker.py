@@ -11,10 +11,12 @@ from __future__ import annotations
 import os
 import sys
 import time
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from harness.contract import replicas
+from harness.contract.axes import RunAxes
 
 # ranks import torch lazily, after the launcher set their env
 if TYPE_CHECKING:
@@ -182,11 +184,7 @@ def run(brief) -> None:
     import torch
     import torch.distributed as dist
 
-    from harness.contract.outputs import EngineOutputs
     from harness.contract.phases import PhaseMarks
-    from harness.engines.reference import evidence, faults
-    from harness.engines.reference.parallel import COLLECTIVES, init_parallel
-    from harness.engines.reference.pipeline import ModelRunner
 
     phases = PhaseMarks(brief.output_dir)
     phases.mark("start")
@@ -195,90 +193,141 @@ def run(brief) -> None:
         # here, not as OMP_NUM_THREADS in the launch plan: the environment then is the
         # same for runs of every size, and one rank-pool zygote serves them all.
         torch.set_num_threads(rank_threads(os.cpu_count() or 1, brief.axes))
-    if brief.dtype not in DTYPES:
-        raise ValueError(f"unknown dtype {brief.dtype!r} (known: {', '.join(DTYPES)})")
-    if brief.sp and brief.tp < 2:
-        raise ValueError("sp needs tp >= 2")
-    # unknown fault names fail here, on every rank
-    faults.parse(brief.faults)
-    sp = brief.sp and not faults.active(brief, "sp-switched-off")
-    compile_on = brief.compile and not faults.active(brief, "compile-switched-off")
-    axes = brief.axes
-    ctx = init_parallel(axes.tp, axes.pp, sp, brief.device, dp=axes.dp)
-    ctx.faults = tuple(brief.faults)
-    ctx.ep = axes.ep
+    axes = _axes_run(brief)
+    ctx = _join(brief, axes)
     phases.mark("rendezvous")
-    kv_store = str(Path(brief.output_dir).parent / "kv-store") if axes.kvc else None
     workloads = replicas.replica_workloads(brief.workloads, axes.dp, ctx.dp_rank)
-    batch = axes.batch
     try:
         with torch.inference_mode():
-            t0 = time.perf_counter()
-            stage = build_stage(brief, ctx)
-            runner = ModelRunner(
-                stage,
-                ctx,
-                getattr(torch, brief.dtype),
-                submitted_workloads(workloads, batch),
-                compile_on,
-                brief.faults,
-                kv_store,
-                chunk_budget=axes.chunked_prefill,
-                prefix_cache=axes.prefix_cache,
-                speculate=axes.spec == "ngram",
-                block_size=axes.block_size,
-            )
-            t1 = time.perf_counter()
-            phases.mark("load")
-            runner.warmup()
-            after_warmup = _compile_stats()
-            t2 = time.perf_counter()
-            phases.mark("warmup")
-            results = {}
-            # captures are per workload: gathered after each one
-            for w in workloads:
-                runner.captured = []
-                results.update(run_workloads(runner, [w], batch))
-                if w.get("capture_hidden"):
-                    captures: list[Any] = [None] * ctx.world_size  # all_gather_object fills every slot
-                    dist.all_gather_object(captures, runner.captured)
-                    if results[w["name"]] is not None:
-                        results[w["name"]].update(assemble_hidden_states(captures, stage.cfg.num_hidden_layers, sp))
-            t3 = time.perf_counter()
-            after_run = _compile_stats()
-            phases.mark("workloads")
-        runner.prompts_served = sum(len(w["prompts"]) for w in workloads)
-        results = merged_replicas(ctx, results, brief.workloads)
-        # Each rank's stage I/O and evidence of what it applied, collected so the driver can record all stages.
-        gathered: list[Any] = [None] * ctx.world_size
-        dist.all_gather_object(gathered, (runner.stage_io, evidence.rank_evidence(ctx, stage, after_warmup, COLLECTIVES, runner)))
-        stage_io = [io for io, _ in gathered]
-        if ctx.rank == ctx.writer_rank:
-            out = EngineOutputs()
-            for name, fields in results.items():
-                out.put(name, **fields)
-            out.describe_run(
-                brief,
-                "reference",
-                world_size=ctx.world_size,
-                timings={"load_s": t1 - t0, "warmup_s": t2 - t1, "run_s": t3 - t2},
-                stage_io=stage_io,
-                kv_connector=None
-                if runner.connector is None
-                else {**runner.connector.counts, "wait_steps": runner.connector_wait_steps},
-                applied=evidence.summarize(brief.settings, [e for _, e in gathered]),
-                compile={
-                    "enabled": compile_on,
-                    "after_warmup": after_warmup,
-                    "after_run": after_run,
-                    "graphs_compiled_during_run": after_run["unique_graphs"] - after_warmup["unique_graphs"],
-                },
-            )
-            out.save(brief.output_dir)
+            served = _serve(brief, ctx, workloads, axes, phases)
+        served.runner.prompts_served = sum(len(w["prompts"]) for w in workloads)
+        served.results = merged_replicas(ctx, served.results, brief.workloads)
+        _write_outputs(brief, ctx, served, axes.compile)
         dist.barrier()
         phases.mark("write")
     finally:
         dist.destroy_process_group()
+
+
+def _axes_run(brief) -> RunAxes:
+    """The brief checked (dtype, sp's TP ranks, fault names: each rank fails alike) and its
+    axes as this rank runs them: a fault switch may turn sp or compile off."""
+    from harness.engines.reference import faults
+
+    if brief.dtype not in DTYPES:
+        raise ValueError(f"unknown dtype {brief.dtype!r} (known: {', '.join(DTYPES)})")
+    axes = brief.axes
+    if axes.sp and axes.tp < 2:
+        raise ValueError("sp needs tp >= 2")
+    # unknown fault names fail here, on every rank
+    faults.parse(brief.faults)
+    sp = axes.sp and not faults.active(brief, "sp-switched-off")
+    compile_on = axes.compile and not faults.active(brief, "compile-switched-off")
+    return replace(axes, sp=sp, compile=compile_on)
+
+
+def _join(brief, axes: RunAxes):
+    """This rank's place in the run's process groups (its ParallelCtx), after the rendezvous."""
+    from harness.engines.reference.parallel import init_parallel
+
+    ctx = init_parallel(axes.tp, axes.pp, axes.sp, brief.device, dp=axes.dp)
+    ctx.faults = tuple(brief.faults)
+    ctx.ep = axes.ep
+    return ctx
+
+
+@dataclass
+class Served:
+    """What one rank's run of its workloads leaves for its outputs and its evidence."""
+
+    stage: Any
+    runner: Any
+    results: dict
+    timings: dict  # load_s, warmup_s, run_s
+    after_warmup: dict  # Dynamo's counters (_compile_stats) once warm, and after the run
+    after_run: dict
+
+
+def _serve(brief, ctx, workloads: list[dict], axes: RunAxes, phases) -> Served:
+    """Load this rank's stage, warm it up, run its workloads: each step timed and marked."""
+    t0 = time.perf_counter()
+    stage = build_stage(brief, ctx)
+    runner = _model_runner(brief, ctx, stage, workloads, axes)
+    t1 = time.perf_counter()
+    phases.mark("load")
+    runner.warmup()
+    after_warmup = _compile_stats()
+    t2 = time.perf_counter()
+    phases.mark("warmup")
+    results = _run_capturing(runner, ctx, stage, workloads, axes.batch, axes.sp)
+    t3 = time.perf_counter()
+    after_run = _compile_stats()
+    phases.mark("workloads")
+    timings = {"load_s": t1 - t0, "warmup_s": t2 - t1, "run_s": t3 - t2}
+    return Served(stage, runner, results, timings, after_warmup, after_run)
+
+
+def _model_runner(brief, ctx, stage, workloads: list[dict], axes: RunAxes):
+    import torch
+
+    from harness.engines.reference.pipeline import ModelRunner
+
+    kv_store = str(Path(brief.output_dir).parent / "kv-store") if axes.kvc else None
+    dtype = getattr(torch, brief.dtype)
+    return ModelRunner(stage, ctx, dtype, submitted_workloads(workloads, axes.batch), axes, brief.faults, kv_store)
+
+
+def _run_capturing(runner, ctx, stage, workloads: list[dict], batch: str, sp: bool) -> dict:
+    """Every workload's results; a workload that captures hidden states gets every rank's
+    captures, gathered after it (captures are per workload)."""
+    import torch.distributed as dist
+
+    results: dict = {}
+    for w in workloads:
+        runner.captured = []
+        results.update(run_workloads(runner, [w], batch))
+        if w.get("capture_hidden"):
+            captures: list[Any] = [None] * ctx.world_size  # all_gather_object fills every slot
+            dist.all_gather_object(captures, runner.captured)
+            if results[w["name"]] is not None:
+                results[w["name"]].update(assemble_hidden_states(captures, stage.cfg.num_hidden_layers, sp))
+    return results
+
+
+def _write_outputs(brief, ctx, served: Served, compile_on: bool) -> None:
+    """Each rank's stage I/O and evidence of what it applied, gathered so the writer rank
+    records every stage's; the writer rank writes the run's outputs."""
+    import torch.distributed as dist
+
+    from harness.contract.outputs import EngineOutputs
+    from harness.engines.reference import evidence
+    from harness.engines.reference.parallel import COLLECTIVES
+
+    runner = served.runner
+    gathered: list[Any] = [None] * ctx.world_size
+    own = evidence.rank_evidence(ctx, served.stage, served.after_warmup, COLLECTIVES, runner)
+    dist.all_gather_object(gathered, (runner.stage_io, own))
+    if ctx.rank != ctx.writer_rank:
+        return
+    out = EngineOutputs()
+    for name, fields in served.results.items():
+        out.put(name, **fields)
+    out.describe_run(
+        brief,
+        "reference",
+        world_size=ctx.world_size,
+        timings=served.timings,
+        stage_io=[io for io, _ in gathered],
+        kv_connector=None if runner.connector is None else {**runner.connector.counts, "wait_steps": runner.connector_wait_steps},
+        applied=evidence.summarize(brief.settings, [e for _, e in gathered]),
+        compile={
+            "enabled": compile_on,
+            "after_warmup": served.after_warmup,
+            "after_run": served.after_run,
+            "graphs_compiled_during_run": served.after_run["unique_graphs"] - served.after_warmup["unique_graphs"],
+        },
+    )
+    out.save(brief.output_dir)
 
 
 def main() -> None:

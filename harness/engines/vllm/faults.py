@@ -123,9 +123,9 @@ def _switch_on(faults: dict[str, int | None]) -> None:
     if "compile-drop-deepstack" in faults and "deepstack" not in _INSTALLED:
         _drop_deepstack_when_compiled()
         _INSTALLED.add("deepstack")
-    if set(faults) & set(KINDS) and "pp" not in _INSTALLED:
+    if set(faults) & set(KINDS) and "pp-stages" not in _INSTALLED:
         _install_pp_faults(_ON)
-        _INSTALLED.add("pp")
+        _INSTALLED.add("pp-stages")
     if "tp-corrupt-mlp" in faults and "mlp" not in _INSTALLED:
         _install_mlp_fault()
         _INSTALLED.add("mlp")

@@ -45,9 +45,9 @@ def render(case: dict, sp_support=None) -> str:
         axes = RunAxes.of(setting)
         entry = {"axes": setting, "engine_args": args, "compile": axes.compile, "ranks": axes.tp * axes.pp, "dp": axes.dp}
         mode = axes.batch
-        if mode != "all" and entry["dp"] > 1:
+        if mode != "all" and axes.dp > 1:
             raise CannotReproduce(
-                f"setting {name} has batch={mode} under dp={entry['dp']}: the script submits whole "
+                f"setting {name} has batch={mode} under dp={axes.dp}: the script submits whole "
                 "workloads as one batch plan, not a DP rank's share of them"
             )
         if mode != "all":

@@ -25,7 +25,7 @@ from pydantic import (
     model_validator,
 )
 
-from harness.contract.axes import AXES
+from harness.contract.axes import AXES, LAYOUT_AXES
 from harness.contract.runbrief import MEDIA, entry_list
 from harness.contract.signature import FailureSignature
 from harness.inputs.models import ArchModel, HubModel, ModelRef, PathModel
@@ -56,9 +56,9 @@ ARCH_AXIS = "arch"
 
 # Axes that test an engine feature on a model or workloads made for it (an MoE model,
 # shared prompt prefixes, long decodes, a KV store): every declared axis but the layout
-# (tp, pp: sizes; sp, compile: how the layout runs). A first suite (`harness init`) leaves
+# (LAYOUT_AXES: the sizes and how the layout runs). A first suite (`harness init`) leaves
 # them out, a suite written for the feature sets them.
-FEATURE_AXES = tuple(a for a in AXES if a not in ("tp", "pp", "sp", "compile"))
+FEATURE_AXES = tuple(a for a in AXES if a not in LAYOUT_AXES)
 
 
 class ScenarioError(ValueError):

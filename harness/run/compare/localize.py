@@ -14,7 +14,7 @@ token rows of one batch:
 
 The bound: a row diverges at a place when |delta| / |golden| of that row (L2 over the
 hidden channels, so it is relative to each token's own magnitude at that layer) exceeds
-HIDDEN_RTOL of the dtype. The bound sits as far above the float32 noise of clean
+the dtype's `hidden_rtol` (tolerances.py, the one table). The bound sits as far above the float32 noise of clean
 tp/pp/sp/compile runs as the logit check's bound sits above its floor (docs/TOLERANCES.md
 has both floors), so a failure the logit check finds is located at the first place that
 really moved.
@@ -26,10 +26,7 @@ import torch
 
 from harness.contract.axes import RunAxes
 from harness.contract.outputs import EngineOutputs
-
-# Relative L2 bound per row (see the module docstring and docs/TOLERANCES.md). bf16 and
-# fp16 scale with their logit bounds in compare.DTYPE_TOLERANCES against float32's.
-HIDDEN_RTOL = {"float32": 1e-5, "bfloat16": 7.5e-3, "float16": 1.5e-3}
+from harness.run.compare.tolerances import hidden_rtol
 
 EMBEDDING = "the embedding (before layer 0)"
 
@@ -69,8 +66,8 @@ def first_divergence(
     golden: EngineOutputs, candidate: EngineOutputs, workloads: list[dict], rtol: float | None = None
 ) -> dict | None:
     """The first diverging place of the first captured workload, or None if nothing was
-    captured. `rtol`: the bound (default: HIDDEN_RTOL of the candidate run's dtype)."""
-    rtol = rtol if rtol is not None else HIDDEN_RTOL.get(candidate.meta.get("dtype", ""), HIDDEN_RTOL["float32"])
+    captured. `rtol`: the bound (default: the hidden_rtol of the candidate run's dtype)."""
+    rtol = rtol if rtol is not None else hidden_rtol(candidate.meta.get("dtype", ""))
     for w in workloads:
         # eval generations capture nothing; the evals judge them
         if w.get("kind") == "generate":

@@ -31,7 +31,7 @@ row-parallel module's pre-reduce partial output (a shared expert or MoE built wi
 ranks, and no rank is named for it. A tensor of another shape than the golden's (a
 column-parallel shard) is not comparable and is passed over (listed under `not_compared`).
 
-The bound is localize.py's HIDDEN_RTOL for the dtype, per token row: |delta| / |golden|.
+The bound is the dtype's hidden_rtol (tolerances.py, the table the logit check reads too), per token row: |delta| / |golden|.
 """
 
 from __future__ import annotations
@@ -42,7 +42,8 @@ from pathlib import Path
 
 import torch
 
-from harness.run.compare.localize import HIDDEN_RTOL, relative_deltas
+from harness.run.compare.localize import relative_deltas
+from harness.run.compare.tolerances import hidden_rtol
 
 ENGINE_FILES = "pp*-tp*.safetensors"
 
@@ -125,7 +126,7 @@ def _compare(golden: torch.Tensor, views: list[tuple[WorkerRecord, torch.Tensor]
 def locate(golden_dir: Path, candidate_dir: Path, dtype: str, label: str = "the failing layout") -> dict:
     """The first diverging module of the recording in `candidate_dir` against the golden's
     in `golden_dir` (see the module docstring). `label` names the candidate in the text."""
-    rtol = HIDDEN_RTOL.get(dtype, HIDDEN_RTOL["float32"])
+    rtol = hidden_rtol(dtype)
     golden, candidate = load_recording(golden_dir), load_recording(candidate_dir)
     if len(golden) != 1 or not golden[0].events:
         return {"layer": None, "recorded": False, "text": f"the golden layout's recording in {golden_dir} is missing or empty"}

@@ -9,46 +9,19 @@ Two checks, one per workload kind (docs/DESIGN.md, Contracts: comparison):
             tokens within the near-tie bound); the logprobs of every step up to the
             divergence must also agree, which covers the decode path and KV cache.
 `generate` workloads (task evals) are not compared here: the evals score them item by
-item (harness/run/evals). Tolerances come from the dtype (the measured noise floor, docs/TOLERANCES.md) and
-may be overridden per scenario file; every result prints the ones it used.
+item (harness/run/evals). Tolerances come from the dtype (tolerances.py's table, above the measured
+noise floor: docs/TOLERANCES.md) and may be overridden per scenario file; every result prints the
+ones it used.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
 import torch
 
 from harness.contract.outputs import EngineOutputs
-
-
-@dataclass(frozen=True)
-class Tolerance:
-    logprob_atol: float  # max |delta logprob| over the golden's top-k
-    # max per-position KL(golden || scenario) over the golden's top-k + tail
-    kl_max: float
-    # min top-1 agreement among positions that are not near-ties (below it, each flip is a bad position)
-    top1_min: float
-    # a logprob gap this small between two candidates is a tie
-    near_tie: float
-
-    def describe(self) -> str:
-        return f"|dlogprob|<={self.logprob_atol:g}, KL<={self.kl_max:g}, top1>={self.top1_min:g}, near-tie<={self.near_tie:g}"
-
-
-# float32: the bound sits well above the noise floor of tp/pp/sp/compile runs and still
-# orders of magnitude below what a real bug moves (docs/TOLERANCES.md has both).
-DTYPE_TOLERANCES = {
-    "float32": Tolerance(logprob_atol=2e-4, kl_max=1e-6, top1_min=1.0, near_tie=1e-3),
-    "bfloat16": Tolerance(logprob_atol=0.15, kl_max=1e-2, top1_min=0.9, near_tie=0.05),
-    "float16": Tolerance(logprob_atol=0.03, kl_max=1e-3, top1_min=0.95, near_tie=0.01),
-}
-
-
-def tolerance_for(dtype: str, overrides: dict | None = None) -> Tolerance:
-    base = asdict(DTYPE_TOLERANCES[dtype])
-    base.update({k: v for k, v in (overrides or {}).items() if v is not None})
-    return Tolerance(**base)
+from harness.run.compare.tolerances import Tolerance
 
 
 @dataclass

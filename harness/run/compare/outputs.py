@@ -14,7 +14,8 @@ from harness.contract.verdict import Verdict
 from harness.run.compare.applied import evidence_table, unapplied_reason
 from harness.run.compare.contracts import check_pp_contract
 from harness.run.compare.localize import describe, first_divergence
-from harness.run.compare.numeric import CheckResult, Tolerance, check_workloads
+from harness.run.compare.numeric import CheckResult, check_workloads
+from harness.run.compare.tolerances import Tolerance
 
 # the kind of the eval checks (harness/run/evals): paired items, not numbers
 ACCURACY = "accuracy"

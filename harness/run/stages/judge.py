@@ -12,8 +12,8 @@ from harness.contract.outputs import EngineOutputs
 from harness.contract.verdict import Verdict
 from harness.engines.launch import LaunchOutcome
 from harness.inputs.scenarios.scenario import Scenario
-from harness.run.compare.numeric import tolerance_for
 from harness.run.compare.outputs import judge_outputs
+from harness.run.compare.tolerances import tolerance_for
 from harness.run.evals import lm
 from harness.run.evals.paired import accuracy_checks
 from harness.run.stages.admit import Admitted

@@ -25,7 +25,7 @@ import dataclasses
 import fcntl
 from pathlib import Path
 
-from harness.contract.axes import RunAxes, spell
+from harness.contract.axes import RANK_AXES, RunAxes, kept_unchanged, spell
 from harness.contract.rundir import OUTPUTS, scenario_dir_name
 from harness.contract.verdict import Verdict
 from harness.inputs.scenarios.scenario import Scenario
@@ -92,9 +92,11 @@ def localize(scenario: Scenario, verdict: Verdict, run_dir: Path, ctx: RunContex
     golden = _recorded(recording_scenario(scenario, golden_settings, golden_name), root, ctx, lease, faults=False)
     if isinstance(golden, Verdict):
         return _unlocated(f"the golden layout's recording run {golden_name} ended {golden.verdict}: {golden.reason}")
-    compiled = RunAxes.of(scenario.engine_settings).compile
+    axes = RunAxes.of(scenario.engine_settings)
+    compiled = axes.compile
     # a compiled row: the same layout eager (its twin); settings the golden's but for the axes kept
-    layout = scenario.narrowed({a: v for a, v in scenario.settings.items() if a != "compile"}) if compiled else scenario
+    eager = kept_unchanged(scenario.settings, dataclasses.replace(axes, compile=False))
+    layout = scenario.narrowed(eager) if compiled else scenario
     label = _layout_label(scenario, layout.settings)
     run = _recorded(recording_scenario(scenario, layout.settings, f"{layout.base_id}-recorded{version}"), root, ctx, lease)
     if isinstance(run, Verdict):
@@ -122,7 +124,7 @@ def _compiled(found: dict, layout: str) -> dict:
 
 
 def _layout_label(scenario: Scenario, settings: dict) -> str:
-    axes = ", ".join(f"{a}={spell(v)}" for a, v in settings.items() if a in ("tp", "pp", "dp", "ep"))
+    axes = ", ".join(f"{a}={spell(v)}" for a, v in settings.items() if a in RANK_AXES)
     return f"eager {axes}" if RunAxes.of(scenario.engine_settings).compile else f"{scenario.name} ({axes})"
 
 

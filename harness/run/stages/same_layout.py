@@ -26,8 +26,8 @@ from harness.contract.rundir import OUTPUTS, scenario_dir_name
 from harness.contract.verdict import Verdict
 from harness.engines.launch import LaunchOutcome
 from harness.inputs.scenarios.scenario import Scenario
-from harness.run.compare.numeric import Tolerance
 from harness.run.compare.outputs import same_layout_checks
+from harness.run.compare.tolerances import Tolerance
 from harness.run.plan.devices import Lease
 from harness.run.stages.admit import admit
 from harness.run.stages.context import RunContext
