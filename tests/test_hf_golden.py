@@ -104,6 +104,17 @@ KNOWN_DISAGREEMENTS = {
 }
 
 
+# Goldens transformers cannot compute at all, each with what fails: their golden is vLLM's own, as
+# an engine-only architecture's is (vllm-native-archs), until the cause is gone.
+UNCHECKABLE = {
+    "vllm-registry/hrm-text": (
+        "transformers' HrmText fails its own KV cache on the tiny config: the model updates cache slot "
+        "layer_idx + cycle_offset (modeling_hrm_text.py:208) of a DynamicCache(config) sized by "
+        "num_hidden_layers (:444), and the shrunk cycles outrun it: IndexError in cache_utils.py:1440"
+    ),
+}
+
+
 def within_known_cause(check, bound: float, top1_min: float) -> bool:
     """A failed check that only the known cause's logprob shift explains."""
     m = check.metrics
@@ -127,6 +138,8 @@ def _cases() -> list:
 
 @pytest.mark.parametrize("path, key", _cases())
 def test_vllm_golden_agrees_with_hf_transformers(path: Path, key: str, tmp_path):
+    if key in UNCHECKABLE:
+        pytest.skip(f"transformers cannot compute this golden: {UNCHECKABLE[key]}")
     suite = load_suite(path)
     if suite.archs:
         ref: ModelRef = suite.archs[key.split("/")[1]]
