@@ -85,7 +85,7 @@ def test_each_state_says_why_in_the_words_of_whoever_said_it():
     lines = {line.arch: line for line in census.take_census(inputs()).lines}
     assert lines["RefusedForConditionalGeneration"].detail == REGISTRY["RefusedForConditionalGeneration"]["reason"]
     assert "without AMX" in lines["MlaForCausalLM"].detail
-    assert lines["OnlyEngineForCausalLM"].detail == "vLLM-only: no generic route yet (issue 62 item 4)"
+    assert lines["OnlyEngineForCausalLM"].detail == census.NO_ROUTE.format(engine="vLLM")
     assert lines["BrokenLMHeadModel"].detail == "tiny-model: a size field is None"
     assert "--try-build" in lines["UntriedForCausalLM"].detail
 

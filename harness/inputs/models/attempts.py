@@ -39,7 +39,10 @@ class BuildAttempt:
 def known_attempt(arch: str, python: str) -> BuildAttempt | None:
     """What an earlier attempt found for `arch` as `python` builds it now; None: none was made."""
     ref = ArchModel(arch=arch)
-    target = tiny_target(ref, python)
+    try:
+        target = tiny_target(ref, python)
+    except ModelError as exc:  # the building interpreter cannot build at all: that is the answer
+        return BuildAttempt(arch, False, " ".join(str(exc).split()))
     if checkpoint_problem(target) is None:
         return BuildAttempt(arch, True, str(target))
     record = _record_file(ref, python)
