@@ -85,16 +85,41 @@ def test_stacked_mappings_give_each_fused_layer_its_parts_in_shard_order():
         ".gate_proj": (".gate_up_proj", 0),
     }
     parts = tiny_vllm.stacked_parts(stacked, {"qkv_proj": ["q_proj", "k_proj", "v_proj"], "wqkv": ["wqkv"], "w13": ["w1", "w3"]})
-    assert parts[".qkv_proj"] == [".q_proj", ".k_proj", ".v_proj"]
-    assert parts[".gate_up_proj"] == [".gate_proj", ".up_proj"]
-    # a checkpoint tensor loaded into several shards at once is no part of one
-    assert ".qkv" not in tiny_vllm.stacked_parts({".kv": (".qkv", ["k", "v"])}, {})
+    assert parts[".qkv_proj"] == [(".q_proj", (0,)), (".k_proj", (1,)), (".v_proj", (2,))]
+    assert parts[".gate_up_proj"] == [(".gate_proj", (0,)), (".up_proj", (1,))]
     # packed_modules_mapping adds what no mapper names; a layer packed with itself is no split
-    assert parts[".w13"] == [".w1", ".w3"] and ".wqkv" not in parts
+    assert parts[".w13"] == [(".w1", (0,)), (".w3", (1,))] and ".wqkv" not in parts
+    # one checkpoint tensor that fills several shards (Qwen3.5's in_proj_qkv: q, k and v of in_proj_qkvz)
+    gdn = tiny_vllm.stacked_parts({".in_proj_qkv": (".in_proj_qkvz", (0, 1, 2)), ".in_proj_z": (".in_proj_qkvz", 3)}, {})
+    assert gdn[".in_proj_qkvz"] == [(".in_proj_qkv", (0, 1, 2)), (".in_proj_z", (3,))]
+
+
+def test_a_load_weights_written_out_stacked_mapping_is_read_from_its_source():
+    source = """
+        stacked_params_mapping = [
+            # (param_name, shard_name, shard_id)
+            ("qkv_proj", "q_proj", "q"),
+            (".gate_up_proj", ".gate_proj", 0),
+        ]
+        expert_params_mapping = [("experts.w13_", "experts.0.w1.", 0, "w1")]
+        other = ("a", "b", "w1")
+    """
+    assert tiny_vllm.stacked_from_source(source) == {".q_proj": (".qkv_proj", "q"), ".gate_proj": (".gate_up_proj", 0)}
 
 
 def test_a_fused_parameter_splits_by_its_layers_output_sizes():
-    parts = {".qkv_proj": [".q_proj", ".k_proj", ".v_proj"], ".mlp.gate_up_proj": [".mlp.gate_proj", ".mlp.up_proj"]}
+    parts = tiny_vllm.stacked_parts(
+        {
+            ".q_proj": (".qkv_proj", "q"),
+            ".k_proj": (".qkv_proj", "k"),
+            ".v_proj": (".qkv_proj", "v"),
+            ".mlp.gate_proj": (".mlp.gate_up_proj", 0),
+            ".mlp.up_proj": (".mlp.gate_up_proj", 1),
+            ".in_proj_qkv": (".in_proj_qkvz", (0, 1, 2)),
+            ".in_proj_z": (".in_proj_qkvz", 3),
+        },
+        {},
+    )
     qkv = tiny_vllm.split_fused("model.layers.0.self_attn.qkv_proj", "weight", (256, 128), [128, 64, 64], parts)
     assert [(p.name, p.shape) for p in qkv] == [
         ("model.layers.0.self_attn.q_proj.weight", (128, 128)),
@@ -105,6 +130,11 @@ def test_a_fused_parameter_splits_by_its_layers_output_sizes():
     assert [p.shape for p in bias] == [(128,), (64,), (64,)]
     mlp = tiny_vllm.split_fused("model.layers.1.mlp.gate_up_proj", "weight", (512, 128), [256, 256], parts)
     assert [p.name for p in mlp] == ["model.layers.1.mlp.gate_proj.weight", "model.layers.1.mlp.up_proj.weight"]
+    gdn = tiny_vllm.split_fused("model.layers.0.linear_attn.in_proj_qkvz", "weight", (320, 128), [64, 64, 128, 64], parts)
+    assert [(p.name, p.shape) for p in gdn] == [
+        ("model.layers.0.linear_attn.in_proj_qkv.weight", (256, 128)),
+        ("model.layers.0.linear_attn.in_proj_z.weight", (64, 128)),
+    ]
     # a shared expert's gate_up_proj is not the dense MLP's: the mapper names only ".mlp."
     shared = tiny_vllm.split_fused("model.layers.1.shared_experts.gate_up_proj", "weight", (128, 128), [64, 64], parts)
     assert [p.name for p in shared] == ["model.layers.1.shared_experts.gate_up_proj.weight"]
@@ -162,6 +192,12 @@ def test_a_field_the_model_reads_is_named_from_its_attribute_error_and_sized_by_
     assert tiny_vllm.guessed_value("moe_intermediate_size") == 64 and tiny_vllm.guessed_value("use_qkv_bias") is False
     assert tiny_vllm.guessed_value("embedding_dropout") == 0.0 and tiny_vllm.guessed_value("rms_norm_eps") == 1e-6
     assert tiny_vllm.guessed_value("activation_function") == "silu"
+    assert tiny_vllm.guessed_value("norm_topk_prob") is False and tiny_vllm.guessed_value("kv_lora_rank") == 32
+    assert (
+        tiny_vllm.guessed_value("topk_group") == 1
+        and tiny_vllm.guessed_value("decoder_sparse_step") == 1
+        and tiny_vllm.guessed_value("scoring_func") == "softmax"
+    )
     assert tiny_vllm.guessed_value("original_rope") is None and tiny_vllm.guessed_value("n_head") == 4
     assert tiny_vllm.guessed_value("first_k_dense_replace") == 1 and tiny_vllm.guessed_value("dim_model_base") == 64
 

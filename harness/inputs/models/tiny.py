@@ -359,7 +359,7 @@ def derive_vllm_only(arch: str, overrides: dict, extra: dict, out: Path) -> list
 
 
 # a model that reads more undeclared fields than this is not one the guesses will fit
-MAX_ADDED_FIELDS = 8
+MAX_ADDED_FIELDS = 16
 
 
 def instantiated_with_fields(config, vllm_config, out: Path):

@@ -204,39 +204,64 @@ class Piece:
     norm: bool = False
 
 
-def shard_index(shard_id) -> int:
-    """A stacked mapping's shard id as a position: "q"/"k"/"v" or an integer."""
-    return QKV_SHARDS[shard_id] if isinstance(shard_id, str) else int(shard_id)
+def shard_indices(shard_id) -> tuple[int, ...]:
+    """A stacked mapping's shard id as positions: "q"/"k"/"v", an integer, or several (one
+    checkpoint tensor that fills shards 0, 1 and 2 of a fused layer: Qwen3.5's in_proj_qkv)."""
+    if isinstance(shard_id, (tuple, list)):
+        return tuple(i for one in shard_id for i in shard_indices(one))
+    return (QKV_SHARDS[shard_id],) if isinstance(shard_id, str) else (int(shard_id),)
 
 
-def stacked_parts(stacked: dict[str, tuple[str, object]], packed: dict[str, list[str]]) -> dict[str, list[str]]:
-    """fused module name -> its checkpoint parts in shard order. `stacked`: the mappers'
-    orig_to_new_stacked ({".q_proj": (".qkv_proj", "q")}); `packed`: the class's
-    packed_modules_mapping ({"gate_up_proj": ["gate_proj", "up_proj"]}), for a fused name
-    the mappers do not name. Names keep their leading dots: ".mlp.gate_up_proj"."""
-    parts: dict[str, list[tuple[int, str]]] = {}
+def stacked_from_source(source: str) -> dict[str, tuple[str, object]]:
+    """The stacked_params_mapping a load_weights writes out ((param_name, shard_name, shard_id)
+    tuples: ("qkv_proj", "q_proj", "q")), as a mapper's orig_to_new_stacked."""
+    found: dict[str, tuple[str, object]] = {}
+    for fused, part, named, number in re.findall(r'\(\s*"([.\w]+)"\s*,\s*"([.\w]+)"\s*,\s*(?:"(\w+)"|(\d+))\s*,?\s*\)', source):
+        shard: object = named or int(number)
+        if named and named not in QKV_SHARDS:
+            continue  # a ("w1", ...) of an expert mapping, not a shard of a fused layer
+        found.setdefault("." + part.lstrip("."), ("." + fused.lstrip("."), shard))
+    return found
+
+
+def stacked_parts(
+    stacked: dict[str, tuple[str, object]], packed: dict[str, list[str]]
+) -> dict[str, list[tuple[str, tuple[int, ...]]]]:
+    """fused module name -> its checkpoint parts in shard order, each with the shards it fills.
+    `stacked`: the mappers' orig_to_new_stacked ({".q_proj": (".qkv_proj", "q")}) and the
+    stacked_params_mapping of load_weights; `packed`: the class's packed_modules_mapping
+    ({"gate_up_proj": ["gate_proj", "up_proj"]}), for a fused name neither names. Names keep
+    their leading dots: ".mlp.gate_up_proj"."""
+    parts: dict[str, list[tuple[str, tuple[int, ...]]]] = {}
     for part, (fused, shard_id) in stacked.items():
-        if isinstance(shard_id, (str, int)):  # a list: one checkpoint tensor loaded into several shards
-            parts.setdefault(fused, []).append((shard_index(shard_id), part))
-    found = {fused: [p for _, p in sorted(pairs)] for fused, pairs in parts.items()}
+        parts.setdefault(fused, []).append((part, shard_indices(shard_id)))
+    found = {fused: sorted(pairs, key=lambda p: p[1]) for fused, pairs in parts.items()}
     for fused, names in packed.items():
         if not any(k.rsplit(".", 1)[-1] == fused for k in found) and names != [fused]:
-            found["." + fused] = ["." + n for n in names]
+            found["." + fused] = [("." + n, (i,)) for i, n in enumerate(names)]
     return found
 
 
 def split_fused(
-    module_path: str, leaf: str, shape: tuple[int, ...], output_sizes: list[int] | None, parts: dict[str, list[str]]
+    module_path: str,
+    leaf: str,
+    shape: tuple[int, ...],
+    output_sizes: list[int] | None,
+    parts: dict[str, list[tuple[str, tuple[int, ...]]]],
 ) -> list[Piece]:
     """The checkpoint tensors of a parameter `leaf` ("weight", "bias") of the layer at
-    `module_path`: one per part where a stacked mapping names the layer and its output_sizes
-    say how the rows divide; the parameter itself otherwise (a fused checkpoint tensor, which
-    a merged layer's loader splits itself)."""
+    `module_path`: one per part where a stacked mapping names the layer and its parts fill its
+    output_sizes exactly; the parameter itself otherwise (a fused checkpoint tensor, which a
+    merged layer's loader splits itself)."""
     dotted = "." + module_path
-    for fused, names in parts.items():
-        if dotted.endswith(fused) and output_sizes and len(output_sizes) == len(names):
+    for fused, named in parts.items():
+        filled = sorted(i for _, shards in named for i in shards)
+        if dotted.endswith(fused) and output_sizes and filled == list(range(len(output_sizes))):
             base = dotted[: -len(fused)].lstrip(".")
-            return [Piece(f"{base}{name}.{leaf}".lstrip("."), (size, *shape[1:])) for name, size in zip(names, output_sizes)]
+            return [
+                Piece(f"{base}{name}.{leaf}".lstrip("."), (sum(output_sizes[i] for i in shards), *shape[1:]))
+                for name, shards in named
+            ]
     return [Piece(f"{module_path}.{leaf}".lstrip("."), shape)]  # a parameter of the model itself: no module path
 
 
@@ -410,9 +435,12 @@ def guessed_value(field: str):
         (lambda: "dropout" in words, 0.0),
         (lambda: words[-1] in ("act", "activation") or name.endswith("activation_function"), "silu"),
         (lambda: words[-1] in ("factor", "ratio", "scale", "multiplier"), 1.0),
-        (lambda: words[0] in ("use", "tie") or words[-1] in ("bias", "norm"), False),
+        (lambda: words[0] in ("use", "tie", "norm") or words[-1] in ("bias", "norm", "prob"), False),
+        (lambda: name == "scoring_func", "softmax"),
+        (lambda: words[-1] == "rank", 32),
+        (lambda: words[-1] in ("step", "interval", "freq"), 1),
         (lambda: words[-1] in ("head", "heads"), 4),
-        (lambda: words[0] in ("num", "n") or words[-1] in ("layers", "groups") or name.endswith("dense_replace"), 1),
+        (lambda: words[0] in ("num", "n") or words[-1] in ("layers", "groups", "group") or name.endswith("dense_replace"), 1),
         (lambda: "size" in words or "dim" in words, 64),
     )
     for applies, value in rules:
@@ -442,10 +470,19 @@ def checkpoint_layout(model) -> list[Piece]:
 
 
 def _stacked_mappings(model) -> dict:
-    """The orig_to_new_stacked of every WeightsMapper the model's classes carry."""
+    """The orig_to_new_stacked of every WeightsMapper the model's classes carry, and the
+    stacked_params_mapping their own load_weights write out (under them: the mappers win)."""
+    import inspect
+
     found: dict = {}
-    for module in model.modules():
-        mapper = getattr(type(module), "hf_to_vllm_mapper", None)
+    for cls in dict.fromkeys(type(m) for m in model.modules()):
+        loader = cls.__dict__.get("load_weights")
+        if loader is not None:
+            try:
+                found = stacked_from_source(inspect.getsource(loader)) | found
+            except (OSError, TypeError):  # no source to read (a compiled or generated method)
+                pass
+        mapper = getattr(cls, "hf_to_vllm_mapper", None)
         found |= dict(getattr(mapper, "orig_to_new_stacked", {}) or {})
     return found
 
