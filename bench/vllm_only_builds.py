@@ -11,6 +11,8 @@ vLLM's loader refuses a checkpoint that leaves a parameter unset ("Following wei
 initialized from checkpoint"), so a load is the proof that the checkpoint is complete. One line
 per architecture: `built+loaded`, `builder refused: ...` or `vLLM refused: ...`, then the counts.
 A vLLM run is one at a time (`flock /tmp/harness-heavy.lock` around each, on a shared machine).
+Each load's answer is kept beside the build's (attempts.record_load, per vLLM version), so a
+second run loads nothing again and `harness archs` says it.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import fcntl
 import fnmatch
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -72,10 +75,20 @@ def heavy():
         yield
 
 
+# what vLLM's front end says after its engine core died: the root cause is the core's own error above
+WRAPPERS = ("EngineDeadError", "Engine core initialization failed", "EngineCore encountered an issue")
+
+
 def _last_error(stderr: str) -> str:
-    lines = [ln.strip() for ln in stderr.splitlines() if ln.strip()]
-    errors = [ln for ln in lines if ("Error" in ln or "error" in ln) and not ln.startswith(("File ", "WARNING", "INFO"))]
-    return " ".join((errors or lines or [""])[-1].split())[:300]
+    """The root cause in a failed vLLM run's stderr: its last exception line that is not the
+    front end's report of the engine core's death."""
+    # a line of vLLM's engine core process comes prefixed "(EngineCore pid=N) "
+    lines = [re.sub(r"^\([^)]*\)\s*", "", ln.strip()) for ln in stderr.splitlines() if ln.strip()]
+    raised = [
+        ln for ln in lines if re.match(r"^[\w.]*(Error|Exception|Interrupt)\b.*:", ln) and not any(w in ln for w in WRAPPERS)
+    ]
+    errors = [ln for ln in lines if "Error" in ln and not ln.startswith(("File ", "WARNING", "INFO"))]
+    return " ".join((raised or errors or lines or [""])[-1].split())[:300]
 
 
 def main() -> int:
@@ -92,7 +105,7 @@ def main() -> int:
     results = {}
     for arch in archs:
         start = time.monotonic()
-        results[arch] = _one(arch, python, refusals.get(arch), args)
+        results[arch] = _one(arch, python, engine.versions().get("vllm", "?"), refusals.get(arch), args)
         state, said = results[arch]["state"], results[arch]["said"]
         print(f"{arch:45s} {state}{': ' + said if said else ''} ({time.monotonic() - start:.0f} s)", flush=True)
     counts: dict[str, int] = {}
@@ -104,7 +117,7 @@ def main() -> int:
     return 0
 
 
-def _one(arch: str, python: str, registry_refusal: str | None, args) -> dict:
+def _one(arch: str, python: str, version: str, registry_refusal: str | None, args) -> dict:
     if registry_refusal:
         return {"state": "vLLM refused", "said": registry_refusal}
     builder = models.builder_python(python, arch=arch)
@@ -114,8 +127,13 @@ def _one(arch: str, python: str, registry_refusal: str | None, args) -> dict:
             attempt = attempts.attempt_build(arch, builder, args.build_timeout_s)
     if not attempt.built:
         return {"state": "builder refused", "said": attempt.said}
-    said = load(python, attempt.said, args.load_timeout_s)
-    return {"state": "vLLM refused", "said": said} if said else {"state": "built+loaded", "said": ""}
+    known = attempts.recorded_load(attempt.said, version)
+    if known is None:
+        said = load(python, attempt.said, args.load_timeout_s)
+        if not said or "within" not in said:  # a load cut short by time is tried again next run
+            attempts.record_load(attempt.said, version, said)
+        known = (said is None, said or "")
+    return {"state": "built+loaded", "said": ""} if known[0] else {"state": "vLLM refused", "said": known[1]}
 
 
 if __name__ == "__main__":

@@ -219,3 +219,21 @@ def test_derived_pieces_are_seeded_in_order_and_norms_are_ones():
     a, b = tiny_vllm.weights_of(pieces, 0), tiny_vllm.weights_of(pieces, 0)
     assert all((a[k] == b[k]).all() for k in a) and (a["n.weight"] == 1).all()
     assert not (a["b.weight"] == tiny_vllm.weights_of(pieces[2:], 0)["b.weight"]).all()  # drawn after a.weight
+
+
+def test_the_proof_bench_reports_a_failed_load_by_its_root_cause_not_the_front_ends_wrapper():
+    import importlib.util
+
+    from tests.kit import ROOT
+
+    spec = importlib.util.spec_from_file_location("bench_vllm_only_builds", ROOT / "bench" / "vllm_only_builds.py")
+    assert spec and spec.loader
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    stderr = """(EngineCore pid=7) ERROR 12-07 09:11:09 [core.py:1] EngineCore failed to start.
+(EngineCore pid=7)   File "/x/layer.py", line 3, in forward
+(EngineCore pid=7) RuntimeError: mat1 and mat2 shapes cannot be multiplied (4x64 and 128x64)
+RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {}
+vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue. See stack trace (above) for the root cause.
+"""
+    assert bench._last_error(stderr) == "RuntimeError: mat1 and mat2 shapes cannot be multiplied (4x64 and 128x64)"
