@@ -103,8 +103,9 @@ def _take(args):
         buildable_route=route,
         known_attempt=lambda arch: attempts.known_attempt(arch, builder(arch)),
         attempt=(lambda arch: attempts.attempt_build(arch, builder(arch), timeout)) if args.try_build else None,
+        # the engine's own rule first (it names the machine fact: MLA without AMX), then a recorded load
         refusal=lambda directory: (
-            _load_refusal(directory, args.engine, engine.versions()) or engine.unsupported_reason({}, directory)
+            engine.unsupported_reason({}, directory) or _load_refusal(directory, args.engine, engine.versions())
         ),
         machine={name: (None if flags is None else flag in flags) for name, flag in census.MACHINE_FLAGS.items()},
         only=args.only,
