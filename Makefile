@@ -146,7 +146,7 @@ install-vllm:
 # The gate too (--jobs: the same verdicts in each of three runs, 4:04-4:38 against 4:28-5:03
 # one at a time, docs/BENCHMARKS.md, the vllm gate two at a time).
 test-vllm:
-	HARNESS_TEST_VLLM=1 $(PYTEST) tests/test_vllm.py tests/test_vllm_localize.py tests/test_vllm_repro.py tests/test_wheel_vllm.py -n $(JOBS) --dist loadgroup -rs
+	HARNESS_TEST_VLLM=1 $(PYTEST) tests/test_vllm.py tests/test_vllm_localize.py tests/test_vllm_repro.py tests/test_wheel_vllm.py tests/test_vllm_only_builds.py -n $(JOBS) --dist loadgroup -rs
 	$(HARNESS) run --gate vllm --jobs $(JOBS)
 
 # An old vLLM release through the harness's own install (not in .ci/run: its torch 2.11

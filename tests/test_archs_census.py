@@ -85,7 +85,7 @@ def test_each_state_says_why_in_the_words_of_whoever_said_it():
     lines = {line.arch: line for line in census.take_census(inputs()).lines}
     assert lines["RefusedForConditionalGeneration"].detail == REGISTRY["RefusedForConditionalGeneration"]["reason"]
     assert "without AMX" in lines["MlaForCausalLM"].detail
-    assert lines["OnlyEngineForCausalLM"].detail == "vLLM-only: no generic route yet (issue 62 item 4)"
+    assert lines["OnlyEngineForCausalLM"].detail == census.NO_ROUTE.format(engine="vLLM")
     assert lines["BrokenLMHeadModel"].detail == "tiny-model: a size field is None"
     assert "--try-build" in lines["UntriedForCausalLM"].detail
 
@@ -341,3 +341,23 @@ def test_a_left_out_entry_gives_exactly_one_state():
         LeftOut(refused="a", cannot_build="b")
     with pytest.raises(ValidationError, match="exactly one"):
         LeftOut()
+
+
+def test_a_recorded_load_that_failed_is_the_engines_refusal_and_one_that_worked_is_none(tmp_path, monkeypatch):
+    """bench/vllm_only_builds.py loads each vLLM-only architecture's tiny checkpoint and keeps the
+    answer per vLLM version: a checkpoint the generic route builds that vLLM does not load is
+    'refused by the engine here' in vLLM's words, without the census loading anything."""
+    from harness.cli.archs import _load_refusal
+    from harness.inputs.models import attempts
+
+    monkeypatch.setenv("HARNESS_CACHE", str(tmp_path / "cache"))
+    refused, loaded = "/cache/models/tiny/AForCausalLM-1", "/cache/models/tiny/BForCausalLM-1"
+    attempts.record_load(refused, "9.9", "RuntimeError: Unsupported block size: 16")
+    attempts.record_load(loaded, "9.9", None)
+    assert attempts.recorded_load(loaded, "9.9") == (True, "")
+    assert _load_refusal(refused, "vllm", {"vllm": "9.9"}) == (
+        "vLLM 9.9 does not load its tiny checkpoint: RuntimeError: Unsupported block size: 16"
+    )
+    assert _load_refusal(loaded, "vllm", {"vllm": "9.9"}) is None
+    # another release, or a checkpoint never loaded: nothing is known
+    assert _load_refusal(refused, "vllm", {"vllm": "9.10"}) is None and attempts.recorded_load("/x/C-1", "9.9") is None

@@ -105,11 +105,27 @@ def _take(args):
         buildable_route=route,
         known_attempt=lambda arch: attempts.known_attempt(arch, builder(arch)),
         attempt=(lambda arch: attempts.attempt_build(arch, builder(arch), timeout)) if args.try_build else None,
-        refusal=lambda directory: engine.unsupported_reason({}, directory),
+        # the engine's own rule first (it names the machine fact: MLA without AMX), then a recorded load
+        refusal=lambda directory: (
+            engine.unsupported_reason({}, directory) or _load_refusal(directory, args.engine, engine.versions())
+        ),
         machine={name: (None if flags is None else flag in flags) for name, flag in census.MACHINE_FLAGS.items()},
         only=args.only,
     )
     return census.take_census(given, say=_say)
+
+
+def _load_refusal(directory: str, engine: str, versions: dict) -> str | None:
+    """The engine's words where a recorded load of this checkpoint failed (bench/vllm_only_builds.py
+    loads each vLLM-only architecture's: a build its generic route makes may still not load)."""
+    from harness.inputs.models import attempts
+    from harness.run.census import ENGINE_NAMES
+
+    version = versions.get(engine, "?")
+    found = attempts.recorded_load(directory, version)
+    if found is None or found[0]:
+        return None
+    return f"{ENGINE_NAMES.get(engine, engine)} {version} does not load its tiny checkpoint: {found[1]}"
 
 
 def _engine(args):

@@ -5,8 +5,9 @@ its model registry in exactly one state, none left silent.
                                 scenarios' last verdicts from the history store
     refused by the engine here  the engine's own words: its registry's answer for the
                                 architecture, or its unsupported_reason for the tiny checkpoint
-    cannot be built             the tiny builder's complaint, or that no builder route exists
-                                (an architecture only the engine defines), and what it would take
+    cannot be built             the tiny builder's complaint (for an architecture only the engine
+                                defines, the generic route's: models/tiny_vllm.py), and what it
+                                would take
     buildable, not swept        built (or built before: the cached attempt) and run by no suite
     not tried                   no attempt yet (`--try-build` makes one)
 
@@ -37,7 +38,12 @@ NOT_TRIED = "not tried"
 STATES = (SWEPT, REFUSED, CANNOT_BUILD, BUILDABLE, NOT_TRIED)
 NOT_GENERATOR = "not a text generator"
 
-VLLM_ONLY = "{engine}-only: no generic route yet (issue 62 item 4)"
+# an architecture neither transformers (in the building interpreter) nor the engine-only route
+# (models/tiny_vllm.py, for a generator transformers lacks) takes: only where the harness's own
+# interpreter has no transformers to tell the two apart
+NO_ROUTE = (
+    "no tiny-builder route: not a transformers class of the building interpreter, and not one the {engine}-only route takes"
+)
 # how an engine's name is written in a sentence
 ENGINE_NAMES = {"vllm": "vLLM"}
 
@@ -161,7 +167,7 @@ def _line(arch: str, given: CensusInputs, say) -> ArchLine:
 def _unswept(arch: str, given: CensusInputs, say) -> ArchLine:
     """The state of an arch no suite runs: from the builder and the engine's refusal."""
     if not given.buildable_route(arch):
-        return ArchLine(arch, CANNOT_BUILD, VLLM_ONLY.format(engine=ENGINE_NAMES.get(given.engine, given.engine)))
+        return ArchLine(arch, CANNOT_BUILD, NO_ROUTE.format(engine=ENGINE_NAMES.get(given.engine, given.engine)))
     attempt = given.known_attempt(arch)
     if given.attempt is not None and (attempt is None or attempt.timed_out):
         say(f"building a tiny {arch}")

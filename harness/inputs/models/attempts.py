@@ -39,7 +39,10 @@ class BuildAttempt:
 def known_attempt(arch: str, python: str) -> BuildAttempt | None:
     """What an earlier attempt found for `arch` as `python` builds it now; None: none was made."""
     ref = ArchModel(arch=arch)
-    target = tiny_target(ref, python)
+    try:
+        target = tiny_target(ref, python)
+    except ModelError as exc:  # the building interpreter cannot build at all: that is the answer
+        return BuildAttempt(arch, False, " ".join(str(exc).split()))
     if checkpoint_problem(target) is None:
         return BuildAttempt(arch, True, str(target))
     record = _record_file(ref, python)
@@ -80,3 +83,28 @@ def transformers_classes(python: str) -> frozenset[str] | None:
     if done.returncode != 0:
         return None
     return frozenset(json.loads(done.stdout.strip().splitlines()[-1]))
+
+
+def record_load(directory: str, engine_version: str, said: str | None) -> None:
+    """What the engine said loading the tiny checkpoint in `directory` (None: it loaded and
+    generated): bench/vllm_only_builds.py's proof, kept so the census says it without loading."""
+    record = _load_file(directory, engine_version)
+    record.parent.mkdir(parents=True, exist_ok=True)
+    tmp = record.with_name(f".{record.name}.{os.getpid()}.{time.monotonic_ns()}")
+    tmp.write_text(json.dumps({"loaded": said is None, "said": said or ""}))
+    os.replace(tmp, record)
+
+
+def recorded_load(directory: str, engine_version: str) -> tuple[bool, str] | None:
+    """(loaded, the engine's words) of an earlier load of the checkpoint in `directory` by this
+    engine version; None where none was recorded."""
+    try:
+        found = json.loads(_load_file(directory, engine_version).read_text())
+        return bool(found["loaded"]), str(found["said"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _load_file(directory: str, engine_version: str) -> Path:
+    # the checkpoint's directory name is the arch and its build key: a new build is a new record
+    return cache_dir("arch-builds") / f"{Path(directory).name}.load-{engine_version}.json"

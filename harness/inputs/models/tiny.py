@@ -304,21 +304,104 @@ def write_vllm_only(args) -> int:
     from safetensors.torch import save_file
 
     extra = json.loads(args.extra_config)
-    config = tiny_vllm.config_of(args.arch)
-    shrink(config)
-    set_special_ids(config)
+    args.out.mkdir(parents=True, exist_ok=True)
     try:
-        apply_overrides(config, json.loads(args.overrides))
-        check_extra_config(config, extra)
+        if args.arch in tiny_vllm.LAYOUTS:
+            config = vllm_only_config(tiny_vllm.config_of(args.arch), json.loads(args.overrides), extra)
+            config.save_pretrained(args.out)
+            pieces = [
+                tiny_vllm.Piece(n, s, n.endswith(("norm.weight", "layernorm.weight")))
+                for n, s in tiny_vllm.LAYOUTS[args.arch][1](config).items()
+            ]
+        else:
+            pieces = derive_vllm_only(args.arch, json.loads(args.overrides), extra, args.out)
     except UserError as exc:
         return refused(exc)
-    args.out.mkdir(parents=True, exist_ok=True)
-    config.save_pretrained(args.out)
-    shapes = tiny_vllm.LAYOUTS[args.arch][1](config)
-    save_file(tiny_vllm.weights(shapes, args.seed), args.out / "model.safetensors", metadata={"format": "pt"})
+    except tiny_vllm.Refused as exc:
+        return refused(UserError(f"{args.arch} (vLLM-only, built from vLLM's model class): {exc}"))
+    save_file(tiny_vllm.weights_of(pieces, args.seed), args.out / "model.safetensors", metadata={"format": "pt"})
     write_extra_config(args.out, extra)
     write_tokenizer(args.corpus, args.out)
     return 0
+
+
+def vllm_only_config(config, overrides: dict, extra: dict):
+    """A vLLM-only architecture's config shrunk as every other's, then the scenario's overrides."""
+    shrink(config)
+    set_special_ids(config)
+    apply_overrides(config, overrides)
+    check_extra_config(config, extra)
+    return config
+
+
+def derive_vllm_only(arch: str, overrides: dict, extra: dict, out: Path) -> list:
+    """The generic route (tiny_vllm.py): each config class vLLM's source points to (LlamaConfig
+    last, for a model whose checkpoints bring their own config class), shrunk, until vLLM's
+    model class instantiates for one; a field the model reads and the class lacks is added
+    (tiny_vllm.guessed_value). The config is written to `out`; the checkpoint layout is
+    checked by the model's own load_weights. tiny_vllm.Refused says why none would do."""
+    cls, sources = tiny_vllm.registered(arch)
+    candidates = tiny_vllm.config_candidates(arch, *tiny_vllm.config_classes(), sources)
+    tried = []
+    for model_type in [*candidates, *(["llama"] if "llama" not in candidates else [])]:
+        try:
+            config = vllm_only_config(tiny_vllm.config_for(model_type), overrides, extra)
+            config.architectures = [arch]
+            config.save_pretrained(out)
+            model = instantiated_with_fields(config, tiny_vllm.engine_config(str(out)), out)
+        except Exception as exc:  # this config is not the one: the next candidate, the reason kept
+            tried.append(f"{model_type}: {type(exc).__name__}: {tiny_vllm._one_line(exc)}")
+            continue
+        return checked_layout(model)
+    raise tiny_vllm.Refused(
+        f"vLLM's {cls.__module__} does not instantiate with any config it points to (" + "; ".join(tried) + ")"
+    )
+
+
+# a model that reads more undeclared fields than this is not one the guesses will fit
+MAX_ADDED_FIELDS = 16
+
+
+def instantiated_with_fields(config, vllm_config, out: Path):
+    """vLLM's model on the meta device; each field it reads that `config` lacks is added with a
+    guessed tiny value (to `config`, rewritten to `out`, and to vLLM's copy) and it is tried again."""
+    added: dict = {}
+    while True:
+        try:
+            return tiny_vllm.meta_model(vllm_config)
+        except AttributeError as exc:
+            field = tiny_vllm.missing_field(exc)
+            value = tiny_vllm.guessed_value(field) if field else None
+            if field is None or value is None or field in added or len(added) >= MAX_ADDED_FIELDS:
+                raise
+            added[field] = value
+            for holder in {
+                id(c): c for c in (config, vllm_config.model_config.hf_config, vllm_config.model_config.hf_text_config)
+            }.values():
+                setattr(holder, field, value)
+            config.save_pretrained(out)
+
+
+def checked_layout(model) -> list:
+    count = tiny_vllm.parameter_count(model)
+    if count > tiny_vllm.MAX_PARAMETERS:
+        raise tiny_vllm.Refused(
+            f"its tiny config still makes {count / 1e6:.0f}M parameters (the limit is "
+            f"{tiny_vllm.MAX_PARAMETERS / 1e6:.0f}M): a size field the shrink rules do not know; set it under `overrides:`"
+        )
+    try:
+        pieces = tiny_vllm.checkpoint_layout(model)
+    except Exception as exc:  # a layer the naming rules do not know: its words are the reason
+        raise tiny_vllm.Refused(
+            f"its parameters cannot be named back ({type(exc).__name__}: {tiny_vllm._one_line(exc)})"
+        ) from None
+    left = tiny_vllm.unloaded(model, pieces)
+    if left:
+        raise tiny_vllm.Refused(
+            f"its load_weights leaves {len(left)} parameters unset from the derived names: {', '.join(left[:4])}"
+            + (" ..." if len(left) > 4 else "")
+        )
+    return pieces
 
 
 def write_processor(arch: str, config, out: Path) -> None:
