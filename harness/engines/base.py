@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from harness.contract.known_bugs import KnownBug
 
 
-# The class-name endings of an architecture that generates text, as issue 62 counts them
+# The class-name endings of an architecture that generates text, as the census (`harness archs`) counts them
 # (vLLM 0.32: 170 *ForCausalLM / *LMHeadModel, 88 *ForConditionalGeneration); the other
 # architectures of a registry are encoders, poolers, reward and classification heads.
 GENERATOR_SUFFIXES = ("ForCausalLM", "LMHeadModel", "ForConditionalGeneration")

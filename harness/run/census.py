@@ -1,4 +1,4 @@
-"""The census of an engine's architectures (`harness archs`, issue 62): every text generator of
+"""The census of an engine's architectures (`harness archs`): every text generator of
 its model registry in exactly one state, none left silent.
 
     swept                       a suite runs it (built-in or the project's): which, and its
@@ -49,7 +49,7 @@ ENGINE_NAMES = {"vllm": "vLLM"}
 
 # What the generic shrink needs, where it is known (docs/ARCHITECTURES.md, "Which vLLM
 # architectures the builder can build"): a suite gives it as `overrides:` until the builder
-# has a family override (issue 62 item 3).
+# has a family rule for it.
 BUILD_HINTS = {
     "DbrxForCausalLM": "its attention sub-config lacks rope_theta: give attn_config a rope_theta",
     "Gemma3nForCausalLM": "override num_hidden_layers >= 4 and num_kv_shared_layers so both layer kinds remain",

@@ -1,6 +1,6 @@
 """Whether the tiny builder builds an architecture as it stands (no overrides), asked once.
 
-`harness archs --try-build` (issue 62's census) attempts the tiny checkpoint of every
+`harness archs --try-build` (the census of the engine's registry) attempts the tiny checkpoint of every
 text-generating architecture no suite runs, through the builder a scenario's `{arch: X}`
 goes through (build_tiny, in the interpreter builder_python picks), bounded in time. The
 outcome is kept so that a second census is instant: a build that worked is its cached

@@ -1,6 +1,6 @@
 """Tiny checkpoints of architectures that only vLLM defines.
 
-Many architectures vLLM serves have no model class in transformers (issue 62 item 4: 105 of
+Many architectures vLLM serves have no model class in transformers (105 of
 vLLM 0.32's 258 text generators). tiny.py's route (the config class's defaults shrunk,
 transformers' own init, `save_pretrained`) has no model to initialise for them. This is the
 second route, generic: everything it writes is derived from vLLM's own model class.
@@ -27,8 +27,8 @@ second route, generic: everything it writes is derived from vLLM's own model cla
 3. The tokenizer: tiny.py's.
 
 Step3TextForCausalLM keeps its hand-written table (LAYOUTS): its committed golden
-(scenarios/vllm-native-archs.yaml) was made on those bytes, and the table is what issue 62
-wrote this route from.
+(scenarios/vllm-native-archs.yaml) was made on those bytes, and the table is the worked
+example this route generalises.
 
 There is no transformers model to check such a golden against: its golden is vLLM's own TP1
 eager run, and the parallel settings are judged against it.
@@ -306,7 +306,7 @@ def unmapped(name: str, prefix: dict, substr: dict, suffix: dict) -> str:
 
 def not_standalone(arch: str, draft_heads: Iterable[str], backends: Iterable[str]) -> str | None:
     """Why `arch` has no checkpoint of its own to build, or None: a speculative-decoding draft
-    head loads beside its target model (the spec axis, issue 62 item 5), and vLLM's
+    head loads beside its target model (the speculative-decoding axis's, not a model of its own), and vLLM's
     Transformers backend classes run a checkpoint of a transformers class (model_impl)."""
     if arch in draft_heads:
         return "a speculative-decoding draft head: vLLM loads it beside a target model (the spec axis), not alone"
