@@ -55,7 +55,9 @@ SERVED = [
     "GPT2LMHeadModel",
     "Qwen3_5ForConditionalGeneration",
     "HunYuanMoEV1ForCausalLM",
-    "NoRouteForCausalLM",
+    "InternLM2ForCausalLM",
+    "Eagle3LlamaForCausalLM",
+    "EagleLlamaForCausalLM",
 ]
 
 
@@ -70,8 +72,12 @@ def engine(monkeypatch):
         return sorted(state["served"]), "vllm 9.9.9"
 
     monkeypatch.setattr(registry, "_registry", fake)
-    monkeypatch.setattr(registry, "has_build_route", lambda arch: arch != "NoRouteForCausalLM")
+    # the classes transformers lacks take the vLLM-only route (tiny_vllm.py)
+    monkeypatch.setattr(registry, "build_route", lambda arch: "vllm" if arch in VLLM_ONLY else "transformers")
     return state
+
+
+VLLM_ONLY = {"InternLM2ForCausalLM", "Eagle3LlamaForCausalLM", "EagleLlamaForCausalLM"}
 
 
 def write(tmp_path: Path, extra: str = "") -> Path:
@@ -113,7 +119,7 @@ def test_the_registry_gives_the_arch_axis_less_what_the_suite_leaves_out(tmp_pat
     catalog = load_catalog([tmp_path])
     assert not catalog.broken, catalog.problems_text()
     suite = next(s.suite for s in catalog.scenarios if s.suite.suite == "reg")
-    # text kinds only (no ConditionalGeneration), Llama swept beside it, OPT excluded, no route: left out
+    # text kinds only (no ConditionalGeneration), Llama swept beside it, OPT excluded, the vLLM-only route: not this suite's
     assert sorted(suite.archs) == ["gpt2", "hun-yuan-moe-v1", "qwen3-next"]
     qwen3_next = suite.archs["qwen3-next"]
     assert isinstance(qwen3_next, ArchModel) and qwen3_next.overrides == {"num_hidden_layers": 4}
@@ -210,3 +216,24 @@ def test_an_older_release_takes_its_own_registry(tmp_path, engine, monkeypatch):
     assert {s.base_id for s in ran} == {s.id for s in chosen if "qwen3-next" not in s.id}
     assert all(s.id.endswith("@vllm-0.22.1") for s in ran)
     assert any("not in vllm 0.22.1's model registry" in line and "Qwen3NextForCausalLM" in line for line in said), said
+
+
+def test_a_vllm_only_route_suite_takes_the_classes_transformers_lacks_and_globs_leave_out(tmp_path, engine):
+    """`routes: [vllm]`: only the archs the tiny builder makes from vLLM's own model class; an
+    exclude key may be a glob (the draft heads), each matching class left out with its reason
+    (the census's state), and a glob that matches nothing is said as a typo would be."""
+    path = tmp_path / "native.yaml"
+    path.write_text(
+        REGISTRY_SUITE.format(extra="")
+        .replace("suite: reg", "suite: native")
+        .replace("skip_swept: true", "routes: [vllm]")
+        .replace('OptForCausalLM: "not this one"', 'Eagle*ForCausalLM: {refused: "a draft head"}, Peagle*: "none here"')
+    )
+    catalog = load_catalog([tmp_path])
+    assert not catalog.broken, catalog.problems_text()
+    suite = load_suite(path)
+    assert dict(suite.archs) and sorted(suite.archs) == ["intern-lm2"]
+    left_out = suite.registry.left_out
+    assert set(left_out) == {"Eagle3LlamaForCausalLM", "EagleLlamaForCausalLM"}
+    assert all(isinstance(why, registry.LeftOut) and why.refused == "a draft head" for why in left_out.values())
+    assert any("Peagle*" in n for n in catalog.notices), catalog.notices

@@ -18,6 +18,7 @@ sees an ordinary `archs:` table.
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import re
 import sys
@@ -61,9 +62,14 @@ class RegistrySpec(BaseModel):
 
     source: Literal["registry"] = Field(alias="from")
     kinds: list[Literal["text", "multimodal"]] = Field(["text"], min_length=1)
+    # how the tiny builder makes the checkpoint: from the transformers class (tiny.py), or,
+    # for an architecture transformers has no class for, from vLLM's own model class
+    # (tiny_vllm.py). One suite per route keeps each route's refusals in its own exclude
+    routes: list[Literal["transformers", "vllm"]] = Field(["transformers"], min_length=1)
     # leave out what a suite beside this file (same engine) already runs: one sweep per arch
     skip_swept: bool = False
-    # architecture class -> why this suite leaves it out: a sentence, or the census state it
+    # architecture class (or a glob of classes: `Eagle3*`) -> why this suite leaves it out: a
+    # sentence, or the census state it
     # is in with the reason ({refused: ...}: the engine cannot run it here, or not as a model of
     # its own; {cannot_build: ...}: the tiny builder cannot make it), so that `harness archs`
     # puts it there instead of "buildable, not swept"
@@ -156,32 +162,42 @@ def resolve(raw: dict, path: Path, swept_beside: set[str], engine_python: str | 
             dict(locked["archs"]), str(locked.get("engine", "?")), live=False, swept_beside=frozenset(swept_beside)
         )
         return {**raw, "archs": table}, resolution
-    wanted = [a for a in found if _kind_of(a) in spec.kinds and a not in spec.exclude and has_build_route(a)]
+    left_out = {a: why for a in found if (why := excluded(a, spec)) is not None}
+    routes = set(spec.routes)
+    wanted = [a for a in found if _kind_of(a) in spec.kinds and a not in left_out and build_route(a) in routes]
     if spec.skip_swept:
         wanted = [a for a in wanted if a not in swept_beside]
     chosen = names_for(wanted)
     gone = sorted(set((locked or {}).get("archs", {}).values()) - set(found))
     if gone:
         notices.append(f"suite '{raw.get('suite')}': not in {source}'s model registry, their rows left out: {', '.join(gone)}")
-    unknown = sorted(set(spec.exclude) - set(found))
+    unknown = sorted(key for key in spec.exclude if not any(fnmatch.fnmatchcase(a, key) for a in found))
     if unknown:
         notices.append(f"suite '{raw.get('suite')}': exclude names {', '.join(unknown)}, which {source}'s registry does not have")
     table = {name: {"arch": arch, **spec.models.get(arch, {})} for name, arch in chosen.items()}
     return {**raw, "archs": table}, Resolution(
-        chosen, source, notices, swept_beside=frozenset(swept_beside), left_out=dict(spec.exclude)
+        chosen, source, notices, swept_beside=frozenset(swept_beside), left_out=left_out
     )
 
 
-def has_build_route(arch: str) -> bool:
-    """Whether the tiny builder makes `arch` from a transformers class (or Step3's own table):
-    the routes a registry suite takes today. tiny_vllm.py's generic route for the classes only
-    vLLM defines refuses most of them (18 of 105 load on vLLM 0.32.0, bench/vllm_only_builds.py),
-    and a refused arch would be a row that can only end in the builder's refusal: those join
-    through a suite's own `archs:` (vllm-native-archs) until the route builds most of them."""
-    from harness.inputs import models
-    from harness.inputs.models import attempts, tiny_vllm
+def excluded(arch: str, spec: RegistrySpec) -> str | LeftOut | None:
+    """Why the suite leaves `arch` out: its own exclude entry, else the first glob that matches it."""
+    if arch in spec.exclude:
+        return spec.exclude[arch]
+    return next((why for key, why in spec.exclude.items() if fnmatch.fnmatchcase(arch, key)), None)
 
-    return arch in tiny_vllm.LAYOUTS or arch in (attempts.transformers_classes(models.builder_python(arch=arch)) or ())
+
+def build_route(arch: str) -> Literal["transformers", "vllm"] | None:
+    """How the tiny builder makes `arch`: from its transformers class, or from vLLM's model
+    class (tiny_vllm.py: a class transformers lacks, Step3's table among them); None where the
+    builder's interpreter cannot say which classes transformers has."""
+    from harness.inputs import models
+    from harness.inputs.models import attempts
+
+    classes = attempts.transformers_classes(models.builder_python(arch=arch))
+    if classes is None:
+        return None
+    return "transformers" if arch in classes else "vllm"
 
 
 def _kind_of(arch: str) -> str | None:
