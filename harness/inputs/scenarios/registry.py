@@ -175,9 +175,7 @@ def resolve(raw: dict, path: Path, swept_beside: set[str], engine_python: str | 
     if unknown:
         notices.append(f"suite '{raw.get('suite')}': exclude names {', '.join(unknown)}, which {source}'s registry does not have")
     table = {name: {"arch": arch, **spec.models.get(arch, {})} for name, arch in chosen.items()}
-    return {**raw, "archs": table}, Resolution(
-        chosen, source, notices, swept_beside=frozenset(swept_beside), left_out=left_out
-    )
+    return {**raw, "archs": table}, Resolution(chosen, source, notices, swept_beside=frozenset(swept_beside), left_out=left_out)
 
 
 def excluded(arch: str, spec: RegistrySpec) -> str | LeftOut | None:
