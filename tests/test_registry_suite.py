@@ -180,10 +180,11 @@ def test_a_bad_registry_entry_names_the_field(tmp_path, engine):
         load_suite(path)
 
 
-def test_the_built_in_registry_suite_loads_from_its_lock_without_vllm(monkeypatch):
+@pytest.mark.parametrize("name", ["vllm-registry", "vllm-native-registry"])
+def test_the_built_in_registry_suite_loads_from_its_lock_without_vllm(monkeypatch, name):
     """CI's unit tier has no vLLM: the suite's scenarios are the lock's, as on a machine with it."""
     monkeypatch.setattr(registry, "_registry", lambda name, options: (None, "vllm is not installed here"))
-    path = ROOT / "scenarios" / "vllm-registry.yaml"
+    path = ROOT / "scenarios" / f"{name}.yaml"
     suite = load_suite(path, swept_beside=set())
     record = registry.locked_archs(path)
     assert record and suite.archs and registry.suite_archs(suite) == set(record["archs"].values())
