@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 from harness.contract.applied import AxisEvidence, pp_layout, stage_layers
 from harness.contract.axes import RunAxes
 from harness.contract.settings.variables import VLLM_COUNT_SP
-from harness.engines.vllm import aot_cache, forking, startup, steps
+from harness.engines.vllm import aot_cache, failfast, forking, startup, steps
 from harness.engines.vllm.layers import decoder_layers
 from harness.engines.vllm.probe import SP_FIELDS
 
@@ -166,13 +166,15 @@ def count_sp_pass_runs(pass_class=None) -> None:
 
 def install() -> None:
     """What the harness adds to a process where vLLM workers run: their start-up steps
-    timed (startup.py), their AOT compile cache loadable (aot_cache.py) and, in an SP
-    scenario, the SP pass's runs counted. Each part installs once. Called on this module's
+    timed (startup.py), their AOT compile cache loadable (aot_cache.py), their steps counted
+    (steps.py) and ended on failure (failfast.py) and, in an SP scenario, the SP pass's runs
+    counted. Each part installs once. Called on this module's
     import in a vLLM process (a spawned worker imports the extension afresh) and by the
     driver (a worker in its process, or forked from it)."""
     startup.install()
     aot_cache.install()
     steps.install()
+    failfast.install()
     if VLLM_COUNT_SP.raw():
         count_sp_pass_runs()
 
