@@ -193,6 +193,11 @@ def test_a_field_the_model_reads_is_named_from_its_attribute_error_and_sized_by_
     assert tiny_vllm.guessed_value("embedding_dropout") == 0.0 and tiny_vllm.guessed_value("rms_norm_eps") == 1e-6
     assert tiny_vllm.guessed_value("activation_function") == "silu"
     assert tiny_vllm.guessed_value("norm_topk_prob") is False and tiny_vllm.guessed_value("kv_lora_rank") == 32
+    # a remote-code name for the layer count is the config's own (TeleChat2's n_layer): 1 would
+    # make a one-layer model, and a pp2 stage without a layer
+    four_layers = SimpleNamespace(num_hidden_layers=4)
+    assert tiny_vllm.guessed_value("n_layer", four_layers) == 4 and tiny_vllm.guessed_value("num_layers") == 2
+    assert tiny_vllm.guessed_value("num_dense_layers", four_layers) == 1  # a count of some layers stays small
     assert (
         tiny_vllm.guessed_value("topk_group") == 1
         and tiny_vllm.guessed_value("decoder_sparse_step") == 1

@@ -69,6 +69,27 @@ def test_worker_crash_names_the_pp1_worker_and_its_root_cause(tmp_path):
     assert not left_in_shared_memory(run_dir, "vllm-llama/tp1-pp2-compile")  # the crashed worker's too
 
 
+def test_a_first_stage_that_raises_ends_the_engine_without_waiting_out_vllms_step_timeout(tmp_path):
+    """PP rank 0's model step raises (the pp-step-raise fault, as MiniCPM's first stage did on
+    CPU): vLLM's executor waits for the last stage's answer only, so without the harness's
+    fail-fast (harness/engines/vllm/failfast.py) the engine waits out its 300 s step timeout.
+    The worker ends itself 15 s after its step raised, and the crash names it and its error."""
+    scenarios = tmp_path / "scenarios"
+    scenarios.mkdir()
+    text = (ROOT / "scenarios" / "vllm-llama.yaml").read_text()
+    (scenarios / "vllm-llama.yaml").write_text(text + "faults: [pp-step-raise@0]\n")
+    result, run_dir = run(tmp_path, scenarios, "vllm-llama/tp1-pp2-compile")
+    v = verdict_of(run_dir, "vllm-llama/tp1-pp2-compile")
+    assert v["verdict"] == "crash", v["reason"]
+    assert v["crash"]["rank"].startswith("Worker_PP0 (vLLM worker: PP rank 0"), v["reason"]
+    assert "harness fault pp-step-raise" in v["crash"]["exception"], v["reason"]
+    log = (run_dir / "scenarios" / "vllm-llama__tp1-pp2-compile" / "logs" / "rank0.log").read_text()
+    assert "the worker exits (70) so that the executor ends it" in log  # the fail-fast, not vLLM's timeout
+    assert "RPC call to" not in log or "timed out" not in log
+    assert result.returncode == 1
+    assert not survivors(run_dir)
+
+
 def test_an_engine_core_start_up_assertion_is_named_not_the_workers_it_let_go(tmp_path):
     """The engine core's own assertion (the pp-kv-layout fault: PP rank 1 reports KV-cache
     layouts the other stage does not, as Qwen3-Next's stages did on 0.32), after which vLLM

@@ -445,6 +445,7 @@ def test_vllm_faults_parse_with_and_without_a_pp_rank():
     from harness.engines.vllm import faults
 
     assert faults.parse(["compile-drop-deepstack", "pp-zero-aux@1"]) == {"compile-drop-deepstack": None, "pp-zero-aux": 1}
+    assert faults.parse(["pp-step-raise@0"]) == {"pp-step-raise": 0}
     assert faults.target_problem(["compile-drop-deepstack"], pp=1) is None
     assert "would never fire" in present(faults.target_problem(["pp-zero-aux@1"], pp=1))
     for bad in (["compile-drop-deepstack@0"], ["pp-zero-aux"], ["no-such-fault"], ["tp-corrupt-mlp"]):

@@ -14,6 +14,10 @@ the process they run in. Nothing here runs unless a fault is asked for.
                       a KeyError raised inside the model's forward, on that worker only
   worker-exit@R       the PP rank R worker process exits (code 3) in the same place,
                       without a Python exception: a hard worker death
+  pp-step-raise@R     the PP rank R worker's model step raises (a RuntimeError from the model
+                      runner's execute_model) before it sends anything: a stage that is not
+                      the last crashing, whose answer vLLM's executor never reads (it waits for
+                      the last stage's), as MiniCPM's first stage did under PP on CPU
   pp-zero-aux@R       the PP rank R worker's stage receives every tensor but the hidden
                       states as zeros (the residual, and what a model sends besides): the
                       silent form of the same bug class (vLLM PRs 37622, 40786), caught by
@@ -51,7 +55,7 @@ from harness.engines.vllm.evidence import EvidenceExtension
 # when it imports this module.
 FAULTS_ENV = VLLM_FAULTS.name
 
-KINDS = ("pp-drop-residual", "worker-exit", "pp-zero-aux", "pp-kv-layout")  # aimed at one PP rank: KIND@R
+KINDS = ("pp-drop-residual", "worker-exit", "pp-zero-aux", "pp-kv-layout", "pp-step-raise")  # aimed at one PP rank: KIND@R
 TP_KINDS = ("tp-corrupt-mlp",)  # aimed at one TP rank: KIND@R
 EVERY_RANK = ("compile-drop-deepstack",)  # act wherever they run
 # pp-zero-aux records each tensor it zeroes, in the worker; the driver logs them after this
@@ -132,6 +136,9 @@ def _switch_on(faults: dict[str, int | None]) -> None:
     if "pp-kv-layout" in faults and "layouts" not in _INSTALLED:
         _install_layout_fault()
         _INSTALLED.add("layouts")
+    if "pp-step-raise" in faults and "step" not in _INSTALLED:
+        _install_step_fault()
+        _INSTALLED.add("step")
 
 
 def _drop_deepstack_when_compiled() -> None:
@@ -219,6 +226,24 @@ def _install_layout_fault() -> None:
         return [*reversed(layouts), "HARNESS_FAULT"] if _pp_rank() == _ON.get("pp-kv-layout") else layouts
 
     worker_base.WorkerBase.get_supported_kv_cache_layouts = get_supported_kv_cache_layouts
+
+
+def _install_step_fault() -> None:
+    """The model runner's step (which the CPU runner inherits), inside the worker's: the
+    worker's own step sees the exception as it would a model's."""
+    import functools
+
+    from vllm.v1.worker.gpu_model_runner import GPUModelRunner
+
+    original = GPUModelRunner.execute_model
+
+    @functools.wraps(original)
+    def execute_model(self, *args, **kwargs):
+        if _pp_rank() == _ON.get("pp-step-raise"):
+            raise RuntimeError(f"harness fault pp-step-raise: PP rank {_pp_rank()}'s model step raised")
+        return original(self, *args, **kwargs)
+
+    GPUModelRunner.execute_model = execute_model
 
 
 class FaultExtension(EvidenceExtension):

@@ -371,7 +371,7 @@ def instantiated_with_fields(config, vllm_config, out: Path):
             return tiny_vllm.meta_model(vllm_config)
         except AttributeError as exc:
             field = tiny_vllm.missing_field(exc)
-            value = tiny_vllm.guessed_value(field) if field else None
+            value = tiny_vllm.guessed_value(field, config) if field else None
             if field is None or value is None or field in added or len(added) >= MAX_ADDED_FIELDS:
                 raise
             added[field] = value

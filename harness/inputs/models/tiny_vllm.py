@@ -418,12 +418,21 @@ def missing_field(exc: BaseException) -> str | None:
     return found.group(2) if found else None
 
 
-def guessed_value(field: str):
+# a remote-code config's own name for the decoder layer count (TeleChat2's attribute_map
+# points num_hidden_layers at n_layer): guessed as 1, the model would have one layer, and a
+# pp2 stage none
+LAYER_COUNT_FIELDS = frozenset({"n_layer", "n_layers", "num_layers", "num_decoder_layers"})
+
+
+def guessed_value(field: str, config=None):
     """A tiny value for a config field the config class does not declare, by what its name
     says (a remote-code config's own field: `moe_intermediate_size`, `num_shared_experts`,
-    `use_qkv_bias`); None where the name says nothing (the model then says what it needs)."""
+    `use_qkv_bias`); a layer count is `config`'s own; None where the name says nothing (the
+    model then says what it needs)."""
     words = field.lower().split("_")
     name = "_".join(words)
+    if name in LAYER_COUNT_FIELDS:
+        return getattr(config, "num_hidden_layers", None) or 2
     rules = (
         (lambda: name.endswith(("experts_per_tok", "topk", "top_k")), 2),
         (lambda: "experts" in words and "shared" in words, 1),
