@@ -234,6 +234,7 @@ def test_a_vllm_only_route_suite_takes_the_classes_transformers_lacks_and_globs_
     assert not catalog.broken, catalog.problems_text()
     suite = load_suite(path)
     assert dict(suite.archs) and sorted(suite.archs) == ["intern-lm2"]
+    assert suite.registry is not None and suite.registry.live
     left_out = suite.registry.left_out
     assert set(left_out) == {"Eagle3LlamaForCausalLM", "EagleLlamaForCausalLM"}
     assert all(isinstance(why, registry.LeftOut) and why.refused == "a draft head" for why in left_out.values())

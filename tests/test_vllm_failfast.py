@@ -60,4 +60,3 @@ def test_the_armed_exit_ends_the_process_after_its_grace_with_its_code(capsys):
     assert exited.wait(30), "the armed exit never fired"
     assert codes == [failfast.EXIT_CODE]
     assert "the worker exits (70) so that the executor ends it" in capsys.readouterr().err
-
