@@ -1,6 +1,6 @@
 """A run option is checked once, by RunConfig (harness/run/request.py), whichever way
 it is given: `harness run`'s flags, the pytest plugin's `--harness-*` options and harness.api's
-keyword arguments refuse the same values with the same words (issue 66, item 10). The API used
+keyword arguments refuse the same values with the same words. The API used
 to take them unchecked: `timeout_s=-5` ended `hang` blamed on the engine, `timeout_s=nan` ran
 with no timeout, `timeout_s="5"` was an `error` with a TypeError inside, `device="tpu"` an engine
 `crash`, `faults="pp-buffer-missing-key"` was split into characters; pytest's `--harness-fault

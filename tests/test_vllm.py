@@ -47,14 +47,20 @@ def run(tmp_path: Path, scenarios: Path, *args: str) -> tuple[subprocess.Complet
     return result, tmp_path / "r"
 
 
+def suite_with_fault(tmp_path: Path, suite: str, fault: str) -> Path:
+    """A scenarios folder holding the built-in `suite` with `fault` switched on in its workers."""
+    scenarios = tmp_path / "scenarios"
+    scenarios.mkdir(exist_ok=True)
+    text = (ROOT / "scenarios" / f"{suite}.yaml").read_text()
+    (scenarios / f"{suite}.yaml").write_text(text + f"faults: [{fault}]\n")
+    return scenarios
+
+
 def test_worker_crash_names_the_pp1_worker_and_its_root_cause(tmp_path):
     """A KeyError raised inside the model's forward on the PP rank 1 worker only (the
     pp-drop-residual fault, loaded in vLLM's workers by harness/engines/vllm/faults.py).
     With compile: eager PP crashes earlier on this vLLM for a reason of its own (docs/VLLM.md)."""
-    scenarios = tmp_path / "scenarios"
-    scenarios.mkdir()
-    text = (ROOT / "scenarios" / "vllm-llama.yaml").read_text()
-    (scenarios / "vllm-llama.yaml").write_text(text + "faults: [pp-drop-residual@1]\n")
+    scenarios = suite_with_fault(tmp_path, "vllm-llama", "pp-drop-residual@1")
     result, run_dir = run(tmp_path, scenarios, "vllm-llama/tp1-pp2-compile")
     v = verdict_of(run_dir, "vllm-llama/tp1-pp2-compile")
     assert v["verdict"] == "crash", v["reason"]
@@ -74,10 +80,7 @@ def test_a_first_stage_that_raises_ends_the_engine_without_waiting_out_vllms_ste
     CPU): vLLM's executor waits for the last stage's answer only, so without the harness's
     fail-fast (harness/engines/vllm/failfast.py) the engine waits out its 300 s step timeout.
     The worker ends itself 15 s after its step raised, and the crash names it and its error."""
-    scenarios = tmp_path / "scenarios"
-    scenarios.mkdir()
-    text = (ROOT / "scenarios" / "vllm-llama.yaml").read_text()
-    (scenarios / "vllm-llama.yaml").write_text(text + "faults: [pp-step-raise@0]\n")
+    scenarios = suite_with_fault(tmp_path, "vllm-llama", "pp-step-raise@0")
     result, run_dir = run(tmp_path, scenarios, "vllm-llama/tp1-pp2-compile")
     v = verdict_of(run_dir, "vllm-llama/tp1-pp2-compile")
     assert v["verdict"] == "crash", v["reason"]
@@ -94,10 +97,7 @@ def test_an_engine_core_start_up_assertion_is_named_not_the_workers_it_let_go(tm
     """The engine core's own assertion (the pp-kv-layout fault: PP rank 1 reports KV-cache
     layouts the other stage does not, as Qwen3-Next's stages did on 0.32), after which vLLM
     logs its workers leaving with exit code 0: the crash names the core's exception and line."""
-    scenarios = tmp_path / "scenarios"
-    scenarios.mkdir()
-    text = (ROOT / "scenarios" / "vllm-llama.yaml").read_text()
-    (scenarios / "vllm-llama.yaml").write_text(text + "faults: [pp-kv-layout@1]\n")
+    scenarios = suite_with_fault(tmp_path, "vllm-llama", "pp-kv-layout@1")
     result, run_dir = run(tmp_path, scenarios, "vllm-llama/tp1-pp2")
     v = verdict_of(run_dir, "vllm-llama/tp1-pp2")
     assert v["verdict"] == "crash", v["reason"]
@@ -239,10 +239,7 @@ def test_a_pp_stage_that_receives_zeros_besides_the_hidden_states_fails_on_numbe
     """The silent form of the PP-boundary bug class (vLLM PRs 37622, 40786): the PP rank 1
     worker gets every tensor but the hidden states as zeros (pp-zero-aux@1). No exception
     anywhere; the multimodal archs under pp2 must still fail, on their logits."""
-    scenarios = tmp_path / "scenarios"
-    scenarios.mkdir()
-    text = (ROOT / "scenarios" / "vllm-mm-archs.yaml").read_text()
-    (scenarios / "vllm-mm-archs.yaml").write_text(text + "faults: [pp-zero-aux@1]\n")
+    scenarios = suite_with_fault(tmp_path, "vllm-mm-archs", "pp-zero-aux@1")
     # the covering array's rows (and so the ids below and the suite's gates) are the lock's
     lock = "vllm-mm-archs.yaml.lock"
     (scenarios / lock).write_text((ROOT / "scenarios" / lock).read_text())
@@ -271,12 +268,9 @@ def test_deepstack_missing_from_the_compiled_graph_drops_the_image_score_under_c
     trained tiny Qwen3-VL loses its deepstack inputs in the graph torch.compile traces. The
     compiled scenario's Geo3K-format score must drop against the eager golden with p < 0.01;
     the eager scenario, with the same fault switched on, must not move at all."""
-    scenarios = tmp_path / "scenarios"
-    scenarios.mkdir()
     # the suite names its checkpoint relative to itself (../harness/inputs/zoo/...), as its golden does
     (tmp_path / "harness").symlink_to(ROOT / "harness")
-    text = (ROOT / "scenarios" / "vllm-mm-evals.yaml").read_text()
-    (scenarios / "vllm-mm-evals.yaml").write_text(text + "faults: [compile-drop-deepstack]\n")
+    scenarios = suite_with_fault(tmp_path, "vllm-mm-evals", "compile-drop-deepstack")
     compiled, eager = "vllm-mm-evals/tp1-pp1-compile", "vllm-mm-evals/tp1-pp1"
     result, run_dir = run(tmp_path, scenarios, compiled, eager)
     assert result.returncode == 1, result.stdout + result.stderr
@@ -385,7 +379,7 @@ def test_every_installed_vllm_release_has_the_engine_shutdown_the_driver_uses():
 
 
 def test_the_census_counts_every_generator_of_vllms_registry_and_a_try_build_leaves_none_untried(tmp_path):
-    """`harness archs` (issue 62): one line per text generator of the installed vLLM's registry,
+    """`harness archs`, the census: one line per text generator of the installed vLLM's registry,
     as many as the registry itself holds; after --try-build every line has a state but `not tried`."""
     from harness.engines.base import GENERATOR_SUFFIXES
     from harness.engines.vllm import VllmEngine
