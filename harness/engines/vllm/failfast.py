@@ -49,7 +49,7 @@ def ending_on_failure(method):
     def step(self, *args, **kwargs):
         try:
             return method(self, *args, **kwargs)
-        except BaseException:
+        except Exception:  # not SystemExit / KeyboardInterrupt: the process is ending already
             if _world_size(self) > 1:
                 arm_exit()
             raise
