@@ -208,6 +208,10 @@ def build_model(arch: str, seed: int, overrides: dict, extra_config: dict | None
         tiny_mm.shrink_towers(config)
         tiny_mm.set_token_ids(config, tiny_mm.token_ids(tiny_mm.named_tokens(config.model_type), len(SPECIAL_TOKENS)))
     apply_overrides(config, overrides)
+    if tiny_mm.is_multimodal(config) and "rope_parameters" not in json.dumps(overrides):
+        # the rope split follows the head: an override of the text head's size (Qwen3.5's 128
+        # for vLLM's gated-delta-net kernel) splits the new one, unless it gives its own rope
+        tiny_mm.fit_mrope(config)
     check_extra_config(config, extra_config or {})
     torch.manual_seed(seed)
     try:

@@ -94,6 +94,9 @@ class Family:
     # size: the published counts are of 14-pixel patches, and vLLM's warm-up then looked up a
     # patch count the table did not have (a crash blamed on the engine for the checkpoint's fault)
     patch_queries: dict[int, int] = dataclasses.field(default_factory=dict)
+    # Weights transformers' model makes and its published checkpoints (and vLLM's loader) have
+    # not (patterns): left out of the saved checkpoint
+    unpublished: tuple[str, ...] = ()
 
 
 # Pieces several families share
@@ -244,12 +247,19 @@ FAMILIES: dict[str, Family] = {
             "image_end_token": "<|image_end|>",
             "image_thumbnail_token": "<|img_thumbnail|>",
             **{f"img_row_{r}_col_{c}_token": f"<|img_row_{r}_col_{c}|>" for r in range(1, 7) for c in range(1, 7)},
-        }
+        },
+        # transformers builds its SigLIP2 tower with the pooling head unless the config says
+        # vision_use_head (undeclared; published config.json files say false, and vLLM's
+        # Siglip2Model has no head: "no module or parameter named 'vision_model.head'")
+        unpublished=(r"\.vision_model\.head\.",),
     ),
     "aria": Family(
         named_tokens={"image_token": "<|img|>", "fim_prefix_token": "<|fim_prefix|>", "fim_suffix_token": "<|fim_suffix|>"},
         prompt_marks={"image": "<|fim_prefix|><|img|><|fim_suffix|>"},
-        patch_queries={490: 128, 980: 256},  # AriaProcessor's size_conversion, its projector_patch_to_query_dict's sides
+        # its projector's queries per image (AriaProcessor's size_conversion, published 128 and
+        # 256): a quarter of them, so a prompt with two images (vLLM counts the larger number for
+        # every image, aria.py get_num_image_tokens) stays within the harness's 512-token length
+        patch_queries={490: 32, 980: 64},
     ),
     "cohere2_vision": Family(
         named_tokens={
@@ -257,7 +267,12 @@ FAMILIES: dict[str, Family] = {
             "boi_token": "<|START_OF_IMG|>",
             "eoi_token": "<|END_OF_IMG|>",
             "img_line_break_token": "<|IMG_LINE_BREAK|>",
-        }
+        },
+        # its image processor's `patch_size` is the side of a tile's token grid after the
+        # tower's patches and the projector's downsampling (published: 512 / 16 / 2 = 16, 256
+        # tokens a tile), not the tower's patch: the tiny tile's 64 / 16 / 2 = 2. And it tiles an
+        # image into up to 12 crops beside a thumbnail: at most 2, so two images fit in 512 tokens
+        part_values={"max_patches": 2, "patch_size": 2},
     ),
     "step3p7": Family(
         # its processor and vLLM's (transformers_utils/processors/step3_vl.py) spell these out
@@ -331,6 +346,36 @@ FAMILIES: dict[str, Family] = {
             "image_token": "<IMG_CONTEXT>",
             "video_token": "<video>",
         }
+    ),
+    # BLIP-2: its processor puts the Q-Former's query tokens before the text itself, adding
+    # `<image>` to the tokenizer unless the tokenizer names it (and then, in transformers 5.19,
+    # fails on the name: processing_blip_2.py reads `.content` of the string); so a plain token of
+    # the vocabulary, which the config names by id (image_token_index, OPT's 50265 by default)
+    "blip-2": Family(added_tokens=["<image>"], config_token_ids={"image_token_index": "<image>"}, prompt_marks={"image": ""}),
+    # HunYuan-VL (vLLM serves it through its Transformers backend, with transformers' own
+    # processor): the processor reads these from its tokenizer and the config names them by id;
+    # the published tokenizer's spellings are not known here, and no code reads them by text
+    "hunyuan_vl": Family(
+        named_tokens={"image_token": "<hy_image>", "image_start_token": "<hy_image_start>", "image_end_token": "<hy_image_end>"},
+        prompt_marks={"image": "<hy_image_start><hy_image><hy_image_end>"},
+        config_token_ids={"im_start_id": "<hy_image_start>", "im_end_id": "<hy_image_end>", "im_newline_id": "\n"},
+    ),
+    # vLLM's Inkling renderer (renderers/inkling.py:81) refuses a tokenizer without its chat
+    # tokens (renderers/inkling_encoding.py SPECIAL_TOKEN_SPELLINGS), which it finds by text
+    "inkling_mm_model": Family(
+        added_tokens=[
+            "<|message_user|>",
+            "<|message_model|>",
+            "<|message_system|>",
+            "<|message_tool|>",
+            "<|content_text|>",
+            "<|content_model_end_sampling|>",
+            "<|content_thinking|>",
+            "<|content_xml|>",
+            "<|content_invoke_tool_json|>",
+            "<|end_message|>",
+            "<|audio_end|>",
+        ]
     ),
     # its config class with no arguments makes the text config a LlamaConfig
     # (configuration_granite4_vision.py), whose model lacks Granite's multipliers
@@ -606,6 +651,10 @@ def _processor_kwargs(config) -> dict:
         "image_seq_len": patches // scale**2 if patches and isinstance(scale, int) else None,
         # a CLIP tower's class token counts in the features (LLaVA's `default` strategy drops it again)
         "num_additional_image_tokens": 1 if getattr(vision, "model_type", "") == "clip_vision_model" else None,
+        # BLIP-2's Q-Former queries: the image tokens its processor writes
+        "num_query_tokens": getattr(config, "num_query_tokens", None),
+        # Aria's queries per resized image side, as its projector was given them (fit_patch_queries)
+        "size_conversion": dict(family(config.model_type).patch_queries) or None,
     }
     return {k: v for k, v in found.items() if v is not None}
 
@@ -730,7 +779,8 @@ def write_hub_layout(model, out: Path) -> None:
     # Qwen2-Audio: its reverse rename doubles a level (`language_model.model.model.layers`)
     doubled = not any(_DOUBLED.search(name) for name in model.state_dict())
     undone = family(model.config.model_type).saved_renames
-    if not renames and not transposes and not doubled and not undone:
+    unpublished = family(model.config.model_type).unpublished
+    if not renames and not transposes and not doubled and not undone and not unpublished:
         return
     from safetensors.torch import load_file, save_file
 
@@ -755,7 +805,8 @@ def write_hub_layout(model, out: Path) -> None:
                 break
         for pattern, published in undone:
             key = re.sub(pattern, published, key)
-        renamed[key] = tensor
+        if not any(re.search(pattern, key) for pattern in unpublished):  # matched on the published name
+            renamed[key] = tensor
     save_file(renamed, path, metadata={"format": "pt"})
 
 
