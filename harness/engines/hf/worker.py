@@ -20,7 +20,26 @@ def load_model(brief):
     config = transformers.AutoConfig.from_pretrained(brief.model_dir)
     model_cls = getattr(transformers, config.architectures[0])
     model = model_cls.from_pretrained(brief.model_dir, dtype=getattr(torch, brief.dtype), attn_implementation="eager")
-    return model.eval(), config
+    return _text_without_pixels(model.eval()), config
+
+
+def _text_without_pixels(model):
+    """`model`, or where its forward cannot run without an image (BLIP-2's requires
+    pixel_values) a callable that gives a text-only prompt to its language model, as vLLM
+    does: the prompt has no image features to merge."""
+    import inspect
+
+    wanted = inspect.signature(model.forward).parameters.get("pixel_values")
+    if wanted is None or wanted.default is not inspect.Parameter.empty or not hasattr(model, "language_model"):
+        return model
+
+    def forward(**inputs):
+        if inputs.get("pixel_values") is None:
+            inputs.pop("pixel_values", None)
+            return model.language_model(**inputs)
+        return model(**inputs)
+
+    return forward
 
 
 class Prompter:
