@@ -206,17 +206,17 @@ def test_every_tiny_multimodal_prompt_marks_its_images_as_vllm_expects():
     """The chat template of each tiny multimodal checkpoint (harness/inputs/models/tiny_mm.py:
     a table, so every interpreter writes the same bytes) puts an image where vLLM's own
     model class says a prompt marks one (get_placeholder_str), for every arch of the
-    multimodal sweep."""
+    image suites (the registry's among them)."""
     from harness.engines.vllm import default_python
     from harness.inputs import chat, models
     from harness.inputs.models import ArchModel
     from harness.inputs.scenarios.loading import load_suite
 
-    suite = load_suite(ROOT / "scenarios" / "vllm-mm-archs.yaml")
     archs = {}
-    for ref in suite.archs.values():
-        assert isinstance(ref, ArchModel), ref  # the sweep names vLLM's model classes, each its tiny checkpoint
-        archs[ref.arch] = models.resolve(ref, str(default_python())).directory
+    for name in ("vllm-mm-archs", "vllm-mm-registry", "vllm-mm-one-image", "vllm-mm-hybrid"):
+        for ref in load_suite(ROOT / "scenarios" / f"{name}.yaml").archs.values():
+            assert isinstance(ref, ArchModel), ref  # the sweeps name vLLM's model classes, each its tiny checkpoint
+            archs[ref.arch] = models.resolve(ref, str(default_python())).directory
     ask = (
         "import json, sys\n"
         "from vllm.model_executor.models.registry import ModelRegistry\n"
@@ -230,7 +230,11 @@ def test_every_tiny_multimodal_prompt_marks_its_images_as_vllm_expects():
         mark = rendered[rendered.index("<s>") + 3 : rendered.index("\x00")]
         expected = vllm_marks[arch]
         if expected is None:  # vLLM leaves the mark to the model's chat template: the processor's own, or none
-            assert mark in ("", json.loads((directory / "processor_config.json").read_text()).get("image_token", "")), arch
+            own = [
+                json.loads((directory / f).read_text()).get("image_token", "")
+                for f in ("processor_config.json", "tokenizer_config.json")
+            ]
+            assert mark in ("", *own), arch  # the processor's token, in its config or its tokenizer's
         else:
             assert mark == expected, (arch, mark, expected)
 

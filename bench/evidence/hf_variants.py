@@ -101,10 +101,28 @@ def plain_mrope() -> None:
     rotary.recomposition_frequencies = sections
 
 
+def logit_scale() -> None:
+    """Command A Vision's logits scaled by its text config's logit_scale, as vLLM's Cohere2 text
+    model does (commandr.py LogitsProcessor(scale=config.logit_scale)); transformers'
+    Cohere2VisionForConditionalGeneration leaves them unscaled (its Cohere2ForCausalLM scales)."""
+    from transformers.models.cohere2_vision import modeling_cohere2_vision as mcv
+
+    model = mcv.Cohere2VisionForConditionalGeneration
+    plain = model.forward
+
+    def forward(self, *args, **kwargs):
+        out = plain(self, *args, **kwargs)
+        out.logits = out.logits * self.config.text_config.logit_scale
+        return out
+
+    model.forward = forward
+
+
 VARIANTS = {  # name -> (labelled Prompter classes, a patch of transformers applied before the changed runs)
     "mm-prefix": ({"token_type_ids all 0": typed(0), "token_type_ids all 1": typed(1)}, None),
     "plain-mrope": ({"vLLM's plain M-RoPE": worker.Prompter}, plain_mrope),
     "vllm-pixels": ({"vLLM's InternVL pixels": VllmPixels}, None),
+    "logit-scale": ({"logits times text_config.logit_scale": worker.Prompter}, logit_scale),
 }
 
 
