@@ -155,6 +155,16 @@ def test_multimodal_rope_sections_fit_the_tiny_head():
         assert sum(expected) * 2 == rotary, arch
 
 
+def test_the_rope_split_follows_an_override_of_the_text_head():
+    """An override that resizes the text head (Qwen3.5 VL's 128, which vLLM's CPU gated-delta-net
+    kernel wants) gets the split refit: vLLM asserts sum(mrope_section) == rotary_dim // 2."""
+    from harness.inputs.models import tiny
+
+    text = tiny.build_model("Qwen3_5ForConditionalGeneration", 0, {"text_config": {"head_dim": 128}}).config.text_config
+    rope = text.rope_parameters
+    assert sum(rope["mrope_section"]) * 2 == int(128 * rope["partial_rotary_factor"])
+
+
 def test_synthetic_videos_and_audio_clips_are_deterministic_and_shaped_as_named(tmp_path, monkeypatch):
     import numpy as np
 
@@ -260,3 +270,6 @@ def test_a_tiny_aria_projects_the_patches_its_processor_makes():
     with torch.no_grad():
         logits = model(**inputs).logits
     assert logits.shape[1] == inputs["input_ids"].shape[1] and torch.isfinite(logits).all()
+    # as many image tokens as vLLM counts for an image (aria.py: the table's largest query count)
+    image_tokens = int((inputs["input_ids"] == processor.tokenizer.convert_tokens_to_ids(processor.image_token)).sum())
+    assert image_tokens == max(config.projector_patch_to_query_dict.values())
