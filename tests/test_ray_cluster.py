@@ -145,6 +145,14 @@ def test_two_node_ray_cluster(two_nodes, tmp_path):
     pytest_items_run_on_the_cluster(address, tmp_path)
     killed_driver_leaves_no_rank(address, tmp_path)
     lost_node_ends_its_scenario_crash(address, nodes, tmp_path)
+    a_local_run_beside_it_starts_its_own(tmp_path)
+
+
+def a_local_run_beside_it_starts_its_own(tmp_path: Path) -> None:
+    """`--cluster ray:local` while another Ray cluster runs on the machine (this module's, or a
+    parallel test's): ray.init without an address joined it and refused num_cpus (ValueError)."""
+    own = harness_cli("run", "llama-tiny/tp1-pp1", "--cluster", "ray:local", "--report-dir", str(tmp_path / "own"), timeout=300)
+    assert {s: v["verdict"] for s, v in verdicts(_run_dir(own)).items()} == {"llama-tiny/tp1-pp1": "pass"}
 
 
 def same_verdicts_and_metrics_as_a_local_run(address: str, tmp_path: Path) -> None:

@@ -202,7 +202,10 @@ def _connect(ray, cluster: ClusterChoice, resource: str, local_devices: int) -> 
         # the harness's tasks ask for no CPU (the device slots are what they hold), so one
         # CPU keeps Ray from starting a worker per core of a small machine
         resources = {} if resource == "GPU" else {resource: local_devices}
-        ray.init(num_cpus=1, resources=resources, include_dashboard=False, **quiet)
+        # "local": a cluster of its own, as `ray:local` says; with no address ray.init joins the
+        # latest cluster started on this machine (/tmp/ray/ray_current_cluster), someone else's,
+        # and refuses num_cpus there (ValueError)
+        ray.init(address="local", num_cpus=1, resources=resources, include_dashboard=False, **quiet)
     else:
         # bounded: ray.init retries an unreachable head without end
         check_reachable(cluster)
