@@ -33,11 +33,12 @@ tolerances of docs/TOLERANCES.md, the localisation). docs/API.md has the long fo
 
 from __future__ import annotations
 
+import inspect
 import os
 import re
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypedDict, Union, Unpack
@@ -232,7 +233,7 @@ def run_setting(
     faults).
     """
     setting = _Setting(engine, workloads, dtype, tolerances, engine_options, work_dir)
-    return _run(_plan(model, settings or {}, setting, _config("run_setting", options, RunOptions.__optional_keys__)))
+    return _run(_plan(model, settings or {}, setting, _config(run_setting, options, RunOptions.__optional_keys__)))
 
 
 @dataclass(frozen=True)
@@ -324,7 +325,7 @@ def assert_settings_agree(
                 f"assert_settings_agree: {label} must be a mapping of settings like {{'tp': 2}}, got {type(settings).__name__}"
             )
     setting = _Setting(engine, workloads, dtype, tolerances, engine_options, work_dir)
-    config = _config("assert_settings_agree", options, ReportedRunOptions.__optional_keys__)
+    config = _config(assert_settings_agree, options, ReportedRunOptions.__optional_keys__)
     # a runs clean, as a golden is made; both checked before either runs
     planned = _plan(model, a, setting, replace(config, faults=())), _plan(model, b, setting, config)
     reference, candidate = _run(planned[0]), _run(planned[1])
@@ -357,7 +358,7 @@ def assert_matches_golden(
     if len(chosen) != 1:
         raise ValueError(f"'{scenario_id}' names {len(chosen)} scenarios ({', '.join(s.id for s in chosen[:6])}...): give one id")
     scenario = chosen[0]
-    ctx = _context(_config("assert_matches_golden", options, ReportedRunOptions.__optional_keys__))
+    ctx = _context(_config(assert_matches_golden, options, ReportedRunOptions.__optional_keys__))
     # a fault the scenario's engine does not take, refused as `harness run --fault` refuses it
     problem = unknown_faults(ctx.config.faults, [scenario.suite.engine], "faults")
     if problem:
@@ -513,14 +514,17 @@ def _scenario(model, settings: Mapping, setting: _Setting) -> Scenario:
     return expand(suite, source)[0]
 
 
-def _config(call: str, options: Mapping[str, Any], takes: frozenset[str]) -> RunConfig:
+def _config(call: Callable[..., object], options: Mapping[str, Any], takes: frozenset[str]) -> RunConfig:
     """The run's configuration from a call's run options (`takes`: their names), each checked
     as `harness run` checks its flag (RunOptionError, a ValueError, names the option); None is
-    not given. Another keyword is refused as Python refuses one a signature lacks."""
+    not given. Another keyword is refused as Python refuses one a signature lacks, naming what
+    the call takes: its own arguments and its run options (a typo of `engine` lands here too)."""
     unknown = sorted(set(options) - takes)
     if unknown:
+        named = [p.name for p in inspect.signature(call).parameters.values() if p.kind is not p.VAR_KEYWORD]
         raise TypeError(
-            f"{call}() got an unexpected keyword argument {unknown[0]!r} (its run options: {', '.join(sorted(takes))})"
+            f"{call.__name__}() got an unexpected keyword argument {unknown[0]!r} "
+            f"(its arguments: {', '.join(named)}; its run options: {', '.join(sorted(takes))})"
         )
     return RunConfig(**_given(options))
 

@@ -168,6 +168,19 @@ def test_every_run_option_an_api_call_takes_reaches_the_run_config(call, tmp_pat
     assert not tmp_path.joinpath("work").exists()
 
 
+@pytest.mark.parametrize("call", list(API_RUNS), ids=lambda call: call.__name__)
+def test_a_keyword_an_api_call_lacks_is_refused_naming_every_one_it_takes(call, tmp_path):
+    """A typo of one of the call's own arguments lands in `**options` too: the error names the
+    call's arguments beside its run options, so it does not read as if `work_dir` were refused."""
+    options, arguments = API_RUNS[call]
+    with pytest.raises(TypeError, match="unexpected keyword argument 'work_dri'") as refused:
+        call(*arguments, work_dri=tmp_path)
+    said = str(refused.value)
+    assert "work_dir" in said and all(name in said for name in options.__optional_keys__), said
+    named = said.split("its arguments: ")[1].split(";")[0].split(", ")
+    assert "options" not in named, "the **options catch-all is not an argument"
+
+
 def test_a_session_reads_its_options_from_the_run_s_config_only():
     """--jobs and --exitfirst travelled twice, in the config and as run_session's keyword
     arguments: now the session takes the context alone (tests/test_first_failure_order.py and
