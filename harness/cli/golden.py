@@ -27,7 +27,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args) -> int:
-    from harness.contract.roots import reports_dir, shipped_only
+    from harness.contract.roots import shipped_only
     from harness.contract.rundir import OUTPUTS
     from harness.inputs.models import ModelError
     from harness.inputs.workloads import WorkloadError
@@ -56,7 +56,9 @@ def run(args) -> int:
     failed = [f"{b.suite} (its scenario file)" for b in broken]
     skipped: list[str] = []
     not_written: list[str] = []
-    work_dir = args.work_dir or reports_dir() / "golden-runs"
+    # the run's options, and the report dir the golden runs go under, as every way in reads them
+    config = RunConfig(device=args.device)
+    work_dir = args.work_dir or config.report_dir / "golden-runs"
     # one failing golden (an arch the engine cannot run) does not stop the others
     for i, name in enumerate(names, 1):
         start = time.monotonic()
@@ -64,7 +66,7 @@ def run(args) -> int:
         print(f"{label}: running {goldens[name].suite.engine} at its golden setting ({_setting(goldens[name])})", flush=True)
         try:
             with still_running(label, golden_work_dir(work_dir, name) / OUTPUTS):
-                path = make_golden(goldens[name], work_dir, RunContext(RunConfig(device=args.device)))
+                path = make_golden(goldens[name], work_dir, RunContext(config))
         except GoldenUnsupported as exc:
             # not a failure: its scenarios will say `unsupported`
             print(f"{label}: skipped: {exc}", flush=True)
