@@ -77,8 +77,8 @@ def pytest_configure(config):
     # set from outside: a path would put the run outside --harness-report-dir
     if problem:
         raise pytest.UsageError(f"${RUN_ID_ENV}: {problem}")
-    _check_cluster(config)
     _check_run_options(config)
+    _check_cluster(config)
     _collect_builtin_suites(config)
 
 
@@ -102,12 +102,13 @@ def _collect_builtin_suites(config) -> None:
 
 def _check_cluster(config) -> None:
     """--harness-cluster (or $HARNESS_CLUSTER) readable and Ray installed, before any item runs."""
-    if config.getoption("--harness-cluster", None) is None and CLUSTER.raw() is None:
+    cluster = _run_config(config).cluster
+    if cluster is None:
         return
     from harness.run.raycluster.connect import ClusterError, cluster_option
 
     try:
-        cluster_option(config.getoption("--harness-cluster", None))
+        cluster_option(cluster)
     except ClusterError as exc:
         raise pytest.UsageError(str(exc)) from None
 
@@ -138,7 +139,7 @@ def pytest_collection_finish(session) -> None:
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_node_collection_finished(node, ids) -> None:
     """xdist: the controller's check of the faults, over the scenario files its worker collected."""
-    if not node.config.getoption("--harness-fault"):
+    if not _run_config(node.config).faults:
         return
     root = node.config.rootpath
     files = {root / node_id.split("::")[0] for node_id in ids}
@@ -157,7 +158,7 @@ def _engine_of(scenario_file: Path) -> str | None:
 def _faults_problem(config, engines: set) -> str | None:
     from harness.run.request import unknown_faults
 
-    return unknown_faults(config.getoption("--harness-fault") or (), engines, "--harness-fault")
+    return unknown_faults(_run_config(config).faults, engines, _option("faults"))
 
 
 def _run_dir(config) -> Path:
@@ -287,7 +288,7 @@ def pytest_sessionfinish(session, exitstatus):
         from harness.run.report.history import history_dir
 
         gate = _gate(session.config)
-        allow_empty = session.config.getoption("--harness-allow-empty")
+        allow_empty = _run_config(session.config).allow_empty
         # `-m pr` is the PR gate: its history and comparison are the CLI's `--gate pr` ones.
         meta = write_report(
             run_dir,
@@ -309,7 +310,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     if nothing:
         from harness.contract.exit_codes import nothing_tested_text
 
-        terminalreporter.write_line(f"harness: {nothing_tested_text(nothing, '--harness-allow-empty')}", red=True)
+        terminalreporter.write_line(f"harness: {nothing_tested_text(nothing, _option('allow_empty'))}", red=True)
 
 
 def _run_config(config) -> RunConfig:
@@ -320,8 +321,20 @@ def _run_config(config) -> RunConfig:
     return RunConfig.from_pytest(
         config.getoption,
         gate=_gate(config),
-        cluster=config.getoption("--harness-cluster") or CLUSTER.raw() or None,
+        cluster=config.getoption(_option("cluster")) or CLUSTER.raw() or None,
     )
+
+
+def _option(name: str) -> str:
+    """The plugin's option of the RunConfig field `name` (faults: --harness-fault), as
+    its declaration names it: the name a message or a lookup uses, never written out again."""
+    from dataclasses import fields
+
+    from harness.run.request import RunConfig, option_of
+
+    flag = next(option_of(f).pytest for f in fields(RunConfig) if f.name == name)
+    assert flag, f"RunConfig.{name} has no pytest option"
+    return flag
 
 
 def _gate(config) -> str | None:

@@ -141,6 +141,15 @@ def test_the_pytest_options_are_the_config_s_fields_that_declare_one():
     assert config.no_localize
 
 
+def test_the_plugin_reads_its_options_through_the_run_config_never_by_their_flags():
+    """The session's options come from its RunConfig (`_run_config`), and a message names an
+    option as its declaration does: no `--harness-*` flag is written out as a string in the
+    plugin, so renaming one in RunConfig cannot leave a lookup of the old name behind."""
+    source = Path(pytest_plugin.__file__).read_text()
+    flags = sorted(flag for f in FIELDS.values() if (flag := option_of(f).pytest))
+    assert not [flag for flag in flags if f'"{flag}"' in source or f"'{flag}'" in source]
+
+
 def test_the_api_takes_its_run_options_once_through_a_typed_dict_of_config_fields():
     """The run calls repeated the run options' keyword list each (and the planner a third
     time); now each takes `**options: Unpack[<typed dict>]`, whose names are RunConfig's."""
