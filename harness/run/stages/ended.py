@@ -6,6 +6,7 @@ or the machine failed under it (`error`: never blamed on the engine).
 from __future__ import annotations
 
 import traceback
+from collections.abc import Mapping
 from dataclasses import asdict, replace
 from pathlib import Path
 
@@ -81,7 +82,7 @@ def harness_error(name: str, exc: BaseException) -> Verdict:
     )
 
 
-def storage_verdict(name: str, fault: dict, who: str, **extra) -> Verdict:
+def storage_verdict(name: str, fault: Mapping[str, object], who: str, **extra) -> Verdict:
     """A full, read-only or over-quota disk under the harness's own files: `error` (the
     machine's fault, exit code 3), naming the path, never an engine `crash`."""
     reason = f"machine fault: {who} {describe_storage(fault)}; free space or make it writable, then run again"
