@@ -20,7 +20,7 @@ SCENARIOS := $(shell $(PYTHON) -c "import harness.inputs.scenarios.loading" 2>/d
 
 help:
 	@echo "make install    install the harness and its test tools (torch 2.13.0 CPU first)"
-	@echo "make lint       ruff (lint, import order) and mypy on the contract modules"
+	@echo "make lint       ruff (lint, import order, format) and mypy over harness/, tests/ and the examples (strict on the modules pyproject.toml lists)"
 	@echo "make test       the harness's own tests (unit + end-to-end with real ranks)"
 	@echo "make test-fast  the unit tier only: no rank, engine or harness subprocess (under a minute)"
 	@echo "make test-nightly  the nightly's share of the harness's own tests (every arch golden against transformers, the conformance kit on the hf and example engines, a changed model against the compile cache)"

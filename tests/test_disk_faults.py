@@ -161,7 +161,7 @@ def test_a_report_the_disk_cannot_take_whole_leaves_the_previous_report_as_it_wa
             return DiskFullHalfWay(open(fd, "wb"), **kwargs)
         return open(fd, mode, **kwargs)
 
-    monkeypatch.setattr(rundir.os, "fdopen", fdopen)
+    monkeypatch.setattr(os, "fdopen", fdopen)  # the module rundir writes through
     with pytest.raises(OSError, match="No space left"):
         write_report(run_dir)
     assert {name: (run_dir / name).read_bytes() for name in REPORT_FILES} == before

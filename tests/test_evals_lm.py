@@ -298,6 +298,7 @@ def test_a_session_with_evals_settles_the_environment_before_its_first_rank(monk
     from harness.inputs.scenarios.loading import load_catalog
     from harness.inputs.scenarios.scenario import find_one
     from harness.run import session
+    from harness.run.stages.context import RunContext
 
     for key in tasks.OFFLINE_ENV:  # (lm-eval's own variable is set once, by its first import in this process)
         monkeypatch.delenv(key, raising=False)
@@ -312,11 +313,11 @@ def test_a_session_with_evals_settles_the_environment_before_its_first_rank(monk
         return Verdict(scenario.id, "pass", "")
 
     monkeypatch.setattr(session, "run_scenario", fake_run)
-    session.run_session([plain, with_evals], tmp_path, session.RunContext())
+    session.run_session([plain, with_evals], tmp_path, RunContext())
     assert [sid for sid, _ in seen] == ["llama-tiny/tp1-pp1", "llama-gsm8k/tp1-pp1"]
     assert seen[0][1] == seen[1][1] and all(v for v in seen[0][1].values()), seen
     seen.clear()
     for key in tasks.OFFLINE_ENV:
         monkeypatch.delenv(key, raising=False)
-    session.run_session([plain], tmp_path, session.RunContext())  # no evals: nothing is set
+    session.run_session([plain], tmp_path, RunContext())  # no evals: nothing is set
     assert not any(seen[0][1][k] for k in tasks.OFFLINE_ENV), seen

@@ -22,6 +22,7 @@ import pytest
 
 from harness.contract.outputs import EngineOutputs, _writing
 from harness.contract.plain import plain
+from harness.engines import get_engine
 from harness.engines.launch import LaunchOutcome, RankFailure, rankside
 from harness.engines.launch.blame import harness_fault_of, read_record
 from harness.engines.launch.ownership import owner
@@ -135,7 +136,7 @@ def test_a_rank_whose_outputs_writer_fails_ends_error_naming_the_harness_line(tm
         record["frame"],
         harness_fault=harness_fault_of(record),
     )
-    v = present(launch_verdict("s/x", LaunchOutcome("crash", 1.0, failure=failure), engine=None))
+    v = present(launch_verdict("s/x", LaunchOutcome("crash", 1.0, failure=failure), engine=get_engine("reference")))
     assert v.verdict == "error", v.reason
     assert v.reason.startswith(f"harness error: could not run the harness's own code in the rank (at {OUTPUTS}:")
     assert not (tmp_path / "out" / "outputs.json").exists()  # no half file passes for outputs

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from harness.engines import get_engine
 from harness.engines.launch import LaunchOutcome, RankFailure, rankside
 from harness.engines.launch.blame import harness_fault_of, read_record
 from harness.engines.vllm import VllmEngine
@@ -66,7 +67,7 @@ def test_a_rank_whose_harness_step_raises_ends_error_not_crash(tmp_path):
     assert done.returncode == 1, done.stderr
     fault = harness_fault_of(read_record(path))
     failure = RankFailure(0, 1, None, "ImportError: cannot import name", None, str(tmp_path / "rank0.log"), harness_fault=fault)
-    v = present(launch_verdict("s/x", LaunchOutcome("crash", 1.0, failure=failure), engine=None))
+    v = present(launch_verdict("s/x", LaunchOutcome("crash", 1.0, failure=failure), engine=get_engine("reference")))
     assert v.verdict == "error", v.reason
     assert v.reason == (
         "harness error: could not build vLLM's arguments for these settings: ImportError: cannot import name "

@@ -215,7 +215,7 @@ def test_unbacked_series_counts_only_runs_that_showed_the_bug():
     bug = VllmEngine().known_bugs()[0].model_copy(update={"seen": []})
     releases = ("0.26.0", "0.27.0", "0.27.1", "0.28.0", "0.32.0", "0.33.0")
     assert unbacked_series(bug, releases, "vllm") == ["0.27", "0.28", "0.32"]
-    from harness.contract.known_bugs import Sighting
+    from harness.contract.signature import Sighting
 
     shown = [
         Sighting(release="0.27.1", scenario="s/x", verdict="crash"),

@@ -4,10 +4,12 @@ import io
 import threading
 from pathlib import Path
 from types import SimpleNamespace
+from typing import cast
 
 from rich.console import Console
 
 from harness.contract.verdict import Verdict
+from harness.inputs.scenarios.scenario import Scenario
 from harness.run.report.progress import LineProgress, LiveProgress, choose_progress
 
 
@@ -75,7 +77,7 @@ def test_a_long_scenario_prints_what_it_is_doing_in_a_log(tmp_path):
     out = io.StringIO()
     progress = LineProgress(out, beat_s=0.05)
     progress.start(1, tmp_path)
-    progress.scenario_started(SimpleNamespace(id="s/tp2-compile"))
+    progress.scenario_started(cast(Scenario, SimpleNamespace(id="s/tp2-compile")))  # only its id is read
     wait_until(lambda: "still running s/tp2-compile" in out.getvalue(), 30, "the first beat line")
     assert "preparing: building the model" in out.getvalue()
     marks = tmp_path / "scenarios" / "s__tp2-compile" / "outputs" / "phases"

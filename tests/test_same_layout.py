@@ -13,6 +13,7 @@ from harness.inputs.scenarios.loading import load_scenarios
 from harness.inputs.scenarios.schema import ScenarioError
 from harness.run.compare.outputs import SAME_LAYOUT, same_layout_checks, verdict_of_checks
 from harness.run.compare.tolerances import tolerance_for
+from harness.run.stages.context import RunContext
 from tests.kit.handmade import suite_scenarios
 
 TOL = tolerance_for("float32")
@@ -156,7 +157,7 @@ def test_the_layout_run_is_made_once_a_run_and_shared(shipped, tmp_path, monkeyp
     monkeypatch.setattr(same_layout, "execute", execute)
     ok = LaunchOutcome("ok", 1.0)
     for sid in ("llama-batch/tp2-pp1-batch-one", "llama-batch/tp2-pp1-batch-mixed"):
-        layout = same_layout.layout_reference(shipped[sid], ok, tmp_path, same_layout.RunContext())
+        layout = same_layout.layout_reference(shipped[sid], ok, tmp_path, RunContext())
         assert isinstance(layout, same_layout.LayoutRun), layout
         assert layout.label == "same layout tp2-pp1" and "greedy.tokens" in layout.outputs.tensors
     assert launched == [("llama-batch/tp2-pp1", {"tp": 2, "pp": 1, "batch": "all", "compile": False})]
@@ -164,11 +165,11 @@ def test_the_layout_run_is_made_once_a_run_and_shared(shipped, tmp_path, monkeyp
     # nothing to run: the scenario's own launch crashed (that is its verdict), or its golden is its layout
     assert (
         same_layout.layout_reference(
-            shipped["llama-batch/tp2-pp1-batch-one"], LaunchOutcome("crash", 1.0), tmp_path, same_layout.RunContext()
+            shipped["llama-batch/tp2-pp1-batch-one"], LaunchOutcome("crash", 1.0), tmp_path, RunContext()
         )
         is None
     )
-    assert same_layout.layout_reference(shipped["llama-batch/tp1-pp1-batch-one"], ok, tmp_path, same_layout.RunContext()) is None
+    assert same_layout.layout_reference(shipped["llama-batch/tp1-pp1-batch-one"], ok, tmp_path, RunContext()) is None
     assert len(launched) == 1
 
 
@@ -189,7 +190,7 @@ def test_a_layout_run_that_crashes_is_the_scenarios_crash_says_whose_and_is_not_
 
     monkeypatch.setattr(same_layout, "execute", execute)
     for sid in ("llama-spec/tp2-pp2-spec-ngram",) * 2:  # the layout asked for again, as its next scenario would
-        verdict = same_layout.layout_reference(shipped[sid], LaunchOutcome("ok", 1.0), tmp_path, same_layout.RunContext())
+        verdict = same_layout.layout_reference(shipped[sid], LaunchOutcome("ok", 1.0), tmp_path, RunContext())
         assert isinstance(verdict, Verdict) and verdict.crash is not None, verdict
         assert verdict.verdict == "crash" and verdict.scenario == sid
         assert verdict.reason.startswith(
@@ -221,7 +222,7 @@ def test_under_a_batch_invariant_mode_the_layout_must_agree_to_the_bit(shipped, 
 
     monkeypatch.setattr(same_layout, "admit", lambda *a, **k: SimpleNamespace(prepared=SimpleNamespace(engine=FakeEngine())))
     monkeypatch.setattr(same_layout, "execute", execute)
-    layout = same_layout.layout_reference(shipped[sid], LaunchOutcome("ok", 1.0), tmp_path, same_layout.RunContext())
+    layout = same_layout.layout_reference(shipped[sid], LaunchOutcome("ok", 1.0), tmp_path, RunContext())
     assert isinstance(layout, same_layout.LayoutRun), layout
     assert layout.exact is exact
     checks = layout.checks(outputs(noise=1e-6), WORKLOADS, TOL)

@@ -18,6 +18,7 @@ from harness.inputs.scenarios.loading import load_scenarios
 from harness.inputs.scenarios.scenario import select
 from harness.run import golden as goldens
 from harness.run.stages import admit
+from harness.run.stages.context import RunContext
 from tests.kit import ROOT
 
 GOLDEN_BUILDER = "torch==2.13.0+cpu transformers==5.19.0 tokenizers==0.23.3"
@@ -110,7 +111,7 @@ def test_a_versioned_run_builds_its_tiny_checkpoint_with_the_harness_not_the_rel
     monkeypatch.setattr(admit, "get_engine", lambda name: Engine())
     monkeypatch.setattr(models, "resolve", resolve)
     with pytest.raises(_StopAfterResolve):
-        admit.prepare(v, dict(v.settings), tmp_path / "run", admit.RunContext())
+        admit.prepare(v, dict(v.settings), tmp_path / "run", RunContext())
     assert built_by == [sys.executable]
 
 

@@ -91,7 +91,8 @@ def _main(argv: list[str] | None) -> int:
     try:
         if args.command == "bisect-step":
             return bisect.run_step(args)
-        return COMMANDS[args.command].run(args)
+        code: int = COMMANDS[args.command].run(args)  # each module's run(args) -> int
+        return code
     # RunOptionError: a run option the parser's value types let through (a default, a variable)
     except (ScenarioError, DeviceError, NodesError, VariableValueError, ProjectConfigError, RunOptionError) as exc:
         print(f"harness: {exc}", file=sys.stderr)

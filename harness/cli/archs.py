@@ -47,7 +47,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_history(p, "<report dir>/history")
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
     from harness.engines import EngineUnavailable
     from harness.inputs.engine_envs import EngineEnvError
     from harness.run import census

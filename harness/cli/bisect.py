@@ -61,7 +61,7 @@ def add_step_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("order", help="the step, whole, as JSON (harness/run/bisect.py StepOrder)")
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
     """`harness bisect SCENARIO --good V1 --bad V2` over releases, or `--git DIR` over commits."""
     from harness.inputs.scenarios.schema import ScenarioError
     from harness.run.bisect import BisectError, bisect_git, bisect_releases, default_work_dir, repro_hook, scenario_args_of
@@ -120,7 +120,7 @@ def run(args) -> int:
     return exit_codes.OK
 
 
-def run_step(args) -> int:
+def run_step(args: argparse.Namespace) -> int:
     """One step of `git bisect run` (harness/run/bisect.py run_step): exit 0 good, 1 bad,
     125 skip, 128 the step could not run (git bisect stops)."""
     from harness.run.bisect import ABORT, StepOrder, run_step

@@ -39,7 +39,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--work-dir", type=Path, help="where runs, logs and the kit's goldens go (default: a new temporary directory)")
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
     """Print each check's line; exit 0 when none failed."""
     from harness.run.conformance import CHECKS, KitOptions, parse_settings, passed, run_kit, summary, work_dir_name
 

@@ -17,7 +17,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("topic", nargs="?", help="a topic (e.g. readme, design, engines, engine-versions, reliability)")
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
     from harness.contract.roots import shipped_docs
     from harness.inputs.scenarios.scenario import nearest_hint
 
@@ -56,7 +56,7 @@ def where_the_user_stands(text: str) -> str:
     --gate pr`, `make SUITE/ID` -> `harness run SUITE/ID`), and one with none (the harness's
     own tests and benchmarks) is marked as the checkout's. Prose ("make a target") stays."""
 
-    def command(match: re.Match) -> str:
+    def command(match: re.Match[str]) -> str:
         target = match.group(1)
         if target in MAKE_EQUIVALENTS:
             return MAKE_EQUIVALENTS[target]

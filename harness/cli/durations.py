@@ -17,7 +17,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", type=Path, required=True)
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
     from harness.run.plan.schedule import recorded_durations, write_durations
 
     # nothing to read is not "0 durations": a typo would write {} silently

@@ -6,10 +6,14 @@ import argparse
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from harness.cli import suites
 from harness.cli.options import add_device
 from harness.contract import exit_codes
+
+if TYPE_CHECKING:
+    from harness.inputs.scenarios.scenario import Scenario
 
 HELP = "(re)make the goldens of suites"
 
@@ -26,7 +30,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--work-dir", type=Path, default=None, help="where the golden runs go (default: <report-dir>/golden-runs)")
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
     from harness.contract.roots import shipped_only
     from harness.contract.rundir import OUTPUTS
     from harness.inputs.models import ModelError
@@ -42,7 +46,7 @@ def run(args) -> int:
         # ship with the harness (named, one is regenerated into the project's golden dir)
         scenarios = [s for s in scenarios if not shipped_only(s.source)]
     # golden key (suite, or suite/arch) -> a scenario of it
-    goldens: dict = {}
+    goldens: dict[str, Scenario] = {}
     for s in scenarios:
         goldens.setdefault(s.golden_key, s)
     known = {s.suite.suite for s in goldens.values()}
@@ -103,6 +107,6 @@ def run(args) -> int:
     return exit_codes.OK
 
 
-def _setting(scenario) -> str:
+def _setting(scenario: Scenario) -> str:
     """`tp=1 pp=1 compile=false`: the golden's settings as its file gives them."""
     return " ".join(f"{axis}={str(v).lower() if isinstance(v, bool) else v}" for axis, v in scenario.suite.golden.items())

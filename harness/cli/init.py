@@ -22,7 +22,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dir", type=Path, default=Path("."), help="the project's directory (default: here)")
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
     from harness.cli.project_init import InitError, init_project
     from harness.contract.settings.project import ProjectConfigError, project
 

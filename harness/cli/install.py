@@ -5,8 +5,12 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import TYPE_CHECKING
 
 from harness.contract import exit_codes
+
+if TYPE_CHECKING:
+    from harness.engines import Engine
 
 HELP = "install an engine: ENGINE (its default environment, e.g. vllm into .venv-vllm) or ENGINE==VERSION (a release, cached)"
 
@@ -19,7 +23,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
     from harness.engines import EngineUnavailable, get_engine
     from harness.inputs import engine_envs
 
@@ -51,7 +55,7 @@ def _say(line: str) -> None:
     print(line, flush=True)
 
 
-def _say_what_it_runs(engine) -> None:
+def _say_what_it_runs(engine: Engine) -> None:
     """Ask the new install what it runs now, once: the answer is cached, so `harness list
     --engines` and `harness init` after it answer at once (vLLM's probe is slow). An
     install whose engine cannot be asked (it does not import) raises EngineUnavailable: a

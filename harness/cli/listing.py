@@ -62,7 +62,7 @@ def _misused(args) -> str | None:
     return None
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
     if args.engines or args.models:
         return _plugins(args)
     from harness.contract.expectations import describe as describe_expectation

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from harness.cli.options import add_history
 from harness.contract import exit_codes
+from harness.contract.jsonfile import JSONObject
 
 HELP = "rebuild a run's report, merge shard runs into one, or diff two runs"
 
@@ -23,7 +24,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_history(p, "history/ beside the run directory")
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
     """Exits as `harness run` would have (harness/contract/exit_codes.py; diff: 1 on new regressions)."""
     from harness.run.report import write_report
     from harness.run.report.history import history_dir
@@ -65,7 +66,7 @@ def run(args) -> int:
     return exit_codes.of_run(meta)
 
 
-def say_what_was_not_recorded(meta: dict, who: str) -> None:
+def say_what_was_not_recorded(meta: JSONObject, who: str) -> None:  # run.json
     """The history's problems: files skipped as unreadable, results not stored."""
     for problem in meta.get("history_unreadable") or []:
         print(

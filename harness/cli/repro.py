@@ -29,7 +29,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_report_dir(p)
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
     from harness.inputs import engine_envs
     from harness.run.repro import ReproError, write_repro
 

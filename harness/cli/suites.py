@@ -3,14 +3,16 @@ stderr and set aside (harness/inputs/scenarios/loading.py), never the end of eve
 
 from __future__ import annotations
 
+import argparse
 import sys
 
+from harness.contract.jsonfile import JSONObject
 from harness.inputs.scenarios.loading import BrokenSuite, Catalog, load_catalog
 from harness.inputs.scenarios.scenario import Scenario, find_one
 from harness.inputs.scenarios.schema import ScenarioError
 
 
-def load(args, who: str = "harness") -> Catalog:
+def load(args: argparse.Namespace, who: str = "harness") -> Catalog:
     """The catalog of --scenarios (default: the project's and the built-in suites), every
     broken file's problem printed once."""
     catalog = load_catalog(args.scenarios)
@@ -21,7 +23,7 @@ def load(args, who: str = "harness") -> Catalog:
     return catalog
 
 
-def where_from(args) -> dict:
+def where_from(args: argparse.Namespace) -> JSONObject:  # kept in run.json
     """Which project config a command used (possibly one in a parent directory) and where
     its scenario files came from: printed at a run's start and kept in run.json."""
     from harness.contract.roots import scenario_paths

@@ -14,6 +14,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--all", action="store_true", help="also those the harness sets for its own processes and its tests")
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
     print(listing(("user", "internal", "tests") if args.all else ("user",)))
     return exit_codes.OK

@@ -3,13 +3,19 @@ harness/run/compare/applied.py): the pieces every engine's evidence shares. Stdl
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, TypeVar
 
 from harness.contract.axes import AXES, RunAxes, named
+from harness.contract.jsonfile import JSONObject
+
+# One axis's summary: (the run's axes, the engine's own report: its ranks' records, vLLM's
+# workers) -> {"applied", "evidence", ...} or None
+Summary = Callable[[RunAxes, Any], "JSONObject | None"]
+S = TypeVar("S", bound=Summary)
 
 
-def pp_layout(pp: int, stage_layers: dict[int, list[int]]) -> dict:
+def pp_layout(pp: int, stage_layers: dict[int, list[int]]) -> dict[str, object]:
     """PP took effect when the layers are split over `pp` stages, each holding a
     disjoint, non-empty range ({stage: layer indices it holds})."""
     held = [layer for layers in stage_layers.values() for layer in layers]
@@ -18,7 +24,7 @@ def pp_layout(pp: int, stage_layers: dict[int, list[int]]) -> dict:
     return {"applied": applied, "evidence": "; ".join(ranges)}
 
 
-def stage_layers(ranks: list[dict]) -> dict[int, list[int]]:
+def stage_layers(ranks: Iterable[Mapping[str, Any]]) -> dict[int, list[int]]:
     """{pp stage: the layers its ranks hold} from per-rank reports with `pp_rank`."""
     stages: dict[int, list[int]] = {}
     for r in ranks:
@@ -33,18 +39,19 @@ class AxisEvidence:
     (its axis off); a function named for no declared axis is refused at import."""
 
     def __init__(self) -> None:
-        self.summaries: dict[str, Callable[[RunAxes, Any], dict | None]] = {}
+        self.summaries: dict[str, Summary] = {}
 
-    def of(self, summary: Callable[[RunAxes, Any], dict | None]) -> Callable[[RunAxes, Any], dict | None]:
+    def of(self, summary: S) -> S:
         if summary.__name__ not in AXES:
             raise ValueError(f"evidence summary {summary.__name__!r} is named for no declared axis (harness/contract/axes.py)")
         self.summaries[summary.__name__] = summary
         return summary
 
-    def summarize(self, settings: dict, report: Any) -> dict:
+    def summarize(self, settings: Mapping[str, Any], report: Any) -> dict[str, JSONObject]:
         """{axis: {"applied", "evidence"}} for each axis `settings` names that a summary
         reports on, from the engine's `report` (its ranks' or workers' records)."""
-        axes, out = RunAxes.of(settings), {}
+        axes = RunAxes.of(settings)
+        out: dict[str, JSONObject] = {}
         for name in named(settings):
             summary = self.summaries.get(name)
             entry = summary(axes, report) if summary else None

@@ -25,16 +25,25 @@ Stdlib only: ranks import it inside an engine's own interpreter.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, fields
-from typing import Union, cast
+from typing import Any, TypeVar, Union, cast
 
 Value = Union[bool, int, str]  # bool first: YAML `true` stays a bool
+V = TypeVar("V")
 
 SIZE, BUDGET, SWITCH, CHOICE = "size", "budget", "switch", "choice"
 
 
-def _axis(kind: str, default: Value, doc: str, values: tuple = (), omit: tuple = (), layout: bool = False, ranks: bool = False):
+def _axis(
+    kind: str,
+    default: Value,
+    doc: str,
+    values: tuple[Value, ...] = (),
+    omit: tuple[Value, ...] = (),
+    layout: bool = False,
+    ranks: bool = False,
+) -> Any:  # a dataclass field, which stands as the value of the attribute it declares (int, bool, str)
     """A field of RunAxes that declares an axis: `values` the domain of a choice, `omit`
     the values an id leaves out besides the generic rule (`dp: 1`: no data parallelism).
     `layout`: how one model is split and run, what a first suite sweeps (the other axes test a
@@ -75,7 +84,7 @@ class RunAxes:
     batch_invariant: bool = _axis(SWITCH, False, "a batch-invariant mode: results must not depend on the batch")
 
     @classmethod
-    def of(cls, settings: dict) -> RunAxes:
+    def of(cls, settings: Mapping[str, Any]) -> RunAxes:
         """The declared axes of `settings` (others, an engine's own, are left out)."""
         return cls(**{name: settings[name] for name in AXIS_NAMES if name in settings})
 
@@ -85,7 +94,7 @@ class RunAxes:
         return self.dp * self.tp * self.pp
 
     def value(self, name: str) -> Value:
-        return getattr(self, name)
+        return cast(Value, getattr(self, name))
 
 
 @dataclass(frozen=True)
@@ -96,8 +105,8 @@ class Axis:
     kind: str
     default: Value
     doc: str
-    values: tuple = ()
-    omit: tuple = ()
+    values: tuple[Value, ...] = ()
+    omit: tuple[Value, ...] = ()
     layout: bool = False
     ranks: bool = False
 
@@ -153,7 +162,7 @@ def same_value(a: object, b: object) -> bool:
     return type(a) is type(b) and a == b
 
 
-def is_one_of(value: object, values) -> bool:
+def is_one_of(value: object, values: Iterable[object]) -> bool:
     return any(same_value(value, v) for v in values)
 
 
@@ -184,13 +193,13 @@ def axis_name(pick: Callable[[RunAxes], object]) -> str:
     return cast(str, pick(cast(RunAxes, _Namer())))
 
 
-def named(settings: dict) -> tuple[str, ...]:
+def named(settings: Mapping[str, object]) -> tuple[str, ...]:
     """The declared axes `settings` names (a suite's matrix axes; the others are at their
     defaults), in declaration order."""
     return tuple(name for name in AXIS_NAMES if name in settings)
 
 
-def kept_unchanged(settings: dict, axes: RunAxes) -> dict:
+def kept_unchanged(settings: Mapping[str, V], axes: RunAxes) -> dict[str, V]:
     """`settings` less the declared axes whose value `axes` changes: what a scenario narrows
     to when those go back to the golden's (`replace(axes, compile=False)`: the eager twin)."""
     return {a: v for a, v in settings.items() if a not in AXES or same_value(axes.value(a), v)}
@@ -201,7 +210,7 @@ def default(name: str) -> Value | None:
     return AXES[name].default if name in AXES else None
 
 
-def filled(settings: dict) -> dict:
+def filled(settings: Mapping[str, object]) -> dict[str, object]:
     """`settings` with every declared axis it leaves out at its default."""
     return {**{name: a.default for name, a in AXES.items()}, **settings}
 
@@ -230,7 +239,7 @@ class Cond:
         value: Value = int(raw) if raw.isdigit() else {"true": True, "false": False}.get(raw, raw)
         return cls(m["axis"], "==" if m["op"] == "=" else m["op"], value)
 
-    def holds(self, settings: dict) -> bool:
+    def holds(self, settings: Mapping[str, object]) -> bool:
         value = settings.get(self.axis, default(self.axis))
         if self.op == "on":
             return value != default(self.axis) and value is not None
@@ -256,7 +265,7 @@ class Rule:
     then: tuple[Cond, ...]
     reason: str
 
-    def broken(self, settings: dict) -> bool:
+    def broken(self, settings: Mapping[str, object]) -> bool:
         """Whether `settings` (axes missing: at their defaults) break this rule."""
         if not self.when.holds(settings):
             return False
@@ -290,6 +299,6 @@ RULES: tuple[Rule, ...] = (
 )
 
 
-def broken_rule(settings: dict, rules: tuple[Rule, ...] | list[Rule]) -> Rule | None:
+def broken_rule(settings: Mapping[str, object], rules: tuple[Rule, ...] | list[Rule]) -> Rule | None:
     """The first of `rules` that `settings` break, or None."""
     return next((r for r in rules if r.broken(settings)), None)

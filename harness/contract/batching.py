@@ -20,6 +20,9 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TypeVar, cast
+
+R = TypeVar("R")
 
 MODES = ("all", "one", "mixed")
 SEED = 0
@@ -61,10 +64,10 @@ def compose(prompts: list[list[int]], mode: str) -> list[Submission]:
     raise ValueError(f"unknown batch mode {mode!r} (known: {', '.join(MODES)})")
 
 
-def restore(per_submission: list[list], submissions: list[Submission], count: int) -> list:
+def restore(per_submission: Sequence[Sequence[R]], submissions: list[Submission], count: int) -> list[R]:
     """Per-prompt results of each submission (in its order) -> the `count` workload
     prompts' results in the workload's order, fillers dropped."""
-    out: list = [None] * count
+    out: list[R | None] = [None] * count
     for results, sub in zip(per_submission, submissions):
         for result, i in zip(results, sub.origin):
             if i is not None:
@@ -72,4 +75,4 @@ def restore(per_submission: list[list], submissions: list[Submission], count: in
     missing = [i for i, r in enumerate(out) if r is None]
     if missing:
         raise RuntimeError(f"batch composition lost the results of prompts {missing}")
-    return out
+    return cast(list[R], out)  # none is None: checked above

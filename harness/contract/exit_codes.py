@@ -6,6 +6,8 @@ the harness could not give a full answer, and say why on stderr.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 # every planned scenario ended, each as expected
 OK = 0
 # a scenario ended fail/crash/hang/error, passed unexpectedly or lost coverage; --diff: NEW regressed
@@ -31,7 +33,7 @@ def nothing_tested_text(count: int, allow_option: str) -> str:
     )
 
 
-def of_run(meta: dict, interrupted: bool = False) -> int:
+def of_run(meta: Mapping[str, object], interrupted: bool = False) -> int:
     """The exit code of a run (or a rebuilt report of one) from its run.json.
     Results that were not stored come first: nothing else about the run is then
     on record. A failure found beats an incomplete run: the change is unsafe

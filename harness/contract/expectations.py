@@ -20,19 +20,68 @@ from __future__ import annotations
 import fnmatch
 import operator
 import re
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import Protocol
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 from harness.contract.cpu import cpu_flags
+from harness.contract.jsonfile import JSONObject
 from harness.contract.verdict import FAILED, Verdict
 
 CONDITION = re.compile(r"^\s*(<=|>=|==|!=|<|>)\s*([-+0-9.eE]+)\s*$")
 OPS = {"<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge, "==": operator.eq, "!=": operator.ne}
 # "KeyError: 'residual'", "torch._dynamo.exc.Unsupported: ...", "AssertionError"
 EXCEPTION_TEXT = re.compile(r"^(?P<type>[A-Za-z_][\w.]*)(?::\s?(?P<msg>.*))?$", re.S)
+
+
+# What this module reads of a failure signature (contract/signature.py FailureSignature, a
+# layer above: described here by its shape). Properties, read-only, so that the models'
+# narrower types fit (a known bug's Literal verdict, its required engine_version).
+class Versioned(Protocol):
+    @property
+    def engine_version(self) -> str | None: ...
+    @property
+    def versions(self) -> Mapping[str, str]: ...
+
+
+class Expectation(Versioned, Protocol):
+    """A scenario file's ExpectedFailure (inputs/scenarios/schema.py) or an engine's KnownBug
+    (contract/known_bugs.py): a FailureSignature with the reason it is expected."""
+
+    @property
+    def verdict(self) -> str | None: ...
+    @property
+    def exception(self) -> str | None: ...
+    @property
+    def message(self) -> str | None: ...
+    @property
+    def traceback(self) -> str | None: ...
+    @property
+    def rank(self) -> int | str | None: ...
+    @property
+    def check(self) -> str | None: ...
+    @property
+    def metric(self) -> Mapping[str, str]: ...
+    @property
+    def reason(self) -> str: ...
+
+
+class Bug(Expectation, Protocol):
+    """An engine's known bug (contract/known_bugs.py KnownBug), as this module reads it."""
+
+    @property
+    def id(self) -> str: ...
+    @property
+    def upstream(self) -> str | None: ...
+    @property
+    def where(self) -> Mapping[str, object]: ...
+    @property
+    def cpu(self) -> Sequence[str]: ...
+    def meets_cpu(self, flags: frozenset[str] | None) -> bool: ...
+    def title(self) -> str: ...
 
 
 def parse_requirement(text: str) -> tuple[str, SpecifierSet]:
@@ -70,7 +119,7 @@ def parse_condition(name: str, text: str) -> tuple[str, float]:
         raise ValueError(f"metric.{name}: {m[2]!r} is not a number") from None
 
 
-def version_ranges(x: Any) -> dict[str, SpecifierSet]:
+def version_ranges(x: Versioned) -> dict[str, SpecifierSet]:
     """package -> the range the expectation is for (engine_version and versions combined)."""
     ranges: dict[str, SpecifierSet] = {}
     if x.engine_version:
@@ -83,7 +132,7 @@ def version_ranges(x: Any) -> dict[str, SpecifierSet]:
     return ranges
 
 
-def engine_label(versions: dict) -> str:
+def engine_label(versions: Mapping[str, object]) -> str:
     """`vllm 0.32.0 (torch 2.13.0)`, `reference (torch 2.13.0)`: what a verdict ran on."""
     if not versions:
         return "an unrecorded engine version"
@@ -94,7 +143,7 @@ def engine_label(versions: dict) -> str:
     return f"{head} (torch {torch})" if torch and engine != "torch" else head
 
 
-def version_problem(x: Any, versions: dict) -> str | None:
+def version_problem(x: Versioned, versions: Mapping[str, object]) -> str | None:
     """Why the expectation does not apply to the engine these versions describe; None: it applies."""
     for name, version_range in version_ranges(x).items():
         have = _lookup(versions, name)
@@ -110,7 +159,7 @@ def version_problem(x: Any, versions: dict) -> str | None:
     return None
 
 
-def _lookup(versions: dict, name: str) -> str | None:
+def _lookup(versions: Mapping[str, object], name: str) -> str | None:
     for k, v in versions.items():
         if str(k).lower().replace("_", "-") == name.replace("_", "-"):
             return str(v)
@@ -133,7 +182,7 @@ def _type_matches(expected: str, actual: str) -> bool:
     return actual == expected or actual.endswith("." + expected) or expected.endswith("." + actual)
 
 
-def mismatch(x: Any, v: Verdict) -> str | None:
+def mismatch(x: Expectation, v: Verdict) -> str | None:
     """Why the failure in `v` is not the one `x` describes; None when it is."""
     if x.verdict and x.verdict != v.verdict:
         return f"expected a {x.verdict}, this is a {v.verdict}"
@@ -170,7 +219,7 @@ def mismatch(x: Any, v: Verdict) -> str | None:
     return None
 
 
-def _metric_problem(conditions: dict, check: dict) -> str | None:
+def _metric_problem(conditions: Mapping[str, str], check: JSONObject) -> str | None:
     metrics = check.get("metrics") or {}
     for name, text in (conditions or {}).items():
         op, bound = parse_condition(name, text)
@@ -182,7 +231,7 @@ def _metric_problem(conditions: dict, check: dict) -> str | None:
     return None
 
 
-def describe(x: Any) -> str:
+def describe(x: Expectation) -> str:
     """What the expectation expects, in one line: `crash AssertionError on /Worker_PP1/ (vllm==0.32.*)`."""
     parts = [x.verdict or "any failure"]
     if x.exception:
@@ -212,7 +261,7 @@ def happened(v: Verdict) -> str:
     return v.observed or v.verdict
 
 
-def _record(x: Any, status: str, why: str | None, v: Verdict) -> dict:
+def _record(x: Expectation, status: str, why: str | None, v: Verdict) -> dict[str, str | None]:
     return {
         "status": status,
         "reason": x.reason,
@@ -223,7 +272,7 @@ def _record(x: Any, status: str, why: str | None, v: Verdict) -> dict:
     }
 
 
-def _declared_unsupported(v: Verdict, applicable: list) -> None:
+def _declared_unsupported(v: Verdict, applicable: Sequence[Expectation]) -> None:
     """An `unsupported` that an expectation for this engine version declares (`verdict:
     unsupported`, its `message` matching the engine's reason) is recorded as matched: the
     setting is known not to apply there, so it is no lost coverage (run/report/regressions.py)."""
@@ -242,7 +291,7 @@ def declares_unsupported(v: Verdict) -> bool:
     return v.verdict == "unsupported" and (v.expectation or {}).get("status") == "matched"
 
 
-def apply_expectations(v: Verdict, expectations: tuple | list, known_bugs: tuple | list = ()) -> Verdict:
+def apply_expectations(v: Verdict, expectations: Sequence[Expectation], known_bugs: Sequence[Bug] = ()) -> Verdict:
     """Apply a scenario's expectations, then its engine's known bugs, to its verdict (see the
     module docstring and harness/contract/known_bugs.py).
 
@@ -258,11 +307,11 @@ def apply_expectations(v: Verdict, expectations: tuple | list, known_bugs: tuple
     return v
 
 
-def _in_range(v: Verdict, bugs: tuple | list) -> list:
+def _in_range(v: Verdict, bugs: Sequence[Bug]) -> list[Bug]:
     return [b for b in bugs if version_problem(b, v.versions) is None]
 
 
-def _known_failure(v: Verdict, reason: str, bugs: tuple | list) -> Verdict:
+def _known_failure(v: Verdict, reason: str, bugs: Sequence[Bug]) -> Verdict:
     """A failure no expectation of the file describes but a known bug of the engine does:
     expected, naming the bug (the file's near miss, if any, is dropped with its words)."""
     in_range = _in_range(v, bugs)
@@ -278,7 +327,7 @@ def _known_failure(v: Verdict, reason: str, bugs: tuple | list) -> Verdict:
     return v
 
 
-def _known_near_miss(v: Verdict, bugs: tuple | list, in_range: list) -> str:
+def _known_near_miss(v: Verdict, bugs: Sequence[Bug], in_range: list[Bug]) -> str:
     """The words that keep a failure new while pointing at the known bug it resembles: the
     same failure on a release outside the bug's range (widen the range with this run), or
     a bug of this release whose failure differs (and how)."""
@@ -294,7 +343,7 @@ def _known_near_miss(v: Verdict, bugs: tuple | list, in_range: list) -> str:
     return ""
 
 
-def _known_bug_absent(v: Verdict, bugs: tuple | list) -> Verdict:
+def _known_bug_absent(v: Verdict, bugs: Sequence[Bug]) -> Verdict:
     """A pass where a known bug should show on this release: the bug may be fixed. Reported,
     not a gate failure (the bugs file is shared by every suite; its range is then narrowed)."""
     not_met = []
@@ -314,15 +363,15 @@ def _known_bug_absent(v: Verdict, bugs: tuple | list) -> Verdict:
     return v
 
 
-def _apply_own(v: Verdict, expectations: tuple | list) -> Verdict:
+def _apply_own(v: Verdict, expectations: Sequence[Expectation]) -> Verdict:
     if not expectations:
         if v.expected_failure and v.verdict in FAILED:
             v.observed = v.verdict
             v.verdict = "expected-failure"
             v.reason = f"{v.observed} as expected ({v.expected_failure}): {v.reason}"
         return v
-    applicable: list = []
-    excluded: list = []
+    applicable: list[tuple[Expectation, str | None]] = []
+    excluded: list[tuple[Expectation, str | None]] = []
     for x in expectations:
         problem = version_problem(x, v.versions)
         (excluded if problem else applicable).append((x, problem))

@@ -13,6 +13,9 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 T = TypeVar("T")
+# A decoded JSON object: string keys, values of any JSON type (what read_json returns for
+# dict, and the records the harness writes: verdict fields, run.json, spec.json)
+JSONObject = dict[str, Any]
 _EXPECTED: dict[type, str] = {dict: "a JSON object ({...})", list: "a JSON array ([...])"}
 
 
@@ -28,7 +31,7 @@ def read_json(path: str | Path, shape: type = dict) -> Any:
     return data
 
 
-def from_fields(cls: type[T], data: dict, what: str) -> T:
+def from_fields(cls: type[T], data: JSONObject, what: str) -> T:
     """The dataclass `cls` from `data`; ValueError starting with `what` (e.g. "FILE is not a
     verdict") naming the unknown and the missing fields, where `cls(**data)` would raise
     a bare TypeError."""

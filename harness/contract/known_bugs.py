@@ -23,8 +23,9 @@ from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Literal, Union
+from typing import Any, Literal, Union
 
 from pydantic import ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 from pydantic_core import ErrorDetails
@@ -34,6 +35,8 @@ from harness.contract.signature import FailureSignature, Sighting
 from harness.contract.yamlfile import YamlFileError, load_bounded
 
 Value = Union[bool, int, str]  # bool first: YAML `true` must stay a bool
+# an engine's axis, as its `axes` declares it: the values it runs, or None (any value)
+EngineAxisValues = Union[tuple[object, ...], None]
 BUG_ID = re.compile(r"^[a-z0-9][a-z0-9-]*$")
 CPU_FLAG = re.compile(r"^!?[a-z0-9_]+$")
 # `where` keys beside the axes: the harness's own arch axis (a suite's name for one of its models,
@@ -81,7 +84,7 @@ class KnownBug(FailureSignature):
 
     @field_validator("where")
     @classmethod
-    def _where_known(cls, v: dict, info: ValidationInfo) -> dict:
+    def _where_known(cls, v: dict[str, Value | list[Value]], info: ValidationInfo) -> dict[str, Value | list[Value]]:
         """Every key an axis of the engine (the validation context's `axes`; none given: a
         declared axis), `arch` or `model_arch`, every value one it can take."""
         context = info.context or {}
@@ -90,7 +93,7 @@ class KnownBug(FailureSignature):
             raise ValueError("; ".join(p for p in problems if p))
         return v
 
-    def shows_in(self, settings: dict) -> bool:
+    def shows_in(self, settings: Mapping[str, object]) -> bool:
         """Is `settings` where this bug shows (every `where` key held by the scenario)?"""
         for key, wanted in self.where.items():
             if key not in settings:
@@ -118,7 +121,7 @@ class KnownBug(FailureSignature):
         return f"known bug {self.id}" + (f" ({self.upstream})" if self.upstream else "")
 
 
-def where_problem(key: str, wanted: object, axes: dict[str, tuple | None] | None, engine: str | None) -> str | None:
+def where_problem(key: str, wanted: object, axes: Mapping[str, EngineAxisValues] | None, engine: str | None) -> str | None:
     """Why `where: {key: wanted}` can never hold in a scenario of the engine (`axes`: its axes and
     the values it runs, None: any value; no `axes`: every declared axis), or None."""
     values = wanted if isinstance(wanted, list) else [wanted]
@@ -155,7 +158,9 @@ class KnownBugsError(ValueError):
     """A known-bugs file that cannot be used; the message names the file, the entry and the field."""
 
 
-def load_known_bugs(path: Path, engine: str | None = None, axes: dict[str, tuple | None] | None = None) -> tuple[KnownBug, ...]:
+def load_known_bugs(
+    path: Path, engine: str | None = None, axes: Mapping[str, EngineAxisValues] | None = None
+) -> tuple[KnownBug, ...]:
     """The bugs of one engine's file, each checked (its `where` against `axes`, the engine's:
     axis -> the values it runs, None any; without them, against every declared axis);
     KnownBugsError names the file, the entry and the field of what is wrong."""
@@ -163,7 +168,7 @@ def load_known_bugs(path: Path, engine: str | None = None, axes: dict[str, tuple
 
 
 @functools.cache
-def _load(path: Path, engine: str | None, axes: tuple[tuple[str, tuple | None], ...] | None) -> tuple[KnownBug, ...]:
+def _load(path: Path, engine: str | None, axes: tuple[tuple[str, EngineAxisValues], ...] | None) -> tuple[KnownBug, ...]:
     data = _read_mapping(path)
     entries = data.get("known_bugs")
     if not isinstance(entries, list):
@@ -178,7 +183,7 @@ def _load(path: Path, engine: str | None, axes: tuple[tuple[str, tuple | None], 
     return tuple(bugs)
 
 
-def _entry(path: Path, index: int, entry: object, context: dict) -> KnownBug:
+def _entry(path: Path, index: int, entry: object, context: Mapping[str, object]) -> KnownBug:
     try:
         return KnownBug.model_validate(entry, context=context)
     except ValidationError as exc:
@@ -196,7 +201,7 @@ def _problem(error: ErrorDetails) -> str:
     return f"{where}: {error['msg'].removeprefix('Value error, ')}"  # pydantic's prefix says nothing
 
 
-def _read_mapping(path: Path) -> dict:
+def _read_mapping(path: Path) -> dict[str, Any]:  # a YAML mapping: its values any YAML
     """The file's YAML mapping, read within bounds; only `known_bugs:` and `releases:` at its top."""
     try:  # within the bounds of any user's YAML file: size, nesting, aliases expanded
         data = load_bounded(path, "a known-bugs file")
@@ -242,7 +247,7 @@ def series(release: str) -> str:
     return ".".join(release.split(".")[:2])
 
 
-def unbacked_series(x: object, releases: tuple[str, ...], package: str) -> list[str]:
+def unbacked_series(x: FailureSignature, releases: tuple[str, ...], package: str) -> list[str]:
     """The release series inside an expectation's (or known bug's) range of `package` that no run
     in its `seen` showed it on: where its range says more than was measured."""
     from packaging.version import Version
@@ -257,6 +262,6 @@ def unbacked_series(x: object, releases: tuple[str, ...], package: str) -> list[
     return sorted(covered - shown, key=Version)
 
 
-def known_bugs_where(bugs: tuple[KnownBug, ...], settings: dict) -> tuple[KnownBug, ...]:
+def known_bugs_where(bugs: tuple[KnownBug, ...], settings: Mapping[str, object]) -> tuple[KnownBug, ...]:
     """The bugs that can show in a scenario of these settings."""
     return tuple(b for b in bugs if b.shows_in(settings))

@@ -22,20 +22,40 @@ Engine-side code may import this module (torch, safetensors, stdlib only).
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 import torch
 from safetensors.torch import load_file, save_file
 
-from harness.contract.jsonfile import read_json
+from harness.contract.jsonfile import JSONObject, read_json
 from harness.contract.storage import storage_error
 
 TENSORS_FILE = "outputs.safetensors"
 META_FILE = "outputs.json"
 
 
-def _writing(path: Path, write) -> None:
+class _Brief(Protocol):
+    """What describe_run reads of a run brief (harness/contract/runbrief.py RunBrief, a
+    module of this one's layer: described here by its shape)."""
+
+    @property
+    def scenario_id(self) -> str: ...
+    @property
+    def settings(self) -> JSONObject: ...
+    @property
+    def dtype(self) -> str: ...
+    @property
+    def device(self) -> str: ...
+    @property
+    def faults(self) -> Sequence[str]: ...
+    @property
+    def workloads(self) -> Sequence[JSONObject]: ...
+
+
+def _writing(path: Path, write: Callable[[Path], object]) -> None:
     """write(path); on a failure, no half file is left to pass for outputs, and a full or
     read-only disk is raised as an OSError naming `path` (safetensors' own error names
     neither: harness/contract/storage.py), which the launcher reports as the machine's fault."""
@@ -52,7 +72,7 @@ def _writing(path: Path, write) -> None:
 @dataclass
 class EngineOutputs:
     tensors: dict[str, torch.Tensor] = field(default_factory=dict)
-    meta: dict = field(default_factory=dict)
+    meta: JSONObject = field(default_factory=dict)
 
     def workload(self, name: str) -> dict[str, torch.Tensor]:
         """The tensors of one workload, keyed by field name."""
@@ -77,7 +97,7 @@ class EngineOutputs:
             raise FileNotFoundError(f"{directory} has no engine outputs (missing {', '.join(missing)})")
         return cls(load_file(str(directory / TENSORS_FILE)), read_json(directory / META_FILE))
 
-    def describe_run(self, brief, engine: str, **extra) -> None:
+    def describe_run(self, brief: _Brief, engine: str, **extra: object) -> None:
         """The meta every engine records: what ran (the brief) and with which versions;
         `extra` adds the engine's own fields (its version, timings, stage I/O...)."""
         import sys

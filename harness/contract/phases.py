@@ -54,7 +54,7 @@ class PhaseMarks:
     def __init__(self, output_dir: str | Path, rank: int | None = None):
         self.rank = int(os.environ.get("RANK", "0")) if rank is None else rank
         self.path = Path(output_dir) / PHASES_DIR / f"rank{self.rank}.json"
-        self.marks: list[list] = []
+        self.marks: list[list[str | float]] = []  # [phase, when it ended (time.time())]
 
     def mark(self, phase: str) -> None:
         self.marks.append([phase, time.time()])

@@ -20,12 +20,15 @@ import enum
 import math
 from collections.abc import Mapping
 from pathlib import PurePath
+from typing import Any
 
 # a vLLM config holds configs: deeper than this is written as its type's name
 MAX_DEPTH = 8
 
 
-def plain(value, _depth: int = 0, _seen: frozenset[int] = frozenset()):
+def plain(value: object, _depth: int = 0, _seen: frozenset[int] = frozenset()) -> Any:
+    # Any: JSON-safe data (None, bool, int, float, str, lists and str-keyed dicts of them),
+    # which callers keep as the shape they passed in (a meta dict stays a dict)
     """`value` as JSON-safe data (the module doc)."""
     if value is None or isinstance(value, (bool, str)):
         return value
@@ -51,7 +54,8 @@ def plain(value, _depth: int = 0, _seen: frozenset[int] = frozenset()):
     return _scalar(value)
 
 
-def _scalar(value):
+def _scalar(value: Any) -> Any:
+    # Any: a torch or numpy value, read by duck typing (neither is imported here)
     """A torch dtype or device by its name, a one-value tensor or numpy scalar by its number,
     anything else by its type's name."""
     module = type(value).__module__.split(".")[0]
@@ -64,5 +68,5 @@ def _scalar(value):
     return _name(value)
 
 
-def _name(value) -> str:
+def _name(value: object) -> str:
     return f"<{type(value).__name__}>"

@@ -80,7 +80,7 @@ def _normal(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
-_cache: dict[tuple, dict[str, list[Plugin]]] = {}
+_cache: dict[tuple[str, tuple[str, ...]], dict[str, list[Plugin]]] = {}  # by (group, sys.path)
 
 
 def discover(group: str) -> dict[str, list[Plugin]]:

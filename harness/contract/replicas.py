@@ -11,9 +11,17 @@ joined (engine processes have it).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING
 
 from harness.contract import batching
+from harness.contract.jsonfile import JSONObject
+
+if TYPE_CHECKING:
+    import torch
+
+# One workload's output fields ({"tokens": ..., "topk_ids": ...}, harness/contract/outputs.py)
+Fields = dict[str, "torch.Tensor"]
 
 
 def share(count: int, dp: int, dp_rank: int) -> list[int]:
@@ -21,7 +29,7 @@ def share(count: int, dp: int, dp_rank: int) -> list[int]:
     return list(range(dp_rank, count, dp))
 
 
-def replica_workloads(workloads: list[dict], dp: int, dp_rank: int) -> list[dict]:
+def replica_workloads(workloads: list[JSONObject], dp: int, dp_rank: int) -> list[JSONObject]:
     """Each workload cut to this replica's share of its prompts (and their media). Without
     the per-layer capture under dp > 1: its rows are those of the golden's first batch,
     which no replica's first batch is."""
@@ -38,14 +46,17 @@ def replica_workloads(workloads: list[dict], dp: int, dp_rank: int) -> list[dict
 
 
 def merge(
-    workloads: list[dict], by_replica: dict[int, dict], dp: int, shares: Callable[[int, int, int], list[int]] = share
-) -> dict:
+    workloads: list[JSONObject],
+    by_replica: Mapping[int, dict[str, Fields]],
+    dp: int,
+    shares: Callable[[int, int, int], list[int]] = share,
+) -> dict[str, Fields]:
     """{workload name: fields} of every replica ({dp_rank: results}) -> one {name: fields}
     in each workload's prompt order. `shares` says which prompts each replica served
     (a fault switch may give another rule)."""
     if dp == 1:
         return by_replica[0]
-    merged = {}
+    merged: dict[str, Fields] = {}
     for w in workloads:
         n = len(w["prompts"])
         if not n:
@@ -57,7 +68,7 @@ def merge(
     return merged
 
 
-def per_prompt(kind: str, fields: dict) -> list[dict]:
+def per_prompt(kind: str, fields: Mapping[str, torch.Tensor]) -> list[Fields]:
     """One submission's output fields, split into one dict per prompt."""
     if kind == "logprobs":
         offsets = fields["offsets"].tolist()
@@ -66,7 +77,7 @@ def per_prompt(kind: str, fields: dict) -> list[dict]:
     return [{k: v[p] for k, v in fields.items()} for p in range(count)]
 
 
-def joined(kind: str, prompts: list[dict]) -> dict:
+def joined(kind: str, prompts: Sequence[Mapping[str, torch.Tensor]]) -> Fields:
     """Per-prompt output fields back into a workload's fields (the inverse of per_prompt)."""
     import torch
 

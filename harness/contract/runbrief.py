@@ -47,7 +47,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from harness.contract.axes import RunAxes
-from harness.contract.jsonfile import from_fields, read_json
+from harness.contract.jsonfile import JSONObject, from_fields, read_json
 
 WORKLOAD_KINDS = ("logprobs", "greedy", "generate")
 # A workload's media fields and the modality each holds (vLLM's multi_modal_data keys)
@@ -57,17 +57,17 @@ AUDIO_RATE = 16000  # Hz of every audio clip a run brief names
 VIDEO_FPS = 2.0
 
 
-def entry_list(entry) -> list:
+def entry_list(entry: str | list[str] | None) -> list[str]:
     """One prompt's entry of a media field (null, one item, or a list of them) as a list."""
     return entry if isinstance(entry, list) else [entry] if entry else []
 
 
-def prompt_media(workload: dict, prompt: int) -> dict[str, list]:
+def prompt_media(workload: JSONObject, prompt: int) -> dict[str, list[str]]:
     """The media of one prompt, by field (MEDIA), each a list: empty where it has none."""
     return {field: entry_list((workload.get(field) or [None] * (prompt + 1))[prompt]) for field in MEDIA}
 
 
-def video_metadata(frames: int) -> dict:
+def video_metadata(frames: int) -> JSONObject:  # keyword arguments of a VideoMetadata
     """What a video processor is told of a run brief's video: its rate, every frame taken
     as it is (no sampling), in the form vLLM builds for its own dummy videos."""
     return {
@@ -107,7 +107,7 @@ def cut_generation(tokens: list[int], stop: list[list[int]], eos_token_id: int |
     return tokens
 
 
-def generate_params(workload: dict) -> tuple[int, list[list[int]], int | None]:
+def generate_params(workload: JSONObject) -> tuple[int, list[list[int]], int | None]:
     """(max_new_tokens, stop sequences, eos_token_id) of a `generate` workload."""
     eos = workload.get("eos_token_id")
     stop = [list(map(int, s)) for s in workload.get("stop") or [] if len(s)]
@@ -122,8 +122,8 @@ class RunBrief:
     dtype: str  # "float32" | "bfloat16" | "float16"
     # The scenario's axis values (harness/contract/axes.py; read them typed through
     # `axes`), plus any axis of the engine's own.
-    settings: dict
-    workloads: list[dict]
+    settings: JSONObject
+    workloads: list[JSONObject]
     output_dir: str
     # Named fault switches (engine-defined), e.g. "rank-raise@1". Off by default.
     faults: list[str] = field(default_factory=list)

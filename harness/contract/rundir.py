@@ -30,6 +30,7 @@ import re
 import secrets
 import tempfile
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 RUN_META = "run.json"
@@ -109,7 +110,7 @@ def new_run_id(suffix: str = "", prefix: str = "") -> str:
     return f"{prefix}{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}{suffix}"
 
 
-def claim_new_run_dir(report_dir: Path, meta: dict, suffix: str = "") -> Path:
+def claim_new_run_dir(report_dir: Path, meta: Mapping[str, object], suffix: str = "") -> Path:
     """A fresh directory under report_dir with a new run id, claimed for this run."""
     for attempt in range(CLAIM_ATTEMPTS):
         try:
@@ -120,7 +121,7 @@ def claim_new_run_dir(report_dir: Path, meta: dict, suffix: str = "") -> Path:
     raise AssertionError("unreachable")
 
 
-def claim_run_dir(report_dir: Path, run_id: str, meta: dict) -> Path:
+def claim_run_dir(report_dir: Path, run_id: str, meta: Mapping[str, object]) -> Path:
     """Create report_dir/run_id for this run, with `meta` (the planned scenarios) as
     its run.json, or raise RunDirTaken if any run (or anything else) is already there."""
     problem = run_id_problem(run_id)

@@ -7,7 +7,7 @@ a verdict by contract/expectations.py (mismatch, describe)."""
 from __future__ import annotations
 
 import re
-from typing import Literal
+from typing import Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -89,7 +89,7 @@ class FailureSignature(BaseModel):
         return v
 
     @model_validator(mode="after")
-    def _kind_fits(self):  # noqa: ANN202 - the model itself, of the subclass validated
+    def _kind_fits(self) -> Self:
         # the engine version does not apply the setting: `message` matches its evidence
         if self.verdict == "unsupported":
             extra = [f for f in ("exception", "traceback", "rank", "check", "metric") if getattr(self, f)]

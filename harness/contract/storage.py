@@ -18,6 +18,8 @@ from __future__ import annotations
 import errno
 import os
 import re
+from collections.abc import Iterator, Mapping
+from typing import TypedDict
 
 STORAGE_ERRNOS = (errno.ENOSPC, errno.EROFS, errno.EDQUOT)
 # The words a native library prints for those errnos: strerror's text, Rust's "os error N".
@@ -40,7 +42,13 @@ def _errno_in_text(text: str) -> int | None:
     return None  # pragma: no cover - every alternative of _WORDS names one of them
 
 
-def _chain(exc: BaseException):
+class StorageFault(TypedDict):
+    errno: str  # its symbol: "ENOSPC"
+    strerror: str
+    path: str | None  # the file it was met on, where the error names one
+
+
+def _chain(exc: BaseException) -> Iterator[BaseException]:
     seen: set[int] = set()
     cur: BaseException | None = exc
     while cur is not None and id(cur) not in seen:
@@ -49,7 +57,7 @@ def _chain(exc: BaseException):
         cur = cur.__cause__ or cur.__context__
 
 
-def storage_fault(exc: BaseException) -> dict | None:
+def storage_fault(exc: BaseException) -> StorageFault | None:
     """{"errno": "ENOSPC", "strerror": ..., "path": ... or None} when `exc` (or what it was
     raised from) is a full, read-only or over-quota filesystem; None for anything else."""
     for cur in _chain(exc):
@@ -62,21 +70,21 @@ def storage_fault(exc: BaseException) -> dict | None:
     return None
 
 
-def _fault(number: int, path) -> dict:
+def _fault(number: int, path: object) -> StorageFault:
     return {"errno": errno.errorcode[number], "strerror": os.strerror(number), "path": str(path) if path else None}
 
 
-def storage_error(exc: BaseException, path: str | os.PathLike) -> OSError | None:
+def storage_error(exc: BaseException, path: str | os.PathLike[str]) -> OSError | None:
     """An OSError naming `path` for a disk fault met while writing it (to raise from
     `exc`), or None when `exc` is no disk fault."""
     fault = storage_fault(exc)
     if fault is None:
         return None
-    number = getattr(errno, fault["errno"])
+    number: int = getattr(errno, fault["errno"])
     return OSError(number, os.strerror(number), str(fault["path"] or path))
 
 
-def describe(fault: dict) -> str:
+def describe(fault: Mapping[str, object]) -> str:
     """'cannot write PATH: No space left on device (ENOSPC)', for a verdict's reason."""
     where = f" {fault['path']}" if fault.get("path") else ""
     return f"cannot write{where}: {fault['strerror']} ({fault['errno']})"

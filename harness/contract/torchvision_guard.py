@@ -22,20 +22,24 @@ from __future__ import annotations
 import importlib.abc
 import importlib.machinery
 import sys
+from collections.abc import Sequence
+from types import ModuleType
 
 GUARDED = ("torchvision._meta_registrations", "torchvision._autograd_registrations")
 
 
 class _EmptyLoader(importlib.abc.Loader):
-    def create_module(self, spec):  # the default module object
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> None:  # the default module object
         return None
 
-    def exec_module(self, module) -> None:
+    def exec_module(self, module: ModuleType) -> None:
         module.__doc__ = "left empty by harness/contract/torchvision_guard.py: this torchvision's C ops do not load"
 
 
 class TorchvisionOpsGuard(importlib.abc.MetaPathFinder):
-    def find_spec(self, fullname, path=None, target=None):
+    def find_spec(
+        self, fullname: str, path: Sequence[str] | None = None, target: ModuleType | None = None
+    ) -> importlib.machinery.ModuleSpec | None:
         if fullname not in GUARDED:
             return None
         extension = sys.modules.get("torchvision.extension")

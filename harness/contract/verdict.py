@@ -21,7 +21,7 @@ import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from harness.contract.jsonfile import from_fields, read_json
+from harness.contract.jsonfile import JSONObject, from_fields, read_json
 
 VERDICTS = ("pass", "fail", "crash", "hang", "unsupported", "expected-failure", "error")
 FAILED = ("fail", "crash", "hang")
@@ -37,7 +37,7 @@ class Verdict:
     scenario: str
     verdict: str
     reason: str  # one line, the first thing a reader sees
-    settings: dict = field(default_factory=dict)
+    settings: JSONObject = field(default_factory=dict)
     duration_s: float = 0.0
     # The scenario file's expected-failure reason, if any.
     expected_failure: str | None = None
@@ -45,31 +45,31 @@ class Verdict:
     observed: str | None = None
     # The scenario file's expectation beside what happened (harness/contract/expectations.py):
     # status matched | mismatch | not-applicable | not-fired, reason, expected, why, happened, ran_on
-    expectation: dict | None = None
+    expectation: JSONObject | None = None
     tolerance: str = ""
-    checks: list[dict] = field(default_factory=list)
-    crash: dict | None = None
-    hang: dict | None = None
-    error: dict | None = None
-    logs: dict = field(default_factory=dict)
-    golden: dict = field(default_factory=dict)
+    checks: list[JSONObject] = field(default_factory=list)
+    crash: JSONObject | None = None
+    hang: JSONObject | None = None
+    error: JSONObject | None = None
+    logs: JSONObject = field(default_factory=dict)
+    golden: JSONObject = field(default_factory=dict)
     reproduce: str = ""
     # The engine that produced it: its name and versions (history rows, reports).
-    versions: dict = field(default_factory=dict)
+    versions: JSONObject = field(default_factory=dict)
     # fail: the first diverging layer / pp stage / SP tp rank, where the engine captured them;
     # vLLM: the first diverging module, its class and source line, its TP ranks, or for a
     # compiled row whether the eager twin agrees (harness/run/compare/modules.py, `text`)
-    localization: dict | None = None
+    localization: JSONObject | None = None
     # Where the time went: the runner's and the ranks' phases (harness/run/timings.py)
-    timings: dict = field(default_factory=dict)
+    timings: JSONObject = field(default_factory=dict)
     # Each tested axis: did the engine really apply it, and its evidence (harness/run/compare/applied.py)
-    applied: dict = field(default_factory=dict)
+    applied: JSONObject = field(default_factory=dict)
     # A failure of several changed axis values: the smallest combination of them it needs,
     # and the trial runs that showed it (harness/run/stages/interaction.py)
-    interaction: dict | None = None
+    interaction: JSONObject | None = None
     # A row added for known bugs (the suite's lock, covering.py plan_bug_rows): {"bugs": their
     # ids, "standing": those in range on the versions it ran on}; none standing: not needed there
-    for_bugs: dict | None = None
+    for_bugs: JSONObject | None = None
 
     def __post_init__(self) -> None:
         if self.verdict not in VERDICTS:
@@ -116,7 +116,7 @@ class Verdict:
             lines.append(f"reproduce: {self.reproduce}")
         return "\n".join(lines)
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> JSONObject:
         d = asdict(self)
         d["as_expected"] = self.as_expected
         d["digest"] = record_digest(asdict(self))
@@ -175,7 +175,7 @@ class Verdict:
         )
 
 
-def record_digest(record: dict) -> str:
+def record_digest(record: JSONObject) -> str:
     """sha256 of a verdict's fields as JSON (keys sorted, after one JSON round trip so that
     int keys read back as strings give the same text)."""
     canonical = json.dumps(json.loads(json.dumps(record)), sort_keys=True)

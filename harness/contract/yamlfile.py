@@ -66,13 +66,15 @@ def _kind(mode: int) -> str:
 
 
 try:
-    from yaml import CSafeLoader as _FastLoader
+    from yaml import CSafeLoader
+
+    _FastLoader = CSafeLoader  # a name of this module's own (tests read it), not an import
 except ImportError:
     # PyYAML built without libyaml: the pure-Python loader then does all the work
-    _FastLoader = None  # type: ignore[assignment,misc]
+    _FastLoader = None
 
 
-class _BoundedLoader(yaml.SafeLoader):
+class _BoundedLoader(yaml.SafeLoader):  # type: ignore[misc]  # PyYAML has no stubs here: SafeLoader is Any
     """PyYAML's safe loader, refusing nesting deeper than MAX_DEPTH as it composes."""
 
     def __init__(self, stream: str) -> None:
@@ -115,7 +117,8 @@ def _too_deep(text: str) -> int | None:
             event = loader.get_event()
             if isinstance(event, (yaml.ScalarEvent, yaml.AliasEvent, yaml.CollectionStartEvent)):
                 if open_collections + 1 > MAX_DEPTH:
-                    return event.start_mark.line + 1
+                    line: int = event.start_mark.line + 1
+                    return line
                 if isinstance(event, yaml.CollectionStartEvent):
                     open_collections += 1
             elif isinstance(event, yaml.CollectionEndEvent):

@@ -262,7 +262,13 @@ def step_line(point: str, v: Verdict, seconds: float, decision: str) -> str:
     return f"bisect: {point:<14} {what:<26} {seconds:6.0f}s  -> {decision:<4}  {v.reason.splitlines()[0][:140]}"
 
 
-def repro_hook(scenario: Scenario, run_dir: Path | None, say=print, checkout: str = "", report_dir: Path | None = None) -> None:
+def repro_hook(
+    scenario: Scenario,
+    run_dir: Path | None,
+    say: Callable[[str], object] = print,
+    checkout: str = "",
+    report_dir: Path | None = None,
+) -> None:
     """At the end of a bisect, the reproduction of the first bad step (`harness repro`),
     so the bug can be handed on as a script; run with the first bad release's
     interpreter. `checkout`: over git, where the engine must be checked out for the
@@ -295,7 +301,7 @@ def bisect_releases(
     ctx: RunContext,
     engine_name: str | None = None,
     count_unsupported: bool = False,
-    say=print,
+    say: Callable[[str], object] = print,
     good_verdict: str = "pass",
     fixed: bool = False,
 ) -> Result:
@@ -370,16 +376,22 @@ def check_order(good: str, bad: str, good_is_newer: bool, fixed: bool) -> None:
         )
 
 
-def _search(points: list[str], run, say, count_unsupported: bool = False, good_verdict: str = "pass") -> Result:
+def _search(
+    points: list[str],
+    run: Callable[[str], tuple[Verdict, Scenario | None, Path]],  # Result.scenario may be None
+    say: Callable[[str], object],
+    count_unsupported: bool = False,
+    good_verdict: str = "pass",
+) -> Result:
     """Bisect points[0] (good) .. points[-1] (bad) with `run(point) -> (verdict, scenario, run dir)`.
     Both ends run first and must be what the user said (check_ends); a middle step that is
     neither good nor bad (odd) or says nothing (skip) is stepped over."""
     start = time.monotonic()
     steps: list[Step] = []
-    seen: dict[int, tuple[Verdict, Scenario, Path]] = {}
+    seen: dict[int, tuple[Verdict, Scenario | None, Path]] = {}
     count = count_unsupported or good_verdict == "unsupported"
 
-    def probe(i: int, decision_of) -> str:
+    def probe(i: int, decision_of: Callable[[Verdict], str]) -> str:
         t = time.monotonic()
         seen[i] = run(points[i])
         v = seen[i][0]
@@ -529,7 +541,7 @@ def bisect_git(
     ctx: RunContext,
     install: str | None = None,
     count_unsupported: bool = False,
-    say=print,
+    say: Callable[[str], object] = print,
     good_verdict: str = "pass",
     fixed: bool = False,
 ) -> Result:
@@ -598,7 +610,7 @@ class GitSearch:
         at_good, at_bad = check_ends((good_sha[:10], good_v), (bad_sha[:10], bad_v), good_verdict, counted)
         return Ends(good_sha, bad_sha, good_v, bad_v, at_good, at_bad)
 
-    def run_end(self, order: StepOrder, sha: str, name: str, problem_of) -> Verdict:
+    def run_end(self, order: StepOrder, sha: str, name: str, problem_of: Callable[[Verdict], str | None]) -> Verdict:
         git(self.repo, "checkout", "-q", "--detach", sha)
         t = time.monotonic()
         done = subprocess.run(step_command(self.scenario_args, order), env=self.env, capture_output=True, text=True)
@@ -631,14 +643,16 @@ class GitSearch:
         )
 
 
-def _bisect_reset(repo: Path, say) -> None:
+def _bisect_reset(repo: Path, say: Callable[[str], object]) -> None:
     """The checkout back where the search found it (git bisect reset); said when that fails."""
     reset = subprocess.run(["git", "-C", str(repo), "bisect", "reset"], capture_output=True, text=True)
     if reset.returncode != 0:
         say(f"harness bisect: `git -C {repo} bisect reset` failed: {reset.stderr.strip()}; run it by hand")
 
 
-def _run_bisect(repo: Path, step: list[str], env: dict, say) -> tuple[tuple[str, list[str]] | None, list[str]]:
+def _run_bisect(
+    repo: Path, step: list[str], env: dict[str, str], say: Callable[[str], object]
+) -> tuple[tuple[str, list[str]] | None, list[str]]:
     """`git bisect run STEP`, its step lines and progress shown: ((first bad sha, or with
     --fixed the first fixed one; skipped commits that hide it) or None, the step lines)."""
     proc = subprocess.Popen(
@@ -669,7 +683,7 @@ def _run_bisect(repo: Path, step: list[str], env: dict, say) -> tuple[tuple[str,
     return (found, skipped), shown
 
 
-def _step_verdict(work_dir: Path, sha: str, done: subprocess.CompletedProcess) -> Verdict:
+def _step_verdict(work_dir: Path, sha: str, done: subprocess.CompletedProcess[str]) -> Verdict:
     v = _saved_verdict(work_dir, sha)
     if v is None:
         tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-15:])

@@ -24,9 +24,12 @@ from __future__ import annotations
 import shlex
 import shutil
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+from harness.contract.jsonfile import JSONObject
 from harness.contract.roots import reports_dir
 from harness.contract.runbrief import MEDIA
 from harness.contract.rundir import SCENARIOS, VERDICT, scenario_dir_name, verdict_path
@@ -35,6 +38,9 @@ from harness.contract.verdict import Verdict
 from harness.inputs.scenarios.loading import load_scenarios
 from harness.inputs.scenarios.scenario import Scenario, find_one, settings_label
 from harness.inputs.scenarios.schema import ScenarioError
+
+if TYPE_CHECKING:
+    from harness.engines import Engine
 
 SCRIPT, REPORT, MODEL, IMAGES = "repro.py", "BUG.md", "model", "images"
 # A harness-built checkpoint up to this size is copied beside the script; a bigger one is pointed at.
@@ -132,7 +138,7 @@ def write_repro(
     return Repro(out, script, report, found, copied)
 
 
-def _checkpoint(scenario: Scenario, engine, out: Path) -> tuple[str, bool, str]:
+def _checkpoint(scenario: Scenario, engine: Engine, out: Path) -> tuple[str, bool, str]:
     """(the model path the script uses, copied?, a line for BUG.md). A checkpoint the
     harness built (a zoo name, a tiny `arch:`) is copied when small; a user's own
     (`path:`) or a hub snapshot is pointed at: its owner has it, and it may be big."""
@@ -171,7 +177,7 @@ def _checkpoint(scenario: Scenario, engine, out: Path) -> tuple[str, bool, str]:
     return str(source), False, f"{ident}; NOT copied ({why}): the script points at `{source}`"
 
 
-def _case(scenario: Scenario, model_dir: str, out: Path) -> dict:
+def _case(scenario: Scenario, model_dir: str, out: Path) -> JSONObject:
     """The engine-neutral description the engine's repro_script renders (engines/base.py)."""
     from harness.inputs import workloads as wl
     from harness.inputs.zoo import load_tokenizer
@@ -224,7 +230,7 @@ def _copy_media(path: str, out: Path) -> str:
     return f"{IMAGES}/{Path(path).name}"
 
 
-def _installed_versions(engine) -> dict:
+def _installed_versions(engine: Engine) -> JSONObject:
     """The engine's versions when no run says them (the vllm engine asks its interpreter)."""
     try:
         return dict(engine.versions())
@@ -238,10 +244,10 @@ def _installed_versions(engine) -> dict:
 
 def bug_report(
     scenario: Scenario,
-    case: dict,
+    case: JSONObject,
     verdict: Verdict | None,
     verdict_file: Path | None,
-    versions: dict,
+    versions: JSONObject,
     model_note: str,
     out: Path,
     asked: Scenario | None = None,
@@ -314,17 +320,17 @@ def _relative(path: Path) -> str:
         return str(path)
 
 
-def _versions_text(versions: dict) -> str:
+def _versions_text(versions: Mapping[str, object]) -> str:
     if "unknown" in versions:
         return f"unknown: {versions['unknown']}"
     return ", ".join(f"{k} {v}" for k, v in versions.items() if k != "engine") or "not recorded"
 
 
-def _axes_text(axes: dict) -> str:
+def _axes_text(axes: Mapping[str, object]) -> str:
     return ", ".join(f"{k}={v}" for k, v in axes.items())
 
 
-def _tolerance_text(case: dict) -> str:
+def _tolerance_text(case: JSONObject) -> str:
     t = case["tolerance"]
     return (
         f"\\|dlogprob\\| <= {t['logprob_atol']:g}, KL <= {t['kl_max']:g}, top-1 >= {t['top1_min']:g}, "
@@ -332,7 +338,7 @@ def _tolerance_text(case: dict) -> str:
     )
 
 
-def _workloads_text(case: dict) -> str:
+def _workloads_text(case: JSONObject) -> str:
     parts = []
     for w in case["workloads"]:
         extra = f", {w['max_new_tokens']} new tokens" if w["kind"] == "greedy" else ""

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 from harness.contract.expectations import apply_expectations
@@ -126,7 +127,7 @@ def _narrow(scenario: Scenario, verdict: Verdict, run_dir: Path, ctx: RunContext
         verdict.reason = f"{verdict.reason}{INTERACTION_SEP}{found['text']}"
 
 
-def standing_bugs(scenario: Scenario, versions: dict) -> list[str]:
+def standing_bugs(scenario: Scenario, versions: Mapping[str, object]) -> list[str]:
     """The known bugs a row was added for that are in range on `versions` (a bug gone from the
     engine's file stands nowhere): while none stands, the row is not needed there."""
     from harness.contract.expectations import version_problem

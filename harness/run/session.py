@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
+from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from pathlib import Path
 
@@ -67,7 +68,8 @@ def run_session(
     try:
         # Ray schedules, places and queues them (harness/run/raycluster)
         if ctx.config.cluster is not None:
-            from harness.run.raycluster import parse_cluster, run_on_ray
+            from harness.run.raycluster.connect import parse_cluster
+            from harness.run.raycluster.driver import run_on_ray
 
             return run_on_ray(scenarios, run_dir, ctx, progress, cost or costs(scenarios, {}), parse_cluster(ctx.config.cluster))
         if ctx.config.jobs > 1 and ctx.devices is not None:
@@ -86,12 +88,12 @@ def run_session(
 
 
 def _run_packed(
-    scenarios,
-    run_dir,
+    scenarios: list[Scenario],
+    run_dir: Path,
     ctx: RunContext,
     progress: Progress,
     cost: dict[str, Cost],
-    run=run_scenario,
+    run: Callable[[Scenario, Path, RunContext, Lease | None], Verdict] = run_scenario,
 ) -> list[Verdict]:
     jobs, exitfirst = ctx.config.jobs, ctx.config.exitfirst
     # the session's own stop switch, on a copy: the caller's options stay as given
@@ -100,7 +102,7 @@ def _run_packed(
     cancel = ctx.cancel
     assert cancel is not None
     pending = largest_first(scenarios, cost)
-    running: dict[Future, Lease | None] = {}
+    running: dict[Future[Verdict], Lease | None] = {}
     verdicts: list[Verdict] = []
     with ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="scenario") as pool, SigtermAsInterrupt():
         try:
@@ -123,7 +125,9 @@ def _run_packed(
     return verdicts
 
 
-def _startable(pending: list[Scenario], running: dict, jobs: int, ctx: RunContext, cost: dict[str, Cost]):
+def _startable(
+    pending: list[Scenario], running: dict[Future[Verdict], Lease | None], jobs: int, ctx: RunContext, cost: dict[str, Cost]
+) -> Iterator[tuple[Scenario, Lease | None]]:
     """Take from `pending`, in order, every scenario whose devices can be leased now,
     with its lease, while fewer than `jobs` run (the caller adds each to `running`)."""
     devices = ctx.devices
@@ -143,7 +147,9 @@ def _startable(pending: list[Scenario], running: dict, jobs: int, ctx: RunContex
         yield scenario, lease
 
 
-def _finish(future: Future, running: dict, verdicts: list[Verdict], progress: Progress) -> None:
+def _finish(
+    future: Future[Verdict], running: dict[Future[Verdict], Lease | None], verdicts: list[Verdict], progress: Progress
+) -> None:
     lease = running.pop(future)
     if lease is not None:
         lease.release()
@@ -152,7 +158,7 @@ def _finish(future: Future, running: dict, verdicts: list[Verdict], progress: Pr
     progress.scenario_finished(verdict)
 
 
-def _drain(running: dict) -> None:
+def _drain(running: dict[Future[Verdict], Lease | None]) -> None:
     """Wait for every cancelled scenario to stop its ranks, then free its devices; a
     second Ctrl-C does not cut this short (the ranks would outlive the harness)."""
     while running:

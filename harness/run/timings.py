@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import time
 
+from harness.contract.jsonfile import JSONObject
 from harness.contract.phases import RANK_PHASES, rank_breakdown, read_marks
 
 ENGINE_PHASES = (*RANK_PHASES, "exit", "launch", "same-layout", "localize", "interaction")
@@ -74,14 +75,14 @@ class Stopwatch:
             self.phases[name] = round(self.phases.get(name, 0.0) + seconds, 3)
         self._last = time.monotonic()
 
-    def timings(self) -> dict:
+    def timings(self) -> JSONObject:
         summary = summarise(self.phases)
         if self.engine_start:
             summary["engine_start"] = dict(self.engine_start)
         return summary
 
 
-def summarise(phases: dict[str, float]) -> dict:
+def summarise(phases: dict[str, float]) -> JSONObject:
     engine = sum(s for n, s in phases.items() if n in ENGINE_PHASES)
     harness = sum(s for n, s in phases.items() if n not in NOT_HARNESS)
     return {
@@ -92,7 +93,7 @@ def summarise(phases: dict[str, float]) -> dict:
     }
 
 
-def total(timings_list: list[dict]) -> dict:
+def total(timings_list: list[JSONObject]) -> JSONObject:
     """Phases summed over scenarios (a gate's breakdown)."""
     phases: dict[str, float] = {}
     for t in timings_list:
@@ -101,13 +102,14 @@ def total(timings_list: list[dict]) -> dict:
     return summarise(phases)
 
 
-def harness_other(timings: dict) -> float:
+def harness_other(timings: JSONObject) -> float:
     """The harness's share outside compare and evals: prepare, golden, verdict."""
     phases = timings.get("phases", {})
-    return timings.get("harness_s", 0.0) - phases.get("compare", 0.0) - phases.get("evals", 0.0)
+    other: float = timings.get("harness_s", 0.0) - phases.get("compare", 0.0) - phases.get("evals", 0.0)
+    return other
 
 
-def compact(timings: dict) -> str:
+def compact(timings: JSONObject) -> str:
     """One line: `start+imports 1.2 · load 0.3 · ... | harness 0.4 (prepare 0.2, ...)`."""
     if not timings or not timings.get("phases"):
         return ""

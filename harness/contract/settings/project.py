@@ -11,11 +11,14 @@ import os
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 CONFIG_FILE = "harness.toml"
 PYPROJECT = "pyproject.toml"
+# a parsed TOML table, as tomllib gives it: its values any TOML value
+TomlTable = dict[str, Any]
 
 
 class ProjectConfigError(ValueError):
@@ -63,7 +66,7 @@ def working_directory() -> Path:
         ) from None
 
 
-def find_config(start: Path | None = None) -> tuple[Path, dict] | None:
+def find_config(start: Path | None = None) -> tuple[Path, TomlTable] | None:
     """(config file, its harness table) of the nearest project at or above `start`."""
     here = (start or working_directory()).resolve()
     for directory in (here, *here.parents):
@@ -78,7 +81,7 @@ def find_config(start: Path | None = None) -> tuple[Path, dict] | None:
     return None
 
 
-def _harness_table(pyproject: Path) -> dict | None:
+def _harness_table(pyproject: Path) -> TomlTable | None:
     """The [tool.harness] table of a pyproject.toml, or None; a `tool` or `tool.harness` that
     is not a table is that file's error (a user error: exit 2, never a traceback)."""
     tool = _read_toml(pyproject).get("tool", {})
@@ -92,10 +95,10 @@ def _harness_table(pyproject: Path) -> dict | None:
 
 # Parsed config files by path, with the (mtime, size) they were read at: project() is asked
 # for on every path the harness resolves, and the file changes only when someone edits it.
-_parsed: dict[Path, tuple[tuple[int, int], dict]] = {}
+_parsed: dict[Path, tuple[tuple[int, int], TomlTable]] = {}
 
 
-def _read_toml(path: Path) -> dict:
+def _read_toml(path: Path) -> TomlTable:
     try:
         stat = path.stat()
         seen = (stat.st_mtime_ns, stat.st_size)
@@ -111,7 +114,7 @@ def _read_toml(path: Path) -> dict:
 def project(start: Path | None = None) -> Project:
     """The project the working directory (or `start`) belongs to."""
     found = find_config(start)
-    raw: dict
+    raw: TomlTable
     config_file: Path | None
     if found is None:
         root, config_file, raw = (start or working_directory()).resolve(), None, {}

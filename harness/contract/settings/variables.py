@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypedDict, Unpack
 
 
 class VariableValueError(ValueError):
@@ -113,7 +114,15 @@ class Variable:
 VARIABLES: dict[str, Variable] = {}
 
 
-def _declare(name: str, kind: str, default: str | None, doc: str, who: str = "user", **check) -> Variable:
+class _Check(TypedDict, total=False):
+    """The checks a variable's value gets besides its kind (Variable's fields of the same names)."""
+
+    minimum: float | None
+    choices: tuple[str, ...]
+    directory: bool
+
+
+def _declare(name: str, kind: str, default: str | None, doc: str, who: str = "user", **check: Unpack[_Check]) -> Variable:
     variable = Variable(name, kind, default, doc, who, **check)
     VARIABLES[name] = variable
     return variable

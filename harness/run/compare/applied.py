@@ -17,14 +17,16 @@ reported" (an engine plugin outside the harness may not report any).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 NOT_REPORTED = "not reported by the engine"
 
 
-def axes_under_test(settings: dict, golden_settings: dict) -> dict:
+def axes_under_test(settings: Mapping[str, object], golden_settings: Mapping[str, object]) -> dict[str, object]:
     """The axes this scenario changes from the golden setting: what it exists to test.
     A missing golden axis counts as off (False / 1)."""
 
-    def baseline(axis: str, value):
+    def baseline(axis: str, value: object) -> object:
         if axis in golden_settings:
             return golden_settings[axis]
         return 1 if isinstance(value, int) and not isinstance(value, bool) else False
@@ -32,11 +34,13 @@ def axes_under_test(settings: dict, golden_settings: dict) -> dict:
     return {axis: value for axis, value in settings.items() if value != baseline(axis, value)}
 
 
-def evidence_table(settings: dict, golden_settings: dict, applied: dict | None) -> dict:
+def evidence_table(
+    settings: Mapping[str, object], golden_settings: Mapping[str, object], applied: Mapping[str, object] | None
+) -> dict[str, dict[str, object]]:
     """{axis: {"value", "applied" (True / False / None when not reported), "evidence"}}
     for every tested axis: what the verdict records and the report shows."""
     applied = applied or {}
-    table = {}
+    table: dict[str, dict[str, object]] = {}
     for axis, value in axes_under_test(settings, golden_settings).items():
         entry = applied.get(axis)
         if isinstance(entry, dict) and "applied" in entry:
@@ -46,7 +50,7 @@ def evidence_table(settings: dict, golden_settings: dict, applied: dict | None) 
     return table
 
 
-def unapplied_reason(table: dict) -> str | None:
+def unapplied_reason(table: Mapping[str, Mapping[str, object]]) -> str | None:
     """Why the run did not test its setting (an accepted axis the engine did not apply),
     or None when every reported axis took effect."""
     missed = [f"{axis}={entry['value']!r} ({entry['evidence']})" for axis, entry in table.items() if entry["applied"] is False]

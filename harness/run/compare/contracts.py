@@ -11,12 +11,15 @@ even where the mistake happens not to crash or change the numbers.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
+from harness.contract.jsonfile import JSONObject
 from harness.run.compare.numeric import CheckResult
 
 CHECK_NAME = "pp_contract"
 
 
-def _differences(a: dict, b: dict, a_name: str, b_name: str) -> list[str]:
+def _differences(a: Mapping[str, object], b: Mapping[str, object], a_name: str, b_name: str) -> list[str]:
     problems = []
     for key in sorted(set(a) | set(b)):
         if key not in b:
@@ -28,7 +31,7 @@ def _differences(a: dict, b: dict, a_name: str, b_name: str) -> list[str]:
     return problems
 
 
-def check_pp_contract(stage_io: list | None) -> CheckResult | None:
+def check_pp_contract(stage_io: list[JSONObject] | None) -> CheckResult | None:
     """The contract check of one run, or None when the engine reports no PP boundary."""
     ranks = {(s["pp_rank"], s["tp_rank"]): s for s in (stage_io or []) if s}
     if len({pp for pp, _ in ranks}) < 2:

@@ -22,30 +22,34 @@ really moved.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import torch
 
 from harness.contract.axes import RunAxes
+from harness.contract.jsonfile import JSONObject
 from harness.contract.outputs import EngineOutputs
 from harness.run.compare.tolerances import hidden_rtol
 
 EMBEDDING = "the embedding (before layer 0)"
 
 
-def _stage_of(layer: int, stage_io: list | None) -> int | None:
+def _stage_of(layer: int, stage_io: list[JSONObject] | None) -> int | None:
     layer = max(layer, 0)  # the embedding runs on the stage of layer 0
     for s in stage_io or []:
         if s and s["layers"][0] <= layer < s["layers"][1]:
-            return s["pp_rank"]
+            stage: int = s["pp_rank"]
+            return stage
     return None
 
 
-def _places(fields: dict, with_embedding: bool) -> torch.Tensor:
+def _places(fields: Mapping[str, torch.Tensor], with_embedding: bool) -> torch.Tensor:
     """[places, rows, H]: the embedding first (when compared), then every layer."""
     layers = fields["hidden_states"].float()
     return torch.cat([fields["embed_states"].float()[None], layers]) if with_embedding else layers
 
 
-def _views(fields: dict, with_embedding: bool) -> tuple[torch.Tensor, list[int] | None]:
+def _views(fields: Mapping[str, torch.Tensor], with_embedding: bool) -> tuple[torch.Tensor, list[int] | None]:
     """([views, places, rows, H], the TP rank of each view, or None when the one view
     holds each row as its SP owner saw it)."""
     if "replica_states" in fields:
@@ -59,12 +63,13 @@ def relative_deltas(golden: torch.Tensor, views: torch.Tensor) -> torch.Tensor:
     The floor keeps an all-zero golden row (padding) from dividing by zero."""
     norms = golden.norm(dim=-1)
     floor = norms.mean(dim=-1, keepdim=True).clamp(min=1e-30) * 1e-6
-    return (views - golden).norm(dim=-1) / torch.maximum(norms, floor)
+    rel: torch.Tensor = (views - golden).norm(dim=-1) / torch.maximum(norms, floor)
+    return rel
 
 
 def first_divergence(
-    golden: EngineOutputs, candidate: EngineOutputs, workloads: list[dict], rtol: float | None = None
-) -> dict | None:
+    golden: EngineOutputs, candidate: EngineOutputs, workloads: list[JSONObject], rtol: float | None = None
+) -> JSONObject | None:
     """The first diverging place of the first captured workload, or None if nothing was
     captured. `rtol`: the bound (default: the hidden_rtol of the candidate run's dtype)."""
     rtol = rtol if rtol is not None else hidden_rtol(candidate.meta.get("dtype", ""))
@@ -79,7 +84,9 @@ def first_divergence(
     return None
 
 
-def _locate(g: dict, s: dict, workload: str, meta: dict, rtol: float) -> dict:
+def _locate(
+    g: Mapping[str, torch.Tensor], s: Mapping[str, torch.Tensor], workload: str, meta: JSONObject, rtol: float
+) -> JSONObject:
     with_embedding = "embed_states" in g and "embed_states" in s
     gold = _places(g, with_embedding)
     views, view_ranks = _views(s, with_embedding)
@@ -116,17 +123,20 @@ def _locate(g: dict, s: dict, workload: str, meta: dict, rtol: float) -> dict:
         found["diverging_tp_ranks"] = [view_ranks[v] for v in diverged_views]
     elif RunAxes.of(meta.get("settings", {})).sp and "hidden_owner" in s:
         found["tp_rank"], found["tp_copy"] = int(s["hidden_owner"][row]), "SP shard"
-        found["diverging_tp_ranks"] = s["hidden_owner"][bad[0, place].nonzero().flatten()].unique().tolist()
+        owners = s["hidden_owner"][bad[0, place].nonzero().flatten()]
+        found["diverging_tp_ranks"] = owners.unique().tolist()  # type: ignore[no-untyped-call]  # torch: Tensor.unique is unannotated
     return found
 
 
-def describe(found: dict) -> str:
+def describe(found: JSONObject) -> str:
     """One phrase for a verdict's reason (an engine's module localization,
     harness/run/compare/modules.py, brings its own)."""
     if "text" in found:
-        return found["text"]
+        text: str = found["text"]
+        return text
     if found.get("layer") is None:
-        return found.get("note", "")
+        note: str = found.get("note", "")
+        return note
     where = f"layer {found['layer']}" if found["layer"] >= 0 else f"place: {EMBEDDING}"
     text = f"first diverging {where}"
     if found.get("pp_stage") is not None:

@@ -42,6 +42,7 @@ from pathlib import Path
 
 import torch
 
+from harness.contract.jsonfile import JSONObject
 from harness.run.compare.localize import relative_deltas
 from harness.run.compare.tolerances import hidden_rtol
 
@@ -97,7 +98,7 @@ def _views(workers: list[WorkerRecord], key: str) -> list[tuple[WorkerRecord, to
     return sorted(((w, w.tensors[key]) for w in workers if key in w.tensors), key=lambda v: v[0].tp_rank)
 
 
-def _compare(golden: torch.Tensor, views: list[tuple[WorkerRecord, torch.Tensor]], rtol: float) -> dict:
+def _compare(golden: torch.Tensor, views: list[tuple[WorkerRecord, torch.Tensor]], rtol: float) -> JSONObject:
     """Which TP ranks' copies leave the golden: {"bad": [ranks], "rel": max |delta|/|h|,
     "row": first bad row, "partial": summed over ranks}; {"skip": why} when not comparable."""
     if golden.dtype in (torch.int32, torch.int64, torch.bool):
@@ -123,7 +124,7 @@ def _compare(golden: torch.Tensor, views: list[tuple[WorkerRecord, torch.Tensor]
     return {"bad": bad, "rel": rel.max().item(), "row": min(rows, default=0), "stages": stages}
 
 
-def locate(golden_dir: Path, candidate_dir: Path, dtype: str, label: str = "the failing layout") -> dict:
+def locate(golden_dir: Path, candidate_dir: Path, dtype: str, label: str = "the failing layout") -> JSONObject:
     """The first diverging module of the recording in `candidate_dir` against the golden's
     in `golden_dir` (see the module docstring). `label` names the candidate in the text."""
     rtol = hidden_rtol(dtype)
@@ -169,7 +170,7 @@ def _cut(worker: WorkerRecord, rows: int) -> WorkerRecord:
     return WorkerRecord(worker.tp_rank, worker.pp_rank, tensors, worker.events, worker.classes, worker.inputs)
 
 
-def _walk(golden: WorkerRecord, candidate: list[WorkerRecord], rtol: float, label: str) -> dict:
+def _walk(golden: WorkerRecord, candidate: list[WorkerRecord], rtol: float, label: str) -> JSONObject:
     not_compared: list[str] = []
     previous = None  # the last event whose tensors agreed
     for event in golden.events:
@@ -202,12 +203,12 @@ def _verdict(
     place: str,
     side: str,
     key: str,
-    found: dict,
+    found: JSONObject,
     previous: str | None,
     rtol: float,
     label: str,
     not_compared: list[str],
-) -> dict:
+) -> JSONObject:
     layer = layer_of(place)
     stage = found.get("stages", [holders[0].pp_rank])[0]  # the stage whose copy left, where two run the place
     where_class = golden.classes.get(place, "? ?")

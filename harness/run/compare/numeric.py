@@ -16,10 +16,12 @@ ones it used.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import torch
 
+from harness.contract.jsonfile import JSONObject
 from harness.contract.outputs import EngineOutputs
 from harness.run.compare.tolerances import Tolerance
 
@@ -30,15 +32,17 @@ class CheckResult:
     kind: str  # "logprobs" | "greedy"
     passed: bool
     summary: str  # one line for reports
-    metrics: dict = field(default_factory=dict)
+    metrics: JSONObject = field(default_factory=dict)  # numbers; a contract check's `problems` list
     tolerance: str = ""
-    first_divergence: dict | None = None
+    first_divergence: JSONObject | None = None
     # per-position max |delta| (logprobs) for plots and drill-down, and the bound it is held to
     per_position: list[float] = field(default_factory=list)
     bound: float | None = None
 
 
-def check_workloads(golden: EngineOutputs, candidate: EngineOutputs, workloads: list[dict], tol: Tolerance) -> list[CheckResult]:
+def check_workloads(
+    golden: EngineOutputs, candidate: EngineOutputs, workloads: list[JSONObject], tol: Tolerance
+) -> list[CheckResult]:
     """One check per logprobs or greedy workload: the candidate run's outputs against the golden's."""
     results = []
     for w in workloads:
@@ -66,7 +70,7 @@ def check_workloads(golden: EngineOutputs, candidate: EngineOutputs, workloads: 
 _FIELDS = {"logprobs": ("topk_ids", "topk_logprobs", "offsets"), "greedy": ("tokens", "topk_ids", "topk_logprobs")}
 
 
-def _topk_deltas(g_ids, g_lp, s_ids, s_lp, k: int) -> torch.Tensor:
+def _topk_deltas(g_ids: torch.Tensor, g_lp: torch.Tensor, s_ids: torch.Tensor, s_lp: torch.Tensor, k: int) -> torch.Tensor:
     """Per row: max over the golden's first k tokens of |scenario lp - golden lp|.
     A golden token missing from the scenario's top-K has lp <= the scenario's K-th,
     so the gap to that is a lower bound of its delta."""
@@ -79,7 +83,7 @@ def _topk_deltas(g_ids, g_lp, s_ids, s_lp, k: int) -> torch.Tensor:
     return delta.max(-1).values
 
 
-def _kl(g_ids, g_lp, s_ids, s_lp) -> torch.Tensor:
+def _kl(g_ids: torch.Tensor, g_lp: torch.Tensor, s_ids: torch.Tensor, s_lp: torch.Tensor) -> torch.Tensor:
     """KL(golden || scenario) over the golden's top-K ids plus one lumped tail bin."""
     match = g_ids.unsqueeze(-1) == s_ids.unsqueeze(-2)
     s_at = torch.where(
@@ -88,11 +92,11 @@ def _kl(g_ids, g_lp, s_ids, s_lp) -> torch.Tensor:
     p, q = g_lp.double().exp(), s_at.double().exp()
     p_tail = (1 - p.sum(-1)).clamp(min=1e-12)
     q_tail = (1 - q.sum(-1)).clamp(min=1e-12)
-    kl = (p * (g_lp.double() - s_at.double())).sum(-1) + p_tail * (p_tail.log() - q_tail.log())
+    kl: torch.Tensor = (p * (g_lp.double() - s_at.double())).sum(-1) + p_tail * (p_tail.log() - q_tail.log())
     return kl.clamp(min=0).float()
 
 
-def compare_logprobs(name: str, g: dict, s: dict, tol: Tolerance) -> CheckResult:
+def compare_logprobs(name: str, g: Mapping[str, torch.Tensor], s: Mapping[str, torch.Tensor], tol: Tolerance) -> CheckResult:
     if not torch.equal(g["offsets"], s["offsets"]) or g["topk_ids"].shape[0] != s["topk_ids"].shape[0]:
         return CheckResult(
             name, "logprobs", False, "scenario scored a different number of positions than the golden", tolerance=tol.describe()
@@ -148,7 +152,7 @@ def compare_logprobs(name: str, g: dict, s: dict, tol: Tolerance) -> CheckResult
     )
 
 
-def compare_greedy(name: str, g: dict, s: dict, tol: Tolerance) -> CheckResult:
+def compare_greedy(name: str, g: Mapping[str, torch.Tensor], s: Mapping[str, torch.Tensor], tol: Tolerance) -> CheckResult:
     if g["tokens"].shape != s["tokens"].shape:
         return CheckResult(
             name,
@@ -203,9 +207,10 @@ def compare_greedy(name: str, g: dict, s: dict, tol: Tolerance) -> CheckResult:
     return CheckResult(name, "greedy", first is None, summary, metrics, tol.describe(), first)
 
 
-def _golden_gap(g: dict, prompt: int, step: int, golden_tok: int, scenario_tok: int) -> float | None:
+def _golden_gap(g: Mapping[str, torch.Tensor], prompt: int, step: int, golden_tok: int, scenario_tok: int) -> float | None:
     ids, lps = g["topk_ids"][prompt, step], g["topk_logprobs"][prompt, step].float()
     where = (ids == scenario_tok).nonzero()
     if not len(where):
         return None
-    return (lps[(ids == golden_tok).nonzero()[0, 0]] - lps[where[0, 0]]).item()
+    gap: float = (lps[(ids == golden_tok).nonzero()[0, 0]] - lps[where[0, 0]]).item()
+    return gap

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import asdict, replace
 
+from harness.contract.jsonfile import JSONObject
 from harness.contract.outputs import EngineOutputs
 from harness.contract.verdict import Verdict
 from harness.run.compare.applied import evidence_table, unapplied_reason
@@ -28,13 +29,13 @@ def judge_outputs(
     name: str,
     reference: EngineOutputs,
     candidate: EngineOutputs,
-    workloads: list[dict],
+    workloads: list[JSONObject],
     tol: Tolerance,
     *,
-    also: Sequence[dict] = (),
-    logs: dict | None = None,
-    settings: dict | None = None,
-    golden_settings: dict | None = None,
+    also: Sequence[JSONObject] = (),
+    logs: JSONObject | None = None,
+    settings: JSONObject | None = None,
+    golden_settings: JSONObject | None = None,
 ) -> Verdict:
     """The verdict of `candidate`'s outputs held to `reference`'s: the numeric checks,
     `also` (the eval checks, judged by harness/run/evals), the first diverging place when a
@@ -46,7 +47,9 @@ def judge_outputs(
     return verdict_of_checks(name, checks, tol, localization, logs, applied)
 
 
-def numeric_checks(reference: EngineOutputs, candidate: EngineOutputs, workloads: list[dict], tol: Tolerance) -> list[dict]:
+def numeric_checks(
+    reference: EngineOutputs, candidate: EngineOutputs, workloads: list[JSONObject], tol: Tolerance
+) -> list[JSONObject]:
     """Every logprobs and greedy workload compared (harness/run/compare/numeric.py), and the
     pipeline-parallel boundary contract where the candidate reports its stage I/O."""
     checks = check_workloads(reference, candidate, workloads, tol)
@@ -54,7 +57,9 @@ def numeric_checks(reference: EngineOutputs, candidate: EngineOutputs, workloads
     return [asdict(c) for c in checks + ([contract] if contract else [])]
 
 
-def localize(reference: EngineOutputs, candidate: EngineOutputs, workloads: list[dict], checks: list[dict]) -> dict | None:
+def localize(
+    reference: EngineOutputs, candidate: EngineOutputs, workloads: list[JSONObject], checks: list[JSONObject]
+) -> JSONObject | None:
     """Where the candidate first diverged, when a numeric check failed (None otherwise,
     or when the engine captured no hidden states)."""
     if not any(not c["passed"] and c["kind"] not in (ACCURACY, SAME_LAYOUT) for c in checks):
@@ -64,11 +69,11 @@ def localize(reference: EngineOutputs, candidate: EngineOutputs, workloads: list
 
 def verdict_of_checks(
     name: str,
-    checks: list[dict],
+    checks: list[JSONObject],
     tol: Tolerance,
-    localization: dict | None = None,
-    logs: dict | None = None,
-    applied: dict | None = None,
+    localization: JSONObject | None = None,
+    logs: JSONObject | None = None,
+    applied: JSONObject | None = None,
 ) -> Verdict:
     """pass when every check held, else fail; the reason names the failed checks (all of
     them when none failed), after the first diverging place when it is known. `applied`
@@ -101,8 +106,13 @@ def verdict_of_checks(
 
 
 def same_layout_checks(
-    reference: EngineOutputs, label: str, candidate: EngineOutputs, workloads: list[dict], tol: Tolerance, exact: bool = False
-) -> list[dict]:
+    reference: EngineOutputs,
+    label: str,
+    candidate: EngineOutputs,
+    workloads: list[JSONObject],
+    tol: Tolerance,
+    exact: bool = False,
+) -> list[JSONObject]:
     """Each logprobs and greedy workload held to the run of the candidate's own layout
     without its feature (harness/run/stages/same_layout.py): with `tol` (the near-tie rule
     included), or `exact`ly. Named `<workload> vs <label>`, kind same-layout; each says

@@ -9,6 +9,7 @@ floors each bound sits above and what a real bug moves.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 
 
@@ -48,7 +49,7 @@ TABLE: dict[str, DtypeBounds] = {
 }
 
 
-def tolerance_for(dtype: str, overrides: dict | None = None) -> Tolerance:
+def tolerance_for(dtype: str, overrides: Mapping[str, float | None] | None = None) -> Tolerance:
     """The dtype's logit bounds, with a scenario file's overrides (None: the table's)."""
     base = asdict(TABLE[dtype].logits)
     base.update({k: v for k, v in (overrides or {}).items() if v is not None})
@@ -60,7 +61,7 @@ def hidden_rtol(dtype: str) -> float:
     return (TABLE.get(dtype) or TABLE["float32"]).hidden_rtol
 
 
-def script_literal(tol: Tolerance) -> dict:
+def script_literal(tol: Tolerance) -> dict[str, float]:
     """The bounds as the standalone repro script holds them (its CASE "tolerance"): every
     field of Tolerance by name, so a field added here reaches the script too."""
     return asdict(tol)

@@ -24,12 +24,17 @@ import os
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO
+from typing import IO, TYPE_CHECKING
 
+from harness.contract.jsonfile import JSONObject
 from harness.contract.launchplan import DEVICE_SLOTS_ENV
 from harness.contract.settings.variables import DEVICE_LOCK_DIR, DEVICES, LEASE_LOG
+
+if TYPE_CHECKING:
+    from harness.engines.launch import Cluster
 
 DEVICES_ENV = DEVICES.name  # how many slots this machine has
 # where the slot files live (one dir per machine)
@@ -88,7 +93,7 @@ class Lease:
     scenario: str
     slots: list[int]
     acquired: float
-    _files: list = field(default_factory=list, repr=False)
+    _files: list[IO[str]] = field(default_factory=list, repr=False)  # the slots' lock files, held open
 
     def env(self) -> dict[str, str]:
         """What the ranks of this lease must see: their slots, and on CUDA only their GPUs."""
@@ -112,7 +117,7 @@ class Lease:
     def __enter__(self) -> Lease:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.release()
 
 
@@ -159,7 +164,7 @@ class DevicePool:
             held.close()
         return None
 
-    def lease(self, n: int, scenario: str, waiting=None) -> Lease:
+    def lease(self, n: int, scenario: str, waiting: Callable[[], object] | None = None) -> Lease:
         """Block until n slots are free. `waiting()` is called once if it has to wait."""
         told = False
         while True:
@@ -206,7 +211,7 @@ class DevicePool:
             os.close(fd)
 
 
-def devices_problem(need: int, pool: DevicePool | None, cluster=None) -> str | None:
+def devices_problem(need: int, pool: DevicePool | None, cluster: Cluster | None = None) -> str | None:
     """Why a run needing `need` devices cannot run here (an `unsupported` reason), or None.
     `pool` None: no leasing; `cluster`: the nodes of --nodes, for runs bigger than a machine."""
     if pool is None or need <= pool.count:
@@ -221,14 +226,14 @@ def devices_problem(need: int, pool: DevicePool | None, cluster=None) -> str | N
     return f"needs {need} devices, this machine has {pool.count} (--devices / HARNESS_DEVICES){where}"
 
 
-def read_lease_log(path: Path) -> list[dict]:
+def read_lease_log(path: Path) -> list[JSONObject]:
     return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
 
 
-def overlapping_leases(records: list[dict]) -> list[tuple[dict, dict]]:
+def overlapping_leases(records: list[JSONObject]) -> list[tuple[JSONObject, JSONObject]]:
     """Pairs of leases that held the same slot of a pool at the same time (should be none)."""
     clashes = []
-    by_slot: dict[tuple, list[dict]] = {}
+    by_slot: dict[tuple[str, int], list[JSONObject]] = {}  # by (pool, slot)
     for r in records:
         by_slot.setdefault((r["pool"], r["slot"]), []).append(r)
     for slot_records in by_slot.values():

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from harness.contract.jsonfile import JSONObject
 from harness.engines.launch import Cluster
 from harness.inputs.scenarios.scenario import Scenario
 from harness.inputs.scenarios.schema import ScenarioError
@@ -39,14 +40,14 @@ class RunPlan:
     devices: DevicePool
     cluster: Cluster | None
     cost: dict[str, Cost]
-    meta: dict = field(default_factory=dict)  # what run.json records about these choices
+    meta: JSONObject = field(default_factory=dict)  # what run.json records about these choices
 
 
 def plan_run(
     args: RunConfig, all_scenarios: list[Scenario], chosen: list[Scenario], repo: Path, suspects: Suspects | None = None
 ) -> RunPlan:
     """`suspects`: what failed or drifted in the gate's history (report.regressions.gate_suspects)."""
-    meta: dict = {}
+    meta: JSONObject = {}
     changed = _changed_files(args, repo)
     if changed is not None:
         if args.gate != "pr":
@@ -89,7 +90,7 @@ def plan_run(
 
 
 def _first_failure_first(
-    chosen: list[Scenario], cost: dict[str, Cost], suspects: Suspects, meta: dict
+    chosen: list[Scenario], cost: dict[str, Cost], suspects: Suspects, meta: JSONObject
 ) -> tuple[list[Scenario], dict[str, Cost]]:
     """The gate's scenarios in the order of harness/run/plan/priority.py, said and recorded."""
     rule_picked = picked_by_a_rule(meta.get("selection", {}).get("picked", {}))

@@ -27,7 +27,7 @@ from collections import Counter
 from pathlib import Path
 
 from harness.contract.expectations import declares_unsupported
-from harness.contract.jsonfile import read_json
+from harness.contract.jsonfile import JSONObject, read_json
 from harness.contract.rundir import json_text, run_meta_path, write_files
 from harness.run.report.run import build_report, collect_verdicts, run_started
 from harness.run.report.writers import render
@@ -35,7 +35,7 @@ from harness.run.report.writers import render
 __all__ = ["collect_verdicts", "write_report"]
 
 
-def write_report(run_dir: Path, meta: dict | None = None, history_dir: Path | None = None) -> dict:
+def write_report(run_dir: Path, meta: JSONObject | None = None, history_dir: Path | None = None) -> JSONObject:
     """(Re)write run.json, junit.xml, summary.md, pr-comment.md, report.html (and the files of
     installed packages' writers, run/report/writers.py) from the
     verdicts in run_dir, all of them or none (a full disk leaves the previous report

@@ -32,7 +32,7 @@ def _switched_off(feature: tuple[str, object]) -> bool:
     return value is False or (isinstance(value, int) and not isinstance(value, bool) and value == 0)
 
 
-def _label(features: tuple) -> str:
+def _label(features: tuple[tuple[str, object], ...]) -> str:
     return ", ".join(f"{k}={str(v).lower() if isinstance(v, bool) else v}" for k, v in features)
 
 

@@ -25,13 +25,14 @@ its gate" that later runs compare with.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import pandas as pd
 import pyarrow
 
 from harness.contract.expectations import declares_unsupported
-from harness.contract.jsonfile import read_json
+from harness.contract.jsonfile import JSONObject, read_json
 from harness.contract.rundir import brief_path, write_files
 from harness.contract.settings.variables import HISTORY_DIR
 from harness.contract.verdict import VERDICTS, Verdict
@@ -47,7 +48,7 @@ def history_dir(report_dir: Path, override: str | Path | None = None) -> Path:
     return Path(chosen) if chosen else Path(report_dir) / "history"
 
 
-def gate_of(meta: dict) -> str:
+def gate_of(meta: JSONObject) -> str:
     """The gate a run belongs to; runs of hand-picked scenarios form their own group."""
     return meta.get("gate") or "adhoc"
 
@@ -68,15 +69,17 @@ def verdict_metrics(v: Verdict) -> dict[str, float]:
 
 def _engine_of(run_dir: Path, v: Verdict) -> str:
     if v.versions.get("engine"):
-        return v.versions["engine"]
+        engine: str = v.versions["engine"]
+        return engine
     brief = brief_path(run_dir, v.scenario)
     try:
-        return read_json(brief).get("engine", "")
+        named: str = read_json(brief).get("engine", "")
+        return named
     except (OSError, ValueError):
         return ""
 
 
-def run_rows(run_dir: Path, meta: dict, verdicts: list[Verdict], complete: bool = True) -> pd.DataFrame:
+def run_rows(run_dir: Path, meta: JSONObject, verdicts: list[Verdict], complete: bool = True) -> pd.DataFrame:
     """The history rows of one run (`complete`: every planned scenario ended)."""
     versions = meta.get("versions") or {}
     started = pd.Timestamp(meta["started"], unit="s", tz="UTC")
@@ -214,11 +217,11 @@ def schema_problems(frame: pd.DataFrame) -> list[str]:
     return problems
 
 
-def _is_number(v) -> bool:
+def _is_number(v: object) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
-def _example(column: pd.Series, fits) -> str:
+def _example(column: pd.Series, fits: Callable[[object], bool]) -> str:
     """The first value of `column` that does not fit, as a reader would recognise it."""
     for v in column.dropna():
         if not fits(v):
@@ -226,7 +229,7 @@ def _example(column: pd.Series, fits) -> str:
     return str(column.dtype)
 
 
-def earlier_rows(history: pd.DataFrame, meta: dict) -> pd.DataFrame:
+def earlier_rows(history: pd.DataFrame, meta: JSONObject) -> pd.DataFrame:
     """The rows of earlier runs of the same gate as `meta`'s run (never its own, nor
     the shards it was merged from)."""
     if history.empty:

@@ -17,10 +17,12 @@ import re
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import jinja2
 import pandas as pd
 
+from harness.contract.jsonfile import JSONObject
 from harness.contract.verdict import Verdict
 from harness.inputs.scenarios.scenario import split_id
 from harness.run import timings
@@ -28,6 +30,9 @@ from harness.run.report import plots
 from harness.run.report.history import metric_columns
 from harness.run.report.markdown import key_metric, where_diverged
 from harness.run.report.versions import cell, version_matrix
+
+if TYPE_CHECKING:
+    from harness.run.report.run import RunReport
 
 TEMPLATES = Path(__file__).parent / "templates"
 # rows of an item table (flipped accuracy items, ...) shown inline
@@ -43,17 +48,18 @@ def anchor(scenario: str) -> str:
 def _table(frame: pd.DataFrame) -> str:
     """In a box that scrolls sideways: a check with many metrics makes a table wider
     than the page, which would otherwise scroll the whole page."""
-    return '<div class="scroll">' + frame.to_html(index=False, border=0, classes="tbl", escape=True, na_rep="") + "</div>"
+    html: str = frame.to_html(index=False, border=0, classes="tbl", escape=True, na_rep="")
+    return '<div class="scroll">' + html + "</div>"
 
 
-def _key_values(d: dict) -> str:
+def _key_values(d: JSONObject) -> str:
     rows = [
         {"key": k, "value": v if isinstance(v, (str, int, float, bool)) or v is None else json.dumps(v)} for k, v in d.items()
     ]
     return _table(pd.DataFrame(rows))
 
 
-def _check_extras(check: dict) -> list[tuple[str, str]]:
+def _check_extras(check: JSONObject) -> list[tuple[str, str]]:
     """Tables for check fields this page has no special view of (e.g. an accuracy
     check's flipped items)."""
     extras = []
@@ -85,18 +91,19 @@ def _metrics_table(v: Verdict) -> str:
     return _table(pd.DataFrame(rows)) if rows else ""
 
 
-def _plotted_bound(check: dict) -> float | None:
+def _plotted_bound(check: JSONObject) -> float | None:
     """The bound the per-position deltas are held to: the check's own field; verdicts
     written before it existed carry it only in the tolerance text."""
     if check.get("bound") is not None:
-        return check["bound"]
+        bound: float = check["bound"]
+        return bound
     found = re.search(r"\|dlogprob\|<=(\S+),", check.get("tolerance", ""))
     return float(found.group(1)) if found else None
 
 
 # Drawn plots by (scenario, check, bound, values): a plot drawn ahead, while the next
 # scenario ran (draw_ahead), is not drawn again when the report is written.
-_drawn: dict[tuple, str | None] = {}
+_drawn: dict[tuple[object, ...], str | None] = {}
 _drawn_lock = threading.Lock()
 _drawer: ThreadPoolExecutor | None = None
 
@@ -129,7 +136,7 @@ def draw_ahead(v: Verdict) -> None:
     _drawer.submit(_divergence_plots, v)
 
 
-def _drift_plots(report, scenario: str) -> list[tuple[str, str]]:
+def _drift_plots(report: RunReport, scenario: str) -> list[tuple[str, str]]:
     drifts = [d for d in (report.comparison.drifted if report.comparison else []) if d.scenario == scenario]
     rows = report.trend_rows()
     found = []
@@ -141,7 +148,7 @@ def _drift_plots(report, scenario: str) -> list[tuple[str, str]]:
     return found
 
 
-def scenario_section(report, v: Verdict) -> dict:
+def scenario_section(report: RunReport, v: Verdict) -> JSONObject:
     drifted = {d.scenario for d in report.comparison.drifted} if report.comparison else set()
     return {
         "v": v,
@@ -161,7 +168,7 @@ def scenario_section(report, v: Verdict) -> dict:
     }
 
 
-def trend_section(report) -> tuple[list[tuple[str, str]], list[str]]:
+def trend_section(report: RunReport) -> tuple[list[tuple[str, str]], list[str]]:
     """One trend plot per metric that moved over the gate's runs; the constant ones by name."""
     rows = report.trend_rows()
     if rows.empty or rows["run_id"].nunique() < 2:
@@ -178,7 +185,7 @@ def trend_section(report) -> tuple[list[tuple[str, str]], list[str]]:
     return trends, constant
 
 
-def _versions_table(verdicts: list[Verdict]) -> dict | None:
+def _versions_table(verdicts: list[Verdict]) -> JSONObject | None:
     """Scenario x engine version -> verdict, coloured as the heat maps (None: one version)."""
     labels, rows = version_matrix(verdicts)
     if not labels:
@@ -207,7 +214,7 @@ def _environment() -> jinja2.Environment:
     return env
 
 
-def heatmap_sections(report) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
+def heatmap_sections(report: RunReport) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
     """One heat map per suite, and per engine version (harness/inputs/engine_envs.py): those of the
     suites in which something was tested, and those of the suites in which every
     scenario was unsupported (grey blocks that would push the verdicts down the page)."""
@@ -224,7 +231,7 @@ def heatmap_sections(report) -> tuple[list[tuple[str, str]], list[tuple[str, str
     return tested, untested
 
 
-def report_html(report) -> str:
+def report_html(report: RunReport) -> str:
     heatmaps, untested = heatmap_sections(report)
     trends, constant = trend_section(report)
     return (

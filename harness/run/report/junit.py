@@ -12,10 +12,11 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 from collections import defaultdict
 
+from harness.contract.jsonfile import JSONObject
 from harness.contract.verdict import Verdict
 
 
-def _never_ran(scenario: str, meta: dict) -> Verdict:
+def _never_ran(scenario: str, meta: JSONObject) -> Verdict:
     why = (
         f"not run: --exitfirst stopped the run after {meta['stopped_after']} failed"
         if meta.get("stopped_after")
@@ -24,7 +25,7 @@ def _never_ran(scenario: str, meta: dict) -> Verdict:
     return Verdict(scenario, "error", why, reproduce=f"harness run {scenario}")
 
 
-def junit_xml(verdicts: list[Verdict], meta: dict) -> str:
+def junit_xml(verdicts: list[Verdict], meta: JSONObject) -> str:
     by_suite: dict[str, list[Verdict]] = defaultdict(list)
     for v in [*verdicts, *(_never_ran(s, meta) for s in meta.get("never_ran") or [])]:
         by_suite[v.scenario.split("/", 1)[0]].append(v)

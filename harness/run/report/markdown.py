@@ -9,13 +9,20 @@ split a table cell (report.html and junit.xml escape on their own).
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING
+
 from harness.contract.expectations import engine_label
+from harness.contract.jsonfile import JSONObject
 from harness.contract.verdict import INTERACTION_SEP, Verdict
 from harness.run import timings
 from harness.run.report.axes import explaining_settings
 from harness.run.report.escape import block, code, text
 from harness.run.report.regressions import Change, Comparison, Drift
 from harness.run.report.versions import versions_lines
+
+if TYPE_CHECKING:
+    from harness.run.report.run import RunReport
 
 ICON = {"pass": "✅", "fail": "❌", "crash": "💥", "hang": "⏳", "unsupported": "➖", "expected-failure": "☑️", "error": "⚠️"}
 # per list: a PR comment is read, not scrolled
@@ -50,8 +57,9 @@ def where_diverged(v: Verdict) -> str:
         ranks = loc.get("diverging_tp_ranks") or ([loc["tp_rank"]] if "tp_rank" in loc else [])
         return where + (f", tp rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))}" if "tp_rank" in loc else "")
     if v.localization and v.localization.get("compiled") and v.localization.get("recorded"):
-        return v.localization["text"]
-    accuracy = next((c["where"] for c in v.checks if c["kind"] == "accuracy" and c.get("where")), None)
+        text_: str = v.localization["text"]
+        return text_
+    accuracy: str | None = next((c["where"] for c in v.checks if c["kind"] == "accuracy" and c.get("where")), None)
     if accuracy:
         return accuracy
     for c in v.checks:
@@ -62,7 +70,7 @@ def where_diverged(v: Verdict) -> str:
     return ""
 
 
-def counts_text(counts: dict, never_ran: list[str]) -> str:
+def counts_text(counts: Mapping[str, int], never_ran: list[str]) -> str:
     """`1 fail, 2 pass, 1 never ran`: what every planned scenario came to."""
     parts = [f"{n} {k}" for k, n in sorted(counts.items())]
     if never_ran:
@@ -70,7 +78,7 @@ def counts_text(counts: dict, never_ran: list[str]) -> str:
     return ", ".join(parts) or "no scenarios"
 
 
-def status_word(report) -> str:
+def status_word(report: RunReport) -> str:
     """OK only for a run whose planned scenarios all ended as expected and whose
     rows are in the history store."""
     if report.failing:
@@ -86,12 +94,12 @@ def status_word(report) -> str:
     return "OK"
 
 
-def counts_line(report) -> str:
+def counts_line(report: RunReport) -> str:
     total = len(report.verdicts) + len(report.never_ran)
     return f"**{status_word(report)}**: {text(counts_text(report.meta.get('counts', {}), report.never_ran))} of {total} scenarios"
 
 
-def problems_lines(report) -> list[str]:
+def problems_lines(report: RunReport) -> list[str]:
     """What keeps the report from speaking for the whole run: scenarios that never
     ran, results that were not stored."""
     lines = []
@@ -127,7 +135,7 @@ def problems_lines(report) -> list[str]:
 def unneeded_bug_rows_lines(verdicts: list[Verdict]) -> list[str]:
     """Rows a suite added for known bugs (its lock's bug_rows) that ran where none of those bugs
     stands: said, so that the lock's entry can go once no release in use needs it."""
-    by_bugs: dict[tuple, list[str]] = {}
+    by_bugs: dict[tuple[str, str], list[str]] = {}  # by (the bugs, the engine it ran on)
     for v in verdicts:
         if v.for_bugs and not v.for_bugs.get("standing"):
             key = (", ".join(v.for_bugs.get("bugs") or []), engine_label(v.versions))
@@ -138,13 +146,13 @@ def unneeded_bug_rows_lines(verdicts: list[Verdict]) -> list[str]:
     return lines
 
 
-def not_run_text(meta: dict, count: int) -> str:
+def not_run_text(meta: JSONObject, count: int) -> str:
     if meta.get("stopped_after"):
         return f"Not run: {count} planned scenario(s)"
     return f"Incomplete: {count} planned scenario(s) never ran"
 
 
-def not_run_why(meta: dict, quote=str) -> str:
+def not_run_why(meta: JSONObject, quote: Callable[[str], str] = str) -> str:
     """Why planned scenarios have no verdict: --exitfirst stopped the run at a failure, or
     the run ended (killed, interrupted) before they did."""
     if meta.get("stopped_after"):
@@ -225,7 +233,7 @@ def changes_lines(comparison: Comparison | None, verdicts: list[Verdict], limit:
     return lines
 
 
-def summary_markdown(report) -> str:
+def summary_markdown(report: RunReport) -> str:
     meta, verdicts = report.meta, report.verdicts
     lines = [f"# Harness run {text(meta.get('run_id', ''))}", "", counts_line(report), ""]
     explained = explaining_settings(verdicts)
@@ -336,7 +344,7 @@ def time_lines(verdicts: list[Verdict]) -> list[str]:
     return lines
 
 
-def pr_comment_markdown(report) -> str:
+def pr_comment_markdown(report: RunReport) -> str:
     """Short, for a PR comment: counts, regressions first, one line per failing scenario
     with the command that reproduces it locally."""
     meta = report.meta
@@ -347,10 +355,10 @@ def pr_comment_markdown(report) -> str:
     lines += problems_lines(report)
     lines += powerless_lines(report.verdicts, limit=PR_COMMENT_MAX_LINES)
     lines += changes_lines(report.comparison, report.verdicts, limit=PR_COMMENT_MAX_LINES)
-    compared = report.comparison is not None and report.comparison.previous_run is not None
+    comparison = report.comparison
     listed = (
-        {c.scenario for c in report.comparison.new_failures + report.comparison.still_failing + report.comparison.first_seen}
-        if compared
+        {c.scenario for c in comparison.new_failures + comparison.still_failing + comparison.first_seen}
+        if comparison is not None and comparison.previous_run is not None
         else set()
     )
     others = [v for v in report.failing if v.scenario not in listed]
@@ -366,7 +374,7 @@ def pr_comment_markdown(report) -> str:
     return "\n".join(lines) + "\n"
 
 
-def diff_markdown(old_meta: dict, new_meta: dict, comparison: Comparison, verdicts: list[Verdict]) -> str:
+def diff_markdown(old_meta: JSONObject, new_meta: JSONObject, comparison: Comparison, verdicts: list[Verdict]) -> str:
     """`harness report --diff OLD NEW`: what changed from one run to the other."""
     lines = [f"# Harness diff: {code(old_meta.get('run_id'))} -> {code(new_meta.get('run_id'))}", ""]
     lines += changes_lines(comparison, verdicts)

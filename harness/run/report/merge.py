@@ -12,7 +12,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from harness.contract.jsonfile import read_json
+from harness.contract.jsonfile import JSONObject, read_json
 from harness.contract.rundir import OUTPUTS, run_meta_path, scenarios_root, verdict_files, write_json
 from harness.run.report.history import run_rows
 from harness.run.report.markdown import diff_markdown
@@ -24,7 +24,7 @@ class ReportError(Exception):
     """A report command given something it cannot use; the message says what."""
 
 
-def read_run(run_dir: Path) -> dict:
+def read_run(run_dir: Path) -> JSONObject:
     """run.json of a run directory (with run_id and started filled in)."""
     run_dir = Path(run_dir)
     # run.json alone is a run too: one interrupted before its first scenario started
@@ -42,12 +42,12 @@ def read_run(run_dir: Path) -> dict:
     return meta
 
 
-def _merged_versions(metas: list[dict]) -> dict:
+def _merged_versions(metas: list[JSONObject]) -> dict[str, str]:
     keys = sorted({k for m in metas for k in (m.get("versions") or {})})
     return {k: " / ".join(sorted({str((m.get("versions") or {}).get(k, "?")) for m in metas})) for k in keys}
 
 
-def merged_meta(metas: list[dict], run_id: str) -> dict:
+def merged_meta(metas: list[JSONObject], run_id: str) -> JSONObject:
     gates = sorted({m.get("gate") or "" for m in metas})
     if len(gates) > 1:
         raise ReportError(
@@ -67,7 +67,7 @@ def merged_meta(metas: list[dict], run_id: str) -> dict:
     }
 
 
-def merge_runs(sources: list[Path], out: Path) -> dict:
+def merge_runs(sources: list[Path], out: Path) -> JSONObject:
     """Copy the scenarios of every source run into `out` and write its run.json."""
     if len(sources) < 2:
         raise ReportError("--merge needs at least two run directories")

@@ -10,18 +10,24 @@ import base64
 import io
 import itertools
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import matplotlib
 
 matplotlib.use("Agg")
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
+from matplotlib.axes import Axes  # noqa: E402
 from matplotlib.colors import ListedColormap  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.patches import Patch, Rectangle  # noqa: E402
 from matplotlib.ticker import NullLocator  # noqa: E402
 
+from harness.contract.jsonfile import JSONObject
 from harness.contract.verdict import Verdict  # noqa: E402
+
+if TYPE_CHECKING:
+    from harness.run.report.regressions import Band
 
 COLORS = {
     "pass": "#4caf50",
@@ -70,13 +76,13 @@ def _grid_axes(verdicts: list[Verdict]) -> tuple[str | None, str | None, list[st
     return rows, cols, [a for a in axes if a not in (rows, cols)]
 
 
-def _values(verdicts: list[Verdict], axis: str | None) -> list:
+def _values(verdicts: list[Verdict], axis: str | None) -> list[object]:
     if axis is None:
         return [None]
     return sorted({v.settings.get(axis) for v in verdicts}, key=lambda x: (str(type(x)), x))
 
 
-def _panel_title(panel_axes: list[str], combo: tuple) -> str:
+def _panel_title(panel_axes: list[str], combo: tuple[object, ...]) -> str:
     if not panel_axes:
         return ""
     return ", ".join(f"{a}={'on' if val is True else 'off' if val is False else val}" for a, val in zip(panel_axes, combo))
@@ -96,9 +102,9 @@ class Panel:
     its rows and columns, and its verdicts by (row value, column value)."""
 
     title: str
-    rows: list
-    cols: list
-    cells: dict
+    rows: list[object]
+    cols: list[object]
+    cells: dict[tuple[object, object], Verdict]
 
 
 def heat_panels(verdicts: list[Verdict]) -> tuple[str | None, str | None, list[Panel]]:
@@ -106,7 +112,7 @@ def heat_panels(verdicts: list[Verdict]) -> tuple[str | None, str | None, list[P
     which something ran: a PR gate runs a few scenarios of a large matrix, and the full
     grid of every panel would be mostly "not run"."""
     row_axis, col_axis, panel_axes = _grid_axes(verdicts)
-    grouped: dict[tuple, list[Verdict]] = {}
+    grouped: dict[tuple[object, ...], list[Verdict]] = {}
     for v in verdicts:
         grouped.setdefault(tuple(v.settings.get(a) for a in panel_axes), []).append(v)
     panels = []
@@ -117,11 +123,11 @@ def heat_panels(verdicts: list[Verdict]) -> tuple[str | None, str | None, list[P
     return row_axis, col_axis, panels
 
 
-def _setting(v: Verdict, axis: str | None):
+def _setting(v: Verdict, axis: str | None) -> object:
     return v.settings.get(axis) if axis else None
 
 
-def _panel_figure(panels: list[Panel]) -> tuple[Figure, list]:
+def _panel_figure(panels: list[Panel]) -> tuple[Figure, list[Axes]]:
     """A figure whose every cell is CELL_W x CELL_H inches, panels side by side."""
     widths = [len(p.cols) * CELL_W for p in panels]
     width = sum(widths) + PANEL_GAP * (len(panels) - 1) + MARGIN_LEFT + MARGIN_RIGHT
@@ -140,7 +146,7 @@ def _panel_figure(panels: list[Panel]) -> tuple[Figure, list]:
     return fig, [fig.add_subplot(grid[0, i]) for i in range(len(panels))]
 
 
-def _draw_panel(ax, panel: Panel, row_axis: str | None, col_axis: str | None, new_failures: set[str]) -> None:
+def _draw_panel(ax: Axes, panel: Panel, row_axis: str | None, col_axis: str | None, new_failures: set[str]) -> None:
     codes = np.full((len(panel.rows), len(panel.cols)), CATEGORIES.index("not run"))
     for r, c in itertools.product(range(len(panel.rows)), range(len(panel.cols))):
         v = panel.cells.get((panel.rows[r], panel.cols[c]))
@@ -187,7 +193,7 @@ def heatmap(verdicts: list[Verdict], new_failures: set[str]) -> str | None:
     return to_data_uri(fig)
 
 
-def divergence_plot(check: dict, bound: float | None) -> str | None:
+def divergence_plot(check: JSONObject, bound: float | None) -> str | None:
     """Per-position |delta logprob| of a logprobs check against its tolerance."""
     values = np.asarray(check.get("per_position") or [], dtype=float)
     if values.size == 0:
@@ -214,7 +220,7 @@ def divergence_plot(check: dict, bound: float | None) -> str | None:
     return to_data_uri(fig, tight=False)
 
 
-def trend_plot(rows: pd.DataFrame, column: str, current_run: str, band=None) -> str | None:
+def trend_plot(rows: pd.DataFrame, column: str, current_run: str, band: Band | None = None) -> str | None:
     """A metric over past runs, one line per scenario; the current run marked, and
     (for one scenario) its noise band shaded."""
     data = rows.dropna(subset=[column])

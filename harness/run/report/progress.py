@@ -14,13 +14,17 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TextIO
 
 from harness.run.report.html import draw_ahead
 from harness.run.session import Progress
 
 if TYPE_CHECKING:
+    from rich.console import Console, Group
     from rich.live import Live
+
+    from harness.contract.verdict import Verdict
+    from harness.inputs.scenarios.scenario import Scenario
 
 
 class _State:
@@ -35,7 +39,7 @@ class _State:
     def elapsed(self) -> str:
         return _clock(time.monotonic() - self.started)
 
-    def finish(self, verdict) -> None:
+    def finish(self, verdict: Verdict) -> None:
         self.running.pop(verdict.scenario, None)
         self.done += 1
         if not verdict.as_expected:
@@ -47,19 +51,19 @@ def _clock(seconds: float) -> str:
     return f"{minutes}:{secs:02d}"
 
 
-def duration_text(verdict) -> str:
+def duration_text(verdict: Verdict) -> str:
     """`12.4s`, or `122.4s, 110s of it waiting for devices`: a wait for slots other runs held
     is not the scenario's own time."""
     wait = float((verdict.timings or {}).get("wait_s") or 0.0)
     return f"{verdict.duration_s:.1f}s" + (f", {wait:.0f}s of it waiting for devices" if wait >= 1 else "")
 
 
-def _finished_line(state: _State, verdict) -> str:
+def _finished_line(state: _State, verdict: Verdict) -> str:
     mark = "" if verdict.as_expected else "  <-- NOT AS EXPECTED"
     return f"[{state.done}/{state.total} {state.elapsed()}] {verdict.headline()} ({duration_text(verdict)}){mark}"
 
 
-def reproduce_lines(verdict, run_dir: Path | None) -> list[str]:
+def reproduce_lines(verdict: Verdict, run_dir: Path | None) -> list[str]:
     """Printed under a failing verdict the moment it is known, not only in the report at
     the end: whoever watches the run can start on the failure while the gate goes on."""
     if verdict.as_expected:
@@ -70,7 +74,7 @@ def reproduce_lines(verdict, run_dir: Path | None) -> list[str]:
     return lines
 
 
-def _has_repro_script(verdict) -> bool:
+def _has_repro_script(verdict: Verdict) -> bool:
     """`harness repro` writes a script for engines that declare it, and never for a run with
     a --fault switched on (the script uses the engine's public API, which has no faults)."""
     from harness.engines import EngineUnavailable, get_engine
@@ -126,7 +130,7 @@ def doing_in(outputs: Path) -> str:
 
 
 @contextmanager
-def still_running(label: str, outputs: Path, stream=None) -> Iterator[None]:
+def still_running(label: str, outputs: Path, stream: TextIO | None = None) -> Iterator[None]:
     """While the block runs (one step that is no scenario of a run: a golden), a line every
     BEAT_S saying how long it has run and what its ranks are doing: `harness golden` printed
     nothing for minutes while vLLM compiled."""
@@ -158,7 +162,7 @@ class LineProgress(Progress):
     every BEAT_S for each scenario still running, saying what it is doing: a 3-minute
     compile must not look like a hung job."""
 
-    def __init__(self, stream=None, beat_s: float = BEAT_S) -> None:
+    def __init__(self, stream: TextIO | None = None, beat_s: float = BEAT_S) -> None:
         self._lock = threading.Lock()
         self._stream = stream or sys.stdout
         self._state = _State()
@@ -201,12 +205,12 @@ class LineProgress(Progress):
                     )
                     self._said[sid] = now
 
-    def scenario_started(self, scenario) -> None:
+    def scenario_started(self, scenario: Scenario) -> None:
         with self._lock:
             self._state.running[scenario.id] = self._said[scenario.id] = time.monotonic()
             self._print(f"[{self._state.done}/{self._state.total} {self._state.elapsed()}] start {scenario.id}")
 
-    def scenario_finished(self, verdict) -> None:
+    def scenario_finished(self, verdict: Verdict) -> None:
         draw_ahead(verdict)
         with self._lock:
             state = self._state
@@ -230,7 +234,7 @@ class LiveProgress(Progress):
     far, and the scenarios running now with their own elapsed time. Finished
     scenarios print as lines above it, so the scrollback keeps the whole run."""
 
-    def __init__(self, console=None) -> None:
+    def __init__(self, console: Console | None = None) -> None:
         from rich.console import Console
 
         self._lock = threading.Lock()
@@ -239,7 +243,7 @@ class LiveProgress(Progress):
         self._live: Live | None = None
         self._run_dir: Path | None = None
 
-    def _render(self):
+    def _render(self) -> Group:
         # Text objects, not markup strings: rich re-renders the display with the options
         # of the last print, and those lines are printed with markup off.
         from rich.console import Group
@@ -275,11 +279,11 @@ class LiveProgress(Progress):
         self._live = Live(get_renderable=self._render, console=self._console, refresh_per_second=2, transient=True)
         self._live.start()
 
-    def scenario_started(self, scenario) -> None:
+    def scenario_started(self, scenario: Scenario) -> None:
         with self._lock:
             self._state.running[scenario.id] = time.monotonic()
 
-    def scenario_finished(self, verdict) -> None:
+    def scenario_finished(self, verdict: Verdict) -> None:
         draw_ahead(verdict)
         with self._lock:
             state = self._state
@@ -304,7 +308,7 @@ def in_ci() -> bool:
     return os.environ.get("CI", "").strip().lower() in ("1", "true", "yes")
 
 
-def choose_progress(stream=None) -> Progress:
+def choose_progress(stream: TextIO | None = None) -> Progress:
     """The live display for a person at a terminal; plain lines for CI and pipes."""
     stream = stream or sys.stdout
     if in_ci() or not stream.isatty():

@@ -31,6 +31,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from harness.contract.jsonfile import JSONObject
 from harness.run.plan.priority import Suspects
 from harness.run.report.history import metric_columns, read_history
 
@@ -99,7 +100,7 @@ class Comparison:
     def regressed(self) -> bool:
         return bool(self.new_failures or self.drifted or self.coverage_lost)
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> JSONObject:
         """As run.json keeps it: ids only; the report files have the details."""
         return {
             "previous_run": self.previous_run,
@@ -121,10 +122,11 @@ class Comparison:
         }
 
 
-def _verdict_text(row) -> str:
+def _verdict_text(row: pd.Series) -> str:  # a history row
     if row["verdict"] == "pass" and not row["as_expected"]:
         return "pass (unexpected)"
-    return row["verdict"]
+    verdict: str = row["verdict"]
+    return verdict
 
 
 def compare_with_history(current: pd.DataFrame, earlier: pd.DataFrame) -> Comparison:
@@ -141,7 +143,7 @@ def compare_with_history(current: pd.DataFrame, earlier: pd.DataFrame) -> Compar
     return result
 
 
-def _classify(result: Comparison, now, before) -> None:
+def _classify(result: Comparison, now: pd.Series, before: pd.Series | None) -> None:  # history rows
     failing_now = not now["as_expected"]
     if before is None:
         if failing_now:
@@ -160,14 +162,14 @@ def _classify(result: Comparison, now, before) -> None:
         result.fixed.append(change)
 
 
-def _lost_coverage(now, before) -> bool:
+def _lost_coverage(now: pd.Series, before: pd.Series) -> bool:
     """Passed before, not tested now, and not declared unsupported for this engine version."""
     passed_before = before["verdict"] == "pass" and bool(before["as_expected"])
     declared = bool(now.get("declared_unsupported", False))
     return passed_before and now["verdict"] == "unsupported" and not declared
 
 
-def _drifts(now, past_passing: pd.DataFrame) -> list[Drift]:
+def _drifts(now: pd.Series, past_passing: pd.DataFrame) -> list[Drift]:
     found = []
     recent = past_passing.tail(BAND_WINDOW)
     for column in metric_columns(recent):

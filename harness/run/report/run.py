@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from harness.contract.jsonfile import JSONObject
 from harness.contract.rundir import verdict_files
 from harness.contract.verdict import Verdict
 from harness.run.report import history as hist
@@ -18,7 +19,7 @@ def collect_verdicts(run_dir: Path) -> list[Verdict]:
     return [Verdict.load(p) for p in verdict_files(run_dir)]
 
 
-def run_started(run_dir: Path, meta: dict) -> float:
+def run_started(run_dir: Path, meta: JSONObject) -> float:
     """The run's start time (epoch seconds): run.json's, else its oldest verdict file's
     (a run directory written by something that did not record it)."""
     if meta.get("started"):
@@ -27,7 +28,7 @@ def run_started(run_dir: Path, meta: dict) -> float:
     return min(stamps) if stamps else Path(run_dir).stat().st_mtime
 
 
-def never_ran(meta: dict, verdicts: list[Verdict]) -> list[str]:
+def never_ran(meta: JSONObject, verdicts: list[Verdict]) -> list[str]:
     """The planned scenarios (run.json's list, written before the first one starts)
     that have no verdict: the run ended (killed, interrupted) before they did."""
     ended = {v.scenario for v in verdicts}
@@ -37,7 +38,7 @@ def never_ran(meta: dict, verdicts: list[Verdict]) -> list[str]:
 @dataclass
 class RunReport:
     run_dir: Path
-    meta: dict
+    meta: JSONObject
     verdicts: list[Verdict]
     comparison: Comparison | None = None  # None: no history store was given
     # why this run's rows are not in the history store
@@ -69,7 +70,7 @@ class RunReport:
         return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
-def build_report(run_dir: Path, meta: dict, history_dir: Path | None) -> RunReport:
+def build_report(run_dir: Path, meta: JSONObject, history_dir: Path | None) -> RunReport:
     """Read the verdicts; with a history directory, compare with earlier runs of the
     gate and record this run's rows (idempotent: a rebuild replaces them)."""
     verdicts = collect_verdicts(run_dir)

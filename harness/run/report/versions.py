@@ -27,7 +27,7 @@ def _ordered(labels: list[str]) -> list[str]:
     """Oldest version first where the labels parse as <engine>-<PEP 440 version>."""
     from packaging.version import InvalidVersion, Version
 
-    def key(label: str):
+    def key(label: str) -> tuple[str, int, Version | None, str]:
         engine, _, version = label.rpartition("-")
         try:
             return (engine, 0, Version(version), label)

@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from harness.contract.jsonfile import JSONObject
 from harness.contract.runbrief import RunBrief
 from harness.contract.rundir import OUTPUTS
 from harness.contract.verdict import Verdict
@@ -35,8 +36,8 @@ class Prepared:
     engine: Engine
     brief: RunBrief
     # what a golden for this suite must have been made from
-    manifest: dict
-    evals: list = field(default_factory=list)  # lm.PreparedEval per eval of the suite
+    manifest: JSONObject
+    evals: list[lm.PreparedEval] = field(default_factory=list)  # one per eval of the suite
     # wall clock when the ranks were started (phase marks share it)
     launched_at: float | None = None
     # the interpreter that built a tiny checkpoint (said on a golden mismatch)
@@ -56,7 +57,7 @@ class Admitted:
 
 def admit(
     scenario: Scenario,
-    settings: dict,
+    settings: JSONObject,
     out_dir: Path,
     ctx: RunContext,
     gate: str | None = None,
@@ -108,7 +109,7 @@ def admit(
     return Admitted(prepared, need, reference)
 
 
-def prepare(scenario: Scenario, settings: dict, out_dir: Path, ctx: RunContext, gate: str | None = None) -> Prepared:
+def prepare(scenario: Scenario, settings: JSONObject, out_dir: Path, ctx: RunContext, gate: str | None = None) -> Prepared:
     suite = scenario.suite
     engine = get_engine(suite.engine)
     engine.configure(scenario.engine_options)

@@ -6,16 +6,25 @@ or the machine failed under it (`error`: never blamed on the engine).
 from __future__ import annotations
 
 import traceback
+from collections.abc import Mapping
 from dataclasses import asdict, replace
 from pathlib import Path
+from typing import Any, Protocol
 
+from harness.contract.jsonfile import JSONObject
 from harness.contract.storage import describe as describe_storage
 from harness.contract.storage import storage_fault
 from harness.contract.verdict import Verdict
 from harness.engines.launch import LaunchOutcome, RankFailure
 
 
-def launch_verdict(name: str, outcome: LaunchOutcome, engine) -> Verdict | None:
+class RootCauses(Protocol):
+    """What launch_verdict asks of the engine (harness/engines/base.py Engine.root_cause)."""
+
+    def root_cause(self, log_text: str) -> RankFailure | None: ...
+
+
+def launch_verdict(name: str, outcome: LaunchOutcome, engine: RootCauses) -> Verdict | None:
     """The verdict of a launch that did not end with every rank done, or None."""
     if outcome.status == "ok":
         return None
@@ -60,7 +69,7 @@ def launch_verdict(name: str, outcome: LaunchOutcome, engine) -> Verdict | None:
     return Verdict(name, "hang", f"{outcome.hang_reason()}: {where or 'no stack dump'}", hang=hang, logs=logs)
 
 
-def harness_fault_verdict(name: str, failure: RankFailure, logs: dict, **extra) -> Verdict:
+def harness_fault_verdict(name: str, failure: RankFailure, logs: JSONObject, **extra: Any) -> Verdict:  # extra: Verdict fields
     """`error: harness error: <what the harness could not do>`, the failure kept as seen."""
     why = failure.harness_fault or ""
     return Verdict(name, "error", f"harness error: {why}", error={"exception": why}, crash=asdict(failure), logs=logs, **extra)
@@ -81,7 +90,7 @@ def harness_error(name: str, exc: BaseException) -> Verdict:
     )
 
 
-def storage_verdict(name: str, fault: dict, who: str, **extra) -> Verdict:
+def storage_verdict(name: str, fault: Mapping[str, object], who: str, **extra: Any) -> Verdict:  # extra: Verdict fields
     """A full, read-only or over-quota disk under the harness's own files: `error` (the
     machine's fault, exit code 3), naming the path, never an engine `crash`."""
     reason = f"machine fault: {who} {describe_storage(fault)}; free space or make it writable, then run again"

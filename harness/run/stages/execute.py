@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import shutil
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 from harness.contract.phases import PHASES_DIR
 from harness.contract.rundir import BRIEF, LOGS
-from harness.engines.launch import LaunchOutcome, run_ranks
+from harness.engines.launch import Cluster, LaunchOutcome, run_ranks
 from harness.inputs.scenarios.scenario import Scenario
 from harness.run.plan.devices import DevicePool, Lease
 from harness.run.stages.admit import Admitted
@@ -53,7 +54,9 @@ def execute(
 
 
 @contextmanager
-def holding(pool: DevicePool | None, cluster, need: int, owner: str, lease: Lease | None = None):
+def holding(
+    pool: DevicePool | None, cluster: Cluster | None, need: int, owner: str, lease: Lease | None = None
+) -> Iterator[tuple[dict[str, str], Cluster | None]]:
     """(rank env, cluster or None) while a run of `owner` holds its `need` devices. A
     run bigger than the machine holds the whole node set of `cluster`; a lease given by
     the caller is used as is and released by the caller."""
@@ -62,6 +65,7 @@ def holding(pool: DevicePool | None, cluster, need: int, owner: str, lease: Leas
     elif need > pool.count:  # multi-node: the whole node set, waited for
         from harness.run.plan.nodes import cluster_pool
 
+        assert cluster is not None  # admit refused it otherwise (devices_problem)
         nodes = cluster_pool(cluster)
         with nodes.lease(nodes.count, owner):
             yield {}, cluster

@@ -17,10 +17,11 @@ the value in: the answer then says what that trial gave.
 from __future__ import annotations
 
 import fcntl
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
-from harness.contract.axes import spell
+from harness.contract.axes import Rule, spell
+from harness.contract.jsonfile import JSONObject
 from harness.contract.rundir import scenario_dir_name
 from harness.contract.verdict import Verdict
 from harness.inputs.scenarios.binding import engine_rules
@@ -32,7 +33,7 @@ TRIAL = "trial.json"
 FAILED = ("fail", "crash", "hang")
 
 
-def changed_values(scenario: Scenario) -> dict:
+def changed_values(scenario: Scenario) -> dict[str, object]:
     """The scenario's axis values that differ from its golden setting, in matrix order."""
     golden = scenario.suite.golden
     return {a: v for a, v in scenario.engine_settings.items() if a in golden and golden[a] != v}
@@ -46,13 +47,13 @@ def same_failure(first: Verdict, other: Verdict) -> bool:
     return True
 
 
-def describe_values(values: dict) -> str:
+def describe_values(values: Mapping[str, object]) -> str:
     return " + ".join(f"{a}={spell(v)}" for a, v in values.items())
 
 
 def minimal_interaction(
     scenario: Scenario, verdict: Verdict, run_dir: Path, trials: int, run: Callable[[Scenario, Path], Verdict]
-) -> dict | None:
+) -> JSONObject | None:
     """The smallest combination of the scenario's changed axis values its failure needs,
     found by at most `trials` runs of `run(trial scenario, its run directory)`; None when
     there is nothing to narrow (not a failure, one changed value, no trials allowed)."""
@@ -60,7 +61,7 @@ def minimal_interaction(
     if verdict.verdict not in FAILED or len(changed) < 2 or trials < 1:
         return None
     rules = engine_rules(scenario.suite.engine)
-    needed, tried = dict(changed), list[dict]()
+    needed, tried = dict(changed), list[JSONObject]()
     for axis in list(changed):
         if axis not in needed:
             continue  # gone with a value it required
@@ -86,7 +87,7 @@ def minimal_interaction(
     return {"needs": needed, "text": _text(needed, tried, complete), "trials": tried, "complete": complete}
 
 
-def _without(scenario: Scenario, needed: dict, axis: str, rules) -> dict:
+def _without(scenario: Scenario, needed: Mapping[str, object], axis: str, rules: Sequence[Rule]) -> dict[str, object]:
     """`needed` with `axis` back at the golden's, and with every value that then breaks a
     rule (block_size requires prefix_cache: without the cache, its block size goes too)."""
     golden = scenario.suite.golden
@@ -99,7 +100,7 @@ def _without(scenario: Scenario, needed: dict, axis: str, rules) -> dict:
         without = {a: v for a, v in without.items() if a not in broken}
 
 
-def _text(needed: dict, tried: list[dict], complete: bool) -> str:
+def _text(needed: Mapping[str, object], tried: list[JSONObject], complete: bool) -> str:
     names = describe_values(needed)
     if len(needed) == 1:
         return f"fails with {names} alone"

@@ -23,12 +23,15 @@ from __future__ import annotations
 
 import dataclasses
 import fcntl
+from collections.abc import Mapping
 from pathlib import Path
 
 from harness.contract.axes import RANK_AXES, RunAxes, kept_unchanged, spell
+from harness.contract.jsonfile import JSONObject
 from harness.contract.rundir import OUTPUTS, scenario_dir_name
 from harness.contract.verdict import Verdict
 from harness.inputs.scenarios.scenario import Scenario
+from harness.inputs.scenarios.schema import WorkloadDef
 from harness.run.compare import modules
 from harness.run.compare.outputs import ACCURACY, SAME_LAYOUT
 from harness.run.plan.devices import Lease
@@ -62,11 +65,11 @@ def wanted(scenario: Scenario, verdict: Verdict) -> bool:
     return any(not c.get("passed") for c in numeric) and _logprobs_workload(scenario) is not None
 
 
-def _logprobs_workload(scenario: Scenario):
+def _logprobs_workload(scenario: Scenario) -> WorkloadDef | None:
     return next((w for w in scenario.suite.workloads if w.kind == "logprobs"), None)
 
 
-def recording_scenario(scenario: Scenario, settings: dict, name: str) -> Scenario:
+def recording_scenario(scenario: Scenario, settings: JSONObject, name: str) -> Scenario:
     """The scenario at `settings` with one workload: the suite's first logprobs workload,
     its first PROMPTS prompts, recorded; no evals, no expectations."""
     workload = _logprobs_workload(scenario)
@@ -81,7 +84,9 @@ def recording_scenario(scenario: Scenario, settings: dict, name: str) -> Scenari
     )
 
 
-def localize(scenario: Scenario, verdict: Verdict, run_dir: Path, ctx: RunContext, lease: Lease | None = None) -> dict | None:
+def localize(
+    scenario: Scenario, verdict: Verdict, run_dir: Path, ctx: RunContext, lease: Lease | None = None
+) -> JSONObject | None:
     """The localization of a failing scenario (the module docstring), or None when it is not wanted."""
     if not wanted(scenario, verdict):
         return None
@@ -101,7 +106,9 @@ def localize(scenario: Scenario, verdict: Verdict, run_dir: Path, ctx: RunContex
     run = _recorded(recording_scenario(scenario, layout.settings, f"{layout.base_id}-recorded{version}"), root, ctx, lease)
     if isinstance(run, Verdict):
         return _unlocated(f"the recording run of {label} ended {run.verdict}: {run.reason}")
-    workload = _logprobs_workload(scenario).name  # type: ignore[union-attr]
+    logprobs = _logprobs_workload(scenario)
+    assert logprobs is not None  # wanted() checked
+    workload = logprobs.name
     found = modules.locate(golden / workload, run / workload, scenario.suite.dtype, label=label)
     found["workload"] = workload
     found["recorded_runs"] = {"golden": str(golden.parent.parent), "candidate": str(run.parent.parent)}
@@ -110,7 +117,7 @@ def localize(scenario: Scenario, verdict: Verdict, run_dir: Path, ctx: RunContex
     return found
 
 
-def _compiled(found: dict, layout: str) -> dict:
+def _compiled(found: JSONObject, layout: str) -> JSONObject:
     """A compiled row's answer from its eager twin's recording."""
     found["compiled"] = True
     if found.get("agrees"):
@@ -123,12 +130,12 @@ def _compiled(found: dict, layout: str) -> dict:
     return found
 
 
-def _layout_label(scenario: Scenario, settings: dict) -> str:
+def _layout_label(scenario: Scenario, settings: Mapping[str, object]) -> str:
     axes = ", ".join(f"{a}={spell(v)}" for a, v in settings.items() if a in RANK_AXES)
     return f"eager {axes}" if RunAxes.of(scenario.engine_settings).compile else f"{scenario.name} ({axes})"
 
 
-def _unlocated(why: str) -> dict:
+def _unlocated(why: str) -> JSONObject:
     return {"layer": None, "recorded": False, "text": f"not localized: {why}"}
 
 

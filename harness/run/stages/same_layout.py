@@ -21,6 +21,7 @@ import fcntl
 from pathlib import Path
 
 from harness.contract.axes import RunAxes
+from harness.contract.jsonfile import JSONObject
 from harness.contract.outputs import EngineOutputs
 from harness.contract.rundir import OUTPUTS, scenario_dir_name
 from harness.contract.verdict import Verdict
@@ -52,7 +53,7 @@ class LayoutRun:
     label: str
     exact: bool = False
 
-    def checks(self, candidate: EngineOutputs, workloads: list[dict], tol: Tolerance) -> list[dict]:
+    def checks(self, candidate: EngineOutputs, workloads: list[JSONObject], tol: Tolerance) -> list[JSONObject]:
         return same_layout_checks(self.outputs, self.label, candidate, workloads, tol, exact=self.exact)
 
 
