@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from harness.contract.jsonfile import read_json
-from harness.contract.roots import builtin_scenarios
+from harness.contract.roots import builtin_scenarios, golden_dir
 from harness.contract.rundir import logs_dir, verdict_path
 from harness.inputs.scenarios.loading import load_catalog, load_suite
 from harness.run import golden as goldens
@@ -101,7 +101,7 @@ def test_no_gate_of_the_built_in_suites_holds_an_eval_that_cannot_fail():
     checked = []
     for scenario in load_catalog([builtin_scenarios()]).scenarios:
         for gate in sorted(scenario.gates & {"pr", "nightly"}):
-            golden = read_json(goldens.golden_dir(scenario.golden_key) / goldens.EVALS_FILE) if scenario.suite.evals else {}
+            golden = read_json(golden_dir(scenario.golden_key) / goldens.EVALS_FILE) if scenario.suite.evals else {}
             for e in scenario.suite.evals:
                 items = golden[e.name]["items"][: e.item_count(gate)]
                 paired.refuse_powerless(e, items, gate)  # raises when that gate's slice cannot fail

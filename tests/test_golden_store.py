@@ -33,7 +33,7 @@ def test_a_symlink_to_a_file_is_refused_before_the_run(golden_root, tmp_path):
 def test_an_unwritable_place_is_refused_before_the_run(golden_root, monkeypatch, capsys):
     """As root every directory is writable but on a read-only mount; os.access is what says so."""
     real_access = os.access
-    monkeypatch.setattr(golden.os, "access", lambda p, mode: False if str(p) == str(golden_root) else real_access(p, mode))
+    monkeypatch.setattr(os, "access", lambda p, mode: False if str(p) == str(golden_root) else real_access(p, mode))
     with pytest.raises(GoldenError, match=f"{golden_root} is not a writable directory"):
         golden_place("llama-tiny")
     assert main(["golden", "llama-tiny"]) == 1
@@ -59,10 +59,10 @@ def test_a_symlinked_golden_is_followed_and_a_stopped_swap_is_named(golden_root,
             raise KeyboardInterrupt
         real_replace(src, dst)
 
-    monkeypatch.setattr(golden.os, "replace", stop_at_the_second)
+    monkeypatch.setattr(os, "replace", stop_at_the_second)
     with pytest.raises(KeyboardInterrupt):
         golden.store_golden(*_stored_inputs(elsewhere))
-    monkeypatch.setattr(golden.os, "replace", real_replace)
+    monkeypatch.setattr(os, "replace", real_replace)
     assert not elsewhere.exists() and (elsewhere.parent / ".llama-tiny.old" / "manifest.json").exists()
     hint = leftover_hint(elsewhere)
     assert hint and ".llama-tiny.new holds it whole" in hint and "mv " in hint

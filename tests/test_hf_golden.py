@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from harness.contract.outputs import EngineOutputs
-from harness.contract.roots import builtin_scenarios
+from harness.contract.roots import builtin_scenarios, golden_dir
 from harness.contract.runbrief import RunBrief
 from harness.engines import get_engine
 from harness.engines.launch import run_ranks
@@ -53,7 +53,7 @@ def vllm_goldens() -> list[tuple[Path, str]]:
             if suite.archs
             else [suite.suite]
         )
-        found += [(path, k) for k in keys if (goldens.golden_dir(k) / goldens.MANIFEST).exists()]
+        found += [(path, k) for k in keys if (golden_dir(k) / goldens.MANIFEST).exists()]
     return found
 
 
@@ -157,8 +157,8 @@ def test_vllm_golden_agrees_with_hf_transformers(path: Path, key: str, tmp_path)
         ref = suite.model
     model = models.resolve(ref, sys.executable)
     resolved = wl.tokenize(suite.workloads, model.directory, load_tokenizer(model.directory))
-    golden_dir = goldens.golden_dir(key)
-    manifest = json.loads((golden_dir / goldens.MANIFEST).read_text())
+    stored = golden_dir(key)
+    manifest = json.loads((stored / goldens.MANIFEST).read_text())
     assert manifest["workload_sha256"] == goldens.workload_checksum(resolved), f"stale golden: `harness golden {key}`"
     assert manifest["model_sha256"] == model.sha256, f"golden made on other weights: `harness golden {key}`"
 
@@ -175,9 +175,7 @@ def test_vllm_golden_agrees_with_hf_transformers(path: Path, key: str, tmp_path)
     outcome = run_ranks(get_engine("hf").launch_plan(brief, str(tmp_path / "spec.json")), tmp_path / "logs", scaled(300))
     assert outcome.status == "ok", (outcome.failure, Path(outcome.logs[0]).read_text()[-3000:])
 
-    checks = check_workloads(
-        EngineOutputs.load(golden_dir), EngineOutputs.load(brief.output_dir), resolved, tolerance_for("float32")
-    )
+    checks = check_workloads(EngineOutputs.load(stored), EngineOutputs.load(brief.output_dir), resolved, tolerance_for("float32"))
     assert [c.name for c in checks] == [w["name"] for w in resolved]
     if key not in KNOWN_DISAGREEMENTS:
         for c in checks:

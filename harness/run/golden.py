@@ -22,15 +22,19 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from harness.contract.axes import filled
-from harness.contract.jsonfile import read_json
+from harness.contract.jsonfile import JSONObject, read_json
 from harness.contract.outputs import EngineOutputs
 from harness.contract.roots import builtin_golden, golden_dir, golden_root
 from harness.contract.runbrief import MEDIA, entry_list
+
+if TYPE_CHECKING:
+    from harness.inputs.scenarios.schema import EvalDef
 
 MANIFEST = "manifest.json"
 # the per-item eval results, beside the outputs
@@ -113,13 +117,13 @@ def make_manifest(
     workload_sha256: str,
     engine: str,
     dtype: str,
-    settings: dict,
-    versions: dict,
+    settings: JSONObject,
+    versions: dict[str, str],
     model_builder: str | None = None,
-) -> dict:
+) -> JSONObject:
     """`model_builder`: the libraries that built a tiny checkpoint (harness/inputs/models), recorded
     (not binding) so a checkpoint that differs says which libraries made which."""
-    manifest = {
+    manifest: JSONObject = {
         "suite": suite,
         "model": model,
         "model_sha256": model_sha256,
@@ -134,12 +138,12 @@ def make_manifest(
     return manifest
 
 
-def workload_checksum(workloads: list[dict]) -> str:
+def workload_checksum(workloads: list[JSONObject]) -> str:
     """The manifest's `workload_sha256`: over the tokenized workloads (harness/inputs/workloads.py)
     with each image / video / audio file as its *contents'* digest (paths differ between
     machines)."""
 
-    def digest(entry):
+    def digest(entry: str | list[str] | None) -> list[str] | str | None:
         digests = [_sha256(Path(p)) for p in entry_list(entry)]
         return digests if isinstance(entry, list) else digests[0] if digests else None
 
@@ -153,13 +157,13 @@ class Reference:
     and the versions that differ between the golden and this run (shown, not enforced)."""
 
     directory: Path
-    manifest: dict
+    manifest: JSONObject
     outputs: EngineOutputs
-    evals: dict[str, dict]
-    version_drift: dict
+    evals: dict[str, JSONObject]
+    version_drift: dict[str, dict[str, object]]
 
 
-def load_reference(expected: dict, eval_defs=(), builder_python: str | None = None) -> Reference:
+def load_reference(expected: JSONObject, eval_defs: Sequence[EvalDef] = (), builder_python: str | None = None) -> Reference:
     """The golden of `expected['suite']`, after checking that its files are intact, that its
     manifest matches what is being tested and that it scored every eval of `eval_defs`;
     else a GoldenError that says what is wrong and how to mend it. `builder_python`: the
@@ -192,7 +196,7 @@ def load_reference(expected: dict, eval_defs=(), builder_python: str | None = No
     return Reference(directory, manifest, outputs, evals, drift)
 
 
-def check_manifest(directory: Path, manifest: dict, expected: dict, builder_python: str | None = None) -> None:
+def check_manifest(directory: Path, manifest: JSONObject, expected: JSONObject, builder_python: str | None = None) -> None:
     """A golden made for something else (another model, workloads, dtype, settings) is a
     GoldenError naming each difference. Where only the checkpoint differs, the error says
     which libraries built which and how to build the golden's, and never offers to remake a
@@ -223,7 +227,7 @@ def libraries(text: str) -> dict[str, str]:
     return dict(part.split("==", 1) for part in text.split() if "==" in part)
 
 
-def golden_builder(manifest: dict) -> tuple[dict[str, str], bool]:
+def golden_builder(manifest: JSONObject) -> tuple[dict[str, str], bool]:
     """The libraries that built the golden's checkpoint, and whether the manifest recorded
     them. A golden made before `model_builder` was recorded had its tiny checkpoint built by
     its own engine environment: the torch and transformers of its `versions`."""
@@ -233,7 +237,7 @@ def golden_builder(manifest: dict) -> tuple[dict[str, str], bool]:
     return {k: versions[k] for k in ("torch", "transformers") if versions.get(k)}, False
 
 
-def model_difference(directory: Path, manifest: dict, expected: dict, builder_python: str | None) -> tuple[str, str]:
+def model_difference(directory: Path, manifest: JSONObject, expected: JSONObject, builder_python: str | None) -> tuple[str, str]:
     """Why this run's checkpoint is not the golden's, and what to do: (why, fix)."""
     suite = expected["suite"]
     committed = is_committed(directory)
@@ -329,17 +333,17 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def record_digests(directory: Path) -> dict:
+def record_digests(directory: Path) -> JSONObject:
     """Write the digests of a golden's files into its manifest (store_golden; also how the
     goldens committed before digests existed got theirs, without regenerating them)."""
     path = Path(directory) / MANIFEST
-    manifest = json.loads(path.read_text())
+    manifest: JSONObject = json.loads(path.read_text())
     manifest[DIGESTS] = file_digests(Path(directory))
     path.write_text(json.dumps(manifest, indent=1, sort_keys=True))
     return manifest
 
 
-def verify_files(directory: Path, manifest: dict, suite: str) -> None:
+def verify_files(directory: Path, manifest: JSONObject, suite: str) -> None:
     """Every file the manifest lists must be there with the recorded sha256, and every
     file the harness reads must be listed; else a GoldenError naming the file."""
     recorded = manifest.get(DIGESTS)
@@ -367,20 +371,20 @@ def verify_files(directory: Path, manifest: dict, suite: str) -> None:
         )
 
 
-def _short(key: str, value) -> str:
+def _short(key: str, value: object) -> str:
     """A manifest value for one line: a checksum cut to its first 8 hex digits."""
     if key.endswith("_sha256") and isinstance(value, str) and len(value) > 16:
         return repr(value[:8] + "..")
     return repr(value)
 
 
-def _mismatch_headline(suite: str, manifest: dict, expected: dict) -> str:
+def _mismatch_headline(suite: str, manifest: JSONObject, expected: JSONObject) -> str:
     """The fix, then every differing field, short: what a console line can carry (the
     report's lists cut a verdict's line at 200 characters)."""
     return f"golden of '{suite}' does not match (remake: `harness golden {suite}`): {_diff_line(manifest, expected)}"
 
 
-def _diff_line(manifest: dict, expected: dict) -> str:
+def _diff_line(manifest: JSONObject, expected: JSONObject) -> str:
     return "; ".join(
         f"{key} golden {_short(key, manifest.get(key))} run {_short(key, expected[key])}"
         for key in BINDING_FIELDS
@@ -388,27 +392,29 @@ def _diff_line(manifest: dict, expected: dict) -> str:
     )
 
 
-def _differs(key: str, manifest: dict, expected: dict) -> bool:
+def _differs(key: str, manifest: JSONObject, expected: JSONObject) -> bool:
     """Whether a binding field differs. Settings are compared with every axis they leave out
     at its default: a suite that adds an axis to its matrix, its golden at the axis's default,
     asks for the run its golden already is."""
     if key == "settings" and isinstance(manifest.get(key), dict) and isinstance(expected[key], dict):
         return filled(manifest[key]) != filled(expected[key])
-    return manifest.get(key) != expected[key]
+    golden: object = manifest.get(key)
+    run: object = expected[key]
+    return golden != run
 
 
-def version_drift(manifest: dict, versions: dict) -> dict:
+def version_drift(manifest: JSONObject, versions: Mapping[str, str]) -> dict[str, dict[str, object]]:
     """Versions that differ between the golden and this run (reported, not enforced)."""
-    old = manifest.get("versions", {})
+    old: dict[str, object] = manifest.get("versions", {})
     return {k: {"golden": old.get(k), "now": v} for k, v in versions.items() if old.get(k) != v}
 
 
-def save_evals(directory: Path, results: dict[str, dict]) -> None:
+def save_evals(directory: Path, results: dict[str, JSONObject]) -> None:
     """The golden's per-item eval results (response, answers, correctness per item)."""
     (Path(directory) / EVALS_FILE).write_text(json.dumps(results, indent=1, sort_keys=True))
 
 
-def check_evals(path: Path, stored: dict, key: str, eval_defs) -> None:
+def check_evals(path: Path, stored: JSONObject, key: str, eval_defs: Sequence[EvalDef]) -> None:
     """The golden's per-item eval results (`stored`, read from `path`) must hold every eval
     of `eval_defs`, scored on the task the suite names; else a GoldenError."""
     missing = [e.name for e in eval_defs if e.name not in stored]
@@ -424,7 +430,9 @@ def check_evals(path: Path, stored: dict, key: str, eval_defs) -> None:
             )
 
 
-def store_golden(outputs_dir: Path, manifest: dict, evals: dict | None = None, drop: Sequence[str] = ()) -> Path:
+def store_golden(
+    outputs_dir: Path, manifest: JSONObject, evals: dict[str, JSONObject] | None = None, drop: Sequence[str] = ()
+) -> Path:
     """Install a finished golden run as the suite's golden (replacing the old one whole).
     `evals`: the per-item eval results (evals.json); `drop`: workloads whose tensors are
     not kept (eval generations: their per-item results are what the golden holds)."""
