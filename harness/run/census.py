@@ -23,12 +23,19 @@ import json
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, TypedDict
 
+from harness.contract.jsonfile import JSONObject
 from harness.contract.known_bugs import MODEL_ARCH
 from harness.engines.base import is_text_generator
 from harness.inputs.models.attempts import BuildAttempt
 from harness.inputs.scenarios.registry import LeftOut
 from harness.inputs.scenarios.scenario import model_facts, split_id
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from harness.inputs.scenarios.scenario import Scenario
 
 SWEPT = "swept"
 REFUSED = "refused by the engine here"
@@ -70,13 +77,21 @@ END = "<!-- harness archs: end -->"
 MACHINE_FLAGS = {"AMX": "amx_tile", "AVX-512": "avx512f", "AVX2": "avx2"}
 
 
+class SuiteTally(TypedDict):
+    """A swept arch's scenarios in one suite, and their last verdicts."""
+
+    scenarios: int
+    verdicts: dict[str, int]  # verdict -> count
+    not_run: int
+
+
 @dataclass
 class ArchLine:
     arch: str
     state: str
     detail: str
     # suite -> {"scenarios": n, "verdicts": {verdict: count}, "not_run": n}, for a swept arch
-    suites: dict = field(default_factory=dict)
+    suites: dict[str, SuiteTally] = field(default_factory=dict)
 
 
 @dataclass
@@ -84,8 +99,8 @@ class CensusInputs:
     """What a census is taken from. Every callable is asked of one architecture."""
 
     engine: str
-    versions: dict  # the engine's own versions (its probe)
-    registry: dict[str, dict]  # arch -> the engine's answer (Engine.model_registry)
+    versions: dict[str, str]  # the engine's own versions (its probe)
+    registry: dict[str, JSONObject]  # arch -> the engine's answer (Engine.model_registry)
     sweeps: dict[str, dict[str, list[str]]]  # arch -> suite -> the ids of its scenarios there
     last_verdicts: dict[str, str]  # scenario id -> its last recorded verdict
     buildable_route: Callable[[str], bool]  # whether the tiny builder has a route for the arch
@@ -102,8 +117,8 @@ class CensusInputs:
 @dataclass
 class Census:
     engine: str
-    versions: dict
-    machine: dict
+    versions: dict[str, str]
+    machine: dict[str, bool | None]
     registered: int
     generators: int  # all of the registry's, whatever --only shows
     lines: list[ArchLine]
@@ -115,7 +130,7 @@ class Census:
         found = Counter(line.state for line in self.lines)
         return {state: found.get(state, 0) for state in STATES}
 
-    def as_json(self) -> dict:
+    def as_json(self) -> JSONObject:
         return {
             "engine": self.engine,
             "versions": self.versions,
@@ -130,7 +145,7 @@ class Census:
         }
 
 
-def take_census(given: CensusInputs, say=lambda line: None) -> Census:
+def take_census(given: CensusInputs, say: Callable[[str], object] = lambda line: None) -> Census:
     generators = sorted(a for a in given.registry if is_text_generator(a))
     shown = [a for a in generators if not given.only or any(fnmatch.fnmatchcase(a, p) for p in given.only)]
     lines = [_line(arch, given, say) for arch in shown]
@@ -147,7 +162,7 @@ def take_census(given: CensusInputs, say=lambda line: None) -> Census:
     )
 
 
-def _line(arch: str, given: CensusInputs, say) -> ArchLine:
+def _line(arch: str, given: CensusInputs, say: Callable[[str], object]) -> ArchLine:
     sweeps = given.sweeps.get(arch)
     if sweeps:
         suites = {suite: _verdicts(ids, given.last_verdicts) for suite, ids in sorted(sweeps.items())}
@@ -164,7 +179,7 @@ def _line(arch: str, given: CensusInputs, say) -> ArchLine:
     return _unswept(arch, given, say)
 
 
-def _unswept(arch: str, given: CensusInputs, say) -> ArchLine:
+def _unswept(arch: str, given: CensusInputs, say: Callable[[str], object]) -> ArchLine:
     """The state of an arch no suite runs: from the builder and the engine's refusal."""
     if not given.buildable_route(arch):
         return ArchLine(arch, CANNOT_BUILD, NO_ROUTE.format(engine=ENGINE_NAMES.get(given.engine, given.engine)))
@@ -183,35 +198,37 @@ def _unswept(arch: str, given: CensusInputs, say) -> ArchLine:
     return ArchLine(arch, BUILDABLE, "its tiny checkpoint builds; no suite runs it")
 
 
-def _verdicts(ids: list[str], last: dict[str, str]) -> dict:
+def _verdicts(ids: list[str], last: dict[str, str]) -> SuiteTally:
     found = Counter(last[i] for i in ids if i in last)
     return {"scenarios": len(ids), "verdicts": dict(sorted(found.items())), "not_run": len(ids) - sum(found.values())}
 
 
-def _verdicts_text(v: dict) -> str:
+def _verdicts_text(v: SuiteTally) -> str:
     if not v["verdicts"]:
         return f"not run yet ({v['scenarios']} scenarios)"
     text = ", ".join(f"{n} {verdict}" for verdict, n in v["verdicts"].items())
     return text + (f", {v['not_run']} of {v['scenarios']} not run yet" if v["not_run"] else "")
 
 
-def scenario_arch(scenario) -> str | None:
+def scenario_arch(scenario: Scenario) -> str | None:
     """The model class a scenario runs: an {arch: ...} model's, a checkpoint's config.json
     (model_facts), or a zoo model's config; None for a hub model (not downloaded here)."""
     facts = model_facts(scenario.suite, scenario.settings, scenario.source)
     if facts:
-        return facts[MODEL_ARCH]
+        arch: str = facts[MODEL_ARCH]
+        return arch
     if isinstance(scenario.model, str):
         from harness.inputs import zoo
 
         try:
-            return (zoo.get_recipe(scenario.model).config.get("architectures") or [None])[0]
+            named: str | None = (zoo.get_recipe(scenario.model).config.get("architectures") or [None])[0]
+            return named
         except KeyError:
             return None
     return None
 
 
-def latest_verdicts(history, label: str = "") -> dict[str, str]:
+def latest_verdicts(history: pd.DataFrame | None, label: str = "") -> dict[str, str]:
     """scenario id (untagged) -> its last recorded verdict, from the history store's rows
     (history.load_history) of the engine environment `label` ("": the default one, untagged)."""
     if history is None or history.empty:

@@ -44,11 +44,13 @@ cannot have its crashes blamed or its hangs explained: the check fails saying so
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypedDict, Unpack
 
 from harness.contract.axes import PARALLEL_SIZES
+from harness.contract.jsonfile import JSONObject
 from harness.contract.outputs import EngineOutputs
 from harness.contract.roots import goldens_in
 from harness.contract.runbrief import RunBrief
@@ -107,10 +109,17 @@ class KitOptions:
     timeout_s: float = 300.0  # per run
     # the hang check's run: a hang is declared by then at the latest
     hang_timeout_s: float = 90.0
-    parallel: list[dict] = field(default_factory=lambda: [{"tp": 2}])  # settings of the parallel-<s> checks
+    parallel: list[JSONObject] = field(default_factory=lambda: [{"tp": 2}])  # settings of the parallel-<s> checks
     checks: list[str] | None = None  # None: every check
     engine_options: dict[str, str] = field(default_factory=dict)  # as a scenario file's engine_options:
     reference: str = REFERENCE_ENGINE
+
+
+class FaultOptions(TypedDict, total=False):
+    """The RunConfig fields that make a rank raise or hang (Kit._fault)."""
+
+    faults: tuple[str, ...]
+    env: tuple[tuple[str, str], ...]
 
 
 @dataclass
@@ -141,9 +150,9 @@ def assert_conforms(engine: str, work_dir: Path, options: KitOptions | None = No
     return results
 
 
-def parse_settings(label: str) -> dict:
+def parse_settings(label: str) -> JSONObject:
     """`tp2-pp2` -> {"tp": 2, "pp": 2}; `tp2-sp` -> {"tp": 2, "sp": True} (scenario id spelling)."""
-    settings: dict = {}
+    settings: JSONObject = {}
     for part in filter(None, label.split("-")):
         m = re.fullmatch(r"([a-z]+)(\d+)?", part)
         if not m:
@@ -152,7 +161,7 @@ def parse_settings(label: str) -> dict:
     return settings
 
 
-def impossible_settings(axes: dict, golden: dict) -> list[tuple[str, dict]]:
+def impossible_settings(axes: Mapping[str, tuple[object, ...] | None], golden: JSONObject) -> list[tuple[str, JSONObject]]:
     """(what, settings) an engine with these axes cannot run by its own declaration."""
     cases = [(f"an axis it does not declare ({NO_SUCH_AXIS}=true)", {**golden, NO_SUCH_AXIS: True})]
     for axis, allowed in axes.items():
@@ -164,7 +173,7 @@ def impossible_settings(axes: dict, golden: dict) -> list[tuple[str, dict]]:
                 continue
             value: object = outside[0]
         elif all(isinstance(v, int) for v in allowed):
-            value = max(allowed) + 1
+            value = max(v for v in allowed if isinstance(v, int)) + 1  # all of them (checked above)
         else:
             value = "nosuchvalue"
         cases.append((f"{axis}={value!r}, outside its declared values {list(allowed)}", {**golden, axis: value}))
@@ -186,13 +195,13 @@ class Kit:
         self.work = Path(work_dir)
         self.opts = options
         self.engine: Engine | None = None
-        self.axes: dict = {}
-        self.golden_settings: dict = {}
+        self.axes: dict[str, tuple[object, ...] | None] = {}
+        self.golden_settings: JSONObject = {}
         self.suite: SuiteFile | None = None
         self.model_dir: str | None = None
         self.golden_problem: str | None = "not made yet"
         self.outputs = EngineOutputs()  # the engine's tp1 golden, once made
-        self.workloads: list[dict] = []
+        self.workloads: list[JSONObject] = []
 
     # -- helpers -------------------------------------------------------------------
 
@@ -211,7 +220,7 @@ class Kit:
             }
         )
 
-    def _scenario(self, settings: dict, suite: SuiteFile | None = None) -> Scenario:
+    def _scenario(self, settings: JSONObject, suite: SuiteFile | None = None) -> Scenario:
         suite = suite or self.suite
         assert suite is not None
         label = settings_label(settings, list(settings)) if settings else "default"
@@ -223,15 +232,15 @@ class Kit:
             gates=frozenset(),
         )
 
-    def _run(self, check: str, settings: dict, **options) -> Verdict:
-        run_opts = RunContext(RunConfig(device=self.opts.device, timeout_s=options.pop("timeout_s", None), **options))
+    def _run(self, check: str, settings: JSONObject, timeout_s: float | None = None, **options: Unpack[FaultOptions]) -> Verdict:
+        run_opts = RunContext(RunConfig(device=self.opts.device, timeout_s=timeout_s, **options))
         return run_scenario(self._scenario(settings), self.work / "runs" / check, run_opts)
 
-    def _unsupported(self, settings: dict) -> str | None:
+    def _unsupported(self, settings: JSONObject) -> str | None:
         assert self.engine is not None
         return self.engine.unsupported_reason(settings, self.model_dir)
 
-    def _ensure_golden(self, suite: SuiteFile) -> tuple[EngineOutputs, list[dict]]:
+    def _ensure_golden(self, suite: SuiteFile) -> tuple[EngineOutputs, list[JSONObject]]:
         """The suite's tp1 golden in the kit's golden root (reused when it still applies,
         else made, as `harness golden` makes it) and the resolved workloads it ran."""
         scenario = self._scenario(dict(suite.golden), suite)
@@ -246,7 +255,7 @@ class Kit:
         assert admitted.reference is not None
         return admitted.reference.outputs, admitted.prepared.brief.workloads
 
-    def _fault_target(self) -> tuple[dict, int] | None:
+    def _fault_target(self) -> tuple[JSONObject, int] | None:
         """The settings of the crash and hang runs (the most ranks among tp2, pp2, tp1 that
         the engine runs) and the last launched rank, which the faults target."""
         assert self.engine is not None
@@ -268,14 +277,14 @@ class Kit:
             return settings, plan.world_size - 1
         return None
 
-    def _fault(self, kind: str, settings: dict, rank: int) -> tuple[dict, str]:
+    def _fault(self, kind: str, settings: JSONObject, rank: int) -> tuple[FaultOptions, str]:
         """RunConfig fields that make `rank` raise / hang, and how (for the check's line)."""
         assert self.engine is not None
         native = f"rank-{kind}@{rank}"
         if self.engine.fault_problem([native], settings) is None:
-            return {"faults": [native]}, f"the engine's fault switch {native}"
+            return {"faults": (native,)}, f"the engine's fault switch {native}"
         injected = f"{kind}@{rank}"
-        return {"env": {RANK_FAULT_ENV: injected}}, f"${RANK_FAULT_ENV}={injected} (the engine has no {native} switch)"
+        return {"env": ((RANK_FAULT_ENV, injected),)}, f"${RANK_FAULT_ENV}={injected} (the engine has no {native} switch)"
 
     # -- checks --------------------------------------------------------------------
 
@@ -401,7 +410,7 @@ class Kit:
         status = "pass" if all(c.passed for c in checks) else "fail"
         return KitResult("matches-reference", status, f"tp1 vs the {self.opts.reference} engine ({tol.describe()}): {text}")
 
-    def check_parallel(self, extra: dict) -> KitResult:
+    def check_parallel(self, extra: JSONObject) -> KitResult:
         settings = {**self.golden_settings, **extra}
         name = f"parallel-{settings_label(extra, list(extra))}"
         undeclared = sorted(set(settings) - set(self.axes))
@@ -422,7 +431,7 @@ class Kit:
         )
         return KitResult(name, "pass", f"against its tp1 golden: {verdict.reason}" + (f" ({evidence})" if evidence else ""))
 
-    def _fault_target_or_skip(self, name: str) -> tuple[dict, int] | KitResult:
+    def _fault_target_or_skip(self, name: str) -> tuple[JSONObject, int] | KitResult:
         """The setting and rank a fault check aims at, or the skip that says why it cannot run."""
         target = self._fault_target()
         if target is None:
