@@ -5,10 +5,21 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from harness.cli import suites
 from harness.cli.options import add_selection
 from harness.contract import exit_codes
+
+if TYPE_CHECKING:
+    from harness.contract.expectations import Expectation
+    from harness.contract.jsonfile import JSONObject
+    from harness.contract.known_bugs import KnownBug
+    from harness.engines import EngineInfo
+    from harness.inputs.scenarios.covering import Coverage, Trigger
+    from harness.inputs.scenarios.scenario import Scenario
+    from harness.inputs.scenarios.schema import SuiteFile
 
 HELP = "list scenarios"
 
@@ -54,7 +65,7 @@ def _strength(text: str) -> int:
     return value
 
 
-def _misused(args) -> str | None:
+def _misused(args: argparse.Namespace) -> str | None:
     """Why --strength or --lock cannot do what they say here, or None."""
     for flag, given in (("--strength", args.strength is not None), ("--lock", args.lock)):
         if given and not args.coverage:
@@ -99,7 +110,7 @@ def run(args: argparse.Namespace) -> int:
     return exit_codes.USAGE if broken else exit_codes.OK
 
 
-def _coverage_problem(chosen: list, strength: int | None, lock: bool) -> str | None:
+def _coverage_problem(chosen: list[Scenario], strength: int | None, lock: bool) -> str | None:
     """Why --coverage cannot answer for these suites as asked, or None: a --strength above a
     suite's axes would be labelled with a strength nothing counted; --lock with no covering
     suite would write nothing."""
@@ -116,12 +127,12 @@ def _coverage_problem(chosen: list, strength: int | None, lock: bool) -> str | N
     return None
 
 
-def _coverage(chosen: list, strength: int | None, lock: bool) -> None:
+def _coverage(chosen: list[Scenario], strength: int | None, lock: bool) -> None:
     """`harness list --coverage`: what the chosen scenarios of each suite cover."""
     from harness.inputs.scenarios import covering
     from harness.inputs.scenarios.binding import engine_rules
 
-    by_suite: dict[str, list] = {}
+    by_suite: dict[str, list[Scenario]] = {}
     for s in chosen:
         by_suite.setdefault(s.suite.suite, []).append(s)
     totals = [0, 0, 0, 0]  # scenarios, required, covered, missed
@@ -157,7 +168,7 @@ def _coverage(chosen: list, strength: int | None, lock: bool) -> None:
         _joint(by_suite, strength or 3)
 
 
-def _joint(by_suite: dict[str, list], strength: int) -> None:
+def _joint(by_suite: dict[str, list[Scenario]], strength: int) -> None:
     """The suites together: every `strength`-way combination of axis values (the arch aside)
     in some suite's scenario, the installed engine's limits named (harness/inputs/scenarios/covering.py);
     then in the scenarios that run on the installed release (none a known bug ends early)."""
@@ -189,14 +200,14 @@ def _joint(by_suite: dict[str, list], strength: int) -> None:
         print(f"  masked ({len(live.missed)}): {_some(live.missed, 12)}")
 
 
-def _excluded_lines(got) -> None:
+def _excluded_lines(got: Coverage) -> None:
     for why, combos in got.excluded.items():
         print(f"  excluded by {why} ({len(combos)}): {_some(combos)}")
     if got.missed:
         print(f"  not run ({len(got.missed)}): {_some(got.missed, 12)}")
 
 
-def _installed_versions(engine: str, options: dict) -> dict | None:
+def _installed_versions(engine: str, options: JSONObject) -> dict[str, str] | None:
     """The installed engine's versions (which expectations apply), or None when it cannot be asked."""
     from harness.engines import get_engine
 
@@ -208,13 +219,13 @@ def _installed_versions(engine: str, options: dict) -> dict | None:
         return None
 
 
-def _ended_by(scenario, versions: dict | None) -> tuple[str, ...]:
+def _ended_by(scenario: Scenario, versions: dict[str, str] | None) -> tuple[str, ...]:
     """What ends a scenario early on these versions (none known: on any): the known bugs of its
     engine and the expectations of its file that say it crashes or hangs. Its other axis values
     are not exercised while that bug stands."""
     from harness.contract.expectations import version_problem
 
-    def stands(x) -> bool:
+    def stands(x: Expectation) -> bool:
         return x.verdict in ("crash", "hang") and (versions is None or version_problem(x, versions) is None)
 
     return tuple(
@@ -223,13 +234,13 @@ def _ended_by(scenario, versions: dict | None) -> tuple[str, ...]:
     )
 
 
-def _release(engine: str, versions: dict | None) -> str:
+def _release(engine: str, versions: dict[str, str] | None) -> str:
     from harness.contract.expectations import engine_label
 
     return engine_label(versions) if versions else f"every {engine} release (its version could not be asked)"
 
 
-def _standing_triggers(suite, source, versions: dict | None) -> list:
+def _standing_triggers(suite: SuiteFile, source: Path, versions: dict[str, str] | None) -> list[Trigger]:
     """The engine's known bugs that end a run early (crash, hang) on these versions, as the
     covering planner tests a setting against them."""
     from harness.contract.expectations import version_problem
@@ -241,7 +252,9 @@ def _standing_triggers(suite, source, versions: dict | None) -> list:
     return bug_triggers(suite, source, tuple(standing))
 
 
-def _on_release(suite, source, scenarios: list, strength: int, versions: dict | None) -> None:
+def _on_release(
+    suite: SuiteFile, source: Path, scenarios: list[Scenario], strength: int, versions: dict[str, str] | None
+) -> None:
     """What the installed release runs of the suite's coverage: the combinations only rows a
     known bug ends early hold, masked (rows for known bugs can hold them) or unreachable there
     (every setting holding them meets a bug), each by its bug; and the rows for known bugs,
@@ -276,7 +289,7 @@ def _some(combos: list[str], shown: int = 6) -> str:
     return f"{', '.join(combos[:shown])}{' ...' if len(combos) > shown else ''}"
 
 
-def _bug_rows_lines(scenarios: list, versions: dict | None, on: str) -> None:
+def _bug_rows_lines(scenarios: list[Scenario], versions: dict[str, str] | None, on: str) -> None:
     """The rows for known bugs, by their bugs: needed on this release while one of them stands
     here, else said not needed (kept: another release may need them)."""
     from harness.contract.expectations import version_problem
@@ -299,14 +312,14 @@ def _bug_rows_lines(scenarios: list, versions: dict | None, on: str) -> None:
             print(f"  rows {', '.join(names)} are for known bug {said}, fixed in {on}: not needed")
 
 
-def _engine_bugs(scenarios: list) -> dict:
+def _engine_bugs(scenarios: list[Scenario]) -> dict[str, KnownBug]:
     from harness.inputs.scenarios.binding import engine_known_bugs
 
     first = scenarios[0]
     return {b.id: b for b in engine_known_bugs(first.suite.engine, first.source)}
 
 
-def _lock(suite, source, scenarios: list, versions: dict | None) -> list:
+def _lock(suite: SuiteFile, source: Path, scenarios: list[Scenario], versions: dict[str, str] | None) -> list[Scenario]:
     """--lock: the covering array's rows recorded, and rows for the known bugs of the installed
     release planned beside them (covering.py plan_bug_rows); the scenarios with the rows added."""
     from harness.inputs.scenarios import covering
@@ -333,7 +346,7 @@ def _lock(suite, source, scenarios: list, versions: dict | None) -> list:
     return [s for s in fresh if s.id in chosen or s in added]
 
 
-def _plugins(args) -> int:
+def _plugins(args: argparse.Namespace) -> int:
     """`harness list --engines` / `--models`: one line each, where it comes from and whether it can be used here."""
     if args.engines:
         from harness.engines import inventory
@@ -357,7 +370,7 @@ def _plugins(args) -> int:
     return exit_codes.OK
 
 
-def _axes_here(info) -> str:
+def _axes_here(info: EngineInfo) -> str:
     """`  axes: ...` as the engine installed here runs them (vLLM 0.32: sp=false, and why),
     or as it declares them where it cannot be asked (not ready here)."""
     from harness.engines import axes_text, get_engine

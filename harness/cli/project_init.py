@@ -16,15 +16,17 @@ import os
 import re
 import secrets
 import tomllib
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
 
 from harness.contract.axes import AXES, LAYOUT_AXES, RULES, SIZE
+from harness.contract.jsonfile import JSONObject
 from harness.contract.settings.project import CONFIG_FILE, PYPROJECT, find_config, project
 from harness.inputs.scenarios.loading import parse_suite
-from harness.inputs.scenarios.scenario import expand
+from harness.inputs.scenarios.scenario import Scenario, expand
 from harness.inputs.scenarios.schema import FEATURE_AXES, ID_PART, ScenarioError
 
 CONFIG_TABLE = """\
@@ -61,7 +63,7 @@ class Written:
     config_why: str | None = None
 
 
-def model_entry(model: str) -> str | dict:
+def model_entry(model: str) -> str | JSONObject:
     """The scenario file's `model:` for what the user typed: an existing checkpoint
     directory, `arch:CLASS` (a tiny random checkpoint), `ORG/NAME@REVISION` (a hub model
     at a pinned revision) or a zoo name."""
@@ -93,19 +95,19 @@ def suite_name(model: str) -> str:
     return name if ID_PART.fullmatch(name) else "my-model"
 
 
-def suite_raw(suite: str, model: str | dict, engine: str, axes: dict[str, tuple | None]) -> dict:
+def suite_raw(suite: str, model: str | JSONObject, engine: str, axes: dict[str, tuple[object, ...] | None]) -> JSONObject:
     """A first scenario file: the golden is the engine unparallelised and eager; the
     matrix is tp and pp at 1 and 2 (as far as the engine allows) and every boolean
     switch the engine declares (compile, sp), but the feature axes (FEATURE_AXES), which
     need a model or workloads made for them."""
-    matrix: dict[str, list] = {}
+    matrix: dict[str, list[object]] = {}
     for axis in (a for a in LAYOUT_AXES if AXES[a].kind == SIZE):
         allowed = axes.get(axis)
         matrix[axis] = [v for v in (1, 2) if allowed is None or v in allowed]
     for axis, allowed in axes.items():
         if axis not in matrix and axis not in FEATURE_AXES and allowed is not None and set(allowed) == {False, True}:
             matrix[axis] = [False, True]
-    raw = {
+    raw: JSONObject = {
         "suite": suite,
         "description": f"{suite} on {engine}: parallel settings against the engine unparallelised (written by harness init)",
         "engine": engine,
@@ -122,7 +124,7 @@ def suite_raw(suite: str, model: str | dict, engine: str, axes: dict[str, tuple 
     return raw
 
 
-def rule_exclusions(matrix: dict[str, list]) -> list[dict]:
+def rule_exclusions(matrix: dict[str, list[object]]) -> list[dict[str, object]]:
     """The settings of `matrix` a rule between axes (RULES) forbids, as `exclude` selectors;
     a rule none of whose settings could run is left to refuse its scenarios with its reason."""
     selectors = []
@@ -135,7 +137,7 @@ def rule_exclusions(matrix: dict[str, list]) -> list[dict]:
     return selectors
 
 
-def _gates(raw: dict, where: Path) -> dict:
+def _gates(raw: JSONObject, where: Path) -> dict[str, list[str]]:
     """The PR gate: the golden's own setting and each setting that changes one axis from
     it; the nightly: every setting."""
     scenarios = _check(raw, where)
@@ -144,7 +146,9 @@ def _gates(raw: dict, where: Path) -> dict:
     return {"pr": one_change, "nightly": ["*"]}
 
 
-def runnable_axes(engine_name: str, say=lambda line: None) -> tuple[dict[str, tuple | None], dict[str, str]]:
+def runnable_axes(
+    engine_name: str, say: Callable[[str], object] = lambda line: None
+) -> tuple[dict[str, tuple[object, ...] | None], dict[str, str]]:
     """The axes and values the engine as installed here runs, and why each cut axis was cut
     (vLLM 0.32: no SP pass). An engine that cannot be asked gives every declared value,
     saying so: its scenarios then say what they cannot run when they run."""
@@ -165,7 +169,11 @@ def runnable_axes(engine_name: str, say=lambda line: None) -> tuple[dict[str, tu
 
 
 def init_project(
-    directory: Path, model: str, engine: str = "reference", suite: str | None = None, say=lambda line: None
+    directory: Path,
+    model: str,
+    engine: str = "reference",
+    suite: str | None = None,
+    say: Callable[[str], object] = lambda line: None,
 ) -> Written:
     if not directory.is_dir():
         raise InitError(f"{directory} is not a directory: create it first (`mkdir -p {directory}`), or give --dir DIR")
@@ -226,7 +234,7 @@ def scenario_dir(directory: Path) -> Path:
     )
 
 
-def _check_engine_runs(engine_name: str, entry: str | dict, model: str) -> None:
+def _check_engine_runs(engine_name: str, entry: str | JSONObject, model: str) -> None:
     """A suite for an engine that cannot run its model would end every scenario
     `unsupported` and pass forever: refused before anything is written, naming the engines
     that can (from what each declares; engines that decide per model are named as such)."""
@@ -258,7 +266,7 @@ def _builtin_suite_names() -> set[str]:
     return {s.suite.suite for s in load_catalog([builtin_scenarios()]).scenarios}
 
 
-def _check(raw: dict, where: Path) -> list:
+def _check(raw: JSONObject, where: Path) -> list[Scenario]:
     """The file is held to the rules of any scenario file before it is written: the YAML it
     would hold, read back as the harness reads a scenario file."""
     try:
