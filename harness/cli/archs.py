@@ -7,12 +7,19 @@ from __future__ import annotations
 import argparse
 import datetime
 import sys
+from collections.abc import Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from harness.cli import suites
 from harness.cli.options import add_history, add_report_dir, positive_seconds
 from harness.contract import exit_codes
 from harness.inputs.models.attempts import BUILD_TIMEOUT_S
+
+if TYPE_CHECKING:
+    from harness.engines import Engine
+    from harness.inputs.scenarios.scenario import Scenario
+    from harness.run.census import Census
 
 HELP = "the census: every text-generating architecture of the engine's model registry, and what the harness does with it"
 
@@ -72,7 +79,7 @@ def run(args: argparse.Namespace) -> int:
     return _write(args.out, output, region=args.markdown)
 
 
-def _take(args):
+def _take(args: argparse.Namespace) -> Census | None:
     """The census, or None for an engine without a model registry."""
     from harness.contract.cpu import cpu_flags
     from harness.inputs import models
@@ -115,7 +122,7 @@ def _take(args):
     return census.take_census(given, say=_say)
 
 
-def _load_refusal(directory: str, engine: str, versions: dict) -> str | None:
+def _load_refusal(directory: str, engine: str, versions: Mapping[str, str]) -> str | None:
     """The engine's words where a recorded load of this checkpoint failed (bench/vllm_only_builds.py
     loads each vLLM-only architecture's: a build its generic route makes may still not load)."""
     from harness.inputs.models import attempts
@@ -128,7 +135,7 @@ def _load_refusal(directory: str, engine: str, versions: dict) -> str | None:
     return f"{ENGINE_NAMES.get(engine, engine)} {version} does not load its tiny checkpoint: {found[1]}"
 
 
-def _engine(args):
+def _engine(args: argparse.Namespace) -> tuple[Engine, str]:
     """The engine, in the environment --engine-env names, and that environment's label ("": the default)."""
     from harness.engines import get_engine
     from harness.inputs import engine_envs
@@ -144,7 +151,7 @@ def _engine(args):
     return engine, env.label
 
 
-def _sweeps(scenarios: list, engine: str) -> dict[str, dict[str, list[str]]]:
+def _sweeps(scenarios: list[Scenario], engine: str) -> dict[str, dict[str, list[str]]]:
     """arch -> suite -> the ids of its scenarios that run it, over the suites of `engine`."""
     from harness.run.census import scenario_arch
 
@@ -180,7 +187,7 @@ def _say(line: str) -> None:
     print(f"harness archs: {line}", file=sys.stderr, flush=True)
 
 
-def _left_out(scenarios: list, engine: str) -> dict[str, tuple[str, object]]:
+def _left_out(scenarios: list[Scenario], engine: str) -> dict[str, tuple[str, object]]:
     """arch -> (a registry suite of `engine` that leaves it out, why), from the suites' excludes."""
     found: dict[str, tuple[str, object]] = {}
     for scenario in scenarios:

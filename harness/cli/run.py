@@ -5,8 +5,10 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from collections.abc import Iterable
 from dataclasses import fields, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from harness.cli import suites
 from harness.cli.options import add_config_option
@@ -17,6 +19,13 @@ from harness.engines.launch import DeferInterrupts
 from harness.inputs.scenarios.loading import BrokenSuite
 from harness.run.request import RunConfig, unknown_faults
 
+if TYPE_CHECKING:
+    from harness.contract.jsonfile import JSONObject
+    from harness.contract.verdict import Verdict
+    from harness.inputs.scenarios.scenario import Scenario
+    from harness.run.plan.schedule import Cost
+    from harness.run.stages.context import RunContext
+
 HELP = "run scenarios and write a report"
 
 
@@ -26,7 +35,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         add_config_option(p, f.name)
 
 
-def harness_versions() -> dict:
+def harness_versions() -> dict[str, str]:
     import torch
 
     from harness.contract.provenance import harness_provenance
@@ -34,7 +43,7 @@ def harness_versions() -> dict:
     return {"torch": torch.__version__, "python": sys.version.split()[0], **harness_provenance()}
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
     # every option of the run; `args` says where the scenario files come from
     config = RunConfig.from_cli(args)
     catalog = suites.load(args)
@@ -74,7 +83,7 @@ def run(args) -> int:
     shard = f"-shard{plan.meta['shard']['index']}of{plan.meta['shard']['count']}" if "shard" in plan.meta else ""
     history = history_dir(report_dir, config.history)
     # the planned list goes on disk with the claim: a report of a killed run can then say what never ran
-    meta = {
+    meta: JSONObject = {
         "gate": config.gate,
         "scenarios": [s.id for s in chosen] + [b.error_id for b in broken],
         "faults": list(config.faults),
@@ -127,14 +136,16 @@ def _record_broken(run_dir: Path, broken: list[BrokenSuite]) -> None:
         ).save(verdict_path(run_dir, b.error_id))
 
 
-def _run_and_report(chosen, run_dir: Path, meta: dict, history: Path, ctx, cost: dict) -> int:
+def _run_and_report(
+    chosen: list[Scenario], run_dir: Path, meta: JSONObject, history: Path, ctx: RunContext, cost: dict[str, Cost]
+) -> int:
     from harness.cli.report import say_what_was_not_recorded
     from harness.run.report.markdown import counts_text
     from harness.run.report.progress import choose_progress
     from harness.run.session import run_session
 
     interrupted = False
-    stopped: dict = {}
+    stopped: dict[str, str] = {}
     try:
         _write_report(run_dir, meta, history)
         if chosen:
@@ -180,14 +191,14 @@ def _run_and_report(chosen, run_dir: Path, meta: dict, history: Path, ctx, cost:
     return exit_codes.of_run(meta, interrupted)
 
 
-def _stopped_after(verdicts) -> dict:
+def _stopped_after(verdicts: Iterable[Verdict]) -> dict[str, str]:
     """run.json's `stopped_after`: the failure --exitfirst stopped at, so the report can say
     why the rest never ran (not killed, not interrupted)."""
     failed = [v.scenario for v in verdicts if not v.as_expected]
     return {"stopped_after": failed[0]} if failed else {}
 
 
-def _collect_for_table(run_dir: Path) -> list:
+def _collect_for_table(run_dir: Path) -> list[Verdict]:
     from harness.run.report import collect_verdicts
 
     try:
@@ -196,7 +207,7 @@ def _collect_for_table(run_dir: Path) -> list:
         return []
 
 
-def _write_report(run_dir: Path, meta: dict, history: Path) -> dict:
+def _write_report(run_dir: Path, meta: JSONObject, history: Path) -> JSONObject:
     from harness.run.report import write_report
 
     try:
