@@ -180,8 +180,9 @@ def _option(default: Any, **how: Any) -> Any:
     return field(default=default, metadata={"option": Option(**how)})
 
 
-def option_of(f: dataclasses.Field) -> Option:
-    return f.metadata["option"]
+def option_of(f: dataclasses.Field[object]) -> Option:
+    how: Option = f.metadata["option"]
+    return how
 
 
 @dataclass(frozen=True)
@@ -402,14 +403,14 @@ def unknown_faults(faults: Iterable[str], engines: Iterable[str], option: str) -
     return None
 
 
-def option_names(f: dataclasses.Field) -> str:
+def option_names(f: dataclasses.Field[object]) -> str:
     """How a field is named wherever it is given: "timeout_s (--timeout, --harness-timeout)"."""
     how = option_of(f)
     flags = [n for n in (how.flag if how.flag and how.flag.startswith("-") else None, how.pytest) if n]
     return f"{f.name} ({', '.join(flags)})" if flags else f.name
 
 
-def _checked(f: dataclasses.Field, value: Any) -> Any:
+def _checked(f: dataclasses.Field[object], value: Any) -> Any:
     """The field's value as the config keeps it, or RunOptionError naming the option."""
     try:
         return _value_of(f, value)
@@ -417,7 +418,7 @@ def _checked(f: dataclasses.Field, value: Any) -> Any:
         raise RunOptionError(f"run option {option_names(f)}: {exc.said_of(repr(value))}") from None
 
 
-def _value_of(f: dataclasses.Field, value: Any) -> Any:
+def _value_of(f: dataclasses.Field[object], value: Any) -> Any:
     how = option_of(f)
     if value is None and how.default_from is not None:
         value = how.default_from()
@@ -425,7 +426,7 @@ def _value_of(f: dataclasses.Field, value: Any) -> Any:
         return None
     if how.switch:
         return switch(value)
-    check = VALUE_CHECKS.get(how.value or "", text)
+    check: Callable[[Any], Any] = VALUE_CHECKS.get(how.value or "", text)
     if how.repeat:
         return tuple(_each(check, _items(f, value)))
     if how.choices and value not in how.choices:
@@ -433,7 +434,7 @@ def _value_of(f: dataclasses.Field, value: Any) -> Any:
     return check(value)
 
 
-def _items(f: dataclasses.Field, value: Any) -> Iterable[Any]:
+def _items(f: dataclasses.Field[object], value: Any) -> Iterable[Any]:
     """A repeated option's values: one string is one value (faults="pp-buffer-missing-key" is
     that fault, never its characters); a mapping's items for env."""
     if isinstance(value, str):
