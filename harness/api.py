@@ -43,6 +43,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypedDict, Union, Unpack
 
+from harness.contract.jsonfile import JSONObject
 from harness.contract.outputs import EngineOutputs
 from harness.contract.rundir import claim_new_run_dir, scenario_dir_name, verdict_path
 from harness.contract.settings.project import working_directory
@@ -63,7 +64,7 @@ from harness.run.stages.execute import execute
 # logprobs with per-layer hidden states (so a failure names its first diverging layer,
 # stage and TP rank), and greedy decoding through the KV cache. Fields as in a scenario
 # file's `workloads:` (harness/inputs/scenarios/schema.py, WorkloadDef).
-DEFAULT_WORKLOADS: tuple[dict, ...] = (
+DEFAULT_WORKLOADS: tuple[JSONObject, ...] = (
     {"name": "logits", "kind": "logprobs", "num_prompts": 4, "max_prompt_tokens": 48, "top_k": 20, "capture_hidden": True},
     {"name": "greedy", "kind": "greedy", "num_prompts": 2, "max_prompt_tokens": 32, "max_new_tokens": 8, "top_k": 20},
 )
@@ -90,7 +91,7 @@ class ReportedRunOptions(RunOptions, total=False):
     """The run options of a call that judges: and where its report goes."""
 
     # a run directory with the verdicts and the harness's report (default: none written)
-    report_dir: str | os.PathLike
+    report_dir: str | os.PathLike[str]
 
 
 class CheckFailed(AssertionError):
@@ -122,17 +123,17 @@ class SettingRun:
 
     # "<model>/<settings>", e.g. "tiny-llama/tp2-pp1": names its verdicts
     label: str
-    settings: dict
+    settings: JSONObject
     outputs: EngineOutputs
     directory: Path  # spec.json, outputs/, logs/ (rank<N>.log)
     # as the engine got them (token ids): what a comparison goes over
-    workloads: list[dict]
+    workloads: list[JSONObject]
     dtype: str
     # overrides given to run_setting ({}: the dtype's bounds)
-    tolerances: dict = field(default_factory=dict)
+    tolerances: dict[str, object] = field(default_factory=dict)
 
 
-Outputs = Union[EngineOutputs, SettingRun, str, os.PathLike]
+Outputs = Union[EngineOutputs, SettingRun, str, os.PathLike[str]]
 
 
 # --- comparing outputs ---------------------------------------------------------------
@@ -142,9 +143,9 @@ def compare_outputs(
     candidate: Outputs,
     reference: Outputs,
     *,
-    workloads: Sequence[str | Mapping] | None = None,
+    workloads: Sequence[str | Mapping[str, object]] | None = None,
     dtype: str | None = None,
-    tolerances: Mapping | Tolerance | None = None,
+    tolerances: Mapping[str, object] | Tolerance | None = None,
     name: str | None = None,
 ) -> Verdict:
     """Hold `candidate` to `reference` with the harness's checks and return the verdict,
@@ -181,11 +182,11 @@ def assert_outputs_match(
     candidate: Outputs,
     reference: Outputs,
     *,
-    workloads: Sequence[str | Mapping] | None = None,
+    workloads: Sequence[str | Mapping[str, object]] | None = None,
     dtype: str | None = None,
-    tolerances: Mapping | Tolerance | None = None,
+    tolerances: Mapping[str, object] | Tolerance | None = None,
     name: str | None = None,
-    report_dir: str | os.PathLike | None = None,
+    report_dir: str | os.PathLike[str] | None = None,
 ) -> Verdict:
     """compare_outputs, raising CheckFailed unless the verdict is `pass`. With
     `report_dir`, the harness's report of the verdict is written there either way."""
@@ -200,14 +201,14 @@ def assert_outputs_match(
 
 
 def run_setting(
-    model: str | Mapping | os.PathLike,
-    settings: Mapping | None = None,
+    model: str | Mapping[str, object] | os.PathLike[str],
+    settings: Mapping[str, object] | None = None,
     *,
     engine: str = "reference",
-    workloads: Sequence[Mapping] | None = None,
+    workloads: Sequence[Mapping[str, object]] | None = None,
     dtype: str = "float32",
-    tolerances: Mapping | None = None,
-    work_dir: str | os.PathLike | None = None,
+    tolerances: Mapping[str, object] | None = None,
+    work_dir: str | os.PathLike[str] | None = None,
     engine_options: Mapping[str, str] | None = None,
     **options: Unpack[RunOptions],
 ) -> SettingRun:
@@ -242,11 +243,11 @@ class _Setting:
     assert_settings_agree's keyword arguments of what to run, at their defaults there."""
 
     engine: str
-    workloads: Sequence[Mapping] | None
+    workloads: Sequence[Mapping[str, object]] | None
     dtype: str
-    tolerances: Mapping | None
+    tolerances: Mapping[str, object] | None
     engine_options: Mapping[str, str] | None
-    work_dir: str | os.PathLike | None
+    work_dir: str | os.PathLike[str] | None
 
 
 @dataclass
@@ -258,10 +259,12 @@ class _Planned:
     out_dir: Path
     admitted: Admitted
     dtype: str
-    tolerances: dict
+    tolerances: dict[str, object]
 
 
-def _plan(model, settings: Mapping, setting: _Setting, config: RunConfig) -> _Planned:
+def _plan(
+    model: str | Mapping[str, object] | os.PathLike[str], settings: Mapping[str, object], setting: _Setting, config: RunConfig
+) -> _Planned:
     """Everything that can refuse a setting, before any rank starts: the settings and model
     (as a scenario file's), the engine's reason, the devices, the fault switches (the run
     options were checked when `config` was made)."""
@@ -301,15 +304,15 @@ def _run(planned: _Planned) -> SettingRun:
 
 
 def assert_settings_agree(
-    model: str | Mapping | os.PathLike,
-    a: Mapping,
-    b: Mapping,
+    model: str | Mapping[str, object] | os.PathLike[str],
+    a: Mapping[str, object],
+    b: Mapping[str, object],
     *,
     engine: str = "reference",
-    workloads: Sequence[Mapping] | None = None,
+    workloads: Sequence[Mapping[str, object]] | None = None,
     dtype: str = "float32",
-    tolerances: Mapping | None = None,
-    work_dir: str | os.PathLike | None = None,
+    tolerances: Mapping[str, object] | None = None,
+    work_dir: str | os.PathLike[str] | None = None,
     engine_options: Mapping[str, str] | None = None,
     **options: Unpack[ReportedRunOptions],
 ) -> Verdict:
@@ -342,8 +345,8 @@ def assert_settings_agree(
 def assert_matches_golden(
     scenario_id: str,
     *,
-    scenarios: str | os.PathLike | None = None,
-    work_dir: str | os.PathLike | None = None,
+    scenarios: str | os.PathLike[str] | None = None,
+    work_dir: str | os.PathLike[str] | None = None,
     **options: Unpack[ReportedRunOptions],
 ) -> Verdict:
     """Run one scenario of the scenario files ("llama-tiny/tp2-pp2"; `scenarios`: a file
@@ -381,7 +384,7 @@ def assert_matches_golden(
     return verdict
 
 
-def save_report(verdicts: Sequence[Verdict], report_dir: str | os.PathLike) -> Path:
+def save_report(verdicts: Sequence[Verdict], report_dir: str | os.PathLike[str]) -> Path:
     """A new run directory under `report_dir` holding `verdicts`, with the harness's report
     (summary.md, report.html, junit.xml, pr-comment.md; no history store). Returns it."""
     from harness.run.report import write_report
@@ -398,9 +401,9 @@ def save_report(verdicts: Sequence[Verdict], report_dir: str | os.PathLike) -> P
 # --- the parts -----------------------------------------------------------------------
 
 
-def _call(function: str, *args, **kwargs) -> str:
+def _call(function: str, *args: object, **kwargs: object) -> str:
     """The API call that reproduces a verdict (its `reproduce`), defaults left out."""
-    defaults = {"engine": "reference", "faults": []}
+    defaults: dict[str, object] = {"engine": "reference", "faults": []}
     shown = [repr(a) for a in args] + [f"{k}={v!r}" for k, v in kwargs.items() if defaults.get(k, object()) != v]
     return f"harness.api.{function}({', '.join(shown)})"
 
@@ -435,7 +438,7 @@ def _kind_of(fields: set[str]) -> str:
     return "greedy" if "tokens" in fields else "unknown"
 
 
-def _workloads(given: Outputs, outputs: EngineOutputs, chosen: Sequence[str | Mapping] | None) -> list[dict]:
+def _workloads(given: Outputs, outputs: EngineOutputs, chosen: Sequence[str | Mapping[str, object]] | None) -> list[JSONObject]:
     if isinstance(given, SettingRun):
         known = {w["name"]: dict(w) for w in given.workloads}
     elif outputs.meta.get("workloads"):
@@ -456,7 +459,7 @@ def _workloads(given: Outputs, outputs: EngineOutputs, chosen: Sequence[str | Ma
     return picked
 
 
-def _tolerance(dtype: str, tolerances: Mapping | Tolerance | None, run: SettingRun | None) -> Tolerance:
+def _tolerance(dtype: str, tolerances: Mapping[str, object] | Tolerance | None, run: SettingRun | None) -> Tolerance:
     if isinstance(tolerances, Tolerance):
         return tolerances
     overrides = dict(run.tolerances) if run is not None and tolerances is None else dict(tolerances or {})
@@ -470,13 +473,13 @@ def _tolerance(dtype: str, tolerances: Mapping | Tolerance | None, run: SettingR
         raise ValueError(f"no tolerances for dtype '{dtype}' (known: float32, bfloat16, float16)") from None
 
 
-def _model_entry(model: str | Mapping | os.PathLike) -> str | dict:
+def _model_entry(model: str | Mapping[str, object] | os.PathLike[str]) -> str | JSONObject:
     if isinstance(model, os.PathLike):
         return {"path": str(Path(model).resolve())}
     return dict(model) if isinstance(model, Mapping) else model
 
 
-def _suite_name(model: str | Mapping | os.PathLike) -> str:
+def _suite_name(model: str | Mapping[str, object] | os.PathLike[str]) -> str:
     """The first part of the runs' labels: the zoo name, the checkpoint's or arch's name."""
     if isinstance(model, os.PathLike):
         text = Path(model).name
@@ -488,11 +491,13 @@ def _suite_name(model: str | Mapping | os.PathLike) -> str:
     return name if ID_PART.fullmatch(name) else "model"
 
 
-def _scenario(model, settings: Mapping, setting: _Setting) -> Scenario:
+def _scenario(
+    model: str | Mapping[str, object] | os.PathLike[str], settings: Mapping[str, object], setting: _Setting
+) -> Scenario:
     """The one scenario of an in-memory suite: the scenario file a user would write for
     this setting, checked by the same rules (axes the engine has, values, model entry)."""
     workloads = setting.workloads if setting.workloads is not None else DEFAULT_WORKLOADS
-    raw = {
+    raw: JSONObject = {
         "suite": _suite_name(model),
         "engine": setting.engine,
         "model": _model_entry(model),
