@@ -23,7 +23,7 @@ when the session collects its scenario directory, so `pytest -m pr` is `harness 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -34,14 +34,26 @@ from harness.inputs.scenarios.scenario import expand
 from harness.inputs.scenarios.schema import ScenarioError
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator, Sequence
+
     from _pytest._code.code import TerminalRepr, TracebackStyle
 
+    # pytest-xdist ships no type information: its WorkerController is Any to mypy
+    from xdist.workermanage import WorkerController
+
+    from harness.contract.verdict import Verdict
+    from harness.inputs.scenarios.scenario import Scenario
     from harness.run.request import RunConfig
 
 RUN_ID_ENV = PYTEST_RUN_ID.name
+# what the plugin keeps on the session's config, each read or made once per process
+_SCENARIO_PATHS = pytest.StashKey[set[Path]]()  # the project's scenario files and directories
+_DURATIONS = pytest.StashKey[dict[str, float]]()  # the controller's recorded durations
+_REPORT = pytest.StashKey[Path]()  # the run directory the controller wrote the report in
+_NOTHING_TESTED = pytest.StashKey[int]()  # the scenarios of a session that tested nothing
 
 
-def pytest_addoption(parser):
+def pytest_addoption(parser: pytest.Parser) -> None:
     """The `--harness-*` options: the fields of RunConfig that declare one (harness/run/request.py),
     with the CLI's value types (a bad value is a usage error)."""
     from dataclasses import fields
@@ -56,7 +68,7 @@ def pytest_addoption(parser):
             group.addoption(*names, **kwargs)
 
 
-def pytest_configure(config):
+def pytest_configure(config: pytest.Config) -> None:
     from harness.contract.roots import export_to_children
 
     try:
@@ -82,7 +94,7 @@ def pytest_configure(config):
     _collect_builtin_suites(config)
 
 
-def _collect_builtin_suites(config) -> None:
+def _collect_builtin_suites(config: pytest.Config) -> None:
     """A project whose config turns the built-in suites on (`builtin_suites = true`) runs them
     in `harness run`; a session that collects the project's scenario files collects them too,
     so that `pytest -m pr` and `harness run --gate pr` select the same scenarios. A session
@@ -100,7 +112,7 @@ def _collect_builtin_suites(config) -> None:
         config.args.append(str(builtin))
 
 
-def _check_cluster(config) -> None:
+def _check_cluster(config: pytest.Config) -> None:
     """--harness-cluster (or $HARNESS_CLUSTER) readable and Ray installed, before any item runs."""
     cluster = _run_config(config).cluster
     if cluster is None:
@@ -113,7 +125,7 @@ def _check_cluster(config) -> None:
         raise pytest.UsageError(str(exc)) from None
 
 
-def _check_run_options(config) -> None:
+def _check_run_options(config: pytest.Config) -> None:
     """The session's run options checked once, as a RunConfig checks them for every way in: a
     bad one is a usage error (exit 2) before any item runs, never an `error` per scenario."""
     from harness.run.request import RunOptionError
@@ -124,7 +136,7 @@ def _check_run_options(config) -> None:
         raise pytest.UsageError(str(exc)) from None
 
 
-def pytest_collection_finish(session) -> None:
+def pytest_collection_finish(session: pytest.Session) -> None:
     """--harness-fault switches that no engine of the collected scenarios takes (a typo):
     one usage error, as `harness run --fault` is, not an `error` verdict per scenario. Under
     xdist the controller checks what its first worker collected (a worker's usage error
@@ -137,13 +149,14 @@ def pytest_collection_finish(session) -> None:
 
 
 @pytest.hookimpl(optionalhook=True)
-def pytest_xdist_node_collection_finished(node, ids) -> None:
+def pytest_xdist_node_collection_finished(node: WorkerController, ids: Sequence[str]) -> None:
     """xdist: the controller's check of the faults, over the scenario files its worker collected."""
     if not _run_config(node.config).faults:
         return
     root = node.config.rootpath
     files = {root / node_id.split("::")[0] for node_id in ids}
-    problem = _faults_problem(node.config, {_engine_of(f) for f in files if f.suffix in (".yaml", ".yml")} - {None})
+    engines = {_engine_of(f) for f in files if f.suffix in (".yaml", ".yml")}
+    problem = _faults_problem(node.config, {e for e in engines if e is not None})
     if problem:
         pytest.exit(f"usage error: {problem}", returncode=pytest.ExitCode.USAGE_ERROR)
 
@@ -155,39 +168,39 @@ def _engine_of(scenario_file: Path) -> str | None:
         return None
 
 
-def _faults_problem(config, engines: set) -> str | None:
+def _faults_problem(config: pytest.Config, engines: set[str]) -> str | None:
     from harness.run.request import unknown_faults
 
     return unknown_faults(_run_config(config).faults, engines, _option("faults"))
 
 
-def _run_dir(config) -> Path:
+def _run_dir(config: pytest.Config) -> Path:
     return _run_config(config).report_dir / (PYTEST_RUN_ID.raw() or "")
 
 
-def pytest_collect_file(parent, file_path: Path):
+def pytest_collect_file(parent: pytest.Collector, file_path: Path) -> ScenarioFile | None:
     if file_path.suffix in (".yaml", ".yml") and _is_scenario_file(parent.config, file_path):
         return ScenarioFile.from_parent(parent, path=file_path)
     return None
 
 
-def _is_scenario_file(config, path: Path) -> bool:
+def _is_scenario_file(config: pytest.Config, path: Path) -> bool:
     """A YAML file in a directory named scenarios/, or among the scenario files and
     directories of the project's harness config (harness/contract/roots.py). The plugin is loaded
     in every pytest session of an environment the harness is installed in, so it takes
     no other YAML file for a scenario file."""
     if path.parent.name == "scenarios":
         return True
-    if not hasattr(config, "_harness_scenario_paths"):
+    if _SCENARIO_PATHS not in config.stash:
         from harness.contract.settings.project import project
 
-        config._harness_scenario_paths = {p.resolve() for p in project(config.invocation_params.dir).scenarios}
-    chosen = config._harness_scenario_paths
+        config.stash[_SCENARIO_PATHS] = {p.resolve() for p in project(config.invocation_params.dir).scenarios}
+    chosen = config.stash[_SCENARIO_PATHS]
     return path.resolve() in chosen or path.parent.resolve() in chosen
 
 
 class ScenarioFile(pytest.File):
-    def collect(self):
+    def collect(self) -> Iterator[ScenarioItem]:
         try:
             scenarios = expand(load_suite(self.path), self.path)
         except ScenarioError as exc:
@@ -204,11 +217,12 @@ class ScenarioFailed(Exception):
 
 
 class ScenarioItem(pytest.Item):
-    def __init__(self, *, scenario, **kwargs):
+    # kwargs: pytest's node arguments (name, parent, ...), as from_parent passes them
+    def __init__(self, *, scenario: Scenario, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.scenario = scenario
 
-    def runtest(self):
+    def runtest(self) -> None:
         from harness.run.plan.devices import DevicePool, configured_count
         from harness.run.plan.nodes import cluster_from_env
         from harness.run.runner import RunContext, run_scenario
@@ -237,14 +251,15 @@ class ScenarioItem(pytest.Item):
         self, excinfo: pytest.ExceptionInfo[BaseException], style: TracebackStyle | None = None
     ) -> str | TerminalRepr:
         if isinstance(excinfo.value, ScenarioFailed):
-            return excinfo.value.args[0].explain()
+            failed: Verdict = excinfo.value.args[0]
+            return failed.explain()
         return super().repr_failure(excinfo, style)
 
-    def reportinfo(self):
+    def reportinfo(self) -> tuple[Path, None, str]:
         return self.path, None, f"scenario {self.scenario.id}"
 
 
-def pytest_collection_modifyitems(session, config, items):
+def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
     """Scenario items largest-first (device-seconds, from past runs); other items keep
     their places."""
     from harness.run.plan.schedule import costs, largest_first
@@ -252,33 +267,35 @@ def pytest_collection_modifyitems(session, config, items):
     slots = [i for i, item in enumerate(items) if isinstance(item, ScenarioItem)]
     if len(slots) < 2:
         return
-    scenario_items = {items[i].scenario.id: items[i] for i in slots}
-    scenarios = [items[i].scenario for i in slots]
+    in_slots = [item for item in items if isinstance(item, ScenarioItem)]  # the items of `slots`, in order
+    scenario_items = {item.scenario.id: item for item in in_slots}
+    scenarios = [item.scenario for item in in_slots]
     ordered = largest_first(scenarios, costs(scenarios, _durations(config)))
     for i, scenario in zip(slots, ordered):
         items[i] = scenario_items[scenario.id]
 
 
-def _durations(config) -> dict[str, float]:
+def _durations(config: pytest.Config) -> dict[str, float]:
     """Read once, by the controller: xdist workers must collect in the same order, so
     they take the controller's numbers (a run finishing meanwhile could change them)."""
     from harness.run.plan.schedule import recorded_durations
 
     worker_input = getattr(config, "workerinput", None)
     if worker_input is not None and "harness_durations" in worker_input:
-        return worker_input["harness_durations"]
-    if not hasattr(config, "_harness_durations"):
-        config._harness_durations = recorded_durations(_run_dir(config).parent)
-    return config._harness_durations
+        given: dict[str, float] = worker_input["harness_durations"]
+        return given
+    if _DURATIONS not in config.stash:
+        config.stash[_DURATIONS] = recorded_durations(_run_dir(config).parent)
+    return config.stash[_DURATIONS]
 
 
 @pytest.hookimpl(optionalhook=True)
-def pytest_configure_node(node):
+def pytest_configure_node(node: WorkerController) -> None:
     """xdist: hand the controller's durations to each worker."""
     node.workerinput["harness_durations"] = _durations(node.config)
 
 
-def pytest_sessionfinish(session, exitstatus):
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int | pytest.ExitCode) -> None:
     if hasattr(session.config, "workerinput"):
         # workers: the controller writes the report once
         return
@@ -295,25 +312,27 @@ def pytest_sessionfinish(session, exitstatus):
             {"run_id": run_dir.name, "via": "pytest", "gate": gate, "allow_empty": allow_empty},
             history_dir(run_dir.parent),
         )
-        session.config._harness_report = run_dir
+        session.config.stash[_REPORT] = run_dir
         if meta.get("nothing_tested") and not allow_empty and session.exitstatus == pytest.ExitCode.OK:
             # every harness item skipped as unsupported: `harness run`'s exit 5, never a green session
             session.exitstatus = pytest.ExitCode.NO_TESTS_COLLECTED
-            session.config._harness_nothing_tested = sum(meta["counts"].values())
+            session.config.stash[_NOTHING_TESTED] = sum(meta["counts"].values())
 
 
-def pytest_terminal_summary(terminalreporter, exitstatus, config):
-    run_dir = getattr(config, "_harness_report", None)
+def pytest_terminal_summary(
+    terminalreporter: pytest.TerminalReporter, exitstatus: int | pytest.ExitCode, config: pytest.Config
+) -> None:
+    run_dir = config.stash.get(_REPORT, None)
     if run_dir:
         terminalreporter.write_line(f"harness report: {run_dir / 'summary.md'} and {run_dir / 'report.html'}")
-    nothing = getattr(config, "_harness_nothing_tested", 0)
+    nothing = config.stash.get(_NOTHING_TESTED, 0)
     if nothing:
         from harness.contract.exit_codes import nothing_tested_text
 
         terminalreporter.write_line(f"harness: {nothing_tested_text(nothing, _option('allow_empty'))}", red=True)
 
 
-def _run_config(config) -> RunConfig:
+def _run_config(config: pytest.Config) -> RunConfig:
     """The session's options as a RunConfig: its --harness-* options, the gate of its `-m`,
     the cluster of $HARNESS_CLUSTER when not given (the others' defaults are RunConfig's own)."""
     from harness.run.request import RunConfig
@@ -337,7 +356,7 @@ def _option(name: str) -> str:
     return flag
 
 
-def _gate(config) -> str | None:
+def _gate(config: pytest.Config) -> str | None:
     """`-m pr` is the PR gate (eval slices, history, comparison), as the CLI's `--gate pr`."""
-    expr = config.getoption("markexpr")
+    expr: str = config.getoption("markexpr")
     return expr if expr in ("pr", "nightly", "vllm") else None
