@@ -180,7 +180,7 @@ def test_a_bad_registry_entry_names_the_field(tmp_path, engine):
         load_suite(path)
 
 
-@pytest.mark.parametrize("name", ["vllm-registry", "vllm-native-registry", "vllm-mm-registry"])
+@pytest.mark.parametrize("name", ["vllm-registry", "vllm-native-registry", "vllm-mm-registry", "vllm-mm-native-registry"])
 def test_the_built_in_registry_suite_loads_from_its_lock_without_vllm(monkeypatch, name):
     """CI's unit tier has no vLLM: the suite's scenarios are the lock's, as on a machine with it."""
     monkeypatch.setattr(registry, "_registry", lambda name, options: (None, "vllm is not installed here"))

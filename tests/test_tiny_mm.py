@@ -165,6 +165,33 @@ def test_the_rope_split_follows_an_override_of_the_text_head():
     assert sum(rope["mrope_section"]) * 2 == int(128 * rope["partial_rotary_factor"])
 
 
+def test_an_override_that_gives_its_own_rope_split_keeps_it():
+    """The refit is skipped only where the scenario's overrides name rope_parameters, at any
+    depth (text_config's): the split they give is the one written."""
+    from harness.inputs.models import tiny
+
+    given = {"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [2, 3, 3], "mrope_interleaved": True}
+    overrides = {"text_config": {"head_dim": 32, "rope_parameters": given}}
+    rope = tiny.build_model("Qwen3VLForConditionalGeneration", 0, overrides).config.text_config.rope_parameters
+    assert rope["mrope_section"] == [2, 3, 3]
+    assert tiny._names(overrides, "rope_parameters") and not tiny._names({"text_config": {"head_dim": 32}}, "rope_parameters")
+
+
+def test_a_config_only_vllm_reads_gets_the_processor_its_checkpoints_ship():
+    """Cosmos 3 Omni's config (a model type transformers maps no processor to) is built with
+    Qwen3-VL's processor, tokens and rope split, as vLLM's cosmos3.py serves it."""
+    import transformers
+
+    from harness.inputs.models import tiny, tiny_mm
+
+    assert tiny_mm.processor_class("cosmos3_omni") is transformers.Qwen3VLProcessor
+    assert tiny_mm.named_tokens("cosmos3_omni")["image_token"] == "<|image_pad|>"
+    config = tiny.tiny_config(transformers.Cosmos3OmniConfig(), {}, {})
+    assert config.vision_config.depth <= 2 and config.text_config.hidden_size == 128
+    text = config.text_config
+    assert sum(text.rope_parameters["mrope_section"]) * 2 == text.head_dim
+
+
 def test_synthetic_videos_and_audio_clips_are_deterministic_and_shaped_as_named(tmp_path, monkeypatch):
     import numpy as np
 

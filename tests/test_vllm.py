@@ -213,7 +213,7 @@ def test_every_tiny_multimodal_prompt_marks_its_images_as_vllm_expects():
     from harness.inputs.scenarios.loading import load_suite
 
     archs = {}
-    for name in ("vllm-mm-archs", "vllm-mm-registry", "vllm-mm-one-image", "vllm-mm-hybrid"):
+    for name in ("vllm-mm-archs", "vllm-mm-registry", "vllm-mm-native-registry", "vllm-mm-one-image", "vllm-mm-hybrid"):
         for ref in load_suite(ROOT / "scenarios" / f"{name}.yaml").archs.values():
             assert isinstance(ref, ArchModel), ref  # the sweeps name vLLM's model classes, each its tiny checkpoint
             archs[ref.arch] = models.resolve(ref, str(default_python())).directory

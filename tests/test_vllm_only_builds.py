@@ -42,3 +42,26 @@ def test_a_vllm_only_arch_builds_a_checkpoint_vllm_loads_completely(arch, tmp_pa
     assert tiny_vllm.builds(arch), f"{arch} is a transformers class here: not this route's"
     directory = models.build_tiny(ArchModel(arch=arch), models.builder_python(python, arch=arch), timeout_s=300)
     assert bench().load(python, str(directory), timeout_s=400) is None
+
+
+def test_a_vllm_only_multimodal_arch_gets_its_towers_processor_and_chat_template(tmp_path, monkeypatch):
+    """Cosmos 3 Omni (a config transformers maps no processor to): the route sizes its towers,
+    writes Qwen3-VL's processor, its image tokens and a chat template, and puts the weights where
+    vLLM's cosmos3.py reads them (`transformer/`); InternS2 Mobius reads a field of its text
+    config the route adds, which the written config must hold for vLLM's own load."""
+    import json
+
+    from transformers import AutoTokenizer
+
+    monkeypatch.setenv("HARNESS_CACHE", str(tmp_path / "cache"))
+    python = str(get_engine("vllm").python())
+    arch = "Cosmos3ForConditionalGeneration"
+    directory = models.build_tiny(ArchModel(arch=arch), models.builder_python(python, arch=arch), timeout_s=300)
+    assert (directory / "transformer" / "model.safetensors").is_file()
+    assert json.loads((directory / "processor_config.json").read_text())["processor_class"] == "Qwen3VLProcessor"
+    assert "<|vision_start|><|image_pad|><|vision_end|>" in (directory / "chat_template.jinja").read_text()
+    tokenizer = AutoTokenizer.from_pretrained(directory)
+    assert len(tokenizer("<|image_pad|>", add_special_tokens=False)["input_ids"]) == 1
+    arch = "InternS2MobiusForConditionalGeneration"
+    directory = models.build_tiny(ArchModel(arch=arch), models.builder_python(python, arch=arch), timeout_s=300)
+    assert json.loads((directory / "config.json").read_text())["text_config"]["num_blocks"] >= 1

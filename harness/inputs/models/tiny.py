@@ -28,6 +28,7 @@ import difflib
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 # run as a script (the engine's interpreter): its folder is on sys.path
 try:
@@ -202,17 +203,7 @@ def build_model(arch: str, seed: int, overrides: dict, extra_config: dict | None
 
     cls = model_class(arch)
     config = cls.config_class(**tiny_mm.default_sub_configs(getattr(cls.config_class, "model_type", "")))
-    shrink(config)
-    set_special_ids(config)
-    if tiny_mm.is_multimodal(config):
-        tiny_mm.shrink_towers(config)
-        tiny_mm.set_token_ids(config, tiny_mm.token_ids(tiny_mm.named_tokens(config.model_type), len(SPECIAL_TOKENS)))
-    apply_overrides(config, overrides)
-    if tiny_mm.is_multimodal(config) and "rope_parameters" not in json.dumps(overrides):
-        # the rope split follows the head: an override of the text head's size (Qwen3.5's 128
-        # for vLLM's gated-delta-net kernel) splits the new one, unless it gives its own rope
-        tiny_mm.fit_mrope(config)
-    check_extra_config(config, extra_config or {})
+    tiny_config(config, overrides, extra_config or {})
     torch.manual_seed(seed)
     try:
         # transformers 5 checks a config only when asked (or on save)
@@ -282,8 +273,16 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(args.out, safe_serialization=True)
     write_extra_config(args.out, extra)
-    multimodal = tiny_mm.is_multimodal(model.config)
-    model_type = model.config.model_type
+    if tiny_mm.is_multimodal(model.config):
+        tiny_mm.write_hub_layout(model, args.out)
+    return write_text_and_media_files(args, model.config)
+
+
+def write_text_and_media_files(args, config) -> int:
+    """The tokenizer, and a multimodal model's processor, chat template and the files its
+    family's loader reads, beside the weights: the same for both routes."""
+    multimodal = tiny_mm.is_multimodal(config)
+    model_type = config.model_type
     write_tokenizer(
         args.corpus,
         args.out,
@@ -292,11 +291,10 @@ def main(argv: list[str] | None = None) -> int:
         tiny_mm.tokenizer_fields(model_type) if multimodal else {},
     )
     if multimodal:
-        tiny_mm.write_hub_layout(model, args.out)
         tiny_mm.write_weight_folder(model_type, args.out)
         tiny_mm.write_hub_config(model_type, args.out)
         try:
-            write_processor(args.arch, model.config, args.out)
+            write_processor(args.arch, config, args.out)
         except UserError as exc:
             return refused(exc)
     return 0
@@ -311,52 +309,66 @@ def write_vllm_only(args) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     try:
         if args.arch in tiny_vllm.LAYOUTS:
-            config = vllm_only_config(tiny_vllm.config_of(args.arch), json.loads(args.overrides), extra)
+            config = tiny_config(tiny_vllm.config_of(args.arch), json.loads(args.overrides), extra)
             config.save_pretrained(args.out)
             pieces = [
                 tiny_vllm.Piece(n, s, n.endswith(("norm.weight", "layernorm.weight")))
                 for n, s in tiny_vllm.LAYOUTS[args.arch][1](config).items()
             ]
         else:
-            pieces = derive_vllm_only(args.arch, json.loads(args.overrides), extra, args.out)
+            config, pieces = derive_vllm_only(args.arch, json.loads(args.overrides), extra, args.out)
     except UserError as exc:
         return refused(exc)
     except tiny_vllm.Refused as exc:
         return refused(UserError(f"{args.arch} (vLLM-only, built from vLLM's model class): {exc}"))
     save_file(tiny_vllm.weights_of(pieces, args.seed), args.out / "model.safetensors", metadata={"format": "pt"})
     write_extra_config(args.out, extra)
-    write_tokenizer(args.corpus, args.out)
-    return 0
+    return write_text_and_media_files(args, config)
 
 
-def vllm_only_config(config, overrides: dict, extra: dict):
-    """A vLLM-only architecture's config shrunk as every other's, then the scenario's overrides."""
+def tiny_config(config, overrides: dict, extra: dict):
+    """`config` (a default one, of transformers' class or vLLM's) made tiny, in place: the
+    shrink, the special ids, a multimodal model's towers and token ids, then the scenario's
+    overrides. Both routes make their configs here, so a tower is sized the same either way."""
     shrink(config)
     set_special_ids(config)
+    multimodal = tiny_mm.is_multimodal(config)
+    if multimodal:
+        tiny_mm.shrink_towers(config)
+        tiny_mm.set_token_ids(config, tiny_mm.token_ids(tiny_mm.named_tokens(config.model_type), len(SPECIAL_TOKENS)))
     apply_overrides(config, overrides)
+    if multimodal and not _names(overrides, "rope_parameters"):
+        # the rope split follows the head: an override of the text head's size (Qwen3.5's 128
+        # for vLLM's gated-delta-net kernel) splits the new one, unless it gives its own rope
+        tiny_mm.fit_mrope(config)
     check_extra_config(config, extra)
     return config
 
 
-def derive_vllm_only(arch: str, overrides: dict, extra: dict, out: Path) -> list:
+def _names(overrides: dict, field: str) -> bool:
+    """Whether `field` is set anywhere in `overrides`, a sub-config's included."""
+    return any(key == field or (isinstance(value, dict) and _names(value, field)) for key, value in overrides.items())
+
+
+def derive_vllm_only(arch: str, overrides: dict, extra: dict, out: Path) -> tuple[Any, list]:
     """The generic route (tiny_vllm.py): each config class vLLM's source points to (LlamaConfig
     last, for a model whose checkpoints bring their own config class), shrunk, until vLLM's
     model class instantiates for one; a field the model reads and the class lacks is added
-    (tiny_vllm.guessed_value). The config is written to `out`; the checkpoint layout is
-    checked by the model's own load_weights. tiny_vllm.Refused says why none would do."""
+    (tiny_vllm.guessed_value). The config is written to `out` and returned with the checkpoint
+    layout, which the model's own load_weights checks. tiny_vllm.Refused says why none would do."""
     cls, sources = tiny_vllm.registered(arch)
     candidates = tiny_vllm.config_candidates(arch, *tiny_vllm.config_classes(), sources)
     tried = []
     for model_type in [*candidates, *(["llama"] if "llama" not in candidates else [])]:
         try:
-            config = vllm_only_config(tiny_vllm.config_for(model_type), overrides, extra)
+            config = tiny_config(tiny_vllm.config_for(model_type), overrides, extra)
             config.architectures = [arch]
             config.save_pretrained(out)
             model = instantiated_with_fields(config, tiny_vllm.engine_config(str(out)), out)
         except Exception as exc:  # this config is not the one: the next candidate, the reason kept
             tried.append(f"{model_type}: {type(exc).__name__}: {tiny_vllm._one_line(exc)}")
             continue
-        return checked_layout(model)
+        return config, checked_layout(model)
     raise tiny_vllm.Refused(
         f"vLLM's {cls.__module__} does not instantiate with any config it points to (" + "; ".join(tried) + ")"
     )
@@ -379,9 +391,15 @@ def instantiated_with_fields(config, vllm_config, out: Path):
             if field is None or value is None or field in added or len(added) >= MAX_ADDED_FIELDS:
                 raise
             added[field] = value
-            for holder in {
-                id(c): c for c in (config, vllm_config.model_config.hf_config, vllm_config.model_config.hf_text_config)
-            }.values():
+            # the model may read it from the text config (vLLM's hf_text_config): the saved
+            # config's text_config gets it too, or the engine's own load would miss it again
+            holders = (
+                config,
+                getattr(config, "text_config", None),
+                vllm_config.model_config.hf_config,
+                vllm_config.model_config.hf_text_config,
+            )
+            for holder in {id(c): c for c in holders if c is not None}.values():
                 setattr(holder, field, value)
             config.save_pretrained(out)
 

@@ -97,6 +97,9 @@ class Family:
     # Weights transformers' model makes and its published checkpoints (and vLLM's loader) have
     # not (patterns): left out of the saved checkpoint
     unpublished: tuple[str, ...] = ()
+    # The model type whose processor its checkpoints ship, where transformers maps none to its
+    # own model type (a config only vLLM's model reads: Cosmos 3 Omni's is Qwen3-VL's)
+    processor_of: str = ""
 
 
 # Pieces several families share
@@ -160,6 +163,9 @@ FAMILIES: dict[str, Family] = {
     "qwen3_vl_moe": _QWEN3_VL,
     "qwen3_5": _QWEN3_5,
     "qwen3_5_moe": _QWEN3_5,
+    # vLLM's Cosmos 3 Omni (cosmos3.py) runs its understanding tower as Qwen3-VL, with Qwen3-VL's
+    # processor; its weights are read only from `[tv]*er/` (allow_patterns_overrides), as Cosmos 3 Edge's
+    "cosmos3_omni": dataclasses.replace(_QWEN3_VL, processor_of="qwen3_vl", weight_folder="transformer"),
     "cosmos3_edge": Family(
         named_tokens=_QWEN_VL,
         prompt_marks=_QWEN_MARKS,
@@ -237,6 +243,9 @@ FAMILIES: dict[str, Family] = {
     ),
     "glm4v": _GLM4V,
     "glm4v_moe": _GLM4V,
+    # GLM-OCR: a GLM-4V tower and text model whose processor is GLM-4V's (vLLM's glm_ocr.py
+    # serves it with Glm4vProcessingInfo); transformers 5.19 maps no processor to glm_ocr
+    "glm_ocr": dataclasses.replace(_GLM4V, processor_of="glm4v"),
     "glm5_next": Family(named_tokens=_GLM, prompt_marks=_GLM_MARKS),
     "idefics3": _IDEFICS3,
     "smolvlm": _IDEFICS3,
@@ -521,11 +530,16 @@ def tokenizer_fields(model_type: str) -> dict:
     return dict(family(model_type).tokenizer_fields)
 
 
+def processor_type(model_type: str) -> str:
+    """The model type whose processor a family's checkpoints ship: its own, or Family.processor_of."""
+    return family(model_type).processor_of or model_type
+
+
 def processor_class(model_type: str):
     import transformers
     from transformers.models.auto import processing_auto
 
-    name = processing_auto.PROCESSOR_MAPPING_NAMES.get(model_type)
+    name = processing_auto.PROCESSOR_MAPPING_NAMES.get(processor_type(model_type))
     return getattr(transformers, name, None) if name else None
 
 
@@ -581,7 +595,7 @@ def build_processor(config, tokenizer):
         ("video_processor", video_processing_auto.VIDEO_PROCESSOR_MAPPING_NAMES),
         ("feature_extractor", feature_extraction_auto.FEATURE_EXTRACTOR_MAPPING_NAMES),
     ):
-        part_name = _class_name(mapping, config.model_type) or _class_name(mapping, home)
+        part_name = _class_name(mapping, processor_type(config.model_type)) or _class_name(mapping, home)
         if part_name and part in accepts:
             parts[part] = _sized(getattr(transformers, part_name)(), config)
     kwargs = {k: v for k, v in _processor_kwargs(config).items() if k in accepts}
