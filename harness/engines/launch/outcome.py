@@ -38,7 +38,7 @@ class RankFailure:
     def describe(self) -> str:
         """The crash in one line: `rank 1 crashed: KeyError: 'residual' at reference/model.py:323 in forward`,
         or with the model's line below which it was raised: `... at vllm/sequence.py:43 in __getitem__
-        (raised) from inputs/models/step3_text.py:370 in forward (model)`."""
+        (raised) from model_executor/models/step3_text.py:370 in forward (model)`."""
         what = self.exception or (f"killed by {self.signal}" if self.signal else f"exit code {self.exitcode}")
         # no log to see: what it ran is all there is to go on
         if self.command is not None:

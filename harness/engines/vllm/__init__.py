@@ -98,7 +98,7 @@ class VllmEngine(Engine):
             "chunked_prefill",
             f"chunked_prefill>={MAX_NUM_SEQS}",
             reason="vLLM refuses a token budget below "
-            f"max_num_seqs={MAX_NUM_SEQS} (inputs/scenarios/scheduler.py verify_max_model_len)",
+            f"max_num_seqs={MAX_NUM_SEQS} (vllm/config/scheduler.py verify_max_model_len)",
         ),
     )
     capabilities = frozenset({Capability.OWN_PYTHON, Capability.INSTALLS_RELEASES, Capability.REPRO_SCRIPTS})
@@ -451,12 +451,12 @@ def _ep_reason(cfg: dict, axes: RunAxes) -> str | None:
 
 def _dp_reason(cfg: dict, axes: RunAxes) -> str | None:
     """vLLM's own refusal, said before an engine start: its offline data parallelism
-    (VLLM_DP_*) raises for a dense model (inputs/scenarios/parallel.py, ParallelConfig's offline
+    (VLLM_DP_*) raises for a dense model (vllm/config/parallel.py, ParallelConfig's offline
     branch: "Offline data parallel mode is not supported/useful for dense models")."""
     if axes.dp > 1 and not _routed_experts(cfg):
         return (
             "dp: vLLM's offline data parallelism is for MoE models only: it raises 'Offline data parallel mode is "
-            "not supported/useful for dense models' (inputs/scenarios/parallel.py) and this model has no routed experts"
+            "not supported/useful for dense models' (vllm/config/parallel.py) and this model has no routed experts"
         )
     return None
 

