@@ -1043,7 +1043,7 @@ def test_batch_invariant_counts_as_applied_only_where_every_worker_ran_the_mode(
 
 
 def test_vllm_data_parallelism_is_refused_for_a_dense_model_as_vllm_refuses_it():
-    """vLLM's offline DP raises for a dense model (inputs/scenarios/parallel.py): said before any
+    """vLLM's offline DP raises for a dense model (vllm/config/parallel.py): said before any
     engine start. EP's group is TP x DP: dp2 alone has ranks to split the experts over."""
     from harness.engines.vllm import VllmEngine, _dp_reason
 
